@@ -1,0 +1,138 @@
+"""A small programmatic model builder, used by tests, examples, the converter and cloud export.
+
+    b = ModelBuilder()
+    x = b.input("x", (-1, 64))
+    w = b.constant("fc1.weight", np.zeros((128, 64), np.float32), trainable=True)
+    y = b.op(OpCode.FULLY_CONNECTED, [x, w], activation="relu")
+    b.output(y, name="logits")
+    model = b.build()
+
+Tensors are referred to by index; `op` returns the index of its (first) output.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from sporenet.lite.graph import DYNAMIC, Graph, Model, Node, Quantization, Signature, Tensor
+from sporenet.lite.ops import OpCode
+from sporenet.lite.validate import validate
+
+
+class ModelBuilder:
+    """Accumulates tensors and nodes of one graph, then builds a validated Model."""
+
+    def __init__(self, *, producer: str = "sporenet", description: str = "") -> None:
+        self.tensors: list[Tensor] = []
+        self.nodes: list[Node] = []
+        self.inputs: list[int] = []
+        self.outputs: list[int] = []
+        self.output_names: list[str] = []
+        self.metadata: dict[str, str] = {}
+        self.producer = producer
+        self.description = description
+        self._names: set[str] = set()
+
+    def _unique(self, name: str) -> str:
+        candidate, k = name, 1
+        while candidate in self._names:
+            candidate = f"{name}_{k}"
+            k += 1
+        self._names.add(candidate)
+        return candidate
+
+    def tensor(self, name: str, shape: Sequence[int], dtype: Any = np.float32, *,
+               data: np.ndarray | None = None, trainable: bool = False,
+               quantization: Quantization | None = None) -> int:
+        """Add a tensor-table entry and return its index."""
+        self.tensors.append(Tensor(name=self._unique(name), dtype=np.dtype(dtype),
+                                   shape=tuple(int(d) for d in shape), data=data,
+                                   trainable=trainable, quantization=quantization))
+        return len(self.tensors) - 1
+
+    def input(self, name: str, shape: Sequence[int], dtype: Any = np.float32) -> int:
+        """A graph input; use -1 for a dynamic dimension."""
+        index = self.tensor(name, shape, dtype)
+        self.inputs.append(index)
+        return index
+
+    def constant(self, name: str, value: Any, dtype: Any = None, *, trainable: bool = False,
+                 quantization: Quantization | None = None) -> int:
+        """A constant tensor holding `value` (stored contiguously in the model file)."""
+        array = np.ascontiguousarray(value, dtype=dtype)
+        if array.dtype == np.float64 and dtype is None:
+            array = array.astype(np.float32)
+        return self.tensor(name, array.shape, array.dtype, data=array, trainable=trainable,
+                           quantization=quantization)
+
+    def op(self, op: OpCode, inputs: Sequence[int], *, num_outputs: int = 1,
+           name: str | None = None, version: int = 1, **attrs: Any) -> int:
+        """Add a node; its outputs get fresh tensors whose shapes the planner infers."""
+        base = name or f"{op.name.lower()}_{len(self.nodes)}"
+        outputs = [self.tensor(f"{base}:{k}" if num_outputs > 1 else base, ())
+                   for k in range(num_outputs)]
+        self.nodes.append(Node(op=op, inputs=list(inputs), outputs=outputs, attrs=dict(attrs),
+                               version=version, name=base))
+        return outputs[0]
+
+    def op_multi(self, op: OpCode, inputs: Sequence[int], num_outputs: int,
+                 **kwargs: Any) -> list[int]:
+        """Like `op` for nodes with several outputs; returns all output indices."""
+        first = self.op(op, inputs, num_outputs=num_outputs, **kwargs)
+        return list(range(first, first + num_outputs))
+
+    def output(self, index: int, name: str | None = None) -> int:
+        """Mark a tensor as a graph output, optionally under a user-facing name."""
+        self.outputs.append(index)
+        self.output_names.append(name or self.tensors[index].name)
+        return index
+
+    def build(self, *, graph_name: str = "main", infer_shapes: bool = True) -> Model:
+        """The validated model with one graph and an "infer" signature.
+
+        With `infer_shapes`, intermediate tensors get the shapes the planner infers
+        (dimensions that follow a dynamic input dimension are stored as -1).
+        """
+        graph = Graph(name=graph_name, inputs=list(self.inputs), outputs=list(self.outputs),
+                      nodes=list(self.nodes))
+        signature = Signature(
+            key="infer", graph=0,
+            inputs={self.tensors[i].name: i for i in self.inputs},
+            outputs=dict(zip(self.output_names, self.outputs, strict=True)),
+        )
+        model = Model(tensors=list(self.tensors), graphs=[graph],
+                      signatures={"infer": signature}, metadata=dict(self.metadata),
+                      producer=self.producer, description=self.description)
+        validate(model)
+        if infer_shapes:
+            fill_inferred_shapes(model)
+        return model
+
+
+def fill_inferred_shapes(model: Model, graph_index: int = 0) -> None:
+    """Store inferred shapes on a graph's non-constant tensors, in place.
+
+    Inference runs twice, with dynamic input dimensions set to 1 and to 2; a dimension
+    that differs between the two runs depends on a dynamic one and is stored as -1.
+    """
+    from sporenet.lite.planner import infer
+
+    graph = model.graphs[graph_index]
+    dynamic = [i for i in graph.inputs if DYNAMIC in model.tensors[i].shape]
+    first, _, _ = infer(model, graph_index)
+    second = first
+    if dynamic:
+        shapes = {i: tuple(2 if d == DYNAMIC else d for d in model.tensors[i].shape)
+                  for i in dynamic}
+        second, _, _ = infer(model, graph_index, shapes)
+    for node in graph.nodes:
+        for i in node.outputs:
+            a, b = first[i].shape, second[i].shape
+            shape = tuple(x if x == y else DYNAMIC for x, y in zip(a, b, strict=False))
+            if len(a) != len(b):
+                shape = a
+            model.tensors[i] = dataclasses.replace(model.tensors[i], shape=shape,
+                                                   dtype=first[i].dtype)

@@ -1,0 +1,23 @@
+"""Exception types of the on-device runtime."""
+
+from __future__ import annotations
+
+
+class LiteError(Exception):
+    """Base class of every error raised by sporenet.lite."""
+
+
+class ModelFormatError(LiteError):
+    """A model file or in-memory model is malformed, truncated or inconsistent."""
+
+
+class UnsupportedOpError(LiteError):
+    """The model uses an op (or op version) this runtime has no kernel for."""
+
+
+class ShapeError(ModelFormatError, ValueError):
+    """Tensor shapes, dtypes or attributes are inconsistent for an op."""
+
+
+class InputError(LiteError, ValueError):
+    """A caller passed an input with the wrong name, shape or dtype."""

@@ -1,0 +1,539 @@
+"""Reading and writing .spore files: the FlatBuffer root plus an aligned weight segment.
+
+Parsing treats the file as hostile: every vector length is checked against the bytes that
+could hold it before anything is iterated or allocated, and every low-level failure is
+turned into one ModelFormatError that says what was wrong. Weights are returned as
+read-only NumPy views of the file (zero-copy; with mmap they are paged in lazily).
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import struct
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import flatbuffers
+import numpy as np
+from sporenet.lite.dtypes import to_ir_dtype, to_numpy_dtype
+from sporenet.lite.errors import ModelFormatError
+from sporenet.lite.graph import Graph, Model, Node, Quantization, Signature, Sparsity, Tensor
+from sporenet.lite.ops import OpCode
+from sporenet.proto import model_generated as fb
+
+FILE_IDENTIFIER = b"SPOR"
+FILE_EXTENSION = ".spore"
+SCHEMA_VERSION = 1
+ALIGNMENT = 64
+_MAX_RANK = 16
+
+Source = str | os.PathLike | bytes | bytearray | memoryview
+
+
+# --------------------------------------------------------------------------- writing
+
+
+def _align(n: int, alignment: int = ALIGNMENT) -> int:
+    return (n + alignment - 1) // alignment * alignment
+
+
+def _attr_kind(name: str, value: Any) -> int:
+    if isinstance(value, bool | int | np.integer):
+        return fb.AttrKind.INT
+    if isinstance(value, float | np.floating):
+        return fb.AttrKind.FLOAT
+    if isinstance(value, str):
+        return fb.AttrKind.STRING
+    if isinstance(value, list | tuple | np.ndarray):
+        items = list(value)
+        if all(isinstance(v, bool | int | np.integer) for v in items):
+            return fb.AttrKind.INTS
+        if all(isinstance(v, int | float | np.integer | np.floating) for v in items):
+            return fb.AttrKind.FLOATS
+    raise ModelFormatError(
+        f"attribute {name!r} has unsupported value {value!r}; expected int, float, str, "
+        "or a list of ints or floats"
+    )
+
+
+class _Writer:
+    """Builds the FlatBuffer for a model whose buffer offsets are already decided."""
+
+    def __init__(self, model: Model, buffer_ranges: list[tuple[int, int]],
+                 tensor_buffer: list[int]) -> None:
+        self.model = model
+        self.ranges = buffer_ranges
+        self.tensor_buffer = tensor_buffer
+        self.b = flatbuffers.Builder(1024)
+        # Fixed field sizes, so two passes with different offsets give the same length.
+        self.b.ForceDefaults(True)
+
+    def _ints(self, start: Callable[[Any, int], int], values: list[int], width: str) -> int:
+        b = self.b
+        start(b, len(values))
+        prepend = {"i": b.PrependInt32, "q": b.PrependInt64, "d": b.PrependFloat64,
+                   "f": b.PrependFloat32}[width]
+        for v in reversed(values):
+            prepend(v)
+        return b.EndVector()
+
+    def _offsets(self, start: Callable[[Any, int], int], offsets: list[int]) -> int:
+        start(self.b, len(offsets))
+        for off in reversed(offsets):
+            self.b.PrependUOffsetTRelative(off)
+        return self.b.EndVector()
+
+    def _string(self, s: str) -> int:
+        return self.b.CreateString(s)
+
+    def _tensor(self, t: Tensor, buffer_index: int) -> int:
+        b = self.b
+        name = self._string(t.name)
+        shape = self._ints(fb.TensorStartShapeVector, [int(d) for d in t.shape], "q")
+        quant = self._quantization(t.quantization) if t.quantization is not None else None
+        sparsity = self._sparsity(t.sparsity) if t.sparsity is not None else None
+        fb.TensorStart(b)
+        fb.TensorAddName(b, name)
+        fb.TensorAddDtype(b, to_ir_dtype(t.dtype))
+        fb.TensorAddShape(b, shape)
+        fb.TensorAddBuffer(b, buffer_index)
+        if quant is not None:
+            fb.TensorAddQuantization(b, quant)
+        if sparsity is not None:
+            fb.TensorAddSparsity(b, sparsity)
+        fb.TensorAddTrainable(b, bool(t.trainable))
+        return fb.TensorEnd(b)
+
+    def _quantization(self, q: Quantization) -> int:
+        b = self.b
+        scale = self._ints(fb.QuantizationParamsStartScaleVector,
+                           [float(x) for x in np.ravel(q.scale)], "f")
+        zp = self._ints(fb.QuantizationParamsStartZeroPointVector,
+                        [int(x) for x in np.ravel(q.zero_point)], "q")
+        qmin = (self._ints(fb.QuantizationParamsStartMinVector,
+                           [float(x) for x in np.ravel(q.min)], "f")
+                if q.min is not None else None)
+        qmax = (self._ints(fb.QuantizationParamsStartMaxVector,
+                           [float(x) for x in np.ravel(q.max)], "f")
+                if q.max is not None else None)
+        fb.QuantizationParamsStart(b)
+        fb.QuantizationParamsAddScale(b, scale)
+        fb.QuantizationParamsAddZeroPoint(b, zp)
+        fb.QuantizationParamsAddQuantizedDimension(b, int(q.axis))
+        if qmin is not None:
+            fb.QuantizationParamsAddMin(b, qmin)
+        if qmax is not None:
+            fb.QuantizationParamsAddMax(b, qmax)
+        return fb.QuantizationParamsEnd(b)
+
+    def _sparsity(self, s: Sparsity) -> int:
+        raise ModelFormatError("writing sparse tensors is not supported yet")
+
+    def _attribute(self, name: str, value: Any) -> int:
+        b = self.b
+        kind = _attr_kind(name, value)
+        name_off = self._string(name)
+        s_off = self._string(value) if kind == fb.AttrKind.STRING else None
+        ints_off = (self._ints(fb.AttributeStartIntsVector, [int(v) for v in value], "q")
+                    if kind == fb.AttrKind.INTS else None)
+        floats_off = (self._ints(fb.AttributeStartFloatsVector, [float(v) for v in value], "d")
+                      if kind == fb.AttrKind.FLOATS else None)
+        fb.AttributeStart(b)
+        fb.AttributeAddName(b, name_off)
+        fb.AttributeAddKind(b, kind)
+        if kind == fb.AttrKind.INT:
+            fb.AttributeAddI(b, int(value))
+        elif kind == fb.AttrKind.FLOAT:
+            fb.AttributeAddF(b, float(value))
+        elif s_off is not None:
+            fb.AttributeAddS(b, s_off)
+        elif ints_off is not None:
+            fb.AttributeAddInts(b, ints_off)
+        elif floats_off is not None:
+            fb.AttributeAddFloats(b, floats_off)
+        return fb.AttributeEnd(b)
+
+    def _node(self, n: Node) -> int:
+        b = self.b
+        attrs = [self._attribute(k, v) for k, v in n.attrs.items()]
+        attrs_off = self._offsets(fb.NodeStartAttributesVector, attrs)
+        ins = self._ints(fb.NodeStartInputsVector, list(n.inputs), "i")
+        outs = self._ints(fb.NodeStartOutputsVector, list(n.outputs), "i")
+        name = self._string(n.name)
+        fb.NodeStart(b)
+        fb.NodeAddOp(b, int(n.op))
+        fb.NodeAddVersion(b, int(n.version))
+        fb.NodeAddInputs(b, ins)
+        fb.NodeAddOutputs(b, outs)
+        fb.NodeAddAttributes(b, attrs_off)
+        fb.NodeAddName(b, name)
+        return fb.NodeEnd(b)
+
+    def _graph(self, g: Graph) -> int:
+        b = self.b
+        nodes = self._offsets(fb.GraphStartNodesVector, [self._node(n) for n in g.nodes])
+        ins = self._ints(fb.GraphStartInputsVector, list(g.inputs), "i")
+        outs = self._ints(fb.GraphStartOutputsVector, list(g.outputs), "i")
+        name = self._string(g.name)
+        fb.GraphStart(b)
+        fb.GraphAddName(b, name)
+        fb.GraphAddInputs(b, ins)
+        fb.GraphAddOutputs(b, outs)
+        fb.GraphAddNodes(b, nodes)
+        return fb.GraphEnd(b)
+
+    def _signature(self, s: Signature) -> int:
+        b = self.b
+        in_names = self._offsets(fb.SignatureStartInputNamesVector,
+                                 [self._string(k) for k in s.inputs])
+        out_names = self._offsets(fb.SignatureStartOutputNamesVector,
+                                  [self._string(k) for k in s.outputs])
+        ins = self._ints(fb.SignatureStartInputTensorsVector, list(s.inputs.values()), "i")
+        outs = self._ints(fb.SignatureStartOutputTensorsVector, list(s.outputs.values()), "i")
+        key = self._string(s.key)
+        fb.SignatureStart(b)
+        fb.SignatureAddKey(b, key)
+        fb.SignatureAddGraph(b, s.graph)
+        fb.SignatureAddInputNames(b, in_names)
+        fb.SignatureAddInputTensors(b, ins)
+        fb.SignatureAddOutputNames(b, out_names)
+        fb.SignatureAddOutputTensors(b, outs)
+        return fb.SignatureEnd(b)
+
+    def _key_value(self, key: str, value: str) -> int:
+        b = self.b
+        k, v = self._string(key), self._string(value)
+        fb.KeyValueStart(b)
+        fb.KeyValueAddKey(b, k)
+        fb.KeyValueAddValue(b, v)
+        return fb.KeyValueEnd(b)
+
+    def _buffer(self, offset: int, size: int) -> int:
+        fb.BufferStart(self.b)
+        fb.BufferAddOffset(self.b, offset)
+        fb.BufferAddSize(self.b, size)
+        return fb.BufferEnd(self.b)
+
+    def build(self) -> bytes:
+        b, m = self.b, self.model
+        tensors = [self._tensor(t, self.tensor_buffer[i]) for i, t in enumerate(m.tensors)]
+        tensors_off = self._offsets(fb.ModelStartTensorsVector, tensors)
+        graphs_off = self._offsets(fb.ModelStartGraphsVector, [self._graph(g) for g in m.graphs])
+        buffers_off = self._offsets(fb.ModelStartBuffersVector,
+                                    [self._buffer(o, s) for o, s in self.ranges])
+        sigs_off = self._offsets(fb.ModelStartSignaturesVector,
+                                 [self._signature(s) for s in m.signatures.values()])
+        meta_off = self._offsets(fb.ModelStartMetadataVector,
+                                 [self._key_value(k, v) for k, v in m.metadata.items()])
+        producer = self._string(m.producer)
+        producer_version = self._string(m.producer_version)
+        description = self._string(m.description)
+        fb.ModelStart(b)
+        fb.ModelAddSchemaVersion(b, SCHEMA_VERSION)
+        fb.ModelAddProducer(b, producer)
+        fb.ModelAddProducerVersion(b, producer_version)
+        fb.ModelAddDescription(b, description)
+        fb.ModelAddGraphs(b, graphs_off)
+        fb.ModelAddTensors(b, tensors_off)
+        fb.ModelAddBuffers(b, buffers_off)
+        fb.ModelAddSignatures(b, sigs_off)
+        fb.ModelAddMetadata(b, meta_off)
+        b.Finish(fb.ModelEnd(b), file_identifier=FILE_IDENTIFIER)
+        return bytes(b.Output())
+
+
+def serialize(model: Model) -> bytes:
+    """The .spore bytes of `model` (validated first, so a bad model is never written)."""
+    from sporenet.lite.validate import validate
+
+    validate(model)
+    # One buffer per constant tensor; buffer 0 is the empty sentinel.
+    blobs: list[np.ndarray] = []
+    tensor_buffer: list[int] = []
+    for t in model.tensors:
+        if t.data is None:
+            tensor_buffer.append(0)
+        else:
+            blobs.append(np.ascontiguousarray(t.data))
+            tensor_buffer.append(len(blobs))
+    placeholder = [(0, 0)] * (len(blobs) + 1)
+    head_size = len(_Writer(model, placeholder, tensor_buffer).build())
+    offset = _align(head_size)
+    ranges: list[tuple[int, int]] = [(0, 0)]
+    for blob in blobs:
+        ranges.append((offset, blob.nbytes))
+        offset = _align(offset + blob.nbytes)
+    head = _Writer(model, ranges, tensor_buffer).build()
+    if len(head) != head_size:  # ForceDefaults makes both passes the same size
+        raise RuntimeError("model header changed size between passes")
+    out = bytearray(offset if blobs else len(head))
+    out[: len(head)] = head
+    for (start, size), blob in zip(ranges[1:], blobs, strict=True):
+        out[start : start + size] = blob.tobytes()
+    return bytes(out)
+
+
+def save(model: Model, path: str | os.PathLike) -> Path:
+    """Write `model` to `path` atomically (temporary file, then rename)."""
+    path = Path(path)
+    data = serialize(model)
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    try:
+        tmp.write_bytes(data)
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    return path
+
+
+# --------------------------------------------------------------------------- reading
+
+
+class _Reader:
+    """Walks a FlatBuffer through the generated accessors with bounds and work limits."""
+
+    def __init__(self, buf: bytes | memoryview | mmap.mmap) -> None:
+        self.buf = buf
+        self.size = len(buf)
+        # Bound on the elements read in total, so shared offsets cannot multiply the work.
+        self.budget = 16 * self.size + 1024
+
+    def check_vector(self, table: Any, slot: int, elem_size: int, what: str) -> int:
+        """Length of the vector in field `slot` of `table`, checked against the buffer."""
+        tab = table._tab
+        o = tab.Offset(4 + 2 * slot)
+        if o == 0:
+            return 0
+        start = tab.Vector(o)
+        length = tab.VectorLen(o)
+        if start < 0 or start + length * elem_size > self.size:
+            raise ModelFormatError(
+                f"{what}: vector of {length} elements at offset {start} runs past the end "
+                f"of the {self.size}-byte file"
+            )
+        self.budget -= length + 1
+        if self.budget < 0:
+            raise ModelFormatError(f"{what}: file references far more data than it holds")
+        return length
+
+    def ints(self, table: Any, slot: int, getter: str, elem_size: int, what: str) -> list[int]:
+        n = self.check_vector(table, slot, elem_size, what)
+        if n == 0:
+            return []
+        return [int(v) for v in getattr(table, getter + "AsNumpy")()]
+
+    def floats(self, table: Any, slot: int, getter: str, elem_size: int, what: str) -> list[float]:
+        n = self.check_vector(table, slot, elem_size, what)
+        if n == 0:
+            return []
+        return [float(v) for v in getattr(table, getter + "AsNumpy")()]
+
+    def string(self, raw: bytes | None, what: str) -> str:
+        if raw is None:
+            return ""
+        if len(raw) > self.size:
+            raise ModelFormatError(f"{what}: string longer than the file")
+        try:
+            return raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise ModelFormatError(f"{what}: string is not valid UTF-8 ({exc})") from None
+
+
+def _as_buffer(source: Source, use_mmap: bool) -> bytes | memoryview | mmap.mmap:
+    if isinstance(source, bytes | bytearray | memoryview):
+        return memoryview(source).cast("B") if not isinstance(source, bytes) else source
+    path = Path(os.fspath(source))
+    try:
+        if use_mmap:
+            with path.open("rb") as fh:
+                if os.fstat(fh.fileno()).st_size == 0:
+                    return b""
+                return mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+        return path.read_bytes()
+    except FileNotFoundError:
+        raise FileNotFoundError(f"model file not found: {path}") from None
+
+
+def _parse_tensor(r: _Reader, t: Any, index: int, buffers: list[tuple[int, int]],
+                  buf: Any) -> Tensor:
+    what = f"tensor {index}"
+    name = r.string(t.Name(), what)
+    what = f"tensor {index} ({name!r})"
+    dtype = to_numpy_dtype(t.Dtype())
+    shape = tuple(r.ints(t, 2, "Shape", 8, what + " shape"))
+    if len(shape) > _MAX_RANK:
+        raise ModelFormatError(f"{what}: rank {len(shape)} exceeds the maximum {_MAX_RANK}")
+    if any(d < -1 for d in shape):
+        raise ModelFormatError(f"{what}: shape {shape} has a negative dimension other than -1")
+    buffer_index = t.Buffer()
+    if buffer_index >= len(buffers):
+        raise ModelFormatError(
+            f"{what}: buffer index {buffer_index} out of range (the model has {len(buffers)})"
+        )
+    data = None
+    if buffer_index != 0:
+        if -1 in shape:
+            raise ModelFormatError(f"{what}: a constant tensor needs a static shape, got {shape}")
+        offset, size = buffers[buffer_index]
+        count = int(np.prod(shape, dtype=np.int64)) if shape else 1
+        expected = count * dtype.itemsize
+        if size != expected:
+            raise ModelFormatError(
+                f"{what}: buffer {buffer_index} holds {size} bytes but shape {shape} x "
+                f"{dtype} needs {expected}"
+            )
+        if offset % dtype.itemsize:
+            raw = bytes(memoryview(buf)[offset : offset + size])
+            data = np.frombuffer(raw, dtype=dtype, count=count).reshape(shape)
+        else:
+            data = np.frombuffer(buf, dtype=dtype, count=count, offset=offset).reshape(shape)
+        data.flags.writeable = False
+    quant = None
+    q = t.Quantization()
+    if q is not None:
+        scale = np.asarray(r.floats(q, 0, "Scale", 4, what + " scale"), dtype=np.float32)
+        zero_point = np.asarray(r.ints(q, 1, "ZeroPoint", 8, what + " zero_point"),
+                                dtype=np.int64)
+        qmin = r.floats(q, 3, "Min", 4, what + " min")
+        qmax = r.floats(q, 4, "Max", 4, what + " max")
+        quant = Quantization(scale=scale, zero_point=zero_point, axis=q.QuantizedDimension(),
+                             min=np.asarray(qmin, np.float32) if qmin else None,
+                             max=np.asarray(qmax, np.float32) if qmax else None)
+    if t.Sparsity() is not None:
+        raise ModelFormatError(f"{what}: sparse tensors are not supported by this runtime yet")
+    return Tensor(name=name, dtype=dtype, shape=shape, data=data, quantization=quant,
+                  trainable=bool(t.Trainable()))
+
+
+def _parse_attribute(r: _Reader, a: Any, what: str) -> tuple[str, Any]:
+    name = r.string(a.Name(), what + " attribute name")
+    kind = a.Kind()
+    what = f"{what} attribute {name!r}"
+    if kind == fb.AttrKind.INT:
+        return name, int(a.I())
+    if kind == fb.AttrKind.FLOAT:
+        return name, float(a.F())
+    if kind == fb.AttrKind.STRING:
+        return name, r.string(a.S(), what)
+    if kind == fb.AttrKind.INTS:
+        return name, r.ints(a, 5, "Ints", 8, what)
+    if kind == fb.AttrKind.FLOATS:
+        return name, r.floats(a, 6, "Floats", 8, what)
+    raise ModelFormatError(f"{what}: unknown attribute kind {kind}")
+
+
+def _parse_node(r: _Reader, n: Any, where: str) -> Node:
+    code = n.Op()
+    try:
+        op = OpCode(code)
+    except ValueError:
+        raise ModelFormatError(f"{where}: unknown op code {code}") from None
+    what = f"{where} ({op.name})"
+    inputs = r.ints(n, 2, "Inputs", 4, what + " inputs")
+    outputs = r.ints(n, 3, "Outputs", 4, what + " outputs")
+    attrs: dict[str, Any] = {}
+    for j in range(r.check_vector(n, 4, 4, what + " attributes")):
+        key, value = _parse_attribute(r, n.Attributes(j), what)
+        attrs[key] = value
+    return Node(op=op, inputs=inputs, outputs=outputs, attrs=attrs, version=n.Version(),
+                name=r.string(n.Name(), what + " name"))
+
+
+def _parse(buf: Any) -> Model:
+    size = len(buf)
+    if size < 8:
+        raise ModelFormatError(f"file is {size} bytes; a model file is at least 8 bytes")
+    ident = bytes(buf[4:8])
+    if ident != FILE_IDENTIFIER:
+        raise ModelFormatError(
+            f"file identifier is {ident!r}, expected {FILE_IDENTIFIER!r} (not a .spore model)"
+        )
+    root = struct.unpack_from("<I", buf, 0)[0]
+    if root + 4 > size:
+        raise ModelFormatError(f"root table offset {root} lies outside the {size}-byte file")
+    r = _Reader(buf)
+    m = fb.Model.GetRootAs(buf, 0)
+    version = m.SchemaVersion()
+    if version > SCHEMA_VERSION or version == 0:
+        raise ModelFormatError(
+            f"schema version {version} is not supported; this runtime reads 1..{SCHEMA_VERSION}"
+        )
+    buffers: list[tuple[int, int]] = []
+    for i in range(r.check_vector(m, 6, 4, "buffer table")):
+        b = m.Buffers(i)
+        offset, length = b.Offset(), b.Size()
+        if offset + length > size:
+            raise ModelFormatError(
+                f"buffer {i}: bytes {offset}..{offset + length} lie outside the {size}-byte file"
+            )
+        buffers.append((offset, length))
+    if buffers and buffers[0][1] != 0:
+        raise ModelFormatError("buffer 0 must be the empty sentinel")
+    if not buffers:
+        buffers = [(0, 0)]
+    tensors = [_parse_tensor(r, m.Tensors(i), i, buffers, buf)
+               for i in range(r.check_vector(m, 5, 4, "tensor table"))]
+    graphs = []
+    for gi in range(r.check_vector(m, 4, 4, "graph list")):
+        g = m.Graphs(gi)
+        gname = r.string(g.Name(), f"graph {gi} name")
+        nodes = [_parse_node(r, g.Nodes(j), f"graph {gi} node {j}")
+                 for j in range(r.check_vector(g, 3, 4, f"graph {gi} nodes"))]
+        graphs.append(Graph(
+            name=gname,
+            inputs=r.ints(g, 1, "Inputs", 4, f"graph {gi} inputs"),
+            outputs=r.ints(g, 2, "Outputs", 4, f"graph {gi} outputs"),
+            nodes=nodes,
+        ))
+    signatures: dict[str, Signature] = {}
+    for si in range(r.check_vector(m, 7, 4, "signatures")):
+        s = m.Signatures(si)
+        what = f"signature {si}"
+        in_names = [r.string(s.InputNames(j), what)
+                    for j in range(r.check_vector(s, 2, 4, what + " input names"))]
+        out_names = [r.string(s.OutputNames(j), what)
+                     for j in range(r.check_vector(s, 4, 4, what + " output names"))]
+        in_tensors = r.ints(s, 3, "InputTensors", 4, what + " input tensors")
+        out_tensors = r.ints(s, 5, "OutputTensors", 4, what + " output tensors")
+        if len(in_names) != len(in_tensors) or len(out_names) != len(out_tensors):
+            raise ModelFormatError(f"{what}: names and tensor lists differ in length")
+        key = r.string(s.Key(), what + " key")
+        signatures[key] = Signature(key=key, graph=s.Graph(),
+                                    inputs=dict(zip(in_names, in_tensors, strict=True)),
+                                    outputs=dict(zip(out_names, out_tensors, strict=True)))
+    metadata = {}
+    for ki in range(r.check_vector(m, 8, 4, "metadata")):
+        kv = m.Metadata(ki)
+        metadata[r.string(kv.Key(), f"metadata {ki}")] = r.string(kv.Value(), f"metadata {ki}")
+    return Model(tensors=tensors, graphs=graphs, signatures=signatures, metadata=metadata,
+                 producer=r.string(m.Producer(), "producer"),
+                 producer_version=r.string(m.ProducerVersion(), "producer_version"),
+                 description=r.string(m.Description(), "description"))
+
+
+def parse(buf: bytes | memoryview | mmap.mmap, *, check: bool = True) -> Model:
+    """Parse .spore bytes into a Model; any malformation raises ModelFormatError."""
+    try:
+        model = _parse(buf)
+    except ModelFormatError:
+        raise
+    except (IndexError, struct.error, ValueError, TypeError, OverflowError, MemoryError,
+            RecursionError, UnicodeDecodeError, AttributeError) as exc:
+        raise ModelFormatError(
+            f"file is truncated or corrupt: {type(exc).__name__}: {exc}"
+        ) from None
+    if check:
+        from sporenet.lite.validate import validate
+
+        validate(model)
+    return model
+
+
+def load(source: Source | Model, *, use_mmap: bool = True) -> Model:
+    """Load a model from a path (memory-mapped by default), bytes, or pass a Model through."""
+    if isinstance(source, Model):
+        return source
+    return parse(_as_buffer(source, use_mmap))

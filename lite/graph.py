@@ -1,0 +1,131 @@
+"""The in-memory model IR: tensors, nodes, graphs, signatures, metadata.
+
+This mirrors proto/model.fbs one to one. Files are parsed into it (lite/format.py), the
+builder and the converter produce it, and the planner runs it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+from sporenet.lite.ops import OpCode
+
+AttrValue = int | float | str | list[int] | list[float]
+
+DYNAMIC = -1
+"""A dimension whose size is known only when the model runs (usually the batch)."""
+
+
+@dataclass
+class Quantization:
+    """Affine quantization: real = scale * (q - zero_point), per tensor or per axis."""
+
+    scale: np.ndarray
+    zero_point: np.ndarray
+    axis: int = 0
+    min: np.ndarray | None = None
+    max: np.ndarray | None = None
+
+
+@dataclass
+class Sparsity:
+    """Sparse encoding of a constant tensor (format from the schema's SparseFormat)."""
+
+    format: int
+    dense_shape: tuple[int, ...]
+    block_shape: tuple[int, ...] = ()
+    indptr: np.ndarray | None = None
+    indices: np.ndarray | None = None
+
+
+@dataclass
+class Tensor:
+    """One entry of the model's tensor table."""
+
+    name: str
+    dtype: np.dtype
+    shape: tuple[int, ...]
+    data: np.ndarray | None = None
+    quantization: Quantization | None = None
+    sparsity: Sparsity | None = None
+    trainable: bool = False
+
+    @property
+    def is_constant(self) -> bool:
+        return self.data is not None
+
+
+@dataclass
+class Node:
+    """One op application: inputs and outputs are tensor indices (-1: absent input)."""
+
+    op: OpCode
+    inputs: list[int]
+    outputs: list[int]
+    attrs: dict[str, AttrValue] = field(default_factory=dict)
+    version: int = 1
+    name: str = ""
+
+
+@dataclass
+class Graph:
+    """A subgraph: its inputs and outputs (tensor indices) and nodes in topological order."""
+
+    name: str
+    inputs: list[int]
+    outputs: list[int]
+    nodes: list[Node]
+
+
+@dataclass
+class Signature:
+    """A named entry point into a graph, with user-facing input and output names."""
+
+    key: str
+    graph: int
+    inputs: dict[str, int]
+    outputs: dict[str, int]
+
+
+@dataclass
+class Model:
+    """A whole model: the tensor table shared by all graphs, graphs, signatures, metadata."""
+
+    tensors: list[Tensor]
+    graphs: list[Graph]
+    signatures: dict[str, Signature] = field(default_factory=dict)
+    metadata: dict[str, str] = field(default_factory=dict)
+    producer: str = "sporenet"
+    producer_version: str = ""
+    description: str = ""
+
+    def signature(self, key: str = "infer") -> Signature:
+        """The signature named `key`; a model without signatures exposes graph 0 as "infer"."""
+        if key in self.signatures:
+            return self.signatures[key]
+        if not self.signatures and key == "infer" and self.graphs:
+            graph = self.graphs[0]
+            return Signature(
+                key="infer",
+                graph=0,
+                inputs={self.tensors[i].name: i for i in graph.inputs},
+                outputs={self.tensors[i].name: i for i in graph.outputs},
+            )
+        raise KeyError(f"no signature {key!r}; the model has {sorted(self.signatures)}")
+
+    def tensor_index(self, name: str) -> int:
+        """Index of the tensor called `name` (linear scan; use for tools, not hot paths)."""
+        for index, tensor in enumerate(self.tensors):
+            if tensor.name == name:
+                return index
+        raise KeyError(f"no tensor named {name!r}")
+
+    def weights(self) -> dict[str, np.ndarray]:
+        """All constant tensors by name (views, not copies)."""
+        return {t.name: t.data for t in self.tensors if t.data is not None}
+
+    def parameter_count(self) -> int:
+        """Number of elements in float constant tensors (the model's parameters)."""
+        floats = (t.data for t in self.tensors if t.data is not None and t.data.dtype.kind == "f")
+        return int(sum(d.size for d in floats))

@@ -1,0 +1,167 @@
+"""The Interpreter: TFLite's API shape over a planned sporenet graph."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+from sporenet.lite.errors import InputError
+from sporenet.lite.format import load, parse
+from sporenet.lite.graph import DYNAMIC, Model
+from sporenet.lite.planner import ExecutionPlan, plan
+from sporenet.lite.threads import BLAS
+
+
+class Interpreter:
+    """Loads a model, plans it once, and runs it.
+
+    Interpreter(model_path=...) memory-maps the file; Interpreter(model_content=bytes) reads
+    from memory. `num_threads` bounds the BLAS thread pool while invoke() runs.
+    """
+
+    def __init__(self, model_path: str | os.PathLike | None = None,
+                 model_content: bytes | None = None, num_threads: int | None = None, *,
+                 model: Model | None = None, signature: str = "infer") -> None:
+        given = [x is not None for x in (model_path, model_content, model)]
+        if sum(given) != 1:
+            raise ValueError("pass exactly one of model_path, model_content or model")
+        if num_threads is not None and (not isinstance(num_threads, int) or num_threads < 1):
+            raise ValueError(f"num_threads must be a positive int, got {num_threads!r}")
+        if model is not None:
+            self.model = model
+        elif model_content is not None:
+            self.model = parse(model_content)
+        else:
+            self.model = load(model_path)  # type: ignore[arg-type]
+        self.num_threads = num_threads
+        self.signature = self.model.signature(signature)
+        self._shapes: dict[int, tuple[int, ...]] = {}
+        self._input_names = self.signature.inputs
+        self._output_names = self.signature.outputs
+        self._plan: ExecutionPlan | None = None
+        self.allocate_tensors()
+
+    # ---- planning
+    def allocate_tensors(self) -> None:
+        """(Re)plan the graph for the current input shapes."""
+        self._plan = plan(self.model, self.signature.key, self._shapes)
+
+    def resize_tensor_input(self, input_index: int, tensor_size: Any) -> None:
+        """Change an input's shape (only its dynamic dimensions may change); re-plans."""
+        self._check_input_index(input_index)
+        declared = self.model.tensors[input_index].shape
+        shape = tuple(int(d) for d in tensor_size)
+        if len(shape) != len(declared) or any(
+            d != DYNAMIC and d != s for d, s in zip(declared, shape, strict=True)
+        ):
+            raise InputError(
+                f"input {self.model.tensors[input_index].name!r}: cannot resize to {list(shape)}; "
+                f"its shape signature is {list(declared)} (only -1 dims may change)"
+            )
+        if any(s < 0 for s in shape):
+            raise InputError(f"input shape {list(shape)} has a negative dimension")
+        self._shapes[input_index] = shape
+        self.allocate_tensors()
+
+    # ---- details
+    def _details(self, names: dict[str, int]) -> list[dict[str, Any]]:
+        assert self._plan is not None
+        details = []
+        for name, i in names.items():
+            t = self.model.tensors[i]
+            q = t.quantization
+            details.append({
+                "name": name,
+                "index": i,
+                "shape": np.array(self._plan.specs[i].shape, np.int32),
+                "shape_signature": np.array(t.shape, np.int32),
+                "dtype": t.dtype.type,
+                "quantization": (float(q.scale[0]), int(q.zero_point[0])) if q is not None and
+                q.scale.size == 1 else (0.0, 0),
+            })
+        return details
+
+    def get_input_details(self) -> list[dict[str, Any]]:
+        return self._details(self._input_names)
+
+    def get_output_details(self) -> list[dict[str, Any]]:
+        return self._details(self._output_names)
+
+    def get_signature_list(self) -> dict[str, dict[str, list[str]]]:
+        return {k: {"inputs": list(s.inputs), "outputs": list(s.outputs)}
+                for k, s in self.model.signatures.items()}
+
+    # ---- tensors
+    def _check_input_index(self, index: int) -> None:
+        if index not in self._input_names.values():
+            raise InputError(
+                f"tensor {index} is not an input; inputs are {dict(self._input_names)}"
+            )
+
+    def _check_value(self, name: str, index: int, value: np.ndarray) -> None:
+        assert self._plan is not None
+        spec = self._plan.specs[index]
+        if value.dtype != spec.dtype:
+            raise InputError(f"input {name!r}: expected dtype {spec.dtype}, got {value.dtype}")
+        if value.shape != spec.shape:
+            raise InputError(
+                f"input {name!r}: expected shape {list(spec.shape)}, got {list(value.shape)}"
+                + (" (call resize_tensor_input first)" if -1 in self.model.tensors[index].shape
+                   else "")
+            )
+
+    def set_tensor(self, tensor_index: int, value: Any) -> None:
+        """Copy `value` into an input tensor (dtype and shape must match exactly)."""
+        self._check_input_index(tensor_index)
+        value = np.asarray(value)
+        name = self.model.tensors[tensor_index].name
+        self._check_value(name, tensor_index, value)
+        assert self._plan is not None
+        np.copyto(self._plan.arrays[tensor_index], value)
+
+    def get_tensor(self, tensor_index: int) -> np.ndarray:
+        """A copy of a tensor's current value (inputs, outputs, constants)."""
+        assert self._plan is not None
+        if tensor_index not in self._plan.arrays:
+            raise InputError(f"tensor {tensor_index} is not materialized by this plan")
+        return np.array(self._plan.arrays[tensor_index])
+
+    # ---- running
+    def invoke(self) -> None:
+        """Run the planned graph on the inputs set with set_tensor."""
+        assert self._plan is not None
+        if self.num_threads is None or not BLAS.available:
+            self._plan.run()
+            return
+        previous = BLAS.get()
+        BLAS.set(self.num_threads)
+        try:
+            self._plan.run()
+        finally:
+            BLAS.set(previous)  # type: ignore[arg-type]
+
+    def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Set inputs by signature name, invoke, and return outputs by name (copies).
+
+        An input whose dynamic dimensions differ from the current plan re-plans first.
+        """
+        unknown = sorted(set(feeds) - set(self._input_names))
+        missing = sorted(set(self._input_names) - set(feeds))
+        if unknown or missing:
+            raise InputError(
+                f"inputs expected {sorted(self._input_names)}; unknown {unknown}, missing {missing}"
+            )
+        assert self._plan is not None
+        for name, value in feeds.items():
+            index = self._input_names[name]
+            value = np.asarray(value)
+            if value.shape != self._plan.specs[index].shape and value.ndim == len(
+                self.model.tensors[index].shape
+            ):
+                self.resize_tensor_input(index, value.shape)
+            self._check_value(name, index, value)
+            np.copyto(self._plan.arrays[index], value)
+        self.invoke()
+        arrays = self._plan.arrays
+        return {name: np.array(arrays[i]) for name, i in self._output_names.items()}

@@ -1,0 +1,42 @@
+"""The kernel registry: one explicit entry per op code."""
+
+from __future__ import annotations
+
+from sporenet.lite.kernels import elementwise, linear, reshape, unary
+from sporenet.lite.kernels.base import Kernel
+from sporenet.lite.ops import OpCode
+
+KERNELS: dict[OpCode, type[Kernel]] = {
+    # structural
+    OpCode.IDENTITY: reshape.Identity,
+    OpCode.RESHAPE: reshape.Reshape,
+    OpCode.FLATTEN: reshape.Flatten,
+    # linear algebra
+    OpCode.FULLY_CONNECTED: linear.FullyConnected,
+    OpCode.MATMUL: linear.MatMul,
+    # binary elementwise
+    OpCode.ADD: elementwise.Add,
+    OpCode.SUB: elementwise.Sub,
+    OpCode.MUL: elementwise.Mul,
+    OpCode.DIV: elementwise.Div,
+    OpCode.MAXIMUM: elementwise.Maximum,
+    OpCode.MINIMUM: elementwise.Minimum,
+    OpCode.POW: elementwise.Pow,
+    OpCode.EQUAL: elementwise.Equal,
+    OpCode.GREATER: elementwise.Greater,
+    OpCode.LESS: elementwise.Less,
+    # unary and activations
+    OpCode.RELU: unary.Relu,
+    OpCode.SIGMOID: unary.Sigmoid,
+    OpCode.TANH: unary.Tanh,
+}
+
+
+def max_op_versions() -> dict[int, int]:
+    """Newest op version this runtime runs, per op code."""
+    return {int(op): kernel.version for op, kernel in KERNELS.items()}
+
+
+def supported_ops() -> list[str]:
+    """Names of every op this runtime has a kernel for, sorted."""
+    return sorted(op.name for op in KERNELS)

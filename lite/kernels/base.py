@@ -1,0 +1,128 @@
+"""The kernel contract: prepare once (check, infer shapes, pre-pack weights), compute many times.
+
+A kernel object is built once per node by the planner with the static description of its
+inputs (TensorSpec: shape, dtype and, for constants, the value). The constructor checks
+attributes, shapes and dtypes and sets `output_specs`. `bind` receives the concrete arrays
+the planner allocated and returns a zero-argument closure that only computes into them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+from sporenet.lite.errors import ShapeError
+from sporenet.lite.ops import OpCode
+
+Compute = Callable[[], None]
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """What a kernel knows about a tensor before running: shape, dtype, constant value."""
+
+    shape: tuple[int, ...]
+    dtype: np.dtype
+    value: np.ndarray | None = None
+
+    @property
+    def rank(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64))
+
+
+class Attrs:
+    """Typed access to a node's attributes; a wrong type or missing value is a ShapeError."""
+
+    def __init__(self, op: str, values: dict[str, Any], num_outputs: int = 1) -> None:
+        self.op = op
+        self.values = values
+        self.num_outputs = num_outputs  # how many outputs the node lists (Split needs it)
+
+    def _get(self, name: str, default: Any, types: tuple[type, ...], kind: str) -> Any:
+        if name not in self.values:
+            if default is _REQUIRED:
+                raise ShapeError(f"{self.op}: attribute {name!r} ({kind}) is required")
+            return default
+        value = self.values[name]
+        if not isinstance(value, types) or (isinstance(value, bool) and int not in types):
+            raise ShapeError(f"{self.op}: attribute {name!r} must be {kind}, got {value!r}")
+        return value
+
+    def int(self, name: str, default: Any = None) -> int:
+        return self._get(name, default, (int, np.integer), "an int")
+
+    def float(self, name: str, default: Any = None) -> float:
+        value = self._get(name, default, (float, int, np.floating, np.integer), "a float")
+        return None if value is None else float(value)
+
+    def str(self, name: str, default: Any = None) -> str:
+        return self._get(name, default, (str,), "a string")
+
+    def ints(self, name: str, default: Any = None) -> list[int]:
+        value = self._get(name, default, (list, tuple), "a list of ints")
+        if value is not None and not all(isinstance(v, int | np.integer) for v in value):
+            raise ShapeError(f"{self.op}: attribute {name!r} must be a list of ints, got {value!r}")
+        return None if value is None else [int(v) for v in value]
+
+    def floats(self, name: str, default: Any = None) -> list[float]:
+        value = self._get(name, default, (list, tuple), "a list of floats")
+        return None if value is None else [float(v) for v in value]
+
+
+_REQUIRED = object()
+REQUIRED: Any = _REQUIRED
+"""Pass as the default of an Attrs getter to make the attribute mandatory."""
+
+
+class Kernel:
+    """Base class of every kernel. Subclasses set `op`, implement __init__ checks and bind."""
+
+    op: ClassVar[OpCode]
+    version: ClassVar[int] = 1
+    num_inputs: ClassVar[tuple[int, int]] = (1, 1)  # (min, max) count, absent (-1) included
+    # A view kernel produces outputs that alias its first input (no copy, no step at run time).
+    is_view: ClassVar[bool] = False
+
+    def __init__(self, attrs: Attrs, inputs: Sequence[TensorSpec | None]) -> None:
+        self.attrs = attrs
+        self.inputs = list(inputs)
+        self.output_specs: list[TensorSpec] = []
+
+    # ---- helpers for subclasses' prepare step
+    def fail(self, message: str) -> ShapeError:
+        return ShapeError(f"{self.op.name}: {message}")
+
+    def require_float(self, index: int = 0) -> TensorSpec:
+        spec = self.input(index)
+        if spec.dtype.kind != "f":
+            raise self.fail(f"input {index} must be a float tensor, got {spec.dtype}")
+        return spec
+
+    def input(self, index: int) -> TensorSpec:
+        if index >= len(self.inputs) or self.inputs[index] is None:
+            raise self.fail(f"input {index} is required")
+        return self.inputs[index]  # type: ignore[return-value]
+
+    def optional_input(self, index: int) -> TensorSpec | None:
+        return self.inputs[index] if index < len(self.inputs) else None
+
+    def constant(self, index: int, what: str) -> np.ndarray:
+        spec = self.input(index)
+        if spec.value is None:
+            raise self.fail(f"input {index} ({what}) must be a constant known when the model loads")
+        return spec.value
+
+    # ---- the two phases
+    def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute | None:
+        """Return the closure that computes outputs from inputs, or None if nothing to do."""
+        raise NotImplementedError
+
+    def view(self, inputs: list[np.ndarray | None]) -> list[np.ndarray]:
+        """For view kernels: the outputs as views of the inputs."""
+        raise NotImplementedError

@@ -1,0 +1,101 @@
+"""FullyConnected (x @ W.T + b, fused activation) and batched MatMul."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+from sporenet.lite.kernels.activation import fused_activation
+from sporenet.lite.kernels.base import Attrs, Compute, Kernel, TensorSpec
+from sporenet.lite.ops import OpCode
+
+
+class FullyConnected(Kernel):
+    """y = x @ W.T + b over the last axis of x; W is (out_features, in_features) as in TFLite."""
+
+    op = OpCode.FULLY_CONNECTED
+    num_inputs = (2, 3)
+
+    def __init__(self, attrs: Attrs, inputs: Sequence[TensorSpec | None]) -> None:
+        super().__init__(attrs, inputs)
+        x, w = self.require_float(0), self.require_float(1)
+        bias = self.optional_input(2)
+        if w.rank != 2:
+            raise self.fail(f"weights must be 2-D (out, in), got shape {list(w.shape)}")
+        if x.rank < 1 or x.shape[-1] != w.shape[1]:
+            raise self.fail(
+                f"input shape {list(x.shape)} does not end in the weights' in_features {w.shape[1]}"
+            )
+        if bias is not None and bias.shape != (w.shape[0],):
+            raise self.fail(f"bias must have shape [{w.shape[0]}], got {list(bias.shape)}")
+        if x.dtype != w.dtype:
+            raise self.fail(f"input dtype {x.dtype} differs from weight dtype {w.dtype}")
+        self.output_specs = [TensorSpec((*x.shape[:-1], w.shape[0]), x.dtype)]
+        self.activation = fused_activation(self.op.name, attrs.values)
+        # Pre-pack constant weights once as a contiguous (in, out) matrix for GEMM.
+        self.packed = np.ascontiguousarray(w.value.T) if w.value is not None else None
+
+    def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
+        x, w, bias = inputs[0], inputs[1], inputs[2] if len(inputs) > 2 else None
+        out = outputs[0]
+        x2 = x.reshape(-1, x.shape[-1])
+        out2 = out.reshape(-1, out.shape[-1])
+        wt = self.packed if self.packed is not None else w.T
+        act = self.activation
+        matmul, add = np.matmul, np.add
+        if bias is None and act is None:
+            return lambda: matmul(x2, wt, out=out2)
+        if act is None:
+            def compute_bias() -> None:
+                matmul(x2, wt, out=out2)
+                add(out2, bias, out=out2)
+            return compute_bias
+
+        def compute() -> None:
+            matmul(x2, wt, out=out2)
+            if bias is not None:
+                add(out2, bias, out=out2)
+            act(out2)
+
+        return compute
+
+
+def matmul_shape(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...] | None:
+    """Result shape of np.matmul(a, b), or None when the shapes do not fit."""
+    a2 = (1, *a) if len(a) == 1 else a
+    b2 = (*b, 1) if len(b) == 1 else b
+    if a2[-1] != b2[-2]:
+        return None
+    try:
+        batch = np.broadcast_shapes(a2[:-2], b2[:-2])
+    except ValueError:
+        return None
+    shape = [*batch, a2[-2], b2[-1]]
+    if len(b) == 1:
+        shape.pop(-1)
+    if len(a) == 1:
+        shape.pop(-2 if len(b) != 1 else -1)
+    return tuple(shape)
+
+
+class MatMul(Kernel):
+    """NumPy matmul semantics: batched over leading axes with broadcasting, 1-D promoted."""
+
+    op = OpCode.MATMUL
+    num_inputs = (2, 2)
+
+    def __init__(self, attrs: Attrs, inputs: Sequence[TensorSpec | None]) -> None:
+        super().__init__(attrs, inputs)
+        a, b = self.input(0), self.input(1)
+        if a.dtype != b.dtype:
+            raise self.fail(f"inputs must share a dtype, got {a.dtype} and {b.dtype}")
+        if a.rank == 0 or b.rank == 0:
+            raise self.fail("inputs must have rank >= 1")
+        shape = matmul_shape(a.shape, b.shape)
+        if shape is None:
+            raise self.fail(f"shapes {list(a.shape)} and {list(b.shape)} cannot be multiplied")
+        self.output_specs = [TensorSpec(tuple(shape), a.dtype)]
+
+    def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
+        a, b, out = inputs[0], inputs[1], outputs[0]
+        return lambda: np.matmul(a, b, out=out)

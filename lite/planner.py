@@ -1,0 +1,218 @@
+"""Planning a graph once: kernels resolved, shapes inferred, constants folded, buffers reused.
+
+The result, an ExecutionPlan, holds one zero-argument closure per node that still has work
+to do; running the plan is a loop over them with no validation and no allocation.
+Intermediate buffers are assigned by tensor lifetime: a buffer whose tensor is dead is
+handed to the next tensor that fits (best fit), so peak memory follows the widest cut of
+the graph rather than the sum of all activations.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+from sporenet.lite.errors import ShapeError, UnsupportedOpError
+from sporenet.lite.graph import DYNAMIC, Model
+from sporenet.lite.kernels import KERNELS, supported_ops
+from sporenet.lite.kernels.base import Attrs, Kernel, TensorSpec
+
+Compute = Callable[[], None]
+
+
+@dataclass
+class ExecutionPlan:
+    """A planned graph: arrays for every live tensor and the compute steps in order."""
+
+    arrays: dict[int, np.ndarray]
+    steps: list[Compute]
+    specs: dict[int, TensorSpec]
+    inputs: list[int]
+    outputs: list[int]
+    kernels: list[Kernel] = field(default_factory=list)
+    arena_bytes: int = 0
+
+    def run(self) -> None:
+        for step in self.steps:
+            step()
+
+
+def check_supported(model: Model, graph_index: int) -> None:
+    """Raise UnsupportedOpError listing every op of the graph that has no kernel."""
+    missing = Counter(n.op.name for n in model.graphs[graph_index].nodes if n.op not in KERNELS)
+    if missing:
+        listed = ", ".join(f"{name} (x{count})" for name, count in sorted(missing.items()))
+        raise UnsupportedOpError(
+            f"no kernel for {listed}; supported ops: {', '.join(supported_ops())}"
+        )
+
+
+def _input_spec(model: Model, index: int, shapes: dict[int, tuple[int, ...]]) -> TensorSpec:
+    tensor = model.tensors[index]
+    shape = shapes.get(index, tensor.shape)
+    # A dynamic dimension left unresolved defaults to 1 (batch 1), as TFLite does.
+    shape = tuple(1 if d == DYNAMIC else d for d in shape)
+    return TensorSpec(shape, tensor.dtype)
+
+
+def infer(model: Model, graph_index: int, shapes: dict[int, tuple[int, ...]] | None = None,
+          ) -> tuple[dict[int, TensorSpec], list[Kernel | None], dict[int, np.ndarray]]:
+    """Prepare every kernel of a graph: specs of all tensors, kernels (None if folded), and
+    the values of tensors folded to constants."""
+    check_supported(model, graph_index)
+    graph = model.graphs[graph_index]
+    shapes = shapes or {}
+    specs: dict[int, TensorSpec] = {}
+    for i, t in enumerate(model.tensors):
+        if t.data is not None:
+            specs[i] = TensorSpec(tuple(t.shape), t.dtype, t.data)
+    for i in graph.inputs:
+        specs[i] = _input_spec(model, i, shapes)
+    kernels: list[Kernel | None] = []
+    folded: dict[int, np.ndarray] = {}
+    for j, node in enumerate(graph.nodes):
+        cls = KERNELS[node.op]
+        where = f"node {j} {node.name!r} ({node.op.name})"
+        lo, hi = cls.num_inputs
+        if not lo <= len(node.inputs) <= hi:
+            raise ShapeError(f"{where}: takes {lo}..{hi} inputs, got {len(node.inputs)}")
+        in_specs = [specs[i] if i != -1 else None for i in node.inputs]
+        attrs = Attrs(node.op.name, node.attrs, len(node.outputs))
+        try:
+            kernel = cls(attrs, in_specs)
+        except ShapeError as exc:
+            raise ShapeError(f"{where}: {exc}") from None
+        except (ValueError, TypeError, IndexError, OverflowError) as exc:
+            raise ShapeError(f"{where}: invalid attributes or inputs ({exc})") from None
+        if len(kernel.output_specs) < len(node.outputs):
+            raise ShapeError(
+                f"{where}: produces {len(kernel.output_specs)} outputs, node lists "
+                f"{len(node.outputs)}"
+            )
+        foldable = getattr(cls, "foldable", True) and all(
+            s is None or s.value is not None for s in in_specs
+        )
+        if foldable:
+            values = _evaluate(kernel, in_specs)
+            for i, value in zip(node.outputs, values, strict=False):
+                folded[i] = value
+                specs[i] = TensorSpec(value.shape, value.dtype, value)
+            kernels.append(None)
+            continue
+        for i, spec in zip(node.outputs, kernel.output_specs, strict=False):
+            specs[i] = TensorSpec(spec.shape, spec.dtype)
+        kernels.append(kernel)
+    return specs, kernels, folded
+
+
+def _evaluate(kernel: Kernel, in_specs: list[TensorSpec | None]) -> list[np.ndarray]:
+    """Run a kernel whose inputs are all constants (constant folding at plan time)."""
+    inputs = [s.value if s is not None else None for s in in_specs]
+    if kernel.is_view:
+        outs = [np.array(v) for v in kernel.view(inputs)]
+    else:
+        outs = [np.empty(s.shape, s.dtype) for s in kernel.output_specs]
+        step = kernel.bind(inputs, outs)
+        if step is not None:
+            step()
+    for out in outs:
+        out.flags.writeable = False
+    return outs
+
+
+class _Arena:
+    """Best-fit pool of byte buffers handed out and returned by tensor lifetime."""
+
+    def __init__(self) -> None:
+        self.free: list[np.ndarray] = []
+        self.total = 0
+
+    def take(self, nbytes: int) -> np.ndarray:
+        fits = [b for b in self.free if b.nbytes >= nbytes]
+        if fits:
+            best = min(fits, key=lambda b: b.nbytes)
+            self.free.remove(best)
+            return best
+        self.total += nbytes
+        return np.empty(max(nbytes, 1), np.uint8)
+
+    def give(self, block: np.ndarray) -> None:
+        self.free.append(block)
+
+
+def _typed(block: np.ndarray, spec: TensorSpec) -> np.ndarray:
+    nbytes = spec.size * spec.dtype.itemsize
+    return block[:nbytes].view(spec.dtype).reshape(spec.shape)
+
+
+def plan(model: Model, signature: str = "infer",
+         shapes: dict[int, tuple[int, ...]] | None = None) -> ExecutionPlan:
+    """Plan the graph behind `signature` for the given input shapes (dynamic dims -> 1)."""
+    sig = model.signature(signature)
+    graph = model.graphs[sig.graph]
+    specs, kernels, _ = infer(model, sig.graph, shapes)
+    nodes = graph.nodes
+    outputs = set(graph.outputs)
+
+    # Every tensor maps to the root tensor whose storage it lives in (views share roots).
+    root: dict[int, int] = {}
+    last_use: dict[int, int] = {}
+    for j, (node, kernel) in enumerate(zip(nodes, kernels, strict=True)):
+        if kernel is None:
+            continue
+        for i in node.inputs:
+            if i != -1:
+                last_use[root.get(i, i)] = j
+        for k, i in enumerate(node.outputs):
+            root[i] = root.get(node.inputs[0], node.inputs[0]) if kernel.is_view and k == 0 else i
+    end = len(nodes)
+    for i in outputs:
+        last_use[root.get(i, i)] = end
+
+    arrays: dict[int, np.ndarray] = {}
+    for i, spec in specs.items():
+        if spec.value is not None:
+            arrays[i] = spec.value
+    for i in graph.inputs:
+        arrays[i] = np.empty(specs[i].shape, specs[i].dtype)
+    arena = _Arena()
+    blocks: dict[int, np.ndarray] = {}
+    steps: list[Compute] = []
+    live_kernels: list[Kernel] = []
+    dying: dict[int, list[int]] = {}
+    for r, j in last_use.items():
+        dying.setdefault(j, []).append(r)
+    for j, (node, kernel) in enumerate(zip(nodes, kernels, strict=True)):
+        if kernel is None:
+            continue
+        ins = [arrays[i] if i != -1 else None for i in node.inputs]
+        if kernel.is_view:
+            views = kernel.view(ins)
+            for i, v in zip(node.outputs, views, strict=False):
+                arrays[i] = v
+        else:
+            outs = []
+            for k, spec in enumerate(kernel.output_specs):
+                i = node.outputs[k] if k < len(node.outputs) else -1
+                if i in outputs or i == -1 or i not in last_use:
+                    # Graph outputs and unused extra outputs get their own storage.
+                    arr = np.empty(spec.shape, spec.dtype)
+                else:
+                    block = arena.take(spec.size * spec.dtype.itemsize)
+                    blocks[i] = block
+                    arr = _typed(block, spec)
+                if i != -1:
+                    arrays[i] = arr
+                outs.append(arr)
+            step = kernel.bind(ins, outs)
+            if step is not None:
+                steps.append(step)
+        live_kernels.append(kernel)
+        for r in dying.get(j, ()):
+            if r in blocks:
+                arena.give(blocks.pop(r))
+    return ExecutionPlan(arrays=arrays, steps=steps, specs=specs, inputs=list(graph.inputs),
+                         outputs=list(graph.outputs), kernels=live_kernels,
+                         arena_bytes=arena.total)

@@ -1,0 +1,60 @@
+"""Bounding the BLAS thread pool NumPy uses, without extra dependencies.
+
+Finds the OpenBLAS that NumPy wheels bundle and calls its set/get functions through ctypes
+(threadpoolctl does the same, but lite depends on numpy and flatbuffers only). Where no
+OpenBLAS is found the limit is a no-op.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import glob
+import os
+from collections.abc import Callable
+
+import numpy as np
+
+_SETTERS = ("scipy_openblas_set_num_threads64_", "scipy_openblas_set_num_threads",
+            "openblas_set_num_threads64_", "openblas_set_num_threads")
+_GETTERS = ("scipy_openblas_get_num_threads64_", "scipy_openblas_get_num_threads",
+            "openblas_get_num_threads64_", "openblas_get_num_threads")
+
+
+def _find_openblas() -> tuple[Callable[[int], None], Callable[[], int]] | None:
+    root = os.path.dirname(os.path.dirname(np.__file__))
+    candidates = glob.glob(os.path.join(root, "numpy.libs", "*openblas*"))
+    candidates += glob.glob(os.path.join(os.path.dirname(np.__file__), ".dylibs", "*openblas*"))
+    for path in candidates:
+        try:
+            lib = ctypes.CDLL(path)
+        except OSError:
+            continue
+        setter = next((getattr(lib, n) for n in _SETTERS if hasattr(lib, n)), None)
+        getter = next((getattr(lib, n) for n in _GETTERS if hasattr(lib, n)), None)
+        if setter is not None and getter is not None:
+            setter.argtypes = [ctypes.c_int]
+            getter.restype = ctypes.c_int
+            return setter, getter
+    return None
+
+
+class BlasThreads:
+    """Set and restore the BLAS thread count around a call: `with limiter.limit(n): ...`."""
+
+    def __init__(self) -> None:
+        self._api = _find_openblas()
+
+    @property
+    def available(self) -> bool:
+        return self._api is not None
+
+    def get(self) -> int | None:
+        return self._api[1]() if self._api else None
+
+    def set(self, n: int) -> None:
+        if self._api:
+            self._api[0](int(n))
+
+
+BLAS = BlasThreads()
+"""The process-wide BLAS thread controller."""

@@ -1,0 +1,11 @@
+"""Maps the repository root to the `sporenet` import root and lists its subpackages."""
+
+from setuptools import find_packages, setup
+
+NOT_SHIPPED = ["tests", "tests.*", "benchmarks", "benchmarks.*", "examples", "examples.*",
+               "scripts", "scripts.*", "build", "build.*"]
+
+setup(
+    packages=["sporenet", *(f"sporenet.{n}" for n in find_packages(".", exclude=NOT_SHIPPED))],
+    package_data={"sporenet.proto": ["*.fbs", "*.proto"]},
+)
