@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+
 from sporenet import lite
 from sporenet.lite import Interpreter, ModelBuilder, OpCode
 

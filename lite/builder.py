@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+
 from sporenet.lite.graph import DYNAMIC, Graph, Model, Node, Quantization, Signature, Tensor
 from sporenet.lite.ops import OpCode
 from sporenet.lite.validate import validate

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+
 from sporenet.lite.errors import ModelFormatError
 from sporenet.proto.model_generated import DType
 

@@ -17,6 +17,7 @@ from typing import Any
 
 import flatbuffers
 import numpy as np
+
 from sporenet.lite.dtypes import to_ir_dtype, to_numpy_dtype
 from sporenet.lite.errors import ModelFormatError
 from sporenet.lite.graph import Graph, Model, Node, Quantization, Signature, Sparsity, Tensor

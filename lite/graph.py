@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
+
 from sporenet.lite.ops import OpCode
 
 AttrValue = int | float | str | list[int] | list[float]

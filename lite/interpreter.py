@@ -6,6 +6,7 @@ import os
 from typing import Any
 
 import numpy as np
+
 from sporenet.lite.errors import InputError
 from sporenet.lite.format import load, parse
 from sporenet.lite.graph import DYNAMIC, Model

@@ -7,6 +7,7 @@ the planner prepares each kernel.
 from __future__ import annotations
 
 import numpy as np
+
 from sporenet.lite.errors import ModelFormatError
 from sporenet.lite.graph import Graph, Model
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 import numpy as np
+
 from sporenet.lite.errors import InputError
 from sporenet.lite.format import Source, load, serialize
 from sporenet.lite.graph import Model

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import numpy as np
+
 from sporenet.lite.errors import ShapeError
 
 InPlace = Callable[[np.ndarray], None]

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
+
 from sporenet.lite.errors import ShapeError
 from sporenet.lite.ops import OpCode
 

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from typing import ClassVar
 
 import numpy as np
+
 from sporenet.lite.kernels.activation import fused_activation
 from sporenet.lite.kernels.base import Attrs, Compute, Kernel, TensorSpec
 from sporenet.lite.ops import OpCode
