@@ -7,6 +7,11 @@ cd "$(dirname "$0")/.."
 out="${1:-proto}"
 flatc --python --gen-onefile --python-typing -o "$out" proto/model.fbs
 if [ -f proto/federated.proto ]; then
-  python -m grpc_tools.protoc -Iproto_src=proto --python_out="$out" --grpc_python_out="$out" \
-    proto/federated.proto >/dev/null
+  # Map proto/ to the virtual path sporenet/proto so the generated _grpc module imports
+  # `from sporenet.proto import federated_pb2`; protoc then writes under sporenet/proto/.
+  gen="$(mktemp -d)"
+  trap 'rm -rf "$gen"' EXIT
+  python -m grpc_tools.protoc -Isporenet/proto=proto --python_out="$gen" \
+    --grpc_python_out="$gen" --pyi_out="$gen" proto/federated.proto >/dev/null
+  mv "$gen"/sporenet/proto/federated_pb2* "$out"/
 fi

@@ -1,0 +1,39 @@
+"""Exception types of sporenet.federated; the server maps each to one gRPC status code."""
+
+from __future__ import annotations
+
+
+class FederatedError(Exception):
+    """Base class of every error raised by sporenet.federated."""
+
+
+class ConfigError(FederatedError, ValueError):
+    """A server, client or strategy setting is missing or has a bad value."""
+
+
+class UpdateRejectedError(FederatedError, ValueError):
+    """A client's update is malformed, oversized, non-finite or does not match the model."""
+
+
+class AuthError(FederatedError):
+    """A request is unauthenticated, badly signed, expired or replayed."""
+
+
+class PermissionDeniedError(FederatedError):
+    """An authenticated client asked for something that belongs to another client."""
+
+
+class UnknownClientError(FederatedError, LookupError):
+    """The client id is not registered (e.g. the server's state was wiped): register again."""
+
+
+class StaleTaskError(FederatedError):
+    """The task or round an upload or report refers to is no longer open."""
+
+
+class AggregationError(FederatedError):
+    """Aggregation could not produce a result (no updates, inconsistent inputs)."""
+
+
+class TransferError(FederatedError):
+    """A chunked download or upload failed its offset, size or checksum checks."""
