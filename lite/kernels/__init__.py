@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from sporenet.lite.kernels import elementwise, linear, reshape, unary
+from sporenet.lite.kernels import conv  # noqa: I001
 from sporenet.lite.kernels.base import Kernel
 from sporenet.lite.ops import OpCode
 
@@ -14,6 +15,7 @@ KERNELS: dict[OpCode, type[Kernel]] = {
     # linear algebra
     OpCode.FULLY_CONNECTED: linear.FullyConnected,
     OpCode.MATMUL: linear.MatMul,
+    OpCode.CONV2D: conv.Conv2D,
     # binary elementwise
     OpCode.ADD: elementwise.Add,
     OpCode.SUB: elementwise.Sub,

@@ -1,0 +1,175 @@
+"""Conv2D against a loop-over-taps NumPy reference and against onnxruntime."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from sporenet.lite import OpCode
+from sporenet.lite.eager import run_op
+from sporenet.lite.errors import ShapeError
+from sporenet.lite.kernels.base import Attrs, TensorSpec
+from sporenet.lite.kernels.conv import Conv2D
+from tests.unit.lite.onnx_reference import run_onnx_op
+
+# float32 GEMMs sum in a different order than the float64 reference; 1e-4 relative is
+# well above that rounding for these sizes and far below any indexing mistake.
+RTOL, ATOL = 1e-4, 1e-4
+
+
+def conv_reference(x, w, b=None, strides=(1, 1), dilations=(1, 1), pads=(0, 0, 0, 0),
+                   group=1):
+    """Direct convolution in float64: one einsum per group and kernel tap."""
+    n = x.shape[0]
+    o, cg, kh, kw = w.shape
+    (sh, sw), (dh, dw) = strides, dilations
+    xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (pads[0], pads[2]), (pads[1], pads[3])))
+    oh = (xp.shape[2] - (kh - 1) * dh - 1) // sh + 1
+    ow = (xp.shape[3] - (kw - 1) * dw - 1) // sw + 1
+    og = o // group
+    out = np.zeros((n, o, oh, ow))
+    for g in range(group):
+        for i in range(kh):
+            for j in range(kw):
+                patch = xp[:, g * cg:(g + 1) * cg,
+                           i * dh:i * dh + sh * (oh - 1) + 1:sh,
+                           j * dw:j * dw + sw * (ow - 1) + 1:sw]
+                out[:, g * og:(g + 1) * og] += np.einsum(
+                    "nchw,oc->nohw", patch, w[g * og:(g + 1) * og, :, i, j])
+    if b is not None:
+        out += b.reshape(1, -1, 1, 1)
+    return out
+
+
+def _data(rng, n, c, h, w, o, group, k, bias):
+    x = rng.normal(size=(n, c, h, w)).astype(np.float32)
+    wt = rng.normal(size=(o, c // group, *k)).astype(np.float32)
+    b = rng.normal(size=(o,)).astype(np.float32) if bias else None
+    return x, wt, b
+
+
+# (N, C, H, W, O, group, kernel, strides, dilations, pads, bias)
+CASES = [
+    (1, 3, 8, 8, 4, 1, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), True),      # im2col, padded
+    (2, 4, 7, 9, 5, 1, (3, 2), (2, 1), (1, 1), (0, 1, 2, 0), False),     # asymmetric
+    (1, 4, 10, 10, 6, 1, (3, 3), (1, 2), (2, 1), (2, 0, 1, 1), True),    # dilation
+    (2, 8, 6, 6, 8, 1, (1, 1), (1, 1), (1, 1), (0, 0, 0, 0), True),      # pointwise, N=2
+    (1, 8, 6, 6, 4, 1, (1, 1), (1, 1), (1, 1), (0, 0, 0, 0), False),     # pointwise, N=1
+    (1, 6, 9, 9, 3, 1, (1, 1), (2, 2), (1, 1), (0, 0, 0, 0), True),      # strided 1x1
+    (2, 6, 8, 8, 4, 2, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), True),      # grouped
+    (1, 6, 8, 7, 9, 3, (2, 3), (2, 2), (1, 2), (1, 0, 0, 2), False),     # grouped, strided
+    (1, 5, 9, 9, 5, 5, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), True),      # depthwise
+    (2, 4, 9, 8, 4, 4, (3, 3), (2, 2), (1, 1), (0, 1, 1, 0), False),     # depthwise, s2
+    (1, 3, 11, 11, 3, 3, (5, 3), (1, 2), (2, 1), (4, 1, 0, 2), True),    # depthwise, dilated
+    (1, 3, 6, 6, 6, 3, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), True),      # channel multiplier
+    (1, 2, 5, 5, 3, 1, (5, 5), (1, 1), (1, 1), (0, 0, 0, 0), True),      # kernel == input
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c[:7]}s{c[7]}d{c[8]}p{c[9]}")
+def test_conv2d_matches_reference_and_onnxruntime(case):
+    n, c, h, w, o, group, k, strides, dilations, pads, bias = case
+    x, wt, b = _data(np.random.default_rng(0), n, c, h, w, o, group, k, bias)
+    attrs = dict(strides=list(strides), dilations=list(dilations), pads=list(pads), group=group)
+    inputs = [x, wt] + ([b] if bias else [])
+    (ours,) = run_op(OpCode.CONV2D, inputs, **attrs)
+    ref = conv_reference(x, wt, b, strides, dilations, pads, group)
+    np.testing.assert_allclose(ours, ref, rtol=RTOL, atol=ATOL)
+    (ort,) = run_onnx_op("Conv", inputs, initializers=range(1, len(inputs)), **attrs)
+    np.testing.assert_allclose(ours, ort, rtol=RTOL, atol=ATOL)
+
+
+@pytest.mark.parametrize("auto_pad", ["SAME_UPPER", "SAME_LOWER", "VALID"])
+@pytest.mark.parametrize("group,o", [(1, 4), (3, 3)])  # im2col and depthwise
+@pytest.mark.parametrize("stride", [1, 2])
+def test_conv2d_auto_pad_matches_onnxruntime(auto_pad, group, o, stride):
+    x, wt, b = _data(np.random.default_rng(1), 1, 3, 8, 7, o, group, (3, 2), True)
+    attrs = dict(auto_pad=auto_pad, strides=[stride, stride], group=group)
+    (ours,) = run_op(OpCode.CONV2D, [x, wt, b], **attrs)
+    (ort,) = run_onnx_op("Conv", [x, wt, b], initializers=[1, 2], **attrs)
+    assert ours.shape == ort.shape
+    np.testing.assert_allclose(ours, ort, rtol=RTOL, atol=ATOL)
+
+
+@pytest.mark.parametrize("activation,fn", [
+    ("relu", lambda y: np.maximum(y, 0)),
+    ("relu6", lambda y: np.clip(y, 0, 6)),
+    ("tanh", np.tanh),
+])
+@pytest.mark.parametrize("group,o,k", [(1, 4, 3), (4, 4, 3), (1, 6, 1)])
+def test_conv2d_fused_activation(activation, fn, group, o, k):
+    x, wt, b = _data(np.random.default_rng(2), 1, 4, 6, 6, o, group, (k, k), True)
+    x *= 3  # push values past relu6's upper bound too
+    pads = [k // 2] * 4
+    (ours,) = run_op(OpCode.CONV2D, [x, wt, b], pads=pads, group=group, activation=activation)
+    ref = fn(conv_reference(x, wt, b, pads=pads, group=group))
+    np.testing.assert_allclose(ours, ref, rtol=RTOL, atol=ATOL)
+
+
+@pytest.mark.parametrize("group,o,k", [(1, 4, 3), (4, 4, 3), (1, 6, 1), (2, 4, 3)])
+def test_conv2d_runtime_weights(group, o, k):
+    """Weights fed as a run-time tensor (on-device training) go through the same paths."""
+    x, wt, b = _data(np.random.default_rng(3), 2, 4, 5, 6, o, group, (k, k), True)
+    (ours,) = run_op(OpCode.CONV2D, [x, wt, b], constant_inputs=[], pads=[1, 0, 0, 1],
+                     group=group)
+    ref = conv_reference(x, wt, b, pads=(1, 0, 0, 1), group=group)
+    np.testing.assert_allclose(ours, ref, rtol=RTOL, atol=ATOL)
+
+
+@pytest.mark.parametrize("k,strides,pads,group,o,expected", [
+    ((1, 1), [1, 1], [0, 0, 0, 0], 1, 8, "pointwise"),
+    ((1, 1), [2, 2], [0, 0, 0, 0], 1, 8, "im2col"),
+    ((3, 3), [1, 1], [1, 1, 1, 1], 4, 4, "depthwise"),
+    ((3, 3), [1, 1], [1, 1, 1, 1], 4, 8, "im2col"),
+    ((3, 3), [1, 1], [0, 0, 0, 0], 1, 8, "im2col"),
+])
+def test_conv2d_picks_fast_path(k, strides, pads, group, o, expected):
+    specs = [TensorSpec((1, 4, 8, 8), np.dtype(np.float32)),
+             TensorSpec((o, 4 // group, *k), np.dtype(np.float32))]
+    kernel = Conv2D(Attrs("CONV2D", dict(strides=strides, pads=pads, group=group)), specs)
+    assert kernel.strategy == expected
+
+
+def test_conv2d_bind_computes_into_planned_buffers_repeatedly():
+    """The padded scratch keeps its zero border across calls with changing inputs."""
+    rng = np.random.default_rng(4)
+    for group, o in [(1, 5), (3, 3)]:
+        wt = rng.normal(size=(o, 3 // group, 3, 3)).astype(np.float32)
+        x = np.empty((1, 3, 6, 6), np.float32)
+        out = np.empty((1, o, 6, 6), np.float32)
+        kernel = Conv2D(Attrs("CONV2D", dict(pads=[1, 1, 1, 1], group=group)),
+                        [TensorSpec(x.shape, x.dtype), TensorSpec(wt.shape, wt.dtype, wt)])
+        step = kernel.bind([x, wt], [out])
+        for _ in range(3):
+            x[...] = rng.normal(size=x.shape) * 100
+            step()
+            np.testing.assert_allclose(out, conv_reference(x, wt, pads=(1, 1, 1, 1),
+                                                           group=group), rtol=RTOL, atol=1e-3)
+
+
+@pytest.mark.parametrize("x_shape,w_shape,attrs,message", [
+    ((1, 3, 8, 8), (4, 3, 3), {}, "weights must be 4-D"),
+    ((1, 3, 8), (4, 3, 3, 3), {}, "input must be 4-D"),
+    ((1, 3, 8, 8), (4, 2, 3, 3), {}, "input has 3 channels"),
+    ((1, 4, 8, 8), (6, 2, 3, 3), {"group": 3}, "group=3 must be positive and divide"),
+    ((1, 3, 8, 8), (4, 3, 3, 3), {"pads": [1, 1, 1]}, "pads must hold 4 values"),
+    ((1, 3, 8, 8), (4, 3, 3, 3), {"pads": [1, -1, 1, 1]}, "pads must be non-negative"),
+    ((1, 3, 8, 8), (4, 3, 3, 3), {"strides": [0, 1]}, "'strides' must be positive"),
+    ((1, 3, 4, 4), (4, 3, 5, 5), {}, "larger than the padded input"),
+    ((1, 3, 8, 8), (4, 3, 3, 3), {"auto_pad": "SAME"}, "auto_pad must be one of"),
+    ((1, 3, 8, 8), (4, 3, 3, 3), {"auto_pad": "VALID", "pads": [1, 1, 1, 1]},
+     "cannot be combined"),
+    ((1, 3, 8, 8), (4, 3, 3, 3), {"kernel_shape": [5, 5]}, "kernel_shape"),
+    ((1, 3, 8, 8), (4, 3, 3, 3), {"activation": "swish"}, "unknown fused activation"),
+])
+def test_conv2d_shape_errors(x_shape, w_shape, attrs, message):
+    x = np.zeros(x_shape, np.float32)
+    w = np.zeros(w_shape, np.float32)
+    with pytest.raises(ShapeError, match=message):
+        run_op(OpCode.CONV2D, [x, w], **attrs)
+
+
+def test_conv2d_bias_shape_error():
+    x, w = np.zeros((1, 3, 8, 8), np.float32), np.zeros((4, 3, 3, 3), np.float32)
+    with pytest.raises(ShapeError, match=r"bias must have shape \[4\]"):
+        run_op(OpCode.CONV2D, [x, w, np.zeros(3, np.float32)])
