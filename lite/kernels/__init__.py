@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from sporenet.lite.kernels import elementwise, linear, reshape, unary
-from sporenet.lite.kernels import conv  # noqa: I001
+from sporenet.lite.kernels import conv, pooling  # noqa: I001
+from sporenet.lite.kernels import layer_norm, softmax  # noqa: I001
 from sporenet.lite.kernels.base import Kernel
 from sporenet.lite.ops import OpCode
 
@@ -16,6 +17,11 @@ KERNELS: dict[OpCode, type[Kernel]] = {
     OpCode.FULLY_CONNECTED: linear.FullyConnected,
     OpCode.MATMUL: linear.MatMul,
     OpCode.CONV2D: conv.Conv2D,
+    # pooling
+    OpCode.MAX_POOL2D: pooling.MaxPool2D,
+    OpCode.AVG_POOL2D: pooling.AvgPool2D,
+    OpCode.GLOBAL_AVG_POOL: pooling.GlobalAvgPool,
+    OpCode.GLOBAL_MAX_POOL: pooling.GlobalMaxPool,
     # binary elementwise
     OpCode.ADD: elementwise.Add,
     OpCode.SUB: elementwise.Sub,
@@ -31,6 +37,30 @@ KERNELS: dict[OpCode, type[Kernel]] = {
     OpCode.RELU: unary.Relu,
     OpCode.SIGMOID: unary.Sigmoid,
     OpCode.TANH: unary.Tanh,
+    OpCode.RELU6: unary.Relu6,
+    OpCode.CLIP: unary.Clip,
+    OpCode.LEAKY_RELU: unary.LeakyRelu,
+    OpCode.PRELU: unary.PRelu,
+    OpCode.HARD_SIGMOID: unary.HardSigmoid,
+    OpCode.HARD_SWISH: unary.HardSwish,
+    OpCode.GELU: unary.Gelu,
+    OpCode.ELU: unary.Elu,
+    OpCode.SOFTPLUS: unary.Softplus,
+    OpCode.EXP: unary.Exp,
+    OpCode.LOG: unary.Log,
+    OpCode.SQRT: unary.Sqrt,
+    OpCode.RSQRT: unary.Rsqrt,
+    OpCode.NEG: unary.Neg,
+    OpCode.ABS: unary.Abs,
+    OpCode.RECIPROCAL: unary.Reciprocal,
+    OpCode.ERF: unary.Erf,
+    OpCode.FLOOR: unary.Floor,
+    OpCode.CEIL: unary.Ceil,
+    OpCode.SQUARE: unary.Square,
+    # softmax and normalization
+    OpCode.SOFTMAX: softmax.Softmax,
+    OpCode.LOG_SOFTMAX: softmax.LogSoftmax,
+    OpCode.LAYER_NORM: layer_norm.LayerNorm,
 }
 
 

@@ -19,10 +19,12 @@ class BinaryKernel(Kernel):
     num_inputs = (2, 2)
     result_dtype: ClassVar[np.dtype | None] = None  # comparisons produce bool
 
+    mixed_dtypes: ClassVar[bool] = False  # Pow's exponent may have its own dtype
+
     def __init__(self, attrs: Attrs, inputs: Sequence[TensorSpec | None]) -> None:
         super().__init__(attrs, inputs)
         a, b = self.input(0), self.input(1)
-        if a.dtype != b.dtype:
+        if a.dtype != b.dtype and not self.mixed_dtypes:
             raise self.fail(f"inputs must share a dtype, got {a.dtype} and {b.dtype}")
         try:
             shape = np.broadcast_shapes(a.shape, b.shape)
@@ -32,6 +34,9 @@ class BinaryKernel(Kernel):
             ) from None
         self.output_specs = [TensorSpec(tuple(shape), self.result_dtype or a.dtype)]
         self.activation = fused_activation(self.op.name, attrs.values)
+        if self.activation is not None and self.output_specs[0].dtype.kind != "f":
+            raise self.fail(f"a fused activation needs a float output, got "
+                            f"{self.output_specs[0].dtype}")
 
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
         a, b, out, f, act = inputs[0], inputs[1], outputs[0], self.ufunc, self.activation
@@ -70,10 +75,19 @@ class Div(BinaryKernel):
         if self.output_specs[0].dtype.kind == "f":
             return super().bind(inputs, outputs)
         a, b, out = inputs[0], inputs[1], outputs[0]
+        rem = np.empty_like(out)
 
         def compute() -> None:
-            np.copyto(out, np.trunc(np.divide(a, b)).astype(out.dtype, copy=False))
+            # a - fmod(a, b) is an exact multiple of b, so floor division of it truncates
+            # exactly, without a detour through float64 (which loses int64 precision).
+            with np.errstate(divide="ignore", invalid="ignore"):  # x / 0 gives 0, no warning
+                np.fmod(a, b, out=rem)
+                np.subtract(a, rem, out=rem)
+                np.floor_divide(rem, b, out=out)
+            if act is not None:
+                act(out)
 
+        act = self.activation
         return compute
 
 
@@ -88,8 +102,30 @@ class Minimum(BinaryKernel):
 
 
 class Pow(BinaryKernel):
+    """base ** exponent; the exponent may have another dtype (ONNX Pow's T1), the output
+    keeps the base's dtype."""
+
     op = OpCode.POW
     ufunc = np.power
+    mixed_dtypes = True
+
+    def __init__(self, attrs: Attrs, inputs: Sequence[TensorSpec | None]) -> None:
+        super().__init__(attrs, inputs)
+        a, b = self.input(0), self.input(1)
+        for spec, name in ((a, "base"), (b, "exponent")):
+            if spec.dtype.kind not in "iuf":
+                raise self.fail(f"{name} must be a number tensor, got {spec.dtype}")
+
+    def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
+        a, b, out, act = inputs[0], inputs[1], outputs[0], self.activation
+
+        def compute() -> None:
+            # Mixed dtypes compute in the common type, then cast to the base's dtype.
+            np.power(a, b, out=out, casting="unsafe")
+            if act is not None:
+                act(out)
+
+        return compute
 
 
 class Equal(BinaryKernel):

@@ -1,7 +1,12 @@
-"""Unary elementwise kernels and activations: Relu, Sigmoid, Tanh, ..."""
+"""Unary elementwise kernels and activations: Relu, Sigmoid, Tanh, Gelu, Erf, Exp, ...
+
+Each kernel computes into the planner's `out` array with NumPy's `out=` ufunc arguments;
+the few that need intermediates get scratch arrays allocated once in `bind`, never per run.
+"""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import ClassVar
 
@@ -12,34 +17,154 @@ from sporenet.lite.ops import OpCode
 
 
 class UnaryKernel(Kernel):
-    """out = f(x), same shape and dtype; subclasses define `compute(x, out)`."""
+    """out = f(x), same shape and dtype; subclasses define `compute(x, out, *scratch)`."""
 
     float_only: ClassVar[bool] = True
+    scratch: ClassVar[int] = 0  # number of x-shaped scratch arrays `compute` needs
 
     def __init__(self, attrs: Attrs, inputs: Sequence[TensorSpec | None]) -> None:
         super().__init__(attrs, inputs)
         x = self.require_float(0) if self.float_only else self.input(0)
         self.output_specs = [TensorSpec(x.shape, x.dtype)]
 
-    def compute(self, x: np.ndarray, out: np.ndarray) -> None:
+    def compute(self, x: np.ndarray, out: np.ndarray, *scratch: np.ndarray) -> None:
         raise NotImplementedError
 
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
         x, out, f = inputs[0], outputs[0], self.compute
-        return lambda: f(x, out)
+        if not self.scratch:
+            return lambda: f(x, out)
+        tmp = [np.empty_like(out) for _ in range(self.scratch)]
+        return lambda: f(x, out, *tmp)
+
+
+# --------------------------------------------------------------------------- activations
 
 
 class Relu(UnaryKernel):
     op = OpCode.RELU
 
-    def compute(self, x: np.ndarray, out: np.ndarray) -> None:
+    def compute(self, x: np.ndarray, out: np.ndarray, *scratch: np.ndarray) -> None:
         np.maximum(x, 0, out=out)
+
+
+class Relu6(UnaryKernel):
+    op = OpCode.RELU6
+
+    def compute(self, x: np.ndarray, out: np.ndarray, *scratch: np.ndarray) -> None:
+        np.clip(x, 0, 6, out=out)
+
+
+class Clip(UnaryKernel):
+    """min(max(x, lo), hi); bounds from `min`/`max` attributes or optional inputs 1 and 2.
+
+    Constant bound inputs are read at load time; non-constant ones are read at run time.
+    """
+
+    op = OpCode.CLIP
+    num_inputs = (1, 3)
+    float_only = False
+
+    def __init__(self, attrs: Attrs, inputs: Sequence[TensorSpec | None]) -> None:
+        super().__init__(attrs, inputs)
+        x = self.input(0)
+        self.bounds: list[float | None] = []
+        self.dynamic: list[int] = []
+        for k, name in ((1, "min"), (2, "max")):
+            spec = self.optional_input(k)
+            if spec is None:
+                value = attrs.float(name)
+                self.bounds.append(value)
+                continue
+            if spec.size != 1:
+                raise self.fail(f"input {k} ({name}) must hold one value, got shape "
+                                f"{list(spec.shape)}")
+            if spec.dtype != x.dtype:
+                raise self.fail(f"input {k} ({name}) must be {x.dtype} like x, got {spec.dtype}")
+            if spec.value is None:
+                self.bounds.append(None)
+                self.dynamic.append(k)
+            else:
+                self.bounds.append(spec.value.reshape(()).item())
+
+    def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
+        x, out = inputs[0], outputs[0]
+        if self.dynamic:
+            lo_in, hi_in = inputs[1], (inputs[2] if len(inputs) > 2 else None)
+            lo_c, hi_c = self.bounds
+            lo = lo_in.reshape(()) if 1 in self.dynamic else lo_c  # type: ignore[union-attr]
+            hi = hi_in.reshape(()) if 2 in self.dynamic else hi_c  # type: ignore[union-attr]
+        else:
+            lo, hi = self.bounds
+        if lo is None and hi is None:
+            return lambda: np.copyto(out, x)
+        if lo is None:
+            return lambda: np.minimum(x, hi, out=out)
+        if hi is None:
+            return lambda: np.maximum(x, lo, out=out)
+        # ONNX clips to min first, then to max (so min > max yields max everywhere).
+        def compute() -> None:
+            np.maximum(x, lo, out=out)
+            np.minimum(out, hi, out=out)
+
+        return compute
+
+
+class LeakyRelu(UnaryKernel):
+    op = OpCode.LEAKY_RELU
+
+    def __init__(self, attrs: Attrs, inputs: Sequence[TensorSpec | None]) -> None:
+        super().__init__(attrs, inputs)
+        self.alpha = attrs.float("alpha", 0.01)
+
+    def compute(self, x: np.ndarray, out: np.ndarray, *scratch: np.ndarray) -> None:
+        # alpha*x is the smaller branch for x<0 when alpha <= 1, the larger one otherwise.
+        np.multiply(x, self.alpha, out=out)
+        if self.alpha <= 1:
+            np.maximum(out, x, out=out)
+        else:
+            np.minimum(out, x, out=out)
+
+
+class PRelu(Kernel):
+    """x if x >= 0 else slope * x; slope broadcasts to x (ONNX unidirectional broadcasting)."""
+
+    op = OpCode.PRELU
+    num_inputs = (2, 2)
+
+    def __init__(self, attrs: Attrs, inputs: Sequence[TensorSpec | None]) -> None:
+        super().__init__(attrs, inputs)
+        x = self.require_float(0)
+        slope = self.input(1)
+        if slope.dtype != x.dtype:
+            raise self.fail(f"slope must be {x.dtype} like x, got {slope.dtype}")
+        try:
+            shape = np.broadcast_shapes(x.shape, slope.shape)
+        except ValueError:
+            shape = None
+        if shape != x.shape:
+            hint = (f" (for per-channel NCHW slopes use shape [{x.shape[1]}, 1, 1])"
+                    if x.rank == 4 else "")
+            raise self.fail(f"slope of shape {list(slope.shape)} does not broadcast to x of "
+                            f"shape {list(x.shape)}{hint}")
+        self.output_specs = [TensorSpec(x.shape, x.dtype)]
+
+    def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
+        x, slope, out = inputs[0], inputs[1], outputs[0]
+        mask = np.empty(out.shape, np.bool_)
+
+        def compute() -> None:
+            np.multiply(x, slope, out=out)
+            np.greater_equal(x, 0, out=mask)
+            np.copyto(out, x, where=mask)
+
+        return compute
 
 
 class Sigmoid(UnaryKernel):
     op = OpCode.SIGMOID
 
-    def compute(self, x: np.ndarray, out: np.ndarray) -> None:
+    def compute(self, x: np.ndarray, out: np.ndarray, *scratch: np.ndarray) -> None:
         # 1 / (1 + exp(-x)), computed in place in `out`.
         np.negative(x, out=out)
         np.exp(out, out=out)
@@ -50,5 +175,226 @@ class Sigmoid(UnaryKernel):
 class Tanh(UnaryKernel):
     op = OpCode.TANH
 
-    def compute(self, x: np.ndarray, out: np.ndarray) -> None:
+    def compute(self, x: np.ndarray, out: np.ndarray, *scratch: np.ndarray) -> None:
         np.tanh(x, out=out)
+
+
+class HardSigmoid(UnaryKernel):
+    """max(0, min(1, alpha * x + beta)) (ONNX defaults alpha=0.2, beta=0.5)."""
+
+    op = OpCode.HARD_SIGMOID
+
+    def __init__(self, attrs: Attrs, inputs: Sequence[TensorSpec | None]) -> None:
+        super().__init__(attrs, inputs)
+        self.alpha = attrs.float("alpha", 0.2)
+        self.beta = attrs.float("beta", 0.5)
+
+    def compute(self, x: np.ndarray, out: np.ndarray, *scratch: np.ndarray) -> None:
+        np.multiply(x, self.alpha, out=out)
+        out += self.beta
+        np.clip(out, 0, 1, out=out)
+
+
+class HardSwish(UnaryKernel):
+    """x * max(0, min(1, x / 6 + 1 / 2))."""
+
+    op = OpCode.HARD_SWISH
+
+    def compute(self, x: np.ndarray, out: np.ndarray, *scratch: np.ndarray) -> None:
+        np.multiply(x, 1 / 6, out=out)
+        out += 0.5
+        np.clip(out, 0, 1, out=out)
+        out *= x
+
+
+class Elu(UnaryKernel):
+    """x if x > 0 else alpha * (exp(x) - 1)."""
+
+    op = OpCode.ELU
+    scratch = 1
+
+    def __init__(self, attrs: Attrs, inputs: Sequence[TensorSpec | None]) -> None:
+        super().__init__(attrs, inputs)
+        self.alpha = attrs.float("alpha", 1.0)
+
+    def compute(self, x: np.ndarray, out: np.ndarray, *scratch: np.ndarray) -> None:
+        (pos,) = scratch
+        # alpha * expm1(min(x, 0)) is 0 where x > 0, so adding max(x, 0) selects the branch.
+        np.minimum(x, 0, out=out)
+        np.expm1(out, out=out)
+        out *= self.alpha
+        np.maximum(x, 0, out=pos)
+        out += pos
+
+
+class Softplus(UnaryKernel):
+    """log(1 + exp(x)), computed as max(x, 0) + log1p(exp(-|x|)) so it never overflows."""
+
+    op = OpCode.SOFTPLUS
+    scratch = 1
+
+    def compute(self, x: np.ndarray, out: np.ndarray, *scratch: np.ndarray) -> None:
+        (t,) = scratch
+        np.abs(x, out=t)
+        np.negative(t, out=t)
+        np.exp(t, out=t)
+        np.log1p(t, out=t)
+        np.maximum(x, 0, out=out)
+        out += t
+
+
+# --------------------------------------------------------------------------- erf and gelu
+
+# Abramowitz & Stegun 7.1.26: erf(z) = 1 - t*(a1 + t*(a2 + ... + t*a5)) * exp(-z^2) for
+# z >= 0 with t = 1 / (1 + p*z); absolute error below 1.5e-7. In float32 arithmetic the
+# total error stays below 1e-6 (tests/unit/lite/test_kernels_unary.py measures it against
+# math.erf). math.erf itself is scalar-only, and lite may not depend on SciPy.
+_ERF_P = 0.3275911
+_ERF_A = (0.254829592, -0.284496736, 1.421413741, -1.453152027, 1.061405429)
+
+
+def erf_into(z: np.ndarray, out: np.ndarray, t: np.ndarray, e: np.ndarray) -> None:
+    """out = erf(z), vectorized; t and e are scratch arrays shaped like z (z may alias e)."""
+    a1, a2, a3, a4, a5 = _ERF_A
+    np.abs(z, out=t)
+    t *= _ERF_P
+    t += 1
+    np.reciprocal(t, out=t)
+    # Horner's rule for the polynomial in t, accumulated in `out`.
+    np.multiply(t, a5, out=out)
+    out += a4
+    out *= t
+    out += a3
+    out *= t
+    out += a2
+    out *= t
+    out += a1
+    out *= t
+    # erf(|z|) = 1 - poly * exp(-z^2); sign restored from z (erf is odd).
+    np.copysign(1, z, out=t)
+    np.square(z, out=e)
+    np.negative(e, out=e)
+    np.exp(e, out=e)
+    out *= e
+    np.subtract(1, out, out=out)
+    out *= t
+
+
+class Erf(UnaryKernel):
+    op = OpCode.ERF
+    scratch = 2
+
+    def compute(self, x: np.ndarray, out: np.ndarray, *scratch: np.ndarray) -> None:
+        erf_into(x, out, scratch[0], scratch[1])
+
+
+class Gelu(UnaryKernel):
+    """x * Phi(x): exact erf form, or the tanh approximation with approximate="tanh"."""
+
+    op = OpCode.GELU
+    scratch = 2
+
+    def __init__(self, attrs: Attrs, inputs: Sequence[TensorSpec | None]) -> None:
+        super().__init__(attrs, inputs)
+        self.approximate = attrs.str("approximate", "none")
+        if self.approximate not in ("none", "tanh"):
+            raise self.fail(f"attribute 'approximate' must be 'none' or 'tanh', "
+                            f"got {self.approximate!r}")
+
+    def compute(self, x: np.ndarray, out: np.ndarray, *scratch: np.ndarray) -> None:
+        t, e = scratch
+        if self.approximate == "tanh":
+            # 0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3)))
+            np.square(x, out=t)
+            t *= 0.044715
+            t += 1
+            t *= x
+            t *= math.sqrt(2 / math.pi)
+            np.tanh(t, out=out)
+        else:
+            np.multiply(x, 1 / math.sqrt(2), out=e)
+            erf_into(e, out, t, e)
+        out += 1
+        out *= x
+        out *= 0.5
+
+
+# --------------------------------------------------------------------------- math
+
+
+class Exp(UnaryKernel):
+    op = OpCode.EXP
+
+    def compute(self, x: np.ndarray, out: np.ndarray, *scratch: np.ndarray) -> None:
+        np.exp(x, out=out)
+
+
+class Log(UnaryKernel):
+    op = OpCode.LOG
+
+    def compute(self, x: np.ndarray, out: np.ndarray, *scratch: np.ndarray) -> None:
+        with np.errstate(divide="ignore", invalid="ignore"):  # log(0) = -inf, log(<0) = nan
+            np.log(x, out=out)
+
+
+class Sqrt(UnaryKernel):
+    op = OpCode.SQRT
+
+    def compute(self, x: np.ndarray, out: np.ndarray, *scratch: np.ndarray) -> None:
+        with np.errstate(invalid="ignore"):  # sqrt(<0) = nan, as in ONNX
+            np.sqrt(x, out=out)
+
+
+class Rsqrt(UnaryKernel):
+    op = OpCode.RSQRT
+
+    def compute(self, x: np.ndarray, out: np.ndarray, *scratch: np.ndarray) -> None:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            np.sqrt(x, out=out)
+            np.reciprocal(out, out=out)
+
+
+class Reciprocal(UnaryKernel):
+    op = OpCode.RECIPROCAL
+
+    def compute(self, x: np.ndarray, out: np.ndarray, *scratch: np.ndarray) -> None:
+        with np.errstate(divide="ignore"):  # 1/0 = inf
+            np.reciprocal(x, out=out)
+
+
+class Neg(UnaryKernel):
+    op = OpCode.NEG
+    float_only = False
+
+    def compute(self, x: np.ndarray, out: np.ndarray, *scratch: np.ndarray) -> None:
+        np.negative(x, out=out)
+
+
+class Abs(UnaryKernel):
+    op = OpCode.ABS
+    float_only = False
+
+    def compute(self, x: np.ndarray, out: np.ndarray, *scratch: np.ndarray) -> None:
+        np.abs(x, out=out)
+
+
+class Floor(UnaryKernel):
+    op = OpCode.FLOOR
+
+    def compute(self, x: np.ndarray, out: np.ndarray, *scratch: np.ndarray) -> None:
+        np.floor(x, out=out)
+
+
+class Ceil(UnaryKernel):
+    op = OpCode.CEIL
+
+    def compute(self, x: np.ndarray, out: np.ndarray, *scratch: np.ndarray) -> None:
+        np.ceil(x, out=out)
+
+
+class Square(UnaryKernel):
+    op = OpCode.SQUARE
+    float_only = False
+
+    def compute(self, x: np.ndarray, out: np.ndarray, *scratch: np.ndarray) -> None:
+        np.square(x, out=out)

@@ -1,0 +1,74 @@
+"""LayerNorm with ONNX LayerNormalization semantics (opset 17).
+
+Normalizes over axes [axis, rank): y = (x - mean) / sqrt(var + epsilon) * scale + bias.
+Optional outputs 1 and 2 are the mean and the inverse standard deviation, shaped like x
+with the normalized axes set to 1.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from sporenet.lite.kernels.base import Attrs, Compute, Kernel, TensorSpec
+from sporenet.lite.kernels.softmax import normalize_axis
+from sporenet.lite.ops import OpCode
+
+
+class LayerNorm(Kernel):
+    op = OpCode.LAYER_NORM
+    num_inputs = (2, 3)
+
+    def __init__(self, attrs: Attrs, inputs: Sequence[TensorSpec | None]) -> None:
+        super().__init__(attrs, inputs)
+        x = self.require_float(0)
+        if x.rank == 0:
+            raise self.fail("input must have rank >= 1, got a scalar")
+        axis = normalize_axis(self, attrs.int("axis", -1), x.rank)
+        self.axes = tuple(range(axis, x.rank))
+        self.epsilon = attrs.float("epsilon", 1e-5)
+        if not self.epsilon >= 0:
+            raise self.fail(f"epsilon must be >= 0, got {self.epsilon}")
+        normalized = x.shape[axis:]
+        for k, name in ((1, "scale"), (2, "bias")):
+            spec = self.input(k) if k == 1 else self.optional_input(k)
+            if spec is None:
+                continue
+            if spec.dtype != x.dtype:
+                raise self.fail(f"{name} must be {x.dtype} like x, got {spec.dtype}")
+            try:
+                ok = np.broadcast_shapes(normalized, spec.shape) == normalized
+            except ValueError:
+                ok = False
+            if not ok:
+                raise self.fail(f"{name} of shape {list(spec.shape)} does not broadcast to the "
+                                f"normalized shape {list(normalized)} (axes {list(self.axes)} "
+                                f"of x {list(x.shape)})")
+        stat_shape = x.shape[:axis] + (1,) * len(self.axes)
+        self.output_specs = [TensorSpec(x.shape, x.dtype), TensorSpec(stat_shape, x.dtype),
+                             TensorSpec(stat_shape, x.dtype)]
+
+    def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
+        x, scale = inputs[0], inputs[1]
+        bias = inputs[2] if len(inputs) > 2 else None
+        out, axes, eps = outputs[0], self.axes, self.epsilon
+        stat = self.output_specs[1]
+        mean = outputs[1] if len(outputs) > 1 else np.empty(stat.shape, stat.dtype)
+        inv_std = outputs[2] if len(outputs) > 2 else np.empty(stat.shape, stat.dtype)
+        sq = np.empty_like(out)
+
+        def compute() -> None:
+            np.mean(x, axis=axes, keepdims=True, out=mean)
+            np.subtract(x, mean, out=out)
+            np.square(out, out=sq)
+            np.mean(sq, axis=axes, keepdims=True, out=inv_std)
+            np.add(inv_std, eps, out=inv_std)
+            np.sqrt(inv_std, out=inv_std)
+            np.reciprocal(inv_std, out=inv_std)
+            np.multiply(out, inv_std, out=out)
+            np.multiply(out, scale, out=out)
+            if bias is not None:
+                np.add(out, bias, out=out)
+
+        return compute
