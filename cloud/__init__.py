@@ -1,1 +1,42 @@
-"""sporenet.cloud"""
+"""sporenet.cloud: build models from layers, train them (eager or graph mode), export them.
+
+    from sporenet import cloud
+    from sporenet.cloud import layers as L
+
+    model = cloud.Sequential(L.Rescale(1 / 16), L.Flatten(), L.Dense(64, 32), L.ReLU(),
+                             L.Dense(32, 10))
+    cloud.set_mode("graph")
+    history = cloud.fit(model, x, y, epochs=10, batch_size=32, optimizer=cloud.Adam(lr=1e-2))
+    cloud.export(model, "digits.spore", labels=[str(d) for d in range(10)])
+"""
+
+from sporenet.cloud import layers
+from sporenet.cloud.errors import CheckpointError, CloudError, ConfigError, ExportError, TraceError
+from sporenet.cloud.export import export, inference_model
+from sporenet.cloud.init import manual_seed
+from sporenet.cloud.mode import get_mode, set_mode, using_mode
+from sporenet.cloud.module import Buffer, Module, Parameter, Sequential
+from sporenet.cloud.tape import Tape, Var
+from sporenet.cloud.trace import trace
+
+__all__ = [
+    "Buffer",
+    "CheckpointError",
+    "CloudError",
+    "ConfigError",
+    "ExportError",
+    "Module",
+    "Parameter",
+    "Sequential",
+    "Tape",
+    "TraceError",
+    "Var",
+    "export",
+    "get_mode",
+    "inference_model",
+    "layers",
+    "manual_seed",
+    "set_mode",
+    "trace",
+    "using_mode",
+]
