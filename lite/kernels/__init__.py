@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from sporenet.lite.kernels import elementwise, linear, reshape, unary
-from sporenet.lite.kernels import conv  # noqa: I001
+from sporenet.lite.kernels import conv, pooling  # noqa: I001
 from sporenet.lite.kernels import layer_norm, softmax  # noqa: I001
 from sporenet.lite.kernels.base import Kernel
 from sporenet.lite.ops import OpCode
@@ -17,6 +17,11 @@ KERNELS: dict[OpCode, type[Kernel]] = {
     OpCode.FULLY_CONNECTED: linear.FullyConnected,
     OpCode.MATMUL: linear.MatMul,
     OpCode.CONV2D: conv.Conv2D,
+    # pooling
+    OpCode.MAX_POOL2D: pooling.MaxPool2D,
+    OpCode.AVG_POOL2D: pooling.AvgPool2D,
+    OpCode.GLOBAL_AVG_POOL: pooling.GlobalAvgPool,
+    OpCode.GLOBAL_MAX_POOL: pooling.GlobalMaxPool,
     # binary elementwise
     OpCode.ADD: elementwise.Add,
     OpCode.SUB: elementwise.Sub,

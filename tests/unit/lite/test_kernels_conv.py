@@ -173,3 +173,46 @@ def test_conv2d_bias_shape_error():
     x, w = np.zeros((1, 3, 8, 8), np.float32), np.zeros((4, 3, 3, 3), np.float32)
     with pytest.raises(ShapeError, match=r"bias must have shape \[4\]"):
         run_op(OpCode.CONV2D, [x, w, np.zeros(3, np.float32)])
+
+
+def test_conv_net_end_to_end_with_dynamic_batch():
+    """A small CNN through ModelBuilder, save/load and Interpreter, at batch 1 then 3."""
+    from sporenet.lite import Interpreter
+    from sporenet.lite.builder import ModelBuilder
+    from sporenet.lite.format import parse, serialize
+
+    rng = np.random.default_rng(6)
+    w1 = rng.normal(size=(8, 3, 3, 3)).astype(np.float32) * 0.3
+    b1 = rng.normal(size=8).astype(np.float32)
+    w2 = rng.normal(size=(8, 1, 3, 3)).astype(np.float32) * 0.3
+    w3 = rng.normal(size=(16, 8, 1, 1)).astype(np.float32) * 0.3
+    b3 = rng.normal(size=16).astype(np.float32)
+    fc = rng.normal(size=(5, 16)).astype(np.float32)
+
+    b = ModelBuilder()
+    x = b.input("image", (-1, 3, 12, 12))
+    h = b.op(OpCode.CONV2D, [x, b.constant("w1", w1), b.constant("b1", b1)],
+             pads=[1, 1, 1, 1], activation="relu")
+    h = b.op(OpCode.MAX_POOL2D, [h], kernel_shape=[2, 2], strides=[2, 2])
+    h = b.op(OpCode.CONV2D, [h, b.constant("w2", w2)], pads=[1, 1, 1, 1], group=8,
+             activation="relu6")
+    h = b.op(OpCode.CONV2D, [h, b.constant("w3", w3), b.constant("b3", b3)])
+    h = b.op(OpCode.GLOBAL_AVG_POOL, [h])
+    h = b.op(OpCode.FLATTEN, [h])
+    b.output(b.op(OpCode.FULLY_CONNECTED, [h, b.constant("fc", fc)]), name="logits")
+    model = parse(serialize(b.build()))
+
+    def reference(image):
+        y = np.maximum(conv_reference(image, w1, b1, pads=(1, 1, 1, 1)), 0)
+        n, c, hh, ww = y.shape
+        y = y.reshape(n, c, hh // 2, 2, ww // 2, 2).max(axis=(3, 5))
+        y = np.clip(conv_reference(y, w2, pads=(1, 1, 1, 1), group=8), 0, 6)
+        y = conv_reference(y, w3, b3)
+        return y.mean(axis=(2, 3)) @ fc.T.astype(np.float64)
+
+    interp = Interpreter(model=model, num_threads=1)
+    for batch in (1, 3, 1):
+        image = rng.normal(size=(batch, 3, 12, 12)).astype(np.float32)
+        logits = interp.run({"image": image})["logits"]
+        assert logits.shape == (batch, 5)
+        np.testing.assert_allclose(logits, reference(image), rtol=RTOL, atol=ATOL)

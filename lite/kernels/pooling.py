@@ -1,0 +1,192 @@
+"""MaxPool2D, AvgPool2D, GlobalAveragePool and GlobalMaxPool on NCHW (ONNX semantics).
+
+Windowed pools are separable: a max (or sum) over the kw taps of every row, then over
+the kh taps of those row results, so a 3x3 pool is 4 whole-array NumPy calls instead of 8.
+Borders come from a kernel-owned padded scratch (filled with -inf for max, 0 for average)
+whose interior each call overwrites. Average divisors, which depend on padding, on
+count_include_pad and on ceil_mode's overhanging windows, are computed once at prepare
+as one reciprocal per output position.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import ClassVar
+
+import numpy as np
+
+from sporenet.lite.kernels.base import REQUIRED, Attrs, Compute, Kernel, TensorSpec
+from sporenet.lite.kernels.spatial import Window, check_nchw, padded_buffer, window
+from sporenet.lite.ops import OpCode
+
+
+class _WindowPool(Kernel):
+    """Shared prepare and bind of the two windowed pools."""
+
+    fill: ClassVar[float]
+    reduce: ClassVar[np.ufunc]
+
+    def __init__(self, attrs: Attrs, inputs: Sequence[TensorSpec | None]) -> None:
+        super().__init__(attrs, inputs)
+        x = self.require_float(0)
+        check_nchw(self, x.shape)
+        kernel = attrs.ints("kernel_shape", REQUIRED)
+        if len(kernel) != 2:
+            raise self.fail(f"kernel_shape must hold 2 values (kh, kw), got {kernel}")
+        ceil_mode = attrs.int("ceil_mode", 0)
+        if ceil_mode not in (0, 1):
+            raise self.fail(f"ceil_mode must be 0 or 1, got {ceil_mode}")
+        self.win = window(self, x.shape[2:], (kernel[0], kernel[1]), attrs,
+                          ceil_mode=bool(ceil_mode))
+        self.output_specs = [TensorSpec((*x.shape[:2], *self.win.out), x.dtype)]
+
+    def _source(self, x: np.ndarray) -> tuple[np.ndarray, Compute | None]:
+        """The (padded) array the taps read from, and the copy that refreshes it per call."""
+        win = self.win
+        needs_scratch = win.padded or any(
+            e > s for e, s in zip(win.extent, x.shape[2:], strict=True))
+        if not needs_scratch:
+            return x, None
+        xp, interior = padded_buffer(x, win, self.fill)
+        copyto = np.copyto
+        return xp, lambda: copyto(interior, x)
+
+    def _bind_reduce(self, x: np.ndarray, out: np.ndarray) -> Compute:
+        """out = reduce over the window taps, done rows-then-columns."""
+        win = self.win
+        (kh, kw), (sh, sw), (dh, dw), (oh, ow) = win.kernel, win.strides, win.dilations, win.out
+        src, refresh = self._source(x)
+        rows = src.shape[2]
+        # Column pass: every padded row, reduced over the kw taps at each output column.
+        col_taps = [src[..., slice(j * dw, j * dw + sw * (ow - 1) + 1, sw)] for j in range(kw)]
+        tmp = np.empty((*x.shape[:2], rows, ow), x.dtype) if kw > 1 else col_taps[0]
+        # Row pass: the kh taps over the column results at each output row.
+        row_taps = [tmp[:, :, i * dh:i * dh + sh * (oh - 1) + 1:sh] for i in range(kh)]
+        f = self.reduce
+        steps: list[Callable[[], object]] = []
+        if refresh is not None:
+            steps.append(refresh)
+        if kw > 1:
+            steps.append(_fold(f, col_taps, tmp))
+        steps.append(_fold(f, row_taps, out))
+        if len(steps) == 1:
+            return steps[0]  # type: ignore[return-value]
+        if len(steps) == 2:
+            a, b = steps
+
+            def two() -> None:
+                a()
+                b()
+            return two
+        a, b, c = steps
+
+        def three() -> None:
+            a()
+            b()
+            c()
+        return three
+
+
+def _fold(f: np.ufunc, views: list[np.ndarray], out: np.ndarray) -> Callable[[], object]:
+    """out = f(f(v0, v1), v2)... with out as the accumulator (one call per extra view)."""
+    if len(views) == 1:
+        copyto, v = np.copyto, views[0]
+        return lambda: copyto(out, v)
+    first, second, rest = views[0], views[1], views[2:]
+    if not rest:
+        return lambda: f(first, second, out=out)
+
+    def fold() -> None:
+        f(first, second, out=out)
+        for v in rest:
+            f(out, v, out=out)
+    return fold
+
+
+class MaxPool2D(_WindowPool):
+    """Max over each window; padding never wins (only the Y output, no Indices)."""
+
+    op = OpCode.MAX_POOL2D
+    fill = -np.inf
+    reduce = np.maximum
+
+    def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
+        return self._bind_reduce(inputs[0], outputs[0])
+
+
+class AvgPool2D(_WindowPool):
+    """Mean over each window; count_include_pad chooses whether padding counts.
+
+    Windows that ceil_mode lets hang past the bottom/right padding divide by the part that
+    lies inside the padded input (count_include_pad=1) or inside the input (=0), as
+    onnxruntime and PyTorch do.
+    """
+
+    op = OpCode.AVG_POOL2D
+    fill = 0.0
+    reduce = np.add
+
+    def __init__(self, attrs: Attrs, inputs: Sequence[TensorSpec | None]) -> None:
+        super().__init__(attrs, inputs)
+        include = attrs.int("count_include_pad", 0)
+        if include not in (0, 1):
+            raise self.fail(f"count_include_pad must be 0 or 1, got {include}")
+        x = self.input(0)
+        counts = [_window_counts(self.win, axis, x.shape[2 + axis], bool(include))
+                  for axis in range(2)]
+        divisor = np.outer(counts[0], counts[1])
+        if (divisor == 0).any():
+            raise self.fail("a pooling window covers no input element (pads too large?)")
+        # A single scalar when every window has the same size (the common case).
+        scale = (1.0 / divisor).astype(x.dtype)
+        self.scale = scale.flat[0] if (scale == scale.flat[0]).all() else scale
+
+    def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
+        out = outputs[0]
+        pool = self._bind_reduce(inputs[0], out)
+        scale, multiply = self.scale, np.multiply
+
+        def compute() -> None:
+            pool()
+            multiply(out, scale, out=out)
+        return compute
+
+
+def _window_counts(win: Window, axis: int, size: int, include_pad: bool) -> np.ndarray:
+    """How many elements of each output position's window count for the average."""
+    k, s, d, o = win.kernel[axis], win.strides[axis], win.dilations[axis], win.out[axis]
+    begin, end = win.pads[axis], win.pads[axis + 2]
+    pos = np.arange(o)[:, None] * s + np.arange(k)[None, :] * d  # padded coordinates
+    lo, hi = (0, size + begin + end) if include_pad else (begin, begin + size)
+    return ((pos >= lo) & (pos < hi)).sum(axis=1)
+
+
+class _GlobalPool(Kernel):
+    """Reduce every spatial axis (2..rank-1) to size 1."""
+
+    reduce: ClassVar[Callable[..., np.ndarray]]
+
+    def __init__(self, attrs: Attrs, inputs: Sequence[TensorSpec | None]) -> None:
+        super().__init__(attrs, inputs)
+        x = self.require_float(0)
+        if x.rank < 3:
+            raise self.fail(f"input must be (N, C, spatial...), got shape {list(x.shape)}")
+        if x.size == 0:
+            raise self.fail(f"input must not be empty, got shape {list(x.shape)}")
+        self.output_specs = [TensorSpec((*x.shape[:2], *[1] * (x.rank - 2)), x.dtype)]
+
+    def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
+        x, out = inputs[0], outputs[0]
+        n, c = x.shape[:2]
+        x3, out2, f = x.reshape(n, c, -1), out.reshape(n, c), type(self).reduce
+        return lambda: f(x3, axis=2, out=out2)
+
+
+class GlobalAvgPool(_GlobalPool):
+    op = OpCode.GLOBAL_AVG_POOL
+    reduce = np.mean
+
+
+class GlobalMaxPool(_GlobalPool):
+    op = OpCode.GLOBAL_MAX_POOL
+    reduce = np.max
