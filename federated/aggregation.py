@@ -31,7 +31,9 @@ Reducer = Callable[[Sequence[Weights], np.ndarray], Weights]
 
 def template_of(weights: Mapping[str, np.ndarray]) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
     """The (shape, dtype) template of a set of named weights."""
-    return {name: (tuple(int(d) for d in a.shape), np.dtype(a.dtype)) for name, a in weights.items()}
+    return {
+        name: (tuple(int(d) for d in a.shape), np.dtype(a.dtype)) for name, a in weights.items()
+    }
 
 
 @runtime_checkable
@@ -70,7 +72,9 @@ class WeightedMeanAggregator:
 
     def add(self, client_id: str, update: Weights, weight: float) -> None:
         if not weight > 0 or not np.isfinite(weight):
-            raise AggregationError(f"client {client_id!r}: weight must be a finite number > 0, got {weight}")
+            raise AggregationError(
+                f"client {client_id!r}: weight must be a finite number > 0, got {weight}"
+            )
         if client_id in self._clients:
             raise AggregationError(f"client {client_id!r} was already folded into this aggregate")
         for name, acc in self._sums.items():
@@ -105,7 +109,9 @@ class WeightedMeanAggregator:
         for n in self._sums:
             key = f"sum/{n}"
             if key not in snapshot or snapshot[key].shape != self._sums[n].shape:
-                raise AggregationError(f"aggregate checkpoint does not match the model at tensor {n!r}")
+                raise AggregationError(
+                    f"aggregate checkpoint does not match the model at tensor {n!r}"
+                )
             self._sums[n] = np.array(snapshot[key], np.float64)
         self._total = float(snapshot["meta/total"])
         self._clients = [str(c) for c in snapshot["meta/clients"].tolist()]
@@ -123,7 +129,9 @@ class BufferedAggregator:
 
     def add(self, client_id: str, update: Weights, weight: float) -> None:
         if not weight > 0 or not np.isfinite(weight):
-            raise AggregationError(f"client {client_id!r}: weight must be a finite number > 0, got {weight}")
+            raise AggregationError(
+                f"client {client_id!r}: weight must be a finite number > 0, got {weight}"
+            )
         if client_id in self._clients:
             raise AggregationError(f"client {client_id!r} was already folded into this aggregate")
         self._updates.append({n: np.array(update[n], copy=True) for n in self._template})
@@ -134,7 +142,9 @@ class BufferedAggregator:
         if not self._updates:
             raise AggregationError("no updates were aggregated")
         out = self._reducer(self._updates, np.asarray(self._weights, np.float64))
-        return {n: np.asarray(out[n]).astype(self._template[n][1], copy=False) for n in self._template}
+        return {
+            n: np.asarray(out[n]).astype(self._template[n][1], copy=False) for n in self._template
+        }
 
     @property
     def clients(self) -> list[str]:
@@ -144,7 +154,9 @@ class BufferedAggregator:
         state: dict[str, np.ndarray] = {}
         for n, (shape, dtype) in self._template.items():
             state[f"stack/{n}"] = (
-                np.stack([u[n] for u in self._updates]) if self._updates else np.zeros((0, *shape), dtype)
+                np.stack([u[n] for u in self._updates])
+                if self._updates
+                else np.zeros((0, *shape), dtype)
             )
         state["meta/weights"] = np.asarray(self._weights, np.float64)
         state["meta/clients"] = np.array(self._clients, dtype=np.str_)
@@ -156,7 +168,9 @@ class BufferedAggregator:
         for n in self._template:
             stack = snapshot.get(f"stack/{n}")
             if stack is None or stack.shape[0] != len(clients):
-                raise AggregationError(f"aggregate checkpoint does not match the model at tensor {n!r}")
+                raise AggregationError(
+                    f"aggregate checkpoint does not match the model at tensor {n!r}"
+                )
             for i in range(len(clients)):
                 updates[i][n] = np.array(stack[i])
         self._updates = updates

@@ -1,0 +1,353 @@
+"""The client SDK: register, fetch the model, train with a user callable, upload the update.
+
+    def train(weights, config):
+        new = {k: w - config.get("lr", 0.1) * grad(k, w) for k, w in weights.items()}
+        return new, num_samples, {"loss": 0.42}
+
+    final = Client("127.0.0.1:8080", train=train, name="phone-1").run()
+
+The client heartbeats while `train` runs (so long local training is not mistaken for a
+dropout), retries with exponential backoff and jitter when the server is unreachable
+(including across a server restart), resumes interrupted downloads and uploads from the
+last byte received, and re-sends an update it already computed instead of training
+again. Updates are deltas (trained minus global weights), optionally compressed with
+int8 quantization and/or top-k sparsification; with compression, what was not sent is
+carried into the next round (error feedback).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import random
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+import numpy as np
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from sporenet.federated.aggregation import Weights, template_of
+from sporenet.federated.auth import Credentials
+from sporenet.federated.codec import COMPRESSIONS, decode_update, encode_update
+from sporenet.federated.errors import AuthError, ConfigError, FederatedError, TransferError
+from sporenet.federated.net import is_loopback, split_address
+from sporenet.lite import read_weights
+from sporenet.proto import federated_pb2 as pb
+from sporenet.proto import federated_pb2_grpc as pb_grpc
+
+TrainFn = Callable[
+    [Weights, dict[str, Any]], tuple[Mapping[str, np.ndarray], int, Mapping[str, float]]
+]
+EvaluateFn = Callable[[Weights, dict[str, Any]], tuple[float, int, Mapping[str, float]]]
+
+SERVICE = "sporenet.federated.v1.Federated"
+# Transient failures: wait and try again. Anything else is reported and, if fatal, raised.
+RETRYABLE = {
+    grpc.StatusCode.UNAVAILABLE,
+    grpc.StatusCode.DEADLINE_EXCEEDED,
+    grpc.StatusCode.CANCELLED,
+    grpc.StatusCode.RESOURCE_EXHAUSTED,
+    grpc.StatusCode.ABORTED,
+    grpc.StatusCode.INTERNAL,
+    grpc.StatusCode.UNKNOWN,
+    grpc.StatusCode.OUT_OF_RANGE,  # upload offset mismatch: ask the server where to resume
+}
+FATAL = {grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED}
+
+log = logging.getLogger("sporenet.federated.client")
+
+
+@dataclass
+class _PendingUpload:
+    """An update computed for `task_id` and not yet acknowledged."""
+
+    task_id: str
+    upload_id: str
+    payload: bytes
+    num_samples: int
+    metrics_json: str
+
+
+class Client:
+    """One federated client: `run()` serves tasks until the job is done."""
+
+    def __init__(
+        self,
+        address: str,
+        *,
+        train: TrainFn,
+        evaluate: EvaluateFn | None = None,
+        name: str = "",
+        token: str | None = None,
+        key_id: str | None = None,
+        private_key: Ed25519PrivateKey | None = None,
+        root_certificates: bytes | None = None,
+        certificate_chain: bytes | None = None,
+        client_key_pem: bytes | None = None,
+        compression: tuple[str, ...] | list[str] = (),
+        topk_ratio: float = 0.01,
+        poll_wait: float = 5.0,
+        max_backoff: float = 5.0,
+        give_up_after: float | None = None,
+        chunk_size: int = 1 << 20,
+        rpc_timeout: float = 60.0,
+    ) -> None:
+        host = split_address(address)[0]
+        if root_certificates is None and not is_loopback(host):
+            raise ConfigError(
+                f"`root_certificates` is required: {address!r} is not loopback, so TLS is used"
+            )
+        unknown = sorted(set(compression) - set(COMPRESSIONS))
+        if unknown:
+            raise ConfigError(f"unknown compression {unknown}; supported: {list(COMPRESSIONS)}")
+        if not 0 < topk_ratio <= 1:
+            raise ConfigError(f"`topk_ratio` must be in (0, 1], got {topk_ratio}")
+        if poll_wait < 0 or max_backoff <= 0 or chunk_size < 1024:
+            raise ConfigError(
+                "`poll_wait` must be >= 0, `max_backoff` > 0 and `chunk_size` >= 1024"
+            )
+        self.address, self.train, self.evaluate, self.name = address, train, evaluate, name
+        self.credentials = Credentials(token=token, key_id=key_id, private_key=private_key)
+        self.compression, self.topk_ratio = tuple(compression), topk_ratio
+        self.poll_wait, self.max_backoff, self.give_up_after = poll_wait, max_backoff, give_up_after
+        self.chunk_size, self.rpc_timeout = chunk_size, rpc_timeout
+        if root_certificates is not None:
+            creds = grpc.ssl_channel_credentials(
+                root_certificates, client_key_pem, certificate_chain
+            )
+            self._channel = grpc.secure_channel(address, creds)
+        else:
+            self._channel = grpc.insecure_channel(address)
+        self._stub = pb_grpc.FederatedStub(self._channel)
+        self.client_id: str | None = None
+        self._heartbeat_interval = 5.0
+        self._models: dict[int, tuple[str, bytes]] = {}  # version -> (sha256, bytes); last two kept
+        self._partial: tuple[int, bytearray] | None = None
+        self._pending: _PendingUpload | None = None
+        self._residual: Weights = {}
+        self._stop = threading.Event()
+        self.rounds_trained = 0
+        self.final_model: bytes | None = None
+
+    # -- plumbing ------------------------------------------------------------------------
+
+    def _md(self, method: str) -> list[tuple[str, str]]:
+        return self.credentials.metadata(f"/{SERVICE}/{method}")
+
+    def close(self) -> None:
+        self._channel.close()
+
+    def stop(self) -> None:
+        """Ask `run()` to return at its next step."""
+        self._stop.set()
+
+    def _register(self) -> None:
+        reply = self._stub.Register(
+            pb.RegisterRequest(client_name=self.name, compression=list(self.compression)),
+            metadata=self._md("Register"),
+            timeout=self.rpc_timeout,
+        )
+        self.client_id = reply.client_id
+        self._heartbeat_interval = max(reply.heartbeat_interval_ms / 1000.0, 0.05)
+        log.info("registered as %s", self.client_id)
+
+    # -- the loop --------------------------------------------------------------------------
+
+    def run(self, stop: threading.Event | None = None) -> Weights | None:
+        """Serve tasks until the job ends; returns the final global weights (None if stopped)."""
+        if stop is not None:
+            self._stop = stop
+        backoff, unreachable_since = 0.1, None
+        while not self._stop.is_set():
+            try:
+                if self.client_id is None:
+                    self._register()
+                task = self._stub.GetTask(
+                    pb.TaskRequest(
+                        client_id=self.client_id or "", wait_ms=int(self.poll_wait * 1000)
+                    ),
+                    metadata=self._md("GetTask"),
+                    timeout=self.poll_wait + self.rpc_timeout,
+                )
+                backoff, unreachable_since = 0.1, None
+                if task.type == pb.TASK_FIT:
+                    self._fit(task)
+                elif task.type == pb.TASK_EVALUATE:
+                    self._evaluate(task)
+                elif task.type == pb.TASK_DONE:
+                    self.final_model = self._model_bytes(task)
+                    log.info("job done (%s)", task.reason)
+                    return {k: np.array(v) for k, v in read_weights(self.final_model).items()}
+                elif self.poll_wait == 0:
+                    self._stop.wait(task.retry_after_ms / 1000.0)
+            except grpc.RpcError as e:
+                code = e.code() if hasattr(e, "code") else grpc.StatusCode.UNKNOWN
+                if code == grpc.StatusCode.NOT_FOUND:
+                    log.warning(
+                        "server does not know this client (%s); registering again", e.details()
+                    )
+                    self.client_id = None
+                    continue
+                if code in FATAL:
+                    raise AuthError(
+                        f"server refused the client: {code.name}: {e.details()}"
+                    ) from None
+                if code not in RETRYABLE:
+                    # INVALID_ARGUMENT / FAILED_PRECONDITION: this task is lost, ask for the next.
+                    log.warning("task failed: %s: %s", code.name, e.details())
+                    self._pending = None
+                    self._stop.wait(0.05)
+                    continue
+                now = time.monotonic()
+                unreachable_since = unreachable_since or now
+                if self.give_up_after is not None and now - unreachable_since > self.give_up_after:
+                    raise FederatedError(
+                        f"server unreachable for {self.give_up_after:g} s: {e.details()}"
+                    ) from None
+                delay = backoff * (0.5 + random.random())
+                log.info("server call failed (%s); retrying in %.2f s", code.name, delay)
+                self._stop.wait(delay)
+                backoff = min(backoff * 2, self.max_backoff)
+            except TransferError as e:
+                log.warning("%s; retrying", e)
+                self._stop.wait(0.1)
+        return None
+
+    # -- tasks -------------------------------------------------------------------------------
+
+    def _model_bytes(self, task: pb.Task) -> bytes:
+        """The task's model, downloaded once (resuming a partial download) and checked."""
+        cached = self._models.get(task.model_version)
+        if cached is not None and cached[0] == task.model_sha256:
+            return cached[1]
+        if self._partial is None or self._partial[0] != task.model_version:
+            self._partial = (task.model_version, bytearray())
+        buf = self._partial[1]
+        stream = self._stub.DownloadModel(
+            pb.DownloadRequest(
+                client_id=self.client_id or "", model_version=task.model_version,
+                offset=len(buf), chunk_size=self.chunk_size,
+            ),
+            metadata=self._md("DownloadModel"),
+            timeout=self.rpc_timeout + task.model_size / 5e6,
+        )  # fmt: skip
+        for chunk in stream:
+            if chunk.offset != len(buf):
+                raise TransferError(f"download chunk at offset {chunk.offset}, expected {len(buf)}")
+            buf += chunk.data
+        self._partial = None
+        data = bytes(buf)
+        if len(data) != task.model_size or hashlib.sha256(data).hexdigest() != task.model_sha256:
+            raise TransferError(
+                f"model v{task.model_version} failed its size/sha256 check; downloading again"
+            )
+        self._models = {v: m for v, m in self._models.items() if v >= task.model_version - 1}
+        self._models[task.model_version] = (task.model_sha256, data)
+        return data
+
+    def _heartbeats(self, task_id: str, done: threading.Event) -> None:
+        while not done.wait(self._heartbeat_interval):
+            try:
+                self._stub.Heartbeat(
+                    pb.HeartbeatRequest(client_id=self.client_id or "", task_id=task_id),
+                    metadata=self._md("Heartbeat"),
+                    timeout=self.rpc_timeout,
+                )
+            except grpc.RpcError:
+                pass  # the main loop handles reconnects; a missed beat is not fatal
+
+    def _fit(self, task: pb.Task) -> None:
+        pending = self._pending
+        if pending is None or pending.task_id != task.task_id:
+            pending = self._train(task)
+            self._pending = pending
+            resume = False
+        else:
+            resume = True  # computed before a failure: send it again, do not retrain
+        self._upload(pending, resume=resume)
+        self._pending = None
+        self.rounds_trained += 1
+
+    def _train(self, task: pb.Task) -> _PendingUpload:
+        global_weights = {k: np.array(v) for k, v in read_weights(self._model_bytes(task)).items()}
+        config = json.loads(task.config_json or "{}")
+        done = threading.Event()
+        beats = threading.Thread(target=self._heartbeats, args=(task.task_id, done), daemon=True)
+        beats.start()
+        try:
+            new, num_samples, metrics = self.train(
+                {k: v.copy() for k, v in global_weights.items()}, config
+            )
+        finally:
+            done.set()
+        missing = sorted(set(global_weights) - set(new))
+        if missing:
+            raise ConfigError(f"train() returned weights without tensors {missing}")
+        delta = {k: np.asarray(new[k], dtype=w.dtype) - w for k, w in global_weights.items()}
+        if self.compression:
+            for k, d in delta.items():
+                d += self._residual.get(k, 0.0)
+            payload = encode_update(delta, compression=self.compression, topk_ratio=self.topk_ratio)
+            sent = decode_update(payload, template_of(delta))
+            self._residual = {k: delta[k] - sent[k] for k in delta}
+        else:
+            payload = encode_update(delta)
+        return _PendingUpload(
+            task.task_id, f"{task.task_id}-{os.urandom(6).hex()}", payload, int(num_samples),
+            json.dumps({k: float(v) for k, v in dict(metrics).items()}),
+        )  # fmt: skip
+
+    def _upload(self, p: _PendingUpload, *, resume: bool) -> None:
+        offset = 0
+        if resume:
+            offset = self._stub.GetUploadOffset(
+                pb.UploadOffsetRequest(client_id=self.client_id or "", upload_id=p.upload_id),
+                metadata=self._md("GetUploadOffset"),
+                timeout=self.rpc_timeout,
+            ).received
+        header = pb.UploadHeader(
+            client_id=self.client_id or "", task_id=p.task_id, upload_id=p.upload_id,
+            total_size=len(p.payload), sha256=hashlib.sha256(p.payload).hexdigest(),
+            num_samples=p.num_samples, metrics_json=p.metrics_json,
+        )  # fmt: skip
+
+        def chunks() -> Iterator[pb.UploadChunk]:
+            pos = offset
+            first = True
+            while pos < len(p.payload) or first:
+                data = p.payload[pos : pos + self.chunk_size]
+                yield pb.UploadChunk(header=header if first else None, offset=pos, data=data)
+                pos += len(data)
+                first = False
+
+        reply = self._stub.UploadUpdate(
+            chunks(),
+            metadata=self._md("UploadUpdate"),
+            timeout=self.rpc_timeout + len(p.payload) / 5e6,
+        )
+        if not reply.accepted:
+            raise TransferError(
+                f"upload stopped at byte {reply.received} of {len(p.payload)}: {reply.message}"
+            )
+
+    def _evaluate(self, task: pb.Task) -> None:
+        if self.evaluate is None:
+            # Nothing to report: the phase's deadline closes it without this client.
+            self._stop.wait(max(self.poll_wait, 1.0))
+            return
+        weights = {k: np.array(v) for k, v in read_weights(self._model_bytes(task)).items()}
+        loss, num_samples, metrics = self.evaluate(weights, json.loads(task.config_json or "{}"))
+        self._stub.ReportEvaluation(
+            pb.EvaluationReport(
+                client_id=self.client_id or "", task_id=task.task_id, loss=float(loss),
+                num_samples=int(num_samples), metrics_json=json.dumps({k: float(v) for k, v in metrics.items()}),
+            ),
+            metadata=self._md("ReportEvaluation"),
+            timeout=self.rpc_timeout,
+        )  # fmt: skip

@@ -1,0 +1,1 @@
+"""The `sporenet-server` daemon: configuration, durable round state, gRPC transport."""

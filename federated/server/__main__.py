@@ -1,0 +1,7 @@
+"""`python -m sporenet.federated.server` is `sporenet-server`."""
+
+import sys
+
+from sporenet.federated.server.cli import main
+
+sys.exit(main())

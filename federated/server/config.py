@@ -1,0 +1,246 @@
+"""The daemon's configuration: a TOML file, overridden by command-line flags, checked once.
+
+Example `server.toml`:
+
+    address = "127.0.0.1:8080"
+    model = "init.spore"
+    state_dir = "state"
+    rounds = 10
+    min_clients = 2
+    fraction = 0.5
+    round_timeout = 120
+
+    [strategy]
+    name = "fedprox"
+    proximal_mu = 0.01
+
+    [fit_config]          # forwarded to every client's train(weights, config)
+    lr = 0.05
+
+    [tls]
+    cert = "server.pem"
+    key = "server.key"
+    client_ca = "ca.pem"  # optional: mutual TLS
+
+    [auth]
+    tokens = { alice = "s3cret" }
+    ed25519 = { device-7 = "<base64 raw 32-byte public key>" }
+
+Every bad value is refused with a `ConfigError` that names the key.
+"""
+
+from __future__ import annotations
+
+import math
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sporenet.federated.errors import ConfigError
+from sporenet.federated.net import is_loopback, split_address
+
+
+@dataclass(frozen=True, kw_only=True)
+class ServerConfig:
+    """Everything the daemon needs to run a job; see the module docstring for the file form."""
+
+    state_dir: Path
+    address: str = "127.0.0.1:8080"
+    model: Path | None = None
+    rounds: int = 3
+    min_clients: int = 2
+    fraction: float = 1.0
+    wait_timeout: float = 0.0  # give up (job failed) after this long without min_clients; 0 = never
+    round_timeout: float = 600.0  # per-phase deadline
+    heartbeat_interval: float = 5.0
+    heartbeat_timeout: float = 30.0  # a selected client silent this long has dropped out
+    resume_grace: float = 10.0  # after a restart, clients get at least this long to reconnect
+    evaluate_every: int = 0  # 0 = no evaluation rounds
+    evaluate_fraction: float = 1.0
+    max_update_norm: float | None = None
+    max_update_bytes: int | None = None  # default: 2 × model size + 1 MiB
+    chunk_size: int = 1 << 20
+    max_workers: int = 64
+    long_poll: float = 10.0  # longest a GetTask call is held
+    checkpoint_every: int = 8  # updates folded between aggregate checkpoints
+    seed: int = 0
+    strategy: str = "fedavg"
+    strategy_options: dict[str, Any] = field(default_factory=dict)
+    fit_config: dict[str, Any] = field(default_factory=dict)
+    metrics_port: int | None = None
+    insecure: bool = False
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    tls_client_ca: Path | None = None
+    auth_tokens: dict[str, str] = field(default_factory=dict)
+    auth_ed25519: dict[str, str] = field(default_factory=dict)
+    auth_max_skew: float = 300.0
+    log_level: str = "info"
+
+    def __post_init__(self) -> None:
+        checks: list[tuple[str, bool, str]] = [
+            ("rounds", self.rounds >= 1, "must be >= 1"),
+            ("min_clients", self.min_clients >= 1, "must be >= 1"),
+            ("fraction", 0.0 < self.fraction <= 1.0, "must be in (0, 1]"),
+            ("evaluate_fraction", 0.0 < self.evaluate_fraction <= 1.0, "must be in (0, 1]"),
+            ("wait_timeout", self.wait_timeout >= 0, "must be >= 0 (0 waits forever)"),
+            ("round_timeout", self.round_timeout > 0, "must be > 0"),
+            ("heartbeat_interval", self.heartbeat_interval > 0, "must be > 0"),
+            ("heartbeat_timeout", self.heartbeat_timeout > self.heartbeat_interval,
+             "must be greater than heartbeat_interval"),
+            ("resume_grace", self.resume_grace >= 0, "must be >= 0"),
+            ("evaluate_every", self.evaluate_every >= 0, "must be >= 0"),
+            ("max_update_norm", self.max_update_norm is None or self.max_update_norm > 0, "must be > 0"),
+            ("max_update_bytes", self.max_update_bytes is None or self.max_update_bytes > 0, "must be > 0"),
+            ("chunk_size", 1024 <= self.chunk_size <= (3 << 20), "must be in [1 KiB, 3 MiB]"),
+            ("max_workers", self.max_workers >= 4, "must be >= 4"),
+            ("long_poll", self.long_poll >= 0, "must be >= 0"),
+            ("checkpoint_every", self.checkpoint_every >= 1, "must be >= 1"),
+            ("metrics_port", self.metrics_port is None or 0 <= self.metrics_port < 65536,
+             "must be a port number"),
+            ("auth_max_skew", self.auth_max_skew > 0, "must be > 0"),
+            ("log_level", self.log_level in ("debug", "info", "warning", "error"),
+             "must be one of debug, info, warning, error"),
+        ]  # fmt: skip
+        for key, ok, rule in checks:
+            if not ok:
+                raise ConfigError(f"`{key}` {rule}, got {getattr(self, key)!r}")
+        host = split_address(self.address)[0]
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise ConfigError("`tls.cert` and `tls.key` must be given together")
+        if self.tls_client_ca is not None and self.tls_cert is None:
+            raise ConfigError("`tls.client_ca` (mutual TLS) needs `tls.cert` and `tls.key`")
+        if not is_loopback(host):
+            if self.insecure:
+                raise ConfigError(
+                    f"`insecure` is refused on the non-loopback address {self.address!r}: "
+                    "configure tls.cert and tls.key"
+                )
+            if self.tls_cert is None:
+                raise ConfigError(
+                    f"`address` {self.address!r} is not loopback, so TLS is required: "
+                    "set tls.cert and tls.key (--tls-cert/--tls-key)"
+                )
+        for path_key in ("tls_cert", "tls_key", "tls_client_ca"):
+            p = getattr(self, path_key)
+            if p is not None and not Path(p).is_file():
+                raise ConfigError(f"`{path_key.replace('_', '.', 1)}`: no such file {str(p)!r}")
+        from sporenet.federated.strategies import make_strategy
+
+        make_strategy(self.strategy, self.strategy_options)  # fails here, not in round 1
+        from sporenet.federated.auth import parse_public_key
+
+        for name, key in self.auth_ed25519.items():
+            try:
+                parse_public_key(key)
+            except ConfigError as e:
+                raise ConfigError(f"`auth.ed25519.{name}`: {e}") from None
+
+
+# TOML key -> (dataclass field, accepted Python types). Tables are flattened here.
+_TOP: dict[str, tuple[str, tuple[type, ...]]] = {
+    "address": ("address", (str,)),
+    "model": ("model", (str,)),
+    "state_dir": ("state_dir", (str,)),
+    "rounds": ("rounds", (int,)),
+    "min_clients": ("min_clients", (int,)),
+    "fraction": ("fraction", (int, float)),
+    "wait_timeout": ("wait_timeout", (int, float)),
+    "round_timeout": ("round_timeout", (int, float)),
+    "heartbeat_interval": ("heartbeat_interval", (int, float)),
+    "heartbeat_timeout": ("heartbeat_timeout", (int, float)),
+    "resume_grace": ("resume_grace", (int, float)),
+    "evaluate_every": ("evaluate_every", (int,)),
+    "evaluate_fraction": ("evaluate_fraction", (int, float)),
+    "max_update_norm": ("max_update_norm", (int, float)),
+    "max_update_bytes": ("max_update_bytes", (int,)),
+    "chunk_size": ("chunk_size", (int,)),
+    "max_workers": ("max_workers", (int,)),
+    "long_poll": ("long_poll", (int, float)),
+    "checkpoint_every": ("checkpoint_every", (int,)),
+    "seed": ("seed", (int,)),
+    "metrics_port": ("metrics_port", (int,)),
+    "insecure": ("insecure", (bool,)),
+    "log_level": ("log_level", (str,)),
+    "tls.cert": ("tls_cert", (str,)),
+    "tls.key": ("tls_key", (str,)),
+    "tls.client_ca": ("tls_client_ca", (str,)),
+    "auth.tokens": ("auth_tokens", (dict,)),
+    "auth.ed25519": ("auth_ed25519", (dict,)),
+    "auth.max_skew": ("auth_max_skew", (int, float)),
+}
+_PATHS = {"model", "state_dir", "tls_cert", "tls_key", "tls_client_ca"}
+_FLOATS = {k for k, (_, types) in _TOP.items() if float in types}
+
+
+def _flatten(raw: Mapping[str, Any]) -> dict[str, Any]:
+    flat: dict[str, Any] = {}
+    for key, value in raw.items():
+        if key in ("tls", "auth") and isinstance(value, dict):
+            for sub, v in value.items():
+                flat[f"{key}.{sub}"] = v
+        else:
+            flat[key] = value
+    return flat
+
+
+def build_config(file_values: Mapping[str, Any], overrides: Mapping[str, Any]) -> ServerConfig:
+    """A checked ServerConfig from parsed TOML values plus flag overrides (None = not given)."""
+    raw = dict(file_values)
+    strategy_table = raw.pop("strategy", {})
+    if isinstance(strategy_table, str):
+        strategy_table = {"name": strategy_table}
+    if not isinstance(strategy_table, dict):
+        raise ConfigError(f"`strategy` must be a table or a name, got {strategy_table!r}")
+    fit_config = raw.pop("fit_config", {})
+    if not isinstance(fit_config, dict):
+        raise ConfigError(f"`fit_config` must be a table, got {fit_config!r}")
+    flat = _flatten(raw)
+    flat.update({k: v for k, v in overrides.items() if v is not None and k in _TOP})
+    kwargs: dict[str, Any] = {}
+    for key, value in flat.items():
+        if key not in _TOP:
+            raise ConfigError(
+                f"unknown key `{key}`; known keys: {sorted([*_TOP, 'strategy', 'fit_config'])}"
+            )
+        attr, types = _TOP[key]
+        # bool is an int in Python; refuse `rounds = true`.
+        if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
+            names = " or ".join(t.__name__ for t in types)
+            raise ConfigError(f"`{key}` must be {names}, got {value!r}")
+        if key in _FLOATS and not math.isfinite(value):
+            raise ConfigError(f"`{key}` must be finite, got {value!r}")
+        kwargs[attr] = Path(value) if attr in _PATHS else value
+    for table in ("auth_tokens", "auth_ed25519"):
+        for name, value in kwargs.get(table, {}).items():
+            if not isinstance(value, str) or not value:
+                raise ConfigError(
+                    f"`{table.replace('_', '.', 1)}.{name}` must be a non-empty string"
+                )
+    strategy_table = dict(strategy_table)
+    if overrides.get("strategy") is not None:
+        strategy_table = {"name": overrides["strategy"]}
+    kwargs["strategy"] = strategy_table.pop("name", "fedavg")
+    kwargs["strategy_options"] = strategy_table
+    kwargs["fit_config"] = fit_config
+    if "state_dir" not in kwargs:
+        raise ConfigError("`state_dir` is required (--state-dir or state_dir in the config file)")
+    try:
+        return ServerConfig(**kwargs)
+    except TypeError as e:
+        raise ConfigError(str(e)) from None
+
+
+def load_config(path: Path | None, overrides: Mapping[str, Any]) -> ServerConfig:
+    """Read `path` (TOML) if given and apply `overrides` (flag values; None = not given)."""
+    values: dict[str, Any] = {}
+    if path is not None:
+        try:
+            values = tomllib.loads(Path(path).read_text())
+        except FileNotFoundError:
+            raise ConfigError(f"config file {str(path)!r} does not exist") from None
+        except tomllib.TOMLDecodeError as e:
+            raise ConfigError(f"config file {str(path)!r} is not valid TOML: {e}") from None
+    return build_config(values, overrides)

@@ -1,0 +1,105 @@
+"""Assemble and run the daemon: gRPC server, health service, metrics endpoint, round loop."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import threading
+from concurrent import futures
+from pathlib import Path
+from typing import Any
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+
+from sporenet.federated.auth import Authenticator
+from sporenet.federated.errors import ConfigError
+from sporenet.federated.server.config import ServerConfig, split_address
+from sporenet.federated.server.observability import Metrics, log_event, serve_metrics, setup_logging
+from sporenet.federated.server.rounds import RoundManager
+from sporenet.federated.server.servicer import SERVICE, FederatedServicer
+from sporenet.proto import federated_pb2_grpc as pb_grpc
+
+TICK_SECONDS = 0.1
+STOP_GRACE_SECONDS = 10.0
+
+
+def _server_credentials(config: ServerConfig) -> grpc.ServerCredentials | None:
+    if config.tls_cert is None or config.tls_key is None:
+        return None
+    key, cert = Path(config.tls_key).read_bytes(), Path(config.tls_cert).read_bytes()
+    client_ca = Path(config.tls_client_ca).read_bytes() if config.tls_client_ca else None
+    return grpc.ssl_server_credentials(
+        [(key, cert)], root_certificates=client_ca, require_client_auth=client_ca is not None
+    )
+
+
+def run_server(config: ServerConfig, *, stop: threading.Event | None = None) -> int:
+    """Serve the job until it is stopped (SIGTERM/SIGINT or `stop`); returns the exit code."""
+    logger = setup_logging(config.log_level)
+    metrics = Metrics()
+    manager = RoundManager(config, metrics=metrics, logger=logger)
+    auth = Authenticator(
+        tokens=config.auth_tokens, ed25519=config.auth_ed25519, max_skew=config.auth_max_skew
+    )
+    # Messages stay below gRPC's 4 MiB default: payloads move as chunks of `chunk_size`.
+    server = grpc.server(
+        futures.ThreadPoolExecutor(max_workers=config.max_workers, thread_name_prefix="rpc"),
+        options=[("grpc.so_reuseport", 0)],
+    )
+    pb_grpc.add_FederatedServicer_to_server(
+        FederatedServicer(
+            manager, auth=auth, metrics=metrics, logger=logger,
+            chunk_size=config.chunk_size, heartbeat_interval=config.heartbeat_interval,
+        ),
+        server,
+    )  # fmt: skip
+    health_servicer = health.HealthServicer(experimental_non_blocking=True)
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    creds = _server_credentials(config)
+    try:
+        port = (
+            server.add_secure_port(config.address, creds)
+            if creds
+            else server.add_insecure_port(config.address)
+        )
+    except RuntimeError as e:
+        raise ConfigError(f"`address`: cannot listen on {config.address!r}: {e}") from None
+    if port == 0:
+        raise ConfigError(f"`address`: cannot listen on {config.address!r} (in use?)")
+    server.start()
+    for name in ("", SERVICE):
+        health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+    host = split_address(config.address)[0]
+    metrics_port = None
+    http = None
+    if config.metrics_port is not None:
+        http = serve_metrics(metrics, host, config.metrics_port)
+        metrics_port = http.server_address[1]
+    info: dict[str, Any] = {"pid": os.getpid(), "address": config.address, "port": port,
+                            "metrics_port": metrics_port, "tls": creds is not None}  # fmt: skip
+    (Path(config.state_dir) / "server.json").write_text(json.dumps(info))
+    log_event(logger, "server_started", **info)
+
+    stop = stop or threading.Event()
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: stop.set())
+    while not stop.wait(TICK_SECONDS):
+        try:
+            manager.tick()
+        except Exception:  # keep serving: one bad round must not take the daemon down
+            logger.exception("tick_failed")
+
+    log_event(logger, "server_stopping")
+    for name in ("", SERVICE):
+        health_servicer.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
+    manager.stop()  # wakes long-polls so in-flight calls return
+    server.stop(STOP_GRACE_SECONDS).wait()
+    if http is not None:
+        http.shutdown()
+    manager.close()
+    log_event(logger, "server_stopped", level=logging.INFO)
+    return 0

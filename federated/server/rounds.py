@@ -1,0 +1,741 @@
+"""The round state machine: who trains what, when a round closes, and publishing its model.
+
+A job runs `rounds` rounds. Each round has a fit phase and, every `evaluate_every` rounds,
+an evaluate phase. A phase is first *waiting* (not enough live clients yet), then *active*:
+a sample of live clients is selected, they download the model and upload updates, which
+are validated and folded into the round's aggregator as they arrive. The phase closes
+when every selected client has answered (accepted, refused or dropped out) or at its
+deadline; a fit phase with fewer than `min_clients` accepted updates selects replacements
+instead of closing. Closing aggregates, applies the strategy and publishes the next model
+version.
+
+Everything a restart needs is in the Store (one transaction per transition), the model
+files, and periodic checkpoints of the aggregate; updates folded since the last
+checkpoint are kept on disk and folded again after a restart. No gRPC here: the servicer
+calls these methods and maps their exceptions to status codes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import logging
+import math
+import os
+import random
+import shutil
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from sporenet.federated.aggregation import Aggregator, Weights, template_of
+from sporenet.federated.codec import decode_update
+from sporenet.federated.errors import (
+    AggregationError,
+    ConfigError,
+    StaleTaskError,
+    TransferError,
+    UnknownClientError,
+    UpdateRejectedError,
+)
+from sporenet.federated.server.config import ServerConfig
+from sporenet.federated.server.observability import Metrics, log_event
+from sporenet.federated.server.state import JobState, ModelRecord, Store
+from sporenet.federated.strategies import make_strategy
+from sporenet.federated.validation import validate_update
+from sporenet.lite import ModelFormatError, read_weights, replace_weights_bytes
+
+MAX_REFUSALS = 3  # a client whose update is refused this often sits out the rest of the phase
+
+
+@dataclass(frozen=True)
+class TaskInfo:
+    """What GetTask answers: the transport turns it into a `Task` message."""
+
+    type: str  # wait | fit | evaluate | done
+    round: int = 0
+    task_id: str = ""
+    model: ModelRecord | None = None
+    config: dict[str, Any] = field(default_factory=dict)
+    retry_after: float = 1.0
+    reason: str = ""
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+
+
+def file_key(client_id: str) -> str:
+    """A filesystem-safe name for a client id (ids may be arbitrary configured names)."""
+    return hashlib.sha256(client_id.encode()).hexdigest()[:24]
+
+
+def _parse_metrics(text: str, what: str) -> dict[str, float]:
+    if not text:
+        return {}
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise UpdateRejectedError(f"{what} must be a JSON object of numbers: {e}") from None
+    if not isinstance(value, dict) or not all(
+        isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+        for v in value.values()
+    ):
+        raise UpdateRejectedError(
+            f"{what} must be a JSON object of finite numbers, got {text[:200]!r}"
+        )
+    return {str(k): float(v) for k, v in value.items()}
+
+
+def weighted_metrics(rows: list[tuple[int, Mapping[str, float]]]) -> dict[str, float]:
+    """Sample-weighted mean of each metric over the clients that reported it."""
+    sums: dict[str, float] = {}
+    weights: dict[str, float] = {}
+    for n, metrics in rows:
+        for k, v in metrics.items():
+            sums[k] = sums.get(k, 0.0) + n * v
+            weights[k] = weights.get(k, 0.0) + n
+    return {k: sums[k] / weights[k] for k in sums if weights[k] > 0}
+
+
+class RoundManager:
+    """The job's rounds; every public method is thread-safe."""
+
+    def __init__(self, config: ServerConfig, *, metrics: Metrics, logger: logging.Logger) -> None:
+        self.config = config
+        self.metrics = metrics
+        self.log = logger
+        self.strategy = make_strategy(config.strategy, config.strategy_options)
+        self.dir = Path(config.state_dir)
+        for sub in ("models", "rounds", "uploads"):
+            (self.dir / sub).mkdir(parents=True, exist_ok=True)
+        self.store = Store(self.dir / "state.db")
+        self._lock = threading.RLock()
+        self._changed = threading.Condition(self._lock)
+        self._decode_slots = threading.BoundedSemaphore(2)  # bounds decode memory, not clients
+        self._stopping = False
+        self._aggregating = False
+        self._last_seen: dict[str, float] = {}
+        self._parts: dict[str, str] = {}  # client id -> status in the current phase
+        self._refusals: dict[str, int] = {}
+        self._aggregator: Aggregator | None = None
+        self._since_checkpoint = 0
+        self._phase_t0 = time.monotonic()
+        self._rng = random.Random(config.seed)
+
+        now = time.time()
+        job = self.store.job()
+        if job is None:
+            job = self._init_job(now)
+        else:
+            log_event(self.log, "job_resumed", round=job.round, phase=job.phase, status=job.status)
+        self.job = job
+        with self.store.transaction() as tx:
+            tx.set_meta("config", _config_summary(config))
+        self._load_model(job.model_version)
+        for cid in self.store.clients():
+            self._last_seen[cid] = now  # everyone gets a heartbeat_timeout to come back
+        if job.status == "running" and job.active:
+            self._resume_phase(now)
+        self.metrics.set("sporenet_current_round", job.round)
+        self.metrics.set("sporenet_clients_registered", len(self._last_seen))
+
+    # -- setup ----------------------------------------------------------------------------
+
+    def _init_job(self, now: float) -> JobState:
+        if self.config.model is None:
+            raise ConfigError("`model` is required to start a new job (the state dir is empty)")
+        try:
+            data = Path(self.config.model).read_bytes()
+        except OSError as e:
+            raise ConfigError(f"`model`: cannot read {str(self.config.model)!r}: {e}") from None
+        try:
+            weights = read_weights(data)
+        except ModelFormatError as e:
+            raise ConfigError(
+                f"`model` {str(self.config.model)!r} is not a valid .spore file: {e}"
+            ) from None
+        if not weights:
+            raise ConfigError(
+                f"`model` {str(self.config.model)!r} has no float weight tensors to train"
+            )
+        record = self._write_model(0, 0, data)
+        job = JobState(waiting_since=now)
+        with self.store.transaction() as tx:
+            tx.add_model(record)
+            tx.set_job(job)
+        log_event(self.log, "job_created", model=str(self.config.model), tensors=len(weights))
+        return job
+
+    def _write_model(self, version: int, round_: int, data: bytes) -> ModelRecord:
+        name = f"models/v{version:05d}.spore"
+        _atomic_write(self.dir / name, data)
+        return ModelRecord(version, round_, name, hashlib.sha256(data).hexdigest(), len(data))
+
+    def _load_model(self, version: int) -> None:
+        record = self.store.model(version)
+        if record is None:
+            raise ConfigError(f"state dir {str(self.dir)!r} lost model version {version}")
+        self._model_bytes = (self.dir / record.file).read_bytes()
+        self._weights = {n: np.array(a) for n, a in read_weights(self._model_bytes).items()}
+        self._template = template_of(self._weights)
+        raw = sum(a.nbytes for a in self._weights.values())
+        self.max_update_bytes = self.config.max_update_bytes or 2 * raw + (1 << 20)
+        opt = self.dir / f"models/v{version:05d}.opt.npz"
+        self._opt_state: dict[str, np.ndarray] = {}
+        if opt.exists():
+            with np.load(opt, allow_pickle=False) as z:
+                self._opt_state = {k: z[k] for k in z.files}
+
+    def _phase_dir(self) -> Path:
+        return self.dir / "rounds" / f"r{self.job.round:05d}-{self.job.phase}"
+
+    def _checkpoint_path(self) -> Path:
+        return self._phase_dir().with_suffix(".npz")
+
+    def _resume_phase(self, now: float) -> None:
+        """Rebuild the active phase after a restart: participants, aggregate, deadline."""
+        rows = self.store.participants(self.job.round, self.job.phase)
+        self._parts = {cid: status for cid, (status, _, _) in rows.items()}
+        if self.job.phase == "fit":
+            agg = self.strategy.make_aggregator(self._template)
+            ckpt = self._checkpoint_path()
+            if ckpt.exists():
+                with np.load(ckpt, allow_pickle=False) as z:
+                    agg.restore({k: z[k] for k in z.files})
+            folded = set(agg.clients)
+            refolded = 0
+            for cid, (status, n, _) in rows.items():
+                if status != "accepted" or cid in folded:
+                    continue
+                kept = self._phase_dir() / f"{file_key(cid)}.upd"
+                if kept.exists():
+                    agg.add(cid, decode_update(kept.read_bytes(), self._template), float(n))
+                    refolded += 1
+                else:  # should not happen; ask the client for its update again
+                    self._parts[cid] = "selected"
+                    with self.store.transaction() as tx:
+                        tx.set_participant(self.job.round, self.job.phase, cid, "selected")
+            self._aggregator = agg
+            log_event(self.log, "aggregate_restored", checkpointed=len(folded), refolded=refolded)
+        self.job.deadline = max(self.job.deadline, now + self.config.resume_grace)
+        self._save_job()
+
+    def _save_job(self) -> None:
+        with self.store.transaction() as tx:
+            tx.set_job(self.job)
+
+    # -- client-facing --------------------------------------------------------------------
+
+    def register(self, name: str, identity: str | None, info: dict[str, str]) -> str:
+        """The client's id: its authenticated identity, else its chosen name, else a new one."""
+        client_id = identity or name or f"client-{os.urandom(6).hex()}"
+        with self._changed:
+            new = client_id not in self._last_seen
+            with self.store.transaction() as tx:
+                tx.add_client(client_id, name or client_id, info)
+            self._last_seen[client_id] = time.time()
+            self.metrics.set("sporenet_clients_registered", len(self._last_seen))
+            self._changed.notify_all()
+        if new:
+            log_event(self.log, "client_registered", client=client_id)
+        return client_id
+
+    def touch(self, client_id: str) -> None:
+        """Mark the client alive; raises UnknownClientError for ids never registered."""
+        with self._lock:
+            if client_id not in self._last_seen:
+                raise UnknownClientError(
+                    f"client {client_id!r} is not registered; call Register first"
+                )
+            self._last_seen[client_id] = time.time()
+
+    def _task_id(self) -> str:
+        return f"r{self.job.round}-{self.job.phase}"
+
+    def _current_task(self, client_id: str) -> TaskInfo:
+        job = self.job
+        if job.status != "running":
+            return TaskInfo(
+                "done",
+                job.round,
+                model=self.store.model(job.model_version),
+                reason=job.reason or job.status,
+            )
+        if job.active and not self._aggregating and self._parts.get(client_id) == "selected":
+            config = {"round": job.round, "rounds": self.config.rounds, **self.config.fit_config}
+            if job.phase == "fit":
+                config.update(self.strategy.fit_config(job.round))
+            return TaskInfo(
+                job.phase, job.round, self._task_id(), self.store.model(job.model_version), config
+            )
+        return TaskInfo(
+            "wait", job.round, retry_after=1.0, reason="not selected" if job.active else "waiting"
+        )
+
+    def get_task(self, client_id: str, wait: float) -> TaskInfo:
+        """The client's task, holding the call up to `wait` seconds while it would be "wait"."""
+        self.touch(client_id)
+        end = time.monotonic() + min(max(wait, 0.0), self.config.long_poll)
+        with self._changed:
+            while True:
+                task = self._current_task(client_id)
+                left = end - time.monotonic()
+                if task.type != "wait" or self._stopping or left <= 0:
+                    return task
+                self._changed.wait(timeout=left)
+
+    def heartbeat(self, client_id: str, task_id: str) -> bool:
+        """Mark alive; True while `task_id` is still wanted from this client."""
+        self.touch(client_id)
+        with self._lock:
+            return (
+                self.job.status == "running"
+                and task_id == self._task_id()
+                and self.job.active
+                and not self._aggregating
+                and self._parts.get(client_id) == "selected"
+            )
+
+    def model_record(self, version: int) -> ModelRecord:
+        record = self.store.model(version)
+        if record is None:
+            raise StaleTaskError(
+                f"model version {version} does not exist (latest is {self.job.model_version})"
+            )
+        return record
+
+    def model_path(self, record: ModelRecord) -> Path:
+        return self.dir / record.file
+
+    def upload_path(self, client_id: str, upload_id: str) -> Path:
+        return self.dir / "uploads" / f"{file_key(client_id)}-{upload_id}.part"
+
+    def open_upload(self, client_id: str, task_id: str, total_size: int) -> bool:
+        """Check an upload may start; False when this task's update was already accepted."""
+        self.touch(client_id)
+        with self._lock:
+            status = self._parts.get(client_id)
+            if task_id == self._task_id() and self.job.phase == "fit" and status == "accepted":
+                return False
+            self._check_open(client_id, task_id, "fit")
+        if total_size > self.max_update_bytes:
+            self._refuse(
+                client_id,
+                UpdateRejectedError(
+                    f"update is {total_size} bytes; at most {self.max_update_bytes} are accepted "
+                    "(max_update_bytes)"
+                ),
+            )
+        return True
+
+    def _check_open(self, client_id: str, task_id: str, phase: str) -> None:
+        current = self._task_id()
+        if (
+            self.job.status != "running"
+            or task_id != current
+            or not self.job.active
+            or self.job.phase != phase
+        ):
+            raise StaleTaskError(
+                f"task {task_id!r} is not open (the server is at {current!r}, {self.job.status})"
+            )
+        if self._aggregating:
+            raise StaleTaskError(f"task {task_id!r} closed: the round is being aggregated")
+        status = self._parts.get(client_id)
+        if status != "selected":
+            raise StaleTaskError(
+                f"client {client_id!r} has no open task in {current!r} (status {status})"
+            )
+
+    def _refuse(self, client_id: str, error: UpdateRejectedError) -> None:
+        self.metrics.inc("sporenet_updates_rejected_total")
+        with self._changed:
+            count = self._refusals.get(client_id, 0) + 1
+            self._refusals[client_id] = count
+            if count >= MAX_REFUSALS and self._parts.get(client_id) == "selected":
+                self._parts[client_id] = "rejected"
+                with self.store.transaction() as tx:
+                    tx.set_participant(self.job.round, self.job.phase, client_id, "rejected")
+                self._changed.notify_all()
+        log_event(
+            self.log,
+            "update_refused",
+            logging.WARNING,
+            client=client_id,
+            reason=str(error),
+            count=count,
+        )
+        raise error
+
+    def submit_update(
+        self,
+        client_id: str,
+        task_id: str,
+        path: Path,
+        *,
+        sha256: str,
+        num_samples: int,
+        metrics_json: str,
+    ) -> None:
+        """Validate the completely received upload at `path` and fold it into the aggregate."""
+        try:
+            metrics = _parse_metrics(metrics_json, "metrics_json")
+            with self._decode_slots:
+                payload = path.read_bytes()
+                if sha256 and hashlib.sha256(payload).hexdigest() != sha256.lower():
+                    raise UpdateRejectedError(
+                        "update bytes do not match the sha256 in the upload header"
+                    )
+                update = decode_update(payload, self._template)
+                del payload
+                norm = validate_update(
+                    update, num_samples=num_samples, max_norm=self.config.max_update_norm
+                )
+        except UpdateRejectedError as e:
+            path.unlink(missing_ok=True)
+            self._refuse(client_id, e)
+        with self._changed:
+            self._check_open(client_id, task_id, "fit")
+            if self._aggregator is None:  # cannot happen while a fit phase is open
+                raise AggregationError("no aggregator for the open fit phase")
+            self._aggregator.add(client_id, update, float(num_samples))
+            self._phase_dir().mkdir(parents=True, exist_ok=True)
+            os.replace(path, self._phase_dir() / f"{file_key(client_id)}.upd")
+            self._parts[client_id] = "accepted"
+            with self.store.transaction() as tx:
+                tx.set_participant(
+                    self.job.round, "fit", client_id, "accepted", num_samples, metrics
+                )
+            self._since_checkpoint += 1
+            if self._since_checkpoint >= self.config.checkpoint_every:
+                self._checkpoint()
+            self.metrics.inc("sporenet_updates_accepted_total")
+            self._changed.notify_all()
+        log_event(
+            self.log,
+            "update_accepted",
+            client=client_id,
+            task=task_id,
+            samples=num_samples,
+            norm=norm,
+        )
+
+    def _checkpoint(self) -> None:
+        """Save the aggregate, then drop the kept uploads it now contains."""
+        if self._aggregator is None:
+            return
+        snap = self._aggregator.snapshot()
+        ckpt = self._checkpoint_path()
+        tmp = ckpt.with_name(ckpt.name + ".tmp.npz")
+        np.savez(tmp, **snap)
+        os.replace(tmp, ckpt)
+        for cid in self._aggregator.clients:
+            (self._phase_dir() / f"{file_key(cid)}.upd").unlink(missing_ok=True)
+        self._since_checkpoint = 0
+
+    def report_evaluation(
+        self, client_id: str, task_id: str, *, loss: float, num_samples: int, metrics_json: str
+    ) -> None:
+        """Record one evaluation result."""
+        self.touch(client_id)
+        metrics = _parse_metrics(metrics_json, "metrics_json")
+        if not math.isfinite(loss) or num_samples <= 0:
+            raise UpdateRejectedError(
+                f"evaluation needs a finite loss and num_samples > 0, got {loss}, {num_samples}"
+            )
+        with self._changed:
+            self._check_open(client_id, task_id, "evaluate")
+            self._parts[client_id] = "accepted"
+            with self.store.transaction() as tx:
+                tx.set_participant(
+                    self.job.round,
+                    "evaluate",
+                    client_id,
+                    "accepted",
+                    num_samples,
+                    {"loss": loss, **metrics},
+                )
+            self._changed.notify_all()
+
+    # -- the round loop ---------------------------------------------------------------------
+
+    def stop(self) -> None:
+        """Wake every long-poll so in-flight calls can finish; persists the job."""
+        with self._changed:
+            self._stopping = True
+            self._changed.notify_all()
+            self._checkpoint()
+            self._save_job()
+
+    def close(self) -> None:
+        self.store.close()
+
+    def _live_clients(self, now: float) -> list[str]:
+        cutoff = now - self.config.heartbeat_timeout
+        return sorted(c for c, t in self._last_seen.items() if t >= cutoff)
+
+    def tick(self) -> None:
+        """Advance the state machine by whatever time and arrivals allow (called ~4×/s)."""
+        now = time.time()
+        with self._changed:
+            job = self.job
+            if job.status != "running" or self._aggregating or self._stopping:
+                return
+            if not job.active:
+                self._try_start(now)
+                return
+            self._drop_silent(now)
+            pending = sum(1 for s in self._parts.values() if s == "selected")
+            accepted = sum(1 for s in self._parts.values() if s == "accepted")
+            if job.phase == "fit":
+                if accepted >= self.config.min_clients and (pending == 0 or now >= job.deadline):
+                    self._aggregating = True
+                elif pending == 0 or now >= job.deadline:
+                    self._reselect(now, accepted, pending)
+                    return
+                else:
+                    return
+            elif pending == 0 or now >= job.deadline:
+                self._aggregating = True
+            else:
+                return
+            self._changed.notify_all()
+        # Aggregation and publishing run outside the lock: heartbeats and polls keep flowing.
+        try:
+            if self.job.phase == "fit":
+                self._publish_fit()
+            else:
+                self._finish_evaluate()
+        finally:
+            with self._changed:
+                self._aggregating = False
+                self._changed.notify_all()
+
+    def _drop_silent(self, now: float) -> None:
+        cutoff = now - self.config.heartbeat_timeout
+        dropped = [
+            c
+            for c, s in self._parts.items()
+            if s == "selected" and self._last_seen.get(c, 0) < cutoff
+        ]
+        if not dropped:
+            return
+        with self.store.transaction() as tx:
+            for cid in dropped:
+                self._parts[cid] = "dropped"
+                tx.set_participant(self.job.round, self.job.phase, cid, "dropped")
+        self.metrics.inc("sporenet_clients_dropped_total", len(dropped))
+        log_event(
+            self.log, "clients_dropped", logging.WARNING, round=self.job.round, clients=dropped
+        )
+
+    def _try_start(self, now: float) -> None:
+        job = self.job
+        live = self._live_clients(now)
+        need = self.config.min_clients if job.phase == "fit" else 1
+        if len(live) < need:
+            if self.config.wait_timeout and now - job.waiting_since > self.config.wait_timeout:
+                job.status = "failed"
+                job.reason = (
+                    f"only {len(live)} of min_clients={need} clients connected within "
+                    f"wait_timeout={self.config.wait_timeout:g} s"
+                )
+                self._save_job()
+                log_event(self.log, "job_failed", logging.ERROR, reason=job.reason)
+                self._changed.notify_all()
+            return
+        fraction = self.config.fraction if job.phase == "fit" else self.config.evaluate_fraction
+        size = min(len(live), max(need, math.ceil(fraction * len(live))))
+        rng = random.Random(f"{self.config.seed}-{job.round}-{job.phase}")
+        chosen = sorted(rng.sample(live, size))
+        job.active, job.attempt = True, 0
+        job.phase_started, job.deadline = now, now + self.config.round_timeout
+        self._parts = dict.fromkeys(chosen, "selected")
+        self._refusals = {}
+        self._since_checkpoint = 0
+        self._phase_t0 = time.monotonic()
+        if job.phase == "fit":
+            self._aggregator = self.strategy.make_aggregator(self._template)
+        with self.store.transaction() as tx:
+            tx.start_round(job.round, job.phase)
+            for cid in chosen:
+                tx.set_participant(job.round, job.phase, cid, "selected")
+            tx.set_job(job)
+        self.metrics.set("sporenet_round_participants", len(chosen))
+        log_event(
+            self.log,
+            "phase_started",
+            round=job.round,
+            phase=job.phase,
+            selected=len(chosen),
+            live=len(live),
+        )
+        self._changed.notify_all()
+
+    def _reselect(self, now: float, accepted: int, pending: int) -> None:
+        """Too few updates: select replacements (and, past the deadline, extend it)."""
+        job = self.job
+        missing = self.config.min_clients - accepted - pending
+        spare = [c for c in self._live_clients(now) if c not in self._parts]
+        extra = sorted(random.Random(f"{self.config.seed}-{job.round}-{job.attempt}").sample(
+            spare, min(len(spare), max(missing, 0))
+        ))  # fmt: skip
+        if now >= job.deadline:
+            job.attempt += 1
+            job.deadline = now + self.config.round_timeout
+        elif not extra:
+            return  # nobody to ask yet; the deadline decides
+        with self.store.transaction() as tx:
+            for cid in extra:
+                self._parts[cid] = "selected"
+                tx.set_participant(job.round, job.phase, cid, "selected")
+            tx.set_job(job)
+        log_event(
+            self.log, "phase_reselected", logging.WARNING, round=job.round, accepted=accepted,
+            added=len(extra), attempt=job.attempt,
+        )  # fmt: skip
+        self._changed.notify_all()
+
+    def _publish_fit(self) -> None:
+        job, t0 = self.job, time.monotonic()
+        try:
+            if self._aggregator is None:  # cannot happen: set whenever a fit phase is active
+                raise AggregationError("no aggregator for the fit phase")
+            delta = self._aggregator.result()
+            new_weights, new_state = self.strategy.apply(self._weights, delta, self._opt_state)
+        except AggregationError as e:
+            with self._changed:
+                job.status, job.reason = "failed", f"round {job.round}: {e}"
+                self._save_job()
+            log_event(self.log, "job_failed", logging.ERROR, reason=job.reason)
+            return
+        data = replace_weights_bytes(self._model_bytes, new_weights)
+        version = job.model_version + 1
+        record = self._write_model(version, job.round, data)
+        if new_state:
+            tmp = self.dir / f"models/v{version:05d}.opt.tmp.npz"
+            np.savez(tmp, **new_state)
+            os.replace(tmp, self.dir / f"models/v{version:05d}.opt.npz")
+        rows = self.store.participants(job.round, "fit")
+        accepted = [(n, m) for (s, n, m) in rows.values() if s == "accepted"]
+        summary = weighted_metrics(accepted)
+        summary["num_samples"] = float(sum(n for n, _ in accepted))
+        phase_dir, ckpt = self._phase_dir(), self._checkpoint_path()
+        with self._changed:
+            with self.store.transaction() as tx:
+                tx.add_model(record)
+                tx.finish_round(job.round, "fit", len(accepted), summary)
+                job.model_version = version
+                self._advance(tx, evaluate_next=bool(self.config.evaluate_every)
+                              and job.round % self.config.evaluate_every == 0)  # fmt: skip
+            self._model_bytes, self._weights, self._opt_state = data, new_weights, new_state
+            self._aggregator = None
+        shutil.rmtree(phase_dir, ignore_errors=True)
+        ckpt.unlink(missing_ok=True)
+        took = time.monotonic() - t0
+        self.metrics.inc("sporenet_rounds_completed_total")
+        self.metrics.set("sporenet_aggregation_seconds", took)
+        self.metrics.set("sporenet_round_duration_seconds", time.monotonic() - self._phase_t0)
+        self.metrics.set("sporenet_current_round", job.round)
+        log_event(
+            self.log, "round_published", round=record.round, version=version, clients=len(accepted),
+            aggregation_s=round(took, 4), metrics=summary,
+        )  # fmt: skip
+
+    def _finish_evaluate(self) -> None:
+        job = self.job
+        rows = self.store.participants(job.round, "evaluate")
+        accepted = [(n, m) for (s, n, m) in rows.values() if s == "accepted"]
+        summary = weighted_metrics(accepted)
+        with self._changed, self.store.transaction() as tx:
+            tx.finish_round(job.round, "evaluate", len(accepted), summary)
+            self._advance(tx, evaluate_next=False)
+        log_event(
+            self.log, "evaluation_finished", round=job.round, clients=len(accepted), metrics=summary
+        )
+
+    def _advance(self, tx: Any, *, evaluate_next: bool) -> None:
+        """Move the job past the phase that just closed (inside the caller's transaction)."""
+        job = self.job
+        if evaluate_next:
+            job.phase = "evaluate"
+        else:
+            job.phase = "fit"
+            job.round += 1
+            if job.round > self.config.rounds:
+                job.status, job.reason = "finished", f"all {self.config.rounds} rounds done"
+        job.active, job.attempt, job.waiting_since = False, 0, time.time()
+        self._parts, self._refusals = {}, {}
+        tx.set_job(job)
+        if job.status == "finished":
+            log_event(
+                self.log, "job_finished", rounds=self.config.rounds, model_version=job.model_version
+            )
+
+    # -- status ----------------------------------------------------------------------------
+
+    def status(self) -> dict[str, Any]:
+        with self._lock:
+            counts: dict[str, int] = {}
+            for s in self._parts.values():
+                counts[s] = counts.get(s, 0) + 1
+            return {
+                "job": dataclasses.asdict(self.job),
+                "participants": counts,
+                "clients_registered": len(self._last_seen),
+                "clients_live": len(self._live_clients(time.time())),
+                "aggregating": self._aggregating,
+                "rounds": self.store.rounds(),
+            }
+
+
+def _config_summary(config: ServerConfig) -> dict[str, Any]:
+    """The configuration as JSON, without secrets (auth tokens)."""
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(config):
+        value = getattr(config, f.name)
+        if f.name == "auth_tokens":
+            value = sorted(value)
+        elif isinstance(value, Path):
+            value = str(value)
+        out[f.name] = value
+    return out
+
+
+def read_status(state_dir: Path) -> dict[str, Any]:
+    """The job's status straight from a state dir (works whether or not the daemon runs)."""
+    db = Path(state_dir) / "state.db"
+    if not db.exists():
+        raise ConfigError(f"{str(state_dir)!r} holds no sporenet-server state (no state.db)")
+    store = Store(db)
+    try:
+        job = store.job()
+        latest = store.model(job.model_version) if job else None
+        return {
+            "job": dataclasses.asdict(job) if job else None,
+            "model": dataclasses.asdict(latest) if latest else None,
+            "clients_registered": len(store.clients()),
+            "rounds": store.rounds(),
+            "config": store.get_meta("config"),
+        }
+    finally:
+        store.close()
+
+
+__all__ = [
+    "RoundManager",
+    "TaskInfo",
+    "TransferError",
+    "Weights",
+    "read_status",
+    "weighted_metrics",
+]

@@ -1,0 +1,261 @@
+"""The gRPC servicer: authenticate, decode, call the RoundManager, map errors to status codes."""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import json
+import logging
+import re
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
+
+import grpc
+
+from sporenet.federated.auth import Authenticator
+from sporenet.federated.errors import (
+    AggregationError,
+    AuthError,
+    ConfigError,
+    FederatedError,
+    PermissionDeniedError,
+    StaleTaskError,
+    TransferError,
+    UnknownClientError,
+    UpdateRejectedError,
+)
+from sporenet.federated.server.observability import Metrics, log_event
+from sporenet.federated.server.rounds import RoundManager, TaskInfo
+from sporenet.proto import federated_pb2 as pb
+from sporenet.proto import federated_pb2_grpc as pb_grpc
+
+SERVICE = "sporenet.federated.v1.Federated"
+_UPLOAD_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+
+# Domain error -> status code; the first matching class wins (subclasses first).
+STATUS_CODES: list[tuple[type[FederatedError], grpc.StatusCode]] = [
+    (UpdateRejectedError, grpc.StatusCode.INVALID_ARGUMENT),
+    (ConfigError, grpc.StatusCode.INVALID_ARGUMENT),
+    (AuthError, grpc.StatusCode.UNAUTHENTICATED),
+    (PermissionDeniedError, grpc.StatusCode.PERMISSION_DENIED),
+    (UnknownClientError, grpc.StatusCode.NOT_FOUND),
+    (StaleTaskError, grpc.StatusCode.FAILED_PRECONDITION),
+    (TransferError, grpc.StatusCode.OUT_OF_RANGE),
+    (AggregationError, grpc.StatusCode.INTERNAL),
+    (FederatedError, grpc.StatusCode.UNKNOWN),
+]
+
+TASK_TYPES = {
+    "wait": pb.TASK_WAIT,
+    "fit": pb.TASK_FIT,
+    "evaluate": pb.TASK_EVALUATE,
+    "done": pb.TASK_DONE,
+}
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def method_path(name: str) -> str:
+    """The full gRPC method name, which signed requests cover."""
+    return f"/{SERVICE}/{name}"
+
+
+def status_for(error: FederatedError) -> grpc.StatusCode:
+    return next(code for cls, code in STATUS_CODES if isinstance(error, cls))
+
+
+def _maps_errors(func: F) -> F:
+    """Turn domain errors raised by a unary handler into the matching gRPC status."""
+
+    @functools.wraps(func)
+    def wrapper(self: FederatedServicer, request: Any, context: grpc.ServicerContext) -> Any:
+        try:
+            return func(self, request, context)
+        except FederatedError as e:
+            self._abort(context, e)
+
+    return wrapper  # type: ignore[return-value]
+
+
+def task_message(task: TaskInfo) -> pb.Task:
+    msg = pb.Task(
+        type=TASK_TYPES[task.type],
+        round=task.round,
+        task_id=task.task_id,
+        config_json=json.dumps(task.config),
+        retry_after_ms=int(task.retry_after * 1000),
+        reason=task.reason,
+    )
+    if task.model is not None:
+        msg.model_version, msg.model_size, msg.model_sha256 = (
+            task.model.version,
+            task.model.size,
+            task.model.sha256,
+        )
+    return msg
+
+
+class FederatedServicer(pb_grpc.FederatedServicer):
+    """Thin transport over a RoundManager."""
+
+    def __init__(
+        self,
+        manager: RoundManager,
+        *,
+        auth: Authenticator,
+        metrics: Metrics,
+        logger: logging.Logger,
+        chunk_size: int,
+        heartbeat_interval: float,
+    ) -> None:
+        self.m, self.auth, self.metrics, self.log = manager, auth, metrics, logger
+        self.chunk_size, self.heartbeat_interval = chunk_size, heartbeat_interval
+
+    def _abort(self, context: grpc.ServicerContext, error: FederatedError) -> None:
+        if isinstance(error, AuthError):
+            self.metrics.inc("sporenet_auth_failures_total")
+            log_event(
+                self.log, "auth_refused", logging.WARNING, peer=context.peer(), reason=str(error)
+            )
+        context.abort(status_for(error), str(error))
+
+    def _identity(self, context: grpc.ServicerContext, method: str) -> str | None:
+        return self.auth.authenticate(context.invocation_metadata(), method_path(method))
+
+    def _client(self, context: grpc.ServicerContext, method: str, client_id: str) -> str:
+        identity = self._identity(context, method)
+        if identity is not None and client_id != identity:
+            raise PermissionDeniedError(
+                f"authenticated as {identity!r} but the request names client {client_id!r}"
+            )
+        if not client_id:
+            raise UnknownClientError("client_id is empty; call Register first")
+        return client_id
+
+    @_maps_errors
+    def Register(
+        self, request: pb.RegisterRequest, context: grpc.ServicerContext
+    ) -> pb.RegisterReply:
+        identity = self._identity(context, "Register")
+        client_id = self.m.register(request.client_name, identity, dict(request.info))
+        return pb.RegisterReply(
+            client_id=client_id, heartbeat_interval_ms=int(self.heartbeat_interval * 1000)
+        )
+
+    @_maps_errors
+    def GetTask(self, request: pb.TaskRequest, context: grpc.ServicerContext) -> pb.Task:
+        cid = self._client(context, "GetTask", request.client_id)
+        return task_message(self.m.get_task(cid, request.wait_ms / 1000.0))
+
+    @_maps_errors
+    def Heartbeat(
+        self, request: pb.HeartbeatRequest, context: grpc.ServicerContext
+    ) -> pb.HeartbeatReply:
+        cid = self._client(context, "Heartbeat", request.client_id)
+        return pb.HeartbeatReply(task_active=self.m.heartbeat(cid, request.task_id))
+
+    def DownloadModel(
+        self, request: pb.DownloadRequest, context: grpc.ServicerContext
+    ) -> Iterator[pb.ModelChunk]:
+        try:
+            cid = self._client(context, "DownloadModel", request.client_id)
+            self.m.touch(cid)
+            record = self.m.model_record(request.model_version)
+            if request.offset > record.size:
+                raise TransferError(
+                    f"offset {request.offset} is past the model's {record.size} bytes"
+                )
+            chunk = min(request.chunk_size or self.chunk_size, self.chunk_size)
+            offset = request.offset
+            with open(self.m.model_path(record), "rb") as f:
+                f.seek(offset)
+                while offset < record.size:
+                    data = f.read(chunk)
+                    if not data:
+                        break
+                    yield pb.ModelChunk(offset=offset, data=data, total_size=record.size)
+                    offset += len(data)
+                    self.metrics.inc("sporenet_bytes_sent_total", len(data))
+        except FederatedError as e:
+            self._abort(context, e)
+
+    @_maps_errors
+    def UploadUpdate(
+        self, request_iterator: Iterator[pb.UploadChunk], context: grpc.ServicerContext
+    ) -> pb.UploadReply:
+        first = next(request_iterator, None)
+        if first is None or not first.HasField("header"):
+            raise UpdateRejectedError("the first UploadChunk of a call must carry the header")
+        h = first.header
+        cid = self._client(context, "UploadUpdate", h.client_id)
+        if not _UPLOAD_ID.match(h.upload_id):
+            raise UpdateRejectedError(
+                f"upload_id must be 1-64 characters of [A-Za-z0-9_-], got {h.upload_id!r}"
+            )
+        if not self.m.open_upload(cid, h.task_id, h.total_size):
+            return pb.UploadReply(accepted=True, received=h.total_size, message="already accepted")
+        path = self.m.upload_path(cid, h.upload_id)
+        size = path.stat().st_size if path.exists() else 0
+        if first.offset != size:
+            raise TransferError(
+                f"upload {h.upload_id!r} continues at offset {size}, the call started at {first.offset}"
+            )
+        with open(path, "ab") as f:
+            for i, msg in enumerate(itertools.chain([first], request_iterator)):
+                if msg.offset != size:
+                    raise TransferError(f"chunk at offset {msg.offset} does not follow byte {size}")
+                if size + len(msg.data) > h.total_size:
+                    f.close()
+                    path.unlink(missing_ok=True)
+                    raise UpdateRejectedError(
+                        f"upload sends more than the {h.total_size} bytes its header declared"
+                    )
+                f.write(msg.data)
+                size += len(msg.data)
+                self.metrics.inc("sporenet_bytes_received_total", len(msg.data))
+                if i % 16 == 15:
+                    self.m.touch(cid)  # a long upload is a sign of life
+        if size < h.total_size:
+            return pb.UploadReply(
+                accepted=False, received=size, message="incomplete: resume from `received`"
+            )
+        self.m.submit_update(
+            cid,
+            h.task_id,
+            path,
+            sha256=h.sha256,
+            num_samples=h.num_samples,
+            metrics_json=h.metrics_json,
+        )
+        return pb.UploadReply(accepted=True, received=size)
+
+    @_maps_errors
+    def GetUploadOffset(
+        self, request: pb.UploadOffsetRequest, context: grpc.ServicerContext
+    ) -> pb.UploadOffsetReply:
+        cid = self._client(context, "GetUploadOffset", request.client_id)
+        if not _UPLOAD_ID.match(request.upload_id):
+            raise UpdateRejectedError(
+                f"upload_id must be 1-64 characters of [A-Za-z0-9_-], got {request.upload_id!r}"
+            )
+        path = self.m.upload_path(cid, request.upload_id)
+        return pb.UploadOffsetReply(received=path.stat().st_size if path.exists() else 0)
+
+    @_maps_errors
+    def ReportEvaluation(
+        self, request: pb.EvaluationReport, context: grpc.ServicerContext
+    ) -> pb.EvaluationReply:
+        cid = self._client(context, "ReportEvaluation", request.client_id)
+        self.m.report_evaluation(
+            cid,
+            request.task_id,
+            loss=request.loss,
+            num_samples=request.num_samples,
+            metrics_json=request.metrics_json,
+        )
+        return pb.EvaluationReply(accepted=True)
+
+    @_maps_errors
+    def GetStatus(self, request: pb.StatusRequest, context: grpc.ServicerContext) -> pb.StatusReply:
+        self._identity(context, "GetStatus")
+        return pb.StatusReply(status_json=json.dumps(self.m.status()))
