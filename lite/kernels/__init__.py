@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from sporenet.lite.kernels import elementwise, linear, reshape, unary
-from sporenet.lite.kernels import conv, pooling  # noqa: I001
+from sporenet.lite.kernels import conv, normalization, pooling  # noqa: I001
 from sporenet.lite.kernels import layer_norm, softmax  # noqa: I001
 from sporenet.lite.kernels.base import Kernel
 from sporenet.lite.ops import OpCode
@@ -22,6 +22,9 @@ KERNELS: dict[OpCode, type[Kernel]] = {
     OpCode.AVG_POOL2D: pooling.AvgPool2D,
     OpCode.GLOBAL_AVG_POOL: pooling.GlobalAvgPool,
     OpCode.GLOBAL_MAX_POOL: pooling.GlobalMaxPool,
+    OpCode.BATCH_NORM: normalization.BatchNorm,
+    OpCode.LRN: normalization.LRN,
+    OpCode.INSTANCE_NORM: normalization.InstanceNorm,
     # binary elementwise
     OpCode.ADD: elementwise.Add,
     OpCode.SUB: elementwise.Sub,
