@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 from sporenet.lite.kernels import elementwise, linear, reshape, unary
-from sporenet.lite.kernels import conv, normalization, pooling  # noqa: I001
-from sporenet.lite.kernels import layer_norm, softmax  # noqa: I001
+from sporenet.lite.kernels import conv, normalization, pad, pooling  # noqa: I001
 from sporenet.lite.kernels.base import Kernel
 from sporenet.lite.ops import OpCode
 
@@ -25,6 +24,7 @@ KERNELS: dict[OpCode, type[Kernel]] = {
     OpCode.BATCH_NORM: normalization.BatchNorm,
     OpCode.LRN: normalization.LRN,
     OpCode.INSTANCE_NORM: normalization.InstanceNorm,
+    OpCode.PAD: pad.Pad,
     # binary elementwise
     OpCode.ADD: elementwise.Add,
     OpCode.SUB: elementwise.Sub,
