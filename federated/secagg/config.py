@@ -14,6 +14,8 @@ from sporenet.federated.secagg.errors import SecAggConfigError
 MIN_MODULUS_BITS = 8
 MAX_MODULUS_BITS = 64
 MIN_QUANTIZATION_BITS = 2
+#: Finer levels than this drown in float64 rounding (53-bit mantissa) and buy nothing.
+MAX_QUANTIZATION_BITS = 40
 
 
 def default_num_neighbours(num_clients: int) -> int:
@@ -40,7 +42,8 @@ class SecAggConfig:
     - `num_neighbours`: share holders / mask partners per client (even; default ~3·log2 n);
     - `threshold`: shares needed to reconstruct a secret (default k//2 + 1; must exceed k/2);
     - `clipping_range`: each coordinate is clipped to [-clipping_range, clipping_range];
-    - `quantization_bits`: fixed-point bits per coordinate (default: the most the ring fits);
+    - `quantization_bits`: fixed-point bits per coordinate (default: the most the ring fits,
+      at most 40);
     - `modulus_bits`: the ring is Z_{2^modulus_bits} (32 keeps uploads the size of float32).
     """
 
@@ -89,7 +92,7 @@ class SecAggConfig:
                 "quantization_bits",
                 self.quantization_bits,
                 minimum=MIN_QUANTIZATION_BITS,
-                maximum=self.modulus_bits - 1,
+                maximum=min(self.modulus_bits - 1, MAX_QUANTIZATION_BITS),
             )
 
     def resolve(self, num_clients: int) -> RoundParams:
@@ -115,7 +118,7 @@ class SecAggConfig:
         headroom = math.ceil(math.log2(num_clients + 1))
         q = self.quantization_bits
         if q is None:
-            q = self.modulus_bits - headroom
+            q = min(self.modulus_bits - headroom, MAX_QUANTIZATION_BITS)
             if q < MIN_QUANTIZATION_BITS:
                 raise SecAggConfigError(
                     f"`modulus_bits`={self.modulus_bits} leaves fewer than {MIN_QUANTIZATION_BITS}"
@@ -171,7 +174,7 @@ class RoundParams:
             "quantization_bits",
             self.quantization_bits,
             minimum=MIN_QUANTIZATION_BITS,
-            maximum=self.modulus_bits - 1,
+            maximum=min(self.modulus_bits - 1, MAX_QUANTIZATION_BITS),
         )
         if self.num_clients * (2 ** (self.quantization_bits - 1) - 1) >= 2 ** (
             self.modulus_bits - 1

@@ -122,12 +122,16 @@ def reconstruct(xs: np.ndarray, ys: np.ndarray, threshold: int) -> np.ndarray:
         )
     if np.any((xs <= 0) | (xs >= PRIME)) or np.any((ys < 0) | (ys >= PRIME)):
         raise ReconstructionError("a share or holder coordinate is not a field element")
-    xs, ys = xs[:, :threshold], ys[:, :threshold]
+    return field_to_secrets(interpolate_at_zero(xs[:, :threshold], ys[:, :threshold]))
+
+
+def interpolate_at_zero(xs: np.ndarray, ys: np.ndarray) -> np.ndarray:
+    """(m, t) coordinates and (m, t, CHUNKS) values -> (m, CHUNKS): each polynomial at 0."""
     weights = lagrange_at_zero(xs)
-    acc = np.zeros((xs.shape[0], CHUNKS), np.int64)
-    for i in range(threshold):
+    acc = np.zeros((xs.shape[0], ys.shape[2]), np.int64)
+    for i in range(xs.shape[1]):
         acc = (acc + weights[:, i : i + 1] * ys[:, i, :]) % PRIME
-    return field_to_secrets(acc)
+    return acc
 
 
 def share_to_bytes(share_row: np.ndarray) -> bytes:
