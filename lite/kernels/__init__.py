@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from sporenet.lite.kernels import elementwise, linear, reshape, unary
 from sporenet.lite.kernels import conv, normalization, pad, pooling  # noqa: I001
+from sporenet.lite.kernels import layer_norm, softmax  # noqa: I001
 from sporenet.lite.kernels.base import Kernel
 from sporenet.lite.ops import OpCode
 
