@@ -1,0 +1,157 @@
+"""`sporenet-convert MODEL.onnx -o MODEL.spore`: convert an ONNX model and print a report.
+
+Any failure exits non-zero with a message on stderr and leaves no output file: the model
+is written to a temporary file next to the target and renamed into place.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from sporenet.converter.convert import ConversionReport, convert_onnx_model
+from sporenet.converter.errors import ConversionError
+from sporenet.converter.onnx_import.registry import supported_onnx_ops
+from sporenet.lite.errors import LiteError
+from sporenet.lite.format import serialize
+
+
+class UsageError(Exception):
+    """A command-line argument is malformed."""
+
+
+def parse_input_shape(text: str) -> tuple[str, tuple[int, ...]]:
+    """NAME:D0,D1,... -> (NAME, dims); the name may itself contain ':'."""
+    name, sep, dims = text.rpartition(":")
+    if not sep or not name:
+        raise UsageError(f"--input-shape {text!r}: expected NAME:D0,D1,... e.g. x:1,3,224,224")
+    try:
+        shape = tuple(int(d) for d in dims.split(",")) if dims.strip() else ()
+    except ValueError:
+        raise UsageError(f"--input-shape {text!r}: dimensions must be integers") from None
+    if any(d < 0 for d in shape):
+        raise UsageError(f"--input-shape {text!r}: dimensions must be >= 0")
+    return name, shape
+
+
+def parse_metadata(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise UsageError(f"--metadata {text!r}: expected KEY=VALUE")
+    return key, value
+
+
+def _size(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024  # type: ignore[assignment]
+    return str(n)
+
+
+def format_report(source: Path, target: Path, report: ConversionReport, source_bytes: int,
+                  *, verbose: bool) -> str:
+    before, after = report.ir_ops_before, report.ir_ops_after
+    lines = [
+        f"converted {source} -> {target}",
+        f"  source     : {report.producer or 'unknown producer'}, opset {report.opset}, "
+        f"{sum(report.onnx_ops.values())} ONNX nodes ({len(report.onnx_ops)} op types)",
+        f"  nodes      : {sum(before.values())} imported -> {sum(after.values())} after passes",
+        f"  parameters : {report.parameters:,}",
+        f"  size       : {_size(source_bytes)} .onnx -> {_size(report.output_bytes)} .spore "
+        f"({report.output_bytes / max(source_bytes, 1):.2f}x)",
+        f"  time       : {report.seconds:.2f} s",
+    ]
+    if report.passes:
+        applied = ", ".join(f"{name} ({count})" for name, count in report.passes.items())
+        lines.append(f"  passes     : {applied}")
+    else:
+        lines.append("  passes     : none (--no-optimize)")
+    ops = sorted(set(before) | set(after), key=lambda op: (-before.get(op, 0), op))
+    shown = ops if verbose else ops[:12]
+    lines.append("  ops        : before  after")
+    lines.extend(f"    {op:<22}{before.get(op, 0):>6} {after.get(op, 0):>6}" for op in shown)
+    if len(ops) > len(shown):
+        lines.append(f"    ... {len(ops) - len(shown)} more (--verbose shows all)")
+    if verbose:
+        lines.append("  ONNX ops   : " + ", ".join(f"{op} x{n}"
+                                                  for op, n in sorted(report.onnx_ops.items())))
+    return "\n".join(lines)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="sporenet-convert",
+        description="Convert an ONNX model into a sporenet .spore model file.")
+    parser.add_argument("model", nargs="?", help="the .onnx model to convert")
+    parser.add_argument("-o", "--output", help="where to write the .spore file "
+                        "(default: MODEL with a .spore suffix)")
+    parser.add_argument("--input-shape", action="append", default=[], metavar="NAME:D0,D1,...",
+                        help="fix an input's shape (repeatable), e.g. input:1,3,224,224")
+    parser.add_argument("--no-optimize", action="store_true",
+                        help="skip the graph optimization passes")
+    parser.add_argument("--metadata", action="append", default=[], metavar="KEY=VALUE",
+                        help="store a metadata entry in the model (repeatable)")
+    parser.add_argument("--list-ops", action="store_true",
+                        help="print every ONNX op type the converter accepts and exit")
+    parser.add_argument("--verbose", action="store_true", help="a longer report")
+    return parser
+
+
+def _write_atomically(target: Path, data: bytes) -> None:
+    tmp = target.with_name(f".{target.name}.tmp{os.getpid()}")
+    try:
+        tmp.write_bytes(data)
+        os.replace(tmp, target)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.list_ops:
+        print("\n".join(supported_onnx_ops()))
+        return 0
+    if not args.model:
+        parser.print_usage(sys.stderr)
+        print("sporenet-convert: error: MODEL is required (or --list-ops)", file=sys.stderr)
+        return 2
+    source = Path(args.model)
+    target = Path(args.output) if args.output else source.with_suffix(".spore")
+    try:
+        shapes = dict(parse_input_shape(s) for s in args.input_shape)
+        metadata = dict(parse_metadata(m) for m in args.metadata)
+    except UsageError as exc:
+        print(f"sporenet-convert: error: {exc}", file=sys.stderr)
+        return 2
+    if target.resolve() == source.resolve():
+        print("sporenet-convert: error: the output would overwrite the input", file=sys.stderr)
+        return 2
+    if not target.parent.is_dir():
+        print(f"sporenet-convert: error: output directory {target.parent} does not exist",
+              file=sys.stderr)
+        return 1
+    try:
+        model, report = convert_onnx_model(source, input_shapes=shapes,
+                                           optimize=not args.no_optimize, metadata=metadata)
+        data = serialize(model)
+        report.output_bytes = len(data)
+        _write_atomically(target, data)
+    except (ConversionError, LiteError) as exc:
+        print(f"sporenet-convert: error: {exc}", file=sys.stderr)
+        return 1
+    except OSError as exc:
+        print(f"sporenet-convert: error: cannot write {target}: {exc.strerror or exc}",
+              file=sys.stderr)
+        return 1
+    print(format_report(source, target, report, source.stat().st_size, verbose=args.verbose))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,87 @@
+"""The converter's Python API: ONNX in, .spore bytes out (typed errors, never exits)."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from sporenet.converter.errors import ConversionError
+from sporenet.converter.onnx_import.importer import import_onnx
+from sporenet.converter.onnx_import.loader import OnnxSource, load_onnx
+from sporenet.converter.passes import optimize as run_passes
+from sporenet.converter.passes.graph_utils import compact_tensors
+from sporenet.lite.errors import LiteError
+from sporenet.lite.format import serialize
+from sporenet.lite.graph import Model
+from sporenet.lite.validate import validate
+
+
+@dataclass
+class ConversionReport:
+    """What a conversion did: op counts before and after, parameters, passes, timings."""
+
+    onnx_ops: Counter[str] = field(default_factory=Counter)
+    ir_ops_before: Counter[str] = field(default_factory=Counter)
+    ir_ops_after: Counter[str] = field(default_factory=Counter)
+    parameters: int = 0
+    passes: dict[str, int] = field(default_factory=dict)
+    opset: int = 0
+    producer: str = ""
+    seconds: float = 0.0
+    output_bytes: int = 0
+
+
+def _ir_ops(model: Model) -> Counter[str]:
+    return Counter(node.op.name for g in model.graphs for node in g.nodes)
+
+
+def convert_onnx_model(model: OnnxSource, *,
+                       input_shapes: Mapping[str, Sequence[int]] | None = None,
+                       optimize: bool = True, metadata: Mapping[str, str] | None = None,
+                       ) -> tuple[Model, ConversionReport]:
+    """Import (and optimize) an ONNX model; returns the IR Model and a report."""
+    start = time.perf_counter()
+    proto = load_onnx(model)
+    report = ConversionReport(onnx_ops=Counter(n.op_type for n in proto.graph.node))
+    report.producer = f"{proto.producer_name} {proto.producer_version}".strip()
+    ir = import_onnx(proto, input_shapes=input_shapes)
+    report.opset = max((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")),
+                       default=0)
+    compact_tensors(ir)
+    report.ir_ops_before = _ir_ops(ir)
+    try:
+        if optimize:
+            report.passes = run_passes(ir)
+        validate(ir)
+    except LiteError as exc:
+        raise ConversionError(f"the converted graph is invalid: {exc}") from exc
+    ir.metadata.update({"source_format": "onnx", "source_opset": str(report.opset)})
+    if proto.producer_name:
+        ir.metadata["source_producer"] = report.producer
+    for key, value in (metadata or {}).items():
+        if not isinstance(key, str) or not isinstance(value, str) or not key:
+            raise ConversionError(f"metadata must map non-empty str keys to str values, got "
+                                  f"{key!r}: {value!r}")
+        ir.metadata[key] = value
+    report.ir_ops_after = _ir_ops(ir)
+    report.parameters = ir.parameter_count()
+    report.seconds = time.perf_counter() - start
+    return ir, report
+
+
+def convert_onnx(model: OnnxSource, *, input_shapes: Mapping[str, Sequence[int]] | None = None,
+                 optimize: bool = True, metadata: Mapping[str, str] | None = None) -> bytes:
+    """Convert an ONNX model (a path, serialized bytes or an onnx.ModelProto) to .spore bytes.
+
+    `input_shapes` fixes dynamic input dimensions ({"input": (1, 3, 224, 224)}),
+    `optimize=False` skips the graph passes, `metadata` is stored in the file.
+    Raises InvalidOnnxError, UnsupportedOnnxOpError or ConversionError.
+    """
+    ir, _ = convert_onnx_model(model, input_shapes=input_shapes, optimize=optimize,
+                               metadata=metadata)
+    try:
+        return serialize(ir)
+    except LiteError as exc:
+        raise ConversionError(f"cannot write the converted model: {exc}") from exc

@@ -1,0 +1,214 @@
+"""The state of one import: the IR tensor table being built and what is known about each tensor.
+
+Every IR node is prepared with its runtime kernel as soon as it is emitted, so handlers can
+ask for shapes, dtypes and (for static tensors) values of their inputs. A graph with dynamic
+input dimensions is tracked under two assignments of those dimensions (1 and 2): a
+dimension that differs between them is dynamic (-1), and a value that differs is not static.
+Nodes whose inputs are all static are folded into constants right away, unless the constant
+would be much larger than its inputs (a ConstantOfShape fill stays a node the runtime folds
+at load time, so the file stays small).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import numpy as np
+
+from sporenet.converter.errors import ConversionError
+from sporenet.lite.errors import ShapeError
+from sporenet.lite.graph import DYNAMIC, Graph, Model, Node, Signature, Tensor
+from sporenet.lite.kernels import KERNELS
+from sporenet.lite.kernels.base import Attrs, Kernel, TensorSpec
+from sporenet.lite.ops import OpCode
+
+MATERIALIZE_LIMIT = 4096
+"""Folded constants up to this many bytes are always stored; larger ones only when they are
+no larger than the constants they are computed from (otherwise the node is kept)."""
+
+
+def should_materialize(out_bytes: int, in_bytes: int) -> bool:
+    """Whether a folded constant of `out_bytes` computed from `in_bytes` is worth storing."""
+    return out_bytes <= MATERIALIZE_LIMIT or out_bytes <= in_bytes
+
+
+def prepare_kernel(op: OpCode, attrs: dict[str, Any], in_specs: Sequence[TensorSpec | None],
+                   num_outputs: int) -> Kernel:
+    """The runtime kernel for one node (raises ShapeError as the planner would)."""
+    cls = KERNELS[op]
+    lo, hi = cls.num_inputs
+    if not lo <= len(in_specs) <= hi:
+        raise ShapeError(f"{op.name}: takes {lo}..{hi} inputs, got {len(in_specs)}")
+    try:
+        kernel = cls(Attrs(op.name, attrs, num_outputs), list(in_specs))
+    except ShapeError:
+        raise
+    except (ValueError, TypeError, IndexError, OverflowError, KeyError) as exc:
+        raise ShapeError(f"{op.name}: invalid attributes or inputs ({exc})") from None
+    if len(kernel.output_specs) < num_outputs:
+        raise ShapeError(f"{op.name}: produces {len(kernel.output_specs)} outputs, "
+                         f"{num_outputs} requested")
+    return kernel
+
+
+def evaluate(kernel: Kernel, values: Sequence[np.ndarray | None]) -> list[np.ndarray]:
+    """Run a prepared kernel on constant inputs (constant folding)."""
+    inputs = list(values)
+    if kernel.is_view:
+        return [np.array(v) for v in kernel.view(inputs)]
+    outs = [np.empty(s.shape, s.dtype) for s in kernel.output_specs]
+    step = kernel.bind(inputs, outs)
+    if step is not None:
+        step()
+    return outs
+
+
+class ImportContext:
+    """Builds the IR tensor table and node list for one graph while tracking tensor specs."""
+
+    def __init__(self, *, dynamic: bool, reserved: Iterable[str] = ()) -> None:
+        self.tensors: list[Tensor] = []
+        self.nodes: list[Node] = []
+        self.inputs: list[int] = []
+        # One spec map per assignment of dynamic dimensions (1, and 2 when any are dynamic).
+        self.views: list[dict[int, TensorSpec]] = [{}, {}] if dynamic else [{}]
+        self.static: set[int] = set()
+        self._reserved = set(reserved)
+        self._used: set[str] = set()
+        self.where = ""  # the ONNX node being imported, for error messages
+
+    # ---- naming
+    def unique_name(self, name: str) -> str:
+        candidate, k = name, 1
+        while candidate in self._used or (candidate in self._reserved and candidate != name):
+            candidate = f"{name}__{k}"
+            k += 1
+        self._used.add(candidate)
+        return candidate
+
+    def _fresh_name(self, base: str) -> str:
+        candidate, k = base, 1
+        while candidate in self._used or candidate in self._reserved:
+            candidate = f"{base}__{k}"
+            k += 1
+        self._used.add(candidate)
+        return candidate
+
+    def rename(self, index: int, name: str) -> None:
+        """Give a tensor the ONNX value name it stands for (when no other tensor has it)."""
+        tensor = self.tensors[index]
+        if tensor.name == name or name in self._used:
+            return
+        self._used.discard(tensor.name)
+        self._used.add(name)
+        tensor.name = name
+
+    # ---- tensors
+    def _add(self, name: str, spec_views: list[TensorSpec], data: np.ndarray | None,
+             *, reserved_name: bool = False) -> int:
+        shapes = [s.shape for s in spec_views]
+        shape = shapes[0]
+        if len(shapes) > 1 and len(shapes[1]) == len(shape):
+            shape = tuple(a if a == b else DYNAMIC for a, b in zip(shape, shapes[1], strict=True))
+        final = name if reserved_name and name not in self._used else self._fresh_name(name)
+        if final == name:
+            self._used.add(name)
+        self.tensors.append(Tensor(name=final, dtype=spec_views[0].dtype, shape=shape, data=data))
+        index = len(self.tensors) - 1
+        for view, spec in zip(self.views, spec_views, strict=True):
+            view[index] = spec
+        return index
+
+    def constant(self, name: str, value: Any, dtype: Any = None) -> int:
+        """A constant tensor holding `value` (stored bit for bit)."""
+        array = np.ascontiguousarray(value if dtype is None else np.asarray(value, dtype=dtype))
+        array.flags.writeable = False
+        spec = TensorSpec(array.shape, array.dtype, array)
+        index = self._add(name, [spec] * len(self.views), array, reserved_name=True)
+        self.static.add(index)
+        return index
+
+    def graph_input(self, name: str, shape: tuple[int, ...], dtype: np.dtype) -> int:
+        specs = [TensorSpec(tuple(v if d == DYNAMIC else d for d in shape), dtype)
+                 for v in (1, 2)[: len(self.views)]]
+        index = self._add(name, specs, None, reserved_name=True)
+        self.tensors[index].shape = tuple(shape)
+        self.inputs.append(index)
+        return index
+
+    # ---- queries for handlers
+    def spec(self, index: int) -> TensorSpec:
+        return self.views[0][index]
+
+    def shape(self, index: int) -> tuple[int, ...]:
+        """Shape with -1 for dynamic dimensions."""
+        return self.tensors[index].shape
+
+    def rank(self, index: int) -> int:
+        return len(self.views[0][index].shape)
+
+    def dtype(self, index: int) -> np.dtype:
+        return self.views[0][index].dtype
+
+    def value(self, index: int) -> np.ndarray | None:
+        """The tensor's value if it is the same whatever the dynamic dimensions are."""
+        if index == -1 or index not in self.static:
+            return None
+        return self.views[0][index].value
+
+    def fail(self, message: str) -> ConversionError:
+        return ConversionError(f"{self.where}: {message}" if self.where else message)
+
+    # ---- nodes
+    def emit(self, op: OpCode, inputs: Sequence[int], *, num_outputs: int = 1,
+             name: str = "", **attrs: Any) -> list[int]:
+        """Add an IR node (or fold it into constants) and return its output tensor indices."""
+        attrs = {k: v for k, v in attrs.items() if v is not None}
+        if op not in KERNELS:
+            raise self.fail(f"needs the runtime op {op.name}, which has no kernel yet")
+        kernels = []
+        for view in self.views:
+            in_specs = [view[i] if i != -1 else None for i in inputs]
+            try:
+                kernels.append(prepare_kernel(op, attrs, in_specs, num_outputs))
+            except ShapeError as exc:
+                raise self.fail(str(exc)) from None
+        base = name or f"{self.where or op.name.lower()}/{op.name.lower()}"
+        foldable = getattr(KERNELS[op], "foldable", True)
+        if foldable and all(i == -1 or i in self.static for i in inputs):
+            values = [self.views[0][i].value if i != -1 else None for i in inputs]
+            outs = evaluate(kernels[0], values)[:num_outputs]
+            in_bytes = sum(v.nbytes for v in values if v is not None)
+            if all(should_materialize(o.nbytes, in_bytes) for o in outs):
+                return [self.constant(base if num_outputs == 1 else f"{base}:{k}", o)
+                        for k, o in enumerate(outs)]
+            lazy = outs
+        else:
+            lazy = None
+        outputs = []
+        for k in range(num_outputs):
+            specs = [TensorSpec(kr.output_specs[k].shape, kr.output_specs[k].dtype)
+                     for kr in kernels]
+            if lazy is not None:
+                specs = [TensorSpec(lazy[k].shape, lazy[k].dtype, lazy[k])] * len(self.views)
+            index = self._add(base if num_outputs == 1 else f"{base}:{k}", specs, None)
+            if lazy is not None:
+                self.static.add(index)
+            outputs.append(index)
+        self.nodes.append(Node(op=op, inputs=list(inputs), outputs=outputs, attrs=attrs,
+                               name=self.tensors[outputs[0]].name))
+        return outputs
+
+    def emit1(self, op: OpCode, inputs: Sequence[int], **attrs: Any) -> int:
+        return self.emit(op, inputs, **attrs)[0]
+
+    # ---- result
+    def build(self, outputs: dict[str, int], *, producer: str, description: str) -> Model:
+        graph = Graph(name="main", inputs=list(self.inputs), outputs=list(outputs.values()),
+                      nodes=list(self.nodes))
+        signature = Signature(key="infer", graph=0,
+                              inputs={self.tensors[i].name: i for i in self.inputs},
+                              outputs=dict(outputs))
+        return Model(tensors=self.tensors, graphs=[graph], signatures={"infer": signature},
+                     producer=producer, description=description)

@@ -1,0 +1,183 @@
+"""ONNX ModelProto -> sporenet IR Model: initializers, inputs, per-op handlers, outputs."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+from sporenet.converter.errors import ConversionError, UnsupportedOnnxOpError
+from sporenet.converter.onnx_import.context import ImportContext
+from sporenet.converter.onnx_import.node import OnnxNode
+from sporenet.converter.onnx_import.registry import HANDLERS, handler_available
+from sporenet.lite.dtypes import NUMPY_TO_IR
+from sporenet.lite.graph import DYNAMIC, Model
+
+MIN_OPSET = 7
+MAX_OPSET = onnx.defs.onnx_opset_version()
+DEFAULT_DOMAINS = ("", "ai.onnx")
+
+
+def op_key(node: onnx.NodeProto) -> str:
+    """How an op type is named in errors and --list-ops (custom domains are prefixed)."""
+    return node.op_type if node.domain in DEFAULT_DOMAINS else f"{node.domain}.{node.op_type}"
+
+
+def onnx_opset(model: onnx.ModelProto) -> int:
+    """The default-domain opset the model was exported with, checked against our range."""
+    versions = [o.version for o in model.opset_import if o.domain in DEFAULT_DOMAINS]
+    if not versions:
+        raise ConversionError("the model imports no default-domain (ai.onnx) opset")
+    opset = max(versions)
+    if opset < MIN_OPSET:
+        raise ConversionError(
+            f"opset {opset} is older than the oldest supported ({MIN_OPSET}); upgrade the model "
+            "with onnx.version_converter.convert_version(model, 13)"
+        )
+    if opset > MAX_OPSET:
+        raise ConversionError(
+            f"opset {opset} is newer than the installed onnx knows ({MAX_OPSET})"
+        )
+    return opset
+
+
+def unsupported_ops(model: onnx.ModelProto) -> Counter[str]:
+    """Count of every node op type in the model the converter cannot import."""
+    missing: Counter[str] = Counter()
+    for node in model.graph.node:
+        key = op_key(node)
+        if key not in HANDLERS or not handler_available(key):
+            missing[key] += 1
+    return missing
+
+
+def _np_dtype(elem_type: int, what: str) -> np.dtype:
+    try:
+        dtype = np.dtype(helper.tensor_dtype_to_np_dtype(elem_type))
+    except (KeyError, TypeError, ValueError):
+        dtype = None
+    if dtype is None or dtype not in NUMPY_TO_IR:
+        name = onnx.TensorProto.DataType.Name(elem_type) if elem_type else "undefined"
+        raise ConversionError(
+            f"{what} has ONNX type {name}, which sporenet cannot store (supported: "
+            f"{', '.join(sorted(str(d) for d in NUMPY_TO_IR))})"
+        )
+    return dtype
+
+
+def _initializer(tensor: onnx.TensorProto) -> np.ndarray:
+    _np_dtype(tensor.data_type, f"initializer {tensor.name!r}")
+    try:
+        array = numpy_helper.to_array(tensor)
+    except (ValueError, TypeError) as exc:
+        raise ConversionError(f"initializer {tensor.name!r} cannot be read: {exc}") from None
+    return np.ascontiguousarray(array)
+
+
+def _input_shape(value: onnx.ValueInfoProto, override: Sequence[int] | None) -> tuple[int, ...]:
+    tt = value.type.tensor_type
+    if override is not None:
+        shape = tuple(int(d) for d in override)
+        if tt.HasField("shape"):
+            declared = [d.dim_value if d.HasField("dim_value") else DYNAMIC for d in tt.shape.dim]
+            if len(declared) != len(shape) or any(
+                d not in (DYNAMIC, s) for d, s in zip(declared, shape, strict=True)
+            ):
+                raise ConversionError(
+                    f"--input-shape {value.name}:{','.join(map(str, shape))} does not fit the "
+                    f"declared shape {declared} (-1: dynamic)"
+                )
+        if any(s < 0 for s in shape):
+            raise ConversionError(f"input shape for {value.name!r} has a negative dimension")
+        return shape
+    if not tt.HasField("shape"):
+        raise ConversionError(
+            f"input {value.name!r} declares no shape; give one with --input-shape "
+            f"{value.name}:D0,D1,..."
+        )
+    return tuple(d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else DYNAMIC
+                 for d in tt.shape.dim)
+
+
+def import_onnx(model: onnx.ModelProto, *,
+                input_shapes: Mapping[str, Sequence[int]] | None = None) -> Model:
+    """Translate a checked ONNX model into an IR Model (not yet optimized)."""
+    opset = onnx_opset(model)
+    missing = unsupported_ops(model)
+    if missing:
+        raise UnsupportedOnnxOpError(missing)
+    graph = model.graph
+    if any(a.type == onnx.AttributeProto.GRAPH for n in graph.node for a in n.attribute):
+        raise ConversionError("subgraphs (If/Loop/Scan bodies) are not supported")
+    shapes = dict(input_shapes or {})
+    initializers = {t.name for t in graph.initializer}
+    real_inputs = [v for v in graph.input if v.name not in initializers]
+    unknown = sorted(set(shapes) - {v.name for v in real_inputs})
+    if unknown:
+        raise ConversionError(
+            f"--input-shape names {unknown}, which are not model inputs; inputs are "
+            f"{[v.name for v in real_inputs]}"
+        )
+    input_specs = []
+    for v in real_inputs:
+        if not v.type.HasField("tensor_type"):
+            raise ConversionError(f"input {v.name!r} is not a tensor (sequences and maps are "
+                                  "not supported)")
+        dtype = _np_dtype(v.type.tensor_type.elem_type, f"input {v.name!r}")
+        input_specs.append((v.name, _input_shape(v, shapes.get(v.name)), dtype))
+    dynamic = any(DYNAMIC in shape for _, shape, _ in input_specs)
+    reserved = {name for n in graph.node for name in n.output if name}
+    reserved |= initializers | {v.name for v in real_inputs}
+    ctx = ImportContext(dynamic=dynamic, reserved=reserved)
+
+    names: dict[str, int] = {}
+    for t in graph.initializer:
+        names[t.name] = ctx.constant(t.name, _initializer(t))
+    for name, shape, dtype in input_specs:
+        names[name] = ctx.graph_input(name, shape, dtype)
+
+    for position, proto in enumerate(graph.node):
+        label = proto.name or (proto.output[0] if proto.output else f"#{position}")
+        ctx.where = f"node {label!r} ({proto.op_type})"
+        inputs = []
+        for name in proto.input:
+            if not name:
+                inputs.append(-1)
+                continue
+            if name not in names:
+                raise ctx.fail(f"input {name!r} is not produced by any earlier node")
+            inputs.append(names[name])
+        node = OnnxNode(op_type=proto.op_type, name=label, inputs=inputs,
+                        outputs=list(proto.output),
+                        attrs={a.name: helper.get_attribute_value(a) for a in proto.attribute},
+                        opset=opset)
+        first_new = len(ctx.tensors)
+        handler = HANDLERS[op_key(proto)]
+        try:
+            results = handler.convert(ctx, node)
+        except ConversionError as exc:
+            message = str(exc)
+            raise ConversionError(message if message.startswith(("node ", ctx.where))
+                                  else f"{ctx.where}: {message}") from None
+        for k, name in enumerate(proto.output):
+            if not name:
+                continue
+            if k >= len(results):
+                continue  # an optional output the converter does not produce (checked on use)
+            index = results[k]
+            names[name] = index
+            if index >= first_new and index not in ctx.inputs:
+                ctx.rename(index, name)
+
+    outputs: dict[str, int] = {}
+    for v in graph.output:
+        if v.name not in names:
+            raise ConversionError(f"graph output {v.name!r} is not produced by any node")
+        outputs[v.name] = names[v.name]
+    description = model.doc_string or graph.doc_string
+    producer = f"sporenet-convert (from {model.producer_name or 'ONNX'}"
+    producer += f" {model.producer_version})" if model.producer_version else ")"
+    return ctx.build(outputs, producer=producer, description=description)

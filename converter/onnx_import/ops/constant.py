@@ -1,0 +1,83 @@
+"""Constants and pass-through ops: Constant, ConstantOfShape, Shape, Size, Identity, Dropout."""
+
+from __future__ import annotations
+
+import numpy as np
+from onnx import numpy_helper
+
+from sporenet.converter.onnx_import.context import MATERIALIZE_LIMIT, ImportContext
+from sporenet.converter.onnx_import.node import OnnxNode, as_ints
+from sporenet.lite.graph import DYNAMIC
+from sporenet.lite.kernels import KERNELS
+from sporenet.lite.ops import OpCode
+
+
+def constant(ctx: ImportContext, node: OnnxNode) -> list[int]:
+    attrs = node.attrs
+    if "value" in attrs:
+        value = numpy_helper.to_array(attrs["value"])
+    elif "value_float" in attrs:
+        value = np.array(attrs["value_float"], np.float32)
+    elif "value_floats" in attrs:
+        value = np.array(attrs["value_floats"], np.float32)
+    elif "value_int" in attrs:
+        value = np.array(attrs["value_int"], np.int64)
+    elif "value_ints" in attrs:
+        value = np.array(attrs["value_ints"], np.int64)
+    else:
+        raise node.fail(f"only tensor, float(s) and int(s) values are supported, got "
+                        f"{sorted(attrs)}")
+    if value.dtype.kind in "USO":
+        raise node.fail("string constants are not supported")
+    return [ctx.constant(node.outputs[0], value)]
+
+
+def constant_of_shape(ctx: ImportContext, node: OnnxNode) -> list[int]:
+    shape = as_ints(ctx.value(node.input(0)))
+    if shape is None:
+        raise node.fail("the shape input must be static (known at conversion time)")
+    fill = (numpy_helper.to_array(node.attrs["value"]).reshape(())
+            if "value" in node.attrs else np.array(0, np.float32))
+    nbytes = int(np.prod(shape, dtype=np.int64)) * fill.dtype.itemsize
+    if nbytes > MATERIALIZE_LIMIT and OpCode.EXPAND in KERNELS:
+        # A large fill stays a node (Expand of a scalar) that the runtime folds at load time,
+        # so the file does not store megabytes of one repeated value.
+        scalar = ctx.constant(f"{node.outputs[0]}/value", fill)
+        target = ctx.constant(f"{node.outputs[0]}/shape", np.array(shape, np.int64))
+        return [ctx.emit1(OpCode.EXPAND, [scalar, target])]
+    return [ctx.constant(node.outputs[0], np.full(shape, fill, fill.dtype))]
+
+
+def shape(ctx: ImportContext, node: OnnxNode) -> list[int]:
+    x = node.input(0)
+    dims = ctx.shape(x)
+    start, end = node.attr("start", 0), node.attr("end", None)
+    if DYNAMIC not in dims[slice(start, end)]:
+        return [ctx.constant(node.outputs[0], np.array(dims[slice(start, end)], np.int64))]
+    return [ctx.emit1(OpCode.SHAPE, [x], start=start if start else None, end=end)]
+
+
+def size(ctx: ImportContext, node: OnnxNode) -> list[int]:
+    dims = ctx.shape(node.input(0))
+    if DYNAMIC in dims:
+        raise node.fail("the input shape must be static")
+    return [ctx.constant(node.outputs[0], np.array(int(np.prod(dims, dtype=np.int64)), np.int64))]
+
+
+def identity(ctx: ImportContext, node: OnnxNode) -> list[int]:
+    return [node.input(0)]
+
+
+def dropout(ctx: ImportContext, node: OnnxNode) -> list[int]:
+    """Inference: output = input; the optional mask is all ones."""
+    training = ctx.value(node.input(2))
+    if training is not None and bool(np.ravel(training)[0]):
+        raise node.fail("training_mode=True is not supported (the converter targets inference)")
+    x = node.input(0)
+    results = [x]
+    if node.num_outputs > 1:
+        dims = ctx.shape(x)
+        if DYNAMIC in dims:
+            raise node.fail("the mask output needs a static input shape")
+        results.append(ctx.constant(node.outputs[1], np.ones(dims, np.bool_)))
+    return results

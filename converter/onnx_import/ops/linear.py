@@ -1,0 +1,89 @@
+"""Gemm and MatMul: FullyConnected when the weights are constant, MatMul otherwise."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from sporenet.converter.onnx_import.context import ImportContext
+from sporenet.converter.onnx_import.node import OnnxNode
+from sporenet.lite.ops import OpCode
+
+
+def _transpose2d(ctx: ImportContext, x: int) -> int:
+    value = ctx.value(x)
+    if value is not None:
+        return ctx.constant(f"{ctx.tensors[x].name}/T", np.ascontiguousarray(value.T))
+    return ctx.emit1(OpCode.TRANSPOSE, [x], perm=[1, 0])
+
+
+def gemm(ctx: ImportContext, node: OnnxNode) -> list[int]:
+    """Y = alpha * A' @ B' + beta * C, with A' = A.T if transA and B' = B.T if transB.
+
+    With a constant float B this is FullyConnected, whose (out, in) weight is B'.T scaled by
+    alpha, and whose bias is beta * C when C broadcasts along the output features only.
+    """
+    a, b, c = node.input(0), node.input(1), node.input(2)
+    alpha, beta = float(node.attr("alpha", 1.0)), float(node.attr("beta", 1.0))
+    trans_a, trans_b = int(node.attr("transA", 0)), int(node.attr("transB", 0))
+    if ctx.rank(a) != 2 or ctx.rank(b) != 2:
+        raise node.fail(f"A and B must be 2-D, got shapes {list(ctx.shape(a))} and "
+                        f"{list(ctx.shape(b))}")
+    if trans_a:
+        a = _transpose2d(ctx, a)
+    weight = ctx.value(b)
+    dtype = ctx.dtype(a)
+    c_value = ctx.value(c) if c != -1 else None
+    if weight is not None and dtype.kind == "f":
+        # FullyConnected weight is (out_features, in_features) = B'.T.
+        w = weight if trans_b else weight.T
+        if alpha != 1.0:
+            w = w * np.asarray(alpha, w.dtype)
+        if trans_b and alpha == 1.0:
+            w_index = b  # the initializer itself, bit for bit
+        else:
+            w_index = ctx.constant(f"{ctx.tensors[b].name}/fc_weight",
+                                   np.ascontiguousarray(w, dtype=weight.dtype))
+        n = w.shape[0]
+        inputs = [a, w_index]
+        if c != -1 and c_value is not None and c_value.size in (1, n) and (
+            c_value.ndim == 0 or c_value.shape[-1] in (1, n)
+        ) and (c_value.ndim < 2 or c_value.shape[0] == 1):
+            bias = np.broadcast_to(c_value.reshape(-1), (n,)).astype(dtype)
+            if beta != 1.0:
+                bias = bias * np.asarray(beta, dtype)
+            if beta == 1.0 and c_value.shape == (n,):
+                inputs.append(c)
+            else:
+                inputs.append(ctx.constant(f"{ctx.tensors[c].name}/fc_bias",
+                                           np.ascontiguousarray(bias)))
+            return [ctx.emit1(OpCode.FULLY_CONNECTED, inputs)]
+        out = ctx.emit1(OpCode.FULLY_CONNECTED, inputs)
+    else:
+        if trans_b:
+            b = _transpose2d(ctx, b)
+        out = ctx.emit1(OpCode.MATMUL, [a, b])
+        if alpha != 1.0:
+            out = ctx.emit1(OpCode.MUL, [out, ctx.constant(f"{node.name}/alpha",
+                                                           np.array(alpha, dtype))])
+    if c != -1 and beta != 0.0:
+        if beta != 1.0:
+            if c_value is not None:
+                c = ctx.constant(f"{ctx.tensors[c].name}/scaled",
+                                 (c_value * np.asarray(beta, c_value.dtype)).astype(dtype))
+            else:
+                c = ctx.emit1(OpCode.MUL, [c, ctx.constant(f"{node.name}/beta",
+                                                           np.array(beta, dtype))])
+        out = ctx.emit1(OpCode.ADD, [out, c])
+    return [out]
+
+
+def matmul(ctx: ImportContext, node: OnnxNode) -> list[int]:
+    """A constant 2-D float B makes FullyConnected (weights pre-packed); else MatMul."""
+    a, b = node.input(0), node.input(1)
+    weight = ctx.value(b)
+    if weight is not None and weight.ndim == 2 and ctx.dtype(a).kind == "f" and (
+        ctx.dtype(a) == weight.dtype
+    ):
+        w = ctx.constant(f"{ctx.tensors[b].name}/fc_weight", np.ascontiguousarray(weight.T))
+        return [ctx.emit1(OpCode.FULLY_CONNECTED, [a, w])]
+    return [ctx.emit1(OpCode.MATMUL, [a, b])]

@@ -1,0 +1,55 @@
+"""Graph optimization passes over the IR, run in a fixed order by `optimize`.
+
+Each pass is a plain function `pass(model) -> int` that rewrites the model in place and
+returns how many rewrites it made (0: nothing to do).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from sporenet.converter.passes.activation_fusion import fuse_activations
+from sporenet.converter.passes.batchnorm_folding import fold_batch_norms
+from sporenet.converter.passes.constant_folding import fold_constants
+from sporenet.converter.passes.dead_code import eliminate_dead_nodes
+from sporenet.converter.passes.identity_removal import remove_identities
+from sporenet.converter.passes.noop_layout import remove_noop_layout
+from sporenet.converter.passes.shape_inference import infer_shapes
+from sporenet.lite.graph import Model
+
+
+@dataclass(frozen=True)
+class Pass:
+    name: str
+    run: Callable[[Model], int]
+
+
+PIPELINE: tuple[Pass, ...] = (
+    Pass("identity-removal", remove_identities),
+    Pass("constant-folding", fold_constants),
+    Pass("noop-reshape-transpose-removal", remove_noop_layout),
+    Pass("batchnorm-folding", fold_batch_norms),
+    Pass("activation-fusion", fuse_activations),
+    Pass("dead-node-elimination", eliminate_dead_nodes),
+    Pass("shape-inference", infer_shapes),
+)
+
+
+def optimize(model: Model) -> dict[str, int]:
+    """Run every pass once, in order; returns rewrites made per pass name."""
+    return {p.name: p.run(model) for p in PIPELINE}
+
+
+__all__ = [
+    "PIPELINE",
+    "Pass",
+    "eliminate_dead_nodes",
+    "fold_batch_norms",
+    "fold_constants",
+    "fuse_activations",
+    "infer_shapes",
+    "optimize",
+    "remove_identities",
+    "remove_noop_layout",
+]

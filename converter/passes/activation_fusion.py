@@ -1,0 +1,70 @@
+"""Activation fusion: an activation that alone reads a Conv/FC/Add output runs inside it.
+
+The producer's `activation` attribute names the in-place function the kernel applies to
+its output (see lite/kernels/activation.py), which saves one pass over the tensor.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sporenet.converter.passes.graph_utils import consumers, producers, replace_uses
+from sporenet.lite.graph import Model, Node
+from sporenet.lite.ops import OpCode
+
+FUSES_INTO = (OpCode.CONV2D, OpCode.FULLY_CONNECTED, OpCode.ADD, OpCode.SUB, OpCode.MUL)
+
+
+def fused_form(node: Node) -> dict[str, Any] | None:
+    """The `activation` attributes equivalent to an activation node, or None."""
+    if node.op == OpCode.RELU:
+        return {"activation": "relu"}
+    if node.op == OpCode.RELU6:
+        return {"activation": "relu6"}
+    if node.op == OpCode.SIGMOID:
+        return {"activation": "sigmoid"}
+    if node.op == OpCode.TANH:
+        return {"activation": "tanh"}
+    if node.op == OpCode.HARD_SWISH:
+        return {"activation": "hard_swish"}
+    if node.op == OpCode.LEAKY_RELU:
+        return {"activation": "leaky_relu", "alpha": float(node.attrs.get("alpha", 0.01))}
+    if node.op == OpCode.CLIP and len(node.inputs) == 1:
+        lo, hi = node.attrs.get("min"), node.attrs.get("max")
+        if lo == 0 and hi == 6:
+            return {"activation": "relu6"}
+        if lo == 0 and hi is None:
+            return {"activation": "relu"}
+        attrs: dict[str, Any] = {"activation": "clip"}
+        if lo is not None:
+            attrs["clip_min"] = float(lo)
+        if hi is not None:
+            attrs["clip_max"] = float(hi)
+        return attrs
+    return None
+
+
+def fuse_activations(model: Model) -> int:
+    """Fuse every fusable activation into its producer; returns how many were fused."""
+    fused = 0
+    for gi, graph in enumerate(model.graphs):
+        uses = consumers(graph)
+        made = producers(graph)
+        for act in list(graph.nodes):
+            form = fused_form(act)
+            if form is None or not act.inputs:
+                continue
+            x = act.inputs[0]
+            prev = made.get(x)
+            if (prev is None or prev.op not in FUSES_INTO or len(uses.get(x, [])) != 1
+                    or x in graph.outputs or model.tensors[x].dtype.kind != "f"
+                    or prev.attrs.get("activation", "none") != "none"
+                    or (form["activation"] == "leaky_relu" and "alpha" in prev.attrs)):
+                continue
+            prev.attrs = {**prev.attrs, **form}
+            graph.nodes.remove(act)
+            replace_uses(model, gi, act.outputs[0], x)
+            model.tensors[x].name, model.tensors[act.outputs[0]].name = (
+                model.tensors[act.outputs[0]].name, model.tensors[x].name)
+            fused += 1
+    return fused

@@ -1,0 +1,46 @@
+"""Constant folding: nodes whose inputs are all constants are evaluated once, at conversion.
+
+A result much larger than its inputs (a fill, an Expand) is left as a node: the runtime
+folds it when the model loads, and the file stays small.
+"""
+
+from __future__ import annotations
+
+from sporenet.converter.onnx_import.context import evaluate, prepare_kernel, should_materialize
+from sporenet.lite.errors import ShapeError
+from sporenet.lite.graph import Model
+from sporenet.lite.kernels import KERNELS
+from sporenet.lite.kernels.base import TensorSpec
+
+
+def fold_constants(model: Model) -> int:
+    """Replace all-constant nodes by constant tensors; returns how many nodes were folded."""
+    folded = 0
+    for graph in model.graphs:
+        kept = []
+        for node in graph.nodes:
+            tensors = [model.tensors[i] if i != -1 else None for i in node.inputs]
+            cls = KERNELS.get(node.op)
+            if (cls is None or not getattr(cls, "foldable", True)
+                    or any(t is not None and t.data is None for t in tensors)):
+                kept.append(node)
+                continue
+            specs = [None if t is None else TensorSpec(tuple(t.shape), t.dtype, t.data)
+                     for t in tensors]
+            try:
+                kernel = prepare_kernel(node.op, node.attrs, specs, len(node.outputs))
+            except ShapeError:
+                kept.append(node)  # left for the runtime to report with full context
+                continue
+            values = evaluate(kernel, [None if t is None else t.data for t in tensors])
+            in_bytes = sum(t.data.nbytes for t in tensors if t is not None)
+            if not all(should_materialize(v.nbytes, in_bytes) for v in values):
+                kept.append(node)
+                continue
+            for i, value in zip(node.outputs, values, strict=False):
+                value.flags.writeable = False
+                tensor = model.tensors[i]
+                tensor.data, tensor.shape, tensor.dtype = value, value.shape, value.dtype
+            folded += 1
+        graph.nodes = kept
+    return folded

@@ -1,0 +1,102 @@
+"""Small helpers the passes share: who consumes a tensor, rewiring uses, dropping tensors."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from sporenet.lite.graph import DYNAMIC, Graph, Model, Node
+
+
+def consumers(graph: Graph) -> dict[int, list[Node]]:
+    """Tensor index -> the nodes that read it (a node reading it twice is listed twice)."""
+    uses: dict[int, list[Node]] = {}
+    for node in graph.nodes:
+        for i in node.inputs:
+            if i != -1:
+                uses.setdefault(i, []).append(node)
+    return uses
+
+
+def producers(graph: Graph) -> dict[int, Node]:
+    """Tensor index -> the node that writes it."""
+    return {i: node for node in graph.nodes for i in node.outputs}
+
+
+def replace_uses(model: Model, graph_index: int, old: int, new: int) -> None:
+    """Make every reader of tensor `old` (nodes, graph outputs, signatures) read `new`."""
+    graph = model.graphs[graph_index]
+    for node in graph.nodes:
+        node.inputs = [new if i == old else i for i in node.inputs]
+    graph.outputs = [new if i == old else i for i in graph.outputs]
+    for sig in model.signatures.values():
+        if sig.graph == graph_index:
+            sig.outputs = {name: new if i == old else i for name, i in sig.outputs.items()}
+
+
+def is_graph_output(model: Model, index: int) -> bool:
+    return any(index in g.outputs for g in model.graphs)
+
+
+def static_shape(model: Model, index: int) -> tuple[int, ...] | None:
+    """The stored shape of a tensor when it has no dynamic dimension, else None."""
+    shape = model.tensors[index].shape
+    return None if DYNAMIC in shape else tuple(shape)
+
+
+def compact_tensors(model: Model) -> int:
+    """Drop tensors no graph references and renumber the rest; returns how many went."""
+    used: set[int] = set()
+    for graph in model.graphs:
+        used.update(graph.inputs)
+        used.update(graph.outputs)
+        for node in graph.nodes:
+            used.update(i for i in node.inputs if i != -1)
+            used.update(node.outputs)
+    if len(used) == len(model.tensors):
+        return 0
+    remap = {old: new for new, old in enumerate(sorted(used))}
+    removed = len(model.tensors) - len(remap)
+    model.tensors = [model.tensors[old] for old in sorted(used)]
+
+    def m(i: int) -> int:
+        return -1 if i == -1 else remap[i]
+
+    for graph in model.graphs:
+        graph.inputs = [m(i) for i in graph.inputs]
+        graph.outputs = [m(i) for i in graph.outputs]
+        for node in graph.nodes:
+            node.inputs = [m(i) for i in node.inputs]
+            node.outputs = [m(i) for i in node.outputs]
+    for sig in model.signatures.values():
+        sig.inputs = {k: m(i) for k, i in sig.inputs.items()}
+        sig.outputs = {k: m(i) for k, i in sig.outputs.items()}
+    return removed
+
+
+def add_constant(model: Model, name: str, value: np.ndarray) -> int:
+    """Append a constant tensor with a name no other tensor has; returns its index."""
+    from sporenet.lite.graph import Tensor
+
+    taken = {t.name for t in model.tensors}
+    candidate, k = name, 1
+    while candidate in taken:
+        candidate = f"{name}__{k}"
+        k += 1
+    array = np.ascontiguousarray(value)
+    array.flags.writeable = False
+    model.tensors.append(Tensor(name=candidate, dtype=array.dtype, shape=array.shape, data=array))
+    return len(model.tensors) - 1
+
+
+def add_tensor(model: Model, name: str, like: int) -> int:
+    """Append an activation tensor with the dtype and shape of tensor `like`."""
+    from sporenet.lite.graph import Tensor
+
+    taken = {t.name for t in model.tensors}
+    candidate, k = name, 1
+    while candidate in taken:
+        candidate = f"{name}__{k}"
+        k += 1
+    ref = model.tensors[like]
+    model.tensors.append(Tensor(name=candidate, dtype=ref.dtype, shape=ref.shape))
+    return len(model.tensors) - 1
