@@ -1,1 +1,28 @@
-"""sporenet.federated"""
+"""sporenet.federated: the federated-learning client SDK, strategies and the sporenet-server daemon.
+
+The client side is `Client` (register, train with your callable, upload); the server side
+is `sporenet-server` (sporenet.federated.server). Strategies live in
+sporenet.federated.strategies, the aggregation stage in sporenet.federated.aggregation.
+"""
+
+from sporenet.federated.aggregation import Aggregator, BufferedAggregator, WeightedMeanAggregator
+from sporenet.federated.client import Client
+from sporenet.federated.errors import (
+    AggregationError,
+    AuthError,
+    ConfigError,
+    FederatedError,
+    UpdateRejectedError,
+)
+
+__all__ = [
+    "AggregationError",
+    "Aggregator",
+    "AuthError",
+    "BufferedAggregator",
+    "Client",
+    "ConfigError",
+    "FederatedError",
+    "UpdateRejectedError",
+    "WeightedMeanAggregator",
+]

@@ -17,6 +17,7 @@ carried into the next round (error feedback).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -253,14 +254,13 @@ class Client:
 
     def _heartbeats(self, task_id: str, done: threading.Event) -> None:
         while not done.wait(self._heartbeat_interval):
-            try:
+            # The main loop handles reconnects; a missed beat is not fatal.
+            with contextlib.suppress(grpc.RpcError):
                 self._stub.Heartbeat(
                     pb.HeartbeatRequest(client_id=self.client_id or "", task_id=task_id),
                     metadata=self._md("Heartbeat"),
                     timeout=self.rpc_timeout,
                 )
-            except grpc.RpcError:
-                pass  # the main loop handles reconnects; a missed beat is not fatal
 
     def _fit(self, task: pb.Task) -> None:
         pending = self._pending
@@ -346,7 +346,8 @@ class Client:
         self._stub.ReportEvaluation(
             pb.EvaluationReport(
                 client_id=self.client_id or "", task_id=task.task_id, loss=float(loss),
-                num_samples=int(num_samples), metrics_json=json.dumps({k: float(v) for k, v in metrics.items()}),
+                num_samples=int(num_samples),
+                metrics_json=json.dumps({k: float(v) for k, v in metrics.items()}),
             ),
             metadata=self._md("ReportEvaluation"),
             timeout=self.rpc_timeout,

@@ -96,7 +96,8 @@ def decode_update(payload: bytes, template: Template) -> Weights:
         shape, dtype = template[t.name]
         if tuple(t.shape) != shape or t.dtype != dtype.name:
             raise UpdateRejectedError(
-                f"tensor {t.name!r}: expected {dtype.name}{list(shape)}, got {t.dtype}{list(t.shape)}"
+                f"tensor {t.name!r}: expected {dtype.name}{list(shape)}, "
+                f"got {t.dtype}{list(t.shape)}"
             )
         out[t.name] = _decode_tensor(t, shape, dtype)
     return out

@@ -28,6 +28,12 @@ def _run_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--rounds", type=int)
     p.add_argument("--min-clients", dest="min_clients", type=int)
+    p.add_argument(
+        "--min-available",
+        dest="min_available",
+        type=int,
+        help="live clients needed to start a round (default: min-clients)",
+    )
     p.add_argument("--fraction", type=float, help="fraction of live clients sampled per round")
     p.add_argument("--round-timeout", dest="round_timeout", type=float, help="seconds per round")
     p.add_argument(
@@ -36,7 +42,9 @@ def _run_parser() -> argparse.ArgumentParser:
         type=float,
         help="fail the job after this long without min-clients (0: wait forever)",
     )
+    p.add_argument("--heartbeat-interval", dest="heartbeat_interval", type=float)
     p.add_argument("--heartbeat-timeout", dest="heartbeat_timeout", type=float)
+    p.add_argument("--checkpoint-every", dest="checkpoint_every", type=int)
     p.add_argument("--evaluate-every", dest="evaluate_every", type=int)
     p.add_argument("--max-update-norm", dest="max_update_norm", type=float)
     p.add_argument("--max-update-bytes", dest="max_update_bytes", type=int)

@@ -50,7 +50,8 @@ class ServerConfig:
     address: str = "127.0.0.1:8080"
     model: Path | None = None
     rounds: int = 3
-    min_clients: int = 2
+    min_clients: int = 2  # fewest accepted updates a fit round aggregates
+    min_available: int = 0  # live clients needed to start a round; 0 = min_clients
     fraction: float = 1.0
     wait_timeout: float = 0.0  # give up (job failed) after this long without min_clients; 0 = never
     round_timeout: float = 600.0  # per-phase deadline
@@ -83,6 +84,7 @@ class ServerConfig:
         checks: list[tuple[str, bool, str]] = [
             ("rounds", self.rounds >= 1, "must be >= 1"),
             ("min_clients", self.min_clients >= 1, "must be >= 1"),
+            ("min_available", self.min_available >= 0, "must be >= 0 (0 means min_clients)"),
             ("fraction", 0.0 < self.fraction <= 1.0, "must be in (0, 1]"),
             ("evaluate_fraction", 0.0 < self.evaluate_fraction <= 1.0, "must be in (0, 1]"),
             ("wait_timeout", self.wait_timeout >= 0, "must be >= 0 (0 waits forever)"),
@@ -92,8 +94,8 @@ class ServerConfig:
              "must be greater than heartbeat_interval"),
             ("resume_grace", self.resume_grace >= 0, "must be >= 0"),
             ("evaluate_every", self.evaluate_every >= 0, "must be >= 0"),
-            ("max_update_norm", self.max_update_norm is None or self.max_update_norm > 0, "must be > 0"),
-            ("max_update_bytes", self.max_update_bytes is None or self.max_update_bytes > 0, "must be > 0"),
+            ("max_update_norm", (self.max_update_norm or 1) > 0, "must be > 0"),
+            ("max_update_bytes", (self.max_update_bytes or 1) > 0, "must be > 0"),
             ("chunk_size", 1024 <= self.chunk_size <= (3 << 20), "must be in [1 KiB, 3 MiB]"),
             ("max_workers", self.max_workers >= 4, "must be >= 4"),
             ("long_poll", self.long_poll >= 0, "must be >= 0"),
@@ -146,6 +148,7 @@ _TOP: dict[str, tuple[str, tuple[type, ...]]] = {
     "state_dir": ("state_dir", (str,)),
     "rounds": ("rounds", (int,)),
     "min_clients": ("min_clients", (int,)),
+    "min_available": ("min_available", (int,)),
     "fraction": ("fraction", (int, float)),
     "wait_timeout": ("wait_timeout", (int, float)),
     "round_timeout": ("round_timeout", (int, float)),

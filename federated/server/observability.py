@@ -7,7 +7,7 @@ import logging
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, ClassVar
 
 LOGGER_NAME = "sporenet.federated.server"
 
@@ -47,7 +47,7 @@ def log_event(logger: logging.Logger, event: str, level: int = logging.INFO, **f
 class Metrics:
     """Counters and gauges rendered in the Prometheus text exposition format."""
 
-    HELP = {
+    HELP: ClassVar[dict[str, tuple[str, str]]] = {
         "sporenet_rounds_completed_total": (
             "counter",
             "Federated rounds whose model was published.",
@@ -118,5 +118,5 @@ def serve_metrics(metrics: Metrics, host: str, port: int) -> ThreadingHTTPServer
 
 
 def monotonic() -> float:
-    """Seconds from a monotonic clock (durations only; deadlines use wall time to survive restarts)."""
+    """Seconds on a monotonic clock, for durations (deadlines use wall time: restarts)."""
     return time.monotonic()

@@ -541,7 +541,7 @@ class RoundManager:
     def _try_start(self, now: float) -> None:
         job = self.job
         live = self._live_clients(now)
-        need = self.config.min_clients if job.phase == "fit" else 1
+        need = max(self.config.min_clients, self.config.min_available) if job.phase == "fit" else 1
         if len(live) < need:
             if self.config.wait_timeout and now - job.waiting_since > self.config.wait_timeout:
                 job.status = "failed"
@@ -725,6 +725,14 @@ def read_status(state_dir: Path) -> dict[str, Any]:
             "model": dataclasses.asdict(latest) if latest else None,
             "clients_registered": len(store.clients()),
             "rounds": store.rounds(),
+            "participants": (
+                {
+                    cid: status
+                    for cid, (status, _, _) in store.participants(job.round, job.phase).items()
+                }
+                if job
+                else {}
+            ),
             "config": store.get_meta("config"),
         }
     finally:

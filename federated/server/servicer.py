@@ -198,7 +198,8 @@ class FederatedServicer(pb_grpc.FederatedServicer):
         size = path.stat().st_size if path.exists() else 0
         if first.offset != size:
             raise TransferError(
-                f"upload {h.upload_id!r} continues at offset {size}, the call started at {first.offset}"
+                f"upload {h.upload_id!r} continues at offset {size}, "
+                f"the call started at {first.offset}"
             )
         with open(path, "ab") as f:
             for i, msg in enumerate(itertools.chain([first], request_iterator)):

@@ -168,7 +168,8 @@ class _Transaction:
 
     def add_client(self, client_id: str, name: str, info: dict[str, str]) -> None:
         self._store._db.execute(
-            "INSERT OR IGNORE INTO clients (client_id, name, registered_at, info) VALUES (?, ?, ?, ?)",
+            "INSERT OR IGNORE INTO clients (client_id, name, registered_at, info) "
+            "VALUES (?, ?, ?, ?)",
             (client_id, name, time.time(), json.dumps(info)),
         )
 

@@ -1,119 +1,17 @@
-"""Helpers for federated integration tests: a tiny model, free ports, the daemon as a subprocess."""
+"""Fixtures for federated integration tests."""
 
 from __future__ import annotations
 
-import json
-import os
-import signal
-import socket
-import subprocess
-import sys
-import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import grpc
-import numpy as np
 import pytest
-from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-import sporenet.lite
-from sporenet.lite import ModelBuilder, OpCode
-
-
-def make_model(path: Path, *, out: int = 3, inp: int = 4, seed: int = 0) -> dict[str, np.ndarray]:
-    """Write a one-layer .spore model to `path`; returns its initial weights."""
-    rng = np.random.default_rng(seed)
-    w0 = rng.standard_normal((out, inp)).astype(np.float32)
-    b0 = rng.standard_normal(out).astype(np.float32)
-    b = ModelBuilder()
-    x = b.input("x", (-1, inp))
-    w = b.constant("w", w0)
-    bias = b.constant("b", b0)
-    b.output(b.op(OpCode.FULLY_CONNECTED, [x, w, bias]))
-    path.write_bytes(sporenet.lite.serialize(b.build()))
-    return {"w": w0, "b": b0}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-class ServerProcess:
-    """`python -m sporenet.federated.server` with the given flags, logs captured to a file."""
-
-    def __init__(self, state_dir: Path, args: list[str], *, port: int | None = None) -> None:
-        self.state_dir, self.args = state_dir, args
-        self.port = port or free_port()
-        self.address = f"127.0.0.1:{self.port}"
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.log_path = state_dir.parent / f"{state_dir.name}-server.log"
-
-    def start(self, *, wait: bool = True, extra: list[str] | None = None) -> ServerProcess:
-        cmd = [sys.executable, "-m", "sporenet.federated.server", "--address", self.address,
-               "--state-dir", str(self.state_dir), *self.args, *(extra or [])]  # fmt: skip
-        self._log = open(self.log_path, "ab")  # noqa: SIM115 (lives as long as the process)
-        self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=self._log, env={**os.environ})
-        if wait:
-            self.wait_ready()
-        return self
-
-    def wait_ready(self, timeout: float = 20.0, *, credentials: grpc.ChannelCredentials | None = None) -> None:
-        end = time.monotonic() + timeout
-        while time.monotonic() < end:
-            if self.proc is not None and self.proc.poll() is not None:
-                raise RuntimeError(f"server exited with {self.proc.returncode}:\n{self.logs()}")
-            info = self.state_dir / "server.json"
-            if info.exists() and json.loads(info.read_text()).get("pid") == self.proc.pid:  # type: ignore[union-attr]
-                return
-            time.sleep(0.05)
-        raise TimeoutError(f"server did not start:\n{self.logs()}")
-
-    def logs(self) -> str:
-        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
-
-    def events(self, name: str) -> list[dict]:
-        out = []
-        for line in self.logs().splitlines():
-            try:
-                entry = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if entry.get("event") == name:
-                out.append(entry)
-        return out
-
-    def kill9(self) -> None:
-        assert self.proc is not None
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait(10)
-        (self.state_dir / "server.json").unlink(missing_ok=True)
-
-    def terminate(self, timeout: float = 20.0) -> int:
-        assert self.proc is not None
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-        return self.proc.wait(timeout)
-
-    def health(self) -> int:
-        with grpc.insecure_channel(self.address) as ch:
-            stub = health_pb2_grpc.HealthStub(ch)
-            return stub.Check(health_pb2.HealthCheckRequest(service=""), timeout=5).status
-
-
-def wait_for(predicate, timeout: float = 30.0, interval: float = 0.05, what: str = "condition") -> None:  # type: ignore[no-untyped-def]
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if predicate():
-            return
-        time.sleep(interval)
-    raise TimeoutError(f"timed out waiting for {what}")
+from tests.integration.federated.helpers import ServerProcess
 
 
 @pytest.fixture
-def server_factory(tmp_path: Path) -> Iterator:  # type: ignore[type-arg]
+def server_factory(tmp_path: Path) -> Iterator[Callable[..., ServerProcess]]:
     """Build ServerProcess objects that are always stopped at the end of the test."""
     started: list[ServerProcess] = []
 
