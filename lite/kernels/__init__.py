@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from sporenet.lite.kernels import elementwise, linear, reshape, unary
 from sporenet.lite.kernels import conv, normalization, pad, pooling  # noqa: I001
-from sporenet.lite.kernels import layer_norm, softmax  # noqa: I001
+from sporenet.lite.kernels import layer_norm, softmax, transform  # noqa: I001
 from sporenet.lite.kernels.base import Kernel
 from sporenet.lite.ops import OpCode
 
@@ -13,6 +13,20 @@ KERNELS: dict[OpCode, type[Kernel]] = {
     OpCode.IDENTITY: reshape.Identity,
     OpCode.RESHAPE: reshape.Reshape,
     OpCode.FLATTEN: reshape.Flatten,
+    OpCode.SQUEEZE: transform.Squeeze,
+    OpCode.UNSQUEEZE: transform.Unsqueeze,
+    OpCode.TRANSPOSE: transform.Transpose,
+    OpCode.CONCAT: transform.Concat,
+    OpCode.SPLIT: transform.Split,
+    OpCode.SLICE: transform.Slice,
+    OpCode.GATHER: transform.Gather,
+    OpCode.CAST: transform.Cast,
+    OpCode.EXPAND: transform.Expand,
+    OpCode.TILE: transform.Tile,
+    OpCode.SHAPE: transform.Shape,
+    OpCode.WHERE: transform.Where,
+    OpCode.DEPTH_TO_SPACE: transform.DepthToSpace,
+    OpCode.SPACE_TO_DEPTH: transform.SpaceToDepth,
     # linear algebra
     OpCode.FULLY_CONNECTED: linear.FullyConnected,
     OpCode.MATMUL: linear.MatMul,

@@ -11,8 +11,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from sporenet.lite.kernels.axes import normalize_axis
 from sporenet.lite.kernels.base import Attrs, Compute, Kernel, TensorSpec
-from sporenet.lite.kernels.softmax import normalize_axis
 from sporenet.lite.ops import OpCode
 
 

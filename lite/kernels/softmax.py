@@ -6,16 +6,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from sporenet.lite.kernels.axes import normalize_axis
 from sporenet.lite.kernels.base import Attrs, Compute, Kernel, TensorSpec
 from sporenet.lite.ops import OpCode
-
-
-def normalize_axis(kernel: Kernel, axis: int, rank: int, what: str = "axis") -> int:
-    """`axis` in [-rank, rank) as a non-negative index; out of range is a ShapeError."""
-    if not -rank <= axis < rank:
-        raise kernel.fail(f"{what} {axis} is out of range for rank {rank} "
-                          f"(expected {-rank}..{rank - 1})")
-    return axis + rank if axis < 0 else axis
 
 
 class _SoftmaxBase(Kernel):
