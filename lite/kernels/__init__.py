@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from sporenet.lite.kernels import elementwise, linear, reshape, unary
 from sporenet.lite.kernels import conv, normalization, pad, pooling  # noqa: I001
-from sporenet.lite.kernels import layer_norm, softmax, transform  # noqa: I001
+from sporenet.lite.kernels import layer_norm, reduce, softmax, transform  # noqa: I001
 from sporenet.lite.kernels.base import Kernel
 from sporenet.lite.ops import OpCode
 
@@ -79,6 +79,14 @@ KERNELS: dict[OpCode, type[Kernel]] = {
     OpCode.SOFTMAX: softmax.Softmax,
     OpCode.LOG_SOFTMAX: softmax.LogSoftmax,
     OpCode.LAYER_NORM: layer_norm.LayerNorm,
+    # reductions
+    OpCode.REDUCE_MEAN: reduce.ReduceMean,
+    OpCode.REDUCE_SUM: reduce.ReduceSum,
+    OpCode.REDUCE_MAX: reduce.ReduceMax,
+    OpCode.REDUCE_MIN: reduce.ReduceMin,
+    OpCode.REDUCE_PROD: reduce.ReduceProd,
+    OpCode.ARGMAX: reduce.ArgMax,
+    OpCode.ARGMIN: reduce.ArgMin,
 }
 
 

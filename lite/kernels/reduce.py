@@ -1,0 +1,137 @@
+"""Reductions with ONNX semantics: ReduceMean/Sum/Max/Min/Prod and ArgMax/ArgMin.
+
+Reduce*: `axes` as an attribute or a constant input 1 (opset 13/18 moved it), `keepdims`
+(default 1) and `noop_with_empty_axes` (default 0: no axes reduces everything; 1: no axes
+is the identity). ArgMax/ArgMin: `axis`, `keepdims`, `select_last_index`; int64 output.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import ClassVar
+
+import numpy as np
+
+from sporenet.lite.kernels.axes import ints_arg, normalize_axes, normalize_axis
+from sporenet.lite.kernels.base import Attrs, Compute, Kernel, TensorSpec
+from sporenet.lite.ops import OpCode
+
+
+class ReduceKernel(Kernel):
+    """out = reduce(x, axes); subclasses name the NumPy reduction."""
+
+    reduction: ClassVar[Callable[..., np.ndarray]]
+    num_inputs = (1, 2)
+    float_only: ClassVar[bool] = False
+    needs_elements: ClassVar[bool] = False  # Max/Min have no identity for empty axes
+
+    def __init__(self, attrs: Attrs, inputs: Sequence[TensorSpec | None]) -> None:
+        super().__init__(attrs, inputs)
+        x = self.require_float(0) if self.float_only else self.input(0)
+        if x.dtype.kind not in "iuf":
+            raise self.fail(f"input must be a number tensor, got {x.dtype}")
+        keepdims = bool(attrs.int("keepdims", 1))
+        axes = ints_arg(self, 1, "axes")
+        self.identity = False
+        if not axes:
+            if attrs.int("noop_with_empty_axes", 0):
+                self.identity = True
+                self.output_specs = [TensorSpec(x.shape, x.dtype)]
+                return
+            axes = list(range(x.rank))
+        self.axes = tuple(sorted(normalize_axes(self, axes, x.rank)))
+        if self.needs_elements and any(x.shape[a] == 0 for a in self.axes):
+            raise self.fail(f"cannot reduce the empty axes {list(self.axes)} of shape "
+                            f"{list(x.shape)}: the result has no value")
+        self.keepdims = keepdims
+        if keepdims:
+            shape = tuple(1 if d in self.axes else n for d, n in enumerate(x.shape))
+        else:
+            shape = tuple(n for d, n in enumerate(x.shape) if d not in self.axes)
+        self.output_specs = [TensorSpec(shape, x.dtype)]
+
+    def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
+        x, out = inputs[0], outputs[0]
+        if self.identity:
+            return lambda: np.copyto(out, x)
+        f, axes, keepdims = self.reduction, self.axes, self.keepdims
+        return lambda: f(x, axis=axes, keepdims=keepdims, out=out)
+
+
+class ReduceMean(ReduceKernel):
+    op = OpCode.REDUCE_MEAN
+    reduction = staticmethod(np.mean)
+    float_only = True  # an integer mean would need a rounding rule ONNX leaves open
+
+
+class ReduceSum(ReduceKernel):
+    op = OpCode.REDUCE_SUM
+    reduction = staticmethod(np.sum)
+
+
+class ReduceMax(ReduceKernel):
+    op = OpCode.REDUCE_MAX
+    reduction = staticmethod(np.max)
+    needs_elements = True
+
+
+class ReduceMin(ReduceKernel):
+    op = OpCode.REDUCE_MIN
+    reduction = staticmethod(np.min)
+    needs_elements = True
+
+
+class ReduceProd(ReduceKernel):
+    op = OpCode.REDUCE_PROD
+    reduction = staticmethod(np.prod)
+
+
+class ArgKernel(Kernel):
+    """Index of the extreme value along `axis` (first, or last with select_last_index)."""
+
+    find: ClassVar[Callable[..., np.ndarray]]
+
+    def __init__(self, attrs: Attrs, inputs: Sequence[TensorSpec | None]) -> None:
+        super().__init__(attrs, inputs)
+        x = self.input(0)
+        if x.dtype.kind not in "iuf":
+            raise self.fail(f"input must be a number tensor, got {x.dtype}")
+        if x.rank == 0:
+            raise self.fail("input must have rank >= 1, got a scalar")
+        self.axis = normalize_axis(self, attrs.int("axis", 0), x.rank)
+        if x.shape[self.axis] == 0:
+            raise self.fail(f"axis {self.axis} of shape {list(x.shape)} is empty: no index "
+                            "to return")
+        self.keepdims = bool(attrs.int("keepdims", 1))
+        self.last = bool(attrs.int("select_last_index", 0))
+        shape = list(x.shape)
+        if self.keepdims:
+            shape[self.axis] = 1
+        else:
+            del shape[self.axis]
+        self.output_specs = [TensorSpec(tuple(shape), np.dtype(np.int64))]
+
+    def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
+        x, out, axis, keepdims, f = inputs[0], outputs[0], self.axis, self.keepdims, self.find
+        if not self.last:
+            return lambda: f(x, axis=axis, keepdims=keepdims, out=out)
+        # The last extreme is the first one of the reversed axis, counted from the end.
+        index = (slice(None),) * axis + (slice(None, None, -1),)
+        reversed_x = x[index]  # type: ignore[index]
+        top = x.shape[axis] - 1  # type: ignore[union-attr]
+
+        def compute() -> None:
+            f(reversed_x, axis=axis, keepdims=keepdims, out=out)
+            np.subtract(top, out, out=out)
+
+        return compute
+
+
+class ArgMax(ArgKernel):
+    op = OpCode.ARGMAX
+    find = staticmethod(np.argmax)
+
+
+class ArgMin(ArgKernel):
+    op = OpCode.ARGMIN
+    find = staticmethod(np.argmin)
