@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from sporenet.lite.kernels import elementwise, linear, reshape, unary
-from sporenet.lite.kernels import conv, normalization, pad, pooling  # noqa: I001
+from sporenet.lite.kernels import conv, normalization, pad, pooling, resize  # noqa: I001
 from sporenet.lite.kernels import layer_norm, reduce, softmax, transform  # noqa: I001
 from sporenet.lite.kernels.base import Kernel
 from sporenet.lite.ops import OpCode
@@ -40,6 +40,7 @@ KERNELS: dict[OpCode, type[Kernel]] = {
     OpCode.LRN: normalization.LRN,
     OpCode.INSTANCE_NORM: normalization.InstanceNorm,
     OpCode.PAD: pad.Pad,
+    OpCode.RESIZE: resize.Resize,
     # binary elementwise
     OpCode.ADD: elementwise.Add,
     OpCode.SUB: elementwise.Sub,

@@ -88,3 +88,136 @@ def test_pad_rewrites_borders_each_call():
 def test_pad_errors(shape, attrs, message):
     with pytest.raises(ShapeError, match=message):
         run_op(OpCode.PAD, [np.zeros(shape, np.float32)], **attrs)
+
+
+# ------------------------------------------------------------------------------- Resize
+
+
+def resize_reference(x, out_hw, scales, mode, transform, nearest_mode):
+    """Output pixel by output pixel, straight from the ONNX Resize formulas."""
+    h, w = x.shape[-2:]
+    out = np.zeros((*x.shape[:-2], *out_hw))
+
+    def coord(o, out_len, in_len, scale):
+        if transform == "half_pixel":
+            return (o + 0.5) / scale - 0.5
+        if transform == "pytorch_half_pixel":
+            return (o + 0.5) / scale - 0.5 if out_len > 1 else 0.0
+        if transform == "align_corners":
+            return 0.0 if out_len == 1 else o * (in_len - 1) / (out_len - 1)
+        if transform == "half_pixel_symmetric":
+            offset = in_len / 2 * (1 - out_len / (scale * in_len))
+            return offset + (o + 0.5) / scale - 0.5
+        return o / scale
+
+    def nearest(c, in_len):
+        frac = c - np.floor(c)
+        if nearest_mode == "floor":
+            i = np.floor(c)
+        elif nearest_mode == "ceil":
+            i = np.ceil(c)
+        elif frac == 0.5:
+            i = np.floor(c) if nearest_mode == "round_prefer_floor" else np.ceil(c)
+        else:
+            i = np.floor(c + 0.5)
+        return int(min(max(i, 0), in_len - 1))
+
+    for oy in range(out_hw[0]):
+        cy = coord(oy, out_hw[0], h, scales[0])
+        for ox in range(out_hw[1]):
+            cx = coord(ox, out_hw[1], w, scales[1])
+            if mode == "nearest":
+                out[..., oy, ox] = x[..., nearest(cy, h), nearest(cx, w)]
+                continue
+            cy_, cx_ = min(max(cy, 0), h - 1), min(max(cx, 0), w - 1)
+            y0, x0 = int(np.floor(cy_)), int(np.floor(cx_))
+            y1, x1 = min(y0 + 1, h - 1), min(x0 + 1, w - 1)
+            fy, fx = cy_ - y0, cx_ - x0
+            out[..., oy, ox] = ((1 - fy) * ((1 - fx) * x[..., y0, x0] + fx * x[..., y0, x1])
+                                + fy * ((1 - fx) * x[..., y1, x0] + fx * x[..., y1, x1]))
+    return out
+
+
+TRANSFORMS = ["half_pixel", "asymmetric", "align_corners", "pytorch_half_pixel",
+              "half_pixel_symmetric"]
+# (input shape, scales or None, sizes or None)
+RESIZE_CASES = [
+    ((1, 2, 4, 5), [1, 1, 2.0, 2.0], None),
+    ((2, 1, 6, 6), [1, 1, 0.5, 0.5], None),
+    ((1, 3, 5, 4), [1, 1, 1.5, 0.75], None),
+    ((1, 2, 3, 7), None, [1, 2, 7, 3]),
+    ((1, 1, 4, 4), None, [1, 1, 1, 9]),
+]
+
+
+@pytest.mark.parametrize("shape,scales,sizes", RESIZE_CASES, ids=str)
+@pytest.mark.parametrize("transform", TRANSFORMS)
+@pytest.mark.parametrize("mode,nearest_mode", [
+    ("linear", "round_prefer_floor"), ("nearest", "round_prefer_floor"),
+    ("nearest", "round_prefer_ceil"), ("nearest", "floor"), ("nearest", "ceil"),
+])
+def test_resize_matches_reference_and_onnxruntime(shape, scales, sizes, transform, mode,
+                                                  nearest_mode):
+    x = np.random.default_rng(1).normal(size=shape).astype(np.float32)
+    attrs = dict(mode=mode, coordinate_transformation_mode=transform, nearest_mode=nearest_mode)
+    given = dict(sizes=sizes) if sizes is not None else dict(scales=scales)
+    (ours,) = run_op(OpCode.RESIZE, [x], **attrs, **given)
+    if sizes is not None:
+        out_hw = sizes[2:]
+        eff = [o / i for o, i in zip(sizes[2:], shape[2:], strict=True)]
+    else:
+        out_hw = [int(np.float32(i) * np.float32(s)) for i, s in
+                  zip(shape[2:], scales[2:], strict=True)]
+        eff = scales[2:]
+    assert ours.shape == (*shape[:2], *out_hw)
+    ref = resize_reference(x.astype(np.float64), out_hw, eff, mode, transform, nearest_mode)
+    # The kernel computes coordinates in float32 like onnxruntime; 1e-5 covers the
+    # rounding of the interpolation weights.
+    np.testing.assert_allclose(ours, ref, rtol=1e-5, atol=1e-5)
+    inputs = [x, None, np.array(scales or [], np.float32)]
+    if sizes is not None:
+        inputs.append(np.array(sizes, np.int64))
+    (ort,) = run_onnx_op("Resize", inputs, initializers=range(1, len(inputs)), opset=19,
+                         **attrs)
+    np.testing.assert_allclose(ours, ort, rtol=1e-5, atol=1e-5)
+
+
+def test_resize_sizes_and_scales_from_constant_inputs():
+    x = np.arange(16, dtype=np.float32).reshape(1, 1, 4, 4)
+    roi = np.array([], np.float32)
+    (by_scales,) = run_op(OpCode.RESIZE, [x, roi, np.array([1, 1, 2, 2], np.float32)])
+    (by_sizes,) = run_op(OpCode.RESIZE, [x, roi, np.array([], np.float32),
+                                         np.array([1, 1, 8, 8], np.int64)])
+    expected = x.repeat(2, axis=2).repeat(2, axis=3)
+    np.testing.assert_array_equal(by_scales, expected)
+    np.testing.assert_array_equal(by_sizes, expected)
+
+
+def test_resize_in_a_model_with_dynamic_batch():
+    from sporenet.lite import Interpreter
+    from sporenet.lite.builder import ModelBuilder
+
+    b = ModelBuilder()
+    x = b.input("x", (-1, 2, 3, 3))
+    b.output(b.op(OpCode.RESIZE, [x], mode="linear", scales=[1.0, 1.0, 2.0, 2.0]), name="y")
+    interp = Interpreter(model=b.build())
+    for batch in (1, 4):
+        data = np.random.default_rng(batch).normal(size=(batch, 2, 3, 3)).astype(np.float32)
+        y = interp.run({"x": data})["y"]
+        ref = resize_reference(data.astype(np.float64), (6, 6), (2.0, 2.0), "linear",
+                               "half_pixel", "round_prefer_floor")
+        np.testing.assert_allclose(y, ref, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("attrs,message", [
+    (dict(), "needs constant `sizes` or `scales`"),
+    (dict(scales=[2.0, 2.0]), "must hold 4 values"),
+    (dict(scales=[1.0, 2.0, 2.0, 2.0]), "only the last two axes"),
+    (dict(sizes=[1, 1, 0, 4]), "sizes must be positive"),
+    (dict(scales=[1.0, 1.0, 2.0, 2.0], mode="cubic"), "mode must be one of"),
+    (dict(scales=[1.0, 1.0, 2.0, 2.0], coordinate_transformation_mode="tf_crop_and_resize"),
+     "coordinate_transformation_mode must be one of"),
+])
+def test_resize_errors(attrs, message):
+    with pytest.raises(ShapeError, match=message):
+        run_op(OpCode.RESIZE, [np.zeros((1, 2, 4, 4), np.float32)], **attrs)

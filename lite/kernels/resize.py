@@ -1,0 +1,187 @@
+"""Resize (ONNX semantics): nearest and linear interpolation of the last two axes.
+
+Where the output size comes from, first match wins:
+
+1. a constant `sizes` input (ONNX input 3),
+2. a constant `scales` input (ONNX input 2),
+3. a `sizes` attribute (list of ints, one per axis),
+4. a `scales` attribute (list of floats, one per axis).
+
+The attribute forms let a builder or converter write a Resize without tiny constant
+tensors; the input forms keep ONNX models as they are. Either way the size must be known
+when the model is planned (a dynamic batch is fine: the leading axes are not resized).
+The `roi` input (1) is ignored: it only matters for tf_crop_and_resize, which is refused.
+Scales resize only the last two axes (H, W of NCHW); the others must have scale 1.
+
+Attributes: mode ("nearest" | "linear"), coordinate_transformation_mode ("half_pixel"
+default, "half_pixel_symmetric", "pytorch_half_pixel", "align_corners", "asymmetric"),
+nearest_mode ("round_prefer_floor" default, "round_prefer_ceil", "floor", "ceil").
+Coordinates are computed in float32, as onnxruntime does, so nearest picks the same pixels.
+
+Everything is turned into index and weight tables at prepare: nearest is one gather from
+the flattened planes; linear is separable, a two-tap gather-and-blend along H then W.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from sporenet.lite.kernels.base import Attrs, Compute, Kernel, TensorSpec
+from sporenet.lite.ops import OpCode
+
+MODES = ("nearest", "linear")
+TRANSFORMS = ("half_pixel", "half_pixel_symmetric", "pytorch_half_pixel", "align_corners",
+              "asymmetric")
+NEAREST = ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil")
+
+f32 = np.float32
+
+
+def source_coordinates(transform: str, out_len: int, in_len: int, scale: float) -> np.ndarray:
+    """Input coordinate (float32) of every output index along one axis."""
+    x = np.arange(out_len, dtype=f32)
+    s = f32(scale)
+    if transform == "half_pixel":
+        return (x + f32(0.5)) / s - f32(0.5)
+    if transform == "half_pixel_symmetric":
+        adjustment = f32(out_len) / (s * f32(in_len))
+        offset = f32(in_len) / f32(2) * (f32(1) - adjustment)
+        return offset + (x + f32(0.5)) / s - f32(0.5)
+    if transform == "pytorch_half_pixel":
+        return (x + f32(0.5)) / s - f32(0.5) if out_len > 1 else np.zeros(out_len, f32)
+    if transform == "align_corners":
+        if out_len == 1:
+            return np.zeros(1, f32)
+        return x * f32(in_len - 1) / f32(out_len - 1)
+    return x / s  # asymmetric
+
+
+def nearest_indices(coords: np.ndarray, nearest_mode: str, in_len: int) -> np.ndarray:
+    if nearest_mode == "floor":
+        idx = np.floor(coords)
+    elif nearest_mode == "ceil":
+        idx = np.ceil(coords)
+    else:
+        floor = np.floor(coords)
+        frac = coords - floor  # exact in float32, unlike coords + 0.5
+        up = frac >= f32(0.5) if nearest_mode == "round_prefer_ceil" else frac > f32(0.5)
+        idx = floor + up
+    return np.clip(idx, 0, in_len - 1).astype(np.intp)
+
+
+def linear_taps(coords: np.ndarray, in_len: int) -> tuple[np.ndarray, np.ndarray, np.ndarray,
+                                                            np.ndarray]:
+    """The two input indices and their weights for every output index (clamped at edges)."""
+    c = np.clip(coords, f32(0), f32(in_len - 1))
+    i0 = np.floor(c).astype(np.intp)
+    i1 = np.minimum(i0 + 1, in_len - 1)
+    w1 = (c - i0).astype(f32)
+    return i0, i1, (f32(1) - w1), w1
+
+
+class Resize(Kernel):
+    op = OpCode.RESIZE
+    num_inputs = (1, 4)
+
+    def __init__(self, attrs: Attrs, inputs: Sequence[TensorSpec | None]) -> None:
+        super().__init__(attrs, inputs)
+        x = self.require_float(0)
+        if x.rank < 2:
+            raise self.fail(f"input must have rank >= 2, got shape {list(x.shape)}")
+        self.mode = attrs.str("mode", "nearest")
+        self.transform = attrs.str("coordinate_transformation_mode", "half_pixel")
+        self.nearest_mode = attrs.str("nearest_mode", "round_prefer_floor")
+        for value, allowed, name in ((self.mode, MODES, "mode"),
+                                     (self.transform, TRANSFORMS,
+                                      "coordinate_transformation_mode"),
+                                     (self.nearest_mode, NEAREST, "nearest_mode")):
+            if value not in allowed:
+                raise self.fail(f"{name} must be one of {list(allowed)}, got {value!r}")
+        if attrs.str("keep_aspect_ratio_policy", "stretch") != "stretch":
+            raise self.fail("only keep_aspect_ratio_policy='stretch' is supported")
+        if attrs.ints("axes", None) is not None:
+            raise self.fail("the `axes` attribute is not supported; give one value per axis")
+        sizes, scales = self._size_or_scales()
+        rank = x.rank
+        given = sizes if sizes is not None else scales
+        if len(given) != rank:  # type: ignore[arg-type]
+            raise self.fail(
+                f"{'sizes' if sizes is not None else 'scales'} must hold {rank} values (one "
+                f"per axis of input shape {list(x.shape)}), got {list(given)}"  # type: ignore
+            )
+        if sizes is not None:
+            out_shape = [int(s) for s in sizes]
+            if any(s < 1 for s in out_shape):
+                raise self.fail(f"sizes must be positive, got {out_shape}")
+            scales = [f32(o) / f32(i) for o, i in zip(out_shape, x.shape, strict=True)]
+        else:
+            if any(not s > 0 for s in scales):  # type: ignore[union-attr]
+                raise self.fail(f"scales must be positive, got {list(scales)}")  # type: ignore
+            out_shape = [int(f32(i) * f32(s)) for i, s in zip(x.shape, scales, strict=True)]
+            if any(s < 1 for s in out_shape):
+                raise self.fail(f"scales {list(scales)} shrink input {list(x.shape)} to nothing")
+        if any(o != i for o, i in zip(out_shape[:-2], x.shape[:-2], strict=True)):
+            raise self.fail(
+                f"only the last two axes can be resized; input {list(x.shape)} -> {out_shape}"
+            )
+        self.scales = [float(s) for s in scales]  # type: ignore[union-attr]
+        self.output_specs = [TensorSpec(tuple(out_shape), x.dtype)]
+
+    def _size_or_scales(self) -> tuple[list[int] | None, list[float] | None]:
+        """Sizes or scales, by the precedence in the module docstring."""
+        if self.optional_input(3) is not None:
+            return [int(v) for v in np.ravel(self.constant(3, "sizes"))], None
+        if self.optional_input(2) is not None:
+            scales = np.ravel(self.constant(2, "scales"))
+            if scales.size:  # ONNX allows an empty scales tensor next to sizes
+                return None, [float(v) for v in scales]
+        if self.attrs.ints("sizes", None) is not None:
+            return self.attrs.ints("sizes"), None
+        if self.attrs.floats("scales", None) is not None:
+            return None, self.attrs.floats("scales")
+        raise self.fail("needs constant `sizes` or `scales` (as an input or an attribute)")
+
+    def _coords(self, axis: int) -> np.ndarray:
+        in_len = self.input(0).shape[axis]
+        out_len = self.output_specs[0].shape[axis]
+        return source_coordinates(self.transform, out_len, in_len, self.scales[axis])
+
+    def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
+        x, out = inputs[0], outputs[0]
+        h, w = x.shape[-2:]
+        oh, ow = out.shape[-2:]
+        planes = int(np.prod(x.shape[:-2], dtype=np.int64))
+        if self.mode == "nearest":
+            rows = nearest_indices(self._coords(x.ndim - 2), self.nearest_mode, h)
+            cols = nearest_indices(self._coords(x.ndim - 1), self.nearest_mode, w)
+            flat = (rows[:, None] * w + cols[None, :]).ravel()
+            x2, out2, take = x.reshape(planes, h * w), out.reshape(planes, oh * ow), np.take
+            return lambda: take(x2, flat, axis=1, out=out2)
+        return self._bind_linear(x.reshape(planes, h, w), out.reshape(planes, oh, ow))
+
+    def _bind_linear(self, x: np.ndarray, out: np.ndarray) -> Compute:
+        planes, h, w = x.shape
+        oh = out.shape[1]
+        r0, r1, rw0, rw1 = linear_taps(self._coords(len(self.scales) - 2), h)
+        c0, c1, cw0, cw1 = linear_taps(self._coords(len(self.scales) - 1), w)
+        take, multiply, add = np.take, np.multiply, np.add
+        # Rows first (planes, OH, W), then columns into out (planes, OH, OW).
+        rows_a = np.empty((planes, oh, w), x.dtype)
+        rows_b = np.empty_like(rows_a)
+        cols_b = np.empty_like(out)
+        rw0, rw1 = rw0[:, None], rw1[:, None]
+
+        def compute() -> None:
+            take(x, r0, axis=1, out=rows_a)
+            take(x, r1, axis=1, out=rows_b)
+            multiply(rows_a, rw0, out=rows_a)
+            multiply(rows_b, rw1, out=rows_b)
+            add(rows_a, rows_b, out=rows_a)
+            take(rows_a, c0, axis=2, out=out)
+            take(rows_a, c1, axis=2, out=cols_b)
+            multiply(out, cw0, out=out)
+            multiply(cols_b, cw1, out=cols_b)
+            add(out, cols_b, out=out)
+        return compute
