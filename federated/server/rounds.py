@@ -328,7 +328,7 @@ class RoundManager:
                 return False
             self._check_open(client_id, task_id, "fit")
         if total_size > self.max_update_bytes:
-            self._refuse(
+            self.refuse(
                 client_id,
                 UpdateRejectedError(
                     f"update is {total_size} bytes; at most {self.max_update_bytes} are accepted "
@@ -356,7 +356,8 @@ class RoundManager:
                 f"client {client_id!r} has no open task in {current!r} (status {status})"
             )
 
-    def _refuse(self, client_id: str, error: UpdateRejectedError) -> None:
+    def refuse(self, client_id: str, error: UpdateRejectedError) -> None:
+        """Count a refused update against the client, then raise `error`."""
         self.metrics.inc("sporenet_updates_rejected_total")
         with self._changed:
             count = self._refusals.get(client_id, 0) + 1
@@ -402,7 +403,7 @@ class RoundManager:
                 )
         except UpdateRejectedError as e:
             path.unlink(missing_ok=True)
-            self._refuse(client_id, e)
+            self.refuse(client_id, e)
         with self._changed:
             self._check_open(client_id, task_id, "fit")
             if self._aggregator is None:  # cannot happen while a fit phase is open

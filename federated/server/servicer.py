@@ -208,8 +208,11 @@ class FederatedServicer(pb_grpc.FederatedServicer):
                 if size + len(msg.data) > h.total_size:
                     f.close()
                     path.unlink(missing_ok=True)
-                    raise UpdateRejectedError(
-                        f"upload sends more than the {h.total_size} bytes its header declared"
+                    self.m.refuse(
+                        cid,
+                        UpdateRejectedError(
+                            f"upload sends more than the {h.total_size} bytes its header declared"
+                        ),
                     )
                 f.write(msg.data)
                 size += len(msg.data)

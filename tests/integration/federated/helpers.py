@@ -112,3 +112,68 @@ def wait_for(
             return
         time.sleep(interval)
     raise TimeoutError(f"timed out waiting for {what}")
+
+
+def upload_raw(
+    stub: object,
+    *,
+    client_id: str,
+    task_id: str,
+    payload: bytes,
+    upload_id: str = "u1",
+    total_size: int | None = None,
+    num_samples: int = 1,
+    metadata: list[tuple[str, str]] | None = None,
+) -> object:
+    """One UploadUpdate call with hand-made bytes (for malformed-update tests)."""
+    import hashlib
+
+    from sporenet.proto import federated_pb2 as pb
+
+    header = pb.UploadHeader(
+        client_id=client_id, task_id=task_id, upload_id=upload_id,
+        total_size=len(payload) if total_size is None else total_size,
+        sha256=hashlib.sha256(payload).hexdigest(), num_samples=num_samples,
+    )  # fmt: skip
+    chunks = [pb.UploadChunk(header=header, offset=0, data=payload[: 1 << 20])]
+    pos = 1 << 20
+    while pos < len(payload):
+        chunks.append(pb.UploadChunk(offset=pos, data=payload[pos : pos + (1 << 20)]))
+        pos += 1 << 20
+    return stub.UploadUpdate(iter(chunks), metadata=metadata, timeout=30)  # type: ignore[attr-defined]
+
+
+def self_signed_cert(common_name: str = "localhost") -> tuple[bytes, bytes]:
+    """(certificate PEM, private key PEM) valid for localhost and 127.0.0.1, made on the spot."""
+    import datetime
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(
+            x509.SubjectAlternativeName(
+                [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
+            ),
+            critical=False,
+        )
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    key_pem = key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
+    return cert.public_bytes(serialization.Encoding.PEM), key_pem
