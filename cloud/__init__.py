@@ -10,32 +10,61 @@
     cloud.export(model, "digits.spore", labels=[str(d) for d in range(10)])
 """
 
-from sporenet.cloud import layers
+from sporenet.cloud import layers, schedules
+from sporenet.cloud.callbacks import (
+    Callback,
+    EarlyStopping,
+    LearningRateScheduler,
+    ModelCheckpoint,
+    ProgressBar,
+)
+from sporenet.cloud.checkpoint import load_checkpoint, read_checkpoint, save_checkpoint
+from sporenet.cloud.datasets import load_digits
 from sporenet.cloud.errors import CheckpointError, CloudError, ConfigError, ExportError, TraceError
 from sporenet.cloud.export import export, inference_model
+from sporenet.cloud.fit import History, evaluate, fit, predict
 from sporenet.cloud.init import manual_seed
 from sporenet.cloud.mode import get_mode, set_mode, using_mode
 from sporenet.cloud.module import Buffer, Module, Parameter, Sequential
+from sporenet.cloud.optimizers import SGD, Adam, AdamW, Optimizer
 from sporenet.cloud.tape import Tape, Var
 from sporenet.cloud.trace import trace
 
 __all__ = [
+    "SGD",
+    "Adam",
+    "AdamW",
     "Buffer",
+    "Callback",
     "CheckpointError",
     "CloudError",
     "ConfigError",
+    "EarlyStopping",
     "ExportError",
+    "History",
+    "LearningRateScheduler",
+    "ModelCheckpoint",
     "Module",
+    "Optimizer",
     "Parameter",
+    "ProgressBar",
     "Sequential",
     "Tape",
     "TraceError",
     "Var",
+    "evaluate",
     "export",
+    "fit",
     "get_mode",
     "inference_model",
     "layers",
+    "load_checkpoint",
+    "load_digits",
     "manual_seed",
+    "predict",
+    "read_checkpoint",
+    "save_checkpoint",
+    "schedules",
     "set_mode",
     "trace",
     "using_mode",

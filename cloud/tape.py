@@ -108,6 +108,7 @@ class Tape:
                  names: dict[int, str] | None = None) -> None:
         self.eager = eager
         self.training = training
+        self.step = 0  # the optimizer step an eager training tape records (seeds dropout)
         self.builder = ModelBuilder(producer="sporenet.cloud")
         self.values: dict[int, np.ndarray] = {}
         # Parameter object id -> tensor index, so a shared parameter is one tensor.
@@ -115,8 +116,6 @@ class Tape:
         self.param_objects: dict[int, Parameter] = {}
         # Parameter object id -> its path in the model ("features.0.weight").
         self.names = names or {}
-        # Extra nodes whose results update module state after the step (BN running stats).
-        self.state_updates: list[tuple[Parameter, int]] = []
 
     # ---- leaves
     def input(self, name: str, value: np.ndarray | None = None, *,

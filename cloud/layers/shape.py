@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from sporenet.cloud._checks import number
+from sporenet.cloud.init import generator
 from sporenet.cloud.module import Module
 from sporenet.cloud.tape import Var
 from sporenet.lite.ops import OpCode
@@ -24,11 +25,17 @@ class Dropout(Module):
     def __init__(self, p: float = 0.5) -> None:
         super().__init__()
         self.p = number("p", p, low=0.0, high=1.0, high_open=True)
+        self.seed = int(generator().integers(0, 2**31 - 1))
 
     def forward(self, x: Var) -> Var:
         if not self.training or self.p == 0.0:
             return x
-        return x.tape.op(OpCode.DROPOUT, [x], ratio=self.p, training_mode=1)
+        # A traced graph seeds the kernel's generator once and it advances every step; an
+        # eager tape is new each step, so the step number goes into the seed.
+        seed = (self.seed + 7919 * x.tape.step) % (2**31 - 1)
+        y, _mask = x.tape.op(OpCode.DROPOUT, [x], num_outputs=2, ratio=self.p, training=1,
+                             seed=seed)
+        return y
 
     def extra_repr(self) -> str:
         return f"p={self.p}"

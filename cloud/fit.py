@@ -1,0 +1,186 @@
+"""fit, evaluate and predict: the training loop over shuffled mini-batches, in either mode."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from sporenet.cloud._checks import non_negative_int, number, positive_int
+from sporenet.cloud.callbacks import Callback, ProgressBar, TrainingState, plot_history
+from sporenet.cloud.engines import make_engine
+from sporenet.cloud.errors import ConfigError
+from sporenet.cloud.losses import accuracy, compute_loss, loss_name
+from sporenet.cloud.mode import resolve_mode
+from sporenet.cloud.module import Module, run_eager
+from sporenet.cloud.optimizers import get_optimizer
+from sporenet.cloud.trace import trace
+from sporenet.lite.interpreter import Interpreter
+
+
+@dataclass
+class History:
+    """Per-epoch logs of one fit: history["loss"], history["val_accuracy"], ..."""
+
+    history: dict[str, list[float]] = field(default_factory=dict)
+    epochs: list[int] = field(default_factory=list)
+    mode: str = ""
+
+    def __getitem__(self, key: str) -> list[float]:
+        return self.history[key]
+
+
+def _check_data(name: str, x: Any, y: Any) -> tuple[np.ndarray, np.ndarray]:
+    x = np.asarray(x)
+    y = np.asarray(y)
+    if x.dtype.kind not in "fiu" or x.ndim < 2:
+        raise ConfigError(f"`{name}` inputs must be a numeric array (N, ...), got "
+                          f"{x.dtype} {list(x.shape)}")
+    if len(x) != len(y) or len(x) == 0:
+        raise ConfigError(f"`{name}`: inputs and targets must have the same non-zero length, "
+                          f"got {len(x)} and {len(y)}")
+    return np.ascontiguousarray(x, dtype=np.float32), y
+
+
+def _targets(y: np.ndarray, loss: str) -> np.ndarray:
+    if loss == "softmax_cross_entropy" and y.dtype.kind in "iu":
+        return y.astype(np.int64)
+    return y.astype(np.float32)
+
+
+def fit(model: Module, x: Any, y: Any, *, epochs: int, batch_size: int = 32,
+        optimizer: Any = "adam", loss: str = "softmax_cross_entropy",
+        validation_data: tuple[Any, Any] | None = None, callbacks: Sequence[Callback] = (),
+        seed: int = 0, verbose: int = 1, mode: str | None = None,
+        label_smoothing: float = 0.0, shuffle: bool = True, initial_epoch: int = 0,
+        num_threads: int | None = None, plot: str | os.PathLike | None = None) -> History:
+    """Train `model` on (x, y) for epochs [initial_epoch, epochs); returns the History.
+
+    Mini-batches are reshuffled each epoch from (seed, epoch), so a run resumed from a
+    checkpoint with `initial_epoch` sees the same batches as an uninterrupted one. The
+    optimizer keeps its state across calls (pass the same instance to continue).
+    `mode` overrides the global switch (`set_mode`). With `plot`, the curves are written
+    to that PNG if matplotlib is installed.
+    """
+    if not isinstance(model, Module):
+        raise ConfigError(f"`model` must be a sporenet.cloud Module, got {type(model)}")
+    epochs = positive_int("epochs", epochs)
+    batch_size = positive_int("batch_size", batch_size)
+    initial_epoch = non_negative_int("initial_epoch", initial_epoch)
+    if initial_epoch >= epochs:
+        raise ConfigError(f"`initial_epoch` ({initial_epoch}) must be < `epochs` ({epochs})")
+    if not isinstance(seed, int) or isinstance(seed, bool):
+        raise ConfigError(f"`seed` must be an int, got {seed!r}")
+    if verbose not in (0, 1, 2):
+        raise ConfigError(f"`verbose` must be 0, 1 or 2, got {verbose!r}")
+    if num_threads is not None:
+        positive_int("num_threads", num_threads)
+    label_smoothing = number("label_smoothing", label_smoothing, low=0.0, high=1.0,
+                             high_open=True)
+    loss = loss_name(loss)
+    opt = get_optimizer(optimizer)
+    run_mode = resolve_mode(mode)
+    x, y = _check_data("x/y", x, y)
+    y = _targets(y, loss)
+    if validation_data is not None:
+        if not isinstance(validation_data, tuple | list) or len(validation_data) != 2:
+            raise ConfigError("`validation_data` must be a pair (x_val, y_val)")
+        vx, vy = _check_data("validation_data", *validation_data)
+        vy = _targets(vy, loss)
+    callbacks = list(callbacks)
+    for k, cb in enumerate(callbacks):
+        if not isinstance(cb, Callback):
+            raise ConfigError(f"`callbacks[{k}]` must be a Callback, got {type(cb)}")
+    if verbose:
+        callbacks.append(ProgressBar(verbose=verbose))
+
+    model.input_shape = tuple(int(d) for d in x.shape[1:])  # export's default input shape
+    steps = (len(x) + batch_size - 1) // batch_size
+    state = TrainingState(model=model, optimizer=opt, lr=opt.lr, epochs=epochs,
+                          steps_per_epoch=steps)
+    history = History(mode=run_mode)
+    model.train()
+    engine = make_engine(run_mode, model, sample_shape=x.shape[1:], loss=loss, optimizer=opt,
+                         label_smoothing=label_smoothing, num_threads=num_threads)
+    for cb in callbacks:
+        cb.on_train_begin(state)
+    try:
+        for epoch in range(initial_epoch, epochs):
+            state.epoch = epoch
+            for cb in callbacks:
+                cb.on_epoch_begin(epoch, state)
+            order = (np.random.default_rng([seed, epoch]).permutation(len(x)) if shuffle
+                     else np.arange(len(x)))
+            start = time.perf_counter()
+            total, seen = 0.0, 0
+            for b in range(steps):
+                for cb in callbacks:
+                    cb.on_batch_begin(b, state)
+                idx = order[b * batch_size:(b + 1) * batch_size]
+                value = engine.step(x[idx], y[idx], state.lr)
+                total += value * len(idx)
+                seen += len(idx)
+                state.step += 1
+                for cb in callbacks:
+                    cb.on_batch_end(b, {"loss": value}, state)
+            engine.sync()
+            logs = {"loss": total / seen}
+            train_time = time.perf_counter() - start
+            if validation_data is not None:
+                out = predict(model, vx, mode=run_mode, num_threads=num_threads)
+                logs["val_loss"] = compute_loss(loss, out, vy)
+                logs["val_accuracy"] = accuracy(out, vy)
+            logs["time"] = train_time
+            for cb in callbacks:
+                cb.on_epoch_end(epoch, logs, state)
+            for k, v in logs.items():
+                history.history.setdefault(k, []).append(float(v))
+            history.epochs.append(epoch)
+            if state.stop_training:
+                break
+    finally:
+        engine.close()
+        for cb in callbacks:
+            cb.on_train_end(state)
+        model.eval()
+    state.history = history.history
+    if plot is not None:
+        plot_history(history.history, plot)
+    return history
+
+
+def predict(model: Module, x: Any, *, batch_size: int = 512, mode: str | None = None,
+            num_threads: int | None = None) -> np.ndarray:
+    """The model's outputs on x in eval mode (graph mode: traced and planned once per call)."""
+    batch_size = positive_int("batch_size", batch_size)
+    x = np.ascontiguousarray(np.asarray(x), dtype=np.float32)
+    if len(x) == 0:
+        raise ConfigError("`x` is empty")
+    flags = {id(m): m.training for _, m in model.named_modules()}
+    model.eval()
+    try:
+        if resolve_mode(mode) == "eager":
+            parts = [run_eager(model, x[i:i + batch_size]) for i in range(0, len(x), batch_size)]
+        else:
+            interpreter = Interpreter(model=trace(model, x.shape[1:], training=False),
+                                      num_threads=num_threads)
+            parts = [interpreter.run({"input": x[i:i + batch_size]})["logits"]
+                     for i in range(0, len(x), batch_size)]
+    finally:
+        for _, m in model.named_modules():
+            object.__setattr__(m, "training", flags[id(m)])
+    return np.concatenate(parts)
+
+
+def evaluate(model: Module, x: Any, y: Any, *, loss: str = "softmax_cross_entropy",
+             batch_size: int = 512, mode: str | None = None) -> dict[str, float]:
+    """Loss and accuracy of the model in eval mode."""
+    name = loss_name(loss)
+    x, y = _check_data("x/y", x, y)
+    out = predict(model, x, batch_size=batch_size, mode=mode)
+    y = _targets(y, name)
+    return {"loss": compute_loss(name, out, y), "accuracy": accuracy(out, y)}
