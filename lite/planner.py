@@ -131,11 +131,10 @@ class _Arena:
         self.total = 0
 
     def take(self, nbytes: int) -> np.ndarray:
-        fits = [b for b in self.free if b.nbytes >= nbytes]
+        # Pick by position: list.remove() would compare arrays elementwise with ==.
+        fits = [k for k, b in enumerate(self.free) if b.nbytes >= nbytes]
         if fits:
-            best = min(fits, key=lambda b: b.nbytes)
-            self.free.remove(best)
-            return best
+            return self.free.pop(min(fits, key=lambda k: self.free[k].nbytes))
         self.total += nbytes
         return np.empty(max(nbytes, 1), np.uint8)
 
