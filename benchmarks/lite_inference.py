@@ -1,0 +1,285 @@
+"""Inference latency of sporenet.lite against onnxruntime on four small networks.
+
+Each network is described once; `Twin` emits it both as a sporenet model (ModelBuilder)
+and as an ONNX model (onnx.helper) from the same NumPy weights. Both run in this process:
+onnxruntime with intra_op_num_threads=N (default graph optimizations) against
+Interpreter(num_threads=N), for N in 1 and 2. The table shows median latencies, the ratio
+sporenet/onnxruntime and the largest output difference relative to the output's scale.
+
+    python benchmarks/lite_inference.py           # full run (about a minute)
+    python benchmarks/lite_inference.py --quick   # a few seconds, fewer repeats
+
+Targets at batch 1 and one thread: ratio <= 1.5 (ResNet-18-style), <= 3 (MobileNetV2-style
+and MLP), <= 4 (LeNet-style). Needs the `test` extra (onnx, onnxruntime).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+from onnx import TensorProto, helper, numpy_helper
+
+from sporenet.lite import Interpreter, ModelBuilder, OpCode
+
+Ten = tuple[int, str, int]
+
+TARGETS = {"mlp": 3.0, "lenet": 4.0, "mobilenetv2": 3.0, "resnet18": 1.5}
+
+
+@dataclass
+class Twin:
+    """Builds one network as a sporenet model and as an ONNX graph at the same time.
+
+    A tensor is a triple (sporenet tensor index, ONNX value name, channels).
+    """
+
+    input_shape: tuple[int, ...]
+    rng: np.random.Generator = field(default_factory=lambda: np.random.default_rng(0))
+
+    def __post_init__(self) -> None:
+        self.b = ModelBuilder(producer="benchmark")
+        self.nodes: list[onnx.NodeProto] = []
+        self.inits: list[onnx.TensorProto] = []
+        self.count = 0
+        self.y: Ten | None = None
+        self.x: Ten = (self.b.input("x", self.input_shape), "x", self.input_shape[1])
+
+    def _name(self, prefix: str) -> str:
+        self.count += 1
+        return f"{prefix}{self.count}"
+
+    def _const(self, prefix: str, value: np.ndarray) -> tuple[int, str]:
+        name = self._name(prefix)
+        self.inits.append(numpy_helper.from_array(value, name))
+        return self.b.constant(name, value), name
+
+    def _act(self, name: str, act: str) -> str:
+        if act == "none":
+            return name
+        out = self._name("act")
+        if act == "relu":
+            self.nodes.append(helper.make_node("Relu", [name], [out]))
+        elif act == "relu6":
+            lo, hi = self._name("lo"), self._name("hi")
+            self.inits += [numpy_helper.from_array(np.array(0, np.float32), lo),
+                           numpy_helper.from_array(np.array(6, np.float32), hi)]
+            self.nodes.append(helper.make_node("Clip", [name, lo, hi], [out]))
+        return out
+
+    def conv(self, x: Ten, out_ch: int, k: int, stride: int = 1, group: int = 1,
+             act: str = "none") -> Ten:
+        in_ch = x[2]
+        fan_in = in_ch // group * k * k
+        w = (self.rng.normal(size=(out_ch, in_ch // group, k, k)) * np.sqrt(2 / fan_in))
+        w = w.astype(np.float32)
+        bias = (self.rng.normal(size=out_ch) * 0.1).astype(np.float32)
+        (ws, wo), (bs, bo) = self._const("w", w), self._const("b", bias)
+        pads = [k // 2] * 4
+        attrs = dict(strides=[stride, stride], pads=pads, group=group)
+        s = self.b.op(OpCode.CONV2D, [x[0], ws, bs], activation=act, **attrs)
+        name = self._name("conv")
+        self.nodes.append(helper.make_node("Conv", [x[1], wo, bo], [name], kernel_shape=[k, k],
+                                           **attrs))
+        return s, self._act(name, act), out_ch
+
+    def add(self, a: Ten, b: Ten, act: str = "none") -> Ten:
+        s = self.b.op(OpCode.ADD, [a[0], b[0]], activation=act)
+        name = self._name("add")
+        self.nodes.append(helper.make_node("Add", [a[1], b[1]], [name]))
+        return s, self._act(name, act), a[2]
+
+    def max_pool(self, x: Ten, k: int, stride: int, pad: int) -> Ten:
+        attrs = dict(kernel_shape=[k, k], strides=[stride, stride], pads=[pad] * 4)
+        s = self.b.op(OpCode.MAX_POOL2D, [x[0]], **attrs)
+        name = self._name("pool")
+        self.nodes.append(helper.make_node("MaxPool", [x[1]], [name], **attrs))
+        return s, name, x[2]
+
+    def global_avg_pool_flatten(self, x: Ten) -> Ten:
+        s = self.b.op(OpCode.FLATTEN, [self.b.op(OpCode.GLOBAL_AVG_POOL, [x[0]])])
+        pooled, name = self._name("gap"), self._name("flat")
+        self.nodes += [helper.make_node("GlobalAveragePool", [x[1]], [pooled]),
+                       helper.make_node("Flatten", [pooled], [name])]
+        return s, name, x[2]
+
+    def flatten(self, x: Ten, features: int) -> Ten:
+        s = self.b.op(OpCode.FLATTEN, [x[0]])
+        name = self._name("flat")
+        self.nodes.append(helper.make_node("Flatten", [x[1]], [name]))
+        return s, name, features
+
+    def dense(self, x: Ten, out_f: int, act: str = "none") -> Ten:
+        in_f = x[2]
+        w = (self.rng.normal(size=(out_f, in_f)) * np.sqrt(2 / in_f)).astype(np.float32)
+        bias = (self.rng.normal(size=out_f) * 0.1).astype(np.float32)
+        (ws, wo), (bs, bo) = self._const("w", w), self._const("b", bias)
+        s = self.b.op(OpCode.FULLY_CONNECTED, [x[0], ws, bs], activation=act)
+        name = self._name("fc")
+        self.nodes.append(helper.make_node("Gemm", [x[1], wo, bo], [name], transB=1))
+        return s, self._act(name, act), out_f
+
+    def finish(self, y: Ten) -> tuple[bytes, bytes]:
+        """(sporenet model bytes, ONNX model bytes)."""
+        from sporenet.lite import serialize
+
+        self.b.output(y[0], name="y")
+        spore = serialize(self.b.build())
+        graph = helper.make_graph(
+            self.nodes, "benchmark",
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(self.input_shape))],
+            [helper.make_tensor_value_info(y[1], TensorProto.FLOAT, None)],
+            initializer=self.inits,
+        )
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+        model.ir_version = min(model.ir_version, 10)
+        return spore, model.SerializeToString()
+
+
+# ------------------------------------------------------------------------------ networks
+
+
+def mlp() -> Twin:
+    t = Twin((1, 64))
+    h = t.dense(t.x, 128, act="relu")
+    h = t.dense(h, 64, act="relu")
+    t.y = t.dense(h, 10)
+    return t
+
+
+def lenet() -> Twin:
+    t = Twin((1, 1, 8, 8))
+    h = t.conv(t.x, 6, 3, act="relu")            # 6x8x8
+    h = t.max_pool(h, 2, 2, 0)                   # 6x4x4
+    h = t.conv(h, 16, 3, act="relu")             # 16x4x4
+    h = t.max_pool(h, 2, 2, 0)                   # 16x2x2
+    h = t.flatten(h, 64)
+    h = t.dense(h, 120, act="relu")
+    h = t.dense(h, 84, act="relu")
+    t.y = t.dense(h, 10)
+    return t
+
+
+def mobilenetv2(width: float = 0.5) -> Twin:
+    def ch(c: float) -> int:  # round to a multiple of 8, as MobileNetV2 does
+        return max(8, int(c * width + 4) // 8 * 8)
+
+    t = Twin((1, 3, 96, 96))
+    h = t.conv(t.x, ch(32), 3, stride=2, act="relu6")
+    in_ch = ch(32)
+    # (expansion t, channels c, repeats n, first stride s) of MobileNetV2
+    for expand, c, n, s in [(1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2),
+                            (6, 96, 3, 1), (6, 160, 3, 2), (6, 320, 1, 1)]:
+        out_ch = ch(c)
+        for i in range(n):
+            stride = s if i == 0 else 1
+            hidden = in_ch * expand
+            y = t.conv(h, hidden, 1, act="relu6") if expand != 1 else h
+            y = t.conv(y, hidden, 3, stride=stride, group=hidden, act="relu6")
+            y = t.conv(y, out_ch, 1)
+            h = t.add(h, y) if stride == 1 and in_ch == out_ch else y
+            in_ch = out_ch
+    h = t.conv(h, 1280, 1, act="relu6")
+    t.y = t.dense(t.global_avg_pool_flatten(h), 10)
+    return t
+
+
+def resnet18() -> Twin:
+    t = Twin((1, 3, 112, 112))
+    h = t.conv(t.x, 64, 7, stride=2, act="relu")
+    h = t.max_pool(h, 3, 2, 1)
+    in_ch = 64
+    for out_ch, stride in [(64, 1), (128, 2), (256, 2), (512, 2)]:
+        for i in range(2):
+            s = stride if i == 0 else 1
+            y = t.conv(h, out_ch, 3, stride=s, act="relu")
+            y = t.conv(y, out_ch, 3)
+            shortcut = t.conv(h, out_ch, 1, stride=s) if s != 1 or in_ch != out_ch else h
+            h = t.add(y, shortcut, act="relu")
+            in_ch = out_ch
+    t.y = t.dense(t.global_avg_pool_flatten(h), 10)
+    return t
+
+
+NETS: dict[str, Callable[[], Twin]] = {"mlp": mlp, "lenet": lenet,
+                                       "mobilenetv2": mobilenetv2, "resnet18": resnet18}
+
+
+# ------------------------------------------------------------------------------- timing
+
+
+def median_seconds(fn: Callable[[], object], budget: float, min_runs: int) -> float:
+    """Median of single-call timings, run for about `budget` seconds after a warm-up."""
+    for _ in range(3):
+        fn()
+    times: list[float] = []
+    clock = time.perf_counter
+    deadline = clock() + budget
+    while len(times) < min_runs or clock() < deadline:
+        t0 = clock()
+        fn()
+        times.append(clock() - t0)
+        if len(times) >= 20000:
+            break
+    return statistics.median(times)
+
+
+def run(name: str, threads: int, budget: float, min_runs: int) -> dict[str, float]:
+    twin = NETS[name]()
+    spore, onnx_bytes = twin.finish(twin.y)
+    x = np.random.default_rng(1).normal(size=twin.input_shape).astype(np.float32)
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    session = ort.InferenceSession(onnx_bytes, options, providers=["CPUExecutionProvider"])
+    interp = Interpreter(model_content=spore, num_threads=threads)
+    feeds = {"x": x}
+    ours = interp.run(feeds)["y"]
+    (theirs,) = session.run(None, feeds)
+    diff = float(np.abs(ours - theirs).max() / max(np.abs(theirs).max(), 1e-30))
+    t_ort = median_seconds(lambda: session.run(None, feeds), budget, min_runs)
+    t_ours = median_seconds(lambda: interp.run(feeds), budget, min_runs)
+    return {"ort": t_ort, "ours": t_ours, "diff": diff}
+
+
+def _fmt(seconds: float) -> str:
+    return f"{seconds * 1e3:9.3f} ms" if seconds >= 1e-3 else f"{seconds * 1e6:9.1f} us"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="short run with fewer repeats")
+    parser.add_argument("--nets", default=",".join(NETS), help="comma-separated subset")
+    parser.add_argument("--threads", default="1,2", help="thread counts to compare")
+    args = parser.parse_args(argv)
+    budget, min_runs = (0.3, 5) if args.quick else (2.0, 20)
+    header = (f"{'net':<12} {'threads':>7} {'onnxruntime':>12} {'sporenet':>12} {'ratio':>6} "
+              f"{'target':>6} {'max rel diff':>12}")
+    print(header)
+    print("-" * len(header))
+    missed = []
+    for threads in [int(t) for t in args.threads.split(",")]:
+        for name in args.nets.split(","):
+            r = run(name, threads, budget, min_runs)
+            ratio = r["ours"] / r["ort"]
+            target = TARGETS[name] if threads == 1 else None
+            mark = ""
+            if target is not None and ratio > target:
+                mark = " !"
+                missed.append(name)
+            print(f"{name:<12} {threads:>7} {_fmt(r['ort']):>12} {_fmt(r['ours']):>12} "
+                  f"{ratio:6.2f} {target or '':>6} {r['diff']:12.2e}{mark}", flush=True)
+    if missed:
+        print(f"\nmissed the one-thread target on: {', '.join(missed)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
