@@ -50,8 +50,17 @@ class ServerProcess:
         self.log_path = state_dir.parent / f"{state_dir.name}-server.log"
 
     def start(self, *, wait: bool = True, extra: list[str] | None = None) -> ServerProcess:
-        cmd = [sys.executable, "-m", "sporenet.federated.server", "--address", self.address,
-               "--state-dir", str(self.state_dir), *self.args, *(extra or [])]  # fmt: skip
+        cmd = [
+            sys.executable,
+            "-m",
+            "sporenet.federated.server",
+            "--address",
+            self.address,
+            "--state-dir",
+            str(self.state_dir),
+            *self.args,
+            *(extra or []),
+        ]
         self._log = open(self.log_path, "ab")  # noqa: SIM115 (lives as long as the process)
         self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=self._log, env={**os.environ})
         if wait:
@@ -131,10 +140,13 @@ def upload_raw(
     from sporenet.proto import federated_pb2 as pb
 
     header = pb.UploadHeader(
-        client_id=client_id, task_id=task_id, upload_id=upload_id,
+        client_id=client_id,
+        task_id=task_id,
+        upload_id=upload_id,
         total_size=len(payload) if total_size is None else total_size,
-        sha256=hashlib.sha256(payload).hexdigest(), num_samples=num_samples,
-    )  # fmt: skip
+        sha256=hashlib.sha256(payload).hexdigest(),
+        num_samples=num_samples,
+    )
     chunks = [pb.UploadChunk(header=header, offset=0, data=payload[: 1 << 20])]
     pos = 1 << 20
     while pos < len(payload):

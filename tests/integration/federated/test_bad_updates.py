@@ -1,4 +1,4 @@
-"""Malformed, oversized, non-finite and wrongly shaped updates: INVALID_ARGUMENT, aggregate untouched."""
+"""Malformed, oversized, non-finite, wrongly shaped updates: INVALID_ARGUMENT, aggregate intact."""
 
 from __future__ import annotations
 
@@ -37,9 +37,19 @@ def test_bad_updates_are_refused_and_never_reach_the_aggregate(
 ) -> None:  # type: ignore[no-untyped-def]
     w0 = make_model(tmp_path / "init.spore")
     server = server_factory(
-        ["--model", str(tmp_path / "init.spore"), "--rounds", "1", "--min-clients", "2",
-         "--min-available", "4", "--max-update-norm", "1000"]
-    ).start()  # fmt: skip
+        [
+            "--model",
+            str(tmp_path / "init.spore"),
+            "--rounds",
+            "1",
+            "--min-clients",
+            "2",
+            "--min-available",
+            "4",
+            "--max-update-norm",
+            "1000",
+        ]
+    ).start()
     channel = grpc.insecure_channel(server.address)
     stub = pb_grpc.FederatedStub(channel)
     bad = [
@@ -95,8 +105,12 @@ def test_bad_updates_are_refused_and_never_reach_the_aggregate(
         lambda: send(bad[1], encode_update({"w": good["w"]}), upload_id="g"), "missing ['b']"
     )
     status = read_status(server.state_dir)
-    assert status["participants"] == {"bad0": "rejected", "bad1": "rejected", "good0": "selected",
-                                      "good1": "selected"}  # fmt: skip
+    assert status["participants"] == {
+        "bad0": "rejected",
+        "bad1": "rejected",
+        "good0": "selected",
+        "good1": "selected",
+    }
 
     release.set()
     for t in threads:
@@ -114,9 +128,17 @@ def test_bad_updates_are_refused_and_never_reach_the_aggregate(
 def test_norm_bound_refuses_large_updates(tmp_path: Path, server_factory) -> None:  # type: ignore[no-untyped-def]
     make_model(tmp_path / "init.spore")
     server = server_factory(
-        ["--model", str(tmp_path / "init.spore"), "--rounds", "1", "--min-clients", "1",
-         "--max-update-norm", "1.0"]
-    ).start()  # fmt: skip
+        [
+            "--model",
+            str(tmp_path / "init.spore"),
+            "--rounds",
+            "1",
+            "--min-clients",
+            "1",
+            "--max-update-norm",
+            "1.0",
+        ]
+    ).start()
     with grpc.insecure_channel(server.address) as channel:
         stub = pb_grpc.FederatedStub(channel)
         cid = stub.Register(pb.RegisterRequest(client_name="x"), timeout=10).client_id

@@ -44,9 +44,19 @@ def test_fedavg_rounds_match_numpy_and_ops_endpoints(tmp_path: Path, server_fact
     w0 = make_model(tmp_path / "init.spore")
     metrics_port = free_port()
     server = server_factory(
-        ["--model", str(tmp_path / "init.spore"), "--rounds", str(ROUNDS), "--min-clients", "3",
-         "--evaluate-every", "1", "--metrics-port", str(metrics_port)]
-    ).start()  # fmt: skip
+        [
+            "--model",
+            str(tmp_path / "init.spore"),
+            "--rounds",
+            str(ROUNDS),
+            "--min-clients",
+            "3",
+            "--evaluate-every",
+            "1",
+            "--metrics-port",
+            str(metrics_port),
+        ]
+    ).start()
     assert server.health() == health_pb2.HealthCheckResponse.SERVING
 
     results: dict[int, dict[str, np.ndarray] | None] = {}
@@ -94,10 +104,19 @@ def test_fedavg_rounds_match_numpy_and_ops_endpoints(tmp_path: Path, server_fact
 
     # `status` reads the state dir after the fact.
     out = subprocess.run(
-        [sys.executable, "-m", "sporenet.federated.server", "status",
-         "--state-dir", str(server.state_dir)],
-        capture_output=True, text=True, timeout=30, check=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "sporenet.federated.server",
+            "status",
+            "--state-dir",
+            str(server.state_dir),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    )
     status = json.loads(out.stdout)
     assert status["job"]["status"] == "finished"
     assert status["model"]["version"] == ROUNDS

@@ -34,8 +34,16 @@ def expected(w0: dict[str, np.ndarray], rounds: int) -> dict[str, np.ndarray]:
 
 def test_kill9_mid_round_then_restart_resumes_the_round(tmp_path: Path, server_factory) -> None:  # type: ignore[no-untyped-def]
     w0 = make_model(tmp_path / "init.spore", out=64, inp=32)
-    args = ["--model", str(tmp_path / "init.spore"), "--rounds", "3", "--min-clients", "4",
-            "--checkpoint-every", "2"]  # fmt: skip
+    args = [
+        "--model",
+        str(tmp_path / "init.spore"),
+        "--rounds",
+        "3",
+        "--min-clients",
+        "4",
+        "--checkpoint-every",
+        "2",
+    ]
     server = server_factory(args).start()
     release = threading.Event()
     results: dict[int, dict[str, np.ndarray] | None] = {}

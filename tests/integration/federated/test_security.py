@@ -22,8 +22,8 @@ from sporenet.federated.auth import (
     TIMESTAMP,
     Credentials,
     public_key_text,
+    signing_payload,
 )
-from sporenet.federated.auth import signing_payload
 from sporenet.proto import federated_pb2 as pb
 from sporenet.proto import federated_pb2_grpc as pb_grpc
 from tests.integration.federated.helpers import free_port, make_model, self_signed_cert
@@ -101,17 +101,26 @@ def test_tokens_signatures_and_replays(tmp_path: Path, server_factory) -> None: 
     assert code == grpc.StatusCode.UNAUTHENTICATED and "bad signature" in msg
     # Correctly signed but ten minutes old.
     ts, nonce = int(time.time() * 1000) - 600_000, "0123456789abcdef0123"
-    stale = [(KEY_ID, "dev1"), (TIMESTAMP, str(ts)), (NONCE, nonce),
-             (SIGNATURE, base64.b64encode(key.sign(signing_payload(REGISTER, "dev1", ts, nonce))).decode())]  # fmt: skip
+    stale = [
+        (KEY_ID, "dev1"),
+        (TIMESTAMP, str(ts)),
+        (NONCE, nonce),
+        (
+            SIGNATURE,
+            base64.b64encode(key.sign(signing_payload(REGISTER, "dev1", ts, nonce))).decode(),
+        ),
+    ]
     code, msg = _code(lambda: stub.Register(reg, metadata=stale, timeout=5))
     assert code == grpc.StatusCode.UNAUTHENTICATED and "off the server clock" in msg
     channel.close()
 
     # The SDK with each scheme completes a round.
     results = _run_clients(
-        [Client(server.address, train=_train, token="tok-alice", poll_wait=1.0),
-         Client(server.address, train=_train, key_id="dev1", private_key=key, poll_wait=1.0)]
-    )  # fmt: skip
+        [
+            Client(server.address, train=_train, token="tok-alice", poll_wait=1.0),
+            Client(server.address, train=_train, key_id="dev1", private_key=key, poll_wait=1.0),
+        ]
+    )
     assert all(r is not None for r in results), server.logs()
 
 
@@ -122,10 +131,21 @@ def test_tls_and_mutual_tls(tmp_path: Path, server_factory) -> None:  # type: ig
     for name, data in [("server.pem", cert), ("server.key", key), ("client.pem", client_cert)]:
         (tmp_path / name).write_bytes(data)
     server = server_factory(
-        ["--model", str(tmp_path / "init.spore"), "--rounds", "1", "--min-clients", "1",
-         "--tls-cert", str(tmp_path / "server.pem"), "--tls-key", str(tmp_path / "server.key"),
-         "--tls-client-ca", str(tmp_path / "client.pem")]
-    ).start()  # fmt: skip
+        [
+            "--model",
+            str(tmp_path / "init.spore"),
+            "--rounds",
+            "1",
+            "--min-clients",
+            "1",
+            "--tls-cert",
+            str(tmp_path / "server.pem"),
+            "--tls-key",
+            str(tmp_path / "server.key"),
+            "--tls-client-ca",
+            str(tmp_path / "client.pem"),
+        ]
+    ).start()
     # Plaintext to a TLS port fails; TLS without a client certificate is refused (mTLS).
     with grpc.insecure_channel(server.address) as ch:
         code, _ = _code(lambda: pb_grpc.FederatedStub(ch).GetStatus(pb.StatusRequest(), timeout=3))
@@ -133,8 +153,14 @@ def test_tls_and_mutual_tls(tmp_path: Path, server_factory) -> None:  # type: ig
     with grpc.secure_channel(server.address, grpc.ssl_channel_credentials(cert)) as ch:
         code, _ = _code(lambda: pb_grpc.FederatedStub(ch).GetStatus(pb.StatusRequest(), timeout=3))
         assert code == grpc.StatusCode.UNAVAILABLE
-    client = Client(server.address, train=_train, root_certificates=cert,
-                    certificate_chain=client_cert, client_key_pem=client_key, poll_wait=1.0)  # fmt: skip
+    client = Client(
+        server.address,
+        train=_train,
+        root_certificates=cert,
+        certificate_chain=client_cert,
+        client_key_pem=client_key,
+        poll_wait=1.0,
+    )
     (final,) = _run_clients([client])
     assert final is not None
     np.testing.assert_allclose(final["w"], w0["w"] + 1.0, rtol=1e-6)
@@ -142,10 +168,20 @@ def test_tls_and_mutual_tls(tmp_path: Path, server_factory) -> None:  # type: ig
 
 def _refused(args: list[str], tmp_path: Path) -> str:
     out = subprocess.run(
-        [sys.executable, "-m", "sporenet.federated.server", "--state-dir", str(tmp_path / "s"),
-         "--model", str(tmp_path / "init.spore"), *args],
-        capture_output=True, text=True, timeout=30,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "sporenet.federated.server",
+            "--state-dir",
+            str(tmp_path / "s"),
+            "--model",
+            str(tmp_path / "init.spore"),
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert out.returncode == 2, out.stderr
     return out.stderr
 
