@@ -28,6 +28,14 @@ MATERIALIZE_LIMIT = 4096
 no larger than the constants they are computed from (otherwise the node is kept)."""
 
 
+def contiguous(array: np.ndarray) -> np.ndarray:
+    """`array` itself when C-contiguous, else a C-contiguous copy of the same shape
+    (np.ascontiguousarray would turn a 0-d array into a 1-d one)."""
+    if array.flags.c_contiguous:
+        return array
+    return np.ascontiguousarray(array).reshape(array.shape)
+
+
 def should_materialize(out_bytes: int, in_bytes: int) -> bool:
     """Whether a folded constant of `out_bytes` computed from `in_bytes` is worth storing."""
     return out_bytes <= MATERIALIZE_LIMIT or out_bytes <= in_bytes
@@ -122,7 +130,7 @@ class ImportContext:
 
     def constant(self, name: str, value: Any, dtype: Any = None) -> int:
         """A constant tensor holding `value` (stored bit for bit)."""
-        array = np.ascontiguousarray(value if dtype is None else np.asarray(value, dtype=dtype))
+        array = contiguous(np.asarray(value, dtype=dtype))
         array.flags.writeable = False
         spec = TensorSpec(array.shape, array.dtype, array)
         index = self._add(name, [spec] * len(self.views), array, reserved_name=True)

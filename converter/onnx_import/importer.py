@@ -10,7 +10,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from sporenet.converter.errors import ConversionError, UnsupportedOnnxOpError
-from sporenet.converter.onnx_import.context import ImportContext
+from sporenet.converter.onnx_import.context import ImportContext, contiguous
 from sporenet.converter.onnx_import.node import OnnxNode
 from sporenet.converter.onnx_import.registry import HANDLERS, handler_available
 from sporenet.lite.dtypes import NUMPY_TO_IR
@@ -74,7 +74,7 @@ def _initializer(tensor: onnx.TensorProto) -> np.ndarray:
         array = numpy_helper.to_array(tensor)
     except (ValueError, TypeError) as exc:
         raise ConversionError(f"initializer {tensor.name!r} cannot be read: {exc}") from None
-    return np.ascontiguousarray(array)
+    return contiguous(array)
 
 
 def _input_shape(value: onnx.ValueInfoProto, override: Sequence[int] | None) -> tuple[int, ...]:

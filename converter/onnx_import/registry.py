@@ -11,7 +11,15 @@ from dataclasses import dataclass
 
 from sporenet.converter.onnx_import.context import ImportContext
 from sporenet.converter.onnx_import.node import OnnxNode
-from sporenet.converter.onnx_import.ops import activation, constant, elementwise, linear, shape
+from sporenet.converter.onnx_import.ops import (
+    activation,
+    constant,
+    conv,
+    elementwise,
+    linear,
+    normalization,
+    shape,
+)
 from sporenet.lite.kernels import KERNELS
 from sporenet.lite.ops import OpCode
 
@@ -30,6 +38,7 @@ def _h(convert: Callable[[ImportContext, OnnxNode], list[int]], *requires: OpCod
 
 _E = elementwise
 _A = activation
+_N = normalization
 HANDLERS: dict[str, Handler] = {
     # constants and pass-through
     "Constant": _h(constant.constant),
@@ -56,6 +65,12 @@ HANDLERS: dict[str, Handler] = {
     "Min": _h(_E.variadic(OpCode.MINIMUM), OpCode.MINIMUM),
     "PRelu": _h(_E.prelu, OpCode.PRELU),
     "Where": _h(_E.where, OpCode.WHERE),
+    "Not": _h(_E.logical_not, OpCode.EQUAL),
+    "And": _h(_E.logical("and"), OpCode.MUL),
+    "Or": _h(_E.logical("or"), OpCode.MAXIMUM),
+    "Xor": _h(_E.logical("xor"), OpCode.EQUAL),
+    "GreaterOrEqual": _h(_E.negated(OpCode.LESS), OpCode.LESS, OpCode.EQUAL),
+    "LessOrEqual": _h(_E.negated(OpCode.GREATER), OpCode.GREATER, OpCode.EQUAL),
     # unary and activations
     "Relu": _h(_A.unary(OpCode.RELU), OpCode.RELU),
     "Sigmoid": _h(_A.unary(OpCode.SIGMOID), OpCode.SIGMOID),
@@ -79,9 +94,42 @@ HANDLERS: dict[str, Handler] = {
     "Erf": _h(_A.unary(OpCode.ERF), OpCode.ERF),
     "Floor": _h(_A.unary(OpCode.FLOOR), OpCode.FLOOR),
     "Ceil": _h(_A.unary(OpCode.CEIL), OpCode.CEIL),
+    "Mish": _h(_A.mish, OpCode.SOFTPLUS, OpCode.TANH, OpCode.MUL),
+    "ThresholdedRelu": _h(_A.thresholded_relu, OpCode.GREATER, OpCode.WHERE),
+    "Celu": _h(_A.celu, OpCode.ELU, OpCode.DIV, OpCode.MUL),
+    # convolution and pooling
+    "Conv": _h(conv.conv, OpCode.CONV2D),
+    "ConvTranspose": _h(conv.conv_transpose, OpCode.CONV_TRANSPOSE2D),
+    "MaxPool": _h(conv.max_pool, OpCode.MAX_POOL2D),
+    "AveragePool": _h(conv.average_pool, OpCode.AVG_POOL2D),
+    "GlobalAveragePool": _h(conv.global_pool(OpCode.GLOBAL_AVG_POOL), OpCode.GLOBAL_AVG_POOL),
+    "GlobalMaxPool": _h(conv.global_pool(OpCode.GLOBAL_MAX_POOL), OpCode.GLOBAL_MAX_POOL),
+    # normalization and softmax
+    "BatchNormalization": _h(_N.batch_norm, OpCode.BATCH_NORM),
+    "InstanceNormalization": _h(_N.instance_norm, OpCode.INSTANCE_NORM),
+    "LRN": _h(_N.lrn, OpCode.LRN),
+    "LayerNormalization": _h(_N.layer_norm, OpCode.LAYER_NORM),
+    "Softmax": _h(_N.softmax(OpCode.SOFTMAX), OpCode.SOFTMAX, OpCode.FLATTEN, OpCode.RESHAPE),
+    "LogSoftmax": _h(_N.softmax(OpCode.LOG_SOFTMAX), OpCode.LOG_SOFTMAX, OpCode.FLATTEN,
+                     OpCode.RESHAPE),
     # shape and layout
     "Reshape": _h(shape.reshape, OpCode.RESHAPE),
     "Flatten": _h(shape.flatten, OpCode.FLATTEN),
+    "Transpose": _h(shape.transpose, OpCode.TRANSPOSE),
+    "Squeeze": _h(shape.squeeze, OpCode.SQUEEZE),
+    "Unsqueeze": _h(shape.unsqueeze, OpCode.UNSQUEEZE),
+    "Concat": _h(shape.concat, OpCode.CONCAT),
+    "Split": _h(shape.split, OpCode.SPLIT),
+    "Slice": _h(shape.slice_, OpCode.SLICE),
+    "Gather": _h(shape.gather, OpCode.GATHER),
+    "Expand": _h(shape.expand, OpCode.EXPAND),
+    "Tile": _h(shape.tile, OpCode.TILE),
+    "Cast": _h(shape.cast, OpCode.CAST),
+    "CastLike": _h(shape.cast_like, OpCode.CAST),
+    "Pad": _h(shape.pad, OpCode.PAD),
+    "DepthToSpace": _h(shape.depth_to_space, OpCode.DEPTH_TO_SPACE),
+    "SpaceToDepth": _h(shape.space_to_depth, OpCode.SPACE_TO_DEPTH),
+    "Range": _h(shape.range_),
 }
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from sporenet.converter.onnx_import.context import contiguous
 from sporenet.lite.graph import DYNAMIC, Graph, Model, Node
 
 
@@ -82,7 +83,7 @@ def add_constant(model: Model, name: str, value: np.ndarray) -> int:
     while candidate in taken:
         candidate = f"{name}__{k}"
         k += 1
-    array = np.ascontiguousarray(value)
+    array = contiguous(np.asarray(value))
     array.flags.writeable = False
     model.tensors.append(Tensor(name=candidate, dtype=array.dtype, shape=array.shape, data=array))
     return len(model.tensors) - 1

@@ -75,3 +75,28 @@ def clip(ctx: ImportContext, node: OnnxNode) -> list[int]:
     if not attrs:
         return [x]
     return [ctx.emit1(OpCode.CLIP, [x], **attrs)]
+
+
+def mish(ctx: ImportContext, node: OnnxNode) -> list[int]:
+    """Mish(x) = x * tanh(softplus(x))."""
+    x = node.input(0)
+    t = ctx.emit1(OpCode.TANH, [ctx.emit1(OpCode.SOFTPLUS, [x])])
+    return [ctx.emit1(OpCode.MUL, [x, t])]
+
+
+def thresholded_relu(ctx: ImportContext, node: OnnxNode) -> list[int]:
+    """x where x > alpha, else 0."""
+    x = node.input(0)
+    dtype = ctx.dtype(x)
+    alpha = ctx.constant(f"{node.name}/alpha", np.array(node.attr("alpha", 1.0), dtype))
+    zero = ctx.constant(f"{node.name}/zero", np.array(0, dtype))
+    return [ctx.emit1(OpCode.WHERE, [ctx.emit1(OpCode.GREATER, [x, alpha]), x, zero])]
+
+
+def celu(ctx: ImportContext, node: OnnxNode) -> list[int]:
+    """Celu(x) = alpha * Elu(x / alpha, 1)."""
+    x = node.input(0)
+    alpha = float(node.attr("alpha", 1.0))
+    a = ctx.constant(f"{node.name}/alpha", np.array(alpha, ctx.dtype(x)))
+    elu = ctx.emit1(OpCode.ELU, [ctx.emit1(OpCode.DIV, [x, a])], alpha=1.0)
+    return [ctx.emit1(OpCode.MUL, [elu, a])]

@@ -70,7 +70,10 @@ def identity(ctx: ImportContext, node: OnnxNode) -> list[int]:
 
 def dropout(ctx: ImportContext, node: OnnxNode) -> list[int]:
     """Inference: output = input; the optional mask is all ones."""
-    training = ctx.value(node.input(2))
+    training_input = node.input(2)
+    training = ctx.value(training_input)
+    if training_input != -1 and training is None:
+        raise node.fail("training_mode must be static (the converter targets inference)")
     if training is not None and bool(np.ravel(training)[0]):
         raise node.fail("training_mode=True is not supported (the converter targets inference)")
     x = node.input(0)

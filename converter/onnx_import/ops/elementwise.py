@@ -17,15 +17,7 @@ def binary(op: OpCode) -> Handler:
     """A handler mapping a two-input ONNX op onto one IR op."""
 
     def convert(ctx: ImportContext, node: OnnxNode) -> list[int]:
-        a, b = node.input(0), node.input(1)
-        if op == OpCode.POW and ctx.dtype(a) != ctx.dtype(b):
-            # Pow-12 allows an exponent of another type; the runtime wants one dtype.
-            value = ctx.value(b)
-            if value is None:
-                raise node.fail(f"exponent dtype {ctx.dtype(b)} differs from base dtype "
-                                f"{ctx.dtype(a)} and is not a constant")
-            b = ctx.constant(f"{node.name}/exponent", value.astype(ctx.dtype(a)))
-        return [ctx.emit1(op, [a, b])]
+        return [ctx.emit1(op, [node.input(0), node.input(1)])]
 
     return convert
 
@@ -56,3 +48,37 @@ def prelu(ctx: ImportContext, node: OnnxNode) -> list[int]:
 
 def where(ctx: ImportContext, node: OnnxNode) -> list[int]:
     return [ctx.emit1(OpCode.WHERE, [node.input(0), node.input(1), node.input(2)])]
+
+
+def _not(ctx: ImportContext, node: OnnxNode, x: int) -> int:
+    """Logical not as x == False (the runtime has no Not op)."""
+    false = ctx.constant(f"{node.name}/false", np.array(False))
+    return ctx.emit1(OpCode.EQUAL, [x, false])
+
+
+def logical_not(ctx: ImportContext, node: OnnxNode) -> list[int]:
+    return [_not(ctx, node, node.input(0))]
+
+
+def negated(op: OpCode, *, swap: bool = False) -> Handler:
+    """GreaterOrEqual = not Less, LessOrEqual = not Greater."""
+
+    def convert(ctx: ImportContext, node: OnnxNode) -> list[int]:
+        a, b = node.input(0), node.input(1)
+        return [_not(ctx, node, ctx.emit1(op, [b, a] if swap else [a, b]))]
+
+    return convert
+
+
+def logical(kind: str) -> Handler:
+    """And = Mul, Or = Maximum on bools; Xor = not (a == b)."""
+
+    def convert(ctx: ImportContext, node: OnnxNode) -> list[int]:
+        a, b = node.input(0), node.input(1)
+        if kind == "and":
+            return [ctx.emit1(OpCode.MUL, [a, b])]
+        if kind == "or":
+            return [ctx.emit1(OpCode.MAXIMUM, [a, b])]
+        return [_not(ctx, node, ctx.emit1(OpCode.EQUAL, [a, b]))]
+
+    return convert

@@ -7,6 +7,8 @@ IR carries the ONNX semantics without extra tensors.
 
 from __future__ import annotations
 
+import numpy as np
+
 from sporenet.converter.onnx_import.context import ImportContext
 from sporenet.converter.onnx_import.node import OnnxNode, as_ints
 from sporenet.lite.ops import OpCode
@@ -37,3 +39,121 @@ def flatten(ctx: ImportContext, node: OnnxNode) -> list[int]:
     if axis < 0:
         axis += ctx.rank(x)
     return [ctx.emit1(OpCode.FLATTEN, [x], axis=axis)]
+
+
+def _axes(ctx: ImportContext, node: OnnxNode, attr_until: int) -> list[int] | None:
+    """`axes` as an attribute before opset `attr_until`, as input 1 from then on."""
+    if node.opset < attr_until:
+        return node.ints("axes")
+    return _static_ints(ctx, node, 1, "axes")
+
+
+def transpose(ctx: ImportContext, node: OnnxNode) -> list[int]:
+    x = node.input(0)
+    perm = node.ints("perm") or list(range(ctx.rank(x)))[::-1]
+    return [ctx.emit1(OpCode.TRANSPOSE, [x], perm=perm)]
+
+
+def squeeze(ctx: ImportContext, node: OnnxNode) -> list[int]:
+    return [ctx.emit1(OpCode.SQUEEZE, [node.input(0)], axes=_axes(ctx, node, 13))]
+
+
+def unsqueeze(ctx: ImportContext, node: OnnxNode) -> list[int]:
+    axes = _axes(ctx, node, 13)
+    if axes is None:
+        raise node.fail("needs axes")
+    return [ctx.emit1(OpCode.UNSQUEEZE, [node.input(0)], axes=axes)]
+
+
+def concat(ctx: ImportContext, node: OnnxNode) -> list[int]:
+    inputs = [i for i in node.inputs if i != -1]
+    return [ctx.emit1(OpCode.CONCAT, inputs, axis=int(node.attr("axis")))]
+
+
+def split(ctx: ImportContext, node: OnnxNode) -> list[int]:
+    sizes = node.ints("split") if node.opset < 13 else _static_ints(ctx, node, 1, "split")
+    # The node's output count tells the kernel how many parts (num_outputs, opset 18,
+    # must agree with it, which the ONNX checker already ensures).
+    return ctx.emit(OpCode.SPLIT, [node.input(0)], num_outputs=len(node.outputs),
+                    axis=int(node.attr("axis", 0)), split=sizes)
+
+
+def slice_(ctx: ImportContext, node: OnnxNode) -> list[int]:
+    if node.opset < 10:
+        attrs = {name: node.ints(name) for name in ("starts", "ends", "axes")}
+    else:
+        attrs = {name: _static_ints(ctx, node, k, name)
+                 for k, name in enumerate(("starts", "ends", "axes", "steps"), start=1)}
+    return [ctx.emit1(OpCode.SLICE, [node.input(0)], **attrs)]
+
+
+def gather(ctx: ImportContext, node: OnnxNode) -> list[int]:
+    return [ctx.emit1(OpCode.GATHER, [node.input(0), node.input(1)],
+                      axis=int(node.attr("axis", 0)))]
+
+
+def expand(ctx: ImportContext, node: OnnxNode) -> list[int]:
+    target = _static_ints(ctx, node, 1, "the target shape")
+    return [ctx.emit1(OpCode.EXPAND, [node.input(0)], shape=target)]
+
+
+def tile(ctx: ImportContext, node: OnnxNode) -> list[int]:
+    repeats = _static_ints(ctx, node, 1, "repeats")
+    return [ctx.emit1(OpCode.TILE, [node.input(0)], repeats=repeats)]
+
+
+def cast(ctx: ImportContext, node: OnnxNode) -> list[int]:
+    return [ctx.emit1(OpCode.CAST, [node.input(0)], to=int(node.attr("to")))]
+
+
+def cast_like(ctx: ImportContext, node: OnnxNode) -> list[int]:
+    return [ctx.emit1(OpCode.CAST, [node.input(0)], to=str(ctx.dtype(node.input(1))))]
+
+
+def pad(ctx: ImportContext, node: OnnxNode) -> list[int]:
+    """Pads as attributes before opset 11; as inputs (pads, constant_value, axes) after."""
+    x = node.input(0)
+    mode = node.attr("mode", "constant")
+    if node.opset < 11:
+        return [ctx.emit1(OpCode.PAD, [x], mode=mode, pads=node.ints("pads"),
+                          value=float(node.attr("value", 0.0)))]
+    pads = _static_ints(ctx, node, 1, "pads")
+    axes = _static_ints(ctx, node, 3, "axes")
+    value = node.input(2)
+    if value != -1 and ctx.value(value) is None:
+        raise node.fail("constant_value (input 2) must be static")
+    inputs = [x] if value == -1 else [x, -1, value]
+    return [ctx.emit1(OpCode.PAD, inputs, mode=mode, pads=pads, axes=axes)]
+
+
+def depth_to_space(ctx: ImportContext, node: OnnxNode) -> list[int]:
+    return [ctx.emit1(OpCode.DEPTH_TO_SPACE, [node.input(0)],
+                      blocksize=int(node.attr("blocksize")), mode=node.attr("mode", "DCR"))]
+
+
+def space_to_depth(ctx: ImportContext, node: OnnxNode) -> list[int]:
+    """DCR (the default) maps onto the runtime op; CRD (opset 25) is a Reshape, Transpose,
+    Reshape sequence."""
+    x, b = node.input(0), int(node.attr("blocksize"))
+    mode = node.attr("mode", "DCR")
+    if mode == "DCR":
+        return [ctx.emit1(OpCode.SPACE_TO_DEPTH, [x], blocksize=b)]
+    if mode != "CRD":
+        raise node.fail(f"mode must be 'DCR' or 'CRD', got {mode!r}")
+    n, c, h, w = ctx.spec(x).shape
+    six = ctx.emit1(OpCode.RESHAPE, [x], shape=[n, c, h // b, b, w // b, b])
+    moved = ctx.emit1(OpCode.TRANSPOSE, [six], perm=[0, 1, 3, 5, 2, 4])
+    return [ctx.emit1(OpCode.RESHAPE, [moved], shape=[n, c * b * b, h // b, w // b])]
+
+
+def range_(ctx: ImportContext, node: OnnxNode) -> list[int]:
+    """Range with static start, limit and delta folds to a constant."""
+    values = [ctx.value(node.input(k)) for k in range(3)]
+    if any(v is None for v in values):
+        raise node.fail("start, limit and delta must be static")
+    start, limit, delta = (v.reshape(()) for v in values)  # type: ignore[union-attr]
+    if delta == 0:
+        raise node.fail("delta must not be 0")
+    count = max(int(np.ceil((limit - start) / delta)), 0)
+    out = (start + np.arange(count, dtype=start.dtype) * delta).astype(start.dtype)
+    return [ctx.constant(node.outputs[0], out)]

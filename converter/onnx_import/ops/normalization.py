@@ -1,0 +1,69 @@
+"""BatchNormalization, InstanceNormalization, LRN, LayerNormalization, Softmax/LogSoftmax."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from sporenet.converter.onnx_import.context import ImportContext
+from sporenet.converter.onnx_import.node import OnnxNode
+from sporenet.lite.graph import DYNAMIC
+from sporenet.lite.ops import OpCode
+
+Handler = Callable[[ImportContext, OnnxNode], list[int]]
+
+
+def batch_norm(ctx: ImportContext, node: OnnxNode) -> list[int]:
+    node.only_first_output()
+    if int(node.attr("training_mode", 0)):
+        raise node.fail("training_mode=1 is not supported (the converter targets inference)")
+    if node.opset < 9 and int(node.attr("spatial", 1)) != 1:
+        raise node.fail("spatial=0 (per-element statistics) is not supported")
+    inputs = [node.input(k) for k in range(5)]
+    return [ctx.emit1(OpCode.BATCH_NORM, inputs, epsilon=float(node.attr("epsilon", 1e-5)))]
+
+
+def instance_norm(ctx: ImportContext, node: OnnxNode) -> list[int]:
+    inputs = [node.input(k) for k in range(3)]
+    return [ctx.emit1(OpCode.INSTANCE_NORM, inputs,
+                      epsilon=float(node.attr("epsilon", 1e-5)))]
+
+
+def lrn(ctx: ImportContext, node: OnnxNode) -> list[int]:
+    return [ctx.emit1(OpCode.LRN, [node.input(0)], size=int(node.attr("size")),
+                      alpha=float(node.attr("alpha", 1e-4)), beta=float(node.attr("beta", 0.75)),
+                      bias=float(node.attr("bias", 1.0)))]
+
+
+def layer_norm(ctx: ImportContext, node: OnnxNode) -> list[int]:
+    node.only_first_output()
+    inputs = [node.input(0), node.input(1), node.input(2)]
+    if inputs[-1] == -1:
+        inputs.pop()
+    return [ctx.emit1(OpCode.LAYER_NORM, inputs, axis=int(node.attr("axis", -1)),
+                      epsilon=float(node.attr("epsilon", 1e-5)))]
+
+
+def softmax(op: OpCode) -> Handler:
+    """Opset 13+: along `axis` (default -1). Before 13: the input is coerced to 2-D at
+    `axis` (default 1) and normalized over the flattened trailing block, so the handler
+    emits Flatten + op(axis=-1) + Reshape back, unless `axis` is already the last one."""
+
+    def convert(ctx: ImportContext, node: OnnxNode) -> list[int]:
+        x = node.input(0)
+        rank = ctx.rank(x)
+        if node.opset >= 13:
+            return [ctx.emit1(op, [x], axis=int(node.attr("axis", -1)))]
+        axis = int(node.attr("axis", 1))
+        if axis < 0:
+            axis += rank
+        if rank == 0 or axis >= rank - 1:
+            return [ctx.emit1(op, [x], axis=-1)]
+        shape = list(ctx.shape(x))
+        if shape.count(DYNAMIC) > 1:
+            raise node.fail(f"opset-{node.opset} {node.op_type} over a trailing block needs at "
+                            f"most one dynamic dimension, got shape {shape}")
+        flat = ctx.emit1(OpCode.FLATTEN, [x], axis=axis)
+        y = ctx.emit1(op, [flat], axis=-1)
+        return [ctx.emit1(OpCode.RESHAPE, [y], shape=shape)]
+
+    return convert

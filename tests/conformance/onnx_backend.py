@@ -1,0 +1,270 @@
+"""ONNX's own backend test suite run through sporenet-convert and the lite Interpreter.
+
+Sources (all shipped inside the installed onnx package):
+- node: `onnx.backend.test.loader.load_model_tests(kind="node")`, one-op models built in
+  memory with their input and expected output data;
+- light: the 9 `light_*` real topologies (ResNet-50, SqueezeNet, ...) with their expected
+  outputs for the runner's deterministic input arange(n) / n;
+- pytorch-converted and pytorch-operator: small PyTorch exports with test data sets.
+
+A case is *unsupported* when its model uses an op type the converter does not list, and
+*excluded* when it is in EXCLUDED below (each entry says why). Every other case runs and
+either passes or fails; the targets count passes among those.
+
+Print the table (the documented command):
+
+    python -m tests.conformance.onnx_backend                # node + pytorch-* + light
+    python -m tests.conformance.onnx_backend --kind node --failures
+"""
+
+from __future__ import annotations
+
+import argparse
+import fnmatch
+import json
+import os
+import re
+import sys
+import time
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+from onnx.backend.test.loader import DATA_DIR, load_model_tests
+
+from sporenet.converter import convert_onnx
+from sporenet.converter.onnx_import.importer import op_key
+from sporenet.converter.onnx_import.registry import handler_available
+from sporenet.lite import Interpreter
+
+LIGHT_MODELS = ("bvlc_alexnet", "densenet121", "inception_v1", "inception_v2", "resnet50",
+                "shufflenet", "squeezenet", "vgg19", "zfnet512")
+# Light models that take more than a few seconds (big convolutions or weights): kept out of
+# the CI run by the `slow` marker, run with `pytest -m slow tests/conformance`.
+SLOW_LIGHT_MODELS = ("bvlc_alexnet", "densenet121", "inception_v2", "resnet50", "vgg19",
+                     "zfnet512")
+
+# Cases the harness does not run although their ops are listed: pattern -> why.
+EXCLUDED: dict[str, str] = {}
+
+
+@dataclass
+class Case:
+    """One conformance case: a model and its (inputs, expected outputs) data sets."""
+
+    name: str
+    kind: str
+    load: object  # () -> (ModelProto, list[(inputs, outputs)])
+    rtol: float = 1e-3
+    atol: float = 1e-7
+    model: onnx.ModelProto | None = None
+    ops: set[str] = field(default_factory=set)
+
+
+def _read_pb(path: str) -> np.ndarray:
+    tensor = onnx.TensorProto()
+    with open(path, "rb") as f:
+        tensor.ParseFromString(f.read())
+    return numpy_helper.to_array(tensor)
+
+
+def _dir_data_sets(model_dir: str) -> list[tuple[list[np.ndarray], list[np.ndarray]]]:
+    sets = []
+    for name in sorted(os.listdir(model_dir)):
+        path = os.path.join(model_dir, name)
+        if not name.startswith("test_data_set") or not os.path.isdir(path):
+            continue
+        files = os.listdir(path)
+        count = {kind: len([f for f in files if f.startswith(kind)])
+                 for kind in ("input_", "output_")}
+        inputs = [_read_pb(os.path.join(path, f"input_{i}.pb")) for i in range(count["input_"])]
+        outputs = [_read_pb(os.path.join(path, f"output_{i}.pb"))
+                   for i in range(count["output_"])]
+        sets.append((inputs, outputs))
+    return sets
+
+
+def _as_array(x: object) -> np.ndarray:
+    return numpy_helper.to_array(x) if isinstance(x, onnx.TensorProto) else np.asarray(x)
+
+
+def _normalized(data_sets: object) -> list[tuple[list[np.ndarray], list[np.ndarray]]]:
+    """Test data as arrays (some node cases hold TensorProtos)."""
+    return [([_as_array(x) for x in inputs], [_as_array(y) for y in outputs])
+            for inputs, outputs in data_sets]  # type: ignore[attr-defined]
+
+
+def light_input(model: onnx.ModelProto) -> list[np.ndarray]:
+    """The input ONNX's runner feeds light models: arange(n) / n in the input's shape."""
+    inits = {t.name for t in model.graph.initializer}
+    arrays = []
+    for value in model.graph.input:
+        if value.name in inits:
+            continue
+        shape = tuple(d.dim_value if d.HasField("dim_value") else 1
+                      for d in value.type.tensor_type.shape.dim)
+        n = int(np.prod(shape))
+        arrays.append((np.arange(n).reshape(shape) / n).astype(np.float32))
+    return arrays
+
+
+def iter_cases(kinds: tuple[str, ...]) -> Iterator[Case]:
+    """Every case of the requested kinds, with its model loaded lazily where possible."""
+    for kind in kinds:
+        if kind == "node":
+            for t in load_model_tests(kind="node"):
+                yield Case(t.name, kind, lambda t=t: (t.model, _normalized(t.data_sets or [])),
+                           t.rtol, t.atol, model=t.model)
+        elif kind == "light":
+            for name in LIGHT_MODELS:
+                path = os.path.join(DATA_DIR, "light", f"light_{name}.onnx")
+                with open(os.path.join(DATA_DIR, "real", f"test_{name}", "data.json")) as f:
+                    tol = json.load(f)
+
+                def load(path: str = path) -> tuple[onnx.ModelProto, list]:
+                    model = onnx.load(path)
+                    expected = _read_pb(path[: -len(".onnx")] + "_output_0.pb")
+                    return model, [(light_input(model), [expected])]
+
+                yield Case(f"light_{name}", kind, load, tol.get("rtol", 1e-3),
+                           tol.get("atol", 1e-7), model=onnx.load(path))
+        else:
+            for t in load_model_tests(kind=kind):
+                model_dir = t.model_dir or ""
+                path = os.path.join(model_dir, "model.onnx")
+
+                def load(path: str = path, model_dir: str = model_dir,
+                         ) -> tuple[onnx.ModelProto, list]:
+                    return onnx.load(path), _dir_data_sets(model_dir)
+
+                yield Case(t.name, kind, load, t.rtol, t.atol, model=onnx.load(path))
+
+
+def case_ops(model: onnx.ModelProto) -> set[str]:
+    return {op_key(n) for n in model.graph.node}
+
+
+def exclusion(name: str) -> str | None:
+    for pattern, reason in EXCLUDED.items():
+        if fnmatch.fnmatchcase(name, pattern):
+            return reason
+    return None
+
+
+def run_case(case: Case, *, optimize: bool = True) -> str | None:
+    """Convert and run one case; None when it passes, else what went wrong."""
+    model, data_sets = case.load()  # type: ignore[operator]
+    inits = {t.name for t in model.graph.initializer}
+    input_names = [v.name for v in model.graph.input if v.name not in inits]
+    output_names = [v.name for v in model.graph.output]
+    if not data_sets:
+        return "no test data"
+    first_inputs = data_sets[0][0]
+    shapes = {name: np.asarray(x).shape for name, x in zip(input_names, first_inputs,
+                                                           strict=False)}
+    try:
+        data = convert_onnx(model, input_shapes=shapes, optimize=optimize)
+        interpreter = Interpreter(model_content=data)
+    except Exception as exc:  # the table reports any failure, by type
+        return f"convert: {type(exc).__name__}: {_first_line(exc)}"
+    for inputs, expected in data_sets:
+        feeds = {name: np.asarray(x) for name, x in zip(input_names, inputs, strict=False)}
+        try:
+            outputs = interpreter.run(feeds)
+        except Exception as exc:  # reported, by type
+            return f"run: {type(exc).__name__}: {_first_line(exc)}"
+        if len(expected) != len(output_names):
+            return f"expected {len(expected)} outputs, the model has {len(output_names)}"
+        for name, want in zip(output_names, expected, strict=True):
+            got = outputs[name]
+            want = np.asarray(want)
+            if got.shape != want.shape:
+                return f"output {name!r}: shape {list(got.shape)} != {list(want.shape)}"
+            if got.dtype != want.dtype:
+                return f"output {name!r}: dtype {got.dtype} != {want.dtype}"
+            try:
+                np.testing.assert_allclose(got, want, rtol=case.rtol, atol=case.atol)
+            except AssertionError as exc:
+                lines = [ln for ln in str(exc).splitlines() if "Max" in ln or "Mismatch" in ln]
+                return f"output {name!r}: values differ ({'; '.join(lines)})"
+    return None
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return re.sub(r"\s+", " ", text.splitlines()[0] if text else "")[:200]
+
+
+@dataclass
+class Tally:
+    run: int = 0
+    passed: int = 0
+    unsupported: int = 0
+    excluded: Counter[str] = field(default_factory=Counter)
+    failures: list[tuple[str, str]] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+def tally(kinds: tuple[str, ...], *, pattern: str = "*") -> dict[str, Tally]:
+    results: dict[str, Tally] = {}
+    for case in iter_cases(kinds):
+        if not fnmatch.fnmatchcase(case.name, pattern):
+            continue
+        t = results.setdefault(case.kind, Tally())
+        assert case.model is not None
+        if not all(handler_available(op) for op in case_ops(case.model)):
+            t.unsupported += 1
+            continue
+        reason = exclusion(case.name)
+        if reason is not None:
+            t.excluded[reason] += 1
+            continue
+        start = time.perf_counter()
+        error = run_case(case)
+        t.seconds += time.perf_counter() - start
+        t.run += 1
+        if error is None:
+            t.passed += 1
+        else:
+            t.failures.append((case.name, error))
+    return results
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--kind", action="append",
+                        choices=["node", "light", "pytorch-converted", "pytorch-operator"],
+                        help="which suites (default: all)")
+    parser.add_argument("--pattern", default="*", help="only cases matching this glob")
+    parser.add_argument("--failures", action="store_true", help="list every failing case")
+    args = parser.parse_args(argv)
+    kinds = tuple(args.kind or ("node", "pytorch-converted", "pytorch-operator", "light"))
+    results = tally(kinds, pattern=args.pattern)
+    header = f"{'suite':<20}{'run':>6}{'passed':>8}{'rate':>8}{'unsupported':>13}" \
+             f"{'excluded':>10}{'seconds':>9}"
+    print(header)
+    print("-" * len(header))
+    for kind, t in results.items():
+        rate = f"{100 * t.passed / t.run:.1f}%" if t.run else "-"
+        print(f"{kind:<20}{t.run:>6}{t.passed:>8}{rate:>8}{t.unsupported:>13}"
+              f"{sum(t.excluded.values()):>10}{t.seconds:>9.1f}")
+    reasons: Counter[str] = Counter()
+    for t in results.values():
+        reasons.update(t.excluded)
+    if reasons:
+        print("\nexcluded, by reason:")
+        for reason, count in reasons.most_common():
+            print(f"  {count:>4}  {reason}")
+    if args.failures:
+        print("\nfailures:")
+        for kind, t in results.items():
+            for name, error in t.failures:
+                print(f"  [{kind}] {name}: {error}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
