@@ -10,7 +10,7 @@ the graph rather than the sum of all activations.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -59,16 +59,23 @@ def _input_spec(model: Model, index: int, shapes: dict[int, tuple[int, ...]]) ->
 
 
 def infer(model: Model, graph_index: int, shapes: dict[int, tuple[int, ...]] | None = None,
+          variables: Collection[int] = (),
           ) -> tuple[dict[int, TensorSpec], list[Kernel | None], dict[int, np.ndarray]]:
     """Prepare every kernel of a graph: specs of all tensors, kernels (None if folded), and
-    the values of tensors folded to constants."""
+    the values of tensors folded to constants.
+
+    `variables` lists constant tensors whose values change between runs (trainable weights,
+    optimizer slots): their specs carry no value, so nothing that reads them is folded and
+    no kernel pre-packs them.
+    """
     check_supported(model, graph_index)
     graph = model.graphs[graph_index]
     shapes = shapes or {}
+    variables = frozenset(variables)
     specs: dict[int, TensorSpec] = {}
     for i, t in enumerate(model.tensors):
         if t.data is not None:
-            specs[i] = TensorSpec(tuple(t.shape), t.dtype, t.data)
+            specs[i] = TensorSpec(tuple(t.shape), t.dtype, None if i in variables else t.data)
     for i in graph.inputs:
         specs[i] = _input_spec(model, i, shapes)
     kernels: list[Kernel | None] = []
@@ -148,11 +155,18 @@ def _typed(block: np.ndarray, spec: TensorSpec) -> np.ndarray:
 
 
 def plan(model: Model, signature: str = "infer",
-         shapes: dict[int, tuple[int, ...]] | None = None) -> ExecutionPlan:
-    """Plan the graph behind `signature` for the given input shapes (dynamic dims -> 1)."""
+         shapes: dict[int, tuple[int, ...]] | None = None,
+         variables: dict[int, np.ndarray] | None = None) -> ExecutionPlan:
+    """Plan the graph behind `signature` for the given input shapes (dynamic dims -> 1).
+
+    `variables` maps constant tensors to writable arrays the plan reads (and update ops
+    write) in place instead of the model's data; the caller owns them, so several plans
+    (a train and an infer graph) can share them across runs.
+    """
     sig = model.signature(signature)
     graph = model.graphs[sig.graph]
-    specs, kernels, _ = infer(model, sig.graph, shapes)
+    variables = variables or {}
+    specs, kernels, _ = infer(model, sig.graph, shapes, variables.keys())
     nodes = graph.nodes
     outputs = set(graph.outputs)
 
@@ -175,6 +189,7 @@ def plan(model: Model, signature: str = "infer",
     for i, spec in specs.items():
         if spec.value is not None:
             arrays[i] = spec.value
+    arrays.update(variables)
     for i in graph.inputs:
         arrays[i] = np.empty(specs[i].shape, specs[i].dtype)
     arena = _Arena()

@@ -6,6 +6,14 @@ from sporenet.lite.kernels import elementwise, linear, reshape, unary
 from sporenet.lite.kernels import conv, normalization, pad, pooling, resize  # noqa: I001
 from sporenet.lite.kernels import layer_norm, reduce, softmax, transform  # noqa: I001
 from sporenet.lite.kernels.base import Kernel
+from sporenet.lite.kernels.training import (
+    activation_grad,
+    broadcast,
+    dropout,
+    losses,
+    matmul,
+    optimizers,
+)
 from sporenet.lite.ops import OpCode
 
 KERNELS: dict[OpCode, type[Kernel]] = {
@@ -88,6 +96,22 @@ KERNELS: dict[OpCode, type[Kernel]] = {
     OpCode.REDUCE_PROD: reduce.ReduceProd,
     OpCode.ARGMAX: reduce.ArgMax,
     OpCode.ARGMIN: reduce.ArgMin,
+    # training: dropout, losses, backward ops, optimizer updates (lite/kernels/training/)
+    OpCode.DROPOUT: dropout.Dropout,
+    OpCode.SOFTMAX_CROSS_ENTROPY: losses.SoftmaxCrossEntropy,
+    OpCode.SOFTMAX_CROSS_ENTROPY_GRAD: losses.SoftmaxCrossEntropyGrad,
+    OpCode.MSE_LOSS: losses.MSELoss,
+    OpCode.MSE_LOSS_GRAD: losses.MSELossGrad,
+    OpCode.BCE_WITH_LOGITS: losses.BCEWithLogits,
+    OpCode.BCE_WITH_LOGITS_GRAD: losses.BCEWithLogitsGrad,
+    OpCode.REDUCE_SUM_TO: broadcast.ReduceSumTo,
+    OpCode.REDUCE_GRAD: broadcast.ReduceGrad,
+    OpCode.MATMUL_TRANSPOSED: matmul.MatMulTransposed,
+    OpCode.ACTIVATION_GRAD: activation_grad.ActivationGrad,
+    OpCode.SOFTMAX_GRAD: activation_grad.SoftmaxGrad,
+    OpCode.SGD_UPDATE: optimizers.SGDUpdate,
+    OpCode.ADAM_UPDATE: optimizers.AdamUpdate,
+    OpCode.ASSIGN: optimizers.Assign,
 }
 
 

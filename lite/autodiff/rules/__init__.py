@@ -1,0 +1,49 @@
+"""The gradient-rule table: one explicit entry per differentiable op code.
+
+Rules live in modules named after their forward kernels' modules (rules/linear.py for
+lite/kernels/linear.py, ...). Ops built from differentiable primitives need no rule.
+"""
+
+from __future__ import annotations
+
+from sporenet.lite.autodiff.engine import GradRule
+from sporenet.lite.autodiff.rules import dropout, elementwise, linear, losses, reshape, unary
+from sporenet.lite.ops import OpCode
+
+GRADIENT_RULES: dict[OpCode, GradRule] = {
+    # structural
+    OpCode.IDENTITY: reshape.identity,
+    OpCode.RESHAPE: reshape.reshape,
+    OpCode.FLATTEN: reshape.reshape,
+    # linear algebra
+    OpCode.FULLY_CONNECTED: linear.fully_connected,
+    OpCode.MATMUL: linear.matmul,
+    # binary elementwise
+    OpCode.ADD: elementwise.add,
+    OpCode.SUB: elementwise.sub,
+    OpCode.MUL: elementwise.mul,
+    OpCode.DIV: elementwise.div,
+    # unary and activations
+    OpCode.RELU: unary.relu,
+    OpCode.RELU6: unary.relu6,
+    OpCode.CLIP: unary.clip,
+    OpCode.LEAKY_RELU: unary.leaky_relu,
+    OpCode.SIGMOID: unary.sigmoid,
+    OpCode.TANH: unary.tanh,
+    OpCode.HARD_SWISH: unary.hard_swish,
+    OpCode.HARD_SIGMOID: unary.hard_sigmoid,
+    OpCode.GELU: unary.gelu,
+    OpCode.ELU: unary.elu,
+    OpCode.SOFTPLUS: unary.softplus,
+    OpCode.NEG: unary.neg,
+    OpCode.EXP: unary.exp,
+    OpCode.LOG: unary.log,
+    OpCode.SQRT: unary.sqrt,
+    OpCode.SQUARE: unary.square,
+    OpCode.RECIPROCAL: unary.reciprocal,
+    # training
+    OpCode.DROPOUT: dropout.dropout,
+    OpCode.SOFTMAX_CROSS_ENTROPY: losses.softmax_cross_entropy,
+    OpCode.MSE_LOSS: losses.mse_loss,
+    OpCode.BCE_WITH_LOGITS: losses.bce_with_logits,
+}

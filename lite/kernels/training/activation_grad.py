@@ -1,0 +1,241 @@
+"""Gradients of activations and softmax.
+
+ACTIVATION_GRAD(g, x, y) computes g * f'(x) for the activation named by the `activation`
+attribute (with its parameters: alpha, clip_min/clip_max, approximate). Either x (the
+activation's input) or y (its output) may be absent (-1): fused activations of
+FullyConnected/Conv2D only have y, and relu, relu6, clip, leaky_relu, sigmoid and tanh
+need nothing else. The others (hard_swish, gelu, elu, softplus, hard_sigmoid) need x.
+
+SOFTMAX_GRAD(g, y) is the gradient of Softmax (y = its output) or, with log=1, of
+LogSoftmax (y = its output, the log-probabilities), along `axis`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from sporenet.lite.kernels.base import Attrs, Compute, Kernel, TensorSpec
+from sporenet.lite.kernels.unary import erf_into
+from sporenet.lite.ops import OpCode
+
+# Activations whose derivative is a function of the output alone.
+FROM_OUTPUT = frozenset({"none", "relu", "relu6", "clip", "leaky_relu", "sigmoid", "tanh"})
+FROM_INPUT = frozenset({"hard_swish", "gelu", "elu", "softplus", "hard_sigmoid"})
+
+
+class ActivationGrad(Kernel):
+    """dx = g * f'(x) for a named activation; see the module docstring for which of x, y."""
+
+    op = OpCode.ACTIVATION_GRAD
+    num_inputs = (2, 3)
+
+    def __init__(self, attrs: Attrs, inputs: Sequence[TensorSpec | None]) -> None:
+        super().__init__(attrs, inputs)
+        g = self.require_float(0)
+        x, y = self.optional_input(1), self.optional_input(2)
+        self.name = attrs.str("activation", "none")
+        if self.name not in FROM_OUTPUT | FROM_INPUT:
+            raise self.fail(f"unknown activation {self.name!r}; expected one of "
+                            f"{sorted(FROM_OUTPUT | FROM_INPUT)}")
+        if x is None and y is None:
+            raise self.fail("needs the activation's input x (input 1) or output y (input 2)")
+        if x is None and self.name in FROM_INPUT:
+            raise self.fail(f"the gradient of {self.name!r} needs the activation's input x "
+                            "(input 1), not only its output")
+        for spec in (x, y):
+            if spec is not None and spec.shape != g.shape:
+                raise self.fail(f"x/y shape {list(spec.shape)} differs from the gradient's "
+                                f"{list(g.shape)}")
+        self.use_x = x is not None and (self.name in FROM_INPUT or y is None)
+        self.alpha = attrs.float("alpha", 1.0 if self.name == "elu" else
+                                 0.2 if self.name == "hard_sigmoid" else 0.01)
+        self.beta = attrs.float("beta", 0.5)
+        self.lo = attrs.float("clip_min", -math.inf)
+        self.hi = attrs.float("clip_max", math.inf)
+        self.approximate = attrs.str("approximate", "none")
+        self.output_specs = [TensorSpec(g.shape, g.dtype)]
+
+    def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
+        g, out = inputs[0], outputs[0]
+        t = inputs[1] if self.use_x else inputs[2]
+        mask = np.empty(out.shape, np.bool_)
+        tmp = np.empty_like(out)
+        derivative = self._derivative(t, mask, tmp)
+
+        def compute() -> None:
+            derivative(out)
+            np.multiply(out, g, out=out)
+
+        if self.name == "none":
+            return lambda: np.copyto(out, g)
+        return compute
+
+    def _derivative(self, t: np.ndarray, mask: np.ndarray, tmp: np.ndarray,
+                    ) -> Callable[[np.ndarray], None]:
+        """A function writing f'(x) into its argument, reading t (x or y per use_x)."""
+        name, alpha = self.name, self.alpha
+
+        def between(lo: float, hi: float) -> Callable[[np.ndarray], None]:
+            def d(out: np.ndarray) -> None:
+                # Inside the linear range the slope is 1; at or beyond a bound it is 0.
+                np.greater(t, lo, out=mask)
+                np.copyto(out, mask)
+                np.less(t, hi, out=mask)
+                np.multiply(out, mask, out=out)
+            return d
+
+        if name == "relu":
+            def d_relu(out: np.ndarray) -> None:
+                np.greater(t, 0, out=mask)
+                np.copyto(out, mask)
+            return d_relu
+        if name == "relu6":
+            return between(0.0, 6.0)
+        if name == "clip":
+            return between(self.lo, self.hi)
+        if name == "leaky_relu":
+            def d_leaky(out: np.ndarray) -> None:
+                # Sign of y equals sign of x for a positive slope, so t may be either.
+                np.greater(t, 0, out=mask)
+                out.fill(alpha)
+                out[mask] = 1
+            return d_leaky
+        if name == "sigmoid":
+            if self.use_x:
+                def d_sigmoid_x(out: np.ndarray) -> None:
+                    np.negative(t, out=out)
+                    np.exp(out, out=out)
+                    np.add(out, 1, out=out)
+                    np.reciprocal(out, out=out)
+                    np.subtract(1, out, out=tmp)
+                    np.multiply(out, tmp, out=out)
+                return d_sigmoid_x
+
+            def d_sigmoid(out: np.ndarray) -> None:
+                np.subtract(1, t, out=out)
+                np.multiply(out, t, out=out)
+            return d_sigmoid
+        if name == "tanh":
+            def d_tanh(out: np.ndarray) -> None:
+                if self.use_x:
+                    np.tanh(t, out=tmp)
+                    np.square(tmp, out=out)
+                else:
+                    np.square(t, out=out)
+                np.subtract(1, out, out=out)
+            return d_tanh
+        if name == "hard_swish":
+            def d_hard_swish(out: np.ndarray) -> None:
+                # x * relu6(x + 3) / 6: slope (2x + 3) / 6 inside (-3, 3), 0 below, 1 above.
+                np.multiply(t, 1 / 3, out=out)
+                np.add(out, 0.5, out=out)
+                np.less_equal(t, -3, out=mask)
+                out[mask] = 0
+                np.greater_equal(t, 3, out=mask)
+                out[mask] = 1
+            return d_hard_swish
+        if name == "hard_sigmoid":
+            beta = self.beta
+
+            def d_hard_sigmoid(out: np.ndarray) -> None:
+                # Slope alpha where alpha x + beta lies strictly inside (0, 1), else 0.
+                np.multiply(t, alpha, out=tmp)
+                np.add(tmp, beta, out=tmp)
+                np.greater(tmp, 0, out=mask)
+                np.copyto(out, mask)
+                np.less(tmp, 1, out=mask)
+                np.multiply(out, mask, out=out)
+                np.multiply(out, alpha, out=out)
+            return d_hard_sigmoid
+        if name == "elu":
+            def d_elu(out: np.ndarray) -> None:
+                np.minimum(t, 0, out=out)
+                np.exp(out, out=out)
+                np.multiply(out, alpha, out=out)
+                np.greater(t, 0, out=mask)
+                out[mask] = 1
+            return d_elu
+        if name == "softplus":
+            def d_softplus(out: np.ndarray) -> None:
+                np.negative(t, out=out)
+                np.exp(out, out=out)
+                np.add(out, 1, out=out)
+                np.reciprocal(out, out=out)
+            return d_softplus
+        if name == "gelu":
+            return self._gelu(t, tmp)
+        raise AssertionError(name)  # unreachable: the constructor checked the name
+
+    def _gelu(self, x: np.ndarray, tmp: np.ndarray) -> Callable[[np.ndarray], None]:
+        if self.approximate == "tanh":
+            c = math.sqrt(2 / math.pi)
+
+            def d_gelu_tanh(out: np.ndarray) -> None:
+                # u = c (x + 0.044715 x^3); d/dx 0.5 x (1 + tanh u)
+                #   = 0.5 (1 + tanh u) + 0.5 x (1 - tanh^2 u) c (1 + 3 * 0.044715 x^2)
+                x2 = np.square(x)
+                u = c * (x + 0.044715 * x * x2)
+                th = np.tanh(u)
+                np.copyto(out, 0.5 * (1 + th) + 0.5 * x * (1 - th * th) * c * (1 + 0.134145 * x2))
+            return d_gelu_tanh
+        e, s = np.empty_like(tmp), np.empty_like(tmp)
+
+        def d_gelu(out: np.ndarray) -> None:
+            # Phi(x) + x phi(x), Phi(x) = (1 + erf(x / sqrt 2)) / 2.
+            np.multiply(x, 1 / math.sqrt(2), out=e)
+            erf_into(e, out, tmp, s)
+            np.add(out, 1, out=out)
+            np.multiply(out, 0.5, out=out)
+            np.square(x, out=tmp)
+            np.multiply(tmp, -0.5, out=tmp)
+            np.exp(tmp, out=tmp)
+            np.multiply(tmp, x, out=tmp)
+            np.multiply(tmp, 1 / math.sqrt(2 * math.pi), out=tmp)
+            np.add(out, tmp, out=out)
+        return d_gelu
+
+
+class SoftmaxGrad(Kernel):
+    """dx of Softmax (from its output y) or LogSoftmax (log=1, y = log-probabilities)."""
+
+    op = OpCode.SOFTMAX_GRAD
+    num_inputs = (2, 2)
+
+    def __init__(self, attrs: Attrs, inputs: Sequence[TensorSpec | None]) -> None:
+        super().__init__(attrs, inputs)
+        g, y = self.require_float(0), self.require_float(1)
+        if g.shape != y.shape:
+            raise self.fail(f"gradient shape {list(g.shape)} differs from y's {list(y.shape)}")
+        axis = attrs.int("axis", -1)
+        if not -max(y.rank, 1) <= axis < max(y.rank, 1):
+            raise self.fail(f"axis {axis} out of range for rank {y.rank}")
+        self.axis = axis % max(y.rank, 1)
+        self.log = bool(attrs.int("log", 0))
+        self.output_specs = [TensorSpec(g.shape, g.dtype)]
+
+    def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
+        g, y, out, axis = inputs[0], inputs[1], outputs[0], self.axis
+        reduced = list(out.shape)
+        if reduced:
+            reduced[axis] = 1
+        s = np.empty(reduced, out.dtype)
+        if self.log:
+            def compute_log() -> None:
+                # d logsoftmax: g - softmax * sum(g)
+                np.sum(g, axis=axis, keepdims=True, out=s)
+                np.exp(y, out=out)
+                np.multiply(out, s, out=out)
+                np.subtract(g, out, out=out)
+            return compute_log
+
+        def compute() -> None:
+            # d softmax: y * (g - sum(g * y))
+            np.multiply(g, y, out=out)
+            np.sum(out, axis=axis, keepdims=True, out=s)
+            np.subtract(g, s, out=out)
+            np.multiply(out, y, out=out)
+
+        return compute

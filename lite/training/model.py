@@ -1,0 +1,209 @@
+"""make_training_model: add a "train" graph (forward, loss, backward, updates) to a model.
+
+The train graph reuses the infer graph's tensors: the same weights (which the Trainer
+binds as variables shared by both plans) and the same activation tensors. Dropout nodes
+switch to training mode and BatchNorm to BATCH_NORM_TRAINING (batch statistics, running
+averages updated in place). Optimizer slots (momentum, Adam moments and step counts) are
+new zero-initialized constant tensors named after their parameter. The update nodes come
+last, after every backward node that reads the old weights.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import replace
+
+import numpy as np
+
+from sporenet.lite.autodiff import append_gradients
+from sporenet.lite.graph import DYNAMIC, Graph, Model, Node, Signature, Tensor
+from sporenet.lite.ops import OpCode
+from sporenet.lite.training.config import LOSSES, OptimizerConfig
+from sporenet.lite.validate import validate
+
+LOSS_OPS = {
+    "softmax_cross_entropy": OpCode.SOFTMAX_CROSS_ENTROPY,
+    "mse": OpCode.MSE_LOSS,
+    "bce_with_logits": OpCode.BCE_WITH_LOGITS,
+}
+
+
+def running_stats(graph: Graph) -> set[int]:
+    """Tensors holding BatchNorm running mean and variance (inputs 3 and 4)."""
+    return {i for n in graph.nodes if n.op == OpCode.BATCH_NORM for i in n.inputs[3:5]}
+
+
+def default_trainable(model: Model, graph: Graph) -> set[int]:
+    """Tensors flagged trainable, or else every float constant the graph reads (except
+    BatchNorm running statistics)."""
+    used = {i for n in graph.nodes for i in n.inputs if i != -1}
+    flagged = {i for i in used if model.tensors[i].trainable and model.tensors[i].data is not None}
+    if flagged:
+        return flagged
+    stats = running_stats(graph)
+    return {i for i in used - stats
+            if model.tensors[i].data is not None and model.tensors[i].dtype.kind == "f"}
+
+
+def make_training_model(model: Model, *, output: str, loss: str, optimizer: OptimizerConfig,
+                        label_smoothing: float = 0.0, trainable: set[str] | None = None,
+                        one_hot_labels: bool = False) -> Model:
+    """A copy of `model` with its "infer" signature and a new "train" signature.
+
+    train inputs: the infer inputs, "labels" (int64 class ids (N,) for cross-entropy, or
+    float targets shaped like the output: one-hot rows with one_hot_labels=True, and
+    always for "mse" and "bce_with_logits") and "lr" (float32 scalar).
+    train outputs: "loss" and "logits" (the chosen output). `trainable` names the tensors
+    to train; the others stay frozen (see default_trainable for the default).
+    """
+    if loss not in LOSSES:
+        raise ValueError(f"loss must be one of {list(LOSSES)}, got {loss!r}")
+    if not isinstance(optimizer, OptimizerConfig):
+        raise TypeError(f"optimizer must be an OptimizerConfig, got {type(optimizer).__name__}")
+    if not 0.0 <= label_smoothing <= 1.0:
+        raise ValueError(f"label_smoothing must be in [0, 1], got {label_smoothing}")
+    if label_smoothing and loss != "softmax_cross_entropy":
+        raise ValueError("label_smoothing applies to loss='softmax_cross_entropy' only")
+    if "train" in model.signatures:
+        raise ValueError("the model already has a 'train' signature")
+    infer = model.signature("infer")
+    if output not in infer.outputs:
+        raise ValueError(f"output {output!r} is not an output of the infer signature; "
+                         f"outputs are {sorted(infer.outputs)}")
+    for name in ("labels", "lr"):
+        if name in infer.inputs:
+            raise ValueError(f"the infer signature already has an input named {name!r}")
+
+    m = Model(tensors=list(model.tensors), graphs=copy.deepcopy(model.graphs),
+              signatures=dict(model.signatures), metadata=dict(model.metadata),
+              producer=model.producer, producer_version=model.producer_version,
+              description=model.description)
+    if not model.signatures:
+        m.signatures["infer"] = infer
+    forward = m.graphs[infer.graph]
+    names = {t.name for t in m.tensors}
+
+    def new_tensor(name: str, dtype: object, shape: tuple[int, ...],
+                   data: np.ndarray | None = None) -> int:
+        base, k = name, 1
+        while name in names:
+            name, k = f"{base}_{k}", k + 1
+        names.add(name)
+        m.tensors.append(Tensor(name=name, dtype=np.dtype(dtype), shape=shape, data=data))
+        return len(m.tensors) - 1
+
+    # ---- which tensors to train
+    if trainable is None:
+        params = sorted(default_trainable(m, forward))
+    else:
+        by_name = {t.name: i for i, t in enumerate(m.tensors)}
+        unknown = sorted(set(trainable) - set(by_name))
+        if unknown:
+            raise ValueError(f"trainable names unknown tensors {unknown}")
+        params = sorted(by_name[n] for n in trainable)
+        bad = [m.tensors[i].name for i in params
+               if m.tensors[i].data is None or m.tensors[i].dtype.kind != "f"]
+        if bad:
+            raise ValueError(f"trainable tensors must be float constants (weights): {bad}")
+    if not params:
+        raise ValueError("nothing to train: the model has no float weights")
+    for i in params:  # the flag travels with the file, for on-device fine-tuning
+        m.tensors[i] = replace(m.tensors[i], trainable=True)
+
+    # ---- forward in training mode
+    nodes: list[Node] = []
+    for n in forward.nodes:
+        if n.op == OpCode.DROPOUT:
+            x = n.inputs[0]
+            mask = new_tensor(f"{n.name}/mask", m.tensors[x].dtype, m.tensors[x].shape)
+            nodes.append(Node(OpCode.DROPOUT, list(n.inputs), [n.outputs[0], mask],
+                              {**n.attrs, "training": 1}, n.version, n.name))
+        elif n.op == OpCode.BATCH_NORM:
+            x = n.inputs[0]
+            c = m.tensors[n.inputs[1]].shape
+            stats = [new_tensor(f"{n.name}/{s}", m.tensors[x].dtype, c)
+                     for s in ("batch_mean", "batch_invstd")]
+            attrs = {k: v for k, v in n.attrs.items() if k != "training_mode"}
+            nodes.append(Node(OpCode.BATCH_NORM_TRAINING, list(n.inputs),
+                              [n.outputs[0], *stats], attrs, 1, n.name))
+        else:
+            nodes.append(replace(n, inputs=list(n.inputs), outputs=list(n.outputs),
+                                 attrs=dict(n.attrs)))
+
+    # ---- loss
+    out = infer.outputs[output]
+    out_t = m.tensors[out]
+    batch_shape = (DYNAMIC, *out_t.shape[1:]) if out_t.shape else ()
+    if loss == "softmax_cross_entropy" and not one_hot_labels:
+        labels = new_tensor("labels", np.int64, (DYNAMIC,))
+    else:
+        labels = new_tensor("labels", out_t.dtype, batch_shape)
+    lr = new_tensor("lr", np.float32, ())
+    loss_t = new_tensor("loss", out_t.dtype, ())
+    loss_outputs = [loss_t]
+    attrs: dict = {}
+    if loss == "softmax_cross_entropy":
+        loss_outputs.append(new_tensor(f"{output}/probabilities", out_t.dtype, batch_shape))
+        attrs["label_smoothing"] = float(label_smoothing)
+    nodes.append(Node(LOSS_OPS[loss], [out, labels], loss_outputs, attrs, 1, "loss"))
+    train = Graph(name="train", inputs=[*forward.inputs, labels, lr], outputs=[loss_t, out],
+                  nodes=nodes)
+    m.graphs.append(train)
+    gi = len(m.graphs) - 1
+
+    # ---- backward and updates
+    grads = append_gradients(m, gi, loss_t, params)
+    for p in params:
+        train.nodes.append(_update_node(m, p, grads[p], lr, optimizer, new_tensor))
+
+    m.signatures["train"] = Signature(
+        key="train", graph=gi, inputs={**infer.inputs, "labels": labels, "lr": lr},
+        outputs={"loss": loss_t, "logits": out},
+    )
+    m.metadata["train.loss"] = loss
+    m.metadata["train.optimizer"] = optimizer.kind
+    validate(m)
+    return m
+
+
+def _update_node(m: Model, p: int, grad: int, lr: int, opt: OptimizerConfig,
+                 new_tensor) -> Node:
+    param = m.tensors[p]
+
+    def slot(kind: str, dtype: object = None, shape: tuple[int, ...] | None = None) -> int:
+        shape = param.shape if shape is None else shape
+        dtype = param.dtype if dtype is None else dtype
+        return new_tensor(f"{param.name}/{kind}", dtype, shape, np.zeros(shape, dtype))
+
+    name = f"update/{param.name}"
+    if opt.kind == "sgd":
+        inputs = [p, grad, lr]
+        if opt.momentum:
+            inputs.append(slot("momentum"))
+        return Node(OpCode.SGD_UPDATE, inputs, [], {
+            "momentum": float(opt.momentum), "nesterov": int(opt.nesterov),
+            "weight_decay": float(opt.weight_decay)}, 1, name)
+    inputs = [p, grad, lr, slot("adam_m"), slot("adam_v"), slot("adam_step", np.int64, ())]
+    return Node(OpCode.ADAM_UPDATE, inputs, [], {
+        "beta1": float(opt.betas[0]), "beta2": float(opt.betas[1]), "eps": float(opt.eps),
+        "weight_decay": float(opt.weight_decay), "decoupled": int(opt.kind == "adamw")},
+        1, name)
+
+
+def optimizer_slots(model: Model) -> set[int]:
+    """Tensors the train graph's update nodes write besides the parameters themselves."""
+    sig = model.signature("train")
+    slots = set()
+    for n in model.graphs[sig.graph].nodes:
+        if n.op == OpCode.SGD_UPDATE and len(n.inputs) > 3:
+            slots.add(n.inputs[3])
+        elif n.op == OpCode.ADAM_UPDATE:
+            slots.update(n.inputs[3:6])
+    return slots
+
+
+def parameters(model: Model) -> list[int]:
+    """Tensors the train graph updates (input 0 of its update nodes), in graph order."""
+    sig = model.signature("train")
+    return [n.inputs[0] for n in model.graphs[sig.graph].nodes
+            if n.op in (OpCode.SGD_UPDATE, OpCode.ADAM_UPDATE)]
