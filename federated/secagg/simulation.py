@@ -90,6 +90,7 @@ def run_round(
     seed: int = 0,
     track_expected: bool = True,
     tamper: Callable[[Stage, int, bytes], bytes] | None = None,
+    graph_seed: bytes | None = None,
 ) -> SimulationReport:
     """Run one secure round; raises the protocol's error if the round fails.
 
@@ -97,9 +98,12 @@ def run_round(
     stacked updates would not fit the budget). With `restart_server`, the server is
     rebuilt from its bytes after every stage and halfway through every collection.
     `tamper(stage, client, wire_bytes)` may alter a client's message in flight.
+    `graph_seed` fixes the neighbour graph (default: fresh randomness, as in production).
     """
     plan = dropouts or DropoutPlan()
-    server = SecAggServer.start(config, num_clients=num_clients, vector_length=vector_length)
+    server = SecAggServer(
+        config.resolve(num_clients), vector_length=vector_length, graph_seed=graph_seed
+    )
     server_time = 0.0
     client_time = dict.fromkeys(range(num_clients), 0.0)
     up = dict.fromkeys(range(num_clients), 0)
