@@ -10,7 +10,7 @@
     cloud.export(model, "digits.spore", labels=[str(d) for d in range(10)])
 """
 
-from sporenet.cloud import layers, schedules
+from sporenet.cloud import engines, layers, losses, mode, models, schedules
 from sporenet.cloud.callbacks import (
     Callback,
     EarlyStopping,
@@ -52,6 +52,7 @@ __all__ = [
     "Tape",
     "TraceError",
     "Var",
+    "engines",
     "evaluate",
     "export",
     "fit",
@@ -60,7 +61,10 @@ __all__ = [
     "layers",
     "load_checkpoint",
     "load_digits",
+    "losses",
     "manual_seed",
+    "mode",
+    "models",
     "predict",
     "read_checkpoint",
     "save_checkpoint",

@@ -43,14 +43,16 @@ class Slots:
     def __init__(self, optimizer: Optimizer, name: str, param: Parameter) -> None:
         slots = optimizer.state.slots
         self.arrays: list[np.ndarray] = []
+        # Names and dtypes as lite's make_training_model gives the train graph's slots, so
+        # the state moves between the modes and into checkpoints unchanged.
         if optimizer.kind == "sgd":
             if optimizer.momentum:
                 self.arrays.append(slots.setdefault(f"{name}/momentum",
                                                     np.zeros_like(param.value)))
         else:
-            self.arrays.append(slots.setdefault(f"{name}/m", np.zeros_like(param.value)))
-            self.arrays.append(slots.setdefault(f"{name}/v", np.zeros_like(param.value)))
-            self.arrays.append(slots.setdefault(f"{name}/step", np.zeros((), np.float32)))
+            self.arrays.append(slots.setdefault(f"{name}/adam_m", np.zeros_like(param.value)))
+            self.arrays.append(slots.setdefault(f"{name}/adam_v", np.zeros_like(param.value)))
+            self.arrays.append(slots.setdefault(f"{name}/adam_step", np.zeros((), np.int64)))
 
 
 def update_attrs(optimizer: Optimizer) -> dict[str, Any]:

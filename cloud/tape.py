@@ -109,6 +109,8 @@ class Tape:
         self.eager = eager
         self.training = training
         self.step = 0  # the optimizer step an eager training tape records (seeds dropout)
+        # Keep inference-mode Dropout nodes (graph mode turns them on); export drops them.
+        self.keep_dropout = False
         self.builder = ModelBuilder(producer="sporenet.cloud")
         self.values: dict[int, np.ndarray] = {}
         # Parameter object id -> tensor index, so a shared parameter is one tensor.

@@ -17,17 +17,19 @@ LOGITS_NAME = "logits"
 
 
 def trace(module: Module, sample_shape: Sequence[int], *, training: bool,
-          softmax_output: bool = False) -> Model:
+          softmax_output: bool = False, keep_dropout: bool = False) -> Model:
     """The module's forward pass as a Model with input "input" (dynamic batch) and output
     "logits" (plus "probabilities" with `softmax_output`).
 
     The module's train/eval flags are set to `training` while tracing and then restored.
     Parameter values are copied into the model, so later training does not change it.
+    `keep_dropout` keeps inference-mode Dropout nodes (for lite's make_training_model).
     """
     flags = {id(m): m.training for _, m in module.named_modules()}
     module.train(training)
     try:
         tape = Tape(eager=False, training=training, names=module.state_names())
+        tape.keep_dropout = keep_dropout
         x = tape.input(INPUT_NAME, shape=batch_shape(sample_shape), dtype=np.float32)
         out = module(x)
         if not isinstance(out, Var):

@@ -28,8 +28,13 @@ class Dropout(Module):
         self.seed = int(generator().integers(0, 2**31 - 1))
 
     def forward(self, x: Var) -> Var:
-        if not self.training or self.p == 0.0:
+        if self.p == 0.0:
             return x
+        if not self.training:
+            if not x.tape.keep_dropout:
+                return x
+            # The inference form, which lite's make_training_model switches to training.
+            return x.tape.op(OpCode.DROPOUT, [x], ratio=self.p, training=0, seed=self.seed)
         # A traced graph seeds the kernel's generator once and it advances every step; an
         # eager tape is new each step, so the step number goes into the seed.
         seed = (self.seed + 7919 * x.tape.step) % (2**31 - 1)

@@ -1,0 +1,72 @@
+"""Graph mode: trace once, let lite build the train graph, run it with lite's Trainer.
+
+The model is traced in its inference form (BatchNorm with running statistics, Dropout
+nodes kept in inference mode); `make_training_model` switches those to training mode and
+adds the loss, the backward nodes from `append_gradients` and the optimizer updates. The
+Trainer owns writable copies of weights, running statistics and optimizer slots; `sync`
+copies them back into the module and the Optimizer (fit calls it after every epoch).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from sporenet.cloud.errors import TraceError
+from sporenet.cloud.module import Module
+from sporenet.cloud.optimizers import Optimizer
+from sporenet.cloud.trace import INPUT_NAME, LOGITS_NAME, trace
+from sporenet.lite.errors import LiteError
+from sporenet.lite.training import Trainer, make_training_model
+from sporenet.lite.training.model import optimizer_slots
+
+
+class GraphEngine:
+    """Runs fit's steps on one planned train graph."""
+
+    def __init__(self, model: Module, *, sample_shape: Sequence[int], loss: str,
+                 optimizer: Optimizer, label_smoothing: float,
+                 num_threads: int | None) -> None:
+        self.model = model
+        self.optimizer = optimizer
+        ir = trace(model, sample_shape, training=False, keep_dropout=True)
+        trainable = {name for name, _ in model.named_parameters()}
+        index = {t.name: i for i, t in enumerate(ir.tensors)}
+        trainable &= set(index)  # parameters the forward pass never reads are not in the graph
+        if not trainable:
+            raise TraceError("the model has no trainable parameters on its forward path")
+        try:
+            self.train_model = make_training_model(
+                ir, output=LOGITS_NAME, loss=loss, optimizer=optimizer.to_config(),
+                label_smoothing=label_smoothing, trainable=trainable)
+        except (LiteError, ValueError) as exc:
+            raise TraceError(f"cannot build the training graph: {exc}") from exc
+        self.trainer = Trainer(self.train_model, num_threads=num_threads)
+        tensors = self.train_model.tensors
+        by_name = {tensors[i].name: i for i in self.trainer.variables}
+        # Module state (parameters and buffers) the trainer updates, by tensor index.
+        self.state = [(by_name[name], p) for name, p in model.named_state() if name in by_name]
+        self.slots = {tensors[i].name: i for i in optimizer_slots(self.train_model)}
+        # Continue from the optimizer's state (an earlier fit, or a loaded checkpoint).
+        for name, i in self.slots.items():
+            saved = optimizer.state.slots.get(name)
+            if saved is not None:
+                np.copyto(self.trainer.variables[i], saved.reshape(tensors[i].shape))
+        for i, p in self.state:
+            np.copyto(self.trainer.variables[i], p.value)
+
+    def step(self, x: np.ndarray, y: np.ndarray, lr: float) -> float:
+        loss = self.trainer.step({INPUT_NAME: x, "labels": y}, lr)
+        self.optimizer.state.step += 1
+        return loss
+
+    def sync(self) -> None:
+        """Copy weights, running statistics and optimizer slots out of the trainer."""
+        for i, p in self.state:
+            np.copyto(p.value, self.trainer.variables[i])
+        for name, i in self.slots.items():
+            self.optimizer.state.slots[name] = self.trainer.variables[i].copy()
+
+    def close(self) -> None:
+        self.sync()

@@ -1,0 +1,36 @@
+"""Small reference models for the 8x8 digits data (examples, benchmarks, demos).
+
+Both take raw pixels (N, 1, 8, 8) with values 0..16 and rescale them inside the model, so
+the exported file needs no preprocessing outside it.
+"""
+
+from __future__ import annotations
+
+from sporenet.cloud import layers as L
+from sporenet.cloud.module import Sequential
+
+
+def digits_mlp(*, hidden: int = 128) -> Sequential:
+    """Rescale, Flatten, Dense(64, hidden), ReLU, Dense(hidden, 64), ReLU, Dense(64, 10)."""
+    return Sequential(
+        L.Rescale(1 / 16), L.Flatten(),
+        L.Dense(64, hidden), L.ReLU(),
+        L.Dense(hidden, 64), L.ReLU(),
+        L.Dense(64, 10),
+    )
+
+
+def digits_cnn(*, width: int = 16, batch_norm: bool = True, dropout: float = 0.0) -> Sequential:
+    """Two 3x3 conv blocks (conv, [batch norm], ReLU, 2x2 max-pool) and a two-layer head:
+    8x8 -> 4x4 -> 2x2 feature maps, 2 * width * 4 features into the head."""
+    def block(cin: int, cout: int) -> list:
+        norm = [L.BatchNorm2d(cout)] if batch_norm else []
+        return [L.Conv2d(cin, cout, 3, padding=1, bias=not batch_norm), *norm, L.ReLU(),
+                L.MaxPool2d(2)]
+
+    head_dropout = [L.Dropout(dropout)] if dropout else []
+    return Sequential(
+        L.Rescale(1 / 16),
+        *block(1, width), *block(width, 2 * width),
+        L.Flatten(), L.Dense(2 * width * 4, 64), L.ReLU(), *head_dropout, L.Dense(64, 10),
+    )
