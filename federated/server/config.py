@@ -142,7 +142,7 @@ class ServerConfig:
 
 
 # TOML key -> (dataclass field, accepted Python types). Tables are flattened here.
-_TOP: dict[str, tuple[str, tuple[type, ...]]] = {
+_TOP: dict[str, tuple[str, tuple[type[Any], ...]]] = {
     "address": ("address", (str,)),
     "model": ("model", (str,)),
     "state_dir": ("state_dir", (str,)),
@@ -203,6 +203,7 @@ def build_config(file_values: Mapping[str, Any], overrides: Mapping[str, Any]) -
     flat = _flatten(raw)
     flat.update({k: v for k, v in overrides.items() if v is not None and k in _TOP})
     kwargs: dict[str, Any] = {}
+    value: Any
     for key, value in flat.items():
         if key not in _TOP:
             raise ConfigError(

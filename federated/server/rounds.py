@@ -27,7 +27,7 @@ import random
 import shutil
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -95,7 +95,7 @@ def _parse_metrics(text: str, what: str) -> dict[str, float]:
     return {str(k): float(v) for k, v in value.items()}
 
 
-def weighted_metrics(rows: list[tuple[int, Mapping[str, float]]]) -> dict[str, float]:
+def weighted_metrics(rows: Sequence[tuple[int, Mapping[str, float]]]) -> dict[str, float]:
     """Sample-weighted mean of each metric over the clients that reported it."""
     sums: dict[str, float] = {}
     weights: dict[str, float] = {}
@@ -437,7 +437,7 @@ class RoundManager:
         snap = self._aggregator.snapshot()
         ckpt = self._checkpoint_path()
         tmp = ckpt.with_name(ckpt.name + ".tmp.npz")
-        np.savez(tmp, **snap)
+        np.savez(tmp, **snap)  # type: ignore[arg-type]  # numpy's stub types **kwds as bool
         os.replace(tmp, ckpt)
         for cid in self._aggregator.clients:
             (self._phase_dir() / f"{file_key(cid)}.upd").unlink(missing_ok=True)
@@ -624,7 +624,7 @@ class RoundManager:
         record = self._write_model(version, job.round, data)
         if new_state:
             tmp = self.dir / f"models/v{version:05d}.opt.tmp.npz"
-            np.savez(tmp, **new_state)
+            np.savez(tmp, **new_state)  # type: ignore[arg-type]  # as in _checkpoint
             os.replace(tmp, self.dir / f"models/v{version:05d}.opt.npz")
         rows = self.store.participants(job.round, "fit")
         accepted = [(n, m) for (s, n, m) in rows.values() if s == "accepted"]
