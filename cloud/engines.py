@@ -19,10 +19,10 @@ from sporenet.cloud.errors import TraceError
 from sporenet.cloud.module import Module, Parameter
 from sporenet.cloud.optimizers import Optimizer
 from sporenet.cloud.tape import Tape, Var
-from sporenet.cloud.trace import LOGITS_NAME, trace
 from sporenet.lite.eager import run_op
 from sporenet.lite.errors import LiteError
 from sporenet.lite.ops import OpCode
+from sporenet.lite.threads import BLAS
 
 LABELS_NAME = "labels"
 
@@ -68,8 +68,9 @@ class EagerEngine:
     """One fresh tape per step: forward ops run at once, backward nodes appended and run."""
 
     def __init__(self, model: Module, *, loss: str, optimizer: Optimizer,
-                 label_smoothing: float) -> None:
+                 label_smoothing: float, num_threads: int | None = None) -> None:
         self.model = model
+        self.num_threads = num_threads
         self.loss = loss
         self.optimizer = optimizer
         self.label_smoothing = label_smoothing
@@ -105,6 +106,16 @@ class EagerEngine:
         return float(values[loss.index]), result
 
     def step(self, x: np.ndarray, y: np.ndarray, lr: float) -> float:
+        if self.num_threads is None or not BLAS.available:
+            return self._step(x, y, lr)
+        previous = BLAS.get()
+        BLAS.set(self.num_threads)
+        try:
+            return self._step(x, y, lr)
+        finally:
+            BLAS.set(previous)  # type: ignore[arg-type]
+
+    def _step(self, x: np.ndarray, y: np.ndarray, lr: float) -> float:
         value, grads = self.gradients(x, y)
         rate = np.array(lr, np.float32)
         for name, p in self.trainable:
@@ -134,11 +145,9 @@ def make_engine(mode: str, model: Module, *, sample_shape: Sequence[int], loss: 
                 num_threads: int | None) -> Any:
     if mode == "eager":
         return EagerEngine(model, loss=loss, optimizer=optimizer,
-                           label_smoothing=label_smoothing)
+                           label_smoothing=label_smoothing, num_threads=num_threads)
     from sporenet.cloud.graph_engine import GraphEngine
 
     return GraphEngine(model, sample_shape=sample_shape, loss=loss, optimizer=optimizer,
                        label_smoothing=label_smoothing, num_threads=num_threads)
 
-
-__all__ = ["LOGITS_NAME", "EagerEngine", "loss_node", "make_engine", "trace"]

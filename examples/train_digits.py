@@ -43,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     data = cloud.load_digits()
     cloud.manual_seed(args.seed)
     model = digits_cnn()
-    schedule = cloud.schedules.CosineDecay(args.lr, total=args.epochs, min_lr=args.lr / 20)
+    schedule = cloud.schedules.CosineLR(args.lr, total_steps=args.epochs, min_lr=args.lr / 20)
     start = time.perf_counter()
     cloud.fit(model, data.x_train, data.y_train, epochs=args.epochs,
               batch_size=args.batch_size, optimizer=cloud.Adam(lr=args.lr),

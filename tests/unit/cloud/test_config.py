@@ -12,7 +12,7 @@ from sporenet.cloud import layers as L
 from sporenet.cloud.callbacks import EarlyStopping, LearningRateScheduler, ModelCheckpoint
 from sporenet.cloud.errors import ConfigError
 from sporenet.cloud.optimizers import SGD, Adam
-from sporenet.cloud.schedules import CosineDecay, StepDecay, WarmUp
+from sporenet.cloud.schedules import CosineLR, StepLR, WarmUp
 
 
 @pytest.mark.parametrize(("build", "name"), [
@@ -28,9 +28,10 @@ from sporenet.cloud.schedules import CosineDecay, StepDecay, WarmUp
     (lambda: SGD(lr=-1), "lr"),
     (lambda: SGD(nesterov=True), "nesterov"),
     (lambda: Adam(betas=(0.9, 1.0)), "betas[1]"),
-    (lambda: StepDecay(0.1, step_size=0), "step_size"),
-    (lambda: CosineDecay(0.1, total=10, min_lr=0.5), "min_lr"),
-    (lambda: WarmUp(0.1, warmup=0), "warmup"),
+    (lambda: StepLR(0.1, step_size=0), "step_size"),
+    (lambda: CosineLR(0.1, total_steps=10, min_lr=0.5), "min_lr"),
+    (lambda: WarmUp(0.1, warmup_steps=2), "after"),
+    (lambda: WarmUp(StepLR(0.1, step_size=1), warmup_steps=0), "warmup_steps"),
     (lambda: EarlyStopping(patience=-1), "patience"),
     (lambda: ModelCheckpoint("x.npz", mode="up"), "mode"),
     (lambda: LearningRateScheduler(0.1), "schedule"),

@@ -128,7 +128,7 @@ def test_early_stopping_stops_and_restores_best_weights():
 
 
 def test_learning_rate_schedule_is_applied_each_epoch():
-    schedule = cloud.schedules.StepDecay(0.02, step_size=2, gamma=0.5)
+    schedule = cloud.schedules.StepLR(0.02, step_size=2, gamma=0.5)
     history = cloud.fit(mlp(), X, Y, epochs=5, batch_size=64, optimizer=cloud.SGD(lr=0.02),
                         callbacks=[cloud.LearningRateScheduler(schedule)], verbose=0)
     assert history["lr"] == pytest.approx([0.02, 0.02, 0.01, 0.01, 0.005])
@@ -144,3 +144,16 @@ def test_progress_output_lines():
     cloud.fit(mlp(), X, Y, epochs=2, batch_size=64, callbacks=[bar], verbose=0)
     lines = stream.getvalue().splitlines()
     assert len(lines) == 2 and lines[0].startswith("epoch 1/2") and "loss" in lines[0]
+
+
+def test_plot_writes_a_png_only_when_matplotlib_is_installed(tmp_path):
+    path = tmp_path / "curves.png"
+    history = cloud.fit(mlp(), X, Y, epochs=2, batch_size=64, verbose=0, plot=path,
+                        validation_data=(DATA.x_test[:50], DATA.y_test[:50]))
+    assert len(history["val_accuracy"]) == 2
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        assert not path.exists()  # matplotlib is optional: no plot, no error
+    else:
+        assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
