@@ -131,7 +131,7 @@ def fit(model: Module, x: Any, y: Any, *, epochs: int, batch_size: int = 32,
             logs = {"loss": total / seen}
             train_time = time.perf_counter() - start
             if validation_data is not None:
-                out = predict(model, vx, mode=run_mode, num_threads=num_threads)
+                out = engine.predict(vx)
                 logs["val_loss"] = compute_loss(loss, out, vy)
                 logs["val_accuracy"] = accuracy(out, vy)
             logs["time"] = train_time

@@ -61,6 +61,12 @@ class GraphEngine:
         self.optimizer.state.step += 1
         return loss
 
+    def predict(self, x: np.ndarray, batch_size: int = 512) -> np.ndarray:
+        """Eval-mode outputs from the trainer's infer plan (current weights, no re-plan)."""
+        return np.concatenate([
+            self.trainer.evaluate({INPUT_NAME: x[i:i + batch_size]})[LOGITS_NAME]
+            for i in range(0, len(x), batch_size)])
+
     def sync(self) -> None:
         """Copy weights, running statistics and optimizer slots out of the trainer."""
         for i, p in self.state:
