@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 import onnx
+import onnx.version_converter
 from onnx import helper, numpy_helper
 
 from sporenet.converter.errors import ConversionError, UnsupportedOnnxOpError
@@ -24,6 +25,21 @@ DEFAULT_DOMAINS = ("", "ai.onnx")
 def op_key(node: onnx.NodeProto) -> str:
     """How an op type is named in errors and --list-ops (custom domains are prefixed)."""
     return node.op_type if node.domain in DEFAULT_DOMAINS else f"{node.domain}.{node.op_type}"
+
+
+def upgrade_old_opset(model: onnx.ModelProto) -> onnx.ModelProto:
+    """Models older than opset 7 go through ONNX's version converter first (their
+    broadcasting and attributes differ); newer ones are returned as they are."""
+    versions = [o.version for o in model.opset_import if o.domain in DEFAULT_DOMAINS]
+    if not versions or max(versions) >= MIN_OPSET:
+        return model
+    try:
+        return onnx.version_converter.convert_version(model, MIN_OPSET)
+    except Exception as exc:  # the converter raises plain RuntimeError/ValueError subclasses
+        raise ConversionError(
+            f"opset {max(versions)} is older than the oldest supported ({MIN_OPSET}) and "
+            f"ONNX's version converter cannot upgrade it: {str(exc).strip()[:200]}"
+        ) from None
 
 
 def onnx_opset(model: onnx.ModelProto) -> int:
@@ -105,6 +121,7 @@ def _input_shape(value: onnx.ValueInfoProto, override: Sequence[int] | None) -> 
 def import_onnx(model: onnx.ModelProto, *,
                 input_shapes: Mapping[str, Sequence[int]] | None = None) -> Model:
     """Translate a checked ONNX model into an IR Model (not yet optimized)."""
+    model = upgrade_old_opset(model)
     opset = onnx_opset(model)
     missing = unsupported_ops(model)
     if missing:

@@ -43,7 +43,18 @@ def variadic(op: OpCode, *, mean: bool = False) -> Handler:
 
 
 def prelu(ctx: ImportContext, node: OnnxNode) -> list[int]:
-    return [ctx.emit1(OpCode.PRELU, [node.input(0), node.input(1)])]
+    """A 1-D slope of C values that does not broadcast NumPy-style is per channel (axis 1),
+    as in opset 6 (which ONNX's version converter leaves unchanged)."""
+    x, slope = node.input(0), node.input(1)
+    value = ctx.value(slope)
+    x_shape = ctx.spec(x).shape
+    if value is not None and value.ndim == 1 and len(x_shape) >= 3 and value.size == x_shape[1]:
+        try:
+            np.broadcast_shapes(x_shape, value.shape)
+        except ValueError:
+            per_channel = value.reshape((-1,) + (1,) * (len(x_shape) - 2))
+            slope = ctx.constant(f"{ctx.tensors[slope].name}/per_channel", per_channel)
+    return [ctx.emit1(OpCode.PRELU, [x, slope])]
 
 
 def where(ctx: ImportContext, node: OnnxNode) -> list[int]:

@@ -1,0 +1,60 @@
+"""ONNX backend conformance through sporenet-convert and the lite Interpreter.
+
+Each case whose op types the converter lists is converted and run, and its outputs are
+compared with the suite's expected outputs at the suite's own tolerances. Excluded cases
+are skipped with the reason from EXCLUDED; known failures are strict xfails. The summary
+table: `python -m tests.conformance.onnx_backend`.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.conformance import onnx_backend as ob
+
+pytest.importorskip("onnxruntime", reason="test extra")
+
+
+def _supported(kinds: tuple[str, ...]) -> list[ob.Case]:
+    cases = []
+    for case in ob.iter_cases(kinds):
+        assert case.model is not None
+        if all(ob.handler_available(op) for op in ob.case_ops(case.model)):
+            cases.append(case)
+    return cases
+
+
+def _params(kinds: tuple[str, ...], slow: tuple[str, ...] = ()) -> list:
+    params = []
+    for case in _supported(kinds):
+        marks = []
+        if case.name.removeprefix("light_") in slow:
+            marks.append(pytest.mark.slow)
+        known = ob.exclusion(case.name, ob.KNOWN_FAILURES)
+        if known is not None:
+            marks.append(pytest.mark.xfail(reason=known, strict=True))
+        params.append(pytest.param(case, id=case.name, marks=marks))
+    return params
+
+
+def _check(case: ob.Case) -> None:
+    reason = ob.exclusion(case.name)
+    if reason is not None:
+        pytest.skip(f"excluded: {reason}")
+    error = ob.run_case(case)
+    assert error is None, error
+
+
+@pytest.mark.parametrize("case", _params(("node",)))
+def test_node(case: ob.Case) -> None:
+    _check(case)
+
+
+@pytest.mark.parametrize("case", _params(("pytorch-converted", "pytorch-operator")))
+def test_pytorch(case: ob.Case) -> None:
+    _check(case)
+
+
+@pytest.mark.parametrize("case", _params(("light",), slow=ob.SLOW_LIGHT_MODELS))
+def test_light_model(case: ob.Case) -> None:
+    _check(case)
