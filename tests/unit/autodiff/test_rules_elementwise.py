@@ -1,0 +1,49 @@
+"""Broadcasting Add/Sub/Mul/Div gradients vs finite differences and PyTorch."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from sporenet.lite import OpCode
+from tests.unit.autodiff.gradcheck import check_op, rand
+
+SHAPES = [
+    ((3, 4), (3, 4)),
+    ((2, 3, 4), (4,)),        # trailing broadcast: b's gradient sums the leading axes
+    ((2, 3, 4), (3, 1)),      # middle broadcast with a size-1 axis
+    ((1, 4), (3, 1)),         # both sides broadcast
+]
+
+OPS = {
+    OpCode.ADD: lambda a, b: a + b,
+    OpCode.SUB: lambda a, b: a - b,
+    OpCode.MUL: lambda a, b: a * b,
+    OpCode.DIV: lambda a, b: a / b,
+}
+
+
+@pytest.mark.parametrize("op", list(OPS), ids=lambda op: op.name)
+@pytest.mark.parametrize(("sa", "sb"), SHAPES)
+def test_binary(op, sa, sb):
+    b_value = rand(*sb, seed=2)
+    if op == OpCode.DIV:
+        # Keep divisors away from 0, where the quotient and its derivative blow up.
+        b_value = np.sign(b_value) * (np.abs(b_value) + 0.5)
+    check_op(lambda bld, a, b: bld.op(op, [a, b]), {"a": rand(*sa, seed=1)}, {"b": b_value},
+             torch_fn=OPS[op])
+
+
+def test_same_tensor_on_both_sides_accumulates():
+    # x * x: both inputs are x, so the engine must add the two contributions (2x).
+    check_op(lambda bld, x: bld.op(OpCode.MUL, [x, x]), {"x": rand(3, 4, seed=1)},
+             torch_fn=lambda x: x * x)
+
+
+def test_fused_relu_on_add():
+    x = rand(3, 4, seed=1)
+    b = rand(4, seed=2)
+    # Keep x + b away from 0, the kink of relu.
+    x = x + np.where(np.abs(x + b) < 0.1, 0.3, 0.0)
+    check_op(lambda bld, x, b: bld.op(OpCode.ADD, [x, b], activation="relu"), {"x": x},
+             {"b": b}, torch_fn=lambda x, b: (x + b).relu())

@@ -1,0 +1,163 @@
+"""make_training_model and Trainer end to end."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from sporenet.lite import Interpreter, ModelBuilder, OpCode, parse, serialize
+from sporenet.lite.training import (
+    CosineLR,
+    OptimizerConfig,
+    StepLR,
+    Trainer,
+    WarmUp,
+    make_training_model,
+)
+
+
+def mlp(seed=0, hidden=16, classes=3, dropout=False):
+    rng = np.random.default_rng(seed)
+    b = ModelBuilder()
+    x = b.input("x", (-1, 4))
+    w1 = b.constant("fc1.weight", rng.normal(size=(hidden, 4)) * 0.5, np.float32)
+    b1 = b.constant("fc1.bias", np.zeros(hidden), np.float32)
+    h = b.op(OpCode.FULLY_CONNECTED, [x, w1, b1], activation="relu")
+    if dropout:
+        h = b.op(OpCode.DROPOUT, [h], ratio=0.2, seed=1)
+    w2 = b.constant("fc2.weight", rng.normal(size=(classes, hidden)) * 0.3, np.float32)
+    b2 = b.constant("fc2.bias", np.zeros(classes), np.float32)
+    b.output(b.op(OpCode.FULLY_CONNECTED, [h, w2, b2]), "logits")
+    return b.build()
+
+
+def separable(n=256, seed=1):
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(n, 4)).astype(np.float32)
+    y = (x[:, 0] > 0).astype(np.int64) + (x[:, 1] > 0.5).astype(np.int64)
+    return x, y
+
+
+@pytest.mark.parametrize("optimizer", [
+    OptimizerConfig("sgd", lr=0.2, momentum=0.9, nesterov=True, weight_decay=1e-4),
+    OptimizerConfig("adam", lr=0.02),
+    OptimizerConfig("adamw", lr=0.02, weight_decay=0.01),
+])
+def test_mlp_loss_falls_and_accuracy_rises(optimizer):
+    x, y = separable()
+    model = make_training_model(mlp(dropout=True), output="logits",
+                                loss="softmax_cross_entropy", optimizer=optimizer,
+                                label_smoothing=0.05)
+    trainer = Trainer(model, num_threads=1)
+    losses = []
+    for _epoch in range(40):
+        for k in range(0, len(x), 64):
+            losses.append(trainer.step({"x": x[k:k + 64], "labels": y[k:k + 64]}, optimizer.lr))
+    assert np.mean(losses[-4:]) < 0.5 * np.mean(losses[:4])
+    accuracy = (trainer.evaluate({"x": x})["logits"].argmax(1) == y).mean()
+    assert accuracy > 0.9
+
+
+def test_head_only_training_leaves_the_backbone_bit_identical():
+    x, y = separable()
+    base = mlp()
+    model = make_training_model(base, output="logits", loss="softmax_cross_entropy",
+                                optimizer=OptimizerConfig("sgd", lr=0.1, momentum=0.9),
+                                trainable={"fc2.weight", "fc2.bias"})
+    trainer = Trainer(model)
+    for _ in range(10):
+        trainer.step({"x": x, "labels": y}, 0.1)
+    weights = trainer.weights()
+    assert set(weights) == {"fc2.weight", "fc2.bias"}
+    exported = trainer.export().weights()
+    original = base.weights()
+    for name in ("fc1.weight", "fc1.bias"):
+        assert exported[name].tobytes() == original[name].tobytes()
+    assert not np.array_equal(exported["fc2.weight"], original["fc2.weight"])
+    np.testing.assert_array_equal(exported["fc2.weight"], weights["fc2.weight"])
+
+
+def test_export_matches_evaluate_and_round_trips_through_a_file():
+    x, y = separable(64)
+    model = make_training_model(mlp(dropout=True), output="logits", loss="softmax_cross_entropy",
+                                optimizer=OptimizerConfig("adam", lr=0.01))
+    # The training model itself serializes (two graphs, update nodes without outputs).
+    model = parse(serialize(model))
+    trainer = Trainer(model)
+    for _ in range(5):
+        trainer.step({"x": x, "labels": y}, 0.01)
+    exported = trainer.export()
+    assert list(exported.signatures) == ["infer"]
+    assert not any(k.startswith("train.") for k in exported.metadata)
+    assert not any("/adam_" in t.name for t in exported.tensors)
+    out = Interpreter(model_content=serialize(exported)).run({"x": x})["logits"]
+    np.testing.assert_allclose(out, trainer.evaluate({"x": x})["logits"], rtol=1e-6,
+                               atol=1e-6)
+
+
+@pytest.mark.parametrize("loss", ["mse", "bce_with_logits"])
+def test_regression_and_binary_losses_train(loss):
+    x, y = separable()
+    target = np.eye(3, dtype=np.float32)[y]
+    model = make_training_model(mlp(), output="logits", loss=loss,
+                                optimizer=OptimizerConfig("sgd", lr=0.5))
+    trainer = Trainer(model)
+    first = trainer.step({"x": x, "labels": target}, 0.5)
+    for _ in range(100):
+        last = trainer.step({"x": x, "labels": target}, 0.5)
+    assert last < 0.6 * first
+
+
+def test_one_hot_labels_match_class_ids():
+    x, y = separable(32)
+    opt = OptimizerConfig("sgd", lr=0.1)
+    by_id = Trainer(make_training_model(mlp(), output="logits", loss="softmax_cross_entropy",
+                                        optimizer=opt))
+    one_hot = Trainer(make_training_model(mlp(), output="logits",
+                                          loss="softmax_cross_entropy", optimizer=opt,
+                                          one_hot_labels=True))
+    for _ in range(3):
+        a = by_id.step({"x": x, "labels": y}, 0.1)
+        b = one_hot.step({"x": x, "labels": np.eye(3, dtype=np.float32)[y]}, 0.1)
+        assert a == pytest.approx(b, rel=1e-6)
+
+
+def test_configuration_errors_are_reported_when_built():
+    with pytest.raises(ValueError, match="optimizer kind"):
+        OptimizerConfig("rmsprop")
+    with pytest.raises(ValueError, match="nesterov"):
+        OptimizerConfig("sgd", nesterov=True)
+    with pytest.raises(ValueError, match="output 'nope'"):
+        make_training_model(mlp(), output="nope", loss="mse", optimizer=OptimizerConfig())
+    with pytest.raises(ValueError, match="loss must be"):
+        make_training_model(mlp(), output="logits", loss="hinge", optimizer=OptimizerConfig())
+    with pytest.raises(ValueError, match="unknown tensors"):
+        make_training_model(mlp(), output="logits", loss="mse", optimizer=OptimizerConfig(),
+                            trainable={"fc9.weight"})
+    with pytest.raises(ValueError, match="no 'train' signature"):
+        Trainer(mlp())
+
+
+def test_trainer_rejects_bad_feeds():
+    from sporenet.lite import InputError
+
+    trainer = Trainer(make_training_model(mlp(), output="logits", loss="softmax_cross_entropy",
+                                          optimizer=OptimizerConfig()))
+    x, y = separable(8)
+    with pytest.raises(InputError, match="missing"):
+        trainer.step({"x": x}, 0.1)
+    with pytest.raises(InputError, match="shape"):
+        trainer.step({"x": x[:, :3], "labels": y}, 0.1)
+    with pytest.raises(InputError, match="expected int64"):
+        trainer.step({"x": x, "labels": y.astype(np.float32)}, 0.1)
+
+
+def test_schedules():
+    step = StepLR(0.1, step_size=10, gamma=0.5)
+    assert step(0) == 0.1 and step(10) == 0.05 and step(25) == 0.025
+    cos = CosineLR(0.1, total_steps=100, min_lr=0.001)
+    assert cos(0) == pytest.approx(0.1) and cos(100) == pytest.approx(0.001)
+    assert cos(50) == pytest.approx(0.0505)
+    warm = WarmUp(cos, warmup_steps=5)
+    assert warm(0) == pytest.approx(cos(5) / 5) and warm(4) == pytest.approx(cos(5))
+    assert warm(60) == cos(60)
