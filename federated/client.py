@@ -128,7 +128,7 @@ class Client:
         self._stub = pb_grpc.FederatedStub(self._channel)
         self.client_id: str | None = None
         self._heartbeat_interval = 5.0
-        self._models: dict[int, tuple[str, bytes]] = {}  # version -> (sha256, bytes); last two kept
+        self._models: dict[int, tuple[str, bytes]] = {}  # version -> (sha256, bytes)
         self._partial: tuple[int, bytearray] | None = None
         self._pending: _PendingUpload | None = None
         self._residual: Weights = {}
@@ -248,8 +248,8 @@ class Client:
             raise TransferError(
                 f"model v{task.model_version} failed its size/sha256 check; downloading again"
             )
-        self._models = {v: m for v, m in self._models.items() if v >= task.model_version - 1}
-        self._models[task.model_version] = (task.model_sha256, data)
+        # Keep only the newest version: a fleet simulation runs many clients in one process.
+        self._models = {task.model_version: (task.model_sha256, data)}
         return data
 
     def _heartbeats(self, task_id: str, done: threading.Event) -> None:
@@ -272,6 +272,7 @@ class Client:
             resume = True  # computed before a failure: send it again, do not retrain
         self._upload(pending, resume=resume)
         self._pending = None
+        self._models.clear()  # the next task needs a newer model
         self.rounds_trained += 1
 
     def _train(self, task: pb.Task) -> _PendingUpload:

@@ -49,6 +49,7 @@ def _run_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-update-norm", dest="max_update_norm", type=float)
     p.add_argument("--max-update-bytes", dest="max_update_bytes", type=int)
     p.add_argument("--strategy", choices=sorted(STRATEGIES))
+    p.add_argument("--max-workers", dest="max_workers", type=int, help="gRPC worker threads")
     p.add_argument(
         "--metrics-port", dest="metrics_port", type=int, help="serve Prometheus /metrics"
     )

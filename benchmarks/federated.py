@@ -1,0 +1,335 @@
+"""Federated round benchmark: sporenet-server vs Flower's FedAvg on the same loopback workload.
+
+For each number of clients N and model size P: one server process, N clients spread over
+a few worker processes (threads inside), `--rounds` FedAvg rounds in which every client
+downloads the model, adds a small delta and uploads it. Reported per framework:
+seconds per round (from round start, all clients connected, to the published aggregate),
+server peak resident memory (VmHWM) and bytes moved per client per round.
+
+    python benchmarks/federated.py --quick           # < 1 minute
+    python benchmarks/federated.py                   # N in {10,100,500}, P in {100k, 1M}
+    python benchmarks/federated.py --clients 10,100 --params 1m --no-flower
+
+Flower runs only if `flwr` is importable (`pip install sporenet[bench]`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+PARAMS = {"100k": (100, 1000), "1m": (1000, 1000)}  # weight shape; a bias of `rows` is added
+
+
+@dataclass
+class Result:
+    framework: str
+    clients: int
+    params: str
+    round_seconds: float
+    peak_mb: float
+    bytes_per_client: float | None
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _peak_mb(pid: int) -> float:
+    """VmHWM (peak resident set) of a live process, in MiB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def _initial_weights(params: str) -> dict[str, np.ndarray]:
+    rows, cols = PARAMS[params]
+    rng = np.random.default_rng(0)
+    return {
+        "w": rng.standard_normal((rows, cols)).astype(np.float32) * 0.01,
+        "b": np.zeros(rows, np.float32),
+    }
+
+
+def _write_spore(path: Path, params: str) -> None:
+    import sporenet.lite
+    from sporenet.lite import ModelBuilder, OpCode
+
+    w0 = _initial_weights(params)
+    b = ModelBuilder()
+    x = b.input("x", (-1, w0["w"].shape[1]))
+    b.output(b.op(OpCode.FULLY_CONNECTED, [x, b.constant("w", w0["w"]), b.constant("b", w0["b"])]))
+    path.write_bytes(sporenet.lite.serialize(b.build()))
+
+
+def _spawn_workers(
+    kind: str, address: str, n: int, procs: int, params: str
+) -> list[subprocess.Popen[bytes]]:
+    per = -(-n // procs)
+    workers = []
+    for first in range(0, n, per):
+        count = min(per, n - first)
+        cmd = [
+            sys.executable,
+            __file__,
+            f"--{kind}-worker",
+            address,
+            str(first),
+            str(count),
+            params,
+        ]
+        workers.append(subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE))
+    return workers
+
+
+def _wait_workers(workers: list[subprocess.Popen[bytes]], timeout: float) -> None:
+    end = time.monotonic() + timeout
+    for w in workers:
+        try:
+            w.wait(max(1.0, end - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            w.kill()
+            raise RuntimeError("clients did not finish in time") from None
+        if w.returncode != 0:
+            err = w.stderr.read().decode(errors="replace") if w.stderr else ""
+            raise RuntimeError(f"a client worker failed ({w.returncode}):\n{err[-2000:]}")
+
+
+# -- sporenet ------------------------------------------------------------------------------
+
+
+def run_sporenet(n: int, params: str, rounds: int, procs: int, workdir: Path) -> Result:
+    model = workdir / f"sporenet-{params}.spore"
+    _write_spore(model, params)
+    state = workdir / f"state-{n}-{params}"
+    port, mport = _free_port(), _free_port()
+    log_path = workdir / f"sporenet-{n}-{params}.log"
+    with open(log_path, "wb") as log:
+        server = subprocess.Popen(
+            [sys.executable, "-m", "sporenet.federated.server", "--address", f"127.0.0.1:{port}",
+             "--state-dir", str(state), "--model", str(model), "--rounds", str(rounds),
+             "--min-clients", str(n), "--round-timeout", "3600", "--heartbeat-interval", "30",
+             "--heartbeat-timeout", "900", "--metrics-port", str(mport)],
+            stdout=log, stderr=log,
+        )  # fmt: skip
+        try:
+            end = time.monotonic() + 30
+            while not (state / "server.json").exists():
+                if server.poll() is not None or time.monotonic() > end:
+                    raise RuntimeError(
+                        f"sporenet-server did not start:\n{log_path.read_text()[-2000:]}"
+                    )
+                time.sleep(0.05)
+            workers = _spawn_workers("sporenet", f"127.0.0.1:{port}", n, procs, params)
+            _wait_workers(workers, timeout=3600)
+            peak = _peak_mb(server.pid)
+            metrics = (
+                urllib.request.urlopen(f"http://127.0.0.1:{mport}/metrics", timeout=10)
+                .read()
+                .decode()
+            )
+        finally:
+            server.send_signal(signal.SIGTERM)
+            server.wait(60)
+    values = {
+        line.split()[0]: float(line.split()[1])
+        for line in metrics.splitlines()
+        if line and not line.startswith("#")
+    }
+    moved = values["sporenet_bytes_sent_total"] + values["sporenet_bytes_received_total"]
+    starts, ends = {}, {}
+    for line in log_path.read_text().splitlines():
+        try:
+            e = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if e.get("event") == "phase_started" and e.get("phase") == "fit":
+            starts[e["round"]] = e["ts"]
+        elif e.get("event") == "round_published":
+            ends[e["round"]] = e["ts"]
+    durations = [ends[r] - starts[r] for r in sorted(ends) if r in starts]
+    return Result("sporenet", n, params, float(np.mean(durations)), peak, moved / n / rounds)
+
+
+def sporenet_worker(address: str, first: int, count: int, params: str) -> None:
+    from sporenet.federated import Client
+
+    def make_train(i: int):  # type: ignore[no-untyped-def]
+        def train(weights: dict[str, np.ndarray], config: dict) -> tuple:
+            return {k: v + np.float32(0.001 * (i % 7)) for k, v in weights.items()}, i + 1, {}
+
+        return train
+
+    failures: list[BaseException] = []
+
+    def run(i: int) -> None:
+        try:
+            c = Client(address, train=make_train(i), name=f"c{i}", poll_wait=2.0, max_backoff=1.0,
+                       rpc_timeout=600)  # fmt: skip
+            if c.run() is None:
+                raise RuntimeError("client stopped before the job finished")
+            c.close()
+        except BaseException as e:  # reported by the worker's exit code
+            failures.append(e)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(first, first + count)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if failures:
+        raise SystemExit(f"{len(failures)} clients failed: {failures[0]!r}")
+
+
+# -- Flower --------------------------------------------------------------------------------
+
+
+def run_flower(n: int, params: str, rounds: int, procs: int, workdir: Path) -> Result:
+    port = _free_port()
+    out = workdir / f"flower-{n}-{params}.json"
+    server = subprocess.Popen(
+        [sys.executable, __file__, "--flower-server", f"127.0.0.1:{port}", str(n), params, str(rounds), str(out)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    time.sleep(2.0)  # Flower's legacy server has no readiness signal; clients retry anyway
+    workers = _spawn_workers("flower", f"127.0.0.1:{port}", n, procs, params)
+    _wait_workers(workers, timeout=3600)
+    server.wait(600)
+    if not out.exists():
+        err = server.stderr.read().decode(errors="replace") if server.stderr else ""
+        raise RuntimeError(f"Flower server failed:\n{err[-2000:]}")
+    report = json.loads(out.read_text())
+    return Result("flower", n, params, float(np.mean(report["durations"])), report["peak_mb"], None)
+
+
+def flower_server(address: str, n: int, params: str, rounds: int, out: str) -> None:
+    import flwr as fl
+    from flwr.common import ndarrays_to_parameters
+
+    starts: dict[int, float] = {}
+    ends: dict[int, float] = {}
+
+    class TimedFedAvg(fl.server.strategy.FedAvg):  # type: ignore[misc]
+        def configure_fit(self, server_round, parameters, client_manager):  # type: ignore[no-untyped-def]
+            plan = super().configure_fit(server_round, parameters, client_manager)
+            starts[server_round] = time.time()  # after sampling: all clients connected
+            return plan
+
+        def aggregate_fit(self, server_round, results, failures):  # type: ignore[no-untyped-def]
+            agg = super().aggregate_fit(server_round, results, failures)
+            ends[server_round] = time.time()
+            return agg
+
+    w0 = _initial_weights(params)
+    strategy = TimedFedAvg(
+        fraction_fit=1.0, fraction_evaluate=0.0, min_fit_clients=n, min_evaluate_clients=0,
+        min_available_clients=n, initial_parameters=ndarrays_to_parameters([w0["w"], w0["b"]]),
+    )  # fmt: skip
+    fl.server.start_server(
+        server_address=address, config=fl.server.ServerConfig(num_rounds=rounds), strategy=strategy
+    )
+    durations = [ends[r] - starts[r] for r in sorted(ends)]
+    Path(out).write_text(json.dumps({"durations": durations, "peak_mb": _peak_mb(os.getpid())}))
+
+
+def flower_worker(address: str, first: int, count: int, params: str) -> None:
+    import flwr as fl
+
+    class NumPyClient(fl.client.NumPyClient):  # type: ignore[misc]
+        def __init__(self, i: int) -> None:
+            self.i = i
+
+        def get_parameters(self, config):  # type: ignore[no-untyped-def]
+            w0 = _initial_weights(params)
+            return [w0["w"], w0["b"]]
+
+        def fit(self, parameters, config):  # type: ignore[no-untyped-def]
+            return [p + np.float32(0.001 * (self.i % 7)) for p in parameters], self.i + 1, {}
+
+    def run(i: int) -> None:
+        fl.client.start_client(
+            server_address=address, client=NumPyClient(i).to_client(), insecure=True
+        )
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(first, first + count)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+
+# -- driver --------------------------------------------------------------------------------
+
+
+def _table(results: list[Result]) -> str:
+    head = f"{'framework':<10} {'clients':>7} {'params':>6} {'s/round':>9} {'peak MB':>9} {'MB/client/round':>16}"
+    rows = [head, "-" * len(head)]
+    for r in results:
+        per = f"{r.bytes_per_client / 1e6:.2f}" if r.bytes_per_client is not None else "n/a"
+        rows.append(
+            f"{r.framework:<10} {r.clients:>7} {r.params:>6} {r.round_seconds:>9.2f} {r.peak_mb:>9.1f} {per:>16}"
+        )
+    return "\n".join(rows)
+
+
+def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] in ("--sporenet-worker", "--flower-worker"):
+        address, first, count, params = sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
+        (sporenet_worker if sys.argv[1] == "--sporenet-worker" else flower_worker)(
+            address, first, count, params
+        )
+        return
+    if len(sys.argv) > 1 and sys.argv[1] == "--flower-server":
+        flower_server(sys.argv[2], int(sys.argv[3]), sys.argv[4], int(sys.argv[5]), sys.argv[6])
+        return
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument("--quick", action="store_true", help="10 and 20 clients, 100k params, 2 rounds")
+    p.add_argument("--clients", default="10,100,500")
+    p.add_argument("--params", default="100k,1m", help="comma list of 100k, 1m")
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--procs", type=int, default=2, help="client worker processes")
+    p.add_argument("--no-flower", action="store_true")
+    args = p.parse_args()
+    clients = [10, 20] if args.quick else [int(c) for c in args.clients.split(",")]
+    sizes = ["100k"] if args.quick else args.params.lower().split(",")
+    rounds = 2 if args.quick else args.rounds
+    flower = not args.no_flower and importlib.util.find_spec("flwr") is not None
+    if not args.no_flower and not flower:
+        print("flwr is not installed: Flower comparison skipped (pip install sporenet[bench])")
+    results: list[Result] = []
+    with tempfile.TemporaryDirectory(prefix="sporenet-bench-") as tmp:
+        for params in sizes:
+            for n in clients:
+                results.append(run_sporenet(n, params, rounds, args.procs, Path(tmp)))
+                print(_table(results[-1:]).splitlines()[-1], flush=True)
+                if flower:
+                    try:
+                        results.append(run_flower(n, params, rounds, args.procs, Path(tmp)))
+                        print(_table(results[-1:]).splitlines()[-1], flush=True)
+                    except Exception as e:  # report and carry on with the other workloads
+                        print(f"flower {n} clients {params}: failed: {e}", flush=True)
+    print()
+    print(_table(results))
+
+
+if __name__ == "__main__":
+    main()
