@@ -114,7 +114,7 @@ def _input_shape(value: onnx.ValueInfoProto, override: Sequence[int] | None) -> 
             f"input {value.name!r} declares no shape; give one with --input-shape "
             f"{value.name}:D0,D1,..."
         )
-    return tuple(d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else DYNAMIC
+    return tuple(d.dim_value if d.HasField("dim_value") else DYNAMIC
                  for d in tt.shape.dim)
 
 
