@@ -299,8 +299,12 @@ class _Reader:
     def __init__(self, buf: bytes | memoryview | mmap.mmap) -> None:
         self.buf = buf
         self.size = len(buf)
-        # Bound on the elements read in total, so shared offsets cannot multiply the work.
-        self.budget = 16 * self.size + 1024
+        # Bound on the elements (and 4-byte units of string) read in total, so offsets
+        # shared by many tables cannot multiply the work or the memory. A vector of n
+        # elements or a string of 4n bytes occupies at least 4(n + 1) bytes of the file, so
+        # an honest file spends at most size/4; twice that leaves room for writers that
+        # share strings.
+        self.budget = self.size // 2 + 1024
 
     def check_vector(self, table: Any, slot: int, elem_size: int, what: str) -> int:
         """Length of the vector in field `slot` of `table`, checked against the buffer."""
@@ -315,10 +319,13 @@ class _Reader:
                 f"{what}: vector of {length} elements at offset {start} runs past the end "
                 f"of the {self.size}-byte file"
             )
-        self.budget -= length + 1
+        self.spend(length + 1, what)
+        return length
+
+    def spend(self, units: int, what: str) -> None:
+        self.budget -= units
         if self.budget < 0:
             raise ModelFormatError(f"{what}: file references far more data than it holds")
-        return length
 
     def ints(self, table: Any, slot: int, getter: str, elem_size: int, what: str) -> list[int]:
         n = self.check_vector(table, slot, elem_size, what)
@@ -337,6 +344,7 @@ class _Reader:
             return ""
         if len(raw) > self.size:
             raise ModelFormatError(f"{what}: string longer than the file")
+        self.spend(len(raw) // 4 + 1, what)
         try:
             return raw.decode("utf-8")
         except UnicodeDecodeError as exc:
@@ -361,6 +369,9 @@ def _as_buffer(source: Source, use_mmap: bool) -> bytes | memoryview | mmap.mmap
 def _parse_tensor(r: _Reader, t: Any, index: int, buffers: list[tuple[int, int]],
                   buf: Any) -> Tensor:
     what = f"tensor {index}"
+    # A table costs budget too: many entries pointing at one tiny table would otherwise
+    # build many Python objects from a few bytes (an honest tensor table is >= 16 bytes).
+    r.spend(4, what)
     name = r.string(t.Name(), what)
     what = f"tensor {index} ({name!r})"
     dtype = to_numpy_dtype(t.Dtype())
@@ -387,6 +398,8 @@ def _parse_tensor(r: _Reader, t: Any, index: int, buffers: list[tuple[int, int]]
                 f"{dtype} needs {expected}"
             )
         if offset % dtype.itemsize:
+            # A misaligned buffer is copied; many tensors sharing one must not multiply that.
+            r.spend(size // 4 + 1, what)
             raw = bytes(memoryview(buf)[offset : offset + size])
             data = np.frombuffer(raw, dtype=dtype, count=count).reshape(shape)
         else:
@@ -433,6 +446,7 @@ def _parse_node(r: _Reader, n: Any, where: str) -> Node:
     except ValueError:
         raise ModelFormatError(f"{where}: unknown op code {code}") from None
     what = f"{where} ({op.name})"
+    r.spend(4, what)  # as for tensors: an honest node table is >= 16 bytes
     inputs = r.ints(n, 2, "Inputs", 4, what + " inputs")
     outputs = r.ints(n, 3, "Outputs", 4, what + " outputs")
     attrs: dict[str, Any] = {}
