@@ -1,0 +1,248 @@
+"""Each graph pass alone, on small IR models built with ModelBuilder and run for real."""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+
+from sporenet.converter.passes import (
+    eliminate_dead_nodes,
+    fold_batch_norms,
+    fold_constants,
+    fuse_activations,
+    infer_shapes,
+    remove_identities,
+    remove_noop_layout,
+)
+from sporenet.lite import Interpreter, ModelBuilder, OpCode, parse, serialize
+from sporenet.lite.graph import Model
+
+RNG = np.random.default_rng(1)
+
+
+def rand(*shape: int) -> np.ndarray:
+    return RNG.standard_normal(shape).astype(np.float32)
+
+
+def run(model: Model, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Run the model after a serialize/parse round trip (a pass must leave a valid file)."""
+    return Interpreter(model_content=serialize(model)).run(feeds)
+
+
+def ops(model: Model) -> list[str]:
+    return [n.op.name for n in model.graphs[0].nodes]
+
+
+def check_rewrite(model: Model, rewrite, feeds: dict[str, np.ndarray],  # type: ignore[no-untyped-def]
+                  *, rtol: float = 1e-5, atol: float = 1e-6) -> Model:
+    """Apply `rewrite` to a copy; outputs must agree with the original."""
+    before = run(model, feeds)
+    rewritten = copy.deepcopy(model)
+    count = rewrite(rewritten)
+    assert count > 0, "the pass found nothing to rewrite"
+    after = run(rewritten, feeds)
+    for name, value in before.items():
+        np.testing.assert_allclose(after[name], value, rtol=rtol, atol=atol, err_msg=name)
+    return rewritten
+
+
+def conv_bn(bias: bool, activation: str | None = None) -> Model:
+    b = ModelBuilder()
+    x = b.input("x", (-1, 3, 8, 8))
+    inputs = [x, b.constant("w", rand(4, 3, 3, 3))]
+    if bias:
+        inputs.append(b.constant("b", rand(4)))
+    y = b.op(OpCode.CONV2D, inputs, pads=[1, 1, 1, 1])
+    stats = [b.constant("gamma", rand(4)), b.constant("beta", rand(4)),
+             b.constant("mean", rand(4)), b.constant("var", np.abs(rand(4)) + 0.5)]
+    y = b.op(OpCode.BATCH_NORM, [y, *stats], epsilon=1e-3)
+    if activation:
+        y = b.op(OpCode.RELU, [y])
+    b.output(y, name="y")
+    return b.build()
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_batchnorm_folds_into_conv(bias: bool) -> None:
+    model = conv_bn(bias)
+    folded = check_rewrite(model, fold_batch_norms, {"x": rand(2, 3, 8, 8)})
+    assert ops(folded) == ["CONV2D"]
+
+
+def test_batchnorm_folds_into_fully_connected() -> None:
+    b = ModelBuilder()
+    x = b.input("x", (5, 6))
+    y = b.op(OpCode.FULLY_CONNECTED, [x, b.constant("w", rand(4, 6)), b.constant("b", rand(4))])
+    stats = [b.constant(n, v) for n, v in (("g", rand(4)), ("be", rand(4)), ("m", rand(4)),
+                                           ("v", np.abs(rand(4)) + 0.1))]
+    b.output(b.op(OpCode.BATCH_NORM, [y, *stats]), name="y")
+    folded = check_rewrite(b.build(), fold_batch_norms, {"x": rand(5, 6)})
+    assert ops(folded) == ["FULLY_CONNECTED"]
+
+
+def test_batchnorm_folds_into_weights_the_runtime_computes() -> None:
+    # Weights produced by a node (a fill kept small in the file) get a Mul node instead.
+    b = ModelBuilder()
+    x = b.input("x", (1, 2, 5, 5))
+    w = b.op(OpCode.EXPAND, [b.constant("fill", np.array(0.1, np.float32))], shape=[3, 2, 1, 1])
+    y = b.op(OpCode.CONV2D, [x, w])
+    stats = [b.constant(n, v) for n, v in (("g", rand(3)), ("be", rand(3)), ("m", rand(3)),
+                                           ("v", np.abs(rand(3)) + 0.1))]
+    b.output(b.op(OpCode.BATCH_NORM, [y, *stats]), name="y")
+    folded = check_rewrite(b.build(), fold_batch_norms, {"x": rand(1, 2, 5, 5)})
+    assert "BATCH_NORM" not in ops(folded) and "MUL" in ops(folded)
+
+
+def test_batchnorm_is_not_folded_when_the_conv_output_has_other_readers() -> None:
+    b = ModelBuilder()
+    x = b.input("x", (1, 2, 4, 4))
+    y = b.op(OpCode.CONV2D, [x, b.constant("w", rand(2, 2, 1, 1))])
+    stats = [b.constant(n, v) for n, v in (("g", rand(2)), ("be", rand(2)), ("m", rand(2)),
+                                           ("v", np.abs(rand(2)) + 0.1))]
+    b.output(b.op(OpCode.BATCH_NORM, [y, *stats]), name="bn")
+    b.output(y, name="conv")
+    model = b.build()
+    assert fold_batch_norms(model) == 0
+
+
+@pytest.mark.parametrize(("act", "attrs", "expected"), [
+    (OpCode.RELU, {}, {"activation": "relu"}),
+    (OpCode.RELU6, {}, {"activation": "relu6"}),
+    (OpCode.CLIP, {"min": 0.0, "max": 6.0}, {"activation": "relu6"}),
+    (OpCode.CLIP, {"min": -0.5, "max": 0.5}, {"activation": "clip"}),
+    (OpCode.SIGMOID, {}, {"activation": "sigmoid"}),
+    (OpCode.TANH, {}, {"activation": "tanh"}),
+    (OpCode.LEAKY_RELU, {"alpha": 0.2}, {"activation": "leaky_relu", "alpha": 0.2}),
+    (OpCode.HARD_SWISH, {}, {"activation": "hard_swish"}),
+])
+@pytest.mark.parametrize("producer", [OpCode.CONV2D, OpCode.FULLY_CONNECTED, OpCode.ADD])
+def test_activation_fuses_into_producer(act: OpCode, attrs: dict, expected: dict,
+                                        producer: OpCode) -> None:
+    b = ModelBuilder()
+    if producer == OpCode.CONV2D:
+        x = b.input("x", (1, 2, 5, 5))
+        y = b.op(producer, [x, b.constant("w", rand(3, 2, 3, 3)), b.constant("b", rand(3))])
+        feeds = {"x": rand(1, 2, 5, 5) * 3}
+    elif producer == OpCode.FULLY_CONNECTED:
+        x = b.input("x", (4, 6))
+        y = b.op(producer, [x, b.constant("w", rand(5, 6))])
+        feeds = {"x": rand(4, 6) * 3}
+    else:
+        x = b.input("x", (4, 6))
+        y = b.op(producer, [x, b.constant("c", rand(6))])
+        feeds = {"x": rand(4, 6) * 3}
+    b.output(b.op(act, [y], **attrs), name="y")
+    fused = check_rewrite(b.build(), fuse_activations, feeds)
+    assert ops(fused) == [producer.name]
+    node = fused.graphs[0].nodes[0]
+    assert {k: node.attrs[k] for k in expected} == expected
+
+
+def test_identity_and_dropout_are_removed() -> None:
+    b = ModelBuilder()
+    x = b.input("x", (2, 3))
+    y = b.op(OpCode.IDENTITY, [x])
+    y = b.op(OpCode.RELU, [y])
+    b.output(b.op(OpCode.IDENTITY, [y]), name="y")
+    removed = check_rewrite(b.build(), remove_identities, {"x": rand(2, 3)})
+    assert ops(removed) == ["RELU"]
+
+
+def test_identity_from_input_to_output_is_kept() -> None:
+    b = ModelBuilder()
+    x = b.input("x", (2, 3))
+    b.output(b.op(OpCode.IDENTITY, [x]), name="y")
+    model = b.build()
+    assert remove_identities(model) == 0
+    assert ops(model) == ["IDENTITY"]
+
+
+def test_noop_reshape_and_identity_transpose_are_removed() -> None:
+    b = ModelBuilder()
+    x = b.input("x", (2, 3, 4))
+    y = b.op(OpCode.RESHAPE, [x], shape=[2, 3, 4])
+    y = b.op(OpCode.TRANSPOSE, [y], perm=[0, 1, 2])
+    y = b.op(OpCode.RELU, [y])
+    b.output(y, name="y")
+    removed = check_rewrite(b.build(), remove_noop_layout, {"x": rand(2, 3, 4)})
+    assert ops(removed) == ["RELU"]
+
+
+def test_transpose_pairs_cancel_and_reshape_chains_merge() -> None:
+    b = ModelBuilder()
+    x = b.input("x", (2, 3, 4))
+    y = b.op(OpCode.TRANSPOSE, [x], perm=[2, 0, 1])
+    y = b.op(OpCode.TRANSPOSE, [y], perm=[1, 2, 0])  # composes to the identity
+    y = b.op(OpCode.RESHAPE, [y], shape=[6, 4])
+    y = b.op(OpCode.RESHAPE, [y], shape=[4, 6])
+    b.output(b.op(OpCode.RELU, [y]), name="y")
+    removed = check_rewrite(b.build(), remove_noop_layout, {"x": rand(2, 3, 4)})
+    assert ops(removed) == ["RESHAPE", "RELU"]
+
+
+def test_transposes_compose_into_one() -> None:
+    b = ModelBuilder()
+    x = b.input("x", (2, 3, 4))
+    y = b.op(OpCode.TRANSPOSE, [x], perm=[1, 0, 2])
+    y = b.op(OpCode.TRANSPOSE, [y], perm=[0, 2, 1])
+    b.output(b.op(OpCode.RELU, [y]), name="y")
+    merged = check_rewrite(b.build(), remove_noop_layout, {"x": rand(2, 3, 4)})
+    assert ops(merged) == ["TRANSPOSE", "RELU"]
+
+
+def test_reshape_with_a_dynamic_dimension_is_kept() -> None:
+    b = ModelBuilder()
+    x = b.input("x", (-1, 4))
+    b.output(b.op(OpCode.RELU, [b.op(OpCode.RESHAPE, [x], shape=[-1, 4])]), name="y")
+    model = b.build()
+    assert remove_noop_layout(model) == 0
+
+
+def test_constant_folding_evaluates_constant_subgraphs() -> None:
+    b = ModelBuilder()
+    x = b.input("x", (2, 3))
+    c = b.op(OpCode.MUL, [b.constant("a", rand(3)), b.constant("k", np.array(2, np.float32))])
+    c = b.op(OpCode.EXP, [c])
+    b.output(b.op(OpCode.ADD, [x, c]), name="y")
+    folded = check_rewrite(b.build(), fold_constants, {"x": rand(2, 3)})
+    assert ops(folded) == ["ADD"]
+
+
+def test_constant_folding_keeps_large_fills_as_nodes() -> None:
+    b = ModelBuilder()
+    x = b.input("x", (256, 256))
+    fill = b.op(OpCode.EXPAND, [b.constant("v", np.array(0.5, np.float32))], shape=[256, 256])
+    b.output(b.op(OpCode.ADD, [x, fill]), name="y")
+    model = b.build()
+    assert fold_constants(model) == 0
+    assert ops(model) == ["EXPAND", "ADD"]
+
+
+def test_dead_nodes_and_their_tensors_are_removed() -> None:
+    b = ModelBuilder()
+    x = b.input("x", (2, 3))
+    b.op(OpCode.SIGMOID, [b.op(OpCode.TANH, [x])])  # reaches no output
+    unused = b.constant("unused", rand(100))
+    b.output(b.op(OpCode.RELU, [x]), name="y")
+    model = b.build()
+    tensors = len(model.tensors)
+    cleaned = check_rewrite(model, eliminate_dead_nodes, {"x": rand(2, 3)})
+    assert ops(cleaned) == ["RELU"]
+    assert len(cleaned.tensors) == tensors - 3
+    assert all(t.name != model.tensors[unused].name for t in cleaned.tensors)
+
+
+def test_shape_inference_fills_shapes_and_keeps_dynamic_dims() -> None:
+    b = ModelBuilder()
+    x = b.input("x", (-1, 3, 8, 8))
+    y = b.op(OpCode.CONV2D, [x, b.constant("w", rand(4, 3, 3, 3))], strides=[2, 2])
+    b.output(b.op(OpCode.FLATTEN, [y]), name="y")
+    model = b.build(infer_shapes=False)
+    assert infer_shapes(model) == 2
+    out = model.tensors[model.graphs[0].outputs[0]]
+    assert out.shape == (-1, 36) and out.dtype == np.float32
+    conv_out = model.tensors[model.graphs[0].nodes[0].outputs[0]]
+    assert conv_out.shape == (-1, 4, 3, 3)
+    parse(serialize(model))
