@@ -4,8 +4,8 @@ Conv2D picks one of three strategies when the model is planned:
 
 - pointwise: a 1x1, stride-1, unpadded, ungrouped convolution is one GEMM per image on the
   (C, H*W) view of the input, with no copy at all;
-- depthwise: group == in_channels == out_channels runs as kh*kw vectorised multiply-adds of
-  whole shifted planes (one per kernel tap), which beats building columns for 9 taps;
+- depthwise: group == in_channels == out_channels runs as kh*kw vectorised multiply-adds,
+  each one contiguous NumPy call over all channels at once (see `_bind_depthwise`);
 - im2col: everything else. The column matrix is a strided view of the (padded) input,
   copied into a buffer allocated once in `bind`, then multiplied with the weights
   (pre-shaped to (groups, out/groups, in/groups*kh*kw)) by BLAS.
@@ -99,7 +99,9 @@ class Conv2D(Kernel):
             main = self._bind_pointwise(x, w, out)
         else:
             main = self._bind_im2col(x, w, out)
-        return _with_epilogue(main, out, bias, self.activation)
+        bias_const = len(self.inputs) > 2 and self.inputs[2] is not None and \
+            self.inputs[2].value is not None
+        return _with_epilogue(main, out, bias, self.activation, bias_const)
 
     def _bind_pointwise(self, x: np.ndarray, w: np.ndarray, out: np.ndarray) -> Compute:
         n, c, h, wd = x.shape
@@ -144,42 +146,129 @@ class Conv2D(Kernel):
         return compute
 
     def _bind_depthwise(self, x: np.ndarray, w: np.ndarray, out: np.ndarray) -> Compute:
+        """kh*kw multiply-adds, each one long contiguous NumPy call.
+
+        The padded input is split into stride phases: phase (a, b) holds padded rows
+        a, a+sh, ... and columns b, b+sw, ... (stride 1 has one phase, the padded input).
+        Inside a phase every kernel tap reads a window at a fixed (row, column) offset, so
+        each tap is a product of whole arrays; NumPy's cost then is the element count,
+        not a Python or inner-loop call per row. Two layouts of the phases:
+
+        - planar (N, C, rows, cols) flattened: a tap is one 1-D slice over all channels;
+          the result is on the wider phase grid, and a final strided copy drops the
+          columns and rows past the output. Best for large planes.
+        - interleaved (N, rows, cols, C): a tap is (N, OH, OW*C) with contiguous rows and
+          no wasted grid positions. Best for small planes with many channels, where the
+          planar grid's padding would be a large share of the work.
+
+        Constant weights are expanded at bind to the layout (one value per element of a
+        row), so no call broadcasts over short rows.
+        """
         win = self.win
-        c = x.shape[1]
-        kh, kw = win.kernel
-        if win.padded:
-            xp, interior = padded_buffer(x, win, 0.0)
-        else:
-            xp, interior = x, None
-        # One (plane view, per-channel weight) pair per tap; weights shaped (C, 1, 1).
-        taps = [(xp[(..., *win.tap(i, j))], w[:, 0, i, j].reshape(c, 1, 1))
+        n, c, h, wd = x.shape
+        (kh, kw), (sh, sw), (dh, dw), (oh, ow) = win.kernel, win.strides, win.dilations, win.out
+        top, left = win.pads[0], win.pads[1]
+        hq = -(-max(h + top + win.pads[2], win.extent[0]) // sh)
+        wq = -(-max(wd + left + win.pads[3], win.extent[1]) // sw)
+        # Per tap: its phase and its (row, column) offset inside the phase.
+        taps = [(((i * dh) % sh, (j * dw) % sw), i * dh // sh, j * dw // sw)
                 for i in range(kh) for j in range(kw)]
-        (v0, w0), rest = taps[0], taps[1:]
-        tmp = np.empty_like(out)
+        w_const = self.inputs[1].value is not None  # type: ignore[union-attr]
+        interleaved = hq * wq <= _SMALL_PLANE
+        xt = x.transpose(0, 2, 3, 1) if interleaved else x
+        phases: dict[tuple[int, int], np.ndarray] = {}
+        copies = []
+        size = n * c * hq * wq
+        tail = max(di * wq + dj for _, di, dj in taps)
+        for a, b in sorted({phase for phase, _, _ in taps}):
+            if interleaved:
+                buf = np.zeros((n, hq, wq, c), x.dtype)
+                grid = buf
+            else:
+                buf = np.zeros(size + tail, x.dtype)
+                grid = buf[:size].reshape(n, c, hq, wq)
+            phases[a, b] = buf
+            r0, q0 = -(-(top - a) // sh), -(-(left - b) // sw)  # first rows/cols of input
+            r1, q1 = -(-(top + h - a) // sh), -(-(left + wd - b) // sw)
+            if r1 > r0 and q1 > q0:
+                rows = slice(r0 * sh + a - top, None, sh)
+                cols = slice(q0 * sw + b - left, None, sw)
+                if interleaved:
+                    copies.append((grid[:, r0:r1, q0:q1, :], xt[:, rows, cols, :]))
+                else:
+                    copies.append((grid[:, :, r0:r1, q0:q1], x[:, :, rows, cols]))
+        taps_w = [w[:, 0, i, j] for i in range(kh) for j in range(kw)]
+        if interleaved:
+            if w_const:
+                shape = (n, oh, ow * c)
+                weights = [np.tile(t, ow) for t in taps_w]
+            else:
+                shape, weights = (n, oh, ow, c), taps_w
+            views = [phases[ph][:, di:di + oh, dj:dj + ow, :].reshape(shape)
+                     for ph, di, dj in taps]
+            acc = np.empty(shape, x.dtype)
+            result = acc.reshape(n, oh, ow, c).transpose(0, 3, 1, 2)
+        else:
+            plane = hq * wq
+            if w_const and plane < _LONG_ROW and len(taps) * c * plane * 4 <= _EXPAND_LIMIT:
+                shape = (n, c * plane)
+                weights = [np.repeat(t, plane) for t in taps_w]
+            else:  # rows are long enough that broadcasting per channel costs little
+                shape, weights = (n, c, plane), [t.reshape(c, 1) for t in taps_w]
+            views = [phases[ph][di * wq + dj:di * wq + dj + size].reshape(shape)
+                     for ph, di, dj in taps]
+            acc = np.empty(shape, x.dtype)
+            result = acc.reshape(n, c, hq, wq)[:, :, :oh, :ow]
+        tmp = np.empty_like(acc)
+        (v0, w0), rest = (views[0], weights[0]), list(zip(views[1:], weights[1:], strict=True))
         copyto, multiply, add = np.copyto, np.multiply, np.add
 
         def compute() -> None:
-            if interior is not None:
-                copyto(interior, x)
-            multiply(v0, w0, out=out)
+            for dst, src in copies:
+                copyto(dst, src)
+            multiply(v0, w0, out=acc)
             for v, wt in rest:
                 multiply(v, wt, out=tmp)
-                add(out, tmp, out=out)
+                add(acc, tmp, out=acc)
+            copyto(out, result)
 
         return compute
 
 
-def _with_epilogue(main: Compute, out: np.ndarray, bias: np.ndarray | None,
-                   act: object) -> Compute:
-    """Wrap a convolution step with the bias add and the fused activation (both in place)."""
+# Depthwise layout choice: phase grids of at most this many positions use the interleaved
+# layout; planar rows at least _LONG_ROW long broadcast weights instead of expanding them.
+_SMALL_PLANE = 100
+_LONG_ROW = 256
+# Largest expanded copy of depthwise weights (bytes) made to avoid broadcasting short rows.
+_EXPAND_LIMIT = 4 << 20
+# Largest bias expanded to a full output plane, for the same reason.
+_BIAS_EXPAND_LIMIT = 1 << 20
+
+
+def _with_epilogue(main: Compute, out: np.ndarray, bias: np.ndarray | None, act: object,
+                   bias_const: bool) -> Compute:
+    """Wrap a convolution step with the bias add and the fused activation (both in place).
+
+    A constant bias is expanded once to a whole output image when that is small, so the add
+    is one contiguous pass instead of a broadcast over short rows.
+    """
     if bias is None and act is None:
         return main
-    b = None if bias is None else bias.reshape(-1, 1, 1)
+    b = None
+    target = out
+    if bias is not None:
+        n, o = out.shape[:2]
+        plane = out[0, 0].size
+        target = out.reshape(n, o * plane)
+        if bias_const and o * plane * out.itemsize <= _BIAS_EXPAND_LIMIT:
+            b = np.repeat(bias, plane)
+        else:
+            target, b = out.reshape(n, o, plane), bias.reshape(o, 1)
     add = np.add
     if act is None:
         def with_bias() -> None:
             main()
-            add(out, b, out=out)
+            add(target, b, out=target)
         return with_bias
     if b is None:
         def with_act() -> None:
@@ -189,7 +278,7 @@ def _with_epilogue(main: Compute, out: np.ndarray, bias: np.ndarray | None,
 
     def with_both() -> None:
         main()
-        add(out, b, out=out)
+        add(target, b, out=target)
         act(out)  # type: ignore[operator]
 
     return with_both
