@@ -79,7 +79,7 @@ class GradContext:
         return self.op_multi(op, inputs, 1, **attrs)[0]
 
     def constant(self, name: str, value: Any, dtype: Any) -> int:
-        array = np.ascontiguousarray(value, dtype=dtype)
+        array = np.array(value, dtype=dtype)  # a copy; keeps 0-d scalars 0-d
         return self._tensor(f"{self.scope}/{name}", array.dtype, array.shape, data=array)
 
     def scalar(self, value: float, like: int) -> int:

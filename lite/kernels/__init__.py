@@ -9,10 +9,14 @@ from sporenet.lite.kernels.base import Kernel
 from sporenet.lite.kernels.training import (
     activation_grad,
     broadcast,
+    conv_grad,
     dropout,
     losses,
     matmul,
+    norm_grad,
     optimizers,
+    pool_grad,
+    shape_grad,
 )
 from sporenet.lite.ops import OpCode
 
@@ -112,6 +116,16 @@ KERNELS: dict[OpCode, type[Kernel]] = {
     OpCode.SGD_UPDATE: optimizers.SGDUpdate,
     OpCode.ADAM_UPDATE: optimizers.AdamUpdate,
     OpCode.ASSIGN: optimizers.Assign,
+    OpCode.CONV2D_BACKPROP_INPUT: conv_grad.Conv2DBackpropInput,
+    OpCode.CONV2D_BACKPROP_FILTER: conv_grad.Conv2DBackpropFilter,
+    OpCode.MAX_POOL2D_GRAD: pool_grad.MaxPool2DGrad,
+    OpCode.AVG_POOL2D_GRAD: pool_grad.AvgPool2DGrad,
+    OpCode.BATCH_NORM_TRAINING: norm_grad.BatchNormTraining,
+    OpCode.BATCH_NORM_GRAD: norm_grad.BatchNormGrad,
+    OpCode.LAYER_NORM_GRAD: norm_grad.LayerNormGrad,
+    OpCode.SLICE_GRAD: shape_grad.SliceGrad,
+    OpCode.PAD_GRAD: shape_grad.PadGrad,
+    OpCode.GATHER_GRAD: shape_grad.GatherGrad,
 }
 
 

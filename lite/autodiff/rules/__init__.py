@@ -7,7 +7,19 @@ lite/kernels/linear.py, ...). Ops built from differentiable primitives need no r
 from __future__ import annotations
 
 from sporenet.lite.autodiff.engine import GradRule
-from sporenet.lite.autodiff.rules import dropout, elementwise, linear, losses, reshape, unary
+from sporenet.lite.autodiff.rules import (
+    conv,
+    dropout,
+    elementwise,
+    linear,
+    losses,
+    normalization,
+    pooling,
+    reshape,
+    softmax,
+    transform,
+    unary,
+)
 from sporenet.lite.ops import OpCode
 
 GRADIENT_RULES: dict[OpCode, GradRule] = {
@@ -15,9 +27,19 @@ GRADIENT_RULES: dict[OpCode, GradRule] = {
     OpCode.IDENTITY: reshape.identity,
     OpCode.RESHAPE: reshape.reshape,
     OpCode.FLATTEN: reshape.reshape,
+    OpCode.SQUEEZE: transform.squeeze,
+    OpCode.UNSQUEEZE: transform.squeeze,
+    OpCode.TRANSPOSE: transform.transpose,
+    OpCode.CONCAT: transform.concat,
+    OpCode.SPLIT: transform.split,
+    OpCode.SLICE: transform.slice_,
+    OpCode.GATHER: transform.gather,
+    OpCode.PAD: transform.pad,
+    OpCode.EXPAND: transform.expand,
     # linear algebra
     OpCode.FULLY_CONNECTED: linear.fully_connected,
     OpCode.MATMUL: linear.matmul,
+    OpCode.CONV2D: conv.conv2d,
     # binary elementwise
     OpCode.ADD: elementwise.add,
     OpCode.SUB: elementwise.sub,
@@ -41,7 +63,20 @@ GRADIENT_RULES: dict[OpCode, GradRule] = {
     OpCode.SQRT: unary.sqrt,
     OpCode.SQUARE: unary.square,
     OpCode.RECIPROCAL: unary.reciprocal,
+    # normalization and softmax
+    OpCode.SOFTMAX: softmax.softmax,
+    OpCode.LOG_SOFTMAX: softmax.log_softmax,
+    OpCode.BATCH_NORM: normalization.batch_norm,
+    OpCode.LAYER_NORM: normalization.layer_norm,
+    # pooling
+    OpCode.MAX_POOL2D: pooling.max_pool2d,
+    OpCode.AVG_POOL2D: pooling.avg_pool2d,
+    OpCode.GLOBAL_AVG_POOL: pooling.global_avg_pool,
+    # reductions
+    OpCode.REDUCE_SUM: transform.reduce_sum,
+    OpCode.REDUCE_MEAN: transform.reduce_mean,
     # training
+    OpCode.BATCH_NORM_TRAINING: normalization.batch_norm_training,
     OpCode.DROPOUT: dropout.dropout,
     OpCode.SOFTMAX_CROSS_ENTROPY: losses.softmax_cross_entropy,
     OpCode.MSE_LOSS: losses.mse_loss,

@@ -1,0 +1,23 @@
+"""Gradients of the pools (kernels: lite/kernels/pooling.py; backward: training/pool_grad.py)."""
+
+from __future__ import annotations
+
+from sporenet.lite.autodiff.engine import GradContext
+from sporenet.lite.graph import Node
+from sporenet.lite.ops import OpCode
+
+
+def max_pool2d(ctx: GradContext, node: Node, grads: list[int | None]) -> list[int | None]:
+    x, y = node.inputs[0], node.outputs[0]
+    return [ctx.op(OpCode.MAX_POOL2D_GRAD, [grads[0], x, y], **node.attrs)]
+
+
+def avg_pool2d(ctx: GradContext, node: Node, grads: list[int | None]) -> list[int | None]:
+    return [ctx.op(OpCode.AVG_POOL2D_GRAD, [grads[0], node.inputs[0]], **node.attrs)]
+
+
+def global_avg_pool(ctx: GradContext, node: Node, grads: list[int | None]) -> list[int | None]:
+    x = node.inputs[0]
+    spatial = list(range(2, ctx.rank(x)))
+    return [ctx.op(OpCode.REDUCE_GRAD, [grads[0], x], axes=spatial, keepdims=1,
+                   reduction="mean")]

@@ -1,0 +1,121 @@
+"""Gradients of MaxPool2D and AvgPool2D (forward: lite/kernels/pooling.py).
+
+MAX_POOL2D_GRAD(g, x, y) routes each output gradient to the first window element equal to
+the window's maximum y (ties go to the first tap in row-major order). AVG_POOL2D_GRAD(g, x)
+spreads each output gradient evenly over its window with the forward's divisors. Both take
+the forward node's attributes and work on a zero-initialized padded gradient buffer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from sporenet.lite.kernels.base import REQUIRED, Attrs, Compute, Kernel, TensorSpec
+from sporenet.lite.kernels.spatial import Window, check_nchw, window
+from sporenet.lite.ops import OpCode
+
+
+class _PoolGrad(Kernel):
+    def _geometry(self, g: TensorSpec, x: TensorSpec) -> None:
+        check_nchw(self, x.shape, "x")
+        kernel = self.attrs.ints("kernel_shape", REQUIRED)
+        if len(kernel) != 2:
+            raise self.fail(f"kernel_shape must hold 2 values (kh, kw), got {kernel}")
+        ceil_mode = bool(self.attrs.int("ceil_mode", 0))
+        self.win: Window = window(self, x.shape[2:], (kernel[0], kernel[1]), self.attrs,
+                                  ceil_mode=ceil_mode)
+        expected = (*x.shape[:2], *self.win.out)
+        if g.shape != expected:
+            raise self.fail(f"gradient shape {list(g.shape)} differs from the pool's output "
+                            f"shape {list(expected)}")
+        n, c, h, w = x.shape
+        top, left, bottom, right = self.win.pads
+        eh, ew = self.win.extent
+        self.padded_shape = (n, c, max(h + top + bottom, eh), max(w + left + right, ew))
+        self.interior = (slice(None), slice(None), slice(top, top + h), slice(left, left + w))
+        self.taps = [self.win.tap(i, j) for i in range(kernel[0]) for j in range(kernel[1])]
+        self.output_specs = [TensorSpec(x.shape, g.dtype)]
+
+
+class MaxPool2DGrad(_PoolGrad):
+    op = OpCode.MAX_POOL2D_GRAD
+    num_inputs = (3, 3)
+
+    def __init__(self, attrs: Attrs, inputs: Sequence[TensorSpec | None]) -> None:
+        super().__init__(attrs, inputs)
+        g, x, y = self.require_float(0), self.require_float(1), self.input(2)
+        self._geometry(g, x)
+        if y.shape != g.shape:
+            raise self.fail(f"y shape {list(y.shape)} differs from the gradient's "
+                            f"{list(g.shape)}")
+
+    def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
+        g, x, y, out = inputs[0], inputs[1], inputs[2], outputs[0]
+        xp = np.full(self.padded_shape, -np.inf, x.dtype)
+        x_in = xp[self.interior]
+        dxp = np.zeros(self.padded_shape, g.dtype)
+        dx_in = dxp[self.interior]
+        free = np.empty(g.shape, np.bool_)  # outputs whose gradient is not yet routed
+        hit = np.empty(g.shape, np.bool_)
+        contribution = np.empty(g.shape, g.dtype)
+        taps = self.taps
+
+        def compute() -> None:
+            np.copyto(x_in, x)
+            dxp.fill(0)
+            free.fill(True)
+            for rows, cols in taps:
+                np.equal(xp[:, :, rows, cols], y, out=hit)
+                np.logical_and(hit, free, out=hit)
+                np.logical_xor(free, hit, out=free)
+                np.multiply(g, hit, out=contribution)
+                target = dxp[:, :, rows, cols]
+                np.add(target, contribution, out=target)
+            np.copyto(out, dx_in)
+
+        return compute
+
+
+class AvgPool2DGrad(_PoolGrad):
+    op = OpCode.AVG_POOL2D_GRAD
+    num_inputs = (2, 2)
+
+    def __init__(self, attrs: Attrs, inputs: Sequence[TensorSpec | None]) -> None:
+        super().__init__(attrs, inputs)
+        g, x = self.require_float(0), self.require_float(1)
+        self._geometry(g, x)
+        include = bool(attrs.int("count_include_pad", 0))
+        counts = [_window_counts(self.win, axis, x.shape[2 + axis], include) for axis in (0, 1)]
+        divisor = np.outer(counts[0], counts[1])
+        if (divisor == 0).any():
+            raise self.fail("a pooling window covers no input element (pads too large?)")
+        self.scale = (1.0 / divisor).astype(g.dtype)
+
+    def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
+        g, out = inputs[0], outputs[0]
+        dxp = np.zeros(self.padded_shape, g.dtype)
+        dx_in = dxp[self.interior]
+        scaled = np.empty(g.shape, g.dtype)
+        scale, taps = self.scale, self.taps
+
+        def compute() -> None:
+            np.multiply(g, scale, out=scaled)
+            dxp.fill(0)
+            for rows, cols in taps:
+                target = dxp[:, :, rows, cols]
+                np.add(target, scaled, out=target)
+            np.copyto(out, dx_in)
+
+        return compute
+
+
+def _window_counts(win: Window, axis: int, size: int, include_pad: bool) -> np.ndarray:
+    """Elements of each output position's window that count for the average (as the
+    forward AvgPool2D computes them)."""
+    k, s, d, o = win.kernel[axis], win.strides[axis], win.dilations[axis], win.out[axis]
+    begin, end = win.pads[axis], win.pads[axis + 2]
+    pos = np.arange(o)[:, None] * s + np.arange(k)[None, :] * d  # padded coordinates
+    lo, hi = (0, size + begin + end) if include_pad else (begin, begin + size)
+    return ((pos >= lo) & (pos < hi)).sum(axis=1)

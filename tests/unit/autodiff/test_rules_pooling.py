@@ -1,0 +1,62 @@
+"""MaxPool, AvgPool and GlobalAveragePool gradients vs finite differences and PyTorch."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from sporenet.lite import OpCode
+from tests.unit.autodiff.gradcheck import check_op
+
+
+def distinct(*shape, seed=0):
+    # A random permutation of well-separated values: no ties for max, and every finite
+    # difference step (1e-6) keeps the same maximum in each window.
+    rng = np.random.default_rng(seed)
+    return rng.permutation(np.arange(np.prod(shape)) * 0.1).reshape(shape) - 2.0
+
+
+def _F():
+    import torch.nn.functional as F
+
+    return F
+
+
+MAX_CASES = {
+    "2x2": ({"kernel_shape": [2, 2], "strides": [2, 2]}, {"kernel_size": 2, "stride": 2}),
+    "3x3_overlap_pad": ({"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]},
+                        {"kernel_size": 3, "stride": 2, "padding": 1}),
+    "ceil_mode": ({"kernel_shape": [2, 2], "strides": [2, 2], "ceil_mode": 1},
+                  {"kernel_size": 2, "stride": 2, "ceil_mode": True}),
+}
+
+
+@pytest.mark.parametrize("name", list(MAX_CASES))
+def test_max_pool(name):
+    attrs, kw = MAX_CASES[name]
+    check_op(lambda b, x: b.op(OpCode.MAX_POOL2D, [x], **attrs), {"x": distinct(2, 2, 5, 5)},
+             torch_fn=lambda x: _F().max_pool2d(x, **kw))
+
+
+AVG_CASES = {
+    "2x2": ({"kernel_shape": [2, 2], "strides": [2, 2]}, {"kernel_size": 2, "stride": 2}),
+    "3x3_pad_exclude": ({"kernel_shape": [3, 3], "strides": [1, 1], "pads": [1, 1, 1, 1]},
+                        {"kernel_size": 3, "stride": 1, "padding": 1,
+                         "count_include_pad": False}),
+    "3x3_pad_include": ({"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1],
+                         "count_include_pad": 1},
+                        {"kernel_size": 3, "stride": 2, "padding": 1,
+                         "count_include_pad": True}),
+}
+
+
+@pytest.mark.parametrize("name", list(AVG_CASES))
+def test_avg_pool(name):
+    attrs, kw = AVG_CASES[name]
+    check_op(lambda b, x: b.op(OpCode.AVG_POOL2D, [x], **attrs), {"x": distinct(2, 2, 5, 5)},
+             torch_fn=lambda x: _F().avg_pool2d(x, **kw))
+
+
+def test_global_average_pool():
+    check_op(lambda b, x: b.op(OpCode.GLOBAL_AVG_POOL, [x]), {"x": distinct(2, 3, 4, 4)},
+             torch_fn=lambda x: x.mean(dim=(2, 3), keepdim=True))
