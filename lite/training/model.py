@@ -28,9 +28,15 @@ LOSS_OPS = {
 }
 
 
-def running_stats(graph: Graph) -> set[int]:
+def running_stats(graph: Graph, ops: tuple[OpCode, ...] = (OpCode.BATCH_NORM,)) -> set[int]:
     """Tensors holding BatchNorm running mean and variance (inputs 3 and 4)."""
-    return {i for n in graph.nodes if n.op == OpCode.BATCH_NORM for i in n.inputs[3:5]}
+    return {i for n in graph.nodes if n.op in ops for i in n.inputs[3:5]}
+
+
+def updated_stats(model: Model) -> set[int]:
+    """Running statistics the train graph updates (its BatchNorms in training form)."""
+    train = model.graphs[model.signature("train").graph]
+    return running_stats(train, (OpCode.BATCH_NORM_TRAINING,))
 
 
 def default_trainable(model: Model, graph: Graph) -> set[int]:
@@ -118,7 +124,9 @@ def make_training_model(model: Model, *, output: str, loss: str, optimizer: Opti
             mask = new_tensor(f"{n.name}/mask", m.tensors[x].dtype, m.tensors[x].shape)
             nodes.append(Node(OpCode.DROPOUT, list(n.inputs), [n.outputs[0], mask],
                               {**n.attrs, "training": 1}, n.version, n.name))
-        elif n.op == OpCode.BATCH_NORM:
+        elif n.op == OpCode.BATCH_NORM and set(n.inputs[1:3]) & set(params):
+            # A BatchNorm whose scale and bias are frozen stays in inference form (frozen
+            # statistics too), as transfer learning wants for a frozen backbone.
             x = n.inputs[0]
             c = m.tensors[n.inputs[1]].shape
             stats = [new_tensor(f"{n.name}/{s}", m.tensors[x].dtype, c)

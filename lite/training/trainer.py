@@ -17,7 +17,7 @@ from sporenet.lite.errors import InputError
 from sporenet.lite.graph import Graph, Model, Node, Signature
 from sporenet.lite.planner import ExecutionPlan, plan
 from sporenet.lite.threads import BLAS
-from sporenet.lite.training.model import optimizer_slots, parameters, running_stats
+from sporenet.lite.training.model import optimizer_slots, parameters, updated_stats
 from sporenet.lite.validate import validate
 
 
@@ -33,7 +33,7 @@ class Trainer:
         self.model = model
         self.num_threads = num_threads
         self._params = parameters(model)
-        self._stats = sorted(running_stats(model.graphs[model.signature("infer").graph]))
+        self._stats = sorted(updated_stats(model))
         slots = optimizer_slots(model)
         ids = [*self._params, *self._stats, *sorted(slots)]
         # Writable copies: the model's own arrays (possibly a read-only memory map) stay intact.

@@ -161,3 +161,76 @@ def test_schedules():
     warm = WarmUp(cos, warmup_steps=5)
     assert warm(0) == pytest.approx(cos(5) / 5) and warm(4) == pytest.approx(cos(5))
     assert warm(60) == cos(60)
+
+
+def cnn(seed=0):
+    """Conv -> BatchNorm -> Relu -> MaxPool -> Flatten -> FC on (N, 1, 6, 6) images."""
+    rng = np.random.default_rng(seed)
+    b = ModelBuilder()
+    x = b.input("x", (-1, 1, 6, 6))
+    w = b.constant("conv.weight", rng.normal(size=(4, 1, 3, 3)) * 0.5, np.float32)
+    h = b.op(OpCode.CONV2D, [x, w], pads=[1, 1, 1, 1])
+    bn = [b.constant(f"bn.{k}", v.astype(np.float32)) for k, v in
+          (("weight", np.ones(4)), ("bias", np.zeros(4)), ("running_mean", np.zeros(4)),
+           ("running_var", np.ones(4)))]
+    h = b.op(OpCode.BATCH_NORM, [h, *bn])
+    h = b.op(OpCode.RELU, [h])
+    h = b.op(OpCode.MAX_POOL2D, [h], kernel_shape=[2, 2], strides=[2, 2])
+    h = b.op(OpCode.FLATTEN, [h])
+    fw = b.constant("fc.weight", rng.normal(size=(2, 36)) * 0.2, np.float32)
+    fb = b.constant("fc.bias", np.zeros(2), np.float32)
+    b.output(b.op(OpCode.FULLY_CONNECTED, [h, fw, fb]), "logits")
+    return b.build()
+
+
+def bars(n=128, seed=2):
+    """Images with a horizontal (class 0) or vertical (class 1) bar plus noise."""
+    rng = np.random.default_rng(seed)
+    y = rng.integers(0, 2, n)
+    x = rng.normal(scale=0.3, size=(n, 1, 6, 6)).astype(np.float32)
+    pos = rng.integers(0, 6, n)
+    for k in range(n):
+        if y[k]:
+            x[k, 0, :, pos[k]] += 2
+        else:
+            x[k, 0, pos[k], :] += 2
+    return x, y.astype(np.int64)
+
+
+def test_cnn_with_batch_norm_trains_and_updates_running_statistics():
+    x, y = bars()
+    model = make_training_model(cnn(), output="logits", loss="softmax_cross_entropy",
+                                optimizer=OptimizerConfig("sgd", lr=0.1, momentum=0.9))
+    ops = [n.op for n in model.graphs[model.signature("train").graph].nodes]
+    assert OpCode.BATCH_NORM_TRAINING in ops and OpCode.BATCH_NORM not in ops
+    trainer = Trainer(model)
+    losses = [trainer.step({"x": x[k:k + 32], "labels": y[k:k + 32]}, 0.1)
+              for _ in range(8) for k in range(0, len(x), 32)]
+    assert np.mean(losses[-4:]) < 0.5 * np.mean(losses[:4])
+    stats = trainer.weights()
+    assert not np.allclose(stats["bn.running_mean"], 0)  # updated by the train graph
+    accuracy = (trainer.evaluate({"x": x})["logits"].argmax(1) == y).mean()
+    assert accuracy > 0.9
+    exported = trainer.export()
+    assert OpCode.BATCH_NORM in [n.op for n in exported.graphs[0].nodes]
+    np.testing.assert_array_equal(exported.weights()["bn.running_var"], stats["bn.running_var"])
+    out = Interpreter(model=exported).run({"x": x})["logits"]
+    np.testing.assert_allclose(out, trainer.evaluate({"x": x})["logits"], rtol=1e-5, atol=1e-5)
+
+
+def test_frozen_backbone_batch_norm_stays_in_inference_form():
+    x, y = bars(32)
+    base = cnn()
+    model = make_training_model(base, output="logits", loss="softmax_cross_entropy",
+                                optimizer=OptimizerConfig("adam", lr=0.01),
+                                trainable={"fc.weight", "fc.bias"})
+    ops = [n.op for n in model.graphs[model.signature("train").graph].nodes]
+    assert OpCode.BATCH_NORM in ops and OpCode.BATCH_NORM_TRAINING not in ops
+    # Only the head's gradients are computed: no backward op for the conv at all.
+    assert OpCode.CONV2D_BACKPROP_FILTER not in ops and OpCode.CONV2D_BACKPROP_INPUT not in ops
+    trainer = Trainer(model)
+    for _ in range(3):
+        trainer.step({"x": x, "labels": y}, 0.01)
+    exported = trainer.export().weights()
+    for name in ("conv.weight", "bn.running_mean", "bn.running_var", "bn.weight"):
+        assert exported[name].tobytes() == base.weights()[name].tobytes()
