@@ -31,7 +31,7 @@ from sporenet.lite.threads import BLAS
 TARGET_RATIO = 1.5
 NETS: dict[str, Callable[[], cloud.Sequential]] = {
     "mlp": digits_mlp,
-    "cnn": lambda: digits_cnn(batch_norm=False),
+    "cnn": digits_cnn,
 }
 
 

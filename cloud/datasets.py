@@ -46,3 +46,21 @@ def load_digits(*, flat: bool = False) -> Split:
     return Split(x_train=np.ascontiguousarray(x[:n]), y_train=y[:n].copy(),
                  x_test=np.ascontiguousarray(x[n:]), y_test=y[n:].copy(),
                  labels=list(DIGITS_LABELS))
+
+
+def random_shift(x: np.ndarray, rng: np.random.Generator, *, max_shift: int = 1) -> np.ndarray:
+    """Augmentation for image batches (N, C, H, W): each image moved by up to `max_shift`
+    pixels in each direction, the uncovered border filled with zeros. Pass it to fit as
+    `augment=random_shift`."""
+    if max_shift < 0:
+        raise ConfigError(f"`max_shift` must be >= 0, got {max_shift}")
+    n, _, h, w = x.shape
+    s = max_shift
+    padded = np.pad(x, ((0, 0), (0, 0), (s, s), (s, s)))
+    dy = rng.integers(0, 2 * s + 1, size=n)
+    dx = rng.integers(0, 2 * s + 1, size=n)
+    rows = dy[:, None] + np.arange(h)[None, :]  # (N, H)
+    cols = dx[:, None] + np.arange(w)[None, :]  # (N, W)
+    batch = np.arange(n)[:, None, None, None]
+    channel = np.arange(x.shape[1])[None, :, None, None]
+    return padded[batch, channel, rows[:, None, :, None], cols[:, None, None, :]]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -57,14 +57,17 @@ def fit(model: Module, x: Any, y: Any, *, epochs: int, batch_size: int = 32,
         validation_data: tuple[Any, Any] | None = None, callbacks: Sequence[Callback] = (),
         seed: int = 0, verbose: int = 1, mode: str | None = None,
         label_smoothing: float = 0.0, shuffle: bool = True, initial_epoch: int = 0,
-        num_threads: int | None = None, plot: str | os.PathLike | None = None) -> History:
+        num_threads: int | None = None, plot: str | os.PathLike | None = None,
+        augment: Callable[[np.ndarray, np.random.Generator], np.ndarray] | None = None,
+        ) -> History:
     """Train `model` on (x, y) for epochs [initial_epoch, epochs); returns the History.
 
     Mini-batches are reshuffled each epoch from (seed, epoch), so a run resumed from a
     checkpoint with `initial_epoch` sees the same batches as an uninterrupted one. The
     optimizer keeps its state across calls (pass the same instance to continue).
     `mode` overrides the global switch (`set_mode`). With `plot`, the curves are written
-    to that PNG if matplotlib is installed.
+    to that PNG if matplotlib is installed. `augment(x_batch, rng)` transforms each training
+    batch (e.g. datasets.random_shift); its generator is also drawn from (seed, epoch).
     """
     if not isinstance(model, Module):
         raise ConfigError(f"`model` must be a sporenet.cloud Module, got {type(model)}")
@@ -79,6 +82,8 @@ def fit(model: Module, x: Any, y: Any, *, epochs: int, batch_size: int = 32,
         raise ConfigError(f"`verbose` must be 0, 1 or 2, got {verbose!r}")
     if num_threads is not None:
         positive_int("num_threads", num_threads)
+    if augment is not None and not callable(augment):
+        raise ConfigError(f"`augment` must be callable (x_batch, rng) -> x_batch, got {augment!r}")
     label_smoothing = number("label_smoothing", label_smoothing, low=0.0, high=1.0,
                              high_open=True)
     loss = loss_name(loss)
@@ -113,15 +118,17 @@ def fit(model: Module, x: Any, y: Any, *, epochs: int, batch_size: int = 32,
             state.epoch = epoch
             for cb in callbacks:
                 cb.on_epoch_begin(epoch, state)
-            order = (np.random.default_rng([seed, epoch]).permutation(len(x)) if shuffle
-                     else np.arange(len(x)))
+            rng = np.random.default_rng([seed, epoch])
+            order = rng.permutation(len(x)) if shuffle else np.arange(len(x))
             start = time.perf_counter()
             total, seen = 0.0, 0
             for b in range(steps):
                 for cb in callbacks:
                     cb.on_batch_begin(b, state)
                 idx = order[b * batch_size:(b + 1) * batch_size]
-                value = engine.step(x[idx], y[idx], state.lr)
+                xb = x[idx] if augment is None else np.ascontiguousarray(
+                    augment(x[idx], rng), dtype=np.float32)
+                value = engine.step(xb, y[idx], state.lr)
                 total += value * len(idx)
                 seen += len(idx)
                 state.step += 1

@@ -7,7 +7,7 @@ the exported file needs no preprocessing outside it.
 from __future__ import annotations
 
 from sporenet.cloud import layers as L
-from sporenet.cloud.module import Sequential
+from sporenet.cloud.module import Module, Sequential
 
 
 def digits_mlp(*, hidden: int = 128) -> Sequential:
@@ -20,17 +20,18 @@ def digits_mlp(*, hidden: int = 128) -> Sequential:
     )
 
 
-def digits_cnn(*, width: int = 16, batch_norm: bool = True, dropout: float = 0.0) -> Sequential:
-    """Two 3x3 conv blocks (conv, [batch norm], ReLU, 2x2 max-pool) and a two-layer head:
-    8x8 -> 4x4 -> 2x2 feature maps, 2 * width * 4 features into the head."""
-    def block(cin: int, cout: int) -> list:
-        norm = [L.BatchNorm2d(cout)] if batch_norm else []
-        return [L.Conv2d(cin, cout, 3, padding=1, bias=not batch_norm), *norm, L.ReLU(),
-                L.MaxPool2d(2)]
+def digits_cnn(*, width: int = 32, batch_norm: bool = True, dropout: float = 0.3) -> Sequential:
+    """Three 3x3 conv blocks (conv, [batch norm], ReLU) at 8x8, 8x8 and 4x4 with 2x2
+    max-pools after the second and third, then dropout and one Dense layer on the
+    2 * width * 2 * 2 features."""
+    def block(cin: int, cout: int) -> list[Module]:
+        norm: list[Module] = [L.BatchNorm2d(cout)] if batch_norm else []
+        return [L.Conv2d(cin, cout, 3, padding=1, bias=not batch_norm), *norm, L.ReLU()]
 
-    head_dropout = [L.Dropout(dropout)] if dropout else []
+    head_dropout: list[Module] = [L.Dropout(dropout)] if dropout else []
     return Sequential(
         L.Rescale(1 / 16),
-        *block(1, width), *block(width, 2 * width),
-        L.Flatten(), L.Dense(2 * width * 4, 64), L.ReLU(), *head_dropout, L.Dense(64, 10),
+        *block(1, width), *block(width, width), L.MaxPool2d(2),
+        *block(width, 2 * width), L.MaxPool2d(2),
+        L.Flatten(), *head_dropout, L.Dense(2 * width * 4, 10),
     )

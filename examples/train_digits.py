@@ -16,6 +16,7 @@ import time
 import numpy as np
 
 from sporenet import cloud
+from sporenet.cloud.datasets import random_shift
 from sporenet.cloud.models import digits_cnn
 from sporenet.lite import Interpreter
 
@@ -35,6 +36,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=None, help="BLAS threads")
     parser.add_argument("--plot", default=None, help="write the training curves to this PNG "
                         "(needs matplotlib)")
+    parser.add_argument("--no-augment", action="store_true",
+                        help="train without the random one-pixel shifts")
     parser.add_argument("--quiet", action="store_true")
     args = parser.parse_args(argv)
     if args.epochs < 1:
@@ -49,6 +52,7 @@ def main(argv: list[str] | None = None) -> int:
               batch_size=args.batch_size, optimizer=cloud.Adam(lr=args.lr),
               validation_data=(data.x_test, data.y_test),
               callbacks=[cloud.LearningRateScheduler(schedule)], seed=args.seed,
+              augment=None if args.no_augment else random_shift,
               verbose=0 if args.quiet else 2, mode=args.mode, num_threads=args.threads,
               plot=args.plot)
     seconds = time.perf_counter() - start
