@@ -91,10 +91,26 @@ class Trainer:
         """One training step on a batch (the infer inputs plus "labels"); returns the loss."""
         if not np.isfinite(lr) or lr < 0:
             raise ValueError(f"lr must be a finite number >= 0, got {lr}")
+        self._check_class_ids(feeds.get("labels"))
         planned = self._feed("train", {**feeds, "lr": np.float32(lr)})
         self._run(planned)
         self.steps += 1
         return float(planned.arrays[self.model.signature("train").outputs["loss"]])
+
+    def _check_class_ids(self, labels: Any) -> None:
+        """Class ids must index the logits (NumPy would wrap negative ones silently)."""
+        if labels is None:
+            return
+        labels = np.asarray(labels)
+        sig = self.model.signature("train")
+        if labels.dtype.kind not in "iu" or self.model.tensors[sig.inputs["labels"]].dtype.kind \
+                not in "iu" or labels.size == 0:
+            return
+        classes = self.model.tensors[sig.outputs["logits"]].shape[-1]
+        lo, hi = int(labels.min()), int(labels.max())
+        if lo < 0 or (classes > 0 and hi >= classes):
+            raise InputError(f"labels must be class ids in [0, {classes}), got values in "
+                             f"[{lo}, {hi}]")
 
     def evaluate(self, feeds: dict[str, Any]) -> dict[str, np.ndarray]:
         """Run the infer graph (eval mode) with the current weights; outputs by name."""

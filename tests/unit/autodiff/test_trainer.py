@@ -150,6 +150,10 @@ def test_trainer_rejects_bad_feeds():
         trainer.step({"x": x[:, :3], "labels": y}, 0.1)
     with pytest.raises(InputError, match="expected int64"):
         trainer.step({"x": x, "labels": y.astype(np.float32)}, 0.1)
+    with pytest.raises(InputError, match=r"class ids in \[0, 3\)"):
+        trainer.step({"x": x, "labels": np.full(8, 3, np.int64)}, 0.1)
+    with pytest.raises(InputError, match="class ids"):
+        trainer.step({"x": x, "labels": np.full(8, -1, np.int64)}, 0.1)
 
 
 def test_schedules():
