@@ -49,10 +49,9 @@ class BatchNormTraining(Kernel):
         self.momentum = attrs.float("momentum", 0.9)
         if not 0.0 <= self.momentum <= 1.0:
             raise self.fail(f"momentum must be in [0, 1], got {self.momentum}")
-        self.count = x.size // x.shape[1]
-        if self.count < 2:
-            raise self.fail(f"batch statistics need more than one value per channel, got "
-                            f"input shape {list(x.shape)}")
+        # One value per channel (batch 1 of an (N, C) input) is allowed: shape inference
+        # plans dynamic batches as 1. The unbiased correction then falls back to 1.
+        self.count = x.size // max(x.shape[1], 1)
         self.axes = (0, *range(2, x.rank))
         c = (x.shape[1],)
         self.output_specs = [TensorSpec(x.shape, x.dtype), TensorSpec(c, x.dtype),
@@ -86,7 +85,7 @@ class BatchNormTraining(Kernel):
             np.multiply(rmean, mom, out=rmean)
             np.add(rmean, (1 - mom) * mean, out=rmean)
             np.multiply(rvar, mom, out=rvar)
-            np.add(rvar, (1 - mom) * count / (count - 1) * var, out=rvar)
+            np.add(rvar, (1 - mom) * count / max(count - 1, 1) * var, out=rvar)
 
         return compute
 

@@ -238,3 +238,25 @@ def test_frozen_backbone_batch_norm_stays_in_inference_form():
     exported = trainer.export().weights()
     for name in ("conv.weight", "bn.running_mean", "bn.running_var", "bn.weight"):
         assert exported[name].tobytes() == base.weights()[name].tobytes()
+
+
+def test_batch_norm_on_features_with_a_dynamic_batch():
+    # (N, C) BatchNorm: shape inference plans the dynamic batch as 1, which must not fail.
+    rng = np.random.default_rng(0)
+    b = ModelBuilder()
+    x = b.input("x", (-1, 4))
+    h = b.op(OpCode.FULLY_CONNECTED, [x, b.constant("fc1.weight", rng.normal(size=(8, 4)),
+                                                    np.float32)])
+    bn = [b.constant(f"bn.{k}", v.astype(np.float32)) for k, v in
+          (("weight", np.ones(8)), ("bias", np.zeros(8)), ("mean", np.zeros(8)),
+           ("var", np.ones(8)))]
+    h = b.op(OpCode.RELU, [b.op(OpCode.BATCH_NORM, [h, *bn])])
+    b.output(b.op(OpCode.FULLY_CONNECTED, [h, b.constant("fc2.weight", rng.normal(
+        size=(3, 8)) * 0.3, np.float32)]), "logits")
+    model = make_training_model(b.build(), output="logits", loss="softmax_cross_entropy",
+                                optimizer=OptimizerConfig("sgd", lr=0.1, momentum=0.9))
+    xs, ys = separable()
+    trainer = Trainer(model)
+    losses = [trainer.step({"x": xs, "labels": ys}, 0.1) for _ in range(60)]
+    assert losses[-1] < 0.5 * losses[0]
+    assert (trainer.evaluate({"x": xs})["logits"].argmax(1) == ys).mean() > 0.85
