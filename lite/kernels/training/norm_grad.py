@@ -2,9 +2,10 @@
 
 BATCH_NORM_TRAINING(x, scale, bias, running_mean, running_var) normalizes with the batch
 statistics over every axis but the channel axis 1, writes (y, batch mean, batch inverse
-std) and updates the running statistics in place with the ONNX convention
-running = momentum * running + (1 - momentum) * batch (momentum 0.9 is PyTorch's 0.1);
-the running variance uses the unbiased batch variance, as PyTorch does.
+std) and updates the running statistics in place with PyTorch's convention (like the
+optimizer ops): running = (1 - momentum) * running + momentum * batch, momentum 0.1 by
+default (ONNX's attribute weighs the other side: ONNX 0.9 is momentum 0.1 here); the
+running variance uses the unbiased batch variance, as PyTorch does.
 
 BATCH_NORM_GRAD(g, x, scale, mean, invstd) -> (dx, dscale, dbias) with training=1 (mean
 and invstd are the batch statistics, outputs 1 and 2 of BATCH_NORM_TRAINING). With
@@ -46,7 +47,7 @@ class BatchNormTraining(Kernel):
         x = self.require_float(0)
         _check_channels(self, x, 1, 5)
         self.epsilon = attrs.float("epsilon", 1e-5)
-        self.momentum = attrs.float("momentum", 0.9)
+        self.momentum = attrs.float("momentum", 0.1)
         if not 0.0 <= self.momentum <= 1.0:
             raise self.fail(f"momentum must be in [0, 1], got {self.momentum}")
         # One value per channel (batch 1 of an (N, C) input) is allowed: shape inference
@@ -82,10 +83,10 @@ class BatchNormTraining(Kernel):
             np.multiply(out, scale_b, out=out)
             np.add(out, bias_b, out=out)
             # Running averages (unbiased variance, as PyTorch).
-            np.multiply(rmean, mom, out=rmean)
-            np.add(rmean, (1 - mom) * mean, out=rmean)
-            np.multiply(rvar, mom, out=rvar)
-            np.add(rvar, (1 - mom) * count / max(count - 1, 1) * var, out=rvar)
+            np.multiply(rmean, 1 - mom, out=rmean)
+            np.add(rmean, mom * mean, out=rmean)
+            np.multiply(rvar, 1 - mom, out=rvar)
+            np.add(rvar, mom * count / max(count - 1, 1) * var, out=rvar)
 
         return compute
 
