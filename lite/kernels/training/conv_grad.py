@@ -4,10 +4,12 @@ Both take the forward node's attributes (strides, dilations, pads, auto_pad, gro
 resolve the same sliding window as the forward kernel (lite/kernels/spatial.py). The third
 input only lends its shape (x for the input gradient, w for the filter gradient).
 
-With K = in_channels/group * kh * kw and P = N * OH * OW, each group's filter gradient is
-one GEMM, g (out/group, P) @ columns (P, K); the input gradient is the transposed GEMM
-w^T (K, out/group) @ g (out/group, P) followed by a scatter-add of the columns back onto
-the padded input (col2im), one whole-array add per kernel tap.
+Both work channels-last: with K = kh * kw * in_channels/group and P = N * OH * OW, each
+group's filter gradient is one GEMM, g (out/group, P) @ columns (P, K), where the columns
+are copied from a channels-last padded input (contiguous channel runs); the input
+gradient is the GEMM g (P, out/group) @ w (out/group, K) followed by a scatter-add of the
+columns onto a channels-last padded buffer (col2im), one whole-array add per kernel tap,
+and one transposing copy back to NCHW.
 """
 
 from __future__ import annotations
@@ -17,7 +19,6 @@ from collections.abc import Sequence
 import numpy as np
 
 from sporenet.lite.kernels.base import Attrs, Compute, Kernel, TensorSpec
-from sporenet.lite.kernels.conv import im2col_view
 from sporenet.lite.kernels.spatial import Window, check_nchw, window
 from sporenet.lite.ops import OpCode
 
@@ -47,6 +48,16 @@ class _ConvGrad(Kernel):
         self.interior = (slice(None), slice(None), slice(top, top + h), slice(left, left + wd))
 
 
+def _nhwc_columns(xp: np.ndarray, win: Window) -> np.ndarray:
+    """Read-only (N, OH, OW, kh, kw, C) view of a channels-last padded input."""
+    sn, sh, sw, sc = xp.strides
+    (kh, kw), (oh, ow) = win.kernel, win.out
+    (th, tw), (dh, dw) = win.strides, win.dilations
+    return np.lib.stride_tricks.as_strided(
+        xp, shape=(xp.shape[0], oh, ow, kh, kw, xp.shape[3]),
+        strides=(sn, sh * th, sw * tw, sh * dh, sw * dw, sc), writeable=False)
+
+
 class Conv2DBackpropFilter(_ConvGrad):
     """dW = sum over batch and positions of g (x) columns of the padded input."""
 
@@ -61,38 +72,38 @@ class Conv2DBackpropFilter(_ConvGrad):
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
         g, x, out = inputs[0], inputs[1], outputs[0]
         win, groups = self.win, self.group
-        n, c = x.shape[:2]
+        n, c, h, wd = x.shape
         o, cig, kh, kw = out.shape
+        cog = o // groups
         oh, ow = win.out
         p = n * oh * ow
-        if win.padded or self.padded_shape[2:] != x.shape[2:]:
-            xp = np.zeros(self.padded_shape, x.dtype)
-            interior = xp[self.interior]
-            refresh = lambda: np.copyto(interior, x)  # noqa: E731
-        else:
-            xp, refresh = x, None
-        cols = im2col_view(xp, win)  # (N, C, kh, kw, OH, OW)
-        # Columns laid out (C, kh, kw, N, OH, OW) so each group is one (K, P) matrix.
-        col_buf = np.empty((c, kh, kw, n, oh, ow), x.dtype)
-        cols_t = cols.transpose(1, 2, 3, 0, 4, 5)
+        top, left = win.pads[:2]
+        hp, wp = self.padded_shape[2:]
+        # Channels-last padded input; its zero border is written once.
+        xp = np.zeros((n, hp, wp, c), x.dtype)
+        x_in, x_t = xp[:, top:top + h, left:left + wd, :], x.transpose(0, 2, 3, 1)
+        columns = _nhwc_columns(xp, win).reshape(n, oh, ow, kh, kw, groups, cig)
+        cols = np.empty((groups, n, oh, ow, kh, kw, cig), x.dtype)
+        cols_src = columns.transpose(5, 0, 1, 2, 3, 4, 6)
         g_buf = np.empty((o, n, oh, ow), g.dtype)
         g_t = g.transpose(1, 0, 2, 3)
-        a = g_buf.reshape(groups, o // groups, p)
-        b = col_buf.reshape(groups, cig * kh * kw, p).transpose(0, 2, 1)
-        result = out.reshape(groups, o // groups, cig * kh * kw)
+        result = np.empty((groups, cog, kh * kw * cig), g.dtype)
+        a = g_buf.reshape(groups, cog, p)
+        b = cols.reshape(groups, p, kh * kw * cig)
+        back = result.reshape(o, kh, kw, cig).transpose(0, 3, 1, 2)
 
         def compute() -> None:
-            if refresh is not None:
-                refresh()
-            np.copyto(col_buf, cols_t)
+            np.copyto(x_in, x_t)
+            np.copyto(cols, cols_src)
             np.copyto(g_buf, g_t)
             np.matmul(a, b, out=result)
+            np.copyto(out, back)
 
         return compute
 
 
 class Conv2DBackpropInput(_ConvGrad):
-    """dx = col2im(w^T @ g), cropped to the unpadded input."""
+    """dx = col2im(g @ w), cropped to the unpadded input."""
 
     op = OpCode.CONV2D_BACKPROP_INPUT
 
@@ -106,28 +117,37 @@ class Conv2DBackpropInput(_ConvGrad):
         g, w, out = inputs[0], inputs[1], outputs[0]
         win, groups = self.win, self.group
         o, cig, kh, kw = w.shape
-        n, c = out.shape[:2]
+        cog = o // groups
+        n, c, h, wd = out.shape
         oh, ow = win.out
         p = n * oh * ow
-        k = cig * kh * kw
-        g_buf = np.empty((o, n, oh, ow), g.dtype)
-        g_t = g.transpose(1, 0, 2, 3)
-        wt = w.reshape(groups, o // groups, k).transpose(0, 2, 1)  # (G, K, O/G)
-        cols = np.empty((groups, k, p), g.dtype)
-        cols6 = cols.reshape(c, kh, kw, n, oh, ow)
-        direct = not win.padded and self.padded_shape[2:] == out.shape[2:]
-        dxp = out if direct else np.zeros(self.padded_shape, g.dtype)
-        interior = dxp[self.interior]
-        taps = [(i, j, win.tap(i, j)) for i in range(kh) for j in range(kw)]
+        k = kh * kw * cig
+        top, left = win.pads[:2]
+        hp, wp = self.padded_shape[2:]
+        # g as (G, P, O/G) and w as (G, O/G, K) with K ordered (kh, kw, C/G).
+        g_buf = np.empty((groups, n, oh, ow, cog), g.dtype)
+        g_src = g.reshape(n, groups, cog, oh, ow).transpose(1, 0, 3, 4, 2)
+        w_buf = np.empty((groups, cog, kh, kw, cig), w.dtype)
+        w_src = w.reshape(groups, cog, cig, kh, kw).transpose(0, 1, 3, 4, 2)
+        cols = np.empty((groups, p, k), g.dtype)
+        a, b = g_buf.reshape(groups, p, cog), w_buf.reshape(groups, cog, k)
+        cols7 = cols.reshape(groups, n, oh, ow, kh, kw, cig)
+        dxp = np.empty((n, hp, wp, groups, cig), g.dtype)
+        pairs = []
+        for i in range(kh):
+            for j in range(kw):
+                rows, columns = win.tap(i, j)
+                source = cols7[:, :, :, :, i, j].transpose(1, 2, 3, 0, 4)  # (N, OH, OW, G, C/G)
+                pairs.append((dxp[:, rows, columns], source))
+        interior = dxp[:, top:top + h, left:left + wd].reshape(n, h, wd, c).transpose(0, 3, 1, 2)
 
         def compute() -> None:
-            np.copyto(g_buf, g_t)
-            np.matmul(wt, g_buf.reshape(groups, o // groups, p), out=cols)
+            np.copyto(g_buf, g_src)
+            np.copyto(w_buf, w_src)
+            np.matmul(a, b, out=cols)
             dxp.fill(0)
-            for i, j, (rows, columns) in taps:
-                target = dxp[:, :, rows, columns]
-                np.add(target, cols6[:, i, j].transpose(1, 0, 2, 3), out=target)
-            if not direct:
-                np.copyto(out, interior)
+            for target, source in pairs:
+                np.add(target, source, out=target)
+            np.copyto(out, interior)
 
         return compute
