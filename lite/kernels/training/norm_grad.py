@@ -61,32 +61,37 @@ class BatchNormTraining(Kernel):
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
         x, scale, bias, rmean, rvar = inputs
         out = outputs[0]
-        c = x.shape[1]
-        bshape = (c,) + (1,) * (x.ndim - 2)
+        n, c = x.shape[:2]
         mean = outputs[1] if len(outputs) > 1 else np.empty(c, x.dtype)
         invstd = outputs[2] if len(outputs) > 2 else np.empty(c, x.dtype)
-        var = np.empty(c, x.dtype)
-        sq = np.empty_like(out)
-        axes, eps, mom, count = self.axes, self.epsilon, self.momentum, self.count
-        mean_b, invstd_b = mean.reshape(bshape), invstd.reshape(bshape)
-        scale_b, bias_b = scale.reshape(bshape), bias.reshape(bshape)
+        # (N, C, K) views: per-channel sums are a BLAS mat-vec over K, then a sum over N,
+        # which is faster than NumPy's reduction over the non-adjacent axes (0, 2, 3).
+        x3, out3 = x.reshape(n, c, -1), out.reshape(n, c, -1)
+        ones = np.ones(x3.shape[2], x.dtype)
+        partial = np.empty((n, c), x.dtype)
+        var, a = np.empty(c, x.dtype), np.empty(c, x.dtype)
+        mean3, a3, bias3 = mean.reshape(c, 1), a.reshape(c, 1), bias.reshape(c, 1)
+        eps, mom, count = self.epsilon, self.momentum, self.count
+        unbiased = count / max(count - 1, 1)
 
         def compute() -> None:
-            np.mean(x, axis=axes, out=mean)
-            np.subtract(x, mean_b, out=out)
-            np.square(out, out=sq)
-            np.mean(sq, axis=axes, out=var)
+            np.matmul(x3, ones, out=partial)
+            np.sum(partial, axis=0, out=mean)
+            np.multiply(mean, 1.0 / count, out=mean)
+            np.subtract(x3, mean3, out=out3)
+            np.einsum("nck,nck->c", out3, out3, out=var)
+            np.multiply(var, 1.0 / count, out=var)
             np.add(var, eps, out=invstd)
             np.sqrt(invstd, out=invstd)
             np.reciprocal(invstd, out=invstd)
-            np.multiply(out, invstd_b, out=out)
-            np.multiply(out, scale_b, out=out)
-            np.add(out, bias_b, out=out)
+            np.multiply(scale, invstd, out=a)
+            np.multiply(out3, a3, out=out3)
+            np.add(out3, bias3, out=out3)
             # Running averages (unbiased variance, as PyTorch).
             np.multiply(rmean, 1 - mom, out=rmean)
             np.add(rmean, mom * mean, out=rmean)
             np.multiply(rvar, 1 - mom, out=rvar)
-            np.add(rvar, mom * count / max(count - 1, 1) * var, out=rvar)
+            np.add(rvar, (mom * unbiased) * var, out=rvar)
 
         return compute
 
@@ -112,17 +117,17 @@ class BatchNormGrad(Kernel):
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
         g, x, scale, stat1, stat2 = inputs
         dx = outputs[0]
-        c = x.shape[1]
+        n, c = x.shape[:2]
         dscale = outputs[1] if len(outputs) > 1 else np.empty(c, x.dtype)
         dbias = outputs[2] if len(outputs) > 2 else np.empty(c, x.dtype)
-        bshape = (c,) + (1,) * (x.ndim - 2)
-        invstd = np.empty(c, x.dtype)
-        coef = np.empty(c, x.dtype)
-        xhat = np.empty_like(dx)
-        axes, count, eps, training = self.axes, self.count, self.epsilon, self.training
-        mean_b, invstd_b, coef_b = stat1.reshape(bshape), invstd.reshape(bshape), coef.reshape(
-            bshape)
-        dscale_b, dbias_b = dscale.reshape(bshape), dbias.reshape(bshape)
+        g3, x3, dx3 = g.reshape(n, c, -1), x.reshape(n, c, -1), dx.reshape(n, c, -1)
+        ones = np.ones(x3.shape[2], x.dtype)
+        partial = np.empty((n, c), x.dtype)
+        xc = np.empty_like(x3)
+        invstd, coef, k_xc, k_const = (np.empty(c, x.dtype) for _ in range(4))
+        mean3, coef3 = stat1.reshape(c, 1), coef.reshape(c, 1)
+        k_xc3, k_const3 = k_xc.reshape(c, 1), k_const.reshape(c, 1)
+        count, eps, training = self.count, self.epsilon, self.training
 
         def compute() -> None:
             if training:
@@ -131,21 +136,23 @@ class BatchNormGrad(Kernel):
                 np.add(stat2, eps, out=invstd)
                 np.sqrt(invstd, out=invstd)
                 np.reciprocal(invstd, out=invstd)
-            np.subtract(x, mean_b, out=xhat)
-            np.multiply(xhat, invstd_b, out=xhat)
-            np.sum(g, axis=axes, out=dbias)
-            np.multiply(g, xhat, out=dx)
-            np.sum(dx, axis=axes, out=dscale)
+            np.subtract(x3, mean3, out=xc)  # x - mean; xhat = xc * invstd
+            np.matmul(g3, ones, out=partial)
+            np.sum(partial, axis=0, out=dbias)
+            np.einsum("nck,nck->c", g3, xc, out=dscale)
+            np.multiply(dscale, invstd, out=dscale)
             np.multiply(scale, invstd, out=coef)
+            np.multiply(g3, coef3, out=dx3)
             if training:
-                # dx = scale * invstd * (g - mean(g) - xhat * mean(g * xhat))
-                np.multiply(xhat, dscale_b, out=dx)
-                np.multiply(dx, 1.0 / count, out=dx)
-                np.subtract(g, dx, out=dx)
-                np.subtract(dx, dbias_b * (1.0 / count), out=dx)
-                np.multiply(dx, coef_b, out=dx)
-            else:
-                np.multiply(g, coef_b, out=dx)
+                # dx = coef * (g - dbias / M - xhat * dscale / M), xhat = xc * invstd
+                np.multiply(coef, invstd, out=k_xc)
+                np.multiply(k_xc, dscale, out=k_xc)
+                np.multiply(k_xc, -1.0 / count, out=k_xc)
+                np.multiply(coef, dbias, out=k_const)
+                np.multiply(k_const, -1.0 / count, out=k_const)
+                np.multiply(xc, k_xc3, out=xc)
+                np.add(dx3, xc, out=dx3)
+                np.add(dx3, k_const3, out=dx3)
 
         return compute
 

@@ -53,6 +53,11 @@ class MaxPool2DGrad(_PoolGrad):
 
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
         g, x, y, out = inputs[0], inputs[1], inputs[2], outputs[0]
+        win = self.win
+        if (win.kernel == win.strides and win.dilations == (1, 1) and not win.padded
+                and x.shape[2:] == tuple(o * k for o, k in zip(win.out, win.kernel,
+                                                               strict=True))):
+            return self._bind_tiled(g, x, out)
         xp = np.full(self.padded_shape, -np.inf, x.dtype)
         x_in = xp[self.interior]
         dxp = np.zeros(self.padded_shape, g.dtype)
@@ -74,6 +79,30 @@ class MaxPool2DGrad(_PoolGrad):
                 target = dxp[:, :, rows, cols]
                 np.add(target, contribution, out=target)
             np.copyto(out, dx_in)
+
+        return compute
+
+
+    def _bind_tiled(self, g: np.ndarray, x: np.ndarray, out: np.ndarray) -> Compute:
+        """Windows that tile x exactly (kernel == stride, no padding): argmax per window
+        (first maximum, as the general path) and one scatter."""
+        n, c = x.shape[:2]
+        (oh, ow), (kh, kw) = self.win.out, self.win.kernel
+        windows = np.empty((n, c, oh, ow, kh * kw), x.dtype)
+        source = x.reshape(n, c, oh, kh, ow, kw).transpose(0, 1, 2, 4, 3, 5)
+        windows6 = windows.reshape(n, c, oh, ow, kh, kw)
+        where = np.empty((n, c, oh, ow, 1), np.intp)
+        routed = np.empty_like(windows, dtype=g.dtype)
+        g5 = g.reshape(n, c, oh, ow, 1)
+        back = routed.reshape(n, c, oh, ow, kh, kw).transpose(0, 1, 2, 4, 3, 5)
+        out6 = out.reshape(n, c, oh, kh, ow, kw)
+
+        def compute() -> None:
+            np.copyto(windows6, source)
+            np.argmax(windows, axis=4, out=where[..., 0])
+            routed.fill(0)
+            np.put_along_axis(routed, where, g5, axis=4)
+            np.copyto(out6, back)
 
         return compute
 

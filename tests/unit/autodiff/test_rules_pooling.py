@@ -60,3 +60,23 @@ def test_avg_pool(name):
 def test_global_average_pool():
     check_op(lambda b, x: b.op(OpCode.GLOBAL_AVG_POOL, [x]), {"x": distinct(2, 3, 4, 4)},
              torch_fn=lambda x: x.mean(dim=(2, 3), keepdim=True))
+
+
+@pytest.mark.parametrize("attrs", [{"kernel_shape": [2, 2], "strides": [2, 2]},
+                                   {"kernel_shape": [3, 3], "strides": [1, 1]}],
+                         ids=["tiled", "overlapping"])
+def test_max_pool_ties_route_to_the_first_maximum_like_pytorch(attrs):
+    # Relu before a pool makes whole windows of zeros: the gradient must go to one element
+    # per window (the first), not to every tied one.
+    torch = pytest.importorskip("torch", reason="PyTorch is an optional test extra")
+    from sporenet.lite.eager import run_op
+
+    x = np.maximum(np.random.default_rng(0).normal(size=(2, 3, 6, 6)), 0).astype(np.float32)
+    x[0, 0, :2, :2] = 0  # a window of ties
+    y = run_op(OpCode.MAX_POOL2D, [x], **attrs)[0]
+    g = np.random.default_rng(1).normal(size=y.shape).astype(np.float32)
+    dx = run_op(OpCode.MAX_POOL2D_GRAD, [g, x, y], **attrs)[0]
+    tx = torch.tensor(x, requires_grad=True)
+    k, s = attrs["kernel_shape"][0], attrs["strides"][0]
+    torch.nn.functional.max_pool2d(tx, k, s).backward(torch.tensor(g))
+    np.testing.assert_allclose(dx, tx.grad.numpy(), rtol=1e-6, atol=1e-6)
