@@ -57,7 +57,7 @@ class MaxPool2DGrad(_PoolGrad):
         if (win.kernel == win.strides and win.dilations == (1, 1) and not win.padded
                 and x.shape[2:] == tuple(o * k for o, k in zip(win.out, win.kernel,
                                                                strict=True))):
-            return self._bind_tiled(g, x, out)
+            return self._bind_tiled(g, x, y, out)
         xp = np.full(self.padded_shape, -np.inf, x.dtype)
         x_in = xp[self.interior]
         dxp = np.zeros(self.padded_shape, g.dtype)
@@ -83,26 +83,24 @@ class MaxPool2DGrad(_PoolGrad):
         return compute
 
 
-    def _bind_tiled(self, g: np.ndarray, x: np.ndarray, out: np.ndarray) -> Compute:
-        """Windows that tile x exactly (kernel == stride, no padding): argmax per window
-        (first maximum, as the general path) and one scatter."""
-        n, c = x.shape[:2]
-        (oh, ow), (kh, kw) = self.win.out, self.win.kernel
-        windows = np.empty((n, c, oh, ow, kh * kw), x.dtype)
-        source = x.reshape(n, c, oh, kh, ow, kw).transpose(0, 1, 2, 4, 3, 5)
-        windows6 = windows.reshape(n, c, oh, ow, kh, kw)
-        where = np.empty((n, c, oh, ow, 1), np.intp)
-        routed = np.empty_like(windows, dtype=g.dtype)
-        g5 = g.reshape(n, c, oh, ow, 1)
-        back = routed.reshape(n, c, oh, ow, kh, kw).transpose(0, 1, 2, 4, 3, 5)
-        out6 = out.reshape(n, c, oh, kh, ow, kw)
+    def _bind_tiled(self, g: np.ndarray, x: np.ndarray, y: np.ndarray,
+                    out: np.ndarray) -> Compute:
+        """Windows that tile x exactly (kernel == stride, no padding): every element of x
+        belongs to one window, so each tap writes its share of out directly (no buffer,
+        no accumulation); ties still go to the first maximum."""
+        (kh, kw) = self.win.kernel
+        taps = [(x[:, :, i::kh, j::kw], out[:, :, i::kh, j::kw])
+                for i in range(kh) for j in range(kw)]
+        free = np.empty(g.shape, np.bool_)
+        hit = np.empty(g.shape, np.bool_)
 
         def compute() -> None:
-            np.copyto(windows6, source)
-            np.argmax(windows, axis=4, out=where[..., 0])
-            routed.fill(0)
-            np.put_along_axis(routed, where, g5, axis=4)
-            np.copyto(out6, back)
+            free.fill(True)
+            for xt, dt in taps:
+                np.equal(xt, y, out=hit)
+                np.logical_and(hit, free, out=hit)
+                np.logical_xor(free, hit, out=free)
+                np.multiply(g, hit, out=dt)
 
         return compute
 
