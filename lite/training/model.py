@@ -39,15 +39,31 @@ def updated_stats(model: Model) -> set[int]:
     return running_stats(train, (OpCode.BATCH_NORM_TRAINING,))
 
 
+# Input positions that hold weights, per op. Other constant inputs are arguments (shapes,
+# pads, clip bounds, running statistics) that kernels need as load-time constants.
+WEIGHT_INPUTS: dict[OpCode, tuple[int, ...]] = {
+    OpCode.FULLY_CONNECTED: (1, 2),
+    OpCode.CONV2D: (1, 2),
+    OpCode.MATMUL: (0, 1),
+    OpCode.BATCH_NORM: (1, 2),
+    OpCode.LAYER_NORM: (1, 2),
+    OpCode.ADD: (0, 1),
+    OpCode.SUB: (0, 1),
+    OpCode.MUL: (0, 1),
+    OpCode.DIV: (0, 1),
+}
+
+
 def default_trainable(model: Model, graph: Graph) -> set[int]:
-    """Tensors flagged trainable, or else every float constant the graph reads (except
-    BatchNorm running statistics)."""
+    """Tensors flagged trainable, or else every float constant the graph reads as a weight
+    (see WEIGHT_INPUTS)."""
     used = {i for n in graph.nodes for i in n.inputs if i != -1}
     flagged = {i for i in used if model.tensors[i].trainable and model.tensors[i].data is not None}
     if flagged:
         return flagged
-    stats = running_stats(graph)
-    return {i for i in used - stats
+    weights = {n.inputs[k] for n in graph.nodes for k in WEIGHT_INPUTS.get(n.op, ())
+               if k < len(n.inputs) and n.inputs[k] != -1}
+    return {i for i in weights
             if model.tensors[i].data is not None and model.tensors[i].dtype.kind == "f"}
 
 

@@ -260,3 +260,24 @@ def test_batch_norm_on_features_with_a_dynamic_batch():
     losses = [trainer.step({"x": xs, "labels": ys}, 0.1) for _ in range(60)]
     assert losses[-1] < 0.5 * losses[0]
     assert (trainer.evaluate({"x": xs})["logits"].argmax(1) == ys).mean() > 0.85
+
+
+def test_default_trainable_is_flagged_tensors_or_else_weights_only():
+    # Unflagged model (as the converter writes them): weights of FC/Conv/BatchNorm train;
+    # argument constants (here BatchNorm running statistics) do not.
+    model = cnn()
+    assert not any(t.trainable for t in model.tensors)
+    train = make_training_model(model, output="logits", loss="softmax_cross_entropy",
+                                optimizer=OptimizerConfig())
+    trained = {train.tensors[i].name for i in Trainer(train)._params}
+    assert trained == {"conv.weight", "bn.weight", "bn.bias", "fc.weight", "fc.bias"}
+    # Flagged tensors win: only they train.
+    b = ModelBuilder()
+    x = b.input("x", (-1, 4))
+    w = b.constant("w", np.ones((3, 4), np.float32), trainable=True)
+    frozen = b.constant("frozen", np.ones((3, 3), np.float32))
+    h = b.op(OpCode.CLIP, [b.op(OpCode.FULLY_CONNECTED, [x, w])], min=0.0, max=6.0)
+    b.output(b.op(OpCode.FULLY_CONNECTED, [h, frozen]), "logits")
+    flagged = make_training_model(b.build(), output="logits", loss="mse",
+                                  optimizer=OptimizerConfig())
+    assert {flagged.tensors[i].name for i in Trainer(flagged)._params} == {"w"}
