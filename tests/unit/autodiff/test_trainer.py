@@ -281,3 +281,26 @@ def test_default_trainable_is_flagged_tensors_or_else_weights_only():
     flagged = make_training_model(b.build(), output="logits", loss="mse",
                                   optimizer=OptimizerConfig())
     assert {flagged.tensors[i].name for i in Trainer(flagged)._params} == {"w"}
+
+
+def test_on_device_fine_tuning_of_a_memory_mapped_model_file(tmp_path):
+    # The device flow: load a .spore file (read-only memory map), train the head, save.
+    from sporenet.lite import load, save
+
+    x, y = bars(64)
+    path = save(cnn(), tmp_path / "base.spore")
+    base = load(path)
+    model = make_training_model(base, output="logits", loss="softmax_cross_entropy",
+                                optimizer=OptimizerConfig("sgd", lr=0.05, momentum=0.9),
+                                trainable={"fc.weight", "fc.bias"})
+    trainer = Trainer(model, num_threads=1)
+    first = trainer.step({"x": x, "labels": y}, 0.05)
+    for _ in range(15):
+        last = trainer.step({"x": x, "labels": y}, 0.05)
+    assert last < first
+    tuned = load(save(trainer.export(), tmp_path / "tuned.spore"))
+    before, after = load(path).weights(), tuned.weights()
+    assert after["conv.weight"].tobytes() == before["conv.weight"].tobytes()
+    assert not np.array_equal(after["fc.weight"], before["fc.weight"])
+    out = Interpreter(model_path=tmp_path / "tuned.spore").run({"x": x})["logits"]
+    np.testing.assert_allclose(out, trainer.evaluate({"x": x})["logits"], rtol=1e-5, atol=1e-5)
