@@ -113,7 +113,10 @@ def append_gradients(model: Model, graph_index: int, loss: int,
 
     `loss` is the index of a scalar float tensor the graph computes. Returns {t: index of
     its gradient tensor}; a tensor the loss does not depend on gets a zero gradient.
-    Raises UnsupportedOpError naming every op on the path that has no gradient rule.
+    Only nodes between `wrt` and the loss are differentiated, and only the gradients some
+    `wrt` tensor needs are computed. The graph's tensors get their inferred shapes (as
+    ModelBuilder.build stores them), so the new nodes plan for any batch size. Raises
+    UnsupportedOpError naming every op on the path that has no gradient rule.
     """
     from sporenet.lite.autodiff.rules import GRADIENT_RULES
 

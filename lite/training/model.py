@@ -11,6 +11,7 @@ last, after every backward node that reads the old weights.
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from dataclasses import replace
 
 import numpy as np
@@ -191,7 +192,8 @@ def make_training_model(model: Model, *, output: str, loss: str, optimizer: Opti
 
 
 def _update_node(m: Model, p: int, grad: int, lr: int, opt: OptimizerConfig,
-                 new_tensor) -> Node:
+                 new_tensor: Callable[..., int]) -> Node:
+    """The optimizer's update node for parameter `p`, with zero-initialized slots."""
     param = m.tensors[p]
 
     def slot(kind: str, dtype: object = None, shape: tuple[int, ...] | None = None) -> int:
