@@ -71,6 +71,8 @@ class Conv2DBackpropFilter(_ConvGrad):
 
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
         g, x, out = inputs[0], inputs[1], outputs[0]
+        if out.shape[1] == 1 and self.group > 1:  # depthwise (a lone channel: GEMM wins)
+            return self._bind_depthwise(g, x, out)
         win, groups = self.win, self.group
         n, c, h, wd = x.shape
         o, cig, kh, kw = out.shape
@@ -102,6 +104,32 @@ class Conv2DBackpropFilter(_ConvGrad):
         return compute
 
 
+    def _bind_depthwise(self, g: np.ndarray, x: np.ndarray, out: np.ndarray) -> Compute:
+        """One input channel per group: per tap, a product of whole shifted planes summed
+        over batch and positions (no column matrix)."""
+        win = self.win
+        n, c = x.shape[:2]
+        o, _, kh, kw = out.shape
+        mult = o // c
+        xp = np.zeros(self.padded_shape, x.dtype)
+        x_in = xp[self.interior]
+        g5 = g.reshape(n, c, mult, *win.out)
+        result = np.empty((kh, kw, c, mult), g.dtype)
+        taps = [(xp[:, :, rows, cols], result[i, j])
+                for i in range(kh) for j in range(kw)
+                for rows, cols in [win.tap(i, j)]]
+        back = result.reshape(kh, kw, o).transpose(2, 0, 1)
+        out3 = out.reshape(o, kh, kw)
+
+        def compute() -> None:
+            np.copyto(x_in, x)
+            for plane, dst in taps:
+                np.einsum("ncmhw,nchw->cm", g5, plane, out=dst)
+            np.copyto(out3, back)
+
+        return compute
+
+
 class Conv2DBackpropInput(_ConvGrad):
     """dx = col2im(g @ w), cropped to the unpadded input."""
 
@@ -115,6 +143,8 @@ class Conv2DBackpropInput(_ConvGrad):
 
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
         g, w, out = inputs[0], inputs[1], outputs[0]
+        if w.shape[1] == 1 and self.group > 1:  # depthwise (a lone channel: GEMM wins)
+            return self._bind_depthwise(g, w, out)
         win, groups = self.win, self.group
         o, cig, kh, kw = w.shape
         cog = o // groups
@@ -148,6 +178,36 @@ class Conv2DBackpropInput(_ConvGrad):
             dxp.fill(0)
             for target, source in pairs:
                 np.add(target, source, out=target)
+            np.copyto(out, interior)
+
+        return compute
+
+    def _bind_depthwise(self, g: np.ndarray, w: np.ndarray, out: np.ndarray) -> Compute:
+        """One input channel per group: per tap, the gradient planes scaled by that tap's
+        per-channel weights are added to the shifted input planes."""
+        win = self.win
+        n, c = out.shape[:2]
+        o, _, kh, kw = w.shape
+        mult = o // c
+        dxp = np.empty(self.padded_shape, g.dtype)
+        interior = dxp[self.interior]
+        g5 = g.reshape(n, c, mult, *win.out)
+        w4 = w.reshape(c, mult, kh, kw)
+        scaled = np.empty((n, c, *win.out), g.dtype)
+        taps = [(dxp[:, :, rows, cols], w4[:, :, i, j])
+                for i in range(kh) for j in range(kw)
+                for rows, cols in [win.tap(i, j)]]
+        w_col = np.empty((c, 1, 1), w.dtype)
+
+        def compute() -> None:
+            dxp.fill(0)
+            for target, weights in taps:
+                if mult == 1:
+                    np.copyto(w_col[:, 0, 0], weights[:, 0])
+                    np.multiply(g5[:, :, 0], w_col, out=scaled)
+                else:
+                    np.einsum("ncmhw,cm->nchw", g5, weights, out=scaled)
+                np.add(target, scaled, out=target)
             np.copyto(out, interior)
 
         return compute

@@ -28,6 +28,9 @@ CASES = {
     "depthwise": ((2, 3, 6, 6), (3, 1, 3, 3), {"group": 3, "pads": [1, 1, 1, 1],
                                                "strides": [2, 2]}),
     "depthwise_multiplier2": ((1, 2, 5, 5), (4, 1, 3, 3), {"group": 2}),
+    # One input channel (a first layer), strided with asymmetric padding.
+    "single_input_channel": ((2, 1, 6, 6), (4, 1, 3, 3), {"strides": [2, 2],
+                                                           "pads": [1, 0, 1, 0]}),
 }
 
 
