@@ -146,6 +146,12 @@ class Conv2DBackpropInput(_ConvGrad):
         if w.shape[1] == 1 and self.group > 1:  # depthwise (a lone channel: GEMM wins)
             return self._bind_depthwise(g, w, out)
         win, groups = self.win, self.group
+        (dh, dw), (kh, kw) = win.dilations, win.kernel
+        top, left, bottom, right = win.pads
+        if (groups == 1 and win.strides == (1, 1)
+                and min(dh * (kh - 1) - top, dh * (kh - 1) - bottom,
+                        dw * (kw - 1) - left, dw * (kw - 1) - right) >= 0):
+            return self._bind_correlation(g, w, out)
         o, cig, kh, kw = w.shape
         cog = o // groups
         n, c, h, wd = out.shape
@@ -179,6 +185,38 @@ class Conv2DBackpropInput(_ConvGrad):
             for target, source in pairs:
                 np.add(target, source, out=target)
             np.copyto(out, interior)
+
+        return compute
+
+    def _bind_correlation(self, g: np.ndarray, w: np.ndarray, out: np.ndarray) -> Compute:
+        """Stride 1, one group: dx is the correlation of g, padded so every input position
+        sees the whole kernel, with the flipped weights; columns of the channels-last
+        padded g times (kh * kw * O, C) flipped weights is one GEMM with no scatter."""
+        win = self.win
+        o, c, kh, kw = w.shape
+        n, _, h, wd = out.shape
+        (dh, dw), (oh, ow) = win.dilations, win.out
+        top, left = win.pads[:2]
+        pt, pl = dh * (kh - 1) - top, dw * (kw - 1) - left
+        gp = np.zeros((n, h + dh * (kh - 1), wd + dw * (kw - 1), o), g.dtype)
+        g_in, g_t = gp[:, pt:pt + oh, pl:pl + ow, :], g.transpose(0, 2, 3, 1)
+        sn, sh, sw, sc = gp.strides
+        view = np.lib.stride_tricks.as_strided(
+            gp, shape=(n, h, wd, kh, kw, o), strides=(sn, sh, sw, sh * dh, sw * dw, sc),
+            writeable=False)
+        cols = np.empty((n, h, wd, kh, kw, o), g.dtype)
+        flipped = np.empty((kh, kw, o, c), w.dtype)
+        w_src = w[:, :, ::-1, ::-1].transpose(2, 3, 0, 1)
+        result = np.empty((n * h * wd, c), g.dtype)
+        a, b = cols.reshape(n * h * wd, kh * kw * o), flipped.reshape(kh * kw * o, c)
+        back = result.reshape(n, h, wd, c).transpose(0, 3, 1, 2)
+
+        def compute() -> None:
+            np.copyto(g_in, g_t)
+            np.copyto(cols, view)
+            np.copyto(flipped, w_src)
+            np.matmul(a, b, out=result)
+            np.copyto(out, back)
 
         return compute
 

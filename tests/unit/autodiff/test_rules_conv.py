@@ -21,6 +21,8 @@ CASES = {
     # name: (x shape, w shape, attrs)
     "plain": ((2, 3, 6, 6), (4, 3, 3, 3), {}),
     "pointwise": ((2, 3, 5, 5), (4, 3, 1, 1), {}),
+    # Padding wider than the kernel reach: the input gradient takes the scatter path.
+    "pointwise_padded": ((1, 2, 4, 4), (3, 2, 1, 1), {"pads": [1, 1, 1, 1]}),
     "stride2_pad1": ((2, 2, 7, 7), (3, 2, 3, 3), {"strides": [2, 2], "pads": [1, 1, 1, 1]}),
     "asymmetric_pads": ((1, 2, 5, 6), (2, 2, 3, 2), {"pads": [0, 1, 2, 1]}),
     "dilation2": ((1, 2, 7, 7), (3, 2, 3, 3), {"dilations": [2, 2], "pads": [2, 2, 2, 2]}),
