@@ -16,6 +16,7 @@ from sporenet.converter.passes.graph_utils import (
     consumers,
     producers,
     replace_uses,
+    static_value,
 )
 from sporenet.lite.graph import Model, Node
 from sporenet.lite.ops import OpCode
@@ -47,6 +48,7 @@ def fold_batch_norms(model: Model) -> int:
         uses = consumers(graph)
         made = producers(graph)
         memo: dict[int, bool] = {}
+        values: dict[int, np.ndarray | None] = {}
         for bn in list(graph.nodes):
             if bn.op != OpCode.BATCH_NORM or len(bn.inputs) < 5:
                 continue
@@ -56,7 +58,8 @@ def fold_batch_norms(model: Model) -> int:
                 continue
             if x in graph.outputs or prev.attrs.get("activation", "none") != "none":
                 continue
-            params = [model.tensors[i].data for i in bn.inputs[1:5]]
+            # Statistics may be fills the runtime folds at load time: evaluate them here.
+            params = [static_value(model, made, i, values) for i in bn.inputs[1:5]]
             if any(p is None for p in params):
                 continue
             w_index = prev.inputs[1]

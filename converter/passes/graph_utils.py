@@ -101,3 +101,34 @@ def add_tensor(model: Model, name: str, like: int) -> int:
     ref = model.tensors[like]
     model.tensors.append(Tensor(name=candidate, dtype=ref.dtype, shape=ref.shape))
     return len(model.tensors) - 1
+
+
+def static_value(model: Model, made: dict[int, Node], index: int,
+                 memo: dict[int, np.ndarray | None]) -> np.ndarray | None:
+    """The value of a tensor that is a constant or computed from constants only (the runtime
+    folds such nodes at load time), evaluated with the runtime's kernels; else None."""
+    from sporenet.converter.onnx_import.context import evaluate, prepare_kernel
+    from sporenet.lite.errors import ShapeError
+    from sporenet.lite.kernels import KERNELS
+    from sporenet.lite.kernels.base import TensorSpec
+
+    if index in memo:
+        return memo[index]
+    tensor = model.tensors[index]
+    if tensor.data is not None:
+        return tensor.data
+    node = made.get(index)
+    memo[index] = None  # also guards against cycles in a malformed graph
+    if node is None or node.op not in KERNELS or not getattr(KERNELS[node.op], "foldable", True):
+        return None
+    values = [None if i == -1 else static_value(model, made, i, memo) for i in node.inputs]
+    if any(v is None for i, v in zip(node.inputs, values, strict=True) if i != -1):
+        return None
+    specs = [None if v is None else TensorSpec(v.shape, v.dtype, v) for v in values]
+    try:
+        kernel = prepare_kernel(node.op, node.attrs, specs, len(node.outputs))
+    except ShapeError:
+        return None
+    for i, value in zip(node.outputs, evaluate(kernel, values), strict=False):
+        memo[i] = value
+    return memo[index]
