@@ -107,15 +107,18 @@ def _is_float(model: Model, index: int) -> bool:
     return model.tensors[index].dtype.kind == "f"
 
 
-def append_gradients(model: Model, graph_index: int, loss: int,
-                     wrt: Sequence[int]) -> dict[int, int]:
+def append_gradients(model: Model, graph_index: int, loss: int, wrt: Sequence[int], *,
+                     infer_shapes: bool = True) -> dict[int, int]:
     """Append nodes computing d(loss)/d(t) for each t in `wrt` to a graph, in place.
 
     `loss` is the index of a scalar float tensor the graph computes. Returns {t: index of
     its gradient tensor}; a tensor the loss does not depend on gets a zero gradient.
     Only nodes between `wrt` and the loss are differentiated, and only the gradients some
     `wrt` tensor needs are computed. The graph's tensors get their inferred shapes (as
-    ModelBuilder.build stores them), so the new nodes plan for any batch size. Raises
+    ModelBuilder.build stores them), so the new nodes plan for any batch size. With
+    infer_shapes=False the caller vouches that the forward tensors already carry their
+    shapes (an eager tape records concrete ones): shape inference, which prepares every
+    kernel twice, is skipped, and the appended tensors keep placeholder shapes. Raises
     UnsupportedOpError naming every op on the path that has no gradient rule.
     """
     from sporenet.lite.autodiff.rules import GRADIENT_RULES
@@ -128,7 +131,8 @@ def append_gradients(model: Model, graph_index: int, loss: int,
         if not 0 <= t < len(model.tensors) or not _is_float(model, t):
             raise ShapeError(f"cannot differentiate with respect to tensor {t}: not a float "
                              "tensor of the model")
-    fill_inferred_shapes(model, graph_index)
+    if infer_shapes:
+        fill_inferred_shapes(model, graph_index)
     loss_tensor = model.tensors[loss]
     if not _is_float(model, loss) or int(np.prod(loss_tensor.shape)) != 1 or (
             -1 in loss_tensor.shape):
@@ -191,5 +195,6 @@ def append_gradients(model: Model, graph_index: int, loss: int,
             ctx.scope = f"grad/{model.tensors[t].name}"
             g = ctx.op(OpCode.MUL, [t, ctx.scalar(0.0, t)])
         result[t] = g
-    fill_inferred_shapes(model, graph_index)
+    if infer_shapes:
+        fill_inferred_shapes(model, graph_index)
     return result

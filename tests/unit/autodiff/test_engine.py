@@ -121,3 +121,34 @@ def test_dropout_training_mode_gradient_is_the_mask():
     first = m.copy()
     p.run()
     assert not np.array_equal(first, p.arrays[mask])  # a fresh mask every step
+
+
+def test_without_shape_inference_on_a_graph_with_concrete_shapes():
+    # The eager-tape case: shapes are concrete already; gradients are the same.
+    from sporenet.lite.eager import run_op
+
+    rng = np.random.default_rng(0)
+    b = ModelBuilder()
+    x = b.input("x", (4, 3), np.float64)
+    w = b.tensor("w", (2, 3), np.float64, data=rng.normal(size=(2, 3)))
+    y = b.op(OpCode.FULLY_CONNECTED, [x, w], activation="tanh")
+    t = b.tensor("t", (4, 2), np.float64, data=rng.normal(size=(4, 2)))
+    loss = b.op(OpCode.MSE_LOSS, [y, t])
+    b.output(loss)
+    with_inference = b.build()
+    without = b.build(infer_shapes=False)
+    for i in (y, loss):  # what an eager tape records
+        without.tensors[i] = with_inference.tensors[i]
+    xv = rng.normal(size=(4, 3))
+    results = []
+    for model, infer in ((with_inference, True), (without, False)):
+        grads = append_gradients(model, 0, loss, [w], infer_shapes=infer)
+        values = {x: xv, **{i: tt.data for i, tt in enumerate(model.tensors)
+                             if tt.data is not None}}
+        for node in model.graphs[0].nodes:
+            outs = run_op(node.op, [values[i] if i != -1 else None for i in node.inputs],
+                          num_outputs=len(node.outputs), **node.attrs)
+            values.update(zip(node.outputs, outs, strict=True))
+        results.append(values[grads[w]])
+    np.testing.assert_allclose(results[0], results[1], rtol=1e-12)
+    assert np.any(results[0] != 0)
