@@ -57,6 +57,7 @@ GRADIENT_RULES: dict[OpCode, GradRule] = {
     OpCode.GELU: unary.gelu,
     OpCode.ELU: unary.elu,
     OpCode.SOFTPLUS: unary.softplus,
+    OpCode.ABS: unary.abs_,
     OpCode.NEG: unary.neg,
     OpCode.EXP: unary.exp,
     OpCode.LOG: unary.log,
@@ -72,6 +73,7 @@ GRADIENT_RULES: dict[OpCode, GradRule] = {
     OpCode.MAX_POOL2D: pooling.max_pool2d,
     OpCode.AVG_POOL2D: pooling.avg_pool2d,
     OpCode.GLOBAL_AVG_POOL: pooling.global_avg_pool,
+    OpCode.GLOBAL_MAX_POOL: pooling.global_max_pool,
     # reductions
     OpCode.REDUCE_SUM: transform.reduce_sum,
     OpCode.REDUCE_MEAN: transform.reduce_mean,

@@ -32,6 +32,7 @@ hard_sigmoid = _activation("hard_sigmoid")
 gelu = _activation("gelu")
 elu = _activation("elu")
 softplus = _activation("softplus")
+abs_ = _activation("abs")
 
 
 def leaky_relu(ctx: GradContext, node: Node, grads: list[int | None]) -> list[int | None]:

@@ -4,7 +4,7 @@ ACTIVATION_GRAD(g, x, y) computes g * f'(x) for the activation named by the `act
 attribute (with its parameters: alpha, clip_min/clip_max, approximate). Either x (the
 activation's input) or y (its output) may be absent (-1): fused activations of
 FullyConnected/Conv2D only have y, and relu, relu6, clip, leaky_relu, sigmoid and tanh
-need nothing else. The others (hard_swish, gelu, elu, softplus, hard_sigmoid) need x.
+need nothing else. The others (hard_swish, gelu, elu, softplus, hard_sigmoid, abs) need x.
 
 SOFTMAX_GRAD(g, y) is the gradient of Softmax (y = its output) or, with log=1, of
 LogSoftmax (y = its output, the log-probabilities), along `axis`.
@@ -23,7 +23,7 @@ from sporenet.lite.ops import OpCode
 
 # Activations whose derivative is a function of the output alone.
 FROM_OUTPUT = frozenset({"none", "relu", "relu6", "clip", "leaky_relu", "sigmoid", "tanh"})
-FROM_INPUT = frozenset({"hard_swish", "gelu", "elu", "softplus", "hard_sigmoid"})
+FROM_INPUT = frozenset({"hard_swish", "gelu", "elu", "softplus", "hard_sigmoid", "abs"})
 
 
 class ActivationGrad(Kernel):
@@ -167,6 +167,10 @@ class ActivationGrad(Kernel):
             return d_softplus
         if name == "gelu":
             return self._gelu(t, tmp)
+        if name == "abs":
+            def d_abs(out: np.ndarray) -> None:
+                np.sign(t, out=out)  # 0 at 0, as PyTorch
+            return d_abs
         raise AssertionError(name)  # unreachable: the constructor checked the name
 
     def _gelu(self, x: np.ndarray, tmp: np.ndarray) -> Callable[[np.ndarray], None]:

@@ -80,3 +80,8 @@ def test_max_pool_ties_route_to_the_first_maximum_like_pytorch(attrs):
     k, s = attrs["kernel_shape"][0], attrs["strides"][0]
     torch.nn.functional.max_pool2d(tx, k, s).backward(torch.tensor(g))
     np.testing.assert_allclose(dx, tx.grad.numpy(), rtol=1e-6, atol=1e-6)
+
+
+def test_global_max_pool():
+    check_op(lambda b, x: b.op(OpCode.GLOBAL_MAX_POOL, [x]), {"x": distinct(2, 3, 4, 4)},
+             torch_fn=lambda x: x.amax(dim=(2, 3), keepdim=True))

@@ -37,6 +37,7 @@ CASES = {
     "exp": (OpCode.EXP, {}, (), lambda x: x.exp()),
     "neg": (OpCode.NEG, {}, (), lambda x: -x),
     "square": (OpCode.SQUARE, {}, (), lambda x: x * x),
+    "abs": (OpCode.ABS, {}, (0.0,), lambda x: x.abs()),
 }
 
 
