@@ -40,10 +40,12 @@ def layer_norm(ctx: GradContext, node: Node, grads: list[int | None]) -> list[in
     _only_first_output(node, grads)
     attrs = {k: node.attrs[k] for k in ("axis", "epsilon") if k in node.attrs}
     dx, dscale, dbias = ctx.op_multi(OpCode.LAYER_NORM_GRAD, [grads[0], x, scale], 3, **attrs)
-    # The kernel returns parameter gradients with the normalized shape; scale and bias may
-    # be smaller and broadcast.
-    if ctx.needs(scale) and ctx.shape(scale) != ctx.shape(x)[-ctx.rank(scale):]:
+    # The kernel returns parameter gradients with the normalized shape x.shape[axis:];
+    # scale and bias may be smaller and broadcast.
+    axis = int(node.attrs.get("axis", -1)) % ctx.rank(x)
+    normalized = ctx.shape(x)[axis:]
+    if ctx.needs(scale) and ctx.shape(scale) != normalized:
         dscale = ctx.op(OpCode.REDUCE_SUM_TO, [dscale, scale])
-    if ctx.needs(bias) and ctx.shape(bias) != ctx.shape(x)[-ctx.rank(bias):]:
+    if ctx.needs(bias) and ctx.shape(bias) != normalized:
         dbias = ctx.op(OpCode.REDUCE_SUM_TO, [dbias, bias])
     return [dx, dscale, dbias][:len(node.inputs)]

@@ -78,3 +78,13 @@ def test_softmax(axis):
 def test_log_softmax(axis):
     check_op(lambda b, x: b.op(OpCode.LOG_SOFTMAX, [x], axis=axis),
              {"x": rand(2, 4, 3, seed=1)}, torch_fn=lambda x: x.log_softmax(axis))
+
+
+def test_layer_norm_with_broadcast_scale_and_bias():
+    # Normalized over (3, 4) with per-feature (4,) scale and bias: their gradients are
+    # summed over the broadcast axis too.
+    check_op(lambda b, x, scale, bias: b.op(OpCode.LAYER_NORM, [x, scale, bias], axis=1),
+             {"x": rand(2, 3, 4, seed=1, scale=2)},
+             {"scale": rand(4, seed=2) + 1, "bias": rand(4, seed=3)},
+             torch_fn=lambda x, scale, bias: _F().layer_norm(
+                 x, (3, 4), scale.expand(3, 4), bias.expand(3, 4), 1e-5))
