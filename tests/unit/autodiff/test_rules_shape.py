@@ -98,3 +98,25 @@ def test_reduce(op, axes, keepdims):
 
     check_op(lambda b, x: b.op(op, [x], **attrs), {"x": rand(2, 3, 4, seed=1)},
              torch_fn=torch_fn)
+
+
+def test_reduce_with_axes_input_and_noop_with_empty_axes():
+    def build(b, x):
+        y = b.op(OpCode.REDUCE_MEAN, [x, b.constant("axes", i64(-1))], keepdims=0)
+        return b.op(OpCode.REDUCE_SUM, [y], noop_with_empty_axes=1)  # identity
+
+    check_op(build, {"x": rand(2, 3, 4, seed=1)}, torch_fn=lambda x: x.mean(-1))
+
+
+def test_slice_attributes_pad_inputs_and_default_transpose():
+    def build(b, x):
+        y = b.op(OpCode.SLICE, [x], starts=[1], ends=[3], axes=[0])
+        y = b.op(OpCode.PAD, [y, b.constant("pads", i64(0, 1, 0, 2))])
+        return b.op(OpCode.TRANSPOSE, [y])  # reversed axes
+
+    def torch_fn(x):
+        import torch.nn.functional as F
+
+        return F.pad(x[1:3], (1, 2)).T
+
+    check_op(build, {"x": rand(4, 3, seed=1)}, torch_fn=torch_fn)
