@@ -32,6 +32,9 @@ from pathlib import Path
 
 import numpy as np
 
+# Simulated local training time per client and round (both frameworks), via the environment
+# so worker processes see it: SPORENET_BENCH_TRAIN_SECONDS.
+TRAIN_SECONDS = float(os.environ.get("SPORENET_BENCH_TRAIN_SECONDS", "0"))
 PARAMS = {"100k": (100, 1000), "1m": (1000, 1000)}  # weight shape; a bias of `rows` is added
 
 
@@ -115,7 +118,9 @@ def _wait_workers(workers: list[subprocess.Popen[bytes]], timeout: float) -> Non
 # -- sporenet ------------------------------------------------------------------------------
 
 
-def run_sporenet(n: int, params: str, rounds: int, procs: int, workdir: Path) -> Result:
+def run_sporenet(
+    n: int, params: str, rounds: int, procs: int, workdir: Path, extra: list[str] | None = None
+) -> Result:
     model = workdir / f"sporenet-{params}.spore"
     _write_spore(model, params)
     state = workdir / f"state-{n}-{params}"
@@ -126,7 +131,7 @@ def run_sporenet(n: int, params: str, rounds: int, procs: int, workdir: Path) ->
             [sys.executable, "-m", "sporenet.federated.server", "--address", f"127.0.0.1:{port}",
              "--state-dir", str(state), "--model", str(model), "--rounds", str(rounds),
              "--min-clients", str(n), "--round-timeout", "3600", "--heartbeat-interval", "30",
-             "--heartbeat-timeout", "900", "--metrics-port", str(mport)],
+             "--heartbeat-timeout", "900", "--metrics-port", str(mport), *(extra or [])],
             stdout=log, stderr=log,
         )  # fmt: skip
         try:
@@ -173,6 +178,7 @@ def sporenet_worker(address: str, first: int, count: int, params: str) -> None:
 
     def make_train(i: int):  # type: ignore[no-untyped-def]
         def train(weights: dict[str, np.ndarray], config: dict) -> tuple:
+            time.sleep(TRAIN_SECONDS)
             return {k: v + np.float32(0.001 * (i % 7)) for k, v in weights.items()}, i + 1, {}
 
         return train
@@ -205,7 +211,8 @@ def run_flower(n: int, params: str, rounds: int, procs: int, workdir: Path) -> R
     port = _free_port()
     out = workdir / f"flower-{n}-{params}.json"
     server = subprocess.Popen(
-        [sys.executable, __file__, "--flower-server", f"127.0.0.1:{port}", str(n), params, str(rounds), str(out)],
+        [sys.executable, __file__, "--flower-server", f"127.0.0.1:{port}", str(n), params,
+         str(rounds), str(out)],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
     )  # fmt: skip
     time.sleep(2.0)  # Flower's legacy server has no readiness signal; clients retry anyway
@@ -261,6 +268,7 @@ def flower_worker(address: str, first: int, count: int, params: str) -> None:
             return [w0["w"], w0["b"]]
 
         def fit(self, parameters, config):  # type: ignore[no-untyped-def]
+            time.sleep(TRAIN_SECONDS)
             return [p + np.float32(0.001 * (self.i % 7)) for p in parameters], self.i + 1, {}
 
     def run(i: int) -> None:
@@ -279,12 +287,16 @@ def flower_worker(address: str, first: int, count: int, params: str) -> None:
 
 
 def _table(results: list[Result]) -> str:
-    head = f"{'framework':<10} {'clients':>7} {'params':>6} {'s/round':>9} {'peak MB':>9} {'MB/client/round':>16}"
+    head = (
+        f"{'framework':<10} {'clients':>7} {'params':>6} {'s/round':>9} {'peak MB':>9} "
+        f"{'MB/client/round':>16}"
+    )
     rows = [head, "-" * len(head)]
     for r in results:
         per = f"{r.bytes_per_client / 1e6:.2f}" if r.bytes_per_client is not None else "n/a"
         rows.append(
-            f"{r.framework:<10} {r.clients:>7} {r.params:>6} {r.round_seconds:>9.2f} {r.peak_mb:>9.1f} {per:>16}"
+            f"{r.framework:<10} {r.clients:>7} {r.params:>6} {r.round_seconds:>9.2f} "
+            f"{r.peak_mb:>9.1f} {per:>16}"
         )
     return "\n".join(rows)
 
@@ -308,6 +320,7 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--procs", type=int, default=2, help="client worker processes")
     p.add_argument("--no-flower", action="store_true")
+    p.add_argument("--server-args", default="", help="extra sporenet-server flags, space separated")
     args = p.parse_args()
     clients = [10, 20] if args.quick else [int(c) for c in args.clients.split(",")]
     sizes = ["100k"] if args.quick else args.params.lower().split(",")
@@ -319,7 +332,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="sporenet-bench-") as tmp:
         for params in sizes:
             for n in clients:
-                results.append(run_sporenet(n, params, rounds, args.procs, Path(tmp)))
+                extra = args.server_args.split()
+                results.append(run_sporenet(n, params, rounds, args.procs, Path(tmp), extra))
                 print(_table(results[-1:]).splitlines()[-1], flush=True)
                 if flower:
                     try:

@@ -96,7 +96,7 @@ class Client:
         poll_wait: float = 5.0,
         max_backoff: float = 5.0,
         give_up_after: float | None = None,
-        chunk_size: int = 1 << 20,
+        chunk_size: int = 512 << 10,
         rpc_timeout: float = 60.0,
     ) -> None:
         host = split_address(address)[0]

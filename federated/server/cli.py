@@ -51,6 +51,12 @@ def _run_parser() -> argparse.ArgumentParser:
     p.add_argument("--strategy", choices=sorted(STRATEGIES))
     p.add_argument("--max-workers", dest="max_workers", type=int, help="gRPC worker threads")
     p.add_argument(
+        "--max-transfers",
+        dest="max_transfers",
+        type=int,
+        help="concurrent model/update streams (bounds transfer memory)",
+    )
+    p.add_argument(
         "--metrics-port", dest="metrics_port", type=int, help="serve Prometheus /metrics"
     )
     p.add_argument("--tls-cert", dest="tls.cert")

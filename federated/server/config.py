@@ -62,8 +62,11 @@ class ServerConfig:
     evaluate_fraction: float = 1.0
     max_update_norm: float | None = None
     max_update_bytes: int | None = None  # default: 2 × model size + 1 MiB
-    chunk_size: int = 1 << 20
+    chunk_size: int = 512 << 10
     max_workers: int = 64
+    # Streams moving model or update bytes at once; each holds a few chunks of memory, so
+    # this (not the number of clients) bounds the server's transfer memory.
+    max_transfers: int = 8
     long_poll: float = 10.0  # longest a GetTask call is held
     checkpoint_every: int = 8  # updates folded between aggregate checkpoints
     seed: int = 0
@@ -98,6 +101,8 @@ class ServerConfig:
             ("max_update_bytes", (self.max_update_bytes or 1) > 0, "must be > 0"),
             ("chunk_size", 1024 <= self.chunk_size <= (3 << 20), "must be in [1 KiB, 3 MiB]"),
             ("max_workers", self.max_workers >= 4, "must be >= 4"),
+            ("max_transfers", 1 <= self.max_transfers < self.max_workers,
+             "must be >= 1 and below max_workers (polls and heartbeats need threads too)"),
             ("long_poll", self.long_poll >= 0, "must be >= 0"),
             ("checkpoint_every", self.checkpoint_every >= 1, "must be >= 1"),
             ("metrics_port", self.metrics_port is None or 0 <= self.metrics_port < 65536,
@@ -161,6 +166,7 @@ _TOP: dict[str, tuple[str, tuple[type[Any], ...]]] = {
     "max_update_bytes": ("max_update_bytes", (int,)),
     "chunk_size": ("chunk_size", (int,)),
     "max_workers": ("max_workers", (int,)),
+    "max_transfers": ("max_transfers", (int,)),
     "long_poll": ("long_poll", (int, float)),
     "checkpoint_every": ("checkpoint_every", (int,)),
     "seed": ("seed", (int,)),

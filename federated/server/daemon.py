@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import json
 import logging
 import os
@@ -36,8 +37,24 @@ def _server_credentials(config: ServerConfig) -> grpc.ServerCredentials | None:
     )
 
 
+def _bound_allocator() -> None:
+    """Make glibc return freed payload buffers to the OS (Linux only; a no-op elsewhere).
+
+    By default glibc raises its mmap threshold after the first large free and gives each
+    thread its own arena, so chunk- and model-sized buffers freed by 64 RPC threads stay
+    resident: peak memory then tracks concurrency instead of the model size.
+    """
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        libc.mallopt(-8, 2)  # M_ARENA_MAX
+        libc.mallopt(-3, 256 << 10)  # M_MMAP_THRESHOLD: fixed, so big buffers are unmapped
+    except (OSError, AttributeError):
+        pass
+
+
 def run_server(config: ServerConfig, *, stop: threading.Event | None = None) -> int:
     """Serve the job until it is stopped (SIGTERM/SIGINT or `stop`); returns the exit code."""
+    _bound_allocator()
     logger = setup_logging(config.log_level)
     metrics = Metrics()
     manager = RoundManager(config, metrics=metrics, logger=logger)
@@ -47,12 +64,19 @@ def run_server(config: ServerConfig, *, stop: threading.Event | None = None) -> 
     # Messages stay below gRPC's 4 MiB default: payloads move as chunks of `chunk_size`.
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=config.max_workers, thread_name_prefix="rpc"),
-        options=[("grpc.so_reuseport", 0)],
+        options=[
+            ("grpc.so_reuseport", 0),
+            # Keep each stream's flow-control window small: otherwise BDP probing grows it to
+            # megabytes and every queued upload parks that much data in the server's memory,
+            # which then grows with the number of clients.
+            ("grpc.http2.bdp_probe", 0),
+        ],
     )
     pb_grpc.add_FederatedServicer_to_server(
         FederatedServicer(
             manager, auth=auth, metrics=metrics, logger=logger,
             chunk_size=config.chunk_size, heartbeat_interval=config.heartbeat_interval,
+            max_transfers=config.max_transfers,
         ),
         server,
     )  # fmt: skip

@@ -388,9 +388,11 @@ class RoundManager:
         metrics_json: str,
     ) -> None:
         """Validate the completely received upload at `path` and fold it into the aggregate."""
-        try:
-            metrics = _parse_metrics(metrics_json, "metrics_json")
-            with self._decode_slots:
+        # The slot is held until the update is folded: at most two decoded updates exist at
+        # any time, however many clients upload at once (memory flat in the fleet size).
+        with self._decode_slots:
+            try:
+                metrics = _parse_metrics(metrics_json, "metrics_json")
                 payload = path.read_bytes()
                 if sha256 and hashlib.sha256(payload).hexdigest() != sha256.lower():
                     raise UpdateRejectedError(
@@ -401,26 +403,27 @@ class RoundManager:
                 norm = validate_update(
                     update, num_samples=num_samples, max_norm=self.config.max_update_norm
                 )
-        except UpdateRejectedError as e:
-            path.unlink(missing_ok=True)
-            self.refuse(client_id, e)
-        with self._changed:
-            self._check_open(client_id, task_id, "fit")
-            if self._aggregator is None:  # cannot happen while a fit phase is open
-                raise AggregationError("no aggregator for the open fit phase")
-            self._aggregator.add(client_id, update, float(num_samples))
-            self._phase_dir().mkdir(parents=True, exist_ok=True)
-            os.replace(path, self._phase_dir() / f"{file_key(client_id)}.upd")
-            self._parts[client_id] = "accepted"
-            with self.store.transaction() as tx:
-                tx.set_participant(
-                    self.job.round, "fit", client_id, "accepted", num_samples, metrics
-                )
-            self._since_checkpoint += 1
-            if self._since_checkpoint >= self.config.checkpoint_every:
-                self._checkpoint()
-            self.metrics.inc("sporenet_updates_accepted_total")
-            self._changed.notify_all()
+            except UpdateRejectedError as e:
+                path.unlink(missing_ok=True)
+                self.refuse(client_id, e)
+            with self._changed:
+                self._check_open(client_id, task_id, "fit")
+                if self._aggregator is None:  # cannot happen while a fit phase is open
+                    raise AggregationError("no aggregator for the open fit phase")
+                self._aggregator.add(client_id, update, float(num_samples))
+                self._phase_dir().mkdir(parents=True, exist_ok=True)
+                os.replace(path, self._phase_dir() / f"{file_key(client_id)}.upd")
+                self._parts[client_id] = "accepted"
+                with self.store.transaction() as tx:
+                    tx.set_participant(
+                        self.job.round, "fit", client_id, "accepted", num_samples, metrics
+                    )
+                self._since_checkpoint += 1
+                if self._since_checkpoint >= self.config.checkpoint_every:
+                    self._checkpoint()
+                self.metrics.inc("sporenet_updates_accepted_total")
+                self._changed.notify_all()
+            del update
         log_event(
             self.log,
             "update_accepted",

@@ -7,6 +7,7 @@ import itertools
 import json
 import logging
 import re
+import threading
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
@@ -107,9 +108,12 @@ class FederatedServicer(pb_grpc.FederatedServicer):
         logger: logging.Logger,
         chunk_size: int,
         heartbeat_interval: float,
+        max_transfers: int = 8,
     ) -> None:
         self.m, self.auth, self.metrics, self.log = manager, auth, metrics, logger
         self.chunk_size, self.heartbeat_interval = chunk_size, heartbeat_interval
+        # A waiting transfer holds a thread but no payload memory.
+        self._transfers = threading.BoundedSemaphore(max_transfers)
 
     def _abort(self, context: grpc.ServicerContext, error: FederatedError) -> None:
         if isinstance(error, AuthError):
@@ -167,7 +171,7 @@ class FederatedServicer(pb_grpc.FederatedServicer):
                 )
             chunk = min(request.chunk_size or self.chunk_size, self.chunk_size)
             offset = request.offset
-            with open(self.m.model_path(record), "rb") as f:
+            with self._transfers, open(self.m.model_path(record), "rb") as f:
                 f.seek(offset)
                 while offset < record.size:
                     data = f.read(chunk)
@@ -194,6 +198,13 @@ class FederatedServicer(pb_grpc.FederatedServicer):
             )
         if not self.m.open_upload(cid, h.task_id, h.total_size):
             return pb.UploadReply(accepted=True, received=h.total_size, message="already accepted")
+        with self._transfers:
+            return self._receive(cid, first, request_iterator)
+
+    def _receive(
+        self, cid: str, first: pb.UploadChunk, request_iterator: Iterator[pb.UploadChunk]
+    ) -> pb.UploadReply:
+        h = first.header
         path = self.m.upload_path(cid, h.upload_id)
         size = path.stat().st_size if path.exists() else 0
         if first.offset != size:
