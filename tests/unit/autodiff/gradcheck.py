@@ -100,7 +100,8 @@ class GradientCase:
 def check_op(build: Callable[..., int], inputs: dict[str, np.ndarray],
              params: dict[str, np.ndarray] | None = None, *,
              torch_fn: Callable[..., Any] | None = None, seed: int = 0,
-             wrt: list[str] | None = None, max_elements: int = 48) -> GradientCase:
+             wrt: list[str] | None = None, max_elements: int = 48,
+             torch_atol: float = 1e-12) -> GradientCase:
     """Assert every gradient of the op's graph matches finite differences (and PyTorch)."""
     params = params or {}
     case = GradientCase(build, inputs, params, seed=seed, wrt=wrt)
@@ -111,12 +112,13 @@ def check_op(build: Callable[..., int], inputs: dict[str, np.ndarray],
         err = relative_error(analytic, fd)
         assert err < RTOL, f"d loss / d {name}: relative error {err:.2e} vs finite differences"
     if torch_fn is not None:
-        compare_torch(case, torch_fn, inputs, params)
+        compare_torch(case, torch_fn, inputs, params, atol=torch_atol)
     return case
 
 
 def compare_torch(case: GradientCase, torch_fn: Callable[..., Any],
-                  inputs: dict[str, np.ndarray], params: dict[str, np.ndarray]) -> None:
+                  inputs: dict[str, np.ndarray], params: dict[str, np.ndarray], *,
+                  atol: float = 1e-12) -> None:
     """Forward output and every gradient equal PyTorch's (both analytic, float64)."""
     import pytest
 
@@ -127,12 +129,12 @@ def compare_torch(case: GradientCase, torch_fn: Callable[..., Any],
     loss = torch.mean((y - torch.tensor(case.target)) ** 2)
     loss.backward()
     # Both sides are exact float64 computations of the same formulas in different orders.
-    np.testing.assert_allclose(case.output(), y.detach().numpy(), rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(case.output(), y.detach().numpy(), rtol=1e-9, atol=atol)
     grads = case.gradients()
     for name in case.names:
         expected = tensors[name].grad
         assert expected is not None, f"PyTorch computed no gradient for {name}"
-        np.testing.assert_allclose(grads[name], expected.numpy(), rtol=1e-7, atol=1e-12,
+        np.testing.assert_allclose(grads[name], expected.numpy(), rtol=1e-7, atol=atol,
                                    err_msg=f"d loss / d {name} vs PyTorch")
 
 
