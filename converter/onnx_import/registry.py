@@ -18,6 +18,8 @@ from sporenet.converter.onnx_import.ops import (
     elementwise,
     linear,
     normalization,
+    reduce,
+    resize,
     shape,
 )
 from sporenet.lite.kernels import KERNELS
@@ -39,6 +41,7 @@ def _h(convert: Callable[[ImportContext, OnnxNode], list[int]], *requires: OpCod
 _E = elementwise
 _A = activation
 _N = normalization
+_R = reduce
 HANDLERS: dict[str, Handler] = {
     # constants and pass-through
     "Constant": _h(constant.constant),
@@ -130,6 +133,27 @@ HANDLERS: dict[str, Handler] = {
     "DepthToSpace": _h(shape.depth_to_space, OpCode.DEPTH_TO_SPACE),
     "SpaceToDepth": _h(shape.space_to_depth, OpCode.SPACE_TO_DEPTH),
     "Range": _h(shape.range_),
+    "Resize": _h(resize.resize, OpCode.RESIZE),
+    "Upsample": _h(resize.upsample, OpCode.RESIZE),
+    # reductions
+    "ReduceMean": _h(_R.reduce(OpCode.REDUCE_MEAN), OpCode.REDUCE_MEAN),
+    "ReduceSum": _h(_R.reduce(OpCode.REDUCE_SUM), OpCode.REDUCE_SUM),
+    "ReduceMax": _h(_R.reduce(OpCode.REDUCE_MAX), OpCode.REDUCE_MAX),
+    "ReduceMin": _h(_R.reduce(OpCode.REDUCE_MIN), OpCode.REDUCE_MIN),
+    "ReduceProd": _h(_R.reduce(OpCode.REDUCE_PROD), OpCode.REDUCE_PROD),
+    "ReduceL1": _h(_R.reduce(OpCode.REDUCE_SUM, before=(OpCode.ABS,)), OpCode.REDUCE_SUM,
+                   OpCode.ABS),
+    "ReduceL2": _h(_R.reduce(OpCode.REDUCE_SUM, square=True, after=(OpCode.SQRT,)),
+                   OpCode.REDUCE_SUM, OpCode.MUL, OpCode.SQRT),
+    "ReduceSumSquare": _h(_R.reduce(OpCode.REDUCE_SUM, square=True), OpCode.REDUCE_SUM,
+                          OpCode.MUL),
+    "ReduceLogSum": _h(_R.reduce(OpCode.REDUCE_SUM, after=(OpCode.LOG,)), OpCode.REDUCE_SUM,
+                       OpCode.LOG),
+    "ReduceLogSumExp": _h(_R.reduce(OpCode.REDUCE_SUM, before=(OpCode.EXP,),
+                                    after=(OpCode.LOG,)),
+                          OpCode.REDUCE_SUM, OpCode.EXP, OpCode.LOG),
+    "ArgMax": _h(_R.arg(OpCode.ARGMAX), OpCode.ARGMAX),
+    "ArgMin": _h(_R.arg(OpCode.ARGMIN), OpCode.ARGMIN),
 }
 
 

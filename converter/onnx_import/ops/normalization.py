@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import numpy as np
+
 from sporenet.converter.onnx_import.context import ImportContext
 from sporenet.converter.onnx_import.node import OnnxNode
 from sporenet.lite.graph import DYNAMIC
@@ -35,12 +37,28 @@ def lrn(ctx: ImportContext, node: OnnxNode) -> list[int]:
 
 
 def layer_norm(ctx: ImportContext, node: OnnxNode) -> list[int]:
-    node.only_first_output()
-    inputs = [node.input(0), node.input(1), node.input(2)]
+    """Y from the runtime's LayerNorm; the optional Mean and InvStdDev outputs (statistics
+    over axes axis..rank-1, kept as size-1 axes) from ReduceMean nodes when requested."""
+    x = node.input(0)
+    axis = int(node.attr("axis", -1))
+    epsilon = float(node.attr("epsilon", 1e-5))
+    inputs = [x, node.input(1), node.input(2)]
     if inputs[-1] == -1:
         inputs.pop()
-    return [ctx.emit1(OpCode.LAYER_NORM, inputs, axis=int(node.attr("axis", -1)),
-                      epsilon=float(node.attr("epsilon", 1e-5)))]
+    results = [ctx.emit1(OpCode.LAYER_NORM, inputs, axis=axis, epsilon=epsilon)]
+    if node.num_outputs > 1:
+        rank = ctx.rank(x)
+        axes = list(range(axis + rank if axis < 0 else axis, rank))
+        if ctx.dtype(x) != np.float32:
+            raise node.fail("Mean/InvStdDev outputs are supported for float32 inputs only")
+        mean = ctx.emit1(OpCode.REDUCE_MEAN, [x], axes=axes, keepdims=1)
+        centered = ctx.emit1(OpCode.SUB, [x, mean])
+        var = ctx.emit1(OpCode.REDUCE_MEAN, [ctx.emit1(OpCode.MUL, [centered, centered])],
+                        axes=axes, keepdims=1)
+        eps = ctx.constant(f"{node.name}/epsilon", np.array(epsilon, np.float32))
+        inv_std = ctx.emit1(OpCode.RSQRT, [ctx.emit1(OpCode.ADD, [var, eps])])
+        results += [mean, inv_std]
+    return results
 
 
 def softmax(op: OpCode) -> Handler:

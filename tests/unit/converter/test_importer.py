@@ -258,3 +258,63 @@ def test_opset_7_model_converts() -> None:
              helper.make_node("Sigmoid", ["s"], ["y"])]
     model = make_model(nodes, {"x": [2, 3]}, ["y"], opset=7, initializers={"b": rand(3)})
     assert_matches_ort(model, {"x": rand(2, 3)})
+
+
+@pytest.mark.parametrize(("mode", "coord", "nearest"), [
+    ("nearest", "asymmetric", "floor"), ("nearest", "half_pixel", "round_prefer_floor"),
+    ("nearest", "align_corners", "round_prefer_ceil"), ("linear", "half_pixel", None),
+    ("linear", "align_corners", None), ("linear", "pytorch_half_pixel", None),
+])
+@pytest.mark.parametrize("by", ["scales", "sizes"])
+def test_resize_modes_with_static_scales_or_sizes(mode: str, coord: str, nearest: str | None,
+                                                  by: str) -> None:
+    attrs = {"mode": mode, "coordinate_transformation_mode": coord}
+    if nearest:
+        attrs["nearest_mode"] = nearest
+    inits = {"roi": np.array([], np.float32)}
+    if by == "scales":
+        inits["scales"] = np.array([1, 1, 2.0, 0.6], np.float32)
+        inputs = ["x", "roi", "scales"]
+    else:
+        inits["sizes"] = np.array([1, 2, 9, 4], np.int64)
+        inputs = ["x", "roi", "", "sizes"]
+    node = helper.make_node("Resize", inputs, ["y"], **attrs)
+    model = make_model([node], {"x": [1, 2, 5, 7]}, ["y"], opset=13, initializers=inits)
+    assert_matches_ort(model, {"x": rand(1, 2, 5, 7)})
+
+
+@pytest.mark.parametrize("opset", [7, 9])
+def test_upsample_nearest(opset: int) -> None:
+    if opset < 9:
+        node = helper.make_node("Upsample", ["x"], ["y"], scales=[1.0, 1.0, 2.0, 3.0])
+        model = make_model([node], {"x": [1, 2, 3, 4]}, ["y"], opset=opset)
+    else:
+        node = helper.make_node("Upsample", ["x", "s"], ["y"])
+        model = make_model([node], {"x": [1, 2, 3, 4]}, ["y"], opset=opset,
+                           initializers={"s": np.array([1, 1, 2, 3], np.float32)})
+    assert_matches_ort(model, {"x": rand(1, 2, 3, 4)})
+
+
+@pytest.mark.parametrize("op", ["ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd",
+                                "ReduceL1", "ReduceL2", "ReduceSumSquare", "ReduceLogSumExp"])
+@pytest.mark.parametrize("opset", [11, 18])
+@pytest.mark.parametrize("keepdims", [0, 1])
+def test_reductions_axes_as_attribute_or_input(op: str, opset: int, keepdims: int) -> None:
+    axes = [1, -1]
+    input_from = 13 if op == "ReduceSum" else 18
+    if opset >= input_from:
+        node = helper.make_node(op, ["x", "axes"], ["y"], keepdims=keepdims)
+        model = make_model([node], {"x": [2, 3, 4]}, ["y"], opset=opset,
+                           initializers={"axes": np.array(axes, np.int64)})
+    else:
+        node = helper.make_node(op, ["x"], ["y"], keepdims=keepdims, axes=axes)
+        model = make_model([node], {"x": [2, 3, 4]}, ["y"], opset=opset)
+    assert_matches_ort(model, {"x": rand(2, 3, 4)}, rtol=1e-5, atol=1e-5)
+
+
+def test_layer_norm_with_mean_and_inv_std_outputs() -> None:
+    node = helper.make_node("LayerNormalization", ["x", "g", "b"], ["y", "mean", "inv_std"],
+                            axis=-2, epsilon=1e-3)
+    model = make_model([node], {"x": [2, 3, 4]}, ["y", "mean", "inv_std"], opset=17,
+                       initializers={"g": rand(3, 4), "b": rand(3, 4)})
+    assert_matches_ort(model, {"x": rand(2, 3, 4)}, rtol=1e-4, atol=1e-5)
