@@ -48,3 +48,25 @@ def div(ctx: GradContext, node: Node, grads: list[int | None]) -> list[int | Non
         q = y if node.attrs.get("activation", "none") == "none" else ctx.op(OpCode.DIV, [a, b])
         db = ctx.sum_to(ctx.op(OpCode.NEG, [ctx.op(OpCode.MUL, [g_over_b, q])]), b, y)
     return [da, db]
+
+
+def _select(ctx: GradContext, node: Node, grads: list[int | None],
+            compare: OpCode) -> list[int | None]:
+    # y = a where compare(a, b) else b: the gradient goes to the selected input (to b on
+    # ties, where neither comparison holds).
+    a, b = node.inputs
+    y = node.outputs[0]
+    g = through_fused_activation(ctx, node, grads[0])
+    picked_a = ctx.op(compare, [a, b])
+    zero = ctx.scalar(0.0, y)
+    da = ctx.sum_to(ctx.op(OpCode.WHERE, [picked_a, g, zero]), a, y) if ctx.needs(a) else None
+    db = ctx.sum_to(ctx.op(OpCode.WHERE, [picked_a, zero, g]), b, y) if ctx.needs(b) else None
+    return [da, db]
+
+
+def maximum(ctx: GradContext, node: Node, grads: list[int | None]) -> list[int | None]:
+    return _select(ctx, node, grads, OpCode.GREATER)
+
+
+def minimum(ctx: GradContext, node: Node, grads: list[int | None]) -> list[int | None]:
+    return _select(ctx, node, grads, OpCode.LESS)

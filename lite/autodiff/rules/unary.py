@@ -86,3 +86,19 @@ def reciprocal(ctx: GradContext, node: Node, grads: list[int | None]) -> list[in
     # d (1/x) = -1/x^2 = -y^2
     y = node.outputs[0]
     return [ctx.op(OpCode.NEG, [ctx.op(OpCode.MUL, [grads[0], ctx.op(OpCode.SQUARE, [y])])])]
+
+
+def prelu(ctx: GradContext, node: Node, grads: list[int | None]) -> list[int | None]:
+    # y = x where x >= 0 else slope * x (slope broadcasts to x).
+    x, slope = node.inputs
+    y = node.outputs[0]
+    g = grads[0]
+    negative = ctx.op(OpCode.LESS, [x, ctx.scalar(0.0, x)])
+    dx = dslope = None
+    if ctx.needs(x):
+        dx = ctx.op(OpCode.WHERE, [negative, ctx.op(OpCode.MUL, [g, slope]), g])
+    if ctx.needs(slope):
+        masked = ctx.op(OpCode.WHERE, [negative, ctx.op(OpCode.MUL, [g, x]),
+                                       ctx.scalar(0.0, x)])
+        dslope = ctx.sum_to(masked, slope, y)
+    return [dx, dslope]

@@ -47,3 +47,15 @@ def test_fused_relu_on_add():
     x = x + np.where(np.abs(x + b) < 0.1, 0.3, 0.0)
     check_op(lambda bld, x, b: bld.op(OpCode.ADD, [x, b], activation="relu"), {"x": x},
              {"b": b}, torch_fn=lambda x, b: (x + b).relu())
+
+
+@pytest.mark.parametrize("op", [OpCode.MAXIMUM, OpCode.MINIMUM], ids=lambda op: op.name)
+def test_maximum_minimum(op):
+    def fn(a, b):
+        import torch
+
+        return torch.maximum(a, b) if op == OpCode.MAXIMUM else torch.minimum(a, b)
+
+    # Random values: no ties, so each output has one well-defined source.
+    check_op(lambda bld, a, b: bld.op(op, [a, b]), {"a": rand(2, 3, 4, seed=1)},
+             {"b": rand(3, 1, seed=2)}, torch_fn=fn)

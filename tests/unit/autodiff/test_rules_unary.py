@@ -78,3 +78,10 @@ def test_fused_activation_on_fully_connected(activation):
         assert np.min(np.abs(pre - kink)) > 1e-3
     check_op(lambda b, x, w: b.op(OpCode.FULLY_CONNECTED, [x, w], **attrs), {"x": x},
              {"w": w})
+
+
+def test_prelu_with_per_channel_slopes():
+    x = away_from(rand(2, 3, 4, 4, seed=1), (0.0,))
+    check_op(lambda b, x, slope: b.op(OpCode.PRELU, [x, slope]), {"x": x},
+             {"slope": rand(3, 1, 1, seed=2) * 0.3},
+             torch_fn=lambda x, slope: _torch()[1].prelu(x, slope.reshape(3)))
