@@ -48,6 +48,7 @@ WEIGHT_INPUTS: dict[OpCode, tuple[int, ...]] = {
     OpCode.MATMUL: (0, 1),
     OpCode.BATCH_NORM: (1, 2),
     OpCode.LAYER_NORM: (1, 2),
+    OpCode.PRELU: (1,),
     OpCode.ADD: (0, 1),
     OpCode.SUB: (0, 1),
     OpCode.MUL: (0, 1),
