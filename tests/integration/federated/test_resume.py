@@ -88,3 +88,44 @@ def test_kill9_mid_round_then_restart_resumes_the_round(tmp_path: Path, server_f
     status = read_status(server.state_dir)
     assert [r["num_results"] for r in status["rounds"]] == [4, 4, 4]
     assert server.terminate() == 0
+
+
+def test_sigterm_mid_round_exits_zero_and_restart_finishes(tmp_path: Path, server_factory) -> None:  # type: ignore[no-untyped-def]
+    w0 = make_model(tmp_path / "init.spore")
+    server = server_factory(
+        ["--model", str(tmp_path / "init.spore"), "--rounds", "1", "--min-clients", "2"]
+    ).start()
+    release = threading.Event()
+    results: dict[int, dict[str, np.ndarray] | None] = {}
+
+    def run(i: int) -> None:
+        def train(weights: dict[str, np.ndarray], config: dict) -> tuple:
+            if i == 1:
+                release.wait(60)
+            return local_step(i, weights), SAMPLES[i], {}
+
+        results[i] = Client(
+            server.address, train=train, name=f"t{i}", poll_wait=5.0, max_backoff=0.3
+        ).run()
+
+    threads = [threading.Thread(target=run, args=(i,), daemon=True) for i in range(2)]
+    for t in threads:
+        t.start()
+    wait_for(
+        lambda: "accepted" in read_status(server.state_dir)["participants"].values(),
+        what="one accepted update",
+    )
+    # Client 0 is long-polling (a 5 s call) when SIGTERM arrives: the server still exits at once.
+    assert server.terminate(timeout=8) == 0
+    assert server.events("server_stopped")
+    server.start()
+    release.set()
+    for t in threads:
+        t.join(30)
+    total = SAMPLES[0] + SAMPLES[1]
+    want = {
+        k: ((SAMPLES[0] * local_step(0, w0)[k] + SAMPLES[1] * local_step(1, w0)[k]) / total)
+        for k in w0
+    }
+    for k in want:
+        np.testing.assert_allclose(results[0][k], want[k], rtol=1e-5, atol=1e-6)  # type: ignore[index]
