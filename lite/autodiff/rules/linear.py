@@ -30,20 +30,37 @@ def fully_connected(ctx: GradContext, node: Node, grads: list[int | None]) -> li
 
 def matmul(ctx: GradContext, node: Node, grads: list[int | None]) -> list[int | None]:
     # y = a @ b: da = g @ b^T, db = a^T @ g, summed over batch axes that were broadcast.
+    # A 1-D operand is promoted to a matrix (NumPy's rule) and its gradient reshaped back.
     a, b = node.inputs
     y = node.outputs[0]
     (g,) = grads
-    if ctx.rank(a) < 2 or ctx.rank(b) < 2:
-        raise ShapeError(f"MATMUL {node.name!r}: gradients need inputs of rank >= 2, got "
-                         f"{list(ctx.shape(a))} and {list(ctx.shape(b))}")
-    batch = ctx.shape(y)[:-2]
+    sa, sb, sy = ctx.shape(a), ctx.shape(b), ctx.shape(y)
+    if len(sa) == 0 or len(sb) == 0:
+        raise ShapeError(f"MATMUL {node.name!r}: no gradient for scalar operands")
+    a2, b2, g2, sy2 = a, b, g, list(sy)
+    if len(sa) == 1:
+        a2 = ctx.op(OpCode.RESHAPE, [a], shape=[1, sa[0]])
+        sy2.insert(len(sy2) - (0 if len(sb) == 1 else 1), 1)
+    if len(sb) == 1:
+        b2 = ctx.op(OpCode.RESHAPE, [b], shape=[sb[0], 1])
+        sy2.append(1)
+    if a2 != a or b2 != b:
+        if sy2.count(-1) > 1:
+            raise ShapeError(f"MATMUL {node.name!r}: no gradient with several dynamic "
+                             f"dimensions {sy}")
+        g2 = ctx.op(OpCode.RESHAPE, [g], shape=sy2)
+    batch = tuple(sy2[:-2])
     da = db = None
     if ctx.needs(a):
-        da = ctx.op(OpCode.MATMUL_TRANSPOSED, [g, b], transpose_b=1)
-        if ctx.shape(a)[:-2] != batch:
-            da = ctx.op(OpCode.REDUCE_SUM_TO, [da, a])
+        da = ctx.op(OpCode.MATMUL_TRANSPOSED, [g2, b2], transpose_b=1)
+        if tuple(sa[:-2]) != batch:  # a was broadcast over batch axes (a 1-D a has none)
+            da = ctx.op(OpCode.REDUCE_SUM_TO, [da, a2])
+        if len(sa) == 1:
+            da = ctx.op(OpCode.RESHAPE, [da], shape=list(sa))
     if ctx.needs(b):
-        db = ctx.op(OpCode.MATMUL_TRANSPOSED, [a, g], transpose_a=1)
-        if ctx.shape(b)[:-2] != batch:
-            db = ctx.op(OpCode.REDUCE_SUM_TO, [db, b])
+        db = ctx.op(OpCode.MATMUL_TRANSPOSED, [a2, g2], transpose_a=1)
+        if tuple(sb[:-2]) != batch:
+            db = ctx.op(OpCode.REDUCE_SUM_TO, [db, b2])
+        if len(sb) == 1:
+            db = ctx.op(OpCode.RESHAPE, [db], shape=list(sb))
     return [da, db]

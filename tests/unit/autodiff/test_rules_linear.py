@@ -35,6 +35,9 @@ def test_fully_connected_without_bias_on_a_3d_input():
     ((2, 3, 4), (2, 4, 5)),
     ((2, 3, 4), (4, 5)),       # b broadcast over the batch: its gradient is summed
     ((1, 3, 4), (2, 4, 5)),    # a broadcast
+    ((4,), (2, 4, 5)),         # 1-D operands are promoted to matrices (NumPy rules)
+    ((2, 3, 4), (4,)),
+    ((4,), (4,)),
 ])
 def test_matmul(a, b):
     check_op(lambda bld, a, b: bld.op(OpCode.MATMUL, [a, b]),
