@@ -2,9 +2,21 @@
 
 from __future__ import annotations
 
-from sporenet.lite.kernels import elementwise, linear, reshape, unary
-from sporenet.lite.kernels import conv, normalization, pad, pooling, resize  # noqa: I001
-from sporenet.lite.kernels import layer_norm, reduce, softmax, transform  # noqa: I001
+from sporenet.lite.kernels import (
+    conv,
+    elementwise,
+    layer_norm,
+    linear,
+    normalization,
+    pad,
+    pooling,
+    reduce,
+    reshape,
+    resize,
+    softmax,
+    transform,
+    unary,
+)
 from sporenet.lite.kernels.base import Kernel
 from sporenet.lite.kernels.training import (
     activation_grad,
