@@ -8,7 +8,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from sporenet.converter.passes.graph_utils import consumers, producers, replace_uses
+from sporenet.converter.passes.graph_utils import (
+    consumers,
+    float_attr,
+    producers,
+    replace_uses,
+)
 from sporenet.lite.graph import Model, Node
 from sporenet.lite.ops import OpCode
 
@@ -28,18 +33,19 @@ def fused_form(node: Node) -> dict[str, Any] | None:
     if node.op == OpCode.HARD_SWISH:
         return {"activation": "hard_swish"}
     if node.op == OpCode.LEAKY_RELU:
-        return {"activation": "leaky_relu", "alpha": float(node.attrs.get("alpha", 0.01))}
+        return {"activation": "leaky_relu", "alpha": float_attr(node, "alpha", 0.01)}
     if node.op == OpCode.CLIP and len(node.inputs) == 1:
-        lo, hi = node.attrs.get("min"), node.attrs.get("max")
+        lo = float_attr(node, "min", float("-inf")) if "min" in node.attrs else None
+        hi = float_attr(node, "max", float("inf")) if "max" in node.attrs else None
         if lo == 0 and hi == 6:
             return {"activation": "relu6"}
         if lo == 0 and hi is None:
             return {"activation": "relu"}
         attrs: dict[str, Any] = {"activation": "clip"}
         if lo is not None:
-            attrs["clip_min"] = float(lo)
+            attrs["clip_min"] = lo
         if hi is not None:
-            attrs["clip_max"] = float(hi)
+            attrs["clip_max"] = hi
         return attrs
     return None
 

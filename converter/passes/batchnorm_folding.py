@@ -14,6 +14,7 @@ from sporenet.converter.passes.graph_utils import (
     add_constant,
     add_tensor,
     consumers,
+    float_attr,
     producers,
     replace_uses,
     static_value,
@@ -76,7 +77,7 @@ def fold_batch_norms(model: Model) -> int:
             gamma, beta, mean, var = (np.asarray(p, np.float64).reshape(-1) for p in params)
             if any(p.size != channels for p in (gamma, beta, mean, var)):
                 continue
-            eps = float(bn.attrs.get("epsilon", 1e-5))
+            eps = float_attr(bn, "epsilon", 1e-5)
             scale = gamma / np.sqrt(var + eps)
             dtype = w_tensor.dtype
             name = w_tensor.name
@@ -95,8 +96,8 @@ def fold_batch_norms(model: Model) -> int:
             shift = beta - mean * scale
             if b_index == -1:
                 b_new = add_constant(model, f"{name}/bn_bias", shift.astype(dtype))
-            elif model.tensors[b_index].data is not None:
-                b = model.tensors[b_index].data.astype(np.float64).reshape(-1)
+            elif (b_data := model.tensors[b_index].data) is not None:
+                b = b_data.astype(np.float64).reshape(-1)
                 b_new = add_constant(model, f"{name}/bn_bias", (b * scale + shift).astype(dtype))
             else:
                 s_index = add_constant(model, f"{name}/bn_bias_scale", scale.astype(dtype))

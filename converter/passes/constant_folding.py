@@ -33,7 +33,7 @@ def fold_constants(model: Model) -> int:
                 kept.append(node)  # left for the runtime to report with full context
                 continue
             values = evaluate(kernel, [None if t is None else t.data for t in tensors])
-            in_bytes = sum(t.data.nbytes for t in tensors if t is not None)
+            in_bytes = sum(t.data.nbytes for t in tensors if t is not None and t.data is not None)
             if not all(should_materialize(v.nbytes, in_bytes) for v in values):
                 kept.append(node)
                 continue

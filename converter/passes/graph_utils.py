@@ -34,6 +34,12 @@ def replace_uses(model: Model, graph_index: int, old: int, new: int) -> None:
             sig.outputs = {name: new if i == old else i for name, i in sig.outputs.items()}
 
 
+def float_attr(node: Node, name: str, default: float) -> float:
+    """A node's numeric attribute as a float (the default when absent or not a number)."""
+    value = node.attrs.get(name, default)
+    return float(value) if isinstance(value, int | float) else default
+
+
 def is_graph_output(model: Model, index: int) -> bool:
     return any(index in g.outputs for g in model.graphs)
 

@@ -22,7 +22,7 @@ RESHAPES = (OpCode.RESHAPE, OpCode.FLATTEN, OpCode.SQUEEZE, OpCode.UNSQUEEZE)
 
 def _perm(node: Node, rank: int) -> list[int]:
     perm = node.attrs.get("perm")
-    return list(perm) if perm else list(range(rank))[::-1]
+    return [int(p) for p in perm] if isinstance(perm, list) and perm else list(range(rank))[::-1]
 
 
 def _bypass(model: Model, gi: int, node: Node) -> bool:

@@ -69,8 +69,10 @@ def clip(ctx: ImportContext, node: OnnxNode) -> list[int]:
             if hi_index != -1:
                 out = ctx.emit1(OpCode.MINIMUM, [out, hi_index])
             return [out]
-        attrs = {name: None if i == -1 else np.ravel(ctx.value(i))[0].item()
-                 for name, i in (("min", lo_index), ("max", hi_index))}
+        attrs = {}
+        for name, i in (("min", lo_index), ("max", hi_index)):
+            bound = ctx.value(i)
+            attrs[name] = None if bound is None else np.ravel(bound)[0].item()
     attrs = {k: v for k, v in attrs.items() if v is not None}
     if not attrs:
         return [x]

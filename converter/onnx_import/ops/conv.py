@@ -96,9 +96,8 @@ def conv_transpose(ctx: ImportContext, node: OnnxNode) -> list[int]:
     attrs = _spatial_attrs(node, spatial, WINDOW)
     for name in ("output_padding", "output_shape"):
         if name in node.attrs:
-            value = node.ints(name)
-            attrs[name] = value if spatial == 2 else [
-                0 if name == "output_padding" else 1, *value]  # type: ignore[list-item]
+            ints = node.ints(name) or []
+            attrs[name] = ints if spatial == 2 else [0 if name == "output_padding" else 1, *ints]
     attrs["group"] = int(node.attr("group", 1))
     inputs = [x4, w] if b == -1 else [x4, w, b]
     return [_from_2d(ctx, ctx.emit1(OpCode.CONV_TRANSPOSE2D, inputs, **attrs), spatial)]
