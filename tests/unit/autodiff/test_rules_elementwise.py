@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from sporenet.lite import OpCode
-from tests.unit.autodiff.gradcheck import check_op, rand
+from tests.unit.autodiff.gradcheck import GradientCase, check_op, rand
 
 SHAPES = [
     ((3, 4), (3, 4)),
@@ -59,3 +59,42 @@ def test_maximum_minimum(op):
     # Random values: no ties, so each output has one well-defined source.
     check_op(lambda bld, a, b: bld.op(op, [a, b]), {"a": rand(2, 3, 4, seed=1)},
              {"b": rand(3, 1, seed=2)}, torch_fn=fn)
+
+
+def _broadcast_pair(draw_shape, mask):
+    """A shape and a broadcast-compatible partner: some axes set to 1, leading ones cut."""
+    other = [1 if m else d for d, m in zip(draw_shape, mask, strict=True)]
+    return tuple(draw_shape), tuple(other)
+
+
+@pytest.mark.parametrize("op", [OpCode.ADD, OpCode.MUL], ids=lambda op: op.name)
+def test_broadcast_gradients_property(op):
+    # Property: for random broadcast-compatible shapes, the IR gradient of each input equals
+    # NumPy's analytic gradient summed over the axes that input was broadcast along.
+    hypothesis = pytest.importorskip("hypothesis", reason="Hypothesis is a test extra")
+    st = hypothesis.strategies
+
+    @hypothesis.settings(max_examples=15, deadline=None)
+    @hypothesis.given(st.lists(st.integers(1, 3), min_size=1, max_size=4).flatmap(
+        lambda s: st.tuples(st.just(s), st.lists(st.booleans(), min_size=len(s),
+                                                 max_size=len(s)), st.integers(0, len(s)))))
+    def check(args):
+        shape, mask, cut = args
+        sa, sb = _broadcast_pair(shape, mask)
+        sb = sb[cut:] or (1,)
+        a, b = rand(*sa, seed=1), rand(*sb, seed=2)
+        case = GradientCase(lambda bld, a, b: bld.op(op, [a, b]), {"a": a}, {"b": b})
+        grads = case.gradients()
+        y = a + b if op == OpCode.ADD else a * b
+        dy = 2 * (y - case.target) / y.size
+        da = dy if op == OpCode.ADD else dy * b
+        db = dy if op == OpCode.ADD else dy * a
+        lead = len(y.shape) - len(sb)
+        axes = tuple(range(lead)) + tuple(lead + k for k, d in enumerate(sb)
+                                          if d == 1 and y.shape[lead + k] != 1)
+        # a has the full shape; b was broadcast along `axes`.
+        np.testing.assert_allclose(grads["a"], da, rtol=1e-10, atol=1e-14)
+        np.testing.assert_allclose(grads["b"], db.sum(axis=axes).reshape(sb), rtol=1e-10,
+                                   atol=1e-14)
+
+    check()
