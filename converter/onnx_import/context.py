@@ -23,7 +23,7 @@ from sporenet.lite.kernels import KERNELS
 from sporenet.lite.kernels.base import Attrs, Kernel, TensorSpec
 from sporenet.lite.ops import OpCode
 
-MATERIALIZE_LIMIT = 4096
+MATERIALIZE_LIMIT = 1024
 """Folded constants up to this many bytes are always stored; larger ones only when they are
 no larger than the constants they are computed from (otherwise the node is kept)."""
 
@@ -37,7 +37,8 @@ def contiguous(array: np.ndarray) -> np.ndarray:
 
 
 def should_materialize(out_bytes: int, in_bytes: int) -> bool:
-    """Whether a folded constant of `out_bytes` computed from `in_bytes` is worth storing."""
+    """Whether a folded constant of `out_bytes`, computed from `in_bytes` of stored
+    constants, is worth storing (rather than keeping the node for the runtime to fold)."""
     return out_bytes <= MATERIALIZE_LIMIT or out_bytes <= in_bytes
 
 
@@ -187,7 +188,10 @@ class ImportContext:
         if foldable and all(i == -1 or i in self.static for i in inputs):
             values = [self.views[0][i].value if i != -1 else None for i in inputs]
             outs = evaluate(kernels[0], values)[:num_outputs]
-            in_bytes = sum(v.nbytes for v in values if v is not None)
+            # Only inputs stored in the file count: a result computed from fills the runtime
+            # folds at load time would otherwise be stored in full.
+            in_bytes = sum(self.tensors[i].data.nbytes for i in inputs  # type: ignore[union-attr]
+                           if i != -1 and self.tensors[i].data is not None)
             if all(should_materialize(o.nbytes, in_bytes) for o in outs):
                 return [self.constant(base if num_outputs == 1 else f"{base}:{k}", o)
                         for k, o in enumerate(outs)]

@@ -51,8 +51,9 @@ HANDLERS: dict[str, Handler] = {
     "Identity": _h(constant.identity),
     "Dropout": _h(constant.dropout),
     # linear algebra
-    "Gemm": _h(linear.gemm, OpCode.FULLY_CONNECTED, OpCode.MATMUL, OpCode.ADD, OpCode.MUL),
-    "MatMul": _h(linear.matmul, OpCode.FULLY_CONNECTED, OpCode.MATMUL),
+    "Gemm": _h(linear.gemm, OpCode.FULLY_CONNECTED, OpCode.MATMUL, OpCode.ADD, OpCode.MUL,
+               OpCode.TRANSPOSE),
+    "MatMul": _h(linear.matmul, OpCode.FULLY_CONNECTED, OpCode.MATMUL, OpCode.TRANSPOSE),
     # binary elementwise
     "Add": _h(_E.binary(OpCode.ADD), OpCode.ADD),
     "Sub": _h(_E.binary(OpCode.SUB), OpCode.SUB),

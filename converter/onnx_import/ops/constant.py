@@ -43,8 +43,7 @@ def constant_of_shape(ctx: ImportContext, node: OnnxNode) -> list[int]:
         # A large fill stays a node (Expand of a scalar) that the runtime folds at load time,
         # so the file does not store megabytes of one repeated value.
         scalar = ctx.constant(f"{node.outputs[0]}/value", fill)
-        target = ctx.constant(f"{node.outputs[0]}/shape", np.array(shape, np.int64))
-        return [ctx.emit1(OpCode.EXPAND, [scalar, target])]
+        return [ctx.emit1(OpCode.EXPAND, [scalar], shape=shape)]
     return [ctx.constant(node.outputs[0], np.full(shape, fill, fill.dtype))]
 
 

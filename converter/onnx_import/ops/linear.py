@@ -10,10 +10,24 @@ from sporenet.lite.ops import OpCode
 
 
 def _transpose2d(ctx: ImportContext, x: int) -> int:
-    value = ctx.value(x)
-    if value is not None:
-        return ctx.constant(f"{ctx.tensors[x].name}/T", np.ascontiguousarray(value.T))
+    """x.T: computed now for a stored constant; otherwise a Transpose node (folded by the
+    runtime at load time when x is a fill it computes, so the file stays small)."""
+    data = ctx.tensors[x].data
+    if data is not None:
+        return ctx.constant(f"{ctx.tensors[x].name}/T", np.ascontiguousarray(data.T))
     return ctx.emit1(OpCode.TRANSPOSE, [x], perm=[1, 0])
+
+
+def _scaled(ctx: ImportContext, x: int, alpha: float) -> int:
+    """x * alpha, in the same way as _transpose2d."""
+    data = ctx.tensors[x].data
+    if alpha == 1.0:
+        return x
+    if data is not None:
+        return ctx.constant(f"{ctx.tensors[x].name}/scaled",
+                            (data * np.asarray(alpha, data.dtype)).astype(data.dtype))
+    factor = ctx.constant(f"{ctx.tensors[x].name}/alpha", np.array(alpha, ctx.dtype(x)))
+    return ctx.emit1(OpCode.MUL, [x, factor])
 
 
 def gemm(ctx: ImportContext, node: OnnxNode) -> list[int]:
@@ -34,16 +48,10 @@ def gemm(ctx: ImportContext, node: OnnxNode) -> list[int]:
     dtype = ctx.dtype(a)
     c_value = ctx.value(c) if c != -1 else None
     if weight is not None and dtype.kind == "f":
-        # FullyConnected weight is (out_features, in_features) = B'.T.
-        w = weight if trans_b else weight.T
-        if alpha != 1.0:
-            w = w * np.asarray(alpha, w.dtype)
-        if trans_b and alpha == 1.0:
-            w_index = b  # the initializer itself, bit for bit
-        else:
-            w_index = ctx.constant(f"{ctx.tensors[b].name}/fc_weight",
-                                   np.ascontiguousarray(w, dtype=weight.dtype))
-        n = w.shape[0]
+        # FullyConnected weight is (out_features, in_features) = B'.T; with transB and
+        # alpha 1 it is the initializer itself, bit for bit.
+        w_index = _scaled(ctx, b if trans_b else _transpose2d(ctx, b), alpha)
+        n = weight.shape[0] if trans_b else weight.shape[1]
         inputs = [a, w_index]
         if c != -1 and c_value is not None and c_value.size in (1, n) and (
             c_value.ndim == 0 or c_value.shape[-1] in (1, n)
@@ -84,6 +92,5 @@ def matmul(ctx: ImportContext, node: OnnxNode) -> list[int]:
     if weight is not None and weight.ndim == 2 and ctx.dtype(a).kind == "f" and (
         ctx.dtype(a) == weight.dtype
     ):
-        w = ctx.constant(f"{ctx.tensors[b].name}/fc_weight", np.ascontiguousarray(weight.T))
-        return [ctx.emit1(OpCode.FULLY_CONNECTED, [a, w])]
+        return [ctx.emit1(OpCode.FULLY_CONNECTED, [a, _transpose2d(ctx, b)])]
     return [ctx.emit1(OpCode.MATMUL, [a, b])]
