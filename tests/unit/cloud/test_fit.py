@@ -157,3 +157,25 @@ def test_plot_writes_a_png_only_when_matplotlib_is_installed(tmp_path):
         assert not path.exists()  # matplotlib is optional: no plot, no error
     else:
         assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_cnn_with_batchnorm_same_in_both_modes_and_running_stats_move():
+    # Conv2d, DepthwiseConv2d, BatchNorm (training mode), pooling: one graph, two modes.
+    x, y = DATA.x_train[:64], DATA.y_train[:64]
+    results = {}
+    for mode in ("eager", "graph"):
+        cloud.manual_seed(2)
+        model = cloud.Sequential(
+            L.Rescale(1 / 16), L.Conv2d(1, 4, 3, padding=1, bias=False), L.BatchNorm2d(4),
+            L.ReLU(), L.DepthwiseConv2d(4, 3, padding=1), L.MaxPool2d(2), L.Flatten(),
+            L.Dense(64, 10))
+        history = cloud.fit(model, x, y, epochs=2, batch_size=32,
+                            optimizer=cloud.SGD(lr=0.05, momentum=0.9), verbose=0, mode=mode)
+        results[mode] = (history["loss"], model.state_dict())
+    np.testing.assert_allclose(results["eager"][0], results["graph"][0], rtol=1e-5)
+    for name, value in results["eager"][1].items():
+        np.testing.assert_allclose(value, results["graph"][1][name], rtol=1e-4, atol=1e-5,
+                                   err_msg=name)
+    state = results["graph"][1]
+    assert not np.allclose(state["2.running_mean"], 0.0)  # updated by the training steps
+    assert not np.allclose(state["2.running_var"], 1.0)
