@@ -179,3 +179,22 @@ def test_cnn_with_batchnorm_same_in_both_modes_and_running_stats_move():
     state = results["graph"][1]
     assert not np.allclose(state["2.running_mean"], 0.0)  # updated by the training steps
     assert not np.allclose(state["2.running_var"], 1.0)
+
+
+@pytest.mark.parametrize(("loss", "kwargs"), [
+    ("softmax_cross_entropy", {"label_smoothing": 0.1}),
+    ("mse", {}),
+    ("bce_with_logits", {}),
+])
+def test_every_loss_trains_the_same_in_both_modes(loss, kwargs):
+    x = X[:96]
+    y = DATA.y_train[:96]
+    if loss != "softmax_cross_entropy":
+        y = np.eye(10, dtype=np.float32)[y]  # one-hot targets shaped like the output
+    losses = {}
+    for mode in ("eager", "graph"):
+        history = cloud.fit(mlp(), x, y, epochs=3, batch_size=32, optimizer=cloud.AdamW(lr=1e-2),
+                            loss=loss, verbose=0, mode=mode, **kwargs)
+        losses[mode] = history["loss"]
+    np.testing.assert_allclose(losses["eager"], losses["graph"], rtol=1e-5)
+    assert losses["graph"][-1] < losses["graph"][0]
