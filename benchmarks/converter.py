@@ -57,11 +57,12 @@ from pathlib import Path  # noqa: E402
 import numpy as np  # noqa: E402
 import onnx  # noqa: E402
 import onnxruntime as ort  # noqa: E402
-from onnx import numpy_helper  # noqa: E402
 from onnx.backend.test.loader import DATA_DIR  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository, for tests/
 from sporenet.converter import convert_onnx_model  # noqa: E402
 from sporenet.lite import Interpreter, serialize  # noqa: E402
+from tests.conformance.onnx_backend import with_real_weights  # noqa: E402
 
 LIGHT = ("bvlc_alexnet", "densenet121", "inception_v1", "inception_v2", "resnet50",
          "shufflenet", "squeezenet", "vgg19", "zfnet512")
@@ -80,38 +81,6 @@ def runner_input(model: onnx.ModelProto) -> tuple[str, np.ndarray]:
     shape = tuple(d.dim_value for d in value.type.tensor_type.shape.dim)
     n = int(np.prod(shape))
     return value.name, (np.arange(n).reshape(shape) / n).astype(np.float32)
-
-
-def with_real_weights(model: onnx.ModelProto, seed: int = 0) -> onnx.ModelProto:
-    """The model with every ConstantOfShape fill replaced by a random float32 initializer
-    of the same shape (scaled small so activations stay finite)."""
-    rng = np.random.default_rng(seed)
-    out = onnx.ModelProto()
-    out.CopyFrom(model)
-    out.ir_version = max(out.ir_version, 4)  # initializers need not be listed as inputs
-    consts = {t.name: numpy_helper.to_array(t) for t in out.graph.initializer}
-    keep = []
-    for node in out.graph.node:
-        if node.op_type == "ConstantOfShape" and node.input[0] in consts:
-            shape = tuple(int(d) for d in consts[node.input[0]])
-            value = (rng.standard_normal(shape) * 0.05).astype(np.float32)
-            if len(shape) == 1:  # per-channel vectors (BN variances, scales): positive
-                value = np.abs(value) + 0.5
-            out.graph.initializer.append(numpy_helper.from_array(value, node.output[0]))
-        else:
-            keep.append(node)
-    del out.graph.node[:]
-    out.graph.node.extend(keep)
-    used = {i for n in keep for i in n.input}
-    kept_inits = [t for t in out.graph.initializer if t.name in used]
-    del out.graph.initializer[:]
-    out.graph.initializer.extend(kept_inits)
-    names = {t.name for t in kept_inits}
-    kept_inputs = [v for v in out.graph.input if v.name not in names and
-                   (v.name in used or v.name in {o.name for o in out.graph.output})]
-    del out.graph.input[:]
-    out.graph.input.extend(kept_inputs)
-    return out
 
 
 def convert_stats(name: str, path: Path) -> dict:

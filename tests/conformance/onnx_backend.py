@@ -226,6 +226,38 @@ def light_input(model: onnx.ModelProto) -> list[np.ndarray]:
     return arrays
 
 
+def with_real_weights(model: onnx.ModelProto, seed: int = 0) -> onnx.ModelProto:
+    """The model with every ConstantOfShape fill replaced by a random float32 initializer
+    of the same shape (scaled small so activations stay finite)."""
+    rng = np.random.default_rng(seed)
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    out.ir_version = max(out.ir_version, 4)  # initializers need not be listed as inputs
+    consts = {t.name: numpy_helper.to_array(t) for t in out.graph.initializer}
+    keep = []
+    for node in out.graph.node:
+        if node.op_type == "ConstantOfShape" and node.input[0] in consts:
+            shape = tuple(int(d) for d in consts[node.input[0]])
+            value = (rng.standard_normal(shape) * 0.05).astype(np.float32)
+            if len(shape) == 1:  # per-channel vectors (BN variances, scales): positive
+                value = np.abs(value) + 0.5
+            out.graph.initializer.append(numpy_helper.from_array(value, node.output[0]))
+        else:
+            keep.append(node)
+    del out.graph.node[:]
+    out.graph.node.extend(keep)
+    used = {i for n in keep for i in n.input}
+    kept_inits = [t for t in out.graph.initializer if t.name in used]
+    del out.graph.initializer[:]
+    out.graph.initializer.extend(kept_inits)
+    names = {t.name for t in kept_inits}
+    kept_inputs = [v for v in out.graph.input if v.name not in names and
+                   (v.name in used or v.name in {o.name for o in out.graph.output})]
+    del out.graph.input[:]
+    out.graph.input.extend(kept_inputs)
+    return out
+
+
 def iter_cases(kinds: tuple[str, ...]) -> Iterator[Case]:
     """Every case of the requested kinds, with its model loaded lazily where possible."""
     for kind in kinds:

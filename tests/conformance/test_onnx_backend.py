@@ -58,3 +58,32 @@ def test_pytorch(case: ob.Case) -> None:
 @pytest.mark.parametrize("case", _params(("light",), slow=ob.SLOW_LIGHT_MODELS))
 def test_light_model(case: ob.Case) -> None:
     _check(case)
+
+
+@pytest.mark.parametrize("name", [
+    pytest.param(n, id=f"light_{n}", marks=[pytest.mark.slow] if n in ob.SLOW_LIGHT_MODELS else [])
+    for n in ob.LIGHT_MODELS
+])
+def test_optimized_and_unoptimized_light_models_agree(name: str) -> None:
+    """The passes (BatchNorm folding, fusion, ...) keep outputs within 1e-5 relative.
+
+    Uses a copy of the model with random weights: the light models' constant weights make
+    all 1000 logits equal (~1e10), so their softmax depends on last-bit rounding.
+    """
+    import os
+
+    import numpy as np
+
+    from sporenet.converter import convert_onnx
+    from sporenet.lite import Interpreter
+
+    model = ob.with_real_weights(ob.onnx.load(os.path.join(ob.DATA_DIR, "light",
+                                                           f"light_{name}.onnx")))
+    feed = ob.light_input(model)[0]
+    outputs = []
+    for optimize in (True, False):
+        interpreter = Interpreter(model_content=convert_onnx(model, optimize=optimize))
+        (input_name,) = interpreter.signature.inputs
+        outputs.append(next(iter(interpreter.run({input_name: feed}).values())))
+    scale = float(np.max(np.abs(outputs[1])))
+    np.testing.assert_allclose(outputs[0], outputs[1], rtol=1e-5, atol=1e-5 * scale)
