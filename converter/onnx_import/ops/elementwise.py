@@ -93,3 +93,35 @@ def logical(kind: str) -> Handler:
         return [_not(ctx, node, ctx.emit1(OpCode.EQUAL, [a, b]))]
 
     return convert
+
+
+def mod(ctx: ImportContext, node: OnnxNode) -> list[int]:
+    """Mod: with fmod=1 the remainder has the dividend's sign (C fmod), with fmod=0 the
+    divisor's (Python %). Static operands fold with NumPy; otherwise the runtime computes
+    r = a - trunc(a / b) * b, then for fmod=0 adds b where r and b differ in sign."""
+    a, b = node.input(0), node.input(1)
+    fmod = int(node.attr("fmod", 0))
+    va, vb = ctx.value(a), ctx.value(b)
+    if va is not None and vb is not None:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            value = np.fmod(va, vb) if fmod else np.mod(va, vb)
+        return [ctx.constant(node.outputs[0], value.astype(va.dtype))]
+    q = ctx.emit1(OpCode.DIV, [a, b])  # integer Div truncates toward zero
+    if ctx.dtype(a).kind == "f":
+        zero_f = ctx.constant(f"{node.name}/zero_q", np.array(0, ctx.dtype(a)))
+        negative = ctx.emit1(OpCode.LESS, [q, zero_f])
+        q = ctx.emit1(OpCode.WHERE, [negative, ctx.emit1(OpCode.CEIL, [q]),
+                                     ctx.emit1(OpCode.FLOOR, [q])])
+    zero = ctx.constant(f"{node.name}/zero", np.array(0, ctx.dtype(a)))
+    product = ctx.emit1(OpCode.MUL, [q, b])
+    if ctx.dtype(a).kind == "f":
+        # q = 0 with an infinite divisor: the product is 0 (not 0 * inf = nan).
+        product = ctx.emit1(OpCode.WHERE, [ctx.emit1(OpCode.EQUAL, [q, zero]), zero, product])
+    r = ctx.emit1(OpCode.SUB, [a, product])
+    if fmod:
+        return [r]
+    nonzero = _not(ctx, node, ctx.emit1(OpCode.EQUAL, [r, zero]))
+    sign_differs = _not(ctx, node, ctx.emit1(OpCode.EQUAL, [ctx.emit1(OpCode.LESS, [r, zero]),
+                                                             ctx.emit1(OpCode.LESS, [b, zero])]))
+    fix = ctx.emit1(OpCode.MUL, [nonzero, sign_differs])
+    return [ctx.emit1(OpCode.WHERE, [fix, ctx.emit1(OpCode.ADD, [r, b]), r])]

@@ -85,3 +85,59 @@ def softmax(op: OpCode) -> Handler:
         return [ctx.emit1(OpCode.RESHAPE, [y], shape=shape)]
 
     return convert
+
+
+def _axes_from(ctx: ImportContext, x: int, axis: int) -> list[int]:
+    rank = ctx.rank(x)
+    return list(range(axis + rank if axis < 0 else axis, rank))
+
+
+def rms_norm(ctx: ImportContext, node: OnnxNode) -> list[int]:
+    """Y = X / sqrt(mean(X², axes axis..) + epsilon) * scale, normalized in float32 when
+    stash_type is 1 (the ONNX function body), then cast back before the scale."""
+    x, scale = node.input(0), node.input(1)
+    dtype = ctx.dtype(x)
+    axes = _axes_from(ctx, x, int(node.attr("axis", -1)))
+    stash = int(node.attr("stash_type", 1)) == 1 and dtype != np.float32
+    xs = ctx.emit1(OpCode.CAST, [x], to="float32") if stash else x
+    mean_sq = ctx.emit1(OpCode.REDUCE_MEAN, [ctx.emit1(OpCode.MUL, [xs, xs])], axes=axes,
+                        keepdims=1)
+    eps = ctx.constant(f"{node.name}/epsilon",
+                       np.array(node.attr("epsilon", 1e-5), ctx.dtype(xs)))
+    inv = ctx.emit1(OpCode.RSQRT, [ctx.emit1(OpCode.ADD, [mean_sq, eps])])
+    normalized = ctx.emit1(OpCode.MUL, [xs, inv])
+    if stash:
+        normalized = ctx.emit1(OpCode.CAST, [normalized], to=str(dtype))
+    return [ctx.emit1(OpCode.MUL, [normalized, scale])]
+
+
+def mean_variance_norm(ctx: ImportContext, node: OnnxNode) -> list[int]:
+    """(X - E[X]) / (sqrt(E[X²] - E[X]²) + 1e-9) over `axes` (default [0, 2, 3]), as the
+    ONNX function body computes it."""
+    x = node.input(0)
+    axes = node.ints("axes") or [0, 2, 3]
+    mean = ctx.emit1(OpCode.REDUCE_MEAN, [x], axes=axes, keepdims=1)
+    mean_sq = ctx.emit1(OpCode.REDUCE_MEAN, [ctx.emit1(OpCode.MUL, [x, x])], axes=axes,
+                        keepdims=1)
+    variance = ctx.emit1(OpCode.SUB, [mean_sq, ctx.emit1(OpCode.MUL, [mean, mean])])
+    eps = ctx.constant(f"{node.name}/epsilon", np.array(1e-9, ctx.dtype(x)))
+    std = ctx.emit1(OpCode.ADD, [ctx.emit1(OpCode.SQRT, [variance]), eps])
+    return [ctx.emit1(OpCode.DIV, [ctx.emit1(OpCode.SUB, [x, mean]), std])]
+
+
+def lp_norm(ctx: ImportContext, node: OnnxNode) -> list[int]:
+    """x / ||x||_p along `axis` (p = 1 or 2); 0 where the norm is 0."""
+    x = node.input(0)
+    p = int(node.attr("p", 2))
+    if p not in (1, 2):
+        raise node.fail(f"p must be 1 or 2, got {p}")
+    axis = int(node.attr("axis", -1))
+    if p == 1:
+        norm = ctx.emit1(OpCode.REDUCE_SUM, [ctx.emit1(OpCode.ABS, [x])], axes=[axis],
+                         keepdims=1)
+    else:
+        norm = ctx.emit1(OpCode.SQRT, [ctx.emit1(OpCode.REDUCE_SUM, [ctx.emit1(
+            OpCode.MUL, [x, x])], axes=[axis], keepdims=1)])
+    zero = ctx.constant(f"{node.name}/zero", np.array(0, ctx.dtype(x)))
+    is_zero = ctx.emit1(OpCode.EQUAL, [norm, zero])
+    return [ctx.emit1(OpCode.WHERE, [is_zero, zero, ctx.emit1(OpCode.DIV, [x, norm])])]

@@ -318,3 +318,19 @@ def test_layer_norm_with_mean_and_inv_std_outputs() -> None:
     model = make_model([node], {"x": [2, 3, 4]}, ["y", "mean", "inv_std"], opset=17,
                        initializers={"g": rand(3, 4), "b": rand(3, 4)})
     assert_matches_ort(model, {"x": rand(2, 3, 4)}, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("fmod", [0, 1])
+@pytest.mark.parametrize("dtype", [np.int32, np.int64, np.float32])
+def test_mod_signs_follow_onnx(fmod: int, dtype: type) -> None:
+    a = np.array([-7, -3, 0, 3, 7, 5, -5], dtype)
+    b = np.array([2, -2, 3, -3, 3, -2, 2], dtype)
+    elem = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    node = helper.make_node("Mod", ["a", "b"], ["y"], fmod=fmod)
+    model = make_model([node], {"a": [7], "b": [7]}, ["y"], opset=13,
+                       input_dtypes={"a": elem, "b": elem})
+    if np.dtype(dtype).kind == "f" and not fmod:
+        # onnxruntime refuses fmod=0 for floats; NumPy's % is the reference (Python semantics).
+        np.testing.assert_array_equal(run_spore(model, {"a": a, "b": b})[0], np.mod(a, b))
+        return
+    assert_matches_ort(model, {"a": a, "b": b})
