@@ -68,6 +68,7 @@ def fit(model: Module, x: Any, y: Any, *, epochs: int, batch_size: int = 32,
     `mode` overrides the global switch (`set_mode`). With `plot`, the curves are written
     to that PNG if matplotlib is installed. `augment(x_batch, rng)` transforms each training
     batch (e.g. datasets.random_shift); its generator is also drawn from (seed, epoch).
+    The model is left in eval mode.
     """
     if not isinstance(model, Module):
         raise ConfigError(f"`model` must be a sporenet.cloud Module, got {type(model)}")

@@ -95,9 +95,9 @@ class Var:
     def flatten(self, axis: int = 1) -> Var:
         return self.tape.op(OpCode.FLATTEN, [self], axis=axis)
 
-    def reshape(self, *shape: int) -> Var:
-        dims = list(shape[0]) if len(shape) == 1 and isinstance(shape[0], tuple | list) else list(
-            shape)
+    def reshape(self, *shape: Any) -> Var:
+        """x.reshape(2, -1) or x.reshape((2, -1)); 0 keeps that input dimension."""
+        dims = shape[0] if len(shape) == 1 and isinstance(shape[0], tuple | list) else shape
         return self.tape.op(OpCode.RESHAPE, [self], shape=[int(d) for d in dims])
 
 
