@@ -1,0 +1,225 @@
+"""The secure round in the daemon's terms: string client ids, named tensors, opaque bytes.
+
+`SecureRound` is what a round loop holds on the server between "collect" and "publish":
+it maps the authenticated client ids of the sampled cohort to protocol indices, relays
+opaque message bytes, and turns the secure sum into the mean delta as named tensors.
+`SecureClientSession` is the client SDK side: it answers each server message with bytes.
+Both sides flatten an update in the template's tensor order, so only the model's
+template (names, shapes, dtypes) has to agree. Everything persists as bytes.
+
+The mean is unweighted over the contributing clients: a weight would have to be masked
+too, and weighting by sample count lets one client's influence exceed the clipping range.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from sporenet.federated.aggregation import Template, Weights
+from sporenet.federated.secagg.client import SecAggClient
+from sporenet.federated.secagg.config import SecAggConfig
+from sporenet.federated.secagg.errors import ProtocolError
+from sporenet.federated.secagg.messages import (
+    AdvertiseKeys,
+    KeysBroadcast,
+    MaskedInput,
+    RoundSetup,
+    ShareKeys,
+    SharesDelivery,
+    UnmaskRequest,
+    UnmaskResponse,
+)
+from sporenet.federated.secagg.server import SecAggServer, Stage
+
+_DECODERS = {
+    Stage.ADVERTISE_KEYS: AdvertiseKeys,
+    Stage.SHARE_KEYS: ShareKeys,
+    Stage.MASKED_INPUT: MaskedInput,
+    Stage.UNMASK: UnmaskResponse,
+}
+_HEADER = struct.Struct("<4sQ")  # magic, JSON length
+
+
+def vector_length(template: Template) -> int:
+    return sum(int(np.prod(shape, dtype=np.int64)) for shape, _ in template.values())
+
+
+def flatten(update: Mapping[str, np.ndarray], template: Template) -> np.ndarray:
+    """One float64 vector of all tensors, in the template's order; checks every shape."""
+    parts = []
+    for name, (shape, _) in template.items():
+        if name not in update:
+            raise ProtocolError(f"update lacks tensor {name!r}")
+        a = np.asarray(update[name])
+        if tuple(a.shape) != tuple(shape):
+            raise ProtocolError(f"tensor {name!r}: expected shape {tuple(shape)}, found {a.shape}")
+        parts.append(a.reshape(-1).astype(np.float64))
+    return np.concatenate(parts) if parts else np.zeros(0)
+
+
+def unflatten(vector: np.ndarray, template: Template) -> Weights:
+    """Inverse of `flatten`, each tensor cast to its template dtype."""
+    out: Weights = {}
+    at = 0
+    for name, (shape, dtype) in template.items():
+        size = int(np.prod(shape, dtype=np.int64))
+        out[name] = vector[at : at + size].reshape(shape).astype(dtype)
+        at += size
+    return out
+
+
+def _template_to_json(template: Template) -> list[list]:
+    return [[n, list(s), np.dtype(d).str] for n, (s, d) in template.items()]
+
+
+def _template_from_json(rows: list[list]) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
+    return {str(n): (tuple(int(v) for v in s), np.dtype(d)) for n, s, d in rows}
+
+
+class SecureRound:
+    """Server side of one secure round for a cohort of named clients."""
+
+    def __init__(self, server: SecAggServer, client_ids: Sequence[str], template: Template) -> None:
+        if len(set(client_ids)) != len(client_ids):
+            raise ProtocolError("client ids of a secure round must be distinct")
+        if len(client_ids) != server.params.num_clients:
+            raise ProtocolError(
+                f"{len(client_ids)} client ids for a round of {server.params.num_clients} clients"
+            )
+        if vector_length(template) != server.vector_length:
+            raise ProtocolError("the template does not match the round's vector length")
+        self.server = server
+        self.client_ids = list(client_ids)
+        self.template = dict(template)
+        self._index = {cid: i for i, cid in enumerate(self.client_ids)}
+
+    @classmethod
+    def start(
+        cls, config: SecAggConfig, *, client_ids: Sequence[str], template: Template
+    ) -> SecureRound:
+        server = SecAggServer.start(
+            config, num_clients=len(client_ids), vector_length=vector_length(template)
+        )
+        return cls(server, client_ids, template)
+
+    @property
+    def stage(self) -> Stage:
+        return self.server.stage
+
+    def index_of(self, client_id: str) -> int:
+        try:
+            return self._index[client_id]
+        except KeyError:
+            raise ProtocolError(f"client {client_id!r} is not in this secure round") from None
+
+    def setup_payload(self, client_id: str) -> bytes:
+        """The RoundSetup a sampled client starts from."""
+        return self.server.setup_for(self.index_of(client_id)).to_bytes()
+
+    def payload_for(self, client_id: str) -> bytes:
+        """The server message the client needs in the current stage (b"" when none)."""
+        if self.stage == Stage.ADVERTISE_KEYS:
+            return b""
+        return self.server.message_for(self.index_of(client_id)).to_bytes()
+
+    def expects(self, client_id: str) -> bool:
+        """Whether the server is waiting for this client's message of the current stage."""
+        return self.index_of(client_id) in self.server.pending_clients()
+
+    def pending(self) -> list[str]:
+        return [self.client_ids[i] for i in sorted(self.server.pending_clients())]
+
+    def submit(self, client_id: str, payload: bytes) -> None:
+        """Record one client message; its claimed index must be the sender's own."""
+        decoder = _DECODERS.get(self.stage)
+        if decoder is None:
+            raise ProtocolError(f"the secure round is {self.stage.value}: no message expected")
+        message = decoder.from_bytes(payload)
+        if message.client != self.index_of(client_id):
+            raise ProtocolError(
+                f"client {client_id!r} sent a message as client index "
+                f"{message.client}, its own is {self.index_of(client_id)}"
+            )
+        self.server.receive(message)
+
+    def close_stage(self) -> None:
+        self.server.close_stage()
+
+    def result(self) -> tuple[Weights, list[str]]:
+        """(mean delta over the contributors as named tensors, their client ids)."""
+        res = self.server.result()
+        return unflatten(res.mean, self.template), [self.client_ids[i] for i in res.contributors]
+
+    def to_bytes(self) -> bytes:
+        meta = json.dumps(
+            {"client_ids": self.client_ids, "template": _template_to_json(self.template)}
+        ).encode()
+        return _HEADER.pack(b"SASR", len(meta)) + meta + self.server.to_bytes()
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> SecureRound:
+        try:
+            magic, n = _HEADER.unpack_from(data)
+            if magic != b"SASR":
+                raise ProtocolError("not a secure round state")
+            meta = json.loads(data[_HEADER.size : _HEADER.size + n])
+            server = SecAggServer.from_bytes(data[_HEADER.size + n :])
+            return cls(
+                server, [str(c) for c in meta["client_ids"]], _template_from_json(meta["template"])
+            )
+        except (KeyError, TypeError, ValueError, struct.error) as e:
+            raise ProtocolError(f"secure round state is corrupt: {e!r}") from None
+
+
+class SecureClientSession:
+    """Client side: answers each stage's server message with the bytes to send back."""
+
+    def __init__(
+        self, setup_payload: bytes, template: Template, *, rng: np.random.Generator | None = None
+    ) -> None:
+        setup = RoundSetup.from_bytes(setup_payload)
+        if vector_length(template) != setup.vector_length:
+            raise ProtocolError(
+                f"the local model has {vector_length(template)} values, the "
+                f"secure round expects {setup.vector_length}"
+            )
+        self.template = dict(template)
+        self.client = SecAggClient(setup, rng=rng)
+        self._last: tuple[Stage, bytes, bytes] | None = None
+
+    def respond(
+        self, stage: Stage, payload: bytes, update: Mapping[str, np.ndarray] | None = None
+    ) -> bytes:
+        """The reply to the server's `payload` for `stage` (the update only at MASKED_INPUT).
+
+        Asked again for the same stage and payload (the reply was lost, or the server
+        restarted before saving it), the session resends its earlier reply byte for byte:
+        recomputing would need fresh secrets and could expose a different masked vector.
+        """
+        if self._last is not None and self._last[0] == stage:
+            if self._last[1] != payload:
+                raise ProtocolError(f"the server changed its {stage.value} message on a retry")
+            return self._last[2]
+        reply = self._reply(stage, payload, update)
+        self._last = (stage, payload, reply)
+        return reply
+
+    def _reply(
+        self, stage: Stage, payload: bytes, update: Mapping[str, np.ndarray] | None
+    ) -> bytes:
+        if stage == Stage.ADVERTISE_KEYS:
+            return self.client.advertise_keys().to_bytes()
+        if stage == Stage.SHARE_KEYS:
+            return self.client.share_keys(KeysBroadcast.from_bytes(payload)).to_bytes()
+        if stage == Stage.MASKED_INPUT:
+            if update is None:
+                raise ProtocolError("the masked input stage needs the client's update")
+            vector = flatten(update, self.template)
+            return self.client.masked_input(SharesDelivery.from_bytes(payload), vector).to_bytes()
+        if stage == Stage.UNMASK:
+            return self.client.unmask(UnmaskRequest.from_bytes(payload)).to_bytes()
+        raise ProtocolError(f"no client step for stage {stage.value}")

@@ -1,0 +1,67 @@
+"""SecureRound / SecureClientSession: named tensors, client ids, retries and persistence."""
+
+import numpy as np
+import pytest
+
+from sporenet.federated.secagg import ProtocolError, SecAggConfig, Stage
+from sporenet.federated.secagg.session import (
+    SecureClientSession,
+    SecureRound,
+    flatten,
+    unflatten,
+)
+
+TEMPLATE = {"a": ((2, 3), np.dtype(np.float32)), "b": ((4,), np.dtype(np.float64))}
+IDS = ["alice", "bob", "carol", "dave", "erin"]
+
+
+def _update(seed: int) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return {"a": rng.normal(0, 0.2, (2, 3)).astype(np.float32), "b": rng.normal(0, 0.2, 4)}
+
+
+def test_flatten_round_trips_and_checks_shapes() -> None:
+    u = _update(0)
+    back = unflatten(flatten(u, TEMPLATE), TEMPLATE)
+    assert back["a"].dtype == np.float32 and back["a"].shape == (2, 3)
+    np.testing.assert_allclose(back["b"], u["b"])
+    with pytest.raises(ProtocolError, match=r"expected shape \(4,\)"):
+        flatten({"a": u["a"], "b": np.zeros(5)}, TEMPLATE)
+    with pytest.raises(ProtocolError, match="lacks tensor 'b'"):
+        flatten({"a": u["a"]}, TEMPLATE)
+
+
+def test_a_round_by_client_id_with_a_restart_and_a_resent_reply() -> None:
+    rnd = SecureRound.start(SecAggConfig(), client_ids=IDS, template=TEMPLATE)
+    sessions = {c: SecureClientSession(rnd.setup_payload(c), TEMPLATE) for c in IDS}
+    updates = {c: _update(i) for i, c in enumerate(IDS)}
+    for stage in (Stage.ADVERTISE_KEYS, Stage.SHARE_KEYS, Stage.MASKED_INPUT, Stage.UNMASK):
+        assert rnd.stage == stage and rnd.pending() == IDS
+        for c in IDS:
+            payload = rnd.payload_for(c)
+            reply = sessions[c].respond(stage, payload, updates[c])
+            # A lost reply: asked again, the client resends the very same bytes.
+            assert sessions[c].respond(stage, payload, updates[c]) == reply
+            rnd.submit(c, reply)
+            assert not rnd.expects(c)
+        rnd = SecureRound.from_bytes(rnd.to_bytes())
+        rnd.close_stage()
+    mean, contributors = rnd.result()
+    assert contributors == IDS
+    for name in TEMPLATE:
+        want = np.mean([updates[c][name] for c in IDS], axis=0)
+        np.testing.assert_allclose(mean[name], want, atol=1e-6)
+        assert mean[name].dtype == TEMPLATE[name][1]
+
+
+def test_a_client_cannot_speak_for_another() -> None:
+    rnd = SecureRound.start(SecAggConfig(), client_ids=IDS, template=TEMPLATE)
+    bob = SecureClientSession(rnd.setup_payload("bob"), TEMPLATE)
+    with pytest.raises(ProtocolError, match="sent a message as client index 1"):
+        rnd.submit("alice", bob.respond(Stage.ADVERTISE_KEYS, b""))
+    with pytest.raises(ProtocolError, match="not in this secure round"):
+        rnd.setup_payload("mallory")
+    with pytest.raises(ProtocolError, match="values"):
+        SecureClientSession(rnd.setup_payload("bob"), {"a": ((3,), np.dtype(np.float32))})
+    with pytest.raises(ProtocolError, match="distinct"):
+        SecureRound.start(SecAggConfig(), client_ids=["x", "x"], template=TEMPLATE)
