@@ -11,7 +11,7 @@ the planned graph with lite's `Trainer`.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -25,6 +25,22 @@ from sporenet.lite.ops import OpCode
 from sporenet.lite.threads import BLAS
 
 LABELS_NAME = "labels"
+
+
+class Engine(Protocol):
+    """What fit needs from an engine."""
+
+    def step(self, x: np.ndarray, y: np.ndarray, lr: float) -> float:
+        """One optimizer step on a batch; returns the batch loss."""
+
+    def predict(self, x: np.ndarray, batch_size: int = 512) -> np.ndarray:
+        """Eval-mode outputs with the current weights."""
+
+    def sync(self) -> None:
+        """Make the module's parameters and the Optimizer's slots current."""
+
+    def close(self) -> None:
+        """Sync and release resources at the end of fit."""
 
 
 def loss_node(tape: Tape, loss: str, outputs: Var, labels: Var, label_smoothing: float) -> Var:
@@ -153,7 +169,8 @@ def _append_gradients(ir: Any, loss: int, wrt: Sequence[int]) -> dict[int, int]:
 
 def make_engine(mode: str, model: Module, *, sample_shape: Sequence[int], loss: str,
                 optimizer: Optimizer, label_smoothing: float,
-                num_threads: int | None) -> Any:
+                num_threads: int | None) -> Engine:
+    """The engine for `mode` ("eager" or "graph")."""
     if mode == "eager":
         return EagerEngine(model, loss=loss, optimizer=optimizer,
                            label_smoothing=label_smoothing, num_threads=num_threads)
