@@ -1,11 +1,12 @@
 """The two training engines behind fit: eager (tape + run_op) and graph (trace + Trainer).
 
 Both differentiate with lite's `append_gradients` and update with lite's optimizer ops, so
-for the same seed and data they compute the same numbers; they differ in when the work is
-planned. The eager engine records each step on a fresh tape, runs every op at once, then
-appends the backward nodes to that tape and runs them one by one. The graph engine traces
-the model once, lets `make_training_model` add loss, backward and update nodes, and runs
-the planned graph with lite's `Trainer`.
+for the same seed and data they compute the same numbers (Dropout masks excepted: each
+mode draws them from its own generator); they differ in when the work is planned. The
+eager engine records each step on a fresh tape, runs every op at once, then appends the
+backward nodes to that tape and runs them one by one. The graph engine traces the model
+once, lets `make_training_model` add loss, backward and update nodes, and runs the
+planned graph with lite's `Trainer`.
 """
 
 from __future__ import annotations
