@@ -67,7 +67,10 @@ class CentralDPAggregator:
 
     @property
     def clipping_norm(self) -> float:
-        return self.adaptive.clipping_norm if self.adaptive is not None else float(self._fixed)
+        if self.adaptive is not None:
+            return self.adaptive.clipping_norm
+        assert self._fixed is not None  # the constructor requires one of the two
+        return self._fixed
 
     def add(self, client_id: str, update: Weights, weight: float) -> None:
         """Fold in one clipped update (`weight` is ignored: see the module docstring)."""

@@ -41,11 +41,20 @@ def clip_l2(update: Update, clipping_norm: float) -> tuple[Update, float]:
 
 def check_positive(name: str, value: object, *, allow_zero: bool = False) -> float:
     """Validate a finite positive number setting, naming it in the error."""
-    ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-    if not ok or value < 0 or (value == 0 and not allow_zero):
-        bound = ">= 0" if allow_zero else "> 0"
-        raise PrivacyConfigError(f"`{name}` must be a finite number {bound}, found {value!r}")
-    return float(value)  # type: ignore[arg-type]
+    bound = ">= 0" if allow_zero else "> 0"
+    error = PrivacyConfigError(f"`{name}` must be a finite number {bound}, found {value!r}")
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise error
+    if not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
+        raise error
+    return float(value)
+
+
+def add_gaussian(update: Update, std: float, rng: np.random.Generator) -> Update:
+    """update + N(0, std²) per coordinate (a new array or dict)."""
+    if isinstance(update, np.ndarray):
+        return update + rng.normal(0.0, std, update.shape)
+    return {k: np.asarray(v) + rng.normal(0.0, std, np.shape(v)) for k, v in update.items()}
 
 
 @dataclass

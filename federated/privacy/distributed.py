@@ -20,7 +20,7 @@ import math
 
 import numpy as np
 
-from sporenet.federated.privacy.clipping import Update, check_positive, clip_l2
+from sporenet.federated.privacy.clipping import Update, add_gaussian, check_positive, clip_l2
 from sporenet.federated.privacy.errors import PrivacyConfigError
 
 
@@ -41,10 +41,7 @@ class DistributedDP:
 
     def privatize(self, update: Update, rng: np.random.Generator) -> Update:
         clipped, _ = clip_l2(update, self.clipping_norm)
-        std = self.client_noise_std
-        if isinstance(clipped, dict):
-            return {k: v + rng.normal(0.0, std, v.shape) for k, v in clipped.items()}
-        return clipped + rng.normal(0.0, std, clipped.shape)
+        return add_gaussian(clipped, self.client_noise_std, rng)
 
     def suggested_clipping_range(
         self, num_coordinates: int, failure_probability: float = 1e-9

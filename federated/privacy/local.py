@@ -12,7 +12,7 @@ import math
 
 import numpy as np
 
-from sporenet.federated.privacy.clipping import Update, check_positive, clip_l2
+from sporenet.federated.privacy.clipping import Update, add_gaussian, check_positive, clip_l2
 from sporenet.federated.privacy.errors import PrivacyConfigError
 
 
@@ -51,6 +51,4 @@ class LocalDP:
     def privatize(self, update: Update, rng: np.random.Generator) -> Update:
         """A clipped, noised copy of the update (dict in, dict out)."""
         clipped, _ = clip_l2(update, self.clipping_norm)
-        if isinstance(clipped, dict):
-            return {k: v + rng.normal(0.0, self.noise_std, v.shape) for k, v in clipped.items()}
-        return clipped + rng.normal(0.0, self.noise_std, clipped.shape)
+        return add_gaussian(clipped, self.noise_std, rng)

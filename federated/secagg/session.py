@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import struct
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -25,6 +25,7 @@ from sporenet.federated.secagg.config import SecAggConfig
 from sporenet.federated.secagg.errors import ProtocolError
 from sporenet.federated.secagg.messages import (
     AdvertiseKeys,
+    ClientMessage,
     KeysBroadcast,
     MaskedInput,
     RoundSetup,
@@ -35,11 +36,11 @@ from sporenet.federated.secagg.messages import (
 )
 from sporenet.federated.secagg.server import SecAggServer, Stage
 
-_DECODERS = {
-    Stage.ADVERTISE_KEYS: AdvertiseKeys,
-    Stage.SHARE_KEYS: ShareKeys,
-    Stage.MASKED_INPUT: MaskedInput,
-    Stage.UNMASK: UnmaskResponse,
+_DECODERS: dict[Stage, Callable[[bytes], ClientMessage]] = {
+    Stage.ADVERTISE_KEYS: AdvertiseKeys.from_bytes,
+    Stage.SHARE_KEYS: ShareKeys.from_bytes,
+    Stage.MASKED_INPUT: MaskedInput.from_bytes,
+    Stage.UNMASK: UnmaskResponse.from_bytes,
 }
 _HEADER = struct.Struct("<4sQ")  # magic, JSON length
 
@@ -138,7 +139,7 @@ class SecureRound:
         decoder = _DECODERS.get(self.stage)
         if decoder is None:
             raise ProtocolError(f"the secure round is {self.stage.value}: no message expected")
-        message = decoder.from_bytes(payload)
+        message = decoder(payload)
         if message.client != self.index_of(client_id):
             raise ProtocolError(
                 f"client {client_id!r} sent a message as client index "

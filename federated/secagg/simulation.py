@@ -18,6 +18,7 @@ from sporenet.federated.secagg.config import SecAggConfig
 from sporenet.federated.secagg.errors import SecAggConfigError
 from sporenet.federated.secagg.messages import (
     AdvertiseKeys,
+    ClientMessage,
     KeysBroadcast,
     MaskedInput,
     RoundSetup,
@@ -124,11 +125,11 @@ def run_round(
         )
         client_time[i] += time.perf_counter() - t0
 
-    decoders = {
-        Stage.ADVERTISE_KEYS: AdvertiseKeys,
-        Stage.SHARE_KEYS: ShareKeys,
-        Stage.MASKED_INPUT: MaskedInput,
-        Stage.UNMASK: UnmaskResponse,
+    decoders: dict[Stage, Callable[[bytes], ClientMessage]] = {
+        Stage.ADVERTISE_KEYS: AdvertiseKeys.from_bytes,
+        Stage.SHARE_KEYS: ShareKeys.from_bytes,
+        Stage.MASKED_INPUT: MaskedInput.from_bytes,
+        Stage.UNMASK: UnmaskResponse.from_bytes,
     }
     incoming = {
         Stage.SHARE_KEYS: KeysBroadcast,
@@ -155,7 +156,7 @@ def run_round(
                 wire = tamper(stage, i, wire)
             up[i] += len(wire)
             t0 = time.perf_counter()
-            server.receive(decoders[stage].from_bytes(wire))
+            server.receive(decoders[stage](wire))
             server_time += time.perf_counter() - t0
             if stage == Stage.MASKED_INPUT and track_expected:
                 expected += np.clip(np.asarray(updates(i), np.float64).reshape(-1), -clip, clip)
