@@ -86,18 +86,65 @@ def global_pool(op: OpCode):  # type: ignore[no-untyped-def]
 
 
 def conv_transpose(ctx: ImportContext, node: OnnxNode) -> list[int]:
+    """ConvTranspose is the input gradient of the convolution with the same weights, so it
+    runs on the runtime's Conv2DBackpropInput: the transposed input plays the gradient and a
+    shape-only tensor (a fill the runtime makes at load) gives the output size.
+
+    Pads follow ONNX: from output_shape (split by auto_pad), SAME_* (output = input *
+    stride), VALID (none) or explicit; output_padding adds rows/columns at the end.
+    """
     x, w, b = node.input(0), node.input(1), node.input(2)
     x4, spatial = _to_2d(ctx, node, x)
+    w_value = ctx.value(w)
     if spatial == 1:
-        value = ctx.value(w)
-        if value is None:
-            raise node.fail("1-D ConvTranspose needs constant weights")
-        w = ctx.constant(f"{ctx.tensors[w].name}/2d", np.ascontiguousarray(value[:, :, None, :]))
-    attrs = _spatial_attrs(node, spatial, WINDOW)
-    for name in ("output_padding", "output_shape"):
-        if name in node.attrs:
-            ints = node.ints(name) or []
-            attrs[name] = ints if spatial == 2 else [0 if name == "output_padding" else 1, *ints]
-    attrs["group"] = int(node.attr("group", 1))
-    inputs = [x4, w] if b == -1 else [x4, w, b]
-    return [_from_2d(ctx, ctx.emit1(OpCode.CONV_TRANSPOSE2D, inputs, **attrs), spatial)]
+        w = (ctx.emit1(OpCode.UNSQUEEZE, [w], axes=[2]) if w_value is None else
+             ctx.constant(f"{ctx.tensors[w].name}/2d",
+                          np.ascontiguousarray(w_value[:, :, None, :])))
+    n, c_in, *in_hw = ctx.spec(x4).shape
+    c_w, c_out_g, kh, kw = ctx.spec(w).shape
+    group = int(node.attr("group", 1))
+    if c_w != c_in:
+        raise node.fail(f"weights {list(ctx.spec(w).shape)} expect {c_w} input channels, the "
+                        f"input has {c_in}")
+    attrs = _spatial_attrs(node, spatial, ("strides", "dilations", "pads"))
+    strides = attrs.get("strides", [1, 1])
+    dilations = attrs.get("dilations", [1, 1])
+    out_pad = node.ints("output_padding") or [0] * spatial
+    out_pad = [0, *out_pad] if spatial == 1 else out_pad
+    auto_pad = node.attr("auto_pad", "NOTSET")
+    output_shape = node.ints("output_shape")
+    if output_shape is not None:
+        output_shape = output_shape[-spatial:]
+        output_shape = [1, *output_shape] if spatial == 1 else output_shape
+    pads = list(attrs.get("pads", [0, 0, 0, 0]))
+    out_hw = []
+    for axis, (size, k) in enumerate(zip(in_hw, (kh, kw), strict=True)):
+        s, d, op = strides[axis], dilations[axis], out_pad[axis]
+        extent = (k - 1) * d + 1
+        full = s * (size - 1) + op + extent
+        if output_shape is not None or auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+            target = output_shape[axis] if output_shape is not None else size * s
+            total = full - target  # may be negative with output_shape: see below
+            small = total // 2
+            begin = small if auto_pad == "SAME_UPPER" else total - small
+            pads[axis], pads[axis + 2] = begin, total - begin
+        elif auto_pad == "VALID":
+            pads[axis] = pads[axis + 2] = 0
+        out_hw.append(full - pads[axis] - pads[axis + 2])
+    if any(o <= 0 for o in out_hw) or min(pads[:2]) < 0:
+        raise node.fail(f"unsupported geometry: output size {out_hw}, pads {pads}")
+    # A negative end pad (output_shape beyond the natural size) is output the convolution
+    # never reaches: the gradient kernel leaves it at zero when it is not padding.
+    pads = [max(p, 0) for p in pads]
+    shape_of_output = ctx.emit1(
+        OpCode.EXPAND, [ctx.constant(f"{node.name}/zero", np.array(0, ctx.dtype(x4)))],
+        shape=[n, c_out_g * group, *out_hw])
+    y = ctx.emit1(OpCode.CONV2D_BACKPROP_INPUT, [x4, w, shape_of_output], strides=strides,
+                  dilations=dilations, pads=pads, group=group)
+    if b != -1:
+        bias = ctx.value(b)
+        if bias is None:
+            raise node.fail("the bias (input 2) must be static")
+        y = ctx.emit1(OpCode.ADD, [y, ctx.constant(f"{ctx.tensors[b].name}/nchw",
+                                                    bias.reshape(-1, 1, 1))])
+    return [_from_2d(ctx, y, spatial)]

@@ -334,3 +334,31 @@ def test_mod_signs_follow_onnx(fmod: int, dtype: type) -> None:
         np.testing.assert_array_equal(run_spore(model, {"a": a, "b": b})[0], np.mod(a, b))
         return
     assert_matches_ort(model, {"a": a, "b": b})
+
+
+@pytest.mark.parametrize("attrs", [
+    {},
+    {"strides": [2, 2]},
+    {"strides": [2, 3], "pads": [1, 0, 2, 1], "output_padding": [1, 2]},
+    {"strides": [2, 2], "dilations": [2, 1], "group": 2},
+    {"strides": [3, 2], "output_shape": [10, 8]},
+    {"strides": [2, 2], "auto_pad": "SAME_UPPER"},
+    {"strides": [2, 2], "auto_pad": "SAME_LOWER"},
+])
+@pytest.mark.parametrize("bias", [False, True])
+def test_conv_transpose_matches_onnxruntime(attrs: dict, bias: bool) -> None:
+    group = attrs.get("group", 1)
+    inits = {"w": rand(4, 6 // group, 3, 3)}
+    inputs = ["x", "w"]
+    if bias:
+        inits["b"] = rand(6)
+        inputs.append("b")
+    node = helper.make_node("ConvTranspose", inputs, ["y"], **attrs)
+    model = make_model([node], {"x": [2, 4, 3, 3]}, ["y"], initializers=inits, opset=13)
+    assert_matches_ort(model, {"x": rand(2, 4, 3, 3)}, rtol=1e-4, atol=1e-5)
+
+
+def test_conv_transpose_1d() -> None:
+    node = helper.make_node("ConvTranspose", ["x", "w"], ["y"], strides=[2], pads=[1, 0])
+    model = make_model([node], {"x": [1, 3, 5]}, ["y"], initializers={"w": rand(3, 2, 4)})
+    assert_matches_ort(model, {"x": rand(1, 3, 5)}, rtol=1e-4, atol=1e-5)
