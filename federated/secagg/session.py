@@ -7,8 +7,11 @@ opaque message bytes, and turns the secure sum into the mean delta as named tens
 Both sides flatten an update in the template's tensor order, so only the model's
 template (names, shapes, dtypes) has to agree. Everything persists as bytes.
 
-The mean is unweighted over the contributing clients: a weight would have to be masked
-too, and weighting by sample count lets one client's influence exceed the clipping range.
+The mean is unweighted over the contributors unless the round sets `max_weight`: then
+each client clips its update, scales it by w = min(num_samples, max_weight) / max_weight
+and appends w·clipping_range as one more masked coordinate, and the server divides the
+secure sum of w·x by the secure sum of w (Flower's SecAgg+ does the same). The server
+still learns only the two sums; `max_weight` bounds any one client's influence.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ import numpy as np
 from sporenet.federated.aggregation import Template, Weights
 from sporenet.federated.secagg.client import SecAggClient
 from sporenet.federated.secagg.config import SecAggConfig
-from sporenet.federated.secagg.errors import ProtocolError
+from sporenet.federated.secagg.errors import ProtocolError, SecAggConfigError
 from sporenet.federated.secagg.messages import (
     AdvertiseKeys,
     ClientMessage,
@@ -84,15 +87,24 @@ def _template_from_json(rows: list[list]) -> dict[str, tuple[tuple[int, ...], np
 class SecureRound:
     """Server side of one secure round for a cohort of named clients."""
 
-    def __init__(self, server: SecAggServer, client_ids: Sequence[str], template: Template) -> None:
+    def __init__(
+        self,
+        server: SecAggServer,
+        client_ids: Sequence[str],
+        template: Template,
+        *,
+        max_weight: float | None = None,
+    ) -> None:
         if len(set(client_ids)) != len(client_ids):
             raise ProtocolError("client ids of a secure round must be distinct")
         if len(client_ids) != server.params.num_clients:
             raise ProtocolError(
                 f"{len(client_ids)} client ids for a round of {server.params.num_clients} clients"
             )
-        if vector_length(template) != server.vector_length:
+        _check_max_weight(max_weight)
+        if vector_length(template) + (max_weight is not None) != server.vector_length:
             raise ProtocolError("the template does not match the round's vector length")
+        self.max_weight = max_weight
         self.server = server
         self.client_ids = list(client_ids)
         self.template = dict(template)
@@ -100,12 +112,18 @@ class SecureRound:
 
     @classmethod
     def start(
-        cls, config: SecAggConfig, *, client_ids: Sequence[str], template: Template
+        cls,
+        config: SecAggConfig,
+        *,
+        client_ids: Sequence[str],
+        template: Template,
+        max_weight: float | None = None,
     ) -> SecureRound:
-        server = SecAggServer.start(
-            config, num_clients=len(client_ids), vector_length=vector_length(template)
-        )
-        return cls(server, client_ids, template)
+        """A new round; `max_weight` turns on sample weighting (see the module docstring)."""
+        _check_max_weight(max_weight)
+        length = vector_length(template) + (max_weight is not None)
+        server = SecAggServer.start(config, num_clients=len(client_ids), vector_length=length)
+        return cls(server, client_ids, template, max_weight=max_weight)
 
     @property
     def stage(self) -> Stage:
@@ -153,11 +171,21 @@ class SecureRound:
     def result(self) -> tuple[Weights, list[str]]:
         """(mean delta over the contributors as named tensors, their client ids)."""
         res = self.server.result()
-        return unflatten(res.mean, self.template), [self.client_ids[i] for i in res.contributors]
+        ids = [self.client_ids[i] for i in res.contributors]
+        if self.max_weight is None:
+            return unflatten(res.mean, self.template), ids
+        total_weight = res.sum[-1] / self.server.params.clipping_range
+        if not total_weight > 0:
+            raise ProtocolError(f"the secure sum of the weights is {total_weight}, not positive")
+        return unflatten(res.sum[:-1] / total_weight, self.template), ids
 
     def to_bytes(self) -> bytes:
         meta = json.dumps(
-            {"client_ids": self.client_ids, "template": _template_to_json(self.template)}
+            {
+                "client_ids": self.client_ids,
+                "template": _template_to_json(self.template),
+                "max_weight": self.max_weight,
+            }
         ).encode()
         return _HEADER.pack(b"SASR", len(meta)) + meta + self.server.to_bytes()
 
@@ -170,7 +198,10 @@ class SecureRound:
             meta = json.loads(data[_HEADER.size : _HEADER.size + n])
             server = SecAggServer.from_bytes(data[_HEADER.size + n :])
             return cls(
-                server, [str(c) for c in meta["client_ids"]], _template_from_json(meta["template"])
+                server,
+                [str(c) for c in meta["client_ids"]],
+                _template_from_json(meta["template"]),
+                max_weight=meta["max_weight"],
             )
         except (KeyError, TypeError, ValueError, struct.error) as e:
             raise ProtocolError(f"secure round state is corrupt: {e!r}") from None
@@ -180,22 +211,35 @@ class SecureClientSession:
     """Client side: answers each stage's server message with the bytes to send back."""
 
     def __init__(
-        self, setup_payload: bytes, template: Template, *, rng: np.random.Generator | None = None
+        self,
+        setup_payload: bytes,
+        template: Template,
+        *,
+        max_weight: float | None = None,
+        rng: np.random.Generator | None = None,
     ) -> None:
+        _check_max_weight(max_weight)
         setup = RoundSetup.from_bytes(setup_payload)
-        if vector_length(template) != setup.vector_length:
+        length = vector_length(template) + (max_weight is not None)
+        if length != setup.vector_length:
             raise ProtocolError(
-                f"the local model has {vector_length(template)} values, the "
-                f"secure round expects {setup.vector_length}"
+                f"the local model (weighted: {max_weight is not None}) has {length} values, "
+                f"the secure round expects {setup.vector_length}"
             )
+        self.max_weight = max_weight
         self.template = dict(template)
         self.client = SecAggClient(setup, rng=rng)
         self._last: tuple[Stage, bytes, bytes] | None = None
 
     def respond(
-        self, stage: Stage, payload: bytes, update: Mapping[str, np.ndarray] | None = None
+        self,
+        stage: Stage,
+        payload: bytes,
+        update: Mapping[str, np.ndarray] | None = None,
+        num_samples: int | None = None,
     ) -> bytes:
-        """The reply to the server's `payload` for `stage` (the update only at MASKED_INPUT).
+        """The reply to the server's `payload` for `stage` (the update, and its sample count
+        when the round is weighted, only at MASKED_INPUT).
 
         Asked again for the same stage and payload (the reply was lost, or the server
         restarted before saving it), the session resends its earlier reply byte for byte:
@@ -205,12 +249,16 @@ class SecureClientSession:
             if self._last[1] != payload:
                 raise ProtocolError(f"the server changed its {stage.value} message on a retry")
             return self._last[2]
-        reply = self._reply(stage, payload, update)
+        reply = self._reply(stage, payload, update, num_samples)
         self._last = (stage, payload, reply)
         return reply
 
     def _reply(
-        self, stage: Stage, payload: bytes, update: Mapping[str, np.ndarray] | None
+        self,
+        stage: Stage,
+        payload: bytes,
+        update: Mapping[str, np.ndarray] | None,
+        num_samples: int | None,
     ) -> bytes:
         if stage == Stage.ADVERTISE_KEYS:
             return self.client.advertise_keys().to_bytes()
@@ -220,7 +268,32 @@ class SecureClientSession:
             if update is None:
                 raise ProtocolError("the masked input stage needs the client's update")
             vector = flatten(update, self.template)
+            if self.max_weight is not None:
+                vector = self._weighted(vector, num_samples)
             return self.client.masked_input(SharesDelivery.from_bytes(payload), vector).to_bytes()
         if stage == Stage.UNMASK:
             return self.client.unmask(UnmaskRequest.from_bytes(payload)).to_bytes()
         raise ProtocolError(f"no client step for stage {stage.value}")
+
+    def _weighted(self, vector: np.ndarray, num_samples: int | None) -> np.ndarray:
+        if not isinstance(num_samples, int) or isinstance(num_samples, bool) or num_samples < 1:
+            raise ProtocolError(f"a weighted round needs num_samples >= 1, found {num_samples!r}")
+        assert self.max_weight is not None
+        c = self.client.params.clipping_range
+        w = min(num_samples, self.max_weight) / self.max_weight
+        # Clip before scaling, so |w·x| <= c and the ring never clips a weighted value.
+        return np.concatenate([np.clip(vector, -c, c) * w, [w * c]])
+
+
+def _check_max_weight(max_weight: float | None) -> None:
+    if max_weight is None:
+        return
+    if (
+        isinstance(max_weight, bool)
+        or not isinstance(max_weight, int | float)
+        or not np.isfinite(max_weight)
+        or max_weight <= 0
+    ):
+        raise SecAggConfigError(
+            f"`max_weight` must be a finite number > 0 or None, found {max_weight!r}"
+        )

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from sporenet.federated.secagg import ProtocolError, SecAggConfig, Stage
+from sporenet.federated.secagg import ProtocolError, SecAggConfig, SecAggConfigError, Stage
 from sporenet.federated.secagg.session import (
     SecureClientSession,
     SecureRound,
@@ -65,3 +65,24 @@ def test_a_client_cannot_speak_for_another() -> None:
         SecureClientSession(rnd.setup_payload("bob"), {"a": ((3,), np.dtype(np.float32))})
     with pytest.raises(ProtocolError, match="distinct"):
         SecureRound.start(SecAggConfig(), client_ids=["x", "x"], template=TEMPLATE)
+
+
+def test_weighted_round_gives_the_sample_weighted_mean_with_capped_weights() -> None:
+    samples = {"alice": 10, "bob": 30, "carol": 60, "dave": 500, "erin": 1}
+    rnd = SecureRound.start(SecAggConfig(), client_ids=IDS, template=TEMPLATE, max_weight=100)
+    sessions = {c: SecureClientSession(rnd.setup_payload(c), TEMPLATE, max_weight=100) for c in IDS}
+    updates = {c: _update(i) for i, c in enumerate(IDS)}
+    for stage in (Stage.ADVERTISE_KEYS, Stage.SHARE_KEYS, Stage.MASKED_INPUT, Stage.UNMASK):
+        for c in IDS:
+            rnd.submit(c, sessions[c].respond(stage, rnd.payload_for(c), updates[c], samples[c]))
+        rnd.close_stage()
+    rnd = SecureRound.from_bytes(rnd.to_bytes())
+    mean, _ = rnd.result()
+    w = {c: min(s, 100) / 100 for c, s in samples.items()}  # dave's 500 is capped at 100
+    for name in TEMPLATE:
+        want = sum(w[c] * updates[c][name] for c in IDS) / sum(w.values())
+        np.testing.assert_allclose(mean[name], want, atol=1e-5)
+    with pytest.raises(SecAggConfigError, match="`max_weight`"):
+        SecureRound.start(SecAggConfig(), client_ids=IDS, template=TEMPLATE, max_weight=0)
+    with pytest.raises(ProtocolError, match="weighted: False"):
+        SecureClientSession(rnd.setup_payload("bob"), TEMPLATE)
