@@ -55,6 +55,7 @@ KERNELS: dict[OpCode, type[Kernel]] = {
     OpCode.FULLY_CONNECTED: linear.FullyConnected,
     OpCode.MATMUL: linear.MatMul,
     OpCode.CONV2D: conv.Conv2D,
+    OpCode.CONV_TRANSPOSE2D: conv.ConvTranspose2D,
     # pooling
     OpCode.MAX_POOL2D: pooling.MaxPool2D,
     OpCode.AVG_POOL2D: pooling.AvgPool2D,
