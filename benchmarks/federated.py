@@ -35,6 +35,7 @@ import numpy as np
 # Simulated local training time per client and round (both frameworks), via the environment
 # so worker processes see it: SPORENET_BENCH_TRAIN_SECONDS.
 TRAIN_SECONDS = float(os.environ.get("SPORENET_BENCH_TRAIN_SECONDS", "0"))
+CLIENTS_PER_PROCESS = 90
 PARAMS = {"100k": (100, 1000), "1m": (1000, 1000)}  # weight shape; a bias of `rows` is added
 
 
@@ -85,6 +86,9 @@ def _write_spore(path: Path, params: str) -> None:
 def _spawn_workers(
     kind: str, address: str, n: int, procs: int, params: str
 ) -> list[subprocess.Popen[bytes]]:
+    # At most CLIENTS_PER_PROCESS clients per process: Flower's clients in one process share
+    # one HTTP/2 connection, whose 100-stream limit would stall its bidirectional streams.
+    procs = max(procs, -(-n // CLIENTS_PER_PROCESS))
     per = -(-n // procs)
     workers = []
     for first in range(0, n, per):
@@ -98,7 +102,11 @@ def _spawn_workers(
             str(count),
             params,
         ]
-        workers.append(subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE))
+        # stderr to a file: an unread pipe could fill up and stall a chatty worker.
+        log = tempfile.TemporaryFile()  # noqa: SIM115 (closed with the process object)
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log)
+        proc._log = log  # type: ignore[attr-defined]
+        workers.append(proc)
     return workers
 
 
@@ -111,7 +119,11 @@ def _wait_workers(workers: list[subprocess.Popen[bytes]], timeout: float) -> Non
             w.kill()
             raise RuntimeError("clients did not finish in time") from None
         if w.returncode != 0:
-            err = w.stderr.read().decode(errors="replace") if w.stderr else ""
+            log = getattr(w, "_log", None)
+            err = ""
+            if log is not None:
+                log.seek(0)
+                err = log.read().decode(errors="replace")
             raise RuntimeError(f"a client worker failed ({w.returncode}):\n{err[-2000:]}")
 
 
@@ -174,7 +186,11 @@ def run_sporenet(
 
 
 def sporenet_worker(address: str, first: int, count: int, params: str) -> None:
+    import logging
+
     from sporenet.federated import Client
+
+    logging.basicConfig(level=os.environ.get("SPORENET_BENCH_CLIENT_LOG", "WARNING"))
 
     def make_train(i: int):  # type: ignore[no-untyped-def]
         def train(weights: dict[str, np.ndarray], config: dict) -> tuple:
@@ -217,7 +233,7 @@ def run_flower(n: int, params: str, rounds: int, procs: int, workdir: Path) -> R
     )  # fmt: skip
     time.sleep(2.0)  # Flower's legacy server has no readiness signal; clients retry anyway
     workers = _spawn_workers("flower", f"127.0.0.1:{port}", n, procs, params)
-    _wait_workers(workers, timeout=3600)
+    _wait_workers(workers, timeout=900)
     server.wait(600)
     if not out.exists():
         err = server.stderr.read().decode(errors="replace") if server.stderr else ""

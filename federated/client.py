@@ -118,13 +118,17 @@ class Client:
         self.compression, self.topk_ratio = tuple(compression), topk_ratio
         self.poll_wait, self.max_backoff, self.give_up_after = poll_wait, max_backoff, give_up_after
         self.chunk_size, self.rpc_timeout = chunk_size, rpc_timeout
+        # One connection per client, even when a simulation runs many in one process: gRPC
+        # would otherwise share one HTTP/2 connection, whose stream limit (100 by default)
+        # then queues long-polls and transfers behind each other.
+        options = [("grpc.use_local_subchannel_pool", 1)]
         if root_certificates is not None:
             creds = grpc.ssl_channel_credentials(
                 root_certificates, client_key_pem, certificate_chain
             )
-            self._channel = grpc.secure_channel(address, creds)
+            self._channel = grpc.secure_channel(address, creds, options=options)
         else:
-            self._channel = grpc.insecure_channel(address)
+            self._channel = grpc.insecure_channel(address, options=options)
         self._stub = pb_grpc.FederatedStub(self._channel)
         self.client_id: str | None = None
         self._heartbeat_interval = 5.0
@@ -169,6 +173,7 @@ class Client:
             try:
                 if self.client_id is None:
                     self._register()
+                asked = time.monotonic()
                 task = self._stub.GetTask(
                     pb.TaskRequest(
                         client_id=self.client_id or "", wait_ms=int(self.poll_wait * 1000)
@@ -185,8 +190,10 @@ class Client:
                     self.final_model = self._model_bytes(task)
                     log.info("job done (%s)", task.reason)
                     return {k: np.array(v) for k, v in read_weights(self.final_model).items()}
-                elif self.poll_wait == 0:
-                    self._stop.wait(task.retry_after_ms / 1000.0)
+                elif time.monotonic() - asked < self.poll_wait / 2:
+                    # Answered without being held (poll_wait 0, or the server's long-poll
+                    # slots are full): come back after the suggested pause, with jitter.
+                    self._stop.wait(task.retry_after_ms / 1000.0 * (0.5 + random.random()))
             except grpc.RpcError as e:
                 code = e.code() if hasattr(e, "code") else grpc.StatusCode.UNKNOWN
                 if code == grpc.StatusCode.NOT_FOUND:

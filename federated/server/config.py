@@ -63,7 +63,7 @@ class ServerConfig:
     max_update_norm: float | None = None
     max_update_bytes: int | None = None  # default: 2 × model size + 1 MiB
     chunk_size: int = 512 << 10
-    max_workers: int = 64
+    max_workers: int = 128  # RPC threads; long-polls may hold all but max_transfers + 8
     # Streams moving model or update bytes at once; each holds a few chunks of memory, so
     # this (not the number of clients) bounds the server's transfer memory.
     max_transfers: int = 8
@@ -101,8 +101,8 @@ class ServerConfig:
             ("max_update_bytes", (self.max_update_bytes or 1) > 0, "must be > 0"),
             ("chunk_size", 1024 <= self.chunk_size <= (3 << 20), "must be in [1 KiB, 3 MiB]"),
             ("max_workers", self.max_workers >= 4, "must be >= 4"),
-            ("max_transfers", 1 <= self.max_transfers < self.max_workers,
-             "must be >= 1 and below max_workers (polls and heartbeats need threads too)"),
+            ("max_transfers", 1 <= self.max_transfers <= self.max_workers - 9,
+             "must be >= 1 and at most max_workers - 9 (polls and heartbeats need threads)"),
             ("long_poll", self.long_poll >= 0, "must be >= 0"),
             ("checkpoint_every", self.checkpoint_every >= 1, "must be >= 1"),
             ("metrics_port", self.metrics_port is None or 0 <= self.metrics_port < 65536,

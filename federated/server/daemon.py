@@ -111,7 +111,9 @@ def run_server(config: ServerConfig, *, stop: threading.Event | None = None) -> 
     if threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: stop.set())
-    while not stop.wait(TICK_SECONDS):
+    while not stop.is_set():
+        manager.wake.wait(TICK_SECONDS)
+        manager.wake.clear()
         try:
             manager.tick()
         except Exception:  # keep serving: one bad round must not take the daemon down

@@ -52,6 +52,7 @@ from sporenet.federated.validation import validate_update
 from sporenet.lite import ModelFormatError, read_weights, replace_weights_bytes
 
 MAX_REFUSALS = 3  # a client whose update is refused this often sits out the rest of the phase
+BUSY_RETRY_SECONDS = 0.5  # when every long-poll slot is taken, clients poll again after this
 
 
 @dataclass(frozen=True)
@@ -123,6 +124,14 @@ class RoundManager:
         self._decode_slots = threading.BoundedSemaphore(2)  # bounds decode memory, not clients
         self._stopping = False
         self._aggregating = False
+        # Set when an arrival may let the round loop act (start or close a phase) before
+        # its next periodic tick. Long-polls are woken only by phase changes: waking every
+        # poller on every update costs O(clients²) per round.
+        self.wake = threading.Event()
+        # RPC threads that may sit in a long-poll; the rest stay free for transfers.
+        self._poll_slots = threading.BoundedSemaphore(
+            max(1, config.max_workers - config.max_transfers - 8)
+        )
         self._last_seen: dict[str, float] = {}
         self._parts: dict[str, str] = {}  # client id -> status in the current phase
         self._refusals: dict[str, int] = {}
@@ -184,6 +193,7 @@ class RoundManager:
         record = self.store.model(version)
         if record is None:
             raise ConfigError(f"state dir {str(self.dir)!r} lost model version {version}")
+        self._model_record = record
         self._model_bytes = (self.dir / record.file).read_bytes()
         self._weights = {n: np.array(a) for n, a in read_weights(self._model_bytes).items()}
         self._template = template_of(self._weights)
@@ -244,7 +254,7 @@ class RoundManager:
                 tx.add_client(client_id, name or client_id, info)
             self._last_seen[client_id] = time.time()
             self.metrics.set("sporenet_clients_registered", len(self._last_seen))
-            self._changed.notify_all()
+            self.wake.set()  # pollers' tasks are unchanged; the round loop may act
         if new:
             log_event(self.log, "client_registered", client=client_id)
         return client_id
@@ -267,16 +277,14 @@ class RoundManager:
             return TaskInfo(
                 "done",
                 job.round,
-                model=self.store.model(job.model_version),
+                model=self._model_record,
                 reason=job.reason or job.status,
             )
         if job.active and not self._aggregating and self._parts.get(client_id) == "selected":
             config = {"round": job.round, "rounds": self.config.rounds, **self.config.fit_config}
             if job.phase == "fit":
                 config.update(self.strategy.fit_config(job.round))
-            return TaskInfo(
-                job.phase, job.round, self._task_id(), self.store.model(job.model_version), config
-            )
+            return TaskInfo(job.phase, job.round, self._task_id(), self._model_record, config)
         return TaskInfo(
             "wait", job.round, retry_after=1.0, reason="not selected" if job.active else "waiting"
         )
@@ -285,13 +293,25 @@ class RoundManager:
         """The client's task, holding the call up to `wait` seconds while it would be "wait"."""
         self.touch(client_id)
         end = time.monotonic() + min(max(wait, 0.0), self.config.long_poll)
-        with self._changed:
-            while True:
-                task = self._current_task(client_id)
-                left = end - time.monotonic()
-                if task.type != "wait" or self._stopping or left <= 0:
-                    return task
-                self._changed.wait(timeout=left)
+        with self._lock:
+            task = self._current_task(client_id)
+        if task.type != "wait" or self._stopping or end <= time.monotonic():
+            return task
+        # A held poll occupies an RPC thread. Past `poll_slots` of them, answer at once and
+        # let the client come back: otherwise idle pollers starve the transfers of the
+        # clients still working on the round, which then straggle.
+        if not self._poll_slots.acquire(blocking=False):
+            return dataclasses.replace(task, retry_after=BUSY_RETRY_SECONDS, reason="poll again")
+        try:
+            with self._changed:
+                while True:
+                    task = self._current_task(client_id)
+                    left = end - time.monotonic()
+                    if task.type != "wait" or self._stopping or left <= 0:
+                        return task
+                    self._changed.wait(timeout=left)
+        finally:
+            self._poll_slots.release()
 
     def heartbeat(self, client_id: str, task_id: str) -> bool:
         """Mark alive; True while `task_id` is still wanted from this client."""
@@ -366,7 +386,7 @@ class RoundManager:
                 self._parts[client_id] = "rejected"
                 with self.store.transaction() as tx:
                     tx.set_participant(self.job.round, self.job.phase, client_id, "rejected")
-                self._changed.notify_all()
+                self.wake.set()  # pollers' tasks are unchanged; the round loop may act
         log_event(
             self.log,
             "update_refused",
@@ -422,7 +442,7 @@ class RoundManager:
                 if self._since_checkpoint >= self.config.checkpoint_every:
                     self._checkpoint()
                 self.metrics.inc("sporenet_updates_accepted_total")
-                self._changed.notify_all()
+                self.wake.set()  # pollers' tasks are unchanged; the round loop may act
             del update
         log_event(
             self.log,
@@ -468,7 +488,7 @@ class RoundManager:
                     num_samples,
                     {"loss": loss, **metrics},
                 )
-            self._changed.notify_all()
+            self.wake.set()  # pollers' tasks are unchanged; the round loop may act
 
     # -- the round loop ---------------------------------------------------------------------
 
@@ -642,6 +662,7 @@ class RoundManager:
                 self._advance(tx, evaluate_next=bool(self.config.evaluate_every)
                               and job.round % self.config.evaluate_every == 0)  # fmt: skip
             self._model_bytes, self._weights, self._opt_state = data, new_weights, new_state
+            self._model_record = record
             self._aggregator = None
         shutil.rmtree(phase_dir, ignore_errors=True)
         ckpt.unlink(missing_ok=True)
