@@ -13,6 +13,7 @@ from sporenet.converter.onnx_import.context import ImportContext
 from sporenet.converter.onnx_import.node import OnnxNode
 from sporenet.converter.onnx_import.ops import (
     activation,
+    composite,
     constant,
     conv,
     elementwise,
@@ -103,6 +104,15 @@ HANDLERS: dict[str, Handler] = {
     "Mish": _h(_A.mish, OpCode.SOFTPLUS, OpCode.TANH, OpCode.MUL),
     "ThresholdedRelu": _h(_A.thresholded_relu, OpCode.GREATER, OpCode.WHERE),
     "Celu": _h(_A.celu, OpCode.ELU, OpCode.DIV, OpCode.MUL),
+    "Swish": _h(composite.swish, OpCode.MUL, OpCode.SIGMOID),
+    "Sign": _h(composite.sign, OpCode.WHERE, OpCode.LESS, OpCode.GREATER, OpCode.EQUAL),
+    "Shrink": _h(composite.shrink, OpCode.WHERE, OpCode.LESS, OpCode.GREATER, OpCode.ADD,
+                 OpCode.SUB),
+    "IsNaN": _h(composite.is_nan, OpCode.EQUAL),
+    "IsInf": _h(composite.is_inf, OpCode.EQUAL, OpCode.MAXIMUM),
+    "Trilu": _h(composite.trilu, OpCode.WHERE),
+    "EyeLike": _h(composite.eye_like),
+    "CumSum": _h(composite.cumsum, OpCode.MATMUL, OpCode.TRANSPOSE),
     # convolution and pooling
     "Conv": _h(conv.conv, OpCode.CONV2D),
     "ConvTranspose": _h(conv.conv_transpose, OpCode.CONV2D_BACKPROP_INPUT, OpCode.EXPAND,

@@ -50,8 +50,8 @@ SLOW_LIGHT_MODELS = ("bvlc_alexnet", "densenet121", "inception_v2", "resnet50", 
 _DTYPE = ("input or output dtype the IR cannot store (proto/model.fbs DType has no uint16/32/64, "
           "int2/int4, float8/float4, bfloat16 or string)")
 _RUNTIME_SHAPE = ("a shape argument (target shape, pads, starts/ends, axes, repeats, split sizes, "
-                  "Range bounds) is a graph input: sporenet plans shapes when a model loads, as "
-                  "TFLite does, so these must be constants")
+                  "scales/sizes, Range bounds, Trilu k, CumSum axis) is a graph input: sporenet "
+                  "plans shapes when a model loads, as TFLite does, so these must be constants")
 _3D = "3-D convolution/pooling: the runtime's Conv2D and pools are 2-D (1-D runs as 2-D)"
 _TRAINING = "training-mode semantics (random Dropout masks, batch statistics): the converter " \
             "targets inference"
@@ -79,6 +79,9 @@ EXCLUDED: dict[str, str] = {
 # Node cases (and their _expanded function bodies) whose axes/scales/sizes arguments are
 # graph inputs, found by running the suite; excluded for the _RUNTIME_SHAPE reason.
 _RUNTIME_SHAPE_WORDS = """
+    test_cumsum_1d test_cumsum_1d_exclusive test_cumsum_1d_int32_exclusive
+    test_cumsum_1d_reverse test_cumsum_1d_reverse_exclusive test_cumsum_2d_axis_0
+    test_cumsum_2d_axis_1 test_cumsum_2d_int32 test_cumsum_2d_negative_axis
     test_reduce_l1_default_axes_keepdims_example
     test_reduce_l1_default_axes_keepdims_random test_reduce_l1_do_not_keepdims_example
     test_reduce_l1_do_not_keepdims_random test_reduce_l1_empty_set
@@ -148,7 +151,10 @@ _RUNTIME_SHAPE_WORDS = """
     test_resize_upsample_sizes_nearest_axes_3_2
     test_resize_upsample_sizes_nearest_ceil_half_pixel
     test_resize_upsample_sizes_nearest_floor_align_corners
-    test_resize_upsample_sizes_nearest_round_prefer_ceil_asymmetric test_upsample_nearest
+    test_resize_upsample_sizes_nearest_round_prefer_ceil_asymmetric test_tril_neg
+    test_tril_out_neg test_tril_out_pos test_tril_pos test_tril_square_neg test_tril_zero
+    test_triu_neg test_triu_one_row test_triu_out_neg_out test_triu_out_pos test_triu_pos
+    test_triu_square_neg test_triu_zero test_upsample_nearest
 """
 _RUNTIME_SHAPE_CASES = frozenset(_RUNTIME_SHAPE_WORDS.split())
 

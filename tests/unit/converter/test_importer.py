@@ -362,3 +362,30 @@ def test_conv_transpose_1d() -> None:
     node = helper.make_node("ConvTranspose", ["x", "w"], ["y"], strides=[2], pads=[1, 0])
     model = make_model([node], {"x": [1, 3, 5]}, ["y"], initializers={"w": rand(3, 2, 4)})
     assert_matches_ort(model, {"x": rand(1, 3, 5)}, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("axis", [0, 1, -1])
+@pytest.mark.parametrize(("exclusive", "reverse"), [(0, 0), (1, 0), (0, 1), (1, 1)])
+def test_cumsum_as_triangular_matmul(axis: int, exclusive: int, reverse: int) -> None:
+    node = helper.make_node("CumSum", ["x", "axis"], ["y"], exclusive=exclusive, reverse=reverse)
+    model = make_model([node], {"x": [3, 4, 5]}, ["y"], opset=14,
+                       initializers={"axis": np.array(axis, np.int64)})
+    assert_matches_ort(model, {"x": rand(3, 4, 5)}, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("upper", [0, 1])
+@pytest.mark.parametrize("k", [-2, 0, 1])
+def test_trilu_with_static_k(upper: int, k: int) -> None:
+    node = helper.make_node("Trilu", ["x", "k"], ["y"], upper=upper)
+    model = make_model([node], {"x": [2, 4, 5]}, ["y"], opset=14,
+                       initializers={"k": np.array(k, np.int64)})
+    assert_matches_ort(model, {"x": rand(2, 4, 5)})
+
+
+@pytest.mark.parametrize("op", ["Sign", "IsNaN", "IsInf", "Shrink", "Softsign", "Mish", "Celu",
+                                "ThresholdedRelu", "Selu"])
+def test_composite_unary_ops(op: str) -> None:
+    x = rand(3, 4) * 3
+    x[0, :3] = [np.nan, np.inf, -np.inf] if op in ("IsNaN", "IsInf", "Sign") else x[0, :3]
+    model = make_model([helper.make_node(op, ["x"], ["y"])], {"x": [3, 4]}, ["y"], opset=18)
+    assert_matches_ort(model, {"x": x})

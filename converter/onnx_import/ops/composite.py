@@ -1,0 +1,141 @@
+"""ONNX ops without a runtime op of their own, built from ones that have one:
+Swish, Sign, Shrink, IsNaN, IsInf, Trilu, EyeLike, CumSum."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from sporenet.converter.onnx_import.context import ImportContext
+from sporenet.converter.onnx_import.node import OnnxNode, as_ints
+from sporenet.lite.graph import DYNAMIC
+from sporenet.lite.ops import OpCode
+
+
+def _scalar(ctx: ImportContext, node: OnnxNode, name: str, value: float, like: int) -> int:
+    return ctx.constant(f"{node.name}/{name}", np.array(value, ctx.dtype(like)))
+
+
+def _not(ctx: ImportContext, node: OnnxNode, x: int) -> int:
+    return ctx.emit1(OpCode.EQUAL, [x, ctx.constant(f"{node.name}/false", np.array(False))])
+
+
+def swish(ctx: ImportContext, node: OnnxNode) -> list[int]:
+    """x * sigmoid(alpha * x)."""
+    x = node.input(0)
+    alpha = float(node.attr("alpha", 1.0))
+    scaled = x if alpha == 1.0 else ctx.emit1(OpCode.MUL, [x, _scalar(ctx, node, "alpha",
+                                                                      alpha, x)])
+    return [ctx.emit1(OpCode.MUL, [x, ctx.emit1(OpCode.SIGMOID, [scaled])])]
+
+
+def sign(ctx: ImportContext, node: OnnxNode) -> list[int]:
+    """1 where x > 0, -1 where x < 0, else 0 (NaN stays NaN)."""
+    x = node.input(0)
+    zero, one = _scalar(ctx, node, "zero", 0, x), _scalar(ctx, node, "one", 1, x)
+    if ctx.dtype(x).kind == "u":
+        return [ctx.emit1(OpCode.WHERE, [ctx.emit1(OpCode.GREATER, [x, zero]), one, zero])]
+    minus = _scalar(ctx, node, "minus_one", -1, x)
+    y = ctx.emit1(OpCode.WHERE, [ctx.emit1(OpCode.LESS, [x, zero]), minus, zero])
+    y = ctx.emit1(OpCode.WHERE, [ctx.emit1(OpCode.GREATER, [x, zero]), one, y])
+    if ctx.dtype(x).kind == "f":
+        y = ctx.emit1(OpCode.WHERE, [ctx.emit1(OpCode.EQUAL, [x, x]), y, x])
+    return [y]
+
+
+def shrink(ctx: ImportContext, node: OnnxNode) -> list[int]:
+    """x + bias where x < -lambd, x - bias where x > lambd, else 0."""
+    x = node.input(0)
+    lambd, bias = float(node.attr("lambd", 0.5)), float(node.attr("bias", 0.0))
+    zero = _scalar(ctx, node, "zero", 0, x)
+    b = _scalar(ctx, node, "bias", bias, x)
+    low = ctx.emit1(OpCode.LESS, [x, _scalar(ctx, node, "minus_lambd", -lambd, x)])
+    high = ctx.emit1(OpCode.GREATER, [x, _scalar(ctx, node, "lambd", lambd, x)])
+    y = ctx.emit1(OpCode.WHERE, [high, ctx.emit1(OpCode.SUB, [x, b]), zero])
+    return [ctx.emit1(OpCode.WHERE, [low, ctx.emit1(OpCode.ADD, [x, b]), y])]
+
+
+def is_nan(ctx: ImportContext, node: OnnxNode) -> list[int]:
+    x = node.input(0)
+    return [_not(ctx, node, ctx.emit1(OpCode.EQUAL, [x, x]))]
+
+
+def is_inf(ctx: ImportContext, node: OnnxNode) -> list[int]:
+    x = node.input(0)
+    checks = []
+    if int(node.attr("detect_positive", 1)):
+        checks.append(ctx.emit1(OpCode.EQUAL, [x, _scalar(ctx, node, "inf", np.inf, x)]))
+    if int(node.attr("detect_negative", 1)):
+        checks.append(ctx.emit1(OpCode.EQUAL, [x, _scalar(ctx, node, "minus_inf", -np.inf, x)]))
+    if not checks:
+        dims = ctx.shape(x)
+        if DYNAMIC in dims:
+            raise node.fail("needs a static input shape when detecting nothing")
+        return [ctx.constant(node.outputs[0], np.zeros(dims, np.bool_))]
+    if len(checks) == 1:
+        return checks
+    return [ctx.emit1(OpCode.MAXIMUM, checks)]
+
+
+def _last_two_static(ctx: ImportContext, node: OnnxNode, x: int) -> tuple[int, int]:
+    dims = ctx.shape(x)
+    if len(dims) < 2 or DYNAMIC in dims[-2:]:
+        raise node.fail(f"needs static last two dimensions, got shape {list(dims)}")
+    return dims[-2], dims[-1]
+
+
+def trilu(ctx: ImportContext, node: OnnxNode) -> list[int]:
+    """x where the (static) upper or lower triangle mask of the last two axes holds, else 0."""
+    x = node.input(0)
+    rows, cols = _last_two_static(ctx, node, x)
+    k = 0
+    if node.input(1) != -1:
+        value = as_ints(ctx.value(node.input(1)))
+        if value is None:
+            raise node.fail("k (input 1) must be static")
+        k = value[0]
+    ones = np.ones((rows, cols), np.bool_)
+    mask = np.triu(ones, k) if int(node.attr("upper", 1)) else np.tril(ones, k)
+    return [ctx.emit1(OpCode.WHERE, [ctx.constant(f"{node.name}/mask", mask), x,
+                                     _scalar(ctx, node, "zero", 0, x)])]
+
+
+ONNX_DTYPES = {1: np.float32, 2: np.uint8, 3: np.int8, 5: np.int16, 6: np.int32, 7: np.int64,
+               9: np.bool_, 10: np.float16, 11: np.float64}
+
+
+def eye_like(ctx: ImportContext, node: OnnxNode) -> list[int]:
+    x = node.input(0)
+    rows, cols = _last_two_static(ctx, node, x)
+    code = node.attr("dtype")
+    if code is not None and int(code) not in ONNX_DTYPES:
+        raise node.fail(f"dtype {code} cannot be stored")
+    dtype = ONNX_DTYPES[int(code)] if code is not None else ctx.dtype(x)
+    return [ctx.constant(node.outputs[0], np.eye(rows, cols, int(node.attr("k", 0)),
+                                                 dtype=dtype))]
+
+
+def cumsum(ctx: ImportContext, node: OnnxNode) -> list[int]:
+    """Cumulative sum along a static axis as a MatMul with a constant triangular matrix
+    (the axis is moved last and back with Transposes)."""
+    x = node.input(0)
+    axis_value = as_ints(ctx.value(node.input(1)))
+    if axis_value is None:
+        raise node.fail("axis (input 1) must be static")
+    rank = ctx.rank(x)
+    axis = axis_value[0] + rank if axis_value[0] < 0 else axis_value[0]
+    n = ctx.spec(x).shape[axis]
+    if ctx.shape(x)[axis] == DYNAMIC:
+        raise node.fail("the summed axis must have a static size")
+    i, j = np.indices((n, n))
+    exclusive, reverse = int(node.attr("exclusive", 0)), int(node.attr("reverse", 0))
+    keep = (i >= j) if reverse else (i <= j)
+    if exclusive:
+        keep &= i != j
+    tri = ctx.constant(f"{node.name}/triangle", keep.astype(ctx.dtype(x)))
+    if axis == rank - 1:
+        return [ctx.emit1(OpCode.MATMUL, [x, tri])]
+    perm = [d for d in range(rank) if d != axis] + [axis]
+    inverse = list(np.argsort(perm))
+    moved = ctx.emit1(OpCode.TRANSPOSE, [x], perm=perm)
+    summed = ctx.emit1(OpCode.MATMUL, [moved, tri])
+    return [ctx.emit1(OpCode.TRANSPOSE, [summed], perm=[int(p) for p in inverse])]
