@@ -113,6 +113,9 @@ HANDLERS: dict[str, Handler] = {
     "Trilu": _h(composite.trilu, OpCode.WHERE),
     "EyeLike": _h(composite.eye_like),
     "CumSum": _h(composite.cumsum, OpCode.MATMUL, OpCode.TRANSPOSE),
+    "OneHot": _h(composite.one_hot, OpCode.ONE_HOT),
+    "Hardmax": _h(composite.hardmax, OpCode.ARGMAX, OpCode.ONE_HOT, OpCode.FLATTEN,
+                  OpCode.RESHAPE),
     # convolution and pooling
     "Conv": _h(conv.conv, OpCode.CONV2D),
     "ConvTranspose": _h(conv.conv_transpose, OpCode.CONV2D_BACKPROP_INPUT, OpCode.EXPAND,

@@ -8,6 +8,7 @@ from sporenet.lite.kernels import (
     layer_norm,
     linear,
     normalization,
+    onehot,
     pad,
     pooling,
     reduce,
@@ -51,6 +52,7 @@ KERNELS: dict[OpCode, type[Kernel]] = {
     OpCode.WHERE: transform.Where,
     OpCode.DEPTH_TO_SPACE: transform.DepthToSpace,
     OpCode.SPACE_TO_DEPTH: transform.SpaceToDepth,
+    OpCode.ONE_HOT: onehot.OneHot,
     # linear algebra
     OpCode.FULLY_CONNECTED: linear.FullyConnected,
     OpCode.MATMUL: linear.MatMul,

@@ -50,8 +50,9 @@ SLOW_LIGHT_MODELS = ("bvlc_alexnet", "densenet121", "inception_v2", "resnet50", 
 _DTYPE = ("input or output dtype the IR cannot store (proto/model.fbs DType has no uint16/32/64, "
           "int2/int4, float8/float4, bfloat16 or string)")
 _RUNTIME_SHAPE = ("a shape argument (target shape, pads, starts/ends, axes, repeats, split sizes, "
-                  "scales/sizes, Range bounds, Trilu k, CumSum axis) is a graph input: sporenet "
-                  "plans shapes when a model loads, as TFLite does, so these must be constants")
+                  "scales/sizes, Range bounds, Trilu k, CumSum axis, OneHot depth) is a graph "
+                  "input: sporenet plans shapes when a model loads, as TFLite does, so these must "
+                  "be constants")
 _3D = "3-D convolution/pooling: the runtime's Conv2D and pools are 2-D (1-D runs as 2-D)"
 _TRAINING = "training-mode semantics (random Dropout masks, batch statistics): the converter " \
             "targets inference"
@@ -82,6 +83,8 @@ _RUNTIME_SHAPE_WORDS = """
     test_cumsum_1d test_cumsum_1d_exclusive test_cumsum_1d_int32_exclusive
     test_cumsum_1d_reverse test_cumsum_1d_reverse_exclusive test_cumsum_2d_axis_0
     test_cumsum_2d_axis_1 test_cumsum_2d_int32 test_cumsum_2d_negative_axis
+    test_onehot_negative_indices test_onehot_out_of_range_indices test_onehot_with_axis
+    test_onehot_with_negative_axis test_onehot_without_axis
     test_reduce_l1_default_axes_keepdims_example
     test_reduce_l1_default_axes_keepdims_random test_reduce_l1_do_not_keepdims_example
     test_reduce_l1_do_not_keepdims_random test_reduce_l1_empty_set

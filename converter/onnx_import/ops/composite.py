@@ -139,3 +139,35 @@ def cumsum(ctx: ImportContext, node: OnnxNode) -> list[int]:
     moved = ctx.emit1(OpCode.TRANSPOSE, [x], perm=perm)
     summed = ctx.emit1(OpCode.MATMUL, [moved, tri])
     return [ctx.emit1(OpCode.TRANSPOSE, [summed], perm=[int(p) for p in inverse])]
+
+
+def one_hot(ctx: ImportContext, node: OnnxNode) -> list[int]:
+    depth, values = node.input(1), node.input(2)
+    if ctx.value(depth) is None or ctx.value(values) is None:
+        raise node.fail("depth and values (inputs 1 and 2) must be static")
+    return [ctx.emit1(OpCode.ONE_HOT, [node.input(0), depth, values],
+                      axis=int(node.attr("axis", -1)))]
+
+
+def hardmax(ctx: ImportContext, node: OnnxNode) -> list[int]:
+    """OneHot(ArgMax(x)): 1 at the first maximum along `axis`, 0 elsewhere. Before opset 13
+    the input is coerced to 2-D at `axis` (default 1), as for Softmax."""
+    x = node.input(0)
+    rank = ctx.rank(x)
+    shape = list(ctx.shape(x))
+    axis = int(node.attr("axis", -1 if node.opset >= 13 else 1))
+    axis = axis + rank if axis < 0 else axis
+    coerce = node.opset < 13 and axis < rank - 1
+    if coerce:
+        if shape.count(DYNAMIC) > 1:
+            raise node.fail("needs at most one dynamic dimension")
+        x = ctx.emit1(OpCode.FLATTEN, [x], axis=axis)
+        axis = 1
+    depth = ctx.spec(x).shape[axis]
+    index = ctx.emit1(OpCode.ARGMAX, [x], axis=axis, keepdims=0)
+    dtype = ctx.dtype(x)
+    y = ctx.emit1(OpCode.ONE_HOT, [index, ctx.constant(f"{node.name}/depth",
+                                                       np.array(depth, np.int64)),
+                                   ctx.constant(f"{node.name}/values", np.array([0, 1], dtype))],
+                  axis=axis)
+    return [ctx.emit1(OpCode.RESHAPE, [y], shape=shape) if coerce else y]
