@@ -237,7 +237,7 @@ class Conv2D(Kernel):
 
 # Depthwise layout choice: phase grids of at most this many positions use the interleaved
 # layout; planar rows at least _LONG_ROW long broadcast weights instead of expanding them.
-_SMALL_PLANE = 100
+_SMALL_PLANE = 400
 _LONG_ROW = 256
 # Largest expanded copy of depthwise weights (bytes) made to avoid broadcasting short rows.
 _EXPAND_LIMIT = 4 << 20

@@ -282,3 +282,25 @@ def test_conv_transpose_errors(w_shape, attrs, message):
     x, w = np.zeros((1, 3, 4, 4), np.float32), np.zeros(w_shape, np.float32)
     with pytest.raises(ShapeError, match=message):
         run_op(OpCode.CONV_TRANSPOSE2D, [x, w], **attrs)
+
+
+@pytest.mark.parametrize("layout_limit", [0, 10**9], ids=["planar", "interleaved"])
+@pytest.mark.parametrize("constant", [True, False])
+@pytest.mark.parametrize("n,c,h,w,k,strides,dilations,pads", [
+    (1, 5, 9, 9, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1)),
+    (2, 4, 10, 9, (3, 3), (2, 2), (1, 1), (1, 0, 1, 1)),
+    (1, 3, 11, 12, (3, 5), (2, 3), (2, 1), (2, 1, 0, 2)),
+    (2, 6, 7, 7, (5, 5), (1, 1), (1, 1), (2, 2, 2, 2)),
+])
+def test_depthwise_layouts(monkeypatch, layout_limit, constant, n, c, h, w, k, strides,
+                           dilations, pads):
+    """Both depthwise layouts (chosen by plane size) on every stride/dilation shape."""
+    from sporenet.lite.kernels import conv
+
+    monkeypatch.setattr(conv, "_SMALL_PLANE", layout_limit)
+    x, wt, b = _data(np.random.default_rng(8), n, c, h, w, c, c, k, True)
+    (ours,) = run_op(OpCode.CONV2D, [x, wt, b], constant_inputs=None if constant else [0],
+                     strides=list(strides), dilations=list(dilations), pads=list(pads),
+                     group=c)
+    ref = conv_reference(x, wt, b, strides, dilations, pads, c)
+    np.testing.assert_allclose(ours, ref, rtol=RTOL, atol=ATOL)
