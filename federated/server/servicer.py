@@ -127,7 +127,11 @@ class FederatedServicer(pb_grpc.FederatedServicer):
         return self.auth.authenticate(context.invocation_metadata(), method_path(method))
 
     def _client(self, context: grpc.ServicerContext, method: str, client_id: str) -> str:
-        identity = self._identity(context, method)
+        return self._owned(self._identity(context, method), client_id)
+
+    @staticmethod
+    def _owned(identity: str | None, client_id: str) -> str:
+        """`client_id`, if the authenticated caller (if any) may act as it."""
         if identity is not None and client_id != identity:
             raise PermissionDeniedError(
                 f"authenticated as {identity!r} but the request names client {client_id!r}"
@@ -187,18 +191,22 @@ class FederatedServicer(pb_grpc.FederatedServicer):
     def UploadUpdate(
         self, request_iterator: Iterator[pb.UploadChunk], context: grpc.ServicerContext
     ) -> pb.UploadReply:
-        first = next(request_iterator, None)
-        if first is None or not first.HasField("header"):
-            raise UpdateRejectedError("the first UploadChunk of a call must carry the header")
-        h = first.header
-        cid = self._client(context, "UploadUpdate", h.client_id)
-        if not _UPLOAD_ID.match(h.upload_id):
-            raise UpdateRejectedError(
-                f"upload_id must be 1-64 characters of [A-Za-z0-9_-], got {h.upload_id!r}"
-            )
-        if not self.m.open_upload(cid, h.task_id, h.total_size):
-            return pb.UploadReply(accepted=True, received=h.total_size, message="already accepted")
+        identity = self._identity(context, "UploadUpdate")
+        # Take a transfer slot before reading any payload: a queued upload holds no chunk.
         with self._transfers:
+            first = next(request_iterator, None)
+            if first is None or not first.HasField("header"):
+                raise UpdateRejectedError("the first UploadChunk of a call must carry the header")
+            h = first.header
+            cid = self._owned(identity, h.client_id)
+            if not _UPLOAD_ID.match(h.upload_id):
+                raise UpdateRejectedError(
+                    f"upload_id must be 1-64 characters of [A-Za-z0-9_-], got {h.upload_id!r}"
+                )
+            if not self.m.open_upload(cid, h.task_id, h.total_size):
+                return pb.UploadReply(
+                    accepted=True, received=h.total_size, message="already accepted"
+                )
             return self._receive(cid, first, request_iterator)
 
     def _receive(
