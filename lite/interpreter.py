@@ -154,13 +154,17 @@ class Interpreter:
                 f"inputs expected {sorted(self._input_names)}; unknown {unknown}, missing {missing}"
             )
         assert self._plan is not None
-        for name, value in feeds.items():
+        values = {name: np.asarray(value) for name, value in feeds.items()}
+        # Resize first, copy after: a re-plan replaces every input array, so a value copied
+        # before another input's resize would be lost.
+        for name, value in values.items():
             index = self._input_names[name]
-            value = np.asarray(value)
             if value.shape != self._plan.specs[index].shape and value.ndim == len(
                 self.model.tensors[index].shape
             ):
                 self.resize_tensor_input(index, value.shape)
+        for name, value in values.items():
+            index = self._input_names[name]
             self._check_value(name, index, value)
             np.copyto(self._plan.arrays[index], value)
         self.invoke()
