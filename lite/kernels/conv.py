@@ -120,6 +120,9 @@ class Conv2D(Kernel):
         o, cg, kh, kw = w.shape
         oh, ow = win.out
         copyto, matmul = np.copyto, np.matmul
+        if (g == 1 and ow <= _HWC_MAX_OW and x.shape[1] >= _HWC_MIN_CH
+                and self.inputs[1].value is not None):  # type: ignore[union-attr]
+            return self._bind_im2col_hwc(x, w, out)
         if win.padded:
             xp, interior = padded_buffer(x, win, 0.0)
         else:
@@ -143,6 +146,45 @@ class Conv2D(Kernel):
                 copyto(interior, x)
                 copyto(cols, src)
                 matmul(wmat, cmat, out=omat)
+        return compute
+
+    def _bind_im2col_hwc(self, x: np.ndarray, w: np.ndarray, out: np.ndarray) -> Compute:
+        """im2col for narrow outputs with many channels, built channels-last.
+
+        With OW small, NCHW columns are copied in rows of OW elements (a 4x4 output of 512
+        channels means 18k rows of 4). Transposing the input once to (N, H, W, C) makes
+        the transposed column matrix (OH*OW, kh*kw*C) copy in rows of C elements; the
+        weights are re-packed at bind to (O, kh, kw, C) order and BLAS reads the columns
+        transposed, so the GEMM needs no extra copy.
+        """
+        win = self.win
+        n, c, h, wd = x.shape
+        o, _, kh, kw = w.shape
+        (oh, ow), (sh, sw), (dh, dw) = win.out, win.strides, win.dilations
+        top, left = win.pads[0], win.pads[1]
+        hp, wp = max(h + top + win.pads[2], win.extent[0]), max(wd + left + win.pads[3],
+                                                              win.extent[1])
+        xp = np.zeros((n, hp, wp, c), x.dtype)
+        interior = xp[:, top:top + h, left:left + wd, :]
+        xt = x.transpose(0, 2, 3, 1)
+        sn, sy, sx, sc = xp.strides
+        src = np.lib.stride_tricks.as_strided(
+            xp, shape=(n, oh, ow, kh, kw, c),
+            strides=(sn, sy * sh, sx * sw, sy * dh, sx * dw, sc), writeable=False)
+        cols = np.empty(src.shape, x.dtype)
+        k = kh * kw * c
+        wmat = np.ascontiguousarray(w.transpose(0, 2, 3, 1).reshape(o, k))
+        if n == 1:
+            cmat, omat = cols.reshape(oh * ow, k).T, out.reshape(o, oh * ow)
+        else:
+            cmat, omat = cols.reshape(n, oh * ow, k).transpose(0, 2, 1), out.reshape(
+                n, o, oh * ow)
+        copyto, matmul = np.copyto, np.matmul
+
+        def compute() -> None:
+            copyto(interior, xt)
+            copyto(cols, src)
+            matmul(wmat, cmat, out=omat)
         return compute
 
     def _bind_depthwise(self, x: np.ndarray, w: np.ndarray, out: np.ndarray) -> Compute:
@@ -238,6 +280,10 @@ class Conv2D(Kernel):
 # Depthwise layout choice: phase grids of at most this many positions use the interleaved
 # layout; planar rows at least _LONG_ROW long broadcast weights instead of expanding them.
 _SMALL_PLANE = 400
+# General convolutions with outputs at most this wide and at least this many input
+# channels build their columns channels-last (see `_bind_im2col_hwc`).
+_HWC_MAX_OW = 16
+_HWC_MIN_CH = 32
 _LONG_ROW = 256
 # Largest expanded copy of depthwise weights (bytes) made to avoid broadcasting short rows.
 _EXPAND_LIMIT = 4 << 20

@@ -304,3 +304,22 @@ def test_depthwise_layouts(monkeypatch, layout_limit, constant, n, c, h, w, k, s
                      group=c)
     ref = conv_reference(x, wt, b, strides, dilations, pads, c)
     np.testing.assert_allclose(ours, ref, rtol=RTOL, atol=ATOL)
+
+
+@pytest.mark.parametrize("min_channels", [1, 10**9], ids=["channels-last", "planar"])
+@pytest.mark.parametrize("n,c,h,w,o,k,strides,dilations,pads", [
+    (1, 32, 4, 4, 16, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1)),
+    (2, 8, 7, 6, 5, (3, 2), (2, 1), (1, 2), (0, 1, 2, 1)),
+    (1, 6, 9, 9, 4, (1, 1), (2, 2), (1, 1), (0, 0, 0, 0)),
+])
+def test_im2col_layouts(monkeypatch, min_channels, n, c, h, w, o, k, strides, dilations,
+                        pads):
+    """The channels-last column build (narrow outputs) matches the planar one."""
+    from sporenet.lite.kernels import conv
+
+    monkeypatch.setattr(conv, "_HWC_MIN_CH", min_channels)
+    x, wt, b = _data(np.random.default_rng(9), n, c, h, w, o, 1, k, True)
+    attrs = dict(strides=list(strides), dilations=list(dilations), pads=list(pads))
+    (ours,) = run_op(OpCode.CONV2D, [x, wt, b], activation="relu", **attrs)
+    ref = np.maximum(conv_reference(x, wt, b, strides, dilations, pads), 0)
+    np.testing.assert_allclose(ours, ref, rtol=RTOL, atol=ATOL)
