@@ -74,6 +74,11 @@ class Clip(UnaryKernel):
             spec = self.optional_input(k)
             if spec is None:
                 value = attrs.float(name)
+                if value is not None and x.dtype.kind != "f":
+                    if value != int(value):
+                        raise self.fail(f"attribute {name!r} = {value} is not a whole number "
+                                        f"for the {x.dtype} input")
+                    value = int(value)  # an integer bound keeps an integer tensor's dtype
                 self.bounds.append(value)
                 continue
             if spec.size != 1:

@@ -411,3 +411,25 @@ def test_shape_follows_a_resized_batch():
     interp = Interpreter(model=model)
     out = interp.run({"x": np.zeros((5, 3), np.float32)})
     assert out["shape"].tolist() == [5, 3]
+
+
+def test_transform_ops_in_a_planned_graph():
+    # Split's several outputs, a runtime-index Gather, Transpose and Concat through the
+    # planner's arena (buffers reused by lifetime) rather than one op at a time.
+    from sporenet.lite import Interpreter
+
+    b = ModelBuilder()
+    x = b.input("x", (-1, 6))
+    idx = b.input("idx", (2,), np.int64)
+    left, right = b.op_multi(OpCode.SPLIT, [x], 2, axis=1)
+    swapped = b.op(OpCode.CONCAT, [right, left], axis=1)
+    t = b.op(OpCode.TRANSPOSE, [swapped])
+    rows = b.op(OpCode.GATHER, [t, idx], axis=0)
+    b.output(b.op(OpCode.UNSQUEEZE, [rows], axes=[0]), name="y")
+    interp = Interpreter(model=b.build())
+    for batch in (3, 5):
+        xv = _x((batch, 6), batch)
+        iv = np.array([-1, 2], I64)
+        y = interp.run({"x": xv, "idx": iv})["y"]
+        expected = np.concatenate([xv[:, 3:], xv[:, :3]], axis=1).T[iv][None]
+        np.testing.assert_array_equal(y, expected)

@@ -156,6 +156,12 @@ def test_clip_integer_tensor():
     x = np.arange(-5, 5, dtype=np.int64)
     (ours,) = run_op(OpCode.CLIP, [x, np.int64(-2), np.int64(3)])
     np.testing.assert_array_equal(ours, np.clip(x, -2, 3))
+    (ours,) = run_op(OpCode.CLIP, [x], min=-2.0, max=3)
+    assert ours.dtype == np.int64
+    np.testing.assert_array_equal(ours, np.clip(x, -2, 3))
+    with pytest.raises(ShapeError, match=r"attribute 'min' = -1\.5 is not a whole number for "
+                                         "the int64 input"):
+        run_op(OpCode.CLIP, [x], min=-1.5)
 
 
 def test_clip_rejects_non_scalar_bound_and_dtype_mismatch():
