@@ -8,7 +8,12 @@ Conv2D picks one of three strategies when the model is planned:
   each one contiguous NumPy call over all channels at once (see `_bind_depthwise`);
 - im2col: everything else. The column matrix is a strided view of the (padded) input,
   copied into a buffer allocated once in `bind`, then multiplied with the weights
-  (pre-shaped to (groups, out/groups, in/groups*kh*kw)) by BLAS.
+  (pre-shaped to (groups, out/groups, in/groups*kh*kw)) by BLAS. Narrow outputs with many
+  channels (the deep layers of a ResNet) build the columns channels-last instead, so
+  the copy runs in rows of C elements rather than OW (`_bind_im2col_hwc`).
+
+The bias and the fused activation are applied in place after the main step; a constant
+bias is expanded to a whole output image once, so adding it is one contiguous pass.
 
 Weights (out_ch, in_ch/group, kh, kw) may be constants or run-time tensors: every weight
 view is taken in `bind`, where the arrays are final.
