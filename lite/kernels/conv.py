@@ -99,8 +99,10 @@ class Conv2D(Kernel):
         x, w, out = inputs[0], inputs[1], outputs[0]
         bias = inputs[2] if len(inputs) > 2 else None
         if self.strategy == "depthwise":
-            main = self._bind_depthwise(x, w, out)
-        elif self.strategy == "pointwise":
+            # The depthwise step adds the bias while compacting its result into `out`.
+            main = self._bind_depthwise(x, w, out, bias)
+            return _with_epilogue(main, out, None, self.activation, False)
+        if self.strategy == "pointwise":
             main = self._bind_pointwise(x, w, out)
         else:
             main = self._bind_im2col(x, w, out)
@@ -192,7 +194,8 @@ class Conv2D(Kernel):
             matmul(wmat, cmat, out=omat)
         return compute
 
-    def _bind_depthwise(self, x: np.ndarray, w: np.ndarray, out: np.ndarray) -> Compute:
+    def _bind_depthwise(self, x: np.ndarray, w: np.ndarray, out: np.ndarray,
+                        bias: np.ndarray | None) -> Compute:
         """kh*kw multiply-adds, each one long contiguous NumPy call.
 
         The padded input is split into stride phases: phase (a, b) holds padded rows
@@ -266,9 +269,20 @@ class Conv2D(Kernel):
                      for ph, di, dj in taps]
             acc = np.empty(shape, x.dtype)
             result = acc.reshape(n, c, hq, wq)[:, :, :oh, :ow]
+        copyto, multiply, add = np.copyto, np.multiply, np.add
+        if bias is None:
+            def finish() -> None:
+                copyto(out, result)
+        else:
+            # Compaction and bias in one pass: out = result + bias.
+            b = bias.reshape(c, 1, 1)
+            if self.inputs[2].value is not None:  # type: ignore[union-attr]
+                b = np.ascontiguousarray(np.broadcast_to(b, out.shape[1:]))
+
+            def finish() -> None:
+                add(result, b, out=out)
         tmp = np.empty_like(acc)
         (v0, w0), rest = (views[0], weights[0]), list(zip(views[1:], weights[1:], strict=True))
-        copyto, multiply, add = np.copyto, np.multiply, np.add
 
         def compute() -> None:
             for dst, src in copies:
@@ -277,7 +291,7 @@ class Conv2D(Kernel):
             for v, wt in rest:
                 multiply(v, wt, out=tmp)
                 add(acc, tmp, out=acc)
-            copyto(out, result)
+            finish()
 
         return compute
 
