@@ -102,12 +102,16 @@ class Conv2D(Kernel):
             # The depthwise step adds the bias while compacting its result into `out`.
             main = self._bind_depthwise(x, w, out, bias)
             return _with_epilogue(main, out, None, self.activation, False)
-        if self.strategy == "pointwise":
-            main = self._bind_pointwise(x, w, out)
-        else:
-            main = self._bind_im2col(x, w, out)
         bias_const = len(self.inputs) > 2 and self.inputs[2] is not None and \
             self.inputs[2].value is not None
+        if self.strategy == "pointwise":
+            main = self._bind_pointwise(x, w, out)
+        elif bias_const and self.group == 1:
+            # The bias rides in the GEMM: a column of ones under the im2col matrix.
+            main = self._bind_im2col(x, w, out, bias)
+            return _with_epilogue(main, out, None, self.activation, False)
+        else:
+            main = self._bind_im2col(x, w, out)
         return _with_epilogue(main, out, bias, self.activation, bias_const)
 
     def _bind_pointwise(self, x: np.ndarray, w: np.ndarray, out: np.ndarray) -> Compute:
@@ -121,7 +125,10 @@ class Conv2D(Kernel):
             x2, out2 = x.reshape(n, c, h * wd), out.reshape(n, o, h * wd)
         return lambda: matmul(w2, x2, out=out2)
 
-    def _bind_im2col(self, x: np.ndarray, w: np.ndarray, out: np.ndarray) -> Compute:
+    def _bind_im2col(self, x: np.ndarray, w: np.ndarray, out: np.ndarray,
+                     bias: np.ndarray | None = None) -> Compute:
+        """Columns + GEMM; with a (constant, ungrouped) bias, the column matrix gets an
+        extra row of ones and the packed weights the bias as an extra column."""
         win, g = self.win, self.group
         n = x.shape[0]
         o, cg, kh, kw = w.shape
@@ -129,15 +136,25 @@ class Conv2D(Kernel):
         copyto, matmul = np.copyto, np.matmul
         if (g == 1 and ow <= _HWC_MAX_OW and x.shape[1] >= _HWC_MIN_CH
                 and self.inputs[1].value is not None):  # type: ignore[union-attr]
-            return self._bind_im2col_hwc(x, w, out)
+            return self._bind_im2col_hwc(x, w, out, bias)
         if win.padded:
             xp, interior = padded_buffer(x, win, 0.0)
         else:
             xp, interior = x, None
         src = im2col_view(xp, win)
-        cols = np.empty(src.shape, x.dtype)
         k = cg * kh * kw
-        if g == 1 and n == 1:
+        if bias is not None:
+            full = np.ones((n, k + 1, oh * ow), x.dtype)  # row k stays all ones
+            cols = _strided(full, src.shape, (full.strides[0], *_contiguous_strides(
+                src.shape[1:], x.itemsize)))
+            wmat = np.concatenate([w.reshape(o, k), bias.reshape(o, 1)], axis=1)
+            cmat = full[0] if n == 1 else full
+            omat = out.reshape(o, -1) if n == 1 else out.reshape(n, o, oh * ow)
+        else:
+            cols = np.empty(src.shape, x.dtype)
+        if bias is not None:
+            pass
+        elif g == 1 and n == 1:
             # The common case as one plain 2-D GEMM: (O, K) @ (K, OH*OW).
             wmat, cmat, omat = w.reshape(o, k), cols.reshape(k, oh * ow), out.reshape(o, -1)
         else:
@@ -155,7 +172,8 @@ class Conv2D(Kernel):
                 matmul(wmat, cmat, out=omat)
         return compute
 
-    def _bind_im2col_hwc(self, x: np.ndarray, w: np.ndarray, out: np.ndarray) -> Compute:
+    def _bind_im2col_hwc(self, x: np.ndarray, w: np.ndarray, out: np.ndarray,
+                         bias: np.ndarray | None) -> Compute:
         """im2col for narrow outputs with many channels, built channels-last.
 
         With OW small, NCHW columns are copied in rows of OW elements (a 4x4 output of 512
@@ -178,14 +196,20 @@ class Conv2D(Kernel):
         src = np.lib.stride_tricks.as_strided(
             xp, shape=(n, oh, ow, kh, kw, c),
             strides=(sn, sy * sh, sx * sw, sy * dh, sx * dw, sc), writeable=False)
-        cols = np.empty(src.shape, x.dtype)
         k = kh * kw * c
-        wmat = np.ascontiguousarray(w.transpose(0, 2, 3, 1).reshape(o, k))
+        wmat = w.transpose(0, 2, 3, 1).reshape(o, k)
+        extra = 0 if bias is None else 1  # a ones column carries the bias through the GEMM
+        full = np.ones((n, oh * ow, k + extra), x.dtype)
+        cols = _strided(full, src.shape, (full.strides[0], ow * full.strides[1],
+                                          full.strides[1], *_contiguous_strides(
+                                              (kh, kw, c), x.itemsize)))
+        if bias is not None:
+            wmat = np.concatenate([wmat, bias.reshape(o, 1)], axis=1)
+        wmat = np.ascontiguousarray(wmat)
         if n == 1:
-            cmat, omat = cols.reshape(oh * ow, k).T, out.reshape(o, oh * ow)
+            cmat, omat = full[0].T, out.reshape(o, oh * ow)
         else:
-            cmat, omat = cols.reshape(n, oh * ow, k).transpose(0, 2, 1), out.reshape(
-                n, o, oh * ow)
+            cmat, omat = full.transpose(0, 2, 1), out.reshape(n, o, oh * ow)
         copyto, matmul = np.copyto, np.matmul
 
         def compute() -> None:
@@ -308,6 +332,19 @@ _LONG_ROW = 256
 _EXPAND_LIMIT = 4 << 20
 # Largest bias expanded to a full output plane, for the same reason.
 _BIAS_EXPAND_LIMIT = 1 << 20
+
+
+def _contiguous_strides(shape: Sequence[int], itemsize: int) -> tuple[int, ...]:
+    strides, step = [], itemsize
+    for dim in reversed(shape):
+        strides.append(step)
+        step *= dim
+    return tuple(reversed(strides))
+
+
+def _strided(base: np.ndarray, shape: Sequence[int], strides: Sequence[int]) -> np.ndarray:
+    """A writable view of `base` with explicit shape and strides (within its bounds)."""
+    return np.lib.stride_tricks.as_strided(base, shape=tuple(shape), strides=tuple(strides))
 
 
 def _with_epilogue(main: Compute, out: np.ndarray, bias: np.ndarray | None, act: object,

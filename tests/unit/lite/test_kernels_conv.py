@@ -312,14 +312,17 @@ def test_depthwise_layouts(monkeypatch, layout_limit, constant, n, c, h, w, k, s
     (2, 8, 7, 6, 5, (3, 2), (2, 1), (1, 2), (0, 1, 2, 1)),
     (1, 6, 9, 9, 4, (1, 1), (2, 2), (1, 1), (0, 0, 0, 0)),
 ])
+@pytest.mark.parametrize("bias", [True, False])
 def test_im2col_layouts(monkeypatch, min_channels, n, c, h, w, o, k, strides, dilations,
-                        pads):
-    """The channels-last column build (narrow outputs) matches the planar one."""
+                        pads, bias):
+    """The channels-last column build (narrow outputs) matches the planar one; a constant
+    bias rides in the GEMM as a column of ones in both."""
     from sporenet.lite.kernels import conv
 
     monkeypatch.setattr(conv, "_HWC_MIN_CH", min_channels)
-    x, wt, b = _data(np.random.default_rng(9), n, c, h, w, o, 1, k, True)
+    x, wt, b = _data(np.random.default_rng(9), n, c, h, w, o, 1, k, bias)
     attrs = dict(strides=list(strides), dilations=list(dilations), pads=list(pads))
-    (ours,) = run_op(OpCode.CONV2D, [x, wt, b], activation="relu", **attrs)
+    inputs = [x, wt] + ([b] if bias else [])
+    (ours,) = run_op(OpCode.CONV2D, inputs, activation="relu", **attrs)
     ref = np.maximum(conv_reference(x, wt, b, strides, dilations, pads), 0)
     np.testing.assert_allclose(ours, ref, rtol=RTOL, atol=ATOL)
