@@ -104,6 +104,11 @@ class Conv2D(Kernel):
             return _with_epilogue(main, out, None, self.activation, False)
         bias_const = len(self.inputs) > 2 and self.inputs[2] is not None and \
             self.inputs[2].value is not None
+        if self.strategy == "pointwise" and bias_const and w.shape[0] > x.shape[1]:
+            # Expanding 1x1 layers: copying the narrower input under a ones row is cheaper
+            # than a bias pass over the wider output.
+            main = self._bind_pointwise_with_bias(x, w, out, bias)  # type: ignore[arg-type]
+            return _with_epilogue(main, out, None, self.activation, False)
         if self.strategy == "pointwise":
             main = self._bind_pointwise(x, w, out)
         elif bias_const and self.group == 1:
@@ -124,6 +129,22 @@ class Conv2D(Kernel):
         else:
             x2, out2 = x.reshape(n, c, h * wd), out.reshape(n, o, h * wd)
         return lambda: matmul(w2, x2, out=out2)
+
+    def _bind_pointwise_with_bias(self, x: np.ndarray, w: np.ndarray, out: np.ndarray,
+                                  bias: np.ndarray) -> Compute:
+        n, c, h, wd = x.shape
+        o = w.shape[0]
+        full = np.ones((n, c + 1, h * wd), x.dtype)  # row c stays all ones
+        rows = full[:, :c]
+        x3 = x.reshape(n, c, h * wd)
+        wmat = np.concatenate([w.reshape(o, c), bias.reshape(o, 1)], axis=1)
+        cmat, omat = (full[0], out.reshape(o, -1)) if n == 1 else (full, out.reshape(n, o, -1))
+        copyto, matmul = np.copyto, np.matmul
+
+        def compute() -> None:
+            copyto(rows, x3)
+            matmul(wmat, cmat, out=omat)
+        return compute
 
     def _bind_im2col(self, x: np.ndarray, w: np.ndarray, out: np.ndarray,
                      bias: np.ndarray | None = None) -> Compute:
