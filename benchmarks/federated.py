@@ -47,12 +47,27 @@ class Result:
     round_seconds: float
     peak_mb: float
     bytes_per_client: float | None
+    server_cpu: float = float("nan")  # CPU seconds per round in the server process
+    client_cpu: float = float("nan")  # CPU seconds per round in all client processes
 
 
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a live process."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _children_cpu() -> float:
+    import resource
+
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def _peak_mb(pid: int) -> float:
@@ -154,9 +169,11 @@ def run_sporenet(
                         f"sporenet-server did not start:\n{log_path.read_text()[-2000:]}"
                     )
                 time.sleep(0.05)
+            before = _children_cpu()
             workers = _spawn_workers("sporenet", f"127.0.0.1:{port}", n, procs, params)
             _wait_workers(workers, timeout=3600)
-            peak = _peak_mb(server.pid)
+            client_cpu = _children_cpu() - before
+            peak, server_cpu = _peak_mb(server.pid), _cpu_seconds(server.pid)
             metrics = (
                 urllib.request.urlopen(f"http://127.0.0.1:{mport}/metrics", timeout=10)
                 .read()
@@ -182,7 +199,10 @@ def run_sporenet(
         elif e.get("event") == "round_published":
             ends[e["round"]] = e["ts"]
     durations = [ends[r] - starts[r] for r in sorted(ends) if r in starts]
-    return Result("sporenet", n, params, float(np.mean(durations)), peak, moved / n / rounds)
+    return Result(
+        "sporenet", n, params, float(np.mean(durations)), peak, moved / n / rounds,
+        server_cpu / rounds, client_cpu / rounds,
+    )  # fmt: skip
 
 
 def sporenet_worker(address: str, first: int, count: int, params: str) -> None:
@@ -232,14 +252,19 @@ def run_flower(n: int, params: str, rounds: int, procs: int, workdir: Path) -> R
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
     )  # fmt: skip
     time.sleep(2.0)  # Flower's legacy server has no readiness signal; clients retry anyway
+    before = _children_cpu()
     workers = _spawn_workers("flower", f"127.0.0.1:{port}", n, procs, params)
     _wait_workers(workers, timeout=900)
+    client_cpu = _children_cpu() - before
     server.wait(600)
     if not out.exists():
         err = server.stderr.read().decode(errors="replace") if server.stderr else ""
         raise RuntimeError(f"Flower server failed:\n{err[-2000:]}")
     report = json.loads(out.read_text())
-    return Result("flower", n, params, float(np.mean(report["durations"])), report["peak_mb"], None)
+    return Result(
+        "flower", n, params, float(np.mean(report["durations"])), report["peak_mb"], None,
+        report["cpu"] / rounds, client_cpu / rounds,
+    )  # fmt: skip
 
 
 def flower_server(address: str, n: int, params: str, rounds: int, out: str) -> None:
@@ -269,7 +294,12 @@ def flower_server(address: str, n: int, params: str, rounds: int, out: str) -> N
         server_address=address, config=fl.server.ServerConfig(num_rounds=rounds), strategy=strategy
     )
     durations = [ends[r] - starts[r] for r in sorted(ends)]
-    Path(out).write_text(json.dumps({"durations": durations, "peak_mb": _peak_mb(os.getpid())}))
+    report = {
+        "durations": durations,
+        "peak_mb": _peak_mb(os.getpid()),
+        "cpu": _cpu_seconds(os.getpid()),
+    }
+    Path(out).write_text(json.dumps(report))
 
 
 def flower_worker(address: str, first: int, count: int, params: str) -> None:
@@ -305,14 +335,14 @@ def flower_worker(address: str, first: int, count: int, params: str) -> None:
 def _table(results: list[Result]) -> str:
     head = (
         f"{'framework':<10} {'clients':>7} {'params':>6} {'s/round':>9} {'peak MB':>9} "
-        f"{'MB/client/round':>16}"
+        f"{'MB/client/round':>16} {'server CPU s/rd':>16} {'client CPU s/rd':>16}"
     )
     rows = [head, "-" * len(head)]
     for r in results:
         per = f"{r.bytes_per_client / 1e6:.2f}" if r.bytes_per_client is not None else "n/a"
         rows.append(
             f"{r.framework:<10} {r.clients:>7} {r.params:>6} {r.round_seconds:>9.2f} "
-            f"{r.peak_mb:>9.1f} {per:>16}"
+            f"{r.peak_mb:>9.1f} {per:>16} {r.server_cpu:>16.2f} {r.client_cpu:>16.2f}"
         )
     return "\n".join(rows)
 

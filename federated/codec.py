@@ -67,7 +67,7 @@ def encode_update(
             t.data, t.scale = _quantize_int8(flat)
         else:
             t.encoding = pb.ENCODING_RAW
-            t.data = flat.astype(a.dtype.newbyteorder("<")).tobytes()
+            t.data = flat.astype(a.dtype.newbyteorder("<"), copy=False).tobytes()
     return bundle.SerializeToString()
 
 
@@ -118,9 +118,11 @@ def _decode_tensor(t: pb.NamedTensor, shape: tuple[int, ...], dtype: np.dtype) -
         return float(t.scale)
 
     if t.encoding == pb.ENCODING_RAW:
-        le = dtype.newbyteorder("<")
-        expect_len("data", len(t.data), size * dtype.itemsize)
-        return np.frombuffer(t.data, le).astype(dtype).reshape(shape)
+        data = t.data  # each access of a bytes field copies it: read once
+        expect_len("data", len(data), size * dtype.itemsize)
+        # A read-only view of the payload on little-endian hosts (no copy); aggregation
+        # only reads it.
+        return np.frombuffer(data, dtype.newbyteorder("<")).astype(dtype, copy=False).reshape(shape)
     if t.encoding == pb.ENCODING_INT8:
         expect_len("int8 data", len(t.data), size)
         q = np.frombuffer(t.data, np.int8)
