@@ -198,12 +198,15 @@ class ImportContext:
             lazy = outs
         else:
             lazy = None
+        per_view = self._per_view_values(kernels, inputs) if lazy is None and foldable else None
         outputs = []
         for k in range(num_outputs):
             specs = [TensorSpec(kr.output_specs[k].shape, kr.output_specs[k].dtype)
                      for kr in kernels]
             if lazy is not None:
                 specs = [TensorSpec(lazy[k].shape, lazy[k].dtype, lazy[k])] * len(self.views)
+            elif per_view is not None:
+                specs = [TensorSpec(v[k].shape, v[k].dtype, v[k]) for v in per_view]
             index = self._add(base if num_outputs == 1 else f"{base}:{k}", specs, None)
             if lazy is not None:
                 self.static.add(index)
@@ -211,6 +214,31 @@ class ImportContext:
         self.nodes.append(Node(op=op, inputs=list(inputs), outputs=outputs, attrs=attrs,
                                name=self.tensors[outputs[0]].name))
         return outputs
+
+    def _per_view_values(self, kernels: list[Kernel], inputs: Sequence[int],
+                         ) -> list[list[np.ndarray]] | None:
+        """Outputs under each assignment of the dynamic dimensions, when every input has a
+        value under each (shape arithmetic on a dynamic batch: Shape -> Gather -> Concat)."""
+        if len(self.views) < 2:
+            return None
+        results = []
+        for view, kernel in zip(self.views, kernels, strict=True):
+            values = [view[i].value if i != -1 else None for i in inputs]
+            if any(v is None for i, v in zip(inputs, values, strict=True) if i != -1):
+                return None
+            if max((v.size for v in values if v is not None), default=0) > 64:
+                return None  # only small shape-like tensors are worth tracking
+            results.append(evaluate(kernel, values))
+        return results
+
+    def view_values(self, index: int) -> list[np.ndarray] | None:
+        """A tensor's value under each assignment of the dynamic dimensions, if known."""
+        values = [view[index].value for view in self.views]
+        return None if any(v is None for v in values) else values  # type: ignore[return-value]
+
+    def set_view_values(self, index: int, values: Sequence[np.ndarray]) -> None:
+        for view, value in zip(self.views, values, strict=True):
+            view[index] = TensorSpec(value.shape, value.dtype, value)
 
     def emit1(self, op: OpCode, inputs: Sequence[int], **attrs: Any) -> int:
         return self.emit(op, inputs, **attrs)[0]

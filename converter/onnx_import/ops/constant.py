@@ -53,7 +53,12 @@ def shape(ctx: ImportContext, node: OnnxNode) -> list[int]:
     start, end = node.attr("start", 0), node.attr("end", None)
     if DYNAMIC not in dims[slice(start, end)]:
         return [ctx.constant(node.outputs[0], np.array(dims[slice(start, end)], np.int64))]
-    return [ctx.emit1(OpCode.SHAPE, [x], start=start if start else None, end=end)]
+    out = ctx.emit1(OpCode.SHAPE, [x], start=start if start else None, end=end)
+    # Under each assignment of the dynamic dimensions the shape is known: tracking it lets a
+    # Reshape computed from it keep the dynamic batch (see shape.reshape).
+    ctx.set_view_values(out, [np.array(view[x].shape[slice(start, end)], np.int64)
+                              for view in ctx.views])
+    return [out]
 
 
 def size(ctx: ImportContext, node: OnnxNode) -> list[int]:

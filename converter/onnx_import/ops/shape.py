@@ -20,15 +20,46 @@ def _static_ints(ctx: ImportContext, node: OnnxNode, k: int, what: str) -> list[
         return None
     value = as_ints(ctx.value(index))
     if value is None:
-        raise node.fail(f"{what} (input {k}) must be static (known at conversion time)")
+        hint = ("; it depends on a dynamic input dimension: fix that with --input-shape"
+                if ctx.view_values(index) is not None else "")
+        raise node.fail(f"{what} (input {k}) must be static (known at conversion time){hint}")
     return value
 
 
+def _dynamic_target(ctx: ImportContext, node: OnnxNode, x: int, allowzero: int,
+                    ) -> list[int] | None:
+    """A target shape computed from the input's dynamic dimensions (exporters write
+    Shape -> Gather -> Concat -> Reshape), as a static target: an entry that follows an
+    input dimension becomes 0 (copy it), one other unknown entry becomes -1."""
+    values = ctx.view_values(node.input(1))
+    if values is None:
+        return None
+    first, second = ([int(v) for v in np.ravel(t)] for t in values)
+    in_first, in_second = (view[x].shape for view in ctx.views)
+    target: list[int | None] = []
+    for i, (a, b) in enumerate(zip(first, second, strict=True)):
+        if a == b:
+            target.append(a)
+        elif (not allowzero and i < len(in_first) and in_first[i] == a
+              and in_second[i] == b):
+            target.append(0)
+        else:
+            target.append(None)
+    if target.count(None) == 1 and -1 not in target:
+        target[target.index(None)] = -1
+    if None in target:
+        return None
+    return target  # type: ignore[return-value]
+
+
 def reshape(ctx: ImportContext, node: OnnxNode) -> list[int]:
-    target = _static_ints(ctx, node, 1, "the target shape")
+    allowzero = int(node.attr("allowzero", 0))
+    target = (None if ctx.value(node.input(1)) is not None or node.input(1) == -1 else
+              _dynamic_target(ctx, node, node.input(0), allowzero))
+    if target is None:
+        target = _static_ints(ctx, node, 1, "the target shape")
     if target is None:
         raise node.fail("needs a target shape input")
-    allowzero = int(node.attr("allowzero", 0))
     return [ctx.emit1(OpCode.RESHAPE, [node.input(0)], shape=target,
                       allowzero=allowzero or None)]
 

@@ -389,3 +389,25 @@ def test_composite_unary_ops(op: str) -> None:
     x[0, :3] = [np.nan, np.inf, -np.inf] if op in ("IsNaN", "IsInf", "Sign") else x[0, :3]
     model = make_model([helper.make_node(op, ["x"], ["y"])], {"x": [3, 4]}, ["y"], opset=18)
     assert_matches_ort(model, {"x": x})
+
+
+def test_exporter_flatten_keeps_a_dynamic_batch() -> None:
+    # torch.flatten(x, 1) exported with a dynamic batch: the target shape is computed from
+    # Shape(x) at run time; the converter turns it into Reshape [0, -1].
+    nodes = [
+        helper.make_node("Shape", ["x"], ["s"]),
+        helper.make_node("Gather", ["s", "zero"], ["n"], axis=0),
+        helper.make_node("Unsqueeze", ["n", "axes"], ["n1"]),
+        helper.make_node("Concat", ["n1", "minus1"], ["target"], axis=0),
+        helper.make_node("Reshape", ["x", "target"], ["flat"]),
+        helper.make_node("Gemm", ["flat", "W", "b"], ["y"], transB=1),
+    ]
+    model = make_model(nodes, {"x": ["N", 3, 4]}, ["y"], opset=13, initializers={
+        "zero": np.array(0, np.int64), "axes": np.array([0], np.int64),
+        "minus1": np.array([-1], np.int64), "W": rand(5, 12), "b": rand(5)},
+        output_shapes={"y": ["N", 5]})
+    for batch in (1, 3):
+        assert_matches_ort(model, {"x": rand(batch, 3, 4)})
+    ir = convert(model)
+    assert op_names(ir) == ["RESHAPE", "FULLY_CONNECTED"]
+    assert ir.graphs[0].nodes[0].attrs["shape"] == [0, -1]
