@@ -136,3 +136,20 @@ def test_existing_output_survives_a_failed_conversion(tmp_path: Path) -> None:
     bad.write_bytes(b"junk" * 10)
     assert cli(bad, "-o", out).returncode != 0
     assert out.read_bytes() == b"previous"
+
+
+def test_console_script_points_at_main() -> None:
+    import importlib
+    import tomllib
+
+    root = Path(__file__).resolve().parents[3]
+    scripts = tomllib.loads((root / "pyproject.toml").read_text())["project"]["scripts"]
+    module, _, attr = scripts["sporenet-convert"].partition(":")
+    assert callable(getattr(importlib.import_module(module), attr))
+
+
+def test_verbose_lists_every_op(cnn_path: Path, tmp_path: Path) -> None:
+    result = cli(cnn_path, "-o", tmp_path / "v.spore", "--verbose")
+    assert result.returncode == 0, result.stderr
+    assert "more (--verbose shows all)" not in result.stdout
+    assert "ONNX ops   : BatchNormalization x1" in result.stdout
