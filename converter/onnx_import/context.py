@@ -28,6 +28,11 @@ MATERIALIZE_LIMIT = 1024
 no larger than the constants they are computed from (otherwise the node is kept)."""
 
 
+MAX_TENSOR_BYTES = 1 << 32
+"""A node whose outputs would exceed this (4 GiB) is refused: a hostile or broken model must
+not make the converter allocate without bound."""
+
+
 def contiguous(array: np.ndarray) -> np.ndarray:
     """`array` itself when C-contiguous, else a C-contiguous copy of the same shape
     (np.ascontiguousarray would turn a 0-d array into a 1-d one)."""
@@ -185,6 +190,10 @@ class ImportContext:
                 raise self.fail(str(exc)) from None
         base = name or f"{self.where or op.name.lower()}/{op.name.lower()}"
         foldable = getattr(KERNELS[op], "foldable", True)
+        out_bytes = sum(spec.size * spec.dtype.itemsize for spec in kernels[0].output_specs)
+        if out_bytes > MAX_TENSOR_BYTES:
+            raise self.fail(f"{op.name} would produce {out_bytes:,} bytes, more than the "
+                            f"{MAX_TENSOR_BYTES:,} a tensor may hold")
         if foldable and all(i == -1 or i in self.static for i in inputs):
             values = [self.views[0][i].value if i != -1 else None for i in inputs]
             outs = evaluate(kernels[0], values)[:num_outputs]

@@ -5,7 +5,11 @@ from __future__ import annotations
 import numpy as np
 from onnx import numpy_helper
 
-from sporenet.converter.onnx_import.context import MATERIALIZE_LIMIT, ImportContext
+from sporenet.converter.onnx_import.context import (
+    MATERIALIZE_LIMIT,
+    MAX_TENSOR_BYTES,
+    ImportContext,
+)
 from sporenet.converter.onnx_import.node import OnnxNode, as_ints
 from sporenet.lite.graph import DYNAMIC
 from sporenet.lite.kernels import KERNELS
@@ -38,7 +42,12 @@ def constant_of_shape(ctx: ImportContext, node: OnnxNode) -> list[int]:
         raise node.fail("the shape input must be static (known at conversion time)")
     fill = (numpy_helper.to_array(node.attrs["value"]).reshape(())
             if "value" in node.attrs else np.array(0, np.float32))
-    nbytes = int(np.prod(shape, dtype=np.int64)) * fill.dtype.itemsize
+    if any(d < 0 for d in shape):
+        raise node.fail(f"shape {shape} has a negative dimension")
+    nbytes = int(np.prod(shape, dtype=np.float64)) * fill.dtype.itemsize
+    if nbytes > MAX_TENSOR_BYTES:
+        raise node.fail(f"a {shape} fill needs {nbytes:,} bytes, more than the "
+                        f"{MAX_TENSOR_BYTES:,} a tensor may hold")
     if nbytes > MATERIALIZE_LIMIT and OpCode.EXPAND in KERNELS:
         # A large fill stays a node (Expand of a scalar) that the runtime folds at load time,
         # so the file does not store megabytes of one repeated value.

@@ -109,3 +109,12 @@ def test_unstorable_dtype_is_named() -> None:
 def test_bad_argument_type() -> None:
     with pytest.raises(TypeError, match=r"path, bytes or onnx\.ModelProto"):
         convert_onnx(3.5)  # type: ignore[arg-type]
+
+
+def test_huge_constant_of_shape_is_refused_without_allocating() -> None:
+    nodes = [helper.make_node("ConstantOfShape", ["shape"], ["big"]),
+             helper.make_node("Add", ["x", "big"], ["y"])]
+    model = make_model(nodes, {"x": [1]}, ["y"], output_shapes={"y": [1]}, initializers={
+        "shape": np.array([1 << 20, 1 << 20], np.int64)})
+    with pytest.raises(ConversionError, match="more than the"):
+        convert_onnx(model)
