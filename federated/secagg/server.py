@@ -7,8 +7,16 @@ sent to a client (`message_for`) is a pure function of the state, and the state
 round-trips through `to_bytes`/`from_bytes`, so a restarted server resumes mid-stage.
 
 The masked inputs are folded into one running ring sum as they arrive: server memory
-does not grow with the number of clients. Fewer than `threshold` survivors anywhere that
-matters fails the round with ThresholdError; the server never outputs a wrong sum.
+does not grow with the number of clients (beyond the n·k small relayed ciphertexts, held
+from SHARE_KEYS until MASKED_INPUT closes: ~5 MB at n = 1000, k = 30).
+
+Persisting: save `to_bytes()` at every stage transition (required: a transition must
+not be lost) and every so many messages within a stage. Messages received after the last
+save are simply asked for again after a restart, and clients (see session.py) resend
+byte-identical replies, so a masked vector is never folded twice or recomputed.
+
+Fewer than `threshold` survivors anywhere that matters fails the round with
+ThresholdError; the server never outputs a wrong sum.
 """
 
 from __future__ import annotations
@@ -289,6 +297,9 @@ class SecAggServer:
                 )
         self.survivors[Stage.MASKED_INPUT] = u3
         self.stage = Stage.UNMASK
+        # Every delivery has been made: the relayed ciphertexts (most of the state's bytes,
+        # n·k of them) are never needed again.
+        self._ciphertexts = {}
 
     def _close_unmask(self) -> None:
         t = self.params.threshold
