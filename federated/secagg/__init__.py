@@ -6,7 +6,23 @@ nothing about any single one, even when clients drop out mid-round.
 - config: SecAggConfig (operator settings) -> RoundParams (resolved for n clients)
 - client / server: the two state machines; messages: their wire forms
 - crypto, prg, shamir, encoding, graph: the building blocks
+- session: the same round in the daemon's terms (client ids, named tensors, bytes)
 - simulation: an in-process driver for tests and benchmarks
+
+Threat model: an honest-but-curious server and clients that follow the protocol; the
+server relays the clients' public keys, so a server that substitutes keys is out of
+scope (that needs signed keys from the daemon's client authentication and SecAgg's
+consistency-check round, neither implemented here). The sum of fewer than `threshold`
+clients is never released.
+
+Wiring into sporenet-server (not done yet: the proto and round loop belong to the daemon):
+a secure fit phase holds a `SecureRound` instead of an Aggregator; `Task` carries the
+stage and `payload_for(client)`, one new RPC carries a client's reply to `submit`; the
+round loop calls `close_stage()` when `pending()` is empty or a stage deadline passes,
+saves `to_bytes()` at every transition and every `checkpoint_every` messages, and
+publishes `result()`. ProtocolError maps to INVALID_ARGUMENT, ThresholdError to a failed
+round (FAILED_PRECONDITION for late messages). tests/integration/secagg runs exactly this
+loop over real gRPC on loopback with SQLite state.
 """
 
 from sporenet.federated.secagg.client import SecAggClient
