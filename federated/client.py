@@ -38,6 +38,7 @@ from sporenet.federated.auth import Credentials
 from sporenet.federated.codec import COMPRESSIONS, decode_update, encode_update
 from sporenet.federated.errors import AuthError, ConfigError, FederatedError, TransferError
 from sporenet.federated.net import is_loopback, split_address
+from sporenet.federated.wire import encode_upload_chunk, identity, split_model_chunk
 from sporenet.lite import read_weights
 from sporenet.proto import federated_pb2 as pb
 from sporenet.proto import federated_pb2_grpc as pb_grpc
@@ -130,6 +131,17 @@ class Client:
         else:
             self._channel = grpc.insecure_channel(address, options=options)
         self._stub = pb_grpc.FederatedStub(self._channel)
+        # The payload streams as raw bytes (see wire.py): no protobuf copies of each chunk.
+        self._download_raw = self._channel.unary_stream(
+            f"/{SERVICE}/DownloadModel",
+            request_serializer=pb.DownloadRequest.SerializeToString,
+            response_deserializer=identity,
+        )
+        self._upload_raw = self._channel.stream_unary(
+            f"/{SERVICE}/UploadUpdate",
+            request_serializer=identity,
+            response_deserializer=pb.UploadReply.FromString,
+        )
         self.client_id: str | None = None
         self._heartbeat_interval = 5.0
         self._models: dict[int, tuple[str, bytes]] = {}  # version -> (sha256, bytes)
@@ -237,7 +249,7 @@ class Client:
         if self._partial is None or self._partial[0] != task.model_version:
             self._partial = (task.model_version, bytearray())
         buf = self._partial[1]
-        stream = self._stub.DownloadModel(
+        stream = self._download_raw(
             pb.DownloadRequest(
                 client_id=self.client_id or "", model_version=task.model_version,
                 offset=len(buf), chunk_size=self.chunk_size,
@@ -245,10 +257,11 @@ class Client:
             metadata=self._md("DownloadModel"),
             timeout=self.rpc_timeout + task.model_size / 5e6,
         )  # fmt: skip
-        for chunk in stream:
-            if chunk.offset != len(buf):
-                raise TransferError(f"download chunk at offset {chunk.offset}, expected {len(buf)}")
-            buf += chunk.data
+        for raw in stream:
+            at, data, _ = split_model_chunk(raw)
+            if at != len(buf):
+                raise TransferError(f"download chunk at offset {at}, expected {len(buf)}")
+            buf += data
         self._partial = None
         data = bytes(buf)
         if len(data) != task.model_size or hashlib.sha256(data).hexdigest() != task.model_sha256:
@@ -325,16 +338,19 @@ class Client:
             num_samples=p.num_samples, metrics_json=p.metrics_json,
         )  # fmt: skip
 
-        def chunks() -> Iterator[pb.UploadChunk]:
+        def chunks() -> Iterator[bytes]:
+            view = memoryview(p.payload)
             pos = offset
-            first = True
-            while pos < len(p.payload) or first:
-                data = p.payload[pos : pos + self.chunk_size]
-                yield pb.UploadChunk(header=header if first else None, offset=pos, data=data)
+            data = view[pos : pos + self.chunk_size]
+            # The first chunk carries the header, through protobuf; the rest by hand.
+            yield pb.UploadChunk(header=header, offset=pos, data=bytes(data)).SerializeToString()
+            pos += len(data)
+            while pos < len(p.payload):
+                data = view[pos : pos + self.chunk_size]
+                yield encode_upload_chunk(pos, data)
                 pos += len(data)
-                first = False
 
-        reply = self._stub.UploadUpdate(
+        reply = self._upload_raw(
             chunks(),
             metadata=self._md("UploadUpdate"),
             timeout=self.rpc_timeout + len(p.payload) / 5e6,

@@ -20,8 +20,7 @@ from sporenet.federated.errors import ConfigError
 from sporenet.federated.server.config import ServerConfig, split_address
 from sporenet.federated.server.observability import Metrics, log_event, serve_metrics, setup_logging
 from sporenet.federated.server.rounds import RoundManager
-from sporenet.federated.server.servicer import SERVICE, FederatedServicer
-from sporenet.proto import federated_pb2_grpc as pb_grpc
+from sporenet.federated.server.servicer import SERVICE, FederatedServicer, add_to_server
 
 TICK_SECONDS = 0.1
 STOP_GRACE_SECONDS = 10.0
@@ -72,7 +71,7 @@ def run_server(config: ServerConfig, *, stop: threading.Event | None = None) -> 
             ("grpc.http2.bdp_probe", 0),
         ],
     )
-    pb_grpc.add_FederatedServicer_to_server(
+    add_to_server(
         FederatedServicer(
             manager, auth=auth, metrics=metrics, logger=logger,
             chunk_size=config.chunk_size, heartbeat_interval=config.heartbeat_interval,

@@ -27,6 +27,12 @@ from sporenet.federated.errors import (
 )
 from sporenet.federated.server.observability import Metrics, log_event
 from sporenet.federated.server.rounds import RoundManager, TaskInfo
+from sporenet.federated.wire import (
+    encode_model_chunk,
+    identity,
+    parse_upload_chunk,
+    split_upload_chunk,
+)
 from sporenet.proto import federated_pb2 as pb
 from sporenet.proto import federated_pb2_grpc as pb_grpc
 
@@ -54,6 +60,40 @@ TASK_TYPES = {
 }
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+
+def add_to_server(servicer: FederatedServicer, server: grpc.Server) -> None:
+    """Register the service, with raw-bytes (de)serializers for the two payload streams."""
+    u = grpc.unary_unary_rpc_method_handler
+
+    def unary(method: Callable[..., Any], req: Any, resp: Any) -> grpc.RpcMethodHandler:
+        return u(
+            method, request_deserializer=req.FromString, response_serializer=resp.SerializeToString
+        )
+
+    handlers = {
+        "Register": unary(servicer.Register, pb.RegisterRequest, pb.RegisterReply),
+        "GetTask": unary(servicer.GetTask, pb.TaskRequest, pb.Task),
+        "Heartbeat": unary(servicer.Heartbeat, pb.HeartbeatRequest, pb.HeartbeatReply),
+        "DownloadModel": grpc.unary_stream_rpc_method_handler(
+            servicer.DownloadModel,
+            request_deserializer=pb.DownloadRequest.FromString,
+            response_serializer=identity,
+        ),
+        "UploadUpdate": grpc.stream_unary_rpc_method_handler(
+            servicer.UploadUpdate,
+            request_deserializer=identity,
+            response_serializer=pb.UploadReply.SerializeToString,
+        ),
+        "GetUploadOffset": unary(
+            servicer.GetUploadOffset, pb.UploadOffsetRequest, pb.UploadOffsetReply
+        ),
+        "ReportEvaluation": unary(
+            servicer.ReportEvaluation, pb.EvaluationReport, pb.EvaluationReply
+        ),
+        "GetStatus": unary(servicer.GetStatus, pb.StatusRequest, pb.StatusReply),
+    }
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, handlers),))
 
 
 def method_path(name: str) -> str:
@@ -164,7 +204,7 @@ class FederatedServicer(pb_grpc.FederatedServicer):
 
     def DownloadModel(
         self, request: pb.DownloadRequest, context: grpc.ServicerContext
-    ) -> Iterator[pb.ModelChunk]:
+    ) -> Iterator[bytes]:
         try:
             cid = self._client(context, "DownloadModel", request.client_id)
             self.m.touch(cid)
@@ -181,7 +221,7 @@ class FederatedServicer(pb_grpc.FederatedServicer):
                     data = f.read(chunk)
                     if not data:
                         break
-                    yield pb.ModelChunk(offset=offset, data=data, total_size=record.size)
+                    yield encode_model_chunk(offset, data, record.size)
                     offset += len(data)
                     self.metrics.inc("sporenet_bytes_sent_total", len(data))
         except FederatedError as e:
@@ -189,12 +229,13 @@ class FederatedServicer(pb_grpc.FederatedServicer):
 
     @_maps_errors
     def UploadUpdate(
-        self, request_iterator: Iterator[pb.UploadChunk], context: grpc.ServicerContext
+        self, request_iterator: Iterator[bytes], context: grpc.ServicerContext
     ) -> pb.UploadReply:
         identity = self._identity(context, "UploadUpdate")
         # Take a transfer slot before reading any payload: a queued upload holds no chunk.
         with self._transfers:
-            first = next(request_iterator, None)
+            raw = next(request_iterator, None)
+            first = parse_upload_chunk(raw) if raw is not None else None
             if first is None or not first.HasField("header"):
                 raise UpdateRejectedError("the first UploadChunk of a call must carry the header")
             h = first.header
@@ -210,7 +251,7 @@ class FederatedServicer(pb_grpc.FederatedServicer):
             return self._receive(cid, first, request_iterator)
 
     def _receive(
-        self, cid: str, first: pb.UploadChunk, request_iterator: Iterator[pb.UploadChunk]
+        self, cid: str, first: pb.UploadChunk, request_iterator: Iterator[bytes]
     ) -> pb.UploadReply:
         h = first.header
         path = self.m.upload_path(cid, h.upload_id)
@@ -220,11 +261,12 @@ class FederatedServicer(pb_grpc.FederatedServicer):
                 f"upload {h.upload_id!r} continues at offset {size}, "
                 f"the call started at {first.offset}"
             )
+        rest = (split_upload_chunk(raw) for raw in request_iterator)
         with open(path, "ab") as f:
-            for i, msg in enumerate(itertools.chain([first], request_iterator)):
-                if msg.offset != size:
-                    raise TransferError(f"chunk at offset {msg.offset} does not follow byte {size}")
-                if size + len(msg.data) > h.total_size:
+            for i, (at, data) in enumerate(itertools.chain([(first.offset, first.data)], rest)):
+                if at != size:
+                    raise TransferError(f"chunk at offset {at} does not follow byte {size}")
+                if size + len(data) > h.total_size:
                     f.close()
                     path.unlink(missing_ok=True)
                     self.m.refuse(
@@ -233,9 +275,9 @@ class FederatedServicer(pb_grpc.FederatedServicer):
                             f"upload sends more than the {h.total_size} bytes its header declared"
                         ),
                     )
-                f.write(msg.data)
-                size += len(msg.data)
-                self.metrics.inc("sporenet_bytes_received_total", len(msg.data))
+                f.write(data)
+                size += len(data)
+                self.metrics.inc("sporenet_bytes_received_total", len(data))
                 if i % 16 == 15:
                     self.m.touch(cid)  # a long upload is a sign of life
         if size < h.total_size:
