@@ -13,6 +13,7 @@ from sporenet.converter.passes.activation_fusion import fuse_activations
 from sporenet.converter.passes.batchnorm_folding import fold_batch_norms
 from sporenet.converter.passes.constant_folding import fold_constants
 from sporenet.converter.passes.dead_code import eliminate_dead_nodes
+from sporenet.converter.passes.hard_swish import fuse_hard_swish
 from sporenet.converter.passes.identity_removal import remove_identities
 from sporenet.converter.passes.noop_layout import remove_noop_layout
 from sporenet.converter.passes.shape_inference import infer_shapes
@@ -30,6 +31,7 @@ PIPELINE: tuple[Pass, ...] = (
     Pass("constant-folding", fold_constants),
     Pass("noop-reshape-transpose-removal", remove_noop_layout),
     Pass("batchnorm-folding", fold_batch_norms),
+    Pass("hard-swish-recognition", fuse_hard_swish),
     Pass("activation-fusion", fuse_activations),
     Pass("dead-node-elimination", eliminate_dead_nodes),
     Pass("shape-inference", infer_shapes),
@@ -48,6 +50,7 @@ __all__ = [
     "fold_batch_norms",
     "fold_constants",
     "fuse_activations",
+    "fuse_hard_swish",
     "infer_shapes",
     "optimize",
     "remove_identities",

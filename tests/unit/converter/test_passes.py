@@ -12,6 +12,7 @@ from sporenet.converter.passes import (
     fold_batch_norms,
     fold_constants,
     fuse_activations,
+    fuse_hard_swish,
     infer_shapes,
     remove_identities,
     remove_noop_layout,
@@ -246,3 +247,24 @@ def test_shape_inference_fills_shapes_and_keeps_dynamic_dims() -> None:
     conv_out = model.tensors[model.graphs[0].nodes[0].outputs[0]]
     assert conv_out.shape == (-1, 4, 3, 3)
     parse(serialize(model))
+
+
+@pytest.mark.parametrize("gate_first", [False, True])
+def test_hard_sigmoid_times_x_becomes_hard_swish(gate_first: bool) -> None:
+    b = ModelBuilder()
+    x = b.input("x", (2, 3, 4, 4))
+    y = b.op(OpCode.CONV2D, [x, b.constant("w", rand(3, 3, 1, 1))])
+    gate = b.op(OpCode.HARD_SIGMOID, [y], alpha=1 / 6, beta=0.5)
+    b.output(b.op(OpCode.MUL, [gate, y] if gate_first else [y, gate]), name="y")
+    model = b.build()
+    fused = check_rewrite(model, fuse_hard_swish, {"x": rand(2, 3, 4, 4) * 4})
+    assert ops(fused) == ["CONV2D", "HARD_SWISH"]
+    assert fuse_activations(fused) == 1 and ops(fused) == ["CONV2D"]
+
+
+def test_other_hard_sigmoids_are_left_alone() -> None:
+    b = ModelBuilder()
+    x = b.input("x", (2, 3))
+    gate = b.op(OpCode.HARD_SIGMOID, [x], alpha=0.2, beta=0.5)
+    b.output(b.op(OpCode.MUL, [x, gate]), name="y")
+    assert fuse_hard_swish(b.build()) == 0
