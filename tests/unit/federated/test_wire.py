@@ -43,5 +43,7 @@ def test_malformed_chunks_raise_typed_errors() -> None:
         split_upload_chunk(b"\x1a\x05ab")  # data says 5 bytes, 2 follow
     with pytest.raises(UpdateRejectedError, match="varint"):
         split_upload_chunk(b"\x10\xff")
-    with pytest.raises(TransferError, match="malformed ModelChunk"):
+    with pytest.raises(TransferError, match="ModelChunk: data field runs past"):
         split_model_chunk(b"\x12\x09abc")
+    with pytest.raises(TransferError, match="malformed ModelChunk"):
+        split_model_chunk(b"\x08\xff")
