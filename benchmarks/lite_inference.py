@@ -3,7 +3,7 @@
 Each network is described once; `Twin` emits it both as a sporenet model (ModelBuilder)
 and as an ONNX model (onnx.helper) from the same NumPy weights. Both run in this process:
 onnxruntime with intra_op_num_threads=N (default graph optimizations) against
-Interpreter(num_threads=N), for N in 1 and 2, calls alternating so both see the same load.
+Interpreter(num_threads=N), for N in 1 and 2, in alternating blocks so both see the same load.
 The table shows median latencies, their ratio sporenet/onnxruntime, the ratio of the
 fastest calls ("best-of", less sensitive to a shared machine), and the largest output
 difference relative to the output's largest magnitude.
@@ -256,20 +256,27 @@ NETS: dict[str, Callable[[], Twin]] = {"mlp": mlp, "lenet": lenet,
 
 def paired_timings(fns: list[Callable[[], object]], budget: float,
                    min_runs: int) -> list[list[float]]:
-    """Single-call timings of each function, taken in alternation for about `budget`
-    seconds after a warm-up, so both runtimes see the same machine load (the benchmark
-    host may be shared)."""
+    """Single-call timings of each function over about `budget` seconds, taken in
+    alternating blocks so every runtime sees the same machine load (the benchmark host
+    may be shared). Blocks, not single calls, alternate: onnxruntime's worker threads
+    keep spinning briefly after a run and would steal the cores from a multi-threaded
+    call that follows at once."""
     for fn in fns:
         for _ in range(3):
             fn()
     times: list[list[float]] = [[] for _ in fns]
     clock = time.perf_counter
+    block = budget / (10 * len(fns))
     deadline = clock() + budget
     while len(times[0]) < min_runs or clock() < deadline:
         for fn, record in zip(fns, times, strict=True):
-            t0 = clock()
-            fn()
-            record.append(clock() - t0)
+            end = clock() + block
+            while True:
+                t0 = clock()
+                fn()
+                record.append(clock() - t0)
+                if t0 >= end:
+                    break
         if len(times[0]) >= 20000:
             break
     return times
