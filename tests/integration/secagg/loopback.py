@@ -4,7 +4,7 @@ The daemon's proto has no secure-aggregation messages yet, so this harness carri
 protocol's opaque message bytes over three generic bytes-in/bytes-out gRPC methods
 (Setup, Poll, Submit). What it exercises is everything around the transport: the server
 state machine persisted after every message and transition, a driver that closes a stage
-when everyone answered or a deadline passed, clients in their own threads that go
+when everyone answered or every missing client went silent, clients in their own threads that go
 silent at a chosen stage, and a server restarted from SQLite in the middle of a round.
 """
 
@@ -31,7 +31,7 @@ COLLECTING = (Stage.ADVERTISE_KEYS, Stage.SHARE_KEYS, Stage.MASKED_INPUT, Stage.
 class SecAggService:
     """Server: one SecureRound, persisted to SQLite (WAL) after every change."""
 
-    def __init__(self, db: Path, *, port: int = 0, idle_close_s: float = 0.3) -> None:
+    def __init__(self, db: Path, *, port: int = 0, silence_s: float = 1.0) -> None:
         self._db = sqlite3.connect(db, check_same_thread=False)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("CREATE TABLE IF NOT EXISTS state (key TEXT PRIMARY KEY, value BLOB)")
@@ -40,8 +40,11 @@ class SecAggService:
         self.failure = ""
         self._lock = threading.Lock()
         self._dead = False
-        self._idle_close_s = idle_close_s
-        self._last_activity = time.monotonic()
+        # A client counts as dropped once it has not called for `silence_s` (live clients
+        # poll every 20 ms): the same liveness rule as the daemon's heartbeats.
+        self._silence_s = silence_s
+        self._started = time.monotonic()
+        self._last_seen: dict[str, float] = {}
         self._stop = threading.Event()
         self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
         handlers = {
@@ -93,6 +96,7 @@ class SecAggService:
     def _setup(self, request: bytes, context: grpc.ServicerContext) -> bytes:
         with self._lock:
             self._check_alive(context)
+            self._last_seen[request.decode()] = time.monotonic()
             try:
                 assert self.round is not None
                 return self.round.setup_payload(request.decode())
@@ -104,6 +108,7 @@ class SecAggService:
         cid = request.decode()
         with self._lock:
             self._check_alive(context)
+            self._last_seen[cid] = time.monotonic()
             assert self.round is not None
             stage = self.round.stage
             if stage in COLLECTING and self.round.expects(cid):
@@ -116,6 +121,7 @@ class SecAggService:
         cid, stage, payload = request.split(b"\0", 2)
         with self._lock:
             self._check_alive(context)
+            self._last_seen[cid.decode()] = time.monotonic()
             assert self.round is not None
             try:
                 if stage.decode() != self.round.stage.value:
@@ -123,25 +129,27 @@ class SecAggService:
                 self.round.submit(cid.decode(), payload)
             except SecAggError as e:
                 context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(e))
-            self._last_activity = time.monotonic()
             self._persist()
         return b"ok"
 
     def _drive(self) -> None:
-        """Close a stage when nobody is pending, or after `idle_close_s` without messages."""
+        """Close a stage when nobody is pending or every pending client has gone silent."""
         while not self._stop.wait(0.02):
             with self._lock:
                 r = self.round
                 if self._dead or r is None or r.stage not in COLLECTING:
                     continue
-                idle = time.monotonic() - self._last_activity > self._idle_close_s
-                if r.pending() and not idle:
+                now = time.monotonic()
+                silent = all(
+                    now - self._last_seen.get(c, self._started) > self._silence_s
+                    for c in r.pending()
+                )
+                if not silent:
                     continue
                 try:
                     r.close_stage()
                 except SecAggError as e:
                     self.failure = str(e)
-                self._last_activity = time.monotonic()
                 self._persist()
 
 
