@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import traceback
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -149,6 +150,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"sporenet-convert: error: cannot write {target}: {exc.strerror or exc}",
               file=sys.stderr)
         return 1
+    except Exception as exc:  # a bug: still one line on stderr (the traceback with --verbose)
+        if args.verbose:
+            traceback.print_exc()
+        print(f"sporenet-convert: internal error: {type(exc).__name__}: {exc} (please report "
+              "it with the model)", file=sys.stderr)
+        return 70
     print(format_report(source, target, report, source.stat().st_size, verbose=args.verbose))
     return 0
 

@@ -15,6 +15,7 @@ from sporenet.converter.onnx_import.context import ImportContext, contiguous
 from sporenet.converter.onnx_import.node import OnnxNode
 from sporenet.converter.onnx_import.registry import HANDLERS, handler_available
 from sporenet.lite.dtypes import NUMPY_TO_IR
+from sporenet.lite.errors import LiteError
 from sporenet.lite.graph import DYNAMIC, Model
 
 MIN_OPSET = 7
@@ -179,6 +180,11 @@ def import_onnx(model: onnx.ModelProto, *,
             message = str(exc)
             raise ConversionError(message if message.startswith(("node ", ctx.where))
                                   else f"{ctx.where}: {message}") from None
+        except (ArithmeticError, LookupError, TypeError, ValueError, LiteError) as exc:
+            # A malformed node the checks above missed (or a converter bug): still one typed
+            # error that names the node, never a bare traceback from deep inside.
+            raise ConversionError(f"{ctx.where}: cannot convert: {type(exc).__name__}: {exc}"
+                                  ) from exc
         for k, name in enumerate(proto.output):
             if not name:
                 continue
