@@ -68,7 +68,7 @@ class ServerConfig:
     # this (not the number of clients) bounds the server's transfer memory.
     max_transfers: int = 8
     long_poll: float = 10.0  # longest a GetTask call is held
-    checkpoint_every: int = 8  # updates folded between aggregate checkpoints
+    checkpoint_every: int = 16  # updates folded between aggregate checkpoints
     seed: int = 0
     strategy: str = "fedavg"
     strategy_options: dict[str, Any] = field(default_factory=dict)

@@ -27,6 +27,7 @@ from sporenet.federated.errors import (
 )
 from sporenet.federated.server.observability import Metrics, log_event
 from sporenet.federated.server.rounds import RoundManager, TaskInfo
+from sporenet.federated.server.state import ModelRecord
 from sporenet.federated.wire import (
     encode_model_chunk,
     identity,
@@ -37,6 +38,7 @@ from sporenet.proto import federated_pb2 as pb
 from sporenet.proto import federated_pb2_grpc as pb_grpc
 
 SERVICE = "sporenet.federated.v1.Federated"
+CACHE_MODEL_BYTES = 64 << 20  # models up to this size are served from pre-encoded chunks
 _UPLOAD_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
 # Domain error -> status code; the first matching class wins (subclasses first).
@@ -154,6 +156,8 @@ class FederatedServicer(pb_grpc.FederatedServicer):
         self.chunk_size, self.heartbeat_interval = chunk_size, heartbeat_interval
         # A waiting transfer holds a thread but no payload memory.
         self._transfers = threading.BoundedSemaphore(max_transfers)
+        self._cache_lock = threading.Lock()
+        self._cache: tuple[tuple[int, str], list[tuple[bytes, int]]] | None = None
 
     def _abort(self, context: grpc.ServicerContext, error: FederatedError) -> None:
         if isinstance(error, AuthError):
@@ -215,6 +219,13 @@ class FederatedServicer(pb_grpc.FederatedServicer):
                 )
             chunk = min(request.chunk_size or self.chunk_size, self.chunk_size)
             offset = request.offset
+            cached = self._encoded_chunks(record) if chunk == self.chunk_size else None
+            if cached is not None and offset % chunk == 0:
+                with self._transfers:
+                    for encoded, size in cached[offset // chunk :]:
+                        yield encoded
+                        self.metrics.inc("sporenet_bytes_sent_total", size)
+                return
             with self._transfers, open(self.m.model_path(record), "rb") as f:
                 f.seek(offset)
                 while offset < record.size:
@@ -226,6 +237,24 @@ class FederatedServicer(pb_grpc.FederatedServicer):
                     self.metrics.inc("sporenet_bytes_sent_total", len(data))
         except FederatedError as e:
             self._abort(context, e)
+
+    def _encoded_chunks(self, record: ModelRecord) -> list[tuple[bytes, int]] | None:
+        """The current model's ModelChunk messages, encoded once for every client.
+
+        Only models up to CACHE_MODEL_BYTES are kept (one extra copy of the model).
+        """
+        if record.size > CACHE_MODEL_BYTES:
+            return None
+        with self._cache_lock:
+            if self._cache is None or self._cache[0] != (record.version, record.sha256):
+                data = self.m.model_path(record).read_bytes()
+                chunks = [
+                    (encode_model_chunk(at, data[at : at + self.chunk_size], record.size),
+                     len(data[at : at + self.chunk_size]))
+                    for at in range(0, record.size, self.chunk_size)
+                ]  # fmt: skip
+                self._cache = ((record.version, record.sha256), chunks)
+            return self._cache[1]
 
     @_maps_errors
     def UploadUpdate(

@@ -119,3 +119,17 @@ def test_validation_refuses_non_finite_bad_counts_and_large_norms() -> None:
         validate_update(DELTA, num_samples=0)
     with pytest.raises(UpdateRejectedError, match=r"exceeds the bound max_update_norm=0\.5"):
         validate_update(DELTA, num_samples=1, max_norm=0.5)
+
+
+def test_hand_parser_skips_unknown_fields_and_reads_unpacked_shapes() -> None:
+    payload = encode_update(DELTA) + b"\x78\x05"  # field 15 (varint 5), unknown to us
+    got = decode_update(payload, TEMPLATE)
+    np.testing.assert_array_equal(got["w"], DELTA["w"])
+    # shape written unpacked (field 3, wire type 0 per element) is valid proto3 too
+    inner = b"\x0a\x01b" + b"\x12\x07float32" + b"\x18\x03" + b"\x2a\x0c" + DELTA["b"].tobytes()
+    bundle = pb.TensorBundle.FromString(encode_update({"w": DELTA["w"]}))
+    raw = bundle.SerializeToString() + b"\x0a" + bytes([len(inner)]) + inner
+    got = decode_update(raw, TEMPLATE)
+    np.testing.assert_array_equal(got["b"], DELTA["b"])
+    with pytest.raises(UpdateRejectedError, match="runs past"):
+        decode_update(encode_update(DELTA)[:-3], TEMPLATE)
