@@ -146,19 +146,20 @@ def main(argv: list[str] | None = None) -> int:
 
     lat = [latency(n, args.runs) for n in LATENCY]
     print(f"\n{'batch-1 latency, 1 thread':<28}{'sporenet ms':>12}{'ORT ms':>9}{'ratio':>8}"
-          f"{'target':>8}{'max rel diff':>14}")
+          f"{'target':>8}{'min ratio':>11}{'max rel diff':>14}")
     ok = True
     for r in lat:
         ratio = r["spore_ms"] / r["ort_ms"]
         target = LATENCY[r["model"]]
         ok &= ratio <= target
         print(f"light_{r['model']:<22}{r['spore_ms']:>12.1f}{r['ort_ms']:>9.1f}{ratio:>8.2f}"
-              f"{'<=' + str(target):>8}{r['max_rel_diff']:>14.1e}")
+              f"{'<=' + str(target):>8}{r['spore_min_ms'] / r['ort_min_ms']:>11.2f}"
+              f"{r['max_rel_diff']:>14.1e}")
     for r in rows:
         if "real weights" in r["model"]:
             ok &= r["spore_bytes"] <= SIZE_SLACK * r["onnx_bytes"]
-    print(f"\ntargets {'met' if ok else 'MISSED'} (latency ratios; real-weight .spore <= "
-          f"{SIZE_SLACK:.2f} x .onnx)")
+    print(f"\ntargets {'met' if ok else 'MISSED'} (median latency ratios; real-weight .spore "
+          f"<= {SIZE_SLACK:.2f} x .onnx)")
     if args.json:
         for r in rows:
             r.pop("data", None)
