@@ -296,7 +296,8 @@ class Client:
         self.rounds_trained += 1
 
     def _train(self, task: pb.Task) -> _PendingUpload:
-        global_weights = {k: np.array(v) for k, v in read_weights(self._model_bytes(task)).items()}
+        # Read-only views into the model bytes: train() gets its own copies below.
+        global_weights = read_weights(self._model_bytes(task))
         config = json.loads(task.config_json or "{}")
         done = threading.Event()
         beats = threading.Thread(target=self._heartbeats, args=(task.task_id, done), daemon=True)
