@@ -12,6 +12,7 @@ from onnx import helper, numpy_helper
 
 from sporenet.converter.errors import ConversionError, UnsupportedOnnxOpError
 from sporenet.converter.onnx_import.context import ImportContext, contiguous
+from sporenet.converter.onnx_import.functions import expand_functions
 from sporenet.converter.onnx_import.node import OnnxNode
 from sporenet.converter.onnx_import.registry import HANDLERS, handler_available
 from sporenet.lite.dtypes import NUMPY_TO_IR
@@ -124,6 +125,7 @@ def import_onnx(model: onnx.ModelProto, *,
     """Translate a checked ONNX model into an IR Model (not yet optimized)."""
     model = upgrade_old_opset(model)
     opset = onnx_opset(model)
+    model = expand_functions(model, opset, handler_available)
     missing = unsupported_ops(model)
     if missing:
         raise UnsupportedOnnxOpError(missing)

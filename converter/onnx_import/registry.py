@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from sporenet.converter.onnx_import.context import ImportContext
+from sporenet.converter.onnx_import.functions import FUNCTION_OPS
 from sporenet.converter.onnx_import.node import OnnxNode
 from sporenet.converter.onnx_import.ops import (
     activation,
@@ -186,6 +187,12 @@ def handler_available(op_type: str) -> bool:
     return handler is not None and all(op in KERNELS for op in handler.requires)
 
 
+def is_supported(op_type: str) -> bool:
+    """Whether the converter accepts `op_type`: by a handler, or through its ONNX function
+    body (FUNCTION_OPS; the body's own ops are checked when it is expanded)."""
+    return handler_available(op_type) or op_type in FUNCTION_OPS
+
+
 def supported_onnx_ops() -> list[str]:
     """Every ONNX op type the converter accepts with this runtime, sorted."""
-    return sorted(op for op in HANDLERS if handler_available(op))
+    return sorted({op for op in HANDLERS if handler_available(op)} | FUNCTION_OPS)

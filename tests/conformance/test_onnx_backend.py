@@ -19,7 +19,7 @@ def _supported(kinds: tuple[str, ...]) -> list[ob.Case]:
     cases = []
     for case in ob.iter_cases(kinds):
         assert case.model is not None
-        if all(ob.handler_available(op) for op in ob.case_ops(case.model)):
+        if all(ob.is_supported(op) for op in ob.case_ops(case.model)):
             cases.append(case)
     return cases
 

@@ -411,3 +411,13 @@ def test_exporter_flatten_keeps_a_dynamic_batch() -> None:
     ir = convert(model)
     assert op_names(ir) == ["RESHAPE", "FULLY_CONNECTED"]
     assert ir.graphs[0].nodes[0].attrs["shape"] == [0, -1]
+
+
+def test_attention_imports_through_its_function_body() -> None:
+    q, k, v = rand(2, 3, 4, 8), rand(2, 3, 6, 8), rand(2, 3, 6, 5)
+    node = helper.make_node("Attention", ["Q", "K", "V"], ["Y"], is_causal=1)
+    model = make_model([node], {"Q": [2, 3, 4, 8], "K": [2, 3, 6, 8], "V": [2, 3, 6, 5]},
+                       ["Y"], opset=23)
+    assert_matches_ort(model, {"Q": q, "K": k, "V": v}, rtol=1e-5, atol=1e-6)
+    ops = op_names(convert(model))
+    assert "SOFTMAX" in ops and "MATMUL" in ops
