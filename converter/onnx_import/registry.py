@@ -125,6 +125,9 @@ HANDLERS: dict[str, Handler] = {
     "AveragePool": _h(conv.average_pool, OpCode.AVG_POOL2D),
     "GlobalAveragePool": _h(conv.global_pool(OpCode.GLOBAL_AVG_POOL), OpCode.GLOBAL_AVG_POOL),
     "GlobalMaxPool": _h(conv.global_pool(OpCode.GLOBAL_MAX_POOL), OpCode.GLOBAL_MAX_POOL),
+    "LpPool": _h(conv.lp_pool, OpCode.AVG_POOL2D, OpCode.POW, OpCode.ABS, OpCode.MUL),
+    "GlobalLpPool": _h(conv.global_lp_pool, OpCode.GLOBAL_AVG_POOL, OpCode.POW, OpCode.ABS,
+                       OpCode.MUL),
     # normalization and softmax
     "BatchNormalization": _h(_N.batch_norm, OpCode.BATCH_NORM),
     "InstanceNormalization": _h(_N.instance_norm, OpCode.INSTANCE_NORM),

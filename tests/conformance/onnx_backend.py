@@ -71,7 +71,7 @@ EXCLUDED: dict[str, str] = {
         "test_split_variable_parts_*", "test_split_zero_size_splits_*", "test_squeeze",
         "test_squeeze_negative_axes", "test_tile", "test_tile_precomputed", "test_unsqueeze_*")},
     **{p: _3D for p in ("test_averagepool_3d_*", "test_maxpool_3d_*", "test_Conv3d*",
-                        "test_convtranspose_3d",
+                        "test_convtranspose_3d", "test_lppool_3d_*",
                         "test_AvgPool3d*", "test_MaxPool3d*")},
     **{p: _TRAINING for p in ("test_training_dropout*", "test_batchnorm_*_training_mode")},
     **{p: _SEQUENCE for p in ("test_identity_sequence", "test_identity_opt")},

@@ -148,3 +148,37 @@ def conv_transpose(ctx: ImportContext, node: OnnxNode) -> list[int]:
         y = ctx.emit1(OpCode.ADD, [y, ctx.constant(f"{ctx.tensors[b].name}/nchw",
                                                     bias.reshape(-1, 1, 1))])
     return [_from_2d(ctx, y, spatial)]
+
+
+def lp_pool(ctx: ImportContext, node: OnnxNode) -> list[int]:
+    """LpPool = (sum over the window of |x|^p)^(1/p): an average pool of |x|^p that counts
+    padding, times the window size, to the power 1/p."""
+    x = node.input(0)
+    p = float(node.attr("p", 2))
+    x4, spatial = _to_2d(ctx, node, x)
+    attrs = _spatial_attrs(node, spatial, (*WINDOW, "ceil_mode"))
+    kernel = attrs["kernel_shape"]
+    dtype = ctx.dtype(x)
+    powered = ctx.emit1(OpCode.POW, [ctx.emit1(OpCode.ABS, [x4]),
+                                     ctx.constant(f"{node.name}/p", np.array(p, dtype))])
+    mean = ctx.emit1(OpCode.AVG_POOL2D, [powered], count_include_pad=1, **attrs)
+    total = ctx.emit1(OpCode.MUL, [mean, ctx.constant(f"{node.name}/window",
+                                                      np.array(kernel[0] * kernel[1], dtype))])
+    y = ctx.emit1(OpCode.POW, [total, ctx.constant(f"{node.name}/inv_p",
+                                                   np.array(1 / p, dtype))])
+    return [_from_2d(ctx, y, spatial)]
+
+
+def global_lp_pool(ctx: ImportContext, node: OnnxNode) -> list[int]:
+    """(sum over all spatial positions of |x|^p)^(1/p)."""
+    x = node.input(0)
+    p = float(node.attr("p", 2))
+    dtype = ctx.dtype(x)
+    shape = ctx.spec(x).shape
+    count = int(np.prod(shape[2:], dtype=np.int64))
+    powered = ctx.emit1(OpCode.POW, [ctx.emit1(OpCode.ABS, [x]),
+                                     ctx.constant(f"{node.name}/p", np.array(p, dtype))])
+    total = ctx.emit1(OpCode.MUL, [ctx.emit1(OpCode.GLOBAL_AVG_POOL, [powered]),
+                                   ctx.constant(f"{node.name}/count", np.array(count, dtype))])
+    return [ctx.emit1(OpCode.POW, [total, ctx.constant(f"{node.name}/inv_p",
+                                                       np.array(1 / p, dtype))])]

@@ -421,3 +421,12 @@ def test_attention_imports_through_its_function_body() -> None:
     assert_matches_ort(model, {"Q": q, "K": k, "V": v}, rtol=1e-5, atol=1e-6)
     ops = op_names(convert(model))
     assert "SOFTMAX" in ops and "MATMUL" in ops
+
+
+@pytest.mark.parametrize("p", [1, 2, 3])
+def test_lp_pools(p: int) -> None:
+    nodes = [helper.make_node("LpPool", ["x"], ["a"], kernel_shape=[3, 2], strides=[2, 1],
+                              pads=[1, 0, 1, 1], p=p),
+             helper.make_node("GlobalLpPool", ["x"], ["b"], p=p)]
+    model = make_model(nodes, {"x": [2, 3, 7, 6]}, ["a", "b"], opset=18)
+    assert_matches_ort(model, {"x": rand(2, 3, 7, 6)}, rtol=1e-4, atol=1e-5)
