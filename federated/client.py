@@ -258,10 +258,10 @@ class Client:
             timeout=self.rpc_timeout + task.model_size / 5e6,
         )  # fmt: skip
         for raw in stream:
-            at, data, _ = split_model_chunk(raw)
+            at, piece, _ = split_model_chunk(raw)
             if at != len(buf):
                 raise TransferError(f"download chunk at offset {at}, expected {len(buf)}")
-            buf += data
+            buf += piece
         self._partial = None
         data = bytes(buf)
         if len(data) != task.model_size or hashlib.sha256(data).hexdigest() != task.model_sha256:

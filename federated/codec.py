@@ -135,6 +135,7 @@ def _field(buf: memoryview, pos: int, end: int) -> tuple[int, int, Any, int]:
     """(field number, wire type, value, next position); length-delimited values are views."""
     key, pos = _varint(buf, pos, end)
     number, wire = key >> 3, key & 7
+    value: int | memoryview
     if wire == 0:
         value, pos = _varint(buf, pos, end)
     elif wire == 2:

@@ -290,7 +290,9 @@ class FederatedServicer(pb_grpc.FederatedServicer):
                 f"upload {h.upload_id!r} continues at offset {size}, "
                 f"the call started at {first.offset}"
             )
-        rest = (split_upload_chunk(raw) for raw in request_iterator)
+        rest: Iterator[tuple[int, bytes | memoryview]] = (
+            split_upload_chunk(raw) for raw in request_iterator
+        )
         with open(path, "ab") as f:
             for i, (at, data) in enumerate(itertools.chain([(first.offset, first.data)], rest)):
                 if at != size:
