@@ -93,14 +93,6 @@ class ImportContext:
         self.where = ""  # the ONNX node being imported, for error messages
 
     # ---- naming
-    def unique_name(self, name: str) -> str:
-        candidate, k = name, 1
-        while candidate in self._used or (candidate in self._reserved and candidate != name):
-            candidate = f"{name}__{k}"
-            k += 1
-        self._used.add(candidate)
-        return candidate
-
     def _fresh_name(self, base: str) -> str:
         candidate, k = base, 1
         while candidate in self._used or candidate in self._reserved:

@@ -40,10 +40,6 @@ def float_attr(node: Node, name: str, default: float) -> float:
     return float(value) if isinstance(value, int | float) else default
 
 
-def is_graph_output(model: Model, index: int) -> bool:
-    return any(index in g.outputs for g in model.graphs)
-
-
 def static_shape(model: Model, index: int) -> tuple[int, ...] | None:
     """The stored shape of a tensor when it has no dynamic dimension, else None."""
     shape = model.tensors[index].shape
