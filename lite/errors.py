@@ -15,6 +15,13 @@ class UnsupportedOpError(LiteError):
     """The model uses an op (or op version) this runtime has no kernel for."""
 
 
+class SignatureError(ModelFormatError, KeyError):
+    """The model has no signature (entry point) of the requested name."""
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0]) if self.args else ""
+
+
 class ShapeError(ModelFormatError, ValueError):
     """Tensor shapes, dtypes or attributes are inconsistent for an op."""
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from sporenet.lite.errors import SignatureError
 from sporenet.lite.ops import OpCode
 
 AttrValue = int | float | str | list[int] | list[float]
@@ -113,7 +114,7 @@ class Model:
                 inputs={self.tensors[i].name: i for i in graph.inputs},
                 outputs={self.tensors[i].name: i for i in graph.outputs},
             )
-        raise KeyError(f"no signature {key!r}; the model has {sorted(self.signatures)}")
+        raise SignatureError(f"no signature {key!r}; the model has {sorted(self.signatures)}")
 
     def tensor_index(self, name: str) -> int:
         """Index of the tensor called `name` (linear scan; use for tools, not hot paths)."""

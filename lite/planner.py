@@ -55,7 +55,22 @@ def _input_spec(model: Model, index: int, shapes: dict[int, tuple[int, ...]]) ->
     shape = shapes.get(index, tensor.shape)
     # A dynamic dimension left unresolved defaults to 1 (batch 1), as TFLite does.
     shape = tuple(1 if d == DYNAMIC else d for d in shape)
-    return TensorSpec(shape, tensor.dtype)
+    spec = TensorSpec(shape, tensor.dtype)
+    _check_size(spec, f"input {tensor.name!r}")
+    return spec
+
+
+MAX_TENSOR_BYTES = 1 << 33
+"""Largest single tensor a plan allocates (8 GiB); larger shapes are refused up front."""
+
+
+def _check_size(spec: TensorSpec, what: str) -> None:
+    nbytes = spec.size * spec.dtype.itemsize
+    if nbytes > MAX_TENSOR_BYTES:
+        raise ShapeError(
+            f"{what}: shape {list(spec.shape)} x {spec.dtype} needs {nbytes:,} bytes, more than "
+            f"the {MAX_TENSOR_BYTES:,}-byte limit per tensor"
+        )
 
 
 def infer(model: Model, graph_index: int, shapes: dict[int, tuple[int, ...]] | None = None,
@@ -99,6 +114,8 @@ def infer(model: Model, graph_index: int, shapes: dict[int, tuple[int, ...]] | N
                 f"{where}: produces {len(kernel.output_specs)} outputs, node lists "
                 f"{len(node.outputs)}"
             )
+        for spec in kernel.output_specs:
+            _check_size(spec, where)
         foldable = getattr(cls, "foldable", True) and all(
             s is None or s.value is not None for s in in_specs
         )
@@ -163,6 +180,17 @@ def plan(model: Model, signature: str = "infer",
     write) in place instead of the model's data; the caller owns them, so several plans
     (a train and an infer graph) can share them across runs.
     """
+    try:
+        return _plan(model, signature, shapes, variables)
+    except MemoryError:
+        # Shapes a file declares are not bounded by its size; say so instead of crashing.
+        raise ShapeError(
+            f"the tensors of signature {signature!r} need more memory than is available"
+        ) from None
+
+
+def _plan(model: Model, signature: str, shapes: dict[int, tuple[int, ...]] | None,
+          variables: dict[int, np.ndarray] | None) -> ExecutionPlan:
     sig = model.signature(signature)
     graph = model.graphs[sig.graph]
     variables = variables or {}

@@ -243,3 +243,17 @@ def test_two_inputs_and_two_outputs():
     out = interp.run({"c": cv, "a": av})
     np.testing.assert_array_equal(out["sum"], av + cv)
     np.testing.assert_array_equal(out["product"], (av + cv) * cv)
+
+
+def test_missing_signature_and_huge_declared_shapes_are_format_errors():
+    import sporenet.lite as lite_api
+    from sporenet.lite import ModelBuilder, ModelFormatError, OpCode
+
+    b = ModelBuilder()
+    x = b.input("x", (1 << 20, 1 << 20))  # 4 TiB of float32: declared, never allocatable
+    b.output(b.op(OpCode.RELU, [x]), "y")
+    model = b.build(infer_shapes=False)
+    with pytest.raises(ModelFormatError, match="limit per tensor"):
+        lite_api.Interpreter(model=model)
+    with pytest.raises(ModelFormatError, match="no signature 'train'"):
+        lite_api.Interpreter(model=model, signature="train")
