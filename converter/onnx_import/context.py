@@ -191,8 +191,8 @@ class ImportContext:
             outs = evaluate(kernels[0], values)[:num_outputs]
             # Only inputs stored in the file count: a result computed from fills the runtime
             # folds at load time would otherwise be stored in full.
-            in_bytes = sum(self.tensors[i].data.nbytes for i in inputs  # type: ignore[union-attr]
-                           if i != -1 and self.tensors[i].data is not None)
+            stored = [self.tensors[i].data for i in inputs if i != -1]
+            in_bytes = sum(d.nbytes for d in stored if d is not None)
             if all(should_materialize(o.nbytes, in_bytes) for o in outs):
                 return [self.constant(base if num_outputs == 1 else f"{base}:{k}", o)
                         for k, o in enumerate(outs)]

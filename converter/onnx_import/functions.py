@@ -11,6 +11,8 @@ shows convert.
 
 from __future__ import annotations
 
+from typing import Any
+
 import onnx
 from onnx import helper
 
@@ -39,7 +41,7 @@ def _value_types(model: onnx.ModelProto) -> dict[str, onnx.TypeProto]:
 
 def _function(node: onnx.NodeProto, opset: int, types: dict[str, onnx.TypeProto],
               ) -> onnx.FunctionProto:
-    schema = onnx.defs.get_schema(node.op_type, opset)
+    schema: Any = onnx.defs.get_schema(node.op_type, opset)  # the stubs lack these methods
     for name, attr in schema.attributes.items():  # defaults the body may refer to
         if name not in {a.name for a in node.attribute} and attr.default_value.name:
             node.attribute.append(attr.default_value)
