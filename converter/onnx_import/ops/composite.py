@@ -171,3 +171,68 @@ def hardmax(ctx: ImportContext, node: OnnxNode) -> list[int]:
                                    ctx.constant(f"{node.name}/values", np.array([0, 1], dtype))],
                   axis=axis)
     return [ctx.emit1(OpCode.RESHAPE, [y], shape=shape) if coerce else y]
+
+
+def _einsum_terms(equation: str, count: int, node: OnnxNode) -> tuple[list[str], str]:
+    equation = equation.replace(" ", "")
+    lhs, arrow, rhs = equation.partition("->")
+    terms = lhs.split(",")
+    if "." in equation:
+        raise node.fail("Einsum with an ellipsis (...) is not supported")
+    if len(terms) != count or count > 2:
+        raise node.fail(f"Einsum of {count} operands is not supported (one or two)")
+    if any(len(set(t)) != len(t) for t in terms):
+        raise node.fail("Einsum with a repeated index in one operand (a diagonal) is not "
+                        "supported")
+    if not arrow:  # implicit output: indices that appear once, in alphabetical order
+        letters = "".join(terms)
+        rhs = "".join(sorted(c for c in set(letters) if letters.count(c) == 1))
+    return terms, rhs
+
+
+def einsum(ctx: ImportContext, node: OnnxNode) -> list[int]:
+    """One or two operands without ellipsis or diagonals: Transpose/Reshape to a batched
+    (B, M, K) @ (B, K, N) MatMul, ReduceSum for indices summed within one operand."""
+    inputs = [i for i in node.inputs if i != -1]
+    terms, out = _einsum_terms(str(node.attr("equation")), len(inputs), node)
+    sizes: dict[str, int] = {}
+    for term, index in zip(terms, inputs, strict=True):
+        if DYNAMIC in ctx.shape(index):
+            raise node.fail("Einsum needs static input shapes")
+        sizes.update(zip(term, ctx.spec(index).shape, strict=True))
+
+    def reduce_only(term: str, index: int, keep: set[str]) -> tuple[str, int]:
+        """Sum away indices of `term` that are not in `keep`."""
+        drop = [k for k, c in enumerate(term) if c not in keep]
+        if not drop:
+            return term, index
+        index = ctx.emit1(OpCode.REDUCE_SUM, [index], axes=drop, keepdims=0)
+        return "".join(c for c in term if c in keep), index
+
+    def permute(term: str, index: int, order: str) -> int:
+        perm = [term.index(c) for c in order]
+        return index if perm == sorted(perm) else ctx.emit1(OpCode.TRANSPOSE, [index],
+                                                             perm=perm)
+
+    if len(inputs) == 1:
+        term, x = reduce_only(terms[0], inputs[0], set(out))
+        return [permute(term, x, out)]
+    (ta, tb), (a, b) = terms, inputs
+    ta, a = reduce_only(ta, a, set(out) | set(tb))
+    tb, b = reduce_only(tb, b, set(out) | set(ta))
+    batch = [c for c in ta if c in tb and c in out]
+    contract = [c for c in ta if c in tb and c not in out]
+    a_kept = [c for c in ta if c not in tb]
+    b_kept = [c for c in tb if c not in ta]
+
+    def size(chars: list[str]) -> int:
+        return int(np.prod([sizes[c] for c in chars], dtype=np.int64))
+
+    a3 = ctx.emit1(OpCode.RESHAPE, [permute(ta, a, "".join(batch + a_kept + contract))],
+                   shape=[size(batch), size(a_kept), size(contract)])
+    b3 = ctx.emit1(OpCode.RESHAPE, [permute(tb, b, "".join(batch + contract + b_kept))],
+                   shape=[size(batch), size(contract), size(b_kept)])
+    product = ctx.emit1(OpCode.MATMUL, [a3, b3])
+    result_term = "".join(batch + a_kept + b_kept)
+    y = ctx.emit1(OpCode.RESHAPE, [product], shape=[sizes[c] for c in result_term])
+    return [permute(result_term, y, out)]

@@ -478,3 +478,20 @@ def test_recurrent_layers_unrolled(kind: str, direction: str, layout: int) -> No
         got = run_spore(build(layout), feeds, optimize=optimize)
         for g, w in zip(got, want, strict=True):
             np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize(("equation", "shapes"), [
+    ("bhid,bhjd->bhij", [[2, 3, 4, 5], [2, 3, 6, 5]]),   # attention scores
+    ("ij,jk", [[3, 4], [4, 5]]),                          # implicit output
+    ("ij,ij->", [[3, 4], [3, 4]]),
+    ("abc,cd->dba", [[2, 3, 4], [4, 5]]),
+    ("ijk,k->ij", [[2, 3, 4], [4]]),
+    ("ijk->kj", [[2, 3, 4]]),
+    ("ij,kl->ijkl", [[2, 3], [4, 5]]),                    # outer product
+])
+def test_einsum_patterns(equation: str, shapes: list[list[int]]) -> None:
+    names = [f"x{k}" for k in range(len(shapes))]
+    node = helper.make_node("Einsum", names, ["y"], equation=equation)
+    model = make_model([node], dict(zip(names, shapes, strict=True)), ["y"], opset=12)
+    assert_matches_ort(model, {n: rand(*s) for n, s in zip(names, shapes, strict=True)},
+                       rtol=1e-5, atol=1e-5)
