@@ -18,7 +18,8 @@ from onnx import helper
 
 from sporenet.converter.errors import ConversionError
 
-FUNCTION_OPS = frozenset({"Attention", "CenterCropPad", "RotaryEmbedding"})
+FUNCTION_OPS = frozenset({"Attention", "CenterCropPad", "NegativeLogLikelihoodLoss",
+                          "RotaryEmbedding", "SoftmaxCrossEntropyLoss"})
 """Op types imported through their ONNX function body."""
 
 _MAX_DEPTH = 8  # nested function ops: a body's ops may themselves be functions

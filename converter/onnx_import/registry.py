@@ -119,6 +119,8 @@ HANDLERS: dict[str, Handler] = {
     "EyeLike": _h(composite.eye_like),
     "CumSum": _h(composite.cumsum, OpCode.MATMUL, OpCode.TRANSPOSE),
     "OneHot": _h(composite.one_hot, OpCode.ONE_HOT),
+    "GatherElements": _h(composite.gather_elements, OpCode.ONE_HOT, OpCode.UNSQUEEZE,
+                         OpCode.WHERE, OpCode.REDUCE_SUM, OpCode.SLICE),
     "Einsum": _h(composite.einsum, OpCode.MATMUL, OpCode.TRANSPOSE, OpCode.RESHAPE,
                  OpCode.REDUCE_SUM),
     "Hardmax": _h(composite.hardmax, OpCode.ARGMAX, OpCode.ONE_HOT, OpCode.FLATTEN,

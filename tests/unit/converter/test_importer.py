@@ -11,6 +11,7 @@ from tests.unit.converter.helpers import (
     helper,
     make_model,
     numpy_helper,
+    onnx,
     op_names,
     run_ort,
     run_spore,
@@ -495,3 +496,16 @@ def test_einsum_patterns(equation: str, shapes: list[list[int]]) -> None:
     model = make_model([node], dict(zip(names, shapes, strict=True)), ["y"], opset=12)
     assert_matches_ort(model, {n: rand(*s) for n, s in zip(names, shapes, strict=True)},
                        rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("axis", [0, 1, -1])
+def test_gather_elements_with_negative_indices_and_longer_data(axis: int) -> None:
+    data = rand(4, 5, 6)
+    rng = np.random.default_rng(7)
+    shape = [3, 4, 2]
+    depth = data.shape[axis]
+    indices = rng.integers(-depth, depth, size=shape).astype(np.int64)
+    node = helper.make_node("GatherElements", ["data", "idx"], ["y"], axis=axis)
+    model = make_model([node], {"data": list(data.shape), "idx": shape}, ["y"], opset=13,
+                       input_dtypes={"idx": onnx.TensorProto.INT64})
+    assert_matches_ort(model, {"data": data, "idx": indices})
