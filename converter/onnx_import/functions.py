@@ -18,8 +18,9 @@ from onnx import helper
 
 from sporenet.converter.errors import ConversionError
 
-FUNCTION_OPS = frozenset({"Attention", "CenterCropPad", "NegativeLogLikelihoodLoss",
-                          "RotaryEmbedding", "SoftmaxCrossEntropyLoss"})
+FUNCTION_OPS = frozenset({"Attention", "CausalConvWithState", "CenterCropPad",
+                          "NegativeLogLikelihoodLoss", "RotaryEmbedding",
+                          "SoftmaxCrossEntropyLoss"})
 """Op types imported through their ONNX function body."""
 
 _MAX_DEPTH = 8  # nested function ops: a body's ops may themselves be functions
