@@ -67,8 +67,9 @@ def format_report(source: Path, target: Path, report: ConversionReport, source_b
         f"  time       : {report.seconds:.2f} s",
     ]
     if report.passes:
-        applied = ", ".join(f"{name} ({count})" for name, count in report.passes.items())
-        lines.append(f"  passes     : {applied}")
+        applied = ", ".join(f"{name} {count}" for name, count in report.passes.items()
+                            if count or verbose)
+        lines.append(f"  passes     : {len(report.passes)} run; rewrites: {applied or 'none'}")
     else:
         lines.append("  passes     : none (--no-optimize)")
     ops = sorted(set(before) | set(after), key=lambda op: (-before.get(op, 0), op))
