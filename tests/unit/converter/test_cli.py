@@ -153,3 +153,13 @@ def test_verbose_lists_every_op(cnn_path: Path, tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     assert "more (--verbose shows all)" not in result.stdout
     assert "ONNX ops   : BatchNormalization x1" in result.stdout
+
+
+def test_parameter_count_follows_the_passes(cnn_path: Path) -> None:
+    from sporenet.converter import convert_onnx_model
+
+    _, plain = convert_onnx_model(cnn_path, optimize=False)
+    _, fast = convert_onnx_model(cnn_path)
+    conv, bn, fc = 8 * 3 * 3 * 3 + 8, 4 * 8, 10 * 128 + 10
+    assert plain.parameters == conv + bn + fc
+    assert fast.parameters == conv + fc  # BatchNorm folded into the convolution
