@@ -200,6 +200,13 @@ class ImportContext:
         else:
             lazy = None
         per_view = self._per_view_values(kernels, inputs) if lazy is None and foldable else None
+        if per_view is not None and all(
+            a.shape == b.shape and np.array_equal(a, b, equal_nan=a.dtype.kind == "f")
+            for a, b in zip(per_view[0], per_view[1], strict=True)
+        ):
+            # The same whatever the dynamic dimensions are (e.g. a static part of Shape(x)).
+            return [self.constant(base if num_outputs == 1 else f"{base}:{k}", o)
+                    for k, o in enumerate(per_view[0][:num_outputs])]
         outputs = []
         for k in range(num_outputs):
             specs = [TensorSpec(kr.output_specs[k].shape, kr.output_specs[k].dtype)

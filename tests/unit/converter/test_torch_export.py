@@ -72,3 +72,41 @@ def test_pytorch_export_matches_pytorch(exported: tuple[Path, object], optimize:
     if optimize:
         ops = set(report.ir_ops_after)
         assert "BATCH_NORM" not in ops and "CLIP" not in ops and "HARD_SIGMOID" not in ops
+
+
+class TinyEncoder(nn.Module):
+    """Embedding, one Transformer encoder layer (attention, LayerNorm, GELU), mean, head."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(50, 32)
+        self.layer = nn.TransformerEncoderLayer(32, 4, 64, dropout=0.0, batch_first=True,
+                                                activation="gelu")
+        self.head = nn.Linear(32, 5)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.head(self.layer(self.embed(ids)).mean(dim=1))
+
+
+def test_pytorch_transformer_encoder_with_dynamic_batch(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    model = TinyEncoder().eval()
+    buffer = io.BytesIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the TorchScript exporter is deprecated, still works
+        torch.onnx.export(model, (torch.randint(0, 50, (2, 7)),), buffer, dynamo=False,
+                          input_names=["ids"], output_names=["y"], opset_version=17,
+                          dynamic_axes={"ids": {0: "N"}, "y": {0: "N"}})
+    path = tmp_path / "encoder.onnx"
+    path.write_bytes(buffer.getvalue())
+    for optimize in (True, False):
+        ir, report = convert_onnx_model(path, optimize=optimize)
+        interpreter = Interpreter(model_content=serialize(ir))
+        for batch in (1, 3):
+            ids = torch.randint(0, 50, (batch, 7))
+            with torch.no_grad():
+                want = model(ids).numpy()
+            got = interpreter.run({"ids": ids.numpy()})["y"]
+            np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+        # Shape arithmetic on the dynamic batch is resolved at conversion, not run.
+        assert "SHAPE" not in report.ir_ops_after or not optimize
