@@ -13,6 +13,11 @@ last byte received, and re-sends an update it already computed instead of traini
 again. Updates are deltas (trained minus global weights), optionally compressed with
 int8 quantization and/or top-k sparsification; with compression, what was not sent is
 carried into the next round (error feedback).
+
+When the server runs secure aggregation, a fit round arrives as TASK_SECURE_FIT tasks,
+one per protocol stage: the client answers each with a `SecureClientSession` (one per
+round), trains once when the masked-input stage comes, and sends only the masked update
+(compression does not apply). A reply lost to a failure is resent byte for byte.
 """
 
 from __future__ import annotations
@@ -38,7 +43,14 @@ from sporenet.federated.auth import Credentials
 from sporenet.federated.codec import COMPRESSIONS, decode_update, encode_update
 from sporenet.federated.errors import AuthError, ConfigError, FederatedError, TransferError
 from sporenet.federated.net import is_loopback, split_address
-from sporenet.federated.wire import encode_upload_chunk, identity, split_model_chunk
+from sporenet.federated.secagg import SecAggError, Stage
+from sporenet.federated.secagg.session import SecureClientSession
+from sporenet.federated.wire import (
+    STAGE_NAMES,
+    encode_upload_chunk,
+    identity,
+    split_model_chunk,
+)
 from sporenet.lite import read_weights
 from sporenet.proto import federated_pb2 as pb
 from sporenet.proto import federated_pb2_grpc as pb_grpc
@@ -148,6 +160,10 @@ class Client:
         self._partial: tuple[int, bytearray] | None = None
         self._pending: _PendingUpload | None = None
         self._residual: Weights = {}
+        # The open secure round: (task id, its session, the trained update once computed).
+        self._secure: tuple[str, SecureClientSession] | None = None
+        self._secure_update: tuple[Weights, int, str] | None = None
+        self._secure_failed = ""  # a secure task this client cannot continue
         self._stop = threading.Event()
         self.rounds_trained = 0
         self.final_model: bytes | None = None
@@ -198,6 +214,8 @@ class Client:
                     self._fit(task)
                 elif task.type == pb.TASK_EVALUATE:
                     self._evaluate(task)
+                elif task.type == pb.TASK_SECURE_FIT:
+                    self._secure_fit(task)
                 elif task.type == pb.TASK_DONE:
                     self.final_model = self._model_bytes(task)
                     log.info("job done (%s)", task.reason)
@@ -324,6 +342,73 @@ class Client:
             task.task_id, f"{task.task_id}-{os.urandom(6).hex()}", payload, int(num_samples),
             json.dumps({k: float(v) for k, v in dict(metrics).items()}),
         )  # fmt: skip
+
+    def _secure_fit(self, task: pb.Task) -> None:
+        """Answer one stage of a secure round; train (once) at the masked-input stage."""
+        if task.task_id == self._secure_failed:
+            self._stop.wait(max(task.retry_after_ms / 1000.0, 0.5))
+            return
+        try:
+            stage = Stage(STAGE_NAMES[task.secure_stage])
+            if self._secure is None or self._secure[0] != task.task_id:
+                template = template_of(read_weights(self._model_bytes(task)))
+                max_weight = json.loads(task.config_json or "{}").get("secure_max_weight")
+                session = SecureClientSession(task.secure_setup, template, max_weight=max_weight)
+                self._secure, self._secure_update = (task.task_id, session), None
+            session = self._secure[1]
+            update, num_samples, metrics_json = None, None, ""
+            if stage == Stage.MASKED_INPUT:
+                if self._secure_update is None:
+                    self._secure_update = self._train_delta(task)
+                    self.rounds_trained += 1
+                update, num_samples, metrics_json = self._secure_update
+            reply = session.respond(stage, task.secure_payload, update, num_samples)
+        except (SecAggError, KeyError) as e:
+            # The session cannot go on (a changed server message, a bad setup): sit the
+            # round out; the server's stage deadline leaves this client out.
+            log.warning("cannot continue secure round %s: %s", task.task_id, e)
+            self._secure_failed = task.task_id
+            return
+        header = pb.SecureHeader(
+            client_id=self.client_id or "", task_id=task.task_id, stage=task.secure_stage,
+            total_size=len(reply), num_samples=num_samples or 0, metrics_json=metrics_json,
+        )  # fmt: skip
+
+        def chunks() -> Iterator[pb.SecureChunk]:
+            view = memoryview(reply)
+            yield pb.SecureChunk(header=header, data=bytes(view[: self.chunk_size]))
+            for at in range(self.chunk_size, len(reply), self.chunk_size):
+                yield pb.SecureChunk(data=bytes(view[at : at + self.chunk_size]))
+
+        self._stub.SubmitSecure(
+            chunks(), metadata=self._md("SubmitSecure"),
+            timeout=self.rpc_timeout + len(reply) / 5e6,
+        )  # fmt: skip
+        if stage == Stage.UNMASK:
+            self._models.clear()  # the next task needs a newer model
+
+    def _train_delta(self, task: pb.Task) -> tuple[Weights, int, str]:
+        """Train on the task's model (heartbeating); (delta, samples, metrics JSON)."""
+        global_weights = read_weights(self._model_bytes(task))
+        config = json.loads(task.config_json or "{}")
+        done = threading.Event()
+        beats = threading.Thread(target=self._heartbeats, args=(task.task_id, done), daemon=True)
+        beats.start()
+        try:
+            new, num_samples, metrics = self.train(
+                {k: v.copy() for k, v in global_weights.items()}, config
+            )
+        finally:
+            done.set()
+        missing = sorted(set(global_weights) - set(new))
+        if missing:
+            raise ConfigError(f"train() returned weights without tensors {missing}")
+        delta = {
+            k: np.asarray(new[k], dtype=np.float64) - w.astype(np.float64)
+            for k, w in global_weights.items()
+        }
+        metrics_json = json.dumps({k: float(v) for k, v in dict(metrics).items()})
+        return delta, int(num_samples), metrics_json
 
     def _upload(self, p: _PendingUpload, *, resume: bool) -> None:
         offset = 0

@@ -12,7 +12,17 @@ from __future__ import annotations
 from google.protobuf.message import DecodeError
 
 from sporenet.federated.errors import TransferError, UpdateRejectedError
+from sporenet.federated.secagg.server import Stage
 from sporenet.proto import federated_pb2 as pb
+
+#: Secure-aggregation stage names (secagg's Stage) <-> the wire enum SecureStage.
+SECURE_STAGES: dict[str, pb.SecureStage] = {
+    Stage.ADVERTISE_KEYS.value: pb.SECURE_ADVERTISE_KEYS,
+    Stage.SHARE_KEYS.value: pb.SECURE_SHARE_KEYS,
+    Stage.MASKED_INPUT.value: pb.SECURE_MASKED_INPUT,
+    Stage.UNMASK.value: pb.SECURE_UNMASK,
+}
+STAGE_NAMES: dict[int, str] = {code: name for name, code in SECURE_STAGES.items()}
 
 
 def identity(payload: bytes) -> bytes:

@@ -13,6 +13,15 @@ class TaskType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     TASK_FIT: _ClassVar[TaskType]
     TASK_EVALUATE: _ClassVar[TaskType]
     TASK_DONE: _ClassVar[TaskType]
+    TASK_SECURE_FIT: _ClassVar[TaskType]
+
+class SecureStage(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    SECURE_STAGE_NONE: _ClassVar[SecureStage]
+    SECURE_ADVERTISE_KEYS: _ClassVar[SecureStage]
+    SECURE_SHARE_KEYS: _ClassVar[SecureStage]
+    SECURE_MASKED_INPUT: _ClassVar[SecureStage]
+    SECURE_UNMASK: _ClassVar[SecureStage]
 
 class Encoding(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -24,6 +33,12 @@ TASK_WAIT: TaskType
 TASK_FIT: TaskType
 TASK_EVALUATE: TaskType
 TASK_DONE: TaskType
+TASK_SECURE_FIT: TaskType
+SECURE_STAGE_NONE: SecureStage
+SECURE_ADVERTISE_KEYS: SecureStage
+SECURE_SHARE_KEYS: SecureStage
+SECURE_MASKED_INPUT: SecureStage
+SECURE_UNMASK: SecureStage
 ENCODING_RAW: Encoding
 ENCODING_INT8: Encoding
 ENCODING_TOPK: Encoding
@@ -63,7 +78,7 @@ class TaskRequest(_message.Message):
     def __init__(self, client_id: _Optional[str] = ..., wait_ms: _Optional[int] = ...) -> None: ...
 
 class Task(_message.Message):
-    __slots__ = ("type", "round", "task_id", "model_version", "model_size", "model_sha256", "config_json", "retry_after_ms", "reason")
+    __slots__ = ("type", "round", "task_id", "model_version", "model_size", "model_sha256", "config_json", "retry_after_ms", "reason", "secure_stage", "secure_setup", "secure_payload")
     TYPE_FIELD_NUMBER: _ClassVar[int]
     ROUND_FIELD_NUMBER: _ClassVar[int]
     TASK_ID_FIELD_NUMBER: _ClassVar[int]
@@ -73,6 +88,9 @@ class Task(_message.Message):
     CONFIG_JSON_FIELD_NUMBER: _ClassVar[int]
     RETRY_AFTER_MS_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
+    SECURE_STAGE_FIELD_NUMBER: _ClassVar[int]
+    SECURE_SETUP_FIELD_NUMBER: _ClassVar[int]
+    SECURE_PAYLOAD_FIELD_NUMBER: _ClassVar[int]
     type: TaskType
     round: int
     task_id: str
@@ -82,7 +100,10 @@ class Task(_message.Message):
     config_json: str
     retry_after_ms: int
     reason: str
-    def __init__(self, type: _Optional[_Union[TaskType, str]] = ..., round: _Optional[int] = ..., task_id: _Optional[str] = ..., model_version: _Optional[int] = ..., model_size: _Optional[int] = ..., model_sha256: _Optional[str] = ..., config_json: _Optional[str] = ..., retry_after_ms: _Optional[int] = ..., reason: _Optional[str] = ...) -> None: ...
+    secure_stage: SecureStage
+    secure_setup: bytes
+    secure_payload: bytes
+    def __init__(self, type: _Optional[_Union[TaskType, str]] = ..., round: _Optional[int] = ..., task_id: _Optional[str] = ..., model_version: _Optional[int] = ..., model_size: _Optional[int] = ..., model_sha256: _Optional[str] = ..., config_json: _Optional[str] = ..., retry_after_ms: _Optional[int] = ..., reason: _Optional[str] = ..., secure_stage: _Optional[_Union[SecureStage, str]] = ..., secure_setup: _Optional[bytes] = ..., secure_payload: _Optional[bytes] = ...) -> None: ...
 
 class HeartbeatRequest(_message.Message):
     __slots__ = ("client_id", "task_id")
@@ -187,6 +208,36 @@ class EvaluationReport(_message.Message):
     def __init__(self, client_id: _Optional[str] = ..., task_id: _Optional[str] = ..., loss: _Optional[float] = ..., num_samples: _Optional[int] = ..., metrics_json: _Optional[str] = ...) -> None: ...
 
 class EvaluationReply(_message.Message):
+    __slots__ = ("accepted",)
+    ACCEPTED_FIELD_NUMBER: _ClassVar[int]
+    accepted: bool
+    def __init__(self, accepted: _Optional[bool] = ...) -> None: ...
+
+class SecureHeader(_message.Message):
+    __slots__ = ("client_id", "task_id", "stage", "total_size", "num_samples", "metrics_json")
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    STAGE_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_SIZE_FIELD_NUMBER: _ClassVar[int]
+    NUM_SAMPLES_FIELD_NUMBER: _ClassVar[int]
+    METRICS_JSON_FIELD_NUMBER: _ClassVar[int]
+    client_id: str
+    task_id: str
+    stage: SecureStage
+    total_size: int
+    num_samples: int
+    metrics_json: str
+    def __init__(self, client_id: _Optional[str] = ..., task_id: _Optional[str] = ..., stage: _Optional[_Union[SecureStage, str]] = ..., total_size: _Optional[int] = ..., num_samples: _Optional[int] = ..., metrics_json: _Optional[str] = ...) -> None: ...
+
+class SecureChunk(_message.Message):
+    __slots__ = ("header", "data")
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    header: SecureHeader
+    data: bytes
+    def __init__(self, header: _Optional[_Union[SecureHeader, _Mapping]] = ..., data: _Optional[bytes] = ...) -> None: ...
+
+class SecureReply(_message.Message):
     __slots__ = ("accepted",)
     ACCEPTED_FIELD_NUMBER: _ClassVar[int]
     accepted: bool

@@ -74,6 +74,11 @@ class FederatedStub:
                 request_serializer=sporenet_dot_proto_dot_federated__pb2.StatusRequest.SerializeToString,
                 response_deserializer=sporenet_dot_proto_dot_federated__pb2.StatusReply.FromString,
                 _registered_method=True)
+        self.SubmitSecure = channel.stream_unary(
+                '/sporenet.federated.v1.Federated/SubmitSecure',
+                request_serializer=sporenet_dot_proto_dot_federated__pb2.SecureChunk.SerializeToString,
+                response_deserializer=sporenet_dot_proto_dot_federated__pb2.SecureReply.FromString,
+                _registered_method=True)
 
 
 class FederatedServicer:
@@ -135,6 +140,14 @@ class FederatedServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SubmitSecure(self, request_iterator, context):
+        """A client's message for one stage of a secure fit round (TASK_SECURE_FIT): opaque
+        secure-aggregation bytes, chunked because the masked upload is as large as the model.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_FederatedServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -177,6 +190,11 @@ def add_FederatedServicer_to_server(servicer, server):
                     servicer.GetStatus,
                     request_deserializer=sporenet_dot_proto_dot_federated__pb2.StatusRequest.FromString,
                     response_serializer=sporenet_dot_proto_dot_federated__pb2.StatusReply.SerializeToString,
+            ),
+            'SubmitSecure': grpc.stream_unary_rpc_method_handler(
+                    servicer.SubmitSecure,
+                    request_deserializer=sporenet_dot_proto_dot_federated__pb2.SecureChunk.FromString,
+                    response_serializer=sporenet_dot_proto_dot_federated__pb2.SecureReply.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -395,6 +413,33 @@ class Federated:
             '/sporenet.federated.v1.Federated/GetStatus',
             sporenet_dot_proto_dot_federated__pb2.StatusRequest.SerializeToString,
             sporenet_dot_proto_dot_federated__pb2.StatusReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SubmitSecure(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_unary(
+            request_iterator,
+            target,
+            '/sporenet.federated.v1.Federated/SubmitSecure',
+            sporenet_dot_proto_dot_federated__pb2.SecureChunk.SerializeToString,
+            sporenet_dot_proto_dot_federated__pb2.SecureReply.FromString,
             options,
             channel_credentials,
             insecure,

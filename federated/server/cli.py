@@ -68,6 +68,12 @@ def _run_parser() -> argparse.ArgumentParser:
         "--insecure", action="store_true", default=None, help="plaintext (loopback only)"
     )
     p.add_argument("--log-level", dest="log_level", choices=["debug", "info", "warning", "error"])
+    p.add_argument(
+        "--secure",
+        action="store_true",
+        default=None,
+        help="secure aggregation of fit rounds (settings: [secure_aggregation] in the config)",
+    )
     return p
 
 

@@ -26,6 +26,16 @@ Example `server.toml`:
     tokens = { alice = "s3cret" }
     ed25519 = { device-7 = "<base64 raw 32-byte public key>" }
 
+    [secure_aggregation]  # SecAgg+: the server learns only the sum of the fit updates
+    enabled = true        # off by default (or --secure)
+    neighbours = 8        # share holders per client; default ~3·log2(cohort), even
+    threshold = 5         # shares to reconstruct; default neighbours//2 + 1
+    clipping_range = 1.0  # each update coordinate is clipped to [-c, c]
+    quantization_bits = 24  # fixed-point bits; default: the most the modulus fits
+    modulus_bits = 32     # the ring Z_2^32
+    max_weight = 100      # optional: weight clients by min(samples, max_weight); default plain mean
+    stage_timeout = 60    # seconds each protocol stage waits for the silent
+
 Every bad value is refused with a `ConfigError` that names the key.
 """
 
@@ -40,6 +50,8 @@ from typing import Any
 
 from sporenet.federated.errors import ConfigError
 from sporenet.federated.net import is_loopback, split_address
+from sporenet.federated.secagg.config import SecAggConfig
+from sporenet.federated.secagg.errors import SecAggConfigError
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -82,6 +94,10 @@ class ServerConfig:
     auth_ed25519: dict[str, str] = field(default_factory=dict)
     auth_max_skew: float = 300.0
     log_level: str = "info"
+    # Secure aggregation of fit rounds (None: off); see federated/README.md.
+    secure_aggregation: SecAggConfig | None = None
+    secure_max_weight: float | None = None  # None: plain mean over the contributors
+    secure_stage_timeout: float = 60.0  # a protocol stage closes after this at the latest
 
     def __post_init__(self) -> None:
         checks: list[tuple[str, bool, str]] = [
@@ -110,6 +126,7 @@ class ServerConfig:
             ("auth_max_skew", self.auth_max_skew > 0, "must be > 0"),
             ("log_level", self.log_level in ("debug", "info", "warning", "error"),
              "must be one of debug, info, warning, error"),
+            ("secure_stage_timeout", self.secure_stage_timeout > 0, "must be > 0"),
         ]  # fmt: skip
         for key, ok, rule in checks:
             if not ok:
@@ -137,6 +154,8 @@ class ServerConfig:
         from sporenet.federated.strategies import make_strategy
 
         make_strategy(self.strategy, self.strategy_options)  # fails here, not in round 1
+        if self.secure_aggregation is not None:
+            self._check_secure(self.secure_aggregation)
         from sporenet.federated.auth import parse_public_key
 
         for name, key in self.auth_ed25519.items():
@@ -144,6 +163,97 @@ class ServerConfig:
                 parse_public_key(key)
             except ConfigError as e:
                 raise ConfigError(f"`auth.ed25519.{name}`: {e}") from None
+
+    def _check_secure(self, sa: SecAggConfig) -> None:
+        """Secure rounds need a mean-based strategy and a cohort the protocol can run with."""
+        from sporenet.federated.secagg.session import _check_max_weight
+        from sporenet.federated.strategies import make_strategy
+        from sporenet.federated.strategies.base import Strategy
+
+        strategy = make_strategy(self.strategy, self.strategy_options)
+        if type(strategy).make_aggregator is not Strategy.make_aggregator:
+            raise ConfigError(
+                f"`strategy` {self.strategy!r} needs every individual update (order statistics"
+                " or distances), which secure aggregation hides: use fedavg, fedprox, fedadam,"
+                " fedyogi or fedadagrad with `secure_aggregation.enabled`"
+            )
+        try:
+            _check_max_weight(self.secure_max_weight)
+        except SecAggConfigError as e:
+            raise ConfigError(f"`secure_aggregation.max_weight`: {e}") from None
+        if self.min_clients < 2:
+            raise ConfigError(
+                f"`min_clients` must be >= 2 with secure aggregation, got {self.min_clients}"
+            )
+        try:  # the smallest cohort a round may start with must be able to run the protocol
+            sa.resolve(self.min_clients)
+        except SecAggConfigError as e:
+            raise ConfigError(
+                f"`secure_aggregation`: with min_clients={self.min_clients}: {_secagg_key(e)}"
+            ) from None
+
+
+# secagg's own names -> the keys of the [secure_aggregation] table.
+_SECAGG_KEYS = {
+    "neighbours": "num_neighbours",
+    "threshold": "threshold",
+    "clipping_range": "clipping_range",
+    "quantization_bits": "quantization_bits",
+    "modulus_bits": "modulus_bits",
+}
+_SECAGG_EXTRA: dict[str, tuple[str, tuple[type[Any], ...]]] = {
+    "enabled": ("enabled", (bool,)),
+    "max_weight": ("secure_max_weight", (int, float)),
+    "stage_timeout": ("secure_stage_timeout", (int, float)),
+}
+_SECAGG_TYPES: dict[str, tuple[type[Any], ...]] = {
+    "neighbours": (int,),
+    "threshold": (int,),
+    "clipping_range": (int, float),
+    "quantization_bits": (int,),
+    "modulus_bits": (int,),
+}
+
+
+def _secagg_key(error: SecAggConfigError) -> str:
+    """secagg's message with its field names spelled as the config file's keys."""
+    text = str(error)
+    for key, name in _SECAGG_KEYS.items():
+        text = text.replace(f"`{name}`", f"`secure_aggregation.{key}`")
+    return text
+
+
+def _secure_config(table: Any, enable: bool | None) -> dict[str, Any]:
+    """ServerConfig fields from the `[secure_aggregation]` table (and the --secure flag)."""
+    if not isinstance(table, dict):
+        raise ConfigError(f"`secure_aggregation` must be a table, got {table!r}")
+    out: dict[str, Any] = {}
+    sa: dict[str, Any] = {}
+    enabled = False
+    for key, value in table.items():
+        types = _SECAGG_TYPES.get(key) or (_SECAGG_EXTRA[key][1] if key in _SECAGG_EXTRA else None)
+        if types is None:
+            known = sorted([*_SECAGG_KEYS, *_SECAGG_EXTRA])
+            raise ConfigError(f"unknown key `secure_aggregation.{key}`; known keys: {known}")
+        if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
+            names = " or ".join(t.__name__ for t in types)
+            raise ConfigError(f"`secure_aggregation.{key}` must be {names}, got {value!r}")
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ConfigError(f"`secure_aggregation.{key}` must be finite, got {value!r}")
+        if key == "enabled":
+            enabled = value
+        elif key in _SECAGG_EXTRA:
+            out[_SECAGG_EXTRA[key][0]] = value
+        else:
+            sa[_SECAGG_KEYS[key]] = value
+    if enable is not None:
+        enabled = enable
+    if enabled:
+        try:
+            out["secure_aggregation"] = SecAggConfig(**sa)
+        except SecAggConfigError as e:
+            raise ConfigError(_secagg_key(e)) from None
+    return out
 
 
 # TOML key -> (dataclass field, accepted Python types). Tables are flattened here.
@@ -206,6 +316,7 @@ def build_config(file_values: Mapping[str, Any], overrides: Mapping[str, Any]) -
     fit_config = raw.pop("fit_config", {})
     if not isinstance(fit_config, dict):
         raise ConfigError(f"`fit_config` must be a table, got {fit_config!r}")
+    secure = _secure_config(raw.pop("secure_aggregation", {}), overrides.get("secure"))
     flat = _flatten(raw)
     flat.update({k: v for k, v in overrides.items() if v is not None and k in _TOP})
     kwargs: dict[str, Any] = {}
@@ -213,7 +324,8 @@ def build_config(file_values: Mapping[str, Any], overrides: Mapping[str, Any]) -
     for key, value in flat.items():
         if key not in _TOP:
             raise ConfigError(
-                f"unknown key `{key}`; known keys: {sorted([*_TOP, 'strategy', 'fit_config'])}"
+                f"unknown key `{key}`; known keys: "
+                f"{sorted([*_TOP, 'strategy', 'fit_config', 'secure_aggregation'])}"
             )
         attr, types = _TOP[key]
         # bool is an int in Python; refuse `rounds = true`.
@@ -235,6 +347,7 @@ def build_config(file_values: Mapping[str, Any], overrides: Mapping[str, Any]) -
     kwargs["strategy"] = strategy_table.pop("name", "fedavg")
     kwargs["strategy_options"] = strategy_table
     kwargs["fit_config"] = fit_config
+    kwargs.update(secure)
     if "state_dir" not in kwargs:
         raise ConfigError("`state_dir` is required (--state-dir or state_dir in the config file)")
     try:

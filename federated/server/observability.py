@@ -52,6 +52,10 @@ class Metrics:
             "counter",
             "Federated rounds whose model was published.",
         ),
+        "sporenet_rounds_failed_total": (
+            "counter",
+            "Secure rounds that failed (fewer survivors than the threshold).",
+        ),
         "sporenet_current_round": ("gauge", "The round in progress."),
         "sporenet_clients_registered": ("gauge", "Clients registered with the job."),
         "sporenet_round_participants": ("gauge", "Clients selected in the current phase."),

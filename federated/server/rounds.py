@@ -9,6 +9,16 @@ deadline; a fit phase with fewer than `min_clients` accepted updates selects rep
 instead of closing. Closing aggregates, applies the strategy and publishes the next model
 version.
 
+With `[secure_aggregation]` enabled, a fit phase holds a `SecureRound` (SecAgg+) instead of
+an Aggregator: the sampled cohort is fixed when the phase starts, and the phase runs the
+protocol's stages (advertise keys, share keys, masked input, unmask). A stage closes when
+every client it waits for has answered, when all of those still missing have been silent
+for `heartbeat_timeout`, or at `secure_stage_timeout`; the SecureRound is saved in SQLite
+at every transition (and every `checkpoint_every` messages), so a restarted server
+continues the stage it was in and clients resend what it lost. Fewer than `threshold`
+survivors fail the round (and the job) with the protocol's reason; the unmasked mean goes
+through the strategy like any aggregate.
+
 Everything a restart needs is in the Store (one transaction per transition), the model
 files, and periodic checkpoints of the aggregate; updates folded since the last
 checkpoint are kept on disk and folded again after a restart. No gRPC here: the servicer
@@ -44,6 +54,8 @@ from sporenet.federated.errors import (
     UnknownClientError,
     UpdateRejectedError,
 )
+from sporenet.federated.secagg import SecAggError, Stage
+from sporenet.federated.secagg.session import SecureRound
 from sporenet.federated.server.config import ServerConfig
 from sporenet.federated.server.observability import Metrics, log_event
 from sporenet.federated.server.state import JobState, ModelRecord, Store
@@ -53,19 +65,25 @@ from sporenet.lite import ModelFormatError, read_weights, replace_weights_bytes
 
 MAX_REFUSALS = 3  # a client whose update is refused this often sits out the rest of the phase
 BUSY_RETRY_SECONDS = 0.5  # when every long-poll slot is taken, clients poll again after this
+#: The secure stages that collect one message per active client.
+SECURE_COLLECTING = (Stage.ADVERTISE_KEYS, Stage.SHARE_KEYS, Stage.MASKED_INPUT, Stage.UNMASK)
 
 
 @dataclass(frozen=True)
 class TaskInfo:
     """What GetTask answers: the transport turns it into a `Task` message."""
 
-    type: str  # wait | fit | evaluate | done
+    type: str  # wait | fit | evaluate | done | secure_fit
     round: int = 0
     task_id: str = ""
     model: ModelRecord | None = None
     config: dict[str, Any] = field(default_factory=dict)
     retry_after: float = 1.0
     reason: str = ""
+    # secure_fit only: the protocol stage, the client's RoundSetup and the stage's message.
+    secure_stage: str = ""
+    secure_setup: bytes = b""
+    secure_payload: bytes = b""
 
 
 def _atomic_write(path: Path, data: bytes) -> None:
@@ -136,6 +154,9 @@ class RoundManager:
         self._parts: dict[str, str] = {}  # client id -> status in the current phase
         self._refusals: dict[str, int] = {}
         self._aggregator: Aggregator | None = None
+        self._secure: SecureRound | None = None  # the open secure fit phase, if any
+        self._secure_ids: frozenset[str] = frozenset()
+        self._stage_deadline = 0.0
         self._since_checkpoint = 0
         self._phase_t0 = time.monotonic()
         self._rng = random.Random(config.seed)
@@ -215,7 +236,14 @@ class RoundManager:
         """Rebuild the active phase after a restart: participants, aggregate, deadline."""
         rows = self.store.participants(self.job.round, self.job.phase)
         self._parts = {cid: status for cid, (status, _, _) in rows.items()}
-        if self.job.phase == "fit":
+        secure = self.store.secure_state(self.job.round) if self.job.phase == "fit" else None
+        if secure is not None:
+            self._set_secure(SecureRound.from_bytes(secure))
+            self._stage_deadline = now + max(self.config.secure_stage_timeout,
+                                              self.config.resume_grace)  # fmt: skip
+            log_event(self.log, "secure_round_restored", round=self.job.round,
+                      stage=self._secure.stage.value if self._secure else "")  # fmt: skip
+        elif self.job.phase == "fit":
             agg = self.strategy.make_aggregator(self._template)
             ckpt = self._checkpoint_path()
             if ckpt.exists():
@@ -238,6 +266,16 @@ class RoundManager:
             log_event(self.log, "aggregate_restored", checkpointed=len(folded), refolded=refolded)
         self.job.deadline = max(self.job.deadline, now + self.config.resume_grace)
         self._save_job()
+
+    def _set_secure(self, secure: SecureRound | None) -> None:
+        self._secure = secure
+        self._secure_ids = frozenset(secure.client_ids) if secure is not None else frozenset()
+
+    def _save_secure(self, tx: Any) -> None:
+        """Persist the open SecureRound (inside the caller's transaction)."""
+        if self._secure is not None:
+            tx.set_secure_state(self.job.round, self._secure.to_bytes())
+        self._since_checkpoint = 0
 
     def _save_job(self) -> None:
         with self.store.transaction() as tx:
@@ -280,6 +318,8 @@ class RoundManager:
                 model=self._model_record,
                 reason=job.reason or job.status,
             )
+        if job.active and not self._aggregating and self._secure is not None:
+            return self._secure_task(client_id)
         if job.active and not self._aggregating and self._parts.get(client_id) == "selected":
             config = {"round": job.round, "rounds": self.config.rounds, **self.config.fit_config}
             if job.phase == "fit":
@@ -288,6 +328,23 @@ class RoundManager:
         return TaskInfo(
             "wait", job.round, retry_after=1.0, reason="not selected" if job.active else "waiting"
         )
+
+    def _secure_task(self, client_id: str) -> TaskInfo:
+        """A secure stage for a cohort member the protocol waits for; otherwise wait."""
+        r, job = self._secure, self.job
+        if r is None or client_id not in self._secure_ids or r.stage not in SECURE_COLLECTING:
+            return TaskInfo("wait", job.round, retry_after=1.0, reason="not selected")
+        if not r.expects(client_id):
+            return TaskInfo("wait", job.round, retry_after=1.0, reason="next secure stage")
+        config = {"round": job.round, "rounds": self.config.rounds, **self.config.fit_config,
+                  **self.strategy.fit_config(job.round)}  # fmt: skip
+        if r.max_weight is not None:
+            config["secure_max_weight"] = r.max_weight
+        return TaskInfo(
+            "secure_fit", job.round, self._task_id(), self._model_record, config,
+            secure_stage=r.stage.value, secure_setup=r.setup_payload(client_id),
+            secure_payload=r.payload_for(client_id),
+        )  # fmt: skip
 
     def get_task(self, client_id: str, wait: float) -> TaskInfo:
         """The client's task, holding the call up to `wait` seconds while it would be "wait"."""
@@ -317,6 +374,13 @@ class RoundManager:
         """Mark alive; True while `task_id` is still wanted from this client."""
         self.touch(client_id)
         with self._lock:
+            if self._secure is not None:
+                return (
+                    self.job.status == "running"
+                    and task_id == self._task_id()
+                    and client_id in self._secure_ids
+                    and self._secure.stage in SECURE_COLLECTING
+                )
             return (
                 self.job.status == "running"
                 and task_id == self._task_id()
@@ -490,6 +554,58 @@ class RoundManager:
                 )
             self.wake.set()  # pollers' tasks are unchanged; the round loop may act
 
+    def submit_secure(
+        self,
+        client_id: str,
+        task_id: str,
+        stage: str,
+        payload: bytes,
+        *,
+        num_samples: int = 0,
+        metrics_json: str = "",
+    ) -> None:
+        """Record one client message of the open secure stage (a resent one is a no-op)."""
+        self.touch(client_id)
+        metrics = _parse_metrics(metrics_json, "metrics_json")
+        with self._changed:
+            r = self._secure
+            current = self._task_id()
+            if (
+                r is None or self.job.status != "running" or task_id != current
+                or not self.job.active or self._aggregating
+            ):  # fmt: skip
+                raise StaleTaskError(
+                    f"task {task_id!r} is not an open secure round (the server is at "
+                    f"{current!r}, {self.job.status})"
+                )
+            if stage != r.stage.value:
+                raise StaleTaskError(
+                    f"secure stage {stage!r} is closed; the round is at {r.stage.value!r}"
+                )
+            if client_id not in self._secure_ids:
+                raise StaleTaskError(f"client {client_id!r} is not in the secure round {current!r}")
+            if not r.expects(client_id):
+                if r.index_of(client_id) in r.server.active_clients():
+                    return  # already recorded: the client retried after a lost reply
+                raise StaleTaskError(
+                    f"client {client_id!r} was left out of secure round {current!r} "
+                    f"(it missed an earlier stage)"
+                )
+            r.submit(client_id, payload)
+            if r.stage == Stage.MASKED_INPUT:
+                with self.store.transaction() as tx:
+                    tx.set_participant(
+                        self.job.round, "fit", client_id, "masked", num_samples, metrics
+                    )
+                self._parts[client_id] = "masked"
+            self._since_checkpoint += 1
+            if self._since_checkpoint >= self.config.checkpoint_every:
+                with self.store.transaction() as tx:
+                    self._save_secure(tx)
+            if not r.pending():
+                self.wake.set()  # the round loop can close the stage now
+        log_event(self.log, "secure_message", client=client_id, task=task_id, stage=stage)
+
     # -- the round loop ---------------------------------------------------------------------
 
     def stop(self) -> None:
@@ -498,6 +614,8 @@ class RoundManager:
             self._stopping = True
             self._changed.notify_all()
             self._checkpoint()
+            with self.store.transaction() as tx:
+                self._save_secure(tx)
             self._save_job()
 
     def close(self) -> None:
@@ -517,21 +635,28 @@ class RoundManager:
             if not job.active:
                 self._try_start(now)
                 return
-            self._drop_silent(now)
-            pending = sum(1 for s in self._parts.values() if s == "selected")
-            accepted = sum(1 for s in self._parts.values() if s == "accepted")
-            if job.phase == "fit":
-                if accepted >= self.config.min_clients and (pending == 0 or now >= job.deadline):
-                    self._aggregating = True
-                elif pending == 0 or now >= job.deadline:
-                    self._reselect(now, accepted, pending)
+            if job.phase == "fit" and self._secure is not None:
+                if not self._advance_secure(now):
                     return
-                else:
-                    return
-            elif pending == 0 or now >= job.deadline:
                 self._aggregating = True
             else:
-                return
+                self._drop_silent(now)
+                pending = sum(1 for s in self._parts.values() if s == "selected")
+                accepted = sum(1 for s in self._parts.values() if s == "accepted")
+                if job.phase == "fit":
+                    if accepted >= self.config.min_clients and (
+                        pending == 0 or now >= job.deadline
+                    ):
+                        self._aggregating = True
+                    elif pending == 0 or now >= job.deadline:
+                        self._reselect(now, accepted, pending)
+                        return
+                    else:
+                        return
+                elif pending == 0 or now >= job.deadline:
+                    self._aggregating = True
+                else:
+                    return
             self._changed.notify_all()
         # Aggregation and publishing run outside the lock: heartbeats and polls keep flowing.
         try:
@@ -543,6 +668,47 @@ class RoundManager:
             with self._changed:
                 self._aggregating = False
                 self._changed.notify_all()
+
+    def _advance_secure(self, now: float) -> bool:
+        """Close the secure stage when it may close; True once the round has its sum."""
+        r, job = self._secure, self.job
+        if r is None:
+            return False
+        if r.stage == Stage.COMPLETED:  # restarted between the last stage and publishing
+            return True
+        pending = r.pending()
+        cutoff = now - self.config.heartbeat_timeout
+        silent = all(self._last_seen.get(c, 0.0) < cutoff for c in pending)
+        if pending and not silent and now < self._stage_deadline:
+            return False
+        closing = r.stage.value
+        try:
+            r.close_stage()
+        except SecAggError as e:
+            job.status = "failed"
+            job.reason = f"round {job.round}: secure aggregation failed: {e}"
+            with self.store.transaction() as tx:
+                self._save_secure(tx)
+                tx.set_job(job)
+            self.metrics.inc("sporenet_rounds_failed_total")
+            log_event(self.log, "job_failed", logging.ERROR, reason=job.reason)
+            self._changed.notify_all()
+            return False
+        self._stage_deadline = now + self.config.secure_stage_timeout
+        with self.store.transaction() as tx:
+            self._save_secure(tx)
+            for cid in pending:
+                if self._parts.get(cid) in ("selected", "masked"):
+                    self._parts[cid] = "dropped"
+                    tx.set_participant(job.round, "fit", cid, "dropped")
+        if pending:
+            self.metrics.inc("sporenet_clients_dropped_total", len(pending))
+        log_event(
+            self.log, "secure_stage_closed", round=job.round, stage=closing,
+            next=r.stage.value, missing=pending,
+        )  # fmt: skip
+        self._changed.notify_all()
+        return r.stage == Stage.COMPLETED
 
     def _drop_silent(self, now: float) -> None:
         cutoff = now - self.config.heartbeat_timeout
@@ -587,12 +753,30 @@ class RoundManager:
         self._refusals = {}
         self._since_checkpoint = 0
         self._phase_t0 = time.monotonic()
-        if job.phase == "fit":
+        secure = None
+        if job.phase == "fit" and self.config.secure_aggregation is not None:
+            try:
+                secure = SecureRound.start(
+                    self.config.secure_aggregation, client_ids=chosen, template=self._template,
+                    max_weight=self.config.secure_max_weight,
+                )  # fmt: skip
+            except SecAggError as e:
+                job.active = False
+                job.status = "failed"
+                job.reason = f"round {job.round}: secure aggregation cannot start: {e}"
+                self._save_job()
+                log_event(self.log, "job_failed", logging.ERROR, reason=job.reason)
+                self._changed.notify_all()
+                return
+            self._stage_deadline = now + self.config.secure_stage_timeout
+        elif job.phase == "fit":
             self._aggregator = self.strategy.make_aggregator(self._template)
+        self._set_secure(secure)
         with self.store.transaction() as tx:
             tx.start_round(job.round, job.phase)
             for cid in chosen:
                 tx.set_participant(job.round, job.phase, cid, "selected")
+            self._save_secure(tx)  # the round and its secure state start together
             tx.set_job(job)
         self.metrics.set("sporenet_round_participants", len(chosen))
         log_event(
@@ -632,11 +816,17 @@ class RoundManager:
     def _publish_fit(self) -> None:
         job, t0 = self.job, time.monotonic()
         try:
-            if self._aggregator is None:  # cannot happen: set whenever a fit phase is active
+            secure_info: dict[str, Any] = {}
+            if self._secure is not None:
+                delta, contributors = self._secure.result()
+                secure_info = {"secure_error_bound": self._secure.server.result().error_bound}
+                self._mark_contributors(contributors)
+            elif self._aggregator is None:  # cannot happen: set whenever a fit phase is active
                 raise AggregationError("no aggregator for the fit phase")
-            delta = self._aggregator.result()
+            else:
+                delta = self._aggregator.result()
             new_weights, new_state = self.strategy.apply(self._weights, delta, self._opt_state)
-        except AggregationError as e:
+        except (AggregationError, SecAggError) as e:
             with self._changed:
                 job.status, job.reason = "failed", f"round {job.round}: {e}"
                 self._save_job()
@@ -658,12 +848,14 @@ class RoundManager:
             with self.store.transaction() as tx:
                 tx.add_model(record)
                 tx.finish_round(job.round, "fit", len(accepted), summary)
+                tx.delete_secure_state(job.round)
                 job.model_version = version
                 self._advance(tx, evaluate_next=bool(self.config.evaluate_every)
                               and job.round % self.config.evaluate_every == 0)  # fmt: skip
             self._model_bytes, self._weights, self._opt_state = data, new_weights, new_state
             self._model_record = record
             self._aggregator = None
+            self._set_secure(None)
         shutil.rmtree(phase_dir, ignore_errors=True)
         ckpt.unlink(missing_ok=True)
         took = time.monotonic() - t0
@@ -673,8 +865,19 @@ class RoundManager:
         self.metrics.set("sporenet_current_round", job.round)
         log_event(
             self.log, "round_published", round=record.round, version=version, clients=len(accepted),
-            aggregation_s=round(took, 4), metrics=summary,
+            aggregation_s=round(took, 4), metrics=summary, **secure_info,
         )  # fmt: skip
+
+    def _mark_contributors(self, contributors: Sequence[str]) -> None:
+        """After a secure round: contributors are accepted, the rest of the cohort dropped."""
+        rows = self.store.participants(self.job.round, "fit")
+        done = set(contributors)
+        with self._changed, self.store.transaction() as tx:
+            for cid in self._secure_ids:
+                _, n, m = rows.get(cid, ("", 0, {}))
+                status = "accepted" if cid in done else "dropped"
+                self._parts[cid] = status
+                tx.set_participant(self.job.round, "fit", cid, status, n, m)
 
     def _finish_evaluate(self) -> None:
         job = self.job
@@ -719,6 +922,7 @@ class RoundManager:
                 "clients_registered": len(self._last_seen),
                 "clients_live": len(self._live_clients(time.time())),
                 "aggregating": self._aggregating,
+                "secure_stage": self._secure.stage.value if self._secure is not None else None,
                 "rounds": self.store.rounds(),
             }
 
@@ -730,6 +934,8 @@ def _config_summary(config: ServerConfig) -> dict[str, Any]:
         value = getattr(config, f.name)
         if f.name == "auth_tokens":
             value = sorted(value)
+        elif f.name == "secure_aggregation" and value is not None:
+            value = dataclasses.asdict(value)
         elif isinstance(value, Path):
             value = str(value)
         out[f.name] = value

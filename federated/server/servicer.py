@@ -25,10 +25,13 @@ from sporenet.federated.errors import (
     UnknownClientError,
     UpdateRejectedError,
 )
+from sporenet.federated.secagg import ProtocolError, SecAggError, ThresholdError
 from sporenet.federated.server.observability import Metrics, log_event
 from sporenet.federated.server.rounds import RoundManager, TaskInfo
 from sporenet.federated.server.state import ModelRecord
 from sporenet.federated.wire import (
+    SECURE_STAGES,
+    STAGE_NAMES,
     encode_model_chunk,
     identity,
     parse_upload_chunk,
@@ -44,6 +47,9 @@ _UPLOAD_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 # Domain error -> status code; the first matching class wins (subclasses first).
 STATUS_CODES: list[tuple[type[FederatedError], grpc.StatusCode]] = [
     (UpdateRejectedError, grpc.StatusCode.INVALID_ARGUMENT),
+    (ProtocolError, grpc.StatusCode.INVALID_ARGUMENT),  # a malformed secure message
+    (ThresholdError, grpc.StatusCode.FAILED_PRECONDITION),  # the secure round failed
+    (SecAggError, grpc.StatusCode.INVALID_ARGUMENT),
     (ConfigError, grpc.StatusCode.INVALID_ARGUMENT),
     (AuthError, grpc.StatusCode.UNAUTHENTICATED),
     (PermissionDeniedError, grpc.StatusCode.PERMISSION_DENIED),
@@ -59,7 +65,9 @@ TASK_TYPES = {
     "fit": pb.TASK_FIT,
     "evaluate": pb.TASK_EVALUATE,
     "done": pb.TASK_DONE,
+    "secure_fit": pb.TASK_SECURE_FIT,
 }
+
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -94,6 +102,11 @@ def add_to_server(servicer: FederatedServicer, server: grpc.Server) -> None:
             servicer.ReportEvaluation, pb.EvaluationReport, pb.EvaluationReply
         ),
         "GetStatus": unary(servicer.GetStatus, pb.StatusRequest, pb.StatusReply),
+        "SubmitSecure": grpc.stream_unary_rpc_method_handler(
+            servicer.SubmitSecure,
+            request_deserializer=pb.SecureChunk.FromString,
+            response_serializer=pb.SecureReply.SerializeToString,
+        ),
     }
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, handlers),))
 
@@ -129,6 +142,9 @@ def task_message(task: TaskInfo) -> pb.Task:
         retry_after_ms=int(task.retry_after * 1000),
         reason=task.reason,
     )
+    if task.secure_stage:
+        msg.secure_stage = SECURE_STAGES[task.secure_stage]
+        msg.secure_setup, msg.secure_payload = task.secure_setup, task.secure_payload
     if task.model is not None:
         msg.model_version, msg.model_size, msg.model_sha256 = (
             task.model.version,
@@ -350,6 +366,43 @@ class FederatedServicer(pb_grpc.FederatedServicer):
             metrics_json=request.metrics_json,
         )
         return pb.EvaluationReply(accepted=True)
+
+    @_maps_errors
+    def SubmitSecure(
+        self, request_iterator: Iterator[pb.SecureChunk], context: grpc.ServicerContext
+    ) -> pb.SecureReply:
+        identity = self._identity(context, "SubmitSecure")
+        with self._transfers:
+            first = next(request_iterator, None)
+            if first is None or not first.HasField("header"):
+                raise UpdateRejectedError("the first SecureChunk of a call must carry the header")
+            h = first.header
+            cid = self._owned(identity, h.client_id)
+            stage = STAGE_NAMES.get(h.stage)
+            if stage is None:
+                raise UpdateRejectedError(f"SecureHeader.stage {h.stage} is not a protocol stage")
+            # A masked upload is one ring element per parameter: bound it like an update.
+            if h.total_size > self.m.max_update_bytes:
+                raise UpdateRejectedError(
+                    f"secure message of {h.total_size} bytes; at most "
+                    f"{self.m.max_update_bytes} are accepted (max_update_bytes)"
+                )
+            self.m.touch(cid)
+            buf = bytearray(first.data)
+            for chunk in request_iterator:
+                if len(buf) + len(chunk.data) > h.total_size:
+                    raise UpdateRejectedError(
+                        f"secure message exceeds the {h.total_size} bytes its header declared"
+                    )
+                buf += chunk.data
+            if len(buf) != h.total_size:
+                raise TransferError(f"secure message ended at byte {len(buf)} of {h.total_size}")
+            self.metrics.inc("sporenet_bytes_received_total", len(buf))
+        self.m.submit_secure(
+            cid, h.task_id, stage, bytes(buf), num_samples=h.num_samples,
+            metrics_json=h.metrics_json,
+        )  # fmt: skip
+        return pb.SecureReply(accepted=True)
 
     @_maps_errors
     def GetStatus(self, request: pb.StatusRequest, context: grpc.ServicerContext) -> pb.StatusReply:

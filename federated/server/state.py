@@ -38,6 +38,7 @@ CREATE TABLE IF NOT EXISTS rounds (
   num_results INTEGER NOT NULL DEFAULT 0, metrics TEXT NOT NULL DEFAULT '{}',
   PRIMARY KEY (round, phase)
 );
+CREATE TABLE IF NOT EXISTS secure_rounds (round INTEGER PRIMARY KEY, state BLOB NOT NULL);
 """
 
 
@@ -121,6 +122,11 @@ class Store:
         )
         return ModelRecord(*rows[0]) if rows else None
 
+    def secure_state(self, round_: int) -> bytes | None:
+        """The persisted SecureRound of a secure fit round (None when there is none)."""
+        rows = self._query("SELECT state FROM secure_rounds WHERE round = ?", (round_,))
+        return bytes(rows[0][0]) if rows else None
+
     def rounds(self) -> list[dict[str, Any]]:
         rows = self._query(
             "SELECT round, phase, started_at, finished_at, num_results, metrics FROM rounds "
@@ -189,6 +195,14 @@ class _Transaction:
             "metrics = excluded.metrics, updated_at = excluded.updated_at",
             (round_, phase, client_id, status, num_samples, json.dumps(metrics or {}), time.time()),
         )
+
+    def set_secure_state(self, round_: int, state: bytes) -> None:
+        self._store._db.execute(
+            "INSERT OR REPLACE INTO secure_rounds (round, state) VALUES (?, ?)", (round_, state)
+        )
+
+    def delete_secure_state(self, round_: int) -> None:
+        self._store._db.execute("DELETE FROM secure_rounds WHERE round = ?", (round_,))
 
     def add_model(self, record: ModelRecord) -> None:
         self._store._db.execute(

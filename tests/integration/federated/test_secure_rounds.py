@@ -1,0 +1,226 @@
+"""Secure aggregation (SecAgg+) inside the real daemon, with real Clients on loopback.
+
+The server only ever holds masked vectors and their sum; what it publishes must equal the
+plain mean of the contributors' (clipped) deltas within the fixed-point error it states.
+Dropouts before and after the masked upload, a kill -9 in the middle of the masked-input
+stage, and too many dropouts (the job fails, no model is published) are covered.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from sporenet.federated import Client
+from sporenet.federated.server.rounds import read_status
+from sporenet.federated.server.state import Store
+from sporenet.lite import read_weights
+from sporenet.proto import federated_pb2 as pb
+from tests.integration.federated.helpers import ServerProcess, make_model, wait_for
+
+# Short liveness so dropouts are noticed quickly (a stage waits heartbeat_timeout for them).
+FLAGS = ["--heartbeat-interval", "0.2", "--heartbeat-timeout", "1.5", "--secure"]
+CONFIG = """
+[secure_aggregation]
+enabled = true
+clipping_range = 1.0
+stage_timeout = 30
+"""
+
+
+def local_delta(i: int, w: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Client i's deterministic update: a small, client-specific delta (within the clip)."""
+    return {
+        k: (0.01 * (i + 1) * np.sin(np.arange(v.size) + i).reshape(v.shape)).astype(np.float64)
+        for k, v in w.items()
+    }
+
+
+def train_for(i: int, hold: threading.Event | None = None):  # type: ignore[no-untyped-def]
+    def train(weights: dict[str, np.ndarray], config: dict) -> tuple:
+        if hold is not None:
+            hold.wait(60)
+        d = local_delta(i, weights)
+        return {k: weights[k] + d[k] for k in weights}, 10 + i, {"loss": float(i)}
+
+    return train
+
+
+class DroppingClient(Client):
+    """A real client that vanishes (stops calling) when a given secure stage arrives."""
+
+    def __init__(self, *args, drop_at: int, **kwargs) -> None:  # type: ignore[no-untyped-def]
+        super().__init__(*args, **kwargs)
+        self.drop_at = drop_at
+        self.dropped = False
+
+    def _secure_fit(self, task: pb.Task) -> None:
+        if task.secure_stage == self.drop_at:
+            self.dropped = True
+            self.stop()
+            return
+        super()._secure_fit(task)
+
+
+def start_clients(
+    address: str,
+    n: int,
+    *,
+    drops: dict[int, int] | None = None,
+    hold: dict[int, threading.Event] | None = None,
+) -> tuple[list[threading.Thread], dict[int, Client]]:
+    clients: dict[int, Client] = {}
+    for i in range(n):
+        kwargs = dict(train=train_for(i, (hold or {}).get(i)), name=f"c{i}", poll_wait=0.5,
+                      max_backoff=0.3)  # fmt: skip
+        if drops and i in drops:
+            clients[i] = DroppingClient(address, drop_at=drops[i], **kwargs)  # type: ignore[arg-type]
+        else:
+            clients[i] = Client(address, **kwargs)  # type: ignore[arg-type]
+    threads = [threading.Thread(target=c.run, daemon=True) for c in clients.values()]
+    for t in threads:
+        t.start()
+    return threads, clients
+
+
+def join(threads: list[threading.Thread], server) -> None:  # type: ignore[no-untyped-def]
+    for t in threads:
+        t.join(40)
+    assert not any(t.is_alive() for t in threads), server.logs()[-4000:]
+
+
+def fit_statuses(state_dir: Path, round_: int = 1) -> dict[str, str]:
+    """Each cohort member's final status in a fit round, from the daemon's database."""
+    store = Store(state_dir / "state.db")
+    try:
+        return {c: s for c, (s, _, _) in store.participants(round_, "fit").items()}
+    finally:
+        store.close()
+
+
+def published(state_dir: Path, version: int) -> dict[str, np.ndarray]:
+    data = (state_dir / "models" / f"v{version:05d}.spore").read_bytes()
+    return {k: np.array(v) for k, v in read_weights(data).items()}
+
+
+def check_mean(server, w0: dict, contributors: list[int], version: int = 1) -> None:  # type: ignore[no-untyped-def]
+    """The published model is w0 + the plain mean of the contributors' deltas, within the
+    stated fixed-point bound (divided by n for the mean) plus float32 rounding."""
+    event = server.events("round_published")[version - 1]
+    bound = event["secure_error_bound"] / len(contributors)
+    assert 0 < bound < 1e-3
+    got = published(server.state_dir, version)
+    for k, w in w0.items():
+        want = w.astype(np.float64) + np.mean([local_delta(i, w0)[k] for i in contributors], 0)
+        err = np.abs(got[k].astype(np.float64) - want)
+        assert err.max() <= bound + 4 * np.finfo(np.float32).eps * np.abs(want).max(), (k, err)
+    # A wrong contributor set would be far outside the bound: the test can tell them apart.
+    outsider = next(i for i in range(max(contributors) + 2) if i not in contributors)
+    other = [outsider, *contributors[1:]]
+    wrong = w0["w"].astype(np.float64) + np.mean([local_delta(i, w0)["w"] for i in other], 0)
+    assert np.abs(got["w"] - wrong).max() > 10 * bound
+
+
+@pytest.fixture
+def config_file(tmp_path: Path) -> Path:
+    path = tmp_path / "server.toml"
+    path.write_text(CONFIG)
+    return path
+
+
+def test_secure_fedavg_rounds_equal_the_plain_mean(
+    tmp_path: Path, server_factory: Callable[..., ServerProcess], config_file: Path
+) -> None:
+    w0 = make_model(tmp_path / "init.spore", out=4, inp=8)
+    n = 6
+    server = server_factory(
+        ["--config", str(config_file), "--model", str(tmp_path / "init.spore"), "--rounds", "1",
+         "--min-clients", str(n), *FLAGS]
+    ).start()  # fmt: skip
+    threads, clients = start_clients(server.address, n)
+    join(threads, server)
+    status = read_status(server.state_dir)
+    assert status["job"]["status"] == "finished", status["job"]
+    assert fit_statuses(server.state_dir) == {f"c{i}": "accepted" for i in range(n)}
+    closed = [e["stage"] for e in server.events("secure_stage_closed")]
+    assert closed == ["advertise_keys", "share_keys", "masked_input", "unmask"]
+    check_mean(server, w0, list(range(n)))
+    assert all(c.rounds_trained == 1 for c in clients.values())  # trained once, then masked
+    # The round's metrics come from the headers of the masked uploads.
+    assert status["rounds"][0]["metrics"]["num_samples"] == sum(10 + i for i in range(n))
+
+
+def test_dropouts_before_and_after_the_masked_upload(
+    tmp_path: Path, server_factory: Callable[..., ServerProcess], config_file: Path
+) -> None:
+    w0 = make_model(tmp_path / "init.spore", out=4, inp=8)
+    n = 10
+    server = server_factory(
+        ["--config", str(config_file), "--model", str(tmp_path / "init.spore"), "--rounds", "1",
+         "--min-clients", str(n), *FLAGS]
+    ).start()  # fmt: skip
+    # c3 leaves when asked for its masked input; c7 uploads and leaves before unmasking.
+    drops = {3: pb.SECURE_MASKED_INPUT, 7: pb.SECURE_UNMASK}
+    threads, clients = start_clients(server.address, n, drops=drops)
+    join(threads, server)
+    assert clients[3].dropped and clients[7].dropped  # type: ignore[attr-defined]
+    status = read_status(server.state_dir)
+    assert status["job"]["status"] == "finished", status["job"]
+    parts = fit_statuses(server.state_dir)
+    assert parts["c3"] == "dropped"
+    assert parts["c7"] == "accepted"  # its self-mask was rebuilt from the survivors' shares
+    contributors = [i for i in range(n) if i != 3]
+    closed = {e["stage"]: e["missing"] for e in server.events("secure_stage_closed")}
+    assert closed["masked_input"] == ["c3"] and closed["unmask"] == ["c7"]
+    check_mean(server, w0, contributors)
+
+
+def test_kill9_in_the_masked_input_stage_then_restart_completes(
+    tmp_path: Path, server_factory: Callable[..., ServerProcess], config_file: Path
+) -> None:
+    w0 = make_model(tmp_path / "init.spore", out=4, inp=8)
+    n = 6
+    server = server_factory(
+        ["--config", str(config_file), "--model", str(tmp_path / "init.spore"), "--rounds", "1",
+         "--min-clients", str(n), *FLAGS]
+    ).start()  # fmt: skip
+    release = threading.Event()
+    threads, _ = start_clients(server.address, n, hold={5: release})
+
+    def masked_uploads() -> int:
+        return sum(s == "masked" for s in read_status(server.state_dir)["participants"].values())
+
+    wait_for(lambda: masked_uploads() >= 3, timeout=20, what="three masked uploads")
+    server.kill9()
+    server.start()
+    release.set()
+    join(threads, server)
+    restored = server.events("secure_round_restored")
+    assert restored and restored[0]["stage"] == "masked_input"
+    status = read_status(server.state_dir)
+    assert status["job"]["status"] == "finished", status["job"]
+    assert fit_statuses(server.state_dir) == {f"c{i}": "accepted" for i in range(n)}
+    check_mean(server, w0, list(range(n)))
+
+
+def test_too_many_dropouts_fail_the_round_without_a_model(
+    tmp_path: Path, server_factory: Callable[..., ServerProcess], config_file: Path
+) -> None:
+    make_model(tmp_path / "init.spore", out=4, inp=8)
+    n = 5  # 4 neighbours each, threshold 3
+    server = server_factory(
+        ["--config", str(config_file), "--model", str(tmp_path / "init.spore"), "--rounds", "1",
+         "--min-clients", str(n), *FLAGS]
+    ).start()  # fmt: skip
+    drops = dict.fromkeys((0, 1, 2), pb.SECURE_MASKED_INPUT)
+    threads, _ = start_clients(server.address, n, drops=drops)
+    join(threads, server)
+    job = read_status(server.state_dir)["job"]
+    assert job["status"] == "failed"
+    assert "secure aggregation failed" in job["reason"] and "threshold is 3" in job["reason"]
+    assert job["model_version"] == 0
+    assert not (server.state_dir / "models" / "v00001.spore").exists()
