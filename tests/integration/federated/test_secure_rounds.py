@@ -12,14 +12,19 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
+import grpc
 import numpy as np
 import pytest
 
 from sporenet.federated import Client
+from sporenet.federated.aggregation import template_of
+from sporenet.federated.secagg import Stage
+from sporenet.federated.secagg.session import SecureClientSession
 from sporenet.federated.server.rounds import read_status
 from sporenet.federated.server.state import Store
 from sporenet.lite import read_weights
 from sporenet.proto import federated_pb2 as pb
+from sporenet.proto import federated_pb2_grpc as pb_grpc
 from tests.integration.federated.helpers import ServerProcess, make_model, wait_for
 
 # Short liveness so dropouts are noticed quickly (a stage waits heartbeat_timeout for them).
@@ -201,6 +206,10 @@ def test_kill9_in_the_masked_input_stage_then_restart_completes(
     join(threads, server)
     restored = server.events("secure_round_restored")
     assert restored and restored[0]["stage"] == "masked_input"
+    # Masked uploads since the last saved transition were lost with the process: the
+    # clients resent them (byte for byte, from their sessions) to the restarted server.
+    masked = [e for e in server.events("secure_message") if e["stage"] == "masked_input"]
+    assert len(masked) >= n + 3
     status = read_status(server.state_dir)
     assert status["job"]["status"] == "finished", status["job"]
     assert fit_statuses(server.state_dir) == {f"c{i}": "accepted" for i in range(n)}
@@ -224,3 +233,78 @@ def test_too_many_dropouts_fail_the_round_without_a_model(
     assert "secure aggregation failed" in job["reason"] and "threshold is 3" in job["reason"]
     assert job["model_version"] == 0
     assert not (server.state_dir / "models" / "v00001.spore").exists()
+
+
+def test_weighted_secure_rounds_with_max_weight(
+    tmp_path: Path, server_factory: Callable[..., ServerProcess], config_file: Path
+) -> None:
+    """`max_weight` weights each client by min(samples, max_weight) through one more masked
+    coordinate; two rounds check that every round gets a fresh secure session."""
+    config_file.write_text(CONFIG + "max_weight = 12\n")
+    w0 = make_model(tmp_path / "init.spore", out=4, inp=8)
+    n = 4  # samples 10, 11, 12, 13: weights 10/12, 11/12, 1, 1 (the last one capped)
+    server = server_factory(
+        ["--config", str(config_file), "--model", str(tmp_path / "init.spore"), "--rounds", "2",
+         "--min-clients", str(n), *FLAGS]
+    ).start()  # fmt: skip
+    threads, clients = start_clients(server.address, n)
+    join(threads, server)
+    assert read_status(server.state_dir)["job"]["status"] == "finished"
+    assert all(c.rounds_trained == 2 for c in clients.values())
+    weights = np.array([min(10 + i, 12) / 12 for i in range(n)])
+    got = published(server.state_dir, 2)
+    for k, w in w0.items():
+        mean = sum(wt * local_delta(i, w0)[k] for i, wt in enumerate(weights)) / weights.sum()
+        # Numerator and denominator each carry the fixed-point error of one round's sum.
+        tol = sum(
+            2 * e["secure_error_bound"] / weights.sum() * (1 + np.abs(mean).max())
+            for e in server.events("round_published")
+        )
+        want = w.astype(np.float64) + 2 * mean
+        assert (
+            np.abs(got[k] - want).max() <= tol + 8 * np.finfo(np.float32).eps * np.abs(want).max()
+        )
+        plain = w.astype(np.float64) + 2 * np.mean([local_delta(i, w0)[k] for i in range(n)], 0)
+        assert np.abs(got[k] - plain).max() > 10 * tol  # weighting made a measurable difference
+
+
+def test_secure_messages_are_checked_and_mapped_to_status_codes(
+    tmp_path: Path, server_factory: Callable[..., ServerProcess], config_file: Path
+) -> None:
+    make_model(tmp_path / "init.spore", out=4, inp=8)
+    server = server_factory(
+        ["--config", str(config_file), "--model", str(tmp_path / "init.spore"), "--rounds", "1",
+         "--min-clients", "2", *FLAGS]
+    ).start()  # fmt: skip
+    with grpc.insecure_channel(server.address) as ch:
+        stub = pb_grpc.FederatedStub(ch)
+        for name in ("a", "b"):
+            stub.Register(pb.RegisterRequest(client_name=name), timeout=5)
+        task = stub.GetTask(pb.TaskRequest(client_id="a", wait_ms=3000), timeout=10)
+        assert task.type == pb.TASK_SECURE_FIT and task.secure_stage == pb.SECURE_ADVERTISE_KEYS
+        assert task.secure_setup and not task.secure_payload
+
+        def submit(stage: int, data: bytes, size: int | None = None) -> grpc.StatusCode:
+            header = pb.SecureHeader(
+                client_id="a", task_id=task.task_id, stage=stage,  # type: ignore[arg-type]
+                total_size=len(data) if size is None else size,
+            )  # fmt: skip
+            try:
+                stub.SubmitSecure(iter([pb.SecureChunk(header=header, data=data)]), timeout=5)
+            except grpc.RpcError as e:
+                return e.code()
+            return grpc.StatusCode.OK
+
+        assert submit(pb.SECURE_ADVERTISE_KEYS, b"not a secagg message") == (
+            grpc.StatusCode.INVALID_ARGUMENT
+        )
+        assert submit(pb.SECURE_SHARE_KEYS, b"x") == grpc.StatusCode.FAILED_PRECONDITION
+        assert submit(pb.SECURE_ADVERTISE_KEYS, b"x", size=10) == grpc.StatusCode.OUT_OF_RANGE
+        template = template_of(read_weights((tmp_path / "init.spore").read_bytes()))
+        session = SecureClientSession(task.secure_setup, template)
+        reply = session.respond(Stage.ADVERTISE_KEYS, b"")
+        assert submit(pb.SECURE_ADVERTISE_KEYS, reply) == grpc.StatusCode.OK
+        assert submit(pb.SECURE_ADVERTISE_KEYS, reply) == grpc.StatusCode.OK  # a resend: no-op
+        # Answered: nothing more for "a" until the stage closes ("b" has not answered).
+        again = stub.GetTask(pb.TaskRequest(client_id="a", wait_ms=0), timeout=5)
+        assert again.type == pb.TASK_WAIT
