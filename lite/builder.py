@@ -63,7 +63,8 @@ class ModelBuilder:
     def constant(self, name: str, value: Any, dtype: Any = None, *, trainable: bool = False,
                  quantization: Quantization | None = None) -> int:
         """A constant tensor holding `value` (stored contiguously in the model file)."""
-        array = np.ascontiguousarray(value, dtype=dtype)
+        # np.array, not ascontiguousarray: the latter turns a 0-d value into shape (1,).
+        array = np.array(value, dtype=dtype, order="C")
         if array.dtype == np.float64 and dtype is None:
             array = array.astype(np.float32)
         return self.tensor(name, array.shape, array.dtype, data=array, trainable=trainable,

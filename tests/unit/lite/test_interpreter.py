@@ -257,3 +257,14 @@ def test_missing_signature_and_huge_declared_shapes_are_format_errors():
         lite_api.Interpreter(model=model)
     with pytest.raises(ModelFormatError, match="no signature 'train'"):
         lite_api.Interpreter(model=model, signature="train")
+
+
+def test_builder_keeps_scalar_constants_zero_dimensional():
+    b = ModelBuilder()
+    x = b.input("x", (2,))
+    two = b.constant("two", np.float32(2.0))
+    b.output(b.op(OpCode.MUL, [x, two]), "y")
+    model = b.build()
+    assert model.tensors[two].shape == ()
+    y = Interpreter(model=model).run({"x": np.array([1.0, 3.0], np.float32)})["y"]
+    np.testing.assert_array_equal(y, [2.0, 6.0])
