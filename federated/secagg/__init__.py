@@ -15,14 +15,17 @@ scope (that needs signed keys from the daemon's client authentication and SecAgg
 consistency-check round, neither implemented here). The sum of fewer than `threshold`
 clients is never released.
 
-Wiring into sporenet-server (not done yet: the proto and round loop belong to the daemon):
-a secure fit phase holds a `SecureRound` instead of an Aggregator; `Task` carries the
-stage and `payload_for(client)`, one new RPC carries a client's reply to `submit`; the
-round loop calls `close_stage()` when `pending()` is empty or a stage deadline passes,
-saves `to_bytes()` at every transition and every `checkpoint_every` messages, and
-publishes `result()`. ProtocolError maps to INVALID_ARGUMENT, ThresholdError to a failed
-round (FAILED_PRECONDITION for late messages). tests/integration/secagg runs exactly this
-loop over real gRPC on loopback with SQLite state.
+Wiring into sporenet-server (federated/server/rounds.py; `[secure_aggregation]` in the
+server config, federated/README.md): a secure fit phase holds a `SecureRound` instead of
+an Aggregator; `Task` (TASK_SECURE_FIT) carries the stage, `setup_payload(client)` and
+`payload_for(client)`; the SubmitSecure RPC carries a client's reply to `submit`; the
+round loop calls `close_stage()` when `pending()` is empty, every pending client has been
+silent for heartbeat_timeout, or the stage deadline passes, saves `to_bytes()` in SQLite
+at every transition and every `checkpoint_every` messages, and publishes `result()`
+through the strategy. ProtocolError maps to INVALID_ARGUMENT; ThresholdError fails the
+round and the job (late messages then get FAILED_PRECONDITION naming the reason).
+tests/integration/federated/test_secure_rounds.py runs the real daemon and clients;
+tests/integration/secagg keeps the standalone loopback harness.
 """
 
 from sporenet.federated.secagg.client import SecAggClient

@@ -574,9 +574,10 @@ class RoundManager:
                 r is None or self.job.status != "running" or task_id != current
                 or not self.job.active or self._aggregating
             ):  # fmt: skip
+                why = f": {self.job.reason}" if self.job.status == "failed" else ""
                 raise StaleTaskError(
                     f"task {task_id!r} is not an open secure round (the server is at "
-                    f"{current!r}, {self.job.status})"
+                    f"{current!r}, {self.job.status}{why})"
                 )
             if stage != r.stage.value:
                 raise StaleTaskError(
@@ -598,6 +599,7 @@ class RoundManager:
                         self.job.round, "fit", client_id, "masked", num_samples, metrics
                     )
                 self._parts[client_id] = "masked"
+                self.metrics.inc("sporenet_updates_accepted_total")
             self._since_checkpoint += 1
             if self._since_checkpoint >= self.config.checkpoint_every:
                 with self.store.transaction() as tx:
@@ -942,6 +944,17 @@ def _config_summary(config: ServerConfig) -> dict[str, Any]:
     return out
 
 
+def _secure_stage(store: Store, job: JobState | None) -> str | None:
+    """The stage of the job's open secure round, if any (from its saved state)."""
+    data = store.secure_state(job.round) if job is not None else None
+    if data is None:
+        return None
+    try:
+        return SecureRound.from_bytes(data).stage.value
+    except SecAggError as e:
+        return f"unreadable: {e}"
+
+
 def read_status(state_dir: Path) -> dict[str, Any]:
     """The job's status straight from a state dir (works whether or not the daemon runs)."""
     db = Path(state_dir) / "state.db"
@@ -965,6 +978,7 @@ def read_status(state_dir: Path) -> dict[str, Any]:
                 else {}
             ),
             "config": store.get_meta("config"),
+            "secure_stage": _secure_stage(store, job),
         }
     finally:
         store.close()

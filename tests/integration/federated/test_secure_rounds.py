@@ -201,6 +201,7 @@ def test_kill9_in_the_masked_input_stage_then_restart_completes(
 
     wait_for(lambda: masked_uploads() >= 3, timeout=20, what="three masked uploads")
     server.kill9()
+    assert read_status(server.state_dir)["secure_stage"] == "masked_input"  # what was saved
     server.start()
     release.set()
     join(threads, server)
@@ -233,6 +234,17 @@ def test_too_many_dropouts_fail_the_round_without_a_model(
     assert "secure aggregation failed" in job["reason"] and "threshold is 3" in job["reason"]
     assert job["model_version"] == 0
     assert not (server.state_dir / "models" / "v00001.spore").exists()
+    # A message that arrives now is refused with the round's reason.
+    with grpc.insecure_channel(server.address) as ch:
+        header = pb.SecureHeader(
+            client_id="c4", task_id="r1-fit", stage=pb.SECURE_MASKED_INPUT, total_size=1
+        )
+        with pytest.raises(grpc.RpcError) as err:
+            pb_grpc.FederatedStub(ch).SubmitSecure(
+                iter([pb.SecureChunk(header=header, data=b"x")]), timeout=5
+            )
+    assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert "threshold is 3" in (err.value.details() or "")
 
 
 def test_weighted_secure_rounds_with_max_weight(
