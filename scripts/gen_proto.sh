@@ -6,6 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 out="${1:-proto}"
 flatc --python --gen-onefile --python-typing -o "$out" proto/model.fbs
+python scripts/gen_opcodes.py proto/model.fbs "$out"
 if [ -f proto/federated.proto ]; then
   # Map proto/ to the virtual path sporenet/proto so the generated _grpc module imports
   # `from sporenet.proto import federated_pb2`; protoc then writes under sporenet/proto/.

@@ -1,5 +1,6 @@
 """The committed FlatBuffers bindings match what scripts/gen_proto.sh makes from model.fbs."""
 
+import re
 import shutil
 import subprocess
 import sys
@@ -23,6 +24,14 @@ def test_model_bindings_match_schema(tmp_path: Path) -> None:
         assert fresh == committed, f"proto/{name} is stale: run scripts/gen_proto.sh"
 
 
+def test_opcode_enum_matches_schema(tmp_path: Path) -> None:
+    subprocess.run([sys.executable, str(ROOT / "scripts" / "gen_opcodes.py"),
+                    str(ROOT / "proto" / "model.fbs"), str(tmp_path)], check=True)
+    fresh = (tmp_path / "opcodes_generated.py").read_text()
+    committed = (ROOT / "proto" / "opcodes_generated.py").read_text()
+    assert fresh == committed, "proto/opcodes_generated.py is stale: run scripts/gen_proto.sh"
+
+
 def test_op_codes_come_from_the_schema() -> None:
     from sporenet.lite.ops import OpCode
     from sporenet.proto import model_generated as fb
@@ -30,4 +39,4 @@ def test_op_codes_come_from_the_schema() -> None:
     assert OpCode.CONV2D == fb.OpCode.CONV2D
     schema = (ROOT / "proto" / "model.fbs").read_text()
     for op in OpCode:
-        assert f"  {op.name} = {op.value}," in schema
+        assert re.search(rf"^  {op.name} = {op.value},", schema, re.M), op
