@@ -1,11 +1,13 @@
 """Conv2D and ConvTranspose2D on NCHW float tensors (ONNX attribute semantics).
 
-Conv2D picks one of three strategies when the model is planned:
+Conv2D picks one of four strategies when the model is planned:
 
 - pointwise: a 1x1, stride-1, unpadded, ungrouped convolution is one GEMM per image on the
   (C, H*W) view of the input, with no copy at all;
 - depthwise: group == in_channels == out_channels runs as kh*kw vectorised multiply-adds,
   each one contiguous NumPy call over all channels at once (see `_bind_depthwise`);
+- winograd: a 3x3, stride-1, ungrouped convolution with constant weights and a large enough
+  even-sized output runs Winograd's F(2x2, 3x3), 4/9 of the GEMM work (`_bind_winograd`);
 - im2col: everything else. The column matrix is a strided view of the (padded) input,
   copied into a buffer allocated once in `bind`, then multiplied with the weights
   (pre-shaped to (groups, out/groups, in/groups*kh*kw)) by BLAS. Narrow outputs with many
@@ -92,12 +94,22 @@ class Conv2D(Kernel):
             self.strategy = "pointwise"
         elif group == c == o:
             self.strategy = "depthwise"
+        elif (kh == kw == 3 and self.win.strides == self.win.dilations == (1, 1)
+              and group == 1 and w.value is not None
+              and (bias is None or bias.value is not None)
+              and self.win.out[0] % 2 == 0 and self.win.out[1] % 2 == 0
+              and self.win.out[0] * self.win.out[1] >= _WINOGRAD_MIN_PLANE
+              and c >= _WINOGRAD_MIN_CH):
+            self.strategy = "winograd"
         else:
             self.strategy = "im2col"
 
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
         x, w, out = inputs[0], inputs[1], outputs[0]
         bias = inputs[2] if len(inputs) > 2 else None
+        if self.strategy == "winograd":
+            main = self._bind_winograd(x, w, out, bias)
+            return _with_epilogue(main, out, None, self.activation, False)
         if self.strategy == "depthwise":
             # The depthwise step adds the bias while compacting its result into `out`.
             main = self._bind_depthwise(x, w, out, bias)
@@ -239,6 +251,75 @@ class Conv2D(Kernel):
             matmul(wmat, cmat, out=omat)
         return compute
 
+    def _bind_winograd(self, x: np.ndarray, w: np.ndarray, out: np.ndarray,
+                       bias: np.ndarray | None) -> Compute:
+        """3x3 stride-1 convolution by Winograd's F(2x2, 3x3): 16 products per 2x2
+        output tile and input channel instead of 36.
+
+        Each 2x2 output tile is A^T [(G w G^T) * (B^T d B)] A for its 4x4 input tile d,
+        so the GEMM work (16 GEMMs of tiles x C x O, one per transformed position) is 4/9
+        of im2col's. The weight transform U = G w G^T is done once at bind, in
+        float64. The input and output transforms only add and subtract (the matrices
+        hold 0 and +-1), each done separably, rows then columns, as whole-array NumPy
+        calls over all tiles at once. Everything between the two copies runs
+        channels-last, then one transposing copy writes `out`. The bias is added once, to
+        the transformed position (1, 1), which enters all four outputs of a tile with
+        coefficient 1 (a sixteenth of a full-size bias pass). Used for even output sizes
+        only (the tiles then cover the output exactly).
+        """
+        win = self.win
+        n, c, h, wd = x.shape
+        o = w.shape[0]
+        oh, ow = win.out
+        th, tw = oh // 2, ow // 2
+        top, left = win.pads[0], win.pads[1]
+        # Channels-last padded input: every transform step then runs over rows of C
+        # contiguous values (in NCHW a tile column step would leave rows of th elements).
+        xp = np.zeros((n, oh + 2, ow + 2, c), x.dtype)
+        interior, xt = xp[:, top:top + h, left:left + wd], x.transpose(0, 2, 3, 1)
+        g = np.array([[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]])
+        u = np.einsum("ki,lj,ocij->klco", g, g, w.astype(np.float64))
+        u = np.ascontiguousarray(u.reshape(16, c, o), dtype=x.dtype)
+        v = np.empty((4, 4, n, th, tw, c), x.dtype)
+        # Input rows 2*ty + a of every tile row; B^T over them gives r[k], k = 0..3.
+        rows = [xp[:, a:a + 2 * th:2] for a in range(4)]
+        r = np.empty((4, n, th, ow + 2, c), x.dtype)
+        col = [r[:, :, :, b:b + 2 * tw:2] for b in range(4)]
+        m = np.empty((16, n * th * tw, o), x.dtype)
+        m4 = m.reshape(4, 4, n, th, tw, o)
+        s = np.empty((2, 4, n, th, tw, o), x.dtype)
+        # Result channels-last as (N, th, i, tw, j, O); y views it as (i, j, N, th, tw, O).
+        res = np.empty((n, th, 2, tw, 2, o), x.dtype)
+        y = res.transpose(2, 4, 0, 1, 3, 5)
+        back = res.reshape(n, oh, ow, o).transpose(0, 3, 1, 2)
+        vm, m11 = v.reshape(16, n * th * tw, c), m[5]
+        bias_row = np.zeros(o, x.dtype) if bias is None else bias  # adding 0 is cheap here
+        copyto, add, subtract, matmul = np.copyto, np.add, np.subtract, np.matmul
+
+        def compute() -> None:
+            copyto(interior, xt)
+            subtract(rows[0], rows[2], out=r[0])
+            add(rows[1], rows[2], out=r[1])
+            subtract(rows[2], rows[1], out=r[2])
+            subtract(rows[1], rows[3], out=r[3])
+            subtract(col[0], col[2], out=v[:, 0])
+            add(col[1], col[2], out=v[:, 1])
+            subtract(col[2], col[1], out=v[:, 2])
+            subtract(col[1], col[3], out=v[:, 3])
+            matmul(vm, u, out=m)
+            add(m11, bias_row, out=m11)
+            add(m4[0], m4[1], out=s[0])
+            add(s[0], m4[2], out=s[0])
+            subtract(m4[1], m4[2], out=s[1])
+            subtract(s[1], m4[3], out=s[1])
+            add(s[:, 0], s[:, 1], out=y[:, 0])
+            add(y[:, 0], s[:, 2], out=y[:, 0])
+            subtract(s[:, 1], s[:, 2], out=y[:, 1])
+            subtract(y[:, 1], s[:, 3], out=y[:, 1])
+            copyto(out, back)
+
+        return compute
+
     def _bind_depthwise(self, x: np.ndarray, w: np.ndarray, out: np.ndarray,
                         bias: np.ndarray | None) -> Compute:
         """kh*kw multiply-adds, each one long contiguous NumPy call.
@@ -341,6 +422,11 @@ class Conv2D(Kernel):
         return compute
 
 
+# Winograd F(2x2, 3x3) for 3x3 stride-1 convolutions with outputs of at least this many
+# positions and at least this many input channels: below, im2col's single GEMM wins (the
+# 16 smaller GEMMs and the transforms cost more than the saved multiplications).
+_WINOGRAD_MIN_PLANE = 100
+_WINOGRAD_MIN_CH = 16
 # Depthwise layout choice: phase grids of at most this many positions use the interleaved
 # layout; planar rows at least _LONG_ROW long broadcast weights instead of expanding them.
 _SMALL_PLANE = 400
