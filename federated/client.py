@@ -351,6 +351,14 @@ class Client:
         try:
             stage = Stage(STAGE_NAMES[task.secure_stage])
             if self._secure is None or self._secure[0] != task.task_id:
+                if stage != Stage.ADVERTISE_KEYS:
+                    # The secrets of the keys this client advertised are gone (it restarted):
+                    # answering with new ones would break its neighbours' decryption. It is
+                    # a dropout for this round.
+                    log.warning("secure round %s is past its first stage; sitting it out",
+                                task.task_id)  # fmt: skip
+                    self._withdraw(task)
+                    return
                 template = template_of(read_weights(self._model_bytes(task)))
                 max_weight = json.loads(task.config_json or "{}").get("secure_max_weight")
                 session = SecureClientSession(task.secure_setup, template, max_weight=max_weight)
@@ -367,7 +375,7 @@ class Client:
             # The session cannot go on (a changed server message, a bad setup): sit the
             # round out; the server's stage deadline leaves this client out.
             log.warning("cannot continue secure round %s: %s", task.task_id, e)
-            self._secure_failed = task.task_id
+            self._withdraw(task)
             return
         header = pb.SecureHeader(
             client_id=self.client_id or "", task_id=task.task_id, stage=task.secure_stage,
@@ -386,6 +394,19 @@ class Client:
         )  # fmt: skip
         if stage == Stage.UNMASK:
             self._models.clear()  # the next task needs a newer model
+
+    def _withdraw(self, task: pb.Task) -> None:
+        """Tell the server this client leaves the secure round (best effort), and sit it out."""
+        self._secure_failed = task.task_id
+        header = pb.SecureHeader(
+            client_id=self.client_id or "", task_id=task.task_id, stage=task.secure_stage,
+            withdraw=True,
+        )  # fmt: skip
+        with contextlib.suppress(grpc.RpcError):  # if it fails, the stage deadline decides
+            self._stub.SubmitSecure(
+                iter([pb.SecureChunk(header=header)]), metadata=self._md("SubmitSecure"),
+                timeout=self.rpc_timeout,
+            )  # fmt: skip
 
     def _train_delta(self, task: pb.Task) -> tuple[Weights, int, str]:
         """Train on the task's model (heartbeating); (delta, samples, metrics JSON)."""

@@ -214,20 +214,22 @@ class EvaluationReply(_message.Message):
     def __init__(self, accepted: _Optional[bool] = ...) -> None: ...
 
 class SecureHeader(_message.Message):
-    __slots__ = ("client_id", "task_id", "stage", "total_size", "num_samples", "metrics_json")
+    __slots__ = ("client_id", "task_id", "stage", "total_size", "num_samples", "metrics_json", "withdraw")
     CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
     TASK_ID_FIELD_NUMBER: _ClassVar[int]
     STAGE_FIELD_NUMBER: _ClassVar[int]
     TOTAL_SIZE_FIELD_NUMBER: _ClassVar[int]
     NUM_SAMPLES_FIELD_NUMBER: _ClassVar[int]
     METRICS_JSON_FIELD_NUMBER: _ClassVar[int]
+    WITHDRAW_FIELD_NUMBER: _ClassVar[int]
     client_id: str
     task_id: str
     stage: SecureStage
     total_size: int
     num_samples: int
     metrics_json: str
-    def __init__(self, client_id: _Optional[str] = ..., task_id: _Optional[str] = ..., stage: _Optional[_Union[SecureStage, str]] = ..., total_size: _Optional[int] = ..., num_samples: _Optional[int] = ..., metrics_json: _Optional[str] = ...) -> None: ...
+    withdraw: bool
+    def __init__(self, client_id: _Optional[str] = ..., task_id: _Optional[str] = ..., stage: _Optional[_Union[SecureStage, str]] = ..., total_size: _Optional[int] = ..., num_samples: _Optional[int] = ..., metrics_json: _Optional[str] = ..., withdraw: _Optional[bool] = ...) -> None: ...
 
 class SecureChunk(_message.Message):
     __slots__ = ("header", "data")

@@ -156,6 +156,7 @@ class RoundManager:
         self._aggregator: Aggregator | None = None
         self._secure: SecureRound | None = None  # the open secure fit phase, if any
         self._secure_ids: frozenset[str] = frozenset()
+        self._withdrawn: set[str] = set()  # cohort members that said they cannot go on
         self._stage_deadline = 0.0
         self._since_checkpoint = 0
         self._phase_t0 = time.monotonic()
@@ -270,6 +271,7 @@ class RoundManager:
     def _set_secure(self, secure: SecureRound | None) -> None:
         self._secure = secure
         self._secure_ids = frozenset(secure.client_ids) if secure is not None else frozenset()
+        self._withdrawn = set()
 
     def _save_secure(self, tx: Any) -> None:
         """Persist the open SecureRound (inside the caller's transaction)."""
@@ -332,7 +334,10 @@ class RoundManager:
     def _secure_task(self, client_id: str) -> TaskInfo:
         """A secure stage for a cohort member the protocol waits for; otherwise wait."""
         r, job = self._secure, self.job
-        if r is None or client_id not in self._secure_ids or r.stage not in SECURE_COLLECTING:
+        if (
+            r is None or client_id not in self._secure_ids or client_id in self._withdrawn
+            or r.stage not in SECURE_COLLECTING
+        ):  # fmt: skip
             return TaskInfo("wait", job.round, retry_after=1.0, reason="not selected")
         if not r.expects(client_id):
             return TaskInfo("wait", job.round, retry_after=1.0, reason="next secure stage")
@@ -608,6 +613,19 @@ class RoundManager:
                 self.wake.set()  # the round loop can close the stage now
         log_event(self.log, "secure_message", client=client_id, task=task_id, stage=stage)
 
+    def withdraw_secure(self, client_id: str, task_id: str) -> None:
+        """The client cannot continue the secure round: stop waiting for it."""
+        self.touch(client_id)
+        with self._changed:
+            if (
+                self._secure is None or task_id != self._task_id()
+                or client_id not in self._secure_ids
+            ):  # fmt: skip
+                raise StaleTaskError(f"task {task_id!r} is not an open secure round")
+            self._withdrawn.add(client_id)
+            self.wake.set()
+        log_event(self.log, "secure_withdrawn", logging.WARNING, client=client_id, task=task_id)
+
     # -- the round loop ---------------------------------------------------------------------
 
     def stop(self) -> None:
@@ -680,7 +698,7 @@ class RoundManager:
             return True
         pending = r.pending()
         cutoff = now - self.config.heartbeat_timeout
-        silent = all(self._last_seen.get(c, 0.0) < cutoff for c in pending)
+        silent = all(c in self._withdrawn or self._last_seen.get(c, 0.0) < cutoff for c in pending)
         if pending and not silent and now < self._stage_deadline:
             return False
         closing = r.stage.value

@@ -395,6 +395,9 @@ class FederatedServicer(pb_grpc.FederatedServicer):
                         f"secure message exceeds the {h.total_size} bytes its header declared"
                     )
                 buf += chunk.data
+            if h.withdraw:
+                self.m.withdraw_secure(cid, h.task_id)
+                return pb.SecureReply(accepted=True)
             if len(buf) != h.total_size:
                 raise TransferError(f"secure message ended at byte {len(buf)} of {h.total_size}")
             self.metrics.inc("sporenet_bytes_received_total", len(buf))

@@ -9,6 +9,7 @@ stage, and too many dropouts (the job fails, no model is published) are covered.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -320,3 +321,71 @@ def test_secure_messages_are_checked_and_mapped_to_status_codes(
         # Answered: nothing more for "a" until the stage closes ("b" has not answered).
         again = stub.GetTask(pb.TaskRequest(client_id="a", wait_ms=0), timeout=5)
         assert again.type == pb.TASK_WAIT
+
+
+@pytest.mark.parametrize(
+    ("stage", "dropped"),
+    [
+        (pb.SECURE_ADVERTISE_KEYS, (4,)),  # 10%
+        (pb.SECURE_SHARE_KEYS, (1, 5, 8)),  # 30%
+        (pb.SECURE_MASKED_INPUT, (0, 2, 9)),  # 30%, before the upload: left out
+        (pb.SECURE_UNMASK, (3, 6, 7)),  # 30%, after the upload: still counted
+    ],
+    ids=["advertise-10pct", "share-30pct", "masked-30pct", "unmask-30pct"],
+)
+def test_dropouts_at_each_stage(
+    tmp_path: Path,
+    server_factory: Callable[..., ServerProcess],
+    config_file: Path,
+    stage: int,
+    dropped: tuple[int, ...],
+) -> None:
+    w0 = make_model(tmp_path / "init.spore", out=4, inp=8)
+    n = 10  # 9 neighbours each, threshold 5
+    server = server_factory(
+        ["--config", str(config_file), "--model", str(tmp_path / "init.spore"), "--rounds", "1",
+         "--min-clients", str(n), *FLAGS]
+    ).start()  # fmt: skip
+    threads, _ = start_clients(server.address, n, drops=dict.fromkeys(dropped, stage))
+    join(threads, server)
+    assert read_status(server.state_dir)["job"]["status"] == "finished"
+    counted = stage == pb.SECURE_UNMASK
+    contributors = [i for i in range(n) if counted or i not in dropped]
+    statuses = fit_statuses(server.state_dir)
+    assert statuses == {f"c{i}": "accepted" if i in contributors else "dropped" for i in range(n)}
+    check_mean(server, w0, contributors)
+
+
+class AmnesicClient(Client):
+    """A real client that loses its secure session at the share-keys stage (as a restarted
+    client process would) and keeps polling: it must withdraw rather than look alive."""
+
+    def _secure_fit(self, task: pb.Task) -> None:
+        if task.secure_stage == pb.SECURE_SHARE_KEYS:
+            self._secure = None
+        super()._secure_fit(task)
+
+
+def test_a_client_that_lost_its_secrets_withdraws(
+    tmp_path: Path, server_factory: Callable[..., ServerProcess], config_file: Path
+) -> None:
+    w0 = make_model(tmp_path / "init.spore", out=4, inp=8)
+    n = 6
+    # Liveness alone would wait 20 s for it: the withdrawal is what lets the stage close.
+    server = server_factory(
+        ["--config", str(config_file), "--model", str(tmp_path / "init.spore"), "--rounds", "1",
+         "--min-clients", str(n), *FLAGS, "--heartbeat-timeout", "20"]
+    ).start()  # fmt: skip
+    threads, _ = start_clients(server.address, n - 1)
+    amnesic = AmnesicClient(
+        server.address, train=train_for(n - 1), name=f"c{n - 1}", poll_wait=0.5, max_backoff=0.3
+    )
+    threads.append(threading.Thread(target=amnesic.run, daemon=True))
+    threads[-1].start()
+    t0 = time.monotonic()
+    join(threads, server)
+    assert time.monotonic() - t0 < 10
+    assert [e["client"] for e in server.events("secure_withdrawn")] == [f"c{n - 1}"]
+    assert fit_statuses(server.state_dir)[f"c{n - 1}"] == "dropped"
+    assert amnesic.rounds_trained == 0
+    check_mean(server, w0, list(range(n - 1)))
