@@ -389,3 +389,60 @@ def test_a_client_that_lost_its_secrets_withdraws(
     assert fit_statuses(server.state_dir)[f"c{n - 1}"] == "dropped"
     assert amnesic.rounds_trained == 0
     check_mean(server, w0, list(range(n - 1)))
+
+
+class HoldingClient(Client):
+    """A real client that waits for `release` before answering one secure stage."""
+
+    def __init__(self, *args, hold_at: int, release: threading.Event, **kwargs) -> None:  # type: ignore[no-untyped-def]
+        super().__init__(*args, **kwargs)
+        self.hold_at, self.release = hold_at, release
+
+    def _secure_fit(self, task: pb.Task) -> None:
+        if task.secure_stage == self.hold_at:
+            self.release.wait(60)
+        super()._secure_fit(task)
+
+
+@pytest.mark.parametrize(
+    ("hold_at", "stage"),
+    [(pb.SECURE_SHARE_KEYS, "share_keys"), (pb.SECURE_UNMASK, "unmask")],
+    ids=["share_keys", "unmask"],
+)
+def test_kill9_in_other_stages_then_restart_completes(
+    tmp_path: Path,
+    server_factory: Callable[..., ServerProcess],
+    config_file: Path,
+    hold_at: int,
+    stage: str,
+) -> None:
+    w0 = make_model(tmp_path / "init.spore", out=4, inp=8)
+    n = 6
+    # No dropouts here: a longer liveness window keeps the held client in the round.
+    server = server_factory(
+        ["--config", str(config_file), "--model", str(tmp_path / "init.spore"), "--rounds", "1",
+         "--min-clients", str(n), *FLAGS, "--heartbeat-timeout", "8"]
+    ).start()  # fmt: skip
+    threads, _ = start_clients(server.address, n - 1)
+    release = threading.Event()
+    held = HoldingClient(
+        server.address, hold_at=hold_at, release=release, train=train_for(n - 1),
+        name=f"c{n - 1}", poll_wait=0.5, max_backoff=0.3,
+    )  # fmt: skip
+    threads.append(threading.Thread(target=held.run, daemon=True))
+    threads[-1].start()
+
+    def answered() -> int:
+        return sum(e["stage"] == stage for e in server.events("secure_message"))
+
+    wait_for(lambda: answered() >= n - 1, timeout=20, what=f"{n - 1} {stage} messages")
+    server.kill9()
+    assert read_status(server.state_dir)["secure_stage"] == stage
+    server.start()
+    release.set()
+    join(threads, server)
+    assert server.events("secure_round_restored")[0]["stage"] == stage
+    assert answered() >= (n - 1) + n  # the lost messages were resent after the restart
+    assert read_status(server.state_dir)["job"]["status"] == "finished"
+    assert fit_statuses(server.state_dir) == {f"c{i}": "accepted" for i in range(n)}
+    check_mean(server, w0, list(range(n)))
