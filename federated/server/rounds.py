@@ -439,6 +439,11 @@ class RoundManager:
             )
         if self._aggregating:
             raise StaleTaskError(f"task {task_id!r} closed: the round is being aggregated")
+        if self._secure is not None:
+            raise StaleTaskError(
+                f"round {task_id!r} is a secure round: plain updates are refused (the client"
+                " answers TASK_SECURE_FIT stages with SubmitSecure)"
+            )
         status = self._parts.get(client_id)
         if status != "selected":
             raise StaleTaskError(
