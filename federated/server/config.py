@@ -34,7 +34,8 @@ Example `server.toml`:
     quantization_bits = 24  # fixed-point bits; default: the most the modulus fits
     modulus_bits = 32     # the ring Z_2^32
     max_weight = 100      # optional: weight clients by min(samples, max_weight); default plain mean
-    stage_timeout = 60    # seconds each protocol stage waits for the silent
+    stage_timeout = 60    # seconds a key/share/unmask stage waits at most (masked input,
+                          # where clients train, has round_timeout)
 
 Every bad value is refused with a `ConfigError` that names the key.
 """

@@ -240,8 +240,7 @@ class RoundManager:
         secure = self.store.secure_state(self.job.round) if self.job.phase == "fit" else None
         if secure is not None:
             self._set_secure(SecureRound.from_bytes(secure))
-            self._stage_deadline = now + max(self.config.secure_stage_timeout,
-                                              self.config.resume_grace)  # fmt: skip
+            self._stage_deadline = now + max(self._stage_timeout(), self.config.resume_grace)
             log_event(self.log, "secure_round_restored", round=self.job.round,
                       stage=self._secure.stage.value if self._secure else "")  # fmt: skip
         elif self.job.phase == "fit":
@@ -272,6 +271,13 @@ class RoundManager:
         self._secure = secure
         self._secure_ids = frozenset(secure.client_ids) if secure is not None else frozenset()
         self._withdrawn = set()
+
+    def _stage_timeout(self) -> float:
+        """The open secure stage's deadline: local training happens in the masked-input
+        stage, so that one gets `round_timeout`; the key and share exchanges are quick."""
+        if self._secure is not None and self._secure.stage == Stage.MASKED_INPUT:
+            return self.config.round_timeout
+        return self.config.secure_stage_timeout
 
     def _save_secure(self, tx: Any) -> None:
         """Persist the open SecureRound (inside the caller's transaction)."""
@@ -719,7 +725,7 @@ class RoundManager:
             log_event(self.log, "job_failed", logging.ERROR, reason=job.reason)
             self._changed.notify_all()
             return False
-        self._stage_deadline = now + self.config.secure_stage_timeout
+        self._stage_deadline = now + self._stage_timeout()
         with self.store.transaction() as tx:
             self._save_secure(tx)
             for cid in pending:
@@ -793,10 +799,10 @@ class RoundManager:
                 log_event(self.log, "job_failed", logging.ERROR, reason=job.reason)
                 self._changed.notify_all()
                 return
-            self._stage_deadline = now + self.config.secure_stage_timeout
         elif job.phase == "fit":
             self._aggregator = self.strategy.make_aggregator(self._template)
         self._set_secure(secure)
+        self._stage_deadline = now + self._stage_timeout()
         with self.store.transaction() as tx:
             tx.start_round(job.round, job.phase)
             for cid in chosen:

@@ -451,3 +451,33 @@ def test_kill9_in_other_stages_then_restart_completes(
     assert read_status(server.state_dir)["job"]["status"] == "finished"
     assert fit_statuses(server.state_dir) == {f"c{i}": "accepted" for i in range(n)}
     check_mean(server, w0, list(range(n)))
+
+
+def test_a_stage_deadline_leaves_out_a_client_that_never_answers(
+    tmp_path: Path, server_factory: Callable[..., ServerProcess], config_file: Path
+) -> None:
+    # Liveness would wait 20 s: only the 1.5 s stage deadline can close the share-keys stage.
+    config_file.write_text(CONFIG.replace("stage_timeout = 30", "stage_timeout = 1.5"))
+    w0 = make_model(tmp_path / "init.spore", out=4, inp=8)
+    n = 6
+    server = server_factory(
+        ["--config", str(config_file), "--model", str(tmp_path / "init.spore"), "--rounds", "1",
+         "--min-clients", str(n), *FLAGS, "--heartbeat-timeout", "20"]
+    ).start()  # fmt: skip
+    threads, _ = start_clients(server.address, n - 1)
+    release = threading.Event()
+    stuck = HoldingClient(
+        server.address, hold_at=pb.SECURE_SHARE_KEYS, release=release, train=train_for(n - 1),
+        name=f"c{n - 1}", poll_wait=0.5, max_backoff=0.3,
+    )  # fmt: skip
+    stuck_thread = threading.Thread(target=stuck.run, daemon=True)
+    stuck_thread.start()
+    try:
+        join(threads, server)
+    finally:
+        release.set()
+    stuck_thread.join(20)
+    closed = {e["stage"]: e["missing"] for e in server.events("secure_stage_closed")}
+    assert closed["share_keys"] == [f"c{n - 1}"]
+    assert fit_statuses(server.state_dir)[f"c{n - 1}"] == "dropped"
+    check_mean(server, w0, list(range(n - 1)))
