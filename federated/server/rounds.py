@@ -13,11 +13,12 @@ With `[secure_aggregation]` enabled, a fit phase holds a `SecureRound` (SecAgg+)
 an Aggregator: the sampled cohort is fixed when the phase starts, and the phase runs the
 protocol's stages (advertise keys, share keys, masked input, unmask). A stage closes when
 every client it waits for has answered, when all of those still missing have been silent
-for `heartbeat_timeout`, or at `secure_stage_timeout`; the SecureRound is saved in SQLite
-at every transition (and every `checkpoint_every` messages), so a restarted server
-continues the stage it was in and clients resend what it lost. Fewer than `threshold`
-survivors fail the round (and the job) with the protocol's reason; the unmasked mean goes
-through the strategy like any aggregate.
+for `heartbeat_timeout` (or withdrew), or at its deadline (`round_timeout` for the
+masked-input stage, where clients train; `secure_stage_timeout` for the others). The
+SecureRound is saved in SQLite at every transition (and every `checkpoint_every`
+messages), so a restarted server continues the stage it was in and clients resend what
+it lost. Fewer than `threshold` survivors fail the round (and the job) with the
+protocol's reason; the unmasked mean goes through the strategy like any aggregate.
 
 Everything a restart needs is in the Store (one transaction per transition), the model
 files, and periodic checkpoints of the aggregate; updates folded since the last
