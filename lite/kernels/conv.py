@@ -7,7 +7,7 @@ Conv2D picks one of four strategies when the model is planned:
 - depthwise: group == in_channels == out_channels runs as kh*kw vectorised multiply-adds,
   each one contiguous NumPy call over all channels at once (see `_bind_depthwise`);
 - winograd: a 3x3, stride-1, ungrouped convolution with constant weights and a large enough
-  even-sized output runs Winograd's F(2x2, 3x3), 4/9 of the GEMM work (`_bind_winograd`);
+  output runs Winograd's F(2x2, 3x3), 4/9 of the GEMM work (`_bind_winograd`);
 - im2col: everything else. The column matrix is a strided view of the (padded) input,
   copied into a buffer allocated once in `bind`, then multiplied with the weights
   (pre-shaped to (groups, out/groups, in/groups*kh*kw)) by BLAS. Narrow outputs with many
@@ -97,7 +97,6 @@ class Conv2D(Kernel):
         elif (kh == kw == 3 and self.win.strides == self.win.dilations == (1, 1)
               and group == 1 and w.value is not None
               and (bias is None or bias.value is not None)
-              and self.win.out[0] % 2 == 0 and self.win.out[1] % 2 == 0
               and self.win.out[0] * self.win.out[1] >= _WINOGRAD_MIN_PLANE
               and c >= _WINOGRAD_MIN_CH):
             self.strategy = "winograd"
@@ -264,18 +263,20 @@ class Conv2D(Kernel):
         calls over all tiles at once. Everything between the two copies runs
         channels-last, then one transposing copy writes `out`. The bias is added once, to
         the transformed position (1, 1), which enters all four outputs of a tile with
-        coefficient 1 (a sixteenth of a full-size bias pass). Used for even output sizes
-        only (the tiles then cover the output exactly).
+        coefficient 1 (a sixteenth of a full-size bias pass). An odd output size gets a
+        last row (column) of tiles that reads zeros past the padding; the final copy
+        crops their extra outputs.
         """
         win = self.win
         n, c, h, wd = x.shape
         o = w.shape[0]
         oh, ow = win.out
-        th, tw = oh // 2, ow // 2
+        th, tw = -(-oh // 2), -(-ow // 2)  # an odd size gets a last tile half outside
         top, left = win.pads[0], win.pads[1]
         # Channels-last padded input: every transform step then runs over rows of C
         # contiguous values (in NCHW a tile column step would leave rows of th elements).
-        xp = np.zeros((n, oh + 2, ow + 2, c), x.dtype)
+        # Rows and columns past the padding that a last, overhanging tile reads are zeros.
+        xp = np.zeros((n, 2 * th + 2, 2 * tw + 2, c), x.dtype)
         interior, xt = xp[:, top:top + h, left:left + wd], x.transpose(0, 2, 3, 1)
         g = np.array([[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]])
         u = np.einsum("ki,lj,ocij->klco", g, g, w.astype(np.float64))
@@ -283,7 +284,7 @@ class Conv2D(Kernel):
         v = np.empty((4, 4, n, th, tw, c), x.dtype)
         # Input rows 2*ty + a of every tile row; B^T over them gives r[k], k = 0..3.
         rows = [xp[:, a:a + 2 * th:2] for a in range(4)]
-        r = np.empty((4, n, th, ow + 2, c), x.dtype)
+        r = np.empty((4, n, th, 2 * tw + 2, c), x.dtype)
         col = [r[:, :, :, b:b + 2 * tw:2] for b in range(4)]
         m = np.empty((16, n * th * tw, o), x.dtype)
         m4 = m.reshape(4, 4, n, th, tw, o)
@@ -291,7 +292,7 @@ class Conv2D(Kernel):
         # Result channels-last as (N, th, i, tw, j, O); y views it as (i, j, N, th, tw, O).
         res = np.empty((n, th, 2, tw, 2, o), x.dtype)
         y = res.transpose(2, 4, 0, 1, 3, 5)
-        back = res.reshape(n, oh, ow, o).transpose(0, 3, 1, 2)
+        back = res.reshape(n, 2 * th, 2 * tw, o)[:, :oh, :ow].transpose(0, 3, 1, 2)
         vm, m11 = v.reshape(16, n * th * tw, c), m[5]
         bias_row = np.zeros(o, x.dtype) if bias is None else bias  # adding 0 is cheap here
         copyto, add, subtract, matmul = np.copyto, np.add, np.subtract, np.matmul
@@ -423,9 +424,12 @@ class Conv2D(Kernel):
 
 
 # Winograd F(2x2, 3x3) for 3x3 stride-1 convolutions with outputs of at least this many
-# positions and at least this many input channels: below, im2col's single GEMM wins (the
-# 16 smaller GEMMs and the transforms cost more than the saved multiplications).
-_WINOGRAD_MIN_PLANE = 100
+# positions and at least this many input channels. The transformed weights take 16/9 of
+# the originals' memory and OpenBLAS re-packs them on every call, so with very few tiles
+# the saved multiplications stop paying: measured (one thread) Winograd wins clearly at
+# 256 channels on 7x7 and breaks even at 512 channels on 4x4, which therefore stays on
+# im2col (and keeps the largest layers' weights at their original size).
+_WINOGRAD_MIN_PLANE = 36
 _WINOGRAD_MIN_CH = 16
 # Depthwise layout choice: phase grids of at most this many positions use the interleaved
 # layout; planar rows at least _LONG_ROW long broadcast weights instead of expanding them.

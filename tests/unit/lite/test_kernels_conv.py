@@ -332,13 +332,15 @@ def test_im2col_layouts(monkeypatch, min_channels, n, c, h, w, o, k, strides, di
 @pytest.mark.parametrize("n,c,h,w,o,pads", [
     (1, 16, 8, 8, 8, (1, 1, 1, 1)),     # same padding, the ResNet case
     (2, 16, 10, 12, 24, (0, 0, 0, 0)),  # batch 2, no padding, non-square, O > C
-    (1, 20, 7, 9, 5, (2, 0, 1, 1)),     # asymmetric pads that still give an even output
+    (1, 20, 7, 9, 5, (2, 0, 1, 1)),     # asymmetric pads
+    (1, 16, 7, 7, 8, (1, 1, 1, 1)),     # odd output: the last tiles overhang, then crop
+    (2, 16, 9, 6, 12, (1, 0, 1, 1)),    # odd rows and odd columns, batch 2
 ])
 @pytest.mark.parametrize("bias", [True, False])
 @pytest.mark.parametrize("activation", ["none", "relu"])
 def test_winograd_matches_reference_and_onnxruntime(monkeypatch, n, c, h, w, o, pads, bias,
                                                     activation):
-    """The F(2x2, 3x3) path (3x3, stride 1, even output) against the float64 reference
+    """The F(2x2, 3x3) path (3x3, stride 1) against the float64 reference
     and onnxruntime; the size limits are lowered so small shapes take it."""
     from sporenet.lite.kernels import conv
 
@@ -358,16 +360,15 @@ def test_winograd_matches_reference_and_onnxruntime(monkeypatch, n, c, h, w, o, 
     np.testing.assert_allclose(ours, ort, rtol=RTOL, atol=ATOL)
 
 
-@pytest.mark.parametrize("constant_weights,out_hw,strategy", [
-    (False, 8, "im2col"),  # run-time weights cannot be transformed at load
-    (True, 7, "im2col"),   # odd output: tiles would overhang
-    (True, 8, "winograd"),
+@pytest.mark.parametrize("constant_weights,out_hw,strides,strategy", [
+    (False, 8, [1, 1], "im2col"),  # run-time weights cannot be transformed at load
+    (True, 8, [2, 2], "im2col"),   # F(2x2, 3x3) is for stride 1
+    (True, 4, [1, 1], "im2col"),   # too few output positions (below _WINOGRAD_MIN_PLANE)
+    (True, 7, [1, 1], "winograd"),
 ])
-def test_winograd_only_where_it_applies(monkeypatch, constant_weights, out_hw, strategy):
-    from sporenet.lite.kernels import conv
-
-    monkeypatch.setattr(conv, "_WINOGRAD_MIN_PLANE", 0)
+def test_winograd_only_where_it_applies(constant_weights, out_hw, strides, strategy):
     x = TensorSpec((1, 16, out_hw, out_hw), np.dtype(np.float32))
     w = np.ones((4, 16, 3, 3), np.float32)
     spec_w = TensorSpec(w.shape, w.dtype, w if constant_weights else None)
-    assert Conv2D(Attrs("Conv", {"pads": [1, 1, 1, 1]}), [x, spec_w]).strategy == strategy
+    attrs = Attrs("Conv", {"pads": [1, 1, 1, 1], "strides": strides})
+    assert Conv2D(attrs, [x, spec_w]).strategy == strategy
