@@ -37,6 +37,14 @@ Example `server.toml`:
     stage_timeout = 60    # seconds a key/share/unmask stage waits at most (masked input,
                           # where clients train, has round_timeout)
 
+    [differential_privacy]  # keys: sporenet.federated.privacy.config
+    enabled = true
+    mode = "central"      # the server clips each update to clipping_norm and adds noise
+    noise_multiplier = 1.0
+    clipping_norm = 1.0
+    delta = 1e-5
+    epsilon_budget = 8.0  # optional: finish the job before a round would exceed it
+
 Every bad value is refused with a `ConfigError` that names the key.
 """
 
@@ -51,6 +59,7 @@ from typing import Any
 
 from sporenet.federated.errors import ConfigError
 from sporenet.federated.net import is_loopback, split_address
+from sporenet.federated.privacy.config import DPConfig, dp_config_from_table
 from sporenet.federated.secagg.config import SecAggConfig
 from sporenet.federated.secagg.errors import SecAggConfigError
 
@@ -99,6 +108,8 @@ class ServerConfig:
     secure_aggregation: SecAggConfig | None = None
     secure_max_weight: float | None = None  # None: plain mean over the contributors
     secure_stage_timeout: float = 60.0  # a protocol stage closes after this at the latest
+    # Differential privacy of fit rounds (None: off); see federated/README.md.
+    differential_privacy: DPConfig | None = None
 
     def __post_init__(self) -> None:
         checks: list[tuple[str, bool, str]] = [
@@ -157,6 +168,8 @@ class ServerConfig:
         make_strategy(self.strategy, self.strategy_options)  # fails here, not in round 1
         if self.secure_aggregation is not None:
             self._check_secure(self.secure_aggregation)
+        if self.differential_privacy is not None:
+            self._check_dp(self.differential_privacy)
         from sporenet.federated.auth import parse_public_key
 
         for name, key in self.auth_ed25519.items():
@@ -192,6 +205,30 @@ class ServerConfig:
             raise ConfigError(
                 f"`secure_aggregation`: with min_clients={self.min_clients}: {_secagg_key(e)}"
             ) from None
+
+    def _check_dp(self, dp: DPConfig) -> None:
+        """DP replaces the strategy's aggregator by a clipped, noised mean."""
+        from sporenet.federated.strategies import make_strategy
+        from sporenet.federated.strategies.base import Strategy
+
+        strategy = make_strategy(self.strategy, self.strategy_options)
+        if type(strategy).make_aggregator is not Strategy.make_aggregator:
+            raise ConfigError(
+                f"`strategy` {self.strategy!r} aggregates by order statistics or distances,"
+                " which differential privacy's clipped, noised mean replaces: use fedavg,"
+                " fedprox, fedadam, fedyogi or fedadagrad with `differential_privacy.enabled`"
+            )
+        if dp.mode == "central" and self.secure_aggregation is not None:
+            raise ConfigError(
+                '`differential_privacy.mode` "central" needs every individual update to clip'
+                ' it, which secure aggregation hides: use mode = "distributed" with'
+                " secure aggregation"
+            )
+        if dp.mode == "distributed":
+            raise ConfigError(
+                '`differential_privacy.mode` "distributed" is not supported yet: use'
+                ' mode = "central" (without secure aggregation)'
+            )
 
 
 # secagg's own names -> the keys of the [secure_aggregation] table.
@@ -291,6 +328,8 @@ _TOP: dict[str, tuple[str, tuple[type[Any], ...]]] = {
     "auth.ed25519": ("auth_ed25519", (dict,)),
     "auth.max_skew": ("auth_max_skew", (int, float)),
 }
+#: Tables read on their own (not flattened into _TOP keys).
+_TABLES = ("strategy", "fit_config", "secure_aggregation", "differential_privacy")
 _PATHS = {"model", "state_dir", "tls_cert", "tls_key", "tls_client_ca"}
 _FLOATS = {k for k, (_, types) in _TOP.items() if float in types}
 
@@ -318,16 +357,14 @@ def build_config(file_values: Mapping[str, Any], overrides: Mapping[str, Any]) -
     if not isinstance(fit_config, dict):
         raise ConfigError(f"`fit_config` must be a table, got {fit_config!r}")
     secure = _secure_config(raw.pop("secure_aggregation", {}), overrides.get("secure"))
+    secure["differential_privacy"] = dp_config_from_table(raw.pop("differential_privacy", {}))
     flat = _flatten(raw)
     flat.update({k: v for k, v in overrides.items() if v is not None and k in _TOP})
     kwargs: dict[str, Any] = {}
     value: Any
     for key, value in flat.items():
         if key not in _TOP:
-            raise ConfigError(
-                f"unknown key `{key}`; known keys: "
-                f"{sorted([*_TOP, 'strategy', 'fit_config', 'secure_aggregation'])}"
-            )
+            raise ConfigError(f"unknown key `{key}`; known keys: {sorted([*_TOP, *_TABLES])}")
         attr, types = _TOP[key]
         # bool is an int in Python; refuse `rounds = true`.
         if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):

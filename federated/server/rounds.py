@@ -55,6 +55,8 @@ from sporenet.federated.errors import (
     UnknownClientError,
     UpdateRejectedError,
 )
+from sporenet.federated.privacy import CentralDPAggregator, PrivacyError, RDPAccountant
+from sporenet.federated.privacy.clipping import AdaptiveClipping
 from sporenet.federated.secagg import SecAggError, Stage
 from sporenet.federated.secagg.session import SecureRound
 from sporenet.federated.server.config import ServerConfig
@@ -170,6 +172,7 @@ class RoundManager:
         else:
             log_event(self.log, "job_resumed", round=job.round, phase=job.phase, status=job.status)
         self.job = job
+        self._init_privacy()
         with self.store.transaction() as tx:
             tx.set_meta("config", _config_summary(config))
         self._load_model(job.model_version)
@@ -206,6 +209,80 @@ class RoundManager:
             tx.set_job(job)
         log_event(self.log, "job_created", model=str(self.config.model), tensors=len(weights))
         return job
+
+    def _init_privacy(self) -> None:
+        """The accountant and adaptive clipping norm: restored from the store, or fresh."""
+        dp = self.config.differential_privacy
+        self._accountant: RDPAccountant | None = None
+        self._adaptive: AdaptiveClipping | None = None
+        self._privacy_rounds: list[dict[str, Any]] = []
+        if dp is None:
+            return
+        saved = self.store.get_meta("privacy")
+        # delta and the budget are the configuration's; what was spent is the store's.
+        settings = {"delta": dp.delta, "epsilon_budget": dp.epsilon_budget}
+        if saved is None:
+            self._accountant = RDPAccountant(**settings)
+            self._adaptive = dp.adaptive()
+        else:
+            self._accountant = RDPAccountant.from_dict({**saved["accountant"], **settings})
+            self._adaptive = (
+                AdaptiveClipping.from_dict(saved["adaptive"])
+                if dp.adaptive_clipping and saved.get("adaptive")
+                else dp.adaptive()
+            )
+            self._privacy_rounds = list(saved.get("rounds", []))
+            log_event(self.log, "privacy_restored", rounds=self._accountant.rounds,
+                      epsilon=self._accountant.epsilon())  # fmt: skip
+
+    def _privacy_state(self) -> dict[str, Any]:
+        """What the store keeps about privacy (JSON); `status` shows it."""
+        assert self._accountant is not None  # only called with DP on
+        dp = self.config.differential_privacy
+        return {
+            "mode": dp.mode if dp is not None else "",
+            "epsilon": self._accountant.epsilon(),
+            "delta": self._accountant.delta,
+            "epsilon_budget": self._accountant.epsilon_budget,
+            "rounds": self._privacy_rounds,
+            "accountant": self._accountant.to_dict(),
+            "adaptive": self._adaptive.to_dict() if self._adaptive is not None else None,
+        }
+
+    def _make_aggregator(self) -> Aggregator:
+        """The fit phase's aggregator: the strategy's, or the central-DP clipped noised mean."""
+        dp = self.config.differential_privacy
+        if dp is None or dp.mode != "central":
+            return self.strategy.make_aggregator(self._template)
+        # Noise comes from the OS, never from the job's seed: predictable noise protects nothing.
+        return CentralDPAggregator(
+            self._template, noise_multiplier=dp.noise_multiplier,
+            expected_clients=max(self.job.dp_cohort, 1),
+            clipping_norm=None if self._adaptive is not None else dp.clipping_norm,
+            adaptive=self._adaptive,
+        )  # fmt: skip
+
+    def _budget_left(self, sample_rate: float) -> str:
+        """Why the job must stop before a fit round at `sample_rate` ("" if it fits the budget)."""
+        dp, acc = self.config.differential_privacy, self._accountant
+        if dp is None or acc is None or acc.epsilon_budget is None:
+            return ""
+        if acc.can_spend(noise_multiplier=dp.noise_multiplier, sample_rate=sample_rate):
+            return ""
+        after = acc.epsilon_after(noise_multiplier=dp.noise_multiplier, sample_rate=sample_rate)
+        return (
+            f"privacy budget reached after {acc.rounds} round(s): epsilon={acc.epsilon():.4f}"
+            f" at delta={acc.delta:g}; one more round would reach {after:.4f}, over"
+            f" epsilon_budget={acc.epsilon_budget:g}"
+        )
+
+    def _finish_for_budget(self, why: str) -> None:
+        """End the job cleanly (finished, not failed): the next round would overspend."""
+        job = self.job
+        job.status, job.reason, job.active = "finished", why, False
+        self._save_job()
+        log_event(self.log, "job_finished", reason=why, model_version=job.model_version)
+        self._changed.notify_all()
 
     def _write_model(self, version: int, round_: int, data: bytes) -> ModelRecord:
         name = f"models/v{version:05d}.spore"
@@ -245,7 +322,7 @@ class RoundManager:
             log_event(self.log, "secure_round_restored", round=self.job.round,
                       stage=self._secure.stage.value if self._secure else "")  # fmt: skip
         elif self.job.phase == "fit":
-            agg = self.strategy.make_aggregator(self._template)
+            agg = self._make_aggregator()
             ckpt = self._checkpoint_path()
             if ckpt.exists():
                 with np.load(ckpt, allow_pickle=False) as z:
@@ -777,6 +854,12 @@ class RoundManager:
             return
         fraction = self.config.fraction if job.phase == "fit" else self.config.evaluate_fraction
         size = min(len(live), max(need, math.ceil(fraction * len(live))))
+        if job.phase == "fit" and self.config.differential_privacy is not None:
+            why = self._budget_left(size / len(live))
+            if why:
+                self._finish_for_budget(why)
+                return
+            job.dp_cohort, job.dp_sample_rate = size, size / len(live)
         rng = random.Random(f"{self.config.seed}-{job.round}-{job.phase}")
         chosen = sorted(rng.sample(live, size))
         job.active, job.attempt = True, 0
@@ -801,7 +884,7 @@ class RoundManager:
                 self._changed.notify_all()
                 return
         elif job.phase == "fit":
-            self._aggregator = self.strategy.make_aggregator(self._template)
+            self._aggregator = self._make_aggregator()
         self._set_secure(secure)
         self._stage_deadline = now + self._stage_timeout()
         with self.store.transaction() as tx:
@@ -849,6 +932,7 @@ class RoundManager:
         job, t0 = self.job, time.monotonic()
         try:
             secure_info: dict[str, Any] = {}
+            clip: float | None = None
             if self._secure is not None:
                 delta, contributors = self._secure.result()
                 secure_info = {"secure_error_bound": self._secure.server.result().error_bound}
@@ -856,9 +940,12 @@ class RoundManager:
             elif self._aggregator is None:  # cannot happen: set whenever a fit phase is active
                 raise AggregationError("no aggregator for the fit phase")
             else:
+                # Read before result(): adaptive clipping moves the norm for the next round.
+                clip = getattr(self._aggregator, "clipping_norm", None)
                 delta = self._aggregator.result()
             new_weights, new_state = self.strategy.apply(self._weights, delta, self._opt_state)
-        except (AggregationError, SecAggError) as e:
+            privacy_info = self._spend_privacy(clip)
+        except (AggregationError, SecAggError, PrivacyError) as e:
             with self._changed:
                 job.status, job.reason = "failed", f"round {job.round}: {e}"
                 self._save_job()
@@ -881,9 +968,17 @@ class RoundManager:
                 tx.add_model(record)
                 tx.finish_round(job.round, "fit", len(accepted), summary)
                 tx.delete_secure_state(job.round)
+                if privacy_info:  # what this round spent, with the round it paid for
+                    tx.set_meta("privacy", self._privacy_state())
                 job.model_version = version
                 self._advance(tx, evaluate_next=bool(self.config.evaluate_every)
                               and job.round % self.config.evaluate_every == 0)  # fmt: skip
+            # Stop now if even the smallest sampling rate a round can have is unaffordable.
+            # (After an evaluate phase, the next fit phase's start checks instead.)
+            running_fit = job.status == "running" and job.phase == "fit"
+            why = self._budget_left(self.config.fraction) if running_fit else ""
+            if why:
+                self._finish_for_budget(why)
             self._model_bytes, self._weights, self._opt_state = data, new_weights, new_state
             self._model_record = record
             self._aggregator = None
@@ -897,8 +992,31 @@ class RoundManager:
         self.metrics.set("sporenet_current_round", job.round)
         log_event(
             self.log, "round_published", round=record.round, version=version, clients=len(accepted),
-            aggregation_s=round(took, 4), metrics=summary, **secure_info,
+            aggregation_s=round(took, 4), metrics=summary, **secure_info, **privacy_info,
         )  # fmt: skip
+
+    def _spend_privacy(self, clipping_norm: float | None) -> dict[str, Any]:
+        """Charge the published round to the accountant; its epsilon etc. for the log."""
+        dp, acc, job = self.config.differential_privacy, self._accountant, self.job
+        if dp is None or acc is None:
+            return {}
+        q = job.dp_sample_rate
+        # The budget was checked when the round started; a round released is always paid.
+        before = acc.epsilon_budget
+        acc.epsilon_budget = None
+        try:
+            eps = acc.spend(noise_multiplier=dp.noise_multiplier, sample_rate=q)
+        finally:
+            acc.epsilon_budget = before
+        entry = {
+            "round": job.round, "epsilon": eps, "sample_rate": q, "cohort": job.dp_cohort,
+            "noise_multiplier": dp.noise_multiplier,
+            "clipping_norm": clipping_norm if clipping_norm is not None else dp.clipping_norm,
+        }  # fmt: skip
+        self._privacy_rounds.append(entry)
+        log_event(self.log, "privacy_spent", round=job.round, epsilon=eps, delta=acc.delta,
+                  sample_rate=q, budget=acc.epsilon_budget)  # fmt: skip
+        return {"epsilon": eps, "delta": acc.delta}
 
     def _mark_contributors(self, contributors: Sequence[str]) -> None:
         """After a secure round: contributors are accepted, the rest of the cohort dropped."""
@@ -956,6 +1074,7 @@ class RoundManager:
                 "aggregating": self._aggregating,
                 "secure_stage": self._secure.stage.value if self._secure is not None else None,
                 "rounds": self.store.rounds(),
+                "privacy": self.store.get_meta("privacy"),
             }
 
 
@@ -966,7 +1085,7 @@ def _config_summary(config: ServerConfig) -> dict[str, Any]:
         value = getattr(config, f.name)
         if f.name == "auth_tokens":
             value = sorted(value)
-        elif f.name == "secure_aggregation" and value is not None:
+        elif f.name in ("secure_aggregation", "differential_privacy") and value is not None:
             value = dataclasses.asdict(value)
         elif isinstance(value, Path):
             value = str(value)
@@ -1009,6 +1128,7 @@ def read_status(state_dir: Path) -> dict[str, Any]:
             ),
             "config": store.get_meta("config"),
             "secure_stage": _secure_stage(store, job),
+            "privacy": store.get_meta("privacy"),
         }
     finally:
         store.close()

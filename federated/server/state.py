@@ -56,6 +56,10 @@ class JobState:
     waiting_since: float = 0.0
     model_version: int = 0
     reason: str = ""
+    # Differential privacy of the open fit phase: the cohort size (the noised mean's
+    # denominator) and the sampling rate cohort/live the accountant charges.
+    dp_cohort: int = 0
+    dp_sample_rate: float = 0.0
 
 
 @dataclass
