@@ -372,3 +372,20 @@ def test_winograd_only_where_it_applies(constant_weights, out_hw, strides, strat
     spec_w = TensorSpec(w.shape, w.dtype, w if constant_weights else None)
     attrs = Attrs("Conv", {"pads": [1, 1, 1, 1], "strides": strides})
     assert Conv2D(attrs, [x, spec_w]).strategy == strategy
+
+
+@pytest.mark.parametrize("size", [7, 5000])  # below and above activation._SMALL
+@pytest.mark.parametrize("name,reference", [
+    ("relu", lambda y: np.maximum(y, 0)),
+    ("relu6", lambda y: np.clip(y, 0, 6)),
+])
+def test_fused_relu_paths_match_numpy(size, name, reference):
+    """Both ReLU paths (maximum for tiny tensors, the clip ufunc above) and ReLU6 give
+    NumPy's values, NaN and infinities included."""
+    from sporenet.lite.kernels.activation import fused_activation
+
+    y = np.random.default_rng(11).normal(size=size).astype(np.float32) * 10
+    y[:3] = [np.nan, np.inf, -np.inf]
+    expected = reference(y.copy())
+    fused_activation("CONV2D", {"activation": name})(y)
+    np.testing.assert_array_equal(y, expected)
