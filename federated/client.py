@@ -17,7 +17,10 @@ carried into the next round (error feedback).
 When the server runs secure aggregation, a fit round arrives as TASK_SECURE_FIT tasks,
 one per protocol stage: the client answers each with a `SecureClientSession` (one per
 round), trains once when the masked-input stage comes, and sends only the masked update
-(compression does not apply). A reply lost to a failure is resent byte for byte.
+(compression does not apply). A reply lost to a failure is resent byte for byte. With
+distributed differential privacy on the server, the task config carries
+`dp_noise_multiplier`, `dp_clipping_norm` and `dp_min_clients`: the client clips its delta
+and adds its share of the Gaussian noise before masking (privacy/distributed.py).
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import grpc
 import numpy as np
@@ -43,6 +46,7 @@ from sporenet.federated.auth import Credentials
 from sporenet.federated.codec import COMPRESSIONS, decode_update, encode_update
 from sporenet.federated.errors import AuthError, ConfigError, FederatedError, TransferError
 from sporenet.federated.net import is_loopback, split_address
+from sporenet.federated.privacy import DistributedDP, PrivacyError
 from sporenet.federated.secagg import SecAggError, Stage
 from sporenet.federated.secagg.session import SecureClientSession
 from sporenet.federated.wire import (
@@ -86,6 +90,23 @@ class _PendingUpload:
     payload: bytes
     num_samples: int
     metrics_json: str
+
+
+def _distributed_dp(task: pb.Task, trained: tuple[Weights, int, str]) -> tuple[Weights, int, str]:
+    """Clip the delta and add this client's share of the noise when the task asks for it
+    (distributed DP: the server sees only the secure sum, whose noise is the shares' sum)."""
+    config = json.loads(task.config_json or "{}")
+    if "dp_noise_multiplier" not in config:
+        return trained
+    share = DistributedDP(
+        noise_multiplier=config["dp_noise_multiplier"],
+        clipping_norm=config["dp_clipping_norm"],
+        min_clients=config["dp_min_clients"],
+    )
+    delta, num_samples, metrics_json = trained
+    # OS entropy: noise the server could predict would protect nothing.
+    noised = cast(Weights, share.privatize(delta, np.random.default_rng()))  # dict in, dict out
+    return noised, num_samples, metrics_json
 
 
 class Client:
@@ -367,11 +388,11 @@ class Client:
             update, num_samples, metrics_json = None, None, ""
             if stage == Stage.MASKED_INPUT:
                 if self._secure_update is None:
-                    self._secure_update = self._train_delta(task)
+                    self._secure_update = _distributed_dp(task, self._train_delta(task))
                     self.rounds_trained += 1
                 update, num_samples, metrics_json = self._secure_update
             reply = session.respond(stage, task.secure_payload, update, num_samples)
-        except (SecAggError, KeyError) as e:
+        except (SecAggError, PrivacyError, KeyError) as e:
             # The session cannot go on (a changed server message, a bad setup): sit the
             # round out; the server's stage deadline leaves this client out.
             log.warning("cannot continue secure round %s: %s", task.task_id, e)

@@ -225,10 +225,17 @@ class ServerConfig:
                 " secure aggregation"
             )
         if dp.mode == "distributed":
-            raise ConfigError(
-                '`differential_privacy.mode` "distributed" is not supported yet: use'
-                ' mode = "central" (without secure aggregation)'
-            )
+            if self.secure_aggregation is None:
+                raise ConfigError(
+                    '`differential_privacy.mode` "distributed" needs secure aggregation (each'
+                    " client adds only a share of the noise, safe only when the server sees"
+                    ' just the sum): set `secure_aggregation.enabled` or use mode = "central"'
+                )
+            if self.secure_max_weight is not None:
+                raise ConfigError(
+                    "`secure_aggregation.max_weight` is not supported with `differential_privacy"
+                    '.mode` "distributed": the noise is sized for the plain mean'
+                )
 
 
 # secagg's own names -> the keys of the [secure_aggregation] table.

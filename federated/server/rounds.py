@@ -55,7 +55,12 @@ from sporenet.federated.errors import (
     UnknownClientError,
     UpdateRejectedError,
 )
-from sporenet.federated.privacy import CentralDPAggregator, PrivacyError, RDPAccountant
+from sporenet.federated.privacy import (
+    CentralDPAggregator,
+    DistributedDP,
+    PrivacyError,
+    RDPAccountant,
+)
 from sporenet.federated.privacy.clipping import AdaptiveClipping
 from sporenet.federated.secagg import SecAggError, Stage
 from sporenet.federated.secagg.session import SecureRound
@@ -176,6 +181,7 @@ class RoundManager:
         with self.store.transaction() as tx:
             tx.set_meta("config", _config_summary(config))
         self._load_model(job.model_version)
+        self._check_distributed_range()
         for cid in self.store.clients():
             self._last_seen[cid] = now  # everyone gets a heartbeat_timeout to come back
         if job.status == "running" and job.active:
@@ -234,6 +240,27 @@ class RoundManager:
             self._privacy_rounds = list(saved.get("rounds", []))
             log_event(self.log, "privacy_restored", rounds=self._accountant.rounds,
                       epsilon=self._accountant.epsilon())  # fmt: skip
+
+    def _check_distributed_range(self) -> None:
+        """Distributed DP's noised coordinates must fit secagg's clipping range (else the
+        clipped noise is no longer Gaussian): checked once the model's size is known."""
+        dp, sa = self.config.differential_privacy, self.config.secure_aggregation
+        if dp is None or dp.mode != "distributed" or sa is None:
+            return
+        # The smallest cohort has the smallest threshold, hence the largest noise share.
+        t = sa.resolve(self.config.min_clients).threshold
+        share = DistributedDP(
+            noise_multiplier=dp.noise_multiplier, clipping_norm=dp.clipping_norm, min_clients=t
+        )
+        size = sum(int(np.prod(shape)) for shape, _ in self._template.values())
+        need = share.suggested_clipping_range(size)
+        if sa.clipping_range < need:
+            raise ConfigError(
+                f"`secure_aggregation.clipping_range` must be >= {need:.4g} with distributed DP"
+                f" (clipping_norm {dp.clipping_norm:g} plus the tail of each client's noise,"
+                f" std {share.client_noise_std:.4g} at threshold {t}, over {size} coordinates),"
+                f" got {sa.clipping_range:g}"
+            )
 
     def _privacy_state(self) -> dict[str, Any]:
         """What the store keeps about privacy (JSON); `status` shows it."""
@@ -429,6 +456,12 @@ class RoundManager:
                   **self.strategy.fit_config(job.round)}  # fmt: skip
         if r.max_weight is not None:
             config["secure_max_weight"] = r.max_weight
+        dp = self.config.differential_privacy
+        if dp is not None and dp.mode == "distributed":
+            # The client clips and adds N(0, (zC)²/t): any t contributors carry (zC)² in sum.
+            config.update(dp_noise_multiplier=dp.noise_multiplier,
+                          dp_clipping_norm=dp.clipping_norm,
+                          dp_min_clients=r.server.params.threshold)  # fmt: skip
         return TaskInfo(
             "secure_fit", job.round, self._task_id(), self._model_record, config,
             secure_stage=r.stage.value, secure_setup=r.setup_payload(client_id),

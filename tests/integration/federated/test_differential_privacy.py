@@ -189,3 +189,58 @@ def test_adaptive_clipping_moves_the_norm_towards_the_quantile(
     np.testing.assert_allclose(norms[1], np.exp(-0.5), rtol=0.1)
     np.testing.assert_allclose(privacy["adaptive"]["clipping_norm"], np.exp(-1.0), rtol=0.2)
     assert server.terminate() == 0
+
+
+def test_distributed_dp_with_secure_aggregation_noises_the_secure_sum(
+    tmp_path: Path,
+    server_factory,  # type: ignore[no-untyped-def]
+) -> None:
+    n = 4
+    w0 = make_model(tmp_path / "init.spore", out=64, inp=64)  # 4160 coordinates
+    norms = [0.3, 0.5, 0.8, 1000.0]
+    deltas = fixed_deltas(w0, norms)
+    dp = f'mode = "distributed"\nnoise_multiplier = {NOISE}\nclipping_norm = {CLIP}'
+    cfg = write_config(tmp_path / "s.toml", tmp_path / "init.spore", dp, rounds=2, clients=n)
+    # 4 clients: 3 neighbours, threshold 2, so each client adds N(0, (zC)²/2).
+    cfg.write_text(cfg.read_text() + "[secure_aggregation]\nenabled = true\nclipping_range = 5.0\n")
+    server = server_factory(["--config", str(cfg)]).start()
+    threads = run_clients(server.address, deltas)
+    for t in threads:
+        t.join(60)
+    assert not any(t.is_alive() for t in threads), server.logs()
+
+    clipped_mean = {
+        k: sum(
+            d[k].astype(np.float64) * min(1.0, CLIP / m) for d, m in zip(deltas, norms, strict=True)
+        )
+        / n
+        for k in w0
+    }
+    # The mean over 4 contributors of 4 shares of variance (zC)²/2: std zC·sqrt(2)/4.
+    want_std = NOISE * CLIP * np.sqrt(n / 2) / n
+    for v in (1, 2):
+        before, after = model_version(server.state_dir, v - 1), model_version(server.state_dir, v)
+        residual = np.concatenate([(after[k] - before[k] - clipped_mean[k]).ravel() for k in w0])
+        assert abs(residual.std() / want_std - 1) < 0.2, (residual.std(), want_std)
+        assert abs(residual.mean()) < 5 * want_std / np.sqrt(residual.size)
+    privacy = read_status(server.state_dir)["privacy"]
+    assert privacy["mode"] == "distributed"
+    np.testing.assert_allclose(
+        [r["epsilon"] for r in privacy["rounds"]], expected_epsilons(NOISE, 1.0, 2), rtol=1e-9
+    )
+    assert server.terminate() == 0
+
+
+def test_distributed_dp_refuses_a_clipping_range_the_noise_would_overflow(
+    tmp_path: Path, capsys
+) -> None:  # type: ignore[no-untyped-def]
+    from sporenet.federated.server.cli import main
+
+    make_model(tmp_path / "init.spore", out=64, inp=64)
+    dp = 'mode = "distributed"\nnoise_multiplier = 1.0\nclipping_norm = 1.0'
+    cfg = write_config(tmp_path / "s.toml", tmp_path / "init.spore", dp, rounds=1, clients=4)
+    cfg.write_text(cfg.read_text() + "[secure_aggregation]\nenabled = true\nclipping_range = 1.0\n")
+    code = main(["--config", str(cfg), "--state-dir", str(tmp_path / "state"), "--address",
+                 "127.0.0.1:0"])  # fmt: skip
+    assert code == 2
+    assert "`secure_aggregation.clipping_range` must be >= " in capsys.readouterr().err

@@ -59,12 +59,25 @@ def test_off_by_default_and_read_from_the_table() -> None:
         ({"enabled": True}, {"strategy": "median"}, r"`strategy` 'median' aggregates by order"),
         ({"enabled": True}, {"secure_aggregation": {"enabled": True}},
          r"mode` \"central\" needs every individual update"),
+        ({"enabled": True, "mode": "distributed"}, {},
+         r"mode` \"distributed\" needs secure aggregation"),
+        ({"enabled": True, "mode": "distributed"},
+         {"secure_aggregation": {"enabled": True, "max_weight": 10}},
+         r"`secure_aggregation.max_weight` is not supported"),
+        ({"enabled": True, "mode": "distributed", "adaptive_clipping": True,
+          "count_noise_multiplier": 1.0}, {"secure_aggregation": {"enabled": True}},
+         r"`differential_privacy.adaptive_clipping` is only supported with mode"),
         ("on", {}, r"`differential_privacy` must be a table"),
     ],
 )  # fmt: skip
 def test_bad_values_name_the_key(table: Any, top: dict[str, Any], message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         build(table, **top)
+
+
+def test_distributed_mode_goes_with_secure_aggregation() -> None:
+    cfg = build({"enabled": True, "mode": "distributed"}, secure_aggregation={"enabled": True})
+    assert cfg.differential_privacy.mode == "distributed" and cfg.secure_aggregation is not None
 
 
 def test_the_daemon_refuses_a_bad_table_at_start_with_exit_code_2(
