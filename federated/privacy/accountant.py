@@ -160,6 +160,8 @@ class RDPAccountant:
 
     def epsilon(self, delta: float | None = None) -> float:
         """Epsilon spent so far for `delta` (default: the accountant's delta)."""
+        if not self.history:  # nothing released; the RDP conversion's slack is not a loss
+            return 0.0
         return epsilon_from_rdp(self.orders, self._rdp, delta or self.delta, self.conversion)[0]
 
     def epsilon_after(

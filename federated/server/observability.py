@@ -67,6 +67,7 @@ class Metrics:
         "sporenet_bytes_received_total": ("counter", "Update bytes received from clients."),
         "sporenet_round_duration_seconds": ("gauge", "Wall time of the last published round."),
         "sporenet_aggregation_seconds": ("gauge", "Time to aggregate and publish the last round."),
+        "sporenet_privacy_epsilon": ("gauge", "Differential privacy spent so far (epsilon)."),
     }
 
     def __init__(self) -> None:

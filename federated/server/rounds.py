@@ -172,12 +172,13 @@ class RoundManager:
 
         now = time.time()
         job = self.store.job()
+        new_job = job is None
         if job is None:
             job = self._init_job(now)
         else:
             log_event(self.log, "job_resumed", round=job.round, phase=job.phase, status=job.status)
         self.job = job
-        self._init_privacy()
+        self._init_privacy(new_job)
         with self.store.transaction() as tx:
             tx.set_meta("config", _config_summary(config))
         self._load_model(job.model_version)
@@ -216,7 +217,7 @@ class RoundManager:
         log_event(self.log, "job_created", model=str(self.config.model), tensors=len(weights))
         return job
 
-    def _init_privacy(self) -> None:
+    def _init_privacy(self, new_job: bool) -> None:
         """The accountant and adaptive clipping norm: restored from the store, or fresh."""
         dp = self.config.differential_privacy
         self._accountant: RDPAccountant | None = None
@@ -226,11 +227,24 @@ class RoundManager:
             return
         saved = self.store.get_meta("privacy")
         # delta and the budget are the configuration's; what was spent is the store's.
-        settings = {"delta": dp.delta, "epsilon_budget": dp.epsilon_budget}
+        settings: dict[str, Any] = {"delta": dp.delta, "epsilon_budget": dp.epsilon_budget}
         if saved is None:
+            if not new_job:
+                # Rounds already released (or under way) without noise: no epsilon is true.
+                raise ConfigError(
+                    "`differential_privacy` cannot be enabled for a job that started without"
+                    f" it (state dir {str(self.dir)!r} is at round {self.job.round}): its"
+                    " epsilon would not cover the earlier rounds; start a new state dir"
+                )
             self._accountant = RDPAccountant(**settings)
             self._adaptive = dp.adaptive()
+            with self.store.transaction() as tx:
+                tx.set_meta("privacy", self._privacy_state())
         else:
+            if not isinstance(saved, dict) or not isinstance(saved.get("accountant"), dict):
+                raise ConfigError(
+                    f"state dir {str(self.dir)!r}: the saved privacy state is malformed"
+                )
             self._accountant = RDPAccountant.from_dict({**saved["accountant"], **settings})
             self._adaptive = (
                 AdaptiveClipping.from_dict(saved["adaptive"])
@@ -238,6 +252,7 @@ class RoundManager:
                 else dp.adaptive()
             )
             self._privacy_rounds = list(saved.get("rounds", []))
+            self.metrics.set("sporenet_privacy_epsilon", self._accountant.epsilon())
             log_event(self.log, "privacy_restored", rounds=self._accountant.rounds,
                       epsilon=self._accountant.epsilon())  # fmt: skip
 
@@ -1047,6 +1062,7 @@ class RoundManager:
             "clipping_norm": clipping_norm if clipping_norm is not None else dp.clipping_norm,
         }  # fmt: skip
         self._privacy_rounds.append(entry)
+        self.metrics.set("sporenet_privacy_epsilon", eps)
         log_event(self.log, "privacy_spent", round=job.round, epsilon=eps, delta=acc.delta,
                   sample_rate=q, budget=acc.epsilon_budget)  # fmt: skip
         return {"epsilon": eps, "delta": acc.delta}

@@ -244,3 +244,29 @@ def test_distributed_dp_refuses_a_clipping_range_the_noise_would_overflow(
                  "127.0.0.1:0"])  # fmt: skip
     assert code == 2
     assert "`secure_aggregation.clipping_range` must be >= " in capsys.readouterr().err
+
+
+def test_dp_cannot_be_switched_on_for_a_job_that_ran_without_it(tmp_path: Path) -> None:
+    import logging
+
+    import pytest
+
+    from sporenet.federated.errors import ConfigError
+    from sporenet.federated.server.config import build_config
+    from sporenet.federated.server.observability import Metrics
+    from sporenet.federated.server.rounds import RoundManager
+
+    make_model(tmp_path / "init.spore")
+    plain = {"state_dir": str(tmp_path / "state"), "model": str(tmp_path / "init.spore")}
+    log = logging.getLogger("test-dp")
+    RoundManager(build_config(plain, {}), metrics=Metrics(), logger=log).close()
+    with_dp = {**plain, "differential_privacy": {"enabled": True}}
+    with pytest.raises(ConfigError, match="cannot be enabled for a job that started without it"):
+        RoundManager(build_config(with_dp, {}), metrics=Metrics(), logger=log)
+    # A job created with DP has its (empty) accountant from the start, and restarts fine.
+    dp_dir = {**with_dp, "state_dir": str(tmp_path / "dp")}
+    RoundManager(build_config(dp_dir, {}), metrics=Metrics(), logger=log).close()
+    manager = RoundManager(build_config(dp_dir, {}), metrics=Metrics(), logger=log)
+    assert manager.status()["privacy"]["epsilon"] == 0.0
+    assert manager.status()["privacy"]["rounds"] == []
+    manager.close()
