@@ -12,6 +12,7 @@ from typing import ClassVar
 
 import numpy as np
 
+from sporenet.lite.kernels.activation import relu_into
 from sporenet.lite.kernels.base import Attrs, Compute, Kernel, TensorSpec
 from sporenet.lite.ops import OpCode
 
@@ -45,7 +46,7 @@ class Relu(UnaryKernel):
     op = OpCode.RELU
 
     def compute(self, x: np.ndarray, out: np.ndarray, *scratch: np.ndarray) -> None:
-        np.maximum(x, 0, out=out)
+        relu_into(x, out)
 
 
 class Relu6(UnaryKernel):
