@@ -134,15 +134,18 @@ def test_kill9_keeps_the_accountant_and_the_budget_stops_the_job(
     budget = (eps[2] + eps[3]) / 2  # three rounds fit, a fourth would overspend
     dp = f"noise_multiplier = {noise}\nclipping_norm = 1.0\ndelta = 1e-5\nepsilon_budget = {budget}"
     cfg = write_config(tmp_path / "s.toml", tmp_path / "init.spore", dp, rounds=10, clients=n)
-    server = server_factory(["--config", str(cfg)]).start()
+    server = server_factory(["--config", str(cfg), "--checkpoint-every", "1"]).start()
     hold = threading.Event()
     threads = run_clients(server.address, fixed_deltas(w0, [0.2, 0.4, 3.0]), hold=hold)
 
-    def round1_paid() -> bool:
-        p = read_status(server.state_dir)["privacy"]
-        return p is not None and len(p["rounds"]) == 1
+    def round2_has_two_updates() -> bool:
+        s = read_status(server.state_dir)
+        accepted = [c for c, st in s["participants"].items() if st == "accepted"]
+        return s["job"]["round"] == 2 and s["job"]["active"] and len(accepted) == 2
 
-    wait_for(round1_paid, timeout=30, what="round 1 published with its epsilon")
+    # Round 1 is paid for; round 2 holds two clipped updates in its checkpoint.
+    wait_for(round2_has_two_updates, timeout=30, what="round 2 with two updates")
+    assert len(read_status(server.state_dir)["privacy"]["rounds"]) == 1
     server.kill9()
     server.start()
     hold.set()
@@ -150,6 +153,8 @@ def test_kill9_keeps_the_accountant_and_the_budget_stops_the_job(
         t.join(60)
     assert not any(t.is_alive() for t in threads), server.logs()
 
+    # The clipped-sum checkpoint of the DP aggregator came back with the round.
+    assert [e["checkpointed"] for e in server.events("aggregate_restored")] == [2]
     restored = server.events("privacy_restored")
     assert len(restored) == 1 and restored[0]["rounds"] == 1
     np.testing.assert_allclose(restored[0]["epsilon"], eps[0], rtol=1e-9)
