@@ -7,6 +7,9 @@ published model change is the server's Gaussian noise.
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -121,6 +124,15 @@ def test_central_dp_clips_adds_noise_of_the_configured_scale_and_accounts(
     assert privacy["epsilon"] == eps[-1] and privacy["delta"] == 1e-5
     assert [e["epsilon"] for e in server.events("privacy_spent")] == eps
     assert status["job"]["status"] == "finished"
+    # What an operator sees: `sporenet-server status` prints the same privacy record.
+    out = subprocess.run(
+        [sys.executable, "-m", "sporenet.federated.server", "status", "--state-dir",
+         str(server.state_dir)],
+        capture_output=True, text=True, timeout=30, check=True,
+    )  # fmt: skip
+    shown = json.loads(out.stdout)["privacy"]
+    assert shown["epsilon"] == eps[-1] and shown["epsilon_budget"] is None
+    assert [r["epsilon"] for r in shown["rounds"]] == eps
     assert server.terminate() == 0
 
 
