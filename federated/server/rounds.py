@@ -172,13 +172,12 @@ class RoundManager:
 
         now = time.time()
         job = self.store.job()
-        new_job = job is None
+        self._init_privacy(job)  # before a new job is written: they are saved together
         if job is None:
             job = self._init_job(now)
         else:
             log_event(self.log, "job_resumed", round=job.round, phase=job.phase, status=job.status)
         self.job = job
-        self._init_privacy(new_job)
         with self.store.transaction() as tx:
             tx.set_meta("config", _config_summary(config))
         self._load_model(job.model_version)
@@ -214,10 +213,12 @@ class RoundManager:
         with self.store.transaction() as tx:
             tx.add_model(record)
             tx.set_job(job)
+            if self._accountant is not None:  # DP jobs have their accountant from the start
+                tx.set_meta("privacy", self._privacy_state())
         log_event(self.log, "job_created", model=str(self.config.model), tensors=len(weights))
         return job
 
-    def _init_privacy(self, new_job: bool) -> None:
+    def _init_privacy(self, job: JobState | None) -> None:
         """The accountant and adaptive clipping norm: restored from the store, or fresh."""
         dp = self.config.differential_privacy
         self._accountant: RDPAccountant | None = None
@@ -229,17 +230,15 @@ class RoundManager:
         # delta and the budget are the configuration's; what was spent is the store's.
         settings: dict[str, Any] = {"delta": dp.delta, "epsilon_budget": dp.epsilon_budget}
         if saved is None:
-            if not new_job:
+            if job is not None:
                 # Rounds already released (or under way) without noise: no epsilon is true.
                 raise ConfigError(
                     "`differential_privacy` cannot be enabled for a job that started without"
-                    f" it (state dir {str(self.dir)!r} is at round {self.job.round}): its"
+                    f" it (state dir {str(self.dir)!r} is at round {job.round}): its"
                     " epsilon would not cover the earlier rounds; start a new state dir"
                 )
             self._accountant = RDPAccountant(**settings)
-            self._adaptive = dp.adaptive()
-            with self.store.transaction() as tx:
-                tx.set_meta("privacy", self._privacy_state())
+            self._adaptive = dp.adaptive()  # saved with the new job (_init_job)
         else:
             if not isinstance(saved, dict) or not isinstance(saved.get("accountant"), dict):
                 raise ConfigError(
