@@ -20,7 +20,8 @@ round), trains once when the masked-input stage comes, and sends only the masked
 (compression does not apply). A reply lost to a failure is resent byte for byte. With
 distributed differential privacy on the server, the task config carries
 `dp_noise_multiplier`, `dp_clipping_norm` and `dp_min_clients`: the client clips its delta
-and adds its share of the Gaussian noise before masking (privacy/distributed.py).
+and adds its share of the Gaussian noise before masking (privacy/distributed.py); with
+local DP (`dp_local_noise_multiplier`), all of the noise before any upload (privacy/local.py).
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ from sporenet.federated.auth import Credentials
 from sporenet.federated.codec import COMPRESSIONS, decode_update, encode_update
 from sporenet.federated.errors import AuthError, ConfigError, FederatedError, TransferError
 from sporenet.federated.net import is_loopback, split_address
-from sporenet.federated.privacy import DistributedDP, PrivacyError
+from sporenet.federated.privacy import DistributedDP, LocalDP, PrivacyError
 from sporenet.federated.secagg import SecAggError, Stage
 from sporenet.federated.secagg.session import SecureClientSession
 from sporenet.federated.wire import (
@@ -92,21 +93,33 @@ class _PendingUpload:
     metrics_json: str
 
 
-def _distributed_dp(task: pb.Task, trained: tuple[Weights, int, str]) -> tuple[Weights, int, str]:
-    """Clip the delta and add this client's share of the noise when the task asks for it
-    (distributed DP: the server sees only the secure sum, whose noise is the shares' sum)."""
-    config = json.loads(task.config_json or "{}")
-    if "dp_noise_multiplier" not in config:
-        return trained
-    share = DistributedDP(
-        noise_multiplier=config["dp_noise_multiplier"],
-        clipping_norm=config["dp_clipping_norm"],
-        min_clients=config["dp_min_clients"],
-    )
-    delta, num_samples, metrics_json = trained
+def _privatize(config: Mapping[str, Any], delta: Weights) -> Weights:
+    """Clip the delta and add noise when the task config asks for client-side DP: all of it
+    (local DP) or this client's share of it (distributed DP: the server sees only the
+    secure sum, whose noise is the sum of the shares). Same dtypes as `delta`."""
+    mech: LocalDP | DistributedDP
+    if "dp_local_noise_multiplier" in config:
+        mech = LocalDP(
+            noise_multiplier=config["dp_local_noise_multiplier"],
+            clipping_norm=config["dp_clipping_norm"],
+        )
+    elif "dp_noise_multiplier" in config:
+        mech = DistributedDP(
+            noise_multiplier=config["dp_noise_multiplier"],
+            clipping_norm=config["dp_clipping_norm"],
+            min_clients=config["dp_min_clients"],
+        )
+    else:
+        return delta
     # OS entropy: noise the server could predict would protect nothing.
-    noised = cast(Weights, share.privatize(delta, np.random.default_rng()))  # dict in, dict out
-    return noised, num_samples, metrics_json
+    noised = cast(Weights, mech.privatize(delta, np.random.default_rng()))  # dict in, dict out
+    return {k: np.asarray(v, dtype=delta[k].dtype) for k, v in noised.items()}
+
+
+def _distributed_dp(task: pb.Task, trained: tuple[Weights, int, str]) -> tuple[Weights, int, str]:
+    """`_privatize` for a secure round's (delta, samples, metrics)."""
+    delta, num_samples, metrics_json = trained
+    return _privatize(json.loads(task.config_json or "{}"), delta), num_samples, metrics_json
 
 
 class Client:
@@ -351,6 +364,7 @@ class Client:
         if missing:
             raise ConfigError(f"train() returned weights without tensors {missing}")
         delta = {k: np.asarray(new[k], dtype=w.dtype) - w for k, w in global_weights.items()}
+        delta = _privatize(config, delta)
         if self.compression:
             for k, d in delta.items():
                 d += self._residual.get(k, 0.0)

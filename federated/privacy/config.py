@@ -3,7 +3,8 @@
     [differential_privacy]
     enabled = true
     mode = "central"            # central: the server clips and noises; distributed: each
-                                # client adds its share under secure aggregation
+                                # client adds its share under secure aggregation; local:
+                                # each client adds all of it (no trust in the server)
     noise_multiplier = 1.0      # z: noise std on the sum is z·C
     clipping_norm = 1.0         # C (the initial C with adaptive clipping)
     adaptive_clipping = false   # C follows a quantile of the update norms (central only)
@@ -25,7 +26,7 @@ from typing import Any
 from sporenet.federated.privacy.clipping import AdaptiveClipping
 from sporenet.federated.privacy.errors import PrivacyConfigError
 
-MODES = ("central", "distributed")
+MODES = ("central", "distributed", "local")
 SECTION = "differential_privacy"
 
 

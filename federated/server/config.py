@@ -212,7 +212,7 @@ class ServerConfig:
         from sporenet.federated.strategies.base import Strategy
 
         strategy = make_strategy(self.strategy, self.strategy_options)
-        if type(strategy).make_aggregator is not Strategy.make_aggregator:
+        if dp.mode != "local" and type(strategy).make_aggregator is not Strategy.make_aggregator:
             raise ConfigError(
                 f"`strategy` {self.strategy!r} aggregates by order statistics or distances,"
                 " which differential privacy's clipped, noised mean replaces: use fedavg,"
@@ -223,6 +223,11 @@ class ServerConfig:
                 '`differential_privacy.mode` "central" needs every individual update to clip'
                 ' it, which secure aggregation hides: use mode = "distributed" with'
                 " secure aggregation"
+            )
+        if dp.mode == "local" and self.secure_aggregation is not None:
+            raise ConfigError(
+                '`differential_privacy.mode` "local" with secure aggregation adds far more noise'
+                ' than needed: use mode = "distributed" (each client adds a share of the noise)'
             )
         if dp.mode == "distributed":
             if self.secure_aggregation is None:

@@ -255,6 +255,24 @@ class RoundManager:
             log_event(self.log, "privacy_restored", rounds=self._accountant.rounds,
                       epsilon=self._accountant.epsilon())  # fmt: skip
 
+    def _dp_task_config(self, threshold: int = 0) -> dict[str, Any]:
+        """What a client must do for client-side DP (the SDK reads these `dp_*` keys)."""
+        dp = self.config.differential_privacy
+        if dp is None or dp.mode == "central":
+            return {}
+        if dp.mode == "local":  # the client adds all of the noise
+            return {"dp_local_noise_multiplier": dp.noise_multiplier,
+                    "dp_clipping_norm": dp.clipping_norm}  # fmt: skip
+        # distributed: clip and add N(0, (zC)²/t); any t contributors carry (zC)² in sum.
+        return {"dp_noise_multiplier": dp.noise_multiplier, "dp_clipping_norm": dp.clipping_norm,
+                "dp_min_clients": threshold}  # fmt: skip
+
+    def _charged_rate(self, sample_rate: float) -> float:
+        """The sampling rate the accountant charges: local DP protects each release on its
+        own (the server knows who was sampled), so it gets no amplification."""
+        dp = self.config.differential_privacy
+        return 1.0 if dp is not None and dp.mode == "local" else sample_rate
+
     def _check_distributed_range(self) -> None:
         """Distributed DP's noised coordinates must fit secagg's clipping range (else the
         clipped noise is no longer Gaussian): checked once the model's size is known."""
@@ -451,6 +469,7 @@ class RoundManager:
             config = {"round": job.round, "rounds": self.config.rounds, **self.config.fit_config}
             if job.phase == "fit":
                 config.update(self.strategy.fit_config(job.round))
+                config.update(self._dp_task_config())
             return TaskInfo(job.phase, job.round, self._task_id(), self._model_record, config)
         return TaskInfo(
             "wait", job.round, retry_after=1.0, reason="not selected" if job.active else "waiting"
@@ -470,12 +489,7 @@ class RoundManager:
                   **self.strategy.fit_config(job.round)}  # fmt: skip
         if r.max_weight is not None:
             config["secure_max_weight"] = r.max_weight
-        dp = self.config.differential_privacy
-        if dp is not None and dp.mode == "distributed":
-            # The client clips and adds N(0, (zC)²/t): any t contributors carry (zC)² in sum.
-            config.update(dp_noise_multiplier=dp.noise_multiplier,
-                          dp_clipping_norm=dp.clipping_norm,
-                          dp_min_clients=r.server.params.threshold)  # fmt: skip
+        config.update(self._dp_task_config(r.server.params.threshold))
         return TaskInfo(
             "secure_fit", job.round, self._task_id(), self._model_record, config,
             secure_stage=r.stage.value, secure_setup=r.setup_payload(client_id),
@@ -902,11 +916,12 @@ class RoundManager:
         fraction = self.config.fraction if job.phase == "fit" else self.config.evaluate_fraction
         size = min(len(live), max(need, math.ceil(fraction * len(live))))
         if job.phase == "fit" and self.config.differential_privacy is not None:
-            why = self._budget_left(size / len(live))
+            rate = self._charged_rate(size / len(live))
+            why = self._budget_left(rate)
             if why:
                 self._finish_for_budget(why)
                 return
-            job.dp_cohort, job.dp_sample_rate = size, size / len(live)
+            job.dp_cohort, job.dp_sample_rate = size, rate
         rng = random.Random(f"{self.config.seed}-{job.round}-{job.phase}")
         chosen = sorted(rng.sample(live, size))
         job.active, job.attempt = True, 0
@@ -1023,7 +1038,7 @@ class RoundManager:
             # Stop now if even the smallest sampling rate a round can have is unaffordable.
             # (After an evaluate phase, the next fit phase's start checks instead.)
             running_fit = job.status == "running" and job.phase == "fit"
-            why = self._budget_left(self.config.fraction) if running_fit else ""
+            why = self._budget_left(self._charged_rate(self.config.fraction)) if running_fit else ""
             if why:
                 self._finish_for_budget(why)
             self._model_bytes, self._weights, self._opt_state = data, new_weights, new_state

@@ -287,3 +287,39 @@ def test_dp_cannot_be_switched_on_for_a_job_that_ran_without_it(tmp_path: Path) 
     assert manager.status()["privacy"]["epsilon"] == 0.0
     assert manager.status()["privacy"]["rounds"] == []
     manager.close()
+
+
+def test_local_dp_clients_add_all_the_noise_and_get_no_sampling_amplification(
+    tmp_path: Path,
+    server_factory,  # type: ignore[no-untyped-def]
+) -> None:
+    w0 = make_model(tmp_path / "init.spore", out=64, inp=64)  # 4160 coordinates
+    # Every client has the same update (norm 3, clipped to 1), so the clipped mean is known
+    # whichever clients the half-fraction sample picks.
+    (common,) = fixed_deltas(w0, [3.0])
+    dp = f'mode = "local"\nnoise_multiplier = {NOISE}\nclipping_norm = {CLIP}'
+    cfg = write_config(tmp_path / "s.toml", tmp_path / "init.spore", dp, rounds=2, clients=2)
+    cfg.write_text("fraction = 0.5\n" + cfg.read_text())
+    server = server_factory(["--config", str(cfg)]).start()
+    threads = run_clients(server.address, [common] * 4)
+    for t in threads:
+        t.join(60)
+    assert not any(t.is_alive() for t in threads), server.logs()
+    privacy = read_status(server.state_dir)["privacy"]
+    clipped = {k: common[k].astype(np.float64) * CLIP / 3.0 for k in w0}
+    for v, entry in zip((1, 2), privacy["rounds"], strict=True):
+        assert entry["cohort"] == 2  # half of the live clients, at least min_clients
+        before, after = model_version(server.state_dir, v - 1), model_version(server.state_dir, v)
+        residual = np.concatenate([(after[k] - before[k] - clipped[k]).ravel() for k in w0])
+        # Each of the 2 clients adds N(0, (zC)²); the mean of two: std zC/sqrt(2).
+        want_std = NOISE * CLIP / np.sqrt(2)
+        assert abs(residual.std() / want_std - 1) < 0.2, (residual.std(), want_std)
+    # Round 2 sampled 2 of 4 live clients, yet is charged as q = 1: the server knows who
+    # took part, so local DP gets no amplification by sampling.
+    started = [e for e in server.events("phase_started") if e["round"] == 2]
+    assert [(e["selected"], e["live"]) for e in started] == [(2, 4)]
+    assert [r["sample_rate"] for r in privacy["rounds"]] == [1.0, 1.0]
+    np.testing.assert_allclose(
+        [r["epsilon"] for r in privacy["rounds"]], expected_epsilons(NOISE, 1.0, 2), rtol=1e-9
+    )
+    assert server.terminate() == 0

@@ -37,7 +37,7 @@ def test_off_by_default_and_read_from_the_table() -> None:
 @pytest.mark.parametrize(
     ("table", "top", "message"),
     [
-        ({"enabled": True, "mode": "local"}, {}, r"`differential_privacy.mode` must be one of"),
+        ({"enabled": True, "mode": "laplace"}, {}, r"`differential_privacy.mode` must be one of"),
         ({"enabled": True, "noise_multiplier": 0}, {}, r"`differential_privacy.noise_multiplier`"),
         ({"enabled": True, "noise_multiplier": "1"}, {},
          r"`differential_privacy.noise_multiplier` must be int or float"),
@@ -67,6 +67,8 @@ def test_off_by_default_and_read_from_the_table() -> None:
         ({"enabled": True, "mode": "distributed", "adaptive_clipping": True,
           "count_noise_multiplier": 1.0}, {"secure_aggregation": {"enabled": True}},
          r"`differential_privacy.adaptive_clipping` is only supported with mode"),
+        ({"enabled": True, "mode": "local"}, {"secure_aggregation": {"enabled": True}},
+         r"mode` \"local\" with secure aggregation"),
         ("on", {}, r"`differential_privacy` must be a table"),
     ],
 )  # fmt: skip
@@ -78,6 +80,11 @@ def test_bad_values_name_the_key(table: Any, top: dict[str, Any], message: str) 
 def test_distributed_mode_goes_with_secure_aggregation() -> None:
     cfg = build({"enabled": True, "mode": "distributed"}, secure_aggregation={"enabled": True})
     assert cfg.differential_privacy.mode == "distributed" and cfg.secure_aggregation is not None
+
+
+def test_local_mode_works_with_any_strategy() -> None:
+    cfg = build({"enabled": True, "mode": "local"}, strategy="median")
+    assert cfg.differential_privacy.mode == "local" and cfg.strategy == "median"
 
 
 def test_the_daemon_refuses_a_bad_table_at_start_with_exit_code_2(
