@@ -117,6 +117,10 @@ def stage_personalize(path: Path, data: cloud.datasets.Split, epochs: int) -> No
           f"(backbone unchanged: {backbone_same})")
 
 
+STAGE_TIMEOUT = 180.0
+"""Seconds the federated stage may take before the demo gives up with the server's log."""
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -159,22 +163,28 @@ def stage_federated(path: Path, data: cloud.datasets.Split, out: Path, *, rounds
             return loss, len(yt), {"accuracy": float(np.mean(logits.argmax(1) == yt))}
 
         client = Client(address, train=train, evaluate=evaluate, name=f"device-{k}",
-                        poll_wait=1.0, give_up_after=120)
+                        poll_wait=1.0, give_up_after=STAGE_TIMEOUT)
         try:
             client.run()
         finally:
             client.close()
 
     start = time.perf_counter()
+    deadline = start + STAGE_TIMEOUT
     try:
-        threads = [threading.Thread(target=run_client, args=(k,)) for k in range(clients)]
+        # Daemon threads: a client still retrying at the deadline does not keep us alive.
+        threads = [threading.Thread(target=run_client, args=(k,), daemon=True)
+                   for k in range(clients)]
         for t in threads:
             t.start()
         for t in threads:
-            t.join(300)
+            t.join(max(0.0, deadline - time.perf_counter()))
     finally:
         server.terminate()
         _, err = server.communicate(timeout=30)
+    if any(t.is_alive() for t in threads):
+        raise RuntimeError(f"the federated rounds did not finish within {STAGE_TIMEOUT:.0f}s; "
+                           f"server log:\n{err[-4000:]}")
     status = subprocess.run(
         [sys.executable, "-m", "sporenet.federated.server", "status", "--state-dir", str(state)],
         capture_output=True, text=True, check=False)

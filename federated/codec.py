@@ -46,7 +46,7 @@ def encode_update(
         raise ConfigError(f"`topk_ratio` must be in (0, 1], got {topk_ratio}")
     bundle = pb.TensorBundle()
     for name, value in update.items():
-        a = np.ascontiguousarray(value)
+        a = np.asarray(value, order="C")  # ascontiguousarray would make a 0-d value 1-d
         t = bundle.tensors.add(name=name, dtype=a.dtype.name, shape=list(a.shape))
         flat = a.reshape(-1)
         if "topk" in compression:

@@ -28,6 +28,14 @@ def test_raw_round_trip_is_exact() -> None:
         assert got[k].dtype == np.float32 and got[k].shape == DELTA[k].shape
 
 
+@pytest.mark.parametrize("compression", [(), ("int8",), ("topk",)])
+def test_zero_dimensional_tensors_keep_their_shape(compression: tuple[str, ...]) -> None:
+    scalar = {"scale": np.array(0.0625, np.float32)}
+    got = decode_update(encode_update(scalar, compression=compression), template_of(scalar))
+    assert got["scale"].shape == ()
+    np.testing.assert_allclose(got["scale"], 0.0625, rtol=1e-2)
+
+
 @settings(max_examples=50, deadline=None)
 @given(hnp.arrays(np.float32, st.integers(1, 64), elements=st.floats(-1e3, 1e3, width=32)))
 def test_int8_error_is_at_most_half_a_step(x: np.ndarray) -> None:
