@@ -63,8 +63,9 @@ class ModelBuilder:
     def constant(self, name: str, value: Any, dtype: Any = None, *, trainable: bool = False,
                  quantization: Quantization | None = None) -> int:
         """A constant tensor holding `value` (stored contiguously in the model file)."""
-        # np.array, not ascontiguousarray: the latter turns a 0-d value into shape (1,).
-        array = np.array(value, dtype=dtype, order="C")
+        # asarray, not ascontiguousarray (which turns a 0-d value into shape (1,)); like it,
+        # asarray does not copy a contiguous array, which cloud's eager tape relies on.
+        array = np.asarray(value, dtype=dtype, order="C")
         if array.dtype == np.float64 and dtype is None:
             array = array.astype(np.float32)
         return self.tensor(name, array.shape, array.dtype, data=array, trainable=trainable,
