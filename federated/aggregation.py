@@ -36,6 +36,16 @@ def template_of(weights: Mapping[str, np.ndarray]) -> dict[str, tuple[tuple[int,
     }
 
 
+def restore_sums(sums: dict[str, np.ndarray], snapshot: Mapping[str, np.ndarray]) -> None:
+    """Load running sums from an aggregate checkpoint (keys "sum/<tensor>"), in place,
+    refusing a checkpoint whose tensors or shapes differ from the model's."""
+    for n in sums:
+        key = f"sum/{n}"
+        if key not in snapshot or snapshot[key].shape != sums[n].shape:
+            raise AggregationError(f"aggregate checkpoint does not match the model at tensor {n!r}")
+        sums[n] = np.array(snapshot[key], np.float64)
+
+
 @runtime_checkable
 class Aggregator(Protocol):
     """Folds validated client updates into one aggregated delta.
@@ -106,13 +116,7 @@ class WeightedMeanAggregator:
         return state
 
     def restore(self, snapshot: Mapping[str, np.ndarray]) -> None:
-        for n in self._sums:
-            key = f"sum/{n}"
-            if key not in snapshot or snapshot[key].shape != self._sums[n].shape:
-                raise AggregationError(
-                    f"aggregate checkpoint does not match the model at tensor {n!r}"
-                )
-            self._sums[n] = np.array(snapshot[key], np.float64)
+        restore_sums(self._sums, snapshot)
         self._total = float(snapshot["meta/total"])
         self._clients = [str(c) for c in snapshot["meta/clients"].tolist()]
 

@@ -347,8 +347,9 @@ class Client:
         self._models.clear()  # the next task needs a newer model
         self.rounds_trained += 1
 
-    def _train(self, task: pb.Task) -> _PendingUpload:
-        # Read-only views into the model bytes: train() gets its own copies below.
+    def _run_train(self, task: pb.Task) -> tuple[Weights, dict, Weights, int, Any]:
+        """Call the user's train() on the task's model while heartbeating; returns the
+        global weights, the task config, the new weights, the sample count, the metrics."""
         global_weights = read_weights(self._model_bytes(task))
         config = json.loads(task.config_json or "{}")
         done = threading.Event()
@@ -363,6 +364,11 @@ class Client:
         missing = sorted(set(global_weights) - set(new))
         if missing:
             raise ConfigError(f"train() returned weights without tensors {missing}")
+        return global_weights, config, new, num_samples, metrics
+
+    def _train(self, task: pb.Task) -> _PendingUpload:
+        # Read-only views into the model bytes: train() gets its own copies below.
+        global_weights, config, new, num_samples, metrics = self._run_train(task)
         delta = {k: np.asarray(new[k], dtype=w.dtype) - w for k, w in global_weights.items()}
         delta = _privatize(config, delta)
         if self.compression:
@@ -445,20 +451,7 @@ class Client:
 
     def _train_delta(self, task: pb.Task) -> tuple[Weights, int, str]:
         """Train on the task's model (heartbeating); (delta, samples, metrics JSON)."""
-        global_weights = read_weights(self._model_bytes(task))
-        config = json.loads(task.config_json or "{}")
-        done = threading.Event()
-        beats = threading.Thread(target=self._heartbeats, args=(task.task_id, done), daemon=True)
-        beats.start()
-        try:
-            new, num_samples, metrics = self.train(
-                {k: v.copy() for k, v in global_weights.items()}, config
-            )
-        finally:
-            done.set()
-        missing = sorted(set(global_weights) - set(new))
-        if missing:
-            raise ConfigError(f"train() returned weights without tensors {missing}")
+        global_weights, _config, new, num_samples, metrics = self._run_train(task)
         delta = {
             k: np.asarray(new[k], dtype=np.float64) - w.astype(np.float64)
             for k, w in global_weights.items()

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from sporenet.federated.aggregation import Template, Weights
+from sporenet.federated.aggregation import Template, Weights, restore_sums
 from sporenet.federated.errors import AggregationError
 from sporenet.federated.privacy.clipping import (
     AdaptiveClipping,
@@ -111,13 +111,7 @@ class CentralDPAggregator:
         return state
 
     def restore(self, snapshot: Mapping[str, np.ndarray]) -> None:
-        for n in self._sums:
-            key = f"sum/{n}"
-            if key not in snapshot or snapshot[key].shape != self._sums[n].shape:
-                raise AggregationError(
-                    f"aggregate checkpoint does not match the model at tensor {n!r}"
-                )
-            self._sums[n] = np.array(snapshot[key], np.float64)
+        restore_sums(self._sums, snapshot)
         self._norms = [float(v) for v in snapshot["meta/norms"].tolist()]
         self._clients = [str(c) for c in snapshot["meta/clients"].tolist()]
         if self.adaptive is not None:
