@@ -351,9 +351,45 @@ def run_case(case: Case, *, optimize: bool = True) -> str | None:
             try:
                 np.testing.assert_allclose(got, want, rtol=case.rtol, atol=case.atol)
             except AssertionError as exc:
+                if _softmax_of_tied_logits(model, shapes, feeds, name, got):
+                    continue
                 lines = [ln for ln in str(exc).splitlines() if "Max" in ln or "Mismatch" in ln]
                 return f"output {name!r}: values differ ({'; '.join(lines)})"
     return None
+
+
+def _softmax_of_tied_logits(model: onnx.ModelProto, shapes: dict, feeds: dict, name: str,
+                            got: np.ndarray) -> bool:
+    """Whether `name` is a Softmax whose reference logits tie to within float32 rounding,
+    while our logits match onnxruntime's and our softmax is a distribution.
+
+    The light_* models' constant weights make all 1000 logits about 1e10 and equal: one
+    unit in the last place of any logit (from a different but equally valid summation
+    order) turns the uniform reference softmax into a near one-hot one. There the logits,
+    not the softmax, are the meaningful comparison.
+    """
+    node = next((n for n in model.graph.node if name in n.output), None)
+    if node is None or node.op_type != "Softmax":
+        return False
+    import onnxruntime as ort  # the test extra; the conformance suite runs with it
+
+    logits_name = node.input[0]
+    probe = onnx.ModelProto()
+    probe.CopyFrom(model)
+    probe.graph.output.append(
+        onnx.helper.make_tensor_value_info(logits_name, onnx.TensorProto.FLOAT, ["n", "k"]))
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    reference = ort.InferenceSession(probe.SerializeToString(), options,
+                                     providers=["CPUExecutionProvider"])
+    ref = reference.run([logits_name], feeds)[0].astype(np.float64)
+    ours = Interpreter(model_content=convert_onnx(probe, input_shapes=shapes)).run(feeds)
+    mine = np.asarray(ours[logits_name], np.float64)
+    scale = float(np.max(np.abs(ref))) or 1.0
+    tied = np.ptp(ref.reshape(ref.shape[0], -1), axis=1) <= 16 * np.spacing(np.float32(scale))
+    return bool(np.all(tied)
+                and np.allclose(mine, ref, rtol=1e-4, atol=1e-4 * scale)
+                and np.allclose(got.reshape(got.shape[0], -1).sum(axis=1), 1.0, atol=1e-4))
 
 
 def _first_line(exc: BaseException) -> str:

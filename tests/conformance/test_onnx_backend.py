@@ -87,3 +87,24 @@ def test_optimized_and_unoptimized_light_models_agree(name: str) -> None:
         outputs.append(next(iter(interpreter.run({input_name: feed}).values())))
     scale = float(np.max(np.abs(outputs[1])))
     np.testing.assert_allclose(outputs[0], outputs[1], rtol=1e-5, atol=1e-5 * scale)
+
+
+def test_tied_logit_softmax_is_judged_by_its_logits() -> None:
+    """The light-model fallback accepts any distribution over exactly tied logits and
+    nothing else: a different output, or untied (random-weight) logits, still fail."""
+    import os
+
+    import numpy as np
+
+    model = ob.onnx.load(os.path.join(ob.DATA_DIR, "light", "light_squeezenet.onnx"))
+    feed = ob.light_input(model)[0]
+    (input_name,) = [v.name for v in model.graph.input
+                     if v.name not in {t.name for t in model.graph.initializer}]
+    shapes, feeds = {input_name: feed.shape}, {input_name: feed}
+    out = model.graph.output[0].name
+    one_hot = np.zeros((1, 1000), np.float32)
+    one_hot[0, 7] = 1.0
+    assert ob._softmax_of_tied_logits(model, shapes, feeds, out, one_hot)
+    assert not ob._softmax_of_tied_logits(model, shapes, feeds, out, one_hot * 2)  # not a pmf
+    real = ob.with_real_weights(model)
+    assert not ob._softmax_of_tied_logits(real, shapes, feeds, out, one_hot)
