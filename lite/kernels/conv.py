@@ -98,7 +98,9 @@ class Conv2D(Kernel):
               and group == 1 and w.value is not None
               and (bias is None or bias.value is not None)
               and self.win.out[0] * self.win.out[1] >= _WINOGRAD_MIN_PLANE
-              and c >= _WINOGRAD_MIN_CH):
+              and min(c, o) >= _WINOGRAD_MIN_CH
+              and min(c, o) * n * -(-self.win.out[0] // 2) * -(-self.win.out[1] // 2)
+              >= _WINOGRAD_MIN_WORK):
             self.strategy = "winograd"
         else:
             self.strategy = "im2col"
@@ -430,7 +432,14 @@ class Conv2D(Kernel):
 # 256 channels on 7x7 and breaks even at 512 channels on 4x4, which therefore stays on
 # im2col (and keeps the largest layers' weights at their original size).
 _WINOGRAD_MIN_PLANE = 36
-_WINOGRAD_MIN_CH = 16
+# The transforms cost ~16 passes over the input and output tiles per call whatever the
+# channel counts, while the GEMMs save 5/9 of the C*O work per tile: with few channels,
+# or few tiles (N * ceil(OH/2) * ceil(OW/2)) times channels, the transforms eat the
+# saving. Measured (one thread, OpenBLAS Haswell), Winograd/im2col time: 1.75 at 16->16
+# channels 28x28, 1.36 at 16->64 28x28 and at 64 ch 7x7, 1.06 at 48 ch 14x14, 1.04 at
+# 256 ch 6x6; 0.87-0.93 at 64 ch 16x16, 384 ch 6x6, 256 ch 7x7; 0.70 at 64 ch 28x28.
+_WINOGRAD_MIN_CH = 32
+_WINOGRAD_MIN_WORK = 3000
 # Depthwise layout choice: phase grids of at most this many positions use the interleaved
 # layout; planar rows at least _LONG_ROW long broadcast weights instead of expanding them.
 _SMALL_PLANE = 400

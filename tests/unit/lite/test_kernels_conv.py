@@ -345,6 +345,8 @@ def test_winograd_matches_reference_and_onnxruntime(monkeypatch, n, c, h, w, o, 
     from sporenet.lite.kernels import conv
 
     monkeypatch.setattr(conv, "_WINOGRAD_MIN_PLANE", 0)
+    monkeypatch.setattr(conv, "_WINOGRAD_MIN_CH", 1)
+    monkeypatch.setattr(conv, "_WINOGRAD_MIN_WORK", 0)
     x, wt, b = _data(np.random.default_rng(10), n, c, h, w, o, 1, (3, 3), bias)
     inputs = [x, wt] + ([b] if bias else [])
     spec = [TensorSpec(a.shape, a.dtype, None if k == 0 else a) for k, a in enumerate(inputs)]
@@ -364,11 +366,12 @@ def test_winograd_matches_reference_and_onnxruntime(monkeypatch, n, c, h, w, o, 
     (False, 8, [1, 1], "im2col"),  # run-time weights cannot be transformed at load
     (True, 8, [2, 2], "im2col"),   # F(2x2, 3x3) is for stride 1
     (True, 4, [1, 1], "im2col"),   # too few output positions (below _WINOGRAD_MIN_PLANE)
-    (True, 7, [1, 1], "winograd"),
+    (True, 7, [1, 1], "im2col"),   # 64 ch x 16 tiles: transforms cost more than they save
+    (True, 28, [1, 1], "winograd"),
 ])
 def test_winograd_only_where_it_applies(constant_weights, out_hw, strides, strategy):
-    x = TensorSpec((1, 16, out_hw, out_hw), np.dtype(np.float32))
-    w = np.ones((4, 16, 3, 3), np.float32)
+    x = TensorSpec((1, 64, out_hw, out_hw), np.dtype(np.float32))
+    w = np.ones((64, 64, 3, 3), np.float32)
     spec_w = TensorSpec(w.shape, w.dtype, w if constant_weights else None)
     attrs = Attrs("Conv", {"pads": [1, 1, 1, 1], "strides": strides})
     assert Conv2D(attrs, [x, spec_w]).strategy == strategy
