@@ -40,8 +40,7 @@ class Interpreter:
         self._shapes: dict[int, tuple[int, ...]] = {}
         self._input_names = self.signature.inputs
         self._output_names = self.signature.outputs
-        self._plan: ExecutionPlan | None = None
-        self.allocate_tensors()
+        self._plan: ExecutionPlan = plan(self.model, self.signature.key, self._shapes)
 
     # ---- planning
     def allocate_tensors(self) -> None:
@@ -67,7 +66,6 @@ class Interpreter:
 
     # ---- details
     def _details(self, names: dict[str, int]) -> list[dict[str, Any]]:
-        assert self._plan is not None
         details = []
         for name, i in names.items():
             t = self.model.tensors[i]
@@ -101,7 +99,6 @@ class Interpreter:
             )
 
     def _check_value(self, name: str, index: int, value: np.ndarray) -> None:
-        assert self._plan is not None
         spec = self._plan.specs[index]
         if value.dtype != spec.dtype:
             raise InputError(f"input {name!r}: expected dtype {spec.dtype}, got {value.dtype}")
@@ -118,12 +115,10 @@ class Interpreter:
         value = np.asarray(value)
         name = self.model.tensors[tensor_index].name
         self._check_value(name, tensor_index, value)
-        assert self._plan is not None
         np.copyto(self._plan.arrays[tensor_index], value)
 
     def get_tensor(self, tensor_index: int) -> np.ndarray:
         """A copy of a tensor's current value (inputs, outputs, constants)."""
-        assert self._plan is not None
         if tensor_index not in self._plan.arrays:
             raise InputError(f"tensor {tensor_index} is not materialized by this plan")
         return np.array(self._plan.arrays[tensor_index])
@@ -131,7 +126,6 @@ class Interpreter:
     # ---- running
     def invoke(self) -> None:
         """Run the planned graph on the inputs set with set_tensor."""
-        assert self._plan is not None
         if self.num_threads is None or not BLAS.available:
             self._plan.run()
             return
@@ -153,7 +147,6 @@ class Interpreter:
             raise InputError(
                 f"inputs expected {sorted(self._input_names)}; unknown {unknown}, missing {missing}"
             )
-        assert self._plan is not None
         values = {name: np.asarray(value) for name, value in feeds.items()}
         # Resize first, copy after: a re-plan replaces every input array, so a value copied
         # before another input's resize would be lost.

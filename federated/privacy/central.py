@@ -50,8 +50,9 @@ class CentralDPAggregator:
             )
         self.expected_clients = expected_clients
         self.adaptive = adaptive
+        # Only read when `adaptive` is None, and then the constructor required a fixed norm.
         self._fixed = (
-            check_positive("clipping_norm", clipping_norm) if clipping_norm is not None else None
+            check_positive("clipping_norm", clipping_norm) if clipping_norm is not None else 0.0
         )
         # The released count takes part of the privacy budget: less noise remains for the sum.
         self._sum_noise = (
@@ -69,7 +70,6 @@ class CentralDPAggregator:
     def clipping_norm(self) -> float:
         if self.adaptive is not None:
             return self.adaptive.clipping_norm
-        assert self._fixed is not None  # the constructor requires one of the two
         return self._fixed
 
     def add(self, client_id: str, update: Weights, weight: float) -> None:
@@ -80,9 +80,8 @@ class CentralDPAggregator:
         if missing:
             raise AggregationError(f"client {client_id!r}: update lacks tensors {sorted(missing)}")
         clipped, norm = clip_l2({n: update[n] for n in self._template}, self.clipping_norm)
-        assert isinstance(clipped, Mapping)
         for n, acc in self._sums.items():
-            acc += clipped[n]
+            acc += clipped[n]  # type: ignore[index]  # a mapping in gives a mapping out
         self._norms.append(norm)
         self._clients.append(client_id)
 

@@ -168,6 +168,12 @@ class SecAggServer:
             Stage.UNMASK: set(self._responded),
         }.get(self.stage, set())
 
+    def _running_sum(self) -> np.ndarray:
+        """The masked sum, allocated when the share-keys stage closed."""
+        if self._sum is None:
+            raise ProtocolError(f"no masked sum exists yet in stage {self.stage.value}")
+        return self._sum
+
     def message_for(self, client: int) -> ServerMessage:
         """What `client` needs for the current stage (recomputable after a restart)."""
         if client not in self.active_clients() or self.stage == Stage.ADVERTISE_KEYS:
@@ -224,12 +230,16 @@ class SecAggServer:
                     f"client {u}: masked input must be {self.vector_length} x "
                     f"{ring_dtype(self.params.modulus_bits)}, found {v.size} x {v.dtype}"
                 )
-            assert self._sum is not None  # allocated when SHARE_KEYS closed (internal invariant)
-            np.add(self._sum, v, out=self._sum)
+            total = self._running_sum()
+            np.add(total, v, out=total)
             self._uploaded.append(u)
         else:
             want = self.message_for(u)
-            assert isinstance(want, UnmaskRequest)
+            if not isinstance(want, UnmaskRequest):
+                raise ProtocolError(
+                    f"client {u}: an unmask response in stage {self.stage.value}, which asks "
+                    f"for {type(want).__name__}"
+                )
             if set(message.key_shares) != set(want.dropped) or set(message.self_mask_shares) != set(
                 want.survivors
             ):
@@ -324,8 +334,7 @@ class SecAggServer:
                 xs[row, col] = holder + 1
                 ys[row, col] = shamir.share_from_bytes(shares[holder])
         secrets = shamir.reconstruct(xs, ys, t) if wanted else np.zeros((0, 32), np.uint8)
-        assert self._sum is not None
-        total = self._sum.copy()
+        total = self._running_sum().copy()
         for (u, what, _), secret in zip(wanted, secrets, strict=True):
             value = secret.tobytes()
             if what == "self":

@@ -269,18 +269,18 @@ class SecureClientSession:
                 raise ProtocolError("the masked input stage needs the client's update")
             vector = flatten(update, self.template)
             if self.max_weight is not None:
-                vector = self._weighted(vector, num_samples)
+                vector = self._weighted(vector, num_samples, self.max_weight)
             return self.client.masked_input(SharesDelivery.from_bytes(payload), vector).to_bytes()
         if stage == Stage.UNMASK:
             return self.client.unmask(UnmaskRequest.from_bytes(payload)).to_bytes()
         raise ProtocolError(f"no client step for stage {stage.value}")
 
-    def _weighted(self, vector: np.ndarray, num_samples: int | None) -> np.ndarray:
+    def _weighted(self, vector: np.ndarray, num_samples: int | None,
+                  max_weight: float) -> np.ndarray:
         if not isinstance(num_samples, int) or isinstance(num_samples, bool) or num_samples < 1:
             raise ProtocolError(f"a weighted round needs num_samples >= 1, found {num_samples!r}")
-        assert self.max_weight is not None
         c = self.client.params.clipping_range
-        w = min(num_samples, self.max_weight) / self.max_weight
+        w = min(num_samples, max_weight) / max_weight
         # Clip before scaling, so |w·x| <= c and the ring never clips a weighted value.
         return np.concatenate([np.clip(vector, -c, c) * w, [w * c]])
 

@@ -15,7 +15,7 @@ import numpy as np
 
 from sporenet.federated.secagg.client import SecAggClient
 from sporenet.federated.secagg.config import SecAggConfig
-from sporenet.federated.secagg.errors import SecAggConfigError
+from sporenet.federated.secagg.errors import ProtocolError, SecAggConfigError
 from sporenet.federated.secagg.messages import (
     AdvertiseKeys,
     ClientMessage,
@@ -173,6 +173,14 @@ def run_round(
     return SimulationReport(result, expected, server_time, client_time, up, down)
 
 
+_REQUEST_OF_STAGE: dict[Stage, type] = {
+    Stage.SHARE_KEYS: KeysBroadcast,
+    Stage.MASKED_INPUT: SharesDelivery,
+    Stage.UNMASK: UnmaskRequest,
+}
+"""The server message a client answers in each stage after advertising its keys."""
+
+
 def _client_step(
     client: SecAggClient,
     stage: Stage,
@@ -182,11 +190,13 @@ def _client_step(
 ):
     if stage == Stage.ADVERTISE_KEYS:
         return client.advertise_keys()
-    if stage == Stage.SHARE_KEYS:
-        assert isinstance(request, KeysBroadcast)
+    expected = _REQUEST_OF_STAGE[stage]
+    if not isinstance(request, expected):
+        raise ProtocolError(
+            f"stage {stage.value}: expected a {expected.__name__}, got {type(request).__name__}"
+        )
+    if isinstance(request, KeysBroadcast):
         return client.share_keys(request)
-    if stage == Stage.MASKED_INPUT:
-        assert isinstance(request, SharesDelivery)
+    if isinstance(request, SharesDelivery):
         return client.masked_input(request, updates(i))
-    assert isinstance(request, UnmaskRequest)
     return client.unmask(request)

@@ -296,15 +296,17 @@ class RoundManager:
 
     def _privacy_state(self) -> dict[str, Any]:
         """What the store keeps about privacy (JSON); `status` shows it."""
-        assert self._accountant is not None  # only called with DP on
+        accountant = self._accountant
+        if accountant is None:  # a job without differential privacy has nothing to report
+            return {}
         dp = self.config.differential_privacy
         return {
             "mode": dp.mode if dp is not None else "",
-            "epsilon": self._accountant.epsilon(),
-            "delta": self._accountant.delta,
-            "epsilon_budget": self._accountant.epsilon_budget,
+            "epsilon": accountant.epsilon(),
+            "delta": accountant.delta,
+            "epsilon_budget": accountant.epsilon_budget,
             "rounds": self._privacy_rounds,
-            "accountant": self._accountant.to_dict(),
+            "accountant": accountant.to_dict(),
             "adaptive": self._adaptive.to_dict() if self._adaptive is not None else None,
         }
 
