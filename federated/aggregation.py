@@ -36,6 +36,16 @@ def template_of(weights: Mapping[str, np.ndarray]) -> dict[str, tuple[tuple[int,
     }
 
 
+def check_new_client(clients: list[str], client_id: str, weight: float) -> None:
+    """Refuse a non-positive or non-finite weight and a client already folded in."""
+    if not weight > 0 or not np.isfinite(weight):
+        raise AggregationError(
+            f"client {client_id!r}: weight must be a finite number > 0, got {weight}"
+        )
+    if client_id in clients:
+        raise AggregationError(f"client {client_id!r} was already folded into this aggregate")
+
+
 def restore_sums(sums: dict[str, np.ndarray], snapshot: Mapping[str, np.ndarray]) -> None:
     """Load running sums from an aggregate checkpoint (keys "sum/<tensor>"), in place,
     refusing a checkpoint whose tensors or shapes differ from the model's."""
@@ -81,12 +91,7 @@ class WeightedMeanAggregator:
         self._clients: list[str] = []
 
     def add(self, client_id: str, update: Weights, weight: float) -> None:
-        if not weight > 0 or not np.isfinite(weight):
-            raise AggregationError(
-                f"client {client_id!r}: weight must be a finite number > 0, got {weight}"
-            )
-        if client_id in self._clients:
-            raise AggregationError(f"client {client_id!r} was already folded into this aggregate")
+        check_new_client(self._clients, client_id, weight)
         for name, acc in self._sums.items():
             # Multiply-add in place: no temporary of the model's size per tensor beyond one.
             acc += np.multiply(update[name], weight, dtype=np.float64)
@@ -132,12 +137,7 @@ class BufferedAggregator:
         self._clients: list[str] = []
 
     def add(self, client_id: str, update: Weights, weight: float) -> None:
-        if not weight > 0 or not np.isfinite(weight):
-            raise AggregationError(
-                f"client {client_id!r}: weight must be a finite number > 0, got {weight}"
-            )
-        if client_id in self._clients:
-            raise AggregationError(f"client {client_id!r} was already folded into this aggregate")
+        check_new_client(self._clients, client_id, weight)
         self._updates.append({n: np.array(update[n], copy=True) for n in self._template})
         self._weights.append(float(weight))
         self._clients.append(client_id)

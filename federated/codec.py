@@ -114,15 +114,16 @@ class _Tensor:
     indices: memoryview = field(default_factory=lambda: memoryview(b""))
 
 
-class _Malformed(Exception):
-    pass
+class MalformedPayload(Exception):
+    """Protobuf wire bytes that do not parse (mapped to UpdateRejectedError by callers)."""
 
 
-def _varint(buf: memoryview, pos: int, end: int) -> tuple[int, int]:
+def read_varint(buf: memoryview, pos: int, end: int) -> tuple[int, int]:
+    """(value, next position) of the protobuf varint at `pos`, read no further than `end`."""
     result = shift = 0
     while True:
         if pos >= end or shift > 63:
-            raise _Malformed("truncated varint")
+            raise MalformedPayload("truncated varint")
         byte = buf[pos]
         pos += 1
         result |= (byte & 0x7F) << shift
@@ -133,25 +134,25 @@ def _varint(buf: memoryview, pos: int, end: int) -> tuple[int, int]:
 
 def _field(buf: memoryview, pos: int, end: int) -> tuple[int, int, Any, int]:
     """(field number, wire type, value, next position); length-delimited values are views."""
-    key, pos = _varint(buf, pos, end)
+    key, pos = read_varint(buf, pos, end)
     number, wire = key >> 3, key & 7
     value: int | memoryview
     if wire == 0:
-        value, pos = _varint(buf, pos, end)
+        value, pos = read_varint(buf, pos, end)
     elif wire == 2:
-        length, pos = _varint(buf, pos, end)
+        length, pos = read_varint(buf, pos, end)
         if pos + length > end:
-            raise _Malformed(f"field {number} runs past its message")
+            raise MalformedPayload(f"field {number} runs past its message")
         value, pos = buf[pos : pos + length], pos + length
     elif wire in (1, 5):
         width = 8 if wire == 1 else 4
         if pos + width > end:
-            raise _Malformed(f"field {number} runs past its message")
+            raise MalformedPayload(f"field {number} runs past its message")
         value, pos = buf[pos : pos + width], pos + width
     else:
-        raise _Malformed(f"unsupported wire type {wire}")
+        raise MalformedPayload(f"unsupported wire type {wire}")
     if number == 0:
-        raise _Malformed("field number 0")
+        raise MalformedPayload("field number 0")
     return number, wire, value, pos
 
 
@@ -184,7 +185,7 @@ def _parse_bundle(payload: bytes) -> list[_Tensor]:
                 elif n == 3 and w == 2:  # packed int64
                     p = 0
                     while p < len(v):
-                        d, p = _varint(v, p, len(v))
+                        d, p = read_varint(v, p, len(v))
                         t.shape.append(_int64(d))
                 elif n == 3 and w == 0:
                     t.shape.append(_int64(v))
@@ -197,7 +198,7 @@ def _parse_bundle(payload: bytes) -> list[_Tensor]:
                 elif n == 7 and w == 2:
                     t.indices = v
             tensors.append(t)
-    except (_Malformed, UnicodeDecodeError) as e:
+    except (MalformedPayload, UnicodeDecodeError) as e:
         raise UpdateRejectedError(f"update is not a valid TensorBundle: {e}") from None
     return tensors
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from google.protobuf.message import DecodeError
 
+from sporenet.federated.codec import MalformedPayload, read_varint
 from sporenet.federated.errors import TransferError, UpdateRejectedError
 from sporenet.federated.secagg.server import Stage
 from sporenet.proto import federated_pb2 as pb
@@ -43,16 +44,10 @@ def _varint(value: int) -> bytes:
 
 
 def _read_varint(buf: memoryview, pos: int) -> tuple[int, int]:
-    result = shift = 0
-    while True:
-        if pos >= len(buf) or shift > 63:
-            raise UpdateRejectedError("truncated or overlong varint in a payload chunk")
-        byte = buf[pos]
-        pos += 1
-        result |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return result, pos
-        shift += 7
+    try:
+        return read_varint(buf, pos, len(buf))
+    except MalformedPayload:
+        raise UpdateRejectedError("truncated or overlong varint in a payload chunk") from None
 
 
 def encode_model_chunk(offset: int, data: bytes, total_size: int) -> bytes:

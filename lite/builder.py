@@ -23,6 +23,16 @@ from sporenet.lite.ops import OpCode
 from sporenet.lite.validate import validate
 
 
+def unique_name(name: str, taken: set[str]) -> str:
+    """`name`, or `name_1`, `name_2`, ... : the first not in `taken`, which it joins."""
+    candidate, k = name, 1
+    while candidate in taken:
+        candidate = f"{name}_{k}"
+        k += 1
+    taken.add(candidate)
+    return candidate
+
+
 class ModelBuilder:
     """Accumulates tensors and nodes of one graph, then builds a validated Model."""
 
@@ -38,12 +48,7 @@ class ModelBuilder:
         self._names: set[str] = set()
 
     def _unique(self, name: str) -> str:
-        candidate, k = name, 1
-        while candidate in self._names:
-            candidate = f"{name}_{k}"
-            k += 1
-        self._names.add(candidate)
-        return candidate
+        return unique_name(name, self._names)
 
     def tensor(self, name: str, shape: Sequence[int], dtype: Any = np.float32, *,
                data: np.ndarray | None = None, trainable: bool = False,

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from sporenet.lite.builder import fill_inferred_shapes
+from sporenet.lite.builder import fill_inferred_shapes, unique_name
 from sporenet.lite.errors import ShapeError, UnsupportedOpError
 from sporenet.lite.graph import Model, Node, Tensor
 from sporenet.lite.ops import OpCode
@@ -52,12 +52,7 @@ class GradContext:
 
     # ---- emitting nodes
     def _unique(self, name: str) -> str:
-        candidate, k = name, 1
-        while candidate in self._names:
-            candidate = f"{name}_{k}"
-            k += 1
-        self._names.add(candidate)
-        return candidate
+        return unique_name(name, self._names)
 
     def _tensor(self, name: str, dtype: Any, shape: Sequence[int] = (), *,
                 data: np.ndarray | None = None) -> int:
