@@ -5,7 +5,7 @@ Conv2D picks one of four strategies when the model is planned:
 - pointwise: a 1x1, stride-1, unpadded, ungrouped convolution is one GEMM per image on the
   (C, H*W) view of the input, with no copy at all;
 - depthwise: group == in_channels == out_channels runs as kh*kw vectorised multiply-adds,
-  each one contiguous NumPy call over all channels at once (see `_bind_depthwise`);
+  each one contiguous NumPy call over all channels at once (see `depthwise.bind_depthwise`);
 - winograd: a 3x3, stride-1, ungrouped convolution with constant weights and a large enough
   output runs Winograd's F(2x2, 3x3), 4/9 of the GEMM work (`_bind_winograd`);
 - im2col: everything else. The column matrix is a strided view of the (padded) input,
@@ -29,6 +29,7 @@ import numpy as np
 
 from sporenet.lite.kernels.activation import fused_activation
 from sporenet.lite.kernels.base import Attrs, Compute, Kernel, TensorSpec
+from sporenet.lite.kernels.depthwise import bind_depthwise
 from sporenet.lite.kernels.spatial import Window, check_nchw, padded_buffer, window
 from sporenet.lite.ops import OpCode
 
@@ -113,7 +114,10 @@ class Conv2D(Kernel):
             return _with_epilogue(main, out, None, self.activation, False)
         if self.strategy == "depthwise":
             # The depthwise step adds the bias while compacting its result into `out`.
-            main = self._bind_depthwise(x, w, out, bias)
+            main = bind_depthwise(self.win, x, w, out, bias,
+                                  w_const=self.inputs[1].value is not None,  # type: ignore[union-attr]
+                                  bias_const=bias is not None
+                                  and self.inputs[2].value is not None)  # type: ignore[union-attr]
             return _with_epilogue(main, out, None, self.activation, False)
         bias_const = len(self.inputs) > 2 and self.inputs[2] is not None and \
             self.inputs[2].value is not None
@@ -323,108 +327,6 @@ class Conv2D(Kernel):
 
         return compute
 
-    def _bind_depthwise(self, x: np.ndarray, w: np.ndarray, out: np.ndarray,
-                        bias: np.ndarray | None) -> Compute:
-        """kh*kw multiply-adds, each one long contiguous NumPy call.
-
-        The padded input is split into stride phases: phase (a, b) holds padded rows
-        a, a+sh, ... and columns b, b+sw, ... (stride 1 has one phase, the padded input).
-        Inside a phase every kernel tap reads a window at a fixed (row, column) offset, so
-        each tap is a product of whole arrays; NumPy's cost then is the element count,
-        not a Python or inner-loop call per row. Two layouts of the phases:
-
-        - planar (N, C, rows, cols) flattened: a tap is one 1-D slice over all channels;
-          the result is on the wider phase grid, and a final strided copy drops the
-          columns and rows past the output. Best for large planes.
-        - interleaved (N, rows, cols, C): a tap is (N, OH, OW*C) with contiguous rows and
-          no wasted grid positions. Best for small planes with many channels, where the
-          planar grid's padding would be a large share of the work.
-
-        Constant weights are expanded at bind to the layout (one value per element of a
-        row), so no call broadcasts over short rows.
-        """
-        win = self.win
-        n, c, h, wd = x.shape
-        (kh, kw), (sh, sw), (dh, dw), (oh, ow) = win.kernel, win.strides, win.dilations, win.out
-        top, left = win.pads[0], win.pads[1]
-        hq = -(-max(h + top + win.pads[2], win.extent[0]) // sh)
-        wq = -(-max(wd + left + win.pads[3], win.extent[1]) // sw)
-        # Per tap: its phase and its (row, column) offset inside the phase.
-        taps = [(((i * dh) % sh, (j * dw) % sw), i * dh // sh, j * dw // sw)
-                for i in range(kh) for j in range(kw)]
-        w_const = self.inputs[1].value is not None  # type: ignore[union-attr]
-        interleaved = hq * wq <= _SMALL_PLANE
-        xt = x.transpose(0, 2, 3, 1) if interleaved else x
-        phases: dict[tuple[int, int], np.ndarray] = {}
-        copies = []
-        size = n * c * hq * wq
-        tail = max(di * wq + dj for _, di, dj in taps)
-        for a, b in sorted({phase for phase, _, _ in taps}):
-            if interleaved:
-                buf = np.zeros((n, hq, wq, c), x.dtype)
-                grid = buf
-            else:
-                buf = np.zeros(size + tail, x.dtype)
-                grid = buf[:size].reshape(n, c, hq, wq)
-            phases[a, b] = buf
-            r0, q0 = -(-(top - a) // sh), -(-(left - b) // sw)  # first rows/cols of input
-            r1, q1 = -(-(top + h - a) // sh), -(-(left + wd - b) // sw)
-            if r1 > r0 and q1 > q0:
-                rows = slice(r0 * sh + a - top, None, sh)
-                cols = slice(q0 * sw + b - left, None, sw)
-                if interleaved:
-                    copies.append((grid[:, r0:r1, q0:q1, :], xt[:, rows, cols, :]))
-                else:
-                    copies.append((grid[:, :, r0:r1, q0:q1], x[:, :, rows, cols]))
-        taps_w = [w[:, 0, i, j] for i in range(kh) for j in range(kw)]
-        if interleaved:
-            if w_const:
-                shape = (n, oh, ow * c)
-                weights = [np.tile(t, ow) for t in taps_w]
-            else:
-                shape, weights = (n, oh, ow, c), taps_w
-            views = [phases[ph][:, di:di + oh, dj:dj + ow, :].reshape(shape)
-                     for ph, di, dj in taps]
-            acc = np.empty(shape, x.dtype)
-            result = acc.reshape(n, oh, ow, c).transpose(0, 3, 1, 2)
-        else:
-            plane = hq * wq
-            if w_const and plane < _LONG_ROW and len(taps) * c * plane * 4 <= _EXPAND_LIMIT:
-                shape = (n, c * plane)
-                weights = [np.repeat(t, plane) for t in taps_w]
-            else:  # rows are long enough that broadcasting per channel costs little
-                shape, weights = (n, c, plane), [t.reshape(c, 1) for t in taps_w]
-            views = [phases[ph][di * wq + dj:di * wq + dj + size].reshape(shape)
-                     for ph, di, dj in taps]
-            acc = np.empty(shape, x.dtype)
-            result = acc.reshape(n, c, hq, wq)[:, :, :oh, :ow]
-        copyto, multiply, add = np.copyto, np.multiply, np.add
-        if bias is None:
-            def finish() -> None:
-                copyto(out, result)
-        else:
-            # Compaction and bias in one pass: out = result + bias.
-            b = bias.reshape(c, 1, 1)
-            if self.inputs[2].value is not None:  # type: ignore[union-attr]
-                b = np.ascontiguousarray(np.broadcast_to(b, out.shape[1:]))
-
-            def finish() -> None:
-                add(result, b, out=out)
-        tmp = np.empty_like(acc)
-        (v0, w0), rest = (views[0], weights[0]), list(zip(views[1:], weights[1:], strict=True))
-
-        def compute() -> None:
-            for dst, src in copies:
-                copyto(dst, src)
-            multiply(v0, w0, out=acc)
-            for v, wt in rest:
-                multiply(v, wt, out=tmp)
-                add(acc, tmp, out=acc)
-            finish()
-
-        return compute
-
-
 # Winograd F(2x2, 3x3) for 3x3 stride-1 convolutions with outputs of at least this many
 # positions and at least this many input channels. The transformed weights take 16/9 of
 # the originals' memory and OpenBLAS re-packs them on every call, so with very few tiles
@@ -440,16 +342,10 @@ _WINOGRAD_MIN_PLANE = 36
 # 256 ch 6x6; 0.87-0.93 at 64 ch 16x16, 384 ch 6x6, 256 ch 7x7; 0.70 at 64 ch 28x28.
 _WINOGRAD_MIN_CH = 32
 _WINOGRAD_MIN_WORK = 3000
-# Depthwise layout choice: phase grids of at most this many positions use the interleaved
-# layout; planar rows at least _LONG_ROW long broadcast weights instead of expanding them.
-_SMALL_PLANE = 400
 # General convolutions with outputs at most this wide and at least this many input
 # channels build their columns channels-last (see `_bind_im2col_hwc`).
 _HWC_MAX_OW = 16
 _HWC_MIN_CH = 32
-_LONG_ROW = 256
-# Largest expanded copy of depthwise weights (bytes) made to avoid broadcasting short rows.
-_EXPAND_LIMIT = 4 << 20
 # Largest bias expanded to a full output plane, for the same reason.
 _BIAS_EXPAND_LIMIT = 1 << 20
 

@@ -296,9 +296,9 @@ def test_conv_transpose_errors(w_shape, attrs, message):
 def test_depthwise_layouts(monkeypatch, layout_limit, constant, n, c, h, w, k, strides,
                            dilations, pads):
     """Both depthwise layouts (chosen by plane size) on every stride/dilation shape."""
-    from sporenet.lite.kernels import conv
+    from sporenet.lite.kernels import depthwise
 
-    monkeypatch.setattr(conv, "_SMALL_PLANE", layout_limit)
+    monkeypatch.setattr(depthwise, "_SMALL_PLANE", layout_limit)
     x, wt, b = _data(np.random.default_rng(8), n, c, h, w, c, c, k, True)
     (ours,) = run_op(OpCode.CONV2D, [x, wt, b], constant_inputs=None if constant else [0],
                      strides=list(strides), dilations=list(dilations), pads=list(pads),

@@ -1,0 +1,119 @@
+"""Depthwise 2-D convolution (group == in_channels == out_channels) on NCHW tensors.
+
+Conv2D delegates here when every channel has its own filter: a depthwise layer does too
+little work per element for a GEMM, so it runs as kh*kw whole-array multiply-adds.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from sporenet.lite.kernels.base import Compute
+from sporenet.lite.kernels.spatial import Window
+
+# Layout choice: phase grids of at most this many positions use the interleaved layout;
+# planar rows at least _LONG_ROW long broadcast weights instead of expanding them.
+_SMALL_PLANE = 400
+_LONG_ROW = 256
+# Largest expanded copy of the weights (bytes) made to avoid broadcasting short rows.
+_EXPAND_LIMIT = 4 << 20
+
+
+def bind_depthwise(win: Window, x: np.ndarray, w: np.ndarray, out: np.ndarray,
+                   bias: np.ndarray | None, *, w_const: bool, bias_const: bool) -> Compute:
+    """kh*kw multiply-adds, each one long contiguous NumPy call.
+
+    The padded input is split into stride phases: phase (a, b) holds padded rows
+    a, a+sh, ... and columns b, b+sw, ... (stride 1 has one phase, the padded input).
+    Inside a phase every kernel tap reads a window at a fixed (row, column) offset, so
+    each tap is a product of whole arrays; NumPy's cost then is the element count,
+    not a Python or inner-loop call per row. Two layouts of the phases:
+
+    - planar (N, C, rows, cols) flattened: a tap is one 1-D slice over all channels;
+      the result is on the wider phase grid, and a final strided copy drops the
+      columns and rows past the output. Best for large planes.
+    - interleaved (N, rows, cols, C): a tap is (N, OH, OW*C) with contiguous rows and
+      no wasted grid positions. Best for small planes with many channels, where the
+      planar grid's padding would be a large share of the work.
+
+    Constant weights are expanded at bind to the layout (one value per element of a
+    row), so no call broadcasts over short rows.
+    """
+    n, c, h, wd = x.shape
+    (kh, kw), (sh, sw), (dh, dw), (oh, ow) = win.kernel, win.strides, win.dilations, win.out
+    top, left = win.pads[0], win.pads[1]
+    hq = -(-max(h + top + win.pads[2], win.extent[0]) // sh)
+    wq = -(-max(wd + left + win.pads[3], win.extent[1]) // sw)
+    # Per tap: its phase and its (row, column) offset inside the phase.
+    taps = [(((i * dh) % sh, (j * dw) % sw), i * dh // sh, j * dw // sw)
+            for i in range(kh) for j in range(kw)]
+    interleaved = hq * wq <= _SMALL_PLANE
+    xt = x.transpose(0, 2, 3, 1) if interleaved else x
+    phases: dict[tuple[int, int], np.ndarray] = {}
+    copies = []
+    size = n * c * hq * wq
+    tail = max(di * wq + dj for _, di, dj in taps)
+    for a, b in sorted({phase for phase, _, _ in taps}):
+        if interleaved:
+            buf = np.zeros((n, hq, wq, c), x.dtype)
+            grid = buf
+        else:
+            buf = np.zeros(size + tail, x.dtype)
+            grid = buf[:size].reshape(n, c, hq, wq)
+        phases[a, b] = buf
+        r0, q0 = -(-(top - a) // sh), -(-(left - b) // sw)  # first rows/cols of input
+        r1, q1 = -(-(top + h - a) // sh), -(-(left + wd - b) // sw)
+        if r1 > r0 and q1 > q0:
+            rows = slice(r0 * sh + a - top, None, sh)
+            cols = slice(q0 * sw + b - left, None, sw)
+            if interleaved:
+                copies.append((grid[:, r0:r1, q0:q1, :], xt[:, rows, cols, :]))
+            else:
+                copies.append((grid[:, :, r0:r1, q0:q1], x[:, :, rows, cols]))
+    taps_w = [w[:, 0, i, j] for i in range(kh) for j in range(kw)]
+    if interleaved:
+        if w_const:
+            shape = (n, oh, ow * c)
+            weights = [np.tile(t, ow) for t in taps_w]
+        else:
+            shape, weights = (n, oh, ow, c), taps_w
+        views = [phases[ph][:, di:di + oh, dj:dj + ow, :].reshape(shape)
+                 for ph, di, dj in taps]
+        acc = np.empty(shape, x.dtype)
+        result = acc.reshape(n, oh, ow, c).transpose(0, 3, 1, 2)
+    else:
+        plane = hq * wq
+        if w_const and plane < _LONG_ROW and len(taps) * c * plane * 4 <= _EXPAND_LIMIT:
+            shape = (n, c * plane)
+            weights = [np.repeat(t, plane) for t in taps_w]
+        else:  # rows are long enough that broadcasting per channel costs little
+            shape, weights = (n, c, plane), [t.reshape(c, 1) for t in taps_w]
+        views = [phases[ph][di * wq + dj:di * wq + dj + size].reshape(shape)
+                 for ph, di, dj in taps]
+        acc = np.empty(shape, x.dtype)
+        result = acc.reshape(n, c, hq, wq)[:, :, :oh, :ow]
+    copyto, multiply, add = np.copyto, np.multiply, np.add
+    if bias is None:
+        def finish() -> None:
+            copyto(out, result)
+    else:
+        # Compaction and bias in one pass: out = result + bias.
+        b = bias.reshape(c, 1, 1)
+        if bias_const:
+            b = np.ascontiguousarray(np.broadcast_to(b, out.shape[1:]))
+
+        def finish() -> None:
+            add(result, b, out=out)
+    tmp = np.empty_like(acc)
+    (v0, w0), rest = (views[0], weights[0]), list(zip(views[1:], weights[1:], strict=True))
+
+    def compute() -> None:
+        for dst, src in copies:
+            copyto(dst, src)
+        multiply(v0, w0, out=acc)
+        for v, wt in rest:
+            multiply(v, wt, out=tmp)
+            add(acc, tmp, out=acc)
+        finish()
+
+    return compute
