@@ -1,13 +1,15 @@
 """Conv2D and ConvTranspose2D on NCHW float tensors (ONNX attribute semantics).
 
-Conv2D picks one of four strategies when the model is planned:
+Conv2D picks one of five strategies when the model is planned:
 
 - pointwise: a 1x1, stride-1, unpadded, ungrouped convolution is one GEMM per image on the
   (C, H*W) view of the input, with no copy at all;
 - depthwise: group == in_channels == out_channels runs as kh*kw vectorised multiply-adds,
   each one contiguous NumPy call over all channels at once (see `depthwise.bind_depthwise`);
-- winograd: a 3x3, stride-1, ungrouped convolution with constant weights and a large enough
-  output runs Winograd's F(2x2, 3x3), 4/9 of the GEMM work (`_bind_winograd`);
+- winograd4 / winograd: a 3x3, stride-1, ungrouped convolution with constant weights and
+  enough channels runs Winograd's F(4x4, 3x3) when it has many output tiles for its
+  weights (1/4 of im2col's GEMM work, `_bind_winograd4`), else F(2x2, 3x3) when the
+  output is large enough (4/9 of the work, `_bind_winograd`);
 - im2col: everything else. The column matrix is a strided view of the (padded) input,
   copied into a buffer allocated once in `bind`, then multiplied with the weights
   (pre-shaped to (groups, out/groups, in/groups*kh*kw)) by BLAS. Narrow outputs with many
@@ -95,11 +97,14 @@ class Conv2D(Kernel):
             self.strategy = "pointwise"
         elif group == c == o:
             self.strategy = "depthwise"
-        elif (kh == kw == 3 and self.win.strides == self.win.dilations == (1, 1)
-              and group == 1 and w.value is not None
-              and (bias is None or bias.value is not None)
-              and self.win.out[0] * self.win.out[1] >= _WINOGRAD_MIN_PLANE
-              and min(c, o) >= _WINOGRAD_MIN_CH
+        elif not (kh == kw == 3 and self.win.strides == self.win.dilations == (1, 1)
+                  and group == 1 and w.value is not None
+                  and (bias is None or bias.value is not None)
+                  and min(c, o) >= _WINOGRAD_MIN_CH):
+            self.strategy = "im2col"
+        elif _winograd4_pays(n, c, o, self.win.out):
+            self.strategy = "winograd4"
+        elif (self.win.out[0] * self.win.out[1] >= _WINOGRAD_MIN_PLANE
               and min(c, o) * n * -(-self.win.out[0] // 2) * -(-self.win.out[1] // 2)
               >= _WINOGRAD_MIN_WORK):
             self.strategy = "winograd"
@@ -109,6 +114,9 @@ class Conv2D(Kernel):
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
         x, w, out = inputs[0], inputs[1], outputs[0]
         bias = inputs[2] if len(inputs) > 2 else None
+        if self.strategy == "winograd4":
+            main = self._bind_winograd4(x, w, out, bias)
+            return _with_epilogue(main, out, None, self.activation, False)
         if self.strategy == "winograd":
             main = self._bind_winograd(x, w, out, bias)
             return _with_epilogue(main, out, None, self.activation, False)
@@ -256,6 +264,76 @@ class Conv2D(Kernel):
             matmul(wmat, cmat, out=omat)
         return compute
 
+    def _bind_winograd4(self, x: np.ndarray, w: np.ndarray, out: np.ndarray,
+                        bias: np.ndarray | None) -> Compute:
+        """3x3 stride-1 convolution by Winograd's F(4x4, 3x3): 36 products per 4x4 output
+        tile and input channel instead of 144, a quarter of im2col's GEMM work.
+
+        Each 4x4 output tile is A^T [(G w G^T) * (B^T d B)] A for its 6x6 input tile d.
+        F(4x4)'s transform matrices hold 4s, 5s and 8s, so the transforms are not done
+        with additions (about 22 passes each way) but as four small GEMMs against the
+        6x6 and 4x6 matrices, each one BLAS call over every tile and channel at once:
+        gather all 6x6 tiles channels-last with one strided copy, apply B^T to the tile
+        rows and then to the tile columns, run the 36 (tiles x C) @ (C x O) products,
+        apply A^T twice, and copy the tiles into `out` (one copy when 4 divides the
+        output size, else via a cropped buffer). U = G w G^T is computed once at bind,
+        in float64. The bias is added once to the transformed position (1, 1), whose row
+        and column of A^T are all ones, so it enters every output of a tile exactly once.
+        """
+        win = self.win
+        n, c, h, wd = x.shape
+        o = w.shape[0]
+        oh, ow = win.out
+        th, tw = -(-oh // 4), -(-ow // 4)  # a last row (column) of tiles may overhang
+        tiles = n * th * tw
+        top, left = win.pads[0], win.pads[1]
+        xp = np.zeros((n, 4 * th + 2, 4 * tw + 2, c), x.dtype)
+        interior, xt = xp[:, top:top + h, left:left + wd], x.transpose(0, 2, 3, 1)
+        sn, sy, sx, sc = xp.strides
+        tiles_in = np.lib.stride_tricks.as_strided(
+            xp, shape=(6, 6, n, th, tw, c), strides=(sy, sx, sn, 4 * sy, 4 * sx, sc),
+            writeable=False)
+        u = np.einsum("ki,lj,ocij->klco", _G4, _G4, w.astype(np.float64))
+        u = np.ascontiguousarray(u.reshape(36, c, o), dtype=x.dtype)
+        bt, at = _BT4.astype(x.dtype), _AT4.astype(x.dtype)
+        d = np.empty((6, 6, n, th, tw, c), x.dtype)
+        e = np.empty((6, 6 * tiles * c), x.dtype)
+        v = np.empty((6, 6, tiles * c), x.dtype)
+        m = np.empty((36, tiles, o), x.dtype)
+        p = np.empty((4, 6 * tiles * o), x.dtype)
+        y = np.empty((4, 4, n, th, tw, o), x.dtype)
+        d2, e3, v3 = d.reshape(6, -1), e.reshape(6, 6, -1), v.reshape(36, tiles, c)
+        m2, p3, y3, m11 = m.reshape(6, -1), p.reshape(4, 6, -1), y.reshape(4, 4, -1), m[7]
+        bias_row = np.zeros(o, x.dtype) if bias is None else bias
+        copyto, add, matmul = np.copyto, np.add, np.matmul
+        if oh == 4 * th and ow == 4 * tw:
+            # out (n, o, th, 4, tw, 4) seen as y's (4, 4, n, th, tw, o): one copy.
+            dest = out.reshape(n, o, th, 4, tw, 4).transpose(3, 5, 0, 2, 4, 1)
+
+            def store() -> None:
+                copyto(dest, y)
+        else:
+            res = np.empty((n, th, 4, tw, 4, o), x.dtype)
+            res_view = res.transpose(2, 4, 0, 1, 3, 5)
+            back = res.reshape(n, 4 * th, 4 * tw, o)[:, :oh, :ow].transpose(0, 3, 1, 2)
+
+            def store() -> None:
+                copyto(res_view, y)
+                copyto(out, back)
+
+        def compute() -> None:
+            copyto(interior, xt)
+            copyto(d, tiles_in)
+            matmul(bt, d2, out=e)
+            matmul(bt, e3, out=v)
+            matmul(v3, u, out=m)
+            add(m11, bias_row, out=m11)
+            matmul(at, m2, out=p)
+            matmul(at, p3, out=y3)
+            store()
+
+        return compute
+
     def _bind_winograd(self, x: np.ndarray, w: np.ndarray, out: np.ndarray,
                        bias: np.ndarray | None) -> Compute:
         """3x3 stride-1 convolution by Winograd's F(2x2, 3x3): 16 products per 2x2
@@ -342,12 +420,38 @@ _WINOGRAD_MIN_PLANE = 36
 # 256 ch 6x6; 0.87-0.93 at 64 ch 16x16, 384 ch 6x6, 256 ch 7x7; 0.70 at 64 ch 28x28.
 _WINOGRAD_MIN_CH = 32
 _WINOGRAD_MIN_WORK = 3000
+# Winograd F(4x4, 3x3) stores 36/9 of the weights' size and OpenBLAS re-packs them on
+# every call, so it needs enough 4x4 tiles per weight byte. Measured (one thread,
+# OpenBLAS Haswell) F(4x4) / F(2x2) / im2col time in ms: 0.30 / 0.40 / 0.59 at 64 ch
+# 28x28 (49 tiles), 0.32 / 0.35 / 0.53 at 128 ch 14x14 (16 tiles), 1.06 / 1.32 / 2.23 at
+# 128 ch 28x28, 0.33 / 0.48 / 0.50 at 32->128 ch 27x27; F(2x2) wins at 256 ch 14x14 (16
+# tiles: 1.28 against 1.33), 256 ch 7x7 and 512 ch 7x7 (4 tiles).
+_WINOGRAD4_MIN_TILES = 16
+_WINOGRAD4_MANY_TILES = 36
+_WINOGRAD4_MAX_WEIGHTS = 128 * 128
+
+
+def _winograd4_pays(n: int, c: int, o: int, out_hw: tuple[int, int]) -> bool:
+    """Whether F(4x4, 3x3) beats F(2x2, 3x3) and im2col on this layer (see above)."""
+    tiles = n * -(-out_hw[0] // 4) * -(-out_hw[1] // 4)
+    return tiles >= _WINOGRAD4_MANY_TILES or (
+        tiles >= _WINOGRAD4_MIN_TILES and c * o <= _WINOGRAD4_MAX_WEIGHTS)
 # General convolutions with outputs at most this wide and at least this many input
 # channels build their columns channels-last (see `_bind_im2col_hwc`).
 _HWC_MAX_OW = 16
 _HWC_MIN_CH = 32
 # Largest bias expanded to a full output plane, for the same reason.
 _BIAS_EXPAND_LIMIT = 1 << 20
+
+
+# Winograd F(4x4, 3x3) transforms (Lavin and Gray, points 0, +-1, +-2).
+_BT4 = np.array([[4, 0, -5, 0, 1, 0], [0, -4, -4, 1, 1, 0], [0, 4, -4, -1, 1, 0],
+                 [0, -2, -1, 2, 1, 0], [0, 2, -1, -2, 1, 0], [0, 4, 0, -5, 0, 1]],
+                dtype=np.float64)
+_G4 = np.array([[1 / 4, 0, 0], [-1 / 6, -1 / 6, -1 / 6], [-1 / 6, 1 / 6, -1 / 6],
+                [1 / 24, 1 / 12, 1 / 6], [1 / 24, -1 / 12, 1 / 6], [0, 0, 1]])
+_AT4 = np.array([[1, 1, 1, 1, 1, 0], [0, 1, -1, 2, -2, 0], [0, 1, 1, 4, 4, 0],
+                 [0, 1, -1, 8, -8, 1]], dtype=np.float64)
 
 
 def _contiguous_strides(shape: Sequence[int], itemsize: int) -> tuple[int, ...]:

@@ -1,7 +1,9 @@
 """MaxPool2D, AvgPool2D, GlobalAveragePool and GlobalMaxPool on NCHW (ONNX semantics).
 
-Windowed pools are separable: a max (or sum) over the kw taps of every row, then over
-the kh taps of those row results, so a 3x3 pool is 4 whole-array NumPy calls instead of 8.
+Windowed pools are separable: a max (or sum) over the kh taps at every output row, then
+over the kw taps of those rows, so a 3x3 pool is 4 whole-array NumPy calls instead of 8.
+Rows go first because their taps read contiguous rows; the strided column taps then only
+cover the output rows (a 3x3 stride-2 pool of 64x56x56: 0.22 ms columns-first).
 Borders come from a kernel-owned padded scratch (filled with -inf for max, 0 for average)
 whose interior each call overwrites. Average divisors, which depend on padding, on
 count_include_pad and on ceil_mode's overhanging windows, are computed once at prepare
@@ -56,19 +58,21 @@ class _WindowPool(Kernel):
         win = self.win
         (kh, kw), (sh, sw), (dh, dw), (oh, ow) = win.kernel, win.strides, win.dilations, win.out
         src, refresh = self._source(x)
-        rows = src.shape[2]
-        # Column pass: every padded row, reduced over the kw taps at each output column.
-        col_taps = [src[..., slice(j * dw, j * dw + sw * (ow - 1) + 1, sw)] for j in range(kw)]
-        tmp = np.empty((*x.shape[:2], rows, ow), x.dtype) if kw > 1 else col_taps[0]
-        # Row pass: the kh taps over the column results at each output row.
-        row_taps = [tmp[:, :, i * dh:i * dh + sh * (oh - 1) + 1:sh] for i in range(kh)]
+        cols = src.shape[3]
+        # Row pass first: the kh taps at each output row, over whole padded rows (each tap
+        # a view of contiguous rows, so the reads run at memory speed).
+        row_taps = [src[:, :, slice(i * dh, i * dh + sh * (oh - 1) + 1, sh)] for i in range(kh)]
+        tmp = np.empty((*x.shape[:2], oh, cols), x.dtype) if kh > 1 else row_taps[0]
+        # Column pass: the kw taps over the row results at each output column. Its strided
+        # reads now cover only the oh output rows, not every padded input row.
+        col_taps = [tmp[..., j * dw:j * dw + sw * (ow - 1) + 1:sw] for j in range(kw)]
         f = self.reduce
         steps: list[Callable[[], object]] = []
         if refresh is not None:
             steps.append(refresh)
-        if kw > 1:
-            steps.append(_fold(f, col_taps, tmp))
-        steps.append(_fold(f, row_taps, out))
+        if kh > 1:
+            steps.append(_fold(f, row_taps, tmp))
+        steps.append(_fold(f, col_taps, out))
         if len(steps) == 1:
             return steps[0]  # type: ignore[return-value]
         if len(steps) == 2:

@@ -367,7 +367,8 @@ def test_winograd_matches_reference_and_onnxruntime(monkeypatch, n, c, h, w, o, 
     (True, 8, [2, 2], "im2col"),   # F(2x2, 3x3) is for stride 1
     (True, 4, [1, 1], "im2col"),   # too few output positions (below _WINOGRAD_MIN_PLANE)
     (True, 7, [1, 1], "im2col"),   # 64 ch x 16 tiles: transforms cost more than they save
-    (True, 28, [1, 1], "winograd"),
+    (True, 14, [1, 1], "winograd4"),  # 16 tiles of 4x4 for 64 x 64 weights
+    (True, 28, [1, 1], "winograd4"),
 ])
 def test_winograd_only_where_it_applies(constant_weights, out_hw, strides, strategy):
     x = TensorSpec((1, 64, out_hw, out_hw), np.dtype(np.float32))

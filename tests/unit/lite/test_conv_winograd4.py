@@ -1,0 +1,60 @@
+"""Conv2D's Winograd F(4x4, 3x3) path against a float64 reference and onnxruntime."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from sporenet.lite import OpCode
+from sporenet.lite.eager import run_op
+from sporenet.lite.kernels.base import Attrs, TensorSpec
+from sporenet.lite.kernels.conv import Conv2D
+from tests.unit.lite.onnx_reference import run_onnx_op
+from tests.unit.lite.test_kernels_conv import ATOL, RTOL, _data, conv_reference
+
+
+@pytest.mark.parametrize("n,c,h,w,o,pads", [
+    (1, 32, 16, 16, 32, (1, 1, 1, 1)),   # 4 divides the output: tiles stored in one copy
+    (2, 8, 10, 14, 12, (0, 0, 0, 0)),    # batch 2, no padding, non-square, O > C
+    (1, 6, 9, 11, 5, (2, 0, 1, 1)),      # asymmetric pads, output 9x11: tiles overhang
+    (1, 12, 7, 7, 4, (1, 1, 1, 1)),      # 7x7: the last tile row and column are cropped
+    (3, 5, 13, 6, 7, (1, 2, 0, 1)),      # batch 3, odd sizes everywhere
+])
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("activation", ["none", "relu"])
+def test_winograd4_matches_reference_and_onnxruntime(monkeypatch, n, c, h, w, o, pads, bias,
+                                                     activation):
+    """The size rule is lifted so that small shapes take F(4x4, 3x3); the result must
+    match the float64 direct convolution and onnxruntime. F(4x4)'s rounding error scales
+    with the output's magnitude (its transforms hold 4s, 5s and 8s), so the absolute
+    tolerance is 1e-5 of the largest output, the 1e-4 relative tolerance per element."""
+    from sporenet.lite.kernels import conv
+
+    monkeypatch.setattr(conv, "_WINOGRAD_MIN_CH", 1)
+    monkeypatch.setattr(conv, "_WINOGRAD4_MIN_TILES", 0)
+    x, wt, b = _data(np.random.default_rng(12), n, c, h, w, o, 1, (3, 3), bias)
+    inputs = [x, wt] + ([b] if bias else [])
+    spec = [TensorSpec(a.shape, a.dtype, None if k == 0 else a) for k, a in enumerate(inputs)]
+    assert Conv2D(Attrs("Conv", {"pads": list(pads)}), spec).strategy == "winograd4"
+    (ours,) = run_op(OpCode.CONV2D, inputs, pads=list(pads), activation=activation)
+    ref = conv_reference(x, wt, b, pads=pads)
+    (ort,) = run_onnx_op("Conv", inputs, initializers=range(1, len(inputs)), pads=list(pads))
+    if activation == "relu":
+        ref, ort = np.maximum(ref, 0), np.maximum(ort, 0)
+    atol = max(ATOL, 1e-5 * float(np.abs(ref).max()))
+    np.testing.assert_allclose(ours, ref, rtol=RTOL, atol=atol)
+    np.testing.assert_allclose(ours, ort, rtol=RTOL, atol=atol)
+
+
+def test_winograd4_error_stays_small_on_resnet_layers():
+    """F(4x4)'s transforms hold 4s, 5s and 8s, so its float32 error grows with the channel
+    count; on a ResNet layer (128 channels, 14x14) it must stay far below the runtime's
+    1e-4 tolerance against onnxruntime."""
+    rng = np.random.default_rng(13)
+    x = rng.standard_normal((1, 128, 14, 14)).astype(np.float32)
+    wt = (rng.standard_normal((128, 128, 3, 3)) / np.sqrt(9 * 128)).astype(np.float32)
+    spec = [TensorSpec(x.shape, x.dtype), TensorSpec(wt.shape, wt.dtype, wt)]
+    assert Conv2D(Attrs("Conv", {"pads": [1, 1, 1, 1]}), spec).strategy == "winograd4"
+    (ours,) = run_op(OpCode.CONV2D, [x, wt], pads=[1, 1, 1, 1])
+    ref = conv_reference(x, wt, None, pads=(1, 1, 1, 1))
+    assert np.abs(ours - ref).max() / np.abs(ref).max() < 2e-5
