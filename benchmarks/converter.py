@@ -93,6 +93,23 @@ def convert_stats(name: str, path: Path) -> dict:
             "nodes_out": sum(report.ir_ops_after.values()), "data": data}
 
 
+def real_weights_difference(model: onnx.ModelProto, input_name: str, x: np.ndarray) -> float:
+    """Largest output difference, relative to the largest output, between sporenet and
+    onnxruntime on the model with random weights in place of its constant fills.
+
+    The light models' constant fills make all 1000 logits about 1e10 and tied, so their
+    softmax depends on last-bit rounding and its difference says nothing (the
+    conformance suite judges such outputs by their logits); the same graph with random
+    weights has a well-conditioned output to compare.
+    """
+    real = with_real_weights(model)
+    session = ort.InferenceSession(real.SerializeToString(), providers=["CPUExecutionProvider"])
+    want = session.run(None, {input_name: x})[0]
+    ir, _ = convert_onnx_model(real)
+    got = next(iter(Interpreter(model_content=serialize(ir)).run({input_name: x}).values()))
+    return float(np.max(np.abs(got - want)) / max(float(np.max(np.abs(want))), 1e-30))
+
+
 def latency(name: str, runs: int) -> dict:
     path = light_path(name)
     model = onnx.load(path)
@@ -104,9 +121,7 @@ def latency(name: str, runs: int) -> dict:
     options.inter_op_num_threads = 1
     options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-    want = session.run(None, {input_name: x})[0]
-    got = next(iter(interpreter.run({input_name: x}).values()))
-    max_rel = float(np.max(np.abs(got - want)) / max(float(np.max(np.abs(want))), 1e-30))
+    max_rel = real_weights_difference(model, input_name, x)
     spore_t, ort_t = [], []
     for _ in range(runs):  # alternate, so load on the machine hits both alike
         t = time.perf_counter()
@@ -155,6 +170,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"light_{r['model']:<22}{r['spore_ms']:>12.1f}{r['ort_ms']:>9.1f}{ratio:>8.2f}"
               f"{'<=' + str(target):>8}{r['spore_min_ms'] / r['ort_min_ms']:>11.2f}"
               f"{r['max_rel_diff']:>14.1e}")
+    print("  (max rel diff: the same graph with random weights, whose output is well conditioned)")
     for r in rows:
         if "real weights" in r["model"]:
             ok &= r["spore_bytes"] <= SIZE_SLACK * r["onnx_bytes"]
