@@ -44,7 +44,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from sporenet.federated.aggregation import Weights, template_of
 from sporenet.federated.auth import Credentials
-from sporenet.federated.codec import COMPRESSIONS, decode_update, encode_update
+from sporenet.federated.codec import COMPRESSIONS, decode_update, encode_raw, encode_update
 from sporenet.federated.errors import AuthError, ConfigError, FederatedError, TransferError
 from sporenet.federated.net import is_loopback, split_address
 from sporenet.federated.privacy import DistributedDP, LocalDP, PrivacyError
@@ -88,9 +88,10 @@ class _PendingUpload:
 
     task_id: str
     upload_id: str
-    payload: bytes
+    payload: bytes | bytearray
     num_samples: int
     metrics_json: str
+    sha256: str = ""  # of `payload`, computed on the first attempt to upload it
 
 
 def _privatize(config: Mapping[str, Any], delta: Weights) -> Weights:
@@ -114,6 +115,11 @@ def _privatize(config: Mapping[str, Any], delta: Weights) -> Weights:
     # OS entropy: noise the server could predict would protect nothing.
     noised = cast(Weights, mech.privatize(delta, np.random.default_rng()))  # dict in, dict out
     return {k: np.asarray(v, dtype=delta[k].dtype) for k, v in noised.items()}
+
+
+def _client_dp(config: Mapping[str, Any]) -> bool:
+    """Whether the task asks the client to clip and noise its delta (see `_privatize`)."""
+    return "dp_local_noise_multiplier" in config or "dp_noise_multiplier" in config
 
 
 def _distributed_dp(task: pb.Task, trained: tuple[Weights, int, str]) -> tuple[Weights, int, str]:
@@ -143,7 +149,8 @@ class Client:
         poll_wait: float = 5.0,
         max_backoff: float = 5.0,
         give_up_after: float | None = None,
-        chunk_size: int = 512 << 10,
+        chunk_size: int = 128 << 10,
+        download_chunk_size: int = 0,
         rpc_timeout: float = 60.0,
     ) -> None:
         host = split_address(address)[0]
@@ -160,11 +167,19 @@ class Client:
             raise ConfigError(
                 "`poll_wait` must be >= 0, `max_backoff` > 0 and `chunk_size` >= 1024"
             )
+        if download_chunk_size < 0:
+            raise ConfigError(
+                f"`download_chunk_size` must be >= 0 (0: the server's), got {download_chunk_size}"
+            )
         self.address, self.train, self.evaluate, self.name = address, train, evaluate, name
         self.credentials = Credentials(token=token, key_id=key_id, private_key=private_key)
         self.compression, self.topk_ratio = tuple(compression), topk_ratio
         self.poll_wait, self.max_backoff, self.give_up_after = poll_wait, max_backoff, give_up_after
+        # Uploads go in `chunk_size` messages: the server's gRPC buffers one whole message
+        # of every upload waiting for a transfer slot, so small messages keep its memory
+        # flat in the number of clients. Downloads use the server's (larger) chunks.
         self.chunk_size, self.rpc_timeout = chunk_size, rpc_timeout
+        self.download_chunk_size = download_chunk_size
         # One connection per client, even when a simulation runs many in one process: gRPC
         # would otherwise share one HTTP/2 connection, whose stream limit (100 by default)
         # then queues long-polls and transfers behind each other.
@@ -190,8 +205,9 @@ class Client:
         )
         self.client_id: str | None = None
         self._heartbeat_interval = 5.0
-        self._models: dict[int, tuple[str, bytes]] = {}  # version -> (sha256, bytes)
-        self._partial: tuple[int, bytearray] | None = None
+        self._models: dict[int, tuple[str, bytearray]] = {}  # version -> (sha256, bytes)
+        # A download in progress: (version, buffer of the model's size, bytes received).
+        self._partial: tuple[int, bytearray, int] | None = None
         self._pending: _PendingUpload | None = None
         self._residual: Weights = {}
         # The open secure round: (task id, its session, the trained update once computed).
@@ -251,7 +267,7 @@ class Client:
                 elif task.type == pb.TASK_SECURE_FIT:
                     self._secure_fit(task)
                 elif task.type == pb.TASK_DONE:
-                    self.final_model = self._model_bytes(task)
+                    self.final_model = bytes(self._model_bytes(task))
                     log.info("job done (%s)", task.reason)
                     return {k: np.array(v) for k, v in read_weights(self.final_model).items()}
                 elif time.monotonic() - asked < self.poll_wait / 2:
@@ -293,30 +309,41 @@ class Client:
 
     # -- tasks -------------------------------------------------------------------------------
 
-    def _model_bytes(self, task: pb.Task) -> bytes:
+    def _model_bytes(self, task: pb.Task) -> bytearray:
         """The task's model, downloaded once (resuming a partial download) and checked."""
         cached = self._models.get(task.model_version)
         if cached is not None and cached[0] == task.model_sha256:
             return cached[1]
+        # Chunks land in one buffer of the announced size (no appends, no final copy);
+        # `received` bytes of it are valid, so an interrupted download resumes there.
         if self._partial is None or self._partial[0] != task.model_version:
-            self._partial = (task.model_version, bytearray())
-        buf = self._partial[1]
+            self._partial = (task.model_version, bytearray(task.model_size), 0)
+        _, buf, received = self._partial
         stream = self._download_raw(
             pb.DownloadRequest(
                 client_id=self.client_id or "", model_version=task.model_version,
-                offset=len(buf), chunk_size=self.chunk_size,
+                offset=received, chunk_size=self.download_chunk_size,
             ),
             metadata=self._md("DownloadModel"),
             timeout=self.rpc_timeout + task.model_size / 5e6,
         )  # fmt: skip
-        for raw in stream:
-            at, piece, _ = split_model_chunk(raw)
-            if at != len(buf):
-                raise TransferError(f"download chunk at offset {at}, expected {len(buf)}")
-            buf += piece
+        view = memoryview(buf)
+        try:
+            for raw in stream:
+                at, piece, _ = split_model_chunk(raw)
+                if at != received:
+                    raise TransferError(f"download chunk at offset {at}, expected {received}")
+                if at + len(piece) > len(buf):
+                    raise TransferError(
+                        f"download runs past the model's announced {len(buf)} bytes"
+                    )
+                view[at : at + len(piece)] = piece
+                received += len(piece)
+        finally:
+            self._partial = (task.model_version, buf, received)
         self._partial = None
-        data = bytes(buf)
-        if len(data) != task.model_size or hashlib.sha256(data).hexdigest() != task.model_sha256:
+        data = buf
+        if received != task.model_size or hashlib.sha256(data).hexdigest() != task.model_sha256:
             raise TransferError(
                 f"model v{task.model_version} failed its size/sha256 check; downloading again"
             )
@@ -369,20 +396,30 @@ class Client:
     def _train(self, task: pb.Task) -> _PendingUpload:
         # Read-only views into the model bytes: train() gets its own copies below.
         global_weights, config, new, num_samples, metrics = self._run_train(task)
-        delta = {k: np.asarray(new[k], dtype=w.dtype) - w for k, w in global_weights.items()}
-        delta = _privatize(config, delta)
+        trained = {k: np.asarray(new[k], dtype=w.dtype) for k, w in global_weights.items()}
+        payload: bytes | bytearray
+        if not self.compression and not _client_dp(config):
+            # The common case: the delta is computed straight into the upload buffer.
+            payload = encode_raw(trained, global_weights)
+        else:
+            payload = self._encode_delta(
+                _privatize(config, {k: trained[k] - w for k, w in global_weights.items()})
+            )
+        return _PendingUpload(
+            task.task_id, f"{task.task_id}-{os.urandom(6).hex()}", payload, int(num_samples),
+            json.dumps({k: float(v) for k, v in dict(metrics).items()}),
+        )  # fmt: skip
+
+    def _encode_delta(self, delta: Weights) -> bytes:
+        """The upload of a (privatized) delta, compressed with error feedback if asked."""
         if self.compression:
             for k, d in delta.items():
                 d += self._residual.get(k, 0.0)
             payload = encode_update(delta, compression=self.compression, topk_ratio=self.topk_ratio)
             sent = decode_update(payload, template_of(delta))
             self._residual = {k: delta[k] - sent[k] for k in delta}
-        else:
-            payload = encode_update(delta)
-        return _PendingUpload(
-            task.task_id, f"{task.task_id}-{os.urandom(6).hex()}", payload, int(num_samples),
-            json.dumps({k: float(v) for k, v in dict(metrics).items()}),
-        )  # fmt: skip
+            return payload
+        return encode_update(delta)
 
     def _secure_fit(self, task: pb.Task) -> None:
         """Answer one stage of a secure round; train (once) at the masked-input stage."""
@@ -467,9 +504,11 @@ class Client:
                 metadata=self._md("GetUploadOffset"),
                 timeout=self.rpc_timeout,
             ).received
+        if not p.sha256:
+            p.sha256 = hashlib.sha256(p.payload).hexdigest()
         header = pb.UploadHeader(
             client_id=self.client_id or "", task_id=p.task_id, upload_id=p.upload_id,
-            total_size=len(p.payload), sha256=hashlib.sha256(p.payload).hexdigest(),
+            total_size=len(p.payload), sha256=p.sha256,
             num_samples=p.num_samples, metrics_json=p.metrics_json,
         )  # fmt: skip
 

@@ -28,11 +28,13 @@ calls these methods and maps their exceptions to status codes.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
 import logging
 import math
+import mmap
 import os
 import random
 import shutil
@@ -64,6 +66,7 @@ from sporenet.federated.privacy import (
 from sporenet.federated.privacy.clipping import AdaptiveClipping
 from sporenet.federated.secagg import SecAggError, Stage
 from sporenet.federated.secagg.session import SecureRound
+from sporenet.federated.server.checkpoint import load_arrays, save_arrays
 from sporenet.federated.server.config import ServerConfig
 from sporenet.federated.server.observability import Metrics, log_event
 from sporenet.federated.server.state import JobState, ModelRecord, Store
@@ -98,6 +101,21 @@ def _atomic_write(path: Path, data: bytes) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_bytes(data)
     os.replace(tmp, path)
+
+
+def _map_file(path: Path) -> mmap.mmap | None:
+    """A read-only memory map of the file (None for an empty file, which cannot be mapped)."""
+    with open(path, "rb") as f:
+        if os.fstat(f.fileno()).st_size == 0:
+            return None
+        return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+
+
+def _close_map(mapped: mmap.mmap | None) -> None:
+    """Unmap now if nothing still views the map; otherwise it is unmapped when collected."""
+    if mapped is not None:
+        with contextlib.suppress(BufferError):
+            mapped.close()
 
 
 def file_key(client_id: str) -> str:
@@ -370,7 +388,7 @@ class RoundManager:
         return self.dir / "rounds" / f"r{self.job.round:05d}-{self.job.phase}"
 
     def _checkpoint_path(self) -> Path:
-        return self._phase_dir().with_suffix(".npz")
+        return self._phase_dir().with_suffix(".ckpt")
 
     def _resume_phase(self, now: float) -> None:
         """Rebuild the active phase after a restart: participants, aggregate, deadline."""
@@ -384,9 +402,11 @@ class RoundManager:
                       stage=self._secure.stage.value if self._secure else "")  # fmt: skip
         elif self.job.phase == "fit":
             agg = self._make_aggregator()
-            ckpt = self._checkpoint_path()
+            ckpt, legacy = self._checkpoint_path(), self._phase_dir().with_suffix(".npz")
             if ckpt.exists():
-                with np.load(ckpt, allow_pickle=False) as z:
+                agg.restore(load_arrays(ckpt))
+            elif legacy.exists():  # written by an earlier version of the daemon
+                with np.load(legacy, allow_pickle=False) as z:
                     agg.restore({k: z[k] for k in z.files})
             folded = set(agg.clients)
             refolded = 0
@@ -625,46 +645,57 @@ class RoundManager:
         path: Path,
         *,
         sha256: str,
+        received_sha256: str,
         num_samples: int,
         metrics_json: str,
     ) -> None:
-        """Validate the completely received upload at `path` and fold it into the aggregate."""
+        """Validate the completely received upload at `path` and fold it into the aggregate.
+
+        `received_sha256` is the digest of the file's bytes, computed while they arrived;
+        `sha256` the one the client declared (empty: not checked). The file is read through
+        a memory map: the decoded tensors are views of the page cache, so the update is
+        never copied between receiving it and folding it in.
+        """
         # The slot is held until the update is folded: at most two decoded updates exist at
         # any time, however many clients upload at once (memory flat in the fleet size).
         with self._decode_slots:
+            mapped: mmap.mmap | None = None
             try:
                 metrics = _parse_metrics(metrics_json, "metrics_json")
-                payload = path.read_bytes()
-                if sha256 and hashlib.sha256(payload).hexdigest() != sha256.lower():
+                if sha256 and received_sha256 != sha256.lower():
                     raise UpdateRejectedError(
                         "update bytes do not match the sha256 in the upload header"
                     )
-                update = decode_update(payload, self._template)
-                del payload
+                mapped = _map_file(path)
+                update = decode_update(mapped if mapped is not None else b"", self._template)
                 norm = validate_update(
                     update, num_samples=num_samples, max_norm=self.config.max_update_norm
                 )
             except UpdateRejectedError as e:
+                _close_map(mapped)
                 path.unlink(missing_ok=True)
                 self.refuse(client_id, e)
-            with self._changed:
-                self._check_open(client_id, task_id, "fit")
-                if self._aggregator is None:  # cannot happen while a fit phase is open
-                    raise AggregationError("no aggregator for the open fit phase")
-                self._aggregator.add(client_id, update, float(num_samples))
-                self._phase_dir().mkdir(parents=True, exist_ok=True)
-                os.replace(path, self._phase_dir() / f"{file_key(client_id)}.upd")
-                self._parts[client_id] = "accepted"
-                with self.store.transaction() as tx:
-                    tx.set_participant(
-                        self.job.round, "fit", client_id, "accepted", num_samples, metrics
-                    )
-                self._since_checkpoint += 1
-                if self._since_checkpoint >= self.config.checkpoint_every:
-                    self._checkpoint()
-                self.metrics.inc("sporenet_updates_accepted_total")
-                self.wake.set()  # pollers' tasks are unchanged; the round loop may act
-            del update
+            try:
+                with self._changed:
+                    self._check_open(client_id, task_id, "fit")
+                    if self._aggregator is None:  # cannot happen while a fit phase is open
+                        raise AggregationError("no aggregator for the open fit phase")
+                    self._aggregator.add(client_id, update, float(num_samples))
+                    self._phase_dir().mkdir(parents=True, exist_ok=True)
+                    os.replace(path, self._phase_dir() / f"{file_key(client_id)}.upd")
+                    self._parts[client_id] = "accepted"
+                    with self.store.transaction() as tx:
+                        tx.set_participant(
+                            self.job.round, "fit", client_id, "accepted", num_samples, metrics
+                        )
+                    self._since_checkpoint += 1
+                    if self._since_checkpoint >= self.config.checkpoint_every:
+                        self._checkpoint()
+                    self.metrics.inc("sporenet_updates_accepted_total")
+                    self.wake.set()  # pollers' tasks are unchanged; the round loop may act
+            finally:
+                del update
+                _close_map(mapped)
         log_event(
             self.log,
             "update_accepted",
@@ -678,11 +709,8 @@ class RoundManager:
         """Save the aggregate, then drop the kept uploads it now contains."""
         if self._aggregator is None:
             return
-        snap = self._aggregator.snapshot()
-        ckpt = self._checkpoint_path()
-        tmp = ckpt.with_name(ckpt.name + ".tmp.npz")
-        np.savez(tmp, **snap)  # type: ignore[arg-type]  # numpy's stub types **kwds as bool
-        os.replace(tmp, ckpt)
+        save_arrays(self._checkpoint_path(), self._aggregator.snapshot())
+        self._phase_dir().with_suffix(".npz").unlink(missing_ok=True)  # an older format
         for cid in self._aggregator.clients:
             (self._phase_dir() / f"{file_key(cid)}.upd").unlink(missing_ok=True)
         self._since_checkpoint = 0
@@ -1020,7 +1048,7 @@ class RoundManager:
         record = self._write_model(version, job.round, data)
         if new_state:
             tmp = self.dir / f"models/v{version:05d}.opt.tmp.npz"
-            np.savez(tmp, **new_state)  # type: ignore[arg-type]  # as in _checkpoint
+            np.savez(tmp, **new_state)  # type: ignore[arg-type]  # numpy types **kwds as bool
             os.replace(tmp, self.dir / f"models/v{version:05d}.opt.npz")
         rows = self.store.participants(job.round, "fit")
         accepted = [(n, m) for (s, n, m) in rows.values() if s == "accepted"]
@@ -1049,6 +1077,7 @@ class RoundManager:
             self._set_secure(None)
         shutil.rmtree(phase_dir, ignore_errors=True)
         ckpt.unlink(missing_ok=True)
+        phase_dir.with_suffix(".npz").unlink(missing_ok=True)
         took = time.monotonic() - t0
         self.metrics.inc("sporenet_rounds_completed_total")
         self.metrics.set("sporenet_aggregation_seconds", took)

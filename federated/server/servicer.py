@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import hashlib
 import itertools
 import json
 import logging
@@ -309,6 +310,13 @@ class FederatedServicer(pb_grpc.FederatedServicer):
         rest: Iterator[tuple[int, bytes | memoryview]] = (
             split_upload_chunk(raw) for raw in request_iterator
         )
+        # The digest is computed as the bytes arrive (a resumed upload first hashes the
+        # part it already has), so the complete file is never read back just to hash it.
+        digest = hashlib.sha256()
+        if size:
+            with open(path, "rb") as f:
+                while block := f.read(1 << 20):
+                    digest.update(block)
         with open(path, "ab") as f:
             for i, (at, data) in enumerate(itertools.chain([(first.offset, first.data)], rest)):
                 if at != size:
@@ -323,6 +331,7 @@ class FederatedServicer(pb_grpc.FederatedServicer):
                         ),
                     )
                 f.write(data)
+                digest.update(data)
                 size += len(data)
                 self.metrics.inc("sporenet_bytes_received_total", len(data))
                 if i % 16 == 15:
@@ -336,6 +345,7 @@ class FederatedServicer(pb_grpc.FederatedServicer):
             h.task_id,
             path,
             sha256=h.sha256,
+            received_sha256=digest.hexdigest(),
             num_samples=h.num_samples,
             metrics_json=h.metrics_json,
         )
