@@ -8,8 +8,8 @@ Conv2D picks one of five strategies when the model is planned:
   each one contiguous NumPy call over all channels at once (see `depthwise.bind_depthwise`);
 - winograd4 / winograd: a 3x3, stride-1, ungrouped convolution with constant weights and
   enough channels runs Winograd's F(4x4, 3x3) when it has many output tiles for its
-  weights (1/4 of im2col's GEMM work, `_bind_winograd4`), else F(2x2, 3x3) when the
-  output is large enough (4/9 of the work, `_bind_winograd`);
+  weights (1/4 of im2col's GEMM work), else F(2x2, 3x3) when the output is large enough
+  (4/9 of the work); one implementation serves both (`_bind_winograd`);
 - im2col: everything else. The column matrix is a strided view of the (padded) input,
   copied into a buffer allocated once in `bind`, then multiplied with the weights
   (pre-shaped to (groups, out/groups, in/groups*kh*kw)) by BLAS. Narrow outputs with many
@@ -26,6 +26,7 @@ view is taken in `bind`, where the arrays are final.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -145,11 +146,8 @@ class Conv2D(Kernel):
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
         x, w, out = inputs[0], inputs[1], outputs[0]
         bias = inputs[2] if len(inputs) > 2 else None
-        if self.strategy == "winograd4":
-            main = self._bind_winograd4(x, w, out, bias)
-            return _with_epilogue(main, out, None, self.activation, False)
-        if self.strategy == "winograd":
-            main = self._bind_winograd(x, w, out, bias)
+        if self.strategy in _WINOGRAD:
+            main = self._bind_winograd(x, w, out, bias, _WINOGRAD[self.strategy])
             return _with_epilogue(main, out, None, self.activation, False)
         if self.strategy == "depthwise":
             # The depthwise step adds the bias while compacting its result into `out`.
@@ -305,58 +303,59 @@ class Conv2D(Kernel):
             matmul(wmat, cmat, out=omat)
         return compute
 
-    def _bind_winograd4(self, x: np.ndarray, w: np.ndarray, out: np.ndarray,
-                        bias: np.ndarray | None) -> Compute:
-        """3x3 stride-1 convolution by Winograd's F(4x4, 3x3): 36 products per 4x4 output
-        tile and input channel instead of 144, a quarter of im2col's GEMM work.
+    def _bind_winograd(self, x: np.ndarray, w: np.ndarray, out: np.ndarray,
+                       bias: np.ndarray | None, f: WinogradTransform) -> Compute:
+        """3x3 stride-1 convolution by Winograd's F(m x m, 3x3): (m+2)^2 products per m x m
+        output tile and input channel instead of 9 m^2.
 
-        Each 4x4 output tile is A^T [(G w G^T) * (B^T d B)] A for its 6x6 input tile d.
-        F(4x4)'s transform matrices hold 4s, 5s and 8s, so the transforms are not done
-        with additions (about 22 passes each way) but as four small GEMMs against the
-        6x6 and 4x6 matrices, each one BLAS call over every tile and channel at once:
-        gather all 6x6 tiles channels-last with one strided copy, apply B^T to the tile
-        rows and then to the tile columns, run the 36 (tiles x C) @ (C x O) products,
-        apply A^T twice, and copy the tiles into `out` (one copy when 4 divides the
-        output size, else via a cropped buffer). U = G w G^T is computed once at bind,
-        in float64. The bias is added once to the transformed position (1, 1), whose row
-        and column of A^T are all ones, so it enters every output of a tile exactly once.
+        Each output tile is A^T [(G w G^T) * (B^T d B)] A for its (m+2)^2 input tile d.
+        The transforms are four small GEMMs against B^T and A^T, each one BLAS call over
+        every tile and channel at once (F(4x4)'s matrices hold 4s, 5s and 8s, where
+        additions would take about 22 passes each way): gather all input tiles
+        channels-last with one strided copy, apply B^T to the tile rows and then to the
+        tile columns, run the (m+2)^2 (tiles x C) @ (C x O) products, apply A^T twice, and
+        copy the tiles into `out` (one copy when m divides the output size, else via a
+        cropped buffer). U = G w G^T is computed once at bind, in float64. The bias is
+        added once to the transformed position (1, 1), whose row and column of A^T are all
+        ones, so it enters every output of a tile exactly once.
         """
         win = self.win
         n, c, h, wd = x.shape
         o = w.shape[0]
         oh, ow = win.out
-        th, tw = -(-oh // 4), -(-ow // 4)  # a last row (column) of tiles may overhang
+        t, a = f.m, f.m + 2
+        th, tw = -(-oh // t), -(-ow // t)  # a last row (column) of tiles may overhang
         tiles = n * th * tw
         top, left = win.pads[0], win.pads[1]
-        xp = np.zeros((n, 4 * th + 2, 4 * tw + 2, c), x.dtype)
+        xp = np.zeros((n, t * th + 2, t * tw + 2, c), x.dtype)
         interior, xt = xp[:, top:top + h, left:left + wd], x.transpose(0, 2, 3, 1)
         sn, sy, sx, sc = xp.strides
         tiles_in = np.lib.stride_tricks.as_strided(
-            xp, shape=(6, 6, n, th, tw, c), strides=(sy, sx, sn, 4 * sy, 4 * sx, sc),
+            xp, shape=(a, a, n, th, tw, c), strides=(sy, sx, sn, t * sy, t * sx, sc),
             writeable=False)
-        u = np.einsum("ki,lj,ocij->klco", _G4, _G4, w.astype(np.float64))
-        u = np.ascontiguousarray(u.reshape(36, c, o), dtype=x.dtype)
-        bt, at = _BT4.astype(x.dtype), _AT4.astype(x.dtype)
-        d = np.empty((6, 6, n, th, tw, c), x.dtype)
-        e = np.empty((6, 6 * tiles * c), x.dtype)
-        v = np.empty((6, 6, tiles * c), x.dtype)
-        m = np.empty((36, tiles, o), x.dtype)
-        p = np.empty((4, 6 * tiles * o), x.dtype)
-        y = np.empty((4, 4, n, th, tw, o), x.dtype)
-        d2, e3, v3 = d.reshape(6, -1), e.reshape(6, 6, -1), v.reshape(36, tiles, c)
-        m2, p3, y3, m11 = m.reshape(6, -1), p.reshape(4, 6, -1), y.reshape(4, 4, -1), m[7]
+        u = np.einsum("ki,lj,ocij->klco", f.g, f.g, w.astype(np.float64))
+        u = np.ascontiguousarray(u.reshape(a * a, c, o), dtype=x.dtype)
+        bt, at = f.bt.astype(x.dtype), f.at.astype(x.dtype)
+        d = np.empty((a, a, n, th, tw, c), x.dtype)
+        e = np.empty((a, a * tiles * c), x.dtype)
+        v = np.empty((a, a, tiles * c), x.dtype)
+        m = np.empty((a * a, tiles, o), x.dtype)
+        p = np.empty((t, a * tiles * o), x.dtype)
+        y = np.empty((t, t, n, th, tw, o), x.dtype)
+        d2, e3, v3 = d.reshape(a, -1), e.reshape(a, a, -1), v.reshape(a * a, tiles, c)
+        m2, p3, y3, m11 = m.reshape(a, -1), p.reshape(t, a, -1), y.reshape(t, t, -1), m[a + 1]
         bias_row = np.zeros(o, x.dtype) if bias is None else bias
         copyto, add, matmul = np.copyto, np.add, np.matmul
-        if oh == 4 * th and ow == 4 * tw:
-            # out (n, o, th, 4, tw, 4) seen as y's (4, 4, n, th, tw, o): one copy.
-            dest = out.reshape(n, o, th, 4, tw, 4).transpose(3, 5, 0, 2, 4, 1)
+        if oh == t * th and ow == t * tw:
+            # out (n, o, th, t, tw, t) seen as y's (t, t, n, th, tw, o): one copy.
+            dest = out.reshape(n, o, th, t, tw, t).transpose(3, 5, 0, 2, 4, 1)
 
             def store() -> None:
                 copyto(dest, y)
         else:
-            res = np.empty((n, th, 4, tw, 4, o), x.dtype)
+            res = np.empty((n, th, t, tw, t, o), x.dtype)
             res_view = res.transpose(2, 4, 0, 1, 3, 5)
-            back = res.reshape(n, 4 * th, 4 * tw, o)[:, :oh, :ow].transpose(0, 3, 1, 2)
+            back = res.reshape(n, t * th, t * tw, o)[:, :oh, :ow].transpose(0, 3, 1, 2)
 
             def store() -> None:
                 copyto(res_view, y)
@@ -375,76 +374,6 @@ class Conv2D(Kernel):
 
         return compute
 
-    def _bind_winograd(self, x: np.ndarray, w: np.ndarray, out: np.ndarray,
-                       bias: np.ndarray | None) -> Compute:
-        """3x3 stride-1 convolution by Winograd's F(2x2, 3x3): 16 products per 2x2
-        output tile and input channel instead of 36.
-
-        Each 2x2 output tile is A^T [(G w G^T) * (B^T d B)] A for its 4x4 input tile d,
-        so the GEMM work (16 GEMMs of tiles x C x O, one per transformed position) is 4/9
-        of im2col's. The weight transform U = G w G^T is done once at bind, in
-        float64. The input and output transforms only add and subtract (the matrices
-        hold 0 and +-1), each done separably, rows then columns, as whole-array NumPy
-        calls over all tiles at once. Everything between the two copies runs
-        channels-last, then one transposing copy writes `out`. The bias is added once, to
-        the transformed position (1, 1), which enters all four outputs of a tile with
-        coefficient 1 (a sixteenth of a full-size bias pass). An odd output size gets a
-        last row (column) of tiles that reads zeros past the padding; the final copy
-        crops their extra outputs.
-        """
-        win = self.win
-        n, c, h, wd = x.shape
-        o = w.shape[0]
-        oh, ow = win.out
-        th, tw = -(-oh // 2), -(-ow // 2)  # an odd size gets a last tile half outside
-        top, left = win.pads[0], win.pads[1]
-        # Channels-last padded input: every transform step then runs over rows of C
-        # contiguous values (in NCHW a tile column step would leave rows of th elements).
-        # Rows and columns past the padding that a last, overhanging tile reads are zeros.
-        xp = np.zeros((n, 2 * th + 2, 2 * tw + 2, c), x.dtype)
-        interior, xt = xp[:, top:top + h, left:left + wd], x.transpose(0, 2, 3, 1)
-        g = np.array([[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]])
-        u = np.einsum("ki,lj,ocij->klco", g, g, w.astype(np.float64))
-        u = np.ascontiguousarray(u.reshape(16, c, o), dtype=x.dtype)
-        v = np.empty((4, 4, n, th, tw, c), x.dtype)
-        # Input rows 2*ty + a of every tile row; B^T over them gives r[k], k = 0..3.
-        rows = [xp[:, a:a + 2 * th:2] for a in range(4)]
-        r = np.empty((4, n, th, 2 * tw + 2, c), x.dtype)
-        col = [r[:, :, :, b:b + 2 * tw:2] for b in range(4)]
-        m = np.empty((16, n * th * tw, o), x.dtype)
-        m4 = m.reshape(4, 4, n, th, tw, o)
-        s = np.empty((2, 4, n, th, tw, o), x.dtype)
-        # Result channels-last as (N, th, i, tw, j, O); y views it as (i, j, N, th, tw, O).
-        res = np.empty((n, th, 2, tw, 2, o), x.dtype)
-        y = res.transpose(2, 4, 0, 1, 3, 5)
-        back = res.reshape(n, 2 * th, 2 * tw, o)[:, :oh, :ow].transpose(0, 3, 1, 2)
-        vm, m11 = v.reshape(16, n * th * tw, c), m[5]
-        bias_row = np.zeros(o, x.dtype) if bias is None else bias  # adding 0 is cheap here
-        copyto, add, subtract, matmul = np.copyto, np.add, np.subtract, np.matmul
-
-        def compute() -> None:
-            copyto(interior, xt)
-            subtract(rows[0], rows[2], out=r[0])
-            add(rows[1], rows[2], out=r[1])
-            subtract(rows[2], rows[1], out=r[2])
-            subtract(rows[1], rows[3], out=r[3])
-            subtract(col[0], col[2], out=v[:, 0])
-            add(col[1], col[2], out=v[:, 1])
-            subtract(col[2], col[1], out=v[:, 2])
-            subtract(col[1], col[3], out=v[:, 3])
-            matmul(vm, u, out=m)
-            add(m11, bias_row, out=m11)
-            add(m4[0], m4[1], out=s[0])
-            add(s[0], m4[2], out=s[0])
-            subtract(m4[1], m4[2], out=s[1])
-            subtract(s[1], m4[3], out=s[1])
-            add(s[:, 0], s[:, 1], out=y[:, 0])
-            add(y[:, 0], s[:, 2], out=y[:, 0])
-            subtract(s[:, 1], s[:, 2], out=y[:, 1])
-            subtract(y[:, 1], s[:, 3], out=y[:, 1])
-            copyto(out, back)
-
-        return compute
 
 # Winograd F(2x2, 3x3) for 3x3 stride-1 convolutions with outputs of at least this many
 # positions and at least this many input channels. The transformed weights take 16/9 of
@@ -453,12 +382,14 @@ class Conv2D(Kernel):
 # 256 channels on 7x7 and breaks even at 512 channels on 4x4, which therefore stays on
 # im2col (and keeps the largest layers' weights at their original size).
 _WINOGRAD_MIN_PLANE = 36
-# The transforms cost ~16 passes over the input and output tiles per call whatever the
+# The transforms cost a few passes over the input and output tiles per call whatever the
 # channel counts, while the GEMMs save 5/9 of the C*O work per tile: with few channels,
 # or few tiles (N * ceil(OH/2) * ceil(OW/2)) times channels, the transforms eat the
 # saving. Measured (one thread, OpenBLAS Haswell), Winograd/im2col time: 1.75 at 16->16
 # channels 28x28, 1.36 at 16->64 28x28 and at 64 ch 7x7, 1.06 at 48 ch 14x14, 1.04 at
 # 256 ch 6x6; 0.87-0.93 at 64 ch 16x16, 384 ch 6x6, 256 ch 7x7; 0.70 at 64 ch 28x28.
+# Re-checked with the GEMM transforms: still a tie at the edges (64 ch 7x7, 48 ch 14x14,
+# 256 ch 6x6), 0.95 at 384 ch 6x6 and 512 ch 7x7.
 _WINOGRAD_MIN_CH = 32
 _WINOGRAD_MIN_WORK = 3000
 # Winograd F(4x4, 3x3) stores 36/9 of the weights' size and OpenBLAS re-packs them on
@@ -485,15 +416,37 @@ _HWC_MIN_CH = 32
 _BIAS_EXPAND_LIMIT = 1 << 20
 
 
-# Winograd F(4x4, 3x3) transforms (Lavin and Gray, points 0, +-1, +-2).
-_BT4 = np.array([[4, 0, -5, 0, 1, 0], [0, -4, -4, 1, 1, 0], [0, 4, -4, -1, 1, 0],
-                 [0, -2, -1, 2, 1, 0], [0, 2, -1, -2, 1, 0], [0, 4, 0, -5, 0, 1]],
-                dtype=np.float64)
-_G4 = np.array([[1 / 4, 0, 0], [-1 / 6, -1 / 6, -1 / 6], [-1 / 6, 1 / 6, -1 / 6],
-                [1 / 24, 1 / 12, 1 / 6], [1 / 24, -1 / 12, 1 / 6], [0, 0, 1]])
-_AT4 = np.array([[1, 1, 1, 1, 1, 0], [0, 1, -1, 2, -2, 0], [0, 1, 1, 4, 4, 0],
-                 [0, 1, -1, 8, -8, 1]], dtype=np.float64)
+@dataclass(frozen=True)
+class WinogradTransform:
+    """Winograd's F(m x m, 3x3): output tile m, input tile m + 2, and the matrices B^T
+    ((m+2) x (m+2)), G ((m+2) x 3) and A^T (m x (m+2)). Position (1, 1) of the transformed
+    tile must have all-ones columns in A^T (the bias enters there)."""
 
+    m: int
+    bt: np.ndarray
+    g: np.ndarray
+    at: np.ndarray
+
+
+F2X2 = WinogradTransform(
+    m=2,
+    bt=np.array([[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]], dtype=np.float64),
+    g=np.array([[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]]),
+    at=np.array([[1, 1, 1, 0], [0, 1, -1, -1]], dtype=np.float64),
+)
+# Lavin and Gray's F(4x4, 3x3), interpolation points 0, +-1, +-2.
+F4X4 = WinogradTransform(
+    m=4,
+    bt=np.array([[4, 0, -5, 0, 1, 0], [0, -4, -4, 1, 1, 0], [0, 4, -4, -1, 1, 0],
+                 [0, -2, -1, 2, 1, 0], [0, 2, -1, -2, 1, 0], [0, 4, 0, -5, 0, 1]],
+                dtype=np.float64),
+    g=np.array([[1 / 4, 0, 0], [-1 / 6, -1 / 6, -1 / 6], [-1 / 6, 1 / 6, -1 / 6],
+                [1 / 24, 1 / 12, 1 / 6], [1 / 24, -1 / 12, 1 / 6], [0, 0, 1]]),
+    at=np.array([[1, 1, 1, 1, 1, 0], [0, 1, -1, 2, -2, 0], [0, 1, 1, 4, 4, 0],
+                 [0, 1, -1, 8, -8, 1]], dtype=np.float64),
+)
+# Conv2D strategy name -> its Winograd transform.
+_WINOGRAD = {"winograd": F2X2, "winograd4": F4X4}
 
 def _contiguous_strides(shape: Sequence[int], itemsize: int) -> tuple[int, ...]:
     strides, step = [], itemsize
