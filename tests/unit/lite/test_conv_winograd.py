@@ -1,4 +1,5 @@
-"""Conv2D's Winograd F(4x4, 3x3) path against a float64 reference and onnxruntime."""
+"""Conv2D's Winograd paths, F(2x2, 3x3) and F(4x4, 3x3), against a float64 reference and
+onnxruntime."""
 
 from __future__ import annotations
 
@@ -12,9 +13,17 @@ from sporenet.lite.kernels.conv import Conv2D
 from tests.unit.lite.onnx_reference import run_onnx_op
 from tests.unit.lite.test_kernels_conv import ATOL, RTOL, _data, conv_reference
 
+# Strategy -> the size limits to lift so that small shapes take it.
+FORCE = {
+    "winograd": {"_WINOGRAD_MIN_PLANE": 0, "_WINOGRAD_MIN_CH": 1, "_WINOGRAD_MIN_WORK": 0,
+                 "_WINOGRAD4_MIN_TILES": 10**9, "_WINOGRAD4_MANY_TILES": 10**9},
+    "winograd4": {"_WINOGRAD_MIN_CH": 1, "_WINOGRAD4_MIN_TILES": 0},
+}
 
+
+@pytest.mark.parametrize("strategy", sorted(FORCE))
 @pytest.mark.parametrize("n,c,h,w,o,pads", [
-    (1, 32, 16, 16, 32, (1, 1, 1, 1)),   # 4 divides the output: tiles stored in one copy
+    (1, 32, 16, 16, 32, (1, 1, 1, 1)),   # the tile size divides the output: one store copy
     (2, 8, 10, 14, 12, (0, 0, 0, 0)),    # batch 2, no padding, non-square, O > C
     (1, 6, 9, 11, 5, (2, 0, 1, 1)),      # asymmetric pads, output 9x11: tiles overhang
     (1, 12, 7, 7, 4, (1, 1, 1, 1)),      # 7x7: the last tile row and column are cropped
@@ -22,20 +31,20 @@ from tests.unit.lite.test_kernels_conv import ATOL, RTOL, _data, conv_reference
 ])
 @pytest.mark.parametrize("bias", [True, False])
 @pytest.mark.parametrize("activation", ["none", "relu"])
-def test_winograd4_matches_reference_and_onnxruntime(monkeypatch, n, c, h, w, o, pads, bias,
-                                                     activation):
-    """The size rule is lifted so that small shapes take F(4x4, 3x3); the result must
-    match the float64 direct convolution and onnxruntime. F(4x4)'s rounding error scales
-    with the output's magnitude (its transforms hold 4s, 5s and 8s), so the absolute
-    tolerance is 1e-5 of the largest output, the 1e-4 relative tolerance per element."""
+def test_winograd_matches_reference_and_onnxruntime(monkeypatch, strategy, n, c, h, w, o,
+                                                    pads, bias, activation):
+    """Each path must match the float64 direct convolution and onnxruntime. F(4x4)'s
+    rounding error scales with the output's magnitude (its transforms hold 4s, 5s and
+    8s), so the absolute tolerance is 1e-5 of the largest output, besides the 1e-4
+    relative tolerance per element."""
     from sporenet.lite.kernels import conv
 
-    monkeypatch.setattr(conv, "_WINOGRAD_MIN_CH", 1)
-    monkeypatch.setattr(conv, "_WINOGRAD4_MIN_TILES", 0)
+    for name, value in FORCE[strategy].items():
+        monkeypatch.setattr(conv, name, value)
     x, wt, b = _data(np.random.default_rng(12), n, c, h, w, o, 1, (3, 3), bias)
     inputs = [x, wt] + ([b] if bias else [])
     spec = [TensorSpec(a.shape, a.dtype, None if k == 0 else a) for k, a in enumerate(inputs)]
-    assert Conv2D(Attrs("Conv", {"pads": list(pads)}), spec).strategy == "winograd4"
+    assert Conv2D(Attrs("Conv", {"pads": list(pads)}), spec).strategy == strategy
     (ours,) = run_op(OpCode.CONV2D, inputs, pads=list(pads), activation=activation)
     ref = conv_reference(x, wt, b, pads=pads)
     (ort,) = run_onnx_op("Conv", inputs, initializers=range(1, len(inputs)), pads=list(pads))
