@@ -1,0 +1,88 @@
+"""Depthwise convolution: both algorithms against the float64 reference and onnxruntime."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from sporenet.lite import OpCode
+from sporenet.lite.eager import run_op
+from sporenet.lite.kernels import depthwise
+from sporenet.lite.kernels.base import Attrs, TensorSpec
+from sporenet.lite.kernels.conv import Conv2D
+from tests.unit.lite.onnx_reference import run_onnx_op
+from tests.unit.lite.test_kernels_conv import ATOL, RTOL, conv_reference
+
+# (N, C, H, W, kernel, strides, dilations, pads)
+SHAPES = [
+    (1, 8, 9, 9, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1)),
+    (2, 8, 10, 9, (3, 3), (2, 2), (1, 1), (1, 0, 1, 1)),
+    (1, 9, 11, 12, (3, 5), (2, 3), (2, 1), (2, 1, 0, 2)),
+    (2, 10, 7, 7, (5, 5), (1, 1), (1, 1), (2, 2, 2, 2)),
+    (1, 12, 8, 8, (3, 3), (1, 2), (1, 2), (0, 3, 1, 0)),     # pads past the kernel's reach
+    (1, 16, 5, 6, (2, 3), (3, 1), (1, 1), (0, 0, 0, 0)),     # rows never read, no padding
+    (1, 8, 3, 3, (3, 3), (2, 2), (1, 1), (1, 1, 1, 1)),      # one output column per tap
+]
+
+ALGORITHMS = {"channels-last": 1, "planar": 10**9}
+
+
+@pytest.fixture(params=list(ALGORITHMS), ids=list(ALGORITHMS))
+def algorithm(request, monkeypatch):
+    monkeypatch.setattr(depthwise, "_MIN_CHANNELS_LAST", ALGORITHMS[request.param])
+    return request.param
+
+
+@pytest.mark.parametrize("constant", [True, False], ids=["const", "runtime"])
+@pytest.mark.parametrize("bias", [True, False], ids=["bias", "nobias"])
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: f"{s[:4]}k{s[4]}s{s[5]}d{s[6]}p{s[7]}")
+def test_depthwise_matches_reference(algorithm, shape, bias, constant):
+    n, c, h, w, k, strides, dilations, pads = shape
+    rng = np.random.default_rng(5)
+    x = rng.normal(size=(n, c, h, w)).astype(np.float32)
+    wt = rng.normal(size=(c, 1, *k)).astype(np.float32)
+    b = rng.normal(size=c).astype(np.float32) if bias else None
+    inputs = [x, wt] + ([b] if bias else [])
+    attrs = dict(strides=list(strides), dilations=list(dilations), pads=list(pads), group=c)
+    (ours,) = run_op(OpCode.CONV2D, inputs, constant_inputs=None if constant else [],
+                     **attrs)
+    ref = conv_reference(x, wt, b, strides, dilations, pads, c)
+    np.testing.assert_allclose(ours, ref, rtol=RTOL, atol=ATOL)
+
+
+@pytest.mark.parametrize("stride", [1, 2])
+@pytest.mark.parametrize("activation,fn", [
+    ("relu6", lambda y: np.clip(y, 0, 6)),
+    ("relu", lambda y: np.maximum(y, 0)),
+])
+def test_depthwise_matches_onnxruntime(algorithm, stride, activation, fn):
+    """A MobileNet-style layer (3x3, pad 1, bias, fused activation) against onnxruntime."""
+    rng = np.random.default_rng(6)
+    x = (rng.normal(size=(1, 24, 12, 12)) * 3).astype(np.float32)
+    wt = rng.normal(size=(24, 1, 3, 3)).astype(np.float32)
+    b = rng.normal(size=24).astype(np.float32)
+    attrs = dict(strides=[stride, stride], pads=[1, 1, 1, 1], group=24)
+    (ours,) = run_op(OpCode.CONV2D, [x, wt, b], activation=activation, **attrs)
+    (ort,) = run_onnx_op("Conv", [x, wt, b], initializers=[1, 2], **attrs)
+    np.testing.assert_allclose(ours, fn(ort), rtol=RTOL, atol=ATOL)
+
+
+def test_depthwise_bound_step_reuses_its_buffers(algorithm):
+    """Repeated calls with new inputs and run-time weights: padding stays zero, nothing
+    stale leaks from the previous call."""
+    n, c, h, w = 2, 8, 7, 6
+    specs = [TensorSpec((n, c, h, w), np.dtype(np.float32)),
+             TensorSpec((c, 1, 3, 3), np.dtype(np.float32)),
+             TensorSpec((c,), np.dtype(np.float32))]
+    attrs = dict(strides=[2, 1], pads=[1, 1, 1, 1], group=c)
+    kernel = Conv2D(Attrs("CONV2D", attrs), specs)
+    x, wt, b = (np.empty(s.shape, np.float32) for s in specs)
+    out = np.empty(kernel.output_specs[0].shape, np.float32)
+    step = kernel.bind([x, wt, b], [out])
+    rng = np.random.default_rng(7)
+    for _ in range(3):
+        for arr in (x, wt, b):
+            arr[...] = rng.normal(size=arr.shape)
+        step()
+        ref = conv_reference(x, wt, b, (2, 1), (1, 1), (1, 1, 1, 1), c)
+        np.testing.assert_allclose(out, ref, rtol=RTOL, atol=ATOL)
