@@ -22,11 +22,11 @@ import numpy as np
 from sporenet.lite.kernels.base import Compute
 from sporenet.lite.kernels.spatial import Window
 
-# Layout choice: phase grids of at most this many positions use the interleaved layout;
-# planar rows at least _LONG_ROW long broadcast weights instead of expanding them.
+# Planar layout choice: phase grids of at most this many positions use the interleaved
+# layout. Constant weights are expanded to one value per element (up to _EXPAND_LIMIT
+# bytes): a multiply broadcasting one weight per channel row ran 2.5x slower than a
+# contiguous one (96 ch 26x26 rows: 10.5 against 4.6 us), even on rows of 676.
 _SMALL_PLANE = 400
-_LONG_ROW = 256
-# Largest expanded copy of the weights (bytes) made to avoid broadcasting short rows.
 _EXPAND_LIMIT = 4 << 20
 
 
@@ -39,15 +39,29 @@ if not callable(_einsum):
 # Fewest channels for the channels-last algorithm: below it the transposing copies run in
 # rows of C elements and the planar multiply-adds are cheaper.
 _MIN_CHANNELS_LAST = 8
+# Column-strided layers whose planar phase grid has at least this many positions stay
+# planar: their input (sw*sh times the output) costs more to transpose than the planar
+# phase copies plus multiply-adds (48 ch 48x48 s2: 89 us planar, 112 channels-last; 96 ch
+# 24x24 s2, a 13x13 grid: 56 planar, 44 channels-last).
+_STRIDED_PLANAR_GRID = 400
 
 
 def bind_depthwise(win: Window, x: np.ndarray, w: np.ndarray, out: np.ndarray,
                    bias: np.ndarray | None, *, w_const: bool, bias_const: bool) -> Compute:
     """The depthwise step writing `out` (bias included); see the module docstring."""
-    if x.shape[1] >= _MIN_CHANNELS_LAST:
+    if x.shape[1] >= _MIN_CHANNELS_LAST and (
+            win.strides[1] == 1 or _phase_grid(win, x.shape[2:]) < _STRIDED_PLANAR_GRID):
         return _bind_channels_last(win, x, w, out, bias, w_const=w_const,
                                    bias_const=bias_const)
     return _bind_planar(win, x, w, out, bias, w_const=w_const, bias_const=bias_const)
+
+
+def _phase_grid(win: Window, hw: tuple[int, ...]) -> int:
+    """Positions in one stride phase of the padded input (the planar layout's grid)."""
+    (h, wd), (sh, sw) = hw, win.strides
+    hq = -(-max(h + win.pads[0] + win.pads[2], win.extent[0]) // sh)
+    wq = -(-max(wd + win.pads[1] + win.pads[3], win.extent[1]) // sw)
+    return hq * wq
 
 
 def _bind_channels_last(win: Window, x: np.ndarray, w: np.ndarray, out: np.ndarray,
@@ -179,10 +193,10 @@ def _bind_planar(win: Window, x: np.ndarray, w: np.ndarray, out: np.ndarray,
         result = acc.reshape(n, oh, ow, c).transpose(0, 3, 1, 2)
     else:
         plane = hq * wq
-        if w_const and plane < _LONG_ROW and len(taps) * c * plane * 4 <= _EXPAND_LIMIT:
+        if w_const and len(taps) * c * plane * x.itemsize <= _EXPAND_LIMIT:
             shape = (n, c * plane)
             weights = [np.repeat(t, plane) for t in taps_w]
-        else:  # rows are long enough that broadcasting per channel costs little
+        else:  # too large to expand (or run-time weights): broadcast per channel
             shape, weights = (n, c, plane), [t.reshape(c, 1) for t in taps_w]
         views = [phases[ph][di * wq + dj:di * wq + dj + size].reshape(shape)
                  for ph, di, dj in taps]

@@ -24,12 +24,15 @@ SHAPES = [
     (1, 8, 3, 3, (3, 3), (2, 2), (1, 1), (1, 1, 1, 1)),      # one output column per tap
 ]
 
-ALGORITHMS = {"channels-last": 1, "planar": 10**9}
+# (_MIN_CHANNELS_LAST, _STRIDED_PLANAR_GRID) forcing each algorithm on every shape
+ALGORITHMS = {"channels-last": (1, 10**9), "planar": (10**9, 0)}
 
 
 @pytest.fixture(params=list(ALGORITHMS), ids=list(ALGORITHMS))
 def algorithm(request, monkeypatch):
-    monkeypatch.setattr(depthwise, "_MIN_CHANNELS_LAST", ALGORITHMS[request.param])
+    min_channels, strided_grid = ALGORITHMS[request.param]
+    monkeypatch.setattr(depthwise, "_MIN_CHANNELS_LAST", min_channels)
+    monkeypatch.setattr(depthwise, "_STRIDED_PLANAR_GRID", strided_grid)
     return request.param
 
 
