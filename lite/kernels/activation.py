@@ -23,13 +23,33 @@ if not isinstance(_clip, np.ufunc):
     _clip = np.clip
 
 
+def _bounds(dtype: np.dtype, lo: float, hi: float) -> tuple[np.ndarray, np.ndarray]:
+    """0-d arrays of `dtype` holding lo and hi, made once per (dtype, lo, hi).
+
+    clip converts Python-number bounds on every call; 0-d arrays of the tensor's own
+    dtype skip that (relu6 on 4k-55k floats: 0.7-4.4 us against 1.2-5.0 us).
+    """
+    key = (dtype, lo, hi)
+    pair = _BOUNDS.get(key)
+    if pair is None:
+        pair = _BOUNDS[key] = (np.array(lo, dtype), np.array(hi, dtype))
+    return pair
+
+
+_BOUNDS: dict[tuple[np.dtype, float, float], tuple[np.ndarray, np.ndarray]] = {}
+
+
 def relu_into(x: np.ndarray, out: np.ndarray) -> None:
     """out = max(x, 0), by the fastest NumPy route for the size (shared with the Relu op)."""
     # NumPy 2.x runs maximum against a scalar in a scalar loop: 3-4x slower than clip's
     # vectorised one on large tensors, but a little cheaper to call on tiny ones (an
     # MLP's hidden layer). Both give the same values (NaN propagates; clip keeps -0.0).
     if x.size > _SMALL:
-        _clip(x, 0, np.inf, out=out)
+        if x.dtype.kind == "f":
+            lo, hi = _bounds(x.dtype, 0.0, np.inf)
+            _clip(x, lo, hi, out=out)
+        else:
+            _clip(x, 0, np.inf, out=out)
     else:
         np.maximum(x, 0, out=out)
 
@@ -42,7 +62,11 @@ _SMALL = 1024
 
 
 def _relu6(x: np.ndarray) -> None:
-    _clip(x, 0, 6, out=x)
+    if x.dtype.kind != "f":  # integer tensors keep the Python-number bounds
+        _clip(x, 0, 6, out=x)
+        return
+    lo, hi = _bounds(x.dtype, 0.0, 6.0)
+    _clip(x, lo, hi, out=x)
 
 
 def _sigmoid(x: np.ndarray) -> None:
