@@ -28,13 +28,11 @@ calls these methods and maps their exceptions to status codes.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import hashlib
 import json
 import logging
 import math
-import mmap
 import os
 import random
 import shutil
@@ -101,21 +99,6 @@ def _atomic_write(path: Path, data: bytes) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_bytes(data)
     os.replace(tmp, path)
-
-
-def _map_file(path: Path) -> mmap.mmap | None:
-    """A read-only memory map of the file (None for an empty file, which cannot be mapped)."""
-    with open(path, "rb") as f:
-        if os.fstat(f.fileno()).st_size == 0:
-            return None
-        return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-
-
-def _close_map(mapped: mmap.mmap | None) -> None:
-    """Unmap now if nothing still views the map; otherwise it is unmapped when collected."""
-    if mapped is not None:
-        with contextlib.suppress(BufferError):
-            mapped.close()
 
 
 def file_key(client_id: str) -> str:
@@ -642,47 +625,51 @@ class RoundManager:
         self,
         client_id: str,
         task_id: str,
-        path: Path,
+        payload: memoryview,
         *,
+        upload: Path,
         sha256: str,
         received_sha256: str,
         num_samples: int,
         metrics_json: str,
     ) -> None:
-        """Validate the completely received upload at `path` and fold it into the aggregate.
+        """Validate a completely received update and fold it into the aggregate.
 
-        `received_sha256` is the digest of the file's bytes, computed while they arrived;
-        `sha256` the one the client declared (empty: not checked). The file is read through
-        a memory map: the decoded tensors are views of the page cache, so the update is
-        never copied between receiving it and folding it in.
+        `payload` is the update's bytes, `received_sha256` their digest (computed while
+        they arrived), `sha256` the one the client declared (empty: not checked), and
+        `upload` the path of its partial file, if one was kept (removed on refusal). The
+        decoded tensors are views of `payload`: nothing is copied before the fold. Before
+        the update counts, its bytes are written to the phase directory, so an accepted
+        update survives a `kill -9` until the next checkpoint contains it.
         """
         # The slot is held until the update is folded: at most two decoded updates exist at
         # any time, however many clients upload at once (memory flat in the fleet size).
         with self._decode_slots:
-            mapped: mmap.mmap | None = None
             try:
                 metrics = _parse_metrics(metrics_json, "metrics_json")
                 if sha256 and received_sha256 != sha256.lower():
                     raise UpdateRejectedError(
                         "update bytes do not match the sha256 in the upload header"
                     )
-                mapped = _map_file(path)
-                update = decode_update(mapped if mapped is not None else b"", self._template)
+                update = decode_update(payload, self._template)
                 norm = validate_update(
                     update, num_samples=num_samples, max_norm=self.config.max_update_norm
                 )
             except UpdateRejectedError as e:
-                _close_map(mapped)
-                path.unlink(missing_ok=True)
+                upload.unlink(missing_ok=True)
                 self.refuse(client_id, e)
+            kept = self._phase_dir() / f"{file_key(client_id)}.upd"
+            tmp = kept.with_name(f"{kept.name}.{threading.get_ident()}.tmp")
+            kept.parent.mkdir(parents=True, exist_ok=True)
+            with open(tmp, "wb") as f:  # outside the lock: other uploads fold meanwhile
+                f.write(payload)
             try:
                 with self._changed:
                     self._check_open(client_id, task_id, "fit")
                     if self._aggregator is None:  # cannot happen while a fit phase is open
                         raise AggregationError("no aggregator for the open fit phase")
                     self._aggregator.add(client_id, update, float(num_samples))
-                    self._phase_dir().mkdir(parents=True, exist_ok=True)
-                    os.replace(path, self._phase_dir() / f"{file_key(client_id)}.upd")
+                    os.replace(tmp, kept)
                     self._parts[client_id] = "accepted"
                     with self.store.transaction() as tx:
                         tx.set_participant(
@@ -695,7 +682,8 @@ class RoundManager:
                     self.wake.set()  # pollers' tasks are unchanged; the round loop may act
             finally:
                 del update
-                _close_map(mapped)
+                tmp.unlink(missing_ok=True)
+        upload.unlink(missing_ok=True)
         log_event(
             self.log,
             "update_accepted",

@@ -7,9 +7,11 @@ import hashlib
 import itertools
 import json
 import logging
+import os
 import re
 import threading
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any, TypeVar
 
 import grpc
@@ -43,6 +45,7 @@ from sporenet.proto import federated_pb2_grpc as pb_grpc
 
 SERVICE = "sporenet.federated.v1.Federated"
 CACHE_MODEL_BYTES = 64 << 20  # models up to this size are served from pre-encoded chunks
+SETTLE_SECONDS = 10.0  # longest a call waits for an earlier call of the same upload to end
 _UPLOAD_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
 # Domain error -> status code; the first matching class wins (subclasses first).
@@ -112,6 +115,14 @@ def add_to_server(servicer: FederatedServicer, server: grpc.Server) -> None:
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, handlers),))
 
 
+def _write_atomic(path: Path, data: memoryview) -> None:
+    """Replace `path` with `data` (a temporary file, then a rename: never half written)."""
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as f:
+        f.write(data)
+    os.replace(tmp, path)
+
+
 def method_path(name: str) -> str:
     """The full gRPC method name, which signed requests cover."""
     return f"/{SERVICE}/{name}"
@@ -174,6 +185,9 @@ class FederatedServicer(pb_grpc.FederatedServicer):
         # A waiting transfer holds a thread but no payload memory.
         self._transfers = threading.BoundedSemaphore(max_transfers)
         self._cache_lock = threading.Lock()
+        # Uploads being received, by (client, upload id): set when the call has finished.
+        self._active: dict[tuple[str, str], threading.Event] = {}
+        self._active_lock = threading.Lock()
         self._cache: tuple[tuple[int, str], list[tuple[bytes, int]]] | None = None
 
     def _abort(self, context: grpc.ServicerContext, error: FederatedError) -> None:
@@ -299,51 +313,92 @@ class FederatedServicer(pb_grpc.FederatedServicer):
     def _receive(
         self, cid: str, first: pb.UploadChunk, request_iterator: Iterator[bytes]
     ) -> pb.UploadReply:
+        """Receive an upload into memory, hashing it as it arrives, then submit it.
+
+        The bytes go straight into one buffer of the declared size (bounded by
+        `max_update_bytes`, and at most `max_transfers` uploads run at once), so a complete
+        update is validated and folded without a trip through the file system. Only an
+        upload that stops early is written to its `.part` file, from which a later call
+        resumes (GetUploadOffset reports its size).
+        """
+        h = first.header
+        key = (cid, h.upload_id)
+        self._settled(key)  # an earlier call of this upload first keeps what it received
+        done = threading.Event()
+        with self._active_lock:
+            self._active[key] = done
+        try:
+            return self._receive_into_memory(cid, first, request_iterator)
+        finally:
+            with self._active_lock:
+                if self._active.get(key) is done:
+                    del self._active[key]
+            done.set()
+
+    def _settled(self, key: tuple[str, str]) -> None:
+        """Wait (a bounded time) until no call is receiving upload `key`: a broken stream's
+        call writes its partial file when it notices the break, and the offset a client
+        resumes from must include it."""
+        with self._active_lock:
+            running = self._active.get(key)
+        if running is not None:
+            running.wait(SETTLE_SECONDS)
+
+    def _receive_into_memory(
+        self, cid: str, first: pb.UploadChunk, request_iterator: Iterator[bytes]
+    ) -> pb.UploadReply:
         h = first.header
         path = self.m.upload_path(cid, h.upload_id)
-        size = path.stat().st_size if path.exists() else 0
-        if first.offset != size:
+        kept = path.stat().st_size if path.exists() else 0
+        if first.offset != kept:
             raise TransferError(
-                f"upload {h.upload_id!r} continues at offset {size}, "
+                f"upload {h.upload_id!r} continues at offset {kept}, "
                 f"the call started at {first.offset}"
             )
+        buf = bytearray(h.total_size)
+        view = memoryview(buf)
+        digest = hashlib.sha256()
+        size = 0
+        if kept:  # a resumed upload: its first part comes from the file
+            with open(path, "rb") as f:
+                size = f.readinto(view[:kept]) or 0
+            digest.update(view[:size])
         rest: Iterator[tuple[int, bytes | memoryview]] = (
             split_upload_chunk(raw) for raw in request_iterator
         )
-        # The digest is computed as the bytes arrive (a resumed upload first hashes the
-        # part it already has), so the complete file is never read back just to hash it.
-        digest = hashlib.sha256()
-        if size:
-            with open(path, "rb") as f:
-                while block := f.read(1 << 20):
-                    digest.update(block)
-        with open(path, "ab") as f:
+        complete = False
+        try:
             for i, (at, data) in enumerate(itertools.chain([(first.offset, first.data)], rest)):
                 if at != size:
                     raise TransferError(f"chunk at offset {at} does not follow byte {size}")
                 if size + len(data) > h.total_size:
-                    f.close()
                     path.unlink(missing_ok=True)
+                    kept = size  # nothing is kept: the upload is refused
                     self.m.refuse(
                         cid,
                         UpdateRejectedError(
                             f"upload sends more than the {h.total_size} bytes its header declared"
                         ),
                     )
-                f.write(data)
+                view[size : size + len(data)] = data
                 digest.update(data)
                 size += len(data)
-                self.metrics.inc("sporenet_bytes_received_total", len(data))
                 if i % 16 == 15:
                     self.m.touch(cid)  # a long upload is a sign of life
-        if size < h.total_size:
+            complete = size == h.total_size
+        finally:
+            self.metrics.inc("sporenet_bytes_received_total", size - kept)
+            if not complete and size > kept:  # the stream stopped early: keep what came
+                _write_atomic(path, view[:size])
+        if not complete:
             return pb.UploadReply(
                 accepted=False, received=size, message="incomplete: resume from `received`"
             )
         self.m.submit_update(
             cid,
             h.task_id,
-            path,
+            view,
+            upload=path,
             sha256=h.sha256,
             received_sha256=digest.hexdigest(),
             num_samples=h.num_samples,
@@ -360,6 +415,7 @@ class FederatedServicer(pb_grpc.FederatedServicer):
             raise UpdateRejectedError(
                 f"upload_id must be 1-64 characters of [A-Za-z0-9_-], got {request.upload_id!r}"
             )
+        self._settled((cid, request.upload_id))
         path = self.m.upload_path(cid, request.upload_id)
         return pb.UploadOffsetReply(received=path.stat().st_size if path.exists() else 0)
 
