@@ -151,6 +151,7 @@ class Client:
         give_up_after: float | None = None,
         chunk_size: int = 128 << 10,
         download_chunk_size: int = 0,
+        upload_connection: str = "separate",
         rpc_timeout: float = 60.0,
     ) -> None:
         host = split_address(address)[0]
@@ -166,6 +167,10 @@ class Client:
         if poll_wait < 0 or max_backoff <= 0 or chunk_size < 1024:
             raise ConfigError(
                 "`poll_wait` must be >= 0, `max_backoff` > 0 and `chunk_size` >= 1024"
+            )
+        if upload_connection not in ("separate", "shared"):
+            raise ConfigError(
+                f"`upload_connection` must be 'separate' or 'shared', got {upload_connection!r}"
             )
         if download_chunk_size < 0:
             raise ConfigError(
@@ -183,25 +188,19 @@ class Client:
         # One connection per client, even when a simulation runs many in one process: gRPC
         # would otherwise share one HTTP/2 connection, whose stream limit (100 by default)
         # then queues long-polls and transfers behind each other.
-        options = [("grpc.use_local_subchannel_pool", 1)]
-        if root_certificates is not None:
-            creds = grpc.ssl_channel_credentials(
-                root_certificates, client_key_pem, certificate_chain
-            )
-            self._channel = grpc.secure_channel(address, creds, options=options)
-        else:
-            self._channel = grpc.insecure_channel(address, options=options)
+        self._tls = (
+            (root_certificates, client_key_pem, certificate_chain)
+            if root_certificates is not None
+            else None
+        )
+        self.upload_connection = upload_connection
+        self._channel = self._new_channel()
         self._stub = pb_grpc.FederatedStub(self._channel)
         # The payload streams as raw bytes (see wire.py): no protobuf copies of each chunk.
         self._download_raw = self._channel.unary_stream(
             f"/{SERVICE}/DownloadModel",
             request_serializer=pb.DownloadRequest.SerializeToString,
             response_deserializer=identity,
-        )
-        self._upload_raw = self._channel.stream_unary(
-            f"/{SERVICE}/UploadUpdate",
-            request_serializer=identity,
-            response_deserializer=pb.UploadReply.FromString,
         )
         self.client_id: str | None = None
         self._heartbeat_interval = 5.0
@@ -222,6 +221,13 @@ class Client:
 
     def _md(self, method: str) -> list[tuple[str, str]]:
         return self.credentials.metadata(f"/{SERVICE}/{method}")
+
+    def _new_channel(self) -> grpc.Channel:
+        options = [("grpc.use_local_subchannel_pool", 1)]
+        if self._tls is not None:
+            creds = grpc.ssl_channel_credentials(*self._tls)
+            return grpc.secure_channel(self.address, creds, options=options)
+        return grpc.insecure_channel(self.address, options=options)
 
     def close(self) -> None:
         self._channel.close()
@@ -524,11 +530,25 @@ class Client:
                 yield encode_upload_chunk(pos, data)
                 pos += len(data)
 
-        reply = self._upload_raw(
-            chunks(),
-            metadata=self._md("UploadUpdate"),
-            timeout=self.rpc_timeout + len(p.payload) / 5e6,
-        )
+        # By default the payload goes over a connection of its own, closed afterwards: a
+        # gRPC server keeps buffers sized to what a connection carried for as long as it
+        # stays open, so a fleet of idle clients whose long-lived connections once carried
+        # an update would hold server memory in proportion to the fleet.
+        channel = self._new_channel() if self.upload_connection == "separate" else self._channel
+        try:
+            upload = channel.stream_unary(
+                f"/{SERVICE}/UploadUpdate",
+                request_serializer=identity,
+                response_deserializer=pb.UploadReply.FromString,
+            )
+            reply = upload(
+                chunks(),
+                metadata=self._md("UploadUpdate"),
+                timeout=self.rpc_timeout + len(p.payload) / 5e6,
+            )
+        finally:
+            if channel is not self._channel:
+                channel.close()
         if not reply.accepted:
             raise TransferError(
                 f"upload stopped at byte {reply.received} of {len(p.payload)}: {reply.message}"

@@ -168,6 +168,7 @@ class RoundManager:
         self._withdrawn: set[str] = set()  # cohort members that said they cannot go on
         self._stage_deadline = 0.0
         self._since_checkpoint = 0
+        self._made_dirs: set[Path] = set()  # phase dirs known to exist (one mkdir per phase)
         self._phase_t0 = time.monotonic()
         self._rng = random.Random(config.seed)
 
@@ -627,7 +628,7 @@ class RoundManager:
         task_id: str,
         payload: memoryview,
         *,
-        upload: Path,
+        upload: Path | None,
         sha256: str,
         received_sha256: str,
         num_samples: int,
@@ -637,7 +638,7 @@ class RoundManager:
 
         `payload` is the update's bytes, `received_sha256` their digest (computed while
         they arrived), `sha256` the one the client declared (empty: not checked), and
-        `upload` the path of its partial file, if one was kept (removed on refusal). The
+        `upload` the path of its partial file, if one was kept (removed once used). The
         decoded tensors are views of `payload`: nothing is copied before the fold. Before
         the update counts, its bytes are written to the phase directory, so an accepted
         update survives a `kill -9` until the next checkpoint contains it.
@@ -656,11 +657,15 @@ class RoundManager:
                     update, num_samples=num_samples, max_norm=self.config.max_update_norm
                 )
             except UpdateRejectedError as e:
-                upload.unlink(missing_ok=True)
+                if upload is not None:
+                    upload.unlink(missing_ok=True)
                 self.refuse(client_id, e)
-            kept = self._phase_dir() / f"{file_key(client_id)}.upd"
-            tmp = kept.with_name(f"{kept.name}.{threading.get_ident()}.tmp")
-            kept.parent.mkdir(parents=True, exist_ok=True)
+            phase_dir = self._phase_dir()
+            kept = phase_dir / f"{file_key(client_id)}.upd"
+            tmp: Path | None = kept.with_name(f"{kept.name}.{threading.get_ident()}.tmp")
+            if phase_dir not in self._made_dirs:
+                phase_dir.mkdir(parents=True, exist_ok=True)
+                self._made_dirs = {phase_dir}
             with open(tmp, "wb") as f:  # outside the lock: other uploads fold meanwhile
                 f.write(payload)
             try:
@@ -670,6 +675,7 @@ class RoundManager:
                         raise AggregationError("no aggregator for the open fit phase")
                     self._aggregator.add(client_id, update, float(num_samples))
                     os.replace(tmp, kept)
+                    tmp = None
                     self._parts[client_id] = "accepted"
                     with self.store.transaction() as tx:
                         tx.set_participant(
@@ -682,8 +688,10 @@ class RoundManager:
                     self.wake.set()  # pollers' tasks are unchanged; the round loop may act
             finally:
                 del update
-                tmp.unlink(missing_ok=True)
-        upload.unlink(missing_ok=True)
+                if tmp is not None:
+                    tmp.unlink(missing_ok=True)
+        if upload is not None:
+            upload.unlink(missing_ok=True)
         log_event(
             self.log,
             "update_accepted",

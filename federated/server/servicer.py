@@ -398,7 +398,7 @@ class FederatedServicer(pb_grpc.FederatedServicer):
             cid,
             h.task_id,
             view,
-            upload=path,
+            upload=path if kept else None,
             sha256=h.sha256,
             received_sha256=digest.hexdigest(),
             num_samples=h.num_samples,
