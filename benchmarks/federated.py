@@ -101,8 +101,9 @@ def _write_spore(path: Path, params: str) -> None:
 def _spawn_workers(
     kind: str, address: str, n: int, procs: int, params: str
 ) -> list[subprocess.Popen[bytes]]:
-    # At most CLIENTS_PER_PROCESS clients per process: Flower's clients in one process share
-    # one HTTP/2 connection, whose 100-stream limit would stall its bidirectional streams.
+    # At most CLIENTS_PER_PROCESS clients per process (more threads per process only add
+    # GIL contention; with SPORENET_BENCH_FLOWER_SHARED_CONNECTION=1 Flower's clients of a
+    # process share one HTTP/2 connection, whose 100-stream limit would stall them).
     procs = max(procs, -(-n // CLIENTS_PER_PROCESS))
     per = -(-n // procs)
     workers = []
@@ -302,8 +303,35 @@ def flower_server(address: str, n: int, params: str, rounds: int, out: str) -> N
     Path(out).write_text(json.dumps(report))
 
 
+def _flower_own_connections() -> None:
+    """Give every Flower client its own connection, as every sporenet client (and every
+    real device) has: by default gRPC lets the clients of one process share a single
+    HTTP/2 connection, which would compare Flower over ~6 connections with sporenet over
+    N. Same channel options as flwr's own create_channel, plus a local subchannel pool.
+    """
+    import grpc
+    from flwr.compat.client.grpc_client import connection
+
+    def create_channel(  # type: ignore[no-untyped-def]
+        server_address, insecure, root_certificates=None, max_message_length=None,
+        interceptors=None,
+    ):  # fmt: skip
+        if not insecure or interceptors:
+            raise RuntimeError("the benchmark runs Flower on loopback without TLS/interceptors")
+        size = max_message_length or 536_870_912
+        return grpc.insecure_channel(server_address, options=[
+            ("grpc.max_send_message_length", size), ("grpc.max_receive_message_length", size),
+            ("grpc.use_local_subchannel_pool", 1),
+        ])  # fmt: skip
+
+    connection.create_channel = create_channel
+
+
 def flower_worker(address: str, first: int, count: int, params: str) -> None:
     import flwr as fl
+
+    if os.environ.get("SPORENET_BENCH_FLOWER_SHARED_CONNECTION") != "1":
+        _flower_own_connections()
 
     class NumPyClient(fl.client.NumPyClient):  # type: ignore[misc]
         def __init__(self, i: int) -> None:

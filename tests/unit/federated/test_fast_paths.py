@@ -1,0 +1,102 @@
+"""The hand-written fast paths agree with the straightforward code they replace."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from sporenet.federated.aggregation import FOLD_BLOCK, WeightedMeanAggregator, template_of
+from sporenet.federated.codec import decode_update, encode_raw, encode_update
+from sporenet.federated.errors import AggregationError, UpdateRejectedError
+from sporenet.federated.server.checkpoint import load_arrays, save_arrays
+from sporenet.federated.validation import validate_update
+from sporenet.proto import federated_pb2 as pb
+
+RNG = np.random.default_rng(3)
+UPDATE = {
+    "w": RNG.standard_normal((7, 300)).astype(np.float32),
+    "scalar": np.array(2.5, np.float32),
+    "empty": np.zeros((0, 4), np.float32),
+    "d": RNG.standard_normal(1000),
+    "big": RNG.standard_normal(FOLD_BLOCK + 17).astype(np.float32),
+}
+
+
+def _protobuf(update: dict[str, np.ndarray]) -> bytes:
+    bundle = pb.TensorBundle()
+    for name, a in update.items():
+        bundle.tensors.add(name=name, dtype=a.dtype.name, shape=list(a.shape), data=a.tobytes())
+    return bundle.SerializeToString()
+
+
+def test_encode_raw_is_byte_for_byte_protobuf() -> None:
+    assert bytes(encode_raw(UPDATE)) == _protobuf(UPDATE)
+    assert encode_update(UPDATE) == _protobuf(UPDATE)
+
+
+def test_encode_raw_with_base_writes_the_delta_in_the_base_dtype() -> None:
+    base = {k: np.full_like(v, 0.25) for k, v in UPDATE.items()}
+    trained = {k: v.astype(np.float64) for k, v in UPDATE.items()}  # cast into base's dtype
+    got = decode_update(bytes(encode_raw(trained, base)), template_of(base))
+    for k, v in UPDATE.items():
+        expected = (v.astype(np.float64) - base[k]).astype(v.dtype)
+        np.testing.assert_array_equal(got[k], expected)
+        assert got[k].dtype == v.dtype and got[k].shape == v.shape
+
+
+def test_fold_matches_a_direct_weighted_mean() -> None:
+    agg = WeightedMeanAggregator(template_of(UPDATE))
+    second = {k: v * 3 + 1 for k, v in UPDATE.items()}
+    agg.add("a", UPDATE, 2.0)
+    agg.add("b", second, 5.0)
+    out = agg.result()
+    for k, v in UPDATE.items():
+        direct = (2.0 * v.astype(np.float64) + 5.0 * second[k].astype(np.float64)) / 7.0
+        np.testing.assert_allclose(out[k], direct.astype(v.dtype), rtol=1e-6)
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+@pytest.mark.parametrize("where", [0, FOLD_BLOCK + 16])
+def test_validation_refuses_any_non_finite_value(bad: float, where: int) -> None:
+    update = {k: v.copy() for k, v in UPDATE.items()}
+    update["big"][where] = bad
+    with pytest.raises(UpdateRejectedError, match=r"'big': 1 of \d+ values are NaN or infinite"):
+        validate_update(update, num_samples=1)
+
+
+def test_validation_accepts_finite_values_whose_squares_overflow() -> None:
+    update = {"w": np.full(10, 3e30, np.float32)}  # each square overflows float32
+    norm = validate_update(update, num_samples=1)
+    assert norm == pytest.approx(np.sqrt(10) * 3e30, rel=1e-6)
+    with pytest.raises(UpdateRejectedError, match="exceeds the bound"):
+        validate_update(update, num_samples=1, max_norm=1e30)
+
+
+def test_validation_norm_is_accurate() -> None:
+    exact = np.sqrt(sum(float(np.sum(v.astype(np.float64) ** 2)) for v in UPDATE.values()))
+    assert validate_update(UPDATE, num_samples=1) == pytest.approx(exact, rel=1e-7)
+
+
+def test_checkpoint_round_trip(tmp_path: Path) -> None:
+    snap = WeightedMeanAggregator(template_of(UPDATE))
+    snap.add("client-é", UPDATE, 3.0)
+    path = tmp_path / "r.ckpt"
+    save_arrays(path, snap.snapshot())
+    restored = WeightedMeanAggregator(template_of(UPDATE))
+    restored.restore(load_arrays(path))
+    assert restored.clients == ["client-é"] and restored.total_weight == 3.0
+    for k in UPDATE:
+        np.testing.assert_array_equal(restored.result()[k], snap.result()[k])
+
+
+def test_a_damaged_checkpoint_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "r.ckpt"
+    save_arrays(path, {"sum/w": np.ones(1000)})
+    path.write_bytes(path.read_bytes()[:-100])
+    with pytest.raises(AggregationError, match="runs past the end"):
+        load_arrays(path)
+    path.write_bytes(b"not a checkpoint")
+    with pytest.raises(AggregationError, match="unreadable"):
+        load_arrays(path)
