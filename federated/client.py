@@ -117,6 +117,18 @@ def _privatize(config: Mapping[str, Any], delta: Weights) -> Weights:
     return {k: np.asarray(v, dtype=delta[k].dtype) for k, v in noised.items()}
 
 
+def _retry_after(error: grpc.RpcError, default: float) -> float:
+    """The pause (seconds) a RESOURCE_EXHAUSTED reply suggests in `retry-after-ms`."""
+    trailing = error.trailing_metadata() if hasattr(error, "trailing_metadata") else None
+    for key, value in trailing or ():
+        if key == "retry-after-ms":
+            try:
+                return min(max(int(value) / 1000.0, 0.0), 60.0)
+            except ValueError:
+                break
+    return default
+
+
 def _client_dp(config: Mapping[str, Any]) -> bool:
     """Whether the task asks the client to clip and noise its delta (see `_privatize`)."""
     return "dp_local_noise_multiplier" in config or "dp_noise_multiplier" in config
@@ -372,10 +384,8 @@ class Client:
         if pending is None or pending.task_id != task.task_id:
             pending = self._train(task)
             self._pending = pending
-            resume = False
-        else:
-            resume = True  # computed before a failure: send it again, do not retrain
-        self._upload(pending, resume=resume)
+        # else: computed before a failure: send it again (from where it stopped), no retraining
+        self._upload(pending)
         self._pending = None
         self._models.clear()  # the next task needs a newer model
         self.rounds_trained += 1
@@ -502,14 +512,32 @@ class Client:
         metrics_json = json.dumps({k: float(v) for k, v in dict(metrics).items()})
         return delta, int(num_samples), metrics_json
 
-    def _upload(self, p: _PendingUpload, *, resume: bool) -> None:
-        offset = 0
-        if resume:
-            offset = self._stub.GetUploadOffset(
-                pb.UploadOffsetRequest(client_id=self.client_id or "", upload_id=p.upload_id),
-                metadata=self._md("GetUploadOffset"),
-                timeout=self.rpc_timeout,
-            ).received
+    def _upload_offset(self, p: _PendingUpload) -> int:
+        """Where the upload resumes (0 for a new one), asked right before streaming it: the
+        server answers once it can take the stream at once, or RESOURCE_EXHAUSTED with a
+        suggested pause (`retry-after-ms`) after which the client asks again."""
+        while True:
+            try:
+                return int(
+                    self._stub.GetUploadOffset(
+                        pb.UploadOffsetRequest(
+                            client_id=self.client_id or "", upload_id=p.upload_id
+                        ),
+                        metadata=self._md("GetUploadOffset"),
+                        timeout=self.rpc_timeout,
+                    ).received
+                )
+            except grpc.RpcError as e:
+                if not hasattr(e, "code") or e.code() != grpc.StatusCode.RESOURCE_EXHAUSTED:
+                    raise
+                # The server's hint: about when this client's turn comes (it estimates the
+                # drain time of the uploads waiting), so waiting clients do not poll it.
+                pause = _retry_after(e, 0.25)
+            if self._stop.wait(pause * (0.5 + random.random())):
+                raise TransferError("client stopped while waiting to upload")
+
+    def _upload(self, p: _PendingUpload) -> None:
+        offset = self._upload_offset(p)  # 0 unless an earlier attempt of `p` was cut off
         if not p.sha256:
             p.sha256 = hashlib.sha256(p.payload).hexdigest()
         header = pb.UploadHeader(

@@ -85,9 +85,10 @@ class ServerConfig:
     max_update_norm: float | None = None
     max_update_bytes: int | None = None  # default: 2 × model size + 1 MiB
     chunk_size: int = 512 << 10
-    max_workers: int = 128  # RPC threads; long-polls may hold all but max_transfers + 8
-    # Streams moving model or update bytes at once; each holds a few chunks of memory, so
-    # this (not the number of clients) bounds the server's transfer memory.
+    max_workers: int = 128  # RPC threads; long-polls may hold those transfers do not + 8
+    # Streams moving payload at once, split between downloads and uploads (an upload being
+    # received holds its update in memory); this, not the number of clients, bounds the
+    # server's transfer memory. Uploads are admitted through GetUploadOffset.
     max_transfers: int = 8
     long_poll: float = 10.0  # longest a GetTask call is held
     checkpoint_every: int = 16  # updates folded between aggregate checkpoints
@@ -129,8 +130,10 @@ class ServerConfig:
             ("max_update_bytes", (self.max_update_bytes or 1) > 0, "must be > 0"),
             ("chunk_size", 1024 <= self.chunk_size <= (3 << 20), "must be in [1 KiB, 3 MiB]"),
             ("max_workers", self.max_workers >= 4, "must be >= 4"),
-            ("max_transfers", 1 <= self.max_transfers <= self.max_workers - 9,
-             "must be >= 1 and at most max_workers - 9 (polls and heartbeats need threads)"),
+            ("max_transfers", 1 <= self.max_transfers <= (self.max_workers - 9) // 7,
+             "must be >= 1 and at most (max_workers - 9) // 7 (downloads, uploads and upload"
+             " admission may hold ~7 threads per transfer slot; polls and heartbeats need"
+             " some too)"),
             ("long_poll", self.long_poll >= 0, "must be >= 0"),
             ("checkpoint_every", self.checkpoint_every >= 1, "must be >= 1"),
             ("metrics_port", self.metrics_port is None or 0 <= self.metrics_port < 65536,

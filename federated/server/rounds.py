@@ -72,6 +72,22 @@ from sporenet.federated.strategies import make_strategy
 from sporenet.federated.validation import validate_update
 from sporenet.lite import ModelFormatError, read_weights, replace_weights_bytes
 
+#: Uploads allowed to stream per receiving slot, and admission calls held waiting per
+#: receiving slot (servicer.GetUploadOffset).
+ADMITTED_PER_UPLOAD = 4
+ADMIT_WAITERS_PER_SLOT = 8
+
+
+def transfer_split(max_transfers: int) -> tuple[int, int]:
+    """(download slots, upload receiving slots) out of `max_transfers`."""
+    uploads = max(1, max_transfers // 2)
+    return max(1, max_transfers - uploads), uploads
+
+
+def held_threads(max_transfers: int) -> int:
+    """RPC threads transfers and upload admission may hold (the rest serve long-polls)."""
+    downloads, uploads = transfer_split(max_transfers)
+    return downloads + (ADMITTED_PER_UPLOAD + ADMIT_WAITERS_PER_SLOT) * uploads
 MAX_REFUSALS = 3  # a client whose update is refused this often sits out the rest of the phase
 BUSY_RETRY_SECONDS = 0.5  # when every long-poll slot is taken, clients poll again after this
 #: The secure stages that collect one message per active client.
@@ -155,9 +171,10 @@ class RoundManager:
         # its next periodic tick. Long-polls are woken only by phase changes: waking every
         # poller on every update costs O(clients²) per round.
         self.wake = threading.Event()
-        # RPC threads that may sit in a long-poll; the rest stay free for transfers.
+        # RPC threads that may sit in a long-poll; the rest stay free for transfers
+        # (max_transfers downloads and as many uploads) and upload admission waits.
         self._poll_slots = threading.BoundedSemaphore(
-            max(1, config.max_workers - config.max_transfers - 8)
+            max(1, config.max_workers - held_threads(config.max_transfers) - 8)
         )
         self._last_seen: dict[str, float] = {}
         self._parts: dict[str, str] = {}  # client id -> status in the current phase

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import functools
 import hashlib
 import itertools
@@ -10,6 +11,7 @@ import logging
 import os
 import re
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
@@ -30,7 +32,13 @@ from sporenet.federated.errors import (
 )
 from sporenet.federated.secagg import ProtocolError, SecAggError, ThresholdError
 from sporenet.federated.server.observability import Metrics, log_event
-from sporenet.federated.server.rounds import RoundManager, TaskInfo
+from sporenet.federated.server.rounds import (
+    ADMIT_WAITERS_PER_SLOT,
+    ADMITTED_PER_UPLOAD,
+    RoundManager,
+    TaskInfo,
+    transfer_split,
+)
 from sporenet.federated.server.state import ModelRecord
 from sporenet.federated.wire import (
     SECURE_STAGES,
@@ -45,6 +53,14 @@ from sporenet.proto import federated_pb2_grpc as pb_grpc
 
 SERVICE = "sporenet.federated.v1.Federated"
 CACHE_MODEL_BYTES = 64 << 20  # models up to this size are served from pre-encoded chunks
+# Upload admission (GetUploadOffset): a client is told to stream its update once a slot
+# is free, so uploads waiting for a slot wait as a tiny unary call instead of as an open
+# stream whose first message gRPC has already buffered in full.
+ADMIT_WAIT_SECONDS = 5.0  # longest GetUploadOffset waits for a slot (holding a thread)
+RESERVATION_SECONDS = 10.0  # a granted slot waits this long for its UploadUpdate call
+BUSY_RETRY_MS = 250  # shortest pause suggested (trailing metadata `retry-after-ms`)
+MAX_BUSY_PAUSE_MS = 2000
+RATE_WINDOW_SECONDS = 5.0  # upload completions over this window estimate the drain rate
 SETTLE_SECONDS = 10.0  # longest a call waits for an earlier call of the same upload to end
 _UPLOAD_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
@@ -182,8 +198,22 @@ class FederatedServicer(pb_grpc.FederatedServicer):
     ) -> None:
         self.m, self.auth, self.metrics, self.log = manager, auth, metrics, logger
         self.chunk_size, self.heartbeat_interval = chunk_size, heartbeat_interval
-        # A waiting transfer holds a thread but no payload memory.
-        self._transfers = threading.BoundedSemaphore(max_transfers)
+        # A waiting transfer holds a thread but no payload memory. `max_transfers` is split
+        # between downloads (and secure messages) and uploads; each upload being received
+        # holds its update in memory. `_admitted` counts the uploads allowed to stream: a
+        # few per receiving slot, so a slot never idles while the next client connects,
+        # and each one waiting for a slot holds one buffered message at most.
+        downloads, uploads = transfer_split(max_transfers)
+        self._transfers = threading.BoundedSemaphore(downloads)
+        self._uploads = threading.BoundedSemaphore(uploads)
+        self._admitted = threading.BoundedSemaphore(ADMITTED_PER_UPLOAD * uploads)
+        # Admission calls that may wait for a grant, holding a thread each.
+        self._admission = threading.BoundedSemaphore(ADMIT_WAITERS_PER_SLOT * uploads)
+        # (client, upload id) -> monotonic expiry of an upload slot granted to it.
+        self._reservations: dict[tuple[str, str], float] = {}
+        self._reservations_lock = threading.Lock()
+        self._refused: dict[str, float] = {}  # client -> when its admission was last refused
+        self._done_times: collections.deque[float] = collections.deque(maxlen=256)
         self._cache_lock = threading.Lock()
         # Uploads being received, by (client, upload id): set when the call has finished.
         self._active: dict[tuple[str, str], threading.Event] = {}
@@ -292,23 +322,96 @@ class FederatedServicer(pb_grpc.FederatedServicer):
         self, request_iterator: Iterator[bytes], context: grpc.ServicerContext
     ) -> pb.UploadReply:
         identity = self._identity(context, "UploadUpdate")
-        # Take a transfer slot before reading any payload: a queued upload holds no chunk.
-        with self._transfers:
-            raw = next(request_iterator, None)
-            first = parse_upload_chunk(raw) if raw is not None else None
-            if first is None or not first.HasField("header"):
-                raise UpdateRejectedError("the first UploadChunk of a call must carry the header")
-            h = first.header
-            cid = self._owned(identity, h.client_id)
-            if not _UPLOAD_ID.match(h.upload_id):
-                raise UpdateRejectedError(
-                    f"upload_id must be 1-64 characters of [A-Za-z0-9_-], got {h.upload_id!r}"
-                )
+        # gRPC has buffered the first message already; reading it costs no memory.
+        raw = next(request_iterator, None)
+        first = parse_upload_chunk(raw) if raw is not None else None
+        if first is None or not first.HasField("header"):
+            raise UpdateRejectedError("the first UploadChunk of a call must carry the header")
+        h = first.header
+        cid = self._owned(identity, h.client_id)
+        if not _UPLOAD_ID.match(h.upload_id):
+            raise UpdateRejectedError(
+                f"upload_id must be 1-64 characters of [A-Za-z0-9_-], got {h.upload_id!r}"
+            )
+        # The grant of GetUploadOffset, or (a client that did not ask) the next one; then a
+        # receiving slot.
+        if not self._take_reservation((cid, h.upload_id)):
+            while not self._admitted.acquire(timeout=1.0):
+                self._expire_reservations()
+        try:
+            self._uploads.acquire()
+        except BaseException:
+            self._admitted.release()
+            raise
+        try:
             if not self.m.open_upload(cid, h.task_id, h.total_size):
                 return pb.UploadReply(
                     accepted=True, received=h.total_size, message="already accepted"
                 )
             return self._receive(cid, first, request_iterator)
+        finally:
+            self._uploads.release()
+            self._admitted.release()
+            with self._reservations_lock:
+                self._done_times.append(time.monotonic())
+                self._refused.pop(cid, None)
+
+    def _busy_pause(self, client_id: str) -> int:
+        """Milliseconds a refused client should wait: about the time the uploads now
+        waiting take to drain at the recent rate, so each comes back about when its turn
+        is near instead of polling (the held admission calls keep the slots busy)."""
+        now = time.monotonic()
+        with self._reservations_lock:
+            self._refused[client_id] = now
+            if len(self._refused) > 4 * len(self._done_times) + 64:
+                self._refused = {c: t for c, t in self._refused.items() if now - t < 10.0}
+            waiting = sum(1 for t in self._refused.values() if now - t < 10.0)
+            recent = [t for t in self._done_times if now - t < RATE_WINDOW_SECONDS]
+        if len(recent) < 8:  # no rate to go by yet: come back soon
+            return BUSY_RETRY_MS
+        rate = (len(recent) - 1) / max(recent[-1] - recent[0], 1e-3)  # uploads per second
+        return int(min(max(1000.0 * waiting / rate / 2, BUSY_RETRY_MS), MAX_BUSY_PAUSE_MS))
+
+    def _take_reservation(self, key: tuple[str, str]) -> bool:
+        """Take over the upload slot reserved for `key`, if there is one."""
+        self._expire_reservations()
+        with self._reservations_lock:
+            return self._reservations.pop(key, None) is not None
+
+    def _expire_reservations(self) -> None:
+        """Give back the slots of reservations whose upload never came."""
+        now = time.monotonic()
+        with self._reservations_lock:
+            expired = [k for k, t in self._reservations.items() if t < now]
+            for k in expired:
+                del self._reservations[k]
+        for _ in expired:
+            self._admitted.release()
+
+    def _admit(self, key: tuple[str, str], context: grpc.ServicerContext) -> None:
+        """Reserve an upload slot for `key`, waiting a bounded time; RESOURCE_EXHAUSTED
+        (with `retry-after-ms`) when none is free and no thread may be held waiting."""
+        self._expire_reservations()
+        with self._reservations_lock:
+            if key in self._reservations:  # asked again: keep the slot it has
+                self._reservations[key] = time.monotonic() + RESERVATION_SECONDS
+                return
+        got = self._admitted.acquire(blocking=False)
+        if not got and self._admission.acquire(blocking=False):
+            try:
+                got = self._admitted.acquire(timeout=ADMIT_WAIT_SECONDS)
+            finally:
+                self._admission.release()
+        if not got:
+            self.metrics.inc("sporenet_upload_admissions_refused_total")
+            pause = self._busy_pause(key[0])
+            context.set_trailing_metadata((("retry-after-ms", str(pause)),))
+            context.abort(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"all upload slots are busy; ask again in about {pause} ms",
+            )
+        with self._reservations_lock:
+            self._reservations[key] = time.monotonic() + RESERVATION_SECONDS
 
     def _receive(
         self, cid: str, first: pb.UploadChunk, request_iterator: Iterator[bytes]
@@ -415,9 +518,12 @@ class FederatedServicer(pb_grpc.FederatedServicer):
             raise UpdateRejectedError(
                 f"upload_id must be 1-64 characters of [A-Za-z0-9_-], got {request.upload_id!r}"
             )
-        self._settled((cid, request.upload_id))
+        key = (cid, request.upload_id)
+        self._settled(key)
         path = self.m.upload_path(cid, request.upload_id)
-        return pb.UploadOffsetReply(received=path.stat().st_size if path.exists() else 0)
+        received = path.stat().st_size if path.exists() else 0
+        self._admit(key, context)
+        return pb.UploadOffsetReply(received=received)
 
     @_maps_errors
     def ReportEvaluation(
