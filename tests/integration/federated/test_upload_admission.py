@@ -1,0 +1,168 @@
+"""Upload admission under load: the daemon with the smallest transfer settings refuses some
+GetUploadOffset calls with RESOURCE_EXHAUSTED (and a `retry-after-ms` hint), the refused
+clients back off and ask again, and every update still lands in the aggregate exactly once.
+
+With `--max-transfers 1` the server has one receiving slot, grants 4 uploads to stream
+(ADMITTED_PER_UPLOAD) and holds 8 more admission calls waiting (ADMIT_WAITERS_PER_SLOT);
+any further caller is refused. The clients' `train` meets at a barrier, so all of them ask
+for an upload slot at about the same moment, and 2.4 MB updates take long enough to drain
+through the single slot that more than 12 are waiting at once.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+import grpc
+import numpy as np
+import pytest
+
+import sporenet.federated.client as client_module
+from sporenet.federated import Client
+from sporenet.federated.server.rounds import ADMIT_WAITERS_PER_SLOT, ADMITTED_PER_UPLOAD
+from tests.integration.federated.helpers import free_port, make_model
+
+N_CLIENTS = 20
+ROUNDS = 2
+SAMPLES = [10 + 7 * i for i in range(N_CLIENTS)]  # distinct, so a lost or doubled update shows
+
+
+def local_step(i: int, w: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Client i's deterministic 'training', different for every client."""
+    a = 0.01 * (i + 1)
+    return {k: (v * (1.0 - a) + a).astype(np.float32) for k, v in w.items()}
+
+
+def expected_fedavg(w0: dict[str, np.ndarray], rounds: int) -> dict[str, np.ndarray]:
+    w = {k: v.astype(np.float32) for k, v in w0.items()}
+    total = sum(SAMPLES)
+    for _ in range(rounds):
+        w = {
+            k: (
+                sum(SAMPLES[i] * local_step(i, w)[k].astype(np.float64) for i in range(N_CLIENTS))
+                / total
+            ).astype(np.float32)
+            for k in w
+        }
+    return w
+
+
+def metric(body: str, name: str) -> float:
+    found = re.search(rf"^{name} (\S+)$", body, re.MULTILINE)
+    assert found is not None, f"{name} not in /metrics"
+    return float(found.group(1))
+
+
+def test_refused_uploads_back_off_and_every_update_counts_once(
+    tmp_path: Path, server_factory, monkeypatch: pytest.MonkeyPatch
+) -> None:  # type: ignore[no-untyped-def]
+    # More clients than the server grants (4) plus holds waiting (8): some must be refused.
+    assert N_CLIENTS > ADMITTED_PER_UPLOAD + ADMIT_WAITERS_PER_SLOT
+    w0 = make_model(tmp_path / "init.spore", out=600, inp=1000)  # 2.4 MB of float32
+    metrics_port = free_port()
+    # The smallest transfer settings: --max-transfers 1 (one download slot, one receiving
+    # slot) and the fewest workers that allow it, (16 - 9) // 7 == 1.
+    flags = {
+        "--model": str(tmp_path / "init.spore"),
+        "--rounds": str(ROUNDS),
+        "--min-clients": str(N_CLIENTS),
+        "--max-transfers": "1",
+        "--max-workers": "16",
+        "--round-timeout": "60",
+        "--metrics-port": str(metrics_port),
+    }
+    server = server_factory([part for flag in flags.items() for part in flag]).start()
+
+    # What the clients were told when refused: the status and the `retry-after-ms` trailer.
+    hints: list[tuple[grpc.StatusCode, str | None]] = []
+    parse_hint = client_module._retry_after
+
+    def recording_retry_after(error: grpc.RpcError, default: float) -> float:
+        trailer = dict(error.trailing_metadata() or ()).get("retry-after-ms")  # type: ignore[attr-defined]
+        hints.append((error.code(), trailer))  # type: ignore[attr-defined]
+        return parse_hint(error, default)
+
+    monkeypatch.setattr(client_module, "_retry_after", recording_retry_after)
+
+    barrier = threading.Barrier(N_CLIENTS)
+    results: dict[int, dict[str, np.ndarray] | None] = {}
+    trained: dict[int, list[int]] = {i: [] for i in range(N_CLIENTS)}
+    errors: list[BaseException] = []
+
+    def run(i: int) -> None:
+        def train(weights: dict[str, np.ndarray], config: dict) -> tuple:
+            trained[i].append(config["round"])
+            barrier.wait(30)  # everyone asks for an upload slot at once
+            return local_step(i, weights), SAMPLES[i], {}
+
+        client = Client(server.address, train=train, name=f"c{i}", poll_wait=1.0)
+        try:
+            results[i] = client.run()
+        except BaseException as e:  # reported below, with the server's log
+            errors.append(e)
+        finally:
+            client.close()
+
+    t0 = time.monotonic()
+    threads = [threading.Thread(target=run, args=(i,), daemon=True) for i in range(N_CLIENTS)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(max(60 - (time.monotonic() - t0), 1))
+    elapsed = time.monotonic() - t0
+    assert not any(t.is_alive() for t in threads), server.logs()[-5000:]
+    assert not errors, errors
+
+    body = (
+        urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5)
+        .read()
+        .decode()
+    )
+    refused = metric(body, "sporenet_upload_admissions_refused_total")
+    accepted = metric(body, "sporenet_updates_accepted_total")
+    print(
+        f"{N_CLIENTS} clients x {ROUNDS} rounds in {elapsed:.1f} s: "
+        f"{refused:g} admissions refused, {accepted:g} updates accepted"
+    )
+    # (b) RESOURCE_EXHAUSTED was returned with a pause hint (and, since all finished, the
+    # clients asked again and got through).
+    assert refused > 0
+    assert len(hints) == refused, hints
+    assert all(code == grpc.StatusCode.RESOURCE_EXHAUSTED for code, _ in hints), hints
+    assert all(t is not None and int(t) > 0 for _, t in hints), hints
+    # (c) every client trained once per round and its update was folded exactly once.
+    assert all(rounds == list(range(1, ROUNDS + 1)) for rounds in trained.values()), trained
+    assert accepted == N_CLIENTS * ROUNDS
+    assert metric(body, "sporenet_updates_rejected_total") == 0
+    assert metric(body, "sporenet_rounds_completed_total") == ROUNDS
+
+    # (a) the published model is the direct NumPy FedAvg of the clients' updates.
+    expected = expected_fedavg(w0, ROUNDS)
+    for i in range(N_CLIENTS):
+        final = results[i]
+        assert final is not None
+        for k in expected:
+            np.testing.assert_allclose(final[k], expected[k], rtol=1e-5, atol=1e-6)
+
+    assert server.terminate() == 0
+    status_cmd = ["status", "--state-dir", str(server.state_dir)]
+    out = subprocess.run(
+        [sys.executable, "-m", "sporenet.federated.server", *status_cmd],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    )
+    status = json.loads(out.stdout)
+    assert status["job"]["status"] == "finished"
+    assert status["model"]["version"] == ROUNDS
+    fits = [r for r in status["rounds"] if r["phase"] == "fit"]
+    assert [r["num_results"] for r in fits] == [N_CLIENTS] * ROUNDS
+    assert [r["metrics"]["num_samples"] for r in fits] == [sum(SAMPLES)] * ROUNDS
