@@ -33,6 +33,17 @@ def make_model(path: Path, *, out: int = 3, inp: int = 4, seed: int = 0) -> dict
     return {"w": w0, "b": b0}
 
 
+def status_command(state_dir: Path) -> dict:
+    """What an operator sees: the JSON that `sporenet-server status` prints (a real
+    subprocess reading the state dir)."""
+    out = subprocess.run(
+        [sys.executable, "-m", "sporenet.federated.server", "status", "--state-dir",
+         str(state_dir)],
+        capture_output=True, text=True, timeout=30, check=True,
+    )  # fmt: skip
+    return json.loads(out.stdout)
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

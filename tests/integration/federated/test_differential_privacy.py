@@ -7,9 +7,6 @@ published model change is the server's Gaussian noise.
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 import threading
 from pathlib import Path
 
@@ -19,7 +16,7 @@ from sporenet.federated import Client
 from sporenet.federated.privacy import RDPAccountant
 from sporenet.federated.server.rounds import read_status
 from sporenet.lite import read_weights
-from tests.integration.federated.helpers import make_model, wait_for
+from tests.integration.federated.helpers import make_model, status_command, wait_for
 
 CLIP = 1.0
 NOISE = 0.5
@@ -125,12 +122,7 @@ def test_central_dp_clips_adds_noise_of_the_configured_scale_and_accounts(
     assert [e["epsilon"] for e in server.events("privacy_spent")] == eps
     assert status["job"]["status"] == "finished"
     # What an operator sees: `sporenet-server status` prints the same privacy record.
-    out = subprocess.run(
-        [sys.executable, "-m", "sporenet.federated.server", "status", "--state-dir",
-         str(server.state_dir)],
-        capture_output=True, text=True, timeout=30, check=True,
-    )  # fmt: skip
-    shown = json.loads(out.stdout)["privacy"]
+    shown = status_command(server.state_dir)["privacy"]
     assert shown["epsilon"] == eps[-1] and shown["epsilon_budget"] is None
     assert [r["epsilon"] for r in shown["rounds"]] == eps
     assert server.terminate() == 0

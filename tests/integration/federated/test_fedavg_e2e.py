@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 import threading
 import urllib.request
 from pathlib import Path
@@ -13,7 +10,7 @@ import numpy as np
 from grpc_health.v1 import health_pb2
 
 from sporenet.federated import Client
-from tests.integration.federated.helpers import free_port, make_model
+from tests.integration.federated.helpers import free_port, make_model, status_command
 
 SAMPLES = [10, 30, 60]
 ROUNDS = 3
@@ -103,21 +100,7 @@ def test_fedavg_rounds_match_numpy_and_ops_endpoints(tmp_path: Path, server_fact
     assert server.events("server_stopped")
 
     # `status` reads the state dir after the fact.
-    out = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "sporenet.federated.server",
-            "status",
-            "--state-dir",
-            str(server.state_dir),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=True,
-    )
-    status = json.loads(out.stdout)
+    status = status_command(server.state_dir)
     assert status["job"]["status"] == "finished"
     assert status["model"]["version"] == ROUNDS
     fits = [r for r in status["rounds"] if r["phase"] == "fit"]

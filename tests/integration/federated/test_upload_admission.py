@@ -11,10 +11,7 @@ through the single slot that more than 12 are waiting at once.
 
 from __future__ import annotations
 
-import json
 import re
-import subprocess
-import sys
 import threading
 import time
 import urllib.request
@@ -27,7 +24,7 @@ import pytest
 import sporenet.federated.client as client_module
 from sporenet.federated import Client
 from sporenet.federated.server.rounds import ADMIT_WAITERS_PER_SLOT, ADMITTED_PER_UPLOAD
-from tests.integration.federated.helpers import free_port, make_model
+from tests.integration.federated.helpers import free_port, make_model, status_command
 
 N_CLIENTS = 20
 ROUNDS = 2
@@ -152,15 +149,7 @@ def test_refused_uploads_back_off_and_every_update_counts_once(
             np.testing.assert_allclose(final[k], expected[k], rtol=1e-5, atol=1e-6)
 
     assert server.terminate() == 0
-    status_cmd = ["status", "--state-dir", str(server.state_dir)]
-    out = subprocess.run(
-        [sys.executable, "-m", "sporenet.federated.server", *status_cmd],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=True,
-    )
-    status = json.loads(out.stdout)
+    status = status_command(server.state_dir)
     assert status["job"]["status"] == "finished"
     assert status["model"]["version"] == ROUNDS
     fits = [r for r in status["rounds"] if r["phase"] == "fit"]
