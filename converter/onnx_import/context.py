@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from sporenet.converter.errors import ConversionError
+from sporenet.converter.onnx_import.node import OnnxNode
 from sporenet.lite.errors import ShapeError
 from sporenet.lite.graph import DYNAMIC, Graph, Model, Node, Signature, Tensor
 from sporenet.lite.kernels import KERNELS
@@ -162,6 +163,20 @@ class ImportContext:
         if index == -1 or index not in self.static:
             return None
         return self.views[0][index].value
+
+    def static_input(self, node: OnnxNode, k: int, what: str) -> np.ndarray | None:
+        """The value of `node`'s input k, which must be known at conversion time; None when
+        the optional input is absent. A value that varies with a dynamic input dimension
+        gets a hint to fix that dimension with --input-shape."""
+        index = node.input(k)
+        if index == -1:
+            return None
+        value = self.value(index)
+        if value is None:
+            hint = ("; it depends on a dynamic input dimension: fix that with --input-shape"
+                    if self.view_values(index) is not None else "")
+            raise node.fail(f"{what} (input {k}) must be static (known at conversion time){hint}")
+        return value
 
     def fail(self, message: str) -> ConversionError:
         return ConversionError(f"{self.where}: {message}" if self.where else message)

@@ -72,16 +72,6 @@ def _part(ctx: ImportContext, node: OnnxNode, k: int, d: int, start: int, end: i
     return ctx.emit1(OpCode.RESHAPE, [piece], shape=[end - start, *shape[2:]])
 
 
-def _static(ctx: ImportContext, node: OnnxNode, k: int, what: str) -> np.ndarray | None:
-    index = node.input(k)
-    if index == -1:
-        return None
-    value = ctx.value(index)
-    if value is None:
-        raise node.fail(f"{what} (input {k}) must be static")
-    return value
-
-
 def recurrent(ctx: ImportContext, node: OnnxNode) -> list[int]:
     kind = node.op_type
     gates = GATES[kind]
@@ -100,7 +90,7 @@ def recurrent(ctx: ImportContext, node: OnnxNode) -> list[int]:
     if seq == DYNAMIC or batch == DYNAMIC:
         raise node.fail(f"needs a static sequence length and batch (input shape {list(shape)}; "
                         "fix it with --input-shape)")
-    lens = _static(ctx, node, 4, "sequence_lens")
+    lens = ctx.static_input(node, 4, "sequence_lens")
     if lens is not None and not np.all(lens == seq):
         raise node.fail("sequence_lens shorter than the sequence are not supported")
     h0_index = node.input(5)

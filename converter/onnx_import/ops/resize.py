@@ -23,13 +23,8 @@ def _mode(node: OnnxNode) -> str:
 
 
 def _static_floats(ctx: ImportContext, node: OnnxNode, k: int, what: str) -> list[float] | None:
-    index = node.input(k)
-    if index == -1:
-        return None
-    value = ctx.value(index)
-    if value is None:
-        raise node.fail(f"{what} (input {k}) must be static (known at conversion time)")
-    return [float(v) for v in np.ravel(value)] or None
+    value = ctx.static_input(node, k, what)
+    return None if value is None else [float(v) for v in np.ravel(value)] or None
 
 
 def upsample(ctx: ImportContext, node: OnnxNode) -> list[int]:

@@ -15,15 +15,7 @@ from sporenet.lite.ops import OpCode
 
 
 def _static_ints(ctx: ImportContext, node: OnnxNode, k: int, what: str) -> list[int] | None:
-    index = node.input(k)
-    if index == -1:
-        return None
-    value = as_ints(ctx.value(index))
-    if value is None:
-        hint = ("; it depends on a dynamic input dimension: fix that with --input-shape"
-                if ctx.view_values(index) is not None else "")
-        raise node.fail(f"{what} (input {k}) must be static (known at conversion time){hint}")
-    return value
+    return as_ints(ctx.static_input(node, k, what))
 
 
 def _dynamic_target(ctx: ImportContext, node: OnnxNode, x: int, allowzero: int,
