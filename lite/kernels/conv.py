@@ -92,16 +92,7 @@ class Conv2D(Kernel):
 
     def __init__(self, attrs: Attrs, inputs: Sequence[TensorSpec | None]) -> None:
         super().__init__(attrs, inputs)
-        x, w = self.require_float(0), self.require_float(1)
-        bias = self.optional_input(2)
-        check_nchw(self, x.shape)
-        if w.rank != 4:
-            raise self.fail(
-                f"weights must be 4-D (out_ch, in_ch/group, kh, kw), got shape {list(w.shape)}"
-            )
-        if x.dtype != w.dtype:
-            raise self.fail(f"input dtype {x.dtype} differs from weight dtype {w.dtype}")
-        group = attrs.int("group", 1)
+        x, w, bias, group = _conv_operands(self, "out_ch, in_ch/group")
         n, c, h, wd = x.shape
         o, cg, kh, kw = w.shape
         if group < 1 or c % group or o % group:
@@ -114,11 +105,7 @@ class Conv2D(Kernel):
                 f"input has {c} channels but weights {list(w.shape)} with group={group} "
                 f"expect {cg * group}"
             )
-        kernel_shape = attrs.ints("kernel_shape", None)
-        if kernel_shape is not None and list(kernel_shape) != [kh, kw]:
-            raise self.fail(f"kernel_shape {kernel_shape} differs from the weights' {[kh, kw]}")
-        if bias is not None and bias.shape != (o,):
-            raise self.fail(f"bias must have shape [{o}], got {list(bias.shape)}")
+        _check_filter(self, w, bias, o)
         if bias is not None and bias.dtype != x.dtype:
             raise self.fail(f"bias dtype {bias.dtype} differs from input dtype {x.dtype}")
         self.win = window(self, (h, wd), (kh, kw), attrs)
@@ -218,7 +205,6 @@ class Conv2D(Kernel):
             xp, interior = x, None
         src = im2col_view(xp, win)
         k = cg * kh * kw
-        phased = win.strides != (1, 1) and win.dilations == (1, 1) and kh * kw > 1
         if bias is not None:
             full = np.ones((n, k + 1, oh * ow), x.dtype)  # row k stays all ones
             cols = _strided(full, src.shape, (full.strides[0], *_contiguous_strides(
@@ -226,35 +212,27 @@ class Conv2D(Kernel):
             wmat = np.concatenate([w.reshape(o, k), bias.reshape(o, 1)], axis=1)
             cmat = full[0] if n == 1 else full
             omat = out.reshape(o, -1) if n == 1 else out.reshape(n, o, oh * ow)
-        else:
-            cols = np.empty(src.shape, x.dtype)
-        if bias is not None:
-            pass
         elif g == 1 and n == 1:
             # The common case as one plain 2-D GEMM: (O, K) @ (K, OH*OW).
+            cols = np.empty(src.shape, x.dtype)
             wmat, cmat, omat = w.reshape(o, k), cols.reshape(k, oh * ow), out.reshape(o, -1)
         else:
+            cols = np.empty(src.shape, x.dtype)
             wmat = w.reshape(g, o // g, k)
             cmat = cols.reshape(n, g, k, oh * ow)
             omat = out.reshape(n, g, o // g, oh * ow)
-        if phased:
-            copies = phase_im2col_copies(xp, win, cols)
-            if interior is not None:
-                copies.insert(0, (interior, x))
-
-            def compute() -> None:
-                for dst, part in copies:
-                    copyto(dst, part)
-                matmul(wmat, cmat, out=omat)
-        elif interior is None:
-            def compute() -> None:
-                copyto(cols, src)
-                matmul(wmat, cmat, out=omat)
+        # The copies that fill the columns: the padding's interior, then the columns
+        # themselves (through the stride phases when the window is strided).
+        copies = [] if interior is None else [(interior, x)]
+        if win.strides != (1, 1) and win.dilations == (1, 1) and kh * kw > 1:
+            copies += phase_im2col_copies(xp, win, cols)
         else:
-            def compute() -> None:
-                copyto(interior, x)
-                copyto(cols, src)
-                matmul(wmat, cmat, out=omat)
+            copies.append((cols, src))
+
+        def compute() -> None:
+            for dst, part in copies:
+                copyto(dst, part)
+            matmul(wmat, cmat, out=omat)
         return compute
 
     def _bind_im2col_hwc(self, x: np.ndarray, w: np.ndarray, out: np.ndarray,
@@ -344,7 +322,6 @@ class Conv2D(Kernel):
         y = np.empty((t, t, n, th, tw, o), x.dtype)
         d2, e3, v3 = d.reshape(a, -1), e.reshape(a, a, -1), v.reshape(a * a, tiles, c)
         m2, p3, y3, m11 = m.reshape(a, -1), p.reshape(t, a, -1), y.reshape(t, t, -1), m[a + 1]
-        bias_row = np.zeros(o, x.dtype) if bias is None else bias
         copyto, add, matmul = np.copyto, np.add, np.matmul
         if oh == t * th and ow == t * tw:
             # out (n, o, th, t, tw, t) seen as y's (t, t, n, th, tw, o): one copy.
@@ -367,7 +344,8 @@ class Conv2D(Kernel):
             matmul(bt, d2, out=e)
             matmul(bt, e3, out=v)
             matmul(v3, u, out=m)
-            add(m11, bias_row, out=m11)
+            if bias is not None:
+                add(m11, bias, out=m11)
             matmul(at, m2, out=p)
             matmul(at, p3, out=y3)
             store()
@@ -448,6 +426,32 @@ F4X4 = WinogradTransform(
 # Conv2D strategy name -> its Winograd transform.
 _WINOGRAD = {"winograd": F2X2, "winograd4": F4X4}
 
+def _conv_operands(kernel: Kernel, weight_axes: str,
+                   ) -> tuple[TensorSpec, TensorSpec, TensorSpec | None, int]:
+    """The checked (x, w, bias, group) both convolutions start from: a float NCHW input,
+    4-D weights (`weight_axes`, kh, kw) of the input's dtype, an optional bias."""
+    x, w = kernel.require_float(0), kernel.require_float(1)
+    bias = kernel.optional_input(2)
+    check_nchw(kernel, x.shape)
+    if w.rank != 4:
+        raise kernel.fail(
+            f"weights must be 4-D ({weight_axes}, kh, kw), got shape {list(w.shape)}")
+    if x.dtype != w.dtype:
+        raise kernel.fail(f"input dtype {x.dtype} differs from weight dtype {w.dtype}")
+    return x, w, bias, kernel.attrs.int("group", 1)
+
+
+def _check_filter(kernel: Kernel, w: TensorSpec, bias: TensorSpec | None, out_ch: int) -> None:
+    """kernel_shape, when given, must match the weights; the bias has one value per output
+    channel."""
+    kh, kw = w.shape[2:]
+    kernel_shape = kernel.attrs.ints("kernel_shape", None)
+    if kernel_shape is not None and list(kernel_shape) != [kh, kw]:
+        raise kernel.fail(f"kernel_shape {kernel_shape} differs from the weights' {[kh, kw]}")
+    if bias is not None and bias.shape != (out_ch,):
+        raise kernel.fail(f"bias must have shape [{out_ch}], got {list(bias.shape)}")
+
+
 def _contiguous_strides(shape: Sequence[int], itemsize: int) -> tuple[int, ...]:
     strides, step = [], itemsize
     for dim in reversed(shape):
@@ -516,16 +520,7 @@ class ConvTranspose2D(Kernel):
 
     def __init__(self, attrs: Attrs, inputs: Sequence[TensorSpec | None]) -> None:
         super().__init__(attrs, inputs)
-        x, w = self.require_float(0), self.require_float(1)
-        bias = self.optional_input(2)
-        check_nchw(self, x.shape)
-        if w.rank != 4:
-            raise self.fail(
-                f"weights must be 4-D (in_ch, out_ch/group, kh, kw), got shape {list(w.shape)}"
-            )
-        if x.dtype != w.dtype:
-            raise self.fail(f"input dtype {x.dtype} differs from weight dtype {w.dtype}")
-        group = attrs.int("group", 1)
+        x, w, bias, group = _conv_operands(self, "in_ch, out_ch/group")
         n, c, h, wd = x.shape
         if group < 1 or c % group:
             raise self.fail(f"group={group} must be positive and divide the input channels ({c})")
@@ -534,11 +529,7 @@ class ConvTranspose2D(Kernel):
                             f"{w.shape[0]}")
         o = w.shape[1] * group
         kh, kw = w.shape[2:]
-        kernel_shape = attrs.ints("kernel_shape", None)
-        if kernel_shape is not None and list(kernel_shape) != [kh, kw]:
-            raise self.fail(f"kernel_shape {kernel_shape} differs from the weights' {[kh, kw]}")
-        if bias is not None and bias.shape != (o,):
-            raise self.fail(f"bias must have shape [{o}], got {list(bias.shape)}")
+        _check_filter(self, w, bias, o)
         auto_pad = attrs.str("auto_pad", "NOTSET")
         if auto_pad not in ("NOTSET", "VALID") or attrs.ints("output_shape", None) is not None:
             raise self.fail("only explicit pads are supported (auto_pad NOTSET or VALID, no "
