@@ -111,9 +111,8 @@ def _bind_channels_last(win: Window, x: np.ndarray, w: np.ndarray, out: np.ndarr
     acc_nhwc = acc.reshape(n, oh, ow, c)
     result = acc_nhwc.transpose(0, 3, 1, 2)
     add, copyto, einsum = np.add, np.copyto, _einsum
-    steps = [(copyto, dst, src) for dst, src in copies]
     if not w_const:
-        steps.append((copyto, wt4, taps_w))
+        copies.append((wt4, taps_w))
     if bias is None:
         b_acc = None
     elif bias_const:
@@ -122,8 +121,8 @@ def _bind_channels_last(win: Window, x: np.ndarray, w: np.ndarray, out: np.ndarr
         b_acc, acc_b = bias, acc_nhwc
 
     def compute() -> None:
-        for fn, dst, src in steps:
-            fn(dst, src)
+        for dst, src in copies:
+            copyto(dst, src)
         einsum("ijnpq,ijq->npq", views, wt, out=acc)
         if b_acc is not None:
             add(acc_b, b_acc, out=acc_b)
