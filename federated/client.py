@@ -45,12 +45,27 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from sporenet.federated.aggregation import Weights, template_of
 from sporenet.federated.auth import Credentials
 from sporenet.federated.codec import COMPRESSIONS, decode_update, encode_raw, encode_update
-from sporenet.federated.errors import AuthError, ConfigError, FederatedError, TransferError
+from sporenet.federated.errors import (
+    AuthError,
+    ConfigError,
+    FederatedError,
+    MalformedMessageError,
+    TransferError,
+)
 from sporenet.federated.net import is_loopback, split_address
 from sporenet.federated.privacy import DistributedDP, LocalDP, PrivacyError
 from sporenet.federated.secagg import SecAggError, Stage
 from sporenet.federated.secagg.session import SecureClientSession
+from sporenet.federated.session_stream import SessionStream, Watchdog
 from sporenet.federated.wire import (
+    SESSION_DOWNLOAD,
+    SESSION_HEARTBEAT,
+    SESSION_MODEL,
+    SESSION_POLL,
+    SESSION_TASK,
+    SESSION_UPLOAD,
+    SESSION_UPLOAD_OFFSET,
+    SESSION_UPLOAD_REPLY,
     STAGE_NAMES,
     encode_upload_chunk,
     identity,
@@ -78,6 +93,10 @@ RETRYABLE = {
     grpc.StatusCode.OUT_OF_RANGE,  # upload offset mismatch: ask the server where to resume
 }
 FATAL = {grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED}
+# A session upload waits for the server's go-ahead up to this many `rpc_timeout`s: the
+# server grants a few receiving slots at a time, so with a whole fleet uploading at once
+# a client's turn can take long.
+UPLOAD_WAIT_FACTOR = 10
 
 log = logging.getLogger("sporenet.federated.client")
 
@@ -161,9 +180,10 @@ class Client:
         poll_wait: float = 5.0,
         max_backoff: float = 5.0,
         give_up_after: float | None = None,
-        chunk_size: int = 128 << 10,
+        chunk_size: int | None = None,
         download_chunk_size: int = 0,
         upload_connection: str = "separate",
+        transport: str = "session",
         rpc_timeout: float = 60.0,
     ) -> None:
         host = split_address(address)[0]
@@ -176,6 +196,11 @@ class Client:
             raise ConfigError(f"unknown compression {unknown}; supported: {list(COMPRESSIONS)}")
         if not 0 < topk_ratio <= 1:
             raise ConfigError(f"`topk_ratio` must be in (0, 1], got {topk_ratio}")
+        if chunk_size is None:
+            # Through calls, the server's gRPC buffers one whole message of every upload
+            # waiting for a transfer slot, so small messages keep its memory flat in the
+            # number of clients; a session sends nothing until its slot is granted.
+            chunk_size = (512 if transport == "session" else 128) << 10
         if poll_wait < 0 or max_backoff <= 0 or chunk_size < 1024:
             raise ConfigError(
                 "`poll_wait` must be >= 0, `max_backoff` > 0 and `chunk_size` >= 1024"
@@ -184,6 +209,8 @@ class Client:
             raise ConfigError(
                 f"`upload_connection` must be 'separate' or 'shared', got {upload_connection!r}"
             )
+        if transport not in ("session", "calls"):
+            raise ConfigError(f"`transport` must be 'session' or 'calls', got {transport!r}")
         if download_chunk_size < 0:
             raise ConfigError(
                 f"`download_chunk_size` must be >= 0 (0: the server's), got {download_chunk_size}"
@@ -192,9 +219,7 @@ class Client:
         self.credentials = Credentials(token=token, key_id=key_id, private_key=private_key)
         self.compression, self.topk_ratio = tuple(compression), topk_ratio
         self.poll_wait, self.max_backoff, self.give_up_after = poll_wait, max_backoff, give_up_after
-        # Uploads go in `chunk_size` messages: the server's gRPC buffers one whole message
-        # of every upload waiting for a transfer slot, so small messages keep its memory
-        # flat in the number of clients. Downloads use the server's (larger) chunks.
+        # Uploads go in `chunk_size` messages; downloads use the server's chunks.
         self.chunk_size, self.rpc_timeout = chunk_size, rpc_timeout
         self.download_chunk_size = download_chunk_size
         # One connection per client, even when a simulation runs many in one process: gRPC
@@ -206,6 +231,11 @@ class Client:
             else None
         )
         self.upload_connection = upload_connection
+        # "session": one Session stream carries polls, downloads, uploads and heartbeats;
+        # "calls": one unary or streaming call each (servers without Session).
+        self.transport = transport
+        self._session: SessionStream | None = None
+        self._watchdog = Watchdog()
         self._channel = self._new_channel()
         self._stub = pb_grpc.FederatedStub(self._channel)
         # The payload streams as raw bytes (see wire.py): no protobuf copies of each chunk.
@@ -242,7 +272,22 @@ class Client:
         return grpc.insecure_channel(self.address, options=options)
 
     def close(self) -> None:
+        self._drop_session()
         self._channel.close()
+
+    def _open_session(self) -> SessionStream:
+        """The open Session stream, opened (authenticated) anew after any failure."""
+        if self._session is None or self._session.closed:
+            self._session = SessionStream(
+                self._channel, f"/{SERVICE}/Session", self._md("Session"), self._watchdog
+            )
+        return self._session
+
+    def _drop_session(self) -> None:
+        """Close the session: after a failed exchange its next replies are out of step."""
+        if self._session is not None:
+            self._session.close()
+            self._session = None
 
     def stop(self) -> None:
         """Ask `run()` to return at its next step."""
@@ -270,13 +315,7 @@ class Client:
                 if self.client_id is None:
                     self._register()
                 asked = time.monotonic()
-                task = self._stub.GetTask(
-                    pb.TaskRequest(
-                        client_id=self.client_id or "", wait_ms=int(self.poll_wait * 1000)
-                    ),
-                    metadata=self._md("GetTask"),
-                    timeout=self.poll_wait + self.rpc_timeout,
-                )
+                task = self._get_task()
                 backoff, unreachable_since = 0.1, None
                 if task.type == pb.TASK_FIT:
                     self._fit(task)
@@ -320,10 +359,25 @@ class Client:
                 log.info("server call failed (%s); retrying in %.2f s", code.name, delay)
                 self._stop.wait(delay)
                 backoff = min(backoff * 2, self.max_backoff)
-            except TransferError as e:
+            except (TransferError, MalformedMessageError) as e:
                 log.warning("%s; retrying", e)
+                self._drop_session()
                 self._stop.wait(0.1)
         return None
+
+    def _get_task(self) -> pb.Task:
+        """The next task, long-polled up to `poll_wait`."""
+        request = pb.TaskRequest(client_id=self.client_id or "", wait_ms=int(self.poll_wait * 1000))
+        timeout = self.poll_wait + self.rpc_timeout
+        if self.transport == "calls":
+            return cast(
+                pb.Task,
+                self._stub.GetTask(request, metadata=self._md("GetTask"), timeout=timeout),
+            )
+        session = self._open_session()
+        session.send(SESSION_POLL, request.SerializeToString())
+        _, body = session.receive((SESSION_TASK,), timeout)
+        return pb.Task.FromString(bytes(body))
 
     # -- tasks -------------------------------------------------------------------------------
 
@@ -337,18 +391,9 @@ class Client:
         if self._partial is None or self._partial[0] != task.model_version:
             self._partial = (task.model_version, bytearray(task.model_size), 0)
         _, buf, received = self._partial
-        stream = self._download_raw(
-            pb.DownloadRequest(
-                client_id=self.client_id or "", model_version=task.model_version,
-                offset=received, chunk_size=self.download_chunk_size,
-            ),
-            metadata=self._md("DownloadModel"),
-            timeout=self.rpc_timeout + task.model_size / 5e6,
-        )  # fmt: skip
         view = memoryview(buf)
         try:
-            for raw in stream:
-                at, piece, _ = split_model_chunk(raw)
+            for at, piece in self._download(task, received):
                 if at != received:
                     raise TransferError(f"download chunk at offset {at}, expected {received}")
                 if at + len(piece) > len(buf):
@@ -369,14 +414,42 @@ class Client:
         self._models = {task.model_version: (task.model_sha256, data)}
         return data
 
+    def _download(self, task: pb.Task, offset: int) -> Iterator[tuple[int, memoryview]]:
+        """(offset, bytes) pieces of the task's model from `offset` to its end."""
+        request = pb.DownloadRequest(
+            client_id=self.client_id or "", model_version=task.model_version, offset=offset,
+            chunk_size=self.download_chunk_size,
+        )  # fmt: skip
+        if self.transport == "calls":
+            stream = self._download_raw(
+                request, metadata=self._md("DownloadModel"),
+                timeout=self.rpc_timeout + task.model_size / 5e6,
+            )  # fmt: skip
+            for raw in stream:
+                at, piece, _ = split_model_chunk(raw)
+                yield at, piece
+            return
+        session = self._open_session()
+        session.send(SESSION_DOWNLOAD, request.SerializeToString())
+        while offset < task.model_size:
+            _, body = session.receive((SESSION_MODEL,), self.rpc_timeout)
+            at, piece, _ = split_model_chunk(body)
+            if not piece:
+                raise TransferError(f"empty download chunk at offset {at}")
+            yield at, piece
+            offset = at + len(piece)
+
     def _heartbeats(self, task_id: str, done: threading.Event) -> None:
         while not done.wait(self._heartbeat_interval):
+            request = pb.HeartbeatRequest(client_id=self.client_id or "", task_id=task_id)
+            session = self._session
+            if session is not None and not session.closed:
+                session.send(SESSION_HEARTBEAT, request.SerializeToString())
+                continue
             # The main loop handles reconnects; a missed beat is not fatal.
             with contextlib.suppress(grpc.RpcError):
                 self._stub.Heartbeat(
-                    pb.HeartbeatRequest(client_id=self.client_id or "", task_id=task_id),
-                    metadata=self._md("Heartbeat"),
-                    timeout=self.rpc_timeout,
+                    request, metadata=self._md("Heartbeat"), timeout=self.rpc_timeout
                 )
 
     def _fit(self, task: pb.Task) -> None:
@@ -536,15 +609,62 @@ class Client:
             if self._stop.wait(pause * (0.5 + random.random())):
                 raise TransferError("client stopped while waiting to upload")
 
-    def _upload(self, p: _PendingUpload) -> None:
-        offset = self._upload_offset(p)  # 0 unless an earlier attempt of `p` was cut off
+    def _upload_header(self, p: _PendingUpload) -> pb.UploadHeader:
         if not p.sha256:
             p.sha256 = hashlib.sha256(p.payload).hexdigest()
-        header = pb.UploadHeader(
+        return pb.UploadHeader(
             client_id=self.client_id or "", task_id=p.task_id, upload_id=p.upload_id,
             total_size=len(p.payload), sha256=p.sha256,
             num_samples=p.num_samples, metrics_json=p.metrics_json,
         )  # fmt: skip
+
+    def _upload(self, p: _PendingUpload) -> None:
+        if self.transport == "calls":
+            self._upload_by_call(p)
+        elif self.upload_connection == "shared":
+            self._upload_in_session(self._open_session(), p)
+        else:
+            # A gRPC server keeps buffers sized to what a connection received for as long
+            # as it stays open, so a fleet of idle clients whose long-lived connections
+            # once carried an update would hold server memory in proportion to the fleet:
+            # the update goes over a session on a connection of its own, closed after.
+            channel = self._new_channel()
+            session = SessionStream(
+                channel, f"/{SERVICE}/Session", self._md("Session"), self._watchdog
+            )
+            try:
+                self._upload_in_session(session, p)
+            finally:
+                session.close()
+                channel.close()
+
+    def _upload_in_session(self, session: SessionStream, p: _PendingUpload) -> None:
+        header = pb.UploadChunk(header=self._upload_header(p)).SerializeToString()
+        session.send(SESSION_UPLOAD, header)
+        # The server answers when it has a slot for this upload: with a whole fleet
+        # uploading at once that may take a while, and costs neither side anything.
+        field, body = session.receive(
+            (SESSION_UPLOAD_OFFSET, SESSION_UPLOAD_REPLY), self.rpc_timeout * UPLOAD_WAIT_FACTOR
+        )
+        if field == SESSION_UPLOAD_OFFSET:
+            pos = pb.UploadOffsetReply.FromString(bytes(body)).received
+            view = memoryview(p.payload)
+            while pos < len(p.payload):
+                data = view[pos : pos + self.chunk_size]
+                session.send_framed(encode_upload_chunk(pos, data, session=True))
+                pos += len(data)
+            _, body = session.receive(
+                (SESSION_UPLOAD_REPLY,), self.rpc_timeout + len(p.payload) / 5e6
+            )
+        reply = pb.UploadReply.FromString(bytes(body))
+        if not reply.accepted:
+            raise TransferError(
+                f"upload stopped at byte {reply.received} of {len(p.payload)}: {reply.message}"
+            )
+
+    def _upload_by_call(self, p: _PendingUpload) -> None:
+        offset = self._upload_offset(p)  # 0 unless an earlier attempt of `p` was cut off
+        header = self._upload_header(p)
 
         def chunks() -> Iterator[bytes]:
             view = memoryview(p.payload)
@@ -558,10 +678,7 @@ class Client:
                 yield encode_upload_chunk(pos, data)
                 pos += len(data)
 
-        # By default the payload goes over a connection of its own, closed afterwards: a
-        # gRPC server keeps buffers sized to what a connection carried for as long as it
-        # stays open, so a fleet of idle clients whose long-lived connections once carried
-        # an update would hold server memory in proportion to the fleet.
+        # By default over a connection of its own, closed afterwards (see `_upload`).
         channel = self._new_channel() if self.upload_connection == "separate" else self._channel
         try:
             upload = channel.stream_unary(

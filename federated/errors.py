@@ -37,3 +37,7 @@ class AggregationError(FederatedError):
 
 class TransferError(FederatedError):
     """A chunked download or upload failed its offset, size or checksum checks."""
+
+
+class MalformedMessageError(FederatedError, ValueError):
+    """A message is not what its call expects (e.g. an unknown or garbled Session message)."""

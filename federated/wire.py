@@ -1,4 +1,5 @@
-"""Hand-written wire format of the two payload messages, ModelChunk and UploadChunk.
+"""Hand-written wire format of the two payload messages, ModelChunk and UploadChunk, and
+of the Session messages that wrap them.
 
 They carry most of the bytes. Going through protobuf objects costs two extra copies of
 every chunk (message construction or parsing, then the bytes field), so the server and
@@ -12,7 +13,7 @@ from __future__ import annotations
 from google.protobuf.message import DecodeError
 
 from sporenet.federated.codec import MalformedPayload, read_varint
-from sporenet.federated.errors import TransferError, UpdateRejectedError
+from sporenet.federated.errors import MalformedMessageError, TransferError, UpdateRejectedError
 from sporenet.federated.secagg.server import Stage
 from sporenet.proto import federated_pb2 as pb
 
@@ -57,15 +58,56 @@ def encode_model_chunk(offset: int, data: bytes, total_size: int) -> bytes:
     )
 
 
-def parse_upload_chunk(raw: bytes) -> pb.UploadChunk:
+def encode_model_chunks(
+    data: bytes, chunk_size: int, *, session: bool = False
+) -> list[tuple[bytes, int]]:
+    """The whole model as (encoded ModelChunk, payload size) pairs, each encoded once for
+    every client; as SessionReply messages when `session`."""
+    chunks = []
+    for at in range(0, len(data), chunk_size):
+        piece = data[at : at + chunk_size]
+        encoded = encode_model_chunk(at, piece, len(data))
+        chunks.append((frame_session(SESSION_MODEL, encoded) if session else encoded, len(piece)))
+    return chunks
+
+
+# Field numbers of the SessionRequest / SessionReply oneofs (see federated.proto).
+SESSION_POLL, SESSION_DOWNLOAD, SESSION_UPLOAD, SESSION_HEARTBEAT = 1, 2, 3, 4
+SESSION_TASK, SESSION_MODEL, SESSION_UPLOAD_OFFSET, SESSION_UPLOAD_REPLY = 1, 2, 3, 4
+
+
+def frame_session(field: int, message: bytes | memoryview) -> bytes:
+    """A SessionRequest or SessionReply whose oneof `field` holds the encoded `message`."""
+    return b"".join((bytes([field << 3 | 2]), _varint(len(message)), message))
+
+
+def split_session(raw: bytes) -> tuple[int, memoryview]:
+    """(oneof field number, encoded inner message) of a SessionRequest or SessionReply;
+    the inner message is a view into `raw`. Raises MalformedMessageError when `raw` is not
+    exactly one length-delimited field."""
+    buf = memoryview(raw)
+    try:
+        key, pos = read_varint(buf, 0, len(buf))
+        length, pos = read_varint(buf, pos, len(buf))
+    except MalformedPayload:
+        raise MalformedMessageError("malformed Session message: truncated field header") from None
+    if key & 7 != 2 or pos + length != len(buf):
+        raise MalformedMessageError(
+            f"malformed Session message: expected one length-delimited field of {len(buf)} "
+            f"bytes, found wire type {key & 7} with length {length} at byte {pos}"
+        )
+    return key >> 3, buf[pos:]
+
+
+def parse_upload_chunk(raw: bytes | memoryview) -> pb.UploadChunk:
     """An UploadChunk through protobuf (the first one of a call, with its header)."""
     try:
-        return pb.UploadChunk.FromString(raw)
+        return pb.UploadChunk.FromString(bytes(raw) if isinstance(raw, memoryview) else raw)
     except DecodeError as e:
         raise UpdateRejectedError(f"UploadChunk is not valid protobuf: {e}") from None
 
 
-def split_upload_chunk(raw: bytes) -> tuple[int, memoryview]:
+def split_upload_chunk(raw: bytes | memoryview) -> tuple[int, memoryview]:
     """(offset, data) of a header-less UploadChunk; `data` is a view into `raw`."""
     buf = memoryview(raw)
     pos, offset, data = 0, 0, buf[0:0]
@@ -84,12 +126,17 @@ def split_upload_chunk(raw: bytes) -> tuple[int, memoryview]:
     return offset, data
 
 
-def encode_upload_chunk(offset: int, data: bytes | memoryview) -> bytes:
-    """The wire bytes of a header-less UploadChunk(offset, data)."""
-    return b"".join((b"\x10", _varint(offset), b"\x1a", _varint(len(data)), data))
+def encode_upload_chunk(offset: int, data: bytes | memoryview, *, session: bool = False) -> bytes:
+    """The wire bytes of a header-less UploadChunk(offset, data), as a SessionRequest when
+    `session`, with a single copy of `data`."""
+    head = b"".join((b"\x10", _varint(offset), b"\x1a", _varint(len(data))))
+    if not session:
+        return b"".join((head, data))
+    frame = bytes([SESSION_UPLOAD << 3 | 2]) + _varint(len(head) + len(data))
+    return b"".join((frame, head, data))
 
 
-def split_model_chunk(raw: bytes) -> tuple[int, memoryview, int]:
+def split_model_chunk(raw: bytes | memoryview) -> tuple[int, memoryview, int]:
     """(offset, data, total_size) of a ModelChunk; `data` is a view into `raw`."""
     buf = memoryview(raw)
     pos, offset, total, data = 0, 0, 0, buf[0:0]
@@ -106,7 +153,7 @@ def split_model_chunk(raw: bytes) -> tuple[int, memoryview, int]:
             elif key == 0x18:
                 total, pos = _read_varint(buf, pos)
             else:
-                msg = pb.ModelChunk.FromString(raw)
+                msg = pb.ModelChunk.FromString(bytes(raw))
                 return msg.offset, memoryview(msg.data), msg.total_size
     except (UpdateRejectedError, DecodeError) as e:
         raise TransferError(f"malformed ModelChunk: {e}") from None

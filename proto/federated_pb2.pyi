@@ -255,6 +255,30 @@ class StatusReply(_message.Message):
     status_json: str
     def __init__(self, status_json: _Optional[str] = ...) -> None: ...
 
+class SessionRequest(_message.Message):
+    __slots__ = ("poll", "download", "upload", "heartbeat")
+    POLL_FIELD_NUMBER: _ClassVar[int]
+    DOWNLOAD_FIELD_NUMBER: _ClassVar[int]
+    UPLOAD_FIELD_NUMBER: _ClassVar[int]
+    HEARTBEAT_FIELD_NUMBER: _ClassVar[int]
+    poll: TaskRequest
+    download: DownloadRequest
+    upload: UploadChunk
+    heartbeat: HeartbeatRequest
+    def __init__(self, poll: _Optional[_Union[TaskRequest, _Mapping]] = ..., download: _Optional[_Union[DownloadRequest, _Mapping]] = ..., upload: _Optional[_Union[UploadChunk, _Mapping]] = ..., heartbeat: _Optional[_Union[HeartbeatRequest, _Mapping]] = ...) -> None: ...
+
+class SessionReply(_message.Message):
+    __slots__ = ("task", "model", "upload_offset", "upload_reply")
+    TASK_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    UPLOAD_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    UPLOAD_REPLY_FIELD_NUMBER: _ClassVar[int]
+    task: Task
+    model: ModelChunk
+    upload_offset: UploadOffsetReply
+    upload_reply: UploadReply
+    def __init__(self, task: _Optional[_Union[Task, _Mapping]] = ..., model: _Optional[_Union[ModelChunk, _Mapping]] = ..., upload_offset: _Optional[_Union[UploadOffsetReply, _Mapping]] = ..., upload_reply: _Optional[_Union[UploadReply, _Mapping]] = ...) -> None: ...
+
 class NamedTensor(_message.Message):
     __slots__ = ("name", "dtype", "shape", "encoding", "data", "scale", "indices")
     NAME_FIELD_NUMBER: _ClassVar[int]

@@ -79,6 +79,11 @@ class FederatedStub:
                 request_serializer=sporenet_dot_proto_dot_federated__pb2.SecureChunk.SerializeToString,
                 response_deserializer=sporenet_dot_proto_dot_federated__pb2.SecureReply.FromString,
                 _registered_method=True)
+        self.Session = channel.stream_stream(
+                '/sporenet.federated.v1.Federated/Session',
+                request_serializer=sporenet_dot_proto_dot_federated__pb2.SessionRequest.SerializeToString,
+                response_deserializer=sporenet_dot_proto_dot_federated__pb2.SessionReply.FromString,
+                _registered_method=True)
 
 
 class FederatedServicer:
@@ -148,6 +153,17 @@ class FederatedServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Session(self, request_iterator, context):
+        """One long-lived stream per client that carries its plain-round conversation: task
+        polls, model downloads, update uploads and heartbeats, each the message of the call
+        above that does the same. Authenticated once, when it opens; one connection and no
+        per-call setup, so a fleet costs the server little between and during rounds. A
+        refused request ends the stream with the status its call would have returned.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_FederatedServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -195,6 +211,11 @@ def add_FederatedServicer_to_server(servicer, server):
                     servicer.SubmitSecure,
                     request_deserializer=sporenet_dot_proto_dot_federated__pb2.SecureChunk.FromString,
                     response_serializer=sporenet_dot_proto_dot_federated__pb2.SecureReply.SerializeToString,
+            ),
+            'Session': grpc.stream_stream_rpc_method_handler(
+                    servicer.Session,
+                    request_deserializer=sporenet_dot_proto_dot_federated__pb2.SessionRequest.FromString,
+                    response_serializer=sporenet_dot_proto_dot_federated__pb2.SessionReply.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -440,6 +461,33 @@ class Federated:
             '/sporenet.federated.v1.Federated/SubmitSecure',
             sporenet_dot_proto_dot_federated__pb2.SecureChunk.SerializeToString,
             sporenet_dot_proto_dot_federated__pb2.SecureReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Session(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/sporenet.federated.v1.Federated/Session',
+            sporenet_dot_proto_dot_federated__pb2.SessionRequest.SerializeToString,
+            sporenet_dot_proto_dot_federated__pb2.SessionReply.FromString,
             options,
             channel_credentials,
             insecure,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import ctypes
 import json
 import logging
@@ -19,8 +20,9 @@ from sporenet.federated.auth import Authenticator
 from sporenet.federated.errors import ConfigError
 from sporenet.federated.server.config import ServerConfig, split_address
 from sporenet.federated.server.observability import Metrics, log_event, serve_metrics, setup_logging
-from sporenet.federated.server.rounds import RoundManager
+from sporenet.federated.server.rounds import RoundManager, transfer_split
 from sporenet.federated.server.servicer import SERVICE, FederatedServicer, add_to_server
+from sporenet.federated.server.session import SessionService
 
 TICK_SECONDS = 0.1
 STOP_GRACE_SECONDS = 10.0
@@ -51,6 +53,84 @@ def _bound_allocator() -> None:
         pass
 
 
+class _AioServer:
+    """The gRPC server on its own asyncio loop thread.
+
+    Session streams are coroutines on that loop; the unary and single-direction calls run
+    as before on the `max_workers` thread pool (grpc.aio's migration pool). The main thread
+    keeps the round loop.
+    """
+
+    def __init__(self, config: ServerConfig, servicer: FederatedServicer,
+                 health_servicer: health.HealthServicer) -> None:  # fmt: skip
+        self.config, self.servicer, self.health = config, servicer, health_servicer
+        self.executor = futures.ThreadPoolExecutor(config.max_workers, thread_name_prefix="rpc")
+        downloads, uploads = transfer_split(config.max_transfers)
+        self.sessions = SessionService(
+            servicer, downloads=downloads, uploads=uploads,
+            executor=futures.ThreadPoolExecutor(uploads + 1, thread_name_prefix="fold"),
+        )  # fmt: skip
+        self._ready: futures.Future[int] = futures.Future()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop: asyncio.Event | None = None
+        self._thread = threading.Thread(target=self._run, name="grpc-aio", daemon=True)
+
+    def start(self) -> int:
+        """Bind and start serving; the bound port (ConfigError if the address is unusable)."""
+        self._thread.start()
+        return self._ready.result()
+
+    def stop(self, grace: float) -> None:
+        """Stop accepting calls, give in-flight ones `grace` seconds, and wait for the end."""
+        if self._loop is not None and self._stop is not None:
+            self._loop.call_soon_threadsafe(self._stop.set)
+        self._thread.join(grace + 10.0)
+        self.executor.shutdown(wait=False, cancel_futures=True)
+        self.sessions.executor.shutdown(wait=False, cancel_futures=True)
+
+    def _run(self) -> None:
+        try:
+            asyncio.run(self._serve())
+        except BaseException as e:  # reported to start(); after it, logged by the caller
+            if not self._ready.done():
+                self._ready.set_exception(e)
+            else:
+                raise
+
+    async def _serve(self) -> None:
+        self._loop, self._stop = asyncio.get_running_loop(), asyncio.Event()
+        self.sessions.attach(self._loop)
+        server = grpc.aio.server(
+            migration_thread_pool=self.executor,
+            options=[
+                ("grpc.so_reuseport", 0),
+                # Keep each stream's flow-control window small: otherwise BDP probing grows
+                # it to megabytes and every queued upload parks that much data in the
+                # server's memory, which then grows with the number of clients.
+                ("grpc.http2.bdp_probe", 0),
+            ],
+        )
+        add_to_server(self.servicer, server, session=self.sessions.serve)
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
+        creds = _server_credentials(self.config)
+        address = self.config.address
+        try:
+            port = (
+                server.add_secure_port(address, creds) if creds
+                else server.add_insecure_port(address)
+            )  # fmt: skip
+        except RuntimeError as e:
+            raise ConfigError(f"`address`: cannot listen on {address!r}: {e}") from None
+        if port == 0:
+            raise ConfigError(f"`address`: cannot listen on {address!r} (in use?)")
+        await server.start()
+        self._ready.set_result(port)
+        await self._stop.wait()
+        stopped = asyncio.ensure_future(server.stop(STOP_GRACE_SECONDS))
+        self.sessions.close_idle()  # after stop(): no new session starts meanwhile
+        await stopped
+
+
 def run_server(config: ServerConfig, *, stop: threading.Event | None = None) -> int:
     """Serve the job until it is stopped (SIGTERM/SIGINT or `stop`); returns the exit code."""
     _bound_allocator()
@@ -61,38 +141,15 @@ def run_server(config: ServerConfig, *, stop: threading.Event | None = None) -> 
         tokens=config.auth_tokens, ed25519=config.auth_ed25519, max_skew=config.auth_max_skew
     )
     # Messages stay below gRPC's 4 MiB default: payloads move as chunks of `chunk_size`.
-    server = grpc.server(
-        futures.ThreadPoolExecutor(max_workers=config.max_workers, thread_name_prefix="rpc"),
-        options=[
-            ("grpc.so_reuseport", 0),
-            # Keep each stream's flow-control window small: otherwise BDP probing grows it to
-            # megabytes and every queued upload parks that much data in the server's memory,
-            # which then grows with the number of clients.
-            ("grpc.http2.bdp_probe", 0),
-        ],
-    )
-    add_to_server(
-        FederatedServicer(
-            manager, auth=auth, metrics=metrics, logger=logger,
-            chunk_size=config.chunk_size, heartbeat_interval=config.heartbeat_interval,
-            max_transfers=config.max_transfers,
-        ),
-        server,
+    servicer = FederatedServicer(
+        manager, auth=auth, metrics=metrics, logger=logger,
+        chunk_size=config.chunk_size, heartbeat_interval=config.heartbeat_interval,
+        max_transfers=config.max_transfers,
     )  # fmt: skip
     health_servicer = health.HealthServicer(experimental_non_blocking=True)
-    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    creds = _server_credentials(config)
-    try:
-        port = (
-            server.add_secure_port(config.address, creds)
-            if creds
-            else server.add_insecure_port(config.address)
-        )
-    except RuntimeError as e:
-        raise ConfigError(f"`address`: cannot listen on {config.address!r}: {e}") from None
-    if port == 0:
-        raise ConfigError(f"`address`: cannot listen on {config.address!r} (in use?)")
-    server.start()
+    server = _AioServer(config, servicer, health_servicer)
+    port = server.start()
+    creds = config.tls_cert is not None and config.tls_key is not None
     for name in ("", SERVICE):
         health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
     host = split_address(config.address)[0]
@@ -102,7 +159,7 @@ def run_server(config: ServerConfig, *, stop: threading.Event | None = None) -> 
         http = serve_metrics(metrics, host, config.metrics_port)
         metrics_port = http.server_address[1]
     info: dict[str, Any] = {"pid": os.getpid(), "address": config.address, "port": port,
-                            "metrics_port": metrics_port, "tls": creds is not None}  # fmt: skip
+                            "metrics_port": metrics_port, "tls": creds}  # fmt: skip
     (Path(config.state_dir) / "server.json").write_text(json.dumps(info))
     log_event(logger, "server_started", **info)
 
@@ -122,7 +179,7 @@ def run_server(config: ServerConfig, *, stop: threading.Event | None = None) -> 
     for name in ("", SERVICE):
         health_servicer.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
     manager.stop()  # wakes long-polls so in-flight calls return
-    server.stop(STOP_GRACE_SECONDS).wait()
+    server.stop(STOP_GRACE_SECONDS)
     if http is not None:
         http.shutdown()
     manager.close()

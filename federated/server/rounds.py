@@ -38,7 +38,7 @@ import random
 import shutil
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -88,6 +88,8 @@ def held_threads(max_transfers: int) -> int:
     """RPC threads transfers and upload admission may hold (the rest serve long-polls)."""
     downloads, uploads = transfer_split(max_transfers)
     return downloads + (ADMITTED_PER_UPLOAD + ADMIT_WAITERS_PER_SLOT) * uploads
+
+
 MAX_REFUSALS = 3  # a client whose update is refused this often sits out the rest of the phase
 BUSY_RETRY_SECONDS = 0.5  # when every long-poll slot is taken, clients poll again after this
 #: The secure stages that collect one message per active client.
@@ -176,6 +178,9 @@ class RoundManager:
         self._poll_slots = threading.BoundedSemaphore(
             max(1, config.max_workers - held_threads(config.max_transfers) - 8)
         )
+        # Called (under the lock) whenever tasks may have changed, as `_changed` is notified:
+        # how waiters that are not threads (the asyncio sessions) learn of it.
+        self._change_listeners: list[Callable[[], None]] = []
         self._last_seen: dict[str, float] = {}
         self._parts: dict[str, str] = {}  # client id -> status in the current phase
         self._refusals: dict[str, int] = {}
@@ -209,6 +214,21 @@ class RoundManager:
         self.metrics.set("sporenet_clients_registered", len(self._last_seen))
 
     # -- setup ----------------------------------------------------------------------------
+
+    def on_change(self, listener: Callable[[], None]) -> None:
+        """Call `listener` (quick, never blocking) whenever clients' tasks may have changed."""
+        with self._lock:
+            self._change_listeners.append(listener)
+
+    def _notify_changed(self) -> None:
+        self._changed.notify_all()
+        for listener in self._change_listeners:
+            listener()
+
+    @property
+    def stopping(self) -> bool:
+        """True once `stop()` was called: held polls should answer now."""
+        return self._stopping
 
     def _init_job(self, now: float) -> JobState:
         if self.config.model is None:
@@ -362,7 +382,7 @@ class RoundManager:
         job.status, job.reason, job.active = "finished", why, False
         self._save_job()
         log_event(self.log, "job_finished", reason=why, model_version=job.model_version)
-        self._changed.notify_all()
+        self._notify_changed()
 
     def _write_model(self, version: int, round_: int, data: bytes) -> ModelRecord:
         name = f"models/v{version:05d}.spore"
@@ -825,7 +845,7 @@ class RoundManager:
         """Wake every long-poll so in-flight calls can finish; persists the job."""
         with self._changed:
             self._stopping = True
-            self._changed.notify_all()
+            self._notify_changed()
             self._checkpoint()
             with self.store.transaction() as tx:
                 self._save_secure(tx)
@@ -870,7 +890,7 @@ class RoundManager:
                     self._aggregating = True
                 else:
                     return
-            self._changed.notify_all()
+            self._notify_changed()
         # Aggregation and publishing run outside the lock: heartbeats and polls keep flowing.
         try:
             if self.job.phase == "fit":
@@ -880,7 +900,7 @@ class RoundManager:
         finally:
             with self._changed:
                 self._aggregating = False
-                self._changed.notify_all()
+                self._notify_changed()
 
     def _advance_secure(self, now: float) -> bool:
         """Close the secure stage when it may close; True once the round has its sum."""
@@ -905,7 +925,7 @@ class RoundManager:
                 tx.set_job(job)
             self.metrics.inc("sporenet_rounds_failed_total")
             log_event(self.log, "job_failed", logging.ERROR, reason=job.reason)
-            self._changed.notify_all()
+            self._notify_changed()
             return False
         self._stage_deadline = now + self._stage_timeout()
         with self.store.transaction() as tx:
@@ -920,7 +940,7 @@ class RoundManager:
             self.log, "secure_stage_closed", round=job.round, stage=closing,
             next=r.stage.value, missing=pending,
         )  # fmt: skip
-        self._changed.notify_all()
+        self._notify_changed()
         return r.stage == Stage.COMPLETED
 
     def _drop_silent(self, now: float) -> None:
@@ -954,7 +974,7 @@ class RoundManager:
                 )
                 self._save_job()
                 log_event(self.log, "job_failed", logging.ERROR, reason=job.reason)
-                self._changed.notify_all()
+                self._notify_changed()
             return
         fraction = self.config.fraction if job.phase == "fit" else self.config.evaluate_fraction
         size = min(len(live), max(need, math.ceil(fraction * len(live))))
@@ -986,7 +1006,7 @@ class RoundManager:
                 job.reason = f"round {job.round}: secure aggregation cannot start: {e}"
                 self._save_job()
                 log_event(self.log, "job_failed", logging.ERROR, reason=job.reason)
-                self._changed.notify_all()
+                self._notify_changed()
                 return
         elif job.phase == "fit":
             self._aggregator = self._make_aggregator()
@@ -1007,7 +1027,7 @@ class RoundManager:
             selected=len(chosen),
             live=len(live),
         )
-        self._changed.notify_all()
+        self._notify_changed()
 
     def _reselect(self, now: float, accepted: int, pending: int) -> None:
         """Too few updates: select replacements (and, past the deadline, extend it)."""
@@ -1031,7 +1051,7 @@ class RoundManager:
             self.log, "phase_reselected", logging.WARNING, round=job.round, accepted=accepted,
             added=len(extra), attempt=job.attempt,
         )  # fmt: skip
-        self._changed.notify_all()
+        self._notify_changed()
 
     def _publish_fit(self) -> None:
         job, t0 = self.job, time.monotonic()

@@ -24,6 +24,7 @@ from sporenet.federated.errors import (
     AuthError,
     ConfigError,
     FederatedError,
+    MalformedMessageError,
     PermissionDeniedError,
     StaleTaskError,
     TransferError,
@@ -44,6 +45,7 @@ from sporenet.federated.wire import (
     SECURE_STAGES,
     STAGE_NAMES,
     encode_model_chunk,
+    encode_model_chunks,
     identity,
     parse_upload_chunk,
     split_upload_chunk,
@@ -62,7 +64,7 @@ BUSY_RETRY_MS = 250  # shortest pause suggested (trailing metadata `retry-after-
 MAX_BUSY_PAUSE_MS = 2000
 RATE_WINDOW_SECONDS = 5.0  # upload completions over this window estimate the drain rate
 SETTLE_SECONDS = 10.0  # longest a call waits for an earlier call of the same upload to end
-_UPLOAD_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+UPLOAD_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
 # Domain error -> status code; the first matching class wins (subclasses first).
 STATUS_CODES: list[tuple[type[FederatedError], grpc.StatusCode]] = [
@@ -71,6 +73,7 @@ STATUS_CODES: list[tuple[type[FederatedError], grpc.StatusCode]] = [
     (ThresholdError, grpc.StatusCode.FAILED_PRECONDITION),  # the secure round failed
     (SecAggError, grpc.StatusCode.INVALID_ARGUMENT),
     (ConfigError, grpc.StatusCode.INVALID_ARGUMENT),
+    (MalformedMessageError, grpc.StatusCode.INVALID_ARGUMENT),
     (AuthError, grpc.StatusCode.UNAUTHENTICATED),
     (PermissionDeniedError, grpc.StatusCode.PERMISSION_DENIED),
     (UnknownClientError, grpc.StatusCode.NOT_FOUND),
@@ -92,8 +95,15 @@ TASK_TYPES = {
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-def add_to_server(servicer: FederatedServicer, server: grpc.Server) -> None:
-    """Register the service, with raw-bytes (de)serializers for the two payload streams."""
+def add_to_server(
+    servicer: FederatedServicer,
+    server: grpc.Server | grpc.aio.Server,
+    *,
+    session: Callable[..., Any] | None = None,
+) -> None:
+    """Register the service, with raw-bytes (de)serializers for the payload streams;
+    `session` serves the Session RPC (an asyncio handler, see session.py), which is left
+    unimplemented without it."""
     u = grpc.unary_unary_rpc_method_handler
 
     def unary(method: Callable[..., Any], req: Any, resp: Any) -> grpc.RpcMethodHandler:
@@ -128,10 +138,14 @@ def add_to_server(servicer: FederatedServicer, server: grpc.Server) -> None:
             response_serializer=pb.SecureReply.SerializeToString,
         ),
     }
+    if session is not None:
+        handlers["Session"] = grpc.stream_stream_rpc_method_handler(
+            session, request_deserializer=identity, response_serializer=identity
+        )
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, handlers),))
 
 
-def _write_atomic(path: Path, data: memoryview) -> None:
+def write_atomic(path: Path, data: memoryview) -> None:
     """Replace `path` with `data` (a temporary file, then a rename: never half written)."""
     tmp = path.with_name(path.name + ".tmp")
     with open(tmp, "wb") as f:
@@ -218,24 +232,29 @@ class FederatedServicer(pb_grpc.FederatedServicer):
         # Uploads being received, by (client, upload id): set when the call has finished.
         self._active: dict[tuple[str, str], threading.Event] = {}
         self._active_lock = threading.Lock()
-        self._cache: tuple[tuple[int, str], list[tuple[bytes, int]]] | None = None
+        # Pre-encoded model chunks, per framing (DownloadModel's, or the Session's).
+        self._cache: dict[bool, tuple[tuple[int, str], list[tuple[bytes, int]]]] = {}
 
     def _abort(self, context: grpc.ServicerContext, error: FederatedError) -> None:
+        self.note_refusal(context, error)
+        context.abort(status_for(error), str(error))
+
+    def note_refusal(self, context: grpc.ServicerContext, error: FederatedError) -> None:
+        """Count and log a refused request (for now, failed authentication)."""
         if isinstance(error, AuthError):
             self.metrics.inc("sporenet_auth_failures_total")
             log_event(
                 self.log, "auth_refused", logging.WARNING, peer=context.peer(), reason=str(error)
             )
-        context.abort(status_for(error), str(error))
 
-    def _identity(self, context: grpc.ServicerContext, method: str) -> str | None:
+    def authenticate(self, context: grpc.ServicerContext, method: str) -> str | None:
         return self.auth.authenticate(context.invocation_metadata(), method_path(method))
 
     def _client(self, context: grpc.ServicerContext, method: str, client_id: str) -> str:
-        return self._owned(self._identity(context, method), client_id)
+        return self.owned(self.authenticate(context, method), client_id)
 
     @staticmethod
-    def _owned(identity: str | None, client_id: str) -> str:
+    def owned(identity: str | None, client_id: str) -> str:
         """`client_id`, if the authenticated caller (if any) may act as it."""
         if identity is not None and client_id != identity:
             raise PermissionDeniedError(
@@ -249,7 +268,7 @@ class FederatedServicer(pb_grpc.FederatedServicer):
     def Register(
         self, request: pb.RegisterRequest, context: grpc.ServicerContext
     ) -> pb.RegisterReply:
-        identity = self._identity(context, "Register")
+        identity = self.authenticate(context, "Register")
         client_id = self.m.register(request.client_name, identity, dict(request.info))
         return pb.RegisterReply(
             client_id=client_id, heartbeat_interval_ms=int(self.heartbeat_interval * 1000)
@@ -280,7 +299,7 @@ class FederatedServicer(pb_grpc.FederatedServicer):
                 )
             chunk = min(request.chunk_size or self.chunk_size, self.chunk_size)
             offset = request.offset
-            cached = self._encoded_chunks(record) if chunk == self.chunk_size else None
+            cached = self.encoded_chunks(record) if chunk == self.chunk_size else None
             if cached is not None and offset % chunk == 0:
                 with self._transfers:
                     for encoded, size in cached[offset // chunk :]:
@@ -299,37 +318,40 @@ class FederatedServicer(pb_grpc.FederatedServicer):
         except FederatedError as e:
             self._abort(context, e)
 
-    def _encoded_chunks(self, record: ModelRecord) -> list[tuple[bytes, int]] | None:
-        """The current model's ModelChunk messages, encoded once for every client.
+    def encoded_chunks(
+        self, record: ModelRecord, *, session: bool = False
+    ) -> list[tuple[bytes, int]] | None:
+        """The model's ModelChunk messages (SessionReply messages when `session`), encoded
+        once for every client, with their payload sizes.
 
-        Only models up to CACHE_MODEL_BYTES are kept (one extra copy of the model).
+        Only models up to CACHE_MODEL_BYTES are kept (one extra copy of the model per kind).
         """
         if record.size > CACHE_MODEL_BYTES:
             return None
         with self._cache_lock:
-            if self._cache is None or self._cache[0] != (record.version, record.sha256):
+            cached = self._cache.get(session)
+            if cached is None or cached[0] != (record.version, record.sha256):
                 data = self.m.model_path(record).read_bytes()
-                chunks = [
-                    (encode_model_chunk(at, data[at : at + self.chunk_size], record.size),
-                     len(data[at : at + self.chunk_size]))
-                    for at in range(0, record.size, self.chunk_size)
-                ]  # fmt: skip
-                self._cache = ((record.version, record.sha256), chunks)
-            return self._cache[1]
+                cached = (
+                    (record.version, record.sha256),
+                    encode_model_chunks(data, self.chunk_size, session=session),
+                )
+                self._cache[session] = cached
+            return cached[1]
 
     @_maps_errors
     def UploadUpdate(
         self, request_iterator: Iterator[bytes], context: grpc.ServicerContext
     ) -> pb.UploadReply:
-        identity = self._identity(context, "UploadUpdate")
+        identity = self.authenticate(context, "UploadUpdate")
         # gRPC has buffered the first message already; reading it costs no memory.
         raw = next(request_iterator, None)
         first = parse_upload_chunk(raw) if raw is not None else None
         if first is None or not first.HasField("header"):
             raise UpdateRejectedError("the first UploadChunk of a call must carry the header")
         h = first.header
-        cid = self._owned(identity, h.client_id)
-        if not _UPLOAD_ID.match(h.upload_id):
+        cid = self.owned(identity, h.client_id)
+        if not UPLOAD_ID.match(h.upload_id):
             raise UpdateRejectedError(
                 f"upload_id must be 1-64 characters of [A-Za-z0-9_-], got {h.upload_id!r}"
             )
@@ -492,7 +514,7 @@ class FederatedServicer(pb_grpc.FederatedServicer):
         finally:
             self.metrics.inc("sporenet_bytes_received_total", size - kept)
             if not complete and size > kept:  # the stream stopped early: keep what came
-                _write_atomic(path, view[:size])
+                write_atomic(path, view[:size])
         if not complete:
             return pb.UploadReply(
                 accepted=False, received=size, message="incomplete: resume from `received`"
@@ -514,7 +536,7 @@ class FederatedServicer(pb_grpc.FederatedServicer):
         self, request: pb.UploadOffsetRequest, context: grpc.ServicerContext
     ) -> pb.UploadOffsetReply:
         cid = self._client(context, "GetUploadOffset", request.client_id)
-        if not _UPLOAD_ID.match(request.upload_id):
+        if not UPLOAD_ID.match(request.upload_id):
             raise UpdateRejectedError(
                 f"upload_id must be 1-64 characters of [A-Za-z0-9_-], got {request.upload_id!r}"
             )
@@ -543,13 +565,13 @@ class FederatedServicer(pb_grpc.FederatedServicer):
     def SubmitSecure(
         self, request_iterator: Iterator[pb.SecureChunk], context: grpc.ServicerContext
     ) -> pb.SecureReply:
-        identity = self._identity(context, "SubmitSecure")
+        identity = self.authenticate(context, "SubmitSecure")
         with self._transfers:
             first = next(request_iterator, None)
             if first is None or not first.HasField("header"):
                 raise UpdateRejectedError("the first SecureChunk of a call must carry the header")
             h = first.header
-            cid = self._owned(identity, h.client_id)
+            cid = self.owned(identity, h.client_id)
             stage = STAGE_NAMES.get(h.stage)
             if stage is None:
                 raise UpdateRejectedError(f"SecureHeader.stage {h.stage} is not a protocol stage")
@@ -581,5 +603,5 @@ class FederatedServicer(pb_grpc.FederatedServicer):
 
     @_maps_errors
     def GetStatus(self, request: pb.StatusRequest, context: grpc.ServicerContext) -> pb.StatusReply:
-        self._identity(context, "GetStatus")
+        self.authenticate(context, "GetStatus")
         return pb.StatusReply(status_json=json.dumps(self.m.status()))

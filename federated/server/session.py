@@ -1,0 +1,304 @@
+"""The Session RPC: one bidirectional stream per client, served on the asyncio event loop.
+
+Through the unary calls, every poll, download and upload costs the server a call setup,
+an authentication and a thread; for a fleet that is most of the server's work, and every
+waiting client holds a thread. A session carries the same requests over one stream,
+authenticated once when it opens:
+
+- a poll waits as a coroutine, woken when the RoundManager says tasks may have changed;
+- a download sends the model's chunks, encoded once per version for every client;
+- an upload waits for a receiving slot before the client sends a byte (so waiting
+  clients hold no payload in the server), is received into one buffer, then hashed,
+  validated, written and folded on a worker thread, since those block.
+
+The RoundManager stays the single source of truth; this module is only a transport, like
+servicer.py, whose checks and error mapping it shares.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import hashlib
+from collections.abc import AsyncIterator
+from concurrent.futures import Executor
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+from sporenet.federated.errors import (
+    FederatedError,
+    MalformedMessageError,
+    TransferError,
+    UpdateRejectedError,
+)
+from sporenet.federated.server.servicer import (
+    SETTLE_SECONDS,
+    UPLOAD_ID,
+    FederatedServicer,
+    status_for,
+    task_message,
+    write_atomic,
+)
+from sporenet.federated.wire import (
+    SESSION_DOWNLOAD,
+    SESSION_HEARTBEAT,
+    SESSION_MODEL,
+    SESSION_POLL,
+    SESSION_TASK,
+    SESSION_UPLOAD,
+    SESSION_UPLOAD_OFFSET,
+    SESSION_UPLOAD_REPLY,
+    encode_model_chunk,
+    frame_session,
+    parse_upload_chunk,
+    split_session,
+    split_upload_chunk,
+)
+from sporenet.proto import federated_pb2 as pb
+
+TOUCH_EVERY_CHUNKS = 16  # a long upload marks its client alive this often
+
+
+class SessionService:
+    """Serves `Session` streams for a FederatedServicer on one event loop."""
+
+    def __init__(
+        self, servicer: FederatedServicer, *, executor: Executor, downloads: int, uploads: int
+    ) -> None:
+        self.s, self.m, self.metrics = servicer, servicer.m, servicer.metrics
+        self.executor = executor
+        self._limits = (downloads, uploads)
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def attach(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Bind to the loop that serves the streams (call it on that loop)."""
+        self._loop = loop
+        self._downloads = asyncio.Semaphore(self._limits[0])
+        self._uploads = asyncio.Semaphore(self._limits[1])
+        # Set, then replaced, whenever tasks may have changed: polls wait on the current one.
+        self._changed = asyncio.Event()
+        self._receiving: dict[tuple[str, str], asyncio.Event] = {}
+        # Done at shutdown: sessions waiting for their client's next request end at once.
+        self._closing: asyncio.Future[None] = loop.create_future()
+        self.m.on_change(self._changed_from_any_thread)
+
+    def close_idle(self) -> None:
+        """End every session that waits for its client (call it on the loop, at shutdown);
+        sessions in the middle of a request finish it within the server's grace period."""
+        if not self._closing.done():
+            self._closing.set_result(None)
+
+    async def _next_request(self, context: grpc.aio.ServicerContext) -> Any:
+        """The client's next message (or grpc.aio.EOF); None if the server closes first.
+        (Cancelling a handler does not end its call: the read itself must give way.)"""
+        read = asyncio.ensure_future(context.read())
+        await asyncio.wait((read, self._closing), return_when=asyncio.FIRST_COMPLETED)
+        if read.done():
+            return read.result()
+        read.cancel()
+        return None
+
+    def _changed_from_any_thread(self) -> None:
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(self._wake_polls)
+
+    def _wake_polls(self) -> None:
+        changed, self._changed = self._changed, asyncio.Event()
+        changed.set()
+
+    async def serve(
+        self, requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext
+    ) -> None:
+        """The Session handler: answer the client's requests until it closes the stream."""
+        try:
+            identity = self.s.authenticate(context, "Session")
+            while True:
+                raw = await self._next_request(context)
+                if raw is None:
+                    await context.abort(
+                        grpc.StatusCode.UNAVAILABLE, "the server is shutting down; reconnect"
+                    )
+                if raw is grpc.aio.EOF:
+                    return
+                field, body = split_session(raw)
+                if field == SESSION_POLL:
+                    await self._poll(identity, body, context)
+                elif field == SESSION_DOWNLOAD:
+                    await self._download(identity, body, context)
+                elif field == SESSION_UPLOAD:
+                    await self._upload(identity, body, context)
+                elif field == SESSION_HEARTBEAT:
+                    beat = _parse(pb.HeartbeatRequest, body)
+                    self.m.touch(self.s.owned(identity, beat.client_id))
+                else:
+                    raise MalformedMessageError(
+                        f"SessionRequest field {field} is not a request this server knows "
+                        "(expected poll, download, upload or heartbeat)"
+                    )
+        except FederatedError as e:
+            self.s.note_refusal(context, e)
+            await context.abort(status_for(e), str(e))
+
+    async def _poll(
+        self, identity: str | None, body: memoryview, context: grpc.aio.ServicerContext
+    ) -> None:
+        request = _parse(pb.TaskRequest, body)
+        cid = self.s.owned(identity, request.client_id)
+        loop = asyncio.get_running_loop()
+        end = loop.time() + min(max(request.wait_ms / 1000.0, 0.0), self.m.config.long_poll)
+        while True:
+            changed = self._changed  # before the check: a change after it sets this one
+            task = self.m.get_task(cid, 0.0)
+            left = end - loop.time()
+            if task.type != "wait" or left <= 0 or self.m.stopping:
+                break
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(changed.wait(), left)
+        await context.write(frame_session(SESSION_TASK, task_message(task).SerializeToString()))
+
+    async def _download(
+        self, identity: str | None, body: memoryview, context: grpc.aio.ServicerContext
+    ) -> None:
+        request = _parse(pb.DownloadRequest, body)
+        cid = self.s.owned(identity, request.client_id)
+        self.m.touch(cid)
+        record = self.m.model_record(request.model_version)
+        offset = request.offset
+        if offset > record.size:
+            raise TransferError(f"offset {offset} is past the model's {record.size} bytes")
+        chunk = min(request.chunk_size or self.s.chunk_size, self.s.chunk_size)
+        async with self._downloads:
+            cached = self.s.encoded_chunks(record, session=True)
+            if cached is not None and chunk == self.s.chunk_size and offset % chunk == 0:
+                for encoded, size in cached[offset // chunk :]:
+                    await context.write(encoded)
+                    self.metrics.inc("sporenet_bytes_sent_total", size)
+                return
+            path = self.m.model_path(record)
+            while offset < record.size:
+                data = await asyncio.get_running_loop().run_in_executor(
+                    self.executor, _read_at, path, offset, chunk
+                )
+                if not data:
+                    raise TransferError(f"model file ends at byte {offset} of {record.size}")
+                await context.write(
+                    frame_session(SESSION_MODEL, encode_model_chunk(offset, data, record.size))
+                )
+                offset += len(data)
+                self.metrics.inc("sporenet_bytes_sent_total", len(data))
+
+    async def _upload(
+        self, identity: str | None, body: memoryview, context: grpc.aio.ServicerContext
+    ) -> None:
+        first = parse_upload_chunk(body)
+        if not first.HasField("header") or first.data:
+            raise MalformedMessageError(
+                "a Session upload starts with an UploadChunk that carries only the header; "
+                f"found {'no header' if not first.HasField('header') else 'data with it'}"
+            )
+        h = first.header
+        cid = self.s.owned(identity, h.client_id)
+        if not UPLOAD_ID.match(h.upload_id):
+            raise UpdateRejectedError(
+                f"upload_id must be 1-64 characters of [A-Za-z0-9_-], got {h.upload_id!r}"
+            )
+        key = (cid, h.upload_id)
+        running = self._receiving.get(key)
+        if running is not None:  # an earlier stream of this upload keeps what it received
+            await asyncio.wait_for(running.wait(), SETTLE_SECONDS)
+        async with self._uploads:
+            if not self.m.open_upload(cid, h.task_id, h.total_size):
+                reply = pb.UploadReply(accepted=True, received=h.total_size,
+                                       message="already accepted")  # fmt: skip
+                await context.write(frame_session(SESSION_UPLOAD_REPLY, reply.SerializeToString()))
+                return
+            done = asyncio.Event()
+            self._receiving[key] = done
+            try:
+                reply = await self._receive(cid, h, context)
+            finally:
+                if self._receiving.get(key) is done:
+                    del self._receiving[key]
+                done.set()
+        await context.write(frame_session(SESSION_UPLOAD_REPLY, reply.SerializeToString()))
+
+    async def _receive(
+        self, cid: str, h: pb.UploadHeader, context: grpc.aio.ServicerContext
+    ) -> pb.UploadReply:
+        """Tell the client where to continue, take its chunks into one buffer, submit it."""
+        path = self.m.upload_path(cid, h.upload_id)
+        kept = path.stat().st_size if path.exists() else 0
+        buf = bytearray(h.total_size)
+        view = memoryview(buf)
+        size = 0
+        if kept:  # a resumed upload: its first part comes from the file
+            with open(path, "rb") as f:
+                size = f.readinto(view[:kept]) or 0
+        offer = pb.UploadOffsetReply(received=size).SerializeToString()
+        await context.write(frame_session(SESSION_UPLOAD_OFFSET, offer))
+        count = 0
+        try:
+            while size < h.total_size:
+                raw = await context.read()
+                if raw is grpc.aio.EOF:
+                    break
+                field, inner = split_session(raw)
+                if field != SESSION_UPLOAD:
+                    raise MalformedMessageError(
+                        f"expected the next upload chunk at byte {size}, found SessionRequest "
+                        f"field {field}"
+                    )
+                at, data = split_upload_chunk(inner)
+                if at != size:
+                    raise TransferError(f"chunk at offset {at} does not follow byte {size}")
+                if size + len(data) > h.total_size:
+                    path.unlink(missing_ok=True)
+                    kept = size = 0  # nothing is kept: the upload is refused
+                    self.m.refuse(cid, UpdateRejectedError(
+                        f"upload sends more than the {h.total_size} bytes its header declared"
+                    ))  # fmt: skip
+                view[size : size + len(data)] = data
+                size += len(data)
+                count += 1
+                if count % TOUCH_EVERY_CHUNKS == 0:
+                    self.m.touch(cid)
+        finally:
+            self.metrics.inc("sporenet_bytes_received_total", max(size - kept, 0))
+            if size < h.total_size and size > kept:  # the stream stopped early: keep what came
+                write_atomic(path, view[:size])
+        if size < h.total_size:
+            return pb.UploadReply(
+                accepted=False, received=size, message="incomplete: resume from `received`"
+            )
+        await asyncio.get_running_loop().run_in_executor(
+            self.executor,
+            functools.partial(self._submit, cid, h, view, path if kept else None),
+        )
+        return pb.UploadReply(accepted=True, received=size)
+
+    def _submit(self, cid: str, h: pb.UploadHeader, view: memoryview, upload: Path | None) -> None:
+        """Hash, validate, keep and fold a received update (on a worker thread)."""
+        self.m.submit_update(
+            cid, h.task_id, view, upload=upload, sha256=h.sha256,
+            received_sha256=hashlib.sha256(view).hexdigest(), num_samples=h.num_samples,
+            metrics_json=h.metrics_json,
+        )  # fmt: skip
+
+
+def _parse(message_type: Any, body: memoryview) -> Any:
+    try:
+        return message_type.FromString(bytes(body))
+    except Exception as e:  # protobuf's DecodeError
+        raise MalformedMessageError(
+            f"SessionRequest holds a malformed {message_type.DESCRIPTOR.name}: {e}"
+        ) from None
+
+
+def _read_at(path: Path, offset: int, size: int) -> bytes:
+    with open(path, "rb") as f:
+        f.seek(offset)
+        return f.read(size)
