@@ -235,6 +235,7 @@ class Client:
         # "calls": one unary or streaming call each (servers without Session).
         self.transport = transport
         self._session: SessionStream | None = None
+        self._model_follows = False  # the session's next replies are the polled task's model
         self._watchdog = Watchdog()
         self._channel = self._new_channel()
         self._stub = pb_grpc.FederatedStub(self._channel)
@@ -374,10 +375,21 @@ class Client:
                 pb.Task,
                 self._stub.GetTask(request, metadata=self._md("GetTask"), timeout=timeout),
             )
+        # Unless a download is half done (it resumes by itself), the server sends the
+        # task's model right after the task.
+        request.send_model = self._partial is None
+        request.held_model_sha256 = next(iter(self._models.values()))[0] if self._models else ""
         session = self._open_session()
         session.send(SESSION_POLL, request.SerializeToString())
         _, body = session.receive((SESSION_TASK,), timeout)
-        return pb.Task.FromString(bytes(body))
+        task = pb.Task.FromString(bytes(body))
+        if request.send_model and task.model_sha256 not in ("", request.held_model_sha256):
+            self._model_follows = True  # read it now: the session's next replies are its chunks
+            try:
+                self._model_bytes(task)
+            finally:
+                self._model_follows = False
+        return task
 
     # -- tasks -------------------------------------------------------------------------------
 
@@ -430,7 +442,8 @@ class Client:
                 yield at, piece
             return
         session = self._open_session()
-        session.send(SESSION_DOWNLOAD, request.SerializeToString())
+        if not self._model_follows:
+            session.send(SESSION_DOWNLOAD, request.SerializeToString())
         while offset < task.model_size:
             _, body = session.receive((SESSION_MODEL,), self.rpc_timeout)
             at, piece, _ = split_model_chunk(body)

@@ -70,12 +70,16 @@ class RegisterReply(_message.Message):
     def __init__(self, client_id: _Optional[str] = ..., heartbeat_interval_ms: _Optional[int] = ...) -> None: ...
 
 class TaskRequest(_message.Message):
-    __slots__ = ("client_id", "wait_ms")
+    __slots__ = ("client_id", "wait_ms", "send_model", "held_model_sha256")
     CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
     WAIT_MS_FIELD_NUMBER: _ClassVar[int]
+    SEND_MODEL_FIELD_NUMBER: _ClassVar[int]
+    HELD_MODEL_SHA256_FIELD_NUMBER: _ClassVar[int]
     client_id: str
     wait_ms: int
-    def __init__(self, client_id: _Optional[str] = ..., wait_ms: _Optional[int] = ...) -> None: ...
+    send_model: bool
+    held_model_sha256: str
+    def __init__(self, client_id: _Optional[str] = ..., wait_ms: _Optional[int] = ..., send_model: _Optional[bool] = ..., held_model_sha256: _Optional[str] = ...) -> None: ...
 
 class Task(_message.Message):
     __slots__ = ("type", "round", "task_id", "model_version", "model_size", "model_sha256", "config_json", "retry_after_ms", "reason", "secure_stage", "secure_setup", "secure_payload")

@@ -42,6 +42,7 @@ from sporenet.federated.server.servicer import (
     task_message,
     write_atomic,
 )
+from sporenet.federated.server.state import ModelRecord
 from sporenet.federated.wire import (
     SESSION_DOWNLOAD,
     SESSION_HEARTBEAT,
@@ -159,6 +160,9 @@ class SessionService:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(changed.wait(), left)
         await context.write(frame_session(SESSION_TASK, task_message(task).SerializeToString()))
+        model = task.model
+        if request.send_model and model is not None and model.sha256 != request.held_model_sha256:
+            await self._send_model(model, 0, self.s.chunk_size, context)
 
     async def _download(
         self, identity: str | None, body: memoryview, context: grpc.aio.ServicerContext
@@ -171,6 +175,12 @@ class SessionService:
         if offset > record.size:
             raise TransferError(f"offset {offset} is past the model's {record.size} bytes")
         chunk = min(request.chunk_size or self.s.chunk_size, self.s.chunk_size)
+        await self._send_model(record, offset, chunk, context)
+
+    async def _send_model(
+        self, record: ModelRecord, offset: int, chunk: int, context: grpc.aio.ServicerContext
+    ) -> None:
+        """Send the model's bytes from `offset` to the end as `model` replies of `chunk`."""
         async with self._downloads:
             cached = self.s.encoded_chunks(record, session=True)
             if cached is not None and chunk == self.s.chunk_size and offset % chunk == 0:
