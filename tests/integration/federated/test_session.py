@@ -1,0 +1,393 @@
+"""The Session stream driven by hand (raw gRPC, protobuf messages) against the real daemon."""
+
+from __future__ import annotations
+
+import hashlib
+import queue
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import grpc
+import numpy as np
+import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from sporenet.federated.auth import Credentials, public_key_text
+from sporenet.federated.codec import encode_update
+from sporenet.federated.server.rounds import read_status
+from sporenet.federated.wire import SESSION_POLL, frame_session
+from sporenet.lite import read_weights
+from sporenet.proto import federated_pb2 as pb
+from sporenet.proto import federated_pb2_grpc as pb_grpc
+from tests.integration.federated.helpers import make_model, status_command
+
+SESSION = "/sporenet.federated.v1.Federated/Session"
+REGISTER = "/sporenet.federated.v1.Federated/Register"
+
+
+def _serialize(request: pb.SessionRequest | bytes) -> bytes:
+    # Raw bytes pass through: some tests send messages protobuf cannot build.
+    return request if isinstance(request, bytes) else request.SerializeToString()
+
+
+class RawSession:
+    """One Session call: requests go in through a queue, replies come out in order."""
+
+    def __init__(
+        self, channel: grpc.Channel, metadata: Sequence[tuple[str, str]] | None = None
+    ) -> None:
+        self._requests: queue.SimpleQueue[pb.SessionRequest | bytes | None] = queue.SimpleQueue()
+        open_call = channel.stream_stream(
+            SESSION, request_serializer=_serialize, response_deserializer=pb.SessionReply.FromString
+        )
+        # A deadline for the whole call, so a missing reply fails the test instead of hanging.
+        self.call = open_call(iter(self._requests.get, None), metadata=metadata, timeout=30)
+
+    def send(self, request: pb.SessionRequest | bytes) -> None:
+        self._requests.put(request)
+
+    def receive(self, kind: str) -> pb.SessionReply:
+        reply = next(self.call)
+        assert reply.WhichOneof("kind") == kind, reply
+        return reply
+
+    def refusal(self) -> tuple[grpc.StatusCode, str]:
+        """The status that ends the stream (fails if a reply comes instead)."""
+        with pytest.raises(grpc.RpcError) as info:
+            reply = next(self.call)
+            raise AssertionError(f"expected the stream to end, got {reply}")
+        return info.value.code(), info.value.details()
+
+    def poll(self, client_id: str, wait_ms: int = 0) -> pb.Task:
+        self.send(pb.SessionRequest(poll=pb.TaskRequest(client_id=client_id, wait_ms=wait_ms)))
+        return self.receive("task").task
+
+    def download(self, request: pb.DownloadRequest) -> list[pb.ModelChunk]:
+        self.send(pb.SessionRequest(download=request))
+        chunks = [self.receive("model").model]
+        while chunks[-1].offset + len(chunks[-1].data) < chunks[-1].total_size:
+            chunks.append(self.receive("model").model)
+        return chunks
+
+    def upload_header(self, header: pb.UploadHeader) -> pb.SessionReply:
+        self.send(pb.SessionRequest(upload=pb.UploadChunk(header=header)))
+        return next(self.call)
+
+    def upload_data(self, payload: bytes, start: int, end: int, chunk: int) -> None:
+        for at in range(start, end, chunk):
+            piece = payload[at : min(at + chunk, end)]
+            self.send(pb.SessionRequest(upload=pb.UploadChunk(offset=at, data=piece)))
+
+    def close(self) -> None:
+        self._requests.put(None)
+        self.call.cancel()
+
+
+def _register(channel: grpc.Channel, name: str, metadata: list | None = None) -> str:
+    stub = pb_grpc.FederatedStub(channel)
+    return stub.Register(
+        pb.RegisterRequest(client_name=name), metadata=metadata, timeout=10
+    ).client_id
+
+
+def _fit_task(session: RawSession, client_id: str) -> pb.Task:
+    for _ in range(20):
+        task = session.poll(client_id, wait_ms=2000)
+        if task.type == pb.TASK_FIT:
+            return task
+    raise AssertionError("no fit task")
+
+
+def _header(client_id: str, task: pb.Task, payload: bytes, upload_id: str) -> pb.UploadHeader:
+    return pb.UploadHeader(
+        client_id=client_id,
+        task_id=task.task_id,
+        upload_id=upload_id,
+        total_size=len(payload),
+        sha256=hashlib.sha256(payload).hexdigest(),
+        num_samples=4,
+    )
+
+
+def _server(tmp_path: Path, server_factory, *args: str, **model: int):  # type: ignore[no-untyped-def]
+    w0 = make_model(tmp_path / "init.spore", **model)
+    server = server_factory(["--model", str(tmp_path / "init.spore"), *args]).start()
+    return w0, server
+
+
+def test_a_whole_round_over_one_session(tmp_path: Path, server_factory) -> None:  # type: ignore[no-untyped-def]
+    w0, server = _server(
+        tmp_path, server_factory, "--rounds", "1", "--min-clients", "1", out=40, inp=50
+    )
+    with grpc.insecure_channel(server.address) as channel:
+        cid = _register(channel, "hand")
+        session = RawSession(channel)
+        task = _fit_task(session, cid)
+        assert task.round == 1 and task.model_size > 8000
+
+        # Small chunks: the model comes in order, in pieces of at most 1 KiB.
+        chunks = session.download(
+            pb.DownloadRequest(client_id=cid, model_version=task.model_version, chunk_size=1024)
+        )
+        assert len(chunks) == -(-task.model_size // 1024)
+        assert [c.offset for c in chunks] == list(range(0, task.model_size, 1024))
+        assert {c.total_size for c in chunks} == {task.model_size}
+        model = b"".join(c.data for c in chunks)
+        assert len(model) == task.model_size
+        assert hashlib.sha256(model).hexdigest() == task.model_sha256
+        # The server's chunk size (the pre-encoded chunks), and a download from an offset.
+        whole = session.download(
+            pb.DownloadRequest(client_id=cid, model_version=task.model_version)
+        )
+        assert b"".join(c.data for c in whole) == model
+        tail = session.download(
+            pb.DownloadRequest(client_id=cid, model_version=task.model_version, offset=5000)
+        )
+        assert tail[0].offset == 5000 and b"".join(c.data for c in tail) == model[5000:]
+        np.testing.assert_array_equal(read_weights(model)["w"], w0["w"])
+
+        payload = encode_update({k: np.full_like(v, 0.5) for k, v in w0.items()})
+        # A heartbeat is not answered: the next reply is the upload's offset.
+        beat = pb.HeartbeatRequest(client_id=cid, task_id=task.task_id)
+        session.send(pb.SessionRequest(heartbeat=beat))
+        offer = session.upload_header(_header(cid, task, payload, "up1"))
+        assert offer.WhichOneof("kind") == "upload_offset" and offer.upload_offset.received == 0
+        session.upload_data(payload, 0, len(payload), 1000)
+        reply = session.receive("upload_reply").upload_reply
+        assert (reply.accepted, reply.received) == (True, len(payload))
+
+        done = session.poll(cid, wait_ms=5000)
+        assert done.type == pb.TASK_DONE and done.model_version == task.model_version + 1
+        final = session.download(
+            pb.DownloadRequest(client_id=cid, model_version=done.model_version)
+        )
+        final_weights = read_weights(b"".join(c.data for c in final))
+        for k, v in w0.items():
+            np.testing.assert_allclose(final_weights[k], v + 0.5, rtol=1e-6)
+        session.close()
+
+    status = status_command(server.state_dir)
+    assert status["job"]["status"] == "finished"
+    assert status["rounds"][0]["num_results"] == 1
+
+
+def test_bad_updates_end_the_session_and_are_not_counted(tmp_path: Path, server_factory) -> None:  # type: ignore[no-untyped-def]
+    w0, server = _server(tmp_path, server_factory, "--rounds", "1", "--min-clients", "2")
+    with grpc.insecure_channel(server.address) as channel:
+        a, b = _register(channel, "a"), _register(channel, "b")
+        task = _fit_task(RawSession(channel), a)
+        _fit_task(RawSession(channel), b)
+        good = encode_update({k: np.ones_like(v) for k, v in w0.items()})
+        bad = {
+            "shape": encode_update({"w": np.ones((4, 3), np.float32), "b": np.ones(3, np.float32)}),
+            "nan": encode_update({"w": np.full((3, 4), np.nan, np.float32), "b": w0["b"]}),
+        }
+        found = {
+            "shape": "expected float32[3, 4], got float32[4, 3]",
+            "nan": "NaN or infinite",
+        }
+        for name, payload in bad.items():
+            session = RawSession(channel)
+            offer = session.upload_header(_header(a, task, payload, f"bad-{name}"))
+            assert offer.upload_offset.received == 0
+            session.upload_data(payload, 0, len(payload), 64)
+            code, details = session.refusal()
+            assert code == grpc.StatusCode.INVALID_ARGUMENT, details
+            assert found[name] in details, details
+            assert read_status(server.state_dir)["participants"] == {a: "selected", b: "selected"}
+
+        # Two refusals leave the client in the round: a good update on a new session counts.
+        session = RawSession(channel)
+        assert session.upload_header(_header(a, task, good, "good")).upload_offset.received == 0
+        session.upload_data(good, 0, len(good), 64)
+        assert session.receive("upload_reply").upload_reply.accepted
+        assert read_status(server.state_dir)["participants"] == {a: "accepted", b: "selected"}
+        # Its header again: answered at once, nothing more to send.
+        again = session.upload_header(_header(a, task, good, "good")).upload_reply
+        assert (again.accepted, again.received, again.message) == (
+            True,
+            len(good),
+            "already accepted",
+        )
+        session.close()
+
+        session = RawSession(channel)
+        session.upload_header(_header(b, task, good, "good"))
+        session.upload_data(good, 0, len(good), 1 << 20)
+        assert session.receive("upload_reply").upload_reply.accepted
+        assert session.poll(b, wait_ms=5000).type == pb.TASK_DONE
+        session.close()
+    status = status_command(server.state_dir)
+    assert status["job"]["status"] == "finished"
+    assert status["rounds"][0]["num_results"] == 2
+
+
+def test_malformed_and_refused_requests_end_the_session_with_their_status(
+    tmp_path: Path, server_factory
+) -> None:  # type: ignore[no-untyped-def]
+    _, server = _server(tmp_path, server_factory, "--rounds", "1", "--min-clients", "1")
+    with grpc.insecure_channel(server.address) as channel:
+        cid = _register(channel, "m")
+        task = _fit_task(RawSession(channel), cid)
+        header = pb.UploadHeader(client_id=cid, task_id=task.task_id, upload_id="u", total_size=100)
+
+        def refusal(*requests: pb.SessionRequest | bytes) -> tuple[grpc.StatusCode, str]:
+            session = RawSession(channel)
+            for request in requests:
+                session.send(request)
+            return session.refusal()
+
+        invalid = grpc.StatusCode.INVALID_ARGUMENT
+        # No oneof set: an empty message.
+        code, details = refusal(pb.SessionRequest())
+        assert code == invalid and "malformed Session message" in details, details
+        # A field this server does not know (number 5, length-delimited), kept by protobuf.
+        unknown = pb.SessionRequest.FromString(frame_session(5, b""))
+        code, details = refusal(unknown)
+        assert (code, details) == (
+            invalid,
+            "SessionRequest field 5 is not a request this server knows "
+            "(expected poll, download, upload or heartbeat)",
+        )
+        # A poll whose TaskRequest is not protobuf.
+        code, details = refusal(frame_session(SESSION_POLL, b"\xff"))
+        assert code == invalid and "malformed TaskRequest" in details, details
+        # An upload must open with a header-only chunk.
+        with_data = pb.UploadChunk(header=header, offset=0, data=b"x" * 100)
+        code, details = refusal(pb.SessionRequest(upload=with_data))
+        assert code == invalid and details.endswith("found data with it"), details
+        code, details = refusal(pb.SessionRequest(upload=pb.UploadChunk(offset=0, data=b"x")))
+        assert code == invalid and details.endswith("found no header"), details
+        # ...then sends data chunks, not another request.
+        session = RawSession(channel)
+        assert session.upload_header(header).upload_offset.received == 0
+        session.send(pb.SessionRequest(poll=pb.TaskRequest(client_id=cid)))
+        code, details = session.refusal()
+        assert code == invalid, details
+        assert "expected the next upload chunk at byte 0, found SessionRequest field 1" in details
+        # Data that does not continue where the server is.
+        session = RawSession(channel)
+        assert session.upload_header(header).upload_offset.received == 0
+        session.send(pb.SessionRequest(upload=pb.UploadChunk(offset=5, data=b"x")))
+        code, details = session.refusal()
+        assert code == grpc.StatusCode.OUT_OF_RANGE, details
+        assert "chunk at offset 5 does not follow byte 0" in details
+        # No client id; a task that is not open.
+        code, details = refusal(pb.SessionRequest(poll=pb.TaskRequest(client_id="")))
+        assert code == grpc.StatusCode.NOT_FOUND and "call Register first" in details, details
+        stale = pb.UploadHeader(
+            client_id=cid, task_id="no-such-round", upload_id="u", total_size=100
+        )
+        code, details = refusal(pb.SessionRequest(upload=pb.UploadChunk(header=stale)))
+        assert code == grpc.StatusCode.FAILED_PRECONDITION, details
+        assert "'no-such-round' is not open" in details
+
+        # None of it cost the client its task.
+        assert RawSession(channel).poll(cid).type == pb.TASK_FIT
+    assert read_status(server.state_dir)["participants"] == {cid: "selected"}
+
+
+def test_sessions_authenticate_when_they_open(tmp_path: Path, server_factory) -> None:  # type: ignore[no-untyped-def]
+    make_model(tmp_path / "init.spore")
+    key = Ed25519PrivateKey.generate()
+    (tmp_path / "server.toml").write_text(
+        f'model = "{tmp_path / "init.spore"}"\nrounds = 1\nmin_clients = 1\n'
+        f'[auth]\ntokens = {{ alice = "tok-alice" }}\n'
+        f'ed25519 = {{ dev1 = "{public_key_text(key)}" }}\n'
+    )
+    server = server_factory(["--config", str(tmp_path / "server.toml")]).start()
+    alice = [("authorization", "Bearer tok-alice")]
+    with grpc.insecure_channel(server.address) as channel:
+        assert _register(channel, "x", alice) == "alice"
+        # Refused before any request is sent.
+        code, details = RawSession(channel).refusal()
+        assert code == grpc.StatusCode.UNAUTHENTICATED and "no credentials" in details, details
+        bad_token = RawSession(channel, [("authorization", "Bearer nope")])
+        bad_token.send(pb.SessionRequest(poll=pb.TaskRequest(client_id="alice")))
+        code, details = bad_token.refusal()
+        assert code == grpc.StatusCode.UNAUTHENTICATED and "unknown token" in details, details
+        # Signed for another method: the signature covers the method path.
+        signed_for_register = Credentials(key_id="dev1", private_key=key).metadata(REGISTER)
+        code, details = RawSession(channel, signed_for_register).refusal()
+        assert code == grpc.StatusCode.UNAUTHENTICATED and "bad signature" in details, details
+
+        session = RawSession(channel, alice)
+        assert session.poll("alice", wait_ms=5000).type == pb.TASK_FIT
+        session.send(pb.SessionRequest(poll=pb.TaskRequest(client_id="dev1")))
+        code, details = session.refusal()
+        assert code == grpc.StatusCode.PERMISSION_DENIED and "'alice'" in details, details
+
+        dev1 = Credentials(key_id="dev1", private_key=key)
+        assert _register(channel, "y", dev1.metadata(REGISTER)) == "dev1"
+        signed = dev1.metadata(SESSION)
+        session = RawSession(channel, signed)
+        assert session.poll("dev1").type in (pb.TASK_WAIT, pb.TASK_FIT)
+        session.close()
+
+
+def test_an_interrupted_upload_resumes_on_a_new_session(tmp_path: Path, server_factory) -> None:  # type: ignore[no-untyped-def]
+    w0, server = _server(
+        tmp_path, server_factory, "--rounds", "1", "--min-clients", "1", out=100, inp=100
+    )
+    chunk, sent = 4096, 4 * 4096
+    with grpc.insecure_channel(server.address) as channel:
+        cid = _register(channel, "r")
+        task = _fit_task(RawSession(channel), cid)
+        payload = encode_update({k: np.full_like(v, 0.25) for k, v in w0.items()})
+        assert len(payload) > 2 * sent
+        header = _header(cid, task, payload, "resume1")
+
+        first = RawSession(channel)
+        assert first.upload_header(header).upload_offset.received == 0
+        first.upload_data(payload, 0, sent, chunk)
+        time.sleep(0.5)  # let the chunks reach the server before the connection drops
+        first.call.cancel()
+
+        # The server kept what came, in whole chunks (it writes them when the stream breaks).
+        second = RawSession(channel)
+        kept = second.upload_header(header).upload_offset.received
+        assert 0 < kept <= sent and kept % chunk == 0, kept
+        # Starting over from 0 is refused with the offset to use; nothing is lost.
+        second.send(pb.SessionRequest(upload=pb.UploadChunk(offset=0, data=payload[:chunk])))
+        code, details = second.refusal()
+        assert code == grpc.StatusCode.OUT_OF_RANGE, details
+        assert f"chunk at offset 0 does not follow byte {kept}" in details
+
+        third = RawSession(channel)
+        assert third.upload_header(header).upload_offset.received == kept
+        third.upload_data(payload, kept, len(payload), chunk)
+        reply = third.receive("upload_reply").upload_reply
+        assert (reply.accepted, reply.received) == (True, len(payload))
+        done = third.poll(cid, wait_ms=5000)
+        assert done.type == pb.TASK_DONE
+        final = third.download(pb.DownloadRequest(client_id=cid, model_version=done.model_version))
+        third.close()
+    final_weights = read_weights(b"".join(c.data for c in final))
+    for k, v in w0.items():
+        np.testing.assert_allclose(final_weights[k], v + 0.25, rtol=1e-6)
+    assert read_status(server.state_dir)["rounds"][0]["num_results"] == 1
+
+
+def test_a_poll_is_held_until_there_is_work_or_wait_ms_passes(
+    tmp_path: Path, server_factory
+) -> None:  # type: ignore[no-untyped-def]
+    _, server = _server(tmp_path, server_factory, "--rounds", "1", "--min-clients", "2")
+    with grpc.insecure_channel(server.address) as channel:
+        a = _register(channel, "a")
+        session = RawSession(channel)
+        start = time.monotonic()
+        task = session.poll(a, wait_ms=1500)
+        held = time.monotonic() - start
+        assert task.type == pb.TASK_WAIT and task.retry_after_ms > 0, task
+        assert 1.4 <= held < 5.0, held
+
+        # A second client makes the round start: the held poll answers long before wait_ms.
+        threading.Timer(0.5, _register, (channel, "b")).start()
+        start = time.monotonic()
+        task = session.poll(a, wait_ms=20_000)
+        held = time.monotonic() - start
+        assert task.type == pb.TASK_FIT, task
+        assert 0.4 <= held < 5.0, held
+        session.close()
