@@ -237,14 +237,7 @@ class Client:
         self._session: SessionStream | None = None
         self._model_follows = False  # the session's next replies are the polled task's model
         self._watchdog = Watchdog()
-        self._channel = self._new_channel()
-        self._stub = pb_grpc.FederatedStub(self._channel)
-        # The payload streams as raw bytes (see wire.py): no protobuf copies of each chunk.
-        self._download_raw = self._channel.unary_stream(
-            f"/{SERVICE}/DownloadModel",
-            request_serializer=pb.DownloadRequest.SerializeToString,
-            response_deserializer=identity,
-        )
+        self._connect()
         self.client_id: str | None = None
         self._heartbeat_interval = 5.0
         self._models: dict[int, tuple[str, bytearray]] = {}  # version -> (sha256, bytes)
@@ -271,6 +264,17 @@ class Client:
             creds = grpc.ssl_channel_credentials(*self._tls)
             return grpc.secure_channel(self.address, creds, options=options)
         return grpc.insecure_channel(self.address, options=options)
+
+    def _connect(self) -> None:
+        """Open the client's connection (a new channel) and bind the calls to it."""
+        self._channel = self._new_channel()
+        self._stub = pb_grpc.FederatedStub(self._channel)
+        # The payload streams as raw bytes (see wire.py): no protobuf copies of each chunk.
+        self._download_raw = self._channel.unary_stream(
+            f"/{SERVICE}/DownloadModel",
+            request_serializer=pb.DownloadRequest.SerializeToString,
+            response_deserializer=identity,
+        )
 
     def close(self) -> None:
         self._drop_session()
@@ -640,16 +644,13 @@ class Client:
             # A gRPC server keeps buffers sized to what a connection received for as long
             # as it stays open, so a fleet of idle clients whose long-lived connections
             # once carried an update would hold server memory in proportion to the fleet:
-            # the update goes over a session on a connection of its own, closed after.
-            channel = self._new_channel()
-            session = SessionStream(
-                channel, f"/{SERVICE}/Session", self._md("Session"), self._watchdog
-            )
+            # after its update the client moves to a new connection. (It waits for its
+            # upload slot on the old one, so waiting clients hold one connection each.)
             try:
-                self._upload_in_session(session, p)
+                self._upload_in_session(self._open_session(), p)
             finally:
-                session.close()
-                channel.close()
+                self.close()
+                self._connect()
 
     def _upload_in_session(self, session: SessionStream, p: _PendingUpload) -> None:
         header = pb.UploadChunk(header=self._upload_header(p)).SerializeToString()

@@ -86,15 +86,24 @@ def split_session(raw: bytes) -> tuple[int, memoryview]:
     the inner message is a view into `raw`. Raises MalformedMessageError when `raw` is not
     exactly one length-delimited field."""
     buf = memoryview(raw)
+    if not buf:
+        raise MalformedMessageError(
+            "empty Session message: expected one of its request or reply fields"
+        )
     try:
         key, pos = read_varint(buf, 0, len(buf))
+        if key & 7 != 2:
+            raise MalformedMessageError(
+                f"malformed Session message: expected a length-delimited field (wire type 2), "
+                f"found field {key >> 3} with wire type {key & 7}"
+            )
         length, pos = read_varint(buf, pos, len(buf))
     except MalformedPayload:
         raise MalformedMessageError("malformed Session message: truncated field header") from None
-    if key & 7 != 2 or pos + length != len(buf):
+    if pos + length != len(buf):
         raise MalformedMessageError(
-            f"malformed Session message: expected one length-delimited field of {len(buf)} "
-            f"bytes, found wire type {key & 7} with length {length} at byte {pos}"
+            f"malformed Session message: expected one field of {len(buf)} bytes, found "
+            f"field {key >> 3} of {length} bytes after a {pos}-byte header"
         )
     return key >> 3, buf[pos:]
 

@@ -242,7 +242,7 @@ def test_malformed_and_refused_requests_end_the_session_with_their_status(
         invalid = grpc.StatusCode.INVALID_ARGUMENT
         # No oneof set: an empty message.
         code, details = refusal(pb.SessionRequest())
-        assert code == invalid and "malformed Session message" in details, details
+        assert code == invalid and "empty Session message" in details, details
         # A field this server does not know (number 5, length-delimited), kept by protobuf.
         unknown = pb.SessionRequest.FromString(frame_session(5, b""))
         code, details = refusal(unknown)

@@ -95,7 +95,6 @@ def test_session_upload_chunk_decodes_like_the_plain_one(offset: int, size: int)
 @pytest.mark.parametrize(
     ("raw", "found"),
     [
-        (b"", "truncated field header"),  # a SessionRequest with no oneof set
         (b"\x1a", "truncated field header"),  # a key and no length
         (b"\x1a\x80", "truncated field header"),  # a length varint that never ends
         (b"\x1a\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01", "truncated field header"),
@@ -106,15 +105,21 @@ def test_truncated_headers_are_malformed(raw: bytes, found: str) -> None:
         split_session(raw)
 
 
+def test_an_empty_message_says_it_is_empty() -> None:
+    # A SessionRequest with no oneof set.
+    with pytest.raises(MalformedMessageError, match="empty Session message"):
+        split_session(b"")
+
+
 @pytest.mark.parametrize(
     ("raw", "found"),
     [
         # field 1 as a varint (value 0): not a message
-        (b"\x08\x00", "found wire type 0 with length 0 at byte 2"),
+        (b"\x08\x00", "found field 1 with wire type 0"),
         # field 1 as a fixed32
-        (b"\x0d\x00\x00\x00\x00", "found wire type 5 with length 0 at byte 2"),
+        (b"\x0d\x00\x00\x00\x00", "found field 1 with wire type 5"),
         # field 3 as a fixed64
-        (b"\x19" + bytes(8), "found wire type 1 with length 0 at byte 2"),
+        (b"\x19" + bytes(8), "found field 3 with wire type 1"),
     ],
 )
 def test_a_wrong_wire_type_is_malformed(raw: bytes, found: str) -> None:
@@ -128,13 +133,13 @@ def test_trailing_bytes_are_malformed() -> None:
     with pytest.raises(MalformedMessageError) as info:
         split_session(raw)
     assert str(info.value) == (
-        "malformed Session message: expected one length-delimited field of 6 bytes, "
-        "found wire type 2 with length 2 at byte 2"
+        "malformed Session message: expected one field of 6 bytes, "
+        "found field 1 of 2 bytes after a 2-byte header"
     )
-    with pytest.raises(MalformedMessageError, match="of 5 bytes, found wire type 2 with length 2"):
+    with pytest.raises(MalformedMessageError, match="of 5 bytes, found field 3 of 2 bytes"):
         split_session(frame_session(SESSION_UPLOAD, b"ab") + b"\x00")
 
 
 def test_a_body_shorter_than_its_length_is_malformed() -> None:
-    with pytest.raises(MalformedMessageError, match="of 4 bytes, found wire type 2 with length 5"):
+    with pytest.raises(MalformedMessageError, match="of 4 bytes, found field 1 of 5 bytes"):
         split_session(b"\x0a\x05ab")
