@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import threading
 from collections.abc import Iterator
@@ -15,7 +16,7 @@ from sporenet.federated.aggregation import template_of
 from sporenet.federated.codec import decode_update, encode_update
 from sporenet.proto import federated_pb2 as pb
 from sporenet.proto import federated_pb2_grpc as pb_grpc
-from tests.integration.federated.helpers import make_model, upload_raw
+from tests.integration.federated.helpers import make_model, upload_raw, wait_for
 
 
 def test_interrupted_upload_and_download_resume_from_their_offsets(
@@ -69,10 +70,19 @@ def test_interrupted_upload_and_download_resume_from_their_offsets(
             stub.UploadUpdate(broken(), timeout=10)
         except grpc.RpcError as e:
             assert e.code() in (grpc.StatusCode.UNKNOWN, grpc.StatusCode.CANCELLED)
-        # A stream that breaks may or may not have delivered its chunk before the cancel.
-        offset = stub.GetUploadOffset(
-            pb.UploadOffsetRequest(client_id=cid, upload_id="resume1"), timeout=5
-        ).received
+
+        # A stream that breaks may or may not have delivered its chunk before the cancel,
+        # and the server notices the break after the client does: give it a moment.
+        def kept() -> int:
+            return int(
+                stub.GetUploadOffset(
+                    pb.UploadOffsetRequest(client_id=cid, upload_id="resume1"), timeout=5
+                ).received
+            )
+
+        with contextlib.suppress(TimeoutError):
+            wait_for(lambda: kept() == cut, timeout=2.0, what="the broken stream's chunk")
+        offset = kept()
         assert offset in (0, cut)
         if offset == 0:  # a call that ends early, cleanly, keeps what it sent
             reply = stub.UploadUpdate(
