@@ -58,15 +58,9 @@ from sporenet.federated.secagg import SecAggError, Stage
 from sporenet.federated.secagg.session import SecureClientSession
 from sporenet.federated.session_stream import SessionStream, Watchdog
 from sporenet.federated.wire import (
-    SESSION_DOWNLOAD,
-    SESSION_HEARTBEAT,
-    SESSION_MODEL,
-    SESSION_POLL,
-    SESSION_TASK,
-    SESSION_UPLOAD,
-    SESSION_UPLOAD_OFFSET,
-    SESSION_UPLOAD_REPLY,
     STAGE_NAMES,
+    SessionReplyField,
+    SessionRequestField,
     encode_upload_chunk,
     identity,
     split_model_chunk,
@@ -384,8 +378,8 @@ class Client:
         request.send_model = self._partial is None
         request.held_model_sha256 = next(iter(self._models.values()))[0] if self._models else ""
         session = self._open_session()
-        session.send(SESSION_POLL, request.SerializeToString())
-        _, body = session.receive((SESSION_TASK,), timeout)
+        session.send(SessionRequestField.POLL, request.SerializeToString())
+        _, body = session.receive((SessionReplyField.TASK,), timeout)
         task = pb.Task.FromString(bytes(body))
         if request.send_model and task.model_sha256 not in ("", request.held_model_sha256):
             self._model_follows = True  # read it now: the session's next replies are its chunks
@@ -447,9 +441,9 @@ class Client:
             return
         session = self._open_session()
         if not self._model_follows:
-            session.send(SESSION_DOWNLOAD, request.SerializeToString())
+            session.send(SessionRequestField.DOWNLOAD, request.SerializeToString())
         while offset < task.model_size:
-            _, body = session.receive((SESSION_MODEL,), self.rpc_timeout)
+            _, body = session.receive((SessionReplyField.MODEL,), self.rpc_timeout)
             at, piece, _ = split_model_chunk(body)
             if not piece:
                 raise TransferError(f"empty download chunk at offset {at}")
@@ -461,7 +455,7 @@ class Client:
             request = pb.HeartbeatRequest(client_id=self.client_id or "", task_id=task_id)
             session = self._session
             if session is not None and not session.closed:
-                session.send(SESSION_HEARTBEAT, request.SerializeToString())
+                session.send(SessionRequestField.HEARTBEAT, request.SerializeToString())
                 continue
             # The main loop handles reconnects; a missed beat is not fatal.
             with contextlib.suppress(grpc.RpcError):
@@ -654,13 +648,14 @@ class Client:
 
     def _upload_in_session(self, session: SessionStream, p: _PendingUpload) -> None:
         header = pb.UploadChunk(header=self._upload_header(p)).SerializeToString()
-        session.send(SESSION_UPLOAD, header)
+        session.send(SessionRequestField.UPLOAD, header)
         # The server answers when it has a slot for this upload: with a whole fleet
         # uploading at once that may take a while, and costs neither side anything.
         field, body = session.receive(
-            (SESSION_UPLOAD_OFFSET, SESSION_UPLOAD_REPLY), self.rpc_timeout * UPLOAD_WAIT_FACTOR
+            (SessionReplyField.UPLOAD_OFFSET, SessionReplyField.UPLOAD_REPLY),
+            self.rpc_timeout * UPLOAD_WAIT_FACTOR,
         )
-        if field == SESSION_UPLOAD_OFFSET:
+        if field == SessionReplyField.UPLOAD_OFFSET:
             pos = pb.UploadOffsetReply.FromString(bytes(body)).received
             view = memoryview(p.payload)
             while pos < len(p.payload):
@@ -668,7 +663,7 @@ class Client:
                 session.send_framed(encode_upload_chunk(pos, data, session=True))
                 pos += len(data)
             _, body = session.receive(
-                (SESSION_UPLOAD_REPLY,), self.rpc_timeout + len(p.payload) / 5e6
+                (SessionReplyField.UPLOAD_REPLY,), self.rpc_timeout + len(p.payload) / 5e6
             )
         reply = pb.UploadReply.FromString(bytes(body))
         if not reply.accepted:

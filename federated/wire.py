@@ -10,6 +10,8 @@ committed federated_pb2 stays the schema.
 
 from __future__ import annotations
 
+from enum import IntEnum
+
 from google.protobuf.message import DecodeError
 
 from sporenet.federated.codec import MalformedPayload, read_varint
@@ -67,13 +69,28 @@ def encode_model_chunks(
     for at in range(0, len(data), chunk_size):
         piece = data[at : at + chunk_size]
         encoded = encode_model_chunk(at, piece, len(data))
-        chunks.append((frame_session(SESSION_MODEL, encoded) if session else encoded, len(piece)))
+        chunks.append(
+            (frame_session(SessionReplyField.MODEL, encoded) if session else encoded, len(piece))
+        )
     return chunks
 
 
-# Field numbers of the SessionRequest / SessionReply oneofs (see federated.proto).
-SESSION_POLL, SESSION_DOWNLOAD, SESSION_UPLOAD, SESSION_HEARTBEAT = 1, 2, 3, 4
-SESSION_TASK, SESSION_MODEL, SESSION_UPLOAD_OFFSET, SESSION_UPLOAD_REPLY = 1, 2, 3, 4
+class SessionRequestField(IntEnum):
+    """The fields of SessionRequest's oneof (federated.proto): what a client asks."""
+
+    POLL = 1
+    DOWNLOAD = 2
+    UPLOAD = 3
+    HEARTBEAT = 4
+
+
+class SessionReplyField(IntEnum):
+    """The fields of SessionReply's oneof (federated.proto): what the server answers."""
+
+    TASK = 1
+    MODEL = 2
+    UPLOAD_OFFSET = 3
+    UPLOAD_REPLY = 4
 
 
 def frame_session(field: int, message: bytes | memoryview) -> bytes:
@@ -141,7 +158,7 @@ def encode_upload_chunk(offset: int, data: bytes | memoryview, *, session: bool 
     head = b"".join((b"\x10", _varint(offset), b"\x1a", _varint(len(data))))
     if not session:
         return b"".join((head, data))
-    frame = bytes([SESSION_UPLOAD << 3 | 2]) + _varint(len(head) + len(data))
+    frame = bytes([SessionRequestField.UPLOAD << 3 | 2]) + _varint(len(head) + len(data))
     return b"".join((frame, head, data))
 
 

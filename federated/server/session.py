@@ -44,14 +44,8 @@ from sporenet.federated.server.servicer import (
 )
 from sporenet.federated.server.state import ModelRecord
 from sporenet.federated.wire import (
-    SESSION_DOWNLOAD,
-    SESSION_HEARTBEAT,
-    SESSION_MODEL,
-    SESSION_POLL,
-    SESSION_TASK,
-    SESSION_UPLOAD,
-    SESSION_UPLOAD_OFFSET,
-    SESSION_UPLOAD_REPLY,
+    SessionReplyField,
+    SessionRequestField,
     encode_model_chunk,
     frame_session,
     parse_upload_chunk,
@@ -126,13 +120,13 @@ class SessionService:
                 if raw is grpc.aio.EOF:
                     return
                 field, body = split_session(raw)
-                if field == SESSION_POLL:
+                if field == SessionRequestField.POLL:
                     await self._poll(identity, body, context)
-                elif field == SESSION_DOWNLOAD:
+                elif field == SessionRequestField.DOWNLOAD:
                     await self._download(identity, body, context)
-                elif field == SESSION_UPLOAD:
+                elif field == SessionRequestField.UPLOAD:
                     await self._upload(identity, body, context)
-                elif field == SESSION_HEARTBEAT:
+                elif field == SessionRequestField.HEARTBEAT:
                     beat = _parse(pb.HeartbeatRequest, body)
                     self.m.touch(self.s.owned(identity, beat.client_id))
                 else:
@@ -159,7 +153,9 @@ class SessionService:
                 break
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(changed.wait(), left)
-        await context.write(frame_session(SESSION_TASK, task_message(task).SerializeToString()))
+        await context.write(
+            frame_session(SessionReplyField.TASK, task_message(task).SerializeToString())
+        )
         model = task.model
         if request.send_model and model is not None and model.sha256 != request.held_model_sha256:
             await self._send_model(model, 0, self.s.chunk_size, context)
@@ -196,7 +192,9 @@ class SessionService:
                 if not data:
                     raise TransferError(f"model file ends at byte {offset} of {record.size}")
                 await context.write(
-                    frame_session(SESSION_MODEL, encode_model_chunk(offset, data, record.size))
+                    frame_session(
+                        SessionReplyField.MODEL, encode_model_chunk(offset, data, record.size)
+                    )
                 )
                 offset += len(data)
                 self.metrics.inc("sporenet_bytes_sent_total", len(data))
@@ -224,7 +222,9 @@ class SessionService:
             if not self.m.open_upload(cid, h.task_id, h.total_size):
                 reply = pb.UploadReply(accepted=True, received=h.total_size,
                                        message="already accepted")  # fmt: skip
-                await context.write(frame_session(SESSION_UPLOAD_REPLY, reply.SerializeToString()))
+                await context.write(
+                    frame_session(SessionReplyField.UPLOAD_REPLY, reply.SerializeToString())
+                )
                 return
             done = asyncio.Event()
             self._receiving[key] = done
@@ -234,7 +234,9 @@ class SessionService:
                 if self._receiving.get(key) is done:
                     del self._receiving[key]
                 done.set()
-        await context.write(frame_session(SESSION_UPLOAD_REPLY, reply.SerializeToString()))
+        await context.write(
+            frame_session(SessionReplyField.UPLOAD_REPLY, reply.SerializeToString())
+        )
 
     async def _receive(
         self, cid: str, h: pb.UploadHeader, context: grpc.aio.ServicerContext
@@ -249,7 +251,7 @@ class SessionService:
             with open(path, "rb") as f:
                 size = f.readinto(view[:kept]) or 0
         offer = pb.UploadOffsetReply(received=size).SerializeToString()
-        await context.write(frame_session(SESSION_UPLOAD_OFFSET, offer))
+        await context.write(frame_session(SessionReplyField.UPLOAD_OFFSET, offer))
         count = 0
         try:
             while size < h.total_size:
@@ -257,7 +259,7 @@ class SessionService:
                 if raw is grpc.aio.EOF:
                     break
                 field, inner = split_session(raw)
-                if field != SESSION_UPLOAD:
+                if field != SessionRequestField.UPLOAD:
                     raise MalformedMessageError(
                         f"expected the next upload chunk at byte {size}, found SessionRequest "
                         f"field {field}"

@@ -17,7 +17,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from sporenet.federated.auth import Credentials, public_key_text
 from sporenet.federated.codec import encode_update
 from sporenet.federated.server.rounds import read_status
-from sporenet.federated.wire import SESSION_POLL, frame_session
+from sporenet.federated.wire import SessionRequestField, frame_session
 from sporenet.lite import read_weights
 from sporenet.proto import federated_pb2 as pb
 from sporenet.proto import federated_pb2_grpc as pb_grpc
@@ -252,7 +252,7 @@ def test_malformed_and_refused_requests_end_the_session_with_their_status(
             "(expected poll, download, upload or heartbeat)",
         )
         # A poll whose TaskRequest is not protobuf.
-        code, details = refusal(frame_session(SESSION_POLL, b"\xff"))
+        code, details = refusal(frame_session(SessionRequestField.POLL, b"\xff"))
         assert code == invalid and "malformed TaskRequest" in details, details
         # An upload must open with a header-only chunk.
         with_data = pb.UploadChunk(header=header, offset=0, data=b"x" * 100)

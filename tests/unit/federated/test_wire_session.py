@@ -7,14 +7,8 @@ from google.protobuf.message import Message
 
 from sporenet.federated.errors import MalformedMessageError
 from sporenet.federated.wire import (
-    SESSION_DOWNLOAD,
-    SESSION_HEARTBEAT,
-    SESSION_MODEL,
-    SESSION_POLL,
-    SESSION_TASK,
-    SESSION_UPLOAD,
-    SESSION_UPLOAD_OFFSET,
-    SESSION_UPLOAD_REPLY,
+    SessionReplyField,
+    SessionRequestField,
     encode_upload_chunk,
     frame_session,
     split_session,
@@ -40,12 +34,12 @@ def test_frame_then_split_gives_back_the_field_and_body(field: int, size: int) -
 @pytest.mark.parametrize(
     ("field", "name", "inner"),
     [
-        (SESSION_POLL, "poll", pb.TaskRequest(client_id="c1", wait_ms=2500)),
-        (SESSION_DOWNLOAD, "download", pb.DownloadRequest(client_id="c1", model_version=3,
-                                                          offset=1 << 33, chunk_size=4096)),
-        (SESSION_UPLOAD, "upload", pb.UploadChunk(header=pb.UploadHeader(
+        (SessionRequestField.POLL, "poll", pb.TaskRequest(client_id="c1", wait_ms=2500)),
+        (SessionRequestField.DOWNLOAD, "download",
+         pb.DownloadRequest(client_id="c1", model_version=3, offset=1 << 33, chunk_size=4096)),
+        (SessionRequestField.UPLOAD, "upload", pb.UploadChunk(header=pb.UploadHeader(
             client_id="c1", task_id="r1", upload_id="u", total_size=99, sha256="ab"))),
-        (SESSION_HEARTBEAT, "heartbeat", pb.HeartbeatRequest()),  # an empty body
+        (SessionRequestField.HEARTBEAT, "heartbeat", pb.HeartbeatRequest()),  # an empty body
     ],
 )  # fmt: skip
 def test_framed_requests_are_what_protobuf_encodes(field: int, name: str, inner: Message) -> None:
@@ -62,10 +56,18 @@ def test_framed_requests_are_what_protobuf_encodes(field: int, name: str, inner:
 @pytest.mark.parametrize(
     ("field", "name", "inner"),
     [
-        (SESSION_TASK, "task", pb.Task(type=pb.TASK_FIT, round=2, task_id="r2", model_size=10)),
-        (SESSION_MODEL, "model", pb.ModelChunk(offset=4, data=b"\x00" * 300, total_size=304)),
-        (SESSION_UPLOAD_OFFSET, "upload_offset", pb.UploadOffsetReply()),  # received = 0
-        (SESSION_UPLOAD_REPLY, "upload_reply", pb.UploadReply(accepted=True, received=7)),
+        (
+            SessionReplyField.TASK,
+            "task",
+            pb.Task(type=pb.TASK_FIT, round=2, task_id="r2", model_size=10),
+        ),
+        (
+            SessionReplyField.MODEL,
+            "model",
+            pb.ModelChunk(offset=4, data=b"\x00" * 300, total_size=304),
+        ),
+        (SessionReplyField.UPLOAD_OFFSET, "upload_offset", pb.UploadOffsetReply()),  # received = 0
+        (SessionReplyField.UPLOAD_REPLY, "upload_reply", pb.UploadReply(accepted=True, received=7)),
     ],
 )
 def test_framed_replies_are_what_protobuf_encodes(field: int, name: str, inner: Message) -> None:
@@ -87,7 +89,7 @@ def test_session_upload_chunk_decodes_like_the_plain_one(offset: int, size: int)
     assert (plain.offset, plain.data) == (offset, data)
     assert not request.upload.HasField("header")
     # The same bytes as framing the plain encoding, whether data is bytes or a view.
-    framed = frame_session(SESSION_UPLOAD, encode_upload_chunk(offset, data))
+    framed = frame_session(SessionRequestField.UPLOAD, encode_upload_chunk(offset, data))
     assert encode_upload_chunk(offset, data, session=True) == framed
     assert encode_upload_chunk(offset, memoryview(data), session=True) == framed
 
@@ -129,7 +131,9 @@ def test_a_wrong_wire_type_is_malformed(raw: bytes, found: str) -> None:
 
 def test_trailing_bytes_are_malformed() -> None:
     # A poll followed by a second field: protobuf would accept it, the framing must not.
-    raw = frame_session(SESSION_POLL, b"\x10\x01") + frame_session(SESSION_HEARTBEAT, b"")
+    raw = frame_session(SessionRequestField.POLL, b"\x10\x01") + frame_session(
+        SessionRequestField.HEARTBEAT, b""
+    )
     with pytest.raises(MalformedMessageError) as info:
         split_session(raw)
     assert str(info.value) == (
@@ -137,7 +141,7 @@ def test_trailing_bytes_are_malformed() -> None:
         "found field 1 of 2 bytes after a 2-byte header"
     )
     with pytest.raises(MalformedMessageError, match="of 5 bytes, found field 3 of 2 bytes"):
-        split_session(frame_session(SESSION_UPLOAD, b"ab") + b"\x00")
+        split_session(frame_session(SessionRequestField.UPLOAD, b"ab") + b"\x00")
 
 
 def test_a_body_shorter_than_its_length_is_malformed() -> None:
