@@ -14,6 +14,12 @@ again. Updates are deltas (trained minus global weights), optionally compressed 
 int8 quantization and/or top-k sparsification; with compression, what was not sent is
 carried into the next round (error feedback).
 
+By default the client talks to the server over one `Session` stream (federated.proto):
+polls, the model's chunks (sent right after the task that names it), its update (sent
+once the server grants a receiving slot) and heartbeats, all authenticated once when the
+stream opens. After each update it moves to a new connection, because the server's gRPC
+keeps receive buffers per connection. `transport="calls"` uses one RPC per step instead.
+
 When the server runs secure aggregation, a fit round arrives as TASK_SECURE_FIT tasks,
 one per protocol stage: the client answers each with a `SecureClientSession` (one per
 round), trains once when the masked-input stage comes, and sends only the masked update
