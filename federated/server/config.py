@@ -36,6 +36,7 @@ Example `server.toml`:
     max_weight = 100      # optional: weight clients by min(samples, max_weight); default plain mean
     stage_timeout = 60    # seconds a key/share/unmask stage waits at most (masked input,
                           # where clients train, has round_timeout)
+    retries = 2           # runs of a failed round, each with a new cohort, before the job fails
 
     [differential_privacy]  # keys: sporenet.federated.privacy.config
     enabled = true
@@ -109,6 +110,9 @@ class ServerConfig:
     secure_aggregation: SecAggConfig | None = None
     secure_max_weight: float | None = None  # None: plain mean over the contributors
     secure_stage_timeout: float = 60.0  # a protocol stage closes after this at the latest
+    # A secure fit round that fails (too few clients left for the threshold) runs again
+    # with a newly sampled cohort this many times before the job fails.
+    secure_retries: int = 2
     # Differential privacy of fit rounds (None: off); see federated/README.md.
     differential_privacy: DPConfig | None = None
 
@@ -142,6 +146,7 @@ class ServerConfig:
             ("log_level", self.log_level in ("debug", "info", "warning", "error"),
              "must be one of debug, info, warning, error"),
             ("secure_stage_timeout", self.secure_stage_timeout > 0, "must be > 0"),
+            ("secure_retries", self.secure_retries >= 0, "must be >= 0"),
         ]  # fmt: skip
         for key, ok, rule in checks:
             if not ok:
@@ -258,6 +263,7 @@ _SECAGG_EXTRA: dict[str, tuple[str, tuple[type[Any], ...]]] = {
     "enabled": ("enabled", (bool,)),
     "max_weight": ("secure_max_weight", (int, float)),
     "stage_timeout": ("secure_stage_timeout", (int, float)),
+    "retries": ("secure_retries", (int,)),
 }
 _SECAGG_TYPES: dict[str, tuple[type[Any], ...]] = {
     "neighbours": (int,),

@@ -495,7 +495,11 @@ class RoundManager:
             self._last_seen[client_id] = time.time()
 
     def _task_id(self) -> str:
-        return f"r{self.job.round}-{self.job.phase}"
+        """The open phase's task id; a secure round run again gets a new one, so clients
+        start fresh secure sessions instead of answering with the failed run's keys."""
+        job = self.job
+        again = f"-s{job.secure_attempt}" if job.secure_attempt else ""
+        return f"r{job.round}-{job.phase}{again}"
 
     def _current_task(self, client_id: str) -> TaskInfo:
         job = self.job
@@ -918,12 +922,15 @@ class RoundManager:
         try:
             r.close_stage()
         except SecAggError as e:
+            self.metrics.inc("sporenet_rounds_failed_total")
+            if job.secure_attempt < self.config.secure_retries:
+                self._retry_secure(now, e)
+                return False
             job.status = "failed"
             job.reason = f"round {job.round}: secure aggregation failed: {e}"
             with self.store.transaction() as tx:
                 self._save_secure(tx)
                 tx.set_job(job)
-            self.metrics.inc("sporenet_rounds_failed_total")
             log_event(self.log, "job_failed", logging.ERROR, reason=job.reason)
             self._notify_changed()
             return False
@@ -942,6 +949,26 @@ class RoundManager:
         )  # fmt: skip
         self._notify_changed()
         return r.stage == Stage.COMPLETED
+
+    def _retry_secure(self, now: float, error: SecAggError) -> None:
+        """Give up this run of the secure round (nothing of it can be unmasked) and go back
+        to waiting: the next tick samples a new cohort from the clients then live."""
+        job = self.job
+        job.secure_attempt += 1
+        job.active, job.attempt, job.waiting_since = False, 0, now
+        left = [c for c, s in self._parts.items() if s != "dropped"]
+        self._set_secure(None)
+        with self.store.transaction() as tx:
+            self._save_secure(tx)
+            for cid in left:
+                tx.set_participant(job.round, "fit", cid, "abandoned")
+            tx.set_job(job)
+        self._parts, self._refusals = {}, {}
+        log_event(
+            self.log, "secure_round_retried", logging.WARNING, round=job.round,
+            attempt=job.secure_attempt, of=self.config.secure_retries, reason=str(error),
+        )  # fmt: skip
+        self._notify_changed()
 
     def _drop_silent(self, now: float) -> None:
         cutoff = now - self.config.heartbeat_timeout
@@ -985,7 +1012,8 @@ class RoundManager:
                 self._finish_for_budget(why)
                 return
             job.dp_cohort, job.dp_sample_rate = size, rate
-        rng = random.Random(f"{self.config.seed}-{job.round}-{job.phase}")
+        again = f"-s{job.secure_attempt}" if job.secure_attempt else ""
+        rng = random.Random(f"{self.config.seed}-{job.round}-{job.phase}{again}")
         chosen = sorted(rng.sample(live, size))
         job.active, job.attempt = True, 0
         job.phase_started, job.deadline = now, now + self.config.round_timeout
@@ -1179,6 +1207,7 @@ class RoundManager:
             if job.round > self.config.rounds:
                 job.status, job.reason = "finished", f"all {self.config.rounds} rounds done"
         job.active, job.attempt, job.waiting_since = False, 0, time.time()
+        job.secure_attempt = 0
         self._parts, self._refusals = {}, {}
         tx.set_job(job)
         if job.status == "finished":

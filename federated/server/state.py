@@ -51,6 +51,7 @@ class JobState:
     phase: str = "fit"  # fit | evaluate
     active: bool = False  # False: waiting for enough live clients to start the phase
     attempt: int = 0  # how often the current phase re-sampled clients after a shortfall
+    secure_attempt: int = 0  # failed secure runs of the current fit round (each resampled)
     phase_started: float = 0.0
     deadline: float = 0.0
     waiting_since: float = 0.0

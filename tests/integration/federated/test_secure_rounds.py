@@ -3,7 +3,8 @@
 The server only ever holds masked vectors and their sum; what it publishes must equal the
 plain mean of the contributors' (clipped) deltas within the fixed-point error it states.
 Dropouts before and after the masked upload, a kill -9 in the middle of the masked-input
-stage, and too many dropouts (the job fails, no model is published) are covered.
+stage, and too many dropouts (the round runs again with a new cohort; with no retries
+left the job fails and no model is published) are covered.
 """
 
 from __future__ import annotations
@@ -78,9 +79,11 @@ def start_clients(
     *,
     drops: dict[int, int] | None = None,
     hold: dict[int, threading.Event] | None = None,
+    first: int = 0,
 ) -> tuple[list[threading.Thread], dict[int, Client]]:
+    """Clients c{first} .. c{first + n - 1}, running."""
     clients: dict[int, Client] = {}
-    for i in range(n):
+    for i in range(first, first + n):
         kwargs = dict(train=train_for(i, (hold or {}).get(i)), name=f"c{i}", poll_wait=0.5,
                       max_backoff=0.3)  # fmt: skip
         if drops and i in drops:
@@ -218,9 +221,48 @@ def test_kill9_in_the_masked_input_stage_then_restart_completes(
     check_mean(server, w0, list(range(n)))
 
 
-def test_too_many_dropouts_fail_the_round_without_a_model(
+def test_a_failed_secure_round_runs_again_with_a_new_cohort(
     tmp_path: Path, server_factory: Callable[..., ServerProcess], config_file: Path
 ) -> None:
+    w0 = make_model(tmp_path / "init.spore", out=4, inp=8)
+    n = 5  # 4 neighbours each, threshold 3
+    server = server_factory(
+        ["--config", str(config_file), "--model", str(tmp_path / "init.spore"), "--rounds", "1",
+         "--min-clients", str(n), *FLAGS]
+    ).start()  # fmt: skip
+    # The first cohort is c0..c4, and three of them leave at the masked input: the run
+    # cannot reach the threshold. c5..c7 arrive once it has started.
+    drops = dict.fromkeys((0, 1, 2), pb.SECURE_MASKED_INPUT)
+    first, _ = start_clients(server.address, n, drops=drops)
+    wait_for(lambda: bool(server.events("phase_started")), what="the first secure run")
+    late, _ = start_clients(server.address, 3, first=n)
+    join(first + late, server)
+
+    retried = server.events("secure_round_retried")
+    assert [(e["round"], e["attempt"]) for e in retried] == [(1, 1)], retried
+    assert "2 clients uploaded, threshold is 3" in retried[0]["reason"]
+    status = read_status(server.state_dir)
+    assert status["job"]["status"] == "finished", status["job"]
+    assert status["job"]["secure_attempt"] == 0  # reset once the round published
+    cohorts = [e["selected"] for e in server.events("phase_started")]
+    assert cohorts == [5, 5]
+    # The first run's cohort is marked abandoned; the second's is everyone still live:
+    # c3, c4 and the late three.
+    parts = fit_statuses(server.state_dir)
+    assert {c: parts[c] for c in ("c0", "c1", "c2")} == dict.fromkeys(
+        ("c0", "c1", "c2"), "abandoned"
+    )
+    assert all(parts[f"c{i}"] == "accepted" for i in range(3, 8)), parts
+    check_mean(server, w0, [3, 4, 5, 6, 7])
+    # The second run had its own task id, so no client answered it with the first's keys.
+    tasks = {e["task"] for e in server.events("secure_message")}
+    assert tasks == {"r1-fit", "r1-fit-s1"}
+
+
+def test_too_many_dropouts_with_no_retries_left_fail_the_job_without_a_model(
+    tmp_path: Path, server_factory: Callable[..., ServerProcess], config_file: Path
+) -> None:
+    config_file.write_text(CONFIG + "retries = 0\n")
     make_model(tmp_path / "init.spore", out=4, inp=8)
     n = 5  # 4 neighbours each, threshold 3
     server = server_factory(
