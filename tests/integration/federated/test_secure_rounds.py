@@ -134,6 +134,22 @@ def check_mean(server, w0: dict, contributors: list[int], version: int = 1) -> N
     assert np.abs(got["w"] - wrong).max() > 10 * bound
 
 
+def secure_server(
+    server_factory: Callable[..., ServerProcess],
+    config_file: Path,
+    tmp_path: Path,
+    min_clients: int,
+    *,
+    rounds: int = 1,
+    extra: list[str] | None = None,
+) -> ServerProcess:
+    """The daemon with secure aggregation on the model at tmp_path/init.spore, started."""
+    return server_factory(
+        ["--config", str(config_file), "--model", str(tmp_path / "init.spore"),
+         "--rounds", str(rounds), "--min-clients", str(min_clients), *FLAGS, *(extra or [])]
+    ).start()  # fmt: skip
+
+
 @pytest.fixture
 def config_file(tmp_path: Path) -> Path:
     path = tmp_path / "server.toml"
@@ -146,10 +162,7 @@ def test_secure_fedavg_rounds_equal_the_plain_mean(
 ) -> None:
     w0 = make_model(tmp_path / "init.spore", out=4, inp=8)
     n = 6
-    server = server_factory(
-        ["--config", str(config_file), "--model", str(tmp_path / "init.spore"), "--rounds", "1",
-         "--min-clients", str(n), *FLAGS]
-    ).start()  # fmt: skip
+    server = secure_server(server_factory, config_file, tmp_path, n)
     threads, clients = start_clients(server.address, n)
     join(threads, server)
     status = read_status(server.state_dir)
@@ -168,10 +181,7 @@ def test_dropouts_before_and_after_the_masked_upload(
 ) -> None:
     w0 = make_model(tmp_path / "init.spore", out=4, inp=8)
     n = 10
-    server = server_factory(
-        ["--config", str(config_file), "--model", str(tmp_path / "init.spore"), "--rounds", "1",
-         "--min-clients", str(n), *FLAGS]
-    ).start()  # fmt: skip
+    server = secure_server(server_factory, config_file, tmp_path, n)
     # c3 leaves when asked for its masked input; c7 uploads and leaves before unmasking.
     drops = {3: pb.SECURE_MASKED_INPUT, 7: pb.SECURE_UNMASK}
     threads, clients = start_clients(server.address, n, drops=drops)
@@ -193,10 +203,7 @@ def test_kill9_in_the_masked_input_stage_then_restart_completes(
 ) -> None:
     w0 = make_model(tmp_path / "init.spore", out=4, inp=8)
     n = 6
-    server = server_factory(
-        ["--config", str(config_file), "--model", str(tmp_path / "init.spore"), "--rounds", "1",
-         "--min-clients", str(n), *FLAGS]
-    ).start()  # fmt: skip
+    server = secure_server(server_factory, config_file, tmp_path, n)
     release = threading.Event()
     threads, _ = start_clients(server.address, n, hold={5: release})
 
@@ -226,10 +233,7 @@ def test_a_failed_secure_round_runs_again_with_a_new_cohort(
 ) -> None:
     w0 = make_model(tmp_path / "init.spore", out=4, inp=8)
     n = 5  # 4 neighbours each, threshold 3
-    server = server_factory(
-        ["--config", str(config_file), "--model", str(tmp_path / "init.spore"), "--rounds", "1",
-         "--min-clients", str(n), *FLAGS]
-    ).start()  # fmt: skip
+    server = secure_server(server_factory, config_file, tmp_path, n)
     # The first cohort is c0..c4, and three of them leave at the masked input: the run
     # cannot reach the threshold. c5..c7 arrive once it has started.
     drops = dict.fromkeys((0, 1, 2), pb.SECURE_MASKED_INPUT)
@@ -265,10 +269,7 @@ def test_too_many_dropouts_with_no_retries_left_fail_the_job_without_a_model(
     config_file.write_text(CONFIG + "retries = 0\n")
     make_model(tmp_path / "init.spore", out=4, inp=8)
     n = 5  # 4 neighbours each, threshold 3
-    server = server_factory(
-        ["--config", str(config_file), "--model", str(tmp_path / "init.spore"), "--rounds", "1",
-         "--min-clients", str(n), *FLAGS]
-    ).start()  # fmt: skip
+    server = secure_server(server_factory, config_file, tmp_path, n)
     drops = dict.fromkeys((0, 1, 2), pb.SECURE_MASKED_INPUT)
     threads, _ = start_clients(server.address, n, drops=drops)
     join(threads, server)
@@ -298,10 +299,7 @@ def test_weighted_secure_rounds_with_max_weight(
     config_file.write_text(CONFIG + "max_weight = 12\n")
     w0 = make_model(tmp_path / "init.spore", out=4, inp=8)
     n = 4  # samples 10, 11, 12, 13: weights 10/12, 11/12, 1, 1 (the last one capped)
-    server = server_factory(
-        ["--config", str(config_file), "--model", str(tmp_path / "init.spore"), "--rounds", "2",
-         "--min-clients", str(n), *FLAGS]
-    ).start()  # fmt: skip
+    server = secure_server(server_factory, config_file, tmp_path, n, rounds=2)
     threads, clients = start_clients(server.address, n)
     join(threads, server)
     assert read_status(server.state_dir)["job"]["status"] == "finished"
@@ -327,10 +325,7 @@ def test_secure_messages_are_checked_and_mapped_to_status_codes(
     tmp_path: Path, server_factory: Callable[..., ServerProcess], config_file: Path
 ) -> None:
     make_model(tmp_path / "init.spore", out=4, inp=8)
-    server = server_factory(
-        ["--config", str(config_file), "--model", str(tmp_path / "init.spore"), "--rounds", "1",
-         "--min-clients", "2", *FLAGS]
-    ).start()  # fmt: skip
+    server = secure_server(server_factory, config_file, tmp_path, 2)
     with grpc.insecure_channel(server.address) as ch:
         stub = pb_grpc.FederatedStub(ch)
         for name in ("a", "b"):
@@ -389,10 +384,7 @@ def test_dropouts_at_each_stage(
 ) -> None:
     w0 = make_model(tmp_path / "init.spore", out=4, inp=8)
     n = 10  # 9 neighbours each, threshold 5
-    server = server_factory(
-        ["--config", str(config_file), "--model", str(tmp_path / "init.spore"), "--rounds", "1",
-         "--min-clients", str(n), *FLAGS]
-    ).start()  # fmt: skip
+    server = secure_server(server_factory, config_file, tmp_path, n)
     threads, _ = start_clients(server.address, n, drops=dict.fromkeys(dropped, stage))
     join(threads, server)
     assert read_status(server.state_dir)["job"]["status"] == "finished"
@@ -419,10 +411,9 @@ def test_a_client_that_lost_its_secrets_withdraws(
     w0 = make_model(tmp_path / "init.spore", out=4, inp=8)
     n = 6
     # Liveness alone would wait 20 s for it: the withdrawal is what lets the stage close.
-    server = server_factory(
-        ["--config", str(config_file), "--model", str(tmp_path / "init.spore"), "--rounds", "1",
-         "--min-clients", str(n), *FLAGS, "--heartbeat-timeout", "20"]
-    ).start()  # fmt: skip
+    server = secure_server(
+        server_factory, config_file, tmp_path, n, extra=["--heartbeat-timeout", "20"]
+    )
     threads, _ = start_clients(server.address, n - 1)
     amnesic = AmnesicClient(
         server.address, train=train_for(n - 1), name=f"c{n - 1}", poll_wait=0.5, max_backoff=0.3
@@ -466,10 +457,9 @@ def test_kill9_in_other_stages_then_restart_completes(
     w0 = make_model(tmp_path / "init.spore", out=4, inp=8)
     n = 6
     # No dropouts here: a longer liveness window keeps the held client in the round.
-    server = server_factory(
-        ["--config", str(config_file), "--model", str(tmp_path / "init.spore"), "--rounds", "1",
-         "--min-clients", str(n), *FLAGS, "--heartbeat-timeout", "8"]
-    ).start()  # fmt: skip
+    server = secure_server(
+        server_factory, config_file, tmp_path, n, extra=["--heartbeat-timeout", "8"]
+    )
     threads, _ = start_clients(server.address, n - 1)
     release = threading.Event()
     held = HoldingClient(
@@ -502,10 +492,9 @@ def test_a_stage_deadline_leaves_out_a_client_that_never_answers(
     config_file.write_text(CONFIG.replace("stage_timeout = 30", "stage_timeout = 1.5"))
     w0 = make_model(tmp_path / "init.spore", out=4, inp=8)
     n = 6
-    server = server_factory(
-        ["--config", str(config_file), "--model", str(tmp_path / "init.spore"), "--rounds", "1",
-         "--min-clients", str(n), *FLAGS, "--heartbeat-timeout", "20"]
-    ).start()  # fmt: skip
+    server = secure_server(
+        server_factory, config_file, tmp_path, n, extra=["--heartbeat-timeout", "20"]
+    )
     threads, _ = start_clients(server.address, n - 1)
     release = threading.Event()
     stuck = HoldingClient(
