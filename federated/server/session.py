@@ -217,7 +217,8 @@ class SessionService:
         key = (cid, h.upload_id)
         running = self._receiving.get(key)
         if running is not None:  # an earlier stream of this upload keeps what it received
-            await asyncio.wait_for(running.wait(), SETTLE_SECONDS)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(running.wait(), SETTLE_SECONDS)
         async with self._uploads:
             if not self.m.open_upload(cid, h.task_id, h.total_size):
                 reply = pb.UploadReply(accepted=True, received=h.total_size,
