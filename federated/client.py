@@ -277,6 +277,11 @@ class Client:
         )
 
     def close(self) -> None:
+        """Close the connection and stop the client's helper thread."""
+        self._disconnect()
+        self._watchdog.close()
+
+    def _disconnect(self) -> None:
         self._drop_session()
         self._channel.close()
 
@@ -649,7 +654,7 @@ class Client:
             try:
                 self._upload_in_session(self._open_session(), p)
             finally:
-                self.close()
+                self._disconnect()
                 self._connect()
 
     def _upload_in_session(self, session: SessionStream, p: _PendingUpload) -> None:

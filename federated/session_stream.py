@@ -41,9 +41,18 @@ class Watchdog:
         with self._cond:
             self._call = None  # no wake-up needed: the thread finds nothing to do at `due`
 
-    def _run(self) -> None:
+    def close(self) -> None:
+        """Stop the thread (a later `arm` starts a new one)."""
         with self._cond:
-            while True:
+            thread, self._thread, self._call = self._thread, None, None
+            self._cond.notify()
+        if thread is not None:
+            thread.join()
+
+    def _run(self) -> None:
+        me = threading.current_thread()
+        with self._cond:
+            while self._thread is me:
                 if self._call is None:
                     self._cond.wait()
                     continue
