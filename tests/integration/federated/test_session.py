@@ -391,3 +391,35 @@ def test_a_poll_is_held_until_there_is_work_or_wait_ms_passes(
         assert task.type == pb.TASK_FIT, task
         assert 0.4 <= held < 5.0, held
         session.close()
+
+
+def test_a_poll_can_ask_for_the_model_to_follow_the_task(tmp_path: Path, server_factory) -> None:  # type: ignore[no-untyped-def]
+    w0, server = _server(
+        tmp_path, server_factory, "--rounds", "1", "--min-clients", "1", out=600, inp=1000
+    )  # 2.4 MB: several of the server's chunks
+    with grpc.insecure_channel(server.address) as channel:
+        cid = _register(channel, "inline")
+        session = RawSession(channel)
+        ask = pb.TaskRequest(client_id=cid, wait_ms=5000, send_model=True)
+        session.send(pb.SessionRequest(poll=ask))
+        task = session.receive("task").task
+        assert task.type == pb.TASK_FIT
+        # The chunks come right after the task, with no download request: the whole model.
+        chunks = [session.receive("model").model]
+        while chunks[-1].offset + len(chunks[-1].data) < task.model_size:
+            chunks.append(session.receive("model").model)
+        assert len(chunks) > 1 and chunks[0].offset == 0
+        model = b"".join(c.data for c in chunks)
+        assert hashlib.sha256(model).hexdigest() == task.model_sha256
+        got = read_weights(model)
+        for k, v in w0.items():
+            np.testing.assert_array_equal(got[k], v)
+
+        # Holding that model (its sha256), the client gets the task alone: the next reply
+        # is the answer to the next request, a task again.
+        held = pb.TaskRequest(client_id=cid, send_model=True, held_model_sha256=task.model_sha256)
+        session.send(pb.SessionRequest(poll=held))
+        assert session.receive("task").task.model_sha256 == task.model_sha256
+        session.send(pb.SessionRequest(poll=pb.TaskRequest(client_id=cid)))
+        assert session.receive("task").task.task_id == task.task_id
+        session.close()
