@@ -9,6 +9,7 @@ server peak resident memory (VmHWM) and bytes moved per client per round.
     python benchmarks/federated.py --quick           # < 1 minute
     python benchmarks/federated.py                   # N in {10,100,500}, P in {100k, 1M}
     python benchmarks/federated.py --clients 10,100 --params 1m --no-flower
+    python benchmarks/federated.py --repeats 3      # medians: Flower's times vary run to run
 
 Flower runs only if `flwr` is importable (`pip install sporenet[bench]`).
 """
@@ -151,7 +152,8 @@ def run_sporenet(
 ) -> Result:
     model = workdir / f"sporenet-{params}.spore"
     _write_spore(model, params)
-    state = workdir / f"state-{n}-{params}"
+    # A state dir of its own per run: a finished job's state would make a repeat a no-op.
+    state = Path(tempfile.mkdtemp(prefix=f"state-{n}-{params}-", dir=workdir))
     port, mport = _free_port(), _free_port()
     log_path = workdir / f"sporenet-{n}-{params}.log"
     with open(log_path, "wb") as log:
@@ -379,6 +381,36 @@ def _table(results: list[Result]) -> str:
     return "\n".join(rows)
 
 
+def _summary(results: list[Result]) -> str:
+    """Per workload: each framework's median s/round (and range) over the repeats, its
+    median peak memory, and Flower's median over sporenet's (above 1: sporenet faster)."""
+    rows = [
+        f"{'clients':>7} {'params':>6} {'sporenet s/rd (range)':>24} {'flower s/rd (range)':>24} "
+        f"{'flower/sporenet':>16} {'sporenet MB':>12} {'flower MB':>10}"
+    ]
+    rows.append("-" * len(rows[0]))
+    workloads = dict.fromkeys((r.clients, r.params) for r in results)
+    for n, params in workloads:
+        cell, median = {}, {}
+        for fw in ("sporenet", "flower"):
+            runs = [r for r in results if (r.framework, r.clients, r.params) == (fw, n, params)]
+            if not runs:
+                cell[fw], median[fw] = ("n/a", "n/a"), float("nan")
+                continue
+            times = [r.round_seconds for r in runs]
+            median[fw] = float(np.median(times))
+            cell[fw] = (
+                f"{median[fw]:.2f} ({min(times):.2f}-{max(times):.2f})",
+                f"{np.median([r.peak_mb for r in runs]):.1f}",
+            )
+        rows.append(
+            f"{n:>7} {params:>6} {cell['sporenet'][0]:>24} {cell['flower'][0]:>24} "
+            f"{median['flower'] / median['sporenet']:>16.2f} {cell['sporenet'][1]:>12} "
+            f"{cell['flower'][1]:>10}"
+        )
+    return "\n".join(rows)
+
+
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] in ("--sporenet-worker", "--flower-worker"):
         address, first, count, params = sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
@@ -399,6 +431,10 @@ def main() -> None:
     p.add_argument("--procs", type=int, default=2, help="client worker processes")
     p.add_argument("--no-flower", action="store_true")
     p.add_argument("--server-args", default="", help="extra sporenet-server flags, space separated")
+    p.add_argument(
+        "--repeats", type=int, default=1,
+        help="runs of each workload, alternating the frameworks; the summary gives medians",
+    )  # fmt: skip
     args = p.parse_args()
     clients = [10, 20] if args.quick else [int(c) for c in args.clients.split(",")]
     sizes = ["100k"] if args.quick else args.params.lower().split(",")
@@ -410,17 +446,20 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="sporenet-bench-") as tmp:
         for params in sizes:
             for n in clients:
-                extra = args.server_args.split()
-                results.append(run_sporenet(n, params, rounds, args.procs, Path(tmp), extra))
-                print(_table(results[-1:]).splitlines()[-1], flush=True)
-                if flower:
-                    try:
-                        results.append(run_flower(n, params, rounds, args.procs, Path(tmp)))
-                        print(_table(results[-1:]).splitlines()[-1], flush=True)
-                    except Exception as e:  # report and carry on with the other workloads
-                        print(f"flower {n} clients {params}: failed: {e}", flush=True)
+                for _ in range(max(args.repeats, 1)):
+                    extra = args.server_args.split()
+                    results.append(run_sporenet(n, params, rounds, args.procs, Path(tmp), extra))
+                    print(_table(results[-1:]).splitlines()[-1], flush=True)
+                    if flower:
+                        try:
+                            results.append(run_flower(n, params, rounds, args.procs, Path(tmp)))
+                            print(_table(results[-1:]).splitlines()[-1], flush=True)
+                        except Exception as e:  # report and carry on with the other workloads
+                            print(f"flower {n} clients {params}: failed: {e}", flush=True)
     print()
     print(_table(results))
+    print()
+    print(_summary(results))
 
 
 if __name__ == "__main__":
