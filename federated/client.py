@@ -148,6 +148,14 @@ def _retry_after(error: grpc.RpcError, default: float) -> float:
     return default
 
 
+def _check_accepted(reply: pb.UploadReply, p: _PendingUpload) -> None:
+    """TransferError (resume and send the rest) unless the server accepted the upload."""
+    if not reply.accepted:
+        raise TransferError(
+            f"upload stopped at byte {reply.received} of {len(p.payload)}: {reply.message}"
+        )
+
+
 def _client_dp(config: Mapping[str, Any]) -> bool:
     """Whether the task asks the client to clip and noise its delta (see `_privatize`)."""
     return "dp_local_noise_multiplier" in config or "dp_noise_multiplier" in config
@@ -676,11 +684,7 @@ class Client:
             _, body = session.receive(
                 (SessionReplyField.UPLOAD_REPLY,), self.rpc_timeout + len(p.payload) / 5e6
             )
-        reply = pb.UploadReply.FromString(bytes(body))
-        if not reply.accepted:
-            raise TransferError(
-                f"upload stopped at byte {reply.received} of {len(p.payload)}: {reply.message}"
-            )
+        _check_accepted(pb.UploadReply.FromString(bytes(body)), p)
 
     def _upload_by_call(self, p: _PendingUpload) -> None:
         offset = self._upload_offset(p)  # 0 unless an earlier attempt of `p` was cut off
@@ -714,10 +718,7 @@ class Client:
         finally:
             if channel is not self._channel:
                 channel.close()
-        if not reply.accepted:
-            raise TransferError(
-                f"upload stopped at byte {reply.received} of {len(p.payload)}: {reply.message}"
-            )
+        _check_accepted(reply, p)
 
     def _evaluate(self, task: pb.Task) -> None:
         if self.evaluate is None:

@@ -71,6 +71,7 @@ class _AioServer:
             executor=futures.ThreadPoolExecutor(uploads + 1, thread_name_prefix="fold"),
         )  # fmt: skip
         self._ready: futures.Future[int] = futures.Future()
+        self.tls = False  # set when it binds
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
         self._thread = threading.Thread(target=self._run, name="grpc-aio", daemon=True)
@@ -113,6 +114,7 @@ class _AioServer:
         add_to_server(self.servicer, server, session=self.sessions.serve)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
         creds = _server_credentials(self.config)
+        self.tls = creds is not None
         address = self.config.address
         try:
             port = (
@@ -149,7 +151,6 @@ def run_server(config: ServerConfig, *, stop: threading.Event | None = None) -> 
     health_servicer = health.HealthServicer(experimental_non_blocking=True)
     server = _AioServer(config, servicer, health_servicer)
     port = server.start()
-    creds = config.tls_cert is not None and config.tls_key is not None
     for name in ("", SERVICE):
         health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
     host = split_address(config.address)[0]
@@ -159,7 +160,7 @@ def run_server(config: ServerConfig, *, stop: threading.Event | None = None) -> 
         http = serve_metrics(metrics, host, config.metrics_port)
         metrics_port = http.server_address[1]
     info: dict[str, Any] = {"pid": os.getpid(), "address": config.address, "port": port,
-                            "metrics_port": metrics_port, "tls": creds}  # fmt: skip
+                            "metrics_port": metrics_port, "tls": server.tls}  # fmt: skip
     (Path(config.state_dir) / "server.json").write_text(json.dumps(info))
     log_event(logger, "server_started", **info)
 

@@ -497,9 +497,11 @@ class RoundManager:
     def _task_id(self) -> str:
         """The open phase's task id; a secure round run again gets a new one, so clients
         start fresh secure sessions instead of answering with the failed run's keys."""
-        job = self.job
-        again = f"-s{job.secure_attempt}" if job.secure_attempt else ""
-        return f"r{job.round}-{job.phase}{again}"
+        return f"r{self.job.round}-{self.job.phase}{self._secure_run()}"
+
+    def _secure_run(self) -> str:
+        """Names a run of a secure round after its first (the task id, the cohort's seed)."""
+        return f"-s{self.job.secure_attempt}" if self.job.secure_attempt else ""
 
     def _current_task(self, client_id: str) -> TaskInfo:
         job = self.job
@@ -677,12 +679,12 @@ class RoundManager:
     ) -> None:
         """Validate a completely received update and fold it into the aggregate.
 
-        `payload` is the update's bytes, `received_sha256` their digest (computed while
-        they arrived), `sha256` the one the client declared (empty: not checked), and
-        `upload` the path of its partial file, if one was kept (removed once used). The
-        decoded tensors are views of `payload`: nothing is copied before the fold. Before
-        the update counts, its bytes are written to the phase directory, so an accepted
-        update survives a `kill -9` until the next checkpoint contains it.
+        `payload` is the update's bytes, `received_sha256` their digest, `sha256` the one
+        the client declared (empty: not checked), and `upload` the path of its partial
+        file, if one was kept (removed once used). The decoded tensors are views of
+        `payload`: nothing is copied before the fold. Before the update counts, its bytes
+        are written to the phase directory, so an accepted update survives a `kill -9`
+        until the next checkpoint contains it.
         """
         # The slot is held until the update is folded: at most two decoded updates exist at
         # any time, however many clients upload at once (memory flat in the fleet size).
@@ -1012,8 +1014,7 @@ class RoundManager:
                 self._finish_for_budget(why)
                 return
             job.dp_cohort, job.dp_sample_rate = size, rate
-        again = f"-s{job.secure_attempt}" if job.secure_attempt else ""
-        rng = random.Random(f"{self.config.seed}-{job.round}-{job.phase}{again}")
+        rng = random.Random(f"{self.config.seed}-{job.round}-{job.phase}{self._secure_run()}")
         chosen = sorted(rng.sample(live, size))
         job.active, job.attempt = True, 0
         job.phase_started, job.deadline = now, now + self.config.round_timeout

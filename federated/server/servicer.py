@@ -4,16 +4,12 @@ from __future__ import annotations
 
 import collections
 import functools
-import hashlib
 import itertools
 import json
 import logging
-import os
-import re
 import threading
 import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any, TypeVar
 
 import grpc
@@ -41,6 +37,7 @@ from sporenet.federated.server.rounds import (
     transfer_split,
 )
 from sporenet.federated.server.state import ModelRecord
+from sporenet.federated.server.upload import UploadReceiver, check_upload_id
 from sporenet.federated.wire import (
     SECURE_STAGES,
     STAGE_NAMES,
@@ -64,7 +61,6 @@ BUSY_RETRY_MS = 250  # shortest pause suggested (trailing metadata `retry-after-
 MAX_BUSY_PAUSE_MS = 2000
 RATE_WINDOW_SECONDS = 5.0  # upload completions over this window estimate the drain rate
 SETTLE_SECONDS = 10.0  # longest a call waits for an earlier call of the same upload to end
-UPLOAD_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
 # Domain error -> status code; the first matching class wins (subclasses first).
 STATUS_CODES: list[tuple[type[FederatedError], grpc.StatusCode]] = [
@@ -143,14 +139,6 @@ def add_to_server(
             session, request_deserializer=identity, response_serializer=identity
         )
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, handlers),))
-
-
-def write_atomic(path: Path, data: memoryview) -> None:
-    """Replace `path` with `data` (a temporary file, then a rename: never half written)."""
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-    os.replace(tmp, path)
 
 
 def method_path(name: str) -> str:
@@ -291,13 +279,7 @@ class FederatedServicer(pb_grpc.FederatedServicer):
     ) -> Iterator[bytes]:
         try:
             cid = self._client(context, "DownloadModel", request.client_id)
-            self.m.touch(cid)
-            record = self.m.model_record(request.model_version)
-            if request.offset > record.size:
-                raise TransferError(
-                    f"offset {request.offset} is past the model's {record.size} bytes"
-                )
-            chunk = min(request.chunk_size or self.chunk_size, self.chunk_size)
+            record, chunk = self.download_range(cid, request)
             offset = request.offset
             cached = self.encoded_chunks(record) if chunk == self.chunk_size else None
             if cached is not None and offset % chunk == 0:
@@ -317,6 +299,15 @@ class FederatedServicer(pb_grpc.FederatedServicer):
                     self.metrics.inc("sporenet_bytes_sent_total", len(data))
         except FederatedError as e:
             self._abort(context, e)
+
+    def download_range(self, cid: str, request: pb.DownloadRequest) -> tuple[ModelRecord, int]:
+        """The model a download asks for, and its chunk size, after checking the offset
+        (the client is marked alive)."""
+        self.m.touch(cid)
+        record = self.m.model_record(request.model_version)
+        if request.offset > record.size:
+            raise TransferError(f"offset {request.offset} is past the model's {record.size} bytes")
+        return record, min(request.chunk_size or self.chunk_size, self.chunk_size)
 
     def encoded_chunks(
         self, record: ModelRecord, *, session: bool = False
@@ -351,10 +342,7 @@ class FederatedServicer(pb_grpc.FederatedServicer):
             raise UpdateRejectedError("the first UploadChunk of a call must carry the header")
         h = first.header
         cid = self.owned(identity, h.client_id)
-        if not UPLOAD_ID.match(h.upload_id):
-            raise UpdateRejectedError(
-                f"upload_id must be 1-64 characters of [A-Za-z0-9_-], got {h.upload_id!r}"
-            )
+        check_upload_id(h.upload_id)
         # The grant of GetUploadOffset, or (a client that did not ask) the next one; then a
         # receiving slot.
         if not self._take_reservation((cid, h.upload_id)):
@@ -472,74 +460,26 @@ class FederatedServicer(pb_grpc.FederatedServicer):
     def _receive_into_memory(
         self, cid: str, first: pb.UploadChunk, request_iterator: Iterator[bytes]
     ) -> pb.UploadReply:
-        h = first.header
-        path = self.m.upload_path(cid, h.upload_id)
-        kept = path.stat().st_size if path.exists() else 0
-        if first.offset != kept:
+        upload = UploadReceiver(self.m, self.metrics, cid, first.header)
+        if first.offset != upload.kept:
             raise TransferError(
-                f"upload {h.upload_id!r} continues at offset {kept}, "
+                f"upload {first.header.upload_id!r} continues at offset {upload.kept}, "
                 f"the call started at {first.offset}"
             )
-        buf = bytearray(h.total_size)
-        view = memoryview(buf)
-        digest = hashlib.sha256()
-        size = 0
-        if kept:  # a resumed upload: its first part comes from the file
-            with open(path, "rb") as f:
-                size = f.readinto(view[:kept]) or 0
-            digest.update(view[:size])
-        rest: Iterator[tuple[int, bytes | memoryview]] = (
-            split_upload_chunk(raw) for raw in request_iterator
-        )
-        complete = False
+        rest = (split_upload_chunk(raw) for raw in request_iterator)
         try:
-            for i, (at, data) in enumerate(itertools.chain([(first.offset, first.data)], rest)):
-                if at != size:
-                    raise TransferError(f"chunk at offset {at} does not follow byte {size}")
-                if size + len(data) > h.total_size:
-                    path.unlink(missing_ok=True)
-                    kept = size  # nothing is kept: the upload is refused
-                    self.m.refuse(
-                        cid,
-                        UpdateRejectedError(
-                            f"upload sends more than the {h.total_size} bytes its header declared"
-                        ),
-                    )
-                view[size : size + len(data)] = data
-                digest.update(data)
-                size += len(data)
-                if i % 16 == 15:
-                    self.m.touch(cid)  # a long upload is a sign of life
-            complete = size == h.total_size
+            for at, data in itertools.chain([(first.offset, first.data)], rest):
+                upload.add(at, data)
         finally:
-            self.metrics.inc("sporenet_bytes_received_total", size - kept)
-            if not complete and size > kept:  # the stream stopped early: keep what came
-                write_atomic(path, view[:size])
-        if not complete:
-            return pb.UploadReply(
-                accepted=False, received=size, message="incomplete: resume from `received`"
-            )
-        self.m.submit_update(
-            cid,
-            h.task_id,
-            view,
-            upload=path if kept else None,
-            sha256=h.sha256,
-            received_sha256=digest.hexdigest(),
-            num_samples=h.num_samples,
-            metrics_json=h.metrics_json,
-        )
-        return pb.UploadReply(accepted=True, received=size)
+            upload.close()
+        return upload.submit() if upload.complete else upload.incomplete_reply()
 
     @_maps_errors
     def GetUploadOffset(
         self, request: pb.UploadOffsetRequest, context: grpc.ServicerContext
     ) -> pb.UploadOffsetReply:
         cid = self._client(context, "GetUploadOffset", request.client_id)
-        if not UPLOAD_ID.match(request.upload_id):
-            raise UpdateRejectedError(
-                f"upload_id must be 1-64 characters of [A-Za-z0-9_-], got {request.upload_id!r}"
-            )
+        check_upload_id(request.upload_id)
         key = (cid, request.upload_id)
         self._settled(key)
         path = self.m.upload_path(cid, request.upload_id)

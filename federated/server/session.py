@@ -19,8 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
-import hashlib
 from collections.abc import AsyncIterator
 from concurrent.futures import Executor
 from pathlib import Path
@@ -28,21 +26,15 @@ from typing import Any
 
 import grpc
 
-from sporenet.federated.errors import (
-    FederatedError,
-    MalformedMessageError,
-    TransferError,
-    UpdateRejectedError,
-)
+from sporenet.federated.errors import FederatedError, MalformedMessageError, TransferError
 from sporenet.federated.server.servicer import (
     SETTLE_SECONDS,
-    UPLOAD_ID,
     FederatedServicer,
     status_for,
     task_message,
-    write_atomic,
 )
 from sporenet.federated.server.state import ModelRecord
+from sporenet.federated.server.upload import UploadReceiver, check_upload_id
 from sporenet.federated.wire import (
     SessionReplyField,
     SessionRequestField,
@@ -53,8 +45,6 @@ from sporenet.federated.wire import (
     split_upload_chunk,
 )
 from sporenet.proto import federated_pb2 as pb
-
-TOUCH_EVERY_CHUNKS = 16  # a long upload marks its client alive this often
 
 
 class SessionService:
@@ -164,14 +154,8 @@ class SessionService:
         self, identity: str | None, body: memoryview, context: grpc.aio.ServicerContext
     ) -> None:
         request = _parse(pb.DownloadRequest, body)
-        cid = self.s.owned(identity, request.client_id)
-        self.m.touch(cid)
-        record = self.m.model_record(request.model_version)
-        offset = request.offset
-        if offset > record.size:
-            raise TransferError(f"offset {offset} is past the model's {record.size} bytes")
-        chunk = min(request.chunk_size or self.s.chunk_size, self.s.chunk_size)
-        await self._send_model(record, offset, chunk, context)
+        record, chunk = self.s.download_range(self.s.owned(identity, request.client_id), request)
+        await self._send_model(record, request.offset, chunk, context)
 
     async def _send_model(
         self, record: ModelRecord, offset: int, chunk: int, context: grpc.aio.ServicerContext
@@ -210,10 +194,7 @@ class SessionService:
             )
         h = first.header
         cid = self.s.owned(identity, h.client_id)
-        if not UPLOAD_ID.match(h.upload_id):
-            raise UpdateRejectedError(
-                f"upload_id must be 1-64 characters of [A-Za-z0-9_-], got {h.upload_id!r}"
-            )
+        check_upload_id(h.upload_id)
         key = (cid, h.upload_id)
         running = self._receiving.get(key)
         if running is not None:  # an earlier stream of this upload keeps what it received
@@ -243,63 +224,26 @@ class SessionService:
         self, cid: str, h: pb.UploadHeader, context: grpc.aio.ServicerContext
     ) -> pb.UploadReply:
         """Tell the client where to continue, take its chunks into one buffer, submit it."""
-        path = self.m.upload_path(cid, h.upload_id)
-        kept = path.stat().st_size if path.exists() else 0
-        buf = bytearray(h.total_size)
-        view = memoryview(buf)
-        size = 0
-        if kept:  # a resumed upload: its first part comes from the file
-            with open(path, "rb") as f:
-                size = f.readinto(view[:kept]) or 0
-        offer = pb.UploadOffsetReply(received=size).SerializeToString()
+        upload = UploadReceiver(self.m, self.metrics, cid, h)
+        offer = pb.UploadOffsetReply(received=upload.size).SerializeToString()
         await context.write(frame_session(SessionReplyField.UPLOAD_OFFSET, offer))
-        count = 0
         try:
-            while size < h.total_size:
+            while not upload.complete:
                 raw = await context.read()
                 if raw is grpc.aio.EOF:
                     break
                 field, inner = split_session(raw)
                 if field != SessionRequestField.UPLOAD:
                     raise MalformedMessageError(
-                        f"expected the next upload chunk at byte {size}, found SessionRequest "
-                        f"field {field}"
+                        f"expected the next upload chunk at byte {upload.size}, found "
+                        f"SessionRequest field {field}"
                     )
-                at, data = split_upload_chunk(inner)
-                if at != size:
-                    raise TransferError(f"chunk at offset {at} does not follow byte {size}")
-                if size + len(data) > h.total_size:
-                    path.unlink(missing_ok=True)
-                    kept = size = 0  # nothing is kept: the upload is refused
-                    self.m.refuse(cid, UpdateRejectedError(
-                        f"upload sends more than the {h.total_size} bytes its header declared"
-                    ))  # fmt: skip
-                view[size : size + len(data)] = data
-                size += len(data)
-                count += 1
-                if count % TOUCH_EVERY_CHUNKS == 0:
-                    self.m.touch(cid)
+                upload.add(*split_upload_chunk(inner))
         finally:
-            self.metrics.inc("sporenet_bytes_received_total", max(size - kept, 0))
-            if size < h.total_size and size > kept:  # the stream stopped early: keep what came
-                write_atomic(path, view[:size])
-        if size < h.total_size:
-            return pb.UploadReply(
-                accepted=False, received=size, message="incomplete: resume from `received`"
-            )
-        await asyncio.get_running_loop().run_in_executor(
-            self.executor,
-            functools.partial(self._submit, cid, h, view, path if kept else None),
-        )
-        return pb.UploadReply(accepted=True, received=size)
-
-    def _submit(self, cid: str, h: pb.UploadHeader, view: memoryview, upload: Path | None) -> None:
-        """Hash, validate, keep and fold a received update (on a worker thread)."""
-        self.m.submit_update(
-            cid, h.task_id, view, upload=upload, sha256=h.sha256,
-            received_sha256=hashlib.sha256(view).hexdigest(), num_samples=h.num_samples,
-            metrics_json=h.metrics_json,
-        )  # fmt: skip
+            upload.close()
+        if not upload.complete:
+            return upload.incomplete_reply()
+        return await asyncio.get_running_loop().run_in_executor(self.executor, upload.submit)
 
 
 def _parse(message_type: Any, body: memoryview) -> Any:

@@ -1,0 +1,103 @@
+"""Receiving one update upload into memory: what UploadUpdate calls and Session streams share.
+
+The bytes go straight into one buffer of the declared size (bounded by `max_update_bytes`,
+and each receiving slot holds one), so a complete update is hashed, validated and folded
+without a trip through the file system. An upload that stops early keeps what arrived in
+its `.part` file, from which a later call or session resumes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from pathlib import Path
+
+from sporenet.federated.errors import TransferError, UpdateRejectedError
+from sporenet.federated.server.observability import Metrics
+from sporenet.federated.server.rounds import RoundManager
+from sporenet.proto import federated_pb2 as pb
+
+UPLOAD_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+TOUCH_EVERY_CHUNKS = 16  # a long upload marks its client alive this often
+
+
+def check_upload_id(upload_id: str) -> None:
+    """Refuse an upload id that could not name a file safely."""
+    if not UPLOAD_ID.match(upload_id):
+        raise UpdateRejectedError(
+            f"upload_id must be 1-64 characters of [A-Za-z0-9_-], got {upload_id!r}"
+        )
+
+
+def write_atomic(path: Path, data: memoryview) -> None:
+    """Replace `path` with `data` (a temporary file, then a rename: never half written)."""
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as f:
+        f.write(data)
+    os.replace(tmp, path)
+
+
+class UploadReceiver:
+    """One upload of `client_id` being received, resumed from its `.part` file if any.
+
+    Feed it chunks with `add`, then always `close` it; a `complete` one is `submit`ted.
+    """
+
+    def __init__(
+        self, manager: RoundManager, metrics: Metrics, client_id: str, header: pb.UploadHeader
+    ) -> None:
+        self.m, self.metrics, self.cid, self.h = manager, metrics, client_id, header
+        self.path = manager.upload_path(client_id, header.upload_id)
+        self.kept = self.path.stat().st_size if self.path.exists() else 0
+        self.view = memoryview(bytearray(header.total_size))
+        self.size = 0  # bytes of `view` received so far
+        if self.kept:
+            with open(self.path, "rb") as f:
+                self.size = f.readinto(self.view[: self.kept]) or 0
+        self._chunks = 0
+
+    @property
+    def complete(self) -> bool:
+        return self.size == self.h.total_size
+
+    def add(self, at: int, data: bytes | memoryview) -> None:
+        """Take the chunk that starts at byte `at`: TransferError when it does not follow
+        the bytes received, a refusal (counted against the client) when it runs past the
+        declared size."""
+        if at != self.size:
+            raise TransferError(f"chunk at offset {at} does not follow byte {self.size}")
+        if self.size + len(data) > self.h.total_size:
+            self.path.unlink(missing_ok=True)
+            self.kept = self.size  # nothing is kept: the upload is refused
+            self.m.refuse(
+                self.cid,
+                UpdateRejectedError(
+                    f"upload sends more than the {self.h.total_size} bytes its header declared"
+                ),
+            )
+        self.view[self.size : self.size + len(data)] = data
+        self.size += len(data)
+        self._chunks += 1
+        if self._chunks % TOUCH_EVERY_CHUNKS == 0:
+            self.m.touch(self.cid)  # a long upload is a sign of life
+
+    def close(self) -> None:
+        """Count what arrived; if the upload stopped early, keep it for a resumption."""
+        self.metrics.inc("sporenet_bytes_received_total", self.size - self.kept)
+        if not self.complete and self.size > self.kept:
+            write_atomic(self.path, self.view[: self.size])
+
+    def incomplete_reply(self) -> pb.UploadReply:
+        return pb.UploadReply(
+            accepted=False, received=self.size, message="incomplete: resume from `received`"
+        )
+
+    def submit(self) -> pb.UploadReply:
+        """Hash, validate, keep and fold the complete update (blocking: run it on a thread)."""
+        self.m.submit_update(
+            self.cid, self.h.task_id, self.view, upload=self.path if self.kept else None,
+            sha256=self.h.sha256, received_sha256=hashlib.sha256(self.view).hexdigest(),
+            num_samples=self.h.num_samples, metrics_json=self.h.metrics_json,
+        )  # fmt: skip
+        return pb.UploadReply(accepted=True, received=self.size)
