@@ -426,14 +426,8 @@ class FederatedServicer(pb_grpc.FederatedServicer):
     def _receive(
         self, cid: str, first: pb.UploadChunk, request_iterator: Iterator[bytes]
     ) -> pb.UploadReply:
-        """Receive an upload into memory, hashing it as it arrives, then submit it.
-
-        The bytes go straight into one buffer of the declared size (bounded by
-        `max_update_bytes`, and at most `max_transfers` uploads run at once), so a complete
-        update is validated and folded without a trip through the file system. Only an
-        upload that stops early is written to its `.part` file, from which a later call
-        resumes (GetUploadOffset reports its size).
-        """
+        """Receive an upload into memory (see upload.py), then submit it; only one call
+        at a time receives a given upload (GetUploadOffset reports what the last kept)."""
         h = first.header
         key = (cid, h.upload_id)
         self._settled(key)  # an earlier call of this upload first keeps what it received
