@@ -32,6 +32,7 @@ local DP (`dp_local_noise_multiplier`), all of the noise before any upload (priv
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hashlib
 import json
@@ -62,7 +63,7 @@ from sporenet.federated.net import is_loopback, split_address
 from sporenet.federated.privacy import DistributedDP, LocalDP, PrivacyError
 from sporenet.federated.secagg import SecAggError, Stage
 from sporenet.federated.secagg.session import SecureClientSession
-from sporenet.federated.session_stream import SessionStream, Watchdog
+from sporenet.federated.session_stream import SessionStream, TransportLoop
 from sporenet.federated.wire import (
     STAGE_NAMES,
     SessionReplyField,
@@ -242,9 +243,10 @@ class Client:
         # "session": one Session stream carries polls, downloads, uploads and heartbeats;
         # "calls": one unary or streaming call each (servers without Session).
         self.transport = transport
+        # Sessions run on the process's shared event loop, over an asyncio channel of their own.
+        self._transport = TransportLoop.shared() if transport == "session" else None
+        self._aio_channel: grpc.aio.Channel | None = None
         self._session: SessionStream | None = None
-        self._model_follows = False  # the session's next replies are the polled task's model
-        self._watchdog = Watchdog()
         self._connect()
         self.client_id: str | None = None
         self._heartbeat_interval = 5.0
@@ -273,6 +275,14 @@ class Client:
             return grpc.secure_channel(self.address, creds, options=options)
         return grpc.insecure_channel(self.address, options=options)
 
+    def _new_aio_channel(self) -> grpc.aio.Channel:
+        """The sessions' channel (create it on the transport loop)."""
+        options = [("grpc.use_local_subchannel_pool", 1)]
+        if self._tls is not None:
+            creds = grpc.ssl_channel_credentials(*self._tls)
+            return grpc.aio.secure_channel(self.address, creds, options=options)
+        return grpc.aio.insecure_channel(self.address, options=options)
+
     def _connect(self) -> None:
         """Open the client's connection (a new channel) and bind the calls to it."""
         self._channel = self._new_channel()
@@ -285,27 +295,38 @@ class Client:
         )
 
     def close(self) -> None:
-        """Close the connection and stop the client's helper thread."""
+        """Close the client's connections."""
         self._disconnect()
-        self._watchdog.close()
 
     def _disconnect(self) -> None:
         self._drop_session()
         self._channel.close()
+        channel, self._aio_channel = self._aio_channel, None
+        if channel is not None and self._transport is not None:
+            self._transport.spawn(channel.close())
 
     def _open_session(self) -> SessionStream:
-        """The open Session stream, opened (authenticated) anew after any failure."""
+        """The open Session stream, opened (authenticated) anew after any failure; call it
+        on the transport loop."""
         if self._session is None or self._session.closed:
+            if self._aio_channel is None:
+                self._aio_channel = self._new_aio_channel()
             self._session = SessionStream(
-                self._channel, f"/{SERVICE}/Session", self._md("Session"), self._watchdog
+                self._aio_channel, f"/{SERVICE}/Session", self._md("Session")
             )
         return self._session
 
     def _drop_session(self) -> None:
         """Close the session: after a failed exchange its next replies are out of step."""
-        if self._session is not None:
-            self._session.close()
-            self._session = None
+        session, self._session = self._session, None
+        if session is not None and self._transport is not None:
+            self._transport.call(session.close)
+
+    def _in_session(self, exchange: Any) -> Any:
+        """Run the coroutine `exchange` on the transport loop and wait for its result."""
+        if self._transport is None:
+            raise ConfigError("this client talks to the server through calls, not a session")
+        return self._transport.run(exchange)
 
     def stop(self) -> None:
         """Ask `run()` to return at its next step."""
@@ -396,16 +417,20 @@ class Client:
         # task's model right after the task.
         request.send_model = self._partial is None
         request.held_model_sha256 = next(iter(self._models.values()))[0] if self._models else ""
+        task = cast(pb.Task, self._in_session(self._poll_in_session(request, timeout)))
+        if request.send_model and task.model_sha256 not in ("", request.held_model_sha256):
+            self._model_bytes(task)  # received with the task: checked and kept here
+        return task
+
+    async def _poll_in_session(self, request: pb.TaskRequest, timeout: float) -> pb.Task:
+        """Poll, and receive the task's model when the server sends it along."""
         session = self._open_session()
-        session.send(SessionRequestField.POLL, request.SerializeToString())
-        _, body = session.receive((SessionReplyField.TASK,), timeout)
+        await session.send(SessionRequestField.POLL, request.SerializeToString())
+        _, body = await session.receive((SessionReplyField.TASK,), timeout)
         task = pb.Task.FromString(bytes(body))
         if request.send_model and task.model_sha256 not in ("", request.held_model_sha256):
-            self._model_follows = True  # read it now: the session's next replies are its chunks
-            try:
-                self._model_bytes(task)
-            finally:
-                self._model_follows = False
+            self._start_download(task)
+            await self._download_in_session(task, requested=True)
         return task
 
     # -- tasks -------------------------------------------------------------------------------
@@ -415,26 +440,14 @@ class Client:
         cached = self._models.get(task.model_version)
         if cached is not None and cached[0] == task.model_sha256:
             return cached[1]
-        # Chunks land in one buffer of the announced size (no appends, no final copy);
-        # `received` bytes of it are valid, so an interrupted download resumes there.
-        if self._partial is None or self._partial[0] != task.model_version:
-            self._partial = (task.model_version, bytearray(task.model_size), 0)
-        _, buf, received = self._partial
-        view = memoryview(buf)
-        try:
-            for at, piece in self._download(task, received):
-                if at != received:
-                    raise TransferError(f"download chunk at offset {at}, expected {received}")
-                if at + len(piece) > len(buf):
-                    raise TransferError(
-                        f"download runs past the model's announced {len(buf)} bytes"
-                    )
-                view[at : at + len(piece)] = piece
-                received += len(piece)
-        finally:
-            self._partial = (task.model_version, buf, received)
+        partial = self._start_download(task)
+        if partial[2] < task.model_size:
+            if self.transport == "calls":
+                self._download_by_call(task)
+            else:
+                self._in_session(self._download_in_session(task, requested=False))
+        _, data, received = self._partial or partial
         self._partial = None
-        data = buf
         if received != task.model_size or hashlib.sha256(data).hexdigest() != task.model_sha256:
             raise TransferError(
                 f"model v{task.model_version} failed its size/sha256 check; downloading again"
@@ -443,43 +456,79 @@ class Client:
         self._models = {task.model_version: (task.model_sha256, data)}
         return data
 
-    def _download(self, task: pb.Task, offset: int) -> Iterator[tuple[int, memoryview]]:
-        """(offset, bytes) pieces of the task's model from `offset` to its end."""
-        request = pb.DownloadRequest(
-            client_id=self.client_id or "", model_version=task.model_version, offset=offset,
-            chunk_size=self.download_chunk_size,
+    def _start_download(self, task: pb.Task) -> tuple[int, bytearray, int]:
+        """The download of the task's model in progress: (version, buffer, bytes received).
+
+        Chunks land in one buffer of the announced size (no appends, no final copy);
+        `received` bytes of it are valid, so an interrupted download resumes there.
+        """
+        if self._partial is None or self._partial[0] != task.model_version:
+            self._partial = (task.model_version, bytearray(task.model_size), 0)
+        return self._partial
+
+    def _take_chunk(self, at: int, piece: memoryview) -> int:
+        """Place a downloaded chunk that starts at byte `at`; the bytes received now."""
+        if self._partial is None:
+            raise TransferError("a model chunk arrived with no download in progress")
+        version, buf, received = self._partial
+        if not piece:
+            raise TransferError(f"empty download chunk at offset {at}")
+        if at != received:
+            raise TransferError(f"download chunk at offset {at}, expected {received}")
+        if at + len(piece) > len(buf):
+            raise TransferError(f"download runs past the model's announced {len(buf)} bytes")
+        memoryview(buf)[at : at + len(piece)] = piece
+        self._partial = (version, buf, at + len(piece))
+        return at + len(piece)
+
+    def _download_request(self, task: pb.Task) -> pb.DownloadRequest:
+        return pb.DownloadRequest(
+            client_id=self.client_id or "", model_version=task.model_version,
+            offset=self._start_download(task)[2], chunk_size=self.download_chunk_size,
         )  # fmt: skip
-        if self.transport == "calls":
-            stream = self._download_raw(
-                request, metadata=self._md("DownloadModel"),
-                timeout=self.rpc_timeout + task.model_size / 5e6,
-            )  # fmt: skip
-            for raw in stream:
-                at, piece, _ = split_model_chunk(raw)
-                yield at, piece
-            return
+
+    def _download_by_call(self, task: pb.Task) -> None:
+        """Download the rest of the task's model through a DownloadModel call."""
+        stream = self._download_raw(
+            self._download_request(task), metadata=self._md("DownloadModel"),
+            timeout=self.rpc_timeout + task.model_size / 5e6,
+        )  # fmt: skip
+        for raw in stream:
+            at, piece, _ = split_model_chunk(raw)
+            self._take_chunk(at, piece)
+
+    async def _download_in_session(self, task: pb.Task, *, requested: bool) -> None:
+        """Receive the rest of the task's model over the session (asking for it first,
+        unless the poll already did)."""
         session = self._open_session()
-        if not self._model_follows:
-            session.send(SessionRequestField.DOWNLOAD, request.SerializeToString())
-        while offset < task.model_size:
-            _, body = session.receive((SessionReplyField.MODEL,), self.rpc_timeout)
+        if not requested:
+            request = self._download_request(task)
+            await session.send(SessionRequestField.DOWNLOAD, request.SerializeToString())
+        received = self._start_download(task)[2]
+        while received < task.model_size:
+            _, body = await session.receive((SessionReplyField.MODEL,), self.rpc_timeout)
             at, piece, _ = split_model_chunk(body)
-            if not piece:
-                raise TransferError(f"empty download chunk at offset {at}")
-            yield at, piece
-            offset = at + len(piece)
+            received = self._take_chunk(at, piece)
 
     def _heartbeats(self, task_id: str, done: threading.Event) -> None:
+        """Heartbeat calls every interval until `done` (the calls transport)."""
         while not done.wait(self._heartbeat_interval):
             request = pb.HeartbeatRequest(client_id=self.client_id or "", task_id=task_id)
-            session = self._session
-            if session is not None and not session.closed:
-                session.send(SessionRequestField.HEARTBEAT, request.SerializeToString())
-                continue
             # The main loop handles reconnects; a missed beat is not fatal.
             with contextlib.suppress(grpc.RpcError):
                 self._stub.Heartbeat(
                     request, metadata=self._md("Heartbeat"), timeout=self.rpc_timeout
+                )
+
+    async def _heartbeats_in_session(self, task_id: str) -> None:
+        """Heartbeats over the session every interval until cancelled."""
+        request = pb.HeartbeatRequest(client_id=self.client_id or "", task_id=task_id)
+        while True:
+            await asyncio.sleep(self._heartbeat_interval)
+            # The main loop handles failures; a missed beat is not fatal.
+            with contextlib.suppress(grpc.RpcError, TransferError):
+                await self._open_session().send(
+                    SessionRequestField.HEARTBEAT, request.SerializeToString()
                 )
 
     def _fit(self, task: pb.Task) -> None:
@@ -499,14 +548,20 @@ class Client:
         global_weights = read_weights(self._model_bytes(task))
         config = json.loads(task.config_json or "{}")
         done = threading.Event()
-        beats = threading.Thread(target=self._heartbeats, args=(task.task_id, done), daemon=True)
-        beats.start()
+        if self._transport is not None:
+            beats: Any = self._transport.spawn(self._heartbeats_in_session(task.task_id))
+        else:
+            beats = threading.Thread(target=self._heartbeats, args=(task.task_id, done),
+                                     daemon=True)  # fmt: skip
+            beats.start()
         try:
             new, num_samples, metrics = self.train(
                 {k: v.copy() for k, v in global_weights.items()}, config
             )
         finally:
             done.set()
+            if self._transport is not None:
+                beats.cancel()
         missing = sorted(set(global_weights) - set(new))
         if missing:
             raise ConfigError(f"train() returned weights without tensors {missing}")
@@ -652,7 +707,7 @@ class Client:
         if self.transport == "calls":
             self._upload_by_call(p)
         elif self.upload_connection == "shared":
-            self._upload_in_session(self._open_session(), p)
+            self._in_session(self._upload_in_session(p, self._upload_header(p)))
         else:
             # A gRPC server keeps buffers sized to what a connection received for as long
             # as it stays open, so a fleet of idle clients whose long-lived connections
@@ -660,17 +715,19 @@ class Client:
             # after its update the client moves to a new connection. (It waits for its
             # upload slot on the old one, so waiting clients hold one connection each.)
             try:
-                self._upload_in_session(self._open_session(), p)
+                self._in_session(self._upload_in_session(p, self._upload_header(p)))
             finally:
                 self._disconnect()
                 self._connect()
 
-    def _upload_in_session(self, session: SessionStream, p: _PendingUpload) -> None:
-        header = pb.UploadChunk(header=self._upload_header(p)).SerializeToString()
-        session.send(SessionRequestField.UPLOAD, header)
+    async def _upload_in_session(self, p: _PendingUpload, header: pb.UploadHeader) -> None:
+        """Send the update over the session (its header hashed beforehand, off the loop)."""
+        session = self._open_session()
+        first = pb.UploadChunk(header=header).SerializeToString()
+        await session.send(SessionRequestField.UPLOAD, first)
         # The server answers when it has a slot for this upload: with a whole fleet
         # uploading at once that may take a while, and costs neither side anything.
-        field, body = session.receive(
+        field, body = await session.receive(
             (SessionReplyField.UPLOAD_OFFSET, SessionReplyField.UPLOAD_REPLY),
             self.rpc_timeout * UPLOAD_WAIT_FACTOR,
         )
@@ -679,9 +736,9 @@ class Client:
             view = memoryview(p.payload)
             while pos < len(p.payload):
                 data = view[pos : pos + self.chunk_size]
-                session.send_framed(encode_upload_chunk(pos, data, session=True))
+                await session.send_framed(encode_upload_chunk(pos, data, session=True))
                 pos += len(data)
-            _, body = session.receive(
+            _, body = await session.receive(
                 (SessionReplyField.UPLOAD_REPLY,), self.rpc_timeout + len(p.payload) / 5e6
             )
         _check_accepted(pb.UploadReply.FromString(bytes(body)), p)

@@ -1,126 +1,146 @@
-"""The client's end of a Session stream: requests in through a queue, replies read in order.
+"""The client's end of a Session stream, served by one asyncio loop per process.
 
 A Session (see federated.proto) carries a client's polls, downloads, uploads and
-heartbeats over one long-lived stream. gRPC's blocking API has no timeout for reading the
-next message of a stream, so a watchdog cancels the call when a reply is overdue; the
-client then opens a new session, as it would after any failure.
+heartbeats over one long-lived stream. Through gRPC's blocking API every stream costs
+threads (one feeding its requests, one watching for overdue replies, since a blocking
+read has no timeout) and every message a hand-off between them; with a fleet simulated
+in one process those hand-offs were most of the clients' CPU. Here the sessions of all
+clients of a process are coroutines on one `TransportLoop` thread: a client's thread
+hands it a whole exchange (a poll and the model that follows it, an upload) and waits
+once, and a reply's timeout is an `asyncio.wait_for`.
 """
 
 from __future__ import annotations
 
-import queue
+import asyncio
+import os
 import threading
-import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Coroutine, Sequence
+from concurrent.futures import Future
+from typing import Any, ClassVar, NoReturn, TypeVar
 
 import grpc
 
 from sporenet.federated.errors import MalformedMessageError, TransferError
-from sporenet.federated.wire import frame_session, identity, split_session
+from sporenet.federated.wire import SessionReplyField, frame_session, identity, split_session
+
+T = TypeVar("T")
 
 
-class Watchdog:
-    """Cancels a call whose reply is not in by its deadline (one thread per client)."""
+def _name(field: int) -> str:
+    """A SessionReply oneof field for messages: its name and number."""
+    try:
+        return f"{SessionReplyField(field).name.lower()} ({field})"
+    except ValueError:
+        return f"field {field}"
+
+
+class TransportLoop:
+    """A daemon thread running the event loop that carries this process's sessions."""
+
+    _shared: ClassVar[TransportLoop | None] = None
+    _lock: ClassVar[threading.Lock] = threading.Lock()
 
     def __init__(self) -> None:
-        self._cond = threading.Condition()
-        self._call: grpc.Future | None = None
-        self._due = 0.0
-        self._thread: threading.Thread | None = None
+        self.loop = asyncio.new_event_loop()
+        self.pid = os.getpid()
+        self._thread = threading.Thread(target=self.loop.run_forever, name="session-loop",
+                                        daemon=True)  # fmt: skip
+        self._thread.start()
 
-    def arm(self, call: grpc.Future, seconds: float) -> None:
-        with self._cond:
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="session-watchdog",
-                                                daemon=True)  # fmt: skip
-                self._thread.start()
-            self._call, self._due = call, time.monotonic() + seconds
-            self._cond.notify()
+    @classmethod
+    def shared(cls) -> TransportLoop:
+        """The process's loop, started on first use (and again in a forked child, which
+        has the parent's object but not its thread)."""
+        with cls._lock:
+            if cls._shared is None or cls._shared.pid != os.getpid():
+                cls._shared = cls()
+            return cls._shared
 
-    def disarm(self) -> None:
-        with self._cond:
-            self._call = None  # no wake-up needed: the thread finds nothing to do at `due`
+    def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Run `coro` on the loop and wait for it; its exception is raised here."""
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
 
-    def close(self) -> None:
-        """Stop the thread (a later `arm` starts a new one)."""
-        with self._cond:
-            thread, self._thread, self._call = self._thread, None, None
-            self._cond.notify()
-        if thread is not None:
-            thread.join()
+    def spawn(self, coro: Coroutine[Any, Any, T]) -> Future[T]:
+        """Start `coro` on the loop without waiting (cancel the future to stop it)."""
+        return asyncio.run_coroutine_threadsafe(coro, self.loop)
 
-    def _run(self) -> None:
-        me = threading.current_thread()
-        with self._cond:
-            while self._thread is me:
-                if self._call is None:
-                    self._cond.wait()
-                    continue
-                left = self._due - time.monotonic()
-                if left <= 0:
-                    self._call.cancel()
-                    self._call = None
-                else:
-                    self._cond.wait(left)
+    def call(self, fn: Any, *args: Any) -> None:
+        """Call `fn(*args)` on the loop, soon (for grpc.aio objects, which are not
+        thread-safe)."""
+        self.loop.call_soon_threadsafe(fn, *args)
 
 
 class SessionStream:
-    """One open Session call. Thread-safe for `send`; `receive` is for one thread."""
+    """One open Session call. Use it only from coroutines on its TransportLoop."""
 
     def __init__(
-        self, channel: grpc.Channel, method: str, metadata: Sequence[tuple[str, str]],
-        watchdog: Watchdog,
-    ) -> None:  # fmt: skip
-        self._requests: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
-        self._watchdog = watchdog
+        self, channel: grpc.aio.Channel, method: str, metadata: Sequence[tuple[str, str]]
+    ) -> None:
         open_call = channel.stream_stream(
             method, request_serializer=identity, response_deserializer=identity
         )
-        self._call = open_call(self._outgoing(), metadata=metadata)
+        self._call = open_call(metadata=tuple(metadata))
+        self._writing = asyncio.Lock()  # heartbeats may write while an exchange does
         self.closed = False
 
-    def _outgoing(self) -> Iterator[bytes]:
-        while True:
-            message = self._requests.get()
-            if message is None:
-                return
-            yield message
+    async def send(self, field: int, message: bytes) -> None:
+        """Send the SessionRequest whose oneof `field` holds the encoded `message`."""
+        await self.send_framed(frame_session(field, message))
 
-    def send(self, field: int, message: bytes) -> None:
-        """Queue the SessionRequest whose oneof `field` holds the encoded `message`."""
-        self._requests.put(frame_session(field, message))
+    async def send_framed(self, request: bytes) -> None:
+        """Send an already framed SessionRequest; raises like `receive` when the call
+        has ended."""
+        if self._call.done():
+            await self._raise_ended()
+        async with self._writing:
+            try:
+                await self._call.write(request)
+            except grpc.RpcError:
+                self.closed = True
+                raise
+            except asyncio.InvalidStateError:  # the call ended meanwhile
+                await self._raise_ended()
 
-    def send_framed(self, request: bytes) -> None:
-        """Queue an already framed SessionRequest."""
-        self._requests.put(request)
-
-    def receive(self, expected: Sequence[int], timeout: float) -> tuple[int, memoryview]:
+    async def receive(self, expected: Sequence[int], timeout: float) -> tuple[int, memoryview]:
         """The next reply, (oneof field, encoded message), which must be one of `expected`.
 
-        Raises grpc.RpcError when the stream failed (the server's status, or CANCELLED when
-        no reply came within `timeout` seconds), TransferError when the server ended it,
-        MalformedMessageError for a reply that is not one of `expected`.
+        Raises grpc.RpcError when the stream failed (with the server's status),
+        TransferError when no reply came within `timeout` seconds or the server ended the
+        stream, MalformedMessageError for a reply that is not one of `expected`.
         """
-        self._watchdog.arm(self._call, timeout)
         try:
-            raw = next(self._call)
+            raw = await asyncio.wait_for(self._call.read(), timeout)
+        except TimeoutError:
+            self.close()
+            raise TransferError(f"no reply from the server within {timeout:g} s") from None
         except grpc.RpcError:
             self.closed = True
             raise
-        except StopIteration:
-            self.closed = True
-            raise TransferError("the server ended the session") from None
-        finally:
-            self._watchdog.disarm()
+        if raw is grpc.aio.EOF:
+            await self._raise_ended()
         field, body = split_session(raw)
         if field not in expected:
             self.close()
             raise MalformedMessageError(
-                f"expected a SessionReply with field {list(expected)}, got field {field}"
+                f"expected a SessionReply {' or '.join(_name(f) for f in expected)}, "
+                f"got {_name(field)}"
             )
         return field, body
 
+    async def _raise_ended(self) -> NoReturn:
+        """Raise how the call ended: its status, or TransferError if it ended cleanly."""
+        self.closed = True
+        code = await self._call.code()
+        if code == grpc.StatusCode.OK:
+            raise TransferError("the server ended the session")
+        raise grpc.aio.AioRpcError(
+            code,
+            await self._call.initial_metadata(),
+            await self._call.trailing_metadata(),
+            await self._call.details(),
+        )
+
     def close(self) -> None:
         self.closed = True
-        self._requests.put(None)
         self._call.cancel()
