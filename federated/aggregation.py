@@ -65,7 +65,9 @@ class Aggregator(Protocol):
     """
 
     def add(self, client_id: str, update: Weights, weight: float) -> None:
-        """Fold in one client's update with its weight (its number of samples)."""
+        """Fold in one client's update with its weight (its number of samples). The
+        arrays of `update` may be views of a receive buffer the server reuses once `add`
+        returns: copy what is kept."""
 
     def result(self) -> Weights:
         """The aggregated delta, one array per template tensor, in the template's dtype."""

@@ -37,7 +37,7 @@ from sporenet.federated.server.rounds import (
     transfer_split,
 )
 from sporenet.federated.server.state import ModelRecord
-from sporenet.federated.server.upload import UploadReceiver, check_upload_id
+from sporenet.federated.server.upload import BufferPool, UploadReceiver, check_upload_id
 from sporenet.federated.wire import (
     SECURE_STAGES,
     STAGE_NAMES,
@@ -208,6 +208,8 @@ class FederatedServicer(pb_grpc.FederatedServicer):
         downloads, uploads = transfer_split(max_transfers)
         self._transfers = threading.BoundedSemaphore(downloads)
         self._uploads = threading.BoundedSemaphore(uploads)
+        self.buffers = BufferPool(uploads)  # receive buffers, shared with Session uploads
+        manager.on_change(self.buffers.clear)  # phases change: no buffer kept over a round
         self._admitted = threading.BoundedSemaphore(ADMITTED_PER_UPLOAD * uploads)
         # Admission calls that may wait for a grant, holding a thread each.
         self._admission = threading.BoundedSemaphore(ADMIT_WAITERS_PER_SLOT * uploads)
@@ -454,7 +456,7 @@ class FederatedServicer(pb_grpc.FederatedServicer):
     def _receive_into_memory(
         self, cid: str, first: pb.UploadChunk, request_iterator: Iterator[bytes]
     ) -> pb.UploadReply:
-        upload = UploadReceiver(self.m, self.metrics, cid, first.header)
+        upload = UploadReceiver(self.m, self.metrics, cid, first.header, self.buffers)
         if first.offset != upload.kept:
             raise TransferError(
                 f"upload {first.header.upload_id!r} continues at offset {upload.kept}, "

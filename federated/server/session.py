@@ -224,7 +224,7 @@ class SessionService:
         self, cid: str, h: pb.UploadHeader, context: grpc.aio.ServicerContext
     ) -> pb.UploadReply:
         """Tell the client where to continue, take its chunks into one buffer, submit it."""
-        upload = UploadReceiver(self.m, self.metrics, cid, h)
+        upload = UploadReceiver(self.m, self.metrics, cid, h, self.s.buffers)
         offer = pb.UploadOffsetReply(received=upload.size).SerializeToString()
         await context.write(frame_session(SessionReplyField.UPLOAD_OFFSET, offer))
         try:
