@@ -284,15 +284,34 @@ class Client:
         return grpc.aio.insecure_channel(self.address, options=options)
 
     def _connect(self) -> None:
-        """Open the client's connection (a new channel) and bind the calls to it."""
-        self._channel = self._new_channel()
-        self._stub = pb_grpc.FederatedStub(self._channel)
-        # The payload streams as raw bytes (see wire.py): no protobuf copies of each chunk.
-        self._download_raw = self._channel.unary_stream(
-            f"/{SERVICE}/DownloadModel",
-            request_serializer=pb.DownloadRequest.SerializeToString,
-            response_deserializer=identity,
-        )
+        """Start over with new connections, each opened on first use (a session client may
+        never need its blocking channel again after registering)."""
+        self._calls: tuple[grpc.Channel, pb_grpc.FederatedStub, Any] | None = None
+
+    def _blocking_calls(self) -> tuple[grpc.Channel, pb_grpc.FederatedStub, Any]:
+        """(channel, stub, raw DownloadModel call) of the blocking channel, opened if needed."""
+        if self._calls is None:
+            channel = self._new_channel()
+            # The payload streams as raw bytes (see wire.py): no protobuf copies of each chunk.
+            download_raw = channel.unary_stream(
+                f"/{SERVICE}/DownloadModel",
+                request_serializer=pb.DownloadRequest.SerializeToString,
+                response_deserializer=identity,
+            )
+            self._calls = (channel, pb_grpc.FederatedStub(channel), download_raw)
+        return self._calls
+
+    @property
+    def _channel(self) -> grpc.Channel:
+        return self._blocking_calls()[0]
+
+    @property
+    def _stub(self) -> pb_grpc.FederatedStub:
+        return self._blocking_calls()[1]
+
+    @property
+    def _download_raw(self) -> Any:
+        return self._blocking_calls()[2]
 
     def close(self) -> None:
         """Close the client's connections."""
@@ -300,7 +319,8 @@ class Client:
 
     def _disconnect(self) -> None:
         self._drop_session()
-        self._channel.close()
+        if self._calls is not None:
+            self._calls[0].close()
         channel, self._aio_channel = self._aio_channel, None
         if channel is not None and self._transport is not None:
             self._transport.spawn(channel.close())
