@@ -9,7 +9,8 @@ authenticated once when it opens:
 - a download sends the model's chunks, encoded once per version for every client;
 - an upload waits for a receiving slot before the client sends a byte (so waiting
   clients hold no payload in the server), is received into one buffer, then hashed,
-  validated, written and folded on a worker thread, since those block.
+  validated, written and folded: on a worker thread, since those block, unless the
+  update is small enough that the hand-off would cost more.
 
 The RoundManager stays the single source of truth; this module is only a transport, like
 servicer.py, whose checks and error mapping it shares.
@@ -45,6 +46,12 @@ from sporenet.federated.wire import (
     split_upload_chunk,
 )
 from sporenet.proto import federated_pb2 as pb
+
+# An update up to this size is hashed, validated, written and folded on the loop itself:
+# that takes well under a millisecond, less than handing it to a worker thread and back
+# (100 clients x 100k parameters: 0.47-0.48 -> 0.44-0.46 s per round). Bigger ones go to
+# the worker threads, so the loop keeps receiving meanwhile.
+INLINE_SUBMIT_BYTES = 1 << 20
 
 
 class SessionService:
@@ -243,6 +250,8 @@ class SessionService:
             upload.close()
         if not upload.complete:
             return upload.incomplete_reply()
+        if h.total_size <= INLINE_SUBMIT_BYTES:
+            return upload.submit()
         return await asyncio.get_running_loop().run_in_executor(self.executor, upload.submit)
 
 
