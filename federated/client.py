@@ -275,8 +275,13 @@ class Client:
             return grpc.secure_channel(self.address, creds, options=options)
         return grpc.insecure_channel(self.address, options=options)
 
+    def _aio(self) -> grpc.aio.Channel:
+        """The sessions' channel, opened if needed (call it on the transport loop)."""
+        if self._aio_channel is None:
+            self._aio_channel = self._new_aio_channel()
+        return self._aio_channel
+
     def _new_aio_channel(self) -> grpc.aio.Channel:
-        """The sessions' channel (create it on the transport loop)."""
         options = [("grpc.use_local_subchannel_pool", 1)]
         if self._tls is not None:
             creds = grpc.ssl_channel_credentials(*self._tls)
@@ -284,8 +289,8 @@ class Client:
         return grpc.aio.insecure_channel(self.address, options=options)
 
     def _connect(self) -> None:
-        """Start over with new connections, each opened on first use (a session client may
-        never need its blocking channel again after registering)."""
+        """Start over with new connections, each opened on first use (a session client
+        needs its blocking channel only for evaluation reports and secure rounds)."""
         self._calls: tuple[grpc.Channel, pb_grpc.FederatedStub, Any] | None = None
 
     def _blocking_calls(self) -> tuple[grpc.Channel, pb_grpc.FederatedStub, Any]:
@@ -329,11 +334,7 @@ class Client:
         """The open Session stream, opened (authenticated) anew after any failure; call it
         on the transport loop."""
         if self._session is None or self._session.closed:
-            if self._aio_channel is None:
-                self._aio_channel = self._new_aio_channel()
-            self._session = SessionStream(
-                self._aio_channel, f"/{SERVICE}/Session", self._md("Session")
-            )
+            self._session = SessionStream(self._aio(), f"/{SERVICE}/Session", self._md("Session"))
         return self._session
 
     def _drop_session(self) -> None:
@@ -353,14 +354,26 @@ class Client:
         self._stop.set()
 
     def _register(self) -> None:
-        reply = self._stub.Register(
-            pb.RegisterRequest(client_name=self.name, compression=list(self.compression)),
-            metadata=self._md("Register"),
-            timeout=self.rpc_timeout,
-        )
+        request = pb.RegisterRequest(client_name=self.name, compression=list(self.compression))
+        if self.transport == "session":
+            # Over the session's connection: a second one, open until the first upload,
+            # would cost the server memory for every client of the fleet.
+            reply = self._in_session(self._register_in_session(request))
+        else:
+            reply = self._stub.Register(
+                request, metadata=self._md("Register"), timeout=self.rpc_timeout
+            )
         self.client_id = reply.client_id
         self._heartbeat_interval = max(reply.heartbeat_interval_ms / 1000.0, 0.05)
         log.info("registered as %s", self.client_id)
+
+    async def _register_in_session(self, request: pb.RegisterRequest) -> pb.RegisterReply:
+        register = self._aio().unary_unary(
+            f"/{SERVICE}/Register",
+            request_serializer=pb.RegisterRequest.SerializeToString,
+            response_deserializer=pb.RegisterReply.FromString,
+        )
+        return await register(request, metadata=self._md("Register"), timeout=self.rpc_timeout)
 
     # -- the loop --------------------------------------------------------------------------
 
