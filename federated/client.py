@@ -17,8 +17,11 @@ carried into the next round (error feedback).
 By default the client talks to the server over one `Session` stream (federated.proto):
 polls, the model's chunks (sent right after the task that names it), its update (sent
 once the server grants a receiving slot) and heartbeats, all authenticated once when the
-stream opens. After each update it moves to a new connection, because the server's gRPC
-keeps receive buffers per connection. `transport="calls"` uses one RPC per step instead.
+stream opens. The sessions of every client in a process run as coroutines on one shared
+event loop (session_stream.TransportLoop); `run()`, `train` and `evaluate` stay on the
+caller's thread, which hands the loop a whole exchange at a time. After each update the
+client moves to a new connection, because the server's gRPC keeps receive buffers per
+connection. `transport="calls"` uses one blocking RPC per step instead.
 
 When the server runs secure aggregation, a fit round arrives as TASK_SECURE_FIT tasks,
 one per protocol stage: the client answers each with a `SecureClientSession` (one per
@@ -558,10 +561,13 @@ class Client:
         request = pb.HeartbeatRequest(client_id=self.client_id or "", task_id=task_id)
         while True:
             await asyncio.sleep(self._heartbeat_interval)
-            # The main loop handles failures; a missed beat is not fatal.
+            # The main loop handles failures; a missed beat is not fatal. Shielded: when
+            # training ends mid-write, cancelling the write would cancel the whole call.
             with contextlib.suppress(grpc.RpcError, TransferError):
-                await self._open_session().send(
-                    SessionRequestField.HEARTBEAT, request.SerializeToString()
+                await asyncio.shield(
+                    self._open_session().send(
+                        SessionRequestField.HEARTBEAT, request.SerializeToString()
+                    )
                 )
 
     def _fit(self, task: pb.Task) -> None:
