@@ -293,7 +293,7 @@ class Client:
 
     def _connect(self) -> None:
         """Start over with new connections, each opened on first use (a session client
-        needs its blocking channel only for evaluation reports and secure rounds)."""
+        never opens its blocking channel: all its calls use the session's connection)."""
         self._calls: tuple[grpc.Channel, pb_grpc.FederatedStub, Any] | None = None
 
     def _blocking_calls(self) -> tuple[grpc.Channel, pb_grpc.FederatedStub, Any]:
@@ -356,27 +356,25 @@ class Client:
         """Ask `run()` to return at its next step."""
         self._stop.set()
 
+    def _call(self, method: str, request: Any, timeout: float) -> Any:
+        """A unary or client-streaming call. A session client makes it over its session's
+        connection: a second connection per client would cost the server memory for
+        every client of the fleet."""
+        if self._transport is None:
+            call = getattr(self._stub, method)
+            return call(request, metadata=self._md(method), timeout=timeout)
+        return self._transport.run(self._call_on_loop(method, request, timeout))
+
+    async def _call_on_loop(self, method: str, request: Any, timeout: float) -> Any:
+        call = getattr(pb_grpc.FederatedStub(self._aio()), method)
+        return await call(request, metadata=self._md(method), timeout=timeout)
+
     def _register(self) -> None:
         request = pb.RegisterRequest(client_name=self.name, compression=list(self.compression))
-        if self.transport == "session":
-            # Over the session's connection: a second one, open until the first upload,
-            # would cost the server memory for every client of the fleet.
-            reply = self._in_session(self._register_in_session(request))
-        else:
-            reply = self._stub.Register(
-                request, metadata=self._md("Register"), timeout=self.rpc_timeout
-            )
+        reply = self._call("Register", request, self.rpc_timeout)
         self.client_id = reply.client_id
         self._heartbeat_interval = max(reply.heartbeat_interval_ms / 1000.0, 0.05)
         log.info("registered as %s", self.client_id)
-
-    async def _register_in_session(self, request: pb.RegisterRequest) -> pb.RegisterReply:
-        register = self._aio().unary_unary(
-            f"/{SERVICE}/Register",
-            request_serializer=pb.RegisterRequest.SerializeToString,
-            response_deserializer=pb.RegisterReply.FromString,
-        )
-        return await register(request, metadata=self._md("Register"), timeout=self.rpc_timeout)
 
     # -- the loop --------------------------------------------------------------------------
 
@@ -679,10 +677,7 @@ class Client:
             for at in range(self.chunk_size, len(reply), self.chunk_size):
                 yield pb.SecureChunk(data=bytes(view[at : at + self.chunk_size]))
 
-        self._stub.SubmitSecure(
-            chunks(), metadata=self._md("SubmitSecure"),
-            timeout=self.rpc_timeout + len(reply) / 5e6,
-        )  # fmt: skip
+        self._call("SubmitSecure", chunks(), self.rpc_timeout + len(reply) / 5e6)
         if stage == Stage.UNMASK:
             self._models.clear()  # the next task needs a newer model
 
@@ -694,10 +689,7 @@ class Client:
             withdraw=True,
         )  # fmt: skip
         with contextlib.suppress(grpc.RpcError):  # if it fails, the stage deadline decides
-            self._stub.SubmitSecure(
-                iter([pb.SecureChunk(header=header)]), metadata=self._md("SubmitSecure"),
-                timeout=self.rpc_timeout,
-            )  # fmt: skip
+            self._call("SubmitSecure", iter([pb.SecureChunk(header=header)]), self.rpc_timeout)
 
     def _train_delta(self, task: pb.Task) -> tuple[Weights, int, str]:
         """Train on the task's model (heartbeating); (delta, samples, metrics JSON)."""
@@ -823,12 +815,9 @@ class Client:
             return
         weights = {k: np.array(v) for k, v in read_weights(self._model_bytes(task)).items()}
         loss, num_samples, metrics = self.evaluate(weights, json.loads(task.config_json or "{}"))
-        self._stub.ReportEvaluation(
-            pb.EvaluationReport(
-                client_id=self.client_id or "", task_id=task.task_id, loss=float(loss),
-                num_samples=int(num_samples),
-                metrics_json=json.dumps({k: float(v) for k, v in metrics.items()}),
-            ),
-            metadata=self._md("ReportEvaluation"),
-            timeout=self.rpc_timeout,
+        report = pb.EvaluationReport(
+            client_id=self.client_id or "", task_id=task.task_id, loss=float(loss),
+            num_samples=int(num_samples),
+            metrics_json=json.dumps({k: float(v) for k, v in metrics.items()}),
         )  # fmt: skip
+        self._call("ReportEvaluation", report, self.rpc_timeout)

@@ -58,6 +58,7 @@ def test_fedavg_rounds_match_numpy_and_ops_endpoints(tmp_path: Path, server_fact
 
     results: dict[int, dict[str, np.ndarray] | None] = {}
     seen_configs: list[dict] = []
+    blocking_channels: dict[int, object] = {}
 
     def run(i: int) -> None:
         def train(weights: dict[str, np.ndarray], config: dict) -> tuple:
@@ -69,6 +70,9 @@ def test_fedavg_rounds_match_numpy_and_ops_endpoints(tmp_path: Path, server_fact
 
         client = Client(server.address, train=train, evaluate=evaluate, name=f"c{i}", poll_wait=2.0)
         results[i] = client.run()
+        # Registration, tasks, models, updates and evaluation reports all went over the
+        # session's connection: the blocking channel (a second connection) never opened.
+        blocking_channels[i] = client._calls
         client.close()
 
     threads = [threading.Thread(target=run, args=(i,)) for i in range(3)]
@@ -85,6 +89,7 @@ def test_fedavg_rounds_match_numpy_and_ops_endpoints(tmp_path: Path, server_fact
         for k in expected:
             np.testing.assert_allclose(final[k], expected[k], rtol=1e-5, atol=1e-6)
     assert {c["round"] for c in seen_configs} == {1, 2, 3}
+    assert blocking_channels == {0: None, 1: None, 2: None}
 
     # Prometheus text endpoint.
     body = (
