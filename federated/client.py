@@ -463,7 +463,6 @@ class Client:
         _, body = await session.receive((SessionReplyField.TASK,), timeout)
         task = pb.Task.FromString(bytes(body))
         if request.send_model and task.model_sha256 not in ("", request.held_model_sha256):
-            self._start_download(task)
             await self._download_in_session(task, requested=True)
         return task
 
@@ -544,6 +543,15 @@ class Client:
             at, piece, _ = split_model_chunk(body)
             received = self._take_chunk(at, piece)
 
+    def _start_heartbeats(self, task_id: str) -> Callable[[], None]:
+        """Heartbeat every interval (a loop task on a session, else a thread making calls)
+        until the returned function is called."""
+        if self._transport is not None:
+            return self._transport.spawn(self._heartbeats_in_session(task_id)).cancel
+        done = threading.Event()
+        threading.Thread(target=self._heartbeats, args=(task_id, done), daemon=True).start()
+        return done.set
+
     def _heartbeats(self, task_id: str, done: threading.Event) -> None:
         """Heartbeat calls every interval until `done` (the calls transport)."""
         while not done.wait(self._heartbeat_interval):
@@ -584,21 +592,13 @@ class Client:
         global weights, the task config, the new weights, the sample count, the metrics."""
         global_weights = read_weights(self._model_bytes(task))
         config = json.loads(task.config_json or "{}")
-        done = threading.Event()
-        if self._transport is not None:
-            beats: Any = self._transport.spawn(self._heartbeats_in_session(task.task_id))
-        else:
-            beats = threading.Thread(target=self._heartbeats, args=(task.task_id, done),
-                                     daemon=True)  # fmt: skip
-            beats.start()
+        stop_heartbeats = self._start_heartbeats(task.task_id)
         try:
             new, num_samples, metrics = self.train(
                 {k: v.copy() for k, v in global_weights.items()}, config
             )
         finally:
-            done.set()
-            if self._transport is not None:
-                beats.cancel()
+            stop_heartbeats()
         missing = sorted(set(global_weights) - set(new))
         if missing:
             raise ConfigError(f"train() returned weights without tensors {missing}")
@@ -737,17 +737,16 @@ class Client:
     def _upload(self, p: _PendingUpload) -> None:
         if self.transport == "calls":
             self._upload_by_call(p)
-        elif self.upload_connection == "shared":
+            return
+        try:
             self._in_session(self._upload_in_session(p, self._upload_header(p)))
-        else:
-            # A gRPC server keeps buffers sized to what a connection received for as long
-            # as it stays open, so a fleet of idle clients whose long-lived connections
-            # once carried an update would hold server memory in proportion to the fleet:
-            # after its update the client moves to a new connection. (It waits for its
-            # upload slot on the old one, so waiting clients hold one connection each.)
-            try:
-                self._in_session(self._upload_in_session(p, self._upload_header(p)))
-            finally:
+        finally:
+            if self.upload_connection == "separate":
+                # A gRPC server keeps buffers sized to what a connection received for as
+                # long as it stays open, so a fleet of idle clients whose long-lived
+                # connections once carried an update would hold server memory in proportion
+                # to the fleet: after its update the client moves to a new connection. (It
+                # waits for its upload slot on the old one: one connection per client.)
                 self._disconnect()
                 self._connect()
 

@@ -53,11 +53,17 @@ def _read_varint(buf: memoryview, pos: int) -> tuple[int, int]:
         raise UpdateRejectedError("truncated or overlong varint in a payload chunk") from None
 
 
-def encode_model_chunk(offset: int, data: bytes, total_size: int) -> bytes:
-    """The wire bytes of ModelChunk(offset, data, total_size) with a single copy of `data`."""
-    return b"".join(
-        (b"\x08", _varint(offset), b"\x12", _varint(len(data)), data, b"\x18", _varint(total_size))
-    )
+def encode_model_chunk(
+    offset: int, data: bytes, total_size: int, *, session: bool = False
+) -> bytes:
+    """The wire bytes of ModelChunk(offset, data, total_size), as a SessionReply when
+    `session`, with a single copy of `data`."""
+    head = b"".join((b"\x08", _varint(offset), b"\x12", _varint(len(data))))
+    tail = b"\x18" + _varint(total_size)
+    if not session:
+        return b"".join((head, data, tail))
+    size = len(head) + len(data) + len(tail)
+    return b"".join((_field_head(SessionReplyField.MODEL, size), head, data, tail))
 
 
 def encode_model_chunks(
@@ -65,14 +71,11 @@ def encode_model_chunks(
 ) -> list[tuple[bytes, int]]:
     """The whole model as (encoded ModelChunk, payload size) pairs, each encoded once for
     every client; as SessionReply messages when `session`."""
-    chunks = []
-    for at in range(0, len(data), chunk_size):
-        piece = data[at : at + chunk_size]
-        encoded = encode_model_chunk(at, piece, len(data))
-        chunks.append(
-            (frame_session(SessionReplyField.MODEL, encoded) if session else encoded, len(piece))
-        )
-    return chunks
+    return [
+        (encode_model_chunk(at, data[at : at + chunk_size], len(data), session=session),
+         len(data[at : at + chunk_size]))
+        for at in range(0, len(data), chunk_size)
+    ]  # fmt: skip
 
 
 class SessionRequestField(IntEnum):
@@ -93,9 +96,14 @@ class SessionReplyField(IntEnum):
     UPLOAD_REPLY = 4
 
 
+def _field_head(field: int, length: int) -> bytes:
+    """The key and length that open a length-delimited `field` of `length` bytes."""
+    return bytes([field << 3 | 2]) + _varint(length)
+
+
 def frame_session(field: int, message: bytes | memoryview) -> bytes:
     """A SessionRequest or SessionReply whose oneof `field` holds the encoded `message`."""
-    return b"".join((bytes([field << 3 | 2]), _varint(len(message)), message))
+    return b"".join((_field_head(field, len(message)), message))
 
 
 def split_session(raw: bytes) -> tuple[int, memoryview]:
@@ -158,8 +166,7 @@ def encode_upload_chunk(offset: int, data: bytes | memoryview, *, session: bool 
     head = b"".join((b"\x10", _varint(offset), b"\x1a", _varint(len(data))))
     if not session:
         return b"".join((head, data))
-    frame = bytes([SessionRequestField.UPLOAD << 3 | 2]) + _varint(len(head) + len(data))
-    return b"".join((frame, head, data))
+    return b"".join((_field_head(SessionRequestField.UPLOAD, len(head) + len(data)), head, data))
 
 
 def split_model_chunk(raw: bytes | memoryview) -> tuple[int, memoryview, int]:

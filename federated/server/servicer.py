@@ -283,10 +283,10 @@ class FederatedServicer(pb_grpc.FederatedServicer):
             cid = self._client(context, "DownloadModel", request.client_id)
             record, chunk = self.download_range(cid, request)
             offset = request.offset
-            cached = self.encoded_chunks(record) if chunk == self.chunk_size else None
-            if cached is not None and offset % chunk == 0:
+            cached = self.cached_chunks(record, offset, chunk)
+            if cached is not None:
                 with self._transfers:
-                    for encoded, size in cached[offset // chunk :]:
+                    for encoded, size in cached:
                         yield encoded
                         self.metrics.inc("sporenet_bytes_sent_total", size)
                 return
@@ -311,7 +311,18 @@ class FederatedServicer(pb_grpc.FederatedServicer):
             raise TransferError(f"offset {request.offset} is past the model's {record.size} bytes")
         return record, min(request.chunk_size or self.chunk_size, self.chunk_size)
 
-    def encoded_chunks(
+    def cached_chunks(
+        self, record: ModelRecord, offset: int, chunk: int, *, session: bool = False
+    ) -> list[tuple[bytes, int]] | None:
+        """The encoded chunks of a download from `offset` in `chunk`-byte pieces, when the
+        cache holds them (the server's chunk size, an offset on a chunk boundary); else
+        None, and the caller reads the model file."""
+        if chunk != self.chunk_size or offset % chunk:
+            return None
+        cached = self._encoded_chunks(record, session=session)
+        return None if cached is None else cached[offset // chunk :]
+
+    def _encoded_chunks(
         self, record: ModelRecord, *, session: bool = False
     ) -> list[tuple[bytes, int]] | None:
         """The model's ModelChunk messages (SessionReply messages when `session`), encoded

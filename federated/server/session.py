@@ -169,9 +169,9 @@ class SessionService:
     ) -> None:
         """Send the model's bytes from `offset` to the end as `model` replies of `chunk`."""
         async with self._downloads:
-            cached = self.s.encoded_chunks(record, session=True)
-            if cached is not None and chunk == self.s.chunk_size and offset % chunk == 0:
-                for encoded, size in cached[offset // chunk :]:
+            cached = self.s.cached_chunks(record, offset, chunk, session=True)
+            if cached is not None:
+                for encoded, size in cached:
                     await context.write(encoded)
                     self.metrics.inc("sporenet_bytes_sent_total", size)
                 return
@@ -182,11 +182,7 @@ class SessionService:
                 )
                 if not data:
                     raise TransferError(f"model file ends at byte {offset} of {record.size}")
-                await context.write(
-                    frame_session(
-                        SessionReplyField.MODEL, encode_model_chunk(offset, data, record.size)
-                    )
-                )
+                await context.write(encode_model_chunk(offset, data, record.size, session=True))
                 offset += len(data)
                 self.metrics.inc("sporenet_bytes_sent_total", len(data))
 

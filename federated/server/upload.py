@@ -142,7 +142,8 @@ class UploadReceiver:
         )
 
     def submit(self) -> pb.UploadReply:
-        """Hash, validate, keep and fold the complete update (blocking: run it on a thread)."""
+        """Hash, validate, keep and fold the complete update (blocking: on a worker thread,
+        unless the update is small, see session.INLINE_SUBMIT_BYTES)."""
         self.m.submit_update(
             self.cid, self.h.task_id, self.view, upload=self.path if self.kept else None,
             sha256=self.h.sha256, received_sha256=hashlib.sha256(self.view).hexdigest(),

@@ -13,9 +13,11 @@ from pathlib import Path
 
 import grpc
 import numpy as np
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 import sporenet.lite
+from sporenet.federated.auth import public_key_text
 from sporenet.lite import ModelBuilder, OpCode
 
 
@@ -31,6 +33,22 @@ def make_model(path: Path, *, out: int = 3, inp: int = 4, seed: int = 0) -> dict
     b.output(b.op(OpCode.FULLY_CONNECTED, [x, w, bias]))
     path.write_bytes(sporenet.lite.serialize(b.build()))
     return {"w": w0, "b": b0}
+
+
+def auth_config(
+    tmp_path: Path, key: Ed25519PrivateKey, tokens: dict[str, str], *, min_clients: int
+) -> Path:
+    """A one-round server.toml with token clients `tokens` (name -> token) and the Ed25519
+    client `dev1` holding `key`, for the model make_model writes to init.spore."""
+    make_model(tmp_path / "init.spore")
+    listed = ", ".join(f'{name} = "{token}"' for name, token in tokens.items())
+    path = tmp_path / "server.toml"
+    path.write_text(
+        f'model = "{tmp_path / "init.spore"}"\nrounds = 1\nmin_clients = {min_clients}\n'
+        f"[auth]\ntokens = {{ {listed} }}\n"
+        f'ed25519 = {{ dev1 = "{public_key_text(key)}" }}\n'
+    )
+    return path
 
 
 def status_command(state_dir: Path) -> dict:

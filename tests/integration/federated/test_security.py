@@ -21,12 +21,16 @@ from sporenet.federated.auth import (
     SIGNATURE,
     TIMESTAMP,
     Credentials,
-    public_key_text,
     signing_payload,
 )
 from sporenet.proto import federated_pb2 as pb
 from sporenet.proto import federated_pb2_grpc as pb_grpc
-from tests.integration.federated.helpers import free_port, make_model, self_signed_cert
+from tests.integration.federated.helpers import (
+    auth_config,
+    free_port,
+    make_model,
+    self_signed_cert,
+)
 
 REGISTER = "/sporenet.federated.v1.Federated/Register"
 GET_TASK = "/sporenet.federated.v1.Federated/GetTask"
@@ -57,14 +61,9 @@ def _train(weights: dict[str, np.ndarray], config: dict) -> tuple:
 
 
 def test_tokens_signatures_and_replays(tmp_path: Path, server_factory) -> None:  # type: ignore[no-untyped-def]
-    make_model(tmp_path / "init.spore")
     key = Ed25519PrivateKey.generate()
-    (tmp_path / "server.toml").write_text(
-        f'model = "{tmp_path / "init.spore"}"\nrounds = 1\nmin_clients = 2\n'
-        f'[auth]\ntokens = {{ alice = "tok-alice", bob = "tok-bob" }}\n'
-        f'ed25519 = {{ dev1 = "{public_key_text(key)}" }}\n'
-    )
-    server = server_factory(["--config", str(tmp_path / "server.toml")]).start()
+    config = auth_config(tmp_path, key, {"alice": "tok-alice", "bob": "tok-bob"}, min_clients=2)
+    server = server_factory(["--config", str(config)]).start()
     channel = grpc.insecure_channel(server.address)
     stub = pb_grpc.FederatedStub(channel)
     reg = pb.RegisterRequest(client_name="x")

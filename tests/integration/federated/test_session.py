@@ -14,14 +14,14 @@ import numpy as np
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from sporenet.federated.auth import Credentials, public_key_text
+from sporenet.federated.auth import Credentials
 from sporenet.federated.codec import encode_update
 from sporenet.federated.server.rounds import read_status
 from sporenet.federated.wire import SessionRequestField, frame_session
 from sporenet.lite import read_weights
 from sporenet.proto import federated_pb2 as pb
 from sporenet.proto import federated_pb2_grpc as pb_grpc
-from tests.integration.federated.helpers import make_model, status_command
+from tests.integration.federated.helpers import auth_config, make_model, status_command
 
 SESSION = "/sporenet.federated.v1.Federated/Session"
 REGISTER = "/sporenet.federated.v1.Federated/Register"
@@ -290,14 +290,9 @@ def test_malformed_and_refused_requests_end_the_session_with_their_status(
 
 
 def test_sessions_authenticate_when_they_open(tmp_path: Path, server_factory) -> None:  # type: ignore[no-untyped-def]
-    make_model(tmp_path / "init.spore")
     key = Ed25519PrivateKey.generate()
-    (tmp_path / "server.toml").write_text(
-        f'model = "{tmp_path / "init.spore"}"\nrounds = 1\nmin_clients = 1\n'
-        f'[auth]\ntokens = {{ alice = "tok-alice" }}\n'
-        f'ed25519 = {{ dev1 = "{public_key_text(key)}" }}\n'
-    )
-    server = server_factory(["--config", str(tmp_path / "server.toml")]).start()
+    config = auth_config(tmp_path, key, {"alice": "tok-alice"}, min_clients=1)
+    server = server_factory(["--config", str(config)]).start()
     alice = [("authorization", "Bearer tok-alice")]
     with grpc.insecure_channel(server.address) as channel:
         assert _register(channel, "x", alice) == "alice"
