@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import json
 import logging
 import os
@@ -54,6 +53,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from sporenet.federated.aggregation import Weights, template_of
 from sporenet.federated.auth import Credentials
+from sporenet.federated.checksum import crc32, model_mismatch
 from sporenet.federated.codec import COMPRESSIONS, decode_update, encode_raw, encode_update
 from sporenet.federated.errors import (
     AuthError,
@@ -114,7 +114,7 @@ class _PendingUpload:
     payload: bytes | bytearray
     num_samples: int
     metrics_json: str
-    sha256: str = ""  # of `payload`, computed on the first attempt to upload it
+    crc32: int | None = None  # of `payload`, computed on the first attempt to upload it
 
 
 def _privatize(config: Mapping[str, Any], delta: Weights) -> Weights:
@@ -481,9 +481,10 @@ class Client:
                 self._in_session(self._download_in_session(task, requested=False))
         _, data, received = self._partial or partial
         self._partial = None
-        if received != task.model_size or hashlib.sha256(data).hexdigest() != task.model_sha256:
+        mismatch = model_mismatch(task, memoryview(data)[:received])
+        if mismatch:
             raise TransferError(
-                f"model v{task.model_version} failed its size/sha256 check; downloading again"
+                f"model v{task.model_version} downloaded with {mismatch}; downloading again"
             )
         # Keep only the newest version: a fleet simulation runs many clients in one process.
         self._models = {task.model_version: (task.model_sha256, data)}
@@ -726,11 +727,11 @@ class Client:
                 raise TransferError("client stopped while waiting to upload")
 
     def _upload_header(self, p: _PendingUpload) -> pb.UploadHeader:
-        if not p.sha256:
-            p.sha256 = hashlib.sha256(p.payload).hexdigest()
+        if p.crc32 is None:
+            p.crc32 = crc32(p.payload)
         return pb.UploadHeader(
             client_id=self.client_id or "", task_id=p.task_id, upload_id=p.upload_id,
-            total_size=len(p.payload), sha256=p.sha256,
+            total_size=len(p.payload), crc32=p.crc32,
             num_samples=p.num_samples, metrics_json=p.metrics_json,
         )  # fmt: skip
 

@@ -82,7 +82,7 @@ class TaskRequest(_message.Message):
     def __init__(self, client_id: _Optional[str] = ..., wait_ms: _Optional[int] = ..., send_model: _Optional[bool] = ..., held_model_sha256: _Optional[str] = ...) -> None: ...
 
 class Task(_message.Message):
-    __slots__ = ("type", "round", "task_id", "model_version", "model_size", "model_sha256", "config_json", "retry_after_ms", "reason", "secure_stage", "secure_setup", "secure_payload")
+    __slots__ = ("type", "round", "task_id", "model_version", "model_size", "model_sha256", "config_json", "retry_after_ms", "reason", "secure_stage", "secure_setup", "secure_payload", "model_crc32")
     TYPE_FIELD_NUMBER: _ClassVar[int]
     ROUND_FIELD_NUMBER: _ClassVar[int]
     TASK_ID_FIELD_NUMBER: _ClassVar[int]
@@ -95,6 +95,7 @@ class Task(_message.Message):
     SECURE_STAGE_FIELD_NUMBER: _ClassVar[int]
     SECURE_SETUP_FIELD_NUMBER: _ClassVar[int]
     SECURE_PAYLOAD_FIELD_NUMBER: _ClassVar[int]
+    MODEL_CRC32_FIELD_NUMBER: _ClassVar[int]
     type: TaskType
     round: int
     task_id: str
@@ -107,7 +108,8 @@ class Task(_message.Message):
     secure_stage: SecureStage
     secure_setup: bytes
     secure_payload: bytes
-    def __init__(self, type: _Optional[_Union[TaskType, str]] = ..., round: _Optional[int] = ..., task_id: _Optional[str] = ..., model_version: _Optional[int] = ..., model_size: _Optional[int] = ..., model_sha256: _Optional[str] = ..., config_json: _Optional[str] = ..., retry_after_ms: _Optional[int] = ..., reason: _Optional[str] = ..., secure_stage: _Optional[_Union[SecureStage, str]] = ..., secure_setup: _Optional[bytes] = ..., secure_payload: _Optional[bytes] = ...) -> None: ...
+    model_crc32: int
+    def __init__(self, type: _Optional[_Union[TaskType, str]] = ..., round: _Optional[int] = ..., task_id: _Optional[str] = ..., model_version: _Optional[int] = ..., model_size: _Optional[int] = ..., model_sha256: _Optional[str] = ..., config_json: _Optional[str] = ..., retry_after_ms: _Optional[int] = ..., reason: _Optional[str] = ..., secure_stage: _Optional[_Union[SecureStage, str]] = ..., secure_setup: _Optional[bytes] = ..., secure_payload: _Optional[bytes] = ..., model_crc32: _Optional[int] = ...) -> None: ...
 
 class HeartbeatRequest(_message.Message):
     __slots__ = ("client_id", "task_id")
@@ -146,7 +148,7 @@ class ModelChunk(_message.Message):
     def __init__(self, offset: _Optional[int] = ..., data: _Optional[bytes] = ..., total_size: _Optional[int] = ...) -> None: ...
 
 class UploadHeader(_message.Message):
-    __slots__ = ("client_id", "task_id", "upload_id", "total_size", "sha256", "num_samples", "metrics_json")
+    __slots__ = ("client_id", "task_id", "upload_id", "total_size", "sha256", "num_samples", "metrics_json", "crc32")
     CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
     TASK_ID_FIELD_NUMBER: _ClassVar[int]
     UPLOAD_ID_FIELD_NUMBER: _ClassVar[int]
@@ -154,6 +156,7 @@ class UploadHeader(_message.Message):
     SHA256_FIELD_NUMBER: _ClassVar[int]
     NUM_SAMPLES_FIELD_NUMBER: _ClassVar[int]
     METRICS_JSON_FIELD_NUMBER: _ClassVar[int]
+    CRC32_FIELD_NUMBER: _ClassVar[int]
     client_id: str
     task_id: str
     upload_id: str
@@ -161,7 +164,8 @@ class UploadHeader(_message.Message):
     sha256: str
     num_samples: int
     metrics_json: str
-    def __init__(self, client_id: _Optional[str] = ..., task_id: _Optional[str] = ..., upload_id: _Optional[str] = ..., total_size: _Optional[int] = ..., sha256: _Optional[str] = ..., num_samples: _Optional[int] = ..., metrics_json: _Optional[str] = ...) -> None: ...
+    crc32: int
+    def __init__(self, client_id: _Optional[str] = ..., task_id: _Optional[str] = ..., upload_id: _Optional[str] = ..., total_size: _Optional[int] = ..., sha256: _Optional[str] = ..., num_samples: _Optional[int] = ..., metrics_json: _Optional[str] = ..., crc32: _Optional[int] = ...) -> None: ...
 
 class UploadChunk(_message.Message):
     __slots__ = ("header", "offset", "data")

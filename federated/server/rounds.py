@@ -46,6 +46,7 @@ from typing import Any
 import numpy as np
 
 from sporenet.federated.aggregation import Aggregator, Weights, template_of
+from sporenet.federated.checksum import crc32
 from sporenet.federated.codec import decode_update
 from sporenet.federated.errors import (
     AggregationError,
@@ -387,14 +388,17 @@ class RoundManager:
     def _write_model(self, version: int, round_: int, data: bytes) -> ModelRecord:
         name = f"models/v{version:05d}.spore"
         _atomic_write(self.dir / name, data)
-        return ModelRecord(version, round_, name, hashlib.sha256(data).hexdigest(), len(data))
+        return ModelRecord(
+            version, round_, name, hashlib.sha256(data).hexdigest(), len(data), crc32(data)
+        )
 
     def _load_model(self, version: int) -> None:
         record = self.store.model(version)
         if record is None:
             raise ConfigError(f"state dir {str(self.dir)!r} lost model version {version}")
-        self._model_record = record
         self._model_bytes = (self.dir / record.file).read_bytes()
+        record.crc32 = crc32(self._model_bytes)  # not stored: a restart computes it again
+        self._model_record = record
         self._weights = {n: np.array(a) for n, a in read_weights(self._model_bytes).items()}
         self._template = template_of(self._weights)
         raw = sum(a.nbytes for a in self._weights.values())
@@ -672,29 +676,26 @@ class RoundManager:
         payload: memoryview,
         *,
         upload: Path | None,
-        sha256: str,
-        received_sha256: str,
+        mismatch: str,
         num_samples: int,
         metrics_json: str,
     ) -> None:
         """Validate a completely received update and fold it into the aggregate.
 
-        `payload` is the update's bytes, `received_sha256` their digest, `sha256` the one
-        the client declared (empty: not checked), and `upload` the path of its partial
-        file, if one was kept (removed once used). The decoded tensors are views of
-        `payload`: nothing is copied before the fold. Before the update counts, its bytes
-        are written to the phase directory, so an accepted update survives a `kill -9`
-        until the next checkpoint contains it.
+        `payload` is the update's bytes, `mismatch` why they do not match the checksum in
+        the upload header ('' when they do: see checksum.update_mismatch), and `upload` the
+        path of its partial file, if one was kept (removed once used). The decoded tensors
+        are views of `payload`: nothing is copied before the fold. Before the update counts,
+        its bytes are written to the phase directory, so an accepted update survives a
+        `kill -9` until the next checkpoint contains it.
         """
         # The slot is held until the update is folded: at most two decoded updates exist at
         # any time, however many clients upload at once (memory flat in the fleet size).
         with self._decode_slots:
             try:
                 metrics = _parse_metrics(metrics_json, "metrics_json")
-                if sha256 and received_sha256 != sha256.lower():
-                    raise UpdateRejectedError(
-                        "update bytes do not match the sha256 in the upload header"
-                    )
+                if mismatch:
+                    raise UpdateRejectedError(mismatch)
                 update = decode_update(payload, self._template)
                 norm = validate_update(
                     update, num_samples=num_samples, max_norm=self.config.max_update_norm

@@ -181,6 +181,8 @@ def task_message(task: TaskInfo) -> pb.Task:
             task.model.size,
             task.model.sha256,
         )
+        if task.model.crc32 is not None:
+            msg.model_crc32 = task.model.crc32
     return msg
 
 

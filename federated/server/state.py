@@ -72,6 +72,7 @@ class ModelRecord:
     file: str
     sha256: str
     size: int
+    crc32: int | None = None  # what clients check a download against (checksum.py)
 
 
 class Store:

@@ -8,12 +8,12 @@ its `.part` file, from which a later call or session resumes.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 import threading
 from pathlib import Path
 
+from sporenet.federated.checksum import update_mismatch
 from sporenet.federated.errors import TransferError, UpdateRejectedError
 from sporenet.federated.server.observability import Metrics
 from sporenet.federated.server.rounds import RoundManager
@@ -142,11 +142,11 @@ class UploadReceiver:
         )
 
     def submit(self) -> pb.UploadReply:
-        """Hash, validate, keep and fold the complete update (blocking: on a worker thread,
+        """Check, validate, keep and fold the complete update (blocking: on a worker thread,
         unless the update is small, see session.INLINE_SUBMIT_BYTES)."""
         self.m.submit_update(
             self.cid, self.h.task_id, self.view, upload=self.path if self.kept else None,
-            sha256=self.h.sha256, received_sha256=hashlib.sha256(self.view).hexdigest(),
+            mismatch=update_mismatch(self.h, self.view),
             num_samples=self.h.num_samples, metrics_json=self.h.metrics_json,
         )  # fmt: skip
         # Folded: the buffer is free. (A refused update's buffer is simply dropped: its

@@ -6,6 +6,7 @@ import hashlib
 import queue
 import threading
 import time
+import zlib
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -137,6 +138,7 @@ def test_a_whole_round_over_one_session(tmp_path: Path, server_factory) -> None:
         model = b"".join(c.data for c in chunks)
         assert len(model) == task.model_size
         assert hashlib.sha256(model).hexdigest() == task.model_sha256
+        assert task.HasField("model_crc32") and task.model_crc32 == zlib.crc32(model)
         # The server's chunk size (the pre-encoded chunks), and a download from an offset.
         whole = session.download(
             pb.DownloadRequest(client_id=cid, model_version=task.model_version)
@@ -222,6 +224,46 @@ def test_bad_updates_end_the_session_and_are_not_counted(tmp_path: Path, server_
     status = status_command(server.state_dir)
     assert status["job"]["status"] == "finished"
     assert status["rounds"][0]["num_results"] == 2
+
+
+def test_an_update_that_does_not_match_its_checksum_is_refused(  # type: ignore[no-untyped-def]
+    tmp_path: Path, server_factory
+) -> None:
+    w0, server = _server(tmp_path, server_factory, "--rounds", "1", "--min-clients", "1")
+    with grpc.insecure_channel(server.address) as channel:
+        cid = _register(channel, "a")
+        task = _fit_task(RawSession(channel), cid)
+        good = encode_update({k: np.ones_like(v) for k, v in w0.items()})
+        # Headers that describe other bytes: one flipped bit, by CRC-32 and by sha256.
+        flipped = bytes([good[0] ^ 1]) + good[1:]
+        crc_header = _header(cid, task, good, "crc")
+        crc_header.ClearField("sha256")
+        crc_header.crc32 = zlib.crc32(flipped)
+        sha_header = _header(cid, task, flipped, "sha")
+        expected = {
+            "crc": (crc_header, f"CRC-32 {zlib.crc32(good):08x}; the upload header declared"),
+            "sha": (sha_header, f"sha256 {hashlib.sha256(good).hexdigest()[:16]}"),
+        }
+        for header, found in expected.values():
+            session = RawSession(channel)
+            assert session.upload_header(header).upload_offset.received == 0
+            session.upload_data(good, 0, len(good), 1 << 20)
+            code, details = session.refusal()
+            assert code == grpc.StatusCode.INVALID_ARGUMENT, details
+            assert found in details, details
+            assert read_status(server.state_dir)["participants"] == {cid: "selected"}
+
+        # The matching CRC-32 alone (no sha256): accepted, and the round publishes it.
+        header = _header(cid, task, good, "good")
+        header.ClearField("sha256")
+        header.crc32 = zlib.crc32(good)
+        session = RawSession(channel)
+        session.upload_header(header)
+        session.upload_data(good, 0, len(good), 1 << 20)
+        assert session.receive("upload_reply").upload_reply.accepted
+        assert session.poll(cid, wait_ms=5000).type == pb.TASK_DONE
+        session.close()
+    assert status_command(server.state_dir)["rounds"][0]["num_results"] == 1
 
 
 def test_malformed_and_refused_requests_end_the_session_with_their_status(
