@@ -752,7 +752,7 @@ class Client:
                 self._connect()
 
     async def _upload_in_session(self, p: _PendingUpload, header: pb.UploadHeader) -> None:
-        """Send the update over the session (its header hashed beforehand, off the loop)."""
+        """Send the update over the session (its CRC-32 computed beforehand, off the loop)."""
         session = self._open_session()
         first = pb.UploadChunk(header=header).SerializeToString()
         await session.send(SessionRequestField.UPLOAD, first)

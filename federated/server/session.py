@@ -8,7 +8,7 @@ authenticated once when it opens:
 - a poll waits as a coroutine, woken when the RoundManager says tasks may have changed;
 - a download sends the model's chunks, encoded once per version for every client;
 - an upload waits for a receiving slot before the client sends a byte (so waiting
-  clients hold no payload in the server), is received into one buffer, then hashed,
+  clients hold no payload in the server), is received into one buffer, then checked,
   validated, written and folded: on a worker thread, since those block, unless the
   update is small enough that the hand-off would cost more.
 
@@ -47,7 +47,7 @@ from sporenet.federated.wire import (
 )
 from sporenet.proto import federated_pb2 as pb
 
-# An update up to this size is hashed, validated, written and folded on the loop itself:
+# An update up to this size is checked, validated, written and folded on the loop itself:
 # that takes well under a millisecond, less than handing it to a worker thread and back
 # (100 clients x 100k parameters: 0.47-0.48 -> 0.44-0.46 s per round). Bigger ones go to
 # the worker threads, so the loop keeps receiving meanwhile.

@@ -1,7 +1,7 @@
 """Receiving one update upload into memory: what UploadUpdate calls and Session streams share.
 
 The bytes go straight into one buffer of the declared size (bounded by `max_update_bytes`,
-and each receiving slot holds one), so a complete update is hashed, validated and folded
+and each receiving slot holds one), so a complete update is checked, validated and folded
 without a trip through the file system. An upload that stops early keeps what arrived in
 its `.part` file, from which a later call or session resumes.
 """
