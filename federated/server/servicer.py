@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 import grpc
 
 from sporenet.federated.auth import Authenticator
+from sporenet.federated.buffers import BufferPool
 from sporenet.federated.errors import (
     AggregationError,
     AuthError,
@@ -37,7 +38,7 @@ from sporenet.federated.server.rounds import (
     transfer_split,
 )
 from sporenet.federated.server.state import ModelRecord
-from sporenet.federated.server.upload import BufferPool, UploadReceiver, check_upload_id
+from sporenet.federated.server.upload import UploadReceiver, check_upload_id
 from sporenet.federated.wire import (
     SECURE_STAGES,
     STAGE_NAMES,

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import os
 import re
-import threading
 from pathlib import Path
 
+from sporenet.federated.buffers import BufferPool
 from sporenet.federated.checksum import update_mismatch
 from sporenet.federated.errors import TransferError, UpdateRejectedError
 from sporenet.federated.server.observability import Metrics
@@ -37,49 +37,6 @@ def write_atomic(path: Path, data: memoryview) -> None:
     with open(tmp, "wb") as f:
         f.write(data)
     os.replace(tmp, path)
-
-
-class BufferPool:
-    """Receive buffers, reused from one upload to the next.
-
-    The server unmaps every freed payload-sized buffer (daemon._bound_allocator), so a new
-    one costs a zeroed page fault per 4 KiB: for a 4 MB update, more than receiving it. At
-    most `limit` idle buffers are kept (one per upload slot, which receive at once anyway),
-    and `clear` empties the pool when a phase closes, so it adds nothing to the peak memory
-    of aggregation and publishing. A buffer is given back only after its upload was folded:
-    aggregators copy what they keep (see aggregation.Aggregator.add).
-    """
-
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self._idle: list[bytearray] = []
-        self._lock = threading.Lock()
-
-    def take(self, size: int) -> memoryview:
-        """A writable view of exactly `size` bytes (contents undefined)."""
-        with self._lock:
-            for i, buf in enumerate(self._idle):
-                if size <= len(buf) <= 2 * size:
-                    return memoryview(self._idle.pop(i))[:size]
-        return memoryview(bytearray(size))
-
-    def clear(self) -> None:
-        """Free the idle buffers (quick: a RoundManager change listener)."""
-        with self._lock:
-            self._idle.clear()
-
-    def give(self, view: memoryview) -> None:
-        """Take back a view from `take` (its buffer is reused: nothing may still read it)."""
-        buf = view.obj
-        try:
-            view.release()
-        except BufferError:  # a view of it is still exported: leave the buffer to it
-            return
-        if isinstance(buf, bytearray):
-            with self._lock:
-                self._idle.append(buf)
-                if len(self._idle) > self.limit:
-                    self._idle.pop(0)
 
 
 class UploadReceiver:

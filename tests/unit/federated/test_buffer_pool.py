@@ -1,10 +1,13 @@
-"""The server's pool of upload receive buffers: reuse, its bound and clearing. (That a
+"""The pool of payload buffers (server receive slots, client models and updates): reuse,
+its bound, clearing, and never reusing a buffer still viewed. (That a
 reused buffer never corrupts an aggregate is checked end to end: the FedAvg integration
 tests compare multi-round results with a direct NumPy computation.)"""
 
 from __future__ import annotations
 
-from sporenet.federated.server.upload import BufferPool
+import numpy as np
+
+from sporenet.federated.buffers import BufferPool
 
 
 def test_a_given_back_buffer_is_reused_for_a_same_or_slightly_smaller_upload() -> None:
@@ -41,3 +44,23 @@ def test_at_most_limit_idle_buffers_are_kept_and_clear_frees_them() -> None:
     pool.give(pool.take(100))
     pool.clear()
     assert all(pool.take(100).obj is not o for o in owners)
+
+
+def test_a_buffer_still_viewed_is_left_to_its_views() -> None:
+    pool = BufferPool(limit=2)
+    values = np.arange(10, dtype=np.float32)
+    for keep in (lambda v: v[:40], lambda v: np.frombuffer(v[:40], np.float32)):
+        view = pool.take(100)
+        view[:40] = values.tobytes()
+        owner, kept = view.obj, keep(view)
+        pool.give(view)
+        fresh = pool.take(100)
+        assert fresh.obj is not owner
+        fresh[:] = b"\xff" * 100
+        np.testing.assert_array_equal(np.frombuffer(kept, np.float32), values)
+        del kept
+    # Once no view is left, a given-back buffer is reused again.
+    view = pool.take(100)
+    owner = view.obj
+    pool.give(view)
+    assert pool.take(100).obj is owner
