@@ -53,6 +53,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from sporenet.federated.aggregation import Weights, template_of
 from sporenet.federated.auth import Credentials
+from sporenet.federated.buffers import BufferPool
 from sporenet.federated.checksum import crc32, model_mismatch
 from sporenet.federated.codec import COMPRESSIONS, decode_update, encode_raw, encode_update
 from sporenet.federated.errors import (
@@ -111,7 +112,7 @@ class _PendingUpload:
 
     task_id: str
     upload_id: str
-    payload: bytes | bytearray
+    payload: bytes | bytearray | memoryview
     num_samples: int
     metrics_json: str
     crc32: int | None = None  # of `payload`, computed on the first attempt to upload it
@@ -253,9 +254,12 @@ class Client:
         self._connect()
         self.client_id: str | None = None
         self._heartbeat_interval = 5.0
-        self._models: dict[int, tuple[str, bytearray]] = {}  # version -> (sha256, bytes)
+        self._models: dict[int, tuple[str, memoryview]] = {}  # version -> (sha256, bytes)
         # A download in progress: (version, buffer of the model's size, bytes received).
-        self._partial: tuple[int, bytearray, int] | None = None
+        self._partial: tuple[int, memoryview, int] | None = None
+        # The buffers of the last model and update, reused for the next round's: a fresh
+        # model-sized one costs a page fault per 4 KiB (and zeroing), more than filling it.
+        self._buffers = BufferPool(limit=2)
         self._pending: _PendingUpload | None = None
         self._residual: Weights = {}
         # The open secure round: (task id, its session, the trained update once computed).
@@ -468,7 +472,7 @@ class Client:
 
     # -- tasks -------------------------------------------------------------------------------
 
-    def _model_bytes(self, task: pb.Task) -> bytearray:
+    def _model_bytes(self, task: pb.Task) -> memoryview:
         """The task's model, downloaded once (resuming a partial download) and checked."""
         cached = self._models.get(task.model_version)
         if cached is not None and cached[0] == task.model_sha256:
@@ -481,23 +485,31 @@ class Client:
                 self._in_session(self._download_in_session(task, requested=False))
         _, data, received = self._partial or partial
         self._partial = None
-        mismatch = model_mismatch(task, memoryview(data)[:received])
+        mismatch = model_mismatch(task, data[:received])
         if mismatch:
+            self._buffers.give(data)
             raise TransferError(
                 f"model v{task.model_version} downloaded with {mismatch}; downloading again"
             )
         # Keep only the newest version: a fleet simulation runs many clients in one process.
+        self._drop_models()
         self._models = {task.model_version: (task.model_sha256, data)}
         return data
 
-    def _start_download(self, task: pb.Task) -> tuple[int, bytearray, int]:
+    def _drop_models(self) -> None:
+        """Forget the models held; their buffers serve the next download or update."""
+        for _, data in self._models.values():
+            self._buffers.give(data)
+        self._models = {}
+
+    def _start_download(self, task: pb.Task) -> tuple[int, memoryview, int]:
         """The download of the task's model in progress: (version, buffer, bytes received).
 
         Chunks land in one buffer of the announced size (no appends, no final copy);
         `received` bytes of it are valid, so an interrupted download resumes there.
         """
         if self._partial is None or self._partial[0] != task.model_version:
-            self._partial = (task.model_version, bytearray(task.model_size), 0)
+            self._partial = (task.model_version, self._buffers.take(task.model_size), 0)
         return self._partial
 
     def _take_chunk(self, at: int, piece: memoryview) -> int:
@@ -585,7 +597,9 @@ class Client:
         # else: computed before a failure: send it again (from where it stopped), no retraining
         self._upload(pending)
         self._pending = None
-        self._models.clear()  # the next task needs a newer model
+        if isinstance(pending.payload, memoryview):
+            self._buffers.give(pending.payload)
+        self._drop_models()  # the next task needs a newer model
         self.rounds_trained += 1
 
     def _run_train(self, task: pb.Task) -> tuple[Weights, dict, Weights, int, Any]:
@@ -609,10 +623,10 @@ class Client:
         # Read-only views into the model bytes: train() gets its own copies below.
         global_weights, config, new, num_samples, metrics = self._run_train(task)
         trained = {k: np.asarray(new[k], dtype=w.dtype) for k, w in global_weights.items()}
-        payload: bytes | bytearray
+        payload: bytes | bytearray | memoryview
         if not self.compression and not _client_dp(config):
             # The common case: the delta is computed straight into the upload buffer.
-            payload = encode_raw(trained, global_weights)
+            payload = encode_raw(trained, global_weights, alloc=self._buffers.take)
         else:
             payload = self._encode_delta(
                 _privatize(config, {k: trained[k] - w for k, w in global_weights.items()})
@@ -680,7 +694,7 @@ class Client:
 
         self._call("SubmitSecure", chunks(), self.rpc_timeout + len(reply) / 5e6)
         if stage == Stage.UNMASK:
-            self._models.clear()  # the next task needs a newer model
+            self._drop_models()  # the next task needs a newer model
 
     def _withdraw(self, task: pb.Task) -> None:
         """Tell the server this client leaves the secure round (best effort), and sit it out."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import mmap
 import struct
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,6 +23,7 @@ from sporenet.federated.errors import ConfigError, UpdateRejectedError
 from sporenet.proto import federated_pb2 as pb
 
 COMPRESSIONS = ("int8", "topk")
+Buffer = bytearray | memoryview  # a writable buffer encode_raw writes an update into
 _INT8_MAX = 127.0
 
 
@@ -49,14 +50,18 @@ def _length_delimited(number: int, payload: bytes) -> bytes:
 
 
 def encode_raw(
-    update: Mapping[str, np.ndarray], base: Mapping[str, np.ndarray] | None = None
-) -> bytearray:
+    update: Mapping[str, np.ndarray],
+    base: Mapping[str, np.ndarray] | None = None,
+    *,
+    alloc: Callable[[int], Buffer] = bytearray,
+) -> Buffer:
     """A TensorBundle of ENCODING_RAW tensors, written by hand into one buffer.
 
     Each tensor's values are written once, straight into the message (protobuf would copy
     them three times: `tobytes`, the field, the serialization). With `base`, the tensors
     written are `update[k] - base[k]` (a client's delta), computed in place. Byte-for-byte
-    what `pb.TensorBundle.SerializeToString` gives for the same tensors.
+    what `pb.TensorBundle.SerializeToString` gives for the same tensors. `alloc(size)`
+    gives the buffer (a client reuses its last update's: see buffers.BufferPool).
     """
     heads: list[tuple[bytes, np.ndarray, np.ndarray | None]] = []
     size = 0
@@ -73,7 +78,7 @@ def encode_raw(
         head = _varint(1 << 3 | 2) + _varint(tensor_len) + fields
         heads.append((head, a, None if base is None else np.asarray(base[name])))
         size += len(head) + nbytes
-    out = bytearray(size)
+    out = alloc(size)  # every byte is written below
     view, pos = memoryview(out), 0
     for head, a, b in heads:
         view[pos : pos + len(head)] = head

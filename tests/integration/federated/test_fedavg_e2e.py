@@ -59,6 +59,7 @@ def test_fedavg_rounds_match_numpy_and_ops_endpoints(tmp_path: Path, server_fact
     results: dict[int, dict[str, np.ndarray] | None] = {}
     seen_configs: list[dict] = []
     blocking_channels: dict[int, object] = {}
+    taken: dict[int, list[bytearray]] = {}  # the buffers each client's models and updates used
 
     def run(i: int) -> None:
         def train(weights: dict[str, np.ndarray], config: dict) -> tuple:
@@ -69,6 +70,15 @@ def test_fedavg_rounds_match_numpy_and_ops_endpoints(tmp_path: Path, server_fact
             return float(i), SAMPLES[i], {"acc": 1.0 / (i + 1)}
 
         client = Client(server.address, train=train, evaluate=evaluate, name=f"c{i}", poll_wait=2.0)
+        taken[i] = []
+        take = client._buffers.take
+
+        def counting_take(size: int) -> memoryview:
+            view = take(size)
+            taken[i].append(view.obj)  # a reference, not a view: reuse is not blocked
+            return view
+
+        client._buffers.take = counting_take  # type: ignore[method-assign]
         results[i] = client.run()
         # Registration, tasks, models, updates and evaluation reports all went over the
         # session's connection: the blocking channel (a second connection) never opened.
@@ -90,6 +100,10 @@ def test_fedavg_rounds_match_numpy_and_ops_endpoints(tmp_path: Path, server_fact
             np.testing.assert_allclose(final[k], expected[k], rtol=1e-5, atol=1e-6)
     assert {c["round"] for c in seen_configs} == {1, 2, 3}
     assert blocking_channels == {0: None, 1: None, 2: None}
+    # Models and updates reuse the buffers of the round before (results above: correctly).
+    # 3 updates and 4 models (initial, two evaluated, final) in two buffers per client.
+    for buffers in taken.values():
+        assert len(buffers) >= 7 and len({id(b) for b in buffers}) == 2
 
     # Prometheus text endpoint.
     body = (
