@@ -27,33 +27,30 @@ def model_mismatch(task: pb.Task, data: Bytes) -> str:
     """Why downloaded model bytes are not the task's model ('' when they are)."""
     if len(data) != task.model_size:
         return f"{len(data)} bytes where the task announced {task.model_size}"
-    if task.HasField("model_crc32"):
-        found = crc32(data)
-        if found != task.model_crc32:
-            return f"CRC-32 {found:08x} where the task announced {task.model_crc32:08x}"
-        return ""
-    found_sha = hashlib.sha256(data).hexdigest()
-    if found_sha != task.model_sha256:
-        return f"sha256 {found_sha[:16]}... where the task announced {task.model_sha256[:16]}..."
-    return ""
+    crc = task.model_crc32 if task.HasField("model_crc32") else None
+    differs = _differs(data, crc, task.model_sha256)
+    return f"{differs[0]} {differs[1]} where the task announced {differs[2]}" if differs else ""
 
 
 def update_mismatch(header: pb.UploadHeader, payload: Bytes) -> str:
     """Why a received update is not the one its header describes ('' when it is, or when
     the header declares no checksum)."""
-    if header.HasField("crc32"):
-        found = crc32(payload)
-        if found != header.crc32:
-            return (
-                f"update bytes have CRC-32 {found:08x}; the upload header declared "
-                f"{header.crc32:08x}"
-            )
+    crc = header.crc32 if header.HasField("crc32") else None
+    differs = _differs(payload, crc, header.sha256 or None)
+    if not differs:
         return ""
-    if header.sha256:
-        found_sha = hashlib.sha256(payload).hexdigest()
-        if found_sha != header.sha256.lower():
-            return (
-                f"update bytes have sha256 {found_sha[:16]}...; the upload header declared "
-                f"{header.sha256[:16]}..."
-            )
-    return ""
+    return f"update bytes have {differs[0]} {differs[1]}; the upload header declared {differs[2]}"
+
+
+def _differs(data: Bytes, crc: int | None, sha256: str | None) -> tuple[str, str, str] | None:
+    """(checksum, found, declared) when `data` does not match the declared CRC-32, or else
+    the declared sha256; None when it does, or when neither is declared."""
+    if crc is not None:
+        found = crc32(data)
+        return None if found == crc else ("CRC-32", f"{found:08x}", f"{crc:08x}")
+    if sha256 is None:
+        return None
+    found_sha = hashlib.sha256(data).hexdigest()
+    if found_sha == sha256.lower():
+        return None
+    return "sha256", f"{found_sha[:16]}...", f"{sha256[:16]}..."

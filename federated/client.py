@@ -523,7 +523,7 @@ class Client:
             raise TransferError(f"download chunk at offset {at}, expected {received}")
         if at + len(piece) > len(buf):
             raise TransferError(f"download runs past the model's announced {len(buf)} bytes")
-        memoryview(buf)[at : at + len(piece)] = piece
+        buf[at : at + len(piece)] = piece
         self._partial = (version, buf, at + len(piece))
         return at + len(piece)
 

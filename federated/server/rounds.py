@@ -114,7 +114,8 @@ class TaskInfo:
     secure_payload: bytes = b""
 
 
-def _atomic_write(path: Path, data: bytes) -> None:
+def write_atomic(path: Path, data: bytes | memoryview) -> None:
+    """Replace `path` with `data` (a temporary file, then a rename: never half written)."""
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_bytes(data)
     os.replace(tmp, path)
@@ -387,7 +388,7 @@ class RoundManager:
 
     def _write_model(self, version: int, round_: int, data: bytes) -> ModelRecord:
         name = f"models/v{version:05d}.spore"
-        _atomic_write(self.dir / name, data)
+        write_atomic(self.dir / name, data)
         return ModelRecord(
             version, round_, name, hashlib.sha256(data).hexdigest(), len(data), crc32(data)
         )

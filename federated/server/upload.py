@@ -8,15 +8,13 @@ its `.part` file, from which a later call or session resumes.
 
 from __future__ import annotations
 
-import os
 import re
-from pathlib import Path
 
 from sporenet.federated.buffers import BufferPool
 from sporenet.federated.checksum import update_mismatch
 from sporenet.federated.errors import TransferError, UpdateRejectedError
 from sporenet.federated.server.observability import Metrics
-from sporenet.federated.server.rounds import RoundManager
+from sporenet.federated.server.rounds import RoundManager, write_atomic
 from sporenet.proto import federated_pb2 as pb
 
 UPLOAD_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
@@ -29,14 +27,6 @@ def check_upload_id(upload_id: str) -> None:
         raise UpdateRejectedError(
             f"upload_id must be 1-64 characters of [A-Za-z0-9_-], got {upload_id!r}"
         )
-
-
-def write_atomic(path: Path, data: memoryview) -> None:
-    """Replace `path` with `data` (a temporary file, then a rename: never half written)."""
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-    os.replace(tmp, path)
 
 
 class UploadReceiver:
