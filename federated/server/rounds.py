@@ -29,6 +29,7 @@ calls these methods and maps their exceptions to status codes.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import logging
@@ -121,9 +122,16 @@ def write_atomic(path: Path, data: bytes | memoryview) -> None:
     os.replace(tmp, path)
 
 
+@functools.lru_cache(maxsize=4096)  # asked for every update: once per client is enough
 def file_key(client_id: str) -> str:
     """A filesystem-safe name for a client id (ids may be arbitrary configured names)."""
     return hashlib.sha256(client_id.encode()).hexdigest()[:24]
+
+
+@functools.lru_cache(maxsize=8)  # asked for every update: built once per phase
+def _phase_path(state_dir: Path, round_number: int, phase: str) -> Path:
+    """The directory of one phase's kept uploads (its checkpoint sits beside it)."""
+    return state_dir / "rounds" / f"r{round_number:05d}-{phase}"
 
 
 def _parse_metrics(text: str, what: str) -> dict[str, float]:
@@ -221,6 +229,14 @@ class RoundManager:
         """Call `listener` (quick, never blocking) whenever clients' tasks may have changed."""
         with self._lock:
             self._change_listeners.append(listener)
+
+    def _wake_if_settled(self) -> None:
+        """Wake the round loop once no selected client is left to report (call it under
+        the lock): only then can an arrival close the phase early; deadlines and dropouts
+        it checks on its own ticks. Waking it for every update cost a thread switch and a
+        scan of all participants per update: O(clients^2) per round."""
+        if "selected" not in self._parts.values():
+            self.wake.set()
 
     def _notify_changed(self) -> None:
         self._changed.notify_all()
@@ -411,7 +427,7 @@ class RoundManager:
                 self._opt_state = {k: z[k] for k in z.files}
 
     def _phase_dir(self) -> Path:
-        return self.dir / "rounds" / f"r{self.job.round:05d}-{self.job.phase}"
+        return _phase_path(self.dir, self.job.round, self.job.phase)
 
     def _checkpoint_path(self) -> Path:
         return self._phase_dir().with_suffix(".ckpt")
@@ -659,7 +675,7 @@ class RoundManager:
                 self._parts[client_id] = "rejected"
                 with self.store.transaction() as tx:
                     tx.set_participant(self.job.round, self.job.phase, client_id, "rejected")
-                self.wake.set()  # pollers' tasks are unchanged; the round loop may act
+                self._wake_if_settled()
         log_event(
             self.log,
             "update_refused",
@@ -730,7 +746,7 @@ class RoundManager:
                     if self._since_checkpoint >= self.config.checkpoint_every:
                         self._checkpoint()
                     self.metrics.inc("sporenet_updates_accepted_total")
-                    self.wake.set()  # pollers' tasks are unchanged; the round loop may act
+                    self._wake_if_settled()
             finally:
                 del update
                 if tmp is not None:
@@ -778,7 +794,7 @@ class RoundManager:
                     num_samples,
                     {"loss": loss, **metrics},
                 )
-            self.wake.set()  # pollers' tasks are unchanged; the round loop may act
+            self._wake_if_settled()
 
     def submit_secure(
         self,
