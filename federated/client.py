@@ -76,7 +76,7 @@ from sporenet.federated.wire import (
     identity,
     split_model_chunk,
 )
-from sporenet.lite import read_weights
+from sporenet.lite import WeightsReader, read_weights
 from sporenet.proto import federated_pb2 as pb
 from sporenet.proto import federated_pb2_grpc as pb_grpc
 
@@ -260,6 +260,8 @@ class Client:
         # The buffers of the last model and update, reused for the next round's: a fresh
         # model-sized one costs a page fault per 4 KiB (and zeroing), more than filling it.
         self._buffers = BufferPool(limit=2)
+        # Each round's model differs from the last only in its weights: parsed once.
+        self._weights_reader = WeightsReader()
         self._pending: _PendingUpload | None = None
         self._residual: Weights = {}
         # The open secure round: (task id, its session, the trained update once computed).
@@ -605,7 +607,7 @@ class Client:
     def _run_train(self, task: pb.Task) -> tuple[Weights, dict, Weights, int, Any]:
         """Call the user's train() on the task's model while heartbeating; returns the
         global weights, the task config, the new weights, the sample count, the metrics."""
-        global_weights = read_weights(self._model_bytes(task))
+        global_weights = self._weights_reader.read(self._model_bytes(task))
         config = json.loads(task.config_json or "{}")
         stop_heartbeats = self._start_heartbeats(task.task_id)
         try:
@@ -663,7 +665,7 @@ class Client:
                                 task.task_id)  # fmt: skip
                     self._withdraw(task)
                     return
-                template = template_of(read_weights(self._model_bytes(task)))
+                template = template_of(self._weights_reader.read(self._model_bytes(task)))
                 max_weight = json.loads(task.config_json or "{}").get("secure_max_weight")
                 session = SecureClientSession(task.secure_setup, template, max_weight=max_weight)
                 self._secure, self._secure_update = (task.task_id, session), None
@@ -827,7 +829,8 @@ class Client:
             # Nothing to report: the phase's deadline closes it without this client.
             self._stop.wait(max(self.poll_wait, 1.0))
             return
-        weights = {k: np.array(v) for k, v in read_weights(self._model_bytes(task)).items()}
+        model = self._weights_reader.read(self._model_bytes(task))
+        weights = {k: np.array(v) for k, v in model.items()}
         loss, num_samples, metrics = self.evaluate(weights, json.loads(task.config_json or "{}"))
         report = pb.EvaluationReport(
             client_id=self.client_id or "", task_id=task.task_id, loss=float(loss),

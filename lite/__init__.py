@@ -16,7 +16,12 @@ from sporenet.lite.graph import Graph, Model, Node, Quantization, Signature, Ten
 from sporenet.lite.interpreter import Interpreter
 from sporenet.lite.ops import OpCode
 from sporenet.lite.validate import validate
-from sporenet.lite.weights import read_weights, replace_weights, replace_weights_bytes
+from sporenet.lite.weights import (
+    WeightsReader,
+    read_weights,
+    replace_weights,
+    replace_weights_bytes,
+)
 
 __all__ = [
     "FILE_EXTENSION",
@@ -35,6 +40,7 @@ __all__ = [
     "Signature",
     "Tensor",
     "UnsupportedOpError",
+    "WeightsReader",
     "load",
     "parse",
     "read_weights",

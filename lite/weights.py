@@ -48,3 +48,69 @@ def replace_weights(source: Source | Model, weights: dict[str, np.ndarray]) -> M
 def replace_weights_bytes(source: Source | Model, weights: dict[str, np.ndarray]) -> bytes:
     """The .spore bytes of `replace_weights(source, weights)`."""
     return serialize(replace_weights(source, weights))
+
+
+@dataclasses.dataclass(frozen=True)
+class _Layout:
+    """Where a model's float constants lie, and every other byte of the model."""
+
+    size: int
+    rest: bytes  # the model's bytes outside the tensors' data, in file order
+    tensors: tuple[tuple[str, np.dtype, tuple[int, ...], int], ...]  # name, dtype, shape, at
+
+
+class WeightsReader:
+    """`read_weights` for a series of models that differ only in their weights, as the
+    models of a federated job do from round to round.
+
+    The first model is parsed and checked in full. A later one whose bytes outside the
+    float tensors' data equal the last parsed model's has, byte for byte, the same
+    structure, so its tensors lie at the same offsets: they are returned as read-only
+    views without parsing it again (a model's parse costs far more than the comparison).
+    Any other model is parsed and checked in full, and becomes the reference.
+    """
+
+    def __init__(self) -> None:
+        self._layout: _Layout | None = None
+        self.full_parses = 0  # models parsed in full, for the curious and for tests
+
+    def read(self, data: bytes | bytearray | memoryview) -> dict[str, np.ndarray]:
+        """Float constant tensors of the model in `data` by name (read-only views)."""
+        buf = memoryview(data).cast("B") if not isinstance(data, bytes) else memoryview(data)
+        layout = self._layout
+        if layout is not None and layout.size == len(buf) and _rest(buf, layout) == layout.rest:
+            weights = {}
+            for name, dtype, shape, at in layout.tensors:
+                count = int(np.prod(shape, dtype=np.int64)) if shape else 1
+                view = np.frombuffer(buf, dtype=dtype, count=count, offset=at).reshape(shape)
+                view.flags.writeable = False
+                weights[name] = view
+            return weights
+        weights = read_weights(buf)
+        self.full_parses += 1
+        self._layout = _layout_of(buf, weights)
+        return weights
+
+
+def _rest(buf: memoryview, layout: _Layout) -> bytes:
+    """The bytes of `buf` outside the data ranges of `layout`'s tensors."""
+    pieces, pos = [], 0
+    for _, dtype, shape, at in sorted(layout.tensors, key=lambda t: t[3]):
+        pieces.append(buf[pos:at])
+        pos = max(pos, at + int(np.prod(shape, dtype=np.int64)) * dtype.itemsize)
+    pieces.append(buf[pos:])
+    return b"".join(pieces)
+
+
+def _layout_of(buf: memoryview, weights: dict[str, np.ndarray]) -> _Layout | None:
+    """The layout of a parsed model, or None when a tensor is not a view into `buf`
+    (a misaligned buffer is copied by the parser: then every model is parsed)."""
+    base = np.frombuffer(buf, dtype=np.uint8).ctypes.data if len(buf) else 0
+    tensors = []
+    for name, array in weights.items():
+        at = array.ctypes.data - base
+        if at < 0 or at + array.nbytes > len(buf) or not array.flags.c_contiguous:
+            return None
+        tensors.append((name, array.dtype, tuple(array.shape), at))
+    layout = _Layout(len(buf), b"", tuple(tensors))
+    return dataclasses.replace(layout, rest=_rest(buf, layout))
