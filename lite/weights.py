@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import NamedTuple
 
 import numpy as np
 
@@ -50,13 +51,28 @@ def replace_weights_bytes(source: Source | Model, weights: dict[str, np.ndarray]
     return serialize(replace_weights(source, weights))
 
 
+class _TensorAt(NamedTuple):
+    """One float constant of a parsed model: where its data lie in the file."""
+
+    name: str
+    dtype: np.dtype
+    shape: tuple[int, ...]
+    offset: int
+    count: int  # elements
+
+
 @dataclasses.dataclass(frozen=True)
 class _Layout:
     """Where a model's float constants lie, and every other byte of the model."""
 
     size: int
-    rest: bytes  # the model's bytes outside the tensors' data, in file order
-    tensors: tuple[tuple[str, np.dtype, tuple[int, ...], int], ...]  # name, dtype, shape, at
+    tensors: tuple[_TensorAt, ...]
+    gaps: tuple[tuple[int, int], ...]  # the byte ranges outside the tensors' data
+    rest: bytes  # those bytes, in file order
+
+    def rest_of(self, buf: memoryview) -> bytes:
+        """The bytes of `buf` in this layout's gaps."""
+        return b"".join(buf[start:end] for start, end in self.gaps)
 
 
 class WeightsReader:
@@ -76,30 +92,19 @@ class WeightsReader:
 
     def read(self, data: bytes | bytearray | memoryview) -> dict[str, np.ndarray]:
         """Float constant tensors of the model in `data` by name (read-only views)."""
-        buf = memoryview(data).cast("B") if not isinstance(data, bytes) else memoryview(data)
+        buf = memoryview(data).cast("B")
         layout = self._layout
-        if layout is not None and layout.size == len(buf) and _rest(buf, layout) == layout.rest:
+        if layout is not None and layout.size == len(buf) and layout.rest_of(buf) == layout.rest:
             weights = {}
-            for name, dtype, shape, at in layout.tensors:
-                count = int(np.prod(shape, dtype=np.int64)) if shape else 1
-                view = np.frombuffer(buf, dtype=dtype, count=count, offset=at).reshape(shape)
+            for t in layout.tensors:
+                view = np.frombuffer(buf, t.dtype, t.count, t.offset).reshape(t.shape)
                 view.flags.writeable = False
-                weights[name] = view
+                weights[t.name] = view
             return weights
         weights = read_weights(buf)
         self.full_parses += 1
         self._layout = _layout_of(buf, weights)
         return weights
-
-
-def _rest(buf: memoryview, layout: _Layout) -> bytes:
-    """The bytes of `buf` outside the data ranges of `layout`'s tensors."""
-    pieces, pos = [], 0
-    for _, dtype, shape, at in sorted(layout.tensors, key=lambda t: t[3]):
-        pieces.append(buf[pos:at])
-        pos = max(pos, at + int(np.prod(shape, dtype=np.int64)) * dtype.itemsize)
-    pieces.append(buf[pos:])
-    return b"".join(pieces)
 
 
 def _layout_of(buf: memoryview, weights: dict[str, np.ndarray]) -> _Layout | None:
@@ -111,6 +116,11 @@ def _layout_of(buf: memoryview, weights: dict[str, np.ndarray]) -> _Layout | Non
         at = array.ctypes.data - base
         if at < 0 or at + array.nbytes > len(buf) or not array.flags.c_contiguous:
             return None
-        tensors.append((name, array.dtype, tuple(array.shape), at))
-    layout = _Layout(len(buf), b"", tuple(tensors))
-    return dataclasses.replace(layout, rest=_rest(buf, layout))
+        tensors.append(_TensorAt(name, array.dtype, tuple(array.shape), at, array.size))
+    gaps, pos = [], 0
+    for t in sorted(tensors, key=lambda t: t.offset):
+        gaps.append((pos, max(pos, t.offset)))
+        pos = max(pos, t.offset + t.count * t.dtype.itemsize)
+    gaps.append((pos, len(buf)))
+    layout = _Layout(len(buf), tuple(tensors), tuple(gaps), b"")
+    return dataclasses.replace(layout, rest=layout.rest_of(buf))
