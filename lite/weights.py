@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import os
+from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
@@ -29,26 +31,83 @@ def replace_weights(source: Source | Model, weights: dict[str, np.ndarray]) -> M
     """A copy of the model whose named constant tensors hold `weights` (names, shapes and
     dtypes must match the existing tensors exactly)."""
     model = load(source)
+    tensors = list(model.tensors)
+    for i, value in _replacements(model, weights).items():
+        tensors[i] = dataclasses.replace(tensors[i], data=value)
+    return dataclasses.replace(model, tensors=tensors)
+
+
+def replace_weights_bytes(source: Source | Model, weights: dict[str, np.ndarray]) -> bytes:
+    """The .spore bytes of `replace_weights(source, weights)`.
+
+    From a model's bytes (or file), the new data are written over the old at the same
+    offsets: the structure stays the source's, byte for byte, and nothing is serialized
+    again. A federated server does this every round; at a million parameters it costs
+    about a fifth of a new serialization. A Model, or bytes with a tensor that is not a
+    view of its own into them (copied by the parser from a misaligned buffer, or sharing
+    bytes with another tensor), are serialized anew.
+    """
+    if isinstance(source, Model):
+        return serialize(replace_weights(source, weights))
+    buf = memoryview(Path(source).read_bytes() if isinstance(source, str | os.PathLike)
+                     else source).cast("B")  # fmt: skip
+    model = load(buf)
+    new = _replacements(model, weights)
+    spliced = _spliced(buf, model, new)
+    if spliced is not None:
+        return spliced
+    tensors = list(model.tensors)
+    for i, value in new.items():
+        tensors[i] = dataclasses.replace(tensors[i], data=value)
+    return serialize(dataclasses.replace(model, tensors=tensors))
+
+
+def _replacements(model: Model, weights: dict[str, np.ndarray]) -> dict[int, np.ndarray]:
+    """Tensor index -> new value for each of `weights`, checked against the tensor it
+    replaces (InputError naming what was expected and found)."""
     by_name = {t.name: i for i, t in enumerate(model.tensors) if t.data is not None}
     unknown = sorted(set(weights) - set(by_name))
     if unknown:
         raise InputError(f"unknown weight tensors {unknown}; the model has {sorted(by_name)}")
-    tensors = list(model.tensors)
+    new = {}
     for name, value in weights.items():
-        old = tensors[by_name[name]]
+        old = model.tensors[by_name[name]]
         value = np.asarray(value)
         if value.shape != tuple(old.shape) or value.dtype != old.dtype:
             raise InputError(
                 f"weight {name!r}: expected {old.dtype}{list(old.shape)}, got "
                 f"{value.dtype}{list(value.shape)}"
             )
-        tensors[by_name[name]] = dataclasses.replace(old, data=value)
-    return dataclasses.replace(model, tensors=tensors)
+        new[by_name[name]] = value
+    return new
 
 
-def replace_weights_bytes(source: Source | Model, weights: dict[str, np.ndarray]) -> bytes:
-    """The .spore bytes of `replace_weights(source, weights)`."""
-    return serialize(replace_weights(source, weights))
+def _spliced(buf: memoryview, model: Model, new: dict[int, np.ndarray]) -> bytes | None:
+    """`buf` with the data of the tensors in `new` replaced in place, or None when one of
+    them is not a view into `buf` of its own (the parser copied it, or its bytes are
+    shared with another tensor)."""
+    spans: list[tuple[int, int, int]] = []  # (start, end, tensor index) in `buf`
+    for i, t in enumerate(model.tensors):
+        if t.data is None or not t.data.nbytes:
+            continue
+        at = _offset_in(buf, t.data)
+        if at is not None:
+            spans.append((at, at + t.data.nbytes, i))
+        elif i in new:
+            return None
+    spans.sort()
+    pieces: list[bytes | memoryview] = []
+    pos = reach = 0  # end of the last piece taken; furthest end of the spans so far
+    for k, (start, end, i) in enumerate(spans):
+        if i in new:
+            later = spans[k + 1][0] if k + 1 < len(spans) else len(buf)
+            if reach > start or later < end:  # shares bytes with another tensor
+                return None
+            pieces += [buf[pos:start], memoryview(np.ascontiguousarray(new[i])).cast("B")]
+            pos = end
+        reach = max(reach, end)
+    pieces.append(buf[pos:])
+    return b"".join(pieces)
 
 
 class _TensorAt(NamedTuple):
@@ -110,11 +169,10 @@ class WeightsReader:
 def _layout_of(buf: memoryview, weights: dict[str, np.ndarray]) -> _Layout | None:
     """The layout of a parsed model, or None when a tensor is not a view into `buf`
     (a misaligned buffer is copied by the parser: then every model is parsed)."""
-    base = np.frombuffer(buf, dtype=np.uint8).ctypes.data if len(buf) else 0
     tensors = []
     for name, array in weights.items():
-        at = array.ctypes.data - base
-        if at < 0 or at + array.nbytes > len(buf) or not array.flags.c_contiguous:
+        at = _offset_in(buf, array)
+        if at is None:
             return None
         tensors.append(_TensorAt(name, array.dtype, tuple(array.shape), at, array.size))
     gaps, pos = [], 0
@@ -124,3 +182,11 @@ def _layout_of(buf: memoryview, weights: dict[str, np.ndarray]) -> _Layout | Non
     gaps.append((pos, len(buf)))
     layout = _Layout(len(buf), tuple(tensors), tuple(gaps), b"")
     return dataclasses.replace(layout, rest=layout.rest_of(buf))
+
+
+def _offset_in(buf: memoryview, array: np.ndarray) -> int | None:
+    """Where `array`'s data start in `buf`, if it is a contiguous view of `buf`'s bytes."""
+    base = np.frombuffer(buf, np.uint8).ctypes.data if len(buf) else 0
+    at = array.ctypes.data - base
+    inside = at >= 0 and at + array.nbytes <= len(buf) and array.flags.c_contiguous
+    return at if inside else None
