@@ -7,7 +7,7 @@ read has no timeout) and every message a hand-off between them; with a fleet sim
 in one process those hand-offs were most of the clients' CPU. Here the sessions of all
 clients of a process are coroutines on one `TransportLoop` thread: a client's thread
 hands it a whole exchange (a poll and the model that follows it, an upload) and waits
-once, and a reply's timeout is an `asyncio.wait_for`.
+once, and a reply's timeout is an `asyncio.timeout`.
 """
 
 from __future__ import annotations
@@ -110,7 +110,8 @@ class SessionStream:
         stream, MalformedMessageError for a reply that is not one of `expected`.
         """
         try:
-            raw = await asyncio.wait_for(self._call.read(), timeout)
+            async with asyncio.timeout(timeout):  # no task per read, unlike wait_for
+                raw = await self._call.read()
         except TimeoutError:
             self.close()
             raise TransferError(f"no reply from the server within {timeout:g} s") from None

@@ -149,7 +149,8 @@ class SessionService:
             if task.type != "wait" or left <= 0 or self.m.stopping:
                 break
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(changed.wait(), left)
+                async with asyncio.timeout(left):  # no task per wait, unlike wait_for
+                    await changed.wait()
         await context.write(
             frame_session(SessionReplyField.TASK, task_message(task).SerializeToString())
         )
