@@ -416,7 +416,9 @@ class RoundManager:
         self._model_bytes = (self.dir / record.file).read_bytes()
         record.crc32 = crc32(self._model_bytes)  # not stored: a restart computes it again
         self._model_record = record
-        self._weights = {n: np.array(a) for n, a in read_weights(self._model_bytes).items()}
+        # Read-only views of the model's bytes: the weights are held once (strategies
+        # return new arrays; an accidental write would raise instead of corrupting them).
+        self._weights = read_weights(self._model_bytes)
         self._template = template_of(self._weights)
         raw = sum(a.nbytes for a in self._weights.values())
         self.max_update_bytes = self.config.max_update_bytes or 2 * raw + (1 << 20)
@@ -1124,6 +1126,7 @@ class RoundManager:
             log_event(self.log, "job_failed", logging.ERROR, reason=job.reason)
             return
         data = replace_weights_bytes(self._model_bytes, new_weights)
+        del new_weights, delta  # the new weights are in `data` now: hold them once
         version = job.model_version + 1
         record = self._write_model(version, job.round, data)
         if new_state:
@@ -1151,7 +1154,8 @@ class RoundManager:
             why = self._budget_left(self._charged_rate(self.config.fraction)) if running_fit else ""
             if why:
                 self._finish_for_budget(why)
-            self._model_bytes, self._weights, self._opt_state = data, new_weights, new_state
+            self._model_bytes, self._opt_state = data, new_state
+            self._weights = read_weights(data)
             self._model_record = record
             self._aggregator = None
             self._set_secure(None)
