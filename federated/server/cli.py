@@ -57,6 +57,12 @@ def _run_parser() -> argparse.ArgumentParser:
         help="concurrent model/update streams (bounds transfer memory)",
     )
     p.add_argument(
+        "--max-upload-memory",
+        dest="max_upload_memory",
+        type=int,
+        help="bytes of updates being received at once (fewer upload slots for big models)",
+    )
+    p.add_argument(
         "--metrics-port", dest="metrics_port", type=int, help="serve Prometheus /metrics"
     )
     p.add_argument("--tls-cert", dest="tls.cert")

@@ -91,6 +91,10 @@ class ServerConfig:
     # received holds its update in memory); this, not the number of clients, bounds the
     # server's transfer memory. Uploads are admitted through GetUploadOffset.
     max_transfers: int = 8
+    # Bytes of updates the upload receiving slots may hold at once (each slot holds one
+    # update); fewer slots than max_transfers gives them when updates are large, one at
+    # least. The model's float bytes count as one update's size.
+    max_upload_memory: int = 256 << 20
     long_poll: float = 10.0  # longest a GetTask call is held
     checkpoint_every: int = 16  # updates folded between aggregate checkpoints
     seed: int = 0
@@ -138,6 +142,7 @@ class ServerConfig:
              "must be >= 1 and at most (max_workers - 9) // 7 (downloads, uploads and upload"
              " admission may hold ~7 threads per transfer slot; polls and heartbeats need"
              " some too)"),
+            ("max_upload_memory", self.max_upload_memory > 0, "must be > 0"),
             ("long_poll", self.long_poll >= 0, "must be >= 0"),
             ("checkpoint_every", self.checkpoint_every >= 1, "must be >= 1"),
             ("metrics_port", self.metrics_port is None or 0 <= self.metrics_port < 65536,
@@ -336,6 +341,7 @@ _TOP: dict[str, tuple[str, tuple[type[Any], ...]]] = {
     "chunk_size": ("chunk_size", (int,)),
     "max_workers": ("max_workers", (int,)),
     "max_transfers": ("max_transfers", (int,)),
+    "max_upload_memory": ("max_upload_memory", (int,)),
     "long_poll": ("long_poll", (int, float)),
     "checkpoint_every": ("checkpoint_every", (int,)),
     "seed": ("seed", (int,)),

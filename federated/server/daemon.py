@@ -20,7 +20,7 @@ from sporenet.federated.auth import Authenticator
 from sporenet.federated.errors import ConfigError
 from sporenet.federated.server.config import ServerConfig, split_address
 from sporenet.federated.server.observability import Metrics, log_event, serve_metrics, setup_logging
-from sporenet.federated.server.rounds import RoundManager, transfer_split
+from sporenet.federated.server.rounds import RoundManager
 from sporenet.federated.server.servicer import SERVICE, FederatedServicer, add_to_server
 from sporenet.federated.server.session import SessionService
 
@@ -74,7 +74,7 @@ class _AioServer:
                  health_servicer: health.HealthServicer) -> None:  # fmt: skip
         self.config, self.servicer, self.health = config, servicer, health_servicer
         self.executor = futures.ThreadPoolExecutor(config.max_workers, thread_name_prefix="rpc")
-        downloads, uploads = transfer_split(config.max_transfers)
+        downloads, uploads = servicer.m.transfer_slots()
         self.sessions = SessionService(
             servicer, downloads=downloads, uploads=uploads,
             executor=futures.ThreadPoolExecutor(uploads + 1, thread_name_prefix="fold"),
@@ -155,7 +155,6 @@ def run_server(config: ServerConfig, *, stop: threading.Event | None = None) -> 
     servicer = FederatedServicer(
         manager, auth=auth, metrics=metrics, logger=logger,
         chunk_size=config.chunk_size, heartbeat_interval=config.heartbeat_interval,
-        max_transfers=config.max_transfers,
     )  # fmt: skip
     health_servicer = health.HealthServicer(experimental_non_blocking=True)
     server = _AioServer(config, servicer, health_servicer)

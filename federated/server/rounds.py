@@ -80,10 +80,17 @@ ADMITTED_PER_UPLOAD = 4
 ADMIT_WAITERS_PER_SLOT = 8
 
 
-def transfer_split(max_transfers: int) -> tuple[int, int]:
-    """(download slots, upload receiving slots) out of `max_transfers`."""
+def transfer_split(
+    max_transfers: int, *, update_bytes: int = 0, upload_memory: int = 0
+) -> tuple[int, int]:
+    """(download slots, upload receiving slots) out of `max_transfers`, half each; with
+    `update_bytes` and `upload_memory`, no more receiving slots than that memory holds
+    updates (each slot holds one in memory), one at least."""
     uploads = max(1, max_transfers // 2)
-    return max(1, max_transfers - uploads), uploads
+    downloads = max(1, max_transfers - uploads)
+    if update_bytes > 0 and upload_memory > 0:
+        uploads = max(1, min(uploads, upload_memory // update_bytes))
+    return downloads, uploads
 
 
 def held_threads(max_transfers: int) -> int:
@@ -421,6 +428,7 @@ class RoundManager:
         self._weights = read_weights(self._model_bytes)
         self._template = template_of(self._weights)
         raw = sum(a.nbytes for a in self._weights.values())
+        self.update_bytes = raw  # a raw (uncompressed) update's payload
         self.max_update_bytes = self.config.max_update_bytes or 2 * raw + (1 << 20)
         opt = self.dir / f"models/v{version:05d}.opt.npz"
         self._opt_state: dict[str, np.ndarray] = {}
@@ -610,6 +618,15 @@ class RoundManager:
                 and not self._aggregating
                 and self._parts.get(client_id) == "selected"
             )
+
+    def transfer_slots(self) -> tuple[int, int]:
+        """(download slots, upload receiving slots) for this job's model: `max_transfers`
+        split in half, with no more receiving slots than `max_upload_memory` holds."""
+        return transfer_split(
+            self.config.max_transfers,
+            update_bytes=self.update_bytes,
+            upload_memory=self.config.max_upload_memory,
+        )
 
     def model_record(self, version: int) -> ModelRecord:
         record = self.store.model(version)

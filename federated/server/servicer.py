@@ -35,7 +35,6 @@ from sporenet.federated.server.rounds import (
     ADMITTED_PER_UPLOAD,
     RoundManager,
     TaskInfo,
-    transfer_split,
 )
 from sporenet.federated.server.state import ModelRecord
 from sporenet.federated.server.upload import UploadReceiver, check_upload_id
@@ -199,16 +198,16 @@ class FederatedServicer(pb_grpc.FederatedServicer):
         logger: logging.Logger,
         chunk_size: int,
         heartbeat_interval: float,
-        max_transfers: int = 8,
     ) -> None:
         self.m, self.auth, self.metrics, self.log = manager, auth, metrics, logger
         self.chunk_size, self.heartbeat_interval = chunk_size, heartbeat_interval
         # A waiting transfer holds a thread but no payload memory. `max_transfers` is split
         # between downloads (and secure messages) and uploads; each upload being received
-        # holds its update in memory. `_admitted` counts the uploads allowed to stream: a
-        # few per receiving slot, so a slot never idles while the next client connects,
-        # and each one waiting for a slot holds one buffered message at most.
-        downloads, uploads = transfer_split(max_transfers)
+        # holds its update in memory, so big updates get fewer slots (transfer_slots).
+        # `_admitted` counts the uploads allowed to stream: a few per receiving slot, so a
+        # slot never idles while the next client connects, and each one waiting for a slot
+        # holds one buffered message at most.
+        downloads, uploads = manager.transfer_slots()
         self._transfers = threading.BoundedSemaphore(downloads)
         self._uploads = threading.BoundedSemaphore(uploads)
         self.buffers = BufferPool(uploads)  # receive buffers, shared with Session uploads

@@ -1,4 +1,4 @@
-"""Upload admission under load, with the smallest transfer settings (one receiving slot).
+"""Upload admission under load, with one receiving slot.
 
 Clients on the unary-call transport: the daemon refuses some GetUploadOffset calls with
 RESOURCE_EXHAUSTED (and a `retry-after-ms` hint), the refused clients back off and ask
@@ -10,6 +10,9 @@ With `--max-transfers 1` the server has one receiving slot, grants 4 uploads to 
 any further caller is refused. The clients' `train` meets at a barrier, so all of them ask
 for an upload slot at about the same moment, and 2.4 MB updates take long enough to drain
 through the single slot that more than 12 are waiting at once.
+
+The same holds with the default transfer settings when `--max-upload-memory` holds only
+one update: receiving slots are bounded by the memory their updates take.
 """
 
 from __future__ import annotations
@@ -60,22 +63,29 @@ def metric(body: str, name: str) -> float:
     return float(found.group(1))
 
 
+# One receiving slot: the smallest transfer settings, --max-transfers 1 (one download slot,
+# one receiving slot) with the fewest workers that allow it, (16 - 9) // 7 == 1; or the
+# default 8 transfers with room in memory for one 2.4 MB update (and less than two).
+ONE_SLOT = {
+    "max_transfers": {"--max-transfers": "1", "--max-workers": "16"},
+    "upload_memory": {"--max-upload-memory": str(3 << 20)},
+}
+
+
+@pytest.mark.parametrize("limit", sorted(ONE_SLOT))
 @pytest.mark.parametrize("transport", ["calls", "session"])
 def test_refused_uploads_back_off_and_every_update_counts_once(
-    tmp_path: Path, server_factory, monkeypatch: pytest.MonkeyPatch, transport: str
+    tmp_path: Path, server_factory, monkeypatch: pytest.MonkeyPatch, transport: str, limit: str
 ) -> None:  # type: ignore[no-untyped-def]
     # More clients than the server grants (4) plus holds waiting (8): some must be refused.
     assert N_CLIENTS > ADMITTED_PER_UPLOAD + ADMIT_WAITERS_PER_SLOT
     w0 = make_model(tmp_path / "init.spore", out=600, inp=1000)  # 2.4 MB of float32
     metrics_port = free_port()
-    # The smallest transfer settings: --max-transfers 1 (one download slot, one receiving
-    # slot) and the fewest workers that allow it, (16 - 9) // 7 == 1.
     flags = {
         "--model": str(tmp_path / "init.spore"),
         "--rounds": str(ROUNDS),
         "--min-clients": str(N_CLIENTS),
-        "--max-transfers": "1",
-        "--max-workers": "16",
+        **ONE_SLOT[limit],
         "--round-timeout": "60",
         "--metrics-port": str(metrics_port),
     }
