@@ -122,10 +122,12 @@ class WeightedMeanAggregator:
     def result(self) -> Weights:
         if not self._clients:
             raise AggregationError("no updates were aggregated")
-        return {
-            n: (acc / self._total).astype(self._template[n][1], copy=False)
-            for n, acc in self._sums.items()
-        }
+        # Divided in float64 and written straight in the template's dtype: equal to
+        # (acc / total).astype(dtype) without a model-sized float64 temporary.
+        out = {n: np.empty(acc.shape, self._template[n][1]) for n, acc in self._sums.items()}
+        for n, acc in self._sums.items():
+            np.divide(acc, self._total, out=out[n], casting="same_kind")
+        return out
 
     @property
     def clients(self) -> list[str]:

@@ -15,11 +15,14 @@ class BufferPool:
     memory of aggregation and publishing; a client keeps the buffers of its last model and
     its last update for the next round. A buffer is reused only when nothing views it any
     more (`give` checks), so a caller may give back a buffer whose contents someone kept.
+    Nor is one taken before a `clear`: an upload folded while its phase closes must not
+    park its buffer in the pool through aggregation.
     """
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
-        self._idle: list[bytearray] = []
+        self._idle: list[_Buffer] = []
+        self._generation = 0  # clears so far: a buffer taken before the last one is not kept
         self._lock = threading.Lock()
 
     def take(self, size: int) -> memoryview:
@@ -28,12 +31,16 @@ class BufferPool:
             for i, buf in enumerate(self._idle):
                 if size <= len(buf) <= 2 * size:
                     return memoryview(self._idle.pop(i))[:size]
-        return memoryview(bytearray(size))
+            generation = self._generation
+        buf = _Buffer(size)
+        buf.generation = generation
+        return memoryview(buf)
 
     def clear(self) -> None:
         """Free the idle buffers (quick: a RoundManager change listener)."""
         with self._lock:
             self._idle.clear()
+            self._generation += 1
 
     def give(self, view: memoryview) -> None:
         """Take back a view from `take`. Its buffer is kept for reuse only if no other view
@@ -43,11 +50,19 @@ class BufferPool:
             view.release()
         except BufferError:
             return
-        if isinstance(buf, bytearray) and _unviewed(buf):
+        if isinstance(buf, _Buffer) and _unviewed(buf):
             with self._lock:
+                if buf.generation != self._generation:  # taken before a clear
+                    return
                 self._idle.append(buf)
                 if len(self._idle) > self.limit:
                     self._idle.pop(0)
+
+
+class _Buffer(bytearray):
+    """A pooled buffer: a bytearray that remembers the pool's generation it was made in."""
+
+    __slots__ = ("generation",)
 
 
 def _unviewed(buf: bytearray) -> bool:

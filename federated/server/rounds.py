@@ -1135,6 +1135,7 @@ class RoundManager:
                 clip = getattr(self._aggregator, "clipping_norm", None)
                 delta = self._aggregator.result()
             new_weights, new_state = self.strategy.apply(self._weights, delta, self._opt_state)
+            del delta  # large models: hold at most the sums, the new weights and their bytes
             privacy_info = self._spend_privacy(clip)
         except (AggregationError, SecAggError, PrivacyError) as e:
             with self._changed:
@@ -1143,7 +1144,7 @@ class RoundManager:
             log_event(self.log, "job_failed", logging.ERROR, reason=job.reason)
             return
         data = replace_weights_bytes(self._model_bytes, new_weights)
-        del new_weights, delta  # the new weights are in `data` now: hold them once
+        del new_weights  # they are in `data` now: hold them once
         version = job.model_version + 1
         record = self._write_model(version, job.round, data)
         if new_state:

@@ -64,3 +64,21 @@ def test_a_buffer_still_viewed_is_left_to_its_views() -> None:
     owner = view.obj
     pool.give(view)
     assert pool.take(100).obj is owner
+
+
+def test_a_buffer_taken_before_a_clear_is_not_kept_after_it() -> None:
+    """An upload folded while its phase closes must not park its buffer in the pool
+    through aggregation and publishing."""
+    pool = BufferPool(limit=2)
+    early, late = pool.take(1000), pool.take(1000)
+    early_owner, late_owner = early.obj, late.obj
+    pool.clear()  # the phase closes while both are still being received
+    pool.give(early)
+    after = pool.take(1000)  # taken after the clear: it may be kept
+    after_owner = after.obj
+    assert after_owner is not early_owner
+    pool.give(late)
+    pool.give(after)
+    assert pool.take(1000).obj is after_owner
+    fresh = pool.take(1000).obj
+    assert fresh is not early_owner and fresh is not late_owner
