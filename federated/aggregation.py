@@ -124,10 +124,11 @@ class WeightedMeanAggregator:
             raise AggregationError("no updates were aggregated")
         # Divided in float64 and written straight in the template's dtype: equal to
         # (acc / total).astype(dtype) without a model-sized float64 temporary.
-        out = {n: np.empty(acc.shape, self._template[n][1]) for n, acc in self._sums.items()}
-        for n, acc in self._sums.items():
-            np.divide(acc, self._total, out=out[n], casting="same_kind")
-        return out
+        return {
+            n: np.divide(acc, self._total, out=np.empty(acc.shape, self._template[n][1]),
+                         casting="same_kind")
+            for n, acc in self._sums.items()
+        }  # fmt: skip
 
     @property
     def clients(self) -> list[str]:

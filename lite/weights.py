@@ -31,10 +31,7 @@ def replace_weights(source: Source | Model, weights: dict[str, np.ndarray]) -> M
     """A copy of the model whose named constant tensors hold `weights` (names, shapes and
     dtypes must match the existing tensors exactly)."""
     model = load(source)
-    tensors = list(model.tensors)
-    for i, value in _replacements(model, weights).items():
-        tensors[i] = dataclasses.replace(tensors[i], data=value)
-    return dataclasses.replace(model, tensors=tensors)
+    return _with_data(model, _replacements(model, weights))
 
 
 def replace_weights_bytes(source: Source | Model, weights: dict[str, np.ndarray]) -> bytes:
@@ -54,12 +51,7 @@ def replace_weights_bytes(source: Source | Model, weights: dict[str, np.ndarray]
     model = load(buf)
     new = _replacements(model, weights)
     spliced = _spliced(buf, model, new)
-    if spliced is not None:
-        return spliced
-    tensors = list(model.tensors)
-    for i, value in new.items():
-        tensors[i] = dataclasses.replace(tensors[i], data=value)
-    return serialize(dataclasses.replace(model, tensors=tensors))
+    return spliced if spliced is not None else serialize(_with_data(model, new))
 
 
 def _replacements(model: Model, weights: dict[str, np.ndarray]) -> dict[int, np.ndarray]:
@@ -80,6 +72,14 @@ def _replacements(model: Model, weights: dict[str, np.ndarray]) -> dict[int, np.
             )
         new[by_name[name]] = value
     return new
+
+
+def _with_data(model: Model, new: dict[int, np.ndarray]) -> Model:
+    """A copy of `model` whose tensors at the indices of `new` hold those values."""
+    tensors = list(model.tensors)
+    for i, value in new.items():
+        tensors[i] = dataclasses.replace(tensors[i], data=value)
+    return dataclasses.replace(model, tensors=tensors)
 
 
 def _spliced(buf: memoryview, model: Model, new: dict[int, np.ndarray]) -> bytes | None:

@@ -72,7 +72,7 @@ from sporenet.federated.server.observability import Metrics, log_event
 from sporenet.federated.server.state import JobState, ModelRecord, Store
 from sporenet.federated.strategies import make_strategy
 from sporenet.federated.validation import validate_update
-from sporenet.lite import ModelFormatError, read_weights, replace_weights_bytes
+from sporenet.lite import ModelFormatError, WeightsReader, read_weights, replace_weights_bytes
 
 #: Uploads allowed to stream per receiving slot, and admission calls held waiting per
 #: receiving slot (servicer.GetUploadOffset).
@@ -181,6 +181,9 @@ class RoundManager:
         for sub in ("models", "rounds", "uploads"):
             (self.dir / sub).mkdir(parents=True, exist_ok=True)
         self.store = Store(self.dir / "state.db")
+        # The published model's weights, as read-only views of its bytes: each round's
+        # model differs from the last only in them, so it is parsed once.
+        self._weights_reader = WeightsReader()
         self._lock = threading.RLock()
         self._changed = threading.Condition(self._lock)
         self._decode_slots = threading.BoundedSemaphore(2)  # bounds decode memory, not clients
@@ -423,13 +426,12 @@ class RoundManager:
         self._model_bytes = (self.dir / record.file).read_bytes()
         record.crc32 = crc32(self._model_bytes)  # not stored: a restart computes it again
         self._model_record = record
-        # Read-only views of the model's bytes: the weights are held once (strategies
-        # return new arrays; an accidental write would raise instead of corrupting them).
-        self._weights = read_weights(self._model_bytes)
+        # Views of the model's bytes: the weights are held once (strategies return new
+        # arrays; an accidental write would raise instead of corrupting them).
+        self._weights = self._weights_reader.read(self._model_bytes)
         self._template = template_of(self._weights)
-        raw = sum(a.nbytes for a in self._weights.values())
-        self.update_bytes = raw  # a raw (uncompressed) update's payload
-        self.max_update_bytes = self.config.max_update_bytes or 2 * raw + (1 << 20)
+        self.update_bytes = sum(a.nbytes for a in self._weights.values())  # a raw update's
+        self.max_update_bytes = self.config.max_update_bytes or 2 * self.update_bytes + (1 << 20)
         opt = self.dir / f"models/v{version:05d}.opt.npz"
         self._opt_state: dict[str, np.ndarray] = {}
         if opt.exists():
@@ -1173,7 +1175,7 @@ class RoundManager:
             if why:
                 self._finish_for_budget(why)
             self._model_bytes, self._opt_state = data, new_state
-            self._weights = read_weights(data)
+            self._weights = self._weights_reader.read(data)
             self._model_record = record
             self._aggregator = None
             self._set_secure(None)
