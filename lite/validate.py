@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from sporenet.lite import sparse
 from sporenet.lite.errors import ModelFormatError
 from sporenet.lite.graph import Graph, Model
 
@@ -80,6 +81,7 @@ def validate(model: Model) -> Model:
                     f"tensor {i} ({t.name!r}): declared {t.dtype}{list(t.shape)} but its data "
                     f"is {t.data.dtype}{list(t.data.shape)}"
                 )
+        sparse.check(t, i)
         q = t.quantization
         if q is not None:
             channels = q.scale.size
