@@ -97,6 +97,7 @@ class OpCode(object):
     ARGMIN = 166
     QUANTIZE = 180
     DEQUANTIZE = 181
+    FAKE_QUANT = 183
     DROPOUT = 200
     SOFTMAX_CROSS_ENTROPY = 201
     MSE_LOSS = 202
@@ -119,6 +120,7 @@ class OpCode(object):
     MSE_LOSS_GRAD = 225
     MATMUL_TRANSPOSED = 226
     REDUCE_GRAD = 227
+    FAKE_QUANT_GRAD = 228
     SGD_UPDATE = 250
     ADAM_UPDATE = 251
     ASSIGN = 252

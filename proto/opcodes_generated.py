@@ -91,6 +91,7 @@ class OpCode(enum.IntEnum):
     # quantization (180..199)
     QUANTIZE = 180
     DEQUANTIZE = 181
+    FAKE_QUANT = 183  # quantize-dequantize in float (QAT); inputs x, min, max
     # training: losses, gradient helpers, optimizer updates (200..299)
     DROPOUT = 200
     SOFTMAX_CROSS_ENTROPY = 201
@@ -114,6 +115,7 @@ class OpCode(enum.IntEnum):
     MSE_LOSS_GRAD = 225
     MATMUL_TRANSPOSED = 226  # matmul with transpose_a / transpose_b of the last two axes
     REDUCE_GRAD = 227  # gradient of ReduceSum/ReduceMean: broadcast back to x
+    FAKE_QUANT_GRAD = 228  # straight-through gradient of FAKE_QUANT: dx, dmin, dmax
     SGD_UPDATE = 250
     ADAM_UPDATE = 251
     ASSIGN = 252
