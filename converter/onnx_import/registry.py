@@ -20,6 +20,7 @@ from sporenet.converter.onnx_import.ops import (
     elementwise,
     linear,
     normalization,
+    quantized,
     recurrent,
     reduce,
     resize,
@@ -193,6 +194,13 @@ HANDLERS: dict[str, Handler] = {
                           OpCode.REDUCE_SUM, OpCode.EXP, OpCode.LOG),
     "ArgMax": _h(_R.arg(OpCode.ARGMAX), OpCode.ARGMAX),
     "ArgMin": _h(_R.arg(OpCode.ARGMIN), OpCode.ARGMIN),
+    # quantized: dynamic quantization (onnxruntime's quantize_dynamic)
+    "DynamicQuantizeLinear": _h(quantized.dynamic_quantize_linear, OpCode.REDUCE_MIN,
+                                OpCode.REDUCE_MAX, OpCode.MINIMUM, OpCode.MAXIMUM, OpCode.SUB,
+                                OpCode.DIV, OpCode.ADD, OpCode.NEG, OpCode.CAST),
+    "MatMulInteger": _h(quantized.matmul_integer, OpCode.CAST, OpCode.SUB,
+                        OpCode.FULLY_CONNECTED, OpCode.MATMUL),
+    "ConvInteger": _h(quantized.conv_integer, OpCode.CAST, OpCode.SUB, OpCode.CONV2D),
 }
 
 
