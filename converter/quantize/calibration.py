@@ -27,12 +27,13 @@ CHUNK = 16
 def load_calibration(path: str | os.PathLike) -> dict[str, np.ndarray]:
     """The arrays of an .npz calibration file by name (pickled objects are refused)."""
     try:
-        with np.load(path, allow_pickle=False) as data:
-            if not isinstance(data, np.lib.npyio.NpzFile):
-                raise CalibrationError(
-                    f"calibration file {os.fspath(path)!r} is a single .npy "
-                    "array; expected an .npz with one array per input name"
-                )
+        data = np.load(path, allow_pickle=False)
+        if not isinstance(data, np.lib.npyio.NpzFile):
+            raise CalibrationError(
+                f"calibration file {os.fspath(path)!r} is a single .npy "
+                "array; expected an .npz with one array per input name"
+            )
+        with data:
             return {name: data[name] for name in data.files}
     except CalibrationError:
         raise
