@@ -18,8 +18,12 @@ from sporenet.lite import Interpreter  # noqa: E402
 
 
 def cli(*args: str | Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "sporenet.converter.cli", *map(str, args)],
-                          capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "sporenet.converter.cli", *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -32,8 +36,19 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_onnx_to_int8_with_report(files: Path) -> None:
     out, report = files / "cnn.int8.spore", files / "report.json"
-    done = cli(files / "cnn.onnx", "-o", out, "--quantize", "int8", "--calibration",
-               files / "calib.npz", "--calibration-method", "entropy", "--report", report)
+    done = cli(
+        files / "cnn.onnx",
+        "-o",
+        out,
+        "--quantize",
+        "int8",
+        "--calibration",
+        files / "calib.npz",
+        "--calibration-method",
+        "entropy",
+        "--report",
+        report,
+    )
     assert done.returncode == 0, done.stderr
     assert "quantized  : int8, entropy calibration on 32 samples" in done.stdout
     assert "worst" in done.stdout
@@ -48,33 +63,45 @@ def test_onnx_to_int8_with_report(files: Path) -> None:
 def test_spore_input_is_quantized_in_one_command(files: Path) -> None:
     spore = files / "cnn.spore"
     assert cli(files / "cnn.onnx", "-o", spore).returncode == 0
-    done = cli(spore, "-o", files / "cnn.u8.spore", "--quantize", "uint8", "--per-tensor",
-               "--calibration", files / "calib.npz")
+    done = cli(
+        spore,
+        "-o",
+        files / "cnn.u8.spore",
+        "--quantize",
+        "uint8",
+        "--per-tensor",
+        "--calibration",
+        files / "calib.npz",
+    )
     assert done.returncode == 0, done.stderr
     assert "per-tensor weights" in done.stdout
     again = cli(spore, "-o", files / "same.spore")
     assert again.returncode == 1 and "give --quantize" in again.stderr
 
 
-@pytest.mark.parametrize(("arrays", "message"), [
-    ({"image": np.zeros((2, 1, 8, 8), np.float32)}, "missing ['x'], unknown ['image']"),
-    ({"x": np.zeros((2, 3, 8, 8), np.float32)}, "expected samples of shape (N, 1, 8, 8)"),
-    ({"x": np.zeros((2, 1, 8, 8), np.int32)}, "expected dtype float32, found int32"),
-    ({"x": np.zeros((0, 1, 8, 8), np.float32)}, "expected at least 1 sample(s), found 0"),
-])
-def test_bad_calibration_exits_1_naming_the_input(files: Path, tmp_path: Path, arrays: dict,
-                                                  message: str) -> None:
+@pytest.mark.parametrize(
+    ("arrays", "message"),
+    [
+        ({"image": np.zeros((2, 1, 8, 8), np.float32)}, "missing ['x'], unknown ['image']"),
+        ({"x": np.zeros((2, 3, 8, 8), np.float32)}, "expected samples of shape (N, 1, 8, 8)"),
+        ({"x": np.zeros((2, 1, 8, 8), np.int32)}, "expected dtype float32, found int32"),
+        ({"x": np.zeros((0, 1, 8, 8), np.float32)}, "expected at least 1 sample(s), found 0"),
+    ],
+)
+def test_bad_calibration_exits_1_naming_the_input(
+    files: Path, tmp_path: Path, arrays: dict, message: str
+) -> None:
     np.savez(tmp_path / "bad.npz", **arrays)
     out = tmp_path / "out.spore"
-    done = cli(files / "cnn.onnx", "-o", out, "--quantize", "int8", "--calibration",
-               tmp_path / "bad.npz")
+    done = cli(
+        files / "cnn.onnx", "-o", out, "--quantize", "int8", "--calibration", tmp_path / "bad.npz"
+    )
     assert done.returncode == 1 and message in done.stderr, done.stderr
     assert not out.exists()
 
 
 def test_usage_errors(files: Path, tmp_path: Path) -> None:
-    done = cli(files / "cnn.onnx", "-o", tmp_path / "o.spore", "--calibration",
-               files / "calib.npz")
+    done = cli(files / "cnn.onnx", "-o", tmp_path / "o.spore", "--calibration", files / "calib.npz")
     assert done.returncode == 2 and "need --quantize" in done.stderr
     done = cli(files / "cnn.onnx", "-o", tmp_path / "o.spore", "--quantize", "int8")
     assert done.returncode == 1 and "needs calibration data" in done.stderr

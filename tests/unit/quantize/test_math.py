@@ -57,8 +57,9 @@ def test_entropy_keeps_the_range_of_uniform_data() -> None:
 
 @settings(max_examples=60, deadline=None)
 @given(st.floats(-50, 0), st.floats(0, 50), st.sampled_from(["int8", "uint8"]))
-def test_activation_params_cover_the_range_with_exact_zero(lo: float, hi: float,
-                                                           dtype: str) -> None:
+def test_activation_params_cover_the_range_with_exact_zero(
+    lo: float, hi: float, dtype: str
+) -> None:
     q = P.activation_params(lo, hi, np.dtype(dtype))
     scale, zp = float(q.scale[0]), int(q.zero_point[0])
     qmin, qmax = P.INT_RANGES[np.dtype(dtype)]
@@ -72,8 +73,10 @@ def test_activation_params_cover_the_range_with_exact_zero(lo: float, hi: float,
 
 def test_per_channel_weights_are_symmetric_and_within_half_a_step() -> None:
     rng = np.random.default_rng(0)
-    w = rng.normal(0, 1, (4, 3, 3, 3)).astype(np.float32) * np.array([1, 10, 0.1, 0])[:, None,
-                                                                                     None, None]
+    w = (
+        rng.normal(0, 1, (4, 3, 3, 3)).astype(np.float32)
+        * np.array([1, 10, 0.1, 0])[:, None, None, None]
+    )
     values, q = P.quantize_weights(w, axis=0)
     assert values.dtype == np.int8 and values.min() >= -127 and values.max() <= 127
     np.testing.assert_array_equal(q.zero_point, 0)

@@ -22,7 +22,7 @@ from sporenet.lite.format import parse, serialize  # noqa: E402
 
 class _Reader(quantization.CalibrationDataReader):
     def __init__(self, x: np.ndarray) -> None:
-        self.it = iter([{"x": x[i:i + 1]} for i in range(len(x))])
+        self.it = iter([{"x": x[i : i + 1]} for i in range(len(x))])
 
     def get_next(self) -> dict[str, np.ndarray] | None:
         return next(self.it, None)
@@ -46,7 +46,8 @@ def _run_ort(path: Path, x: np.ndarray) -> np.ndarray:
     options = ort.SessionOptions()
     options.intra_op_num_threads = 1
     return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"]).run(
-        None, {"x": x})[0]
+        None, {"x": x}
+    )[0]
 
 
 def _ops(path: Path) -> set[str]:
@@ -74,18 +75,25 @@ def _output_step(path: Path) -> float:
 
 
 @pytest.mark.parametrize(("fmt", "activations"), [("QDQ", "QInt8"), ("QOperator", "QUInt8")])
-def test_quantize_static_models_match_onnxruntime_within_one_step(float_path: Path, tmp_path: Path,
-                                                                  fmt: str,
-                                                                  activations: str) -> None:
+def test_quantize_static_models_match_onnxruntime_within_one_step(
+    float_path: Path, tmp_path: Path, fmt: str, activations: str
+) -> None:
     out = tmp_path / f"cnn.{fmt}.onnx"
     quantization.quantize_static(
-        str(float_path), str(out), _Reader(calibration(32)["x"]),
+        str(float_path),
+        str(out),
+        _Reader(calibration(32)["x"]),
         quant_format=getattr(quantization.QuantFormat, fmt),
         activation_type=getattr(quantization.QuantType, activations),
-        weight_type=quantization.QuantType.QInt8, per_channel=True)
+        weight_type=quantization.QuantType.QInt8,
+        per_channel=True,
+    )
     ops = _ops(out)
-    assert ("QuantizeLinear" in ops and "DequantizeLinear" in ops) if fmt == "QDQ" else (
-        "QLinearConv" in ops)
+    assert (
+        ("QuantizeLinear" in ops and "DequantizeLinear" in ops)
+        if fmt == "QDQ"
+        else ("QLinearConv" in ops)
+    )
     x = calibration(64, seed=5)["x"]
     got, want = _run_sporenet(out, x), _run_ort(out, x)
     step = _output_step(out)
@@ -95,8 +103,9 @@ def test_quantize_static_models_match_onnxruntime_within_one_step(float_path: Pa
 
 def test_quantize_dynamic_model_matches_onnxruntime(float_path: Path, tmp_path: Path) -> None:
     out = tmp_path / "cnn.dynamic.onnx"
-    quantization.quantize_dynamic(str(float_path), str(out),
-                                  weight_type=quantization.QuantType.QInt8)
+    quantization.quantize_dynamic(
+        str(float_path), str(out), weight_type=quantization.QuantType.QInt8
+    )
     assert {"DynamicQuantizeLinear", "ConvInteger", "MatMulInteger"} <= _ops(out)
     x = calibration(16, seed=6)["x"]
     got, want = _run_sporenet(out, x), _run_ort(out, x)
@@ -105,8 +114,13 @@ def test_quantize_dynamic_model_matches_onnxruntime(float_path: Path, tmp_path: 
 
 def test_quantized_weights_stay_int8_in_the_file(float_path: Path, tmp_path: Path) -> None:
     out = tmp_path / "cnn.qdq.onnx"
-    quantization.quantize_static(str(float_path), str(out), _Reader(calibration(8)["x"]),
-                                 quant_format=quantization.QuantFormat.QDQ, per_channel=True)
+    quantization.quantize_static(
+        str(float_path),
+        str(out),
+        _Reader(calibration(8)["x"]),
+        quant_format=quantization.QuantFormat.QDQ,
+        per_channel=True,
+    )
     model, _ = convert_onnx_model(out, optimize=False)
     weights = [t for t in model.tensors if t.quantization is not None and t.data is not None]
     assert all(t.data.dtype == np.int8 for t in weights)
