@@ -10,6 +10,7 @@ from enum import StrEnum
 import numpy as np
 
 from sporenet.converter.errors import ConversionError
+from sporenet.converter.passes.activation_fusion import fuse_activations
 from sporenet.converter.passes.batchnorm_folding import fold_batch_norms
 from sporenet.converter.passes.dead_code import eliminate_dead_nodes
 from sporenet.converter.passes.graph_utils import compact_tensors
@@ -117,7 +118,7 @@ def quantize_model(
     method: str = "minmax",
     report: bool = True,
 ) -> QuantizationResult:
-    """Quantize a float model after folding its BatchNorms.
+    """Quantize a float model after folding its BatchNorms (and fusing activations).
 
     mode "int8"/"uint8": static quantization; activation ranges come from `calibration`
     (input name -> samples on axis 0, calibrated with `method`), overridden per tensor
@@ -132,6 +133,7 @@ def quantize_model(
     _check_float(ir)
     float_bytes = len(serialize(ir))
     fold_batch_norms(ir)
+    fuse_activations(ir)  # a fused ReLU is a clamp of the int8 output, not a node of its own
     eliminate_dead_nodes(ir)
     compact_tensors(ir)
     reference = copy.deepcopy(ir)

@@ -21,7 +21,16 @@ from sporenet.lite.graph import DYNAMIC, Model
 from sporenet.lite.interpreter import Interpreter
 
 CHUNK = 16
-"""Samples per run when the batch axis is dynamic."""
+"""Most samples per run when the batch axis is dynamic."""
+
+CHUNK_BYTES = 64 << 20
+"""Fewer samples per run when one sample's activations are large (all are kept at once)."""
+
+
+def _chunk(model: Model) -> int:
+    per_sample = sum(int(np.prod([d for d in t.shape if d != DYNAMIC], dtype=np.int64))
+                     * t.dtype.itemsize for t in model.tensors if t.data is None)
+    return int(max(1, min(CHUNK, CHUNK_BYTES // max(per_sample, 1))))
 
 
 def load_calibration(path: str | os.PathLike) -> dict[str, np.ndarray]:
@@ -108,7 +117,7 @@ def batches(
     signature = model.signature("infer")
     first = next(iter(signature.inputs.values()))
     batch = model.tensors[first].shape[0]
-    step = CHUNK if batch == DYNAMIC else batch
+    step = _chunk(model) if batch == DYNAMIC else batch
     total = min(next(iter(data.values())).shape[0], limit or np.iinfo(np.int64).max)
     for start in range(0, total - step + 1 if batch != DYNAMIC else total, step):
         yield {name: array[start : start + step] for name, array in data.items()}
