@@ -51,13 +51,13 @@ def quantize(x: np.ndarray, q: Quantization, dtype: np.dtype) -> np.ndarray:
     qmin, qmax = INT_RANGES[np.dtype(dtype)]
     scale, zp = _broadcast(q, x.ndim)
     values = np.rint(x.astype(np.float64) / scale) + zp
-    return np.clip(values, qmin, qmax).astype(dtype)
+    return np.asarray(np.clip(values, qmin, qmax), dtype)
 
 
 def dequantize(q_values: np.ndarray, q: Quantization) -> np.ndarray:
     """scale * (q - zero_point) as float32 (per tensor or along q.axis)."""
     scale, zp = _broadcast(q, q_values.ndim)
-    return (scale * (q_values.astype(np.float64) - zp)).astype(np.float32)
+    return np.asarray(scale * (q_values.astype(np.float64) - zp), np.float32)
 
 
 def _broadcast(q: Quantization, ndim: int) -> tuple[np.ndarray, np.ndarray]:
