@@ -34,35 +34,72 @@ def _scalar(ctx: ImportContext, name: str, value: float) -> int:
     return ctx.constant(name, np.array(value, np.float32))
 
 
+def _dynamic_quantize(ctx: ImportContext, x: int, name: str) -> tuple[int, int, int]:
+    """(q, scale, zero point) of ONNX's DynamicQuantizeLinear as float32 tensors: the
+    range [min(x, 0), max(x, 0)] mapped onto 0..255, values rounded ties-to-even."""
+    zero = _scalar(ctx, f"{name}/zero", 0.0)
+    lo = ctx.emit1(OpCode.MINIMUM, [ctx.emit1(OpCode.REDUCE_MIN, [x], keepdims=0), zero])
+    hi = ctx.emit1(OpCode.MAXIMUM, [ctx.emit1(OpCode.REDUCE_MAX, [x], keepdims=0), zero])
+    scale = ctx.emit1(OpCode.DIV, [ctx.emit1(OpCode.SUB, [hi, lo]),
+                                   _scalar(ctx, f"{name}/levels", 255.0)])
+    # An all-zero x has scale 1 (onnxruntime's choice), not 0 and NaN quotients.
+    is_zero = ctx.emit1(OpCode.CAST, [ctx.emit1(OpCode.EQUAL, [scale, zero])], to="float32")
+    scale = ctx.emit1(OpCode.ADD, [scale, is_zero])
+    top = _scalar(ctx, f"{name}/top", 255.0)
+
+    def saturate(v: int) -> int:
+        return ctx.emit1(OpCode.MINIMUM, [ctx.emit1(OpCode.MAXIMUM, [v, zero]), top])
+
+    zp = saturate(_round(ctx, ctx.emit1(OpCode.NEG, [ctx.emit1(OpCode.DIV, [lo, scale])]),
+                         f"{name}/zp"))
+    q = saturate(ctx.emit1(OpCode.ADD, [_round(ctx, ctx.emit1(OpCode.DIV, [x, scale]),
+                                               f"{name}/y"), zp]))
+    return q, scale, zp
+
+
 def dynamic_quantize_linear(ctx: ImportContext, node: OnnxNode) -> list[int]:
     """y = saturate(round(x / scale) + zp) over [min(x, 0), max(x, 0)] mapped to 0..255."""
     x = node.input(0)
     if ctx.dtype(x) != np.float32:
         raise node.fail(f"x must be float32, got {ctx.dtype(x)}")
-    zero = _scalar(ctx, f"{node.name}/zero", 0.0)
-    lo = ctx.emit1(OpCode.MINIMUM, [ctx.emit1(OpCode.REDUCE_MIN, [x], keepdims=0), zero])
-    hi = ctx.emit1(OpCode.MAXIMUM, [ctx.emit1(OpCode.REDUCE_MAX, [x], keepdims=0), zero])
-    scale = ctx.emit1(
-        OpCode.DIV, [ctx.emit1(OpCode.SUB, [hi, lo]), _scalar(ctx, f"{node.name}/levels", 255.0)]
-    )
-    top = _scalar(ctx, f"{node.name}/top", 255.0)
+    q, scale, zp = _dynamic_quantize(ctx, x, node.name)
+    return [ctx.emit1(OpCode.CAST, [q], to="uint8"), scale,
+            ctx.emit1(OpCode.CAST, [zp], to="uint8")]
 
-    def saturate(v: int) -> int:
-        return ctx.emit1(OpCode.MINIMUM, [ctx.emit1(OpCode.MAXIMUM, [v, zero]), top])
 
-    zp = saturate(
-        _round(ctx, ctx.emit1(OpCode.NEG, [ctx.emit1(OpCode.DIV, [lo, scale])]), f"{node.name}/zp")
-    )
-    y = saturate(
-        ctx.emit1(
-            OpCode.ADD, [_round(ctx, ctx.emit1(OpCode.DIV, [x, scale]), f"{node.name}/y"), zp]
-        )
-    )
-    return [
-        ctx.emit1(OpCode.CAST, [y], to="uint8"),
-        scale,
-        ctx.emit1(OpCode.CAST, [zp], to="uint8"),
-    ]
+def _dynamic_fake_quant(ctx: ImportContext, x: int, name: str) -> int:
+    """x quantized as DynamicQuantizeLinear does and dequantized: what an integer GEMM of
+    onnxruntime's dynamic quantization sees of its float input."""
+    q, scale, zp = _dynamic_quantize(ctx, x, name)
+    return ctx.emit1(OpCode.MUL, [ctx.emit1(OpCode.SUB, [q, zp]), scale])
+
+
+def dynamic_quantize_lstm(ctx: ImportContext, node: OnnxNode) -> list[int]:
+    """com.microsoft DynamicQuantizeLSTM: an LSTM whose W [dirs, input, 4H] and R [dirs,
+    hidden, 4H] are integer with scales per direction or per column, and whose input
+    sequence and states are quantized dynamically before each projection (as onnxruntime
+    runs it). The weights are stored dequantized in float."""
+    from sporenet.converter.onnx_import.ops import recurrent
+
+    def weights(at: int, scale_at: int, zp_at: int, what: str) -> int:
+        w = ctx.static_input(node, at, what)
+        scale = ctx.static_input(node, scale_at, f"{what} scale")
+        zp = ctx.static_input(node, zp_at, f"{what} zero point")
+        if w is None or scale is None or zp is None or w.ndim != 3:
+            raise node.fail(f"{what} (input {at}) with its scale and zero point is required")
+        dirs = w.shape[0]
+        scale = scale.astype(np.float64).reshape(dirs, 1, -1)
+        zp = zp.astype(np.float64).reshape(dirs, 1, -1)
+        real = ((w.astype(np.float64) - zp) * scale).astype(np.float32)
+        return ctx.constant(f"{ctx.tensors[node.input(at)].name}/float",
+                            np.ascontiguousarray(real.transpose(0, 2, 1)))
+
+    inputs = [node.input(0), weights(1, 8, 9, "W"), weights(2, 10, 11, "R"),
+              *[node.input(k) for k in range(3, 8)]]
+    lstm = dataclasses.replace(node, op_type="LSTM", inputs=inputs)
+    count = iter(range(1 << 30))
+    return recurrent.recurrent(
+        ctx, lstm, lambda x: _dynamic_fake_quant(ctx, x, f"{node.name}/dq{next(count)}"))
 
 
 def _centred(ctx: ImportContext, node: OnnxNode, x: int, zp_index: int, what: str) -> int:
@@ -94,6 +131,14 @@ def _int_weight(
     return ctx.quantized_constant(name, values.astype(np.int8), q)
 
 
+def _to_int32(ctx: ImportContext, y: int, name: str) -> int:
+    """An integer-valued float result as int32: rounded first, since fast convolution
+    algorithms (Winograd) leave errors far below 0.5 that a truncating cast would keep."""
+    half = _scalar(ctx, f"{name}/half", 0.5)
+    return ctx.emit1(OpCode.CAST, [ctx.emit1(OpCode.FLOOR, [ctx.emit1(OpCode.ADD, [y, half])])],
+                     to="int32")
+
+
 def matmul_integer(ctx: ImportContext, node: OnnxNode) -> list[int]:
     """(A - a_zp) @ (B - b_zp) in int32."""
     a, b = node.input(0), node.input(1)
@@ -107,7 +152,7 @@ def matmul_integer(ctx: ImportContext, node: OnnxNode) -> list[int]:
         y = ctx.emit1(OpCode.FULLY_CONNECTED, [af, w])
     else:
         y = ctx.emit1(OpCode.MATMUL, [af, _centred(ctx, node, b, node.input(3), "B")])
-    return [ctx.emit1(OpCode.CAST, [y], to="int32")]
+    return [_to_int32(ctx, y, node.name)]
 
 
 def conv_integer(ctx: ImportContext, node: OnnxNode) -> list[int]:
@@ -118,7 +163,7 @@ def conv_integer(ctx: ImportContext, node: OnnxNode) -> list[int]:
     zp_w = ctx.static_input(node, 3, "the weight zero point")
     wq = _int_weight(ctx, node, weight, zp_w, 0, f"{ctx.tensors[w].name}/int8")
     y = conv_ops.conv(ctx, dataclasses.replace(node, inputs=[xf, wq]))[0]
-    return [ctx.emit1(OpCode.CAST, [y], to="int32")]
+    return [_to_int32(ctx, y, node.name)]
 
 
 # ---- QDQ and QLinear ops: quantize / dequantize steps around float ops.
