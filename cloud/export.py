@@ -62,6 +62,9 @@ def inference_model(model: Module, *, input_shape: Sequence[int] | None = None,
         ir = trace(model, shape, training=False, softmax_output=probabilities)
     except LiteError as exc:
         raise ExportError(f"could not trace the model for export: {exc}") from exc
+    rename = export_names(model)
+    for t in ir.tensors:
+        t.name = rename.get(t.name, t.name)
     if fold_batch_norm:
         fold_batch_norms(ir)
     ir.description = f"{type(model).__name__} exported by sporenet.cloud"
@@ -76,6 +79,21 @@ def inference_model(model: Module, *, input_shape: Sequence[int] | None = None,
     ir.metadata.update(metadata or {})
     validate(ir)
     return ir
+
+
+def export_names(model: Module) -> dict[str, str]:
+    """State path -> exported tensor name: a layer named only by its position in a
+    Sequential ("14.weight") is named after its type and position ("dense14.weight"), so an
+    exported file's trainable names say what they are; named layers keep their names."""
+    names = {}
+    for path, _ in model.named_state():
+        parts = path.split(".")
+        module, out = model, []
+        for part in parts[:-1]:
+            module = getattr(module, part)
+            out.append(f"{type(module).__name__.lower()}{part}" if part.isdigit() else part)
+        names[path] = ".".join([*out, parts[-1]])
+    return names
 
 
 def fold_batch_norms(model: Model, graph_index: int = 0) -> int:
@@ -114,7 +132,11 @@ def fold_batch_norms(model: Model, graph_index: int = 0) -> int:
         if has_bias:
             tensors[conv.inputs[2]].data = bias
         else:
-            tensors.append(Tensor(name=f"{w.name}.folded_bias", dtype=np.dtype(np.float32),
+            taken = {t.name for t in tensors}
+            name = (w.name.removesuffix(".weight") + ".bias" if w.name.endswith(".weight")
+                    else f"{w.name}.folded_bias")
+            name = name if name not in taken else f"{w.name}.folded_bias"
+            tensors.append(Tensor(name=name, dtype=np.dtype(np.float32),
                                   shape=bias.shape, data=bias))
             conv.inputs = [*conv.inputs[:2], len(tensors) - 1]
         # The convolution now writes the BatchNorm's output tensor directly.

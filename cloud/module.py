@@ -177,14 +177,25 @@ def run_eager(module: Module, x: Any) -> np.ndarray:
 
 
 class Sequential(Module):
-    """Layers applied in order; indexable like a list."""
+    """Layers applied in order; indexable like a list.
 
-    def __init__(self, *layers: Module) -> None:
+    A layer may be given as a (name, layer) pair: its parameters are then named after it
+    (`Sequential(..., ("head", Dense(64, 10)))` has "head.weight"); others are named by
+    position ("3.weight").
+    """
+
+    def __init__(self, *layers: Module | tuple[str, Module]) -> None:
         super().__init__()
-        for k, layer in enumerate(layers):
+        for k, item in enumerate(layers):
+            named = isinstance(item, tuple) and len(item) == 2
+            name, layer = item if named else (str(k), item)
             if not isinstance(layer, Module):
                 raise ConfigError(f"Sequential: layer {k} must be a Module, got {type(layer)}")
-            setattr(self, str(k), layer)
+            if named and (not isinstance(name, str) or not name.isidentifier()
+                          or hasattr(self, name)):
+                raise ConfigError(f"Sequential: layer {k}'s name must be an identifier not "
+                                  f"used yet, got {name!r}")
+            setattr(self, name, layer)
 
     def forward(self, x: Var) -> Var:
         for layer in self.children():

@@ -11,7 +11,9 @@ from sporenet.lite.errors import InputError
 from sporenet.lite.format import load, parse
 from sporenet.lite.graph import DYNAMIC, Model
 from sporenet.lite.planner import ExecutionPlan, plan
+from sporenet.lite.signature_runner import SignatureRunner
 from sporenet.lite.threads import BLAS
+from sporenet.lite.variables import state_tensors, writable_copies
 
 
 class Interpreter:
@@ -19,6 +21,11 @@ class Interpreter:
 
     Interpreter(model_path=...) memory-maps the file; Interpreter(model_content=bytes) reads
     from memory. `num_threads` bounds the BLAS thread pool while invoke() runs.
+
+    A model with a "train" signature has state its graphs write (weights, optimizer
+    slots, running statistics): the interpreter keeps writable copies of those tensors in
+    `variables`, shared by every signature, so `get_signature_runner("train")` steps and
+    `get_signature_runner("infer")` sees the weights it learned.
     """
 
     def __init__(self, model_path: str | os.PathLike | None = None,
@@ -37,15 +44,39 @@ class Interpreter:
             self.model = load(model_path)  # type: ignore[arg-type]
         self.num_threads = num_threads
         self.signature = self.model.signature(signature)
+        self.variables: dict[int, np.ndarray] = writable_copies(
+            self.model, state_tensors(self.model))
+        self._runners: dict[str, SignatureRunner] = {}
         self._shapes: dict[int, tuple[int, ...]] = {}
         self._input_names = self.signature.inputs
         self._output_names = self.signature.outputs
-        self._plan: ExecutionPlan = plan(self.model, self.signature.key, self._shapes)
+        self._plan: ExecutionPlan = self.plan(self.signature.key, self._shapes)
 
     # ---- planning
+    def plan(self, key: str, shapes: dict[int, tuple[int, ...]]) -> ExecutionPlan:
+        """A plan of signature `key` for the given input shapes, bound to `variables`."""
+        return plan(self.model, key, shapes, variables=self.variables)
+
     def allocate_tensors(self) -> None:
         """(Re)plan the graph for the current input shapes."""
-        self._plan = plan(self.model, self.signature.key, self._shapes)
+        self._plan = self.plan(self.signature.key, self._shapes)
+
+    def get_signature_runner(self, signature_key: str | None = None) -> SignatureRunner:
+        """A callable running one signature: `runner(x=...)` -> {output name: array}.
+
+        As TFLite's: without a key, the model must have exactly one signature. Runners of
+        one interpreter share its variables (see the class docstring).
+        """
+        keys = sorted(self.model.signatures) or ["infer"]
+        if signature_key is None:
+            if len(keys) != 1:
+                raise InputError(f"the model has several signatures {keys}; name one")
+            signature_key = keys[0]
+        runner = self._runners.get(signature_key)
+        if runner is None:
+            self.model.signature(signature_key)  # raises SignatureError listing the keys
+            runner = self._runners[signature_key] = SignatureRunner(self, signature_key)
+        return runner
 
     def resize_tensor_input(self, input_index: int, tensor_size: Any) -> None:
         """Change an input's shape (only its dynamic dimensions may change); re-plans."""
@@ -92,6 +123,19 @@ class Interpreter:
                 for k, s in self.model.signatures.items()}
 
     # ---- tensors
+    def _resize_all(self, shapes: dict[int, tuple[int, ...]]) -> None:
+        """Resize several inputs and re-plan once (the planner checks them together)."""
+        for index, shape in shapes.items():
+            self._check_input_index(index)
+            declared = self.model.tensors[index].shape
+            if any(d != DYNAMIC and d != s for d, s in zip(declared, shape, strict=True)) or any(
+                    s < 0 for s in shape):
+                raise InputError(
+                    f"input {self.model.tensors[index].name!r}: cannot resize to {list(shape)}; "
+                    f"its shape signature is {list(declared)} (only -1 dims may change)")
+        self._shapes.update(shapes)
+        self.allocate_tensors()
+
     def _check_input_index(self, index: int) -> None:
         if index not in self._input_names.values():
             raise InputError(
@@ -126,13 +170,17 @@ class Interpreter:
     # ---- running
     def invoke(self) -> None:
         """Run the planned graph on the inputs set with set_tensor."""
+        self.execute(self._plan)
+
+    def execute(self, planned: ExecutionPlan) -> None:
+        """Run a plan of this interpreter's with the BLAS pool bounded to num_threads."""
         if self.num_threads is None or not BLAS.available:
-            self._plan.run()
+            planned.run()
             return
         previous = BLAS.get()
         BLAS.set(self.num_threads)
         try:
-            self._plan.run()
+            planned.run()
         finally:
             BLAS.set(previous)  # type: ignore[arg-type]
 
@@ -148,14 +196,17 @@ class Interpreter:
                 f"inputs expected {sorted(self._input_names)}; unknown {unknown}, missing {missing}"
             )
         values = {name: np.asarray(value) for name, value in feeds.items()}
-        # Resize first, copy after: a re-plan replaces every input array, so a value copied
-        # before another input's resize would be lost.
+        # Resize first (all inputs at once: a train graph's labels must match its batch),
+        # copy after: a re-plan replaces every input array.
+        resized = {}
         for name, value in values.items():
             index = self._input_names[name]
             if value.shape != self._plan.specs[index].shape and value.ndim == len(
                 self.model.tensors[index].shape
             ):
-                self.resize_tensor_input(index, value.shape)
+                resized[index] = tuple(int(d) for d in value.shape)
+        if resized:
+            self._resize_all(resized)
         for name, value in values.items():
             index = self._input_names[name]
             self._check_value(name, index, value)

@@ -17,6 +17,7 @@ from dataclasses import replace
 import numpy as np
 
 from sporenet.lite.autodiff import append_gradients
+from sporenet.lite.errors import InputError
 from sporenet.lite.graph import DYNAMIC, Graph, Model, Node, Signature, Tensor
 from sporenet.lite.ops import OpCode
 from sporenet.lite.training.config import LOSSES, OptimizerConfig
@@ -67,6 +68,38 @@ def default_trainable(model: Model, graph: Graph) -> set[int]:
                if k < len(n.inputs) and n.inputs[k] != -1}
     return {i for i in weights
             if model.tensors[i].data is not None and model.tensors[i].dtype.kind == "f"}
+
+
+def trainable_names(model: Model, graph: Graph) -> list[str]:
+    """Names of the float constants `graph` reads: what `trainable` may name, sorted."""
+    used = {i for n in graph.nodes for i in n.inputs if i != -1}
+    return sorted(model.tensors[i].name for i in used
+                  if model.tensors[i].data is not None and model.tensors[i].dtype.kind == "f")
+
+
+# Fused activations whose derivative needs the pre-activation value, which a fused node does
+# not keep: the train graph computes them as a separate op after the node (the infer graph
+# keeps the fused, faster form).
+UNFUSED_OPS: dict[str, OpCode] = {
+    "hard_swish": OpCode.HARD_SWISH,
+    "hard_sigmoid": OpCode.HARD_SIGMOID,
+    "gelu": OpCode.GELU,
+    "elu": OpCode.ELU,
+    "softplus": OpCode.SOFTPLUS,
+}
+ACTIVATION_PARAMS = ("alpha", "beta", "approximate")
+
+
+def _unfuse(m: Model, n: Node, new_tensor: Callable[..., int]) -> list[Node]:
+    """`n` without its fused activation, writing a new tensor, then the activation op."""
+    name = n.attrs["activation"]
+    out = m.tensors[n.outputs[0]]
+    pre = new_tensor(f"{out.name}/pre_activation", out.dtype, out.shape)
+    attrs = {k: v for k, v in n.attrs.items() if k != "activation" and k not in
+             ACTIVATION_PARAMS}
+    params = {k: v for k, v in n.attrs.items() if k in ACTIVATION_PARAMS}
+    return [Node(n.op, list(n.inputs), [pre, *n.outputs[1:]], attrs, n.version, n.name),
+            Node(UNFUSED_OPS[name], [pre], [n.outputs[0]], params, 1, f"{n.name}/{name}")]
 
 
 def make_training_model(model: Model, *, output: str, loss: str, optimizer: OptimizerConfig,
@@ -123,12 +156,14 @@ def make_training_model(model: Model, *, output: str, loss: str, optimizer: Opti
         by_name = {t.name: i for i, t in enumerate(m.tensors)}
         unknown = sorted(set(trainable) - set(by_name))
         if unknown:
-            raise ValueError(f"trainable names unknown tensors {unknown}")
+            raise InputError(f"trainable names unknown tensors {unknown}; the model's "
+                             f"trainable tensors are {trainable_names(m, forward)}")
         params = sorted(by_name[n] for n in trainable)
         bad = [m.tensors[i].name for i in params
                if m.tensors[i].data is None or m.tensors[i].dtype.kind != "f"]
         if bad:
-            raise ValueError(f"trainable tensors must be float constants (weights): {bad}")
+            raise InputError(f"trainable tensors must be float constants (weights): {bad}; "
+                             f"the model's trainable tensors are {trainable_names(m, forward)}")
     if not params:
         raise ValueError("nothing to train: the model has no float weights")
     for i in params:  # the flag travels with the file, for on-device fine-tuning
@@ -152,6 +187,8 @@ def make_training_model(model: Model, *, output: str, loss: str, optimizer: Opti
             attrs = {k: v for k, v in n.attrs.items() if k != "training_mode"}
             nodes.append(Node(OpCode.BATCH_NORM_TRAINING, list(n.inputs),
                               [n.outputs[0], *stats], attrs, 1, n.name))
+        elif n.attrs.get("activation", "none") in UNFUSED_OPS:
+            nodes.extend(_unfuse(m, n, new_tensor))
         else:
             nodes.append(replace(n, inputs=list(n.inputs), outputs=list(n.outputs),
                                  attrs=dict(n.attrs)))

@@ -1,28 +1,37 @@
-"""Trainer: runs a model's "train" graph step by step on variables it owns.
+"""Trainer: runs a model's "train" graph step by step, through an Interpreter's signature
+runners.
 
-The variables are writable copies of the trained weights, the optimizer slots and the
-BatchNorm running statistics. The train and infer graphs are planned once per input
-shape with those arrays bound in place, so a step is one run of a planned graph and
-`evaluate` sees the latest weights without re-planning.
+The Interpreter owns writable copies of the state the train graph writes (the trained
+weights, the optimizer slots, the BatchNorm running statistics), shared by its "train"
+and "infer" runners, so a step is one run of a planned graph and `evaluate` sees the
+latest weights without re-planning. A checkpoint is the training model itself (a .spore
+file) with that state as its constants and the step count in its metadata: loading it
+resumes bit-exactly where training stopped.
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from sporenet.lite.errors import InputError
+from sporenet.lite.format import load, save
 from sporenet.lite.graph import Graph, Model, Node, Signature
-from sporenet.lite.planner import ExecutionPlan, plan
-from sporenet.lite.threads import BLAS
-from sporenet.lite.training.model import optimizer_slots, parameters, updated_stats
+from sporenet.lite.interpreter import Interpreter
+from sporenet.lite.training.model import parameters, updated_stats
 from sporenet.lite.validate import validate
+
+STEPS_KEY = "train.steps"
+"""Metadata key of a checkpoint's step count."""
 
 
 class Trainer:
-    """Train a model made by make_training_model: step(), evaluate(), weights(), export()."""
+    """Train a model made by make_training_model: step(), evaluate(), weights(), export(),
+    save_checkpoint() and load_checkpoint()."""
 
     def __init__(self, model: Model, *, num_threads: int | None = None) -> None:
         if "train" not in model.signatures:
@@ -32,70 +41,24 @@ class Trainer:
             raise ValueError(f"num_threads must be a positive int, got {num_threads!r}")
         self.model = model
         self.num_threads = num_threads
+        self.interpreter = Interpreter(model=model, num_threads=num_threads, signature="train")
+        self._train = self.interpreter.get_signature_runner("train")
+        self._infer = self.interpreter.get_signature_runner("infer")
         self._params = parameters(model)
         self._stats = sorted(updated_stats(model))
-        slots = optimizer_slots(model)
-        ids = [*self._params, *self._stats, *sorted(slots)]
-        # Writable copies: the model's own arrays (possibly a read-only memory map) stay intact.
-        self.variables: dict[int, np.ndarray] = {
-            i: np.array(model.tensors[i].data, copy=True) for i in ids
-        }
-        self._plans: dict[tuple[str, tuple], ExecutionPlan] = {}
-        self.steps = 0
+        self.variables: dict[int, np.ndarray] = self.interpreter.variables
+        self.steps = int(model.metadata.get(STEPS_KEY, 0))
 
     # ---- running
-    def _feed(self, key: str, feeds: dict[str, Any]) -> ExecutionPlan:
-        sig = self.model.signature(key)
-        unknown = sorted(set(feeds) - set(sig.inputs))
-        missing = sorted(set(sig.inputs) - set(feeds))
-        if unknown or missing:
-            raise InputError(f"{key} inputs expected {sorted(sig.inputs)}; unknown {unknown}, "
-                             f"missing {missing}")
-        arrays = {}
-        for name, value in feeds.items():
-            index = sig.inputs[name]
-            tensor = self.model.tensors[index]
-            value = np.asarray(value)
-            if value.dtype != tensor.dtype:
-                if not np.can_cast(value.dtype, tensor.dtype, "same_kind"):
-                    raise InputError(f"input {name!r}: expected {tensor.dtype}, got {value.dtype}")
-                value = value.astype(tensor.dtype)
-            declared = tensor.shape
-            if len(value.shape) != len(declared) or any(
-                    d not in (-1, s) for d, s in zip(declared, value.shape, strict=True)):
-                raise InputError(f"input {name!r}: shape {list(value.shape)} does not match "
-                                 f"its signature {list(declared)} (-1: any size)")
-            arrays[index] = value
-        shapes = {i: a.shape for i, a in arrays.items()}
-        cache = (key, tuple(sorted(shapes.items())))
-        planned = self._plans.get(cache)
-        if planned is None:
-            planned = plan(self.model, key, shapes, variables=self.variables)
-            self._plans[cache] = planned
-        for i, a in arrays.items():
-            np.copyto(planned.arrays[i], a)
-        return planned
-
-    def _run(self, planned: ExecutionPlan) -> None:
-        if self.num_threads is None or not BLAS.available:
-            planned.run()
-            return
-        previous = BLAS.get()
-        BLAS.set(self.num_threads)
-        try:
-            planned.run()
-        finally:
-            BLAS.set(previous)  # type: ignore[arg-type]
-
     def step(self, feeds: dict[str, Any], lr: float) -> float:
         """One training step on a batch (the infer inputs plus "labels"); returns the loss."""
         if not np.isfinite(lr) or lr < 0:
             raise ValueError(f"lr must be a finite number >= 0, got {lr}")
         self._check_class_ids(feeds.get("labels"))
-        planned = self._feed("train", {**feeds, "lr": np.float32(lr)})
-        self._run(planned)
+        planned = self._train.prepare({**feeds, "lr": np.float32(lr)})
+        self.interpreter.execute(planned)
         self.steps += 1
-        return float(planned.arrays[self.model.signature("train").outputs["loss"]])
+        return float(self._train.output("loss"))
 
     def _check_class_ids(self, labels: Any) -> None:
         """Class ids must index the logits (NumPy would wrap negative ones silently)."""
@@ -114,10 +77,7 @@ class Trainer:
 
     def evaluate(self, feeds: dict[str, Any]) -> dict[str, np.ndarray]:
         """Run the infer graph (eval mode) with the current weights; outputs by name."""
-        planned = self._feed("infer", feeds)
-        self._run(planned)
-        return {name: np.array(planned.arrays[i])
-                for name, i in self.model.signature("infer").outputs.items()}
+        return self._infer(**feeds)
 
     # ---- results
     def weights(self) -> dict[str, np.ndarray]:
@@ -125,9 +85,60 @@ class Trainer:
         return {self.model.tensors[i].name: self.variables[i].copy()
                 for i in [*self._params, *self._stats]}
 
+    def set_weights(self, weights: dict[str, np.ndarray]) -> None:
+        """Overwrite state tensors by name (e.g. a federated round's global weights); names
+        that are not trained by this model are ignored, shapes must match."""
+        by_name = {self.model.tensors[i].name: i for i in self.variables}
+        for name, value in weights.items():
+            i = by_name.get(name)
+            if i is None:
+                continue
+            value = np.asarray(value)
+            if value.shape != self.variables[i].shape:
+                raise InputError(f"weight {name!r}: expected shape "
+                                 f"{list(self.variables[i].shape)}, got {list(value.shape)}")
+            np.copyto(self.variables[i], value, casting="same_kind")
+
     def export(self) -> Model:
         """The inference model (infer graph only) carrying the trained weights."""
         return inference_model(self.model, self.variables)
+
+    # ---- checkpoints
+    def checkpoint(self) -> Model:
+        """The training model with the current state (weights, optimizer slots, statistics)
+        as its constants and the step count in its metadata."""
+        tensors = list(self.model.tensors)
+        for i, value in self.variables.items():
+            tensors[i] = replace(tensors[i], data=value.copy())
+        return replace(self.model, tensors=tensors,
+                       metadata={**self.model.metadata, STEPS_KEY: str(self.steps)})
+
+    def save_checkpoint(self, path: str | os.PathLike) -> None:
+        """Write checkpoint() to `path` (a .spore file any Trainer can resume from)."""
+        save(self.checkpoint(), Path(path))
+
+    def load_checkpoint(self, path: str | os.PathLike | Model) -> None:
+        """Resume from a checkpoint of the same training model: its state and step count.
+
+        The checkpoint's state tensors must match this model's by name, shape and dtype.
+        """
+        saved = path if isinstance(path, Model) else load(Path(path))
+        by_name = {t.name: t for t in saved.tensors}
+        problems = []
+        for i, value in self.variables.items():
+            name = self.model.tensors[i].name
+            t = by_name.get(name)
+            if t is None or t.data is None:
+                problems.append(f"{name!r} missing")
+            elif t.data.shape != value.shape or t.data.dtype != value.dtype:
+                problems.append(f"{name!r}: expected {value.dtype}{list(value.shape)}, got "
+                                f"{t.data.dtype}{list(t.data.shape)}")
+        if problems:
+            raise InputError("the checkpoint does not match this training model: "
+                             + "; ".join(problems))
+        for i, value in self.variables.items():
+            np.copyto(value, by_name[self.model.tensors[i].name].data)
+        self.steps = int(saved.metadata.get(STEPS_KEY, 0))
 
 
 def inference_model(model: Model, values: dict[int, np.ndarray] | None = None) -> Model:

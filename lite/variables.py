@@ -1,0 +1,39 @@
+"""Which constant tensors a model's graphs write in place (its training state).
+
+A "train" graph ends with optimizer update nodes that overwrite their parameter and slots
+(momentum, Adam moments, step count), and its BatchNorms in training form update their
+running statistics. A runtime that runs such a graph must give those tensors writable
+storage of its own (a loaded model's data may be a read-only view of the file) and share
+it between the signatures, so the infer graph sees what the train graph learned.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from sporenet.lite.graph import Model
+from sporenet.lite.ops import OpCode
+
+# Input positions each op writes in place.
+WRITTEN_INPUTS: dict[OpCode, tuple[int, ...]] = {
+    OpCode.SGD_UPDATE: (0, 3),
+    OpCode.ADAM_UPDATE: (0, 3, 4, 5),
+    OpCode.ASSIGN: (0,),
+    OpCode.BATCH_NORM_TRAINING: (3, 4),
+}
+
+
+def state_tensors(model: Model) -> list[int]:
+    """Indices of the constant tensors any graph of `model` writes, sorted."""
+    written = set()
+    for graph in model.graphs:
+        for node in graph.nodes:
+            for k in WRITTEN_INPUTS.get(node.op, ()):
+                if k < len(node.inputs) and node.inputs[k] != -1:
+                    written.add(node.inputs[k])
+    return sorted(i for i in written if model.tensors[i].data is not None)
+
+
+def writable_copies(model: Model, indices: list[int]) -> dict[int, np.ndarray]:
+    """Writable copies of the tensors' data (the model's own arrays stay untouched)."""
+    return {i: np.array(model.tensors[i].data, copy=True) for i in indices}
