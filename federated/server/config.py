@@ -58,8 +58,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sporenet.federated.common.net import is_loopback, split_address
 from sporenet.federated.errors import ConfigError
-from sporenet.federated.net import is_loopback, split_address
 from sporenet.federated.privacy.config import DPConfig, dp_config_from_table
 from sporenet.federated.secagg.config import SecAggConfig
 from sporenet.federated.secagg.errors import SecAggConfigError
@@ -183,7 +183,7 @@ class ServerConfig:
             self._check_secure(self.secure_aggregation)
         if self.differential_privacy is not None:
             self._check_dp(self.differential_privacy)
-        from sporenet.federated.auth import parse_public_key
+        from sporenet.federated.common.auth import parse_public_key
 
         for name, key in self.auth_ed25519.items():
             try:

@@ -16,7 +16,7 @@ from typing import Any
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from sporenet.federated.auth import Authenticator
+from sporenet.federated.common.auth import Authenticator
 from sporenet.federated.errors import ConfigError
 from sporenet.federated.server.config import ServerConfig, split_address
 from sporenet.federated.server.observability import Metrics, log_event, serve_metrics, setup_logging

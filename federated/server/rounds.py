@@ -47,8 +47,8 @@ from typing import Any
 import numpy as np
 
 from sporenet.federated.aggregation import Aggregator, Weights, template_of
-from sporenet.federated.checksum import crc32
-from sporenet.federated.codec import decode_update
+from sporenet.federated.common.checksum import crc32
+from sporenet.federated.common.codec import decode_update
 from sporenet.federated.errors import (
     AggregationError,
     ConfigError,
@@ -70,8 +70,8 @@ from sporenet.federated.server.checkpoint import load_arrays, save_arrays
 from sporenet.federated.server.config import ServerConfig
 from sporenet.federated.server.observability import Metrics, log_event
 from sporenet.federated.server.state import JobState, ModelRecord, Store
+from sporenet.federated.server.validation import validate_update
 from sporenet.federated.strategies import make_strategy
-from sporenet.federated.validation import validate_update
 from sporenet.lite import ModelFormatError, WeightsReader, read_weights, replace_weights_bytes
 
 #: Uploads allowed to stream per receiving slot, and admission calls held waiting per
@@ -212,7 +212,6 @@ class RoundManager:
         self._since_checkpoint = 0
         self._made_dirs: set[Path] = set()  # phase dirs known to exist (one mkdir per phase)
         self._phase_t0 = time.monotonic()
-        self._rng = random.Random(config.seed)
 
         now = time.time()
         job = self.store.job()
@@ -456,12 +455,9 @@ class RoundManager:
                       stage=self._secure.stage.value if self._secure else "")  # fmt: skip
         elif self.job.phase == "fit":
             agg = self._make_aggregator()
-            ckpt, legacy = self._checkpoint_path(), self._phase_dir().with_suffix(".npz")
+            ckpt = self._checkpoint_path()
             if ckpt.exists():
                 agg.restore(load_arrays(ckpt))
-            elif legacy.exists():  # written by an earlier version of the daemon
-                with np.load(legacy, allow_pickle=False) as z:
-                    agg.restore({k: z[k] for k in z.files})
             folded = set(agg.clients)
             refolded = 0
             for cid, (status, n, _) in rows.items():
@@ -788,7 +784,6 @@ class RoundManager:
         if self._aggregator is None:
             return
         save_arrays(self._checkpoint_path(), self._aggregator.snapshot())
-        self._phase_dir().with_suffix(".npz").unlink(missing_ok=True)  # an older format
         for cid in self._aggregator.clients:
             (self._phase_dir() / f"{file_key(cid)}.upd").unlink(missing_ok=True)
         self._since_checkpoint = 0
@@ -1181,7 +1176,6 @@ class RoundManager:
             self._set_secure(None)
         shutil.rmtree(phase_dir, ignore_errors=True)
         ckpt.unlink(missing_ok=True)
-        phase_dir.with_suffix(".npz").unlink(missing_ok=True)
         took = time.monotonic() - t0
         self.metrics.inc("sporenet_rounds_completed_total")
         self.metrics.set("sporenet_aggregation_seconds", took)

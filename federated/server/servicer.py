@@ -14,8 +14,17 @@ from typing import Any, TypeVar
 
 import grpc
 
-from sporenet.federated.auth import Authenticator
-from sporenet.federated.buffers import BufferPool
+from sporenet.federated.common.auth import Authenticator
+from sporenet.federated.common.buffers import BufferPool
+from sporenet.federated.common.wire import (
+    SECURE_STAGES,
+    STAGE_NAMES,
+    encode_model_chunk,
+    encode_model_chunks,
+    identity,
+    parse_upload_chunk,
+    split_upload_chunk,
+)
 from sporenet.federated.errors import (
     AggregationError,
     AuthError,
@@ -38,15 +47,6 @@ from sporenet.federated.server.rounds import (
 )
 from sporenet.federated.server.state import ModelRecord
 from sporenet.federated.server.upload import UploadReceiver, check_upload_id
-from sporenet.federated.wire import (
-    SECURE_STAGES,
-    STAGE_NAMES,
-    encode_model_chunk,
-    encode_model_chunks,
-    identity,
-    parse_upload_chunk,
-    split_upload_chunk,
-)
 from sporenet.proto import federated_pb2 as pb
 from sporenet.proto import federated_pb2_grpc as pb_grpc
 

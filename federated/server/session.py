@@ -27,6 +27,15 @@ from typing import Any
 
 import grpc
 
+from sporenet.federated.common.wire import (
+    SessionReplyField,
+    SessionRequestField,
+    encode_model_chunk,
+    frame_session,
+    parse_upload_chunk,
+    split_session,
+    split_upload_chunk,
+)
 from sporenet.federated.errors import FederatedError, MalformedMessageError, TransferError
 from sporenet.federated.server.servicer import (
     SETTLE_SECONDS,
@@ -36,15 +45,6 @@ from sporenet.federated.server.servicer import (
 )
 from sporenet.federated.server.state import ModelRecord
 from sporenet.federated.server.upload import UploadReceiver, check_upload_id
-from sporenet.federated.wire import (
-    SessionReplyField,
-    SessionRequestField,
-    encode_model_chunk,
-    frame_session,
-    parse_upload_chunk,
-    split_session,
-    split_upload_chunk,
-)
 from sporenet.proto import federated_pb2 as pb
 
 # An update up to this size is checked, validated, written and folded on the loop itself:

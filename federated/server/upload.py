@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import re
 
-from sporenet.federated.buffers import BufferPool
-from sporenet.federated.checksum import update_mismatch
+from sporenet.federated.common.buffers import BufferPool
+from sporenet.federated.common.checksum import update_mismatch
 from sporenet.federated.errors import TransferError, UpdateRejectedError
 from sporenet.federated.server.observability import Metrics
 from sporenet.federated.server.rounds import RoundManager, write_atomic

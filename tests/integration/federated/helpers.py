@@ -17,7 +17,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 import sporenet.lite
-from sporenet.federated.auth import public_key_text
+from sporenet.federated.common.auth import public_key_text
 from sporenet.lite import ModelBuilder, OpCode
 
 

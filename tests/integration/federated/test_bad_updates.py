@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from sporenet.federated import Client
-from sporenet.federated.codec import encode_update
+from sporenet.federated.common.codec import encode_update
 from sporenet.federated.server.rounds import read_status
 from sporenet.proto import federated_pb2 as pb
 from sporenet.proto import federated_pb2_grpc as pb_grpc

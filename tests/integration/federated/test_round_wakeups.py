@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from sporenet.federated.codec import encode_update
+from sporenet.federated.common.codec import encode_update
 from sporenet.federated.server.config import build_config
 from sporenet.federated.server.observability import Metrics
 from sporenet.federated.server.rounds import RoundManager

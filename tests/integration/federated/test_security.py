@@ -15,7 +15,7 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from sporenet.federated import Client
-from sporenet.federated.auth import (
+from sporenet.federated.common.auth import (
     KEY_ID,
     NONCE,
     SIGNATURE,

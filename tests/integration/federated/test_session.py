@@ -15,10 +15,10 @@ import numpy as np
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from sporenet.federated.auth import Credentials
-from sporenet.federated.codec import encode_update
+from sporenet.federated.common.auth import Credentials
+from sporenet.federated.common.codec import encode_update
+from sporenet.federated.common.wire import SessionRequestField, frame_session
 from sporenet.federated.server.rounds import read_status
-from sporenet.federated.wire import SessionRequestField, frame_session
 from sporenet.lite import read_weights
 from sporenet.proto import federated_pb2 as pb
 from sporenet.proto import federated_pb2_grpc as pb_grpc

@@ -13,7 +13,7 @@ import numpy as np
 
 from sporenet.federated import Client
 from sporenet.federated.aggregation import template_of
-from sporenet.federated.codec import decode_update, encode_update
+from sporenet.federated.common.codec import decode_update, encode_update
 from sporenet.proto import federated_pb2 as pb
 from sporenet.proto import federated_pb2_grpc as pb_grpc
 from tests.integration.federated.helpers import make_model, upload_raw, wait_for

@@ -27,7 +27,7 @@ import grpc
 import numpy as np
 import pytest
 
-import sporenet.federated.client as client_module
+import sporenet.federated.client.client as client_module
 from sporenet.federated import Client
 from sporenet.federated.server.rounds import ADMIT_WAITERS_PER_SLOT, ADMITTED_PER_UPLOAD
 from tests.integration.federated.helpers import free_port, make_model, status_command

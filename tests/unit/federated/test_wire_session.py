@@ -5,14 +5,14 @@ from __future__ import annotations
 import pytest
 from google.protobuf.message import Message
 
-from sporenet.federated.errors import MalformedMessageError
-from sporenet.federated.wire import (
+from sporenet.federated.common.wire import (
     SessionReplyField,
     SessionRequestField,
     encode_upload_chunk,
     frame_session,
     split_session,
 )
+from sporenet.federated.errors import MalformedMessageError
 from sporenet.proto import federated_pb2 as pb
 
 # Body sizes around the varint boundaries of the length prefix (1, 2 and 3 bytes) and a

@@ -52,23 +52,13 @@ import numpy as np
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from sporenet.federated.aggregation import Weights, template_of
-from sporenet.federated.auth import Credentials
-from sporenet.federated.buffers import BufferPool
-from sporenet.federated.checksum import crc32, model_mismatch
-from sporenet.federated.codec import COMPRESSIONS, decode_update, encode_raw, encode_update
-from sporenet.federated.errors import (
-    AuthError,
-    ConfigError,
-    FederatedError,
-    MalformedMessageError,
-    TransferError,
-)
-from sporenet.federated.net import is_loopback, split_address
-from sporenet.federated.privacy import DistributedDP, LocalDP, PrivacyError
-from sporenet.federated.secagg import SecAggError, Stage
-from sporenet.federated.secagg.session import SecureClientSession
-from sporenet.federated.session_stream import SessionStream, TransportLoop
-from sporenet.federated.wire import (
+from sporenet.federated.client.session_stream import SessionStream, TransportLoop
+from sporenet.federated.common.auth import Credentials
+from sporenet.federated.common.buffers import BufferPool
+from sporenet.federated.common.checksum import crc32, model_mismatch
+from sporenet.federated.common.codec import COMPRESSIONS, decode_update, encode_raw, encode_update
+from sporenet.federated.common.net import is_loopback, split_address
+from sporenet.federated.common.wire import (
     STAGE_NAMES,
     SessionReplyField,
     SessionRequestField,
@@ -76,6 +66,16 @@ from sporenet.federated.wire import (
     identity,
     split_model_chunk,
 )
+from sporenet.federated.errors import (
+    AuthError,
+    ConfigError,
+    FederatedError,
+    MalformedMessageError,
+    TransferError,
+)
+from sporenet.federated.privacy import DistributedDP, LocalDP, PrivacyError
+from sporenet.federated.secagg import SecAggError, Stage
+from sporenet.federated.secagg.session import SecureClientSession
 from sporenet.lite import WeightsReader, read_weights
 from sporenet.proto import federated_pb2 as pb
 from sporenet.proto import federated_pb2_grpc as pb_grpc

@@ -9,12 +9,6 @@ import numpy as np
 from sporenet.federated.aggregation import Weights
 from sporenet.federated.errors import UpdateRejectedError
 
-
-def update_norm(update: Weights) -> float:
-    """L2 norm of an update over all of its tensors."""
-    return math.sqrt(sum(float(np.vdot(a, a)) for a in update.values()))
-
-
 _NORM_BLOCK = 1 << 14
 
 

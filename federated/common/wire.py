@@ -14,7 +14,7 @@ from enum import IntEnum
 
 from google.protobuf.message import DecodeError
 
-from sporenet.federated.codec import MalformedPayload, read_varint
+from sporenet.federated.common.codec import MalformedPayload, read_varint
 from sporenet.federated.errors import MalformedMessageError, TransferError, UpdateRejectedError
 from sporenet.federated.secagg.server import Stage
 from sporenet.proto import federated_pb2 as pb

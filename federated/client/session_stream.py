@@ -21,8 +21,8 @@ from typing import Any, ClassVar, NoReturn, TypeVar
 
 import grpc
 
+from sporenet.federated.common.wire import SessionReplyField, frame_session, identity, split_session
 from sporenet.federated.errors import MalformedMessageError, TransferError
-from sporenet.federated.wire import SessionReplyField, frame_session, identity, split_session
 
 T = TypeVar("T")
 
