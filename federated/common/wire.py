@@ -19,6 +19,15 @@ from sporenet.federated.errors import MalformedMessageError, TransferError, Upda
 from sporenet.federated.secagg.server import Stage
 from sporenet.proto import federated_pb2 as pb
 
+#: The gRPC service's full name, as federated.proto declares it.
+SERVICE: str = pb.DESCRIPTOR.services_by_name["Federated"].full_name
+
+
+def method_path(name: str) -> str:
+    """The full gRPC method name of `name` (what signed requests cover)."""
+    return f"/{SERVICE}/{name}"
+
+
 #: Secure-aggregation stage names (secagg's Stage) <-> the wire enum SecureStage.
 SECURE_STAGES: dict[str, pb.SecureStage] = {
     Stage.ADVERTISE_KEYS.value: pb.SECURE_ADVERTISE_KEYS,

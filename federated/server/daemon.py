@@ -17,11 +17,12 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from sporenet.federated.common.auth import Authenticator
+from sporenet.federated.common.wire import SERVICE
 from sporenet.federated.errors import ConfigError
 from sporenet.federated.server.config import ServerConfig, split_address
 from sporenet.federated.server.observability import Metrics, log_event, serve_metrics, setup_logging
 from sporenet.federated.server.rounds import RoundManager
-from sporenet.federated.server.servicer import SERVICE, FederatedServicer, add_to_server
+from sporenet.federated.server.servicer import FederatedServicer, add_to_server
 from sporenet.federated.server.session import SessionService
 
 TICK_SECONDS = 0.1

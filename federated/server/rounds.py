@@ -74,11 +74,6 @@ from sporenet.federated.server.validation import validate_update
 from sporenet.federated.strategies import make_strategy
 from sporenet.lite import ModelFormatError, WeightsReader, read_weights, replace_weights_bytes
 
-#: Uploads allowed to stream per receiving slot, and admission calls held waiting per
-#: receiving slot (servicer.GetUploadOffset).
-ADMITTED_PER_UPLOAD = 4
-ADMIT_WAITERS_PER_SLOT = 8
-
 
 def transfer_split(
     max_transfers: int, *, update_bytes: int = 0, upload_memory: int = 0
@@ -93,21 +88,14 @@ def transfer_split(
     return downloads, uploads
 
 
-def held_threads(max_transfers: int) -> int:
-    """RPC threads transfers and upload admission may hold (the rest serve long-polls)."""
-    downloads, uploads = transfer_split(max_transfers)
-    return downloads + (ADMITTED_PER_UPLOAD + ADMIT_WAITERS_PER_SLOT) * uploads
-
-
 MAX_REFUSALS = 3  # a client whose update is refused this often sits out the rest of the phase
-BUSY_RETRY_SECONDS = 0.5  # when every long-poll slot is taken, clients poll again after this
 #: The secure stages that collect one message per active client.
 SECURE_COLLECTING = (Stage.ADVERTISE_KEYS, Stage.SHARE_KEYS, Stage.MASKED_INPUT, Stage.UNMASK)
 
 
 @dataclass(frozen=True)
 class TaskInfo:
-    """What GetTask answers: the transport turns it into a `Task` message."""
+    """What a poll answers: the transport turns it into a `Task` message."""
 
     type: str  # wait | fit | evaluate | done | secure_fit
     round: int = 0
@@ -193,11 +181,6 @@ class RoundManager:
         # its next periodic tick. Long-polls are woken only by phase changes: waking every
         # poller on every update costs O(clients²) per round.
         self.wake = threading.Event()
-        # RPC threads that may sit in a long-poll; the rest stay free for transfers
-        # (max_transfers downloads and as many uploads) and upload admission waits.
-        self._poll_slots = threading.BoundedSemaphore(
-            max(1, config.max_workers - held_threads(config.max_transfers) - 8)
-        )
         # Called (under the lock) whenever tasks may have changed, as `_changed` is notified:
         # how waiters that are not threads (the asyncio sessions) learn of it.
         self._change_listeners: list[Callable[[], None]] = []
@@ -574,29 +557,11 @@ class RoundManager:
             secure_payload=r.payload_for(client_id),
         )  # fmt: skip
 
-    def get_task(self, client_id: str, wait: float) -> TaskInfo:
-        """The client's task, holding the call up to `wait` seconds while it would be "wait"."""
+    def get_task(self, client_id: str) -> TaskInfo:
+        """The client's task now (the Session service holds a poll until it changes)."""
         self.touch(client_id)
-        end = time.monotonic() + min(max(wait, 0.0), self.config.long_poll)
         with self._lock:
-            task = self._current_task(client_id)
-        if task.type != "wait" or self._stopping or end <= time.monotonic():
-            return task
-        # A held poll occupies an RPC thread. Past `poll_slots` of them, answer at once and
-        # let the client come back: otherwise idle pollers starve the transfers of the
-        # clients still working on the round, which then straggle.
-        if not self._poll_slots.acquire(blocking=False):
-            return dataclasses.replace(task, retry_after=BUSY_RETRY_SECONDS, reason="poll again")
-        try:
-            with self._changed:
-                while True:
-                    task = self._current_task(client_id)
-                    left = end - time.monotonic()
-                    if task.type != "wait" or self._stopping or left <= 0:
-                        return task
-                    self._changed.wait(timeout=left)
-        finally:
-            self._poll_slots.release()
+            return self._current_task(client_id)
 
     def heartbeat(self, client_id: str, task_id: str) -> bool:
         """Mark alive; True while `task_id` is still wanted from this client."""

@@ -1,9 +1,8 @@
 """The Session RPC: one bidirectional stream per client, served on the asyncio event loop.
 
-Through the unary calls, every poll, download and upload costs the server a call setup,
-an authentication and a thread; for a fleet that is most of the server's work, and every
-waiting client holds a thread. A session carries the same requests over one stream,
-authenticated once when it opens:
+A call per poll, download and upload would cost the server a call setup, an
+authentication and a thread each; for a fleet that is most of the server's work. A
+session carries them over one stream, authenticated once when it opens:
 
 - a poll waits as a coroutine, woken when the RoundManager says tasks may have changed;
 - a download sends the model's chunks, encoded once per version for every client;
@@ -38,7 +37,6 @@ from sporenet.federated.common.wire import (
 )
 from sporenet.federated.errors import FederatedError, MalformedMessageError, TransferError
 from sporenet.federated.server.servicer import (
-    SETTLE_SECONDS,
     FederatedServicer,
     status_for,
     task_message,
@@ -47,6 +45,7 @@ from sporenet.federated.server.state import ModelRecord
 from sporenet.federated.server.upload import UploadReceiver, check_upload_id
 from sporenet.proto import federated_pb2 as pb
 
+SETTLE_SECONDS = 10.0  # longest an upload waits for an earlier stream of the same upload to end
 # An update up to this size is checked, validated, written and folded on the loop itself:
 # that takes well under a millisecond, less than handing it to a worker thread and back
 # (100 clients x 100k parameters: 0.47-0.48 -> 0.44-0.46 s per round). Bigger ones go to
@@ -144,7 +143,7 @@ class SessionService:
         end = loop.time() + min(max(request.wait_ms / 1000.0, 0.0), self.m.config.long_poll)
         while True:
             changed = self._changed  # before the check: a change after it sets this one
-            task = self.m.get_task(cid, 0.0)
+            task = self.m.get_task(cid)
             left = end - loop.time()
             if task.type != "wait" or left <= 0 or self.m.stopping:
                 break
@@ -170,7 +169,7 @@ class SessionService:
     ) -> None:
         """Send the model's bytes from `offset` to the end as `model` replies of `chunk`."""
         async with self._downloads:
-            cached = self.s.cached_chunks(record, offset, chunk, session=True)
+            cached = self.s.cached_chunks(record, offset, chunk)
             if cached is not None:
                 for encoded, size in cached:
                     await context.write(encoded)

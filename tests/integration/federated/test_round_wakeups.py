@@ -32,7 +32,7 @@ def test_only_the_last_awaited_update_wakes_the_round_loop(tmp_path: Path) -> No
     try:
         ids = [manager.register(f"c{i}", None, {}) for i in range(3)]
         manager.tick()  # three live clients: the fit phase opens for all of them
-        tasks = [manager.get_task(cid, 0.0) for cid in ids]
+        tasks = [manager.get_task(cid) for cid in ids]
         assert [t.type for t in tasks] == ["fit"] * 3
         update = encode_update({k: np.ones_like(v) for k, v in w0.items()})
         for cid, task in zip(ids[:2], tasks[:2], strict=True):

@@ -27,7 +27,13 @@ from sporenet.federated.server.state import Store
 from sporenet.lite import read_weights
 from sporenet.proto import federated_pb2 as pb
 from sporenet.proto import federated_pb2_grpc as pb_grpc
-from tests.integration.federated.helpers import ServerProcess, make_model, upload_raw, wait_for
+from tests.integration.federated.helpers import (
+    ServerProcess,
+    make_model,
+    poll_task,
+    upload_raw,
+    wait_for,
+)
 
 # Short liveness so dropouts are noticed quickly (a stage waits heartbeat_timeout for them).
 FLAGS = ["--heartbeat-interval", "0.2", "--heartbeat-timeout", "1.5", "--secure"]
@@ -330,7 +336,7 @@ def test_secure_messages_are_checked_and_mapped_to_status_codes(
         stub = pb_grpc.FederatedStub(ch)
         for name in ("a", "b"):
             stub.Register(pb.RegisterRequest(client_name=name), timeout=5)
-        task = stub.GetTask(pb.TaskRequest(client_id="a", wait_ms=3000), timeout=10)
+        task = poll_task(ch, "a", wait_ms=3000)
         assert task.type == pb.TASK_SECURE_FIT and task.secure_stage == pb.SECURE_ADVERTISE_KEYS
         assert task.secure_setup and not task.secure_payload
 
@@ -357,11 +363,11 @@ def test_secure_messages_are_checked_and_mapped_to_status_codes(
         assert submit(pb.SECURE_ADVERTISE_KEYS, reply) == grpc.StatusCode.OK  # a resend: no-op
         # A plain update in a secure round is refused: the server must never see one.
         with pytest.raises(grpc.RpcError) as err:
-            upload_raw(stub, client_id="a", task_id=task.task_id, payload=b"\x00" * 64)
+            upload_raw(ch, client_id="a", task_id=task.task_id, payload=b"\x00" * 64)
         assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
         assert "secure round" in (err.value.details() or "")
         # Answered: nothing more for "a" until the stage closes ("b" has not answered).
-        again = stub.GetTask(pb.TaskRequest(client_id="a", wait_ms=0), timeout=5)
+        again = poll_task(ch, "a")
         assert again.type == pb.TASK_WAIT
 
 
