@@ -66,34 +66,69 @@ def _run_parser() -> argparse.ArgumentParser:
     flag("--min-available", "live clients needed to start a round (0: min-clients)", type=int)
     flag("--fraction", "fraction of live clients sampled per fit round", type=float)
     flag("--round-timeout", "seconds a phase may take before it closes", type=float)
-    flag("--wait-timeout", "fail the job after this many seconds without enough clients "
-         "(0: wait forever)", type=float)  # fmt: skip
+    flag(
+        "--wait-timeout",
+        "fail the job after this many seconds without enough clients (0: wait forever)",
+        type=float,
+    )
     flag("--heartbeat-interval", "seconds between a training client's heartbeats", type=float)
-    flag("--heartbeat-timeout", "seconds of silence after which a selected client has "
-         "dropped out", type=float)  # fmt: skip
+    flag(
+        "--heartbeat-timeout",
+        "seconds of silence after which a selected client has dropped out",
+        type=float,
+    )
     flag("--checkpoint-every", "updates folded between checkpoints of the aggregate", type=int)
     flag("--evaluate-every", "an evaluate phase after every N fit rounds (0: none)", type=int)
     flag("--max-update-norm", "refuse updates whose L2 norm exceeds this", type=float)
-    flag("--max-update-bytes", "refuse updates larger than this (default: 2 x model + 1 MiB)",
-         type=int)  # fmt: skip
+    flag(
+        "--max-update-bytes",
+        "refuse updates larger than this (default: 2 x model + 1 MiB)",
+        type=int,
+    )
     flag("--strategy", "how updates become the next model", choices=sorted(STRATEGIES))
-    flag("--max-workers", "threads serving the calls beside the sessions (registration, "
-         "evaluation reports, secure messages, status)", type=int)  # fmt: skip
-    flag("--max-transfers", "model and update streams moving at once, half downloads and "
-         "half uploads (bounds transfer memory)", type=int)  # fmt: skip
-    flag("--max-upload-memory", "bytes of updates being received at once (fewer upload "
-         "slots for big models)", type=int)  # fmt: skip
+    flag(
+        "--max-workers",
+        "threads serving the calls beside the sessions (registration, "
+        "evaluation reports, secure messages, status)",
+        type=int,
+    )
+    flag(
+        "--max-transfers",
+        "model and update streams moving at once, half downloads and "
+        "half uploads (bounds transfer memory)",
+        type=int,
+    )
+    flag(
+        "--max-upload-memory",
+        "bytes of updates being received at once (fewer upload slots for big models)",
+        type=int,
+    )
     flag("--metrics-port", "serve Prometheus /metrics on this port (0: any free port)", type=int)
-    p.add_argument("--tls-cert", dest="tls.cert", metavar="PEM", help="server certificate (PEM) for TLS")
-    p.add_argument("--tls-key", dest="tls.key", metavar="PEM", help="private key (PEM) of --tls-cert")
-    p.add_argument("--tls-client-ca", dest="tls.client_ca", metavar="PEM",
-                   help="CA (PEM) that client certificates must chain to (mutual TLS)")  # fmt: skip
-    p.add_argument("--insecure", action="store_true", default=None,
-                   help="serve plaintext (allowed on loopback addresses only)")  # fmt: skip
+    p.add_argument(
+        "--tls-cert", dest="tls.cert", metavar="PEM", help="server certificate (PEM) for TLS"
+    )
+    p.add_argument(
+        "--tls-key", dest="tls.key", metavar="PEM", help="private key (PEM) of --tls-cert"
+    )
+    p.add_argument(
+        "--tls-client-ca",
+        dest="tls.client_ca",
+        metavar="PEM",
+        help="CA (PEM) that client certificates must chain to (mutual TLS)",
+    )
+    p.add_argument(
+        "--insecure",
+        action="store_true",
+        default=None,
+        help="serve plaintext (allowed on loopback addresses only)",
+    )
     flag("--log-level", "JSON log verbosity", choices=["debug", "info", "warning", "error"])
-    p.add_argument("--secure", action="store_true", default=None,
-                   help="secure aggregation of fit rounds (settings: [secure_aggregation] in "
-                   "the config)")  # fmt: skip
+    p.add_argument(
+        "--secure",
+        action="store_true",
+        default=None,
+        help="secure aggregation of fit rounds (settings: [secure_aggregation] in the config)",
+    )
     return p
 
 
