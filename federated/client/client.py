@@ -454,9 +454,11 @@ class Client:
 
     def _download_request(self, task: pb.Task) -> pb.DownloadRequest:
         return pb.DownloadRequest(
-            client_id=self.client_id or "", model_version=task.model_version,
-            offset=self._start_download(task)[2], chunk_size=self.download_chunk_size,
-        )  # fmt: skip
+            client_id=self.client_id or "",
+            model_version=task.model_version,
+            offset=self._start_download(task)[2],
+            chunk_size=self.download_chunk_size,
+        )
 
     async def _download_in_session(self, task: pb.Task, *, requested: bool) -> None:
         """Receive the rest of the task's model over the session (asking for it first,
@@ -532,9 +534,12 @@ class Client:
                 _privatize(config, {k: trained[k] - w for k, w in global_weights.items()})
             )
         return _PendingUpload(
-            task.task_id, f"{task.task_id}-{os.urandom(6).hex()}", payload, int(num_samples),
+            task.task_id,
+            f"{task.task_id}-{os.urandom(6).hex()}",
+            payload,
+            int(num_samples),
             json.dumps({k: float(v) for k, v in dict(metrics).items()}),
-        )  # fmt: skip
+        )
 
     def _encode_delta(self, delta: Weights) -> bytes:
         """The upload of a (privatized) delta, compressed with error feedback if asked."""
@@ -559,8 +564,9 @@ class Client:
                     # The secrets of the keys this client advertised are gone (it restarted):
                     # answering with new ones would break its neighbours' decryption. It is
                     # a dropout for this round.
-                    log.warning("secure round %s is past its first stage; sitting it out",
-                                task.task_id)  # fmt: skip
+                    log.warning(
+                        "secure round %s is past its first stage; sitting it out", task.task_id
+                    )
                     self._withdraw(task)
                     return
                 template = template_of(self._weights_reader.read(self._model_bytes(task)))
@@ -582,9 +588,13 @@ class Client:
             self._withdraw(task)
             return
         header = pb.SecureHeader(
-            client_id=self.client_id or "", task_id=task.task_id, stage=task.secure_stage,
-            total_size=len(reply), num_samples=num_samples or 0, metrics_json=metrics_json,
-        )  # fmt: skip
+            client_id=self.client_id or "",
+            task_id=task.task_id,
+            stage=task.secure_stage,
+            total_size=len(reply),
+            num_samples=num_samples or 0,
+            metrics_json=metrics_json,
+        )
 
         def chunks() -> Iterator[pb.SecureChunk]:
             view = memoryview(reply)
@@ -600,9 +610,11 @@ class Client:
         """Tell the server this client leaves the secure round (best effort), and sit it out."""
         self._secure_failed = task.task_id
         header = pb.SecureHeader(
-            client_id=self.client_id or "", task_id=task.task_id, stage=task.secure_stage,
+            client_id=self.client_id or "",
+            task_id=task.task_id,
+            stage=task.secure_stage,
             withdraw=True,
-        )  # fmt: skip
+        )
         with contextlib.suppress(grpc.RpcError):  # if it fails, the stage deadline decides
             self._call("SubmitSecure", iter([pb.SecureChunk(header=header)]), self.rpc_timeout)
 
@@ -620,10 +632,14 @@ class Client:
         if p.crc32 is None:
             p.crc32 = crc32(p.payload)
         return pb.UploadHeader(
-            client_id=self.client_id or "", task_id=p.task_id, upload_id=p.upload_id,
-            total_size=len(p.payload), crc32=p.crc32,
-            num_samples=p.num_samples, metrics_json=p.metrics_json,
-        )  # fmt: skip
+            client_id=self.client_id or "",
+            task_id=p.task_id,
+            upload_id=p.upload_id,
+            total_size=len(p.payload),
+            crc32=p.crc32,
+            num_samples=p.num_samples,
+            metrics_json=p.metrics_json,
+        )
 
     def _upload(self, p: _PendingUpload) -> None:
         try:
@@ -669,8 +685,10 @@ class Client:
         weights = {k: np.array(v) for k, v in model.items()}
         loss, num_samples, metrics = self.evaluate(weights, json.loads(task.config_json or "{}"))
         report = pb.EvaluationReport(
-            client_id=self.client_id or "", task_id=task.task_id, loss=float(loss),
+            client_id=self.client_id or "",
+            task_id=task.task_id,
+            loss=float(loss),
             num_samples=int(num_samples),
             metrics_json=json.dumps({k: float(v) for k, v in metrics.items()}),
-        )  # fmt: skip
+        )
         self._call("ReportEvaluation", report, self.rpc_timeout)

@@ -44,8 +44,9 @@ class TransportLoop:
     def __init__(self) -> None:
         self.loop = asyncio.new_event_loop()
         self.pid = os.getpid()
-        self._thread = threading.Thread(target=self.loop.run_forever, name="session-loop",
-                                        daemon=True)  # fmt: skip
+        self._thread = threading.Thread(
+            target=self.loop.run_forever, name="session-loop", daemon=True
+        )
         self._thread.start()
 
     @classmethod

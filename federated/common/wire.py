@@ -81,10 +81,12 @@ def encode_model_chunks(
     """The whole model as (encoded ModelChunk, payload size) pairs, each encoded once for
     every client; as SessionReply messages when `session`."""
     return [
-        (encode_model_chunk(at, data[at : at + chunk_size], len(data), session=session),
-         len(data[at : at + chunk_size]))
+        (
+            encode_model_chunk(at, data[at : at + chunk_size], len(data), session=session),
+            len(data[at : at + chunk_size]),
+        )
         for at in range(0, len(data), chunk_size)
-    ]  # fmt: skip
+    ]
 
 
 class SessionRequestField(IntEnum):

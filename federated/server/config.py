@@ -130,8 +130,11 @@ class ServerConfig:
             ("wait_timeout", self.wait_timeout >= 0, "must be >= 0 (0 waits forever)"),
             ("round_timeout", self.round_timeout > 0, "must be > 0"),
             ("heartbeat_interval", self.heartbeat_interval > 0, "must be > 0"),
-            ("heartbeat_timeout", self.heartbeat_timeout > self.heartbeat_interval,
-             "must be greater than heartbeat_interval"),
+            (
+                "heartbeat_timeout",
+                self.heartbeat_timeout > self.heartbeat_interval,
+                "must be greater than heartbeat_interval",
+            ),
             ("resume_grace", self.resume_grace >= 0, "must be >= 0"),
             ("evaluate_every", self.evaluate_every >= 0, "must be >= 0"),
             ("max_update_norm", (self.max_update_norm or 1) > 0, "must be > 0"),
@@ -142,14 +145,20 @@ class ServerConfig:
             ("max_upload_memory", self.max_upload_memory > 0, "must be > 0"),
             ("long_poll", self.long_poll >= 0, "must be >= 0"),
             ("checkpoint_every", self.checkpoint_every >= 1, "must be >= 1"),
-            ("metrics_port", self.metrics_port is None or 0 <= self.metrics_port < 65536,
-             "must be a port number"),
+            (
+                "metrics_port",
+                self.metrics_port is None or 0 <= self.metrics_port < 65536,
+                "must be a port number",
+            ),
             ("auth_max_skew", self.auth_max_skew > 0, "must be > 0"),
-            ("log_level", self.log_level in ("debug", "info", "warning", "error"),
-             "must be one of debug, info, warning, error"),
+            (
+                "log_level",
+                self.log_level in ("debug", "info", "warning", "error"),
+                "must be one of debug, info, warning, error",
+            ),
             ("secure_stage_timeout", self.secure_stage_timeout > 0, "must be > 0"),
             ("secure_retries", self.secure_retries >= 0, "must be >= 0"),
-        ]  # fmt: skip
+        ]
         for key, ok, rule in checks:
             if not ok:
                 raise ConfigError(f"`{key}` {rule}, got {getattr(self, key)!r}")

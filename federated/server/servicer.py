@@ -40,6 +40,7 @@ from sporenet.federated.errors import (
 )
 from sporenet.federated.secagg import ProtocolError, SecAggError, ThresholdError
 from sporenet.federated.server.observability import Metrics, log_event
+from sporenet.federated.server.phases import TaskType
 from sporenet.federated.server.rounds import (
     RoundManager,
     TaskInfo,
@@ -68,11 +69,11 @@ STATUS_CODES: list[tuple[type[FederatedError], grpc.StatusCode]] = [
 ]
 
 TASK_TYPES = {
-    "wait": pb.TASK_WAIT,
-    "fit": pb.TASK_FIT,
-    "evaluate": pb.TASK_EVALUATE,
-    "done": pb.TASK_DONE,
-    "secure_fit": pb.TASK_SECURE_FIT,
+    TaskType.WAIT: pb.TASK_WAIT,
+    TaskType.FIT: pb.TASK_FIT,
+    TaskType.EVALUATE: pb.TASK_EVALUATE,
+    TaskType.DONE: pb.TASK_DONE,
+    TaskType.SECURE_FIT: pb.TASK_SECURE_FIT,
 }
 
 
@@ -300,9 +301,13 @@ class FederatedServicer(pb_grpc.FederatedServicer):
                 raise TransferError(f"secure message ended at byte {len(buf)} of {h.total_size}")
             self.metrics.inc("sporenet_bytes_received_total", len(buf))
         self.m.submit_secure(
-            cid, h.task_id, stage, bytes(buf), num_samples=h.num_samples,
+            cid,
+            h.task_id,
+            stage,
+            bytes(buf),
+            num_samples=h.num_samples,
             metrics_json=h.metrics_json,
-        )  # fmt: skip
+        )
         return pb.SecureReply(accepted=True)
 
     @_maps_errors

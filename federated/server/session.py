@@ -36,6 +36,7 @@ from sporenet.federated.common.wire import (
     split_upload_chunk,
 )
 from sporenet.federated.errors import FederatedError, MalformedMessageError, TransferError
+from sporenet.federated.server.phases import TaskType
 from sporenet.federated.server.servicer import (
     FederatedServicer,
     status_for,
@@ -47,9 +48,8 @@ from sporenet.proto import federated_pb2 as pb
 
 SETTLE_SECONDS = 10.0  # longest an upload waits for an earlier stream of the same upload to end
 # An update up to this size is checked, validated, written and folded on the loop itself:
-# that takes well under a millisecond, less than handing it to a worker thread and back
-# (100 clients x 100k parameters: 0.47-0.48 -> 0.44-0.46 s per round). Bigger ones go to
-# the worker threads, so the loop keeps receiving meanwhile.
+# that takes well under a millisecond, less than handing it to a worker thread and back.
+# Bigger ones go to the worker threads, so the loop keeps receiving meanwhile.
 INLINE_SUBMIT_BYTES = 1 << 20
 
 
@@ -145,7 +145,7 @@ class SessionService:
             changed = self._changed  # before the check: a change after it sets this one
             task = self.m.get_task(cid)
             left = end - loop.time()
-            if task.type != "wait" or left <= 0 or self.m.stopping:
+            if task.type != TaskType.WAIT or left <= 0 or self.m.stopping:
                 break
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(left):  # no task per wait, unlike wait_for
@@ -205,8 +205,9 @@ class SessionService:
                 await asyncio.wait_for(running.wait(), SETTLE_SECONDS)
         async with self._uploads:
             if not self.m.open_upload(cid, h.task_id, h.total_size):
-                reply = pb.UploadReply(accepted=True, received=h.total_size,
-                                       message="already accepted")  # fmt: skip
+                reply = pb.UploadReply(
+                    accepted=True, received=h.total_size, message="already accepted"
+                )
                 await context.write(
                     frame_session(SessionReplyField.UPLOAD_REPLY, reply.SerializeToString())
                 )

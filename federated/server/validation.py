@@ -25,8 +25,10 @@ def _checked_square_sum(name: str, a: np.ndarray) -> float:
         # Blocks of 16K values keep single-precision accumulation errors below ~1e-8.
         for start in range(0, flat.size, _NORM_BLOCK):
             block = flat[start : start + _NORM_BLOCK]
-            sq += float(np.dot(block, block)) if block.dtype.kind == "f" else float(
-                np.vdot(block, block).real
+            sq += (
+                float(np.dot(block, block))
+                if block.dtype.kind == "f"
+                else float(np.vdot(block, block).real)
             )
     if math.isfinite(sq):
         return sq

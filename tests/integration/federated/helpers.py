@@ -61,10 +61,19 @@ def status_command(state_dir: Path) -> dict:
     """What an operator sees: the JSON that `sporenet-server status` prints (a real
     subprocess reading the state dir)."""
     out = subprocess.run(
-        [sys.executable, "-m", "sporenet.federated.server", "status", "--state-dir",
-         str(state_dir)],
-        capture_output=True, text=True, timeout=30, check=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "sporenet.federated.server",
+            "status",
+            "--state-dir",
+            str(state_dir),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    )
     return json.loads(out.stdout)
 
 

@@ -16,18 +16,27 @@ from tests.integration.federated.helpers import make_model
 
 def _submit(manager: RoundManager, client_id: str, task_id: str, update: bytes) -> None:
     manager.submit_update(
-        client_id, task_id, memoryview(update), upload=None, mismatch="", num_samples=1,
+        client_id,
+        task_id,
+        memoryview(update),
+        upload=None,
+        mismatch="",
+        num_samples=1,
         metrics_json="",
-    )  # fmt: skip
+    )
 
 
 def test_only_the_last_awaited_update_wakes_the_round_loop(tmp_path: Path) -> None:
     w0 = make_model(tmp_path / "init.spore")
     config = build_config(
-        {"state_dir": str(tmp_path / "state"), "model": str(tmp_path / "init.spore"),
-         "min_clients": 3, "rounds": 1},
+        {
+            "state_dir": str(tmp_path / "state"),
+            "model": str(tmp_path / "init.spore"),
+            "min_clients": 3,
+            "rounds": 1,
+        },
         {},
-    )  # fmt: skip
+    )
     manager = RoundManager(config, metrics=Metrics(), logger=logging.getLogger("test-wake"))
     try:
         ids = [manager.register(f"c{i}", None, {}) for i in range(3)]

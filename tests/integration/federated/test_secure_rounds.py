@@ -90,8 +90,9 @@ def start_clients(
     """Clients c{first} .. c{first + n - 1}, running."""
     clients: dict[int, Client] = {}
     for i in range(first, first + n):
-        kwargs = dict(train=train_for(i, (hold or {}).get(i)), name=f"c{i}", poll_wait=0.5,
-                      max_backoff=0.3)  # fmt: skip
+        kwargs = dict(
+            train=train_for(i, (hold or {}).get(i)), name=f"c{i}", poll_wait=0.5, max_backoff=0.3
+        )
         if drops and i in drops:
             clients[i] = DroppingClient(address, drop_at=drops[i], **kwargs)  # type: ignore[arg-type]
         else:
@@ -151,9 +152,19 @@ def secure_server(
 ) -> ServerProcess:
     """The daemon with secure aggregation on the model at tmp_path/init.spore, started."""
     return server_factory(
-        ["--config", str(config_file), "--model", str(tmp_path / "init.spore"),
-         "--rounds", str(rounds), "--min-clients", str(min_clients), *FLAGS, *(extra or [])]
-    ).start()  # fmt: skip
+        [
+            "--config",
+            str(config_file),
+            "--model",
+            str(tmp_path / "init.spore"),
+            "--rounds",
+            str(rounds),
+            "--min-clients",
+            str(min_clients),
+            *FLAGS,
+            *(extra or []),
+        ]
+    ).start()
 
 
 @pytest.fixture
@@ -342,9 +353,11 @@ def test_secure_messages_are_checked_and_mapped_to_status_codes(
 
         def submit(stage: int, data: bytes, size: int | None = None) -> grpc.StatusCode:
             header = pb.SecureHeader(
-                client_id="a", task_id=task.task_id, stage=stage,  # type: ignore[arg-type]
+                client_id="a",
+                task_id=task.task_id,
+                stage=stage,  # type: ignore[arg-type]
                 total_size=len(data) if size is None else size,
-            )  # fmt: skip
+            )
             try:
                 stub.SubmitSecure(iter([pb.SecureChunk(header=header, data=data)]), timeout=5)
             except grpc.RpcError as e:
@@ -469,9 +482,14 @@ def test_kill9_in_other_stages_then_restart_completes(
     threads, _ = start_clients(server.address, n - 1)
     release = threading.Event()
     held = HoldingClient(
-        server.address, hold_at=hold_at, release=release, train=train_for(n - 1),
-        name=f"c{n - 1}", poll_wait=0.5, max_backoff=0.3,
-    )  # fmt: skip
+        server.address,
+        hold_at=hold_at,
+        release=release,
+        train=train_for(n - 1),
+        name=f"c{n - 1}",
+        poll_wait=0.5,
+        max_backoff=0.3,
+    )
     threads.append(threading.Thread(target=held.run, daemon=True))
     threads[-1].start()
 
@@ -504,9 +522,14 @@ def test_a_stage_deadline_leaves_out_a_client_that_never_answers(
     threads, _ = start_clients(server.address, n - 1)
     release = threading.Event()
     stuck = HoldingClient(
-        server.address, hold_at=pb.SECURE_SHARE_KEYS, release=release, train=train_for(n - 1),
-        name=f"c{n - 1}", poll_wait=0.5, max_backoff=0.3,
-    )  # fmt: skip
+        server.address,
+        hold_at=pb.SECURE_SHARE_KEYS,
+        release=release,
+        train=train_for(n - 1),
+        name=f"c{n - 1}",
+        poll_wait=0.5,
+        max_backoff=0.3,
+    )
     stuck_thread = threading.Thread(target=stuck.run, daemon=True)
     stuck_thread.start()
     try:

@@ -36,10 +36,11 @@ def test_help_shows_the_status_subcommand_defaults_and_explains_every_flag(
 
 def test_python_m_runs_the_cli_and_a_missing_state_dir_is_exit_2(tmp_path: Path) -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "sporenet.federated.server", "status", "--state-dir",
-         str(tmp_path)],
-        capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+        [sys.executable, "-m", "sporenet.federated.server", "status", "--state-dir", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 2
     assert "holds no sporenet-server state" in done.stderr
 
