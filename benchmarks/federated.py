@@ -191,10 +191,6 @@ def run_sporenet(
         if line and not line.startswith("#")
     }
     moved = values["sporenet_bytes_sent_total"] + values["sporenet_bytes_received_total"]
-    refused = values.get("sporenet_upload_admissions_refused_total", 0.0)
-    if refused:
-        print(f"  ({n} clients, {params}: {refused / rounds:.0f} upload admissions refused"
-              " per round)", flush=True)
     starts, ends = {}, {}
     for line in log_path.read_text().splitlines():
         try:

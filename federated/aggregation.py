@@ -125,10 +125,11 @@ class WeightedMeanAggregator:
         # Divided in float64 and written straight in the template's dtype: equal to
         # (acc / total).astype(dtype) without a model-sized float64 temporary.
         return {
-            n: np.divide(acc, self._total, out=np.empty(acc.shape, self._template[n][1]),
-                         casting="same_kind")
+            n: np.divide(
+                acc, self._total, out=np.empty(acc.shape, self._template[n][1]), casting="same_kind"
+            )
             for n, acc in self._sums.items()
-        }  # fmt: skip
+        }
 
     @property
     def clients(self) -> list[str]:

@@ -39,31 +39,6 @@ class FederatedStub:
                 request_serializer=sporenet_dot_proto_dot_federated__pb2.RegisterRequest.SerializeToString,
                 response_deserializer=sporenet_dot_proto_dot_federated__pb2.RegisterReply.FromString,
                 _registered_method=True)
-        self.GetTask = channel.unary_unary(
-                '/sporenet.federated.v1.Federated/GetTask',
-                request_serializer=sporenet_dot_proto_dot_federated__pb2.TaskRequest.SerializeToString,
-                response_deserializer=sporenet_dot_proto_dot_federated__pb2.Task.FromString,
-                _registered_method=True)
-        self.Heartbeat = channel.unary_unary(
-                '/sporenet.federated.v1.Federated/Heartbeat',
-                request_serializer=sporenet_dot_proto_dot_federated__pb2.HeartbeatRequest.SerializeToString,
-                response_deserializer=sporenet_dot_proto_dot_federated__pb2.HeartbeatReply.FromString,
-                _registered_method=True)
-        self.DownloadModel = channel.unary_stream(
-                '/sporenet.federated.v1.Federated/DownloadModel',
-                request_serializer=sporenet_dot_proto_dot_federated__pb2.DownloadRequest.SerializeToString,
-                response_deserializer=sporenet_dot_proto_dot_federated__pb2.ModelChunk.FromString,
-                _registered_method=True)
-        self.UploadUpdate = channel.stream_unary(
-                '/sporenet.federated.v1.Federated/UploadUpdate',
-                request_serializer=sporenet_dot_proto_dot_federated__pb2.UploadChunk.SerializeToString,
-                response_deserializer=sporenet_dot_proto_dot_federated__pb2.UploadReply.FromString,
-                _registered_method=True)
-        self.GetUploadOffset = channel.unary_unary(
-                '/sporenet.federated.v1.Federated/GetUploadOffset',
-                request_serializer=sporenet_dot_proto_dot_federated__pb2.UploadOffsetRequest.SerializeToString,
-                response_deserializer=sporenet_dot_proto_dot_federated__pb2.UploadOffsetReply.FromString,
-                _registered_method=True)
         self.ReportEvaluation = channel.unary_unary(
                 '/sporenet.federated.v1.Federated/ReportEvaluation',
                 request_serializer=sporenet_dot_proto_dot_federated__pb2.EvaluationReport.SerializeToString,
@@ -96,41 +71,6 @@ class FederatedServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
-    def GetTask(self, request, context):
-        """What the client should do now. Long-polls up to `wait_ms` while there is nothing to do.
-        """
-        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
-        context.set_details('Method not implemented!')
-        raise NotImplementedError('Method not implemented!')
-
-    def Heartbeat(self, request, context):
-        """Keeps a client marked alive during long local training.
-        """
-        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
-        context.set_details('Method not implemented!')
-        raise NotImplementedError('Method not implemented!')
-
-    def DownloadModel(self, request, context):
-        """Streams one model version's .spore bytes starting at `offset`.
-        """
-        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
-        context.set_details('Method not implemented!')
-        raise NotImplementedError('Method not implemented!')
-
-    def UploadUpdate(self, request_iterator, context):
-        """Streams one update (an encoded TensorBundle); the first chunk carries the header.
-        """
-        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
-        context.set_details('Method not implemented!')
-        raise NotImplementedError('Method not implemented!')
-
-    def GetUploadOffset(self, request, context):
-        """How many bytes of an interrupted upload the server already holds.
-        """
-        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
-        context.set_details('Method not implemented!')
-        raise NotImplementedError('Method not implemented!')
-
     def ReportEvaluation(self, request, context):
         """The result of an evaluation task.
         """
@@ -155,10 +95,11 @@ class FederatedServicer:
 
     def Session(self, request_iterator, context):
         """One long-lived stream per client that carries its plain-round conversation: task
-        polls, model downloads, update uploads and heartbeats, each the message of the call
-        above that does the same. Authenticated once, when it opens; one connection and no
-        per-call setup, so a fleet costs the server little between and during rounds. A
-        refused request ends the stream with the status its call would have returned.
+        polls (held up to `wait_ms` while there is nothing to do), model downloads from an
+        offset, resumable update uploads and heartbeats during long local training.
+        Authenticated once, when it opens; one connection and no per-call setup, so a fleet
+        costs the server little between and during rounds. A refused request ends the
+        stream with its status.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -171,31 +112,6 @@ def add_FederatedServicer_to_server(servicer, server):
                     servicer.Register,
                     request_deserializer=sporenet_dot_proto_dot_federated__pb2.RegisterRequest.FromString,
                     response_serializer=sporenet_dot_proto_dot_federated__pb2.RegisterReply.SerializeToString,
-            ),
-            'GetTask': grpc.unary_unary_rpc_method_handler(
-                    servicer.GetTask,
-                    request_deserializer=sporenet_dot_proto_dot_federated__pb2.TaskRequest.FromString,
-                    response_serializer=sporenet_dot_proto_dot_federated__pb2.Task.SerializeToString,
-            ),
-            'Heartbeat': grpc.unary_unary_rpc_method_handler(
-                    servicer.Heartbeat,
-                    request_deserializer=sporenet_dot_proto_dot_federated__pb2.HeartbeatRequest.FromString,
-                    response_serializer=sporenet_dot_proto_dot_federated__pb2.HeartbeatReply.SerializeToString,
-            ),
-            'DownloadModel': grpc.unary_stream_rpc_method_handler(
-                    servicer.DownloadModel,
-                    request_deserializer=sporenet_dot_proto_dot_federated__pb2.DownloadRequest.FromString,
-                    response_serializer=sporenet_dot_proto_dot_federated__pb2.ModelChunk.SerializeToString,
-            ),
-            'UploadUpdate': grpc.stream_unary_rpc_method_handler(
-                    servicer.UploadUpdate,
-                    request_deserializer=sporenet_dot_proto_dot_federated__pb2.UploadChunk.FromString,
-                    response_serializer=sporenet_dot_proto_dot_federated__pb2.UploadReply.SerializeToString,
-            ),
-            'GetUploadOffset': grpc.unary_unary_rpc_method_handler(
-                    servicer.GetUploadOffset,
-                    request_deserializer=sporenet_dot_proto_dot_federated__pb2.UploadOffsetRequest.FromString,
-                    response_serializer=sporenet_dot_proto_dot_federated__pb2.UploadOffsetReply.SerializeToString,
             ),
             'ReportEvaluation': grpc.unary_unary_rpc_method_handler(
                     servicer.ReportEvaluation,
@@ -245,141 +161,6 @@ class Federated:
             '/sporenet.federated.v1.Federated/Register',
             sporenet_dot_proto_dot_federated__pb2.RegisterRequest.SerializeToString,
             sporenet_dot_proto_dot_federated__pb2.RegisterReply.FromString,
-            options,
-            channel_credentials,
-            insecure,
-            call_credentials,
-            compression,
-            wait_for_ready,
-            timeout,
-            metadata,
-            _registered_method=True)
-
-    @staticmethod
-    def GetTask(request,
-            target,
-            options=(),
-            channel_credentials=None,
-            call_credentials=None,
-            insecure=False,
-            compression=None,
-            wait_for_ready=None,
-            timeout=None,
-            metadata=None):
-        return grpc.experimental.unary_unary(
-            request,
-            target,
-            '/sporenet.federated.v1.Federated/GetTask',
-            sporenet_dot_proto_dot_federated__pb2.TaskRequest.SerializeToString,
-            sporenet_dot_proto_dot_federated__pb2.Task.FromString,
-            options,
-            channel_credentials,
-            insecure,
-            call_credentials,
-            compression,
-            wait_for_ready,
-            timeout,
-            metadata,
-            _registered_method=True)
-
-    @staticmethod
-    def Heartbeat(request,
-            target,
-            options=(),
-            channel_credentials=None,
-            call_credentials=None,
-            insecure=False,
-            compression=None,
-            wait_for_ready=None,
-            timeout=None,
-            metadata=None):
-        return grpc.experimental.unary_unary(
-            request,
-            target,
-            '/sporenet.federated.v1.Federated/Heartbeat',
-            sporenet_dot_proto_dot_federated__pb2.HeartbeatRequest.SerializeToString,
-            sporenet_dot_proto_dot_federated__pb2.HeartbeatReply.FromString,
-            options,
-            channel_credentials,
-            insecure,
-            call_credentials,
-            compression,
-            wait_for_ready,
-            timeout,
-            metadata,
-            _registered_method=True)
-
-    @staticmethod
-    def DownloadModel(request,
-            target,
-            options=(),
-            channel_credentials=None,
-            call_credentials=None,
-            insecure=False,
-            compression=None,
-            wait_for_ready=None,
-            timeout=None,
-            metadata=None):
-        return grpc.experimental.unary_stream(
-            request,
-            target,
-            '/sporenet.federated.v1.Federated/DownloadModel',
-            sporenet_dot_proto_dot_federated__pb2.DownloadRequest.SerializeToString,
-            sporenet_dot_proto_dot_federated__pb2.ModelChunk.FromString,
-            options,
-            channel_credentials,
-            insecure,
-            call_credentials,
-            compression,
-            wait_for_ready,
-            timeout,
-            metadata,
-            _registered_method=True)
-
-    @staticmethod
-    def UploadUpdate(request_iterator,
-            target,
-            options=(),
-            channel_credentials=None,
-            call_credentials=None,
-            insecure=False,
-            compression=None,
-            wait_for_ready=None,
-            timeout=None,
-            metadata=None):
-        return grpc.experimental.stream_unary(
-            request_iterator,
-            target,
-            '/sporenet.federated.v1.Federated/UploadUpdate',
-            sporenet_dot_proto_dot_federated__pb2.UploadChunk.SerializeToString,
-            sporenet_dot_proto_dot_federated__pb2.UploadReply.FromString,
-            options,
-            channel_credentials,
-            insecure,
-            call_credentials,
-            compression,
-            wait_for_ready,
-            timeout,
-            metadata,
-            _registered_method=True)
-
-    @staticmethod
-    def GetUploadOffset(request,
-            target,
-            options=(),
-            channel_credentials=None,
-            call_credentials=None,
-            insecure=False,
-            compression=None,
-            wait_for_ready=None,
-            timeout=None,
-            metadata=None):
-        return grpc.experimental.unary_unary(
-            request,
-            target,
-            '/sporenet.federated.v1.Federated/GetUploadOffset',
-            sporenet_dot_proto_dot_federated__pb2.UploadOffsetRequest.SerializeToString,
-            sporenet_dot_proto_dot_federated__pb2.UploadOffsetReply.FromString,
             options,
             channel_credentials,
             insecure,

@@ -59,9 +59,10 @@ class DPConfig:
         if not (_number(self.delta) and 0.0 < self.delta < 1.0):
             raise bad("delta", "must be in (0, 1)")
         if self.epsilon_budget is not None and not (
-            _number(self.epsilon_budget) and math.isfinite(self.epsilon_budget)
+            _number(self.epsilon_budget)
+            and math.isfinite(self.epsilon_budget)
             and self.epsilon_budget > 0
-        ):  # fmt: skip
+        ):
             raise bad("epsilon_budget", "must be a finite number > 0")
         if self.adaptive_clipping:
             if self.mode != "central":

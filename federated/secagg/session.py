@@ -275,8 +275,9 @@ class SecureClientSession:
             return self.client.unmask(UnmaskRequest.from_bytes(payload)).to_bytes()
         raise ProtocolError(f"no client step for stage {stage.value}")
 
-    def _weighted(self, vector: np.ndarray, num_samples: int | None,
-                  max_weight: float) -> np.ndarray:
+    def _weighted(
+        self, vector: np.ndarray, num_samples: int | None, max_weight: float
+    ) -> np.ndarray:
         if not isinstance(num_samples, int) or isinstance(num_samples, bool) or num_samples < 1:
             raise ProtocolError(f"a weighted round needs num_samples >= 1, found {num_samples!r}")
         c = self.client.params.clipping_range

@@ -31,8 +31,9 @@ def save_arrays(path: Path, arrays: Mapping[str, np.ndarray]) -> None:
         if a.dtype.hasobject:
             raise AggregationError(f"checkpoint array {name!r} has dtype object")
         offset = -(-offset // _ALIGN) * _ALIGN
-        entries.append({"name": name, "dtype": a.dtype.str, "shape": list(a.shape),
-                        "offset": offset})  # fmt: skip
+        entries.append(
+            {"name": name, "dtype": a.dtype.str, "shape": list(a.shape), "offset": offset}
+        )
         blobs.append((offset, a))
         offset += a.nbytes
     header = json.dumps(entries).encode()

@@ -1,79 +1,128 @@
 """`sporenet-server`: run the federated daemon, or show the job in a state dir.
 
-sporenet-server --config server.toml [--address HOST:PORT] [--model init.spore] ...
-sporenet-server status --state-dir DIR
+    sporenet-server --config server.toml [--address HOST:PORT] [--model init.spore] ...
+    sporenet-server status --state-dir DIR
+
+Exit codes: 0 when the daemon stops on SIGTERM/SIGINT, 2 for a configuration error.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import dataclasses
 import json
+import os
 import sys
 from pathlib import Path
 
+from sporenet import __version__
 from sporenet.federated.errors import ConfigError
-from sporenet.federated.server.config import load_config
-from sporenet.federated.server.daemon import run_server
-from sporenet.federated.server.rounds import read_status
+from sporenet.federated.server.config import ServerConfig, load_config
 from sporenet.federated.strategies import STRATEGIES
+
+DEFAULTS = {f.name: f.default for f in dataclasses.fields(ServerConfig)}
+
+EPILOG = """\
+subcommands:
+  status --state-dir DIR   print the job in DIR as JSON (round, phase, participants,
+                           published models, privacy spent); works whether or not the
+                           daemon runs. `sporenet-server status --help` for details.
+
+Flags override the values of --config (a TOML file whose tables, [tls], [auth],
+[secure_aggregation] and [differential_privacy], hold the settings with no flag).
+A restarted daemon given the same --state-dir resumes the job where it stopped.
+"""
+
+
+def _default(name: str) -> str:
+    """' (default: X)' with ServerConfig's default for `name`."""
+    value = DEFAULTS[name]
+    if value is None or value is dataclasses.MISSING:
+        return ""
+    return f" (default: {value:g})" if isinstance(value, float) else f" (default: {value})"
 
 
 def _run_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="sporenet-server", description="Run a federated-learning job.")
+    p = argparse.ArgumentParser(
+        prog="sporenet-server",
+        description="Run a federated-learning job: clients connect with\n"
+        "sporenet.federated.Client and train the model round by round.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     p.add_argument("--config", type=Path, help="TOML configuration file; flags override its values")
-    p.add_argument("--address", help="host:port to listen on (TLS required unless loopback)")
-    p.add_argument("--model", help="initial .spore model (needed when the state dir is new)")
-    p.add_argument(
-        "--state-dir", dest="state_dir", help="directory for the database and model versions"
-    )
-    p.add_argument("--rounds", type=int)
-    p.add_argument("--min-clients", dest="min_clients", type=int)
-    p.add_argument(
-        "--min-available",
-        dest="min_available",
-        type=int,
-        help="live clients needed to start a round (default: min-clients)",
-    )
-    p.add_argument("--fraction", type=float, help="fraction of live clients sampled per round")
-    p.add_argument("--round-timeout", dest="round_timeout", type=float, help="seconds per round")
-    p.add_argument(
+
+    def flag(name: str, help: str, **kw: object) -> None:
+        dest = name.lstrip("-").replace("-", "_")
+        p.add_argument(name, dest=dest, help=help + _default(dest), **kw)  # type: ignore[arg-type]
+
+    flag("--address", "host:port to listen on; TLS is required unless it is loopback")
+    flag("--model", "initial .spore model (needed only when the state dir is new)")
+    flag("--state-dir", "directory for the job's database, model versions and uploads")
+    flag("--rounds", "fit rounds to run", type=int)
+    flag("--min-clients", "fewest accepted updates a fit round aggregates", type=int)
+    flag("--min-available", "live clients needed to start a round (0: min-clients)", type=int)
+    flag("--fraction", "fraction of live clients sampled per fit round", type=float)
+    flag("--round-timeout", "seconds a phase may take before it closes", type=float)
+    flag(
         "--wait-timeout",
-        dest="wait_timeout",
+        "fail the job after this many seconds without enough clients (0: wait forever)",
         type=float,
-        help="fail the job after this long without min-clients (0: wait forever)",
     )
-    p.add_argument("--heartbeat-interval", dest="heartbeat_interval", type=float)
-    p.add_argument("--heartbeat-timeout", dest="heartbeat_timeout", type=float)
-    p.add_argument("--checkpoint-every", dest="checkpoint_every", type=int)
-    p.add_argument("--evaluate-every", dest="evaluate_every", type=int)
-    p.add_argument("--max-update-norm", dest="max_update_norm", type=float)
-    p.add_argument("--max-update-bytes", dest="max_update_bytes", type=int)
-    p.add_argument("--strategy", choices=sorted(STRATEGIES))
-    p.add_argument("--max-workers", dest="max_workers", type=int, help="gRPC worker threads")
-    p.add_argument(
+    flag("--heartbeat-interval", "seconds between a training client's heartbeats", type=float)
+    flag(
+        "--heartbeat-timeout",
+        "seconds of silence after which a selected client has dropped out",
+        type=float,
+    )
+    flag("--checkpoint-every", "updates folded between checkpoints of the aggregate", type=int)
+    flag("--evaluate-every", "an evaluate phase after every N fit rounds (0: none)", type=int)
+    flag("--max-update-norm", "refuse updates whose L2 norm exceeds this", type=float)
+    flag(
+        "--max-update-bytes",
+        "refuse updates larger than this (default: 2 x model + 1 MiB)",
+        type=int,
+    )
+    flag("--strategy", "how updates become the next model", choices=sorted(STRATEGIES))
+    flag(
+        "--max-workers",
+        "threads serving the calls beside the sessions (registration, "
+        "evaluation reports, secure messages, status)",
+        type=int,
+    )
+    flag(
         "--max-transfers",
-        dest="max_transfers",
+        "model and update streams moving at once, half downloads and "
+        "half uploads (bounds transfer memory)",
         type=int,
-        help="concurrent model/update streams (bounds transfer memory)",
     )
-    p.add_argument(
+    flag(
         "--max-upload-memory",
-        dest="max_upload_memory",
+        "bytes of updates being received at once (fewer upload slots for big models)",
         type=int,
-        help="bytes of updates being received at once (fewer upload slots for big models)",
+    )
+    flag("--metrics-port", "serve Prometheus /metrics on this port (0: any free port)", type=int)
+    p.add_argument(
+        "--tls-cert", dest="tls.cert", metavar="PEM", help="server certificate (PEM) for TLS"
     )
     p.add_argument(
-        "--metrics-port", dest="metrics_port", type=int, help="serve Prometheus /metrics"
-    )
-    p.add_argument("--tls-cert", dest="tls.cert")
-    p.add_argument("--tls-key", dest="tls.key")
-    p.add_argument(
-        "--tls-client-ca", dest="tls.client_ca", help="require client certificates (mTLS)"
+        "--tls-key", dest="tls.key", metavar="PEM", help="private key (PEM) of --tls-cert"
     )
     p.add_argument(
-        "--insecure", action="store_true", default=None, help="plaintext (loopback only)"
+        "--tls-client-ca",
+        dest="tls.client_ca",
+        metavar="PEM",
+        help="CA (PEM) that client certificates must chain to (mutual TLS)",
     )
-    p.add_argument("--log-level", dest="log_level", choices=["debug", "info", "warning", "error"])
+    p.add_argument(
+        "--insecure",
+        action="store_true",
+        default=None,
+        help="serve plaintext (allowed on loopback addresses only)",
+    )
+    flag("--log-level", "JSON log verbosity", choices=["debug", "info", "warning", "error"])
     p.add_argument(
         "--secure",
         action="store_true",
@@ -83,30 +132,57 @@ def _run_parser() -> argparse.ArgumentParser:
     return p
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = list(sys.argv[1:] if argv is None else argv)
-    if args[:1] == ["status"]:
-        sp = argparse.ArgumentParser(
-            prog="sporenet-server status", description="Show the job in a state dir."
-        )
-        sp.add_argument("--state-dir", required=True, type=Path)
-        ns = sp.parse_args(args[1:])
-        try:
-            print(json.dumps(read_status(ns.state_dir), indent=2))
-        except ConfigError as e:
-            print(f"sporenet-server status: error: {e}", file=sys.stderr)
-            return 2
-        return 0
-    if args[:1] == ["run"]:
-        args = args[1:]
+def _status_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="sporenet-server status",
+        description="Print the job in a state dir as JSON: round, phase, participants, "
+        "published models and privacy spent. Works whether or not the daemon runs.",
+    )
+    p.add_argument("--state-dir", required=True, type=Path, help="the daemon's --state-dir")
+    return p
+
+
+def _status(args: list[str]) -> int:
+    from sporenet.federated.server.rounds import read_status
+
+    ns = _status_parser().parse_args(args)
+    try:
+        print(json.dumps(read_status(ns.state_dir), indent=2))
+    except ConfigError as e:
+        print(f"sporenet-server status: error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def _run(args: list[str]) -> int:
     ns = _run_parser().parse_args(args)
     overrides = {k: v for k, v in vars(ns).items() if k != "config"}
+    from sporenet.federated.server.daemon import run_server
+
     try:
         config = load_config(ns.config, overrides)
         return run_server(config)
     except ConfigError as e:
         print(f"sporenet-server: error: {e}", file=sys.stderr)
         return 2
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run `sporenet-server` with `argv` (default: the command line); the exit code."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    try:
+        if args[:1] == ["status"]:
+            code = _status(args[1:])
+        else:
+            code = _run(args[1:] if args[:1] == ["run"] else args)
+        sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's exit
+        return code
+    except BrokenPipeError:
+        # The reader went away (`... | head`): exit quietly, as other command-line tools do.
+        with contextlib.suppress(OSError):
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+        return 1
 
 
 if __name__ == "__main__":

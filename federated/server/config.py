@@ -58,8 +58,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sporenet.federated.common.net import is_loopback, split_address
 from sporenet.federated.errors import ConfigError
-from sporenet.federated.net import is_loopback, split_address
 from sporenet.federated.privacy.config import DPConfig, dp_config_from_table
 from sporenet.federated.secagg.config import SecAggConfig
 from sporenet.federated.secagg.errors import SecAggConfigError
@@ -86,16 +86,16 @@ class ServerConfig:
     max_update_norm: float | None = None
     max_update_bytes: int | None = None  # default: 2 × model size + 1 MiB
     chunk_size: int = 512 << 10
-    max_workers: int = 128  # RPC threads; long-polls may hold those transfers do not + 8
+    max_workers: int = 128  # threads for the calls beside the sessions (register, reports, secure)
     # Streams moving payload at once, split between downloads and uploads (an upload being
     # received holds its update in memory); this, not the number of clients, bounds the
-    # server's transfer memory. Uploads are admitted through GetUploadOffset.
+    # server's transfer memory.
     max_transfers: int = 8
     # Bytes of updates the upload receiving slots may hold at once (each slot holds one
     # update); fewer slots than max_transfers gives them when updates are large, one at
     # least. The model's float bytes count as one update's size.
     max_upload_memory: int = 256 << 20
-    long_poll: float = 10.0  # longest a GetTask call is held
+    long_poll: float = 10.0  # longest a session's poll is held
     checkpoint_every: int = 16  # updates folded between aggregate checkpoints
     seed: int = 0
     strategy: str = "fedavg"
@@ -130,29 +130,35 @@ class ServerConfig:
             ("wait_timeout", self.wait_timeout >= 0, "must be >= 0 (0 waits forever)"),
             ("round_timeout", self.round_timeout > 0, "must be > 0"),
             ("heartbeat_interval", self.heartbeat_interval > 0, "must be > 0"),
-            ("heartbeat_timeout", self.heartbeat_timeout > self.heartbeat_interval,
-             "must be greater than heartbeat_interval"),
+            (
+                "heartbeat_timeout",
+                self.heartbeat_timeout > self.heartbeat_interval,
+                "must be greater than heartbeat_interval",
+            ),
             ("resume_grace", self.resume_grace >= 0, "must be >= 0"),
             ("evaluate_every", self.evaluate_every >= 0, "must be >= 0"),
             ("max_update_norm", (self.max_update_norm or 1) > 0, "must be > 0"),
             ("max_update_bytes", (self.max_update_bytes or 1) > 0, "must be > 0"),
             ("chunk_size", 1024 <= self.chunk_size <= (3 << 20), "must be in [1 KiB, 3 MiB]"),
             ("max_workers", self.max_workers >= 4, "must be >= 4"),
-            ("max_transfers", 1 <= self.max_transfers <= (self.max_workers - 9) // 7,
-             "must be >= 1 and at most (max_workers - 9) // 7 (downloads, uploads and upload"
-             " admission may hold ~7 threads per transfer slot; polls and heartbeats need"
-             " some too)"),
+            ("max_transfers", self.max_transfers >= 1, "must be >= 1"),
             ("max_upload_memory", self.max_upload_memory > 0, "must be > 0"),
             ("long_poll", self.long_poll >= 0, "must be >= 0"),
             ("checkpoint_every", self.checkpoint_every >= 1, "must be >= 1"),
-            ("metrics_port", self.metrics_port is None or 0 <= self.metrics_port < 65536,
-             "must be a port number"),
+            (
+                "metrics_port",
+                self.metrics_port is None or 0 <= self.metrics_port < 65536,
+                "must be a port number",
+            ),
             ("auth_max_skew", self.auth_max_skew > 0, "must be > 0"),
-            ("log_level", self.log_level in ("debug", "info", "warning", "error"),
-             "must be one of debug, info, warning, error"),
+            (
+                "log_level",
+                self.log_level in ("debug", "info", "warning", "error"),
+                "must be one of debug, info, warning, error",
+            ),
             ("secure_stage_timeout", self.secure_stage_timeout > 0, "must be > 0"),
             ("secure_retries", self.secure_retries >= 0, "must be >= 0"),
-        ]  # fmt: skip
+        ]
         for key, ok, rule in checks:
             if not ok:
                 raise ConfigError(f"`{key}` {rule}, got {getattr(self, key)!r}")
@@ -183,7 +189,7 @@ class ServerConfig:
             self._check_secure(self.secure_aggregation)
         if self.differential_privacy is not None:
             self._check_dp(self.differential_privacy)
-        from sporenet.federated.auth import parse_public_key
+        from sporenet.federated.common.auth import parse_public_key
 
         for name, key in self.auth_ed25519.items():
             try:

@@ -16,12 +16,13 @@ from typing import Any
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from sporenet.federated.auth import Authenticator
+from sporenet.federated.common.auth import Authenticator
+from sporenet.federated.common.wire import SERVICE
 from sporenet.federated.errors import ConfigError
 from sporenet.federated.server.config import ServerConfig, split_address
 from sporenet.federated.server.observability import Metrics, log_event, serve_metrics, setup_logging
 from sporenet.federated.server.rounds import RoundManager
-from sporenet.federated.server.servicer import SERVICE, FederatedServicer, add_to_server
+from sporenet.federated.server.servicer import FederatedServicer, add_to_server
 from sporenet.federated.server.session import SessionService
 
 TICK_SECONDS = 0.1
@@ -40,10 +41,8 @@ def _server_credentials(config: ServerConfig) -> grpc.ServerCredentials | None:
 
 # Allocations from this size up are mapped and unmapped one by one. Above the 512 KiB
 # transfer chunks, so the messages that carry them (gRPC's copies, the received bytes)
-# reuse heap memory; below the multi-megabyte models and updates, so those go back to the
-# OS when freed. At 256 KiB, every chunk cost a fresh mapping: a page fault per 4 KiB and
-# an munmap, 13% of the server's CPU at 100 clients x 1M parameters (server CPU per
-# round 1.29-1.33 -> 1.13-1.21 s; 500 x 1M: 7.75 -> 5.94 s).
+# reuse heap memory instead of costing a fresh mapping (and a page fault per 4 KiB) each;
+# below the multi-megabyte models and updates, so those go back to the OS when freed.
 MMAP_THRESHOLD = 1 << 20
 
 
@@ -70,15 +69,21 @@ class _AioServer:
     keeps the round loop.
     """
 
-    def __init__(self, config: ServerConfig, servicer: FederatedServicer,
-                 health_servicer: health.HealthServicer) -> None:  # fmt: skip
+    def __init__(
+        self,
+        config: ServerConfig,
+        servicer: FederatedServicer,
+        health_servicer: health.HealthServicer,
+    ) -> None:
         self.config, self.servicer, self.health = config, servicer, health_servicer
         self.executor = futures.ThreadPoolExecutor(config.max_workers, thread_name_prefix="rpc")
         downloads, uploads = servicer.m.transfer_slots()
         self.sessions = SessionService(
-            servicer, downloads=downloads, uploads=uploads,
+            servicer,
+            downloads=downloads,
+            uploads=uploads,
             executor=futures.ThreadPoolExecutor(uploads + 1, thread_name_prefix="fold"),
-        )  # fmt: skip
+        )
         self._ready: futures.Future[int] = futures.Future()
         self.tls = False  # set when it binds
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -127,9 +132,10 @@ class _AioServer:
         address = self.config.address
         try:
             port = (
-                server.add_secure_port(address, creds) if creds
+                server.add_secure_port(address, creds)
+                if creds
                 else server.add_insecure_port(address)
-            )  # fmt: skip
+            )
         except RuntimeError as e:
             raise ConfigError(f"`address`: cannot listen on {address!r}: {e}") from None
         if port == 0:
@@ -153,9 +159,13 @@ def run_server(config: ServerConfig, *, stop: threading.Event | None = None) -> 
     )
     # Messages stay below gRPC's 4 MiB default: payloads move as chunks of `chunk_size`.
     servicer = FederatedServicer(
-        manager, auth=auth, metrics=metrics, logger=logger,
-        chunk_size=config.chunk_size, heartbeat_interval=config.heartbeat_interval,
-    )  # fmt: skip
+        manager,
+        auth=auth,
+        metrics=metrics,
+        logger=logger,
+        chunk_size=config.chunk_size,
+        heartbeat_interval=config.heartbeat_interval,
+    )
     health_servicer = health.HealthServicer(experimental_non_blocking=True)
     server = _AioServer(config, servicer, health_servicer)
     port = server.start()
@@ -167,8 +177,13 @@ def run_server(config: ServerConfig, *, stop: threading.Event | None = None) -> 
     if config.metrics_port is not None:
         http = serve_metrics(metrics, host, config.metrics_port)
         metrics_port = http.server_address[1]
-    info: dict[str, Any] = {"pid": os.getpid(), "address": config.address, "port": port,
-                            "metrics_port": metrics_port, "tls": server.tls}  # fmt: skip
+    info: dict[str, Any] = {
+        "pid": os.getpid(),
+        "address": config.address,
+        "port": port,
+        "metrics_port": metrics_port,
+        "tls": server.tls,
+    }
     (Path(config.state_dir) / "server.json").write_text(json.dumps(info))
     log_event(logger, "server_started", **info)
 

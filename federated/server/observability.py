@@ -63,10 +63,6 @@ class Metrics:
         "sporenet_updates_rejected_total": ("counter", "Updates refused (INVALID_ARGUMENT)."),
         "sporenet_clients_dropped_total": ("counter", "Selected clients that went silent."),
         "sporenet_auth_failures_total": ("counter", "Requests refused as UNAUTHENTICATED."),
-        "sporenet_upload_admissions_refused_total": (
-            "counter",
-            "GetUploadOffset calls told to come back later (every upload slot busy).",
-        ),
         "sporenet_bytes_sent_total": ("counter", "Model bytes streamed to clients."),
         "sporenet_bytes_received_total": ("counter", "Update bytes received from clients."),
         "sporenet_round_duration_seconds": ("gauge", "Wall time of the last published round."),

@@ -47,8 +47,8 @@ from typing import Any
 import numpy as np
 
 from sporenet.federated.aggregation import Aggregator, Weights, template_of
-from sporenet.federated.checksum import crc32
-from sporenet.federated.codec import decode_update
+from sporenet.federated.common.checksum import crc32
+from sporenet.federated.common.codec import decode_update
 from sporenet.federated.errors import (
     AggregationError,
     ConfigError,
@@ -69,15 +69,11 @@ from sporenet.federated.secagg.session import SecureRound
 from sporenet.federated.server.checkpoint import load_arrays, save_arrays
 from sporenet.federated.server.config import ServerConfig
 from sporenet.federated.server.observability import Metrics, log_event
+from sporenet.federated.server.phases import JobStatus, Participant, Phase, TaskType
 from sporenet.federated.server.state import JobState, ModelRecord, Store
+from sporenet.federated.server.validation import validate_update
 from sporenet.federated.strategies import make_strategy
-from sporenet.federated.validation import validate_update
 from sporenet.lite import ModelFormatError, WeightsReader, read_weights, replace_weights_bytes
-
-#: Uploads allowed to stream per receiving slot, and admission calls held waiting per
-#: receiving slot (servicer.GetUploadOffset).
-ADMITTED_PER_UPLOAD = 4
-ADMIT_WAITERS_PER_SLOT = 8
 
 
 def transfer_split(
@@ -93,23 +89,16 @@ def transfer_split(
     return downloads, uploads
 
 
-def held_threads(max_transfers: int) -> int:
-    """RPC threads transfers and upload admission may hold (the rest serve long-polls)."""
-    downloads, uploads = transfer_split(max_transfers)
-    return downloads + (ADMITTED_PER_UPLOAD + ADMIT_WAITERS_PER_SLOT) * uploads
-
-
 MAX_REFUSALS = 3  # a client whose update is refused this often sits out the rest of the phase
-BUSY_RETRY_SECONDS = 0.5  # when every long-poll slot is taken, clients poll again after this
 #: The secure stages that collect one message per active client.
 SECURE_COLLECTING = (Stage.ADVERTISE_KEYS, Stage.SHARE_KEYS, Stage.MASKED_INPUT, Stage.UNMASK)
 
 
 @dataclass(frozen=True)
 class TaskInfo:
-    """What GetTask answers: the transport turns it into a `Task` message."""
+    """What a poll answers: the transport turns it into a `Task` message."""
 
-    type: str  # wait | fit | evaluate | done | secure_fit
+    type: TaskType
     round: int = 0
     task_id: str = ""
     model: ModelRecord | None = None
@@ -193,11 +182,6 @@ class RoundManager:
         # its next periodic tick. Long-polls are woken only by phase changes: waking every
         # poller on every update costs O(clients²) per round.
         self.wake = threading.Event()
-        # RPC threads that may sit in a long-poll; the rest stay free for transfers
-        # (max_transfers downloads and as many uploads) and upload admission waits.
-        self._poll_slots = threading.BoundedSemaphore(
-            max(1, config.max_workers - held_threads(config.max_transfers) - 8)
-        )
         # Called (under the lock) whenever tasks may have changed, as `_changed` is notified:
         # how waiters that are not threads (the asyncio sessions) learn of it.
         self._change_listeners: list[Callable[[], None]] = []
@@ -212,7 +196,6 @@ class RoundManager:
         self._since_checkpoint = 0
         self._made_dirs: set[Path] = set()  # phase dirs known to exist (one mkdir per phase)
         self._phase_t0 = time.monotonic()
-        self._rng = random.Random(config.seed)
 
         now = time.time()
         job = self.store.job()
@@ -228,7 +211,7 @@ class RoundManager:
         self._check_distributed_range()
         for cid in self.store.clients():
             self._last_seen[cid] = now  # everyone gets a heartbeat_timeout to come back
-        if job.status == "running" and job.active:
+        if job.status == JobStatus.RUNNING and job.active:
             self._resume_phase(now)
         self.metrics.set("sporenet_current_round", job.round)
         self.metrics.set("sporenet_clients_registered", len(self._last_seen))
@@ -245,7 +228,7 @@ class RoundManager:
         the lock): only then can an arrival close the phase early; deadlines and dropouts
         it checks on its own ticks. Waking it for every update cost a thread switch and a
         scan of all participants per update: O(clients^2) per round."""
-        if "selected" not in self._parts.values():
+        if Participant.SELECTED not in self._parts.values():
             self.wake.set()
 
     def _notify_changed(self) -> None:
@@ -319,8 +302,12 @@ class RoundManager:
             )
             self._privacy_rounds = list(saved.get("rounds", []))
             self.metrics.set("sporenet_privacy_epsilon", self._accountant.epsilon())
-            log_event(self.log, "privacy_restored", rounds=self._accountant.rounds,
-                      epsilon=self._accountant.epsilon())  # fmt: skip
+            log_event(
+                self.log,
+                "privacy_restored",
+                rounds=self._accountant.rounds,
+                epsilon=self._accountant.epsilon(),
+            )
 
     def _dp_task_config(self, threshold: int = 0) -> dict[str, Any]:
         """What a client must do for client-side DP (the SDK reads these `dp_*` keys)."""
@@ -328,11 +315,16 @@ class RoundManager:
         if dp is None or dp.mode == "central":
             return {}
         if dp.mode == "local":  # the client adds all of the noise
-            return {"dp_local_noise_multiplier": dp.noise_multiplier,
-                    "dp_clipping_norm": dp.clipping_norm}  # fmt: skip
+            return {
+                "dp_local_noise_multiplier": dp.noise_multiplier,
+                "dp_clipping_norm": dp.clipping_norm,
+            }
         # distributed: clip and add N(0, (zC)²/t); any t contributors carry (zC)² in sum.
-        return {"dp_noise_multiplier": dp.noise_multiplier, "dp_clipping_norm": dp.clipping_norm,
-                "dp_min_clients": threshold}  # fmt: skip
+        return {
+            "dp_noise_multiplier": dp.noise_multiplier,
+            "dp_clipping_norm": dp.clipping_norm,
+            "dp_min_clients": threshold,
+        }
 
     def _charged_rate(self, sample_rate: float) -> float:
         """The sampling rate the accountant charges: local DP protects each release on its
@@ -384,11 +376,12 @@ class RoundManager:
             return self.strategy.make_aggregator(self._template)
         # Noise comes from the OS, never from the job's seed: predictable noise protects nothing.
         return CentralDPAggregator(
-            self._template, noise_multiplier=dp.noise_multiplier,
+            self._template,
+            noise_multiplier=dp.noise_multiplier,
             expected_clients=max(self.job.dp_cohort, 1),
             clipping_norm=None if self._adaptive is not None else dp.clipping_norm,
             adaptive=self._adaptive,
-        )  # fmt: skip
+        )
 
     def _budget_left(self, sample_rate: float) -> str:
         """Why the job must stop before a fit round at `sample_rate` ("" if it fits the budget)."""
@@ -407,7 +400,7 @@ class RoundManager:
     def _finish_for_budget(self, why: str) -> None:
         """End the job cleanly (finished, not failed): the next round would overspend."""
         job = self.job
-        job.status, job.reason, job.active = "finished", why, False
+        job.status, job.reason, job.active = JobStatus.FINISHED, why, False
         self._save_job()
         log_event(self.log, "job_finished", reason=why, model_version=job.model_version)
         self._notify_changed()
@@ -448,33 +441,36 @@ class RoundManager:
         """Rebuild the active phase after a restart: participants, aggregate, deadline."""
         rows = self.store.participants(self.job.round, self.job.phase)
         self._parts = {cid: status for cid, (status, _, _) in rows.items()}
-        secure = self.store.secure_state(self.job.round) if self.job.phase == "fit" else None
+        secure = self.store.secure_state(self.job.round) if self.job.phase == Phase.FIT else None
         if secure is not None:
             self._set_secure(SecureRound.from_bytes(secure))
             self._stage_deadline = now + max(self._stage_timeout(), self.config.resume_grace)
-            log_event(self.log, "secure_round_restored", round=self.job.round,
-                      stage=self._secure.stage.value if self._secure else "")  # fmt: skip
+            log_event(
+                self.log,
+                "secure_round_restored",
+                round=self.job.round,
+                stage=self._secure.stage.value if self._secure else "",
+            )
         elif self.job.phase == "fit":
             agg = self._make_aggregator()
-            ckpt, legacy = self._checkpoint_path(), self._phase_dir().with_suffix(".npz")
+            ckpt = self._checkpoint_path()
             if ckpt.exists():
                 agg.restore(load_arrays(ckpt))
-            elif legacy.exists():  # written by an earlier version of the daemon
-                with np.load(legacy, allow_pickle=False) as z:
-                    agg.restore({k: z[k] for k in z.files})
             folded = set(agg.clients)
             refolded = 0
             for cid, (status, n, _) in rows.items():
-                if status != "accepted" or cid in folded:
+                if status != Participant.ACCEPTED or cid in folded:
                     continue
                 kept = self._phase_dir() / f"{file_key(cid)}.upd"
                 if kept.exists():
                     agg.add(cid, decode_update(kept.read_bytes(), self._template), float(n))
                     refolded += 1
                 else:  # should not happen; ask the client for its update again
-                    self._parts[cid] = "selected"
+                    self._parts[cid] = Participant.SELECTED
                     with self.store.transaction() as tx:
-                        tx.set_participant(self.job.round, self.job.phase, cid, "selected")
+                        tx.set_participant(
+                            self.job.round, self.job.phase, cid, Participant.SELECTED
+                        )
             self._aggregator = agg
             log_event(self.log, "aggregate_restored", checkpointed=len(folded), refolded=refolded)
         self.job.deadline = max(self.job.deadline, now + self.config.resume_grace)
@@ -540,7 +536,7 @@ class RoundManager:
         job = self.job
         if job.status != "running":
             return TaskInfo(
-                "done",
+                TaskType.DONE,
                 job.round,
                 model=self._model_record,
                 reason=job.reason or job.status,
@@ -552,55 +548,53 @@ class RoundManager:
             if job.phase == "fit":
                 config.update(self.strategy.fit_config(job.round))
                 config.update(self._dp_task_config())
-            return TaskInfo(job.phase, job.round, self._task_id(), self._model_record, config)
+            return TaskInfo(
+                TaskType(job.phase), job.round, self._task_id(), self._model_record, config
+            )
         return TaskInfo(
-            "wait", job.round, retry_after=1.0, reason="not selected" if job.active else "waiting"
+            TaskType.WAIT,
+            job.round,
+            retry_after=1.0,
+            reason="not selected" if job.active else "waiting",
         )
 
     def _secure_task(self, client_id: str) -> TaskInfo:
         """A secure stage for a cohort member the protocol waits for; otherwise wait."""
         r, job = self._secure, self.job
         if (
-            r is None or client_id not in self._secure_ids or client_id in self._withdrawn
+            r is None
+            or client_id not in self._secure_ids
+            or client_id in self._withdrawn
             or r.stage not in SECURE_COLLECTING
-        ):  # fmt: skip
-            return TaskInfo("wait", job.round, retry_after=1.0, reason="not selected")
+        ):
+            return TaskInfo(TaskType.WAIT, job.round, retry_after=1.0, reason="not selected")
         if not r.expects(client_id):
-            return TaskInfo("wait", job.round, retry_after=1.0, reason="next secure stage")
-        config = {"round": job.round, "rounds": self.config.rounds, **self.config.fit_config,
-                  **self.strategy.fit_config(job.round)}  # fmt: skip
+            return TaskInfo(TaskType.WAIT, job.round, retry_after=1.0, reason="next secure stage")
+        config = {
+            "round": job.round,
+            "rounds": self.config.rounds,
+            **self.config.fit_config,
+            **self.strategy.fit_config(job.round),
+        }
         if r.max_weight is not None:
             config["secure_max_weight"] = r.max_weight
         config.update(self._dp_task_config(r.server.params.threshold))
         return TaskInfo(
-            "secure_fit", job.round, self._task_id(), self._model_record, config,
-            secure_stage=r.stage.value, secure_setup=r.setup_payload(client_id),
+            TaskType.SECURE_FIT,
+            job.round,
+            self._task_id(),
+            self._model_record,
+            config,
+            secure_stage=r.stage.value,
+            secure_setup=r.setup_payload(client_id),
             secure_payload=r.payload_for(client_id),
-        )  # fmt: skip
+        )
 
-    def get_task(self, client_id: str, wait: float) -> TaskInfo:
-        """The client's task, holding the call up to `wait` seconds while it would be "wait"."""
+    def get_task(self, client_id: str) -> TaskInfo:
+        """The client's task now (the Session service holds a poll until it changes)."""
         self.touch(client_id)
-        end = time.monotonic() + min(max(wait, 0.0), self.config.long_poll)
         with self._lock:
-            task = self._current_task(client_id)
-        if task.type != "wait" or self._stopping or end <= time.monotonic():
-            return task
-        # A held poll occupies an RPC thread. Past `poll_slots` of them, answer at once and
-        # let the client come back: otherwise idle pollers starve the transfers of the
-        # clients still working on the round, which then straggle.
-        if not self._poll_slots.acquire(blocking=False):
-            return dataclasses.replace(task, retry_after=BUSY_RETRY_SECONDS, reason="poll again")
-        try:
-            with self._changed:
-                while True:
-                    task = self._current_task(client_id)
-                    left = end - time.monotonic()
-                    if task.type != "wait" or self._stopping or left <= 0:
-                        return task
-                    self._changed.wait(timeout=left)
-        finally:
-            self._poll_slots.release()
+            return self._current_task(client_id)
 
     def heartbeat(self, client_id: str, task_id: str) -> bool:
         """Mark alive; True while `task_id` is still wanted from this client."""
@@ -608,17 +602,17 @@ class RoundManager:
         with self._lock:
             if self._secure is not None:
                 return (
-                    self.job.status == "running"
+                    self.job.status == JobStatus.RUNNING
                     and task_id == self._task_id()
                     and client_id in self._secure_ids
                     and self._secure.stage in SECURE_COLLECTING
                 )
             return (
-                self.job.status == "running"
+                self.job.status == JobStatus.RUNNING
                 and task_id == self._task_id()
                 and self.job.active
                 and not self._aggregating
-                and self._parts.get(client_id) == "selected"
+                and self._parts.get(client_id) == Participant.SELECTED
             )
 
     def transfer_slots(self) -> tuple[int, int]:
@@ -649,9 +643,9 @@ class RoundManager:
         self.touch(client_id)
         with self._lock:
             status = self._parts.get(client_id)
-            if task_id == self._task_id() and self.job.phase == "fit" and status == "accepted":
+            if task_id == self._task_id() and self.job.phase == Phase.FIT and status == "accepted":
                 return False
-            self._check_open(client_id, task_id, "fit")
+            self._check_open(client_id, task_id, Phase.FIT)
         if total_size > self.max_update_bytes:
             self.refuse(
                 client_id,
@@ -665,7 +659,7 @@ class RoundManager:
     def _check_open(self, client_id: str, task_id: str, phase: str) -> None:
         current = self._task_id()
         if (
-            self.job.status != "running"
+            self.job.status != JobStatus.RUNNING
             or task_id != current
             or not self.job.active
             or self.job.phase != phase
@@ -693,9 +687,11 @@ class RoundManager:
             count = self._refusals.get(client_id, 0) + 1
             self._refusals[client_id] = count
             if count >= MAX_REFUSALS and self._parts.get(client_id) == "selected":
-                self._parts[client_id] = "rejected"
+                self._parts[client_id] = Participant.REJECTED
                 with self.store.transaction() as tx:
-                    tx.set_participant(self.job.round, self.job.phase, client_id, "rejected")
+                    tx.set_participant(
+                        self.job.round, self.job.phase, client_id, Participant.REJECTED
+                    )
                 self._wake_if_settled()
         log_event(
             self.log,
@@ -752,16 +748,21 @@ class RoundManager:
                 f.write(payload)
             try:
                 with self._changed:
-                    self._check_open(client_id, task_id, "fit")
+                    self._check_open(client_id, task_id, Phase.FIT)
                     if self._aggregator is None:  # cannot happen while a fit phase is open
                         raise AggregationError("no aggregator for the open fit phase")
                     self._aggregator.add(client_id, update, float(num_samples))
                     os.replace(tmp, kept)
                     tmp = None
-                    self._parts[client_id] = "accepted"
+                    self._parts[client_id] = Participant.ACCEPTED
                     with self.store.transaction() as tx:
                         tx.set_participant(
-                            self.job.round, "fit", client_id, "accepted", num_samples, metrics
+                            self.job.round,
+                            Phase.FIT,
+                            client_id,
+                            Participant.ACCEPTED,
+                            num_samples,
+                            metrics,
                         )
                     self._since_checkpoint += 1
                     if self._since_checkpoint >= self.config.checkpoint_every:
@@ -788,7 +789,6 @@ class RoundManager:
         if self._aggregator is None:
             return
         save_arrays(self._checkpoint_path(), self._aggregator.snapshot())
-        self._phase_dir().with_suffix(".npz").unlink(missing_ok=True)  # an older format
         for cid in self._aggregator.clients:
             (self._phase_dir() / f"{file_key(cid)}.upd").unlink(missing_ok=True)
         self._since_checkpoint = 0
@@ -804,14 +804,14 @@ class RoundManager:
                 f"evaluation needs a finite loss and num_samples > 0, got {loss}, {num_samples}"
             )
         with self._changed:
-            self._check_open(client_id, task_id, "evaluate")
-            self._parts[client_id] = "accepted"
+            self._check_open(client_id, task_id, Phase.EVALUATE)
+            self._parts[client_id] = Participant.ACCEPTED
             with self.store.transaction() as tx:
                 tx.set_participant(
                     self.job.round,
-                    "evaluate",
+                    Phase.EVALUATE,
                     client_id,
-                    "accepted",
+                    Participant.ACCEPTED,
                     num_samples,
                     {"loss": loss, **metrics},
                 )
@@ -834,10 +834,13 @@ class RoundManager:
             r = self._secure
             current = self._task_id()
             if (
-                r is None or self.job.status != "running" or task_id != current
-                or not self.job.active or self._aggregating
-            ):  # fmt: skip
-                why = f": {self.job.reason}" if self.job.status == "failed" else ""
+                r is None
+                or self.job.status != JobStatus.RUNNING
+                or task_id != current
+                or not self.job.active
+                or self._aggregating
+            ):
+                why = f": {self.job.reason}" if self.job.status == JobStatus.FAILED else ""
                 raise StaleTaskError(
                     f"task {task_id!r} is not an open secure round (the server is at "
                     f"{current!r}, {self.job.status}{why})"
@@ -859,9 +862,14 @@ class RoundManager:
             if r.stage == Stage.MASKED_INPUT:
                 with self.store.transaction() as tx:
                     tx.set_participant(
-                        self.job.round, "fit", client_id, "masked", num_samples, metrics
+                        self.job.round,
+                        Phase.FIT,
+                        client_id,
+                        Participant.MASKED,
+                        num_samples,
+                        metrics,
                     )
-                self._parts[client_id] = "masked"
+                self._parts[client_id] = Participant.MASKED
                 self.metrics.inc("sporenet_updates_accepted_total")
             self._since_checkpoint += 1
             if self._since_checkpoint >= self.config.checkpoint_every:
@@ -876,9 +884,10 @@ class RoundManager:
         self.touch(client_id)
         with self._changed:
             if (
-                self._secure is None or task_id != self._task_id()
+                self._secure is None
+                or task_id != self._task_id()
                 or client_id not in self._secure_ids
-            ):  # fmt: skip
+            ):
                 raise StaleTaskError(f"task {task_id!r} is not an open secure round")
             self._withdrawn.add(client_id)
             self.wake.set()
@@ -908,19 +917,19 @@ class RoundManager:
         now = time.time()
         with self._changed:
             job = self.job
-            if job.status != "running" or self._aggregating or self._stopping:
+            if job.status != JobStatus.RUNNING or self._aggregating or self._stopping:
                 return
             if not job.active:
                 self._try_start(now)
                 return
-            if job.phase == "fit" and self._secure is not None:
+            if job.phase == Phase.FIT and self._secure is not None:
                 if not self._advance_secure(now):
                     return
                 self._aggregating = True
             else:
                 self._drop_silent(now)
-                pending = sum(1 for s in self._parts.values() if s == "selected")
-                accepted = sum(1 for s in self._parts.values() if s == "accepted")
+                pending = sum(1 for s in self._parts.values() if s == Participant.SELECTED)
+                accepted = sum(1 for s in self._parts.values() if s == Participant.ACCEPTED)
                 if job.phase == "fit":
                     if accepted >= self.config.min_clients and (
                         pending == 0 or now >= job.deadline
@@ -967,7 +976,7 @@ class RoundManager:
             if job.secure_attempt < self.config.secure_retries:
                 self._retry_secure(now, e)
                 return False
-            job.status = "failed"
+            job.status = JobStatus.FAILED
             job.reason = f"round {job.round}: secure aggregation failed: {e}"
             with self.store.transaction() as tx:
                 self._save_secure(tx)
@@ -979,15 +988,19 @@ class RoundManager:
         with self.store.transaction() as tx:
             self._save_secure(tx)
             for cid in pending:
-                if self._parts.get(cid) in ("selected", "masked"):
-                    self._parts[cid] = "dropped"
-                    tx.set_participant(job.round, "fit", cid, "dropped")
+                if self._parts.get(cid) in (Participant.SELECTED, Participant.MASKED):
+                    self._parts[cid] = Participant.DROPPED
+                    tx.set_participant(job.round, Phase.FIT, cid, Participant.DROPPED)
         if pending:
             self.metrics.inc("sporenet_clients_dropped_total", len(pending))
         log_event(
-            self.log, "secure_stage_closed", round=job.round, stage=closing,
-            next=r.stage.value, missing=pending,
-        )  # fmt: skip
+            self.log,
+            "secure_stage_closed",
+            round=job.round,
+            stage=closing,
+            next=r.stage.value,
+            missing=pending,
+        )
         self._notify_changed()
         return r.stage == Stage.COMPLETED
 
@@ -997,18 +1010,23 @@ class RoundManager:
         job = self.job
         job.secure_attempt += 1
         job.active, job.attempt, job.waiting_since = False, 0, now
-        left = [c for c, s in self._parts.items() if s != "dropped"]
+        left = [c for c, s in self._parts.items() if s != Participant.DROPPED]
         self._set_secure(None)
         with self.store.transaction() as tx:
             self._save_secure(tx)
             for cid in left:
-                tx.set_participant(job.round, "fit", cid, "abandoned")
+                tx.set_participant(job.round, Phase.FIT, cid, Participant.ABANDONED)
             tx.set_job(job)
         self._parts, self._refusals = {}, {}
         log_event(
-            self.log, "secure_round_retried", logging.WARNING, round=job.round,
-            attempt=job.secure_attempt, of=self.config.secure_retries, reason=str(error),
-        )  # fmt: skip
+            self.log,
+            "secure_round_retried",
+            logging.WARNING,
+            round=job.round,
+            attempt=job.secure_attempt,
+            of=self.config.secure_retries,
+            reason=str(error),
+        )
         self._notify_changed()
 
     def _drop_silent(self, now: float) -> None:
@@ -1016,14 +1034,14 @@ class RoundManager:
         dropped = [
             c
             for c, s in self._parts.items()
-            if s == "selected" and self._last_seen.get(c, 0) < cutoff
+            if s == Participant.SELECTED and self._last_seen.get(c, 0) < cutoff
         ]
         if not dropped:
             return
         with self.store.transaction() as tx:
             for cid in dropped:
-                self._parts[cid] = "dropped"
-                tx.set_participant(self.job.round, self.job.phase, cid, "dropped")
+                self._parts[cid] = Participant.DROPPED
+                tx.set_participant(self.job.round, self.job.phase, cid, Participant.DROPPED)
         self.metrics.inc("sporenet_clients_dropped_total", len(dropped))
         log_event(
             self.log, "clients_dropped", logging.WARNING, round=self.job.round, clients=dropped
@@ -1032,10 +1050,12 @@ class RoundManager:
     def _try_start(self, now: float) -> None:
         job = self.job
         live = self._live_clients(now)
-        need = max(self.config.min_clients, self.config.min_available) if job.phase == "fit" else 1
+        need = (
+            max(self.config.min_clients, self.config.min_available) if job.phase == Phase.FIT else 1
+        )
         if len(live) < need:
             if self.config.wait_timeout and now - job.waiting_since > self.config.wait_timeout:
-                job.status = "failed"
+                job.status = JobStatus.FAILED
                 job.reason = (
                     f"only {len(live)} of min_clients={need} clients connected within "
                     f"wait_timeout={self.config.wait_timeout:g} s"
@@ -1044,9 +1064,9 @@ class RoundManager:
                 log_event(self.log, "job_failed", logging.ERROR, reason=job.reason)
                 self._notify_changed()
             return
-        fraction = self.config.fraction if job.phase == "fit" else self.config.evaluate_fraction
+        fraction = self.config.fraction if job.phase == Phase.FIT else self.config.evaluate_fraction
         size = min(len(live), max(need, math.ceil(fraction * len(live))))
-        if job.phase == "fit" and self.config.differential_privacy is not None:
+        if job.phase == Phase.FIT and self.config.differential_privacy is not None:
             rate = self._charged_rate(size / len(live))
             why = self._budget_left(rate)
             if why:
@@ -1057,20 +1077,22 @@ class RoundManager:
         chosen = sorted(rng.sample(live, size))
         job.active, job.attempt = True, 0
         job.phase_started, job.deadline = now, now + self.config.round_timeout
-        self._parts = dict.fromkeys(chosen, "selected")
+        self._parts = dict.fromkeys(chosen, Participant.SELECTED)
         self._refusals = {}
         self._since_checkpoint = 0
         self._phase_t0 = time.monotonic()
         secure = None
-        if job.phase == "fit" and self.config.secure_aggregation is not None:
+        if job.phase == Phase.FIT and self.config.secure_aggregation is not None:
             try:
                 secure = SecureRound.start(
-                    self.config.secure_aggregation, client_ids=chosen, template=self._template,
+                    self.config.secure_aggregation,
+                    client_ids=chosen,
+                    template=self._template,
                     max_weight=self.config.secure_max_weight,
-                )  # fmt: skip
+                )
             except SecAggError as e:
                 job.active = False
-                job.status = "failed"
+                job.status = JobStatus.FAILED
                 job.reason = f"round {job.round}: secure aggregation cannot start: {e}"
                 self._save_job()
                 log_event(self.log, "job_failed", logging.ERROR, reason=job.reason)
@@ -1083,7 +1105,7 @@ class RoundManager:
         with self.store.transaction() as tx:
             tx.start_round(job.round, job.phase)
             for cid in chosen:
-                tx.set_participant(job.round, job.phase, cid, "selected")
+                tx.set_participant(job.round, job.phase, cid, Participant.SELECTED)
             self._save_secure(tx)  # the round and its secure state start together
             tx.set_job(job)
         self.metrics.set("sporenet_round_participants", len(chosen))
@@ -1102,9 +1124,11 @@ class RoundManager:
         job = self.job
         missing = self.config.min_clients - accepted - pending
         spare = [c for c in self._live_clients(now) if c not in self._parts]
-        extra = sorted(random.Random(f"{self.config.seed}-{job.round}-{job.attempt}").sample(
-            spare, min(len(spare), max(missing, 0))
-        ))  # fmt: skip
+        extra = sorted(
+            random.Random(f"{self.config.seed}-{job.round}-{job.attempt}").sample(
+                spare, min(len(spare), max(missing, 0))
+            )
+        )
         if now >= job.deadline:
             job.attempt += 1
             job.deadline = now + self.config.round_timeout
@@ -1112,13 +1136,18 @@ class RoundManager:
             return  # nobody to ask yet; the deadline decides
         with self.store.transaction() as tx:
             for cid in extra:
-                self._parts[cid] = "selected"
-                tx.set_participant(job.round, job.phase, cid, "selected")
+                self._parts[cid] = Participant.SELECTED
+                tx.set_participant(job.round, job.phase, cid, Participant.SELECTED)
             tx.set_job(job)
         log_event(
-            self.log, "phase_reselected", logging.WARNING, round=job.round, accepted=accepted,
-            added=len(extra), attempt=job.attempt,
-        )  # fmt: skip
+            self.log,
+            "phase_reselected",
+            logging.WARNING,
+            round=job.round,
+            accepted=accepted,
+            added=len(extra),
+            attempt=job.attempt,
+        )
         self._notify_changed()
 
     def _publish_fit(self) -> None:
@@ -1141,7 +1170,7 @@ class RoundManager:
             privacy_info = self._spend_privacy(clip)
         except (AggregationError, SecAggError, PrivacyError) as e:
             with self._changed:
-                job.status, job.reason = "failed", f"round {job.round}: {e}"
+                job.status, job.reason = JobStatus.FAILED, f"round {job.round}: {e}"
                 self._save_job()
             log_event(self.log, "job_failed", logging.ERROR, reason=job.reason)
             return
@@ -1153,24 +1182,27 @@ class RoundManager:
             tmp = self.dir / f"models/v{version:05d}.opt.tmp.npz"
             np.savez(tmp, **new_state)  # type: ignore[arg-type]  # numpy types **kwds as bool
             os.replace(tmp, self.dir / f"models/v{version:05d}.opt.npz")
-        rows = self.store.participants(job.round, "fit")
-        accepted = [(n, m) for (s, n, m) in rows.values() if s == "accepted"]
+        rows = self.store.participants(job.round, Phase.FIT)
+        accepted = [(n, m) for (s, n, m) in rows.values() if s == Participant.ACCEPTED]
         summary = weighted_metrics(accepted)
         summary["num_samples"] = float(sum(n for n, _ in accepted))
         phase_dir, ckpt = self._phase_dir(), self._checkpoint_path()
         with self._changed:
             with self.store.transaction() as tx:
                 tx.add_model(record)
-                tx.finish_round(job.round, "fit", len(accepted), summary)
+                tx.finish_round(job.round, Phase.FIT, len(accepted), summary)
                 tx.delete_secure_state(job.round)
                 if privacy_info:  # what this round spent, with the round it paid for
                     tx.set_meta("privacy", self._privacy_state())
                 job.model_version = version
-                self._advance(tx, evaluate_next=bool(self.config.evaluate_every)
-                              and job.round % self.config.evaluate_every == 0)  # fmt: skip
+                self._advance(
+                    tx,
+                    evaluate_next=bool(self.config.evaluate_every)
+                    and job.round % self.config.evaluate_every == 0,
+                )
             # Stop now if even the smallest sampling rate a round can have is unaffordable.
             # (After an evaluate phase, the next fit phase's start checks instead.)
-            running_fit = job.status == "running" and job.phase == "fit"
+            running_fit = job.status == JobStatus.RUNNING and job.phase == Phase.FIT
             why = self._budget_left(self._charged_rate(self.config.fraction)) if running_fit else ""
             if why:
                 self._finish_for_budget(why)
@@ -1181,16 +1213,22 @@ class RoundManager:
             self._set_secure(None)
         shutil.rmtree(phase_dir, ignore_errors=True)
         ckpt.unlink(missing_ok=True)
-        phase_dir.with_suffix(".npz").unlink(missing_ok=True)
         took = time.monotonic() - t0
         self.metrics.inc("sporenet_rounds_completed_total")
         self.metrics.set("sporenet_aggregation_seconds", took)
         self.metrics.set("sporenet_round_duration_seconds", time.monotonic() - self._phase_t0)
         self.metrics.set("sporenet_current_round", job.round)
         log_event(
-            self.log, "round_published", round=record.round, version=version, clients=len(accepted),
-            aggregation_s=round(took, 4), metrics=summary, **secure_info, **privacy_info,
-        )  # fmt: skip
+            self.log,
+            "round_published",
+            round=record.round,
+            version=version,
+            clients=len(accepted),
+            aggregation_s=round(took, 4),
+            metrics=summary,
+            **secure_info,
+            **privacy_info,
+        )
 
     def _spend_privacy(self, clipping_norm: float | None) -> dict[str, Any]:
         """Charge the published round to the accountant; its epsilon etc. for the log."""
@@ -1206,34 +1244,44 @@ class RoundManager:
         finally:
             acc.epsilon_budget = before
         entry = {
-            "round": job.round, "epsilon": eps, "sample_rate": q, "cohort": job.dp_cohort,
+            "round": job.round,
+            "epsilon": eps,
+            "sample_rate": q,
+            "cohort": job.dp_cohort,
             "noise_multiplier": dp.noise_multiplier,
             "clipping_norm": clipping_norm if clipping_norm is not None else dp.clipping_norm,
-        }  # fmt: skip
+        }
         self._privacy_rounds.append(entry)
         self.metrics.set("sporenet_privacy_epsilon", eps)
-        log_event(self.log, "privacy_spent", round=job.round, epsilon=eps, delta=acc.delta,
-                  sample_rate=q, budget=acc.epsilon_budget)  # fmt: skip
+        log_event(
+            self.log,
+            "privacy_spent",
+            round=job.round,
+            epsilon=eps,
+            delta=acc.delta,
+            sample_rate=q,
+            budget=acc.epsilon_budget,
+        )
         return {"epsilon": eps, "delta": acc.delta}
 
     def _mark_contributors(self, contributors: Sequence[str]) -> None:
         """After a secure round: contributors are accepted, the rest of the cohort dropped."""
-        rows = self.store.participants(self.job.round, "fit")
+        rows = self.store.participants(self.job.round, Phase.FIT)
         done = set(contributors)
         with self._changed, self.store.transaction() as tx:
             for cid in self._secure_ids:
                 _, n, m = rows.get(cid, ("", 0, {}))
-                status = "accepted" if cid in done else "dropped"
+                status = Participant.ACCEPTED if cid in done else Participant.DROPPED
                 self._parts[cid] = status
-                tx.set_participant(self.job.round, "fit", cid, status, n, m)
+                tx.set_participant(self.job.round, Phase.FIT, cid, status, n, m)
 
     def _finish_evaluate(self) -> None:
         job = self.job
-        rows = self.store.participants(job.round, "evaluate")
-        accepted = [(n, m) for (s, n, m) in rows.values() if s == "accepted"]
+        rows = self.store.participants(job.round, Phase.EVALUATE)
+        accepted = [(n, m) for (s, n, m) in rows.values() if s == Participant.ACCEPTED]
         summary = weighted_metrics(accepted)
         with self._changed, self.store.transaction() as tx:
-            tx.finish_round(job.round, "evaluate", len(accepted), summary)
+            tx.finish_round(job.round, Phase.EVALUATE, len(accepted), summary)
             self._advance(tx, evaluate_next=False)
         log_event(
             self.log, "evaluation_finished", round=job.round, clients=len(accepted), metrics=summary
@@ -1243,12 +1291,12 @@ class RoundManager:
         """Move the job past the phase that just closed (inside the caller's transaction)."""
         job = self.job
         if evaluate_next:
-            job.phase = "evaluate"
+            job.phase = Phase.EVALUATE
         else:
-            job.phase = "fit"
+            job.phase = Phase.FIT
             job.round += 1
             if job.round > self.config.rounds:
-                job.status, job.reason = "finished", f"all {self.config.rounds} rounds done"
+                job.status, job.reason = JobStatus.FINISHED, f"all {self.config.rounds} rounds done"
         job.active, job.attempt, job.waiting_since = False, 0, time.time()
         job.secure_attempt = 0
         self._parts, self._refusals = {}, {}

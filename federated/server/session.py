@@ -1,9 +1,8 @@
 """The Session RPC: one bidirectional stream per client, served on the asyncio event loop.
 
-Through the unary calls, every poll, download and upload costs the server a call setup,
-an authentication and a thread; for a fleet that is most of the server's work, and every
-waiting client holds a thread. A session carries the same requests over one stream,
-authenticated once when it opens:
+A call per poll, download and upload would cost the server a call setup, an
+authentication and a thread each; for a fleet that is most of the server's work. A
+session carries them over one stream, authenticated once when it opens:
 
 - a poll waits as a coroutine, woken when the RoundManager says tasks may have changed;
 - a download sends the model's chunks, encoded once per version for every client;
@@ -27,16 +26,7 @@ from typing import Any
 
 import grpc
 
-from sporenet.federated.errors import FederatedError, MalformedMessageError, TransferError
-from sporenet.federated.server.servicer import (
-    SETTLE_SECONDS,
-    FederatedServicer,
-    status_for,
-    task_message,
-)
-from sporenet.federated.server.state import ModelRecord
-from sporenet.federated.server.upload import UploadReceiver, check_upload_id
-from sporenet.federated.wire import (
+from sporenet.federated.common.wire import (
     SessionReplyField,
     SessionRequestField,
     encode_model_chunk,
@@ -45,12 +35,21 @@ from sporenet.federated.wire import (
     split_session,
     split_upload_chunk,
 )
+from sporenet.federated.errors import FederatedError, MalformedMessageError, TransferError
+from sporenet.federated.server.phases import TaskType
+from sporenet.federated.server.servicer import (
+    FederatedServicer,
+    status_for,
+    task_message,
+)
+from sporenet.federated.server.state import ModelRecord
+from sporenet.federated.server.upload import UploadReceiver, check_upload_id
 from sporenet.proto import federated_pb2 as pb
 
+SETTLE_SECONDS = 10.0  # longest an upload waits for an earlier stream of the same upload to end
 # An update up to this size is checked, validated, written and folded on the loop itself:
-# that takes well under a millisecond, less than handing it to a worker thread and back
-# (100 clients x 100k parameters: 0.47-0.48 -> 0.44-0.46 s per round). Bigger ones go to
-# the worker threads, so the loop keeps receiving meanwhile.
+# that takes well under a millisecond, less than handing it to a worker thread and back.
+# Bigger ones go to the worker threads, so the loop keeps receiving meanwhile.
 INLINE_SUBMIT_BYTES = 1 << 20
 
 
@@ -144,9 +143,9 @@ class SessionService:
         end = loop.time() + min(max(request.wait_ms / 1000.0, 0.0), self.m.config.long_poll)
         while True:
             changed = self._changed  # before the check: a change after it sets this one
-            task = self.m.get_task(cid, 0.0)
+            task = self.m.get_task(cid)
             left = end - loop.time()
-            if task.type != "wait" or left <= 0 or self.m.stopping:
+            if task.type != TaskType.WAIT or left <= 0 or self.m.stopping:
                 break
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(left):  # no task per wait, unlike wait_for
@@ -170,7 +169,7 @@ class SessionService:
     ) -> None:
         """Send the model's bytes from `offset` to the end as `model` replies of `chunk`."""
         async with self._downloads:
-            cached = self.s.cached_chunks(record, offset, chunk, session=True)
+            cached = self.s.cached_chunks(record, offset, chunk)
             if cached is not None:
                 for encoded, size in cached:
                     await context.write(encoded)
@@ -206,8 +205,9 @@ class SessionService:
                 await asyncio.wait_for(running.wait(), SETTLE_SECONDS)
         async with self._uploads:
             if not self.m.open_upload(cid, h.task_id, h.total_size):
-                reply = pb.UploadReply(accepted=True, received=h.total_size,
-                                       message="already accepted")  # fmt: skip
+                reply = pb.UploadReply(
+                    accepted=True, received=h.total_size, message="already accepted"
+                )
                 await context.write(
                     frame_session(SessionReplyField.UPLOAD_REPLY, reply.SerializeToString())
                 )

@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from sporenet.federated.server.phases import JobStatus, Phase
+
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS clients (
@@ -46,9 +48,9 @@ CREATE TABLE IF NOT EXISTS secure_rounds (round INTEGER PRIMARY KEY, state BLOB 
 class JobState:
     """Where the job is: what survives a restart of the round loop."""
 
-    status: str = "running"  # running | finished | failed
+    status: JobStatus = JobStatus.RUNNING
     round: int = 1  # the round in progress (1-based); after the last round, rounds + 1
-    phase: str = "fit"  # fit | evaluate
+    phase: Phase = Phase.FIT
     active: bool = False  # False: waiting for enough live clients to start the phase
     attempt: int = 0  # how often the current phase re-sampled clients after a shortfall
     secure_attempt: int = 0  # failed secure runs of the current fit round (each resampled)
@@ -109,7 +111,9 @@ class Store:
 
     def job(self) -> JobState | None:
         raw = self.get_meta("job")
-        return JobState(**raw) if raw else None
+        if not raw:
+            return None
+        return JobState(**{**raw, "status": JobStatus(raw["status"]), "phase": Phase(raw["phase"])})
 
     def clients(self) -> dict[str, str]:
         return {cid: name for cid, name in self._query("SELECT client_id, name FROM clients")}

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import re
 
-from sporenet.federated.buffers import BufferPool
-from sporenet.federated.checksum import update_mismatch
+from sporenet.federated.common.buffers import BufferPool
+from sporenet.federated.common.checksum import update_mismatch
 from sporenet.federated.errors import TransferError, UpdateRejectedError
 from sporenet.federated.server.observability import Metrics
 from sporenet.federated.server.rounds import RoundManager, write_atomic
@@ -36,9 +36,13 @@ class UploadReceiver:
     """
 
     def __init__(
-        self, manager: RoundManager, metrics: Metrics, client_id: str, header: pb.UploadHeader,
+        self,
+        manager: RoundManager,
+        metrics: Metrics,
+        client_id: str,
+        header: pb.UploadHeader,
         pool: BufferPool,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self.m, self.metrics, self.cid, self.h = manager, metrics, client_id, header
         self.path = manager.upload_path(client_id, header.upload_id)
         self.kept = self.path.stat().st_size if self.path.exists() else 0
@@ -92,10 +96,14 @@ class UploadReceiver:
         """Check, validate, keep and fold the complete update (blocking: on a worker thread,
         unless the update is small, see session.INLINE_SUBMIT_BYTES)."""
         self.m.submit_update(
-            self.cid, self.h.task_id, self.view, upload=self.path if self.kept else None,
+            self.cid,
+            self.h.task_id,
+            self.view,
+            upload=self.path if self.kept else None,
             mismatch=update_mismatch(self.h, self.view),
-            num_samples=self.h.num_samples, metrics_json=self.h.metrics_json,
-        )  # fmt: skip
+            num_samples=self.h.num_samples,
+            metrics_json=self.h.metrics_json,
+        )
         # Folded: the buffer is free. (A refused update's buffer is simply dropped: its
         # exception's frames may still hold views of it.)
         self.pool.give(self.view)

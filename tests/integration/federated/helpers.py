@@ -4,21 +4,27 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import signal
 import socket
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import grpc
 import numpy as np
+import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 import sporenet.lite
-from sporenet.federated.auth import public_key_text
+from sporenet.federated.common.auth import public_key_text
 from sporenet.lite import ModelBuilder, OpCode
+from sporenet.proto import federated_pb2 as pb
+
+SESSION = "/sporenet.federated.v1.Federated/Session"
 
 
 def make_model(path: Path, *, out: int = 3, inp: int = 4, seed: int = 0) -> dict[str, np.ndarray]:
@@ -55,10 +61,19 @@ def status_command(state_dir: Path) -> dict:
     """What an operator sees: the JSON that `sporenet-server status` prints (a real
     subprocess reading the state dir)."""
     out = subprocess.run(
-        [sys.executable, "-m", "sporenet.federated.server", "status", "--state-dir",
-         str(state_dir)],
-        capture_output=True, text=True, timeout=30, check=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "sporenet.federated.server",
+            "status",
+            "--state-dir",
+            str(state_dir),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    )
     return json.loads(out.stdout)
 
 
@@ -152,8 +167,90 @@ def wait_for(
     raise TimeoutError(f"timed out waiting for {what}")
 
 
+def _serialize(request: pb.SessionRequest | bytes) -> bytes:
+    # Raw bytes pass through: some tests send messages protobuf cannot build.
+    return request if isinstance(request, bytes) else request.SerializeToString()
+
+
+class RawSession:
+    """One Session call: requests go in through a queue, replies come out in order."""
+
+    def __init__(
+        self, channel: grpc.Channel, metadata: Sequence[tuple[str, str]] | None = None
+    ) -> None:
+        self._requests: queue.SimpleQueue[pb.SessionRequest | bytes | None] = queue.SimpleQueue()
+        open_call = channel.stream_stream(
+            SESSION, request_serializer=_serialize, response_deserializer=pb.SessionReply.FromString
+        )
+        # A deadline for the whole call, so a missing reply fails the test instead of hanging.
+        self.call = open_call(iter(self._requests.get, None), metadata=metadata, timeout=30)
+
+    def send(self, request: pb.SessionRequest | bytes) -> None:
+        self._requests.put(request)
+
+    def receive(self, kind: str) -> pb.SessionReply:
+        reply = next(self.call)
+        assert reply.WhichOneof("kind") == kind, reply
+        return reply
+
+    def refusal(self) -> tuple[grpc.StatusCode, str]:
+        """The status that ends the stream (fails if a reply comes instead)."""
+        with pytest.raises(grpc.RpcError) as info:
+            reply = next(self.call)
+            raise AssertionError(f"expected the stream to end, got {reply}")
+        return info.value.code(), info.value.details()
+
+    def poll(self, client_id: str, wait_ms: int = 0) -> pb.Task:
+        self.send(pb.SessionRequest(poll=pb.TaskRequest(client_id=client_id, wait_ms=wait_ms)))
+        return self.receive("task").task
+
+    def download(self, request: pb.DownloadRequest) -> list[pb.ModelChunk]:
+        self.send(pb.SessionRequest(download=request))
+        chunks = [self.receive("model").model]
+        while chunks[-1].offset + len(chunks[-1].data) < chunks[-1].total_size:
+            chunks.append(self.receive("model").model)
+        return chunks
+
+    def upload_header(self, header: pb.UploadHeader) -> pb.SessionReply:
+        self.send(pb.SessionRequest(upload=pb.UploadChunk(header=header)))
+        return next(self.call)
+
+    def upload_data(self, payload: bytes, start: int, end: int, chunk: int) -> None:
+        for at in range(start, end, chunk):
+            piece = payload[at : min(at + chunk, end)]
+            self.send(pb.SessionRequest(upload=pb.UploadChunk(offset=at, data=piece)))
+
+    def close(self) -> None:
+        self._requests.put(None)
+        self.call.cancel()
+
+
+def poll_task(
+    channel: grpc.Channel,
+    client_id: str,
+    *,
+    wait_ms: int = 0,
+    metadata: Sequence[tuple[str, str]] | None = None,
+) -> pb.Task:
+    """One poll over a Session of its own (grpc.RpcError if the server refuses it)."""
+    session = RawSession(channel, metadata)
+    try:
+        return session.poll(client_id, wait_ms)
+    finally:
+        session.close()
+
+
+def fit_task(channel: grpc.Channel, client_id: str) -> pb.Task:
+    """Poll until the server hands `client_id` a fit task."""
+    for _ in range(100):
+        task = poll_task(channel, client_id, wait_ms=500)
+        if task.type == pb.TASK_FIT:
+            return task
+    raise AssertionError(f"no fit task for {client_id!r}")
+
+
 def upload_raw(
-    stub: object,
+    channel: grpc.Channel,
     *,
     client_id: str,
     task_id: str,
@@ -161,27 +258,28 @@ def upload_raw(
     upload_id: str = "u1",
     total_size: int | None = None,
     num_samples: int = 1,
-    metadata: list[tuple[str, str]] | None = None,
-) -> object:
-    """One UploadUpdate call with hand-made bytes (for malformed-update tests)."""
-    import hashlib
-
-    from sporenet.proto import federated_pb2 as pb
-
+    metadata: Sequence[tuple[str, str]] | None = None,
+) -> pb.UploadReply:
+    """One upload with hand-made bytes over a Session of its own (for malformed-update
+    tests); grpc.RpcError with the server's status when it refuses it."""
     header = pb.UploadHeader(
         client_id=client_id,
         task_id=task_id,
         upload_id=upload_id,
         total_size=len(payload) if total_size is None else total_size,
-        sha256=hashlib.sha256(payload).hexdigest(),
         num_samples=num_samples,
     )
-    chunks = [pb.UploadChunk(header=header, offset=0, data=payload[: 1 << 20])]
-    pos = 1 << 20
-    while pos < len(payload):
-        chunks.append(pb.UploadChunk(offset=pos, data=payload[pos : pos + (1 << 20)]))
-        pos += 1 << 20
-    return stub.UploadUpdate(iter(chunks), metadata=metadata, timeout=30)  # type: ignore[attr-defined]
+    session = RawSession(channel, metadata)
+    try:
+        reply = session.upload_header(header)
+        if reply.WhichOneof("kind") == "upload_offset":
+            start = reply.upload_offset.received
+            session.upload_data(payload, start, len(payload), 1 << 20)
+            reply = next(session.call)
+        assert reply.WhichOneof("kind") == "upload_reply", reply
+        return reply.upload_reply
+    finally:
+        session.close()
 
 
 def self_signed_cert(common_name: str = "localhost") -> tuple[bytes, bytes]:

@@ -10,19 +10,11 @@ import numpy as np
 import pytest
 
 from sporenet.federated import Client
-from sporenet.federated.codec import encode_update
+from sporenet.federated.common.codec import encode_update
 from sporenet.federated.server.rounds import read_status
 from sporenet.proto import federated_pb2 as pb
 from sporenet.proto import federated_pb2_grpc as pb_grpc
-from tests.integration.federated.helpers import make_model, upload_raw, wait_for
-
-
-def _fit_task(stub: pb_grpc.FederatedStub, client_id: str) -> pb.Task:
-    for _ in range(100):
-        task = stub.GetTask(pb.TaskRequest(client_id=client_id, wait_ms=500), timeout=10)
-        if task.type == pb.TASK_FIT:
-            return task
-    raise AssertionError("no fit task")
+from tests.integration.federated.helpers import fit_task, make_model, upload_raw, wait_for
 
 
 def _expect_invalid(call, match: str) -> None:  # type: ignore[no-untyped-def]
@@ -72,12 +64,12 @@ def test_bad_updates_are_refused_and_never_reach_the_aggregate(
     threads = [threading.Thread(target=run, args=(i,), daemon=True) for i in range(2)]
     for t in threads:
         t.start()
-    task = _fit_task(stub, bad[0])
-    _fit_task(stub, bad[1])
+    task = fit_task(channel, bad[0])
+    fit_task(channel, bad[1])
     good = {"w": np.ones((3, 4), np.float32), "b": np.ones(3, np.float32)}
 
     def send(cid: str, payload: bytes, **kw: object) -> object:
-        return upload_raw(stub, client_id=cid, task_id=task.task_id, payload=payload, **kw)  # type: ignore[arg-type]
+        return upload_raw(channel, client_id=cid, task_id=task.task_id, payload=payload, **kw)  # type: ignore[arg-type]
 
     # Three refusals for the first bad client: garbage, wrong shape, NaN.
     _expect_invalid(
@@ -142,12 +134,14 @@ def test_norm_bound_refuses_large_updates(tmp_path: Path, server_factory) -> Non
     with grpc.insecure_channel(server.address) as channel:
         stub = pb_grpc.FederatedStub(channel)
         cid = stub.Register(pb.RegisterRequest(client_name="x"), timeout=10).client_id
-        task = _fit_task(stub, cid)
+        task = fit_task(channel, cid)
         big = encode_update({"w": np.ones((3, 4), np.float32), "b": np.ones(3, np.float32)})
         _expect_invalid(
-            lambda: upload_raw(stub, client_id=cid, task_id=task.task_id, payload=big),
+            lambda: upload_raw(channel, client_id=cid, task_id=task.task_id, payload=big),
             "exceeds the bound max_update_norm=1",
         )
         small = encode_update({"w": np.full((3, 4), 0.1, np.float32), "b": np.zeros(3, np.float32)})
-        reply = upload_raw(stub, client_id=cid, task_id=task.task_id, payload=small, upload_id="ok")
+        reply = upload_raw(
+            channel, client_id=cid, task_id=task.task_id, payload=small, upload_id="ok"
+        )
         assert reply.accepted  # type: ignore[attr-defined]

@@ -249,8 +249,9 @@ def test_distributed_dp_refuses_a_clipping_range_the_noise_would_overflow(
     dp = 'mode = "distributed"\nnoise_multiplier = 1.0\nclipping_norm = 1.0'
     cfg = write_config(tmp_path / "s.toml", tmp_path / "init.spore", dp, rounds=1, clients=4)
     cfg.write_text(cfg.read_text() + "[secure_aggregation]\nenabled = true\nclipping_range = 1.0\n")
-    code = main(["--config", str(cfg), "--state-dir", str(tmp_path / "state"), "--address",
-                 "127.0.0.1:0"])  # fmt: skip
+    code = main(
+        ["--config", str(cfg), "--state-dir", str(tmp_path / "state"), "--address", "127.0.0.1:0"]
+    )
     assert code == 2
     assert "`secure_aggregation.clipping_range` must be >= " in capsys.readouterr().err
 

@@ -13,7 +13,7 @@ from sporenet.federated import Client
 from sporenet.federated.server.rounds import read_status
 from sporenet.proto import federated_pb2 as pb
 from sporenet.proto import federated_pb2_grpc as pb_grpc
-from tests.integration.federated.helpers import make_model, wait_for
+from tests.integration.federated.helpers import make_model, poll_task, wait_for
 
 NAMES = ["a", "b", "c", "d"]
 SAMPLES = {"a": 10, "b": 20, "c": 30, "d": 40}
@@ -75,7 +75,7 @@ def test_dropout_and_straggler(tmp_path: Path, server_factory) -> None:  # type:
         for t in threads.values():
             t.start()
         for _ in range(100):
-            task = stub.GetTask(pb.TaskRequest(client_id="d", wait_ms=500), timeout=10)
+            task = poll_task(ch, "d", wait_ms=500)
             if task.type == pb.TASK_FIT:
                 break
         assert task.type == pb.TASK_FIT

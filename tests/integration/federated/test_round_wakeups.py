@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from sporenet.federated.codec import encode_update
+from sporenet.federated.common.codec import encode_update
 from sporenet.federated.server.config import build_config
 from sporenet.federated.server.observability import Metrics
 from sporenet.federated.server.rounds import RoundManager
@@ -16,23 +16,32 @@ from tests.integration.federated.helpers import make_model
 
 def _submit(manager: RoundManager, client_id: str, task_id: str, update: bytes) -> None:
     manager.submit_update(
-        client_id, task_id, memoryview(update), upload=None, mismatch="", num_samples=1,
+        client_id,
+        task_id,
+        memoryview(update),
+        upload=None,
+        mismatch="",
+        num_samples=1,
         metrics_json="",
-    )  # fmt: skip
+    )
 
 
 def test_only_the_last_awaited_update_wakes_the_round_loop(tmp_path: Path) -> None:
     w0 = make_model(tmp_path / "init.spore")
     config = build_config(
-        {"state_dir": str(tmp_path / "state"), "model": str(tmp_path / "init.spore"),
-         "min_clients": 3, "rounds": 1},
+        {
+            "state_dir": str(tmp_path / "state"),
+            "model": str(tmp_path / "init.spore"),
+            "min_clients": 3,
+            "rounds": 1,
+        },
         {},
-    )  # fmt: skip
+    )
     manager = RoundManager(config, metrics=Metrics(), logger=logging.getLogger("test-wake"))
     try:
         ids = [manager.register(f"c{i}", None, {}) for i in range(3)]
         manager.tick()  # three live clients: the fit phase opens for all of them
-        tasks = [manager.get_task(cid, 0.0) for cid in ids]
+        tasks = [manager.get_task(cid) for cid in ids]
         assert [t.type for t in tasks] == ["fit"] * 3
         update = encode_update({k: np.ones_like(v) for k, v in w0.items()})
         for cid, task in zip(ids[:2], tasks[:2], strict=True):

@@ -27,7 +27,13 @@ from sporenet.federated.server.state import Store
 from sporenet.lite import read_weights
 from sporenet.proto import federated_pb2 as pb
 from sporenet.proto import federated_pb2_grpc as pb_grpc
-from tests.integration.federated.helpers import ServerProcess, make_model, upload_raw, wait_for
+from tests.integration.federated.helpers import (
+    ServerProcess,
+    make_model,
+    poll_task,
+    upload_raw,
+    wait_for,
+)
 
 # Short liveness so dropouts are noticed quickly (a stage waits heartbeat_timeout for them).
 FLAGS = ["--heartbeat-interval", "0.2", "--heartbeat-timeout", "1.5", "--secure"]
@@ -84,8 +90,9 @@ def start_clients(
     """Clients c{first} .. c{first + n - 1}, running."""
     clients: dict[int, Client] = {}
     for i in range(first, first + n):
-        kwargs = dict(train=train_for(i, (hold or {}).get(i)), name=f"c{i}", poll_wait=0.5,
-                      max_backoff=0.3)  # fmt: skip
+        kwargs = dict(
+            train=train_for(i, (hold or {}).get(i)), name=f"c{i}", poll_wait=0.5, max_backoff=0.3
+        )
         if drops and i in drops:
             clients[i] = DroppingClient(address, drop_at=drops[i], **kwargs)  # type: ignore[arg-type]
         else:
@@ -145,9 +152,19 @@ def secure_server(
 ) -> ServerProcess:
     """The daemon with secure aggregation on the model at tmp_path/init.spore, started."""
     return server_factory(
-        ["--config", str(config_file), "--model", str(tmp_path / "init.spore"),
-         "--rounds", str(rounds), "--min-clients", str(min_clients), *FLAGS, *(extra or [])]
-    ).start()  # fmt: skip
+        [
+            "--config",
+            str(config_file),
+            "--model",
+            str(tmp_path / "init.spore"),
+            "--rounds",
+            str(rounds),
+            "--min-clients",
+            str(min_clients),
+            *FLAGS,
+            *(extra or []),
+        ]
+    ).start()
 
 
 @pytest.fixture
@@ -330,15 +347,17 @@ def test_secure_messages_are_checked_and_mapped_to_status_codes(
         stub = pb_grpc.FederatedStub(ch)
         for name in ("a", "b"):
             stub.Register(pb.RegisterRequest(client_name=name), timeout=5)
-        task = stub.GetTask(pb.TaskRequest(client_id="a", wait_ms=3000), timeout=10)
+        task = poll_task(ch, "a", wait_ms=3000)
         assert task.type == pb.TASK_SECURE_FIT and task.secure_stage == pb.SECURE_ADVERTISE_KEYS
         assert task.secure_setup and not task.secure_payload
 
         def submit(stage: int, data: bytes, size: int | None = None) -> grpc.StatusCode:
             header = pb.SecureHeader(
-                client_id="a", task_id=task.task_id, stage=stage,  # type: ignore[arg-type]
+                client_id="a",
+                task_id=task.task_id,
+                stage=stage,  # type: ignore[arg-type]
                 total_size=len(data) if size is None else size,
-            )  # fmt: skip
+            )
             try:
                 stub.SubmitSecure(iter([pb.SecureChunk(header=header, data=data)]), timeout=5)
             except grpc.RpcError as e:
@@ -357,11 +376,11 @@ def test_secure_messages_are_checked_and_mapped_to_status_codes(
         assert submit(pb.SECURE_ADVERTISE_KEYS, reply) == grpc.StatusCode.OK  # a resend: no-op
         # A plain update in a secure round is refused: the server must never see one.
         with pytest.raises(grpc.RpcError) as err:
-            upload_raw(stub, client_id="a", task_id=task.task_id, payload=b"\x00" * 64)
+            upload_raw(ch, client_id="a", task_id=task.task_id, payload=b"\x00" * 64)
         assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
         assert "secure round" in (err.value.details() or "")
         # Answered: nothing more for "a" until the stage closes ("b" has not answered).
-        again = stub.GetTask(pb.TaskRequest(client_id="a", wait_ms=0), timeout=5)
+        again = poll_task(ch, "a")
         assert again.type == pb.TASK_WAIT
 
 
@@ -463,9 +482,14 @@ def test_kill9_in_other_stages_then_restart_completes(
     threads, _ = start_clients(server.address, n - 1)
     release = threading.Event()
     held = HoldingClient(
-        server.address, hold_at=hold_at, release=release, train=train_for(n - 1),
-        name=f"c{n - 1}", poll_wait=0.5, max_backoff=0.3,
-    )  # fmt: skip
+        server.address,
+        hold_at=hold_at,
+        release=release,
+        train=train_for(n - 1),
+        name=f"c{n - 1}",
+        poll_wait=0.5,
+        max_backoff=0.3,
+    )
     threads.append(threading.Thread(target=held.run, daemon=True))
     threads[-1].start()
 
@@ -498,9 +522,14 @@ def test_a_stage_deadline_leaves_out_a_client_that_never_answers(
     threads, _ = start_clients(server.address, n - 1)
     release = threading.Event()
     stuck = HoldingClient(
-        server.address, hold_at=pb.SECURE_SHARE_KEYS, release=release, train=train_for(n - 1),
-        name=f"c{n - 1}", poll_wait=0.5, max_backoff=0.3,
-    )  # fmt: skip
+        server.address,
+        hold_at=pb.SECURE_SHARE_KEYS,
+        release=release,
+        train=train_for(n - 1),
+        name=f"c{n - 1}",
+        poll_wait=0.5,
+        max_backoff=0.3,
+    )
     stuck_thread = threading.Thread(target=stuck.run, daemon=True)
     stuck_thread.start()
     try:

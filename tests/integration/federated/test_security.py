@@ -15,7 +15,7 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from sporenet.federated import Client
-from sporenet.federated.auth import (
+from sporenet.federated.common.auth import (
     KEY_ID,
     NONCE,
     SIGNATURE,
@@ -29,11 +29,11 @@ from tests.integration.federated.helpers import (
     auth_config,
     free_port,
     make_model,
+    poll_task,
     self_signed_cert,
 )
 
 REGISTER = "/sporenet.federated.v1.Federated/Register"
-GET_TASK = "/sporenet.federated.v1.Federated/GetTask"
 
 
 def _code(call) -> tuple[grpc.StatusCode, str]:  # type: ignore[no-untyped-def]
@@ -77,9 +77,7 @@ def test_tokens_signatures_and_replays(tmp_path: Path, server_factory) -> None: 
 
     alice = [("authorization", "Bearer tok-alice")]
     assert stub.Register(reg, metadata=alice, timeout=5).client_id == "alice"
-    code, msg = _code(
-        lambda: stub.GetTask(pb.TaskRequest(client_id="bob"), metadata=alice, timeout=5)
-    )
+    code, msg = _code(lambda: poll_task(channel, "bob", metadata=alice))
     assert code == grpc.StatusCode.PERMISSION_DENIED and "'alice'" in msg
 
     signed = Credentials(key_id="dev1", private_key=key).metadata(REGISTER)
@@ -88,9 +86,7 @@ def test_tokens_signatures_and_replays(tmp_path: Path, server_factory) -> None: 
     assert code == grpc.StatusCode.UNAUTHENTICATED and "replayed" in msg
     # Signed for another method: the signature does not verify.
     other = Credentials(key_id="dev1", private_key=key).metadata(REGISTER)
-    code, msg = _code(
-        lambda: stub.GetTask(pb.TaskRequest(client_id="dev1"), metadata=other, timeout=5)
-    )
+    code, msg = _code(lambda: poll_task(channel, "dev1", metadata=other))
     assert code == grpc.StatusCode.UNAUTHENTICATED and "bad signature" in msg
     # A key that is not the allow-listed one.
     impostor = Credentials(key_id="dev1", private_key=Ed25519PrivateKey.generate()).metadata(

@@ -11,15 +11,15 @@ from collections.abc import Iterator
 import grpc
 import pytest
 
-from sporenet.federated.errors import MalformedMessageError, TransferError
-from sporenet.federated.session_stream import SessionStream, TransportLoop
-from sporenet.federated.wire import (
+from sporenet.federated.client.session_stream import SessionStream, TransportLoop
+from sporenet.federated.common.wire import (
     SessionReplyField,
     SessionRequestField,
     frame_session,
     identity,
     split_session,
 )
+from sporenet.federated.errors import MalformedMessageError, TransferError
 
 METHOD = "/sporenet.test.Sessions/Session"
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from sporenet.federated.auth import TIMESTAMP, Authenticator, Credentials, public_key_text
+from sporenet.federated.common.auth import TIMESTAMP, Authenticator, Credentials, public_key_text
 from sporenet.federated.errors import AuthError, ConfigError
 from sporenet.federated.server.config import build_config, load_config
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from sporenet.federated.buffers import BufferPool
+from sporenet.federated.common.buffers import BufferPool
 
 
 def test_a_given_back_buffer_is_reused_for_a_same_or_slightly_smaller_upload() -> None:

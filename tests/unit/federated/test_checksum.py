@@ -1,4 +1,4 @@
-"""Checksums of model downloads and update uploads (federated/checksum.py)."""
+"""Checksums of model downloads and update uploads (federated/common/checksum.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import zlib
 import numpy as np
 import pytest
 
-from sporenet.federated.checksum import crc32, model_mismatch, update_mismatch
+from sporenet.federated.common.checksum import crc32, model_mismatch, update_mismatch
 from sporenet.proto import federated_pb2 as pb
 
 DATA = np.random.default_rng(0).bytes(100_003)
@@ -43,28 +43,19 @@ def test_model_mismatch_names_what_differs() -> None:
     assert model_mismatch(task, FLIPPED) == (
         f"CRC-32 {zlib.crc32(FLIPPED):08x} where the task announced {zlib.crc32(DATA):08x}"
     )
-    # A server that sends no CRC-32: sha256 decides.
-    legacy = _task(DATA, with_crc=False)
-    assert model_mismatch(legacy, FLIPPED).startswith(
-        f"sha256 {hashlib.sha256(FLIPPED).hexdigest()[:16]}... where the task announced "
-        f"{legacy.model_sha256[:16]}"
-    )
+    # A server that sends no CRC-32: nothing to check beyond the size.
+    assert model_mismatch(_task(DATA, with_crc=False), FLIPPED) == ""
 
 
-def test_update_mismatch_checks_crc32_first_then_sha256_then_nothing() -> None:
+def test_update_mismatch_checks_the_declared_crc32_only() -> None:
     by_crc = pb.UploadHeader(crc32=zlib.crc32(DATA))
     assert update_mismatch(by_crc, DATA) == ""
     assert update_mismatch(by_crc, FLIPPED) == (
         f"update bytes have CRC-32 {zlib.crc32(FLIPPED):08x}; the upload header declared "
         f"{zlib.crc32(DATA):08x}"
     )
-    # CRC-32 set: a stale sha256 beside it is not what counts.
-    assert update_mismatch(pb.UploadHeader(crc32=zlib.crc32(DATA), sha256="00" * 32), DATA) == ""
     # A CRC-32 of zero is a declared value, not an absent field.
     assert update_mismatch(pb.UploadHeader(crc32=0), DATA).endswith("declared 00000000")
-    by_sha = pb.UploadHeader(sha256=hashlib.sha256(DATA).hexdigest().upper())
-    assert update_mismatch(by_sha, DATA) == ""
-    assert update_mismatch(by_sha, FLIPPED).startswith(
-        f"update bytes have sha256 {hashlib.sha256(FLIPPED).hexdigest()[:16]}...; "
-    )
+    # No CRC-32 declared: nothing to check (a sha256 alone is not a checksum here).
+    assert update_mismatch(pb.UploadHeader(sha256="00" * 32), FLIPPED) == ""
     assert update_mismatch(pb.UploadHeader(), FLIPPED) == ""

@@ -9,9 +9,9 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from sporenet.federated.aggregation import template_of
-from sporenet.federated.codec import decode_update, encode_update
+from sporenet.federated.common.codec import decode_update, encode_update
 from sporenet.federated.errors import ConfigError, UpdateRejectedError
-from sporenet.federated.validation import validate_update
+from sporenet.federated.server.validation import validate_update
 from sporenet.proto import federated_pb2 as pb
 
 DELTA = {

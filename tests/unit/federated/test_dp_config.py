@@ -22,13 +22,27 @@ def build(table: Any, **top: Any) -> Any:
 def test_off_by_default_and_read_from_the_table() -> None:
     assert build_config({"state_dir": "s"}, {}).differential_privacy is None
     assert build({"enabled": False, "noise_multiplier": 1.0}).differential_privacy is None
-    on = build({"enabled": True, "noise_multiplier": 1, "clipping_norm": 0.5, "delta": 1e-6,
-                "epsilon_budget": 4})  # fmt: skip
+    on = build(
+        {
+            "enabled": True,
+            "noise_multiplier": 1,
+            "clipping_norm": 0.5,
+            "delta": 1e-6,
+            "epsilon_budget": 4,
+        }
+    )
     assert on.differential_privacy == DPConfig(
         noise_multiplier=1.0, clipping_norm=0.5, delta=1e-6, epsilon_budget=4.0
     )
-    adaptive = build({"enabled": True, "noise_multiplier": 1.0, "adaptive_clipping": True,
-                      "count_noise_multiplier": 0.6, "target_quantile": 0.7})  # fmt: skip
+    adaptive = build(
+        {
+            "enabled": True,
+            "noise_multiplier": 1.0,
+            "adaptive_clipping": True,
+            "count_noise_multiplier": 0.6,
+            "target_quantile": 0.7,
+        }
+    )
     state = adaptive.differential_privacy.adaptive()
     assert state is not None and state.target_quantile == 0.7 and state.clipping_norm == 1.0
     assert on.differential_privacy.adaptive() is None
@@ -39,39 +53,80 @@ def test_off_by_default_and_read_from_the_table() -> None:
     [
         ({"enabled": True, "mode": "laplace"}, {}, r"`differential_privacy.mode` must be one of"),
         ({"enabled": True, "noise_multiplier": 0}, {}, r"`differential_privacy.noise_multiplier`"),
-        ({"enabled": True, "noise_multiplier": "1"}, {},
-         r"`differential_privacy.noise_multiplier` must be int or float"),
+        (
+            {"enabled": True, "noise_multiplier": "1"},
+            {},
+            r"`differential_privacy.noise_multiplier` must be int or float",
+        ),
         ({"enabled": True, "clipping_norm": -1.0}, {}, r"`differential_privacy.clipping_norm`"),
-        ({"enabled": True, "clipping_norm": float("inf")}, {},
-         r"`differential_privacy.clipping_norm` must be a finite"),
+        (
+            {"enabled": True, "clipping_norm": float("inf")},
+            {},
+            r"`differential_privacy.clipping_norm` must be a finite",
+        ),
         ({"enabled": True, "delta": 1}, {}, r"`differential_privacy.delta` must be in \(0, 1\)"),
         ({"enabled": True, "epsilon_budget": 0}, {}, r"`differential_privacy.epsilon_budget`"),
-        ({"enabled": True, "adaptive_clipping": True}, {},
-         r"`differential_privacy.count_noise_multiplier` must be a number > noise_multiplier/2"),
-        ({"enabled": True, "adaptive_clipping": True, "count_noise_multiplier": 0.4}, {},
-         r"`differential_privacy.count_noise_multiplier`"),
-        ({"enabled": True, "count_noise_multiplier": 2.0}, {},
-         r"`differential_privacy.count_noise_multiplier` only applies with adaptive"),
-        ({"enabled": True, "adaptive_clipping": True, "count_noise_multiplier": 1.0,
-          "target_quantile": 1.0}, {}, r"`differential_privacy.target_quantile`"),
+        (
+            {"enabled": True, "adaptive_clipping": True},
+            {},
+            r"`differential_privacy.count_noise_multiplier` must be a number > noise_multiplier/2",
+        ),
+        (
+            {"enabled": True, "adaptive_clipping": True, "count_noise_multiplier": 0.4},
+            {},
+            r"`differential_privacy.count_noise_multiplier`",
+        ),
+        (
+            {"enabled": True, "count_noise_multiplier": 2.0},
+            {},
+            r"`differential_privacy.count_noise_multiplier` only applies with adaptive",
+        ),
+        (
+            {
+                "enabled": True,
+                "adaptive_clipping": True,
+                "count_noise_multiplier": 1.0,
+                "target_quantile": 1.0,
+            },
+            {},
+            r"`differential_privacy.target_quantile`",
+        ),
         ({"enabled": True, "noise": 1.0}, {}, r"unknown key `differential_privacy.noise`"),
         ({"enabled": "yes"}, {}, r"`differential_privacy.enabled` must be bool"),
         ({"enabled": True}, {"strategy": "median"}, r"`strategy` 'median' aggregates by order"),
-        ({"enabled": True}, {"secure_aggregation": {"enabled": True}},
-         r"mode` \"central\" needs every individual update"),
-        ({"enabled": True, "mode": "distributed"}, {},
-         r"mode` \"distributed\" needs secure aggregation"),
-        ({"enabled": True, "mode": "distributed"},
-         {"secure_aggregation": {"enabled": True, "max_weight": 10}},
-         r"`secure_aggregation.max_weight` is not supported"),
-        ({"enabled": True, "mode": "distributed", "adaptive_clipping": True,
-          "count_noise_multiplier": 1.0}, {"secure_aggregation": {"enabled": True}},
-         r"`differential_privacy.adaptive_clipping` is only supported with mode"),
-        ({"enabled": True, "mode": "local"}, {"secure_aggregation": {"enabled": True}},
-         r"mode` \"local\" with secure aggregation"),
+        (
+            {"enabled": True},
+            {"secure_aggregation": {"enabled": True}},
+            r"mode` \"central\" needs every individual update",
+        ),
+        (
+            {"enabled": True, "mode": "distributed"},
+            {},
+            r"mode` \"distributed\" needs secure aggregation",
+        ),
+        (
+            {"enabled": True, "mode": "distributed"},
+            {"secure_aggregation": {"enabled": True, "max_weight": 10}},
+            r"`secure_aggregation.max_weight` is not supported",
+        ),
+        (
+            {
+                "enabled": True,
+                "mode": "distributed",
+                "adaptive_clipping": True,
+                "count_noise_multiplier": 1.0,
+            },
+            {"secure_aggregation": {"enabled": True}},
+            r"`differential_privacy.adaptive_clipping` is only supported with mode",
+        ),
+        (
+            {"enabled": True, "mode": "local"},
+            {"secure_aggregation": {"enabled": True}},
+            r"mode` \"local\" with secure aggregation",
+        ),
         ("on", {}, r"`differential_privacy` must be a table"),
     ],
-)  # fmt: skip
+)
 def test_bad_values_name_the_key(table: Any, top: dict[str, Any], message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         build(table, **top)

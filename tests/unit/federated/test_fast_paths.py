@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 
 from sporenet.federated.aggregation import FOLD_BLOCK, WeightedMeanAggregator, template_of
-from sporenet.federated.codec import decode_update, encode_raw, encode_update
+from sporenet.federated.common.codec import decode_update, encode_raw, encode_update
 from sporenet.federated.errors import AggregationError, UpdateRejectedError
 from sporenet.federated.server.checkpoint import load_arrays, save_arrays
-from sporenet.federated.validation import validate_update
+from sporenet.federated.server.validation import validate_update
 from sporenet.proto import federated_pb2 as pb
 
 RNG = np.random.default_rng(3)

@@ -23,9 +23,18 @@ def build(table: dict[str, Any], **top: Any) -> Any:
 def test_off_by_default_and_enabled_by_table_or_flag() -> None:
     assert build_config({"state_dir": "s"}, {}).secure_aggregation is None
     assert build({"enabled": False, "threshold": 3}).secure_aggregation is None
-    on = build({"enabled": True, "neighbours": 4, "threshold": 3, "clipping_range": 0.5,
-                "quantization_bits": 16, "modulus_bits": 32, "max_weight": 50,
-                "stage_timeout": 7})  # fmt: skip
+    on = build(
+        {
+            "enabled": True,
+            "neighbours": 4,
+            "threshold": 3,
+            "clipping_range": 0.5,
+            "quantization_bits": 16,
+            "modulus_bits": 32,
+            "max_weight": 50,
+            "stage_timeout": 7,
+        }
+    )
     assert on.secure_aggregation == SecAggConfig(
         num_neighbours=4, threshold=3, clipping_range=0.5, quantization_bits=16, modulus_bits=32
     )
@@ -42,8 +51,11 @@ def test_off_by_default_and_enabled_by_table_or_flag() -> None:
         ({"enabled": True, "neighbours": 3}, {}, r"`secure_aggregation.neighbours` must be even"),
         ({"enabled": True, "clipping_range": -1.0}, {}, r"`secure_aggregation.clipping_range`"),
         ({"enabled": True, "modulus_bits": 128}, {}, r"`secure_aggregation.modulus_bits`"),
-        ({"enabled": True, "quantization_bits": 40, "modulus_bits": 32}, {},
-         r"`secure_aggregation.quantization_bits`"),
+        (
+            {"enabled": True, "quantization_bits": 40, "modulus_bits": 32},
+            {},
+            r"`secure_aggregation.quantization_bits`",
+        ),
         ({"enabled": True, "neighbours": "4"}, {}, r"`secure_aggregation.neighbours` must be int"),
         ({"enabled": True, "thresold": 3}, {}, r"unknown key `secure_aggregation.thresold`"),
         ({"enabled": True, "max_weight": 0}, {}, r"`secure_aggregation.max_weight`"),
@@ -54,7 +66,7 @@ def test_off_by_default_and_enabled_by_table_or_flag() -> None:
         ({"enabled": True}, {"strategy": "median"}, r"`strategy` 'median' needs every"),
         ("on", {}, r"`secure_aggregation` must be a table"),
     ],
-)  # fmt: skip
+)
 def test_bad_values_name_the_key(table: Any, top: dict[str, Any], message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         build(table, **top)

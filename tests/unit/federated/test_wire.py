@@ -6,13 +6,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sporenet.federated.errors import TransferError, UpdateRejectedError
-from sporenet.federated.wire import (
+from sporenet.federated.common.wire import (
     encode_model_chunk,
     encode_upload_chunk,
     split_model_chunk,
     split_upload_chunk,
 )
+from sporenet.federated.errors import TransferError, UpdateRejectedError
 from sporenet.proto import federated_pb2 as pb
 
 

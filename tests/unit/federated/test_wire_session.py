@@ -5,14 +5,14 @@ from __future__ import annotations
 import pytest
 from google.protobuf.message import Message
 
-from sporenet.federated.errors import MalformedMessageError
-from sporenet.federated.wire import (
+from sporenet.federated.common.wire import (
     SessionReplyField,
     SessionRequestField,
     encode_upload_chunk,
     frame_session,
     split_session,
 )
+from sporenet.federated.errors import MalformedMessageError
 from sporenet.proto import federated_pb2 as pb
 
 # Body sizes around the varint boundaries of the length prefix (1, 2 and 3 bytes) and a
@@ -35,13 +35,23 @@ def test_frame_then_split_gives_back_the_field_and_body(field: int, size: int) -
     ("field", "name", "inner"),
     [
         (SessionRequestField.POLL, "poll", pb.TaskRequest(client_id="c1", wait_ms=2500)),
-        (SessionRequestField.DOWNLOAD, "download",
-         pb.DownloadRequest(client_id="c1", model_version=3, offset=1 << 33, chunk_size=4096)),
-        (SessionRequestField.UPLOAD, "upload", pb.UploadChunk(header=pb.UploadHeader(
-            client_id="c1", task_id="r1", upload_id="u", total_size=99, sha256="ab"))),
+        (
+            SessionRequestField.DOWNLOAD,
+            "download",
+            pb.DownloadRequest(client_id="c1", model_version=3, offset=1 << 33, chunk_size=4096),
+        ),
+        (
+            SessionRequestField.UPLOAD,
+            "upload",
+            pb.UploadChunk(
+                header=pb.UploadHeader(
+                    client_id="c1", task_id="r1", upload_id="u", total_size=99, sha256="ab"
+                )
+            ),
+        ),
         (SessionRequestField.HEARTBEAT, "heartbeat", pb.HeartbeatRequest()),  # an empty body
     ],
-)  # fmt: skip
+)
 def test_framed_requests_are_what_protobuf_encodes(field: int, name: str, inner: Message) -> None:
     framed = frame_session(field, inner.SerializeToString())
     assert framed == pb.SessionRequest(**{name: inner}).SerializeToString()

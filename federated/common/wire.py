@@ -14,10 +14,19 @@ from enum import IntEnum
 
 from google.protobuf.message import DecodeError
 
-from sporenet.federated.codec import MalformedPayload, read_varint
+from sporenet.federated.common.codec import MalformedPayload, read_varint
 from sporenet.federated.errors import MalformedMessageError, TransferError, UpdateRejectedError
 from sporenet.federated.secagg.server import Stage
 from sporenet.proto import federated_pb2 as pb
+
+#: The gRPC service's full name, as federated.proto declares it.
+SERVICE: str = pb.DESCRIPTOR.services_by_name["Federated"].full_name
+
+
+def method_path(name: str) -> str:
+    """The full gRPC method name of `name` (what signed requests cover)."""
+    return f"/{SERVICE}/{name}"
+
 
 #: Secure-aggregation stage names (secagg's Stage) <-> the wire enum SecureStage.
 SECURE_STAGES: dict[str, pb.SecureStage] = {
@@ -72,10 +81,12 @@ def encode_model_chunks(
     """The whole model as (encoded ModelChunk, payload size) pairs, each encoded once for
     every client; as SessionReply messages when `session`."""
     return [
-        (encode_model_chunk(at, data[at : at + chunk_size], len(data), session=session),
-         len(data[at : at + chunk_size]))
+        (
+            encode_model_chunk(at, data[at : at + chunk_size], len(data), session=session),
+            len(data[at : at + chunk_size]),
+        )
         for at in range(0, len(data), chunk_size)
-    ]  # fmt: skip
+    ]
 
 
 class SessionRequestField(IntEnum):

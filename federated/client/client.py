@@ -21,7 +21,8 @@ stream opens. The sessions of every client in a process run as coroutines on one
 event loop (session_stream.TransportLoop); `run()`, `train` and `evaluate` stay on the
 caller's thread, which hands the loop a whole exchange at a time. After each update the
 client moves to a new connection, because the server's gRPC keeps receive buffers per
-connection. `transport="calls"` uses one blocking RPC per step instead.
+connection. Registration, evaluation reports and secure-aggregation messages are single
+calls over the same connection.
 
 When the server runs secure aggregation, a fit round arrives as TASK_SECURE_FIT tasks,
 one per protocol stage: the client answers each with a `SecureClientSession` (one per
@@ -52,10 +53,20 @@ import numpy as np
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from sporenet.federated.aggregation import Weights, template_of
-from sporenet.federated.auth import Credentials
-from sporenet.federated.buffers import BufferPool
-from sporenet.federated.checksum import crc32, model_mismatch
-from sporenet.federated.codec import COMPRESSIONS, decode_update, encode_raw, encode_update
+from sporenet.federated.client.session_stream import SessionStream, TransportLoop
+from sporenet.federated.common.auth import Credentials
+from sporenet.federated.common.buffers import BufferPool
+from sporenet.federated.common.checksum import crc32, model_mismatch
+from sporenet.federated.common.codec import COMPRESSIONS, decode_update, encode_raw, encode_update
+from sporenet.federated.common.net import is_loopback, split_address
+from sporenet.federated.common.wire import (
+    STAGE_NAMES,
+    SessionReplyField,
+    SessionRequestField,
+    encode_upload_chunk,
+    method_path,
+    split_model_chunk,
+)
 from sporenet.federated.errors import (
     AuthError,
     ConfigError,
@@ -63,19 +74,9 @@ from sporenet.federated.errors import (
     MalformedMessageError,
     TransferError,
 )
-from sporenet.federated.net import is_loopback, split_address
 from sporenet.federated.privacy import DistributedDP, LocalDP, PrivacyError
 from sporenet.federated.secagg import SecAggError, Stage
 from sporenet.federated.secagg.session import SecureClientSession
-from sporenet.federated.session_stream import SessionStream, TransportLoop
-from sporenet.federated.wire import (
-    STAGE_NAMES,
-    SessionReplyField,
-    SessionRequestField,
-    encode_upload_chunk,
-    identity,
-    split_model_chunk,
-)
 from sporenet.lite import WeightsReader, read_weights
 from sporenet.proto import federated_pb2 as pb
 from sporenet.proto import federated_pb2_grpc as pb_grpc
@@ -85,7 +86,6 @@ TrainFn = Callable[
 ]
 EvaluateFn = Callable[[Weights, dict[str, Any]], tuple[float, int, Mapping[str, float]]]
 
-SERVICE = "sporenet.federated.v1.Federated"
 # Transient failures: wait and try again. Anything else is reported and, if fatal, raised.
 RETRYABLE = {
     grpc.StatusCode.UNAVAILABLE,
@@ -141,18 +141,6 @@ def _privatize(config: Mapping[str, Any], delta: Weights) -> Weights:
     return {k: np.asarray(v, dtype=delta[k].dtype) for k, v in noised.items()}
 
 
-def _retry_after(error: grpc.RpcError, default: float) -> float:
-    """The pause (seconds) a RESOURCE_EXHAUSTED reply suggests in `retry-after-ms`."""
-    trailing = error.trailing_metadata() if hasattr(error, "trailing_metadata") else None
-    for key, value in trailing or ():
-        if key == "retry-after-ms":
-            try:
-                return min(max(int(value) / 1000.0, 0.0), 60.0)
-            except ValueError:
-                break
-    return default
-
-
 def _check_accepted(reply: pb.UploadReply, p: _PendingUpload) -> None:
     """TransferError (resume and send the rest) unless the server accepted the upload."""
     if not reply.accepted:
@@ -193,10 +181,9 @@ class Client:
         poll_wait: float = 5.0,
         max_backoff: float = 5.0,
         give_up_after: float | None = None,
-        chunk_size: int | None = None,
+        chunk_size: int = 512 << 10,
         download_chunk_size: int = 0,
         upload_connection: str = "separate",
-        transport: str = "session",
         rpc_timeout: float = 60.0,
     ) -> None:
         host = split_address(address)[0]
@@ -209,11 +196,6 @@ class Client:
             raise ConfigError(f"unknown compression {unknown}; supported: {list(COMPRESSIONS)}")
         if not 0 < topk_ratio <= 1:
             raise ConfigError(f"`topk_ratio` must be in (0, 1], got {topk_ratio}")
-        if chunk_size is None:
-            # Through calls, the server's gRPC buffers one whole message of every upload
-            # waiting for a transfer slot, so small messages keep its memory flat in the
-            # number of clients; a session sends nothing until its slot is granted.
-            chunk_size = (512 if transport == "session" else 128) << 10
         if poll_wait < 0 or max_backoff <= 0 or chunk_size < 1024:
             raise ConfigError(
                 "`poll_wait` must be >= 0, `max_backoff` > 0 and `chunk_size` >= 1024"
@@ -222,8 +204,6 @@ class Client:
             raise ConfigError(
                 f"`upload_connection` must be 'separate' or 'shared', got {upload_connection!r}"
             )
-        if transport not in ("session", "calls"):
-            raise ConfigError(f"`transport` must be 'session' or 'calls', got {transport!r}")
         if download_chunk_size < 0:
             raise ConfigError(
                 f"`download_chunk_size` must be >= 0 (0: the server's), got {download_chunk_size}"
@@ -244,14 +224,10 @@ class Client:
             else None
         )
         self.upload_connection = upload_connection
-        # "session": one Session stream carries polls, downloads, uploads and heartbeats;
-        # "calls": one unary or streaming call each (servers without Session).
-        self.transport = transport
         # Sessions run on the process's shared event loop, over an asyncio channel of their own.
-        self._transport = TransportLoop.shared() if transport == "session" else None
+        self._transport = TransportLoop.shared()
         self._aio_channel: grpc.aio.Channel | None = None
         self._session: SessionStream | None = None
-        self._connect()
         self.client_id: str | None = None
         self._heartbeat_interval = 5.0
         self._models: dict[int, tuple[str, memoryview]] = {}  # version -> (sha256, bytes)
@@ -275,14 +251,7 @@ class Client:
     # -- plumbing ------------------------------------------------------------------------
 
     def _md(self, method: str) -> list[tuple[str, str]]:
-        return self.credentials.metadata(f"/{SERVICE}/{method}")
-
-    def _new_channel(self) -> grpc.Channel:
-        options = [("grpc.use_local_subchannel_pool", 1)]
-        if self._tls is not None:
-            creds = grpc.ssl_channel_credentials(*self._tls)
-            return grpc.secure_channel(self.address, creds, options=options)
-        return grpc.insecure_channel(self.address, options=options)
+        return self.credentials.metadata(method_path(method))
 
     def _aio(self) -> grpc.aio.Channel:
         """The sessions' channel, opened if needed (call it on the transport loop)."""
@@ -297,65 +266,31 @@ class Client:
             return grpc.aio.secure_channel(self.address, creds, options=options)
         return grpc.aio.insecure_channel(self.address, options=options)
 
-    def _connect(self) -> None:
-        """Start over with new connections, each opened on first use (a session client
-        never opens its blocking channel: all its calls use the session's connection)."""
-        self._calls: tuple[grpc.Channel, pb_grpc.FederatedStub, Any] | None = None
-
-    def _blocking_calls(self) -> tuple[grpc.Channel, pb_grpc.FederatedStub, Any]:
-        """(channel, stub, raw DownloadModel call) of the blocking channel, opened if needed."""
-        if self._calls is None:
-            channel = self._new_channel()
-            # The payload streams as raw bytes (see wire.py): no protobuf copies of each chunk.
-            download_raw = channel.unary_stream(
-                f"/{SERVICE}/DownloadModel",
-                request_serializer=pb.DownloadRequest.SerializeToString,
-                response_deserializer=identity,
-            )
-            self._calls = (channel, pb_grpc.FederatedStub(channel), download_raw)
-        return self._calls
-
-    @property
-    def _channel(self) -> grpc.Channel:
-        return self._blocking_calls()[0]
-
-    @property
-    def _stub(self) -> pb_grpc.FederatedStub:
-        return self._blocking_calls()[1]
-
-    @property
-    def _download_raw(self) -> Any:
-        return self._blocking_calls()[2]
-
     def close(self) -> None:
         """Close the client's connections."""
         self._disconnect()
 
     def _disconnect(self) -> None:
         self._drop_session()
-        if self._calls is not None:
-            self._calls[0].close()
         channel, self._aio_channel = self._aio_channel, None
-        if channel is not None and self._transport is not None:
+        if channel is not None:
             self._transport.spawn(channel.close())
 
     def _open_session(self) -> SessionStream:
         """The open Session stream, opened (authenticated) anew after any failure; call it
         on the transport loop."""
         if self._session is None or self._session.closed:
-            self._session = SessionStream(self._aio(), f"/{SERVICE}/Session", self._md("Session"))
+            self._session = SessionStream(self._aio(), method_path("Session"), self._md("Session"))
         return self._session
 
     def _drop_session(self) -> None:
         """Close the session: after a failed exchange its next replies are out of step."""
         session, self._session = self._session, None
-        if session is not None and self._transport is not None:
+        if session is not None:
             self._transport.call(session.close)
 
     def _in_session(self, exchange: Any) -> Any:
         """Run the coroutine `exchange` on the transport loop and wait for its result."""
-        if self._transport is None:
-            raise ConfigError("this client talks to the server through calls, not a session")
         return self._transport.run(exchange)
 
     def stop(self) -> None:
@@ -363,12 +298,8 @@ class Client:
         self._stop.set()
 
     def _call(self, method: str, request: Any, timeout: float) -> Any:
-        """A unary or client-streaming call. A session client makes it over its session's
-        connection: a second connection per client would cost the server memory for
-        every client of the fleet."""
-        if self._transport is None:
-            call = getattr(self._stub, method)
-            return call(request, metadata=self._md(method), timeout=timeout)
+        """A unary or client-streaming call, over the session's connection: a second
+        connection per client would cost the server memory for every client of the fleet."""
         return self._transport.run(self._call_on_loop(method, request, timeout))
 
     async def _call_on_loop(self, method: str, request: Any, timeout: float) -> Any:
@@ -448,11 +379,6 @@ class Client:
         """The next task, long-polled up to `poll_wait`."""
         request = pb.TaskRequest(client_id=self.client_id or "", wait_ms=int(self.poll_wait * 1000))
         timeout = self.poll_wait + self.rpc_timeout
-        if self.transport == "calls":
-            return cast(
-                pb.Task,
-                self._stub.GetTask(request, metadata=self._md("GetTask"), timeout=timeout),
-            )
         # Unless a download is half done (it resumes by itself), the server sends the
         # task's model right after the task.
         request.send_model = self._partial is None
@@ -481,10 +407,7 @@ class Client:
             return cached[1]
         partial = self._start_download(task)
         if partial[2] < task.model_size:
-            if self.transport == "calls":
-                self._download_by_call(task)
-            else:
-                self._in_session(self._download_in_session(task, requested=False))
+            self._in_session(self._download_in_session(task, requested=False))
         _, data, received = self._partial or partial
         self._partial = None
         mismatch = model_mismatch(task, data[:received])
@@ -531,19 +454,11 @@ class Client:
 
     def _download_request(self, task: pb.Task) -> pb.DownloadRequest:
         return pb.DownloadRequest(
-            client_id=self.client_id or "", model_version=task.model_version,
-            offset=self._start_download(task)[2], chunk_size=self.download_chunk_size,
-        )  # fmt: skip
-
-    def _download_by_call(self, task: pb.Task) -> None:
-        """Download the rest of the task's model through a DownloadModel call."""
-        stream = self._download_raw(
-            self._download_request(task), metadata=self._md("DownloadModel"),
-            timeout=self.rpc_timeout + task.model_size / 5e6,
-        )  # fmt: skip
-        for raw in stream:
-            at, piece, _ = split_model_chunk(raw)
-            self._take_chunk(at, piece)
+            client_id=self.client_id or "",
+            model_version=task.model_version,
+            offset=self._start_download(task)[2],
+            chunk_size=self.download_chunk_size,
+        )
 
     async def _download_in_session(self, task: pb.Task, *, requested: bool) -> None:
         """Receive the rest of the task's model over the session (asking for it first,
@@ -559,23 +474,8 @@ class Client:
             received = self._take_chunk(at, piece)
 
     def _start_heartbeats(self, task_id: str) -> Callable[[], None]:
-        """Heartbeat every interval (a loop task on a session, else a thread making calls)
-        until the returned function is called."""
-        if self._transport is not None:
-            return self._transport.spawn(self._heartbeats_in_session(task_id)).cancel
-        done = threading.Event()
-        threading.Thread(target=self._heartbeats, args=(task_id, done), daemon=True).start()
-        return done.set
-
-    def _heartbeats(self, task_id: str, done: threading.Event) -> None:
-        """Heartbeat calls every interval until `done` (the calls transport)."""
-        while not done.wait(self._heartbeat_interval):
-            request = pb.HeartbeatRequest(client_id=self.client_id or "", task_id=task_id)
-            # The main loop handles reconnects; a missed beat is not fatal.
-            with contextlib.suppress(grpc.RpcError):
-                self._stub.Heartbeat(
-                    request, metadata=self._md("Heartbeat"), timeout=self.rpc_timeout
-                )
+        """Heartbeat over the session every interval until the returned function is called."""
+        return self._transport.spawn(self._heartbeats_in_session(task_id)).cancel
 
     async def _heartbeats_in_session(self, task_id: str) -> None:
         """Heartbeats over the session every interval until cancelled."""
@@ -634,9 +534,12 @@ class Client:
                 _privatize(config, {k: trained[k] - w for k, w in global_weights.items()})
             )
         return _PendingUpload(
-            task.task_id, f"{task.task_id}-{os.urandom(6).hex()}", payload, int(num_samples),
+            task.task_id,
+            f"{task.task_id}-{os.urandom(6).hex()}",
+            payload,
+            int(num_samples),
             json.dumps({k: float(v) for k, v in dict(metrics).items()}),
-        )  # fmt: skip
+        )
 
     def _encode_delta(self, delta: Weights) -> bytes:
         """The upload of a (privatized) delta, compressed with error feedback if asked."""
@@ -661,8 +564,9 @@ class Client:
                     # The secrets of the keys this client advertised are gone (it restarted):
                     # answering with new ones would break its neighbours' decryption. It is
                     # a dropout for this round.
-                    log.warning("secure round %s is past its first stage; sitting it out",
-                                task.task_id)  # fmt: skip
+                    log.warning(
+                        "secure round %s is past its first stage; sitting it out", task.task_id
+                    )
                     self._withdraw(task)
                     return
                 template = template_of(self._weights_reader.read(self._model_bytes(task)))
@@ -684,9 +588,13 @@ class Client:
             self._withdraw(task)
             return
         header = pb.SecureHeader(
-            client_id=self.client_id or "", task_id=task.task_id, stage=task.secure_stage,
-            total_size=len(reply), num_samples=num_samples or 0, metrics_json=metrics_json,
-        )  # fmt: skip
+            client_id=self.client_id or "",
+            task_id=task.task_id,
+            stage=task.secure_stage,
+            total_size=len(reply),
+            num_samples=num_samples or 0,
+            metrics_json=metrics_json,
+        )
 
         def chunks() -> Iterator[pb.SecureChunk]:
             view = memoryview(reply)
@@ -702,9 +610,11 @@ class Client:
         """Tell the server this client leaves the secure round (best effort), and sit it out."""
         self._secure_failed = task.task_id
         header = pb.SecureHeader(
-            client_id=self.client_id or "", task_id=task.task_id, stage=task.secure_stage,
+            client_id=self.client_id or "",
+            task_id=task.task_id,
+            stage=task.secure_stage,
             withdraw=True,
-        )  # fmt: skip
+        )
         with contextlib.suppress(grpc.RpcError):  # if it fails, the stage deadline decides
             self._call("SubmitSecure", iter([pb.SecureChunk(header=header)]), self.rpc_timeout)
 
@@ -718,43 +628,20 @@ class Client:
         metrics_json = json.dumps({k: float(v) for k, v in dict(metrics).items()})
         return delta, int(num_samples), metrics_json
 
-    def _upload_offset(self, p: _PendingUpload) -> int:
-        """Where the upload resumes (0 for a new one), asked right before streaming it: the
-        server answers once it can take the stream at once, or RESOURCE_EXHAUSTED with a
-        suggested pause (`retry-after-ms`) after which the client asks again."""
-        while True:
-            try:
-                return int(
-                    self._stub.GetUploadOffset(
-                        pb.UploadOffsetRequest(
-                            client_id=self.client_id or "", upload_id=p.upload_id
-                        ),
-                        metadata=self._md("GetUploadOffset"),
-                        timeout=self.rpc_timeout,
-                    ).received
-                )
-            except grpc.RpcError as e:
-                if not hasattr(e, "code") or e.code() != grpc.StatusCode.RESOURCE_EXHAUSTED:
-                    raise
-                # The server's hint: about when this client's turn comes (it estimates the
-                # drain time of the uploads waiting), so waiting clients do not poll it.
-                pause = _retry_after(e, 0.25)
-            if self._stop.wait(pause * (0.5 + random.random())):
-                raise TransferError("client stopped while waiting to upload")
-
     def _upload_header(self, p: _PendingUpload) -> pb.UploadHeader:
         if p.crc32 is None:
             p.crc32 = crc32(p.payload)
         return pb.UploadHeader(
-            client_id=self.client_id or "", task_id=p.task_id, upload_id=p.upload_id,
-            total_size=len(p.payload), crc32=p.crc32,
-            num_samples=p.num_samples, metrics_json=p.metrics_json,
-        )  # fmt: skip
+            client_id=self.client_id or "",
+            task_id=p.task_id,
+            upload_id=p.upload_id,
+            total_size=len(p.payload),
+            crc32=p.crc32,
+            num_samples=p.num_samples,
+            metrics_json=p.metrics_json,
+        )
 
     def _upload(self, p: _PendingUpload) -> None:
-        if self.transport == "calls":
-            self._upload_by_call(p)
-            return
         try:
             self._in_session(self._upload_in_session(p, self._upload_header(p)))
         finally:
@@ -765,7 +652,6 @@ class Client:
                 # to the fleet: after its update the client moves to a new connection. (It
                 # waits for its upload slot on the old one: one connection per client.)
                 self._disconnect()
-                self._connect()
 
     async def _upload_in_session(self, p: _PendingUpload, header: pb.UploadHeader) -> None:
         """Send the update over the session (its CRC-32 computed beforehand, off the loop)."""
@@ -790,40 +676,6 @@ class Client:
             )
         _check_accepted(pb.UploadReply.FromString(bytes(body)), p)
 
-    def _upload_by_call(self, p: _PendingUpload) -> None:
-        offset = self._upload_offset(p)  # 0 unless an earlier attempt of `p` was cut off
-        header = self._upload_header(p)
-
-        def chunks() -> Iterator[bytes]:
-            view = memoryview(p.payload)
-            pos = offset
-            data = view[pos : pos + self.chunk_size]
-            # The first chunk carries the header, through protobuf; the rest by hand.
-            yield pb.UploadChunk(header=header, offset=pos, data=bytes(data)).SerializeToString()
-            pos += len(data)
-            while pos < len(p.payload):
-                data = view[pos : pos + self.chunk_size]
-                yield encode_upload_chunk(pos, data)
-                pos += len(data)
-
-        # By default over a connection of its own, closed afterwards (see `_upload`).
-        channel = self._new_channel() if self.upload_connection == "separate" else self._channel
-        try:
-            upload = channel.stream_unary(
-                f"/{SERVICE}/UploadUpdate",
-                request_serializer=identity,
-                response_deserializer=pb.UploadReply.FromString,
-            )
-            reply = upload(
-                chunks(),
-                metadata=self._md("UploadUpdate"),
-                timeout=self.rpc_timeout + len(p.payload) / 5e6,
-            )
-        finally:
-            if channel is not self._channel:
-                channel.close()
-        _check_accepted(reply, p)
-
     def _evaluate(self, task: pb.Task) -> None:
         if self.evaluate is None:
             # Nothing to report: the phase's deadline closes it without this client.
@@ -833,8 +685,10 @@ class Client:
         weights = {k: np.array(v) for k, v in model.items()}
         loss, num_samples, metrics = self.evaluate(weights, json.loads(task.config_json or "{}"))
         report = pb.EvaluationReport(
-            client_id=self.client_id or "", task_id=task.task_id, loss=float(loss),
+            client_id=self.client_id or "",
+            task_id=task.task_id,
+            loss=float(loss),
             num_samples=int(num_samples),
             metrics_json=json.dumps({k: float(v) for k, v in metrics.items()}),
-        )  # fmt: skip
+        )
         self._call("ReportEvaluation", report, self.rpc_timeout)

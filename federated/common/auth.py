@@ -147,8 +147,13 @@ class Authenticator:
 class Credentials:
     """Client side: the metadata to attach to each call."""
 
-    def __init__(self, *, token: str | None = None, key_id: str | None = None,
-                 private_key: Ed25519PrivateKey | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        *,
+        token: str | None = None,
+        key_id: str | None = None,
+        private_key: Ed25519PrivateKey | None = None,
+    ) -> None:
         if token is not None and private_key is not None:
             raise ConfigError("give either `token` or `private_key`, not both")
         if (key_id is None) != (private_key is None):

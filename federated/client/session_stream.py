@@ -21,8 +21,8 @@ from typing import Any, ClassVar, NoReturn, TypeVar
 
 import grpc
 
+from sporenet.federated.common.wire import SessionReplyField, frame_session, identity, split_session
 from sporenet.federated.errors import MalformedMessageError, TransferError
-from sporenet.federated.wire import SessionReplyField, frame_session, identity, split_session
 
 T = TypeVar("T")
 
@@ -44,8 +44,9 @@ class TransportLoop:
     def __init__(self) -> None:
         self.loop = asyncio.new_event_loop()
         self.pid = os.getpid()
-        self._thread = threading.Thread(target=self.loop.run_forever, name="session-loop",
-                                        daemon=True)  # fmt: skip
+        self._thread = threading.Thread(
+            target=self.loop.run_forever, name="session-loop", daemon=True
+        )
         self._thread.start()
 
     @classmethod

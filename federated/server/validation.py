@@ -9,12 +9,6 @@ import numpy as np
 from sporenet.federated.aggregation import Weights
 from sporenet.federated.errors import UpdateRejectedError
 
-
-def update_norm(update: Weights) -> float:
-    """L2 norm of an update over all of its tensors."""
-    return math.sqrt(sum(float(np.vdot(a, a)) for a in update.values()))
-
-
 _NORM_BLOCK = 1 << 14
 
 
@@ -31,8 +25,10 @@ def _checked_square_sum(name: str, a: np.ndarray) -> float:
         # Blocks of 16K values keep single-precision accumulation errors below ~1e-8.
         for start in range(0, flat.size, _NORM_BLOCK):
             block = flat[start : start + _NORM_BLOCK]
-            sq += float(np.dot(block, block)) if block.dtype.kind == "f" else float(
-                np.vdot(block, block).real
+            sq += (
+                float(np.dot(block, block))
+                if block.dtype.kind == "f"
+                else float(np.vdot(block, block).real)
             )
     if math.isfinite(sq):
         return sq

@@ -1,0 +1,1 @@
+"""Code both sides share: the wire format, authentication, the update codec, checksums."""

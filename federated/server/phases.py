@@ -1,0 +1,45 @@
+"""The names of the round state machine: job statuses, phases, participant statuses, tasks.
+
+They are StrEnums, so they compare equal to, and are stored in SQLite and JSON as, their
+values: the state a daemon saved reads back unchanged.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class JobStatus(StrEnum):
+    """Where the job as a whole is."""
+
+    RUNNING = "running"
+    FINISHED = "finished"  # every round done, or the privacy budget reached
+    FAILED = "failed"  # a round could not complete (the reason says why)
+
+
+class Phase(StrEnum):
+    """The two phases of a round: train (every round) and evaluate (every N rounds)."""
+
+    FIT = "fit"
+    EVALUATE = "evaluate"
+
+
+class Participant(StrEnum):
+    """A selected client's status in the open phase."""
+
+    SELECTED = "selected"  # asked to answer; the phase waits for it
+    ACCEPTED = "accepted"  # its update or report counts
+    REJECTED = "rejected"  # refused MAX_REFUSALS updates: sits out the phase
+    DROPPED = "dropped"  # silent past heartbeat_timeout, or left a secure round
+    MASKED = "masked"  # secure rounds: sent its masked input, awaiting unmasking
+    ABANDONED = "abandoned"  # secure rounds: in a failed run that was started again
+
+
+class TaskType(StrEnum):
+    """What a poll tells a client to do (the wire's TaskType)."""
+
+    WAIT = "wait"
+    FIT = "fit"
+    EVALUATE = "evaluate"
+    DONE = "done"
+    SECURE_FIT = "secure_fit"
