@@ -213,6 +213,7 @@ def decode(xs: np.ndarray, ys: np.ndarray, threshold: int) -> Decoded:
         field = interpolate_at_zero(px, py)
         valid = np.all(field < 1 << 24, axis=1)
         ok[np.flatnonzero(ok)[~valid]] = False
-        secrets[ok] = field_to_secrets(field[valid])
+        if np.any(valid):
+            secrets[ok] = field_to_secrets(field[valid])
     bad[~ok] = False
     return Decoded(secrets, bad, ok, e)
