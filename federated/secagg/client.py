@@ -3,7 +3,9 @@
 The client keeps its secrets (two X25519 private keys, the self-mask seed, the shares it
 holds for its neighbours) in memory for the round only. It checks every server message
 against the public graph and refuses any unmask request that would let the server learn
-both secrets of one peer (the peer's self-mask seed and its mask-agreement key).
+both secrets of one peer (the peer's self-mask seed and its mask-agreement key). A peer
+whose advertised key is a low-order point (every shared secret with it all zeros) is
+refused, not agreed with: the client carries on with its other neighbours.
 """
 
 from __future__ import annotations
@@ -16,7 +18,12 @@ import numpy as np
 
 from sporenet.federated.secagg import crypto, shamir
 from sporenet.federated.secagg.encoding import FixedPointCodec
-from sporenet.federated.secagg.errors import ProtocolError, ThresholdError, UnmaskRefusedError
+from sporenet.federated.secagg.errors import (
+    InvalidKeyError,
+    ProtocolError,
+    ThresholdError,
+    UnmaskRefusedError,
+)
 from sporenet.federated.secagg.graph import neighbours_of
 from sporenet.federated.secagg.messages import (
     AdvertiseKeys,
@@ -75,6 +82,8 @@ class SecAggClient:
         self._held: dict[int, tuple[bytes, bytes]] = {}
         self._revealed_key: set[int] = set()
         self._revealed_self_mask: set[int] = set()
+        #: Peers refused at share-keys for an invalid public key (peer -> why).
+        self.refused_peers: dict[int, str] = {}
 
     def _expect(self, step: str) -> None:
         if self._step != step:
@@ -97,12 +106,19 @@ class SecAggClient:
             raise ProtocolError(
                 f"client {self.index} got keys of non-neighbours {sorted(peers - self.neighbours)}"
             )
+        for peer in sorted(peers):
+            for name, key in zip(("enc_public", "mask_public"), broadcast.keys[peer], strict=True):
+                try:
+                    crypto.check_public(key, f"client {peer}'s {name} key")
+                except InvalidKeyError as e:
+                    self.refused_peers.setdefault(peer, str(e))
+        peers -= set(self.refused_peers)
         if len(peers) < self.params.threshold:
             raise ThresholdError(
-                f"client {self.index}: {len(peers)} neighbours advertised keys, "
+                f"client {self.index}: {len(peers)} neighbours advertised valid keys, "
                 f"threshold is {self.params.threshold}"
             )
-        self._peer_keys = dict(broadcast.keys)
+        self._peer_keys = {v: broadcast.keys[v] for v in peers}
         rid = self.setup.round_id
         holders = sorted(peers)
         self._self_mask_seed = os.urandom(32)
@@ -138,6 +154,12 @@ class SecAggClient:
         """Store the neighbours' shares, then upload encode(update) + all masks."""
         self._expect("masked_input")
         senders = set(delivery.ciphertexts)
+        refused = senders & set(self.refused_peers)
+        if refused:
+            raise ProtocolError(
+                f"client {self.index} got shares from clients {sorted(refused)} whose keys it "
+                "refused (low-order points)"
+            )
         if not senders <= set(self._peer_keys):
             raise ProtocolError(
                 f"client {self.index} got shares from clients "

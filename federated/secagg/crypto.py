@@ -4,6 +4,11 @@
   ordered pair of client indices, so one agreement yields distinct keys per use;
 - ChaCha20-Poly1305 for the shares relayed by the server: the server routes ciphertexts it
   cannot read or alter undetected (sender, recipient and round are associated data).
+
+A public key on a point of small order makes every shared secret computed with it all
+zeros (RFC 7748 section 6.1), whatever the other side's private key: a client that
+advertises one would have its peers encrypt shares and derive masks under a key anyone
+can compute. `check_public` refuses them by name before any agreement is attempted.
 """
 
 from __future__ import annotations
@@ -16,13 +21,27 @@ from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X
 from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
-from sporenet.federated.secagg.errors import DecryptionError, ProtocolError
+from sporenet.federated.secagg.errors import DecryptionError, InvalidKeyError, ProtocolError
 
 KEY_BYTES = 32
 NONCE_BYTES = 12
 PURPOSE_ENCRYPTION = b"enc"
 PURPOSE_MASK = b"mask"
 _DOMAIN = b"sporenet/secagg/v1/"
+_FIELD_PRIME = 2**255 - 19
+#: u-coordinates (mod 2^255 - 19) of the points of order 1, 2, 4 and 8 on Curve25519 and
+#: its twist: with X25519's clamped scalars (multiples of 8) each gives the all-zero shared
+#: secret. The same list as libsodium's blocklist and cr.yp.to/ecdh.html; X25519 ignores
+#: bit 255 and reduces u mod p, so every encoding of these values is one of them.
+LOW_ORDER_U: frozenset[int] = frozenset(
+    {
+        0,
+        1,
+        325606250916557431795983626356110631294008115727848805560023387167927233504,
+        39382357235489614581723060781553021112529911719440698176882885853963445705823,
+        _FIELD_PRIME - 1,
+    }
+)
 
 
 def generate_private_key() -> X25519PrivateKey:
@@ -45,9 +64,25 @@ def load_private(data: bytes) -> X25519PrivateKey:
     return X25519PrivateKey.from_private_bytes(data)
 
 
-def load_public(data: bytes) -> X25519PublicKey:
+def low_order(data: bytes) -> bool:
+    """Whether a 32-byte X25519 public key is a small-order point (all-zero secrets)."""
+    u = int.from_bytes(data, "little") & ((1 << 255) - 1)
+    return u % _FIELD_PRIME in LOW_ORDER_U
+
+
+def check_public(data: bytes, what: str) -> None:
+    """Refuse a public key that is not 32 bytes or is a low-order point; `what` names it."""
     if len(data) != KEY_BYTES:
-        raise ProtocolError(f"an X25519 public key is {KEY_BYTES} bytes, found {len(data)}")
+        raise InvalidKeyError(f"{what} must be {KEY_BYTES} bytes, found {len(data)}")
+    if low_order(data):
+        raise InvalidKeyError(
+            f"{what} is a low-order X25519 point ({data.hex()[:16]}...): every shared "
+            "secret with it is all zeros"
+        )
+
+
+def load_public(data: bytes) -> X25519PublicKey:
+    check_public(data, "an X25519 public key")
     return X25519PublicKey.from_public_bytes(data)
 
 
@@ -61,10 +96,11 @@ def agree(
     b: int,
 ) -> bytes:
     """A 256-bit key shared by clients `a` and `b` (symmetric in a, b) for one purpose."""
+    check_public(peer_public, f"the public key of client {b} (agreeing with client {a})")
     try:
-        shared = private.exchange(load_public(peer_public))
-    except ValueError as e:  # all-zero shared secret: a low-order (malicious) public key
-        raise ProtocolError(f"key agreement between clients {a} and {b} failed: {e}") from None
+        shared = private.exchange(X25519PublicKey.from_public_bytes(peer_public))
+    except ValueError as e:  # all-zero shared secret: a low-order point the list missed
+        raise InvalidKeyError(f"key agreement between clients {a} and {b} failed: {e}") from None
     lo, hi = min(a, b), max(a, b)
     info = _DOMAIN + purpose + b"/" + round_id + lo.to_bytes(4, "big") + hi.to_bytes(4, "big")
     return HKDF(algorithm=hashes.SHA256(), length=KEY_BYTES, salt=None, info=info).derive(shared)

@@ -63,11 +63,28 @@ class FixedPointCodec:
 
     def decode_sum(self, ring_sum: np.ndarray) -> np.ndarray:
         """Signed interpretation of a ring sum, divided by the scale: float64 values."""
+        return self._signed(ring_sum).astype(np.float64) / self.scale
+
+    def decode_bounded_sum(self, ring_sum: np.ndarray, num_clients: int) -> tuple[np.ndarray, int]:
+        """`decode_sum` held to what `num_clients` clipped inputs can add up to.
+
+        Each honest encoding is within [-max_level, max_level], so a sum outside
+        num_clients·[-max_level, max_level] proves that some contributor's input was not
+        clipped (a malicious client adding ring units to its masked vector). Those
+        coordinates are clamped to the bound; returns (values, how many were clamped).
+        """
+        signed = self._signed(ring_sum)
+        bound = num_clients * self.max_level
+        outside = int(np.count_nonzero((signed > bound) | (signed < -bound)))
+        if outside:
+            np.clip(signed, -bound, bound, out=signed)
+        return signed.astype(np.float64) / self.scale, outside
+
+    def _signed(self, ring_sum: np.ndarray) -> np.ndarray:
         r = self.reduce(np.array(ring_sum, dtype=self.dtype))
         half = 1 << (self.modulus_bits - 1)
         if self.modulus_bits == 64:
-            signed = r.view(np.int64)
-        else:
-            signed = r.astype(np.int64)
-            signed[signed >= half] -= 1 << self.modulus_bits
-        return signed.astype(np.float64) / self.scale
+            return r.view(np.int64)
+        signed = r.astype(np.int64)
+        signed[signed >= half] -= 1 << self.modulus_bits
+        return signed

@@ -17,6 +17,23 @@ class ProtocolError(SecAggError):
     """A message arrived in the wrong stage, twice, from an unknown client or malformed."""
 
 
+class InvalidKeyError(ProtocolError):
+    """A public key that is not a usable X25519 key (wrong length or a low-order point)."""
+
+
+class ClientExcludedError(ProtocolError):
+    """The server excluded a client for a message an honest client never sends.
+
+    `client` names it (a protocol index in SecAggServer, the client id in SecureRound) and
+    `reason` says what it sent; the client takes no further part in the round.
+    """
+
+    def __init__(self, message: str, *, client: int | str, reason: str) -> None:
+        super().__init__(message)
+        self.client = client
+        self.reason = reason
+
+
 class ThresholdError(SecAggError):
     """Fewer clients than the reconstruction threshold survived a stage: the round fails."""
 

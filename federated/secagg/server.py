@@ -17,6 +17,13 @@ byte-identical replies, so a masked vector is never folded twice or recomputed.
 
 Fewer than `threshold` survivors anywhere that matters fails the round with
 ThresholdError; the server never outputs a wrong sum.
+
+Malicious clients (see docs/threat_model.md): a client that advertises a low-order X25519
+key is excluded at once (ClientExcludedError; to its peers it is a dropout before
+sharing, so no honest client ever uses its key). At unmask every secret is decoded from
+all the shares that arrived (decoding.py): up to (s - t) // 2 bad shares among s are
+located and left out, and their senders are excluded instead of failing the round.
+`excluded` (and the result's) names every excluded client with the reason.
 """
 
 from __future__ import annotations
@@ -24,17 +31,19 @@ from __future__ import annotations
 import json
 import os
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
 import numpy as np
 
-from sporenet.federated.secagg import crypto, shamir
+from sporenet.federated.secagg import crypto, decoding, shamir
 from sporenet.federated.secagg.client import mask_sign, self_mask_digest
 from sporenet.federated.secagg.config import RoundParams, SecAggConfig
 from sporenet.federated.secagg.encoding import FixedPointCodec
 from sporenet.federated.secagg.errors import (
+    ClientExcludedError,
+    InvalidKeyError,
     ProtocolError,
     ReconstructionError,
     SecAggError,
@@ -83,6 +92,14 @@ class SecAggResult:
     contributors: tuple[int, ...]
     #: Per-coordinate bound on |sum - sum of clipped updates| from fixed-point rounding.
     error_bound: float
+    #: Clients excluded for misbehaving (index -> what they sent). One excluded at
+    #: advertise contributed nothing; one excluded at unmask for bad shares had already
+    #: uploaded its masked input, which stays in the sum and in `contributors` (removing
+    #: it would need both of its secrets, which honest clients never reveal together).
+    excluded: dict[int, str] = field(default_factory=dict)
+    #: Coordinates whose unmasked sum lay outside what the contributors' clipped inputs
+    #: can add up to (proof of an unclipped input) and were clamped to that bound.
+    out_of_range: int = 0
 
     @property
     def mean(self) -> np.ndarray:
@@ -129,6 +146,9 @@ class SecAggServer:
         self._self_mask_shares: dict[int, dict[int, bytes]] = {}
         self._responded: list[int] = []
         self._result: np.ndarray | None = None
+        self._out_of_range = 0
+        #: Clients excluded for misbehaving, with the reason (persisted).
+        self.excluded: dict[int, str] = {}
 
     @classmethod
     def start(cls, config: SecAggConfig, *, num_clients: int, vector_length: int) -> SecAggServer:
@@ -152,9 +172,9 @@ class SecAggServer:
         if self.stage not in previous:
             return frozenset()
         before = previous[self.stage]
-        return (
-            frozenset(range(self.params.num_clients)) if before is None else self.survivors[before]
-        )
+        if before is None:
+            return frozenset(range(self.params.num_clients)) - frozenset(self.excluded)
+        return self.survivors[before]
 
     def pending_clients(self) -> frozenset[int]:
         """Active clients that have not sent their message of the current stage yet."""
@@ -198,6 +218,12 @@ class SecAggServer:
                 f"stage {self.stage.value} does not accept {type(message).__name__}"
             )
         u = message.client
+        if u in self.excluded:
+            raise ClientExcludedError(
+                f"client {u} was excluded from the round: {self.excluded[u]}",
+                client=u,
+                reason=self.excluded[u],
+            )
         if u not in self.active_clients():
             raise ProtocolError(f"client {u} is not active in stage {self.stage.value}")
         if u in self._received():
@@ -211,6 +237,17 @@ class SecAggServer:
                     raise ProtocolError(
                         f"client {u}: {name} must be {crypto.KEY_BYTES} bytes, found {len(key)}"
                     )
+                try:
+                    crypto.check_public(key, f"its {name} key")
+                except InvalidKeyError as e:
+                    # Honest peers would encrypt shares and derive masks under an all-zero
+                    # secret: leave the client out before anyone sees its keys.
+                    self.excluded[u] = f"advertised an invalid key: {e}"
+                    raise ClientExcludedError(
+                        f"client {u} is excluded from the round: {e}",
+                        client=u,
+                        reason=self.excluded[u],
+                    ) from None
             self._keys[u] = (message.enc_public, message.mask_public)
         elif isinstance(message, ShareKeys):
             expected_to = self.neighbours[u] & self.survivors[Stage.ADVERTISE_KEYS]
@@ -321,35 +358,29 @@ class SecAggServer:
         for u in sorted(u2 - u3):
             if self.neighbours[u] & u3:
                 wanted.append((u, "key", self._key_shares.get(u, {})))
-        xs = np.zeros((len(wanted), t), np.int64)
-        ys = np.zeros((len(wanted), t, shamir.CHUNKS), np.int64)
-        for row, (u, what, shares) in enumerate(wanted):
+        for u, what, shares in wanted:
             if len(shares) < t:
-                name = "self-mask seed" if what == "self" else "mask key"
                 raise ThresholdError(
-                    f"stage unmask: {len(shares)} shares of client {u}'s {name} "
+                    f"stage unmask: {len(shares)} shares of client {u}'s {_SECRET_NAME[what]} "
                     f"arrived, threshold is {t}"
                 )
-            for col, holder in enumerate(sorted(shares)[:t]):
-                xs[row, col] = holder + 1
-                ys[row, col] = shamir.share_from_bytes(shares[holder])
-        secrets = shamir.reconstruct(xs, ys, t) if wanted else np.zeros((0, 32), np.uint8)
+        secrets, flagged = self._decode_secrets(wanted)
         total = self._running_sum().copy()
-        for (u, what, _), secret in zip(wanted, secrets, strict=True):
+        for (u, what, shares), secret in zip(wanted, secrets, strict=True):
             value = secret.tobytes()
             if what == "self":
                 if self_mask_digest(self.round_id, u, value) != self._digests[u]:
                     raise ReconstructionError(
-                        f"client {u}'s self-mask seed does not match its "
-                        "commitment: a share was corrupted"
+                        f"client {u}'s self-mask seed does not match its commitment: "
+                        + _uncorrectable(len(shares), t)
                     )
                 add_mask(total, value, -1)
                 continue
             key = crypto.load_private(value)
             if crypto.public_bytes(key) != self._keys[u][1]:
                 raise ReconstructionError(
-                    f"client {u}'s reconstructed mask key does not match its "
-                    "advertised public key: a share was corrupted"
+                    f"client {u}'s reconstructed mask key does not match its advertised "
+                    "public key: " + _uncorrectable(len(shares), t)
                 )
             for v in sorted(self.neighbours[u] & u3):
                 seed = crypto.agree(
@@ -361,8 +392,50 @@ class SecAggServer:
                     b=v,
                 )
                 add_mask(total, seed, -mask_sign(v, u))  # undo what v added for the pair (v, u)
-        self._result = self._codec.decode_sum(total)
+        # Every secret matched its commitment: the located bad shares were bad.
+        for holder, reason in flagged.items():
+            self.excluded.setdefault(holder, reason)
+        self._result, self._out_of_range = self._codec.decode_bounded_sum(total, len(u3))
         self.stage = Stage.COMPLETED
+
+    def _decode_secrets(
+        self, wanted: list[tuple[int, str, dict[int, bytes]]]
+    ) -> tuple[np.ndarray, dict[int, str]]:
+        """Decode every wanted secret from all its shares; (secrets, holder -> reason) for
+        the holders whose shares were located as bad. Raises if a secret cannot be decoded.
+        """
+        t = self.params.threshold
+        secrets = np.zeros((len(wanted), 32), np.uint8)
+        flagged: dict[int, str] = {}
+        by_count: dict[int, list[int]] = {}
+        for row, (_, _, shares) in enumerate(wanted):
+            by_count.setdefault(len(shares), []).append(row)
+        for count, rows in sorted(by_count.items()):
+            holders = [sorted(wanted[r][2]) for r in rows]
+            xs = np.array(holders, np.int64) + 1
+            ys = np.array(
+                [
+                    [shamir.share_from_bytes(wanted[r][2][h]) for h in hs]
+                    for r, hs in zip(rows, holders, strict=True)
+                ],
+                np.int64,
+            ).reshape(len(rows), count, shamir.CHUNKS)
+            found = decoding.decode(xs, ys, t)
+            for i, r in enumerate(rows):
+                u, what, _ = wanted[r]
+                if not found.ok[i]:
+                    raise ReconstructionError(
+                        f"the {count} shares of client {u}'s {_SECRET_NAME[what]} are "
+                        "inconsistent: " + _uncorrectable(count, t)
+                    )
+                secrets[r] = found.secrets[i]
+                for j in np.flatnonzero(found.bad[i]):
+                    flagged.setdefault(
+                        holders[i][j],
+                        f"sent a share of client {u}'s {_SECRET_NAME[what]} that disagrees "
+                        f"with the other {count - int(found.bad[i].sum())} holders' shares",
+                    )
+        return secrets, flagged
 
     def result(self) -> SecAggResult:
         """The aggregate after a completed round (ThresholdError if the round failed)."""
@@ -372,7 +445,11 @@ class SecAggServer:
             raise ProtocolError(f"the secure round is still in stage {self.stage.value}")
         contributors = tuple(sorted(self.survivors[Stage.MASKED_INPUT]))
         return SecAggResult(
-            self._result.copy(), contributors, self._codec.sum_error_bound(len(contributors))
+            self._result.copy(),
+            contributors,
+            self._codec.sum_error_bound(len(contributors)),
+            dict(self.excluded),
+            self._out_of_range,
         )
 
     def _check_index(self, client: int) -> None:
@@ -403,6 +480,8 @@ class SecAggServer:
             "responded": self._responded,
             "key_shares": _nested_b64(self._key_shares),
             "self_mask_shares": _nested_b64(self._self_mask_shares),
+            "excluded": {str(u): why for u, why in self.excluded.items()},
+            "out_of_range": self._out_of_range,
         }
         body = json.dumps(doc, separators=(",", ":")).encode()
         raw = b""
@@ -442,6 +521,8 @@ class SecAggServer:
             server._responded = [int(u) for u in doc["responded"]]
             server._key_shares = _nested_unb64(doc["key_shares"])
             server._self_mask_shares = _nested_unb64(doc["self_mask_shares"])
+            server.excluded = {int(u): str(why) for u, why in doc.get("excluded", {}).items()}
+            server._out_of_range = int(doc.get("out_of_range", 0))
             dtype = ring_dtype(server.params.modulus_bits).newbyteorder("<")
             ring_bytes = dtype.itemsize * server.vector_length
             if server.stage in (Stage.MASKED_INPUT, Stage.UNMASK, Stage.COMPLETED) or (
@@ -458,6 +539,24 @@ class SecAggServer:
         except (KeyError, TypeError, ValueError, struct.error) as e:
             raise ProtocolError(f"secure aggregation state is corrupt: {e!r}") from None
         return server
+
+
+_SECRET_NAME = {"self": "self-mask seed", "key": "mask key"}
+
+
+def _uncorrectable(shares: int, threshold: int) -> str:
+    """Why `shares` shares of a threshold-`threshold` secret could not be corrected."""
+    e = decoding.correctable(shares, threshold)
+    if shares == threshold:
+        return (
+            f"exactly t = {threshold} shares arrived, which cannot locate a bad share "
+            f"(t + 2 = {threshold + 2} shares correct one)"
+        )
+    return (
+        f"{shares} shares with threshold t = {threshold} correct at most {e} bad "
+        f"share{'s' if e != 1 else ''} (correcting e bad shares needs t + 2e shares), "
+        "so more than that were bad"
+    )
 
 
 def _nested_b64(d: dict[int, dict[int, bytes]]) -> dict[str, dict[str, str]]:

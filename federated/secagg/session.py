@@ -25,7 +25,11 @@ import numpy as np
 from sporenet.federated.aggregation import Template, Weights
 from sporenet.federated.secagg.client import SecAggClient
 from sporenet.federated.secagg.config import SecAggConfig
-from sporenet.federated.secagg.errors import ProtocolError, SecAggConfigError
+from sporenet.federated.secagg.errors import (
+    ClientExcludedError,
+    ProtocolError,
+    SecAggConfigError,
+)
 from sporenet.federated.secagg.messages import (
     AdvertiseKeys,
     ClientMessage,
@@ -153,7 +157,11 @@ class SecureRound:
         return [self.client_ids[i] for i in sorted(self.server.pending_clients())]
 
     def submit(self, client_id: str, payload: bytes) -> None:
-        """Record one client message; its claimed index must be the sender's own."""
+        """Record one client message; its claimed index must be the sender's own.
+
+        ClientExcludedError (a ProtocolError: INVALID_ARGUMENT to the client) when the
+        message gets its sender excluded, e.g. a low-order key; `client` is the client id.
+        """
         decoder = _DECODERS.get(self.stage)
         if decoder is None:
             raise ProtocolError(f"the secure round is {self.stage.value}: no message expected")
@@ -163,10 +171,22 @@ class SecureRound:
                 f"client {client_id!r} sent a message as client index "
                 f"{message.client}, its own is {self.index_of(client_id)}"
             )
-        self.server.receive(message)
+        try:
+            self.server.receive(message)
+        except ClientExcludedError as e:
+            raise ClientExcludedError(
+                f"client {client_id!r} is excluded from the secure round: {e.reason}",
+                client=client_id,
+                reason=e.reason,
+            ) from None
 
     def close_stage(self) -> None:
         self.server.close_stage()
+
+    def excluded(self) -> dict[str, str]:
+        """Clients excluded for misbehaving so far (client id -> what they sent), in the
+        order they were excluded; persisted with the round."""
+        return {self.client_ids[i]: why for i, why in self.server.excluded.items()}
 
     def result(self) -> tuple[Weights, list[str]]:
         """(mean delta over the contributors as named tensors, their client ids)."""

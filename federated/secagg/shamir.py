@@ -88,6 +88,11 @@ def _pow_mod(base: np.ndarray, exponent: int) -> np.ndarray:
     return result
 
 
+def inverse(a: np.ndarray) -> np.ndarray:
+    """Elementwise multiplicative inverse in GF(p) (Fermat: a^(p-2)); a must be non-zero."""
+    return _pow_mod(np.asarray(a, np.int64), PRIME - 2)
+
+
 def lagrange_at_zero(xs: np.ndarray) -> np.ndarray:
     """(m, t) holder coordinates -> (m, t) Lagrange weights of each share at x = 0."""
     m, t = xs.shape
@@ -100,7 +105,7 @@ def lagrange_at_zero(xs: np.ndarray) -> np.ndarray:
         den = np.where(mask, den * ((xj - xs) % PRIME) % PRIME, den)
     if np.any(den == 0):
         raise ReconstructionError("two shares of one secret have the same holder coordinate")
-    return num * _pow_mod(den, PRIME - 2) % PRIME
+    return num * inverse(den) % PRIME
 
 
 def reconstruct(xs: np.ndarray, ys: np.ndarray, threshold: int) -> np.ndarray:

@@ -15,7 +15,11 @@ import numpy as np
 
 from sporenet.federated.secagg.client import SecAggClient
 from sporenet.federated.secagg.config import SecAggConfig
-from sporenet.federated.secagg.errors import ProtocolError, SecAggConfigError
+from sporenet.federated.secagg.errors import (
+    ClientExcludedError,
+    ProtocolError,
+    SecAggConfigError,
+)
 from sporenet.federated.secagg.messages import (
     AdvertiseKeys,
     ClientMessage,
@@ -78,6 +82,8 @@ class SimulationReport:
     client_seconds: dict[int, float]
     uploaded_bytes: dict[int, int]
     downloaded_bytes: dict[int, int]
+    #: Clients the server excluded when they sent a message (index -> reason).
+    refused: dict[int, str] = field(default_factory=dict)
 
 
 def run_round(
@@ -98,7 +104,8 @@ def run_round(
     `updates(i)` yields client i's float vector (generated lazily: at 1000 x 100k the
     stacked updates would not fit the budget). With `restart_server`, the server is
     rebuilt from its bytes after every stage and halfway through every collection.
-    `tamper(stage, client, wire_bytes)` may alter a client's message in flight.
+    `tamper(stage, client, wire_bytes)` may alter a client's message in flight; a client
+    the server excludes for it (ClientExcludedError) is left out, as the daemon does.
     `graph_seed` fixes the neighbour graph (default: fresh randomness, as in production).
     """
     plan = dropouts or DropoutPlan()
@@ -115,6 +122,7 @@ def run_round(
     def reload(s: SecAggServer) -> SecAggServer:
         return SecAggServer.from_bytes(s.to_bytes()) if restart_server else s
 
+    refused: dict[int, str] = {}
     clients: dict[int, SecAggClient] = {}
     for i in range(num_clients):
         setup_bytes = server.setup_for(i).to_bytes()
@@ -156,8 +164,13 @@ def run_round(
                 wire = tamper(stage, i, wire)
             up[i] += len(wire)
             t0 = time.perf_counter()
-            server.receive(decoders[stage](wire))
-            server_time += time.perf_counter() - t0
+            try:
+                server.receive(decoders[stage](wire))
+            except ClientExcludedError as e:
+                refused[i] = e.reason
+                continue
+            finally:
+                server_time += time.perf_counter() - t0
             if stage == Stage.MASKED_INPUT and track_expected:
                 expected += np.clip(np.asarray(updates(i), np.float64).reshape(-1), -clip, clip)
             if restart_server and n_done == len(senders) // 2:
@@ -170,7 +183,7 @@ def run_round(
     t0 = time.perf_counter()
     result = server.result()
     server_time += time.perf_counter() - t0
-    return SimulationReport(result, expected, server_time, client_time, up, down)
+    return SimulationReport(result, expected, server_time, client_time, up, down, refused)
 
 
 _REQUEST_OF_STAGE: dict[Stage, type] = {
