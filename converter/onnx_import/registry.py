@@ -41,9 +41,6 @@ def _h(convert: Callable[[ImportContext, OnnxNode], list[int]], *requires: OpCod
     return Handler(convert, requires)
 
 
-_RECURRENT = (OpCode.FULLY_CONNECTED, OpCode.SPLIT, OpCode.RESHAPE, OpCode.ADD, OpCode.MUL,
-              OpCode.SUB, OpCode.SIGMOID, OpCode.TANH, OpCode.UNSQUEEZE, OpCode.CONCAT,
-              OpCode.TRANSPOSE, OpCode.SLICE)
 _E = elementwise
 _A = activation
 _N = normalization
@@ -170,10 +167,10 @@ HANDLERS: dict[str, Handler] = {
     "Range": _h(shape.range_),
     "Resize": _h(resize.resize, OpCode.RESIZE),
     "Upsample": _h(resize.upsample, OpCode.RESIZE),
-    # recurrent layers, unrolled
-    "RNN": _h(recurrent.recurrent, *_RECURRENT),
-    "GRU": _h(recurrent.recurrent, *_RECURRENT),
-    "LSTM": _h(recurrent.recurrent, *_RECURRENT),
+    # recurrent layers over a whole sequence
+    "RNN": _h(recurrent.recurrent, OpCode.RNN),
+    "GRU": _h(recurrent.recurrent, OpCode.GRU),
+    "LSTM": _h(recurrent.recurrent, OpCode.LSTM),
     # reductions
     "ReduceMean": _h(_R.reduce(OpCode.REDUCE_MEAN), OpCode.REDUCE_MEAN),
     "ReduceSum": _h(_R.reduce(OpCode.REDUCE_SUM), OpCode.REDUCE_SUM),

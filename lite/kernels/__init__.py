@@ -11,6 +11,7 @@ from sporenet.lite.kernels import (
     onehot,
     pad,
     pooling,
+    recurrent,
     reduce,
     reshape,
     resize,
@@ -29,6 +30,7 @@ from sporenet.lite.kernels.training import (
     norm_grad,
     optimizers,
     pool_grad,
+    recurrent_grad,
     shape_grad,
 )
 from sporenet.lite.ops import OpCode
@@ -115,6 +117,10 @@ KERNELS: dict[OpCode, type[Kernel]] = {
     OpCode.REDUCE_PROD: reduce.ReduceProd,
     OpCode.ARGMAX: reduce.ArgMax,
     OpCode.ARGMIN: reduce.ArgMin,
+    # recurrent layers over a whole sequence
+    OpCode.LSTM: recurrent.LSTM,
+    OpCode.GRU: recurrent.GRU,
+    OpCode.RNN: recurrent.RNN,
     # training: dropout, losses, backward ops, optimizer updates (lite/kernels/training/)
     OpCode.DROPOUT: dropout.Dropout,
     OpCode.SOFTMAX_CROSS_ENTROPY: losses.SoftmaxCrossEntropy,
@@ -141,6 +147,9 @@ KERNELS: dict[OpCode, type[Kernel]] = {
     OpCode.SLICE_GRAD: shape_grad.SliceGrad,
     OpCode.PAD_GRAD: shape_grad.PadGrad,
     OpCode.GATHER_GRAD: shape_grad.GatherGrad,
+    OpCode.LSTM_GRAD: recurrent_grad.LSTMGrad,
+    OpCode.GRU_GRAD: recurrent_grad.GRUGrad,
+    OpCode.RNN_GRAD: recurrent_grad.RNNGrad,
 }
 
 
