@@ -124,8 +124,7 @@ HANDLERS: dict[str, Handler] = {
                   OpCode.RESHAPE),
     # convolution and pooling
     "Conv": _h(conv.conv, OpCode.CONV2D),
-    "ConvTranspose": _h(conv.conv_transpose, OpCode.CONV2D_BACKPROP_INPUT, OpCode.EXPAND,
-                        OpCode.ADD),
+    "ConvTranspose": _h(conv.conv_transpose, OpCode.CONV2D_BACKPROP_INPUT, OpCode.ADD),
     "MaxPool": _h(conv.max_pool, OpCode.MAX_POOL2D),
     "AveragePool": _h(conv.average_pool, OpCode.AVG_POOL2D),
     "GlobalAveragePool": _h(conv.global_pool(OpCode.GLOBAL_AVG_POOL), OpCode.GLOBAL_AVG_POOL),
