@@ -91,6 +91,7 @@ class OpCode(enum.IntEnum):
     # quantization (180..199)
     QUANTIZE = 180
     DEQUANTIZE = 181
+    REQUANTIZE = 182
     # training: losses, gradient helpers, optimizer updates (200..299)
     DROPOUT = 200
     SOFTMAX_CROSS_ENTROPY = 201
