@@ -1,4 +1,5 @@
-"""`sporenet-convert MODEL.onnx -o MODEL.spore`: convert an ONNX model and print a report.
+"""`sporenet-convert MODEL.onnx -o MODEL.spore`: convert an ONNX (or .tflite) model and print
+a report. The format is told by the file's content (TFLite's identifier), then its suffix.
 
 With --quantize the model (ONNX, or an existing float .spore) is also quantized:
 `sporenet-convert model.spore -o model.int8.spore --quantize int8 --calibration data.npz`.
@@ -17,9 +18,11 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from sporenet.converter.convert import ConversionReport, convert_onnx_model
+from sporenet.converter.convert_tflite import convert_tflite_model
 from sporenet.converter.errors import ConversionError
 from sporenet.converter.onnx_import.registry import supported_onnx_ops
 from sporenet.converter.quantize import Method, Mode, load_calibration, quantize_model
+from sporenet.converter.tflite_import.reader import is_tflite
 from sporenet.lite.errors import LiteError
 from sporenet.lite.format import FILE_IDENTIFIER, load, serialize
 
@@ -57,16 +60,28 @@ def _size(n: int) -> str:
     return str(n)
 
 
+def is_tflite_file(path: Path) -> bool:
+    """A .tflite model: TFLite's file identifier, or the suffix when the file is unreadable."""
+    try:
+        with open(path, "rb") as f:
+            return is_tflite(f.read(8))
+    except OSError:
+        return path.suffix.lower() == ".tflite"
+
+
 def format_report(source: Path, target: Path, report: ConversionReport, source_bytes: int,
-                  *, verbose: bool) -> str:
+                  *, verbose: bool, kind: str = "ONNX") -> str:
     before, after = report.ir_ops_before, report.ir_ops_after
+    origin = (f"opset {report.opset}, {sum(report.onnx_ops.values())} ONNX nodes"
+              if kind == "ONNX" else f"{sum(report.onnx_ops.values())} TFLite operators")
     lines = [
         f"converted {source} -> {target}",
-        f"  source     : {report.producer or 'unknown producer'}, opset {report.opset}, "
-        f"{sum(report.onnx_ops.values())} ONNX nodes ({len(report.onnx_ops)} op types)",
+        f"  source     : {report.producer or 'unknown producer'}, {origin} "
+        f"({len(report.onnx_ops)} op types)",
         f"  nodes      : {sum(before.values())} imported -> {sum(after.values())} after passes",
         f"  parameters : {report.parameters:,}",
-        f"  size       : {_size(source_bytes)} .onnx -> {_size(report.output_bytes)} .spore "
+        f"  size       : {_size(source_bytes)} .{kind.lower()} -> "
+        f"{_size(report.output_bytes)} .spore "
         f"({report.output_bytes / max(source_bytes, 1):.2f}x)",
         f"  time       : {report.seconds:.2f} s",
     ]
@@ -83,7 +98,7 @@ def format_report(source: Path, target: Path, report: ConversionReport, source_b
     if len(ops) > len(shown):
         lines.append(f"    ... {len(ops) - len(shown)} more (--verbose shows all)")
     if verbose:
-        lines.append("  ONNX ops   : " + ", ".join(f"{op} x{n}"
+        lines.append(f"  {kind + ' ops':<11}: " + ", ".join(f"{op} x{n}"
                                                   for op, n in sorted(report.onnx_ops.items())))
     return "\n".join(lines)
 
@@ -91,9 +106,10 @@ def format_report(source: Path, target: Path, report: ConversionReport, source_b
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="sporenet-convert",
-        description="Convert an ONNX model into a sporenet .spore model file.")
+        description="Convert an ONNX or TFLite model into a sporenet .spore model file.")
     parser.add_argument("model", nargs="?",
-                        help="the .onnx model to convert (or a .spore model to quantize)")
+                        help="the .onnx or .tflite model to convert (or a .spore model to "
+                        "quantize)")
     parser.add_argument("-o", "--output", help="where to write the .spore file "
                         "(default: MODEL with a .spore suffix)")
     parser.add_argument("--input-shape", action="append", default=[], metavar="NAME:D0,D1,...",
@@ -160,6 +176,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"sporenet-convert: error: output directory {target.parent} does not exist",
               file=sys.stderr)
         return 1
+    tflite = is_tflite_file(source)
+    if tflite and shapes:
+        print("sporenet-convert: error: --input-shape applies to ONNX models; a .tflite model "
+              "declares its input shapes", file=sys.stderr)
+        return 2
     quant_summary = ""
     try:
         if is_spore(source):
@@ -168,6 +189,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                                       f"{source} is a .spore model")
             model, report = load(source), None
             model.metadata.update(metadata)
+        elif tflite:
+            model, report = convert_tflite_model(source, optimize=not args.no_optimize,
+                                                 metadata=metadata)
         else:
             model, report = convert_onnx_model(source, input_shapes=shapes,
                                                optimize=not args.no_optimize,
@@ -204,7 +228,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 70
     if report is not None:
         print(format_report(source, target, report, source.stat().st_size,
-                            verbose=args.verbose))
+                            verbose=args.verbose,
+                            kind="TFLite" if tflite else "ONNX"))
     else:
         print(f"quantized {source} -> {target}")
     if quant_summary:

@@ -7,8 +7,6 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-import numpy as np
-
 from sporenet.converter.errors import ConversionError
 from sporenet.converter.onnx_import.importer import import_onnx
 from sporenet.converter.onnx_import.loader import OnnxSource, load_onnx
@@ -40,26 +38,9 @@ def _ir_ops(model: Model) -> Counter[str]:
 
 
 def parameter_count(model: Model) -> int:
-    """Elements of the float weights the graph computes with: constants, and tensors the
-    runtime computes from constants at load time (fills kept small in the file), counted
-    where a node that runs reads them (so a fill and its folded copy count once)."""
-    total = 0
-    for graph in model.graphs:
-        static = {i for i, t in enumerate(model.tensors) if t.data is not None}
-        for node in graph.nodes:
-            if all(i == -1 or i in static for i in node.inputs):
-                static.update(node.outputs)
-        counted: set[int] = set()
-        for node in graph.nodes:
-            if all(i == -1 or i in static for i in node.inputs):
-                continue
-            for i in node.inputs:
-                tensor = model.tensors[i] if i != -1 else None
-                if i in static and i not in counted and tensor is not None and (
-                        tensor.dtype.kind == "f"):
-                    counted.add(i)
-                    total += int(np.prod(tensor.shape, dtype=np.int64))
-    return total
+    """The model's parameters, counted as sporenet-inspect counts them (Model.parameter_count:
+    elements of the float tensors stored in the file), so both tools report one number."""
+    return model.parameter_count()
 
 
 def convert_onnx_model(model: OnnxSource, *,

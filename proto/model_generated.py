@@ -125,6 +125,12 @@ class OpCode(object):
     SGD_UPDATE = 250
     ADAM_UPDATE = 251
     ASSIGN = 252
+    LSTM = 300
+    GRU = 301
+    RNN = 302
+    LSTM_GRAD = 310
+    GRU_GRAD = 311
+    RNN_GRAD = 312
 
 
 class SparseFormat(object):

@@ -120,3 +120,12 @@ class OpCode(enum.IntEnum):
     SGD_UPDATE = 250
     ADAM_UPDATE = 251
     ASSIGN = 252
+    # recurrent sequence layers, ONNX semantics (gate layouts, directions, sequence_lens,
+    # layout attribute); the sequence length is read from the input when the graph is planned
+    LSTM = 300
+    GRU = 301
+    RNN = 302
+    # their gradients: backpropagation through time, recomputing the forward pass
+    LSTM_GRAD = 310
+    GRU_GRAD = 311
+    RNN_GRAD = 312

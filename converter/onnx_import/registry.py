@@ -130,8 +130,7 @@ HANDLERS: dict[str, Handler] = {
                   OpCode.RESHAPE),
     # convolution and pooling
     "Conv": _h(conv.conv, OpCode.CONV2D),
-    "ConvTranspose": _h(conv.conv_transpose, OpCode.CONV2D_BACKPROP_INPUT, OpCode.EXPAND,
-                        OpCode.ADD),
+    "ConvTranspose": _h(conv.conv_transpose, OpCode.CONV2D_BACKPROP_INPUT, OpCode.ADD),
     "MaxPool": _h(conv.max_pool, OpCode.MAX_POOL2D),
     "AveragePool": _h(conv.average_pool, OpCode.AVG_POOL2D),
     "GlobalAveragePool": _h(conv.global_pool(OpCode.GLOBAL_AVG_POOL), OpCode.GLOBAL_AVG_POOL),
@@ -173,10 +172,10 @@ HANDLERS: dict[str, Handler] = {
     "Range": _h(shape.range_),
     "Resize": _h(resize.resize, OpCode.RESIZE),
     "Upsample": _h(resize.upsample, OpCode.RESIZE),
-    # recurrent layers, unrolled
-    "RNN": _h(recurrent.recurrent, *_RECURRENT),
-    "GRU": _h(recurrent.recurrent, *_RECURRENT),
-    "LSTM": _h(recurrent.recurrent, *_RECURRENT),
+    # recurrent layers over a whole sequence
+    "RNN": _h(recurrent.recurrent, OpCode.RNN),
+    "GRU": _h(recurrent.recurrent, OpCode.GRU),
+    "LSTM": _h(recurrent.recurrent, OpCode.LSTM),
     # reductions
     "ReduceMean": _h(_R.reduce(OpCode.REDUCE_MEAN), OpCode.REDUCE_MEAN),
     "ReduceSum": _h(_R.reduce(OpCode.REDUCE_SUM), OpCode.REDUCE_SUM),

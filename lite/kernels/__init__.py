@@ -12,6 +12,7 @@ from sporenet.lite.kernels import (
     onehot,
     pad,
     pooling,
+    recurrent,
     reduce,
     reshape,
     resize,
@@ -38,6 +39,7 @@ from sporenet.lite.kernels.training import (
     norm_grad,
     optimizers,
     pool_grad,
+    recurrent_grad,
     shape_grad,
 )
 from sporenet.lite.ops import OpCode
@@ -126,6 +128,10 @@ KERNELS: dict[OpCode, type[Kernel]] = {
     OpCode.ARGMIN: reduce.ArgMin,
     # quantization-aware training
     OpCode.FAKE_QUANT: fake_quant.FakeQuant,
+    # recurrent layers over a whole sequence
+    OpCode.LSTM: recurrent.LSTM,
+    OpCode.GRU: recurrent.GRU,
+    OpCode.RNN: recurrent.RNN,
     # training: dropout, losses, backward ops, optimizer updates (lite/kernels/training/)
     OpCode.DROPOUT: dropout.Dropout,
     OpCode.SOFTMAX_CROSS_ENTROPY: losses.SoftmaxCrossEntropy,
@@ -153,6 +159,9 @@ KERNELS: dict[OpCode, type[Kernel]] = {
     OpCode.SLICE_GRAD: shape_grad.SliceGrad,
     OpCode.PAD_GRAD: shape_grad.PadGrad,
     OpCode.GATHER_GRAD: shape_grad.GatherGrad,
+    OpCode.LSTM_GRAD: recurrent_grad.LSTMGrad,
+    OpCode.GRU_GRAD: recurrent_grad.GRUGrad,
+    OpCode.RNN_GRAD: recurrent_grad.RNNGrad,
     # quantization boundaries (float or float16 in; see QUANTIZED_KERNELS for int8 in)
     OpCode.QUANTIZE: q_convert.Quantize,
     OpCode.DEQUANTIZE: q_convert.Dequantize,

@@ -69,9 +69,16 @@ def _relu6(x: np.ndarray) -> None:
     _clip(x, lo, hi, out=x)
 
 
+def exp_into(x: np.ndarray, out: np.ndarray) -> None:
+    """exp(x) into `out`, saturating to inf without NumPy's overflow warning: inf is the
+    exact IEEE result, and the formulas built on it (1 / (1 + exp(-x))) need it."""
+    with np.errstate(over="ignore"):
+        np.exp(x, out=out)
+
+
 def _sigmoid(x: np.ndarray) -> None:
     np.negative(x, out=x)
-    np.exp(x, out=x)
+    exp_into(x, x)
     x += 1
     np.reciprocal(x, out=x)
 

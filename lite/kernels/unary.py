@@ -12,7 +12,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from sporenet.lite.kernels.activation import relu_into
+from sporenet.lite.kernels.activation import exp_into, relu_into
 from sporenet.lite.kernels.base import Attrs, Compute, Kernel, TensorSpec
 from sporenet.lite.ops import OpCode
 
@@ -173,7 +173,7 @@ class Sigmoid(UnaryKernel):
     def compute(self, x: np.ndarray, out: np.ndarray, *scratch: np.ndarray) -> None:
         # 1 / (1 + exp(-x)), computed in place in `out`.
         np.negative(x, out=out)
-        np.exp(out, out=out)
+        exp_into(out, out)
         out += 1
         np.reciprocal(out, out=out)
 
@@ -332,7 +332,7 @@ class Exp(UnaryKernel):
     op = OpCode.EXP
 
     def compute(self, x: np.ndarray, out: np.ndarray, *scratch: np.ndarray) -> None:
-        np.exp(x, out=out)
+        exp_into(x, out)
 
 
 class Log(UnaryKernel):

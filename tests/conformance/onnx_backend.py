@@ -80,7 +80,6 @@ EXCLUDED: dict[str, str] = {
 # Node cases (and their _expanded function bodies) whose axes/scales/sizes arguments are
 # graph inputs, found by running the suite; excluded for the _RUNTIME_SHAPE reason.
 _RUNTIME_SHAPE_WORDS = """
-    test_lstm_with_peepholes
     test_cumsum_1d test_cumsum_1d_exclusive test_cumsum_1d_int32_exclusive
     test_cumsum_1d_reverse test_cumsum_1d_reverse_exclusive test_cumsum_2d_axis_0
     test_cumsum_2d_axis_1 test_cumsum_2d_int32 test_cumsum_2d_negative_axis

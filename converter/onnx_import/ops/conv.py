@@ -12,6 +12,7 @@ import numpy as np
 
 from sporenet.converter.onnx_import.context import ImportContext
 from sporenet.converter.onnx_import.node import OnnxNode
+from sporenet.lite.graph import DYNAMIC
 from sporenet.lite.ops import OpCode
 
 
@@ -92,8 +93,8 @@ def global_pool(op: OpCode):  # type: ignore[no-untyped-def]
 
 def conv_transpose(ctx: ImportContext, node: OnnxNode) -> list[int]:
     """ConvTranspose is the input gradient of the convolution with the same weights, so it
-    runs on the runtime's Conv2DBackpropInput: the transposed input plays the gradient and a
-    shape-only tensor (a fill the runtime makes at load) gives the output size.
+    runs on the runtime's Conv2DBackpropInput: the transposed input plays the gradient and
+    the `input_shape` attribute gives the output size.
 
     Pads follow ONNX: from output_shape (split by auto_pad), SAME_* (output = input *
     stride), VALID (none) or explicit; output_padding adds rows/columns at the end.
@@ -141,11 +142,10 @@ def conv_transpose(ctx: ImportContext, node: OnnxNode) -> list[int]:
     # A negative end pad (output_shape beyond the natural size) is output the convolution
     # never reaches: the gradient kernel leaves it at zero when it is not padding.
     pads = [max(p, 0) for p in pads]
-    shape_of_output = ctx.emit1(
-        OpCode.EXPAND, [ctx.constant(f"{node.name}/zero", np.array(0, ctx.dtype(x4)))],
-        shape=[n, c_out_g * group, *out_hw])
-    y = ctx.emit1(OpCode.CONV2D_BACKPROP_INPUT, [x4, w, shape_of_output], strides=strides,
-                  dilations=dilations, pads=pads, group=group)
+    batch = -1 if ctx.shape(x4)[0] == DYNAMIC else n  # -1: the input's batch
+    y = ctx.emit1(OpCode.CONV2D_BACKPROP_INPUT, [x4, w], strides=strides,
+                  dilations=dilations, pads=pads, group=group,
+                  input_shape=[batch, c_out_g * group, *out_hw])
     if b != -1:
         bias = ctx.value(b)
         if bias is None:

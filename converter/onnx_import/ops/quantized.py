@@ -79,7 +79,7 @@ def dynamic_quantize_lstm(ctx: ImportContext, node: OnnxNode) -> list[int]:
     hidden, 4H] are integer with scales per direction or per column, and whose input
     sequence and states are quantized dynamically before each projection (as onnxruntime
     runs it). The weights are stored dequantized in float."""
-    from sporenet.converter.onnx_import.ops import recurrent
+    from sporenet.converter.onnx_import.ops import recurrent_unrolled
 
     def weights(at: int, scale_at: int, zp_at: int, what: str) -> int:
         w = ctx.static_input(node, at, what)
@@ -98,7 +98,7 @@ def dynamic_quantize_lstm(ctx: ImportContext, node: OnnxNode) -> list[int]:
               *[node.input(k) for k in range(3, 8)]]
     lstm = dataclasses.replace(node, op_type="LSTM", inputs=inputs)
     count = iter(range(1 << 30))
-    return recurrent.recurrent(
+    return recurrent_unrolled.recurrent(
         ctx, lstm, lambda x: _dynamic_fake_quant(ctx, x, f"{node.name}/dq{next(count)}"))
 
 

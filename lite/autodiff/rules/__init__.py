@@ -16,6 +16,7 @@ from sporenet.lite.autodiff.rules import (
     losses,
     normalization,
     pooling,
+    recurrent,
     reshape,
     softmax,
     transform,
@@ -83,6 +84,10 @@ GRADIENT_RULES: dict[OpCode, GradRule] = {
     # reductions
     OpCode.REDUCE_SUM: transform.reduce_sum,
     OpCode.REDUCE_MEAN: transform.reduce_mean,
+    # recurrent layers
+    OpCode.LSTM: recurrent.recurrent,
+    OpCode.GRU: recurrent.recurrent,
+    OpCode.RNN: recurrent.recurrent,
     # training
     OpCode.BATCH_NORM_TRAINING: normalization.batch_norm_training,
     OpCode.DROPOUT: dropout.dropout,

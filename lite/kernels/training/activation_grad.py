@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from sporenet.lite.kernels.activation import exp_into
 from sporenet.lite.kernels.base import Attrs, Compute, Kernel, TensorSpec
 from sporenet.lite.kernels.unary import erf_into
 from sporenet.lite.ops import OpCode
@@ -107,7 +108,7 @@ class ActivationGrad(Kernel):
             if self.use_x:
                 def d_sigmoid_x(out: np.ndarray) -> None:
                     np.negative(t, out=out)
-                    np.exp(out, out=out)
+                    exp_into(out, out)
                     np.add(out, 1, out=out)
                     np.reciprocal(out, out=out)
                     np.subtract(1, out, out=tmp)
@@ -161,7 +162,7 @@ class ActivationGrad(Kernel):
         if name == "softplus":
             def d_softplus(out: np.ndarray) -> None:
                 np.negative(t, out=out)
-                np.exp(out, out=out)
+                exp_into(out, out)
                 np.add(out, 1, out=out)
                 np.reciprocal(out, out=out)
             return d_softplus

@@ -2,7 +2,9 @@
 
 Both take the forward node's attributes (strides, dilations, pads, auto_pad, group) and
 resolve the same sliding window as the forward kernel (lite/kernels/spatial.py). The third
-input only lends its shape (x for the input gradient, w for the filter gradient).
+input only lends its shape (x for the input gradient, w for the filter gradient); the input
+gradient may take that shape as an `input_shape` attribute instead ([N, C, H, W], N -1 for
+g's batch), as ONNX ConvTranspose imports do, so no shape-only tensor is made.
 
 Both work channels-last: with K = kh * kw * in_channels/group and P = N * OH * OW, each
 group's filter gradient is one GEMM, g (out/group, P) @ columns (P, K), where the columns
@@ -134,12 +136,22 @@ class Conv2DBackpropInput(_ConvGrad):
     """dx = col2im(g @ w), cropped to the unpadded input."""
 
     op = OpCode.CONV2D_BACKPROP_INPUT
+    num_inputs = (2, 3)
 
     def __init__(self, attrs: Attrs, inputs: Sequence[TensorSpec | None]) -> None:
         super().__init__(attrs, inputs)
-        g, w, x = self.require_float(0), self.require_float(1), self.input(2)
-        self._geometry(x.shape, w.shape, g)
-        self.output_specs = [TensorSpec(x.shape, g.dtype)]
+        g, w = self.require_float(0), self.require_float(1)
+        x = self.optional_input(2)
+        if x is not None:
+            shape = x.shape
+        else:
+            given = attrs.ints("input_shape", None)
+            if given is None or len(given) != 4 or min(given[1:]) < 1 or given[0] < -1:
+                raise self.fail(f"needs input 2 (a tensor shaped like x) or an input_shape "
+                                f"attribute [N, C, H, W], got {given}")
+            shape = (g.shape[0] if given[0] == -1 else given[0], *given[1:])
+        self._geometry(shape, w.shape, g)
+        self.output_specs = [TensorSpec(tuple(shape), g.dtype)]
 
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
         g, w, out = inputs[0], inputs[1], outputs[0]

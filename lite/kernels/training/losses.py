@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from sporenet.lite.kernels.activation import exp_into
 from sporenet.lite.kernels.base import Attrs, Compute, Kernel, TensorSpec
 from sporenet.lite.ops import OpCode
 
@@ -222,7 +223,7 @@ class BCEWithLogitsGrad(Kernel):
 
         def compute() -> None:
             np.negative(x, out=out)
-            np.exp(out, out=out)
+            exp_into(out, out)
             np.add(out, 1, out=out)
             np.reciprocal(out, out=out)
             np.subtract(out, t, out=out)

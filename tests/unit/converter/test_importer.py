@@ -437,7 +437,7 @@ def test_lp_pools(p: int) -> None:
 @pytest.mark.parametrize("kind", ["RNN", "GRU", "LSTM"])
 @pytest.mark.parametrize("direction", ["forward", "reverse", "bidirectional"])
 @pytest.mark.parametrize("layout", [0, 1])
-def test_recurrent_layers_unrolled(kind: str, direction: str, layout: int) -> None:
+def test_recurrent_layers(kind: str, direction: str, layout: int) -> None:
     seq, batch, size, hidden = 4, 2, 3, 5
     gates = {"RNN": 1, "GRU": 3, "LSTM": 4}[kind]
     dirs = 2 if direction == "bidirectional" else 1

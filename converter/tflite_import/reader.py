@@ -1,0 +1,241 @@
+"""Reading a .tflite file (TFLite's FlatBuffers schema, bindings in
+proto/tflite_schema_generated.py) into plain records: tensors with their data as NumPy
+views of the file, operators with their builtin op names and decoded options.
+
+Every offset and index is checked; a truncated or malformed file raises one
+InvalidTfliteError naming what is wrong.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from sporenet.converter.errors import ConversionError
+from sporenet.proto import tflite_schema_generated as tfl
+
+
+class InvalidTfliteError(ConversionError):
+    """The input is not a readable .tflite model."""
+
+
+IDENTIFIER = b"TFL3"
+
+# TFLite TensorType -> NumPy dtype (the types this converter can represent).
+DTYPES: dict[int, np.dtype] = {
+    tfl.TensorType.FLOAT32: np.dtype(np.float32),
+    tfl.TensorType.FLOAT16: np.dtype(np.float16),
+    tfl.TensorType.FLOAT64: np.dtype(np.float64),
+    tfl.TensorType.INT32: np.dtype(np.int32),
+    tfl.TensorType.INT64: np.dtype(np.int64),
+    tfl.TensorType.INT16: np.dtype(np.int16),
+    tfl.TensorType.INT8: np.dtype(np.int8),
+    tfl.TensorType.UINT8: np.dtype(np.uint8),
+    tfl.TensorType.BOOL: np.dtype(np.bool_),
+}
+TYPE_NAMES = {v: k for k, v in vars(tfl.TensorType).items() if not k.startswith("_")}
+BUILTIN_NAMES: dict[int, str] = {
+    v: k for k, v in vars(tfl.BuiltinOperator).items() if not k.startswith("_")
+}
+OPTION_CLASSES: dict[int, type] = {
+    v: getattr(tfl, k)
+    for k, v in vars(tfl.BuiltinOptions).items()
+    if not k.startswith("_") and k != "NONE" and hasattr(tfl, k)
+}
+
+
+@dataclass
+class Quant:
+    """Affine quantization of a tensor: real = scale * (q - zero_point), per `axis` slice."""
+
+    scale: np.ndarray
+    zero_point: np.ndarray
+    axis: int
+
+
+@dataclass
+class TfliteTensor:
+    name: str
+    shape: tuple[int, ...]
+    signature: tuple[int, ...]  # -1 for dimensions that vary (shape_signature)
+    dtype: np.dtype | None  # None: a TFLite type the IR cannot hold (type_name says which)
+    type_name: str
+    data: np.ndarray | None  # constant value, a read-only view of the file
+    quant: Quant | None
+    is_variable: bool
+    sparse: bool = False  # stored in TFLite's sparse format (not read)
+
+
+@dataclass
+class TfliteOperator:
+    op: str  # builtin op name ("CONV_2D"), or "CUSTOM:<code>"
+    inputs: list[int]  # -1: absent optional input
+    outputs: list[int]
+    options: Any = None  # the decoded builtin options table, or None
+    index: int = 0
+
+
+@dataclass
+class TfliteModel:
+    version: int
+    description: str
+    tensors: list[TfliteTensor]
+    operators: list[TfliteOperator]
+    inputs: list[int]
+    outputs: list[int]
+    num_subgraphs: int = 1
+    signature_names: dict[str, str] = field(default_factory=dict)
+
+
+def is_tflite(data: bytes | bytearray | memoryview) -> bool:
+    """Whether the bytes carry TFLite's file identifier."""
+    return len(data) >= 8 and bytes(data[4:8]) == IDENTIFIER
+
+
+def read_tflite(data: bytes) -> TfliteModel:
+    """Parse and check a .tflite file's bytes (the first subgraph is the model)."""
+    if not is_tflite(data):
+        found = bytes(data[4:8]) if len(data) >= 8 else f"{len(data)} bytes"
+        raise InvalidTfliteError(
+            f"not a .tflite model: expected the file identifier {IDENTIFIER!r} at bytes 4-8, "
+            f"found {found!r}"
+        )
+    try:
+        return _read(data)
+    except InvalidTfliteError:
+        raise
+    except (struct.error, IndexError, ValueError, TypeError, UnicodeDecodeError) as exc:
+        raise InvalidTfliteError(f"malformed .tflite file: {type(exc).__name__}: {exc}") from None
+
+
+def _read(data: bytes) -> TfliteModel:
+    model = tfl.Model.GetRootAs(data, 0)
+    if model.SubgraphsLength() < 1:
+        raise InvalidTfliteError("the .tflite model has no subgraph")
+    buffers = [_buffer(data, model, i) for i in range(model.BuffersLength())]
+    codes = [_op_name(model.OperatorCodes(i)) for i in range(model.OperatorCodesLength())]
+    graph = model.Subgraphs(0)
+    tensors = [_tensor(graph.Tensors(i), buffers, i) for i in range(graph.TensorsLength())]
+    n = len(tensors)
+
+    def indices(values: Any, what: str, *, optional: bool = False) -> list[int]:
+        out = [int(v) for v in (values if not isinstance(values, int) else [])]
+        for v in out:
+            if not (0 <= v < n or (optional and v == -1)):
+                raise InvalidTfliteError(f"{what} refers to tensor {v}; the model has {n}")
+        return out
+
+    operators = []
+    for k in range(graph.OperatorsLength()):
+        op = graph.Operators(k)
+        code = op.OpcodeIndex()
+        if not 0 <= code < len(codes):
+            raise InvalidTfliteError(
+                f"operator {k} has opcode index {code}; the model has {len(codes)} operator codes"
+            )
+        options = None
+        table = op.BuiltinOptions()
+        cls = OPTION_CLASSES.get(op.BuiltinOptionsType())
+        if table is not None and cls is not None:
+            options = cls()
+            options.Init(table.Bytes, table.Pos)
+        operators.append(
+            TfliteOperator(
+                op=codes[code],
+                inputs=indices(op.InputsAsNumpy(), f"operator {k} ({codes[code]})", optional=True),
+                outputs=indices(op.OutputsAsNumpy(), f"operator {k} ({codes[code]})"),
+                options=options,
+                index=k,
+            )
+        )
+    description = model.Description()
+    return TfliteModel(
+        version=model.Version(),
+        description=description.decode("utf-8", "replace") if description else "",
+        tensors=tensors,
+        operators=operators,
+        inputs=indices(graph.InputsAsNumpy(), "the graph's inputs"),
+        outputs=indices(graph.OutputsAsNumpy(), "the graph's outputs"),
+        num_subgraphs=model.SubgraphsLength(),
+    )
+
+
+def _op_name(code: Any) -> str:
+    # Builtin codes above 127 live in builtin_code; older files only fill the deprecated byte.
+    builtin = max(int(code.BuiltinCode()), int(code.DeprecatedBuiltinCode()))
+    name = BUILTIN_NAMES.get(builtin, f"BUILTIN_{builtin}")
+    if name == "CUSTOM":
+        custom = code.CustomCode()
+        return f"CUSTOM:{custom.decode('utf-8', 'replace') if custom else '?'}"
+    return name
+
+
+def _buffer(data: bytes, model: Any, index: int) -> np.ndarray | None:
+    buffer = model.Buffers(index)
+    offset, size = int(buffer.Offset()), int(buffer.Size())
+    if offset > 1:  # data stored after the FlatBuffer (models over 2 GB)
+        if offset + size > len(data):
+            raise InvalidTfliteError(
+                f"buffer {index} spans bytes {offset}..{offset + size}, "
+                f"past the end of the {len(data)}-byte file"
+            )
+        return np.frombuffer(data, np.uint8, size, offset)
+    if buffer.DataLength() == 0:
+        return None
+    return buffer.DataAsNumpy()
+
+
+def _tensor(t: Any, buffers: list[np.ndarray | None], index: int) -> TfliteTensor:
+    name = (t.Name() or b"").decode("utf-8", "replace") or f"tensor_{index}"
+    type_code = t.Type()
+    type_name = TYPE_NAMES.get(type_code, str(type_code))
+    dtype = DTYPES.get(type_code)
+    shape = tuple(int(d) for d in t.ShapeAsNumpy()) if t.ShapeLength() else ()
+    signature = (
+        tuple(int(d) for d in t.ShapeSignatureAsNumpy()) if t.ShapeSignatureLength() else shape
+    )
+    if len(signature) != len(shape) or any(d < 0 for d in shape):
+        raise InvalidTfliteError(
+            f"tensor {name!r}: shape {list(shape)} with signature {list(signature)}"
+        )
+    buffer = t.Buffer()
+    if not 0 <= buffer < max(len(buffers), 1):
+        raise InvalidTfliteError(
+            f"tensor {name!r} refers to buffer {buffer}; the model has {len(buffers)}"
+        )
+    raw = buffers[buffer] if buffers else None
+    data = None
+    sparse = t.Sparsity() is not None
+    if raw is not None and dtype is not None and not sparse:
+        count = int(np.prod(shape, dtype=np.int64))
+        if raw.size != count * dtype.itemsize:
+            raise InvalidTfliteError(
+                f"tensor {name!r}: buffer {buffer} holds {raw.size} bytes, "
+                f"{dtype}{list(shape)} needs {count * dtype.itemsize}"
+            )
+        data = raw.view(dtype).reshape(shape) if raw.size else np.zeros(shape, dtype)
+        data.flags.writeable = False
+    quant = None
+    q = t.Quantization()
+    if q is not None and q.ScaleLength() > 0:
+        scale = q.ScaleAsNumpy().astype(np.float32)
+        zero = (
+            q.ZeroPointAsNumpy().astype(np.int64)
+            if q.ZeroPointLength()
+            else np.zeros(scale.shape, np.int64)
+        )
+        quant = Quant(scale, zero, int(q.QuantizedDimension()))
+    return TfliteTensor(
+        name=name,
+        shape=shape,
+        signature=signature,
+        dtype=dtype,
+        type_name=type_name,
+        data=data,
+        quant=quant,
+        is_variable=bool(t.IsVariable()),
+        sparse=sparse,
+    )

@@ -1,0 +1,160 @@
+"""ONNX LSTM / GRU / RNN import onto the sequence kernels, checked against onnxruntime."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from sporenet.converter import convert_onnx
+from sporenet.lite import Interpreter
+from tests.unit.converter.helpers import (
+    assert_matches_ort,
+    convert,
+    helper,
+    make_model,
+    op_names,
+    run_ort,
+    run_spore,
+)
+
+HID, IN = 4, 3
+GATES = {"LSTM": 4, "GRU": 3, "RNN": 1}
+OUTPUTS = {"LSTM": ["y", "y_h", "y_c"], "GRU": ["y", "y_h"], "RNN": ["y", "y_h"]}
+
+
+def rnn_model(
+    kind: str,
+    *,
+    direction: str = "forward",
+    layout: int = 0,
+    x_shape=("seq", "batch", IN),
+    lens: bool = False,
+    states: bool = False,
+    peepholes: bool = False,
+    **attrs,
+):
+    dirs = 2 if direction == "bidirectional" else 1
+    rng = np.random.default_rng(0)
+    g = GATES[kind]
+    inits = {
+        "W": rng.normal(size=(dirs, g * HID, IN)).astype(np.float32) * 0.6,
+        "R": rng.normal(size=(dirs, g * HID, HID)).astype(np.float32) * 0.6,
+        "B": rng.normal(size=(dirs, 2 * g * HID)).astype(np.float32) * 0.6,
+    }
+    names = ["x", "W", "R", "B", "lens" if lens else "", "h0" if states else ""]
+    inputs = {"x": list(x_shape)}
+    dtypes = {}
+    batch = x_shape[0 if layout else 1]
+    if lens:
+        inputs["lens"] = [batch]
+        dtypes["lens"] = helper.TensorProto.INT32
+    state = [batch, dirs, HID] if layout else [dirs, batch, HID]
+    if states:
+        inputs["h0"] = state
+    if kind == "LSTM":
+        names += ["c0" if states else "", "P" if peepholes else ""]
+        if states:
+            inputs["c0"] = state
+        if peepholes:
+            inits["P"] = rng.normal(size=(dirs, 3 * HID)).astype(np.float32)
+    while not names[-1]:
+        names.pop()
+    node = helper.make_node(
+        kind, names, OUTPUTS[kind], hidden_size=HID, direction=direction, layout=layout, **attrs
+    )
+    return make_model(
+        [node], inputs, OUTPUTS[kind], initializers=inits, input_dtypes=dtypes, opset=14
+    )
+
+
+def feeds(model, seq: int, batch: int, *, layout: int = 0, lens=None):
+    rng = np.random.default_rng(seq * 10 + batch)
+    out = {"x": rng.normal(size=(batch, seq, IN) if layout else (seq, batch, IN))}
+    names = {i.name: i for i in model.graph.input}
+    if "lens" in names:
+        out["lens"] = np.asarray(lens, np.int32)
+    for s in ("h0", "c0"):
+        if s in names:
+            dims = [d.dim_value or batch for d in names[s].type.tensor_type.shape.dim]
+            out[s] = rng.normal(size=dims)
+    return {k: v.astype(np.float32) if v.dtype.kind == "f" else v for k, v in out.items()}
+
+
+@pytest.mark.parametrize("kind", ["LSTM", "GRU", "RNN"])
+@pytest.mark.parametrize("direction", ["forward", "reverse", "bidirectional"])
+def test_one_node_matching_onnxruntime_at_every_length(kind, direction):
+    # Initial states share X's dynamic batch; the Interpreter re-plans per resized input,
+    # so they are given in test_attributes_match_onnxruntime at a fixed shape instead.
+    model = rnn_model(kind, direction=direction)
+    assert op_names(convert(model)) == [kind]
+    interpreter = Interpreter(model_content=convert_onnx(model))
+    for seq, batch in ((1, 1), (6, 2), (13, 3)):  # one conversion, any length and batch
+        f = feeds(model, seq, batch)
+        got = interpreter.run(f)
+        for name, want in zip(OUTPUTS[kind], run_ort(model, f), strict=True):
+            np.testing.assert_allclose(got[name], want, rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+@pytest.mark.parametrize(
+    ("kind", "options"),
+    [
+        ("LSTM", {"peepholes": True, "clip": 0.5}),
+        ("LSTM", {"layout": 1, "states": True, "direction": "bidirectional"}),
+        ("LSTM", {"input_forget": 1}),
+        (
+            "LSTM",
+            {
+                "activations": ["HardSigmoid", "LeakyRelu", "Softsign"],
+                "activation_alpha": [0.3, 0.05],
+                "activation_beta": [0.4],
+            },
+        ),
+        ("GRU", {"linear_before_reset": 1, "clip": 0.6}),
+        ("GRU", {"layout": 1, "direction": "reverse"}),
+        (
+            "GRU",
+            {
+                "activations": ["Sigmoid", "ScaledTanh"],
+                "activation_alpha": [1.5],
+                "activation_beta": [0.7],
+            },
+        ),
+        (
+            "RNN",
+            {
+                "activations": ["Relu", "Affine"],
+                "direction": "bidirectional",
+                "activation_alpha": [0.5],
+                "activation_beta": [0.1],
+            },
+        ),
+    ],
+)
+def test_attributes_match_onnxruntime(kind, options):
+    model = rnn_model(kind, x_shape=(5, 2, IN), **{**options, "layout": 0})
+    f = feeds(model, 5, 2)
+    want = assert_matches_ort(model, f, rtol=1e-5, atol=1e-6)
+    if options.get("layout"):
+        # onnxruntime refuses layout 1: the batch-first model must give the time-major
+        # model's results, transposed.
+        batch_first = rnn_model(kind, x_shape=(2, 5, IN), **options)
+        got = run_spore(batch_first, {k: v.swapaxes(0, 1) for k, v in f.items()})
+        np.testing.assert_allclose(got[0], want[0].transpose(2, 0, 1, 3), rtol=1e-5, atol=1e-6)
+        for g, w in zip(got[1:], want[1:], strict=True):
+            np.testing.assert_allclose(g, w.swapaxes(0, 1), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("kind", ["LSTM", "GRU", "RNN"])
+@pytest.mark.parametrize("direction", ["forward", "reverse", "bidirectional"])
+def test_sequence_lengths_given_at_run_time(kind, direction):
+    model = rnn_model(kind, direction=direction, lens=True, states=True, x_shape=(6, 3, IN))
+    for lens in ([6, 2, 4], [1, 6, 0]):
+        assert_matches_ort(model, feeds(model, 6, 3, lens=lens), rtol=1e-5, atol=1e-6)
+
+
+def test_unknown_activation_is_refused_by_name():
+    from sporenet.converter.errors import ConversionError
+
+    model = rnn_model("RNN", activations=["Gelu"])
+    with pytest.raises(ConversionError, match=r"activations \['Gelu'\] are not supported"):
+        convert(model)

