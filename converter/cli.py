@@ -12,12 +12,18 @@ import sys
 import traceback
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from sporenet.converter.convert import ConversionReport, convert_onnx_model
 from sporenet.converter.errors import ConversionError
-from sporenet.converter.onnx_import.registry import supported_onnx_ops
+from sporenet.lite.console import make_parser, quiet_on_closed_pipe
 from sporenet.lite.errors import LiteError
 from sporenet.lite.format import serialize
+
+if TYPE_CHECKING:
+    from sporenet.converter.convert import ConversionReport
+
+MISSING_ONNX = ("the converter needs the onnx package, which is not installed: "
+                "pip install 'sporenet[onnx]'")
 
 
 class UsageError(Exception):
@@ -85,21 +91,32 @@ def format_report(source: Path, target: Path, report: ConversionReport, source_b
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="sporenet-convert",
-        description="Convert an ONNX model into a sporenet .spore model file.")
+    parser = make_parser(
+        "sporenet-convert",
+        "Convert an ONNX model into a sporenet .spore model file and print a report (op "
+        "counts before and after the graph passes, parameters, sizes, time). The file is "
+        "written atomically: a failed conversion leaves no output.",
+        epilog="Exit status: 0 on success, 1 when the model cannot be converted or written, "
+        "2 for a usage error, 70 for an internal error.\n\n"
+        "examples:\n\n"
+        "  sporenet-convert model.onnx -o model.spore --input-shape input:1,3,224,224\n"
+        "  sporenet-convert --list-ops | head")
     parser.add_argument("model", nargs="?", help="the .onnx model to convert")
     parser.add_argument("-o", "--output", help="where to write the .spore file "
                         "(default: MODEL with a .spore suffix)")
     parser.add_argument("--input-shape", action="append", default=[], metavar="NAME:D0,D1,...",
-                        help="fix an input's shape (repeatable), e.g. input:1,3,224,224")
+                        help="fix a dynamic input's shape (repeatable), e.g. "
+                        "input:1,3,224,224; dimensions left dynamic stay -1 in the model")
     parser.add_argument("--no-optimize", action="store_true",
-                        help="skip the graph optimization passes")
+                        help="skip the graph optimization passes (constant folding, "
+                        "BatchNorm folding, activation fusion, ...)")
     parser.add_argument("--metadata", action="append", default=[], metavar="KEY=VALUE",
                         help="store a metadata entry in the model (repeatable)")
     parser.add_argument("--list-ops", action="store_true",
                         help="print every ONNX op type the converter accepts and exit")
-    parser.add_argument("--verbose", action="store_true", help="a longer report")
+    parser.add_argument("--verbose", action="store_true",
+                        help="a longer report (every op and pass, the ONNX op counts) and a "
+                        "traceback on an internal error")
     return parser
 
 
@@ -113,9 +130,18 @@ def _write_atomically(target: Path, data: bytes) -> None:
             tmp.unlink()
 
 
+@quiet_on_closed_pipe
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    try:
+        from sporenet.converter.convert import convert_onnx_model
+        from sporenet.converter.onnx_import.registry import supported_onnx_ops
+    except ModuleNotFoundError as exc:
+        if exc.name != "onnx":
+            raise
+        print(f"sporenet-convert: error: {MISSING_ONNX}", file=sys.stderr)
+        return 1
     if args.list_ops:
         print("\n".join(supported_onnx_ops()))
         return 0
