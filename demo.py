@@ -13,7 +13,6 @@ personalization -> federated rounds across a small fleet.
 
 from __future__ import annotations
 
-import argparse
 import json
 import socket
 import subprocess
@@ -27,6 +26,7 @@ import numpy as np
 
 from sporenet import cloud, lite
 from sporenet.lite import Interpreter, OpCode
+from sporenet.lite.console import make_parser
 from sporenet.lite.training import OptimizerConfig, Trainer, make_training_model
 
 
@@ -67,14 +67,29 @@ def fine_tune_head(model: lite.Model, x: np.ndarray, y: np.ndarray, *, epochs: i
     return trainer
 
 
+class EpochProgress(cloud.Callback):
+    """One line per cloud training epoch, so the demo shows progress while it trains."""
+
+    def on_epoch_begin(self, epoch: int, state: cloud.callbacks.TrainingState) -> None:
+        self.start = time.perf_counter()
+
+    def on_epoch_end(self, epoch: int, logs: dict[str, float],
+                     state: cloud.callbacks.TrainingState) -> None:
+        print(f"[1/4] cloud: epoch {epoch + 1}/{state.epochs}, loss {logs['loss']:.4f} "
+              f"({time.perf_counter() - self.start:.1f}s)", flush=True)
+
+
 def stage_cloud(out: Path, epochs: int) -> tuple[Path, cloud.datasets.Split]:
+    print(f"[1/4] cloud: training a small CNN on the 8x8 digits for {epochs} epochs "
+          "(graph mode)", flush=True)
     data = cloud.load_digits()
     cloud.manual_seed(0)
     model = cloud.models.digits_cnn()
     schedule = cloud.schedules.CosineLR(3e-3, total_steps=epochs, min_lr=3e-3 / 20)
     start = time.perf_counter()
     cloud.fit(model, data.x_train, data.y_train, epochs=epochs, batch_size=32,
-              optimizer=cloud.Adam(lr=3e-3), callbacks=[cloud.LearningRateScheduler(schedule)],
+              optimizer=cloud.Adam(lr=3e-3),
+              callbacks=[cloud.LearningRateScheduler(schedule), EpochProgress()],
               augment=cloud.datasets.random_shift, seed=0, verbose=0, mode="graph")
     result = cloud.evaluate(model, data.x_test, data.y_test, mode="graph")
     path = out / "digits.spore"
@@ -129,6 +144,8 @@ def _free_port() -> int:
 
 def stage_federated(path: Path, data: cloud.datasets.Split, out: Path, *, rounds: int,
                     clients: int) -> None:
+    print(f"[4/4] fleet: starting a sporenet-server daemon and {clients} devices for "
+          f"{rounds} FedAvg rounds", flush=True)
     base = lite.load(path)
     address = f"127.0.0.1:{_free_port()}"
     state = out / "server-state"
@@ -198,11 +215,14 @@ def stage_federated(path: Path, data: cloud.datasets.Split, out: Path, *, rounds
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=None, help="folder for files (a temp dir)")
+    parser = make_parser("python -m sporenet.demo", " ".join(__doc__.split("\n\n")[0].split()))
+    parser.add_argument("--out", type=Path, default=None,
+                        help="folder for the model file and the server's state (default: a "
+                        "new temporary folder)")
     parser.add_argument("--epochs", type=int, default=20, help="cloud training epochs")
     parser.add_argument("--rounds", type=int, default=3, help="federated rounds")
-    parser.add_argument("--clients", type=int, default=4, help="federated devices")
+    parser.add_argument("--clients", type=int, default=4,
+                        help="federated devices (client threads)")
     args = parser.parse_args(argv)
     for name in ("epochs", "rounds", "clients"):
         if getattr(args, name) < 1:

@@ -7,5 +7,6 @@ NOT_SHIPPED = ["tests", "tests.*", "benchmarks", "benchmarks.*", "examples", "ex
 
 setup(
     packages=["sporenet", *(f"sporenet.{n}" for n in find_packages(".", exclude=NOT_SHIPPED))],
-    package_data={"sporenet.proto": ["*.fbs", "*.proto"]},
+    # py.typed: the package ships type hints (PEP 561).
+    package_data={"sporenet": ["py.typed"], "sporenet.proto": ["*.fbs", "*.proto"]},
 )

@@ -1,14 +1,48 @@
-"""sporenet.converter: ONNX and TFLite models in, optimized .spore files out."""
+"""sporenet.converter: ONNX and TFLite models in, optimized .spore files out.
 
-from sporenet.converter.convert import ConversionReport, convert_onnx, convert_onnx_model
-from sporenet.converter.convert_tflite import convert_tflite, convert_tflite_model
+The ONNX entry points are imported on first use, so the IR graph passes
+(`sporenet.converter.passes`), which need no `onnx`, can be used without it installed.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from sporenet.converter.errors import ConversionError, InvalidOnnxError, UnsupportedOnnxOpError
-from sporenet.converter.onnx_import.registry import supported_onnx_ops
-from sporenet.converter.tflite_import.importer import (
-    UnsupportedTfliteOpError,
-    supported_tflite_ops,
-)
-from sporenet.converter.tflite_import.reader import InvalidTfliteError
+
+if TYPE_CHECKING:
+    from sporenet.converter.convert import ConversionReport, convert_onnx, convert_onnx_model
+    from sporenet.converter.convert_tflite import convert_tflite, convert_tflite_model
+    from sporenet.converter.onnx_import.registry import supported_onnx_ops
+    from sporenet.converter.tflite_import.importer import (
+        UnsupportedTfliteOpError,
+        supported_tflite_ops,
+    )
+    from sporenet.converter.tflite_import.reader import InvalidTfliteError
+
+_LAZY = {
+    "ConversionReport": "sporenet.converter.convert",
+    "convert_onnx": "sporenet.converter.convert",
+    "convert_onnx_model": "sporenet.converter.convert",
+    "supported_onnx_ops": "sporenet.converter.onnx_import.registry",
+    "convert_tflite": "sporenet.converter.convert_tflite",
+    "convert_tflite_model": "sporenet.converter.convert_tflite",
+    "UnsupportedTfliteOpError": "sporenet.converter.tflite_import.importer",
+    "supported_tflite_ops": "sporenet.converter.tflite_import.importer",
+    "InvalidTfliteError": "sporenet.converter.tflite_import.reader",
+}
+"""Public names imported on first use (the ONNX ones need `onnx`), and their modules."""
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'sporenet.converter' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "ConversionError",

@@ -16,15 +16,18 @@ import sys
 import traceback
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from sporenet.converter.convert import ConversionReport, convert_onnx_model
-from sporenet.converter.convert_tflite import convert_tflite_model
 from sporenet.converter.errors import ConversionError
-from sporenet.converter.onnx_import.registry import supported_onnx_ops
-from sporenet.converter.quantize import Method, Mode, load_calibration, quantize_model
-from sporenet.converter.tflite_import.reader import is_tflite
+from sporenet.lite.console import make_parser, quiet_on_closed_pipe
 from sporenet.lite.errors import LiteError
 from sporenet.lite.format import FILE_IDENTIFIER, load, serialize
+
+if TYPE_CHECKING:
+    from sporenet.converter.convert import ConversionReport
+
+MISSING_ONNX = ("the converter needs the onnx package, which is not installed: "
+                "pip install 'sporenet[onnx]'")
 
 
 class UsageError(Exception):
@@ -62,6 +65,8 @@ def _size(n: int) -> str:
 
 def is_tflite_file(path: Path) -> bool:
     """A .tflite model: TFLite's file identifier, or the suffix when the file is unreadable."""
+    from sporenet.converter.tflite_import.reader import is_tflite
+
     try:
         with open(path, "rb") as f:
             return is_tflite(f.read(8))
@@ -104,23 +109,40 @@ def format_report(source: Path, target: Path, report: ConversionReport, source_b
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="sporenet-convert",
-        description="Convert an ONNX or TFLite model into a sporenet .spore model file.")
+    from sporenet.converter.quantize import Method, Mode
+
+    parser = make_parser(
+        "sporenet-convert",
+        "Convert an ONNX or TFLite model into a sporenet .spore model file and print a report "
+        "(op counts before and after the graph passes, parameters, sizes, time); with "
+        "--quantize, also quantize it (a .spore input is quantized as it is). The file is "
+        "written atomically: a failed conversion leaves no output.",
+        epilog="Exit status: 0 on success, 1 when the model cannot be converted or written, "
+        "2 for a usage error, 70 for an internal error.\n\n"
+        "examples:\n\n"
+        "  sporenet-convert model.onnx -o model.spore --input-shape input:1,3,224,224\n"
+        "  sporenet-convert model.tflite -o model.spore\n"
+        "  sporenet-convert model.spore -o model.int8.spore --quantize int8 "
+        "--calibration data.npz\n"
+        "  sporenet-convert --list-ops | head")
     parser.add_argument("model", nargs="?",
                         help="the .onnx or .tflite model to convert (or a .spore model to "
                         "quantize)")
     parser.add_argument("-o", "--output", help="where to write the .spore file "
                         "(default: MODEL with a .spore suffix)")
     parser.add_argument("--input-shape", action="append", default=[], metavar="NAME:D0,D1,...",
-                        help="fix an input's shape (repeatable), e.g. input:1,3,224,224")
+                        help="fix a dynamic input's shape (repeatable), e.g. "
+                        "input:1,3,224,224; dimensions left dynamic stay -1 in the model")
     parser.add_argument("--no-optimize", action="store_true",
-                        help="skip the graph optimization passes")
+                        help="skip the graph optimization passes (constant folding, "
+                        "BatchNorm folding, activation fusion, ...)")
     parser.add_argument("--metadata", action="append", default=[], metavar="KEY=VALUE",
                         help="store a metadata entry in the model (repeatable)")
     parser.add_argument("--list-ops", action="store_true",
                         help="print every ONNX op type the converter accepts and exit")
-    parser.add_argument("--verbose", action="store_true", help="a longer report")
+    parser.add_argument("--verbose", action="store_true",
+                        help="a longer report (every op and pass, the ONNX op counts) and a "
+                        "traceback on an internal error")
     quant = parser.add_argument_group("quantization")
     quant.add_argument("--quantize", choices=[m.value for m in Mode],
                        help="int8/uint8: static (needs --calibration); dynamic: int8 weights, "
@@ -147,9 +169,20 @@ def _write_atomically(target: Path, data: bytes) -> None:
             tmp.unlink()
 
 
+@quiet_on_closed_pipe
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    try:
+        from sporenet.converter.convert import convert_onnx_model
+        from sporenet.converter.convert_tflite import convert_tflite_model
+        from sporenet.converter.onnx_import.registry import supported_onnx_ops
+        from sporenet.converter.quantize import load_calibration, quantize_model
+    except ModuleNotFoundError as exc:
+        if exc.name != "onnx":
+            raise
+        print(f"sporenet-convert: error: {MISSING_ONNX}", file=sys.stderr)
+        return 1
     if args.list_ops:
         print("\n".join(supported_onnx_ops()))
         return 0

@@ -7,6 +7,8 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from sporenet.converter.errors import ConversionError
 from sporenet.converter.onnx_import.importer import import_onnx
 from sporenet.converter.onnx_import.loader import OnnxSource, load_onnx

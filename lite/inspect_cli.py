@@ -7,12 +7,16 @@ import sys
 from collections import Counter
 from pathlib import Path
 
+from sporenet.lite.console import make_parser, quiet_on_closed_pipe
 from sporenet.lite.errors import ModelFormatError
 from sporenet.lite.format import load
 from sporenet.lite.graph import Model
 
+DEFAULT_MAX_TENSORS = 50
+"""Tensors listed before the summary cuts the table short (--all-tensors lists every one)."""
 
-def describe(model: Model, *, max_tensors: int = 50) -> str:
+
+def describe(model: Model, *, max_tensors: int = DEFAULT_MAX_TENSORS) -> str:
     """A human-readable summary of `model`."""
     lines = [f"producer: {model.producer} {model.producer_version}".rstrip()]
     if model.description:
@@ -41,11 +45,23 @@ def describe(model: Model, *, max_tensors: int = 50) -> str:
     return "\n".join(lines)
 
 
+def build_parser() -> argparse.ArgumentParser:
+    parser = make_parser(
+        "sporenet-inspect",
+        "Print a .spore model's producer, parameter count, ops per graph, tensors "
+        "(index, constant or not, dtype, shape, name, trainable), signatures and metadata.",
+        epilog="Exit status: 0 when the model is valid, 2 when it cannot be read or the "
+        "validator rejects it (its message says what is wrong).\n\n"
+        "example:\n\n  sporenet-inspect digits.spore --all-tensors | less")
+    parser.add_argument("model", type=Path, help="the .spore model file to describe")
+    parser.add_argument("--all-tensors", action="store_true",
+                        help=f"list every tensor, not only the first {DEFAULT_MAX_TENSORS}")
+    return parser
+
+
+@quiet_on_closed_pipe
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="sporenet-inspect", description=__doc__)
-    parser.add_argument("model", type=Path)
-    parser.add_argument("--all-tensors", action="store_true", help="list every tensor")
-    args = parser.parse_args(argv)
+    args = build_parser().parse_args(argv)
     try:
         model = load(args.model)
     except ModelFormatError as exc:
@@ -55,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"sporenet-inspect: {exc}", file=sys.stderr)
         return 2
     print(f"model: {args.model} ({args.model.stat().st_size:,} bytes)")
-    print(describe(model, max_tensors=10**9 if args.all_tensors else 50))
+    print(describe(model, max_tensors=10**9 if args.all_tensors else DEFAULT_MAX_TENSORS))
     return 0
 
 

@@ -1,6 +1,7 @@
 """RNN, GRU and LSTM unrolled over a static sequence length into FullyConnected,
 elementwise and activation nodes. Used only for onnxruntime's DynamicQuantizeLSTM, whose
-per-step dynamic quantization the LSTM kernel does not model (ONNX gate layouts, directions, clip, layout attribute).
+per-step dynamic quantization the LSTM kernel does not model (ONNX gate layouts,
+directions, clip, layout attribute).
 
 Per direction and time step: the input projection x_t W^T + Wb is one FullyConnected,
 the recurrent projection h W_r^T (+ Rb) another, then the gate arithmetic of the ONNX spec.
