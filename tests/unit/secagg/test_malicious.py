@@ -342,3 +342,13 @@ def test_masked_input_carries_refused_peers_and_the_server_checks_them() -> None
     stranger = next(v for v in range(6) if v != 0 and v not in server.neighbours[0])
     with pytest.raises(ProtocolError, match="refused shares of clients"):
         server.receive(MaskedInput(0, np.zeros(3, np.uint32), (stranger,)))
+
+
+def test_secure_round_names_complaints_by_id() -> None:
+    ids = [f"c{i}" for i in range(6)]
+    r = SecureRound.start(
+        SecAggConfig(num_neighbours=4), client_ids=ids, template={"w": ((3,), np.float32)}
+    )
+    r.server.complaints = {1: frozenset({0, 2})}
+    assert r.complaints() == {"c1": ["c0", "c2"]}
+    assert SecureRound.from_bytes(r.to_bytes()).complaints() == r.complaints()
