@@ -9,7 +9,7 @@ The decoder is syndrome based and vectorized over secrets and chunks like shamir
 
 1. syndromes S_i = sum_j w_j x_j^i y_j for i < s - t, with w_j = 1 / prod_{k != j}(x_j - x_k):
    all zero exactly when the shares lie on one polynomial of degree < t (the fast path:
-   one einsum, then the usual interpolation of t shares);
+   a few exact float64 matmuls, then the usual interpolation of t shares);
 2. otherwise Berlekamp-Massey on the first 2e syndromes finds the error locator
    L(z) = prod_bad (1 - x_j z), and its roots among the holders' 1/x_j are the bad shares;
 3. the shares left are checked again (their own syndromes must vanish) before the secret
