@@ -16,6 +16,13 @@ protobuf<7; see pyproject.toml): `pip install --no-deps flwr` and its small deps
 
     python benchmarks/secure_aggregation.py            # n in {10, 100, 1000}, d = 100k
     python benchmarks/secure_aggregation.py --quick    # n in {10, 100}, d = 10k
+    python benchmarks/secure_aggregation.py --reconstruction   # unmask-stage decoding only
+
+--reconstruction times what the server does with the shares at unmask, for every
+surviving client's self-mask seed (n secrets, k shares each, threshold t): the Lagrange
+interpolation of the first t shares (what the server did before robust decoding, which
+cannot notice a bad share) against Reed-Solomon decoding of all k shares with no bad
+share, with one tampering holder, and with the most bad shares k shares can correct.
 """
 
 from __future__ import annotations
@@ -28,7 +35,7 @@ import time
 import numpy as np
 
 from sporenet.federated.aggregation import WeightedMeanAggregator
-from sporenet.federated.secagg import SecAggConfig, Stage
+from sporenet.federated.secagg import SecAggConfig, Stage, decoding, shamir
 from sporenet.federated.secagg.simulation import DropoutPlan, run_round
 
 POOL = 8  # distinct update vectors, reused round-robin (generation is not what we measure)
@@ -228,6 +235,80 @@ def _run_flower(n: int, d: int, dropout: float, pool: list[np.ndarray]) -> dict:
     }
 
 
+def _median_ms(fn, repeats: int) -> float:
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return 1000 * float(np.median(times))
+
+
+def bench_reconstruction(n: int, k: int, t: int, repeats: int) -> dict:
+    """ms to recover n secrets from k shares each: first-t Lagrange vs robust decoding."""
+    rng = np.random.default_rng(n + k + t)
+    secrets = rng.integers(0, 256, (n, 32), dtype=np.uint8)
+    # Each secret's holders are k of the n clients (coordinates: index + 1), as at unmask.
+    xs = np.stack([np.sort(rng.choice(n, size=k, replace=False)) + 1 for _ in range(n)])
+    ys = np.stack([shamir.share(secrets[i : i + 1], xs[i], t)[0] for i in range(n)])
+    e = decoding.correctable(k, t)
+    row: dict = {"n": n, "k": k, "t": t, "correctable": e}
+    row["lagrange_first_t_ms"] = _median_ms(lambda: shamir.reconstruct(xs, ys, t), repeats)
+    for label, bad in (("robust_clean_ms", 0), ("robust_one_bad_ms", 1), ("robust_max_bad_ms", e)):
+        tampered = ys.copy()
+        for i in range(n):
+            for j in rng.choice(k, size=bad, replace=False):
+                tampered[i, j, 0] = (tampered[i, j, 0] + 1) % shamir.PRIME
+        got = decoding.decode(xs, tampered, t)
+        if not (got.ok.all() and np.array_equal(got.secrets, secrets)):
+            raise SystemExit(f"robust decoding failed with {bad} bad shares per secret")
+        if int(got.bad.sum()) != bad * n:
+            raise SystemExit(f"robust decoding located {int(got.bad.sum())} of {bad * n}")
+        row[label] = _median_ms(lambda tampered=tampered: decoding.decode(xs, tampered, t), repeats)
+    return row
+
+
+def _runtime_note() -> str:
+    import resource
+
+    try:
+        from threadpoolctl import threadpool_info
+
+        blas = ", ".join(
+            f"{p.get('internal_api')} {p.get('architecture')} x{p.get('num_threads')}"
+            for p in threadpool_info()
+            if p.get("user_api") == "blas"
+        )
+    except ImportError:
+        blas = "threadpoolctl not installed"
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return f"BLAS: {blas or 'none loaded'}; peak RSS {peak:.0f} MB"
+
+
+def run_reconstruction(args: argparse.Namespace) -> int:
+    cases = [(100, 98, 50), (100, 20, 11), (1000, 30, 16)]
+    print(
+        f"{'n':>6}{'k':>5}{'t':>5}{'e':>4}{'lagrange t':>12}{'robust':>9}"
+        f"{'x':>7}{'1 bad':>9}{'e bad':>9}   (ms per reconstruction of n secrets, median)"
+    )
+    rows = []
+    for n, k, t in cases:
+        r = bench_reconstruction(n, k, t, args.repeats)
+        rows.append(r)
+        print(
+            f"{n:>6}{k:>5}{t:>5}{r['correctable']:>4}{r['lagrange_first_t_ms']:>12.1f}"
+            f"{r['robust_clean_ms']:>9.1f}"
+            f"{r['robust_clean_ms'] / r['lagrange_first_t_ms']:>7.1f}"
+            f"{r['robust_one_bad_ms']:>9.1f}{r['robust_max_bad_ms']:>9.1f}"
+        )
+        sys.stdout.flush()
+    print(_runtime_note())
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=2)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="n in {10, 100}, d = 10k")
@@ -242,7 +323,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--no-flower", action="store_true")
     ap.add_argument("--json", help="also write the rows to this file")
+    ap.add_argument(
+        "--reconstruction", action="store_true", help="time the unmask-stage decoding only"
+    )
+    ap.add_argument("--repeats", type=int, default=7, help="timings per reconstruction case")
     args = ap.parse_args(argv)
+    if args.reconstruction:
+        return run_reconstruction(args)
     clients = args.clients or ([10, 100] if args.quick else [10, 100, 1000])
     d = args.params or (10_000 if args.quick else 100_000)
     pool = _pool(d)

@@ -5,7 +5,9 @@ holds for its neighbours) in memory for the round only. It checks every server m
 against the public graph and refuses any unmask request that would let the server learn
 both secrets of one peer (the peer's self-mask seed and its mask-agreement key). A peer
 whose advertised key is a low-order point (every shared secret with it all zeros) is
-refused, not agreed with: the client carries on with its other neighbours.
+refused, not agreed with, and so is one whose relayed shares fail to decrypt (the client
+holds none of its shares and says so in its masked input): either way the client carries
+on with its other neighbours.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import numpy as np
 from sporenet.federated.secagg import crypto, shamir
 from sporenet.federated.secagg.encoding import FixedPointCodec
 from sporenet.federated.secagg.errors import (
+    DecryptionError,
     InvalidKeyError,
     ProtocolError,
     ThresholdError,
@@ -82,7 +85,7 @@ class SecAggClient:
         self._held: dict[int, tuple[bytes, bytes]] = {}
         self._revealed_key: set[int] = set()
         self._revealed_self_mask: set[int] = set()
-        #: Peers refused at share-keys for an invalid public key (peer -> why).
+        #: Peers refused for an invalid public key or undecryptable shares (peer -> why).
         self.refused_peers: dict[int, str] = {}
 
     def _expect(self, step: str) -> None:
@@ -176,19 +179,29 @@ class SecAggClient:
                 f"update has {vector.size} values, the round expects {self.setup.vector_length}"
             )
         rid = self.setup.round_id
+        undecryptable: list[int] = []
         for sender in sorted(senders):
-            plain = crypto.decrypt(
-                self._channel_keys[sender],
-                delivery.ciphertexts[sender],
-                round_id=rid,
-                sender=sender,
-                recipient=self.index,
-            )
-            if len(plain) != _SHARE_PLAINTEXT_BYTES or _SHARE_HEADER.unpack_from(plain) != (
-                sender,
-                self.index,
-            ):
-                raise ProtocolError(f"share from client {sender} is malformed or misaddressed")
+            try:
+                plain = crypto.decrypt(
+                    self._channel_keys[sender],
+                    delivery.ciphertexts[sender],
+                    round_id=rid,
+                    sender=sender,
+                    recipient=self.index,
+                )
+                if len(plain) != _SHARE_PLAINTEXT_BYTES or _SHARE_HEADER.unpack_from(plain) != (
+                    sender,
+                    self.index,
+                ):
+                    raise DecryptionError(
+                        f"share from client {sender} is malformed or misaddressed"
+                    )
+            except DecryptionError as e:
+                # The sender is still masked with (its mask key is fine); only its shares
+                # are refused, and the server hears so with the masked input.
+                self.refused_peers[sender] = str(e)
+                undecryptable.append(sender)
+                continue
             body = plain[_SHARE_HEADER.size :]
             self._held[sender] = (body[: shamir.SHARE_BYTES], body[shamir.SHARE_BYTES :])
         y = self._codec.encode(vector, self._rng)
@@ -204,7 +217,7 @@ class SecAggClient:
             )
             add_mask(y, seed, mask_sign(self.index, peer))
         self._step = "unmask"
-        return MaskedInput(self.index, self._codec.reduce(y))
+        return MaskedInput(self.index, self._codec.reduce(y), tuple(undecryptable))
 
     def unmask(self, request: UnmaskRequest) -> UnmaskResponse:
         """Reveal key shares of dropped peers and self-mask shares of surviving peers."""
@@ -218,7 +231,7 @@ class SecAggClient:
                 f"client {self.index} refuses: peers {sorted(both)} are listed "
                 "as both dropped and surviving"
             )
-        unknown = (dropped | survivors) - set(self._held)
+        unknown = (dropped | survivors) - set(self._held) - set(self.refused_peers)
         if unknown:
             raise ProtocolError(f"client {self.index} holds no shares of peers {sorted(unknown)}")
         conflict = (dropped & self._revealed_self_mask) | (survivors & self._revealed_key)
@@ -236,6 +249,6 @@ class SecAggClient:
         self._revealed_self_mask |= survivors
         return UnmaskResponse(
             self.index,
-            {v: self._held[v][0] for v in sorted(dropped)},
-            {v: self._held[v][1] for v in sorted(survivors)},
+            {v: self._held[v][0] for v in sorted(dropped) if v in self._held},
+            {v: self._held[v][1] for v in sorted(survivors) if v in self._held},
         )

@@ -29,10 +29,10 @@ PURPOSE_ENCRYPTION = b"enc"
 PURPOSE_MASK = b"mask"
 _DOMAIN = b"sporenet/secagg/v1/"
 _FIELD_PRIME = 2**255 - 19
-#: u-coordinates (mod 2^255 - 19) of the points of order 1, 2, 4 and 8 on Curve25519 and
-#: its twist: with X25519's clamped scalars (multiples of 8) each gives the all-zero shared
-#: secret. The same list as libsodium's blocklist and cr.yp.to/ecdh.html; X25519 ignores
-#: bit 255 and reduces u mod p, so every encoding of these values is one of them.
+#: u-coordinates (mod 2^255 - 19) of the small-order points (order dividing 8) of
+#: Curve25519 and its twist: with X25519's clamped scalars (multiples of 8) each gives the
+#: all-zero shared secret. The same values as libsodium's blocklist; X25519 ignores bit 255
+#: and reduces u mod p, so all 14 encodings of them (p and p + 1 too) are caught.
 LOW_ORDER_U: frozenset[int] = frozenset(
     {
         0,

@@ -9,7 +9,7 @@ The decoder is syndrome based and vectorized over secrets and chunks like shamir
 
 1. syndromes S_i = sum_j w_j x_j^i y_j for i < s - t, with w_j = 1 / prod_{k != j}(x_j - x_k):
    all zero exactly when the shares lie on one polynomial of degree < t (the fast path:
-   one einsum, then the usual interpolation of t shares);
+   a few exact float64 matmuls, then the usual interpolation of t shares);
 2. otherwise Berlekamp-Massey on the first 2e syndromes finds the error locator
    L(z) = prod_bad (1 - x_j z), and its roots among the holders' 1/x_j are the bad shares;
 3. the shares left are checked again (their own syndromes must vanish) before the secret
@@ -60,15 +60,17 @@ def correctable(shares: int, threshold: int) -> int:
 
 
 def _dot(weights: np.ndarray, ys: np.ndarray) -> np.ndarray:
-    """(m, s, r) x (m, s, c) -> (m, c, r): sum_j weights[j] * ys[j] mod p, exactly.
+    """(m, r, s) x (m, s, c) -> (m, c, r): sum_j weights[j] * ys[j] mod p, exactly.
 
     Both operands are split into 16-bit halves, so every partial product is < 2^32 and a
     sum of s < 2^21 of them is an exact float64: four BLAS matmuls instead of an int64 loop.
     """
-    wt = np.swapaxes(weights, 1, 2)  # (m, r, s)
-    w_parts = [(wt & _LOW_MASK).astype(np.float64), (wt >> _LOW_BITS).astype(np.float64)]
+    w_parts = [
+        (weights & _LOW_MASK).astype(np.float64),
+        (weights >> _LOW_BITS).astype(np.float64),
+    ]
     y_parts = [(ys & _LOW_MASK).astype(np.float64), (ys >> _LOW_BITS).astype(np.float64)]
-    acc = np.zeros((weights.shape[0], weights.shape[2], ys.shape[2]), np.int64)
+    acc = np.zeros((weights.shape[0], weights.shape[1], ys.shape[2]), np.int64)
     for i, wp in enumerate(w_parts):
         for j, yp in enumerate(y_parts):
             part = np.matmul(wp, yp).astype(np.int64) % PRIME  # (m, r, c)
@@ -77,31 +79,29 @@ def _dot(weights: np.ndarray, ys: np.ndarray) -> np.ndarray:
 
 
 def _syndrome_weights(xs: np.ndarray, count: int, bad: np.ndarray | None) -> np.ndarray:
-    """(m, s, count): w_j x_j^i for i < count over the shares not marked bad (zero there).
+    """(m, count, s): w_j x_j^i for i < count over the shares not marked bad (zero there).
 
     w_j = 1 / prod_{k != j, k good}(x_j - x_k) are the dual code's column multipliers: with
     them sum_j w_j x_j^i f(x_j) = 0 for every polynomial f of degree < good - i - 1.
     """
     m, s = xs.shape
-    factors = (xs[:, :, None] - xs[:, None, :]) % PRIME  # (m, j, k): x_j - x_k
-    skip = np.eye(s, dtype=bool)[None, :, :]
-    if bad is not None:
-        skip = skip | bad[:, None, :]
-    factors = np.where(skip, 1, factors)
-    while factors.shape[2] > 1:  # a product tree along k, reduced mod p at every level
-        if factors.shape[2] % 2:
-            factors = np.concatenate([factors, np.ones((m, s, 1), np.int64)], axis=2)
-        factors = factors[:, :, 0::2] * factors[:, :, 1::2] % PRIME
-    den = factors[:, :, 0]
+    den = np.ones((m, s), np.int64)
+    for k in range(s):
+        diff = (xs - xs[:, k : k + 1]) % PRIME  # x_j - x_k for every j
+        diff[:, k] = 1
+        if bad is not None:
+            diff[bad[:, k]] = 1
+        den *= diff
+        den %= PRIME
     if np.any(den == 0):
         raise ReconstructionError("two shares of one secret have the same holder coordinate")
     w = inverse(den)
     if bad is not None:
         w = np.where(bad, 0, w)
-    out = np.empty((m, s, count), np.int64)
+    out = np.empty((m, count, s), np.int64)
     power = w
     for i in range(count):
-        out[:, :, i] = power
+        out[:, i, :] = power
         power = power * xs % PRIME
     return out
 

@@ -217,15 +217,21 @@ _MASKED_HEADER = struct.Struct("<4sIBI")  # magic, client, dtype size, length
 
 @dataclass(frozen=True)
 class MaskedInput:
-    """Client -> server: the masked, encoded update (uniform over the ring on its own)."""
+    """Client -> server: the masked, encoded update (uniform over the ring on its own), and
+    the neighbours whose relayed shares failed to decrypt (`refused`: it holds none of
+    their shares). The refused list follows the vector: count, then the indices (u32)."""
 
     client: int
     vector: np.ndarray
+    refused: tuple[int, ...] = ()
 
     def to_bytes(self) -> bytes:
         v = np.ascontiguousarray(self.vector)
         header = _MASKED_HEADER.pack(_MASKED_MAGIC, self.client, v.dtype.itemsize, v.size)
-        return header + v.astype(v.dtype.newbyteorder("<"), copy=False).tobytes()
+        trailer = b""
+        if self.refused:
+            trailer = struct.pack(f"<I{len(self.refused)}I", len(self.refused), *self.refused)
+        return header + v.astype(v.dtype.newbyteorder("<"), copy=False).tobytes() + trailer
 
     @classmethod
     def from_bytes(cls, data: bytes) -> MaskedInput:
@@ -234,13 +240,21 @@ class MaskedInput:
         magic, client, itemsize, length = _MASKED_HEADER.unpack_from(data)
         if magic != _MASKED_MAGIC or itemsize not in (4, 8):
             raise ProtocolError("not a MaskedInput message")
-        if len(data) != _MASKED_HEADER.size + itemsize * length:
+        end = _MASKED_HEADER.size + itemsize * length
+        refused: tuple[int, ...] = ()
+        if len(data) >= end + 4:
+            (count,) = struct.unpack_from("<I", data, end)
+            if len(data) == end + 4 + 4 * count:
+                refused = struct.unpack_from(f"<{count}I", data, end + 4)
+                end = len(data)
+        if len(data) != end:
             raise ProtocolError(
                 f"MaskedInput declares {length} elements of {itemsize} bytes "
                 f"but carries {len(data) - _MASKED_HEADER.size} bytes"
             )
         dtype = np.dtype(f"<u{itemsize}")
-        return cls(client, np.frombuffer(data, dtype, count=length, offset=_MASKED_HEADER.size))
+        vector = np.frombuffer(data, dtype, count=length, offset=_MASKED_HEADER.size)
+        return cls(client, vector, tuple(refused))
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,11 @@ key is excluded at once (ClientExcludedError; to its peers it is a dropout befor
 sharing, so no honest client ever uses its key). At unmask every secret is decoded from
 all the shares that arrived (decoding.py): up to (s - t) // 2 bad shares among s are
 located and left out, and their senders are excluded instead of failing the round.
-`excluded` (and the result's) names every excluded client with the reason.
+`excluded` (and the result's) names every excluded client with the reason. A client
+whose relayed shares a peer could not decrypt is not excluded on that peer's word alone
+(the server cannot tell which of the two lies): the peer holds none of its shares, which
+counts against the threshold like a dropped holder, and `complaints` records who
+reported whom.
 """
 
 from __future__ import annotations
@@ -149,6 +153,8 @@ class SecAggServer:
         self._out_of_range = 0
         #: Clients excluded for misbehaving, with the reason (persisted).
         self.excluded: dict[int, str] = {}
+        #: recipient -> the senders whose shares it could not decrypt (it holds none).
+        self.complaints: dict[int, frozenset[int]] = {}
 
     @classmethod
     def start(cls, config: SecAggConfig, *, num_clients: int, vector_length: int) -> SecAggServer:
@@ -267,9 +273,18 @@ class SecAggServer:
                     f"client {u}: masked input must be {self.vector_length} x "
                     f"{ring_dtype(self.params.modulus_bits)}, found {v.size} x {v.dtype}"
                 )
+            delivered = self.neighbours[u] & self.survivors[Stage.SHARE_KEYS]
+            refused = set(message.refused)
+            if not refused <= delivered or len(refused) != len(message.refused):
+                raise ProtocolError(
+                    f"client {u} refused shares of clients {sorted(message.refused)}, but was "
+                    f"sent shares by {sorted(delivered)} only"
+                )
             total = self._running_sum()
             np.add(total, v, out=total)
             self._uploaded.append(u)
+            if refused:
+                self.complaints[u] = frozenset(refused)
         else:
             want = self.message_for(u)
             if not isinstance(want, UnmaskRequest):
@@ -277,9 +292,10 @@ class SecAggServer:
                     f"client {u}: an unmask response in stage {self.stage.value}, which asks "
                     f"for {type(want).__name__}"
                 )
-            if set(message.key_shares) != set(want.dropped) or set(message.self_mask_shares) != set(
-                want.survivors
-            ):
+            lacking = self.complaints.get(u, frozenset())
+            if set(message.key_shares) != set(want.dropped) - lacking or set(
+                message.self_mask_shares
+            ) != set(want.survivors) - lacking:
                 raise ProtocolError(f"client {u}'s unmask response does not answer its request")
             for owner, data in message.key_shares.items():
                 shamir.share_from_bytes(data)
@@ -334,13 +350,19 @@ class SecAggServer:
                 f"stage masked_input: {len(u3)} clients uploaded, threshold is {t}"
             )
         for u in sorted(u2):
-            holders = self.neighbours[u] & u3
-            needs = u in u3 or bool(holders)
+            holders = {v for v in self.neighbours[u] & u3 if u not in self.complaints.get(v, ())}
+            needs = u in u3 or bool(self.neighbours[u] & u3)
             if needs and len(holders) < t:
                 what = "self-mask seed" if u in u3 else "mask key"
+                accusers = sorted(v for v, of in self.complaints.items() if u in of)
+                why = (
+                    f" (clients {accusers} could not decrypt the shares it sent them)"
+                    if accusers
+                    else ""
+                )
                 raise ThresholdError(
                     f"stage masked_input: client {u}'s {what} has {len(holders)} "
-                    f"surviving share holders, threshold is {t}"
+                    f"surviving share holders{why}, threshold is {t}"
                 )
         self.survivors[Stage.MASKED_INPUT] = u3
         self.stage = Stage.UNMASK
@@ -413,13 +435,11 @@ class SecAggServer:
         for count, rows in sorted(by_count.items()):
             holders = [sorted(wanted[r][2]) for r in rows]
             xs = np.array(holders, np.int64) + 1
-            ys = np.array(
-                [
-                    [shamir.share_from_bytes(wanted[r][2][h]) for h in hs]
-                    for r, hs in zip(rows, holders, strict=True)
-                ],
-                np.int64,
-            ).reshape(len(rows), count, shamir.CHUNKS)
+            # Every share's length was checked on receipt: parse the group in one go.
+            raw = b"".join(
+                wanted[r][2][h] for r, hs in zip(rows, holders, strict=True) for h in hs
+            )
+            ys = np.frombuffer(raw, "<u4").astype(np.int64).reshape(len(rows), count, -1)
             found = decoding.decode(xs, ys, t)
             for i, r in enumerate(rows):
                 u, what, _ = wanted[r]
@@ -482,6 +502,7 @@ class SecAggServer:
             "self_mask_shares": _nested_b64(self._self_mask_shares),
             "excluded": {str(u): why for u, why in self.excluded.items()},
             "out_of_range": self._out_of_range,
+            "complaints": {str(u): sorted(v) for u, v in self.complaints.items()},
         }
         body = json.dumps(doc, separators=(",", ":")).encode()
         raw = b""
@@ -523,6 +544,10 @@ class SecAggServer:
             server._self_mask_shares = _nested_unb64(doc["self_mask_shares"])
             server.excluded = {int(u): str(why) for u, why in doc.get("excluded", {}).items()}
             server._out_of_range = int(doc.get("out_of_range", 0))
+            server.complaints = {
+                int(u): frozenset(int(v) for v in vs)
+                for u, vs in doc.get("complaints", {}).items()
+            }
             dtype = ring_dtype(server.params.modulus_bits).newbyteorder("<")
             ring_bytes = dtype.itemsize * server.vector_length
             if server.stage in (Stage.MASKED_INPUT, Stage.UNMASK, Stage.COMPLETED) or (

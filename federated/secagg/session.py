@@ -188,6 +188,14 @@ class SecureRound:
         order they were excluded; persisted with the round."""
         return {self.client_ids[i]: why for i, why in self.server.excluded.items()}
 
+    def complaints(self) -> dict[str, list[str]]:
+        """Recipient id -> ids of the senders whose relayed shares it could not decrypt
+        (reported with its masked input; persisted with the round)."""
+        return {
+            self.client_ids[u]: [self.client_ids[v] for v in sorted(of)]
+            for u, of in sorted(self.server.complaints.items())
+        }
+
     def result(self) -> tuple[Weights, list[str]]:
         """(mean delta over the contributors as named tensors, their client ids)."""
         res = self.server.result()

@@ -84,6 +84,8 @@ class SimulationReport:
     downloaded_bytes: dict[int, int]
     #: Clients the server excluded when they sent a message (index -> reason).
     refused: dict[int, str] = field(default_factory=dict)
+    #: recipient -> senders whose relayed shares it could not decrypt (server.complaints).
+    complaints: dict[int, frozenset[int]] = field(default_factory=dict)
 
 
 def run_round(
@@ -183,7 +185,9 @@ def run_round(
     t0 = time.perf_counter()
     result = server.result()
     server_time += time.perf_counter() - t0
-    return SimulationReport(result, expected, server_time, client_time, up, down, refused)
+    return SimulationReport(
+        result, expected, server_time, client_time, up, down, refused, dict(server.complaints)
+    )
 
 
 _REQUEST_OF_STAGE: dict[Stage, type] = {

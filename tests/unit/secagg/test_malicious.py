@@ -11,11 +11,13 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
 
 from sporenet.federated.secagg import (
+    ProtocolError,
     ReconstructionError,
     SecAggClient,
     SecAggConfig,
     SecAggServer,
     Stage,
+    ThresholdError,
     crypto,
 )
 from sporenet.federated.secagg.errors import ClientExcludedError, InvalidKeyError
@@ -23,6 +25,7 @@ from sporenet.federated.secagg.messages import (
     AdvertiseKeys,
     KeysBroadcast,
     MaskedInput,
+    ShareKeys,
     UnmaskResponse,
 )
 from sporenet.federated.secagg.session import SecureRound
@@ -272,3 +275,80 @@ def test_random_keys_pass_the_advertise_check() -> None:
             )
         )
     assert server.excluded == {} and server.pending_clients() == frozenset()
+
+
+def _garble_ciphertexts(bad_client: int, how_many: int):
+    """The bad client's share ciphertexts to its first `how_many` peers are altered."""
+
+    def tamper(stage: Stage, client: int, wire: bytes) -> bytes:
+        if stage != Stage.SHARE_KEYS or client != bad_client:
+            return wire
+        msg = ShareKeys.from_bytes(wire)
+        cts = dict(msg.ciphertexts)
+        for peer in sorted(cts)[:how_many]:
+            cts[peer] = cts[peer][:-1] + bytes([cts[peer][-1] ^ 1])
+        return ShareKeys(client, cts, msg.self_mask_digest).to_bytes()
+
+    return tamper
+
+
+def test_garbled_share_ciphertexts_are_refused_by_their_recipients_and_reported() -> None:
+    # k = 8, t = 5: client 3 garbles its shares to 3 peers, who refuse them (before, each
+    # withdrew); its secrets keep 5 holders and the round completes with everyone.
+    n, d = 10, 8
+    xs = np.random.default_rng(6).uniform(-1, 1, (n, d))
+    report = run_round(
+        lambda i: xs[i],
+        num_clients=n,
+        vector_length=d,
+        config=SecAggConfig(num_neighbours=8, threshold=5),
+        tamper=_garble_ciphertexts(3, 3),
+        restart_server=True,
+    )
+    assert report.result.contributors == tuple(range(n))
+    assert len(report.complaints) == 3
+    assert all(of == frozenset({3}) for of in report.complaints.values())
+    np.testing.assert_allclose(report.result.sum, xs.sum(axis=0), atol=report.result.error_bound)
+
+
+def test_too_many_garbled_ciphertexts_fail_the_run_naming_sender_and_recipients() -> None:
+    with pytest.raises(ThresholdError, match=r"client 3's self-mask seed has 4 .*could not "):
+        run_round(
+            lambda i: np.zeros(4),
+            num_clients=10,
+            vector_length=4,
+            config=SecAggConfig(num_neighbours=8, threshold=5),
+            tamper=_garble_ciphertexts(3, 4),
+        )
+
+
+def test_masked_input_carries_refused_peers_and_the_server_checks_them() -> None:
+    msg = MaskedInput(2, np.arange(5, dtype=np.uint32), (1, 3))
+    back = MaskedInput.from_bytes(msg.to_bytes())
+    assert back.refused == (1, 3) and back.vector.tolist() == list(range(5))
+    assert MaskedInput.from_bytes(MaskedInput(2, np.zeros(3, np.uint32)).to_bytes()).refused == ()
+    with pytest.raises(ProtocolError, match="declares"):
+        MaskedInput.from_bytes(msg.to_bytes()[:-2])
+    # A refusal of a peer that sent the client nothing is malformed.
+    server = _server(n=6, k=4)
+    for u in range(6):
+        key = crypto.public_bytes(crypto.generate_private_key())
+        server.receive(AdvertiseKeys(u, key, key))
+    server.close_stage()
+    for u in range(6):
+        peers = sorted(server.message_for(u).keys)  # type: ignore[attr-defined]
+        server.receive(ShareKeys(u, dict.fromkeys(peers, b"x" * 40), bytes(32)))
+    server.close_stage()
+    stranger = next(v for v in range(6) if v != 0 and v not in server.neighbours[0])
+    with pytest.raises(ProtocolError, match="refused shares of clients"):
+        server.receive(MaskedInput(0, np.zeros(3, np.uint32), (stranger,)))
+
+
+def test_secure_round_names_complaints_by_id() -> None:
+    ids = [f"c{i}" for i in range(6)]
+    r = SecureRound.start(
+        SecAggConfig(num_neighbours=4), client_ids=ids, template={"w": ((3,), np.float32)}
+    )
+    r.server.complaints = {1: frozenset({0, 2})}
+    assert r.complaints() == {"c1": ["c0", "c2"]}
+    assert SecureRound.from_bytes(r.to_bytes()).complaints() == r.complaints()

@@ -11,7 +11,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sporenet.federated.secagg import (
-    DecryptionError,
     ProtocolError,
     ReconstructionError,
     SecAggClient,
@@ -250,10 +249,13 @@ def test_completed_round_and_restart_mid_unmask() -> None:
 
 
 def test_tampered_share_ciphertext_is_detected_by_the_recipient() -> None:
+    victims: list[int] = []
+
     def tamper(stage, client, wire):
         if stage == Stage.SHARE_KEYS and client == 0:
             msg = ShareKeys.from_bytes(wire)
             victim = min(msg.ciphertexts)
+            victims.append(victim)
             ct = bytearray(msg.ciphertexts[victim])
             ct[-1] ^= 1
             return ShareKeys(
@@ -261,14 +263,18 @@ def test_tampered_share_ciphertext_is_detected_by_the_recipient() -> None:
             ).to_bytes()
         return wire
 
-    with pytest.raises(DecryptionError, match="from client 0"):
-        run_round(
-            lambda i: np.zeros(4),
-            num_clients=8,
-            vector_length=4,
-            config=SecAggConfig(num_neighbours=4),
-            tamper=tamper,
-        )
+    # The recipient refuses client 0's shares instead of withdrawing; the round completes
+    # with 4 - 1 = 3 = t holders of client 0's secrets, and the complaint is on record.
+    report = run_round(
+        lambda i: np.ones(4) * 0.5,
+        num_clients=8,
+        vector_length=4,
+        config=SecAggConfig(num_neighbours=4),
+        tamper=tamper,
+    )
+    assert report.result.contributors == tuple(range(8))
+    assert report.complaints == {victims[0]: frozenset({0})}
+    np.testing.assert_allclose(report.result.sum, np.full(4, 4.0), atol=report.result.error_bound)
 
 
 def test_corrupted_unmask_shares_never_yield_a_wrong_sum() -> None:
