@@ -36,3 +36,23 @@ def weight_bound(x_max: int, w: np.ndarray, reduce_axes: tuple[int, ...]) -> int
     """max|x| times the largest sum of |w| over the reduction axes (one output's terms)."""
     sums = np.abs(w.astype(np.int64)).sum(axis=reduce_axes)
     return int(x_max) * int(sums.max(initial=0))
+
+
+def split_reduction(x_max: int, w: np.ndarray) -> list[tuple[int, int]]:
+    """Split the reduction axis (axis 1 of w, (O, K)) into ranges whose float32 partial
+    sums stay exact: x_max * max over outputs of sum |w| over the range < 2^24."""
+    a = np.abs(w.reshape(w.shape[0], -1).astype(np.int64)) * int(x_max)
+    if a.max(initial=0) >= FLOAT32_EXACT:
+        raise OverflowError("a single product exceeds float32's exact range")
+    cums = np.cumsum(a, axis=1)
+    k = cums.shape[1]
+    ranges, start = [], 0
+    base = np.zeros(cums.shape[0], np.int64)
+    while start < k:
+        reach = (cums[:, start:] - base[:, None]).max(axis=0)
+        end = start + int(np.searchsorted(reach, FLOAT32_EXACT - 1, side="right"))
+        end = max(end, start + 1)
+        ranges.append((start, end))
+        base = cums[:, end - 1]
+        start = end
+    return ranges
