@@ -58,6 +58,16 @@ def shifted_weights(
     return shifted, scales
 
 
+KEEP_FLOAT_BYTES = 32 << 10
+"""Weights whose float32 copy is at most this large keep it between calls: for small
+layers the per-call conversion costs more than the GEMM, and the copy is negligible."""
+
+
+def keep_float(w2: np.ndarray) -> np.ndarray | None:
+    """A persistent float32 copy of small shifted weights, else None (converted per call)."""
+    return w2.astype(np.float32) if w2.size * 4 <= KEEP_FLOAT_BYTES else None
+
+
 def bias_values(kernel: QuantizedKernel, index: int, out_channels: int) -> np.ndarray | None:
     """A constant int32 bias (scale s_x * s_w, zero point 0) as int64, or None."""
     spec = kernel.optional_input(index)
@@ -129,9 +139,10 @@ class QConv2D(QuantizedKernel):
             f32 = np.dtype(np.float32)
             self.inner = None
             self.pointwise = probe.strategy == "pointwise"
+            self.kept = keep_float(self.w.reshape(o, k))
             self.scratch_layout = [
                 ((n, k, p), f32),
-                ((o, k), f32),
+                ((o, 0 if self.kept is not None else k), f32),
                 ((len(self.chunks), n, o, p), f32),
                 wide,
             ]
@@ -148,10 +159,13 @@ class QConv2D(QuantizedKernel):
         x, out = inputs[0], outputs[0]
         cols, wf, parts, wide = self.scratch_arrays()
         n, o = out.shape[:2]
-        k = wf.shape[1]
+        k = cols.shape[1]
         zx = np.float32(self.zx)
         gather = self._gather(x, cols, zx)  # type: ignore[arg-type]
         w2 = self.w.reshape(o, k)
+        kept = self.kept
+        if kept is not None:
+            wf = kept
         gemms = [(wf[:, a:b], cols[:, a:b], parts[i]) for i, (a, b) in enumerate(self.chunks)]
         if n == 1:  # plain 2-D GEMMs
             gemms = [(wa, ca[0], pa[0]) for wa, ca, pa in gemms]
@@ -172,7 +186,8 @@ class QConv2D(QuantizedKernel):
 
         def compute() -> None:
             gather()
-            copyto(wf, w2)
+            if kept is None:
+                copyto(wf, w2)
             for wa, ca, pa in gemms:
                 matmul(wa, ca, out=pa)
             if reduce is not None:

@@ -13,7 +13,7 @@ import numpy as np
 from sporenet.lite.kernels.base import Attrs, Compute, TensorSpec
 from sporenet.lite.kernels.linear import matmul_shape
 from sporenet.lite.kernels.quantized.base import QuantizedKernel
-from sporenet.lite.kernels.quantized.conv import bias_values, shifted_weights
+from sporenet.lite.kernels.quantized.conv import bias_values, keep_float, shifted_weights
 from sporenet.lite.kernels.quantized.fixed_point import Requantizer
 from sporenet.lite.kernels.quantized.gemm import (
     exact_float_dtype,
@@ -58,9 +58,10 @@ class QFullyConnected(QuantizedKernel):
         rows = int(np.prod(x.shape[:-1], dtype=np.int64))
         f32 = np.dtype(np.float32)
         self.output_specs = [self.out_spec(shape, x.dtype, oq)]
+        self.kept = keep_float(np.ascontiguousarray(self.w.T))
         self.scratch_layout = [
             ((rows, k), f32),
-            ((k, o), f32),
+            ((k, 0 if self.kept is not None else o), f32),
             ((len(self.chunks), rows, o), f32),
             ((rows, o), self.stage.wide_dtype),
             ((rows, o), np.dtype(np.float64)),
@@ -70,6 +71,9 @@ class QFullyConnected(QuantizedKernel):
         x, out = inputs[0], outputs[0]
         xf, wt, parts, wide, total = self.scratch_arrays()
         x2, out2 = x.reshape(xf.shape), out.reshape(wide.shape)
+        kept = self.kept
+        if kept is not None:
+            wt = kept
         gemms = [(xf[:, a:b], wt[a:b], parts[i]) for i, (a, b) in enumerate(self.chunks)]
         acc = parts[0] if len(gemms) == 1 else total
         stage = self.stage.bind(acc, out2, wide)
@@ -78,7 +82,8 @@ class QFullyConnected(QuantizedKernel):
 
         def compute() -> None:
             subtract(x2, zx, out=xf)
-            copyto(wt, w_t)
+            if kept is None:
+                copyto(wt, w_t)
             for xa, wa, pa in gemms:
                 matmul(xa, wa, out=pa)
             if many:
