@@ -60,11 +60,12 @@ class Quantize(QuantizedKernel):
         self.scale, self.zp = scale.astype(np.float32), zp
         self.lo, self.hi = dtype_range(dtype)
         self.output_specs = [self.out_spec(x.shape, dtype, oq)]
-        self.scratch_layout = [(x.shape, np.dtype(np.float32)), (x.shape, np.dtype(np.float64))]
+        f64 = np.dtype(np.float64)
+        self.scratch_layout = [(x.shape, np.dtype(np.float32)), (x.shape, f64), (x.shape, f64)]
 
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
         x, out = inputs[0], outputs[0]
-        v32, v64 = self.scratch_arrays()
+        v32, v64, half = self.scratch_arrays()
         scale, zp, lo, hi = self.scale, self.zp, self.lo, self.hi
         divide, copyto, copysign, trunc, clip = (
             np.divide,
@@ -73,7 +74,6 @@ class Quantize(QuantizedKernel):
             np.trunc,
             np.clip,
         )
-        half = np.empty_like(v64)
 
         def compute() -> None:
             divide(x, scale, out=v32)  # float32 division, as TFLite

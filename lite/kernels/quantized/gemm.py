@@ -32,7 +32,7 @@ def exact_float_dtype(bound: int) -> np.dtype:
     return np.dtype(np.float64)
 
 
-_BLOCK = 256  # rows or columns per step: planning never holds a wide copy of the weights
+_BLOCK = 64  # rows or columns per step: planning never holds a wide copy of the weights
 
 
 def _abs_int32(block: np.ndarray) -> np.ndarray:
@@ -58,7 +58,8 @@ def split_reduction(x_max: int, w: np.ndarray) -> list[tuple[int, int]]:
     k = w2.shape[1]
     limit = (FLOAT32_EXACT - 1) // max(int(x_max), 1)
     ranges, start = [], 0
-    running = np.zeros(w2.shape[0], np.int64)  # sum |w| over [start, col) per output
+    # Sums of |w| stay below 127 * K < 2^31: int32 keeps planning's temporaries small.
+    running = np.zeros(w2.shape[0], np.int32)  # sum |w| over [start, col) per output
     for a in range(0, k, _BLOCK):
         b = min(a + _BLOCK, k)
         block = _abs_int32(w2[:, a:b])
