@@ -227,9 +227,8 @@ def test_quantize_rounds_half_away_from_zero_and_saturates(dtype):
     x = np.array(
         [0.25, -0.25, 0.75, -0.75, 1.0, 1e9, -1e9, 0.0, 0.2499999, np.float32(33.3)], np.float32
     )
-    got = run_one_op(
-        OpCode.QUANTIZE, [(x, None, False)], quant(scale, zp), dtype, dtype=np.dtype(dtype).name
-    )
+    # The output tensor's declared dtype chooses int8 or uint8 (no attribute needed).
+    got = run_one_op(OpCode.QUANTIZE, [(x, None, False)], quant(scale, zp), dtype)
     want = np.clip(round_away(x / scale) + zp, lo, hi)
     np.testing.assert_array_equal(got, want)
     assert got[0] == zp + 1 and got[1] == zp - 1  # ties away from zero, not to even
