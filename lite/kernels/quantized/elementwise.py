@@ -47,7 +47,7 @@ class _QBinary(QuantizedKernel):
         self.zo = zo
         self.clamp = self.fused_clamp(self.so, zo, a.dtype)
         self.output_specs = [self.out_spec(tuple(shape), a.dtype, oq)]
-        self.scratch_layout = [(tuple(shape), np.dtype(np.int32))]
+        self.scratch_layout = [(tuple(shape), np.dtype(np.uint16))]
         self.dtype = a.dtype
 
     def evaluate(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -63,11 +63,11 @@ class _QBinary(QuantizedKernel):
         a, b, out = inputs[0].view(np.uint8), inputs[1].view(np.uint8), outputs[0]  # type: ignore[union-attr]
         (index,) = self.scratch_arrays()
         table = self.lookup
-        left_shift, add, take = np.left_shift, np.add, np.take
+        left_shift, bitwise_or, take = np.left_shift, np.bitwise_or, np.take
 
         def compute() -> None:
-            left_shift(a, 8, out=index, dtype=np.int32)
-            add(index, b, out=index)
+            left_shift(a, 8, out=index, dtype=np.uint16)
+            bitwise_or(index, b, out=index)
             take(table, index, out=out, mode="clip")
 
         return compute
