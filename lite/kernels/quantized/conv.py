@@ -19,6 +19,7 @@ import numpy as np
 
 from sporenet.lite.kernels.base import Attrs, Compute, TensorSpec
 from sporenet.lite.kernels.conv import Conv2D, im2col_view
+from sporenet.lite.kernels.quantized import depthwise
 from sporenet.lite.kernels.quantized.base import QuantizedKernel
 from sporenet.lite.kernels.quantized.gemm import (
     exact_float_dtype,
@@ -133,6 +134,7 @@ class QConv2D(QuantizedKernel):
         p = shape[2] * shape[3]
         wide = (n, o, p), self.stage.wide_dtype
         self.zx = zx
+        self.depthwise_stage: OutputStage | None = None
         if group == 1:
             self.chunks = split_reduction(x_max, self.w)
             k = self.w[0].size
@@ -146,6 +148,11 @@ class QConv2D(QuantizedKernel):
                 ((len(self.chunks), n, o, p), f32),
                 wide,
             ]
+        elif group == x.shape[1] == o and o >= depthwise.MIN_CHANNELS:
+            self.inner = None
+            self.depthwise_stage = OutputStage(sx * scales / so, bias, zo, lo, hi, bound, (o,))
+            self.scratch_layout = depthwise.scratch_layout(
+                self.win, x.shape, self.depthwise_stage.wide_dtype)
         else:
             ftype = exact_float_dtype(bound)
             self.inner = Conv2D(
@@ -156,6 +163,10 @@ class QConv2D(QuantizedKernel):
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
         if self.inner is not None:
             return self._bind_inner(inputs[0], outputs[0])  # type: ignore[arg-type]
+        if self.depthwise_stage is not None:
+            return depthwise.bind_depthwise_int8(
+                self.win, inputs[0], self.w, self.zx, self.depthwise_stage,  # type: ignore[arg-type]
+                outputs[0], self.scratch_arrays())
         x, out = inputs[0], outputs[0]
         cols, wf, parts, wide = self.scratch_arrays()
         n, o = out.shape[:2]
