@@ -120,6 +120,9 @@ class OutputStage:
         where a cast truncating to uint8 is the floor; adding lo back is a wrapping uint8
         add on the output's bytes (two's complement for int8)."""
         coef, offset = self.coef, self.offset - self.lo
+        if (coef == coef.flat[0]).all() and (offset == offset.flat[0]).all():
+            # One multiplier (per-tensor weights): scalars run NumPy's fast loops.
+            coef, offset = float(coef.flat[0]), float(offset.flat[0])
         top = np.nextafter(float(self.hi - self.lo + 1), 0.0)
         narrow = out.view(np.uint8)
         back = np.uint8(self.lo % 256)
