@@ -207,3 +207,13 @@ def test_small_int8_cnn_tracks_its_float_original():
     sf_ = conv(hf, wd, 8) + hf
     want = sf_.mean(axis=(2, 3)) @ wf.T
     assert np.abs(got - want).max() < 0.08
+
+
+def test_scales_whose_ratio_leaves_fixed_point_range_are_refused_at_load():
+    b = ModelBuilder()
+    x = b.input("x", (1, 4), np.int8)
+    b.quantize(x, 1e30, 0)
+    w = b.constant("w", np.ones((3, 4), np.int8), quantization=quant(1e8))
+    b.output(b.quantize(b.op(OpCode.FULLY_CONNECTED, [x, w]), 1e-30, 0, dtype=np.int8), "y")
+    with pytest.raises(ShapeError, match=r"FULLY_CONNECTED.*rescaling multiplier .* outside"):
+        b.build()
