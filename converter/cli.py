@@ -1,5 +1,8 @@
 """`sporenet-convert MODEL.onnx -o MODEL.spore`: convert an ONNX model and print a report.
 
+With --quantize the model (ONNX, or an existing float .spore) is also quantized:
+`sporenet-convert model.spore -o model.int8.spore --quantize int8 --calibration data.npz`.
+
 Any failure exits non-zero with a message on stderr and leaves no output file: the model
 is written to a temporary file next to the target and renamed into place.
 """
@@ -16,8 +19,9 @@ from pathlib import Path
 from sporenet.converter.convert import ConversionReport, convert_onnx_model
 from sporenet.converter.errors import ConversionError
 from sporenet.converter.onnx_import.registry import supported_onnx_ops
+from sporenet.converter.quantize import Method, Mode, load_calibration, quantize_model
 from sporenet.lite.errors import LiteError
-from sporenet.lite.format import serialize
+from sporenet.lite.format import FILE_IDENTIFIER, load, serialize
 
 
 class UsageError(Exception):
@@ -88,7 +92,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="sporenet-convert",
         description="Convert an ONNX model into a sporenet .spore model file.")
-    parser.add_argument("model", nargs="?", help="the .onnx model to convert")
+    parser.add_argument("model", nargs="?",
+                        help="the .onnx model to convert (or a .spore model to quantize)")
     parser.add_argument("-o", "--output", help="where to write the .spore file "
                         "(default: MODEL with a .spore suffix)")
     parser.add_argument("--input-shape", action="append", default=[], metavar="NAME:D0,D1,...",
@@ -100,6 +105,19 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--list-ops", action="store_true",
                         help="print every ONNX op type the converter accepts and exit")
     parser.add_argument("--verbose", action="store_true", help="a longer report")
+    quant = parser.add_argument_group("quantization")
+    quant.add_argument("--quantize", choices=[m.value for m in Mode],
+                       help="int8/uint8: static (needs --calibration); dynamic: int8 weights, "
+                       "float activations; fp16: float16 weights")
+    quant.add_argument("--calibration", metavar="FILE.npz",
+                       help="calibration samples: one array per model input name, samples "
+                       "on axis 0")
+    quant.add_argument("--per-tensor", action="store_true",
+                       help="one weight scale per tensor instead of per output channel")
+    quant.add_argument("--calibration-method", choices=[m.value for m in Method],
+                       default="minmax", help="how activation ranges are chosen")
+    quant.add_argument("--report", metavar="FILE.json",
+                       help="write the per-tensor error report (float vs quantized) as JSON")
     return parser
 
 
@@ -131,6 +149,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UsageError as exc:
         print(f"sporenet-convert: error: {exc}", file=sys.stderr)
         return 2
+    if (args.calibration or args.report or args.per_tensor) and not args.quantize:
+        print("sporenet-convert: error: --calibration, --report and --per-tensor need "
+              "--quantize", file=sys.stderr)
+        return 2
     if target.resolve() == source.resolve():
         print("sporenet-convert: error: the output would overwrite the input", file=sys.stderr)
         return 2
@@ -138,11 +160,34 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"sporenet-convert: error: output directory {target.parent} does not exist",
               file=sys.stderr)
         return 1
+    quant_summary = ""
     try:
-        model, report = convert_onnx_model(source, input_shapes=shapes,
-                                           optimize=not args.no_optimize, metadata=metadata)
-        data = serialize(model)
-        report.output_bytes = len(data)
+        if is_spore(source):
+            if shapes or args.no_optimize:
+                raise ConversionError("--input-shape and --no-optimize apply to ONNX input; "
+                                      f"{source} is a .spore model")
+            model, report = load(source), None
+            model.metadata.update(metadata)
+        else:
+            model, report = convert_onnx_model(source, input_shapes=shapes,
+                                               optimize=not args.no_optimize,
+                                               metadata=metadata)
+        if args.quantize:
+            calibration = load_calibration(args.calibration) if args.calibration else None
+            result = quantize_model(model, mode=args.quantize, calibration=calibration,
+                                    per_channel=not args.per_tensor,
+                                    method=args.calibration_method)
+            data = result.data
+            quant_summary = result.report.summary()
+            if args.report:
+                Path(args.report).write_text(result.report.to_json() + "\n")
+        else:
+            if report is None:
+                raise ConversionError(f"{source} is already a .spore model; give --quantize "
+                                      "to compress it")
+            data = serialize(model)
+        if report is not None:
+            report.output_bytes = len(data)
         _write_atomically(target, data)
     except (ConversionError, LiteError) as exc:
         print(f"sporenet-convert: error: {exc}", file=sys.stderr)
@@ -157,8 +202,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"sporenet-convert: internal error: {type(exc).__name__}: {exc} (please report "
               "it with the model)", file=sys.stderr)
         return 70
-    print(format_report(source, target, report, source.stat().st_size, verbose=args.verbose))
+    if report is not None:
+        print(format_report(source, target, report, source.stat().st_size,
+                            verbose=args.verbose))
+    else:
+        print(f"quantized {source} -> {target}")
+    if quant_summary:
+        print(quant_summary)
     return 0
+
+
+def is_spore(path: Path) -> bool:
+    """Whether `path` holds a .spore model (its FlatBuffers file identifier), not ONNX."""
+    try:
+        with path.open("rb") as f:
+            head = f.read(8)
+    except OSError:
+        return False
+    return head[4:8] == FILE_IDENTIFIER
 
 
 if __name__ == "__main__":

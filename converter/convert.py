@@ -97,15 +97,27 @@ def convert_onnx_model(model: OnnxSource, *,
 
 
 def convert_onnx(model: OnnxSource, *, input_shapes: Mapping[str, Sequence[int]] | None = None,
-                 optimize: bool = True, metadata: Mapping[str, str] | None = None) -> bytes:
+                 optimize: bool = True, metadata: Mapping[str, str] | None = None,
+                 quantize: str | None = None,
+                 calibration: Mapping[str, np.ndarray] | None = None,
+                 per_channel: bool = True, calibration_method: str = "minmax") -> bytes:
     """Convert an ONNX model (a path, serialized bytes or an onnx.ModelProto) to .spore bytes.
 
     `input_shapes` fixes dynamic input dimensions ({"input": (1, 3, 224, 224)}),
     `optimize=False` skips the graph passes, `metadata` is stored in the file.
+    `quantize` ("int8", "uint8", "dynamic", "fp16") quantizes the result with
+    sporenet.converter.quantize.quantize_model (static modes need `calibration`: input
+    name -> samples on axis 0).
     Raises InvalidOnnxError, UnsupportedOnnxOpError or ConversionError.
     """
     ir, _ = convert_onnx_model(model, input_shapes=input_shapes, optimize=optimize,
                                metadata=metadata)
+    if quantize is not None:
+        from sporenet.converter.quantize import quantize_model
+
+        return quantize_model(ir, mode=quantize, calibration=calibration,
+                              per_channel=per_channel, method=calibration_method,
+                              report=False).data
     try:
         return serialize(ir)
     except LiteError as exc:

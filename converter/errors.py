@@ -9,6 +9,10 @@ class ConversionError(Exception):
     """A model could not be converted (the message says which node or tensor and why)."""
 
 
+class CalibrationError(ConversionError):
+    """Calibration data do not fit the model's inputs (the message names the input)."""
+
+
 class InvalidOnnxError(ConversionError):
     """The input is not a readable ONNX model: wrong format, truncated, or missing data files."""
 

@@ -92,6 +92,18 @@ class ModelBuilder:
         first = self.op(op, inputs, num_outputs=num_outputs, **kwargs)
         return list(range(first, first + num_outputs))
 
+    def quantize(self, index: int, scale: Any, zero_point: Any = 0, axis: int = 0,
+                 dtype: Any = None) -> int:
+        """Give tensor `index` affine quantization parameters (and optionally a dtype, e.g.
+        the int8 output of a quantized op); returns `index`."""
+        scale = np.atleast_1d(np.asarray(scale, np.float32))
+        zp = np.broadcast_to(np.asarray(zero_point, np.int64), scale.shape).copy()
+        t = self.tensors[index]
+        self.tensors[index] = dataclasses.replace(
+            t, quantization=Quantization(scale=scale, zero_point=zp, axis=axis),
+            dtype=np.dtype(dtype) if dtype is not None else t.dtype)
+        return index
+
     def output(self, index: int, name: str | None = None) -> int:
         """Mark a tensor as a graph output, optionally under a user-facing name."""
         self.outputs.append(index)
@@ -142,5 +154,6 @@ def fill_inferred_shapes(model: Model, graph_index: int = 0) -> None:
             shape = tuple(x if x == y else DYNAMIC for x, y in zip(a, b, strict=False))
             if len(a) != len(b):
                 shape = a
+            quant = model.tensors[i].quantization or first[i].quant
             model.tensors[i] = dataclasses.replace(model.tensors[i], shape=shape,
-                                                   dtype=first[i].dtype)
+                                                   dtype=first[i].dtype, quantization=quant)

@@ -17,8 +17,11 @@ import numpy as np
 
 from sporenet.lite.errors import ShapeError, UnsupportedOpError
 from sporenet.lite.graph import DYNAMIC, Model
-from sporenet.lite.kernels import KERNELS, supported_ops
+from sporenet.lite.kernels import KERNELS, QUANTIZED_KERNELS, supported_ops
 from sporenet.lite.kernels.base import Attrs, Kernel, TensorSpec
+from sporenet.lite.kernels.quantized.base import is_quantized
+from sporenet.lite.kernels.quantized.convert import dequantize_array
+from sporenet.lite.ops import OpCode
 
 Compute = Callable[[], None]
 
@@ -34,6 +37,7 @@ class ExecutionPlan:
     outputs: list[int]
     kernels: list[Kernel] = field(default_factory=list)
     arena_bytes: int = 0
+    scratch_bytes: int = 0
 
     def run(self) -> None:
         for step in self.steps:
@@ -42,7 +46,8 @@ class ExecutionPlan:
 
 def check_supported(model: Model, graph_index: int) -> None:
     """Raise UnsupportedOpError listing every op of the graph that has no kernel."""
-    missing = Counter(n.op.name for n in model.graphs[graph_index].nodes if n.op not in KERNELS)
+    missing = Counter(n.op.name for n in model.graphs[graph_index].nodes
+                      if n.op not in KERNELS and n.op not in QUANTIZED_KERNELS)
     if missing:
         listed = ", ".join(f"{name} (x{count})" for name, count in sorted(missing.items()))
         raise UnsupportedOpError(
@@ -55,7 +60,7 @@ def _input_spec(model: Model, index: int, shapes: dict[int, tuple[int, ...]]) ->
     shape = shapes.get(index, tensor.shape)
     # A dynamic dimension left unresolved defaults to 1 (batch 1), as TFLite does.
     shape = tuple(1 if d == DYNAMIC else d for d in shape)
-    spec = TensorSpec(shape, tensor.dtype)
+    spec = TensorSpec(shape, tensor.dtype, quant=tensor.quantization)
     _check_size(spec, f"input {tensor.name!r}")
     return spec
 
@@ -73,11 +78,60 @@ def _check_size(spec: TensorSpec, what: str) -> None:
         )
 
 
+def kernel_class(op: OpCode, first: TensorSpec | None, where: str) -> type[Kernel]:
+    """The kernel for a node: the int8 one when its first input is a quantized int8/uint8
+    tensor, else the float (or dtype-generic) one."""
+    if is_quantized(first):
+        cls = QUANTIZED_KERNELS.get(op)
+        if cls is None:
+            raise UnsupportedOpError(
+                f"{where}: no int8 kernel for {op.name} (input {first.dtype} with "  # type: ignore[union-attr]
+                f"quantization); int8 ops: {', '.join(sorted(o.name for o in QUANTIZED_KERNELS))}"
+            )
+        return cls
+    cls = KERNELS.get(op)
+    if cls is None:
+        raise UnsupportedOpError(f"{where}: {op.name} runs only on int8/uint8 tensors with "
+                                 f"quantization, got {None if first is None else first.dtype}")
+    return cls
+
+
+# Ops that read float16 or quantized constants as they are (no weight-only dequantize).
+_TAKES_RAW_CONSTANTS = frozenset({OpCode.DEQUANTIZE, OpCode.CAST, OpCode.SHAPE,
+                                  OpCode.IDENTITY})
+
+
+def _weight_only(op: OpCode, in_specs: list[TensorSpec | None],
+                 cache: dict[int, TensorSpec], inputs: list[int]) -> dict[int, np.ndarray]:
+    """Dequantize, once, the constants a float kernel cannot read: quantized int8/uint8
+    weights (dynamic-range mode) and float16 weights beside float32 operands (fp16 mode).
+    Returns {input position: float32 value}; `in_specs` is updated in place."""
+    if op in _TAKES_RAW_CONSTANTS:
+        return {}
+    has_f32 = any(s is not None and s.dtype == np.float32 for s in in_specs)
+    swapped: dict[int, np.ndarray] = {}
+    for k, (i, spec) in enumerate(zip(inputs, in_specs, strict=True)):
+        if spec is None or spec.value is None:
+            continue
+        if not (is_quantized(spec) or (spec.dtype == np.float16 and has_f32)):
+            continue
+        if i not in cache:
+            value = dequantize_array(spec.value, spec.quant if is_quantized(spec) else None)
+            value.flags.writeable = False
+            cache[i] = TensorSpec(spec.shape, value.dtype, value)
+        in_specs[k] = cache[i]
+        swapped[k] = cache[i].value  # type: ignore[assignment]
+    return swapped
+
+
 def infer(model: Model, graph_index: int, shapes: dict[int, tuple[int, ...]] | None = None,
           variables: Collection[int] = (),
           ) -> tuple[dict[int, TensorSpec], list[Kernel | None], dict[int, np.ndarray]]:
     """Prepare every kernel of a graph: specs of all tensors, kernels (None if folded), and
     the values of tensors folded to constants.
+
+    A float kernel reading a float16 or quantized constant gets its float32 value,
+    dequantized here once (the kernel's `constant_inputs` records the swap for `plan`).
 
     `variables` lists constant tensors whose values change between runs (trainable weights,
     optimizer slots): their specs carry no value, so nothing that reads them is folded and
@@ -90,19 +144,24 @@ def infer(model: Model, graph_index: int, shapes: dict[int, tuple[int, ...]] | N
     specs: dict[int, TensorSpec] = {}
     for i, t in enumerate(model.tensors):
         if t.data is not None:
-            specs[i] = TensorSpec(tuple(t.shape), t.dtype, None if i in variables else t.data)
+            specs[i] = TensorSpec(tuple(t.shape), t.dtype, None if i in variables else t.data,
+                                  t.quantization)
     for i in graph.inputs:
         specs[i] = _input_spec(model, i, shapes)
     kernels: list[Kernel | None] = []
     folded: dict[int, np.ndarray] = {}
+    dequantized: dict[int, TensorSpec] = {}
     for j, node in enumerate(graph.nodes):
-        cls = KERNELS[node.op]
         where = f"node {j} {node.name!r} ({node.op.name})"
+        in_specs = [specs[i] if i != -1 else None for i in node.inputs]
+        cls = kernel_class(node.op, in_specs[0] if in_specs else None, where)
         lo, hi = cls.num_inputs
         if not lo <= len(node.inputs) <= hi:
             raise ShapeError(f"{where}: takes {lo}..{hi} inputs, got {len(node.inputs)}")
-        in_specs = [specs[i] if i != -1 else None for i in node.inputs]
-        attrs = Attrs(node.op.name, node.attrs, len(node.outputs))
+        swapped = {} if cls is QUANTIZED_KERNELS.get(node.op) else _weight_only(
+            node.op, in_specs, dequantized, node.inputs)
+        attrs = Attrs(node.op.name, node.attrs, len(node.outputs),
+                      [model.tensors[i].quantization for i in node.outputs])
         try:
             kernel = cls(attrs, in_specs)
         except ShapeError as exc:
@@ -121,13 +180,14 @@ def infer(model: Model, graph_index: int, shapes: dict[int, tuple[int, ...]] | N
         )
         if foldable:
             values = _evaluate(kernel, in_specs)
-            for i, value in zip(node.outputs, values, strict=False):
+            for i, value, spec in zip(node.outputs, values, kernel.output_specs, strict=False):
                 folded[i] = value
-                specs[i] = TensorSpec(value.shape, value.dtype, value)
+                specs[i] = TensorSpec(value.shape, value.dtype, value, spec.quant)
             kernels.append(None)
             continue
         for i, spec in zip(node.outputs, kernel.output_specs, strict=False):
-            specs[i] = TensorSpec(spec.shape, spec.dtype)
+            specs[i] = TensorSpec(spec.shape, spec.dtype, quant=spec.quant)
+        kernel.constant_inputs = swapped  # type: ignore[attr-defined]
         kernels.append(kernel)
     return specs, kernels, folded
 
@@ -220,6 +280,13 @@ def _plan(model: Model, signature: str, shapes: dict[int, tuple[int, ...]] | Non
     arrays.update(variables)
     for i in graph.inputs:
         arrays[i] = np.empty(specs[i].shape, specs[i].dtype)
+    # One scratch buffer shared by every kernel that asks for one (steps run in turn).
+    scratch_bytes = max((getattr(k, "scratch_bytes", 0) for k in kernels if k is not None),
+                        default=0)
+    scratch = np.empty(max(scratch_bytes, 1), np.uint8)
+    for k in kernels:
+        if k is not None and hasattr(k, "scratch_layout"):
+            k.scratch = scratch  # type: ignore[attr-defined]
     arena = _Arena()
     blocks: dict[int, np.ndarray] = {}
     steps: list[Compute] = []
@@ -231,6 +298,8 @@ def _plan(model: Model, signature: str, shapes: dict[int, tuple[int, ...]] | Non
         if kernel is None:
             continue
         ins = [arrays[i] if i != -1 else None for i in node.inputs]
+        for k, value in getattr(kernel, "constant_inputs", {}).items():
+            ins[k] = value
         if kernel.is_view:
             views = kernel.view(ins)
             for i, v in zip(node.outputs, views, strict=False):
@@ -258,4 +327,4 @@ def _plan(model: Model, signature: str, shapes: dict[int, tuple[int, ...]] | Non
                 arena.give(blocks.pop(r))
     return ExecutionPlan(arrays=arrays, steps=steps, specs=specs, inputs=list(graph.inputs),
                          outputs=list(graph.outputs), kernels=live_kernels,
-                         arena_bytes=arena.total)
+                         arena_bytes=arena.total, scratch_bytes=scratch_bytes)

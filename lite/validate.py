@@ -10,7 +10,7 @@ import numpy as np
 
 from sporenet.lite import sparse
 from sporenet.lite.errors import ModelFormatError
-from sporenet.lite.graph import Graph, Model
+from sporenet.lite.graph import Graph, Model, Tensor
 
 
 def _check_index(index: int, count: int, what: str, *, optional: bool = False) -> None:
@@ -68,6 +68,48 @@ def _check_graph(model: Model, gi: int, graph: Graph, max_versions: dict[int, in
             raise ModelFormatError(f"{where}: output {model.tensors[i].name!r} is never produced")
 
 
+# Zero points must lie in the quantized dtype's range; other dtypes (float tensors that
+# only carry calibration ranges, int32 biases) take any int32 zero point.
+_ZERO_POINT_RANGES = {np.dtype(np.int8): (-128, 127), np.dtype(np.uint8): (0, 255),
+                      np.dtype(np.int16): (-32768, 32767)}
+_INT32 = (-(1 << 31), (1 << 31) - 1)
+
+
+def _check_quantization(index: int, t: Tensor) -> None:
+    """Scales finite and > 0, zero points in the dtype's range, per-axis parameters as
+    many as the axis is long."""
+    q = t.quantization
+    what = f"tensor {index} ({t.name!r})"
+    scale, zp = np.asarray(q.scale), np.asarray(q.zero_point)  # type: ignore[union-attr]
+    channels = scale.size
+    if channels == 0:  # only a calibration range (min/max), no affine parameters
+        if zp.size:
+            raise ModelFormatError(f"{what}: {zp.size} zero points but no scale")
+        return
+    if not np.isfinite(scale).all() or (scale <= 0).any():
+        bad = scale[~(np.isfinite(scale) & (scale > 0))][0]
+        raise ModelFormatError(f"{what}: quantization scales must be finite and > 0, found "
+                               f"{float(bad)!r}")
+    if zp.size not in (channels, 0):
+        raise ModelFormatError(f"{what}: {channels} scales but {zp.size} zero points")
+    lo, hi = _ZERO_POINT_RANGES.get(np.dtype(t.dtype), _INT32)
+    if zp.size and (zp.min() < lo or zp.max() > hi):
+        bad = zp[(zp < lo) | (zp > hi)][0]
+        raise ModelFormatError(f"{what}: zero point {int(bad)} is outside the {t.dtype} "
+                               f"range [{lo}, {hi}]")
+    axis = q.axis  # type: ignore[union-attr]
+    if channels > 1:
+        if not 0 <= axis < len(t.shape):
+            raise ModelFormatError(f"{what}: quantization axis {axis} is out of range for "
+                                   f"shape {list(t.shape)}")
+        if t.shape[axis] not in (channels, -1):
+            raise ModelFormatError(f"{what}: {channels} per-axis scales do not match axis "
+                                   f"{axis} of shape {list(t.shape)} (size {t.shape[axis]})")
+    elif axis < 0 or (len(t.shape) and axis >= max(len(t.shape), 1)):
+        raise ModelFormatError(f"{what}: quantization axis {axis} is out of range for shape "
+                               f"{list(t.shape)}")
+
+
 def validate(model: Model) -> Model:
     """Raise ModelFormatError naming the first structural problem of `model`; return it."""
     from sporenet.lite.kernels import max_op_versions
@@ -82,18 +124,8 @@ def validate(model: Model) -> Model:
                     f"is {t.data.dtype}{list(t.data.shape)}"
                 )
         sparse.check(t, i)
-        q = t.quantization
-        if q is not None:
-            channels = q.scale.size
-            if q.zero_point.size not in (channels, 0):
-                raise ModelFormatError(
-                    f"tensor {t.name!r}: {channels} scales but {q.zero_point.size} zero points"
-                )
-            if channels > 1 and (not 0 <= q.axis < len(t.shape) or t.shape[q.axis] != channels):
-                raise ModelFormatError(
-                    f"tensor {t.name!r}: {channels} per-axis scales do not match axis {q.axis} "
-                    f"of shape {list(t.shape)}"
-                )
+        if t.quantization is not None:
+            _check_quantization(i, t)
     versions = max_op_versions()
     for gi, graph in enumerate(model.graphs):
         _check_graph(model, gi, graph, versions)

@@ -97,6 +97,7 @@ class OpCode(object):
     ARGMIN = 166
     QUANTIZE = 180
     DEQUANTIZE = 181
+    REQUANTIZE = 182
     FAKE_QUANT = 183
     DROPOUT = 200
     SOFTMAX_CROSS_ENTROPY = 201

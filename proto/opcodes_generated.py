@@ -91,6 +91,7 @@ class OpCode(enum.IntEnum):
     # quantization (180..199)
     QUANTIZE = 180
     DEQUANTIZE = 181
+    REQUANTIZE = 182
     FAKE_QUANT = 183  # quantize-dequantize in float (QAT); inputs x, min, max
     # training: losses, gradient helpers, optimizer updates (200..299)
     DROPOUT = 200

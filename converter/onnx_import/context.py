@@ -136,6 +136,22 @@ class ImportContext:
         self.static.add(index)
         return index
 
+    def quantized_constant(self, name: str, values: np.ndarray, quantization: Any) -> int:
+        """An integer constant with quantization that kernels see as its float32 value:
+        the runtime dequantizes such weights once at load (weight-only quantization)."""
+        from sporenet.converter.quantize.params import dequantize
+
+        array = contiguous(np.asarray(values))
+        array.flags.writeable = False
+        real = dequantize(array, quantization)
+        real.flags.writeable = False
+        spec = TensorSpec(real.shape, real.dtype, real)
+        index = self._add(name, [spec] * len(self.views), array)
+        self.tensors[index].dtype = array.dtype
+        self.tensors[index].quantization = quantization
+        self.static.add(index)
+        return index
+
     def graph_input(self, name: str, shape: tuple[int, ...], dtype: np.dtype) -> int:
         specs = [TensorSpec(tuple(v if d == DYNAMIC else d for d in shape), dtype)
                  for v in (1, 2)[: len(self.views)]]

@@ -20,6 +20,7 @@ from sporenet.converter.onnx_import.ops import (
     elementwise,
     linear,
     normalization,
+    quantized,
     recurrent,
     reduce,
     resize,
@@ -44,6 +45,8 @@ def _h(convert: Callable[[ImportContext, OnnxNode], list[int]], *requires: OpCod
 _RECURRENT = (OpCode.FULLY_CONNECTED, OpCode.SPLIT, OpCode.RESHAPE, OpCode.ADD, OpCode.MUL,
               OpCode.SUB, OpCode.SIGMOID, OpCode.TANH, OpCode.UNSQUEEZE, OpCode.CONCAT,
               OpCode.TRANSPOSE, OpCode.SLICE)
+_QUANTIZE = (OpCode.DIV, OpCode.ADD, OpCode.SUB, OpCode.MAXIMUM, OpCode.MINIMUM, OpCode.CAST)
+_DEQUANTIZE = (OpCode.CAST, OpCode.SUB, OpCode.MUL)
 _E = elementwise
 _A = activation
 _N = normalization
@@ -193,6 +196,46 @@ HANDLERS: dict[str, Handler] = {
                           OpCode.REDUCE_SUM, OpCode.EXP, OpCode.LOG),
     "ArgMax": _h(_R.arg(OpCode.ARGMAX), OpCode.ARGMAX),
     "ArgMin": _h(_R.arg(OpCode.ARGMIN), OpCode.ARGMIN),
+    # quantized: dynamic quantization (onnxruntime's quantize_dynamic)
+    "DynamicQuantizeLinear": _h(quantized.dynamic_quantize_linear, OpCode.REDUCE_MIN,
+                                OpCode.REDUCE_MAX, OpCode.MINIMUM, OpCode.MAXIMUM, OpCode.SUB,
+                                OpCode.DIV, OpCode.ADD, OpCode.NEG, OpCode.CAST,
+                                OpCode.EQUAL),
+    "MatMulInteger": _h(quantized.matmul_integer, OpCode.CAST, OpCode.SUB,
+                        OpCode.FULLY_CONNECTED, OpCode.MATMUL, OpCode.ADD, OpCode.FLOOR),
+    "ConvInteger": _h(quantized.conv_integer, OpCode.CAST, OpCode.SUB, OpCode.CONV2D,
+                      OpCode.ADD, OpCode.FLOOR),
+    "com.microsoft.DynamicQuantizeLSTM": _h(quantized.dynamic_quantize_lstm, *_RECURRENT,
+                                            OpCode.REDUCE_MIN, OpCode.REDUCE_MAX,
+                                            OpCode.MINIMUM, OpCode.MAXIMUM, OpCode.DIV,
+                                            OpCode.NEG, OpCode.EQUAL),
+    # quantized: QDQ pairs and the QLinear ops of onnxruntime's quantize_static
+    "QuantizeLinear": _h(quantized.quantize_linear, *_QUANTIZE),
+    "DequantizeLinear": _h(quantized.dequantize_linear, *_DEQUANTIZE),
+    "QLinearConv": _h(quantized.qlinear_conv, OpCode.CONV2D, *_QUANTIZE, *_DEQUANTIZE),
+    "QLinearMatMul": _h(quantized.qlinear_matmul, OpCode.FULLY_CONNECTED, OpCode.MATMUL,
+                        *_QUANTIZE, *_DEQUANTIZE),
+    "com.microsoft.QGemm": _h(quantized.qgemm, OpCode.FULLY_CONNECTED, OpCode.MATMUL,
+                              OpCode.ADD, OpCode.MUL, *_QUANTIZE, *_DEQUANTIZE),
+    "com.microsoft.QLinearAdd": _h(quantized.qlinear_binary(OpCode.ADD), OpCode.ADD,
+                                   *_QUANTIZE, *_DEQUANTIZE),
+    "com.microsoft.QLinearMul": _h(quantized.qlinear_binary(OpCode.MUL), OpCode.MUL,
+                                   *_QUANTIZE, *_DEQUANTIZE),
+    "com.microsoft.QLinearSigmoid": _h(quantized.qlinear_unary(_A.unary(OpCode.SIGMOID)),
+                                       OpCode.SIGMOID, *_QUANTIZE, *_DEQUANTIZE),
+    "com.microsoft.QLinearLeakyRelu": _h(
+        quantized.qlinear_unary(_A.unary(OpCode.LEAKY_RELU, alpha=0.01)), OpCode.LEAKY_RELU,
+        *_QUANTIZE, *_DEQUANTIZE),
+    "com.microsoft.QLinearGlobalAveragePool": _h(
+        quantized.qlinear_unary(conv.global_pool(OpCode.GLOBAL_AVG_POOL)),
+        OpCode.GLOBAL_AVG_POOL, *_QUANTIZE, *_DEQUANTIZE),
+    "com.microsoft.QLinearAveragePool": _h(quantized.qlinear_unary(conv.average_pool),
+                                           OpCode.AVG_POOL2D, *_QUANTIZE, *_DEQUANTIZE),
+    "com.microsoft.QLinearSoftmax": _h(quantized.qlinear_unary(_N.softmax(OpCode.SOFTMAX)),
+                                       OpCode.SOFTMAX, OpCode.FLATTEN, OpCode.RESHAPE,
+                                       *_QUANTIZE, *_DEQUANTIZE),
+    "com.microsoft.QLinearConcat": _h(quantized.qlinear_concat, OpCode.CONCAT, *_QUANTIZE,
+                                      *_DEQUANTIZE),
 }
 
 

@@ -20,6 +20,14 @@ from sporenet.lite.kernels import (
     unary,
 )
 from sporenet.lite.kernels.base import Kernel
+from sporenet.lite.kernels.quantized import activation as q_activation
+from sporenet.lite.kernels.quantized import conv as q_conv
+from sporenet.lite.kernels.quantized import convert as q_convert
+from sporenet.lite.kernels.quantized import elementwise as q_elementwise
+from sporenet.lite.kernels.quantized import linear as q_linear
+from sporenet.lite.kernels.quantized import pooling as q_pooling
+from sporenet.lite.kernels.quantized import shape as q_shape
+from sporenet.lite.kernels.quantized import softmax as q_softmax
 from sporenet.lite.kernels.training import (
     activation_grad,
     broadcast,
@@ -145,14 +153,57 @@ KERNELS: dict[OpCode, type[Kernel]] = {
     OpCode.SLICE_GRAD: shape_grad.SliceGrad,
     OpCode.PAD_GRAD: shape_grad.PadGrad,
     OpCode.GATHER_GRAD: shape_grad.GatherGrad,
+    # quantization boundaries (float or float16 in; see QUANTIZED_KERNELS for int8 in)
+    OpCode.QUANTIZE: q_convert.Quantize,
+    OpCode.DEQUANTIZE: q_convert.Dequantize,
+}
+
+QUANTIZED_KERNELS: dict[OpCode, type[Kernel]] = {
+    # The planner picks these when a node's first input is int8/uint8 with quantization.
+    # conversions
+    OpCode.DEQUANTIZE: q_convert.Dequantize,
+    OpCode.REQUANTIZE: q_convert.Requantize,
+    # linear algebra
+    OpCode.CONV2D: q_conv.QConv2D,
+    OpCode.FULLY_CONNECTED: q_linear.QFullyConnected,
+    OpCode.MATMUL: q_linear.QMatMul,
+    # binary elementwise
+    OpCode.ADD: q_elementwise.QAdd,
+    OpCode.SUB: q_elementwise.QSub,
+    OpCode.MUL: q_elementwise.QMul,
+    # pooling
+    OpCode.MAX_POOL2D: q_pooling.QMaxPool2D,
+    OpCode.AVG_POOL2D: q_pooling.QAvgPool2D,
+    OpCode.GLOBAL_AVG_POOL: q_pooling.QGlobalAvgPool,
+    # activations (clamps and lookup tables) and softmax
+    OpCode.RELU: q_activation.QRelu,
+    OpCode.RELU6: q_activation.QRelu6,
+    OpCode.CLIP: q_activation.QClip,
+    OpCode.SIGMOID: q_activation.QLogistic,
+    OpCode.TANH: q_activation.QTanh,
+    OpCode.HARD_SWISH: q_activation.QHardSwish,
+    OpCode.SOFTMAX: q_softmax.QSoftmax,
+    # data movement (parameters carried through)
+    OpCode.IDENTITY: q_shape.QIdentity,
+    OpCode.RESHAPE: q_shape.QReshape,
+    OpCode.FLATTEN: q_shape.QFlatten,
+    OpCode.SQUEEZE: q_shape.QSqueeze,
+    OpCode.UNSQUEEZE: q_shape.QUnsqueeze,
+    OpCode.TRANSPOSE: q_shape.QTranspose,
+    OpCode.SLICE: q_shape.QSlice,
+    OpCode.CONCAT: q_shape.QConcat,
+    OpCode.PAD: q_shape.QPad,
 }
 
 
 def max_op_versions() -> dict[int, int]:
-    """Newest op version this runtime runs, per op code."""
-    return {int(op): kernel.version for op, kernel in KERNELS.items()}
+    """Newest op version this runtime runs, per op code (float and int8 kernels)."""
+    versions = {int(op): kernel.version for op, kernel in QUANTIZED_KERNELS.items()}
+    for op, kernel in KERNELS.items():
+        versions[int(op)] = max(kernel.version, versions.get(int(op), 1))
+    return versions
 
 
 def supported_ops() -> list[str]:
     """Names of every op this runtime has a kernel for, sorted."""
-    return sorted(op.name for op in KERNELS)
+    return sorted(op.name for op in {*KERNELS, *QUANTIZED_KERNELS})

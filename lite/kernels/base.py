@@ -15,6 +15,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from sporenet.lite.errors import ShapeError
+from sporenet.lite.graph import Quantization
 from sporenet.lite.ops import OpCode
 
 Compute = Callable[[], None]
@@ -22,11 +23,13 @@ Compute = Callable[[], None]
 
 @dataclass(frozen=True)
 class TensorSpec:
-    """What a kernel knows about a tensor before running: shape, dtype, constant value."""
+    """What a kernel knows about a tensor before running: shape, dtype, constant value and,
+    for int8/uint8/int32 tensors of quantized graphs, the affine quantization parameters."""
 
     shape: tuple[int, ...]
     dtype: np.dtype
     value: np.ndarray | None = None
+    quant: Quantization | None = None
 
     @property
     def rank(self) -> int:
@@ -40,10 +43,13 @@ class TensorSpec:
 class Attrs:
     """Typed access to a node's attributes; a wrong type or missing value is a ShapeError."""
 
-    def __init__(self, op: str, values: dict[str, Any], num_outputs: int = 1) -> None:
+    def __init__(self, op: str, values: dict[str, Any], num_outputs: int = 1,
+                 output_quant: Sequence[Quantization | None] = ()) -> None:
         self.op = op
         self.values = values
         self.num_outputs = num_outputs  # how many outputs the node lists (Split needs it)
+        # The quantization the file declares on each output (quantized kernels follow it).
+        self.output_quant = list(output_quant)
 
     def _get(self, name: str, default: Any, types: tuple[type, ...], kind: str) -> Any:
         if name not in self.values:

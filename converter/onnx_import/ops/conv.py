@@ -67,9 +67,14 @@ def max_pool(ctx: ImportContext, node: OnnxNode) -> list[int]:
     node.only_first_output()
     if int(node.attr("storage_order", 0)) not in (0, 1):
         raise node.fail("storage_order must be 0 or 1")
-    x4, spatial = _to_2d(ctx, node, node.input(0))
+    x = node.input(0)
+    dtype = ctx.dtype(x)
+    if dtype in (np.int8, np.uint8):  # quantized models pool integers: exact in float32
+        x = ctx.emit1(OpCode.CAST, [x], to="float32")
+    x4, spatial = _to_2d(ctx, node, x)
     attrs = _spatial_attrs(node, spatial, (*WINDOW, "ceil_mode"))
-    return [_from_2d(ctx, ctx.emit1(OpCode.MAX_POOL2D, [x4], **attrs), spatial)]
+    y = _from_2d(ctx, ctx.emit1(OpCode.MAX_POOL2D, [x4], **attrs), spatial)
+    return [y if dtype.kind == "f" else ctx.emit1(OpCode.CAST, [y], to=str(dtype))]
 
 
 def average_pool(ctx: ImportContext, node: OnnxNode) -> list[int]:

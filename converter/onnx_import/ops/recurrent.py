@@ -72,8 +72,12 @@ def _part(ctx: ImportContext, node: OnnxNode, k: int, d: int, start: int, end: i
     return ctx.emit1(OpCode.RESHAPE, [piece], shape=[end - start, *shape[2:]])
 
 
-def recurrent(ctx: ImportContext, node: OnnxNode) -> list[int]:
+def recurrent(ctx: ImportContext, node: OnnxNode,
+              requantize: Callable[[int], int] | None = None) -> list[int]:
+    """`requantize`, when given, replaces the input sequence and each step's state before
+    their projections (dynamically quantized LSTMs quantize exactly these)."""
     kind = node.op_type
+    rq: Callable[[int], int] = requantize or (lambda index: index)
     gates = GATES[kind]
     x = node.input(0)
     hidden = int(node.attr("hidden_size"))
@@ -98,6 +102,7 @@ def recurrent(ctx: ImportContext, node: OnnxNode) -> list[int]:
     has_bias = node.input(3) != -1
     has_peep = kind == "LSTM" and node.input(7) != -1
     dtype = ctx.dtype(x)
+    x = rq(x)
     steps = ctx.emit(OpCode.SPLIT, [x], num_outputs=seq, axis=0) if seq > 1 else [x]
     xs = [ctx.emit1(OpCode.RESHAPE, [s], shape=[batch, -1]) for s in steps]
     zeros = np.zeros((batch, hidden), dtype)
@@ -140,13 +145,13 @@ def recurrent(ctx: ImportContext, node: OnnxNode) -> list[int]:
                      b_x: int = b_x, r_zr: int = r_zr, b_zr: int = b_zr, r_h: int = r_h,
                      b_h: int = b_h, one: int = one) -> tuple[int, int]:
                 gx_z, gx_r, gx_h = cell.split(cell.fc(xt, w_x, b_x), 3)
-                gh_z, gh_r = cell.split(cell.fc(h, r_zr, b_zr), 2)
+                gh_z, gh_r = cell.split(cell.fc(rq(h), r_zr, b_zr), 2)
                 z = cell.act(0, ctx.emit1(OpCode.ADD, [gx_z, gh_z]))
                 rr = cell.act(0, ctx.emit1(OpCode.ADD, [gx_r, gh_r]))
                 if linear_before_reset:
-                    gh_h = ctx.emit1(OpCode.MUL, [rr, cell.fc(h, r_h, b_h)])
+                    gh_h = ctx.emit1(OpCode.MUL, [rr, cell.fc(rq(h), r_h, b_h)])
                 else:
-                    gh_h = cell.fc(ctx.emit1(OpCode.MUL, [rr, h]), r_h, b_h)
+                    gh_h = cell.fc(rq(ctx.emit1(OpCode.MUL, [rr, h])), r_h, b_h)
                 candidate = cell.act(1, ctx.emit1(OpCode.ADD, [gx_h, gh_h]))
                 keep = ctx.emit1(OpCode.MUL, [z, h])
                 new = ctx.emit1(OpCode.MUL, [ctx.emit1(OpCode.SUB, [one, z]), candidate])
@@ -161,7 +166,7 @@ def recurrent(ctx: ImportContext, node: OnnxNode) -> list[int]:
                 def step(xt: int, h: int, c: int, cell: _Cell = cell, w_x: int = w_x,
                          b_x: int = b_x, r_all: int = r_all, p_i: int | None = p_i,
                          p_o: int | None = p_o, p_f: int | None = p_f) -> tuple[int, int]:
-                    g = ctx.emit1(OpCode.ADD, [cell.fc(xt, w_x, b_x), cell.fc(h, r_all)])
+                    g = ctx.emit1(OpCode.ADD, [cell.fc(xt, w_x, b_x), cell.fc(rq(h), r_all)])
                     gi, go, gf, gc = cell.split(g, 4)
 
                     def peephole(gate: int, p: int | None, state: int) -> int:
@@ -181,7 +186,7 @@ def recurrent(ctx: ImportContext, node: OnnxNode) -> list[int]:
             else:
                 def step(xt: int, h: int, c: int, cell: _Cell = cell, w_x: int = w_x,
                          b_x: int = b_x, r_all: int = r_all) -> tuple[int, int]:
-                    g = ctx.emit1(OpCode.ADD, [cell.fc(xt, w_x, b_x), cell.fc(h, r_all)])
+                    g = ctx.emit1(OpCode.ADD, [cell.fc(xt, w_x, b_x), cell.fc(rq(h), r_all)])
                     return cell.act(0, g), c
 
         for t in order:

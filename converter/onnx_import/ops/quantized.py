@@ -1,0 +1,365 @@
+"""Quantized ONNX ops: the dynamic-quantization family and the QDQ / QLinear family.
+
+Dynamic quantization (onnxruntime's quantize_dynamic) computes integer products of
+activations quantized at run time: DynamicQuantizeLinear runs as float ops that produce
+the same uint8 values, scale and zero point; MatMulInteger and ConvInteger subtract the
+zero points and run the float kernels on integer-valued floats, whose weights are stored
+as int8 (zero point in their quantization, dequantized once at load) and whose integer
+results are cast to int32 as ONNX declares.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from sporenet.converter.onnx_import.context import ImportContext
+from sporenet.converter.onnx_import.node import OnnxNode
+from sporenet.converter.onnx_import.ops import conv as conv_ops
+from sporenet.lite.graph import Quantization
+from sporenet.lite.ops import OpCode
+
+ROUNDER = np.float32(1.5 * 2**23)
+"""(v + ROUNDER) - ROUNDER rounds a float32 |v| < 2**22 to the nearest integer, ties to
+even, as ONNX's quantization ops round (the runtime has no Round op)."""
+
+
+def _round(ctx: ImportContext, x: int, name: str) -> int:
+    c = ctx.constant(f"{name}/rounder", np.array(ROUNDER, np.float32))
+    return ctx.emit1(OpCode.SUB, [ctx.emit1(OpCode.ADD, [x, c]), c])
+
+
+def _scalar(ctx: ImportContext, name: str, value: float) -> int:
+    return ctx.constant(name, np.array(value, np.float32))
+
+
+def _dynamic_quantize(ctx: ImportContext, x: int, name: str) -> tuple[int, int, int]:
+    """(q, scale, zero point) of ONNX's DynamicQuantizeLinear as float32 tensors: the
+    range [min(x, 0), max(x, 0)] mapped onto 0..255, values rounded ties-to-even."""
+    zero = _scalar(ctx, f"{name}/zero", 0.0)
+    lo = ctx.emit1(OpCode.MINIMUM, [ctx.emit1(OpCode.REDUCE_MIN, [x], keepdims=0), zero])
+    hi = ctx.emit1(OpCode.MAXIMUM, [ctx.emit1(OpCode.REDUCE_MAX, [x], keepdims=0), zero])
+    scale = ctx.emit1(OpCode.DIV, [ctx.emit1(OpCode.SUB, [hi, lo]),
+                                   _scalar(ctx, f"{name}/levels", 255.0)])
+    # An all-zero x has scale 1 (onnxruntime's choice), not 0 and NaN quotients.
+    is_zero = ctx.emit1(OpCode.CAST, [ctx.emit1(OpCode.EQUAL, [scale, zero])], to="float32")
+    scale = ctx.emit1(OpCode.ADD, [scale, is_zero])
+    top = _scalar(ctx, f"{name}/top", 255.0)
+
+    def saturate(v: int) -> int:
+        return ctx.emit1(OpCode.MINIMUM, [ctx.emit1(OpCode.MAXIMUM, [v, zero]), top])
+
+    zp = saturate(_round(ctx, ctx.emit1(OpCode.NEG, [ctx.emit1(OpCode.DIV, [lo, scale])]),
+                         f"{name}/zp"))
+    q = saturate(ctx.emit1(OpCode.ADD, [_round(ctx, ctx.emit1(OpCode.DIV, [x, scale]),
+                                               f"{name}/y"), zp]))
+    return q, scale, zp
+
+
+def dynamic_quantize_linear(ctx: ImportContext, node: OnnxNode) -> list[int]:
+    """y = saturate(round(x / scale) + zp) over [min(x, 0), max(x, 0)] mapped to 0..255."""
+    x = node.input(0)
+    if ctx.dtype(x) != np.float32:
+        raise node.fail(f"x must be float32, got {ctx.dtype(x)}")
+    q, scale, zp = _dynamic_quantize(ctx, x, node.name)
+    return [ctx.emit1(OpCode.CAST, [q], to="uint8"), scale,
+            ctx.emit1(OpCode.CAST, [zp], to="uint8")]
+
+
+def _dynamic_fake_quant(ctx: ImportContext, x: int, name: str) -> int:
+    """x quantized as DynamicQuantizeLinear does and dequantized: what an integer GEMM of
+    onnxruntime's dynamic quantization sees of its float input."""
+    q, scale, zp = _dynamic_quantize(ctx, x, name)
+    return ctx.emit1(OpCode.MUL, [ctx.emit1(OpCode.SUB, [q, zp]), scale])
+
+
+def dynamic_quantize_lstm(ctx: ImportContext, node: OnnxNode) -> list[int]:
+    """com.microsoft DynamicQuantizeLSTM: an LSTM whose W [dirs, input, 4H] and R [dirs,
+    hidden, 4H] are integer with scales per direction or per column, and whose input
+    sequence and states are quantized dynamically before each projection (as onnxruntime
+    runs it). The weights are stored dequantized in float."""
+    from sporenet.converter.onnx_import.ops import recurrent
+
+    def weights(at: int, scale_at: int, zp_at: int, what: str) -> int:
+        w = ctx.static_input(node, at, what)
+        scale = ctx.static_input(node, scale_at, f"{what} scale")
+        zp = ctx.static_input(node, zp_at, f"{what} zero point")
+        if w is None or scale is None or zp is None or w.ndim != 3:
+            raise node.fail(f"{what} (input {at}) with its scale and zero point is required")
+        dirs = w.shape[0]
+        scale = scale.astype(np.float64).reshape(dirs, 1, -1)
+        zp = zp.astype(np.float64).reshape(dirs, 1, -1)
+        real = ((w.astype(np.float64) - zp) * scale).astype(np.float32)
+        return ctx.constant(f"{ctx.tensors[node.input(at)].name}/float",
+                            np.ascontiguousarray(real.transpose(0, 2, 1)))
+
+    inputs = [node.input(0), weights(1, 8, 9, "W"), weights(2, 10, 11, "R"),
+              *[node.input(k) for k in range(3, 8)]]
+    lstm = dataclasses.replace(node, op_type="LSTM", inputs=inputs)
+    count = iter(range(1 << 30))
+    return recurrent.recurrent(
+        ctx, lstm, lambda x: _dynamic_fake_quant(ctx, x, f"{node.name}/dq{next(count)}"))
+
+
+def _centred(ctx: ImportContext, node: OnnxNode, x: int, zp_index: int, what: str) -> int:
+    """float32(x) - zero_point for an integer activation."""
+    if ctx.dtype(x).kind not in "iu":
+        raise node.fail(f"{what} must be int8 or uint8, got {ctx.dtype(x)}")
+    xf = ctx.emit1(OpCode.CAST, [x], to="float32")
+    if zp_index == -1:
+        return xf
+    zp = ctx.value(zp_index)
+    if zp is not None and zp.size == 1 and int(zp.reshape(-1)[0]) == 0:
+        return xf
+    return ctx.emit1(OpCode.SUB, [xf, ctx.emit1(OpCode.CAST, [zp_index], to="float32")])
+
+
+def _int_weight(
+    ctx: ImportContext, node: OnnxNode, w: np.ndarray, zp: np.ndarray | None, axis: int, name: str
+) -> int:
+    """w - zp as a constant stored int8 with its zero point (uint8 values move by 128)."""
+    if w.dtype not in (np.int8, np.uint8):
+        raise node.fail(f"the weights must be int8 or uint8, got {w.dtype}")
+    zp = np.zeros(1, np.int64) if zp is None else zp.astype(np.int64).reshape(-1)
+    values = w.astype(np.int16)
+    if w.dtype == np.uint8:
+        values, zp = values - 128, zp - 128
+    if zp.size not in (1, w.shape[axis]):
+        raise node.fail(f"{zp.size} weight zero points for {w.shape[axis]} channels")
+    q = Quantization(scale=np.ones(zp.size, np.float32), zero_point=zp, axis=axis)
+    return ctx.quantized_constant(name, values.astype(np.int8), q)
+
+
+def _to_int32(ctx: ImportContext, y: int, name: str) -> int:
+    """An integer-valued float result as int32: rounded first, since fast convolution
+    algorithms (Winograd) leave errors far below 0.5 that a truncating cast would keep."""
+    half = _scalar(ctx, f"{name}/half", 0.5)
+    return ctx.emit1(OpCode.CAST, [ctx.emit1(OpCode.FLOOR, [ctx.emit1(OpCode.ADD, [y, half])])],
+                     to="int32")
+
+
+def matmul_integer(ctx: ImportContext, node: OnnxNode) -> list[int]:
+    """(A - a_zp) @ (B - b_zp) in int32."""
+    a, b = node.input(0), node.input(1)
+    af = _centred(ctx, node, a, node.input(2), "A")
+    weight = ctx.value(b)
+    zp_b = ctx.value(node.input(3)) if node.input(3) != -1 else None
+    if weight is not None and weight.ndim == 2 and (node.input(3) == -1 or zp_b is not None):
+        w = _int_weight(
+            ctx, node, np.ascontiguousarray(weight.T), zp_b, 0, f"{ctx.tensors[b].name}/T"
+        )
+        y = ctx.emit1(OpCode.FULLY_CONNECTED, [af, w])
+    else:
+        y = ctx.emit1(OpCode.MATMUL, [af, _centred(ctx, node, b, node.input(3), "B")])
+    return [_to_int32(ctx, y, node.name)]
+
+
+def conv_integer(ctx: ImportContext, node: OnnxNode) -> list[int]:
+    """Conv of (x - x_zp) and (w - w_zp) in int32 (padding adds zeros of x - x_zp)."""
+    x, w = node.input(0), node.input(1)
+    xf = _centred(ctx, node, x, node.input(2), "x")
+    weight = ctx.static_input(node, 1, "the weights")
+    zp_w = ctx.static_input(node, 3, "the weight zero point")
+    wq = _int_weight(ctx, node, weight, zp_w, 0, f"{ctx.tensors[w].name}/int8")
+    y = conv_ops.conv(ctx, dataclasses.replace(node, inputs=[xf, wq]))[0]
+    return [_to_int32(ctx, y, node.name)]
+
+
+# ---- QDQ and QLinear ops: quantize / dequantize steps around float ops.
+# An activation's QuantizeLinear runs as float ops ending in a cast to the integer type;
+# DequantizeLinear of a constant (the weights) keeps the integer values in the file with
+# their scale and zero point, dequantized once at load.
+
+INT_RANGE = {np.dtype(np.int8): (-128, 127), np.dtype(np.uint8): (0, 255)}
+
+
+def _params(
+    ctx: ImportContext, node: OnnxNode, scale_at: int, zp_at: int, axis: int, rank: int
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """Static scale and zero point (reshaped to broadcast along `axis` when per-axis)."""
+    scale = ctx.static_input(node, scale_at, "the scale")
+    zp = ctx.static_input(node, zp_at, "the zero point") if zp_at < len(node.inputs) else None
+    if scale is None:
+        raise node.fail(f"the scale (input {scale_at}) is required")
+    if scale.size > 1:
+        shape = [1] * rank
+        shape[axis % rank] = -1
+        scale = scale.reshape(shape)
+        zp = None if zp is None else zp.reshape(shape)
+    return scale.astype(np.float32), zp
+
+
+def _quantize_float(
+    ctx: ImportContext,
+    node: OnnxNode,
+    x: int,
+    scale: np.ndarray,
+    zp: np.ndarray | None,
+    dtype: np.dtype,
+    name: str,
+) -> int:
+    """saturate(round(x / scale) + zero_point) as `dtype`."""
+    if dtype not in INT_RANGE:
+        raise node.fail(f"only int8 and uint8 quantization is supported, got {dtype}")
+    lo, hi = INT_RANGE[dtype]
+    y = _round(ctx, ctx.emit1(OpCode.DIV, [x, ctx.constant(f"{name}/scale", scale)]), name)
+    if zp is not None and np.any(zp != 0):
+        y = ctx.emit1(OpCode.ADD, [y, ctx.constant(f"{name}/zp", zp.astype(np.float32))])
+    y = ctx.emit1(OpCode.MAXIMUM, [y, _scalar(ctx, f"{name}/qmin", lo)])
+    y = ctx.emit1(OpCode.MINIMUM, [y, _scalar(ctx, f"{name}/qmax", hi)])
+    return ctx.emit1(OpCode.CAST, [y], to=str(dtype))
+
+
+def _dequantize(
+    ctx: ImportContext,
+    node: OnnxNode,
+    q: int,
+    scale: np.ndarray,
+    zp: np.ndarray | None,
+    axis: int,
+    name: str,
+) -> int:
+    """(q - zero_point) * scale as float32; a constant q stays integer in the file."""
+    value = ctx.value(q)
+    if value is not None and ctx.tensors[q].data is not None and value.dtype in INT_RANGE:
+        per_axis = scale.size > 1
+        quant = Quantization(
+            scale=scale.reshape(-1).astype(np.float32),
+            zero_point=(
+                np.zeros(scale.size, np.int64) if zp is None else zp.reshape(-1).astype(np.int64)
+            ),
+            axis=axis % max(value.ndim, 1) if per_axis else 0,
+        )
+        return ctx.quantized_constant(f"{ctx.tensors[q].name}/q", value, quant)
+    y = ctx.emit1(OpCode.CAST, [q], to="float32")
+    if zp is not None and np.any(zp != 0):
+        y = ctx.emit1(OpCode.SUB, [y, ctx.constant(f"{name}/zp", zp.astype(np.float32))])
+    return ctx.emit1(OpCode.MUL, [y, ctx.constant(f"{name}/scale", scale)])
+
+
+def quantize_linear(ctx: ImportContext, node: OnnxNode) -> list[int]:
+    x = node.input(0)
+    axis = int(node.attr("axis", 1))
+    scale, zp = _params(ctx, node, 1, 2, axis, ctx.rank(x))
+    dtype = np.dtype(np.uint8) if zp is None else zp.dtype
+    return [_quantize_float(ctx, node, x, scale, zp, dtype, node.name)]
+
+
+def dequantize_linear(ctx: ImportContext, node: OnnxNode) -> list[int]:
+    q = node.input(0)
+    if ctx.dtype(q) == np.int32:  # a bias quantized to int32 (zero point 0)
+        scale = ctx.static_input(node, 1, "the scale")
+        value = ctx.value(q)
+        if value is not None:
+            return [
+                ctx.constant(
+                    f"{node.name}/bias",
+                    (value.astype(np.float64) * scale.astype(np.float64)).astype(np.float32),
+                )
+            ]
+    axis = int(node.attr("axis", 1))
+    scale, zp = _params(ctx, node, 1, 2, axis, ctx.rank(q))
+    return [_dequantize(ctx, node, q, scale, zp, axis, node.name)]
+
+
+def _dq_input(ctx: ImportContext, node: OnnxNode, at: int, axis: int = 1) -> int:
+    """Input `at` of a QLinear op (followed by its scale and zero point) as float."""
+    q = node.input(at)
+    scale, zp = _params(ctx, node, at + 1, at + 2, axis, ctx.rank(q))
+    return _dequantize(ctx, node, q, scale, zp, axis, f"{node.name}/in{at}")
+
+
+def _q_output(ctx: ImportContext, node: OnnxNode, y: int, scale_at: int, zp_at: int) -> int:
+    scale, zp = _params(ctx, node, scale_at, zp_at, 1, ctx.rank(y))
+    dtype = np.dtype(np.uint8) if zp is None else zp.dtype
+    return _quantize_float(ctx, node, y, scale, zp, dtype, f"{node.name}/out")
+
+
+def _float_node(node: OnnxNode, op_type: str, inputs: list[int], **attrs: object) -> OnnxNode:
+    return dataclasses.replace(node, op_type=op_type, inputs=inputs, attrs={**node.attrs, **attrs})
+
+
+def qlinear_conv(ctx: ImportContext, node: OnnxNode) -> list[int]:
+    """x, x_scale, x_zp, w, w_scale, w_zp, y_scale, y_zp[, B int32]."""
+    x = _dq_input(ctx, node, 0)
+    w = _dq_input(ctx, node, 3, axis=0)
+    inputs = [x, w]
+    if node.input(8) != -1:
+        bias = ctx.static_input(node, 8, "the bias")
+        x_scale = ctx.static_input(node, 1, "x_scale").astype(np.float64).reshape(-1)
+        w_scale = ctx.static_input(node, 4, "w_scale").astype(np.float64).reshape(-1)
+        inputs.append(
+            ctx.constant(
+                f"{node.name}/bias",
+                (bias.astype(np.float64) * x_scale * w_scale).astype(np.float32),
+            )
+        )
+    y = conv_ops.conv(ctx, _float_node(node, "Conv", inputs))[0]
+    return [_q_output(ctx, node, y, 6, 7)]
+
+
+def qlinear_matmul(ctx: ImportContext, node: OnnxNode) -> list[int]:
+    """a, a_scale, a_zp, b, b_scale, b_zp, y_scale, y_zp."""
+    from sporenet.converter.onnx_import.ops import linear
+
+    a = _dq_input(ctx, node, 0)
+    b = _dq_input(ctx, node, 3, axis=-1)
+    y = linear.matmul(ctx, _float_node(node, "MatMul", [a, b]))[0]
+    return [_q_output(ctx, node, y, 6, 7)]
+
+
+def qlinear_binary(op: OpCode):  # type: ignore[no-untyped-def]
+    """com.microsoft QLinearAdd / QLinearMul: a, a_s, a_zp, b, b_s, b_zp, y_s, y_zp."""
+
+    def convert(ctx: ImportContext, node: OnnxNode) -> list[int]:
+        y = ctx.emit1(op, [_dq_input(ctx, node, 0), _dq_input(ctx, node, 3)])
+        return [_q_output(ctx, node, y, 6, 7)]
+
+    return convert
+
+
+def qlinear_unary(convert_float):  # type: ignore[no-untyped-def]
+    """com.microsoft QLinearSigmoid / QLinearLeakyRelu / QLinearGlobalAveragePool /
+    QLinearAveragePool / QLinearSoftmax: x, x_s, x_zp, y_s, y_zp around a float op."""
+
+    def convert(ctx: ImportContext, node: OnnxNode) -> list[int]:
+        x = _dq_input(ctx, node, 0)
+        y = convert_float(ctx, _float_node(node, node.op_type.removeprefix("QLinear"), [x]))[0]
+        return [_q_output(ctx, node, y, 3, 4)]
+
+    return convert
+
+
+def qlinear_concat(ctx: ImportContext, node: OnnxNode) -> list[int]:
+    """com.microsoft QLinearConcat: y_s, y_zp, then (x, x_s, x_zp) per input."""
+    from sporenet.converter.onnx_import.ops import shape
+
+    parts = [_dq_input(ctx, node, k) for k in range(2, len(node.inputs), 3)]
+    y = shape.concat(ctx, _float_node(node, "Concat", parts))[0]
+    return [_q_output(ctx, node, y, 0, 1)]
+
+
+def qgemm(ctx: ImportContext, node: OnnxNode) -> list[int]:
+    """com.microsoft QGemm: A, a_s, a_zp, B, b_s, b_zp, C (int32), y_s, y_zp; without
+    y_scale the output is float."""
+    from sporenet.converter.onnx_import.ops import linear
+
+    a = _dq_input(ctx, node, 0)
+    b = _dq_input(ctx, node, 3, axis=0 if int(node.attr("transB", 0)) else -1)
+    inputs = [a, b]
+    if node.input(6) != -1:
+        c = ctx.static_input(node, 6, "C")
+        a_scale = ctx.static_input(node, 1, "a_scale").astype(np.float64).reshape(-1)
+        b_scale = ctx.static_input(node, 4, "b_scale").astype(np.float64).reshape(-1)
+        alpha = float(node.attr("alpha", 1.0))
+        inputs.append(
+            ctx.constant(
+                f"{node.name}/bias",
+                (c.astype(np.float64) * a_scale * b_scale * alpha).astype(np.float32),
+            )
+        )
+    y = linear.gemm(ctx, _float_node(node, "Gemm", inputs, beta=1.0))[0]
+    if node.input(7) == -1:
+        return [y]
+    return [_q_output(ctx, node, y, 7, 8)]

@@ -1,0 +1,156 @@
+"""Quantized activations.
+
+- Relu, Relu6, Clip are clamps of the quantized range (TFLite's ReluX): with the output's
+  parameters equal to the input's, a clip to [q(lo), q(hi)]; otherwise the input is
+  requantized (MultiplyByQuantizedMultiplier) and then clamped.
+- Logistic, Tanh, HardSwish map each of the 256 possible inputs through a lookup table
+  built at prepare time: table[q] = clamp(z_out + round(f(s_in (q - z_in)) / s_out)),
+  evaluated in float64, ties rounded away from zero.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from sporenet.lite.kernels.base import Attrs, Compute, TensorSpec
+from sporenet.lite.kernels.quantized.base import QuantizedKernel, dtype_range
+from sporenet.lite.kernels.quantized.fixed_point import (
+    Requantizer,
+    activation_range,
+    round_half_away,
+)
+from sporenet.lite.ops import OpCode
+
+
+def _params(kernel: QuantizedKernel) -> tuple[TensorSpec, float, int, float, int]:
+    x = kernel.quantized_input(0)
+    sx, zx = kernel.tensor_params(x, "the input")
+    oq = kernel.attrs.output_quant[0] if kernel.attrs.output_quant else None
+    oq = oq if oq is not None else x.quant
+    so, zo = kernel.tensor_params(TensorSpec((), x.dtype, quant=oq), "the output")
+    kernel.output_specs = [kernel.out_spec(x.shape, x.dtype, oq)]  # type: ignore[arg-type]
+    return x, sx, zx, so, zo
+
+
+class _QClamp(QuantizedKernel):
+    """Shared bind of Relu/Relu6/Clip; subclasses set the real bounds (lo, hi)."""
+
+    def prepare_clamp(self, lo: float | None, hi: float | None) -> None:
+        x, sx, zx, so, zo = _params(self)
+        name_attrs = {
+            "clip_min": -np.inf if lo is None else lo,
+            "clip_max": np.inf if hi is None else hi,
+        }
+        self.lo, self.hi = activation_range("clip", so, zo, x.dtype, name_attrs)
+        self.requant = None
+        if (sx, zx) != (so, zo):
+            self.zx = np.int64(zx)
+            self.requant = Requantizer(sx / so, zo, self.lo, self.hi)
+            self.scratch_layout = [(x.shape, np.dtype(np.int64))]
+
+    def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
+        x, out = inputs[0], outputs[0]
+        lo, hi = self.lo, self.hi
+        if self.requant is None:
+            return lambda: np.clip(x, lo, hi, out=out)
+        (acc,) = self.scratch_arrays()
+        zx, requant = self.zx, self.requant
+
+        def compute() -> None:
+            np.subtract(x, zx, out=acc)
+            requant.apply(acc, out)
+
+        return compute
+
+
+class QRelu(_QClamp):
+    op = OpCode.RELU
+
+    def __init__(self, attrs: Attrs, inputs: Sequence[TensorSpec | None]) -> None:
+        super().__init__(attrs, inputs)
+        self.prepare_clamp(0.0, None)
+
+
+class QRelu6(_QClamp):
+    op = OpCode.RELU6
+
+    def __init__(self, attrs: Attrs, inputs: Sequence[TensorSpec | None]) -> None:
+        super().__init__(attrs, inputs)
+        self.prepare_clamp(0.0, 6.0)
+
+
+class QClip(_QClamp):
+    """Bounds (real values) from the `min`/`max` attributes or constant inputs 1 and 2
+    (float, or quantized like the input)."""
+
+    op = OpCode.CLIP
+    num_inputs = (1, 3)
+
+    def __init__(self, attrs: Attrs, inputs: Sequence[TensorSpec | None]) -> None:
+        super().__init__(attrs, inputs)
+        bounds: list[float | None] = []
+        for k, name in ((1, "min"), (2, "max")):
+            spec = self.optional_input(k)
+            if spec is None:
+                bounds.append(attrs.float(name))
+                continue
+            value = self.constant(k, name)
+            if value.size != 1:
+                raise self.fail(
+                    f"input {k} ({name}) must hold one value, got shape {list(value.shape)}"
+                )
+            v = float(value.flat[0])
+            if spec.quant is not None:
+                zp = int(spec.quant.zero_point.flat[0]) if spec.quant.zero_point.size else 0
+                v = float(spec.quant.scale.flat[0]) * (v - zp)
+            bounds.append(v)
+        self.prepare_clamp(bounds[0], bounds[1])
+
+
+def _logistic(x: np.ndarray) -> np.ndarray:
+    return 1.0 / (1.0 + np.exp(-x))
+
+
+def _hard_swish(x: np.ndarray) -> np.ndarray:
+    return x * np.clip(x + 3.0, 0.0, 6.0) / 6.0
+
+
+def lookup_table(
+    f: Callable[[np.ndarray], np.ndarray], dtype: np.dtype, sx: float, zx: int, so: float, zo: int
+) -> np.ndarray:
+    """256 outputs indexed by the input's bytes (q viewed as uint8)."""
+    lo, hi = dtype_range(dtype)
+    q = np.arange(256).astype(np.uint8).view(dtype).astype(np.int64)
+    real = f(sx * (q - zx).astype(np.float64))
+    out = zo + round_half_away(real / so)
+    return np.clip(out, lo, hi).astype(dtype)
+
+
+class _QLookup(QuantizedKernel):
+    function: Callable[[np.ndarray], np.ndarray]
+
+    def __init__(self, attrs: Attrs, inputs: Sequence[TensorSpec | None]) -> None:
+        super().__init__(attrs, inputs)
+        x, sx, zx, so, zo = _params(self)
+        self.table = lookup_table(type(self).function, x.dtype, sx, zx, so, zo)
+
+    def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
+        index, out, table = inputs[0].view(np.uint8), outputs[0], self.table  # type: ignore[union-attr]
+        return lambda: np.take(table, index, out=out)
+
+
+class QLogistic(_QLookup):
+    op = OpCode.SIGMOID
+    function = staticmethod(_logistic)
+
+
+class QTanh(_QLookup):
+    op = OpCode.TANH
+    function = staticmethod(np.tanh)
+
+
+class QHardSwish(_QLookup):
+    op = OpCode.HARD_SWISH
+    function = staticmethod(_hard_swish)

@@ -1,0 +1,169 @@
+"""QUANTIZE (float -> int8/uint8), DEQUANTIZE (int8/uint8/float16 -> float32) and
+REQUANTIZE (int8/uint8 -> int8/uint8 with new parameters), as TFLite's reference kernels:
+
+- quantize: q = clamp(round(x / scale) + zero_point), the division in float32, ties
+  rounded away from zero;
+- dequantize: x = float32(scale * (q - zero_point)), the product in float64;
+- requantize: q' = clamp(z' + MultiplyByQuantizedMultiplier(q - z, scale / scale')).
+
+Per-axis parameters broadcast along their axis (a per-channel weight can be quantized or
+dequantized by the same kernels).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from sporenet.lite.graph import Quantization
+from sporenet.lite.kernels.base import Attrs, Compute, TensorSpec
+from sporenet.lite.kernels.quantized.base import QUANTIZED_DTYPES, QuantizedKernel, dtype_range
+from sporenet.lite.kernels.quantized.fixed_point import Requantizer
+from sporenet.lite.ops import OpCode
+
+_OUT_DTYPES = {"int8": np.dtype(np.int8), "uint8": np.dtype(np.uint8)}
+
+
+def broadcast_params(q: Quantization, rank: int) -> tuple[np.ndarray, np.ndarray]:
+    """(scale float64, zero_point int64) shaped to broadcast against a rank-`rank` tensor."""
+    scale = q.scale.astype(np.float64)
+    zp = q.zero_point.astype(np.int64) if q.zero_point.size else np.zeros_like(scale, np.int64)
+    if scale.size == 1:
+        return scale.reshape(()), zp.reshape(())
+    shape = [1] * rank
+    shape[q.axis] = scale.size
+    return scale.reshape(shape), zp.reshape(shape)
+
+
+class Quantize(QuantizedKernel):
+    """float -> int8/uint8 with the output tensor's parameters."""
+
+    op = OpCode.QUANTIZE
+
+    def __init__(self, attrs: Attrs, inputs: Sequence[TensorSpec | None]) -> None:
+        super().__init__(attrs, inputs)
+        x = self.require_float(0)
+        dtype = _OUT_DTYPES.get(attrs.str("dtype", "int8"))
+        if dtype is None:
+            raise self.fail(
+                f"dtype must be one of {sorted(_OUT_DTYPES)}, got {attrs.values.get('dtype')!r}"
+            )
+        oq = self.attrs.output_quant[0] if self.attrs.output_quant else None
+        if oq is None:
+            raise self.fail("the output needs quantization parameters (the file declares none)")
+        if oq.scale.size > 1 and not (0 <= oq.axis < x.rank and x.shape[oq.axis] == oq.scale.size):
+            raise self.fail(
+                f"{oq.scale.size} scales do not match axis {oq.axis} of input shape {list(x.shape)}"
+            )
+        scale, zp = broadcast_params(oq, x.rank)
+        self.scale, self.zp = scale.astype(np.float32), zp
+        self.lo, self.hi = dtype_range(dtype)
+        self.output_specs = [self.out_spec(x.shape, dtype, oq)]
+        self.scratch_layout = [(x.shape, np.dtype(np.float32)), (x.shape, np.dtype(np.float64))]
+
+    def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
+        x, out = inputs[0], outputs[0]
+        v32, v64 = self.scratch_arrays()
+        scale, zp, lo, hi = self.scale, self.zp, self.lo, self.hi
+        divide, copyto, copysign, trunc, clip = (
+            np.divide,
+            np.copyto,
+            np.copysign,
+            np.trunc,
+            np.clip,
+        )
+        half = np.empty_like(v64)
+
+        def compute() -> None:
+            divide(x, scale, out=v32)  # float32 division, as TFLite
+            copyto(v64, v32)
+            copysign(0.5, v64, out=half)
+            np.add(v64, half, out=v64)
+            trunc(v64, out=v64)
+            np.add(v64, zp, out=v64)
+            clip(v64, lo, hi, out=v64)
+            copyto(out, v64, casting="unsafe")
+
+        return compute
+
+
+class Dequantize(QuantizedKernel):
+    """int8/uint8 (with quantization) or float16 -> float32."""
+
+    op = OpCode.DEQUANTIZE
+
+    def __init__(self, attrs: Attrs, inputs: Sequence[TensorSpec | None]) -> None:
+        super().__init__(attrs, inputs)
+        x = self.input(0)
+        self.scale = self.zp = None
+        if x.dtype in QUANTIZED_DTYPES or x.dtype == np.int32:
+            if x.quant is None:
+                raise self.fail(f"a {x.dtype} input needs quantization parameters")
+            self.scale, self.zp = broadcast_params(x.quant, x.rank)
+        elif x.dtype.kind != "f":
+            raise self.fail(f"input must be int8, uint8, int32 or float, got {x.dtype}")
+        self.output_specs = [TensorSpec(x.shape, np.dtype(np.float32))]
+        if self.scale is not None:
+            self.scratch_layout = [(x.shape, np.dtype(np.float64))]
+
+    def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
+        x, out = inputs[0], outputs[0]
+        if self.scale is None:
+            return lambda: np.copyto(out, x)
+        (v64,) = self.scratch_arrays()
+        scale, zp, subtract, multiply, copyto = (
+            self.scale,
+            self.zp,
+            np.subtract,
+            np.multiply,
+            np.copyto,
+        )
+
+        def compute() -> None:
+            subtract(x, zp, out=v64)
+            multiply(v64, scale, out=v64)
+            copyto(out, v64, casting="same_kind")
+
+        return compute
+
+
+def dequantize_array(value: np.ndarray, quant: Quantization | None) -> np.ndarray:
+    """A constant's float32 value: float16 widened, int8/uint8 dequantized (weight-only)."""
+    if quant is None:
+        return value.astype(np.float32)
+    scale, zp = broadcast_params(quant, value.ndim)
+    return ((value.astype(np.int64) - zp) * scale).astype(np.float32)
+
+
+class Requantize(QuantizedKernel):
+    """int8/uint8 -> int8/uint8 with the output tensor's parameters."""
+
+    op = OpCode.REQUANTIZE
+
+    def __init__(self, attrs: Attrs, inputs: Sequence[TensorSpec | None]) -> None:
+        super().__init__(attrs, inputs)
+        x = self.quantized_input(0)
+        in_scale, in_zp = self.tensor_params(x, "the input")
+        dtype = _OUT_DTYPES.get(attrs.str("dtype", str(x.dtype)))
+        if dtype is None:
+            raise self.fail(
+                f"dtype must be one of {sorted(_OUT_DTYPES)}, got {attrs.values.get('dtype')!r}"
+            )
+        oq = self.output_quant(dtype)
+        out_scale, out_zp = self.tensor_params(TensorSpec((), dtype, quant=oq), "the output")
+        self.in_zp = np.int64(in_zp)
+        self.requant = Requantizer(in_scale / out_scale, out_zp, *dtype_range(dtype))
+        self.output_specs = [self.out_spec(x.shape, dtype, oq)]
+        self.scratch_layout = [(x.shape, np.dtype(np.int64))]
+
+    def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
+        x, out = inputs[0], outputs[0]
+        (acc,) = self.scratch_arrays()
+        zp, requant, subtract = self.in_zp, self.requant, np.subtract
+
+        def compute() -> None:
+            subtract(x, zp, out=acc)
+            requant.apply(acc, out)
+
+        return compute

@@ -1,0 +1,141 @@
+"""Quantized FullyConnected (x @ W.T + b) and MatMul on int8/uint8 tensors.
+
+The integer products run as float GEMMs over shifted copies of the operands (exact, see
+gemm.py); the int32 bias and the requantization follow in int64.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from sporenet.lite.kernels.base import Attrs, Compute, TensorSpec
+from sporenet.lite.kernels.linear import matmul_shape
+from sporenet.lite.kernels.quantized.base import QuantizedKernel
+from sporenet.lite.kernels.quantized.conv import bias_values, shifted_weights
+from sporenet.lite.kernels.quantized.fixed_point import Requantizer
+from sporenet.lite.kernels.quantized.gemm import exact_float_dtype, max_abs_shifted, weight_bound
+from sporenet.lite.ops import OpCode
+
+
+class QFullyConnected(QuantizedKernel):
+    """x (..., K) quantized per tensor, constant w (O, K) per tensor or per output channel,
+    optional int32 bias (O,); fused relu/relu6/clip as clamps."""
+
+    op = OpCode.FULLY_CONNECTED
+    num_inputs = (2, 3)
+
+    def __init__(self, attrs: Attrs, inputs: Sequence[TensorSpec | None]) -> None:
+        super().__init__(attrs, inputs)
+        x, w = self.quantized_input(0), self.input(1)
+        sx, zx = self.tensor_params(x, "the input")
+        if w.rank != 2:
+            raise self.fail(f"weights must be 2-D (out, in), got shape {list(w.shape)}")
+        o, k = w.shape
+        if x.rank < 1 or x.shape[-1] != k:
+            raise self.fail(
+                f"input shape {list(x.shape)} does not end in the weights' in_features {k}"
+            )
+        self.w, scales = shifted_weights(self, w, o)
+        self.bias = bias_values(self, 2, o)
+        ftype = exact_float_dtype(weight_bound(max_abs_shifted(x.dtype, zx), self.w, (1,)))
+        oq = self.output_quant(x.dtype)
+        so, zo = self.tensor_params(TensorSpec((), x.dtype, quant=oq), "the output")
+        lo, hi = self.fused_clamp(so, zo, x.dtype)
+        self.requant = Requantizer(sx * scales / so, zo, lo, hi)
+        self.zx = ftype.type(zx)
+        shape = (*x.shape[:-1], o)
+        rows = int(np.prod(x.shape[:-1], dtype=np.int64))
+        self.output_specs = [self.out_spec(shape, x.dtype, oq)]
+        self.scratch_layout = [
+            ((rows, k), ftype),
+            ((k, o), ftype),
+            ((rows, o), ftype),
+            ((rows, o), np.dtype(np.int64)),
+        ]
+
+    def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
+        x, out = inputs[0], outputs[0]
+        xf, wt, accf, acc = self.scratch_arrays()
+        x2, out2 = x.reshape(xf.shape), out.reshape(acc.shape)
+        w_t, zx, bias, requant = self.w.T, self.zx, self.bias, self.requant
+        copyto, subtract, matmul = np.copyto, np.subtract, np.matmul
+
+        def compute() -> None:
+            subtract(x2, zx, out=xf)
+            copyto(wt, w_t)
+            matmul(xf, wt, out=accf)
+            copyto(acc, accf, casting="unsafe")
+            if bias is not None:
+                np.add(acc, bias, out=acc)
+            requant.apply(acc, out2)
+
+        return compute
+
+
+class QMatMul(QuantizedKernel):
+    """a @ b with NumPy matmul semantics, both int8/uint8 quantized per tensor (b may be
+    a constant quantized per column, axis = its last)."""
+
+    op = OpCode.MATMUL
+    num_inputs = (2, 2)
+
+    def __init__(self, attrs: Attrs, inputs: Sequence[TensorSpec | None]) -> None:
+        super().__init__(attrs, inputs)
+        a, b = self.quantized_input(0), self.quantized_input(1)
+        sa, za = self.tensor_params(a, "input 0")
+        shape = matmul_shape(a.shape, b.shape)
+        if shape is None or a.rank == 0 or b.rank == 0:
+            raise self.fail(f"shapes {list(a.shape)} and {list(b.shape)} cannot be multiplied")
+        bq = b.quant
+        zb = bq.zero_point.astype(np.int64) if bq.zero_point.size else np.zeros(1, np.int64)
+        if bq.scale.size > 1 and (
+            b.rank < 2 or bq.axis != b.rank - 1 or bq.scale.size != b.shape[-1]
+        ):
+            raise self.fail(
+                f"input 1 may be quantized per column only (axis {b.rank - 1}, "
+                f"{b.shape[-1]} scales), got {bq.scale.size} on axis {bq.axis}"
+            )
+        k = a.shape[-1]
+        bound = (
+            max_abs_shifted(a.dtype, za)
+            * int(np.abs(np.array([max_abs_shifted(b.dtype, int(z)) for z in np.ravel(zb)])).max())
+            * k
+        )
+        ftype = exact_float_dtype(bound)
+        oq = self.output_quant(a.dtype)
+        so, zo = self.tensor_params(TensorSpec((), a.dtype, quant=oq), "the output")
+        lo, hi = self.fused_clamp(so, zo, a.dtype)
+        self.requant = Requantizer(
+            sa * bq.scale.astype(np.float64) / so
+            if bq.scale.size > 1
+            else sa * float(bq.scale[0]) / so,
+            zo,
+            lo,
+            hi,
+        )
+        self.za = ftype.type(za)
+        self.zb = zb.astype(ftype) if zb.size > 1 else ftype.type(zb[0])
+        self.output_specs = [self.out_spec(tuple(shape), a.dtype, oq)]
+        self.scratch_layout = [
+            (a.shape, ftype),
+            (b.shape, ftype),
+            (tuple(shape), ftype),
+            (tuple(shape), np.dtype(np.int64)),
+        ]
+
+    def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
+        a, b, out = inputs[0], inputs[1], outputs[0]
+        af, bf, accf, acc = self.scratch_arrays()
+        za, zb, requant = self.za, self.zb, self.requant
+        copyto, subtract, matmul = np.copyto, np.subtract, np.matmul
+
+        def compute() -> None:
+            subtract(a, za, out=af)
+            subtract(b, zb, out=bf)
+            matmul(af, bf, out=accf)
+            copyto(acc, accf, casting="unsafe")
+            requant.apply(acc, out)
+
+        return compute

@@ -1,0 +1,233 @@
+"""int8/uint8 Conv2D, FullyConnected, MatMul, Add/Sub/Mul and the conversions against a
+plain int64 reference of TFLite's arithmetic (tests/unit/lite/quantized_reference.py),
+bit-exact, on models written with lite's builder and read back from bytes."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from sporenet.lite.ops import OpCode
+from tests.unit.lite.quantized_reference import (
+    RANGES,
+    mbqm,
+    quant,
+    random_q,
+    requantize,
+    round_away,
+    run_one_op,
+)
+
+
+def conv_reference(x, zx, sx, w, sw, bias, so, zo, lo, hi, pads, strides, group):
+    """Direct convolution in int64 with the input padded by its zero point."""
+    n, c, h, wd = x.shape
+    o, cg, kh, kw = w.shape
+    top, left, bottom, right = pads
+    xp = np.full((n, c, h + top + bottom, wd + left + right), zx, np.int64)
+    xp[:, :, top : top + h, left : left + wd] = x
+    oh = (xp.shape[2] - kh) // strides[0] + 1
+    ow = (xp.shape[3] - kw) // strides[1] + 1
+    acc = np.zeros((n, o, oh, ow), np.int64)
+    og = o // group
+    for g in range(group):
+        xs = xp[:, g * cg : (g + 1) * cg] - zx
+        for i in range(kh):
+            for j in range(kw):
+                patch = xs[
+                    :,
+                    :,
+                    i : i + strides[0] * (oh - 1) + 1 : strides[0],
+                    j : j + strides[1] * (ow - 1) + 1 : strides[1],
+                ]
+                acc[:, g * og : (g + 1) * og] += np.einsum(
+                    "nchw,oc->nohw", patch, w[g * og : (g + 1) * og, :, i, j].astype(np.int64)
+                )
+    if bias is not None:
+        acc += bias.reshape(1, -1, 1, 1)
+    return requantize(acc, sx * np.asarray(sw, np.float64) / so, zo, lo, hi, channel_axis=1)
+
+
+CONV_CASES = [
+    # (x shape, out ch, kernel, pads, strides, group, dtype, per_channel)
+    ((1, 3, 9, 9), 5, (3, 3), (1, 1, 1, 1), (1, 1), 1, np.int8, True),
+    ((2, 4, 8, 7), 6, (3, 2), (0, 1, 2, 0), (2, 1), 2, np.int8, False),
+    ((1, 8, 10, 10), 8, (3, 3), (1, 1, 1, 1), (2, 2), 8, np.int8, True),  # depthwise
+    ((1, 16, 5, 5), 12, (1, 1), (0, 0, 0, 0), (1, 1), 1, np.uint8, False),  # pointwise
+    ((1, 40, 6, 6), 64, (3, 3), (1, 1, 1, 1), (1, 1), 1, np.int8, True),
+    ((1, 512, 3, 3), 4, (3, 3), (1, 1, 1, 1), (1, 1), 1, np.int8, True),  # float64 GEMM
+]
+
+
+@pytest.mark.parametrize("case", CONV_CASES)
+@pytest.mark.parametrize("activation", ["none", "relu6"])
+def test_conv2d_matches_integer_reference(case, activation):
+    shape, o, (kh, kw), pads, strides, group, dtype, per_channel = case
+    rng = np.random.default_rng(sum(shape) + o)
+    lo, hi = RANGES[np.dtype(dtype)]
+    x = random_q(rng, shape, dtype)
+    zx = int(rng.integers(lo, hi + 1))
+    sx = 0.02
+    w = rng.integers(-127, 128, (o, shape[1] // group, kh, kw)).astype(np.int8)
+    if shape[1] == 512:
+        w[:] = 127  # every partial sum large: beyond float32's exact range
+    sw = rng.uniform(0.001, 0.01, o) if per_channel else np.array([0.004])
+    bias = rng.integers(-5000, 5000, o).astype(np.int32)
+    so, zo = 0.05, int(rng.integers(lo, hi + 1) // 2)
+    got = run_one_op(
+        OpCode.CONV2D,
+        [(x, quant(sx, zx), False), (w, quant(sw, 0, 0), True), (bias, None, True)],
+        quant(so, zo),
+        dtype,
+        pads=list(pads),
+        strides=list(strides),
+        group=group,
+        activation=activation,
+    )
+    clo, chi = lo, hi
+    if activation == "relu6":
+        clo = max(lo, zo)
+        chi = min(hi, zo + int(round_away(np.float32(6.0) / np.float32(so))))
+    want = conv_reference(
+        x, zx, sx, w, np.broadcast_to(sw, (o,)), bias, so, zo, clo, chi, pads, strides, group
+    )
+    assert got.dtype == dtype
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.uint8])
+@pytest.mark.parametrize("per_channel", [False, True])
+def test_fully_connected_matches_integer_reference(dtype, per_channel):
+    rng = np.random.default_rng(3)
+    lo, hi = RANGES[np.dtype(dtype)]
+    x = random_q(rng, (4, 37), dtype)
+    w = rng.integers(-127, 128, (11, 37)).astype(np.int8)
+    sw = rng.uniform(0.001, 0.02, 11) if per_channel else np.array([0.01])
+    bias = rng.integers(-3000, 3000, 11).astype(np.int32)
+    zx, sx, so, zo = int(rng.integers(lo, hi)), 0.03, 0.2, (lo + hi) // 2 + 3
+    got = run_one_op(
+        OpCode.FULLY_CONNECTED,
+        [(x, quant(sx, zx), False), (w, quant(sw, 0, 0), True), (bias, None, True)],
+        quant(so, zo),
+        dtype,
+        activation="relu",
+    )
+    acc = (x.astype(np.int64) - zx) @ w.T.astype(np.int64) + bias
+    want = requantize(
+        acc, sx * np.broadcast_to(sw, (11,)) / so, zo, max(lo, zo), hi, channel_axis=1
+    )
+    np.testing.assert_array_equal(got, want)
+
+
+def test_matmul_matches_integer_reference():
+    rng = np.random.default_rng(4)
+    a = random_q(rng, (2, 5, 33), np.int8)
+    b = random_q(rng, (2, 33, 7), np.int8)
+    got = run_one_op(
+        OpCode.MATMUL,
+        [(a, quant(0.05, -3), False), (b, quant(0.04, 7), False)],
+        quant(0.5, 2),
+        np.int8,
+    )
+    acc = (a.astype(np.int64) + 3) @ (b.astype(np.int64) - 7)
+    np.testing.assert_array_equal(got, requantize(acc, 0.05 * 0.04 / 0.5, 2, -128, 127))
+
+
+def add_reference(a, sa, za, b, sb, zb, so, zo, lo, hi, subtract=False):
+    twice_max = 2 * max(sa, sb)
+    a1 = mbqm((a.astype(np.int64) - za) * (1 << 20), sa / twice_max)
+    b1 = mbqm((b.astype(np.int64) - zb) * (1 << 20), sb / twice_max)
+    raw = a1 - b1 if subtract else a1 + b1
+    return requantize(raw, twice_max / ((1 << 20) * so), zo, lo, hi)
+
+
+@pytest.mark.parametrize("op", [OpCode.ADD, OpCode.SUB])
+@pytest.mark.parametrize("dtype", [np.int8, np.uint8])
+def test_add_sub_match_integer_reference_with_broadcasting(op, dtype):
+    rng = np.random.default_rng(5)
+    lo, hi = RANGES[np.dtype(dtype)]
+    a = random_q(rng, (2, 3, 4, 5), dtype)
+    b = random_q(rng, (3, 1, 5), dtype)
+    za, zb, zo = lo + 100, lo + 27, lo + 128
+    got = run_one_op(
+        op, [(a, quant(0.07, za), False), (b, quant(0.013, zb), False)], quant(0.1, zo), dtype
+    )
+    want = add_reference(
+        a,
+        np.float32(0.07).item(),
+        za,
+        b,
+        np.float32(0.013).item(),
+        zb,
+        np.float32(0.1).item(),
+        zo,
+        lo,
+        hi,
+        op == OpCode.SUB,
+    )
+    np.testing.assert_array_equal(got, want)
+
+
+def test_add_saturates_at_the_dtype_range():
+    big = np.full((8,), 127, np.int8)
+    got = run_one_op(
+        OpCode.ADD,
+        [(big, quant(1.0, 0), False), (big, quant(1.0, 0), False)],
+        quant(0.5, 0),
+        np.int8,
+    )
+    assert (got == 127).all()
+    got = run_one_op(
+        OpCode.ADD,
+        [(-big, quant(1.0, 0), False), (-big, quant(1.0, 0), False)],
+        quant(0.5, 0),
+        np.int8,
+    )
+    assert (got == -128).all()
+
+
+def test_mul_matches_integer_reference():
+    rng = np.random.default_rng(6)
+    a, b = random_q(rng, (4, 6), np.int8), random_q(rng, (6,), np.int8)
+    got = run_one_op(
+        OpCode.MUL,
+        [(a, quant(0.1, 5), False), (b, quant(0.05, -9), False)],
+        quant(0.3, -1),
+        np.int8,
+    )
+    s = np.float32(0.1).item() * np.float32(0.05).item() / np.float32(0.3).item()
+    want = requantize((a.astype(np.int64) - 5) * (b.astype(np.int64) + 9), s, -1, -128, 127)
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.uint8])
+def test_quantize_rounds_half_away_from_zero_and_saturates(dtype):
+    lo, hi = RANGES[np.dtype(dtype)]
+    zp = 3 if dtype == np.int8 else 128
+    scale = np.float32(0.5)
+    x = np.array(
+        [0.25, -0.25, 0.75, -0.75, 1.0, 1e9, -1e9, 0.0, 0.2499999, np.float32(33.3)], np.float32
+    )
+    got = run_one_op(
+        OpCode.QUANTIZE, [(x, None, False)], quant(scale, zp), dtype, dtype=np.dtype(dtype).name
+    )
+    want = np.clip(round_away(x / scale) + zp, lo, hi)
+    np.testing.assert_array_equal(got, want)
+    assert got[0] == zp + 1 and got[1] == zp - 1  # ties away from zero, not to even
+
+
+def test_dequantize_and_requantize_match_reference():
+    rng = np.random.default_rng(7)
+    x = random_q(rng, (3, 50), np.int8)
+    got = run_one_op(OpCode.DEQUANTIZE, [(x, quant(0.037, -11), False)], None)
+    want = (np.float64(np.float32(0.037)) * (x.astype(np.int64) + 11)).astype(np.float32)
+    np.testing.assert_array_equal(got, want)
+    got = run_one_op(
+        OpCode.REQUANTIZE,
+        [(x, quant(0.037, -11), False)],
+        quant(0.011, 200),
+        np.uint8,
+        dtype="uint8",
+    )
+    real = np.float32(0.037).item() / np.float32(0.011).item()
+    np.testing.assert_array_equal(got, requantize(x.astype(np.int64) + 11, real, 200, 0, 255))

@@ -1,0 +1,102 @@
+"""Calibration observers and quantization parameters against direct NumPy computations."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sporenet.converter.quantize import params as P
+from sporenet.converter.quantize.observers import (
+    HistogramObserver,
+    Method,
+    MinMaxObserver,
+    entropy_threshold,
+    percentile_threshold,
+)
+
+
+def test_minmax_tracks_extremes_over_batches() -> None:
+    obs = MinMaxObserver()
+    obs.update(np.array([1.0, -2.0]))
+    obs.update(np.array([0.5, 3.0]))
+    assert obs.range() == (-2.0, 3.0)
+
+
+def test_percentile_clips_the_tail() -> None:
+    rng = np.random.default_rng(0)
+    x = rng.uniform(0, 1, 100_000)
+    obs = HistogramObserver(Method.PERCENTILE, percentile=99.0)
+    obs.update(x[:50_000])
+    obs.update(x[50_000:] * 2)  # widens the histogram: old counts move to the new bins
+    lo, hi = obs.range()
+    want = np.percentile(np.concatenate([x[:50_000], x[50_000:] * 2]), 99.0)
+    assert lo == min(x[:50_000].min(), 2 * x[50_000:].min())
+    assert abs(hi - want) < 2 * 2.0 / 2048 + 0.01
+
+
+def test_percentile_threshold_on_a_known_histogram() -> None:
+    counts = np.zeros(100, np.int64)
+    counts[:10] = 10  # 100 values in the first ten bins
+    assert percentile_threshold(counts, 100.0, 50.0) == 5.0
+
+
+def test_entropy_ignores_rare_outliers() -> None:
+    rng = np.random.default_rng(0)
+    x = np.concatenate([rng.standard_normal(200_000), [60.0, -55.0]])
+    obs = HistogramObserver(Method.ENTROPY)
+    obs.update(x)
+    lo, hi = obs.range()
+    assert 2.0 < hi < 12.0 and -12.0 < lo < -2.0  # far inside the outliers at +-60
+
+
+def test_entropy_keeps_the_range_of_uniform_data() -> None:
+    counts = np.full(2048, 100, np.int64)
+    assert entropy_threshold(counts, 1.0) > 0.9
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.floats(-50, 0), st.floats(0, 50), st.sampled_from(["int8", "uint8"]))
+def test_activation_params_cover_the_range_with_exact_zero(
+    lo: float, hi: float, dtype: str
+) -> None:
+    q = P.activation_params(lo, hi, np.dtype(dtype))
+    scale, zp = float(q.scale[0]), int(q.zero_point[0])
+    qmin, qmax = P.INT_RANGES[np.dtype(dtype)]
+    assert qmin <= zp <= qmax
+    x = np.linspace(lo, hi, 101, dtype=np.float32)
+    back = P.dequantize(P.quantize(x, q, np.dtype(dtype)), q)
+    if hi > lo:
+        assert np.max(np.abs(back - x)) <= scale * 0.5 + scale * 1e-3
+    assert P.dequantize(P.quantize(np.zeros(1, np.float32), q, np.dtype(dtype)), q)[0] == 0
+
+
+def test_per_channel_weights_are_symmetric_and_within_half_a_step() -> None:
+    rng = np.random.default_rng(0)
+    w = (
+        rng.normal(0, 1, (4, 3, 3, 3)).astype(np.float32)
+        * np.array([1, 10, 0.1, 0])[:, None, None, None]
+    )
+    values, q = P.quantize_weights(w, axis=0)
+    assert values.dtype == np.int8 and values.min() >= -127 and values.max() <= 127
+    np.testing.assert_array_equal(q.zero_point, 0)
+    np.testing.assert_allclose(q.scale[:3], np.abs(w[:3]).max(axis=(1, 2, 3)) / 127, rtol=1e-6)
+    assert q.scale[3] == 1.0  # an all-zero channel
+    err = np.abs(P.dequantize(values, q) - w).max(axis=(1, 2, 3))
+    assert np.all(err <= q.scale * 0.5 + 1e-7)
+    per_tensor_values, qt = P.quantize_weights(w, axis=None)
+    assert qt.scale.size == 1 and np.abs(per_tensor_values).max() == 127
+
+
+def test_bias_scale_is_input_times_weight_scale() -> None:
+    wq = P.weight_params(np.array([[1.27], [0.254]], np.float32), 0)
+    b, bq = P.quantize_bias(np.array([0.5, -0.25], np.float32), 0.02, wq)
+    np.testing.assert_allclose(bq.scale, 0.02 * wq.scale, rtol=1e-6)
+    assert b.dtype == np.int32
+    np.testing.assert_array_equal(b, np.rint(np.array([0.5, -0.25]) / (0.02 * wq.scale)))
+
+
+def test_sqnr() -> None:
+    x = np.ones(100)
+    assert P.sqnr_db(x, x) == float("inf")
+    assert abs(P.sqnr_db(x, x * 1.1) - 20.0) < 1e-9
