@@ -103,9 +103,20 @@ def test_sparse_file_is_a_quarter_of_the_dense_one():
 
 
 def test_every_format_feature_survives_sparsify():
-    # NaN payloads and -0.0 are kept bit for bit (the mask tests bits, not values).
+    # NaN payloads are kept bit for bit.
     model = rich_model()
     _assert_same_constants(model, parse(serialize(model, sparsify=True)))
+
+
+def test_negative_zeros_are_zeros():
+    w = _pruned((64, 64), 0.8) * np.float32(-1.0)  # pruned weights times -1 are -0.0
+    assert np.signbit(w[w == 0]).all()
+    b = ModelBuilder()
+    x = b.input("x", (-1, 64))
+    b.output(b.op(OpCode.MATMUL, [x, b.constant("w", w)]), name="y")
+    data = serialize(b.build(), sparsify=True)
+    assert len(data) < 0.35 * len(serialize(b.build()))
+    np.testing.assert_array_equal(parse(data).tensors[1].data, w)
 
 
 def test_dense_tensors_stay_dense_and_marked_ones_stay_sparse():
