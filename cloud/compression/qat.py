@@ -43,6 +43,10 @@ from sporenet.lite.graph import Model
 from sporenet.lite.ops import OpCode
 
 ACTIVATIONS = (ReLU, ReLU6, LeakyReLU, Sigmoid, Tanh, HardSwish, GELU)
+# Ops whose int8 output shares its input's parameters (values are moved, not computed).
+SAME_RANGE_OPS = frozenset({OpCode.MAX_POOL2D, OpCode.GLOBAL_MAX_POOL, OpCode.FLATTEN,
+                            OpCode.RESHAPE, OpCode.SQUEEZE, OpCode.UNSQUEEZE,
+                            OpCode.TRANSPOSE, OpCode.IDENTITY, OpCode.DROPOUT})
 
 
 class FakeQuant(Module):
@@ -169,7 +173,7 @@ def prepare_qat(
             out.append(WeightFakeQuant(layer, num_bits=num_bits))
             if not isinstance(following, ACTIVATIONS):
                 out.append(FakeQuant(num_bits=num_bits))
-        elif isinstance(layer, ACTIVATIONS | Rescale):
+        elif isinstance(layer, (*ACTIVATIONS, Rescale)):
             out += [layer, FakeQuant(num_bits=num_bits)]
         else:
             out.append(layer)
@@ -198,7 +202,9 @@ def calibrate_ranges(model: Module, x: np.ndarray, *, batch_size: int = 256) -> 
 
 def strip_fake_quant(ir: Model) -> dict[str, tuple[float, float]]:
     """Remove the FAKE_QUANT nodes of an exported IR in place; returns the activation
-    ranges they held, keyed by the name of the tensor each one quantized."""
+    ranges they held, keyed by the name of the tensor each one quantized (and of the
+    outputs of pooling and reshaping ops that read it, which int8 kernels give the same
+    parameters)."""
     graph = ir.graphs[0]
     ranges: dict[str, tuple[float, float]] = {}
     alias: dict[int, int] = {}
@@ -216,6 +222,11 @@ def strip_fake_quant(ir: Model) -> dict[str, tuple[float, float]]:
             ranges[ir.tensors[source].name] = (float(lo.reshape(())), float(hi.reshape(())))
         alias[node.outputs[0]] = source
     graph.nodes = kept
+    for node in kept:  # a range reaches the outputs of ops that only move values
+        source = ir.tensors[node.inputs[0]].name if node.inputs else None
+        if node.op in SAME_RANGE_OPS and source in ranges:
+            for i in node.outputs:
+                ranges.setdefault(ir.tensors[i].name, ranges[source])
     graph.outputs = [alias.get(i, i) for i in graph.outputs]
     for sig in ir.signatures.values():
         sig.outputs = {k: alias.get(i, i) for k, i in sig.outputs.items()}
