@@ -19,8 +19,8 @@ import numpy as np
 from sporenet.converter.errors import ConversionError
 from sporenet.converter.passes.graph_utils import add_constant, add_tensor
 from sporenet.converter.quantize import params as P
-from sporenet.lite.kernels import QUANTIZED_KERNELS
 from sporenet.lite.graph import Model, Node, Quantization
+from sporenet.lite.kernels import QUANTIZED_KERNELS
 from sporenet.lite.ops import OpCode
 
 WEIGHT_AXIS: dict[OpCode, tuple[int, int]] = {
