@@ -13,6 +13,9 @@ an int8 .spore through the converter's quantizer.
     cloud.fit(model, x, y, epochs=10, callbacks=[pruning])
     C.export_sparse(model, "pruned.spore")          # ~0.3x the dense file
 
+    # half the channels of every prunable layer, residual groups kept consistent
+    smaller = C.prune_channels(cloud.inference_model(model), 0.5)
+
     qat = C.prepare_qat(model, x[:200])             # BatchNorm folded, fake-quant inserted
     cloud.fit(qat, x, y, epochs=3, optimizer=cloud.Adam(lr=1e-4))
     open("int8.spore", "wb").write(C.export_int8(qat, x[:200]).data)
@@ -37,6 +40,7 @@ from sporenet.cloud.compression.qat import (
     range_of,
     strip_fake_quant,
 )
+from sporenet.cloud.compression.structured import channel_counts, prune_channels
 
 __all__ = [
     "FakeQuant",
@@ -44,12 +48,14 @@ __all__ = [
     "Pruning",
     "WeightFakeQuant",
     "calibrate_ranges",
+    "channel_counts",
     "export_int8",
     "export_sparse",
     "fold_batch_norms",
     "magnitude_masks",
     "prepare_qat",
     "prunable_weights",
+    "prune_channels",
     "prune_now",
     "range_of",
     "sparse_int8",

@@ -13,8 +13,9 @@ from sporenet.cloud import layers as L
 from sporenet.cloud.errors import ConfigError
 from sporenet.lite import Interpreter, OpCode, parse
 
-pytest.importorskip("sklearn", reason="the digits data ships with scikit-learn (the "
-                    "optional `datasets` extra)")
+pytest.importorskip(
+    "sklearn", reason="the digits data ships with scikit-learn (the optional `datasets` extra)"
+)
 DATA = cloud.load_digits()
 X, Y = DATA.x_train[:400], DATA.y_train[:400]
 
@@ -22,10 +23,17 @@ X, Y = DATA.x_train[:400], DATA.y_train[:400]
 def trained_cnn() -> cloud.Sequential:
     cloud.manual_seed(1)
     model = cloud.Sequential(
-        L.Rescale(1 / 16), L.Conv2d(1, 8, 3, padding=1, bias=False), L.BatchNorm2d(8),
-        L.ReLU(), L.MaxPool2d(2), L.Flatten(), L.Dense(8 * 4 * 4, 10))
-    cloud.fit(model, X, Y, epochs=3, batch_size=32, optimizer=cloud.Adam(lr=1e-2),
-              verbose=0, mode="graph")
+        L.Rescale(1 / 16),
+        L.Conv2d(1, 8, 3, padding=1, bias=False),
+        L.BatchNorm2d(8),
+        L.ReLU(),
+        L.MaxPool2d(2),
+        L.Flatten(),
+        L.Dense(8 * 4 * 4, 10),
+    )
+    cloud.fit(
+        model, X, Y, epochs=3, batch_size=32, optimizer=cloud.Adam(lr=1e-2), verbose=0, mode="graph"
+    )
     return model
 
 
@@ -41,8 +49,17 @@ def test_batch_norm_folding_is_exact():
 def test_prepare_inserts_fake_quant_and_calibrates_ranges():
     qat = C.prepare_qat(MODEL, X[:200])
     kinds = [type(m).__name__ for m in qat]
-    assert kinds == ["Rescale", "FakeQuant", "WeightFakeQuant", "ReLU", "FakeQuant",
-                     "MaxPool2d", "Flatten", "WeightFakeQuant", "FakeQuant"]
+    assert kinds == [
+        "Rescale",
+        "FakeQuant",
+        "WeightFakeQuant",
+        "ReLU",
+        "FakeQuant",
+        "MaxPool2d",
+        "Flatten",
+        "WeightFakeQuant",
+        "FakeQuant",
+    ]
     ranges = list(C.range_of(qat).values())
     assert ranges[0] == pytest.approx((0.0, 1.0))  # pixels 0..16 rescaled
     assert ranges[1][0] == 0.0 and ranges[1][1] > 0  # after ReLU
@@ -58,8 +75,9 @@ def test_prepare_inserts_fake_quant_and_calibrates_ranges():
 def test_qat_learns_ranges_and_exports_int8(mode):
     qat = C.prepare_qat(MODEL, X[:200])
     before = C.range_of(qat)
-    cloud.fit(qat, X, Y, epochs=1, batch_size=32, optimizer=cloud.Adam(lr=1e-3),
-              verbose=0, mode=mode)
+    cloud.fit(
+        qat, X, Y, epochs=1, batch_size=32, optimizer=cloud.Adam(lr=1e-3), verbose=0, mode=mode
+    )
     after = C.range_of(qat)
     assert after != before  # the straight-through gradient reached the ranges
     result = C.export_int8(qat, X[:100])
