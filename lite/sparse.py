@@ -38,7 +38,8 @@ def bitmask(shape: tuple[int, ...]) -> Sparsity:
 
 
 def _nonzero(data: np.ndarray) -> np.ndarray:
-    """Flat mask of the elements whose bits are not all zero (so -0.0 is kept, bit exact)."""
+    """Flat mask of the elements whose bits are not all zero: -0.0 is a value, kept bit
+    exact like NaN payloads (writers that want it dropped turn it into +0.0 first)."""
     flat = np.ascontiguousarray(data).reshape(-1)
     return flat.view(f"u{flat.dtype.itemsize}") != 0
 

@@ -1,9 +1,12 @@
 """Range observers: what calibration learns about each float tensor, and the range it picks.
 
-MinMax keeps the extremes. Percentile and entropy keep a histogram of |x| (2048 bins over
-[0, max |x|], re-binned when a later batch reaches further) and clip the range: percentile
-at the given share of values, entropy at the threshold whose int8 histogram has the least
-KL divergence from the float one (the TensorRT calibration that onnxruntime also uses).
+MinMax keeps the extremes. Percentile and entropy keep a 2048-bin histogram (re-binned
+when a later batch reaches further) and clip the range. Percentile: a histogram of |x|,
+clipped where the given share of values lies below. Entropy: a histogram of x over
+[-max |x|, max |x|]; each window symmetric around zero, from 128 bins wide to the whole
+histogram, is compared with its 128-level quantization (outliers folded into its end
+bins, both smoothed) and the window with the least KL divergence wins: TensorRT's
+calibration in the symmetric form onnxruntime's entropy calibrator uses.
 """
 
 from __future__ import annotations
@@ -46,7 +49,8 @@ class MinMaxObserver:
 
 
 class HistogramObserver(MinMaxObserver):
-    """MinMax plus a histogram of |x| for the clipping methods."""
+    """MinMax plus a histogram for the clipping methods: of |x| over [0, top] for
+    percentile, of x over [-top, top] for entropy."""
 
     def __init__(
         self, method: Method, *, percentile: float = DEFAULT_PERCENTILE, bins: int = HISTOGRAM_BINS
@@ -54,44 +58,48 @@ class HistogramObserver(MinMaxObserver):
         super().__init__()
         self.method = method
         self.percentile = percentile
+        self.signed = method == Method.ENTROPY
         self.counts = np.zeros(bins, np.int64)
-        self.top = 0.0  # upper edge of the last bin
+        self.top = 0.0  # the histogram spans [0, top], or [-top, top] when signed
+
+    def _span(self, top: float) -> tuple[float, float]:
+        return (-top if self.signed else 0.0), top
 
     def update(self, x: np.ndarray) -> None:
         if not x.size:
             return
         super().update(x)
-        a = np.abs(x.astype(np.float32, copy=False)).ravel()
-        peak = float(a.max())
+        values = x.astype(np.float32, copy=False).ravel()
+        if not self.signed:
+            values = np.abs(values)
+        peak = float(np.abs(values).max())
         if peak > self.top:
             self._widen(peak)
         if self.top > 0:
-            counts, _ = np.histogram(a, bins=self.counts.size, range=(0.0, self.top))
+            counts, _ = np.histogram(values, bins=self.counts.size, range=self._span(self.top))
             self.counts += counts
         else:
-            self.counts[0] += a.size
+            self.counts[self.counts.size // 2 if self.signed else 0] += values.size
 
     def _widen(self, peak: float) -> None:
-        """Re-bin what was seen onto [0, peak]: old bins move by their centres."""
+        """Re-bin what was seen onto the wider span: old bins move by their centres."""
         bins = self.counts.size
         if self.top > 0 and self.counts.any():
-            centres = (np.arange(bins) + 0.5) * (self.top / bins)
-            self.counts, _ = np.histogram(
-                centres, bins=bins, range=(0.0, peak), weights=self.counts
+            lo, hi = self._span(self.top)
+            centres = lo + (np.arange(bins) + 0.5) * ((hi - lo) / bins)
+            counts, _ = np.histogram(
+                centres, bins=bins, range=self._span(peak), weights=self.counts
             )
-            self.counts = np.rint(self.counts).astype(np.int64)
+            self.counts = np.rint(counts).astype(np.int64)
         self.top = peak
 
-    def threshold(self) -> float:
-        if self.top == 0:
-            return 0.0
-        if self.method == Method.PERCENTILE:
-            return percentile_threshold(self.counts, self.top, self.percentile)
-        levels = 256 if self.min >= 0 else 128  # magnitudes one sign gets in 8 bits
-        return entropy_threshold(self.counts, self.top, levels)
-
     def range(self) -> tuple[float, float]:
-        t = self.threshold()
+        if self.top == 0:
+            return self.min, self.max
+        if self.method == Method.PERCENTILE:
+            t = percentile_threshold(self.counts, self.top, self.percentile)
+        else:
+            t = entropy_threshold(self.counts, self.top)
         return max(self.min, -t), min(self.max, t)
 
 
@@ -102,38 +110,50 @@ def percentile_threshold(counts: np.ndarray, top: float, percentile: float) -> f
     return top * min(index + 1, counts.size) / counts.size
 
 
+def _smooth(p: np.ndarray, eps: float = 1e-4) -> np.ndarray | None:
+    """Move eps of mass onto every empty bin (taken evenly from the others), so KL stays
+    finite; None when every bin is empty."""
+    zeros = p == 0
+    nonzero = p.size - int(zeros.sum())
+    if nonzero == 0:
+        return None
+    return p + eps * zeros - (eps * zeros.sum() / nonzero) * ~zeros
+
+
 def entropy_threshold(counts: np.ndarray, top: float, levels: int = 128) -> float:
-    """TensorRT's KL calibration: for each candidate threshold (in bins, from `levels` up),
-    the clipped reference distribution P (outliers folded into its last bin) is compared
-    with Q, P merged into `levels` buckets and spread back over its nonzero bins; the
-    threshold with the smallest KL(P || Q) wins."""
+    """The half-width of the window of a signed histogram over [-top, top] whose
+    `levels`-level quantization has the least KL divergence from it."""
     bins = counts.size
-    if bins <= levels:
-        return top
     hist = counts.astype(np.float64)
-    tail = np.concatenate([np.cumsum(hist[::-1])[::-1], [0.0]])  # tail[i] = sum(hist[i:])
-    best, best_i = np.inf, bins
-    for i in range(levels, bins + 1):
-        p = hist[:i].copy()
-        p[-1] += tail[i]
-        nonzero = hist[:i] != 0
-        edges = (np.arange(levels) * i) // levels
-        sums = np.add.reduceat(hist[:i], edges)
-        used = np.add.reduceat(nonzero.astype(np.float64), edges)
-        group = np.repeat(np.arange(levels), np.diff(np.append(edges, i)))
-        q = np.where(nonzero, (sums / np.maximum(used, 1))[group], 0.0)
-        ps, qs = p.sum(), q.sum()
-        if ps == 0 or qs == 0:
+    centre, half = bins // 2, levels // 2
+    cumulative = np.concatenate([[0.0], np.cumsum(hist)])
+    best, best_i = np.inf, centre
+    for i in range(half, centre + 1):
+        start, end = centre - i, min(centre + i + 1, bins)
+        window = hist[start:end]
+        p = window.copy()
+        p[0] += cumulative[start]
+        p[-1] += cumulative[bins] - cumulative[end]
+        nonzero = p != 0
+        merged = window.size // levels
+        edges = np.arange(levels) * merged
+        sums = np.add.reduceat(window[:levels * merged], edges)
+        sums[-1] += window[levels * merged:].sum()
+        used = np.add.reduceat(nonzero[:levels * merged].astype(np.float64), edges)
+        q = np.zeros(window.size)
+        # Each level's count is spread over its bins as whole numbers, as onnxruntime
+        # does: sparse tails quantize to nothing, which is what makes clipping them pay.
+        q[:levels * merged] = np.repeat(np.floor(np.divide(sums, used, out=np.zeros(levels),
+                                                           where=used > 0)), merged)
+        ps, qs = _smooth(p), _smooth(q)
+        if ps is None or qs is None:
             continue
-        p /= ps
-        q /= qs
-        mask = p > 0
-        if np.any(q[mask] == 0):
-            continue
-        kl = float(np.sum(p[mask] * np.log(p[mask] / q[mask])))
+        ps, qs = ps / ps.sum(), qs / qs.sum()
+        mask = ps > 0
+        kl = float(np.sum(ps[mask] * np.log(ps[mask] / np.maximum(qs[mask], 1e-300))))
         if kl < best:
             best, best_i = kl, i
-    return top * best_i / bins
+    return top * min(best_i + 1, centre) / centre
 
 
 def make_observer(method: Method) -> MinMaxObserver:

@@ -16,10 +16,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from sporenet.converter.errors import ConversionError
 from sporenet.converter.passes.graph_utils import add_constant, add_tensor
 from sporenet.converter.quantize import params as P
-from sporenet.lite import kernels as lite_kernels
 from sporenet.lite.graph import Model, Node, Quantization
+from sporenet.lite.kernels import QUANTIZED_KERNELS
 from sporenet.lite.ops import OpCode
 
 WEIGHT_AXIS: dict[OpCode, tuple[int, int]] = {
@@ -59,7 +60,7 @@ FIXED_OUTPUT: dict[OpCode, tuple[float, int]] = {
 
 def int8_ops() -> frozenset[OpCode]:
     """Ops the runtime has integer kernels for."""
-    return frozenset(getattr(lite_kernels, "QUANTIZED_KERNELS", {}))
+    return frozenset(QUANTIZED_KERNELS)
 
 
 @dataclass
@@ -178,6 +179,8 @@ class _Rewriter:
         first_q: Quantization | None = None
         w_q: Quantization | None = None
         for k, i in enumerate(inputs):
+            if i in self.quantized and first_q is None:
+                first_q = self.model.tensors[i].quantization
             if i == -1 or self.model.tensors[i].dtype.kind != "f" or k == bias_at:
                 continue
             tensor = self.model.tensors[i]
@@ -198,7 +201,7 @@ class _Rewriter:
         if bias_at is not None and bias_at < len(inputs) and inputs[bias_at] != -1:
             bias = self.model.tensors[inputs[bias_at]]
             if first_q is None or w_q is None or bias.data is None:
-                raise AssertionError("a quantizable node without input or weight parameters")
+                raise ConversionError(f"{node.name}: no input or weight parameters for its bias")
             values, b_q = P.quantize_bias(bias.data, float(first_q.scale[0]), w_q)
             inputs[bias_at] = self._constant(f"{bias.name}/int32", values, b_q)
         node.inputs = inputs

@@ -172,6 +172,9 @@ def conv_integer(ctx: ImportContext, node: OnnxNode) -> list[int]:
 # their scale and zero point, dequantized once at load.
 
 INT_RANGE = {np.dtype(np.int8): (-128, 127), np.dtype(np.uint8): (0, 255)}
+SMALL_CONSTANT = 16
+"""Quantized constants with fewer elements (scalars such as a rescale factor) are stored
+dequantized: integers would save nothing there."""
 
 
 def _params(
@@ -222,7 +225,8 @@ def _dequantize(
 ) -> int:
     """(q - zero_point) * scale as float32; a constant q stays integer in the file."""
     value = ctx.value(q)
-    if value is not None and ctx.tensors[q].data is not None and value.dtype in INT_RANGE:
+    if (value is not None and ctx.tensors[q].data is not None and value.dtype in INT_RANGE
+            and value.size >= SMALL_CONSTANT):
         per_axis = scale.size > 1
         quant = Quantization(
             scale=scale.reshape(-1).astype(np.float32),

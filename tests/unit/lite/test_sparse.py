@@ -108,6 +108,20 @@ def test_every_format_feature_survives_sparsify():
     _assert_same_constants(model, parse(serialize(model, sparsify=True)))
 
 
+def test_negative_zeros_are_values():
+    # -0.0 is stored as a value (bit exact); +0.0 is what the mask leaves out.
+    w = _pruned((64, 64), 0.8)
+    b = ModelBuilder()
+    x = b.input("x", (-1, 64))
+    b.output(b.op(OpCode.MATMUL, [x, b.constant("w", w * np.float32(-1.0))]), name="y")
+    model = b.build()
+    assert len(serialize(model, sparsify=True)) > 0.9 * len(serialize(model))
+    back = parse(serialize(model, sparsify=True)).tensors[1].data
+    assert back.tobytes() == model.tensors[1].data.tobytes()
+    model.tensors[1].data = model.tensors[1].data + np.float32(0.0)  # -0.0 + 0.0 = +0.0
+    assert len(serialize(model, sparsify=True)) < 0.35 * len(serialize(model))
+
+
 def test_dense_tensors_stay_dense_and_marked_ones_stay_sparse():
     model = _sparse_model()
     model.tensors[model.tensor_index("fc1.weight")].data = np.ones((128, 64), np.float32)

