@@ -167,9 +167,11 @@ def conv_integer(ctx: ImportContext, node: OnnxNode) -> list[int]:
 
 
 # ---- QDQ and QLinear ops: quantize / dequantize steps around float ops.
-# An activation's QuantizeLinear runs as float ops ending in a cast to the integer type;
-# DequantizeLinear of a constant (the weights) keeps the integer values in the file with
-# their scale and zero point, dequantized once at load.
+# An activation's QuantizeLinear is a QUANTIZE node and its DequantizeLinear a DEQUANTIZE
+# node (converter/passes/qdq_folding.py then folds DEQUANTIZE -> op -> QUANTIZE into the
+# op's integer kernel); constants and per-axis activations are quantized by float ops
+# ending in a cast. DequantizeLinear of a constant (the weights) keeps the integer values
+# in the file with their scale and zero point, dequantized once at load.
 
 INT_RANGE = {np.dtype(np.int8): (-128, 127), np.dtype(np.uint8): (0, 255)}
 SMALL_CONSTANT = 16
@@ -236,10 +238,34 @@ def _dequantize(
             axis=axis % max(value.ndim, 1) if per_axis else 0,
         )
         return ctx.quantized_constant(f"{ctx.tensors[q].name}/q", value, quant)
+    own = ctx.spec(q).quant
+    if own is not None:  # an integer tensor with parameters: a DEQUANTIZE node
+        same = (scale.size == own.scale.size == 1
+                and np.float32(scale.reshape(-1)[0]) == np.float32(own.scale[0])
+                and int(0 if zp is None else zp.reshape(-1)[0])
+                == int(own.zero_point[0] if own.zero_point.size else 0))
+        if not same:
+            raise node.fail(f"dequantizes {ctx.tensors[q].name!r} with scale {scale.reshape(-1)}"
+                            f" and zero point {zp}, but it was quantized with scale "
+                            f"{own.scale} and zero point {own.zero_point}")
+        return ctx.emit1(OpCode.DEQUANTIZE, [q], name=f"{name}/dequantize")
     y = ctx.emit1(OpCode.CAST, [q], to="float32")
     if zp is not None and np.any(zp != 0):
         y = ctx.emit1(OpCode.SUB, [y, ctx.constant(f"{name}/zp", zp.astype(np.float32))])
     return ctx.emit1(OpCode.MUL, [y, ctx.constant(f"{name}/scale", scale)])
+
+
+def _quantize(ctx: ImportContext, node: OnnxNode, x: int, scale: np.ndarray,
+              zp: np.ndarray | None, dtype: np.dtype, name: str) -> int:
+    """A QUANTIZE node for a per-tensor quantized activation (what the QDQ folding turns
+    into integer kernels); constants and per-axis activations are quantized by float ops."""
+    if ctx.value(x) is not None or scale.size != 1 or dtype not in INT_RANGE:
+        return _quantize_float(ctx, node, x, scale, zp, dtype, name)
+    quant = Quantization(scale=scale.reshape(1).astype(np.float32),
+                         zero_point=np.zeros(1, np.int64) if zp is None
+                         else zp.reshape(1).astype(np.int64))
+    return ctx.emit1(OpCode.QUANTIZE, [x], dtype=str(dtype), output_quant=[quant],
+                     name=f"{name}/quantize")
 
 
 def quantize_linear(ctx: ImportContext, node: OnnxNode) -> list[int]:
@@ -247,7 +273,7 @@ def quantize_linear(ctx: ImportContext, node: OnnxNode) -> list[int]:
     axis = int(node.attr("axis", 1))
     scale, zp = _params(ctx, node, 1, 2, axis, ctx.rank(x))
     dtype = np.dtype(np.uint8) if zp is None else zp.dtype
-    return [_quantize_float(ctx, node, x, scale, zp, dtype, node.name)]
+    return [_quantize(ctx, node, x, scale, zp, dtype, node.name)]
 
 
 def dequantize_linear(ctx: ImportContext, node: OnnxNode) -> list[int]:
@@ -277,7 +303,7 @@ def _dq_input(ctx: ImportContext, node: OnnxNode, at: int, axis: int = 1) -> int
 def _q_output(ctx: ImportContext, node: OnnxNode, y: int, scale_at: int, zp_at: int) -> int:
     scale, zp = _params(ctx, node, scale_at, zp_at, 1, ctx.rank(y))
     dtype = np.dtype(np.uint8) if zp is None else zp.dtype
-    return _quantize_float(ctx, node, y, scale, zp, dtype, f"{node.name}/out")
+    return _quantize(ctx, node, y, scale, zp, dtype, f"{node.name}/out")
 
 
 def _float_node(node: OnnxNode, op_type: str, inputs: list[int], **attrs: object) -> OnnxNode:
