@@ -161,7 +161,8 @@ def infer(model: Model, graph_index: int, shapes: dict[int, tuple[int, ...]] | N
         swapped = {} if cls is QUANTIZED_KERNELS.get(node.op) else _weight_only(
             node.op, in_specs, dequantized, node.inputs)
         attrs = Attrs(node.op.name, node.attrs, len(node.outputs),
-                      [model.tensors[i].quantization for i in node.outputs])
+                      [model.tensors[i].quantization for i in node.outputs],
+                      [model.tensors[i].dtype for i in node.outputs])
         try:
             kernel = cls(attrs, in_specs)
         except ShapeError as exc:

@@ -44,12 +44,14 @@ class Attrs:
     """Typed access to a node's attributes; a wrong type or missing value is a ShapeError."""
 
     def __init__(self, op: str, values: dict[str, Any], num_outputs: int = 1,
-                 output_quant: Sequence[Quantization | None] = ()) -> None:
+                 output_quant: Sequence[Quantization | None] = (),
+                 output_dtypes: Sequence[np.dtype] = ()) -> None:
         self.op = op
         self.values = values
         self.num_outputs = num_outputs  # how many outputs the node lists (Split needs it)
         # The quantization the file declares on each output (quantized kernels follow it).
         self.output_quant = list(output_quant)
+        self.output_dtypes = list(output_dtypes)  # as the file declares them
 
     def _get(self, name: str, default: Any, types: tuple[type, ...], kind: str) -> Any:
         if name not in self.values:

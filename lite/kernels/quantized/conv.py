@@ -18,10 +18,17 @@ from collections.abc import Sequence
 import numpy as np
 
 from sporenet.lite.kernels.base import Attrs, Compute, TensorSpec
-from sporenet.lite.kernels.conv import Conv2D
+from sporenet.lite.kernels.conv import Conv2D, im2col_view
+from sporenet.lite.kernels.quantized import depthwise
 from sporenet.lite.kernels.quantized.base import QuantizedKernel
-from sporenet.lite.kernels.quantized.fixed_point import Requantizer
-from sporenet.lite.kernels.quantized.gemm import exact_float_dtype, max_abs_shifted, weight_bound
+from sporenet.lite.kernels.quantized.gemm import (
+    exact_float_dtype,
+    max_abs_shifted,
+    split_reduction,
+    weight_bound,
+)
+from sporenet.lite.kernels.quantized.output_stage import OutputStage
+from sporenet.lite.kernels.spatial import padded_buffer
 from sporenet.lite.ops import OpCode
 
 
@@ -52,6 +59,16 @@ def shifted_weights(
     return shifted, scales
 
 
+KEEP_FLOAT_BYTES = 32 << 10
+"""Weights whose float32 copy is at most this large keep it between calls: for small
+layers the per-call conversion costs more than the GEMM, and the copy is negligible."""
+
+
+def keep_float(w2: np.ndarray) -> np.ndarray | None:
+    """A persistent float32 copy of small shifted weights, else None (converted per call)."""
+    return w2.astype(np.float32) if w2.size * 4 <= KEEP_FLOAT_BYTES else None
+
+
 def bias_values(kernel: QuantizedKernel, index: int, out_channels: int) -> np.ndarray | None:
     """A constant int32 bias (scale s_x * s_w, zero point 0) as int64, or None."""
     spec = kernel.optional_input(index)
@@ -69,7 +86,15 @@ def bias_values(kernel: QuantizedKernel, index: int, out_channels: int) -> np.nd
 
 class QConv2D(QuantizedKernel):
     """int8/uint8 Conv2D: x (N, C, H, W), constant w (O, C/group, kh, kw) quantized per
-    tensor or per output channel, optional int32 bias (O,)."""
+    tensor or per output channel, optional int32 bias (O,).
+
+    Ungrouped: the int8 input is padded with its zero point (once per call into a buffer
+    of the kernel whose border is set at bind), its columns are gathered and shifted by
+    -z_x into float32 in one strided pass, and multiplied by the weights' float copy in
+    as few float32 GEMMs as exactness allows (gemm.split_reduction). Grouped and
+    depthwise: the float Conv2D over shifted float copies (one exact float32 or float64
+    pass; depthwise reductions are short).
+    """
 
     op = OpCode.CONV2D
     num_inputs = (2, 3)
@@ -84,42 +109,140 @@ class QConv2D(QuantizedKernel):
             )
         o = w.shape[0]
         self.w, scales = shifted_weights(self, w, o)
-        self.bias = bias_values(self, 2, o)
-        ftype = exact_float_dtype(weight_bound(max_abs_shifted(x.dtype, zx), self.w, (1, 2, 3)))
+        bias = bias_values(self, 2, o)
+        x_max = max_abs_shifted(x.dtype, zx)
         float_attrs = Attrs(
             attrs.op,
             {k: v for k, v in attrs.values.items() if k != "activation"},
             attrs.num_outputs,
         )
-        self.inner = Conv2D(float_attrs, [TensorSpec(x.shape, ftype), TensorSpec(w.shape, ftype)])
-        shape = self.inner.output_specs[0].shape
+        group = attrs.int("group", 1)
+        # The float kernel checks shapes and attributes and gives the geometry.
+        probe = Conv2D(
+            float_attrs,
+            [TensorSpec(x.shape, np.dtype(np.float32)), TensorSpec(w.shape, np.dtype(np.float32))],
+        )
+        self.win = probe.win
+        shape = probe.output_specs[0].shape
+        n = x.shape[0]
         oq = self.output_quant(x.dtype)
         so, zo = float(oq.scale.flat[0]), int(oq.zero_point.flat[0]) if oq.zero_point.size else 0
         lo, hi = self.fused_clamp(so, zo, x.dtype)
-        self.requant = Requantizer((sx * scales / so).reshape(o, 1, 1), zo, lo, hi)
-        self.zx = ftype.type(zx)
+        bound = weight_bound(x_max, self.w, (1, 2, 3))
+        self.stage = OutputStage(sx * scales / so, bias, zo, lo, hi, bound, (o, 1))
         self.output_specs = [self.out_spec(shape, x.dtype, oq)]
-        self.scratch_layout = [
-            (x.shape, ftype),
-            (w.shape, ftype),
-            (shape, ftype),
-            (shape, np.dtype(np.int64)),
-        ]
+        p = shape[2] * shape[3]
+        wide = (n, o, p), self.stage.wide_dtype
+        self.zx = zx
+        self.depthwise_stage: OutputStage | None = None
+        if group == 1:
+            self.chunks = split_reduction(x_max, self.w)
+            k = self.w[0].size
+            f32 = np.dtype(np.float32)
+            self.inner = None
+            self.pointwise = probe.strategy == "pointwise"
+            self.kept = keep_float(self.w.reshape(o, k))
+            self.scratch_layout = [
+                ((n, k, p), f32),
+                ((o, 0 if self.kept is not None else k), f32),
+                ((len(self.chunks), n, o, p), f32),
+                wide,
+            ]
+        elif group == x.shape[1] == o and o >= depthwise.MIN_CHANNELS:
+            self.inner = None
+            self.depthwise_stage = OutputStage(sx * scales / so, bias, zo, lo, hi, bound, (o,))
+            self.scratch_layout = depthwise.scratch_layout(
+                self.win, x.shape, self.depthwise_stage.wide_dtype)
+        else:
+            ftype = exact_float_dtype(bound)
+            self.inner = Conv2D(
+                float_attrs, [TensorSpec(x.shape, ftype), TensorSpec(w.shape, ftype)]
+            )
+            self.scratch_layout = [(x.shape, ftype), (w.shape, ftype), (shape, ftype), wide]
 
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
+        if self.inner is not None:
+            return self._bind_inner(inputs[0], outputs[0])  # type: ignore[arg-type]
+        if self.depthwise_stage is not None:
+            return depthwise.bind_depthwise_int8(
+                self.win, inputs[0], self.w, self.zx, self.depthwise_stage,  # type: ignore[arg-type]
+                outputs[0], self.scratch_arrays())
         x, out = inputs[0], outputs[0]
-        xf, wf, accf, acc = self.scratch_arrays()
-        main = self.inner.bind([xf, wf], [accf])
-        w, zx, requant, copyto, subtract = self.w, self.zx, self.requant, np.copyto, np.subtract
-        bias = None if self.bias is None else self.bias.reshape(-1, 1, 1)
+        cols, wf, parts, wide = self.scratch_arrays()
+        n, o = out.shape[:2]
+        k = cols.shape[1]
+        zx = np.float32(self.zx)
+        gather = self._gather(x, cols, zx)  # type: ignore[arg-type]
+        w2 = self.w.reshape(o, k)
+        kept = self.kept
+        if kept is not None:
+            wf = kept
+        gemms = [(wf[:, a:b], cols[:, a:b], parts[i]) for i, (a, b) in enumerate(self.chunks)]
+        if n == 1:  # plain 2-D GEMMs
+            gemms = [(wa, ca[0], pa[0]) for wa, ca, pa in gemms]
+        if len(gemms) == 1:
+            acc = parts[0]
+            reduce = None
+        else:
+            acc = (
+                wide.view(np.float64)
+                if wide.dtype == np.float64
+                else np.empty(wide.shape, np.float64)
+            )
+            reduce = parts
+        stage = self.stage.bind(
+            acc.reshape(n, o, -1), out.reshape(n, o, -1), wide.reshape(n, o, -1)
+        )
+        copyto, matmul, add_reduce = np.copyto, np.matmul, np.add.reduce
+
+        def compute() -> None:
+            gather()
+            if kept is None:
+                copyto(wf, w2)
+            for wa, ca, pa in gemms:
+                matmul(wa, ca, out=pa)
+            if reduce is not None:
+                add_reduce(reduce, axis=0, dtype=np.float64, out=acc)
+            stage()
+
+        return compute
+
+    def _gather(self, x: np.ndarray, cols: np.ndarray, zx: np.float32) -> Compute:
+        """The step filling `cols` (N, K, P) with the shifted columns of x."""
+        subtract = np.subtract
+        if self.pointwise:
+            src = x.reshape(cols.shape)
+            return lambda: subtract(src, zx, out=cols)
+        win = self.win
+        if win.padded or any(e > s for e, s in zip(win.extent, x.shape[2:], strict=True)):
+            xp, interior = padded_buffer(x, win, self.zx)
+            copyto = np.copyto
+        else:
+            xp, interior = x, None
+        view = im2col_view(xp, win)  # (N, C, kh, kw, OH, OW)
+        target = cols.reshape(view.shape)
+        if interior is None:
+            return lambda: subtract(view, zx, out=target)
+
+        def gather() -> None:
+            copyto(interior, x)
+            subtract(view, zx, out=target)
+
+        return gather
+
+    def _bind_inner(self, x: np.ndarray, out: np.ndarray) -> Compute:
+        xf, wf, accf, wide = self.scratch_arrays()
+        main = self.inner.bind([xf, wf], [accf])  # type: ignore[union-attr]
+        n, o = out.shape[:2]
+        stage = self.stage.bind(
+            accf.reshape(n, o, -1), out.reshape(n, o, -1), wide.reshape(n, o, -1)
+        )
+        w, zx, copyto, subtract = self.w, xf.dtype.type(self.zx), np.copyto, np.subtract
 
         def compute() -> None:
             subtract(x, zx, out=xf)
             copyto(wf, w)
             main()
-            copyto(acc, accf, casting="unsafe")
-            if bias is not None:
-                np.add(acc, bias, out=acc)
-            requant.apply(acc, out)
+            stage()
 
         return compute

@@ -25,6 +25,15 @@ from sporenet.lite.ops import OpCode
 _OUT_DTYPES = {"int8": np.dtype(np.int8), "uint8": np.dtype(np.uint8)}
 
 
+def output_dtype(kernel: QuantizedKernel, default: np.dtype) -> np.dtype | None:
+    """The `dtype` attribute if given, else the output tensor's declared int8/uint8 dtype,
+    else `default`; None for an unknown attribute value."""
+    if "dtype" in kernel.attrs.values:
+        return _OUT_DTYPES.get(kernel.attrs.str("dtype"))
+    declared = kernel.attrs.output_dtypes[0] if kernel.attrs.output_dtypes else None
+    return declared if declared in _OUT_DTYPES.values() else np.dtype(default)
+
+
 def broadcast_params(q: Quantization, rank: int) -> tuple[np.ndarray, np.ndarray]:
     """(scale float64, zero_point int64) shaped to broadcast against a rank-`rank` tensor."""
     scale = q.scale.astype(np.float64)
@@ -44,7 +53,7 @@ class Quantize(QuantizedKernel):
     def __init__(self, attrs: Attrs, inputs: Sequence[TensorSpec | None]) -> None:
         super().__init__(attrs, inputs)
         x = self.require_float(0)
-        dtype = _OUT_DTYPES.get(attrs.str("dtype", "int8"))
+        dtype = output_dtype(self, np.dtype(np.int8))
         if dtype is None:
             raise self.fail(
                 f"dtype must be one of {sorted(_OUT_DTYPES)}, got {attrs.values.get('dtype')!r}"
@@ -60,11 +69,12 @@ class Quantize(QuantizedKernel):
         self.scale, self.zp = scale.astype(np.float32), zp
         self.lo, self.hi = dtype_range(dtype)
         self.output_specs = [self.out_spec(x.shape, dtype, oq)]
-        self.scratch_layout = [(x.shape, np.dtype(np.float32)), (x.shape, np.dtype(np.float64))]
+        f64 = np.dtype(np.float64)
+        self.scratch_layout = [(x.shape, np.dtype(np.float32)), (x.shape, f64), (x.shape, f64)]
 
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
         x, out = inputs[0], outputs[0]
-        v32, v64 = self.scratch_arrays()
+        v32, v64, half = self.scratch_arrays()
         scale, zp, lo, hi = self.scale, self.zp, self.lo, self.hi
         divide, copyto, copysign, trunc, clip = (
             np.divide,
@@ -73,7 +83,6 @@ class Quantize(QuantizedKernel):
             np.trunc,
             np.clip,
         )
-        half = np.empty_like(v64)
 
         def compute() -> None:
             divide(x, scale, out=v32)  # float32 division, as TFLite
@@ -145,7 +154,7 @@ class Requantize(QuantizedKernel):
         super().__init__(attrs, inputs)
         x = self.quantized_input(0)
         in_scale, in_zp = self.tensor_params(x, "the input")
-        dtype = _OUT_DTYPES.get(attrs.str("dtype", str(x.dtype)))
+        dtype = output_dtype(self, x.dtype)
         if dtype is None:
             raise self.fail(
                 f"dtype must be one of {sorted(_OUT_DTYPES)}, got {attrs.values.get('dtype')!r}"

@@ -5,6 +5,10 @@ the larger input scale), summed, and requantized to the output:
   a' = MBQM((q_a - z_a) << 20, s_a / 2m),  b' likewise,  m = max(s_a, s_b)
   out = clamp(z_out + MBQM(a' +- b', 2m / (2^20 s_out)))
 Mul: out = clamp(z_out + MBQM((q_a - z_a) * (q_b - z_b), s_a s_b / s_out)).
+
+Each output depends only on the two input bytes, so the arithmetic above runs once, at
+prepare time, over all 256 x 256 pairs; a call is one lookup in that 64 KiB table at
+index byte_a * 256 + byte_b (broadcasting as NumPy does).
 """
 
 from __future__ import annotations
@@ -43,11 +47,30 @@ class _QBinary(QuantizedKernel):
         self.zo = zo
         self.clamp = self.fused_clamp(self.so, zo, a.dtype)
         self.output_specs = [self.out_spec(tuple(shape), a.dtype, oq)]
-        self.scratch_layout = [
-            (a.shape, np.dtype(np.int64)),
-            (b.shape, np.dtype(np.int64)),
-            (tuple(shape), np.dtype(np.int64)),
-        ]
+        self.scratch_layout = [(tuple(shape), np.dtype(np.uint16))]
+        self.dtype = a.dtype
+
+    def evaluate(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """The int64 arithmetic on broadcast operands (prepare time only)."""
+        raise NotImplementedError
+
+    def table(self) -> np.ndarray:
+        """out for every (byte_a, byte_b), flattened to 65536 entries."""
+        values = np.arange(256, dtype=np.uint8).view(self.dtype).astype(np.int64)
+        return self.evaluate(values[:, None], values[None, :]).astype(self.dtype).ravel()
+
+    def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
+        a, b, out = inputs[0].view(np.uint8), inputs[1].view(np.uint8), outputs[0]  # type: ignore[union-attr]
+        (index,) = self.scratch_arrays()
+        table = self.lookup
+        left_shift, bitwise_or, take = np.left_shift, np.bitwise_or, np.take
+
+        def compute() -> None:
+            left_shift(a, 8, out=index, dtype=np.uint16)
+            bitwise_or(index, b, out=index)
+            take(table, index, out=out, mode="clip")
+
+        return compute
 
 
 class QAdd(_QBinary):
@@ -60,24 +83,17 @@ class QAdd(_QBinary):
         self.scale_a = Requantizer(self.sa / twice_max, 0, 0, 0)
         self.scale_b = Requantizer(self.sb / twice_max, 0, 0, 0)
         self.requant = Requantizer(twice_max / ((1 << _LEFT_SHIFT) * self.so), self.zo, *self.clamp)
+        self.lookup = self.table()
 
-    def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
-        a, b, out = inputs[0], inputs[1], outputs[0]
-        a64, b64, acc = self.scratch_arrays()
-        za, zb, sa, sb, requant = self.za, self.zb, self.scale_a, self.scale_b, self.requant
-        subtract, combine = np.subtract, self.combine
-
-        def compute() -> None:
-            subtract(a, za, out=a64)
-            np.left_shift(a64, _LEFT_SHIFT, out=a64)
-            sa.multiply(a64)
-            subtract(b, zb, out=b64)
-            np.left_shift(b64, _LEFT_SHIFT, out=b64)
-            sb.multiply(b64)
-            combine(a64, b64, out=acc)
-            requant.apply(acc, out)
-
-        return compute
+    def evaluate(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        a64 = (a - self.za) << _LEFT_SHIFT
+        self.scale_a.multiply(a64)
+        b64 = (b - self.zb) << _LEFT_SHIFT
+        self.scale_b.multiply(b64)
+        acc = self.combine(a64, b64)
+        out = np.empty(acc.shape, np.int64)
+        self.requant.apply(acc, out)
+        return out
 
 
 class QSub(QAdd):
@@ -91,22 +107,10 @@ class QMul(_QBinary):
     def __init__(self, attrs: Attrs, inputs: Sequence[TensorSpec | None]) -> None:
         super().__init__(attrs, inputs)
         self.requant = Requantizer(self.sa * self.sb / self.so, self.zo, *self.clamp)
+        self.lookup = self.table()
 
-    def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
-        a, b, out = inputs[0], inputs[1], outputs[0]
-        a64, b64, acc = self.scratch_arrays()
-        za, zb, requant, subtract, multiply = (
-            self.za,
-            self.zb,
-            self.requant,
-            np.subtract,
-            np.multiply,
-        )
-
-        def compute() -> None:
-            subtract(a, za, out=a64)
-            subtract(b, zb, out=b64)
-            multiply(a64, b64, out=acc)
-            requant.apply(acc, out)
-
-        return compute
+    def evaluate(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        acc = (a - self.za) * (b - self.zb)
+        out = np.empty(acc.shape, np.int64)
+        self.requant.apply(acc, out)
+        return out

@@ -32,7 +32,50 @@ def exact_float_dtype(bound: int) -> np.dtype:
     return np.dtype(np.float64)
 
 
+_BLOCK = 64  # rows or columns per step: planning never holds a wide copy of the weights
+
+
+def _abs_int32(block: np.ndarray) -> np.ndarray:
+    return np.abs(block.astype(np.int32))
+
+
 def weight_bound(x_max: int, w: np.ndarray, reduce_axes: tuple[int, ...]) -> int:
-    """max|x| times the largest sum of |w| over the reduction axes (one output's terms)."""
-    sums = np.abs(w.astype(np.int64)).sum(axis=reduce_axes)
-    return int(x_max) * int(sums.max(initial=0))
+    """max|x| times the largest sum of |w| over the reduction axes (one output's terms).
+    The reduction axes are all but axis 0 (the output channel)."""
+    del reduce_axes  # always every axis after the first (checked by the callers' shapes)
+    w2 = w.reshape(w.shape[0], -1)
+    best = 0
+    for start in range(0, w2.shape[0], _BLOCK):
+        sums = _abs_int32(w2[start : start + _BLOCK]).sum(axis=1, dtype=np.int64)
+        best = max(best, int(sums.max(initial=0)))
+    return int(x_max) * best
+
+
+def split_reduction(x_max: int, w: np.ndarray) -> list[tuple[int, int]]:
+    """Split the reduction axis (axis 1 of w seen as (O, K)) into ranges whose float32
+    partial sums stay exact: x_max * max over outputs of sum |w| over the range < 2^24."""
+    w2 = w.reshape(w.shape[0], -1)
+    k = w2.shape[1]
+    limit = (FLOAT32_EXACT - 1) // max(int(x_max), 1)
+    ranges, start = [], 0
+    # Sums of |w| stay below 127 * K < 2^31: int32 keeps planning's temporaries small.
+    running = np.zeros(w2.shape[0], np.int32)  # sum |w| over [start, col) per output
+    for a in range(0, k, _BLOCK):
+        b = min(a + _BLOCK, k)
+        block = _abs_int32(w2[:, a:b])
+        col = a
+        while col < b:
+            cums = running[:, None] + np.cumsum(block[:, col - a :], axis=1, dtype=np.int64)
+            fit = int(np.searchsorted(cums.max(axis=0), limit, side="right"))
+            if fit == b - col:
+                running, col = cums[:, -1], b
+                continue
+            end = col + fit
+            if end == start:
+                raise OverflowError("a single product exceeds float32's exact range")
+            ranges.append((start, end))
+            start, col = end, end
+            running = np.zeros_like(running)
+    if start < k:
+        ranges.append((start, k))
+    return ranges

@@ -13,9 +13,15 @@ import numpy as np
 from sporenet.lite.kernels.base import Attrs, Compute, TensorSpec
 from sporenet.lite.kernels.linear import matmul_shape
 from sporenet.lite.kernels.quantized.base import QuantizedKernel
-from sporenet.lite.kernels.quantized.conv import bias_values, shifted_weights
+from sporenet.lite.kernels.quantized.conv import bias_values, keep_float, shifted_weights
 from sporenet.lite.kernels.quantized.fixed_point import Requantizer
-from sporenet.lite.kernels.quantized.gemm import exact_float_dtype, max_abs_shifted, weight_bound
+from sporenet.lite.kernels.quantized.gemm import (
+    exact_float_dtype,
+    max_abs_shifted,
+    split_reduction,
+    weight_bound,
+)
+from sporenet.lite.kernels.quantized.output_stage import OutputStage
 from sporenet.lite.ops import OpCode
 
 
@@ -38,38 +44,51 @@ class QFullyConnected(QuantizedKernel):
                 f"input shape {list(x.shape)} does not end in the weights' in_features {k}"
             )
         self.w, scales = shifted_weights(self, w, o)
-        self.bias = bias_values(self, 2, o)
-        ftype = exact_float_dtype(weight_bound(max_abs_shifted(x.dtype, zx), self.w, (1,)))
+        bias = bias_values(self, 2, o)
+        x_max = max_abs_shifted(x.dtype, zx)
+        self.chunks = split_reduction(x_max, self.w)
         oq = self.output_quant(x.dtype)
         so, zo = self.tensor_params(TensorSpec((), x.dtype, quant=oq), "the output")
         lo, hi = self.fused_clamp(so, zo, x.dtype)
-        self.requant = Requantizer(sx * scales / so, zo, lo, hi)
-        self.zx = ftype.type(zx)
+        self.stage = OutputStage(
+            sx * scales / so, bias, zo, lo, hi, weight_bound(x_max, self.w, (1,)), (o,)
+        )
+        self.zx = np.float32(zx)
         shape = (*x.shape[:-1], o)
         rows = int(np.prod(x.shape[:-1], dtype=np.int64))
+        f32 = np.dtype(np.float32)
         self.output_specs = [self.out_spec(shape, x.dtype, oq)]
+        self.kept = keep_float(np.ascontiguousarray(self.w.T))
         self.scratch_layout = [
-            ((rows, k), ftype),
-            ((k, o), ftype),
-            ((rows, o), ftype),
-            ((rows, o), np.dtype(np.int64)),
+            ((rows, k), f32),
+            ((k, 0 if self.kept is not None else o), f32),
+            ((len(self.chunks), rows, o), f32),
+            ((rows, o), self.stage.wide_dtype),
+            ((rows, o), np.dtype(np.float64)),
         ]
 
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
         x, out = inputs[0], outputs[0]
-        xf, wt, accf, acc = self.scratch_arrays()
-        x2, out2 = x.reshape(xf.shape), out.reshape(acc.shape)
-        w_t, zx, bias, requant = self.w.T, self.zx, self.bias, self.requant
-        copyto, subtract, matmul = np.copyto, np.subtract, np.matmul
+        xf, wt, parts, wide, total = self.scratch_arrays()
+        x2, out2 = x.reshape(xf.shape), out.reshape(wide.shape)
+        kept = self.kept
+        if kept is not None:
+            wt = kept
+        gemms = [(xf[:, a:b], wt[a:b], parts[i]) for i, (a, b) in enumerate(self.chunks)]
+        acc = parts[0] if len(gemms) == 1 else total
+        stage = self.stage.bind(acc, out2, wide)
+        w_t, zx, many = self.w.T, self.zx, len(gemms) > 1
+        copyto, subtract, matmul, add_reduce = np.copyto, np.subtract, np.matmul, np.add.reduce
 
         def compute() -> None:
             subtract(x2, zx, out=xf)
-            copyto(wt, w_t)
-            matmul(xf, wt, out=accf)
-            copyto(acc, accf, casting="unsafe")
-            if bias is not None:
-                np.add(acc, bias, out=acc)
-            requant.apply(acc, out2)
+            if kept is None:
+                copyto(wt, w_t)
+            for xa, wa, pa in gemms:
+                matmul(xa, wa, out=pa)
+            if many:
+                add_reduce(parts, axis=0, dtype=np.float64, out=total)
+            stage()
 
         return compute
 

@@ -4,9 +4,12 @@ bit-exact, on models written with lite's builder and read back from bytes."""
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 
+from sporenet.lite.kernels.quantized.gemm import split_reduction
 from sporenet.lite.ops import OpCode
 from tests.unit.lite.quantized_reference import (
     RANGES,
@@ -55,7 +58,10 @@ CONV_CASES = [
     ((1, 8, 10, 10), 8, (3, 3), (1, 1, 1, 1), (2, 2), 8, np.int8, True),  # depthwise
     ((1, 16, 5, 5), 12, (1, 1), (0, 0, 0, 0), (1, 1), 1, np.uint8, False),  # pointwise
     ((1, 40, 6, 6), 64, (3, 3), (1, 1, 1, 1), (1, 1), 1, np.int8, True),
-    ((1, 512, 3, 3), 4, (3, 3), (1, 1, 1, 1), (1, 1), 1, np.int8, True),  # float64 GEMM
+    ((1, 512, 3, 3), 4, (3, 3), (1, 1, 1, 1), (1, 1), 1, np.int8, True),  # chunked GEMM
+    ((2, 12, 7, 9), 12, (3, 3), (1, 1, 1, 1), (1, 1), 12, np.uint8, True),  # depthwise s1
+    ((1, 4, 6, 6), 4, (3, 3), (1, 0, 1, 2), (1, 2), 4, np.int8, False),  # few channels
+    ((2, 3, 11, 11), 8, (7, 7), (3, 3, 3, 3), (2, 2), 1, np.int8, True),  # stem, batch 2
 ]
 
 
@@ -97,13 +103,15 @@ def test_conv2d_matches_integer_reference(case, activation):
 
 @pytest.mark.parametrize("dtype", [np.int8, np.uint8])
 @pytest.mark.parametrize("per_channel", [False, True])
-def test_fully_connected_matches_integer_reference(dtype, per_channel):
+@pytest.mark.parametrize("out_f, in_f", [(11, 37), (300, 64), (3, 3000)])
+def test_fully_connected_matches_integer_reference(dtype, per_channel, out_f, in_f):
+    # (300, 64): weights converted per call; (3, 3000): a reduction split in chunks.
     rng = np.random.default_rng(3)
     lo, hi = RANGES[np.dtype(dtype)]
-    x = random_q(rng, (4, 37), dtype)
-    w = rng.integers(-127, 128, (11, 37)).astype(np.int8)
-    sw = rng.uniform(0.001, 0.02, 11) if per_channel else np.array([0.01])
-    bias = rng.integers(-3000, 3000, 11).astype(np.int32)
+    x = random_q(rng, (4, in_f), dtype)
+    w = rng.integers(-127, 128, (out_f, in_f)).astype(np.int8)
+    sw = rng.uniform(0.001, 0.02, out_f) if per_channel else np.array([0.01])
+    bias = rng.integers(-3000, 3000, out_f).astype(np.int32)
     zx, sx, so, zo = int(rng.integers(lo, hi)), 0.03, 0.2, (lo + hi) // 2 + 3
     got = run_one_op(
         OpCode.FULLY_CONNECTED,
@@ -114,9 +122,23 @@ def test_fully_connected_matches_integer_reference(dtype, per_channel):
     )
     acc = (x.astype(np.int64) - zx) @ w.T.astype(np.int64) + bias
     want = requantize(
-        acc, sx * np.broadcast_to(sw, (11,)) / so, zo, max(lo, zo), hi, channel_axis=1
+        acc, sx * np.broadcast_to(sw, (out_f,)) / so, zo, max(lo, zo), hi, channel_axis=1
     )
     np.testing.assert_array_equal(got, want)
+
+
+def test_reduction_split_keeps_every_float32_partial_sum_exact():
+    rng = np.random.default_rng(8)
+    for o, k in [(5, 1000), (64, 4608), (3, 7)]:
+        w = rng.integers(-127, 128, (o, k)).astype(np.int8)
+        ranges = split_reduction(255, w)
+        terms = np.abs(w.astype(np.int64)) * 255
+        assert ranges[0][0] == 0 and ranges[-1][1] == k
+        assert all(a[1] == b[0] for a, b in itertools.pairwise(ranges))
+        for start, end in ranges:
+            assert terms[:, start:end].sum(axis=1).max() < 2**24
+            if end < k:  # greedy: one more column would break the bound
+                assert terms[:, start : end + 1].sum(axis=1).max() >= 2**24
 
 
 def test_matmul_matches_integer_reference():
@@ -208,9 +230,8 @@ def test_quantize_rounds_half_away_from_zero_and_saturates(dtype):
     x = np.array(
         [0.25, -0.25, 0.75, -0.75, 1.0, 1e9, -1e9, 0.0, 0.2499999, np.float32(33.3)], np.float32
     )
-    got = run_one_op(
-        OpCode.QUANTIZE, [(x, None, False)], quant(scale, zp), dtype, dtype=np.dtype(dtype).name
-    )
+    # The output tensor's declared dtype chooses int8 or uint8 (no attribute needed).
+    got = run_one_op(OpCode.QUANTIZE, [(x, None, False)], quant(scale, zp), dtype)
     want = np.clip(round_away(x / scale) + zp, lo, hi)
     np.testing.assert_array_equal(got, want)
     assert got[0] == zp + 1 and got[1] == zp - 1  # ties away from zero, not to even

@@ -1,0 +1,139 @@
+"""The end of every accumulating kernel: bias, requantization, activation clamp, narrowing.
+
+Given integer accumulators (held exactly in float32 or float64 arrays by the GEMM) it
+computes clamp(z_out + MultiplyByQuantizedMultiplier(acc + bias, M, shift), lo, hi), the
+same result as `Requantizer`, with TFLite's two roundings folded into one floor. With
+M' = M 2^left, e the right shift and h = 2^(e-1) (0 when e = 0):
+
+    q = floor(((acc + bias) M' + 2^30 + h 2^31 - [z < 0] 2^31) / 2^(31+e)) + z_out
+
+since floor(floor(a / 2^31) + c) / 2^e) = floor((a + c 2^31) / 2^(31+e)) for integer c;
+the high-mul's result z is negative exactly when acc + bias < 0 (M' > 2^30) or < -1
+(M' = 2^30). The negative correction only moves results that are <= z_out, so it is
+skipped when the clamp's lower bound is >= z_out (relu, relu6). Two exact routes:
+
+- float64, when the numerator stays below 2^53 (known from the accumulators' bound):
+  every term is a multiple of 2^-(31+e), so (acc + bias) c + offset is exact;
+- int64 otherwise: the same numerator, then one arithmetic shift.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from sporenet.lite.kernels.base import Compute
+from sporenet.lite.kernels.quantized.fixed_point import quantize_multipliers
+
+_FLOAT_EXACT = 1 << 53
+_INT64_SAFE = 1 << 62
+
+
+class OutputStage:
+    """Requantization of accumulators whose channel axis broadcasts as `channel_shape`."""
+
+    def __init__(
+        self,
+        reals: np.ndarray,
+        bias: np.ndarray | None,
+        zero_point: int,
+        lo: int,
+        hi: int,
+        acc_bound: int,
+        channel_shape: tuple[int, ...],
+    ) -> None:
+        reals = np.broadcast_to(np.asarray(reals, np.float64), (int(np.prod(channel_shape)),))
+        m, shift = quantize_multipliers(reals)
+        left = np.maximum(shift, 0)
+        right = np.maximum(-shift, 0)
+        bias = np.zeros(len(reals), np.int64) if bias is None else bias.astype(np.int64)
+        bound = int(acc_bound) + int(np.abs(bias).max(initial=0))
+        self.lo, self.hi, self.zo = int(lo), int(hi), int(zero_point)
+        mult = m << left
+        if bound * int(mult.max(initial=0)) >= _INT64_SAFE:
+            raise OverflowError(f"accumulators up to {bound} overflow the requantization")
+        # Numerator pieces in units of 2^-(31+e): rounding offset, bias, and the zero point
+        # when it fits (else it is added after rounding). Python ints: no silent overflow.
+        units = [31 + int(r) for r in right]
+        base = [
+            (1 << 30) + ((1 << (int(r) - 1)) << 31 if r > 0 else 0) + int(b) * int(mu)
+            for r, b, mu in zip(right, bias, mult, strict=True)
+        ]
+        with_zo = [b + (self.zo << u) for b, u in zip(base, units, strict=True)]
+        big = bound * int(mult.max(initial=0))
+        self.fold_zo = big + max(abs(v) for v in with_zo) < _INT64_SAFE
+        offset_ints = with_zo if self.fold_zo else base
+        if big + max(abs(v) for v in offset_ints) >= _INT64_SAFE:
+            raise OverflowError(f"bias up to {bound} overflows the requantization")
+        offset = np.array(offset_ints, np.int64)
+        units = np.array(units, np.int64)
+        self.float_path = self.fold_zo and big + max(abs(v) for v in offset_ints) < _FLOAT_EXACT
+        threshold = np.where(mult > (1 << 30), 0, -1) - bias  # acc < threshold: z < 0
+        self.threshold = threshold.astype(np.float64).reshape(channel_shape)
+        self.correct = bool((right > 0).any()) and self.lo < self.zo
+        shape = channel_shape
+        if self.float_path:
+            unit = np.ldexp(1.0, -units.astype(np.int64))
+            self.coef = (mult.astype(np.float64) * unit).reshape(shape)
+            self.offset = (offset.astype(np.float64) * unit).reshape(shape)
+            self.step = np.where(right > 0, np.ldexp(1.0, -right.astype(np.int64)), 0.0).reshape(
+                shape
+            )
+        else:
+            self.coef = mult.reshape(shape)
+            self.offset = offset.reshape(shape)
+            self.step = np.where(right > 0, np.int64(1) << 31, 0).reshape(shape)
+            self.units = units.reshape(shape)
+
+    def bind(self, acc: np.ndarray, out: np.ndarray, wide: np.ndarray) -> Compute:
+        """The step writing `out` from `acc` (float32 or float64 integers, same shape);
+        `wide` is a float64 (float path) or int64 scratch array of that shape."""
+        lo, hi, coef, offset = self.lo, self.hi, self.coef, self.offset
+        zo = 0 if self.fold_zo else self.zo  # added after rounding when not folded
+        multiply, add, clip, copyto = np.multiply, np.add, np.clip, np.copyto
+        if self.float_path:
+            floor = np.floor
+
+            def round_down() -> None:
+                floor(wide, out=wide)
+        else:
+            shift, right_shift = self.units, np.right_shift
+
+            def round_down() -> None:
+                right_shift(wide, shift, out=wide)
+
+        to_wide = None if self.float_path else (lambda: copyto(wide, acc, casting="unsafe"))
+        source = acc if self.float_path else wide
+        if not self.correct:
+
+            def compute() -> None:
+                if to_wide is not None:
+                    to_wide()
+                multiply(source, coef, out=wide)
+                add(wide, offset, out=wide)
+                round_down()
+                if zo:
+                    add(wide, zo, out=wide)
+                clip(wide, lo, hi, out=out, casting="unsafe")
+
+            return compute
+        mask = np.empty(acc.shape, bool)
+        step = np.broadcast_to(self.step, acc.shape)
+        threshold, less, subtract = self.threshold, np.less, np.subtract
+
+        def compute_corrected() -> None:
+            if to_wide is not None:
+                to_wide()
+            multiply(source, coef, out=wide)
+            add(wide, offset, out=wide)
+            less(acc, threshold, out=mask)
+            subtract(wide, step, out=wide, where=mask)
+            round_down()
+            if zo:
+                add(wide, zo, out=wide)
+            clip(wide, lo, hi, out=out, casting="unsafe")
+
+        return compute_corrected
+
+    @property
+    def wide_dtype(self) -> np.dtype:
+        return np.dtype(np.float64 if self.float_path else np.int64)
