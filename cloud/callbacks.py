@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 import numpy as np
 
@@ -23,7 +23,11 @@ from sporenet.cloud.optimizers import Optimizer
 
 @dataclass
 class TrainingState:
-    """What callbacks see and may change: the learning rate and `stop_training`."""
+    """What callbacks see and may change: the learning rate and `stop_training`.
+
+    `engine` is the running training engine: a callback that edits weights between steps
+    (pruning masks) writes into `engine.parameter(name)`, the array the next step reads.
+    """
 
     model: Module
     optimizer: Optimizer
@@ -34,6 +38,7 @@ class TrainingState:
     step: int = 0  # optimizer steps done in this fit
     stop_training: bool = False
     history: dict[str, list[float]] = field(default_factory=dict)
+    engine: Any = None
 
 
 class Callback:

@@ -40,6 +40,9 @@ class Engine(Protocol):
     def sync(self) -> None:
         """Make the module's parameters and the Optimizer's slots current."""
 
+    def parameter(self, name: str) -> np.ndarray:
+        """The live array of trainable parameter `name` (written in place, read next step)."""
+
     def close(self) -> None:
         """Sync and release resources at the end of fit."""
 
@@ -154,6 +157,10 @@ class EagerEngine:
         finally:
             for _, m in self.model.named_modules():
                 object.__setattr__(m, "training", flags[id(m)])
+
+    def parameter(self, name: str) -> np.ndarray:
+        """The parameter's own array: eager steps update it in place."""
+        return dict(self.trainable)[name].value
 
     def sync(self) -> None:
         """Nothing to do: parameters and slots are updated in place."""

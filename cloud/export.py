@@ -30,17 +30,19 @@ from sporenet.lite.validate import validate
 def export(model: Module, path: str | os.PathLike, *, input_shape: Sequence[int] | None = None,
            labels: Sequence[str] | None = None, input_range: tuple[float, float] | None = None,
            probabilities: bool = True, fold_batch_norm: bool = True,
-           metadata: dict[str, str] | None = None) -> Model:
+           metadata: dict[str, str] | None = None, sparsify: bool = False) -> Model:
     """Write the inference model to `path` and return it.
 
     `input_shape` is one sample's shape, e.g. (1, 8, 8); it defaults to the shape `fit`
     recorded on the model. `input_range` documents the raw input values the graph expects.
+    `sparsify` stores pruned weights in the sparse BITMASK layout where that saves space
+    (lite/sparse.py); the runtime expands them at load.
     """
     ir = inference_model(model, input_shape=input_shape, labels=labels,
                          input_range=input_range, probabilities=probabilities,
                          fold_batch_norm=fold_batch_norm, metadata=metadata)
     try:
-        save(ir, Path(path))
+        save(ir, Path(path), sparsify=sparsify)
     except LiteError as exc:
         raise ExportError(f"could not write {os.fspath(path)!r}: {exc}") from exc
     return ir

@@ -112,6 +112,7 @@ def fit(model: Module, x: Any, y: Any, *, epochs: int, batch_size: int = 32,
     model.train()
     engine = make_engine(run_mode, model, sample_shape=x.shape[1:], loss=loss, optimizer=opt,
                          label_smoothing=label_smoothing, num_threads=num_threads)
+    state.engine = engine
     for cb in callbacks:
         cb.on_train_begin(state)
     try:

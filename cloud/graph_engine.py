@@ -47,6 +47,7 @@ class GraphEngine:
         by_name = {tensors[i].name: i for i in self.trainer.variables}
         # Module state (parameters and buffers) the trainer updates, by tensor index.
         self.state = [(by_name[name], p) for name, p in model.named_state() if name in by_name]
+        self.by_name = by_name
         self.slots = {tensors[i].name: i for i in optimizer_slots(self.train_model)}
         # Continue from the optimizer's state (an earlier fit, or a loaded checkpoint).
         for name, i in self.slots.items():
@@ -66,6 +67,10 @@ class GraphEngine:
         return np.concatenate([
             self.trainer.evaluate({INPUT_NAME: x[i:i + batch_size]})[LOGITS_NAME]
             for i in range(0, len(x), batch_size)])
+
+    def parameter(self, name: str) -> np.ndarray:
+        """The trainer's writable copy of parameter `name` (what the next step reads)."""
+        return self.trainer.variables[self.by_name[name]]
 
     def sync(self) -> None:
         """Copy weights, running statistics and optimizer slots out of the trainer."""

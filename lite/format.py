@@ -18,9 +18,10 @@ from typing import Any
 import flatbuffers
 import numpy as np
 
+from sporenet.lite import sparse
 from sporenet.lite.dtypes import to_ir_dtype, to_numpy_dtype
 from sporenet.lite.errors import ModelFormatError
-from sporenet.lite.graph import Graph, Model, Node, Quantization, Signature, Sparsity, Tensor
+from sporenet.lite.graph import Graph, Model, Node, Quantization, Signature, Tensor
 from sporenet.lite.ops import OpCode
 from sporenet.proto import model_generated as fb
 
@@ -63,10 +64,11 @@ class _Writer:
     """Builds the FlatBuffer for a model whose buffer offsets are already decided."""
 
     def __init__(self, model: Model, buffer_ranges: list[tuple[int, int]],
-                 tensor_buffer: list[int]) -> None:
+                 tensor_buffer: list[int], mask_buffer: dict[int, int] | None = None) -> None:
         self.model = model
         self.ranges = buffer_ranges
         self.tensor_buffer = tensor_buffer
+        self.mask_buffer = mask_buffer or {}  # tensor index -> buffer of its BITMASK mask
         self.b = flatbuffers.Builder(1024)
         # Fixed field sizes, so two passes with different offsets give the same length.
         self.b.ForceDefaults(True)
@@ -89,12 +91,12 @@ class _Writer:
     def _string(self, s: str) -> int:
         return self.b.CreateString(s)
 
-    def _tensor(self, t: Tensor, buffer_index: int) -> int:
+    def _tensor(self, t: Tensor, buffer_index: int, mask_index: int | None) -> int:
         b = self.b
         name = self._string(t.name)
         shape = self._ints(fb.TensorStartShapeVector, [int(d) for d in t.shape], "q")
         quant = self._quantization(t.quantization) if t.quantization is not None else None
-        sparsity = self._sparsity(t.sparsity) if t.sparsity is not None else None
+        sparsity = self._sparsity(t.shape, mask_index) if mask_index is not None else None
         fb.TensorStart(b)
         fb.TensorAddName(b, name)
         fb.TensorAddDtype(b, to_ir_dtype(t.dtype))
@@ -129,8 +131,16 @@ class _Writer:
             fb.QuantizationParamsAddMax(b, qmax)
         return fb.QuantizationParamsEnd(b)
 
-    def _sparsity(self, s: Sparsity) -> int:
-        raise ModelFormatError("writing sparse tensors is not supported yet")
+    def _sparsity(self, shape: tuple[int, ...], mask_index: int) -> int:
+        b = self.b
+        dense_shape = self._ints(fb.SparsityParamsStartDenseShapeVector,
+                                 [int(d) for d in shape], "q")
+        fb.SparsityParamsStart(b)
+        fb.SparsityParamsAddFormat(b, sparse.BITMASK)
+        fb.SparsityParamsAddIndptrBuffer(b, 0)
+        fb.SparsityParamsAddIndicesBuffer(b, mask_index)
+        fb.SparsityParamsAddDenseShape(b, dense_shape)
+        return fb.SparsityParamsEnd(b)
 
     def _attribute(self, name: str, value: Any) -> int:
         b = self.b
@@ -219,7 +229,8 @@ class _Writer:
 
     def build(self) -> bytes:
         b, m = self.b, self.model
-        tensors = [self._tensor(t, self.tensor_buffer[i]) for i, t in enumerate(m.tensors)]
+        tensors = [self._tensor(t, self.tensor_buffer[i], self.mask_buffer.get(i))
+                   for i, t in enumerate(m.tensors)]
         tensors_off = self._offsets(fb.ModelStartTensorsVector, tensors)
         graphs_off = self._offsets(fb.ModelStartGraphsVector, [self._graph(g) for g in m.graphs])
         buffers_off = self._offsets(fb.ModelStartBuffersVector,
@@ -245,28 +256,48 @@ class _Writer:
         return bytes(b.Output())
 
 
-def serialize(model: Model) -> bytes:
-    """The .spore bytes of `model` (validated first, so a bad model is never written)."""
+def _stored_sparse(t: Tensor, sparsify: bool) -> bool:
+    """Whether the writer stores constant `t` in the BITMASK layout: when it is marked so
+    (it was read sparse, or the caller asked), or with `sparsify` when that saves space."""
+    if t.data is None:
+        return False
+    return t.sparsity is not None or (sparsify and sparse.worth_storing_sparse(t.data))
+
+
+def serialize(model: Model, *, sparsify: bool = False) -> bytes:
+    """The .spore bytes of `model` (validated first, so a bad model is never written).
+
+    With `sparsify`, every constant tensor whose BITMASK layout (nonzero values plus one
+    bit per element, see lite/sparse.py) saves at least a tenth of its bytes is stored so;
+    tensors whose `sparsity` is set are stored sparse either way.
+    """
     from sporenet.lite.validate import validate
 
     validate(model)
-    # One buffer per constant tensor; buffer 0 is the empty sentinel.
+    # One buffer per constant tensor (its values, if sparse, then its mask); buffer 0 is
+    # the empty sentinel.
     blobs: list[np.ndarray] = []
     tensor_buffer: list[int] = []
-    for t in model.tensors:
+    mask_buffer: dict[int, int] = {}
+    for i, t in enumerate(model.tensors):
         if t.data is None:
             tensor_buffer.append(0)
+        elif _stored_sparse(t, sparsify):
+            values, mask = sparse.encode(t.data)
+            blobs += [values, mask]
+            tensor_buffer.append(len(blobs) - 1)
+            mask_buffer[i] = len(blobs)
         else:
             blobs.append(np.ascontiguousarray(t.data))
             tensor_buffer.append(len(blobs))
     placeholder = [(0, 0)] * (len(blobs) + 1)
-    head_size = len(_Writer(model, placeholder, tensor_buffer).build())
+    head_size = len(_Writer(model, placeholder, tensor_buffer, mask_buffer).build())
     offset = _align(head_size)
     ranges: list[tuple[int, int]] = [(0, 0)]
     for blob in blobs:
         ranges.append((offset, blob.nbytes))
         offset = _align(offset + blob.nbytes)
-    head = _Writer(model, ranges, tensor_buffer).build()
+    head = _Writer(model, ranges, tensor_buffer, mask_buffer).build()
     if len(head) != head_size:  # ForceDefaults makes both passes the same size
         raise RuntimeError("model header changed size between passes")
     out = bytearray(offset if blobs else len(head))
@@ -276,10 +307,11 @@ def serialize(model: Model) -> bytes:
     return bytes(out)
 
 
-def save(model: Model, path: str | os.PathLike) -> Path:
-    """Write `model` to `path` atomically (temporary file, then rename)."""
+def save(model: Model, path: str | os.PathLike, *, sparsify: bool = False) -> Path:
+    """Write `model` to `path` atomically (temporary file, then rename); `sparsify` as for
+    `serialize`."""
     path = Path(path)
-    data = serialize(model)
+    data = serialize(model, sparsify=sparsify)
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
     try:
         tmp.write_bytes(data)
@@ -386,7 +418,14 @@ def _parse_tensor(r: _Reader, t: Any, index: int, buffers: list[tuple[int, int]]
             f"{what}: buffer index {buffer_index} out of range (the model has {len(buffers)})"
         )
     data = None
-    if buffer_index != 0:
+    sparsity = t.Sparsity()
+    if sparsity is not None:
+        if buffer_index == 0 or -1 in shape:
+            raise ModelFormatError(f"{what}: a sparse tensor must be a constant of static shape")
+        data = sparse.read(sparsity, what=what, dtype=dtype, shape=shape,
+                           values=buffers[buffer_index], buffers=buffers, buf=buf,
+                           spend=r.spend, ints=r.ints)
+    elif buffer_index != 0:
         if -1 in shape:
             raise ModelFormatError(f"{what}: a constant tensor needs a static shape, got {shape}")
         offset, size = buffers[buffer_index]
@@ -416,9 +455,8 @@ def _parse_tensor(r: _Reader, t: Any, index: int, buffers: list[tuple[int, int]]
         quant = Quantization(scale=scale, zero_point=zero_point, axis=q.QuantizedDimension(),
                              min=np.asarray(qmin, np.float32) if qmin else None,
                              max=np.asarray(qmax, np.float32) if qmax else None)
-    if t.Sparsity() is not None:
-        raise ModelFormatError(f"{what}: sparse tensors are not supported by this runtime yet")
     return Tensor(name=name, dtype=dtype, shape=shape, data=data, quantization=quant,
+                  sparsity=sparse.bitmask(shape) if sparsity is not None else None,
                   trainable=bool(t.Trainable()))
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from sporenet.lite import sparse
 from sporenet.lite.errors import ModelFormatError
 from sporenet.lite.graph import Graph, Model, Tensor
 
@@ -122,6 +123,7 @@ def validate(model: Model) -> Model:
                     f"tensor {i} ({t.name!r}): declared {t.dtype}{list(t.shape)} but its data "
                     f"is {t.data.dtype}{list(t.data.shape)}"
                 )
+        sparse.check(t, i)
         if t.quantization is not None:
             _check_quantization(i, t)
     versions = max_op_versions()

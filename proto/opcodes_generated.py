@@ -92,6 +92,7 @@ class OpCode(enum.IntEnum):
     QUANTIZE = 180
     DEQUANTIZE = 181
     REQUANTIZE = 182
+    FAKE_QUANT = 183  # quantize-dequantize in float (QAT); inputs x, min, max
     # training: losses, gradient helpers, optimizer updates (200..299)
     DROPOUT = 200
     SOFTMAX_CROSS_ENTROPY = 201
@@ -115,6 +116,7 @@ class OpCode(enum.IntEnum):
     MSE_LOSS_GRAD = 225
     MATMUL_TRANSPOSED = 226  # matmul with transpose_a / transpose_b of the last two axes
     REDUCE_GRAD = 227  # gradient of ReduceSum/ReduceMean: broadcast back to x
+    FAKE_QUANT_GRAD = 228  # straight-through gradient of FAKE_QUANT: dx, dmin, dmax
     SGD_UPDATE = 250
     ADAM_UPDATE = 251
     ASSIGN = 252

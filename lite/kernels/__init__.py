@@ -5,6 +5,7 @@ from __future__ import annotations
 from sporenet.lite.kernels import (
     conv,
     elementwise,
+    fake_quant,
     layer_norm,
     linear,
     normalization,
@@ -123,6 +124,8 @@ KERNELS: dict[OpCode, type[Kernel]] = {
     OpCode.REDUCE_PROD: reduce.ReduceProd,
     OpCode.ARGMAX: reduce.ArgMax,
     OpCode.ARGMIN: reduce.ArgMin,
+    # quantization-aware training
+    OpCode.FAKE_QUANT: fake_quant.FakeQuant,
     # training: dropout, losses, backward ops, optimizer updates (lite/kernels/training/)
     OpCode.DROPOUT: dropout.Dropout,
     OpCode.SOFTMAX_CROSS_ENTROPY: losses.SoftmaxCrossEntropy,
@@ -133,6 +136,7 @@ KERNELS: dict[OpCode, type[Kernel]] = {
     OpCode.BCE_WITH_LOGITS_GRAD: losses.BCEWithLogitsGrad,
     OpCode.REDUCE_SUM_TO: broadcast.ReduceSumTo,
     OpCode.REDUCE_GRAD: broadcast.ReduceGrad,
+    OpCode.FAKE_QUANT_GRAD: fake_quant.FakeQuantGrad,
     OpCode.MATMUL_TRANSPOSED: matmul.MatMulTransposed,
     OpCode.ACTIVATION_GRAD: activation_grad.ActivationGrad,
     OpCode.SOFTMAX_GRAD: activation_grad.SoftmaxGrad,

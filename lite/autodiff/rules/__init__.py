@@ -11,6 +11,7 @@ from sporenet.lite.autodiff.rules import (
     conv,
     dropout,
     elementwise,
+    fake_quant,
     linear,
     losses,
     normalization,
@@ -67,6 +68,8 @@ GRADIENT_RULES: dict[OpCode, GradRule] = {
     OpCode.SQRT: unary.sqrt,
     OpCode.SQUARE: unary.square,
     OpCode.RECIPROCAL: unary.reciprocal,
+    # quantization-aware training
+    OpCode.FAKE_QUANT: fake_quant.fake_quant,
     # normalization and softmax
     OpCode.SOFTMAX: softmax.softmax,
     OpCode.LOG_SOFTMAX: softmax.log_softmax,

@@ -26,7 +26,9 @@ from sporenet.lite.format import FILE_IDENTIFIER
 from sporenet.proto import model_generated as fb
 from tests.unit.lite.format_samples import mlp_model, rich_model
 
-SEEDS = [serialize(mlp_model()), serialize(rich_model())]
+# The sparsified rich model stores some tensors in the BITMASK layout (lite/sparse.py).
+SEEDS = [serialize(mlp_model()), serialize(rich_model()),
+         serialize(rich_model(), sparsify=True)]
 # A parse takes milliseconds (~1 s for the largest crafted file under tracemalloc); the
 # deadline is far above that so a loaded, shared CI machine never trips it, only a hang.
 CASE_SECONDS = 30.0
