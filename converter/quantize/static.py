@@ -191,6 +191,8 @@ class _Rewriter:
                 inputs[k] = self._constant(f"{tensor.name}/int8", values, w_q)
             elif tensor.data is not None:
                 q = self.input_params(i)
+                if q is None:  # why_float checked every float input has parameters
+                    raise ConversionError(f"{node.name}: {tensor.name!r} has no parameters")
                 inputs[k] = self._constant(
                     f"{tensor.name}/{self.dtype}", P.quantize(tensor.data, q, self.dtype), q
                 )

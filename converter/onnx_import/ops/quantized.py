@@ -30,6 +30,14 @@ def _round(ctx: ImportContext, x: int, name: str) -> int:
     return ctx.emit1(OpCode.SUB, [ctx.emit1(OpCode.ADD, [x, c]), c])
 
 
+def _required(ctx: ImportContext, node: OnnxNode, k: int, what: str) -> np.ndarray:
+    """The static value of input k, which must be present."""
+    value = ctx.static_input(node, k, what)
+    if value is None:
+        raise node.fail(f"{what} (input {k}) is required")
+    return value
+
+
 def _scalar(ctx: ImportContext, name: str, value: float) -> int:
     return ctx.constant(name, np.array(value, np.float32))
 
@@ -159,7 +167,7 @@ def conv_integer(ctx: ImportContext, node: OnnxNode) -> list[int]:
     """Conv of (x - x_zp) and (w - w_zp) in int32 (padding adds zeros of x - x_zp)."""
     x, w = node.input(0), node.input(1)
     xf = _centred(ctx, node, x, node.input(2), "x")
-    weight = ctx.static_input(node, 1, "the weights")
+    weight = _required(ctx, node, 1, "the weights")
     zp_w = ctx.static_input(node, 3, "the weight zero point")
     wq = _int_weight(ctx, node, weight, zp_w, 0, f"{ctx.tensors[w].name}/int8")
     y = conv_ops.conv(ctx, dataclasses.replace(node, inputs=[xf, wq]))[0]
@@ -279,7 +287,7 @@ def quantize_linear(ctx: ImportContext, node: OnnxNode) -> list[int]:
 def dequantize_linear(ctx: ImportContext, node: OnnxNode) -> list[int]:
     q = node.input(0)
     if ctx.dtype(q) == np.int32:  # a bias quantized to int32 (zero point 0)
-        scale = ctx.static_input(node, 1, "the scale")
+        scale = _required(ctx, node, 1, "the scale")
         value = ctx.value(q)
         if value is not None:
             return [
@@ -316,9 +324,9 @@ def qlinear_conv(ctx: ImportContext, node: OnnxNode) -> list[int]:
     w = _dq_input(ctx, node, 3, axis=0)
     inputs = [x, w]
     if node.input(8) != -1:
-        bias = ctx.static_input(node, 8, "the bias")
-        x_scale = ctx.static_input(node, 1, "x_scale").astype(np.float64).reshape(-1)
-        w_scale = ctx.static_input(node, 4, "w_scale").astype(np.float64).reshape(-1)
+        bias = _required(ctx, node, 8, "the bias")
+        x_scale = _required(ctx, node, 1, "x_scale").astype(np.float64).reshape(-1)
+        w_scale = _required(ctx, node, 4, "w_scale").astype(np.float64).reshape(-1)
         inputs.append(
             ctx.constant(
                 f"{node.name}/bias",
@@ -379,9 +387,9 @@ def qgemm(ctx: ImportContext, node: OnnxNode) -> list[int]:
     b = _dq_input(ctx, node, 3, axis=0 if int(node.attr("transB", 0)) else -1)
     inputs = [a, b]
     if node.input(6) != -1:
-        c = ctx.static_input(node, 6, "C")
-        a_scale = ctx.static_input(node, 1, "a_scale").astype(np.float64).reshape(-1)
-        b_scale = ctx.static_input(node, 4, "b_scale").astype(np.float64).reshape(-1)
+        c = _required(ctx, node, 6, "C")
+        a_scale = _required(ctx, node, 1, "a_scale").astype(np.float64).reshape(-1)
+        b_scale = _required(ctx, node, 4, "b_scale").astype(np.float64).reshape(-1)
         alpha = float(node.attr("alpha", 1.0))
         inputs.append(
             ctx.constant(
