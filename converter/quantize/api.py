@@ -25,7 +25,6 @@ from sporenet.lite.format import parse, serialize
 from sporenet.lite.graph import Model
 from sporenet.lite.validate import validate
 
-
 E = TypeVar("E", bound=StrEnum)
 
 

@@ -105,8 +105,15 @@ class _Rewriter:
             new = add_tensor(self.model, f"{tensor.name}/quantized", index)
             self.model.tensors[new].dtype = self.dtype
             self.model.tensors[new].quantization = q
-            self.out.append(Node(OpCode.QUANTIZE, [index], [new], {"dtype": str(self.dtype)},
-                                 name=f"{tensor.name}/quantize"))
+            self.out.append(
+                Node(
+                    OpCode.QUANTIZE,
+                    [index],
+                    [new],
+                    {"dtype": str(self.dtype)},
+                    name=f"{tensor.name}/quantize",
+                )
+            )
             self.to_int[index] = new
         return self.to_int[index]
 

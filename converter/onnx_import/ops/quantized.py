@@ -48,8 +48,9 @@ def _dynamic_quantize(ctx: ImportContext, x: int, name: str) -> tuple[int, int, 
     zero = _scalar(ctx, f"{name}/zero", 0.0)
     lo = ctx.emit1(OpCode.MINIMUM, [ctx.emit1(OpCode.REDUCE_MIN, [x], keepdims=0), zero])
     hi = ctx.emit1(OpCode.MAXIMUM, [ctx.emit1(OpCode.REDUCE_MAX, [x], keepdims=0), zero])
-    scale = ctx.emit1(OpCode.DIV, [ctx.emit1(OpCode.SUB, [hi, lo]),
-                                   _scalar(ctx, f"{name}/levels", 255.0)])
+    scale = ctx.emit1(
+        OpCode.DIV, [ctx.emit1(OpCode.SUB, [hi, lo]), _scalar(ctx, f"{name}/levels", 255.0)]
+    )
     # An all-zero x has scale 1 (onnxruntime's choice), not 0 and NaN quotients.
     is_zero = ctx.emit1(OpCode.CAST, [ctx.emit1(OpCode.EQUAL, [scale, zero])], to="float32")
     scale = ctx.emit1(OpCode.ADD, [scale, is_zero])
@@ -58,10 +59,12 @@ def _dynamic_quantize(ctx: ImportContext, x: int, name: str) -> tuple[int, int, 
     def saturate(v: int) -> int:
         return ctx.emit1(OpCode.MINIMUM, [ctx.emit1(OpCode.MAXIMUM, [v, zero]), top])
 
-    zp = saturate(_round(ctx, ctx.emit1(OpCode.NEG, [ctx.emit1(OpCode.DIV, [lo, scale])]),
-                         f"{name}/zp"))
-    q = saturate(ctx.emit1(OpCode.ADD, [_round(ctx, ctx.emit1(OpCode.DIV, [x, scale]),
-                                               f"{name}/y"), zp]))
+    zp = saturate(
+        _round(ctx, ctx.emit1(OpCode.NEG, [ctx.emit1(OpCode.DIV, [lo, scale])]), f"{name}/zp")
+    )
+    q = saturate(
+        ctx.emit1(OpCode.ADD, [_round(ctx, ctx.emit1(OpCode.DIV, [x, scale]), f"{name}/y"), zp])
+    )
     return q, scale, zp
 
 
@@ -71,8 +74,11 @@ def dynamic_quantize_linear(ctx: ImportContext, node: OnnxNode) -> list[int]:
     if ctx.dtype(x) != np.float32:
         raise node.fail(f"x must be float32, got {ctx.dtype(x)}")
     q, scale, zp = _dynamic_quantize(ctx, x, node.name)
-    return [ctx.emit1(OpCode.CAST, [q], to="uint8"), scale,
-            ctx.emit1(OpCode.CAST, [zp], to="uint8")]
+    return [
+        ctx.emit1(OpCode.CAST, [q], to="uint8"),
+        scale,
+        ctx.emit1(OpCode.CAST, [zp], to="uint8"),
+    ]
 
 
 def _dynamic_fake_quant(ctx: ImportContext, x: int, name: str) -> int:
@@ -99,15 +105,22 @@ def dynamic_quantize_lstm(ctx: ImportContext, node: OnnxNode) -> list[int]:
         scale = scale.astype(np.float64).reshape(dirs, 1, -1)
         zp = zp.astype(np.float64).reshape(dirs, 1, -1)
         real = ((w.astype(np.float64) - zp) * scale).astype(np.float32)
-        return ctx.constant(f"{ctx.tensors[node.input(at)].name}/float",
-                            np.ascontiguousarray(real.transpose(0, 2, 1)))
+        return ctx.constant(
+            f"{ctx.tensors[node.input(at)].name}/float",
+            np.ascontiguousarray(real.transpose(0, 2, 1)),
+        )
 
-    inputs = [node.input(0), weights(1, 8, 9, "W"), weights(2, 10, 11, "R"),
-              *[node.input(k) for k in range(3, 8)]]
+    inputs = [
+        node.input(0),
+        weights(1, 8, 9, "W"),
+        weights(2, 10, 11, "R"),
+        *[node.input(k) for k in range(3, 8)],
+    ]
     lstm = dataclasses.replace(node, op_type="LSTM", inputs=inputs)
     count = iter(range(1 << 30))
     return recurrent.recurrent(
-        ctx, lstm, lambda x: _dynamic_fake_quant(ctx, x, f"{node.name}/dq{next(count)}"))
+        ctx, lstm, lambda x: _dynamic_fake_quant(ctx, x, f"{node.name}/dq{next(count)}")
+    )
 
 
 def _centred(ctx: ImportContext, node: OnnxNode, x: int, zp_index: int, what: str) -> int:
@@ -143,8 +156,9 @@ def _to_int32(ctx: ImportContext, y: int, name: str) -> int:
     """An integer-valued float result as int32: rounded first, since fast convolution
     algorithms (Winograd) leave errors far below 0.5 that a truncating cast would keep."""
     half = _scalar(ctx, f"{name}/half", 0.5)
-    return ctx.emit1(OpCode.CAST, [ctx.emit1(OpCode.FLOOR, [ctx.emit1(OpCode.ADD, [y, half])])],
-                     to="int32")
+    return ctx.emit1(
+        OpCode.CAST, [ctx.emit1(OpCode.FLOOR, [ctx.emit1(OpCode.ADD, [y, half])])], to="int32"
+    )
 
 
 def matmul_integer(ctx: ImportContext, node: OnnxNode) -> list[int]:
@@ -235,8 +249,12 @@ def _dequantize(
 ) -> int:
     """(q - zero_point) * scale as float32; a constant q stays integer in the file."""
     value = ctx.value(q)
-    if (value is not None and ctx.tensors[q].data is not None and value.dtype in INT_RANGE
-            and value.size >= SMALL_CONSTANT):
+    if (
+        value is not None
+        and ctx.tensors[q].data is not None
+        and value.dtype in INT_RANGE
+        and value.size >= SMALL_CONSTANT
+    ):
         per_axis = scale.size > 1
         quant = Quantization(
             scale=scale.reshape(-1).astype(np.float32),
@@ -248,14 +266,18 @@ def _dequantize(
         return ctx.quantized_constant(f"{ctx.tensors[q].name}/q", value, quant)
     own = ctx.spec(q).quant
     if own is not None:  # an integer tensor with parameters: a DEQUANTIZE node
-        same = (scale.size == own.scale.size == 1
-                and np.float32(scale.reshape(-1)[0]) == np.float32(own.scale[0])
-                and int(0 if zp is None else zp.reshape(-1)[0])
-                == int(own.zero_point[0] if own.zero_point.size else 0))
+        same = (
+            scale.size == own.scale.size == 1
+            and np.float32(scale.reshape(-1)[0]) == np.float32(own.scale[0])
+            and int(0 if zp is None else zp.reshape(-1)[0])
+            == int(own.zero_point[0] if own.zero_point.size else 0)
+        )
         if not same:
-            raise node.fail(f"dequantizes {ctx.tensors[q].name!r} with scale {scale.reshape(-1)}"
-                            f" and zero point {zp}, but it was quantized with scale "
-                            f"{own.scale} and zero point {own.zero_point}")
+            raise node.fail(
+                f"dequantizes {ctx.tensors[q].name!r} with scale {scale.reshape(-1)}"
+                f" and zero point {zp}, but it was quantized with scale "
+                f"{own.scale} and zero point {own.zero_point}"
+            )
         return ctx.emit1(OpCode.DEQUANTIZE, [q], name=f"{name}/dequantize")
     y = ctx.emit1(OpCode.CAST, [q], to="float32")
     if zp is not None and np.any(zp != 0):
@@ -263,17 +285,26 @@ def _dequantize(
     return ctx.emit1(OpCode.MUL, [y, ctx.constant(f"{name}/scale", scale)])
 
 
-def _quantize(ctx: ImportContext, node: OnnxNode, x: int, scale: np.ndarray,
-              zp: np.ndarray | None, dtype: np.dtype, name: str) -> int:
+def _quantize(
+    ctx: ImportContext,
+    node: OnnxNode,
+    x: int,
+    scale: np.ndarray,
+    zp: np.ndarray | None,
+    dtype: np.dtype,
+    name: str,
+) -> int:
     """A QUANTIZE node for a per-tensor quantized activation (what the QDQ folding turns
     into integer kernels); constants and per-axis activations are quantized by float ops."""
     if ctx.value(x) is not None or scale.size != 1 or dtype not in INT_RANGE:
         return _quantize_float(ctx, node, x, scale, zp, dtype, name)
-    quant = Quantization(scale=scale.reshape(1).astype(np.float32),
-                         zero_point=np.zeros(1, np.int64) if zp is None
-                         else zp.reshape(1).astype(np.int64))
-    return ctx.emit1(OpCode.QUANTIZE, [x], dtype=str(dtype), output_quant=[quant],
-                     name=f"{name}/quantize")
+    quant = Quantization(
+        scale=scale.reshape(1).astype(np.float32),
+        zero_point=np.zeros(1, np.int64) if zp is None else zp.reshape(1).astype(np.int64),
+    )
+    return ctx.emit1(
+        OpCode.QUANTIZE, [x], dtype=str(dtype), output_quant=[quant], name=f"{name}/quantize"
+    )
 
 
 def quantize_linear(ctx: ImportContext, node: OnnxNode) -> list[int]:
