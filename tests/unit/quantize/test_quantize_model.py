@@ -159,3 +159,19 @@ def test_uint8_activations_run_on_integer_kernels(float_model: bytes, per_channe
     interpreter = Interpreter(model_content=result.data)
     got = interpreter.run({"x": x})["y"]
     assert _sqnr(_outputs(float_model, x), got) > 25.0
+
+
+def test_convert_onnx_quantizes_in_one_call() -> None:
+    data = convert_onnx(
+        cnn(),
+        quantize="int8",
+        calibration=calibration(),
+        per_channel=False,
+        calibration_method="percentile",
+    )
+    model = parse(data)
+    assert model.metadata["quantization"] == "int8"
+    weights = [t for t in model.tensors if t.data is not None and t.dtype == np.int8]
+    assert weights and all(t.quantization.scale.size == 1 for t in weights)
+    with pytest.raises(CalibrationError, match="missing"):
+        convert_onnx(cnn(), quantize="int8", calibration={"z": calibration()["x"]})
