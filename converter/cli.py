@@ -214,7 +214,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("sporenet-convert: error: --input-shape applies to ONNX models; a .tflite model "
               "declares its input shapes", file=sys.stderr)
         return 2
-    quant_summary = ""
+    quant_summary = report_json = ""
     try:
         if is_spore(source):
             if shapes or args.no_optimize:
@@ -236,8 +236,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                                     method=args.calibration_method)
             data = result.data
             quant_summary = result.report.summary()
-            if args.report:
-                Path(args.report).write_text(result.report.to_json() + "\n")
+            report_json = result.report.to_json() + "\n"
         else:
             if report is None:
                 raise ConversionError(f"{source} is already a .spore model; give --quantize "
@@ -259,6 +258,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"sporenet-convert: internal error: {type(exc).__name__}: {exc} (please report "
               "it with the model)", file=sys.stderr)
         return 70
+    if args.report:
+        try:
+            Path(args.report).write_text(report_json)
+        except OSError as exc:
+            print(f"sporenet-convert: error: cannot write the report {args.report}: "
+                  f"{exc.strerror or exc}", file=sys.stderr)
+            return 1
     if report is not None:
         print(format_report(source, target, report, source.stat().st_size,
                             verbose=args.verbose,

@@ -17,6 +17,7 @@ from sporenet.converter.passes.graph_utils import compact_tensors
 from sporenet.lite.errors import LiteError
 from sporenet.lite.format import serialize
 from sporenet.lite.graph import Model
+from sporenet.lite.ops import OpCode
 from sporenet.lite.validate import validate
 
 
@@ -45,6 +46,22 @@ def parameter_count(model: Model) -> int:
     return model.parameter_count()
 
 
+def lower_quantized(ir: Model) -> dict[str, int]:
+    """Fold the QUANTIZE/DEQUANTIZE pairs of a quantized model into integer kernels
+    (activations fused first, so a Conv -> Relu -> QuantizeLinear folds into one node)."""
+    if not any(n.op == OpCode.QUANTIZE for g in ir.graphs for n in g.nodes):
+        return {}
+    from sporenet.converter.passes.activation_fusion import fuse_activations
+    from sporenet.converter.passes.dead_code import eliminate_dead_nodes
+    from sporenet.converter.passes.qdq_folding import fold_qdq
+
+    fused = fuse_activations(ir)
+    folded = fold_qdq(ir)
+    eliminate_dead_nodes(ir)
+    compact_tensors(ir)
+    return {"qdq-activation-fusion": fused, "qdq-folding": folded}
+
+
 def convert_onnx_model(model: OnnxSource, *,
                        input_shapes: Mapping[str, Sequence[int]] | None = None,
                        optimize: bool = True, metadata: Mapping[str, str] | None = None,
@@ -61,7 +78,8 @@ def convert_onnx_model(model: OnnxSource, *,
     report.ir_ops_before = _ir_ops(ir)
     try:
         if optimize:
-            report.passes = run_passes(ir)
+            report.passes = lower_quantized(ir)
+            report.passes.update(run_passes(ir))
         validate(ir)
     except LiteError as exc:
         raise ConversionError(f"the converted graph is invalid: {exc}") from exc

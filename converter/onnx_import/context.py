@@ -18,11 +18,12 @@ import numpy as np
 
 from sporenet.converter.errors import ConversionError
 from sporenet.converter.onnx_import.node import OnnxNode
-from sporenet.lite.errors import ShapeError
-from sporenet.lite.graph import DYNAMIC, Graph, Model, Node, Signature, Tensor
+from sporenet.lite.errors import ShapeError, UnsupportedOpError
+from sporenet.lite.graph import DYNAMIC, Graph, Model, Node, Quantization, Signature, Tensor
 from sporenet.lite.kernels import KERNELS
 from sporenet.lite.kernels.base import Attrs, Kernel, TensorSpec
 from sporenet.lite.ops import OpCode
+from sporenet.lite.planner import kernel_class
 
 MATERIALIZE_LIMIT = 1024
 """Folded constants up to this many bytes are always stored; larger ones only when they are
@@ -49,14 +50,16 @@ def should_materialize(out_bytes: int, in_bytes: int) -> bool:
 
 
 def prepare_kernel(op: OpCode, attrs: dict[str, Any], in_specs: Sequence[TensorSpec | None],
-                   num_outputs: int) -> Kernel:
-    """The runtime kernel for one node (raises ShapeError as the planner would)."""
-    cls = KERNELS[op]
+                   num_outputs: int, output_quant: Sequence[Quantization | None] = ()) -> Kernel:
+    """The runtime kernel for one node, chosen as the planner chooses it (the int8 kernel
+    when the first input is a quantized int8/uint8 tensor); raises ShapeError as the
+    planner would, or UnsupportedOpError for an op without an int8 kernel."""
+    cls = kernel_class(op, in_specs[0] if in_specs else None, op.name)
     lo, hi = cls.num_inputs
     if not lo <= len(in_specs) <= hi:
         raise ShapeError(f"{op.name}: takes {lo}..{hi} inputs, got {len(in_specs)}")
     try:
-        kernel = cls(Attrs(op.name, attrs, num_outputs), list(in_specs))
+        kernel = cls(Attrs(op.name, attrs, num_outputs, list(output_quant)), list(in_specs))
     except ShapeError:
         raise
     except (ValueError, TypeError, IndexError, OverflowError, KeyError) as exc:
@@ -199,8 +202,11 @@ class ImportContext:
 
     # ---- nodes
     def emit(self, op: OpCode, inputs: Sequence[int], *, num_outputs: int = 1,
-             name: str = "", **attrs: Any) -> list[int]:
-        """Add an IR node (or fold it into constants) and return its output tensor indices."""
+             name: str = "", output_quant: Sequence[Quantization | None] = (),
+             **attrs: Any) -> list[int]:
+        """Add an IR node (or fold it into constants) and return its output tensor indices.
+        `output_quant` declares the outputs' quantization (a QUANTIZE node's parameters);
+        outputs whose kernel gives them quantization are never folded into constants."""
         attrs = {k: v for k, v in attrs.items() if v is not None}
         if op not in KERNELS:
             raise self.fail(f"needs the runtime op {op.name}, which has no kernel yet")
@@ -208,11 +214,12 @@ class ImportContext:
         for view in self.views:
             in_specs = [view[i] if i != -1 else None for i in inputs]
             try:
-                kernels.append(prepare_kernel(op, attrs, in_specs, num_outputs))
-            except ShapeError as exc:
+                kernels.append(prepare_kernel(op, attrs, in_specs, num_outputs, output_quant))
+            except (ShapeError, UnsupportedOpError) as exc:
                 raise self.fail(str(exc)) from None
         base = name or f"{self.where or op.name.lower()}/{op.name.lower()}"
-        foldable = getattr(KERNELS[op], "foldable", True)
+        foldable = getattr(type(kernels[0]), "foldable", True) and not any(
+            spec.quant is not None for spec in kernels[0].output_specs)
         out_bytes = sum(spec.size * spec.dtype.itemsize for spec in kernels[0].output_specs)
         if out_bytes > MAX_TENSOR_BYTES:
             raise self.fail(f"{op.name} would produce {out_bytes:,} bytes, more than the "
@@ -240,13 +247,14 @@ class ImportContext:
                     for k, o in enumerate(per_view[0][:num_outputs])]
         outputs = []
         for k in range(num_outputs):
-            specs = [TensorSpec(kr.output_specs[k].shape, kr.output_specs[k].dtype)
-                     for kr in kernels]
+            specs = [TensorSpec(kr.output_specs[k].shape, kr.output_specs[k].dtype,
+                                quant=kr.output_specs[k].quant) for kr in kernels]
             if lazy is not None:
                 specs = [TensorSpec(lazy[k].shape, lazy[k].dtype, lazy[k])] * len(self.views)
             elif per_view is not None:
                 specs = [TensorSpec(v[k].shape, v[k].dtype, v[k]) for v in per_view]
             index = self._add(base if num_outputs == 1 else f"{base}:{k}", specs, None)
+            self.tensors[index].quantization = specs[0].quant
             if lazy is not None:
                 self.static.add(index)
             outputs.append(index)

@@ -6,6 +6,7 @@ import copy
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import TypeVar
 
 import numpy as np
 
@@ -15,7 +16,7 @@ from sporenet.converter.passes.batchnorm_folding import fold_batch_norms
 from sporenet.converter.passes.dead_code import eliminate_dead_nodes
 from sporenet.converter.passes.graph_utils import compact_tensors
 from sporenet.converter.quantize.calibration import check_calibration, run_all
-from sporenet.converter.quantize.observers import Method, make_observer
+from sporenet.converter.quantize.observers import Method, MinMaxObserver, make_observer
 from sporenet.converter.quantize.report import QuantizationReport, compare
 from sporenet.converter.quantize.static import quantize_static
 from sporenet.converter.quantize.weight_only import to_float16, to_int8_weights
@@ -23,6 +24,8 @@ from sporenet.lite.errors import LiteError
 from sporenet.lite.format import parse, serialize
 from sporenet.lite.graph import Model
 from sporenet.lite.validate import validate
+
+E = TypeVar("E", bound=StrEnum)
 
 
 class Mode(StrEnum):
@@ -46,9 +49,9 @@ class QuantizationResult:
     report: QuantizationReport
 
 
-def _choice(enum: type[StrEnum], value: object, what: str) -> StrEnum:
+def _choice(enum: type[E], value: object, what: str) -> E:
     try:
-        return enum(value)
+        return enum(value)  # type: ignore[arg-type]
     except ValueError:
         raise ConversionError(
             f"{what} must be one of {[m.value for m in enum]}, got {value!r}"
@@ -84,14 +87,14 @@ def calibrate(
     model: Model, data: Mapping[str, np.ndarray], method: Method
 ) -> dict[str, tuple[float, float]]:
     """The range of every float activation over the calibration data, by tensor name."""
-    observers: dict[str, object] = {}
+    observers: dict[str, MinMaxObserver] = {}
     for values in run_all(model, data):
         for name, value in values.items():
             if value.dtype.kind != "f":
                 continue
             if name not in observers:
                 observers[name] = make_observer(method)
-            observers[name].update(value)  # type: ignore[attr-defined]
+            observers[name].update(value)
     for index in model.graphs[0].inputs:  # graph inputs are runs' feeds, not outputs
         name = model.tensors[index].name
         feed = next(
@@ -101,11 +104,7 @@ def calibrate(
             observer = make_observer(method)
             observer.update(feed)
             observers[name] = observer
-    return {
-        name: obs.range()
-        for name, obs in observers.items()  # type: ignore[attr-defined]
-        if obs.seen
-    }  # type: ignore[attr-defined]
+    return {name: obs.range() for name, obs in observers.items() if obs.seen}
 
 
 def quantize_model(

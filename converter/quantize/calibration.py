@@ -28,8 +28,11 @@ CHUNK_BYTES = 64 << 20
 
 
 def _chunk(model: Model) -> int:
-    per_sample = sum(int(np.prod([d for d in t.shape if d != DYNAMIC], dtype=np.int64))
-                     * t.dtype.itemsize for t in model.tensors if t.data is None)
+    per_sample = sum(
+        int(np.prod([d for d in t.shape if d != DYNAMIC], dtype=np.int64)) * t.dtype.itemsize
+        for t in model.tensors
+        if t.data is None
+    )
     return int(max(1, min(CHUNK, CHUNK_BYTES // max(per_sample, 1))))
 
 

@@ -137,14 +137,15 @@ def entropy_threshold(counts: np.ndarray, top: float, levels: int = 128) -> floa
         nonzero = p != 0
         merged = window.size // levels
         edges = np.arange(levels) * merged
-        sums = np.add.reduceat(window[:levels * merged], edges)
-        sums[-1] += window[levels * merged:].sum()
-        used = np.add.reduceat(nonzero[:levels * merged].astype(np.float64), edges)
+        sums = np.add.reduceat(window[: levels * merged], edges)
+        sums[-1] += window[levels * merged :].sum()
+        used = np.add.reduceat(nonzero[: levels * merged].astype(np.float64), edges)
         q = np.zeros(window.size)
         # Each level's count is spread over its bins as whole numbers, as onnxruntime
         # does: sparse tails quantize to nothing, which is what makes clipping them pay.
-        q[:levels * merged] = np.repeat(np.floor(np.divide(sums, used, out=np.zeros(levels),
-                                                           where=used > 0)), merged)
+        q[: levels * merged] = np.repeat(
+            np.floor(np.divide(sums, used, out=np.zeros(levels), where=used > 0)), merged
+        )
         ps, qs = _smooth(p), _smooth(q)
         if ps is None or qs is None:
             continue

@@ -105,7 +105,15 @@ class _Rewriter:
             new = add_tensor(self.model, f"{tensor.name}/quantized", index)
             self.model.tensors[new].dtype = self.dtype
             self.model.tensors[new].quantization = q
-            self.out.append(Node(OpCode.QUANTIZE, [index], [new], name=f"{tensor.name}/quantize"))
+            self.out.append(
+                Node(
+                    OpCode.QUANTIZE,
+                    [index],
+                    [new],
+                    {"dtype": str(self.dtype)},
+                    name=f"{tensor.name}/quantize",
+                )
+            )
             self.to_int[index] = new
         return self.to_int[index]
 
@@ -190,6 +198,8 @@ class _Rewriter:
                 inputs[k] = self._constant(f"{tensor.name}/int8", values, w_q)
             elif tensor.data is not None:
                 q = self.input_params(i)
+                if q is None:  # why_float checked every float input has parameters
+                    raise ConversionError(f"{node.name}: {tensor.name!r} has no parameters")
                 inputs[k] = self._constant(
                     f"{tensor.name}/{self.dtype}", P.quantize(tensor.data, q, self.dtype), q
                 )

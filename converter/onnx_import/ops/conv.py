@@ -70,6 +70,10 @@ def max_pool(ctx: ImportContext, node: OnnxNode) -> list[int]:
         raise node.fail("storage_order must be 0 or 1")
     x = node.input(0)
     dtype = ctx.dtype(x)
+    if ctx.spec(x).quant is not None:  # an int8 tensor with parameters: the int8 kernel
+        x4, spatial = _to_2d(ctx, node, x)
+        attrs = _spatial_attrs(node, spatial, (*WINDOW, "ceil_mode"))
+        return [_from_2d(ctx, ctx.emit1(OpCode.MAX_POOL2D, [x4], **attrs), spatial)]
     if dtype in (np.int8, np.uint8):  # quantized models pool integers: exact in float32
         x = ctx.emit1(OpCode.CAST, [x], to="float32")
     x4, spatial = _to_2d(ctx, node, x)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from sporenet.converter.onnx_import.context import ImportContext
@@ -12,9 +14,14 @@ from sporenet.lite.ops import OpCode
 def _transpose2d(ctx: ImportContext, x: int) -> int:
     """x.T: computed now for a stored constant; otherwise a Transpose node (folded by the
     runtime at load time when x is a fill it computes, so the file stays small)."""
-    data = ctx.tensors[x].data
+    tensor = ctx.tensors[x]
+    data = tensor.data
+    if data is not None and tensor.quantization is not None:  # integer weights stay integer
+        q = tensor.quantization
+        moved = dataclasses.replace(q, axis=1 - q.axis if q.scale.size > 1 else 0)
+        return ctx.quantized_constant(f"{tensor.name}/T", np.ascontiguousarray(data.T), moved)
     if data is not None:
-        return ctx.constant(f"{ctx.tensors[x].name}/T", np.ascontiguousarray(data.T))
+        return ctx.constant(f"{tensor.name}/T", np.ascontiguousarray(data.T))
     return ctx.emit1(OpCode.TRANSPOSE, [x], perm=[1, 0])
 
 
@@ -23,6 +30,10 @@ def _scaled(ctx: ImportContext, x: int, alpha: float) -> int:
     data = ctx.tensors[x].data
     if alpha == 1.0:
         return x
+    q = ctx.tensors[x].quantization
+    if data is not None and q is not None:
+        scaled = dataclasses.replace(q, scale=(q.scale * np.float32(alpha)).astype(np.float32))
+        return ctx.quantized_constant(f"{ctx.tensors[x].name}/scaled", data, scaled)
     if data is not None:
         return ctx.constant(f"{ctx.tensors[x].name}/scaled",
                             (data * np.asarray(alpha, data.dtype)).astype(data.dtype))

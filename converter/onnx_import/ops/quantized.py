@@ -30,6 +30,14 @@ def _round(ctx: ImportContext, x: int, name: str) -> int:
     return ctx.emit1(OpCode.SUB, [ctx.emit1(OpCode.ADD, [x, c]), c])
 
 
+def _required(ctx: ImportContext, node: OnnxNode, k: int, what: str) -> np.ndarray:
+    """The static value of input k, which must be present."""
+    value = ctx.static_input(node, k, what)
+    if value is None:
+        raise node.fail(f"{what} (input {k}) is required")
+    return value
+
+
 def _scalar(ctx: ImportContext, name: str, value: float) -> int:
     return ctx.constant(name, np.array(value, np.float32))
 
@@ -40,8 +48,9 @@ def _dynamic_quantize(ctx: ImportContext, x: int, name: str) -> tuple[int, int, 
     zero = _scalar(ctx, f"{name}/zero", 0.0)
     lo = ctx.emit1(OpCode.MINIMUM, [ctx.emit1(OpCode.REDUCE_MIN, [x], keepdims=0), zero])
     hi = ctx.emit1(OpCode.MAXIMUM, [ctx.emit1(OpCode.REDUCE_MAX, [x], keepdims=0), zero])
-    scale = ctx.emit1(OpCode.DIV, [ctx.emit1(OpCode.SUB, [hi, lo]),
-                                   _scalar(ctx, f"{name}/levels", 255.0)])
+    scale = ctx.emit1(
+        OpCode.DIV, [ctx.emit1(OpCode.SUB, [hi, lo]), _scalar(ctx, f"{name}/levels", 255.0)]
+    )
     # An all-zero x has scale 1 (onnxruntime's choice), not 0 and NaN quotients.
     is_zero = ctx.emit1(OpCode.CAST, [ctx.emit1(OpCode.EQUAL, [scale, zero])], to="float32")
     scale = ctx.emit1(OpCode.ADD, [scale, is_zero])
@@ -50,10 +59,12 @@ def _dynamic_quantize(ctx: ImportContext, x: int, name: str) -> tuple[int, int, 
     def saturate(v: int) -> int:
         return ctx.emit1(OpCode.MINIMUM, [ctx.emit1(OpCode.MAXIMUM, [v, zero]), top])
 
-    zp = saturate(_round(ctx, ctx.emit1(OpCode.NEG, [ctx.emit1(OpCode.DIV, [lo, scale])]),
-                         f"{name}/zp"))
-    q = saturate(ctx.emit1(OpCode.ADD, [_round(ctx, ctx.emit1(OpCode.DIV, [x, scale]),
-                                               f"{name}/y"), zp]))
+    zp = saturate(
+        _round(ctx, ctx.emit1(OpCode.NEG, [ctx.emit1(OpCode.DIV, [lo, scale])]), f"{name}/zp")
+    )
+    q = saturate(
+        ctx.emit1(OpCode.ADD, [_round(ctx, ctx.emit1(OpCode.DIV, [x, scale]), f"{name}/y"), zp])
+    )
     return q, scale, zp
 
 
@@ -63,8 +74,11 @@ def dynamic_quantize_linear(ctx: ImportContext, node: OnnxNode) -> list[int]:
     if ctx.dtype(x) != np.float32:
         raise node.fail(f"x must be float32, got {ctx.dtype(x)}")
     q, scale, zp = _dynamic_quantize(ctx, x, node.name)
-    return [ctx.emit1(OpCode.CAST, [q], to="uint8"), scale,
-            ctx.emit1(OpCode.CAST, [zp], to="uint8")]
+    return [
+        ctx.emit1(OpCode.CAST, [q], to="uint8"),
+        scale,
+        ctx.emit1(OpCode.CAST, [zp], to="uint8"),
+    ]
 
 
 def _dynamic_fake_quant(ctx: ImportContext, x: int, name: str) -> int:
@@ -91,15 +105,22 @@ def dynamic_quantize_lstm(ctx: ImportContext, node: OnnxNode) -> list[int]:
         scale = scale.astype(np.float64).reshape(dirs, 1, -1)
         zp = zp.astype(np.float64).reshape(dirs, 1, -1)
         real = ((w.astype(np.float64) - zp) * scale).astype(np.float32)
-        return ctx.constant(f"{ctx.tensors[node.input(at)].name}/float",
-                            np.ascontiguousarray(real.transpose(0, 2, 1)))
+        return ctx.constant(
+            f"{ctx.tensors[node.input(at)].name}/float",
+            np.ascontiguousarray(real.transpose(0, 2, 1)),
+        )
 
-    inputs = [node.input(0), weights(1, 8, 9, "W"), weights(2, 10, 11, "R"),
-              *[node.input(k) for k in range(3, 8)]]
+    inputs = [
+        node.input(0),
+        weights(1, 8, 9, "W"),
+        weights(2, 10, 11, "R"),
+        *[node.input(k) for k in range(3, 8)],
+    ]
     lstm = dataclasses.replace(node, op_type="LSTM", inputs=inputs)
     count = iter(range(1 << 30))
     return recurrent_unrolled.recurrent(
-        ctx, lstm, lambda x: _dynamic_fake_quant(ctx, x, f"{node.name}/dq{next(count)}"))
+        ctx, lstm, lambda x: _dynamic_fake_quant(ctx, x, f"{node.name}/dq{next(count)}")
+    )
 
 
 def _centred(ctx: ImportContext, node: OnnxNode, x: int, zp_index: int, what: str) -> int:
@@ -135,8 +156,9 @@ def _to_int32(ctx: ImportContext, y: int, name: str) -> int:
     """An integer-valued float result as int32: rounded first, since fast convolution
     algorithms (Winograd) leave errors far below 0.5 that a truncating cast would keep."""
     half = _scalar(ctx, f"{name}/half", 0.5)
-    return ctx.emit1(OpCode.CAST, [ctx.emit1(OpCode.FLOOR, [ctx.emit1(OpCode.ADD, [y, half])])],
-                     to="int32")
+    return ctx.emit1(
+        OpCode.CAST, [ctx.emit1(OpCode.FLOOR, [ctx.emit1(OpCode.ADD, [y, half])])], to="int32"
+    )
 
 
 def matmul_integer(ctx: ImportContext, node: OnnxNode) -> list[int]:
@@ -159,7 +181,7 @@ def conv_integer(ctx: ImportContext, node: OnnxNode) -> list[int]:
     """Conv of (x - x_zp) and (w - w_zp) in int32 (padding adds zeros of x - x_zp)."""
     x, w = node.input(0), node.input(1)
     xf = _centred(ctx, node, x, node.input(2), "x")
-    weight = ctx.static_input(node, 1, "the weights")
+    weight = _required(ctx, node, 1, "the weights")
     zp_w = ctx.static_input(node, 3, "the weight zero point")
     wq = _int_weight(ctx, node, weight, zp_w, 0, f"{ctx.tensors[w].name}/int8")
     y = conv_ops.conv(ctx, dataclasses.replace(node, inputs=[xf, wq]))[0]
@@ -167,9 +189,11 @@ def conv_integer(ctx: ImportContext, node: OnnxNode) -> list[int]:
 
 
 # ---- QDQ and QLinear ops: quantize / dequantize steps around float ops.
-# An activation's QuantizeLinear runs as float ops ending in a cast to the integer type;
-# DequantizeLinear of a constant (the weights) keeps the integer values in the file with
-# their scale and zero point, dequantized once at load.
+# An activation's QuantizeLinear is a QUANTIZE node and its DequantizeLinear a DEQUANTIZE
+# node (converter/passes/qdq_folding.py then folds DEQUANTIZE -> op -> QUANTIZE into the
+# op's integer kernel); constants and per-axis activations are quantized by float ops
+# ending in a cast. DequantizeLinear of a constant (the weights) keeps the integer values
+# in the file with their scale and zero point, dequantized once at load.
 
 INT_RANGE = {np.dtype(np.int8): (-128, 127), np.dtype(np.uint8): (0, 255)}
 SMALL_CONSTANT = 16
@@ -225,8 +249,12 @@ def _dequantize(
 ) -> int:
     """(q - zero_point) * scale as float32; a constant q stays integer in the file."""
     value = ctx.value(q)
-    if (value is not None and ctx.tensors[q].data is not None and value.dtype in INT_RANGE
-            and value.size >= SMALL_CONSTANT):
+    if (
+        value is not None
+        and ctx.tensors[q].data is not None
+        and value.dtype in INT_RANGE
+        and value.size >= SMALL_CONSTANT
+    ):
         per_axis = scale.size > 1
         quant = Quantization(
             scale=scale.reshape(-1).astype(np.float32),
@@ -236,10 +264,47 @@ def _dequantize(
             axis=axis % max(value.ndim, 1) if per_axis else 0,
         )
         return ctx.quantized_constant(f"{ctx.tensors[q].name}/q", value, quant)
+    own = ctx.spec(q).quant
+    if own is not None:  # an integer tensor with parameters: a DEQUANTIZE node
+        same = (
+            scale.size == own.scale.size == 1
+            and np.float32(scale.reshape(-1)[0]) == np.float32(own.scale[0])
+            and int(0 if zp is None else zp.reshape(-1)[0])
+            == int(own.zero_point[0] if own.zero_point.size else 0)
+        )
+        if not same:
+            raise node.fail(
+                f"dequantizes {ctx.tensors[q].name!r} with scale {scale.reshape(-1)}"
+                f" and zero point {zp}, but it was quantized with scale "
+                f"{own.scale} and zero point {own.zero_point}"
+            )
+        return ctx.emit1(OpCode.DEQUANTIZE, [q], name=f"{name}/dequantize")
     y = ctx.emit1(OpCode.CAST, [q], to="float32")
     if zp is not None and np.any(zp != 0):
         y = ctx.emit1(OpCode.SUB, [y, ctx.constant(f"{name}/zp", zp.astype(np.float32))])
     return ctx.emit1(OpCode.MUL, [y, ctx.constant(f"{name}/scale", scale)])
+
+
+def _quantize(
+    ctx: ImportContext,
+    node: OnnxNode,
+    x: int,
+    scale: np.ndarray,
+    zp: np.ndarray | None,
+    dtype: np.dtype,
+    name: str,
+) -> int:
+    """A QUANTIZE node for a per-tensor quantized activation (what the QDQ folding turns
+    into integer kernels); constants and per-axis activations are quantized by float ops."""
+    if ctx.value(x) is not None or scale.size != 1 or dtype not in INT_RANGE:
+        return _quantize_float(ctx, node, x, scale, zp, dtype, name)
+    quant = Quantization(
+        scale=scale.reshape(1).astype(np.float32),
+        zero_point=np.zeros(1, np.int64) if zp is None else zp.reshape(1).astype(np.int64),
+    )
+    return ctx.emit1(
+        OpCode.QUANTIZE, [x], dtype=str(dtype), output_quant=[quant], name=f"{name}/quantize"
+    )
 
 
 def quantize_linear(ctx: ImportContext, node: OnnxNode) -> list[int]:
@@ -247,13 +312,13 @@ def quantize_linear(ctx: ImportContext, node: OnnxNode) -> list[int]:
     axis = int(node.attr("axis", 1))
     scale, zp = _params(ctx, node, 1, 2, axis, ctx.rank(x))
     dtype = np.dtype(np.uint8) if zp is None else zp.dtype
-    return [_quantize_float(ctx, node, x, scale, zp, dtype, node.name)]
+    return [_quantize(ctx, node, x, scale, zp, dtype, node.name)]
 
 
 def dequantize_linear(ctx: ImportContext, node: OnnxNode) -> list[int]:
     q = node.input(0)
     if ctx.dtype(q) == np.int32:  # a bias quantized to int32 (zero point 0)
-        scale = ctx.static_input(node, 1, "the scale")
+        scale = _required(ctx, node, 1, "the scale")
         value = ctx.value(q)
         if value is not None:
             return [
@@ -277,7 +342,7 @@ def _dq_input(ctx: ImportContext, node: OnnxNode, at: int, axis: int = 1) -> int
 def _q_output(ctx: ImportContext, node: OnnxNode, y: int, scale_at: int, zp_at: int) -> int:
     scale, zp = _params(ctx, node, scale_at, zp_at, 1, ctx.rank(y))
     dtype = np.dtype(np.uint8) if zp is None else zp.dtype
-    return _quantize_float(ctx, node, y, scale, zp, dtype, f"{node.name}/out")
+    return _quantize(ctx, node, y, scale, zp, dtype, f"{node.name}/out")
 
 
 def _float_node(node: OnnxNode, op_type: str, inputs: list[int], **attrs: object) -> OnnxNode:
@@ -290,9 +355,9 @@ def qlinear_conv(ctx: ImportContext, node: OnnxNode) -> list[int]:
     w = _dq_input(ctx, node, 3, axis=0)
     inputs = [x, w]
     if node.input(8) != -1:
-        bias = ctx.static_input(node, 8, "the bias")
-        x_scale = ctx.static_input(node, 1, "x_scale").astype(np.float64).reshape(-1)
-        w_scale = ctx.static_input(node, 4, "w_scale").astype(np.float64).reshape(-1)
+        bias = _required(ctx, node, 8, "the bias")
+        x_scale = _required(ctx, node, 1, "x_scale").astype(np.float64).reshape(-1)
+        w_scale = _required(ctx, node, 4, "w_scale").astype(np.float64).reshape(-1)
         inputs.append(
             ctx.constant(
                 f"{node.name}/bias",
@@ -353,9 +418,9 @@ def qgemm(ctx: ImportContext, node: OnnxNode) -> list[int]:
     b = _dq_input(ctx, node, 3, axis=0 if int(node.attr("transB", 0)) else -1)
     inputs = [a, b]
     if node.input(6) != -1:
-        c = ctx.static_input(node, 6, "C")
-        a_scale = ctx.static_input(node, 1, "a_scale").astype(np.float64).reshape(-1)
-        b_scale = ctx.static_input(node, 4, "b_scale").astype(np.float64).reshape(-1)
+        c = _required(ctx, node, 6, "C")
+        a_scale = _required(ctx, node, 1, "a_scale").astype(np.float64).reshape(-1)
+        b_scale = _required(ctx, node, 4, "b_scale").astype(np.float64).reshape(-1)
         alpha = float(node.attr("alpha", 1.0))
         inputs.append(
             ctx.constant(

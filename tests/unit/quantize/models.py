@@ -87,3 +87,44 @@ needs_weight_only = pytest.mark.skipif(
     not runtime_dequantizes_weights(),
     reason="lite does not dequantize int8 weights at load yet (the int8 runtime work)",
 )
+
+
+def mixed(seed: int = 0) -> Any:
+    """Conv, a residual Add, Sigmoid, Concat, GlobalAveragePool, MatMul + Add, Softmax:
+    the ops onnxruntime's quantizer turns into QLinearAdd/Concat/Sigmoid/... or QDQ."""
+    rng = np.random.default_rng(seed)
+    inits = {
+        "w1": rng.normal(0, 0.3, (8, 3, 3, 3)),
+        "b1": rng.normal(0, 0.1, 8),
+        "w2": rng.normal(0, 0.2, (8, 8, 3, 3)),
+        "b2": rng.normal(0, 0.1, 8),
+        "w3": rng.normal(0, 0.2, (8, 8, 1, 1)),
+        "b3": rng.normal(0, 0.1, 8),
+        "wm": rng.normal(0, 0.3, (16, 10)),
+        "bm": rng.normal(0, 0.1, 10),
+    }
+    nodes = [
+        helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c1"], ["r1"]),
+        helper.make_node("Conv", ["r1", "w2", "b2"], ["c2"], pads=[1, 1, 1, 1]),
+        helper.make_node("Add", ["c2", "r1"], ["res"]),
+        helper.make_node("Sigmoid", ["res"], ["s"]),
+        helper.make_node("Conv", ["r1", "w3", "b3"], ["c3"]),
+        helper.make_node("Concat", ["s", "c3"], ["cat"], axis=1),
+        helper.make_node("GlobalAveragePool", ["cat"], ["g"]),
+        helper.make_node("Flatten", ["g"], ["f"]),
+        helper.make_node("MatMul", ["f", "wm"], ["mm"]),
+        helper.make_node("Add", ["mm", "bm"], ["logits"]),
+        helper.make_node("Softmax", ["logits"], ["y"], axis=-1),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "mixed",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 3, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 10])],
+        initializer=[numpy_helper.from_array(v.astype(np.float32), k) for k, v in inits.items()],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    return model

@@ -107,3 +107,16 @@ def test_usage_errors(files: Path, tmp_path: Path) -> None:
     assert done.returncode == 1 and "needs calibration data" in done.stderr
     done = cli(files / "cnn.onnx", "-o", tmp_path / "o.spore", "--quantize", "int4")
     assert done.returncode == 2 and "invalid choice" in done.stderr
+
+
+def test_unwritable_report_is_an_error(files: Path, tmp_path: Path) -> None:
+    done = cli(
+        files / "cnn.onnx",
+        "-o",
+        tmp_path / "o.spore",
+        "--quantize",
+        "fp16",
+        "--report",
+        tmp_path / "missing" / "r.json",
+    )
+    assert done.returncode == 1 and "cannot write the report" in done.stderr

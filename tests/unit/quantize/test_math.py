@@ -57,8 +57,11 @@ def test_entropy_threshold_is_onnxruntimes(seed: int) -> None:
     """The same window as onnxruntime's entropy calibrator on the same histogram."""
     calibrate = pytest.importorskip("onnxruntime.quantization.calibrate", reason="test extra")
     rng = np.random.default_rng(seed)
-    x = [rng.standard_normal(50_000) ** 3, np.maximum(rng.standard_normal(50_000), 0),
-         rng.laplace(size=50_000)][seed].astype(np.float32)
+    x = [
+        rng.standard_normal(50_000) ** 3,
+        np.maximum(rng.standard_normal(50_000), 0),
+        rng.laplace(size=50_000),
+    ][seed].astype(np.float32)
     top = float(np.abs(x).max())
     counts, edges = np.histogram(x, 2048, range=(-top, top))
     collector = calibrate.HistogramCollector("entropy", False, 2048, 128, 99.999, "same")

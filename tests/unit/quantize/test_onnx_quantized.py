@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tests.unit.quantize.models import calibration, cnn, runtime_dequantizes_weights
+from tests.unit.quantize.models import calibration, cnn, mixed, runtime_dequantizes_weights
 
 ort = pytest.importorskip("onnxruntime", reason="test extra")
 quantization = pytest.importorskip("onnxruntime.quantization", reason="test extra")
@@ -18,6 +18,7 @@ from sporenet.converter import convert_onnx_model  # noqa: E402
 from sporenet.converter.quantize.params import dequantize  # noqa: E402
 from sporenet.lite import Interpreter  # noqa: E402
 from sporenet.lite.format import parse, serialize  # noqa: E402
+from sporenet.lite.ops import OpCode  # noqa: E402
 
 
 class _Reader(quantization.CalibrationDataReader):
@@ -62,16 +63,57 @@ def float_path(tmp_path_factory: Any) -> Path:
 
 
 def _output_step(path: Path) -> float:
-    """The quantization step of the model's output: the scale of its last QuantizeLinear
-    (QDQ) or QGemm/QLinear output scale."""
+    """The quantization step of the model's output: the scale of the DequantizeLinear
+    that produces it (or of a QGemm's output)."""
     model = onnx.load(str(path))
     inits = {t.name: onnx.numpy_helper.to_array(t) for t in model.graph.initializer}
-    for node in reversed(model.graph.node):
-        if node.op_type == "QuantizeLinear":
-            return float(inits[node.input[1]])
-        if node.op_type in ("QGemm", "QLinearMatMul", "QLinearConv"):
-            return float(inits[node.input[-2 if node.op_type != "QLinearConv" else 6]])
-    raise AssertionError("no output quantization found")
+    output = model.graph.output[0].name
+    producer = next(n for n in model.graph.node if output in n.output)
+    if producer.op_type == "DequantizeLinear":
+        return float(inits[producer.input[1]])
+    if producer.op_type == "QGemm":
+        return float(inits[producer.input[7]])
+    raise AssertionError(f"the output comes from {producer.op_type}")
+
+
+def _quantize(src: Path, out: Path, fmt: str, activations: str, x: np.ndarray) -> None:
+    quantization.quantize_static(
+        str(src),
+        str(out),
+        _Reader(x),
+        quant_format=getattr(quantization.QuantFormat, fmt),
+        activation_type=getattr(quantization.QuantType, activations),
+        weight_type=quantization.QuantType.QInt8,
+        per_channel=True,
+    )
+
+
+FORMATS = [("QDQ", "QInt8"), ("QOperator", "QUInt8"), ("QDQ", "QUInt8")]
+
+
+@pytest.mark.parametrize(("fmt", "activations"), FORMATS)
+def test_quantized_models_fold_into_integer_kernels_within_one_step(
+    tmp_path: Path, fmt: str, activations: str
+) -> None:
+    """Conv, residual Add, Sigmoid, Concat, GlobalAveragePool, MatMul, Softmax: onnxruntime's
+    quantized model runs on sporenet's int8 kernels from the first QUANTIZE to the last
+    DEQUANTIZE, within one output step of onnxruntime's result."""
+    src, out = tmp_path / "mixed.onnx", tmp_path / f"mixed.{fmt}.onnx"
+    onnx.save(mixed(), str(src))
+    rng = np.random.default_rng(0)
+    _quantize(src, out, fmt, activations, rng.standard_normal((32, 3, 8, 8)).astype(np.float32))
+    model, report = convert_onnx_model(out)
+    ops = [n.op for n in model.graphs[0].nodes]
+    assert ops.count(OpCode.QUANTIZE) == 1 and ops.count(OpCode.DEQUANTIZE) == 1, ops
+    assert report.passes["qdq-folding"] >= 10
+    assert model.tensors[model.graphs[0].nodes[1].inputs[0]].dtype == (
+        np.int8 if activations == "QInt8" else np.uint8
+    )
+    x = rng.standard_normal((64, 3, 8, 8)).astype(np.float32)
+    got = Interpreter(model_content=serialize(model)).run({"x": x})["y"]
+    want = _run_ort(out, x)
+    within = np.mean(np.abs(got - want) <= _output_step(out) * 1.0001)
+    assert within >= 0.999, within
 
 
 @pytest.mark.parametrize(("fmt", "activations"), [("QDQ", "QInt8"), ("QOperator", "QUInt8")])

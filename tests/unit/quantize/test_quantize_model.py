@@ -55,8 +55,7 @@ def test_static_int8_is_close_to_float_and_reports_every_tensor(
     if int8_ops():
         assert any(t.dtype == "int8" for t in model.tensors if t.quantization is not None)
         weights = sum(t.data.nbytes for t in model.tensors if t.data is not None)
-        float_weights = sum(t.data.nbytes for t in parse(float_model).tensors
-                            if t.data is not None)
+        float_weights = sum(t.data.nbytes for t in parse(float_model).tensors if t.data is not None)
         assert weights < 0.3 * float_weights  # int8 weights, a few int32 biases
     json.loads(report.to_json())
     assert "worst" in report.summary()
@@ -79,6 +78,7 @@ def test_weight_only_modes_shrink_the_file_and_keep_the_outputs(
     float_model: bytes, mode: str, ratio: float
 ) -> None:
     result = quantize_model(float_model, mode=mode, calibration=calibration(16))
+
     def weight_bytes(data: bytes) -> int:
         return sum(t.data.nbytes for t in parse(data).tensors if t.data is not None)
 
@@ -143,3 +143,35 @@ def test_bad_calibration_files(tmp_path) -> None:  # type: ignore[no-untyped-def
         load_calibration(tmp_path / "absent.npz")
     np.savez(tmp_path / "ok.npz", x=np.zeros((2, 1, 8, 8), np.float32))
     assert load_calibration(tmp_path / "ok.npz")["x"].shape == (2, 1, 8, 8)
+
+
+@pytest.mark.parametrize("per_channel", [True, False])
+def test_uint8_activations_run_on_integer_kernels(float_model: bytes, per_channel: bool) -> None:
+    result = quantize_model(
+        float_model, mode="uint8", calibration=calibration(), per_channel=per_channel
+    )
+    model = parse(result.data)
+    activations = [t for t in model.tensors if t.data is None and t.quantization is not None]
+    assert activations and all(t.dtype == np.uint8 for t in activations)
+    weights = [t for t in model.tensors if t.data is not None and t.dtype == np.int8]
+    assert weights and all((t.quantization.scale.size > 1) == per_channel for t in weights)
+    x = calibration(32, seed=8)["x"]
+    interpreter = Interpreter(model_content=result.data)
+    got = interpreter.run({"x": x})["y"]
+    assert _sqnr(_outputs(float_model, x), got) > 25.0
+
+
+def test_convert_onnx_quantizes_in_one_call() -> None:
+    data = convert_onnx(
+        cnn(),
+        quantize="int8",
+        calibration=calibration(),
+        per_channel=False,
+        calibration_method="percentile",
+    )
+    model = parse(data)
+    assert model.metadata["quantization"] == "int8"
+    weights = [t for t in model.tensors if t.data is not None and t.dtype == np.int8]
+    assert weights and all(t.quantization.scale.size == 1 for t in weights)
+    with pytest.raises(CalibrationError, match="missing"):
+        convert_onnx(cnn(), quantize="int8", calibration={"z": calibration()["x"]})
