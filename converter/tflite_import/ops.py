@@ -40,7 +40,10 @@ def _fused(lc: LayoutContext, options: object) -> dict[str, object]:
 
 
 def _apply_fused(lc: LayoutContext, ir: int, options: object) -> int:
-    """A separate activation node for ops whose kernels take no fused activation."""
+    """A separate activation node for float ops whose kernels take no fused activation
+    (int8 kernels clamp their output instead: see _fused_attrs)."""
+    if lc.quantized_ir(ir):
+        return ir
     attrs = _fused(lc, options)
     name = attrs.get("activation")
     if name is None:
@@ -48,6 +51,11 @@ def _apply_fused(lc: LayoutContext, ir: int, options: object) -> int:
     if name == "clip":
         return lc.emit(OpCode.CLIP, [ir], min=-1.0, max=1.0)
     return lc.emit({"relu": OpCode.RELU, "relu6": OpCode.RELU6, "tanh": OpCode.TANH}[name], [ir])
+
+
+def _fused_attrs(lc: LayoutContext, out: int, options: object) -> dict[str, object]:
+    """The fused activation as an attribute, for int8 nodes (a clamp of their output)."""
+    return _fused(lc, options) if lc.quantized(out) else {}
 
 
 def _same_pads(size: int, kernel: int, stride: int, dilation: int) -> tuple[int, int]:
@@ -92,6 +100,8 @@ def conv_2d(lc: LayoutContext, op: TfliteOperator) -> None:
     y = lc.emit(
         OpCode.CONV2D,
         [lc.get(x, NCHW), weights, *_bias(lc, op)],
+        out=op.outputs[0],
+        order=NCHW,
         strides=list(strides),
         dilations=list(dilations),
         pads=pads,
@@ -116,6 +126,8 @@ def depthwise_conv_2d(lc: LayoutContext, op: TfliteOperator) -> None:
     y = lc.emit(
         OpCode.CONV2D,
         [lc.get(x, NCHW), weights, *_bias(lc, op)],
+        out=op.outputs[0],
+        order=NCHW,
         strides=list(strides),
         dilations=list(dilations),
         pads=pads,
@@ -133,9 +145,17 @@ def fully_connected(lc: LayoutContext, op: TfliteOperator) -> None:
     depth = lc.tensor(w).shape[1]
     xi = lc.get(x)
     keep = o is not None and o.KeepNumDims()
-    if not keep and lc.rank(x) != 2:
+    if not keep and lc.rank(x) != 2 and lc.quantized(x):
+        t = lc.ctx.tensors[xi]
+        rows = lc.shape(op.outputs[0])[0]
+        xi = lc.raw(
+            OpCode.RESHAPE, [xi], (rows, depth), t.dtype, t.quantization, {"shape": [-1, depth]}
+        )
+    elif not keep and lc.rank(x) != 2:
         xi = lc.emit(OpCode.RESHAPE, [xi], shape=[-1, depth])
-    y = lc.emit(OpCode.FULLY_CONNECTED, [xi, lc.get(w), *_bias(lc, op)], **_fused(lc, o))
+    y = lc.emit(
+        OpCode.FULLY_CONNECTED, [xi, lc.get(w), *_bias(lc, op)], out=op.outputs[0], **_fused(lc, o)
+    )
     lc.set(op.outputs[0], y)
 
 
@@ -152,7 +172,14 @@ def _pool(kind: OpCode) -> Handler:
         }
         if kind == OpCode.AVG_POOL2D:
             attrs["count_include_pad"] = 0  # TFLite averages the valid entries only
-        y = lc.emit(kind, [lc.get(x, NCHW)], **attrs)
+        y = lc.emit(
+            kind,
+            [lc.get(x, NCHW)],
+            out=op.outputs[0],
+            order=NCHW,
+            **attrs,
+            **_fused_attrs(lc, op.outputs[0], o),
+        )
         lc.set(op.outputs[0], _apply_fused(lc, y, o), NCHW)
 
     return pool
@@ -175,7 +202,7 @@ def _binary(kind: OpCode) -> Handler:
         out = op.outputs[0]
         order = _order_of(lc, op.inputs[:2], lc.rank(out))
         a, b = (lc.get_broadcast(i, order) for i in op.inputs[:2])
-        y = lc.emit(kind, [a, b])
+        y = lc.emit(kind, [a, b], out=out, order=order, **_fused_attrs(lc, out, op.options))
         lc.set(out, _apply_fused(lc, y, op.options), order)
 
     return binary
@@ -184,7 +211,9 @@ def _binary(kind: OpCode) -> Handler:
 def _unary(kind: OpCode, **attrs: object) -> Handler:
     def unary(lc: LayoutContext, op: TfliteOperator) -> None:
         x = op.inputs[0]
-        lc.set(op.outputs[0], lc.emit(kind, [lc.get(x, lc.perm(x))], **attrs), lc.perm(x))
+        order = lc.perm(x)
+        y = lc.emit(kind, [lc.get(x, order)], out=op.outputs[0], order=order, **attrs)
+        lc.set(op.outputs[0], y, order)
 
     return unary
 
@@ -223,7 +252,11 @@ def softmax(lc: LayoutContext, op: TfliteOperator) -> None:
     beta = float(op.options.Beta()) if op.options is not None else 1.0
     if beta != 1.0:
         xi = lc.emit(OpCode.MUL, [xi, lc.ctx.constant("beta", np.array(beta, np.float32))])
-    y = lc.emit(OpCode.SOFTMAX, [xi], axis=order.index(len(order) - 1))
+    if beta != 1.0 and lc.quantized(x):
+        raise lc.fail(f"an int8 softmax with beta {beta} is not supported (only 1)")
+    y = lc.emit(
+        OpCode.SOFTMAX, [xi], out=op.outputs[0], order=order, axis=order.index(len(order) - 1)
+    )
     lc.set(op.outputs[0], y, order)
 
 
@@ -235,7 +268,7 @@ def reshape(lc: LayoutContext, op: TfliteOperator) -> None:
     target = list(lc.shape(out))
     if target.count(-1) > 1:
         raise lc.fail(f"output shape {target} has more than one open dimension")
-    lc.set(out, lc.emit(OpCode.RESHAPE, [lc.get(op.inputs[0])], shape=target))
+    lc.set(out, lc.emit(OpCode.RESHAPE, [lc.get(op.inputs[0])], out=out, shape=target))
 
 
 def squeeze(lc: LayoutContext, op: TfliteOperator) -> None:
@@ -257,7 +290,14 @@ def concatenation(lc: LayoutContext, op: TfliteOperator) -> None:
     rank = lc.rank(out)
     order = _order_of(lc, op.inputs, rank)
     axis = op.options.Axis() % rank
-    y = lc.emit(OpCode.CONCAT, [lc.get(i, order) for i in op.inputs], axis=order.index(axis))
+    y = lc.emit(
+        OpCode.CONCAT,
+        [lc.get(i, order) for i in op.inputs],
+        out=out,
+        order=order,
+        axis=order.index(axis),
+        **_fused_attrs(lc, out, op.options),
+    )
     lc.set(out, _apply_fused(lc, y, op.options), order)
 
 
@@ -268,15 +308,18 @@ def _reduce(kind: OpCode) -> Handler:
         axes = sorted({int(a) % rank for a in lc.constant_value(op.inputs[1], "axes").reshape(-1)})
         keep = bool(op.options.KeepDims()) if op.options is not None else False
         order = lc.perm(x)
-        y = lc.emit(
-            kind, [lc.get(x, order)], axes=[order.index(a) for a in axes], keepdims=int(keep)
-        )
-        if keep:
-            lc.set(op.outputs[0], y, order)
-            return
         kept = [a for a in order if a not in axes]  # TFLite axes, in the IR's order
         ranks = {a: k for k, a in enumerate(sorted(kept))}
-        lc.set(op.outputs[0], y, tuple(ranks[a] for a in kept))
+        out_order = order if keep else tuple(ranks[a] for a in kept)
+        y = lc.emit(
+            kind,
+            [lc.get(x, order)],
+            out=op.outputs[0],
+            order=out_order,
+            axes=[order.index(a) for a in axes],
+            keepdims=int(keep),
+        )
+        lc.set(op.outputs[0], y, out_order)
 
     return reduce
 
@@ -291,7 +334,8 @@ def pad(lc: LayoutContext, op: TfliteOperator) -> None:
     }
     if len(op.inputs) > 2 and op.inputs[2] != -1:  # PADV2's constant value
         attrs["value"] = float(lc.constant_value(op.inputs[2], "constant_values").reshape(-1)[0])
-    lc.set(op.outputs[0], lc.emit(OpCode.PAD, [lc.get(x, order)], **attrs), order)
+    y = lc.emit(OpCode.PAD, [lc.get(x, order)], out=op.outputs[0], order=order, **attrs)
+    lc.set(op.outputs[0], y, order)
 
 
 def _space(kind: OpCode) -> Handler:
@@ -299,7 +343,7 @@ def _space(kind: OpCode) -> Handler:
         attrs: dict[str, object] = {"blocksize": int(op.options.BlockSize())}
         if kind == OpCode.DEPTH_TO_SPACE:
             attrs["mode"] = "DCR"  # TensorFlow's channel order
-        y = lc.emit(kind, [lc.get(op.inputs[0], NCHW)], **attrs)
+        y = lc.emit(kind, [lc.get(op.inputs[0], NCHW)], out=op.outputs[0], order=NCHW, **attrs)
         lc.set(op.outputs[0], y, NCHW)
 
     return space
@@ -323,7 +367,9 @@ def _resize(mode: str) -> Handler:
         if mode == "nearest":
             attrs["nearest_mode"] = "round_prefer_ceil" if align else "floor"
         n, h, w, c = lc.tensor(out).shape
-        y = lc.emit(OpCode.RESIZE, [lc.get(x, NCHW)], sizes=[n, c, h, w], **attrs)
+        y = lc.emit(
+            OpCode.RESIZE, [lc.get(x, NCHW)], out=out, order=NCHW, sizes=[n, c, h, w], **attrs
+        )
         lc.set(out, y, NCHW)
 
     return resize
@@ -337,11 +383,26 @@ def dequantize(lc: LayoutContext, op: TfliteOperator) -> None:
         lc.set(op.outputs[0], lc.held[x][0], lc.perm(x))
         lc.widened.add(op.outputs[0])
         return
+    order = lc.perm(x)
     if tensor.dtype == np.float16:
-        order = lc.perm(x)
         lc.set(op.outputs[0], lc.emit(OpCode.CAST, [lc.get(x, order)], to="float32"), order)
         return
-    raise lc.fail(f"dequantizing {tensor.type_name} tensors needs the int8 kernels")
+    if not lc.quantized(x):
+        raise lc.fail(f"input {tensor.name!r} ({tensor.type_name}) has no quantization")
+    y = lc.emit(OpCode.DEQUANTIZE, [lc.get(x, order)], out=op.outputs[0], order=order)
+    lc.set(op.outputs[0], y, order)
+
+
+def quantize(lc: LayoutContext, op: TfliteOperator) -> None:
+    x, out = op.inputs[0], op.outputs[0]
+    if not lc.quantized(out):
+        raise lc.fail(f"output {lc.tensor(out).name!r} must be int8 or uint8 with quantization")
+    order = lc.perm(x)
+    kind = OpCode.REQUANTIZE if lc.quantized(x) else OpCode.QUANTIZE
+    y = lc.emit(
+        kind, [lc.get(x, order)], out=out, order=order, dtype=lc.tensor(out).type_name.lower()
+    )
+    lc.set(out, y, order)
 
 
 HANDLERS: dict[str, Handler] = {
@@ -398,4 +459,5 @@ HANDLERS: dict[str, Handler] = {
     "REDUCE_PROD": _reduce(OpCode.REDUCE_PROD),
     # quantization
     "DEQUANTIZE": dequantize,
+    "QUANTIZE": quantize,
 }

@@ -388,6 +388,122 @@ def test_cli_converts_a_tflite_file(tmp_path: Path):
     )
 
 
+# --------------------------------------------------------------------------- int8
+
+
+def qweights(w: np.ndarray, axis: int | None) -> tuple[np.ndarray, np.ndarray]:
+    """Symmetric int8 weights, per channel along `axis` (per tensor for None)."""
+    red = tuple(a for a in range(w.ndim) if a != axis)
+    scale = np.abs(w).max(axis=red) / 127 if axis is not None else np.array([np.abs(w).max() / 127])
+    shape = [1] * w.ndim
+    if axis is not None:
+        shape[axis] = -1
+    q = np.clip(np.round(w / scale.reshape(shape)), -127, 127).astype(np.int8)
+    return q, scale.astype(np.float32)
+
+
+def int8_model() -> bytes:
+    """QUANTIZE -> CONV_2D(relu) -> DEPTHWISE -> ADD(relu6) -> pools -> RESHAPE ->
+    FULLY_CONNECTED -> SOFTMAX -> DEQUANTIZE, with per-channel convolution weights."""
+    rng = np.random.default_rng(0)
+    b = TfliteBuilder()
+    x = b.input("x", [1, 8, 8, 3])
+    sx, zx = 0.02, -5
+    xq = b.tensor("xq", [1, 8, 8, 3], np.int8, quant=([sx], [zx], 0))
+    b.op("QUANTIZE", [x], [xq])
+    wq, sw = qweights(rng.normal(size=(4, 3, 3, 3)) * 0.3, 0)
+    w = b.tensor("w", wq.shape, np.int8, data=wq, quant=(sw, [0] * 4, 0))
+    bias = b.tensor(
+        "bias", [4], np.int32, data=rng.integers(-200, 200, 4), quant=(sx * sw, [0] * 4, 0)
+    )
+    c = b.tensor("conv", [1, 8, 8, 4], np.int8, quant=([0.05], [-10], 0))
+    b.op(
+        "CONV_2D",
+        [xq, w, bias],
+        [c],
+        "Conv2DOptions",
+        Padding=tfl.Padding.SAME,
+        StrideW=1,
+        StrideH=1,
+        DilationWFactor=1,
+        DilationHFactor=1,
+        FusedActivationFunction=tfl.ActivationFunctionType.RELU,
+    )
+    dq, sd = qweights(rng.normal(size=(1, 3, 3, 4)) * 0.5, 3)
+    dw = b.tensor("dw", dq.shape, np.int8, data=dq, quant=(sd, [0] * 4, 3))
+    dbias = b.tensor(
+        "dbias", [4], np.int32, data=rng.integers(-100, 100, 4), quant=(0.05 * sd, [0] * 4, 0)
+    )
+    d = b.tensor("dwconv", [1, 8, 8, 4], np.int8, quant=([0.04], [-20], 0))
+    b.op(
+        "DEPTHWISE_CONV_2D",
+        [c, dw, dbias],
+        [d],
+        "DepthwiseConv2DOptions",
+        Padding=tfl.Padding.SAME,
+        StrideW=1,
+        StrideH=1,
+        DepthMultiplier=1,
+        DilationWFactor=1,
+        DilationHFactor=1,
+        FusedActivationFunction=0,
+    )
+    a = b.tensor("add", [1, 8, 8, 4], np.int8, quant=([0.08], [0], 0))
+    b.op("ADD", [c, d], [a], "AddOptions", FusedActivationFunction=tfl.ActivationFunctionType.RELU6)
+    p = b.tensor("avg", [1, 4, 4, 4], np.int8, quant=([0.08], [0], 0))
+    b.op(
+        "AVERAGE_POOL_2D",
+        [a],
+        [p],
+        "Pool2DOptions",
+        Padding=tfl.Padding.VALID,
+        StrideW=2,
+        StrideH=2,
+        FilterWidth=2,
+        FilterHeight=2,
+    )
+    m = b.tensor("max", [1, 4, 4, 4], np.int8, quant=([0.08], [0], 0))
+    b.op(
+        "MAX_POOL_2D",
+        [p],
+        [m],
+        "Pool2DOptions",
+        Padding=tfl.Padding.SAME,
+        StrideW=1,
+        StrideH=1,
+        FilterWidth=3,
+        FilterHeight=3,
+    )
+    r = b.tensor("flat", [1, 64], np.int8, quant=([0.08], [0], 0))
+    b.op("RESHAPE", [m, b.const("shape", [1, 64], np.int32)], [r])
+    fq, sf = qweights(rng.normal(size=(10, 64)) * 0.2, None)
+    fw = b.tensor("fw", fq.shape, np.int8, data=fq, quant=(sf, [0], 0))
+    fb = b.tensor("fb", [10], np.int32, data=rng.integers(-300, 300, 10), quant=(0.08 * sf, [0], 0))
+    f = b.output(b.tensor("logits", [1, 10], np.int8, quant=([0.1], [3], 0)))
+    b.op("FULLY_CONNECTED", [r, fw, fb], [f], "FullyConnectedOptions", FusedActivationFunction=0)
+    s = b.tensor("softmax", [1, 10], np.int8, quant=([1 / 256], [-128], 0))
+    b.op("SOFTMAX", [f], [s], "SoftmaxOptions", Beta=1.0)
+    out = b.output(b.tensor("probs", [1, 10]))
+    b.op("DEQUANTIZE", [s], [out])
+    return b.build()
+
+
+def test_int8_model_matches_litert_within_one_quantization_step():
+    data = int8_model()
+    for seed in range(3):
+        feeds = {"x": np.random.default_rng(seed).uniform(-1, 1, (1, 8, 8, 3)).astype(np.float32)}
+        want = run_litert(data, feeds)
+        for optimize in (True, False):
+            got = Interpreter(model_content=convert_tflite(data, optimize=optimize)).run(feeds)
+            steps = np.abs(got["logits"].astype(np.int32) - want["logits"].astype(np.int32))
+            assert got["logits"].dtype == np.int8 and steps.max() <= 1
+            # probs: the int8 softmax output (scale 1/256) dequantized.
+            assert np.abs(got["probs"] - want["probs"]).max() <= 1 / 256 + 1e-7
+    model, _ = convert_tflite_model(data)
+    quantized = [t for t in model.tensors if t.quantization is not None]
+    assert {str(t.dtype) for t in quantized} == {"int8", "int32"}
+
+
 # ----------------------------------------------------------------- real models from PyPI
 
 
