@@ -49,6 +49,11 @@ class Interpreter:
 
     def resize_tensor_input(self, input_index: int, tensor_size: Any) -> None:
         """Change an input's shape (only its dynamic dimensions may change); re-plans."""
+        self._resize(input_index, tensor_size)
+        self.allocate_tensors()
+
+    def _resize(self, input_index: int, tensor_size: Any) -> None:
+        """Check and record an input's new shape (planned by the next allocate_tensors)."""
         self._check_input_index(input_index)
         declared = self.model.tensors[input_index].shape
         shape = tuple(int(d) for d in tensor_size)
@@ -62,7 +67,6 @@ class Interpreter:
         if any(s < 0 for s in shape):
             raise InputError(f"input shape {list(shape)} has a negative dimension")
         self._shapes[input_index] = shape
-        self.allocate_tensors()
 
     # ---- details
     def _details(self, names: dict[str, int]) -> list[dict[str, Any]]:
@@ -149,13 +153,18 @@ class Interpreter:
             )
         values = {name: np.asarray(value) for name, value in feeds.items()}
         # Resize first, copy after: a re-plan replaces every input array, so a value copied
-        # before another input's resize would be lost.
+        # before another input's resize would be lost. All inputs are resized before one
+        # re-plan: inputs that share a dynamic dimension (a batch) change together.
+        resized = False
         for name, value in values.items():
             index = self._input_names[name]
             if value.shape != self._plan.specs[index].shape and value.ndim == len(
                 self.model.tensors[index].shape
             ):
-                self.resize_tensor_input(index, value.shape)
+                self._resize(index, value.shape)
+                resized = True
+        if resized:
+            self.allocate_tensors()
         for name, value in values.items():
             index = self._input_names[name]
             self._check_value(name, index, value)
