@@ -61,6 +61,8 @@ def import_tflite(model: TfliteModel) -> Model:
         t = model.tensors[i]
         if t.data is not None:
             raise ConversionError(f"graph input {t.name!r} has constant data")
+        if t.dtype is None:
+            raise ConversionError(f"graph input {t.name!r} has type {t.type_name}")
         ir = ctx.graph_input(t.name, t.signature, t.dtype)
         lc.set_quantization(ir, quantization(t.quant, identity(len(t.shape))))
         lc.set(i, ir)

@@ -8,6 +8,7 @@ output. Convolutions and pools run in NCHW; other ops keep their inputs' axis or
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -19,7 +20,7 @@ from sporenet.proto import tflite_schema_generated as tfl
 Handler = Callable[[LayoutContext, TfliteOperator], None]
 
 # TFLite ActivationFunctionType -> the IR's fused `activation` attributes.
-_FUSED: dict[int, dict[str, object]] = {
+_FUSED: dict[int, dict[str, Any]] = {
     tfl.ActivationFunctionType.NONE: {},
     tfl.ActivationFunctionType.RELU: {"activation": "relu"},
     tfl.ActivationFunctionType.RELU6: {"activation": "relu6"},
@@ -32,14 +33,14 @@ _FUSED: dict[int, dict[str, object]] = {
 }
 
 
-def _fused(lc: LayoutContext, options: object) -> dict[str, object]:
+def _fused(lc: LayoutContext, options: Any) -> dict[str, Any]:
     code = options.FusedActivationFunction() if options is not None else 0
     if code not in _FUSED:
         raise lc.fail(f"fused activation {code} (SIGN_BIT) is not supported")
     return _FUSED[code]
 
 
-def _apply_fused(lc: LayoutContext, ir: int, options: object) -> int:
+def _apply_fused(lc: LayoutContext, ir: int, options: Any) -> int:
     """A separate activation node for float ops whose kernels take no fused activation
     (int8 kernels clamp their output instead: see _fused_attrs)."""
     if lc.quantized_ir(ir):
@@ -53,7 +54,7 @@ def _apply_fused(lc: LayoutContext, ir: int, options: object) -> int:
     return lc.emit({"relu": OpCode.RELU, "relu6": OpCode.RELU6, "tanh": OpCode.TANH}[name], [ir])
 
 
-def _fused_attrs(lc: LayoutContext, out: int, options: object) -> dict[str, object]:
+def _fused_attrs(lc: LayoutContext, out: int, options: Any) -> dict[str, Any]:
     """The fused activation as an attribute, for int8 nodes (a clamp of their output)."""
     return _fused(lc, options) if lc.quantized(out) else {}
 
@@ -165,7 +166,7 @@ def _pool(kind: OpCode) -> Handler:
         x = op.inputs[0]
         kernel = (o.FilterHeight(), o.FilterWidth())
         strides = (o.StrideH(), o.StrideW())
-        attrs: dict[str, object] = {
+        attrs: dict[str, Any] = {
             "kernel_shape": list(kernel),
             "strides": list(strides),
             "pads": _pads(lc, x, o.Padding(), kernel, strides),
@@ -328,7 +329,7 @@ def pad(lc: LayoutContext, op: TfliteOperator) -> None:
     x = op.inputs[0]
     paddings = lc.constant_value(op.inputs[1], "paddings").astype(np.int64)
     order = lc.perm(x)
-    attrs: dict[str, object] = {
+    attrs: dict[str, Any] = {
         "pads": [int(paddings[a, 0]) for a in order] + [int(paddings[a, 1]) for a in order],
         "mode": "constant",
     }
@@ -340,7 +341,7 @@ def pad(lc: LayoutContext, op: TfliteOperator) -> None:
 
 def _space(kind: OpCode) -> Handler:
     def space(lc: LayoutContext, op: TfliteOperator) -> None:
-        attrs: dict[str, object] = {"blocksize": int(op.options.BlockSize())}
+        attrs: dict[str, Any] = {"blocksize": int(op.options.BlockSize())}
         if kind == OpCode.DEPTH_TO_SPACE:
             attrs["mode"] = "DCR"  # TensorFlow's channel order
         y = lc.emit(kind, [lc.get(op.inputs[0], NCHW)], out=op.outputs[0], order=NCHW, **attrs)
@@ -355,7 +356,7 @@ def _resize(mode: str) -> Handler:
         o = op.options
         align = bool(o.AlignCorners()) if o is not None else False
         half = bool(o.HalfPixelCenters()) if o is not None else False
-        attrs: dict[str, object] = {"mode": mode}
+        attrs: dict[str, Any] = {"mode": mode}
         if align:
             attrs["coordinate_transformation_mode"] = "align_corners"
         elif half and mode == "linear":
@@ -439,7 +440,12 @@ def strided_slice(lc: LayoutContext, op: TfliteOperator) -> None:
         stops.append(e)
         sliced.append(len(range(*slice(b, min(e, _WIDE), step).indices(shape[a]))))
     sliced += shape[len(begins) :]
-    attrs = {"starts": starts, "ends": stops, "axes": list(range(len(begins))), "steps": steps}
+    attrs: dict[str, Any] = {
+        "starts": starts,
+        "ends": stops,
+        "axes": list(range(len(begins))),
+        "steps": steps,
+    }
     xi = lc.get(x)
     if not shrink:
         lc.set(out, lc.emit(OpCode.SLICE, [xi], out=out, **attrs))
