@@ -142,18 +142,32 @@ class LayoutContext:
         """Record that TFLite tensor `index` is IR tensor `ir` in axis order `order`."""
         self.held[index] = (ir, order if order is not None else identity(self.rank(index)))
 
-    def emit(self, op: OpCode, inputs: Sequence[int], *, out: int | None = None,
-             order: Perm | None = None, **attrs: Any) -> int:
+    def emit(
+        self,
+        op: OpCode,
+        inputs: Sequence[int],
+        *,
+        out: int | None = None,
+        order: Perm | None = None,
+        **attrs: Any,
+    ) -> int:
         """Add a node. With quantized inputs or output it is added as declared: its output
         is TFLite tensor `out` held in `order` (shape, dtype, quantization)."""
-        if out is not None and (self.quantized(out) or any(
-                i != -1 and self.quantized_ir(i) for i in inputs)):
+        if out is not None and (
+            self.quantized(out) or any(i != -1 and self.quantized_ir(i) for i in inputs)
+        ):
             t = self.tensor(out)
             if t.dtype is None:
                 raise self.fail(f"output {t.name!r} has type {t.type_name}")
             order = order if order is not None else identity(len(t.shape))
-            return self.raw(op, inputs, tuple(t.signature[a] for a in order), t.dtype,
-                            quantization(t.quant, order), attrs)
+            return self.raw(
+                op,
+                inputs,
+                tuple(t.signature[a] for a in order),
+                t.dtype,
+                quantization(t.quant, order),
+                attrs,
+            )
         return self.ctx.emit1(op, inputs, **attrs)
 
     # ---- quantized tensors
@@ -175,19 +189,34 @@ class LayoutContext:
             spec = view[ir]
             view[ir] = TensorSpec(spec.shape, spec.dtype, spec.value, quant)
 
-    def raw(self, op: OpCode, inputs: Sequence[int], shape: Sequence[int], dtype: np.dtype,
-            quant: Quantization | None, attrs: dict[str, Any]) -> int:
+    def raw(
+        self,
+        op: OpCode,
+        inputs: Sequence[int],
+        shape: Sequence[int],
+        dtype: np.dtype,
+        quant: Quantization | None,
+        attrs: dict[str, Any],
+    ) -> int:
         """A node whose output shape, dtype and quantization are given, not inferred."""
         ctx = self.ctx
-        specs = [TensorSpec(tuple(v if d == DYNAMIC else d for d in shape), np.dtype(dtype),
-                            quant=quant) for v in (1, 2)[: len(ctx.views)]]
+        specs = [
+            TensorSpec(tuple(v if d == DYNAMIC else d for d in shape), np.dtype(dtype), quant=quant)
+            for v in (1, 2)[: len(ctx.views)]
+        ]
         base = f"{ctx.where or op.name.lower()}/{op.name.lower()}"
         index = ctx._add(base, specs, None)
         ctx.tensors[index].shape = tuple(shape)
         ctx.tensors[index].quantization = quant
-        ctx.nodes.append(Node(op=op, inputs=list(inputs), outputs=[index],
-                              attrs={k: v for k, v in attrs.items() if v is not None},
-                              name=ctx.tensors[index].name))
+        ctx.nodes.append(
+            Node(
+                op=op,
+                inputs=list(inputs),
+                outputs=[index],
+                attrs={k: v for k, v in attrs.items() if v is not None},
+                name=ctx.tensors[index].name,
+            )
+        )
         return index
 
     def _constant_like(self, ir: int, value: np.ndarray, quant: Quantization | None) -> int:
@@ -200,10 +229,10 @@ class LayoutContext:
         t = self.ctx.tensors[ir]
         q = t.quantization
         assert q is not None
-        moved = Quantization(q.scale, q.zero_point, perm.index(q.axis) if q.scale.size > 1
-                             else 0)
+        moved = Quantization(q.scale, q.zero_point, perm.index(q.axis) if q.scale.size > 1 else 0)
         value = self.ctx.value(ir)
         if value is not None:
             return self._constant_like(ir, np.ascontiguousarray(value.transpose(perm)), moved)
-        return self.raw(OpCode.TRANSPOSE, [ir], [t.shape[a] for a in perm], t.dtype, moved,
-                        {"perm": perm})
+        return self.raw(
+            OpCode.TRANSPOSE, [ir], [t.shape[a] for a in perm], t.dtype, moved, {"perm": perm}
+        )
