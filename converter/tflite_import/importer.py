@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import struct
 from collections import Counter
 
 from sporenet.converter.errors import ConversionError
@@ -87,6 +88,12 @@ def import_tflite(model: TfliteModel) -> Model:
             message = str(exc)
             raise ConversionError(
                 message if message.startswith(ctx.where) else f"{ctx.where}: {message}"
+            ) from None
+        except (struct.error, AttributeError) as exc:
+            # Options are read lazily from the file: out of its bounds, or a table of
+            # another op's options (the reader checks indices and buffers, not these).
+            raise ConversionError(
+                f"{ctx.where}: malformed operator options ({type(exc).__name__}: {exc})"
             ) from None
         except (ArithmeticError, LookupError, TypeError, ValueError, LiteError) as exc:
             raise ConversionError(

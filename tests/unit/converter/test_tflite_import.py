@@ -3,6 +3,7 @@ run by the lite Interpreter, compared with LiteRT running the same file."""
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
 from pathlib import Path
@@ -425,6 +426,24 @@ def test_malformed_files_are_refused():
     for cut in (12, len(data) // 3, len(data) - 40):
         with pytest.raises(InvalidTfliteError):
             convert_tflite(data[:cut])
+
+
+def test_corrupted_files_raise_only_conversion_errors():
+    # Random byte changes anywhere past the header: the conversion succeeds or raises a
+    # ConversionError (InvalidTfliteError is one), never another exception.
+    from sporenet.converter import ConversionError
+
+    b = TfliteBuilder()
+    x = b.input("x", [1, 6, 6, 2])
+    b.output(conv(b, x, 2, 3, (6, 6), act=RELU))
+    data = b.build()
+    rng = np.random.default_rng(0)
+    for _ in range(1500):
+        corrupted = bytearray(data)
+        for at in rng.integers(8, len(data), rng.integers(1, 5)):
+            corrupted[at] = rng.integers(0, 256)
+        with contextlib.suppress(ConversionError):
+            convert_tflite(bytes(corrupted))
 
 
 def test_cli_converts_a_tflite_file(tmp_path: Path):
