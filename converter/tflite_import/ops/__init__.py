@@ -16,6 +16,7 @@ HANDLERS: dict[str, Handler] = {
     "CONV_2D": conv.conv_2d,
     "DEPTHWISE_CONV_2D": conv.depthwise_conv_2d,
     "FULLY_CONNECTED": conv.fully_connected,
+    "TRANSPOSE_CONV": conv.transpose_conv,
     "AVERAGE_POOL_2D": conv.pool(OpCode.AVG_POOL2D),
     "MAX_POOL_2D": conv.pool(OpCode.MAX_POOL2D),
     # binary elementwise (NumPy broadcasting)

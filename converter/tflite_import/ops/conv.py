@@ -133,3 +133,40 @@ def pool(kind: OpCode) -> Handler:
         lc.set(op.outputs[0], apply_fused(lc, y, o), NCHW)
 
     return pool
+
+
+def transpose_conv(lc: LayoutContext, op: TfliteOperator) -> None:
+    """TRANSPOSE_CONV(output_shape, weights, input[, bias]) is the input gradient of the
+    convolution with the same weights: CONV2D_BACKPROP_INPUT, its output size given."""
+    o = op.options
+    w, x = op.inputs[1], op.inputs[2]
+    out = op.outputs[0]
+    n, oh, ow, oc = lc.tensor(out).shape
+    _, kh, kw, _ = lc.tensor(w).shape
+    _, ih, iw, _ = lc.tensor(x).shape
+    strides = (o.StrideH(), o.StrideW())
+    if o.Padding() == tfl.Padding.SAME:
+        # The forward convolution maps the output (oh, ow) back onto the input (ih, iw).
+        top, bottom = _same_pads(oh, kh, strides[0], 1)
+        left, right = _same_pads(ow, kw, strides[1], 1)
+        pads = [top, left, bottom, right]
+    else:
+        pads = [0, 0, 0, 0]
+    if (ih - 1) * strides[0] + kh - pads[0] - pads[2] > oh or (
+        (iw - 1) * strides[1] + kw - pads[1] - pads[3] > ow
+    ):
+        raise lc.fail(f"output shape {[n, oh, ow, oc]} is smaller than the input allows")
+    batch = -1 if lc.shape(out)[0] == -1 else n
+    y = lc.emit(
+        OpCode.CONV2D_BACKPROP_INPUT,
+        [lc.get(x, NCHW), lc.get(w, (3, 0, 1, 2))],  # (O, kh, kw, I) -> (I, O, kh, kw)
+        out=out,
+        order=NCHW,
+        strides=list(strides),
+        pads=pads,
+        input_shape=[batch, oc, oh, ow],
+    )
+    if len(op.inputs) > 3 and op.inputs[3] != -1:
+        bias = lc.constant_value(op.inputs[3], "bias").reshape(-1, 1, 1)
+        y = lc.emit(OpCode.ADD, [y, lc.ctx.constant(f"{lc.tensor(out).name}/bias", bias)])
+    lc.set(out, apply_fused(lc, y, o), NCHW)

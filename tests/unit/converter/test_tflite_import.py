@@ -329,6 +329,31 @@ def test_split_pack_unpack_gather_batch_matmul():
     assert_matches_litert(b.build(), {"x": rand(2, 6, 4)})
 
 
+@pytest.mark.parametrize(
+    ("padding", "stride", "out"), [(SAME, 2, 10), (VALID, 2, 11), (SAME, 1, 5)]
+)
+def test_transpose_conv(padding, stride, out):
+    b = TfliteBuilder()
+    x = b.input("x", [1, 5, 5, 3])
+    y = b.output(b.tensor("y", [1, out, out, 4]))
+    b.op(
+        "TRANSPOSE_CONV",
+        [
+            b.const("out_shape", [1, out, out, 4], np.int32),
+            b.const("w", rand(4, 3, 3, 3, seed=4)),
+            x,
+            b.const("bias", rand(4, seed=5)),
+        ],
+        [y],
+        "TransposeConvOptions",
+        Padding=padding,
+        StrideW=stride,
+        StrideH=stride,
+        FusedActivationFunction=RELU,
+    )
+    assert_matches_litert(b.build(), {"x": rand(1, 5, 5, 3)})
+
+
 def test_fully_connected_keep_num_dims():
     b = TfliteBuilder()
     x = b.input("x", [2, 3, 4])
