@@ -80,6 +80,11 @@ class Interpreter:
 
     def resize_tensor_input(self, input_index: int, tensor_size: Any) -> None:
         """Change an input's shape (only its dynamic dimensions may change); re-plans."""
+        self._resize(input_index, tensor_size)
+        self.allocate_tensors()
+
+    def _resize(self, input_index: int, tensor_size: Any) -> None:
+        """Check and record an input's new shape (planned by the next allocate_tensors)."""
         self._check_input_index(input_index)
         declared = self.model.tensors[input_index].shape
         shape = tuple(int(d) for d in tensor_size)
@@ -93,7 +98,6 @@ class Interpreter:
         if any(s < 0 for s in shape):
             raise InputError(f"input shape {list(shape)} has a negative dimension")
         self._shapes[input_index] = shape
-        self.allocate_tensors()
 
     # ---- details
     def _details(self, names: dict[str, int]) -> list[dict[str, Any]]:

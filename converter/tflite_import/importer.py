@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import struct
 from collections import Counter
 
 from sporenet.converter.errors import ConversionError
 from sporenet.converter.onnx_import.context import ImportContext
-from sporenet.converter.tflite_import.layout import LayoutContext
+from sporenet.converter.tflite_import.layout import LayoutContext, identity, quantization
 from sporenet.converter.tflite_import.ops import HANDLERS
 from sporenet.converter.tflite_import.reader import TfliteModel
 from sporenet.lite.errors import LiteError
@@ -61,7 +62,11 @@ def import_tflite(model: TfliteModel) -> Model:
         t = model.tensors[i]
         if t.data is not None:
             raise ConversionError(f"graph input {t.name!r} has constant data")
-        lc.set(i, ctx.graph_input(t.name, t.signature, t.dtype))
+        if t.dtype is None:
+            raise ConversionError(f"graph input {t.name!r} has type {t.type_name}")
+        ir = ctx.graph_input(t.name, t.signature, t.dtype)
+        lc.set_quantization(ir, quantization(t.quant, identity(len(t.shape))))
+        lc.set(i, ir)
     for op in model.operators:
         lc.op = op
         ctx.where = f"operator {op.index} ({op.op})"
@@ -74,13 +79,21 @@ def import_tflite(model: TfliteModel) -> Model:
                     f"input {t.name!r} is neither a graph input, a constant nor "
                     "the output of an earlier operator"
                 )
-            lc.set(i, ctx.constant(t.name, t.data))
+            ir = ctx.constant(t.name, t.data)
+            lc.set_quantization(ir, quantization(t.quant, identity(len(t.shape))))
+            lc.set(i, ir)
         try:
             HANDLERS[op.op](lc, op)
         except ConversionError as exc:
             message = str(exc)
             raise ConversionError(
                 message if message.startswith(ctx.where) else f"{ctx.where}: {message}"
+            ) from None
+        except (struct.error, AttributeError) as exc:
+            # Options are read lazily from the file: out of its bounds, or a table of
+            # another op's options (the reader checks indices and buffers, not these).
+            raise ConversionError(
+                f"{ctx.where}: malformed operator options ({type(exc).__name__}: {exc})"
             ) from None
         except (ArithmeticError, LookupError, TypeError, ValueError, LiteError) as exc:
             raise ConversionError(

@@ -9,6 +9,10 @@ remapped); only ops that depend on the memory order (reshape, fully connected, .
 for the TFLite order back, and a Transpose is emitted there, once per tensor and order.
 A TFLite TRANSPOSE only changes the recorded order. Constants are transposed at
 conversion time.
+
+Nodes on quantized (int8/uint8) tensors are added as the file declares them: their
+outputs take the TFLite tensor's shape, dtype and quantization (the quantization axis
+follows the axis order), and the planner checks their int8 kernels when the model loads.
 """
 
 from __future__ import annotations
@@ -20,8 +24,17 @@ import numpy as np
 
 from sporenet.converter.errors import ConversionError
 from sporenet.converter.onnx_import.context import ImportContext
-from sporenet.converter.tflite_import.reader import TfliteModel, TfliteOperator, TfliteTensor
+from sporenet.converter.tflite_import.reader import (
+    Quant,
+    TfliteModel,
+    TfliteOperator,
+    TfliteTensor,
+)
+from sporenet.lite.graph import DYNAMIC, Node, Quantization
+from sporenet.lite.kernels.base import TensorSpec
 from sporenet.lite.ops import OpCode
+
+QUANTIZED = (np.dtype(np.int8), np.dtype(np.uint8))
 
 Perm = tuple[int, ...]
 NCHW: Perm = (0, 3, 1, 2)
@@ -29,6 +42,14 @@ NCHW: Perm = (0, 3, 1, 2)
 
 def identity(rank: int) -> Perm:
     return tuple(range(rank))
+
+
+def quantization(quant: Quant | None, order: Perm) -> Quantization | None:
+    """TFLite quantization parameters for a tensor held in axis order `order`."""
+    if quant is None:
+        return None
+    axis = order.index(quant.axis) if quant.scale.size > 1 else 0
+    return Quantization(scale=quant.scale, zero_point=quant.zero_point, axis=axis)
 
 
 def compose(current: Perm, wanted: Perm) -> list[int]:
@@ -91,7 +112,9 @@ class LayoutContext:
         key = (ir, order)
         if key in self._orders:
             return self._orders[key]
-        if current != order:
+        if current != order and self.quantized_ir(ir):
+            ir = self._transpose_quantized(ir, current, order)
+        elif current != order:
             ir = self.ctx.emit1(OpCode.TRANSPOSE, [ir], perm=compose(current, order))
         if index in self.widened:
             ir = self.ctx.emit1(OpCode.CAST, [ir], to="float32")
@@ -106,6 +129,10 @@ class LayoutContext:
             return self.get(index, order)
         ir = self.get(index)
         shape = [1] * (len(order) - rank) + list(self.tensor(index).shape)
+        value = self.ctx.value(ir)
+        if value is not None:  # constants: reshaped and transposed now
+            moved = np.ascontiguousarray(value.reshape(shape).transpose(order))
+            return self._constant_like(ir, moved, None)
         ir = self.ctx.emit1(OpCode.RESHAPE, [ir], shape=shape)
         if order == identity(len(order)):
             return ir
@@ -115,5 +142,97 @@ class LayoutContext:
         """Record that TFLite tensor `index` is IR tensor `ir` in axis order `order`."""
         self.held[index] = (ir, order if order is not None else identity(self.rank(index)))
 
-    def emit(self, op: OpCode, inputs: Sequence[int], **attrs: Any) -> int:
+    def emit(
+        self,
+        op: OpCode,
+        inputs: Sequence[int],
+        *,
+        out: int | None = None,
+        order: Perm | None = None,
+        **attrs: Any,
+    ) -> int:
+        """Add a node. With quantized inputs or output it is added as declared: its output
+        is TFLite tensor `out` held in `order` (shape, dtype, quantization)."""
+        if out is not None and (
+            self.quantized(out) or any(i != -1 and self.quantized_ir(i) for i in inputs)
+        ):
+            t = self.tensor(out)
+            if t.dtype is None:
+                raise self.fail(f"output {t.name!r} has type {t.type_name}")
+            order = order if order is not None else identity(len(t.shape))
+            return self.raw(
+                op,
+                inputs,
+                tuple(t.signature[a] for a in order),
+                t.dtype,
+                quantization(t.quant, order),
+                attrs,
+            )
         return self.ctx.emit1(op, inputs, **attrs)
+
+    # ---- quantized tensors
+    def quantized(self, index: int) -> bool:
+        """Whether TFLite tensor `index` is an int8/uint8 tensor with quantization."""
+        t = self.tensor(index)
+        return t.dtype in QUANTIZED and t.quant is not None
+
+    def quantized_ir(self, ir: int) -> bool:
+        t = self.ctx.tensors[ir]
+        return t.dtype in QUANTIZED and t.quantization is not None
+
+    def set_quantization(self, ir: int, quant: Quantization | None) -> None:
+        """Attach quantization to an IR tensor and to what handlers see of it."""
+        if quant is None:
+            return
+        self.ctx.tensors[ir].quantization = quant
+        for view in self.ctx.views:
+            spec = view[ir]
+            view[ir] = TensorSpec(spec.shape, spec.dtype, spec.value, quant)
+
+    def raw(
+        self,
+        op: OpCode,
+        inputs: Sequence[int],
+        shape: Sequence[int],
+        dtype: np.dtype,
+        quant: Quantization | None,
+        attrs: dict[str, Any],
+    ) -> int:
+        """A node whose output shape, dtype and quantization are given, not inferred."""
+        ctx = self.ctx
+        specs = [
+            TensorSpec(tuple(v if d == DYNAMIC else d for d in shape), np.dtype(dtype), quant=quant)
+            for v in (1, 2)[: len(ctx.views)]
+        ]
+        base = f"{ctx.where or op.name.lower()}/{op.name.lower()}"
+        index = ctx._add(base, specs, None)
+        ctx.tensors[index].shape = tuple(shape)
+        ctx.tensors[index].quantization = quant
+        ctx.nodes.append(
+            Node(
+                op=op,
+                inputs=list(inputs),
+                outputs=[index],
+                attrs={k: v for k, v in attrs.items() if v is not None},
+                name=ctx.tensors[index].name,
+            )
+        )
+        return index
+
+    def _constant_like(self, ir: int, value: np.ndarray, quant: Quantization | None) -> int:
+        index = self.ctx.constant(f"{self.ctx.tensors[ir].name}/nchw", value)
+        self.set_quantization(index, quant)
+        return index
+
+    def _transpose_quantized(self, ir: int, current: Perm, order: Perm) -> int:
+        perm = compose(current, order)
+        t = self.ctx.tensors[ir]
+        q = t.quantization
+        assert q is not None
+        moved = Quantization(q.scale, q.zero_point, perm.index(q.axis) if q.scale.size > 1 else 0)
+        value = self.ctx.value(ir)
+        if value is not None:
+            return self._constant_like(ir, np.ascontiguousarray(value.transpose(perm)), moved)
+        return self.raw(
+            OpCode.TRANSPOSE, [ir], [t.shape[a] for a in perm], t.dtype, moved, {"perm": perm}
+        )

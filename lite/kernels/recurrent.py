@@ -26,7 +26,12 @@ Array = np.ndarray
 
 
 def _sigmoid(x: Array, a: float, b: float) -> Array:
-    return 0.5 * (1.0 + np.tanh(0.5 * x))  # the logistic function without exp overflow
+    # The logistic function as 0.5 * (1 + tanh(x / 2)): no exp to overflow.
+    y = np.multiply(x, 0.5)
+    np.tanh(y, out=y)
+    y += 1
+    y *= 0.5
+    return y
 
 
 @dataclass(frozen=True)
@@ -331,9 +336,9 @@ def run_sequence(
         for t in range(seq - 1, -1, -1) if reverse else range(seq):
             mask = None if masks is None else masks[t]
             if cfg.kind == "LSTM":
-                h_new, c_new, step = _lstm_step(cfg, d, xw[t], h, c, rt, inp.p, f, g, hact)
+                h_new, c_new, step = _lstm_step(cfg, d, xw[t], h, c, rt, inp.p, f, g, hact, trace)
             elif cfg.kind == "GRU":
-                h_new, c_new, step = _gru_step(cfg, xw[t], h, rt, rb, f, g)
+                h_new, c_new, step = _gru_step(cfg, xw[t], h, rt, rb, f, g, trace)
             else:
                 pre = _clip(cfg, xw[t] + h @ rt)
                 h_new, c_new = f(pre), None
@@ -345,7 +350,7 @@ def run_sequence(
                 h_new = np.where(mask, h_new, h)
                 if c_new is not None:
                     c_new = np.where(mask, c_new, c)
-            if trace:
+            if trace and step is not None:
                 step.mask = mask
                 tr.time.append(t)
                 tr.steps.append(step)
@@ -372,9 +377,24 @@ def _lstm_step(
     f: BoundActivation,
     g: BoundActivation,
     hact: BoundActivation,
-) -> tuple[Array, Array, Step]:
+    trace: bool,
+) -> tuple[Array, Array, Step | None]:
     hidden = cfg.hidden
-    a = xw + h @ rt  # i, o, f, c
+    a = h @ rt  # i, o, f, c
+    a += xw
+    if p is None:  # the common case: the three sigmoid gates in one call
+        _clip(cfg, a)
+        gates = f(a[:, : 3 * hidden])
+        i, o = gates[:, :hidden], gates[:, hidden : 2 * hidden]
+        forget = 1 - i if cfg.input_forget else gates[:, 2 * hidden :]
+        cand = g(a[:, 3 * hidden :])
+        c_new = forget * c
+        c_new += i * cand
+        hc = hact(c_new)
+        if not trace:
+            return o * hc, c_new, None
+        post = np.concatenate([i, o, forget, cand], axis=1)
+        return o * hc, c_new, Step(h, c, a, post, None, np.concatenate([hc, c_new], axis=1))
     ai, ao, af, ac = (a[:, k * hidden : (k + 1) * hidden] for k in range(4))
     if p is not None:
         ai += p[d, :hidden] * c
@@ -389,6 +409,8 @@ def _lstm_step(
     _clip(cfg, ao)
     o = f(ao)
     hc = hact(c_new)
+    if not trace:
+        return o * hc, c_new, None
     post = np.concatenate([i, o, forget, cand], axis=1)
     return o * hc, c_new, Step(h, c, a, post, None, np.concatenate([hc, c_new], axis=1))
 
@@ -401,7 +423,8 @@ def _gru_step(
     rb: Array | None,
     f: BoundActivation,
     g: BoundActivation,
-) -> tuple[Array, None, Step]:
+    trace: bool,
+) -> tuple[Array, None, Step | None]:
     hidden = cfg.hidden
     pre = np.empty_like(xw)
     az, ar, ah = (pre[:, k * hidden : (k + 1) * hidden] for k in range(3))
@@ -424,7 +447,11 @@ def _gru_step(
         np.add(xw[:, 2 * hidden :], q, out=ah)
     _clip(cfg, ah)
     cand = g(ah)
-    h_new = (1 - z) * cand + z * h
+    h_new = h - cand
+    h_new *= z
+    h_new += cand  # (1 - z) * cand + z * h
+    if not trace:
+        return h_new, None, None
     return h_new, None, Step(h, None, pre, np.concatenate([z, r, cand], axis=1), None, q)
 
 

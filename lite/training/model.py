@@ -54,6 +54,9 @@ WEIGHT_INPUTS: dict[OpCode, tuple[int, ...]] = {
     OpCode.SUB: (0, 1),
     OpCode.MUL: (0, 1),
     OpCode.DIV: (0, 1),
+    OpCode.LSTM: (1, 2, 3, 7),  # W, R, B, peepholes
+    OpCode.GRU: (1, 2, 3),
+    OpCode.RNN: (1, 2, 3),
 }
 
 

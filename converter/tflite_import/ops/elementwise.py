@@ -1,0 +1,73 @@
+"""TFLite elementwise ops, activations and SOFTMAX, in their inputs' axis order."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from sporenet.converter.tflite_import.layout import LayoutContext
+from sporenet.converter.tflite_import.ops.common import Handler, apply_fused, fused_attrs, order_of
+from sporenet.converter.tflite_import.reader import TfliteOperator
+from sporenet.lite.ops import OpCode
+
+
+def binary(kind: OpCode) -> Handler:
+    def binary(lc: LayoutContext, op: TfliteOperator) -> None:
+        out = op.outputs[0]
+        order = order_of(lc, op.inputs[:2], lc.rank(out))
+        a, b = (lc.get_broadcast(i, order) for i in op.inputs[:2])
+        y = lc.emit(kind, [a, b], out=out, order=order, **fused_attrs(lc, out, op.options))
+        lc.set(out, apply_fused(lc, y, op.options), order)
+
+    return binary
+
+
+def unary(kind: OpCode, **attrs: object) -> Handler:
+    def unary(lc: LayoutContext, op: TfliteOperator) -> None:
+        x = op.inputs[0]
+        order = lc.perm(x)
+        y = lc.emit(kind, [lc.get(x, order)], out=op.outputs[0], order=order, **attrs)
+        lc.set(op.outputs[0], y, order)
+
+    return unary
+
+
+def leaky_relu(lc: LayoutContext, op: TfliteOperator) -> None:
+    x = op.inputs[0]
+    y = lc.emit(OpCode.LEAKY_RELU, [lc.get(x, lc.perm(x))], alpha=float(op.options.Alpha()))
+    lc.set(op.outputs[0], y, lc.perm(x))
+
+
+def relu_n1_to_1(lc: LayoutContext, op: TfliteOperator) -> None:
+    x = op.inputs[0]
+    lc.set(
+        op.outputs[0], lc.emit(OpCode.CLIP, [lc.get(x, lc.perm(x))], min=-1.0, max=1.0), lc.perm(x)
+    )
+
+
+def gelu(lc: LayoutContext, op: TfliteOperator) -> None:
+    x = op.inputs[0]
+    approximate = op.options is not None and op.options.Approximate()
+    y = lc.emit(OpCode.GELU, [lc.get(x, lc.perm(x))], approximate="tanh" if approximate else "none")
+    lc.set(op.outputs[0], y, lc.perm(x))
+
+
+def prelu(lc: LayoutContext, op: TfliteOperator) -> None:
+    x, alpha = op.inputs[:2]
+    order = lc.perm(x)
+    y = lc.emit(OpCode.PRELU, [lc.get(x, order), lc.get_broadcast(alpha, order)])
+    lc.set(op.outputs[0], y, order)
+
+
+def softmax(lc: LayoutContext, op: TfliteOperator) -> None:
+    x = op.inputs[0]
+    order = lc.perm(x)
+    xi = lc.get(x, order)
+    beta = float(op.options.Beta()) if op.options is not None else 1.0
+    if beta != 1.0:
+        xi = lc.emit(OpCode.MUL, [xi, lc.ctx.constant("beta", np.array(beta, np.float32))])
+    if beta != 1.0 and lc.quantized(x):
+        raise lc.fail(f"an int8 softmax with beta {beta} is not supported (only 1)")
+    y = lc.emit(
+        OpCode.SOFTMAX, [xi], out=op.outputs[0], order=order, axis=order.index(len(order) - 1)
+    )
+    lc.set(op.outputs[0], y, order)
