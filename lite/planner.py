@@ -15,10 +15,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from sporenet.lite.eager import evaluate, prepare_kernel
 from sporenet.lite.errors import ShapeError, UnsupportedOpError
 from sporenet.lite.graph import DYNAMIC, Model
 from sporenet.lite.kernels import KERNELS, supported_ops
-from sporenet.lite.kernels.base import Attrs, Kernel, TensorSpec
+from sporenet.lite.kernels.base import Kernel, TensorSpec
 
 Compute = Callable[[], None]
 
@@ -98,30 +99,17 @@ def infer(model: Model, graph_index: int, shapes: dict[int, tuple[int, ...]] | N
     for j, node in enumerate(graph.nodes):
         cls = KERNELS[node.op]
         where = f"node {j} {node.name!r} ({node.op.name})"
-        lo, hi = cls.num_inputs
-        if not lo <= len(node.inputs) <= hi:
-            raise ShapeError(f"{where}: takes {lo}..{hi} inputs, got {len(node.inputs)}")
         in_specs = [specs[i] if i != -1 else None for i in node.inputs]
-        attrs = Attrs(node.op.name, node.attrs, len(node.outputs))
-        try:
-            kernel = cls(attrs, in_specs)
-        except ShapeError as exc:
-            raise ShapeError(f"{where}: {exc}") from None
-        except (ValueError, TypeError, IndexError, OverflowError) as exc:
-            raise ShapeError(f"{where}: invalid attributes or inputs ({exc})") from None
-        if len(kernel.output_specs) < len(node.outputs):
-            raise ShapeError(
-                f"{where}: produces {len(kernel.output_specs)} outputs, node lists "
-                f"{len(node.outputs)}"
-            )
+        kernel = prepare_kernel(node.op, node.attrs, in_specs, len(node.outputs), where=where)
         for spec in kernel.output_specs:
             _check_size(spec, where)
         foldable = getattr(cls, "foldable", True) and all(
             s is None or s.value is not None for s in in_specs
         )
         if foldable:
-            values = _evaluate(kernel, in_specs)
+            values = evaluate(kernel, [s.value if s is not None else None for s in in_specs])
             for i, value in zip(node.outputs, values, strict=False):
+                value.flags.writeable = False
                 folded[i] = value
                 specs[i] = TensorSpec(value.shape, value.dtype, value)
             kernels.append(None)
@@ -130,21 +118,6 @@ def infer(model: Model, graph_index: int, shapes: dict[int, tuple[int, ...]] | N
             specs[i] = TensorSpec(spec.shape, spec.dtype)
         kernels.append(kernel)
     return specs, kernels, folded
-
-
-def _evaluate(kernel: Kernel, in_specs: list[TensorSpec | None]) -> list[np.ndarray]:
-    """Run a kernel whose inputs are all constants (constant folding at plan time)."""
-    inputs = [s.value if s is not None else None for s in in_specs]
-    if kernel.is_view:
-        outs = [np.array(v) for v in kernel.view(inputs)]
-    else:
-        outs = [np.empty(s.shape, s.dtype) for s in kernel.output_specs]
-        step = kernel.bind(inputs, outs)
-        if step is not None:
-            step()
-    for out in outs:
-        out.flags.writeable = False
-    return outs
 
 
 class _Arena:
