@@ -7,7 +7,7 @@
             self.scale = Parameter(...)  # a parameter, registered because it is a Parameter
 
         def forward(self, x):
-            return self.fc1(x) * self.scale_var(x)
+            return self.fc1(x) * x.tape.param(self.scale)
 
 A module is called on a `Var` inside a forward pass, or on a NumPy array: the array is then
 run eagerly and the result returned as an array (any layer or sub-model can be inspected).

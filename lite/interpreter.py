@@ -126,15 +126,8 @@ class Interpreter:
     # ---- running
     def invoke(self) -> None:
         """Run the planned graph on the inputs set with set_tensor."""
-        if self.num_threads is None or not BLAS.available:
+        with BLAS.limit(self.num_threads):
             self._plan.run()
-            return
-        previous = BLAS.get()
-        BLAS.set(self.num_threads)
-        try:
-            self._plan.run()
-        finally:
-            BLAS.set(previous)  # type: ignore[arg-type]
 
     def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Set inputs by signature name, invoke, and return outputs by name (copies).

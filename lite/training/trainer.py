@@ -77,15 +77,8 @@ class Trainer:
         return planned
 
     def _run(self, planned: ExecutionPlan) -> None:
-        if self.num_threads is None or not BLAS.available:
+        with BLAS.limit(self.num_threads):
             planned.run()
-            return
-        previous = BLAS.get()
-        BLAS.set(self.num_threads)
-        try:
-            planned.run()
-        finally:
-            BLAS.set(previous)  # type: ignore[arg-type]
 
     def step(self, feeds: dict[str, Any], lr: float) -> float:
         """One training step on a batch (the infer inputs plus "labels"); returns the loss."""
