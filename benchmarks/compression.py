@@ -142,7 +142,7 @@ def spore_to_onnx(data: bytes, input_name: str, output_name: str) -> bytes:
 
 def digits_nets(epochs_cnn: int, epochs_mlp: int) -> list[Net]:
     from sporenet import cloud
-    from sporenet.cloud.export import inference_model
+    from sporenet.cloud.export import to_inference_ir
     from sporenet.cloud.models import digits_cnn, digits_mlp
     from sporenet.lite import serialize
 
@@ -164,7 +164,7 @@ def digits_nets(epochs_cnn: int, epochs_mlp: int) -> list[Net]:
             verbose=0,
             seed=0,
         )
-        ir = inference_model(model, probabilities=False)
+        ir = to_inference_ir(model, probabilities=False)
         spore = serialize(ir)
         sig = ir.signature("infer")
         x_name, y_name = next(iter(sig.inputs)), next(iter(sig.outputs))

@@ -163,7 +163,7 @@ def run_sporenet(
              "--min-clients", str(n), "--round-timeout", "3600", "--heartbeat-interval", "30",
              "--heartbeat-timeout", "900", "--metrics-port", str(mport), *(extra or [])],
             stdout=log, stderr=log,
-        )  # fmt: skip
+        )
         try:
             end = time.monotonic() + 30
             while not (state / "server.json").exists():
@@ -205,7 +205,7 @@ def run_sporenet(
     return Result(
         "sporenet", n, params, float(np.mean(durations)), peak, moved / n / rounds,
         server_cpu / rounds, client_cpu / rounds,
-    )  # fmt: skip
+    )
 
 
 def sporenet_worker(address: str, first: int, count: int, params: str) -> None:
@@ -227,7 +227,7 @@ def sporenet_worker(address: str, first: int, count: int, params: str) -> None:
     def run(i: int) -> None:
         try:
             c = Client(address, train=make_train(i), name=f"c{i}", poll_wait=2.0, max_backoff=1.0,
-                       rpc_timeout=600)  # fmt: skip
+                       rpc_timeout=600)
             if c.run() is None:
                 raise RuntimeError("client stopped before the job finished")
             c.close()
@@ -253,7 +253,7 @@ def run_flower(n: int, params: str, rounds: int, procs: int, workdir: Path) -> R
         [sys.executable, __file__, "--flower-server", f"127.0.0.1:{port}", str(n), params,
          str(rounds), str(out)],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-    )  # fmt: skip
+    )
     time.sleep(2.0)  # Flower's legacy server has no readiness signal; clients retry anyway
     before = _children_cpu()
     workers = _spawn_workers("flower", f"127.0.0.1:{port}", n, procs, params)
@@ -267,7 +267,7 @@ def run_flower(n: int, params: str, rounds: int, procs: int, workdir: Path) -> R
     return Result(
         "flower", n, params, float(np.mean(report["durations"])), report["peak_mb"], None,
         report["cpu"] / rounds, client_cpu / rounds,
-    )  # fmt: skip
+    )
 
 
 def flower_server(address: str, n: int, params: str, rounds: int, out: str) -> None:
@@ -292,7 +292,7 @@ def flower_server(address: str, n: int, params: str, rounds: int, out: str) -> N
     strategy = TimedFedAvg(
         fraction_fit=1.0, fraction_evaluate=0.0, min_fit_clients=n, min_evaluate_clients=0,
         min_available_clients=n, initial_parameters=ndarrays_to_parameters([w0["w"], w0["b"]]),
-    )  # fmt: skip
+    )
     fl.server.start_server(
         server_address=address, config=fl.server.ServerConfig(num_rounds=rounds), strategy=strategy
     )
@@ -317,14 +317,14 @@ def _flower_own_connections() -> None:
     def create_channel(  # type: ignore[no-untyped-def]
         server_address, insecure, root_certificates=None, max_message_length=None,
         interceptors=None,
-    ):  # fmt: skip
+    ):
         if not insecure or interceptors:
             raise RuntimeError("the benchmark runs Flower on loopback without TLS/interceptors")
         size = max_message_length or 536_870_912
         return grpc.insecure_channel(server_address, options=[
             ("grpc.max_send_message_length", size), ("grpc.max_receive_message_length", size),
             ("grpc.use_local_subchannel_pool", 1),
-        ])  # fmt: skip
+        ])
 
     connection.create_channel = create_channel
 
@@ -430,7 +430,7 @@ def main() -> None:
     p.add_argument(
         "--repeats", type=int, default=1,
         help="runs of each workload, alternating the frameworks; the summary gives medians",
-    )  # fmt: skip
+    )
     args = p.parse_args()
     clients = [10, 20] if args.quick else [int(c) for c in args.clients.split(",")]
     sizes = ["100k"] if args.quick else args.params.lower().split(",")

@@ -21,7 +21,7 @@ from sporenet.cloud.callbacks import (
 from sporenet.cloud.checkpoint import load_checkpoint, read_checkpoint, save_checkpoint
 from sporenet.cloud.datasets import load_digits
 from sporenet.cloud.errors import CheckpointError, CloudError, ConfigError, ExportError, TraceError
-from sporenet.cloud.export import export, inference_model
+from sporenet.cloud.export import export, to_inference_ir
 from sporenet.cloud.fit import History, evaluate, fit, predict
 from sporenet.cloud.init import manual_seed
 from sporenet.cloud.mode import get_mode, set_mode, using_mode
@@ -57,7 +57,6 @@ __all__ = [
     "export",
     "fit",
     "get_mode",
-    "inference_model",
     "layers",
     "load_checkpoint",
     "load_digits",
@@ -70,6 +69,7 @@ __all__ = [
     "save_checkpoint",
     "schedules",
     "set_mode",
+    "to_inference_ir",
     "trace",
     "using_mode",
 ]

@@ -17,7 +17,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from sporenet.cloud.errors import TraceError
-from sporenet.cloud.module import Module, Parameter, run_eager
+from sporenet.cloud.module import Module, Parameter, run_eager, training_mode
 from sporenet.cloud.optimizers import Optimizer
 from sporenet.cloud.tape import Tape, Var
 from sporenet.lite.eager import run_op
@@ -149,14 +149,9 @@ class EagerEngine:
 
     def predict(self, x: np.ndarray, batch_size: int = 512) -> np.ndarray:
         """Eval-mode outputs, run eagerly."""
-        flags = {id(m): m.training for _, m in self.model.named_modules()}
-        self.model.eval()
-        try:
+        with training_mode(self.model, False):
             return np.concatenate([run_eager(self.model, x[i:i + batch_size])
                                    for i in range(0, len(x), batch_size)])
-        finally:
-            for _, m in self.model.named_modules():
-                object.__setattr__(m, "training", flags[id(m)])
 
     def parameter(self, name: str) -> np.ndarray:
         """The parameter's own array: eager steps update it in place."""

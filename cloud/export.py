@@ -20,10 +20,11 @@ import numpy as np
 from sporenet.cloud.errors import ExportError
 from sporenet.cloud.module import Module
 from sporenet.cloud.trace import INPUT_NAME, trace
+from sporenet.converter.passes import fold_batch_norms
+from sporenet.converter.passes.graph_utils import compact_tensors
 from sporenet.lite.errors import LiteError
 from sporenet.lite.format import save
-from sporenet.lite.graph import Model, Tensor
-from sporenet.lite.ops import OpCode
+from sporenet.lite.graph import Model
 from sporenet.lite.validate import validate
 
 
@@ -38,7 +39,7 @@ def export(model: Module, path: str | os.PathLike, *, input_shape: Sequence[int]
     `sparsify` stores pruned weights in the sparse BITMASK layout where that saves space
     (lite/sparse.py); the runtime expands them at load.
     """
-    ir = inference_model(model, input_shape=input_shape, labels=labels,
+    ir = to_inference_ir(model, input_shape=input_shape, labels=labels,
                          input_range=input_range, probabilities=probabilities,
                          fold_batch_norm=fold_batch_norm, metadata=metadata)
     if sparsify:
@@ -58,7 +59,7 @@ def _positive_zeros(ir: Model) -> None:
             t.data = np.asarray(t.data + t.data.dtype.type(0.0))
 
 
-def inference_model(model: Module, *, input_shape: Sequence[int] | None = None,
+def to_inference_ir(model: Module, *, input_shape: Sequence[int] | None = None,
                     labels: Sequence[str] | None = None,
                     input_range: tuple[float, float] | None = None, probabilities: bool = True,
                     fold_batch_norm: bool = True,
@@ -78,7 +79,10 @@ def inference_model(model: Module, *, input_shape: Sequence[int] | None = None,
     for t in ir.tensors:
         t.name = rename.get(t.name, t.name)
     if fold_batch_norm:
+        # The converter's pass: it keeps the folded parameters' names; the BatchNorm
+        # parameters it leaves unread are dropped.
         fold_batch_norms(ir)
+        compact_tensors(ir)
     ir.description = f"{type(model).__name__} exported by sporenet.cloud"
     info: dict[str, Any] = {"name": INPUT_NAME, "shape": [-1, *(int(d) for d in shape)],
                             "dtype": "float32", "preprocessing": "inside the graph"}
@@ -106,73 +110,3 @@ def export_names(model: Module) -> dict[str, str]:
             out.append(f"{type(module).__name__.lower()}{part}" if part.isdigit() else part)
         names[path] = ".".join([*out, parts[-1]])
     return names
-
-
-def fold_batch_norms(model: Model, graph_index: int = 0) -> int:
-    """Fold every inference BatchNorm that directly follows a Conv2D (whose output nothing
-    else reads) into the convolution's weights and bias; returns how many were folded."""
-    graph = model.graphs[graph_index]
-    readers: dict[int, int] = {}
-    for node in graph.nodes:
-        for i in node.inputs:
-            readers[i] = readers.get(i, 0) + 1
-    producer = {o: node for node in graph.nodes for o in node.outputs}
-    removed: list[int] = []
-    for k, bn in enumerate(graph.nodes):
-        if bn.op != OpCode.BATCH_NORM:
-            continue
-        conv = producer.get(bn.inputs[0])
-        if (conv is None or conv.op != OpCode.CONV2D or readers.get(conv.outputs[0]) != 1
-                or conv.outputs[0] in graph.outputs
-                or conv.attrs.get("activation", "none") != "none"):
-            continue
-        tensors = model.tensors
-        try:
-            gamma, beta, mean, var = (tensors[i].data for i in bn.inputs[1:5])
-        except (IndexError, ValueError):
-            continue
-        w = tensors[conv.inputs[1]]
-        if any(a is None for a in (gamma, beta, mean, var, w.data)):
-            continue
-        eps = float(bn.attrs.get("epsilon", 1e-5))
-        scale = (gamma.astype(np.float64) / np.sqrt(var.astype(np.float64) + eps))
-        weight = (w.data.astype(np.float64) * scale[:, None, None, None]).astype(np.float32)
-        has_bias = len(conv.inputs) > 2 and conv.inputs[2] != -1
-        bias0 = tensors[conv.inputs[2]].data.astype(np.float64) if has_bias else 0.0
-        bias = ((bias0 - mean) * scale + beta).astype(np.float32)
-        tensors[conv.inputs[1]].data = weight
-        if has_bias:
-            tensors[conv.inputs[2]].data = bias
-        else:
-            taken = {t.name for t in tensors}
-            name = (w.name.removesuffix(".weight") + ".bias" if w.name.endswith(".weight")
-                    else f"{w.name}.folded_bias")
-            name = name if name not in taken else f"{w.name}.folded_bias"
-            tensors.append(Tensor(name=name, dtype=np.dtype(np.float32),
-                                  shape=bias.shape, data=bias))
-            conv.inputs = [*conv.inputs[:2], len(tensors) - 1]
-        # The convolution now writes the BatchNorm's output tensor directly.
-        conv.outputs = [bn.outputs[0]]
-        removed.append(k)
-    graph.nodes = [n for k, n in enumerate(graph.nodes) if k not in set(removed)]
-    _drop_unused_constants(model)
-    return len(removed)
-
-
-def _drop_unused_constants(model: Model) -> None:
-    """Remove tensors nothing refers to any more (folded BatchNorm parameters), reindexing."""
-    used = {i for g in model.graphs for n in g.nodes for i in (*n.inputs, *n.outputs)}
-    used |= {i for g in model.graphs for i in (*g.inputs, *g.outputs)}
-    keep = [i for i in range(len(model.tensors)) if i in used]
-    remap = {old: new for new, old in enumerate(keep)}
-    remap[-1] = -1
-    model.tensors = [model.tensors[i] for i in keep]
-    for g in model.graphs:
-        g.inputs = [remap[i] for i in g.inputs]
-        g.outputs = [remap[i] for i in g.outputs]
-        for n in g.nodes:
-            n.inputs = [remap[i] for i in n.inputs]
-            n.outputs = [remap[i] for i in n.outputs]
-    for s in model.signatures.values():
-        s.inputs = {k: remap[i] for k, i in s.inputs.items()}
-        s.outputs = {k: remap[i] for k, i in s.outputs.items()}

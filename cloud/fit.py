@@ -16,7 +16,7 @@ from sporenet.cloud.engines import make_engine
 from sporenet.cloud.errors import ConfigError
 from sporenet.cloud.losses import accuracy, compute_loss, loss_name
 from sporenet.cloud.mode import resolve_mode
-from sporenet.cloud.module import Module, run_eager
+from sporenet.cloud.module import Module, run_eager, training_mode
 from sporenet.cloud.optimizers import get_optimizer
 from sporenet.cloud.trace import trace
 from sporenet.lite.interpreter import Interpreter
@@ -169,9 +169,7 @@ def predict(model: Module, x: Any, *, batch_size: int = 512, mode: str | None = 
     x = np.ascontiguousarray(np.asarray(x), dtype=np.float32)
     if len(x) == 0:
         raise ConfigError("`x` is empty")
-    flags = {id(m): m.training for _, m in model.named_modules()}
-    model.eval()
-    try:
+    with training_mode(model, False):
         if resolve_mode(mode) == "eager":
             parts = [run_eager(model, x[i:i + batch_size]) for i in range(0, len(x), batch_size)]
         else:
@@ -179,9 +177,6 @@ def predict(model: Module, x: Any, *, batch_size: int = 512, mode: str | None = 
                                       num_threads=num_threads)
             parts = [interpreter.run({"input": x[i:i + batch_size]})["logits"]
                      for i in range(0, len(x), batch_size)]
-    finally:
-        for _, m in model.named_modules():
-            object.__setattr__(m, "training", flags[id(m)])
     return np.concatenate(parts)
 
 

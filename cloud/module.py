@@ -7,7 +7,7 @@
             self.scale = Parameter(...)  # a parameter, registered because it is a Parameter
 
         def forward(self, x):
-            return self.fc1(x) * self.scale_var(x)
+            return self.fc1(x) * x.tape.param(self.scale)
 
 A module is called on a `Var` inside a forward pass, or on a NumPy array: the array is then
 run eagerly and the result returned as an array (any layer or sub-model can be inspected).
@@ -16,6 +16,7 @@ run eagerly and the result returned as an array (any layer or sub-model can be i
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -174,6 +175,19 @@ def run_eager(module: Module, x: Any) -> np.ndarray:
     if not isinstance(out, Var):
         raise TraceError(f"{type(module).__name__}.forward must return a Var, got {type(out)}")
     return out.numpy()
+
+
+@contextmanager
+def training_mode(module: Module, training: bool) -> Iterator[Module]:
+    """Within the block every submodule's train/eval flag is `training`; afterwards each
+    gets back its own flag (a frozen submodule left in eval mode stays in eval mode)."""
+    flags = {id(m): m.training for _, m in module.named_modules()}
+    module.train(training)
+    try:
+        yield module
+    finally:
+        for _, m in module.named_modules():
+            object.__setattr__(m, "training", flags[id(m)])
 
 
 class Sequential(Module):

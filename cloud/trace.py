@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from sporenet.cloud.errors import TraceError
-from sporenet.cloud.module import Module
+from sporenet.cloud.module import Module, training_mode
 from sporenet.cloud.tape import Tape, Var, batch_shape
 from sporenet.lite.graph import Model
 from sporenet.lite.ops import OpCode
@@ -25,9 +25,7 @@ def trace(module: Module, sample_shape: Sequence[int], *, training: bool,
     Parameter values are copied into the model, so later training does not change it.
     `keep_dropout` keeps inference-mode Dropout nodes (for lite's make_training_model).
     """
-    flags = {id(m): m.training for _, m in module.named_modules()}
-    module.train(training)
-    try:
+    with training_mode(module, training):
         tape = Tape(eager=False, training=training, names=module.state_names())
         tape.keep_dropout = keep_dropout
         x = tape.input(INPUT_NAME, shape=batch_shape(sample_shape), dtype=np.float32)
@@ -41,9 +39,6 @@ def trace(module: Module, sample_shape: Sequence[int], *, training: bool,
             outputs.append((tape.op(OpCode.SOFTMAX, [out], axis=-1, name="probabilities"),
                             "probabilities"))
         model = tape.model(outputs)
-    finally:
-        for _, m in module.named_modules():
-            object.__setattr__(m, "training", flags[id(m)])
     # Decouple the model from the live parameter arrays (training updates them in place).
     for t in model.tensors:
         if t.data is not None:

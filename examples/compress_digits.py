@@ -121,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
 
     # Post-training quantization of the float model, for reference.
     ptq = quantize_model(
-        cloud.inference_model(model, labels=data.labels),
+        cloud.to_inference_ir(model, labels=data.labels),
         calibration={"input": calibration[:100]},
         report=False,
     )

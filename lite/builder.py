@@ -13,7 +13,7 @@ Tensors are referred to by index; `op` returns the index of its (first) output.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Container, Sequence
 from typing import Any
 
 import numpy as np
@@ -23,11 +23,13 @@ from sporenet.lite.ops import OpCode
 from sporenet.lite.validate import validate
 
 
-def unique_name(name: str, taken: set[str]) -> str:
-    """`name`, or `name_1`, `name_2`, ... : the first not in `taken`, which it joins."""
+def unique_name(name: str, taken: set[str], *, reserved: Container[str] = (),
+                sep: str = "_") -> str:
+    """`name`, or `name{sep}1`, `name{sep}2`, ...: the first in neither `taken` nor
+    `reserved`; it joins `taken`."""
     candidate, k = name, 1
-    while candidate in taken:
-        candidate = f"{name}_{k}"
+    while candidate in taken or candidate in reserved:
+        candidate = f"{name}{sep}{k}"
         k += 1
     taken.add(candidate)
     return candidate

@@ -1,7 +1,9 @@
 """Running one op at once on NumPy arrays, with the same kernels the planner uses.
 
-Used by cloud's eager mode and by kernel tests. Each call prepares the kernel (checks,
-shape inference) and computes; nothing is cached, so it is for convenience, not speed.
+`prepare_kernel` and `evaluate` are the one way to prepare a kernel for a node and run it
+on constant inputs: the planner folds constants with them at load time, the converter at
+conversion time. `run_op` (cloud's eager mode, kernel tests) prepares and computes in one
+call; nothing is cached, so it is for convenience, not speed.
 """
 
 from __future__ import annotations
@@ -12,9 +14,54 @@ from typing import Any
 import numpy as np
 
 from sporenet.lite.errors import ShapeError, UnsupportedOpError
-from sporenet.lite.kernels import KERNELS, supported_ops
-from sporenet.lite.kernels.base import Attrs, TensorSpec
+from sporenet.lite.graph import Quantization
+from sporenet.lite.kernels import KERNELS, kernel_class, supported_ops
+from sporenet.lite.kernels.base import Attrs, Kernel, TensorSpec
 from sporenet.lite.ops import OpCode
+
+
+def prepare_kernel(op: OpCode, attrs: dict[str, Any], in_specs: Sequence[TensorSpec | None],
+                   num_outputs: int, *, where: str | None = None,
+                   check_outputs: bool = True,
+                   output_quant: Sequence[Quantization | None] = (),
+                   output_dtypes: Sequence[np.dtype] = ()) -> Kernel:
+    """The runtime kernel for one node, prepared for `in_specs` (None: an absent optional
+    input). Every failure is a ShapeError, prefixed with `where` (the node) when given.
+    The kernel is the int8 one when the first input is quantized (kernel_class);
+    `output_quant`/`output_dtypes` are what the file declares on the outputs.
+    `check_outputs=False` accepts a kernel with
+    fewer outputs than `num_outputs` (an optimizer update writes its state in place)."""
+    prefix = f"{where}: " if where else ""
+    cls = kernel_class(op, in_specs[0] if in_specs else None, where or op.name)
+    lo, hi = cls.num_inputs
+    if not lo <= len(in_specs) <= hi:
+        raise ShapeError(f"{where or op.name}: takes {lo}..{hi} inputs, got {len(in_specs)}")
+    try:
+        attributes = Attrs(op.name, attrs, num_outputs, output_quant, output_dtypes)
+        kernel = cls(attributes, list(in_specs))
+    except ShapeError as exc:
+        if not where:
+            raise
+        raise ShapeError(f"{prefix}{exc}") from None
+    except (ValueError, TypeError, IndexError, OverflowError, KeyError) as exc:
+        raise ShapeError(f"{where or op.name}: invalid attributes or inputs ({exc})") from None
+    if check_outputs and len(kernel.output_specs) < num_outputs:
+        raise ShapeError(f"{where or op.name}: produces {len(kernel.output_specs)} outputs, "
+                         f"the node lists {num_outputs}")
+    return kernel
+
+
+def evaluate(kernel: Kernel, values: Sequence[np.ndarray | None]) -> list[np.ndarray]:
+    """Run a prepared kernel on constant inputs; the outputs are new arrays."""
+    inputs = list(values)
+    if kernel.is_view:
+        outs = [np.array(v) for v in kernel.view(inputs)]
+    else:
+        outs = [np.empty(s.shape, s.dtype) for s in kernel.output_specs]
+        step = kernel.bind(inputs, outs)
+        if step is not None:
+            step()
+    return outs
 
 
 def run_op(op: OpCode, inputs: Sequence[np.ndarray | None], *, num_outputs: int = 1,
@@ -26,20 +73,10 @@ def run_op(op: OpCode, inputs: Sequence[np.ndarray | None], *, num_outputs: int 
     """
     if op not in KERNELS:
         raise UnsupportedOpError(f"no kernel for {op.name}; supported ops: {supported_ops()}")
-    cls = KERNELS[op]
     arrays = [None if x is None else np.asarray(x) for x in inputs]
     consts = set(range(len(arrays))) if constant_inputs is None else set(constant_inputs)
     specs = [None if a is None else
              TensorSpec(a.shape, a.dtype, a if k in consts else None)
              for k, a in enumerate(arrays)]
-    lo, hi = cls.num_inputs
-    if not lo <= len(arrays) <= hi:
-        raise ShapeError(f"{op.name}: takes {lo}..{hi} inputs, got {len(arrays)}")
-    kernel = cls(Attrs(op.name, attrs, num_outputs), specs)
-    if kernel.is_view:
-        return [np.array(v) for v in kernel.view(arrays)][:num_outputs]
-    outs = [np.empty(s.shape, s.dtype) for s in kernel.output_specs]
-    step = kernel.bind(arrays, outs)
-    if step is not None:
-        step()
-    return outs[:num_outputs]
+    kernel = prepare_kernel(op, attrs, specs, num_outputs, check_outputs=False)
+    return evaluate(kernel, arrays)[:num_outputs]

@@ -178,15 +178,8 @@ class Interpreter:
 
     def execute(self, planned: ExecutionPlan) -> None:
         """Run a plan of this interpreter's with the BLAS pool bounded to num_threads."""
-        if self.num_threads is None or not BLAS.available:
+        with BLAS.limit(self.num_threads):
             planned.run()
-            return
-        previous = BLAS.get()
-        BLAS.set(self.num_threads)
-        try:
-            planned.run()
-        finally:
-            BLAS.set(previous)  # type: ignore[arg-type]
 
     def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Set inputs by signature name, invoke, and return outputs by name (copies).

@@ -15,10 +15,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from sporenet.lite.eager import evaluate, prepare_kernel
 from sporenet.lite.errors import ShapeError, UnsupportedOpError
 from sporenet.lite.graph import DYNAMIC, Model
-from sporenet.lite.kernels import KERNELS, QUANTIZED_KERNELS, supported_ops
-from sporenet.lite.kernels.base import Attrs, Kernel, TensorSpec
+from sporenet.lite.kernels import KERNELS, QUANTIZED_KERNELS, kernel_class, supported_ops
+from sporenet.lite.kernels.base import Kernel, TensorSpec
 from sporenet.lite.kernels.quantized.base import is_quantized
 from sporenet.lite.kernels.quantized.convert import dequantize_array
 from sporenet.lite.ops import OpCode
@@ -76,24 +77,6 @@ def _check_size(spec: TensorSpec, what: str) -> None:
             f"{what}: shape {list(spec.shape)} x {spec.dtype} needs {nbytes:,} bytes, more than "
             f"the {MAX_TENSOR_BYTES:,}-byte limit per tensor"
         )
-
-
-def kernel_class(op: OpCode, first: TensorSpec | None, where: str) -> type[Kernel]:
-    """The kernel for a node: the int8 one when its first input is a quantized int8/uint8
-    tensor, else the float (or dtype-generic) one."""
-    if is_quantized(first):
-        cls = QUANTIZED_KERNELS.get(op)
-        if cls is None:
-            raise UnsupportedOpError(
-                f"{where}: no int8 kernel for {op.name} (input {first.dtype} with "  # type: ignore[union-attr]
-                f"quantization); int8 ops: {', '.join(sorted(o.name for o in QUANTIZED_KERNELS))}"
-            )
-        return cls
-    cls = KERNELS.get(op)
-    if cls is None:
-        raise UnsupportedOpError(f"{where}: {op.name} runs only on int8/uint8 tensors with "
-                                 f"quantization, got {None if first is None else first.dtype}")
-    return cls
 
 
 # Ops that read float16 or quantized constants as they are (no weight-only dequantize).
@@ -155,33 +138,22 @@ def infer(model: Model, graph_index: int, shapes: dict[int, tuple[int, ...]] | N
         where = f"node {j} {node.name!r} ({node.op.name})"
         in_specs = [specs[i] if i != -1 else None for i in node.inputs]
         cls = kernel_class(node.op, in_specs[0] if in_specs else None, where)
-        lo, hi = cls.num_inputs
-        if not lo <= len(node.inputs) <= hi:
-            raise ShapeError(f"{where}: takes {lo}..{hi} inputs, got {len(node.inputs)}")
         swapped = {} if cls is QUANTIZED_KERNELS.get(node.op) else _weight_only(
             node.op, in_specs, dequantized, node.inputs)
-        attrs = Attrs(node.op.name, node.attrs, len(node.outputs),
-                      [model.tensors[i].quantization for i in node.outputs],
-                      [model.tensors[i].dtype for i in node.outputs])
-        try:
-            kernel = cls(attrs, in_specs)
-        except ShapeError as exc:
-            raise ShapeError(f"{where}: {exc}") from None
-        except (ValueError, TypeError, IndexError, OverflowError) as exc:
-            raise ShapeError(f"{where}: invalid attributes or inputs ({exc})") from None
-        if len(kernel.output_specs) < len(node.outputs):
-            raise ShapeError(
-                f"{where}: produces {len(kernel.output_specs)} outputs, node lists "
-                f"{len(node.outputs)}"
-            )
+        kernel = prepare_kernel(
+            node.op, node.attrs, in_specs, len(node.outputs), where=where,
+            output_quant=[model.tensors[i].quantization for i in node.outputs],
+            output_dtypes=[model.tensors[i].dtype for i in node.outputs],
+        )
         for spec in kernel.output_specs:
             _check_size(spec, where)
         foldable = getattr(cls, "foldable", True) and all(
             s is None or s.value is not None for s in in_specs
         )
         if foldable:
-            values = _evaluate(kernel, in_specs)
+            values = evaluate(kernel, [s.value if s is not None else None for s in in_specs])
             for i, value, spec in zip(node.outputs, values, kernel.output_specs, strict=False):
+                value.flags.writeable = False
                 folded[i] = value
                 specs[i] = TensorSpec(value.shape, value.dtype, value, spec.quant)
             kernels.append(None)
@@ -191,21 +163,6 @@ def infer(model: Model, graph_index: int, shapes: dict[int, tuple[int, ...]] | N
         kernel.constant_inputs = swapped  # type: ignore[attr-defined]
         kernels.append(kernel)
     return specs, kernels, folded
-
-
-def _evaluate(kernel: Kernel, in_specs: list[TensorSpec | None]) -> list[np.ndarray]:
-    """Run a kernel whose inputs are all constants (constant folding at plan time)."""
-    inputs = [s.value if s is not None else None for s in in_specs]
-    if kernel.is_view:
-        outs = [np.array(v) for v in kernel.view(inputs)]
-    else:
-        outs = [np.empty(s.shape, s.dtype) for s in kernel.output_specs]
-        step = kernel.bind(inputs, outs)
-        if step is not None:
-            step()
-    for out in outs:
-        out.flags.writeable = False
-    return outs
 
 
 class _Arena:

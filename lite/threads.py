@@ -10,7 +10,8 @@ from __future__ import annotations
 import ctypes
 import glob
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 import numpy as np
 
@@ -54,6 +55,20 @@ class BlasThreads:
     def set(self, n: int) -> None:
         if self._api:
             self._api[0](int(n))
+
+    @contextmanager
+    def limit(self, n: int | None) -> Iterator[None]:
+        """Within the block BLAS runs `n` threads; the previous count comes back after it.
+        With n=None, or no BLAS whose threads can be set, nothing changes."""
+        if n is None or self._api is None:
+            yield
+            return
+        previous = self._api[1]()
+        self.set(n)
+        try:
+            yield
+        finally:
+            self.set(previous)
 
 
 BLAS = BlasThreads()

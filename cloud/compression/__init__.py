@@ -14,7 +14,7 @@ an int8 .spore through the converter's quantizer.
     C.export_sparse(model, "pruned.spore")          # ~0.3x the dense file
 
     # half the channels of every prunable layer, residual groups kept consistent
-    smaller = C.prune_channels(cloud.inference_model(model), 0.5)
+    smaller = C.prune_channels(cloud.to_inference_ir(model), 0.5)
 
     qat = C.prepare_qat(model, x[:200])             # BatchNorm folded, fake-quant inserted
     cloud.fit(qat, x, y, epochs=3, optimizer=cloud.Adam(lr=1e-4))

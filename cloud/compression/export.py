@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from sporenet.cloud.errors import ExportError
-from sporenet.cloud.export import export, inference_model
+from sporenet.cloud.export import export, to_inference_ir
 from sporenet.cloud.module import Module
 from sporenet.lite.errors import LiteError
 from sporenet.lite.format import serialize
@@ -58,7 +58,7 @@ def sparse_int8(
     from sporenet.converter.errors import ConversionError
     from sporenet.converter.quantize import quantize_model
 
-    ir = inference_model(model, input_shape=input_shape, labels=labels)
+    ir = to_inference_ir(model, input_shape=input_shape, labels=labels)
     try:
         result = quantize_model(
             ir,

@@ -23,7 +23,7 @@ import numpy as np
 
 from sporenet.cloud._checks import positive_int
 from sporenet.cloud.errors import ConfigError, ExportError
-from sporenet.cloud.export import _drop_unused_constants, inference_model
+from sporenet.cloud.export import to_inference_ir
 from sporenet.cloud.layers import (
     GELU,
     BatchNorm2d,
@@ -39,6 +39,7 @@ from sporenet.cloud.layers import (
 )
 from sporenet.cloud.module import Module, Parameter, Sequential, run_eager
 from sporenet.cloud.tape import Var
+from sporenet.converter.passes.graph_utils import compact_tensors
 from sporenet.lite.graph import Model
 from sporenet.lite.ops import OpCode
 
@@ -230,7 +231,7 @@ def strip_fake_quant(ir: Model) -> dict[str, tuple[float, float]]:
     graph.outputs = [alias.get(i, i) for i in graph.outputs]
     for sig in ir.signatures.values():
         sig.outputs = {k: alias.get(i, i) for k, i in sig.outputs.items()}
-    _drop_unused_constants(ir)
+    compact_tensors(ir)
     return ranges
 
 
@@ -260,7 +261,7 @@ def export_int8(
     from sporenet.converter.errors import ConversionError
     from sporenet.converter.quantize import quantize_model
 
-    ir = inference_model(model, input_shape=input_shape, labels=labels)
+    ir = to_inference_ir(model, input_shape=input_shape, labels=labels)
     ranges = strip_fake_quant(ir)
     try:
         return quantize_model(

@@ -225,7 +225,7 @@ def prune_channels(
     space removed (see the module docstring); the input model is not changed.
 
     Args:
-        model: a lite Model (cloud.inference_model output, a converted or loaded model).
+        model: a lite Model (cloud.to_inference_ir output, a converted or loaded model).
         ratio: fraction of each space's channels to remove, in [0, 1).
         graph_index: the graph to prune.
         min_channels: channels a space keeps at least.

@@ -18,68 +18,18 @@ import numpy as np
 
 from sporenet.converter.errors import ConversionError
 from sporenet.converter.onnx_import.node import OnnxNode
+from sporenet.converter.passes.graph_utils import contiguous, should_materialize
+from sporenet.lite.builder import unique_name
+from sporenet.lite.eager import evaluate, prepare_kernel
 from sporenet.lite.errors import ShapeError, UnsupportedOpError
 from sporenet.lite.graph import DYNAMIC, Graph, Model, Node, Quantization, Signature, Tensor
 from sporenet.lite.kernels import KERNELS
-from sporenet.lite.kernels.base import Attrs, Kernel, TensorSpec
+from sporenet.lite.kernels.base import Kernel, TensorSpec
 from sporenet.lite.ops import OpCode
-from sporenet.lite.planner import kernel_class
-
-MATERIALIZE_LIMIT = 1024
-"""Folded constants up to this many bytes are always stored; larger ones only when they are
-no larger than the constants they are computed from (otherwise the node is kept)."""
-
 
 MAX_TENSOR_BYTES = 1 << 32
 """A node whose outputs would exceed this (4 GiB) is refused: a hostile or broken model must
 not make the converter allocate without bound."""
-
-
-def contiguous(array: np.ndarray) -> np.ndarray:
-    """`array` itself when C-contiguous, else a C-contiguous copy of the same shape
-    (np.ascontiguousarray would turn a 0-d array into a 1-d one)."""
-    if array.flags.c_contiguous:
-        return array
-    return np.ascontiguousarray(array).reshape(array.shape)
-
-
-def should_materialize(out_bytes: int, in_bytes: int) -> bool:
-    """Whether a folded constant of `out_bytes`, computed from `in_bytes` of stored
-    constants, is worth storing (rather than keeping the node for the runtime to fold)."""
-    return out_bytes <= MATERIALIZE_LIMIT or out_bytes <= in_bytes
-
-
-def prepare_kernel(op: OpCode, attrs: dict[str, Any], in_specs: Sequence[TensorSpec | None],
-                   num_outputs: int, output_quant: Sequence[Quantization | None] = ()) -> Kernel:
-    """The runtime kernel for one node, chosen as the planner chooses it (the int8 kernel
-    when the first input is a quantized int8/uint8 tensor); raises ShapeError as the
-    planner would, or UnsupportedOpError for an op without an int8 kernel."""
-    cls = kernel_class(op, in_specs[0] if in_specs else None, op.name)
-    lo, hi = cls.num_inputs
-    if not lo <= len(in_specs) <= hi:
-        raise ShapeError(f"{op.name}: takes {lo}..{hi} inputs, got {len(in_specs)}")
-    try:
-        kernel = cls(Attrs(op.name, attrs, num_outputs, list(output_quant)), list(in_specs))
-    except ShapeError:
-        raise
-    except (ValueError, TypeError, IndexError, OverflowError, KeyError) as exc:
-        raise ShapeError(f"{op.name}: invalid attributes or inputs ({exc})") from None
-    if len(kernel.output_specs) < num_outputs:
-        raise ShapeError(f"{op.name}: produces {len(kernel.output_specs)} outputs, "
-                         f"{num_outputs} requested")
-    return kernel
-
-
-def evaluate(kernel: Kernel, values: Sequence[np.ndarray | None]) -> list[np.ndarray]:
-    """Run a prepared kernel on constant inputs (constant folding)."""
-    inputs = list(values)
-    if kernel.is_view:
-        return [np.array(v) for v in kernel.view(inputs)]
-    outs = [np.empty(s.shape, s.dtype) for s in kernel.output_specs]
-    step = kernel.bind(inputs, outs)
-    if step is not None:
-        step()
-    return outs
 
 
 class ImportContext:
@@ -98,12 +48,7 @@ class ImportContext:
 
     # ---- naming
     def _fresh_name(self, base: str) -> str:
-        candidate, k = base, 1
-        while candidate in self._used or candidate in self._reserved:
-            candidate = f"{base}__{k}"
-            k += 1
-        self._used.add(candidate)
-        return candidate
+        return unique_name(base, self._used, reserved=self._reserved, sep="__")
 
     def rename(self, index: int, name: str) -> None:
         """Give a tensor the ONNX value name it stands for (when no other tensor has it)."""
@@ -214,7 +159,9 @@ class ImportContext:
         for view in self.views:
             in_specs = [view[i] if i != -1 else None for i in inputs]
             try:
-                kernels.append(prepare_kernel(op, attrs, in_specs, num_outputs, output_quant))
+                kernels.append(
+                    prepare_kernel(op, attrs, in_specs, num_outputs, output_quant=output_quant)
+                )
             except (ShapeError, UnsupportedOpError) as exc:
                 raise self.fail(str(exc)) from None
         base = name or f"{self.where or op.name.lower()}/{op.name.lower()}"

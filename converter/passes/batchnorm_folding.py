@@ -1,9 +1,11 @@
 """BatchNorm folding: y = BN(conv(x)) becomes one conv with scaled weights and a new bias.
 
 With s = gamma / sqrt(var + eps): W' = W * s (per output channel), b' = (b - mean) * s + beta.
-Weights that are constants are rewritten at conversion (in float64, then cast back). Weights
-the runtime folds at load time (e.g. a ConstantOfShape fill kept small in the file) get a
-Mul node instead, which the runtime folds together with them.
+Weights that are constants are rewritten at conversion (in float64, then cast back), in place
+when nothing else reads them, so they keep their names (cloud export relies on this: a
+folded layer's parameters are still called "conv1.weight"). Weights the runtime folds at
+load time (e.g. a ConstantOfShape fill kept small in the file) get a Mul node instead, which
+the runtime folds together with them.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from sporenet.converter.passes.graph_utils import (
     add_constant,
     add_tensor,
     consumers,
+    contiguous,
     float_attr,
     producers,
     replace_uses,
@@ -42,9 +45,33 @@ def _is_static(model: Model, index: int, made: dict[int, Node], memo: dict[int, 
     return result
 
 
+def _reader_counts(model: Model) -> dict[int, int]:
+    """Tensor index -> how many node inputs read it, over every graph of the model."""
+    counts: dict[int, int] = {}
+    for graph in model.graphs:
+        for node in graph.nodes:
+            for i in node.inputs:
+                counts[i] = counts.get(i, 0) + 1
+    return counts
+
+
+def _new_constant(model: Model, old: int, name: str, value: np.ndarray,
+                  readers: dict[int, int]) -> int:
+    """Constant tensor `old` holding `value` when the folded node is its only reader (it
+    keeps its name), else a new constant called `name`; returns the index."""
+    if readers.get(old, 0) != 1:
+        return add_constant(model, name, value)
+    array = contiguous(value)
+    array.flags.writeable = False
+    tensor = model.tensors[old]
+    tensor.data, tensor.shape, tensor.dtype = array, array.shape, array.dtype
+    return old
+
+
 def fold_batch_norms(model: Model) -> int:
     """Fold every foldable BatchNorm into its producer; returns how many were folded."""
     folded = 0
+    readers = _reader_counts(model)
     for gi, graph in enumerate(model.graphs):
         uses = consumers(graph)
         made = producers(graph)
@@ -84,9 +111,9 @@ def fold_batch_norms(model: Model) -> int:
             shape = (channels,) + (1,) * (len(w_tensor.shape) - 1)
             new_nodes: list[Node] = []
             if w_tensor.data is not None:
-                w_new = add_constant(model, f"{name}/bn_folded",
-                                     (w_tensor.data.astype(np.float64)
-                                      * scale.reshape(shape)).astype(dtype))
+                w_new = _new_constant(model, w_index, f"{name}/bn_folded",
+                                      (w_tensor.data.astype(np.float64)
+                                       * scale.reshape(shape)).astype(dtype), readers)
             else:
                 s_index = add_constant(model, f"{name}/bn_scale",
                                        scale.reshape(shape).astype(dtype))
@@ -95,10 +122,15 @@ def fold_batch_norms(model: Model) -> int:
                                       name=model.tensors[w_new].name))
             shift = beta - mean * scale
             if b_index == -1:
-                b_new = add_constant(model, f"{name}/bn_bias", shift.astype(dtype))
+                # A layer's new bias is named as its weight's sibling ("conv1.bias"), so
+                # an exported model's trainable names stay the layers' names.
+                bias_name = (f"{name.removesuffix('.weight')}.bias" if name.endswith(".weight")
+                             else f"{name}/bn_bias")
+                b_new = add_constant(model, bias_name, shift.astype(dtype))
             elif (b_data := model.tensors[b_index].data) is not None:
                 b = b_data.astype(np.float64).reshape(-1)
-                b_new = add_constant(model, f"{name}/bn_bias", (b * scale + shift).astype(dtype))
+                b_new = _new_constant(model, b_index, f"{name}/bn_bias",
+                                      (b * scale + shift).astype(dtype), readers)
             else:
                 s_index = add_constant(model, f"{name}/bn_bias_scale", scale.astype(dtype))
                 t_index = add_constant(model, f"{name}/bn_bias_shift", shift.astype(dtype))

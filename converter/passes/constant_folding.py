@@ -6,7 +6,8 @@ folds it when the model loads, and the file stays small.
 
 from __future__ import annotations
 
-from sporenet.converter.onnx_import.context import evaluate, prepare_kernel, should_materialize
+from sporenet.converter.passes.graph_utils import should_materialize
+from sporenet.lite.eager import evaluate, prepare_kernel
 from sporenet.lite.errors import ShapeError
 from sporenet.lite.graph import Model
 from sporenet.lite.kernels import KERNELS

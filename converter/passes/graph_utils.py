@@ -1,11 +1,35 @@
-"""Small helpers the passes share: who consumes a tensor, rewiring uses, dropping tensors."""
+"""Small helpers the passes share: who consumes a tensor, rewiring uses, dropping tensors,
+evaluating constant subgraphs. Nothing here knows ONNX (and nothing imports `onnx`), so
+cloud export runs the same passes as the converter."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from sporenet.converter.onnx_import.context import contiguous
-from sporenet.lite.graph import DYNAMIC, Graph, Model, Node
+from sporenet.lite.builder import unique_name
+from sporenet.lite.eager import evaluate, prepare_kernel
+from sporenet.lite.errors import ShapeError
+from sporenet.lite.graph import DYNAMIC, Graph, Model, Node, Tensor
+from sporenet.lite.kernels import KERNELS
+from sporenet.lite.kernels.base import TensorSpec
+
+MATERIALIZE_LIMIT = 1024
+"""Folded constants up to this many bytes are always stored; larger ones only when they are
+no larger than the constants they are computed from (otherwise the node is kept)."""
+
+
+def contiguous(array: np.ndarray) -> np.ndarray:
+    """`array` itself when C-contiguous, else a C-contiguous copy of the same shape
+    (np.ascontiguousarray would turn a 0-d array into a 1-d one)."""
+    if array.flags.c_contiguous:
+        return array
+    return np.ascontiguousarray(array).reshape(array.shape)
+
+
+def should_materialize(out_bytes: int, in_bytes: int) -> bool:
+    """Whether a folded constant of `out_bytes`, computed from `in_bytes` of stored
+    constants, is worth storing (rather than keeping the node for the runtime to fold)."""
+    return out_bytes <= MATERIALIZE_LIMIT or out_bytes <= in_bytes
 
 
 def consumers(graph: Graph) -> dict[int, list[Node]]:
@@ -78,13 +102,7 @@ def compact_tensors(model: Model) -> int:
 
 def add_constant(model: Model, name: str, value: np.ndarray) -> int:
     """Append a constant tensor with a name no other tensor has; returns its index."""
-    from sporenet.lite.graph import Tensor
-
-    taken = {t.name for t in model.tensors}
-    candidate, k = name, 1
-    while candidate in taken:
-        candidate = f"{name}__{k}"
-        k += 1
+    candidate = unique_name(name, {t.name for t in model.tensors}, sep="__")
     array = contiguous(np.asarray(value))
     array.flags.writeable = False
     model.tensors.append(Tensor(name=candidate, dtype=array.dtype, shape=array.shape, data=array))
@@ -93,13 +111,7 @@ def add_constant(model: Model, name: str, value: np.ndarray) -> int:
 
 def add_tensor(model: Model, name: str, like: int) -> int:
     """Append an activation tensor with the dtype and shape of tensor `like`."""
-    from sporenet.lite.graph import Tensor
-
-    taken = {t.name for t in model.tensors}
-    candidate, k = name, 1
-    while candidate in taken:
-        candidate = f"{name}__{k}"
-        k += 1
+    candidate = unique_name(name, {t.name for t in model.tensors}, sep="__")
     ref = model.tensors[like]
     model.tensors.append(Tensor(name=candidate, dtype=ref.dtype, shape=ref.shape))
     return len(model.tensors) - 1
@@ -109,11 +121,6 @@ def static_value(model: Model, made: dict[int, Node], index: int,
                  memo: dict[int, np.ndarray | None]) -> np.ndarray | None:
     """The value of a tensor that is a constant or computed from constants only (the runtime
     folds such nodes at load time), evaluated with the runtime's kernels; else None."""
-    from sporenet.converter.onnx_import.context import evaluate, prepare_kernel
-    from sporenet.lite.errors import ShapeError
-    from sporenet.lite.kernels import KERNELS
-    from sporenet.lite.kernels.base import TensorSpec
-
     if index in memo:
         return memo[index]
     tensor = model.tensors[index]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from sporenet.lite.errors import UnsupportedOpError
 from sporenet.lite.kernels import (
     conv,
     elementwise,
@@ -20,7 +21,7 @@ from sporenet.lite.kernels import (
     transform,
     unary,
 )
-from sporenet.lite.kernels.base import Kernel
+from sporenet.lite.kernels.base import Kernel, TensorSpec
 from sporenet.lite.kernels.quantized import activation as q_activation
 from sporenet.lite.kernels.quantized import conv as q_conv
 from sporenet.lite.kernels.quantized import convert as q_convert
@@ -29,6 +30,7 @@ from sporenet.lite.kernels.quantized import linear as q_linear
 from sporenet.lite.kernels.quantized import pooling as q_pooling
 from sporenet.lite.kernels.quantized import shape as q_shape
 from sporenet.lite.kernels.quantized import softmax as q_softmax
+from sporenet.lite.kernels.quantized.base import is_quantized
 from sporenet.lite.kernels.training import (
     activation_grad,
     broadcast,
@@ -216,3 +218,21 @@ def max_op_versions() -> dict[int, int]:
 def supported_ops() -> list[str]:
     """Names of every op this runtime has a kernel for, sorted."""
     return sorted(op.name for op in {*KERNELS, *QUANTIZED_KERNELS})
+
+
+def kernel_class(op: OpCode, first: TensorSpec | None, where: str) -> type[Kernel]:
+    """The kernel for a node: the int8 one when its first input is a quantized int8/uint8
+    tensor, else the float (or dtype-generic) one."""
+    if is_quantized(first):
+        cls = QUANTIZED_KERNELS.get(op)
+        if cls is None:
+            raise UnsupportedOpError(
+                f"{where}: no int8 kernel for {op.name} (input {first.dtype} with "  # type: ignore[union-attr]
+                f"quantization); int8 ops: {', '.join(sorted(o.name for o in QUANTIZED_KERNELS))}"
+            )
+        return cls
+    cls = KERNELS.get(op)
+    if cls is None:
+        raise UnsupportedOpError(f"{where}: {op.name} runs only on int8/uint8 tensors with "
+                                 f"quantization, got {None if first is None else first.dtype}")
+    return cls

@@ -58,10 +58,9 @@ def phase_im2col_copies(xp: np.ndarray, win: Window,
     which NumPy does well below memory speed. Phase (a, b) = padded rows a, a+sh, ... and columns
     b, b+sw, ... is copied once; every tap (a + sh*u, b + sw*v) then reads unit-stride
     rows of its phase at offset (u, v), and the taps of one phase form one strided view,
-    so the work is one strided pass over the input plus sh*sw contiguous copies.
-    Measured (columns only): 0.110 -> 0.062 ms for a 7x7 stride-2 stem over 3x112x112,
-    0.088 -> 0.073 ms for a 3x3 stride-2 stem over 3x224x224. The phase buffers are
-    allocated here, once; the list runs in order.
+    so the work is one strided pass over the input plus sh*sw contiguous copies (strided
+    stems, e.g. 7x7 stride 2, gain most). The phase buffers are allocated here, once; the
+    list runs in order.
     """
     n, c = xp.shape[:2]
     (kh, kw), (sh, sw), (oh, ow) = win.kernel, win.strides, win.out
@@ -353,29 +352,23 @@ class Conv2D(Kernel):
         return compute
 
 
+# When Winograd pays is measured, not derived: benchmarks/conv_strategies.py times the
+# three strategies on the layers at these edges and shows which one each layer picks.
+#
 # Winograd F(2x2, 3x3) for 3x3 stride-1 convolutions with outputs of at least this many
 # positions and at least this many input channels. The transformed weights take 16/9 of
 # the originals' memory and OpenBLAS re-packs them on every call, so with very few tiles
-# the saved multiplications stop paying: measured (one thread) Winograd wins clearly at
-# 256 channels on 7x7 and breaks even at 512 channels on 4x4, which therefore stays on
-# im2col (and keeps the largest layers' weights at their original size).
+# the saved multiplications stop paying (the largest layers on the smallest planes stay
+# on im2col, which also keeps their weights at their original size).
 _WINOGRAD_MIN_PLANE = 36
 # The transforms cost a few passes over the input and output tiles per call whatever the
 # channel counts, while the GEMMs save 5/9 of the C*O work per tile: with few channels,
-# or few tiles (N * ceil(OH/2) * ceil(OW/2)) times channels, the transforms eat the
-# saving. Measured (one thread, OpenBLAS Haswell), Winograd/im2col time: 1.75 at 16->16
-# channels 28x28, 1.36 at 16->64 28x28 and at 64 ch 7x7, 1.06 at 48 ch 14x14, 1.04 at
-# 256 ch 6x6; 0.87-0.93 at 64 ch 16x16, 384 ch 6x6, 256 ch 7x7; 0.70 at 64 ch 28x28.
-# Re-checked with the GEMM transforms: still a tie at the edges (64 ch 7x7, 48 ch 14x14,
-# 256 ch 6x6), 0.95 at 384 ch 6x6 and 512 ch 7x7.
+# or few tiles (N * ceil(OH/2) * ceil(OW/2)) times channels, the transforms eat the saving.
 _WINOGRAD_MIN_CH = 32
 _WINOGRAD_MIN_WORK = 3000
 # Winograd F(4x4, 3x3) stores 36/9 of the weights' size and OpenBLAS re-packs them on
-# every call, so it needs enough 4x4 tiles per weight byte. Measured (one thread,
-# OpenBLAS Haswell) F(4x4) / F(2x2) / im2col time in ms: 0.30 / 0.40 / 0.59 at 64 ch
-# 28x28 (49 tiles), 0.32 / 0.35 / 0.53 at 128 ch 14x14 (16 tiles), 1.06 / 1.32 / 2.23 at
-# 128 ch 28x28, 0.33 / 0.48 / 0.50 at 32->128 ch 27x27; F(2x2) wins at 256 ch 14x14 (16
-# tiles: 1.28 against 1.33), 256 ch 7x7 and 512 ch 7x7 (4 tiles).
+# every call, so it needs enough 4x4 tiles per weight byte; with few tiles and large
+# weights F(2x2) wins.
 _WINOGRAD4_MIN_TILES = 16
 _WINOGRAD4_MANY_TILES = 36
 _WINOGRAD4_MAX_WEIGHTS = 128 * 128

@@ -10,8 +10,8 @@ little work per element for a GEMM. Two algorithms, chosen at bind from the shap
   contiguous elements, with no temporaries. A column stride > 1 first spreads the input
   into kw column-tap planes (plane j holds columns ow*sw + j*dw), so the rows stay
   contiguous. The bias is added on the channels-last result, and one transposing copy
-  writes NCHW `out`. MobileNetV2 (width 0.5, 96x96) layers against the planar
-  multiply-adds: 96 ch 24x24 118 against 132-165 us, 192 ch 6x6 16 against 29-33 us.
+  writes NCHW `out`. On MobileNetV2's depthwise layers this beats the planar
+  multiply-adds (benchmarks/lite_inference.py times the network).
 - planar: kh*kw multiply-adds over the stride phases of the padded input, for inputs
   with so few channels that channels-last rows would be too short, and for large
   column-strided inputs, whose transposing copy costs more than the phase copies.
@@ -26,14 +26,15 @@ from sporenet.lite.kernels.spatial import Window
 
 # Planar layout choice: phase grids of at most this many positions use the interleaved
 # layout. Constant weights are expanded to one value per element (up to _EXPAND_LIMIT
-# bytes): a multiply broadcasting one weight per channel row ran 2.5x slower than a
-# contiguous one (96 ch 26x26 rows: 10.5 against 4.6 us), even on rows of 676.
+# bytes): a multiply broadcasting one weight per channel row is much slower than a
+# contiguous one, even on long rows.
 _SMALL_PLANE = 400
 _EXPAND_LIMIT = 4 << 20
 
 
 # The fused multiply-accumulate over taps: NumPy's C einsum without the Python wrapper
-# (about 1 us a call). NumPy builds without this private path get np.einsum.
+# (whose overhead matches the work on small planes). NumPy builds without this private
+# path get np.einsum.
 _einsum = getattr(getattr(getattr(np, "_core", None), "multiarray", None), "c_einsum", None)
 if not callable(_einsum):
     _einsum = np.einsum
@@ -43,8 +44,7 @@ if not callable(_einsum):
 _MIN_CHANNELS_LAST = 8
 # Column-strided layers whose planar phase grid has at least this many positions stay
 # planar: their input (sw*sh times the output) costs more to transpose than the planar
-# phase copies plus multiply-adds (48 ch 48x48 s2: 89 us planar, 112 channels-last; 96 ch
-# 24x24 s2, a 13x13 grid: 56 planar, 44 channels-last).
+# phase copies plus multiply-adds cost.
 _STRIDED_PLANAR_GRID = 400
 
 

@@ -3,7 +3,7 @@
 Windowed pools are separable: a max (or sum) over the kh taps at every output row, then
 over the kw taps of those rows, so a 3x3 pool is 4 whole-array NumPy calls instead of 8.
 Rows go first because their taps read contiguous rows; the strided column taps then only
-cover the output rows (a 3x3 stride-2 pool of 64x56x56: 0.22 ms columns-first).
+cover the output rows (columns first, they would cover every input row).
 Borders come from a kernel-owned padded scratch (filled with -inf for max, 0 for average)
 whose interior each call overwrites. Average divisors, which depend on padding, on
 count_include_pad and on ceil_mode's overhanging windows, are computed once at prepare

@@ -15,7 +15,7 @@ by make_training_model and run by Trainer, on the device or in the cloud.
 from sporenet.lite.training.config import OptimizerConfig
 from sporenet.lite.training.model import make_training_model
 from sporenet.lite.training.schedules import CosineLR, StepLR, WarmUp
-from sporenet.lite.training.trainer import Trainer, inference_model
+from sporenet.lite.training.trainer import Trainer, strip_training
 
 __all__ = [
     "CosineLR",
@@ -23,6 +23,6 @@ __all__ = [
     "StepLR",
     "Trainer",
     "WarmUp",
-    "inference_model",
     "make_training_model",
+    "strip_training",
 ]

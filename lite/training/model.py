@@ -17,6 +17,7 @@ from dataclasses import replace
 import numpy as np
 
 from sporenet.lite.autodiff import append_gradients
+from sporenet.lite.builder import unique_name
 from sporenet.lite.errors import InputError
 from sporenet.lite.graph import DYNAMIC, Graph, Model, Node, Signature, Tensor
 from sporenet.lite.ops import OpCode
@@ -145,10 +146,7 @@ def make_training_model(model: Model, *, output: str, loss: str, optimizer: Opti
 
     def new_tensor(name: str, dtype: object, shape: tuple[int, ...],
                    data: np.ndarray | None = None) -> int:
-        base, k = name, 1
-        while name in names:
-            name, k = f"{base}_{k}", k + 1
-        names.add(name)
+        name = unique_name(name, names)
         m.tensors.append(Tensor(name=name, dtype=np.dtype(dtype), shape=shape, data=data))
         return len(m.tensors) - 1
 

@@ -101,7 +101,7 @@ class Trainer:
 
     def export(self) -> Model:
         """The inference model (infer graph only) carrying the trained weights."""
-        return inference_model(self.model, self.variables)
+        return strip_training(self.model, self.variables)
 
     # ---- checkpoints
     def checkpoint(self) -> Model:
@@ -141,7 +141,7 @@ class Trainer:
         self.steps = int(saved.metadata.get(STEPS_KEY, 0))
 
 
-def inference_model(model: Model, values: dict[int, np.ndarray] | None = None) -> Model:
+def strip_training(model: Model, values: dict[int, np.ndarray] | None = None) -> Model:
     """The infer graph of `model` alone, with only the tensors it uses (renumbered) and
     `values` replacing constant data."""
     values = values or {}

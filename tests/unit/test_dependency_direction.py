@@ -37,3 +37,10 @@ def test_federated_never_imports_cloud(module: str) -> None:
 def test_converter_never_imports_federated() -> None:
     loaded = _modules_after_import("import sporenet.converter, sporenet.converter.cli")
     assert not [m for m in loaded if m.startswith("sporenet.federated")]
+
+
+def test_cloud_and_the_graph_passes_need_no_onnx() -> None:
+    # cloud export runs the converter's passes; only the ONNX importer needs `onnx`.
+    loaded = _modules_after_import("import sporenet.cloud, sporenet.converter.passes")
+    assert not [m for m in loaded if m.split(".")[0] in ("onnx", "onnxruntime")]
+    assert "sporenet.converter.passes.batchnorm_folding" in loaded

@@ -5,12 +5,9 @@ from __future__ import annotations
 import numpy as np
 from onnx import numpy_helper
 
-from sporenet.converter.onnx_import.context import (
-    MATERIALIZE_LIMIT,
-    MAX_TENSOR_BYTES,
-    ImportContext,
-)
+from sporenet.converter.onnx_import.context import MAX_TENSOR_BYTES, ImportContext
 from sporenet.converter.onnx_import.node import OnnxNode, as_ints
+from sporenet.converter.passes.graph_utils import MATERIALIZE_LIMIT
 from sporenet.lite.graph import DYNAMIC
 from sporenet.lite.kernels import KERNELS
 from sporenet.lite.ops import OpCode

@@ -6,7 +6,7 @@ lite/kernels/linear.py, ...). Ops built from differentiable primitives need no r
 
 from __future__ import annotations
 
-from sporenet.lite.autodiff.engine import GradRule
+from sporenet.lite.autodiff.context import GradRule
 from sporenet.lite.autodiff.rules import (
     conv,
     dropout,

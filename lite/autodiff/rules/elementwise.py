@@ -5,7 +5,7 @@ Each input's gradient is summed back to that input's shape over the broadcast ax
 
 from __future__ import annotations
 
-from sporenet.lite.autodiff.engine import GradContext
+from sporenet.lite.autodiff.context import GradContext
 from sporenet.lite.autodiff.rules.activation import through_fused_activation
 from sporenet.lite.graph import Node
 from sporenet.lite.ops import OpCode

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sporenet.lite.autodiff.engine import GradContext
+from sporenet.lite.autodiff.context import GradContext
 from sporenet.lite.errors import UnsupportedOpError
 from sporenet.lite.graph import Node
 from sporenet.lite.ops import OpCode

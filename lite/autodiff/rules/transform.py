@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from sporenet.lite.autodiff.engine import GradContext
+from sporenet.lite.autodiff.context import GradContext
 from sporenet.lite.autodiff.rules.reshape import reshape_back
 from sporenet.lite.errors import UnsupportedOpError
 from sporenet.lite.graph import Node

@@ -6,7 +6,7 @@ math ops are written with the elementwise ops themselves.
 
 from __future__ import annotations
 
-from sporenet.lite.autodiff.engine import GradContext
+from sporenet.lite.autodiff.context import GradContext
 from sporenet.lite.errors import UnsupportedOpError
 from sporenet.lite.graph import Node
 from sporenet.lite.ops import OpCode

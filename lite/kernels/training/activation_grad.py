@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -22,9 +23,210 @@ from sporenet.lite.kernels.base import Attrs, Compute, Kernel, TensorSpec
 from sporenet.lite.kernels.unary import erf_into
 from sporenet.lite.ops import OpCode
 
-# Activations whose derivative is a function of the output alone.
-FROM_OUTPUT = frozenset({"none", "relu", "relu6", "clip", "leaky_relu", "sigmoid", "tanh"})
-FROM_INPUT = frozenset({"hard_swish", "gelu", "elu", "softplus", "hard_sigmoid", "abs"})
+Derivative = Callable[[np.ndarray], None]
+"""Writes f'(.) of one activation into its argument."""
+
+
+@dataclass(frozen=True)
+class Params:
+    """What a derivative reads: `t` (the activation's input x when `use_x`, else its output
+    y), scratch arrays shaped like it, and the activation's attributes."""
+
+    t: np.ndarray
+    use_x: bool
+    mask: np.ndarray
+    tmp: np.ndarray
+    alpha: float
+    beta: float
+    lo: float
+    hi: float
+    approximate: str
+
+
+def _between(p: Params, lo: float, hi: float) -> Derivative:
+    def d(out: np.ndarray) -> None:
+        # Inside the linear range the slope is 1; at or beyond a bound it is 0.
+        np.greater(p.t, lo, out=p.mask)
+        np.copyto(out, p.mask)
+        np.less(p.t, hi, out=p.mask)
+        np.multiply(out, p.mask, out=out)
+
+    return d
+
+
+def _relu(p: Params) -> Derivative:
+    def d(out: np.ndarray) -> None:
+        np.greater(p.t, 0, out=p.mask)
+        np.copyto(out, p.mask)
+
+    return d
+
+
+def _relu6(p: Params) -> Derivative:
+    return _between(p, 0.0, 6.0)
+
+
+def _clip(p: Params) -> Derivative:
+    return _between(p, p.lo, p.hi)
+
+
+def _leaky_relu(p: Params) -> Derivative:
+    def d(out: np.ndarray) -> None:
+        # Sign of y equals sign of x for a positive slope, so t may be either.
+        np.greater(p.t, 0, out=p.mask)
+        out.fill(p.alpha)
+        out[p.mask] = 1
+
+    return d
+
+
+def _sigmoid(p: Params) -> Derivative:
+    t, tmp = p.t, p.tmp
+
+    def from_x(out: np.ndarray) -> None:
+        np.negative(t, out=out)
+        exp_into(out, out)
+        np.add(out, 1, out=out)
+        np.reciprocal(out, out=out)
+        np.subtract(1, out, out=tmp)
+        np.multiply(out, tmp, out=out)
+
+    def from_y(out: np.ndarray) -> None:
+        np.subtract(1, t, out=out)
+        np.multiply(out, t, out=out)
+
+    return from_x if p.use_x else from_y
+
+
+def _tanh(p: Params) -> Derivative:
+    def d(out: np.ndarray) -> None:
+        if p.use_x:
+            np.tanh(p.t, out=p.tmp)
+            np.square(p.tmp, out=out)
+        else:
+            np.square(p.t, out=out)
+        np.subtract(1, out, out=out)
+
+    return d
+
+
+def _hard_swish(p: Params) -> Derivative:
+    t, mask = p.t, p.mask
+
+    def d(out: np.ndarray) -> None:
+        # x * relu6(x + 3) / 6: slope (2x + 3) / 6 inside (-3, 3), 0 below, 1 above.
+        np.multiply(t, 1 / 3, out=out)
+        np.add(out, 0.5, out=out)
+        np.less_equal(t, -3, out=mask)
+        out[mask] = 0
+        np.greater_equal(t, 3, out=mask)
+        out[mask] = 1
+
+    return d
+
+
+def _hard_sigmoid(p: Params) -> Derivative:
+    t, mask, tmp, alpha, beta = p.t, p.mask, p.tmp, p.alpha, p.beta
+
+    def d(out: np.ndarray) -> None:
+        # Slope alpha where alpha x + beta lies strictly inside (0, 1), else 0.
+        np.multiply(t, alpha, out=tmp)
+        np.add(tmp, beta, out=tmp)
+        np.greater(tmp, 0, out=mask)
+        np.copyto(out, mask)
+        np.less(tmp, 1, out=mask)
+        np.multiply(out, mask, out=out)
+        np.multiply(out, alpha, out=out)
+
+    return d
+
+
+def _elu(p: Params) -> Derivative:
+    t, mask, alpha = p.t, p.mask, p.alpha
+
+    def d(out: np.ndarray) -> None:
+        np.minimum(t, 0, out=out)
+        np.exp(out, out=out)
+        np.multiply(out, alpha, out=out)
+        np.greater(t, 0, out=mask)
+        out[mask] = 1
+
+    return d
+
+
+def _softplus(p: Params) -> Derivative:
+    def d(out: np.ndarray) -> None:
+        np.negative(p.t, out=out)
+        exp_into(out, out)
+        np.add(out, 1, out=out)
+        np.reciprocal(out, out=out)
+
+    return d
+
+
+def _abs(p: Params) -> Derivative:
+    def d(out: np.ndarray) -> None:
+        np.sign(p.t, out=out)  # 0 at 0, as PyTorch
+
+    return d
+
+
+def _gelu(p: Params) -> Derivative:
+    x, tmp = p.t, p.tmp
+    if p.approximate == "tanh":
+        c = math.sqrt(2 / math.pi)
+
+        def d_tanh(out: np.ndarray) -> None:
+            # u = c (x + 0.044715 x^3); d/dx 0.5 x (1 + tanh u)
+            #   = 0.5 (1 + tanh u) + 0.5 x (1 - tanh^2 u) c (1 + 3 * 0.044715 x^2)
+            x2 = np.square(x)
+            u = c * (x + 0.044715 * x * x2)
+            th = np.tanh(u)
+            np.copyto(out, 0.5 * (1 + th) + 0.5 * x * (1 - th * th) * c * (1 + 0.134145 * x2))
+
+        return d_tanh
+    e, s = np.empty_like(tmp), np.empty_like(tmp)
+
+    def d(out: np.ndarray) -> None:
+        # Phi(x) + x phi(x), Phi(x) = (1 + erf(x / sqrt 2)) / 2.
+        np.multiply(x, 1 / math.sqrt(2), out=e)
+        erf_into(e, out, tmp, s)
+        np.add(out, 1, out=out)
+        np.multiply(out, 0.5, out=out)
+        np.square(x, out=tmp)
+        np.multiply(tmp, -0.5, out=tmp)
+        np.exp(tmp, out=tmp)
+        np.multiply(tmp, x, out=tmp)
+        np.multiply(tmp, 1 / math.sqrt(2 * math.pi), out=tmp)
+        np.add(out, tmp, out=out)
+
+    return d
+
+
+# Activation name -> (builder of its derivative, whether the output y alone determines it).
+DERIVATIVES: dict[str, tuple[Callable[[Params], Derivative], bool]] = {
+    # functions of the output alone (fused activations keep only y)
+    "relu": (_relu, True),
+    "relu6": (_relu6, True),
+    "clip": (_clip, True),
+    "leaky_relu": (_leaky_relu, True),
+    "sigmoid": (_sigmoid, True),
+    "tanh": (_tanh, True),
+    # functions of the input x
+    "hard_swish": (_hard_swish, False),
+    "gelu": (_gelu, False),
+    "elu": (_elu, False),
+    "softplus": (_softplus, False),
+    "hard_sigmoid": (_hard_sigmoid, False),
+    "abs": (_abs, False),
+}
+
+DEFAULT_ALPHA = {"elu": 1.0, "hard_sigmoid": 0.2}
+"""`alpha` when the attribute is absent (0.01, leaky_relu's slope, for the others)."""
+
+# Activations whose derivative is a function of the output alone ("none": the identity).
+FROM_OUTPUT = frozenset({"none"} | {n for n, (_, y_only) in DERIVATIVES.items() if y_only})
+FROM_INPUT = frozenset(n for n, (_, y_only) in DERIVATIVES.items() if not y_only)
 
 
 class ActivationGrad(Kernel):
@@ -51,8 +253,7 @@ class ActivationGrad(Kernel):
                 raise self.fail(f"x/y shape {list(spec.shape)} differs from the gradient's "
                                 f"{list(g.shape)}")
         self.use_x = x is not None and (self.name in FROM_INPUT or y is None)
-        self.alpha = attrs.float("alpha", 1.0 if self.name == "elu" else
-                                 0.2 if self.name == "hard_sigmoid" else 0.01)
+        self.alpha = attrs.float("alpha", DEFAULT_ALPHA.get(self.name, 0.01))
         self.beta = attrs.float("beta", 0.5)
         self.lo = attrs.float("clip_min", -math.inf)
         self.hi = attrs.float("clip_max", math.inf)
@@ -61,146 +262,19 @@ class ActivationGrad(Kernel):
 
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
         g, out = inputs[0], outputs[0]
+        if self.name == "none":
+            return lambda: np.copyto(out, g)
         t = inputs[1] if self.use_x else inputs[2]
-        mask = np.empty(out.shape, np.bool_)
-        tmp = np.empty_like(out)
-        derivative = self._derivative(t, mask, tmp)
+        params = Params(t=t, use_x=self.use_x, mask=np.empty(out.shape, np.bool_),
+                        tmp=np.empty_like(out), alpha=self.alpha, beta=self.beta, lo=self.lo,
+                        hi=self.hi, approximate=self.approximate)
+        derivative = DERIVATIVES[self.name][0](params)
 
         def compute() -> None:
             derivative(out)
             np.multiply(out, g, out=out)
 
-        if self.name == "none":
-            return lambda: np.copyto(out, g)
         return compute
-
-    def _derivative(self, t: np.ndarray, mask: np.ndarray, tmp: np.ndarray,
-                    ) -> Callable[[np.ndarray], None]:
-        """A function writing f'(x) into its argument, reading t (x or y per use_x)."""
-        name, alpha = self.name, self.alpha
-
-        def between(lo: float, hi: float) -> Callable[[np.ndarray], None]:
-            def d(out: np.ndarray) -> None:
-                # Inside the linear range the slope is 1; at or beyond a bound it is 0.
-                np.greater(t, lo, out=mask)
-                np.copyto(out, mask)
-                np.less(t, hi, out=mask)
-                np.multiply(out, mask, out=out)
-            return d
-
-        if name == "relu":
-            def d_relu(out: np.ndarray) -> None:
-                np.greater(t, 0, out=mask)
-                np.copyto(out, mask)
-            return d_relu
-        if name == "relu6":
-            return between(0.0, 6.0)
-        if name == "clip":
-            return between(self.lo, self.hi)
-        if name == "leaky_relu":
-            def d_leaky(out: np.ndarray) -> None:
-                # Sign of y equals sign of x for a positive slope, so t may be either.
-                np.greater(t, 0, out=mask)
-                out.fill(alpha)
-                out[mask] = 1
-            return d_leaky
-        if name == "sigmoid":
-            if self.use_x:
-                def d_sigmoid_x(out: np.ndarray) -> None:
-                    np.negative(t, out=out)
-                    exp_into(out, out)
-                    np.add(out, 1, out=out)
-                    np.reciprocal(out, out=out)
-                    np.subtract(1, out, out=tmp)
-                    np.multiply(out, tmp, out=out)
-                return d_sigmoid_x
-
-            def d_sigmoid(out: np.ndarray) -> None:
-                np.subtract(1, t, out=out)
-                np.multiply(out, t, out=out)
-            return d_sigmoid
-        if name == "tanh":
-            def d_tanh(out: np.ndarray) -> None:
-                if self.use_x:
-                    np.tanh(t, out=tmp)
-                    np.square(tmp, out=out)
-                else:
-                    np.square(t, out=out)
-                np.subtract(1, out, out=out)
-            return d_tanh
-        if name == "hard_swish":
-            def d_hard_swish(out: np.ndarray) -> None:
-                # x * relu6(x + 3) / 6: slope (2x + 3) / 6 inside (-3, 3), 0 below, 1 above.
-                np.multiply(t, 1 / 3, out=out)
-                np.add(out, 0.5, out=out)
-                np.less_equal(t, -3, out=mask)
-                out[mask] = 0
-                np.greater_equal(t, 3, out=mask)
-                out[mask] = 1
-            return d_hard_swish
-        if name == "hard_sigmoid":
-            beta = self.beta
-
-            def d_hard_sigmoid(out: np.ndarray) -> None:
-                # Slope alpha where alpha x + beta lies strictly inside (0, 1), else 0.
-                np.multiply(t, alpha, out=tmp)
-                np.add(tmp, beta, out=tmp)
-                np.greater(tmp, 0, out=mask)
-                np.copyto(out, mask)
-                np.less(tmp, 1, out=mask)
-                np.multiply(out, mask, out=out)
-                np.multiply(out, alpha, out=out)
-            return d_hard_sigmoid
-        if name == "elu":
-            def d_elu(out: np.ndarray) -> None:
-                np.minimum(t, 0, out=out)
-                np.exp(out, out=out)
-                np.multiply(out, alpha, out=out)
-                np.greater(t, 0, out=mask)
-                out[mask] = 1
-            return d_elu
-        if name == "softplus":
-            def d_softplus(out: np.ndarray) -> None:
-                np.negative(t, out=out)
-                exp_into(out, out)
-                np.add(out, 1, out=out)
-                np.reciprocal(out, out=out)
-            return d_softplus
-        if name == "gelu":
-            return self._gelu(t, tmp)
-        if name == "abs":
-            def d_abs(out: np.ndarray) -> None:
-                np.sign(t, out=out)  # 0 at 0, as PyTorch
-            return d_abs
-        raise AssertionError(name)  # unreachable: the constructor checked the name
-
-    def _gelu(self, x: np.ndarray, tmp: np.ndarray) -> Callable[[np.ndarray], None]:
-        if self.approximate == "tanh":
-            c = math.sqrt(2 / math.pi)
-
-            def d_gelu_tanh(out: np.ndarray) -> None:
-                # u = c (x + 0.044715 x^3); d/dx 0.5 x (1 + tanh u)
-                #   = 0.5 (1 + tanh u) + 0.5 x (1 - tanh^2 u) c (1 + 3 * 0.044715 x^2)
-                x2 = np.square(x)
-                u = c * (x + 0.044715 * x * x2)
-                th = np.tanh(u)
-                np.copyto(out, 0.5 * (1 + th) + 0.5 * x * (1 - th * th) * c * (1 + 0.134145 * x2))
-            return d_gelu_tanh
-        e, s = np.empty_like(tmp), np.empty_like(tmp)
-
-        def d_gelu(out: np.ndarray) -> None:
-            # Phi(x) + x phi(x), Phi(x) = (1 + erf(x / sqrt 2)) / 2.
-            np.multiply(x, 1 / math.sqrt(2), out=e)
-            erf_into(e, out, tmp, s)
-            np.add(out, 1, out=out)
-            np.multiply(out, 0.5, out=out)
-            np.square(x, out=tmp)
-            np.multiply(tmp, -0.5, out=tmp)
-            np.exp(tmp, out=tmp)
-            np.multiply(tmp, x, out=tmp)
-            np.multiply(tmp, 1 / math.sqrt(2 * math.pi), out=tmp)
-            np.add(out, tmp, out=out)
-        return d_gelu
 
 
 class SoftmaxGrad(Kernel):

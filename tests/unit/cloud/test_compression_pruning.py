@@ -148,7 +148,7 @@ def test_sparse_int8_equals_the_dense_int8_model(tmp_path):
     data = C.sparse_int8(model, X[:64], path=tmp_path / "m.spore")
     assert (tmp_path / "m.spore").read_bytes() == data
     dense = quantize_model(
-        cloud.inference_model(model), calibration={"input": X[:64]}, report=False
+        cloud.to_inference_ir(model), calibration={"input": X[:64]}, report=False
     )
     assert len(data) < len(dense.data)
     sparse_ir = parse(data)

@@ -92,7 +92,7 @@ def test_qat_learns_ranges_and_exports_int8(mode):
 
 def test_strip_fake_quant_keeps_ranges_by_tensor_name():
     qat = C.prepare_qat(MODEL, X[:200])
-    ir = cloud.inference_model(qat)
+    ir = cloud.to_inference_ir(qat)
     names = {t.name for t in ir.tensors}
     ranges = C.strip_fake_quant(ir)
     # Three fake-quant ranges, the ReLU's also on the max-pool and flatten outputs.

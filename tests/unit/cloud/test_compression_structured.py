@@ -128,7 +128,7 @@ def test_cloud_model_with_batch_norm():
         L.Flatten(),
         L.Dense(8 * 16, 10),
     )
-    ir = cloud.inference_model(net, input_shape=(1, 8, 8))
+    ir = cloud.to_inference_ir(net, input_shape=(1, 8, 8))
     pruned = C.prune_channels(ir, 0.5)
     assert list(C.channel_counts(pruned).values()) == [4, 10]
     out = Interpreter(model=pruned).run({"input": np.ones((2, 1, 8, 8), np.float32)})

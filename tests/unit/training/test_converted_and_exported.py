@@ -61,23 +61,23 @@ def test_cloud_export_names_tensors_after_layers():
     from sporenet import cloud
     from sporenet.cloud import layers as L
     from sporenet.cloud.errors import ConfigError
-    from sporenet.cloud.export import inference_model
+    from sporenet.cloud.export import to_inference_ir
     from sporenet.cloud.module import Sequential
 
     names = {
         t.name
-        for t in inference_model(cloud.models.digits_cnn(), input_shape=(1, 8, 8)).tensors
+        for t in to_inference_ir(cloud.models.digits_cnn(), input_shape=(1, 8, 8)).tensors
         if t.data is not None
     }
     assert {"conv1.weight", "conv1.bias", "head.weight", "head.bias"} <= names
-    plain = inference_model(Sequential(L.Flatten(), L.Dense(64, 10)), input_shape=(1, 8, 8))
+    plain = to_inference_ir(Sequential(L.Flatten(), L.Dense(64, 10)), input_shape=(1, 8, 8))
     assert {t.name for t in plain.tensors if t.data is not None} == {"dense1.weight", "dense1.bias"}
     model = Sequential(L.Flatten(), ("out", L.Dense(64, 10)))
     assert [n for n, _ in model.named_state()] == ["out.weight", "out.bias"]
     with pytest.raises(ConfigError, match="'1x'"):
         Sequential(("1x", L.Dense(2, 2)))
     train = make_training_model(
-        inference_model(cloud.models.digits_cnn(), input_shape=(1, 8, 8)),
+        to_inference_ir(cloud.models.digits_cnn(), input_shape=(1, 8, 8)),
         output="logits",
         loss="softmax_cross_entropy",
         optimizer=OptimizerConfig(),
