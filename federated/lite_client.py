@@ -97,6 +97,7 @@ class LiteLearner:
         if len(infer.inputs) != 1:
             raise ConfigError(f"the model must have one input, it has {sorted(infer.inputs)}")
         self.input = next(iter(infer.inputs))
+        self.sample_shape = tuple(self.base.tensors[infer.inputs[self.input]].shape[1:])
         self.x, self.y = np.asarray(x, np.float32), np.asarray(y, np.int64)
         if len(self.x) != len(self.y) or len(self.y) == 0:
             raise ConfigError(
@@ -114,6 +115,17 @@ class LiteLearner:
         self.rng = np.random.default_rng(seed)
         self._trainer: Trainer | None = None
         self._frozen: dict[str, np.ndarray] = {}
+
+    def _shaped(self, x: np.ndarray) -> np.ndarray:
+        """Samples in the model's input shape (flat rows of the same size are reshaped)."""
+        x = np.asarray(x, np.float32)
+        if (
+            x.shape[1:] != self.sample_shape
+            and -1 not in self.sample_shape
+            and (x[0].size == int(np.prod(self.sample_shape)))
+        ):
+            return x.reshape(len(x), *self.sample_shape)
+        return x
 
     # ---- the trainer, built once
     def trainer(self, weights: Mapping[str, np.ndarray]) -> Trainer:
@@ -156,12 +168,13 @@ class LiteLearner:
         ]
         anchor = {i: trainer.variables[i].copy() for i in trained} if mu else {}
         losses = []
+        x = self._shaped(self.x)
         for _ in range(epochs):
             order = self.rng.permutation(len(self.y))
             for start in range(0, len(order), batch):
                 rows = order[start : start + batch]
                 before = {i: trainer.variables[i].copy() for i in anchor}
-                losses.append(trainer.step({self.input: self.x[rows], "labels": self.y[rows]}, lr))
+                losses.append(trainer.step({self.input: x[rows], "labels": self.y[rows]}, lr))
                 for i, w0 in before.items():  # FedProx: - lr * mu * (w_t - w_global)
                     trainer.variables[i] -= np.float32(lr * mu) * (w0 - anchor[i])
         new = trainer.weights()
@@ -176,7 +189,8 @@ class LiteLearner:
     ) -> tuple[float, int, dict[str, float]]:
         """(cross-entropy loss, samples, {"accuracy": ...}) on the evaluation data."""
         trainer = self.trainer(weights)
-        logits = trainer.evaluate({self.input: self.x_eval})[self.output].astype(np.float64)
+        outputs = trainer.evaluate({self.input: self._shaped(self.x_eval)})
+        logits = outputs[self.output].astype(np.float64)
         shifted = logits - logits.max(axis=1, keepdims=True)
         log_p = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
         loss = float(-log_p[np.arange(len(self.y_eval)), self.y_eval].mean())
