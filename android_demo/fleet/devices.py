@@ -35,11 +35,6 @@ from sporenet.android_demo.fleet.profile import DeviceTraits
 log = logging.getLogger("sporenet.android_demo.fleet")
 
 
-REJOIN_AFTER = 5.0
-"""Seconds a dropped-out device stays away at most when its round does not end (a server
-that waits for replacements may need it back)."""
-
-
 class DeviceDropout(Exception):
     """A virtual device vanished in round `round` (raised inside its train callable)."""
 
@@ -222,12 +217,12 @@ class DeviceGroup:
                 final = client.run(stop=leave)
             except DeviceDropout as exc:
                 gone = exc.round
-                with self._state:  # gone for the rest of this round (or REJOIN_AFTER)
+                with self._state:  # gone for the rest of its round, or rejoin_after_s
                     self._state.wait_for(
                         lambda gone=gone: (
                             self._latest_round > gone or self._done.is_set() or stop.is_set()
                         ),
-                        timeout=REJOIN_AFTER,
+                        timeout=device.traits.rejoin_after_s,
                     )
                 continue
             finally:

@@ -12,6 +12,7 @@ are refused by name. Per-device values are drawn once from the profile with its 
       "mean_online_s": 30.0,       # availability trace: on/off periods (exponential)
       "dropout_train": 0.05,       # chance a device vanishes while training a round
       "dropout_upload": 0.02,      # chance it vanishes before its update is sent
+      "rejoin_after_s": 5.0,       # a dropped device is back after this (or its round's end)
       "simulate_time": true,       # sleep the simulated compute and network time
       "seed": 0
     }
@@ -48,6 +49,7 @@ class FleetProfile:
     mean_online_s: float = 30.0
     dropout_train: float = 0.0
     dropout_upload: float = 0.0
+    rejoin_after_s: float = 5.0
     simulate_time: bool = True
     seed: int = 0
 
@@ -102,6 +104,7 @@ class DeviceTraits:
     mean_online_s: float
     dropout_train: float
     dropout_upload: float
+    rejoin_after_s: float
 
 
 def draw_traits(profile: FleetProfile, devices: int) -> list[DeviceTraits]:
@@ -120,6 +123,7 @@ def draw_traits(profile: FleetProfile, devices: int) -> list[DeviceTraits]:
             profile.mean_online_s,
             profile.dropout_train,
             profile.dropout_upload,
+            profile.rejoin_after_s,
         )
         for k in range(devices)
     ]

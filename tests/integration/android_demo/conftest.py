@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from sporenet.android_demo.app import App, AppServer
+from tests.integration.federated.helpers import ServerProcess
 
 
 @pytest.fixture(scope="session")
@@ -91,3 +92,11 @@ def running_app(digits_model: Path, tmp_path: Path) -> Iterator[RunningApp]:
     running = RunningApp(App(digits_model, tmp_path / "data"))
     yield running
     running.close()
+
+
+def start_server(state_dir: Path, model: Path, *, rounds: int, min_clients: int,
+                 extra: list[str] | None = None) -> ServerProcess:
+    """The real sporenet-server daemon, started as the federated tests start it (the one
+    place to change if its command line moves)."""
+    return ServerProcess(state_dir, ["--model", str(model), "--rounds", str(rounds),
+                                     "--min-clients", str(min_clients), *(extra or [])]).start()

@@ -14,8 +14,8 @@ from sporenet.android_demo.app import App
 from sporenet.android_demo.errors import AppError
 from sporenet.android_demo.participant import ParticipantState
 from sporenet.android_demo.policy import DevicePolicy, Sensors
-from tests.integration.android_demo.conftest import thicker_strokes
-from tests.integration.federated.helpers import ServerProcess, status_command, wait_for
+from tests.integration.android_demo.conftest import start_server, thicker_strokes
+from tests.integration.federated.helpers import status_command, wait_for
 
 
 def fake_termux(bin_dir: Path, battery: str, wifi: str) -> None:
@@ -62,27 +62,11 @@ def test_simulated_policy_and_bad_threshold():
         DevicePolicy(min_battery=150)
 
 
-def start_server(tmp_path: Path, model: Path, rounds: int) -> ServerProcess:
-    """The daemon as the federated tests start it (one place to change if its CLI moves)."""
-    return ServerProcess(
-        tmp_path / "state",
-        [
-            "--model",
-            str(model),
-            "--rounds",
-            str(rounds),
-            "--min-clients",
-            "1",
-            "--evaluate-every",
-            "1",
-        ],
-    ).start()
-
-
 def test_participant_trains_only_when_allowed_and_keeps_the_users_model(
     tmp_path, digits_model, digits
 ):
-    server = start_server(tmp_path, digits_model, rounds=2)
+    server = start_server(tmp_path / "state", digits_model, rounds=2, min_clients=1,
+                          extra=["--evaluate-every", "1"])
     sensors = Sensors(charging=False, idle_after=0.0, termux=False)
     app = App(digits_model, tmp_path / "data", server=server.address, sensors=sensors)
     try:
