@@ -102,3 +102,14 @@ def test_png_round_trip_and_plot(tmp_path):
     # The accuracy curve rises: its leftmost pixels sit lower than its rightmost.
     ys, xs = np.nonzero(blue)
     assert ys[xs.argmin()] > ys[xs.argmax()]
+
+
+def test_digits_read_without_importing_sklearn_match_sklearn():
+    sklearn_datasets = pytest.importorskip("sklearn.datasets")  # the datasets extra
+    from sporenet.android_demo.fleet.simulator import DIGITS_TRAIN_SIZE, load_digits
+
+    x, y, x_test, y_test = load_digits()
+    bunch = sklearn_datasets.load_digits()
+    assert len(y) == DIGITS_TRAIN_SIZE and x.shape[1:] == (1, 8, 8)
+    np.testing.assert_array_equal(np.concatenate([x, x_test]).reshape(-1, 64), bunch.data)
+    np.testing.assert_array_equal(np.concatenate([y, y_test]), bunch.target)
