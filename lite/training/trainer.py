@@ -22,7 +22,7 @@ from sporenet.lite.errors import InputError
 from sporenet.lite.format import load, save
 from sporenet.lite.graph import Graph, Model, Node, Signature
 from sporenet.lite.interpreter import Interpreter
-from sporenet.lite.training.model import parameters, updated_stats
+from sporenet.lite.training.model import optimizer_slots, parameters, updated_stats
 from sporenet.lite.validate import validate
 
 STEPS_KEY = "train.steps"
@@ -46,6 +46,7 @@ class Trainer:
         self._infer = self.interpreter.get_signature_runner("infer")
         self._params = parameters(model)
         self._stats = sorted(updated_stats(model))
+        self._slots = sorted(optimizer_slots(model))
         self.variables: dict[int, np.ndarray] = self.interpreter.variables
         self.steps = int(model.metadata.get(STEPS_KEY, 0))
 
@@ -98,6 +99,13 @@ class Trainer:
                 raise InputError(f"weight {name!r}: expected shape "
                                  f"{list(self.variables[i].shape)}, got {list(value.shape)}")
             np.copyto(self.variables[i], value, casting="same_kind")
+
+    def reset_optimizer(self) -> None:
+        """Zero the optimizer slots (momentum, Adam moments and step) and the step count:
+        a fresh optimizer on the current weights (e.g. at each federated round)."""
+        for i in self._slots:
+            self.variables[i].fill(0)
+        self.steps = 0
 
     def export(self) -> Model:
         """The inference model (infer graph only) carrying the trained weights."""

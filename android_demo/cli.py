@@ -1,0 +1,101 @@
+"""`sporenet-android-demo` / `python -m sporenet.android_demo`: run the device app.
+
+    python -m sporenet.android_demo --model digits.spore --data-dir ~/.sporenet \\
+        [--port 8000] [--server HOST:PORT] [--min-battery 50] [--idle-after 30]
+        [--simulate-battery 100] [--simulate-unplugged] [--simulate-metered]
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+from sporenet.android_demo.app import App, AppServer
+from sporenet.android_demo.errors import AppError
+from sporenet.android_demo.policy import DevicePolicy, Sensors
+from sporenet.lite import LiteError
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="sporenet-android-demo", description="The sporenet device app on 127.0.0.1."
+    )
+    p.add_argument("--model", required=True, type=Path, help="the shipped .spore model")
+    p.add_argument(
+        "--data-dir",
+        required=True,
+        type=Path,
+        help="where the user's samples and personalized model are kept",
+    )
+    p.add_argument("--port", type=int, default=8000, help="port on 127.0.0.1 (0: any free)")
+    p.add_argument("--server", help="opt in to federated learning with this sporenet-server")
+    p.add_argument("--token", help="the federated server's client token, if it asks for one")
+    p.add_argument(
+        "--min-battery",
+        type=float,
+        default=50.0,
+        help="train for the fleet only above this battery percentage",
+    )
+    p.add_argument(
+        "--idle-after",
+        type=float,
+        default=30.0,
+        help="seconds without use after which the device counts as idle",
+    )
+    p.add_argument(
+        "--simulate-battery",
+        type=float,
+        default=100.0,
+        help="battery percentage where termux-api is absent",
+    )
+    p.add_argument(
+        "--simulate-unplugged", action="store_true", help="simulate a device that is not charging"
+    )
+    p.add_argument("--simulate-metered", action="store_true", help="simulate a metered network")
+    p.add_argument("--log-level", default="warning", choices=["debug", "info", "warning", "error"])
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper())
+    if not 0 <= args.port < 65536:
+        print(f"error: --port must be in [0, 65535], got {args.port}", file=sys.stderr)
+        return 2
+    try:
+        policy = DevicePolicy(min_battery=args.min_battery)
+        sensors = Sensors(
+            charging=not args.simulate_unplugged,
+            battery=args.simulate_battery,
+            unmetered=not args.simulate_metered,
+            idle_after=args.idle_after,
+        )
+        options = {"token": args.token} if args.token else None
+        app = App(
+            args.model,
+            args.data_dir,
+            server=args.server,
+            policy=policy,
+            sensors=sensors,
+            client_options=options,
+        )
+        server = AppServer(app, args.port)
+    except (AppError, LiteError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    app.start()
+    print(
+        f"sporenet device app on {server.url} (model {app.model.version}, "
+        f"{app.store.count()} samples)",
+        flush=True,
+    )
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
+        app.close()
+    return 0

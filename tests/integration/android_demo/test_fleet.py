@@ -1,0 +1,109 @@
+"""The fleet simulator against the real sporenet-server daemon: the sporenet-fleet command
+(local backend) and the Ray backend on a local Ray the test starts on loopback."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from sporenet.android_demo.fleet import FleetProfile, simulate
+from tests.integration.android_demo.conftest import start_server
+from tests.integration.federated.helpers import status_command
+
+# Dropouts are noticed after heartbeat_timeout: short here, so rounds close quickly.
+FAST = ["--heartbeat-interval", "0.2", "--heartbeat-timeout", "1.0", "--round-timeout", "60"]
+
+
+def test_fleet_command_with_dropouts_and_a_plot(tmp_path, digits_model):
+    devices, rounds = 24, 3
+    server = start_server(
+        tmp_path / "state", digits_model, rounds=rounds, min_clients=4, extra=FAST
+    )
+    profile = tmp_path / "profile.json"
+    profile.write_text(
+        json.dumps(
+            {
+                "partition": "dirichlet",
+                "alpha": 0.5,
+                "dropout_train": 0.15,
+                "dropout_upload": 0.1,
+                "latency_ms": 2,
+                "bandwidth_mbps": 100,
+                "speed_sigma": 0.5,
+                "rejoin_after_s": 0.5,
+                "seed": 1,
+            }
+        )
+    )
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "sporenet.android_demo.fleet",
+            "--server",
+            server.address,
+            "--model",
+            str(digits_model),
+            "--devices",
+            str(devices),
+            "--rounds",
+            str(rounds),
+            "--profile",
+            str(profile),
+            "--plot",
+            str(tmp_path / "fleet.png"),
+            "--json",
+            str(tmp_path / "fleet.json"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    server.terminate()
+    assert out.returncode == 0, out.stdout + out.stderr + server.logs()[-3000:]
+    report = json.loads((tmp_path / "fleet.json").read_text())
+    assert [r["round"] for r in report["rounds"]] == [1, 2, 3]
+    assert all(np.isfinite(r["accuracy"]) and r["seconds"] > 0 for r in report["rounds"])
+    # What the simulator counted agrees with what the server aggregated.
+    fits = [r for r in status_command(server.state_dir)["rounds"] if r["phase"] == "fit"]
+    assert len(fits) == rounds
+    dropped = sum(r["dropped_train"] + r["dropped_upload"] for r in report["rounds"])
+    assert dropped > 0
+    assert sum(r["trained"] for r in report["rounds"]) >= rounds * 4
+    assert (tmp_path / "fleet.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "accuracy" in out.stdout and "plot:" in out.stdout
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("ray") is None,
+    reason="Ray is not installed (pip install 'sporenet[fleet-ray]')",
+)
+def test_ray_backend_runs_the_same_groups(tmp_path, digits_model):
+    devices, rounds = 16, 2
+    server = start_server(
+        tmp_path / "state", digits_model, rounds=rounds, min_clients=devices, extra=FAST
+    )
+    try:
+        report = simulate(
+            server.address,
+            Path(digits_model).read_bytes(),
+            devices=devices,
+            rounds=rounds,
+            backend="ray",
+            groups=2,
+            profile=FleetProfile(partition="iid", simulate_time=False),
+            timeout=240,
+        )
+    finally:
+        server.terminate()
+    assert not report.errors, report.errors
+    assert [r.trained for r in report.rounds] == [devices] * rounds
+    assert all(np.isfinite(r.accuracy) for r in report.rounds)
+    fits = [r for r in status_command(server.state_dir)["rounds"] if r["phase"] == "fit"]
+    assert len(fits) == rounds

@@ -1,0 +1,115 @@
+"""The fleet simulator's pure parts: partitions, profiles, traits and the PNG writer."""
+
+from __future__ import annotations
+
+import struct
+import zlib
+
+import numpy as np
+import pytest
+
+from sporenet.android_demo.errors import AppError
+from sporenet.android_demo.fleet import partition
+from sporenet.android_demo.fleet.png import encode_png, plot
+from sporenet.android_demo.fleet.profile import FleetProfile, draw_traits
+
+
+def labels(n=1000, classes=10, seed=0):
+    return np.random.default_rng(seed).integers(0, classes, n)
+
+
+def test_partitions_cover_every_sample_once_and_leave_no_device_empty():
+    y = labels()
+    for parts in (
+        partition.iid(len(y), 300, np.random.default_rng(0)),
+        partition.dirichlet(y, 300, 0.1, np.random.default_rng(0)),
+    ):
+        assert len(parts) == 300 and all(len(p) for p in parts)
+        joined = np.sort(np.concatenate(parts))
+        np.testing.assert_array_equal(joined, np.arange(len(y)))
+
+
+def test_small_alpha_gives_devices_few_classes():
+    y = labels(5000)
+
+    def classes_per_device(parts):
+        return np.mean([len(np.unique(y[p])) for p in parts])
+
+    skewed = classes_per_device(partition.dirichlet(y, 50, 0.1, np.random.default_rng(1)))
+    even = classes_per_device(partition.dirichlet(y, 50, 100.0, np.random.default_rng(1)))
+    iid = classes_per_device(partition.iid(len(y), 50, np.random.default_rng(1)))
+    assert skewed < 4 and even > 9.5 and iid > 9.5
+
+
+def test_partition_errors():
+    with pytest.raises(AppError, match="at least as many samples"):
+        partition.iid(5, 10, np.random.default_rng(0))
+    with pytest.raises(AppError, match="alpha must be > 0"):
+        partition.dirichlet(labels(), 10, 0.0, np.random.default_rng(0))
+
+
+def test_profile_validation_and_traits():
+    with pytest.raises(AppError, match=r"unknown profile fields \['speed'\]"):
+        FleetProfile.from_dict({"speed": 2})
+    with pytest.raises(AppError, match="`dropout_train` must be in"):
+        FleetProfile(dropout_train=1.5)
+    with pytest.raises(AppError, match="`partition` must be one of"):
+        FleetProfile(partition="shards")
+    profile = FleetProfile(
+        speed_sigma=0.5, bandwidth_mbps=8, bandwidth_sigma=0.3, latency_ms=20, seed=3
+    )
+    a, b = draw_traits(profile, 100), draw_traits(profile, 100)
+    assert a == b
+    speeds = np.array([t.speed for t in a])
+    assert speeds.min() >= 1.0 and speeds.std() > 0.1
+    assert np.median([t.bandwidth_bps for t in a]) == pytest.approx(1e6, rel=0.2)
+    assert all(t.latency_s == 0.02 for t in a)
+
+
+def decode_rgb_png(data: bytes) -> np.ndarray:
+    """Decode what encode_png writes (RGB, filter 0 on every row)."""
+    pos, idat, size = 8, b"", None
+    while pos < len(data):
+        length, kind = struct.unpack(">I4s", data[pos : pos + 8])
+        body = data[pos + 8 : pos + 8 + length]
+        crc = struct.unpack(">I", data[pos + 8 + length : pos + 12 + length])[0]
+        assert crc == zlib.crc32(kind + body)
+        if kind == b"IHDR":
+            size = struct.unpack(">II", body[:8])
+        elif kind == b"IDAT":
+            idat += body
+        pos += 12 + length
+    w, h = size
+    rows = np.frombuffer(zlib.decompress(idat), np.uint8).reshape(h, 1 + 3 * w)
+    assert (rows[:, 0] == 0).all()
+    return rows[:, 1:].reshape(h, w, 3)
+
+
+def test_png_round_trip_and_plot(tmp_path):
+    img = np.random.default_rng(0).integers(0, 256, (7, 5, 3)).astype(np.uint8)
+    data = encode_png(img, {"Title": "x"})
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    np.testing.assert_array_equal(decode_rgb_png(data), img)
+    plot(
+        tmp_path / "p.png",
+        {"accuracy": [0.1, 0.5, 0.9], "participation": [1.0, 0.8, 1.0]},
+        rounds=3,
+    )
+    pixels = decode_rgb_png((tmp_path / "p.png").read_bytes())
+    blue = np.all(pixels == (31, 119, 180), axis=-1)
+    red = np.all(pixels == (214, 39, 40), axis=-1)
+    assert blue.sum() > 100 and red.sum() > 100
+    # The accuracy curve rises: its leftmost pixels sit lower than its rightmost.
+    ys, xs = np.nonzero(blue)
+    assert ys[xs.argmin()] > ys[xs.argmax()]
+
+
+def test_digits_read_without_importing_sklearn_match_sklearn():
+    sklearn_datasets = pytest.importorskip("sklearn.datasets")  # the datasets extra
+    from sporenet.android_demo.fleet.simulator import DIGITS_TRAIN_SIZE, load_digits
+
+    x, y, x_test, y_test = load_digits()
+    bunch = sklearn_datasets.load_digits()
+    assert len(y) == DIGITS_TRAIN_SIZE and x.shape[1:] == (1, 8, 8)
+    np.testing.assert_array_equal(np.concatenate([x, x_test]).reshape(-1, 64), bunch.data)
+    np.testing.assert_array_equal(np.concatenate([y, y_test]), bunch.target)
