@@ -143,7 +143,7 @@ def _status_parser() -> argparse.ArgumentParser:
 
 
 def _status(args: list[str]) -> int:
-    from sporenet.federated.server.rounds import read_status
+    from sporenet.federated.server.status import read_status
 
     ns = _status_parser().parse_args(args)
     try:

@@ -20,6 +20,7 @@ from sporenet.federated.common.auth import Authenticator
 from sporenet.federated.common.wire import SERVICE
 from sporenet.federated.errors import ConfigError
 from sporenet.federated.server.config import ServerConfig, split_address
+from sporenet.federated.server.models import write_atomic
 from sporenet.federated.server.observability import Metrics, log_event, serve_metrics, setup_logging
 from sporenet.federated.server.rounds import RoundManager
 from sporenet.federated.server.servicer import FederatedServicer, add_to_server
@@ -77,7 +78,7 @@ class _AioServer:
     ) -> None:
         self.config, self.servicer, self.health = config, servicer, health_servicer
         self.executor = futures.ThreadPoolExecutor(config.max_workers, thread_name_prefix="rpc")
-        downloads, uploads = servicer.m.transfer_slots()
+        downloads, uploads = servicer.slots
         self.sessions = SessionService(
             servicer,
             downloads=downloads,
@@ -184,7 +185,8 @@ def run_server(config: ServerConfig, *, stop: threading.Event | None = None) -> 
         "metrics_port": metrics_port,
         "tls": server.tls,
     }
-    (Path(config.state_dir) / "server.json").write_text(json.dumps(info))
+    # Written whole (a rename), so a reader never sees it half written.
+    write_atomic(Path(config.state_dir) / "server.json", json.dumps(info).encode())
     log_event(logger, "server_started", **info)
 
     stop = stop or threading.Event()

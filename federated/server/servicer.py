@@ -40,11 +40,9 @@ from sporenet.federated.errors import (
 )
 from sporenet.federated.secagg import ProtocolError, SecAggError, ThresholdError
 from sporenet.federated.server.observability import Metrics, log_event
-from sporenet.federated.server.phases import TaskType
-from sporenet.federated.server.rounds import (
-    RoundManager,
-    TaskInfo,
-)
+from sporenet.federated.server.phases import TaskInfo, TaskType
+from sporenet.federated.server.rounds import RoundManager
+from sporenet.federated.server.slots import transfer_slots
 from sporenet.federated.server.state import ModelRecord
 from sporenet.proto import federated_pb2 as pb
 from sporenet.proto import federated_pb2_grpc as pb_grpc
@@ -172,8 +170,8 @@ class FederatedServicer(pb_grpc.FederatedServicer):
         self.chunk_size, self.heartbeat_interval = chunk_size, heartbeat_interval
         # `max_transfers` is split between downloads (and secure messages) and uploads;
         # each upload being received holds its update in memory, so big updates get fewer
-        # receiving slots (transfer_slots).
-        downloads, uploads = manager.transfer_slots()
+        # receiving slots.
+        self.slots = downloads, uploads = transfer_slots(manager.config, manager.update_bytes)
         self._secure_slots = threading.BoundedSemaphore(downloads)
         self.buffers = BufferPool(uploads)  # the Session uploads' receive buffers
         manager.on_change(self.buffers.clear)  # phases change: no buffer kept over a round
