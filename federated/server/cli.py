@@ -18,10 +18,11 @@ from pathlib import Path
 
 from sporenet import __version__
 from sporenet.federated.errors import ConfigError
-from sporenet.federated.server.config import ServerConfig, load_config
+from sporenet.federated.server.config import ServerConfig, StrategyConfig, load_config
 from sporenet.federated.strategies import STRATEGIES
 
 DEFAULTS = {f.name: f.default for f in dataclasses.fields(ServerConfig)}
+DEFAULTS["strategy"] = StrategyConfig().name
 
 EPILOG = """\
 subcommands:

@@ -12,7 +12,7 @@ version.
 With `[secure_aggregation]`, a fit phase holds a SecurePhase (SecAgg+) instead of an
 aggregator: the cohort is fixed when the phase starts, and each protocol stage closes as
 secure_phase.py says. Fewer than `threshold` survivors run the round again with a new
-cohort (up to `secure_retries` times) and then fail the job.
+cohort (up to `secure_aggregation.retries` times) and then fail the job.
 
 The collaborators, one file each: `Participants` (liveness and the phase's statuses),
 `ModelStore` (model versions), `PhaseFiles` (kept updates and aggregate checkpoints),
@@ -47,7 +47,7 @@ from sporenet.federated.errors import (
 from sporenet.federated.privacy import PrivacyError
 from sporenet.federated.secagg import SecAggError, Stage
 from sporenet.federated.secagg.session import SecureRound
-from sporenet.federated.server.config import ServerConfig
+from sporenet.federated.server.config import SecureConfig, ServerConfig
 from sporenet.federated.server.ledger import PrivacyLedger
 from sporenet.federated.server.models import ModelStore
 from sporenet.federated.server.observability import Metrics, log_event
@@ -100,7 +100,7 @@ class RoundManager:
             ConfigError: the state dir and the settings do not make a runnable job.
         """
         self.config, self.metrics, self.log, self.clock = config, metrics, logger, clock
-        self.strategy = make_strategy(config.strategy, config.strategy_options)
+        self.strategy = make_strategy(config.strategy.name, config.strategy.options)
         self.dir = Path(config.state_dir)
         for sub in ("rounds", "uploads"):
             (self.dir / sub).mkdir(parents=True, exist_ok=True)
@@ -149,7 +149,9 @@ class RoundManager:
             tx.set_meta("config", config_summary(config))
         self._load_model(job.model_version)
         self.privacy.check_distributed_range(
-            config.secure_aggregation, config.min_clients, self._template
+            config.secure_aggregation.protocol if config.secure_aggregation else None,
+            config.min_clients,
+            self._template,
         )
         # After a restart every known client gets `resume_grace` to come back before it
         # counts as silent (it may be waiting out a backoff while the daemon starts).
@@ -259,12 +261,17 @@ class RoundManager:
     def _make_aggregator(self) -> Aggregator:
         return self.privacy.make_aggregator(self.strategy, self._template, self.job.dp_cohort)
 
+    @property
+    def _secure_settings(self) -> SecureConfig:
+        """`[secure_aggregation]` (its defaults for a secure round restored from the store)."""
+        return self.config.secure_aggregation or SecureConfig()
+
     def _stage_timeout(self) -> float:
+        stage_timeout = self._secure_settings.stage_timeout
         if self._secure is None:
-            return self.config.secure_stage_timeout
+            return stage_timeout
         return self._secure.stage_timeout(
-            round_timeout=self.config.round_timeout,
-            stage_timeout=self.config.secure_stage_timeout,
+            round_timeout=self.config.round_timeout, stage_timeout=stage_timeout
         )
 
     def _save_secure(self, tx: Any) -> None:
@@ -741,7 +748,7 @@ class RoundManager:
             secure.round.close_stage()
         except SecAggError as e:
             self.metrics.inc("sporenet_rounds_failed_total")
-            if job.secure_attempt < self.config.secure_retries:
+            if job.secure_attempt < self._secure_settings.retries:
                 self._retry_secure(now, e)
                 return False
             with self.store.transaction() as tx:
@@ -786,7 +793,7 @@ class RoundManager:
             logging.WARNING,
             round=job.round,
             attempt=job.secure_attempt,
-            of=self.config.secure_retries,
+            of=self._secure_settings.retries,
             reason=str(error),
         )
         self._notify_changed()
@@ -841,10 +848,10 @@ class RoundManager:
             try:
                 self._secure = SecurePhase(
                     SecureRound.start(
-                        config.secure_aggregation,
+                        config.secure_aggregation.protocol,
                         client_ids=chosen,
                         template=self._template,
-                        max_weight=config.secure_max_weight,
+                        max_weight=config.secure_aggregation.max_weight,
                     )
                 )
             except SecAggError as e:

@@ -14,17 +14,18 @@ from sporenet.federated.server.state import JobState, Store
 
 
 def config_summary(config: ServerConfig) -> dict[str, Any]:
-    """The configuration as JSON, without secrets (auth tokens)."""
-    out: dict[str, Any] = {}
-    for f in dataclasses.fields(config):
-        value = getattr(config, f.name)
-        if f.name == "auth_tokens":
-            value = sorted(value)
-        elif f.name in ("secure_aggregation", "differential_privacy") and value is not None:
-            value = dataclasses.asdict(value)
-        elif isinstance(value, Path):
-            value = str(value)
-        out[f.name] = value
+    """The configuration as JSON, nested as the TOML tables, without secrets (the auth
+    tokens are replaced by their names)."""
+
+    def plain(value: Any) -> Any:
+        if isinstance(value, Path):
+            return str(value)
+        if isinstance(value, dict):
+            return {k: plain(v) for k, v in value.items()}
+        return value
+
+    out = {k: plain(v) for k, v in dataclasses.asdict(config).items()}
+    out["auth"]["tokens"] = sorted(config.auth.tokens)
     return out
 
 

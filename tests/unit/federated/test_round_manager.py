@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -60,11 +60,23 @@ def manager_for(tmp_path: Path, clock: FakeClock, **settings: object) -> RoundMa
     return RoundManager(config, metrics=Metrics(), logger=logging.getLogger("test"), clock=clock)
 
 
+Start = Callable[..., RoundManager]
+
+
 @pytest.fixture
-def managers(tmp_path: Path, w0: dict, clock: FakeClock) -> Iterator[list[RoundManager]]:
-    """Managers made by a test (closed after it)."""
+def start(tmp_path: Path, w0: dict, clock: FakeClock) -> Iterator[Start]:
+    """start(clients, **settings): a manager whose `clients` registered and had a tick."""
     made: list[RoundManager] = []
-    yield made
+
+    def make(clients: str = "", **settings: object) -> RoundManager:
+        m = manager_for(tmp_path, clock, **settings)
+        made.append(m)
+        for cid in clients:
+            m.register(cid, None, {})
+        m.tick()
+        return m
+
+    yield make
     for m in made:
         m.close()
 
@@ -84,12 +96,9 @@ def submit(m: RoundManager, cid: str, delta: dict[str, np.ndarray], samples: int
 
 
 def test_a_round_opens_folds_the_updates_and_publishes_their_weighted_mean(
-    tmp_path: Path, w0: dict, clock: FakeClock, managers: list
+    tmp_path: Path, w0: dict, clock: FakeClock, start: Start
 ) -> None:
-    m = manager_for(tmp_path, clock)
-    managers.append(m)
-    m.register("a", None, {})
-    m.tick()
+    m = start("a")
     assert m.job.active is False, "one live client: the phase waits for min_clients"
     m.register("b", None, {})
     m.tick()
@@ -110,13 +119,9 @@ def test_a_round_opens_folds_the_updates_and_publishes_their_weighted_mean(
 
 
 def test_a_silent_client_is_dropped_when_its_heartbeats_stop_and_replaced(
-    tmp_path: Path, w0: dict, clock: FakeClock, managers: list
+    tmp_path: Path, w0: dict, clock: FakeClock, start: Start
 ) -> None:
-    m = manager_for(tmp_path, clock, fraction=0.5)
-    managers.append(m)
-    for cid in "abcd":
-        m.register(cid, None, {})
-    m.tick()
+    m = start("abcd", fraction=0.5)
     chosen = m.clients.with_status(Participant.SELECTED)
     assert len(chosen) == 2
     silent, talking = chosen
@@ -137,13 +142,9 @@ def test_a_silent_client_is_dropped_when_its_heartbeats_stop_and_replaced(
 
 
 def test_past_the_deadline_the_phase_extends_it_and_counts_an_attempt(
-    tmp_path: Path, w0: dict, clock: FakeClock, managers: list
+    tmp_path: Path, w0: dict, clock: FakeClock, start: Start
 ) -> None:
-    m = manager_for(tmp_path, clock)
-    managers.append(m)
-    for cid in "ab":
-        m.register(cid, None, {})
-    m.tick()
+    m = start("ab")
     submit(m, "a", {k: np.ones_like(v) for k, v in w0.items()}, 5)
     deadline = m.job.deadline
     clock.advance(ROUND_TIMEOUT)
@@ -154,11 +155,9 @@ def test_past_the_deadline_the_phase_extends_it_and_counts_an_attempt(
 
 
 def test_without_enough_clients_the_job_fails_at_wait_timeout(
-    tmp_path: Path, w0: dict, clock: FakeClock, managers: list
+    tmp_path: Path, w0: dict, clock: FakeClock, start: Start
 ) -> None:
-    m = manager_for(tmp_path, clock, wait_timeout=60.0)
-    managers.append(m)
-    m.register("a", None, {})
+    m = start("a", wait_timeout=60.0)
     clock.advance(59)
     m.touch("a")
     m.tick()
@@ -171,13 +170,9 @@ def test_without_enough_clients_the_job_fails_at_wait_timeout(
 
 
 def test_a_client_refused_max_refusals_times_sits_out_the_phase(
-    tmp_path: Path, w0: dict, clock: FakeClock, managers: list
+    tmp_path: Path, w0: dict, clock: FakeClock, start: Start
 ) -> None:
-    m = manager_for(tmp_path, clock)
-    managers.append(m)
-    for cid in "ab":
-        m.register(cid, None, {})
-    m.tick()
+    m = start("ab")
     nan = {k: np.full_like(v, np.nan) for k, v in w0.items()}
     for _ in range(MAX_REFUSALS):
         with pytest.raises(UpdateRejectedError, match="NaN or infinite"):
@@ -188,13 +183,9 @@ def test_a_client_refused_max_refusals_times_sits_out_the_phase(
 
 
 def test_an_evaluate_phase_follows_when_asked_and_averages_the_reports(
-    tmp_path: Path, w0: dict, clock: FakeClock, managers: list
+    tmp_path: Path, w0: dict, clock: FakeClock, start: Start
 ) -> None:
-    m = manager_for(tmp_path, clock, evaluate_every=1)
-    managers.append(m)
-    for cid in "ab":
-        m.register(cid, None, {})
-    m.tick()
+    m = start("ab", evaluate_every=1)
     for cid in "ab":
         submit(m, cid, {k: np.zeros_like(v) for k, v in w0.items()}, 1)
     m.tick()
@@ -211,19 +202,15 @@ def test_an_evaluate_phase_follows_when_asked_and_averages_the_reports(
 
 
 def test_a_restarted_manager_resumes_the_phase_and_gives_clients_resume_grace(
-    tmp_path: Path, w0: dict, clock: FakeClock, managers: list
+    tmp_path: Path, w0: dict, clock: FakeClock, start: Start
 ) -> None:
-    first = manager_for(tmp_path, clock)
-    for cid in "ab":
-        first.register(cid, None, {})
-    first.tick()
+    first = start("ab")
     submit(first, "a", {k: np.ones_like(v) for k, v in w0.items()}, 5)
     first.close()  # as after a kill -9: nothing more is saved
 
     clock.advance(3600)  # the daemon was down a long time
     grace = 3 * HEARTBEAT_TIMEOUT
-    m = manager_for(tmp_path, clock, resume_grace=grace)
-    managers.append(m)
+    m = start(resume_grace=grace)
     assert m.clients.status("a") == Participant.ACCEPTED
     assert m.clients.status("b") == Participant.SELECTED
     clock.advance(grace - 1)
