@@ -498,7 +498,7 @@ class Client:
             at, piece, _ = split_model_chunk(body)
             received = self._take_chunk(at, piece)
 
-    def _start_heartbeats(self, task_id: str) -> Callable[[], None]:
+    def _start_heartbeats(self, task_id: str) -> Callable[[], object]:
         """Heartbeat over the session every interval until the returned function is called."""
         return self._transport.spawn(self._heartbeats_in_session(task_id)).cancel
 
