@@ -7,6 +7,7 @@ sporenet.federated.strategies, the aggregation stage in sporenet.federated.aggre
 
 from sporenet.federated.aggregation import Aggregator, BufferedAggregator, WeightedMeanAggregator
 from sporenet.federated.client import Client
+from sporenet.federated.common.auth import Credentials
 from sporenet.federated.errors import (
     AggregationError,
     AuthError,
@@ -22,6 +23,7 @@ __all__ = [
     "BufferedAggregator",
     "Client",
     "ConfigError",
+    "Credentials",
     "FederatedError",
     "UpdateRejectedError",
     "WeightedMeanAggregator",

@@ -50,7 +50,6 @@ from typing import Any, cast
 
 import grpc
 import numpy as np
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from sporenet.federated.aggregation import Weights, template_of
 from sporenet.federated.client.session_stream import SessionStream, TransportLoop
@@ -169,13 +168,8 @@ class Client:
         *,
         train: TrainFn,
         evaluate: EvaluateFn | None = None,
+        credentials: Credentials | None = None,
         name: str = "",
-        token: str | None = None,
-        key_id: str | None = None,
-        private_key: Ed25519PrivateKey | None = None,
-        root_certificates: bytes | None = None,
-        certificate_chain: bytes | None = None,
-        client_key_pem: bytes | None = None,
         compression: tuple[str, ...] | list[str] = (),
         topk_ratio: float = 0.01,
         poll_wait: float = 5.0,
@@ -186,10 +180,39 @@ class Client:
         upload_connection: str = "separate",
         rpc_timeout: float = 60.0,
     ) -> None:
+        """A client of the `sporenet-server` at `address`; nothing connects until `run()`.
+
+        Args:
+            address: "host:port" of the server (TLS unless it is a loopback address).
+            train: `train(weights, config) -> (new_weights, num_samples, metrics)`, called
+                with a copy of the global weights and the task's config each fit round.
+            evaluate: `evaluate(weights, config) -> (loss, num_samples, metrics)` for
+                evaluation rounds (None: the client sits them out).
+            credentials: authentication and TLS settings (default: none, loopback only).
+            name: a stable name the server registers this client under (ignored when the
+                server authenticates clients: the identity is the name).
+            compression: update compressions to apply: "int8", "topk" or both.
+            topk_ratio: the fraction of values "topk" keeps.
+            poll_wait: seconds the server may hold a poll while there is nothing to do.
+            max_backoff: the longest pause between retries while the server is away.
+            give_up_after: seconds of an unreachable server after which `run()` raises
+                (None: retry forever).
+            chunk_size: bytes per upload message.
+            download_chunk_size: bytes per download message (0: the server's choice).
+            upload_connection: "separate" moves to a new connection after each upload
+                (the server then frees that connection's buffers), "shared" keeps one.
+            rpc_timeout: seconds before an unanswered call is retried.
+
+        Raises:
+            ConfigError: a setting is out of range, or a non-loopback address without
+                `root_certificates` in `credentials`.
+        """
+        credentials = credentials or Credentials()
         host = split_address(address)[0]
-        if root_certificates is None and not is_loopback(host):
+        if not credentials.tls and not is_loopback(host):
             raise ConfigError(
-                f"`root_certificates` is required: {address!r} is not loopback, so TLS is used"
+                "`credentials` need `root_certificates`: "
+                f"{address!r} is not loopback, so TLS is used"
             )
         unknown = sorted(set(compression) - set(COMPRESSIONS))
         if unknown:
@@ -209,20 +232,12 @@ class Client:
                 f"`download_chunk_size` must be >= 0 (0: the server's), got {download_chunk_size}"
             )
         self.address, self.train, self.evaluate, self.name = address, train, evaluate, name
-        self.credentials = Credentials(token=token, key_id=key_id, private_key=private_key)
+        self.credentials = credentials
         self.compression, self.topk_ratio = tuple(compression), topk_ratio
         self.poll_wait, self.max_backoff, self.give_up_after = poll_wait, max_backoff, give_up_after
         # Uploads go in `chunk_size` messages; downloads use the server's chunks.
         self.chunk_size, self.rpc_timeout = chunk_size, rpc_timeout
         self.download_chunk_size = download_chunk_size
-        # One connection per client, even when a simulation runs many in one process: gRPC
-        # would otherwise share one HTTP/2 connection, whose stream limit (100 by default)
-        # then queues long-polls and transfers behind each other.
-        self._tls = (
-            (root_certificates, client_key_pem, certificate_chain)
-            if root_certificates is not None
-            else None
-        )
         self.upload_connection = upload_connection
         # Sessions run on the process's shared event loop, over an asyncio channel of their own.
         self._transport = TransportLoop.shared()
@@ -250,9 +265,6 @@ class Client:
 
     # -- plumbing ------------------------------------------------------------------------
 
-    def _md(self, method: str) -> list[tuple[str, str]]:
-        return self.credentials.metadata(method_path(method))
-
     def _aio(self) -> grpc.aio.Channel:
         """The sessions' channel, opened if needed (call it on the transport loop)."""
         if self._aio_channel is None:
@@ -260,11 +272,12 @@ class Client:
         return self._aio_channel
 
     def _new_aio_channel(self) -> grpc.aio.Channel:
+        # One connection per client, even when a simulation runs many in one process: gRPC
+        # would otherwise share one HTTP/2 connection, whose stream limit (100 by default)
+        # then queues polls and transfers behind each other.
         options = [("grpc.use_local_subchannel_pool", 1)]
-        if self._tls is not None:
-            creds = grpc.ssl_channel_credentials(*self._tls)
-            return grpc.aio.secure_channel(self.address, creds, options=options)
-        return grpc.aio.insecure_channel(self.address, options=options)
+        creds = self.credentials.channel_credentials()
+        return grpc.aio.secure_channel(self.address, creds, options=options)
 
     def close(self) -> None:
         """Close the client's connections."""
@@ -280,7 +293,7 @@ class Client:
         """The open Session stream, opened (authenticated) anew after any failure; call it
         on the transport loop."""
         if self._session is None or self._session.closed:
-            self._session = SessionStream(self._aio(), method_path("Session"), self._md("Session"))
+            self._session = SessionStream(self._aio(), method_path("Session"))
         return self._session
 
     def _drop_session(self) -> None:
@@ -304,7 +317,7 @@ class Client:
 
     async def _call_on_loop(self, method: str, request: Any, timeout: float) -> Any:
         call = getattr(pb_grpc.FederatedStub(self._aio()), method)
-        return await call(request, metadata=self._md(method), timeout=timeout)
+        return await call(request, timeout=timeout)
 
     def _register(self) -> None:
         request = pb.RegisterRequest(client_name=self.name, compression=list(self.compression))
@@ -316,7 +329,19 @@ class Client:
     # -- the loop --------------------------------------------------------------------------
 
     def run(self, stop: threading.Event | None = None) -> Weights | None:
-        """Serve tasks until the job ends; returns the final global weights (None if stopped)."""
+        """Serve tasks until the job ends.
+
+        Args:
+            stop: set it (from another thread) to make `run()` return at its next step.
+
+        Returns:
+            The job's final global weights, or None when stopped first.
+
+        Raises:
+            AuthError: the server refused this client's credentials.
+            FederatedError: the server stayed unreachable for `give_up_after` seconds.
+            ConfigError: `train` returned weights without some of the model's tensors.
+        """
         if stop is not None:
             self._stop = stop
         backoff, unreachable_since = 0.1, None
@@ -473,7 +498,7 @@ class Client:
             at, piece, _ = split_model_chunk(body)
             received = self._take_chunk(at, piece)
 
-    def _start_heartbeats(self, task_id: str) -> Callable[[], None]:
+    def _start_heartbeats(self, task_id: str) -> Callable[[], object]:
         """Heartbeat over the session every interval until the returned function is called."""
         return self._transport.spawn(self._heartbeats_in_session(task_id)).cancel
 

@@ -76,7 +76,7 @@ class SessionStream:
     """One open Session call. Use it only from coroutines on its TransportLoop."""
 
     def __init__(
-        self, channel: grpc.aio.Channel, method: str, metadata: Sequence[tuple[str, str]]
+        self, channel: grpc.aio.Channel, method: str, metadata: Sequence[tuple[str, str]] = ()
     ) -> None:
         open_call = channel.stream_stream(
             method, request_serializer=identity, response_deserializer=identity

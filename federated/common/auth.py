@@ -22,6 +22,7 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 
+import grpc
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
@@ -145,7 +146,12 @@ class Authenticator:
 
 
 class Credentials:
-    """Client side: the metadata to attach to each call."""
+    """Client side: everything about how a client proves who it is and checks the server.
+
+    At most one of a pre-shared `token` or an Ed25519 `key_id` + `private_key` (request
+    signatures); for TLS, the server's `root_certificates` and, for mutual TLS, the
+    client's `certificate_chain` and `client_key_pem` (all PEM bytes).
+    """
 
     def __init__(
         self,
@@ -153,16 +159,31 @@ class Credentials:
         token: str | None = None,
         key_id: str | None = None,
         private_key: Ed25519PrivateKey | None = None,
+        root_certificates: bytes | None = None,
+        certificate_chain: bytes | None = None,
+        client_key_pem: bytes | None = None,
     ) -> None:
+        """Check the combination; ConfigError names what is missing or conflicting."""
         if token is not None and private_key is not None:
             raise ConfigError("give either `token` or `private_key`, not both")
         if (key_id is None) != (private_key is None):
             raise ConfigError("`key_id` and `private_key` must be given together")
+        if (certificate_chain is None) != (client_key_pem is None):
+            raise ConfigError("`certificate_chain` and `client_key_pem` must be given together")
+        if certificate_chain is not None and root_certificates is None:
+            raise ConfigError("a client certificate (mutual TLS) needs `root_certificates`")
         self._token, self._key_id, self._key = token, key_id, private_key
+        self.root_certificates = root_certificates
+        self._client_cert = (client_key_pem, certificate_chain)
 
     @property
     def identity(self) -> str | None:
         return self._key_id
+
+    @property
+    def tls(self) -> bool:
+        """True when the connection is TLS (`root_certificates` given)."""
+        return self.root_certificates is not None
 
     def metadata(self, method: str) -> list[tuple[str, str]]:
         """Fresh metadata for one call of `method` (new timestamp and nonce every time)."""
@@ -178,3 +199,33 @@ class Credentials:
                 (SIGNATURE, base64.b64encode(sig).decode()),
             ]
         return []
+
+    def channel_credentials(self) -> grpc.ChannelCredentials:
+        """TLS (or, without `root_certificates`, gRPC's local credentials, which keep the
+        loopback connection plaintext) with this client's metadata as call credentials,
+        added to every call by gRPC."""
+        if self.root_certificates is not None:
+            key, chain = self._client_cert
+            channel = grpc.ssl_channel_credentials(self.root_certificates, key, chain)
+        else:
+            channel = grpc.local_channel_credentials(grpc.LocalConnectionType.LOCAL_TCP)
+        if self._token is None and self._key is None:
+            return channel
+        calls = grpc.metadata_call_credentials(_CallMetadata(self), name="sporenet")
+        return grpc.composite_channel_credentials(channel, calls)
+
+
+class _CallMetadata(grpc.AuthMetadataPlugin):
+    """gRPC's hook for call credentials: the metadata of each call, signed for its method."""
+
+    def __init__(self, credentials: Credentials) -> None:
+        self._credentials = credentials
+
+    def __call__(
+        self, context: grpc.AuthMetadataContext, callback: grpc.AuthMetadataPluginCallback
+    ) -> None:
+        # service_url is "<scheme>://<authority>/<package.Service>": the method's full name
+        # is "/<package.Service>/<method>", what the server checks a signature against.
+        service = context.service_url.rsplit("/", 1)[-1]
+        method = f"/{service}/{context.method_name}"
+        callback(tuple(self._credentials.metadata(method)), None)

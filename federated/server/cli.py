@@ -18,10 +18,11 @@ from pathlib import Path
 
 from sporenet import __version__
 from sporenet.federated.errors import ConfigError
-from sporenet.federated.server.config import ServerConfig, load_config
+from sporenet.federated.server.config import ServerConfig, StrategyConfig, load_config
 from sporenet.federated.strategies import STRATEGIES
 
 DEFAULTS = {f.name: f.default for f in dataclasses.fields(ServerConfig)}
+DEFAULTS["strategy"] = StrategyConfig().name
 
 EPILOG = """\
 subcommands:
@@ -33,6 +34,53 @@ Flags override the values of --config (a TOML file whose tables, [tls], [auth],
 [secure_aggregation] and [differential_privacy], hold the settings with no flag).
 A restarted daemon given the same --state-dir resumes the job where it stopped.
 """
+
+
+#: The flags for top-level settings: (flag, type, help). Each help gets ServerConfig's default.
+FLAGS: tuple[tuple[str, type, str], ...] = (
+    ("--address", str, "host:port to listen on; TLS is required unless it is loopback"),
+    ("--model", str, "initial .spore model (needed only when the state dir is new)"),
+    ("--state-dir", str, "directory for the job's database, model versions and uploads"),
+    ("--rounds", int, "fit rounds to run"),
+    ("--min-clients", int, "fewest accepted updates a fit round aggregates"),
+    ("--min-available", int, "live clients needed to start a round (0: min-clients)"),
+    ("--fraction", float, "fraction of live clients sampled per fit round"),
+    ("--round-timeout", float, "seconds a phase may take before it closes"),
+    (
+        "--wait-timeout",
+        float,
+        "fail the job after this many seconds without enough clients (0: wait forever)",
+    ),
+    ("--heartbeat-interval", float, "seconds between a training client's heartbeats"),
+    (
+        "--heartbeat-timeout",
+        float,
+        "seconds of silence after which a selected client has dropped out",
+    ),
+    ("--checkpoint-every", int, "updates folded between checkpoints of the aggregate"),
+    ("--evaluate-every", int, "an evaluate phase after every N fit rounds (0: none)"),
+    ("--max-update-norm", float, "refuse updates whose L2 norm exceeds this"),
+    ("--max-update-bytes", int, "refuse updates larger than this (default: 2 x model + 1 MiB)"),
+    ("--strategy", str, "how updates become the next model"),
+    (
+        "--max-workers",
+        int,
+        "threads serving the calls beside the sessions (registration, "
+        "evaluation reports, secure messages, status)",
+    ),
+    (
+        "--max-transfers",
+        int,
+        "model and update streams moving at once, half downloads and "
+        "half uploads (bounds transfer memory)",
+    ),
+    (
+        "--max-upload-memory",
+        int,
+        "bytes of updates being received at once (fewer upload slots for big models)",
+    ),
+    ("--metrics-port", int, "serve Prometheus /metrics on this port (0: any free port)"),
+)
 
 
 def _default(name: str) -> str:
@@ -54,56 +102,10 @@ def _run_parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     p.add_argument("--config", type=Path, help="TOML configuration file; flags override its values")
 
-    def flag(name: str, help: str, **kw: object) -> None:
+    for name, kind, text in FLAGS:
         dest = name.lstrip("-").replace("-", "_")
-        p.add_argument(name, dest=dest, help=help + _default(dest), **kw)  # type: ignore[arg-type]
-
-    flag("--address", "host:port to listen on; TLS is required unless it is loopback")
-    flag("--model", "initial .spore model (needed only when the state dir is new)")
-    flag("--state-dir", "directory for the job's database, model versions and uploads")
-    flag("--rounds", "fit rounds to run", type=int)
-    flag("--min-clients", "fewest accepted updates a fit round aggregates", type=int)
-    flag("--min-available", "live clients needed to start a round (0: min-clients)", type=int)
-    flag("--fraction", "fraction of live clients sampled per fit round", type=float)
-    flag("--round-timeout", "seconds a phase may take before it closes", type=float)
-    flag(
-        "--wait-timeout",
-        "fail the job after this many seconds without enough clients (0: wait forever)",
-        type=float,
-    )
-    flag("--heartbeat-interval", "seconds between a training client's heartbeats", type=float)
-    flag(
-        "--heartbeat-timeout",
-        "seconds of silence after which a selected client has dropped out",
-        type=float,
-    )
-    flag("--checkpoint-every", "updates folded between checkpoints of the aggregate", type=int)
-    flag("--evaluate-every", "an evaluate phase after every N fit rounds (0: none)", type=int)
-    flag("--max-update-norm", "refuse updates whose L2 norm exceeds this", type=float)
-    flag(
-        "--max-update-bytes",
-        "refuse updates larger than this (default: 2 x model + 1 MiB)",
-        type=int,
-    )
-    flag("--strategy", "how updates become the next model", choices=sorted(STRATEGIES))
-    flag(
-        "--max-workers",
-        "threads serving the calls beside the sessions (registration, "
-        "evaluation reports, secure messages, status)",
-        type=int,
-    )
-    flag(
-        "--max-transfers",
-        "model and update streams moving at once, half downloads and "
-        "half uploads (bounds transfer memory)",
-        type=int,
-    )
-    flag(
-        "--max-upload-memory",
-        "bytes of updates being received at once (fewer upload slots for big models)",
-        type=int,
-    )
-    flag("--metrics-port", "serve Prometheus /metrics on this port (0: any free port)", type=int)
+        choices = sorted(STRATEGIES) if dest == "strategy" else None  # listed by --help
+        p.add_argument(name, dest=dest, type=kind, choices=choices, help=text + _default(dest))
     p.add_argument(
         "--tls-cert", dest="tls.cert", metavar="PEM", help="server certificate (PEM) for TLS"
     )
@@ -122,7 +124,12 @@ def _run_parser() -> argparse.ArgumentParser:
         default=None,
         help="serve plaintext (allowed on loopback addresses only)",
     )
-    flag("--log-level", "JSON log verbosity", choices=["debug", "info", "warning", "error"])
+    p.add_argument(
+        "--log-level",
+        dest="log_level",
+        choices=["debug", "info", "warning", "error"],
+        help="JSON log verbosity" + _default("log_level"),
+    )
     p.add_argument(
         "--secure",
         action="store_true",
@@ -143,7 +150,7 @@ def _status_parser() -> argparse.ArgumentParser:
 
 
 def _status(args: list[str]) -> int:
-    from sporenet.federated.server.rounds import read_status
+    from sporenet.federated.server.status import read_status
 
     ns = _status_parser().parse_args(args)
     try:

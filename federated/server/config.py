@@ -66,6 +66,84 @@ from sporenet.federated.secagg.errors import SecAggConfigError
 
 
 @dataclass(frozen=True, kw_only=True)
+class TLSConfig:
+    """`[tls]`: the server's certificate and key (PEM files); `client_ca` makes clients
+    present a certificate it signed (mutual TLS)."""
+
+    cert: Path | None = None
+    key: Path | None = None
+    client_ca: Path | None = None
+
+    def __post_init__(self) -> None:
+        if (self.cert is None) != (self.key is None):
+            raise ConfigError("`tls.cert` and `tls.key` must be given together")
+        if self.client_ca is not None and self.cert is None:
+            raise ConfigError("`tls.client_ca` (mutual TLS) needs `tls.cert` and `tls.key`")
+        for key in ("cert", "key", "client_ca"):
+            p = getattr(self, key)
+            if p is not None and not Path(p).is_file():
+                raise ConfigError(f"`tls.{key}`: no such file {str(p)!r}")
+
+    @property
+    def enabled(self) -> bool:
+        return self.cert is not None
+
+
+@dataclass(frozen=True, kw_only=True)
+class AuthConfig:
+    """`[auth]`: pre-shared tokens (name -> token) and Ed25519 keys (key id -> base64 raw
+    public key); signed requests may be `max_skew` seconds off the server's clock."""
+
+    tokens: dict[str, str] = field(default_factory=dict)
+    ed25519: dict[str, str] = field(default_factory=dict)
+    max_skew: float = 300.0
+
+    def __post_init__(self) -> None:
+        if not self.max_skew > 0:
+            raise ConfigError(f"`auth.max_skew` must be > 0, got {self.max_skew!r}")
+        for table in ("tokens", "ed25519"):
+            for name, value in getattr(self, table).items():
+                if not isinstance(value, str) or not value:
+                    raise ConfigError(f"`auth.{table}.{name}` must be a non-empty string")
+        from sporenet.federated.common.auth import parse_public_key
+
+        for name, key in self.ed25519.items():
+            try:
+                parse_public_key(key)
+            except ConfigError as e:
+                raise ConfigError(f"`auth.ed25519.{name}`: {e}") from None
+
+
+@dataclass(frozen=True, kw_only=True)
+class StrategyConfig:
+    """`[strategy]`: the strategy's name and its options (its constructor's arguments)."""
+
+    name: str = "fedavg"
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, kw_only=True)
+class SecureConfig:
+    """`[secure_aggregation]`, when enabled: the SecAgg+ protocol's settings and the
+    server's (`max_weight`: weight clients by min(samples, max_weight), None for the plain
+    mean; `stage_timeout`: a key, share or unmask stage closes after it at the latest;
+    `retries`: runs of a failed round, each with a new cohort, before the job fails)."""
+
+    protocol: SecAggConfig = field(default_factory=SecAggConfig)
+    max_weight: float | None = None
+    stage_timeout: float = 60.0
+    retries: int = 2
+
+    def __post_init__(self) -> None:
+        if not self.stage_timeout > 0:
+            raise ConfigError(
+                f"`secure_aggregation.stage_timeout` must be > 0, got {self.stage_timeout!r}"
+            )
+        if self.retries < 0:
+            raise ConfigError(f"`secure_aggregation.retries` must be >= 0, got {self.retries!r}")
+
+
+@dataclass(frozen=True, kw_only=True)
 class ServerConfig:
     """Everything the daemon needs to run a job; see the module docstring for the file form."""
 
@@ -98,27 +176,16 @@ class ServerConfig:
     long_poll: float = 10.0  # longest a session's poll is held
     checkpoint_every: int = 16  # updates folded between aggregate checkpoints
     seed: int = 0
-    strategy: str = "fedavg"
-    strategy_options: dict[str, Any] = field(default_factory=dict)
-    fit_config: dict[str, Any] = field(default_factory=dict)
     metrics_port: int | None = None
     insecure: bool = False
-    tls_cert: Path | None = None
-    tls_key: Path | None = None
-    tls_client_ca: Path | None = None
-    auth_tokens: dict[str, str] = field(default_factory=dict)
-    auth_ed25519: dict[str, str] = field(default_factory=dict)
-    auth_max_skew: float = 300.0
     log_level: str = "info"
-    # Secure aggregation of fit rounds (None: off); see federated/README.md.
-    secure_aggregation: SecAggConfig | None = None
-    secure_max_weight: float | None = None  # None: plain mean over the contributors
-    secure_stage_timeout: float = 60.0  # a protocol stage closes after this at the latest
-    # A secure fit round that fails (too few clients left for the threshold) runs again
-    # with a newly sampled cohort this many times before the job fails.
-    secure_retries: int = 2
-    # Differential privacy of fit rounds (None: off); see federated/README.md.
-    differential_privacy: DPConfig | None = None
+    # The TOML tables, one object each.
+    strategy: StrategyConfig = field(default_factory=StrategyConfig)
+    fit_config: dict[str, Any] = field(default_factory=dict)  # sent to every train()
+    tls: TLSConfig = field(default_factory=TLSConfig)
+    auth: AuthConfig = field(default_factory=AuthConfig)
+    secure_aggregation: SecureConfig | None = None  # None: off; see federated/README.md
+    differential_privacy: DPConfig | None = None  # None: off; see federated/README.md
 
     def __post_init__(self) -> None:
         checks: list[tuple[str, bool, str]] = [
@@ -150,68 +217,49 @@ class ServerConfig:
                 self.metrics_port is None or 0 <= self.metrics_port < 65536,
                 "must be a port number",
             ),
-            ("auth_max_skew", self.auth_max_skew > 0, "must be > 0"),
             (
                 "log_level",
                 self.log_level in ("debug", "info", "warning", "error"),
                 "must be one of debug, info, warning, error",
             ),
-            ("secure_stage_timeout", self.secure_stage_timeout > 0, "must be > 0"),
-            ("secure_retries", self.secure_retries >= 0, "must be >= 0"),
         ]
         for key, ok, rule in checks:
             if not ok:
                 raise ConfigError(f"`{key}` {rule}, got {getattr(self, key)!r}")
         host = split_address(self.address)[0]
-        if (self.tls_cert is None) != (self.tls_key is None):
-            raise ConfigError("`tls.cert` and `tls.key` must be given together")
-        if self.tls_client_ca is not None and self.tls_cert is None:
-            raise ConfigError("`tls.client_ca` (mutual TLS) needs `tls.cert` and `tls.key`")
         if not is_loopback(host):
             if self.insecure:
                 raise ConfigError(
                     f"`insecure` is refused on the non-loopback address {self.address!r}: "
                     "configure tls.cert and tls.key"
                 )
-            if self.tls_cert is None:
+            if not self.tls.enabled:
                 raise ConfigError(
                     f"`address` {self.address!r} is not loopback, so TLS is required: "
                     "set tls.cert and tls.key (--tls-cert/--tls-key)"
                 )
-        for path_key in ("tls_cert", "tls_key", "tls_client_ca"):
-            p = getattr(self, path_key)
-            if p is not None and not Path(p).is_file():
-                raise ConfigError(f"`{path_key.replace('_', '.', 1)}`: no such file {str(p)!r}")
         from sporenet.federated.strategies import make_strategy
 
-        make_strategy(self.strategy, self.strategy_options)  # fails here, not in round 1
+        make_strategy(self.strategy.name, self.strategy.options)  # fails here, not in round 1
         if self.secure_aggregation is not None:
             self._check_secure(self.secure_aggregation)
         if self.differential_privacy is not None:
             self._check_dp(self.differential_privacy)
-        from sporenet.federated.common.auth import parse_public_key
 
-        for name, key in self.auth_ed25519.items():
-            try:
-                parse_public_key(key)
-            except ConfigError as e:
-                raise ConfigError(f"`auth.ed25519.{name}`: {e}") from None
-
-    def _check_secure(self, sa: SecAggConfig) -> None:
+    def _check_secure(self, sa: SecureConfig) -> None:
         """Secure rounds need a mean-based strategy and a cohort the protocol can run with."""
         from sporenet.federated.secagg.session import _check_max_weight
         from sporenet.federated.strategies import make_strategy
-        from sporenet.federated.strategies.base import Strategy
 
-        strategy = make_strategy(self.strategy, self.strategy_options)
-        if type(strategy).make_aggregator is not Strategy.make_aggregator:
+        strategy = make_strategy(self.strategy.name, self.strategy.options)
+        if strategy.needs_individual_updates:
             raise ConfigError(
-                f"`strategy` {self.strategy!r} needs every individual update (order statistics"
+                f"`strategy` {self.strategy.name!r} needs every individual update (order statistics"
                 " or distances), which secure aggregation hides: use fedavg, fedprox, fedadam,"
                 " fedyogi or fedadagrad with `secure_aggregation.enabled`"
             )
         try:
-            _check_max_weight(self.secure_max_weight)
+            _check_max_weight(sa.max_weight)
         except SecAggConfigError as e:
             raise ConfigError(f"`secure_aggregation.max_weight`: {e}") from None
         if self.min_clients < 2:
@@ -219,7 +267,7 @@ class ServerConfig:
                 f"`min_clients` must be >= 2 with secure aggregation, got {self.min_clients}"
             )
         try:  # the smallest cohort a round may start with must be able to run the protocol
-            sa.resolve(self.min_clients)
+            sa.protocol.resolve(self.min_clients)
         except SecAggConfigError as e:
             raise ConfigError(
                 f"`secure_aggregation`: with min_clients={self.min_clients}: {_secagg_key(e)}"
@@ -228,12 +276,11 @@ class ServerConfig:
     def _check_dp(self, dp: DPConfig) -> None:
         """DP replaces the strategy's aggregator by a clipped, noised mean."""
         from sporenet.federated.strategies import make_strategy
-        from sporenet.federated.strategies.base import Strategy
 
-        strategy = make_strategy(self.strategy, self.strategy_options)
-        if dp.mode != "local" and type(strategy).make_aggregator is not Strategy.make_aggregator:
+        strategy = make_strategy(self.strategy.name, self.strategy.options)
+        if dp.mode != "local" and strategy.needs_individual_updates:
             raise ConfigError(
-                f"`strategy` {self.strategy!r} aggregates by order statistics or distances,"
+                f"`strategy` {self.strategy.name!r} aggregates by order statistics or distances,"
                 " which differential privacy's clipped, noised mean replaces: use fedavg,"
                 " fedprox, fedadam, fedyogi or fedadagrad with `differential_privacy.enabled`"
             )
@@ -255,7 +302,7 @@ class ServerConfig:
                     " client adds only a share of the noise, safe only when the server sees"
                     ' just the sum): set `secure_aggregation.enabled` or use mode = "central"'
                 )
-            if self.secure_max_weight is not None:
+            if self.secure_aggregation.max_weight is not None:
                 raise ConfigError(
                     "`secure_aggregation.max_weight` is not supported with `differential_privacy"
                     '.mode` "distributed": the noise is sized for the plain mean'
@@ -272,9 +319,9 @@ _SECAGG_KEYS = {
 }
 _SECAGG_EXTRA: dict[str, tuple[str, tuple[type[Any], ...]]] = {
     "enabled": ("enabled", (bool,)),
-    "max_weight": ("secure_max_weight", (int, float)),
-    "stage_timeout": ("secure_stage_timeout", (int, float)),
-    "retries": ("secure_retries", (int,)),
+    "max_weight": ("max_weight", (int, float)),
+    "stage_timeout": ("stage_timeout", (int, float)),
+    "retries": ("retries", (int,)),
 }
 _SECAGG_TYPES: dict[str, tuple[type[Any], ...]] = {
     "neighbours": (int,),
@@ -293,8 +340,8 @@ def _secagg_key(error: SecAggConfigError) -> str:
     return text
 
 
-def _secure_config(table: Any, enable: bool | None) -> dict[str, Any]:
-    """ServerConfig fields from the `[secure_aggregation]` table (and the --secure flag)."""
+def _secure_config(table: Any, enable: bool | None) -> SecureConfig | None:
+    """The `[secure_aggregation]` table (and the --secure flag); None when disabled."""
     if not isinstance(table, dict):
         raise ConfigError(f"`secure_aggregation` must be a table, got {table!r}")
     out: dict[str, Any] = {}
@@ -318,12 +365,12 @@ def _secure_config(table: Any, enable: bool | None) -> dict[str, Any]:
             sa[_SECAGG_KEYS[key]] = value
     if enable is not None:
         enabled = enable
-    if enabled:
-        try:
-            out["secure_aggregation"] = SecAggConfig(**sa)
-        except SecAggConfigError as e:
-            raise ConfigError(_secagg_key(e)) from None
-    return out
+    if not enabled:
+        return None
+    try:
+        return SecureConfig(protocol=SecAggConfig(**sa), **out)
+    except SecAggConfigError as e:
+        raise ConfigError(_secagg_key(e)) from None
 
 
 # TOML key -> (dataclass field, accepted Python types). Tables are flattened here.
@@ -354,16 +401,16 @@ _TOP: dict[str, tuple[str, tuple[type[Any], ...]]] = {
     "metrics_port": ("metrics_port", (int,)),
     "insecure": ("insecure", (bool,)),
     "log_level": ("log_level", (str,)),
-    "tls.cert": ("tls_cert", (str,)),
-    "tls.key": ("tls_key", (str,)),
-    "tls.client_ca": ("tls_client_ca", (str,)),
-    "auth.tokens": ("auth_tokens", (dict,)),
-    "auth.ed25519": ("auth_ed25519", (dict,)),
-    "auth.max_skew": ("auth_max_skew", (int, float)),
+    "tls.cert": ("tls.cert", (str,)),
+    "tls.key": ("tls.key", (str,)),
+    "tls.client_ca": ("tls.client_ca", (str,)),
+    "auth.tokens": ("auth.tokens", (dict,)),
+    "auth.ed25519": ("auth.ed25519", (dict,)),
+    "auth.max_skew": ("auth.max_skew", (int, float)),
 }
 #: Tables read on their own (not flattened into _TOP keys).
 _TABLES = ("strategy", "fit_config", "secure_aggregation", "differential_privacy")
-_PATHS = {"model", "state_dir", "tls_cert", "tls_key", "tls_client_ca"}
+_PATHS = {"model", "state_dir", "tls.cert", "tls.key", "tls.client_ca"}
 _FLOATS = {k for k, (_, types) in _TOP.items() if float in types}
 
 
@@ -390,10 +437,11 @@ def build_config(file_values: Mapping[str, Any], overrides: Mapping[str, Any]) -
     if not isinstance(fit_config, dict):
         raise ConfigError(f"`fit_config` must be a table, got {fit_config!r}")
     secure = _secure_config(raw.pop("secure_aggregation", {}), overrides.get("secure"))
-    secure["differential_privacy"] = dp_config_from_table(raw.pop("differential_privacy", {}))
+    dp = dp_config_from_table(raw.pop("differential_privacy", {}))
     flat = _flatten(raw)
     flat.update({k: v for k, v in overrides.items() if v is not None and k in _TOP})
     kwargs: dict[str, Any] = {}
+    tables: dict[str, dict[str, Any]] = {"tls": {}, "auth": {}}
     value: Any
     for key, value in flat.items():
         if key not in _TOP:
@@ -405,20 +453,22 @@ def build_config(file_values: Mapping[str, Any], overrides: Mapping[str, Any]) -
             raise ConfigError(f"`{key}` must be {names}, got {value!r}")
         if key in _FLOATS and not math.isfinite(value):
             raise ConfigError(f"`{key}` must be finite, got {value!r}")
-        kwargs[attr] = Path(value) if attr in _PATHS else value
-    for table in ("auth_tokens", "auth_ed25519"):
-        for name, value in kwargs.get(table, {}).items():
-            if not isinstance(value, str) or not value:
-                raise ConfigError(
-                    f"`{table.replace('_', '.', 1)}.{name}` must be a non-empty string"
-                )
+        value = Path(value) if attr in _PATHS else value
+        table, _, sub = attr.rpartition(".")
+        if table:
+            tables[table][sub] = value
+        else:
+            kwargs[attr] = value
     strategy_table = dict(strategy_table)
     if overrides.get("strategy") is not None:
         strategy_table = {"name": overrides["strategy"]}
-    kwargs["strategy"] = strategy_table.pop("name", "fedavg")
-    kwargs["strategy_options"] = strategy_table
+    name = strategy_table.pop("name", "fedavg")
+    kwargs["strategy"] = StrategyConfig(name=name, options=strategy_table)
     kwargs["fit_config"] = fit_config
-    kwargs.update(secure)
+    kwargs["tls"] = TLSConfig(**tables["tls"])
+    kwargs["auth"] = AuthConfig(**tables["auth"])
+    kwargs["secure_aggregation"] = secure
+    kwargs["differential_privacy"] = dp
     if "state_dir" not in kwargs:
         raise ConfigError("`state_dir` is required (--state-dir or state_dir in the config file)")
     try:

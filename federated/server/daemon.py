@@ -20,6 +20,8 @@ from sporenet.federated.common.auth import Authenticator
 from sporenet.federated.common.wire import SERVICE
 from sporenet.federated.errors import ConfigError
 from sporenet.federated.server.config import ServerConfig, split_address
+from sporenet.federated.server.interceptor import AuthInterceptor
+from sporenet.federated.server.models import write_atomic
 from sporenet.federated.server.observability import Metrics, log_event, serve_metrics, setup_logging
 from sporenet.federated.server.rounds import RoundManager
 from sporenet.federated.server.servicer import FederatedServicer, add_to_server
@@ -30,10 +32,11 @@ STOP_GRACE_SECONDS = 10.0
 
 
 def _server_credentials(config: ServerConfig) -> grpc.ServerCredentials | None:
-    if config.tls_cert is None or config.tls_key is None:
+    tls = config.tls
+    if tls.cert is None or tls.key is None:
         return None
-    key, cert = Path(config.tls_key).read_bytes(), Path(config.tls_cert).read_bytes()
-    client_ca = Path(config.tls_client_ca).read_bytes() if config.tls_client_ca else None
+    key, cert = Path(tls.key).read_bytes(), Path(tls.cert).read_bytes()
+    client_ca = Path(tls.client_ca).read_bytes() if tls.client_ca else None
     return grpc.ssl_server_credentials(
         [(key, cert)], root_certificates=client_ca, require_client_auth=client_ca is not None
     )
@@ -74,10 +77,12 @@ class _AioServer:
         config: ServerConfig,
         servicer: FederatedServicer,
         health_servicer: health.HealthServicer,
+        interceptor: AuthInterceptor,
     ) -> None:
         self.config, self.servicer, self.health = config, servicer, health_servicer
+        self.interceptor = interceptor
         self.executor = futures.ThreadPoolExecutor(config.max_workers, thread_name_prefix="rpc")
-        downloads, uploads = servicer.m.transfer_slots()
+        downloads, uploads = servicer.slots
         self.sessions = SessionService(
             servicer,
             downloads=downloads,
@@ -117,6 +122,7 @@ class _AioServer:
         self.sessions.attach(self._loop)
         server = grpc.aio.server(
             migration_thread_pool=self.executor,
+            interceptors=[self.interceptor],
             options=[
                 ("grpc.so_reuseport", 0),
                 # Keep each stream's flow-control window small: otherwise BDP probing grows
@@ -155,19 +161,19 @@ def run_server(config: ServerConfig, *, stop: threading.Event | None = None) -> 
     metrics = Metrics()
     manager = RoundManager(config, metrics=metrics, logger=logger)
     auth = Authenticator(
-        tokens=config.auth_tokens, ed25519=config.auth_ed25519, max_skew=config.auth_max_skew
+        tokens=config.auth.tokens, ed25519=config.auth.ed25519, max_skew=config.auth.max_skew
     )
     # Messages stay below gRPC's 4 MiB default: payloads move as chunks of `chunk_size`.
     servicer = FederatedServicer(
         manager,
-        auth=auth,
         metrics=metrics,
         logger=logger,
         chunk_size=config.chunk_size,
         heartbeat_interval=config.heartbeat_interval,
     )
     health_servicer = health.HealthServicer(experimental_non_blocking=True)
-    server = _AioServer(config, servicer, health_servicer)
+    interceptor = AuthInterceptor(auth, metrics=metrics, logger=logger)
+    server = _AioServer(config, servicer, health_servicer, interceptor)
     port = server.start()
     for name in ("", SERVICE):
         health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
@@ -184,7 +190,8 @@ def run_server(config: ServerConfig, *, stop: threading.Event | None = None) -> 
         "metrics_port": metrics_port,
         "tls": server.tls,
     }
-    (Path(config.state_dir) / "server.json").write_text(json.dumps(info))
+    # Written whole (a rename), so a reader never sees it half written.
+    write_atomic(Path(config.state_dir) / "server.json", json.dumps(info).encode())
     log_event(logger, "server_started", **info)
 
     stop = stop or threading.Event()

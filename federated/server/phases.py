@@ -1,4 +1,4 @@
-"""The names of the round state machine: job statuses, phases, participant statuses, tasks.
+"""The round state machine's vocabulary: job statuses, phases, participant statuses, tasks.
 
 They are StrEnums, so they compare equal to, and are stored in SQLite and JSON as, their
 values: the state a daemon saved reads back unchanged.
@@ -6,7 +6,12 @@ values: the state a daemon saved reads back unchanged.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from sporenet.federated.server.state import ModelRecord
 
 
 class JobStatus(StrEnum):
@@ -43,3 +48,20 @@ class TaskType(StrEnum):
     EVALUATE = "evaluate"
     DONE = "done"
     SECURE_FIT = "secure_fit"
+
+
+@dataclass(frozen=True)
+class TaskInfo:
+    """What a poll answers: the transport turns it into a `Task` message."""
+
+    type: TaskType
+    round: int = 0
+    task_id: str = ""
+    model: ModelRecord | None = None
+    config: dict[str, Any] = field(default_factory=dict)
+    retry_after: float = 1.0
+    reason: str = ""
+    # secure_fit only: the protocol stage, the client's RoundSetup and the stage's message.
+    secure_stage: str = ""
+    secure_setup: bytes = b""
+    secure_payload: bytes = b""

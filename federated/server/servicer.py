@@ -16,7 +16,6 @@ from typing import Any, TypeVar
 
 import grpc
 
-from sporenet.federated.common.auth import Authenticator
 from sporenet.federated.common.buffers import BufferPool
 from sporenet.federated.common.wire import (
     SECURE_STAGES,
@@ -24,7 +23,6 @@ from sporenet.federated.common.wire import (
     STAGE_NAMES,
     encode_model_chunks,
     identity,
-    method_path,
 )
 from sporenet.federated.errors import (
     AggregationError,
@@ -39,12 +37,11 @@ from sporenet.federated.errors import (
     UpdateRejectedError,
 )
 from sporenet.federated.secagg import ProtocolError, SecAggError, ThresholdError
-from sporenet.federated.server.observability import Metrics, log_event
-from sporenet.federated.server.phases import TaskType
-from sporenet.federated.server.rounds import (
-    RoundManager,
-    TaskInfo,
-)
+from sporenet.federated.server.interceptor import caller
+from sporenet.federated.server.observability import Metrics
+from sporenet.federated.server.phases import TaskInfo, TaskType
+from sporenet.federated.server.rounds import RoundManager
+from sporenet.federated.server.slots import transfer_slots
 from sporenet.federated.server.state import ModelRecord
 from sporenet.proto import federated_pb2 as pb
 from sporenet.proto import federated_pb2_grpc as pb_grpc
@@ -162,18 +159,17 @@ class FederatedServicer(pb_grpc.FederatedServicer):
         self,
         manager: RoundManager,
         *,
-        auth: Authenticator,
         metrics: Metrics,
         logger: logging.Logger,
         chunk_size: int,
         heartbeat_interval: float,
     ) -> None:
-        self.m, self.auth, self.metrics, self.log = manager, auth, metrics, logger
+        self.m, self.metrics, self.log = manager, metrics, logger
         self.chunk_size, self.heartbeat_interval = chunk_size, heartbeat_interval
         # `max_transfers` is split between downloads (and secure messages) and uploads;
         # each upload being received holds its update in memory, so big updates get fewer
-        # receiving slots (transfer_slots).
-        downloads, uploads = manager.transfer_slots()
+        # receiving slots.
+        self.slots = downloads, uploads = transfer_slots(manager.config, manager.update_bytes)
         self._secure_slots = threading.BoundedSemaphore(downloads)
         self.buffers = BufferPool(uploads)  # the Session uploads' receive buffers
         manager.on_change(self.buffers.clear)  # phases change: no buffer kept over a round
@@ -182,26 +178,12 @@ class FederatedServicer(pb_grpc.FederatedServicer):
         self._cache: tuple[tuple[int, str], list[tuple[bytes, int]]] | None = None
 
     def _abort(self, context: grpc.ServicerContext, error: FederatedError) -> None:
-        self.note_refusal(context, error)
         context.abort(status_for(error), str(error))
 
-    def note_refusal(self, context: grpc.ServicerContext, error: FederatedError) -> None:
-        """Count and log a refused request (for now, failed authentication)."""
-        if isinstance(error, AuthError):
-            self.metrics.inc("sporenet_auth_failures_total")
-            log_event(
-                self.log, "auth_refused", logging.WARNING, peer=context.peer(), reason=str(error)
-            )
-
-    def authenticate(self, context: grpc.ServicerContext, method: str) -> str | None:
-        return self.auth.authenticate(context.invocation_metadata(), method_path(method))
-
-    def _client(self, context: grpc.ServicerContext, method: str, client_id: str) -> str:
-        return self.owned(self.authenticate(context, method), client_id)
-
     @staticmethod
-    def owned(identity: str | None, client_id: str) -> str:
+    def owned(client_id: str) -> str:
         """`client_id`, if the authenticated caller (if any) may act as it."""
+        identity = caller()
         if identity is not None and client_id != identity:
             raise PermissionDeniedError(
                 f"authenticated as {identity!r} but the request names client {client_id!r}"
@@ -214,8 +196,7 @@ class FederatedServicer(pb_grpc.FederatedServicer):
     def Register(
         self, request: pb.RegisterRequest, context: grpc.ServicerContext
     ) -> pb.RegisterReply:
-        identity = self.authenticate(context, "Register")
-        client_id = self.m.register(request.client_name, identity, dict(request.info))
+        client_id = self.m.register(request.client_name, caller(), dict(request.info))
         return pb.RegisterReply(
             client_id=client_id, heartbeat_interval_ms=int(self.heartbeat_interval * 1000)
         )
@@ -256,7 +237,7 @@ class FederatedServicer(pb_grpc.FederatedServicer):
     def ReportEvaluation(
         self, request: pb.EvaluationReport, context: grpc.ServicerContext
     ) -> pb.EvaluationReply:
-        cid = self._client(context, "ReportEvaluation", request.client_id)
+        cid = self.owned(request.client_id)
         self.m.report_evaluation(
             cid,
             request.task_id,
@@ -270,13 +251,12 @@ class FederatedServicer(pb_grpc.FederatedServicer):
     def SubmitSecure(
         self, request_iterator: Iterator[pb.SecureChunk], context: grpc.ServicerContext
     ) -> pb.SecureReply:
-        identity = self.authenticate(context, "SubmitSecure")
         with self._secure_slots:
             first = next(request_iterator, None)
             if first is None or not first.HasField("header"):
                 raise UpdateRejectedError("the first SecureChunk of a call must carry the header")
             h = first.header
-            cid = self.owned(identity, h.client_id)
+            cid = self.owned(h.client_id)
             stage = STAGE_NAMES.get(h.stage)
             if stage is None:
                 raise UpdateRejectedError(f"SecureHeader.stage {h.stage} is not a protocol stage")
@@ -312,5 +292,4 @@ class FederatedServicer(pb_grpc.FederatedServicer):
 
     @_maps_errors
     def GetStatus(self, request: pb.StatusRequest, context: grpc.ServicerContext) -> pb.StatusReply:
-        self.authenticate(context, "GetStatus")
         return pb.StatusReply(status_json=json.dumps(self.m.status()))

@@ -106,7 +106,6 @@ class SessionService:
     ) -> None:
         """The Session handler: answer the client's requests until it closes the stream."""
         try:
-            identity = self.s.authenticate(context, "Session")
             while True:
                 raw = await self._next_request(context)
                 if raw is None:
@@ -117,28 +116,25 @@ class SessionService:
                     return
                 field, body = split_session(raw)
                 if field == SessionRequestField.POLL:
-                    await self._poll(identity, body, context)
+                    await self._poll(body, context)
                 elif field == SessionRequestField.DOWNLOAD:
-                    await self._download(identity, body, context)
+                    await self._download(body, context)
                 elif field == SessionRequestField.UPLOAD:
-                    await self._upload(identity, body, context)
+                    await self._upload(body, context)
                 elif field == SessionRequestField.HEARTBEAT:
                     beat = _parse(pb.HeartbeatRequest, body)
-                    self.m.touch(self.s.owned(identity, beat.client_id))
+                    self.m.touch(self.s.owned(beat.client_id))
                 else:
                     raise MalformedMessageError(
                         f"SessionRequest field {field} is not a request this server knows "
                         "(expected poll, download, upload or heartbeat)"
                     )
         except FederatedError as e:
-            self.s.note_refusal(context, e)
             await context.abort(status_for(e), str(e))
 
-    async def _poll(
-        self, identity: str | None, body: memoryview, context: grpc.aio.ServicerContext
-    ) -> None:
+    async def _poll(self, body: memoryview, context: grpc.aio.ServicerContext) -> None:
         request = _parse(pb.TaskRequest, body)
-        cid = self.s.owned(identity, request.client_id)
+        cid = self.s.owned(request.client_id)
         loop = asyncio.get_running_loop()
         end = loop.time() + min(max(request.wait_ms / 1000.0, 0.0), self.m.config.long_poll)
         while True:
@@ -157,11 +153,9 @@ class SessionService:
         if request.send_model and model is not None and model.sha256 != request.held_model_sha256:
             await self._send_model(model, 0, self.s.chunk_size, context)
 
-    async def _download(
-        self, identity: str | None, body: memoryview, context: grpc.aio.ServicerContext
-    ) -> None:
+    async def _download(self, body: memoryview, context: grpc.aio.ServicerContext) -> None:
         request = _parse(pb.DownloadRequest, body)
-        record, chunk = self.s.download_range(self.s.owned(identity, request.client_id), request)
+        record, chunk = self.s.download_range(self.s.owned(request.client_id), request)
         await self._send_model(record, request.offset, chunk, context)
 
     async def _send_model(
@@ -186,9 +180,7 @@ class SessionService:
                 offset += len(data)
                 self.metrics.inc("sporenet_bytes_sent_total", len(data))
 
-    async def _upload(
-        self, identity: str | None, body: memoryview, context: grpc.aio.ServicerContext
-    ) -> None:
+    async def _upload(self, body: memoryview, context: grpc.aio.ServicerContext) -> None:
         first = parse_upload_chunk(body)
         if not first.HasField("header") or first.data:
             raise MalformedMessageError(
@@ -196,7 +188,7 @@ class SessionService:
                 f"found {'no header' if not first.HasField('header') else 'data with it'}"
             )
         h = first.header
-        cid = self.s.owned(identity, h.client_id)
+        cid = self.s.owned(h.client_id)
         check_upload_id(h.upload_id)
         key = (cid, h.upload_id)
         running = self._receiving.get(key)

@@ -13,8 +13,9 @@ import re
 from sporenet.federated.common.buffers import BufferPool
 from sporenet.federated.common.checksum import update_mismatch
 from sporenet.federated.errors import TransferError, UpdateRejectedError
+from sporenet.federated.server.models import write_atomic
 from sporenet.federated.server.observability import Metrics
-from sporenet.federated.server.rounds import RoundManager, write_atomic
+from sporenet.federated.server.rounds import RoundManager
 from sporenet.proto import federated_pb2 as pb
 
 UPLOAD_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")

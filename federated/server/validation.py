@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -56,3 +57,21 @@ def validate_update(update: Weights, *, num_samples: int, max_norm: float | None
             f"update L2 norm {norm:.6g} exceeds the bound max_update_norm={max_norm:g}"
         )
     return norm
+
+
+def parse_metrics(text: str, what: str) -> dict[str, float]:
+    """A client's metrics: a JSON object of finite numbers ('' is none)."""
+    if not text:
+        return {}
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise UpdateRejectedError(f"{what} must be a JSON object of numbers: {e}") from None
+    if not isinstance(value, dict) or not all(
+        isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+        for v in value.values()
+    ):
+        raise UpdateRejectedError(
+            f"{what} must be a JSON object of finite numbers, got {text[:200]!r}"
+        )
+    return {str(k): float(v) for k, v in value.items()}

@@ -20,6 +20,10 @@ class Strategy(ABC):
     """
 
     name: ClassVar[str]
+    #: True for strategies that need every client's update on its own (order statistics,
+    #: distances): secure aggregation and differential privacy's clipped noised mean,
+    #: which reveal only a sum, cannot run them.
+    needs_individual_updates: ClassVar[bool] = False
 
     def fit_config(self, server_round: int) -> dict[str, Any]:
         """Settings sent to every client with its training task (e.g. FedProx's mu)."""

@@ -45,6 +45,7 @@ class Krum(Strategy):
     """Krum / multi-Krum over the deltas; keeps all updates in memory."""
 
     name = "krum"
+    needs_individual_updates = True
 
     def __init__(self, *, num_malicious: int = 0, num_selected: int = 1) -> None:
         if num_malicious < 0:

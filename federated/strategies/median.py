@@ -22,6 +22,7 @@ class Median(Strategy):
     """Unweighted coordinate-wise median of the deltas; keeps all updates in memory."""
 
     name = "median"
+    needs_individual_updates = True
 
     def make_aggregator(self, template: Template) -> Aggregator:
         return BufferedAggregator(template, lambda updates, _w: coordinate_median(updates))

@@ -30,6 +30,7 @@ class TrimmedMean(Strategy):
     """Unweighted coordinate-wise trimmed mean of the deltas; keeps all updates in memory."""
 
     name = "trimmed_mean"
+    needs_individual_updates = True
 
     def __init__(self, *, beta: float = 0.1) -> None:
         if not 0 <= beta < 0.5:

@@ -112,8 +112,10 @@ class ServerProcess:
         return self
 
     def wait_ready(
-        self, timeout: float = 20.0, *, credentials: grpc.ChannelCredentials | None = None
+        self, timeout: float = 120.0, *, credentials: grpc.ChannelCredentials | None = None
     ) -> None:
+        """Return once the server has written its server.json. `timeout` only bounds the
+        wait: a start-up can take tens of seconds on a loaded 2-core machine."""
         end = time.monotonic() + timeout
         while time.monotonic() < end:
             if self.proc is not None and self.proc.poll() is not None:
@@ -144,7 +146,7 @@ class ServerProcess:
         self.proc.wait(10)
         (self.state_dir / "server.json").unlink(missing_ok=True)
 
-    def terminate(self, timeout: float = 20.0) -> int:
+    def terminate(self, timeout: float = 60.0) -> int:
         assert self.proc is not None
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
@@ -187,6 +189,10 @@ class RawSession:
 
     def send(self, request: pb.SessionRequest | bytes) -> None:
         self._requests.put(request)
+
+    def all_sent(self) -> bool:
+        """True once gRPC has taken every request queued so far."""
+        return self._requests.empty()
 
     def receive(self, kind: str) -> pb.SessionReply:
         reply = next(self.call)

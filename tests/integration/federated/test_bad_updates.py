@@ -11,7 +11,7 @@ import pytest
 
 from sporenet.federated import Client
 from sporenet.federated.common.codec import encode_update
-from sporenet.federated.server.rounds import read_status
+from sporenet.federated.server.status import read_status
 from sporenet.proto import federated_pb2 as pb
 from sporenet.proto import federated_pb2_grpc as pb_grpc
 from tests.integration.federated.helpers import fit_task, make_model, upload_raw, wait_for

@@ -14,7 +14,7 @@ import numpy as np
 
 from sporenet.federated import Client
 from sporenet.federated.privacy import RDPAccountant
-from sporenet.federated.server.rounds import read_status
+from sporenet.federated.server.status import read_status
 from sporenet.lite import read_weights
 from tests.integration.federated.helpers import make_model, status_command, wait_for
 

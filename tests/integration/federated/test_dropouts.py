@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import threading
-import time
 from pathlib import Path
 
 import grpc
 import numpy as np
 
 from sporenet.federated import Client
-from sporenet.federated.server.rounds import read_status
+from sporenet.federated.server.status import read_status
 from sporenet.proto import federated_pb2 as pb
 from sporenet.proto import federated_pb2_grpc as pb_grpc
 from tests.integration.federated.helpers import make_model, poll_task, wait_for
@@ -61,10 +60,16 @@ def test_dropout_and_straggler(tmp_path: Path, server_factory) -> None:  # type:
 
         results: dict[str, dict[str, np.ndarray] | None] = {}
 
+        def round_one_closed() -> bool:
+            rows = read_status(server.state_dir)["rounds"]
+            return bool(rows) and rows[0]["finished_at"] is not None
+
         def run(name: str) -> None:
             def train(weights: dict[str, np.ndarray], config: dict) -> tuple:
                 if name == "c" and config["round"] == 1:
-                    time.sleep(4.5)  # a straggler: alive (heartbeats) but past the deadline
+                    # A straggler: alive (heartbeats) but past the deadline, whatever the
+                    # machine's load: it answers once round 1 has been published without it.
+                    wait_for(round_one_closed, timeout=60, what="round 1 to close without it")
                 return step(name, weights), SAMPLES[name], {}
 
             c = Client(server.address, train=train, name=name, poll_wait=1.0, max_backoff=0.3)

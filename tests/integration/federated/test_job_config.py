@@ -10,7 +10,7 @@ import grpc
 import numpy as np
 
 from sporenet.federated import Client
-from sporenet.federated.server.rounds import read_status
+from sporenet.federated.server.status import read_status
 from sporenet.proto import federated_pb2 as pb
 from sporenet.proto import federated_pb2_grpc as pb_grpc
 from tests.integration.federated.helpers import make_model, wait_for

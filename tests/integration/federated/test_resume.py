@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from sporenet.federated import Client
-from sporenet.federated.server.rounds import read_status
+from sporenet.federated.server.status import read_status
 from tests.integration.federated.helpers import make_model, wait_for
 
 SAMPLES = [5, 10, 20, 40]

@@ -22,8 +22,8 @@ from sporenet.federated import Client
 from sporenet.federated.aggregation import template_of
 from sporenet.federated.secagg import Stage
 from sporenet.federated.secagg.session import SecureClientSession
-from sporenet.federated.server.rounds import read_status
 from sporenet.federated.server.state import Store
+from sporenet.federated.server.status import read_status
 from sporenet.lite import read_weights
 from sporenet.proto import federated_pb2 as pb
 from sporenet.proto import federated_pb2_grpc as pb_grpc

@@ -112,8 +112,18 @@ def test_tokens_signatures_and_replays(tmp_path: Path, server_factory) -> None: 
     # The SDK with each scheme completes a round.
     results = _run_clients(
         [
-            Client(server.address, train=_train, token="tok-alice", poll_wait=1.0),
-            Client(server.address, train=_train, key_id="dev1", private_key=key, poll_wait=1.0),
+            Client(
+                server.address,
+                train=_train,
+                credentials=Credentials(token="tok-alice"),
+                poll_wait=1.0,
+            ),
+            Client(
+                server.address,
+                train=_train,
+                credentials=Credentials(key_id="dev1", private_key=key),
+                poll_wait=1.0,
+            ),
         ]
     )
     assert all(r is not None for r in results), server.logs()
@@ -151,9 +161,9 @@ def test_tls_and_mutual_tls(tmp_path: Path, server_factory) -> None:  # type: ig
     client = Client(
         server.address,
         train=_train,
-        root_certificates=cert,
-        certificate_chain=client_cert,
-        client_key_pem=client_key,
+        credentials=Credentials(
+            root_certificates=cert, certificate_chain=client_cert, client_key_pem=client_key
+        ),
         poll_wait=1.0,
     )
     (final,) = _run_clients([client])

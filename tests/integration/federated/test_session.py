@@ -15,7 +15,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from sporenet.federated.common.auth import Credentials
 from sporenet.federated.common.codec import encode_update
 from sporenet.federated.common.wire import SessionRequestField, frame_session
-from sporenet.federated.server.rounds import read_status
+from sporenet.federated.server.status import read_status
 from sporenet.lite import read_weights
 from sporenet.proto import federated_pb2 as pb
 from sporenet.proto import federated_pb2_grpc as pb_grpc
@@ -25,6 +25,7 @@ from tests.integration.federated.helpers import (
     auth_config,
     make_model,
     status_command,
+    wait_for,
 )
 
 REGISTER = "/sporenet.federated.v1.Federated/Register"
@@ -309,16 +310,22 @@ def test_an_interrupted_upload_resumes_on_a_new_session(tmp_path: Path, server_f
         assert len(payload) > 2 * sent
         header = _header(cid, task, payload, "resume1")
 
-        first = RawSession(channel)
-        assert first.upload_header(header).upload_offset.received == 0
-        first.upload_data(payload, 0, sent, chunk)
-        time.sleep(0.5)  # let the chunks reach the server before the connection drops
-        first.call.cancel()
-
-        # The server kept what came, in whole chunks (it writes them when the stream breaks).
-        second = RawSession(channel)
-        kept = second.upload_header(header).upload_offset.received
-        assert 0 < kept <= sent and kept % chunk == 0, kept
+        # A session sends some chunks and its connection drops. The server keeps what came,
+        # in whole chunks (it writes them when the stream breaks); the drop may still
+        # overtake chunks in flight, so the client tries again until something was kept.
+        kept = 0
+        for _ in range(50):
+            first = RawSession(channel)
+            assert first.upload_header(header).upload_offset.received == kept
+            first.upload_data(payload, kept, kept + sent, chunk)
+            wait_for(first.all_sent, what="gRPC to take the chunks")
+            first.call.cancel()
+            second = RawSession(channel)
+            kept = second.upload_header(header).upload_offset.received
+            if kept:
+                break
+            second.close()
+        assert 0 < kept < len(payload) and kept % chunk == 0, kept
         # Starting over from 0 is refused with the offset to use; nothing is lost.
         second.send(pb.SessionRequest(upload=pb.UploadChunk(offset=0, data=payload[:chunk])))
         code, details = second.refusal()

@@ -93,11 +93,23 @@ def test_flags_override_the_file(tmp_path: Path) -> None:
         "[fit_config]\nlr = 0.1\n"
     )
     cfg = load_config(path, {"rounds": 7, "min_clients": None})
-    assert (cfg.rounds, cfg.min_clients, cfg.strategy) == (7, 2, "fedprox")
-    assert cfg.strategy_options == {"proximal_mu": 0.5} and cfg.fit_config == {"lr": 0.1}
-    assert load_config(path, {"strategy": "median"}).strategy_options == {}
+    assert (cfg.rounds, cfg.min_clients, cfg.strategy.name) == (7, 2, "fedprox")
+    assert cfg.strategy.options == {"proximal_mu": 0.5} and cfg.fit_config == {"lr": 0.1}
+    assert load_config(path, {"strategy": "median"}).strategy.options == {}
     path.write_text("rounds = [")
     with pytest.raises(ConfigError, match="not valid TOML"):
         load_config(path, {})
     with pytest.raises(ConfigError, match="does not exist"):
         load_config(tmp_path / "missing.toml", {})
+
+
+def test_the_config_is_nested_like_the_toml_tables_and_errors_name_keys_as_written(
+    tmp_path: Path,
+) -> None:
+    cfg = build_config(
+        {"state_dir": str(tmp_path), "auth": {"tokens": {"a": "t"}, "max_skew": 5}}, {}
+    )
+    assert cfg.auth.tokens == {"a": "t"} and cfg.auth.max_skew == 5
+    assert cfg.tls.cert is None and not cfg.tls.enabled
+    with pytest.raises(ConfigError, match=r"`auth.max_skew` must be > 0, got 0"):
+        build_config({"state_dir": str(tmp_path), "auth": {"max_skew": 0}}, {})

@@ -139,7 +139,7 @@ def test_distributed_mode_goes_with_secure_aggregation() -> None:
 
 def test_local_mode_works_with_any_strategy() -> None:
     cfg = build({"enabled": True, "mode": "local"}, strategy="median")
-    assert cfg.differential_privacy.mode == "local" and cfg.strategy == "median"
+    assert cfg.differential_privacy.mode == "local" and cfg.strategy.name == "median"
 
 
 def test_the_daemon_refuses_a_bad_table_at_start_with_exit_code_2(

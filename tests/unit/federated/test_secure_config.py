@@ -35,13 +35,16 @@ def test_off_by_default_and_enabled_by_table_or_flag() -> None:
             "stage_timeout": 7,
         }
     )
-    assert on.secure_aggregation == SecAggConfig(
+    assert on.secure_aggregation is not None
+    assert on.secure_aggregation.protocol == SecAggConfig(
         num_neighbours=4, threshold=3, clipping_range=0.5, quantization_bits=16, modulus_bits=32
     )
-    assert on.secure_max_weight == 50 and on.secure_stage_timeout == 7
+    assert on.secure_aggregation.max_weight == 50 and on.secure_aggregation.stage_timeout == 7
     flag = build_config({"state_dir": "s", "min_clients": 3}, {"secure": True})
-    assert flag.secure_aggregation == SecAggConfig()  # neighbours grow as log n, per round
-    assert flag.secure_max_weight is None  # plain mean unless max_weight is set
+    assert flag.secure_aggregation is not None
+    # neighbours grow as log n, per round; a plain mean unless max_weight is set
+    assert flag.secure_aggregation.protocol == SecAggConfig()
+    assert flag.secure_aggregation.max_weight is None
 
 
 @pytest.mark.parametrize(
@@ -59,7 +62,11 @@ def test_off_by_default_and_enabled_by_table_or_flag() -> None:
         ({"enabled": True, "neighbours": "4"}, {}, r"`secure_aggregation.neighbours` must be int"),
         ({"enabled": True, "thresold": 3}, {}, r"unknown key `secure_aggregation.thresold`"),
         ({"enabled": True, "max_weight": 0}, {}, r"`secure_aggregation.max_weight`"),
-        ({"enabled": True, "stage_timeout": 0}, {}, r"`secure_stage_timeout` must be > 0"),
+        (
+            {"enabled": True, "stage_timeout": 0},
+            {},
+            r"`secure_aggregation.stage_timeout` must be > 0",
+        ),
         # 5 clients have at most 4 neighbours: a threshold of 5 could never be met.
         ({"enabled": True, "threshold": 5}, {}, r"min_clients=5.*`secure_aggregation.threshold`"),
         ({"enabled": True}, {"min_clients": 1}, r"`min_clients` must be >= 2"),

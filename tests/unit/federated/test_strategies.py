@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from sporenet.federated.aggregation import BufferedAggregator, WeightedMeanAggregator, template_of
 from sporenet.federated.errors import AggregationError, ConfigError
 from sporenet.federated.strategies import (
+    STRATEGIES,
     FedAdagrad,
     FedAdam,
     FedAvg,
@@ -214,3 +215,13 @@ def test_make_strategy_names_what_is_wrong() -> None:
         make_strategy("fedprox", {"mu": 0.1})
     with pytest.raises(ConfigError, match="`eta` is out of range"):
         make_strategy("fedadam", {"eta": 0})
+
+
+@pytest.mark.parametrize("name", sorted(STRATEGIES))
+def test_needs_individual_updates_says_whether_a_sum_is_enough(name: str) -> None:
+    """Secure aggregation and DP reveal only a weighted sum: exactly the strategies that
+    aggregate by the running weighted mean may say they do not need individual updates."""
+    strategy = make_strategy(name, {})
+    template = {"w": ((3,), np.dtype(np.float32))}
+    by_mean = isinstance(strategy.make_aggregator(template), WeightedMeanAggregator)
+    assert strategy.needs_individual_updates is not by_mean

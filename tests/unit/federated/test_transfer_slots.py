@@ -8,7 +8,7 @@ import pytest
 
 from sporenet.federated.errors import ConfigError
 from sporenet.federated.server.config import build_config
-from sporenet.federated.server.rounds import transfer_split
+from sporenet.federated.server.slots import transfer_split
 
 MiB = 1 << 20
 

@@ -1,0 +1,74 @@
+"""The published model versions on disk: `.spore` files and the optimizer's moments.
+
+Every file is written to a temporary name and renamed into place, so a `kill -9` leaves
+either the old or the new version, never half of one. The store (SQLite) records each
+version's digest; this module only reads and writes the files.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+import numpy as np
+
+from sporenet.federated.common.checksum import crc32
+from sporenet.federated.errors import ConfigError
+from sporenet.federated.server.state import ModelRecord
+
+
+def write_atomic(path: Path, data: bytes | memoryview) -> None:
+    """Replace `path` with `data` (a temporary file, then a rename: never half written)."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+
+
+class ModelStore:
+    """Model versions under `state_dir/models`: v00000.spore is the initial model."""
+
+    def __init__(self, state_dir: Path) -> None:
+        self.root = Path(state_dir)
+        (self.root / "models").mkdir(parents=True, exist_ok=True)
+
+    def path(self, record: ModelRecord) -> Path:
+        """The file of a published version."""
+        return self.root / record.file
+
+    def write(self, version: int, round_: int, data: bytes | memoryview) -> ModelRecord:
+        """Write model `version` (published after `round_`); its record for the store."""
+        name = f"models/v{version:05d}.spore"
+        write_atomic(self.root / name, data)
+        digest = hashlib.sha256(data).hexdigest()
+        return ModelRecord(version, round_, name, digest, len(data), crc32(data))
+
+    def read(self, record: ModelRecord) -> bytes:
+        """The bytes of a published version (its record gains the CRC-32 clients check)."""
+        try:
+            data = self.path(record).read_bytes()
+        except OSError as e:
+            raise ConfigError(
+                f"state dir {str(self.root)!r}: cannot read model version {record.version}: {e}"
+            ) from None
+        record.crc32 = crc32(data)  # not stored: computed again on every start
+        return data
+
+    def write_moments(self, version: int, moments: dict[str, np.ndarray]) -> None:
+        """Save the server optimizer's state (FedAdam's moments...) beside `version`."""
+        if not moments:
+            return
+        tmp = self.root / f"models/v{version:05d}.opt.tmp.npz"
+        np.savez(tmp, **moments)  # type: ignore[arg-type]  # numpy types **kwds as bool
+        os.replace(tmp, self._moments_path(version))
+
+    def read_moments(self, version: int) -> dict[str, np.ndarray]:
+        """The optimizer state saved with `version` ({} for strategies without one)."""
+        path = self._moments_path(version)
+        if not path.exists():
+            return {}
+        with np.load(path, allow_pickle=False) as z:
+            return {k: z[k] for k in z.files}
+
+    def _moments_path(self, version: int) -> Path:
+        return self.root / f"models/v{version:05d}.opt.npz"

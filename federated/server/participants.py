@@ -1,0 +1,90 @@
+"""The clients the server knows and, in the open phase, where each selected one stands.
+
+Kept in memory for speed and written through to the store by the round manager, inside
+the transaction of the transition that changed it (so a restart rebuilds it from there).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from sporenet.federated.server.phases import Participant
+
+
+class Participants:
+    """Liveness of every registered client, and the open phase's participant statuses."""
+
+    def __init__(self) -> None:
+        self._last_seen: dict[str, float] = {}  # client id -> clock time of its last call
+        self._status: dict[str, Participant] = {}  # the open phase's selected clients
+        self._refusals: dict[str, int] = {}  # updates refused this phase, per client
+
+    # -- every registered client ---------------------------------------------------------
+
+    def __len__(self) -> int:
+        return len(self._last_seen)
+
+    def __contains__(self, client_id: object) -> bool:
+        return client_id in self._last_seen
+
+    def seen(self, client_id: str, now: float) -> None:
+        """Note that `client_id` called at `now` (registering it if new)."""
+        self._last_seen[client_id] = now
+
+    def is_silent(self, client_id: str, now: float, timeout: float) -> bool:
+        """True when the client has not called within `timeout` seconds of `now`."""
+        return self._last_seen.get(client_id, float("-inf")) < now - timeout
+
+    def live(self, now: float, timeout: float) -> list[str]:
+        """The clients heard from within `timeout` seconds of `now`, sorted."""
+        cutoff = now - timeout
+        return sorted(c for c, t in self._last_seen.items() if t >= cutoff)
+
+    # -- the open phase --------------------------------------------------------------------
+
+    def start_phase(self, selected: Iterable[str]) -> None:
+        """A new phase: `selected` are asked to answer, and nobody has been refused yet."""
+        self._status = dict.fromkeys(selected, Participant.SELECTED)
+        self._refusals = {}
+
+    def restore_phase(self, statuses: dict[str, str]) -> None:
+        """The open phase's statuses, as the store saved them."""
+        self._status = {cid: Participant(s) for cid, s in statuses.items()}
+        self._refusals = {}
+
+    def end_phase(self) -> None:
+        self.start_phase(())
+
+    def status(self, client_id: str) -> Participant | None:
+        """The client's status in the open phase (None: not selected)."""
+        return self._status.get(client_id)
+
+    def set(self, client_id: str, status: Participant) -> None:
+        self._status[client_id] = status
+
+    def selected(self) -> list[str]:
+        """Every client of the open phase, whatever its status."""
+        return list(self._status)
+
+    def with_status(self, *statuses: Participant) -> list[str]:
+        """The open phase's clients whose status is one of `statuses`."""
+        return [c for c, s in self._status.items() if s in statuses]
+
+    def count(self, status: Participant) -> int:
+        return sum(1 for s in self._status.values() if s == status)
+
+    def waiting(self) -> bool:
+        """True while some selected client has yet to answer."""
+        return Participant.SELECTED in self._status.values()
+
+    def counts(self) -> dict[str, int]:
+        """How many clients hold each status (for `status`)."""
+        out: dict[str, int] = {}
+        for s in self._status.values():
+            out[s.value] = out.get(s.value, 0) + 1
+        return out
+
+    def refused(self, client_id: str) -> int:
+        """Count one more refused update of the client this phase; the count so far."""
+        self._refusals[client_id] = self._refusals.get(client_id, 0) + 1
+        return self._refusals[client_id]

@@ -1,0 +1,528 @@
+"""The round state machine's transitions: what `tick()` does as time passes and answers arrive.
+
+A phase is first *waiting* (fewer live clients than it needs), then *active*: `tick`
+starts it (sampling the clients), drops the selected clients that fell silent, selects
+replacements when a fit phase is short of updates, closes secure stages, and finally
+aggregates and publishes the next model version (or summarises an evaluate phase) and
+moves the job on. Every transition is one store transaction.
+
+RoundLoop holds the transitions and the helpers they share with the client-facing calls;
+RoundManager (rounds.py) builds the state and adds those calls on top.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import random
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from sporenet.federated.aggregation import Aggregator, Template, Weights
+from sporenet.federated.errors import AggregationError
+from sporenet.federated.privacy import PrivacyError
+from sporenet.federated.secagg import SecAggError, Stage
+from sporenet.federated.secagg.session import SecureRound
+from sporenet.federated.server.config import SecureConfig, ServerConfig
+from sporenet.federated.server.ledger import PrivacyLedger
+from sporenet.federated.server.models import ModelStore
+from sporenet.federated.server.observability import Metrics, log_event
+from sporenet.federated.server.participants import Participants
+from sporenet.federated.server.phase_files import PhaseFiles
+from sporenet.federated.server.phases import JobStatus, Participant, Phase
+from sporenet.federated.server.secure_phase import SecurePhase
+from sporenet.federated.server.state import JobState, ModelRecord, Store
+from sporenet.federated.strategies.base import Strategy
+from sporenet.lite import WeightsReader, replace_weights_bytes
+
+Clock = Callable[[], float]
+
+
+def weighted_metrics(rows: Sequence[tuple[int, Mapping[str, float]]]) -> dict[str, float]:
+    """Sample-weighted mean of each metric over the clients that reported it."""
+    sums: dict[str, float] = {}
+    weights: dict[str, float] = {}
+    for n, metrics in rows:
+        for k, v in metrics.items():
+            sums[k] = sums.get(k, 0.0) + n * v
+            weights[k] = weights.get(k, 0.0) + n
+    return {k: sums[k] / weights[k] for k in sums if weights[k] > 0}
+
+
+class RoundLoop:
+    """The transitions of the job's rounds (RoundManager builds the state they act on)."""
+
+    config: ServerConfig
+    metrics: Metrics
+    log: logging.Logger
+    clock: Clock
+    strategy: Strategy
+    dir: Path
+    store: Store
+    models: ModelStore
+    clients: Participants
+    privacy: PrivacyLedger
+    job: JobState
+    wake: threading.Event
+    _lock: threading.RLock
+    _changed: threading.Condition
+    _change_listeners: list[Callable[[], None]]
+    _aggregator: Aggregator | None
+    _secure: SecurePhase | None
+    _aggregating: bool
+    _stopping: bool
+    _since_checkpoint: int
+    _phase_t0: float
+    _template: Template
+    _weights: Weights
+    _weights_reader: WeightsReader
+    _model_bytes: bytes
+    _model_record: ModelRecord
+    _opt_state: dict[str, np.ndarray]
+
+    # -- shared with the client-facing calls ----------------------------------------------
+
+    def _wake_if_settled(self) -> None:
+        """Wake the round loop once no selected client is left to report (call it under
+        the lock): only then can an arrival close the phase early; deadlines and dropouts
+        it checks on its own ticks."""
+        if not self.clients.waiting():
+            self.wake.set()
+
+    def _notify_changed(self) -> None:
+        self._changed.notify_all()
+        for listener in self._change_listeners:
+            listener()
+
+    def _files(self) -> PhaseFiles:
+        return PhaseFiles(self.dir, self.job.round, self.job.phase)
+
+    def _make_aggregator(self) -> Aggregator:
+        return self.privacy.make_aggregator(self.strategy, self._template, self.job.dp_cohort)
+
+    @property
+    def _secure_settings(self) -> SecureConfig:
+        """`[secure_aggregation]` (its defaults for a secure round restored from the store)."""
+        return self.config.secure_aggregation or SecureConfig()
+
+    def _stage_timeout(self) -> float:
+        stage_timeout = self._secure_settings.stage_timeout
+        if self._secure is None:
+            return stage_timeout
+        return self._secure.stage_timeout(
+            round_timeout=self.config.round_timeout, stage_timeout=stage_timeout
+        )
+
+    def _save_secure(self, tx: Any) -> None:
+        """Persist the open SecureRound (inside the caller's transaction)."""
+        if self._secure is not None:
+            tx.set_secure_state(self.job.round, self._secure.round.to_bytes())
+        self._since_checkpoint = 0
+
+    def _save_job(self) -> None:
+        with self.store.transaction() as tx:
+            tx.set_job(self.job)
+
+    def _set_status(
+        self,
+        client_id: str,
+        status: Participant,
+        num_samples: int = 0,
+        metrics: dict[str, Any] | None = None,
+        *,
+        tx: Any = None,
+    ) -> None:
+        """Change a participant's status in memory and in the store (in `tx`, if given)."""
+        self.clients.set(client_id, status)
+        job = self.job
+        if tx is not None:
+            tx.set_participant(job.round, job.phase, client_id, status, num_samples, metrics)
+            return
+        with self.store.transaction() as own:
+            own.set_participant(job.round, job.phase, client_id, status, num_samples, metrics)
+
+    def _fail_job(self, reason: str) -> None:
+        """End the job as failed (call it under the lock)."""
+        self.job.status, self.job.reason, self.job.active = JobStatus.FAILED, reason, False
+        self._save_job()
+        log_event(self.log, "job_failed", logging.ERROR, reason=reason)
+        self._notify_changed()
+
+    def _task_id(self) -> str:
+        """The open phase's task id; a secure round run again gets a new one, so clients
+        start fresh secure sessions instead of answering with the failed run's keys."""
+        return f"r{self.job.round}-{self.job.phase}{self._secure_run()}"
+
+    def _secure_run(self) -> str:
+        """Names a run of a secure round after its first (the task id, the cohort's seed)."""
+        return f"-s{self.job.secure_attempt}" if self.job.secure_attempt else ""
+
+    def _live_clients(self, now: float) -> list[str]:
+        return self.clients.live(now, self.config.heartbeat_timeout)
+
+    # -- transitions ---------------------------------------------------------------------
+
+    def tick(self) -> None:
+        """Advance the state machine by whatever time and arrivals allow (called ~10×/s)."""
+        now = self.clock()
+        with self._changed:
+            job = self.job
+            if job.status != JobStatus.RUNNING or self._aggregating or self._stopping:
+                return
+            if not job.active:
+                self._try_start(now)
+                return
+            if self._secure is not None:
+                if not self._advance_secure(now, self._secure):
+                    return
+            elif not self._phase_may_close(now):
+                return
+            self._aggregating = True
+            self._notify_changed()
+        # Aggregation and publishing run outside the lock: heartbeats and polls keep flowing.
+        try:
+            if self.job.phase == Phase.FIT:
+                self._publish_fit()
+            else:
+                self._finish_evaluate()
+        finally:
+            with self._changed:
+                self._aggregating = False
+                self._notify_changed()
+
+    def _phase_may_close(self, now: float) -> bool:
+        """Whether the open plain phase closes now (selecting replacements when a fit phase
+        has too few updates to close)."""
+        self._drop_silent(now)
+        pending = self.clients.count(Participant.SELECTED)
+        accepted = self.clients.count(Participant.ACCEPTED)
+        settled = pending == 0 or now >= self.job.deadline
+        if self.job.phase == Phase.EVALUATE:
+            return settled
+        if accepted >= self.config.min_clients and settled:
+            return True
+        if settled:
+            self._reselect(now, accepted, pending)
+        return False
+
+    def _advance_secure(self, now: float, secure: SecurePhase) -> bool:
+        """Close the secure stage when it may close; True once the round has its sum."""
+        job = self.job
+        if secure.stage == Stage.COMPLETED:  # restarted between the last stage and publishing
+            return True
+        if not secure.may_close(now, self.clients, self.config.heartbeat_timeout):
+            return False
+        pending, closing = secure.round.pending(), secure.stage.value
+        try:
+            secure.round.close_stage()
+        except SecAggError as e:
+            self.metrics.inc("sporenet_rounds_failed_total")
+            if job.secure_attempt < self._secure_settings.retries:
+                self._retry_secure(now, e)
+                return False
+            with self.store.transaction() as tx:
+                self._save_secure(tx)
+            self._fail_job(f"round {job.round}: secure aggregation failed: {e}")
+            return False
+        secure.deadline = now + self._stage_timeout()
+        with self.store.transaction() as tx:
+            self._save_secure(tx)
+            for cid in pending:
+                if self.clients.status(cid) in (Participant.SELECTED, Participant.MASKED):
+                    self._set_status(cid, Participant.DROPPED, tx=tx)
+        if pending:
+            self.metrics.inc("sporenet_clients_dropped_total", len(pending))
+        log_event(
+            self.log,
+            "secure_stage_closed",
+            round=job.round,
+            stage=closing,
+            next=secure.stage.value,
+            missing=pending,
+        )
+        self._notify_changed()
+        return secure.stage == Stage.COMPLETED
+
+    def _retry_secure(self, now: float, error: SecAggError) -> None:
+        """Give up this run of the secure round (nothing of it can be unmasked) and go back
+        to waiting: the next tick samples a new cohort from the clients then live."""
+        job = self.job
+        job.secure_attempt += 1
+        job.active, job.attempt, job.waiting_since = False, 0, now
+        left = [c for c in self.clients.selected() if self.clients.status(c) != Participant.DROPPED]
+        self._secure = None
+        with self.store.transaction() as tx:
+            for cid in left:
+                tx.set_participant(job.round, Phase.FIT, cid, Participant.ABANDONED)
+            tx.set_job(job)
+        self.clients.end_phase()
+        log_event(
+            self.log,
+            "secure_round_retried",
+            logging.WARNING,
+            round=job.round,
+            attempt=job.secure_attempt,
+            of=self._secure_settings.retries,
+            reason=str(error),
+        )
+        self._notify_changed()
+
+    def _drop_silent(self, now: float) -> None:
+        timeout = self.config.heartbeat_timeout
+        dropped = [
+            c
+            for c in self.clients.with_status(Participant.SELECTED)
+            if self.clients.is_silent(c, now, timeout)
+        ]
+        if not dropped:
+            return
+        with self.store.transaction() as tx:
+            for cid in dropped:
+                self._set_status(cid, Participant.DROPPED, tx=tx)
+        self.metrics.inc("sporenet_clients_dropped_total", len(dropped))
+        log_event(
+            self.log, "clients_dropped", logging.WARNING, round=self.job.round, clients=dropped
+        )
+
+    def _try_start(self, now: float) -> None:
+        job, config = self.job, self.config
+        live = self._live_clients(now)
+        fit = job.phase == Phase.FIT
+        need = max(config.min_clients, config.min_available) if fit else 1
+        if len(live) < need:
+            if config.wait_timeout and now - job.waiting_since > config.wait_timeout:
+                self._fail_job(
+                    f"only {len(live)} of min_clients={need} clients connected within "
+                    f"wait_timeout={config.wait_timeout:g} s"
+                )
+            return
+        fraction = config.fraction if fit else config.evaluate_fraction
+        size = min(len(live), max(need, math.ceil(fraction * len(live))))
+        if fit and self.privacy.enabled:
+            rate = self.privacy.charged_rate(size / len(live))
+            why = self.privacy.budget_left(rate)
+            if why:
+                self._finish_for_budget(why)
+                return
+            job.dp_cohort, job.dp_sample_rate = size, rate
+        rng = random.Random(f"{config.seed}-{job.round}-{job.phase}{self._secure_run()}")
+        chosen = sorted(rng.sample(live, size))
+        job.active, job.attempt = True, 0
+        job.phase_started, job.deadline = now, now + config.round_timeout
+        self.clients.start_phase(chosen)
+        self._since_checkpoint = 0
+        self._phase_t0 = self.clock()
+        self._secure = None
+        if fit and config.secure_aggregation is not None:
+            try:
+                self._secure = SecurePhase(
+                    SecureRound.start(
+                        config.secure_aggregation.protocol,
+                        client_ids=chosen,
+                        template=self._template,
+                        max_weight=config.secure_aggregation.max_weight,
+                    )
+                )
+            except SecAggError as e:
+                self._fail_job(f"round {job.round}: secure aggregation cannot start: {e}")
+                return
+            self._secure.deadline = now + self._stage_timeout()
+        elif fit:
+            self._aggregator = self._make_aggregator()
+        with self.store.transaction() as tx:
+            tx.start_round(job.round, job.phase)
+            for cid in chosen:
+                tx.set_participant(job.round, job.phase, cid, Participant.SELECTED)
+            self._save_secure(tx)  # the round and its secure state start together
+            tx.set_job(job)
+        self.metrics.set("sporenet_round_participants", len(chosen))
+        log_event(
+            self.log,
+            "phase_started",
+            round=job.round,
+            phase=job.phase,
+            selected=len(chosen),
+            live=len(live),
+        )
+        self._notify_changed()
+
+    def _reselect(self, now: float, accepted: int, pending: int) -> None:
+        """Too few updates: select replacements (and, past the deadline, extend it)."""
+        job = self.job
+        missing = self.config.min_clients - accepted - pending
+        asked = set(self.clients.selected())
+        spare = [c for c in self._live_clients(now) if c not in asked]
+        rng = random.Random(f"{self.config.seed}-{job.round}-{job.attempt}")
+        extra = sorted(rng.sample(spare, min(len(spare), max(missing, 0))))
+        if now >= job.deadline:
+            job.attempt += 1
+            job.deadline = now + self.config.round_timeout
+        elif not extra:
+            return  # nobody to ask yet; the deadline decides
+        with self.store.transaction() as tx:
+            for cid in extra:
+                self._set_status(cid, Participant.SELECTED, tx=tx)
+            tx.set_job(job)
+        log_event(
+            self.log,
+            "phase_reselected",
+            logging.WARNING,
+            round=job.round,
+            accepted=accepted,
+            added=len(extra),
+            attempt=job.attempt,
+        )
+        self._notify_changed()
+
+    def _finish_for_budget(self, why: str) -> None:
+        """End the job cleanly (finished, not failed): the next round would overspend."""
+        job = self.job
+        job.status, job.reason, job.active = JobStatus.FINISHED, why, False
+        self._save_job()
+        log_event(self.log, "job_finished", reason=why, model_version=job.model_version)
+        self._notify_changed()
+
+    def _aggregate(self) -> tuple[Weights, float | None, dict[str, Any]]:
+        """The closed fit phase's mean delta, the clipping norm it used (central DP), and
+        what the log says about a secure round."""
+        if self._secure is not None:
+            delta, contributors = self._secure.round.result()
+            self._mark_contributors(self._secure, contributors)
+            return (
+                delta,
+                None,
+                {"secure_error_bound": self._secure.round.server.result().error_bound},
+            )
+        if self._aggregator is None:  # cannot happen: set whenever a fit phase is active
+            raise AggregationError("no aggregator for the fit phase")
+        # Read before result(): adaptive clipping moves the norm for the next round.
+        clip = getattr(self._aggregator, "clipping_norm", None)
+        return self._aggregator.result(), clip, {}
+
+    def _publish_fit(self) -> None:
+        job, t0 = self.job, self.clock()
+        try:
+            delta, clip, secure_info = self._aggregate()
+            new_weights, new_state = self.strategy.apply(self._weights, delta, self._opt_state)
+            del delta  # large models: hold at most the sums, the new weights and their bytes
+            privacy_info = self._spend_privacy(clip)
+        except (AggregationError, SecAggError, PrivacyError) as e:
+            with self._changed:
+                self._fail_job(f"round {job.round}: {e}")
+            return
+        data = replace_weights_bytes(self._model_bytes, new_weights)
+        del new_weights  # they are in `data` now: hold them once
+        version = job.model_version + 1
+        record = self.models.write(version, job.round, data)
+        self.models.write_moments(version, new_state)
+        rows = self.store.participants(job.round, Phase.FIT)
+        accepted = [(n, m) for (s, n, m) in rows.values() if s == Participant.ACCEPTED]
+        summary = weighted_metrics(accepted)
+        summary["num_samples"] = float(sum(n for n, _ in accepted))
+        files = self._files()
+        with self._changed:
+            with self.store.transaction() as tx:
+                tx.add_model(record)
+                tx.finish_round(job.round, Phase.FIT, len(accepted), summary)
+                tx.delete_secure_state(job.round)
+                if privacy_info:  # what this round spent, with the round it paid for
+                    tx.set_meta("privacy", self.privacy.state())
+                job.model_version = version
+                every = self.config.evaluate_every
+                self._advance(tx, evaluate_next=bool(every) and job.round % every == 0)
+            # Stop now if even the smallest sampling rate a round can have is unaffordable.
+            # (After an evaluate phase, the next fit phase's start checks instead.)
+            if job.status == JobStatus.RUNNING and job.phase == Phase.FIT:
+                why = self.privacy.budget_left(self.privacy.charged_rate(self.config.fraction))
+                if why:
+                    self._finish_for_budget(why)
+            self._model_bytes, self._opt_state = data, new_state
+            self._weights = self._weights_reader.read(data)
+            self._model_record = record
+            self._aggregator = None
+            self._secure = None
+        files.remove()
+        took = self.clock() - t0
+        self.metrics.inc("sporenet_rounds_completed_total")
+        self.metrics.set("sporenet_aggregation_seconds", took)
+        self.metrics.set("sporenet_round_duration_seconds", self.clock() - self._phase_t0)
+        self.metrics.set("sporenet_current_round", job.round)
+        log_event(
+            self.log,
+            "round_published",
+            round=record.round,
+            version=version,
+            clients=len(accepted),
+            aggregation_s=round(took, 4),
+            metrics=summary,
+            **secure_info,
+            **privacy_info,
+        )
+
+    def _spend_privacy(self, clipping_norm: float | None) -> dict[str, Any]:
+        """Charge the published round to the ledger; its epsilon etc. for the log."""
+        job = self.job
+        q = job.dp_sample_rate
+        eps = self.privacy.spend(
+            job.round, sample_rate=q, cohort=job.dp_cohort, clipping_norm=clipping_norm
+        )
+        acc = self.privacy.accountant
+        if eps is None or acc is None:
+            return {}
+        self.metrics.set("sporenet_privacy_epsilon", eps)
+        log_event(
+            self.log,
+            "privacy_spent",
+            round=job.round,
+            epsilon=eps,
+            delta=acc.delta,
+            sample_rate=q,
+            budget=acc.epsilon_budget,
+        )
+        return {"epsilon": eps, "delta": acc.delta}
+
+    def _mark_contributors(self, secure: SecurePhase, contributors: Sequence[str]) -> None:
+        """After a secure round: contributors are accepted, the rest of the cohort dropped."""
+        rows = self.store.participants(self.job.round, Phase.FIT)
+        done = set(contributors)
+        with self._changed, self.store.transaction() as tx:
+            for cid in secure.cohort:
+                _, n, m = rows.get(cid, ("", 0, {}))
+                status = Participant.ACCEPTED if cid in done else Participant.DROPPED
+                self._set_status(cid, status, n, m, tx=tx)
+
+    def _finish_evaluate(self) -> None:
+        job = self.job
+        rows = self.store.participants(job.round, Phase.EVALUATE)
+        accepted = [(n, m) for (s, n, m) in rows.values() if s == Participant.ACCEPTED]
+        summary = weighted_metrics(accepted)
+        with self._changed, self.store.transaction() as tx:
+            tx.finish_round(job.round, Phase.EVALUATE, len(accepted), summary)
+            self._advance(tx, evaluate_next=False)
+        log_event(
+            self.log, "evaluation_finished", round=job.round, clients=len(accepted), metrics=summary
+        )
+
+    def _advance(self, tx: Any, *, evaluate_next: bool) -> None:
+        """Move the job past the phase that just closed (inside the caller's transaction)."""
+        job = self.job
+        if evaluate_next:
+            job.phase = Phase.EVALUATE
+        else:
+            job.phase = Phase.FIT
+            job.round += 1
+            if job.round > self.config.rounds:
+                job.status = JobStatus.FINISHED
+                job.reason = f"all {self.config.rounds} rounds done"
+        job.active, job.attempt, job.waiting_since = False, 0, self.clock()
+        job.secure_attempt = 0
+        self.clients.end_phase()
+        tx.set_job(job)
+        if job.status == JobStatus.FINISHED:
+            log_event(
+                self.log, "job_finished", rounds=self.config.rounds, model_version=job.model_version
+            )
