@@ -44,8 +44,11 @@ class Attrs:
     """Typed access to a node's attributes; a wrong type or missing value is a ShapeError."""
 
     def __init__(self, op: str, values: dict[str, Any], num_outputs: int = 1,
-                 output_quant: Sequence[Quantization | None] = ()) -> None:
+                 output_quant: Sequence[Quantization | None] = (), *,
+                 model: Any = None) -> None:
         self.op = op
+        # The whole model, for control-flow kernels that plan their subgraphs (else None).
+        self.model = model
         self.values = values
         self.num_outputs = num_outputs  # how many outputs the node lists (Split needs it)
         # The quantization the file declares on each output (quantized kernels follow it).

@@ -1,0 +1,125 @@
+"""If and Loop: their ONNX subgraphs become IR subgraphs (Model.graphs) of the same file.
+
+Outer-scope values a subgraph reads become explicit trailing inputs of the node and of the
+subgraph (constants stay shared). An If whose condition is known at conversion is inlined:
+only the taken branch is imported, into the enclosing graph.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+
+from sporenet.converter.onnx_import.context import ImportContext
+from sporenet.converter.onnx_import.node import OnnxNode
+from sporenet.lite.graph import Graph
+from sporenet.lite.kernels.base import TensorSpec
+from sporenet.lite.ops import OpCode
+
+
+def _import_body(sub: ImportContext, body: onnx.GraphProto, node: OnnxNode) -> list[int]:
+    """Import a subgraph's nodes into `sub`; returns the tensors of its outputs."""
+    from sporenet.converter.onnx_import.importer import import_nodes  # imports the registry
+
+    outer_where = sub.where
+    import_nodes(sub, body.node)
+    sub.where = outer_where
+    outputs = []
+    for value in body.output:
+        index = sub.scope.lookup(value.name)
+        if index is None:
+            raise node.fail(f"subgraph {body.name!r} output {value.name!r} is never produced")
+        outputs.append(index)
+    return outputs
+
+
+def _specs(ctx: ImportContext, index: int) -> list[TensorSpec]:
+    return [view[index] for view in ctx.views]
+
+
+def _describe(spec: TensorSpec) -> str:
+    return f"{spec.dtype}{list(spec.shape)}"
+
+
+def if_(ctx: ImportContext, node: OnnxNode) -> list[int]:
+    cond = node.input(0)
+    branches = {True: node.attrs["then_branch"], False: node.attrs["else_branch"]}
+    known = ctx.value(cond)
+    if known is not None:
+        if known.size != 1:
+            raise node.fail(f"the condition must hold one element, got shape {list(known.shape)}")
+        return _import_body(ctx.subcontext(inline=True), branches[bool(known.reshape(-1)[0])],
+                            node)
+    imported = []
+    for body in branches.values():
+        sub = ctx.subcontext()
+        imported.append((sub, _import_body(sub, body, node), body.name))
+    (then_ctx, then_outs, _), (else_ctx, else_outs, _) = imported
+    if len(then_outs) != len(else_outs):
+        raise node.fail(f"the then branch gives {len(then_outs)} outputs, the else branch "
+                        f"{len(else_outs)}")
+    out_specs = []
+    for k, (a, b) in enumerate(zip(then_outs, else_outs, strict=True)):
+        for sa, sb in zip(_specs(then_ctx, a), _specs(else_ctx, b), strict=True):
+            if (sa.shape, sa.dtype) != (sb.shape, sb.dtype):
+                raise node.fail(
+                    f"output {k} ({node.outputs[k]!r}) is {_describe(sa)} in the then branch "
+                    f"but {_describe(sb)} in the else branch; sporenet plans one shape per "
+                    "tensor: fix the input shapes with --input-shape so that the condition is "
+                    "known at conversion")
+        out_specs.append(_specs(then_ctx, a))
+    implicit = list(dict.fromkeys([*then_ctx.scope.captured, *else_ctx.scope.captured]))
+    graphs = []
+    for sub, outs, name in imported:
+        inputs = [sub.scope.captured.get(o) for o in implicit]
+        inputs = [i if i is not None else sub.input_like(o) for i, o in zip(inputs, implicit,
+                                                                            strict=True)]
+        graphs.append(ctx.add_subgraph(Graph(name=name or f"{node.name}/branch", inputs=inputs,
+                                             outputs=outs, nodes=sub.nodes)))
+    return ctx.emit_control(OpCode.IF, [cond, *implicit], out_specs, then_graph=graphs[0],
+                            else_graph=graphs[1])
+
+
+def loop(ctx: ImportContext, node: OnnxNode) -> list[int]:
+    body: onnx.GraphProto = node.attrs["body"]
+    trip, cond, carried = node.input(0), node.input(1), node.inputs[2:]
+    n = len(carried)
+    if len(body.input) != 2 + n:
+        raise node.fail(f"the body takes {len(body.input)} inputs, expected 2 + {n} carried")
+    if len(body.output) < 1 + n:
+        raise node.fail(f"the body gives {len(body.output)} outputs, fewer than 1 + {n} carried")
+    if -1 in carried:
+        raise node.fail("a loop-carried initial value is absent")
+    sub = ctx.subcontext()
+    names = [v.name for v in body.input]
+    sub.scope.names[names[0]] = sub.graph_input(names[0], (), np.dtype(np.int64))
+    sub.scope.names[names[1]] = sub.graph_input(names[1], (), np.dtype(np.bool_))
+    for name, outer in zip(names[2:], carried, strict=True):
+        sub.scope.names[name] = sub.input_like(outer, name)
+    explicit = list(sub.inputs)
+    outs = _import_body(sub, body, node)
+    out_specs = []
+    for k, outer in enumerate(carried):
+        for before, after in zip(_specs(ctx, outer), _specs(sub, outs[1 + k]), strict=True):
+            if (before.shape, before.dtype) != (after.shape, after.dtype):
+                raise node.fail(
+                    f"loop-carried value {k} ({names[2 + k]!r}) enters as {_describe(before)} "
+                    f"and leaves the body as {_describe(after)}; sporenet plans one shape per "
+                    "tensor")
+        out_specs.append([TensorSpec(s.shape, s.dtype) for s in _specs(ctx, outer)])
+    scans = outs[1 + n:]
+    if scans:
+        count = ctx.value(trip) if trip != -1 else None
+        if count is None or count.size != 1:
+            raise node.fail("scan outputs need a trip count (input M) known at conversion")
+        steps = max(int(count.reshape(-1)[0]), 0)
+        out_specs += [[TensorSpec((steps, *s.shape), s.dtype) for s in _specs(sub, i)]
+                      for i in scans]
+    implicit = list(sub.scope.captured)
+    graph = Graph(name=body.name or f"{node.name}/body",
+                  inputs=[*explicit, *(sub.scope.captured[o] for o in implicit)],
+                  outputs=outs, nodes=sub.nodes)
+    gi = ctx.add_subgraph(graph)
+    results = ctx.emit_control(OpCode.LOOP, [trip, cond, *carried, *implicit], out_specs,
+                               body=gi, num_carried=n)
+    return results
