@@ -128,12 +128,16 @@ def _subgraph_refs(model: Model, gi: int, j: int, node: Node) -> list[int]:
         if not isinstance(value, int) or isinstance(value, bool):
             raise ModelFormatError(f"{what}: attribute {name!r} must be a graph index, found "
                                    f"{value!r}")
+        if value == -1 and node.op == OpCode.IF:
+            continue  # a branch that cannot run at the planned shapes (the kernel says why)
         if not 0 <= value < len(model.graphs):
             raise ModelFormatError(f"{what}: {name} {value} out of range (the model has "
                                    f"{len(model.graphs)} graphs)")
         if value in entries:
             raise ModelFormatError(f"{what}: {name} {value} is an entry graph, not a subgraph")
         refs.append(value)
+    if not refs:
+        raise ModelFormatError(f"{what}: names no subgraph")
     dtype = [model.tensors[i].dtype if i != -1 else None for i in node.inputs]
     out_dtype = [model.tensors[i].dtype for i in node.outputs]
     if node.op == OpCode.IF:
@@ -147,7 +151,8 @@ def _subgraph_refs(model: Model, gi: int, j: int, node: Node) -> list[int]:
         expected_in = [np.dtype(np.int64), np.dtype(np.bool_), *dtype[2:]]
         expected_out = [np.dtype(np.bool_), *out_dtype[:carried], *([None] * (
             len(node.outputs) - carried))]
-    for name, gj in zip(SUBGRAPH_ATTRIBUTES[node.op], refs, strict=True):
+    named = [n for n in SUBGRAPH_ATTRIBUTES[node.op] if node.attrs.get(n) != -1]
+    for name, gj in zip(named, refs, strict=True):
         sub = model.graphs[gj]
         got_in = [model.tensors[i].dtype for i in sub.inputs]
         got_out = [model.tensors[i].dtype for i in sub.outputs]

@@ -74,9 +74,18 @@ class If(Kernel):
         known = _scalar_flag(self.input(0), "the condition (input 0)", self)
         feeds = [self.input(k) for k in range(1, len(self.inputs))]
         self.branches: dict[bool, Any] = {}
+        self.broken: dict[bool, str] = {}  # branches that cannot run at these shapes
         for name, flag in (("then_graph", True), ("else_graph", False)):
-            if known is None or known == flag:
+            if known is not None and known != flag:
+                continue
+            if attrs.int(name, REQUIRED) == -1:
+                reason = attrs.str(f"{name[:4]}_error", "no reason recorded")
+                self.broken[flag] = f"the {name[:4]} branch cannot run at these input shapes: " \
+                                    f"{reason}"
+            else:
                 self.branches[flag] = _plan_subgraph(self, name, feeds)
+        if not self.branches:
+            raise self.fail(next(iter(self.broken.values())))
         per_branch = {flag: [p.specs[o] for o in p.outputs] for flag, p in self.branches.items()}
         specs = next(iter(per_branch.values()))
         if len(per_branch) == 2:
@@ -97,10 +106,17 @@ class If(Kernel):
         cond, feeds = inputs[0], inputs[1:]
         wired = {flag: ([p.arrays[i] for i in p.inputs], [p.arrays[o] for o in p.outputs], p)
                  for flag, p in self.branches.items()}
-        only = next(iter(wired.values())) if len(wired) == 1 else None
+        only = next(iter(wired.values())) if len(wired) == 1 and not self.broken else None
+        broken = self.broken
 
         def step() -> None:
-            dst, src, plan = only or wired[bool(cond.reshape(-1)[0])]  # type: ignore[union-attr]
+            if only is not None:
+                dst, src, plan = only
+            else:
+                flag = bool(cond.reshape(-1)[0])  # type: ignore[union-attr]
+                if flag in broken:
+                    raise ShapeError(f"IF: {broken[flag]}")
+                dst, src, plan = wired[flag]
             for d, s in zip(dst, feeds, strict=True):
                 np.copyto(d, s)
             plan.run()

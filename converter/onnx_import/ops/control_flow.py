@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 import onnx
 
+from sporenet.converter.errors import ConversionError
 from sporenet.converter.onnx_import.context import ImportContext
 from sporenet.converter.onnx_import.node import OnnxNode
 from sporenet.lite.graph import Graph
@@ -41,6 +42,17 @@ def _describe(spec: TensorSpec) -> str:
     return f"{spec.dtype}{list(spec.shape)}"
 
 
+def _branch_graph(ctx: ImportContext, branch: tuple[ImportContext, list[int], str],
+                  implicit: list[int]) -> int:
+    """Store an If branch as a subgraph taking every implicit input of the node, in order."""
+    sub, outs, name = branch
+    inputs = [sub.scope.captured.get(o) for o in implicit]
+    inputs = [i if i is not None else sub.input_like(o)
+              for i, o in zip(inputs, implicit, strict=True)]
+    return ctx.add_subgraph(Graph(name=name or "branch", inputs=inputs, outputs=outs,
+                                  nodes=sub.nodes))
+
+
 def if_(ctx: ImportContext, node: OnnxNode) -> list[int]:
     cond = node.input(0)
     branches = {True: node.attrs["then_branch"], False: node.attrs["else_branch"]}
@@ -50,10 +62,30 @@ def if_(ctx: ImportContext, node: OnnxNode) -> list[int]:
             raise node.fail(f"the condition must hold one element, got shape {list(known.shape)}")
         return _import_body(ctx.subcontext(inline=True), branches[bool(known.reshape(-1)[0])],
                             node)
-    imported = []
+    imported, errors = [], []
     for body in branches.values():
         sub = ctx.subcontext()
-        imported.append((sub, _import_body(sub, body, node), body.name))
+        try:
+            imported.append((sub, _import_body(sub, body, node), body.name))
+            errors.append(None)
+        except ConversionError as exc:
+            # A branch that cannot run at these input shapes (onnxruntime fails there too);
+            # kept as an error the kernel raises when the branch is taken.
+            imported.append(None)
+            errors.append(str(exc))
+    if all(e is not None for e in errors):
+        raise ConversionError(errors[0])
+    if None in imported:
+        k = imported.index(None)
+        ok = imported[1 - k]
+        name = ("then", "else")[k]
+        implicit = list(ok[0].scope.captured)  # type: ignore[index]
+        graph = _branch_graph(ctx, ok, implicit)  # type: ignore[arg-type]
+        out_specs = [_specs(ok[0], o) for o in ok[1]]  # type: ignore[index]
+        graphs = {name: -1, ("else", "then")[k]: graph}
+        return ctx.emit_control(OpCode.IF, [cond, *implicit], out_specs,
+                                then_graph=graphs["then"], else_graph=graphs["else"],
+                                **{f"{name}_error": errors[k]})
     (then_ctx, then_outs, _), (else_ctx, else_outs, _) = imported
     if len(then_outs) != len(else_outs):
         raise node.fail(f"the then branch gives {len(then_outs)} outputs, the else branch "
@@ -69,13 +101,7 @@ def if_(ctx: ImportContext, node: OnnxNode) -> list[int]:
                     "known at conversion")
         out_specs.append(_specs(then_ctx, a))
     implicit = list(dict.fromkeys([*then_ctx.scope.captured, *else_ctx.scope.captured]))
-    graphs = []
-    for sub, outs, name in imported:
-        inputs = [sub.scope.captured.get(o) for o in implicit]
-        inputs = [i if i is not None else sub.input_like(o) for i, o in zip(inputs, implicit,
-                                                                            strict=True)]
-        graphs.append(ctx.add_subgraph(Graph(name=name or f"{node.name}/branch", inputs=inputs,
-                                             outputs=outs, nodes=sub.nodes)))
+    graphs = [_branch_graph(ctx, branch, implicit) for branch in imported]
     return ctx.emit_control(OpCode.IF, [cond, *implicit], out_specs, then_graph=graphs[0],
                             else_graph=graphs[1])
 
