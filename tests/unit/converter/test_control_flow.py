@@ -5,7 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from sporenet.converter import convert_onnx
 from sporenet.converter.errors import ConversionError
+from sporenet.lite.errors import ModelFormatError
 from sporenet.lite.ops import OpCode
 from tests.unit.converter.helpers import (
     TensorProto,
@@ -223,3 +225,83 @@ def test_loop_carried_shape_change_is_refused() -> None:
     )
     with pytest.raises(ConversionError, match="loop-carried value 0"):
         convert(model)
+
+
+def _hostile(mutate) -> str:
+    """A converted If model, changed by `mutate`, must fail validation (as parse does)."""
+    from sporenet.lite.validate import validate
+
+    model = convert(_if_model(nested=True))
+    mutate(model)
+    with pytest.raises(ModelFormatError) as info:
+        validate(model)
+    return str(info.value)
+
+
+def test_subgraph_index_out_of_range_is_a_format_error() -> None:
+    message = _hostile(lambda m: m.graphs[0].nodes[0].attrs.update(then_graph=99))
+    assert "then_graph 99 out of range" in message
+
+
+def test_subgraph_naming_the_entry_graph_is_a_format_error() -> None:
+    message = _hostile(lambda m: m.graphs[0].nodes[0].attrs.update(else_graph=0))
+    assert "entry graph" in message
+
+
+def test_subgraph_index_of_wrong_type_is_a_format_error() -> None:
+    message = _hostile(lambda m: m.graphs[0].nodes[0].attrs.update(then_graph="1"))
+    assert "must be a graph index" in message
+
+
+def test_subgraph_cycle_is_a_format_error() -> None:
+    def loop_back(model) -> None:
+        outer = model.graphs[0].nodes[0]
+        else_graph = model.graphs[outer.attrs["else_graph"]]
+        inner = next(n for n in else_graph.nodes if n.op == OpCode.IF)
+        # The else branch calls itself, with inputs that fit its signature (x, c2).
+        gi = outer.attrs["else_graph"]
+        inner.attrs.update(then_graph=gi, else_graph=gi)
+        inner.inputs = [inner.inputs[0], *else_graph.inputs]
+
+    assert "subgraph references form a cycle" in _hostile(loop_back)
+
+
+def test_branch_signature_mismatch_is_a_format_error() -> None:
+    def retype(model) -> None:
+        then = model.graphs[model.graphs[0].nodes[0].attrs["then_graph"]]
+        model.tensors[then.outputs[0]].dtype = np.dtype(np.int32)
+
+    assert "gives outputs" in _hostile(retype)
+
+
+def test_a_taken_branch_that_cannot_run_raises_clearly() -> None:
+    """The then branch reshapes x to [2, 2], impossible for x of 3 elements (onnxruntime
+    fails there too); the model converts and runs the else branch."""
+    from sporenet.lite import Interpreter
+    from sporenet.lite.errors import ShapeError
+
+    shape = np.array([2, 2], np.int64)
+    then = _graph(
+        [
+            helper.make_node("Reshape", ["x", "shape"], ["t"]),
+            helper.make_node("ReduceSum", ["t"], ["t2"], keepdims=0),
+        ],
+        "then",
+        [("t2", F, [])],
+    )
+    other = _graph(
+        [helper.make_node("ReduceMax", ["x"], ["e"], keepdims=0)], "else", [("e", F, [])]
+    )
+    model = make_model(
+        [helper.make_node("If", ["c"], ["y"], then_branch=then, else_branch=other)],
+        {"c": [], "x": [3]},
+        ["y"],
+        input_dtypes={"c": B},
+        initializers={"shape": shape},
+        output_shapes={"y": []},
+    )
+    x = np.array([1.0, 5.0, 2.0], np.float32)
+    interpreter = Interpreter(model_content=convert_onnx(model))
+    assert interpreter.run({"c": np.array(False), "x": x})["y"] == 5.0
+    with pytest.raises(ShapeError, match="the then branch cannot run"):
+        interpreter.run({"c": np.array(True), "x": x})
