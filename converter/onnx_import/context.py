@@ -94,13 +94,21 @@ class Scope:
         self.names: dict[str, int] = {}
         self.captured: dict[int, int] = {}  # outer tensor -> this graph's input standing for it
 
+    def capture(self, outer: int) -> int:
+        """The tensor standing for the enclosing graph's tensor `outer` in this subgraph."""
+        if self.inline or outer in self.ctx.static:
+            return outer
+        if outer not in self.captured:
+            self.captured[outer] = self.ctx.input_like(outer)
+        return self.captured[outer]
+
     def lookup(self, name: str) -> int | None:
         if name in self.names:
             return self.names[name]
         outer = self.parent.lookup(name) if self.parent is not None else None
-        if outer is None or self.inline or outer in self.ctx.static:
-            return outer
-        self.names[name] = self.captured[outer] = self.ctx.input_like(outer)
+        if outer is None:
+            return None
+        self.names[name] = self.capture(outer)
         return self.names[name]
 
 

@@ -63,6 +63,7 @@ HANDLERS: dict[str, Handler] = {
     # control flow: subgraphs of the same model file
     "If": _h(control_flow.if_, OpCode.IF),
     "Loop": _h(control_flow.loop, OpCode.LOOP),
+    "Scan": _h(control_flow.scan, OpCode.LOOP, OpCode.GATHER),
     # linear algebra
     "Gemm": _h(linear.gemm, OpCode.FULLY_CONNECTED, OpCode.MATMUL, OpCode.ADD, OpCode.MUL,
                OpCode.TRANSPOSE),

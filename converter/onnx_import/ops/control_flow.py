@@ -42,15 +42,18 @@ def _describe(spec: TensorSpec) -> str:
     return f"{spec.dtype}{list(spec.shape)}"
 
 
-def _branch_graph(ctx: ImportContext, branch: tuple[ImportContext, list[int], str],
-                  implicit: list[int]) -> int:
+def _branch_graph(
+    ctx: ImportContext, branch: tuple[ImportContext, list[int], str], implicit: list[int]
+) -> int:
     """Store an If branch as a subgraph taking every implicit input of the node, in order."""
     sub, outs, name = branch
     inputs = [sub.scope.captured.get(o) for o in implicit]
-    inputs = [i if i is not None else sub.input_like(o)
-              for i, o in zip(inputs, implicit, strict=True)]
-    return ctx.add_subgraph(Graph(name=name or "branch", inputs=inputs, outputs=outs,
-                                  nodes=sub.nodes))
+    inputs = [
+        i if i is not None else sub.input_like(o) for i, o in zip(inputs, implicit, strict=True)
+    ]
+    return ctx.add_subgraph(
+        Graph(name=name or "branch", inputs=inputs, outputs=outs, nodes=sub.nodes)
+    )
 
 
 def if_(ctx: ImportContext, node: OnnxNode) -> list[int]:
@@ -60,8 +63,7 @@ def if_(ctx: ImportContext, node: OnnxNode) -> list[int]:
     if known is not None:
         if known.size != 1:
             raise node.fail(f"the condition must hold one element, got shape {list(known.shape)}")
-        return _import_body(ctx.subcontext(inline=True), branches[bool(known.reshape(-1)[0])],
-                            node)
+        return _import_body(ctx.subcontext(inline=True), branches[bool(known.reshape(-1)[0])], node)
     imported, errors = [], []
     for body in branches.values():
         sub = ctx.subcontext()
@@ -83,13 +85,19 @@ def if_(ctx: ImportContext, node: OnnxNode) -> list[int]:
         graph = _branch_graph(ctx, ok, implicit)  # type: ignore[arg-type]
         out_specs = [_specs(ok[0], o) for o in ok[1]]  # type: ignore[index]
         graphs = {name: -1, ("else", "then")[k]: graph}
-        return ctx.emit_control(OpCode.IF, [cond, *implicit], out_specs,
-                                then_graph=graphs["then"], else_graph=graphs["else"],
-                                **{f"{name}_error": errors[k]})
+        return ctx.emit_control(
+            OpCode.IF,
+            [cond, *implicit],
+            out_specs,
+            then_graph=graphs["then"],
+            else_graph=graphs["else"],
+            **{f"{name}_error": errors[k]},
+        )
     (then_ctx, then_outs, _), (else_ctx, else_outs, _) = imported
     if len(then_outs) != len(else_outs):
-        raise node.fail(f"the then branch gives {len(then_outs)} outputs, the else branch "
-                        f"{len(else_outs)}")
+        raise node.fail(
+            f"the then branch gives {len(then_outs)} outputs, the else branch {len(else_outs)}"
+        )
     out_specs = []
     for k, (a, b) in enumerate(zip(then_outs, else_outs, strict=True)):
         for sa, sb in zip(_specs(then_ctx, a), _specs(else_ctx, b), strict=True):
@@ -98,12 +106,115 @@ def if_(ctx: ImportContext, node: OnnxNode) -> list[int]:
                     f"output {k} ({node.outputs[k]!r}) is {_describe(sa)} in the then branch "
                     f"but {_describe(sb)} in the else branch; sporenet plans one shape per "
                     "tensor: fix the input shapes with --input-shape so that the condition is "
-                    "known at conversion")
+                    "known at conversion"
+                )
         out_specs.append(_specs(then_ctx, a))
     implicit = list(dict.fromkeys([*then_ctx.scope.captured, *else_ctx.scope.captured]))
     graphs = [_branch_graph(ctx, branch, implicit) for branch in imported]
-    return ctx.emit_control(OpCode.IF, [cond, *implicit], out_specs, then_graph=graphs[0],
-                            else_graph=graphs[1])
+    return ctx.emit_control(
+        OpCode.IF, [cond, *implicit], out_specs, then_graph=graphs[0], else_graph=graphs[1]
+    )
+
+
+def _loop_node(
+    ctx: ImportContext,
+    node: OnnxNode,
+    sub: ImportContext,
+    explicit: list[int],
+    outs: list[int],
+    inputs: tuple[int, int, list[int]],
+    steps: int | None,
+) -> list[int]:
+    """Check a converted body against its carried values and emit the LOOP node.
+
+    `explicit` are the body's own inputs (iteration, cond, carried...), `outs` its outputs
+    (cond, carried..., scan...), `inputs` the node's (trip count, cond, carried initial
+    values) and `steps` the trip count when it is known at conversion."""
+    trip, cond, carried = inputs
+    out_specs = []
+    for k, outer in enumerate(carried):
+        for before, after in zip(_specs(ctx, outer), _specs(sub, outs[1 + k]), strict=True):
+            if (before.shape, before.dtype) != (after.shape, after.dtype):
+                raise node.fail(
+                    f"loop-carried value {k} enters as {_describe(before)} and leaves the body "
+                    f"as {_describe(after)}; sporenet plans one shape per tensor"
+                )
+        out_specs.append([TensorSpec(s.shape, s.dtype) for s in _specs(ctx, outer)])
+    scans = outs[1 + len(carried) :]
+    if scans and steps is None:
+        raise node.fail("scan outputs need a trip count (input M) known at conversion")
+    out_specs += [[TensorSpec((steps, *s.shape), s.dtype) for s in _specs(sub, i)] for i in scans]
+    implicit = list(sub.scope.captured)
+    graph = Graph(
+        name=f"{node.name}/body",
+        inputs=[*explicit, *(sub.scope.captured[o] for o in implicit)],
+        outputs=outs,
+        nodes=sub.nodes,
+    )
+    return ctx.emit_control(
+        OpCode.LOOP,
+        [trip, cond, *carried, *implicit],
+        out_specs,
+        body=ctx.add_subgraph(graph),
+        num_carried=len(carried),
+    )
+
+
+def _body_context(ctx: ImportContext, names: list[str], carried: list[int]) -> ImportContext:
+    """A subcontext with a loop body's own inputs: iteration, cond, the carried values."""
+    sub = ctx.subcontext()
+    sub.graph_input(f"{names[0]}", (), np.dtype(np.int64))
+    sub.graph_input(f"{names[1]}", (), np.dtype(np.bool_))
+    for name, outer in zip(names[2:], carried, strict=True):
+        sub.input_like(outer, name)
+    for name, index in zip(names, sub.inputs, strict=False):
+        if name:
+            sub.scope.names[name] = index
+    return sub
+
+
+def scan(ctx: ImportContext, node: OnnxNode) -> list[int]:
+    """Scan (opset 9+, axis 0, forward) as a LOOP whose body gathers element i of each
+    scanned input and whose trip count is the scanned length."""
+    if node.opset < 9:
+        raise node.fail(
+            "Scan before opset 9 (with a batch axis and sequence_lens) is not supported"
+        )
+    body: onnx.GraphProto = node.attrs["body"]
+    m = int(node.attr("num_scan_inputs"))
+    n = len(node.inputs) - m
+    for attr in (
+        "scan_input_axes",
+        "scan_input_directions",
+        "scan_output_axes",
+        "scan_output_directions",
+    ):
+        values = node.ints(attr) or []
+        if any(v != 0 for v in values):
+            raise node.fail(f"{attr} {values}: only axis 0, forward, is supported")
+    if not 0 <= n <= len(node.inputs) or len(body.input) != len(node.inputs):
+        raise node.fail(
+            f"the body takes {len(body.input)} inputs for {len(node.inputs)} "
+            f"node inputs ({m} scanned)"
+        )
+    states, scanned = node.inputs[:n], node.inputs[n:]
+    lengths = {ctx.shape(i)[0] if ctx.rank(i) else -1 for i in scanned}
+    if len(lengths) != 1 or -1 in lengths:
+        raise node.fail(f"scanned inputs need one static length on axis 0, got {sorted(lengths)}")
+    steps = lengths.pop()
+    names = [v.name for v in body.input]
+    sub = _body_context(ctx, [f"{node.name}/iteration", f"{node.name}/cond", *names[:n]], states)
+    explicit = list(sub.inputs)
+    iteration = explicit[0]
+    for name, outer in zip(names[n:], scanned, strict=True):
+        sub.where = ctx.where
+        sub.scope.names[name] = sub.emit1(
+            OpCode.GATHER, [sub.scope.capture(outer), iteration], axis=0
+        )
+    outs = _import_body(sub, body, node)
+    keep = ctx.constant(f"{node.name}/keep_going", np.array(True))
+    trip = ctx.constant(f"{node.name}/trip_count", np.array(steps, np.int64))
+    return _loop_node(ctx, node, sub, explicit, [keep, *outs], (trip, -1, states), steps)
 
 
 def loop(ctx: ImportContext, node: OnnxNode) -> list[int]:
@@ -116,36 +227,9 @@ def loop(ctx: ImportContext, node: OnnxNode) -> list[int]:
         raise node.fail(f"the body gives {len(body.output)} outputs, fewer than 1 + {n} carried")
     if -1 in carried:
         raise node.fail("a loop-carried initial value is absent")
-    sub = ctx.subcontext()
-    names = [v.name for v in body.input]
-    sub.scope.names[names[0]] = sub.graph_input(names[0], (), np.dtype(np.int64))
-    sub.scope.names[names[1]] = sub.graph_input(names[1], (), np.dtype(np.bool_))
-    for name, outer in zip(names[2:], carried, strict=True):
-        sub.scope.names[name] = sub.input_like(outer, name)
+    sub = _body_context(ctx, [v.name for v in body.input], carried)
     explicit = list(sub.inputs)
     outs = _import_body(sub, body, node)
-    out_specs = []
-    for k, outer in enumerate(carried):
-        for before, after in zip(_specs(ctx, outer), _specs(sub, outs[1 + k]), strict=True):
-            if (before.shape, before.dtype) != (after.shape, after.dtype):
-                raise node.fail(
-                    f"loop-carried value {k} ({names[2 + k]!r}) enters as {_describe(before)} "
-                    f"and leaves the body as {_describe(after)}; sporenet plans one shape per "
-                    "tensor")
-        out_specs.append([TensorSpec(s.shape, s.dtype) for s in _specs(ctx, outer)])
-    scans = outs[1 + n:]
-    if scans:
-        count = ctx.value(trip) if trip != -1 else None
-        if count is None or count.size != 1:
-            raise node.fail("scan outputs need a trip count (input M) known at conversion")
-        steps = max(int(count.reshape(-1)[0]), 0)
-        out_specs += [[TensorSpec((steps, *s.shape), s.dtype) for s in _specs(sub, i)]
-                      for i in scans]
-    implicit = list(sub.scope.captured)
-    graph = Graph(name=body.name or f"{node.name}/body",
-                  inputs=[*explicit, *(sub.scope.captured[o] for o in implicit)],
-                  outputs=outs, nodes=sub.nodes)
-    gi = ctx.add_subgraph(graph)
-    results = ctx.emit_control(OpCode.LOOP, [trip, cond, *carried, *implicit], out_specs,
-                               body=gi, num_carried=n)
-    return results
+    count = ctx.value(trip) if trip != -1 else None
+    steps = max(int(count.reshape(-1)[0]), 0) if count is not None and count.size == 1 else None
+    return _loop_node(ctx, node, sub, explicit, outs, (trip, cond, carried), steps)

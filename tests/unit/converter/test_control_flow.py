@@ -305,3 +305,35 @@ def test_a_taken_branch_that_cannot_run_raises_clearly() -> None:
     assert interpreter.run({"c": np.array(False), "x": x})["y"] == 5.0
     with pytest.raises(ShapeError, match="the then branch cannot run"):
         interpreter.run({"c": np.array(True), "x": x})
+
+
+def test_scan_with_state_and_scan_output_like_onnxruntime() -> None:
+    """Scan-9: a running sum over rows of x (state) and each partial sum scaled by the
+    outer w (scan output)."""
+    body = _graph(
+        [
+            helper.make_node("Add", ["acc_in", "row"], ["acc_out"]),
+            helper.make_node("Mul", ["acc_out", "w"], ["scaled"]),
+        ],
+        "body",
+        [("acc_out", F, [3]), ("scaled", F, [3])],
+        inputs=[
+            helper.make_tensor_value_info("acc_in", F, [3]),
+            helper.make_tensor_value_info("row", F, [3]),
+        ],
+    )
+    node = helper.make_node("Scan", ["acc0", "x"], ["acc", "ys"], body=body, num_scan_inputs=1)
+    model = make_model(
+        [node],
+        {"acc0": [3], "x": [5, 3], "w": [3]},
+        ["acc", "ys"],
+        output_shapes={"acc": [3], "ys": [5, 3]},
+    )
+    rng = np.random.default_rng(2)
+    feeds = {
+        "acc0": rng.standard_normal(3).astype(np.float32),
+        "x": rng.standard_normal((5, 3)).astype(np.float32),
+        "w": rng.standard_normal(3).astype(np.float32),
+    }
+    assert_matches_ort(model, feeds)
+    assert [n.op for n in convert(model).graphs[0].nodes] == [OpCode.LOOP]
