@@ -138,8 +138,11 @@ def _subgraph_refs(model: Model, gi: int, j: int, node: Node) -> list[int]:
         refs.append(value)
     if not refs:
         raise ModelFormatError(f"{what}: names no subgraph")
-    dtype = [model.tensors[i].dtype if i != -1 else None for i in node.inputs]
-    out_dtype = [model.tensors[i].dtype for i in node.outputs]
+    dtype: list[np.dtype | None] = [model.tensors[i].dtype if i != -1 else None
+                                    for i in node.inputs]
+    out_dtype: list[np.dtype | None] = [model.tensors[i].dtype for i in node.outputs]
+    expected_in: list[np.dtype | None]
+    expected_out: list[np.dtype | None]
     if node.op == OpCode.IF:
         expected_in, expected_out = dtype[1:], out_dtype
     else:

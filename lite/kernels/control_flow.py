@@ -103,7 +103,7 @@ class If(Kernel):
         self.output_specs = [TensorSpec(s.shape, s.dtype) for s in specs]
 
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
-        cond, feeds = inputs[0], inputs[1:]
+        cond, feeds = inputs[0], [x for x in inputs[1:] if x is not None]
         wired = {flag: ([p.arrays[i] for i in p.inputs], [p.arrays[o] for o in p.outputs], p)
                  for flag, p in self.branches.items()}
         only = next(iter(wired.values())) if len(wired) == 1 and not self.broken else None
@@ -167,10 +167,11 @@ class Loop(Kernel):
                                 "is planned")
             self.trips = max(int(trip.value.reshape(-1)[0]), 0)
         self.output_specs = [TensorSpec(s.shape, s.dtype) for s in state[:n]]
-        self.output_specs += [TensorSpec((self.trips, *s.shape), s.dtype) for s in scans]
+        self.output_specs += [TensorSpec((self.trips or 0, *s.shape), s.dtype) for s in scans]
 
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
-        trip, cond, state = inputs[0], inputs[1], inputs[2:]
+        trip, cond = inputs[0], inputs[1]
+        state = [x for x in inputs[2:] if x is not None]  # all present (checked in prepare)
         body, n = self.body, self.carried
         body_in = [body.arrays[i] for i in body.inputs]
         body_out = [body.arrays[o] for o in body.outputs]

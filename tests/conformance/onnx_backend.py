@@ -82,6 +82,8 @@ EXCLUDED: dict[str, str] = {
 # Node cases (and their _expanded function bodies) whose axes/scales/sizes arguments are
 # graph inputs, found by running the suite; excluded for the _RUNTIME_SHAPE reason.
 _RUNTIME_SHAPE_WORDS = """
+    test_affine_grid_2d test_affine_grid_2d_align_corners test_affine_grid_3d
+    test_affine_grid_3d_align_corners
     test_cumsum_1d test_cumsum_1d_exclusive test_cumsum_1d_int32_exclusive
     test_cumsum_1d_reverse test_cumsum_1d_reverse_exclusive test_cumsum_2d_axis_0
     test_cumsum_2d_axis_1 test_cumsum_2d_int32 test_cumsum_2d_negative_axis
@@ -169,6 +171,8 @@ KNOWN_FAILURES: dict[str, str] = {
     "test_maxpool_2d_uint8": "the runtime's pools are float-only",
     "test_causal_conv_with_state_silu_fp16*": "float16 arithmetic rounds differently from "
                                               "the reference (3e-3 off)",
+    "test_loop11": "the Loop body slices with starts computed from the iteration number; "
+                   "Slice bounds must be constants",
     "test_scan_sum": "Scan-8 (a batch axis and sequence_lens) is not supported; Scan-9 and "
                      "later are",
     "test_einsum_batch_diagonal": "Einsum with an ellipsis or a diagonal (a repeated index in "

@@ -42,63 +42,27 @@ def _describe(spec: TensorSpec) -> str:
     return f"{spec.dtype}{list(spec.shape)}"
 
 
-def _branch_graph(
-    ctx: ImportContext, branch: tuple[ImportContext, list[int], str], implicit: list[int]
-) -> int:
+Branch = tuple[ImportContext, list[int], str]
+"""An imported If branch: its subcontext, its output tensors and its ONNX graph name."""
+
+
+def _branch_graph(ctx: ImportContext, branch: Branch, implicit: list[int]) -> int:
     """Store an If branch as a subgraph taking every implicit input of the node, in order."""
     sub, outs, name = branch
-    inputs = [sub.scope.captured.get(o) for o in implicit]
     inputs = [
-        i if i is not None else sub.input_like(o) for i, o in zip(inputs, implicit, strict=True)
+        sub.scope.captured[o] if o in sub.scope.captured else sub.input_like(o) for o in implicit
     ]
     return ctx.add_subgraph(
         Graph(name=name or "branch", inputs=inputs, outputs=outs, nodes=sub.nodes)
     )
 
 
-def if_(ctx: ImportContext, node: OnnxNode) -> list[int]:
-    cond = node.input(0)
-    branches = {True: node.attrs["then_branch"], False: node.attrs["else_branch"]}
-    known = ctx.value(cond)
-    if known is not None:
-        if known.size != 1:
-            raise node.fail(f"the condition must hold one element, got shape {list(known.shape)}")
-        return _import_body(ctx.subcontext(inline=True), branches[bool(known.reshape(-1)[0])], node)
-    imported, errors = [], []
-    for body in branches.values():
-        sub = ctx.subcontext()
-        try:
-            imported.append((sub, _import_body(sub, body, node), body.name))
-            errors.append(None)
-        except ConversionError as exc:
-            # A branch that cannot run at these input shapes (onnxruntime fails there too);
-            # kept as an error the kernel raises when the branch is taken.
-            imported.append(None)
-            errors.append(str(exc))
-    if all(e is not None for e in errors):
-        raise ConversionError(errors[0])
-    if None in imported:
-        k = imported.index(None)
-        ok = imported[1 - k]
-        name = ("then", "else")[k]
-        implicit = list(ok[0].scope.captured)  # type: ignore[index]
-        graph = _branch_graph(ctx, ok, implicit)  # type: ignore[arg-type]
-        out_specs = [_specs(ok[0], o) for o in ok[1]]  # type: ignore[index]
-        graphs = {name: -1, ("else", "then")[k]: graph}
-        return ctx.emit_control(
-            OpCode.IF,
-            [cond, *implicit],
-            out_specs,
-            then_graph=graphs["then"],
-            else_graph=graphs["else"],
-            **{f"{name}_error": errors[k]},
-        )
-    (then_ctx, then_outs, _), (else_ctx, else_outs, _) = imported
+def _check_same_shapes(node: OnnxNode, then: Branch, other: Branch) -> None:
+    (then_ctx, then_outs, _), (else_ctx, else_outs, _) = then, other
     if len(then_outs) != len(else_outs):
         raise node.fail(
             f"the then branch gives {len(then_outs)} outputs, the else branch {len(else_outs)}"
         )
-    out_specs = []
     for k, (a, b) in enumerate(zip(then_outs, else_outs, strict=True)):
         for sa, sb in zip(_specs(then_ctx, a), _specs(else_ctx, b), strict=True):
             if (sa.shape, sa.dtype) != (sb.shape, sb.dtype):
@@ -108,12 +72,40 @@ def if_(ctx: ImportContext, node: OnnxNode) -> list[int]:
                     "tensor: fix the input shapes with --input-shape so that the condition is "
                     "known at conversion"
                 )
-        out_specs.append(_specs(then_ctx, a))
-    implicit = list(dict.fromkeys([*then_ctx.scope.captured, *else_ctx.scope.captured]))
-    graphs = [_branch_graph(ctx, branch, implicit) for branch in imported]
-    return ctx.emit_control(
-        OpCode.IF, [cond, *implicit], out_specs, then_graph=graphs[0], else_graph=graphs[1]
-    )
+
+
+def if_(ctx: ImportContext, node: OnnxNode) -> list[int]:
+    cond = node.input(0)
+    bodies = {"then": node.attrs["then_branch"], "else": node.attrs["else_branch"]}
+    known = ctx.value(cond)
+    if known is not None:
+        if known.size != 1:
+            raise node.fail(f"the condition must hold one element, got shape {list(known.shape)}")
+        taken = bodies["then" if bool(known.reshape(-1)[0]) else "else"]
+        return _import_body(ctx.subcontext(inline=True), taken, node)
+    imported: dict[str, Branch] = {}
+    errors: dict[str, str] = {}
+    for key, body in bodies.items():
+        sub = ctx.subcontext()
+        try:
+            imported[key] = (sub, _import_body(sub, body, node), body.name)
+        except ConversionError as exc:
+            # A branch that cannot run at these input shapes (onnxruntime fails there too)
+            # is stored as graph -1 with the reason; the kernel raises it when taken.
+            errors[key] = str(exc)
+    if not imported:
+        raise ConversionError(errors["then"])
+    if len(imported) == 2:
+        _check_same_shapes(node, imported["then"], imported["else"])
+    sub, outs, _ = next(iter(imported.values()))
+    out_specs = [_specs(sub, o) for o in outs]
+    implicit = list(dict.fromkeys(o for b in imported.values() for o in b[0].scope.captured))
+    attrs: dict[str, int | str] = {
+        f"{key}_graph": _branch_graph(ctx, imported[key], implicit) if key in imported else -1
+        for key in bodies
+    }
+    attrs.update({f"{key}_error": message for key, message in errors.items()})
+    return ctx.emit_control(OpCode.IF, [cond, *implicit], out_specs, **attrs)
 
 
 def _loop_node(
@@ -141,9 +133,12 @@ def _loop_node(
                 )
         out_specs.append([TensorSpec(s.shape, s.dtype) for s in _specs(ctx, outer)])
     scans = outs[1 + len(carried) :]
-    if scans and steps is None:
-        raise node.fail("scan outputs need a trip count (input M) known at conversion")
-    out_specs += [[TensorSpec((steps, *s.shape), s.dtype) for s in _specs(sub, i)] for i in scans]
+    if scans:
+        if steps is None:
+            raise node.fail("scan outputs need a trip count (input M) known at conversion")
+        out_specs += [
+            [TensorSpec((steps, *s.shape), s.dtype) for s in _specs(sub, i)] for i in scans
+        ]
     implicit = list(sub.scope.captured)
     graph = Graph(
         name=f"{node.name}/body",
