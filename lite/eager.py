@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from sporenet.lite.errors import ShapeError, UnsupportedOpError
-from sporenet.lite.graph import Quantization
+from sporenet.lite.graph import Model, Quantization
 from sporenet.lite.kernels import KERNELS, kernel_class, supported_ops
 from sporenet.lite.kernels.base import Attrs, Kernel, TensorSpec
 from sporenet.lite.ops import OpCode
@@ -24,11 +24,13 @@ def prepare_kernel(op: OpCode, attrs: dict[str, Any], in_specs: Sequence[TensorS
                    num_outputs: int, *, where: str | None = None,
                    check_outputs: bool = True,
                    output_quant: Sequence[Quantization | None] = (),
-                   output_dtypes: Sequence[np.dtype] = ()) -> Kernel:
+                   output_dtypes: Sequence[np.dtype] = (),
+                   model: Model | None = None) -> Kernel:
     """The runtime kernel for one node, prepared for `in_specs` (None: an absent optional
     input). Every failure is a ShapeError, prefixed with `where` (the node) when given.
     The kernel is the int8 one when the first input is quantized (kernel_class);
-    `output_quant`/`output_dtypes` are what the file declares on the outputs.
+    `output_quant`/`output_dtypes` are what the file declares on the outputs; `model` is
+    given to control-flow kernels, which plan their subgraphs.
     `check_outputs=False` accepts a kernel with
     fewer outputs than `num_outputs` (an optimizer update writes its state in place)."""
     prefix = f"{where}: " if where else ""
@@ -37,7 +39,7 @@ def prepare_kernel(op: OpCode, attrs: dict[str, Any], in_specs: Sequence[TensorS
     if not lo <= len(in_specs) <= hi:
         raise ShapeError(f"{where or op.name}: takes {lo}..{hi} inputs, got {len(in_specs)}")
     try:
-        attributes = Attrs(op.name, attrs, num_outputs, output_quant, output_dtypes)
+        attributes = Attrs(op.name, attrs, num_outputs, output_quant, output_dtypes, model=model)
         kernel = cls(attributes, list(in_specs))
     except ShapeError as exc:
         if not where:

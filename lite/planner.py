@@ -144,6 +144,7 @@ def infer(model: Model, graph_index: int, shapes: dict[int, tuple[int, ...]] | N
             node.op, node.attrs, in_specs, len(node.outputs), where=where,
             output_quant=[model.tensors[i].quantization for i in node.outputs],
             output_dtypes=[model.tensors[i].dtype for i in node.outputs],
+            model=model,
         )
         for spec in kernel.output_specs:
             _check_size(spec, where)
@@ -209,10 +210,17 @@ def plan(model: Model, signature: str = "infer",
 
 def _plan(model: Model, signature: str, shapes: dict[int, tuple[int, ...]] | None,
           variables: dict[int, np.ndarray] | None) -> ExecutionPlan:
-    sig = model.signature(signature)
-    graph = model.graphs[sig.graph]
+    return plan_graph(model, model.signature(signature).graph, shapes, variables)
+
+
+def plan_graph(model: Model, graph_index: int,
+               shapes: dict[int, tuple[int, ...]] | None = None,
+               variables: dict[int, np.ndarray] | None = None) -> ExecutionPlan:
+    """Plan one graph of the model by index (an entry graph, or a subgraph that a control
+    flow kernel runs); `shapes` and `variables` as for `plan`."""
+    graph = model.graphs[graph_index]
     variables = variables or {}
-    specs, kernels, _ = infer(model, sig.graph, shapes, variables.keys())
+    specs, kernels, _ = infer(model, graph_index, shapes, variables.keys())
     nodes = graph.nodes
     outputs = set(graph.outputs)
 

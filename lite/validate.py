@@ -10,7 +10,8 @@ import numpy as np
 
 from sporenet.lite import sparse
 from sporenet.lite.errors import ModelFormatError
-from sporenet.lite.graph import Graph, Model, Tensor
+from sporenet.lite.graph import Graph, Model, Node, Tensor
+from sporenet.lite.ops import OpCode
 
 
 def _check_index(index: int, count: int, what: str, *, optional: bool = False) -> None:
@@ -110,6 +111,94 @@ def _check_quantization(index: int, t: Tensor) -> None:
                                f"{list(t.shape)}")
 
 
+MAX_SUBGRAPH_DEPTH = 64
+"""Deepest nesting of control-flow subgraphs a file may declare (each level is one planner
+recursion)."""
+
+
+def _subgraph_refs(model: Model, gi: int, j: int, node: Node) -> list[int]:
+    """The graph indices node j of graph gi names, checked against the node's signature."""
+    from sporenet.lite.kernels.control_flow import SUBGRAPH_ATTRIBUTES
+
+    what = f"graph {gi} node {j} ({node.op.name})"
+    entries = {0} | {sig.graph for sig in model.signatures.values()}
+    refs = []
+    for name in SUBGRAPH_ATTRIBUTES[node.op]:
+        value = node.attrs.get(name)
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise ModelFormatError(f"{what}: attribute {name!r} must be a graph index, found "
+                                   f"{value!r}")
+        if value == -1 and node.op == OpCode.IF:
+            continue  # a branch that cannot run at the planned shapes (the kernel says why)
+        if not 0 <= value < len(model.graphs):
+            raise ModelFormatError(f"{what}: {name} {value} out of range (the model has "
+                                   f"{len(model.graphs)} graphs)")
+        if value in entries:
+            raise ModelFormatError(f"{what}: {name} {value} is an entry graph, not a subgraph")
+        refs.append(value)
+    if not refs:
+        raise ModelFormatError(f"{what}: names no subgraph")
+    dtype: list[np.dtype | None] = [model.tensors[i].dtype if i != -1 else None
+                                    for i in node.inputs]
+    out_dtype: list[np.dtype | None] = [model.tensors[i].dtype for i in node.outputs]
+    expected_in: list[np.dtype | None]
+    expected_out: list[np.dtype | None]
+    if node.op == OpCode.IF:
+        expected_in, expected_out = dtype[1:], out_dtype
+    else:
+        carried = node.attrs.get("num_carried")
+        if not isinstance(carried, int) or not 0 <= carried <= len(node.inputs) - 2 or (
+                carried > len(node.outputs)):
+            raise ModelFormatError(f"{what}: num_carried {carried!r} does not fit "
+                                   f"{len(node.inputs)} inputs and {len(node.outputs)} outputs")
+        expected_in = [np.dtype(np.int64), np.dtype(np.bool_), *dtype[2:]]
+        expected_out = [np.dtype(np.bool_), *out_dtype[:carried], *([None] * (
+            len(node.outputs) - carried))]
+    named = [n for n in SUBGRAPH_ATTRIBUTES[node.op] if node.attrs.get(n) != -1]
+    for name, gj in zip(named, refs, strict=True):
+        sub = model.graphs[gj]
+        got_in = [model.tensors[i].dtype for i in sub.inputs]
+        got_out = [model.tensors[i].dtype for i in sub.outputs]
+        if len(got_in) != len(expected_in) or any(
+                e is not None and e != g for e, g in zip(expected_in, got_in, strict=True)):
+            raise ModelFormatError(f"{what}: {name} {gj} takes inputs {[str(d) for d in got_in]}, "
+                                   f"the node gives {[str(d) for d in expected_in]}")
+        if len(got_out) != len(expected_out) or any(
+                e is not None and e != g for e, g in zip(expected_out, got_out, strict=True)):
+            raise ModelFormatError(f"{what}: {name} {gj} gives outputs "
+                                   f"{[str(d) for d in got_out]}, the node expects "
+                                   f"{[str(d) for d in expected_out]}")
+    return refs
+
+
+def _check_subgraphs(model: Model) -> None:
+    """Subgraph references in range, signatures consistent, no cycle, bounded nesting."""
+    from sporenet.lite.kernels.control_flow import SUBGRAPH_ATTRIBUTES
+
+    edges: dict[int, set[int]] = {}
+    for gi, graph in enumerate(model.graphs):
+        for j, node in enumerate(graph.nodes):
+            if node.op in SUBGRAPH_ATTRIBUTES:
+                edges.setdefault(gi, set()).update(_subgraph_refs(model, gi, j, node))
+    depth: dict[int, int] = {}
+    on_path: list[int] = []
+
+    def visit(gi: int) -> int:
+        if gi in on_path:
+            cycle = " -> ".join(map(str, [*on_path[on_path.index(gi):], gi]))
+            raise ModelFormatError(f"subgraph references form a cycle: graphs {cycle}")
+        if gi not in depth:
+            on_path.append(gi)
+            if len(on_path) > MAX_SUBGRAPH_DEPTH:
+                raise ModelFormatError(f"subgraphs nest deeper than {MAX_SUBGRAPH_DEPTH} levels")
+            depth[gi] = 1 + max((visit(g) for g in sorted(edges.get(gi, ()))), default=0)
+            on_path.pop()
+        return depth[gi]
+
+    for gi in sorted(edges):
+        visit(gi)
+
+
 def validate(model: Model) -> Model:
     """Raise ModelFormatError naming the first structural problem of `model`; return it."""
     from sporenet.lite.kernels import max_op_versions
@@ -148,4 +237,5 @@ def validate(model: Model) -> Model:
                     f"signature {key!r}: output {name!r} (tensor {i}) is not an output of graph "
                     f"{sig.graph}"
                 )
+    _check_subgraphs(model)
     return model

@@ -131,6 +131,8 @@ class OpCode(object):
     LSTM_GRAD = 310
     GRU_GRAD = 311
     RNN_GRAD = 312
+    IF = 320
+    LOOP = 321
 
 
 class SparseFormat(object):

@@ -129,3 +129,17 @@ class OpCode(enum.IntEnum):
     LSTM_GRAD = 310
     GRU_GRAD = 311
     RNN_GRAD = 312
+    # control flow, ONNX semantics (320..339). A subgraph is another entry of Model.graphs,
+    # named by an INT attribute holding its graph index; it reads only its own graph inputs
+    # and constants: outer-scope values it uses are passed as explicit trailing node inputs
+    # ("implicit inputs"), matched in order by the subgraph's trailing graph inputs.
+    # Graph references form no cycle and never name graph 0 or a signature's graph.
+    # IF: inputs (cond, implicit...); attributes then_graph, else_graph. Both branches take
+    # the implicit inputs as their graph inputs and give as many outputs as the node, of the
+    # node outputs' dtypes and shapes.
+    IF = 320
+    # LOOP: inputs (M trip count or -1, cond or -1, v_initial..., implicit...); attributes
+    # body, num_carried (how many v). Body inputs (iteration int64, cond bool, v...,
+    # implicit...), body outputs (cond, v..., scan...). Node outputs (v_final..., scan...),
+    # each scan output stacks its per-iteration values on a new axis 0.
+    LOOP = 321

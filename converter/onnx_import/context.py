@@ -11,6 +11,7 @@ at load time, so the file stays small).
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -32,6 +33,38 @@ MAX_TENSOR_BYTES = 1 << 32
 not make the converter allocate without bound."""
 
 
+class Scope:
+    """ONNX value names visible while importing one graph. A subgraph's scope reaches its
+    parent's names: a constant is used as it is (constants are global in the IR), any other
+    outer value becomes an implicit input of the subgraph (recorded in `captured`), unless
+    the scope is `inline` (a branch imported into its parent's graph)."""
+
+    def __init__(self, ctx: ImportContext, parent: Scope | None = None, *,
+                 inline: bool = False) -> None:
+        self.ctx = ctx
+        self.parent = parent
+        self.inline = inline
+        self.names: dict[str, int] = {}
+        self.captured: dict[int, int] = {}  # outer tensor -> this graph's input standing for it
+
+    def capture(self, outer: int) -> int:
+        """The tensor standing for the enclosing graph's tensor `outer` in this subgraph."""
+        if self.inline or outer in self.ctx.static:
+            return outer
+        if outer not in self.captured:
+            self.captured[outer] = self.ctx.input_like(outer)
+        return self.captured[outer]
+
+    def lookup(self, name: str) -> int | None:
+        if name in self.names:
+            return self.names[name]
+        outer = self.parent.lookup(name) if self.parent is not None else None
+        if outer is None:
+            return None
+        self.names[name] = self.capture(outer)
+        return self.names[name]
+
+
 class ImportContext:
     """Builds the IR tensor table and node list for one graph while tracking tensor specs."""
 
@@ -45,6 +78,42 @@ class ImportContext:
         self._reserved = set(reserved)
         self._used: set[str] = set()
         self.where = ""  # the ONNX node being imported, for error messages
+        self.opset = 13
+        self.scope = Scope(self)
+        self.subgraphs: list[Graph] = []  # graphs 1.. of the model (shared by subcontexts)
+
+    def subcontext(self, *, inline: bool = False) -> ImportContext:
+        """A context for a subgraph: the same tensor table, its own nodes, inputs and scope
+        (`inline`: the same nodes too, for a branch imported into this graph)."""
+        sub = copy.copy(self)
+        if not inline:
+            sub.nodes, sub.inputs = [], []
+        sub.scope = Scope(sub, self.scope, inline=inline)
+        return sub
+
+    def input_like(self, index: int, name: str = "") -> int:
+        """A new graph input of this (sub)graph with the dtype and shape of tensor `index`."""
+        specs = [TensorSpec(view[index].shape, view[index].dtype) for view in self.views]
+        new = self._add(name or self.tensors[index].name, specs, None)
+        self.tensors[new].shape = self.tensors[index].shape
+        self.inputs.append(new)
+        return new
+
+    def add_subgraph(self, graph: Graph) -> int:
+        """Store a subgraph; returns its graph index in the model (graph 0 is the main one)."""
+        self.subgraphs.append(graph)
+        return len(self.subgraphs)
+
+    def emit_control(self, op: OpCode, inputs: Sequence[int], out_specs: list[list[TensorSpec]],
+                     **attrs: Any) -> list[int]:
+        """Add a node whose output specs the caller derived (per view, per output): control
+        flow, whose kernel needs the whole model to prepare."""
+        base = f"{self.where or op.name.lower()}/{op.name.lower()}"
+        outputs = [self._add(f"{base}:{k}", [TensorSpec(s.shape, s.dtype) for s in views], None)
+                   for k, views in enumerate(out_specs)]
+        self.nodes.append(Node(op=op, inputs=list(inputs), outputs=outputs, attrs=attrs,
+                               name=self.tensors[outputs[0]].name if outputs else base))
+        return outputs
 
     # ---- naming
     def _fresh_name(self, base: str) -> str:
@@ -244,5 +313,6 @@ class ImportContext:
         signature = Signature(key="infer", graph=0,
                               inputs={self.tensors[i].name: i for i in self.inputs},
                               outputs=dict(outputs))
-        return Model(tensors=self.tensors, graphs=[graph], signatures={"infer": signature},
+        return Model(tensors=self.tensors, graphs=[graph, *self.subgraphs],
+                     signatures={"infer": signature},
                      producer=producer, description=description)

@@ -65,10 +65,13 @@ def onnx_opset(model: onnx.ModelProto) -> int:
 def unsupported_ops(model: onnx.ModelProto) -> Counter[str]:
     """Count of every node op type in the model the converter cannot import."""
     missing: Counter[str] = Counter()
-    for node in model.graph.node:
-        key = op_key(node)
-        if key not in HANDLERS or not handler_available(key):
-            missing[key] += 1
+    pending = [model.graph]
+    while pending:  # subgraphs (If branches, Loop bodies) included
+        for node in pending.pop().node:
+            key = op_key(node)
+            if key not in HANDLERS or not handler_available(key):
+                missing[key] += 1
+            pending.extend(a.g for a in node.attribute if a.type == onnx.AttributeProto.GRAPH)
     return missing
 
 
@@ -130,8 +133,6 @@ def import_onnx(model: onnx.ModelProto, *,
     if missing:
         raise UnsupportedOnnxOpError(missing)
     graph = model.graph
-    if any(a.type == onnx.AttributeProto.GRAPH for n in graph.node for a in n.attribute):
-        raise ConversionError("subgraphs (If/Loop/Scan bodies) are not supported")
     shapes = dict(input_shapes or {})
     initializers = {t.name for t in graph.initializer}
     real_inputs = [v for v in graph.input if v.name not in initializers]
@@ -152,14 +153,31 @@ def import_onnx(model: onnx.ModelProto, *,
     reserved = {name for n in graph.node for name in n.output if name}
     reserved |= initializers | {v.name for v in real_inputs}
     ctx = ImportContext(dynamic=dynamic, reserved=reserved)
+    ctx.opset = opset
 
-    names: dict[str, int] = {}
+    names = ctx.scope.names
     for t in graph.initializer:
         names[t.name] = ctx.constant(t.name, _initializer(t))
     for name, shape, dtype in input_specs:
         names[name] = ctx.graph_input(name, shape, dtype)
+    import_nodes(ctx, graph.node)
 
-    for position, proto in enumerate(graph.node):
+    outputs: dict[str, int] = {}
+    for v in graph.output:
+        if v.name not in names:
+            raise ConversionError(f"graph output {v.name!r} is not produced by any node")
+        outputs[v.name] = names[v.name]
+    description = model.doc_string or graph.doc_string
+    producer = f"sporenet-convert (from {model.producer_name or 'ONNX'}"
+    producer += f" {model.producer_version})" if model.producer_version else ")"
+    return ctx.build(outputs, producer=producer, description=description)
+
+
+def import_nodes(ctx: ImportContext, nodes: Sequence[onnx.NodeProto]) -> None:
+    """Import ONNX nodes in order into `ctx`, resolving names through `ctx.scope` (which
+    reaches outer scopes from a subgraph)."""
+    scope, opset = ctx.scope, ctx.opset
+    for position, proto in enumerate(nodes):
         label = proto.name or (proto.output[0] if proto.output else f"#{position}")
         ctx.where = f"node {label!r} ({proto.op_type})"
         inputs = []
@@ -167,9 +185,10 @@ def import_onnx(model: onnx.ModelProto, *,
             if not name:
                 inputs.append(-1)
                 continue
-            if name not in names:
+            index = scope.lookup(name)
+            if index is None:
                 raise ctx.fail(f"input {name!r} is not produced by any earlier node")
-            inputs.append(names[name])
+            inputs.append(index)
         node = OnnxNode(op_type=proto.op_type, name=label, inputs=inputs,
                         outputs=list(proto.output),
                         attrs={a.name: helper.get_attribute_value(a) for a in proto.attribute},
@@ -193,16 +212,6 @@ def import_onnx(model: onnx.ModelProto, *,
             if k >= len(results):
                 continue  # an optional output the converter does not produce (checked on use)
             index = results[k]
-            names[name] = index
+            scope.names[name] = index
             if index >= first_new and index not in ctx.inputs:
                 ctx.rename(index, name)
-
-    outputs: dict[str, int] = {}
-    for v in graph.output:
-        if v.name not in names:
-            raise ConversionError(f"graph output {v.name!r} is not produced by any node")
-        outputs[v.name] = names[v.name]
-    description = model.doc_string or graph.doc_string
-    producer = f"sporenet-convert (from {model.producer_name or 'ONNX'}"
-    producer += f" {model.producer_version})" if model.producer_version else ")"
-    return ctx.build(outputs, producer=producer, description=description)

@@ -16,6 +16,7 @@ from sporenet.converter.onnx_import.ops import (
     activation,
     composite,
     constant,
+    control_flow,
     conv,
     elementwise,
     linear,
@@ -59,6 +60,10 @@ HANDLERS: dict[str, Handler] = {
     "Size": _h(constant.size),
     "Identity": _h(constant.identity),
     "Dropout": _h(constant.dropout),
+    # control flow: subgraphs of the same model file
+    "If": _h(control_flow.if_, OpCode.IF),
+    "Loop": _h(control_flow.loop, OpCode.LOOP),
+    "Scan": _h(control_flow.scan, OpCode.LOOP, OpCode.GATHER),
     # linear algebra
     "Gemm": _h(linear.gemm, OpCode.FULLY_CONNECTED, OpCode.MATMUL, OpCode.ADD, OpCode.MUL,
                OpCode.TRANSPOSE),

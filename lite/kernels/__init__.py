@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from sporenet.lite.errors import UnsupportedOpError
 from sporenet.lite.kernels import (
+    control_flow,
     conv,
     elementwise,
     fake_quant,
@@ -134,6 +135,9 @@ KERNELS: dict[OpCode, type[Kernel]] = {
     OpCode.LSTM: recurrent.LSTM,
     OpCode.GRU: recurrent.GRU,
     OpCode.RNN: recurrent.RNN,
+    # control flow over subgraphs of the same model
+    OpCode.IF: control_flow.If,
+    OpCode.LOOP: control_flow.Loop,
     # training: dropout, losses, backward ops, optimizer updates (lite/kernels/training/)
     OpCode.DROPOUT: dropout.Dropout,
     OpCode.SOFTMAX_CROSS_ENTROPY: losses.SoftmaxCrossEntropy,

@@ -45,8 +45,10 @@ class Attrs:
 
     def __init__(self, op: str, values: dict[str, Any], num_outputs: int = 1,
                  output_quant: Sequence[Quantization | None] = (),
-                 output_dtypes: Sequence[np.dtype] = ()) -> None:
+                 output_dtypes: Sequence[np.dtype] = (), *, model: Any = None) -> None:
         self.op = op
+        # The whole model, for control-flow kernels that plan their subgraphs (else None).
+        self.model = model
         self.values = values
         self.num_outputs = num_outputs  # how many outputs the node lists (Split needs it)
         # The quantization the file declares on each output (quantized kernels follow it).
