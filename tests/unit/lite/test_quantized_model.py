@@ -240,3 +240,17 @@ def float_model_with(w: np.ndarray) -> bytes:
     x = b.input("x", (1, 2, 5, 5))
     b.output(b.op(OpCode.CONV2D, [x, b.constant("w", w)], pads=[1, 1, 1, 1]), "y")
     return serialize(b.build())
+
+
+def test_int8_input_details_carry_quantization_like_tflite():
+    model, _ = int8_fc_model()
+    it = Interpreter(model_content=serialize(model))
+    (detail,) = it.get_input_details()
+    assert detail["dtype"] is np.int8
+    assert detail["quantization"] == (pytest.approx(0.1), 0)
+    params = detail["quantization_parameters"]
+    np.testing.assert_allclose(params["scales"], [0.1])
+    assert params["zero_points"].tolist() == [0] and params["quantized_dimension"] == 0
+    out = it.run({"x": np.array([[10, 20, 30, 40]], np.int8)})["y"]
+    # 0.1 * 0.1 * 100 / 0.5 = 2.0 per output
+    np.testing.assert_array_equal(out, np.full((1, 3), 2, np.int8))
