@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from sporenet.converter.errors import ConversionError
+from sporenet.converter.tflite_import.sparse import SparseFormatError, densify, read_sparsity
 from sporenet.proto import tflite_schema_generated as tfl
 
 
@@ -66,7 +67,7 @@ class TfliteTensor:
     data: np.ndarray | None  # constant value, a read-only view of the file
     quant: Quant | None
     is_variable: bool
-    sparse: bool = False  # stored in TFLite's sparse format (not read)
+    sparse: bool = False  # in TFLite's sparse format without data (nothing to expand)
 
 
 @dataclass
@@ -209,7 +210,18 @@ def _tensor(t: Any, buffers: list[np.ndarray | None], index: int) -> TfliteTenso
     raw = buffers[buffer] if buffers else None
     data = None
     sparse = t.Sparsity() is not None
-    if raw is not None and dtype is not None and not sparse:
+    if raw is not None and dtype is not None and sparse:
+        if raw.size % dtype.itemsize:
+            raise InvalidTfliteError(
+                f"tensor {name!r}: {raw.size} bytes of sparse values are not whole {dtype} values"
+            )
+        try:
+            data = densify(raw.view(dtype), shape, read_sparsity(t.Sparsity()))
+        except SparseFormatError as exc:
+            raise InvalidTfliteError(f"tensor {name!r}: {exc}") from None
+        data.flags.writeable = False
+        sparse = False  # expanded: a constant like any other
+    elif raw is not None and dtype is not None:
         count = int(np.prod(shape, dtype=np.int64))
         if raw.size != count * dtype.itemsize:
             raise InvalidTfliteError(

@@ -50,8 +50,8 @@ SLOW_LIGHT_MODELS = ("bvlc_alexnet", "densenet121", "inception_v2", "resnet50", 
 _DTYPE = ("input or output dtype the IR cannot store (proto/model.fbs DType has no uint16/32/64, "
           "int2/int4, float8/float4, bfloat16 or string)")
 _RUNTIME_SHAPE = ("a shape argument (target shape, pads, starts/ends, axes, repeats, split sizes, "
-                  "scales/sizes, Range bounds, Trilu k, CumSum axis, OneHot depth, RNN "
-                  "sequence_lens) is a graph input: sporenet plans shapes when a model loads, as "
+                  "scales/sizes, Range bounds, Trilu k, CumSum axis, OneHot depth) is a "
+                  "graph input: sporenet plans shapes when a model loads, as "
                   "TFLite does, so these must be constants")
 _3D = "3-D convolution/pooling: the runtime's Conv2D and pools are 2-D (1-D runs as 2-D)"
 _TRAINING = "training-mode semantics (random Dropout masks, batch statistics): the converter " \

@@ -76,4 +76,5 @@ HANDLERS: dict[str, Handler] = {
     # quantization
     "DEQUANTIZE": quantize.dequantize,
     "QUANTIZE": quantize.quantize,
+    "DENSIFY": quantize.densify,
 }

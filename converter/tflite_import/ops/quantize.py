@@ -1,4 +1,5 @@
-"""TFLite QUANTIZE and DEQUANTIZE (float16 weights, int8 <-> float, int8 -> int8)."""
+"""TFLite QUANTIZE and DEQUANTIZE (float16 weights, int8 <-> float, int8 -> int8), and
+DENSIFY of sparse weights (expanded when the file is read)."""
 
 from __future__ import annotations
 
@@ -37,3 +38,11 @@ def quantize(lc: LayoutContext, op: TfliteOperator) -> None:
         kind, [lc.get(x, order)], out=out, order=order, dtype=lc.tensor(out).type_name.lower()
     )
     lc.set(out, y, order)
+
+
+def densify(lc: LayoutContext, op: TfliteOperator) -> None:
+    """DENSIFY of a sparse constant: the reader has already expanded it."""
+    x = op.inputs[0]
+    if lc.tensor(x).data is None:
+        raise lc.fail(f"input {lc.tensor(x).name!r} must be a constant sparse tensor")
+    lc.set(op.outputs[0], lc.held[x][0], lc.perm(x))
