@@ -26,7 +26,7 @@ import numpy as np
 
 from sporenet import cloud, lite
 from sporenet.lite import Interpreter, OpCode
-from sporenet.lite.console import make_parser
+from sporenet.lite.console import make_parser, quiet_on_closed_pipe
 from sporenet.lite.training import OptimizerConfig, Trainer, make_training_model
 
 
@@ -214,6 +214,7 @@ def stage_federated(path: Path, data: cloud.datasets.Split, out: Path, *, rounds
           f"in {time.perf_counter() - start:.1f}s; accuracy on the devices' own data: {curve}")
 
 
+@quiet_on_closed_pipe
 def main(argv: list[str] | None = None) -> int:
     parser = make_parser("python -m sporenet.demo", " ".join(__doc__.split("\n\n")[0].split()))
     parser.add_argument("--out", type=Path, default=None,

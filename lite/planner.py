@@ -17,7 +17,7 @@ import numpy as np
 
 from sporenet.lite.eager import evaluate, prepare_kernel
 from sporenet.lite.errors import ShapeError, UnsupportedOpError
-from sporenet.lite.graph import DYNAMIC, Model
+from sporenet.lite.graph import DYNAMIC, Model, Node
 from sporenet.lite.kernels import KERNELS, QUANTIZED_KERNELS, kernel_class, supported_ops
 from sporenet.lite.kernels.base import Kernel, TensorSpec
 from sporenet.lite.kernels.quantized.base import is_quantized
@@ -208,6 +208,25 @@ def plan(model: Model, signature: str = "infer",
         ) from None
 
 
+def _last_uses(nodes: list[Node], kernels: list[Kernel | None],
+               outputs: Collection[int]) -> dict[int, int]:
+    """Storage root -> position of the last node that reads it (len(nodes) for graph
+    outputs). A view's output lives in its input's storage, so both share one root."""
+    root: dict[int, int] = {}
+    last_use: dict[int, int] = {}
+    for j, (node, kernel) in enumerate(zip(nodes, kernels, strict=True)):
+        if kernel is None:
+            continue
+        for i in node.inputs:
+            if i != -1:
+                last_use[root.get(i, i)] = j
+        for k, i in enumerate(node.outputs):
+            root[i] = root.get(node.inputs[0], node.inputs[0]) if kernel.is_view and k == 0 else i
+    for i in outputs:
+        last_use[root.get(i, i)] = len(nodes)
+    return last_use
+
+
 def _plan(model: Model, signature: str, shapes: dict[int, tuple[int, ...]] | None,
           variables: dict[int, np.ndarray] | None) -> ExecutionPlan:
     return plan_graph(model, model.signature(signature).graph, shapes, variables)
@@ -223,21 +242,7 @@ def plan_graph(model: Model, graph_index: int,
     specs, kernels, _ = infer(model, graph_index, shapes, variables.keys())
     nodes = graph.nodes
     outputs = set(graph.outputs)
-
-    # Every tensor maps to the root tensor whose storage it lives in (views share roots).
-    root: dict[int, int] = {}
-    last_use: dict[int, int] = {}
-    for j, (node, kernel) in enumerate(zip(nodes, kernels, strict=True)):
-        if kernel is None:
-            continue
-        for i in node.inputs:
-            if i != -1:
-                last_use[root.get(i, i)] = j
-        for k, i in enumerate(node.outputs):
-            root[i] = root.get(node.inputs[0], node.inputs[0]) if kernel.is_view and k == 0 else i
-    end = len(nodes)
-    for i in outputs:
-        last_use[root.get(i, i)] = end
+    last_use = _last_uses(nodes, kernels, outputs)
 
     arrays: dict[int, np.ndarray] = {}
     for i, spec in specs.items():

@@ -18,12 +18,40 @@ from sporenet.lite.autodiff.context import GradContext
 from sporenet.lite.autodiff.rules import GRADIENT_RULES
 from sporenet.lite.builder import fill_inferred_shapes
 from sporenet.lite.errors import ShapeError, UnsupportedOpError
-from sporenet.lite.graph import Model
+from sporenet.lite.graph import Model, Node
 from sporenet.lite.ops import OpCode
 
 
 def _is_float(model: Model, index: int) -> bool:
     return model.tensors[index].dtype.kind == "f"
+
+
+def _check_indices(model: Model, loss: int, wrt: Sequence[int]) -> None:
+    """The loss is a tensor of the model and every `wrt` tensor a float one."""
+    if not 0 <= loss < len(model.tensors):
+        raise ShapeError(f"loss tensor index {loss} out of range")
+    for t in wrt:
+        if not 0 <= t < len(model.tensors) or not _is_float(model, t):
+            raise ShapeError(f"cannot differentiate with respect to tensor {t}: not a float "
+                             "tensor of the model")
+
+
+def _on_path(model: Model, forward: list[Node], loss: int, wrt: Sequence[int],
+             ) -> tuple[set[int], list[Node]]:
+    """The float tensors that need a gradient (they depend on some `wrt` tensor and the
+    loss depends on them) and the nodes between them, in forward order."""
+    depends = set(wrt)
+    for node in forward:
+        if any(i in depends for i in node.inputs):
+            depends.update(o for o in node.outputs if _is_float(model, o))
+    relevant = {loss}
+    for node in reversed(forward):
+        if any(o in relevant for o in node.outputs):
+            relevant.update(i for i in node.inputs if i != -1)
+    needed = {t for t in depends & relevant if _is_float(model, t)}
+    on_path = [n for n in forward if any(o in needed for o in n.outputs)
+               and any(i in needed for i in n.inputs)]
+    return needed, on_path
 
 
 def append_gradients(model: Model, graph_index: int, loss: int, wrt: Sequence[int], *,
@@ -41,13 +69,8 @@ def append_gradients(model: Model, graph_index: int, loss: int, wrt: Sequence[in
     UnsupportedOpError naming every op on the path that has no gradient rule.
     """
     graph = model.graphs[graph_index]
-    if not 0 <= loss < len(model.tensors):
-        raise ShapeError(f"loss tensor index {loss} out of range")
     wrt = list(dict.fromkeys(wrt))
-    for t in wrt:
-        if not 0 <= t < len(model.tensors) or not _is_float(model, t):
-            raise ShapeError(f"cannot differentiate with respect to tensor {t}: not a float "
-                             "tensor of the model")
+    _check_indices(model, loss, wrt)
     if infer_shapes:
         fill_inferred_shapes(model, graph_index)
     loss_tensor = model.tensors[loss]
@@ -56,19 +79,7 @@ def append_gradients(model: Model, graph_index: int, loss: int, wrt: Sequence[in
         raise ShapeError(f"the loss {loss_tensor.name!r} must be a float scalar, got "
                          f"{loss_tensor.dtype}{list(loss_tensor.shape)}")
 
-    forward = list(graph.nodes)
-    # Tensors that depend on some `wrt` tensor and that the loss depends on need gradients.
-    depends = set(wrt)
-    for node in forward:
-        if any(i in depends for i in node.inputs):
-            depends.update(o for o in node.outputs if _is_float(model, o))
-    relevant = {loss}
-    for node in reversed(forward):
-        if any(o in relevant for o in node.outputs):
-            relevant.update(i for i in node.inputs if i != -1)
-    needed = {t for t in depends & relevant if _is_float(model, t)}
-    on_path = [n for n in forward if any(o in needed for o in n.outputs)
-               and any(i in needed for i in n.inputs)]
+    needed, on_path = _on_path(model, list(graph.nodes), loss, wrt)
     missing = sorted({n.op.name for n in on_path if n.op not in GRADIENT_RULES})
     if missing:
         raise UnsupportedOpError(

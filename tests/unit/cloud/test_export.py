@@ -51,6 +51,16 @@ def test_export_round_trip_matches_eval_outputs(tmp_path):
     np.testing.assert_allclose(out["probabilities"].sum(axis=1), 1.0, rtol=1e-6)
 
 
+def test_folding_keeps_the_parameters_names_and_drops_the_statistics(tmp_path):
+    # Export runs the converter's BatchNorm folding: weights are rewritten in place.
+    model = cloud.export(_cnn(), tmp_path / "m.spore", input_shape=(1, 8, 8))
+    constants = {t.name for t in model.tensors if t.data is not None}
+    assert {"1.weight", "1.bias", "5.weight", "10.weight", "10.bias"} <= constants
+    assert not [n for n in constants if n.startswith(("2.", "6."))]  # the BatchNorms'
+    # The depthwise convolution had no bias: folding gives it one, named after its weight.
+    assert sorted(n for n in constants if n.startswith("5.")) == ["5.weight", "5.weight/bn_bias"]
+
+
 def test_export_without_folding_keeps_inference_batchnorm(tmp_path):
     net = _cnn()
     model = cloud.export(net, tmp_path / "m.spore", input_shape=(1, 8, 8),

@@ -72,6 +72,37 @@ def test_batchnorm_folds_into_conv(bias: bool) -> None:
     assert ops(folded) == ["CONV2D"]
 
 
+@pytest.mark.parametrize("bias", [True, False])
+def test_batchnorm_folding_rewrites_parameters_in_place(bias: bool) -> None:
+    # A weight (and bias) read only by the folded convolution keeps its tensor and name.
+    # atol: the folded float32 weights round differently from conv-then-normalize, which
+    # shows as about 1e-6 absolute on outputs near zero.
+    folded = check_rewrite(conv_bn(bias), fold_batch_norms, {"x": rand(2, 3, 8, 8)},
+                           atol=1e-5)
+    conv = folded.graphs[0].nodes[0]
+    names = [folded.tensors[i].name for i in conv.inputs[1:]]
+    assert names == (["w", "b"] if bias else ["w", "w/bn_bias"])
+
+
+def test_batchnorm_folding_leaves_a_shared_weight_alone() -> None:
+    # Two convolutions read the same weight; only the one before the BatchNorm is folded.
+    b = ModelBuilder()
+    x = b.input("x", (1, 3, 6, 6))
+    w = b.constant("w", rand(3, 3, 1, 1))
+    y = b.op(OpCode.CONV2D, [x, w])
+    stats = [b.constant(n, v) for n, v in (("g", rand(3)), ("be", rand(3)), ("m", rand(3)),
+                                           ("v", np.abs(rand(3)) + 0.1))]
+    y = b.op(OpCode.BATCH_NORM, [y, *stats])
+    b.output(b.op(OpCode.CONV2D, [y, w]), name="y")
+    model = b.build()
+    original = model.tensors[w].data.copy()
+    folded = check_rewrite(model, fold_batch_norms, {"x": rand(1, 3, 6, 6)})
+    first, second = folded.graphs[0].nodes
+    assert folded.tensors[first.inputs[1]].name == "w/bn_folded"
+    assert folded.tensors[second.inputs[1]].name == "w"
+    np.testing.assert_array_equal(folded.tensors[second.inputs[1]].data, original)
+
+
 def test_batchnorm_folds_into_fully_connected() -> None:
     b = ModelBuilder()
     x = b.input("x", (5, 6))
