@@ -133,7 +133,8 @@ class LiteLearner:
         state = self._trainer.weights() if self._trainer is not None else {}
         frozen = {k: v for k, v in weights.items() if k not in state}
         if self._trainer is None or any(
-            not np.array_equal(v, self._frozen.get(k)) for k, v in frozen.items()
+            k not in self._frozen or not np.array_equal(v, self._frozen[k])
+            for k, v in frozen.items()
         ):
             base = lite.replace_weights(self.base, dict(weights))
             train = make_training_model(

@@ -145,7 +145,7 @@ class Trainer:
             raise InputError("the checkpoint does not match this training model: "
                              + "; ".join(problems))
         for i, value in self.variables.items():
-            np.copyto(value, by_name[self.model.tensors[i].name].data)
+            np.copyto(value, np.asarray(by_name[self.model.tensors[i].name].data))
         self.steps = int(saved.metadata.get(STEPS_KEY, 0))
 
 
