@@ -378,3 +378,31 @@ def test_branch_initializers_are_imported() -> None:
     x = np.array([0.5, -0.5], np.float32)
     for cond in (True, False):
         assert_matches_ort(model, {"c": np.array(cond), "x": x})
+
+
+def test_loop_that_never_ends_is_refused() -> None:
+    """No trip count and a body condition that is constant true: refused, not a hang."""
+    from sporenet.lite.errors import ShapeError
+    from sporenet.lite.planner import plan
+
+    body = _graph(
+        [
+            helper.make_node("Constant", [], ["c_out"], value=helper.make_tensor("t", B, [], [1])),
+            helper.make_node("Identity", ["s_in"], ["s_out"]),
+        ],
+        "body",
+        [("c_out", B, []), ("s_out", F, [2])],
+        inputs=[
+            helper.make_tensor_value_info("i", I64, []),
+            helper.make_tensor_value_info("c_in", B, []),
+            helper.make_tensor_value_info("s_in", F, [2]),
+        ],
+    )
+    model = make_model(
+        [helper.make_node("Loop", ["", "", "s0"], ["s"], body=body)],
+        {"s0": [2]},
+        ["s"],
+        output_shapes={"s": [2]},
+    )
+    with pytest.raises((ConversionError, ShapeError), match="would never end"):
+        plan(convert(model, optimize=False))
