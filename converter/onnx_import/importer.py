@@ -89,7 +89,8 @@ def _np_dtype(elem_type: int, what: str) -> np.dtype:
     return dtype
 
 
-def _initializer(tensor: onnx.TensorProto) -> np.ndarray:
+def initializer_value(tensor: onnx.TensorProto) -> np.ndarray:
+    """An initializer's value as a C-contiguous array (ConversionError if unreadable)."""
     _np_dtype(tensor.data_type, f"initializer {tensor.name!r}")
     try:
         array = numpy_helper.to_array(tensor)
@@ -157,7 +158,7 @@ def import_onnx(model: onnx.ModelProto, *,
 
     names = ctx.scope.names
     for t in graph.initializer:
-        names[t.name] = ctx.constant(t.name, _initializer(t))
+        names[t.name] = ctx.constant(t.name, initializer_value(t))
     for name, shape, dtype in input_specs:
         names[name] = ctx.graph_input(name, shape, dtype)
     import_nodes(ctx, graph.node)

@@ -159,6 +159,10 @@ class Loop(Kernel):
                     f"carried value {k} enters as {before.dtype}{list(before.shape)} and leaves "
                     f"the body as {after.dtype}{list(after.shape)}; a planned loop needs one "
                     "shape across iterations")
+        keep_going = outs[0]
+        if trip is None and keep_going.value is not None and bool(keep_going.value.all()):
+            raise self.fail("has no trip count and its body's condition is always true: it "
+                            "would never end")
         scans = outs[1 + n:]
         self.trips: int | None = None
         if scans:

@@ -204,8 +204,9 @@ class Gather(Kernel):
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
         data, out, axis = inputs[0], outputs[0], self.axis
         if self.indices is not None and self.indices.ndim == 0:
-            # One constant index: the result is a fixed view of the data.
-            index = (slice(None),) * axis + (int(self.indices),)
+            # One constant index: the result is a fixed view of the data (the Ellipsis keeps
+            # it a 0-d view when data is 1-D; a bare integer index would copy a scalar).
+            index = (slice(None),) * axis + (int(self.indices), Ellipsis)
             return _copy(out, data[index])  # type: ignore[index]
         indices = self.indices if self.indices is not None else inputs[1]
         return lambda: np.take(data, indices, axis=axis, out=out)

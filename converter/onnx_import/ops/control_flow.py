@@ -20,8 +20,10 @@ from sporenet.lite.ops import OpCode
 
 def _import_body(sub: ImportContext, body: onnx.GraphProto, node: OnnxNode) -> list[int]:
     """Import a subgraph's nodes into `sub`; returns the tensors of its outputs."""
-    from sporenet.converter.onnx_import.importer import import_nodes  # imports the registry
+    from sporenet.converter.onnx_import.importer import import_nodes, initializer_value
 
+    for tensor in body.initializer:  # a subgraph's own initializers shadow outer names
+        sub.scope.names[tensor.name] = sub.constant(tensor.name, initializer_value(tensor))
     outer_where = sub.where
     import_nodes(sub, body.node)
     sub.where = outer_where

@@ -337,3 +337,72 @@ def test_scan_with_state_and_scan_output_like_onnxruntime() -> None:
     }
     assert_matches_ort(model, feeds)
     assert [n.op for n in convert(model).graphs[0].nodes] == [OpCode.LOOP]
+
+
+def test_gather_of_one_constant_index_follows_each_run() -> None:
+    """Silero VAD's If condition reads sr through Gather(Reshape(sr), 0): one constant index
+    into 1-D run-time data must read the data of each run, not of planning time."""
+    from sporenet.lite import Interpreter
+
+    nodes = [helper.make_node("Gather", ["x", "i"], ["y"], axis=0)]
+    model = make_model(
+        nodes,
+        {"x": [3]},
+        ["y"],
+        input_dtypes={"x": TensorProto.INT64},
+        initializers={"i": np.array(1, np.int64)},
+    )
+    interpreter = Interpreter(model_content=convert_onnx(model))
+    for x in (np.array([7, 16000, 9]), np.array([1, 2, 3])):
+        assert interpreter.run({"x": x})["y"] == x[1]
+
+
+def test_branch_initializers_are_imported() -> None:
+    """A branch may hold its own initializers (ONNX names are unique across subgraphs)."""
+    then = helper.make_graph(
+        [helper.make_node("Add", ["x", "k_then"], ["t"])],
+        "then",
+        [],
+        [helper.make_tensor_value_info("t", F, [2])],
+        initializer=[helper.make_tensor("k_then", F, [2], [10.0, 20.0])],
+    )
+    other = _graph([helper.make_node("Sub", ["x", "k"], ["e"])], "else", [("e", F, [2])])
+    model = make_model(
+        [helper.make_node("If", ["c"], ["y"], then_branch=then, else_branch=other)],
+        {"c": [], "x": [2]},
+        ["y"],
+        input_dtypes={"c": B},
+        initializers={"k": np.array([1.0, 2.0], np.float32)},
+        output_shapes={"y": [2]},
+    )
+    x = np.array([0.5, -0.5], np.float32)
+    for cond in (True, False):
+        assert_matches_ort(model, {"c": np.array(cond), "x": x})
+
+
+def test_loop_that_never_ends_is_refused() -> None:
+    """No trip count and a body condition that is constant true: refused, not a hang."""
+    from sporenet.lite.errors import ShapeError
+    from sporenet.lite.planner import plan
+
+    body = _graph(
+        [
+            helper.make_node("Constant", [], ["c_out"], value=helper.make_tensor("t", B, [], [1])),
+            helper.make_node("Identity", ["s_in"], ["s_out"]),
+        ],
+        "body",
+        [("c_out", B, []), ("s_out", F, [2])],
+        inputs=[
+            helper.make_tensor_value_info("i", I64, []),
+            helper.make_tensor_value_info("c_in", B, []),
+            helper.make_tensor_value_info("s_in", F, [2]),
+        ],
+    )
+    model = make_model(
+        [helper.make_node("Loop", ["", "", "s0"], ["s"], body=body)],
+        {"s0": [2]},
+        ["s"],
+        output_shapes={"s": [2]},
+    )
+    with pytest.raises((ConversionError, ShapeError), match="would never end"):
+        plan(convert(model, optimize=False))

@@ -46,14 +46,32 @@ def _audio(samples: int) -> np.ndarray:
     return (signal + 0.01 * rng.standard_normal(samples)).astype(np.float32)
 
 
-@pytest.mark.parametrize("chunk, rate", [(512, 16000), (256, 16000), (256, 8000)])
-def test_streamed_chunks_match_onnxruntime(chunk: int, rate: int) -> None:
+# The package's variants with If subgraphs (besides silero_vad.onnx): an opset-18 export
+# whose If selects the rate, a 16 kHz-only one and a float16-weights one (no sr input).
+VARIANTS = ("silero_vad_op18_ifless.onnx", "silero_vad_16k_op15.onnx", "silero_vad_half.onnx")
+
+
+@pytest.mark.parametrize(
+    "name, chunk, rate",
+    [
+        ("silero_vad.onnx", 512, 16000),
+        ("silero_vad.onnx", 256, 16000),
+        ("silero_vad.onnx", 256, 8000),
+        *((v, 512, 16000) for v in VARIANTS),
+        ("silero_vad_op18_ifless.onnx", 256, 8000),
+    ],
+)
+def test_streamed_chunks_match_onnxruntime(name: str, chunk: int, rate: int) -> None:
+    path = MODEL.with_name(name)  # type: ignore[union-attr]
+    if not path.exists():
+        pytest.skip(f"{name} is not beside {MODEL}")
     interpreter = Interpreter(
-        model_content=convert_onnx(MODEL, input_shapes={"input": (1, chunk), "state": (2, 1, 128)})
+        model_content=convert_onnx(path, input_shapes={"input": (1, chunk), "state": (2, 1, 128)})
     )
     options = ort.SessionOptions()
     options.intra_op_num_threads = 1
-    session = ort.InferenceSession(str(MODEL), options, providers=["CPUExecutionProvider"])
+    session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    takes_rate = any(i.name == "sr" for i in session.get_inputs())
     audio = _audio(chunk * 12)
     state = np.zeros((2, 1, 128), np.float32)
     probabilities = []
@@ -63,8 +81,10 @@ def test_streamed_chunks_match_onnxruntime(chunk: int, rate: int) -> None:
             "state": state,
             "sr": np.array(rate, np.int64),
         }
+        if not takes_rate:
+            del feeds["sr"]
         want_prob, want_state = session.run(None, feeds)
-        got = interpreter.run(feeds)
+        got = dict(zip(("output", "stateN"), interpreter.run(feeds).values(), strict=True))
         # Tolerances relative to the output's range: the LSTM state accumulates float32
         # rounding that differs from onnxruntime's fused kernels.
         np.testing.assert_allclose(got["output"], want_prob, rtol=0, atol=1e-5)
