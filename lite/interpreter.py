@@ -77,7 +77,13 @@ class Interpreter:
                 "shape_signature": np.array(t.shape, np.int32),
                 "dtype": t.dtype.type,
                 "quantization": (float(q.scale[0]), int(q.zero_point[0])) if q is not None and
-                q.scale.size == 1 else (0.0, 0),
+                q.scale.size == 1 and q.zero_point.size == 1 else (0.0, 0),
+                # TFLite's full form, per-axis parameters included.
+                "quantization_parameters": {
+                    "scales": np.array(q.scale if q is not None else [], np.float32),
+                    "zero_points": np.array(q.zero_point if q is not None else [], np.int32),
+                    "quantized_dimension": int(q.axis) if q is not None else 0,
+                },
             })
         return details
 

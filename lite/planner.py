@@ -285,9 +285,9 @@ def _plan(model: Model, signature: str, shapes: dict[int, tuple[int, ...]] | Non
     scratch_bytes = max((getattr(k, "scratch_bytes", 0) for k in kernels if k is not None),
                         default=0)
     scratch = np.empty(max(scratch_bytes, 1), np.uint8)
-    for k in kernels:
-        if k is not None and hasattr(k, "scratch_layout"):
-            k.scratch = scratch  # type: ignore[attr-defined]
+    for kernel in kernels:
+        if kernel is not None and hasattr(kernel, "scratch_layout"):
+            kernel.scratch = scratch  # type: ignore[attr-defined]
     arena = _Arena()
     blocks: dict[int, np.ndarray] = {}
     steps: list[Compute] = []

@@ -70,29 +70,28 @@ class Quantize(QuantizedKernel):
         self.lo, self.hi = dtype_range(dtype)
         self.output_specs = [self.out_spec(x.shape, dtype, oq)]
         f64 = np.dtype(np.float64)
-        self.scratch_layout = [(x.shape, np.dtype(np.float32)), (x.shape, f64), (x.shape, f64)]
+        self.scratch_layout = [
+            (x.shape, np.dtype(np.float32)),
+            (x.shape, f64),
+            (x.shape, f64),
+            (x.shape, np.dtype(np.int16)),
+        ]
 
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
         x, out = inputs[0], outputs[0]
-        v32, v64, half = self.scratch_arrays()
-        scale, zp, lo, hi = self.scale, self.zp, self.lo, self.hi
-        divide, copyto, copysign, trunc, clip = (
-            np.divide,
-            np.copyto,
-            np.copysign,
-            np.trunc,
-            np.clip,
-        )
+        v32, v64, half, whole = self.scratch_arrays()
+        scale, zp = self.scale, self.zp
+        # Clamping before the truncating cast equals clamping after it (integer bounds).
+        low, high = self.lo - zp, self.hi - zp
+        divide, copyto, copysign, add, clip = np.divide, np.copyto, np.copysign, np.add, np.clip
 
         def compute() -> None:
             divide(x, scale, out=v32)  # float32 division, as TFLite
             copyto(v64, v32)
             copysign(0.5, v64, out=half)
-            np.add(v64, half, out=v64)
-            trunc(v64, out=v64)
-            np.add(v64, zp, out=v64)
-            clip(v64, lo, hi, out=v64)
-            copyto(out, v64, casting="unsafe")
+            add(v64, half, out=v64)  # ties away from zero once truncated
+            clip(v64, low, high, out=whole, casting="unsafe")
+            add(whole, zp, out=out, casting="unsafe")
 
         return compute
 

@@ -33,6 +33,10 @@ def quantize_multiplier(real: float) -> tuple[int, int]:
     QuantizeMultiplier, rounding the mantissa half away from zero)."""
     if real == 0.0:
         return 0, 0
+    if not math.isfinite(real) or real < 0 or real >= 1 << 30:
+        # Files may declare any positive scales; their ratio must still fit TFLite's
+        # fixed point (the accumulators are int32).
+        raise OverflowError(f"rescaling multiplier {real!r} is outside [0, 2^30)")
     mantissa, shift = math.frexp(real)
     q = math.floor(abs(mantissa) * (1 << 31) + 0.5) * (1 if mantissa > 0 else -1)
     if abs(q) == 1 << 31:

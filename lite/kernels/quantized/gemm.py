@@ -32,7 +32,7 @@ def exact_float_dtype(bound: int) -> np.dtype:
     return np.dtype(np.float64)
 
 
-_BLOCK = 64  # rows or columns per step: planning never holds a wide copy of the weights
+_BLOCK = 16  # rows or columns per step: planning never holds a wide copy of the weights
 
 
 def _abs_int32(block: np.ndarray) -> np.ndarray:

@@ -19,6 +19,8 @@ skipped when the clamp's lower bound is >= z_out (relu, relu6). Two exact routes
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from sporenet.lite.kernels.base import Compute
@@ -87,52 +89,70 @@ class OutputStage:
     def bind(self, acc: np.ndarray, out: np.ndarray, wide: np.ndarray) -> Compute:
         """The step writing `out` from `acc` (float32 or float64 integers, same shape);
         `wide` is a float64 (float path) or int64 scratch array of that shape."""
-        lo, hi, coef, offset = self.lo, self.hi, self.coef, self.offset
-        zo = 0 if self.fold_zo else self.zo  # added after rounding when not folded
-        multiply, add, clip, copyto = np.multiply, np.add, np.clip, np.copyto
         if self.float_path:
-            floor = np.floor
+            return self._bind_float(acc, out, wide)
+        lo, hi, coef, offset, shift = self.lo, self.hi, self.coef, self.offset, self.units
+        zo = 0 if self.fold_zo else self.zo  # added after rounding when not folded
+        multiply, add, clip, copyto, right_shift = (
+            np.multiply,
+            np.add,
+            np.clip,
+            np.copyto,
+            np.right_shift,
+        )
+        correct = self._correction(acc)
 
-            def round_down() -> None:
-                floor(wide, out=wide)
-        else:
-            shift, right_shift = self.units, np.right_shift
-
-            def round_down() -> None:
-                right_shift(wide, shift, out=wide)
-
-        to_wide = None if self.float_path else (lambda: copyto(wide, acc, casting="unsafe"))
-        source = acc if self.float_path else wide
-        if not self.correct:
-
-            def compute() -> None:
-                if to_wide is not None:
-                    to_wide()
-                multiply(source, coef, out=wide)
-                add(wide, offset, out=wide)
-                round_down()
-                if zo:
-                    add(wide, zo, out=wide)
-                clip(wide, lo, hi, out=out, casting="unsafe")
-
-            return compute
-        mask = np.empty(acc.shape, bool)
-        step = np.broadcast_to(self.step, acc.shape)
-        threshold, less, subtract = self.threshold, np.less, np.subtract
-
-        def compute_corrected() -> None:
-            if to_wide is not None:
-                to_wide()
-            multiply(source, coef, out=wide)
+        def compute() -> None:
+            copyto(wide, acc, casting="unsafe")
+            multiply(wide, coef, out=wide)
             add(wide, offset, out=wide)
-            less(acc, threshold, out=mask)
-            subtract(wide, step, out=wide, where=mask)
-            round_down()
+            if correct is not None:
+                correct(wide)
+            right_shift(wide, shift, out=wide)
             if zo:
                 add(wide, zo, out=wide)
             clip(wide, lo, hi, out=out, casting="unsafe")
 
-        return compute_corrected
+        return compute
+
+    def _bind_float(self, acc: np.ndarray, out: np.ndarray, wide: np.ndarray) -> Compute:
+        """Float route. The values are shifted by -lo so the clamped range is [0, hi - lo]
+        where a cast truncating to uint8 is the floor; adding lo back is a wrapping uint8
+        add on the output's bytes (two's complement for int8)."""
+        coef, offset = self.coef, self.offset - self.lo
+        if (coef == coef.flat[0]).all() and (offset == offset.flat[0]).all():
+            # One multiplier (per-tensor weights): scalars run NumPy's fast loops.
+            coef, offset = float(coef.flat[0]), float(offset.flat[0])
+        top = np.nextafter(float(self.hi - self.lo + 1), 0.0)
+        narrow = out.view(np.uint8)
+        back = np.uint8(self.lo % 256)
+        multiply, add, clip = np.multiply, np.add, np.clip
+        correct = self._correction(acc)
+
+        def compute() -> None:
+            multiply(acc, coef, out=wide)
+            add(wide, offset, out=wide)
+            if correct is not None:
+                correct(wide)
+            clip(wide, 0.0, top, out=narrow, casting="unsafe")
+            if back:
+                add(narrow, back, out=narrow)
+
+        return compute
+
+    def _correction(self, acc: np.ndarray) -> Callable[[np.ndarray], None] | None:
+        """The in-place step lowering negative ties (None when the clamp makes it moot)."""
+        if not self.correct:
+            return None
+        mask = np.empty(acc.shape, bool)
+        step = np.broadcast_to(self.step, acc.shape)
+        threshold, less, subtract = self.threshold, np.less, np.subtract
+
+        def correct(wide: np.ndarray) -> None:
+            less(acc, threshold, out=mask)
+            subtract(wide, step, out=wide, where=mask)
+
+        return correct
 
     @property
     def wide_dtype(self) -> np.dtype:

@@ -22,15 +22,15 @@ from tests.unit.lite.quantized_reference import (
 )
 
 
-def conv_reference(x, zx, sx, w, sw, bias, so, zo, lo, hi, pads, strides, group):
+def conv_reference(x, zx, sx, w, sw, bias, so, zo, lo, hi, pads, strides, group, dilation=1):
     """Direct convolution in int64 with the input padded by its zero point."""
     n, c, h, wd = x.shape
     o, cg, kh, kw = w.shape
     top, left, bottom, right = pads
     xp = np.full((n, c, h + top + bottom, wd + left + right), zx, np.int64)
     xp[:, :, top : top + h, left : left + wd] = x
-    oh = (xp.shape[2] - kh) // strides[0] + 1
-    ow = (xp.shape[3] - kw) // strides[1] + 1
+    oh = (xp.shape[2] - (kh - 1) * dilation - 1) // strides[0] + 1
+    ow = (xp.shape[3] - (kw - 1) * dilation - 1) // strides[1] + 1
     acc = np.zeros((n, o, oh, ow), np.int64)
     og = o // group
     for g in range(group):
@@ -40,8 +40,8 @@ def conv_reference(x, zx, sx, w, sw, bias, so, zo, lo, hi, pads, strides, group)
                 patch = xs[
                     :,
                     :,
-                    i : i + strides[0] * (oh - 1) + 1 : strides[0],
-                    j : j + strides[1] * (ow - 1) + 1 : strides[1],
+                    i * dilation : i * dilation + strides[0] * (oh - 1) + 1 : strides[0],
+                    j * dilation : j * dilation + strides[1] * (ow - 1) + 1 : strides[1],
                 ]
                 acc[:, g * og : (g + 1) * og] += np.einsum(
                     "nchw,oc->nohw", patch, w[g * og : (g + 1) * og, :, i, j].astype(np.int64)
@@ -252,3 +252,60 @@ def test_dequantize_and_requantize_match_reference():
     )
     real = np.float32(0.037).item() / np.float32(0.011).item()
     np.testing.assert_array_equal(got, requantize(x.astype(np.int64) + 11, real, 200, 0, 255))
+
+
+@pytest.mark.parametrize("group", [1, 6])
+def test_dilated_conv_matches_integer_reference(group):
+    rng = np.random.default_rng(21)
+    x = random_q(rng, (1, 6, 11, 10), np.int8)
+    w = rng.integers(-127, 128, (6, 6 // group, 3, 3)).astype(np.int8)
+    sw = rng.uniform(0.002, 0.01, 6)
+    got = run_one_op(
+        OpCode.CONV2D,
+        [(x, quant(0.02, 4), False), (w, quant(sw), True)],
+        quant(0.04, -3),
+        np.int8,
+        pads=[2, 1, 2, 1],
+        dilations=[2, 2],
+        group=group,
+    )
+    want = conv_reference(
+        x,
+        4,
+        np.float32(0.02).item(),
+        w,
+        sw.astype(np.float32),
+        None,
+        np.float32(0.04).item(),
+        -3,
+        -128,
+        127,
+        (2, 1, 2, 1),
+        (1, 1),
+        group,
+        dilation=2,
+    )
+    np.testing.assert_array_equal(got, want)
+
+
+def test_matmul_with_a_per_column_constant():
+    rng = np.random.default_rng(22)
+    a = random_q(rng, (5, 24), np.int8)
+    b = rng.integers(-127, 128, (24, 4)).astype(np.int8)
+    sb = np.array([0.01, 0.02, 0.005, 0.03], np.float32)
+    got = run_one_op(
+        OpCode.MATMUL,
+        [(a, quant(0.05, 2), False), (b, quant(sb, 0, axis=1), True)],
+        quant(0.2, -1),
+        np.int8,
+    )
+    acc = (a.astype(np.int64) - 2) @ b.astype(np.int64)
+    want = requantize(
+        acc,
+        np.float32(0.05).item() * sb.astype(np.float64) / np.float32(0.2).item(),
+        -1,
+        -128,
+        127,
+        channel_axis=1,
+    )
+    np.testing.assert_array_equal(got, want)

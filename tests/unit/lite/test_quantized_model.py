@@ -207,3 +207,50 @@ def test_small_int8_cnn_tracks_its_float_original():
     sf_ = conv(hf, wd, 8) + hf
     want = sf_.mean(axis=(2, 3)) @ wf.T
     assert np.abs(got - want).max() < 0.08
+
+
+def test_scales_whose_ratio_leaves_fixed_point_range_are_refused_at_load():
+    b = ModelBuilder()
+    x = b.input("x", (1, 4), np.int8)
+    b.quantize(x, 1e30, 0)
+    w = b.constant("w", np.ones((3, 4), np.int8), quantization=quant(1e8))
+    b.output(b.quantize(b.op(OpCode.FULLY_CONNECTED, [x, w]), 1e-30, 0, dtype=np.int8), "y")
+    with pytest.raises(ShapeError, match=r"FULLY_CONNECTED.*rescaling multiplier .* outside"):
+        b.build()
+
+
+def test_dequantize_node_on_constant_weights_folds_at_load():
+    rng = np.random.default_rng(3)
+    q = rng.integers(-127, 128, (4, 2, 3, 3)).astype(np.int8)
+    scales = np.array([0.01, 0.02, 0.03, 0.04], np.float32)
+    b = ModelBuilder()
+    x = b.input("x", (1, 2, 5, 5))
+    w = b.op(OpCode.DEQUANTIZE, [b.constant("w", q, quantization=quant(scales))])
+    b.output(b.op(OpCode.CONV2D, [x, w], pads=[1, 1, 1, 1]), "y")
+    it = Interpreter(model_content=serialize(b.build()))
+    assert len(it._plan.steps) == 1  # the DEQUANTIZE ran once, at load
+    xv = rng.standard_normal((1, 2, 5, 5)).astype(np.float32)
+    wf = (q * scales.astype(np.float64)[:, None, None, None]).astype(np.float32)
+    ref = Interpreter(model_content=float_model_with(wf)).run({"x": xv})["y"]
+    np.testing.assert_array_equal(it.run({"x": xv})["y"], ref)
+
+
+def float_model_with(w: np.ndarray) -> bytes:
+    b = ModelBuilder()
+    x = b.input("x", (1, 2, 5, 5))
+    b.output(b.op(OpCode.CONV2D, [x, b.constant("w", w)], pads=[1, 1, 1, 1]), "y")
+    return serialize(b.build())
+
+
+def test_int8_input_details_carry_quantization_like_tflite():
+    model, _ = int8_fc_model()
+    it = Interpreter(model_content=serialize(model))
+    (detail,) = it.get_input_details()
+    assert detail["dtype"] is np.int8
+    assert detail["quantization"] == (pytest.approx(0.1), 0)
+    params = detail["quantization_parameters"]
+    np.testing.assert_allclose(params["scales"], [0.1])
+    assert params["zero_points"].tolist() == [0] and params["quantized_dimension"] == 0
+    out = it.run({"x": np.array([[10, 20, 30, 40]], np.int8)})["y"]
+    # 0.1 * 0.1 * 100 / 0.5 = 2.0 per output
+    np.testing.assert_array_equal(out, np.full((1, 3), 2, np.int8))
