@@ -41,11 +41,21 @@ def export(model: Module, path: str | os.PathLike, *, input_shape: Sequence[int]
     ir = inference_model(model, input_shape=input_shape, labels=labels,
                          input_range=input_range, probabilities=probabilities,
                          fold_batch_norm=fold_batch_norm, metadata=metadata)
+    if sparsify:
+        _positive_zeros(ir)
     try:
         save(ir, Path(path), sparsify=sparsify)
     except LiteError as exc:
         raise ExportError(f"could not write {os.fspath(path)!r}: {exc}") from exc
     return ir
+
+
+def _positive_zeros(ir: Model) -> None:
+    """Turn -0.0 weights into +0.0 (numerically the same): a pruned weight times a
+    negative BatchNorm scale is -0.0, which the sparse layout would store as a value."""
+    for t in ir.tensors:
+        if t.data is not None and t.data.dtype.kind == "f":
+            t.data = np.asarray(t.data + t.data.dtype.type(0.0))
 
 
 def inference_model(model: Module, *, input_shape: Sequence[int] | None = None,

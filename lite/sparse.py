@@ -38,10 +38,10 @@ def bitmask(shape: tuple[int, ...]) -> Sparsity:
 
 
 def _nonzero(data: np.ndarray) -> np.ndarray:
-    """Flat mask of the elements that are not zero. -0.0 counts as zero (pruning and
-    BatchNorm folding make many: a pruned weight times a negative scale) and is read back
-    as +0.0, numerically the same; NaN payloads and every other value are kept bit exact."""
-    return np.ascontiguousarray(data).reshape(-1) != 0
+    """Flat mask of the elements whose bits are not all zero: -0.0 is a value, kept bit
+    exact like NaN payloads (writers that want it dropped turn it into +0.0 first)."""
+    flat = np.ascontiguousarray(data).reshape(-1)
+    return flat.view(f"u{flat.dtype.itemsize}") != 0
 
 
 def sparse_nbytes(data: np.ndarray) -> int:

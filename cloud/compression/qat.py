@@ -223,10 +223,10 @@ def strip_fake_quant(ir: Model) -> dict[str, tuple[float, float]]:
         alias[node.outputs[0]] = source
     graph.nodes = kept
     for node in kept:  # a range reaches the outputs of ops that only move values
-        source = ir.tensors[node.inputs[0]].name if node.inputs else None
-        if node.op in SAME_RANGE_OPS and source in ranges:
+        read = ir.tensors[node.inputs[0]].name if node.inputs else ""
+        if node.op in SAME_RANGE_OPS and read in ranges:
             for i in node.outputs:
-                ranges.setdefault(ir.tensors[i].name, ranges[source])
+                ranges.setdefault(ir.tensors[i].name, ranges[read])
     graph.outputs = [alias.get(i, i) for i in graph.outputs]
     for sig in ir.signatures.values():
         sig.outputs = {k: alias.get(i, i) for k, i in sig.outputs.items()}

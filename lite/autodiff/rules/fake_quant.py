@@ -10,6 +10,10 @@ from sporenet.lite.ops import OpCode
 
 def fake_quant(ctx: GradContext, node: Node, grads: list[int | None]) -> list[int | None]:
     ranges = [i for i in node.inputs[1:3] if i != -1]
+    if grads[0] is None:
+        return [None] * len(node.inputs)
+    if not ranges:  # symmetric weights: the range is x's own, nothing is clamped
+        return [grads[0]] + [None] * (len(node.inputs) - 1)
     attrs = {
         k: v
         for k, v in node.attrs.items()

@@ -136,3 +136,24 @@ def test_unknown_weight_names_are_refused():
                 C.Pruning(C.PolynomialSparsity(0.5, begin_step=0, end_step=5), weights=["nope"])
             ],
         )
+
+
+def test_sparse_int8_equals_the_dense_int8_model(tmp_path):
+    from sporenet.converter.quantize import quantize_model
+    from sporenet.lite import parse
+
+    model = small_cnn()
+    cloud.fit(model, X, Y, epochs=1, batch_size=64, verbose=0, mode="graph")
+    C.prune_now(model, 0.8)
+    data = C.sparse_int8(model, X[:64], path=tmp_path / "m.spore")
+    assert (tmp_path / "m.spore").read_bytes() == data
+    dense = quantize_model(
+        cloud.inference_model(model), calibration={"input": X[:64]}, report=False
+    )
+    assert len(data) < len(dense.data)
+    sparse_ir = parse(data)
+    stored = [t for t in sparse_ir.tensors if t.sparsity is not None]
+    assert stored and all(t.dtype == np.int8 and t.quantization is not None for t in stored)
+    x = DATA.x_test[:40]
+    want = Interpreter(model_content=dense.data).run({"input": x})["logits"]
+    np.testing.assert_array_equal(Interpreter(model_content=data).run({"input": x})["logits"], want)
