@@ -13,7 +13,7 @@ from sporenet.converter.quantize import load_calibration, quantize_model
 from sporenet.converter.quantize.static import int8_ops
 from sporenet.lite import Interpreter, parse
 from sporenet.lite.ops import OpCode
-from tests.unit.quantize.models import calibration, cnn, needs_weight_only
+from tests.unit.quantize.models import calibration, cnn
 
 
 @pytest.fixture(scope="module")
@@ -72,7 +72,6 @@ def test_ranges_override_calibration(float_model: bytes) -> None:
         quantize_model(float_model, mode="uint8")
 
 
-@needs_weight_only
 @pytest.mark.parametrize(("mode", "ratio"), [("fp16", 0.6), ("dynamic", 0.35)])
 def test_weight_only_modes_shrink_the_file_and_keep_the_outputs(
     float_model: bytes, mode: str, ratio: float
