@@ -46,8 +46,9 @@ def _h(convert: Callable[[ImportContext, OnnxNode], list[int]], *requires: OpCod
 _RECURRENT = (OpCode.FULLY_CONNECTED, OpCode.SPLIT, OpCode.RESHAPE, OpCode.ADD, OpCode.MUL,
               OpCode.SUB, OpCode.SIGMOID, OpCode.TANH, OpCode.UNSQUEEZE, OpCode.CONCAT,
               OpCode.TRANSPOSE, OpCode.SLICE)
-_QUANTIZE = (OpCode.DIV, OpCode.ADD, OpCode.SUB, OpCode.MAXIMUM, OpCode.MINIMUM, OpCode.CAST)
-_DEQUANTIZE = (OpCode.CAST, OpCode.SUB, OpCode.MUL)
+_QUANTIZE = (OpCode.DIV, OpCode.ADD, OpCode.SUB, OpCode.MAXIMUM, OpCode.MINIMUM, OpCode.CAST,
+             OpCode.RESHAPE, OpCode.QUANTIZE)
+_DEQUANTIZE = (OpCode.CAST, OpCode.SUB, OpCode.MUL, OpCode.RESHAPE, OpCode.DEQUANTIZE)
 _E = elementwise
 _A = activation
 _N = normalization

@@ -66,7 +66,13 @@ class QuantizationReport:
         lines = [
             f"  quantized  : {self.mode}"
             + (f", {self.method} calibration on {self.samples} samples" if self.method else "")
-            + (", per-channel weights" if self.per_channel else ", per-tensor weights"),
+            + (
+                ""
+                if self.mode == "fp16"
+                else ", per-channel weights"
+                if self.per_channel
+                else ", per-tensor weights"
+            ),
             f"  file       : {self.float_bytes:,} -> {self.quantized_bytes:,} bytes "
             f"({ratio:.2f}x float)",
         ]

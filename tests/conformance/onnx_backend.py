@@ -56,6 +56,8 @@ _RUNTIME_SHAPE = ("a shape argument (target shape, pads, starts/ends, axes, repe
 _3D = "3-D convolution/pooling: the runtime's Conv2D and pools are 2-D (1-D runs as 2-D)"
 _TRAINING = "training-mode semantics (random Dropout masks, batch statistics): the converter " \
             "targets inference"
+_QUANT_WIDTH = ("int16 or blocked (block_size) quantization: the quantizer and int8 kernels "
+                "take int8/uint8, per tensor or per axis")
 _SEQUENCE = "sequence/optional-typed inputs: the IR holds tensors only"
 
 # Cases the harness does not run although their ops are listed: glob pattern -> why.
@@ -77,6 +79,10 @@ EXCLUDED: dict[str, str] = {
     **{p: _TRAINING for p in ("test_training_dropout*", "test_batchnorm_*_training_mode")},
     **{p: _SEQUENCE for p in ("test_identity_sequence", "test_identity_opt", "test_if_seq",
                               "test_if_opt", "test_loop13_seq", "test_loop16_seq_none")},
+    **{p: _DTYPE for p in (
+        "test_*quantizelinear_e4m3fn*", "test_*quantizelinear_e5m2", "test_*quantizelinear_*int4",
+        "test_*quantizelinear_*int2", "test_*quantizelinear_float4e2m1")},
+    **{p: _QUANT_WIDTH for p in ("test_*quantizelinear_int16", "test_*quantizelinear_blocked*")},
 }
 
 # Node cases (and their _expanded function bodies) whose axes/scales/sizes arguments are
@@ -168,7 +174,6 @@ _RUNTIME_SHAPE_CASES = frozenset(_RUNTIME_SHAPE_WORDS.split())
 # Cases that run and are known to fail: glob pattern -> why (they count as failures).
 KNOWN_FAILURES: dict[str, str] = {
     "test_maxpool_with_argmax_*": "MaxPool's Indices output is not produced",
-    "test_maxpool_2d_uint8": "the runtime's pools are float-only",
     "test_causal_conv_with_state_silu_fp16*": "float16 arithmetic rounds differently from "
                                               "the reference (3e-3 off)",
     "test_loop11": "the Loop body slices with starts computed from the iteration number; "

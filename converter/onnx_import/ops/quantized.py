@@ -181,9 +181,14 @@ def conv_integer(ctx: ImportContext, node: OnnxNode) -> list[int]:
     """Conv of (x - x_zp) and (w - w_zp) in int32 (padding adds zeros of x - x_zp)."""
     x, w = node.input(0), node.input(1)
     xf = _centred(ctx, node, x, node.input(2), "x")
-    weight = _required(ctx, node, 1, "the weights")
-    zp_w = ctx.static_input(node, 3, "the weight zero point")
-    wq = _int_weight(ctx, node, weight, zp_w, 0, f"{ctx.tensors[w].name}/int8")
+    weight = ctx.value(w)
+    if weight is None or not _is_static(ctx, node, 3):  # weights given as a graph input
+        wq = _centred(ctx, node, w, -1, "w")
+        if node.input(3) != -1:
+            wq = ctx.emit1(OpCode.SUB, [wq, _param_tensor(ctx, node, 3, 0, 4)])
+    else:
+        zp_w = ctx.static_input(node, 3, "the weight zero point")
+        wq = _int_weight(ctx, node, weight, zp_w, 0, f"{ctx.tensors[w].name}/int8")
     y = conv_ops.conv(ctx, dataclasses.replace(node, inputs=[xf, wq]))[0]
     return [_to_int32(ctx, y, node.name)]
 
@@ -215,6 +220,57 @@ def _params(
         scale = scale.reshape(shape)
         zp = None if zp is None else zp.reshape(shape)
     return scale.astype(np.float32), zp
+
+
+def _is_static(ctx: ImportContext, node: OnnxNode, *positions: int) -> bool:
+    """Whether every present input at `positions` is known at conversion time."""
+    return all(node.input(k) == -1 or ctx.value(node.input(k)) is not None for k in positions)
+
+
+def _param_tensor(ctx: ImportContext, node: OnnxNode, k: int, axis: int, rank: int) -> int:
+    """Input k (a scale or zero point given as a graph input) as float32, shaped to
+    broadcast along `axis` when it has one value per slice."""
+    index = node.input(k)
+    if ctx.dtype(index) != np.float32:
+        index = ctx.emit1(OpCode.CAST, [index], to="float32")
+    shape = ctx.shape(index)
+    if len(shape) == 1 and shape[0] != 1 and rank > 1:
+        target = [1] * rank
+        target[axis % rank] = -1
+        index = ctx.emit1(OpCode.RESHAPE, [index], shape=target)
+    return index
+
+
+def _quantize_with(
+    ctx: ImportContext, x: int, scale: int, zp: int | None, dtype: np.dtype, name: str
+) -> int:
+    """saturate(round(x / scale) + zero_point) as `dtype`, parameters as tensors."""
+    lo, hi = INT_RANGE[dtype]
+    y = _round(ctx, ctx.emit1(OpCode.DIV, [x, scale]), name)
+    if zp is not None:
+        y = ctx.emit1(OpCode.ADD, [y, zp])
+    y = ctx.emit1(OpCode.MAXIMUM, [y, _scalar(ctx, f"{name}/qmin", lo)])
+    y = ctx.emit1(OpCode.MINIMUM, [y, _scalar(ctx, f"{name}/qmax", hi)])
+    return ctx.emit1(OpCode.CAST, [y], to=str(dtype))
+
+
+def _output_dtype(ctx: ImportContext, node: OnnxNode, zp_at: int) -> np.dtype:
+    """The integer type of a quantized output: the zero point's, else output_dtype, else
+    uint8 (ONNX's default)."""
+    if node.input(zp_at) != -1:
+        dtype = ctx.dtype(node.input(zp_at))
+    else:
+        dtype = {2: np.dtype(np.uint8), 3: np.dtype(np.int8)}.get(
+            int(node.attr("output_dtype", 2)), np.dtype(np.float64)
+        )
+    if dtype not in INT_RANGE:
+        raise node.fail(f"quantization to {dtype} is not supported (int8 and uint8 are)")
+    return dtype
+
+
+def _check_block(node: OnnxNode) -> None:
+    if int(node.attr("block_size", 0)):
+        raise node.fail("blocked quantization (block_size) is not supported")
 
 
 def _quantize_float(
@@ -308,10 +364,17 @@ def _quantize(
 
 
 def quantize_linear(ctx: ImportContext, node: OnnxNode) -> list[int]:
+    _check_block(node)
     x = node.input(0)
     axis = int(node.attr("axis", 1))
+    dtype = _output_dtype(ctx, node, 2)
+    if not _is_static(ctx, node, 1, 2):
+        rank = ctx.rank(x)
+        zp = _param_tensor(ctx, node, 2, axis, rank) if node.input(2) != -1 else None
+        return [
+            _quantize_with(ctx, x, _param_tensor(ctx, node, 1, axis, rank), zp, dtype, node.name)
+        ]
     scale, zp = _params(ctx, node, 1, 2, axis, ctx.rank(x))
-    dtype = np.dtype(np.uint8) if zp is None else zp.dtype
     return [_quantize(ctx, node, x, scale, zp, dtype, node.name)]
 
 
@@ -327,21 +390,49 @@ def dequantize_linear(ctx: ImportContext, node: OnnxNode) -> list[int]:
                     (value.astype(np.float64) * scale.astype(np.float64)).astype(np.float32),
                 )
             ]
+    _check_block(node)
     axis = int(node.attr("axis", 1))
-    scale, zp = _params(ctx, node, 1, 2, axis, ctx.rank(q))
-    return [_dequantize(ctx, node, q, scale, zp, axis, node.name)]
+    if ctx.dtype(q) not in INT_RANGE and ctx.dtype(q) != np.int32:
+        raise node.fail(f"dequantizing {ctx.dtype(q)} is not supported (int8, uint8, int32 are)")
+    if not _is_static(ctx, node, 1, 2):
+        y = _dq_dynamic(ctx, node, q, 1, 2, axis)
+    else:
+        scale, zp = _params(ctx, node, 1, 2, axis, ctx.rank(q))
+        y = _dequantize(ctx, node, q, scale, zp, axis, node.name)
+    if node.input(1) != -1 and ctx.dtype(node.input(1)) == np.float16:
+        y = ctx.emit1(OpCode.CAST, [y], to="float16")  # the output has the scale's type
+    return [y]
+
+
+def _dq_dynamic(
+    ctx: ImportContext, node: OnnxNode, q: int, scale_at: int, zp_at: int, axis: int
+) -> int:
+    """(float32(q) - zero_point) * scale with the parameters as tensors."""
+    rank = ctx.rank(q)
+    y = ctx.emit1(OpCode.CAST, [q], to="float32")
+    if node.input(zp_at) != -1:
+        y = ctx.emit1(OpCode.SUB, [y, _param_tensor(ctx, node, zp_at, axis, rank)])
+    return ctx.emit1(OpCode.MUL, [y, _param_tensor(ctx, node, scale_at, axis, rank)])
 
 
 def _dq_input(ctx: ImportContext, node: OnnxNode, at: int, axis: int = 1) -> int:
     """Input `at` of a QLinear op (followed by its scale and zero point) as float."""
     q = node.input(at)
+    if not _is_static(ctx, node, at + 1, at + 2):
+        return _dq_dynamic(ctx, node, q, at + 1, at + 2, axis)
     scale, zp = _params(ctx, node, at + 1, at + 2, axis, ctx.rank(q))
     return _dequantize(ctx, node, q, scale, zp, axis, f"{node.name}/in{at}")
 
 
 def _q_output(ctx: ImportContext, node: OnnxNode, y: int, scale_at: int, zp_at: int) -> int:
+    dtype = _output_dtype(ctx, node, zp_at)
+    if not _is_static(ctx, node, scale_at, zp_at):
+        rank = ctx.rank(y)
+        zp = _param_tensor(ctx, node, zp_at, 1, rank) if node.input(zp_at) != -1 else None
+        return _quantize_with(
+            ctx, y, _param_tensor(ctx, node, scale_at, 1, rank), zp, dtype, f"{node.name}/out"
+        )
     scale, zp = _params(ctx, node, scale_at, zp_at, 1, ctx.rank(y))
-    dtype = np.dtype(np.uint8) if zp is None else zp.dtype
     return _quantize(ctx, node, y, scale, zp, dtype, f"{node.name}/out")
 
 

@@ -11,12 +11,6 @@ import pytest
 onnx = pytest.importorskip("onnx", reason="the converter needs the onnx extra")
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
-from sporenet.lite.errors import ShapeError  # noqa: E402
-from sporenet.lite.graph import Graph as IrGraph  # noqa: E402
-from sporenet.lite.graph import Model, Node, Quantization, Signature, Tensor  # noqa: E402
-from sporenet.lite.interpreter import Interpreter  # noqa: E402
-from sporenet.lite.ops import OpCode  # noqa: E402
-
 
 def cnn(seed: int = 0) -> Any:
     rng = np.random.default_rng(seed)
@@ -57,36 +51,6 @@ def cnn(seed: int = 0) -> Any:
 
 def calibration(n: int = 64, seed: int = 1) -> dict[str, np.ndarray]:
     return {"x": np.random.default_rng(seed).standard_normal((n, 1, 8, 8)).astype(np.float32)}
-
-
-def runtime_dequantizes_weights() -> bool:
-    """Whether lite dequantizes int8 weights with quantization at load (weight-only
-    quantization, from the int8 runtime work)."""
-    w = np.ones((2, 3), np.int8)
-    tensors = [
-        Tensor("x", np.dtype(np.float32), (1, 3)),
-        Tensor(
-            "w",
-            np.dtype(np.int8),
-            (2, 3),
-            w,
-            Quantization(np.array([0.5], np.float32), np.array([0], np.int64)),
-        ),
-        Tensor("y", np.dtype(np.float32), (1, 2)),
-    ]
-    graph = IrGraph("g", [0], [2], [Node(OpCode.FULLY_CONNECTED, [0, 1], [2])])
-    model = Model(tensors, [graph], {"infer": Signature("infer", 0, {"x": 0}, {"y": 2})})
-    try:
-        Interpreter(model=model)
-    except ShapeError:
-        return False
-    return True
-
-
-needs_weight_only = pytest.mark.skipif(
-    not runtime_dequantizes_weights(),
-    reason="lite does not dequantize int8 weights at load yet (the int8 runtime work)",
-)
 
 
 def mixed(seed: int = 0) -> Any:

@@ -52,7 +52,7 @@ def test_entropy_clips_rare_outliers() -> None:
     assert 3.0 < hi < 20.0 and -20.0 < lo < -3.0  # far inside the outliers at +-60
 
 
-@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("seed", [0, 1])
 def test_entropy_threshold_is_onnxruntimes(seed: int) -> None:
     """The same window as onnxruntime's entropy calibrator on the same histogram."""
     calibrate = pytest.importorskip("onnxruntime.quantization.calibrate", reason="test extra")

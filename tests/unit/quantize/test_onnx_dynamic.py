@@ -9,32 +9,21 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.unit.quantize.models import runtime_dequantizes_weights
-
 ort = pytest.importorskip("onnxruntime", reason="test extra")
 quantization = pytest.importorskip("onnxruntime.quantization", reason="test extra")
 import onnx  # noqa: E402
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
 from sporenet.converter import convert_onnx_model  # noqa: E402
-from sporenet.converter.quantize.params import dequantize  # noqa: E402
 from sporenet.lite import Interpreter  # noqa: E402
-from sporenet.lite.format import parse, serialize  # noqa: E402
+from sporenet.lite.format import serialize  # noqa: E402
 
 
 def run_sporenet(
     path: Path, feeds: dict[str, np.ndarray], input_shapes: dict | None = None
 ) -> dict[str, np.ndarray]:
-    weight_only = runtime_dequantizes_weights()
-    model, _ = convert_onnx_model(path, optimize=weight_only, input_shapes=input_shapes)
-    model = parse(serialize(model))
-    if not weight_only:
-        # What the runtime does at load with int8 weights (the int8 work's contract).
-        for t in model.tensors:
-            if t.quantization is not None and t.data is not None and t.dtype.kind in "iu":
-                t.data = dequantize(t.data, t.quantization)
-                t.dtype, t.quantization = t.data.dtype, None
-    return Interpreter(model=model).run(feeds)
+    model, _ = convert_onnx_model(path, input_shapes=input_shapes)
+    return Interpreter(model_content=serialize(model)).run(feeds)
 
 
 def run_ort(path: Path, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:

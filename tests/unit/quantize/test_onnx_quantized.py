@@ -8,16 +8,15 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tests.unit.quantize.models import calibration, cnn, mixed, runtime_dequantizes_weights
+from tests.unit.quantize.models import calibration, cnn, mixed
 
 ort = pytest.importorskip("onnxruntime", reason="test extra")
 quantization = pytest.importorskip("onnxruntime.quantization", reason="test extra")
 import onnx  # noqa: E402
 
 from sporenet.converter import convert_onnx_model  # noqa: E402
-from sporenet.converter.quantize.params import dequantize  # noqa: E402
 from sporenet.lite import Interpreter  # noqa: E402
-from sporenet.lite.format import parse, serialize  # noqa: E402
+from sporenet.lite.format import serialize  # noqa: E402
 from sporenet.lite.ops import OpCode  # noqa: E402
 
 
@@ -30,17 +29,8 @@ class _Reader(quantization.CalibrationDataReader):
 
 
 def _run_sporenet(path: Path, x: np.ndarray) -> np.ndarray:
-    weight_only = runtime_dequantizes_weights()
-    model, _ = convert_onnx_model(path, optimize=weight_only)
-    model = parse(serialize(model))
-    if not weight_only:
-        # The runtime dequantizes int8 weights at load (the contract of the int8 work); until
-        # it does, do exactly that here so the imported graph itself is what is tested.
-        for t in model.tensors:
-            if t.quantization is not None and t.data is not None and t.dtype.kind in "iu":
-                t.data = dequantize(t.data, t.quantization)
-                t.dtype, t.quantization = t.data.dtype, None
-    return Interpreter(model=model).run({"x": x})["y"]
+    model, _ = convert_onnx_model(path)
+    return Interpreter(model_content=serialize(model)).run({"x": x})["y"]
 
 
 def _run_ort(path: Path, x: np.ndarray) -> np.ndarray:

@@ -13,7 +13,7 @@ from sporenet.converter.quantize import load_calibration, quantize_model
 from sporenet.converter.quantize.static import int8_ops
 from sporenet.lite import Interpreter, parse
 from sporenet.lite.ops import OpCode
-from tests.unit.quantize.models import calibration, cnn, needs_weight_only
+from tests.unit.quantize.models import calibration, cnn
 
 
 @pytest.fixture(scope="module")
@@ -72,7 +72,6 @@ def test_ranges_override_calibration(float_model: bytes) -> None:
         quantize_model(float_model, mode="uint8")
 
 
-@needs_weight_only
 @pytest.mark.parametrize(("mode", "ratio"), [("fp16", 0.6), ("dynamic", 0.35)])
 def test_weight_only_modes_shrink_the_file_and_keep_the_outputs(
     float_model: bytes, mode: str, ratio: float
@@ -175,3 +174,33 @@ def test_convert_onnx_quantizes_in_one_call() -> None:
     assert weights and all(t.quantization.scale.size == 1 for t in weights)
     with pytest.raises(CalibrationError, match="missing"):
         convert_onnx(cnn(), quantize="int8", calibration={"z": calibration()["x"]})
+
+
+def test_an_op_without_int8_kernel_stays_float_between_dequantize_and_quantize() -> None:
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(3)
+    inits = {"w1": rng.normal(0, 0.4, (4, 1, 3, 3)), "w2": rng.normal(0, 0.3, (4, 4, 3, 3))}
+    graph = helper.make_graph(
+        [
+            helper.make_node("Conv", ["x", "w1"], ["c1"], pads=[1, 1, 1, 1]),
+            helper.make_node("Elu", ["c1"], ["e"]),
+            helper.make_node("Conv", ["e", "w2"], ["y"], pads=[1, 1, 1, 1]),
+        ],
+        "elu",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 1, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 4, 8, 8])],
+        initializer=[numpy_helper.from_array(v.astype(np.float32), k) for k, v in inits.items()],
+    )
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    proto.ir_version = 8
+    float_model = convert_onnx(proto)
+    result = quantize_model(float_model, mode="int8", calibration=calibration())
+    assert [(f.op, f.reason) for f in result.report.float_ops] == [("ELU", "no int8 kernel")]
+    ops = [n.op for n in parse(result.data).graphs[0].nodes]
+    elu = ops.index(OpCode.ELU)
+    assert ops[elu - 1] == OpCode.DEQUANTIZE and ops[elu + 1] == OpCode.QUANTIZE
+    assert ops.count(OpCode.CONV2D) == 2
+    x = calibration(16, seed=4)["x"]
+    assert _sqnr(_outputs(float_model, x), _outputs(result.data, x)) > 25.0
+    assert "kept float : 1 op(s)" in result.report.summary()
