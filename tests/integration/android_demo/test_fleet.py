@@ -37,6 +37,8 @@ def test_fleet_command_with_dropouts_and_a_plot(tmp_path, digits_model):
                 "bandwidth_mbps": 100,
                 "speed_sigma": 0.5,
                 "rejoin_after_s": 0.5,
+                "online_fraction": 0.8,
+                "mean_online_s": 2.0,
                 "seed": 1,
             }
         )
@@ -75,6 +77,7 @@ def test_fleet_command_with_dropouts_and_a_plot(tmp_path, digits_model):
     assert len(fits) == rounds
     dropped = sum(r["dropped_train"] + r["dropped_upload"] for r in report["rounds"])
     assert dropped > 0
+    assert report["offline_periods"] > 0  # the availability trace took devices away
     assert sum(r["trained"] for r in report["rounds"]) >= rounds * 4
     assert (tmp_path / "fleet.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "accuracy" in out.stdout and "plot:" in out.stdout
