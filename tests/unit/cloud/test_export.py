@@ -52,13 +52,17 @@ def test_export_round_trip_matches_eval_outputs(tmp_path):
 
 
 def test_folding_keeps_the_parameters_names_and_drops_the_statistics(tmp_path):
-    # Export runs the converter's BatchNorm folding: weights are rewritten in place.
+    # Export runs the converter's BatchNorm folding: weights are rewritten in place, and
+    # unnamed layers of a Sequential are named after their type and position.
     model = cloud.export(_cnn(), tmp_path / "m.spore", input_shape=(1, 8, 8))
     constants = {t.name for t in model.tensors if t.data is not None}
-    assert {"1.weight", "1.bias", "5.weight", "10.weight", "10.bias"} <= constants
-    assert not [n for n in constants if n.startswith(("2.", "6."))]  # the BatchNorms'
-    # The depthwise convolution had no bias: folding gives it one, named after its weight.
-    assert sorted(n for n in constants if n.startswith("5.")) == ["5.weight", "5.weight/bn_bias"]
+    assert {"conv2d1.weight", "conv2d1.bias", "dense10.weight", "dense10.bias"} <= constants
+    assert not [n for n in constants if "batchnorm" in n]  # the BatchNorms' parameters
+    # The depthwise convolution had no bias: folding gives it one, named as its layer's.
+    assert sorted(n for n in constants if n.startswith("depthwiseconv2d5.")) == [
+        "depthwiseconv2d5.bias",
+        "depthwiseconv2d5.weight",
+    ]
 
 
 def test_export_without_folding_keeps_inference_batchnorm(tmp_path):
