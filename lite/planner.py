@@ -208,6 +208,18 @@ def plan(model: Model, signature: str = "infer",
         ) from None
 
 
+def _share_scratch(kernels: list[Kernel | None]) -> int:
+    """Give every kernel that asks for scratch space one shared buffer (steps run in turn,
+    so they never use it at once); returns its size in bytes."""
+    scratch_bytes = max((getattr(k, "scratch_bytes", 0) for k in kernels if k is not None),
+                        default=0)
+    scratch = np.empty(max(scratch_bytes, 1), np.uint8)
+    for kernel in kernels:
+        if kernel is not None and hasattr(kernel, "scratch_layout"):
+            kernel.scratch = scratch  # type: ignore[attr-defined]
+    return scratch_bytes
+
+
 def _last_uses(nodes: list[Node], kernels: list[Kernel | None],
                outputs: Collection[int]) -> dict[int, int]:
     """Storage root -> position of the last node that reads it (len(nodes) for graph
@@ -244,20 +256,11 @@ def plan_graph(model: Model, graph_index: int,
     outputs = set(graph.outputs)
     last_use = _last_uses(nodes, kernels, outputs)
 
-    arrays: dict[int, np.ndarray] = {}
-    for i, spec in specs.items():
-        if spec.value is not None:
-            arrays[i] = spec.value
+    arrays = {i: spec.value for i, spec in specs.items() if spec.value is not None}
     arrays.update(variables)
     for i in graph.inputs:
         arrays[i] = np.empty(specs[i].shape, specs[i].dtype)
-    # One scratch buffer shared by every kernel that asks for one (steps run in turn).
-    scratch_bytes = max((getattr(k, "scratch_bytes", 0) for k in kernels if k is not None),
-                        default=0)
-    scratch = np.empty(max(scratch_bytes, 1), np.uint8)
-    for kernel in kernels:
-        if kernel is not None and hasattr(kernel, "scratch_layout"):
-            kernel.scratch = scratch  # type: ignore[attr-defined]
+    scratch_bytes = _share_scratch(kernels)
     arena = _Arena()
     blocks: dict[int, np.ndarray] = {}
     steps: list[Compute] = []
