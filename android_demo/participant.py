@@ -108,7 +108,7 @@ class Participant:
 
     def _serve(self) -> bool:
         """Serve rounds until the job ends (True) or the policy or app stops us (False)."""
-        from sporenet.federated.lite_client import LiteLearner  # grpc only when opted in
+        from sporenet.federated.client.lite_client import LiteLearner  # grpc only when opted in
 
         (x, y), _ = self.store.split()
         learner = LiteLearner(self.model, x, y, trainable=self.trainable)

@@ -320,7 +320,7 @@ def flower_sim(model_path: str, devices: int, rounds: int, out: str) -> None:
     from sporenet import lite
     from sporenet.android_demo.fleet import partition
     from sporenet.android_demo.fleet.simulator import head_parameters, load_digits
-    from sporenet.federated.lite_client import LiteLearner
+    from sporenet.federated.client.lite_client import LiteLearner
 
     model = lite.load(model_path)
     names = sorted(model.weights())

@@ -96,7 +96,7 @@ class DeviceGroup:
         batch_size: int = 32,
         client_options: dict[str, Any] | None = None,
     ) -> None:
-        from sporenet.federated.lite_client import LiteLearner
+        from sporenet.federated.client.lite_client import LiteLearner
 
         if len(partitions) != len(traits):
             raise ValueError(f"{len(partitions)} partitions for {len(traits)} devices")

@@ -10,7 +10,7 @@ import pytest
 
 import sporenet.lite
 from sporenet.federated import ConfigError
-from sporenet.federated.lite_client import LiteLearner
+from sporenet.federated.client.lite_client import LiteLearner
 from sporenet.lite import ModelBuilder, OpCode
 from sporenet.lite.training import OptimizerConfig, Trainer, make_training_model
 from tests.integration.federated.helpers import status_command
