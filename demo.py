@@ -1,10 +1,11 @@
-"""The end-to-end demo: cloud training -> one .spore file -> device runtime -> on-device
-personalization -> federated rounds across a small fleet.
+"""The end-to-end demo: cloud training -> one .spore file (and its int8 twin) -> device
+runtime -> on-device personalization -> federated rounds across a small fleet.
 
     python -m sporenet.demo [--out DIR] [--epochs N] [--rounds N] [--clients N]
 
 1. cloud: train a small CNN on the 8x8 digits (graph mode) and export it.
-2. device: load the file with the NumPy-only runtime and measure accuracy and latency.
+2. device: load the file with the NumPy-only runtime and measure accuracy and latency;
+   quantize it to int8 (100 calibration digits) and measure the smaller file.
 3. device: personalize: a user whose digits look different (thicker strokes) fine-tunes
    only the head on their own samples; the backbone stays bit-identical.
 4. fleet: a real `sporenet-server` daemon runs FedAvg rounds over clients that each
@@ -112,6 +113,21 @@ def stage_device(path: Path, data: cloud.datasets.Split) -> None:
         times.append(time.perf_counter() - start)
     print(f"[2/4] device: lite runtime on {path.name}: test accuracy {acc:.4f}, "
           f"{np.median(times) * 1e6:.0f} us per image (median, batch 1, 1 thread)")
+    stage_compress(path, data)
+
+
+def stage_compress(path: Path, data: cloud.datasets.Split) -> None:
+    """Static int8 post-training quantization with 100 calibration digits, as
+    `sporenet-convert --quantize int8` does it: the file a phone would receive."""
+    from sporenet.converter.quantize import quantize_model
+
+    result = quantize_model(path.read_bytes(), mode="int8",
+                            calibration={"input": data.x_train[:100]}, report=False)
+    small = path.with_name(f"{path.stem}.int8.spore")
+    small.write_bytes(result.data)
+    acc = accuracy(Interpreter(model_path=small, num_threads=1), data.x_test, data.y_test)
+    print(f"[2/4] device: int8 {small.name}: {len(result.data) / path.stat().st_size:.2f}x "
+          f"the float file, test accuracy {acc:.4f}")
 
 
 def stage_personalize(path: Path, data: cloud.datasets.Split, epochs: int) -> None:

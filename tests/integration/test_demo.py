@@ -23,6 +23,10 @@ def test_demo_runs_every_stage_and_writes_a_valid_model(tmp_path: Path) -> None:
     cloud_acc = float(re.search(r"test accuracy (\d\.\d+)", trained).group(1))
     assert cloud_acc > 0.8  # 4 epochs reach ~0.95; far above the 0.1 of chance
     assert "backbone unchanged: True" in out.stdout
+    int8 = next(line for line in lines if line.startswith("[2/4] device: int8"))
+    found = re.search(r"(\d\.\d+)x the float file, test accuracy (\d\.\d+)", int8)
+    ratio, int8_acc = found.groups()
+    assert float(ratio) < 0.35 and float(int8_acc) > cloud_acc - 0.05, int8
     rounds = re.findall(r"round (\d): (\d\.\d+)", out.stdout)
     assert [r for r, _ in rounds] == ["1", "2"]
     from sporenet import lite
