@@ -125,3 +125,90 @@ def test_unknown_rounding_mode_is_refused():
     x = np.zeros((1, 4), np.float32)
     with pytest.raises(LiteError, match="rounding"):
         run_one_op(OpCode.QUANTIZE, [(x, None, False)], quant(0.1), np.int8, rounding="even")
+
+
+def _run_ort(nodes, inputs, inits, opt_level):
+    from onnx import helper, numpy_helper
+
+    from tests.unit.lite.onnx_reference import ort
+
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [
+            helper.make_tensor_value_info(k, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape)
+            for k, v in inputs.items()
+        ],
+        [helper.make_empty_tensor_value_info("y")],
+        initializer=[numpy_helper.from_array(np.asarray(v), k) for k, v in inits.items()],
+    )
+    model = helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)]
+    )
+    model.ir_version = min(model.ir_version, 10)
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    options.graph_optimization_level = opt_level
+    session = ort.InferenceSession(
+        model.SerializeToString(), options, providers=["CPUExecutionProvider"]
+    )
+    return session.run(["y"], inputs)[0]
+
+
+@pytest.mark.parametrize(
+    "op_type, op", [("Add", OpCode.ADD), ("Sub", OpCode.SUB), ("Mul", OpCode.MUL)]
+)
+@pytest.mark.parametrize("dtype", [np.int8, np.uint8])
+def test_binary_is_bit_exact_with_qdq_float_op(op_type, op, dtype):
+    """A QDQ Add/Sub/Mul that onnxruntime keeps in float (DequantizeLinear, float op,
+    QuantizeLinear), as it runs the residual adds of onnxruntime-quantized nets."""
+    from onnx import helper
+
+    from tests.unit.lite.onnx_reference import ort
+
+    rng = np.random.default_rng(14)
+    a, b = random_q(rng, (2, 8, 5, 5), dtype), random_q(rng, (2, 8, 1, 5), dtype)
+    z = (lambda v: dtype(v + 128)) if dtype == np.uint8 else dtype
+    p = {"sa": np.float32(0.05), "za": z(-10), "sb": np.float32(0.04), "zb": z(3),
+         "so": np.float32(0.1 if op_type != "Mul" else 0.3), "zo": z(1)}  # fmt: skip
+    nodes = [
+        helper.make_node("DequantizeLinear", ["a", "sa", "za"], ["fa"]),
+        helper.make_node("DequantizeLinear", ["b", "sb", "zb"], ["fb"]),
+        helper.make_node(op_type, ["fa", "fb"], ["f"]),
+        helper.make_node("QuantizeLinear", ["f", "so", "zo"], ["y"]),
+    ]
+    want = _run_ort(nodes, {"a": a, "b": b}, p, ort.GraphOptimizationLevel.ORT_DISABLE_ALL)
+    got = run_one_op(
+        op,
+        [(a, quant(p["sa"], int(p["za"])), False), (b, quant(p["sb"], int(p["zb"])), False)],
+        quant(p["so"], int(p["zo"])),
+        dtype,
+        rounding="onnx",
+    )
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("plane", [(7, 7), (4, 4), (13, 11)])
+def test_global_average_pool_is_bit_exact_with_qlinearglobalaveragepool(plane):
+    from onnx import helper
+
+    from tests.unit.lite.onnx_reference import ort
+
+    rng = np.random.default_rng(15)
+    x = random_q(rng, (2, 24, *plane), np.uint8)
+    p = {"sx": np.float32(0.05), "zx": np.uint8(120), "so": np.float32(0.011), "zo": np.uint8(130)}
+    nodes = [
+        helper.make_node(
+            "QLinearGlobalAveragePool", ["x", "sx", "zx", "so", "zo"], ["y"],
+            domain="com.microsoft", channels_last=0,
+        )
+    ]  # fmt: skip
+    want = _run_ort(nodes, {"x": x}, p, ort.GraphOptimizationLevel.ORT_DISABLE_ALL)
+    got = run_one_op(
+        OpCode.GLOBAL_AVG_POOL,
+        [(x, quant(p["sx"], int(p["zx"])), False)],
+        quant(p["so"], int(p["zo"])),
+        np.uint8,
+        rounding="onnx",
+    )
+    np.testing.assert_array_equal(got, want)
