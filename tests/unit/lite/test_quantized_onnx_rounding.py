@@ -212,3 +212,48 @@ def test_global_average_pool_is_bit_exact_with_qlinearglobalaveragepool(plane):
         rounding="onnx",
     )
     np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize(
+    "op_type, op, attrs",
+    [
+        ("Relu", OpCode.RELU, {}),
+        ("Clip", OpCode.CLIP, {"min": 0.0, "max": 6.0}),
+        ("Sigmoid", OpCode.SIGMOID, {}),
+        ("Tanh", OpCode.TANH, {}),
+        ("HardSwish", OpCode.HARD_SWISH, {}),
+    ],
+)
+def test_unary_agrees_with_qdq_float_op(op_type, op, attrs):
+    """DequantizeLinear -> float op -> QuantizeLinear as onnxruntime runs it unfused.
+    Clamps and HardSwish are bit-exact; Sigmoid and Tanh are MLAS's float32
+    approximations, which NumPy's float32 exp/tanh match except where the result lies
+    within an ulp or so of a rounding tie, so those allow one step on a few entries."""
+    from onnx import helper
+
+    from tests.unit.lite.onnx_reference import ort
+
+    x = np.arange(-128, 128, dtype=np.int8).reshape(1, 256)
+    p = {"sx": np.float32(0.043), "zx": np.int8(-7), "so": np.float32(0.0279), "zo": np.int8(4)}
+    nodes = [helper.make_node("DequantizeLinear", ["x", "sx", "zx"], ["f"])]
+    if op_type == "Clip":
+        p["lo"], p["hi"] = np.float32(0.0), np.float32(6.0)
+        nodes.append(helper.make_node("Clip", ["f", "lo", "hi"], ["g"]))
+    else:
+        nodes.append(helper.make_node(op_type, ["f"], ["g"]))
+    nodes.append(helper.make_node("QuantizeLinear", ["g", "so", "zo"], ["y"]))
+    want = _run_ort(nodes, {"x": x}, p, ort.GraphOptimizationLevel.ORT_DISABLE_ALL)
+    got = run_one_op(
+        op,
+        [(x, quant(p["sx"], int(p["zx"])), False)],
+        quant(p["so"], int(p["zo"])),
+        np.int8,
+        rounding="onnx",
+        **attrs,
+    )
+    diff = np.abs(got.astype(np.int64) - want.astype(np.int64))
+    if op in (OpCode.RELU, OpCode.CLIP, OpCode.HARD_SWISH):
+        np.testing.assert_array_equal(got, want)
+    else:
+        assert diff.max() <= 1
+        assert (diff == 0).mean() >= 0.98
