@@ -54,6 +54,15 @@ def _is_integer_node(ir: Model, node: Node) -> bool:
     return t.quantization is not None and t.dtype in (np.dtype(np.int8), np.dtype(np.uint8))
 
 
+def mark_onnx_rounding(ir: Model) -> None:
+    """A model quantized for onnxruntime: its QUANTIZE and integer nodes round as
+    onnxruntime does (the `rounding` attribute, docs/quantization.md)."""
+    for graph in ir.graphs:
+        for node in graph.nodes:
+            if node.op == OpCode.QUANTIZE or _is_integer_node(ir, node):
+                node.attrs["rounding"] = "onnx"
+
+
 def lower_quantized(ir: Model) -> dict[str, int]:
     """Fold the QUANTIZE/DEQUANTIZE pairs of a quantized model into integer kernels
     (activations fused first, so a Conv -> Relu -> QuantizeLinear folds into one node)."""
@@ -65,11 +74,7 @@ def lower_quantized(ir: Model) -> dict[str, int]:
 
     fused = fuse_activations(ir)
     folded = fold_qdq(ir)
-    # The model was quantized for onnxruntime: its integer nodes requantize as it does.
-    for graph in ir.graphs:
-        for node in graph.nodes:
-            if node.op == OpCode.QUANTIZE or _is_integer_node(ir, node):
-                node.attrs["rounding"] = "onnx"
+    mark_onnx_rounding(ir)
     eliminate_dead_nodes(ir)
     compact_tensors(ir)
     return {"qdq-activation-fusion": fused, "qdq-folding": folded}
@@ -88,6 +93,7 @@ def convert_onnx_model(model: OnnxSource, *,
     report.opset = max((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")),
                        default=0)
     compact_tensors(ir)
+    mark_onnx_rounding(ir)
     report.ir_ops_before = _ir_ops(ir)
     try:
         if optimize:

@@ -188,3 +188,6 @@ def test_imported_quantized_models_use_onnxruntime_rounding_and_are_bit_exact(
     x = calibration(64, seed=5)["x"]
     got = Interpreter(model_content=serialize(model)).run({"x": x})["y"]
     np.testing.assert_array_equal(got, _run_ort(out, x))
+    unfolded, _ = convert_onnx_model(out, optimize=False)  # QUANTIZE as QuantizeLinear
+    quantizers = [n for n in unfolded.graphs[0].nodes if n.op == OpCode.QUANTIZE]
+    assert quantizers and all(n.attrs.get("rounding") == "onnx" for n in quantizers)
