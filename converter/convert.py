@@ -16,7 +16,7 @@ from sporenet.converter.passes import optimize as run_passes
 from sporenet.converter.passes.graph_utils import compact_tensors
 from sporenet.lite.errors import LiteError
 from sporenet.lite.format import serialize
-from sporenet.lite.graph import Model
+from sporenet.lite.graph import Model, Node
 from sporenet.lite.ops import OpCode
 from sporenet.lite.validate import validate
 
@@ -46,6 +46,23 @@ def parameter_count(model: Model) -> int:
     return model.parameter_count()
 
 
+def _is_integer_node(ir: Model, node: Node) -> bool:
+    """A node that runs an int8 kernel: its first input is a quantized int8/uint8 tensor."""
+    if not node.inputs or node.inputs[0] == -1:
+        return False
+    t = ir.tensors[node.inputs[0]]
+    return t.quantization is not None and t.dtype in (np.dtype(np.int8), np.dtype(np.uint8))
+
+
+def mark_onnx_rounding(ir: Model) -> None:
+    """A model quantized for onnxruntime: its QUANTIZE and integer nodes round as
+    onnxruntime does (the `rounding` attribute, docs/quantization.md)."""
+    for graph in ir.graphs:
+        for node in graph.nodes:
+            if node.op == OpCode.QUANTIZE or _is_integer_node(ir, node):
+                node.attrs["rounding"] = "onnx"
+
+
 def lower_quantized(ir: Model) -> dict[str, int]:
     """Fold the QUANTIZE/DEQUANTIZE pairs of a quantized model into integer kernels
     (activations fused first, so a Conv -> Relu -> QuantizeLinear folds into one node)."""
@@ -57,6 +74,7 @@ def lower_quantized(ir: Model) -> dict[str, int]:
 
     fused = fuse_activations(ir)
     folded = fold_qdq(ir)
+    mark_onnx_rounding(ir)
     eliminate_dead_nodes(ir)
     compact_tensors(ir)
     return {"qdq-activation-fusion": fused, "qdq-folding": folded}
@@ -75,6 +93,7 @@ def convert_onnx_model(model: OnnxSource, *,
     report.opset = max((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")),
                        default=0)
     compact_tensors(ir)
+    mark_onnx_rounding(ir)
     report.ir_ops_before = _ir_ops(ir)
     try:
         if optimize:

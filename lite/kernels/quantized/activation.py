@@ -6,6 +6,10 @@
 - Logistic, Tanh, HardSwish map each of the 256 possible inputs through a lookup table
   built at prepare time: table[q] = clamp(z_out + round(f(s_in (q - z_in)) / s_out)),
   evaluated in float64, ties rounded away from zero.
+
+With the node attribute rounding="onnx" the tables (and the requantizing clamps, as a
+table) hold onnxruntime's float path instead: DequantizeLinear in float32, the function
+in float32, QuantizeLinear (division by s_out in float32, ties to even).
 """
 
 from __future__ import annotations
@@ -45,7 +49,14 @@ class _QClamp(QuantizedKernel):
         }
         self.lo, self.hi = activation_range("clip", so, zo, x.dtype, name_attrs)
         self.requant = None
-        if (sx, zx) != (so, zo):
+        self.table: np.ndarray | None = None
+        if (sx, zx) != (so, zo) and self.rounding == "onnx":
+            lo_f = -np.inf if lo is None else lo
+            hi_f = np.inf if hi is None else hi
+            self.table = onnx_lookup_table(
+                lambda v: np.clip(v, np.float32(lo_f), np.float32(hi_f)), x.dtype, sx, zx, so, zo
+            )
+        elif (sx, zx) != (so, zo):
             self.zx = np.int64(zx)
             self.requant = Requantizer(sx / so, zo, self.lo, self.hi)
             self.scratch_layout = [(x.shape, np.dtype(np.int64))]
@@ -53,6 +64,9 @@ class _QClamp(QuantizedKernel):
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
         x, out = inputs[0], outputs[0]
         lo, hi = self.lo, self.hi
+        if self.table is not None:
+            index, table = x.view(np.uint8), self.table  # type: ignore[union-attr]
+            return lambda: np.take(table, index, out=out)
         if self.requant is None:
             return lambda: np.clip(x, lo, hi, out=out)
         (acc,) = self.scratch_arrays()
@@ -110,11 +124,13 @@ class QClip(_QClamp):
 
 
 def _logistic(x: np.ndarray) -> np.ndarray:
-    return 1.0 / (1.0 + np.exp(-x))
+    one = x.dtype.type(1)
+    return one / (one + np.exp(-x))
 
 
 def _hard_swish(x: np.ndarray) -> np.ndarray:
-    return x * np.clip(x + 3.0, 0.0, 6.0) / 6.0
+    t = x.dtype.type
+    return x * np.clip(x + t(3), t(0), t(6)) / t(6)
 
 
 def lookup_table(
@@ -128,13 +144,25 @@ def lookup_table(
     return np.clip(out, lo, hi).astype(dtype)
 
 
+def onnx_lookup_table(
+    f: Callable[[np.ndarray], np.ndarray], dtype: np.dtype, sx: float, zx: int, so: float, zo: int
+) -> np.ndarray:
+    """`lookup_table` as onnxruntime computes DequantizeLinear -> f -> QuantizeLinear."""
+    lo, hi = dtype_range(dtype)
+    q = np.arange(256).astype(np.uint8).view(dtype).astype(np.int64)
+    real = np.asarray(f((q - zx).astype(np.float32) * np.float32(sx)), np.float32)
+    out = np.rint(real / np.float32(so)) + np.float32(zo)
+    return np.clip(out, lo, hi).astype(dtype)
+
+
 class _QLookup(QuantizedKernel):
     function: Callable[[np.ndarray], np.ndarray]
 
     def __init__(self, attrs: Attrs, inputs: Sequence[TensorSpec | None]) -> None:
         super().__init__(attrs, inputs)
         x, sx, zx, so, zo = _params(self)
-        self.table = lookup_table(type(self).function, x.dtype, sx, zx, so, zo)
+        make = onnx_lookup_table if self.rounding == "onnx" else lookup_table
+        self.table = make(type(self).function, x.dtype, sx, zx, so, zo)
 
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
         index, out, table = inputs[0].view(np.uint8), outputs[0], self.table  # type: ignore[union-attr]

@@ -17,6 +17,7 @@ import numpy as np
 from sporenet.lite.graph import Quantization
 from sporenet.lite.kernels.base import Attrs, Kernel, TensorSpec
 from sporenet.lite.kernels.quantized.fixed_point import INT_RANGES, activation_range
+from sporenet.lite.kernels.quantized.rounding import ROUNDING_MODES
 
 QUANTIZED_DTYPES = (np.dtype(np.int8), np.dtype(np.uint8))
 _ALIGN = 64
@@ -89,6 +90,14 @@ class QuantizedKernel(Kernel):
         if name not in ("none", "relu", "relu6", "clip"):
             raise self.fail(f"fused activation {name!r} has no int8 form (none, relu, relu6, clip)")
         return activation_range(name, scale, zero_point, dtype, self.attrs.values)
+
+    @property
+    def rounding(self) -> str:
+        """The node's requantization mode (`rounding` attribute): "tflite" or "onnx"."""
+        mode = self.attrs.values.get("rounding", "tflite")
+        if mode not in ROUNDING_MODES:
+            raise self.fail(f"rounding must be one of {list(ROUNDING_MODES)}, got {mode!r}")
+        return str(mode)
 
     # ---- scratch
     @property

@@ -27,7 +27,7 @@ from sporenet.lite.kernels.quantized.gemm import (
     split_reduction,
     weight_bound,
 )
-from sporenet.lite.kernels.quantized.output_stage import OutputStage
+from sporenet.lite.kernels.quantized.output_stage import OutputStage, make_stage
 from sporenet.lite.kernels.spatial import padded_buffer
 from sporenet.lite.ops import OpCode
 
@@ -113,7 +113,7 @@ class QConv2D(QuantizedKernel):
         x_max = max_abs_shifted(x.dtype, zx)
         float_attrs = Attrs(
             attrs.op,
-            {k: v for k, v in attrs.values.items() if k != "activation"},
+            {k: v for k, v in attrs.values.items() if k not in ("activation", "rounding")},
             attrs.num_outputs,
         )
         group = attrs.int("group", 1)
@@ -129,7 +129,7 @@ class QConv2D(QuantizedKernel):
         so, zo = float(oq.scale.flat[0]), int(oq.zero_point.flat[0]) if oq.zero_point.size else 0
         lo, hi = self.fused_clamp(so, zo, x.dtype)
         bound = weight_bound(x_max, self.w, (1, 2, 3))
-        self.stage = OutputStage(sx * scales / so, bias, zo, lo, hi, bound, (o, 1))
+        self.stage = make_stage(self.rounding, sx, scales, so, bias, zo, lo, hi, bound, (o, 1))
         self.output_specs = [self.out_spec(shape, x.dtype, oq)]
         p = shape[2] * shape[3]
         wide = (n, o, p), self.stage.wide_dtype
@@ -150,7 +150,9 @@ class QConv2D(QuantizedKernel):
             ]
         elif group == x.shape[1] == o and o >= depthwise.MIN_CHANNELS:
             self.inner = None
-            self.depthwise_stage = OutputStage(sx * scales / so, bias, zo, lo, hi, bound, (o,))
+            self.depthwise_stage = make_stage(
+                self.rounding, sx, scales, so, bias, zo, lo, hi, bound, (o,)
+            )
             self.scratch_layout = depthwise.scratch_layout(
                 self.win, x.shape, self.depthwise_stage.wide_dtype)
         else:

@@ -2,7 +2,8 @@
 REQUANTIZE (int8/uint8 -> int8/uint8 with new parameters), as TFLite's reference kernels:
 
 - quantize: q = clamp(round(x / scale) + zero_point), the division in float32, ties
-  rounded away from zero;
+  rounded away from zero (to even with the node attribute rounding="onnx", as
+  onnxruntime's QuantizeLinear);
 - dequantize: x = float32(scale * (q - zero_point)), the product in float64;
 - requantize: q' = clamp(z' + MultiplyByQuantizedMultiplier(q - z, scale / scale')).
 
@@ -84,6 +85,16 @@ class Quantize(QuantizedKernel):
         # Clamping before the truncating cast equals clamping after it (integer bounds).
         low, high = self.lo - zp, self.hi - zp
         divide, copyto, copysign, add, clip = np.divide, np.copyto, np.copysign, np.add, np.clip
+        if self.rounding == "onnx":
+            rint = np.rint
+
+            def compute_onnx() -> None:
+                divide(x, scale, out=v32)  # float32 division, as onnxruntime's QuantizeLinear
+                rint(v32, out=v32)  # ties to even
+                clip(v32, low, high, out=whole, casting="unsafe")
+                add(whole, zp, out=out, casting="unsafe")
+
+            return compute_onnx
 
         def compute() -> None:
             divide(x, scale, out=v32)  # float32 division, as TFLite

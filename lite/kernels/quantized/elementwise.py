@@ -9,6 +9,10 @@ Mul: out = clamp(z_out + MBQM((q_a - z_a) * (q_b - z_b), s_a s_b / s_out)).
 Each output depends only on the two input bytes, so the arithmetic above runs once, at
 prepare time, over all 256 x 256 pairs; a call is one lookup in that 64 KiB table at
 index byte_a * 256 + byte_b (broadcasting as NumPy does).
+
+With the node attribute rounding="onnx" the table holds what onnxruntime computes for a
+QDQ Add/Sub/Mul (DequantizeLinear of each input in float32, the float op in float32,
+QuantizeLinear: division by s_out, ties to even, + z_out, saturate).
 """
 
 from __future__ import annotations
@@ -57,7 +61,19 @@ class _QBinary(QuantizedKernel):
     def table(self) -> np.ndarray:
         """out for every (byte_a, byte_b), flattened to 65536 entries."""
         values = np.arange(256, dtype=np.uint8).view(self.dtype).astype(np.int64)
-        return self.evaluate(values[:, None], values[None, :]).astype(self.dtype).ravel()
+        a, b = values[:, None], values[None, :]
+        if self.rounding == "onnx":
+            return self.evaluate_onnx(a, b).astype(self.dtype).ravel()
+        return self.evaluate(a, b).astype(self.dtype).ravel()
+
+    def evaluate_onnx(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """onnxruntime's DequantizeLinear -> float op -> QuantizeLinear, in float32."""
+        fa = (a - self.za).astype(np.float32) * np.float32(self.sa)
+        fb = (b - self.zb).astype(np.float32) * np.float32(self.sb)
+        value = np.rint(self.float_op(fa, fb) / np.float32(self.so)) + np.float32(self.zo)
+        return np.clip(value, *self.clamp).astype(np.int64)
+
+    float_op = staticmethod(np.add)
 
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
         a, b, out = inputs[0].view(np.uint8), inputs[1].view(np.uint8), outputs[0]  # type: ignore[union-attr]
@@ -99,10 +115,12 @@ class QAdd(_QBinary):
 class QSub(QAdd):
     op = OpCode.SUB
     combine = staticmethod(np.subtract)
+    float_op = staticmethod(np.subtract)
 
 
 class QMul(_QBinary):
     op = OpCode.MUL
+    float_op = staticmethod(np.multiply)
 
     def __init__(self, attrs: Attrs, inputs: Sequence[TensorSpec | None]) -> None:
         super().__init__(attrs, inputs)

@@ -21,7 +21,8 @@ from sporenet.lite.kernels.quantized.gemm import (
     split_reduction,
     weight_bound,
 )
-from sporenet.lite.kernels.quantized.output_stage import OutputStage
+from sporenet.lite.kernels.quantized.output_stage import make_stage
+from sporenet.lite.kernels.quantized.rounding import OnnxRequantizer, onnx_multipliers
 from sporenet.lite.ops import OpCode
 
 
@@ -50,8 +51,8 @@ class QFullyConnected(QuantizedKernel):
         oq = self.output_quant(x.dtype)
         so, zo = self.tensor_params(TensorSpec((), x.dtype, quant=oq), "the output")
         lo, hi = self.fused_clamp(so, zo, x.dtype)
-        self.stage = OutputStage(
-            sx * scales / so, bias, zo, lo, hi, weight_bound(x_max, self.w, (1,)), (o,)
+        self.stage = make_stage(
+            self.rounding, sx, scales, so, bias, zo, lo, hi, weight_bound(x_max, self.w, (1,)), (o,)
         )
         self.zx = np.float32(zx)
         shape = (*x.shape[:-1], o)
@@ -126,14 +127,23 @@ class QMatMul(QuantizedKernel):
         oq = self.output_quant(a.dtype)
         so, zo = self.tensor_params(TensorSpec((), a.dtype, quant=oq), "the output")
         lo, hi = self.fused_clamp(so, zo, a.dtype)
-        self.requant = Requantizer(
-            sa * bq.scale.astype(np.float64) / so
-            if bq.scale.size > 1
-            else sa * float(bq.scale[0]) / so,
-            zo,
-            lo,
-            hi,
-        )
+        self.requant: Requantizer | OnnxRequantizer
+        if self.rounding == "onnx":
+            self.requant = OnnxRequantizer(
+                onnx_multipliers(sa, bq.scale if bq.scale.size > 1 else bq.scale[0], so),
+                zo,
+                lo,
+                hi,
+            )
+        else:
+            self.requant = Requantizer(
+                sa * bq.scale.astype(np.float64) / so
+                if bq.scale.size > 1
+                else sa * float(bq.scale[0]) / so,
+                zo,
+                lo,
+                hi,
+            )
         self.za = ftype.type(za)
         self.zb = zb.astype(ftype) if zb.size > 1 else ftype.type(zb[0])
         self.output_specs = [self.out_spec(tuple(shape), a.dtype, oq)]

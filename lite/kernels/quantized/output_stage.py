@@ -25,6 +25,7 @@ import numpy as np
 
 from sporenet.lite.kernels.base import Compute
 from sporenet.lite.kernels.quantized.fixed_point import quantize_multipliers
+from sporenet.lite.kernels.quantized.rounding import OnnxOutputStage, onnx_multipliers
 
 _FLOAT_EXACT = 1 << 53
 _INT64_SAFE = 1 << 62
@@ -157,3 +158,24 @@ class OutputStage:
     @property
     def wide_dtype(self) -> np.dtype:
         return np.dtype(np.float64 if self.float_path else np.int64)
+
+
+def make_stage(
+    rounding: str,
+    s_in: float,
+    s_w: np.ndarray,
+    s_out: float,
+    bias: np.ndarray | None,
+    zero_point: int,
+    lo: int,
+    hi: int,
+    acc_bound: int,
+    channel_shape: tuple[int, ...],
+) -> OutputStage | OnnxOutputStage:
+    """The output stage of `rounding` mode ("tflite" or "onnx", see quantized/rounding.py)
+    for input scale `s_in`, weight scales `s_w` and output scale `s_out`."""
+    if rounding == "onnx":
+        m = onnx_multipliers(s_in, s_w, s_out)
+        return OnnxOutputStage(m, bias, zero_point, lo, hi, channel_shape)
+    reals = s_in * np.asarray(s_w, np.float64) / s_out
+    return OutputStage(reals, bias, zero_point, lo, hi, acc_bound, channel_shape)

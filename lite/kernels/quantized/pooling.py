@@ -18,6 +18,7 @@ from sporenet.lite.kernels import pooling
 from sporenet.lite.kernels.base import Attrs, Compute, TensorSpec
 from sporenet.lite.kernels.quantized.base import QuantizedKernel, dtype_range
 from sporenet.lite.kernels.quantized.fixed_point import Requantizer
+from sporenet.lite.kernels.quantized.rounding import OnnxRequantizer
 from sporenet.lite.kernels.spatial import padded_buffer
 from sporenet.lite.ops import OpCode
 
@@ -129,7 +130,14 @@ class QGlobalAvgPool(QuantizedKernel):
         n, c = x.shape[:2]
         plane = x.size // (n * c)
         self.zx_sum = np.int64(zx * plane)
-        self.requant = Requantizer(sx / (so * plane), zo, *self.fused_clamp(so, zo, x.dtype))
+        clamp = self.fused_clamp(so, zo, x.dtype)
+        self.requant: Requantizer | OnnxRequantizer
+        if self.rounding == "onnx":
+            # onnxruntime's QLinearGlobalAveragePool: s_in / plane / s_out in float32.
+            m = np.float32(np.float32(sx) / np.float32(plane)) / np.float32(so)
+            self.requant = OnnxRequantizer(np.float32(m), zo, *clamp)
+        else:
+            self.requant = Requantizer(sx / (so * plane), zo, *clamp)
         self.output_specs = [self.out_spec((n, c, *[1] * (x.rank - 2)), x.dtype, oq)]
         # Sums of a plane below 2^24 are exact as a float32 matrix-vector product, which
         # beats a reduction over short rows (3x3 planes of 1280 channels).

@@ -158,3 +158,36 @@ def test_quantized_weights_stay_int8_in_the_file(float_path: Path, tmp_path: Pat
     assert all(t.data.dtype == np.int8 for t in weights)
     convs = sorted(t.quantization.scale.size for t in weights if t.data.ndim == 4)
     assert convs == [8, 16]  # per output channel of both convolutions
+
+
+@pytest.mark.parametrize(("fmt", "activations"), [("QDQ", "QInt8"), ("QOperator", "QUInt8")])
+def test_imported_quantized_models_use_onnxruntime_rounding_and_are_bit_exact(
+    float_path: Path, tmp_path: Path, fmt: str, activations: str
+) -> None:
+    """The importer marks the integer nodes rounding="onnx"; on a net onnxruntime runs
+    entirely with QLinear kernels (Conv, Relu, MaxPool, Gemm) the outputs are equal."""
+    out = tmp_path / f"cnn.{fmt}.onnx"
+    quantization.quantize_static(
+        str(float_path),
+        str(out),
+        _Reader(calibration(32)["x"]),
+        quant_format=getattr(quantization.QuantFormat, fmt),
+        activation_type=getattr(quantization.QuantType, activations),
+        weight_type=quantization.QuantType.QInt8,
+        per_channel=True,
+    )
+    model, _ = convert_onnx_model(out)
+    nodes = model.graphs[0].nodes
+    integer = [n for n in nodes if model.tensors[n.inputs[0]].dtype in (np.int8, np.uint8)]
+    assert len(integer) >= 5 and all(n.attrs.get("rounding") == "onnx" for n in integer)
+    assert all(n.attrs.get("rounding") == "onnx" for n in nodes if n.op == OpCode.QUANTIZE)
+    floats = [
+        n for n in nodes if n.op != OpCode.QUANTIZE and model.tensors[n.inputs[0]].dtype.kind == "f"
+    ]
+    assert all("rounding" not in n.attrs for n in floats)
+    x = calibration(64, seed=5)["x"]
+    got = Interpreter(model_content=serialize(model)).run({"x": x})["y"]
+    np.testing.assert_array_equal(got, _run_ort(out, x))
+    unfolded, _ = convert_onnx_model(out, optimize=False)  # QUANTIZE as QuantizeLinear
+    quantizers = [n for n in unfolded.graphs[0].nodes if n.op == OpCode.QUANTIZE]
+    assert quantizers and all(n.attrs.get("rounding") == "onnx" for n in quantizers)
