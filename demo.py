@@ -52,18 +52,23 @@ def accuracy(interpreter: Interpreter, x: np.ndarray, y: np.ndarray) -> float:
     return float(np.mean(logits.argmax(axis=1) == y))
 
 
-def fine_tune_head(model: lite.Model, x: np.ndarray, y: np.ndarray, *, epochs: int,
-                   lr: float = 3e-3, seed: int = 0) -> Trainer:
+def fine_tune_head(
+    model: lite.Model, x: np.ndarray, y: np.ndarray, *, epochs: int, lr: float = 3e-3, seed: int = 0
+) -> Trainer:
     """Train only the head of `model` on (x, y) with the lite Trainer, as a device would."""
-    train = make_training_model(model, output="logits", loss="softmax_cross_entropy",
-                                optimizer=OptimizerConfig("adam", lr=lr),
-                                trainable=head_parameters(model))
+    train = make_training_model(
+        model,
+        output="logits",
+        loss="softmax_cross_entropy",
+        optimizer=OptimizerConfig("adam", lr=lr),
+        trainable=head_parameters(model),
+    )
     trainer = Trainer(train, num_threads=1)
     rng = np.random.default_rng(seed)
     for _ in range(epochs):
         order = rng.permutation(len(y))
         for start in range(0, len(y), 32):
-            batch = order[start:start + 32]
+            batch = order[start : start + 32]
             trainer.step({"input": x[batch], "labels": y[batch]}, lr)
     return trainer
 
@@ -74,30 +79,47 @@ class EpochProgress(cloud.Callback):
     def on_epoch_begin(self, epoch: int, state: cloud.callbacks.TrainingState) -> None:
         self.start = time.perf_counter()
 
-    def on_epoch_end(self, epoch: int, logs: dict[str, float],
-                     state: cloud.callbacks.TrainingState) -> None:
-        print(f"[1/4] cloud: epoch {epoch + 1}/{state.epochs}, loss {logs['loss']:.4f} "
-              f"({time.perf_counter() - self.start:.1f}s)", flush=True)
+    def on_epoch_end(
+        self, epoch: int, logs: dict[str, float], state: cloud.callbacks.TrainingState
+    ) -> None:
+        print(
+            f"[1/4] cloud: epoch {epoch + 1}/{state.epochs}, loss {logs['loss']:.4f} "
+            f"({time.perf_counter() - self.start:.1f}s)",
+            flush=True,
+        )
 
 
 def stage_cloud(out: Path, epochs: int) -> tuple[Path, cloud.datasets.Split]:
-    print(f"[1/4] cloud: training a small CNN on the 8x8 digits for {epochs} epochs "
-          "(graph mode)", flush=True)
+    print(
+        f"[1/4] cloud: training a small CNN on the 8x8 digits for {epochs} epochs (graph mode)",
+        flush=True,
+    )
     data = cloud.load_digits()
     cloud.manual_seed(0)
     model = cloud.models.digits_cnn()
     schedule = cloud.schedules.CosineLR(3e-3, total_steps=epochs, min_lr=3e-3 / 20)
     start = time.perf_counter()
-    cloud.fit(model, data.x_train, data.y_train, epochs=epochs, batch_size=32,
-              optimizer=cloud.Adam(lr=3e-3),
-              callbacks=[cloud.LearningRateScheduler(schedule), EpochProgress()],
-              augment=cloud.datasets.random_shift, seed=0, verbose=0, mode="graph")
+    cloud.fit(
+        model,
+        data.x_train,
+        data.y_train,
+        epochs=epochs,
+        batch_size=32,
+        optimizer=cloud.Adam(lr=3e-3),
+        callbacks=[cloud.LearningRateScheduler(schedule), EpochProgress()],
+        augment=cloud.datasets.random_shift,
+        seed=0,
+        verbose=0,
+        mode="graph",
+    )
     result = cloud.evaluate(model, data.x_test, data.y_test, mode="graph")
     path = out / "digits.spore"
     cloud.export(model, path, labels=data.labels, input_range=(0.0, 16.0))
-    print(f"[1/4] cloud: trained a CNN on digits in {time.perf_counter() - start:.1f}s "
-          f"({epochs} epochs): test accuracy {result['accuracy']:.4f}; exported {path.name} "
-          f"({path.stat().st_size:,} bytes)")
+    print(
+        f"[1/4] cloud: trained a CNN on digits in {time.perf_counter() - start:.1f}s "
+        f"({epochs} epochs): test accuracy {result['accuracy']:.4f}; exported {path.name} "
+        f"({path.stat().st_size:,} bytes)"
+    )
     return path, data
 
 
@@ -111,8 +133,10 @@ def stage_device(path: Path, data: cloud.datasets.Split) -> None:
         start = time.perf_counter()
         interpreter.run({"input": one})
         times.append(time.perf_counter() - start)
-    print(f"[2/4] device: lite runtime on {path.name}: test accuracy {acc:.4f}, "
-          f"{np.median(times) * 1e6:.0f} us per image (median, batch 1, 1 thread)")
+    print(
+        f"[2/4] device: lite runtime on {path.name}: test accuracy {acc:.4f}, "
+        f"{np.median(times) * 1e6:.0f} us per image (median, batch 1, 1 thread)"
+    )
     stage_compress(path, data)
 
 
@@ -121,31 +145,38 @@ def stage_compress(path: Path, data: cloud.datasets.Split) -> None:
     `sporenet-convert --quantize int8` does it: the file a phone would receive."""
     from sporenet.converter.quantize import quantize_model
 
-    result = quantize_model(path.read_bytes(), mode="int8",
-                            calibration={"input": data.x_train[:100]}, report=False)
+    result = quantize_model(
+        path.read_bytes(), mode="int8", calibration={"input": data.x_train[:100]}, report=False
+    )
     small = path.with_name(f"{path.stem}.int8.spore")
     small.write_bytes(result.data)
     acc = accuracy(Interpreter(model_path=small, num_threads=1), data.x_test, data.y_test)
-    print(f"[2/4] device: int8 {small.name}: {len(result.data) / path.stat().st_size:.2f}x "
-          f"the float file, test accuracy {acc:.4f}")
+    print(
+        f"[2/4] device: int8 {small.name}: {len(result.data) / path.stat().st_size:.2f}x "
+        f"the float file, test accuracy {acc:.4f}"
+    )
 
 
 def stage_personalize(path: Path, data: cloud.datasets.Split, epochs: int) -> None:
     model = lite.load(path)
     x_user = thicker_strokes(data.x_test)
-    x_own, y_own = x_user[:200], data.y_test[:200]      # the user's labelled samples
-    x_eval, y_eval = x_user[200:], data.y_test[200:]    # what they write next
+    x_own, y_own = x_user[:200], data.y_test[:200]  # the user's labelled samples
+    x_eval, y_eval = x_user[200:], data.y_test[200:]  # what they write next
     before = accuracy(Interpreter(model=model), x_eval, y_eval)
     trainer = fine_tune_head(model, x_own, y_own, epochs=epochs)
     tuned = trainer.export()
     after = accuracy(Interpreter(model=tuned), x_eval, y_eval)
     head = head_parameters(model)
-    backbone_same = all(np.array_equal(t.data, u.data) for t, u in
-                        zip(model.tensors, tuned.tensors, strict=False)
-                        if t.data is not None and t.name not in head)
-    print(f"[3/4] device: personalized the head on 200 of one user's digits: accuracy on "
-          f"their next {len(y_eval)} went {before:.4f} -> {after:.4f} "
-          f"(backbone unchanged: {backbone_same})")
+    backbone_same = all(
+        np.array_equal(t.data, u.data)
+        for t, u in zip(model.tensors, tuned.tensors, strict=False)
+        if t.data is not None and t.name not in head
+    )
+    print(
+        f"[3/4] device: personalized the head on 200 of one user's digits: accuracy on "
+        f"their next {len(y_eval)} went {before:.4f} -> {after:.4f} "
+        f"(backbone unchanged: {backbone_same})"
+    )
 
 
 STAGE_TIMEOUT = 180.0
@@ -158,18 +189,41 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def stage_federated(path: Path, data: cloud.datasets.Split, out: Path, *, rounds: int,
-                    clients: int) -> None:
-    print(f"[4/4] fleet: starting a sporenet-server daemon and {clients} devices for "
-          f"{rounds} FedAvg rounds", flush=True)
+def stage_federated(
+    path: Path, data: cloud.datasets.Split, out: Path, *, rounds: int, clients: int
+) -> None:
+    print(
+        f"[4/4] fleet: starting a sporenet-server daemon and {clients} devices for "
+        f"{rounds} FedAvg rounds",
+        flush=True,
+    )
     base = lite.load(path)
     address = f"127.0.0.1:{_free_port()}"
     state = out / "server-state"
     server = subprocess.Popen(
-        [sys.executable, "-m", "sporenet.federated.server", "--address", address,
-         "--model", str(path), "--state-dir", str(state), "--rounds", str(rounds),
-         "--min-clients", str(clients), "--evaluate-every", "1", "--log-level", "warning"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        [
+            sys.executable,
+            "-m",
+            "sporenet.federated.server",
+            "--address",
+            address,
+            "--model",
+            str(path),
+            "--state-dir",
+            str(state),
+            "--rounds",
+            str(rounds),
+            "--min-clients",
+            str(clients),
+            "--evaluate-every",
+            "1",
+            "--log-level",
+            "warning",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     from sporenet.federated import Client  # the federated extra (grpc) is needed only here
 
     # Each client holds a shard of new users' digits (thicker strokes) plus its own test set.
@@ -183,20 +237,36 @@ def stage_federated(path: Path, data: cloud.datasets.Split, out: Path, *, rounds
         xt, yt = x_test[tests[k]], data.y_test[tests[k]]
 
         def train(weights: dict[str, np.ndarray], config: dict) -> tuple:
-            trainer = fine_tune_head(lite.replace_weights(base, weights), x, y, epochs=2,
-                                     seed=int(config.get("round", 0)) * 100 + k)
+            trainer = fine_tune_head(
+                lite.replace_weights(base, weights),
+                x,
+                y,
+                epochs=2,
+                seed=int(config.get("round", 0)) * 100 + k,
+            )
             new = {**weights, **trainer.weights()}
             return {name: new[name] for name in weights}, len(y), {}
 
         def evaluate(weights: dict[str, np.ndarray], config: dict) -> tuple:
             interpreter = Interpreter(model=lite.replace_weights(base, weights))
             logits = interpreter.run({"input": xt})["logits"]
-            loss = float(-np.mean(logits[np.arange(len(yt)), yt] - np.log(
-                np.exp(logits - logits.max(1, keepdims=True)).sum(1)) - logits.max(1)))
+            loss = float(
+                -np.mean(
+                    logits[np.arange(len(yt)), yt]
+                    - np.log(np.exp(logits - logits.max(1, keepdims=True)).sum(1))
+                    - logits.max(1)
+                )
+            )
             return loss, len(yt), {"accuracy": float(np.mean(logits.argmax(1) == yt))}
 
-        client = Client(address, train=train, evaluate=evaluate, name=f"device-{k}",
-                        poll_wait=1.0, give_up_after=STAGE_TIMEOUT)
+        client = Client(
+            address,
+            train=train,
+            evaluate=evaluate,
+            name=f"device-{k}",
+            poll_wait=1.0,
+            give_up_after=STAGE_TIMEOUT,
+        )
         try:
             client.run()
         finally:
@@ -206,8 +276,9 @@ def stage_federated(path: Path, data: cloud.datasets.Split, out: Path, *, rounds
     deadline = start + STAGE_TIMEOUT
     try:
         # Daemon threads: a client still retrying at the deadline does not keep us alive.
-        threads = [threading.Thread(target=run_client, args=(k,), daemon=True)
-                   for k in range(clients)]
+        threads = [
+            threading.Thread(target=run_client, args=(k,), daemon=True) for k in range(clients)
+        ]
         for t in threads:
             t.start()
         for t in threads:
@@ -216,30 +287,40 @@ def stage_federated(path: Path, data: cloud.datasets.Split, out: Path, *, rounds
         server.terminate()
         _, err = server.communicate(timeout=30)
     if any(t.is_alive() for t in threads):
-        raise RuntimeError(f"the federated rounds did not finish within {STAGE_TIMEOUT:.0f}s; "
-                           f"server log:\n{err[-4000:]}")
+        raise RuntimeError(
+            f"the federated rounds did not finish within {STAGE_TIMEOUT:.0f}s; "
+            f"server log:\n{err[-4000:]}"
+        )
     status = subprocess.run(
         [sys.executable, "-m", "sporenet.federated.server", "status", "--state-dir", str(state)],
-        capture_output=True, text=True, check=False)
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     if status.returncode != 0:
         raise RuntimeError(f"federated stage failed:\n{err}\n{status.stderr}")
     evals = [r for r in json.loads(status.stdout)["rounds"] if r["phase"] == "evaluate"]
-    curve = ", ".join(f"round {r['round']}: {r['metrics'].get('accuracy', float('nan')):.4f}"
-                      for r in evals)
-    print(f"[4/4] fleet: sporenet-server ran {rounds} FedAvg rounds over {clients} devices "
-          f"in {time.perf_counter() - start:.1f}s; accuracy on the devices' own data: {curve}")
+    curve = ", ".join(
+        f"round {r['round']}: {r['metrics'].get('accuracy', float('nan')):.4f}" for r in evals
+    )
+    print(
+        f"[4/4] fleet: sporenet-server ran {rounds} FedAvg rounds over {clients} devices "
+        f"in {time.perf_counter() - start:.1f}s; accuracy on the devices' own data: {curve}"
+    )
 
 
 @quiet_on_closed_pipe
 def main(argv: list[str] | None = None) -> int:
     parser = make_parser("python -m sporenet.demo", " ".join(__doc__.split("\n\n")[0].split()))
-    parser.add_argument("--out", type=Path, default=None,
-                        help="folder for the model file and the server's state (default: a "
-                        "new temporary folder)")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="folder for the model file and the server's state (default: a new temporary folder)",
+    )
     parser.add_argument("--epochs", type=int, default=20, help="cloud training epochs")
     parser.add_argument("--rounds", type=int, default=3, help="federated rounds")
-    parser.add_argument("--clients", type=int, default=4,
-                        help="federated devices (client threads)")
+    parser.add_argument("--clients", type=int, default=4, help="federated devices (client threads)")
     args = parser.parse_args(argv)
     for name in ("epochs", "rounds", "clients"):
         if getattr(args, name) < 1:

@@ -2,8 +2,18 @@
 
 from setuptools import find_packages, setup
 
-NOT_SHIPPED = ["tests", "tests.*", "benchmarks", "benchmarks.*", "examples", "examples.*",
-               "scripts", "scripts.*", "build", "build.*"]
+NOT_SHIPPED = [
+    "tests",
+    "tests.*",
+    "benchmarks",
+    "benchmarks.*",
+    "examples",
+    "examples.*",
+    "scripts",
+    "scripts.*",
+    "build",
+    "build.*",
+]
 
 setup(
     packages=["sporenet", *(f"sporenet.{n}" for n in find_packages(".", exclude=NOT_SHIPPED))],

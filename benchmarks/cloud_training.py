@@ -70,10 +70,16 @@ def to_torch(model: cloud.Sequential):
         elif isinstance(layer, L.Dense):
             out = nn.Linear(layer.in_features, layer.out_features, bias=layer.bias is not None)
         elif isinstance(layer, L.Conv2d):
-            out = nn.Conv2d(layer.in_channels, layer.out_channels, layer.kernel_size,
-                            stride=layer.stride, padding=tuple(layer.pads[:2]),
-                            dilation=layer.dilation, groups=layer.groups,
-                            bias=layer.bias is not None)
+            out = nn.Conv2d(
+                layer.in_channels,
+                layer.out_channels,
+                layer.kernel_size,
+                stride=layer.stride,
+                padding=tuple(layer.pads[:2]),
+                dilation=layer.dilation,
+                groups=layer.groups,
+                bias=layer.bias is not None,
+            )
         else:
             raise TypeError(f"no torch equivalent for {type(layer).__name__}")
         with torch.no_grad():
@@ -87,9 +93,18 @@ def to_torch(model: cloud.Sequential):
 def run_sporenet(net: str, mode: str, data, args) -> Row:
     cloud.manual_seed(args.seed)
     model = NETS[net]()
-    history = cloud.fit(model, data.x_train, data.y_train, epochs=args.epochs,
-                        batch_size=args.batch_size, optimizer=cloud.Adam(lr=args.lr),
-                        seed=args.seed, verbose=0, mode=mode, num_threads=args.threads)
+    history = cloud.fit(
+        model,
+        data.x_train,
+        data.y_train,
+        epochs=args.epochs,
+        batch_size=args.batch_size,
+        optimizer=cloud.Adam(lr=args.lr),
+        seed=args.seed,
+        verbose=0,
+        mode=mode,
+        num_threads=args.threads,
+    )
     accuracy = cloud.evaluate(model, data.x_test, data.y_test, mode=mode)["accuracy"]
     return Row(net, f"sporenet {mode}", _epoch_time(history["time"]), accuracy)
 
@@ -111,7 +126,7 @@ def run_torch(net: str, data, args) -> Row:
         order = torch.from_numpy(np.random.default_rng([args.seed, epoch]).permutation(len(x)))
         start = time.perf_counter()
         for b in range(0, len(x), args.batch_size):
-            idx = order[b:b + args.batch_size]
+            idx = order[b : b + args.batch_size]
             optimizer.zero_grad()
             loss = loss_fn(model(x[idx]), y[idx])
             loss.backward()
@@ -146,6 +161,7 @@ def main(argv: list[str] | None = None) -> int:
     data = cloud.load_digits()
     try:
         import torch  # noqa: F401
+
         have_torch = True
     except ImportError:
         have_torch = False
@@ -157,22 +173,25 @@ def main(argv: list[str] | None = None) -> int:
         if have_torch:
             rows.append(run_torch(net, data, args))
 
-    print(f"digits train split (1347 images), batch {args.batch_size}, Adam lr {args.lr}, "
-          f"{args.epochs} epochs, {args.threads} thread(s)")
+    print(
+        f"digits train split (1347 images), batch {args.batch_size}, Adam lr {args.lr}, "
+        f"{args.epochs} epochs, {args.threads} thread(s)"
+    )
     print(f"{'net':<5} {'engine':<16} {'s/epoch':>9} {'test acc':>9} {'vs torch':>9}")
     ok = True
     for row in rows:
         ref = next((r for r in rows if r.net == row.net and r.engine == "pytorch"), None)
         ratio = row.epoch_seconds / ref.epoch_seconds if ref else float("nan")
-        print(f"{row.net:<5} {row.engine:<16} {row.epoch_seconds:>9.4f} {row.accuracy:>9.4f} "
-              f"{ratio:>8.2f}x")
+        print(
+            f"{row.net:<5} {row.engine:<16} {row.epoch_seconds:>9.4f} {row.accuracy:>9.4f} "
+            f"{ratio:>8.2f}x"
+        )
         if row.engine == "sporenet graph" and ref is not None and ratio > TARGET_RATIO:
             ok = False
     if not have_torch:
         print("PyTorch is not installed: no reference rows (pip install torch)")
     else:
-        print(f"graph mode within {TARGET_RATIO}x of PyTorch on every net: "
-              f"{'yes' if ok else 'no'}")
+        print(f"graph mode within {TARGET_RATIO}x of PyTorch on every net: {'yes' if ok else 'no'}")
     return 0
 
 

@@ -64,8 +64,17 @@ from sporenet.converter import convert_onnx_model  # noqa: E402
 from sporenet.lite import Interpreter, serialize  # noqa: E402
 from tests.conformance.onnx_backend import with_real_weights  # noqa: E402
 
-LIGHT = ("bvlc_alexnet", "densenet121", "inception_v1", "inception_v2", "resnet50",
-         "shufflenet", "squeezenet", "vgg19", "zfnet512")
+LIGHT = (
+    "bvlc_alexnet",
+    "densenet121",
+    "inception_v1",
+    "inception_v2",
+    "resnet50",
+    "shufflenet",
+    "squeezenet",
+    "vgg19",
+    "zfnet512",
+)
 LATENCY = {"squeezenet": 2.5, "resnet50": 1.5}  # model -> allowed ratio to onnxruntime
 SIZE_SLACK = 1.01  # .spore may exceed .onnx by at most 1%
 
@@ -88,9 +97,15 @@ def convert_stats(name: str, path: Path) -> dict:
     ir, report = convert_onnx_model(path)
     data = serialize(ir)
     seconds = time.perf_counter() - start
-    return {"model": name, "convert_s": seconds, "onnx_bytes": path.stat().st_size,
-            "spore_bytes": len(data), "nodes_in": sum(report.onnx_ops.values()),
-            "nodes_out": sum(report.ir_ops_after.values()), "data": data}
+    return {
+        "model": name,
+        "convert_s": seconds,
+        "onnx_bytes": path.stat().st_size,
+        "spore_bytes": len(data),
+        "nodes_in": sum(report.onnx_ops.values()),
+        "nodes_out": sum(report.ir_ops_after.values()),
+        "data": data,
+    }
 
 
 def real_weights_difference(model: onnx.ModelProto, input_name: str, x: np.ndarray) -> float:
@@ -130,9 +145,14 @@ def latency(name: str, runs: int) -> dict:
         t = time.perf_counter()
         interpreter.run({input_name: x})
         spore_t.append(time.perf_counter() - t)
-    return {"model": name, "spore_ms": 1e3 * statistics.median(spore_t),
-            "ort_ms": 1e3 * statistics.median(ort_t), "spore_min_ms": 1e3 * min(spore_t),
-            "ort_min_ms": 1e3 * min(ort_t), "max_rel_diff": max_rel}
+    return {
+        "model": name,
+        "spore_ms": 1e3 * statistics.median(spore_t),
+        "ort_ms": 1e3 * statistics.median(ort_t),
+        "spore_min_ms": 1e3 * min(spore_t),
+        "ort_min_ms": 1e3 * min(ort_t),
+        "max_rel_diff": max_rel,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -141,8 +161,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", help="also write the results here")
     parser.add_argument("--openblas-coretype", help="OpenBLAS kernel set, e.g. SkylakeX")
     args = parser.parse_args(argv)
-    print(f"OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', '(auto)')}, "
-          f"onnxruntime {ort.__version__}, onnx {onnx.__version__}\n")
+    print(
+        f"OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', '(auto)')}, "
+        f"onnxruntime {ort.__version__}, onnx {onnx.__version__}\n"
+    )
 
     rows = [convert_stats(f"light_{n}", light_path(n)) for n in LIGHT]
     with tempfile.TemporaryDirectory() as tmp:
@@ -150,32 +172,41 @@ def main(argv: list[str] | None = None) -> int:
             real = Path(tmp) / f"{n}_real_weights.onnx"
             onnx.save(with_real_weights(onnx.load(light_path(n))), real)
             rows.append(convert_stats(f"{n} (real weights)", real))
-    print(f"{'model':<28}{'convert s':>10}{'.onnx':>13}{'.spore':>13}{'ratio':>8}"
-          f"{'nodes':>14}")
+    print(f"{'model':<28}{'convert s':>10}{'.onnx':>13}{'.spore':>13}{'ratio':>8}{'nodes':>14}")
     for r in rows:
-        print(f"{r['model']:<28}{r['convert_s']:>10.2f}{r['onnx_bytes']:>13,}"
-              f"{r['spore_bytes']:>13,}{r['spore_bytes'] / r['onnx_bytes']:>8.3f}"
-              f"{r['nodes_in']:>7}->{r['nodes_out']:<6}")
-    print("  (light_* .onnx files store weights as ConstantOfShape fills: the size target "
-          "applies to the real-weight rows)")
+        print(
+            f"{r['model']:<28}{r['convert_s']:>10.2f}{r['onnx_bytes']:>13,}"
+            f"{r['spore_bytes']:>13,}{r['spore_bytes'] / r['onnx_bytes']:>8.3f}"
+            f"{r['nodes_in']:>7}->{r['nodes_out']:<6}"
+        )
+    print(
+        "  (light_* .onnx files store weights as ConstantOfShape fills: the size target "
+        "applies to the real-weight rows)"
+    )
 
     lat = [latency(n, args.runs) for n in LATENCY]
-    print(f"\n{'batch-1 latency, 1 thread':<28}{'sporenet ms':>12}{'ORT ms':>9}{'ratio':>8}"
-          f"{'target':>8}{'min ratio':>11}{'max rel diff':>14}")
+    print(
+        f"\n{'batch-1 latency, 1 thread':<28}{'sporenet ms':>12}{'ORT ms':>9}{'ratio':>8}"
+        f"{'target':>8}{'min ratio':>11}{'max rel diff':>14}"
+    )
     ok = True
     for r in lat:
         ratio = r["spore_ms"] / r["ort_ms"]
         target = LATENCY[r["model"]]
         ok &= ratio <= target
-        print(f"light_{r['model']:<22}{r['spore_ms']:>12.1f}{r['ort_ms']:>9.1f}{ratio:>8.2f}"
-              f"{'<=' + str(target):>8}{r['spore_min_ms'] / r['ort_min_ms']:>11.2f}"
-              f"{r['max_rel_diff']:>14.1e}")
+        print(
+            f"light_{r['model']:<22}{r['spore_ms']:>12.1f}{r['ort_ms']:>9.1f}{ratio:>8.2f}"
+            f"{'<=' + str(target):>8}{r['spore_min_ms'] / r['ort_min_ms']:>11.2f}"
+            f"{r['max_rel_diff']:>14.1e}"
+        )
     print("  (max rel diff: the same graph with random weights, whose output is well conditioned)")
     for r in rows:
         if "real weights" in r["model"]:
             ok &= r["spore_bytes"] <= SIZE_SLACK * r["onnx_bytes"]
-    print(f"\ntargets {'met' if ok else 'MISSED'} (median latency ratios; real-weight .spore "
-          f"<= {SIZE_SLACK:.2f} x .onnx)")
+    print(
+        f"\ntargets {'met' if ok else 'MISSED'} (median latency ratios; real-weight .spore "
+        f"<= {SIZE_SLACK:.2f} x .onnx)"
+    )
     if args.json:
         for r in rows:
             r.pop("data", None)

@@ -158,11 +158,32 @@ def run_sporenet(
     log_path = workdir / f"sporenet-{n}-{params}.log"
     with open(log_path, "wb") as log:
         server = subprocess.Popen(
-            [sys.executable, "-m", "sporenet.federated.server", "--address", f"127.0.0.1:{port}",
-             "--state-dir", str(state), "--model", str(model), "--rounds", str(rounds),
-             "--min-clients", str(n), "--round-timeout", "3600", "--heartbeat-interval", "30",
-             "--heartbeat-timeout", "900", "--metrics-port", str(mport), *(extra or [])],
-            stdout=log, stderr=log,
+            [
+                sys.executable,
+                "-m",
+                "sporenet.federated.server",
+                "--address",
+                f"127.0.0.1:{port}",
+                "--state-dir",
+                str(state),
+                "--model",
+                str(model),
+                "--rounds",
+                str(rounds),
+                "--min-clients",
+                str(n),
+                "--round-timeout",
+                "3600",
+                "--heartbeat-interval",
+                "30",
+                "--heartbeat-timeout",
+                "900",
+                "--metrics-port",
+                str(mport),
+                *(extra or []),
+            ],
+            stdout=log,
+            stderr=log,
         )
         try:
             end = time.monotonic() + 30
@@ -203,8 +224,14 @@ def run_sporenet(
             ends[e["round"]] = e["ts"]
     durations = [ends[r] - starts[r] for r in sorted(ends) if r in starts]
     return Result(
-        "sporenet", n, params, float(np.mean(durations)), peak, moved / n / rounds,
-        server_cpu / rounds, client_cpu / rounds,
+        "sporenet",
+        n,
+        params,
+        float(np.mean(durations)),
+        peak,
+        moved / n / rounds,
+        server_cpu / rounds,
+        client_cpu / rounds,
     )
 
 
@@ -226,8 +253,14 @@ def sporenet_worker(address: str, first: int, count: int, params: str) -> None:
 
     def run(i: int) -> None:
         try:
-            c = Client(address, train=make_train(i), name=f"c{i}", poll_wait=2.0, max_backoff=1.0,
-                       rpc_timeout=600)
+            c = Client(
+                address,
+                train=make_train(i),
+                name=f"c{i}",
+                poll_wait=2.0,
+                max_backoff=1.0,
+                rpc_timeout=600,
+            )
             if c.run() is None:
                 raise RuntimeError("client stopped before the job finished")
             c.close()
@@ -250,9 +283,18 @@ def run_flower(n: int, params: str, rounds: int, procs: int, workdir: Path) -> R
     port = _free_port()
     out = workdir / f"flower-{n}-{params}.json"
     server = subprocess.Popen(
-        [sys.executable, __file__, "--flower-server", f"127.0.0.1:{port}", str(n), params,
-         str(rounds), str(out)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        [
+            sys.executable,
+            __file__,
+            "--flower-server",
+            f"127.0.0.1:{port}",
+            str(n),
+            params,
+            str(rounds),
+            str(out),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
     )
     time.sleep(2.0)  # Flower's legacy server has no readiness signal; clients retry anyway
     before = _children_cpu()
@@ -265,8 +307,14 @@ def run_flower(n: int, params: str, rounds: int, procs: int, workdir: Path) -> R
         raise RuntimeError(f"Flower server failed:\n{err[-2000:]}")
     report = json.loads(out.read_text())
     return Result(
-        "flower", n, params, float(np.mean(report["durations"])), report["peak_mb"], None,
-        report["cpu"] / rounds, client_cpu / rounds,
+        "flower",
+        n,
+        params,
+        float(np.mean(report["durations"])),
+        report["peak_mb"],
+        None,
+        report["cpu"] / rounds,
+        client_cpu / rounds,
     )
 
 
@@ -290,8 +338,12 @@ def flower_server(address: str, n: int, params: str, rounds: int, out: str) -> N
 
     w0 = _initial_weights(params)
     strategy = TimedFedAvg(
-        fraction_fit=1.0, fraction_evaluate=0.0, min_fit_clients=n, min_evaluate_clients=0,
-        min_available_clients=n, initial_parameters=ndarrays_to_parameters([w0["w"], w0["b"]]),
+        fraction_fit=1.0,
+        fraction_evaluate=0.0,
+        min_fit_clients=n,
+        min_evaluate_clients=0,
+        min_available_clients=n,
+        initial_parameters=ndarrays_to_parameters([w0["w"], w0["b"]]),
     )
     fl.server.start_server(
         server_address=address, config=fl.server.ServerConfig(num_rounds=rounds), strategy=strategy
@@ -315,16 +367,23 @@ def _flower_own_connections() -> None:
     from flwr.compat.client.grpc_client import connection
 
     def create_channel(  # type: ignore[no-untyped-def]
-        server_address, insecure, root_certificates=None, max_message_length=None,
+        server_address,
+        insecure,
+        root_certificates=None,
+        max_message_length=None,
         interceptors=None,
     ):
         if not insecure or interceptors:
             raise RuntimeError("the benchmark runs Flower on loopback without TLS/interceptors")
         size = max_message_length or 536_870_912
-        return grpc.insecure_channel(server_address, options=[
-            ("grpc.max_send_message_length", size), ("grpc.max_receive_message_length", size),
-            ("grpc.use_local_subchannel_pool", 1),
-        ])
+        return grpc.insecure_channel(
+            server_address,
+            options=[
+                ("grpc.max_send_message_length", size),
+                ("grpc.max_receive_message_length", size),
+                ("grpc.use_local_subchannel_pool", 1),
+            ],
+        )
 
     connection.create_channel = create_channel
 
@@ -428,7 +487,9 @@ def main() -> None:
     p.add_argument("--no-flower", action="store_true")
     p.add_argument("--server-args", default="", help="extra sporenet-server flags, space separated")
     p.add_argument(
-        "--repeats", type=int, default=1,
+        "--repeats",
+        type=int,
+        default=1,
         help="runs of each workload, alternating the frameworks; the summary gives medians",
     )
     args = p.parse_args()

@@ -50,8 +50,9 @@ def _choose_openblas_core() -> str | None:
         return choice
     try:
         with open("/proc/cpuinfo") as f:
-            flags = next((line.split(":", 1)[1].split() for line in f
-                          if line.startswith("flags")), [])
+            flags = next(
+                (line.split(":", 1)[1].split() for line in f if line.startswith("flags")), []
+            )
     except OSError:
         return None
     if {"avx512f", "avx512bw", "avx512dq", "avx512vl"} <= set(flags):
@@ -108,16 +109,19 @@ class Twin:
             self.nodes.append(helper.make_node("Relu", [name], [out]))
         elif act == "relu6":
             lo, hi = self._name("lo"), self._name("hi")
-            self.inits += [numpy_helper.from_array(np.array(0, np.float32), lo),
-                           numpy_helper.from_array(np.array(6, np.float32), hi)]
+            self.inits += [
+                numpy_helper.from_array(np.array(0, np.float32), lo),
+                numpy_helper.from_array(np.array(6, np.float32), hi),
+            ]
             self.nodes.append(helper.make_node("Clip", [name, lo, hi], [out]))
         return out
 
-    def conv(self, x: Ten, out_ch: int, k: int, stride: int = 1, group: int = 1,
-             act: str = "none") -> Ten:
+    def conv(
+        self, x: Ten, out_ch: int, k: int, stride: int = 1, group: int = 1, act: str = "none"
+    ) -> Ten:
         in_ch = x[2]
         fan_in = in_ch // group * k * k
-        w = (self.rng.normal(size=(out_ch, in_ch // group, k, k)) * np.sqrt(2 / fan_in))
+        w = self.rng.normal(size=(out_ch, in_ch // group, k, k)) * np.sqrt(2 / fan_in)
         w = w.astype(np.float32)
         bias = (self.rng.normal(size=out_ch) * 0.1).astype(np.float32)
         (ws, wo), (bs, bo) = self._const("w", w), self._const("b", bias)
@@ -125,8 +129,9 @@ class Twin:
         attrs = dict(strides=[stride, stride], pads=pads, group=group)
         s = self.b.op(OpCode.CONV2D, [x[0], ws, bs], activation=act, **attrs)
         name = self._name("conv")
-        self.nodes.append(helper.make_node("Conv", [x[1], wo, bo], [name], kernel_shape=[k, k],
-                                           **attrs))
+        self.nodes.append(
+            helper.make_node("Conv", [x[1], wo, bo], [name], kernel_shape=[k, k], **attrs)
+        )
         return s, self._act(name, act), out_ch
 
     def add(self, a: Ten, b: Ten, act: str = "none") -> Ten:
@@ -145,8 +150,10 @@ class Twin:
     def global_avg_pool_flatten(self, x: Ten) -> Ten:
         s = self.b.op(OpCode.FLATTEN, [self.b.op(OpCode.GLOBAL_AVG_POOL, [x[0]])])
         pooled, name = self._name("gap"), self._name("flat")
-        self.nodes += [helper.make_node("GlobalAveragePool", [x[1]], [pooled]),
-                       helper.make_node("Flatten", [pooled], [name])]
+        self.nodes += [
+            helper.make_node("GlobalAveragePool", [x[1]], [pooled]),
+            helper.make_node("Flatten", [pooled], [name]),
+        ]
         return s, name, x[2]
 
     def flatten(self, x: Ten, features: int) -> Ten:
@@ -172,7 +179,8 @@ class Twin:
         self.b.output(y[0], name="y")
         spore = serialize(self.b.build())
         graph = helper.make_graph(
-            self.nodes, "benchmark",
+            self.nodes,
+            "benchmark",
             [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(self.input_shape))],
             [helper.make_tensor_value_info(y[1], TensorProto.FLOAT, None)],
             initializer=self.inits,
@@ -195,10 +203,10 @@ def mlp() -> Twin:
 
 def lenet() -> Twin:
     t = Twin((1, 1, 8, 8))
-    h = t.conv(t.x, 6, 3, act="relu")            # 6x8x8
-    h = t.max_pool(h, 2, 2, 0)                   # 6x4x4
-    h = t.conv(h, 16, 3, act="relu")             # 16x4x4
-    h = t.max_pool(h, 2, 2, 0)                   # 16x2x2
+    h = t.conv(t.x, 6, 3, act="relu")  # 6x8x8
+    h = t.max_pool(h, 2, 2, 0)  # 6x4x4
+    h = t.conv(h, 16, 3, act="relu")  # 16x4x4
+    h = t.max_pool(h, 2, 2, 0)  # 16x2x2
     h = t.flatten(h, 64)
     h = t.dense(h, 120, act="relu")
     h = t.dense(h, 84, act="relu")
@@ -214,8 +222,15 @@ def mobilenetv2(width: float = 0.5) -> Twin:
     h = t.conv(t.x, ch(32), 3, stride=2, act="relu6")
     in_ch = ch(32)
     # (expansion t, channels c, repeats n, first stride s) of MobileNetV2
-    for expand, c, n, s in [(1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2),
-                            (6, 96, 3, 1), (6, 160, 3, 2), (6, 320, 1, 1)]:
+    for expand, c, n, s in [
+        (1, 16, 1, 1),
+        (6, 24, 2, 2),
+        (6, 32, 3, 2),
+        (6, 64, 4, 2),
+        (6, 96, 3, 1),
+        (6, 160, 3, 2),
+        (6, 320, 1, 1),
+    ]:
         out_ch = ch(c)
         for i in range(n):
             stride = s if i == 0 else 1
@@ -247,15 +262,20 @@ def resnet18() -> Twin:
     return t
 
 
-NETS: dict[str, Callable[[], Twin]] = {"mlp": mlp, "lenet": lenet,
-                                       "mobilenetv2": mobilenetv2, "resnet18": resnet18}
+NETS: dict[str, Callable[[], Twin]] = {
+    "mlp": mlp,
+    "lenet": lenet,
+    "mobilenetv2": mobilenetv2,
+    "resnet18": resnet18,
+}
 
 
 # ------------------------------------------------------------------------------- timing
 
 
-def paired_timings(fns: list[Callable[[], object]], budget: float,
-                   min_runs: int) -> list[list[float]]:
+def paired_timings(
+    fns: list[Callable[[], object]], budget: float, min_runs: int
+) -> list[list[float]]:
     """Single-call timings of each function over about `budget` seconds, taken in
     alternating blocks so every runtime sees the same machine load (the benchmark host
     may be shared). Blocks, not single calls, alternate: onnxruntime's worker threads
@@ -295,10 +315,15 @@ def run(name: str, threads: int, budget: float, min_runs: int) -> dict[str, floa
     ours = interp.run(feeds)["y"]
     (theirs,) = session.run(None, feeds)
     diff = float(np.abs(ours - theirs).max() / max(np.abs(theirs).max(), 1e-30))
-    t_ort, t_ours = paired_timings([lambda: session.run(None, feeds),
-                                    lambda: interp.run(feeds)], 2 * budget, min_runs)
-    return {"ort": statistics.median(t_ort), "ours": statistics.median(t_ours),
-            "best_ratio": min(t_ours) / min(t_ort), "diff": diff}
+    t_ort, t_ours = paired_timings(
+        [lambda: session.run(None, feeds), lambda: interp.run(feeds)], 2 * budget, min_runs
+    )
+    return {
+        "ort": statistics.median(t_ort),
+        "ours": statistics.median(t_ours),
+        "best_ratio": min(t_ours) / min(t_ort),
+        "diff": diff,
+    }
 
 
 def _openblas_core() -> str:
@@ -308,8 +333,11 @@ def _openblas_core() -> str:
     root = os.path.dirname(os.path.dirname(np.__file__))
     for path in glob.glob(os.path.join(root, "numpy.libs", "*openblas*")):
         lib = ctypes.CDLL(path)
-        for name in ("scipy_openblas_get_corename64_", "scipy_openblas_get_corename",
-                     "openblas_get_corename"):
+        for name in (
+            "scipy_openblas_get_corename64_",
+            "scipy_openblas_get_corename",
+            "openblas_get_corename",
+        ):
             if hasattr(lib, name):
                 fn = getattr(lib, name)
                 fn.restype = ctypes.c_char_p
@@ -326,15 +354,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="short run with fewer repeats")
     parser.add_argument("--nets", default=",".join(NETS), help="comma-separated subset")
     parser.add_argument("--threads", default="1,2", help="thread counts to compare")
-    parser.add_argument("--blas-core", default="auto",
-                        help="OpenBLAS kernels: auto (AVX-512 where available), default, or "
-                             "an OPENBLAS_CORETYPE name (read before NumPy loads)")
+    parser.add_argument(
+        "--blas-core",
+        default="auto",
+        help="OpenBLAS kernels: auto (AVX-512 where available), default, or "
+        "an OPENBLAS_CORETYPE name (read before NumPy loads)",
+    )
     args = parser.parse_args(argv)
-    print(f"OpenBLAS core: {_openblas_core()}   onnxruntime {ort.__version__}   "
-          f"numpy {np.__version__}")
+    print(
+        f"OpenBLAS core: {_openblas_core()}   onnxruntime {ort.__version__}   "
+        f"numpy {np.__version__}"
+    )
     budget, min_runs = (0.3, 5) if args.quick else (2.0, 20)
-    header = (f"{'net':<12} {'threads':>7} {'onnxruntime':>12} {'sporenet':>12} {'ratio':>6} "
-              f"{'target':>6} {'best-of':>7} {'max rel diff':>12}")
+    header = (
+        f"{'net':<12} {'threads':>7} {'onnxruntime':>12} {'sporenet':>12} {'ratio':>6} "
+        f"{'target':>6} {'best-of':>7} {'max rel diff':>12}"
+    )
     print(header)
     print("-" * len(header))
     missed = []
@@ -347,9 +382,11 @@ def main(argv: list[str] | None = None) -> int:
             if target is not None and ratio > target:
                 mark = " !"
                 missed.append(name)
-            print(f"{name:<12} {threads:>7} {_fmt(r['ort']):>12} {_fmt(r['ours']):>12} "
-                  f"{ratio:6.2f} {target or '':>6} {r['best_ratio']:7.2f} {r['diff']:12.2e}{mark}",
-                  flush=True)
+            print(
+                f"{name:<12} {threads:>7} {_fmt(r['ort']):>12} {_fmt(r['ours']):>12} "
+                f"{ratio:6.2f} {target or '':>6} {r['best_ratio']:7.2f} {r['diff']:12.2e}{mark}",
+                flush=True,
+            )
     if missed:
         print(f"\nmissed the one-thread target on: {', '.join(missed)}")
     return 0

@@ -1,13 +1,13 @@
 """sporenet.cloud: build models from layers, train them (eager or graph mode), export them.
 
-    from sporenet import cloud
-    from sporenet.cloud import layers as L
+from sporenet import cloud
+from sporenet.cloud import layers as L
 
-    model = cloud.Sequential(L.Rescale(1 / 16), L.Flatten(), L.Dense(64, 32), L.ReLU(),
-                             L.Dense(32, 10))
-    cloud.set_mode("graph")
-    history = cloud.fit(model, x, y, epochs=10, batch_size=32, optimizer=cloud.Adam(lr=1e-2))
-    cloud.export(model, "digits.spore", labels=[str(d) for d in range(10)])
+model = cloud.Sequential(L.Rescale(1 / 16), L.Flatten(), L.Dense(64, 32), L.ReLU(),
+                         L.Dense(32, 10))
+cloud.set_mode("graph")
+history = cloud.fit(model, x, y, epochs=10, batch_size=32, optimizer=cloud.Adam(lr=1e-2))
+cloud.export(model, "digits.spore", labels=[str(d) for d in range(10)])
 """
 
 from sporenet.cloud import engines, layers, losses, mode, models, schedules

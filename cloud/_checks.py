@@ -20,8 +20,15 @@ def non_negative_int(name: str, value: Any) -> int:
     return int(value)
 
 
-def number(name: str, value: Any, *, low: float | None = None, high: float | None = None,
-           low_open: bool = False, high_open: bool = False) -> float:
+def number(
+    name: str,
+    value: Any,
+    *,
+    low: float | None = None,
+    high: float | None = None,
+    low_open: bool = False,
+    high_open: bool = False,
+) -> float:
     """A real number within [low, high] (open ends where asked)."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise ConfigError(f"`{name}` must be a number, got {value!r}")
@@ -38,11 +45,12 @@ def number(name: str, value: Any, *, low: float | None = None, high: float | Non
 def pair(name: str, value: Any, *, minimum: int = 1) -> tuple[int, int]:
     """An int or a pair of ints (kernel size, stride, dilation), each >= minimum."""
     items: Sequence[Any] = (value, value) if isinstance(value, int) else value
-    if (not isinstance(items, tuple | list) or len(items) != 2
-            or any(isinstance(v, bool) or not isinstance(v, int) or v < minimum for v in items)):
-        raise ConfigError(
-            f"`{name}` must be an int >= {minimum} or a pair of them, got {value!r}"
-        )
+    if (
+        not isinstance(items, tuple | list)
+        or len(items) != 2
+        or any(isinstance(v, bool) or not isinstance(v, int) or v < minimum for v in items)
+    ):
+        raise ConfigError(f"`{name}` must be an int >= {minimum} or a pair of them, got {value!r}")
     return int(items[0]), int(items[1])
 
 

@@ -97,8 +97,14 @@ class ModelCheckpoint(Callback):
 
     `path` may contain "{epoch}" (1-based epoch number)."""
 
-    def __init__(self, path: str | os.PathLike, *, monitor: str = "val_loss",
-                 save_best_only: bool = False, mode: str = "auto") -> None:
+    def __init__(
+        self,
+        path: str | os.PathLike,
+        *,
+        monitor: str = "val_loss",
+        save_best_only: bool = False,
+        mode: str = "auto",
+    ) -> None:
         self.path = str(path)
         self.save_best_only = bool(save_best_only)
         self.tracker = _Monitor(monitor, mode, 0.0)
@@ -111,8 +117,9 @@ class ModelCheckpoint(Callback):
                 return
             self.tracker.best = value
         path = Path(self.path.format(epoch=epoch + 1))
-        save_checkpoint(path, state.model, optimizer=state.optimizer, epoch=epoch + 1,
-                        extra={"logs": logs})
+        save_checkpoint(
+            path, state.model, optimizer=state.optimizer, epoch=epoch + 1, extra={"logs": logs}
+        )
         self.saved.append(path)
 
 
@@ -120,8 +127,15 @@ class EarlyStopping(Callback):
     """Stop when `monitor` has not improved by `min_delta` for `patience` epochs; with
     `restore_best_weights` the model ends with the weights of its best epoch."""
 
-    def __init__(self, *, monitor: str = "val_loss", patience: int = 3, min_delta: float = 0.0,
-                 mode: str = "auto", restore_best_weights: bool = True) -> None:
+    def __init__(
+        self,
+        *,
+        monitor: str = "val_loss",
+        patience: int = 3,
+        min_delta: float = 0.0,
+        mode: str = "auto",
+        restore_best_weights: bool = True,
+    ) -> None:
         self.patience = non_negative_int("patience", patience)
         self.tracker = _Monitor(monitor, mode, number("min_delta", min_delta, low=0.0))
         self.restore_best_weights = bool(restore_best_weights)
@@ -199,15 +213,19 @@ class ProgressBar(Callback):
         if self.interactive:
             done = self.count / max(state.steps_per_epoch, 1)
             bar = "=" * int(done * self.width)
-            self.stream.write(f"\repoch {state.epoch + 1}/{state.epochs} [{bar:<{self.width}}] "
-                              f"loss {self.loss_sum / self.count:.4f}")
+            self.stream.write(
+                f"\repoch {state.epoch + 1}/{state.epochs} [{bar:<{self.width}}] "
+                f"loss {self.loss_sum / self.count:.4f}"
+            )
             self.stream.flush()
 
     def on_epoch_end(self, epoch: int, logs: dict[str, float], state: TrainingState) -> None:
-        shown = "  ".join(f"{k} {v:.4f}" if k != "lr" else f"lr {v:.2e}" for k, v in logs.items()
-                          if k != "time")
-        line = (f"epoch {epoch + 1}/{state.epochs}  {shown}  "
-                f"({time.perf_counter() - self.start:.2f}s)")
+        shown = "  ".join(
+            f"{k} {v:.4f}" if k != "lr" else f"lr {v:.2e}" for k, v in logs.items() if k != "time"
+        )
+        line = (
+            f"epoch {epoch + 1}/{state.epochs}  {shown}  ({time.perf_counter() - self.start:.2f}s)"
+        )
         self.stream.write(("\r" + line + " " * 8 if self.interactive else line) + "\n")
         self.stream.flush()
 

@@ -34,13 +34,18 @@ class Checkpoint:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-def save_checkpoint(path: str | os.PathLike, model: Module, *, optimizer: Optimizer | None = None,
-                    epoch: int = 0, extra: dict[str, Any] | None = None) -> Path:
+def save_checkpoint(
+    path: str | os.PathLike,
+    model: Module,
+    *,
+    optimizer: Optimizer | None = None,
+    epoch: int = 0,
+    extra: dict[str, Any] | None = None,
+) -> Path:
     """Write model state, optimizer state and `epoch` (epochs completed) to `path`."""
     path = Path(path)
     arrays: dict[str, np.ndarray] = {f"state/{k}": v for k, v in model.state_dict().items()}
-    meta: dict[str, Any] = {"format": FORMAT_VERSION, "epoch": int(epoch),
-                            "extra": extra or {}}
+    meta: dict[str, Any] = {"format": FORMAT_VERSION, "epoch": int(epoch), "extra": extra or {}}
     if optimizer is not None:
         arrays.update({f"optimizer/{k}": v for k, v in optimizer.state.slots.items()})
         meta["optimizer"] = optimizer.describe()
@@ -77,17 +82,20 @@ def read_checkpoint(path: str | os.PathLike) -> Checkpoint:
             f"{os.fspath(path)!r}: checkpoint format {meta.get('format')!r}, expected "
             f"{FORMAT_VERSION}"
         )
-    state = {k[len("state/"):]: v for k, v in files.items() if k.startswith("state/")}
-    slots = {k[len("optimizer/"):]: v for k, v in files.items() if k.startswith("optimizer/")}
-    return Checkpoint(state=state,
-                      optimizer_state=OptimizerState(slots=slots,
-                                                     step=int(meta.get("optimizer_step", 0))),
-                      epoch=int(meta.get("epoch", 0)), optimizer=meta.get("optimizer", {}),
-                      extra=meta.get("extra", {}))
+    state = {k[len("state/") :]: v for k, v in files.items() if k.startswith("state/")}
+    slots = {k[len("optimizer/") :]: v for k, v in files.items() if k.startswith("optimizer/")}
+    return Checkpoint(
+        state=state,
+        optimizer_state=OptimizerState(slots=slots, step=int(meta.get("optimizer_step", 0))),
+        epoch=int(meta.get("epoch", 0)),
+        optimizer=meta.get("optimizer", {}),
+        extra=meta.get("extra", {}),
+    )
 
 
-def load_checkpoint(path: str | os.PathLike, model: Module, *,
-                    optimizer: Optimizer | None = None) -> Checkpoint:
+def load_checkpoint(
+    path: str | os.PathLike, model: Module, *, optimizer: Optimizer | None = None
+) -> Checkpoint:
     """Restore `model` (and `optimizer`'s slots) from `path`; returns the checkpoint, whose
     `epoch` is the number of epochs completed (pass it to fit as `initial_epoch`)."""
     ckpt = read_checkpoint(path)
@@ -95,10 +103,10 @@ def load_checkpoint(path: str | os.PathLike, model: Module, *,
     if optimizer is not None:
         if ckpt.optimizer and ckpt.optimizer.get("kind") != optimizer.kind:
             raise CheckpointError(
-                f"checkpoint optimizer is {ckpt.optimizer.get('kind')!r}, "
-                f"given {optimizer.kind!r}"
+                f"checkpoint optimizer is {ckpt.optimizer.get('kind')!r}, given {optimizer.kind!r}"
             )
         optimizer.state = OptimizerState(
             slots={k: v.copy() for k, v in ckpt.optimizer_state.slots.items()},
-            step=ckpt.optimizer_state.step)
+            step=ckpt.optimizer_state.step,
+        )
     return ckpt

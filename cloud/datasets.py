@@ -43,9 +43,13 @@ def load_digits(*, flat: bool = False) -> Split:
     y = bunch.target.astype(np.int64)
     x = x if flat else x.reshape(-1, 1, 8, 8)
     n = DIGITS_TRAIN_SIZE
-    return Split(x_train=np.ascontiguousarray(x[:n]), y_train=y[:n].copy(),
-                 x_test=np.ascontiguousarray(x[n:]), y_test=y[n:].copy(),
-                 labels=list(DIGITS_LABELS))
+    return Split(
+        x_train=np.ascontiguousarray(x[:n]),
+        y_train=y[:n].copy(),
+        x_test=np.ascontiguousarray(x[n:]),
+        y_test=y[n:].copy(),
+        labels=list(DIGITS_LABELS),
+    )
 
 
 def random_shift(x: np.ndarray, rng: np.random.Generator, *, max_shift: int = 1) -> np.ndarray:

@@ -50,8 +50,12 @@ class Engine(Protocol):
 def loss_node(tape: Tape, loss: str, outputs: Var, labels: Var, label_smoothing: float) -> Var:
     """Record the loss op on a tape (the same op lite's training graph uses)."""
     if loss == "softmax_cross_entropy":
-        value, _probs = tape.op(OpCode.SOFTMAX_CROSS_ENTROPY, [outputs, labels], num_outputs=2,
-                                label_smoothing=float(label_smoothing))
+        value, _probs = tape.op(
+            OpCode.SOFTMAX_CROSS_ENTROPY,
+            [outputs, labels],
+            num_outputs=2,
+            label_smoothing=float(label_smoothing),
+        )
         return value
     op = OpCode.MSE_LOSS if loss == "mse" else OpCode.BCE_WITH_LOGITS
     return tape.op(op, [outputs, labels])
@@ -67,8 +71,7 @@ class Slots:
         # the state moves between the modes and into checkpoints unchanged.
         if optimizer.kind == "sgd":
             if optimizer.momentum:
-                self.arrays.append(slots.setdefault(f"{name}/momentum",
-                                                    np.zeros_like(param.value)))
+                self.arrays.append(slots.setdefault(f"{name}/momentum", np.zeros_like(param.value)))
         else:
             self.arrays.append(slots.setdefault(f"{name}/adam_m", np.zeros_like(param.value)))
             self.arrays.append(slots.setdefault(f"{name}/adam_v", np.zeros_like(param.value)))
@@ -78,17 +81,32 @@ class Slots:
 def update_attrs(optimizer: Optimizer) -> dict[str, Any]:
     h = optimizer.hyperparameters()
     if optimizer.kind == "sgd":
-        return {"momentum": h["momentum"], "nesterov": int(h["nesterov"]),
-                "weight_decay": h["weight_decay"]}
-    return {"beta1": h["betas"][0], "beta2": h["betas"][1], "eps": h["eps"],
-            "weight_decay": h["weight_decay"], "decoupled": int(optimizer.kind == "adamw")}
+        return {
+            "momentum": h["momentum"],
+            "nesterov": int(h["nesterov"]),
+            "weight_decay": h["weight_decay"],
+        }
+    return {
+        "beta1": h["betas"][0],
+        "beta2": h["betas"][1],
+        "eps": h["eps"],
+        "weight_decay": h["weight_decay"],
+        "decoupled": int(optimizer.kind == "adamw"),
+    }
 
 
 class EagerEngine:
     """One fresh tape per step: forward ops run at once, backward nodes appended and run."""
 
-    def __init__(self, model: Module, *, loss: str, optimizer: Optimizer,
-                 label_smoothing: float, num_threads: int | None = None) -> None:
+    def __init__(
+        self,
+        model: Module,
+        *,
+        loss: str,
+        optimizer: Optimizer,
+        label_smoothing: float,
+        num_threads: int | None = None,
+    ) -> None:
         self.model = model
         self.num_threads = num_threads
         self.loss = loss
@@ -117,8 +135,10 @@ class EagerEngine:
             raise TraceError(f"cannot differentiate the model: {exc}") from exc
         values = tape.values
         for node in graph.nodes[first_backward:]:
-            ins = [None if i == -1 else values[i] if i in values else ir.tensors[i].data
-                   for i in node.inputs]
+            ins = [
+                None if i == -1 else values[i] if i in values else ir.tensors[i].data
+                for i in node.inputs
+            ]
             outs = run_op(node.op, ins, num_outputs=len(node.outputs), **node.attrs)
             values.update(zip(node.outputs, outs, strict=True))
         self.last_tape = tape
@@ -150,8 +170,9 @@ class EagerEngine:
     def predict(self, x: np.ndarray, batch_size: int = 512) -> np.ndarray:
         """Eval-mode outputs, run eagerly."""
         with training_mode(self.model, False):
-            return np.concatenate([run_eager(self.model, x[i:i + batch_size])
-                                   for i in range(0, len(x), batch_size)])
+            return np.concatenate(
+                [run_eager(self.model, x[i : i + batch_size]) for i in range(0, len(x), batch_size)]
+            )
 
     def parameter(self, name: str) -> np.ndarray:
         """The parameter's own array: eager steps update it in place."""
@@ -170,15 +191,32 @@ def _append_gradients(ir: Any, loss: int, wrt: Sequence[int]) -> dict[int, int]:
     return append_gradients(ir, 0, loss, list(wrt))
 
 
-def make_engine(mode: str, model: Module, *, sample_shape: Sequence[int], loss: str,
-                optimizer: Optimizer, label_smoothing: float,
-                num_threads: int | None) -> Engine:
+def make_engine(
+    mode: str,
+    model: Module,
+    *,
+    sample_shape: Sequence[int],
+    loss: str,
+    optimizer: Optimizer,
+    label_smoothing: float,
+    num_threads: int | None,
+) -> Engine:
     """The engine for `mode` ("eager" or "graph")."""
     if mode == "eager":
-        return EagerEngine(model, loss=loss, optimizer=optimizer,
-                           label_smoothing=label_smoothing, num_threads=num_threads)
+        return EagerEngine(
+            model,
+            loss=loss,
+            optimizer=optimizer,
+            label_smoothing=label_smoothing,
+            num_threads=num_threads,
+        )
     from sporenet.cloud.graph_engine import GraphEngine
 
-    return GraphEngine(model, sample_shape=sample_shape, loss=loss, optimizer=optimizer,
-                       label_smoothing=label_smoothing, num_threads=num_threads)
-
+    return GraphEngine(
+        model,
+        sample_shape=sample_shape,
+        loss=loss,
+        optimizer=optimizer,
+        label_smoothing=label_smoothing,
+        num_threads=num_threads,
+    )

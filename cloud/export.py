@@ -28,10 +28,18 @@ from sporenet.lite.graph import Model
 from sporenet.lite.validate import validate
 
 
-def export(model: Module, path: str | os.PathLike, *, input_shape: Sequence[int] | None = None,
-           labels: Sequence[str] | None = None, input_range: tuple[float, float] | None = None,
-           probabilities: bool = True, fold_batch_norm: bool = True,
-           metadata: dict[str, str] | None = None, sparsify: bool = False) -> Model:
+def export(
+    model: Module,
+    path: str | os.PathLike,
+    *,
+    input_shape: Sequence[int] | None = None,
+    labels: Sequence[str] | None = None,
+    input_range: tuple[float, float] | None = None,
+    probabilities: bool = True,
+    fold_batch_norm: bool = True,
+    metadata: dict[str, str] | None = None,
+    sparsify: bool = False,
+) -> Model:
     """Write the inference model to `path` and return it.
 
     `input_shape` is one sample's shape, e.g. (1, 8, 8); it defaults to the shape `fit`
@@ -39,9 +47,15 @@ def export(model: Module, path: str | os.PathLike, *, input_shape: Sequence[int]
     `sparsify` stores pruned weights in the sparse BITMASK layout where that saves space
     (lite/sparse.py); the runtime expands them at load.
     """
-    ir = to_inference_ir(model, input_shape=input_shape, labels=labels,
-                         input_range=input_range, probabilities=probabilities,
-                         fold_batch_norm=fold_batch_norm, metadata=metadata)
+    ir = to_inference_ir(
+        model,
+        input_shape=input_shape,
+        labels=labels,
+        input_range=input_range,
+        probabilities=probabilities,
+        fold_batch_norm=fold_batch_norm,
+        metadata=metadata,
+    )
     if sparsify:
         _positive_zeros(ir)
     try:
@@ -59,11 +73,16 @@ def _positive_zeros(ir: Model) -> None:
             t.data = np.asarray(t.data + t.data.dtype.type(0.0))
 
 
-def to_inference_ir(model: Module, *, input_shape: Sequence[int] | None = None,
-                    labels: Sequence[str] | None = None,
-                    input_range: tuple[float, float] | None = None, probabilities: bool = True,
-                    fold_batch_norm: bool = True,
-                    metadata: dict[str, str] | None = None) -> Model:
+def to_inference_ir(
+    model: Module,
+    *,
+    input_shape: Sequence[int] | None = None,
+    labels: Sequence[str] | None = None,
+    input_range: tuple[float, float] | None = None,
+    probabilities: bool = True,
+    fold_batch_norm: bool = True,
+    metadata: dict[str, str] | None = None,
+) -> Model:
     """The exported IR in memory (what `export` writes)."""
     shape = input_shape if input_shape is not None else getattr(model, "input_shape", None)
     if shape is None:
@@ -84,8 +103,12 @@ def to_inference_ir(model: Module, *, input_shape: Sequence[int] | None = None,
         fold_batch_norms(ir)
         compact_tensors(ir)
     ir.description = f"{type(model).__name__} exported by sporenet.cloud"
-    info: dict[str, Any] = {"name": INPUT_NAME, "shape": [-1, *(int(d) for d in shape)],
-                            "dtype": "float32", "preprocessing": "inside the graph"}
+    info: dict[str, Any] = {
+        "name": INPUT_NAME,
+        "shape": [-1, *(int(d) for d in shape)],
+        "dtype": "float32",
+        "preprocessing": "inside the graph",
+    }
     if input_range is not None:
         info["range"] = [float(input_range[0]), float(input_range[1])]
     ir.metadata["input"] = json.dumps(info)

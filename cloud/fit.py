@@ -38,11 +38,14 @@ def _check_data(name: str, x: Any, y: Any) -> tuple[np.ndarray, np.ndarray]:
     x = np.asarray(x)
     y = np.asarray(y)
     if x.dtype.kind not in "fiu" or x.ndim < 2:
-        raise ConfigError(f"`{name}` inputs must be a numeric array (N, ...), got "
-                          f"{x.dtype} {list(x.shape)}")
+        raise ConfigError(
+            f"`{name}` inputs must be a numeric array (N, ...), got {x.dtype} {list(x.shape)}"
+        )
     if len(x) != len(y) or len(x) == 0:
-        raise ConfigError(f"`{name}`: inputs and targets must have the same non-zero length, "
-                          f"got {len(x)} and {len(y)}")
+        raise ConfigError(
+            f"`{name}`: inputs and targets must have the same non-zero length, "
+            f"got {len(x)} and {len(y)}"
+        )
     return np.ascontiguousarray(x, dtype=np.float32), y
 
 
@@ -52,14 +55,27 @@ def _targets(y: np.ndarray, loss: str) -> np.ndarray:
     return y.astype(np.float32)
 
 
-def fit(model: Module, x: Any, y: Any, *, epochs: int, batch_size: int = 32,
-        optimizer: Any = "adam", loss: str = "softmax_cross_entropy",
-        validation_data: tuple[Any, Any] | None = None, callbacks: Sequence[Callback] = (),
-        seed: int = 0, verbose: int = 1, mode: str | None = None,
-        label_smoothing: float = 0.0, shuffle: bool = True, initial_epoch: int = 0,
-        num_threads: int | None = None, plot: str | os.PathLike | None = None,
-        augment: Callable[[np.ndarray, np.random.Generator], np.ndarray] | None = None,
-        ) -> History:
+def fit(
+    model: Module,
+    x: Any,
+    y: Any,
+    *,
+    epochs: int,
+    batch_size: int = 32,
+    optimizer: Any = "adam",
+    loss: str = "softmax_cross_entropy",
+    validation_data: tuple[Any, Any] | None = None,
+    callbacks: Sequence[Callback] = (),
+    seed: int = 0,
+    verbose: int = 1,
+    mode: str | None = None,
+    label_smoothing: float = 0.0,
+    shuffle: bool = True,
+    initial_epoch: int = 0,
+    num_threads: int | None = None,
+    plot: str | os.PathLike | None = None,
+    augment: Callable[[np.ndarray, np.random.Generator], np.ndarray] | None = None,
+) -> History:
     """Train `model` on (x, y) for epochs [initial_epoch, epochs); returns the History.
 
     Mini-batches are reshuffled each epoch from (seed, epoch), so a run resumed from a
@@ -85,8 +101,7 @@ def fit(model: Module, x: Any, y: Any, *, epochs: int, batch_size: int = 32,
         positive_int("num_threads", num_threads)
     if augment is not None and not callable(augment):
         raise ConfigError(f"`augment` must be callable (x_batch, rng) -> x_batch, got {augment!r}")
-    label_smoothing = number("label_smoothing", label_smoothing, low=0.0, high=1.0,
-                             high_open=True)
+    label_smoothing = number("label_smoothing", label_smoothing, low=0.0, high=1.0, high_open=True)
     loss = loss_name(loss)
     opt = get_optimizer(optimizer)
     run_mode = resolve_mode(mode)
@@ -106,12 +121,20 @@ def fit(model: Module, x: Any, y: Any, *, epochs: int, batch_size: int = 32,
 
     model.input_shape = tuple(int(d) for d in x.shape[1:])  # export's default input shape
     steps = (len(x) + batch_size - 1) // batch_size
-    state = TrainingState(model=model, optimizer=opt, lr=opt.lr, epochs=epochs,
-                          steps_per_epoch=steps)
+    state = TrainingState(
+        model=model, optimizer=opt, lr=opt.lr, epochs=epochs, steps_per_epoch=steps
+    )
     history = History(mode=run_mode)
     model.train()
-    engine = make_engine(run_mode, model, sample_shape=x.shape[1:], loss=loss, optimizer=opt,
-                         label_smoothing=label_smoothing, num_threads=num_threads)
+    engine = make_engine(
+        run_mode,
+        model,
+        sample_shape=x.shape[1:],
+        loss=loss,
+        optimizer=opt,
+        label_smoothing=label_smoothing,
+        num_threads=num_threads,
+    )
     state.engine = engine
     for cb in callbacks:
         cb.on_train_begin(state)
@@ -127,9 +150,12 @@ def fit(model: Module, x: Any, y: Any, *, epochs: int, batch_size: int = 32,
             for b in range(steps):
                 for cb in callbacks:
                     cb.on_batch_begin(b, state)
-                idx = order[b * batch_size:(b + 1) * batch_size]
-                xb = x[idx] if augment is None else np.ascontiguousarray(
-                    augment(x[idx], rng), dtype=np.float32)
+                idx = order[b * batch_size : (b + 1) * batch_size]
+                xb = (
+                    x[idx]
+                    if augment is None
+                    else np.ascontiguousarray(augment(x[idx], rng), dtype=np.float32)
+                )
                 value = engine.step(xb, y[idx], state.lr)
                 total += value * len(idx)
                 seen += len(idx)
@@ -162,8 +188,14 @@ def fit(model: Module, x: Any, y: Any, *, epochs: int, batch_size: int = 32,
     return history
 
 
-def predict(model: Module, x: Any, *, batch_size: int = 512, mode: str | None = None,
-            num_threads: int | None = None) -> np.ndarray:
+def predict(
+    model: Module,
+    x: Any,
+    *,
+    batch_size: int = 512,
+    mode: str | None = None,
+    num_threads: int | None = None,
+) -> np.ndarray:
     """The model's outputs on x in eval mode (graph mode: traced and planned once per call)."""
     batch_size = positive_int("batch_size", batch_size)
     x = np.ascontiguousarray(np.asarray(x), dtype=np.float32)
@@ -171,17 +203,27 @@ def predict(model: Module, x: Any, *, batch_size: int = 512, mode: str | None = 
         raise ConfigError("`x` is empty")
     with training_mode(model, False):
         if resolve_mode(mode) == "eager":
-            parts = [run_eager(model, x[i:i + batch_size]) for i in range(0, len(x), batch_size)]
+            parts = [run_eager(model, x[i : i + batch_size]) for i in range(0, len(x), batch_size)]
         else:
-            interpreter = Interpreter(model=trace(model, x.shape[1:], training=False),
-                                      num_threads=num_threads)
-            parts = [interpreter.run({"input": x[i:i + batch_size]})["logits"]
-                     for i in range(0, len(x), batch_size)]
+            interpreter = Interpreter(
+                model=trace(model, x.shape[1:], training=False), num_threads=num_threads
+            )
+            parts = [
+                interpreter.run({"input": x[i : i + batch_size]})["logits"]
+                for i in range(0, len(x), batch_size)
+            ]
     return np.concatenate(parts)
 
 
-def evaluate(model: Module, x: Any, y: Any, *, loss: str = "softmax_cross_entropy",
-             batch_size: int = 512, mode: str | None = None) -> dict[str, float]:
+def evaluate(
+    model: Module,
+    x: Any,
+    y: Any,
+    *,
+    loss: str = "softmax_cross_entropy",
+    batch_size: int = 512,
+    mode: str | None = None,
+) -> dict[str, float]:
     """Loss and accuracy of the model in eval mode."""
     name = loss_name(loss)
     x, y = _check_data("x/y", x, y)

@@ -25,9 +25,16 @@ from sporenet.lite.training.model import optimizer_slots
 class GraphEngine:
     """Runs fit's steps on one planned train graph."""
 
-    def __init__(self, model: Module, *, sample_shape: Sequence[int], loss: str,
-                 optimizer: Optimizer, label_smoothing: float,
-                 num_threads: int | None) -> None:
+    def __init__(
+        self,
+        model: Module,
+        *,
+        sample_shape: Sequence[int],
+        loss: str,
+        optimizer: Optimizer,
+        label_smoothing: float,
+        num_threads: int | None,
+    ) -> None:
         self.model = model
         self.optimizer = optimizer
         ir = trace(model, sample_shape, training=False, keep_dropout=True)
@@ -38,8 +45,13 @@ class GraphEngine:
             raise TraceError("the model has no trainable parameters on its forward path")
         try:
             self.train_model = make_training_model(
-                ir, output=LOGITS_NAME, loss=loss, optimizer=optimizer.to_config(),
-                label_smoothing=label_smoothing, trainable=trainable)
+                ir,
+                output=LOGITS_NAME,
+                loss=loss,
+                optimizer=optimizer.to_config(),
+                label_smoothing=label_smoothing,
+                trainable=trainable,
+            )
         except (LiteError, ValueError) as exc:
             raise TraceError(f"cannot build the training graph: {exc}") from exc
         self.trainer = Trainer(self.train_model, num_threads=num_threads)
@@ -64,9 +76,12 @@ class GraphEngine:
 
     def predict(self, x: np.ndarray, batch_size: int = 512) -> np.ndarray:
         """Eval-mode outputs from the trainer's infer plan (current weights, no re-plan)."""
-        return np.concatenate([
-            self.trainer.evaluate({INPUT_NAME: x[i:i + batch_size]})[LOGITS_NAME]
-            for i in range(0, len(x), batch_size)])
+        return np.concatenate(
+            [
+                self.trainer.evaluate({INPUT_NAME: x[i : i + batch_size]})[LOGITS_NAME]
+                for i in range(0, len(x), batch_size)
+            ]
+        )
 
     def parameter(self, name: str) -> np.ndarray:
         """The trainer's writable copy of parameter `name` (what the next step reads)."""

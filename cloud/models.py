@@ -13,9 +13,12 @@ from sporenet.cloud.module import Module, Sequential
 def digits_mlp(*, hidden: int = 128) -> Sequential:
     """Rescale, Flatten, Dense(64, hidden), ReLU, Dense(hidden, 64), ReLU, Dense(64, 10)."""
     return Sequential(
-        L.Rescale(1 / 16), L.Flatten(),
-        ("fc1", L.Dense(64, hidden)), L.ReLU(),
-        ("fc2", L.Dense(hidden, 64)), L.ReLU(),
+        L.Rescale(1 / 16),
+        L.Flatten(),
+        ("fc1", L.Dense(64, hidden)),
+        L.ReLU(),
+        ("fc2", L.Dense(hidden, 64)),
+        L.ReLU(),
         ("head", L.Dense(64, 10)),
     )
 
@@ -24,15 +27,24 @@ def digits_cnn(*, width: int = 32, batch_norm: bool = True, dropout: float = 0.3
     """Three 3x3 conv blocks (conv1..3, [bn1..3], ReLU) at 8x8, 8x8 and 4x4 with 2x2
     max-pools after the second and third, then dropout and one Dense layer on the
     2 * width * 2 * 2 features (the "head")."""
+
     def block(k: int, cin: int, cout: int) -> list[Module | tuple[str, Module]]:
         norm = [(f"bn{k}", L.BatchNorm2d(cout))] if batch_norm else []
-        return [(f"conv{k}", L.Conv2d(cin, cout, 3, padding=1, bias=not batch_norm)), *norm,
-                L.ReLU()]
+        return [
+            (f"conv{k}", L.Conv2d(cin, cout, 3, padding=1, bias=not batch_norm)),
+            *norm,
+            L.ReLU(),
+        ]
 
     head_dropout: list[Module] = [L.Dropout(dropout)] if dropout else []
     return Sequential(
         L.Rescale(1 / 16),
-        *block(1, 1, width), *block(2, width, width), L.MaxPool2d(2),
-        *block(3, width, 2 * width), L.MaxPool2d(2),
-        L.Flatten(), *head_dropout, ("head", L.Dense(2 * width * 4, 10)),
+        *block(1, 1, width),
+        *block(2, width, width),
+        L.MaxPool2d(2),
+        *block(3, width, 2 * width),
+        L.MaxPool2d(2),
+        L.Flatten(),
+        *head_dropout,
+        ("head", L.Dense(2 * width * 4, 10)),
     )

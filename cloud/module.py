@@ -159,8 +159,9 @@ class Module:
         return ""
 
     def __repr__(self) -> str:
-        children = [f"  ({n}): " + repr(getattr(self, n)).replace("\n", "\n  ")
-                    for n in self._module_names]
+        children = [
+            f"  ({n}): " + repr(getattr(self, n)).replace("\n", "\n  ") for n in self._module_names
+        ]
         head = f"{type(self).__name__}({self.extra_repr()}"
         return head + (")" if not children else "\n" + "\n".join(children) + "\n)")
 
@@ -205,10 +206,12 @@ class Sequential(Module):
             name, layer = item if named else (str(k), item)
             if not isinstance(layer, Module):
                 raise ConfigError(f"Sequential: layer {k} must be a Module, got {type(layer)}")
-            if named and (not isinstance(name, str) or not name.isidentifier()
-                          or hasattr(self, name)):
-                raise ConfigError(f"Sequential: layer {k}'s name must be an identifier not "
-                                  f"used yet, got {name!r}")
+            if named and (
+                not isinstance(name, str) or not name.isidentifier() or hasattr(self, name)
+            ):
+                raise ConfigError(
+                    f"Sequential: layer {k}'s name must be an identifier not used yet, got {name!r}"
+                )
             setattr(self, name, layer)
 
     def forward(self, x: Var) -> Var:

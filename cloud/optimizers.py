@@ -56,8 +56,14 @@ class SGD(Optimizer):
 
     kind = "sgd"
 
-    def __init__(self, lr: float = 0.01, *, momentum: float = 0.0, nesterov: bool = False,
-                 weight_decay: float = 0.0) -> None:
+    def __init__(
+        self,
+        lr: float = 0.01,
+        *,
+        momentum: float = 0.0,
+        nesterov: bool = False,
+        weight_decay: float = 0.0,
+    ) -> None:
         super().__init__(lr)
         self.momentum = number("momentum", momentum, low=0.0, high=1.0, high_open=True)
         self.weight_decay = number("weight_decay", weight_decay, low=0.0)
@@ -66,8 +72,11 @@ class SGD(Optimizer):
         self.nesterov = bool(nesterov)
 
     def hyperparameters(self) -> dict[str, Any]:
-        return {"momentum": self.momentum, "nesterov": self.nesterov,
-                "weight_decay": self.weight_decay}
+        return {
+            "momentum": self.momentum,
+            "nesterov": self.nesterov,
+            "weight_decay": self.weight_decay,
+        }
 
 
 class Adam(Optimizer):
@@ -75,13 +84,21 @@ class Adam(Optimizer):
 
     kind = "adam"
 
-    def __init__(self, lr: float = 1e-3, *, betas: tuple[float, float] = (0.9, 0.999),
-                 eps: float = 1e-8, weight_decay: float = 0.0) -> None:
+    def __init__(
+        self,
+        lr: float = 1e-3,
+        *,
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-8,
+        weight_decay: float = 0.0,
+    ) -> None:
         super().__init__(lr)
         if not isinstance(betas, tuple | list) or len(betas) != 2:
             raise ConfigError(f"`betas` must be a pair of numbers in [0, 1), got {betas!r}")
-        self.betas = (number("betas[0]", betas[0], low=0.0, high=1.0, high_open=True),
-                      number("betas[1]", betas[1], low=0.0, high=1.0, high_open=True))
+        self.betas = (
+            number("betas[0]", betas[0], low=0.0, high=1.0, high_open=True),
+            number("betas[1]", betas[1], low=0.0, high=1.0, high_open=True),
+        )
         self.eps = number("eps", eps, low=0.0, low_open=True)
         self.weight_decay = number("weight_decay", weight_decay, low=0.0)
 
@@ -94,8 +111,14 @@ class AdamW(Adam):
 
     kind = "adamw"
 
-    def __init__(self, lr: float = 1e-3, *, betas: tuple[float, float] = (0.9, 0.999),
-                 eps: float = 1e-8, weight_decay: float = 0.01) -> None:
+    def __init__(
+        self,
+        lr: float = 1e-3,
+        *,
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-8,
+        weight_decay: float = 0.01,
+    ) -> None:
         super().__init__(lr, betas=betas, eps=eps, weight_decay=weight_decay)
 
 

@@ -66,8 +66,11 @@ class Var:
 
     # ---- arithmetic: recorded as ADD/SUB/MUL/DIV nodes
     def _binary(self, op: OpCode, other: Any, reverse: bool = False) -> Var:
-        other_var = other if isinstance(other, Var) else self.tape.constant(
-            f"{op.name.lower()}_const", np.asarray(other, np.float32))
+        other_var = (
+            other
+            if isinstance(other, Var)
+            else self.tape.constant(f"{op.name.lower()}_const", np.asarray(other, np.float32))
+        )
         a, b = (other_var, self) if reverse else (self, other_var)
         return self.tape.op(op, [a, b])
 
@@ -104,8 +107,9 @@ class Var:
 class Tape:
     """Records ops into a ModelBuilder; with `eager=True` also runs them at once."""
 
-    def __init__(self, *, eager: bool, training: bool = False,
-                 names: dict[int, str] | None = None) -> None:
+    def __init__(
+        self, *, eager: bool, training: bool = False, names: dict[int, str] | None = None
+    ) -> None:
         self.eager = eager
         self.training = training
         self.step = 0  # the optimizer step an eager training tape records (seeds dropout)
@@ -120,8 +124,14 @@ class Tape:
         self.names = names or {}
 
     # ---- leaves
-    def input(self, name: str, value: np.ndarray | None = None, *,
-              shape: Sequence[int] | None = None, dtype: Any = np.float32) -> Var:
+    def input(
+        self,
+        name: str,
+        value: np.ndarray | None = None,
+        *,
+        shape: Sequence[int] | None = None,
+        dtype: Any = np.float32,
+    ) -> Var:
         """A graph input: in eager mode pass its value; when tracing, its shape (-1: batch)."""
         if self.eager:
             if value is None:
@@ -147,8 +157,9 @@ class Tape:
         key = id(p)
         if key not in self.params:
             name = self.names.get(key, "param")
-            index = self.builder.constant(name, p.value,
-                                          trainable=p.trainable if trainable is None else trainable)
+            index = self.builder.constant(
+                name, p.value, trainable=p.trainable if trainable is None else trainable
+            )
             self.params[key] = index
             self.param_objects[key] = p
             if self.eager:
@@ -157,8 +168,15 @@ class Tape:
         return Var(self, index, self.values.get(index))
 
     # ---- ops
-    def op(self, op: OpCode, inputs: Sequence[Var | None], *, num_outputs: int = 1,
-           name: str | None = None, **attrs: Any) -> Any:
+    def op(
+        self,
+        op: OpCode,
+        inputs: Sequence[Var | None],
+        *,
+        num_outputs: int = 1,
+        name: str | None = None,
+        **attrs: Any,
+    ) -> Any:
         """Record (and in eager mode run) one node; returns a Var, or a list if num_outputs > 1."""
         indices = []
         for v in inputs:
@@ -181,8 +199,9 @@ class Tape:
         """Store an eager value and give the tensor-table entry its concrete shape."""
         self.values[index] = value
         t = self.builder.tensors[index]
-        self.builder.tensors[index] = dataclasses.replace(t, shape=tuple(value.shape),
-                                                          dtype=value.dtype)
+        self.builder.tensors[index] = dataclasses.replace(
+            t, shape=tuple(value.shape), dtype=value.dtype
+        )
 
     # ---- results
     def model(self, outputs: Sequence[tuple[Var, str]]) -> Model:

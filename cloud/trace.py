@@ -16,8 +16,14 @@ INPUT_NAME = "input"
 LOGITS_NAME = "logits"
 
 
-def trace(module: Module, sample_shape: Sequence[int], *, training: bool,
-          softmax_output: bool = False, keep_dropout: bool = False) -> Model:
+def trace(
+    module: Module,
+    sample_shape: Sequence[int],
+    *,
+    training: bool,
+    softmax_output: bool = False,
+    keep_dropout: bool = False,
+) -> Model:
     """The module's forward pass as a Model with input "input" (dynamic batch) and output
     "logits" (plus "probabilities" with `softmax_output`).
 
@@ -36,8 +42,9 @@ def trace(module: Module, sample_shape: Sequence[int], *, training: bool,
             out = tape.op(OpCode.IDENTITY, [out])
         outputs = [(out, LOGITS_NAME)]
         if softmax_output:
-            outputs.append((tape.op(OpCode.SOFTMAX, [out], axis=-1, name="probabilities"),
-                            "probabilities"))
+            outputs.append(
+                (tape.op(OpCode.SOFTMAX, [out], axis=-1, name="probabilities"), "probabilities")
+            )
         model = tape.model(outputs)
     # Decouple the model from the live parameter arrays (training updates them in place).
     for t in model.tensors:

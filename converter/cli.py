@@ -26,8 +26,9 @@ from sporenet.lite.format import FILE_IDENTIFIER, load, serialize
 if TYPE_CHECKING:
     from sporenet.converter.convert import ConversionReport
 
-MISSING_ONNX = ("the converter needs the onnx package, which is not installed: "
-                "pip install 'sporenet[onnx]'")
+MISSING_ONNX = (
+    "the converter needs the onnx package, which is not installed: pip install 'sporenet[onnx]'"
+)
 
 
 class UsageError(Exception):
@@ -74,11 +75,21 @@ def is_tflite_file(path: Path) -> bool:
         return path.suffix.lower() == ".tflite"
 
 
-def format_report(source: Path, target: Path, report: ConversionReport, source_bytes: int,
-                  *, verbose: bool, kind: str = "ONNX") -> str:
+def format_report(
+    source: Path,
+    target: Path,
+    report: ConversionReport,
+    source_bytes: int,
+    *,
+    verbose: bool,
+    kind: str = "ONNX",
+) -> str:
     before, after = report.ir_ops_before, report.ir_ops_after
-    origin = (f"opset {report.opset}, {sum(report.onnx_ops.values())} ONNX nodes"
-              if kind == "ONNX" else f"{sum(report.onnx_ops.values())} TFLite operators")
+    origin = (
+        f"opset {report.opset}, {sum(report.onnx_ops.values())} ONNX nodes"
+        if kind == "ONNX"
+        else f"{sum(report.onnx_ops.values())} TFLite operators"
+    )
     lines = [
         f"converted {source} -> {target}",
         f"  source     : {report.producer or 'unknown producer'}, {origin} "
@@ -91,8 +102,9 @@ def format_report(source: Path, target: Path, report: ConversionReport, source_b
         f"  time       : {report.seconds:.2f} s",
     ]
     if report.passes:
-        applied = ", ".join(f"{name} {count}" for name, count in report.passes.items()
-                            if count or verbose)
+        applied = ", ".join(
+            f"{name} {count}" for name, count in report.passes.items() if count or verbose
+        )
         lines.append(f"  passes     : {len(report.passes)} run; rewrites: {applied or 'none'}")
     else:
         lines.append("  passes     : none (--no-optimize)")
@@ -103,8 +115,10 @@ def format_report(source: Path, target: Path, report: ConversionReport, source_b
     if len(ops) > len(shown):
         lines.append(f"    ... {len(ops) - len(shown)} more (--verbose shows all)")
     if verbose:
-        lines.append(f"  {kind + ' ops':<11}: " + ", ".join(f"{op} x{n}"
-                                                  for op, n in sorted(report.onnx_ops.items())))
+        lines.append(
+            f"  {kind + ' ops':<11}: "
+            + ", ".join(f"{op} x{n}" for op, n in sorted(report.onnx_ops.items()))
+        )
     return "\n".join(lines)
 
 
@@ -124,38 +138,78 @@ def build_parser() -> argparse.ArgumentParser:
         "  sporenet-convert model.tflite -o model.spore\n"
         "  sporenet-convert model.spore -o model.int8.spore --quantize int8 "
         "--calibration data.npz\n"
-        "  sporenet-convert --list-ops | head")
-    parser.add_argument("model", nargs="?",
-                        help="the .onnx or .tflite model to convert (or a .spore model to "
-                        "quantize)")
-    parser.add_argument("-o", "--output", help="where to write the .spore file "
-                        "(default: MODEL with a .spore suffix)")
-    parser.add_argument("--input-shape", action="append", default=[], metavar="NAME:D0,D1,...",
-                        help="fix a dynamic input's shape (repeatable), e.g. "
-                        "input:1,3,224,224; dimensions left dynamic stay -1 in the model")
-    parser.add_argument("--no-optimize", action="store_true",
-                        help="skip the graph optimization passes (constant folding, "
-                        "BatchNorm folding, activation fusion, ...)")
-    parser.add_argument("--metadata", action="append", default=[], metavar="KEY=VALUE",
-                        help="store a metadata entry in the model (repeatable)")
-    parser.add_argument("--list-ops", action="store_true",
-                        help="print every ONNX op type the converter accepts and exit")
-    parser.add_argument("--verbose", action="store_true",
-                        help="a longer report (every op and pass, the ONNX op counts) and a "
-                        "traceback on an internal error")
+        "  sporenet-convert --list-ops | head",
+    )
+    parser.add_argument(
+        "model",
+        nargs="?",
+        help="the .onnx or .tflite model to convert (or a .spore model to quantize)",
+    )
+    parser.add_argument(
+        "-o",
+        "--output",
+        help="where to write the .spore file (default: MODEL with a .spore suffix)",
+    )
+    parser.add_argument(
+        "--input-shape",
+        action="append",
+        default=[],
+        metavar="NAME:D0,D1,...",
+        help="fix a dynamic input's shape (repeatable), e.g. "
+        "input:1,3,224,224; dimensions left dynamic stay -1 in the model",
+    )
+    parser.add_argument(
+        "--no-optimize",
+        action="store_true",
+        help="skip the graph optimization passes (constant folding, "
+        "BatchNorm folding, activation fusion, ...)",
+    )
+    parser.add_argument(
+        "--metadata",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="store a metadata entry in the model (repeatable)",
+    )
+    parser.add_argument(
+        "--list-ops",
+        action="store_true",
+        help="print every ONNX op type the converter accepts and exit",
+    )
+    parser.add_argument(
+        "--verbose",
+        action="store_true",
+        help="a longer report (every op and pass, the ONNX op counts) and a "
+        "traceback on an internal error",
+    )
     quant = parser.add_argument_group("quantization")
-    quant.add_argument("--quantize", choices=[m.value for m in Mode],
-                       help="int8/uint8: static (needs --calibration); dynamic: int8 weights, "
-                       "float activations; fp16: float16 weights")
-    quant.add_argument("--calibration", metavar="FILE.npz",
-                       help="calibration samples: one array per model input name, samples "
-                       "on axis 0")
-    quant.add_argument("--per-tensor", action="store_true",
-                       help="one weight scale per tensor instead of per output channel")
-    quant.add_argument("--calibration-method", choices=[m.value for m in Method],
-                       default="minmax", help="how activation ranges are chosen")
-    quant.add_argument("--report", metavar="FILE.json",
-                       help="write the per-tensor error report (float vs quantized) as JSON")
+    quant.add_argument(
+        "--quantize",
+        choices=[m.value for m in Mode],
+        help="int8/uint8: static (needs --calibration); dynamic: int8 weights, "
+        "float activations; fp16: float16 weights",
+    )
+    quant.add_argument(
+        "--calibration",
+        metavar="FILE.npz",
+        help="calibration samples: one array per model input name, samples on axis 0",
+    )
+    quant.add_argument(
+        "--per-tensor",
+        action="store_true",
+        help="one weight scale per tensor instead of per output channel",
+    )
+    quant.add_argument(
+        "--calibration-method",
+        choices=[m.value for m in Method],
+        default="minmax",
+        help="how activation ranges are chosen",
+    )
+    quant.add_argument(
+        "--report",
+        metavar="FILE.json",
+        help="write the per-tensor error report (float vs quantized) as JSON",
+    )
     return parser
 
 
@@ -199,48 +253,63 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"sporenet-convert: error: {exc}", file=sys.stderr)
         return 2
     if (args.calibration or args.report or args.per_tensor) and not args.quantize:
-        print("sporenet-convert: error: --calibration, --report and --per-tensor need "
-              "--quantize", file=sys.stderr)
+        print(
+            "sporenet-convert: error: --calibration, --report and --per-tensor need --quantize",
+            file=sys.stderr,
+        )
         return 2
     if target.resolve() == source.resolve():
         print("sporenet-convert: error: the output would overwrite the input", file=sys.stderr)
         return 2
     if not target.parent.is_dir():
-        print(f"sporenet-convert: error: output directory {target.parent} does not exist",
-              file=sys.stderr)
+        print(
+            f"sporenet-convert: error: output directory {target.parent} does not exist",
+            file=sys.stderr,
+        )
         return 1
     tflite = is_tflite_file(source)
     if tflite and shapes:
-        print("sporenet-convert: error: --input-shape applies to ONNX models; a .tflite model "
-              "declares its input shapes", file=sys.stderr)
+        print(
+            "sporenet-convert: error: --input-shape applies to ONNX models; a .tflite model "
+            "declares its input shapes",
+            file=sys.stderr,
+        )
         return 2
     quant_summary = report_json = ""
     try:
         if is_spore(source):
             if shapes or args.no_optimize:
-                raise ConversionError("--input-shape and --no-optimize apply to ONNX input; "
-                                      f"{source} is a .spore model")
+                raise ConversionError(
+                    "--input-shape and --no-optimize apply to ONNX input; "
+                    f"{source} is a .spore model"
+                )
             model, report = load(source), None
             model.metadata.update(metadata)
         elif tflite:
-            model, report = convert_tflite_model(source, optimize=not args.no_optimize,
-                                                 metadata=metadata)
+            model, report = convert_tflite_model(
+                source, optimize=not args.no_optimize, metadata=metadata
+            )
         else:
-            model, report = convert_onnx_model(source, input_shapes=shapes,
-                                               optimize=not args.no_optimize,
-                                               metadata=metadata)
+            model, report = convert_onnx_model(
+                source, input_shapes=shapes, optimize=not args.no_optimize, metadata=metadata
+            )
         if args.quantize:
             calibration = load_calibration(args.calibration) if args.calibration else None
-            result = quantize_model(model, mode=args.quantize, calibration=calibration,
-                                    per_channel=not args.per_tensor,
-                                    method=args.calibration_method)
+            result = quantize_model(
+                model,
+                mode=args.quantize,
+                calibration=calibration,
+                per_channel=not args.per_tensor,
+                method=args.calibration_method,
+            )
             data = result.data
             quant_summary = result.report.summary()
             report_json = result.report.to_json() + "\n"
         else:
             if report is None:
-                raise ConversionError(f"{source} is already a .spore model; give --quantize "
-                                      "to compress it")
+                raise ConversionError(
+                    f"{source} is already a .spore model; give --quantize to compress it"
+                )
             data = serialize(model)
         if report is not None:
             report.output_bytes = len(data)
@@ -249,26 +318,41 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"sporenet-convert: error: {exc}", file=sys.stderr)
         return 1
     except OSError as exc:
-        print(f"sporenet-convert: error: cannot write {target}: {exc.strerror or exc}",
-              file=sys.stderr)
+        print(
+            f"sporenet-convert: error: cannot write {target}: {exc.strerror or exc}",
+            file=sys.stderr,
+        )
         return 1
     except Exception as exc:  # a bug: still one line on stderr (the traceback with --verbose)
         if args.verbose:
             traceback.print_exc()
-        print(f"sporenet-convert: internal error: {type(exc).__name__}: {exc} (please report "
-              "it with the model)", file=sys.stderr)
+        print(
+            f"sporenet-convert: internal error: {type(exc).__name__}: {exc} (please report "
+            "it with the model)",
+            file=sys.stderr,
+        )
         return 70
     if args.report:
         try:
             Path(args.report).write_text(report_json)
         except OSError as exc:
-            print(f"sporenet-convert: error: cannot write the report {args.report}: "
-                  f"{exc.strerror or exc}", file=sys.stderr)
+            print(
+                f"sporenet-convert: error: cannot write the report {args.report}: "
+                f"{exc.strerror or exc}",
+                file=sys.stderr,
+            )
             return 1
     if report is not None:
-        print(format_report(source, target, report, source.stat().st_size,
-                            verbose=args.verbose,
-                            kind="TFLite" if tflite else "ONNX"))
+        print(
+            format_report(
+                source,
+                target,
+                report,
+                source.stat().st_size,
+                verbose=args.verbose,
+                kind="TFLite" if tflite else "ONNX",
+            )
+        )
     else:
         print(f"quantized {source} -> {target}")
     if quant_summary:

@@ -80,18 +80,22 @@ def lower_quantized(ir: Model) -> dict[str, int]:
     return {"qdq-activation-fusion": fused, "qdq-folding": folded}
 
 
-def convert_onnx_model(model: OnnxSource, *,
-                       input_shapes: Mapping[str, Sequence[int]] | None = None,
-                       optimize: bool = True, metadata: Mapping[str, str] | None = None,
-                       ) -> tuple[Model, ConversionReport]:
+def convert_onnx_model(
+    model: OnnxSource,
+    *,
+    input_shapes: Mapping[str, Sequence[int]] | None = None,
+    optimize: bool = True,
+    metadata: Mapping[str, str] | None = None,
+) -> tuple[Model, ConversionReport]:
     """Import (and optimize) an ONNX model; returns the IR Model and a report."""
     start = time.perf_counter()
     proto = load_onnx(model)
     report = ConversionReport(onnx_ops=Counter(n.op_type for n in proto.graph.node))
     report.producer = f"{proto.producer_name} {proto.producer_version}".strip()
     ir = import_onnx(proto, input_shapes=input_shapes)
-    report.opset = max((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")),
-                       default=0)
+    report.opset = max(
+        (o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), default=0
+    )
     compact_tensors(ir)
     mark_onnx_rounding(ir)
     report.ir_ops_before = _ir_ops(ir)
@@ -107,8 +111,9 @@ def convert_onnx_model(model: OnnxSource, *,
         ir.metadata["source_producer"] = report.producer
     for key, value in (metadata or {}).items():
         if not isinstance(key, str) or not isinstance(value, str) or not key:
-            raise ConversionError(f"metadata must map non-empty str keys to str values, got "
-                                  f"{key!r}: {value!r}")
+            raise ConversionError(
+                f"metadata must map non-empty str keys to str values, got {key!r}: {value!r}"
+            )
         ir.metadata[key] = value
     report.ir_ops_after = _ir_ops(ir)
     report.parameters = parameter_count(ir)
@@ -116,11 +121,17 @@ def convert_onnx_model(model: OnnxSource, *,
     return ir, report
 
 
-def convert_onnx(model: OnnxSource, *, input_shapes: Mapping[str, Sequence[int]] | None = None,
-                 optimize: bool = True, metadata: Mapping[str, str] | None = None,
-                 quantize: str | None = None,
-                 calibration: Mapping[str, np.ndarray] | None = None,
-                 per_channel: bool = True, calibration_method: str = "minmax") -> bytes:
+def convert_onnx(
+    model: OnnxSource,
+    *,
+    input_shapes: Mapping[str, Sequence[int]] | None = None,
+    optimize: bool = True,
+    metadata: Mapping[str, str] | None = None,
+    quantize: str | None = None,
+    calibration: Mapping[str, np.ndarray] | None = None,
+    per_channel: bool = True,
+    calibration_method: str = "minmax",
+) -> bytes:
     """Convert an ONNX model (a path, serialized bytes or an onnx.ModelProto) to .spore bytes.
 
     `input_shapes` fixes dynamic input dimensions ({"input": (1, 3, 224, 224)}),
@@ -130,14 +141,20 @@ def convert_onnx(model: OnnxSource, *, input_shapes: Mapping[str, Sequence[int]]
     name -> samples on axis 0).
     Raises InvalidOnnxError, UnsupportedOnnxOpError or ConversionError.
     """
-    ir, _ = convert_onnx_model(model, input_shapes=input_shapes, optimize=optimize,
-                               metadata=metadata)
+    ir, _ = convert_onnx_model(
+        model, input_shapes=input_shapes, optimize=optimize, metadata=metadata
+    )
     if quantize is not None:
         from sporenet.converter.quantize import quantize_model
 
-        return quantize_model(ir, mode=quantize, calibration=calibration,
-                              per_channel=per_channel, method=calibration_method,
-                              report=False).data
+        return quantize_model(
+            ir,
+            mode=quantize,
+            calibration=calibration,
+            per_channel=per_channel,
+            method=calibration_method,
+            report=False,
+        ).data
     try:
         return serialize(ir)
     except LiteError as exc:

@@ -140,8 +140,17 @@ def main(argv: list[str] | None = None) -> int:
     # A short fine-tune at a small learning rate: the float weights are already good,
     # training only adapts them (and the ranges) to the int8 rounding.
     qat_lr = 3e-5
-    cloud.fit(qat, x, y, epochs=args.qat_epochs, batch_size=32, optimizer=cloud.Adam(lr=qat_lr),
-              seed=args.seed + 2, verbose=0, mode=args.mode)
+    cloud.fit(
+        qat,
+        x,
+        y,
+        epochs=args.qat_epochs,
+        batch_size=32,
+        optimizer=cloud.Adam(lr=qat_lr),
+        seed=args.seed + 2,
+        verbose=0,
+        mode=args.mode,
+    )
     result = C.export_int8(qat, calibration, labels=data.labels, report=False)
     (out / "qat_int8.spore").write_bytes(result.data)
     rows.append(

@@ -23,8 +23,9 @@ from sporenet.lite.ops import OpCode
 from sporenet.lite.validate import validate
 
 
-def unique_name(name: str, taken: set[str], *, reserved: Container[str] = (),
-                sep: str = "_") -> str:
+def unique_name(
+    name: str, taken: set[str], *, reserved: Container[str] = (), sep: str = "_"
+) -> str:
     """`name`, or `name{sep}1`, `name{sep}2`, ...: the first in neither `taken` nor
     `reserved`; it joins `taken`."""
     candidate, k = name, 1
@@ -52,13 +53,27 @@ class ModelBuilder:
     def _unique(self, name: str) -> str:
         return unique_name(name, self._names)
 
-    def tensor(self, name: str, shape: Sequence[int], dtype: Any = np.float32, *,
-               data: np.ndarray | None = None, trainable: bool = False,
-               quantization: Quantization | None = None) -> int:
+    def tensor(
+        self,
+        name: str,
+        shape: Sequence[int],
+        dtype: Any = np.float32,
+        *,
+        data: np.ndarray | None = None,
+        trainable: bool = False,
+        quantization: Quantization | None = None,
+    ) -> int:
         """Add a tensor-table entry and return its index."""
-        self.tensors.append(Tensor(name=self._unique(name), dtype=np.dtype(dtype),
-                                   shape=tuple(int(d) for d in shape), data=data,
-                                   trainable=trainable, quantization=quantization))
+        self.tensors.append(
+            Tensor(
+                name=self._unique(name),
+                dtype=np.dtype(dtype),
+                shape=tuple(int(d) for d in shape),
+                data=data,
+                trainable=trainable,
+                quantization=quantization,
+            )
+        )
         return len(self.tensors) - 1
 
     def input(self, name: str, shape: Sequence[int], dtype: Any = np.float32) -> int:
@@ -67,43 +82,77 @@ class ModelBuilder:
         self.inputs.append(index)
         return index
 
-    def constant(self, name: str, value: Any, dtype: Any = None, *, trainable: bool = False,
-                 quantization: Quantization | None = None) -> int:
+    def constant(
+        self,
+        name: str,
+        value: Any,
+        dtype: Any = None,
+        *,
+        trainable: bool = False,
+        quantization: Quantization | None = None,
+    ) -> int:
         """A constant tensor holding `value` (stored contiguously in the model file)."""
         # asarray, not ascontiguousarray (which turns a 0-d value into shape (1,)); like it,
         # asarray does not copy a contiguous array, which cloud's eager tape relies on.
         array = np.asarray(value, dtype=dtype, order="C")
         if array.dtype == np.float64 and dtype is None:
             array = array.astype(np.float32)
-        return self.tensor(name, array.shape, array.dtype, data=array, trainable=trainable,
-                           quantization=quantization)
+        return self.tensor(
+            name,
+            array.shape,
+            array.dtype,
+            data=array,
+            trainable=trainable,
+            quantization=quantization,
+        )
 
-    def op(self, op: OpCode, inputs: Sequence[int], *, num_outputs: int = 1,
-           name: str | None = None, version: int = 1, **attrs: Any) -> int:
+    def op(
+        self,
+        op: OpCode,
+        inputs: Sequence[int],
+        *,
+        num_outputs: int = 1,
+        name: str | None = None,
+        version: int = 1,
+        **attrs: Any,
+    ) -> int:
         """Add a node; its outputs get fresh tensors whose shapes the planner infers."""
         base = name or f"{op.name.lower()}_{len(self.nodes)}"
-        outputs = [self.tensor(f"{base}:{k}" if num_outputs > 1 else base, ())
-                   for k in range(num_outputs)]
-        self.nodes.append(Node(op=op, inputs=list(inputs), outputs=outputs, attrs=dict(attrs),
-                               version=version, name=base))
+        outputs = [
+            self.tensor(f"{base}:{k}" if num_outputs > 1 else base, ()) for k in range(num_outputs)
+        ]
+        self.nodes.append(
+            Node(
+                op=op,
+                inputs=list(inputs),
+                outputs=outputs,
+                attrs=dict(attrs),
+                version=version,
+                name=base,
+            )
+        )
         return outputs[0]
 
-    def op_multi(self, op: OpCode, inputs: Sequence[int], num_outputs: int,
-                 **kwargs: Any) -> list[int]:
+    def op_multi(
+        self, op: OpCode, inputs: Sequence[int], num_outputs: int, **kwargs: Any
+    ) -> list[int]:
         """Like `op` for nodes with several outputs; returns all output indices."""
         first = self.op(op, inputs, num_outputs=num_outputs, **kwargs)
         return list(range(first, first + num_outputs))
 
-    def quantize(self, index: int, scale: Any, zero_point: Any = 0, axis: int = 0,
-                 dtype: Any = None) -> int:
+    def quantize(
+        self, index: int, scale: Any, zero_point: Any = 0, axis: int = 0, dtype: Any = None
+    ) -> int:
         """Give tensor `index` affine quantization parameters (and optionally a dtype, e.g.
         the int8 output of a quantized op); returns `index`."""
         scale = np.atleast_1d(np.asarray(scale, np.float32))
         zp = np.broadcast_to(np.asarray(zero_point, np.int64), scale.shape).copy()
         t = self.tensors[index]
         self.tensors[index] = dataclasses.replace(
-            t, quantization=Quantization(scale=scale, zero_point=zp, axis=axis),
-            dtype=np.dtype(dtype) if dtype is not None else t.dtype)
+            t,
+            quantization=Quantization(scale=scale, zero_point=zp, axis=axis),
+            dtype=np.dtype(dtype) if dtype is not None else t.dtype,
+        )
         return index
 
     def output(self, index: int, name: str | None = None) -> int:
@@ -118,16 +167,26 @@ class ModelBuilder:
         With `infer_shapes`, intermediate tensors get the shapes the planner infers
         (dimensions that follow a dynamic input dimension are stored as -1).
         """
-        graph = Graph(name=graph_name, inputs=list(self.inputs), outputs=list(self.outputs),
-                      nodes=list(self.nodes))
+        graph = Graph(
+            name=graph_name,
+            inputs=list(self.inputs),
+            outputs=list(self.outputs),
+            nodes=list(self.nodes),
+        )
         signature = Signature(
-            key="infer", graph=0,
+            key="infer",
+            graph=0,
             inputs={self.tensors[i].name: i for i in self.inputs},
             outputs=dict(zip(self.output_names, self.outputs, strict=True)),
         )
-        model = Model(tensors=list(self.tensors), graphs=[graph],
-                      signatures={"infer": signature}, metadata=dict(self.metadata),
-                      producer=self.producer, description=self.description)
+        model = Model(
+            tensors=list(self.tensors),
+            graphs=[graph],
+            signatures={"infer": signature},
+            metadata=dict(self.metadata),
+            producer=self.producer,
+            description=self.description,
+        )
         validate(model)
         if infer_shapes:
             fill_inferred_shapes(model)
@@ -147,8 +206,9 @@ def fill_inferred_shapes(model: Model, graph_index: int = 0) -> None:
     first, _, _ = infer(model, graph_index)
     second = first
     if dynamic:
-        shapes = {i: tuple(2 if d == DYNAMIC else d for d in model.tensors[i].shape)
-                  for i in dynamic}
+        shapes = {
+            i: tuple(2 if d == DYNAMIC else d for d in model.tensors[i].shape) for i in dynamic
+        }
         second, _, _ = infer(model, graph_index, shapes)
     for node in graph.nodes:
         for i in node.outputs:
@@ -157,5 +217,6 @@ def fill_inferred_shapes(model: Model, graph_index: int = 0) -> None:
             if len(a) != len(b):
                 shape = a
             quant = model.tensors[i].quantization or first[i].quant
-            model.tensors[i] = dataclasses.replace(model.tensors[i], shape=shape,
-                                                   dtype=first[i].dtype, quantization=quant)
+            model.tensors[i] = dataclasses.replace(
+                model.tensors[i], shape=shape, dtype=first[i].dtype, quantization=quant
+            )

@@ -20,12 +20,18 @@ from sporenet.lite.kernels.base import Attrs, Kernel, TensorSpec
 from sporenet.lite.ops import OpCode
 
 
-def prepare_kernel(op: OpCode, attrs: dict[str, Any], in_specs: Sequence[TensorSpec | None],
-                   num_outputs: int, *, where: str | None = None,
-                   check_outputs: bool = True,
-                   output_quant: Sequence[Quantization | None] = (),
-                   output_dtypes: Sequence[np.dtype] = (),
-                   model: Model | None = None) -> Kernel:
+def prepare_kernel(
+    op: OpCode,
+    attrs: dict[str, Any],
+    in_specs: Sequence[TensorSpec | None],
+    num_outputs: int,
+    *,
+    where: str | None = None,
+    check_outputs: bool = True,
+    output_quant: Sequence[Quantization | None] = (),
+    output_dtypes: Sequence[np.dtype] = (),
+    model: Model | None = None,
+) -> Kernel:
     """The runtime kernel for one node, prepared for `in_specs` (None: an absent optional
     input). Every failure is a ShapeError, prefixed with `where` (the node) when given.
     The kernel is the int8 one when the first input is quantized (kernel_class);
@@ -48,8 +54,10 @@ def prepare_kernel(op: OpCode, attrs: dict[str, Any], in_specs: Sequence[TensorS
     except (ValueError, TypeError, IndexError, OverflowError, KeyError) as exc:
         raise ShapeError(f"{where or op.name}: invalid attributes or inputs ({exc})") from None
     if check_outputs and len(kernel.output_specs) < num_outputs:
-        raise ShapeError(f"{where or op.name}: produces {len(kernel.output_specs)} outputs, "
-                         f"the node lists {num_outputs}")
+        raise ShapeError(
+            f"{where or op.name}: produces {len(kernel.output_specs)} outputs, "
+            f"the node lists {num_outputs}"
+        )
     return kernel
 
 
@@ -66,8 +74,14 @@ def evaluate(kernel: Kernel, values: Sequence[np.ndarray | None]) -> list[np.nda
     return outs
 
 
-def run_op(op: OpCode, inputs: Sequence[np.ndarray | None], *, num_outputs: int = 1,
-           constant_inputs: Sequence[int] | None = None, **attrs: Any) -> list[np.ndarray]:
+def run_op(
+    op: OpCode,
+    inputs: Sequence[np.ndarray | None],
+    *,
+    num_outputs: int = 1,
+    constant_inputs: Sequence[int] | None = None,
+    **attrs: Any,
+) -> list[np.ndarray]:
     """Run `op` on `inputs` (None for an absent optional input) and return its outputs.
 
     `constant_inputs` lists input positions the kernel may treat as load-time constants
@@ -77,8 +91,9 @@ def run_op(op: OpCode, inputs: Sequence[np.ndarray | None], *, num_outputs: int 
         raise UnsupportedOpError(f"no kernel for {op.name}; supported ops: {supported_ops()}")
     arrays = [None if x is None else np.asarray(x) for x in inputs]
     consts = set(range(len(arrays))) if constant_inputs is None else set(constant_inputs)
-    specs = [None if a is None else
-             TensorSpec(a.shape, a.dtype, a if k in consts else None)
-             for k, a in enumerate(arrays)]
+    specs = [
+        None if a is None else TensorSpec(a.shape, a.dtype, a if k in consts else None)
+        for k, a in enumerate(arrays)
+    ]
     kernel = prepare_kernel(op, attrs, specs, num_outputs, check_outputs=False)
     return evaluate(kernel, arrays)[:num_outputs]

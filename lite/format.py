@@ -63,8 +63,13 @@ def _attr_kind(name: str, value: Any) -> int:
 class _Writer:
     """Builds the FlatBuffer for a model whose buffer offsets are already decided."""
 
-    def __init__(self, model: Model, buffer_ranges: list[tuple[int, int]],
-                 tensor_buffer: list[int], mask_buffer: dict[int, int] | None = None) -> None:
+    def __init__(
+        self,
+        model: Model,
+        buffer_ranges: list[tuple[int, int]],
+        tensor_buffer: list[int],
+        mask_buffer: dict[int, int] | None = None,
+    ) -> None:
         self.model = model
         self.ranges = buffer_ranges
         self.tensor_buffer = tensor_buffer
@@ -76,8 +81,12 @@ class _Writer:
     def _ints(self, start: Callable[[Any, int], int], values: list[int], width: str) -> int:
         b = self.b
         start(b, len(values))
-        prepend = {"i": b.PrependInt32, "q": b.PrependInt64, "d": b.PrependFloat64,
-                   "f": b.PrependFloat32}[width]
+        prepend = {
+            "i": b.PrependInt32,
+            "q": b.PrependInt64,
+            "d": b.PrependFloat64,
+            "f": b.PrependFloat32,
+        }[width]
         for v in reversed(values):
             prepend(v)
         return b.EndVector()
@@ -111,16 +120,26 @@ class _Writer:
 
     def _quantization(self, q: Quantization) -> int:
         b = self.b
-        scale = self._ints(fb.QuantizationParamsStartScaleVector,
-                           [float(x) for x in np.ravel(q.scale)], "f")
-        zp = self._ints(fb.QuantizationParamsStartZeroPointVector,
-                        [int(x) for x in np.ravel(q.zero_point)], "q")
-        qmin = (self._ints(fb.QuantizationParamsStartMinVector,
-                           [float(x) for x in np.ravel(q.min)], "f")
-                if q.min is not None else None)
-        qmax = (self._ints(fb.QuantizationParamsStartMaxVector,
-                           [float(x) for x in np.ravel(q.max)], "f")
-                if q.max is not None else None)
+        scale = self._ints(
+            fb.QuantizationParamsStartScaleVector, [float(x) for x in np.ravel(q.scale)], "f"
+        )
+        zp = self._ints(
+            fb.QuantizationParamsStartZeroPointVector, [int(x) for x in np.ravel(q.zero_point)], "q"
+        )
+        qmin = (
+            self._ints(
+                fb.QuantizationParamsStartMinVector, [float(x) for x in np.ravel(q.min)], "f"
+            )
+            if q.min is not None
+            else None
+        )
+        qmax = (
+            self._ints(
+                fb.QuantizationParamsStartMaxVector, [float(x) for x in np.ravel(q.max)], "f"
+            )
+            if q.max is not None
+            else None
+        )
         fb.QuantizationParamsStart(b)
         fb.QuantizationParamsAddScale(b, scale)
         fb.QuantizationParamsAddZeroPoint(b, zp)
@@ -133,8 +152,9 @@ class _Writer:
 
     def _sparsity(self, shape: tuple[int, ...], mask_index: int) -> int:
         b = self.b
-        dense_shape = self._ints(fb.SparsityParamsStartDenseShapeVector,
-                                 [int(d) for d in shape], "q")
+        dense_shape = self._ints(
+            fb.SparsityParamsStartDenseShapeVector, [int(d) for d in shape], "q"
+        )
         fb.SparsityParamsStart(b)
         fb.SparsityParamsAddFormat(b, sparse.BITMASK)
         fb.SparsityParamsAddIndptrBuffer(b, 0)
@@ -147,10 +167,16 @@ class _Writer:
         kind = _attr_kind(name, value)
         name_off = self._string(name)
         s_off = self._string(value) if kind == fb.AttrKind.STRING else None
-        ints_off = (self._ints(fb.AttributeStartIntsVector, [int(v) for v in value], "q")
-                    if kind == fb.AttrKind.INTS else None)
-        floats_off = (self._ints(fb.AttributeStartFloatsVector, [float(v) for v in value], "d")
-                      if kind == fb.AttrKind.FLOATS else None)
+        ints_off = (
+            self._ints(fb.AttributeStartIntsVector, [int(v) for v in value], "q")
+            if kind == fb.AttrKind.INTS
+            else None
+        )
+        floats_off = (
+            self._ints(fb.AttributeStartFloatsVector, [float(v) for v in value], "d")
+            if kind == fb.AttrKind.FLOATS
+            else None
+        )
         fb.AttributeStart(b)
         fb.AttributeAddName(b, name_off)
         fb.AttributeAddKind(b, kind)
@@ -197,10 +223,12 @@ class _Writer:
 
     def _signature(self, s: Signature) -> int:
         b = self.b
-        in_names = self._offsets(fb.SignatureStartInputNamesVector,
-                                 [self._string(k) for k in s.inputs])
-        out_names = self._offsets(fb.SignatureStartOutputNamesVector,
-                                  [self._string(k) for k in s.outputs])
+        in_names = self._offsets(
+            fb.SignatureStartInputNamesVector, [self._string(k) for k in s.inputs]
+        )
+        out_names = self._offsets(
+            fb.SignatureStartOutputNamesVector, [self._string(k) for k in s.outputs]
+        )
         ins = self._ints(fb.SignatureStartInputTensorsVector, list(s.inputs.values()), "i")
         outs = self._ints(fb.SignatureStartOutputTensorsVector, list(s.outputs.values()), "i")
         key = self._string(s.key)
@@ -229,16 +257,21 @@ class _Writer:
 
     def build(self) -> bytes:
         b, m = self.b, self.model
-        tensors = [self._tensor(t, self.tensor_buffer[i], self.mask_buffer.get(i))
-                   for i, t in enumerate(m.tensors)]
+        tensors = [
+            self._tensor(t, self.tensor_buffer[i], self.mask_buffer.get(i))
+            for i, t in enumerate(m.tensors)
+        ]
         tensors_off = self._offsets(fb.ModelStartTensorsVector, tensors)
         graphs_off = self._offsets(fb.ModelStartGraphsVector, [self._graph(g) for g in m.graphs])
-        buffers_off = self._offsets(fb.ModelStartBuffersVector,
-                                    [self._buffer(o, s) for o, s in self.ranges])
-        sigs_off = self._offsets(fb.ModelStartSignaturesVector,
-                                 [self._signature(s) for s in m.signatures.values()])
-        meta_off = self._offsets(fb.ModelStartMetadataVector,
-                                 [self._key_value(k, v) for k, v in m.metadata.items()])
+        buffers_off = self._offsets(
+            fb.ModelStartBuffersVector, [self._buffer(o, s) for o, s in self.ranges]
+        )
+        sigs_off = self._offsets(
+            fb.ModelStartSignaturesVector, [self._signature(s) for s in m.signatures.values()]
+        )
+        meta_off = self._offsets(
+            fb.ModelStartMetadataVector, [self._key_value(k, v) for k, v in m.metadata.items()]
+        )
         producer = self._string(m.producer)
         producer_version = self._string(m.producer_version)
         description = self._string(m.description)
@@ -398,8 +431,9 @@ def _as_buffer(source: Source, use_mmap: bool) -> bytes | memoryview | mmap.mmap
         raise FileNotFoundError(f"model file not found: {path}") from None
 
 
-def _parse_tensor(r: _Reader, t: Any, index: int, buffers: list[tuple[int, int]],
-                  buf: Any) -> Tensor:
+def _parse_tensor(
+    r: _Reader, t: Any, index: int, buffers: list[tuple[int, int]], buf: Any
+) -> Tensor:
     what = f"tensor {index}"
     # A table costs budget too: many entries pointing at one tiny table would otherwise
     # build many Python objects from a few bytes (an honest tensor table is >= 16 bytes).
@@ -422,9 +456,17 @@ def _parse_tensor(r: _Reader, t: Any, index: int, buffers: list[tuple[int, int]]
     if sparsity is not None:
         if buffer_index == 0 or -1 in shape:
             raise ModelFormatError(f"{what}: a sparse tensor must be a constant of static shape")
-        data = sparse.read(sparsity, what=what, dtype=dtype, shape=shape,
-                           values=buffers[buffer_index], buffers=buffers, buf=buf,
-                           spend=r.spend, ints=r.ints)
+        data = sparse.read(
+            sparsity,
+            what=what,
+            dtype=dtype,
+            shape=shape,
+            values=buffers[buffer_index],
+            buffers=buffers,
+            buf=buf,
+            spend=r.spend,
+            ints=r.ints,
+        )
     elif buffer_index != 0:
         if -1 in shape:
             raise ModelFormatError(f"{what}: a constant tensor needs a static shape, got {shape}")
@@ -448,16 +490,25 @@ def _parse_tensor(r: _Reader, t: Any, index: int, buffers: list[tuple[int, int]]
     q = t.Quantization()
     if q is not None:
         scale = np.asarray(r.floats(q, 0, "Scale", 4, what + " scale"), dtype=np.float32)
-        zero_point = np.asarray(r.ints(q, 1, "ZeroPoint", 8, what + " zero_point"),
-                                dtype=np.int64)
+        zero_point = np.asarray(r.ints(q, 1, "ZeroPoint", 8, what + " zero_point"), dtype=np.int64)
         qmin = r.floats(q, 3, "Min", 4, what + " min")
         qmax = r.floats(q, 4, "Max", 4, what + " max")
-        quant = Quantization(scale=scale, zero_point=zero_point, axis=q.QuantizedDimension(),
-                             min=np.asarray(qmin, np.float32) if qmin else None,
-                             max=np.asarray(qmax, np.float32) if qmax else None)
-    return Tensor(name=name, dtype=dtype, shape=shape, data=data, quantization=quant,
-                  sparsity=sparse.bitmask(shape) if sparsity is not None else None,
-                  trainable=bool(t.Trainable()))
+        quant = Quantization(
+            scale=scale,
+            zero_point=zero_point,
+            axis=q.QuantizedDimension(),
+            min=np.asarray(qmin, np.float32) if qmin else None,
+            max=np.asarray(qmax, np.float32) if qmax else None,
+        )
+    return Tensor(
+        name=name,
+        dtype=dtype,
+        shape=shape,
+        data=data,
+        quantization=quant,
+        sparsity=sparse.bitmask(shape) if sparsity is not None else None,
+        trainable=bool(t.Trainable()),
+    )
 
 
 def _parse_attribute(r: _Reader, a: Any, what: str) -> tuple[str, Any]:
@@ -491,8 +542,14 @@ def _parse_node(r: _Reader, n: Any, where: str) -> Node:
     for j in range(r.check_vector(n, 4, 4, what + " attributes")):
         key, value = _parse_attribute(r, n.Attributes(j), what)
         attrs[key] = value
-    return Node(op=op, inputs=inputs, outputs=outputs, attrs=attrs, version=n.Version(),
-                name=r.string(n.Name(), what + " name"))
+    return Node(
+        op=op,
+        inputs=inputs,
+        outputs=outputs,
+        attrs=attrs,
+        version=n.Version(),
+        name=r.string(n.Name(), what + " name"),
+    )
 
 
 def _parse(buf: Any) -> Model:
@@ -527,44 +584,62 @@ def _parse(buf: Any) -> Model:
         raise ModelFormatError("buffer 0 must be the empty sentinel")
     if not buffers:
         buffers = [(0, 0)]
-    tensors = [_parse_tensor(r, m.Tensors(i), i, buffers, buf)
-               for i in range(r.check_vector(m, 5, 4, "tensor table"))]
+    tensors = [
+        _parse_tensor(r, m.Tensors(i), i, buffers, buf)
+        for i in range(r.check_vector(m, 5, 4, "tensor table"))
+    ]
     graphs = []
     for gi in range(r.check_vector(m, 4, 4, "graph list")):
         g = m.Graphs(gi)
         gname = r.string(g.Name(), f"graph {gi} name")
-        nodes = [_parse_node(r, g.Nodes(j), f"graph {gi} node {j}")
-                 for j in range(r.check_vector(g, 3, 4, f"graph {gi} nodes"))]
-        graphs.append(Graph(
-            name=gname,
-            inputs=r.ints(g, 1, "Inputs", 4, f"graph {gi} inputs"),
-            outputs=r.ints(g, 2, "Outputs", 4, f"graph {gi} outputs"),
-            nodes=nodes,
-        ))
+        nodes = [
+            _parse_node(r, g.Nodes(j), f"graph {gi} node {j}")
+            for j in range(r.check_vector(g, 3, 4, f"graph {gi} nodes"))
+        ]
+        graphs.append(
+            Graph(
+                name=gname,
+                inputs=r.ints(g, 1, "Inputs", 4, f"graph {gi} inputs"),
+                outputs=r.ints(g, 2, "Outputs", 4, f"graph {gi} outputs"),
+                nodes=nodes,
+            )
+        )
     signatures: dict[str, Signature] = {}
     for si in range(r.check_vector(m, 7, 4, "signatures")):
         s = m.Signatures(si)
         what = f"signature {si}"
-        in_names = [r.string(s.InputNames(j), what)
-                    for j in range(r.check_vector(s, 2, 4, what + " input names"))]
-        out_names = [r.string(s.OutputNames(j), what)
-                     for j in range(r.check_vector(s, 4, 4, what + " output names"))]
+        in_names = [
+            r.string(s.InputNames(j), what)
+            for j in range(r.check_vector(s, 2, 4, what + " input names"))
+        ]
+        out_names = [
+            r.string(s.OutputNames(j), what)
+            for j in range(r.check_vector(s, 4, 4, what + " output names"))
+        ]
         in_tensors = r.ints(s, 3, "InputTensors", 4, what + " input tensors")
         out_tensors = r.ints(s, 5, "OutputTensors", 4, what + " output tensors")
         if len(in_names) != len(in_tensors) or len(out_names) != len(out_tensors):
             raise ModelFormatError(f"{what}: names and tensor lists differ in length")
         key = r.string(s.Key(), what + " key")
-        signatures[key] = Signature(key=key, graph=s.Graph(),
-                                    inputs=dict(zip(in_names, in_tensors, strict=True)),
-                                    outputs=dict(zip(out_names, out_tensors, strict=True)))
+        signatures[key] = Signature(
+            key=key,
+            graph=s.Graph(),
+            inputs=dict(zip(in_names, in_tensors, strict=True)),
+            outputs=dict(zip(out_names, out_tensors, strict=True)),
+        )
     metadata = {}
     for ki in range(r.check_vector(m, 8, 4, "metadata")):
         kv = m.Metadata(ki)
         metadata[r.string(kv.Key(), f"metadata {ki}")] = r.string(kv.Value(), f"metadata {ki}")
-    return Model(tensors=tensors, graphs=graphs, signatures=signatures, metadata=metadata,
-                 producer=r.string(m.Producer(), "producer"),
-                 producer_version=r.string(m.ProducerVersion(), "producer_version"),
-                 description=r.string(m.Description(), "description"))
+    return Model(
+        tensors=tensors,
+        graphs=graphs,
+        signatures=signatures,
+        metadata=metadata,
+        producer=r.string(m.Producer(), "producer"),
+        producer_version=r.string(m.ProducerVersion(), "producer_version"),
+        description=r.string(m.Description(), "description"),
+    )
 
 
 def parse(buf: bytes | memoryview | mmap.mmap, *, check: bool = True) -> Model:
@@ -573,8 +648,17 @@ def parse(buf: bytes | memoryview | mmap.mmap, *, check: bool = True) -> Model:
         model = _parse(buf)
     except ModelFormatError:
         raise
-    except (IndexError, struct.error, ValueError, TypeError, OverflowError, MemoryError,
-            RecursionError, UnicodeDecodeError, AttributeError) as exc:
+    except (
+        IndexError,
+        struct.error,
+        ValueError,
+        TypeError,
+        OverflowError,
+        MemoryError,
+        RecursionError,
+        UnicodeDecodeError,
+        AttributeError,
+    ) as exc:
         raise ModelFormatError(
             f"file is truncated or corrupt: {type(exc).__name__}: {exc}"
         ) from None

@@ -28,14 +28,22 @@ def describe(model: Model, *, max_tensors: int = DEFAULT_MAX_TENSORS) -> str:
         lines.append(f"description: {model.description}")
     # Parameters: float constants and quantized integer constants (int8 weights).
     params = model.parameter_count() + sum(
-        t.data.size for t in model.tensors
-        if t.data is not None and t.data.dtype.kind in "iu" and t.quantization is not None
-        and t.data.dtype.itemsize == 1)
+        t.data.size
+        for t in model.tensors
+        if t.data is not None
+        and t.data.dtype.kind in "iu"
+        and t.quantization is not None
+        and t.data.dtype.itemsize == 1
+    )
     weight_bytes = sum(t.data.nbytes for t in model.tensors if t.data is not None)
     lines.append(f"parameters: {params:,} ({weight_bytes:,} bytes of constants)")
-    lines.append("constants by dtype: " + ", ".join(
-        f"{dtype} {count:,} tensors {nbytes:,} bytes"
-        for dtype, (count, nbytes) in sorted(size_by_dtype(model).items())))
+    lines.append(
+        "constants by dtype: "
+        + ", ".join(
+            f"{dtype} {count:,} tensors {nbytes:,} bytes"
+            for dtype, (count, nbytes) in sorted(size_by_dtype(model).items())
+        )
+    )
     for gi, graph in enumerate(model.graphs):
         ops = Counter(n.op.name for n in graph.nodes)
         lines.append(f"graph {gi} {graph.name!r}: {len(graph.nodes)} nodes")
@@ -45,15 +53,21 @@ def describe(model: Model, *, max_tensors: int = DEFAULT_MAX_TENSORS) -> str:
     for i, t in enumerate(model.tensors[:max_tensors]):
         kind = "const" if t.data is not None else "      "
         flag = " trainable" if t.trainable else ""
-        extra = "".join(f" {part}" for part in (describe_quantization(t.quantization),
-                                                describe_sparsity(t)) if part)
-        lines.append(f"  [{i:>3}] {kind} {t.dtype!s:<8} {list(t.shape)!s:<20} {t.name}{flag}"
-                     f"{extra}")
+        extra = "".join(
+            f" {part}"
+            for part in (describe_quantization(t.quantization), describe_sparsity(t))
+            if part
+        )
+        lines.append(
+            f"  [{i:>3}] {kind} {t.dtype!s:<8} {list(t.shape)!s:<20} {t.name}{flag}{extra}"
+        )
     if len(model.tensors) > max_tensors:
         lines.append(f"  ... {len(model.tensors) - max_tensors} more")
     for key, sig in model.signatures.items():
-        lines.append(f"signature {key!r} (graph {sig.graph}): inputs {list(sig.inputs)} "
-                     f"outputs {list(sig.outputs)}")
+        lines.append(
+            f"signature {key!r} (graph {sig.graph}): inputs {list(sig.inputs)} "
+            f"outputs {list(sig.outputs)}"
+        )
     for key, value in model.metadata.items():
         shown = value if len(value) < 120 else value[:117] + "..."
         lines.append(f"metadata {key}: {shown}")
@@ -116,10 +130,14 @@ def build_parser() -> argparse.ArgumentParser:
         "(index, constant or not, dtype, shape, name, trainable), signatures and metadata.",
         epilog="Exit status: 0 when the model is valid, 2 when it cannot be read or the "
         "validator rejects it (its message says what is wrong).\n\n"
-        "example:\n\n  sporenet-inspect digits.spore --all-tensors | less")
+        "example:\n\n  sporenet-inspect digits.spore --all-tensors | less",
+    )
     parser.add_argument("model", type=Path, help="the .spore model file to describe")
-    parser.add_argument("--all-tensors", action="store_true",
-                        help=f"list every tensor, not only the first {DEFAULT_MAX_TENSORS}")
+    parser.add_argument(
+        "--all-tensors",
+        action="store_true",
+        help=f"list every tensor, not only the first {DEFAULT_MAX_TENSORS}",
+    )
     return parser
 
 

@@ -28,9 +28,15 @@ class Interpreter:
     `get_signature_runner("infer")` sees the weights it learned.
     """
 
-    def __init__(self, model_path: str | os.PathLike | None = None,
-                 model_content: bytes | None = None, num_threads: int | None = None, *,
-                 model: Model | None = None, signature: str = "infer") -> None:
+    def __init__(
+        self,
+        model_path: str | os.PathLike | None = None,
+        model_content: bytes | None = None,
+        num_threads: int | None = None,
+        *,
+        model: Model | None = None,
+        signature: str = "infer",
+    ) -> None:
         given = [x is not None for x in (model_path, model_content, model)]
         if sum(given) != 1:
             raise ValueError("pass exactly one of model_path, model_content or model")
@@ -45,7 +51,8 @@ class Interpreter:
         self.num_threads = num_threads
         self.signature = self.model.signature(signature)
         self.variables: dict[int, np.ndarray] = writable_copies(
-            self.model, state_tensors(self.model))
+            self.model, state_tensors(self.model)
+        )
         self._runners: dict[str, SignatureRunner] = {}
         self._shapes: dict[int, tuple[int, ...]] = {}
         self._input_names = self.signature.inputs
@@ -105,21 +112,24 @@ class Interpreter:
         for name, i in names.items():
             t = self.model.tensors[i]
             q = t.quantization
-            details.append({
-                "name": name,
-                "index": i,
-                "shape": np.array(self._plan.specs[i].shape, np.int32),
-                "shape_signature": np.array(t.shape, np.int32),
-                "dtype": t.dtype.type,
-                "quantization": (float(q.scale[0]), int(q.zero_point[0])) if q is not None and
-                q.scale.size == 1 and q.zero_point.size == 1 else (0.0, 0),
-                # TFLite's full form, per-axis parameters included.
-                "quantization_parameters": {
-                    "scales": np.array(q.scale if q is not None else [], np.float32),
-                    "zero_points": np.array(q.zero_point if q is not None else [], np.int32),
-                    "quantized_dimension": int(q.axis) if q is not None else 0,
-                },
-            })
+            details.append(
+                {
+                    "name": name,
+                    "index": i,
+                    "shape": np.array(self._plan.specs[i].shape, np.int32),
+                    "shape_signature": np.array(t.shape, np.int32),
+                    "dtype": t.dtype.type,
+                    "quantization": (float(q.scale[0]), int(q.zero_point[0]))
+                    if q is not None and q.scale.size == 1 and q.zero_point.size == 1
+                    else (0.0, 0),
+                    # TFLite's full form, per-axis parameters included.
+                    "quantization_parameters": {
+                        "scales": np.array(q.scale if q is not None else [], np.float32),
+                        "zero_points": np.array(q.zero_point if q is not None else [], np.int32),
+                        "quantized_dimension": int(q.axis) if q is not None else 0,
+                    },
+                }
+            )
         return details
 
     def get_input_details(self) -> list[dict[str, Any]]:
@@ -129,8 +139,10 @@ class Interpreter:
         return self._details(self._output_names)
 
     def get_signature_list(self) -> dict[str, dict[str, list[str]]]:
-        return {k: {"inputs": list(s.inputs), "outputs": list(s.outputs)}
-                for k, s in self.model.signatures.items()}
+        return {
+            k: {"inputs": list(s.inputs), "outputs": list(s.outputs)}
+            for k, s in self.model.signatures.items()
+        }
 
     # ---- tensors
     def _resize_all(self, shapes: dict[int, tuple[int, ...]]) -> None:
@@ -139,10 +151,12 @@ class Interpreter:
             self._check_input_index(index)
             declared = self.model.tensors[index].shape
             if any(d != DYNAMIC and d != s for d, s in zip(declared, shape, strict=True)) or any(
-                    s < 0 for s in shape):
+                s < 0 for s in shape
+            ):
                 raise InputError(
                     f"input {self.model.tensors[index].name!r}: cannot resize to {list(shape)}; "
-                    f"its shape signature is {list(declared)} (only -1 dims may change)")
+                    f"its shape signature is {list(declared)} (only -1 dims may change)"
+                )
         self._shapes.update(shapes)
         self.allocate_tensors()
 
@@ -159,8 +173,11 @@ class Interpreter:
         if value.shape != spec.shape:
             raise InputError(
                 f"input {name!r}: expected shape {list(spec.shape)}, got {list(value.shape)}"
-                + (" (call resize_tensor_input first)" if -1 in self.model.tensors[index].shape
-                   else "")
+                + (
+                    " (call resize_tensor_input first)"
+                    if -1 in self.model.tensors[index].shape
+                    else ""
+                )
             )
 
     def set_tensor(self, tensor_index: int, value: Any) -> None:

@@ -47,8 +47,11 @@ class ExecutionPlan:
 
 def check_supported(model: Model, graph_index: int) -> None:
     """Raise UnsupportedOpError listing every op of the graph that has no kernel."""
-    missing = Counter(n.op.name for n in model.graphs[graph_index].nodes
-                      if n.op not in KERNELS and n.op not in QUANTIZED_KERNELS)
+    missing = Counter(
+        n.op.name
+        for n in model.graphs[graph_index].nodes
+        if n.op not in KERNELS and n.op not in QUANTIZED_KERNELS
+    )
     if missing:
         listed = ", ".join(f"{name} (x{count})" for name, count in sorted(missing.items()))
         raise UnsupportedOpError(
@@ -80,12 +83,12 @@ def _check_size(spec: TensorSpec, what: str) -> None:
 
 
 # Ops that read float16 or quantized constants as they are (no weight-only dequantize).
-_TAKES_RAW_CONSTANTS = frozenset({OpCode.DEQUANTIZE, OpCode.CAST, OpCode.SHAPE,
-                                  OpCode.IDENTITY})
+_TAKES_RAW_CONSTANTS = frozenset({OpCode.DEQUANTIZE, OpCode.CAST, OpCode.SHAPE, OpCode.IDENTITY})
 
 
-def _weight_only(op: OpCode, in_specs: list[TensorSpec | None],
-                 cache: dict[int, TensorSpec], inputs: list[int]) -> dict[int, np.ndarray]:
+def _weight_only(
+    op: OpCode, in_specs: list[TensorSpec | None], cache: dict[int, TensorSpec], inputs: list[int]
+) -> dict[int, np.ndarray]:
     """Dequantize, once, the constants a float kernel cannot read: quantized int8/uint8
     weights (dynamic-range mode) and float16 weights beside float32 operands (fp16 mode).
     Returns {input position: float32 value}; `in_specs` is updated in place."""
@@ -107,9 +110,12 @@ def _weight_only(op: OpCode, in_specs: list[TensorSpec | None],
     return swapped
 
 
-def infer(model: Model, graph_index: int, shapes: dict[int, tuple[int, ...]] | None = None,
-          variables: Collection[int] = (),
-          ) -> tuple[dict[int, TensorSpec], list[Kernel | None], dict[int, np.ndarray]]:
+def infer(
+    model: Model,
+    graph_index: int,
+    shapes: dict[int, tuple[int, ...]] | None = None,
+    variables: Collection[int] = (),
+) -> tuple[dict[int, TensorSpec], list[Kernel | None], dict[int, np.ndarray]]:
     """Prepare every kernel of a graph: specs of all tensors, kernels (None if folded), and
     the values of tensors folded to constants.
 
@@ -127,8 +133,9 @@ def infer(model: Model, graph_index: int, shapes: dict[int, tuple[int, ...]] | N
     specs: dict[int, TensorSpec] = {}
     for i, t in enumerate(model.tensors):
         if t.data is not None:
-            specs[i] = TensorSpec(tuple(t.shape), t.dtype, None if i in variables else t.data,
-                                  t.quantization)
+            specs[i] = TensorSpec(
+                tuple(t.shape), t.dtype, None if i in variables else t.data, t.quantization
+            )
     for i in graph.inputs:
         specs[i] = _input_spec(model, i, shapes)
     kernels: list[Kernel | None] = []
@@ -138,10 +145,17 @@ def infer(model: Model, graph_index: int, shapes: dict[int, tuple[int, ...]] | N
         where = f"node {j} {node.name!r} ({node.op.name})"
         in_specs = [specs[i] if i != -1 else None for i in node.inputs]
         cls = kernel_class(node.op, in_specs[0] if in_specs else None, where)
-        swapped = {} if cls is QUANTIZED_KERNELS.get(node.op) else _weight_only(
-            node.op, in_specs, dequantized, node.inputs)
+        swapped = (
+            {}
+            if cls is QUANTIZED_KERNELS.get(node.op)
+            else _weight_only(node.op, in_specs, dequantized, node.inputs)
+        )
         kernel = prepare_kernel(
-            node.op, node.attrs, in_specs, len(node.outputs), where=where,
+            node.op,
+            node.attrs,
+            in_specs,
+            len(node.outputs),
+            where=where,
             output_quant=[model.tensors[i].quantization for i in node.outputs],
             output_dtypes=[model.tensors[i].dtype for i in node.outputs],
             model=model,
@@ -190,9 +204,12 @@ def _typed(block: np.ndarray, spec: TensorSpec) -> np.ndarray:
     return block[:nbytes].view(spec.dtype).reshape(spec.shape)
 
 
-def plan(model: Model, signature: str = "infer",
-         shapes: dict[int, tuple[int, ...]] | None = None,
-         variables: dict[int, np.ndarray] | None = None) -> ExecutionPlan:
+def plan(
+    model: Model,
+    signature: str = "infer",
+    shapes: dict[int, tuple[int, ...]] | None = None,
+    variables: dict[int, np.ndarray] | None = None,
+) -> ExecutionPlan:
     """Plan the graph behind `signature` for the given input shapes (dynamic dims -> 1).
 
     `variables` maps constant tensors to writable arrays the plan reads (and update ops
@@ -211,8 +228,9 @@ def plan(model: Model, signature: str = "infer",
 def _share_scratch(kernels: list[Kernel | None]) -> int:
     """Give every kernel that asks for scratch space one shared buffer (steps run in turn,
     so they never use it at once); returns its size in bytes."""
-    scratch_bytes = max((getattr(k, "scratch_bytes", 0) for k in kernels if k is not None),
-                        default=0)
+    scratch_bytes = max(
+        (getattr(k, "scratch_bytes", 0) for k in kernels if k is not None), default=0
+    )
     scratch = np.empty(max(scratch_bytes, 1), np.uint8)
     for kernel in kernels:
         if kernel is not None and hasattr(kernel, "scratch_layout"):
@@ -220,8 +238,9 @@ def _share_scratch(kernels: list[Kernel | None]) -> int:
     return scratch_bytes
 
 
-def _last_uses(nodes: list[Node], kernels: list[Kernel | None],
-               outputs: Collection[int]) -> dict[int, int]:
+def _last_uses(
+    nodes: list[Node], kernels: list[Kernel | None], outputs: Collection[int]
+) -> dict[int, int]:
     """Storage root -> position of the last node that reads it (len(nodes) for graph
     outputs). A view's output lives in its input's storage, so both share one root."""
     root: dict[int, int] = {}
@@ -239,14 +258,21 @@ def _last_uses(nodes: list[Node], kernels: list[Kernel | None],
     return last_use
 
 
-def _plan(model: Model, signature: str, shapes: dict[int, tuple[int, ...]] | None,
-          variables: dict[int, np.ndarray] | None) -> ExecutionPlan:
+def _plan(
+    model: Model,
+    signature: str,
+    shapes: dict[int, tuple[int, ...]] | None,
+    variables: dict[int, np.ndarray] | None,
+) -> ExecutionPlan:
     return plan_graph(model, model.signature(signature).graph, shapes, variables)
 
 
-def plan_graph(model: Model, graph_index: int,
-               shapes: dict[int, tuple[int, ...]] | None = None,
-               variables: dict[int, np.ndarray] | None = None) -> ExecutionPlan:
+def plan_graph(
+    model: Model,
+    graph_index: int,
+    shapes: dict[int, tuple[int, ...]] | None = None,
+    variables: dict[int, np.ndarray] | None = None,
+) -> ExecutionPlan:
     """Plan one graph of the model by index (an entry graph, or a subgraph that a control
     flow kernel runs); `shapes` and `variables` as for `plan`."""
     graph = model.graphs[graph_index]
@@ -299,6 +325,13 @@ def plan_graph(model: Model, graph_index: int,
         for r in dying.get(j, ()):
             if r in blocks:
                 arena.give(blocks.pop(r))
-    return ExecutionPlan(arrays=arrays, steps=steps, specs=specs, inputs=list(graph.inputs),
-                         outputs=list(graph.outputs), kernels=live_kernels,
-                         arena_bytes=arena.total, scratch_bytes=scratch_bytes)
+    return ExecutionPlan(
+        arrays=arrays,
+        steps=steps,
+        specs=specs,
+        inputs=list(graph.inputs),
+        outputs=list(graph.outputs),
+        kernels=live_kernels,
+        arena_bytes=arena.total,
+        scratch_bytes=scratch_bytes,
+    )

@@ -42,7 +42,7 @@ def _check_graph(model: Model, gi: int, graph: Graph, max_versions: dict[int, in
         for i in node.outputs:
             _check_index(i, n, f"{what} output")
             if i in producer or i in available:
-                first = (f"node {producer[i]}" if i in producer else "a graph input or constant")
+                first = f"node {producer[i]}" if i in producer else "a graph input or constant"
                 raise ModelFormatError(
                     f"{what}: output tensor {model.tensors[i].name!r} is already defined by {first}"
                 )
@@ -71,8 +71,11 @@ def _check_graph(model: Model, gi: int, graph: Graph, max_versions: dict[int, in
 
 # Zero points must lie in the quantized dtype's range; other dtypes (float tensors that
 # only carry calibration ranges, int32 biases) take any int32 zero point.
-_ZERO_POINT_RANGES = {np.dtype(np.int8): (-128, 127), np.dtype(np.uint8): (0, 255),
-                      np.dtype(np.int16): (-32768, 32767)}
+_ZERO_POINT_RANGES = {
+    np.dtype(np.int8): (-128, 127),
+    np.dtype(np.uint8): (0, 255),
+    np.dtype(np.int16): (-32768, 32767),
+}
 _INT32 = (-(1 << 31), (1 << 31) - 1)
 
 
@@ -89,26 +92,32 @@ def _check_quantization(index: int, t: Tensor) -> None:
         return
     if not np.isfinite(scale).all() or (scale <= 0).any():
         bad = scale[~(np.isfinite(scale) & (scale > 0))][0]
-        raise ModelFormatError(f"{what}: quantization scales must be finite and > 0, found "
-                               f"{float(bad)!r}")
+        raise ModelFormatError(
+            f"{what}: quantization scales must be finite and > 0, found {float(bad)!r}"
+        )
     if zp.size not in (channels, 0):
         raise ModelFormatError(f"{what}: {channels} scales but {zp.size} zero points")
     lo, hi = _ZERO_POINT_RANGES.get(np.dtype(t.dtype), _INT32)
     if zp.size and (zp.min() < lo or zp.max() > hi):
         bad = zp[(zp < lo) | (zp > hi)][0]
-        raise ModelFormatError(f"{what}: zero point {int(bad)} is outside the {t.dtype} "
-                               f"range [{lo}, {hi}]")
+        raise ModelFormatError(
+            f"{what}: zero point {int(bad)} is outside the {t.dtype} range [{lo}, {hi}]"
+        )
     axis = q.axis  # type: ignore[union-attr]
     if channels > 1:
         if not 0 <= axis < len(t.shape):
-            raise ModelFormatError(f"{what}: quantization axis {axis} is out of range for "
-                                   f"shape {list(t.shape)}")
+            raise ModelFormatError(
+                f"{what}: quantization axis {axis} is out of range for shape {list(t.shape)}"
+            )
         if t.shape[axis] not in (channels, -1):
-            raise ModelFormatError(f"{what}: {channels} per-axis scales do not match axis "
-                                   f"{axis} of shape {list(t.shape)} (size {t.shape[axis]})")
+            raise ModelFormatError(
+                f"{what}: {channels} per-axis scales do not match axis "
+                f"{axis} of shape {list(t.shape)} (size {t.shape[axis]})"
+            )
     elif axis < 0 or (len(t.shape) and axis >= max(len(t.shape), 1)):
-        raise ModelFormatError(f"{what}: quantization axis {axis} is out of range for shape "
-                               f"{list(t.shape)}")
+        raise ModelFormatError(
+            f"{what}: quantization axis {axis} is out of range for shape {list(t.shape)}"
+        )
 
 
 MAX_SUBGRAPH_DEPTH = 64
@@ -126,20 +135,23 @@ def _subgraph_refs(model: Model, gi: int, j: int, node: Node) -> list[int]:
     for name in SUBGRAPH_ATTRIBUTES[node.op]:
         value = node.attrs.get(name)
         if not isinstance(value, int) or isinstance(value, bool):
-            raise ModelFormatError(f"{what}: attribute {name!r} must be a graph index, found "
-                                   f"{value!r}")
+            raise ModelFormatError(
+                f"{what}: attribute {name!r} must be a graph index, found {value!r}"
+            )
         if value == -1 and node.op == OpCode.IF:
             continue  # a branch that cannot run at the planned shapes (the kernel says why)
         if not 0 <= value < len(model.graphs):
-            raise ModelFormatError(f"{what}: {name} {value} out of range (the model has "
-                                   f"{len(model.graphs)} graphs)")
+            raise ModelFormatError(
+                f"{what}: {name} {value} out of range (the model has {len(model.graphs)} graphs)"
+            )
         if value in entries:
             raise ModelFormatError(f"{what}: {name} {value} is an entry graph, not a subgraph")
         refs.append(value)
     if not refs:
         raise ModelFormatError(f"{what}: names no subgraph")
-    dtype: list[np.dtype | None] = [model.tensors[i].dtype if i != -1 else None
-                                    for i in node.inputs]
+    dtype: list[np.dtype | None] = [
+        model.tensors[i].dtype if i != -1 else None for i in node.inputs
+    ]
     out_dtype: list[np.dtype | None] = [model.tensors[i].dtype for i in node.outputs]
     expected_in: list[np.dtype | None]
     expected_out: list[np.dtype | None]
@@ -147,27 +159,41 @@ def _subgraph_refs(model: Model, gi: int, j: int, node: Node) -> list[int]:
         expected_in, expected_out = dtype[1:], out_dtype
     else:
         carried = node.attrs.get("num_carried")
-        if not isinstance(carried, int) or not 0 <= carried <= len(node.inputs) - 2 or (
-                carried > len(node.outputs)):
-            raise ModelFormatError(f"{what}: num_carried {carried!r} does not fit "
-                                   f"{len(node.inputs)} inputs and {len(node.outputs)} outputs")
+        if (
+            not isinstance(carried, int)
+            or not 0 <= carried <= len(node.inputs) - 2
+            or (carried > len(node.outputs))
+        ):
+            raise ModelFormatError(
+                f"{what}: num_carried {carried!r} does not fit "
+                f"{len(node.inputs)} inputs and {len(node.outputs)} outputs"
+            )
         expected_in = [np.dtype(np.int64), np.dtype(np.bool_), *dtype[2:]]
-        expected_out = [np.dtype(np.bool_), *out_dtype[:carried], *([None] * (
-            len(node.outputs) - carried))]
+        expected_out = [
+            np.dtype(np.bool_),
+            *out_dtype[:carried],
+            *([None] * (len(node.outputs) - carried)),
+        ]
     named = [n for n in SUBGRAPH_ATTRIBUTES[node.op] if node.attrs.get(n) != -1]
     for name, gj in zip(named, refs, strict=True):
         sub = model.graphs[gj]
         got_in = [model.tensors[i].dtype for i in sub.inputs]
         got_out = [model.tensors[i].dtype for i in sub.outputs]
         if len(got_in) != len(expected_in) or any(
-                e is not None and e != g for e, g in zip(expected_in, got_in, strict=True)):
-            raise ModelFormatError(f"{what}: {name} {gj} takes inputs {[str(d) for d in got_in]}, "
-                                   f"the node gives {[str(d) for d in expected_in]}")
+            e is not None and e != g for e, g in zip(expected_in, got_in, strict=True)
+        ):
+            raise ModelFormatError(
+                f"{what}: {name} {gj} takes inputs {[str(d) for d in got_in]}, "
+                f"the node gives {[str(d) for d in expected_in]}"
+            )
         if len(got_out) != len(expected_out) or any(
-                e is not None and e != g for e, g in zip(expected_out, got_out, strict=True)):
-            raise ModelFormatError(f"{what}: {name} {gj} gives outputs "
-                                   f"{[str(d) for d in got_out]}, the node expects "
-                                   f"{[str(d) for d in expected_out]}")
+            e is not None and e != g for e, g in zip(expected_out, got_out, strict=True)
+        ):
+            raise ModelFormatError(
+                f"{what}: {name} {gj} gives outputs "
+                f"{[str(d) for d in got_out]}, the node expects "
+                f"{[str(d) for d in expected_out]}"
+            )
     return refs
 
 
@@ -185,7 +211,7 @@ def _check_subgraphs(model: Model) -> None:
 
     def visit(gi: int) -> int:
         if gi in on_path:
-            cycle = " -> ".join(map(str, [*on_path[on_path.index(gi):], gi]))
+            cycle = " -> ".join(map(str, [*on_path[on_path.index(gi) :], gi]))
             raise ModelFormatError(f"subgraph references form a cycle: graphs {cycle}")
         if gi not in depth:
             on_path.append(gi)

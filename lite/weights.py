@@ -46,8 +46,9 @@ def replace_weights_bytes(source: Source | Model, weights: dict[str, np.ndarray]
     """
     if isinstance(source, Model):
         return serialize(replace_weights(source, weights))
-    buf = memoryview(Path(source).read_bytes() if isinstance(source, str | os.PathLike)
-                     else source).cast("B")
+    buf = memoryview(
+        Path(source).read_bytes() if isinstance(source, str | os.PathLike) else source
+    ).cast("B")
     model = load(buf)
     new = _replacements(model, weights)
     spliced = _spliced(buf, model, new)

@@ -45,9 +45,19 @@ from sporenet.lite.ops import OpCode
 
 ACTIVATIONS = (ReLU, ReLU6, LeakyReLU, Sigmoid, Tanh, HardSwish, GELU)
 # Ops whose int8 output shares its input's parameters (values are moved, not computed).
-SAME_RANGE_OPS = frozenset({OpCode.MAX_POOL2D, OpCode.GLOBAL_MAX_POOL, OpCode.FLATTEN,
-                            OpCode.RESHAPE, OpCode.SQUEEZE, OpCode.UNSQUEEZE,
-                            OpCode.TRANSPOSE, OpCode.IDENTITY, OpCode.DROPOUT})
+SAME_RANGE_OPS = frozenset(
+    {
+        OpCode.MAX_POOL2D,
+        OpCode.GLOBAL_MAX_POOL,
+        OpCode.FLATTEN,
+        OpCode.RESHAPE,
+        OpCode.SQUEEZE,
+        OpCode.UNSQUEEZE,
+        OpCode.TRANSPOSE,
+        OpCode.IDENTITY,
+        OpCode.DROPOUT,
+    }
+)
 
 
 class FakeQuant(Module):

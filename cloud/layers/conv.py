@@ -12,8 +12,9 @@ from sporenet.cloud.tape import Var
 from sporenet.lite.ops import OpCode
 
 
-def conv_pads(padding: Any, kernel: tuple[int, int], dilation: tuple[int, int],
-              stride: tuple[int, int]) -> tuple[list[int], str]:
+def conv_pads(
+    padding: Any, kernel: tuple[int, int], dilation: tuple[int, int], stride: tuple[int, int]
+) -> tuple[list[int], str]:
     """`padding` (int, pair, "valid" or "same") as ONNX pads [top, left, bottom, right] and
     auto_pad."""
     if padding == "valid":
@@ -34,9 +35,18 @@ def conv_pads(padding: Any, kernel: tuple[int, int], dilation: tuple[int, int],
 class Conv2d(Module):
     """2-D convolution over NCHW input."""
 
-    def __init__(self, in_channels: int, out_channels: int, kernel_size: Any, *,
-                 stride: Any = 1, padding: Any = 0, dilation: Any = 1, groups: int = 1,
-                 bias: bool = True) -> None:
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        kernel_size: Any,
+        *,
+        stride: Any = 1,
+        padding: Any = 0,
+        dilation: Any = 1,
+        groups: int = 1,
+        bias: bool = True,
+    ) -> None:
         super().__init__()
         self.in_channels = positive_int("in_channels", in_channels)
         self.out_channels = positive_int("out_channels", out_channels)
@@ -50,8 +60,7 @@ class Conv2d(Module):
                 f"out_channels ({out_channels})"
             )
         self.padding = padding
-        self.pads, self.auto_pad = conv_pads(padding, self.kernel_size, self.dilation,
-                                             self.stride)
+        self.pads, self.auto_pad = conv_pads(padding, self.kernel_size, self.dilation, self.stride)
         fan_in = in_channels // groups * self.kernel_size[0] * self.kernel_size[1]
         shape = (out_channels, in_channels // groups, *self.kernel_size)
         self.weight = Parameter(he_uniform(shape, fan_in))
@@ -59,8 +68,10 @@ class Conv2d(Module):
 
     def attrs(self) -> dict[str, Any]:
         attrs: dict[str, Any] = {
-            "strides": list(self.stride), "dilations": list(self.dilation),
-            "pads": list(self.pads), "group": self.groups,
+            "strides": list(self.stride),
+            "dilations": list(self.dilation),
+            "pads": list(self.pads),
+            "group": self.groups,
         }
         if self.auto_pad != "NOTSET":
             attrs["auto_pad"] = self.auto_pad
@@ -74,16 +85,35 @@ class Conv2d(Module):
         return t.op(OpCode.CONV2D, inputs, **self.attrs())
 
     def extra_repr(self) -> str:
-        return (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
-                f"stride={self.stride}, padding={self.padding!r}, groups={self.groups}")
+        return (
+            f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
+            f"stride={self.stride}, padding={self.padding!r}, groups={self.groups}"
+        )
 
 
 class DepthwiseConv2d(Conv2d):
     """Depthwise convolution: one filter (or `depth_multiplier` filters) per input channel."""
 
-    def __init__(self, channels: int, kernel_size: Any, *, stride: Any = 1, padding: Any = 0,
-                 dilation: Any = 1, depth_multiplier: int = 1, bias: bool = True) -> None:
+    def __init__(
+        self,
+        channels: int,
+        kernel_size: Any,
+        *,
+        stride: Any = 1,
+        padding: Any = 0,
+        dilation: Any = 1,
+        depth_multiplier: int = 1,
+        bias: bool = True,
+    ) -> None:
         channels = positive_int("channels", channels)
         depth_multiplier = positive_int("depth_multiplier", depth_multiplier)
-        super().__init__(channels, channels * depth_multiplier, kernel_size, stride=stride,
-                         padding=padding, dilation=dilation, groups=channels, bias=bias)
+        super().__init__(
+            channels,
+            channels * depth_multiplier,
+            kernel_size,
+            stride=stride,
+            padding=padding,
+            dilation=dilation,
+            groups=channels,
+            bias=bias,
+        )

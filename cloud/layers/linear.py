@@ -17,8 +17,7 @@ class Dense(Module):
         self.in_features = positive_int("in_features", in_features)
         self.out_features = positive_int("out_features", out_features)
         self.weight = Parameter(he_uniform((out_features, in_features), in_features))
-        self.bias = (Parameter(bias_uniform((out_features,), in_features)) if bias
-                     else None)
+        self.bias = Parameter(bias_uniform((out_features,), in_features)) if bias else None
 
     def forward(self, x: Var) -> Var:
         t = x.tape
@@ -29,4 +28,3 @@ class Dense(Module):
 
     def extra_repr(self) -> str:
         return f"{self.in_features}, {self.out_features}, bias={self.bias is not None}"
-

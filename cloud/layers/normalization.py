@@ -30,8 +30,13 @@ class BatchNorm2d(Module):
 
     def forward(self, x: Var) -> Var:
         t = x.tape
-        inputs = [x, t.param(self.weight), t.param(self.bias), t.param(self.running_mean),
-                  t.param(self.running_var)]
+        inputs = [
+            x,
+            t.param(self.weight),
+            t.param(self.bias),
+            t.param(self.running_mean),
+            t.param(self.running_var),
+        ]
         if not self.training:
             # momentum rides along so lite's make_training_model can switch this node to
             # training mode in graph mode; inference ignores it.
@@ -45,6 +50,11 @@ class BatchNorm2d(Module):
 def batch_norm_train(t: Tape, inputs: list[Var], layer: BatchNorm2d) -> Var:
     """Training-mode BatchNorm: normalizes with the batch statistics and updates the running
     averages (inputs 3 and 4) in place, so the layer's buffers follow the training."""
-    y, _mean, _invstd = t.op(OpCode.BATCH_NORM_TRAINING, inputs, num_outputs=3,
-                             epsilon=layer.eps, momentum=layer.momentum)
+    y, _mean, _invstd = t.op(
+        OpCode.BATCH_NORM_TRAINING,
+        inputs,
+        num_outputs=3,
+        epsilon=layer.eps,
+        momentum=layer.momentum,
+    )
     return y

@@ -21,8 +21,11 @@ class _Pool2d(Module):
         self.pads = [ph, pw, ph, pw]
 
     def attrs(self) -> dict[str, Any]:
-        return {"kernel_shape": list(self.kernel_size), "strides": list(self.stride),
-                "pads": list(self.pads)}
+        return {
+            "kernel_shape": list(self.kernel_size),
+            "strides": list(self.stride),
+            "pads": list(self.pads),
+        }
 
     def forward(self, x: Var) -> Var:
         return x.tape.op(self.op, [x], **self.attrs())

@@ -38,8 +38,9 @@ class Dropout(Module):
         # A traced graph seeds the kernel's generator once and it advances every step; an
         # eager tape is new each step, so the step number goes into the seed.
         seed = (self.seed + 7919 * x.tape.step) % (2**31 - 1)
-        y, _mask = x.tape.op(OpCode.DROPOUT, [x], num_outputs=2, ratio=self.p, training=1,
-                             seed=seed)
+        y, _mask = x.tape.op(
+            OpCode.DROPOUT, [x], num_outputs=2, ratio=self.p, training=1, seed=seed
+        )
         return y
 
     def extra_repr(self) -> str:

@@ -39,8 +39,9 @@ class Scope:
     outer value becomes an implicit input of the subgraph (recorded in `captured`), unless
     the scope is `inline` (a branch imported into its parent's graph)."""
 
-    def __init__(self, ctx: ImportContext, parent: Scope | None = None, *,
-                 inline: bool = False) -> None:
+    def __init__(
+        self, ctx: ImportContext, parent: Scope | None = None, *, inline: bool = False
+    ) -> None:
         self.ctx = ctx
         self.parent = parent
         self.inline = inline
@@ -104,15 +105,25 @@ class ImportContext:
         self.subgraphs.append(graph)
         return len(self.subgraphs)
 
-    def emit_control(self, op: OpCode, inputs: Sequence[int], out_specs: list[list[TensorSpec]],
-                     **attrs: Any) -> list[int]:
+    def emit_control(
+        self, op: OpCode, inputs: Sequence[int], out_specs: list[list[TensorSpec]], **attrs: Any
+    ) -> list[int]:
         """Add a node whose output specs the caller derived (per view, per output): control
         flow, whose kernel needs the whole model to prepare."""
         base = f"{self.where or op.name.lower()}/{op.name.lower()}"
-        outputs = [self._add(f"{base}:{k}", [TensorSpec(s.shape, s.dtype) for s in views], None)
-                   for k, views in enumerate(out_specs)]
-        self.nodes.append(Node(op=op, inputs=list(inputs), outputs=outputs, attrs=attrs,
-                               name=self.tensors[outputs[0]].name if outputs else base))
+        outputs = [
+            self._add(f"{base}:{k}", [TensorSpec(s.shape, s.dtype) for s in views], None)
+            for k, views in enumerate(out_specs)
+        ]
+        self.nodes.append(
+            Node(
+                op=op,
+                inputs=list(inputs),
+                outputs=outputs,
+                attrs=attrs,
+                name=self.tensors[outputs[0]].name if outputs else base,
+            )
+        )
         return outputs
 
     # ---- naming
@@ -129,8 +140,14 @@ class ImportContext:
         tensor.name = name
 
     # ---- tensors
-    def _add(self, name: str, spec_views: list[TensorSpec], data: np.ndarray | None,
-             *, reserved_name: bool = False) -> int:
+    def _add(
+        self,
+        name: str,
+        spec_views: list[TensorSpec],
+        data: np.ndarray | None,
+        *,
+        reserved_name: bool = False,
+    ) -> int:
         shapes = [s.shape for s in spec_views]
         shape = shapes[0]
         if len(shapes) > 1 and len(shapes[1]) == len(shape):
@@ -170,8 +187,10 @@ class ImportContext:
         return index
 
     def graph_input(self, name: str, shape: tuple[int, ...], dtype: np.dtype) -> int:
-        specs = [TensorSpec(tuple(v if d == DYNAMIC else d for d in shape), dtype)
-                 for v in (1, 2)[: len(self.views)]]
+        specs = [
+            TensorSpec(tuple(v if d == DYNAMIC else d for d in shape), dtype)
+            for v in (1, 2)[: len(self.views)]
+        ]
         index = self._add(name, specs, None, reserved_name=True)
         self.tensors[index].shape = tuple(shape)
         self.inputs.append(index)
@@ -206,8 +225,11 @@ class ImportContext:
             return None
         value = self.value(index)
         if value is None:
-            hint = ("; it depends on a dynamic input dimension: fix that with --input-shape"
-                    if self.view_values(index) is not None else "")
+            hint = (
+                "; it depends on a dynamic input dimension: fix that with --input-shape"
+                if self.view_values(index) is not None
+                else ""
+            )
             raise node.fail(f"{what} (input {k}) must be static (known at conversion time){hint}")
         return value
 
@@ -215,9 +237,16 @@ class ImportContext:
         return ConversionError(f"{self.where}: {message}" if self.where else message)
 
     # ---- nodes
-    def emit(self, op: OpCode, inputs: Sequence[int], *, num_outputs: int = 1,
-             name: str = "", output_quant: Sequence[Quantization | None] = (),
-             **attrs: Any) -> list[int]:
+    def emit(
+        self,
+        op: OpCode,
+        inputs: Sequence[int],
+        *,
+        num_outputs: int = 1,
+        name: str = "",
+        output_quant: Sequence[Quantization | None] = (),
+        **attrs: Any,
+    ) -> list[int]:
         """Add an IR node (or fold it into constants) and return its output tensor indices.
         `output_quant` declares the outputs' quantization (a QUANTIZE node's parameters);
         outputs whose kernel gives them quantization are never folded into constants."""
@@ -235,11 +264,14 @@ class ImportContext:
                 raise self.fail(str(exc)) from None
         base = name or f"{self.where or op.name.lower()}/{op.name.lower()}"
         foldable = getattr(type(kernels[0]), "foldable", True) and not any(
-            spec.quant is not None for spec in kernels[0].output_specs)
+            spec.quant is not None for spec in kernels[0].output_specs
+        )
         out_bytes = sum(spec.size * spec.dtype.itemsize for spec in kernels[0].output_specs)
         if out_bytes > MAX_TENSOR_BYTES:
-            raise self.fail(f"{op.name} would produce {out_bytes:,} bytes, more than the "
-                            f"{MAX_TENSOR_BYTES:,} a tensor may hold")
+            raise self.fail(
+                f"{op.name} would produce {out_bytes:,} bytes, more than the "
+                f"{MAX_TENSOR_BYTES:,} a tensor may hold"
+            )
         if foldable and all(i == -1 or i in self.static for i in inputs):
             values = [self.views[0][i].value if i != -1 else None for i in inputs]
             outs = evaluate(kernels[0], values)[:num_outputs]
@@ -248,8 +280,10 @@ class ImportContext:
             stored = [self.tensors[i].data for i in inputs if i != -1]
             in_bytes = sum(d.nbytes for d in stored if d is not None)
             if all(should_materialize(o.nbytes, in_bytes) for o in outs):
-                return [self.constant(base if num_outputs == 1 else f"{base}:{k}", o)
-                        for k, o in enumerate(outs)]
+                return [
+                    self.constant(base if num_outputs == 1 else f"{base}:{k}", o)
+                    for k, o in enumerate(outs)
+                ]
             lazy = outs
         else:
             lazy = None
@@ -259,12 +293,20 @@ class ImportContext:
             for a, b in zip(per_view[0], per_view[1], strict=True)
         ):
             # The same whatever the dynamic dimensions are (e.g. a static part of Shape(x)).
-            return [self.constant(base if num_outputs == 1 else f"{base}:{k}", o)
-                    for k, o in enumerate(per_view[0][:num_outputs])]
+            return [
+                self.constant(base if num_outputs == 1 else f"{base}:{k}", o)
+                for k, o in enumerate(per_view[0][:num_outputs])
+            ]
         outputs = []
         for k in range(num_outputs):
-            specs = [TensorSpec(kr.output_specs[k].shape, kr.output_specs[k].dtype,
-                                quant=kr.output_specs[k].quant) for kr in kernels]
+            specs = [
+                TensorSpec(
+                    kr.output_specs[k].shape,
+                    kr.output_specs[k].dtype,
+                    quant=kr.output_specs[k].quant,
+                )
+                for kr in kernels
+            ]
             if lazy is not None:
                 specs = [TensorSpec(lazy[k].shape, lazy[k].dtype, lazy[k])] * len(self.views)
             elif per_view is not None:
@@ -274,12 +316,22 @@ class ImportContext:
             if lazy is not None:
                 self.static.add(index)
             outputs.append(index)
-        self.nodes.append(Node(op=op, inputs=list(inputs), outputs=outputs, attrs=attrs,
-                               name=self.tensors[outputs[0]].name))
+        self.nodes.append(
+            Node(
+                op=op,
+                inputs=list(inputs),
+                outputs=outputs,
+                attrs=attrs,
+                name=self.tensors[outputs[0]].name,
+            )
+        )
         return outputs
 
-    def _per_view_values(self, kernels: list[Kernel], inputs: Sequence[int],
-                         ) -> list[list[np.ndarray]] | None:
+    def _per_view_values(
+        self,
+        kernels: list[Kernel],
+        inputs: Sequence[int],
+    ) -> list[list[np.ndarray]] | None:
         """Outputs under each assignment of the dynamic dimensions, when every input has a
         value under each (shape arithmetic on a dynamic batch: Shape -> Gather -> Concat)."""
         if len(self.views) < 2:
@@ -308,11 +360,22 @@ class ImportContext:
 
     # ---- result
     def build(self, outputs: dict[str, int], *, producer: str, description: str) -> Model:
-        graph = Graph(name="main", inputs=list(self.inputs), outputs=list(outputs.values()),
-                      nodes=list(self.nodes))
-        signature = Signature(key="infer", graph=0,
-                              inputs={self.tensors[i].name: i for i in self.inputs},
-                              outputs=dict(outputs))
-        return Model(tensors=self.tensors, graphs=[graph, *self.subgraphs],
-                     signatures={"infer": signature},
-                     producer=producer, description=description)
+        graph = Graph(
+            name="main",
+            inputs=list(self.inputs),
+            outputs=list(outputs.values()),
+            nodes=list(self.nodes),
+        )
+        signature = Signature(
+            key="infer",
+            graph=0,
+            inputs={self.tensors[i].name: i for i in self.inputs},
+            outputs=dict(outputs),
+        )
+        return Model(
+            tensors=self.tensors,
+            graphs=[graph, *self.subgraphs],
+            signatures={"infer": signature},
+            producer=producer,
+            description=description,
+        )

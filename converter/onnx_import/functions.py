@@ -18,9 +18,16 @@ from onnx import helper
 
 from sporenet.converter.errors import ConversionError
 
-FUNCTION_OPS = frozenset({"Attention", "CausalConvWithState", "CenterCropPad",
-                          "NegativeLogLikelihoodLoss", "RotaryEmbedding",
-                          "SoftmaxCrossEntropyLoss"})
+FUNCTION_OPS = frozenset(
+    {
+        "Attention",
+        "CausalConvWithState",
+        "CenterCropPad",
+        "NegativeLogLikelihoodLoss",
+        "RotaryEmbedding",
+        "SoftmaxCrossEntropyLoss",
+    }
+)
 """Op types imported through their ONNX function body."""
 
 _MAX_DEPTH = 8  # nested function ops: a body's ops may themselves be functions
@@ -41,8 +48,11 @@ def _value_types(model: onnx.ModelProto) -> dict[str, onnx.TypeProto]:
     return types
 
 
-def _function(node: onnx.NodeProto, opset: int, types: dict[str, onnx.TypeProto],
-              ) -> onnx.FunctionProto:
+def _function(
+    node: onnx.NodeProto,
+    opset: int,
+    types: dict[str, onnx.TypeProto],
+) -> onnx.FunctionProto:
     schema: Any = onnx.defs.get_schema(node.op_type, opset)  # the stubs lack these methods
     for name, attr in schema.attributes.items():  # defaults the body may refer to
         if name not in {a.name for a in node.attribute} and attr.default_value.name:
@@ -58,18 +68,28 @@ def _function(node: onnx.NodeProto, opset: int, types: dict[str, onnx.TypeProto]
     input_types = []
     for name in node.input:
         if name and name not in types:
-            raise ConversionError(f"{node.op_type} node {node.name!r}: the type of input "
-                                  f"{name!r} is unknown, so its function body cannot be built")
+            raise ConversionError(
+                f"{node.op_type} node {node.name!r}: the type of input "
+                f"{name!r} is unknown, so its function body cannot be built"
+            )
         input_types.append(types[name].SerializeToString() if name else b"")
-    proto.ParseFromString(schema.get_context_dependent_function_with_opset_version(
-        max(versions), node.SerializeToString(), input_types))
+    proto.ParseFromString(
+        schema.get_context_dependent_function_with_opset_version(
+            max(versions), node.SerializeToString(), input_types
+        )
+    )
     return proto
 
 
-def _expand(node: onnx.NodeProto, proto: onnx.FunctionProto, prefix: str,
-            ) -> list[onnx.NodeProto]:
-    names = {formal: (node.input[k] if k < len(node.input) else "")
-             for k, formal in enumerate(proto.input)}
+def _expand(
+    node: onnx.NodeProto,
+    proto: onnx.FunctionProto,
+    prefix: str,
+) -> list[onnx.NodeProto]:
+    names = {
+        formal: (node.input[k] if k < len(node.input) else "")
+        for k, formal in enumerate(proto.input)
+    }
     for k, formal in enumerate(proto.output):
         if k < len(node.output) and node.output[k]:
             names[formal] = node.output[k]
@@ -103,9 +123,13 @@ def _expand(node: onnx.NodeProto, proto: onnx.FunctionProto, prefix: str,
 
 def expand_functions(model: onnx.ModelProto, opset: int, has_handler) -> onnx.ModelProto:  # type: ignore[no-untyped-def]
     """`model` with every FUNCTION_OPS node that has no handler replaced by its body."""
+
     def expandable(n: onnx.NodeProto) -> bool:
-        return (n.domain in _DEFAULT_DOMAINS and n.op_type in FUNCTION_OPS
-                and not has_handler(n.op_type))
+        return (
+            n.domain in _DEFAULT_DOMAINS
+            and n.op_type in FUNCTION_OPS
+            and not has_handler(n.op_type)
+        )
 
     if not any(expandable(n) for n in model.graph.node):
         return model

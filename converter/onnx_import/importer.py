@@ -56,9 +56,7 @@ def onnx_opset(model: onnx.ModelProto) -> int:
             "with onnx.version_converter.convert_version(model, 13)"
         )
     if opset > MAX_OPSET:
-        raise ConversionError(
-            f"opset {opset} is newer than the installed onnx knows ({MAX_OPSET})"
-        )
+        raise ConversionError(f"opset {opset} is newer than the installed onnx knows ({MAX_OPSET})")
     return opset
 
 
@@ -120,12 +118,12 @@ def _input_shape(value: onnx.ValueInfoProto, override: Sequence[int] | None) -> 
             f"input {value.name!r} declares no shape; give one with --input-shape "
             f"{value.name}:D0,D1,..."
         )
-    return tuple(d.dim_value if d.HasField("dim_value") else DYNAMIC
-                 for d in tt.shape.dim)
+    return tuple(d.dim_value if d.HasField("dim_value") else DYNAMIC for d in tt.shape.dim)
 
 
-def import_onnx(model: onnx.ModelProto, *,
-                input_shapes: Mapping[str, Sequence[int]] | None = None) -> Model:
+def import_onnx(
+    model: onnx.ModelProto, *, input_shapes: Mapping[str, Sequence[int]] | None = None
+) -> Model:
     """Translate a checked ONNX model into an IR Model (not yet optimized)."""
     model = upgrade_old_opset(model)
     opset = onnx_opset(model)
@@ -146,8 +144,9 @@ def import_onnx(model: onnx.ModelProto, *,
     input_specs = []
     for v in real_inputs:
         if not v.type.HasField("tensor_type"):
-            raise ConversionError(f"input {v.name!r} is not a tensor (sequences and maps are "
-                                  "not supported)")
+            raise ConversionError(
+                f"input {v.name!r} is not a tensor (sequences and maps are not supported)"
+            )
         dtype = _np_dtype(v.type.tensor_type.elem_type, f"input {v.name!r}")
         input_specs.append((v.name, _input_shape(v, shapes.get(v.name)), dtype))
     dynamic = any(DYNAMIC in shape for _, shape, _ in input_specs)
@@ -190,23 +189,29 @@ def import_nodes(ctx: ImportContext, nodes: Sequence[onnx.NodeProto]) -> None:
             if index is None:
                 raise ctx.fail(f"input {name!r} is not produced by any earlier node")
             inputs.append(index)
-        node = OnnxNode(op_type=proto.op_type, name=label, inputs=inputs,
-                        outputs=list(proto.output),
-                        attrs={a.name: helper.get_attribute_value(a) for a in proto.attribute},
-                        opset=opset)
+        node = OnnxNode(
+            op_type=proto.op_type,
+            name=label,
+            inputs=inputs,
+            outputs=list(proto.output),
+            attrs={a.name: helper.get_attribute_value(a) for a in proto.attribute},
+            opset=opset,
+        )
         first_new = len(ctx.tensors)
         handler = HANDLERS[op_key(proto)]
         try:
             results = handler.convert(ctx, node)
         except ConversionError as exc:
             message = str(exc)
-            raise ConversionError(message if message.startswith(("node ", ctx.where))
-                                  else f"{ctx.where}: {message}") from None
+            raise ConversionError(
+                message if message.startswith(("node ", ctx.where)) else f"{ctx.where}: {message}"
+            ) from None
         except (ArithmeticError, LookupError, TypeError, ValueError, LiteError) as exc:
             # A malformed node the checks above missed (or a converter bug): still one typed
             # error that names the node, never a bare traceback from deep inside.
-            raise ConversionError(f"{ctx.where}: cannot convert: {type(exc).__name__}: {exc}"
-                                  ) from exc
+            raise ConversionError(
+                f"{ctx.where}: cannot convert: {type(exc).__name__}: {exc}"
+            ) from exc
         for k, name in enumerate(proto.output):
             if not name:
                 continue

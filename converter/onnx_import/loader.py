@@ -43,8 +43,11 @@ def _parse(data: bytes, where: str) -> onnx.ModelProto:
 
 
 def _external_tensors(model: onnx.ModelProto) -> list[onnx.TensorProto]:
-    return [t for t in external_data_helper._get_all_tensors(model)
-            if external_data_helper.uses_external_data(t)]
+    return [
+        t
+        for t in external_data_helper._get_all_tensors(model)
+        if external_data_helper.uses_external_data(t)
+    ]
 
 
 def _load_external(model: onnx.ModelProto, base_dir: Path | None, where: str) -> None:
@@ -77,9 +80,10 @@ def _load_external(model: onnx.ModelProto, base_dir: Path | None, where: str) ->
                 f"{info.location!r}, which holds only {size} (truncated?)"
             )
     if missing:
-        listed = "; ".join(f"{loc!r} (for {', '.join(names[:3])}"
-                           f"{', ...' if len(names) > 3 else ''})"
-                           for loc, names in sorted(missing.items()))
+        listed = "; ".join(
+            f"{loc!r} (for {', '.join(names[:3])}{', ...' if len(names) > 3 else ''})"
+            for loc, names in sorted(missing.items())
+        )
         raise InvalidOnnxError(
             f"{where}: missing external-data file(s) next to the model in {base_dir}: {listed}"
         )

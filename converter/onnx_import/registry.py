@@ -43,11 +43,30 @@ def _h(convert: Callable[[ImportContext, OnnxNode], list[int]], *requires: OpCod
     return Handler(convert, requires)
 
 
-_RECURRENT = (OpCode.FULLY_CONNECTED, OpCode.SPLIT, OpCode.RESHAPE, OpCode.ADD, OpCode.MUL,
-              OpCode.SUB, OpCode.SIGMOID, OpCode.TANH, OpCode.UNSQUEEZE, OpCode.CONCAT,
-              OpCode.TRANSPOSE, OpCode.SLICE)
-_QUANTIZE = (OpCode.DIV, OpCode.ADD, OpCode.SUB, OpCode.MAXIMUM, OpCode.MINIMUM, OpCode.CAST,
-             OpCode.RESHAPE, OpCode.QUANTIZE)
+_RECURRENT = (
+    OpCode.FULLY_CONNECTED,
+    OpCode.SPLIT,
+    OpCode.RESHAPE,
+    OpCode.ADD,
+    OpCode.MUL,
+    OpCode.SUB,
+    OpCode.SIGMOID,
+    OpCode.TANH,
+    OpCode.UNSQUEEZE,
+    OpCode.CONCAT,
+    OpCode.TRANSPOSE,
+    OpCode.SLICE,
+)
+_QUANTIZE = (
+    OpCode.DIV,
+    OpCode.ADD,
+    OpCode.SUB,
+    OpCode.MAXIMUM,
+    OpCode.MINIMUM,
+    OpCode.CAST,
+    OpCode.RESHAPE,
+    OpCode.QUANTIZE,
+)
 _DEQUANTIZE = (OpCode.CAST, OpCode.SUB, OpCode.MUL, OpCode.RESHAPE, OpCode.DEQUANTIZE)
 _E = elementwise
 _A = activation
@@ -66,8 +85,9 @@ HANDLERS: dict[str, Handler] = {
     "Loop": _h(control_flow.loop, OpCode.LOOP),
     "Scan": _h(control_flow.scan, OpCode.LOOP, OpCode.GATHER),
     # linear algebra
-    "Gemm": _h(linear.gemm, OpCode.FULLY_CONNECTED, OpCode.MATMUL, OpCode.ADD, OpCode.MUL,
-               OpCode.TRANSPOSE),
+    "Gemm": _h(
+        linear.gemm, OpCode.FULLY_CONNECTED, OpCode.MATMUL, OpCode.ADD, OpCode.MUL, OpCode.TRANSPOSE
+    ),
     "MatMul": _h(linear.matmul, OpCode.FULLY_CONNECTED, OpCode.MATMUL, OpCode.TRANSPOSE),
     # binary elementwise
     "Add": _h(_E.binary(OpCode.ADD), OpCode.ADD),
@@ -82,8 +102,18 @@ HANDLERS: dict[str, Handler] = {
     "Mean": _h(_E.variadic(OpCode.ADD, mean=True), OpCode.ADD, OpCode.DIV),
     "Max": _h(_E.variadic(OpCode.MAXIMUM), OpCode.MAXIMUM),
     "Min": _h(_E.variadic(OpCode.MINIMUM), OpCode.MINIMUM),
-    "Mod": _h(_E.mod, OpCode.DIV, OpCode.MUL, OpCode.SUB, OpCode.EQUAL, OpCode.LESS,
-              OpCode.WHERE, OpCode.ADD, OpCode.CEIL, OpCode.FLOOR),
+    "Mod": _h(
+        _E.mod,
+        OpCode.DIV,
+        OpCode.MUL,
+        OpCode.SUB,
+        OpCode.EQUAL,
+        OpCode.LESS,
+        OpCode.WHERE,
+        OpCode.ADD,
+        OpCode.CEIL,
+        OpCode.FLOOR,
+    ),
     "PRelu": _h(_E.prelu, OpCode.PRELU),
     "Where": _h(_E.where, OpCode.WHERE),
     "Not": _h(_E.logical_not, OpCode.EQUAL),
@@ -99,8 +129,7 @@ HANDLERS: dict[str, Handler] = {
     "LeakyRelu": _h(_A.unary(OpCode.LEAKY_RELU, alpha=0.01), OpCode.LEAKY_RELU),
     "Elu": _h(_A.unary(OpCode.ELU, alpha=1.0), OpCode.ELU),
     "Selu": _h(_A.selu, OpCode.ELU, OpCode.MUL),
-    "HardSigmoid": _h(_A.unary(OpCode.HARD_SIGMOID, alpha=0.2, beta=0.5),
-                      OpCode.HARD_SIGMOID),
+    "HardSigmoid": _h(_A.unary(OpCode.HARD_SIGMOID, alpha=0.2, beta=0.5), OpCode.HARD_SIGMOID),
     "HardSwish": _h(_A.unary(OpCode.HARD_SWISH), OpCode.HARD_SWISH),
     "Softplus": _h(_A.unary(OpCode.SOFTPLUS), OpCode.SOFTPLUS),
     "Softsign": _h(_A.softsign, OpCode.ABS, OpCode.ADD, OpCode.DIV),
@@ -120,20 +149,27 @@ HANDLERS: dict[str, Handler] = {
     "Celu": _h(_A.celu, OpCode.ELU, OpCode.DIV, OpCode.MUL),
     "Swish": _h(composite.swish, OpCode.MUL, OpCode.SIGMOID),
     "Sign": _h(composite.sign, OpCode.WHERE, OpCode.LESS, OpCode.GREATER, OpCode.EQUAL),
-    "Shrink": _h(composite.shrink, OpCode.WHERE, OpCode.LESS, OpCode.GREATER, OpCode.ADD,
-                 OpCode.SUB),
+    "Shrink": _h(
+        composite.shrink, OpCode.WHERE, OpCode.LESS, OpCode.GREATER, OpCode.ADD, OpCode.SUB
+    ),
     "IsNaN": _h(composite.is_nan, OpCode.EQUAL),
     "IsInf": _h(composite.is_inf, OpCode.EQUAL, OpCode.MAXIMUM),
     "Trilu": _h(composite.trilu, OpCode.WHERE),
     "EyeLike": _h(composite.eye_like),
     "CumSum": _h(composite.cumsum, OpCode.MATMUL, OpCode.TRANSPOSE),
     "OneHot": _h(composite.one_hot, OpCode.ONE_HOT),
-    "GatherElements": _h(composite.gather_elements, OpCode.ONE_HOT, OpCode.UNSQUEEZE,
-                         OpCode.WHERE, OpCode.REDUCE_SUM, OpCode.SLICE),
-    "Einsum": _h(composite.einsum, OpCode.MATMUL, OpCode.TRANSPOSE, OpCode.RESHAPE,
-                 OpCode.REDUCE_SUM),
-    "Hardmax": _h(composite.hardmax, OpCode.ARGMAX, OpCode.ONE_HOT, OpCode.FLATTEN,
-                  OpCode.RESHAPE),
+    "GatherElements": _h(
+        composite.gather_elements,
+        OpCode.ONE_HOT,
+        OpCode.UNSQUEEZE,
+        OpCode.WHERE,
+        OpCode.REDUCE_SUM,
+        OpCode.SLICE,
+    ),
+    "Einsum": _h(
+        composite.einsum, OpCode.MATMUL, OpCode.TRANSPOSE, OpCode.RESHAPE, OpCode.REDUCE_SUM
+    ),
+    "Hardmax": _h(composite.hardmax, OpCode.ARGMAX, OpCode.ONE_HOT, OpCode.FLATTEN, OpCode.RESHAPE),
     # convolution and pooling
     "Conv": _h(conv.conv, OpCode.CONV2D),
     "ConvTranspose": _h(conv.conv_transpose, OpCode.CONV2D_BACKPROP_INPUT, OpCode.ADD),
@@ -142,22 +178,40 @@ HANDLERS: dict[str, Handler] = {
     "GlobalAveragePool": _h(conv.global_pool(OpCode.GLOBAL_AVG_POOL), OpCode.GLOBAL_AVG_POOL),
     "GlobalMaxPool": _h(conv.global_pool(OpCode.GLOBAL_MAX_POOL), OpCode.GLOBAL_MAX_POOL),
     "LpPool": _h(conv.lp_pool, OpCode.AVG_POOL2D, OpCode.POW, OpCode.ABS, OpCode.MUL),
-    "GlobalLpPool": _h(conv.global_lp_pool, OpCode.GLOBAL_AVG_POOL, OpCode.POW, OpCode.ABS,
-                       OpCode.MUL),
+    "GlobalLpPool": _h(
+        conv.global_lp_pool, OpCode.GLOBAL_AVG_POOL, OpCode.POW, OpCode.ABS, OpCode.MUL
+    ),
     # normalization and softmax
     "BatchNormalization": _h(_N.batch_norm, OpCode.BATCH_NORM),
     "InstanceNormalization": _h(_N.instance_norm, OpCode.INSTANCE_NORM),
     "LRN": _h(_N.lrn, OpCode.LRN),
     "LayerNormalization": _h(_N.layer_norm, OpCode.LAYER_NORM),
-    "RMSNormalization": _h(_N.rms_norm, OpCode.REDUCE_MEAN, OpCode.MUL, OpCode.ADD,
-                           OpCode.RSQRT, OpCode.CAST),
-    "MeanVarianceNormalization": _h(_N.mean_variance_norm, OpCode.REDUCE_MEAN, OpCode.MUL,
-                                    OpCode.SUB, OpCode.SQRT, OpCode.ADD, OpCode.DIV),
-    "LpNormalization": _h(_N.lp_norm, OpCode.REDUCE_SUM, OpCode.ABS, OpCode.MUL, OpCode.SQRT,
-                          OpCode.EQUAL, OpCode.WHERE, OpCode.DIV),
+    "RMSNormalization": _h(
+        _N.rms_norm, OpCode.REDUCE_MEAN, OpCode.MUL, OpCode.ADD, OpCode.RSQRT, OpCode.CAST
+    ),
+    "MeanVarianceNormalization": _h(
+        _N.mean_variance_norm,
+        OpCode.REDUCE_MEAN,
+        OpCode.MUL,
+        OpCode.SUB,
+        OpCode.SQRT,
+        OpCode.ADD,
+        OpCode.DIV,
+    ),
+    "LpNormalization": _h(
+        _N.lp_norm,
+        OpCode.REDUCE_SUM,
+        OpCode.ABS,
+        OpCode.MUL,
+        OpCode.SQRT,
+        OpCode.EQUAL,
+        OpCode.WHERE,
+        OpCode.DIV,
+    ),
     "Softmax": _h(_N.softmax(OpCode.SOFTMAX), OpCode.SOFTMAX, OpCode.FLATTEN, OpCode.RESHAPE),
-    "LogSoftmax": _h(_N.softmax(OpCode.LOG_SOFTMAX), OpCode.LOG_SOFTMAX, OpCode.FLATTEN,
-                     OpCode.RESHAPE),
+    "LogSoftmax": _h(
+        _N.softmax(OpCode.LOG_SOFTMAX), OpCode.LOG_SOFTMAX, OpCode.FLATTEN, OpCode.RESHAPE
+    ),
     # shape and layout
     "Reshape": _h(shape.reshape, OpCode.RESHAPE),
     "Flatten": _h(shape.flatten, OpCode.FLATTEN),
@@ -188,59 +242,115 @@ HANDLERS: dict[str, Handler] = {
     "ReduceMax": _h(_R.reduce(OpCode.REDUCE_MAX), OpCode.REDUCE_MAX),
     "ReduceMin": _h(_R.reduce(OpCode.REDUCE_MIN), OpCode.REDUCE_MIN),
     "ReduceProd": _h(_R.reduce(OpCode.REDUCE_PROD), OpCode.REDUCE_PROD),
-    "ReduceL1": _h(_R.reduce(OpCode.REDUCE_SUM, before=(OpCode.ABS,)), OpCode.REDUCE_SUM,
-                   OpCode.ABS),
-    "ReduceL2": _h(_R.reduce(OpCode.REDUCE_SUM, square=True, after=(OpCode.SQRT,)),
-                   OpCode.REDUCE_SUM, OpCode.MUL, OpCode.SQRT),
-    "ReduceSumSquare": _h(_R.reduce(OpCode.REDUCE_SUM, square=True), OpCode.REDUCE_SUM,
-                          OpCode.MUL),
-    "ReduceLogSum": _h(_R.reduce(OpCode.REDUCE_SUM, after=(OpCode.LOG,)), OpCode.REDUCE_SUM,
-                       OpCode.LOG),
-    "ReduceLogSumExp": _h(_R.reduce(OpCode.REDUCE_SUM, before=(OpCode.EXP,),
-                                    after=(OpCode.LOG,)),
-                          OpCode.REDUCE_SUM, OpCode.EXP, OpCode.LOG),
+    "ReduceL1": _h(
+        _R.reduce(OpCode.REDUCE_SUM, before=(OpCode.ABS,)), OpCode.REDUCE_SUM, OpCode.ABS
+    ),
+    "ReduceL2": _h(
+        _R.reduce(OpCode.REDUCE_SUM, square=True, after=(OpCode.SQRT,)),
+        OpCode.REDUCE_SUM,
+        OpCode.MUL,
+        OpCode.SQRT,
+    ),
+    "ReduceSumSquare": _h(_R.reduce(OpCode.REDUCE_SUM, square=True), OpCode.REDUCE_SUM, OpCode.MUL),
+    "ReduceLogSum": _h(
+        _R.reduce(OpCode.REDUCE_SUM, after=(OpCode.LOG,)), OpCode.REDUCE_SUM, OpCode.LOG
+    ),
+    "ReduceLogSumExp": _h(
+        _R.reduce(OpCode.REDUCE_SUM, before=(OpCode.EXP,), after=(OpCode.LOG,)),
+        OpCode.REDUCE_SUM,
+        OpCode.EXP,
+        OpCode.LOG,
+    ),
     "ArgMax": _h(_R.arg(OpCode.ARGMAX), OpCode.ARGMAX),
     "ArgMin": _h(_R.arg(OpCode.ARGMIN), OpCode.ARGMIN),
     # quantized: dynamic quantization (onnxruntime's quantize_dynamic)
-    "DynamicQuantizeLinear": _h(quantized.dynamic_quantize_linear, OpCode.REDUCE_MIN,
-                                OpCode.REDUCE_MAX, OpCode.MINIMUM, OpCode.MAXIMUM, OpCode.SUB,
-                                OpCode.DIV, OpCode.ADD, OpCode.NEG, OpCode.CAST,
-                                OpCode.EQUAL),
-    "MatMulInteger": _h(quantized.matmul_integer, OpCode.CAST, OpCode.SUB,
-                        OpCode.FULLY_CONNECTED, OpCode.MATMUL, OpCode.ADD, OpCode.FLOOR),
-    "ConvInteger": _h(quantized.conv_integer, OpCode.CAST, OpCode.SUB, OpCode.CONV2D,
-                      OpCode.ADD, OpCode.FLOOR),
-    "com.microsoft.DynamicQuantizeLSTM": _h(quantized.dynamic_quantize_lstm, *_RECURRENT,
-                                            OpCode.REDUCE_MIN, OpCode.REDUCE_MAX,
-                                            OpCode.MINIMUM, OpCode.MAXIMUM, OpCode.DIV,
-                                            OpCode.NEG, OpCode.EQUAL),
+    "DynamicQuantizeLinear": _h(
+        quantized.dynamic_quantize_linear,
+        OpCode.REDUCE_MIN,
+        OpCode.REDUCE_MAX,
+        OpCode.MINIMUM,
+        OpCode.MAXIMUM,
+        OpCode.SUB,
+        OpCode.DIV,
+        OpCode.ADD,
+        OpCode.NEG,
+        OpCode.CAST,
+        OpCode.EQUAL,
+    ),
+    "MatMulInteger": _h(
+        quantized.matmul_integer,
+        OpCode.CAST,
+        OpCode.SUB,
+        OpCode.FULLY_CONNECTED,
+        OpCode.MATMUL,
+        OpCode.ADD,
+        OpCode.FLOOR,
+    ),
+    "ConvInteger": _h(
+        quantized.conv_integer, OpCode.CAST, OpCode.SUB, OpCode.CONV2D, OpCode.ADD, OpCode.FLOOR
+    ),
+    "com.microsoft.DynamicQuantizeLSTM": _h(
+        quantized.dynamic_quantize_lstm,
+        *_RECURRENT,
+        OpCode.REDUCE_MIN,
+        OpCode.REDUCE_MAX,
+        OpCode.MINIMUM,
+        OpCode.MAXIMUM,
+        OpCode.DIV,
+        OpCode.NEG,
+        OpCode.EQUAL,
+    ),
     # quantized: QDQ pairs and the QLinear ops of onnxruntime's quantize_static
     "QuantizeLinear": _h(quantized.quantize_linear, *_QUANTIZE),
     "DequantizeLinear": _h(quantized.dequantize_linear, *_DEQUANTIZE),
     "QLinearConv": _h(quantized.qlinear_conv, OpCode.CONV2D, *_QUANTIZE, *_DEQUANTIZE),
-    "QLinearMatMul": _h(quantized.qlinear_matmul, OpCode.FULLY_CONNECTED, OpCode.MATMUL,
-                        *_QUANTIZE, *_DEQUANTIZE),
-    "com.microsoft.QGemm": _h(quantized.qgemm, OpCode.FULLY_CONNECTED, OpCode.MATMUL,
-                              OpCode.ADD, OpCode.MUL, *_QUANTIZE, *_DEQUANTIZE),
-    "com.microsoft.QLinearAdd": _h(quantized.qlinear_binary(OpCode.ADD), OpCode.ADD,
-                                   *_QUANTIZE, *_DEQUANTIZE),
-    "com.microsoft.QLinearMul": _h(quantized.qlinear_binary(OpCode.MUL), OpCode.MUL,
-                                   *_QUANTIZE, *_DEQUANTIZE),
-    "com.microsoft.QLinearSigmoid": _h(quantized.qlinear_unary(_A.unary(OpCode.SIGMOID)),
-                                       OpCode.SIGMOID, *_QUANTIZE, *_DEQUANTIZE),
+    "QLinearMatMul": _h(
+        quantized.qlinear_matmul, OpCode.FULLY_CONNECTED, OpCode.MATMUL, *_QUANTIZE, *_DEQUANTIZE
+    ),
+    "com.microsoft.QGemm": _h(
+        quantized.qgemm,
+        OpCode.FULLY_CONNECTED,
+        OpCode.MATMUL,
+        OpCode.ADD,
+        OpCode.MUL,
+        *_QUANTIZE,
+        *_DEQUANTIZE,
+    ),
+    "com.microsoft.QLinearAdd": _h(
+        quantized.qlinear_binary(OpCode.ADD), OpCode.ADD, *_QUANTIZE, *_DEQUANTIZE
+    ),
+    "com.microsoft.QLinearMul": _h(
+        quantized.qlinear_binary(OpCode.MUL), OpCode.MUL, *_QUANTIZE, *_DEQUANTIZE
+    ),
+    "com.microsoft.QLinearSigmoid": _h(
+        quantized.qlinear_unary(_A.unary(OpCode.SIGMOID)), OpCode.SIGMOID, *_QUANTIZE, *_DEQUANTIZE
+    ),
     "com.microsoft.QLinearLeakyRelu": _h(
-        quantized.qlinear_unary(_A.unary(OpCode.LEAKY_RELU, alpha=0.01)), OpCode.LEAKY_RELU,
-        *_QUANTIZE, *_DEQUANTIZE),
+        quantized.qlinear_unary(_A.unary(OpCode.LEAKY_RELU, alpha=0.01)),
+        OpCode.LEAKY_RELU,
+        *_QUANTIZE,
+        *_DEQUANTIZE,
+    ),
     "com.microsoft.QLinearGlobalAveragePool": _h(
         quantized.qlinear_unary(conv.global_pool(OpCode.GLOBAL_AVG_POOL)),
-        OpCode.GLOBAL_AVG_POOL, *_QUANTIZE, *_DEQUANTIZE),
-    "com.microsoft.QLinearAveragePool": _h(quantized.qlinear_unary(conv.average_pool),
-                                           OpCode.AVG_POOL2D, *_QUANTIZE, *_DEQUANTIZE),
-    "com.microsoft.QLinearSoftmax": _h(quantized.qlinear_unary(_N.softmax(OpCode.SOFTMAX)),
-                                       OpCode.SOFTMAX, OpCode.FLATTEN, OpCode.RESHAPE,
-                                       *_QUANTIZE, *_DEQUANTIZE),
-    "com.microsoft.QLinearConcat": _h(quantized.qlinear_concat, OpCode.CONCAT, *_QUANTIZE,
-                                      *_DEQUANTIZE),
+        OpCode.GLOBAL_AVG_POOL,
+        *_QUANTIZE,
+        *_DEQUANTIZE,
+    ),
+    "com.microsoft.QLinearAveragePool": _h(
+        quantized.qlinear_unary(conv.average_pool), OpCode.AVG_POOL2D, *_QUANTIZE, *_DEQUANTIZE
+    ),
+    "com.microsoft.QLinearSoftmax": _h(
+        quantized.qlinear_unary(_N.softmax(OpCode.SOFTMAX)),
+        OpCode.SOFTMAX,
+        OpCode.FLATTEN,
+        OpCode.RESHAPE,
+        *_QUANTIZE,
+        *_DEQUANTIZE,
+    ),
+    "com.microsoft.QLinearConcat": _h(
+        quantized.qlinear_concat, OpCode.CONCAT, *_QUANTIZE, *_DEQUANTIZE
+    ),
 }
 
 

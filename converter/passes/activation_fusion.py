@@ -62,15 +62,22 @@ def fuse_activations(model: Model) -> int:
                 continue
             x = act.inputs[0]
             prev = made.get(x)
-            if (prev is None or prev.op not in FUSES_INTO or len(uses.get(x, [])) != 1
-                    or x in graph.outputs or model.tensors[x].dtype.kind != "f"
-                    or prev.attrs.get("activation", "none") != "none"
-                    or (form["activation"] == "leaky_relu" and "alpha" in prev.attrs)):
+            if (
+                prev is None
+                or prev.op not in FUSES_INTO
+                or len(uses.get(x, [])) != 1
+                or x in graph.outputs
+                or model.tensors[x].dtype.kind != "f"
+                or prev.attrs.get("activation", "none") != "none"
+                or (form["activation"] == "leaky_relu" and "alpha" in prev.attrs)
+            ):
                 continue
             prev.attrs = {**prev.attrs, **form}
             graph.nodes.remove(act)
             replace_uses(model, gi, act.outputs[0], x)
             model.tensors[x].name, model.tensors[act.outputs[0]].name = (
-                model.tensors[act.outputs[0]].name, model.tensors[x].name)
+                model.tensors[act.outputs[0]].name,
+                model.tensors[x].name,
+            )
             fused += 1
     return fused

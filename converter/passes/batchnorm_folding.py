@@ -55,8 +55,9 @@ def _reader_counts(model: Model) -> dict[int, int]:
     return counts
 
 
-def _new_constant(model: Model, old: int, name: str, value: np.ndarray,
-                  readers: dict[int, int]) -> int:
+def _new_constant(
+    model: Model, old: int, name: str, value: np.ndarray, readers: dict[int, int]
+) -> int:
     """Constant tensor `old` holding `value` when the folded node is its only reader (it
     keeps its name), else a new constant called `name`; returns the index."""
     if readers.get(old, 0) != 1:
@@ -92,8 +93,9 @@ def fold_batch_norms(model: Model) -> int:
                 continue
             w_index = prev.inputs[1]
             b_index = prev.inputs[2] if len(prev.inputs) > 2 else -1
-            if not (_is_static(model, w_index, made, memo)
-                    and _is_static(model, b_index, made, memo)):
+            if not (
+                _is_static(model, w_index, made, memo) and _is_static(model, b_index, made, memo)
+            ):
                 continue
             w_tensor = model.tensors[w_index]
             if w_tensor.dtype.kind != "f":
@@ -111,35 +113,47 @@ def fold_batch_norms(model: Model) -> int:
             shape = (channels,) + (1,) * (len(w_tensor.shape) - 1)
             new_nodes: list[Node] = []
             if w_tensor.data is not None:
-                w_new = _new_constant(model, w_index, f"{name}/bn_folded",
-                                      (w_tensor.data.astype(np.float64)
-                                       * scale.reshape(shape)).astype(dtype), readers)
+                w_new = _new_constant(
+                    model,
+                    w_index,
+                    f"{name}/bn_folded",
+                    (w_tensor.data.astype(np.float64) * scale.reshape(shape)).astype(dtype),
+                    readers,
+                )
             else:
-                s_index = add_constant(model, f"{name}/bn_scale",
-                                       scale.reshape(shape).astype(dtype))
+                s_index = add_constant(
+                    model, f"{name}/bn_scale", scale.reshape(shape).astype(dtype)
+                )
                 w_new = add_tensor(model, f"{name}/bn_folded", w_index)
-                new_nodes.append(Node(OpCode.MUL, [w_index, s_index], [w_new],
-                                      name=model.tensors[w_new].name))
+                new_nodes.append(
+                    Node(OpCode.MUL, [w_index, s_index], [w_new], name=model.tensors[w_new].name)
+                )
             shift = beta - mean * scale
             if b_index == -1:
                 # A layer's new bias is named as its weight's sibling ("conv1.bias"), so
                 # an exported model's trainable names stay the layers' names.
-                bias_name = (f"{name.removesuffix('.weight')}.bias" if name.endswith(".weight")
-                             else f"{name}/bn_bias")
+                bias_name = (
+                    f"{name.removesuffix('.weight')}.bias"
+                    if name.endswith(".weight")
+                    else f"{name}/bn_bias"
+                )
                 b_new = add_constant(model, bias_name, shift.astype(dtype))
             elif (b_data := model.tensors[b_index].data) is not None:
                 b = b_data.astype(np.float64).reshape(-1)
-                b_new = _new_constant(model, b_index, f"{name}/bn_bias",
-                                      (b * scale + shift).astype(dtype), readers)
+                b_new = _new_constant(
+                    model, b_index, f"{name}/bn_bias", (b * scale + shift).astype(dtype), readers
+                )
             else:
                 s_index = add_constant(model, f"{name}/bn_bias_scale", scale.astype(dtype))
                 t_index = add_constant(model, f"{name}/bn_bias_shift", shift.astype(dtype))
                 scaled = add_tensor(model, f"{name}/bn_bias_scaled", b_index)
                 b_new = add_tensor(model, f"{name}/bn_bias", b_index)
-                new_nodes.append(Node(OpCode.MUL, [b_index, s_index], [scaled],
-                                      name=model.tensors[scaled].name))
-                new_nodes.append(Node(OpCode.ADD, [scaled, t_index], [b_new],
-                                      name=model.tensors[b_new].name))
+                new_nodes.append(
+                    Node(OpCode.MUL, [b_index, s_index], [scaled], name=model.tensors[scaled].name)
+                )
+                new_nodes.append(
+                    Node(OpCode.ADD, [scaled, t_index], [b_new], name=model.tensors[b_new].name)
+                )
             prev.inputs = [prev.inputs[0], w_new, b_new]
             position = graph.nodes.index(prev)
             graph.nodes[position:position] = new_nodes
@@ -147,6 +161,8 @@ def fold_batch_norms(model: Model) -> int:
             replace_uses(model, gi, bn.outputs[0], x)
             # The conv output now stands for the normalized value: keep the BN's name on it.
             model.tensors[x].name, model.tensors[bn.outputs[0]].name = (
-                model.tensors[bn.outputs[0]].name, model.tensors[x].name)
+                model.tensors[bn.outputs[0]].name,
+                model.tensors[x].name,
+            )
             folded += 1
     return folded

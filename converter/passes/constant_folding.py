@@ -22,12 +22,16 @@ def fold_constants(model: Model) -> int:
         for node in graph.nodes:
             tensors = [model.tensors[i] if i != -1 else None for i in node.inputs]
             cls = KERNELS.get(node.op)
-            if (cls is None or not getattr(cls, "foldable", True)
-                    or any(t is not None and t.data is None for t in tensors)):
+            if (
+                cls is None
+                or not getattr(cls, "foldable", True)
+                or any(t is not None and t.data is None for t in tensors)
+            ):
                 kept.append(node)
                 continue
-            specs = [None if t is None else TensorSpec(tuple(t.shape), t.dtype, t.data)
-                     for t in tensors]
+            specs = [
+                None if t is None else TensorSpec(tuple(t.shape), t.dtype, t.data) for t in tensors
+            ]
             try:
                 kernel = prepare_kernel(node.op, node.attrs, specs, len(node.outputs))
             except ShapeError:

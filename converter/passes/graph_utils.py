@@ -117,8 +117,9 @@ def add_tensor(model: Model, name: str, like: int) -> int:
     return len(model.tensors) - 1
 
 
-def static_value(model: Model, made: dict[int, Node], index: int,
-                 memo: dict[int, np.ndarray | None]) -> np.ndarray | None:
+def static_value(
+    model: Model, made: dict[int, Node], index: int, memo: dict[int, np.ndarray | None]
+) -> np.ndarray | None:
     """The value of a tensor that is a constant or computed from constants only (the runtime
     folds such nodes at load time), evaluated with the runtime's kernels; else None."""
     if index in memo:

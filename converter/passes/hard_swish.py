@@ -20,14 +20,20 @@ def fuse_hard_swish(model: Model) -> int:
                 continue
             for gate_index, x in ((mul.inputs[1], mul.inputs[0]), (mul.inputs[0], mul.inputs[1])):
                 gate = made.get(gate_index)
-                if (gate is None or gate.op != OpCode.HARD_SIGMOID or gate.inputs[0] != x
-                        or len(uses.get(gate_index, [])) != 1 or gate_index in graph.outputs
-                        or abs(float_attr(gate, "alpha", 0.2) - 1 / 6) > 1e-6
-                        or abs(float_attr(gate, "beta", 0.5) - 0.5) > 1e-6):
+                if (
+                    gate is None
+                    or gate.op != OpCode.HARD_SIGMOID
+                    or gate.inputs[0] != x
+                    or len(uses.get(gate_index, [])) != 1
+                    or gate_index in graph.outputs
+                    or abs(float_attr(gate, "alpha", 0.2) - 1 / 6) > 1e-6
+                    or abs(float_attr(gate, "beta", 0.5) - 0.5) > 1e-6
+                ):
                     continue
                 position = graph.nodes.index(mul)
-                graph.nodes[position] = Node(OpCode.HARD_SWISH, [x], list(mul.outputs),
-                                             name=mul.name)
+                graph.nodes[position] = Node(
+                    OpCode.HARD_SWISH, [x], list(mul.outputs), name=mul.name
+                )
                 graph.nodes.remove(gate)
                 fused += 1
                 break

@@ -48,8 +48,12 @@ def remove_noop_layout(model: Model) -> int:
                     continue
                 src, dst = node.inputs[0], node.outputs[0]
                 in_shape, out_shape = static_shape(model, src), static_shape(model, dst)
-                if (node.op in RESHAPES and in_shape is not None and in_shape == out_shape
-                        and _bypass(model, gi, node)):
+                if (
+                    node.op in RESHAPES
+                    and in_shape is not None
+                    and in_shape == out_shape
+                    and _bypass(model, gi, node)
+                ):
                     graph.nodes.remove(node)
                     changed = True
                     break
@@ -62,8 +66,11 @@ def remove_noop_layout(model: Model) -> int:
                 before = made.get(src)
                 if before is None or len(uses.get(src, [])) != 1 or src in graph.outputs:
                     continue
-                if (node.op == OpCode.RESHAPE and before.op in (OpCode.RESHAPE, OpCode.FLATTEN)
-                        and out_shape is not None):
+                if (
+                    node.op == OpCode.RESHAPE
+                    and before.op in (OpCode.RESHAPE, OpCode.FLATTEN)
+                    and out_shape is not None
+                ):
                     node.inputs = [before.inputs[0]]
                     node.attrs = {"shape": list(out_shape)}
                     graph.nodes.remove(before)

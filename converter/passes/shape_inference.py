@@ -12,5 +12,4 @@ def infer_shapes(model: Model) -> int:
     before = [(t.shape, t.dtype) for t in model.tensors]
     for gi in range(len(model.graphs)):
         fill_inferred_shapes(model, gi)
-    return sum(1 for t, old in zip(model.tensors, before, strict=True)
-               if (t.shape, t.dtype) != old)
+    return sum(1 for t, old in zip(model.tensors, before, strict=True) if (t.shape, t.dtype) != old)

@@ -293,9 +293,10 @@ class SecAggServer:
                     f"for {type(want).__name__}"
                 )
             lacking = self.complaints.get(u, frozenset())
-            if set(message.key_shares) != set(want.dropped) - lacking or set(
-                message.self_mask_shares
-            ) != set(want.survivors) - lacking:
+            if (
+                set(message.key_shares) != set(want.dropped) - lacking
+                or set(message.self_mask_shares) != set(want.survivors) - lacking
+            ):
                 raise ProtocolError(f"client {u}'s unmask response does not answer its request")
             for owner, data in message.key_shares.items():
                 shamir.share_from_bytes(data)
@@ -436,9 +437,7 @@ class SecAggServer:
             holders = [sorted(wanted[r][2]) for r in rows]
             xs = np.array(holders, np.int64) + 1
             # Every share's length was checked on receipt: parse the group in one go.
-            raw = b"".join(
-                wanted[r][2][h] for r, hs in zip(rows, holders, strict=True) for h in hs
-            )
+            raw = b"".join(wanted[r][2][h] for r, hs in zip(rows, holders, strict=True) for h in hs)
             ys = np.frombuffer(raw, "<u4").astype(np.int64).reshape(len(rows), count, -1)
             found = decoding.decode(xs, ys, t)
             for i, r in enumerate(rows):
@@ -545,8 +544,7 @@ class SecAggServer:
             server.excluded = {int(u): str(why) for u, why in doc.get("excluded", {}).items()}
             server._out_of_range = int(doc.get("out_of_range", 0))
             server.complaints = {
-                int(u): frozenset(int(v) for v in vs)
-                for u, vs in doc.get("complaints", {}).items()
+                int(u): frozenset(int(v) for v in vs) for u, vs in doc.get("complaints", {}).items()
             }
             dtype = ring_dtype(server.params.modulus_bits).newbyteorder("<")
             ring_bytes = dtype.itemsize * server.vector_length

@@ -32,12 +32,17 @@ def _check_indices(model: Model, loss: int, wrt: Sequence[int]) -> None:
         raise ShapeError(f"loss tensor index {loss} out of range")
     for t in wrt:
         if not 0 <= t < len(model.tensors) or not _is_float(model, t):
-            raise ShapeError(f"cannot differentiate with respect to tensor {t}: not a float "
-                             "tensor of the model")
+            raise ShapeError(
+                f"cannot differentiate with respect to tensor {t}: not a float tensor of the model"
+            )
 
 
-def _on_path(model: Model, forward: list[Node], loss: int, wrt: Sequence[int],
-             ) -> tuple[set[int], list[Node]]:
+def _on_path(
+    model: Model,
+    forward: list[Node],
+    loss: int,
+    wrt: Sequence[int],
+) -> tuple[set[int], list[Node]]:
     """The float tensors that need a gradient (they depend on some `wrt` tensor and the
     loss depends on them) and the nodes between them, in forward order."""
     depends = set(wrt)
@@ -49,13 +54,17 @@ def _on_path(model: Model, forward: list[Node], loss: int, wrt: Sequence[int],
         if any(o in relevant for o in node.outputs):
             relevant.update(i for i in node.inputs if i != -1)
     needed = {t for t in depends & relevant if _is_float(model, t)}
-    on_path = [n for n in forward if any(o in needed for o in n.outputs)
-               and any(i in needed for i in n.inputs)]
+    on_path = [
+        n
+        for n in forward
+        if any(o in needed for o in n.outputs) and any(i in needed for i in n.inputs)
+    ]
     return needed, on_path
 
 
-def append_gradients(model: Model, graph_index: int, loss: int, wrt: Sequence[int], *,
-                     infer_shapes: bool = True) -> dict[int, int]:
+def append_gradients(
+    model: Model, graph_index: int, loss: int, wrt: Sequence[int], *, infer_shapes: bool = True
+) -> dict[int, int]:
     """Append nodes computing d(loss)/d(t) for each t in `wrt` to a graph, in place.
 
     `loss` is the index of a scalar float tensor the graph computes. Returns {t: index of
@@ -74,10 +83,15 @@ def append_gradients(model: Model, graph_index: int, loss: int, wrt: Sequence[in
     if infer_shapes:
         fill_inferred_shapes(model, graph_index)
     loss_tensor = model.tensors[loss]
-    if not _is_float(model, loss) or int(np.prod(loss_tensor.shape)) != 1 or (
-            -1 in loss_tensor.shape):
-        raise ShapeError(f"the loss {loss_tensor.name!r} must be a float scalar, got "
-                         f"{loss_tensor.dtype}{list(loss_tensor.shape)}")
+    if (
+        not _is_float(model, loss)
+        or int(np.prod(loss_tensor.shape)) != 1
+        or (-1 in loss_tensor.shape)
+    ):
+        raise ShapeError(
+            f"the loss {loss_tensor.name!r} must be a float scalar, got "
+            f"{loss_tensor.dtype}{list(loss_tensor.shape)}"
+        )
 
     needed, on_path = _on_path(model, list(graph.nodes), loss, wrt)
     missing = sorted({n.op.name for n in on_path if n.op not in GRADIENT_RULES})
@@ -95,8 +109,10 @@ def append_gradients(model: Model, graph_index: int, loss: int, wrt: Sequence[in
         if not parts:
             return None
         while len(parts) > 1:  # sum pairwise so the graph stays shallow
-            parts = [ctx.op(OpCode.ADD, parts[k:k + 2]) if k + 1 < len(parts) else parts[k]
-                     for k in range(0, len(parts), 2)]
+            parts = [
+                ctx.op(OpCode.ADD, parts[k : k + 2]) if k + 1 < len(parts) else parts[k]
+                for k in range(0, len(parts), 2)
+            ]
         pending[t] = parts
         return parts[0]
 
@@ -110,8 +126,10 @@ def append_gradients(model: Model, graph_index: int, loss: int, wrt: Sequence[in
         ctx.scope = f"grad/{node.name}"
         in_grads = GRADIENT_RULES[node.op](ctx, node, out_grads)
         if len(in_grads) != len(node.inputs):
-            raise ShapeError(f"gradient rule of {node.op.name} returned {len(in_grads)} "
-                             f"gradients for {len(node.inputs)} inputs")
+            raise ShapeError(
+                f"gradient rule of {node.op.name} returned {len(in_grads)} "
+                f"gradients for {len(node.inputs)} inputs"
+            )
         for i, g in zip(node.inputs, in_grads, strict=True):
             if g is not None and i in needed:
                 pending.setdefault(i, []).append(g)

@@ -237,6 +237,8 @@ def kernel_class(op: OpCode, first: TensorSpec | None, where: str) -> type[Kerne
         return cls
     cls = KERNELS.get(op)
     if cls is None:
-        raise UnsupportedOpError(f"{where}: {op.name} runs only on int8/uint8 tensors with "
-                                 f"quantization, got {None if first is None else first.dtype}")
+        raise UnsupportedOpError(
+            f"{where}: {op.name} runs only on int8/uint8 tensors with "
+            f"quantization, got {None if first is None else first.dtype}"
+        )
     return cls

@@ -102,7 +102,10 @@ FUSED_ACTIVATIONS: dict[str, InPlace | None] = {
 """Activation name -> in-place function (None: nothing to apply)."""
 
 
-def fused_activation(op: str, attrs: dict, ) -> InPlace | None:
+def fused_activation(
+    op: str,
+    attrs: dict,
+) -> InPlace | None:
     """The in-place activation named by a node's `activation` attribute (plus its params)."""
     name = attrs.get("activation", "none")
     if name == "clip":

@@ -12,13 +12,13 @@ from sporenet.lite.kernels.base import Kernel
 def normalize_axis(kernel: Kernel, axis: int, rank: int, what: str = "axis") -> int:
     """`axis` in [-rank, rank) as a non-negative index; out of range is a ShapeError."""
     if not -rank <= axis < rank:
-        raise kernel.fail(f"{what} {axis} is out of range for rank {rank} "
-                          f"(expected {-rank}..{rank - 1})")
+        raise kernel.fail(
+            f"{what} {axis} is out of range for rank {rank} (expected {-rank}..{rank - 1})"
+        )
     return axis + rank if axis < 0 else axis
 
 
-def normalize_axes(kernel: Kernel, axes: Sequence[int], rank: int,
-                   what: str = "axes") -> list[int]:
+def normalize_axes(kernel: Kernel, axes: Sequence[int], rank: int, what: str = "axes") -> list[int]:
     """Each axis normalized; duplicates are a ShapeError."""
     result = [normalize_axis(kernel, a, rank, f"{what} entry") for a in axes]
     if len(set(result)) != len(result):

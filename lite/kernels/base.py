@@ -43,9 +43,16 @@ class TensorSpec:
 class Attrs:
     """Typed access to a node's attributes; a wrong type or missing value is a ShapeError."""
 
-    def __init__(self, op: str, values: dict[str, Any], num_outputs: int = 1,
-                 output_quant: Sequence[Quantization | None] = (),
-                 output_dtypes: Sequence[np.dtype] = (), *, model: Any = None) -> None:
+    def __init__(
+        self,
+        op: str,
+        values: dict[str, Any],
+        num_outputs: int = 1,
+        output_quant: Sequence[Quantization | None] = (),
+        output_dtypes: Sequence[np.dtype] = (),
+        *,
+        model: Any = None,
+    ) -> None:
         self.op = op
         # The whole model, for control-flow kernels that plan their subgraphs (else None).
         self.model = model

@@ -38,13 +38,17 @@ def _plan_subgraph(kernel: Kernel, name: str, feeds: Sequence[TensorSpec]) -> An
         raise kernel.fail(f"{name} {gi} is not a subgraph index (1..{len(model.graphs) - 1})")
     graph = model.graphs[gi]
     if len(graph.inputs) != len(feeds):
-        raise kernel.fail(f"{name} {gi} ({graph.name!r}) takes {len(graph.inputs)} inputs, the "
-                          f"node gives {len(feeds)}")
+        raise kernel.fail(
+            f"{name} {gi} ({graph.name!r}) takes {len(graph.inputs)} inputs, the "
+            f"node gives {len(feeds)}"
+        )
     for k, (i, spec) in enumerate(zip(graph.inputs, feeds, strict=True)):
         declared = model.tensors[i].dtype
         if spec.dtype != declared:
-            raise kernel.fail(f"{name} {gi} input {k} ({model.tensors[i].name!r}) is {declared}, "
-                              f"the node gives {spec.dtype}")
+            raise kernel.fail(
+                f"{name} {gi} input {k} ({model.tensors[i].name!r}) is {declared}, "
+                f"the node gives {spec.dtype}"
+            )
     shapes = {i: spec.shape for i, spec in zip(graph.inputs, feeds, strict=True)}
     try:
         return plan_graph(model, gi, shapes)
@@ -80,8 +84,9 @@ class If(Kernel):
                 continue
             if attrs.int(name, REQUIRED) == -1:
                 reason = attrs.str(f"{name[:4]}_error", "no reason recorded")
-                self.broken[flag] = f"the {name[:4]} branch cannot run at these input shapes: " \
-                                    f"{reason}"
+                self.broken[flag] = (
+                    f"the {name[:4]} branch cannot run at these input shapes: {reason}"
+                )
             else:
                 self.branches[flag] = _plan_subgraph(self, name, feeds)
         if not self.branches:
@@ -91,21 +96,25 @@ class If(Kernel):
         if len(per_branch) == 2:
             then, other = per_branch[True], per_branch[False]
             if len(then) != len(other):
-                raise self.fail(f"the then branch has {len(then)} outputs, the else branch "
-                                f"{len(other)}")
+                raise self.fail(
+                    f"the then branch has {len(then)} outputs, the else branch {len(other)}"
+                )
             for k, (a, b) in enumerate(zip(then, other, strict=True)):
                 if (a.shape, a.dtype) != (b.shape, b.dtype):
                     raise self.fail(
                         f"output {k} is {a.dtype}{list(a.shape)} in the then branch but "
                         f"{b.dtype}{list(b.shape)} in the else branch; a planned model needs "
                         "one shape (fix the input shapes so the condition is known when the "
-                        "model is converted)")
+                        "model is converted)"
+                    )
         self.output_specs = [TensorSpec(s.shape, s.dtype) for s in specs]
 
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
         cond, feeds = inputs[0], [x for x in inputs[1:] if x is not None]
-        wired = {flag: ([p.arrays[i] for i in p.inputs], [p.arrays[o] for o in p.outputs], p)
-                 for flag, p in self.branches.items()}
+        wired = {
+            flag: ([p.arrays[i] for i in p.inputs], [p.arrays[o] for o in p.outputs], p)
+            for flag, p in self.branches.items()
+        }
         only = next(iter(wired.values())) if len(wired) == 1 and not self.broken else None
         broken = self.broken
 
@@ -141,8 +150,9 @@ class Loop(Kernel):
             raise self.fail(f"num_carried {self.carried} does not fit {len(self.inputs)} inputs")
         trip = self.optional_input(0)
         if trip is not None and (trip.size != 1 or trip.dtype.kind not in "iu"):
-            raise self.fail(f"the trip count must be one integer, got {trip.dtype}"
-                            f"{list(trip.shape)}")
+            raise self.fail(
+                f"the trip count must be one integer, got {trip.dtype}{list(trip.shape)}"
+            )
         _scalar_flag(self.optional_input(1), "the condition (input 1)", self)
         state = [self.input(k) for k in range(2, len(self.inputs))]
         feeds = [TensorSpec((), np.dtype(np.int64)), TensorSpec((), np.dtype(np.bool_)), *state]
@@ -150,25 +160,30 @@ class Loop(Kernel):
         outs = [self.body.specs[o] for o in self.body.outputs]
         n = self.carried
         if len(outs) < 1 + n:
-            raise self.fail(f"the body gives {len(outs)} outputs, fewer than the condition and "
-                            f"{n} carried values")
+            raise self.fail(
+                f"the body gives {len(outs)} outputs, fewer than the condition and "
+                f"{n} carried values"
+            )
         for k in range(n):
             before, after = state[k], outs[1 + k]
             if (before.shape, before.dtype) != (after.shape, after.dtype):
                 raise self.fail(
                     f"carried value {k} enters as {before.dtype}{list(before.shape)} and leaves "
                     f"the body as {after.dtype}{list(after.shape)}; a planned loop needs one "
-                    "shape across iterations")
+                    "shape across iterations"
+                )
         keep_going = outs[0]
         if trip is None and keep_going.value is not None and bool(keep_going.value.all()):
-            raise self.fail("has no trip count and its body's condition is always true: it "
-                            "would never end")
-        scans = outs[1 + n:]
+            raise self.fail(
+                "has no trip count and its body's condition is always true: it would never end"
+            )
+        scans = outs[1 + n :]
         self.trips: int | None = None
         if scans:
             if trip is None or trip.value is None:
-                raise self.fail("scan outputs need a trip count (input 0) known when the model "
-                                "is planned")
+                raise self.fail(
+                    "scan outputs need a trip count (input 0) known when the model is planned"
+                )
             self.trips = max(int(trip.value.reshape(-1)[0]), 0)
         self.output_specs = [TensorSpec(s.shape, s.dtype) for s in state[:n]]
         self.output_specs += [TensorSpec((self.trips or 0, *s.shape), s.dtype) for s in scans]
@@ -180,8 +195,8 @@ class Loop(Kernel):
         body_in = [body.arrays[i] for i in body.inputs]
         body_out = [body.arrays[o] for o in body.outputs]
         iteration, keep_in = body_in[0], body_in[1]
-        carried_in, carried_out = body_in[2:2 + n], body_out[1:1 + n]
-        scan_out, scans = body_out[1 + n:], outputs[n:]
+        carried_in, carried_out = body_in[2 : 2 + n], body_out[1 : 1 + n]
+        scan_out, scans = body_out[1 + n :], outputs[n:]
         planned = self.trips
 
         def step() -> None:
@@ -205,8 +220,10 @@ class Loop(Kernel):
                     stack[done] = v
                 done += 1
             if planned is not None and done != planned:
-                raise ShapeError(f"LOOP: stopped after {done} iterations, but its scan outputs "
-                                 f"were planned for {planned}")
+                raise ShapeError(
+                    f"LOOP: stopped after {done} iterations, but its scan outputs "
+                    f"were planned for {planned}"
+                )
             for out, v in zip(outputs[:n], carried_in, strict=True):
                 np.copyto(out, v)
 

@@ -44,13 +44,16 @@ def im2col_view(xp: np.ndarray, win: Window) -> np.ndarray:
     (kh, kw), (oh, ow) = win.kernel, win.out
     (th, tw), (dh, dw) = win.strides, win.dilations
     return np.lib.stride_tricks.as_strided(
-        xp, shape=(n, c, kh, kw, oh, ow),
-        strides=(sn, sc, sh * dh, sw * dw, sh * th, sw * tw), writeable=False,
+        xp,
+        shape=(n, c, kh, kw, oh, ow),
+        strides=(sn, sc, sh * dh, sw * dw, sh * th, sw * tw),
+        writeable=False,
     )
 
 
-def phase_im2col_copies(xp: np.ndarray, win: Window,
-                        cols: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
+def phase_im2col_copies(
+    xp: np.ndarray, win: Window, cols: np.ndarray
+) -> list[tuple[np.ndarray, np.ndarray]]:
     """The copies that fill `cols` (N, C, kh, kw, OH, OW) for a strided, undilated window,
     through the input's stride phases.
 
@@ -73,8 +76,11 @@ def phase_im2col_copies(xp: np.ndarray, win: Window,
             ku, kv = -(-(kh - a) // sh), -(-(kw - b) // sw)
             pn, pc, py, px = phase.strides
             taps = np.lib.stride_tricks.as_strided(
-                phase, shape=(n, c, ku, kv, oh, ow), strides=(pn, pc, py, px, py, px),
-                writeable=False)
+                phase,
+                shape=(n, c, ku, kv, oh, ow),
+                strides=(pn, pc, py, px, py, px),
+                writeable=False,
+            )
             copies.append((cols[:, :, a::sh, b::sw], taps))
     return copies
 
@@ -115,16 +121,22 @@ class Conv2D(Kernel):
             self.strategy = "pointwise"
         elif group == c == o:
             self.strategy = "depthwise"
-        elif not (kh == kw == 3 and self.win.strides == self.win.dilations == (1, 1)
-                  and group == 1 and w.value is not None
-                  and (bias is None or bias.value is not None)
-                  and min(c, o) >= _WINOGRAD_MIN_CH):
+        elif not (
+            kh == kw == 3
+            and self.win.strides == self.win.dilations == (1, 1)
+            and group == 1
+            and w.value is not None
+            and (bias is None or bias.value is not None)
+            and min(c, o) >= _WINOGRAD_MIN_CH
+        ):
             self.strategy = "im2col"
         elif _winograd4_pays(n, c, o, self.win.out):
             self.strategy = "winograd4"
-        elif (self.win.out[0] * self.win.out[1] >= _WINOGRAD_MIN_PLANE
-              and min(c, o) * n * -(-self.win.out[0] // 2) * -(-self.win.out[1] // 2)
-              >= _WINOGRAD_MIN_WORK):
+        elif (
+            self.win.out[0] * self.win.out[1] >= _WINOGRAD_MIN_PLANE
+            and min(c, o) * n * -(-self.win.out[0] // 2) * -(-self.win.out[1] // 2)
+            >= _WINOGRAD_MIN_WORK
+        ):
             self.strategy = "winograd"
         else:
             self.strategy = "im2col"
@@ -137,13 +149,19 @@ class Conv2D(Kernel):
             return _with_epilogue(main, out, None, self.activation, False)
         if self.strategy == "depthwise":
             # The depthwise step adds the bias while compacting its result into `out`.
-            main = bind_depthwise(self.win, x, w, out, bias,
-                                  w_const=self.inputs[1].value is not None,  # type: ignore[union-attr]
-                                  bias_const=bias is not None
-                                  and self.inputs[2].value is not None)  # type: ignore[union-attr]
+            main = bind_depthwise(
+                self.win,
+                x,
+                w,
+                out,
+                bias,
+                w_const=self.inputs[1].value is not None,  # type: ignore[union-attr]
+                bias_const=bias is not None and self.inputs[2].value is not None,
+            )  # type: ignore[union-attr]
             return _with_epilogue(main, out, None, self.activation, False)
-        bias_const = len(self.inputs) > 2 and self.inputs[2] is not None and \
-            self.inputs[2].value is not None
+        bias_const = (
+            len(self.inputs) > 2 and self.inputs[2] is not None and self.inputs[2].value is not None
+        )
         if self.strategy == "pointwise" and bias_const and w.shape[0] > x.shape[1]:
             # Expanding 1x1 layers: copying the narrower input under a ones row is cheaper
             # than a bias pass over the wider output.
@@ -170,8 +188,9 @@ class Conv2D(Kernel):
             x2, out2 = x.reshape(n, c, h * wd), out.reshape(n, o, h * wd)
         return lambda: matmul(w2, x2, out=out2)
 
-    def _bind_pointwise_with_bias(self, x: np.ndarray, w: np.ndarray, out: np.ndarray,
-                                  bias: np.ndarray) -> Compute:
+    def _bind_pointwise_with_bias(
+        self, x: np.ndarray, w: np.ndarray, out: np.ndarray, bias: np.ndarray
+    ) -> Compute:
         n, c, h, wd = x.shape
         o = w.shape[0]
         full = np.ones((n, c + 1, h * wd), x.dtype)  # row c stays all ones
@@ -184,10 +203,12 @@ class Conv2D(Kernel):
         def compute() -> None:
             copyto(rows, x3)
             matmul(wmat, cmat, out=omat)
+
         return compute
 
-    def _bind_im2col(self, x: np.ndarray, w: np.ndarray, out: np.ndarray,
-                     bias: np.ndarray | None = None) -> Compute:
+    def _bind_im2col(
+        self, x: np.ndarray, w: np.ndarray, out: np.ndarray, bias: np.ndarray | None = None
+    ) -> Compute:
         """Columns + GEMM; with a (constant, ungrouped) bias, the column matrix gets an
         extra row of ones and the packed weights the bias as an extra column."""
         win, g = self.win, self.group
@@ -195,8 +216,12 @@ class Conv2D(Kernel):
         o, cg, kh, kw = w.shape
         oh, ow = win.out
         copyto, matmul = np.copyto, np.matmul
-        if (g == 1 and ow <= _HWC_MAX_OW and x.shape[1] >= _HWC_MIN_CH
-                and self.inputs[1].value is not None):  # type: ignore[union-attr]
+        if (
+            g == 1
+            and ow <= _HWC_MAX_OW
+            and x.shape[1] >= _HWC_MIN_CH
+            and self.inputs[1].value is not None
+        ):  # type: ignore[union-attr]
             return self._bind_im2col_hwc(x, w, out, bias)
         if win.padded:
             xp, interior = padded_buffer(x, win, 0.0)
@@ -206,8 +231,9 @@ class Conv2D(Kernel):
         k = cg * kh * kw
         if bias is not None:
             full = np.ones((n, k + 1, oh * ow), x.dtype)  # row k stays all ones
-            cols = _strided(full, src.shape, (full.strides[0], *_contiguous_strides(
-                src.shape[1:], x.itemsize)))
+            cols = _strided(
+                full, src.shape, (full.strides[0], *_contiguous_strides(src.shape[1:], x.itemsize))
+            )
             wmat = np.concatenate([w.reshape(o, k), bias.reshape(o, 1)], axis=1)
             cmat = full[0] if n == 1 else full
             omat = out.reshape(o, -1) if n == 1 else out.reshape(n, o, oh * ow)
@@ -232,10 +258,12 @@ class Conv2D(Kernel):
             for dst, part in copies:
                 copyto(dst, part)
             matmul(wmat, cmat, out=omat)
+
         return compute
 
-    def _bind_im2col_hwc(self, x: np.ndarray, w: np.ndarray, out: np.ndarray,
-                         bias: np.ndarray | None) -> Compute:
+    def _bind_im2col_hwc(
+        self, x: np.ndarray, w: np.ndarray, out: np.ndarray, bias: np.ndarray | None
+    ) -> Compute:
         """im2col for narrow outputs with many channels, built channels-last.
 
         With OW small, NCHW columns are copied in rows of OW elements (a 4x4 output of 512
@@ -249,22 +277,34 @@ class Conv2D(Kernel):
         o, _, kh, kw = w.shape
         (oh, ow), (sh, sw), (dh, dw) = win.out, win.strides, win.dilations
         top, left = win.pads[0], win.pads[1]
-        hp, wp = max(h + top + win.pads[2], win.extent[0]), max(wd + left + win.pads[3],
-                                                              win.extent[1])
+        hp, wp = (
+            max(h + top + win.pads[2], win.extent[0]),
+            max(wd + left + win.pads[3], win.extent[1]),
+        )
         xp = np.zeros((n, hp, wp, c), x.dtype)
-        interior = xp[:, top:top + h, left:left + wd, :]
+        interior = xp[:, top : top + h, left : left + wd, :]
         xt = x.transpose(0, 2, 3, 1)
         sn, sy, sx, sc = xp.strides
         src = np.lib.stride_tricks.as_strided(
-            xp, shape=(n, oh, ow, kh, kw, c),
-            strides=(sn, sy * sh, sx * sw, sy * dh, sx * dw, sc), writeable=False)
+            xp,
+            shape=(n, oh, ow, kh, kw, c),
+            strides=(sn, sy * sh, sx * sw, sy * dh, sx * dw, sc),
+            writeable=False,
+        )
         k = kh * kw * c
         wmat = w.transpose(0, 2, 3, 1).reshape(o, k)
         extra = 0 if bias is None else 1  # a ones column carries the bias through the GEMM
         full = np.ones((n, oh * ow, k + extra), x.dtype)
-        cols = _strided(full, src.shape, (full.strides[0], ow * full.strides[1],
-                                          full.strides[1], *_contiguous_strides(
-                                              (kh, kw, c), x.itemsize)))
+        cols = _strided(
+            full,
+            src.shape,
+            (
+                full.strides[0],
+                ow * full.strides[1],
+                full.strides[1],
+                *_contiguous_strides((kh, kw, c), x.itemsize),
+            ),
+        )
         if bias is not None:
             wmat = np.concatenate([wmat, bias.reshape(o, 1)], axis=1)
         wmat = np.ascontiguousarray(wmat)
@@ -278,10 +318,17 @@ class Conv2D(Kernel):
             copyto(interior, xt)
             copyto(cols, src)
             matmul(wmat, cmat, out=omat)
+
         return compute
 
-    def _bind_winograd(self, x: np.ndarray, w: np.ndarray, out: np.ndarray,
-                       bias: np.ndarray | None, f: WinogradTransform) -> Compute:
+    def _bind_winograd(
+        self,
+        x: np.ndarray,
+        w: np.ndarray,
+        out: np.ndarray,
+        bias: np.ndarray | None,
+        f: WinogradTransform,
+    ) -> Compute:
         """3x3 stride-1 convolution by Winograd's F(m x m, 3x3): (m+2)^2 products per m x m
         output tile and input channel instead of 9 m^2.
 
@@ -305,11 +352,14 @@ class Conv2D(Kernel):
         tiles = n * th * tw
         top, left = win.pads[0], win.pads[1]
         xp = np.zeros((n, t * th + 2, t * tw + 2, c), x.dtype)
-        interior, xt = xp[:, top:top + h, left:left + wd], x.transpose(0, 2, 3, 1)
+        interior, xt = xp[:, top : top + h, left : left + wd], x.transpose(0, 2, 3, 1)
         sn, sy, sx, sc = xp.strides
         tiles_in = np.lib.stride_tricks.as_strided(
-            xp, shape=(a, a, n, th, tw, c), strides=(sy, sx, sn, t * sy, t * sx, sc),
-            writeable=False)
+            xp,
+            shape=(a, a, n, th, tw, c),
+            strides=(sy, sx, sn, t * sy, t * sx, sc),
+            writeable=False,
+        )
         u = np.einsum("ki,lj,ocij->klco", f.g, f.g, w.astype(np.float64))
         u = np.ascontiguousarray(u.reshape(a * a, c, o), dtype=x.dtype)
         bt, at = f.bt.astype(x.dtype), f.at.astype(x.dtype)
@@ -378,7 +428,10 @@ def _winograd4_pays(n: int, c: int, o: int, out_hw: tuple[int, int]) -> bool:
     """Whether F(4x4, 3x3) beats F(2x2, 3x3) and im2col on this layer (see above)."""
     tiles = n * -(-out_hw[0] // 4) * -(-out_hw[1] // 4)
     return tiles >= _WINOGRAD4_MANY_TILES or (
-        tiles >= _WINOGRAD4_MIN_TILES and c * o <= _WINOGRAD4_MAX_WEIGHTS)
+        tiles >= _WINOGRAD4_MIN_TILES and c * o <= _WINOGRAD4_MAX_WEIGHTS
+    )
+
+
 # General convolutions with outputs at most this wide and at least this many input
 # channels build their columns channels-last (see `_bind_im2col_hwc`).
 _HWC_MAX_OW = 16
@@ -408,27 +461,47 @@ F2X2 = WinogradTransform(
 # Lavin and Gray's F(4x4, 3x3), interpolation points 0, +-1, +-2.
 F4X4 = WinogradTransform(
     m=4,
-    bt=np.array([[4, 0, -5, 0, 1, 0], [0, -4, -4, 1, 1, 0], [0, 4, -4, -1, 1, 0],
-                 [0, -2, -1, 2, 1, 0], [0, 2, -1, -2, 1, 0], [0, 4, 0, -5, 0, 1]],
-                dtype=np.float64),
-    g=np.array([[1 / 4, 0, 0], [-1 / 6, -1 / 6, -1 / 6], [-1 / 6, 1 / 6, -1 / 6],
-                [1 / 24, 1 / 12, 1 / 6], [1 / 24, -1 / 12, 1 / 6], [0, 0, 1]]),
-    at=np.array([[1, 1, 1, 1, 1, 0], [0, 1, -1, 2, -2, 0], [0, 1, 1, 4, 4, 0],
-                 [0, 1, -1, 8, -8, 1]], dtype=np.float64),
+    bt=np.array(
+        [
+            [4, 0, -5, 0, 1, 0],
+            [0, -4, -4, 1, 1, 0],
+            [0, 4, -4, -1, 1, 0],
+            [0, -2, -1, 2, 1, 0],
+            [0, 2, -1, -2, 1, 0],
+            [0, 4, 0, -5, 0, 1],
+        ],
+        dtype=np.float64,
+    ),
+    g=np.array(
+        [
+            [1 / 4, 0, 0],
+            [-1 / 6, -1 / 6, -1 / 6],
+            [-1 / 6, 1 / 6, -1 / 6],
+            [1 / 24, 1 / 12, 1 / 6],
+            [1 / 24, -1 / 12, 1 / 6],
+            [0, 0, 1],
+        ]
+    ),
+    at=np.array(
+        [[1, 1, 1, 1, 1, 0], [0, 1, -1, 2, -2, 0], [0, 1, 1, 4, 4, 0], [0, 1, -1, 8, -8, 1]],
+        dtype=np.float64,
+    ),
 )
 # Conv2D strategy name -> its Winograd transform.
 _WINOGRAD = {"winograd": F2X2, "winograd4": F4X4}
 
-def _conv_operands(kernel: Kernel, weight_axes: str,
-                   ) -> tuple[TensorSpec, TensorSpec, TensorSpec | None, int]:
+
+def _conv_operands(
+    kernel: Kernel,
+    weight_axes: str,
+) -> tuple[TensorSpec, TensorSpec, TensorSpec | None, int]:
     """The checked (x, w, bias, group) both convolutions start from: a float NCHW input,
     4-D weights (`weight_axes`, kh, kw) of the input's dtype, an optional bias."""
     x, w = kernel.require_float(0), kernel.require_float(1)
     bias = kernel.optional_input(2)
     check_nchw(kernel, x.shape)
     if w.rank != 4:
-        raise kernel.fail(
-            f"weights must be 4-D ({weight_axes}, kh, kw), got shape {list(w.shape)}")
+        raise kernel.fail(f"weights must be 4-D ({weight_axes}, kh, kw), got shape {list(w.shape)}")
     if x.dtype != w.dtype:
         raise kernel.fail(f"input dtype {x.dtype} differs from weight dtype {w.dtype}")
     return x, w, bias, kernel.attrs.int("group", 1)
@@ -458,8 +531,9 @@ def _strided(base: np.ndarray, shape: Sequence[int], strides: Sequence[int]) -> 
     return np.lib.stride_tricks.as_strided(base, shape=tuple(shape), strides=tuple(strides))
 
 
-def _with_epilogue(main: Compute, out: np.ndarray, bias: np.ndarray | None, act: object,
-                   bias_const: bool) -> Compute:
+def _with_epilogue(
+    main: Compute, out: np.ndarray, bias: np.ndarray | None, act: object, bias_const: bool
+) -> Compute:
     """Wrap a convolution step with the bias add and the fused activation (both in place).
 
     A constant bias is expanded once to a whole output image when that is small, so the add
@@ -479,14 +553,18 @@ def _with_epilogue(main: Compute, out: np.ndarray, bias: np.ndarray | None, act:
             target, b = out.reshape(n, o, plane), bias.reshape(o, 1)
     add = np.add
     if act is None:
+
         def with_bias() -> None:
             main()
             add(target, b, out=target)
+
         return with_bias
     if b is None:
+
         def with_act() -> None:
             main()
             act(out)  # type: ignore[operator]
+
         return with_act
 
     def with_both() -> None:
@@ -518,28 +596,38 @@ class ConvTranspose2D(Kernel):
         if group < 1 or c % group:
             raise self.fail(f"group={group} must be positive and divide the input channels ({c})")
         if w.shape[0] != c:
-            raise self.fail(f"input has {c} channels but weights {list(w.shape)} expect "
-                            f"{w.shape[0]}")
+            raise self.fail(
+                f"input has {c} channels but weights {list(w.shape)} expect {w.shape[0]}"
+            )
         o = w.shape[1] * group
         kh, kw = w.shape[2:]
         _check_filter(self, w, bias, o)
         auto_pad = attrs.str("auto_pad", "NOTSET")
         if auto_pad not in ("NOTSET", "VALID") or attrs.ints("output_shape", None) is not None:
-            raise self.fail("only explicit pads are supported (auto_pad NOTSET or VALID, no "
-                            "output_shape)")
+            raise self.fail(
+                "only explicit pads are supported (auto_pad NOTSET or VALID, no output_shape)"
+            )
         strides = attrs.ints("strides", [1, 1])
         dilations = attrs.ints("dilations", [1, 1])
         pads = [0, 0, 0, 0] if auto_pad == "VALID" else attrs.ints("pads", [0, 0, 0, 0])
         out_pad = attrs.ints("output_padding", [0, 0])
-        for name, values, size, low in (("strides", strides, 2, 1), ("dilations", dilations, 2, 1),
-                                        ("pads", pads, 4, 0), ("output_padding", out_pad, 2, 0)):
+        for name, values, size, low in (
+            ("strides", strides, 2, 1),
+            ("dilations", dilations, 2, 1),
+            ("pads", pads, 4, 0),
+            ("output_padding", out_pad, 2, 0),
+        ):
             if len(values) != size or any(v < low for v in values):
                 raise self.fail(f"{name} must hold {size} values >= {low}, got {values}")
         if any(p >= s and p >= d for p, s, d in zip(out_pad, strides, dilations, strict=True)):
-            raise self.fail(f"output_padding {out_pad} must be smaller than the strides "
-                            f"{strides} or the dilations {dilations}")
-        canvas = [s * (i - 1) + (k - 1) * d + 1 + p for s, i, k, d, p in
-                  zip(strides, (h, wd), (kh, kw), dilations, out_pad, strict=True)]
+            raise self.fail(
+                f"output_padding {out_pad} must be smaller than the strides "
+                f"{strides} or the dilations {dilations}"
+            )
+        canvas = [
+            s * (i - 1) + (k - 1) * d + 1 + p
+            for s, i, k, d, p in zip(strides, (h, wd), (kh, kw), dilations, out_pad, strict=True)
+        ]
         out_hw = [canvas[0] - pads[0] - pads[2], canvas[1] - pads[1] - pads[3]]
         if min(out_hw) < 1:
             raise self.fail(f"pads {pads} leave no output (uncropped size {canvas})")
@@ -563,12 +651,22 @@ class ConvTranspose2D(Kernel):
         cols = np.empty((n, g, og * kh * kw, h * wd), x.dtype)
         taps = cols.reshape(n, g * og, kh, kw, h, wd)
         canvas = np.empty((n, g * og, *self.canvas), x.dtype)
-        adds = [(canvas[:, :, i * dh:i * dh + sh * (h - 1) + 1:sh,
-                        j * dw:j * dw + sw * (wd - 1) + 1:sw], taps[:, :, i, j])
-                for i in range(kh) for j in range(kw)]
+        adds = [
+            (
+                canvas[
+                    :,
+                    :,
+                    i * dh : i * dh + sh * (h - 1) + 1 : sh,
+                    j * dw : j * dw + sw * (wd - 1) + 1 : sw,
+                ],
+                taps[:, :, i, j],
+            )
+            for i in range(kh)
+            for j in range(kw)
+        ]
         top, left = self.pads[0], self.pads[1]
         oh, ow = out.shape[2:]
-        crop = canvas[:, :, top:top + oh, left:left + ow]
+        crop = canvas[:, :, top : top + oh, left : left + ow]
         matmul, add, copyto = np.matmul, np.add, np.copyto
 
         def main() -> None:

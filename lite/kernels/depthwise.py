@@ -48,14 +48,24 @@ _MIN_CHANNELS_LAST = 8
 _STRIDED_PLANAR_GRID = 400
 
 
-def bind_depthwise(win: Window, x: np.ndarray, w: np.ndarray, out: np.ndarray,
-                   bias: np.ndarray | None, *, w_const: bool, bias_const: bool) -> Compute:
+def bind_depthwise(
+    win: Window,
+    x: np.ndarray,
+    w: np.ndarray,
+    out: np.ndarray,
+    bias: np.ndarray | None,
+    *,
+    w_const: bool,
+    bias_const: bool,
+) -> Compute:
     """The depthwise step writing `out` (bias included); see the module docstring."""
     tiled_w = win.kernel[0] * win.kernel[1] * win.out[1] * x.shape[1] * x.itemsize
-    if x.shape[1] >= _MIN_CHANNELS_LAST and tiled_w <= _EXPAND_LIMIT and (
-            win.strides[1] == 1 or _phase_grid(win, x.shape[2:]) < _STRIDED_PLANAR_GRID):
-        return _bind_channels_last(win, x, w, out, bias, w_const=w_const,
-                                   bias_const=bias_const)
+    if (
+        x.shape[1] >= _MIN_CHANNELS_LAST
+        and tiled_w <= _EXPAND_LIMIT
+        and (win.strides[1] == 1 or _phase_grid(win, x.shape[2:]) < _STRIDED_PLANAR_GRID)
+    ):
+        return _bind_channels_last(win, x, w, out, bias, w_const=w_const, bias_const=bias_const)
     return _bind_planar(win, x, w, out, bias, w_const=w_const, bias_const=bias_const)
 
 
@@ -67,9 +77,16 @@ def _phase_grid(win: Window, hw: tuple[int, ...]) -> int:
     return hq * wq
 
 
-def _bind_channels_last(win: Window, x: np.ndarray, w: np.ndarray, out: np.ndarray,
-                        bias: np.ndarray | None, *, w_const: bool,
-                        bias_const: bool) -> Compute:
+def _bind_channels_last(
+    win: Window,
+    x: np.ndarray,
+    w: np.ndarray,
+    out: np.ndarray,
+    bias: np.ndarray | None,
+    *,
+    w_const: bool,
+    bias_const: bool,
+) -> Compute:
     """All taps as one einsum over strided views of a channels-last padded buffer."""
     n, c, h, wd = x.shape
     (kh, kw), (sh, sw), (dh, dw), (oh, ow) = win.kernel, win.strides, win.dilations, win.out
@@ -82,7 +99,7 @@ def _bind_channels_last(win: Window, x: np.ndarray, w: np.ndarray, out: np.ndarr
         # column j*dw, and its OW*C elements are contiguous.
         wp = max(wd + left + win.pads[3], win.extent[1])
         buf = np.zeros((n, hp, wp, c), x.dtype)
-        copies = [(buf[:, top:top + h, left:left + wd, :], xt)]
+        copies = [(buf[:, top : top + h, left : left + wd, :], xt)]
         sn, sr, sc, se = buf.strides
         tap_strides = (sr * dh, sc * dw)
     else:
@@ -95,13 +112,17 @@ def _bind_channels_last(win: Window, x: np.ndarray, w: np.ndarray, out: np.ndarr
             q1 = min(ow, -(-(left + wd - j * dw) // sw))
             if q1 > q0:
                 start = q0 * sw + j * dw - left
-                copies.append((buf[:, top:top + h, j, q0:q1, :],
-                               xt[:, :, start:start + (q1 - q0 - 1) * sw + 1:sw, :]))
+                copies.append(
+                    (
+                        buf[:, top : top + h, j, q0:q1, :],
+                        xt[:, :, start : start + (q1 - q0 - 1) * sw + 1 : sw, :],
+                    )
+                )
         sn, sr, sj, _, se = buf.strides
         tap_strides = (sr * dh, sj)
     views = np.lib.stride_tricks.as_strided(
-        buf, shape=(kh, kw, n, oh, q), strides=(*tap_strides, sn, sr * sh, se),
-        writeable=False)
+        buf, shape=(kh, kw, n, oh, q), strides=(*tap_strides, sn, sr * sh, se), writeable=False
+    )
     # Weights tiled along the output row: wt[i, j, ow*C + c] = w[c, 0, i, j].
     wt4 = np.empty((kh, kw, ow, c), x.dtype)
     taps_w = w[:, 0].transpose(1, 2, 0)[:, :, None, :]
@@ -131,8 +152,16 @@ def _bind_channels_last(win: Window, x: np.ndarray, w: np.ndarray, out: np.ndarr
     return compute
 
 
-def _bind_planar(win: Window, x: np.ndarray, w: np.ndarray, out: np.ndarray,
-                 bias: np.ndarray | None, *, w_const: bool, bias_const: bool) -> Compute:
+def _bind_planar(
+    win: Window,
+    x: np.ndarray,
+    w: np.ndarray,
+    out: np.ndarray,
+    bias: np.ndarray | None,
+    *,
+    w_const: bool,
+    bias_const: bool,
+) -> Compute:
     """kh*kw multiply-adds, each one long contiguous NumPy call.
 
     The padded input is split into stride phases: phase (a, b) holds padded rows
@@ -157,8 +186,11 @@ def _bind_planar(win: Window, x: np.ndarray, w: np.ndarray, out: np.ndarray,
     hq = -(-max(h + top + win.pads[2], win.extent[0]) // sh)
     wq = -(-max(wd + left + win.pads[3], win.extent[1]) // sw)
     # Per tap: its phase and its (row, column) offset inside the phase.
-    taps = [(((i * dh) % sh, (j * dw) % sw), i * dh // sh, j * dw // sw)
-            for i in range(kh) for j in range(kw)]
+    taps = [
+        (((i * dh) % sh, (j * dw) % sw), i * dh // sh, j * dw // sw)
+        for i in range(kh)
+        for j in range(kw)
+    ]
     interleaved = hq * wq <= _SMALL_PLANE
     xt = x.transpose(0, 2, 3, 1) if interleaved else x
     phases: dict[tuple[int, int], np.ndarray] = {}
@@ -189,8 +221,7 @@ def _bind_planar(win: Window, x: np.ndarray, w: np.ndarray, out: np.ndarray,
             weights = [np.tile(t, ow) for t in taps_w]
         else:
             shape, weights = (n, oh, ow, c), taps_w
-        views = [phases[ph][:, di:di + oh, dj:dj + ow, :].reshape(shape)
-                 for ph, di, dj in taps]
+        views = [phases[ph][:, di : di + oh, dj : dj + ow, :].reshape(shape) for ph, di, dj in taps]
         acc = np.empty(shape, x.dtype)
         result = acc.reshape(n, oh, ow, c).transpose(0, 3, 1, 2)
     else:
@@ -200,12 +231,14 @@ def _bind_planar(win: Window, x: np.ndarray, w: np.ndarray, out: np.ndarray,
             weights = [np.repeat(t, plane) for t in taps_w]
         else:  # too large to expand (or run-time weights): broadcast per channel
             shape, weights = (n, c, plane), [t.reshape(c, 1) for t in taps_w]
-        views = [phases[ph][di * wq + dj:di * wq + dj + size].reshape(shape)
-                 for ph, di, dj in taps]
+        views = [
+            phases[ph][di * wq + dj : di * wq + dj + size].reshape(shape) for ph, di, dj in taps
+        ]
         acc = np.empty(shape, x.dtype)
         result = acc.reshape(n, c, hq, wq)[:, :, :oh, :ow]
     copyto, multiply, add = np.copyto, np.multiply, np.add
     if bias is None:
+
         def finish() -> None:
             copyto(out, result)
     else:
@@ -216,6 +249,7 @@ def _bind_planar(win: Window, x: np.ndarray, w: np.ndarray, out: np.ndarray,
 
         def finish() -> None:
             add(result, b, out=out)
+
     tmp = np.empty_like(acc)
     (v0, w0), rest = (views[0], weights[0]), list(zip(views[1:], weights[1:], strict=True))
 

@@ -35,8 +35,9 @@ class BinaryKernel(Kernel):
         self.output_specs = [TensorSpec(tuple(shape), self.result_dtype or a.dtype)]
         self.activation = fused_activation(self.op.name, attrs.values)
         if self.activation is not None and self.output_specs[0].dtype.kind != "f":
-            raise self.fail(f"a fused activation needs a float output, got "
-                            f"{self.output_specs[0].dtype}")
+            raise self.fail(
+                f"a fused activation needs a float output, got {self.output_specs[0].dtype}"
+            )
 
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
         a, b, out, f, act = inputs[0], inputs[1], outputs[0], self.ufunc, self.activation

@@ -42,12 +42,17 @@ class LayerNorm(Kernel):
             except ValueError:
                 ok = False
             if not ok:
-                raise self.fail(f"{name} of shape {list(spec.shape)} does not broadcast to the "
-                                f"normalized shape {list(normalized)} (axes {list(self.axes)} "
-                                f"of x {list(x.shape)})")
+                raise self.fail(
+                    f"{name} of shape {list(spec.shape)} does not broadcast to the "
+                    f"normalized shape {list(normalized)} (axes {list(self.axes)} "
+                    f"of x {list(x.shape)})"
+                )
         stat_shape = x.shape[:axis] + (1,) * len(self.axes)
-        self.output_specs = [TensorSpec(x.shape, x.dtype), TensorSpec(stat_shape, x.dtype),
-                             TensorSpec(stat_shape, x.dtype)]
+        self.output_specs = [
+            TensorSpec(x.shape, x.dtype),
+            TensorSpec(stat_shape, x.dtype),
+            TensorSpec(stat_shape, x.dtype),
+        ]
 
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
         x, scale = inputs[0], inputs[1]

@@ -47,9 +47,11 @@ class FullyConnected(Kernel):
         if bias is None and act is None:
             return lambda: matmul(x2, wt, out=out2)
         if act is None:
+
             def compute_bias() -> None:
                 matmul(x2, wt, out=out2)
                 add(out2, bias, out=out2)
+
             return compute_bias
 
         def compute() -> None:

@@ -57,8 +57,9 @@ class BatchNorm(Kernel):
         if all(v is not None for v in values):
             self.folded = self._fold(*values)
 
-    def _fold(self, scale: np.ndarray, bias: np.ndarray, mean: np.ndarray,
-              var: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def _fold(
+        self, scale: np.ndarray, bias: np.ndarray, mean: np.ndarray, var: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
         a = scale.astype(np.float64) / np.sqrt(var.astype(np.float64) + self.epsilon)
         b = bias - mean.astype(np.float64) * a
         dtype = self.input(0).dtype
@@ -73,6 +74,7 @@ class BatchNorm(Kernel):
             def compute() -> None:
                 multiply(x, a, out=out)
                 add(out, b, out=out)
+
             return compute
 
         params = inputs[1:]
@@ -81,6 +83,7 @@ class BatchNorm(Kernel):
             a, b = self._fold(*params)  # type: ignore[arg-type]
             multiply(x, a, out=out)
             add(out, b, out=out)
+
         return compute_runtime
 
 
@@ -112,13 +115,12 @@ class LRN(Kernel):
         after = self.size - 1 - before
         # Squares live in a channel-padded scratch so every window is a plain slice.
         sq = np.zeros((n, c + before + after, *x.shape[2:]), x.dtype)
-        sq_mid = sq[:, before:before + c]
-        windows = [sq[:, k:k + c] for k in range(self.size)]
+        sq_mid = sq[:, before : before + c]
+        windows = [sq[:, k : k + c] for k in range(self.size)]
         acc = np.empty_like(out)
         scale = np.asarray(self.alpha / self.size, x.dtype)
         bias, beta = np.asarray(self.bias, x.dtype), np.asarray(self.beta, x.dtype)
-        multiply, add, power, divide, copyto = (np.multiply, np.add, np.power, np.divide,
-                                                np.copyto)
+        multiply, add, power, divide, copyto = (np.multiply, np.add, np.power, np.divide, np.copyto)
 
         def compute() -> None:
             multiply(x, x, out=sq_mid)
@@ -129,6 +131,7 @@ class LRN(Kernel):
             add(acc, bias, out=acc)
             power(acc, beta, out=acc)
             divide(x, acc, out=out)
+
         return compute
 
 
@@ -155,8 +158,14 @@ class InstanceNorm(Kernel):
         sq = np.empty_like(out3)
         s2, b2 = scale.reshape(c, 1), bias.reshape(c, 1)
         eps = np.asarray(self.epsilon, x.dtype)
-        mean, subtract, multiply, add, sqrt, divide = (np.mean, np.subtract, np.multiply,
-                                                       np.add, np.sqrt, np.divide)
+        mean, subtract, multiply, add, sqrt, divide = (
+            np.mean,
+            np.subtract,
+            np.multiply,
+            np.add,
+            np.sqrt,
+            np.divide,
+        )
 
         def compute() -> None:
             mean(x3, axis=2, keepdims=True, out=stat)
@@ -168,4 +177,5 @@ class InstanceNorm(Kernel):
             divide(out3, stat, out=out3)
             multiply(out3, s2, out=out3)
             add(out3, b2, out=out3)
+
         return compute

@@ -44,7 +44,8 @@ class Pad(Kernel):
         else:
             axes = attrs.ints("axes", list(range(rank)))
         if any(not -rank <= a < rank for a in axes) or len(set(a % rank for a in axes)) != len(
-                axes):
+            axes
+        ):
             raise self.fail(f"axes {axes} must be distinct axes of a rank-{rank} input")
         if len(pads) != 2 * len(axes):
             raise self.fail(
@@ -80,10 +81,14 @@ class Pad(Kernel):
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
         x, out = inputs[0], outputs[0]
         rank = x.ndim
-        src = tuple(slice(max(-b, 0), x.shape[a] - max(-e, 0))
-                    for a, (b, e) in enumerate(zip(self.begin, self.end, strict=True)))
-        dst = tuple(slice(max(b, 0), max(b, 0) + (s.stop - s.start))
-                    for b, s in zip(self.begin, src, strict=True))
+        src = tuple(
+            slice(max(-b, 0), x.shape[a] - max(-e, 0))
+            for a, (b, e) in enumerate(zip(self.begin, self.end, strict=True))
+        )
+        dst = tuple(
+            slice(max(b, 0), max(b, 0) + (s.stop - s.start))
+            for b, s in zip(self.begin, src, strict=True)
+        )
         x_in, out_in = x[src], out[dst]
         steps: list[Callable[[], object]] = []
         copyto = np.copyto
@@ -94,9 +99,11 @@ class Pad(Kernel):
                 continue
             n = dst[a].stop - dst[a].start
             lo = dst[a].start
+
             # Axes before `a` are already complete, axes after it only in their interior.
             def region(axis_slice: slice, a: int = a) -> tuple[slice, ...]:
-                return (*[slice(None)] * a, axis_slice, *dst[a + 1:])
+                return (*[slice(None)] * a, axis_slice, *dst[a + 1 :])
+
             for width, at_begin in ((b, True), (e, False)):
                 if not width:
                     continue
@@ -110,13 +117,15 @@ class Pad(Kernel):
                     source = slice(edge, edge + 1)
                 elif self.mode == "reflect":
                     # out[lo - 1 - i] = out[lo + 1 + i]; out[hi + i] = out[hi - 2 - i]
-                    source = (slice(lo + width, lo, -1) if at_begin
-                              else slice(lo + n - 2, lo + n - 2 - width, -1))
+                    source = (
+                        slice(lo + width, lo, -1)
+                        if at_begin
+                        else slice(lo + n - 2, lo + n - 2 - width, -1)
+                    )
                     if source.stop is not None and source.stop < 0:
                         source = slice(source.start, None, -1)
                 else:  # wrap: the far end of the interior
-                    source = (slice(lo + n - width, lo + n) if at_begin
-                              else slice(lo, lo + width))
+                    source = slice(lo + n - width, lo + n) if at_begin else slice(lo, lo + width)
                 src_view = out[region(source)]
                 steps.append(lambda t=tgt, s=src_view: copyto(t, s))
 
@@ -124,4 +133,5 @@ class Pad(Kernel):
             copyto(out_in, x_in)
             for step in steps:
                 step()
+
         return compute

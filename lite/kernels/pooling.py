@@ -38,15 +38,17 @@ class _WindowPool(Kernel):
         ceil_mode = attrs.int("ceil_mode", 0)
         if ceil_mode not in (0, 1):
             raise self.fail(f"ceil_mode must be 0 or 1, got {ceil_mode}")
-        self.win = window(self, x.shape[2:], (kernel[0], kernel[1]), attrs,
-                          ceil_mode=bool(ceil_mode))
+        self.win = window(
+            self, x.shape[2:], (kernel[0], kernel[1]), attrs, ceil_mode=bool(ceil_mode)
+        )
         self.output_specs = [TensorSpec((*x.shape[:2], *self.win.out), x.dtype)]
 
     def _source(self, x: np.ndarray) -> tuple[np.ndarray, Compute | None]:
         """The (padded) array the taps read from, and the copy that refreshes it per call."""
         win = self.win
         needs_scratch = win.padded or any(
-            e > s for e, s in zip(win.extent, x.shape[2:], strict=True))
+            e > s for e, s in zip(win.extent, x.shape[2:], strict=True)
+        )
         if not needs_scratch:
             return x, None
         xp, interior = padded_buffer(x, win, self.fill)
@@ -65,7 +67,7 @@ class _WindowPool(Kernel):
         tmp = np.empty((*x.shape[:2], oh, cols), x.dtype) if kh > 1 else row_taps[0]
         # Column pass: the kw taps over the row results at each output column. Its strided
         # reads now cover only the oh output rows, not every padded input row.
-        col_taps = [tmp[..., j * dw:j * dw + sw * (ow - 1) + 1:sw] for j in range(kw)]
+        col_taps = [tmp[..., j * dw : j * dw + sw * (ow - 1) + 1 : sw] for j in range(kw)]
         f = self.reduce
         steps: list[Callable[[], object]] = []
         if refresh is not None:
@@ -81,6 +83,7 @@ class _WindowPool(Kernel):
             def two() -> None:
                 a()
                 b()
+
             return two
         a, b, c = steps
 
@@ -88,6 +91,7 @@ class _WindowPool(Kernel):
             a()
             b()
             c()
+
         return three
 
 
@@ -104,6 +108,7 @@ def _fold(f: np.ufunc, views: list[np.ndarray], out: np.ndarray) -> Callable[[],
         f(first, second, out=out)
         for v in rest:
             f(out, v, out=out)
+
     return fold
 
 
@@ -136,8 +141,9 @@ class AvgPool2D(_WindowPool):
         if include not in (0, 1):
             raise self.fail(f"count_include_pad must be 0 or 1, got {include}")
         x = self.input(0)
-        counts = [_window_counts(self.win, axis, x.shape[2 + axis], bool(include))
-                  for axis in range(2)]
+        counts = [
+            _window_counts(self.win, axis, x.shape[2 + axis], bool(include)) for axis in range(2)
+        ]
         divisor = np.outer(counts[0], counts[1])
         if (divisor == 0).any():
             raise self.fail("a pooling window covers no input element (pads too large?)")
@@ -153,6 +159,7 @@ class AvgPool2D(_WindowPool):
         def compute() -> None:
             pool()
             multiply(out, scale, out=out)
+
         return compute
 
 

@@ -41,8 +41,10 @@ class ReduceKernel(Kernel):
             axes = list(range(x.rank))
         self.axes = tuple(sorted(normalize_axes(self, axes, x.rank)))
         if self.needs_elements and any(x.shape[a] == 0 for a in self.axes):
-            raise self.fail(f"cannot reduce the empty axes {list(self.axes)} of shape "
-                            f"{list(x.shape)}: the result has no value")
+            raise self.fail(
+                f"cannot reduce the empty axes {list(self.axes)} of shape "
+                f"{list(x.shape)}: the result has no value"
+            )
         self.keepdims = keepdims
         if keepdims:
             shape = tuple(1 if d in self.axes else n for d, n in enumerate(x.shape))
@@ -100,8 +102,9 @@ class ArgKernel(Kernel):
             raise self.fail("input must have rank >= 1, got a scalar")
         self.axis = normalize_axis(self, attrs.int("axis", 0), x.rank)
         if x.shape[self.axis] == 0:
-            raise self.fail(f"axis {self.axis} of shape {list(x.shape)} is empty: no index "
-                            "to return")
+            raise self.fail(
+                f"axis {self.axis} of shape {list(x.shape)} is empty: no index to return"
+            )
         self.keepdims = bool(attrs.int("keepdims", 1))
         self.last = bool(attrs.int("select_last_index", 0))
         shape = list(x.shape)

@@ -10,8 +10,9 @@ from sporenet.lite.kernels.base import Attrs, Kernel, TensorSpec
 from sporenet.lite.ops import OpCode
 
 
-def resolve_reshape(op: Kernel, in_shape: tuple[int, ...], target: Sequence[int],
-                    allow_zero: bool = False) -> tuple[int, ...]:
+def resolve_reshape(
+    op: Kernel, in_shape: tuple[int, ...], target: Sequence[int], allow_zero: bool = False
+) -> tuple[int, ...]:
     """ONNX/NumPy reshape target: 0 copies the input dim (unless allow_zero), one -1 is inferred."""
     dims = [int(d) for d in target]
     if not allow_zero:

@@ -32,8 +32,13 @@ from sporenet.lite.kernels.base import Attrs, Compute, Kernel, TensorSpec
 from sporenet.lite.ops import OpCode
 
 MODES = ("nearest", "linear")
-TRANSFORMS = ("half_pixel", "half_pixel_symmetric", "pytorch_half_pixel", "align_corners",
-              "asymmetric")
+TRANSFORMS = (
+    "half_pixel",
+    "half_pixel_symmetric",
+    "pytorch_half_pixel",
+    "align_corners",
+    "asymmetric",
+)
 NEAREST = ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil")
 
 f32 = np.float32
@@ -71,8 +76,9 @@ def nearest_indices(coords: np.ndarray, nearest_mode: str, in_len: int) -> np.nd
     return np.clip(idx, 0, in_len - 1).astype(np.intp)
 
 
-def linear_taps(coords: np.ndarray, in_len: int) -> tuple[np.ndarray, np.ndarray, np.ndarray,
-                                                            np.ndarray]:
+def linear_taps(
+    coords: np.ndarray, in_len: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """The two input indices and their weights for every output index (clamped at edges)."""
     c = np.clip(coords, f32(0), f32(in_len - 1))
     i0 = np.floor(c).astype(np.intp)
@@ -93,10 +99,11 @@ class Resize(Kernel):
         self.mode = attrs.str("mode", "nearest")
         self.transform = attrs.str("coordinate_transformation_mode", "half_pixel")
         self.nearest_mode = attrs.str("nearest_mode", "round_prefer_floor")
-        for value, allowed, name in ((self.mode, MODES, "mode"),
-                                     (self.transform, TRANSFORMS,
-                                      "coordinate_transformation_mode"),
-                                     (self.nearest_mode, NEAREST, "nearest_mode")):
+        for value, allowed, name in (
+            (self.mode, MODES, "mode"),
+            (self.transform, TRANSFORMS, "coordinate_transformation_mode"),
+            (self.nearest_mode, NEAREST, "nearest_mode"),
+        ):
             if value not in allowed:
                 raise self.fail(f"{name} must be one of {list(allowed)}, got {value!r}")
         if attrs.str("keep_aspect_ratio_policy", "stretch") != "stretch":
@@ -184,4 +191,5 @@ class Resize(Kernel):
             multiply(out, cw0, out=out)
             multiply(cols_b, cw1, out=cols_b)
             add(out, cols_b, out=out)
+
         return compute

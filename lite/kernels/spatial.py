@@ -33,8 +33,7 @@ class Window:
         """Rows and columns of padded input the windows actually touch."""
         return tuple(  # type: ignore[return-value]
             (o - 1) * s + (k - 1) * d + 1
-            for o, s, k, d in zip(self.out, self.strides, self.kernel, self.dilations,
-                                  strict=True)
+            for o, s, k, d in zip(self.out, self.strides, self.kernel, self.dilations, strict=True)
         )
 
     @property
@@ -44,8 +43,10 @@ class Window:
     def tap(self, i: int, j: int) -> tuple[slice, slice]:
         """Slices of the padded plane read by kernel tap (i, j) for every output position."""
         (sh, sw), (dh, dw), (oh, ow) = self.strides, self.dilations, self.out
-        return (slice(i * dh, i * dh + sh * (oh - 1) + 1, sh),
-                slice(j * dw, j * dw + sw * (ow - 1) + 1, sw))
+        return (
+            slice(i * dh, i * dh + sh * (oh - 1) + 1, sh),
+            slice(j * dw, j * dw + sw * (ow - 1) + 1, sw),
+        )
 
 
 def _pair(op: Kernel, attrs: Attrs, name: str, default: int) -> tuple[int, int]:
@@ -57,8 +58,14 @@ def _pair(op: Kernel, attrs: Attrs, name: str, default: int) -> tuple[int, int]:
     return values[0], values[1]
 
 
-def window(op: Kernel, in_hw: tuple[int, int], kernel: tuple[int, int], attrs: Attrs, *,
-           ceil_mode: bool = False) -> Window:
+def window(
+    op: Kernel,
+    in_hw: tuple[int, int],
+    kernel: tuple[int, int],
+    attrs: Attrs,
+    *,
+    ceil_mode: bool = False,
+) -> Window:
     """Resolve the window over an input plane of size `in_hw` (ONNX Conv/Pool semantics).
 
     With `ceil_mode` the output size rounds up, but a window that would start entirely
@@ -103,9 +110,13 @@ def window(op: Kernel, in_hw: tuple[int, int], kernel: tuple[int, int], attrs: A
         else:
             o = span // s + 1
         out.append(o)
-    return Window(kernel=(int(kernel[0]), int(kernel[1])), strides=strides,
-                  dilations=dilations, pads=(pads[0], pads[1], pads[2], pads[3]),
-                  out=(out[0], out[1]))
+    return Window(
+        kernel=(int(kernel[0]), int(kernel[1])),
+        strides=strides,
+        dilations=dilations,
+        pads=(pads[0], pads[1], pads[2], pads[3]),
+        out=(out[0], out[1]),
+    )
 
 
 def padded_buffer(x: np.ndarray, win: Window, fill: float) -> tuple[np.ndarray, np.ndarray]:
@@ -121,7 +132,7 @@ def padded_buffer(x: np.ndarray, win: Window, fill: float) -> tuple[np.ndarray, 
     hp = max(h + top + bottom, eh)
     wp = max(w + left + right, ew)
     buf = np.full((*x.shape[:-2], hp, wp), fill, x.dtype)
-    return buf, buf[..., top:top + h, left:left + w]
+    return buf, buf[..., top : top + h, left : left + w]
 
 
 def check_nchw(op: Kernel, shape: tuple[int, ...], what: str = "input") -> None:

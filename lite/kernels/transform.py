@@ -45,12 +45,15 @@ class Concat(Kernel):
             if s.dtype != first.dtype:
                 raise self.fail(f"input {k} is {s.dtype}, input 0 is {first.dtype}")
             same = s.rank == first.rank and all(
-                a == b for d, (a, b) in enumerate(zip(s.shape, first.shape, strict=False))
+                a == b
+                for d, (a, b) in enumerate(zip(s.shape, first.shape, strict=False))
                 if d != self.axis
             )
             if not same:
-                raise self.fail(f"input {k} has shape {list(s.shape)}, which does not match "
-                                f"input 0 {list(first.shape)} outside axis {self.axis}")
+                raise self.fail(
+                    f"input {k} has shape {list(s.shape)}, which does not match "
+                    f"input 0 {list(first.shape)} outside axis {self.axis}"
+                )
             total += s.shape[self.axis]
         shape = list(first.shape)
         shape[self.axis] = total
@@ -79,16 +82,20 @@ class Split(Kernel):
         sizes = ints_arg(self, 1, "split")
         if sizes is not None:
             if len(sizes) != attrs.num_outputs:
-                raise self.fail(f"split {sizes} has {len(sizes)} parts but the node lists "
-                                f"{attrs.num_outputs} outputs")
+                raise self.fail(
+                    f"split {sizes} has {len(sizes)} parts but the node lists "
+                    f"{attrs.num_outputs} outputs"
+                )
             if any(s < 0 for s in sizes) or sum(sizes) != dim:
-                raise self.fail(f"split {sizes} must be non-negative and sum to axis "
-                                f"{self.axis}'s size {dim}")
+                raise self.fail(
+                    f"split {sizes} must be non-negative and sum to axis {self.axis}'s size {dim}"
+                )
         else:
             n = attrs.int("num_outputs", attrs.num_outputs)
             if n < 1 or n != attrs.num_outputs:
-                raise self.fail(f"num_outputs {n} must be >= 1 and equal the node's "
-                                f"{attrs.num_outputs} outputs")
+                raise self.fail(
+                    f"num_outputs {n} must be >= 1 and equal the node's {attrs.num_outputs} outputs"
+                )
             chunk = -(-dim // n)
             sizes = [chunk] * (n - 1) + [dim - chunk * (n - 1)]
             if sizes[-1] < 0 or (n > 1 and sizes[-1] == 0 and dim % n):
@@ -101,7 +108,7 @@ class Split(Kernel):
             self.slices.append(tuple(index))
             start += size
         self.output_specs = [
-            TensorSpec((*x.shape[:self.axis], s, *x.shape[self.axis + 1:]), x.dtype)
+            TensorSpec((*x.shape[: self.axis], s, *x.shape[self.axis + 1 :]), x.dtype)
             for s in sizes
         ]
 
@@ -142,8 +149,10 @@ class Slice(Kernel):
         if steps is None:
             steps = [1] * len(starts)
         if not len(starts) == len(ends) == len(axes) == len(steps):
-            raise self.fail(f"starts {starts}, ends {ends}, axes {axes} and steps {steps} "
-                            "must have the same length")
+            raise self.fail(
+                f"starts {starts}, ends {ends}, axes {axes} and steps {steps} "
+                "must have the same length"
+            )
         axes = normalize_axes(self, axes, x.rank)
         index = [slice(None)] * x.rank
         shape = list(x.shape)
@@ -195,10 +204,12 @@ class Gather(Kernel):
             idx = indices.value.astype(np.int64)
             bad = (idx < -dim) | (idx >= dim)
             if bad.any():
-                raise self.fail(f"index {int(idx[bad].flat[0])} is out of range for axis "
-                                f"{self.axis} of size {dim} (expected {-dim}..{dim - 1})")
+                raise self.fail(
+                    f"index {int(idx[bad].flat[0])} is out of range for axis "
+                    f"{self.axis} of size {dim} (expected {-dim}..{dim - 1})"
+                )
             self.indices = np.where(idx < 0, idx + dim, idx).astype(np.intp)
-        shape = data.shape[:self.axis] + indices.shape + data.shape[self.axis + 1:]
+        shape = data.shape[: self.axis] + indices.shape + data.shape[self.axis + 1 :]
         self.output_specs = [TensorSpec(shape, data.dtype)]
 
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
@@ -227,8 +238,9 @@ class Transpose(Kernel):
         if perm is None:
             perm = list(range(x.rank))[::-1]
         if sorted(perm) != list(range(x.rank)):
-            raise self.fail(f"perm {perm} is not a permutation of 0..{x.rank - 1} "
-                            f"(input shape {list(x.shape)})")
+            raise self.fail(
+                f"perm {perm} is not a permutation of 0..{x.rank - 1} (input shape {list(x.shape)})"
+            )
         self.perm = tuple(perm)
         self.output_specs = [TensorSpec(tuple(x.shape[p] for p in perm), x.dtype)]
 
@@ -252,8 +264,10 @@ class Squeeze(ViewKernel):
             drop = set(normalize_axes(self, axes, x.rank))
             wide = [d for d in sorted(drop) if x.shape[d] != 1]
             if wide:
-                raise self.fail(f"cannot squeeze axis {wide[0]} of size {x.shape[wide[0]]} "
-                                f"(input shape {list(x.shape)})")
+                raise self.fail(
+                    f"cannot squeeze axis {wide[0]} of size {x.shape[wide[0]]} "
+                    f"(input shape {list(x.shape)})"
+                )
         shape = tuple(n for d, n in enumerate(x.shape) if d not in drop)
         self.output_specs = [TensorSpec(shape, x.dtype)]
 
@@ -294,8 +308,7 @@ class Expand(Kernel):
         try:
             shape = np.broadcast_shapes(x.shape, tuple(target))
         except ValueError:
-            raise self.fail(f"input shape {list(x.shape)} does not broadcast to {target}"
-                            ) from None
+            raise self.fail(f"input shape {list(x.shape)} does not broadcast to {target}") from None
         self.output_specs = [TensorSpec(tuple(shape), x.dtype)]
 
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
@@ -315,8 +328,10 @@ class Tile(Kernel):
         if repeats is None:
             raise self.fail("needs `repeats` (attribute or constant input 1)")
         if len(repeats) != x.rank or any(r < 0 for r in repeats):
-            raise self.fail(f"repeats {repeats} must hold {x.rank} non-negative values, one "
-                            f"per axis of the input {list(x.shape)}")
+            raise self.fail(
+                f"repeats {repeats} must hold {x.rank} non-negative values, one "
+                f"per axis of the input {list(x.shape)}"
+            )
         self.repeats = tuple(repeats)
         shape = tuple(n * r for n, r in zip(x.shape, repeats, strict=True))
         self.output_specs = [TensorSpec(shape, x.dtype)]
@@ -324,8 +339,11 @@ class Tile(Kernel):
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
         x, out = inputs[0], outputs[0]
         # out viewed as (r0, d0, r1, d1, ...) receives x viewed as (1, d0, 1, d1, ...).
-        interleaved = tuple(v for r, n in zip(self.repeats, x.shape, strict=True)  # type: ignore[union-attr]
-                            for v in (r, n))
+        interleaved = tuple(
+            v
+            for r, n in zip(self.repeats, x.shape, strict=True)  # type: ignore[union-attr]
+            for v in (r, n)
+        )
         target = out.reshape(interleaved)
         source = x[(None, slice(None)) * x.ndim]  # type: ignore[index, union-attr]
         return _copy(target, source)
@@ -335,9 +353,15 @@ class Tile(Kernel):
 
 # ONNX TensorProto.DataType codes for Cast's `to` (the converter passes them through).
 _ONNX_DTYPES: dict[int, np.dtype] = {
-    1: np.dtype(np.float32), 2: np.dtype(np.uint8), 3: np.dtype(np.int8),
-    5: np.dtype(np.int16), 6: np.dtype(np.int32), 7: np.dtype(np.int64),
-    9: np.dtype(np.bool_), 10: np.dtype(np.float16), 11: np.dtype(np.float64),
+    1: np.dtype(np.float32),
+    2: np.dtype(np.uint8),
+    3: np.dtype(np.int8),
+    5: np.dtype(np.int16),
+    6: np.dtype(np.int32),
+    7: np.dtype(np.int64),
+    9: np.dtype(np.bool_),
+    10: np.dtype(np.float16),
+    11: np.dtype(np.float64),
 }
 
 
@@ -357,8 +381,10 @@ class Cast(Kernel):
         elif isinstance(to, str) and to in names:
             dtype = names[to]
         else:
-            raise self.fail(f"attribute 'to' must be one of the ONNX dtype codes "
-                            f"{sorted(_ONNX_DTYPES)} or names {sorted(names)}, got {to!r}")
+            raise self.fail(
+                f"attribute 'to' must be one of the ONNX dtype codes "
+                f"{sorted(_ONNX_DTYPES)} or names {sorted(names)}, got {to!r}"
+            )
         self.output_specs = [TensorSpec(x.shape, dtype)]
 
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
@@ -382,8 +408,9 @@ class Where(Kernel):
         try:
             shape = np.broadcast_shapes(cond.shape, x.shape, y.shape)
         except ValueError:
-            raise self.fail(f"shapes {list(cond.shape)}, {list(x.shape)} and {list(y.shape)} "
-                            "do not broadcast") from None
+            raise self.fail(
+                f"shapes {list(cond.shape)}, {list(x.shape)} and {list(y.shape)} do not broadcast"
+            ) from None
         self.output_specs = [TensorSpec(tuple(shape), x.dtype)]
 
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
@@ -428,8 +455,10 @@ class DepthToSpace(Kernel):
         if self.mode not in ("DCR", "CRD"):
             raise self.fail(f"mode must be 'DCR' or 'CRD', got {self.mode!r}")
         if x.rank != 4 or b < 1 or x.shape[1] % (b * b):
-            raise self.fail(f"needs an NCHW input whose channels divide by blocksize² "
-                            f"({b}²), got shape {list(x.shape)}")
+            raise self.fail(
+                f"needs an NCHW input whose channels divide by blocksize² "
+                f"({b}²), got shape {list(x.shape)}"
+            )
         n, c, h, w = x.shape
         self.b = b
         self.output_specs = [TensorSpec((n, c // (b * b), h * b, w * b), x.dtype)]
@@ -467,8 +496,10 @@ class SpaceToDepth(Kernel):
         x = self.input(0)
         b = attrs.int("blocksize", REQUIRED)
         if x.rank != 4 or b < 1 or x.shape[2] % b or x.shape[3] % b:
-            raise self.fail(f"needs an NCHW input whose height and width divide by blocksize "
-                            f"{b}, got shape {list(x.shape)}")
+            raise self.fail(
+                f"needs an NCHW input whose height and width divide by blocksize "
+                f"{b}, got shape {list(x.shape)}"
+            )
         n, c, h, w = x.shape
         self.b = b
         self.output_specs = [TensorSpec((n, c * b * b, h // b, w // b), x.dtype)]

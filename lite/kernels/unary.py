@@ -77,14 +77,17 @@ class Clip(UnaryKernel):
                 value = attrs.float(name)
                 if value is not None and x.dtype.kind != "f":
                     if value != int(value):
-                        raise self.fail(f"attribute {name!r} = {value} is not a whole number "
-                                        f"for the {x.dtype} input")
+                        raise self.fail(
+                            f"attribute {name!r} = {value} is not a whole number "
+                            f"for the {x.dtype} input"
+                        )
                     value = int(value)  # an integer bound keeps an integer tensor's dtype
                 self.bounds.append(value)
                 continue
             if spec.size != 1:
-                raise self.fail(f"input {k} ({name}) must hold one value, got shape "
-                                f"{list(spec.shape)}")
+                raise self.fail(
+                    f"input {k} ({name}) must hold one value, got shape {list(spec.shape)}"
+                )
             if spec.dtype != x.dtype:
                 raise self.fail(f"input {k} ({name}) must be {x.dtype} like x, got {spec.dtype}")
             if spec.value is None:
@@ -108,6 +111,7 @@ class Clip(UnaryKernel):
             return lambda: np.minimum(x, hi, out=out)
         if hi is None:
             return lambda: np.maximum(x, lo, out=out)
+
         # ONNX clips to min first, then to max (so min > max yields max everywhere).
         def compute() -> None:
             np.maximum(x, lo, out=out)
@@ -149,10 +153,15 @@ class PRelu(Kernel):
         except ValueError:
             shape = None
         if shape != x.shape:
-            hint = (f" (for per-channel NCHW slopes use shape [{x.shape[1]}, 1, 1])"
-                    if x.rank == 4 else "")
-            raise self.fail(f"slope of shape {list(slope.shape)} does not broadcast to x of "
-                            f"shape {list(x.shape)}{hint}")
+            hint = (
+                f" (for per-channel NCHW slopes use shape [{x.shape[1]}, 1, 1])"
+                if x.rank == 4
+                else ""
+            )
+            raise self.fail(
+                f"slope of shape {list(slope.shape)} does not broadcast to x of "
+                f"shape {list(x.shape)}{hint}"
+            )
         self.output_specs = [TensorSpec(x.shape, x.dtype)]
 
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
@@ -304,8 +313,9 @@ class Gelu(UnaryKernel):
         super().__init__(attrs, inputs)
         self.approximate = attrs.str("approximate", "none")
         if self.approximate not in ("none", "tanh"):
-            raise self.fail(f"attribute 'approximate' must be 'none' or 'tanh', "
-                            f"got {self.approximate!r}")
+            raise self.fail(
+                f"attribute 'approximate' must be 'none' or 'tanh', got {self.approximate!r}"
+            )
 
     def compute(self, x: np.ndarray, out: np.ndarray, *scratch: np.ndarray) -> None:
         t, e = scratch

@@ -27,13 +27,13 @@ class OptimizerConfig:
 
     def __post_init__(self) -> None:
         if self.kind not in OPTIMIZERS:
-            raise ValueError(f"optimizer kind must be one of {list(OPTIMIZERS)}, got "
-                             f"{self.kind!r}")
+            raise ValueError(f"optimizer kind must be one of {list(OPTIMIZERS)}, got {self.kind!r}")
         if not self.lr > 0:
             raise ValueError(f"lr must be > 0, got {self.lr}")
         if self.momentum < 0 or self.weight_decay < 0:
-            raise ValueError(f"momentum ({self.momentum}) and weight_decay "
-                             f"({self.weight_decay}) must be >= 0")
+            raise ValueError(
+                f"momentum ({self.momentum}) and weight_decay ({self.weight_decay}) must be >= 0"
+            )
         if self.nesterov and (self.kind != "sgd" or self.momentum == 0):
             raise ValueError("nesterov needs kind='sgd' and a momentum > 0")
         if len(self.betas) != 2 or not all(0 <= b < 1 for b in self.betas):

@@ -68,17 +68,27 @@ def default_trainable(model: Model, graph: Graph) -> set[int]:
     flagged = {i for i in used if model.tensors[i].trainable and model.tensors[i].data is not None}
     if flagged:
         return flagged
-    weights = {n.inputs[k] for n in graph.nodes for k in WEIGHT_INPUTS.get(n.op, ())
-               if k < len(n.inputs) and n.inputs[k] != -1}
-    return {i for i in weights
-            if model.tensors[i].data is not None and model.tensors[i].dtype.kind == "f"}
+    weights = {
+        n.inputs[k]
+        for n in graph.nodes
+        for k in WEIGHT_INPUTS.get(n.op, ())
+        if k < len(n.inputs) and n.inputs[k] != -1
+    }
+    return {
+        i
+        for i in weights
+        if model.tensors[i].data is not None and model.tensors[i].dtype.kind == "f"
+    }
 
 
 def trainable_names(model: Model, graph: Graph) -> list[str]:
     """Names of the float constants `graph` reads: what `trainable` may name, sorted."""
     used = {i for n in graph.nodes for i in n.inputs if i != -1}
-    return sorted(model.tensors[i].name for i in used
-                  if model.tensors[i].data is not None and model.tensors[i].dtype.kind == "f")
+    return sorted(
+        model.tensors[i].name
+        for i in used
+        if model.tensors[i].data is not None and model.tensors[i].dtype.kind == "f"
+    )
 
 
 # Fused activations whose derivative needs the pre-activation value, which a fused node does
@@ -99,16 +109,24 @@ def _unfuse(m: Model, n: Node, new_tensor: Callable[..., int]) -> list[Node]:
     name = n.attrs["activation"]
     out = m.tensors[n.outputs[0]]
     pre = new_tensor(f"{out.name}/pre_activation", out.dtype, out.shape)
-    attrs = {k: v for k, v in n.attrs.items() if k != "activation" and k not in
-             ACTIVATION_PARAMS}
+    attrs = {k: v for k, v in n.attrs.items() if k != "activation" and k not in ACTIVATION_PARAMS}
     params = {k: v for k, v in n.attrs.items() if k in ACTIVATION_PARAMS}
-    return [Node(n.op, list(n.inputs), [pre, *n.outputs[1:]], attrs, n.version, n.name),
-            Node(UNFUSED_OPS[name], [pre], [n.outputs[0]], params, 1, f"{n.name}/{name}")]
+    return [
+        Node(n.op, list(n.inputs), [pre, *n.outputs[1:]], attrs, n.version, n.name),
+        Node(UNFUSED_OPS[name], [pre], [n.outputs[0]], params, 1, f"{n.name}/{name}"),
+    ]
 
 
-def make_training_model(model: Model, *, output: str, loss: str, optimizer: OptimizerConfig,
-                        label_smoothing: float = 0.0, trainable: set[str] | None = None,
-                        one_hot_labels: bool = False) -> Model:
+def make_training_model(
+    model: Model,
+    *,
+    output: str,
+    loss: str,
+    optimizer: OptimizerConfig,
+    label_smoothing: float = 0.0,
+    trainable: set[str] | None = None,
+    one_hot_labels: bool = False,
+) -> Model:
     """A copy of `model` with its "infer" signature and a new "train" signature.
 
     train inputs: the infer inputs, "labels" (int64 class ids (N,) for cross-entropy, or
@@ -129,23 +147,31 @@ def make_training_model(model: Model, *, output: str, loss: str, optimizer: Opti
         raise ValueError("the model already has a 'train' signature")
     infer = model.signature("infer")
     if output not in infer.outputs:
-        raise ValueError(f"output {output!r} is not an output of the infer signature; "
-                         f"outputs are {sorted(infer.outputs)}")
+        raise ValueError(
+            f"output {output!r} is not an output of the infer signature; "
+            f"outputs are {sorted(infer.outputs)}"
+        )
     for name in ("labels", "lr"):
         if name in infer.inputs:
             raise ValueError(f"the infer signature already has an input named {name!r}")
 
-    m = Model(tensors=list(model.tensors), graphs=copy.deepcopy(model.graphs),
-              signatures=dict(model.signatures), metadata=dict(model.metadata),
-              producer=model.producer, producer_version=model.producer_version,
-              description=model.description)
+    m = Model(
+        tensors=list(model.tensors),
+        graphs=copy.deepcopy(model.graphs),
+        signatures=dict(model.signatures),
+        metadata=dict(model.metadata),
+        producer=model.producer,
+        producer_version=model.producer_version,
+        description=model.description,
+    )
     if not model.signatures:
         m.signatures["infer"] = infer
     forward = m.graphs[infer.graph]
     names = {t.name for t in m.tensors}
 
-    def new_tensor(name: str, dtype: object, shape: tuple[int, ...],
-                   data: np.ndarray | None = None) -> int:
+    def new_tensor(
+        name: str, dtype: object, shape: tuple[int, ...], data: np.ndarray | None = None
+    ) -> int:
         name = unique_name(name, names)
         m.tensors.append(Tensor(name=name, dtype=np.dtype(dtype), shape=shape, data=data))
         return len(m.tensors) - 1
@@ -157,14 +183,21 @@ def make_training_model(model: Model, *, output: str, loss: str, optimizer: Opti
         by_name = {t.name: i for i, t in enumerate(m.tensors)}
         unknown = sorted(set(trainable) - set(by_name))
         if unknown:
-            raise InputError(f"trainable names unknown tensors {unknown}; the model's "
-                             f"trainable tensors are {trainable_names(m, forward)}")
+            raise InputError(
+                f"trainable names unknown tensors {unknown}; the model's "
+                f"trainable tensors are {trainable_names(m, forward)}"
+            )
         params = sorted(by_name[n] for n in trainable)
-        bad = [m.tensors[i].name for i in params
-               if m.tensors[i].data is None or m.tensors[i].dtype.kind != "f"]
+        bad = [
+            m.tensors[i].name
+            for i in params
+            if m.tensors[i].data is None or m.tensors[i].dtype.kind != "f"
+        ]
         if bad:
-            raise InputError(f"trainable tensors must be float constants (weights): {bad}; "
-                             f"the model's trainable tensors are {trainable_names(m, forward)}")
+            raise InputError(
+                f"trainable tensors must be float constants (weights): {bad}; "
+                f"the model's trainable tensors are {trainable_names(m, forward)}"
+            )
     if not params:
         raise ValueError("nothing to train: the model has no float weights")
     for i in params:  # the flag travels with the file, for on-device fine-tuning
@@ -176,23 +209,42 @@ def make_training_model(model: Model, *, output: str, loss: str, optimizer: Opti
         if n.op == OpCode.DROPOUT:
             x = n.inputs[0]
             mask = new_tensor(f"{n.name}/mask", m.tensors[x].dtype, m.tensors[x].shape)
-            nodes.append(Node(OpCode.DROPOUT, list(n.inputs), [n.outputs[0], mask],
-                              {**n.attrs, "training": 1}, n.version, n.name))
+            nodes.append(
+                Node(
+                    OpCode.DROPOUT,
+                    list(n.inputs),
+                    [n.outputs[0], mask],
+                    {**n.attrs, "training": 1},
+                    n.version,
+                    n.name,
+                )
+            )
         elif n.op == OpCode.BATCH_NORM and set(n.inputs[1:3]) & set(params):
             # A BatchNorm whose scale and bias are frozen stays in inference form (frozen
             # statistics too), as transfer learning wants for a frozen backbone.
             x = n.inputs[0]
             c = m.tensors[n.inputs[1]].shape
-            stats = [new_tensor(f"{n.name}/{s}", m.tensors[x].dtype, c)
-                     for s in ("batch_mean", "batch_invstd")]
+            stats = [
+                new_tensor(f"{n.name}/{s}", m.tensors[x].dtype, c)
+                for s in ("batch_mean", "batch_invstd")
+            ]
             attrs = {k: v for k, v in n.attrs.items() if k != "training_mode"}
-            nodes.append(Node(OpCode.BATCH_NORM_TRAINING, list(n.inputs),
-                              [n.outputs[0], *stats], attrs, 1, n.name))
+            nodes.append(
+                Node(
+                    OpCode.BATCH_NORM_TRAINING,
+                    list(n.inputs),
+                    [n.outputs[0], *stats],
+                    attrs,
+                    1,
+                    n.name,
+                )
+            )
         elif n.attrs.get("activation", "none") in UNFUSED_OPS:
             nodes.extend(_unfuse(m, n, new_tensor))
         else:
-            nodes.append(replace(n, inputs=list(n.inputs), outputs=list(n.outputs),
-                                 attrs=dict(n.attrs)))
+            nodes.append(
+                replace(n, inputs=list(n.inputs), outputs=list(n.outputs), attrs=dict(n.attrs))
+            )
 
     # ---- loss
     out = infer.outputs[output]
@@ -210,8 +262,9 @@ def make_training_model(model: Model, *, output: str, loss: str, optimizer: Opti
         loss_outputs.append(new_tensor(f"{output}/probabilities", out_t.dtype, batch_shape))
         attrs["label_smoothing"] = float(label_smoothing)
     nodes.append(Node(LOSS_OPS[loss], [out, labels], loss_outputs, attrs, 1, "loss"))
-    train = Graph(name="train", inputs=[*forward.inputs, labels, lr], outputs=[loss_t, out],
-                  nodes=nodes)
+    train = Graph(
+        name="train", inputs=[*forward.inputs, labels, lr], outputs=[loss_t, out], nodes=nodes
+    )
     m.graphs.append(train)
     gi = len(m.graphs) - 1
 
@@ -221,7 +274,9 @@ def make_training_model(model: Model, *, output: str, loss: str, optimizer: Opti
         train.nodes.append(_update_node(m, p, grads[p], lr, optimizer, new_tensor))
 
     m.signatures["train"] = Signature(
-        key="train", graph=gi, inputs={**infer.inputs, "labels": labels, "lr": lr},
+        key="train",
+        graph=gi,
+        inputs={**infer.inputs, "labels": labels, "lr": lr},
         outputs={"loss": loss_t, "logits": out},
     )
     m.metadata["train.loss"] = loss
@@ -230,8 +285,9 @@ def make_training_model(model: Model, *, output: str, loss: str, optimizer: Opti
     return m
 
 
-def _update_node(m: Model, p: int, grad: int, lr: int, opt: OptimizerConfig,
-                 new_tensor: Callable[..., int]) -> Node:
+def _update_node(
+    m: Model, p: int, grad: int, lr: int, opt: OptimizerConfig, new_tensor: Callable[..., int]
+) -> Node:
     """The optimizer's update node for parameter `p`, with zero-initialized slots."""
     param = m.tensors[p]
 
@@ -245,14 +301,33 @@ def _update_node(m: Model, p: int, grad: int, lr: int, opt: OptimizerConfig,
         inputs = [p, grad, lr]
         if opt.momentum:
             inputs.append(slot("momentum"))
-        return Node(OpCode.SGD_UPDATE, inputs, [], {
-            "momentum": float(opt.momentum), "nesterov": int(opt.nesterov),
-            "weight_decay": float(opt.weight_decay)}, 1, name)
+        return Node(
+            OpCode.SGD_UPDATE,
+            inputs,
+            [],
+            {
+                "momentum": float(opt.momentum),
+                "nesterov": int(opt.nesterov),
+                "weight_decay": float(opt.weight_decay),
+            },
+            1,
+            name,
+        )
     inputs = [p, grad, lr, slot("adam_m"), slot("adam_v"), slot("adam_step", np.int64, ())]
-    return Node(OpCode.ADAM_UPDATE, inputs, [], {
-        "beta1": float(opt.betas[0]), "beta2": float(opt.betas[1]), "eps": float(opt.eps),
-        "weight_decay": float(opt.weight_decay), "decoupled": int(opt.kind == "adamw")},
-        1, name)
+    return Node(
+        OpCode.ADAM_UPDATE,
+        inputs,
+        [],
+        {
+            "beta1": float(opt.betas[0]),
+            "beta2": float(opt.betas[1]),
+            "eps": float(opt.eps),
+            "weight_decay": float(opt.weight_decay),
+            "decoupled": int(opt.kind == "adamw"),
+        },
+        1,
+        name,
+    )
 
 
 def optimizer_slots(model: Model) -> set[int]:
@@ -270,5 +345,8 @@ def optimizer_slots(model: Model) -> set[int]:
 def parameters(model: Model) -> list[int]:
     """Tensors the train graph updates (input 0 of its update nodes), in graph order."""
     sig = model.signature("train")
-    return [n.inputs[0] for n in model.graphs[sig.graph].nodes
-            if n.op in (OpCode.SGD_UPDATE, OpCode.ADAM_UPDATE)]
+    return [
+        n.inputs[0]
+        for n in model.graphs[sig.graph].nodes
+        if n.op in (OpCode.SGD_UPDATE, OpCode.ADAM_UPDATE)
+    ]

@@ -35,8 +35,10 @@ class Trainer:
 
     def __init__(self, model: Model, *, num_threads: int | None = None) -> None:
         if "train" not in model.signatures:
-            raise ValueError("the model has no 'train' signature; build it with "
-                             "sporenet.lite.training.make_training_model")
+            raise ValueError(
+                "the model has no 'train' signature; build it with "
+                "sporenet.lite.training.make_training_model"
+            )
         if num_threads is not None and (not isinstance(num_threads, int) or num_threads < 1):
             raise ValueError(f"num_threads must be a positive int, got {num_threads!r}")
         self.model = model
@@ -67,14 +69,18 @@ class Trainer:
             return
         labels = np.asarray(labels)
         sig = self.model.signature("train")
-        if labels.dtype.kind not in "iu" or self.model.tensors[sig.inputs["labels"]].dtype.kind \
-                not in "iu" or labels.size == 0:
+        if (
+            labels.dtype.kind not in "iu"
+            or self.model.tensors[sig.inputs["labels"]].dtype.kind not in "iu"
+            or labels.size == 0
+        ):
             return
         classes = self.model.tensors[sig.outputs["logits"]].shape[-1]
         lo, hi = int(labels.min()), int(labels.max())
         if lo < 0 or (classes > 0 and hi >= classes):
-            raise InputError(f"labels must be class ids in [0, {classes}), got values in "
-                             f"[{lo}, {hi}]")
+            raise InputError(
+                f"labels must be class ids in [0, {classes}), got values in [{lo}, {hi}]"
+            )
 
     def evaluate(self, feeds: dict[str, Any]) -> dict[str, np.ndarray]:
         """Run the infer graph (eval mode) with the current weights; outputs by name."""
@@ -83,8 +89,10 @@ class Trainer:
     # ---- results
     def weights(self) -> dict[str, np.ndarray]:
         """Copies of the trained weights and BatchNorm running statistics, by tensor name."""
-        return {self.model.tensors[i].name: self.variables[i].copy()
-                for i in [*self._params, *self._stats]}
+        return {
+            self.model.tensors[i].name: self.variables[i].copy()
+            for i in [*self._params, *self._stats]
+        }
 
     def set_weights(self, weights: dict[str, np.ndarray]) -> None:
         """Overwrite state tensors by name (e.g. a federated round's global weights); names
@@ -96,8 +104,10 @@ class Trainer:
                 continue
             value = np.asarray(value)
             if value.shape != self.variables[i].shape:
-                raise InputError(f"weight {name!r}: expected shape "
-                                 f"{list(self.variables[i].shape)}, got {list(value.shape)}")
+                raise InputError(
+                    f"weight {name!r}: expected shape "
+                    f"{list(self.variables[i].shape)}, got {list(value.shape)}"
+                )
             np.copyto(self.variables[i], value, casting="same_kind")
 
     def reset_optimizer(self) -> None:
@@ -118,8 +128,11 @@ class Trainer:
         tensors = list(self.model.tensors)
         for i, value in self.variables.items():
             tensors[i] = replace(tensors[i], data=value.copy())
-        return replace(self.model, tensors=tensors,
-                       metadata={**self.model.metadata, STEPS_KEY: str(self.steps)})
+        return replace(
+            self.model,
+            tensors=tensors,
+            metadata={**self.model.metadata, STEPS_KEY: str(self.steps)},
+        )
 
     def save_checkpoint(self, path: str | os.PathLike) -> None:
         """Write checkpoint() to `path` (a .spore file any Trainer can resume from)."""
@@ -139,11 +152,14 @@ class Trainer:
             if t is None or t.data is None:
                 problems.append(f"{name!r} missing")
             elif t.data.shape != value.shape or t.data.dtype != value.dtype:
-                problems.append(f"{name!r}: expected {value.dtype}{list(value.shape)}, got "
-                                f"{t.data.dtype}{list(t.data.shape)}")
+                problems.append(
+                    f"{name!r}: expected {value.dtype}{list(value.shape)}, got "
+                    f"{t.data.dtype}{list(t.data.shape)}"
+                )
         if problems:
-            raise InputError("the checkpoint does not match this training model: "
-                             + "; ".join(problems))
+            raise InputError(
+                "the checkpoint does not match this training model: " + "; ".join(problems)
+            )
         for i, value in self.variables.items():
             np.copyto(value, np.asarray(by_name[self.model.tensors[i].name].data))
         self.steps = int(saved.metadata.get(STEPS_KEY, 0))
@@ -170,13 +186,29 @@ def strip_training(model: Model, values: dict[int, np.ndarray] | None = None) ->
         if i in values:
             t = replace(t, data=np.array(values[i], copy=True))
         tensors.append(t)
-    graph = Graph(name=g.name, inputs=remap(g.inputs), outputs=remap(g.outputs),
-                  nodes=[Node(n.op, remap(n.inputs), remap(n.outputs), dict(n.attrs), n.version,
-                              n.name) for n in g.nodes])
-    infer = Signature(key="infer", graph=0, inputs={k: new[i] for k, i in sig.inputs.items()},
-                      outputs={k: new[i] for k, i in sig.outputs.items()})
+    graph = Graph(
+        name=g.name,
+        inputs=remap(g.inputs),
+        outputs=remap(g.outputs),
+        nodes=[
+            Node(n.op, remap(n.inputs), remap(n.outputs), dict(n.attrs), n.version, n.name)
+            for n in g.nodes
+        ],
+    )
+    infer = Signature(
+        key="infer",
+        graph=0,
+        inputs={k: new[i] for k, i in sig.inputs.items()},
+        outputs={k: new[i] for k, i in sig.outputs.items()},
+    )
     metadata = {k: v for k, v in model.metadata.items() if not k.startswith("train.")}
-    out = Model(tensors=tensors, graphs=[graph], signatures={"infer": infer}, metadata=metadata,
-                producer=model.producer, producer_version=model.producer_version,
-                description=model.description)
+    out = Model(
+        tensors=tensors,
+        graphs=[graph],
+        signatures={"infer": infer},
+        metadata=metadata,
+        producer=model.producer,
+        producer_version=model.producer_version,
+        description=model.description,
+    )
     return validate(out)

@@ -40,48 +40,120 @@ from sporenet.converter.onnx_import.importer import op_key
 from sporenet.converter.onnx_import.registry import is_supported
 from sporenet.lite import Interpreter
 
-LIGHT_MODELS = ("bvlc_alexnet", "densenet121", "inception_v1", "inception_v2", "resnet50",
-                "shufflenet", "squeezenet", "vgg19", "zfnet512")
+LIGHT_MODELS = (
+    "bvlc_alexnet",
+    "densenet121",
+    "inception_v1",
+    "inception_v2",
+    "resnet50",
+    "shufflenet",
+    "squeezenet",
+    "vgg19",
+    "zfnet512",
+)
 # Light models that take more than a few seconds (big convolutions or weights): kept out of
 # the CI run by the `slow` marker, run with `pytest -m slow tests/conformance`.
-SLOW_LIGHT_MODELS = ("bvlc_alexnet", "densenet121", "inception_v2", "resnet50", "vgg19",
-                     "zfnet512")
+SLOW_LIGHT_MODELS = ("bvlc_alexnet", "densenet121", "inception_v2", "resnet50", "vgg19", "zfnet512")
 
-_DTYPE = ("input or output dtype the IR cannot store (proto/model.fbs DType has no uint16/32/64, "
-          "int2/int4, float8/float4, bfloat16 or string)")
-_RUNTIME_SHAPE = ("a shape argument (target shape, pads, starts/ends, axes, repeats, split sizes, "
-                  "scales/sizes, Range bounds, Trilu k, CumSum axis, OneHot depth) is a "
-                  "graph input: sporenet plans shapes when a model loads, as "
-                  "TFLite does, so these must be constants")
+_DTYPE = (
+    "input or output dtype the IR cannot store (proto/model.fbs DType has no uint16/32/64, "
+    "int2/int4, float8/float4, bfloat16 or string)"
+)
+_RUNTIME_SHAPE = (
+    "a shape argument (target shape, pads, starts/ends, axes, repeats, split sizes, "
+    "scales/sizes, Range bounds, Trilu k, CumSum axis, OneHot depth) is a "
+    "graph input: sporenet plans shapes when a model loads, as "
+    "TFLite does, so these must be constants"
+)
 _3D = "3-D convolution/pooling: the runtime's Conv2D and pools are 2-D (1-D runs as 2-D)"
-_TRAINING = "training-mode semantics (random Dropout masks, batch statistics): the converter " \
-            "targets inference"
-_QUANT_WIDTH = ("int16 or blocked (block_size) quantization: the quantizer and int8 kernels "
-                "take int8/uint8, per tensor or per axis")
+_TRAINING = (
+    "training-mode semantics (random Dropout masks, batch statistics): the converter "
+    "targets inference"
+)
+_QUANT_WIDTH = (
+    "int16 or blocked (block_size) quantization: the quantizer and int8 kernels "
+    "take int8/uint8, per tensor or per axis"
+)
 _SEQUENCE = "sequence/optional-typed inputs: the IR holds tensors only"
 
 # Cases the harness does not run although their ops are listed: glob pattern -> why.
 EXCLUDED: dict[str, str] = {
-    **{p: _DTYPE for p in (
-        "test_*_uint16*", "test_*_uint32*", "test_*_uint64*", "test_*UINT4*", "test_*INT4*",
-        "test_*UINT2*", "test_*INT2*", "test_*FLOAT8*", "test_*FLOAT4E2M1*", "test_*BFLOAT16*",
-        "test_*bfloat16*", "test_*_bf16*", "test_equal_string*")},
-    **{p: _RUNTIME_SHAPE for p in (
-        "test_center_crop_pad_*", "test_constant_pad*", "test_edge_pad",
-        "test_reflect_pad", "test_wrap_pad", "test_constantofshape_*", "test_expand_dim_*",
-        "test_range_*_type_*_delta", "test_range_*_type_*_delta_expanded", "test_reshape_*",
-        "test_slice", "test_slice_*",
-        "test_split_variable_parts_*", "test_split_zero_size_splits_*", "test_squeeze",
-        "test_squeeze_negative_axes", "test_tile", "test_tile_precomputed", "test_unsqueeze_*")},
-    **{p: _3D for p in ("test_averagepool_3d_*", "test_maxpool_3d_*", "test_Conv3d*",
-                        "test_convtranspose_3d", "test_lppool_3d_*",
-                        "test_AvgPool3d*", "test_MaxPool3d*")},
+    **{
+        p: _DTYPE
+        for p in (
+            "test_*_uint16*",
+            "test_*_uint32*",
+            "test_*_uint64*",
+            "test_*UINT4*",
+            "test_*INT4*",
+            "test_*UINT2*",
+            "test_*INT2*",
+            "test_*FLOAT8*",
+            "test_*FLOAT4E2M1*",
+            "test_*BFLOAT16*",
+            "test_*bfloat16*",
+            "test_*_bf16*",
+            "test_equal_string*",
+        )
+    },
+    **{
+        p: _RUNTIME_SHAPE
+        for p in (
+            "test_center_crop_pad_*",
+            "test_constant_pad*",
+            "test_edge_pad",
+            "test_reflect_pad",
+            "test_wrap_pad",
+            "test_constantofshape_*",
+            "test_expand_dim_*",
+            "test_range_*_type_*_delta",
+            "test_range_*_type_*_delta_expanded",
+            "test_reshape_*",
+            "test_slice",
+            "test_slice_*",
+            "test_split_variable_parts_*",
+            "test_split_zero_size_splits_*",
+            "test_squeeze",
+            "test_squeeze_negative_axes",
+            "test_tile",
+            "test_tile_precomputed",
+            "test_unsqueeze_*",
+        )
+    },
+    **{
+        p: _3D
+        for p in (
+            "test_averagepool_3d_*",
+            "test_maxpool_3d_*",
+            "test_Conv3d*",
+            "test_convtranspose_3d",
+            "test_lppool_3d_*",
+            "test_AvgPool3d*",
+            "test_MaxPool3d*",
+        )
+    },
     **{p: _TRAINING for p in ("test_training_dropout*", "test_batchnorm_*_training_mode")},
-    **{p: _SEQUENCE for p in ("test_identity_sequence", "test_identity_opt", "test_if_seq",
-                              "test_if_opt", "test_loop13_seq", "test_loop16_seq_none")},
-    **{p: _DTYPE for p in (
-        "test_*quantizelinear_e4m3fn*", "test_*quantizelinear_e5m2", "test_*quantizelinear_*int4",
-        "test_*quantizelinear_*int2", "test_*quantizelinear_float4e2m1")},
+    **{
+        p: _SEQUENCE
+        for p in (
+            "test_identity_sequence",
+            "test_identity_opt",
+            "test_if_seq",
+            "test_if_opt",
+            "test_loop13_seq",
+            "test_loop16_seq_none",
+        )
+    },
+    **{
+        p: _DTYPE
+        for p in (
+            "test_*quantizelinear_e4m3fn*",
+            "test_*quantizelinear_e5m2",
+            "test_*quantizelinear_*int4",
+            "test_*quantizelinear_*int2",
+            "test_*quantizelinear_float4e2m1",
+        )
+    },
     **{p: _QUANT_WIDTH for p in ("test_*quantizelinear_int16", "test_*quantizelinear_blocked*")},
 }
 
@@ -175,19 +247,19 @@ _RUNTIME_SHAPE_CASES = frozenset(_RUNTIME_SHAPE_WORDS.split())
 KNOWN_FAILURES: dict[str, str] = {
     "test_maxpool_with_argmax_*": "MaxPool's Indices output is not produced",
     "test_causal_conv_with_state_silu_fp16*": "float16 arithmetic rounds differently from "
-                                              "the reference (3e-3 off)",
+    "the reference (3e-3 off)",
     "test_loop11": "the Loop body slices with starts computed from the iteration number; "
-                   "Slice bounds must be constants",
+    "Slice bounds must be constants",
     "test_scan_sum": "Scan-8 (a batch axis and sequence_lens) is not supported; Scan-9 and "
-                     "later are",
+    "later are",
     "test_einsum_batch_diagonal": "Einsum with an ellipsis or a diagonal (a repeated index in "
-                                  "one operand) is not supported",
+    "one operand) is not supported",
     "test_resize_*cubic*": "the runtime's Resize has nearest and linear modes, not cubic",
     "test_resize_*_antialias": "Resize antialias=1 is not supported",
     "test_resize_*_not_larger": "Resize keep_aspect_ratio_policy other than 'stretch' is not "
-                                "supported",
+    "supported",
     "test_resize_*_not_smaller": "Resize keep_aspect_ratio_policy other than 'stretch' is not "
-                                 "supported",
+    "supported",
 }
 
 
@@ -218,11 +290,11 @@ def _dir_data_sets(model_dir: str) -> list[tuple[list[np.ndarray], list[np.ndarr
         if not name.startswith("test_data_set") or not os.path.isdir(path):
             continue
         files = os.listdir(path)
-        count = {kind: len([f for f in files if f.startswith(kind)])
-                 for kind in ("input_", "output_")}
+        count = {
+            kind: len([f for f in files if f.startswith(kind)]) for kind in ("input_", "output_")
+        }
         inputs = [_read_pb(os.path.join(path, f"input_{i}.pb")) for i in range(count["input_"])]
-        outputs = [_read_pb(os.path.join(path, f"output_{i}.pb"))
-                   for i in range(count["output_"])]
+        outputs = [_read_pb(os.path.join(path, f"output_{i}.pb")) for i in range(count["output_"])]
         sets.append((inputs, outputs))
     return sets
 
@@ -233,8 +305,10 @@ def _as_array(x: object) -> np.ndarray:
 
 def _normalized(data_sets: object) -> list[tuple[list[np.ndarray], list[np.ndarray]]]:
     """Test data as arrays (some node cases hold TensorProtos)."""
-    return [([_as_array(x) for x in inputs], [_as_array(y) for y in outputs])
-            for inputs, outputs in data_sets]  # type: ignore[attr-defined]
+    return [
+        ([_as_array(x) for x in inputs], [_as_array(y) for y in outputs])
+        for inputs, outputs in data_sets
+    ]  # type: ignore[attr-defined]
 
 
 def light_input(model: onnx.ModelProto) -> list[np.ndarray]:
@@ -244,8 +318,9 @@ def light_input(model: onnx.ModelProto) -> list[np.ndarray]:
     for value in model.graph.input:
         if value.name in inits:
             continue
-        shape = tuple(d.dim_value if d.HasField("dim_value") else 1
-                      for d in value.type.tensor_type.shape.dim)
+        shape = tuple(
+            d.dim_value if d.HasField("dim_value") else 1 for d in value.type.tensor_type.shape.dim
+        )
         n = int(np.prod(shape))
         arrays.append((np.arange(n).reshape(shape) / n).astype(np.float32))
     return arrays
@@ -276,8 +351,11 @@ def with_real_weights(model: onnx.ModelProto, seed: int = 0) -> onnx.ModelProto:
     del out.graph.initializer[:]
     out.graph.initializer.extend(kept_inits)
     names = {t.name for t in kept_inits}
-    kept_inputs = [v for v in out.graph.input if v.name not in names and
-                   (v.name in used or v.name in {o.name for o in out.graph.output})]
+    kept_inputs = [
+        v
+        for v in out.graph.input
+        if v.name not in names and (v.name in used or v.name in {o.name for o in out.graph.output})
+    ]
     del out.graph.input[:]
     out.graph.input.extend(kept_inputs)
     return out
@@ -288,8 +366,14 @@ def iter_cases(kinds: tuple[str, ...]) -> Iterator[Case]:
     for kind in kinds:
         if kind == "node":
             for t in load_model_tests(kind="node"):
-                yield Case(t.name, kind, lambda t=t: (t.model, _normalized(t.data_sets or [])),
-                           t.rtol, t.atol, model=t.model)
+                yield Case(
+                    t.name,
+                    kind,
+                    lambda t=t: (t.model, _normalized(t.data_sets or [])),
+                    t.rtol,
+                    t.atol,
+                    model=t.model,
+                )
         elif kind == "light":
             for name in LIGHT_MODELS:
                 path = os.path.join(DATA_DIR, "light", f"light_{name}.onnx")
@@ -301,15 +385,23 @@ def iter_cases(kinds: tuple[str, ...]) -> Iterator[Case]:
                     expected = _read_pb(path[: -len(".onnx")] + "_output_0.pb")
                     return model, [(light_input(model), [expected])]
 
-                yield Case(f"light_{name}", kind, load, tol.get("rtol", 1e-3),
-                           tol.get("atol", 1e-7), model=onnx.load(path))
+                yield Case(
+                    f"light_{name}",
+                    kind,
+                    load,
+                    tol.get("rtol", 1e-3),
+                    tol.get("atol", 1e-7),
+                    model=onnx.load(path),
+                )
         else:
             for t in load_model_tests(kind=kind):
                 model_dir = t.model_dir or ""
                 path = os.path.join(model_dir, "model.onnx")
 
-                def load(path: str = path, model_dir: str = model_dir,
-                         ) -> tuple[onnx.ModelProto, list]:
+                def load(
+                    path: str = path,
+                    model_dir: str = model_dir,
+                ) -> tuple[onnx.ModelProto, list]:
                     return onnx.load(path), _dir_data_sets(model_dir)
 
                 yield Case(t.name, kind, load, t.rtol, t.atol, model=onnx.load(path))
@@ -338,8 +430,7 @@ def run_case(case: Case, *, optimize: bool = True) -> str | None:
     if not data_sets:
         return "no test data"
     first_inputs = data_sets[0][0]
-    shapes = {name: np.asarray(x).shape for name, x in zip(input_names, first_inputs,
-                                                           strict=False)}
+    shapes = {name: np.asarray(x).shape for name, x in zip(input_names, first_inputs, strict=False)}
     try:
         data = convert_onnx(model, input_shapes=shapes, optimize=optimize)
         interpreter = Interpreter(model_content=data)
@@ -370,8 +461,9 @@ def run_case(case: Case, *, optimize: bool = True) -> str | None:
     return None
 
 
-def _softmax_of_tied_logits(model: onnx.ModelProto, shapes: dict, feeds: dict, name: str,
-                            got: np.ndarray) -> bool:
+def _softmax_of_tied_logits(
+    model: onnx.ModelProto, shapes: dict, feeds: dict, name: str, got: np.ndarray
+) -> bool:
     """Whether `name` is a Softmax whose reference logits tie to within float32 rounding,
     while our logits match onnxruntime's and our softmax is a distribution.
 
@@ -389,19 +481,23 @@ def _softmax_of_tied_logits(model: onnx.ModelProto, shapes: dict, feeds: dict, n
     probe = onnx.ModelProto()
     probe.CopyFrom(model)
     probe.graph.output.append(
-        onnx.helper.make_tensor_value_info(logits_name, onnx.TensorProto.FLOAT, ["n", "k"]))
+        onnx.helper.make_tensor_value_info(logits_name, onnx.TensorProto.FLOAT, ["n", "k"])
+    )
     options = ort.SessionOptions()
     options.intra_op_num_threads = 1
-    reference = ort.InferenceSession(probe.SerializeToString(), options,
-                                     providers=["CPUExecutionProvider"])
+    reference = ort.InferenceSession(
+        probe.SerializeToString(), options, providers=["CPUExecutionProvider"]
+    )
     ref = reference.run([logits_name], feeds)[0].astype(np.float64)
     ours = Interpreter(model_content=convert_onnx(probe, input_shapes=shapes)).run(feeds)
     mine = np.asarray(ours[logits_name], np.float64)
     scale = float(np.max(np.abs(ref))) or 1.0
     tied = np.ptp(ref.reshape(ref.shape[0], -1), axis=1) <= 16 * np.spacing(np.float32(scale))
-    return bool(np.all(tied)
-                and np.allclose(mine, ref, rtol=1e-4, atol=1e-4 * scale)
-                and np.allclose(got.reshape(got.shape[0], -1).sum(axis=1), 1.0, atol=1e-4))
+    return bool(
+        np.all(tied)
+        and np.allclose(mine, ref, rtol=1e-4, atol=1e-4 * scale)
+        and np.allclose(got.reshape(got.shape[0], -1).sum(axis=1), 1.0, atol=1e-4)
+    )
 
 
 def _first_line(exc: BaseException) -> str:
@@ -446,22 +542,29 @@ def tally(kinds: tuple[str, ...], *, pattern: str = "*") -> dict[str, Tally]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--kind", action="append",
-                        choices=["node", "light", "pytorch-converted", "pytorch-operator"],
-                        help="which suites (default: all)")
+    parser.add_argument(
+        "--kind",
+        action="append",
+        choices=["node", "light", "pytorch-converted", "pytorch-operator"],
+        help="which suites (default: all)",
+    )
     parser.add_argument("--pattern", default="*", help="only cases matching this glob")
     parser.add_argument("--failures", action="store_true", help="list every failing case")
     args = parser.parse_args(argv)
     kinds = tuple(args.kind or ("node", "pytorch-converted", "pytorch-operator", "light"))
     results = tally(kinds, pattern=args.pattern)
-    header = f"{'suite':<20}{'run':>6}{'passed':>8}{'rate':>8}{'unsupported':>13}" \
-             f"{'excluded':>10}{'seconds':>9}"
+    header = (
+        f"{'suite':<20}{'run':>6}{'passed':>8}{'rate':>8}{'unsupported':>13}"
+        f"{'excluded':>10}{'seconds':>9}"
+    )
     print(header)
     print("-" * len(header))
     for kind, t in results.items():
         rate = f"{100 * t.passed / t.run:.1f}%" if t.run else "-"
-        print(f"{kind:<20}{t.run:>6}{t.passed:>8}{rate:>8}{t.unsupported:>13}"
-              f"{sum(t.excluded.values()):>10}{t.seconds:>9.1f}")
+        print(
+            f"{kind:<20}{t.run:>6}{t.passed:>8}{rate:>8}{t.unsupported:>13}"
+            f"{sum(t.excluded.values()):>10}{t.seconds:>9.1f}"
+        )
     reasons: Counter[str] = Counter()
     for t in results.values():
         reasons.update(t.excluded)

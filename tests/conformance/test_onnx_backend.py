@@ -60,10 +60,15 @@ def test_light_model(case: ob.Case) -> None:
     _check(case)
 
 
-@pytest.mark.parametrize("name", [
-    pytest.param(n, id=f"light_{n}", marks=[pytest.mark.slow] if n in ob.SLOW_LIGHT_MODELS else [])
-    for n in ob.LIGHT_MODELS
-])
+@pytest.mark.parametrize(
+    "name",
+    [
+        pytest.param(
+            n, id=f"light_{n}", marks=[pytest.mark.slow] if n in ob.SLOW_LIGHT_MODELS else []
+        )
+        for n in ob.LIGHT_MODELS
+    ],
+)
 def test_optimized_and_unoptimized_light_models_agree(name: str) -> None:
     """The passes (BatchNorm folding, fusion, ...) keep outputs within 1e-5 relative.
 
@@ -77,8 +82,9 @@ def test_optimized_and_unoptimized_light_models_agree(name: str) -> None:
     from sporenet.converter import convert_onnx
     from sporenet.lite import Interpreter
 
-    model = ob.with_real_weights(ob.onnx.load(os.path.join(ob.DATA_DIR, "light",
-                                                           f"light_{name}.onnx")))
+    model = ob.with_real_weights(
+        ob.onnx.load(os.path.join(ob.DATA_DIR, "light", f"light_{name}.onnx"))
+    )
     feed = ob.light_input(model)[0]
     outputs = []
     for optimize in (True, False):
@@ -98,8 +104,9 @@ def test_tied_logit_softmax_is_judged_by_its_logits() -> None:
 
     model = ob.onnx.load(os.path.join(ob.DATA_DIR, "light", "light_squeezenet.onnx"))
     feed = ob.light_input(model)[0]
-    (input_name,) = [v.name for v in model.graph.input
-                     if v.name not in {t.name for t in model.graph.initializer}]
+    (input_name,) = [
+        v.name for v in model.graph.input if v.name not in {t.name for t in model.graph.initializer}
+    ]
     shapes, feeds = {input_name: feed.shape}, {input_name: feed}
     out = model.graph.output[0].name
     one_hot = np.zeros((1, 1000), np.float32)

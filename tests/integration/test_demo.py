@@ -8,9 +8,22 @@ from pathlib import Path
 
 def test_demo_runs_every_stage_and_writes_a_valid_model(tmp_path: Path) -> None:
     out = subprocess.run(
-        [sys.executable, "-m", "sporenet.demo", "--out", str(tmp_path), "--epochs", "4",
-         "--rounds", "2", "--clients", "2"],
-        capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "sporenet.demo",
+            "--out",
+            str(tmp_path),
+            "--epochs",
+            "4",
+            "--rounds",
+            "2",
+            "--clients",
+            "2",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()

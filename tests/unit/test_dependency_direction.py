@@ -12,8 +12,9 @@ HEAVY = ["grpc", "google.protobuf", "cryptography", "onnx", "onnxruntime", "torc
 
 def _modules_after_import(statement: str) -> set[str]:
     code = f"import json, sys\n{statement}\nprint(json.dumps(sorted(sys.modules)))"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         check=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
+    )
     return set(json.loads(out.stdout.splitlines()[-1]))
 
 

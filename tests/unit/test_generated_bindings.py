@@ -13,11 +13,23 @@ ROOT = Path(__file__).resolve().parents[2]
 FLATC = shutil.which("flatc", path=str(Path(sys.executable).parent)) or shutil.which("flatc")
 
 
-@pytest.mark.skipif(FLATC is None,
-                    reason="flatc (the flatc package, in the test and dev extras) is not installed")
+@pytest.mark.skipif(
+    FLATC is None, reason="flatc (the flatc package, in the test and dev extras) is not installed"
+)
 def test_model_bindings_match_schema(tmp_path: Path) -> None:
-    subprocess.run([FLATC, "--python", "--gen-onefile", "--python-typing", "-o", str(tmp_path),
-                    str(ROOT / "proto" / "model.fbs")], check=True, capture_output=True)
+    subprocess.run(
+        [
+            FLATC,
+            "--python",
+            "--gen-onefile",
+            "--python-typing",
+            "-o",
+            str(tmp_path),
+            str(ROOT / "proto" / "model.fbs"),
+        ],
+        check=True,
+        capture_output=True,
+    )
     for name in ("model_generated.py", "model_generated.pyi"):
         fresh = (tmp_path / name).read_text()
         committed = (ROOT / "proto" / name).read_text()
@@ -25,8 +37,15 @@ def test_model_bindings_match_schema(tmp_path: Path) -> None:
 
 
 def test_opcode_enum_matches_schema(tmp_path: Path) -> None:
-    subprocess.run([sys.executable, str(ROOT / "scripts" / "gen_opcodes.py"),
-                    str(ROOT / "proto" / "model.fbs"), str(tmp_path)], check=True)
+    subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "scripts" / "gen_opcodes.py"),
+            str(ROOT / "proto" / "model.fbs"),
+            str(tmp_path),
+        ],
+        check=True,
+    )
     fresh = (tmp_path / "opcodes_generated.py").read_text()
     committed = (ROOT / "proto" / "opcodes_generated.py").read_text()
     assert fresh == committed, "proto/opcodes_generated.py is stale: run scripts/gen_proto.sh"

@@ -23,8 +23,9 @@ def swish(ctx: ImportContext, node: OnnxNode) -> list[int]:
     """x * sigmoid(alpha * x)."""
     x = node.input(0)
     alpha = float(node.attr("alpha", 1.0))
-    scaled = x if alpha == 1.0 else ctx.emit1(OpCode.MUL, [x, _scalar(ctx, node, "alpha",
-                                                                      alpha, x)])
+    scaled = (
+        x if alpha == 1.0 else ctx.emit1(OpCode.MUL, [x, _scalar(ctx, node, "alpha", alpha, x)])
+    )
     return [ctx.emit1(OpCode.MUL, [x, ctx.emit1(OpCode.SIGMOID, [scaled])])]
 
 
@@ -95,12 +96,25 @@ def trilu(ctx: ImportContext, node: OnnxNode) -> list[int]:
         k = value[0]
     ones = np.ones((rows, cols), np.bool_)
     mask = np.triu(ones, k) if int(node.attr("upper", 1)) else np.tril(ones, k)
-    return [ctx.emit1(OpCode.WHERE, [ctx.constant(f"{node.name}/mask", mask), x,
-                                     _scalar(ctx, node, "zero", 0, x)])]
+    return [
+        ctx.emit1(
+            OpCode.WHERE,
+            [ctx.constant(f"{node.name}/mask", mask), x, _scalar(ctx, node, "zero", 0, x)],
+        )
+    ]
 
 
-ONNX_DTYPES = {1: np.float32, 2: np.uint8, 3: np.int8, 5: np.int16, 6: np.int32, 7: np.int64,
-               9: np.bool_, 10: np.float16, 11: np.float64}
+ONNX_DTYPES = {
+    1: np.float32,
+    2: np.uint8,
+    3: np.int8,
+    5: np.int16,
+    6: np.int32,
+    7: np.int64,
+    9: np.bool_,
+    10: np.float16,
+    11: np.float64,
+}
 
 
 def eye_like(ctx: ImportContext, node: OnnxNode) -> list[int]:
@@ -110,8 +124,7 @@ def eye_like(ctx: ImportContext, node: OnnxNode) -> list[int]:
     if code is not None and int(code) not in ONNX_DTYPES:
         raise node.fail(f"dtype {code} cannot be stored")
     dtype = ONNX_DTYPES[int(code)] if code is not None else ctx.dtype(x)
-    return [ctx.constant(node.outputs[0], np.eye(rows, cols, int(node.attr("k", 0)),
-                                                 dtype=dtype))]
+    return [ctx.constant(node.outputs[0], np.eye(rows, cols, int(node.attr("k", 0)), dtype=dtype))]
 
 
 def cumsum(ctx: ImportContext, node: OnnxNode) -> list[int]:
@@ -145,8 +158,9 @@ def one_hot(ctx: ImportContext, node: OnnxNode) -> list[int]:
     depth, values = node.input(1), node.input(2)
     if ctx.value(depth) is None or ctx.value(values) is None:
         raise node.fail("depth and values (inputs 1 and 2) must be static")
-    return [ctx.emit1(OpCode.ONE_HOT, [node.input(0), depth, values],
-                      axis=int(node.attr("axis", -1)))]
+    return [
+        ctx.emit1(OpCode.ONE_HOT, [node.input(0), depth, values], axis=int(node.attr("axis", -1)))
+    ]
 
 
 def hardmax(ctx: ImportContext, node: OnnxNode) -> list[int]:
@@ -166,10 +180,15 @@ def hardmax(ctx: ImportContext, node: OnnxNode) -> list[int]:
     depth = ctx.spec(x).shape[axis]
     index = ctx.emit1(OpCode.ARGMAX, [x], axis=axis, keepdims=0)
     dtype = ctx.dtype(x)
-    y = ctx.emit1(OpCode.ONE_HOT, [index, ctx.constant(f"{node.name}/depth",
-                                                       np.array(depth, np.int64)),
-                                   ctx.constant(f"{node.name}/values", np.array([0, 1], dtype))],
-                  axis=axis)
+    y = ctx.emit1(
+        OpCode.ONE_HOT,
+        [
+            index,
+            ctx.constant(f"{node.name}/depth", np.array(depth, np.int64)),
+            ctx.constant(f"{node.name}/values", np.array([0, 1], dtype)),
+        ],
+        axis=axis,
+    )
     return [ctx.emit1(OpCode.RESHAPE, [y], shape=shape) if coerce else y]
 
 
@@ -182,8 +201,7 @@ def _einsum_terms(equation: str, count: int, node: OnnxNode) -> tuple[list[str],
     if len(terms) != count or count > 2:
         raise node.fail(f"Einsum of {count} operands is not supported (one or two)")
     if any(len(set(t)) != len(t) for t in terms):
-        raise node.fail("Einsum with a repeated index in one operand (a diagonal) is not "
-                        "supported")
+        raise node.fail("Einsum with a repeated index in one operand (a diagonal) is not supported")
     if not arrow:  # implicit output: indices that appear once, in alphabetical order
         letters = "".join(terms)
         rhs = "".join(sorted(c for c in set(letters) if letters.count(c) == 1))
@@ -211,8 +229,7 @@ def einsum(ctx: ImportContext, node: OnnxNode) -> list[int]:
 
     def permute(term: str, index: int, order: str) -> int:
         perm = [term.index(c) for c in order]
-        return index if perm == sorted(perm) else ctx.emit1(OpCode.TRANSPOSE, [index],
-                                                             perm=perm)
+        return index if perm == sorted(perm) else ctx.emit1(OpCode.TRANSPOSE, [index], perm=perm)
 
     if len(inputs) == 1:
         term, x = reduce_only(terms[0], inputs[0], set(out))
@@ -228,10 +245,16 @@ def einsum(ctx: ImportContext, node: OnnxNode) -> list[int]:
     def size(chars: list[str]) -> int:
         return int(np.prod([sizes[c] for c in chars], dtype=np.int64))
 
-    a3 = ctx.emit1(OpCode.RESHAPE, [permute(ta, a, "".join(batch + a_kept + contract))],
-                   shape=[size(batch), size(a_kept), size(contract)])
-    b3 = ctx.emit1(OpCode.RESHAPE, [permute(tb, b, "".join(batch + contract + b_kept))],
-                   shape=[size(batch), size(contract), size(b_kept)])
+    a3 = ctx.emit1(
+        OpCode.RESHAPE,
+        [permute(ta, a, "".join(batch + a_kept + contract))],
+        shape=[size(batch), size(a_kept), size(contract)],
+    )
+    b3 = ctx.emit1(
+        OpCode.RESHAPE,
+        [permute(tb, b, "".join(batch + contract + b_kept))],
+        shape=[size(batch), size(contract), size(b_kept)],
+    )
     product = ctx.emit1(OpCode.MATMUL, [a3, b3])
     result_term = "".join(batch + a_kept + b_kept)
     y = ctx.emit1(OpCode.RESHAPE, [product], shape=[sizes[c] for c in result_term])
@@ -252,13 +275,19 @@ def gather_elements(ctx: ImportContext, node: OnnxNode) -> list[int]:
     # Other axes of data may be longer than the indices' (ONNX allows it): crop them.
     crop = [k for k in range(rank) if k != axis and d_shape[k] != i_shape[k]]
     if crop:
-        data = ctx.emit1(OpCode.SLICE, [data], starts=[0] * len(crop),
-                         ends=[i_shape[k] for k in crop], axes=crop)
+        data = ctx.emit1(
+            OpCode.SLICE, [data], starts=[0] * len(crop), ends=[i_shape[k] for k in crop], axes=crop
+        )
     depth = d_shape[axis]
-    mask = ctx.emit1(OpCode.ONE_HOT, [indices, ctx.constant(f"{node.name}/depth",
-                                                            np.array(depth, np.int64)),
-                                      ctx.constant(f"{node.name}/values",
-                                                   np.array([False, True]))], axis=axis + 1)
+    mask = ctx.emit1(
+        OpCode.ONE_HOT,
+        [
+            indices,
+            ctx.constant(f"{node.name}/depth", np.array(depth, np.int64)),
+            ctx.constant(f"{node.name}/values", np.array([False, True])),
+        ],
+        axis=axis + 1,
+    )
     spread = ctx.emit1(OpCode.UNSQUEEZE, [data], axes=[axis])
     picked = ctx.emit1(OpCode.WHERE, [mask, spread, _scalar(ctx, node, "zero", 0, data)])
     return [ctx.emit1(OpCode.REDUCE_SUM, [picked], axes=[axis + 1], keepdims=0)]

@@ -26,8 +26,9 @@ def constant(ctx: ImportContext, node: OnnxNode) -> list[int]:
     elif "value_ints" in attrs:
         value = np.array(attrs["value_ints"], np.int64)
     else:
-        raise node.fail(f"only tensor, float(s) and int(s) values are supported, got "
-                        f"{sorted(attrs)}")
+        raise node.fail(
+            f"only tensor, float(s) and int(s) values are supported, got {sorted(attrs)}"
+        )
     if value.dtype.kind in "USO":
         raise node.fail("string constants are not supported")
     return [ctx.constant(node.outputs[0], value)]
@@ -37,14 +38,19 @@ def constant_of_shape(ctx: ImportContext, node: OnnxNode) -> list[int]:
     shape = as_ints(ctx.value(node.input(0)))
     if shape is None:
         raise node.fail("the shape input must be static (known at conversion time)")
-    fill = (numpy_helper.to_array(node.attrs["value"]).reshape(())
-            if "value" in node.attrs else np.array(0, np.float32))
+    fill = (
+        numpy_helper.to_array(node.attrs["value"]).reshape(())
+        if "value" in node.attrs
+        else np.array(0, np.float32)
+    )
     if any(d < 0 for d in shape):
         raise node.fail(f"shape {shape} has a negative dimension")
     nbytes = int(np.prod(shape, dtype=np.float64)) * fill.dtype.itemsize
     if nbytes > MAX_TENSOR_BYTES:
-        raise node.fail(f"a {shape} fill needs {nbytes:,} bytes, more than the "
-                        f"{MAX_TENSOR_BYTES:,} a tensor may hold")
+        raise node.fail(
+            f"a {shape} fill needs {nbytes:,} bytes, more than the "
+            f"{MAX_TENSOR_BYTES:,} a tensor may hold"
+        )
     if nbytes > MATERIALIZE_LIMIT and OpCode.EXPAND in KERNELS:
         # A large fill stays a node (Expand of a scalar) that the runtime folds at load time,
         # so the file does not store megabytes of one repeated value.
@@ -62,8 +68,9 @@ def shape(ctx: ImportContext, node: OnnxNode) -> list[int]:
     out = ctx.emit1(OpCode.SHAPE, [x], start=start if start else None, end=end)
     # Under each assignment of the dynamic dimensions the shape is known: tracking it lets a
     # Reshape computed from it keep the dynamic batch (see shape.reshape).
-    ctx.set_view_values(out, [np.array(view[x].shape[slice(start, end)], np.int64)
-                              for view in ctx.views])
+    ctx.set_view_values(
+        out, [np.array(view[x].shape[slice(start, end)], np.int64) for view in ctx.views]
+    )
     return [out]
 
 

@@ -38,8 +38,10 @@ def _to_2d(ctx: ImportContext, node: OnnxNode, x: int) -> tuple[int, int]:
         return x, 2
     if rank == 3:
         return ctx.emit1(OpCode.UNSQUEEZE, [x], axes=[2]), 1
-    raise node.fail(f"only 1-D and 2-D {node.op_type} is supported; the input has rank {rank} "
-                    f"(shape {list(ctx.shape(x))})")
+    raise node.fail(
+        f"only 1-D and 2-D {node.op_type} is supported; the input has rank {rank} "
+        f"(shape {list(ctx.shape(x))})"
+    )
 
 
 def _from_2d(ctx: ImportContext, y: int, spatial: int) -> int:
@@ -107,15 +109,20 @@ def conv_transpose(ctx: ImportContext, node: OnnxNode) -> list[int]:
     x4, spatial = _to_2d(ctx, node, x)
     w_value = ctx.value(w)
     if spatial == 1:
-        w = (ctx.emit1(OpCode.UNSQUEEZE, [w], axes=[2]) if w_value is None else
-             ctx.constant(f"{ctx.tensors[w].name}/2d",
-                          np.ascontiguousarray(w_value[:, :, None, :])))
+        w = (
+            ctx.emit1(OpCode.UNSQUEEZE, [w], axes=[2])
+            if w_value is None
+            else ctx.constant(
+                f"{ctx.tensors[w].name}/2d", np.ascontiguousarray(w_value[:, :, None, :])
+            )
+        )
     n, c_in, *in_hw = ctx.spec(x4).shape
     c_w, c_out_g, kh, kw = ctx.spec(w).shape
     group = int(node.attr("group", 1))
     if c_w != c_in:
-        raise node.fail(f"weights {list(ctx.spec(w).shape)} expect {c_w} input channels, the "
-                        f"input has {c_in}")
+        raise node.fail(
+            f"weights {list(ctx.spec(w).shape)} expect {c_w} input channels, the input has {c_in}"
+        )
     attrs = _spatial_attrs(node, spatial, ("strides", "dilations", "pads"))
     strides = attrs.get("strides", [1, 1])
     dilations = attrs.get("dilations", [1, 1])
@@ -147,15 +154,22 @@ def conv_transpose(ctx: ImportContext, node: OnnxNode) -> list[int]:
     # never reaches: the gradient kernel leaves it at zero when it is not padding.
     pads = [max(p, 0) for p in pads]
     batch = -1 if ctx.shape(x4)[0] == DYNAMIC else n  # -1: the input's batch
-    y = ctx.emit1(OpCode.CONV2D_BACKPROP_INPUT, [x4, w], strides=strides,
-                  dilations=dilations, pads=pads, group=group,
-                  input_shape=[batch, c_out_g * group, *out_hw])
+    y = ctx.emit1(
+        OpCode.CONV2D_BACKPROP_INPUT,
+        [x4, w],
+        strides=strides,
+        dilations=dilations,
+        pads=pads,
+        group=group,
+        input_shape=[batch, c_out_g * group, *out_hw],
+    )
     if b != -1:
         bias = ctx.value(b)
         if bias is None:
             raise node.fail("the bias (input 2) must be static")
-        y = ctx.emit1(OpCode.ADD, [y, ctx.constant(f"{ctx.tensors[b].name}/nchw",
-                                                    bias.reshape(-1, 1, 1))])
+        y = ctx.emit1(
+            OpCode.ADD, [y, ctx.constant(f"{ctx.tensors[b].name}/nchw", bias.reshape(-1, 1, 1))]
+        )
     return [_from_2d(ctx, y, spatial)]
 
 
@@ -168,13 +182,16 @@ def lp_pool(ctx: ImportContext, node: OnnxNode) -> list[int]:
     attrs = _spatial_attrs(node, spatial, (*WINDOW, "ceil_mode"))
     kernel = attrs["kernel_shape"]
     dtype = ctx.dtype(x)
-    powered = ctx.emit1(OpCode.POW, [ctx.emit1(OpCode.ABS, [x4]),
-                                     ctx.constant(f"{node.name}/p", np.array(p, dtype))])
+    powered = ctx.emit1(
+        OpCode.POW,
+        [ctx.emit1(OpCode.ABS, [x4]), ctx.constant(f"{node.name}/p", np.array(p, dtype))],
+    )
     mean = ctx.emit1(OpCode.AVG_POOL2D, [powered], count_include_pad=1, **attrs)
-    total = ctx.emit1(OpCode.MUL, [mean, ctx.constant(f"{node.name}/window",
-                                                      np.array(kernel[0] * kernel[1], dtype))])
-    y = ctx.emit1(OpCode.POW, [total, ctx.constant(f"{node.name}/inv_p",
-                                                   np.array(1 / p, dtype))])
+    total = ctx.emit1(
+        OpCode.MUL,
+        [mean, ctx.constant(f"{node.name}/window", np.array(kernel[0] * kernel[1], dtype))],
+    )
+    y = ctx.emit1(OpCode.POW, [total, ctx.constant(f"{node.name}/inv_p", np.array(1 / p, dtype))])
     return [_from_2d(ctx, y, spatial)]
 
 
@@ -185,9 +202,16 @@ def global_lp_pool(ctx: ImportContext, node: OnnxNode) -> list[int]:
     dtype = ctx.dtype(x)
     shape = ctx.spec(x).shape
     count = int(np.prod(shape[2:], dtype=np.int64))
-    powered = ctx.emit1(OpCode.POW, [ctx.emit1(OpCode.ABS, [x]),
-                                     ctx.constant(f"{node.name}/p", np.array(p, dtype))])
-    total = ctx.emit1(OpCode.MUL, [ctx.emit1(OpCode.GLOBAL_AVG_POOL, [powered]),
-                                   ctx.constant(f"{node.name}/count", np.array(count, dtype))])
-    return [ctx.emit1(OpCode.POW, [total, ctx.constant(f"{node.name}/inv_p",
-                                                       np.array(1 / p, dtype))])]
+    powered = ctx.emit1(
+        OpCode.POW, [ctx.emit1(OpCode.ABS, [x]), ctx.constant(f"{node.name}/p", np.array(p, dtype))]
+    )
+    total = ctx.emit1(
+        OpCode.MUL,
+        [
+            ctx.emit1(OpCode.GLOBAL_AVG_POOL, [powered]),
+            ctx.constant(f"{node.name}/count", np.array(count, dtype)),
+        ],
+    )
+    return [
+        ctx.emit1(OpCode.POW, [total, ctx.constant(f"{node.name}/inv_p", np.array(1 / p, dtype))])
+    ]

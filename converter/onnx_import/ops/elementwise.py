@@ -110,8 +110,9 @@ def mod(ctx: ImportContext, node: OnnxNode) -> list[int]:
     if ctx.dtype(a).kind == "f":
         zero_f = ctx.constant(f"{node.name}/zero_q", np.array(0, ctx.dtype(a)))
         negative = ctx.emit1(OpCode.LESS, [q, zero_f])
-        q = ctx.emit1(OpCode.WHERE, [negative, ctx.emit1(OpCode.CEIL, [q]),
-                                     ctx.emit1(OpCode.FLOOR, [q])])
+        q = ctx.emit1(
+            OpCode.WHERE, [negative, ctx.emit1(OpCode.CEIL, [q]), ctx.emit1(OpCode.FLOOR, [q])]
+        )
     zero = ctx.constant(f"{node.name}/zero", np.array(0, ctx.dtype(a)))
     product = ctx.emit1(OpCode.MUL, [q, b])
     if ctx.dtype(a).kind == "f":
@@ -121,7 +122,12 @@ def mod(ctx: ImportContext, node: OnnxNode) -> list[int]:
     if fmod:
         return [r]
     nonzero = _not(ctx, node, ctx.emit1(OpCode.EQUAL, [r, zero]))
-    sign_differs = _not(ctx, node, ctx.emit1(OpCode.EQUAL, [ctx.emit1(OpCode.LESS, [r, zero]),
-                                                             ctx.emit1(OpCode.LESS, [b, zero])]))
+    sign_differs = _not(
+        ctx,
+        node,
+        ctx.emit1(
+            OpCode.EQUAL, [ctx.emit1(OpCode.LESS, [r, zero]), ctx.emit1(OpCode.LESS, [b, zero])]
+        ),
+    )
     fix = ctx.emit1(OpCode.MUL, [nonzero, sign_differs])
     return [ctx.emit1(OpCode.WHERE, [fix, ctx.emit1(OpCode.ADD, [r, b]), r])]

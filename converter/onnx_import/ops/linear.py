@@ -35,8 +35,10 @@ def _scaled(ctx: ImportContext, x: int, alpha: float) -> int:
         scaled = dataclasses.replace(q, scale=(q.scale * np.float32(alpha)).astype(np.float32))
         return ctx.quantized_constant(f"{ctx.tensors[x].name}/scaled", data, scaled)
     if data is not None:
-        return ctx.constant(f"{ctx.tensors[x].name}/scaled",
-                            (data * np.asarray(alpha, data.dtype)).astype(data.dtype))
+        return ctx.constant(
+            f"{ctx.tensors[x].name}/scaled",
+            (data * np.asarray(alpha, data.dtype)).astype(data.dtype),
+        )
     factor = ctx.constant(f"{ctx.tensors[x].name}/alpha", np.array(alpha, ctx.dtype(x)))
     return ctx.emit1(OpCode.MUL, [x, factor])
 
@@ -51,8 +53,9 @@ def gemm(ctx: ImportContext, node: OnnxNode) -> list[int]:
     alpha, beta = float(node.attr("alpha", 1.0)), float(node.attr("beta", 1.0))
     trans_a, trans_b = int(node.attr("transA", 0)), int(node.attr("transB", 0))
     if ctx.rank(a) != 2 or ctx.rank(b) != 2:
-        raise node.fail(f"A and B must be 2-D, got shapes {list(ctx.shape(a))} and "
-                        f"{list(ctx.shape(b))}")
+        raise node.fail(
+            f"A and B must be 2-D, got shapes {list(ctx.shape(a))} and {list(ctx.shape(b))}"
+        )
     if trans_a:
         a = _transpose2d(ctx, a)
     weight = ctx.value(b)
@@ -64,17 +67,22 @@ def gemm(ctx: ImportContext, node: OnnxNode) -> list[int]:
         w_index = _scaled(ctx, b if trans_b else _transpose2d(ctx, b), alpha)
         n = weight.shape[0] if trans_b else weight.shape[1]
         inputs = [a, w_index]
-        if c != -1 and c_value is not None and c_value.size in (1, n) and (
-            c_value.ndim == 0 or c_value.shape[-1] in (1, n)
-        ) and (c_value.ndim < 2 or c_value.shape[0] == 1):
+        if (
+            c != -1
+            and c_value is not None
+            and c_value.size in (1, n)
+            and (c_value.ndim == 0 or c_value.shape[-1] in (1, n))
+            and (c_value.ndim < 2 or c_value.shape[0] == 1)
+        ):
             bias = np.broadcast_to(c_value.reshape(-1), (n,)).astype(dtype)
             if beta != 1.0:
                 bias = bias * np.asarray(beta, dtype)
             if beta == 1.0 and c_value.shape == (n,):
                 inputs.append(c)
             else:
-                inputs.append(ctx.constant(f"{ctx.tensors[c].name}/fc_bias",
-                                           np.ascontiguousarray(bias)))
+                inputs.append(
+                    ctx.constant(f"{ctx.tensors[c].name}/fc_bias", np.ascontiguousarray(bias))
+                )
             return [ctx.emit1(OpCode.FULLY_CONNECTED, inputs)]
         out = ctx.emit1(OpCode.FULLY_CONNECTED, inputs)
     else:
@@ -82,16 +90,20 @@ def gemm(ctx: ImportContext, node: OnnxNode) -> list[int]:
             b = _transpose2d(ctx, b)
         out = ctx.emit1(OpCode.MATMUL, [a, b])
         if alpha != 1.0:
-            out = ctx.emit1(OpCode.MUL, [out, ctx.constant(f"{node.name}/alpha",
-                                                           np.array(alpha, dtype))])
+            out = ctx.emit1(
+                OpCode.MUL, [out, ctx.constant(f"{node.name}/alpha", np.array(alpha, dtype))]
+            )
     if c != -1 and beta != 0.0:
         if beta != 1.0:
             if c_value is not None:
-                c = ctx.constant(f"{ctx.tensors[c].name}/scaled",
-                                 (c_value * np.asarray(beta, c_value.dtype)).astype(dtype))
+                c = ctx.constant(
+                    f"{ctx.tensors[c].name}/scaled",
+                    (c_value * np.asarray(beta, c_value.dtype)).astype(dtype),
+                )
             else:
-                c = ctx.emit1(OpCode.MUL, [c, ctx.constant(f"{node.name}/beta",
-                                                           np.array(beta, dtype))])
+                c = ctx.emit1(
+                    OpCode.MUL, [c, ctx.constant(f"{node.name}/beta", np.array(beta, dtype))]
+                )
         out = ctx.emit1(OpCode.ADD, [out, c])
     return [out]
 
@@ -100,8 +112,11 @@ def matmul(ctx: ImportContext, node: OnnxNode) -> list[int]:
     """A constant 2-D float B makes FullyConnected (weights pre-packed); else MatMul."""
     a, b = node.input(0), node.input(1)
     weight = ctx.value(b)
-    if weight is not None and weight.ndim == 2 and ctx.dtype(a).kind == "f" and (
-        ctx.dtype(a) == weight.dtype
+    if (
+        weight is not None
+        and weight.ndim == 2
+        and ctx.dtype(a).kind == "f"
+        and (ctx.dtype(a) == weight.dtype)
     ):
         return [ctx.emit1(OpCode.FULLY_CONNECTED, [a, _transpose2d(ctx, b)])]
     return [ctx.emit1(OpCode.MATMUL, [a, b])]

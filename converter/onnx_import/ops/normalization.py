@@ -26,14 +26,20 @@ def batch_norm(ctx: ImportContext, node: OnnxNode) -> list[int]:
 
 def instance_norm(ctx: ImportContext, node: OnnxNode) -> list[int]:
     inputs = [node.input(k) for k in range(3)]
-    return [ctx.emit1(OpCode.INSTANCE_NORM, inputs,
-                      epsilon=float(node.attr("epsilon", 1e-5)))]
+    return [ctx.emit1(OpCode.INSTANCE_NORM, inputs, epsilon=float(node.attr("epsilon", 1e-5)))]
 
 
 def lrn(ctx: ImportContext, node: OnnxNode) -> list[int]:
-    return [ctx.emit1(OpCode.LRN, [node.input(0)], size=int(node.attr("size")),
-                      alpha=float(node.attr("alpha", 1e-4)), beta=float(node.attr("beta", 0.75)),
-                      bias=float(node.attr("bias", 1.0)))]
+    return [
+        ctx.emit1(
+            OpCode.LRN,
+            [node.input(0)],
+            size=int(node.attr("size")),
+            alpha=float(node.attr("alpha", 1e-4)),
+            beta=float(node.attr("beta", 0.75)),
+            bias=float(node.attr("bias", 1.0)),
+        )
+    ]
 
 
 def layer_norm(ctx: ImportContext, node: OnnxNode) -> list[int]:
@@ -53,8 +59,9 @@ def layer_norm(ctx: ImportContext, node: OnnxNode) -> list[int]:
             raise node.fail("Mean/InvStdDev outputs are supported for float32 inputs only")
         mean = ctx.emit1(OpCode.REDUCE_MEAN, [x], axes=axes, keepdims=1)
         centered = ctx.emit1(OpCode.SUB, [x, mean])
-        var = ctx.emit1(OpCode.REDUCE_MEAN, [ctx.emit1(OpCode.MUL, [centered, centered])],
-                        axes=axes, keepdims=1)
+        var = ctx.emit1(
+            OpCode.REDUCE_MEAN, [ctx.emit1(OpCode.MUL, [centered, centered])], axes=axes, keepdims=1
+        )
         eps = ctx.constant(f"{node.name}/epsilon", np.array(epsilon, np.float32))
         inv_std = ctx.emit1(OpCode.RSQRT, [ctx.emit1(OpCode.ADD, [var, eps])])
         results += [mean, inv_std]
@@ -78,8 +85,10 @@ def softmax(op: OpCode) -> Handler:
             return [ctx.emit1(op, [x], axis=-1)]
         shape = list(ctx.shape(x))
         if shape.count(DYNAMIC) > 1:
-            raise node.fail(f"opset-{node.opset} {node.op_type} over a trailing block needs at "
-                            f"most one dynamic dimension, got shape {shape}")
+            raise node.fail(
+                f"opset-{node.opset} {node.op_type} over a trailing block needs at "
+                f"most one dynamic dimension, got shape {shape}"
+            )
         flat = ctx.emit1(OpCode.FLATTEN, [x], axis=axis)
         y = ctx.emit1(op, [flat], axis=-1)
         return [ctx.emit1(OpCode.RESHAPE, [y], shape=shape)]
@@ -100,10 +109,10 @@ def rms_norm(ctx: ImportContext, node: OnnxNode) -> list[int]:
     axes = _axes_from(ctx, x, int(node.attr("axis", -1)))
     stash = int(node.attr("stash_type", 1)) == 1 and dtype != np.float32
     xs = ctx.emit1(OpCode.CAST, [x], to="float32") if stash else x
-    mean_sq = ctx.emit1(OpCode.REDUCE_MEAN, [ctx.emit1(OpCode.MUL, [xs, xs])], axes=axes,
-                        keepdims=1)
-    eps = ctx.constant(f"{node.name}/epsilon",
-                       np.array(node.attr("epsilon", 1e-5), ctx.dtype(xs)))
+    mean_sq = ctx.emit1(
+        OpCode.REDUCE_MEAN, [ctx.emit1(OpCode.MUL, [xs, xs])], axes=axes, keepdims=1
+    )
+    eps = ctx.constant(f"{node.name}/epsilon", np.array(node.attr("epsilon", 1e-5), ctx.dtype(xs)))
     inv = ctx.emit1(OpCode.RSQRT, [ctx.emit1(OpCode.ADD, [mean_sq, eps])])
     normalized = ctx.emit1(OpCode.MUL, [xs, inv])
     if stash:
@@ -117,8 +126,7 @@ def mean_variance_norm(ctx: ImportContext, node: OnnxNode) -> list[int]:
     x = node.input(0)
     axes = node.ints("axes") or [0, 2, 3]
     mean = ctx.emit1(OpCode.REDUCE_MEAN, [x], axes=axes, keepdims=1)
-    mean_sq = ctx.emit1(OpCode.REDUCE_MEAN, [ctx.emit1(OpCode.MUL, [x, x])], axes=axes,
-                        keepdims=1)
+    mean_sq = ctx.emit1(OpCode.REDUCE_MEAN, [ctx.emit1(OpCode.MUL, [x, x])], axes=axes, keepdims=1)
     variance = ctx.emit1(OpCode.SUB, [mean_sq, ctx.emit1(OpCode.MUL, [mean, mean])])
     eps = ctx.constant(f"{node.name}/epsilon", np.array(1e-9, ctx.dtype(x)))
     std = ctx.emit1(OpCode.ADD, [ctx.emit1(OpCode.SQRT, [variance]), eps])
@@ -133,11 +141,16 @@ def lp_norm(ctx: ImportContext, node: OnnxNode) -> list[int]:
         raise node.fail(f"p must be 1 or 2, got {p}")
     axis = int(node.attr("axis", -1))
     if p == 1:
-        norm = ctx.emit1(OpCode.REDUCE_SUM, [ctx.emit1(OpCode.ABS, [x])], axes=[axis],
-                         keepdims=1)
+        norm = ctx.emit1(OpCode.REDUCE_SUM, [ctx.emit1(OpCode.ABS, [x])], axes=[axis], keepdims=1)
     else:
-        norm = ctx.emit1(OpCode.SQRT, [ctx.emit1(OpCode.REDUCE_SUM, [ctx.emit1(
-            OpCode.MUL, [x, x])], axes=[axis], keepdims=1)])
+        norm = ctx.emit1(
+            OpCode.SQRT,
+            [
+                ctx.emit1(
+                    OpCode.REDUCE_SUM, [ctx.emit1(OpCode.MUL, [x, x])], axes=[axis], keepdims=1
+                )
+            ],
+        )
     zero = ctx.constant(f"{node.name}/zero", np.array(0, ctx.dtype(x)))
     is_zero = ctx.emit1(OpCode.EQUAL, [norm, zero])
     return [ctx.emit1(OpCode.WHERE, [is_zero, zero, ctx.emit1(OpCode.DIV, [x, norm])])]

@@ -20,8 +20,11 @@ from sporenet.lite.graph import DYNAMIC
 from sporenet.lite.ops import OpCode
 
 GATES = {"RNN": 1, "GRU": 3, "LSTM": 4}
-DEFAULT_ACTIVATIONS = {"RNN": ["Tanh"], "GRU": ["Sigmoid", "Tanh"],
-                       "LSTM": ["Sigmoid", "Tanh", "Tanh"]}
+DEFAULT_ACTIVATIONS = {
+    "RNN": ["Tanh"],
+    "GRU": ["Sigmoid", "Tanh"],
+    "LSTM": ["Sigmoid", "Tanh", "Tanh"],
+}
 ACTIVATIONS = {"Sigmoid": OpCode.SIGMOID, "Tanh": OpCode.TANH, "Relu": OpCode.RELU}
 
 
@@ -33,13 +36,12 @@ class _Cell:
         self.name = f"{node.name}/dir{direction}"
         names = node.attr("activations") or DEFAULT_ACTIVATIONS[node.op_type] * 2
         per_dir = len(DEFAULT_ACTIVATIONS[node.op_type])
-        chosen = names[direction * per_dir:(direction + 1) * per_dir]
+        chosen = names[direction * per_dir : (direction + 1) * per_dir]
         if node.attr("activation_alpha") or node.attr("activation_beta"):
             raise node.fail("activation_alpha/beta are not supported")
         unknown = [a for a in chosen if a not in ACTIVATIONS]
         if unknown:
-            raise node.fail(f"activations {unknown} are not supported (only "
-                            f"{sorted(ACTIVATIONS)})")
+            raise node.fail(f"activations {unknown} are not supported (only {sorted(ACTIVATIONS)})")
         self.acts = [ACTIVATIONS[a] for a in chosen]
         clip = node.attr("clip")
         self.clip = None if clip is None else float(clip)
@@ -74,8 +76,9 @@ def _part(ctx: ImportContext, node: OnnxNode, k: int, d: int, start: int, end: i
     return ctx.emit1(OpCode.RESHAPE, [piece], shape=[end - start, *shape[2:]])
 
 
-def recurrent(ctx: ImportContext, node: OnnxNode,
-              requantize: Callable[[int], int] | None = None) -> list[int]:
+def recurrent(
+    ctx: ImportContext, node: OnnxNode, requantize: Callable[[int], int] | None = None
+) -> list[int]:
     """`requantize`, when given, replaces the input sequence and each step's state before
     their projections (dynamically quantized LSTMs quantize exactly these)."""
     kind = node.op_type
@@ -94,8 +97,10 @@ def recurrent(ctx: ImportContext, node: OnnxNode,
         shape = (shape[1], shape[0], shape[2])
     seq, batch, _ = shape
     if seq == DYNAMIC or batch == DYNAMIC:
-        raise node.fail(f"needs a static sequence length and batch (input shape {list(shape)}; "
-                        "fix it with --input-shape)")
+        raise node.fail(
+            f"needs a static sequence length and batch (input shape {list(shape)}; "
+            "fix it with --input-shape)"
+        )
     lens = ctx.static_input(node, 4, "sequence_lens")
     if lens is not None and not np.all(lens == seq):
         raise node.fail("sequence_lens shorter than the sequence are not supported")
@@ -116,8 +121,9 @@ def recurrent(ctx: ImportContext, node: OnnxNode,
         reverse = direction == "reverse" or d == 1
         cell = _Cell(ctx, node, d, hidden)
 
-        def bias(start: int, end: int, recurrent: bool = False, d: int = d,
-                 cell: _Cell = cell) -> int:
+        def bias(
+            start: int, end: int, recurrent: bool = False, d: int = d, cell: _Cell = cell
+        ) -> int:
             """Wb (or Rb) rows start:end; zeros without a B input."""
             if not has_bias:
                 return cell.const(f"zeros{end - start}", np.zeros(end - start, dtype))
@@ -128,9 +134,15 @@ def recurrent(ctx: ImportContext, node: OnnxNode,
             if index == -1:
                 return cell.const(f"{what}0", zeros)
             # States are (dirs, batch, hidden), or (batch, dirs, hidden) with layout 1.
-            return ctx.emit1(OpCode.RESHAPE, [ctx.emit1(
-                OpCode.SLICE, [index], starts=[d], ends=[d + 1], axes=[1 if layout else 0])],
-                shape=[batch, hidden])
+            return ctx.emit1(
+                OpCode.RESHAPE,
+                [
+                    ctx.emit1(
+                        OpCode.SLICE, [index], starts=[d], ends=[d + 1], axes=[1 if layout else 0]
+                    )
+                ],
+                shape=[batch, hidden],
+            )
 
         h = initial(h0_index, "h")
         c = initial(c0_index, "c") if kind == "LSTM" else -1
@@ -143,9 +155,19 @@ def recurrent(ctx: ImportContext, node: OnnxNode,
             r_h, b_h = _part(ctx, node, 2, d, 2 * hidden, gh), bias(2 * hidden, gh, True)
             one = cell.const("one", np.array(1, dtype))
 
-            def step(xt: int, h: int, c: int, cell: _Cell = cell, w_x: int = w_x,
-                     b_x: int = b_x, r_zr: int = r_zr, b_zr: int = b_zr, r_h: int = r_h,
-                     b_h: int = b_h, one: int = one) -> tuple[int, int]:
+            def step(
+                xt: int,
+                h: int,
+                c: int,
+                cell: _Cell = cell,
+                w_x: int = w_x,
+                b_x: int = b_x,
+                r_zr: int = r_zr,
+                b_zr: int = b_zr,
+                r_h: int = r_h,
+                b_h: int = b_h,
+                one: int = one,
+            ) -> tuple[int, int]:
                 gx_z, gx_r, gx_h = cell.split(cell.fc(xt, w_x, b_x), 3)
                 gh_z, gh_r = cell.split(cell.fc(rq(h), r_zr, b_zr), 2)
                 z = cell.act(0, ctx.emit1(OpCode.ADD, [gx_z, gh_z]))
@@ -162,12 +184,24 @@ def recurrent(ctx: ImportContext, node: OnnxNode,
             w_x, r_all = _part(ctx, node, 1, d, 0, gh), _part(ctx, node, 2, d, 0, gh)
             b_x = ctx.emit1(OpCode.ADD, [bias(0, gh), bias(0, gh, True)])
             if kind == "LSTM":
-                p_i, p_o, p_f = ((_part(ctx, node, 7, d, k * hidden, (k + 1) * hidden)
-                                  for k in range(3)) if has_peep else (None, None, None))
+                p_i, p_o, p_f = (
+                    (_part(ctx, node, 7, d, k * hidden, (k + 1) * hidden) for k in range(3))
+                    if has_peep
+                    else (None, None, None)
+                )
 
-                def step(xt: int, h: int, c: int, cell: _Cell = cell, w_x: int = w_x,
-                         b_x: int = b_x, r_all: int = r_all, p_i: int | None = p_i,
-                         p_o: int | None = p_o, p_f: int | None = p_f) -> tuple[int, int]:
+                def step(
+                    xt: int,
+                    h: int,
+                    c: int,
+                    cell: _Cell = cell,
+                    w_x: int = w_x,
+                    b_x: int = b_x,
+                    r_all: int = r_all,
+                    p_i: int | None = p_i,
+                    p_o: int | None = p_o,
+                    p_f: int | None = p_f,
+                ) -> tuple[int, int]:
                     g = ctx.emit1(OpCode.ADD, [cell.fc(xt, w_x, b_x), cell.fc(rq(h), r_all)])
                     gi, go, gf, gc = cell.split(g, 4)
 
@@ -179,15 +213,25 @@ def recurrent(ctx: ImportContext, node: OnnxNode,
                     i = cell.act(0, peephole(gi, p_i, c))
                     f = cell.act(0, peephole(gf, p_f, c))
                     candidate = cell.act(1, gc)
-                    c_new = ctx.emit1(OpCode.ADD, [ctx.emit1(OpCode.MUL, [f, c]),
-                                                   ctx.emit1(OpCode.MUL, [i, candidate])])
+                    c_new = ctx.emit1(
+                        OpCode.ADD,
+                        [ctx.emit1(OpCode.MUL, [f, c]), ctx.emit1(OpCode.MUL, [i, candidate])],
+                    )
                     o = cell.act(0, peephole(go, p_o, c_new))
                     # Clip bounds gate inputs only: onnxruntime does not clip the cell state
                     # before the output activation, and its results are the reference here.
                     return ctx.emit1(OpCode.MUL, [o, cell.act(2, c_new, clip=False)]), c_new
             else:
-                def step(xt: int, h: int, c: int, cell: _Cell = cell, w_x: int = w_x,
-                         b_x: int = b_x, r_all: int = r_all) -> tuple[int, int]:
+
+                def step(
+                    xt: int,
+                    h: int,
+                    c: int,
+                    cell: _Cell = cell,
+                    w_x: int = w_x,
+                    b_x: int = b_x,
+                    r_all: int = r_all,
+                ) -> tuple[int, int]:
                     g = ctx.emit1(OpCode.ADD, [cell.fc(xt, w_x, b_x), cell.fc(rq(h), r_all)])
                     return cell.act(0, g), c
 

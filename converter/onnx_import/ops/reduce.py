@@ -25,15 +25,22 @@ def _reduce(ctx: ImportContext, node: OnnxNode, op: OpCode, x: int) -> int:
                 raise node.fail("axes (input 1) must be static (known at conversion time)")
     else:
         axes = node.ints("axes")
-    attrs = {"keepdims": int(node.attr("keepdims", 1)),
-             "noop_with_empty_axes": int(node.attr("noop_with_empty_axes", 0)) or None}
+    attrs = {
+        "keepdims": int(node.attr("keepdims", 1)),
+        "noop_with_empty_axes": int(node.attr("noop_with_empty_axes", 0)) or None,
+    }
     if axes:
         attrs["axes"] = axes  # type: ignore[assignment]
     return ctx.emit1(op, [x], **attrs)
 
 
-def reduce(op: OpCode, *, before: tuple[OpCode, ...] = (), after: tuple[OpCode, ...] = (),
-           square: bool = False) -> Handler:
+def reduce(
+    op: OpCode,
+    *,
+    before: tuple[OpCode, ...] = (),
+    after: tuple[OpCode, ...] = (),
+    square: bool = False,
+) -> Handler:
     """Reduce with `op`, after applying `before` (elementwise) and then `after`."""
 
     def convert(ctx: ImportContext, node: OnnxNode) -> list[int]:
@@ -52,8 +59,14 @@ def reduce(op: OpCode, *, before: tuple[OpCode, ...] = (), after: tuple[OpCode, 
 
 def arg(op: OpCode) -> Handler:
     def convert(ctx: ImportContext, node: OnnxNode) -> list[int]:
-        return [ctx.emit1(op, [node.input(0)], axis=int(node.attr("axis", 0)),
-                          keepdims=int(node.attr("keepdims", 1)),
-                          select_last_index=int(node.attr("select_last_index", 0)))]
+        return [
+            ctx.emit1(
+                op,
+                [node.input(0)],
+                axis=int(node.attr("axis", 0)),
+                keepdims=int(node.attr("keepdims", 1)),
+                select_last_index=int(node.attr("select_last_index", 0)),
+            )
+        ]
 
     return convert

@@ -28,13 +28,19 @@ def _static_floats(ctx: ImportContext, node: OnnxNode, k: int, what: str) -> lis
 
 
 def upsample(ctx: ImportContext, node: OnnxNode) -> list[int]:
-    scales = (node.attr("scales") if node.opset < 9
-              else _static_floats(ctx, node, 1, "scales"))
+    scales = node.attr("scales") if node.opset < 9 else _static_floats(ctx, node, 1, "scales")
     if not scales:
         raise node.fail("needs scales")
-    return [ctx.emit1(OpCode.RESIZE, [node.input(0)], mode=_mode(node),
-                      scales=[float(s) for s in scales],
-                      coordinate_transformation_mode="asymmetric", nearest_mode="floor")]
+    return [
+        ctx.emit1(
+            OpCode.RESIZE,
+            [node.input(0)],
+            mode=_mode(node),
+            scales=[float(s) for s in scales],
+            coordinate_transformation_mode="asymmetric",
+            nearest_mode="floor",
+        )
+    ]
 
 
 def resize(ctx: ImportContext, node: OnnxNode) -> list[int]:
@@ -42,12 +48,19 @@ def resize(ctx: ImportContext, node: OnnxNode) -> list[int]:
     mode = _mode(node)
     if node.opset < 11:
         scales = _static_floats(ctx, node, 1, "scales")
-        return [ctx.emit1(OpCode.RESIZE, [x], mode=mode, scales=scales,
-                          coordinate_transformation_mode="asymmetric", nearest_mode="floor")]
+        return [
+            ctx.emit1(
+                OpCode.RESIZE,
+                [x],
+                mode=mode,
+                scales=scales,
+                coordinate_transformation_mode="asymmetric",
+                nearest_mode="floor",
+            )
+        ]
     attrs = {
         "mode": mode,
-        "coordinate_transformation_mode": node.attr("coordinate_transformation_mode",
-                                                    "half_pixel"),
+        "coordinate_transformation_mode": node.attr("coordinate_transformation_mode", "half_pixel"),
         "nearest_mode": node.attr("nearest_mode", "round_prefer_floor"),
     }
     for name in ("antialias", "exclude_outside"):

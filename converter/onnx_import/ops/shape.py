@@ -18,8 +18,12 @@ def _static_ints(ctx: ImportContext, node: OnnxNode, k: int, what: str) -> list[
     return as_ints(ctx.static_input(node, k, what))
 
 
-def _dynamic_target(ctx: ImportContext, node: OnnxNode, x: int, allowzero: int,
-                    ) -> list[int] | None:
+def _dynamic_target(
+    ctx: ImportContext,
+    node: OnnxNode,
+    x: int,
+    allowzero: int,
+) -> list[int] | None:
     """A target shape computed from the input's dynamic dimensions (exporters write
     Shape -> Gather -> Concat -> Reshape), as a static target: an entry that follows an
     input dimension becomes 0 (copy it), one other unknown entry becomes -1."""
@@ -32,8 +36,7 @@ def _dynamic_target(ctx: ImportContext, node: OnnxNode, x: int, allowzero: int,
     for i, (a, b) in enumerate(zip(first, second, strict=True)):
         if a == b:
             target.append(a)
-        elif (not allowzero and i < len(in_first) and in_first[i] == a
-              and in_second[i] == b):
+        elif not allowzero and i < len(in_first) and in_first[i] == a and in_second[i] == b:
             target.append(0)
         else:
             target.append(None)
@@ -46,14 +49,16 @@ def _dynamic_target(ctx: ImportContext, node: OnnxNode, x: int, allowzero: int,
 
 def reshape(ctx: ImportContext, node: OnnxNode) -> list[int]:
     allowzero = int(node.attr("allowzero", 0))
-    target = (None if ctx.value(node.input(1)) is not None or node.input(1) == -1 else
-              _dynamic_target(ctx, node, node.input(0), allowzero))
+    target = (
+        None
+        if ctx.value(node.input(1)) is not None or node.input(1) == -1
+        else _dynamic_target(ctx, node, node.input(0), allowzero)
+    )
     if target is None:
         target = _static_ints(ctx, node, 1, "the target shape")
     if target is None:
         raise node.fail("needs a target shape input")
-    return [ctx.emit1(OpCode.RESHAPE, [node.input(0)], shape=target,
-                      allowzero=allowzero or None)]
+    return [ctx.emit1(OpCode.RESHAPE, [node.input(0)], shape=target, allowzero=allowzero or None)]
 
 
 def flatten(ctx: ImportContext, node: OnnxNode) -> list[int]:
@@ -97,22 +102,30 @@ def split(ctx: ImportContext, node: OnnxNode) -> list[int]:
     sizes = node.ints("split") if node.opset < 13 else _static_ints(ctx, node, 1, "split")
     # The node's output count tells the kernel how many parts (num_outputs, opset 18,
     # must agree with it, which the ONNX checker already ensures).
-    return ctx.emit(OpCode.SPLIT, [node.input(0)], num_outputs=len(node.outputs),
-                    axis=int(node.attr("axis", 0)), split=sizes)
+    return ctx.emit(
+        OpCode.SPLIT,
+        [node.input(0)],
+        num_outputs=len(node.outputs),
+        axis=int(node.attr("axis", 0)),
+        split=sizes,
+    )
 
 
 def slice_(ctx: ImportContext, node: OnnxNode) -> list[int]:
     if node.opset < 10:
         attrs = {name: node.ints(name) for name in ("starts", "ends", "axes")}
     else:
-        attrs = {name: _static_ints(ctx, node, k, name)
-                 for k, name in enumerate(("starts", "ends", "axes", "steps"), start=1)}
+        attrs = {
+            name: _static_ints(ctx, node, k, name)
+            for k, name in enumerate(("starts", "ends", "axes", "steps"), start=1)
+        }
     return [ctx.emit1(OpCode.SLICE, [node.input(0)], **attrs)]
 
 
 def gather(ctx: ImportContext, node: OnnxNode) -> list[int]:
-    return [ctx.emit1(OpCode.GATHER, [node.input(0), node.input(1)],
-                      axis=int(node.attr("axis", 0)))]
+    return [
+        ctx.emit1(OpCode.GATHER, [node.input(0), node.input(1)], axis=int(node.attr("axis", 0)))
+    ]
 
 
 def expand(ctx: ImportContext, node: OnnxNode) -> list[int]:
@@ -138,8 +151,15 @@ def pad(ctx: ImportContext, node: OnnxNode) -> list[int]:
     x = node.input(0)
     mode = node.attr("mode", "constant")
     if node.opset < 11:
-        return [ctx.emit1(OpCode.PAD, [x], mode=mode, pads=node.ints("pads"),
-                          value=float(node.attr("value", 0.0)))]
+        return [
+            ctx.emit1(
+                OpCode.PAD,
+                [x],
+                mode=mode,
+                pads=node.ints("pads"),
+                value=float(node.attr("value", 0.0)),
+            )
+        ]
     pads = _static_ints(ctx, node, 1, "pads")
     axes = _static_ints(ctx, node, 3, "axes")
     value = node.input(2)
@@ -150,8 +170,14 @@ def pad(ctx: ImportContext, node: OnnxNode) -> list[int]:
 
 
 def depth_to_space(ctx: ImportContext, node: OnnxNode) -> list[int]:
-    return [ctx.emit1(OpCode.DEPTH_TO_SPACE, [node.input(0)],
-                      blocksize=int(node.attr("blocksize")), mode=node.attr("mode", "DCR"))]
+    return [
+        ctx.emit1(
+            OpCode.DEPTH_TO_SPACE,
+            [node.input(0)],
+            blocksize=int(node.attr("blocksize")),
+            mode=node.attr("mode", "DCR"),
+        )
+    ]
 
 
 def space_to_depth(ctx: ImportContext, node: OnnxNode) -> list[int]:

@@ -23,5 +23,4 @@ def through_fused_activation(ctx: GradContext, node: Node, grad: int) -> int:
             f"fused activations with gradients: {sorted(FROM_OUTPUT - {'none'})}"
         )
     params = {k: node.attrs[k] for k in ACTIVATION_PARAMS if k in node.attrs}
-    return ctx.op(OpCode.ACTIVATION_GRAD, [grad, -1, node.outputs[0]], activation=name,
-                  **params)
+    return ctx.op(OpCode.ACTIVATION_GRAD, [grad, -1, node.outputs[0]], activation=name, **params)

@@ -18,4 +18,4 @@ def conv2d(ctx: GradContext, node: Node, grads: list[int | None]) -> list[int | 
     dx = ctx.op(OpCode.CONV2D_BACKPROP_INPUT, [g, w, x], **attrs) if ctx.needs(x) else None
     dw = ctx.op(OpCode.CONV2D_BACKPROP_FILTER, [g, x, w], **attrs) if ctx.needs(w) else None
     db = ctx.op(OpCode.REDUCE_SUM, [g], axes=[0, 2, 3], keepdims=0) if ctx.needs(b) else None
-    return [dx, dw, db][:len(node.inputs)]
+    return [dx, dw, db][: len(node.inputs)]

@@ -14,6 +14,7 @@ def dropout(ctx: GradContext, node: Node, grads: list[int | None]) -> list[int |
     if not training:
         return [grads[0]]
     if len(node.outputs) < 2:
-        raise UnsupportedOpError(f"DROPOUT {node.name!r}: training mode needs the mask as "
-                                 "output 1 to differentiate")
+        raise UnsupportedOpError(
+            f"DROPOUT {node.name!r}: training mode needs the mask as output 1 to differentiate"
+        )
     return [ctx.op(OpCode.MUL, [grads[0], node.outputs[1]])]

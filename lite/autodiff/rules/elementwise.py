@@ -15,24 +15,30 @@ def add(ctx: GradContext, node: Node, grads: list[int | None]) -> list[int | Non
     a, b = node.inputs
     y = node.outputs[0]
     g = through_fused_activation(ctx, node, grads[0])
-    return [ctx.sum_to(g, a, y) if ctx.needs(a) else None,
-            ctx.sum_to(g, b, y) if ctx.needs(b) else None]
+    return [
+        ctx.sum_to(g, a, y) if ctx.needs(a) else None,
+        ctx.sum_to(g, b, y) if ctx.needs(b) else None,
+    ]
 
 
 def sub(ctx: GradContext, node: Node, grads: list[int | None]) -> list[int | None]:
     a, b = node.inputs
     y = node.outputs[0]
     g = through_fused_activation(ctx, node, grads[0])
-    return [ctx.sum_to(g, a, y) if ctx.needs(a) else None,
-            ctx.sum_to(ctx.op(OpCode.NEG, [g]), b, y) if ctx.needs(b) else None]
+    return [
+        ctx.sum_to(g, a, y) if ctx.needs(a) else None,
+        ctx.sum_to(ctx.op(OpCode.NEG, [g]), b, y) if ctx.needs(b) else None,
+    ]
 
 
 def mul(ctx: GradContext, node: Node, grads: list[int | None]) -> list[int | None]:
     a, b = node.inputs
     y = node.outputs[0]
     g = through_fused_activation(ctx, node, grads[0])
-    return [ctx.sum_to(ctx.op(OpCode.MUL, [g, b]), a, y) if ctx.needs(a) else None,
-            ctx.sum_to(ctx.op(OpCode.MUL, [g, a]), b, y) if ctx.needs(b) else None]
+    return [
+        ctx.sum_to(ctx.op(OpCode.MUL, [g, b]), a, y) if ctx.needs(a) else None,
+        ctx.sum_to(ctx.op(OpCode.MUL, [g, a]), b, y) if ctx.needs(b) else None,
+    ]
 
 
 def div(ctx: GradContext, node: Node, grads: list[int | None]) -> list[int | None]:
@@ -50,8 +56,9 @@ def div(ctx: GradContext, node: Node, grads: list[int | None]) -> list[int | Non
     return [da, db]
 
 
-def _select(ctx: GradContext, node: Node, grads: list[int | None],
-            compare: OpCode) -> list[int | None]:
+def _select(
+    ctx: GradContext, node: Node, grads: list[int | None], compare: OpCode
+) -> list[int | None]:
     # y = a where compare(a, b) else b: the gradient goes to the selected input (to b on
     # ties, where neither comparison holds).
     a, b = node.inputs

@@ -25,7 +25,7 @@ def fully_connected(ctx: GradContext, node: Node, grads: list[int | None]) -> li
             x2 = ctx.op(OpCode.RESHAPE, [x], shape=[-1, in_features])
         dw = ctx.op(OpCode.MATMUL_TRANSPOSED, [g2, x2], transpose_a=1)
     db = ctx.op(OpCode.REDUCE_SUM_TO, [g, b]) if ctx.needs(b) else None
-    return [dx, dw, db][:len(node.inputs)]
+    return [dx, dw, db][: len(node.inputs)]
 
 
 def matmul(ctx: GradContext, node: Node, grads: list[int | None]) -> list[int | None]:
@@ -46,8 +46,9 @@ def matmul(ctx: GradContext, node: Node, grads: list[int | None]) -> list[int | 
         sy2.append(1)
     if a2 != a or b2 != b:
         if sy2.count(-1) > 1:
-            raise ShapeError(f"MATMUL {node.name!r}: no gradient with several dynamic "
-                             f"dimensions {sy}")
+            raise ShapeError(
+                f"MATMUL {node.name!r}: no gradient with several dynamic dimensions {sy}"
+            )
         g2 = ctx.op(OpCode.RESHAPE, [g], shape=sy2)
     batch = tuple(sy2[:-2])
     da = db = None

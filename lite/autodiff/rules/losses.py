@@ -10,23 +10,28 @@ from sporenet.lite.ops import OpCode
 
 def _no_label_gradient(ctx: GradContext, node: Node) -> None:
     if ctx.needs(node.inputs[1]):
-        raise UnsupportedOpError(f"{node.op.name} {node.name!r}: no gradient with respect to "
-                                 "the labels/targets")
+        raise UnsupportedOpError(
+            f"{node.op.name} {node.name!r}: no gradient with respect to the labels/targets"
+        )
 
 
-def softmax_cross_entropy(ctx: GradContext, node: Node,
-                          grads: list[int | None]) -> list[int | None]:
+def softmax_cross_entropy(
+    ctx: GradContext, node: Node, grads: list[int | None]
+) -> list[int | None]:
     _no_label_gradient(ctx, node)
     logits, labels = node.inputs
     if len(grads) > 1 and grads[1] is not None:
-        raise UnsupportedOpError(f"SOFTMAX_CROSS_ENTROPY {node.name!r}: no gradient through "
-                                 "its probabilities output; use a separate Softmax")
+        raise UnsupportedOpError(
+            f"SOFTMAX_CROSS_ENTROPY {node.name!r}: no gradient through "
+            "its probabilities output; use a separate Softmax"
+        )
     # The forward node's output 1 holds the probabilities; without it, recompute them.
     has_probs = len(node.outputs) > 1
     probs = node.outputs[1] if has_probs else ctx.op(OpCode.SOFTMAX, [logits], axis=-1)
     smoothing = float(node.attrs.get("label_smoothing", 0.0))
-    dx = ctx.op(OpCode.SOFTMAX_CROSS_ENTROPY_GRAD, [grads[0], probs, labels],
-                label_smoothing=smoothing)
+    dx = ctx.op(
+        OpCode.SOFTMAX_CROSS_ENTROPY_GRAD, [grads[0], probs, labels], label_smoothing=smoothing
+    )
     return [dx, None]
 
 
@@ -41,4 +46,3 @@ def bce_with_logits(ctx: GradContext, node: Node, grads: list[int | None]) -> li
     _no_label_gradient(ctx, node)
     x, t = node.inputs
     return [ctx.op(OpCode.BCE_WITH_LOGITS_GRAD, [grads[0], x, t]), None]
-

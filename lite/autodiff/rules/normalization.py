@@ -11,26 +11,32 @@ from sporenet.lite.ops import OpCode
 
 def _only_first_output(node: Node, grads: list[int | None]) -> None:
     if any(g is not None for g in grads[1:]):
-        raise UnsupportedOpError(f"{node.op.name} {node.name!r}: no gradient through its "
-                                 "statistics outputs")
+        raise UnsupportedOpError(
+            f"{node.op.name} {node.name!r}: no gradient through its statistics outputs"
+        )
 
 
 def batch_norm(ctx: GradContext, node: Node, grads: list[int | None]) -> list[int | None]:
     # Inference form: frozen running statistics, y = scale * (x - mean) * invstd + bias.
     x, scale, _, mean, var = node.inputs
     _only_first_output(node, grads)
-    dx, dscale, dbias = ctx.op_multi(OpCode.BATCH_NORM_GRAD, [grads[0], x, scale, mean, var], 3,
-                                     training=0, epsilon=float(node.attrs.get("epsilon", 1e-5)))
+    dx, dscale, dbias = ctx.op_multi(
+        OpCode.BATCH_NORM_GRAD,
+        [grads[0], x, scale, mean, var],
+        3,
+        training=0,
+        epsilon=float(node.attrs.get("epsilon", 1e-5)),
+    )
     return [dx, dscale, dbias, None, None]
 
 
-def batch_norm_training(ctx: GradContext, node: Node,
-                        grads: list[int | None]) -> list[int | None]:
+def batch_norm_training(ctx: GradContext, node: Node, grads: list[int | None]) -> list[int | None]:
     x, scale = node.inputs[:2]
     _only_first_output(node, grads)
     mean, invstd = node.outputs[1:3]
-    dx, dscale, dbias = ctx.op_multi(OpCode.BATCH_NORM_GRAD,
-                                     [grads[0], x, scale, mean, invstd], 3, training=1)
+    dx, dscale, dbias = ctx.op_multi(
+        OpCode.BATCH_NORM_GRAD, [grads[0], x, scale, mean, invstd], 3, training=1
+    )
     return [dx, dscale, dbias, None, None]
 
 
@@ -48,4 +54,4 @@ def layer_norm(ctx: GradContext, node: Node, grads: list[int | None]) -> list[in
         dscale = ctx.op(OpCode.REDUCE_SUM_TO, [dscale, scale])
     if ctx.needs(bias) and ctx.shape(bias) != normalized:
         dbias = ctx.op(OpCode.REDUCE_SUM_TO, [dbias, bias])
-    return [dx, dscale, dbias][:len(node.inputs)]
+    return [dx, dscale, dbias][: len(node.inputs)]

@@ -20,8 +20,7 @@ def avg_pool2d(ctx: GradContext, node: Node, grads: list[int | None]) -> list[in
 def global_avg_pool(ctx: GradContext, node: Node, grads: list[int | None]) -> list[int | None]:
     x = node.inputs[0]
     spatial = list(range(2, ctx.rank(x)))
-    return [ctx.op(OpCode.REDUCE_GRAD, [grads[0], x], axes=spatial, keepdims=1,
-                   reduction="mean")]
+    return [ctx.op(OpCode.REDUCE_GRAD, [grads[0], x], axes=spatial, keepdims=1, reduction="mean")]
 
 
 def global_max_pool(ctx: GradContext, node: Node, grads: list[int | None]) -> list[int | None]:
@@ -29,8 +28,16 @@ def global_max_pool(ctx: GradContext, node: Node, grads: list[int | None]) -> li
     x = node.inputs[0]
     shape = ctx.shape(x)
     if len(shape) != 4 or -1 in shape[2:]:
-        raise UnsupportedOpError(f"GLOBAL_MAX_POOL {node.name!r}: gradients need a 4-D input "
-                                 f"with a known plane size, got {list(shape)}")
+        raise UnsupportedOpError(
+            f"GLOBAL_MAX_POOL {node.name!r}: gradients need a 4-D input "
+            f"with a known plane size, got {list(shape)}"
+        )
     plane = [int(shape[2]), int(shape[3])]
-    return [ctx.op(OpCode.MAX_POOL2D_GRAD, [grads[0], x, node.outputs[0]], kernel_shape=plane,
-                   strides=plane)]
+    return [
+        ctx.op(
+            OpCode.MAX_POOL2D_GRAD,
+            [grads[0], x, node.outputs[0]],
+            kernel_shape=plane,
+            strides=plane,
+        )
+    ]

@@ -12,8 +12,9 @@ def reshape_back(ctx: GradContext, grad: int, x: int, what: str) -> int:
     """`grad` reshaped to x's shape (its one dynamic dimension, if any, inferred)."""
     shape = list(ctx.shape(x))
     if shape.count(-1) > 1:
-        raise UnsupportedOpError(f"{what}: no gradient for an input with several dynamic "
-                                 f"dimensions {shape}")
+        raise UnsupportedOpError(
+            f"{what}: no gradient for an input with several dynamic dimensions {shape}"
+        )
     return ctx.op(OpCode.RESHAPE, [grad], shape=shape)
 
 

@@ -20,8 +20,9 @@ def _ints(ctx: GradContext, node: Node, index: int, name: str) -> list[int] | No
     if index < len(node.inputs) and node.inputs[index] != -1:
         value = ctx.value(node.inputs[index])
         if value is None:
-            raise UnsupportedOpError(f"{node.op.name} {node.name!r}: no gradient when {name} is "
-                                     "computed at run time")
+            raise UnsupportedOpError(
+                f"{node.op.name} {node.name!r}: no gradient when {name} is computed at run time"
+            )
         return [int(v) for v in np.ravel(value)]
     value = node.attrs.get(name)
     return None if value is None else [int(v) for v in value]  # type: ignore[union-attr]
@@ -58,8 +59,10 @@ def concat(ctx: GradContext, node: Node, grads: list[int | None]) -> list[int | 
 def split(ctx: GradContext, node: Node, grads: list[int | None]) -> list[int | None]:
     axis = int(node.attrs.get("axis", 0))
     # Outputs the loss does not use contribute zeros.
-    parts = [g if g is not None else ctx.op(OpCode.MUL, [o, ctx.scalar(0.0, o)])
-             for g, o in zip(grads, node.outputs, strict=True)]
+    parts = [
+        g if g is not None else ctx.op(OpCode.MUL, [o, ctx.scalar(0.0, o)])
+        for g, o in zip(grads, node.outputs, strict=True)
+    ]
     dx = parts[0] if len(parts) == 1 else ctx.op(OpCode.CONCAT, parts, axis=axis)
     return _none_for_arguments(node, dx)
 
@@ -101,9 +104,15 @@ def _reduce(reduction: str):
         axes = _ints(ctx, node, 1, "axes") or []
         if not axes and node.attrs.get("noop_with_empty_axes", 0):
             return _none_for_arguments(node, grads[0])
-        dx = ctx.op(OpCode.REDUCE_GRAD, [grads[0], node.inputs[0]], axes=axes,
-                    keepdims=int(node.attrs.get("keepdims", 1)), reduction=reduction)
+        dx = ctx.op(
+            OpCode.REDUCE_GRAD,
+            [grads[0], node.inputs[0]],
+            axes=axes,
+            keepdims=int(node.attrs.get("keepdims", 1)),
+            reduction=reduction,
+        )
         return _none_for_arguments(node, dx)
+
     rule.__name__ = f"reduce_{reduction}"
     return rule
 

@@ -14,11 +14,16 @@ from sporenet.lite.ops import OpCode
 
 def _activation(name: str, **fixed: object):
     def rule(ctx: GradContext, node: Node, grads: list[int | None]) -> list[int | None]:
-        params = {k: node.attrs[k] for k in ("alpha", "beta", "approximate")
-                  if k in node.attrs}
-        dx = ctx.op(OpCode.ACTIVATION_GRAD, [grads[0], node.inputs[0], node.outputs[0]],
-                    activation=name, **params, **fixed)
+        params = {k: node.attrs[k] for k in ("alpha", "beta", "approximate") if k in node.attrs}
+        dx = ctx.op(
+            OpCode.ACTIVATION_GRAD,
+            [grads[0], node.inputs[0], node.outputs[0]],
+            activation=name,
+            **params,
+            **fixed,
+        )
         return [dx]
+
     rule.__name__ = name
     return rule
 
@@ -37,8 +42,14 @@ abs_ = _activation("abs")
 
 def leaky_relu(ctx: GradContext, node: Node, grads: list[int | None]) -> list[int | None]:
     alpha = float(node.attrs.get("alpha", 0.01))
-    return [ctx.op(OpCode.ACTIVATION_GRAD, [grads[0], node.inputs[0], node.outputs[0]],
-                   activation="leaky_relu", alpha=alpha)]
+    return [
+        ctx.op(
+            OpCode.ACTIVATION_GRAD,
+            [grads[0], node.inputs[0], node.outputs[0]],
+            activation="leaky_relu",
+            alpha=alpha,
+        )
+    ]
 
 
 def clip(ctx: GradContext, node: Node, grads: list[int | None]) -> list[int | None]:
@@ -51,11 +62,17 @@ def clip(ctx: GradContext, node: Node, grads: list[int | None]) -> list[int | No
             continue
         value = ctx.value(index)
         if value is None:
-            raise UnsupportedOpError(f"CLIP {node.name!r}: no gradient with a bound computed at "
-                                     "run time (bounds must be constants or attributes)")
+            raise UnsupportedOpError(
+                f"CLIP {node.name!r}: no gradient with a bound computed at "
+                "run time (bounds must be constants or attributes)"
+            )
         bounds[name] = float(value.reshape(()))
-    dx = ctx.op(OpCode.ACTIVATION_GRAD, [grads[0], node.inputs[0], node.outputs[0]],
-                activation="clip", **bounds)
+    dx = ctx.op(
+        OpCode.ACTIVATION_GRAD,
+        [grads[0], node.inputs[0], node.outputs[0]],
+        activation="clip",
+        **bounds,
+    )
     return [dx] + [None] * (len(node.inputs) - 1)
 
 
@@ -98,7 +115,6 @@ def prelu(ctx: GradContext, node: Node, grads: list[int | None]) -> list[int | N
     if ctx.needs(x):
         dx = ctx.op(OpCode.WHERE, [negative, ctx.op(OpCode.MUL, [g, slope]), g])
     if ctx.needs(slope):
-        masked = ctx.op(OpCode.WHERE, [negative, ctx.op(OpCode.MUL, [g, x]),
-                                       ctx.scalar(0.0, x)])
+        masked = ctx.op(OpCode.WHERE, [negative, ctx.op(OpCode.MUL, [g, x]), ctx.scalar(0.0, x)])
         dslope = ctx.sum_to(masked, slope, y)
     return [dx, dslope]

@@ -154,7 +154,8 @@ class QConv2D(QuantizedKernel):
                 self.rounding, sx, scales, so, bias, zo, lo, hi, bound, (o,)
             )
             self.scratch_layout = depthwise.scratch_layout(
-                self.win, x.shape, self.depthwise_stage.wide_dtype)
+                self.win, x.shape, self.depthwise_stage.wide_dtype
+            )
         else:
             ftype = exact_float_dtype(bound)
             self.inner = Conv2D(
@@ -167,8 +168,14 @@ class QConv2D(QuantizedKernel):
             return self._bind_inner(inputs[0], outputs[0])  # type: ignore[arg-type]
         if self.depthwise_stage is not None:
             return depthwise.bind_depthwise_int8(
-                self.win, inputs[0], self.w, self.zx, self.depthwise_stage,  # type: ignore[arg-type]
-                outputs[0], self.scratch_arrays())
+                self.win,
+                inputs[0],
+                self.w,
+                self.zx,
+                self.depthwise_stage,  # type: ignore[arg-type]
+                outputs[0],
+                self.scratch_arrays(),
+            )
         x, out = inputs[0], outputs[0]
         cols, wf, parts, wide = self.scratch_arrays()
         n, o = out.shape[:2]

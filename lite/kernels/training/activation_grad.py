@@ -241,17 +241,22 @@ class ActivationGrad(Kernel):
         x, y = self.optional_input(1), self.optional_input(2)
         self.name = attrs.str("activation", "none")
         if self.name not in FROM_OUTPUT | FROM_INPUT:
-            raise self.fail(f"unknown activation {self.name!r}; expected one of "
-                            f"{sorted(FROM_OUTPUT | FROM_INPUT)}")
+            raise self.fail(
+                f"unknown activation {self.name!r}; expected one of "
+                f"{sorted(FROM_OUTPUT | FROM_INPUT)}"
+            )
         if x is None and y is None:
             raise self.fail("needs the activation's input x (input 1) or output y (input 2)")
         if x is None and self.name in FROM_INPUT:
-            raise self.fail(f"the gradient of {self.name!r} needs the activation's input x "
-                            "(input 1), not only its output")
+            raise self.fail(
+                f"the gradient of {self.name!r} needs the activation's input x "
+                "(input 1), not only its output"
+            )
         for spec in (x, y):
             if spec is not None and spec.shape != g.shape:
-                raise self.fail(f"x/y shape {list(spec.shape)} differs from the gradient's "
-                                f"{list(g.shape)}")
+                raise self.fail(
+                    f"x/y shape {list(spec.shape)} differs from the gradient's {list(g.shape)}"
+                )
         self.use_x = x is not None and (self.name in FROM_INPUT or y is None)
         self.alpha = attrs.float("alpha", DEFAULT_ALPHA.get(self.name, 0.01))
         self.beta = attrs.float("beta", 0.5)
@@ -265,9 +270,17 @@ class ActivationGrad(Kernel):
         if self.name == "none":
             return lambda: np.copyto(out, g)
         t = inputs[1] if self.use_x else inputs[2]
-        params = Params(t=t, use_x=self.use_x, mask=np.empty(out.shape, np.bool_),
-                        tmp=np.empty_like(out), alpha=self.alpha, beta=self.beta, lo=self.lo,
-                        hi=self.hi, approximate=self.approximate)
+        params = Params(
+            t=t,
+            use_x=self.use_x,
+            mask=np.empty(out.shape, np.bool_),
+            tmp=np.empty_like(out),
+            alpha=self.alpha,
+            beta=self.beta,
+            lo=self.lo,
+            hi=self.hi,
+            approximate=self.approximate,
+        )
         derivative = DERIVATIVES[self.name][0](params)
 
         def compute() -> None:
@@ -302,12 +315,14 @@ class SoftmaxGrad(Kernel):
             reduced[axis] = 1
         s = np.empty(reduced, out.dtype)
         if self.log:
+
             def compute_log() -> None:
                 # d logsoftmax: g - softmax * sum(g)
                 np.sum(g, axis=axis, keepdims=True, out=s)
                 np.exp(y, out=out)
                 np.multiply(out, s, out=out)
                 np.subtract(g, out, out=out)
+
             return compute_log
 
         def compute() -> None:

@@ -42,8 +42,10 @@ class ReduceSumTo(Kernel):
         g, like = self.input(0), self.input(1)
         axes = sum_to_axes(g.shape, like.shape)
         if axes is None:
-            raise self.fail(f"shape {list(like.shape)} does not broadcast to the gradient's "
-                            f"shape {list(g.shape)}")
+            raise self.fail(
+                f"shape {list(like.shape)} does not broadcast to the gradient's "
+                f"shape {list(g.shape)}"
+            )
         self.axes = axes
         # Same shape: nothing to sum, the output is the gradient itself.
         self.is_view = not axes
@@ -87,8 +89,10 @@ class ReduceGrad(Kernel):
         kept = tuple(1 if k in axes else d for k, d in enumerate(x.shape))
         expected = kept if keepdims else tuple(d for k, d in enumerate(x.shape) if k not in axes)
         if int(np.prod(g.shape, dtype=np.int64)) != int(np.prod(expected, dtype=np.int64)):
-            raise self.fail(f"gradient shape {list(g.shape)} does not match the reduced shape "
-                            f"{list(expected)} of x {list(x.shape)} over axes {axes}")
+            raise self.fail(
+                f"gradient shape {list(g.shape)} does not match the reduced shape "
+                f"{list(expected)} of x {list(x.shape)} over axes {axes}"
+            )
         self.kept = kept
         count = int(np.prod([x.shape[a] for a in axes], dtype=np.int64))
         self.scale = 1.0 / max(count, 1) if reduction == "mean" else 1.0

@@ -35,14 +35,15 @@ class _ConvGrad(Kernel):
             raise self.fail(f"weights must be 4-D (out_ch, in_ch/group, kh, kw), got {list(w)}")
         group = self.attrs.int("group", 1)
         if group < 1 or x[1] % group or w[0] % group or w[1] * group != x[1]:
-            raise self.fail(f"group {group} does not fit x channels {x[1]} and weights "
-                            f"{list(w)}")
+            raise self.fail(f"group {group} does not fit x channels {x[1]} and weights {list(w)}")
         self.group = group
         self.win: Window = window(self, x[2:], (w[2], w[3]), self.attrs)
         expected = (x[0], w[0], *self.win.out)
         if g.shape != expected:
-            raise self.fail(f"gradient shape {list(g.shape)} differs from the convolution's "
-                            f"output shape {list(expected)}")
+            raise self.fail(
+                f"gradient shape {list(g.shape)} differs from the convolution's "
+                f"output shape {list(expected)}"
+            )
         n, c, h, wd = x
         top, left, bottom, right = self.win.pads
         eh, ew = self.win.extent
@@ -56,8 +57,11 @@ def _nhwc_columns(xp: np.ndarray, win: Window) -> np.ndarray:
     (kh, kw), (oh, ow) = win.kernel, win.out
     (th, tw), (dh, dw) = win.strides, win.dilations
     return np.lib.stride_tricks.as_strided(
-        xp, shape=(xp.shape[0], oh, ow, kh, kw, xp.shape[3]),
-        strides=(sn, sh * th, sw * tw, sh * dh, sw * dw, sc), writeable=False)
+        xp,
+        shape=(xp.shape[0], oh, ow, kh, kw, xp.shape[3]),
+        strides=(sn, sh * th, sw * tw, sh * dh, sw * dw, sc),
+        writeable=False,
+    )
 
 
 class Conv2DBackpropFilter(_ConvGrad):
@@ -85,7 +89,7 @@ class Conv2DBackpropFilter(_ConvGrad):
         hp, wp = self.padded_shape[2:]
         # Channels-last padded input; its zero border is written once.
         xp = np.zeros((n, hp, wp, c), x.dtype)
-        x_in, x_t = xp[:, top:top + h, left:left + wd, :], x.transpose(0, 2, 3, 1)
+        x_in, x_t = xp[:, top : top + h, left : left + wd, :], x.transpose(0, 2, 3, 1)
         columns = _nhwc_columns(xp, win).reshape(n, oh, ow, kh, kw, groups, cig)
         cols = np.empty((groups, n, oh, ow, kh, kw, cig), x.dtype)
         cols_src = columns.transpose(5, 0, 1, 2, 3, 4, 6)
@@ -105,7 +109,6 @@ class Conv2DBackpropFilter(_ConvGrad):
 
         return compute
 
-
     def _bind_depthwise(self, g: np.ndarray, x: np.ndarray, out: np.ndarray) -> Compute:
         """One input channel per group: per tap, a product of whole shifted planes summed
         over batch and positions (no column matrix)."""
@@ -117,9 +120,12 @@ class Conv2DBackpropFilter(_ConvGrad):
         x_in = xp[self.interior]
         g5 = g.reshape(n, c, mult, *win.out)
         result = np.empty((kh, kw, c, mult), g.dtype)
-        taps = [(xp[:, :, rows, cols], result[i, j])
-                for i in range(kh) for j in range(kw)
-                for rows, cols in [win.tap(i, j)]]
+        taps = [
+            (xp[:, :, rows, cols], result[i, j])
+            for i in range(kh)
+            for j in range(kw)
+            for rows, cols in [win.tap(i, j)]
+        ]
         back = result.reshape(kh, kw, o).transpose(2, 0, 1)
         out3 = out.reshape(o, kh, kw)
 
@@ -147,8 +153,10 @@ class Conv2DBackpropInput(_ConvGrad):
         else:
             given = attrs.ints("input_shape", None)
             if given is None or len(given) != 4 or min(given[1:]) < 1 or given[0] < -1:
-                raise self.fail(f"needs input 2 (a tensor shaped like x) or an input_shape "
-                                f"attribute [N, C, H, W], got {given}")
+                raise self.fail(
+                    f"needs input 2 (a tensor shaped like x) or an input_shape "
+                    f"attribute [N, C, H, W], got {given}"
+                )
             shape = (g.shape[0] if given[0] == -1 else given[0], *given[1:])
         self._geometry(shape, w.shape, g)
         self.output_specs = [TensorSpec(tuple(shape), g.dtype)]
@@ -160,9 +168,17 @@ class Conv2DBackpropInput(_ConvGrad):
         win, groups = self.win, self.group
         (dh, dw), (kh, kw) = win.dilations, win.kernel
         top, left, bottom, right = win.pads
-        if (groups == 1 and win.strides == (1, 1)
-                and min(dh * (kh - 1) - top, dh * (kh - 1) - bottom,
-                        dw * (kw - 1) - left, dw * (kw - 1) - right) >= 0):
+        if (
+            groups == 1
+            and win.strides == (1, 1)
+            and min(
+                dh * (kh - 1) - top,
+                dh * (kh - 1) - bottom,
+                dw * (kw - 1) - left,
+                dw * (kw - 1) - right,
+            )
+            >= 0
+        ):
             return self._bind_correlation(g, w, out)
         o, cig, kh, kw = w.shape
         cog = o // groups
@@ -187,7 +203,9 @@ class Conv2DBackpropInput(_ConvGrad):
                 rows, columns = win.tap(i, j)
                 source = cols7[:, :, :, :, i, j].transpose(1, 2, 3, 0, 4)  # (N, OH, OW, G, C/G)
                 pairs.append((dxp[:, rows, columns], source))
-        interior = dxp[:, top:top + h, left:left + wd].reshape(n, h, wd, c).transpose(0, 3, 1, 2)
+        interior = (
+            dxp[:, top : top + h, left : left + wd].reshape(n, h, wd, c).transpose(0, 3, 1, 2)
+        )
 
         def compute() -> None:
             np.copyto(g_buf, g_src)
@@ -211,11 +229,14 @@ class Conv2DBackpropInput(_ConvGrad):
         top, left = win.pads[:2]
         pt, pl = dh * (kh - 1) - top, dw * (kw - 1) - left
         gp = np.zeros((n, h + dh * (kh - 1), wd + dw * (kw - 1), o), g.dtype)
-        g_in, g_t = gp[:, pt:pt + oh, pl:pl + ow, :], g.transpose(0, 2, 3, 1)
+        g_in, g_t = gp[:, pt : pt + oh, pl : pl + ow, :], g.transpose(0, 2, 3, 1)
         sn, sh, sw, sc = gp.strides
         view = np.lib.stride_tricks.as_strided(
-            gp, shape=(n, h, wd, kh, kw, o), strides=(sn, sh, sw, sh * dh, sw * dw, sc),
-            writeable=False)
+            gp,
+            shape=(n, h, wd, kh, kw, o),
+            strides=(sn, sh, sw, sh * dh, sw * dw, sc),
+            writeable=False,
+        )
         cols = np.empty((n, h, wd, kh, kw, o), g.dtype)
         flipped = np.empty((kh, kw, o, c), w.dtype)
         w_src = w[:, :, ::-1, ::-1].transpose(2, 3, 0, 1)
@@ -244,9 +265,12 @@ class Conv2DBackpropInput(_ConvGrad):
         g5 = g.reshape(n, c, mult, *win.out)
         w4 = w.reshape(c, mult, kh, kw)
         scaled = np.empty((n, c, *win.out), g.dtype)
-        taps = [(dxp[:, :, rows, cols], w4[:, :, i, j])
-                for i in range(kh) for j in range(kw)
-                for rows, cols in [win.tap(i, j)]]
+        taps = [
+            (dxp[:, :, rows, cols], w4[:, :, i, j])
+            for i in range(kh)
+            for j in range(kw)
+            for rows, cols in [win.tap(i, j)]
+        ]
         w_col = np.empty((c, 1, 1), w.dtype)
 
         def compute() -> None:

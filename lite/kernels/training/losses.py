@@ -22,12 +22,15 @@ def _check_labels(kernel: Kernel, logits: TensorSpec, labels: TensorSpec) -> boo
     """True for integer class ids, False for per-class float targets; raises otherwise."""
     if labels.dtype.kind in "iu":
         if labels.shape != logits.shape[:1]:
-            raise kernel.fail(f"class-id labels must have shape [{logits.shape[0]}], got "
-                              f"{list(labels.shape)}")
+            raise kernel.fail(
+                f"class-id labels must have shape [{logits.shape[0]}], got {list(labels.shape)}"
+            )
         return True
     if labels.dtype != logits.dtype or labels.shape != logits.shape:
-        raise kernel.fail(f"float labels must be {logits.dtype}{list(logits.shape)} like the "
-                          f"logits, got {labels.dtype}{list(labels.shape)}")
+        raise kernel.fail(
+            f"float labels must be {logits.dtype}{list(logits.shape)} like the "
+            f"logits, got {labels.dtype}{list(labels.shape)}"
+        )
     return False
 
 
@@ -124,8 +127,10 @@ class MSELoss(Kernel):
         super().__init__(attrs, inputs)
         pred, target = self.require_float(0), self.input(1)
         if target.shape != pred.shape or target.dtype != pred.dtype:
-            raise self.fail(f"target must be {pred.dtype}{list(pred.shape)} like the "
-                            f"prediction, got {target.dtype}{list(target.shape)}")
+            raise self.fail(
+                f"target must be {pred.dtype}{list(pred.shape)} like the "
+                f"prediction, got {target.dtype}{list(target.shape)}"
+            )
         self.output_specs = [TensorSpec((), pred.dtype)]
 
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
@@ -153,8 +158,10 @@ class MSELossGrad(Kernel):
         if g.size != 1:
             raise self.fail(f"the loss gradient must be a scalar, got shape {list(g.shape)}")
         if target.shape != pred.shape:
-            raise self.fail(f"target shape {list(target.shape)} differs from the "
-                            f"prediction's {list(pred.shape)}")
+            raise self.fail(
+                f"target shape {list(target.shape)} differs from the "
+                f"prediction's {list(pred.shape)}"
+            )
         self.output_specs = [TensorSpec(pred.shape, pred.dtype)]
 
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
@@ -178,8 +185,10 @@ class BCEWithLogits(Kernel):
         super().__init__(attrs, inputs)
         x, t = self.require_float(0), self.input(1)
         if t.shape != x.shape or t.dtype != x.dtype:
-            raise self.fail(f"target must be {x.dtype}{list(x.shape)} like the logits, got "
-                            f"{t.dtype}{list(t.shape)}")
+            raise self.fail(
+                f"target must be {x.dtype}{list(x.shape)} like the logits, got "
+                f"{t.dtype}{list(t.shape)}"
+            )
         self.output_specs = [TensorSpec((), x.dtype)]
 
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
@@ -213,8 +222,9 @@ class BCEWithLogitsGrad(Kernel):
         if g.size != 1:
             raise self.fail(f"the loss gradient must be a scalar, got shape {list(g.shape)}")
         if t.shape != x.shape:
-            raise self.fail(f"target shape {list(t.shape)} differs from the logits' "
-                            f"{list(x.shape)}")
+            raise self.fail(
+                f"target shape {list(t.shape)} differs from the logits' {list(x.shape)}"
+            )
         self.output_specs = [TensorSpec(x.shape, x.dtype)]
 
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:

@@ -39,8 +39,9 @@ class MatMulTransposed(Kernel):
         sb = _swap(b.shape) if self.tb else b.shape
         shape = matmul_shape(sa, sb)
         if shape is None:
-            raise self.fail(f"shapes {list(sa)} and {list(sb)} (after transposes) cannot be "
-                            "multiplied")
+            raise self.fail(
+                f"shapes {list(sa)} and {list(sb)} (after transposes) cannot be multiplied"
+            )
         self.output_specs = [TensorSpec(shape, a.dtype)]
 
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:

@@ -33,8 +33,10 @@ def _check_channels(kernel: Kernel, x: TensorSpec, first: int, last: int) -> Non
     for k in range(first, last):
         spec = kernel.input(k)
         if spec.shape != (x.shape[1],) or spec.dtype != x.dtype:
-            raise kernel.fail(f"input {k} must be {x.dtype}[{x.shape[1]}] (one value per "
-                              f"channel), got {spec.dtype}{list(spec.shape)}")
+            raise kernel.fail(
+                f"input {k} must be {x.dtype}[{x.shape[1]}] (one value per "
+                f"channel), got {spec.dtype}{list(spec.shape)}"
+            )
 
 
 class BatchNormTraining(Kernel):
@@ -55,8 +57,11 @@ class BatchNormTraining(Kernel):
         self.count = x.size // max(x.shape[1], 1)
         self.axes = (0, *range(2, x.rank))
         c = (x.shape[1],)
-        self.output_specs = [TensorSpec(x.shape, x.dtype), TensorSpec(c, x.dtype),
-                             TensorSpec(c, x.dtype)]
+        self.output_specs = [
+            TensorSpec(x.shape, x.dtype),
+            TensorSpec(c, x.dtype),
+            TensorSpec(c, x.dtype),
+        ]
 
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
         x, scale, bias, rmean, rvar = inputs
@@ -111,8 +116,11 @@ class BatchNormGrad(Kernel):
         self.axes = (0, *range(2, x.rank))
         self.count = x.size // x.shape[1]
         c = (x.shape[1],)
-        self.output_specs = [TensorSpec(x.shape, x.dtype), TensorSpec(c, x.dtype),
-                             TensorSpec(c, x.dtype)]
+        self.output_specs = [
+            TensorSpec(x.shape, x.dtype),
+            TensorSpec(c, x.dtype),
+            TensorSpec(c, x.dtype),
+        ]
 
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
         g, x, scale, stat1, stat2 = inputs
@@ -178,12 +186,17 @@ class LayerNormGrad(Kernel):
         except ValueError:
             ok = False
         if not ok:
-            raise self.fail(f"scale of shape {list(scale.shape)} does not broadcast to the "
-                            f"normalized shape {list(normalized)}")
+            raise self.fail(
+                f"scale of shape {list(scale.shape)} does not broadcast to the "
+                f"normalized shape {list(normalized)}"
+            )
         self.count = int(np.prod(normalized, dtype=np.int64))
         self.stat_shape = x.shape[:axis] + (1,) * len(self.axes)
-        self.output_specs = [TensorSpec(x.shape, x.dtype), TensorSpec(normalized, x.dtype),
-                             TensorSpec(normalized, x.dtype)]
+        self.output_specs = [
+            TensorSpec(x.shape, x.dtype),
+            TensorSpec(normalized, x.dtype),
+            TensorSpec(normalized, x.dtype),
+        ]
 
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
         g, x, scale = inputs

@@ -32,18 +32,23 @@ class UpdateKernel(Kernel):
     def _check_common(self) -> TensorSpec:
         param, grad, lr = self.require_float(0), self.input(1), self.input(2)
         if grad.shape != param.shape or grad.dtype != param.dtype:
-            raise self.fail(f"gradient {grad.dtype}{list(grad.shape)} does not match the "
-                            f"parameter {param.dtype}{list(param.shape)}")
+            raise self.fail(
+                f"gradient {grad.dtype}{list(grad.shape)} does not match the "
+                f"parameter {param.dtype}{list(param.shape)}"
+            )
         if lr.size != 1 or lr.dtype.kind != "f":
-            raise self.fail(f"the learning rate must be a float scalar, got "
-                            f"{lr.dtype}{list(lr.shape)}")
+            raise self.fail(
+                f"the learning rate must be a float scalar, got {lr.dtype}{list(lr.shape)}"
+            )
         return param
 
     def _check_slot(self, index: int, what: str, like: TensorSpec) -> None:
         slot = self.input(index)
         if slot.shape != like.shape or slot.dtype != like.dtype:
-            raise self.fail(f"input {index} ({what}) must be {like.dtype}{list(like.shape)} "
-                            f"like the parameter, got {slot.dtype}{list(slot.shape)}")
+            raise self.fail(
+                f"input {index} ({what}) must be {like.dtype}{list(like.shape)} "
+                f"like the parameter, got {slot.dtype}{list(slot.shape)}"
+            )
 
 
 class SGDUpdate(UpdateKernel):
@@ -57,8 +62,9 @@ class SGDUpdate(UpdateKernel):
         self.nesterov = bool(attrs.int("nesterov", 0))
         self.weight_decay = attrs.float("weight_decay", 0.0)
         if self.momentum < 0 or self.weight_decay < 0:
-            raise self.fail(f"momentum ({self.momentum}) and weight_decay "
-                            f"({self.weight_decay}) must be >= 0")
+            raise self.fail(
+                f"momentum ({self.momentum}) and weight_decay ({self.weight_decay}) must be >= 0"
+            )
         if self.nesterov and self.momentum == 0:
             raise self.fail("nesterov needs a momentum > 0")
         if self.momentum:
@@ -111,14 +117,20 @@ class AdamUpdate(UpdateKernel):
         if not (0 <= self.beta1 < 1 and 0 <= self.beta2 < 1):
             raise self.fail(f"betas must be in [0, 1), got ({self.beta1}, {self.beta2})")
         if self.eps <= 0 or self.weight_decay < 0:
-            raise self.fail(f"eps ({self.eps}) must be > 0 and weight_decay "
-                            f"({self.weight_decay}) >= 0")
+            raise self.fail(
+                f"eps ({self.eps}) must be > 0 and weight_decay ({self.weight_decay}) >= 0"
+            )
 
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
         param, grad, lr = inputs[0], inputs[1], inputs[2].reshape(())
         m, v, step = inputs[3], inputs[4], inputs[5].reshape(())
-        b1, b2, eps, wd, decoupled = (self.beta1, self.beta2, self.eps, self.weight_decay,
-                                      self.decoupled)
+        b1, b2, eps, wd, decoupled = (
+            self.beta1,
+            self.beta2,
+            self.eps,
+            self.weight_decay,
+            self.decoupled,
+        )
         g2, tmp = np.empty_like(param), np.empty_like(param)
 
         def compute() -> None:
@@ -139,9 +151,9 @@ class AdamUpdate(UpdateKernel):
             np.square(g, out=tmp)
             np.multiply(tmp, 1 - b2, out=tmp)
             np.add(v, tmp, out=v)
-            step_size = rate / (1 - b1 ** t)
+            step_size = rate / (1 - b1**t)
             np.sqrt(v, out=tmp)
-            np.multiply(tmp, 1 / math.sqrt(1 - b2 ** t), out=tmp)
+            np.multiply(tmp, 1 / math.sqrt(1 - b2**t), out=tmp)
             np.add(tmp, eps, out=tmp)
             np.divide(m, tmp, out=tmp)
             np.multiply(tmp, step_size, out=tmp)
@@ -160,8 +172,10 @@ class Assign(UpdateKernel):
         super().__init__(attrs, inputs)
         target, value = self.input(0), self.input(1)
         if target.shape != value.shape or target.dtype != value.dtype:
-            raise self.fail(f"value {value.dtype}{list(value.shape)} does not match the "
-                            f"target {target.dtype}{list(target.shape)}")
+            raise self.fail(
+                f"value {value.dtype}{list(value.shape)} does not match the "
+                f"target {target.dtype}{list(target.shape)}"
+            )
 
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
         target, value = inputs[0], inputs[1]

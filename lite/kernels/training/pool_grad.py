@@ -24,12 +24,15 @@ class _PoolGrad(Kernel):
         if len(kernel) != 2:
             raise self.fail(f"kernel_shape must hold 2 values (kh, kw), got {kernel}")
         ceil_mode = bool(self.attrs.int("ceil_mode", 0))
-        self.win: Window = window(self, x.shape[2:], (kernel[0], kernel[1]), self.attrs,
-                                  ceil_mode=ceil_mode)
+        self.win: Window = window(
+            self, x.shape[2:], (kernel[0], kernel[1]), self.attrs, ceil_mode=ceil_mode
+        )
         expected = (*x.shape[:2], *self.win.out)
         if g.shape != expected:
-            raise self.fail(f"gradient shape {list(g.shape)} differs from the pool's output "
-                            f"shape {list(expected)}")
+            raise self.fail(
+                f"gradient shape {list(g.shape)} differs from the pool's output "
+                f"shape {list(expected)}"
+            )
         n, c, h, w = x.shape
         top, left, bottom, right = self.win.pads
         eh, ew = self.win.extent
@@ -48,15 +51,17 @@ class MaxPool2DGrad(_PoolGrad):
         g, x, y = self.require_float(0), self.require_float(1), self.input(2)
         self._geometry(g, x)
         if y.shape != g.shape:
-            raise self.fail(f"y shape {list(y.shape)} differs from the gradient's "
-                            f"{list(g.shape)}")
+            raise self.fail(f"y shape {list(y.shape)} differs from the gradient's {list(g.shape)}")
 
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
         g, x, y, out = inputs[0], inputs[1], inputs[2], outputs[0]
         win = self.win
-        if (win.kernel == win.strides and win.dilations == (1, 1) and not win.padded
-                and x.shape[2:] == tuple(o * k for o, k in zip(win.out, win.kernel,
-                                                               strict=True))):
+        if (
+            win.kernel == win.strides
+            and win.dilations == (1, 1)
+            and not win.padded
+            and x.shape[2:] == tuple(o * k for o, k in zip(win.out, win.kernel, strict=True))
+        ):
             return self._bind_tiled(g, x, y, out)
         xp = np.full(self.padded_shape, -np.inf, x.dtype)
         x_in = xp[self.interior]
@@ -82,15 +87,14 @@ class MaxPool2DGrad(_PoolGrad):
 
         return compute
 
-
-    def _bind_tiled(self, g: np.ndarray, x: np.ndarray, y: np.ndarray,
-                    out: np.ndarray) -> Compute:
+    def _bind_tiled(self, g: np.ndarray, x: np.ndarray, y: np.ndarray, out: np.ndarray) -> Compute:
         """Windows that tile x exactly (kernel == stride, no padding): every element of x
         belongs to one window, so each tap writes its share of out directly (no buffer,
         no accumulation); ties still go to the first maximum."""
         (kh, kw) = self.win.kernel
-        taps = [(x[:, :, i::kh, j::kw], out[:, :, i::kh, j::kw])
-                for i in range(kh) for j in range(kw)]
+        taps = [
+            (x[:, :, i::kh, j::kw], out[:, :, i::kh, j::kw]) for i in range(kh) for j in range(kw)
+        ]
         free = np.empty(g.shape, np.bool_)
         hit = np.empty(g.shape, np.bool_)
 

@@ -21,8 +21,9 @@ from sporenet.lite.ops import OpCode
 
 def _check_grad(kernel: Kernel, g: TensorSpec, expected: tuple[int, ...]) -> None:
     if g.shape != tuple(expected):
-        raise kernel.fail(f"gradient shape {list(g.shape)} differs from the forward output "
-                          f"shape {list(expected)}")
+        raise kernel.fail(
+            f"gradient shape {list(g.shape)} differs from the forward output shape {list(expected)}"
+        )
 
 
 class SliceGrad(Kernel):
@@ -58,16 +59,18 @@ class PadGrad(Kernel):
         g, x = self.require_float(0), self.input(1)
         forward = Pad(Attrs("PAD", attrs.values), [x])
         if forward.mode != "constant":
-            raise self.fail(f"only constant padding has a gradient here, got mode "
-                            f"{forward.mode!r}")
+            raise self.fail(f"only constant padding has a gradient here, got mode {forward.mode!r}")
         _check_grad(self, g, forward.output_specs[0].shape)
         # x[src] was copied to out[dst]; cropped parts of x (negative pads) get zero.
-        self.src = tuple(slice(max(-b, 0), n - max(-e, 0))
-                         for n, b, e in zip(x.shape, forward.begin, forward.end, strict=True))
-        self.dst = tuple(slice(max(b, 0), max(b, 0) + (s.stop - s.start))
-                         for b, s in zip(forward.begin, self.src, strict=True))
-        self.cropped = any(b < 0 or e < 0 for b, e in zip(forward.begin, forward.end,
-                                                          strict=True))
+        self.src = tuple(
+            slice(max(-b, 0), n - max(-e, 0))
+            for n, b, e in zip(x.shape, forward.begin, forward.end, strict=True)
+        )
+        self.dst = tuple(
+            slice(max(b, 0), max(b, 0) + (s.stop - s.start))
+            for b, s in zip(forward.begin, self.src, strict=True)
+        )
+        self.cropped = any(b < 0 or e < 0 for b, e in zip(forward.begin, forward.end, strict=True))
         self.output_specs = [TensorSpec(x.shape, g.dtype)]
 
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
@@ -94,7 +97,7 @@ class GatherGrad(Kernel):
             raise self.fail(f"indices must be integers, got {indices.dtype}")
         self.axis = normalize_axis(self, attrs.int("axis", 0), x.rank)
         a = self.axis
-        _check_grad(self, g, (*x.shape[:a], *indices.shape, *x.shape[a + 1:]))
+        _check_grad(self, g, (*x.shape[:a], *indices.shape, *x.shape[a + 1 :]))
         self.output_specs = [TensorSpec(x.shape, g.dtype)]
 
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:

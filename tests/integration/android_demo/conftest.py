@@ -94,9 +94,20 @@ def running_app(digits_model: Path, tmp_path: Path) -> Iterator[RunningApp]:
     running.close()
 
 
-def start_server(state_dir: Path, model: Path, *, rounds: int, min_clients: int,
-                 extra: list[str] | None = None) -> ServerProcess:
+def start_server(
+    state_dir: Path, model: Path, *, rounds: int, min_clients: int, extra: list[str] | None = None
+) -> ServerProcess:
     """The real sporenet-server daemon, started as the federated tests start it (the one
     place to change if its command line moves)."""
-    return ServerProcess(state_dir, ["--model", str(model), "--rounds", str(rounds),
-                                     "--min-clients", str(min_clients), *(extra or [])]).start()
+    return ServerProcess(
+        state_dir,
+        [
+            "--model",
+            str(model),
+            "--rounds",
+            str(rounds),
+            "--min-clients",
+            str(min_clients),
+            *(extra or []),
+        ],
+    ).start()

@@ -65,8 +65,9 @@ def test_simulated_policy_and_bad_threshold():
 def test_participant_trains_only_when_allowed_and_keeps_the_users_model(
     tmp_path, digits_model, digits
 ):
-    server = start_server(tmp_path / "state", digits_model, rounds=2, min_clients=1,
-                          extra=["--evaluate-every", "1"])
+    server = start_server(
+        tmp_path / "state", digits_model, rounds=2, min_clients=1, extra=["--evaluate-every", "1"]
+    )
     sensors = Sensors(charging=False, idle_after=0.0, termux=False)
     app = App(digits_model, tmp_path / "data", server=server.address, sensors=sensors)
     try:

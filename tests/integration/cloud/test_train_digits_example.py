@@ -13,14 +13,20 @@ import pytest
 
 from sporenet.lite import Interpreter, load
 
-pytest.importorskip("sklearn", reason="the digits data ships with scikit-learn (the "
-                    "optional `datasets` extra)")
+pytest.importorskip(
+    "sklearn", reason="the digits data ships with scikit-learn (the optional `datasets` extra)"
+)
 EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "train_digits.py"
 
 
 def run_example(out: Path, *args: str) -> str:
-    done = subprocess.run([sys.executable, str(EXAMPLE), "--out", str(out), "--quiet", *args],
-                          capture_output=True, text=True, timeout=600, check=False)
+    done = subprocess.run(
+        [sys.executable, str(EXAMPLE), "--out", str(out), "--quiet", *args],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr
     return done.stdout
 

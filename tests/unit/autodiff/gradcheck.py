@@ -32,14 +32,21 @@ def relative_error(a: np.ndarray, b: np.ndarray) -> float:
 class GradientCase:
     """A planned graph computing loss(op(inputs, params)) and all its gradients."""
 
-    def __init__(self, build: Callable[..., int], inputs: dict[str, np.ndarray],
-                 params: dict[str, np.ndarray], *, seed: int = 0,
-                 wrt: list[str] | None = None) -> None:
+    def __init__(
+        self,
+        build: Callable[..., int],
+        inputs: dict[str, np.ndarray],
+        params: dict[str, np.ndarray],
+        *,
+        seed: int = 0,
+        wrt: list[str] | None = None,
+    ) -> None:
         rng = np.random.default_rng(seed)
         self.builder = b = ModelBuilder()
         ids = {name: b.input(name, a.shape, a.dtype) for name, a in inputs.items()}
-        ids.update({name: b.constant(name, a, a.dtype, trainable=True)
-                    for name, a in params.items()})
+        ids.update(
+            {name: b.constant(name, a, a.dtype, trainable=True) for name, a in params.items()}
+        )
         y = build(b, **ids)
         probe = b.build()
         t = probe.tensors[y]
@@ -50,9 +57,15 @@ class GradientCase:
         b.output(loss, "loss")
         b.output(y, "y")
         model = b.build()
-        names = wrt if wrt is not None else [n for n in ids if ids[n] is not None and
-                                              np.asarray({**inputs, **params}[n]).dtype.kind
-                                              == "f"]
+        names = (
+            wrt
+            if wrt is not None
+            else [
+                n
+                for n in ids
+                if ids[n] is not None and np.asarray({**inputs, **params}[n]).dtype.kind == "f"
+            ]
+        )
         grads = append_gradients(model, 0, loss, [ids[n] for n in names])
         for n in names:
             model.graphs[0].outputs.append(grads[ids[n]])
@@ -75,8 +88,9 @@ class GradientCase:
         self.run()
         return {n: np.array(self.plan.arrays[self.grads_ids[self.ids[n]]]) for n in self.names}
 
-    def finite_differences(self, name: str, max_elements: int = 48,
-                           seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    def finite_differences(
+        self, name: str, max_elements: int = 48, seed: int = 0
+    ) -> tuple[np.ndarray, np.ndarray]:
         """(flat indices, central-difference derivatives) for up to max_elements entries."""
         array = self.plan.arrays[self.ids[name]]
         flat = array.reshape(-1)
@@ -97,11 +111,17 @@ class GradientCase:
         return idx, fd
 
 
-def check_op(build: Callable[..., int], inputs: dict[str, np.ndarray],
-             params: dict[str, np.ndarray] | None = None, *,
-             torch_fn: Callable[..., Any] | None = None, seed: int = 0,
-             wrt: list[str] | None = None, max_elements: int = 48,
-             torch_atol: float = 1e-12) -> GradientCase:
+def check_op(
+    build: Callable[..., int],
+    inputs: dict[str, np.ndarray],
+    params: dict[str, np.ndarray] | None = None,
+    *,
+    torch_fn: Callable[..., Any] | None = None,
+    seed: int = 0,
+    wrt: list[str] | None = None,
+    max_elements: int = 48,
+    torch_atol: float = 1e-12,
+) -> GradientCase:
     """Assert every gradient of the op's graph matches finite differences (and PyTorch)."""
     params = params or {}
     case = GradientCase(build, inputs, params, seed=seed, wrt=wrt)
@@ -116,15 +136,21 @@ def check_op(build: Callable[..., int], inputs: dict[str, np.ndarray],
     return case
 
 
-def compare_torch(case: GradientCase, torch_fn: Callable[..., Any],
-                  inputs: dict[str, np.ndarray], params: dict[str, np.ndarray], *,
-                  atol: float = 1e-12) -> None:
+def compare_torch(
+    case: GradientCase,
+    torch_fn: Callable[..., Any],
+    inputs: dict[str, np.ndarray],
+    params: dict[str, np.ndarray],
+    *,
+    atol: float = 1e-12,
+) -> None:
     """Forward output and every gradient equal PyTorch's (both analytic, float64)."""
     import pytest
 
     torch = pytest.importorskip("torch", reason="PyTorch is an optional test extra")
-    tensors = {n: torch.tensor(a, requires_grad=n in case.names)
-               for n, a in {**inputs, **params}.items()}
+    tensors = {
+        n: torch.tensor(a, requires_grad=n in case.names) for n, a in {**inputs, **params}.items()
+    }
     y = torch_fn(**tensors)
     loss = torch.mean((y - torch.tensor(case.target)) ** 2)
     loss.backward()
@@ -134,8 +160,13 @@ def compare_torch(case: GradientCase, torch_fn: Callable[..., Any],
     for name in case.names:
         expected = tensors[name].grad
         assert expected is not None, f"PyTorch computed no gradient for {name}"
-        np.testing.assert_allclose(grads[name], expected.numpy(), rtol=1e-7, atol=atol,
-                                   err_msg=f"d loss / d {name} vs PyTorch")
+        np.testing.assert_allclose(
+            grads[name],
+            expected.numpy(),
+            rtol=1e-7,
+            atol=atol,
+            err_msg=f"d loss / d {name} vs PyTorch",
+        )
 
 
 def away_from(x: np.ndarray, points: tuple[float, ...], margin: float = 0.05) -> np.ndarray:

@@ -12,9 +12,28 @@ from tests.unit.autodiff.gradcheck import check_op, rand
 
 
 def test_gradient_rules_cover_the_differentiable_ops_of_issue_4():
-    required = {"FULLY_CONNECTED", "MATMUL", "ADD", "SUB", "MUL", "DIV", "RELU", "RELU6",
-                "CLIP", "LEAKY_RELU", "SIGMOID", "TANH", "HARD_SWISH", "GELU", "RESHAPE",
-                "FLATTEN", "DROPOUT", "SOFTMAX_CROSS_ENTROPY", "MSE_LOSS", "BCE_WITH_LOGITS"}
+    required = {
+        "FULLY_CONNECTED",
+        "MATMUL",
+        "ADD",
+        "SUB",
+        "MUL",
+        "DIV",
+        "RELU",
+        "RELU6",
+        "CLIP",
+        "LEAKY_RELU",
+        "SIGMOID",
+        "TANH",
+        "HARD_SWISH",
+        "GELU",
+        "RESHAPE",
+        "FLATTEN",
+        "DROPOUT",
+        "SOFTMAX_CROSS_ENTROPY",
+        "MSE_LOSS",
+        "BCE_WITH_LOGITS",
+    }
     assert required <= {op.name for op in GRADIENT_RULES}
 
 
@@ -143,11 +162,17 @@ def test_without_shape_inference_on_a_graph_with_concrete_shapes():
     results = []
     for model, infer in ((with_inference, True), (without, False)):
         grads = append_gradients(model, 0, loss, [w], infer_shapes=infer)
-        values = {x: xv, **{i: tt.data for i, tt in enumerate(model.tensors)
-                             if tt.data is not None}}
+        values = {
+            x: xv,
+            **{i: tt.data for i, tt in enumerate(model.tensors) if tt.data is not None},
+        }
         for node in model.graphs[0].nodes:
-            outs = run_op(node.op, [values[i] if i != -1 else None for i in node.inputs],
-                          num_outputs=len(node.outputs), **node.attrs)
+            outs = run_op(
+                node.op,
+                [values[i] if i != -1 else None for i in node.inputs],
+                num_outputs=len(node.outputs),
+                **node.attrs,
+            )
             values.update(zip(node.outputs, outs, strict=True))
         results.append(values[grads[w]])
     np.testing.assert_allclose(results[0], results[1], rtol=1e-12)

@@ -27,8 +27,13 @@ def sgd_reference(p, gs, lr, momentum, nesterov, wd):
     return p
 
 
-SGD_CASES = [(0.0, False, 0.0), (0.9, False, 0.0), (0.9, True, 0.0), (0.5, False, 0.01),
-             (0.9, True, 0.05)]
+SGD_CASES = [
+    (0.0, False, 0.0),
+    (0.9, False, 0.0),
+    (0.9, True, 0.0),
+    (0.5, False, 0.01),
+    (0.9, True, 0.05),
+]
 
 
 @pytest.mark.parametrize(("momentum", "nesterov", "wd"), SGD_CASES)
@@ -39,11 +44,21 @@ def test_sgd_update(momentum, nesterov, wd):
     lr = np.float32(0.1)
     for g in grads(p.shape):
         inputs = [p, g, lr] + ([buf] if momentum else [])
-        assert run_op(OpCode.SGD_UPDATE, inputs, num_outputs=0, momentum=momentum,
-                      nesterov=int(nesterov), weight_decay=wd) == []
+        assert (
+            run_op(
+                OpCode.SGD_UPDATE,
+                inputs,
+                num_outputs=0,
+                momentum=momentum,
+                nesterov=int(nesterov),
+                weight_decay=wd,
+            )
+            == []
+        )
     # float32 arithmetic vs a float64 reference over a few steps.
-    np.testing.assert_allclose(p, sgd_reference(start, grads(p.shape), 0.1, momentum,
-                                                nesterov, wd), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(
+        p, sgd_reference(start, grads(p.shape), 0.1, momentum, nesterov, wd), rtol=1e-5, atol=1e-6
+    )
 
 
 @pytest.mark.parametrize(("momentum", "nesterov", "wd"), SGD_CASES)
@@ -54,8 +69,14 @@ def test_sgd_update_matches_torch(momentum, nesterov, wd):
     opt = torch.optim.SGD([tp], lr=0.1, momentum=momentum, nesterov=nesterov, weight_decay=wd)
     buf = np.zeros_like(p)
     for g in grads(p.shape):
-        run_op(OpCode.SGD_UPDATE, [p, g, np.float32(0.1)] + ([buf] if momentum else []),
-               num_outputs=0, momentum=momentum, nesterov=int(nesterov), weight_decay=wd)
+        run_op(
+            OpCode.SGD_UPDATE,
+            [p, g, np.float32(0.1)] + ([buf] if momentum else []),
+            num_outputs=0,
+            momentum=momentum,
+            nesterov=int(nesterov),
+            weight_decay=wd,
+        )
         tp.grad = torch.tensor(g)
         opt.step()
     # Same float32 formulas; only the order of a few float32 operations may differ.
@@ -73,7 +94,7 @@ def adam_reference(p, gs, lr, b1, b2, eps, wd, decoupled):
             g = g + wd * p
         m = b1 * m + (1 - b1) * g
         v = b2 * v + (1 - b2) * g * g
-        mhat, vhat = m / (1 - b1 ** t), v / (1 - b2 ** t)
+        mhat, vhat = m / (1 - b1**t), v / (1 - b2**t)
         p = p - lr * mhat / (np.sqrt(vhat) + eps)
     return p
 
@@ -84,12 +105,24 @@ def test_adam_update(wd, decoupled):
     start = p.copy()
     m, v, step = np.zeros_like(p), np.zeros_like(p), np.zeros((), np.int64)
     for g in grads(p.shape):
-        run_op(OpCode.ADAM_UPDATE, [p, g, np.float32(0.01), m, v, step], num_outputs=0,
-               beta1=0.8, beta2=0.99, eps=1e-6, weight_decay=wd, decoupled=decoupled)
+        run_op(
+            OpCode.ADAM_UPDATE,
+            [p, g, np.float32(0.01), m, v, step],
+            num_outputs=0,
+            beta1=0.8,
+            beta2=0.99,
+            eps=1e-6,
+            weight_decay=wd,
+            decoupled=decoupled,
+        )
     assert int(step) == STEPS
     # float32 state vs the float64 reference.
-    np.testing.assert_allclose(p, adam_reference(start, grads(p.shape), 0.01, 0.8, 0.99, 1e-6,
-                                                 wd, decoupled), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(
+        p,
+        adam_reference(start, grads(p.shape), 0.01, 0.8, 0.99, 1e-6, wd, decoupled),
+        rtol=1e-5,
+        atol=1e-6,
+    )
 
 
 @pytest.mark.parametrize(("wd", "decoupled"), [(0.0, 0), (0.1, 0), (0.1, 1)])
@@ -101,8 +134,16 @@ def test_adam_update_matches_torch(wd, decoupled):
     opt = cls([tp], lr=0.01, betas=(0.8, 0.99), eps=1e-6, weight_decay=wd)
     m, v, step = np.zeros_like(p), np.zeros_like(p), np.zeros((), np.int64)
     for g in grads(p.shape):
-        run_op(OpCode.ADAM_UPDATE, [p, g, np.float32(0.01), m, v, step], num_outputs=0,
-               beta1=0.8, beta2=0.99, eps=1e-6, weight_decay=wd, decoupled=decoupled)
+        run_op(
+            OpCode.ADAM_UPDATE,
+            [p, g, np.float32(0.01), m, v, step],
+            num_outputs=0,
+            beta1=0.8,
+            beta2=0.99,
+            eps=1e-6,
+            weight_decay=wd,
+            decoupled=decoupled,
+        )
         tp.grad = torch.tensor(g)
         opt.step()
     # float32 on both sides; torch computes the bias corrections in a different order.
@@ -116,5 +157,9 @@ def test_update_kernels_reject_bad_configuration():
     with pytest.raises(ShapeError, match="gradient"):
         run_op(OpCode.SGD_UPDATE, [p, np.zeros(4, np.float32), np.float32(0.1)], num_outputs=0)
     with pytest.raises(ShapeError, match="betas"):
-        run_op(OpCode.ADAM_UPDATE, [p, p, np.float32(0.1), p.copy(), p.copy(),
-                                    np.zeros((), np.int64)], num_outputs=0, beta1=1.0)
+        run_op(
+            OpCode.ADAM_UPDATE,
+            [p, p, np.float32(0.1), p.copy(), p.copy(), np.zeros((), np.int64)],
+            num_outputs=0,
+            beta1=1.0,
+        )

@@ -10,9 +10,9 @@ from tests.unit.autodiff.gradcheck import GradientCase, check_op, rand
 
 SHAPES = [
     ((3, 4), (3, 4)),
-    ((2, 3, 4), (4,)),        # trailing broadcast: b's gradient sums the leading axes
-    ((2, 3, 4), (3, 1)),      # middle broadcast with a size-1 axis
-    ((1, 4), (3, 1)),         # both sides broadcast
+    ((2, 3, 4), (4,)),  # trailing broadcast: b's gradient sums the leading axes
+    ((2, 3, 4), (3, 1)),  # middle broadcast with a size-1 axis
+    ((1, 4), (3, 1)),  # both sides broadcast
 ]
 
 OPS = {
@@ -30,14 +30,21 @@ def test_binary(op, sa, sb):
     if op == OpCode.DIV:
         # Keep divisors away from 0, where the quotient and its derivative blow up.
         b_value = np.sign(b_value) * (np.abs(b_value) + 0.5)
-    check_op(lambda bld, a, b: bld.op(op, [a, b]), {"a": rand(*sa, seed=1)}, {"b": b_value},
-             torch_fn=OPS[op])
+    check_op(
+        lambda bld, a, b: bld.op(op, [a, b]),
+        {"a": rand(*sa, seed=1)},
+        {"b": b_value},
+        torch_fn=OPS[op],
+    )
 
 
 def test_same_tensor_on_both_sides_accumulates():
     # x * x: both inputs are x, so the engine must add the two contributions (2x).
-    check_op(lambda bld, x: bld.op(OpCode.MUL, [x, x]), {"x": rand(3, 4, seed=1)},
-             torch_fn=lambda x: x * x)
+    check_op(
+        lambda bld, x: bld.op(OpCode.MUL, [x, x]),
+        {"x": rand(3, 4, seed=1)},
+        torch_fn=lambda x: x * x,
+    )
 
 
 def test_fused_relu_on_add():
@@ -45,8 +52,12 @@ def test_fused_relu_on_add():
     b = rand(4, seed=2)
     # Keep x + b away from 0, the kink of relu.
     x = x + np.where(np.abs(x + b) < 0.1, 0.3, 0.0)
-    check_op(lambda bld, x, b: bld.op(OpCode.ADD, [x, b], activation="relu"), {"x": x},
-             {"b": b}, torch_fn=lambda x, b: (x + b).relu())
+    check_op(
+        lambda bld, x, b: bld.op(OpCode.ADD, [x, b], activation="relu"),
+        {"x": x},
+        {"b": b},
+        torch_fn=lambda x, b: (x + b).relu(),
+    )
 
 
 @pytest.mark.parametrize("op", [OpCode.MAXIMUM, OpCode.MINIMUM], ids=lambda op: op.name)
@@ -57,8 +68,12 @@ def test_maximum_minimum(op):
         return torch.maximum(a, b) if op == OpCode.MAXIMUM else torch.minimum(a, b)
 
     # Random values: no ties, so each output has one well-defined source.
-    check_op(lambda bld, a, b: bld.op(op, [a, b]), {"a": rand(2, 3, 4, seed=1)},
-             {"b": rand(3, 1, seed=2)}, torch_fn=fn)
+    check_op(
+        lambda bld, a, b: bld.op(op, [a, b]),
+        {"a": rand(2, 3, 4, seed=1)},
+        {"b": rand(3, 1, seed=2)},
+        torch_fn=fn,
+    )
 
 
 def _broadcast_pair(draw_shape, mask):
@@ -75,9 +90,15 @@ def test_broadcast_gradients_property(op):
     st = hypothesis.strategies
 
     @hypothesis.settings(max_examples=15, deadline=None)
-    @hypothesis.given(st.lists(st.integers(1, 3), min_size=1, max_size=4).flatmap(
-        lambda s: st.tuples(st.just(s), st.lists(st.booleans(), min_size=len(s),
-                                                 max_size=len(s)), st.integers(0, len(s)))))
+    @hypothesis.given(
+        st.lists(st.integers(1, 3), min_size=1, max_size=4).flatmap(
+            lambda s: st.tuples(
+                st.just(s),
+                st.lists(st.booleans(), min_size=len(s), max_size=len(s)),
+                st.integers(0, len(s)),
+            )
+        )
+    )
     def check(args):
         shape, mask, cut = args
         sa, sb = _broadcast_pair(shape, mask)
@@ -90,11 +111,13 @@ def test_broadcast_gradients_property(op):
         da = dy if op == OpCode.ADD else dy * b
         db = dy if op == OpCode.ADD else dy * a
         lead = len(y.shape) - len(sb)
-        axes = tuple(range(lead)) + tuple(lead + k for k, d in enumerate(sb)
-                                          if d == 1 and y.shape[lead + k] != 1)
+        axes = tuple(range(lead)) + tuple(
+            lead + k for k, d in enumerate(sb) if d == 1 and y.shape[lead + k] != 1
+        )
         # a has the full shape; b was broadcast along `axes`.
         np.testing.assert_allclose(grads["a"], da, rtol=1e-10, atol=1e-14)
-        np.testing.assert_allclose(grads["b"], db.sum(axis=axes).reshape(sb), rtol=1e-10,
-                                   atol=1e-14)
+        np.testing.assert_allclose(
+            grads["b"], db.sum(axis=axes).reshape(sb), rtol=1e-10, atol=1e-14
+        )
 
     check()

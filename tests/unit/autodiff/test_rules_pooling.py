@@ -24,47 +24,63 @@ def _F():
 
 MAX_CASES = {
     "2x2": ({"kernel_shape": [2, 2], "strides": [2, 2]}, {"kernel_size": 2, "stride": 2}),
-    "3x3_overlap_pad": ({"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]},
-                        {"kernel_size": 3, "stride": 2, "padding": 1}),
-    "ceil_mode": ({"kernel_shape": [2, 2], "strides": [2, 2], "ceil_mode": 1},
-                  {"kernel_size": 2, "stride": 2, "ceil_mode": True}),
+    "3x3_overlap_pad": (
+        {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]},
+        {"kernel_size": 3, "stride": 2, "padding": 1},
+    ),
+    "ceil_mode": (
+        {"kernel_shape": [2, 2], "strides": [2, 2], "ceil_mode": 1},
+        {"kernel_size": 2, "stride": 2, "ceil_mode": True},
+    ),
 }
 
 
 @pytest.mark.parametrize("name", list(MAX_CASES))
 def test_max_pool(name):
     attrs, kw = MAX_CASES[name]
-    check_op(lambda b, x: b.op(OpCode.MAX_POOL2D, [x], **attrs), {"x": distinct(2, 2, 5, 5)},
-             torch_fn=lambda x: _F().max_pool2d(x, **kw))
+    check_op(
+        lambda b, x: b.op(OpCode.MAX_POOL2D, [x], **attrs),
+        {"x": distinct(2, 2, 5, 5)},
+        torch_fn=lambda x: _F().max_pool2d(x, **kw),
+    )
 
 
 AVG_CASES = {
     "2x2": ({"kernel_shape": [2, 2], "strides": [2, 2]}, {"kernel_size": 2, "stride": 2}),
-    "3x3_pad_exclude": ({"kernel_shape": [3, 3], "strides": [1, 1], "pads": [1, 1, 1, 1]},
-                        {"kernel_size": 3, "stride": 1, "padding": 1,
-                         "count_include_pad": False}),
-    "3x3_pad_include": ({"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1],
-                         "count_include_pad": 1},
-                        {"kernel_size": 3, "stride": 2, "padding": 1,
-                         "count_include_pad": True}),
+    "3x3_pad_exclude": (
+        {"kernel_shape": [3, 3], "strides": [1, 1], "pads": [1, 1, 1, 1]},
+        {"kernel_size": 3, "stride": 1, "padding": 1, "count_include_pad": False},
+    ),
+    "3x3_pad_include": (
+        {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1], "count_include_pad": 1},
+        {"kernel_size": 3, "stride": 2, "padding": 1, "count_include_pad": True},
+    ),
 }
 
 
 @pytest.mark.parametrize("name", list(AVG_CASES))
 def test_avg_pool(name):
     attrs, kw = AVG_CASES[name]
-    check_op(lambda b, x: b.op(OpCode.AVG_POOL2D, [x], **attrs), {"x": distinct(2, 2, 5, 5)},
-             torch_fn=lambda x: _F().avg_pool2d(x, **kw))
+    check_op(
+        lambda b, x: b.op(OpCode.AVG_POOL2D, [x], **attrs),
+        {"x": distinct(2, 2, 5, 5)},
+        torch_fn=lambda x: _F().avg_pool2d(x, **kw),
+    )
 
 
 def test_global_average_pool():
-    check_op(lambda b, x: b.op(OpCode.GLOBAL_AVG_POOL, [x]), {"x": distinct(2, 3, 4, 4)},
-             torch_fn=lambda x: x.mean(dim=(2, 3), keepdim=True))
+    check_op(
+        lambda b, x: b.op(OpCode.GLOBAL_AVG_POOL, [x]),
+        {"x": distinct(2, 3, 4, 4)},
+        torch_fn=lambda x: x.mean(dim=(2, 3), keepdim=True),
+    )
 
 
-@pytest.mark.parametrize("attrs", [{"kernel_shape": [2, 2], "strides": [2, 2]},
-                                   {"kernel_shape": [3, 3], "strides": [1, 1]}],
-                         ids=["tiled", "overlapping"])
+@pytest.mark.parametrize(
+    "attrs",
+    [{"kernel_shape": [2, 2], "strides": [2, 2]}, {"kernel_shape": [3, 3], "strides": [1, 1]}],
+    ids=["tiled", "overlapping"],
+)
 def test_max_pool_ties_route_to_the_first_maximum_like_pytorch(attrs):
     # Relu before a pool makes whole windows of zeros: the gradient must go to one element
     # per window (the first), not to every tied one.
@@ -83,5 +99,8 @@ def test_max_pool_ties_route_to_the_first_maximum_like_pytorch(attrs):
 
 
 def test_global_max_pool():
-    check_op(lambda b, x: b.op(OpCode.GLOBAL_MAX_POOL, [x]), {"x": distinct(2, 3, 4, 4)},
-             torch_fn=lambda x: x.amax(dim=(2, 3), keepdim=True))
+    check_op(
+        lambda b, x: b.op(OpCode.GLOBAL_MAX_POOL, [x]),
+        {"x": distinct(2, 3, 4, 4)},
+        torch_fn=lambda x: x.amax(dim=(2, 3), keepdim=True),
+    )

@@ -15,8 +15,11 @@ def i64(*values):
 
 
 def test_transpose():
-    check_op(lambda b, x: b.op(OpCode.TRANSPOSE, [x], perm=[2, 0, 1]),
-             {"x": rand(2, 3, 4, seed=1)}, torch_fn=lambda x: x.permute(2, 0, 1))
+    check_op(
+        lambda b, x: b.op(OpCode.TRANSPOSE, [x], perm=[2, 0, 1]),
+        {"x": rand(2, 3, 4, seed=1)},
+        torch_fn=lambda x: x.permute(2, 0, 1),
+    )
 
 
 def test_squeeze_unsqueeze():
@@ -28,9 +31,12 @@ def test_squeeze_unsqueeze():
 
 
 def test_concat_of_three():
-    check_op(lambda b, x, y, z: b.op(OpCode.CONCAT, [x, y, z], axis=1),
-             {"x": rand(2, 1, 3, seed=1)}, {"y": rand(2, 2, 3, seed=2), "z": rand(2, 3, 3, seed=3)},
-             torch_fn=lambda x, y, z: __import__("torch").cat([x, y, z], 1))
+    check_op(
+        lambda b, x, y, z: b.op(OpCode.CONCAT, [x, y, z], axis=1),
+        {"x": rand(2, 1, 3, seed=1)},
+        {"y": rand(2, 2, 3, seed=2), "z": rand(2, 3, 3, seed=3)},
+        torch_fn=lambda x, y, z: __import__("torch").cat([x, y, z], 1),
+    )
 
 
 def test_split_with_an_unused_output():
@@ -49,13 +55,21 @@ def test_split_with_an_unused_output():
 
 def test_slice_with_constant_inputs_and_steps():
     def build(b, x):
-        return b.op(OpCode.SLICE, [x, b.constant("starts", i64(1, -1)),
-                                   b.constant("ends", i64(5, 0)), b.constant("axes", i64(1, 2)),
-                                   b.constant("steps", i64(2, -2))])
+        return b.op(
+            OpCode.SLICE,
+            [
+                x,
+                b.constant("starts", i64(1, -1)),
+                b.constant("ends", i64(5, 0)),
+                b.constant("axes", i64(1, 2)),
+                b.constant("steps", i64(2, -2)),
+            ],
+        )
 
     # Axis 2 from index 4 down to (not including) 0 by -2: indices 4 and 2.
-    check_op(build, {"x": rand(2, 6, 5, seed=1)},
-             torch_fn=lambda x: x[:, 1:5:2].flip(2)[:, :, 0:4:2])
+    check_op(
+        build, {"x": rand(2, 6, 5, seed=1)}, torch_fn=lambda x: x[:, 1:5:2].flip(2)[:, :, 0:4:2]
+    )
 
 
 @pytest.mark.parametrize("pads", [[0, 1, 2, 0, 2, 1], [0, -1, 1, 0, 1, -1]])
@@ -66,8 +80,11 @@ def test_pad_constant_mode(pads):
 
         return F.pad(x, (pads[2], pads[5], pads[1], pads[4], pads[0], pads[3]), value=0.5)
 
-    check_op(lambda b, x: b.op(OpCode.PAD, [x], pads=pads, value=0.5),
-             {"x": rand(2, 4, 3, seed=1)}, torch_fn=torch_fn)
+    check_op(
+        lambda b, x: b.op(OpCode.PAD, [x], pads=pads, value=0.5),
+        {"x": rand(2, 4, 3, seed=1)},
+        torch_fn=torch_fn,
+    )
 
 
 def test_gather_with_repeated_indices():
@@ -77,13 +94,19 @@ def test_gather_with_repeated_indices():
     def build(b, x):
         return b.op(OpCode.GATHER, [x, b.constant("idx", idx)], axis=1)
 
-    check_op(build, {"x": rand(2, 5, 3, seed=1)},
-             torch_fn=lambda x: x[:, __import__("torch").tensor(idx)])
+    check_op(
+        build,
+        {"x": rand(2, 5, 3, seed=1)},
+        torch_fn=lambda x: x[:, __import__("torch").tensor(idx)],
+    )
 
 
 def test_expand():
-    check_op(lambda b, x: b.op(OpCode.EXPAND, [x, b.constant("shape", i64(2, 3, 4))]),
-             {"x": rand(3, 1, seed=1)}, torch_fn=lambda x: x.expand(2, 3, 4))
+    check_op(
+        lambda b, x: b.op(OpCode.EXPAND, [x, b.constant("shape", i64(2, 3, 4))]),
+        {"x": rand(3, 1, seed=1)},
+        torch_fn=lambda x: x.expand(2, 3, 4),
+    )
 
 
 @pytest.mark.parametrize("op", [OpCode.REDUCE_SUM, OpCode.REDUCE_MEAN], ids=lambda o: o.name)
@@ -96,8 +119,7 @@ def test_reduce(op, axes, keepdims):
         f = x.sum if op == OpCode.REDUCE_SUM else x.mean
         return f(dim=dims, keepdim=bool(keepdims))
 
-    check_op(lambda b, x: b.op(op, [x], **attrs), {"x": rand(2, 3, 4, seed=1)},
-             torch_fn=torch_fn)
+    check_op(lambda b, x: b.op(op, [x], **attrs), {"x": rand(2, 3, 4, seed=1)}, torch_fn=torch_fn)
 
 
 def test_reduce_with_axes_input_and_noop_with_empty_axes():

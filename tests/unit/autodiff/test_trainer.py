@@ -38,21 +38,28 @@ def separable(n=256, seed=1):
     return x, y
 
 
-@pytest.mark.parametrize("optimizer", [
-    OptimizerConfig("sgd", lr=0.2, momentum=0.9, nesterov=True, weight_decay=1e-4),
-    OptimizerConfig("adam", lr=0.02),
-    OptimizerConfig("adamw", lr=0.02, weight_decay=0.01),
-])
+@pytest.mark.parametrize(
+    "optimizer",
+    [
+        OptimizerConfig("sgd", lr=0.2, momentum=0.9, nesterov=True, weight_decay=1e-4),
+        OptimizerConfig("adam", lr=0.02),
+        OptimizerConfig("adamw", lr=0.02, weight_decay=0.01),
+    ],
+)
 def test_mlp_loss_falls_and_accuracy_rises(optimizer):
     x, y = separable()
-    model = make_training_model(mlp(dropout=True), output="logits",
-                                loss="softmax_cross_entropy", optimizer=optimizer,
-                                label_smoothing=0.05)
+    model = make_training_model(
+        mlp(dropout=True),
+        output="logits",
+        loss="softmax_cross_entropy",
+        optimizer=optimizer,
+        label_smoothing=0.05,
+    )
     trainer = Trainer(model, num_threads=1)
     losses = []
     for _epoch in range(40):
         for k in range(0, len(x), 64):
-            losses.append(trainer.step({"x": x[k:k + 64], "labels": y[k:k + 64]}, optimizer.lr))
+            losses.append(trainer.step({"x": x[k : k + 64], "labels": y[k : k + 64]}, optimizer.lr))
     assert np.mean(losses[-4:]) < 0.5 * np.mean(losses[:4])
     accuracy = (trainer.evaluate({"x": x})["logits"].argmax(1) == y).mean()
     assert accuracy > 0.9
@@ -61,9 +68,13 @@ def test_mlp_loss_falls_and_accuracy_rises(optimizer):
 def test_head_only_training_leaves_the_backbone_bit_identical():
     x, y = separable()
     base = mlp()
-    model = make_training_model(base, output="logits", loss="softmax_cross_entropy",
-                                optimizer=OptimizerConfig("sgd", lr=0.1, momentum=0.9),
-                                trainable={"fc2.weight", "fc2.bias"})
+    model = make_training_model(
+        base,
+        output="logits",
+        loss="softmax_cross_entropy",
+        optimizer=OptimizerConfig("sgd", lr=0.1, momentum=0.9),
+        trainable={"fc2.weight", "fc2.bias"},
+    )
     trainer = Trainer(model)
     for _ in range(10):
         trainer.step({"x": x, "labels": y}, 0.1)
@@ -79,8 +90,12 @@ def test_head_only_training_leaves_the_backbone_bit_identical():
 
 def test_export_matches_evaluate_and_round_trips_through_a_file():
     x, y = separable(64)
-    model = make_training_model(mlp(dropout=True), output="logits", loss="softmax_cross_entropy",
-                                optimizer=OptimizerConfig("adam", lr=0.01))
+    model = make_training_model(
+        mlp(dropout=True),
+        output="logits",
+        loss="softmax_cross_entropy",
+        optimizer=OptimizerConfig("adam", lr=0.01),
+    )
     # The training model itself serializes (two graphs, update nodes without outputs).
     model = parse(serialize(model))
     trainer = Trainer(model)
@@ -91,16 +106,16 @@ def test_export_matches_evaluate_and_round_trips_through_a_file():
     assert not any(k.startswith("train.") for k in exported.metadata)
     assert not any("/adam_" in t.name for t in exported.tensors)
     out = Interpreter(model_content=serialize(exported)).run({"x": x})["logits"]
-    np.testing.assert_allclose(out, trainer.evaluate({"x": x})["logits"], rtol=1e-6,
-                               atol=1e-6)
+    np.testing.assert_allclose(out, trainer.evaluate({"x": x})["logits"], rtol=1e-6, atol=1e-6)
 
 
 @pytest.mark.parametrize("loss", ["mse", "bce_with_logits"])
 def test_regression_and_binary_losses_train(loss):
     x, y = separable()
     target = np.eye(3, dtype=np.float32)[y]
-    model = make_training_model(mlp(), output="logits", loss=loss,
-                                optimizer=OptimizerConfig("sgd", lr=0.5))
+    model = make_training_model(
+        mlp(), output="logits", loss=loss, optimizer=OptimizerConfig("sgd", lr=0.5)
+    )
     trainer = Trainer(model)
     first = trainer.step({"x": x, "labels": target}, 0.5)
     for _ in range(100):
@@ -111,11 +126,14 @@ def test_regression_and_binary_losses_train(loss):
 def test_one_hot_labels_match_class_ids():
     x, y = separable(32)
     opt = OptimizerConfig("sgd", lr=0.1)
-    by_id = Trainer(make_training_model(mlp(), output="logits", loss="softmax_cross_entropy",
-                                        optimizer=opt))
-    one_hot = Trainer(make_training_model(mlp(), output="logits",
-                                          loss="softmax_cross_entropy", optimizer=opt,
-                                          one_hot_labels=True))
+    by_id = Trainer(
+        make_training_model(mlp(), output="logits", loss="softmax_cross_entropy", optimizer=opt)
+    )
+    one_hot = Trainer(
+        make_training_model(
+            mlp(), output="logits", loss="softmax_cross_entropy", optimizer=opt, one_hot_labels=True
+        )
+    )
     for _ in range(3):
         a = by_id.step({"x": x, "labels": y}, 0.1)
         b = one_hot.step({"x": x, "labels": np.eye(3, dtype=np.float32)[y]}, 0.1)
@@ -132,8 +150,13 @@ def test_configuration_errors_are_reported_when_built():
     with pytest.raises(ValueError, match="loss must be"):
         make_training_model(mlp(), output="logits", loss="hinge", optimizer=OptimizerConfig())
     with pytest.raises(ValueError, match="unknown tensors"):
-        make_training_model(mlp(), output="logits", loss="mse", optimizer=OptimizerConfig(),
-                            trainable={"fc9.weight"})
+        make_training_model(
+            mlp(),
+            output="logits",
+            loss="mse",
+            optimizer=OptimizerConfig(),
+            trainable={"fc9.weight"},
+        )
     with pytest.raises(ValueError, match="no 'train' signature"):
         Trainer(mlp())
 
@@ -141,8 +164,11 @@ def test_configuration_errors_are_reported_when_built():
 def test_trainer_rejects_bad_feeds():
     from sporenet.lite import InputError
 
-    trainer = Trainer(make_training_model(mlp(), output="logits", loss="softmax_cross_entropy",
-                                          optimizer=OptimizerConfig()))
+    trainer = Trainer(
+        make_training_model(
+            mlp(), output="logits", loss="softmax_cross_entropy", optimizer=OptimizerConfig()
+        )
+    )
     x, y = separable(8)
     with pytest.raises(InputError, match="missing"):
         trainer.step({"x": x}, 0.1)
@@ -174,9 +200,15 @@ def cnn(seed=0):
     x = b.input("x", (-1, 1, 6, 6))
     w = b.constant("conv.weight", rng.normal(size=(4, 1, 3, 3)) * 0.5, np.float32)
     h = b.op(OpCode.CONV2D, [x, w], pads=[1, 1, 1, 1])
-    bn = [b.constant(f"bn.{k}", v.astype(np.float32)) for k, v in
-          (("weight", np.ones(4)), ("bias", np.zeros(4)), ("running_mean", np.zeros(4)),
-           ("running_var", np.ones(4)))]
+    bn = [
+        b.constant(f"bn.{k}", v.astype(np.float32))
+        for k, v in (
+            ("weight", np.ones(4)),
+            ("bias", np.zeros(4)),
+            ("running_mean", np.zeros(4)),
+            ("running_var", np.ones(4)),
+        )
+    ]
     h = b.op(OpCode.BATCH_NORM, [h, *bn])
     h = b.op(OpCode.RELU, [h])
     h = b.op(OpCode.MAX_POOL2D, [h], kernel_shape=[2, 2], strides=[2, 2])
@@ -203,13 +235,20 @@ def bars(n=128, seed=2):
 
 def test_cnn_with_batch_norm_trains_and_updates_running_statistics():
     x, y = bars()
-    model = make_training_model(cnn(), output="logits", loss="softmax_cross_entropy",
-                                optimizer=OptimizerConfig("sgd", lr=0.1, momentum=0.9))
+    model = make_training_model(
+        cnn(),
+        output="logits",
+        loss="softmax_cross_entropy",
+        optimizer=OptimizerConfig("sgd", lr=0.1, momentum=0.9),
+    )
     ops = [n.op for n in model.graphs[model.signature("train").graph].nodes]
     assert OpCode.BATCH_NORM_TRAINING in ops and OpCode.BATCH_NORM not in ops
     trainer = Trainer(model)
-    losses = [trainer.step({"x": x[k:k + 32], "labels": y[k:k + 32]}, 0.1)
-              for _ in range(8) for k in range(0, len(x), 32)]
+    losses = [
+        trainer.step({"x": x[k : k + 32], "labels": y[k : k + 32]}, 0.1)
+        for _ in range(8)
+        for k in range(0, len(x), 32)
+    ]
     assert np.mean(losses[-4:]) < 0.5 * np.mean(losses[:4])
     stats = trainer.weights()
     assert not np.allclose(stats["bn.running_mean"], 0)  # updated by the train graph
@@ -225,9 +264,13 @@ def test_cnn_with_batch_norm_trains_and_updates_running_statistics():
 def test_frozen_backbone_batch_norm_stays_in_inference_form():
     x, y = bars(32)
     base = cnn()
-    model = make_training_model(base, output="logits", loss="softmax_cross_entropy",
-                                optimizer=OptimizerConfig("adam", lr=0.01),
-                                trainable={"fc.weight", "fc.bias"})
+    model = make_training_model(
+        base,
+        output="logits",
+        loss="softmax_cross_entropy",
+        optimizer=OptimizerConfig("adam", lr=0.01),
+        trainable={"fc.weight", "fc.bias"},
+    )
     ops = [n.op for n in model.graphs[model.signature("train").graph].nodes]
     assert OpCode.BATCH_NORM in ops and OpCode.BATCH_NORM_TRAINING not in ops
     # Only the head's gradients are computed: no backward op for the conv at all.
@@ -245,16 +288,32 @@ def test_batch_norm_on_features_with_a_dynamic_batch():
     rng = np.random.default_rng(0)
     b = ModelBuilder()
     x = b.input("x", (-1, 4))
-    h = b.op(OpCode.FULLY_CONNECTED, [x, b.constant("fc1.weight", rng.normal(size=(8, 4)),
-                                                    np.float32)])
-    bn = [b.constant(f"bn.{k}", v.astype(np.float32)) for k, v in
-          (("weight", np.ones(8)), ("bias", np.zeros(8)), ("mean", np.zeros(8)),
-           ("var", np.ones(8)))]
+    h = b.op(
+        OpCode.FULLY_CONNECTED, [x, b.constant("fc1.weight", rng.normal(size=(8, 4)), np.float32)]
+    )
+    bn = [
+        b.constant(f"bn.{k}", v.astype(np.float32))
+        for k, v in (
+            ("weight", np.ones(8)),
+            ("bias", np.zeros(8)),
+            ("mean", np.zeros(8)),
+            ("var", np.ones(8)),
+        )
+    ]
     h = b.op(OpCode.RELU, [b.op(OpCode.BATCH_NORM, [h, *bn])])
-    b.output(b.op(OpCode.FULLY_CONNECTED, [h, b.constant("fc2.weight", rng.normal(
-        size=(3, 8)) * 0.3, np.float32)]), "logits")
-    model = make_training_model(b.build(), output="logits", loss="softmax_cross_entropy",
-                                optimizer=OptimizerConfig("sgd", lr=0.1, momentum=0.9))
+    b.output(
+        b.op(
+            OpCode.FULLY_CONNECTED,
+            [h, b.constant("fc2.weight", rng.normal(size=(3, 8)) * 0.3, np.float32)],
+        ),
+        "logits",
+    )
+    model = make_training_model(
+        b.build(),
+        output="logits",
+        loss="softmax_cross_entropy",
+        optimizer=OptimizerConfig("sgd", lr=0.1, momentum=0.9),
+    )
     xs, ys = separable()
     trainer = Trainer(model)
     losses = [trainer.step({"x": xs, "labels": ys}, 0.1) for _ in range(60)]
@@ -267,8 +326,9 @@ def test_default_trainable_is_flagged_tensors_or_else_weights_only():
     # argument constants (here BatchNorm running statistics) do not.
     model = cnn()
     assert not any(t.trainable for t in model.tensors)
-    train = make_training_model(model, output="logits", loss="softmax_cross_entropy",
-                                optimizer=OptimizerConfig())
+    train = make_training_model(
+        model, output="logits", loss="softmax_cross_entropy", optimizer=OptimizerConfig()
+    )
     trained = {train.tensors[i].name for i in Trainer(train)._params}
     assert trained == {"conv.weight", "bn.weight", "bn.bias", "fc.weight", "fc.bias"}
     # Flagged tensors win: only they train.
@@ -278,8 +338,9 @@ def test_default_trainable_is_flagged_tensors_or_else_weights_only():
     frozen = b.constant("frozen", np.ones((3, 3), np.float32))
     h = b.op(OpCode.CLIP, [b.op(OpCode.FULLY_CONNECTED, [x, w])], min=0.0, max=6.0)
     b.output(b.op(OpCode.FULLY_CONNECTED, [h, frozen]), "logits")
-    flagged = make_training_model(b.build(), output="logits", loss="mse",
-                                  optimizer=OptimizerConfig())
+    flagged = make_training_model(
+        b.build(), output="logits", loss="mse", optimizer=OptimizerConfig()
+    )
     assert {flagged.tensors[i].name for i in Trainer(flagged)._params} == {"w"}
 
 
@@ -290,9 +351,13 @@ def test_on_device_fine_tuning_of_a_memory_mapped_model_file(tmp_path):
     x, y = bars(64)
     path = save(cnn(), tmp_path / "base.spore")
     base = load(path)
-    model = make_training_model(base, output="logits", loss="softmax_cross_entropy",
-                                optimizer=OptimizerConfig("sgd", lr=0.05, momentum=0.9),
-                                trainable={"fc.weight", "fc.bias"})
+    model = make_training_model(
+        base,
+        output="logits",
+        loss="softmax_cross_entropy",
+        optimizer=OptimizerConfig("sgd", lr=0.05, momentum=0.9),
+        trainable={"fc.weight", "fc.bias"},
+    )
     trainer = Trainer(model, num_threads=1)
     first = trainer.step({"x": x, "labels": y}, 0.05)
     for _ in range(15):

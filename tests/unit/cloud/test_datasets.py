@@ -7,8 +7,9 @@ import pytest
 
 from sporenet.cloud.datasets import load_digits
 
-sklearn = pytest.importorskip("sklearn", reason="the digits data ships with scikit-learn "
-                              "(the optional `datasets` extra)")
+sklearn = pytest.importorskip(
+    "sklearn", reason="the digits data ships with scikit-learn (the optional `datasets` extra)"
+)
 
 
 def test_digits_split_sizes_order_and_dtypes():
@@ -34,8 +35,12 @@ def test_random_shift_moves_each_image_by_at_most_one_pixel():
     moves = set()
     for k in range(len(x)):
         padded = np.pad(x[k, 0], 1)
-        match = [(dy, dx) for dy in range(3) for dx in range(3)
-                 if np.array_equal(padded[dy:dy + 8, dx:dx + 8], shifted[k, 0])]
+        match = [
+            (dy, dx)
+            for dy in range(3)
+            for dx in range(3)
+            if np.array_equal(padded[dy : dy + 8, dx : dx + 8], shifted[k, 0])
+        ]
         assert match, f"image {k} is not a one-pixel shift of the original"
         moves.add(match[0])
     assert len(moves) > 3  # the shifts really vary across the batch

@@ -19,9 +19,17 @@ RNG = np.random.default_rng(3)
 def _cnn() -> cloud.Sequential:
     cloud.manual_seed(1)
     net = cloud.Sequential(
-        L.Rescale(1 / 16), L.Conv2d(1, 8, 3, padding=1), L.BatchNorm2d(8), L.ReLU(),
-        L.MaxPool2d(2), L.DepthwiseConv2d(8, 3, padding=1, bias=False), L.BatchNorm2d(8),
-        L.ReLU6(), L.Dropout(0.3), L.Flatten(), L.Dense(128, 10),
+        L.Rescale(1 / 16),
+        L.Conv2d(1, 8, 3, padding=1),
+        L.BatchNorm2d(8),
+        L.ReLU(),
+        L.MaxPool2d(2),
+        L.DepthwiseConv2d(8, 3, padding=1, bias=False),
+        L.BatchNorm2d(8),
+        L.ReLU6(),
+        L.Dropout(0.3),
+        L.Flatten(),
+        L.Dense(128, 10),
     )
     for bn in (net[2], net[6]):  # non-trivial statistics so folding is really exercised
         bn.running_mean.value[:] = RNG.normal(size=8)
@@ -35,8 +43,13 @@ def test_export_round_trip_matches_eval_outputs(tmp_path):
     net = _cnn()
     x = load_digits().x_test[:32]
     path = tmp_path / "digits.spore"
-    cloud.export(net, path, input_shape=(1, 8, 8), labels=[str(d) for d in range(10)],
-                 input_range=(0.0, 16.0))
+    cloud.export(
+        net,
+        path,
+        input_shape=(1, 8, 8),
+        labels=[str(d) for d in range(10)],
+        input_range=(0.0, 16.0),
+    )
     assert net.training  # export leaves the module's mode alone
     expected = net.eval()(x)
     model = load(path)
@@ -67,8 +80,9 @@ def test_folding_keeps_the_parameters_names_and_drops_the_statistics(tmp_path):
 
 def test_export_without_folding_keeps_inference_batchnorm(tmp_path):
     net = _cnn()
-    model = cloud.export(net, tmp_path / "m.spore", input_shape=(1, 8, 8),
-                         fold_batch_norm=False, probabilities=False)
+    model = cloud.export(
+        net, tmp_path / "m.spore", input_shape=(1, 8, 8), fold_batch_norm=False, probabilities=False
+    )
     assert [n.op for n in model.graphs[0].nodes].count(OpCode.BATCH_NORM) == 2
     x = load_digits().x_test[:8]
     out = Interpreter(model_path=tmp_path / "m.spore").run({"input": x})

@@ -12,8 +12,9 @@ from sporenet.cloud import layers as L
 from sporenet.cloud.checkpoint import read_checkpoint
 from sporenet.cloud.errors import CheckpointError
 
-pytest.importorskip("sklearn", reason="the digits data ships with scikit-learn (the "
-                    "optional `datasets` extra)")
+pytest.importorskip(
+    "sklearn", reason="the digits data ships with scikit-learn (the optional `datasets` extra)"
+)
 DATA = cloud.load_digits()
 X, Y = DATA.x_train[:256], DATA.y_train[:256]
 
@@ -27,22 +28,33 @@ def test_eager_and_graph_modes_give_the_same_numbers():
     results = {}
     for mode in ("eager", "graph"):
         model = mlp()
-        history = cloud.fit(model, X, Y, epochs=2, batch_size=48, optimizer=cloud.Adam(lr=1e-2),
-                            seed=3, verbose=0, mode=mode)
+        history = cloud.fit(
+            model,
+            X,
+            Y,
+            epochs=2,
+            batch_size=48,
+            optimizer=cloud.Adam(lr=1e-2),
+            seed=3,
+            verbose=0,
+            mode=mode,
+        )
         results[mode] = (history["loss"], model.state_dict())
     # Same kernels and the same update ops; only BLAS summation order may differ.
     np.testing.assert_allclose(results["eager"][0], results["graph"][0], rtol=1e-5)
     for name, value in results["eager"][1].items():
-        np.testing.assert_allclose(value, results["graph"][1][name], rtol=1e-4, atol=1e-6,
-                                   err_msg=name)
+        np.testing.assert_allclose(
+            value, results["graph"][1][name], rtol=1e-4, atol=1e-6, err_msg=name
+        )
 
 
 def test_eager_gradients_match_finite_differences():
     # The eager tape + append_gradients path on a tiny model, checked numerically.
     cloud.manual_seed(5)
     model = cloud.Sequential(L.Dense(4, 3), L.Tanh(), L.Dense(3, 2))
-    engine = cloud.engines.EagerEngine(model, loss="softmax_cross_entropy",
-                                       optimizer=cloud.SGD(lr=0.1), label_smoothing=0.0)
+    engine = cloud.engines.EagerEngine(
+        model, loss="softmax_cross_entropy", optimizer=cloud.SGD(lr=0.1), label_smoothing=0.0
+    )
     rng = np.random.default_rng(0)
     x = rng.normal(size=(5, 4)).astype(np.float32)
     y = rng.integers(0, 2, size=5)
@@ -57,31 +69,50 @@ def test_eager_gradients_match_finite_differences():
         down = cloud.losses.softmax_cross_entropy(model(x), y)
         w[idx] = old
         # float32 forward passes: central differences are good to ~1e-3 here.
-        assert grads["0.weight"][idx] == pytest.approx((up - down) / (2 * eps), rel=2e-2,
-                                                       abs=1e-3)
+        assert grads["0.weight"][idx] == pytest.approx((up - down) / (2 * eps), rel=2e-2, abs=1e-3)
 
 
 @pytest.mark.parametrize("mode", ["graph", "eager"])
 def test_fit_learns_digits(mode):
     model = mlp()
-    history = cloud.fit(model, DATA.x_train, DATA.y_train, epochs=4, batch_size=32,
-                        optimizer=cloud.Adam(lr=3e-3), validation_data=(DATA.x_test,
-                                                                        DATA.y_test),
-                        verbose=0, mode=mode)
+    history = cloud.fit(
+        model,
+        DATA.x_train,
+        DATA.y_train,
+        epochs=4,
+        batch_size=32,
+        optimizer=cloud.Adam(lr=3e-3),
+        validation_data=(DATA.x_test, DATA.y_test),
+        verbose=0,
+        mode=mode,
+    )
     assert history["loss"][-1] < 0.5 * history["loss"][0]
     assert history["val_accuracy"][-1] > 0.85
     result = cloud.evaluate(model, DATA.x_test, DATA.y_test, mode=mode)
     assert result["accuracy"] == pytest.approx(history["val_accuracy"][-1])
-    np.testing.assert_allclose(cloud.predict(model, DATA.x_test[:20], mode="eager"),
-                               cloud.predict(model, DATA.x_test[:20], mode="graph"),
-                               rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(
+        cloud.predict(model, DATA.x_test[:20], mode="eager"),
+        cloud.predict(model, DATA.x_test[:20], mode="graph"),
+        rtol=1e-5,
+        atol=1e-5,
+    )
 
 
 @pytest.mark.parametrize("mode", ["graph", "eager"])
 def test_resume_from_checkpoint_gives_the_same_next_epoch(tmp_path, mode):
     def run(epochs, model, optimizer, **kw):
-        return cloud.fit(model, X, Y, epochs=epochs, batch_size=64, optimizer=optimizer,
-                         seed=1, verbose=0, mode=mode, **kw)
+        return cloud.fit(
+            model,
+            X,
+            Y,
+            epochs=epochs,
+            batch_size=64,
+            optimizer=optimizer,
+            seed=1,
+            verbose=0,
+            mode=mode,
+            **kw,
+        )
 
     straight, opt = mlp(), cloud.Adam(lr=1e-2)
     full = run(3, straight, opt)
@@ -116,9 +147,17 @@ def test_early_stopping_stops_and_restores_best_weights():
     model = mlp()
     # A learning rate this high makes the validation loss climb after the first epochs.
     stopper = cloud.EarlyStopping(monitor="val_loss", patience=1)
-    history = cloud.fit(model, X, Y, epochs=30, batch_size=16, optimizer=cloud.SGD(lr=2.0),
-                        validation_data=(DATA.x_test[:100], DATA.y_test[:100]),
-                        callbacks=[stopper], verbose=0)
+    history = cloud.fit(
+        model,
+        X,
+        Y,
+        epochs=30,
+        batch_size=16,
+        optimizer=cloud.SGD(lr=2.0),
+        validation_data=(DATA.x_test[:100], DATA.y_test[:100]),
+        callbacks=[stopper],
+        verbose=0,
+    )
     assert len(history["loss"]) < 30
     assert stopper.stopped_epoch == len(history["loss"]) - 1
     best = min(history["val_loss"])
@@ -129,12 +168,28 @@ def test_early_stopping_stops_and_restores_best_weights():
 
 def test_learning_rate_schedule_is_applied_each_epoch():
     schedule = cloud.schedules.StepLR(0.02, step_size=2, gamma=0.5)
-    history = cloud.fit(mlp(), X, Y, epochs=5, batch_size=64, optimizer=cloud.SGD(lr=0.02),
-                        callbacks=[cloud.LearningRateScheduler(schedule)], verbose=0)
+    history = cloud.fit(
+        mlp(),
+        X,
+        Y,
+        epochs=5,
+        batch_size=64,
+        optimizer=cloud.SGD(lr=0.02),
+        callbacks=[cloud.LearningRateScheduler(schedule)],
+        verbose=0,
+    )
     assert history["lr"] == pytest.approx([0.02, 0.02, 0.01, 0.01, 0.005])
     # A zero-progress schedule really changes training: lr 1e-9 leaves the loss flat.
-    frozen = cloud.fit(mlp(), X, Y, epochs=2, batch_size=64, optimizer=cloud.SGD(lr=0.02),
-                       callbacks=[cloud.LearningRateScheduler(lambda t: 1e-9)], verbose=0)
+    frozen = cloud.fit(
+        mlp(),
+        X,
+        Y,
+        epochs=2,
+        batch_size=64,
+        optimizer=cloud.SGD(lr=0.02),
+        callbacks=[cloud.LearningRateScheduler(lambda t: 1e-9)],
+        verbose=0,
+    )
     assert frozen["loss"][1] == pytest.approx(frozen["loss"][0], rel=1e-3)
 
 
@@ -148,8 +203,16 @@ def test_progress_output_lines():
 
 def test_plot_writes_a_png_only_when_matplotlib_is_installed(tmp_path):
     path = tmp_path / "curves.png"
-    history = cloud.fit(mlp(), X, Y, epochs=2, batch_size=64, verbose=0, plot=path,
-                        validation_data=(DATA.x_test[:50], DATA.y_test[:50]))
+    history = cloud.fit(
+        mlp(),
+        X,
+        Y,
+        epochs=2,
+        batch_size=64,
+        verbose=0,
+        plot=path,
+        validation_data=(DATA.x_test[:50], DATA.y_test[:50]),
+    )
     assert len(history["val_accuracy"]) == 2
     try:
         import matplotlib  # noqa: F401
@@ -166,26 +229,44 @@ def test_cnn_with_batchnorm_same_in_both_modes_and_running_stats_move():
     for mode in ("eager", "graph"):
         cloud.manual_seed(2)
         model = cloud.Sequential(
-            L.Rescale(1 / 16), L.Conv2d(1, 4, 3, padding=1, bias=False), L.BatchNorm2d(4),
-            L.ReLU(), L.DepthwiseConv2d(4, 3, padding=1), L.MaxPool2d(2), L.Flatten(),
-            L.Dense(64, 10))
-        history = cloud.fit(model, x, y, epochs=2, batch_size=32,
-                            optimizer=cloud.SGD(lr=0.05, momentum=0.9), verbose=0, mode=mode)
+            L.Rescale(1 / 16),
+            L.Conv2d(1, 4, 3, padding=1, bias=False),
+            L.BatchNorm2d(4),
+            L.ReLU(),
+            L.DepthwiseConv2d(4, 3, padding=1),
+            L.MaxPool2d(2),
+            L.Flatten(),
+            L.Dense(64, 10),
+        )
+        history = cloud.fit(
+            model,
+            x,
+            y,
+            epochs=2,
+            batch_size=32,
+            optimizer=cloud.SGD(lr=0.05, momentum=0.9),
+            verbose=0,
+            mode=mode,
+        )
         results[mode] = (history["loss"], model.state_dict())
     np.testing.assert_allclose(results["eager"][0], results["graph"][0], rtol=1e-5)
     for name, value in results["eager"][1].items():
-        np.testing.assert_allclose(value, results["graph"][1][name], rtol=1e-4, atol=1e-5,
-                                   err_msg=name)
+        np.testing.assert_allclose(
+            value, results["graph"][1][name], rtol=1e-4, atol=1e-5, err_msg=name
+        )
     state = results["graph"][1]
     assert not np.allclose(state["2.running_mean"], 0.0)  # updated by the training steps
     assert not np.allclose(state["2.running_var"], 1.0)
 
 
-@pytest.mark.parametrize(("loss", "kwargs"), [
-    ("softmax_cross_entropy", {"label_smoothing": 0.1}),
-    ("mse", {}),
-    ("bce_with_logits", {}),
-])
+@pytest.mark.parametrize(
+    ("loss", "kwargs"),
+    [
+        ("softmax_cross_entropy", {"label_smoothing": 0.1}),
+        ("mse", {}),
+        ("bce_with_logits", {}),
+    ],
+)
 def test_every_loss_trains_the_same_in_both_modes(loss, kwargs):
     x = X[:96]
     y = DATA.y_train[:96]
@@ -193,8 +274,18 @@ def test_every_loss_trains_the_same_in_both_modes(loss, kwargs):
         y = np.eye(10, dtype=np.float32)[y]  # one-hot targets shaped like the output
     losses = {}
     for mode in ("eager", "graph"):
-        history = cloud.fit(mlp(), x, y, epochs=3, batch_size=32, optimizer=cloud.AdamW(lr=1e-2),
-                            loss=loss, verbose=0, mode=mode, **kwargs)
+        history = cloud.fit(
+            mlp(),
+            x,
+            y,
+            epochs=3,
+            batch_size=32,
+            optimizer=cloud.AdamW(lr=1e-2),
+            loss=loss,
+            verbose=0,
+            mode=mode,
+            **kwargs,
+        )
         losses[mode] = history["loss"]
     np.testing.assert_allclose(losses["eager"], losses["graph"], rtol=1e-5)
     assert losses["graph"][-1] < losses["graph"][0]

@@ -30,9 +30,12 @@ def conv_reference(x, w, b, stride=(1, 1), pads=(0, 0, 0, 0), dilation=(1, 1), g
         for i in range(oh):
             for j in range(ow):
                 hs, ws = i * stride[0], j * stride[1]
-                patch = xp[:, g * cg:(g + 1) * cg,
-                           hs:hs + dilation[0] * (kh - 1) + 1:dilation[0],
-                           ws:ws + dilation[1] * (kw - 1) + 1:dilation[1]]
+                patch = xp[
+                    :,
+                    g * cg : (g + 1) * cg,
+                    hs : hs + dilation[0] * (kh - 1) + 1 : dilation[0],
+                    ws : ws + dilation[1] * (kw - 1) + 1 : dilation[1],
+                ]
                 out[:, oc, i, j] = (patch * w[oc]).sum(axis=(1, 2, 3))
     return out + (0 if b is None else b[None, :, None, None])
 
@@ -43,7 +46,7 @@ def pool_reference(x, k, s, reduce):
     out = np.zeros((n, c, oh, ow))
     for i in range(oh):
         for j in range(ow):
-            out[:, :, i, j] = reduce(x[:, :, i * s:i * s + k, j * s:j * s + k], axis=(2, 3))
+            out[:, :, i, j] = reduce(x[:, :, i * s : i * s + k, j * s : j * s + k], axis=(2, 3))
     return out
 
 
@@ -56,17 +59,21 @@ def test_dense_matches_numpy():
     np.testing.assert_allclose(no_bias(x), x.astype(np.float64) @ no_bias.weight.value.T, **TOL)
 
 
-@pytest.mark.parametrize(("kwargs", "pads"), [
-    ({"padding": 1}, (1, 1, 1, 1)),
-    ({"stride": 2}, (0, 0, 0, 0)),
-    ({"padding": "same", "dilation": 2}, (2, 2, 2, 2)),
-    ({"groups": 2, "padding": (0, 1)}, (0, 1, 0, 1)),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "pads"),
+    [
+        ({"padding": 1}, (1, 1, 1, 1)),
+        ({"stride": 2}, (0, 0, 0, 0)),
+        ({"padding": "same", "dilation": 2}, (2, 2, 2, 2)),
+        ({"groups": 2, "padding": (0, 1)}, (0, 1, 0, 1)),
+    ],
+)
 def test_conv2d_matches_numpy(kwargs, pads):
     layer = L.Conv2d(4, 6, 3, **kwargs)
     x = RNG.normal(size=(2, 4, 7, 7)).astype(np.float32)
-    expected = conv_reference(x, layer.weight.value, layer.bias.value, layer.stride, pads,
-                              layer.dilation, layer.groups)
+    expected = conv_reference(
+        x, layer.weight.value, layer.bias.value, layer.stride, pads, layer.dilation, layer.groups
+    )
     np.testing.assert_allclose(layer(x), expected, **TOL)
 
 
@@ -74,8 +81,7 @@ def test_depthwise_conv2d_is_one_filter_per_channel():
     layer = L.DepthwiseConv2d(3, 3, padding=1, depth_multiplier=2)
     assert layer.weight.shape == (6, 1, 3, 3)
     x = RNG.normal(size=(2, 3, 5, 5)).astype(np.float32)
-    expected = conv_reference(x, layer.weight.value, layer.bias.value, pads=(1, 1, 1, 1),
-                              groups=3)
+    expected = conv_reference(x, layer.weight.value, layer.bias.value, pads=(1, 1, 1, 1), groups=3)
     np.testing.assert_allclose(layer(x), expected, **TOL)
 
 
@@ -88,17 +94,16 @@ def test_batchnorm_eval_uses_running_statistics():
     layer.eval()
     x = RNG.normal(size=(4, 3, 2, 2)).astype(np.float32)
     shape = (1, 3, 1, 1)
-    expected = ((x - layer.running_mean.value.reshape(shape))
-                / np.sqrt(layer.running_var.value.reshape(shape) + 1e-3)
-                * layer.weight.value.reshape(shape) + layer.bias.value.reshape(shape))
+    expected = (x - layer.running_mean.value.reshape(shape)) / np.sqrt(
+        layer.running_var.value.reshape(shape) + 1e-3
+    ) * layer.weight.value.reshape(shape) + layer.bias.value.reshape(shape)
     np.testing.assert_allclose(layer(x), expected, **TOL)
 
 
 def test_pooling_layers_match_numpy():
     x = RNG.normal(size=(2, 3, 6, 6)).astype(np.float32)
     np.testing.assert_allclose(L.MaxPool2d(2)(x), pool_reference(x, 2, 2, np.max), **TOL)
-    np.testing.assert_allclose(L.AvgPool2d(3, stride=1)(x), pool_reference(x, 3, 1, np.mean),
-                               **TOL)
+    np.testing.assert_allclose(L.AvgPool2d(3, stride=1)(x), pool_reference(x, 3, 1, np.mean), **TOL)
     np.testing.assert_allclose(L.GlobalAvgPool()(x), x.mean(axis=(2, 3)), **TOL)
     assert L.GlobalAvgPool(keepdims=True)(x).shape == (2, 3, 1, 1)
 
@@ -107,15 +112,18 @@ def _gelu(x):
     return 0.5 * x * (1 + np.vectorize(math.erf)(x / math.sqrt(2)))
 
 
-@pytest.mark.parametrize(("layer", "reference"), [
-    (L.ReLU(), lambda x: np.maximum(x, 0)),
-    (L.ReLU6(), lambda x: np.clip(x, 0, 6)),
-    (L.LeakyReLU(0.1), lambda x: np.where(x > 0, x, 0.1 * x)),
-    (L.Sigmoid(), lambda x: 1 / (1 + np.exp(-x))),
-    (L.Tanh(), np.tanh),
-    (L.HardSwish(), lambda x: x * np.clip(x + 3, 0, 6) / 6),
-    (L.GELU(), _gelu),
-])
+@pytest.mark.parametrize(
+    ("layer", "reference"),
+    [
+        (L.ReLU(), lambda x: np.maximum(x, 0)),
+        (L.ReLU6(), lambda x: np.clip(x, 0, 6)),
+        (L.LeakyReLU(0.1), lambda x: np.where(x > 0, x, 0.1 * x)),
+        (L.Sigmoid(), lambda x: 1 / (1 + np.exp(-x))),
+        (L.Tanh(), np.tanh),
+        (L.HardSwish(), lambda x: x * np.clip(x + 3, 0, 6) / 6),
+        (L.GELU(), _gelu),
+    ],
+)
 def test_activations_match_numpy(layer, reference):
     x = (RNG.normal(size=(3, 50)) * 4).astype(np.float32)
     np.testing.assert_allclose(layer(x), reference(x.astype(np.float64)), **TOL)
@@ -142,8 +150,14 @@ def test_module_registers_parameters_and_submodules_by_assignment():
 
     net = Net()
     names = [n for n, _ in net.named_parameters()]
-    assert names == ["body.0.weight", "body.0.bias", "body.1.weight", "body.1.bias",
-                     "head.weight", "head.bias"]
+    assert names == [
+        "body.0.weight",
+        "body.0.bias",
+        "body.1.weight",
+        "body.1.bias",
+        "head.weight",
+        "head.bias",
+    ]
     state = net.state_dict()
     assert "body.1.running_mean" in state and "body.1.running_var" in state
     assert net.parameter_count() == 2 * 9 + 2 + 2 + 2 + 24 + 3
@@ -171,8 +185,14 @@ def test_eager_vars_expose_values_and_arithmetic():
 
 
 def test_traced_graph_matches_eager_forward():
-    net = cloud.Sequential(L.Rescale(1 / 16), L.Conv2d(1, 4, 3, padding=1), L.ReLU(),
-                           L.MaxPool2d(2), L.Flatten(), L.Dense(64, 10)).eval()
+    net = cloud.Sequential(
+        L.Rescale(1 / 16),
+        L.Conv2d(1, 4, 3, padding=1),
+        L.ReLU(),
+        L.MaxPool2d(2),
+        L.Flatten(),
+        L.Dense(64, 10),
+    ).eval()
     x = RNG.uniform(0, 16, size=(3, 1, 8, 8)).astype(np.float32)
     model = cloud.trace(net, (1, 8, 8), training=False)
     result = Interpreter(model=model).run({"input": x})["logits"]

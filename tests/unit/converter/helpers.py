@@ -17,20 +17,26 @@ from sporenet.lite import Interpreter, parse  # noqa: E402
 from sporenet.lite.graph import Model  # noqa: E402
 
 
-def value_info(name: str, shape: Sequence[int | str] | None,
-               dtype: int = TensorProto.FLOAT) -> Any:
+def value_info(name: str, shape: Sequence[int | str] | None, dtype: int = TensorProto.FLOAT) -> Any:
     return helper.make_tensor_value_info(name, dtype, shape)
 
 
-def make_model(nodes: Sequence[Any], inputs: dict[str, Sequence[int | str]],
-               outputs: Sequence[str], *, initializers: dict[str, np.ndarray] | None = None,
-               opset: int = 17, input_dtypes: dict[str, int] | None = None,
-               output_shapes: dict[str, Sequence[int]] | None = None) -> Any:
+def make_model(
+    nodes: Sequence[Any],
+    inputs: dict[str, Sequence[int | str]],
+    outputs: Sequence[str],
+    *,
+    initializers: dict[str, np.ndarray] | None = None,
+    opset: int = 17,
+    input_dtypes: dict[str, int] | None = None,
+    output_shapes: dict[str, Sequence[int]] | None = None,
+) -> Any:
     """A checked ONNX model; outputs get inferred types (ONNX shape inference) unless
     `output_shapes` declares them (float)."""
     dtypes = input_dtypes or {}
     graph = helper.make_graph(
-        list(nodes), "test",
+        list(nodes),
+        "test",
         [value_info(n, s, dtypes.get(n, TensorProto.FLOAT)) for n, s in inputs.items()],
         [helper.make_empty_tensor_value_info(o) for o in outputs],
         initializer=[numpy_helper.from_array(v, k) for k, v in (initializers or {}).items()],
@@ -51,8 +57,9 @@ def make_model(nodes: Sequence[Any], inputs: dict[str, Sequence[int | str]],
 def run_ort(model: Any, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
     options = ort.SessionOptions()
     options.intra_op_num_threads = 1
-    session = ort.InferenceSession(model.SerializeToString(), options,
-                                   providers=["CPUExecutionProvider"])
+    session = ort.InferenceSession(
+        model.SerializeToString(), options, providers=["CPUExecutionProvider"]
+    )
     return session.run(None, feeds)
 
 
@@ -67,8 +74,14 @@ def run_spore(model: Any, feeds: dict[str, np.ndarray], **options: Any) -> list[
     return [outputs[v.name] for v in model.graph.output]
 
 
-def assert_matches_ort(model: Any, feeds: dict[str, np.ndarray], *, rtol: float = 1e-5,
-                       atol: float = 1e-6, **options: Any) -> list[np.ndarray]:
+def assert_matches_ort(
+    model: Any,
+    feeds: dict[str, np.ndarray],
+    *,
+    rtol: float = 1e-5,
+    atol: float = 1e-6,
+    **options: Any,
+) -> list[np.ndarray]:
     """Converted outputs equal onnxruntime's, optimized and not."""
     want = run_ort(model, feeds)
     for optimize in (True, False):

@@ -14,8 +14,12 @@ from tests.unit.converter.helpers import helper, make_model, onnx, run_ort
 
 
 def cli(*args: str | Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "sporenet.converter.cli", *map(str, args)],
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "sporenet.converter.cli", *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 @pytest.fixture
@@ -36,23 +40,36 @@ def cnn_path(tmp_path: Path) -> Path:
         helper.make_node("Gemm", ["f", "w2", "b2"], ["logits"], transB=1),
         helper.make_node("Softmax", ["logits"], ["probs"], axis=1),
     ]
-    inits = {"w1": r(8, 3, 3, 3), "b1": r(8), "g": r(8), "be": r(8), "m": r(8),
-             "v": np.abs(r(8)) + 0.5, "w2": r(10, 8 * 4 * 4), "b2": r(10)}
-    model = make_model(nodes, {"x": ["batch", 3, 8, 8]}, ["probs"], initializers=inits,
-                       opset=13)
+    inits = {
+        "w1": r(8, 3, 3, 3),
+        "b1": r(8),
+        "g": r(8),
+        "be": r(8),
+        "m": r(8),
+        "v": np.abs(r(8)) + 0.5,
+        "w2": r(10, 8 * 4 * 4),
+        "b2": r(10),
+    }
+    model = make_model(nodes, {"x": ["batch", 3, 8, 8]}, ["probs"], initializers=inits, opset=13)
     path = tmp_path / "cnn.onnx"
     onnx.save(model, path)
     return path
 
 
-def test_convert_prints_a_report_and_writes_a_working_model(cnn_path: Path,
-                                                            tmp_path: Path) -> None:
+def test_convert_prints_a_report_and_writes_a_working_model(cnn_path: Path, tmp_path: Path) -> None:
     out = tmp_path / "cnn.spore"
     result = cli(cnn_path, "-o", out, "--metadata", "labels=a,b", "--metadata", "owner=me")
     assert result.returncode == 0, result.stderr
     report = result.stdout
-    for field in ("nodes", "parameters", "size", "passes", "time", "batchnorm-folding",
-                  "BATCH_NORM"):
+    for field in (
+        "nodes",
+        "parameters",
+        "size",
+        "passes",
+        "time",
+        "batchnorm-folding",
+        "BATCH_NORM",
+    ):
         assert field in report, field
     assert len(report.splitlines()) <= 25  # one screen
     model = load(out)
@@ -94,10 +111,12 @@ def test_list_ops(tmp_path: Path) -> None:
     assert ops == sorted(ops)
 
 
-@pytest.mark.parametrize("case", ["garbage", "truncated", "unsupported", "bad-shape",
-                                  "bad-metadata", "missing"])
-def test_failures_exit_nonzero_with_a_message_and_no_output(case: str, cnn_path: Path,
-                                                            tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "case", ["garbage", "truncated", "unsupported", "bad-shape", "bad-metadata", "missing"]
+)
+def test_failures_exit_nonzero_with_a_message_and_no_output(
+    case: str, cnn_path: Path, tmp_path: Path
+) -> None:
     out = tmp_path / "out.spore"
     args: list[str | Path] = [cnn_path, "-o", out]
     if case == "garbage":

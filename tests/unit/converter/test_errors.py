@@ -34,8 +34,12 @@ def test_a_spore_file_is_named(tmp_path: Path) -> None:
 
 
 def test_truncated_protobuf(tmp_path: Path) -> None:
-    model = make_model([helper.make_node("Gemm", ["x", "W"], ["y"], transB=1)], {"x": [2, 64]},
-                       ["y"], initializers={"W": np.ones((64, 64), np.float32)})
+    model = make_model(
+        [helper.make_node("Gemm", ["x", "W"], ["y"], transB=1)],
+        {"x": [2, 64]},
+        ["y"],
+        initializers={"W": np.ones((64, 64), np.float32)},
+    )
     path = tmp_path / "model.onnx"
     data = model.SerializeToString()
     path.write_bytes(data[: len(data) // 2])
@@ -50,11 +54,21 @@ def test_missing_file(tmp_path: Path) -> None:
 
 def test_external_data_missing_and_present(tmp_path: Path) -> None:
     w = np.arange(4096, dtype=np.float32).reshape(64, 64)
-    model = make_model([helper.make_node("MatMul", ["x", "W"], ["y"])], {"x": [2, 64]}, ["y"],
-                       initializers={"W": w})
+    model = make_model(
+        [helper.make_node("MatMul", ["x", "W"], ["y"])],
+        {"x": [2, 64]},
+        ["y"],
+        initializers={"W": w},
+    )
     path = tmp_path / "big.onnx"
-    onnx.save_model(model, path, save_as_external_data=True, all_tensors_to_one_file=True,
-                    location="big.weights", size_threshold=0)
+    onnx.save_model(
+        model,
+        path,
+        save_as_external_data=True,
+        all_tensors_to_one_file=True,
+        location="big.weights",
+        size_threshold=0,
+    )
     x = np.ones((2, 64), np.float32)
     # Present: converts, and the weights are the external file's bytes.
     from sporenet.lite import Interpreter
@@ -70,8 +84,12 @@ def test_external_data_missing_and_present(tmp_path: Path) -> None:
 
 
 def test_unsupported_ops_are_listed_all_at_once_with_counts() -> None:
-    nodes = [helper.make_node("Sin", ["x"], ["a"]), helper.make_node("Cos", ["a"], ["b"]),
-             helper.make_node("Sin", ["b"], ["c"]), helper.make_node("Relu", ["c"], ["y"])]
+    nodes = [
+        helper.make_node("Sin", ["x"], ["a"]),
+        helper.make_node("Cos", ["a"], ["b"]),
+        helper.make_node("Sin", ["b"], ["c"]),
+        helper.make_node("Relu", ["c"], ["y"]),
+    ]
     model = make_model(nodes, {"x": [2, 3]}, ["y"])
     with pytest.raises(UnsupportedOnnxOpError) as info:
         convert_onnx(model)
@@ -83,10 +101,15 @@ def test_unsupported_ops_are_listed_all_at_once_with_counts() -> None:
 
 def test_custom_domain_ops_are_unsupported() -> None:
     node = helper.make_node("Relu", ["x"], ["y"], domain="com.example")
-    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", 1, [2])],
-                              [helper.make_tensor_value_info("y", 1, [2])])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
-                                                    helper.make_opsetid("com.example", 1)])
+    graph = helper.make_graph(
+        [node],
+        "g",
+        [helper.make_tensor_value_info("x", 1, [2])],
+        [helper.make_tensor_value_info("y", 1, [2])],
+    )
+    model = helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.example", 1)]
+    )
     with pytest.raises(UnsupportedOnnxOpError, match=r"com\.example\.Relu \(x1\)"):
         convert_onnx(model)
 
@@ -100,8 +123,12 @@ def test_input_shape_errors() -> None:
 
 
 def test_unstorable_dtype_is_named() -> None:
-    model = make_model([helper.make_node("Relu", ["x"], ["y"])], {"x": [2]}, ["y"],
-                       input_dtypes={"x": onnx.TensorProto.BFLOAT16})
+    model = make_model(
+        [helper.make_node("Relu", ["x"], ["y"])],
+        {"x": [2]},
+        ["y"],
+        input_dtypes={"x": onnx.TensorProto.BFLOAT16},
+    )
     with pytest.raises(ConversionError, match="BFLOAT16"):
         convert_onnx(model)
 
@@ -112,9 +139,16 @@ def test_bad_argument_type() -> None:
 
 
 def test_huge_constant_of_shape_is_refused_without_allocating() -> None:
-    nodes = [helper.make_node("ConstantOfShape", ["shape"], ["big"]),
-             helper.make_node("Add", ["x", "big"], ["y"])]
-    model = make_model(nodes, {"x": [1]}, ["y"], output_shapes={"y": [1]}, initializers={
-        "shape": np.array([1 << 20, 1 << 20], np.int64)})
+    nodes = [
+        helper.make_node("ConstantOfShape", ["shape"], ["big"]),
+        helper.make_node("Add", ["x", "big"], ["y"]),
+    ]
+    model = make_model(
+        nodes,
+        {"x": [1]},
+        ["y"],
+        output_shapes={"y": [1]},
+        initializers={"shape": np.array([1 << 20, 1 << 20], np.int64)},
+    )
     with pytest.raises(ConversionError, match="more than the"):
         convert_onnx(model)

@@ -28,8 +28,9 @@ def rand(*shape: int) -> np.ndarray:
 @pytest.mark.parametrize("trans_b", [0, 1])
 @pytest.mark.parametrize(("alpha", "beta"), [(1.0, 1.0), (0.5, 2.0)])
 @pytest.mark.parametrize("c_shape", [None, (5,), (1, 5), (3, 5), ()])
-def test_gemm_attributes_and_bias_shapes(trans_a: int, trans_b: int, alpha: float, beta: float,
-                                         c_shape: tuple[int, ...] | None) -> None:
+def test_gemm_attributes_and_bias_shapes(
+    trans_a: int, trans_b: int, alpha: float, beta: float, c_shape: tuple[int, ...] | None
+) -> None:
     a = rand(4, 3) if trans_a else rand(3, 4)
     b = rand(5, 4) if trans_b else rand(4, 5)
     inits = {"B": b}
@@ -37,8 +38,9 @@ def test_gemm_attributes_and_bias_shapes(trans_a: int, trans_b: int, alpha: floa
     if c_shape is not None:
         inits["C"] = rand(*c_shape)
         inputs.append("C")
-    node = helper.make_node("Gemm", inputs, ["Y"], transA=trans_a, transB=trans_b,
-                            alpha=alpha, beta=beta)
+    node = helper.make_node(
+        "Gemm", inputs, ["Y"], transA=trans_a, transB=trans_b, alpha=alpha, beta=beta
+    )
     model = make_model([node], {"A": list(a.shape)}, ["Y"], initializers=inits)
     assert_matches_ort(model, {"A": a})
     # A constant B becomes FullyConnected (pre-packed weights), never MatMul.
@@ -75,10 +77,18 @@ def test_initializers_of_every_storable_dtype_are_bit_exact() -> None:
         "b": np.array([True, False]),
     }
     nodes = [helper.make_node("Identity", [k], [f"{k}_out"]) for k in values]
-    graph = helper.make_graph(nodes, "g", [], [
-        helper.make_tensor_value_info(f"{k}_out", helper.np_dtype_to_tensor_dtype(v.dtype),
-                                      list(v.shape)) for k, v in values.items()],
-        initializer=[numpy_helper.from_array(v, k) for k, v in values.items()])
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [],
+        [
+            helper.make_tensor_value_info(
+                f"{k}_out", helper.np_dtype_to_tensor_dtype(v.dtype), list(v.shape)
+            )
+            for k, v in values.items()
+        ],
+        initializer=[numpy_helper.from_array(v, k) for k, v in values.items()],
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     ir = convert(model, optimize=False)
     for name, value in values.items():
@@ -98,27 +108,36 @@ def test_softmax_axis_before_and_after_opset_13(opset: int, axis: int, op: str) 
 
 def test_softmax_default_axis_differs_between_opsets() -> None:
     x = rand(2, 3, 4)
-    old = run_spore(make_model([helper.make_node("Softmax", ["x"], ["y"])], {"x": [2, 3, 4]},
-                               ["y"], opset=11), {"x": x})[0]
-    new = run_spore(make_model([helper.make_node("Softmax", ["x"], ["y"])], {"x": [2, 3, 4]},
-                               ["y"], opset=13), {"x": x})[0]
+    old = run_spore(
+        make_model([helper.make_node("Softmax", ["x"], ["y"])], {"x": [2, 3, 4]}, ["y"], opset=11),
+        {"x": x},
+    )[0]
+    new = run_spore(
+        make_model([helper.make_node("Softmax", ["x"], ["y"])], {"x": [2, 3, 4]}, ["y"], opset=13),
+        {"x": x},
+    )[0]
     np.testing.assert_allclose(old.reshape(2, 12).sum(axis=1), 1, rtol=1e-6)
     np.testing.assert_allclose(new.sum(axis=-1), 1, rtol=1e-6)
 
 
-@pytest.mark.parametrize(("in_shape", "target", "allowzero"), [
-    ([3, 8], [0, -1], 0),        # 0 copies the input dimension
-    ([3, 8], [-1, 4], 0),        # -1 is inferred
-    ([2, 3, 2, 2], [2, 0, 4], 0),
-    ([3, 1, 8], [3, 0, 8], 0),
-    ([0, 3, 8], [0, 3, 8], 1),   # allowzero: 0 is a real zero-size dimension
-    ([3, 8], [4, 6], 0),
-])
-def test_reshape_zero_minus_one_allowzero(in_shape: list[int], target: list[int],
-                                          allowzero: int) -> None:
+@pytest.mark.parametrize(
+    ("in_shape", "target", "allowzero"),
+    [
+        ([3, 8], [0, -1], 0),  # 0 copies the input dimension
+        ([3, 8], [-1, 4], 0),  # -1 is inferred
+        ([2, 3, 2, 2], [2, 0, 4], 0),
+        ([3, 1, 8], [3, 0, 8], 0),
+        ([0, 3, 8], [0, 3, 8], 1),  # allowzero: 0 is a real zero-size dimension
+        ([3, 8], [4, 6], 0),
+    ],
+)
+def test_reshape_zero_minus_one_allowzero(
+    in_shape: list[int], target: list[int], allowzero: int
+) -> None:
     node = helper.make_node("Reshape", ["x", "shape"], ["y"], allowzero=allowzero)
-    model = make_model([node], {"x": in_shape}, ["y"], opset=14,
-                       initializers={"shape": np.array(target, np.int64)})
+    model = make_model(
+        [node], {"x": in_shape}, ["y"], opset=14, initializers={"shape": np.array(target, np.int64)}
+    )
     assert_matches_ort(model, {"x": rand(*in_shape)})
 
 
@@ -130,15 +149,21 @@ def test_clip_bounds_as_attributes_and_inputs(opset: int) -> None:
         model = make_model([node], {"x": [4, 5]}, ["y"], opset=opset)
     else:
         node = helper.make_node("Clip", ["x", "lo", "hi"], ["y"])
-        model = make_model([node], {"x": [4, 5]}, ["y"], opset=opset, initializers={
-            "lo": np.array(-0.5, np.float32), "hi": np.array(1.5, np.float32)})
+        model = make_model(
+            [node],
+            {"x": [4, 5]},
+            ["y"],
+            opset=opset,
+            initializers={"lo": np.array(-0.5, np.float32), "hi": np.array(1.5, np.float32)},
+        )
     assert_matches_ort(model, {"x": x})
 
 
 def test_clip_with_only_a_max_input() -> None:
     node = helper.make_node("Clip", ["x", "", "hi"], ["y"])
-    model = make_model([node], {"x": [4, 5]}, ["y"], opset=13,
-                       initializers={"hi": np.array(0.25, np.float32)})
+    model = make_model(
+        [node], {"x": [4, 5]}, ["y"], opset=13, initializers={"hi": np.array(0.25, np.float32)}
+    )
     assert_matches_ort(model, {"x": rand(4, 5)})
 
 
@@ -177,9 +202,11 @@ def test_variadic_ops_of_n_inputs(op: str, count: int) -> None:
 
 
 def test_dropout_and_identity_are_dropped() -> None:
-    nodes = [helper.make_node("Identity", ["x"], ["a"]),
-             helper.make_node("Dropout", ["a"], ["b"]),
-             helper.make_node("Relu", ["b"], ["y"])]
+    nodes = [
+        helper.make_node("Identity", ["x"], ["a"]),
+        helper.make_node("Dropout", ["a"], ["b"]),
+        helper.make_node("Relu", ["b"], ["y"]),
+    ]
     model = make_model(nodes, {"x": [2, 3]}, ["y"], opset=12)
     assert_matches_ort(model, {"x": rand(2, 3)})
     assert op_names(convert(model)) == ["RELU"]
@@ -189,29 +216,40 @@ def test_constant_chains_fold_when_static() -> None:
     # Flatten the way exporters do: Shape -> Gather -> Unsqueeze -> Concat -> Reshape.
     nodes = [
         helper.make_node("Shape", ["x"], ["s"]),
-        helper.make_node("Constant", [], ["zero"], value=numpy_helper.from_array(
-            np.array(0, np.int64))),
+        helper.make_node(
+            "Constant", [], ["zero"], value=numpy_helper.from_array(np.array(0, np.int64))
+        ),
         helper.make_node("Gather", ["s", "zero"], ["n"], axis=0),
         helper.make_node("Unsqueeze", ["n", "axes"], ["n1"]),
         helper.make_node("Constant", [], ["minus1"], value_ints=[-1]),
         helper.make_node("Concat", ["n1", "minus1"], ["target"], axis=0),
-        helper.make_node("ConstantOfShape", ["two"], ["ones"], value=numpy_helper.from_array(
-            np.array([1.0], np.float32))),
+        helper.make_node(
+            "ConstantOfShape",
+            ["two"],
+            ["ones"],
+            value=numpy_helper.from_array(np.array([1.0], np.float32)),
+        ),
         helper.make_node("Reshape", ["x", "target"], ["flat"]),
         helper.make_node("Mul", ["flat", "ones"], ["y"]),
     ]
-    model = make_model(nodes, {"x": [2, 3, 4]}, ["y"], opset=13, initializers={
-        "axes": np.array([0], np.int64), "two": np.array([2, 12], np.int64)},
-        output_shapes={"y": [2, 12]})
+    model = make_model(
+        nodes,
+        {"x": [2, 3, 4]},
+        ["y"],
+        opset=13,
+        initializers={"axes": np.array([0], np.int64), "two": np.array([2, 12], np.int64)},
+        output_shapes={"y": [2, 12]},
+    )
     assert_matches_ort(model, {"x": rand(2, 3, 4)})
     assert op_names(convert(model, optimize=False)) == ["RESHAPE", "MUL"]
 
 
 def test_dynamic_batch_stays_dynamic_and_input_shape_fixes_it() -> None:
-    nodes = [helper.make_node("Gemm", ["x", "W", "b"], ["h"], transB=1),
-             helper.make_node("Relu", ["h"], ["y"])]
-    model = make_model(nodes, {"x": ["N", 4]}, ["y"],
-                       initializers={"W": rand(3, 4), "b": rand(3)})
+    nodes = [
+        helper.make_node("Gemm", ["x", "W", "b"], ["h"], transB=1),
+        helper.make_node("Relu", ["h"], ["y"]),
+    ]
+    model = make_model(nodes, {"x": ["N", 4]}, ["y"], initializers={"W": rand(3, 4), "b": rand(3)})
     ir = convert(model)
     assert ir.tensors[ir.graphs[0].inputs[0]].shape == (-1, 4)
     assert ir.tensors[ir.graphs[0].outputs[0]].shape == (-1, 3)
@@ -228,14 +266,16 @@ def test_conv_auto_pad(auto_pad: str, strides: list[int]) -> None:
     if auto_pad == "NOTSET":
         attrs["pads"] = [1, 0, 2, 1]
     node = helper.make_node("Conv", ["x", "w", "b"], ["y"], **attrs)
-    model = make_model([node], {"x": [1, 2, 7, 6]}, ["y"],
-                       initializers={"w": rand(4, 2, 3, 2), "b": rand(4)})
+    model = make_model(
+        [node], {"x": [1, 2, 7, 6]}, ["y"], initializers={"w": rand(4, 2, 3, 2), "b": rand(4)}
+    )
     assert_matches_ort(model, {"x": rand(1, 2, 7, 6)}, rtol=1e-4, atol=1e-5)
 
 
 def test_conv1d_runs_as_2d() -> None:
-    node = helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 2], strides=[2],
-                            dilations=[2], group=2)
+    node = helper.make_node(
+        "Conv", ["x", "w"], ["y"], pads=[1, 2], strides=[2], dilations=[2], group=2
+    )
     model = make_model([node], {"x": [2, 4, 11]}, ["y"], initializers={"w": rand(6, 2, 3)})
     assert_matches_ort(model, {"x": rand(2, 4, 11)}, rtol=1e-4, atol=1e-5)
 
@@ -243,33 +283,43 @@ def test_conv1d_runs_as_2d() -> None:
 @pytest.mark.parametrize("ceil_mode", [0, 1])
 @pytest.mark.parametrize("count_include_pad", [0, 1])
 @pytest.mark.parametrize("auto_pad", ["NOTSET", "SAME_UPPER", "VALID"])
-def test_pools_ceil_mode_count_include_pad(ceil_mode: int, count_include_pad: int,
-                                           auto_pad: str) -> None:
+def test_pools_ceil_mode_count_include_pad(
+    ceil_mode: int, count_include_pad: int, auto_pad: str
+) -> None:
     attrs = {"kernel_shape": [3, 3], "strides": [2, 2], "auto_pad": auto_pad}
     if auto_pad == "NOTSET":
         attrs.update(pads=[1, 1, 1, 1], ceil_mode=ceil_mode)
-    nodes = [helper.make_node("AveragePool", ["x"], ["avg"], count_include_pad=count_include_pad,
-                              **attrs),
-             helper.make_node("MaxPool", ["x"], ["max"], **attrs)]
+    nodes = [
+        helper.make_node(
+            "AveragePool", ["x"], ["avg"], count_include_pad=count_include_pad, **attrs
+        ),
+        helper.make_node("MaxPool", ["x"], ["max"], **attrs),
+    ]
     model = make_model(nodes, {"x": [1, 2, 8, 7]}, ["avg", "max"], opset=12)
     assert_matches_ort(model, {"x": rand(1, 2, 8, 7)})
 
 
 def test_opset_7_model_converts() -> None:
-    nodes = [helper.make_node("Add", ["x", "b"], ["s"]),
-             helper.make_node("Sigmoid", ["s"], ["y"])]
+    nodes = [helper.make_node("Add", ["x", "b"], ["s"]), helper.make_node("Sigmoid", ["s"], ["y"])]
     model = make_model(nodes, {"x": [2, 3]}, ["y"], opset=7, initializers={"b": rand(3)})
     assert_matches_ort(model, {"x": rand(2, 3)})
 
 
-@pytest.mark.parametrize(("mode", "coord", "nearest"), [
-    ("nearest", "asymmetric", "floor"), ("nearest", "half_pixel", "round_prefer_floor"),
-    ("nearest", "align_corners", "round_prefer_ceil"), ("linear", "half_pixel", None),
-    ("linear", "align_corners", None), ("linear", "pytorch_half_pixel", None),
-])
+@pytest.mark.parametrize(
+    ("mode", "coord", "nearest"),
+    [
+        ("nearest", "asymmetric", "floor"),
+        ("nearest", "half_pixel", "round_prefer_floor"),
+        ("nearest", "align_corners", "round_prefer_ceil"),
+        ("linear", "half_pixel", None),
+        ("linear", "align_corners", None),
+        ("linear", "pytorch_half_pixel", None),
+    ],
+)
 @pytest.mark.parametrize("by", ["scales", "sizes"])
-def test_resize_modes_with_static_scales_or_sizes(mode: str, coord: str, nearest: str | None,
-                                                  by: str) -> None:
+def test_resize_modes_with_static_scales_or_sizes(
+    mode: str, coord: str, nearest: str | None, by: str
+) -> None:
     attrs = {"mode": mode, "coordinate_transformation_mode": coord}
     if nearest:
         attrs["nearest_mode"] = nearest
@@ -292,13 +342,30 @@ def test_upsample_nearest(opset: int) -> None:
         model = make_model([node], {"x": [1, 2, 3, 4]}, ["y"], opset=opset)
     else:
         node = helper.make_node("Upsample", ["x", "s"], ["y"])
-        model = make_model([node], {"x": [1, 2, 3, 4]}, ["y"], opset=opset,
-                           initializers={"s": np.array([1, 1, 2, 3], np.float32)})
+        model = make_model(
+            [node],
+            {"x": [1, 2, 3, 4]},
+            ["y"],
+            opset=opset,
+            initializers={"s": np.array([1, 1, 2, 3], np.float32)},
+        )
     assert_matches_ort(model, {"x": rand(1, 2, 3, 4)})
 
 
-@pytest.mark.parametrize("op", ["ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd",
-                                "ReduceL1", "ReduceL2", "ReduceSumSquare", "ReduceLogSumExp"])
+@pytest.mark.parametrize(
+    "op",
+    [
+        "ReduceMean",
+        "ReduceSum",
+        "ReduceMax",
+        "ReduceMin",
+        "ReduceProd",
+        "ReduceL1",
+        "ReduceL2",
+        "ReduceSumSquare",
+        "ReduceLogSumExp",
+    ],
+)
 @pytest.mark.parametrize("opset", [11, 18])
 @pytest.mark.parametrize("keepdims", [0, 1])
 def test_reductions_axes_as_attribute_or_input(op: str, opset: int, keepdims: int) -> None:
@@ -306,8 +373,13 @@ def test_reductions_axes_as_attribute_or_input(op: str, opset: int, keepdims: in
     input_from = 13 if op == "ReduceSum" else 18
     if opset >= input_from:
         node = helper.make_node(op, ["x", "axes"], ["y"], keepdims=keepdims)
-        model = make_model([node], {"x": [2, 3, 4]}, ["y"], opset=opset,
-                           initializers={"axes": np.array(axes, np.int64)})
+        model = make_model(
+            [node],
+            {"x": [2, 3, 4]},
+            ["y"],
+            opset=opset,
+            initializers={"axes": np.array(axes, np.int64)},
+        )
     else:
         node = helper.make_node(op, ["x"], ["y"], keepdims=keepdims, axes=axes)
         model = make_model([node], {"x": [2, 3, 4]}, ["y"], opset=opset)
@@ -315,10 +387,16 @@ def test_reductions_axes_as_attribute_or_input(op: str, opset: int, keepdims: in
 
 
 def test_layer_norm_with_mean_and_inv_std_outputs() -> None:
-    node = helper.make_node("LayerNormalization", ["x", "g", "b"], ["y", "mean", "inv_std"],
-                            axis=-2, epsilon=1e-3)
-    model = make_model([node], {"x": [2, 3, 4]}, ["y", "mean", "inv_std"], opset=17,
-                       initializers={"g": rand(3, 4), "b": rand(3, 4)})
+    node = helper.make_node(
+        "LayerNormalization", ["x", "g", "b"], ["y", "mean", "inv_std"], axis=-2, epsilon=1e-3
+    )
+    model = make_model(
+        [node],
+        {"x": [2, 3, 4]},
+        ["y", "mean", "inv_std"],
+        opset=17,
+        initializers={"g": rand(3, 4), "b": rand(3, 4)},
+    )
     assert_matches_ort(model, {"x": rand(2, 3, 4)}, rtol=1e-4, atol=1e-5)
 
 
@@ -329,8 +407,9 @@ def test_mod_signs_follow_onnx(fmod: int, dtype: type) -> None:
     b = np.array([2, -2, 3, -3, 3, -2, 2], dtype)
     elem = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
     node = helper.make_node("Mod", ["a", "b"], ["y"], fmod=fmod)
-    model = make_model([node], {"a": [7], "b": [7]}, ["y"], opset=13,
-                       input_dtypes={"a": elem, "b": elem})
+    model = make_model(
+        [node], {"a": [7], "b": [7]}, ["y"], opset=13, input_dtypes={"a": elem, "b": elem}
+    )
     if np.dtype(dtype).kind == "f" and not fmod:
         # onnxruntime refuses fmod=0 for floats; NumPy's % is the reference (Python semantics).
         np.testing.assert_array_equal(run_spore(model, {"a": a, "b": b})[0], np.mod(a, b))
@@ -338,15 +417,18 @@ def test_mod_signs_follow_onnx(fmod: int, dtype: type) -> None:
     assert_matches_ort(model, {"a": a, "b": b})
 
 
-@pytest.mark.parametrize("attrs", [
-    {},
-    {"strides": [2, 2]},
-    {"strides": [2, 3], "pads": [1, 0, 2, 1], "output_padding": [1, 2]},
-    {"strides": [2, 2], "dilations": [2, 1], "group": 2},
-    {"strides": [3, 2], "output_shape": [10, 8]},
-    {"strides": [2, 2], "auto_pad": "SAME_UPPER"},
-    {"strides": [2, 2], "auto_pad": "SAME_LOWER"},
-])
+@pytest.mark.parametrize(
+    "attrs",
+    [
+        {},
+        {"strides": [2, 2]},
+        {"strides": [2, 3], "pads": [1, 0, 2, 1], "output_padding": [1, 2]},
+        {"strides": [2, 2], "dilations": [2, 1], "group": 2},
+        {"strides": [3, 2], "output_shape": [10, 8]},
+        {"strides": [2, 2], "auto_pad": "SAME_UPPER"},
+        {"strides": [2, 2], "auto_pad": "SAME_LOWER"},
+    ],
+)
 @pytest.mark.parametrize("bias", [False, True])
 def test_conv_transpose_matches_onnxruntime(attrs: dict, bias: bool) -> None:
     group = attrs.get("group", 1)
@@ -370,8 +452,9 @@ def test_conv_transpose_1d() -> None:
 @pytest.mark.parametrize(("exclusive", "reverse"), [(0, 0), (1, 0), (0, 1), (1, 1)])
 def test_cumsum_as_triangular_matmul(axis: int, exclusive: int, reverse: int) -> None:
     node = helper.make_node("CumSum", ["x", "axis"], ["y"], exclusive=exclusive, reverse=reverse)
-    model = make_model([node], {"x": [3, 4, 5]}, ["y"], opset=14,
-                       initializers={"axis": np.array(axis, np.int64)})
+    model = make_model(
+        [node], {"x": [3, 4, 5]}, ["y"], opset=14, initializers={"axis": np.array(axis, np.int64)}
+    )
     assert_matches_ort(model, {"x": rand(3, 4, 5)}, rtol=1e-5, atol=1e-5)
 
 
@@ -379,13 +462,16 @@ def test_cumsum_as_triangular_matmul(axis: int, exclusive: int, reverse: int) ->
 @pytest.mark.parametrize("k", [-2, 0, 1])
 def test_trilu_with_static_k(upper: int, k: int) -> None:
     node = helper.make_node("Trilu", ["x", "k"], ["y"], upper=upper)
-    model = make_model([node], {"x": [2, 4, 5]}, ["y"], opset=14,
-                       initializers={"k": np.array(k, np.int64)})
+    model = make_model(
+        [node], {"x": [2, 4, 5]}, ["y"], opset=14, initializers={"k": np.array(k, np.int64)}
+    )
     assert_matches_ort(model, {"x": rand(2, 4, 5)})
 
 
-@pytest.mark.parametrize("op", ["Sign", "IsNaN", "IsInf", "Shrink", "Softsign", "Mish", "Celu",
-                                "ThresholdedRelu", "Selu"])
+@pytest.mark.parametrize(
+    "op",
+    ["Sign", "IsNaN", "IsInf", "Shrink", "Softsign", "Mish", "Celu", "ThresholdedRelu", "Selu"],
+)
 def test_composite_unary_ops(op: str) -> None:
     x = rand(3, 4) * 3
     x[0, :3] = [np.nan, np.inf, -np.inf] if op in ("IsNaN", "IsInf", "Sign") else x[0, :3]
@@ -404,10 +490,20 @@ def test_exporter_flatten_keeps_a_dynamic_batch() -> None:
         helper.make_node("Reshape", ["x", "target"], ["flat"]),
         helper.make_node("Gemm", ["flat", "W", "b"], ["y"], transB=1),
     ]
-    model = make_model(nodes, {"x": ["N", 3, 4]}, ["y"], opset=13, initializers={
-        "zero": np.array(0, np.int64), "axes": np.array([0], np.int64),
-        "minus1": np.array([-1], np.int64), "W": rand(5, 12), "b": rand(5)},
-        output_shapes={"y": ["N", 5]})
+    model = make_model(
+        nodes,
+        {"x": ["N", 3, 4]},
+        ["y"],
+        opset=13,
+        initializers={
+            "zero": np.array(0, np.int64),
+            "axes": np.array([0], np.int64),
+            "minus1": np.array([-1], np.int64),
+            "W": rand(5, 12),
+            "b": rand(5),
+        },
+        output_shapes={"y": ["N", 5]},
+    )
     for batch in (1, 3):
         assert_matches_ort(model, {"x": rand(batch, 3, 4)})
     ir = convert(model)
@@ -418,8 +514,9 @@ def test_exporter_flatten_keeps_a_dynamic_batch() -> None:
 def test_attention_imports_through_its_function_body() -> None:
     q, k, v = rand(2, 3, 4, 8), rand(2, 3, 6, 8), rand(2, 3, 6, 5)
     node = helper.make_node("Attention", ["Q", "K", "V"], ["Y"], is_causal=1)
-    model = make_model([node], {"Q": [2, 3, 4, 8], "K": [2, 3, 6, 8], "V": [2, 3, 6, 5]},
-                       ["Y"], opset=23)
+    model = make_model(
+        [node], {"Q": [2, 3, 4, 8], "K": [2, 3, 6, 8], "V": [2, 3, 6, 5]}, ["Y"], opset=23
+    )
     assert_matches_ort(model, {"Q": q, "K": k, "V": v}, rtol=1e-5, atol=1e-6)
     ops = op_names(convert(model))
     assert "SOFTMAX" in ops and "MATMUL" in ops
@@ -427,9 +524,12 @@ def test_attention_imports_through_its_function_body() -> None:
 
 @pytest.mark.parametrize("p", [1, 2, 3])
 def test_lp_pools(p: int) -> None:
-    nodes = [helper.make_node("LpPool", ["x"], ["a"], kernel_shape=[3, 2], strides=[2, 1],
-                              pads=[1, 0, 1, 1], p=p),
-             helper.make_node("GlobalLpPool", ["x"], ["b"], p=p)]
+    nodes = [
+        helper.make_node(
+            "LpPool", ["x"], ["a"], kernel_shape=[3, 2], strides=[2, 1], pads=[1, 0, 1, 1], p=p
+        ),
+        helper.make_node("GlobalLpPool", ["x"], ["b"], p=p),
+    ]
     model = make_model(nodes, {"x": [2, 3, 7, 6]}, ["a", "b"], opset=18)
     assert_matches_ort(model, {"x": rand(2, 3, 7, 6)}, rtol=1e-4, atol=1e-5)
 
@@ -441,9 +541,11 @@ def test_recurrent_layers(kind: str, direction: str, layout: int) -> None:
     seq, batch, size, hidden = 4, 2, 3, 5
     gates = {"RNN": 1, "GRU": 3, "LSTM": 4}[kind]
     dirs = 2 if direction == "bidirectional" else 1
-    inits = {"W": rand(dirs, gates * hidden, size) * 0.5,
-             "R": rand(dirs, gates * hidden, hidden) * 0.5,
-             "B": rand(dirs, 2 * gates * hidden) * 0.5}
+    inits = {
+        "W": rand(dirs, gates * hidden, size) * 0.5,
+        "R": rand(dirs, gates * hidden, hidden) * 0.5,
+        "B": rand(dirs, 2 * gates * hidden) * 0.5,
+    }
     # sequence_lens is left out: onnxruntime's path for it applies LSTM's clip slightly
     # differently from its own path without it (ours matches the latter).
     inputs = ["X", "W", "R", "B", "", "h0"]
@@ -461,9 +563,10 @@ def test_recurrent_layers(kind: str, direction: str, layout: int) -> None:
         attrs["linear_before_reset"] = 1
 
     def build(layout: int) -> object:
-        shapes = {"X": [batch, seq, size] if layout else [seq, batch, size],
-                  **{k: [batch, dirs, hidden] if layout else [dirs, batch, hidden]
-                     for k in states}}
+        shapes = {
+            "X": [batch, seq, size] if layout else [seq, batch, size],
+            **{k: [batch, dirs, hidden] if layout else [dirs, batch, hidden] for k in states},
+        }
         node = helper.make_node(kind, inputs, outputs, layout=layout, **attrs)
         return make_model([node], shapes, outputs, initializers=inits, opset=14)
 
@@ -481,21 +584,25 @@ def test_recurrent_layers(kind: str, direction: str, layout: int) -> None:
             np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
 
 
-@pytest.mark.parametrize(("equation", "shapes"), [
-    ("bhid,bhjd->bhij", [[2, 3, 4, 5], [2, 3, 6, 5]]),   # attention scores
-    ("ij,jk", [[3, 4], [4, 5]]),                          # implicit output
-    ("ij,ij->", [[3, 4], [3, 4]]),
-    ("abc,cd->dba", [[2, 3, 4], [4, 5]]),
-    ("ijk,k->ij", [[2, 3, 4], [4]]),
-    ("ijk->kj", [[2, 3, 4]]),
-    ("ij,kl->ijkl", [[2, 3], [4, 5]]),                    # outer product
-])
+@pytest.mark.parametrize(
+    ("equation", "shapes"),
+    [
+        ("bhid,bhjd->bhij", [[2, 3, 4, 5], [2, 3, 6, 5]]),  # attention scores
+        ("ij,jk", [[3, 4], [4, 5]]),  # implicit output
+        ("ij,ij->", [[3, 4], [3, 4]]),
+        ("abc,cd->dba", [[2, 3, 4], [4, 5]]),
+        ("ijk,k->ij", [[2, 3, 4], [4]]),
+        ("ijk->kj", [[2, 3, 4]]),
+        ("ij,kl->ijkl", [[2, 3], [4, 5]]),  # outer product
+    ],
+)
 def test_einsum_patterns(equation: str, shapes: list[list[int]]) -> None:
     names = [f"x{k}" for k in range(len(shapes))]
     node = helper.make_node("Einsum", names, ["y"], equation=equation)
     model = make_model([node], dict(zip(names, shapes, strict=True)), ["y"], opset=12)
-    assert_matches_ort(model, {n: rand(*s) for n, s in zip(names, shapes, strict=True)},
-                       rtol=1e-5, atol=1e-5)
+    assert_matches_ort(
+        model, {n: rand(*s) for n, s in zip(names, shapes, strict=True)}, rtol=1e-5, atol=1e-5
+    )
 
 
 @pytest.mark.parametrize("axis", [0, 1, -1])
@@ -506,6 +613,11 @@ def test_gather_elements_with_negative_indices_and_longer_data(axis: int) -> Non
     depth = data.shape[axis]
     indices = rng.integers(-depth, depth, size=shape).astype(np.int64)
     node = helper.make_node("GatherElements", ["data", "idx"], ["y"], axis=axis)
-    model = make_model([node], {"data": list(data.shape), "idx": shape}, ["y"], opset=13,
-                       input_dtypes={"idx": onnx.TensorProto.INT64})
+    model = make_model(
+        [node],
+        {"data": list(data.shape), "idx": shape},
+        ["y"],
+        opset=13,
+        input_dtypes={"idx": onnx.TensorProto.INT64},
+    )
     assert_matches_ort(model, {"data": data, "idx": indices})

@@ -36,8 +36,14 @@ def ops(model: Model) -> list[str]:
     return [n.op.name for n in model.graphs[0].nodes]
 
 
-def check_rewrite(model: Model, rewrite, feeds: dict[str, np.ndarray],  # type: ignore[no-untyped-def]
-                  *, rtol: float = 1e-5, atol: float = 1e-6) -> Model:
+def check_rewrite(
+    model: Model,
+    rewrite,
+    feeds: dict[str, np.ndarray],  # type: ignore[no-untyped-def]
+    *,
+    rtol: float = 1e-5,
+    atol: float = 1e-6,
+) -> Model:
     """Apply `rewrite` to a copy; outputs must agree with the original."""
     before = run(model, feeds)
     rewritten = copy.deepcopy(model)
@@ -56,8 +62,12 @@ def conv_bn(bias: bool, activation: str | None = None) -> Model:
     if bias:
         inputs.append(b.constant("b", rand(4)))
     y = b.op(OpCode.CONV2D, inputs, pads=[1, 1, 1, 1])
-    stats = [b.constant("gamma", rand(4)), b.constant("beta", rand(4)),
-             b.constant("mean", rand(4)), b.constant("var", np.abs(rand(4)) + 0.5)]
+    stats = [
+        b.constant("gamma", rand(4)),
+        b.constant("beta", rand(4)),
+        b.constant("mean", rand(4)),
+        b.constant("var", np.abs(rand(4)) + 0.5),
+    ]
     y = b.op(OpCode.BATCH_NORM, [y, *stats], epsilon=1e-3)
     if activation:
         y = b.op(OpCode.RELU, [y])
@@ -77,8 +87,7 @@ def test_batchnorm_folding_rewrites_parameters_in_place(bias: bool) -> None:
     # A weight (and bias) read only by the folded convolution keeps its tensor and name.
     # atol: the folded float32 weights round differently from conv-then-normalize, which
     # shows as about 1e-6 absolute on outputs near zero.
-    folded = check_rewrite(conv_bn(bias), fold_batch_norms, {"x": rand(2, 3, 8, 8)},
-                           atol=1e-5)
+    folded = check_rewrite(conv_bn(bias), fold_batch_norms, {"x": rand(2, 3, 8, 8)}, atol=1e-5)
     conv = folded.graphs[0].nodes[0]
     names = [folded.tensors[i].name for i in conv.inputs[1:]]
     assert names == (["w", "b"] if bias else ["w", "w/bn_bias"])
@@ -90,8 +99,10 @@ def test_batchnorm_folding_leaves_a_shared_weight_alone() -> None:
     x = b.input("x", (1, 3, 6, 6))
     w = b.constant("w", rand(3, 3, 1, 1))
     y = b.op(OpCode.CONV2D, [x, w])
-    stats = [b.constant(n, v) for n, v in (("g", rand(3)), ("be", rand(3)), ("m", rand(3)),
-                                           ("v", np.abs(rand(3)) + 0.1))]
+    stats = [
+        b.constant(n, v)
+        for n, v in (("g", rand(3)), ("be", rand(3)), ("m", rand(3)), ("v", np.abs(rand(3)) + 0.1))
+    ]
     y = b.op(OpCode.BATCH_NORM, [y, *stats])
     b.output(b.op(OpCode.CONV2D, [y, w]), name="y")
     model = b.build()
@@ -107,8 +118,10 @@ def test_batchnorm_folds_into_fully_connected() -> None:
     b = ModelBuilder()
     x = b.input("x", (5, 6))
     y = b.op(OpCode.FULLY_CONNECTED, [x, b.constant("w", rand(4, 6)), b.constant("b", rand(4))])
-    stats = [b.constant(n, v) for n, v in (("g", rand(4)), ("be", rand(4)), ("m", rand(4)),
-                                           ("v", np.abs(rand(4)) + 0.1))]
+    stats = [
+        b.constant(n, v)
+        for n, v in (("g", rand(4)), ("be", rand(4)), ("m", rand(4)), ("v", np.abs(rand(4)) + 0.1))
+    ]
     b.output(b.op(OpCode.BATCH_NORM, [y, *stats]), name="y")
     folded = check_rewrite(b.build(), fold_batch_norms, {"x": rand(5, 6)})
     assert ops(folded) == ["FULLY_CONNECTED"]
@@ -120,8 +133,10 @@ def test_batchnorm_folds_into_weights_the_runtime_computes() -> None:
     x = b.input("x", (1, 2, 5, 5))
     w = b.op(OpCode.EXPAND, [b.constant("fill", np.array(0.1, np.float32))], shape=[3, 2, 1, 1])
     y = b.op(OpCode.CONV2D, [x, w])
-    stats = [b.constant(n, v) for n, v in (("g", rand(3)), ("be", rand(3)), ("m", rand(3)),
-                                           ("v", np.abs(rand(3)) + 0.1))]
+    stats = [
+        b.constant(n, v)
+        for n, v in (("g", rand(3)), ("be", rand(3)), ("m", rand(3)), ("v", np.abs(rand(3)) + 0.1))
+    ]
     b.output(b.op(OpCode.BATCH_NORM, [y, *stats]), name="y")
     folded = check_rewrite(b.build(), fold_batch_norms, {"x": rand(1, 2, 5, 5)})
     assert "BATCH_NORM" not in ops(folded) and "MUL" in ops(folded)
@@ -131,27 +146,33 @@ def test_batchnorm_is_not_folded_when_the_conv_output_has_other_readers() -> Non
     b = ModelBuilder()
     x = b.input("x", (1, 2, 4, 4))
     y = b.op(OpCode.CONV2D, [x, b.constant("w", rand(2, 2, 1, 1))])
-    stats = [b.constant(n, v) for n, v in (("g", rand(2)), ("be", rand(2)), ("m", rand(2)),
-                                           ("v", np.abs(rand(2)) + 0.1))]
+    stats = [
+        b.constant(n, v)
+        for n, v in (("g", rand(2)), ("be", rand(2)), ("m", rand(2)), ("v", np.abs(rand(2)) + 0.1))
+    ]
     b.output(b.op(OpCode.BATCH_NORM, [y, *stats]), name="bn")
     b.output(y, name="conv")
     model = b.build()
     assert fold_batch_norms(model) == 0
 
 
-@pytest.mark.parametrize(("act", "attrs", "expected"), [
-    (OpCode.RELU, {}, {"activation": "relu"}),
-    (OpCode.RELU6, {}, {"activation": "relu6"}),
-    (OpCode.CLIP, {"min": 0.0, "max": 6.0}, {"activation": "relu6"}),
-    (OpCode.CLIP, {"min": -0.5, "max": 0.5}, {"activation": "clip"}),
-    (OpCode.SIGMOID, {}, {"activation": "sigmoid"}),
-    (OpCode.TANH, {}, {"activation": "tanh"}),
-    (OpCode.LEAKY_RELU, {"alpha": 0.2}, {"activation": "leaky_relu", "alpha": 0.2}),
-    (OpCode.HARD_SWISH, {}, {"activation": "hard_swish"}),
-])
+@pytest.mark.parametrize(
+    ("act", "attrs", "expected"),
+    [
+        (OpCode.RELU, {}, {"activation": "relu"}),
+        (OpCode.RELU6, {}, {"activation": "relu6"}),
+        (OpCode.CLIP, {"min": 0.0, "max": 6.0}, {"activation": "relu6"}),
+        (OpCode.CLIP, {"min": -0.5, "max": 0.5}, {"activation": "clip"}),
+        (OpCode.SIGMOID, {}, {"activation": "sigmoid"}),
+        (OpCode.TANH, {}, {"activation": "tanh"}),
+        (OpCode.LEAKY_RELU, {"alpha": 0.2}, {"activation": "leaky_relu", "alpha": 0.2}),
+        (OpCode.HARD_SWISH, {}, {"activation": "hard_swish"}),
+    ],
+)
 @pytest.mark.parametrize("producer", [OpCode.CONV2D, OpCode.FULLY_CONNECTED, OpCode.ADD])
-def test_activation_fuses_into_producer(act: OpCode, attrs: dict, expected: dict,
-                                        producer: OpCode) -> None:
+def test_activation_fuses_into_producer(
+    act: OpCode, attrs: dict, expected: dict, producer: OpCode
+) -> None:
     b = ModelBuilder()
     if producer == OpCode.CONV2D:
         x = b.input("x", (1, 2, 5, 5))

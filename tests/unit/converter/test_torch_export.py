@@ -21,10 +21,12 @@ class MobileBlockNet(nn.Module):
 
     def __init__(self) -> None:
         super().__init__()
-        self.stem = nn.Sequential(nn.Conv2d(3, 16, 3, 2, 1, bias=False), nn.BatchNorm2d(16),
-                                  nn.ReLU6())
-        self.dw = nn.Sequential(nn.Conv2d(16, 16, 3, 1, 1, groups=16, bias=False),
-                                nn.BatchNorm2d(16), nn.Hardswish())
+        self.stem = nn.Sequential(
+            nn.Conv2d(3, 16, 3, 2, 1, bias=False), nn.BatchNorm2d(16), nn.ReLU6()
+        )
+        self.dw = nn.Sequential(
+            nn.Conv2d(16, 16, 3, 1, 1, groups=16, bias=False), nn.BatchNorm2d(16), nn.Hardswish()
+        )
         self.pw = nn.Sequential(nn.Conv2d(16, 16, 1, bias=False), nn.BatchNorm2d(16))
         self.up = nn.Upsample(scale_factor=2, mode="bilinear", align_corners=False)
         self.pool = nn.AdaptiveAvgPool2d(1)
@@ -49,10 +51,17 @@ def exported(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, object]:
     buffer = io.BytesIO()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the TorchScript exporter is deprecated, still works
-        torch.onnx.export(model, (torch.randn(2, 3, 32, 32),), buffer, dynamo=False,
-                          input_names=["x"], output_names=["y"], opset_version=13,
-                          do_constant_folding=False,  # keep BatchNorm for the converter
-                          dynamic_axes={"x": {0: "N"}, "y": {0: "N"}})
+        torch.onnx.export(
+            model,
+            (torch.randn(2, 3, 32, 32),),
+            buffer,
+            dynamo=False,
+            input_names=["x"],
+            output_names=["y"],
+            opset_version=13,
+            do_constant_folding=False,  # keep BatchNorm for the converter
+            dynamic_axes={"x": {0: "N"}, "y": {0: "N"}},
+        )
     path = tmp_path_factory.mktemp("torch") / "mobile.onnx"
     path.write_bytes(buffer.getvalue())
     return path, model
@@ -80,8 +89,9 @@ class TinyEncoder(nn.Module):
     def __init__(self) -> None:
         super().__init__()
         self.embed = nn.Embedding(50, 32)
-        self.layer = nn.TransformerEncoderLayer(32, 4, 64, dropout=0.0, batch_first=True,
-                                                activation="gelu")
+        self.layer = nn.TransformerEncoderLayer(
+            32, 4, 64, dropout=0.0, batch_first=True, activation="gelu"
+        )
         self.head = nn.Linear(32, 5)
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
@@ -94,9 +104,16 @@ def test_pytorch_transformer_encoder_with_dynamic_batch(tmp_path: Path) -> None:
     buffer = io.BytesIO()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the TorchScript exporter is deprecated, still works
-        torch.onnx.export(model, (torch.randint(0, 50, (2, 7)),), buffer, dynamo=False,
-                          input_names=["ids"], output_names=["y"], opset_version=17,
-                          dynamic_axes={"ids": {0: "N"}, "y": {0: "N"}})
+        torch.onnx.export(
+            model,
+            (torch.randint(0, 50, (2, 7)),),
+            buffer,
+            dynamo=False,
+            input_names=["ids"],
+            output_names=["y"],
+            opset_version=17,
+            dynamic_axes={"ids": {0: "N"}, "y": {0: "N"}},
+        )
     path = tmp_path / "encoder.onnx"
     path.write_bytes(buffer.getvalue())
     for optimize in (True, False):

@@ -22,8 +22,7 @@ def mlp_model() -> Model:
     """x[-1, 4] -> FullyConnected(relu) -> Softmax, with two float32 weights."""
     b = ModelBuilder(description="tiny mlp")
     x = b.input("x", (-1, 4))
-    w = b.constant("fc.weight", np.arange(12, dtype=np.float32).reshape(3, 4) / 10,
-                   trainable=True)
+    w = b.constant("fc.weight", np.arange(12, dtype=np.float32).reshape(3, 4) / 10, trainable=True)
     bias = b.constant("fc.bias", np.array([0.5, -0.5, 0.0], np.float32), trainable=True)
     y = b.op(OpCode.FULLY_CONNECTED, [x, w, bias], activation="relu")
     b.output(b.op(OpCode.SOFTMAX, [y], axis=-1), name="probs")
@@ -52,39 +51,72 @@ def rich_model() -> Model:
         "scalar": np.array(2.5, np.float32),
         "empty": np.zeros((0, 3), np.float32),
     }
-    tensors = [Tensor("x", np.dtype(np.float32), (-1, 4)),
-               Tensor("y", np.dtype(np.float32), (-1, 8)),
-               Tensor("z", np.dtype(np.float32), (-1, 8))]
+    tensors = [
+        Tensor("x", np.dtype(np.float32), (-1, 4)),
+        Tensor("y", np.dtype(np.float32), (-1, 8)),
+        Tensor("z", np.dtype(np.float32), (-1, 8)),
+    ]
     for name, value in constants.items():
         quant = None
         if name == "w_i8":
-            quant = Quantization(scale=np.array([0.1, 0.2, 0.3], np.float32),
-                                 zero_point=np.array([0, 1, -1], np.int64), axis=1,
-                                 min=np.array([-1.0], np.float32),
-                                 max=np.array([1.0], np.float32))
-        tensors.append(Tensor(name, value.dtype, value.shape, data=value, quantization=quant,
-                              trainable=name == "w_f32"))
+            quant = Quantization(
+                scale=np.array([0.1, 0.2, 0.3], np.float32),
+                zero_point=np.array([0, 1, -1], np.int64),
+                axis=1,
+                min=np.array([-1.0], np.float32),
+                max=np.array([1.0], np.float32),
+            )
+        tensors.append(
+            Tensor(
+                name,
+                value.dtype,
+                value.shape,
+                data=value,
+                quantization=quant,
+                trainable=name == "w_f32",
+            )
+        )
     w = [t.name for t in tensors].index("w_f32")
     nodes = [
-        Node(OpCode.MATMUL, [0, w], [1], name="mm",
-             attrs={"transpose_b": 1, "alpha": 1.0, "mode": "fast", "perm": [1, 0, -1],
-                    "scales": [0.5, 2.0]}),
+        Node(
+            OpCode.MATMUL,
+            [0, w],
+            [1],
+            name="mm",
+            attrs={
+                "transpose_b": 1,
+                "alpha": 1.0,
+                "mode": "fast",
+                "perm": [1, 0, -1],
+                "scales": [0.5, 2.0],
+            },
+        ),
         Node(OpCode.RELU, [1], [2], name="act", version=1),
     ]
     main = Graph("main", inputs=[0], outputs=[2], nodes=nodes)
     head = Graph("head", inputs=[0], outputs=[1], nodes=[nodes[0]])
     return Model(
-        tensors=tensors, graphs=[main, head],
-        signatures={"infer": Signature("infer", 0, {"input": 0}, {"output": 2}),
-                    "features": Signature("features", 1, {"input": 0}, {"hidden": 1})},
+        tensors=tensors,
+        graphs=[main, head],
+        signatures={
+            "infer": Signature("infer", 0, {"input": 0}, {"output": 2}),
+            "features": Signature("features", 1, {"input": 0}, {"hidden": 1}),
+        },
         metadata={"labels": "é,ü,中", "normalization": '{"mean": [0.5]}'},
-        producer="tests", producer_version="9.9", description="rich model",
+        producer="tests",
+        producer_version="9.9",
+        description="rich model",
     )
 
 
-def raw_serialize(model: Model, *, ranges: Sequence[tuple[int, int]] | None = None,
-                  tensor_buffer: Sequence[int] | None = None,
-                  schema_version: int | None = None, pad_to: int | None = None) -> bytes:
+def raw_serialize(
+    model: Model,
+    *,
+    ranges: Sequence[tuple[int, int]] | None = None,
+    tensor_buffer: Sequence[int] | None = None,
+    schema_version: int | None = None,
+    pad_to: int | None = None,
+) -> bytes:
     """The bytes serialize() would write, without validating the model first.
 
     `ranges`/`tensor_buffer` replace the buffer table and the tensor -> buffer map (weights
@@ -98,8 +130,9 @@ def raw_serialize(model: Model, *, ranges: Sequence[tuple[int, int]] | None = No
         default_map.append(k if t.data is not None else 0)
     tmap = list(tensor_buffer) if tensor_buffer is not None else default_map
     placeholder = [(0, 0)] * (len(ranges) if ranges is not None else len(blobs) + 1)
-    with mock.patch.object(fmt, "SCHEMA_VERSION",
-                           fmt.SCHEMA_VERSION if schema_version is None else schema_version):
+    with mock.patch.object(
+        fmt, "SCHEMA_VERSION", fmt.SCHEMA_VERSION if schema_version is None else schema_version
+    ):
         head_size = len(fmt._Writer(model, list(placeholder), tmap).build())
         offset = fmt._align(head_size)
         layout: list[tuple[int, int]] = [(0, 0)]
@@ -109,9 +142,9 @@ def raw_serialize(model: Model, *, ranges: Sequence[tuple[int, int]] | None = No
         table = list(ranges) if ranges is not None else layout
         head = fmt._Writer(model, table, tmap).build()
     out = bytearray(max(offset, len(head)))
-    out[:len(head)] = head
+    out[: len(head)] = head
     for (start, size), blob in zip(layout[1:], blobs, strict=True):
-        out[start:start + size] = blob.tobytes()
+        out[start : start + size] = blob.tobytes()
     if pad_to is not None:
         out = out[:pad_to] + bytearray(max(0, pad_to - len(out)))
     return bytes(out)
@@ -122,6 +155,5 @@ def weight_end(data: bytes) -> int:
     from sporenet.proto import model_generated as fb
 
     root = fb.Model.GetRootAs(data, 0)
-    ends = [root.Buffers(i).Offset() + root.Buffers(i).Size()
-            for i in range(root.BuffersLength())]
+    ends = [root.Buffers(i).Offset() + root.Buffers(i).Size() for i in range(root.BuffersLength())]
     return max(ends, default=0)

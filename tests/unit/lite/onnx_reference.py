@@ -13,9 +13,15 @@ ort = pytest.importorskip("onnxruntime", reason="onnxruntime is a test extra")
 from onnx import helper, numpy_helper  # noqa: E402
 
 
-def run_onnx_op(op_type: str, inputs: Sequence[np.ndarray | None], *, num_outputs: int = 1,
-                initializers: Sequence[int] = (), opset: int = 17,
-                **attrs: Any) -> list[np.ndarray]:
+def run_onnx_op(
+    op_type: str,
+    inputs: Sequence[np.ndarray | None],
+    *,
+    num_outputs: int = 1,
+    initializers: Sequence[int] = (),
+    opset: int = 17,
+    **attrs: Any,
+) -> list[np.ndarray]:
     """Build a one-node ONNX model for `op_type` and run it in onnxruntime (1 thread).
 
     Inputs listed in `initializers` become graph initializers (constants); None inputs are
@@ -38,7 +44,9 @@ def run_onnx_op(op_type: str, inputs: Sequence[np.ndarray | None], *, num_output
     outputs = [f"out{k}" for k in range(num_outputs)]
     node = helper.make_node(op_type, names, outputs, **attrs)
     graph = helper.make_graph(
-        [node], "single_op", graph_inputs,
+        [node],
+        "single_op",
+        graph_inputs,
         [helper.make_empty_tensor_value_info(o) for o in outputs],
         initializer=inits,
     )
@@ -47,6 +55,7 @@ def run_onnx_op(op_type: str, inputs: Sequence[np.ndarray | None], *, num_output
     options = ort.SessionOptions()
     options.intra_op_num_threads = 1
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    session = ort.InferenceSession(model.SerializeToString(), options,
-                                   providers=["CPUExecutionProvider"])
+    session = ort.InferenceSession(
+        model.SerializeToString(), options, providers=["CPUExecutionProvider"]
+    )
     return session.run(outputs, feeds)

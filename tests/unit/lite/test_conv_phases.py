@@ -12,19 +12,21 @@ from sporenet.lite.kernels.spatial import Window
 from tests.unit.lite.test_kernels_conv import ATOL, RTOL, _data, conv_reference
 
 
-@pytest.mark.parametrize("n,c,h,w,o,group,k,strides,pads", [
-    (1, 3, 23, 23, 8, 1, (7, 7), (2, 2), (3, 3, 3, 3)),   # a ResNet stem, odd input
-    (1, 3, 17, 16, 4, 1, (3, 3), (2, 2), (0, 0, 0, 0)),   # a SqueezeNet stem, unpadded
-    (2, 4, 11, 13, 6, 2, (3, 2), (3, 2), (1, 0, 2, 1)),   # groups, batch 2, asymmetric
-    (1, 2, 10, 9, 3, 1, (2, 2), (3, 3), (0, 1, 1, 0)),    # stride larger than the kernel
-    (1, 5, 12, 12, 7, 1, (5, 1), (2, 1), (2, 0, 2, 0)),   # strided along rows only
-])
+@pytest.mark.parametrize(
+    "n,c,h,w,o,group,k,strides,pads",
+    [
+        (1, 3, 23, 23, 8, 1, (7, 7), (2, 2), (3, 3, 3, 3)),  # a ResNet stem, odd input
+        (1, 3, 17, 16, 4, 1, (3, 3), (2, 2), (0, 0, 0, 0)),  # a SqueezeNet stem, unpadded
+        (2, 4, 11, 13, 6, 2, (3, 2), (3, 2), (1, 0, 2, 1)),  # groups, batch 2, asymmetric
+        (1, 2, 10, 9, 3, 1, (2, 2), (3, 3), (0, 1, 1, 0)),  # stride larger than the kernel
+        (1, 5, 12, 12, 7, 1, (5, 1), (2, 1), (2, 0, 2, 0)),  # strided along rows only
+    ],
+)
 @pytest.mark.parametrize("bias", [True, False])
 def test_strided_convolutions_match_reference(n, c, h, w, o, group, k, strides, pads, bias):
     x, wt, b = _data(np.random.default_rng(14), n, c, h, w, o, group, k, bias)
     inputs = [x, wt] + ([b] if bias else [])
-    (ours,) = run_op(OpCode.CONV2D, inputs, strides=list(strides), pads=list(pads),
-                     group=group)
+    (ours,) = run_op(OpCode.CONV2D, inputs, strides=list(strides), pads=list(pads), group=group)
     ref = conv_reference(x, wt, b, strides, (1, 1), pads, group)
     np.testing.assert_allclose(ours, ref, rtol=RTOL, atol=ATOL)
 
@@ -32,8 +34,7 @@ def test_strided_convolutions_match_reference(n, c, h, w, o, group, k, strides, 
 def test_phase_copies_fill_the_same_columns_as_the_direct_view():
     """Bit-identical columns: the phase route only reorders the copying."""
     xp = np.random.default_rng(15).normal(size=(2, 3, 13, 12)).astype(np.float32)
-    win = Window(kernel=(3, 4), strides=(2, 3), dilations=(1, 1), pads=(0, 0, 0, 0),
-                 out=(6, 3))
+    win = Window(kernel=(3, 4), strides=(2, 3), dilations=(1, 1), pads=(0, 0, 0, 0), out=(6, 3))
     direct = np.array(im2col_view(xp, win))
     cols = np.full(direct.shape, np.nan, np.float32)
     for dst, src in phase_im2col_copies(xp, win, cols):

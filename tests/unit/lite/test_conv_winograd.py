@@ -15,24 +15,33 @@ from tests.unit.lite.test_kernels_conv import ATOL, RTOL, _data, conv_reference
 
 # Strategy -> the size limits to lift so that small shapes take it.
 FORCE = {
-    "winograd": {"_WINOGRAD_MIN_PLANE": 0, "_WINOGRAD_MIN_CH": 1, "_WINOGRAD_MIN_WORK": 0,
-                 "_WINOGRAD4_MIN_TILES": 10**9, "_WINOGRAD4_MANY_TILES": 10**9},
+    "winograd": {
+        "_WINOGRAD_MIN_PLANE": 0,
+        "_WINOGRAD_MIN_CH": 1,
+        "_WINOGRAD_MIN_WORK": 0,
+        "_WINOGRAD4_MIN_TILES": 10**9,
+        "_WINOGRAD4_MANY_TILES": 10**9,
+    },
     "winograd4": {"_WINOGRAD_MIN_CH": 1, "_WINOGRAD4_MIN_TILES": 0},
 }
 
 
 @pytest.mark.parametrize("strategy", sorted(FORCE))
-@pytest.mark.parametrize("n,c,h,w,o,pads", [
-    (1, 32, 16, 16, 32, (1, 1, 1, 1)),   # the tile size divides the output: one store copy
-    (2, 8, 10, 14, 12, (0, 0, 0, 0)),    # batch 2, no padding, non-square, O > C
-    (1, 6, 9, 11, 5, (2, 0, 1, 1)),      # asymmetric pads, output 9x11: tiles overhang
-    (1, 12, 7, 7, 4, (1, 1, 1, 1)),      # 7x7: the last tile row and column are cropped
-    (3, 5, 13, 6, 7, (1, 2, 0, 1)),      # batch 3, odd sizes everywhere
-])
+@pytest.mark.parametrize(
+    "n,c,h,w,o,pads",
+    [
+        (1, 32, 16, 16, 32, (1, 1, 1, 1)),  # the tile size divides the output: one store copy
+        (2, 8, 10, 14, 12, (0, 0, 0, 0)),  # batch 2, no padding, non-square, O > C
+        (1, 6, 9, 11, 5, (2, 0, 1, 1)),  # asymmetric pads, output 9x11: tiles overhang
+        (1, 12, 7, 7, 4, (1, 1, 1, 1)),  # 7x7: the last tile row and column are cropped
+        (3, 5, 13, 6, 7, (1, 2, 0, 1)),  # batch 3, odd sizes everywhere
+    ],
+)
 @pytest.mark.parametrize("bias", [True, False])
 @pytest.mark.parametrize("activation", ["none", "relu"])
-def test_winograd_matches_reference_and_onnxruntime(monkeypatch, strategy, n, c, h, w, o,
-                                                    pads, bias, activation):
+def test_winograd_matches_reference_and_onnxruntime(
+    monkeypatch, strategy, n, c, h, w, o, pads, bias, activation
+):
     """Each path must match the float64 direct convolution and onnxruntime. F(4x4)'s
     rounding error scales with the output's magnitude (its transforms hold 4s, 5s and
     8s), so the absolute tolerance is 1e-5 of the largest output, besides the 1e-4

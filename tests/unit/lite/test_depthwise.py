@@ -19,9 +19,9 @@ SHAPES = [
     (2, 8, 10, 9, (3, 3), (2, 2), (1, 1), (1, 0, 1, 1)),
     (1, 9, 11, 12, (3, 5), (2, 3), (2, 1), (2, 1, 0, 2)),
     (2, 10, 7, 7, (5, 5), (1, 1), (1, 1), (2, 2, 2, 2)),
-    (1, 12, 8, 8, (3, 3), (1, 2), (1, 2), (0, 3, 1, 0)),     # pads past the kernel's reach
-    (1, 16, 5, 6, (2, 3), (3, 1), (1, 1), (0, 0, 0, 0)),     # rows never read, no padding
-    (1, 8, 3, 3, (3, 3), (2, 2), (1, 1), (1, 1, 1, 1)),      # one output column per tap
+    (1, 12, 8, 8, (3, 3), (1, 2), (1, 2), (0, 3, 1, 0)),  # pads past the kernel's reach
+    (1, 16, 5, 6, (2, 3), (3, 1), (1, 1), (0, 0, 0, 0)),  # rows never read, no padding
+    (1, 8, 3, 3, (3, 3), (2, 2), (1, 1), (1, 1, 1, 1)),  # one output column per tap
 ]
 
 # (_MIN_CHANNELS_LAST, _STRIDED_PLANAR_GRID) forcing each algorithm on every shape
@@ -47,17 +47,19 @@ def test_depthwise_matches_reference(algorithm, shape, bias, constant):
     b = rng.normal(size=c).astype(np.float32) if bias else None
     inputs = [x, wt] + ([b] if bias else [])
     attrs = dict(strides=list(strides), dilations=list(dilations), pads=list(pads), group=c)
-    (ours,) = run_op(OpCode.CONV2D, inputs, constant_inputs=None if constant else [],
-                     **attrs)
+    (ours,) = run_op(OpCode.CONV2D, inputs, constant_inputs=None if constant else [], **attrs)
     ref = conv_reference(x, wt, b, strides, dilations, pads, c)
     np.testing.assert_allclose(ours, ref, rtol=RTOL, atol=ATOL)
 
 
 @pytest.mark.parametrize("stride", [1, 2])
-@pytest.mark.parametrize("activation,fn", [
-    ("relu6", lambda y: np.clip(y, 0, 6)),
-    ("relu", lambda y: np.maximum(y, 0)),
-])
+@pytest.mark.parametrize(
+    "activation,fn",
+    [
+        ("relu6", lambda y: np.clip(y, 0, 6)),
+        ("relu", lambda y: np.maximum(y, 0)),
+    ],
+)
 def test_depthwise_matches_onnxruntime(algorithm, stride, activation, fn):
     """A MobileNet-style layer (3x3, pad 1, bias, fused activation) against onnxruntime."""
     rng = np.random.default_rng(6)
@@ -74,9 +76,11 @@ def test_depthwise_bound_step_reuses_its_buffers(algorithm):
     """Repeated calls with new inputs and run-time weights: padding stays zero, nothing
     stale leaks from the previous call."""
     n, c, h, w = 2, 8, 7, 6
-    specs = [TensorSpec((n, c, h, w), np.dtype(np.float32)),
-             TensorSpec((c, 1, 3, 3), np.dtype(np.float32)),
-             TensorSpec((c,), np.dtype(np.float32))]
+    specs = [
+        TensorSpec((n, c, h, w), np.dtype(np.float32)),
+        TensorSpec((c, 1, 3, 3), np.dtype(np.float32)),
+        TensorSpec((c,), np.dtype(np.float32)),
+    ]
     attrs = dict(strides=[2, 1], pads=[1, 1, 1, 1], group=c)
     kernel = Conv2D(Attrs("CONV2D", attrs), specs)
     x, wt, b = (np.empty(s.shape, np.float32) for s in specs)

@@ -40,7 +40,11 @@ def _assert_same_model(a: Model, b: Model) -> None:
     assert len(a.tensors) == len(b.tensors)
     for ta, tb in zip(a.tensors, b.tensors, strict=True):
         assert (ta.name, ta.dtype, tuple(ta.shape), ta.trainable) == (
-            tb.name, tb.dtype, tuple(tb.shape), tb.trainable)
+            tb.name,
+            tb.dtype,
+            tuple(tb.shape),
+            tb.trainable,
+        )
         assert (ta.data is None) == (tb.data is None)
         if ta.data is not None:
             assert tb.data.shape == ta.data.shape and tb.data.dtype == ta.data.dtype
@@ -58,13 +62,21 @@ def _assert_same_model(a: Model, b: Model) -> None:
         assert (ga.name, ga.inputs, ga.outputs) == (gb.name, gb.inputs, gb.outputs)
         for na, nb in zip(ga.nodes, gb.nodes, strict=True):
             assert (na.op, na.inputs, na.outputs, na.version, na.name) == (
-                nb.op, nb.inputs, nb.outputs, nb.version, nb.name)
+                nb.op,
+                nb.inputs,
+                nb.outputs,
+                nb.version,
+                nb.name,
+            )
             assert na.attrs == nb.attrs
             assert [type(v) for v in na.attrs.values()] == [type(v) for v in nb.attrs.values()]
     assert a.signatures == b.signatures
     assert a.metadata == b.metadata
     assert (a.producer, a.producer_version, a.description) == (
-        b.producer, b.producer_version, b.description)
+        b.producer,
+        b.producer_version,
+        b.description,
+    )
 
 
 # --------------------------------------------------------------------------- round trips
@@ -178,16 +190,22 @@ def test_truncated_at_every_cut_point(make):
 
 def test_truncated_weights_name_the_buffer():
     data = serialize(mlp_model())
-    with pytest.raises(ModelFormatError, match=r"buffer 2: bytes \d+\.\.\d+ lie outside the "
-                                               r"\d+-byte file"):
-        parse(data[:weight_end(data) - 1])
+    with pytest.raises(
+        ModelFormatError,
+        match=r"buffer 2: bytes \d+\.\.\d+ lie outside the "
+        r"\d+-byte file",
+    ):
+        parse(data[: weight_end(data) - 1])
 
 
 def test_wrong_identifier():
     data = bytearray(serialize(mlp_model()))
     data[4:8] = b"TFL3"
-    with pytest.raises(ModelFormatError, match=r"file identifier is b'TFL3', expected "
-                                               r"b'SPOR' \(not a \.spore model\)"):
+    with pytest.raises(
+        ModelFormatError,
+        match=r"file identifier is b'TFL3', expected "
+        r"b'SPOR' \(not a \.spore model\)",
+    ):
         parse(bytes(data))
     with pytest.raises(ModelFormatError, match="file identifier"):
         parse(b"PK\x03\x04" + bytes(100))  # a zip file, say
@@ -203,8 +221,11 @@ def test_root_offset_outside_the_file():
 def test_buffer_offset_outside_the_file():
     model = mlp_model()
     data = raw_serialize(model, ranges=[(0, 0), (1 << 40, 48), (0, 12)])
-    with pytest.raises(ModelFormatError, match=r"buffer 1: bytes 1099511627776\.\.\d+ lie "
-                                               r"outside the \d+-byte file"):
+    with pytest.raises(
+        ModelFormatError,
+        match=r"buffer 1: bytes 1099511627776\.\.\d+ lie "
+        r"outside the \d+-byte file",
+    ):
         parse(data)
     huge = raw_serialize(model, ranges=[(0, 0), (64, (1 << 64) - 1), (0, 12)])
     with pytest.raises(ModelFormatError, match=r"buffer 1: bytes 64\.\.\d+ lie outside"):
@@ -219,8 +240,11 @@ def test_buffer_zero_must_be_the_empty_sentinel():
 
 def test_tensor_buffer_index_out_of_range():
     data = raw_serialize(mlp_model(), tensor_buffer=[0, 1, 7, 0, 0])
-    with pytest.raises(ModelFormatError, match=r"tensor 2 \('fc\.bias'\): buffer index 7 out "
-                                               r"of range \(the model has 3\)"):
+    with pytest.raises(
+        ModelFormatError,
+        match=r"tensor 2 \('fc\.bias'\): buffer index 7 out "
+        r"of range \(the model has 3\)",
+    ):
         parse(data)
 
 
@@ -229,8 +253,11 @@ def test_buffer_shorter_than_shape_times_dtype():
     root = fb.Model.GetRootAs(good, 0)
     w_offset = root.Buffers(1).Offset()
     data = raw_serialize(mlp_model(), ranges=[(0, 0), (w_offset, 44), (0, 12)])
-    with pytest.raises(ModelFormatError, match=r"tensor 1 \('fc\.weight'\): buffer 1 holds 44 "
-                                               r"bytes but shape \(3, 4\) x float32 needs 48"):
+    with pytest.raises(
+        ModelFormatError,
+        match=r"tensor 1 \('fc\.weight'\): buffer 1 holds 44 "
+        r"bytes but shape \(3, 4\) x float32 needs 48",
+    ):
         parse(data)
 
 
@@ -273,8 +300,11 @@ def test_invalid_utf8_in_a_name():
 def test_schema_version_newer_or_zero():
     for version in (SCHEMA_VERSION + 1, 0):
         data = raw_serialize(mlp_model(), schema_version=version)
-        with pytest.raises(ModelFormatError, match=f"schema version {version} is not supported; "
-                                                   f"this runtime reads 1..{SCHEMA_VERSION}"):
+        with pytest.raises(
+            ModelFormatError,
+            match=f"schema version {version} is not supported; "
+            f"this runtime reads 1..{SCHEMA_VERSION}",
+        ):
             parse(data)
 
 
@@ -293,20 +323,30 @@ def test_unknown_op_code():
 
 def test_op_version_newer_than_supported():
     data = raw_serialize(_with_node(mlp_model(), 1, version=7))
-    with pytest.raises(ModelFormatError, match=r"node 1 \(SOFTMAX\): op version 7 is not "
-                                               r"supported \(this runtime has 1\.\.1\)"):
+    with pytest.raises(
+        ModelFormatError,
+        match=r"node 1 \(SOFTMAX\): op version 7 is not "
+        r"supported \(this runtime has 1\.\.1\)",
+    ):
         parse(data)
     data = raw_serialize(_with_node(mlp_model(), 1, version=0))
     with pytest.raises(ModelFormatError, match="op version 0 is not supported"):
         parse(data)
 
 
-@pytest.mark.parametrize(("field", "value", "message"), [
-    ("inputs", [0, 1, 99], r"node 0 \(FULLY_CONNECTED\) input: tensor index 99 out of range "
-                           r"\(0\.\.4\)"),
-    ("inputs", [-5, 1, 2], "tensor index -5 out of range"),
-    ("outputs", [5], r"node 0 \(FULLY_CONNECTED\) output: tensor index 5 out of range"),
-])
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        (
+            "inputs",
+            [0, 1, 99],
+            r"node 0 \(FULLY_CONNECTED\) input: tensor index 99 out of range "
+            r"\(0\.\.4\)",
+        ),
+        ("inputs", [-5, 1, 2], "tensor index -5 out of range"),
+        ("outputs", [5], r"node 0 \(FULLY_CONNECTED\) output: tensor index 5 out of range"),
+    ],
+)
 def test_node_tensor_index_out_of_range(field, value, message):
     data = raw_serialize(_with_node(mlp_model(), 0, **{field: value}))
     with pytest.raises(ModelFormatError, match=message):
@@ -319,12 +359,18 @@ def test_graph_and_signature_indices_out_of_range():
     with pytest.raises(ModelFormatError, match=r"graph 0 \('main'\) output: tensor index 40 "):
         parse(raw_serialize(dataclasses.replace(model, graphs=[graph])))
     sig = dataclasses.replace(model.signatures["infer"], graph=3)
-    with pytest.raises(ModelFormatError, match=r"signature 'infer': graph 3 out of range "
-                                               r"\(the model has 1\)"):
+    with pytest.raises(
+        ModelFormatError,
+        match=r"signature 'infer': graph 3 out of range "
+        r"\(the model has 1\)",
+    ):
         parse(raw_serialize(dataclasses.replace(model, signatures={"infer": sig})))
     sig = dataclasses.replace(model.signatures["infer"], inputs={"x": 3})
-    with pytest.raises(ModelFormatError, match=r"input 'x' \(tensor 3\) is not an input of "
-                                               r"graph 0"):
+    with pytest.raises(
+        ModelFormatError,
+        match=r"input 'x' \(tensor 3\) is not an input of "
+        r"graph 0",
+    ):
         parse(raw_serialize(dataclasses.replace(model, signatures={"infer": sig})))
 
 
@@ -334,11 +380,17 @@ def _chain_model(nodes: list[Node]) -> Model:
 
 
 def test_cycle_is_named():
-    nodes = [Node(OpCode.ADD, [0, 2], [1]), Node(OpCode.RELU, [1], [2]),
-             Node(OpCode.RELU, [2], [3])]
-    with pytest.raises(ModelFormatError, match=r"node 0 \(ADD\): input 't2' is produced by "
-                                               r"node 1, which does not come before it "
-                                               r"\(a cycle\)"):
+    nodes = [
+        Node(OpCode.ADD, [0, 2], [1]),
+        Node(OpCode.RELU, [1], [2]),
+        Node(OpCode.RELU, [2], [3]),
+    ]
+    with pytest.raises(
+        ModelFormatError,
+        match=r"node 0 \(ADD\): input 't2' is produced by "
+        r"node 1, which does not come before it "
+        r"\(a cycle\)",
+    ):
         parse(raw_serialize(_chain_model(nodes)))
     self_loop = [Node(OpCode.RELU, [1], [1]), Node(OpCode.RELU, [1], [3])]
     with pytest.raises(ModelFormatError, match="a cycle"):
@@ -346,8 +398,7 @@ def test_cycle_is_named():
 
 
 def test_tensor_defined_twice_or_never():
-    twice = [Node(OpCode.RELU, [0], [1]), Node(OpCode.RELU, [0], [1]),
-             Node(OpCode.RELU, [1], [3])]
+    twice = [Node(OpCode.RELU, [0], [1]), Node(OpCode.RELU, [0], [1]), Node(OpCode.RELU, [1], [3])]
     with pytest.raises(ModelFormatError, match="output tensor 't1' is already defined by node 0"):
         parse(raw_serialize(_chain_model(twice)))
     never = [Node(OpCode.RELU, [2], [3])]
@@ -359,14 +410,22 @@ def test_tensor_defined_twice_or_never():
 
 
 def test_inconsistent_shapes_are_found_when_planning():
-    tensors = [Tensor("a", np.dtype(np.float32), (2, 3)), Tensor("b", np.dtype(np.float32), (4,)),
-               Tensor("c", np.dtype(np.float32), (2, 3))]
-    model = Model(tensors=tensors, graphs=[Graph("g", [0, 1], [2],
-                                                 [Node(OpCode.ADD, [0, 1], [2], name="sum")])])
+    tensors = [
+        Tensor("a", np.dtype(np.float32), (2, 3)),
+        Tensor("b", np.dtype(np.float32), (4,)),
+        Tensor("c", np.dtype(np.float32), (2, 3)),
+    ]
+    model = Model(
+        tensors=tensors,
+        graphs=[Graph("g", [0, 1], [2], [Node(OpCode.ADD, [0, 1], [2], name="sum")])],
+    )
     data = serialize(model)  # structurally valid: parse accepts it
     parse(data)
-    with pytest.raises(ModelFormatError, match=r"node 0 'sum' \(ADD\): ADD: shapes \[2, 3\] and "
-                                               r"\[4\] do not broadcast") as info:
+    with pytest.raises(
+        ModelFormatError,
+        match=r"node 0 'sum' \(ADD\): ADD: shapes \[2, 3\] and "
+        r"\[4\] do not broadcast",
+    ) as info:
         Interpreter(model_content=data)
     assert isinstance(info.value, ShapeError)
 
@@ -374,9 +433,12 @@ def test_inconsistent_shapes_are_found_when_planning():
 def test_declared_shape_must_match_the_constant_data():
     model = mlp_model()
     model.tensors[1] = dataclasses.replace(model.tensors[1], shape=(4, 3))
-    with pytest.raises(ModelFormatError, match=r"tensor 1 \('fc\.weight'\): declared "
-                                               r"float32\[4, 3\] but its data is "
-                                               r"float32\[3, 4\]"):
+    with pytest.raises(
+        ModelFormatError,
+        match=r"tensor 1 \('fc\.weight'\): declared "
+        r"float32\[4, 3\] but its data is "
+        r"float32\[3, 4\]",
+    ):
         serialize(model)  # the writer validates: a bad model is never written
 
 
@@ -408,9 +470,12 @@ def test_vector_length_past_the_end_of_the_file():
     tab = root._tab
     field = tab.Offset(4 + 2 * 5)
     vec = tab.Vector(field)
-    data[vec - 4:vec] = (10**9).to_bytes(4, "little")
-    with pytest.raises(ModelFormatError, match=r"tensor table: vector of 1000000000 elements at "
-                                               r"offset \d+ runs past the end"):
+    data[vec - 4 : vec] = (10**9).to_bytes(4, "little")
+    with pytest.raises(
+        ModelFormatError,
+        match=r"tensor table: vector of 1000000000 elements at "
+        r"offset \d+ runs past the end",
+    ):
         parse(bytes(data))
 
 

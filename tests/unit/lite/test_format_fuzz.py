@@ -27,8 +27,7 @@ from sporenet.proto import model_generated as fb
 from tests.unit.lite.format_samples import mlp_model, rich_model
 
 # The sparsified rich model stores some tensors in the BITMASK layout (lite/sparse.py).
-SEEDS = [serialize(mlp_model()), serialize(rich_model()),
-         serialize(rich_model(), sparsify=True)]
+SEEDS = [serialize(mlp_model()), serialize(rich_model()), serialize(rich_model(), sparsify=True)]
 # A parse takes milliseconds (~1 s for the largest crafted file under tracemalloc); the
 # deadline is far above that so a loaded, shared CI machine never trips it, only a hang.
 CASE_SECONDS = 30.0
@@ -38,8 +37,21 @@ CASE_SECONDS = 30.0
 PEAK_PER_BYTE = 64
 PEAK_FIXED = 512 * 1024
 
-INTERESTING_32 = [0, 1, 4, 8, 0x7F, 0x80, 0xFF, 0x7FFF, 0x8000, 0xFFFF, 0x7FFF_FFFF,
-                  0x8000_0000, 0xFFFF_FFFF]
+INTERESTING_32 = [
+    0,
+    1,
+    4,
+    8,
+    0x7F,
+    0x80,
+    0xFF,
+    0x7FFF,
+    0x8000,
+    0xFFFF,
+    0x7FFF_FFFF,
+    0x8000_0000,
+    0xFFFF_FFFF,
+]
 INTERESTING_64 = [2**63 - 1, 2**63, 2**64 - 1, 2**40, 2**32]
 
 
@@ -81,8 +93,10 @@ def check_parse(data: bytes, *, measure_memory: bool = False) -> str:
     except _Timeout:
         pytest.fail(f"parse hung on a {len(data)}-byte file")
     except Exception as exc:  # any other exception is the bug we look for
-        pytest.fail(f"parse raised {type(exc).__name__}: {exc} (not ModelFormatError) "
-                    f"on a {len(data)}-byte file")
+        pytest.fail(
+            f"parse raised {type(exc).__name__}: {exc} (not ModelFormatError) "
+            f"on a {len(data)}-byte file"
+        )
     finally:
         if measure_memory:
             peak = tracemalloc.get_traced_memory()[1]
@@ -106,35 +120,37 @@ def mutate(rng: random.Random, data: bytes, other: bytes) -> tuple[bytes, str]:
             d[i] ^= 1 << bit
         return bytes(d), f"bit flips {flips}"
     if kind == 1:
-        writes = [(rng.randrange(n), rng.choice([0, 0xFF, 0x7F, 0x80, rng.randrange(256)]))
-                  for _ in range(rng.randint(1, 4))]
+        writes = [
+            (rng.randrange(n), rng.choice([0, 0xFF, 0x7F, 0x80, rng.randrange(256)]))
+            for _ in range(rng.randint(1, 4))
+        ]
         for i, v in writes:
             d[i] = v
         return bytes(d), f"byte writes {writes}"
     if kind == 2:  # a 32-bit field (offset, length, index) set to an edge value
         i = rng.randrange(n - 4) & ~3 if rng.random() < 0.8 else rng.randrange(n - 4)
         v = rng.choice([*INTERESTING_32, n, n - 4, n + 4, rng.randrange(n)])
-        d[i:i + 4] = v.to_bytes(4, "little")
+        d[i : i + 4] = v.to_bytes(4, "little")
         return bytes(d), f"u32 {v:#x} at {i}"
     if kind == 3:  # a 64-bit field (buffer offset/size, shape dim, attribute) to an edge
         i = rng.randrange(n - 8) & ~7
         v = rng.choice([*INTERESTING_64, n, rng.randrange(2**64)])
-        d[i:i + 8] = v.to_bytes(8, "little")
+        d[i : i + 8] = v.to_bytes(8, "little")
         return bytes(d), f"u64 {v:#x} at {i}"
     if kind == 4:
         cut = rng.randrange(n)
         return bytes(d[:cut]), f"truncated to {cut}"
     if kind == 5:  # copy a chunk of the file over another place of it
         i, j, k = rng.randrange(n), rng.randrange(n), rng.randint(1, 64)
-        d[i:i + k] = data[j:j + k]
+        d[i : i + k] = data[j : j + k]
         return bytes(d[:n]), f"splice {j}:{j + k} -> {i}"
     if kind == 6:  # a chunk of the other model file
         i, j, k = rng.randrange(len(other)), rng.randrange(n), rng.randint(1, 256)
-        d[j:j + k] = other[i:i + k]
+        d[j : j + k] = other[i : i + k]
         return bytes(d[:n]), f"cross splice other[{i}:{i + k}] -> {j}"
     if kind == 7:
         i, k = rng.randrange(n), rng.randint(1, 16)
-        del d[i:i + k]
+        del d[i : i + k]
         return bytes(d), f"deleted {i}:{i + k}"
     i, k = rng.randrange(n), rng.randint(1, 16)
     d[i:i] = bytes(rng.randrange(256) for _ in range(k))
@@ -152,8 +168,7 @@ def _mutation_loop(seed: int, cases: int, *, memory_every: int = 0) -> dict[str,
             outcomes[check_parse(data, measure_memory=measure)] += 1
         except BaseException as exc:
             # Name the case so `_mutation_loop(seed, case + 1)` reproduces it.
-            raise AssertionError(f"seed {seed} case {case} (file {which}, {what}): "
-                                 f"{exc}") from exc
+            raise AssertionError(f"seed {seed} case {case} (file {which}, {what}): {exc}") from exc
     return outcomes
 
 
@@ -169,19 +184,27 @@ def test_many_seeded_mutations(seed):
     _mutation_loop(seed=seed, cases=50_000, memory_every=50)
 
 
-@settings(max_examples=150, deadline=None,  # the SIGALRM deadline bounds each case
-          suppress_health_check=[HealthCheck.too_slow])
-@given(which=st.sampled_from([0, 1]),
-       edits=st.lists(st.tuples(st.integers(0, 1 << 16), st.binary(min_size=1, max_size=8)),
-                      min_size=1, max_size=6),
-       cut=st.one_of(st.none(), st.integers(0, 1 << 16)))
+@settings(
+    max_examples=150,
+    deadline=None,  # the SIGALRM deadline bounds each case
+    suppress_health_check=[HealthCheck.too_slow],
+)
+@given(
+    which=st.sampled_from([0, 1]),
+    edits=st.lists(
+        st.tuples(st.integers(0, 1 << 16), st.binary(min_size=1, max_size=8)),
+        min_size=1,
+        max_size=6,
+    ),
+    cut=st.one_of(st.none(), st.integers(0, 1 << 16)),
+)
 def test_hypothesis_overwrites_and_truncations(which, edits, cut):
     data = bytearray(SEEDS[which])
     for position, patch in edits:
         at = position % len(data)
-        data[at:at + len(patch)] = patch
+        data[at : at + len(patch)] = patch
     if cut is not None:
-        data = data[:cut % (len(data) + 1)]
+        data = data[: cut % (len(data) + 1)]
     check_parse(bytes(data), measure_memory=True)
 
 
@@ -286,13 +309,16 @@ def shared_misaligned_buffer_file(tensors: int, nbytes: int) -> bytes:
     return data + bytes(max(0, nbytes + 1 - len(data)))
 
 
-@pytest.mark.parametrize("data", [
-    pytest.param(shared_name_file(20_000, 40_000), id="shared-name"),
-    pytest.param(shared_inputs_file(20_000, 10_000), id="shared-inputs"),
-    pytest.param(shared_table_file(20_000, "tensor"), id="shared-tensor-table"),
-    pytest.param(shared_table_file(20_000, "node"), id="shared-node-table"),
-    pytest.param(shared_misaligned_buffer_file(5_000, 40_000), id="shared-misaligned-buffer"),
-])
+@pytest.mark.parametrize(
+    "data",
+    [
+        pytest.param(shared_name_file(20_000, 40_000), id="shared-name"),
+        pytest.param(shared_inputs_file(20_000, 10_000), id="shared-inputs"),
+        pytest.param(shared_table_file(20_000, "tensor"), id="shared-tensor-table"),
+        pytest.param(shared_table_file(20_000, "node"), id="shared-node-table"),
+        pytest.param(shared_misaligned_buffer_file(5_000, 40_000), id="shared-misaligned-buffer"),
+    ],
+)
 def test_shared_offsets_cannot_multiply_work_or_memory(data):
     # Before the reader charged strings, tables and copies to its budget, the first and
     # last of these peaked at ~5000x the file size and took seconds.

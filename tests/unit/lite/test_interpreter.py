@@ -74,11 +74,13 @@ def test_run_returns_named_copies(interp):
 def test_constructors_from_path_and_bytes(tmp_path):
     x = _x(2)
     path = save(mlp_model(), tmp_path / "mlp.spore")
-    for interp in (Interpreter(model_path=path), Interpreter(model_path=str(path)),
-                   Interpreter(model_content=serialize(mlp_model()))):
+    for interp in (
+        Interpreter(model_path=path),
+        Interpreter(model_path=str(path)),
+        Interpreter(model_content=serialize(mlp_model())),
+    ):
         np.testing.assert_allclose(interp.run({"x": x})["probs"], _mlp_reference(x), rtol=1e-5)
-    with pytest.raises(ValueError, match="pass exactly one of model_path, model_content or "
-                                         "model"):
+    with pytest.raises(ValueError, match="pass exactly one of model_path, model_content or model"):
         Interpreter()
     with pytest.raises(ValueError, match="pass exactly one"):
         Interpreter(model_path=path, model_content=b"")
@@ -88,8 +90,11 @@ def test_constructors_from_path_and_bytes(tmp_path):
 
 
 def test_wrong_input_names(interp):
-    with pytest.raises(InputError, match=r"inputs expected \['x'\]; unknown \['image'\], "
-                                         r"missing \['x'\]") as info:
+    with pytest.raises(
+        InputError,
+        match=r"inputs expected \['x'\]; unknown \['image'\], "
+        r"missing \['x'\]",
+    ) as info:
         interp.run({"image": _x(1)})
     assert isinstance(info.value, ValueError)
     with pytest.raises(InputError, match=r"missing \['x'\]"):
@@ -104,16 +109,25 @@ def test_wrong_input_dtype(interp):
 
 
 def test_wrong_input_shape(interp):
-    with pytest.raises(InputError, match=r"input 'x': expected shape \[1, 4\], got \[1, 5\] "
-                                         r"\(call resize_tensor_input first\)"):
+    with pytest.raises(
+        InputError,
+        match=r"input 'x': expected shape \[1, 4\], got \[1, 5\] "
+        r"\(call resize_tensor_input first\)",
+    ):
         interp.set_tensor(0, np.zeros((1, 5), np.float32))
     with pytest.raises(InputError, match=r"expected shape \[1, 4\], got \[4\]"):
         interp.run({"x": np.zeros(4, np.float32)})  # wrong rank is never auto-resized
-    with pytest.raises(InputError, match=r"cannot resize to \[2, 5\]; its shape signature is "
-                                         r"\[-1, 4\] \(only -1 dims may change\)"):
+    with pytest.raises(
+        InputError,
+        match=r"cannot resize to \[2, 5\]; its shape signature is "
+        r"\[-1, 4\] \(only -1 dims may change\)",
+    ):
         interp.resize_tensor_input(0, [2, 5])
-    with pytest.raises(InputError, match=r"input 'x': cannot resize to \[2, 5\]; its shape "
-                                         r"signature is \[-1, 4\]"):
+    with pytest.raises(
+        InputError,
+        match=r"input 'x': cannot resize to \[2, 5\]; its shape "
+        r"signature is \[-1, 4\]",
+    ):
         interp.run({"x": np.zeros((2, 5), np.float32)})  # run resizes only dynamic dims
 
 
@@ -147,8 +161,9 @@ def test_resize_tensor_input_replans(interp):
     x = _x(7)
     interp.set_tensor(0, x)
     interp.invoke()
-    np.testing.assert_allclose(interp.get_tensor(interp.get_output_details()[0]["index"]),
-                               _mlp_reference(x), rtol=1e-5)
+    np.testing.assert_allclose(
+        interp.get_tensor(interp.get_output_details()[0]["index"]), _mlp_reference(x), rtol=1e-5
+    )
     interp.resize_tensor_input(0, np.array([0, 4]))  # an empty batch is a valid batch
     assert interp.run({"x": np.zeros((0, 4), np.float32)})["probs"].shape == (0, 3)
 
@@ -224,8 +239,11 @@ def test_int8_only_op_on_float_input_is_refused_by_name():
     x = b.input("x", (2,))
     b.output(b.op(OpCode.REQUANTIZE, [x]), name="q")
     graph_model = b.build(infer_shapes=False)
-    with pytest.raises(UnsupportedOpError, match=r"REQUANTIZE runs only on int8/uint8 tensors "
-                                                 r"with quantization, got float32"):
+    with pytest.raises(
+        UnsupportedOpError,
+        match=r"REQUANTIZE runs only on int8/uint8 tensors "
+        r"with quantization, got float32",
+    ):
         Interpreter(model=graph_model)
 
 

@@ -17,8 +17,7 @@ from tests.unit.lite.onnx_reference import run_onnx_op
 RTOL, ATOL = 1e-4, 1e-4
 
 
-def conv_reference(x, w, b=None, strides=(1, 1), dilations=(1, 1), pads=(0, 0, 0, 0),
-                   group=1):
+def conv_reference(x, w, b=None, strides=(1, 1), dilations=(1, 1), pads=(0, 0, 0, 0), group=1):
     """Direct convolution in float64: one einsum per group and kernel tap."""
     n = x.shape[0]
     o, cg, kh, kw = w.shape
@@ -31,11 +30,15 @@ def conv_reference(x, w, b=None, strides=(1, 1), dilations=(1, 1), pads=(0, 0, 0
     for g in range(group):
         for i in range(kh):
             for j in range(kw):
-                patch = xp[:, g * cg:(g + 1) * cg,
-                           i * dh:i * dh + sh * (oh - 1) + 1:sh,
-                           j * dw:j * dw + sw * (ow - 1) + 1:sw]
-                out[:, g * og:(g + 1) * og] += np.einsum(
-                    "nchw,oc->nohw", patch, w[g * og:(g + 1) * og, :, i, j])
+                patch = xp[
+                    :,
+                    g * cg : (g + 1) * cg,
+                    i * dh : i * dh + sh * (oh - 1) + 1 : sh,
+                    j * dw : j * dw + sw * (ow - 1) + 1 : sw,
+                ]
+                out[:, g * og : (g + 1) * og] += np.einsum(
+                    "nchw,oc->nohw", patch, w[g * og : (g + 1) * og, :, i, j]
+                )
     if b is not None:
         out += b.reshape(1, -1, 1, 1)
     return out
@@ -50,20 +53,20 @@ def _data(rng, n, c, h, w, o, group, k, bias):
 
 # (N, C, H, W, O, group, kernel, strides, dilations, pads, bias)
 CASES = [
-    (1, 3, 8, 8, 4, 1, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), True),      # im2col, padded
-    (2, 4, 7, 9, 5, 1, (3, 2), (2, 1), (1, 1), (0, 1, 2, 0), False),     # asymmetric
-    (1, 4, 10, 10, 6, 1, (3, 3), (1, 2), (2, 1), (2, 0, 1, 1), True),    # dilation
-    (2, 8, 6, 6, 8, 1, (1, 1), (1, 1), (1, 1), (0, 0, 0, 0), True),      # pointwise, N=2
-    (1, 8, 6, 6, 4, 1, (1, 1), (1, 1), (1, 1), (0, 0, 0, 0), False),     # pointwise, N=1
-    (2, 4, 5, 5, 12, 1, (1, 1), (1, 1), (1, 1), (0, 0, 0, 0), True),     # expanding 1x1
-    (1, 6, 9, 9, 3, 1, (1, 1), (2, 2), (1, 1), (0, 0, 0, 0), True),      # strided 1x1
-    (2, 6, 8, 8, 4, 2, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), True),      # grouped
-    (1, 6, 8, 7, 9, 3, (2, 3), (2, 2), (1, 2), (1, 0, 0, 2), False),     # grouped, strided
-    (1, 5, 9, 9, 5, 5, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), True),      # depthwise
-    (2, 4, 9, 8, 4, 4, (3, 3), (2, 2), (1, 1), (0, 1, 1, 0), False),     # depthwise, s2
-    (1, 3, 11, 11, 3, 3, (5, 3), (1, 2), (2, 1), (4, 1, 0, 2), True),    # depthwise, dilated
-    (1, 3, 6, 6, 6, 3, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), True),      # channel multiplier
-    (1, 2, 5, 5, 3, 1, (5, 5), (1, 1), (1, 1), (0, 0, 0, 0), True),      # kernel == input
+    (1, 3, 8, 8, 4, 1, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), True),  # im2col, padded
+    (2, 4, 7, 9, 5, 1, (3, 2), (2, 1), (1, 1), (0, 1, 2, 0), False),  # asymmetric
+    (1, 4, 10, 10, 6, 1, (3, 3), (1, 2), (2, 1), (2, 0, 1, 1), True),  # dilation
+    (2, 8, 6, 6, 8, 1, (1, 1), (1, 1), (1, 1), (0, 0, 0, 0), True),  # pointwise, N=2
+    (1, 8, 6, 6, 4, 1, (1, 1), (1, 1), (1, 1), (0, 0, 0, 0), False),  # pointwise, N=1
+    (2, 4, 5, 5, 12, 1, (1, 1), (1, 1), (1, 1), (0, 0, 0, 0), True),  # expanding 1x1
+    (1, 6, 9, 9, 3, 1, (1, 1), (2, 2), (1, 1), (0, 0, 0, 0), True),  # strided 1x1
+    (2, 6, 8, 8, 4, 2, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), True),  # grouped
+    (1, 6, 8, 7, 9, 3, (2, 3), (2, 2), (1, 2), (1, 0, 0, 2), False),  # grouped, strided
+    (1, 5, 9, 9, 5, 5, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), True),  # depthwise
+    (2, 4, 9, 8, 4, 4, (3, 3), (2, 2), (1, 1), (0, 1, 1, 0), False),  # depthwise, s2
+    (1, 3, 11, 11, 3, 3, (5, 3), (1, 2), (2, 1), (4, 1, 0, 2), True),  # depthwise, dilated
+    (1, 3, 6, 6, 6, 3, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), True),  # channel multiplier
+    (1, 2, 5, 5, 3, 1, (5, 5), (1, 1), (1, 1), (0, 0, 0, 0), True),  # kernel == input
 ]
 
 
@@ -92,11 +95,14 @@ def test_conv2d_auto_pad_matches_onnxruntime(auto_pad, group, o, stride):
     np.testing.assert_allclose(ours, ort, rtol=RTOL, atol=ATOL)
 
 
-@pytest.mark.parametrize("activation,fn", [
-    ("relu", lambda y: np.maximum(y, 0)),
-    ("relu6", lambda y: np.clip(y, 0, 6)),
-    ("tanh", np.tanh),
-])
+@pytest.mark.parametrize(
+    "activation,fn",
+    [
+        ("relu", lambda y: np.maximum(y, 0)),
+        ("relu6", lambda y: np.clip(y, 0, 6)),
+        ("tanh", np.tanh),
+    ],
+)
 @pytest.mark.parametrize("group,o,k", [(1, 4, 3), (4, 4, 3), (1, 6, 1)])
 def test_conv2d_fused_activation(activation, fn, group, o, k):
     x, wt, b = _data(np.random.default_rng(2), 1, 4, 6, 6, o, group, (k, k), True)
@@ -111,22 +117,26 @@ def test_conv2d_fused_activation(activation, fn, group, o, k):
 def test_conv2d_runtime_weights(group, o, k):
     """Weights fed as a run-time tensor (on-device training) go through the same paths."""
     x, wt, b = _data(np.random.default_rng(3), 2, 4, 5, 6, o, group, (k, k), True)
-    (ours,) = run_op(OpCode.CONV2D, [x, wt, b], constant_inputs=[], pads=[1, 0, 0, 1],
-                     group=group)
+    (ours,) = run_op(OpCode.CONV2D, [x, wt, b], constant_inputs=[], pads=[1, 0, 0, 1], group=group)
     ref = conv_reference(x, wt, b, pads=(1, 0, 0, 1), group=group)
     np.testing.assert_allclose(ours, ref, rtol=RTOL, atol=ATOL)
 
 
-@pytest.mark.parametrize("k,strides,pads,group,o,expected", [
-    ((1, 1), [1, 1], [0, 0, 0, 0], 1, 8, "pointwise"),
-    ((1, 1), [2, 2], [0, 0, 0, 0], 1, 8, "im2col"),
-    ((3, 3), [1, 1], [1, 1, 1, 1], 4, 4, "depthwise"),
-    ((3, 3), [1, 1], [1, 1, 1, 1], 4, 8, "im2col"),
-    ((3, 3), [1, 1], [0, 0, 0, 0], 1, 8, "im2col"),
-])
+@pytest.mark.parametrize(
+    "k,strides,pads,group,o,expected",
+    [
+        ((1, 1), [1, 1], [0, 0, 0, 0], 1, 8, "pointwise"),
+        ((1, 1), [2, 2], [0, 0, 0, 0], 1, 8, "im2col"),
+        ((3, 3), [1, 1], [1, 1, 1, 1], 4, 4, "depthwise"),
+        ((3, 3), [1, 1], [1, 1, 1, 1], 4, 8, "im2col"),
+        ((3, 3), [1, 1], [0, 0, 0, 0], 1, 8, "im2col"),
+    ],
+)
 def test_conv2d_picks_fast_path(k, strides, pads, group, o, expected):
-    specs = [TensorSpec((1, 4, 8, 8), np.dtype(np.float32)),
-             TensorSpec((o, 4 // group, *k), np.dtype(np.float32))]
+    specs = [
+        TensorSpec((1, 4, 8, 8), np.dtype(np.float32)),
+        TensorSpec((o, 4 // group, *k), np.dtype(np.float32)),
+    ]
     kernel = Conv2D(Attrs("CONV2D", dict(strides=strides, pads=pads, group=group)), specs)
     assert kernel.strategy == expected
 
@@ -138,31 +148,41 @@ def test_conv2d_bind_computes_into_planned_buffers_repeatedly():
         wt = rng.normal(size=(o, 3 // group, 3, 3)).astype(np.float32)
         x = np.empty((1, 3, 6, 6), np.float32)
         out = np.empty((1, o, 6, 6), np.float32)
-        kernel = Conv2D(Attrs("CONV2D", dict(pads=[1, 1, 1, 1], group=group)),
-                        [TensorSpec(x.shape, x.dtype), TensorSpec(wt.shape, wt.dtype, wt)])
+        kernel = Conv2D(
+            Attrs("CONV2D", dict(pads=[1, 1, 1, 1], group=group)),
+            [TensorSpec(x.shape, x.dtype), TensorSpec(wt.shape, wt.dtype, wt)],
+        )
         step = kernel.bind([x, wt], [out])
         for _ in range(3):
             x[...] = rng.normal(size=x.shape) * 100
             step()
-            np.testing.assert_allclose(out, conv_reference(x, wt, pads=(1, 1, 1, 1),
-                                                           group=group), rtol=RTOL, atol=1e-3)
+            np.testing.assert_allclose(
+                out, conv_reference(x, wt, pads=(1, 1, 1, 1), group=group), rtol=RTOL, atol=1e-3
+            )
 
 
-@pytest.mark.parametrize("x_shape,w_shape,attrs,message", [
-    ((1, 3, 8, 8), (4, 3, 3), {}, "weights must be 4-D"),
-    ((1, 3, 8), (4, 3, 3, 3), {}, "input must be 4-D"),
-    ((1, 3, 8, 8), (4, 2, 3, 3), {}, "input has 3 channels"),
-    ((1, 4, 8, 8), (6, 2, 3, 3), {"group": 3}, "group=3 must be positive and divide"),
-    ((1, 3, 8, 8), (4, 3, 3, 3), {"pads": [1, 1, 1]}, "pads must hold 4 values"),
-    ((1, 3, 8, 8), (4, 3, 3, 3), {"pads": [1, -1, 1, 1]}, "pads must be non-negative"),
-    ((1, 3, 8, 8), (4, 3, 3, 3), {"strides": [0, 1]}, "'strides' must be positive"),
-    ((1, 3, 4, 4), (4, 3, 5, 5), {}, "larger than the padded input"),
-    ((1, 3, 8, 8), (4, 3, 3, 3), {"auto_pad": "SAME"}, "auto_pad must be one of"),
-    ((1, 3, 8, 8), (4, 3, 3, 3), {"auto_pad": "VALID", "pads": [1, 1, 1, 1]},
-     "cannot be combined"),
-    ((1, 3, 8, 8), (4, 3, 3, 3), {"kernel_shape": [5, 5]}, "kernel_shape"),
-    ((1, 3, 8, 8), (4, 3, 3, 3), {"activation": "swish"}, "unknown fused activation"),
-])
+@pytest.mark.parametrize(
+    "x_shape,w_shape,attrs,message",
+    [
+        ((1, 3, 8, 8), (4, 3, 3), {}, "weights must be 4-D"),
+        ((1, 3, 8), (4, 3, 3, 3), {}, "input must be 4-D"),
+        ((1, 3, 8, 8), (4, 2, 3, 3), {}, "input has 3 channels"),
+        ((1, 4, 8, 8), (6, 2, 3, 3), {"group": 3}, "group=3 must be positive and divide"),
+        ((1, 3, 8, 8), (4, 3, 3, 3), {"pads": [1, 1, 1]}, "pads must hold 4 values"),
+        ((1, 3, 8, 8), (4, 3, 3, 3), {"pads": [1, -1, 1, 1]}, "pads must be non-negative"),
+        ((1, 3, 8, 8), (4, 3, 3, 3), {"strides": [0, 1]}, "'strides' must be positive"),
+        ((1, 3, 4, 4), (4, 3, 5, 5), {}, "larger than the padded input"),
+        ((1, 3, 8, 8), (4, 3, 3, 3), {"auto_pad": "SAME"}, "auto_pad must be one of"),
+        (
+            (1, 3, 8, 8),
+            (4, 3, 3, 3),
+            {"auto_pad": "VALID", "pads": [1, 1, 1, 1]},
+            "cannot be combined",
+        ),
+        ((1, 3, 8, 8), (4, 3, 3, 3), {"kernel_shape": [5, 5]}, "kernel_shape"),
+        ((1, 3, 8, 8), (4, 3, 3, 3), {"activation": "swish"}, "unknown fused activation"),
+    ],
+)
 def test_conv2d_shape_errors(x_shape, w_shape, attrs, message):
     x = np.zeros(x_shape, np.float32)
     w = np.zeros(w_shape, np.float32)
@@ -192,11 +212,16 @@ def test_conv_net_end_to_end_with_dynamic_batch():
 
     b = ModelBuilder()
     x = b.input("image", (-1, 3, 12, 12))
-    h = b.op(OpCode.CONV2D, [x, b.constant("w1", w1), b.constant("b1", b1)],
-             pads=[1, 1, 1, 1], activation="relu")
+    h = b.op(
+        OpCode.CONV2D,
+        [x, b.constant("w1", w1), b.constant("b1", b1)],
+        pads=[1, 1, 1, 1],
+        activation="relu",
+    )
     h = b.op(OpCode.MAX_POOL2D, [h], kernel_shape=[2, 2], strides=[2, 2])
-    h = b.op(OpCode.CONV2D, [h, b.constant("w2", w2)], pads=[1, 1, 1, 1], group=8,
-             activation="relu6")
+    h = b.op(
+        OpCode.CONV2D, [h, b.constant("w2", w2)], pads=[1, 1, 1, 1], group=8, activation="relu6"
+    )
     h = b.op(OpCode.CONV2D, [h, b.constant("w3", w3), b.constant("b3", b3)])
     h = b.op(OpCode.GLOBAL_AVG_POOL, [h])
     h = b.op(OpCode.FLATTEN, [h])
@@ -219,25 +244,40 @@ def test_conv_net_end_to_end_with_dynamic_batch():
         np.testing.assert_allclose(logits, reference(image), rtol=RTOL, atol=ATOL)
 
 
-def conv_transpose_reference(x, w, b=None, strides=(1, 1), dilations=(1, 1),
-                             pads=(0, 0, 0, 0), output_padding=(0, 0), group=1):
+def conv_transpose_reference(
+    x,
+    w,
+    b=None,
+    strides=(1, 1),
+    dilations=(1, 1),
+    pads=(0, 0, 0, 0),
+    output_padding=(0, 0),
+    group=1,
+):
     """Scatter every input pixel times each kernel tap onto the output, in float64."""
     n, c, h, wd = x.shape
     _, og, kh, kw = w.shape
     (sh, sw), (dh, dw) = strides, dilations
-    full = (sh * (h - 1) + (kh - 1) * dh + 1 + output_padding[0],
-            sw * (wd - 1) + (kw - 1) * dw + 1 + output_padding[1])
+    full = (
+        sh * (h - 1) + (kh - 1) * dh + 1 + output_padding[0],
+        sw * (wd - 1) + (kw - 1) * dw + 1 + output_padding[1],
+    )
     canvas = np.zeros((n, og * group, *full))
     cg = c // group
     for g in range(group):
         for i in range(kh):
             for j in range(kw):
-                canvas[:, g * og:(g + 1) * og,
-                       i * dh:i * dh + sh * (h - 1) + 1:sh,
-                       j * dw:j * dw + sw * (wd - 1) + 1:sw] += np.einsum(
-                    "nchw,co->nohw", x[:, g * cg:(g + 1) * cg].astype(np.float64),
-                    w[g * cg:(g + 1) * cg, :, i, j])
-    out = canvas[:, :, pads[0]:full[0] - pads[2], pads[1]:full[1] - pads[3]]
+                canvas[
+                    :,
+                    g * og : (g + 1) * og,
+                    i * dh : i * dh + sh * (h - 1) + 1 : sh,
+                    j * dw : j * dw + sw * (wd - 1) + 1 : sw,
+                ] += np.einsum(
+                    "nchw,co->nohw",
+                    x[:, g * cg : (g + 1) * cg].astype(np.float64),
+                    w[g * cg : (g + 1) * cg, :, i, j],
+                )
+    out = canvas[:, :, pads[0] : full[0] - pads[2], pads[1] : full[1] - pads[3]]
     if b is not None:
         out = out + b.reshape(1, -1, 1, 1)
     return out
@@ -259,8 +299,13 @@ def test_conv_transpose_matches_reference_and_onnxruntime(case):
     x = rng.normal(size=(n, c, h, w)).astype(np.float32)
     wt = rng.normal(size=(c, o // group, *k)).astype(np.float32)
     b = rng.normal(size=o).astype(np.float32) if bias else None
-    attrs = dict(strides=list(strides), dilations=list(dilations), pads=list(pads),
-                 output_padding=list(out_pad), group=group)
+    attrs = dict(
+        strides=list(strides),
+        dilations=list(dilations),
+        pads=list(pads),
+        output_padding=list(out_pad),
+        group=group,
+    )
     inputs = [x, wt] + ([b] if bias else [])
     (ours,) = run_op(OpCode.CONV_TRANSPOSE2D, inputs, **attrs)
     ref = conv_transpose_reference(x, wt, b, strides, dilations, pads, out_pad, group)
@@ -272,13 +317,16 @@ def test_conv_transpose_matches_reference_and_onnxruntime(case):
     np.testing.assert_allclose(runtime, ref, rtol=RTOL, atol=ATOL)
 
 
-@pytest.mark.parametrize("w_shape,attrs,message", [
-    ((3, 2, 3), {}, "weights must be 4-D"),
-    ((4, 2, 3, 3), {}, "input has 3 channels"),
-    ((3, 2, 3, 3), {"auto_pad": "SAME_UPPER"}, "only explicit pads"),
-    ((3, 2, 3, 3), {"output_padding": [2, 0], "strides": [2, 2]}, "output_padding"),
-    ((3, 2, 3, 3), {"pads": [3, 3, 3, 3]}, "leave no output"),
-])
+@pytest.mark.parametrize(
+    "w_shape,attrs,message",
+    [
+        ((3, 2, 3), {}, "weights must be 4-D"),
+        ((4, 2, 3, 3), {}, "input has 3 channels"),
+        ((3, 2, 3, 3), {"auto_pad": "SAME_UPPER"}, "only explicit pads"),
+        ((3, 2, 3, 3), {"output_padding": [2, 0], "strides": [2, 2]}, "output_padding"),
+        ((3, 2, 3, 3), {"pads": [3, 3, 3, 3]}, "leave no output"),
+    ],
+)
 def test_conv_transpose_errors(w_shape, attrs, message):
     x, w = np.zeros((1, 3, 4, 4), np.float32), np.zeros(w_shape, np.float32)
     with pytest.raises(ShapeError, match=message):
@@ -287,35 +335,49 @@ def test_conv_transpose_errors(w_shape, attrs, message):
 
 @pytest.mark.parametrize("layout_limit", [0, 10**9], ids=["planar", "interleaved"])
 @pytest.mark.parametrize("constant", [True, False])
-@pytest.mark.parametrize("n,c,h,w,k,strides,dilations,pads", [
-    (1, 5, 9, 9, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1)),
-    (2, 4, 10, 9, (3, 3), (2, 2), (1, 1), (1, 0, 1, 1)),
-    (1, 3, 11, 12, (3, 5), (2, 3), (2, 1), (2, 1, 0, 2)),
-    (2, 6, 7, 7, (5, 5), (1, 1), (1, 1), (2, 2, 2, 2)),
-])
-def test_depthwise_layouts(monkeypatch, layout_limit, constant, n, c, h, w, k, strides,
-                           dilations, pads):
+@pytest.mark.parametrize(
+    "n,c,h,w,k,strides,dilations,pads",
+    [
+        (1, 5, 9, 9, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1)),
+        (2, 4, 10, 9, (3, 3), (2, 2), (1, 1), (1, 0, 1, 1)),
+        (1, 3, 11, 12, (3, 5), (2, 3), (2, 1), (2, 1, 0, 2)),
+        (2, 6, 7, 7, (5, 5), (1, 1), (1, 1), (2, 2, 2, 2)),
+    ],
+)
+def test_depthwise_layouts(
+    monkeypatch, layout_limit, constant, n, c, h, w, k, strides, dilations, pads
+):
     """Both depthwise layouts (chosen by plane size) on every stride/dilation shape."""
     from sporenet.lite.kernels import depthwise
 
     monkeypatch.setattr(depthwise, "_SMALL_PLANE", layout_limit)
     x, wt, b = _data(np.random.default_rng(8), n, c, h, w, c, c, k, True)
-    (ours,) = run_op(OpCode.CONV2D, [x, wt, b], constant_inputs=None if constant else [0],
-                     strides=list(strides), dilations=list(dilations), pads=list(pads),
-                     group=c)
+    (ours,) = run_op(
+        OpCode.CONV2D,
+        [x, wt, b],
+        constant_inputs=None if constant else [0],
+        strides=list(strides),
+        dilations=list(dilations),
+        pads=list(pads),
+        group=c,
+    )
     ref = conv_reference(x, wt, b, strides, dilations, pads, c)
     np.testing.assert_allclose(ours, ref, rtol=RTOL, atol=ATOL)
 
 
 @pytest.mark.parametrize("min_channels", [1, 10**9], ids=["channels-last", "planar"])
-@pytest.mark.parametrize("n,c,h,w,o,k,strides,dilations,pads", [
-    (1, 32, 4, 4, 16, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1)),
-    (2, 8, 7, 6, 5, (3, 2), (2, 1), (1, 2), (0, 1, 2, 1)),
-    (1, 6, 9, 9, 4, (1, 1), (2, 2), (1, 1), (0, 0, 0, 0)),
-])
+@pytest.mark.parametrize(
+    "n,c,h,w,o,k,strides,dilations,pads",
+    [
+        (1, 32, 4, 4, 16, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1)),
+        (2, 8, 7, 6, 5, (3, 2), (2, 1), (1, 2), (0, 1, 2, 1)),
+        (1, 6, 9, 9, 4, (1, 1), (2, 2), (1, 1), (0, 0, 0, 0)),
+    ],
+)
 @pytest.mark.parametrize("bias", [True, False])
-def test_im2col_layouts(monkeypatch, min_channels, n, c, h, w, o, k, strides, dilations,
-                        pads, bias):
+def test_im2col_layouts(
+    monkeypatch, min_channels, n, c, h, w, o, k, strides, dilations, pads, bias
+):
     """The channels-last column build (narrow outputs) matches the planar one; a constant
     bias rides in the GEMM as a column of ones in both."""
     from sporenet.lite.kernels import conv
@@ -329,14 +391,17 @@ def test_im2col_layouts(monkeypatch, min_channels, n, c, h, w, o, k, strides, di
     np.testing.assert_allclose(ours, ref, rtol=RTOL, atol=ATOL)
 
 
-@pytest.mark.parametrize("constant_weights,out_hw,strides,strategy", [
-    (False, 8, [1, 1], "im2col"),  # run-time weights cannot be transformed at load
-    (True, 8, [2, 2], "im2col"),   # F(2x2, 3x3) is for stride 1
-    (True, 4, [1, 1], "im2col"),   # too few output positions (below _WINOGRAD_MIN_PLANE)
-    (True, 7, [1, 1], "im2col"),   # 64 ch x 16 tiles: transforms cost more than they save
-    (True, 14, [1, 1], "winograd4"),  # 16 tiles of 4x4 for 64 x 64 weights
-    (True, 28, [1, 1], "winograd4"),
-])
+@pytest.mark.parametrize(
+    "constant_weights,out_hw,strides,strategy",
+    [
+        (False, 8, [1, 1], "im2col"),  # run-time weights cannot be transformed at load
+        (True, 8, [2, 2], "im2col"),  # F(2x2, 3x3) is for stride 1
+        (True, 4, [1, 1], "im2col"),  # too few output positions (below _WINOGRAD_MIN_PLANE)
+        (True, 7, [1, 1], "im2col"),  # 64 ch x 16 tiles: transforms cost more than they save
+        (True, 14, [1, 1], "winograd4"),  # 16 tiles of 4x4 for 64 x 64 weights
+        (True, 28, [1, 1], "winograd4"),
+    ],
+)
 def test_winograd_only_where_it_applies(constant_weights, out_hw, strides, strategy):
     x = TensorSpec((1, 64, out_hw, out_hw), np.dtype(np.float32))
     w = np.ones((64, 64, 3, 3), np.float32)
@@ -346,10 +411,13 @@ def test_winograd_only_where_it_applies(constant_weights, out_hw, strides, strat
 
 
 @pytest.mark.parametrize("size", [7, 5000])  # below and above activation._SMALL
-@pytest.mark.parametrize("name,reference", [
-    ("relu", lambda y: np.maximum(y, 0)),
-    ("relu6", lambda y: np.clip(y, 0, 6)),
-])
+@pytest.mark.parametrize(
+    "name,reference",
+    [
+        ("relu", lambda y: np.maximum(y, 0)),
+        ("relu6", lambda y: np.clip(y, 0, 6)),
+    ],
+)
 def test_fused_relu_paths_match_numpy(size, name, reference):
     """Both ReLU paths (maximum for tiny tensors, the clip ufunc above) and ReLU6 give
     NumPy's values, NaN and infinities included."""

@@ -21,8 +21,15 @@ BINARY = [
     (OpCode.GREATER, "Greater", np.greater),
     (OpCode.LESS, "Less", np.less),
 ]
-BROADCAST = [((2, 3, 4), (2, 3, 4)), ((2, 3, 4), (4,)), ((2, 3, 4), (3, 1)), ((3, 1), (1, 5)),
-             ((), (2, 3)), ((2, 1, 4, 1), (3, 1, 5)), ((1,), ())]
+BROADCAST = [
+    ((2, 3, 4), (2, 3, 4)),
+    ((2, 3, 4), (4,)),
+    ((2, 3, 4), (3, 1)),
+    ((3, 1), (1, 5)),
+    ((), (2, 3)),
+    ((2, 1, 4, 1), (3, 1, 5)),
+    ((1,), ()),
+]
 
 
 @pytest.mark.parametrize(("a_shape", "b_shape"), BROADCAST, ids=str)
@@ -67,8 +74,13 @@ def test_integer_division_truncates_toward_zero(dtype):
 def test_integer_arithmetic():
     a = np.arange(-4, 4, dtype=np.int64).reshape(2, 4)
     b = np.array([3, -2, 5, 1], np.int64)
-    for op, ref in ((OpCode.ADD, np.add), (OpCode.SUB, np.subtract), (OpCode.MUL, np.multiply),
-                    (OpCode.MAXIMUM, np.maximum), (OpCode.MINIMUM, np.minimum)):
+    for op, ref in (
+        (OpCode.ADD, np.add),
+        (OpCode.SUB, np.subtract),
+        (OpCode.MUL, np.multiply),
+        (OpCode.MAXIMUM, np.maximum),
+        (OpCode.MINIMUM, np.minimum),
+    ):
         (ours,) = run_op(op, [a, b])
         np.testing.assert_array_equal(ours, ref(a, b))
 

@@ -28,14 +28,17 @@ def test_batch_norm(shape, constant):
     rng = np.random.default_rng(0)
     x = rng.normal(size=shape).astype(np.float32)
     params = _bn_params(rng, shape[1])
-    (ours,) = run_op(OpCode.BATCH_NORM, [x, *params], epsilon=1e-3,
-                     constant_inputs=None if constant else [0])
-    scale, bias, mean, var = (p.astype(np.float64).reshape(-1, *[1] * (len(shape) - 2))
-                              for p in params)
+    (ours,) = run_op(
+        OpCode.BATCH_NORM, [x, *params], epsilon=1e-3, constant_inputs=None if constant else [0]
+    )
+    scale, bias, mean, var = (
+        p.astype(np.float64).reshape(-1, *[1] * (len(shape) - 2)) for p in params
+    )
     ref = scale * (x - mean) / np.sqrt(var + 1e-3) + bias
     np.testing.assert_allclose(ours, ref, rtol=RTOL, atol=ATOL)
-    (ort,) = run_onnx_op("BatchNormalization", [x, *params], initializers=[1, 2, 3, 4],
-                         epsilon=1e-3)
+    (ort,) = run_onnx_op(
+        "BatchNormalization", [x, *params], initializers=[1, 2, 3, 4], epsilon=1e-3
+    )
     np.testing.assert_allclose(ours, ort, rtol=RTOL, atol=ATOL)
 
 
@@ -45,7 +48,7 @@ def lrn_reference(x, size, alpha, beta, bias):
     x64 = x.astype(np.float64)
     for ch in range(c):
         lo, hi = max(0, ch - (size - 1) // 2), min(c - 1, ch + (size - 1) - (size - 1) // 2)
-        square_sum = (x64[:, lo:hi + 1] ** 2).sum(axis=1)
+        square_sum = (x64[:, lo : hi + 1] ** 2).sum(axis=1)
         out[:, ch] = x64[:, ch] / (bias + alpha / size * square_sum) ** beta
     return out
 
@@ -76,8 +79,9 @@ def test_instance_norm(shape):
     cshape = (-1, *[1] * (len(shape) - 2))
     ref = scale.reshape(cshape) * (x64 - mean) / np.sqrt(var + 1e-4) + bias.reshape(cshape)
     np.testing.assert_allclose(ours, ref, rtol=RTOL, atol=ATOL)
-    (ort,) = run_onnx_op("InstanceNormalization", [x, scale, bias], initializers=[1, 2],
-                         epsilon=1e-4)
+    (ort,) = run_onnx_op(
+        "InstanceNormalization", [x, scale, bias], initializers=[1, 2], epsilon=1e-4
+    )
     np.testing.assert_allclose(ours, ort, rtol=RTOL, atol=ATOL)
 
 

@@ -24,8 +24,9 @@ AXES = [None, [0], [-1], [1, 2], [0, -1], [2, 0, 1]]
 @pytest.mark.parametrize(("op", "onnx_op", "ref"), REDUCTIONS, ids=[r[0].name for r in REDUCTIONS])
 def test_reductions(op, onnx_op, ref, axes, keepdims):
     x = np.random.default_rng(int(op)).uniform(0.5, 1.5, size=(2, 3, 4)).astype(np.float32)
-    expected = ref(x.astype(np.float64), axis=None if axes is None else tuple(axes),
-                   keepdims=bool(keepdims))
+    expected = ref(
+        x.astype(np.float64), axis=None if axes is None else tuple(axes), keepdims=bool(keepdims)
+    )
     axes_in = None if axes is None else np.array(axes, np.int64)
     (from_input,) = run_op(op, [x, axes_in], keepdims=keepdims)
     attrs = {} if axes is None else {"axes": axes}
@@ -34,8 +35,7 @@ def test_reductions(op, onnx_op, ref, axes, keepdims):
     # float32 accumulation of up to 24 values vs a float64 reference.
     np.testing.assert_allclose(from_input, expected, rtol=2e-6)
     np.testing.assert_array_equal(from_attr, from_input)
-    (theirs,) = run_onnx_op(onnx_op, [x, axes_in], initializers=[1], opset=18,
-                            keepdims=keepdims)
+    (theirs,) = run_onnx_op(onnx_op, [x, axes_in], initializers=[1], opset=18, keepdims=keepdims)
     np.testing.assert_allclose(from_input, theirs, rtol=2e-6)
 
 
@@ -46,8 +46,9 @@ def test_noop_with_empty_axes_is_identity(op, onnx_op, ref):
     np.testing.assert_array_equal(ours, x)
     (all_axes,) = run_op(op, [x, np.array([], np.int64)], keepdims=0)
     np.testing.assert_allclose(all_axes, ref(x), rtol=1e-6)
-    (theirs,) = run_onnx_op(onnx_op, [x, np.array([], np.int64)], initializers=[1], opset=18,
-                            noop_with_empty_axes=1)
+    (theirs,) = run_onnx_op(
+        onnx_op, [x, np.array([], np.int64)], initializers=[1], opset=18, noop_with_empty_axes=1
+    )
     np.testing.assert_array_equal(ours, theirs)
 
 
@@ -55,8 +56,7 @@ def test_integer_sum_max_prod():
     x = np.arange(1, 13, dtype=np.int64).reshape(3, 4)
     assert run_op(OpCode.REDUCE_SUM, [x], axes=[1], keepdims=0)[0].tolist() == [10, 26, 42]
     assert run_op(OpCode.REDUCE_MAX, [x], axes=[0])[0].tolist() == [[9, 10, 11, 12]]
-    assert run_op(OpCode.REDUCE_PROD, [x[:, :2]], axes=[1], keepdims=0)[0].tolist() == [
-        2, 30, 90]
+    assert run_op(OpCode.REDUCE_PROD, [x[:, :2]], axes=[1], keepdims=0)[0].tolist() == [2, 30, 90]
 
 
 def test_reduce_errors():
@@ -77,11 +77,11 @@ def test_reduce_errors():
 
 # --------------------------------------------------------------------------- ArgMax, ArgMin
 
+
 @pytest.mark.parametrize("last", [0, 1])
 @pytest.mark.parametrize("keepdims", [1, 0])
 @pytest.mark.parametrize("axis", [0, 1, -1])
-@pytest.mark.parametrize(("op", "onnx_op"), [(OpCode.ARGMAX, "ArgMax"),
-                                             (OpCode.ARGMIN, "ArgMin")])
+@pytest.mark.parametrize(("op", "onnx_op"), [(OpCode.ARGMAX, "ArgMax"), (OpCode.ARGMIN, "ArgMin")])
 def test_arg_reductions_with_ties(op, onnx_op, axis, keepdims, last):
     # Few distinct values so ties are common and select_last_index matters.
     x = np.random.default_rng(3).integers(0, 3, size=(3, 4, 5)).astype(np.float32)

@@ -17,8 +17,10 @@ def pad_reference(x, pads, mode, value=0.0):
     """np.pad after cropping negative pads (np.pad's 'symmetric' is not ONNX reflect)."""
     rank = x.ndim
     begin, end = pads[:rank], pads[rank:]
-    crop = tuple(slice(max(-b, 0), x.shape[a] - max(-e, 0))
-                 for a, (b, e) in enumerate(zip(begin, end, strict=True)))
+    crop = tuple(
+        slice(max(-b, 0), x.shape[a] - max(-e, 0))
+        for a, (b, e) in enumerate(zip(begin, end, strict=True))
+    )
     widths = [(max(b, 0), max(e, 0)) for b, e in zip(begin, end, strict=True)]
     if mode == "constant":
         return np.pad(x[crop], widths, mode="constant", constant_values=value)
@@ -30,7 +32,7 @@ PAD_CASES = [
     ((2, 3, 4), [1, 0, 2, 0, 2, 1]),
     ((3, 5), [2, 4, 2, 3]),
     ((1, 1, 4, 4), [0, 0, 0, 3, 0, 0, 3, 0]),
-    ((1, 2, 5, 6), [0, 0, -1, 2, 0, 0, 1, -2]),   # crop and pad together
+    ((1, 2, 5, 6), [0, 0, -1, 2, 0, 0, 1, -2]),  # crop and pad together
     ((6,), [0, 5]),
 ]
 
@@ -46,8 +48,7 @@ def test_pad_matches_reference_and_onnxruntime(shape, pads, mode):
     if mode == "constant":
         inputs.append(np.array(1.5, np.float32))
     # wrap arrived in opset 19.
-    (ort,) = run_onnx_op("Pad", inputs, initializers=range(1, len(inputs)), mode=mode,
-                         opset=19)
+    (ort,) = run_onnx_op("Pad", inputs, initializers=range(1, len(inputs)), mode=mode, opset=19)
     np.testing.assert_array_equal(ours, ort)
 
 
@@ -57,8 +58,9 @@ def test_pad_from_constant_inputs_with_axes():
     (ours,) = run_op(OpCode.PAD, [x, pads, np.array(-1.0, np.float32), axes])
     ref = np.pad(x, [(0, 0), (2, 3), (1, 0)], constant_values=-1.0)
     np.testing.assert_array_equal(ours, ref)
-    (ort,) = run_onnx_op("Pad", [x, pads, np.array(-1.0, np.float32), axes],
-                         initializers=[1, 2, 3], opset=18)
+    (ort,) = run_onnx_op(
+        "Pad", [x, pads, np.array(-1.0, np.float32), axes], initializers=[1, 2, 3], opset=18
+    )
     np.testing.assert_array_equal(ours, ort)
 
 
@@ -77,14 +79,17 @@ def test_pad_rewrites_borders_each_call():
         np.testing.assert_array_equal(out, np.pad(x, 1, constant_values=7.0))
 
 
-@pytest.mark.parametrize("shape,attrs,message", [
-    ((2, 3), dict(pads=[1, 1, 1]), "pads must hold 2 values per padded axis"),
-    ((2, 3), dict(), "needs a `pads` attribute"),
-    ((2, 3), dict(pads=[0, 3, 0, 0], mode="reflect"), "must be smaller than its size"),
-    ((2, 3), dict(pads=[0, 0, 0, 0], mode="symmetric"), "mode must be one of"),
-    ((2, 3), dict(pads=[0, -2, 0, -2]), "below zero elements"),
-    ((2, 3), dict(pads=[1, 1], axes=[3]), "must be distinct axes"),
-])
+@pytest.mark.parametrize(
+    "shape,attrs,message",
+    [
+        ((2, 3), dict(pads=[1, 1, 1]), "pads must hold 2 values per padded axis"),
+        ((2, 3), dict(), "needs a `pads` attribute"),
+        ((2, 3), dict(pads=[0, 3, 0, 0], mode="reflect"), "must be smaller than its size"),
+        ((2, 3), dict(pads=[0, 0, 0, 0], mode="symmetric"), "mode must be one of"),
+        ((2, 3), dict(pads=[0, -2, 0, -2]), "below zero elements"),
+        ((2, 3), dict(pads=[1, 1], axes=[3]), "must be distinct axes"),
+    ],
+)
 def test_pad_errors(shape, attrs, message):
     with pytest.raises(ShapeError, match=message):
         run_op(OpCode.PAD, [np.zeros(shape, np.float32)], **attrs)
@@ -133,13 +138,19 @@ def resize_reference(x, out_hw, scales, mode, transform, nearest_mode):
             y0, x0 = int(np.floor(cy_)), int(np.floor(cx_))
             y1, x1 = min(y0 + 1, h - 1), min(x0 + 1, w - 1)
             fy, fx = cy_ - y0, cx_ - x0
-            out[..., oy, ox] = ((1 - fy) * ((1 - fx) * x[..., y0, x0] + fx * x[..., y0, x1])
-                                + fy * ((1 - fx) * x[..., y1, x0] + fx * x[..., y1, x1]))
+            out[..., oy, ox] = (1 - fy) * ((1 - fx) * x[..., y0, x0] + fx * x[..., y0, x1]) + fy * (
+                (1 - fx) * x[..., y1, x0] + fx * x[..., y1, x1]
+            )
     return out
 
 
-TRANSFORMS = ["half_pixel", "asymmetric", "align_corners", "pytorch_half_pixel",
-              "half_pixel_symmetric"]
+TRANSFORMS = [
+    "half_pixel",
+    "asymmetric",
+    "align_corners",
+    "pytorch_half_pixel",
+    "half_pixel_symmetric",
+]
 # (input shape, scales or None, sizes or None)
 RESIZE_CASES = [
     ((1, 2, 4, 5), [1, 1, 2.0, 2.0], None),
@@ -152,12 +163,19 @@ RESIZE_CASES = [
 
 @pytest.mark.parametrize("shape,scales,sizes", RESIZE_CASES, ids=str)
 @pytest.mark.parametrize("transform", TRANSFORMS)
-@pytest.mark.parametrize("mode,nearest_mode", [
-    ("linear", "round_prefer_floor"), ("nearest", "round_prefer_floor"),
-    ("nearest", "round_prefer_ceil"), ("nearest", "floor"), ("nearest", "ceil"),
-])
-def test_resize_matches_reference_and_onnxruntime(shape, scales, sizes, transform, mode,
-                                                  nearest_mode):
+@pytest.mark.parametrize(
+    "mode,nearest_mode",
+    [
+        ("linear", "round_prefer_floor"),
+        ("nearest", "round_prefer_floor"),
+        ("nearest", "round_prefer_ceil"),
+        ("nearest", "floor"),
+        ("nearest", "ceil"),
+    ],
+)
+def test_resize_matches_reference_and_onnxruntime(
+    shape, scales, sizes, transform, mode, nearest_mode
+):
     x = np.random.default_rng(1).normal(size=shape).astype(np.float32)
     attrs = dict(mode=mode, coordinate_transformation_mode=transform, nearest_mode=nearest_mode)
     given = dict(sizes=sizes) if sizes is not None else dict(scales=scales)
@@ -166,8 +184,9 @@ def test_resize_matches_reference_and_onnxruntime(shape, scales, sizes, transfor
         out_hw = sizes[2:]
         eff = [o / i for o, i in zip(sizes[2:], shape[2:], strict=True)]
     else:
-        out_hw = [int(np.float32(i) * np.float32(s)) for i, s in
-                  zip(shape[2:], scales[2:], strict=True)]
+        out_hw = [
+            int(np.float32(i) * np.float32(s)) for i, s in zip(shape[2:], scales[2:], strict=True)
+        ]
         eff = scales[2:]
     assert ours.shape == (*shape[:2], *out_hw)
     ref = resize_reference(x.astype(np.float64), out_hw, eff, mode, transform, nearest_mode)
@@ -177,8 +196,7 @@ def test_resize_matches_reference_and_onnxruntime(shape, scales, sizes, transfor
     inputs = [x, None, np.array(scales or [], np.float32)]
     if sizes is not None:
         inputs.append(np.array(sizes, np.int64))
-    (ort,) = run_onnx_op("Resize", inputs, initializers=range(1, len(inputs)), opset=19,
-                         **attrs)
+    (ort,) = run_onnx_op("Resize", inputs, initializers=range(1, len(inputs)), opset=19, **attrs)
     np.testing.assert_allclose(ours, ort, rtol=1e-5, atol=1e-5)
 
 
@@ -186,8 +204,9 @@ def test_resize_sizes_and_scales_from_constant_inputs():
     x = np.arange(16, dtype=np.float32).reshape(1, 1, 4, 4)
     roi = np.array([], np.float32)
     (by_scales,) = run_op(OpCode.RESIZE, [x, roi, np.array([1, 1, 2, 2], np.float32)])
-    (by_sizes,) = run_op(OpCode.RESIZE, [x, roi, np.array([], np.float32),
-                                         np.array([1, 1, 8, 8], np.int64)])
+    (by_sizes,) = run_op(
+        OpCode.RESIZE, [x, roi, np.array([], np.float32), np.array([1, 1, 8, 8], np.int64)]
+    )
     expected = x.repeat(2, axis=2).repeat(2, axis=3)
     np.testing.assert_array_equal(by_scales, expected)
     np.testing.assert_array_equal(by_sizes, expected)
@@ -204,20 +223,31 @@ def test_resize_in_a_model_with_dynamic_batch():
     for batch in (1, 4):
         data = np.random.default_rng(batch).normal(size=(batch, 2, 3, 3)).astype(np.float32)
         y = interp.run({"x": data})["y"]
-        ref = resize_reference(data.astype(np.float64), (6, 6), (2.0, 2.0), "linear",
-                               "half_pixel", "round_prefer_floor")
+        ref = resize_reference(
+            data.astype(np.float64),
+            (6, 6),
+            (2.0, 2.0),
+            "linear",
+            "half_pixel",
+            "round_prefer_floor",
+        )
         np.testing.assert_allclose(y, ref, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("attrs,message", [
-    (dict(), "needs constant `sizes` or `scales`"),
-    (dict(scales=[2.0, 2.0]), "must hold 4 values"),
-    (dict(scales=[1.0, 2.0, 2.0, 2.0]), "only the last two axes"),
-    (dict(sizes=[1, 1, 0, 4]), "sizes must be positive"),
-    (dict(scales=[1.0, 1.0, 2.0, 2.0], mode="cubic"), "mode must be one of"),
-    (dict(scales=[1.0, 1.0, 2.0, 2.0], coordinate_transformation_mode="tf_crop_and_resize"),
-     "coordinate_transformation_mode must be one of"),
-])
+@pytest.mark.parametrize(
+    "attrs,message",
+    [
+        (dict(), "needs constant `sizes` or `scales`"),
+        (dict(scales=[2.0, 2.0]), "must hold 4 values"),
+        (dict(scales=[1.0, 2.0, 2.0, 2.0]), "only the last two axes"),
+        (dict(sizes=[1, 1, 0, 4]), "sizes must be positive"),
+        (dict(scales=[1.0, 1.0, 2.0, 2.0], mode="cubic"), "mode must be one of"),
+        (
+            dict(scales=[1.0, 1.0, 2.0, 2.0], coordinate_transformation_mode="tf_crop_and_resize"),
+            "coordinate_transformation_mode must be one of",
+        ),
+    ],
+)
 def test_resize_errors(attrs, message):
     with pytest.raises(ShapeError, match=message):
         run_op(OpCode.RESIZE, [np.zeros((1, 2, 4, 4), np.float32)], **attrs)

@@ -9,8 +9,14 @@ from sporenet.lite import OpCode, ShapeError
 from sporenet.lite.eager import run_op
 from tests.unit.lite.onnx_reference import run_onnx_op
 
-AXES_CASES = [((5,), 0), ((3, 7), -1), ((3, 7), 0), ((2, 3, 4, 5), 1), ((2, 3, 4, 5), -2),
-              ((2, 3, 4, 5), 3)]
+AXES_CASES = [
+    ((5,), 0),
+    ((3, 7), -1),
+    ((3, 7), 0),
+    ((2, 3, 4, 5), 1),
+    ((2, 3, 4, 5), -2),
+    ((2, 3, 4, 5), 3),
+]
 
 
 def _softmax64(x: np.ndarray, axis: int) -> np.ndarray:
@@ -27,10 +33,10 @@ def test_softmax_and_log_softmax(shape, axis):
     # float32 exp/sum: relative error of a few ulp per element.
     np.testing.assert_allclose(sm, ref, rtol=1e-5, atol=1e-7)
     np.testing.assert_allclose(lsm, np.log(ref), rtol=1e-5, atol=1e-5)
-    np.testing.assert_allclose(sm, run_onnx_op("Softmax", [x], axis=axis)[0], rtol=1e-5,
-                               atol=1e-7)
-    np.testing.assert_allclose(lsm, run_onnx_op("LogSoftmax", [x], axis=axis)[0], rtol=1e-5,
-                               atol=1e-5)
+    np.testing.assert_allclose(sm, run_onnx_op("Softmax", [x], axis=axis)[0], rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(
+        lsm, run_onnx_op("LogSoftmax", [x], axis=axis)[0], rtol=1e-5, atol=1e-5
+    )
 
 
 def test_softmax_default_axis_is_last():
@@ -62,6 +68,7 @@ def test_softmax_errors(op):
 
 # --------------------------------------------------------------------------- LayerNorm
 
+
 def _layer_norm64(x, scale, bias, axis, eps):
     axes = tuple(range(axis % x.ndim, x.ndim))
     mean = x.mean(axis=axes, keepdims=True)
@@ -71,15 +78,20 @@ def _layer_norm64(x, scale, bias, axis, eps):
     return (y if bias is None else y + bias), mean, inv
 
 
-LN_CASES = [((4, 8), -1, True), ((2, 5, 6), -1, False), ((2, 5, 6), 1, True),
-            ((2, 3, 4, 5), -3, True), ((3, 7), 0, True)]
+LN_CASES = [
+    ((4, 8), -1, True),
+    ((2, 5, 6), -1, False),
+    ((2, 5, 6), 1, True),
+    ((2, 3, 4, 5), -3, True),
+    ((3, 7), 0, True),
+]
 
 
 @pytest.mark.parametrize(("shape", "axis", "with_bias"), LN_CASES, ids=str)
 def test_layer_norm(shape, axis, with_bias):
     rng = np.random.default_rng(2)
     x = (rng.normal(size=shape) * 4 + 3).astype(np.float32)
-    norm_shape = shape[axis % len(shape):]
+    norm_shape = shape[axis % len(shape) :]
     scale = rng.normal(size=norm_shape).astype(np.float32)
     bias = rng.normal(size=norm_shape).astype(np.float32) if with_bias else None
     eps = 1e-3
@@ -90,8 +102,9 @@ def test_layer_norm(shape, axis, with_bias):
     np.testing.assert_allclose(y, ry, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(mean, rmean, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(inv, rinv, rtol=1e-5)
-    theirs = run_onnx_op("LayerNormalization", inputs, num_outputs=3, initializers=[1, 2],
-                         axis=axis, epsilon=eps)
+    theirs = run_onnx_op(
+        "LayerNormalization", inputs, num_outputs=3, initializers=[1, 2], axis=axis, epsilon=eps
+    )
     for a, b in zip((y, mean, inv), theirs, strict=True):
         assert a.shape == b.shape
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
@@ -107,8 +120,11 @@ def test_layer_norm_one_output_and_broadcast_scale():
 
 def test_layer_norm_errors():
     x = np.zeros((2, 3, 4), np.float32)
-    with pytest.raises(ShapeError, match=r"scale of shape \[3\] does not broadcast to the "
-                                         r"normalized shape \[4\]"):
+    with pytest.raises(
+        ShapeError,
+        match=r"scale of shape \[3\] does not broadcast to the "
+        r"normalized shape \[4\]",
+    ):
         run_op(OpCode.LAYER_NORM, [x, np.ones(3, np.float32)])
     with pytest.raises(ShapeError, match=r"bias of shape \[2, 4\] does not broadcast"):
         run_op(OpCode.LAYER_NORM, [x, np.ones(4, np.float32), np.ones((2, 4), np.float32)])

@@ -20,6 +20,7 @@ def _x(shape, seed=0, dtype=np.float32):
 
 # --------------------------------------------------------------------------- Concat, Split
 
+
 @pytest.mark.parametrize("axis", [0, 1, 2, -1, -3])
 def test_concat(axis):
     shapes = [[2, 3, 4], [2, 3, 4], [2, 3, 4]]
@@ -39,8 +40,11 @@ def test_concat_single_input_and_int64():
 
 def test_concat_errors():
     a, b = np.zeros((2, 3), np.float32), np.zeros((3, 3), np.float32)
-    with pytest.raises(ShapeError, match=r"input 1 has shape \[3, 3\], which does not match "
-                                         r"input 0 \[2, 3\] outside axis 1"):
+    with pytest.raises(
+        ShapeError,
+        match=r"input 1 has shape \[3, 3\], which does not match "
+        r"input 0 \[2, 3\] outside axis 1",
+    ):
         run_op(OpCode.CONCAT, [a, b], axis=1)
     with pytest.raises(ShapeError, match="input 1 is int32, input 0 is float32"):
         run_op(OpCode.CONCAT, [a, a.astype(np.int32)], axis=0)
@@ -50,10 +54,15 @@ def test_concat_errors():
         run_op(OpCode.CONCAT, [a, a], axis=2)
 
 
-@pytest.mark.parametrize(("shape", "axis", "split"), [
-    ((6, 4), 0, [1, 2, 3]), ((2, 7, 3), 1, [7]), ((2, 7, 3), -2, [0, 3, 4]),
-    ((4, 5), -1, [2, 3]),
-])
+@pytest.mark.parametrize(
+    ("shape", "axis", "split"),
+    [
+        ((6, 4), 0, [1, 2, 3]),
+        ((2, 7, 3), 1, [7]),
+        ((2, 7, 3), -2, [0, 3, 4]),
+        ((4, 5), -1, [2, 3]),
+    ],
+)
 @pytest.mark.parametrize("as_input", [False, True], ids=["attr", "input"])
 def test_split_with_sizes(shape, axis, split, as_input):
     x = _x(shape)
@@ -64,14 +73,17 @@ def test_split_with_sizes(shape, axis, split, as_input):
     assert len(ours) == len(split)
     for a, b in zip(ours, expected, strict=True):
         np.testing.assert_array_equal(a, b)
-    theirs = run_onnx_op("Split", [x, np.array(split, I64)], num_outputs=len(split),
-                         initializers=[1], axis=axis)
+    theirs = run_onnx_op(
+        "Split", [x, np.array(split, I64)], num_outputs=len(split), initializers=[1], axis=axis
+    )
     for a, b in zip(ours, theirs, strict=True):
         np.testing.assert_array_equal(a, b)
 
 
-@pytest.mark.parametrize(("dim", "parts", "sizes"), [(6, 3, [2, 2, 2]), (7, 3, [3, 3, 1]),
-                                                     (5, 1, [5]), (8, 3, [3, 3, 2])])
+@pytest.mark.parametrize(
+    ("dim", "parts", "sizes"),
+    [(6, 3, [2, 2, 2]), (7, 3, [3, 3, 1]), (5, 1, [5]), (8, 3, [3, 3, 2])],
+)
 def test_split_equal_parts_last_smaller(dim, parts, sizes):
     x = _x((2, dim))
     ours = run_op(OpCode.SPLIT, [x], num_outputs=parts, axis=1)
@@ -90,8 +102,11 @@ def _onnx_split_num_outputs(x, parts, axis):
     outs = [f"o{k}" for k in range(parts)]
     node = helper.make_node("Split", ["x"], outs, axis=axis, num_outputs=parts)
     graph = helper.make_graph(
-        [node], "split", [helper.make_tensor_value_info("x", TensorProto.FLOAT, x.shape)],
-        [helper.make_empty_tensor_value_info(o) for o in outs])
+        [node],
+        "split",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, x.shape)],
+        [helper.make_empty_tensor_value_info(o) for o in outs],
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
     model.ir_version = min(model.ir_version, 10)
     session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
@@ -100,8 +115,11 @@ def _onnx_split_num_outputs(x, parts, axis):
 
 def test_split_errors():
     x = np.zeros((4, 6), np.float32)
-    with pytest.raises(ShapeError, match=r"split \[1, 2\] must be non-negative and sum to "
-                                         r"axis 1's size 6"):
+    with pytest.raises(
+        ShapeError,
+        match=r"split \[1, 2\] must be non-negative and sum to "
+        r"axis 1's size 6",
+    ):
         run_op(OpCode.SPLIT, [x], num_outputs=2, axis=1, split=[1, 2])
     with pytest.raises(ShapeError, match=r"split \[3, 3\] has 2 parts but the node lists 3"):
         run_op(OpCode.SPLIT, [x], num_outputs=3, axis=1, split=[3, 3])
@@ -115,13 +133,13 @@ def test_split_errors():
 SLICES = [
     # starts, ends, axes, steps
     ([1], [3], None, None),
-    ([0, 1], [2, 100], [0, -1], None),                    # end clamped to the dim
-    ([-3], [-1], [1], None),                               # negative bounds
-    ([-100], [100], [2], [2]),                             # clamped both sides, step 2
-    ([4], [0], [2], [-1]),                                 # reversed, excluding index 0
-    ([-1], [-1000], [2], [-2]),                            # reversed through index 0
-    ([100], [-100], [0], [-1]),                            # start clamped to dim-1
-    ([3], [1], [1], [1]),                                  # empty
+    ([0, 1], [2, 100], [0, -1], None),  # end clamped to the dim
+    ([-3], [-1], [1], None),  # negative bounds
+    ([-100], [100], [2], [2]),  # clamped both sides, step 2
+    ([4], [0], [2], [-1]),  # reversed, excluding index 0
+    ([-1], [-1000], [2], [-2]),  # reversed through index 0
+    ([100], [-100], [0], [-1]),  # start clamped to dim-1
+    ([3], [1], [1], [1]),  # empty
     ([0, 0, 5], [2, 4, 0], [0, 1, 2], [1, 3, -2]),
     ([np.iinfo(I64).min], [np.iinfo(I64).max], [1], None),  # INT64 extremes as in exports
 ]
@@ -175,8 +193,10 @@ def test_slice_reads_the_input_at_run_time():
 def test_slice_errors():
     x = np.zeros((3, 4), np.float32)
     with pytest.raises(ShapeError, match="step for axis 1 must not be 0"):
-        run_op(OpCode.SLICE, [x, np.array([0], I64), np.array([2], I64), np.array([1], I64),
-                              np.array([0], I64)])
+        run_op(
+            OpCode.SLICE,
+            [x, np.array([0], I64), np.array([2], I64), np.array([1], I64), np.array([0], I64)],
+        )
     with pytest.raises(ShapeError, match=r"axes \[0, -2\] name the same axis twice"):
         run_op(OpCode.SLICE, [x], starts=[0, 0], ends=[1, 1], axes=[0, -2])
     with pytest.raises(ShapeError, match="must have the same length"):
@@ -191,14 +211,14 @@ def test_slice_errors():
 
 # --------------------------------------------------------------------------- Gather
 
+
 @pytest.mark.parametrize("axis", [0, 1, -1])
 @pytest.mark.parametrize("indices", [[0, -1, 2, 2], [[1, 0], [-2, 3]], 2, -3], ids=str)
 @pytest.mark.parametrize("constant", [True, False], ids=["const", "runtime"])
 def test_gather(axis, indices, constant):
     x = _x((4, 5, 6))
     idx = np.array(indices, I64)
-    (ours,) = run_op(OpCode.GATHER, [x, idx], axis=axis,
-                     constant_inputs=None if constant else [0])
+    (ours,) = run_op(OpCode.GATHER, [x, idx], axis=axis, constant_inputs=None if constant else [0])
     np.testing.assert_array_equal(ours, np.take(x, idx, axis=axis))
     (theirs,) = run_onnx_op("Gather", [x, idx], axis=axis)
     np.testing.assert_array_equal(ours, theirs)
@@ -213,8 +233,11 @@ def test_gather_int32_indices_into_embedding_table():
 
 def test_gather_errors():
     x = np.zeros((4, 5), np.float32)
-    with pytest.raises(ShapeError, match=r"index 5 is out of range for axis 1 of size 5 "
-                                         r"\(expected -5..4\)"):
+    with pytest.raises(
+        ShapeError,
+        match=r"index 5 is out of range for axis 1 of size 5 "
+        r"\(expected -5..4\)",
+    ):
         run_op(OpCode.GATHER, [x, np.array([0, 5], I64)], axis=1)
     with pytest.raises(ShapeError, match="index -5 is out of range for axis 0 of size 4"):
         run_op(OpCode.GATHER, [x, np.array(-5, I64)])
@@ -223,6 +246,7 @@ def test_gather_errors():
 
 
 # --------------------------------------------------------------------------- layout ops
+
 
 @pytest.mark.parametrize("perm", [None, [0, 2, 1, 3], [3, 0, 1, 2], [0, 1, 2, 3]], ids=str)
 def test_transpose(perm):
@@ -238,8 +262,11 @@ def test_transpose_rejects_bad_perm():
         run_op(OpCode.TRANSPOSE, [np.zeros((1, 2, 3), np.float32)], perm=[0, 0, 1])
 
 
-@pytest.mark.parametrize(("shape", "axes"), [((1, 3, 1, 5), None), ((1, 3, 1, 5), [0]),
-                                             ((1, 3, 1, 5), [-2, 0]), ((1,), [0])], ids=str)
+@pytest.mark.parametrize(
+    ("shape", "axes"),
+    [((1, 3, 1, 5), None), ((1, 3, 1, 5), [0]), ((1, 3, 1, 5), [-2, 0]), ((1,), [0])],
+    ids=str,
+)
 def test_squeeze(shape, axes):
     x = _x(shape)
     expected = np.squeeze(x, axis=None if axes is None else tuple(axes))
@@ -251,8 +278,11 @@ def test_squeeze(shape, axes):
         np.testing.assert_array_equal(run_op(OpCode.SQUEEZE, [x], axes=axes)[0], expected)
 
 
-@pytest.mark.parametrize(("shape", "axes"), [((3, 5), [0]), ((3, 5), [-1]), ((3, 5), [0, 3]),
-                                             ((3, 5), [1, -1]), ((), [0, 1])], ids=str)
+@pytest.mark.parametrize(
+    ("shape", "axes"),
+    [((3, 5), [0]), ((3, 5), [-1]), ((3, 5), [0, 3]), ((3, 5), [1, -1]), ((), [0, 1])],
+    ids=str,
+)
 def test_unsqueeze(shape, axes):
     x = _x(shape)
     expected = np.expand_dims(x, tuple(axes))
@@ -280,8 +310,11 @@ def test_squeeze_unsqueeze_are_views_in_a_plan():
 
 def test_squeeze_unsqueeze_errors():
     x = np.zeros((1, 3), np.float32)
-    with pytest.raises(ShapeError, match=r"cannot squeeze axis 1 of size 3 \(input shape "
-                                         r"\[1, 3\]\)"):
+    with pytest.raises(
+        ShapeError,
+        match=r"cannot squeeze axis 1 of size 3 \(input shape "
+        r"\[1, 3\]\)",
+    ):
         run_op(OpCode.SQUEEZE, [x], axes=[1])
     with pytest.raises(ShapeError, match="axes entry 3 is out of range for rank 3"):
         run_op(OpCode.UNSQUEEZE, [x], axes=[3])
@@ -291,8 +324,11 @@ def test_squeeze_unsqueeze_errors():
         run_op(OpCode.UNSQUEEZE, [x], axes=[0, -4])  # output rank 4: -4 is axis 0
 
 
-@pytest.mark.parametrize(("shape", "target"), [((3, 1), [2, 3, 4]), ((1,), [5]),
-                                               ((2, 1, 4), [3, 1]), ((), [2, 2])], ids=str)
+@pytest.mark.parametrize(
+    ("shape", "target"),
+    [((3, 1), [2, 3, 4]), ((1,), [5]), ((2, 1, 4), [3, 1]), ((), [2, 2])],
+    ids=str,
+)
 def test_expand(shape, target):
     x = _x(shape)
     (ours,) = run_op(OpCode.EXPAND, [x, np.array(target, I64)])
@@ -306,8 +342,11 @@ def test_expand_error():
         run_op(OpCode.EXPAND, [np.zeros(3, np.float32)], shape=[4])
 
 
-@pytest.mark.parametrize(("shape", "repeats"), [((2, 3), [1, 1]), ((2, 3), [3, 2]),
-                                                ((2, 1, 3), [2, 4, 1]), ((3,), [0])], ids=str)
+@pytest.mark.parametrize(
+    ("shape", "repeats"),
+    [((2, 3), [1, 1]), ((2, 3), [3, 2]), ((2, 1, 3), [2, 4, 1]), ((3,), [0])],
+    ids=str,
+)
 def test_tile(shape, repeats):
     x = _x(shape)
     (ours,) = run_op(OpCode.TILE, [x, np.array(repeats, I64)])
@@ -326,8 +365,7 @@ def test_depth_to_space_and_back(mode):
     x = _x((2, 8, 3, 4))
     (ours,) = run_op(OpCode.DEPTH_TO_SPACE, [x], blocksize=2, mode=mode)
     assert ours.shape == (2, 2, 6, 8)
-    np.testing.assert_array_equal(ours, run_onnx_op("DepthToSpace", [x], blocksize=2,
-                                                    mode=mode)[0])
+    np.testing.assert_array_equal(ours, run_onnx_op("DepthToSpace", [x], blocksize=2, mode=mode)[0])
     (back,) = run_op(OpCode.SPACE_TO_DEPTH, [ours], blocksize=2)
     np.testing.assert_array_equal(back, run_onnx_op("SpaceToDepth", [ours], blocksize=2)[0])
     if mode == "DCR":  # SpaceToDepth inverts the DCR arrangement
@@ -340,15 +378,24 @@ def test_depth_to_space_errors():
     with pytest.raises(ShapeError, match="height and width divide by blocksize 3"):
         run_op(OpCode.SPACE_TO_DEPTH, [np.zeros((1, 1, 6, 4), np.float32)], blocksize=3)
     with pytest.raises(ShapeError, match="mode must be 'DCR' or 'CRD'"):
-        run_op(OpCode.DEPTH_TO_SPACE, [np.zeros((1, 4, 2, 2), np.float32)], blocksize=2,
-               mode="XYZ")
+        run_op(OpCode.DEPTH_TO_SPACE, [np.zeros((1, 4, 2, 2), np.float32)], blocksize=2, mode="XYZ")
 
 
 # --------------------------------------------------------------------------- Cast, Where, Shape
 
-@pytest.mark.parametrize(("to", "dtype"), [(1, np.float32), (7, np.int64), (6, np.int32),
-                                           (9, np.bool_), (11, np.float64), ("int8", np.int8),
-                                           (10, np.float16)])
+
+@pytest.mark.parametrize(
+    ("to", "dtype"),
+    [
+        (1, np.float32),
+        (7, np.int64),
+        (6, np.int32),
+        (9, np.bool_),
+        (11, np.float64),
+        ("int8", np.int8),
+        (10, np.float16),
+    ],
+)
 def test_cast(to, dtype):
     x = np.array([-2.7, -0.5, 0.0, 0.5, 1.5, 100.9], np.float32)
     (ours,) = run_op(OpCode.CAST, [x], to=to)
@@ -370,8 +417,11 @@ def test_cast_rejects_unknown_dtype():
         run_op(OpCode.CAST, [np.zeros(2, np.float32)], to=8)  # 8 is STRING in ONNX
 
 
-@pytest.mark.parametrize(("c", "x", "y"), [((2, 3), (2, 3), (2, 3)), ((3,), (2, 3), ()),
-                                           ((2, 1), (1, 3), (2, 3))], ids=str)
+@pytest.mark.parametrize(
+    ("c", "x", "y"),
+    [((2, 3), (2, 3), (2, 3)), ((3,), (2, 3), ()), ((2, 1), (1, 3), (2, 3))],
+    ids=str,
+)
 def test_where(c, x, y):
     rng = np.random.default_rng(5)
     cond = rng.random(c) > 0.5
@@ -391,8 +441,9 @@ def test_where_errors():
         run_op(OpCode.WHERE, [x > 0, x, np.zeros(4, np.float32)])
 
 
-@pytest.mark.parametrize(("start", "end"), [(None, None), (1, None), (-2, None), (0, -1),
-                                            (-100, 100), (3, 1)], ids=str)
+@pytest.mark.parametrize(
+    ("start", "end"), [(None, None), (1, None), (-2, None), (0, -1), (-100, 100), (3, 1)], ids=str
+)
 def test_shape(start, end):
     x = _x((2, 3, 4, 5))
     attrs = {k: v for k, v in (("start", start), ("end", end)) if v is not None}

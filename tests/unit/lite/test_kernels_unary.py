@@ -32,20 +32,34 @@ CASES = [
     (OpCode.RELU6, None, lambda x: np.clip(x, 0, 6), {}, (-8, 8)),
     (OpCode.SIGMOID, "Sigmoid", lambda x: 1 / (1 + np.exp(-x)), {}, (-20, 20)),
     (OpCode.TANH, "Tanh", np.tanh, {}, (-5, 5)),
-    (OpCode.LEAKY_RELU, "LeakyRelu", lambda x: np.where(x < 0, 0.1 * x, x), {"alpha": 0.1},
-     (-5, 5)),
+    (
+        OpCode.LEAKY_RELU,
+        "LeakyRelu",
+        lambda x: np.where(x < 0, 0.1 * x, x),
+        {"alpha": 0.1},
+        (-5, 5),
+    ),
     (OpCode.LEAKY_RELU, "LeakyRelu", lambda x: np.where(x < 0, 0.01 * x, x), {}, (-5, 5)),
-    (OpCode.LEAKY_RELU, "LeakyRelu", lambda x: np.where(x < 0, 3.0 * x, x), {"alpha": 3.0},
-     (-5, 5)),
+    (
+        OpCode.LEAKY_RELU,
+        "LeakyRelu",
+        lambda x: np.where(x < 0, 3.0 * x, x),
+        {"alpha": 3.0},
+        (-5, 5),
+    ),
     (OpCode.HARD_SIGMOID, "HardSigmoid", lambda x: np.clip(0.2 * x + 0.5, 0, 1), {}, (-5, 5)),
-    (OpCode.HARD_SIGMOID, "HardSigmoid", lambda x: np.clip(0.3 * x + 0.4, 0, 1),
-     {"alpha": 0.3, "beta": 0.4}, (-5, 5)),
+    (
+        OpCode.HARD_SIGMOID,
+        "HardSigmoid",
+        lambda x: np.clip(0.3 * x + 0.4, 0, 1),
+        {"alpha": 0.3, "beta": 0.4},
+        (-5, 5),
+    ),
     (OpCode.HARD_SWISH, "HardSwish", lambda x: x * np.clip(x / 6 + 0.5, 0, 1), {}, (-5, 5)),
     (OpCode.GELU, "Gelu", _gelu64, {}, (-6, 6)),
     (OpCode.GELU, "Gelu", _gelu_tanh64, {"approximate": "tanh"}, (-6, 6)),
     (OpCode.ELU, "Elu", lambda x: np.where(x > 0, x, np.expm1(x)), {}, (-5, 5)),
-    (OpCode.ELU, "Elu", lambda x: np.where(x > 0, x, 0.5 * np.expm1(x)), {"alpha": 0.5},
-     (-5, 5)),
+    (OpCode.ELU, "Elu", lambda x: np.where(x > 0, x, 0.5 * np.expm1(x)), {"alpha": 0.5}, (-5, 5)),
     (OpCode.SOFTPLUS, "Softplus", lambda x: np.logaddexp(0, x), {}, (-30, 30)),
     (OpCode.EXP, "Exp", np.exp, {}, (-10, 10)),
     (OpCode.LOG, "Log", np.log, {}, (0.01, 100)),
@@ -159,8 +173,11 @@ def test_clip_integer_tensor():
     (ours,) = run_op(OpCode.CLIP, [x], min=-2.0, max=3)
     assert ours.dtype == np.int64
     np.testing.assert_array_equal(ours, np.clip(x, -2, 3))
-    with pytest.raises(ShapeError, match=r"attribute 'min' = -1\.5 is not a whole number for "
-                                         "the int64 input"):
+    with pytest.raises(
+        ShapeError,
+        match=r"attribute 'min' = -1\.5 is not a whole number for "
+        "the int64 input",
+    ):
         run_op(OpCode.CLIP, [x], min=-1.5)
 
 
@@ -197,9 +214,12 @@ def test_prelu_slope_as_runtime_input():
 
 def test_prelu_rejects_slope_that_does_not_broadcast_to_x():
     x = np.zeros((1, 3, 4, 5), np.float32)
-    with pytest.raises(ShapeError, match=r"slope of shape \[3\] does not broadcast to x of shape "
-                                         r"\[1, 3, 4, 5\] \(for per-channel NCHW slopes use "
-                                         r"shape \[3, 1, 1\]\)"):
+    with pytest.raises(
+        ShapeError,
+        match=r"slope of shape \[3\] does not broadcast to x of shape "
+        r"\[1, 3, 4, 5\] \(for per-channel NCHW slopes use "
+        r"shape \[3, 1, 1\]\)",
+    ):
         run_op(OpCode.PRELU, [x, np.zeros(3, np.float32)])
     with pytest.raises(ShapeError, match="does not broadcast"):
         # Bidirectional broadcasting would give [2, 3]; PRelu's output must keep x's shape.

@@ -169,8 +169,14 @@ def test_binary_is_bit_exact_with_qdq_float_op(op_type, op, dtype):
     rng = np.random.default_rng(14)
     a, b = random_q(rng, (2, 8, 5, 5), dtype), random_q(rng, (2, 8, 1, 5), dtype)
     z = (lambda v: dtype(v + 128)) if dtype == np.uint8 else dtype
-    p = {"sa": np.float32(0.05), "za": z(-10), "sb": np.float32(0.04), "zb": z(3),
-         "so": np.float32(0.1 if op_type != "Mul" else 0.3), "zo": z(1)}  # fmt: skip
+    p = {
+        "sa": np.float32(0.05),
+        "za": z(-10),
+        "sb": np.float32(0.04),
+        "zb": z(3),
+        "so": np.float32(0.1 if op_type != "Mul" else 0.3),
+        "zo": z(1),
+    }
     nodes = [
         helper.make_node("DequantizeLinear", ["a", "sa", "za"], ["fa"]),
         helper.make_node("DequantizeLinear", ["b", "sb", "zb"], ["fb"]),
@@ -199,10 +205,13 @@ def test_global_average_pool_is_bit_exact_with_qlinearglobalaveragepool(plane):
     p = {"sx": np.float32(0.05), "zx": np.uint8(120), "so": np.float32(0.011), "zo": np.uint8(130)}
     nodes = [
         helper.make_node(
-            "QLinearGlobalAveragePool", ["x", "sx", "zx", "so", "zo"], ["y"],
-            domain="com.microsoft", channels_last=0,
+            "QLinearGlobalAveragePool",
+            ["x", "sx", "zx", "so", "zo"],
+            ["y"],
+            domain="com.microsoft",
+            channels_last=0,
         )
-    ]  # fmt: skip
+    ]
     want = _run_ort(nodes, {"x": x}, p, ort.GraphOptimizationLevel.ORT_DISABLE_ALL)
     got = run_one_op(
         OpCode.GLOBAL_AVG_POOL,
