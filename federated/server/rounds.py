@@ -45,6 +45,7 @@ from sporenet.federated.errors import (
 )
 from sporenet.federated.secagg import Stage
 from sporenet.federated.secagg.session import SecureRound
+from sporenet.federated.server import state_dir
 from sporenet.federated.server.config import ServerConfig
 from sporenet.federated.server.ledger import PrivacyLedger
 from sporenet.federated.server.models import ModelStore
@@ -54,7 +55,7 @@ from sporenet.federated.server.phase_files import file_key
 from sporenet.federated.server.phases import JobStatus, Participant, Phase, TaskInfo, TaskType
 from sporenet.federated.server.round_loop import Clock, RoundLoop, weighted_metrics
 from sporenet.federated.server.secure_phase import SecurePhase
-from sporenet.federated.server.state import JobState, ModelRecord, Store
+from sporenet.federated.server.state import JobState, ModelRecord
 from sporenet.federated.server.status import config_summary
 from sporenet.federated.server.validation import parse_metrics, validate_update
 from sporenet.federated.strategies import make_strategy
@@ -88,9 +89,8 @@ class RoundManager(RoundLoop):
         self.config, self.metrics, self.log, self.clock = config, metrics, logger, clock
         self.strategy = make_strategy(config.strategy.name, config.strategy.options)
         self.dir = Path(config.state_dir)
-        for sub in ("rounds", "uploads"):
-            (self.dir / sub).mkdir(parents=True, exist_ok=True)
-        self.store = Store(self.dir / "state.db")
+        state_dir.prepare(self.dir)
+        self.store = state_dir.open_store(self.dir)
         self.models = ModelStore(self.dir)
         self.clients = Participants()
         # The published model's weights, as read-only views of its bytes: each round's
@@ -193,7 +193,13 @@ class RoundManager(RoundLoop):
         self._model_record = record
         # Views of the model's bytes: the weights are held once (strategies return new
         # arrays; an accidental write would raise instead of corrupting them).
-        self._weights = self._weights_reader.read(self._model_bytes)
+        try:
+            self._weights = self._weights_reader.read(self._model_bytes)
+        except ModelFormatError as e:
+            raise ConfigError(
+                f"state dir {str(self.dir)!r}: model version {version} "
+                f"({str(self.models.path(record))!r}) is unreadable: {e}"
+            ) from None
         self._template = template_of(self._weights)
         self.update_bytes = sum(a.nbytes for a in self._weights.values())  # a raw update's
         self.max_update_bytes = self.config.max_update_bytes or 2 * self.update_bytes + (1 << 20)
@@ -214,16 +220,36 @@ class RoundManager(RoundLoop):
         elif job.phase == Phase.FIT:
             self._aggregator = agg = self._make_aggregator()
             files = self._files()
-            files.restore(agg)
+            try:
+                files.restore(agg)
+            except AggregationError as e:
+                raise ConfigError(
+                    f"state dir {str(self.dir)!r} is damaged: {e}; move that file aside and "
+                    "start again: the clients whose updates it held are asked for them again"
+                ) from None
             folded, refolded = set(agg.clients), 0
             for cid, (status, n, _) in rows.items():
                 if status != Participant.ACCEPTED or cid in folded:
                     continue
-                kept = files.kept(cid)
-                if kept.exists():
-                    agg.add(cid, decode_update(kept.read_bytes(), self._template), float(n))
+                kept = files.read_kept(cid)
+                update = None
+                if kept is not None:
+                    try:
+                        update = decode_update(kept, self._template)
+                    except UpdateRejectedError:
+                        update = None
+                if update is not None:
+                    agg.add(cid, update, float(n))
                     refolded += 1
-                else:  # should not happen; ask the client for its update again
+                else:  # missing or damaged: ask the client for its update again
+                    log_event(
+                        self.log,
+                        "kept_update_lost",
+                        level=logging.WARNING,
+                        client=cid,
+                        file=str(files.kept(cid)),
+                    )
+                    files.kept(cid).unlink(missing_ok=True)
                     self._set_status(cid, Participant.SELECTED)
             log_event(self.log, "aggregate_restored", checkpointed=len(folded), refolded=refolded)
         job.deadline = max(job.deadline, now + self.config.resume_grace)
