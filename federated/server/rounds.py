@@ -45,7 +45,7 @@ from sporenet.federated.errors import (
 )
 from sporenet.federated.secagg import Stage
 from sporenet.federated.secagg.session import SecureRound
-from sporenet.federated.server import state_dir
+from sporenet.federated.server import job_settings, state_dir
 from sporenet.federated.server.config import ServerConfig
 from sporenet.federated.server.ledger import PrivacyLedger
 from sporenet.federated.server.models import ModelStore
@@ -180,6 +180,7 @@ class RoundManager(RoundLoop):
         with self.store.transaction() as tx:
             tx.add_model(record)
             tx.set_job(job)
+            tx.set_meta(job_settings.META_KEY, job_settings.job_table(self.config))
             if self.privacy.enabled:  # DP jobs have their accountant from the start
                 tx.set_meta("privacy", self.privacy.state())
         log_event(self.log, "job_created", model=str(model), tensors=len(weights))
