@@ -42,6 +42,7 @@ from sporenet.federated.errors import (
     StaleTaskError,
     UnknownClientError,
     UpdateRejectedError,
+    quote,
 )
 from sporenet.federated.secagg import Stage
 from sporenet.federated.secagg.session import SecureRound
@@ -277,7 +278,7 @@ class RoundManager(RoundLoop):
         with self._lock:
             if client_id not in self.clients:
                 raise UnknownClientError(
-                    f"client {client_id!r} is not registered; call Register first"
+                    f"client {quote(client_id)} is not registered; call Register first"
                 )
             self.clients.seen(client_id, self.clock())
 
@@ -405,19 +406,19 @@ class RoundManager(RoundLoop):
             or job.phase != phase
         ):
             raise StaleTaskError(
-                f"task {task_id!r} is not open (the server is at {current!r}, {job.status})"
+                f"task {quote(task_id)} is not open (the server is at {current!r}, {job.status})"
             )
         if self._aggregating:
-            raise StaleTaskError(f"task {task_id!r} closed: the round is being aggregated")
+            raise StaleTaskError(f"task {quote(task_id)} closed: the round is being aggregated")
         if self._secure is not None:
             raise StaleTaskError(
-                f"round {task_id!r} is a secure round: plain updates are refused (the client"
+                f"round {quote(task_id)} is a secure round: plain updates are refused (the client"
                 " answers TASK_SECURE_FIT stages with SubmitSecure)"
             )
         status = self.clients.status(client_id)
         if status != Participant.SELECTED:
             raise StaleTaskError(
-                f"client {client_id!r} has no open task in {current!r} (status {status})"
+                f"client {quote(client_id)} has no open task in {current!r} (status {status})"
             )
 
     def refuse(self, client_id: str, error: UpdateRejectedError) -> None:
@@ -571,7 +572,7 @@ class RoundManager(RoundLoop):
             ):
                 why = f": {job.reason}" if job.status == JobStatus.FAILED else ""
                 raise StaleTaskError(
-                    f"task {task_id!r} is not an open secure round (the server is at "
+                    f"task {quote(task_id)} is not an open secure round (the server is at "
                     f"{current!r}, {job.status}{why})"
                 )
             if not secure.check_message(client_id, stage, current):
@@ -594,7 +595,7 @@ class RoundManager(RoundLoop):
         with self._changed:
             secure = self._secure
             if secure is None or task_id != self._task_id() or client_id not in secure.cohort:
-                raise StaleTaskError(f"task {task_id!r} is not an open secure round")
+                raise StaleTaskError(f"task {quote(task_id)} is not an open secure round")
             secure.withdrawn.add(client_id)
             self.wake.set()
         log_event(self.log, "secure_withdrawn", logging.WARNING, client=client_id, task=task_id)
