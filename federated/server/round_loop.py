@@ -32,7 +32,7 @@ from sporenet.federated.server.ledger import PrivacyLedger
 from sporenet.federated.server.models import ModelStore
 from sporenet.federated.server.observability import Metrics, log_event
 from sporenet.federated.server.participants import Participants
-from sporenet.federated.server.phase_files import PhaseFiles
+from sporenet.federated.server.phase_files import PhaseFiles, file_key
 from sporenet.federated.server.phases import JobStatus, Participant, Phase
 from sporenet.federated.server.secure_phase import SecurePhase
 from sporenet.federated.server.state import JobState, ModelRecord, Store
@@ -145,8 +145,16 @@ class RoundLoop:
         with self.store.transaction() as own:
             own.set_participant(job.round, job.phase, client_id, status, num_samples, metrics)
 
+    def _clear_uploads(self, client_id: str | None = None) -> None:
+        """Delete partial uploads (`.part`): a client's once its update is in, everyone's
+        when the phase closes (they belong to its task) and at start."""
+        pattern = f"{file_key(client_id)}-*.part" if client_id is not None else "*.part"
+        for part in (self.dir / "uploads").glob(pattern):
+            part.unlink(missing_ok=True)
+
     def _fail_job(self, reason: str) -> None:
         """End the job as failed (call it under the lock)."""
+        self._clear_uploads()
         self.job.status, self.job.reason, self.job.active = JobStatus.FAILED, reason, False
         self._save_job()
         log_event(self.log, "job_failed", logging.ERROR, reason=reason)
@@ -521,6 +529,7 @@ class RoundLoop:
         job.active, job.attempt, job.waiting_since = False, 0, self.clock()
         job.secure_attempt = 0
         self.clients.end_phase()
+        self._clear_uploads()
         tx.set_job(job)
         if job.status == JobStatus.FINISHED:
             log_event(

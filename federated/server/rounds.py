@@ -28,6 +28,7 @@ import dataclasses
 import logging
 import math
 import os
+import sqlite3
 import threading
 import time
 from collections.abc import Callable
@@ -92,6 +93,7 @@ class RoundManager(RoundLoop):
         self.dir = Path(config.state_dir)
         state_dir.prepare(self.dir)
         self.store = state_dir.open_store(self.dir)
+        self._clear_uploads()  # a restart's clients upload again from byte 0
         self.models = ModelStore(self.dir)
         self.clients = Participants()
         # The published model's weights, as read-only views of its bytes: each round's
@@ -506,6 +508,7 @@ class RoundManager(RoundLoop):
                     pending.unlink(missing_ok=True)
         if upload is not None:
             upload.unlink(missing_ok=True)
+        self._clear_uploads(client_id)  # earlier, abandoned uploads of this update
         log_event(
             self.log,
             "update_accepted",
@@ -621,10 +624,15 @@ class RoundManager(RoundLoop):
         with self._changed:
             self._stopping = True
             self._notify_changed()
-            self._checkpoint()
-            with self.store.transaction() as tx:
-                self._save_secure(tx)
-            self._save_job()
+            try:
+                self._checkpoint()
+                with self.store.transaction() as tx:
+                    self._save_secure(tx)
+                self._save_job()
+            except (OSError, sqlite3.Error, AggregationError) as e:
+                # A full disk must not turn SIGTERM into a crash: what was persisted before
+                # stays, and a restart resumes from it.
+                log_event(self.log, "stop_persist_failed", logging.ERROR, error=str(e))
 
     def close(self) -> None:
         self.store.close()
