@@ -95,11 +95,15 @@ def test_damaged_database_refuses_instead_of_starting_over(
     assert (state_dir / "models" / "v00000.spore").read_bytes() == before
 
 
-def test_state_dir_that_is_a_file_is_refused(tmp_path: Path) -> None:
+def test_state_dir_that_is_a_file_or_cannot_be_created_is_refused(tmp_path: Path) -> None:
     make_model(tmp_path / "init.spore")
     (tmp_path / "state").write_text("not a directory")
     err = _start_fails(tmp_path / "state", tmp_path / "init.spore")
     assert "is not a directory" in err, err
+    # Below a file: the directory cannot be created (the tests run as root, for whom
+    # permission bits do not make a directory read-only).
+    err = _start_fails(tmp_path / "state" / "sub", tmp_path / "init.spore")
+    assert "is not writable" in err and "Not a directory" in err, err
 
 
 def _step(i: int, w: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
