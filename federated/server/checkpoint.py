@@ -67,9 +67,9 @@ def load_arrays(path: Path) -> dict[str, np.ndarray]:
     """
     try:
         data = path.read_bytes()
-    except OSError as e:
+    except OSError as err:
         raise AggregationError(
-            f"aggregate checkpoint {str(path)!r} is unreadable: {e.strerror or e}"
+            f"aggregate checkpoint {str(path)!r} is unreadable: {err.strerror or err}"
         ) from None
     try:
         if not data.startswith(MAGIC):
