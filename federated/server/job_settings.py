@@ -123,6 +123,16 @@ def resume_config(path: Path | None, overrides: Mapping[str, Any]) -> ServerConf
         else:
             merged[key] = value
     config = build_config(merged, overrides)
+    check_unchanged(saved, config)
+    return config
+
+
+def check_unchanged(saved: Mapping[str, Any], config: ServerConfig) -> None:
+    """Refuse `config` if a job-defining setting differs from the job's `saved` ones.
+
+    Raises:
+        ConfigError: naming each conflicting key with both values.
+    """
     before, after = _flat(saved), _flat(job_table(config))
     conflicts = [
         f"`{key}` = {after.get(key)!r} (the job has {before.get(key)!r})"
@@ -131,9 +141,8 @@ def resume_config(path: Path | None, overrides: Mapping[str, Any]) -> ServerConf
     ]
     if conflicts:
         raise ConfigError(
-            f"state dir {str(given.state_dir)!r} holds a job started with other settings: "
+            f"state dir {str(config.state_dir)!r} holds a job started with other settings: "
             + "; ".join(conflicts)
             + ". Restart with only --state-dir to resume it, or use a new --state-dir "
             "for a new job"
         )
-    return config

@@ -126,6 +126,9 @@ class RoundManager(RoundLoop):
         if job is None:
             job = self._init_job(now)
         else:
+            saved = self.store.get_meta(job_settings.META_KEY)
+            if saved is not None:  # the CLI merged them already; callers of the API may not
+                job_settings.check_unchanged(saved, config)
             log_event(self.log, "job_resumed", round=job.round, phase=job.phase, status=job.status)
             if self.privacy.enabled:
                 self.metrics.set("sporenet_privacy_epsilon", self.privacy.epsilon())
