@@ -41,3 +41,19 @@ class TransferError(FederatedError):
 
 class MalformedMessageError(FederatedError, ValueError):
     """A message is not what its call expects (e.g. an unknown or garbled Session message)."""
+
+
+QUOTE_LIMIT = 64
+
+
+def quote(value: object, limit: int = QUOTE_LIMIT) -> str:
+    """`repr(value)` for an error message, cut to `limit` characters when longer.
+
+    Messages quote strings the caller sent (client ids, task ids); a status's details
+    travel back in the reply metadata, which a long echo would push past the client's
+    limit (the caller would then see RESOURCE_EXHAUSTED instead of the real status).
+    """
+    text = repr(value)
+    if len(text) <= limit:
+        return text
+    return f"{text[: limit - 3]}... ({len(str(value))} characters)"

@@ -17,17 +17,20 @@ import base64
 import binascii
 import hashlib
 import hmac
+import json
+import os
 import secrets
 import threading
 import time
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 import grpc
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from sporenet.federated.errors import AuthError, ConfigError
+from sporenet.federated.errors import AuthError, ConfigError, quote
 
 KEY_ID, TIMESTAMP, NONCE, SIGNATURE = (
     "x-spore-key-id",
@@ -61,6 +64,11 @@ def public_key_text(key: Ed25519PrivateKey | Ed25519PublicKey) -> str:
     return base64.b64encode(raw).decode()
 
 
+# Requests dated more than this ahead of the server clock have their nonce kept on disk:
+# a restart refuses requests signed before it, and takes longer than this to get there.
+FUTURE_MARGIN_MS = 1000
+
+
 class Authenticator:
     """Server side: turns call metadata into an authenticated identity or raises AuthError."""
 
@@ -71,7 +79,11 @@ class Authenticator:
         ed25519: Mapping[str, str] | None = None,
         max_skew: float = 300.0,
         now: float | None = None,
+        nonce_file: Path | None = None,
     ) -> None:
+        """`nonce_file`: where the nonces of requests dated after their arrival are kept,
+        so that a restart (which refuses only requests signed before it) still refuses
+        their replay; None keeps them in memory only."""
         # Keep only token digests, compared in constant time.
         self._tokens = {
             hashlib.sha256(t.encode()).digest(): name for name, t in (tokens or {}).items()
@@ -81,6 +93,18 @@ class Authenticator:
         self._started_ms = int((time.time() if now is None else now) * 1000)
         self._nonces: dict[str, int] = {}  # nonce -> expiry (ms)
         self._lock = threading.Lock()
+        self._nonce_file = nonce_file
+        self._future: dict[str, int] = {}  # persisted: nonces dated after they arrived
+        if nonce_file is not None and nonce_file.exists():
+            try:
+                saved = json.loads(nonce_file.read_text())
+                self._future = {str(n): int(exp) for n, exp in saved.items()}
+            except (OSError, ValueError, TypeError, AttributeError) as e:
+                raise ConfigError(
+                    f"nonce cache {str(nonce_file)!r} is unreadable ({e}); delete it only "
+                    f"after waiting `auth.max_skew` ({max_skew} s) with the server stopped"
+                ) from None
+            self._nonces.update(self._future)
 
     @property
     def enabled(self) -> bool:
@@ -114,7 +138,7 @@ class Authenticator:
         key_id = md[KEY_ID]
         key = self._keys.get(key_id)
         if key is None:
-            raise AuthError(f"key id {key_id!r} is not on the allow-list")
+            raise AuthError(f"key id {quote(key_id)} is not on the allow-list")
         try:
             ts = int(md.get(TIMESTAMP, ""))
             signature = base64.b64decode(md.get(SIGNATURE, ""), validate=True)
@@ -135,13 +159,20 @@ class Authenticator:
         try:
             key.verify(signature, signing_payload(method, key_id, ts, nonce))
         except InvalidSignature:
-            raise AuthError(f"bad signature for key id {key_id!r}") from None
+            raise AuthError(f"bad signature for key id {quote(key_id)}") from None
         with self._lock:
             if nonce in self._nonces:
                 raise AuthError("replayed request (nonce already used)")
             if len(self._nonces) > 4096:
                 self._nonces = {n: exp for n, exp in self._nonces.items() if exp > now_ms}
             self._nonces[nonce] = ts + self._max_skew_ms
+            if ts > now_ms + FUTURE_MARGIN_MS and self._nonce_file is not None:
+                # A replay after a restart passes the restart rule (signed after it): keep it.
+                self._future = {n: e for n, e in self._future.items() if e > now_ms}
+                self._future[nonce] = ts + self._max_skew_ms
+                tmp = self._nonce_file.with_name(self._nonce_file.name + ".tmp")
+                tmp.write_text(json.dumps(self._future))
+                os.replace(tmp, self._nonce_file)
         return key_id
 
 

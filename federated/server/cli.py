@@ -18,7 +18,7 @@ from pathlib import Path
 
 from sporenet import __version__
 from sporenet.federated.errors import ConfigError
-from sporenet.federated.server.config import ServerConfig, StrategyConfig, load_config
+from sporenet.federated.server.config import ServerConfig, StrategyConfig
 from sporenet.federated.strategies import STRATEGIES
 
 DEFAULTS = {f.name: f.default for f in dataclasses.fields(ServerConfig)}
@@ -165,9 +165,10 @@ def _run(args: list[str]) -> int:
     ns = _run_parser().parse_args(args)
     overrides = {k: v for k, v in vars(ns).items() if k != "config"}
     from sporenet.federated.server.daemon import run_server
+    from sporenet.federated.server.job_settings import resume_config
 
     try:
-        config = load_config(ns.config, overrides)
+        config = resume_config(ns.config, overrides)
         return run_server(config)
     except ConfigError as e:
         print(f"sporenet-server: error: {e}", file=sys.stderr)

@@ -204,8 +204,16 @@ class ServerConfig:
             ),
             ("resume_grace", self.resume_grace >= 0, "must be >= 0"),
             ("evaluate_every", self.evaluate_every >= 0, "must be >= 0"),
-            ("max_update_norm", (self.max_update_norm or 1) > 0, "must be > 0"),
-            ("max_update_bytes", (self.max_update_bytes or 1) > 0, "must be > 0"),
+            (
+                "max_update_norm",
+                self.max_update_norm is None or self.max_update_norm > 0,
+                "must be > 0 (leave it out for no bound)",
+            ),
+            (
+                "max_update_bytes",
+                self.max_update_bytes is None or self.max_update_bytes > 0,
+                "must be > 0 (leave it out for the default)",
+            ),
             ("chunk_size", 1024 <= self.chunk_size <= (3 << 20), "must be in [1 KiB, 3 MiB]"),
             ("max_workers", self.max_workers >= 4, "must be >= 4"),
             ("max_transfers", self.max_transfers >= 1, "must be >= 1"),
@@ -266,12 +274,20 @@ class ServerConfig:
             raise ConfigError(
                 f"`min_clients` must be >= 2 with secure aggregation, got {self.min_clients}"
             )
-        try:  # the smallest cohort a round may start with must be able to run the protocol
-            sa.protocol.resolve(self.min_clients)
-        except SecAggConfigError as e:
-            raise ConfigError(
-                f"`secure_aggregation`: with min_clients={self.min_clients}: {_secagg_key(e)}"
-            ) from None
+        # Every cohort a round may select must be able to run the protocol: from min_clients
+        # up to the number of identities that can authenticate (MAX_COHORT_CHECKED when
+        # any client may join), since a later round can select more clients than the first.
+        identities = len(self.auth.tokens) + len(self.auth.ed25519)
+        largest = max(self.min_clients, identities or MAX_COHORT_CHECKED)
+        for n in range(self.min_clients, largest + 1):
+            try:
+                sa.protocol.resolve(n)
+            except SecAggConfigError as e:
+                where = f"min_clients={n}" if n == self.min_clients else f"a cohort of {n}"
+                raise ConfigError(
+                    f"`secure_aggregation`: with {where} (rounds may select "
+                    f"{self.min_clients} to {largest} clients): {_secagg_key(e)}"
+                ) from None
 
     def _check_dp(self, dp: DPConfig) -> None:
         """DP replaces the strategy's aggregator by a clipped, noised mean."""
@@ -308,6 +324,9 @@ class ServerConfig:
                     '.mode` "distributed": the noise is sized for the plain mean'
                 )
 
+
+# The largest cohort checked at start when any client may join (no [auth] identities).
+MAX_COHORT_CHECKED = 1000
 
 # secagg's own names -> the keys of the [secure_aggregation] table.
 _SECAGG_KEYS = {

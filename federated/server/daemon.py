@@ -161,7 +161,10 @@ def run_server(config: ServerConfig, *, stop: threading.Event | None = None) -> 
     metrics = Metrics()
     manager = RoundManager(config, metrics=metrics, logger=logger)
     auth = Authenticator(
-        tokens=config.auth.tokens, ed25519=config.auth.ed25519, max_skew=config.auth.max_skew
+        tokens=config.auth.tokens,
+        ed25519=config.auth.ed25519,
+        max_skew=config.auth.max_skew,
+        nonce_file=Path(config.state_dir) / "nonces.json",
     )
     # Messages stay below gRPC's 4 MiB default: payloads move as chunks of `chunk_size`.
     servicer = FederatedServicer(

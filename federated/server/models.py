@@ -44,13 +44,27 @@ class ModelStore:
         return ModelRecord(version, round_, name, digest, len(data), crc32(data))
 
     def read(self, record: ModelRecord) -> bytes:
-        """The bytes of a published version (its record gains the CRC-32 clients check)."""
+        """The bytes of a published version (its record gains the CRC-32 clients check).
+
+        Raises:
+            ConfigError: the file is missing, unreadable, or not the bytes its record's
+                sha256 names (damaged bytes are never served).
+        """
+        path = self.path(record)
         try:
-            data = self.path(record).read_bytes()
+            data = path.read_bytes()
         except OSError as e:
             raise ConfigError(
-                f"state dir {str(self.root)!r}: cannot read model version {record.version}: {e}"
+                f"state dir {str(self.root)!r}: cannot read model version {record.version} "
+                f"({str(path)!r}): {e.strerror or e}; restore the file from a backup"
             ) from None
+        if len(data) != record.size or hashlib.sha256(data).hexdigest() != record.sha256:
+            raise ConfigError(
+                f"state dir {str(self.root)!r}: model version {record.version} "
+                f"({str(path)!r}) is damaged: {len(data)} bytes with sha256 "
+                f"{hashlib.sha256(data).hexdigest()[:16]}..., the state records {record.size} "
+                f"bytes with sha256 {record.sha256[:16]}...; restore the file from a backup"
+            )
         record.crc32 = crc32(data)  # not stored: computed again on every start
         return data
 

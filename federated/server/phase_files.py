@@ -3,6 +3,7 @@
 An update counts only once its bytes are in the phase directory, so a `kill -9` loses no
 accepted update: a restart restores the last checkpoint of the aggregate and folds the
 kept updates received after it again. A checkpoint then makes those files redundant.
+Each kept update ends with the CRC-32 of its bytes, so a damaged one is never folded.
 """
 
 from __future__ import annotations
@@ -11,10 +12,12 @@ import functools
 import hashlib
 import os
 import shutil
+import struct
 import threading
 from pathlib import Path
 
 from sporenet.federated.aggregation import Aggregator
+from sporenet.federated.common.checksum import crc32
 from sporenet.federated.server.checkpoint import load_arrays, save_arrays
 
 
@@ -44,7 +47,20 @@ class PhaseFiles:
         tmp = self.kept(client_id).with_name(f"{file_key(client_id)}.{threading.get_ident()}.tmp")
         with open(tmp, "wb") as f:
             f.write(payload)
+            f.write(struct.pack("<I", crc32(payload)))
         return tmp
+
+    def read_kept(self, client_id: str) -> bytes | None:
+        """The client's kept update; None when it is missing or fails its CRC-32."""
+        try:
+            data = self.kept(client_id).read_bytes()
+        except OSError:
+            return None
+        if len(data) < 4 or struct.unpack_from("<I", data, len(data) - 4)[0] != crc32(
+            memoryview(data)[:-4]
+        ):
+            return None
+        return data[:-4]
 
     def keep(self, pending: Path, client_id: str) -> None:
         """Make a written update the client's kept one (an atomic rename)."""

@@ -32,7 +32,7 @@ from sporenet.federated.server.ledger import PrivacyLedger
 from sporenet.federated.server.models import ModelStore
 from sporenet.federated.server.observability import Metrics, log_event
 from sporenet.federated.server.participants import Participants
-from sporenet.federated.server.phase_files import PhaseFiles
+from sporenet.federated.server.phase_files import PhaseFiles, file_key
 from sporenet.federated.server.phases import JobStatus, Participant, Phase
 from sporenet.federated.server.secure_phase import SecurePhase
 from sporenet.federated.server.state import JobState, ModelRecord, Store
@@ -145,8 +145,16 @@ class RoundLoop:
         with self.store.transaction() as own:
             own.set_participant(job.round, job.phase, client_id, status, num_samples, metrics)
 
+    def _clear_uploads(self, client_id: str | None = None) -> None:
+        """Delete partial uploads (`.part`): a client's once its update is in, everyone's
+        when the phase closes (they belong to its task) and at start."""
+        pattern = f"{file_key(client_id)}-*.part" if client_id is not None else "*.part"
+        for part in (self.dir / "uploads").glob(pattern):
+            part.unlink(missing_ok=True)
+
     def _fail_job(self, reason: str) -> None:
         """End the job as failed (call it under the lock)."""
+        self._clear_uploads()
         self.job.status, self.job.reason, self.job.active = JobStatus.FAILED, reason, False
         self._save_job()
         log_event(self.log, "job_failed", logging.ERROR, reason=reason)
@@ -434,6 +442,7 @@ class RoundLoop:
                 job.model_version = version
                 every = self.config.evaluate_every
                 self._advance(tx, evaluate_next=bool(every) and job.round % every == 0)
+            all_rounds_done = job.status == JobStatus.FINISHED
             # Stop now if even the smallest sampling rate a round can have is unaffordable.
             # (After an evaluate phase, the next fit phase's start checks instead.)
             if job.status == JobStatus.RUNNING and job.phase == Phase.FIT:
@@ -462,6 +471,8 @@ class RoundLoop:
             **secure_info,
             **privacy_info,
         )
+        if all_rounds_done:  # (a budget stop logged its own job_finished)
+            self._log_if_finished()
 
     def _spend_privacy(self, clipping_norm: float | None) -> dict[str, Any]:
         """Charge the published round to the ledger; its epsilon etc. for the log."""
@@ -497,31 +508,38 @@ class RoundLoop:
 
     def _finish_evaluate(self) -> None:
         job = self.job
-        rows = self.store.participants(job.round, Phase.EVALUATE)
+        round_ = job.round  # _advance moves the job to the next round
+        rows = self.store.participants(round_, Phase.EVALUATE)
         accepted = [(n, m) for (s, n, m) in rows.values() if s == Participant.ACCEPTED]
         summary = weighted_metrics(accepted)
         with self._changed, self.store.transaction() as tx:
-            tx.finish_round(job.round, Phase.EVALUATE, len(accepted), summary)
+            tx.finish_round(round_, Phase.EVALUATE, len(accepted), summary)
             self._advance(tx, evaluate_next=False)
         log_event(
-            self.log, "evaluation_finished", round=job.round, clients=len(accepted), metrics=summary
+            self.log, "evaluation_finished", round=round_, clients=len(accepted), metrics=summary
         )
+        self._log_if_finished()
 
     def _advance(self, tx: Any, *, evaluate_next: bool) -> None:
         """Move the job past the phase that just closed (inside the caller's transaction)."""
         job = self.job
         if evaluate_next:
             job.phase = Phase.EVALUATE
+        elif job.round >= self.config.rounds:  # the job ends at its last round and phase
+            job.status = JobStatus.FINISHED
+            job.reason = f"all {self.config.rounds} rounds done"
         else:
             job.phase = Phase.FIT
             job.round += 1
-            if job.round > self.config.rounds:
-                job.status = JobStatus.FINISHED
-                job.reason = f"all {self.config.rounds} rounds done"
         job.active, job.attempt, job.waiting_since = False, 0, self.clock()
         job.secure_attempt = 0
         self.clients.end_phase()
+        self._clear_uploads()
         tx.set_job(job)
+
+    def _log_if_finished(self) -> None:
+        """Log `job_finished` once the job is done (after the last phase's own event)."""
+        job = self.job
         if job.status == JobStatus.FINISHED:
             log_event(
                 self.log, "job_finished", rounds=self.config.rounds, model_version=job.model_version

@@ -28,6 +28,7 @@ import dataclasses
 import logging
 import math
 import os
+import sqlite3
 import threading
 import time
 from collections.abc import Callable
@@ -42,9 +43,11 @@ from sporenet.federated.errors import (
     StaleTaskError,
     UnknownClientError,
     UpdateRejectedError,
+    quote,
 )
 from sporenet.federated.secagg import Stage
 from sporenet.federated.secagg.session import SecureRound
+from sporenet.federated.server import job_settings, state_dir
 from sporenet.federated.server.config import ServerConfig
 from sporenet.federated.server.ledger import PrivacyLedger
 from sporenet.federated.server.models import ModelStore
@@ -54,7 +57,7 @@ from sporenet.federated.server.phase_files import file_key
 from sporenet.federated.server.phases import JobStatus, Participant, Phase, TaskInfo, TaskType
 from sporenet.federated.server.round_loop import Clock, RoundLoop, weighted_metrics
 from sporenet.federated.server.secure_phase import SecurePhase
-from sporenet.federated.server.state import JobState, ModelRecord, Store
+from sporenet.federated.server.state import JobState, ModelRecord
 from sporenet.federated.server.status import config_summary
 from sporenet.federated.server.validation import parse_metrics, validate_update
 from sporenet.federated.strategies import make_strategy
@@ -88,9 +91,9 @@ class RoundManager(RoundLoop):
         self.config, self.metrics, self.log, self.clock = config, metrics, logger, clock
         self.strategy = make_strategy(config.strategy.name, config.strategy.options)
         self.dir = Path(config.state_dir)
-        for sub in ("rounds", "uploads"):
-            (self.dir / sub).mkdir(parents=True, exist_ok=True)
-        self.store = Store(self.dir / "state.db")
+        state_dir.prepare(self.dir)
+        self.store = state_dir.open_store(self.dir)
+        self._clear_uploads()  # a restart's clients upload again from byte 0
         self.models = ModelStore(self.dir)
         self.clients = Participants()
         # The published model's weights, as read-only views of its bytes: each round's
@@ -123,6 +126,9 @@ class RoundManager(RoundLoop):
         if job is None:
             job = self._init_job(now)
         else:
+            saved = self.store.get_meta(job_settings.META_KEY)
+            if saved is not None:  # the CLI merged them already; callers of the API may not
+                job_settings.check_unchanged(saved, config)
             log_event(self.log, "job_resumed", round=job.round, phase=job.phase, status=job.status)
             if self.privacy.enabled:
                 self.metrics.set("sporenet_privacy_epsilon", self.privacy.epsilon())
@@ -180,6 +186,7 @@ class RoundManager(RoundLoop):
         with self.store.transaction() as tx:
             tx.add_model(record)
             tx.set_job(job)
+            tx.set_meta(job_settings.META_KEY, job_settings.job_table(self.config))
             if self.privacy.enabled:  # DP jobs have their accountant from the start
                 tx.set_meta("privacy", self.privacy.state())
         log_event(self.log, "job_created", model=str(model), tensors=len(weights))
@@ -193,7 +200,13 @@ class RoundManager(RoundLoop):
         self._model_record = record
         # Views of the model's bytes: the weights are held once (strategies return new
         # arrays; an accidental write would raise instead of corrupting them).
-        self._weights = self._weights_reader.read(self._model_bytes)
+        try:
+            self._weights = self._weights_reader.read(self._model_bytes)
+        except ModelFormatError as e:
+            raise ConfigError(
+                f"state dir {str(self.dir)!r}: model version {version} "
+                f"({str(self.models.path(record))!r}) is unreadable: {e}"
+            ) from None
         self._template = template_of(self._weights)
         self.update_bytes = sum(a.nbytes for a in self._weights.values())  # a raw update's
         self.max_update_bytes = self.config.max_update_bytes or 2 * self.update_bytes + (1 << 20)
@@ -214,16 +227,36 @@ class RoundManager(RoundLoop):
         elif job.phase == Phase.FIT:
             self._aggregator = agg = self._make_aggregator()
             files = self._files()
-            files.restore(agg)
+            try:
+                files.restore(agg)
+            except AggregationError as e:
+                raise ConfigError(
+                    f"state dir {str(self.dir)!r} is damaged: {e}; move that file aside and "
+                    "start again: the clients whose updates it held are asked for them again"
+                ) from None
             folded, refolded = set(agg.clients), 0
             for cid, (status, n, _) in rows.items():
                 if status != Participant.ACCEPTED or cid in folded:
                     continue
-                kept = files.kept(cid)
-                if kept.exists():
-                    agg.add(cid, decode_update(kept.read_bytes(), self._template), float(n))
+                kept = files.read_kept(cid)
+                update = None
+                if kept is not None:
+                    try:
+                        update = decode_update(kept, self._template)
+                    except UpdateRejectedError:
+                        update = None
+                if update is not None:
+                    agg.add(cid, update, float(n))
                     refolded += 1
-                else:  # should not happen; ask the client for its update again
+                else:  # missing or damaged: ask the client for its update again
+                    log_event(
+                        self.log,
+                        "kept_update_lost",
+                        level=logging.WARNING,
+                        client=cid,
+                        file=str(files.kept(cid)),
+                    )
+                    files.kept(cid).unlink(missing_ok=True)
                     self._set_status(cid, Participant.SELECTED)
             log_event(self.log, "aggregate_restored", checkpointed=len(folded), refolded=refolded)
         job.deadline = max(job.deadline, now + self.config.resume_grace)
@@ -250,7 +283,7 @@ class RoundManager(RoundLoop):
         with self._lock:
             if client_id not in self.clients:
                 raise UnknownClientError(
-                    f"client {client_id!r} is not registered; call Register first"
+                    f"client {quote(client_id)} is not registered; call Register first"
                 )
             self.clients.seen(client_id, self.clock())
 
@@ -378,19 +411,19 @@ class RoundManager(RoundLoop):
             or job.phase != phase
         ):
             raise StaleTaskError(
-                f"task {task_id!r} is not open (the server is at {current!r}, {job.status})"
+                f"task {quote(task_id)} is not open (the server is at {current!r}, {job.status})"
             )
         if self._aggregating:
-            raise StaleTaskError(f"task {task_id!r} closed: the round is being aggregated")
+            raise StaleTaskError(f"task {quote(task_id)} closed: the round is being aggregated")
         if self._secure is not None:
             raise StaleTaskError(
-                f"round {task_id!r} is a secure round: plain updates are refused (the client"
+                f"round {quote(task_id)} is a secure round: plain updates are refused (the client"
                 " answers TASK_SECURE_FIT stages with SubmitSecure)"
             )
         status = self.clients.status(client_id)
         if status != Participant.SELECTED:
             raise StaleTaskError(
-                f"client {client_id!r} has no open task in {current!r} (status {status})"
+                f"client {quote(client_id)} has no open task in {current!r} (status {status})"
             )
 
     def refuse(self, client_id: str, error: UpdateRejectedError) -> None:
@@ -478,6 +511,7 @@ class RoundManager(RoundLoop):
                     pending.unlink(missing_ok=True)
         if upload is not None:
             upload.unlink(missing_ok=True)
+        self._clear_uploads(client_id)  # earlier, abandoned uploads of this update
         log_event(
             self.log,
             "update_accepted",
@@ -544,7 +578,7 @@ class RoundManager(RoundLoop):
             ):
                 why = f": {job.reason}" if job.status == JobStatus.FAILED else ""
                 raise StaleTaskError(
-                    f"task {task_id!r} is not an open secure round (the server is at "
+                    f"task {quote(task_id)} is not an open secure round (the server is at "
                     f"{current!r}, {job.status}{why})"
                 )
             if not secure.check_message(client_id, stage, current):
@@ -567,7 +601,7 @@ class RoundManager(RoundLoop):
         with self._changed:
             secure = self._secure
             if secure is None or task_id != self._task_id() or client_id not in secure.cohort:
-                raise StaleTaskError(f"task {task_id!r} is not an open secure round")
+                raise StaleTaskError(f"task {quote(task_id)} is not an open secure round")
             secure.withdrawn.add(client_id)
             self.wake.set()
         log_event(self.log, "secure_withdrawn", logging.WARNING, client=client_id, task=task_id)
@@ -593,10 +627,15 @@ class RoundManager(RoundLoop):
         with self._changed:
             self._stopping = True
             self._notify_changed()
-            self._checkpoint()
-            with self.store.transaction() as tx:
-                self._save_secure(tx)
-            self._save_job()
+            try:
+                self._checkpoint()
+                with self.store.transaction() as tx:
+                    self._save_secure(tx)
+                self._save_job()
+            except (OSError, sqlite3.Error, AggregationError) as e:
+                # A full disk must not turn SIGTERM into a crash: what was persisted before
+                # stays, and a restart resumes from it.
+                log_event(self.log, "stop_persist_failed", logging.ERROR, error=str(e))
 
     def close(self) -> None:
         self.store.close()

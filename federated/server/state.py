@@ -49,7 +49,7 @@ class JobState:
     """Where the job is: what survives a restart of the round loop."""
 
     status: JobStatus = JobStatus.RUNNING
-    round: int = 1  # the round in progress (1-based); after the last round, rounds + 1
+    round: int = 1  # the round in progress (1-based); once finished, the last round
     phase: Phase = Phase.FIT
     active: bool = False  # False: waiting for enough live clients to start the phase
     attempt: int = 0  # how often the current phase re-sampled clients after a shortfall

@@ -36,10 +36,13 @@ def make_strategy(name: str, options: Mapping[str, Any] | None = None) -> Strate
         raise ConfigError(f"unknown strategy {name!r}; supported: {sorted(STRATEGIES)}")
     cls = STRATEGIES[name]
     options = dict(options or {})
-    accepted = [p for p in inspect.signature(cls.__init__).parameters if p != "self"]
+    named = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    params = inspect.signature(cls.__init__).parameters.values()
+    accepted = [p.name for p in params if p.name != "self" and p.kind in named]
     unknown = sorted(set(options) - set(accepted))
     if unknown:
-        raise ConfigError(f"strategy {name!r} has no option(s) {unknown}; it accepts {accepted}")
+        takes = f"it accepts {accepted}" if accepted else "it takes no options"
+        raise ConfigError(f"strategy {name!r} has no option(s) {unknown}; {takes}")
     try:
         return cls(**options)
     except TypeError as e:  # a value of the wrong type for an option

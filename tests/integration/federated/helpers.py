@@ -10,7 +10,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import grpc
@@ -93,7 +93,13 @@ class ServerProcess:
         self.proc: subprocess.Popen[bytes] | None = None
         self.log_path = state_dir.parent / f"{state_dir.name}-server.log"
 
-    def start(self, *, wait: bool = True, extra: list[str] | None = None) -> ServerProcess:
+    def start(
+        self,
+        *,
+        wait: bool = True,
+        extra: list[str] | None = None,
+        preexec_fn: Callable[[], None] | None = None,
+    ) -> ServerProcess:
         cmd = [
             sys.executable,
             "-m",
@@ -106,7 +112,9 @@ class ServerProcess:
             *(extra or []),
         ]
         self._log = open(self.log_path, "ab")  # noqa: SIM115 (lives as long as the process)
-        self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=self._log, env={**os.environ})
+        self.proc = subprocess.Popen(
+            cmd, stdout=self._log, stderr=self._log, env={**os.environ}, preexec_fn=preexec_fn
+        )
         if wait:
             self.wait_ready()
         return self

@@ -94,8 +94,14 @@ def test_checkpoint_round_trip(tmp_path: Path) -> None:
 def test_a_damaged_checkpoint_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "r.ckpt"
     save_arrays(path, {"sum/w": np.ones(1000)})
-    path.write_bytes(path.read_bytes()[:-100])
-    with pytest.raises(AggregationError, match="runs past the end"):
+    whole = path.read_bytes()
+    path.write_bytes(whole[:-100])
+    with pytest.raises(AggregationError, match="CRC-32"):
+        load_arrays(path)
+    flipped = bytearray(whole)
+    flipped[-8] ^= 0x01  # one bit of one float: still a well-formed file
+    path.write_bytes(bytes(flipped))
+    with pytest.raises(AggregationError, match="CRC-32"):
         load_arrays(path)
     path.write_bytes(b"not a checkpoint")
     with pytest.raises(AggregationError, match="unreadable"):

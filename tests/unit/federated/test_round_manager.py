@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from sporenet.federated.common.codec import encode_update
-from sporenet.federated.errors import StaleTaskError, UpdateRejectedError
+from sporenet.federated.errors import ConfigError, StaleTaskError, UpdateRejectedError
 from sporenet.federated.server.config import build_config
 from sporenet.federated.server.observability import Metrics
 from sporenet.federated.server.phases import JobStatus, Participant, Phase, TaskType
@@ -222,3 +222,13 @@ def test_a_restarted_manager_resumes_the_phase_and_gives_clients_resume_grace(
     published = read_weights((tmp_path / "state" / "models" / "v00001.spore").read_bytes())
     for k, v in w0.items():  # a's update survived the restart (kept, folded again)
         np.testing.assert_allclose(published[k], v + (5 * 1.0 + 15 * 3.0) / 20, rtol=1e-6)
+
+
+def test_a_resumed_job_refuses_settings_other_than_its_own(
+    tmp_path: Path, clock: FakeClock, w0: dict[str, np.ndarray]
+) -> None:
+    first = manager_for(tmp_path, clock, rounds=4)
+    first.close()
+    with pytest.raises(ConfigError, match=r"`rounds` = 3 \(the job has 4\)"):
+        manager_for(tmp_path, clock, rounds=3)
+    manager_for(tmp_path, clock, rounds=4).close()  # the same settings resume

@@ -1,0 +1,148 @@
+"""A job's settings, stored when the job starts and used again on every restart.
+
+The settings that define what a job computes (rounds, cohort sizes, update bounds, the
+strategy, secure aggregation, differential privacy) are saved in the state database as
+the TOML tables write them. A restart with only `--state-dir` resumes the job exactly; a
+restart that sets one of them differently is refused, naming each conflicting key, so a
+restart can never quietly drop DP or secure aggregation or change the number of rounds.
+Operational settings (address, TLS, auth, timeouts, logging) may change on a restart.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sqlite3
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from sporenet.federated.errors import ConfigError
+from sporenet.federated.server.config import _SECAGG_KEYS, ServerConfig, build_config
+
+META_KEY = "job_settings"
+TOP_KEYS = (
+    "rounds",
+    "min_clients",
+    "min_available",
+    "fraction",
+    "evaluate_every",
+    "evaluate_fraction",
+    "max_update_norm",
+    "max_update_bytes",
+    "seed",
+)
+
+
+def job_table(config: ServerConfig) -> dict[str, Any]:
+    """The job-defining settings of `config`, as TOML values (unset ones left out)."""
+    out: dict[str, Any] = {k: getattr(config, k) for k in TOP_KEYS}
+    out["strategy"] = {"name": config.strategy.name, **config.strategy.options}
+    out["fit_config"] = dict(config.fit_config)
+    sa = config.secure_aggregation
+    if sa is not None:
+        table: dict[str, Any] = {"enabled": True}
+        table.update({key: getattr(sa.protocol, attr) for key, attr in _SECAGG_KEYS.items()})
+        table.update(max_weight=sa.max_weight, stage_timeout=sa.stage_timeout, retries=sa.retries)
+        out["secure_aggregation"] = table
+    dp = config.differential_privacy
+    if dp is not None:
+        out["differential_privacy"] = {"enabled": True, **dataclasses.asdict(dp)}
+    return _without_none(out)
+
+
+def _without_none(table: Mapping[str, Any]) -> dict[str, Any]:
+    return {
+        k: _without_none(v) if isinstance(v, Mapping) else v
+        for k, v in table.items()
+        if v is not None
+    }
+
+
+def stored(state_dir: Path) -> dict[str, Any] | None:
+    """The settings saved by the job in `state_dir` (None: no job, or none saved).
+
+    A database that cannot be read is left to the daemon's start-up checks to report.
+    """
+    db = Path(state_dir) / "state.db"
+    if not db.is_file():
+        return None
+    try:
+        con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+        try:
+            rows = con.execute("SELECT value FROM meta WHERE key = ?", (META_KEY,)).fetchall()
+        finally:
+            con.close()
+    except sqlite3.Error:
+        return None
+    return json.loads(rows[0][0]) if rows else None
+
+
+def _flat(table: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in table.items():
+        if isinstance(v, Mapping) and k != "fit_config":
+            out.update(_flat(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+def resume_config(path: Path | None, overrides: Mapping[str, Any]) -> ServerConfig:
+    """The daemon's configuration: the config file and flags, on top of the settings the
+    job in the state dir was started with (if any).
+
+    Raises:
+        ConfigError: a bad setting, or settings that conflict with the stored job's
+            (each conflicting key named with both values).
+    """
+    values: dict[str, Any] = {}
+    if path is not None:
+        try:
+            values = tomllib.loads(Path(path).read_text())
+        except FileNotFoundError:
+            raise ConfigError(f"config file {str(path)!r} does not exist") from None
+        except tomllib.TOMLDecodeError as e:
+            raise ConfigError(f"config file {str(path)!r} is not valid TOML: {e}") from None
+    given = build_config(values, overrides)
+    saved = stored(Path(given.state_dir))
+    if saved is None:
+        return given
+    merged: dict[str, Any] = {k: v for k, v in saved.items()}
+    for key, value in values.items():
+        if key == "strategy" and isinstance(value, str):
+            value = {"name": value}
+        other_strategy = (
+            key == "strategy"
+            and isinstance(value, dict)
+            and value.get("name") != merged[key]["name"]
+        )
+        if isinstance(value, dict) and isinstance(merged.get(key), dict) and not other_strategy:
+            merged[key] = {**merged[key], **value}
+        else:
+            merged[key] = value
+    config = build_config(merged, overrides)
+    check_unchanged(saved, config)
+    return config
+
+
+def check_unchanged(saved: Mapping[str, Any], config: ServerConfig) -> None:
+    """Refuse `config` if a job-defining setting differs from the job's `saved` ones.
+
+    Raises:
+        ConfigError: naming each conflicting key with both values.
+    """
+    before, after = _flat(saved), _flat(job_table(config))
+    conflicts = [
+        f"`{key}` = {after.get(key)!r} (the job has {before.get(key)!r})"
+        for key in sorted(set(before) | set(after))
+        if before.get(key) != after.get(key)
+    ]
+    if conflicts:
+        raise ConfigError(
+            f"state dir {str(config.state_dir)!r} holds a job started with other settings: "
+            + "; ".join(conflicts)
+            + ". Restart with only --state-dir to resume it, or use a new --state-dir "
+            "for a new job"
+        )
