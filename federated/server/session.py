@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import AsyncIterator
 from concurrent.futures import Executor
 from pathlib import Path
@@ -41,6 +42,7 @@ from sporenet.federated.server.servicer import (
     FederatedServicer,
     status_for,
     task_message,
+    unexpected_status,
 )
 from sporenet.federated.server.state import ModelRecord
 from sporenet.federated.server.upload import UploadReceiver, check_upload_id
@@ -131,6 +133,13 @@ class SessionService:
                     )
         except FederatedError as e:
             await context.abort(status_for(e), str(e))
+        except grpc.aio.AbortError:
+            raise
+        except Exception as e:
+            code, message = unexpected_status(e)
+            level = logging.WARNING if code == code.INVALID_ARGUMENT else logging.ERROR
+            self.s.log.log(level, "Session failed: %s", message, exc_info=True)
+            await context.abort(code, message)
 
     async def _poll(self, body: memoryview, context: grpc.aio.ServicerContext) -> None:
         request = _parse(pb.TaskRequest, body)
