@@ -36,7 +36,12 @@ from sporenet.federated.common.wire import (
     split_session,
     split_upload_chunk,
 )
-from sporenet.federated.errors import FederatedError, MalformedMessageError, TransferError
+from sporenet.federated.errors import (
+    FederatedError,
+    MalformedMessageError,
+    ReadTimeoutError,
+    TransferError,
+)
 from sporenet.federated.server.phases import TaskType
 from sporenet.federated.server.servicer import (
     FederatedServicer,
@@ -204,7 +209,8 @@ class SessionService:
         if running is not None:  # an earlier stream of this upload keeps what it received
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(running.wait(), SETTLE_SECONDS)
-        async with self._uploads:
+        await self._take_upload_slot(cid)
+        try:
             if not self.m.open_upload(cid, h.task_id, h.total_size):
                 reply = pb.UploadReply(
                     accepted=True, received=h.total_size, message="already accepted"
@@ -221,9 +227,25 @@ class SessionService:
                 if self._receiving.get(key) is done:
                     del self._receiving[key]
                 done.set()
+        finally:
+            self._uploads.release()
         await context.write(
             frame_session(SessionReplyField.UPLOAD_REPLY, reply.SerializeToString())
         )
+
+    async def _take_upload_slot(self, cid: str) -> None:
+        """Wait for a receiving slot. The client waits on its open stream, so it is alive:
+        it is marked so while it waits, lest the round drop it as silent."""
+        every = max(self.m.config.heartbeat_interval, 0.05)
+        acquire = asyncio.ensure_future(self._uploads.acquire())
+        try:
+            while not (await asyncio.wait((acquire,), timeout=every))[0]:
+                self.m.touch(cid)
+        except BaseException:  # the call ended while waiting: take no slot, or give it back
+            if acquire.done() and not acquire.cancelled():
+                self._uploads.release()
+            acquire.cancel()
+            raise
 
     async def _receive(
         self, cid: str, h: pb.UploadHeader, context: grpc.aio.ServicerContext
@@ -233,8 +255,17 @@ class SessionService:
         offer = pb.UploadOffsetReply(received=upload.size).SerializeToString()
         await context.write(frame_session(SessionReplyField.UPLOAD_OFFSET, offer))
         try:
+            limit = self.m.config.read_timeout
             while not upload.complete:
-                raw = await context.read()
+                try:
+                    async with asyncio.timeout(limit):
+                        raw = await context.read()
+                except TimeoutError:
+                    raise ReadTimeoutError(
+                        f"upload {h.upload_id[:64]!r} sent nothing for {limit:g} s at byte "
+                        f"{upload.size} of {h.total_size} (read_timeout); its receiving slot "
+                        "is given up, resume it on a new stream"
+                    ) from None
                 if raw is grpc.aio.EOF:
                     break
                 field, inner = split_session(raw)

@@ -1,0 +1,139 @@
+"""Stalled uploads cannot pin the receiving slots: a peer that sends an upload header and
+then nothing loses its slot after `read_timeout`, and the round goes on.
+
+Real daemon, real gRPC streams: four selected "slowloris" clients open Session uploads
+and stall; three honest Clients wait behind them for the only receiving slot. Before the
+read deadline the slowloris held the slot forever and the round never completed.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+import grpc
+import numpy as np
+
+from sporenet.federated import Client
+from sporenet.federated.common.wire import method_path
+from sporenet.federated.server.status import read_status
+from sporenet.proto import federated_pb2 as pb
+from tests.integration.federated.helpers import (
+    RawSession,
+    ServerProcess,
+    fit_task,
+    make_model,
+    wait_for,
+)
+from tests.integration.federated.test_secure_rounds import fit_statuses
+
+CONFIG = """
+max_transfers = 2      # one download slot, one upload receiving slot
+read_timeout = 1.0
+"""
+
+
+def test_stalled_uploads_lose_their_slot_and_the_round_completes(
+    tmp_path: Path, server_factory: Callable[..., ServerProcess]
+) -> None:
+    make_model(tmp_path / "init.spore")
+    (tmp_path / "server.toml").write_text(CONFIG)
+    stalled, honest = 4, 3
+    server = server_factory(
+        [
+            "--config",
+            str(tmp_path / "server.toml"),
+            "--model",
+            str(tmp_path / "init.spore"),
+            "--rounds",
+            "1",
+            "--min-clients",
+            str(honest),
+            "--min-available",
+            str(stalled + honest),
+            "--heartbeat-interval",
+            "0.2",
+            "--heartbeat-timeout",
+            "4",
+        ]
+    ).start()
+    release = threading.Event()
+
+    def train(weights: dict[str, np.ndarray], config: dict) -> tuple:
+        release.wait(60)  # upload only once the slowloris streams are stalled
+        return {k: v + 0.5 for k, v in weights.items()}, 10, {}
+
+    clients = [
+        Client(server.address, train=train, name=f"h{i}", poll_wait=0.5, max_backoff=0.3)
+        for i in range(honest)
+    ]
+    threads = [threading.Thread(target=c.run, daemon=True) for c in clients]
+    with grpc.insecure_channel(server.address) as channel:
+        register = channel.unary_unary(
+            method_path("Register"),
+            request_serializer=pb.RegisterRequest.SerializeToString,
+            response_deserializer=pb.RegisterReply.FromString,
+        )
+        ids = [
+            register(pb.RegisterRequest(client_name=f"s{i}"), timeout=30).client_id
+            for i in range(stalled)
+        ]
+        for t in threads:
+            t.start()
+        box: dict[str, pb.Task] = {}
+
+        def fetch(cid: str) -> None:
+            box[cid] = fit_task(channel, cid)
+
+        fetchers = [threading.Thread(target=fetch, args=(cid,)) for cid in ids]
+        for t in fetchers:
+            t.start()
+        for t in fetchers:
+            t.join(120)
+        tasks = {cid: box[cid] for cid in ids}
+        sessions = []
+        for cid, task in tasks.items():
+            s = RawSession(channel)
+            header = pb.UploadHeader(
+                client_id=cid, task_id=task.task_id, upload_id="u1", total_size=4096, num_samples=1
+            )
+            s.send(pb.SessionRequest(upload=pb.UploadChunk(header=header)))
+            sessions.append(s)
+        wait_for(lambda: all(s.all_sent() for s in sessions), what="the stalled headers sent")
+        release.set()
+        try:
+            wait_for(
+                lambda: read_status(server.state_dir)["job"]["status"] != "running",
+                timeout=120,
+                what="the round to complete",
+            )
+            # Each stalled stream got the slot in turn and lost it at the read deadline.
+            for s in sessions:
+                code, details = _end(s)
+                assert code == grpc.StatusCode.DEADLINE_EXCEEDED, (code, details)
+                assert "read_timeout" in details
+        finally:
+            for c in clients:
+                c.stop()
+            for s in sessions:
+                s.close()
+    for t in threads:
+        t.join(30)
+    status = read_status(server.state_dir)
+    assert status["job"]["status"] == "finished", status["job"]
+    statuses = fit_statuses(server.state_dir)
+    assert all(statuses[c.client_id] == "accepted" for c in clients), statuses  # type: ignore[index]
+    assert all(statuses[cid] != "accepted" for cid in ids), statuses
+    assert server.events("round_published")[0]["clients"] == honest
+    assert server.terminate() == 0
+
+
+def _end(session: RawSession) -> tuple[grpc.StatusCode, str]:
+    """The status that ends a stalled stream (after its upload_offset reply)."""
+    try:
+        for _ in session.call:
+            pass
+    except grpc.RpcError as e:
+        return e.code(), e.details() or ""
+    return grpc.StatusCode.OK, ""
