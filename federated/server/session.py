@@ -209,15 +209,15 @@ class SessionService:
         if running is not None:  # an earlier stream of this upload keeps what it received
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(running.wait(), SETTLE_SECONDS)
+        # Checked before the slot too: strangers and clients without an open task are
+        # refused at once, never queued for (or holding) a receiving slot.
+        if not self.m.open_upload(cid, h.task_id, h.total_size):
+            await self._already_accepted(h, context)
+            return
         await self._take_upload_slot(cid)
         try:
-            if not self.m.open_upload(cid, h.task_id, h.total_size):
-                reply = pb.UploadReply(
-                    accepted=True, received=h.total_size, message="already accepted"
-                )
-                await context.write(
-                    frame_session(SessionReplyField.UPLOAD_REPLY, reply.SerializeToString())
-                )
+            if not self.m.open_upload(cid, h.task_id, h.total_size):  # it may have changed
+                await self._already_accepted(h, context)
                 return
             done = asyncio.Event()
             self._receiving[key] = done
@@ -229,6 +229,14 @@ class SessionService:
                 done.set()
         finally:
             self._uploads.release()
+        await context.write(
+            frame_session(SessionReplyField.UPLOAD_REPLY, reply.SerializeToString())
+        )
+
+    async def _already_accepted(
+        self, h: pb.UploadHeader, context: grpc.aio.ServicerContext
+    ) -> None:
+        reply = pb.UploadReply(accepted=True, received=h.total_size, message="already accepted")
         await context.write(
             frame_session(SessionReplyField.UPLOAD_REPLY, reply.SerializeToString())
         )

@@ -137,3 +137,59 @@ def _end(session: RawSession) -> tuple[grpc.StatusCode, str]:
     except grpc.RpcError as e:
         return e.code(), e.details() or ""
     return grpc.StatusCode.OK, ""
+
+
+def test_strangers_are_refused_without_waiting_for_a_pinned_slot(
+    tmp_path: Path, server_factory: Callable[..., ServerProcess]
+) -> None:
+    # The only receiving slot is held by a stalled upload for up to 600 s; a stranger's
+    # upload and an unselected client's must still be refused at once (within their 20 s
+    # deadline), not queued behind it.
+    make_model(tmp_path / "init.spore")
+    (tmp_path / "server.toml").write_text("max_transfers = 2\nread_timeout = 600\n")
+    server = server_factory(
+        [
+            "--config",
+            str(tmp_path / "server.toml"),
+            "--model",
+            str(tmp_path / "init.spore"),
+            "--rounds",
+            "1",
+            "--min-clients",
+            "1",
+        ]
+    ).start()
+    with grpc.insecure_channel(server.address) as channel:
+        register = channel.unary_unary(
+            method_path("Register"),
+            request_serializer=pb.RegisterRequest.SerializeToString,
+            response_deserializer=pb.RegisterReply.FromString,
+        )
+        cid = register(pb.RegisterRequest(client_name="s0"), timeout=30).client_id
+        task = fit_task(channel, cid)
+        late = register(pb.RegisterRequest(client_name="late"), timeout=30).client_id
+        pin = RawSession(channel)
+        try:
+            header = pb.UploadHeader(
+                client_id=cid, task_id=task.task_id, upload_id="u1", total_size=64, num_samples=1
+            )
+            assert pin.upload_header(header).WhichOneof("kind") == "upload_offset"  # slot held
+            for who, code in [
+                ("stranger-id", grpc.StatusCode.NOT_FOUND),
+                (late, grpc.StatusCode.FAILED_PRECONDITION),  # registered, not selected
+            ]:
+                s = RawSession(channel)
+                s.send(
+                    pb.SessionRequest(
+                        upload=pb.UploadChunk(
+                            header=pb.UploadHeader(
+                                client_id=who, task_id=task.task_id, upload_id="x", total_size=64
+                            )
+                        )
+                    )
+                )
+                got, details = s.refusal()
+                assert got == code, (who, got, details)
+                s.close()
+        finally:
+            pin.close()
