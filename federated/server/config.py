@@ -9,6 +9,7 @@ Example `server.toml`:
     min_clients = 2
     fraction = 0.5
     round_timeout = 120
+    read_timeout = 20     # an upload silent this long loses its receiving slot
 
     [strategy]
     name = "fedprox"
