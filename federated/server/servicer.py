@@ -139,10 +139,12 @@ def add_to_server(
     server: grpc.Server | grpc.aio.Server,
     *,
     session: Callable[..., Any] | None = None,
+    secure: Callable[..., Any] | None = None,
 ) -> None:
     """Register the service, with raw-bytes (de)serializers for the payload streams;
     `session` serves the Session RPC (an asyncio handler, see session.py), which is left
-    unimplemented without it."""
+    unimplemented without it; `secure` serves SubmitSecure on the same loop (else the
+    thread-pool handler below, whose reads have no deadline, serves it)."""
     u = grpc.unary_unary_rpc_method_handler
 
     def unary(method: Callable[..., Any], req: Any, resp: Any) -> grpc.RpcMethodHandler:
@@ -157,7 +159,7 @@ def add_to_server(
         ),
         "GetStatus": unary(servicer.GetStatus, pb.StatusRequest, pb.StatusReply),
         "SubmitSecure": grpc.stream_unary_rpc_method_handler(
-            servicer.SubmitSecure,
+            secure or servicer.SubmitSecure,
             request_deserializer=decoder(pb.SecureChunk),
             response_serializer=pb.SecureReply.SerializeToString,
         ),

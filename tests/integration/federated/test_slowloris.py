@@ -9,7 +9,7 @@ read deadline the slowloris held the slot forever and the round never completed.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import grpc
@@ -193,3 +193,55 @@ def test_strangers_are_refused_without_waiting_for_a_pinned_slot(
                 s.close()
         finally:
             pin.close()
+
+
+def test_stalled_secure_messages_end_at_the_read_deadline(
+    tmp_path: Path, server_factory: Callable[..., ServerProcess]
+) -> None:
+    # SubmitSecure streams that send a header and then nothing, with no client deadline:
+    # each must end DEADLINE_EXCEEDED after read_timeout and hold no server thread.
+    make_model(tmp_path / "init.spore")
+    (tmp_path / "server.toml").write_text("read_timeout = 1.0\nmax_workers = 8\n")
+    server = server_factory(
+        ["--config", str(tmp_path / "server.toml"), "--model", str(tmp_path / "init.spore")]
+    ).start()
+    assert server.proc is not None
+    with grpc.insecure_channel(server.address) as channel:
+        register = channel.unary_unary(
+            method_path("Register"),
+            request_serializer=pb.RegisterRequest.SerializeToString,
+            response_deserializer=pb.RegisterReply.FromString,
+        )
+        cid = register(pb.RegisterRequest(client_name="s0"), timeout=30).client_id
+        threads0 = _threads(server.proc.pid)
+        submit = channel.stream_unary(
+            method_path("SubmitSecure"),
+            request_serializer=pb.SecureChunk.SerializeToString,
+            response_deserializer=pb.SecureReply.FromString,
+        )
+        stall = threading.Event()
+
+        def stalled() -> Iterator[pb.SecureChunk]:
+            header = pb.SecureHeader(
+                client_id=cid, task_id="r1-fit", stage=pb.SECURE_ADVERTISE_KEYS, total_size=64
+            )
+            yield pb.SecureChunk(header=header, data=b"x")
+            stall.wait(120)
+
+        calls = [submit.future(stalled()) for _ in range(12)]  # more than the slots
+        try:
+            wait_for(lambda: all(c.done() for c in calls), timeout=90, what="the stalls to end")
+            for c in calls:
+                assert c.code() == grpc.StatusCode.DEADLINE_EXCEEDED, (c.code(), c.details())
+                assert "read_timeout" in c.details()
+            assert _threads(server.proc.pid) <= threads0 + 1
+        finally:
+            stall.set()
+    assert server.terminate(timeout=15) == 0
+
+
+def _threads(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("Threads:"):
+            return int(line.split()[1])
+    raise AssertionError("no Threads line")
