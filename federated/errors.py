@@ -39,6 +39,11 @@ class TransferError(FederatedError):
     """A chunked download or upload failed its offset, size or checksum checks."""
 
 
+class ReadTimeoutError(TransferError):
+    """A peer sent nothing within `read_timeout` in the middle of an upload: it loses its
+    receiving slot (DEADLINE_EXCEEDED) and resumes from what was received."""
+
+
 class MalformedMessageError(FederatedError, ValueError):
     """A message is not what its call expects (e.g. an unknown or garbled Session message)."""
 

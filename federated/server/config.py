@@ -9,6 +9,7 @@ Example `server.toml`:
     min_clients = 2
     fraction = 0.5
     round_timeout = 120
+    read_timeout = 20     # an upload silent this long loses its receiving slot
 
     [strategy]
     name = "fedprox"
@@ -174,6 +175,9 @@ class ServerConfig:
     # least. The model's float bytes count as one update's size.
     max_upload_memory: int = 256 << 20
     long_poll: float = 10.0  # longest a session's poll is held
+    # Longest an upload in progress may go without a chunk before it loses its receiving
+    # slot (a stalled or hostile peer must not pin the slots).
+    read_timeout: float = 20.0
     checkpoint_every: int = 16  # updates folded between aggregate checkpoints
     seed: int = 0
     metrics_port: int | None = None
@@ -219,6 +223,11 @@ class ServerConfig:
             ("max_transfers", self.max_transfers >= 1, "must be >= 1"),
             ("max_upload_memory", self.max_upload_memory > 0, "must be > 0"),
             ("long_poll", self.long_poll >= 0, "must be >= 0"),
+            (
+                "read_timeout",
+                0 < self.read_timeout <= 3600 and math.isfinite(self.read_timeout),
+                "must be in (0, 3600] seconds",
+            ),
             ("checkpoint_every", self.checkpoint_every >= 1, "must be >= 1"),
             (
                 "metrics_port",
@@ -415,6 +424,7 @@ _TOP: dict[str, tuple[str, tuple[type[Any], ...]]] = {
     "max_transfers": ("max_transfers", (int,)),
     "max_upload_memory": ("max_upload_memory", (int,)),
     "long_poll": ("long_poll", (int, float)),
+    "read_timeout": ("read_timeout", (int, float)),
     "checkpoint_every": ("checkpoint_every", (int,)),
     "seed": ("seed", (int,)),
     "metrics_port": ("metrics_port", (int,)),

@@ -131,7 +131,12 @@ class _AioServer:
                 ("grpc.http2.bdp_probe", 0),
             ],
         )
-        add_to_server(self.servicer, server, session=self.sessions.serve)
+        add_to_server(
+            self.servicer,
+            server,
+            session=self.sessions.serve,
+            secure=self.sessions.submit_secure,
+        )
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
         creds = _server_credentials(self.config)
         self.tls = creds is not None

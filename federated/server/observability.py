@@ -62,6 +62,10 @@ class Metrics:
         "sporenet_updates_accepted_total": ("counter", "Updates folded into an aggregate."),
         "sporenet_updates_rejected_total": ("counter", "Updates refused (INVALID_ARGUMENT)."),
         "sporenet_clients_dropped_total": ("counter", "Selected clients that went silent."),
+        "sporenet_clients_excluded_total": (
+            "counter",
+            "Secure-round clients excluded for a message no honest client sends.",
+        ),
         "sporenet_auth_failures_total": ("counter", "Requests refused as UNAUTHENTICATED."),
         "sporenet_bytes_sent_total": ("counter", "Model bytes streamed to clients."),
         "sporenet_bytes_received_total": ("counter", "Update bytes received from clients."),

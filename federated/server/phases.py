@@ -38,6 +38,7 @@ class Participant(StrEnum):
     DROPPED = "dropped"  # silent past heartbeat_timeout, or left a secure round
     MASKED = "masked"  # secure rounds: sent its masked input, awaiting unmasking
     ABANDONED = "abandoned"  # secure rounds: in a failed run that was started again
+    EXCLUDED = "excluded"  # secure rounds: sent a message no honest client sends
 
 
 class TaskType(StrEnum):

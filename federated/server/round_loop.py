@@ -237,6 +237,7 @@ class RoundLoop:
             self._fail_job(f"round {job.round}: secure aggregation failed: {e}")
             return False
         secure.deadline = now + self._stage_timeout()
+        excluded = secure.newly_excluded()  # e.g. inconsistent shares found at unmask
         with self.store.transaction() as tx:
             self._save_secure(tx)
             for cid in pending:
@@ -252,8 +253,32 @@ class RoundLoop:
             next=secure.stage.value,
             missing=pending,
         )
+        if excluded:
+            self._exclude_secure(secure, excluded)
         self._notify_changed()
         return secure.stage == Stage.COMPLETED
+
+    def _exclude_secure(self, secure: SecurePhase, excluded: dict[str, str]) -> None:
+        """Clients the secure round excluded for misbehaving: saved, marked, logged by
+        name; the loop is woken if nobody else is awaited (call it under the lock)."""
+        secure.newly_excluded()  # these are reported here
+        with self.store.transaction() as tx:
+            self._save_secure(tx)
+            for cid in excluded:
+                self._set_status(cid, Participant.EXCLUDED, tx=tx)
+        for cid, reason in excluded.items():
+            self.metrics.inc("sporenet_clients_excluded_total")
+            log_event(
+                self.log,
+                "secure_client_excluded",
+                logging.WARNING,
+                round=self.job.round,
+                stage=secure.stage.value,
+                client=cid,
+                reason=reason,
+            )
+        if not secure.round.pending():
+            self.wake.set()
 
     def _retry_secure(self, now: float, error: SecAggError) -> None:
         """Give up this run of the secure round (nothing of it can be unmasked) and go back
@@ -399,11 +424,16 @@ class RoundLoop:
         what the log says about a secure round."""
         if self._secure is not None:
             delta, contributors = self._secure.round.result()
+            server_result = self._secure.round.server.result()
             self._mark_contributors(self._secure, contributors)
             return (
                 delta,
                 None,
-                {"secure_error_bound": self._secure.round.server.result().error_bound},
+                {
+                    "secure_error_bound": server_result.error_bound,
+                    "out_of_range": server_result.out_of_range,
+                    "excluded": self._secure.round.excluded(),
+                },
             )
         if self._aggregator is None:  # cannot happen: set whenever a fit phase is active
             raise AggregationError("no aggregator for the fit phase")
@@ -499,11 +529,13 @@ class RoundLoop:
     def _mark_contributors(self, secure: SecurePhase, contributors: Sequence[str]) -> None:
         """After a secure round: contributors are accepted, the rest of the cohort dropped."""
         rows = self.store.participants(self.job.round, Phase.FIT)
-        done = set(contributors)
+        done, excluded = set(contributors), secure.round.excluded()
         with self._changed, self.store.transaction() as tx:
             for cid in secure.cohort:
                 _, n, m = rows.get(cid, ("", 0, {}))
                 status = Participant.ACCEPTED if cid in done else Participant.DROPPED
+                if cid in excluded and cid not in done:
+                    status = Participant.EXCLUDED
                 self._set_status(cid, status, n, m, tx=tx)
 
     def _finish_evaluate(self) -> None:

@@ -45,7 +45,7 @@ from sporenet.federated.errors import (
     UpdateRejectedError,
     quote,
 )
-from sporenet.federated.secagg import Stage
+from sporenet.federated.secagg import ClientExcludedError, Stage
 from sporenet.federated.secagg.session import SecureRound
 from sporenet.federated.server import job_settings, state_dir
 from sporenet.federated.server.config import ServerConfig
@@ -583,7 +583,11 @@ class RoundManager(RoundLoop):
                 )
             if not secure.check_message(client_id, stage, current):
                 return
-            secure.round.submit(client_id, payload)
+            try:
+                secure.round.submit(client_id, payload)
+            except ClientExcludedError as e:
+                self._exclude_secure(secure, {client_id: e.reason})
+                raise
             if secure.stage == Stage.MASKED_INPUT:
                 self._set_status(client_id, Participant.MASKED, num_samples, metrics)
                 self.metrics.inc("sporenet_updates_accepted_total")

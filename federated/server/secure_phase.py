@@ -25,6 +25,9 @@ class SecurePhase:
         self.cohort = frozenset(secure.client_ids)
         self.withdrawn: set[str] = set()  # cohort members that said they cannot go on
         self.deadline = deadline
+        # Exclusions already reported (logged, participant marked); a restored round's
+        # earlier ones were reported before the restart.
+        self._reported: set[str] = set(secure.excluded())
 
     @property
     def stage(self) -> Stage:
@@ -72,6 +75,13 @@ class SecurePhase:
             f"client {client_id!r} was left out of secure round {task_id!r} "
             "(it missed an earlier stage)"
         )
+
+    def newly_excluded(self) -> dict[str, str]:
+        """Clients excluded since the last call (client id -> what they sent), e.g. at an
+        unmask close for inconsistent shares; each is returned once."""
+        new = {c: why for c, why in self.round.excluded().items() if c not in self._reported}
+        self._reported |= set(new)
+        return new
 
     def may_close(self, now: float, clients: Participants, heartbeat_timeout: float) -> bool:
         """True when the open stage may close at `now`: nobody it waits for is left who

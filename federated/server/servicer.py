@@ -7,14 +7,17 @@ the caller's identity check, the model's pre-encoded chunks and the receive buff
 
 from __future__ import annotations
 
+import errno
 import functools
 import json
 import logging
+import sqlite3
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 import grpc
+from google.protobuf.message import DecodeError
 
 from sporenet.federated.common.buffers import BufferPool
 from sporenet.federated.common.wire import (
@@ -31,6 +34,7 @@ from sporenet.federated.errors import (
     FederatedError,
     MalformedMessageError,
     PermissionDeniedError,
+    ReadTimeoutError,
     StaleTaskError,
     TransferError,
     UnknownClientError,
@@ -60,10 +64,63 @@ STATUS_CODES: list[tuple[type[FederatedError], grpc.StatusCode]] = [
     (PermissionDeniedError, grpc.StatusCode.PERMISSION_DENIED),
     (UnknownClientError, grpc.StatusCode.NOT_FOUND),
     (StaleTaskError, grpc.StatusCode.FAILED_PRECONDITION),
+    (ReadTimeoutError, grpc.StatusCode.DEADLINE_EXCEEDED),
     (TransferError, grpc.StatusCode.OUT_OF_RANGE),
     (AggregationError, grpc.StatusCode.INTERNAL),
-    (FederatedError, grpc.StatusCode.UNKNOWN),
+    (FederatedError, grpc.StatusCode.INTERNAL),
 ]
+
+# Errors no domain check turned into a FederatedError: malformed input that reached a
+# parser (INVALID_ARGUMENT), a full disk (RESOURCE_EXHAUSTED), storage that failed
+# (UNAVAILABLE: the call may be retried). Anything else is a server bug: INTERNAL.
+MALFORMED_INPUT = (DecodeError, ValueError, RecursionError, OverflowError, UnicodeError)
+DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
+
+
+def unexpected_status(error: BaseException) -> tuple[grpc.StatusCode, str]:
+    """The status and message for an exception a handler did not expect (never UNKNOWN)."""
+    what = f"{type(error).__name__}: {str(error)[:200]}"
+    if isinstance(error, MALFORMED_INPUT):
+        return grpc.StatusCode.INVALID_ARGUMENT, f"malformed request ({what})"
+    if isinstance(error, MemoryError) or (
+        isinstance(error, OSError) and error.errno in DISK_FULL_ERRNOS
+    ):
+        return grpc.StatusCode.RESOURCE_EXHAUSTED, f"the server is out of space ({what})"
+    if isinstance(error, sqlite3.OperationalError) and "full" in str(error):
+        return grpc.StatusCode.RESOURCE_EXHAUSTED, f"the server is out of space ({what})"
+    if isinstance(error, OSError | sqlite3.Error):
+        return grpc.StatusCode.UNAVAILABLE, f"the server's storage failed; retry ({what})"
+    return grpc.StatusCode.INTERNAL, f"internal server error ({what})"
+
+
+class Undecodable:
+    """A request body that is not a valid message of its type (see `decoder`)."""
+
+    def __init__(self, type_name: str, error: Exception) -> None:
+        self.error = MalformedMessageError(
+            f"the request is not a valid {type_name}: {str(error)[:200]}"
+        )
+
+
+def decoder(message_type: Any) -> Callable[[bytes], Any]:
+    """A request deserializer that never raises: gRPC would answer a failed one with a
+    generic status; the handler raises MalformedMessageError (INVALID_ARGUMENT) instead."""
+    name = message_type.DESCRIPTOR.name
+
+    def decode(data: bytes) -> Any:
+        try:
+            return message_type.FromString(data)
+        except Exception as e:  # protobuf's DecodeError, or a RecursionError
+            return Undecodable(name, e)
+
+    return decode
+
+
+def checked(request: Any) -> Any:
+    """`request`, unless it could not be decoded (MalformedMessageError)."""
+    if isinstance(request, Undecodable):
+        raise request.error
+    return request
 
 TASK_TYPES = {
     TaskType.WAIT: pb.TASK_WAIT,
@@ -82,15 +139,17 @@ def add_to_server(
     server: grpc.Server | grpc.aio.Server,
     *,
     session: Callable[..., Any] | None = None,
+    secure: Callable[..., Any] | None = None,
 ) -> None:
     """Register the service, with raw-bytes (de)serializers for the payload streams;
     `session` serves the Session RPC (an asyncio handler, see session.py), which is left
-    unimplemented without it."""
+    unimplemented without it; `secure` serves SubmitSecure on the same loop (else the
+    thread-pool handler below, whose reads have no deadline, serves it)."""
     u = grpc.unary_unary_rpc_method_handler
 
     def unary(method: Callable[..., Any], req: Any, resp: Any) -> grpc.RpcMethodHandler:
         return u(
-            method, request_deserializer=req.FromString, response_serializer=resp.SerializeToString
+            method, request_deserializer=decoder(req), response_serializer=resp.SerializeToString
         )
 
     handlers = {
@@ -100,8 +159,8 @@ def add_to_server(
         ),
         "GetStatus": unary(servicer.GetStatus, pb.StatusRequest, pb.StatusReply),
         "SubmitSecure": grpc.stream_unary_rpc_method_handler(
-            servicer.SubmitSecure,
-            request_deserializer=pb.SecureChunk.FromString,
+            secure or servicer.SubmitSecure,
+            request_deserializer=decoder(pb.SecureChunk),
             response_serializer=pb.SecureReply.SerializeToString,
         ),
     }
@@ -117,14 +176,22 @@ def status_for(error: FederatedError) -> grpc.StatusCode:
 
 
 def _maps_errors(func: F) -> F:
-    """Turn domain errors raised by a unary handler into the matching gRPC status."""
+    """Turn errors raised by a handler into the matching gRPC status: domain errors by
+    STATUS_CODES, anything else by `unexpected_status`, logged with its traceback."""
 
     @functools.wraps(func)
     def wrapper(self: FederatedServicer, request: Any, context: grpc.ServicerContext) -> Any:
         try:
+            if not isinstance(request, Iterator):
+                request = checked(request)
             return func(self, request, context)
         except FederatedError as e:
             self._abort(context, e)
+        except Exception as e:
+            code, message = unexpected_status(e)
+            level = logging.WARNING if code == code.INVALID_ARGUMENT else logging.ERROR
+            self.log.log(level, "%s failed: %s", func.__name__, message, exc_info=True)
+            context.abort(code, message)
 
     return wrapper  # type: ignore[return-value]
 
@@ -251,6 +318,7 @@ class FederatedServicer(pb_grpc.FederatedServicer):
     def SubmitSecure(
         self, request_iterator: Iterator[pb.SecureChunk], context: grpc.ServicerContext
     ) -> pb.SecureReply:
+        request_iterator = (checked(chunk) for chunk in request_iterator)
         with self._secure_slots:
             first = next(request_iterator, None)
             if first is None or not first.HasField("header"):

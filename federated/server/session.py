@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
+import logging
 from collections.abc import AsyncIterator
 from concurrent.futures import Executor
 from pathlib import Path
@@ -27,6 +29,7 @@ from typing import Any
 import grpc
 
 from sporenet.federated.common.wire import (
+    STAGE_NAMES,
     SessionReplyField,
     SessionRequestField,
     encode_model_chunk,
@@ -35,12 +38,20 @@ from sporenet.federated.common.wire import (
     split_session,
     split_upload_chunk,
 )
-from sporenet.federated.errors import FederatedError, MalformedMessageError, TransferError
+from sporenet.federated.errors import (
+    FederatedError,
+    MalformedMessageError,
+    ReadTimeoutError,
+    TransferError,
+    UpdateRejectedError,
+)
 from sporenet.federated.server.phases import TaskType
 from sporenet.federated.server.servicer import (
     FederatedServicer,
+    checked,
     status_for,
     task_message,
+    unexpected_status,
 )
 from sporenet.federated.server.state import ModelRecord
 from sporenet.federated.server.upload import UploadReceiver, check_upload_id
@@ -69,6 +80,7 @@ class SessionService:
         self._loop = loop
         self._downloads = asyncio.Semaphore(self._limits[0])
         self._uploads = asyncio.Semaphore(self._limits[1])
+        self._secure_slots = asyncio.Semaphore(self._limits[0])  # shared with no download
         # Set, then replaced, whenever tasks may have changed: polls wait on the current one.
         self._changed = asyncio.Event()
         self._receiving: dict[tuple[str, str], asyncio.Event] = {}
@@ -131,6 +143,13 @@ class SessionService:
                     )
         except FederatedError as e:
             await context.abort(status_for(e), str(e))
+        except grpc.aio.AbortError:
+            raise
+        except Exception as e:
+            code, message = unexpected_status(e)
+            level = logging.WARNING if code == code.INVALID_ARGUMENT else logging.ERROR
+            self.s.log.log(level, "Session failed: %s", message, exc_info=True)
+            await context.abort(code, message)
 
     async def _poll(self, body: memoryview, context: grpc.aio.ServicerContext) -> None:
         request = _parse(pb.TaskRequest, body)
@@ -195,14 +214,15 @@ class SessionService:
         if running is not None:  # an earlier stream of this upload keeps what it received
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(running.wait(), SETTLE_SECONDS)
-        async with self._uploads:
-            if not self.m.open_upload(cid, h.task_id, h.total_size):
-                reply = pb.UploadReply(
-                    accepted=True, received=h.total_size, message="already accepted"
-                )
-                await context.write(
-                    frame_session(SessionReplyField.UPLOAD_REPLY, reply.SerializeToString())
-                )
+        # Checked before the slot too: strangers and clients without an open task are
+        # refused at once, never queued for (or holding) a receiving slot.
+        if not self.m.open_upload(cid, h.task_id, h.total_size):
+            await self._already_accepted(h, context)
+            return
+        await self._take_upload_slot(cid)
+        try:
+            if not self.m.open_upload(cid, h.task_id, h.total_size):  # it may have changed
+                await self._already_accepted(h, context)
                 return
             done = asyncio.Event()
             self._receiving[key] = done
@@ -212,9 +232,36 @@ class SessionService:
                 if self._receiving.get(key) is done:
                     del self._receiving[key]
                 done.set()
+        finally:
+            self._uploads.release()
         await context.write(
             frame_session(SessionReplyField.UPLOAD_REPLY, reply.SerializeToString())
         )
+
+    async def _already_accepted(
+        self, h: pb.UploadHeader, context: grpc.aio.ServicerContext
+    ) -> None:
+        reply = pb.UploadReply(accepted=True, received=h.total_size, message="already accepted")
+        await context.write(
+            frame_session(SessionReplyField.UPLOAD_REPLY, reply.SerializeToString())
+        )
+
+    async def _take_upload_slot(self, cid: str) -> None:
+        await self._take_slot(self._uploads, cid)
+
+    async def _take_slot(self, slots: asyncio.Semaphore, cid: str) -> None:
+        """Wait for a slot. The client waits on its open stream, so it is alive: it is
+        marked so while it waits, lest the round drop it as silent."""
+        every = max(self.m.config.heartbeat_interval, 0.05)
+        acquire = asyncio.ensure_future(slots.acquire())
+        try:
+            while not (await asyncio.wait((acquire,), timeout=every))[0]:
+                self.m.touch(cid)
+        except BaseException:  # the call ended while waiting: take no slot, or give it back
+            if acquire.done() and not acquire.cancelled():
+                slots.release()
+            acquire.cancel()
+            raise
 
     async def _receive(
         self, cid: str, h: pb.UploadHeader, context: grpc.aio.ServicerContext
@@ -224,8 +271,17 @@ class SessionService:
         offer = pb.UploadOffsetReply(received=upload.size).SerializeToString()
         await context.write(frame_session(SessionReplyField.UPLOAD_OFFSET, offer))
         try:
+            limit = self.m.config.read_timeout
             while not upload.complete:
-                raw = await context.read()
+                try:
+                    async with asyncio.timeout(limit):
+                        raw = await context.read()
+                except TimeoutError:
+                    raise ReadTimeoutError(
+                        f"upload {h.upload_id[:64]!r} sent nothing for {limit:g} s at byte "
+                        f"{upload.size} of {h.total_size} (read_timeout); its receiving slot "
+                        "is given up, resume it on a new stream"
+                    ) from None
                 if raw is grpc.aio.EOF:
                     break
                 field, inner = split_session(raw)
@@ -242,6 +298,83 @@ class SessionService:
         if h.total_size <= INLINE_SUBMIT_BYTES:
             return upload.submit()
         return await asyncio.get_running_loop().run_in_executor(self.executor, upload.submit)
+
+
+    async def submit_secure(
+        self, requests: AsyncIterator[Any], context: grpc.aio.ServicerContext
+    ) -> pb.SecureReply:
+        """The SubmitSecure handler: one secure-stage message in chunks. Served on the loop,
+        so every read has the `read_timeout` deadline and a stalled peer holds no thread."""
+        try:
+            return await self._submit_secure(context)
+        except FederatedError as e:
+            await context.abort(status_for(e), str(e))
+        except grpc.aio.AbortError:
+            raise
+        except Exception as e:
+            code, message = unexpected_status(e)
+            level = logging.WARNING if code == code.INVALID_ARGUMENT else logging.ERROR
+            self.s.log.log(level, "SubmitSecure failed: %s", message, exc_info=True)
+            await context.abort(code, message)
+        raise AssertionError("unreachable: abort raises")
+
+    async def _read_secure(self, context: grpc.aio.ServicerContext, at: int) -> Any:
+        """The next SecureChunk (None at the end of the stream), within `read_timeout`."""
+        limit = self.m.config.read_timeout
+        try:
+            async with asyncio.timeout(limit):
+                raw = await context.read()
+        except TimeoutError:
+            raise ReadTimeoutError(
+                f"secure message sent nothing for {limit:g} s at byte {at} (read_timeout)"
+            ) from None
+        return None if raw is grpc.aio.EOF else checked(raw)
+
+    async def _submit_secure(self, context: grpc.aio.ServicerContext) -> pb.SecureReply:
+        first = await self._read_secure(context, 0)
+        if first is None or not first.HasField("header"):
+            raise UpdateRejectedError("the first SecureChunk of a call must carry the header")
+        h = first.header
+        cid = self.s.owned(h.client_id)
+        stage = STAGE_NAMES.get(h.stage)
+        if stage is None:
+            raise UpdateRejectedError(f"SecureHeader.stage {h.stage} is not a protocol stage")
+        # A masked upload is one ring element per parameter: bound it like an update.
+        if h.total_size > self.m.max_update_bytes:
+            raise UpdateRejectedError(
+                f"secure message of {h.total_size} bytes; at most "
+                f"{self.m.max_update_bytes} are accepted (max_update_bytes)"
+            )
+        self.m.touch(cid)
+        await self._take_slot(self._secure_slots, cid)
+        try:
+            buf = bytearray(first.data)
+            while (chunk := await self._read_secure(context, len(buf))) is not None:
+                if len(buf) + len(chunk.data) > h.total_size:
+                    raise UpdateRejectedError(
+                        f"secure message exceeds the {h.total_size} bytes its header declared"
+                    )
+                buf += chunk.data
+        finally:
+            self._secure_slots.release()
+        loop = asyncio.get_running_loop()
+        if h.withdraw:
+            await loop.run_in_executor(self.executor, self.m.withdraw_secure, cid, h.task_id)
+            return pb.SecureReply(accepted=True)
+        if len(buf) != h.total_size:
+            raise TransferError(f"secure message ended at byte {len(buf)} of {h.total_size}")
+        self.metrics.inc("sporenet_bytes_received_total", len(buf))
+        submit = functools.partial(
+            self.m.submit_secure,
+            cid,
+            h.task_id,
+            stage,
+            bytes(buf),
+            num_samples=h.num_samples,
+            metrics_json=h.metrics_json,
+        )
+        await loop.run_in_executor(self.executor, submit)
+        return pb.SecureReply(accepted=True)
 
 
 def _parse(message_type: Any, body: memoryview) -> Any:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 
 import numpy as np
 
@@ -59,19 +60,38 @@ def validate_update(update: Weights, *, num_samples: int, max_norm: float | None
     return norm
 
 
+_JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
+
+
 def parse_metrics(text: str, what: str) -> dict[str, float]:
     """A client's metrics: a JSON object of finite numbers ('' is none)."""
     if not text:
         return {}
+    # A flat object has one '{' and no '[' outside its strings: refuse nesting before the
+    # parser recurses into it (deep recursion on the event loop breaks unrelated calls).
+    bare = _JSON_STRING.sub('""', text)
+    if bare.count("{") + bare.count("[") > 1:
+        raise UpdateRejectedError(
+            f"{what} must be a flat JSON object of numbers, got nesting in {text[:200]!r}"
+        )
     try:
+        # ValueError: bad JSON, or an integer of more digits than Python converts;
+        # RecursionError: nesting deeper than the parser's stack.
         value = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise UpdateRejectedError(f"{what} must be a JSON object of numbers: {e}") from None
-    if not isinstance(value, dict) or not all(
-        isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
-        for v in value.values()
-    ):
+    except (ValueError, RecursionError) as e:
+        raise UpdateRejectedError(
+            f"{what} must be a JSON object of numbers: {str(e)[:200]}"
+        ) from None
+    try:
+        ok = isinstance(value, dict) and all(
+            isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+            for v in value.values()
+        )
+        metrics = {str(k): float(v) for k, v in value.items()} if ok else {}
+    except OverflowError:  # an integer too large for a float
+        ok = False
+    if not ok:
         raise UpdateRejectedError(
             f"{what} must be a JSON object of finite numbers, got {text[:200]!r}"
         )
-    return {str(k): float(v) for k, v in value.items()}
+    return metrics
