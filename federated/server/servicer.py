@@ -122,6 +122,7 @@ def checked(request: Any) -> Any:
         raise request.error
     return request
 
+
 TASK_TYPES = {
     TaskType.WAIT: pb.TASK_WAIT,
     TaskType.FIT: pb.TASK_FIT,

@@ -299,7 +299,6 @@ class SessionService:
             return upload.submit()
         return await asyncio.get_running_loop().run_in_executor(self.executor, upload.submit)
 
-
     async def submit_secure(
         self, requests: AsyncIterator[Any], context: grpc.aio.ServicerContext
     ) -> pb.SecureReply:
