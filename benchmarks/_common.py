@@ -15,7 +15,7 @@ import sys
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import numpy as np
@@ -119,3 +119,40 @@ def sqnr_db(ref: np.ndarray, got: np.ndarray) -> float:
     if noise == 0:
         return float("inf")
     return float(10 * np.log10(float(np.sum(ref.astype(np.float64) ** 2)) / noise))
+
+
+def timed_fedavg(clients: int, initial: Sequence[np.ndarray]) -> Any:
+    """Flower's FedAvg training every one of `clients` each round (no evaluation) from the
+    `initial` weights; its round_seconds() gives each round's time from fit start (after
+    sampling: all clients connected) to aggregation, in round order. Flower is imported
+    here: it is an optional peer of the comparison."""
+    import flwr as fl
+    from flwr.common import ndarrays_to_parameters
+
+    class TimedFedAvg(fl.server.strategy.FedAvg):  # type: ignore[misc]
+        def __init__(self) -> None:
+            super().__init__(
+                fraction_fit=1.0,
+                fraction_evaluate=0.0,
+                min_fit_clients=clients,
+                min_evaluate_clients=0,
+                min_available_clients=clients,
+                initial_parameters=ndarrays_to_parameters(list(initial)),
+            )
+            self.starts: dict[int, float] = {}
+            self.ends: dict[int, float] = {}
+
+        def configure_fit(self, server_round, parameters, client_manager):  # type: ignore[no-untyped-def]
+            plan = super().configure_fit(server_round, parameters, client_manager)
+            self.starts[server_round] = time.time()
+            return plan
+
+        def aggregate_fit(self, server_round, results, failures):  # type: ignore[no-untyped-def]
+            agg = super().aggregate_fit(server_round, results, failures)
+            self.ends[server_round] = time.time()
+            return agg
+
+        def round_seconds(self) -> list[float]:
+            return [self.ends[r] - self.starts[r] for r in sorted(self.ends)]
+
+    return TimedFedAvg()

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from _common import free_port, round_seconds, start_server
+from _common import free_port, round_seconds, start_server, timed_fedavg
 
 # Simulated local training time per client and round (both frameworks), via the environment
 # so worker processes see it: SPORENET_BENCH_TRAIN_SECONDS.
@@ -276,35 +276,13 @@ def run_flower(n: int, params: str, rounds: int, procs: int, workdir: Path) -> R
 
 def flower_server(address: str, n: int, params: str, rounds: int, out: str) -> None:
     import flwr as fl
-    from flwr.common import ndarrays_to_parameters
-
-    starts: dict[int, float] = {}
-    ends: dict[int, float] = {}
-
-    class TimedFedAvg(fl.server.strategy.FedAvg):  # type: ignore[misc]
-        def configure_fit(self, server_round, parameters, client_manager):  # type: ignore[no-untyped-def]
-            plan = super().configure_fit(server_round, parameters, client_manager)
-            starts[server_round] = time.time()  # after sampling: all clients connected
-            return plan
-
-        def aggregate_fit(self, server_round, results, failures):  # type: ignore[no-untyped-def]
-            agg = super().aggregate_fit(server_round, results, failures)
-            ends[server_round] = time.time()
-            return agg
 
     w0 = _initial_weights(params)
-    strategy = TimedFedAvg(
-        fraction_fit=1.0,
-        fraction_evaluate=0.0,
-        min_fit_clients=n,
-        min_evaluate_clients=0,
-        min_available_clients=n,
-        initial_parameters=ndarrays_to_parameters([w0["w"], w0["b"]]),
-    )
+    strategy = timed_fedavg(n, [w0["w"], w0["b"]])
     fl.server.start_server(
         server_address=address, config=fl.server.ServerConfig(num_rounds=rounds), strategy=strategy
     )
-    durations = [ends[r] - starts[r] for r in sorted(ends)]
+    durations = strategy.round_seconds()
     report = {
         "durations": durations,
         "peak_mb": _peak_mb(os.getpid()),

@@ -263,7 +263,6 @@ def run_flower(model: Path, devices: int, rounds: int, workdir: Path, timeout: f
 def flower_sim(model_path: str, devices: int, rounds: int, out: str) -> None:
     """Flower's simulation engine on the same workload (runs in its own process)."""
     import flwr as fl
-    from flwr.common import ndarrays_to_parameters
 
     from sporenet import lite
     from sporenet.android_demo.fleet import partition
@@ -302,29 +301,8 @@ def flower_sim(model_path: str, devices: int, rounds: int, out: str) -> None:
     def client_fn(cid: str) -> fl.client.Client:
         return DigitsClient(int(cid)).to_client()
 
-    starts: dict[int, float] = {}
-    ends: dict[int, float] = {}
-
-    class TimedFedAvg(fl.server.strategy.FedAvg):  # type: ignore[misc]
-        def configure_fit(self, server_round, parameters, client_manager):  # type: ignore[no-untyped-def]
-            plan = super().configure_fit(server_round, parameters, client_manager)
-            starts[server_round] = time.time()
-            return plan
-
-        def aggregate_fit(self, server_round, results, failures):  # type: ignore[no-untyped-def]
-            agg = super().aggregate_fit(server_round, results, failures)
-            ends[server_round] = time.time()
-            return agg
-
     w0 = model.weights()
-    strategy = TimedFedAvg(
-        fraction_fit=1.0,
-        fraction_evaluate=0.0,
-        min_fit_clients=devices,
-        min_evaluate_clients=0,
-        min_available_clients=devices,
-        initial_parameters=ndarrays_to_parameters([np.asarray(w0[k]) for k in names]),
-    )
+    strategy = _common.timed_fedavg(devices, [np.asarray(w0[k]) for k in names])
     fl.simulation.start_simulation(
         client_fn=client_fn,
         num_clients=devices,
@@ -338,7 +316,7 @@ def flower_sim(model_path: str, devices: int, rounds: int, out: str) -> None:
             "log_to_driver": False,
         },
     )
-    Path(out).write_text(json.dumps({"seconds": [ends[r] - starts[r] for r in sorted(ends)]}))
+    Path(out).write_text(json.dumps({"seconds": strategy.round_seconds()}))
 
 
 # -- the app -------------------------------------------------------------------------------
