@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from _common import sqnr_db
 
 HERE = Path(__file__).resolve().parent
 CALIBRATION_SAMPLES = 100
@@ -274,15 +275,6 @@ def run_ort(data: bytes, x: np.ndarray, input_name: str) -> np.ndarray:
     options.intra_op_num_threads = 1
     session = ort.InferenceSession(data, options, providers=["CPUExecutionProvider"])
     return session.run(None, {input_name: x})[0]
-
-
-def sqnr_db(ref: np.ndarray, got: np.ndarray) -> float:
-    noise = float(np.sum((ref.astype(np.float64) - got) ** 2))
-    return (
-        float("inf")
-        if noise == 0
-        else 10 * np.log10(float(np.sum(ref.astype(np.float64) ** 2)) / noise)
-    )
 
 
 # ---------------------------------------------------------------- timing subprocesses

@@ -62,19 +62,9 @@ from onnx.backend.test.loader import DATA_DIR  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository, for tests/
 from sporenet.converter import convert_onnx_model  # noqa: E402
 from sporenet.lite import Interpreter, serialize  # noqa: E402
+from tests.conformance.onnx_backend import LIGHT_MODELS as LIGHT  # noqa: E402
 from tests.conformance.onnx_backend import with_real_weights  # noqa: E402
 
-LIGHT = (
-    "bvlc_alexnet",
-    "densenet121",
-    "inception_v1",
-    "inception_v2",
-    "resnet50",
-    "shufflenet",
-    "squeezenet",
-    "vgg19",
-    "zfnet512",
-)
 LATENCY = {"squeezenet": 2.5, "resnet50": 1.5}  # model -> allowed ratio to onnxruntime
 SIZE_SLACK = 1.01  # .spore may exceed .onnx by at most 1%
 

@@ -21,7 +21,6 @@ import importlib.util
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -32,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from _common import free_port, round_seconds, start_server, timed_fedavg
 
 # Simulated local training time per client and round (both frameworks), via the environment
 # so worker processes see it: SPORENET_BENCH_TRAIN_SECONDS.
@@ -50,12 +50,6 @@ class Result:
     bytes_per_client: float | None
     server_cpu: float = float("nan")  # CPU seconds per round in the server process
     client_cpu: float = float("nan")  # CPU seconds per round in all client processes
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _cpu_seconds(pid: int) -> float:
@@ -154,75 +148,37 @@ def run_sporenet(
     _write_spore(model, params)
     # A state dir of its own per run: a finished job's state would make a repeat a no-op.
     state = Path(tempfile.mkdtemp(prefix=f"state-{n}-{params}-", dir=workdir))
-    port, mport = _free_port(), _free_port()
+    port, mport = free_port(), free_port()
     log_path = workdir / f"sporenet-{n}-{params}.log"
-    with open(log_path, "wb") as log:
-        server = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "sporenet.federated.server",
-                "--address",
-                f"127.0.0.1:{port}",
-                "--state-dir",
-                str(state),
-                "--model",
-                str(model),
-                "--rounds",
-                str(rounds),
-                "--min-clients",
-                str(n),
-                "--round-timeout",
-                "3600",
-                "--heartbeat-interval",
-                "30",
-                "--heartbeat-timeout",
-                "900",
-                "--metrics-port",
-                str(mport),
-                *(extra or []),
-            ],
-            stdout=log,
-            stderr=log,
+    server = start_server(
+        state,
+        model,
+        address=f"127.0.0.1:{port}",
+        rounds=rounds,
+        min_clients=n,
+        log=log_path,
+        extra=["--metrics-port", str(mport), *(extra or [])],
+        timeout=30,
+    )
+    try:
+        before = _children_cpu()
+        workers = _spawn_workers("sporenet", f"127.0.0.1:{port}", n, procs, params)
+        _wait_workers(workers, timeout=3600)
+        client_cpu = _children_cpu() - before
+        peak, server_cpu = _peak_mb(server.pid), _cpu_seconds(server.pid)
+        metrics = (
+            urllib.request.urlopen(f"http://127.0.0.1:{mport}/metrics", timeout=10).read().decode()
         )
-        try:
-            end = time.monotonic() + 30
-            while not (state / "server.json").exists():
-                if server.poll() is not None or time.monotonic() > end:
-                    raise RuntimeError(
-                        f"sporenet-server did not start:\n{log_path.read_text()[-2000:]}"
-                    )
-                time.sleep(0.05)
-            before = _children_cpu()
-            workers = _spawn_workers("sporenet", f"127.0.0.1:{port}", n, procs, params)
-            _wait_workers(workers, timeout=3600)
-            client_cpu = _children_cpu() - before
-            peak, server_cpu = _peak_mb(server.pid), _cpu_seconds(server.pid)
-            metrics = (
-                urllib.request.urlopen(f"http://127.0.0.1:{mport}/metrics", timeout=10)
-                .read()
-                .decode()
-            )
-        finally:
-            server.send_signal(signal.SIGTERM)
-            server.wait(60)
+    finally:
+        server.send_signal(signal.SIGTERM)
+        server.wait(60)
     values = {
         line.split()[0]: float(line.split()[1])
         for line in metrics.splitlines()
         if line and not line.startswith("#")
     }
     moved = values["sporenet_bytes_sent_total"] + values["sporenet_bytes_received_total"]
-    starts, ends = {}, {}
-    for line in log_path.read_text().splitlines():
-        try:
-            e = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if e.get("event") == "phase_started" and e.get("phase") == "fit":
-            starts[e["round"]] = e["ts"]
-        elif e.get("event") == "round_published":
-            ends[e["round"]] = e["ts"]
-    durations = [ends[r] - starts[r] for r in sorted(ends) if r in starts]
+    durations = round_seconds(log_path)
     return Result(
         "sporenet",
         n,
@@ -280,7 +236,7 @@ def sporenet_worker(address: str, first: int, count: int, params: str) -> None:
 
 
 def run_flower(n: int, params: str, rounds: int, procs: int, workdir: Path) -> Result:
-    port = _free_port()
+    port = free_port()
     out = workdir / f"flower-{n}-{params}.json"
     server = subprocess.Popen(
         [
@@ -320,35 +276,13 @@ def run_flower(n: int, params: str, rounds: int, procs: int, workdir: Path) -> R
 
 def flower_server(address: str, n: int, params: str, rounds: int, out: str) -> None:
     import flwr as fl
-    from flwr.common import ndarrays_to_parameters
-
-    starts: dict[int, float] = {}
-    ends: dict[int, float] = {}
-
-    class TimedFedAvg(fl.server.strategy.FedAvg):  # type: ignore[misc]
-        def configure_fit(self, server_round, parameters, client_manager):  # type: ignore[no-untyped-def]
-            plan = super().configure_fit(server_round, parameters, client_manager)
-            starts[server_round] = time.time()  # after sampling: all clients connected
-            return plan
-
-        def aggregate_fit(self, server_round, results, failures):  # type: ignore[no-untyped-def]
-            agg = super().aggregate_fit(server_round, results, failures)
-            ends[server_round] = time.time()
-            return agg
 
     w0 = _initial_weights(params)
-    strategy = TimedFedAvg(
-        fraction_fit=1.0,
-        fraction_evaluate=0.0,
-        min_fit_clients=n,
-        min_evaluate_clients=0,
-        min_available_clients=n,
-        initial_parameters=ndarrays_to_parameters([w0["w"], w0["b"]]),
-    )
+    strategy = timed_fedavg(n, [w0["w"], w0["b"]])
     fl.server.start_server(
         server_address=address, config=fl.server.ServerConfig(num_rounds=rounds), strategy=strategy
     )
-    durations = [ends[r] - starts[r] for r in sorted(ends)]
+    durations = strategy.round_seconds()
     report = {
         "durations": durations,
         "peak_mb": _peak_mb(os.getpid()),

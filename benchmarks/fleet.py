@@ -29,7 +29,6 @@ import contextlib
 import importlib.util
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -38,7 +37,9 @@ import threading
 import time
 from pathlib import Path
 
+import _common
 import numpy as np
+from _common import clean_env, free_port, round_seconds
 
 HERE = Path(__file__).resolve()
 LR, EPOCHS, BATCH = 0.05, 1, 32
@@ -90,12 +91,6 @@ class PeakSampler:
         return self.peak
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _blas() -> str:
     from threadpoolctl import threadpool_info
 
@@ -106,15 +101,6 @@ def _blas() -> str:
         )
         or "none"
     )
-
-
-def _clean_env() -> dict[str, str]:
-    """This run's environment without the BLAS overrides (timed subprocesses use the CPU's
-    own kernels)."""
-    env = dict(os.environ)
-    env.pop("OPENBLAS_CORETYPE", None)
-    env.pop("OPENBLAS_L2_SIZE", None)
-    return env
 
 
 # -- the model -----------------------------------------------------------------------------
@@ -157,57 +143,19 @@ def prepare_model(workdir: Path) -> Path:
 def start_server(
     state: Path, model: Path, *, rounds: int, devices: int, log: Path
 ) -> tuple[subprocess.Popen, str]:
-    """The sporenet-server daemon as the federated tests start it (one place to change)."""
-    address = f"127.0.0.1:{_free_port()}"
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "sporenet.federated.server",
-                "--address",
-                address,
-                "--state-dir",
-                str(state),
-                "--model",
-                str(model),
-                "--rounds",
-                str(rounds),
-                "--min-clients",
-                str(devices),
-                "--round-timeout",
-                "3600",
-                "--heartbeat-interval",
-                "30",
-                "--heartbeat-timeout",
-                "900",
-                "--max-workers",
-                "256",
-            ],
-            stdout=out,
-            stderr=out,
-            env=_clean_env(),
-        )
-    end = time.monotonic() + 60
-    while not (state / "server.json").exists():
-        if proc.poll() is not None or time.monotonic() > end:
-            raise RuntimeError(f"sporenet-server did not start:\n{log.read_text()[-2000:]}")
-        time.sleep(0.05)
-    return proc, address
-
-
-def _round_seconds(log: Path) -> list[float]:
-    starts, ends = {}, {}
-    for line in log.read_text().splitlines():
-        try:
-            e = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if e.get("event") == "phase_started" and e.get("phase") == "fit":
-            starts[e["round"]] = e["ts"]
-        elif e.get("event") == "round_published":
-            ends[e["round"]] = e["ts"]
-    return [ends[r] - starts[r] for r in sorted(ends) if r in starts]
+    """The sporenet-server daemon for `devices` simulated devices, on a free port."""
+    address = f"127.0.0.1:{free_port()}"
+    server = _common.start_server(
+        state,
+        model,
+        address=address,
+        rounds=rounds,
+        min_clients=devices,
+        log=log,
+        extra=["--max-workers", "256"],
+        env=clean_env(),
+    )
+    return server, address
 
 
 # -- sporenet ------------------------------------------------------------------------------
@@ -254,7 +202,7 @@ def run_sporenet(
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
-            env=_clean_env(),
+            env=clean_env(),
         )
         sampler.pids.append(sim.pid)
         sim_only.pids.append(sim.pid)
@@ -267,7 +215,7 @@ def run_sporenet(
         raise RuntimeError(f"sporenet-fleet failed:\n{stdout[-2000:]}\n{stderr[-2000:]}")
     report = json.loads(out.read_text())
     return {
-        "seconds": _round_seconds(log),
+        "seconds": round_seconds(log),
         "peak_mb": peak,
         "sim_peak_mb": sim_peak,
         "accuracy": [r["accuracy"] for r in report["rounds"]],
@@ -294,7 +242,7 @@ def run_flower(model: Path, devices: int, rounds: int, workdir: Path, timeout: f
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
-        env=_clean_env(),
+        env=clean_env(),
         start_new_session=True,
     )
     sampler = PeakSampler([proc.pid])
@@ -315,7 +263,6 @@ def run_flower(model: Path, devices: int, rounds: int, workdir: Path, timeout: f
 def flower_sim(model_path: str, devices: int, rounds: int, out: str) -> None:
     """Flower's simulation engine on the same workload (runs in its own process)."""
     import flwr as fl
-    from flwr.common import ndarrays_to_parameters
 
     from sporenet import lite
     from sporenet.android_demo.fleet import partition
@@ -354,29 +301,8 @@ def flower_sim(model_path: str, devices: int, rounds: int, out: str) -> None:
     def client_fn(cid: str) -> fl.client.Client:
         return DigitsClient(int(cid)).to_client()
 
-    starts: dict[int, float] = {}
-    ends: dict[int, float] = {}
-
-    class TimedFedAvg(fl.server.strategy.FedAvg):  # type: ignore[misc]
-        def configure_fit(self, server_round, parameters, client_manager):  # type: ignore[no-untyped-def]
-            plan = super().configure_fit(server_round, parameters, client_manager)
-            starts[server_round] = time.time()
-            return plan
-
-        def aggregate_fit(self, server_round, results, failures):  # type: ignore[no-untyped-def]
-            agg = super().aggregate_fit(server_round, results, failures)
-            ends[server_round] = time.time()
-            return agg
-
     w0 = model.weights()
-    strategy = TimedFedAvg(
-        fraction_fit=1.0,
-        fraction_evaluate=0.0,
-        min_fit_clients=devices,
-        min_evaluate_clients=0,
-        min_available_clients=devices,
-        initial_parameters=ndarrays_to_parameters([np.asarray(w0[k]) for k in names]),
-    )
+    strategy = _common.timed_fedavg(devices, [np.asarray(w0[k]) for k in names])
     fl.simulation.start_simulation(
         client_fn=client_fn,
         num_clients=devices,
@@ -390,7 +316,7 @@ def flower_sim(model_path: str, devices: int, rounds: int, out: str) -> None:
             "log_to_driver": False,
         },
     )
-    Path(out).write_text(json.dumps({"seconds": [ends[r] - starts[r] for r in sorted(ends)]}))
+    Path(out).write_text(json.dumps({"seconds": strategy.round_seconds()}))
 
 
 # -- the app -------------------------------------------------------------------------------

@@ -37,6 +37,7 @@ sys.path.insert(0, str(HERE))
 
 import lite_inference as li  # noqa: E402  (chooses the OpenBLAS core before NumPy loads)
 import numpy as np  # noqa: E402
+from _common import sqnr_db  # noqa: E402
 
 from sporenet.lite import Interpreter, ModelBuilder, OpCode, parse, serialize  # noqa: E402
 from sporenet.lite.graph import Quantization  # noqa: E402
@@ -232,15 +233,6 @@ def paired_stats(
     """Medians and minima (best-of: less sensitive to a shared machine) of each function."""
     times = li.paired_timings(fns, budget, min_runs)
     return [statistics.median(t) for t in times], [min(t) for t in times]
-
-
-def sqnr_db(ref: np.ndarray, got: np.ndarray) -> float:
-    noise = float(np.sum((ref.astype(np.float64) - got) ** 2))
-    return (
-        float("inf")
-        if noise == 0
-        else 10 * np.log10(float(np.sum(ref.astype(np.float64) ** 2)) / noise)
-    )
 
 
 def memory_in_subprocess(path: Path, shape: tuple[int, ...]) -> dict[str, float]:

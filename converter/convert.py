@@ -46,6 +46,24 @@ def parameter_count(model: Model) -> int:
     return model.parameter_count()
 
 
+def finish_conversion(
+    ir: Model, report: ConversionReport, metadata: Mapping[str, str] | None, start: float
+) -> None:
+    """Store the caller's metadata in `ir` and fill the report's after-conversion figures.
+
+    `start` is the time.perf_counter() value taken when the conversion began.
+    """
+    for key, value in (metadata or {}).items():
+        if not isinstance(key, str) or not isinstance(value, str) or not key:
+            raise ConversionError(
+                f"metadata must map non-empty str keys to str values, got {key!r}: {value!r}"
+            )
+        ir.metadata[key] = value
+    report.ir_ops_after = _ir_ops(ir)
+    report.parameters = parameter_count(ir)
+    report.seconds = time.perf_counter() - start
+
+
 def _is_integer_node(ir: Model, node: Node) -> bool:
     """A node that runs an int8 kernel: its first input is a quantized int8/uint8 tensor."""
     if not node.inputs or node.inputs[0] == -1:
@@ -109,15 +127,7 @@ def convert_onnx_model(
     ir.metadata.update({"source_format": "onnx", "source_opset": str(report.opset)})
     if proto.producer_name:
         ir.metadata["source_producer"] = report.producer
-    for key, value in (metadata or {}).items():
-        if not isinstance(key, str) or not isinstance(value, str) or not key:
-            raise ConversionError(
-                f"metadata must map non-empty str keys to str values, got {key!r}: {value!r}"
-            )
-        ir.metadata[key] = value
-    report.ir_ops_after = _ir_ops(ir)
-    report.parameters = parameter_count(ir)
-    report.seconds = time.perf_counter() - start
+    finish_conversion(ir, report, metadata, start)
     return ir, report
 
 

@@ -7,7 +7,7 @@ import time
 from collections import Counter
 from collections.abc import Mapping
 
-from sporenet.converter.convert import ConversionReport, _ir_ops, parameter_count
+from sporenet.converter.convert import ConversionReport, _ir_ops, finish_conversion
 from sporenet.converter.errors import ConversionError
 from sporenet.converter.passes import optimize as run_passes
 from sporenet.converter.passes.graph_utils import compact_tensors
@@ -53,15 +53,7 @@ def convert_tflite_model(
     except LiteError as exc:
         raise ConversionError(f"the converted graph is invalid: {exc}") from exc
     ir.metadata.update({"source_format": "tflite", "source_version": str(parsed.version)})
-    for key, value in (metadata or {}).items():
-        if not isinstance(key, str) or not isinstance(value, str) or not key:
-            raise ConversionError(
-                f"metadata must map non-empty str keys to str values, got {key!r}: {value!r}"
-            )
-        ir.metadata[key] = value
-    report.ir_ops_after = _ir_ops(ir)
-    report.parameters = parameter_count(ir)
-    report.seconds = time.perf_counter() - start
+    finish_conversion(ir, report, metadata, start)
     return ir, report
 
 

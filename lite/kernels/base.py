@@ -122,6 +122,15 @@ class Kernel:
             raise self.fail(f"input {index} must be a float tensor, got {spec.dtype}")
         return spec
 
+    def broadcast_shape(self, *specs: TensorSpec) -> tuple[int, ...]:
+        """The NumPy broadcast of the inputs' shapes, or a ShapeError naming them all."""
+        try:
+            return tuple(np.broadcast_shapes(*(spec.shape for spec in specs)))
+        except ValueError:
+            shapes = [str(list(spec.shape)) for spec in specs]
+            listed = f"{', '.join(shapes[:-1])} and {shapes[-1]}"
+            raise self.fail(f"shapes {listed} do not broadcast") from None
+
     def input(self, index: int) -> TensorSpec:
         if index >= len(self.inputs) or self.inputs[index] is None:
             raise self.fail(f"input {index} is required")

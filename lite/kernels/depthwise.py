@@ -77,6 +77,61 @@ def _phase_grid(win: Window, hw: tuple[int, ...]) -> int:
     return hq * wq
 
 
+def channels_last_shape(win: Window, x_shape: tuple[int, ...]) -> tuple[int, ...]:
+    """Shape of the padded (or column-tap) buffer of the channels-last algorithm.
+
+    Column stride 1: padded (N, Hp, Wp, C); tap (i, j) of output row r starts at row
+    r*sh + i*dh, column j*dw, and its OW*C elements are contiguous. Column stride > 1:
+    column-tap planes (N, Hp, kw, OW, C), plane j holding padded columns ow*sw + j*dw,
+    so tap (i, j) reads plane j at row r*sh + i*dh, again OW*C contiguous elements.
+    """
+    n, c, h, wd = x_shape
+    hp = max(h + win.pads[0] + win.pads[2], win.extent[0])
+    if win.strides[1] == 1:
+        return (n, hp, max(wd + win.pads[1] + win.pads[3], win.extent[1]), c)
+    return (n, hp, win.kernel[1], win.out[1], c)
+
+
+def channels_last_copies(
+    win: Window, buf: np.ndarray, x: np.ndarray
+) -> list[tuple[np.ndarray, np.ndarray]]:
+    """(destination, source) pairs that copy NCHW `x` into the channels-last `buf`."""
+    h, wd = x.shape[2:]
+    kw, sw, dw, ow = win.kernel[1], win.strides[1], win.dilations[1], win.out[1]
+    top, left = win.pads[0], win.pads[1]
+    xt = x.transpose(0, 2, 3, 1)
+    if sw == 1:
+        return [(buf[:, top : top + h, left : left + wd, :], xt)]
+    copies = []
+    for j in range(kw):
+        q0 = max(0, -(-(left - j * dw) // sw))
+        q1 = min(ow, -(-(left + wd - j * dw) // sw))
+        if q1 > q0:
+            start = q0 * sw + j * dw - left
+            copies.append(
+                (
+                    buf[:, top : top + h, j, q0:q1, :],
+                    xt[:, :, start : start + (q1 - q0 - 1) * sw + 1 : sw, :],
+                )
+            )
+    return copies
+
+
+def channels_last_views(win: Window, buf: np.ndarray) -> np.ndarray:
+    """Read-only (kh, kw, N, OH, OW*C) strided views: every tap's input rows in `buf`."""
+    (kh, kw), (sh, sw), (dh, dw), (oh, ow) = win.kernel, win.strides, win.dilations, win.out
+    n, c = buf.shape[0], buf.shape[-1]
+    if sw == 1:
+        sn, sr, sc, se = buf.strides
+        tap_strides = (sr * dh, sc * dw)
+    else:
+        sn, sr, sj, _, se = buf.strides
+        tap_strides = (sr * dh, sj)
+    return np.lib.stride_tricks.as_strided(
+        buf, shape=(kh, kw, n, oh, ow * c), strides=(*tap_strides, sn, sr * sh, se), writeable=False
+    )
+
+
 def _bind_channels_last(
     win: Window,
     x: np.ndarray,
@@ -88,41 +143,12 @@ def _bind_channels_last(
     bias_const: bool,
 ) -> Compute:
     """All taps as one einsum over strided views of a channels-last padded buffer."""
-    n, c, h, wd = x.shape
-    (kh, kw), (sh, sw), (dh, dw), (oh, ow) = win.kernel, win.strides, win.dilations, win.out
-    top, left = win.pads[0], win.pads[1]
-    hp = max(h + top + win.pads[2], win.extent[0])
-    xt = x.transpose(0, 2, 3, 1)
+    n, c = x.shape[:2]
+    (kh, kw), (oh, ow) = win.kernel, win.out
     q = ow * c  # one output row, channels-last: the einsum's contiguous inner loop
-    if sw == 1:
-        # Padded (N, Hp, Wp, C): tap (i, j) of output row r starts at row r*sh + i*dh,
-        # column j*dw, and its OW*C elements are contiguous.
-        wp = max(wd + left + win.pads[3], win.extent[1])
-        buf = np.zeros((n, hp, wp, c), x.dtype)
-        copies = [(buf[:, top : top + h, left : left + wd, :], xt)]
-        sn, sr, sc, se = buf.strides
-        tap_strides = (sr * dh, sc * dw)
-    else:
-        # Column-tap planes (N, Hp, kw, OW, C): plane j holds padded columns ow*sw + j*dw,
-        # so tap (i, j) reads plane j at row r*sh + i*dh, again OW*C contiguous elements.
-        buf = np.zeros((n, hp, kw, ow, c), x.dtype)
-        copies = []
-        for j in range(kw):
-            q0 = max(0, -(-(left - j * dw) // sw))
-            q1 = min(ow, -(-(left + wd - j * dw) // sw))
-            if q1 > q0:
-                start = q0 * sw + j * dw - left
-                copies.append(
-                    (
-                        buf[:, top : top + h, j, q0:q1, :],
-                        xt[:, :, start : start + (q1 - q0 - 1) * sw + 1 : sw, :],
-                    )
-                )
-        sn, sr, sj, _, se = buf.strides
-        tap_strides = (sr * dh, sj)
-    views = np.lib.stride_tricks.as_strided(
-        buf, shape=(kh, kw, n, oh, q), strides=(*tap_strides, sn, sr * sh, se), writeable=False
-    )
+    buf = np.zeros(channels_last_shape(win, x.shape), x.dtype)
+    copies = channels_last_copies(win, buf, x)
+    views = channels_last_views(win, buf)
     # Weights tiled along the output row: wt[i, j, ow*C + c] = w[c, 0, i, j].
     wt4 = np.empty((kh, kw, ow, c), x.dtype)
     taps_w = w[:, 0].transpose(1, 2, 0)[:, :, None, :]

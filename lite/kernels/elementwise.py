@@ -26,12 +26,7 @@ class BinaryKernel(Kernel):
         a, b = self.input(0), self.input(1)
         if a.dtype != b.dtype and not self.mixed_dtypes:
             raise self.fail(f"inputs must share a dtype, got {a.dtype} and {b.dtype}")
-        try:
-            shape = np.broadcast_shapes(a.shape, b.shape)
-        except ValueError:
-            raise self.fail(
-                f"shapes {list(a.shape)} and {list(b.shape)} do not broadcast"
-            ) from None
+        shape = self.broadcast_shape(a, b)
         self.output_specs = [TensorSpec(tuple(shape), self.result_dtype or a.dtype)]
         self.activation = fused_activation(self.op.name, attrs.values)
         if self.activation is not None and self.output_specs[0].dtype.kind != "f":

@@ -405,12 +405,7 @@ class Where(Kernel):
             raise self.fail(f"condition must be bool, got {cond.dtype}")
         if x.dtype != y.dtype:
             raise self.fail(f"x and y must share a dtype, got {x.dtype} and {y.dtype}")
-        try:
-            shape = np.broadcast_shapes(cond.shape, x.shape, y.shape)
-        except ValueError:
-            raise self.fail(
-                f"shapes {list(cond.shape)}, {list(x.shape)} and {list(y.shape)} do not broadcast"
-            ) from None
+        shape = self.broadcast_shape(cond, x, y)
         self.output_specs = [TensorSpec(tuple(shape), x.dtype)]
 
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:

@@ -37,12 +37,7 @@ class _QBinary(QuantizedKernel):
         a, b = self.quantized_input(0), self.quantized_input(1)
         if a.dtype != b.dtype:
             raise self.fail(f"inputs must share a dtype, got {a.dtype} and {b.dtype}")
-        try:
-            shape = np.broadcast_shapes(a.shape, b.shape)
-        except ValueError:
-            raise self.fail(
-                f"shapes {list(a.shape)} and {list(b.shape)} do not broadcast"
-            ) from None
+        shape = self.broadcast_shape(a, b)
         self.sa, za = self.tensor_params(a, "input 0")
         self.sb, zb = self.tensor_params(b, "input 1")
         self.za, self.zb = np.int64(za), np.int64(zb)

@@ -13,6 +13,7 @@ import pytest
 from sporenet.lite.errors import LiteError
 from sporenet.lite.ops import OpCode
 from tests.unit.lite.onnx_reference import run_onnx_op
+from tests.unit.lite.quantized_onnx import qlinear_conv, qlinear_matmul
 from tests.unit.lite.quantized_reference import quant, random_q, run_one_op
 
 
@@ -47,41 +48,17 @@ def test_conv_is_bit_exact_with_qlinearconv(xdtype, group, stride, o, c, per_cha
         rng, xdtype, group, stride, o, c, 9, per_channel, 20000
     )
     attrs = {"pads": [1, 1, 1, 1], "strides": [stride, stride], "group": group}
-    (want,) = run_onnx_op(
-        "QLinearConv",
-        [x, sx, zx, w, sw, np.zeros(sw.size, np.int8), so, zo, bias],
-        initializers=range(1, 9),
-        kernel_shape=[3, 3],
-        **attrs,
-    )
-    args = [(x, quant(sx, int(zx)), False), (w, quant(sw), True), (bias, None, True)]
-    got = run_one_op(OpCode.CONV2D, args, quant(so, int(zo)), xdtype, rounding="onnx", **attrs)
+    case = (x, sx, zx, w, sw, so, zo, bias, attrs)
+    got, want = qlinear_conv(*case, rounding="onnx")
     np.testing.assert_array_equal(got, want)
     # The default mode is TFLite's: it differs from onnxruntime somewhere on such layers.
-    tfl = run_one_op(OpCode.CONV2D, args, quant(so, int(zo)), xdtype, **attrs)
+    tfl, _ = qlinear_conv(*case)
     assert np.abs(tfl.astype(np.int64) - want.astype(np.int64)).max() <= 1
 
 
 @pytest.mark.parametrize("dtype", [np.uint8, np.int8])
 def test_matmul_is_bit_exact_with_qlinearmatmul(dtype):
-    rng = np.random.default_rng(12)
-    a, b = random_q(rng, (3, 4, 40), dtype), random_q(rng, (40, 6), dtype)
-    za, zb, zo = (
-        (dtype(7), dtype(100), dtype(50))
-        if dtype == np.uint8
-        else (dtype(-7), dtype(10), dtype(-2))
-    )
-    sa, sb, so = np.float32(0.03), np.float32(0.02), np.float32(0.05)
-    (want,) = run_onnx_op(
-        "QLinearMatMul", [a, sa, za, b, sb, zb, so, zo], initializers=[1, 2, 4, 5, 6, 7]
-    )
-    got = run_one_op(
-        OpCode.MATMUL,
-        [(a, quant(sa, int(za)), False), (b, quant(sb, int(zb)), False)],
-        quant(so, int(zo)),
-        dtype,
-        rounding="onnx",
-    )
+    got, want = qlinear_matmul(dtype, 12, 0.05, rounding="onnx")
     np.testing.assert_array_equal(got, want)
 
 

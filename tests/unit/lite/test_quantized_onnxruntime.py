@@ -13,6 +13,7 @@ import pytest
 
 from sporenet.lite.ops import OpCode
 from tests.unit.lite.onnx_reference import helper, ort, run_onnx_op
+from tests.unit.lite.quantized_onnx import qlinear_conv, qlinear_matmul
 from tests.unit.lite.quantized_reference import quant, random_q, run_one_op
 
 
@@ -34,42 +35,13 @@ def test_conv_agrees_with_qlinearconv(xdtype, group, stride):
     so, zo = np.float32(0.15), (np.uint8(120) if xdtype == np.uint8 else np.int8(5))
     bias = rng.integers(-2000, 2000, o).astype(np.int32)
     attrs = {"pads": [1, 1, 1, 1], "strides": [stride, stride], "group": group}
-    (want,) = run_onnx_op(
-        "QLinearConv",
-        [x, sx, zx, w, sw, np.zeros(o, np.int8), so, zo, bias],
-        initializers=range(1, 9),
-        kernel_shape=[3, 3],
-        **attrs,
-    )
-    got = run_one_op(
-        OpCode.CONV2D,
-        [(x, quant(sx, int(zx)), False), (w, quant(sw), True), (bias, None, True)],
-        quant(so, int(zo)),
-        xdtype,
-        **attrs,
-    )
+    got, want = qlinear_conv(x, sx, zx, w, sw, so, zo, bias, attrs)
     assert_within_one_step(got, want, 0.99)
 
 
 @pytest.mark.parametrize("dtype", [np.uint8, np.int8])
 def test_matmul_agrees_with_qlinearmatmul(dtype):
-    rng = np.random.default_rng(9)
-    a, b = random_q(rng, (3, 4, 40), dtype), random_q(rng, (40, 6), dtype)
-    za, zb, zo = (
-        (dtype(7), dtype(100), dtype(50))
-        if dtype == np.uint8
-        else (dtype(-7), dtype(10), dtype(-2))
-    )
-    sa, sb, so = np.float32(0.03), np.float32(0.02), np.float32(0.4)
-    (want,) = run_onnx_op(
-        "QLinearMatMul", [a, sa, za, b, sb, zb, so, zo], initializers=[1, 2, 4, 5, 6, 7]
-    )
-    got = run_one_op(
-        OpCode.MATMUL,
-        [(a, quant(sa, int(za)), False), (b, quant(sb, int(zb)), False)],
-        quant(so, int(zo)),
-        dtype,
-    )
+    got, want = qlinear_matmul(dtype, 9, 0.4)
     assert_within_one_step(got, want, 0.99)
 
 
