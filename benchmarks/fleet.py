@@ -112,7 +112,7 @@ def prepare_model(workdir: Path) -> Path:
     if path.exists():
         return path
     from sporenet import cloud, lite
-    from sporenet.cloud.export import inference_model
+    from sporenet.cloud.export import to_inference_ir
 
     data = cloud.load_digits()
     cloud.manual_seed(0)
@@ -128,7 +128,7 @@ def prepare_model(workdir: Path) -> Path:
         verbose=0,
         mode="graph",
     )
-    exported = inference_model(model, labels=data.labels, input_range=(0.0, 16.0))
+    exported = to_inference_ir(model, labels=data.labels, input_range=(0.0, 16.0))
     rng = np.random.default_rng(0)
     head = {
         "head.weight": (rng.normal(size=exported.weights()["head.weight"].shape) * 0.01).astype(
