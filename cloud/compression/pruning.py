@@ -134,14 +134,15 @@ class Pruning(Callback):
             raise ConfigError(f"`scope` must be one of {list(SCOPES)}, got {scope!r}")
         self.schedule = schedule
         self.scope = scope
-        self.names = list(weights) if weights is not None else None
+        self.requested = list(weights) if weights is not None else None
+        self.names: list[str] = []  # the weights pruned, fixed when training begins
         self.frequency = positive_int("frequency", frequency)
         self.masks: dict[str, np.ndarray] = {}
         self.step = 0  # optimizer steps seen over every fit this callback took part in
 
     def on_train_begin(self, state: TrainingState) -> None:
         available = prunable_weights(state.model)
-        names = self.names if self.names is not None else list(available)
+        names = self.requested if self.requested is not None else list(available)
         params = dict(state.model.named_parameters())
         unknown = [n for n in names if n not in params]
         if unknown:
@@ -163,7 +164,6 @@ class Pruning(Callback):
         self._apply(state)
 
     def _update(self, state: TrainingState) -> None:
-        assert self.names is not None
         current = {n: state.engine.parameter(n) for n in self.names}
         target = float(self.schedule(self.step))
         fresh = magnitude_masks(current, target, scope=self.scope)

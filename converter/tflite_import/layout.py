@@ -112,8 +112,9 @@ class LayoutContext:
         key = (ir, order)
         if key in self._orders:
             return self._orders[key]
-        if current != order and self.quantized_ir(ir):
-            ir = self._transpose_quantized(ir, current, order)
+        quant = self.ctx.tensors[ir].quantization
+        if current != order and self.quantized_ir(ir) and quant is not None:
+            ir = self._transpose_quantized(ir, quant, current, order)
         elif current != order:
             ir = self.ctx.emit1(OpCode.TRANSPOSE, [ir], perm=compose(current, order))
         if index in self.widened:
@@ -224,11 +225,9 @@ class LayoutContext:
         self.set_quantization(index, quant)
         return index
 
-    def _transpose_quantized(self, ir: int, current: Perm, order: Perm) -> int:
+    def _transpose_quantized(self, ir: int, q: Quantization, current: Perm, order: Perm) -> int:
         perm = compose(current, order)
         t = self.ctx.tensors[ir]
-        q = t.quantization
-        assert q is not None
         moved = Quantization(q.scale, q.zero_point, perm.index(q.axis) if q.scale.size > 1 else 0)
         value = self.ctx.value(ir)
         if value is not None:
