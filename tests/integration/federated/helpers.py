@@ -9,6 +9,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -21,6 +22,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 import sporenet.lite
 from sporenet.federated.common.auth import public_key_text
+from sporenet.federated.common.wire import method_path
 from sporenet.lite import ModelBuilder, OpCode
 from sporenet.proto import federated_pb2 as pb
 
@@ -261,6 +263,33 @@ def fit_task(channel: grpc.Channel, client_id: str) -> pb.Task:
         if task.type == pb.TASK_FIT:
             return task
     raise AssertionError(f"no fit task for {client_id!r}")
+
+
+def register_raw(channel: grpc.Channel, names: Sequence[str]) -> list[str]:
+    """Register a raw (hand-driven) client per name; returns their client ids."""
+    register = channel.unary_unary(
+        method_path("Register"),
+        request_serializer=pb.RegisterRequest.SerializeToString,
+        response_deserializer=pb.RegisterReply.FromString,
+    )
+    return [register(pb.RegisterRequest(client_name=n), timeout=30).client_id for n in names]
+
+
+def fit_tasks(channel: grpc.Channel, client_ids: Sequence[str]) -> dict[str, pb.Task]:
+    """Each client's fit task, polled for all at once (a round opens when enough poll)."""
+    box: dict[str, pb.Task] = {}
+    fetchers = [
+        threading.Thread(target=lambda c=c: box.__setitem__(c, fit_task(channel, c)))
+        for c in client_ids
+    ]
+    for t in fetchers:
+        t.start()
+    for t in fetchers:
+        t.join(120)
+    missing = [c for c in client_ids if c not in box]
+    if missing:
+        raise AssertionError(f"no fit task for {missing}")
+    return {c: box[c] for c in client_ids}
 
 
 def upload_raw(

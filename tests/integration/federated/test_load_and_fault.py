@@ -28,8 +28,9 @@ from sporenet.proto import federated_pb2 as pb
 from tests.integration.federated.helpers import (
     RawSession,
     ServerProcess,
-    fit_task,
+    fit_tasks,
     make_model,
+    register_raw,
     wait_for,
 )
 
@@ -235,27 +236,10 @@ def run(tmp_path: Path, factory: Callable[..., ServerProcess], rounds: int, stal
     ]
     threads = [threading.Thread(target=c.run, daemon=True) for c in clients]
     with grpc.insecure_channel(server.address) as channel:
-        register = channel.unary_unary(
-            method_path("Register"),
-            request_serializer=pb.RegisterRequest.SerializeToString,
-            response_deserializer=pb.RegisterReply.FromString,
-        )
-        cids = [
-            register(pb.RegisterRequest(client_name=f"f{i}"), timeout=30).client_id
-            for i in range(2)
-        ]
+        cids = register_raw(channel, [f"f{i}" for i in range(2)])
         for t in threads:
             t.start()
-        box: dict[str, pb.Task] = {}
-        fetchers = [
-            threading.Thread(target=lambda c=c: box.__setitem__(c, fit_task(channel, c)))
-            for c in cids
-        ]
-        for t in fetchers:
-            t.start()
-        for t in fetchers:
-            t.join(120)
-        assert set(box) == set(cids)
+        box = fit_tasks(channel, cids)
         # Warm: every client registered, the round open, the model cache encoded, and
         # the worker pools grown to what a few transfers of each kind use.
         wait_for(lambda: all(c.rounds_trained == 0 and c.client_id for c in clients))

@@ -23,7 +23,9 @@ from tests.integration.federated.helpers import (
     RawSession,
     ServerProcess,
     fit_task,
+    fit_tasks,
     make_model,
+    register_raw,
     wait_for,
 )
 from tests.integration.federated.test_secure_rounds import fit_statuses
@@ -70,28 +72,10 @@ def test_stalled_uploads_lose_their_slot_and_the_round_completes(
     ]
     threads = [threading.Thread(target=c.run, daemon=True) for c in clients]
     with grpc.insecure_channel(server.address) as channel:
-        register = channel.unary_unary(
-            method_path("Register"),
-            request_serializer=pb.RegisterRequest.SerializeToString,
-            response_deserializer=pb.RegisterReply.FromString,
-        )
-        ids = [
-            register(pb.RegisterRequest(client_name=f"s{i}"), timeout=30).client_id
-            for i in range(stalled)
-        ]
+        ids = register_raw(channel, [f"s{i}" for i in range(stalled)])
         for t in threads:
             t.start()
-        box: dict[str, pb.Task] = {}
-
-        def fetch(cid: str) -> None:
-            box[cid] = fit_task(channel, cid)
-
-        fetchers = [threading.Thread(target=fetch, args=(cid,)) for cid in ids]
-        for t in fetchers:
-            t.start()
-        for t in fetchers:
-            t.join(120)
-        tasks = {cid: box[cid] for cid in ids}
+        tasks = fit_tasks(channel, ids)
         sessions = []
         for cid, task in tasks.items():
             s = RawSession(channel)
