@@ -14,9 +14,15 @@ or tie with it.
 from __future__ import annotations
 
 import argparse
+import os
 import resource
 import statistics
 import time
+
+# Timing runs with the CPU's own OpenBLAS kernels: overrides some machines set for old
+# OpenBLAS builds are dropped for this process only (read when NumPy loads).
+os.environ.pop("OPENBLAS_CORETYPE", None)
+os.environ.pop("OPENBLAS_L2_SIZE", None)
 
 import numpy as np
 from threadpoolctl import threadpool_info, threadpool_limits

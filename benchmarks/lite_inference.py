@@ -27,15 +27,13 @@ from dataclasses import dataclass, field
 
 
 def _choose_openblas_core() -> str | None:
-    """Pick OpenBLAS's AVX-512 kernels on CPUs that have AVX-512 (before NumPy loads).
+    """Choose OpenBLAS's kernels for this timing process (before NumPy loads).
 
-    NumPy's bundled OpenBLAS (DYNAMIC_ARCH) maps AMD Zen 4 and later to its AVX2
-    "Haswell" kernels, which run sgemm at about half the speed of its "SkylakeX" AVX-512
-    kernels on the same CPU; onnxruntime's MLAS does use AVX-512 there. Setting
-    OPENBLAS_CORETYPE is a deployment setting (like OMP_NUM_THREADS), so the benchmark
-    makes it explicit: `--blas-core auto` (default) sets SkylakeX only when the CPU
-    reports the AVX-512 subsets those kernels need and the variable is unset;
-    `--blas-core default` leaves OpenBLAS's own choice.
+    Some machines set OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE for old OpenBLAS builds, which
+    pins NumPy to kernels slower than the CPU's own. `--blas-core auto` (default) unsets
+    both, so OpenBLAS picks the CPU's kernels as onnxruntime's MLAS does; `--blas-core
+    default` keeps the environment as it is; any other value is an OPENBLAS_CORETYPE name.
+    The kernel that ran is printed (threadpoolctl).
     """
     choice = "auto"
     for k, arg in enumerate(sys.argv):
@@ -43,20 +41,11 @@ def _choose_openblas_core() -> str | None:
             choice = sys.argv[k + 1]
         elif arg.startswith("--blas-core="):
             choice = arg.split("=", 1)[1]
-    if choice == "default" or "OPENBLAS_CORETYPE" in os.environ:
-        return os.environ.get("OPENBLAS_CORETYPE")
-    if choice != "auto":
+    if choice == "auto":
+        os.environ.pop("OPENBLAS_CORETYPE", None)
+        os.environ.pop("OPENBLAS_L2_SIZE", None)
+    elif choice != "default":
         os.environ["OPENBLAS_CORETYPE"] = choice
-        return choice
-    try:
-        with open("/proc/cpuinfo") as f:
-            flags = next(
-                (line.split(":", 1)[1].split() for line in f if line.startswith("flags")), []
-            )
-    except OSError:
-        return None
-    if {"avx512f", "avx512bw", "avx512dq", "avx512vl"} <= set(flags):
-        os.environ["OPENBLAS_CORETYPE"] = "SkylakeX"
     return os.environ.get("OPENBLAS_CORETYPE")
 
 
@@ -357,8 +346,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--blas-core",
         default="auto",
-        help="OpenBLAS kernels: auto (AVX-512 where available), default, or "
-        "an OPENBLAS_CORETYPE name (read before NumPy loads)",
+        help="OpenBLAS kernels: auto (unset OPENBLAS_CORETYPE/OPENBLAS_L2_SIZE: the CPU's "
+        "own), default (the environment's), or an OPENBLAS_CORETYPE name",
     )
     args = parser.parse_args(argv)
     print(
