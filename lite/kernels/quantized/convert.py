@@ -150,9 +150,10 @@ class Dequantize(QuantizedKernel):
 def dequantize_array(value: np.ndarray, quant: Quantization | None) -> np.ndarray:
     """A constant's float32 value: float16 widened, int8/uint8 dequantized (weight-only)."""
     if quant is None:
-        return value.astype(np.float32)
+        return np.asarray(value, np.float32)
     scale, zp = broadcast_params(quant, value.ndim)
-    return ((value.astype(np.int64) - zp) * scale).astype(np.float32)
+    # np.asarray: arithmetic on a 0-d array gives a NumPy scalar, which has no flags.
+    return np.asarray((value.astype(np.int64) - zp) * scale, np.float32)
 
 
 class Requantize(QuantizedKernel):

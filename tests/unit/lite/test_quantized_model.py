@@ -124,6 +124,18 @@ def test_float16_weights_feed_float32_ops():
     np.testing.assert_array_equal(got, want)  # the float16 values, widened exactly
 
 
+def test_scalar_weight_only_constants_are_dequantized():
+    # A 0-d float16 or int8 constant beside float32 operands is widened at load like any
+    # other weight-only constant.
+    for value, q in ((np.float16(0.75), None), (np.int8(3), quant(0.25, 0))):
+        b = ModelBuilder()
+        x = b.input("x", (-1, 4))
+        b.output(b.op(OpCode.MUL, [x, b.constant("c", np.asarray(value), quantization=q)]), "y")
+        x_in = np.arange(8, dtype=np.float32).reshape(2, 4)
+        got = Interpreter(model_content=serialize(b.build())).run({"x": x_in})["y"]
+        np.testing.assert_array_equal(got, x_in * np.float32(0.75))
+
+
 def test_dynamic_range_int8_weights_are_dequantized_once():
     rng = np.random.default_rng(1)
     w1, w2 = rng.standard_normal((16, 8)), rng.standard_normal((4, 16))
