@@ -63,13 +63,11 @@ def test_python_snippets_run_on_the_exported_digits_model(
     model = cloud.models.digits_cnn()
     exported = cloud.export(model, tmp_path / "digits.spore", input_shape=(1, 8, 8))
     weight, bias = head_names(exported)
+    # The README's Trainer snippet names the head as the exported model does.
+    assert [weight, bias] == ["head.weight", "head.bias"]
     monkeypatch.chdir(tmp_path)
     namespace: dict = {}
     for code in snippets:
-        if '"head.weight"' in code and weight != "head.weight":
-            # The exported head is named after its Sequential position until the
-            # named-layers change lands (wt-device); run the snippet with the model's names.
-            code = code.replace('"head.weight"', repr(weight)).replace('"head.bias"', repr(bias))
         exec(compile(code, "README.md", "exec"), namespace)
     probabilities = namespace["outputs"]["probabilities"]
     assert probabilities.shape == (1, 10)
