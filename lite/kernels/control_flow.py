@@ -197,6 +197,8 @@ class Loop(Kernel):
         iteration, keep_in = body_in[0], body_in[1]
         carried_in, carried_out = body_in[2 : 2 + n], body_out[1 : 1 + n]
         scan_out, scans = body_out[1 + n :], outputs[n:]
+        # Carried values pass through these: a body may swap or alias its carried values.
+        between = [np.empty_like(v) for v in carried_out]
         planned = self.trips
 
         def step() -> None:
@@ -212,10 +214,10 @@ class Loop(Kernel):
                 keep_in[...] = keep
                 body.run()
                 keep = bool(body_out[0].reshape(-1)[0])
-                # Through temporaries: a body may swap or alias its carried values.
-                values = [np.array(v) for v in carried_out]
-                for d, v in zip(carried_in, values, strict=True):
-                    np.copyto(d, v)
+                for t, v in zip(between, carried_out, strict=True):
+                    np.copyto(t, v)
+                for d, t in zip(carried_in, between, strict=True):
+                    np.copyto(d, t)
                 for stack, v in zip(scans, scan_out, strict=True):
                     stack[done] = v
                 done += 1

@@ -295,20 +295,28 @@ def _clip(cfg: Config, a: Array) -> Array:
     return a
 
 
+def new_outputs(cfg: Config, x: Array) -> tuple[Array, Array, Array | None]:
+    """Uninitialised Y (seq, dirs, batch, H), Y_h (and Y_c) (dirs, batch, H) for X."""
+    seq, batch, _ = x.shape
+    state = (cfg.dirs, batch, cfg.hidden)
+    y_c = np.empty(state, x.dtype) if cfg.kind == "LSTM" else None
+    return np.empty((seq, *state), x.dtype), np.empty(state, x.dtype), y_c
+
+
 def run_sequence(
     cfg: Config,
     inp: Inputs,
     *,
     trace: bool = False,
+    out: tuple[Array, Array, Array | None] | None = None,
 ) -> tuple[Array, Array, Array | None, list[Trace]]:
     """Y (seq, dirs, batch, H), Y_h, Y_c (dirs, batch, H) in the time-major layout, and
-    per direction the trace the backward pass needs (empty unless `trace`)."""
+    per direction the trace the backward pass needs (empty unless `trace`). `out` gives
+    the arrays (or time-major views) to write Y, Y_h and Y_c into; every element is set."""
     x = inp.x
     seq, batch, size = x.shape
     hidden, gh, dtype = cfg.hidden, cfg.gates * cfg.hidden, x.dtype
-    y = np.zeros((seq, cfg.dirs, batch, hidden), dtype)
-    y_h = np.empty((cfg.dirs, batch, hidden), dtype)
-    y_c = np.empty((cfg.dirs, batch, hidden), dtype) if cfg.kind == "LSTM" else None
+    y, y_h, y_c = new_outputs(cfg, x) if out is None else out
     masks = None
     if inp.lens is not None and np.any(inp.lens < seq):
         masks = (np.arange(seq)[:, None] < inp.lens[None, :])[:, :, None]  # (seq, batch, 1)
@@ -469,16 +477,17 @@ class _Recurrent(Kernel):
 
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
         cfg = self.cfg
+        y, y_h = outputs[0], outputs[1]
+        y_c = None
+        if cfg.kind == "LSTM":  # the final cell state is needed even when not an output
+            y_c = outputs[2] if len(outputs) > 2 else np.empty_like(y_h)
+        if cfg.layout:  # write through time-major views of the batch-first outputs
+            y, y_h = y.transpose(1, 2, 0, 3), y_h.transpose(1, 0, 2)
+            y_c = None if y_c is None else y_c.transpose(1, 0, 2)
+        out = (y, y_h, y_c)
 
         def compute() -> None:
-            y, y_h, y_c, _ = run_sequence(cfg, Inputs.from_node(cfg, inputs))
-            if cfg.layout:
-                y, y_h = y.transpose(2, 0, 1, 3), y_h.transpose(1, 0, 2)
-                y_c = None if y_c is None else y_c.transpose(1, 0, 2)
-            outputs[0][...] = y
-            outputs[1][...] = y_h
-            if y_c is not None and len(outputs) > 2:
-                outputs[2][...] = y_c
+            run_sequence(cfg, Inputs.from_node(cfg, inputs), out=out)
 
         return compute
 

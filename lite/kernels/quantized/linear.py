@@ -65,7 +65,7 @@ class QFullyConnected(QuantizedKernel):
             ((k, 0 if self.kept is not None else o), f32),
             ((len(self.chunks), rows, o), f32),
             ((rows, o), self.stage.wide_dtype),
-            ((rows, o), np.dtype(np.float64)),
+            ((rows, o if len(self.chunks) > 1 else 0), np.dtype(np.float64)),
         ]
 
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:

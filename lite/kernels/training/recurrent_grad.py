@@ -206,15 +206,15 @@ class _RecurrentGrad(Kernel):
 
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
         cfg, n, positions = self.cfg, NUM_INPUTS[self.kind], self.positions
+        dy, dy_h, dy_c = (list(inputs[n:]) + [None] * 3)[:3]
+        if cfg.layout:  # time-major views of the batch-first gradients
+            dy = None if dy is None else dy.transpose(1, 2, 0, 3)
+            dy_h = None if dy_h is None else dy_h.transpose(1, 0, 2)
+            dy_c = None if dy_c is None else dy_c.transpose(1, 0, 2)
+        forward_inputs = inputs[:n]
 
         def compute() -> None:
-            grads = list(inputs[n:]) + [None] * 3
-            dy, dy_h, dy_c = grads[:3]
-            if cfg.layout:
-                dy = None if dy is None else dy.transpose(1, 2, 0, 3)
-                dy_h = None if dy_h is None else dy_h.transpose(1, 0, 2)
-                dy_c = None if dy_c is None else dy_c.transpose(1, 0, 2)
-            result = backward(cfg, Inputs.from_node(cfg, inputs[:n]), dy, dy_h, dy_c)
+            result = backward(cfg, Inputs.from_node(cfg, forward_inputs), dy, dy_h, dy_c)
             for out, k in zip(outputs, positions, strict=True):
                 value = result[k]
                 if cfg.layout and k in (X, INITIAL_H, INITIAL_C):  # batch-first again
