@@ -6,6 +6,7 @@ from sporenet.lite.errors import UnsupportedOpError
 from sporenet.lite.kernels import (
     control_flow,
     conv,
+    conv_transpose,
     elementwise,
     fake_quant,
     layer_norm,
@@ -71,7 +72,7 @@ KERNELS: dict[OpCode, type[Kernel]] = {
     OpCode.FULLY_CONNECTED: linear.FullyConnected,
     OpCode.MATMUL: linear.MatMul,
     OpCode.CONV2D: conv.Conv2D,
-    OpCode.CONV_TRANSPOSE2D: conv.ConvTranspose2D,
+    OpCode.CONV_TRANSPOSE2D: conv_transpose.ConvTranspose2D,
     # pooling
     OpCode.MAX_POOL2D: pooling.MaxPool2D,
     OpCode.AVG_POOL2D: pooling.AvgPool2D,

@@ -18,7 +18,8 @@ from collections.abc import Sequence
 import numpy as np
 
 from sporenet.lite.kernels.base import Attrs, Compute, TensorSpec
-from sporenet.lite.kernels.conv import Conv2D, im2col_view
+from sporenet.lite.kernels.conv import Conv2D
+from sporenet.lite.kernels.im2col import im2col_view
 from sporenet.lite.kernels.quantized import depthwise
 from sporenet.lite.kernels.quantized.base import QuantizedKernel
 from sporenet.lite.kernels.quantized.gemm import (

@@ -7,7 +7,7 @@ import pytest
 
 from sporenet.lite import OpCode
 from sporenet.lite.eager import run_op
-from sporenet.lite.kernels.conv import im2col_view, phase_im2col_copies
+from sporenet.lite.kernels.im2col import im2col_view, phase_im2col_copies
 from sporenet.lite.kernels.spatial import Window
 from tests.unit.lite.test_kernels_conv import ATOL, RTOL, _data, conv_reference
 

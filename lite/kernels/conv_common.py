@@ -1,0 +1,84 @@
+"""What Conv2D and ConvTranspose2D share: the operand checks they start from and the
+epilogue (bias add, fused activation) that follows their main step."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from sporenet.lite.kernels.base import Compute, Kernel, TensorSpec
+from sporenet.lite.kernels.spatial import check_nchw
+
+# Largest constant bias (in bytes of output) expanded to a full output image, so adding it
+# is one contiguous pass instead of a broadcast over short rows.
+_BIAS_EXPAND_LIMIT = 1 << 20
+
+
+def conv_operands(
+    kernel: Kernel,
+    weight_axes: str,
+) -> tuple[TensorSpec, TensorSpec, TensorSpec | None, int]:
+    """The checked (x, w, bias, group) both convolutions start from: a float NCHW input,
+    4-D weights (`weight_axes`, kh, kw) of the input's dtype, an optional bias."""
+    x, w = kernel.require_float(0), kernel.require_float(1)
+    bias = kernel.optional_input(2)
+    check_nchw(kernel, x.shape)
+    if w.rank != 4:
+        raise kernel.fail(f"weights must be 4-D ({weight_axes}, kh, kw), got shape {list(w.shape)}")
+    if x.dtype != w.dtype:
+        raise kernel.fail(f"input dtype {x.dtype} differs from weight dtype {w.dtype}")
+    return x, w, bias, kernel.attrs.int("group", 1)
+
+
+def check_filter(kernel: Kernel, w: TensorSpec, bias: TensorSpec | None, out_ch: int) -> None:
+    """kernel_shape, when given, must match the weights; the bias has one value per output
+    channel."""
+    kh, kw = w.shape[2:]
+    kernel_shape = kernel.attrs.ints("kernel_shape", None)
+    if kernel_shape is not None and list(kernel_shape) != [kh, kw]:
+        raise kernel.fail(f"kernel_shape {kernel_shape} differs from the weights' {[kh, kw]}")
+    if bias is not None and bias.shape != (out_ch,):
+        raise kernel.fail(f"bias must have shape [{out_ch}], got {list(bias.shape)}")
+
+
+def with_epilogue(
+    main: Compute, out: np.ndarray, bias: np.ndarray | None, act: object, bias_const: bool
+) -> Compute:
+    """Wrap a convolution step with the bias add and the fused activation (both in place).
+
+    A constant bias is expanded once to a whole output image when that is small, so the add
+    is one contiguous pass instead of a broadcast over short rows.
+    """
+    if bias is None and act is None:
+        return main
+    b = None
+    target = out
+    if bias is not None:
+        n, o = out.shape[:2]
+        plane = out[0, 0].size
+        target = out.reshape(n, o * plane)
+        if bias_const and o * plane * out.itemsize <= _BIAS_EXPAND_LIMIT:
+            b = np.repeat(bias, plane)
+        else:
+            target, b = out.reshape(n, o, plane), bias.reshape(o, 1)
+    add = np.add
+    if act is None:
+
+        def with_bias() -> None:
+            main()
+            add(target, b, out=target)
+
+        return with_bias
+    if b is None:
+
+        def with_act() -> None:
+            main()
+            act(out)  # type: ignore[operator]
+
+        return with_act
+
+    def with_both() -> None:
+        main()
+        add(target, b, out=target)
+        act(out)  # type: ignore[operator]
+
+    return with_both

@@ -1,0 +1,192 @@
+"""The im2col path of Conv2D: the column matrix of a window as a strided view of the
+(padded) input, the copies that fill it, and the columns + GEMM steps built from them.
+
+The column matrix is copied into a buffer allocated once at bind, then multiplied with the
+weights (pre-shaped to (groups, out/groups, in/groups*kh*kw)) by BLAS. Narrow outputs with
+many channels build the columns channels-last instead (`bind_im2col_hwc`), so the copy
+runs in rows of C elements rather than OW. Which of the two runs is Conv2D's choice.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from sporenet.lite.kernels.base import Compute
+from sporenet.lite.kernels.spatial import Window, padded_buffer
+
+
+def im2col_view(xp: np.ndarray, win: Window) -> np.ndarray:
+    """Read-only (N, C, kh, kw, OH, OW) view of a padded input: the column matrix of `win`."""
+    n, c = xp.shape[:2]
+    sn, sc, sh, sw = xp.strides
+    (kh, kw), (oh, ow) = win.kernel, win.out
+    (th, tw), (dh, dw) = win.strides, win.dilations
+    return np.lib.stride_tricks.as_strided(
+        xp,
+        shape=(n, c, kh, kw, oh, ow),
+        strides=(sn, sc, sh * dh, sw * dw, sh * th, sw * tw),
+        writeable=False,
+    )
+
+
+def phase_im2col_copies(
+    xp: np.ndarray, win: Window, cols: np.ndarray
+) -> list[tuple[np.ndarray, np.ndarray]]:
+    """The copies that fill `cols` (N, C, kh, kw, OH, OW) for a strided, undilated window,
+    through the input's stride phases.
+
+    Copying columns straight from the input reads every row with the column stride,
+    which NumPy does well below memory speed. Phase (a, b) = padded rows a, a+sh, ... and columns
+    b, b+sw, ... is copied once; every tap (a + sh*u, b + sw*v) then reads unit-stride
+    rows of its phase at offset (u, v), and the taps of one phase form one strided view,
+    so the work is one strided pass over the input plus sh*sw contiguous copies (strided
+    stems, e.g. 7x7 stride 2, gain most). The phase buffers are allocated here, once; the
+    list runs in order.
+    """
+    n, c = xp.shape[:2]
+    (kh, kw), (sh, sw), (oh, ow) = win.kernel, win.strides, win.out
+    copies: list[tuple[np.ndarray, np.ndarray]] = []
+    for a in range(min(sh, kh)):
+        for b in range(min(sw, kw)):
+            part = xp[:, :, a::sh, b::sw]
+            phase = np.empty(part.shape, xp.dtype)
+            copies.append((phase, part))
+            ku, kv = -(-(kh - a) // sh), -(-(kw - b) // sw)
+            pn, pc, py, px = phase.strides
+            taps = np.lib.stride_tricks.as_strided(
+                phase,
+                shape=(n, c, ku, kv, oh, ow),
+                strides=(pn, pc, py, px, py, px),
+                writeable=False,
+            )
+            copies.append((cols[:, :, a::sh, b::sw], taps))
+    return copies
+
+
+def bind_im2col(
+    win: Window,
+    group: int,
+    x: np.ndarray,
+    w: np.ndarray,
+    out: np.ndarray,
+    bias: np.ndarray | None = None,
+) -> Compute:
+    """Columns + GEMM; with a (constant, ungrouped) bias, the column matrix gets an
+    extra row of ones and the packed weights the bias as an extra column."""
+    g = group
+    n = x.shape[0]
+    o, cg, kh, kw = w.shape
+    oh, ow = win.out
+    copyto, matmul = np.copyto, np.matmul
+    if win.padded:
+        xp, interior = padded_buffer(x, win, 0.0)
+    else:
+        xp, interior = x, None
+    src = im2col_view(xp, win)
+    k = cg * kh * kw
+    if bias is not None:
+        full = np.ones((n, k + 1, oh * ow), x.dtype)  # row k stays all ones
+        cols = _strided(
+            full, src.shape, (full.strides[0], *_contiguous_strides(src.shape[1:], x.itemsize))
+        )
+        wmat = np.concatenate([w.reshape(o, k), bias.reshape(o, 1)], axis=1)
+        cmat = full[0] if n == 1 else full
+        omat = out.reshape(o, -1) if n == 1 else out.reshape(n, o, oh * ow)
+    elif g == 1 and n == 1:
+        # The common case as one plain 2-D GEMM: (O, K) @ (K, OH*OW).
+        cols = np.empty(src.shape, x.dtype)
+        wmat, cmat, omat = w.reshape(o, k), cols.reshape(k, oh * ow), out.reshape(o, -1)
+    else:
+        cols = np.empty(src.shape, x.dtype)
+        wmat = w.reshape(g, o // g, k)
+        cmat = cols.reshape(n, g, k, oh * ow)
+        omat = out.reshape(n, g, o // g, oh * ow)
+    # The copies that fill the columns: the padding's interior, then the columns
+    # themselves (through the stride phases when the window is strided).
+    copies = [] if interior is None else [(interior, x)]
+    if win.strides != (1, 1) and win.dilations == (1, 1) and kh * kw > 1:
+        copies += phase_im2col_copies(xp, win, cols)
+    else:
+        copies.append((cols, src))
+
+    def compute() -> None:
+        for dst, part in copies:
+            copyto(dst, part)
+        matmul(wmat, cmat, out=omat)
+
+    return compute
+
+
+def bind_im2col_hwc(
+    win: Window, x: np.ndarray, w: np.ndarray, out: np.ndarray, bias: np.ndarray | None
+) -> Compute:
+    """im2col for narrow outputs with many channels, built channels-last.
+
+    With OW small, NCHW columns are copied in rows of OW elements (a 4x4 output of 512
+    channels means 18k rows of 4). Transposing the input once to (N, H, W, C) makes
+    the transposed column matrix (OH*OW, kh*kw*C) copy in rows of C elements; the
+    weights are re-packed at bind to (O, kh, kw, C) order and BLAS reads the columns
+    transposed, so the GEMM needs no extra copy.
+    """
+    n, c, h, wd = x.shape
+    o, _, kh, kw = w.shape
+    (oh, ow), (sh, sw), (dh, dw) = win.out, win.strides, win.dilations
+    top, left = win.pads[0], win.pads[1]
+    hp, wp = (
+        max(h + top + win.pads[2], win.extent[0]),
+        max(wd + left + win.pads[3], win.extent[1]),
+    )
+    xp = np.zeros((n, hp, wp, c), x.dtype)
+    interior = xp[:, top : top + h, left : left + wd, :]
+    xt = x.transpose(0, 2, 3, 1)
+    sn, sy, sx, sc = xp.strides
+    src = np.lib.stride_tricks.as_strided(
+        xp,
+        shape=(n, oh, ow, kh, kw, c),
+        strides=(sn, sy * sh, sx * sw, sy * dh, sx * dw, sc),
+        writeable=False,
+    )
+    k = kh * kw * c
+    wmat = w.transpose(0, 2, 3, 1).reshape(o, k)
+    extra = 0 if bias is None else 1  # a ones column carries the bias through the GEMM
+    full = np.ones((n, oh * ow, k + extra), x.dtype)
+    cols = _strided(
+        full,
+        src.shape,
+        (
+            full.strides[0],
+            ow * full.strides[1],
+            full.strides[1],
+            *_contiguous_strides((kh, kw, c), x.itemsize),
+        ),
+    )
+    if bias is not None:
+        wmat = np.concatenate([wmat, bias.reshape(o, 1)], axis=1)
+    wmat = np.ascontiguousarray(wmat)
+    if n == 1:
+        cmat, omat = full[0].T, out.reshape(o, oh * ow)
+    else:
+        cmat, omat = full.transpose(0, 2, 1), out.reshape(n, o, oh * ow)
+    copyto, matmul = np.copyto, np.matmul
+
+    def compute() -> None:
+        copyto(interior, xt)
+        copyto(cols, src)
+        matmul(wmat, cmat, out=omat)
+
+    return compute
+
+
+def _contiguous_strides(shape: Sequence[int], itemsize: int) -> tuple[int, ...]:
+    strides, step = [], itemsize
+    for dim in reversed(shape):
+        strides.append(step)
+        step *= dim
+    return tuple(reversed(strides))
+
+
+def _strided(base: np.ndarray, shape: Sequence[int], strides: Sequence[int]) -> np.ndarray:
+    """A writable view of `base` with explicit shape and strides (within its bounds)."""
+    return np.lib.stride_tricks.as_strided(base, shape=tuple(shape), strides=tuple(strides))
