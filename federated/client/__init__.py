@@ -1,6 +1,7 @@
 """The client side: `Client` registers, trains with the caller's functions and uploads.
 
-`client.py` is the task loop; `session_stream.py` the one gRPC stream it talks over.
+`client.py` is the task loop; `transfers.py` moves its models and updates over the one
+gRPC stream of `session_stream.py`; `dp.py` clips and noises updates.
 """
 
 from sporenet.federated.client.client import Client

@@ -24,6 +24,10 @@ client moves to a new connection, because the server's gRPC keeps receive buffer
 connection. Registration, evaluation reports and secure-aggregation messages are single
 calls over the same connection.
 
+The bytes themselves (models held, resumable downloads, pooled buffers, chunked and
+checksummed uploads) are moved by the client's `Transfers` (transfers.py); client-side
+differential privacy is in dp.py.
+
 When the server runs secure aggregation, a fit round arrives as TASK_SECURE_FIT tasks,
 one per protocol stage: the client answers each with a `SecureClientSession` (one per
 round), trains once when the masked-input stage comes, and sends only the masked update
@@ -45,26 +49,23 @@ import random
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
 from typing import Any, cast
 
 import grpc
 import numpy as np
 
 from sporenet.federated.aggregation import Weights, template_of
+from sporenet.federated.client.dp import asks_client_dp, privatize, privatize_secure
 from sporenet.federated.client.session_stream import SessionStream, TransportLoop
+from sporenet.federated.client.transfers import PendingUpload, Transfers
 from sporenet.federated.common.auth import Credentials
-from sporenet.federated.common.buffers import BufferPool
-from sporenet.federated.common.checksum import crc32, model_mismatch
 from sporenet.federated.common.codec import COMPRESSIONS, decode_update, encode_raw, encode_update
 from sporenet.federated.common.net import is_loopback, split_address
 from sporenet.federated.common.wire import (
     STAGE_NAMES,
     SessionReplyField,
     SessionRequestField,
-    encode_upload_chunk,
     method_path,
-    split_model_chunk,
 )
 from sporenet.federated.errors import (
     AuthError,
@@ -73,7 +74,7 @@ from sporenet.federated.errors import (
     MalformedMessageError,
     TransferError,
 )
-from sporenet.federated.privacy import DistributedDP, LocalDP, PrivacyError
+from sporenet.federated.privacy import PrivacyError
 from sporenet.federated.secagg import SecAggError, Stage
 from sporenet.federated.secagg.session import SecureClientSession
 from sporenet.lite import WeightsReader, read_weights
@@ -97,66 +98,7 @@ RETRYABLE = {
     grpc.StatusCode.OUT_OF_RANGE,  # upload offset mismatch: ask the server where to resume
 }
 FATAL = {grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED}
-# A session upload waits for the server's go-ahead up to this many `rpc_timeout`s: the
-# server grants a few receiving slots at a time, so with a whole fleet uploading at once
-# a client's turn can take long.
-UPLOAD_WAIT_FACTOR = 10
-
 log = logging.getLogger("sporenet.federated.client")
-
-
-@dataclass
-class _PendingUpload:
-    """An update computed for `task_id` and not yet acknowledged."""
-
-    task_id: str
-    upload_id: str
-    payload: bytes | bytearray | memoryview
-    num_samples: int
-    metrics_json: str
-    crc32: int | None = None  # of `payload`, computed on the first attempt to upload it
-
-
-def _privatize(config: Mapping[str, Any], delta: Weights) -> Weights:
-    """Clip the delta and add noise when the task config asks for client-side DP: all of it
-    (local DP) or this client's share of it (distributed DP: the server sees only the
-    secure sum, whose noise is the sum of the shares). Same dtypes as `delta`."""
-    mech: LocalDP | DistributedDP
-    if "dp_local_noise_multiplier" in config:
-        mech = LocalDP(
-            noise_multiplier=config["dp_local_noise_multiplier"],
-            clipping_norm=config["dp_clipping_norm"],
-        )
-    elif "dp_noise_multiplier" in config:
-        mech = DistributedDP(
-            noise_multiplier=config["dp_noise_multiplier"],
-            clipping_norm=config["dp_clipping_norm"],
-            min_clients=config["dp_min_clients"],
-        )
-    else:
-        return delta
-    # OS entropy: noise the server could predict would protect nothing.
-    noised = cast(Weights, mech.privatize(delta, np.random.default_rng()))  # dict in, dict out
-    return {k: np.asarray(v, dtype=delta[k].dtype) for k, v in noised.items()}
-
-
-def _check_accepted(reply: pb.UploadReply, p: _PendingUpload) -> None:
-    """TransferError (resume and send the rest) unless the server accepted the upload."""
-    if not reply.accepted:
-        raise TransferError(
-            f"upload stopped at byte {reply.received} of {len(p.payload)}: {reply.message}"
-        )
-
-
-def _client_dp(config: Mapping[str, Any]) -> bool:
-    """Whether the task asks the client to clip and noise its delta (see `_privatize`)."""
-    return "dp_local_noise_multiplier" in config or "dp_noise_multiplier" in config
-
-
-def _distributed_dp(task: pb.Task, trained: tuple[Weights, int, str]) -> tuple[Weights, int, str]:
-    """`_privatize` for a secure round's (delta, samples, metrics)."""
-    delta, num_samples, metrics_json = trained
-    return _privatize(json.loads(task.config_json or "{}"), delta), num_samples, metrics_json
 
 
 class Client:
@@ -245,15 +187,19 @@ class Client:
         self._session: SessionStream | None = None
         self.client_id: str | None = None
         self._heartbeat_interval = 5.0
-        self._models: dict[int, tuple[str, memoryview]] = {}  # version -> (sha256, bytes)
-        # A download in progress: (version, buffer of the model's size, bytes received).
-        self._partial: tuple[int, memoryview, int] | None = None
-        # The buffers of the last model and update, reused for the next round's: a fresh
-        # model-sized one costs a page fault per 4 KiB (and zeroing), more than filling it.
-        self._buffers = BufferPool(limit=2)
+        # Models held, a download in progress, and the buffers models and updates share.
+        self._transfers = Transfers(
+            run=self._in_session,
+            open_session=self._open_session,
+            client_id=lambda: self.client_id or "",
+            chunk_size=chunk_size,
+            download_chunk_size=download_chunk_size,
+            rpc_timeout=rpc_timeout,
+        )
+        self._buffers = self._transfers.buffers
         # Each round's model differs from the last only in its weights: parsed once.
         self._weights_reader = WeightsReader()
-        self._pending: _PendingUpload | None = None
+        self._pending: PendingUpload | None = None
         self._residual: Weights = {}
         # The open secure round: (task id, its session, the trained update once computed).
         self._secure: tuple[str, SecureClientSession] | None = None
@@ -406,8 +352,8 @@ class Client:
         timeout = self.poll_wait + self.rpc_timeout
         # Unless a download is half done (it resumes by itself), the server sends the
         # task's model right after the task.
-        request.send_model = self._partial is None
-        request.held_model_sha256 = next(iter(self._models.values()))[0] if self._models else ""
+        request.send_model = self._transfers.partial is None
+        request.held_model_sha256 = self._transfers.held_sha256()
         task = cast(pb.Task, self._in_session(self._poll_in_session(request, timeout)))
         if request.send_model and task.model_sha256 not in ("", request.held_model_sha256):
             self._model_bytes(task)  # received with the task: checked and kept here
@@ -420,83 +366,18 @@ class Client:
         _, body = await session.receive((SessionReplyField.TASK,), timeout)
         task = pb.Task.FromString(bytes(body))
         if request.send_model and task.model_sha256 not in ("", request.held_model_sha256):
-            await self._download_in_session(task, requested=True)
+            await self._transfers.download_in_session(task, requested=True)
         return task
 
     # -- tasks -------------------------------------------------------------------------------
 
     def _model_bytes(self, task: pb.Task) -> memoryview:
         """The task's model, downloaded once (resuming a partial download) and checked."""
-        cached = self._models.get(task.model_version)
-        if cached is not None and cached[0] == task.model_sha256:
-            return cached[1]
-        partial = self._start_download(task)
-        if partial[2] < task.model_size:
-            self._in_session(self._download_in_session(task, requested=False))
-        _, data, received = self._partial or partial
-        self._partial = None
-        mismatch = model_mismatch(task, data[:received])
-        if mismatch:
-            self._buffers.give(data)
-            raise TransferError(
-                f"model v{task.model_version} downloaded with {mismatch}; downloading again"
-            )
-        # Keep only the newest version: a fleet simulation runs many clients in one process.
-        self._drop_models()
-        self._models = {task.model_version: (task.model_sha256, data)}
-        return data
+        return self._transfers.model_bytes(task)
 
     def _drop_models(self) -> None:
         """Forget the models held; their buffers serve the next download or update."""
-        for _, data in self._models.values():
-            self._buffers.give(data)
-        self._models = {}
-
-    def _start_download(self, task: pb.Task) -> tuple[int, memoryview, int]:
-        """The download of the task's model in progress: (version, buffer, bytes received).
-
-        Chunks land in one buffer of the announced size (no appends, no final copy);
-        `received` bytes of it are valid, so an interrupted download resumes there.
-        """
-        if self._partial is None or self._partial[0] != task.model_version:
-            self._partial = (task.model_version, self._buffers.take(task.model_size), 0)
-        return self._partial
-
-    def _take_chunk(self, at: int, piece: memoryview) -> int:
-        """Place a downloaded chunk that starts at byte `at`; the bytes received now."""
-        if self._partial is None:
-            raise TransferError("a model chunk arrived with no download in progress")
-        version, buf, received = self._partial
-        if not piece:
-            raise TransferError(f"empty download chunk at offset {at}")
-        if at != received:
-            raise TransferError(f"download chunk at offset {at}, expected {received}")
-        if at + len(piece) > len(buf):
-            raise TransferError(f"download runs past the model's announced {len(buf)} bytes")
-        buf[at : at + len(piece)] = piece
-        self._partial = (version, buf, at + len(piece))
-        return at + len(piece)
-
-    def _download_request(self, task: pb.Task) -> pb.DownloadRequest:
-        return pb.DownloadRequest(
-            client_id=self.client_id or "",
-            model_version=task.model_version,
-            offset=self._start_download(task)[2],
-            chunk_size=self.download_chunk_size,
-        )
-
-    async def _download_in_session(self, task: pb.Task, *, requested: bool) -> None:
-        """Receive the rest of the task's model over the session (asking for it first,
-        unless the poll already did)."""
-        session = self._open_session()
-        if not requested:
-            request = self._download_request(task)
-            await session.send(SessionRequestField.DOWNLOAD, request.SerializeToString())
-        received = self._start_download(task)[2]
-        while received < task.model_size:
-            _, body = await session.receive((SessionReplyField.MODEL,), self.rpc_timeout)
-            at, piece, _ = split_model_chunk(body)
-            received = self._take_chunk(at, piece)
+        self._transfers.drop_models()
 
     def _start_heartbeats(self, task_id: str) -> Callable[[], object]:
         """Heartbeat over the session every interval until the returned function is called."""
@@ -546,19 +427,19 @@ class Client:
             raise ConfigError(f"train() returned weights without tensors {missing}")
         return global_weights, config, new, num_samples, metrics
 
-    def _train(self, task: pb.Task) -> _PendingUpload:
+    def _train(self, task: pb.Task) -> PendingUpload:
         # Read-only views into the model bytes: train() gets its own copies below.
         global_weights, config, new, num_samples, metrics = self._run_train(task)
         trained = {k: np.asarray(new[k], dtype=w.dtype) for k, w in global_weights.items()}
         payload: bytes | bytearray | memoryview
-        if not self.compression and not _client_dp(config):
+        if not self.compression and not asks_client_dp(config):
             # The common case: the delta is computed straight into the upload buffer.
             payload = encode_raw(trained, global_weights, alloc=self._buffers.take)
         else:
             payload = self._encode_delta(
-                _privatize(config, {k: trained[k] - w for k, w in global_weights.items()})
+                privatize(config, {k: trained[k] - w for k, w in global_weights.items()})
             )
-        return _PendingUpload(
+        return PendingUpload(
             task.task_id,
             f"{task.task_id}-{os.urandom(6).hex()}",
             payload,
@@ -602,7 +483,7 @@ class Client:
             update, num_samples, metrics_json = None, None, ""
             if stage == Stage.MASKED_INPUT:
                 if self._secure_update is None:
-                    self._secure_update = _distributed_dp(task, self._train_delta(task))
+                    self._secure_update = privatize_secure(task, self._train_delta(task))
                     self.rounds_trained += 1
                 update, num_samples, metrics_json = self._secure_update
             reply = session.respond(stage, task.secure_payload, update, num_samples)
@@ -653,22 +534,9 @@ class Client:
         metrics_json = json.dumps({k: float(v) for k, v in dict(metrics).items()})
         return delta, int(num_samples), metrics_json
 
-    def _upload_header(self, p: _PendingUpload) -> pb.UploadHeader:
-        if p.crc32 is None:
-            p.crc32 = crc32(p.payload)
-        return pb.UploadHeader(
-            client_id=self.client_id or "",
-            task_id=p.task_id,
-            upload_id=p.upload_id,
-            total_size=len(p.payload),
-            crc32=p.crc32,
-            num_samples=p.num_samples,
-            metrics_json=p.metrics_json,
-        )
-
-    def _upload(self, p: _PendingUpload) -> None:
+    def _upload(self, p: PendingUpload) -> None:
         try:
-            self._in_session(self._upload_in_session(p, self._upload_header(p)))
+            self._transfers.upload(p)
         finally:
             if self.upload_connection == "separate":
                 # A gRPC server keeps buffers sized to what a connection received for as
@@ -677,29 +545,6 @@ class Client:
                 # to the fleet: after its update the client moves to a new connection. (It
                 # waits for its upload slot on the old one: one connection per client.)
                 self._disconnect()
-
-    async def _upload_in_session(self, p: _PendingUpload, header: pb.UploadHeader) -> None:
-        """Send the update over the session (its CRC-32 computed beforehand, off the loop)."""
-        session = self._open_session()
-        first = pb.UploadChunk(header=header).SerializeToString()
-        await session.send(SessionRequestField.UPLOAD, first)
-        # The server answers when it has a slot for this upload: with a whole fleet
-        # uploading at once that may take a while, and costs neither side anything.
-        field, body = await session.receive(
-            (SessionReplyField.UPLOAD_OFFSET, SessionReplyField.UPLOAD_REPLY),
-            self.rpc_timeout * UPLOAD_WAIT_FACTOR,
-        )
-        if field == SessionReplyField.UPLOAD_OFFSET:
-            pos = pb.UploadOffsetReply.FromString(bytes(body)).received
-            view = memoryview(p.payload)
-            while pos < len(p.payload):
-                data = view[pos : pos + self.chunk_size]
-                await session.send_framed(encode_upload_chunk(pos, data, session=True))
-                pos += len(data)
-            _, body = await session.receive(
-                (SessionReplyField.UPLOAD_REPLY,), self.rpc_timeout + len(p.payload) / 5e6
-            )
-        _check_accepted(pb.UploadReply.FromString(bytes(body)), p)
 
     def _evaluate(self, task: pb.Task) -> None:
         if self.evaluate is None:
