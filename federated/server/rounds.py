@@ -35,19 +35,17 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from sporenet.federated.aggregation import Aggregator, template_of
+from sporenet.federated.aggregation import Aggregator
 from sporenet.federated.common.codec import decode_update
 from sporenet.federated.errors import (
     AggregationError,
-    ConfigError,
     StaleTaskError,
     UnknownClientError,
     UpdateRejectedError,
     quote,
 )
 from sporenet.federated.secagg import ClientExcludedError, Stage
-from sporenet.federated.secagg.session import SecureRound
-from sporenet.federated.server import job_settings, state_dir
+from sporenet.federated.server import job_settings, restore, state_dir
 from sporenet.federated.server.config import ServerConfig
 from sporenet.federated.server.ledger import PrivacyLedger
 from sporenet.federated.server.models import ModelStore
@@ -57,11 +55,11 @@ from sporenet.federated.server.phase_files import file_key
 from sporenet.federated.server.phases import JobStatus, Participant, Phase, TaskInfo, TaskType
 from sporenet.federated.server.round_loop import Clock, RoundLoop, weighted_metrics
 from sporenet.federated.server.secure_phase import SecurePhase
-from sporenet.federated.server.state import JobState, ModelRecord
+from sporenet.federated.server.state import ModelRecord
 from sporenet.federated.server.status import config_summary
 from sporenet.federated.server.validation import parse_metrics, validate_update
 from sporenet.federated.strategies import make_strategy
-from sporenet.lite import ModelFormatError, WeightsReader, read_weights
+from sporenet.lite import WeightsReader
 
 MAX_REFUSALS = 3  # a client whose update is refused this often sits out the rest of the phase
 
@@ -124,7 +122,7 @@ class RoundManager(RoundLoop):
             resumed_round=job.round if job is not None else None,
         )
         if job is None:
-            job = self._init_job(now)
+            job = restore.init_job(self, now)
         else:
             saved = self.store.get_meta(job_settings.META_KEY)
             if saved is not None:  # the CLI merged them already; callers of the API may not
@@ -139,7 +137,7 @@ class RoundManager(RoundLoop):
         self.job = job
         with self.store.transaction() as tx:
             tx.set_meta("config", config_summary(config))
-        self._load_model(job.model_version)
+        restore.load_model(self, job.model_version)
         self.privacy.check_distributed_range(
             config.secure_aggregation.protocol if config.secure_aggregation else None,
             config.min_clients,
@@ -151,7 +149,7 @@ class RoundManager(RoundLoop):
         for cid in self.store.clients():
             self.clients.seen(cid, seen)
         if job.status == JobStatus.RUNNING and job.active:
-            self._resume_phase(now)
+            restore.resume_phase(self, now)
         self.metrics.set("sporenet_current_round", job.round)
         self.metrics.set("sporenet_clients_registered", len(self.clients))
 
@@ -166,101 +164,6 @@ class RoundManager(RoundLoop):
     def stopping(self) -> bool:
         """True once `stop()` was called: held polls should answer now."""
         return self._stopping
-
-    def _init_job(self, now: float) -> JobState:
-        model = self.config.model
-        if model is None:
-            raise ConfigError("`model` is required to start a new job (the state dir is empty)")
-        try:
-            data = Path(model).read_bytes()
-        except OSError as e:
-            raise ConfigError(f"`model`: cannot read {str(model)!r}: {e}") from None
-        try:
-            weights = read_weights(data)
-        except ModelFormatError as e:
-            raise ConfigError(f"`model` {str(model)!r} is not a valid .spore file: {e}") from None
-        if not weights:
-            raise ConfigError(f"`model` {str(model)!r} has no float weight tensors to train")
-        record = self.models.write(0, 0, data)
-        job = JobState(waiting_since=now)
-        with self.store.transaction() as tx:
-            tx.add_model(record)
-            tx.set_job(job)
-            tx.set_meta(job_settings.META_KEY, job_settings.job_table(self.config))
-            if self.privacy.enabled:  # DP jobs have their accountant from the start
-                tx.set_meta("privacy", self.privacy.state())
-        log_event(self.log, "job_created", model=str(model), tensors=len(weights))
-        return job
-
-    def _load_model(self, version: int) -> None:
-        record = self.store.model(version)
-        if record is None:
-            raise ConfigError(f"state dir {str(self.dir)!r} lost model version {version}")
-        self._model_bytes = self.models.read(record)
-        self._model_record = record
-        # Views of the model's bytes: the weights are held once (strategies return new
-        # arrays; an accidental write would raise instead of corrupting them).
-        try:
-            self._weights = self._weights_reader.read(self._model_bytes)
-        except ModelFormatError as e:
-            raise ConfigError(
-                f"state dir {str(self.dir)!r}: model version {version} "
-                f"({str(self.models.path(record))!r}) is unreadable: {e}"
-            ) from None
-        self._template = template_of(self._weights)
-        self.update_bytes = sum(a.nbytes for a in self._weights.values())  # a raw update's
-        self.max_update_bytes = self.config.max_update_bytes or 2 * self.update_bytes + (1 << 20)
-        self._opt_state = self.models.read_moments(version)
-
-    def _resume_phase(self, now: float) -> None:
-        """Rebuild the active phase after a restart: participants, aggregate, deadline."""
-        job = self.job
-        rows = self.store.participants(job.round, job.phase)
-        self.clients.restore_phase({cid: status for cid, (status, _, _) in rows.items()})
-        secure = self.store.secure_state(job.round) if job.phase == Phase.FIT else None
-        if secure is not None:
-            self._secure = SecurePhase(SecureRound.from_bytes(secure))
-            self._secure.deadline = now + max(self._stage_timeout(), self.config.resume_grace)
-            log_event(
-                self.log, "secure_round_restored", round=job.round, stage=self._secure.stage.value
-            )
-        elif job.phase == Phase.FIT:
-            self._aggregator = agg = self._make_aggregator()
-            files = self._files()
-            try:
-                files.restore(agg)
-            except AggregationError as e:
-                raise ConfigError(
-                    f"state dir {str(self.dir)!r} is damaged: {e}; move that file aside and "
-                    "start again: the clients whose updates it held are asked for them again"
-                ) from None
-            folded, refolded = set(agg.clients), 0
-            for cid, (status, n, _) in rows.items():
-                if status != Participant.ACCEPTED or cid in folded:
-                    continue
-                kept = files.read_kept(cid)
-                update = None
-                if kept is not None:
-                    try:
-                        update = decode_update(kept, self._template)
-                    except UpdateRejectedError:
-                        update = None
-                if update is not None:
-                    agg.add(cid, update, float(n))
-                    refolded += 1
-                else:  # missing or damaged: ask the client for its update again
-                    log_event(
-                        self.log,
-                        "kept_update_lost",
-                        level=logging.WARNING,
-                        client=cid,
-                        file=str(files.kept(cid)),
-                    )
-                    files.kept(cid).unlink(missing_ok=True)
-                    self._set_status(cid, Participant.SELECTED)
-            log_event(self.log, "aggregate_restored", checkpointed=len(folded), refolded=refolded)
-        job.deadline = max(job.deadline, now + self.config.resume_grace)
-        self._save_job()
 
     # -- client-facing --------------------------------------------------------------------
 
