@@ -13,6 +13,7 @@ from unittest import mock
 import numpy as np
 
 from sporenet.lite import format as fmt
+from sporenet.lite import format_write
 from sporenet.lite.builder import ModelBuilder
 from sporenet.lite.graph import Graph, Model, Node, Quantization, Signature, Tensor
 from sporenet.lite.ops import OpCode
@@ -131,7 +132,9 @@ def raw_serialize(
     tmap = list(tensor_buffer) if tensor_buffer is not None else default_map
     placeholder = [(0, 0)] * (len(ranges) if ranges is not None else len(blobs) + 1)
     with mock.patch.object(
-        fmt, "SCHEMA_VERSION", fmt.SCHEMA_VERSION if schema_version is None else schema_version
+        format_write,
+        "SCHEMA_VERSION",
+        fmt.SCHEMA_VERSION if schema_version is None else schema_version,
     ):
         head_size = len(fmt._Writer(model, list(placeholder), tmap).build())
         offset = fmt._align(head_size)

@@ -16,12 +16,12 @@ from sporenet.lite import (
     ModelFormatError,
     OpCode,
     ShapeError,
+    format_write,
     load,
     parse,
     save,
     serialize,
 )
-from sporenet.lite import format as fmt
 from sporenet.lite.format import ALIGNMENT, FILE_IDENTIFIER, SCHEMA_VERSION
 from sporenet.lite.graph import Graph, Model, Node, Signature, Tensor
 from sporenet.proto import model_generated as fb
@@ -276,14 +276,14 @@ def test_constant_with_dynamic_shape_and_bad_dims():
 
 
 def test_unknown_dtype_code():
-    with mock.patch.object(fmt, "to_ir_dtype", lambda dtype: 42):
+    with mock.patch.object(format_write, "to_ir_dtype", lambda dtype: 42):
         data = raw_serialize(mlp_model())
     with pytest.raises(ModelFormatError, match=r"unknown dtype code 42; expected one of \[0, "):
         parse(data)
 
 
 def test_unknown_attribute_kind():
-    with mock.patch.object(fmt, "_attr_kind", lambda name, value: 9):
+    with mock.patch.object(format_write, "_attr_kind", lambda name, value: 9):
         data = raw_serialize(mlp_model())
     with pytest.raises(ModelFormatError, match="attribute 'activation': unknown attribute kind 9"):
         parse(data)
