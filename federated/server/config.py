@@ -153,7 +153,11 @@ class ServerConfig:
     model: Path | None = None
     rounds: int = 3
     min_clients: int = 2  # fewest accepted updates a fit round aggregates
-    min_available: int = 0  # live clients needed to start a round; 0 = min_clients
+    # Live clients needed before a fit round starts (0 = min_clients); it gates the start
+    # only: the round still selects `fraction` of the live clients.
+    min_available: int = 0
+    # The share of live clients a fit round selects: ceil(fraction * live), at least
+    # min_clients (and DP's sampling rate q is that cohort over the live clients).
     fraction: float = 1.0
     wait_timeout: float = 0.0  # give up (job failed) after this long without min_clients; 0 = never
     round_timeout: float = 600.0  # per-phase deadline

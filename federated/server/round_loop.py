@@ -333,8 +333,11 @@ class RoundLoop:
                     f"wait_timeout={config.wait_timeout:g} s"
                 )
             return
+        # A fraction of the live clients, at least min_clients: min_available only says when
+        # a round may start, not how many it asks (DP's sampling rate is this cohort's share).
         fraction = config.fraction if fit else config.evaluate_fraction
-        size = min(len(live), max(need, math.ceil(fraction * len(live))))
+        least = config.min_clients if fit else 1
+        size = min(len(live), max(least, math.ceil(fraction * len(live))))
         if fit and self.privacy.enabled:
             rate = self.privacy.charged_rate(size / len(live))
             why = self.privacy.budget_left(rate)
