@@ -13,6 +13,7 @@ from sporenet.federated.errors import (
     AuthError,
     ConfigError,
     FederatedError,
+    JobFailedError,
     UpdateRejectedError,
 )
 
@@ -25,6 +26,7 @@ __all__ = [
     "ConfigError",
     "Credentials",
     "FederatedError",
+    "JobFailedError",
     "UpdateRejectedError",
     "WeightedMeanAggregator",
 ]

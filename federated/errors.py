@@ -62,3 +62,8 @@ def quote(value: object, limit: int = QUOTE_LIMIT) -> str:
     if len(text) <= limit:
         return text
     return f"{text[: limit - 3]}... ({len(str(value))} characters)"
+
+
+class JobFailedError(FederatedError):
+    """The server's job failed (e.g. a round could not gather enough valid updates):
+    `Client.run()` raises it with the server's reason instead of polling forever."""

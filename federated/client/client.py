@@ -71,6 +71,7 @@ from sporenet.federated.errors import (
     AuthError,
     ConfigError,
     FederatedError,
+    JobFailedError,
     MalformedMessageError,
     TransferError,
 )
@@ -285,6 +286,8 @@ class Client:
 
         Raises:
             AuthError: the server refused this client's credentials.
+            JobFailedError: the job failed on the server (the message gives its reason,
+                e.g. that every update of this client was refused).
             FederatedError: the server stayed unreachable for `give_up_after` seconds.
             ConfigError: `train` returned weights without some of the model's tensors.
         """
@@ -305,9 +308,7 @@ class Client:
                 elif task.type == pb.TASK_SECURE_FIT:
                     self._secure_fit(task)
                 elif task.type == pb.TASK_DONE:
-                    self.final_model = bytes(self._model_bytes(task))
-                    log.info("job done (%s)", task.reason)
-                    return {k: np.array(v) for k, v in read_weights(self.final_model).items()}
+                    return self._done(task)
                 elif time.monotonic() - asked < self.poll_wait / 2:
                     # Answered without being held (poll_wait 0, or the server's long-poll
                     # slots are full): come back after the suggested pause, with jitter.
@@ -345,6 +346,14 @@ class Client:
                 self._drop_session()
                 self._stop.wait(0.1)
         return None
+
+    def _done(self, task: pb.Task) -> Weights:
+        """The job's final weights; JobFailedError with the server's reason if it failed."""
+        if json.loads(task.config_json or "{}").get("job_status") == "failed":
+            raise JobFailedError(f"the server's job failed: {task.reason}")
+        self.final_model = bytes(self._model_bytes(task))
+        log.info("job done (%s)", task.reason)
+        return {k: np.array(v) for k, v in read_weights(self.final_model).items()}
 
     def _get_task(self) -> pb.Task:
         """The next task, long-polled up to `poll_wait`."""

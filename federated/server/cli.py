@@ -51,6 +51,11 @@ FLAGS: tuple[tuple[str, type, str], ...] = (
         float,
         "fail the job after this many seconds without enough clients (0: wait forever)",
     ),
+    (
+        "--max-fruitless-reselections",
+        int,
+        "fail the job after this many reselections in a row that brought no new update",
+    ),
     ("--heartbeat-interval", float, "seconds between a training client's heartbeats"),
     (
         "--heartbeat-timeout",

@@ -9,6 +9,7 @@ Example `server.toml`:
     min_clients = 2
     fraction = 0.5
     round_timeout = 120
+    max_fruitless_reselections = 3  # reselections without a new update before the job fails
     read_timeout = 20     # an upload silent this long loses its receiving slot
 
     [strategy]
@@ -161,6 +162,10 @@ class ServerConfig:
     fraction: float = 1.0
     wait_timeout: float = 0.0  # give up (job failed) after this long without min_clients; 0 = never
     round_timeout: float = 600.0  # per-phase deadline
+    # A fit phase short of min_clients at its deadline reselects and extends it; after this
+    # many reselections in a row that brought no new update (every client refused or gone),
+    # the job fails with a reason instead of waiting forever.
+    max_fruitless_reselections: int = 3
     heartbeat_interval: float = 5.0
     heartbeat_timeout: float = 30.0  # a selected client silent this long has dropped out
     resume_grace: float = 10.0  # after a restart, clients get at least this long to reconnect
@@ -204,6 +209,7 @@ class ServerConfig:
             ("evaluate_fraction", 0.0 < self.evaluate_fraction <= 1.0, "must be in (0, 1]"),
             ("wait_timeout", self.wait_timeout >= 0, "must be >= 0 (0 waits forever)"),
             ("round_timeout", self.round_timeout > 0, "must be > 0"),
+            ("max_fruitless_reselections", self.max_fruitless_reselections >= 1, "must be >= 1"),
             ("heartbeat_interval", self.heartbeat_interval > 0, "must be > 0"),
             (
                 "heartbeat_timeout",
@@ -416,6 +422,7 @@ _TOP: dict[str, tuple[str, tuple[type[Any], ...]]] = {
     "fraction": ("fraction", (int, float)),
     "wait_timeout": ("wait_timeout", (int, float)),
     "round_timeout": ("round_timeout", (int, float)),
+    "max_fruitless_reselections": ("max_fruitless_reselections", (int,)),
     "heartbeat_interval": ("heartbeat_interval", (int, float)),
     "heartbeat_timeout": ("heartbeat_timeout", (int, float)),
     "resume_grace": ("resume_grace", (int, float)),

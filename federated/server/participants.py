@@ -18,6 +18,7 @@ class Participants:
         self._last_seen: dict[str, float] = {}  # client id -> clock time of its last call
         self._status: dict[str, Participant] = {}  # the open phase's selected clients
         self._refusals: dict[str, int] = {}  # updates refused this phase, per client
+        self._refusal_reasons: dict[str, str] = {}  # why its last update was refused
 
     # -- every registered client ---------------------------------------------------------
 
@@ -45,12 +46,12 @@ class Participants:
     def start_phase(self, selected: Iterable[str]) -> None:
         """A new phase: `selected` are asked to answer, and nobody has been refused yet."""
         self._status = dict.fromkeys(selected, Participant.SELECTED)
-        self._refusals = {}
+        self._refusals, self._refusal_reasons = {}, {}
 
     def restore_phase(self, statuses: dict[str, str]) -> None:
         """The open phase's statuses, as the store saved them."""
         self._status = {cid: Participant(s) for cid, s in statuses.items()}
-        self._refusals = {}
+        self._refusals, self._refusal_reasons = {}, {}
 
     def end_phase(self) -> None:
         self.start_phase(())
@@ -84,7 +85,13 @@ class Participants:
             out[s.value] = out.get(s.value, 0) + 1
         return out
 
-    def refused(self, client_id: str) -> int:
+    def refused(self, client_id: str, reason: str = "") -> int:
         """Count one more refused update of the client this phase; the count so far."""
         self._refusals[client_id] = self._refusals.get(client_id, 0) + 1
+        self._refusal_reasons[client_id] = reason
         return self._refusals[client_id]
+
+    def refusal(self, client_id: str) -> str:
+        """Why the client's last update this phase was refused ("" if none was, or the
+        phase was restored after a restart)."""
+        return self._refusal_reasons.get(client_id, "") or "refused before a restart"

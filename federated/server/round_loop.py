@@ -348,6 +348,7 @@ class RoundLoop:
         rng = random.Random(f"{config.seed}-{job.round}-{job.phase}{self._secure_run()}")
         chosen = sorted(rng.sample(live, size))
         job.active, job.attempt = True, 0
+        job.fruitless, job.accepted_at_deadline = 0, 0
         job.phase_started, job.deadline = now, now + config.round_timeout
         self.clients.start_phase(chosen)
         self._since_checkpoint = 0
@@ -395,6 +396,14 @@ class RoundLoop:
         rng = random.Random(f"{self.config.seed}-{job.round}-{job.attempt}")
         extra = sorted(rng.sample(spare, min(len(spare), max(missing, 0))))
         if now >= job.deadline:
+            if job.attempt and accepted <= job.accepted_at_deadline:
+                job.fruitless += 1  # the last reselection brought no update
+            else:
+                job.fruitless = 0
+            job.accepted_at_deadline = accepted
+            if job.fruitless >= self.config.max_fruitless_reselections:
+                self._fail_job(self._fruitless_reason(accepted))
+                return
             job.attempt += 1
             job.deadline = now + self.config.round_timeout
         elif not extra:
@@ -413,6 +422,24 @@ class RoundLoop:
             attempt=job.attempt,
         )
         self._notify_changed()
+
+    def _fruitless_reason(self, accepted: int) -> str:
+        """Why a fit phase gives up: the updates it has, and what became of the others."""
+        job, config = self.job, self.config
+        refused = self.clients.with_status(Participant.REJECTED)
+        dropped = self.clients.with_status(Participant.DROPPED)
+        parts = [
+            f"round {job.round}: only {accepted} of min_clients={config.min_clients} updates"
+            f" accepted, and {job.fruitless} reselection(s) in a row brought no new update"
+            f" (max_fruitless_reselections={config.max_fruitless_reselections})"
+        ]
+        if refused:
+            why = "; ".join(f"{c!r}: {self.clients.refusal(c)}" for c in refused[:5])
+            more = f" and {len(refused) - 5} more" if len(refused) > 5 else ""
+            parts.append(f"every update refused from {why}{more}")
+        if dropped:
+            parts.append(f"dropped out: {dropped[:5]}" + (" ..." if len(dropped) > 5 else ""))
+        return "; ".join(parts)
 
     def _finish_for_budget(self, why: str) -> None:
         """End the job cleanly (finished, not failed): the next round would overspend."""
@@ -567,6 +594,7 @@ class RoundLoop:
             job.phase = Phase.FIT
             job.round += 1
         job.active, job.attempt, job.waiting_since = False, 0, self.clock()
+        job.fruitless, job.accepted_at_deadline = 0, 0
         job.secure_attempt = 0
         self.clients.end_phase()
         self._clear_uploads()

@@ -200,8 +200,13 @@ class RoundManager(RoundLoop):
     def _current_task(self, client_id: str) -> TaskInfo:
         job = self.job
         if job.status != JobStatus.RUNNING:
+            # The SDK raises JobFailedError with the reason when the job failed.
             return TaskInfo(
-                TaskType.DONE, job.round, model=self._model_record, reason=job.reason or job.status
+                TaskType.DONE,
+                job.round,
+                model=self._model_record,
+                config={"job_status": job.status.value},
+                reason=job.reason or job.status,
             )
         if job.active and not self._aggregating and self._secure is not None:
             return self._secure_task(client_id, self._secure)
@@ -333,7 +338,7 @@ class RoundManager(RoundLoop):
         """Count a refused update against the client, then raise `error`."""
         self.metrics.inc("sporenet_updates_rejected_total")
         with self._changed:
-            count = self.clients.refused(client_id)
+            count = self.clients.refused(client_id, str(error))
             if count >= MAX_REFUSALS and self.clients.status(client_id) == Participant.SELECTED:
                 self._set_status(client_id, Participant.REJECTED)
                 self._wake_if_settled()

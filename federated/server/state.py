@@ -53,6 +53,10 @@ class JobState:
     phase: Phase = Phase.FIT
     active: bool = False  # False: waiting for enough live clients to start the phase
     attempt: int = 0  # how often the current phase re-sampled clients after a shortfall
+    # Reselections in a row (deadlines passed short of min_clients) that brought no new
+    # update, and the accepted count at the last deadline they are measured against.
+    fruitless: int = 0
+    accepted_at_deadline: int = 0
     secure_attempt: int = 0  # failed secure runs of the current fit round (each resampled)
     phase_started: float = 0.0
     deadline: float = 0.0

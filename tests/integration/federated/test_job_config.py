@@ -8,8 +8,9 @@ from pathlib import Path
 
 import grpc
 import numpy as np
+import pytest
 
-from sporenet.federated import Client
+from sporenet.federated import Client, JobFailedError
 from sporenet.federated.server.status import read_status
 from sporenet.proto import federated_pb2 as pb
 from sporenet.proto import federated_pb2_grpc as pb_grpc
@@ -72,7 +73,8 @@ def test_wait_timeout_fails_the_job_instead_of_hanging(tmp_path: Path, server_fa
         raise AssertionError("no round may start with one of three clients")
 
     client = Client(server.address, train=train, poll_wait=1.0)
-    assert client.run() is not None  # told DONE (with the initial model), not left polling
+    with pytest.raises(JobFailedError, match="wait_timeout=1 s"):
+        client.run()  # told the job failed, not left polling
     status = read_status(server.state_dir)
     assert status["job"]["status"] == "failed"
     assert (
