@@ -60,7 +60,7 @@ from sporenet.federated.client.session_stream import SessionStream, TransportLoo
 from sporenet.federated.client.transfers import PendingUpload, Transfers
 from sporenet.federated.common.auth import Credentials
 from sporenet.federated.common.codec import COMPRESSIONS, decode_update, encode_raw, encode_update
-from sporenet.federated.common.net import is_loopback, split_address
+from sporenet.federated.common.net import is_loopback, speaks_tls, split_address
 from sporenet.federated.common.wire import (
     STAGE_NAMES,
     SessionReplyField,
@@ -207,6 +207,7 @@ class Client:
         self._secure_update: tuple[Weights, int, str] | None = None
         self._secure_failed = ""  # a secure task this client cannot continue
         self._stop = threading.Event()
+        self._tls_checked = False  # whether a closed connection was checked for TLS
         self.rounds_trained = 0
         self.final_model: bytes | None = None
 
@@ -289,7 +290,8 @@ class Client:
             JobFailedError: the job failed on the server (the message gives its reason,
                 e.g. that every update of this client was refused).
             FederatedError: the server stayed unreachable for `give_up_after` seconds.
-            ConfigError: `train` returned weights without some of the model's tensors.
+            ConfigError: `train` returned weights without some of the model's tensors,
+                or the server expects TLS and `credentials` have no `root_certificates`.
         """
         if stop is not None:
             self._stop = stop
@@ -331,6 +333,7 @@ class Client:
                     self._pending = None
                     self._stop.wait(0.05)
                     continue
+                self._check_not_tls(code, e.details() or "")
                 now = time.monotonic()
                 unreachable_since = unreachable_since or now
                 if self.give_up_after is not None and now - unreachable_since > self.give_up_after:
@@ -346,6 +349,21 @@ class Client:
                 self._drop_session()
                 self._stop.wait(0.1)
         return None
+
+    def _check_not_tls(self, code: grpc.StatusCode, details: str) -> None:
+        """Raise ConfigError when a plaintext client's connection was closed because the
+        server expects TLS (gRPC itself only says "Socket closed"); checked once."""
+        if self.credentials.tls or self._tls_checked or code != grpc.StatusCode.UNAVAILABLE:
+            return
+        if "socket closed" not in details.lower():
+            return
+        self._tls_checked = True
+        if speaks_tls(self.address):
+            raise ConfigError(
+                f"server at {self.address} closed the connection during the handshake: it"
+                " expects TLS; pass Credentials(root_certificates=<the server's CA, PEM>)"
+                f" (gRPC said: {details})"
+            )
 
     def _done(self, task: pb.Task) -> Weights:
         """The job's final weights; JobFailedError with the server's reason if it failed."""

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import ipaddress
+import socket
+import ssl
 
 from sporenet.federated.errors import ConfigError
 
@@ -22,4 +24,24 @@ def is_loopback(host: str) -> bool:
     try:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
+        return False
+
+
+def speaks_tls(address: str, timeout: float = 5.0) -> bool:
+    """True when the server at `address` answers a TLS handshake (its certificate is not
+    checked: this only tells a plaintext client why the server closed its connection)."""
+    host, port = split_address(address)
+    context = ssl.create_default_context()
+    context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+    try:
+        with (
+            socket.create_connection((host, port), timeout=timeout) as raw,
+            context.wrap_socket(raw, server_hostname=host),
+        ):
+            return True
+    except ssl.SSLError as e:
+        # A TLS alert (mutual TLS wants a client certificate) is still a TLS server; a
+        # plaintext one answers the ClientHello with bytes that are no TLS record.
+        return "ALERT" in str(e).upper()
+    except OSError:
         return False
