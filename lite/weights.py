@@ -144,9 +144,13 @@ class WeightsReader:
     structure, so its tensors lie at the same offsets: they are returned as read-only
     views without parsing it again (a model's parse costs far more than the comparison).
     Any other model is parsed and checked in full, and becomes the reference.
+
+    With `trainable_only`, it reads what `read_weights(..., trainable_only=True)` does (the
+    weights a federated job trains; the other constants count as structure).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, trainable_only: bool = False) -> None:
+        self.trainable_only = trainable_only
         self._layout: _Layout | None = None
         self.full_parses = 0  # models parsed in full, for the curious and for tests
 
@@ -161,7 +165,7 @@ class WeightsReader:
                 view.flags.writeable = False
                 weights[t.name] = view
             return weights
-        weights = read_weights(buf)
+        weights = read_weights(buf, trainable_only=self.trainable_only)
         self.full_parses += 1
         self._layout = _layout_of(buf, weights)
         return weights

@@ -199,7 +199,9 @@ class Client:
         )
         self._buffers = self._transfers.buffers
         # Each round's model differs from the last only in its weights: parsed once.
-        self._weights_reader = WeightsReader()
+        # The federated weights: the model's trainable tensors (every float constant when
+        # none is flagged); train() and evaluate() get those, and the update carries them.
+        self._weights_reader = WeightsReader(trainable_only=True)
         self._pending: PendingUpload | None = None
         self._residual: Weights = {}
         # The open secure round: (task id, its session, the trained update once computed).

@@ -36,7 +36,7 @@ def init_job(rm: RoundManager, now: float) -> JobState:
     except OSError as e:
         raise ConfigError(f"`model`: cannot read {str(model)!r}: {e}") from None
     try:
-        weights = read_weights(data)
+        weights = read_weights(data, trainable_only=True)
     except ModelFormatError as e:
         raise ConfigError(f"`model` {str(model)!r} is not a valid .spore file: {e}") from None
     if not weights:

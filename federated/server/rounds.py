@@ -96,7 +96,9 @@ class RoundManager(RoundLoop):
         self.clients = Participants()
         # The published model's weights, as read-only views of its bytes: each round's
         # model differs from the last only in them, so it is parsed once.
-        self._weights_reader = WeightsReader()
+        # Only trainable tensors are federated (all float constants when none is flagged):
+        # the others (input scaling, frozen statistics) stay as the initial model has them.
+        self._weights_reader = WeightsReader(trainable_only=True)
         self._lock = threading.RLock()
         self._changed = threading.Condition(self._lock)
         self._decode_slots = threading.BoundedSemaphore(2)  # bounds decode memory, not clients
