@@ -52,7 +52,8 @@ def start_server(
     """Start sporenet-server on `address` and return once it wrote state/server.json.
 
     Rounds never time out and heartbeats are lax, so a slow, busy machine measures the
-    protocol, not dropped clients. `extra` is appended to the command line. Raises
+    protocol, not dropped clients; the server keeps serving after the job (the caller
+    stops it). `extra` is appended to the command line. Raises
     RuntimeError with the log's tail (and stops the process) if the server does not come up.
     """
     command = [
@@ -75,6 +76,8 @@ def start_server(
         "30",
         "--heartbeat-timeout",
         "900",
+        # The benchmarks read the server's CPU, memory and /metrics after the job.
+        "--keep-serving",
         *extra,
     ]
     with open(log, "wb") as out:

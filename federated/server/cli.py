@@ -3,7 +3,9 @@
     sporenet-server --config server.toml [--address HOST:PORT] [--model init.spore] ...
     sporenet-server status --state-dir DIR
 
-Exit codes: 0 when the daemon stops on SIGTERM/SIGINT, 2 for a configuration error.
+Exit codes: 0 when the job finished (or the daemon stops on SIGTERM/SIGINT), 1 when the
+job failed, 2 for a configuration error. With --keep-serving the daemon does not exit when
+the job ends.
 """
 
 from __future__ import annotations
@@ -134,6 +136,14 @@ def _run_parser() -> argparse.ArgumentParser:
         dest="log_level",
         choices=["debug", "info", "warning", "error"],
         help="JSON log verbosity" + _default("log_level"),
+    )
+    p.add_argument(
+        "--keep-serving",
+        dest="keep_serving",
+        action="store_true",
+        default=None,
+        help="keep serving status and model downloads after the job ends (default: exit,"
+        " 0 when it finished, 1 when it failed, once its clients were told)",
     )
     p.add_argument(
         "--secure",

@@ -11,6 +11,7 @@ Example `server.toml`:
     round_timeout = 120
     max_fruitless_reselections = 3  # reselections without a new update before the job fails
     read_timeout = 20     # an upload silent this long loses its receiving slot
+    keep_serving = false  # true: keep serving status and downloads after the job ends
 
     [strategy]
     name = "fedprox"
@@ -192,6 +193,9 @@ class ServerConfig:
     metrics_port: int | None = None
     insecure: bool = False
     log_level: str = "info"
+    # Once the job is finished or failed and its clients were told, the daemon exits
+    # (0 finished, 1 failed); with keep_serving it goes on answering status and downloads.
+    keep_serving: bool = False
     # The TOML tables, one object each.
     strategy: StrategyConfig = field(default_factory=StrategyConfig)
     fit_config: dict[str, Any] = field(default_factory=dict)  # sent to every train()
@@ -441,6 +445,7 @@ _TOP: dict[str, tuple[str, tuple[type[Any], ...]]] = {
     "metrics_port": ("metrics_port", (int,)),
     "insecure": ("insecure", (bool,)),
     "log_level": ("log_level", (str,)),
+    "keep_serving": ("keep_serving", (bool,)),
     "tls.cert": ("tls.cert", (str,)),
     "tls.key": ("tls.key", (str,)),
     "tls.client_ca": ("tls.client_ca", (str,)),

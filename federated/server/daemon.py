@@ -23,6 +23,7 @@ from sporenet.federated.server.config import ServerConfig, split_address
 from sporenet.federated.server.interceptor import AuthInterceptor
 from sporenet.federated.server.models import write_atomic
 from sporenet.federated.server.observability import Metrics, log_event, serve_metrics, setup_logging
+from sporenet.federated.server.phases import JobStatus
 from sporenet.federated.server.rounds import RoundManager
 from sporenet.federated.server.servicer import FederatedServicer, add_to_server
 from sporenet.federated.server.session import SessionService
@@ -160,7 +161,8 @@ class _AioServer:
 
 
 def run_server(config: ServerConfig, *, stop: threading.Event | None = None) -> int:
-    """Serve the job until it is stopped (SIGTERM/SIGINT or `stop`); returns the exit code."""
+    """Serve the job until it ends and its clients were told (unless `keep_serving`) or
+    it is stopped (SIGTERM/SIGINT or `stop`); the exit code: 1 if the job failed, else 0."""
     _bound_allocator()
     logger = setup_logging(config.log_level)
     metrics = Metrics()
@@ -206,6 +208,7 @@ def run_server(config: ServerConfig, *, stop: threading.Event | None = None) -> 
     if threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: stop.set())
+    code = 0
     while not stop.is_set():
         manager.wake.wait(TICK_SECONDS)
         manager.wake.clear()
@@ -213,6 +216,11 @@ def run_server(config: ServerConfig, *, stop: threading.Event | None = None) -> 
             manager.tick()
         except Exception:  # keep serving: one bad round must not take the daemon down
             logger.exception("tick_failed")
+        if not config.keep_serving and manager.ended_and_told():
+            status = manager.job.status
+            code = 1 if status == JobStatus.FAILED else 0
+            log_event(logger, "job_ended_exiting", status=status, exit_code=code)
+            break
 
     log_event(logger, "server_stopping")
     for name in ("", SERVICE):
@@ -223,4 +231,4 @@ def run_server(config: ServerConfig, *, stop: threading.Event | None = None) -> 
         http.shutdown()
     manager.close()
     log_event(logger, "server_stopped", level=logging.INFO)
-    return 0
+    return code

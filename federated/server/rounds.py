@@ -115,6 +115,9 @@ class RoundManager(RoundLoop):
         self._secure: SecurePhase | None = None  # the open secure fit phase, if any
         self._since_checkpoint = 0
         self._phase_t0 = clock()
+        # Once the job has ended: the clients told so (with its final model), and since when.
+        self._told_done: set[str] = set()
+        self._ended_at: float | None = None
 
         now = clock()
         job = self.store.job()
@@ -533,6 +536,30 @@ class RoundManager(RoundLoop):
                 "rounds": self.store.rounds(),
                 "privacy": self.store.get_meta("privacy"),
             }
+
+    def told_done(self, client_id: str, record: ModelRecord | None) -> None:
+        """Note that the client received the ended job's DONE task and its final model
+        (`record` None: it holds it already)."""
+        with self._lock:
+            job = self.job
+            if job.status != JobStatus.RUNNING and (
+                record is None or record.version == job.model_version
+            ):
+                self._told_done.add(client_id)
+
+    def ended_and_told(self) -> bool:
+        """True once the job has ended and every live client was told, or none of them
+        asked for `heartbeat_timeout` seconds since (a client that stops calling is gone):
+        then the daemon may exit."""
+        now = self.clock()
+        with self._lock:
+            if self.job.status == JobStatus.RUNNING or self._aggregating:
+                return False
+            if self._ended_at is None:
+                self._ended_at = now
+            if now - self._ended_at >= self.config.heartbeat_timeout:
+                return True
+            return all(c in self._told_done for c in self._live_clients(now))
 
     # -- shutdown --------------------------------------------------------------------------
 

@@ -169,13 +169,18 @@ class SessionService:
             frame_session(SessionReplyField.TASK, task_message(task).SerializeToString())
         )
         model = task.model
-        if request.send_model and model is not None and model.sha256 != request.held_model_sha256:
-            await self._send_model(model, 0, self.s.chunk_size, context)
+        held = model is None or model.sha256 == request.held_model_sha256
+        if request.send_model and not held:
+            await self._send_model(model, 0, self.s.chunk_size, context)  # type: ignore[arg-type]
+        if task.type == TaskType.DONE and (held or request.send_model):
+            self.m.told_done(cid, model)
 
     async def _download(self, body: memoryview, context: grpc.aio.ServicerContext) -> None:
         request = _parse(pb.DownloadRequest, body)
-        record, chunk = self.s.download_range(self.s.owned(request.client_id), request)
+        cid = self.s.owned(request.client_id)
+        record, chunk = self.s.download_range(cid, request)
         await self._send_model(record, request.offset, chunk, context)
+        self.m.told_done(cid, record)  # counts only the ended job's final model
 
     async def _send_model(
         self, record: ModelRecord, offset: int, chunk: int, context: grpc.aio.ServicerContext

@@ -68,3 +68,4 @@ def test_a_client_whose_every_update_is_refused_fails_the_job_with_a_reason(
     # Each deadline past the first counted one reselection; the third one failed the job.
     assert [e["attempt"] for e in server.events("phase_reselected")] == [1, 2]
     assert len(server.events("job_failed")) == 1
+    assert server.proc.wait(60) == 1  # the daemon of a failed job exits 1
