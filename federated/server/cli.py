@@ -138,6 +138,14 @@ def _run_parser() -> argparse.ArgumentParser:
         help="JSON log verbosity" + _default("log_level"),
     )
     p.add_argument(
+        "--keep-models",
+        dest="storage.keep_models",
+        type=int,
+        metavar="N",
+        help="model versions kept on disk ([storage] keep_models): the newest N (>= 2) plus"
+        " the initial one; 0 keeps all" + _default("keep_models"),
+    )
+    p.add_argument(
         "--keep-serving",
         dest="keep_serving",
         action="store_true",

@@ -29,6 +29,9 @@ Example `server.toml`:
     tokens = { alice = "s3cret" }
     ed25519 = { device-7 = "<base64 raw 32-byte public key>" }
 
+    [storage]
+    keep_models = 3       # model versions kept: the newest 3 plus v00000; 0 keeps all
+
     [secure_aggregation]  # SecAgg+: the server learns only the sum of the fit updates
     enabled = true        # off by default (or --secure)
     neighbours = 8        # share holders per client; default ~3·log2(cohort), even
@@ -189,6 +192,10 @@ class ServerConfig:
     # slot (a stalled or hostile peer must not pin the slots).
     read_timeout: float = 20.0
     checkpoint_every: int = 16  # updates folded between aggregate checkpoints
+    # `[storage] keep_models`: model versions kept on disk, the newest N (at least 2: a
+    # download of the one before the latest may be in flight) plus v00000, the initial
+    # model; 0 keeps every version. Optimizer state is kept for the latest version only.
+    keep_models: int = 3
     seed: int = 0
     metrics_port: int | None = None
     insecure: bool = False
@@ -243,6 +250,11 @@ class ServerConfig:
                 "must be in (0, 3600] seconds",
             ),
             ("checkpoint_every", self.checkpoint_every >= 1, "must be >= 1"),
+            (
+                "keep_models",
+                self.keep_models == 0 or self.keep_models >= 2,
+                "(`storage.keep_models`) must be 0 (keep every version) or >= 2",
+            ),
             (
                 "metrics_port",
                 self.metrics_port is None or 0 <= self.metrics_port < 65536,
@@ -441,6 +453,7 @@ _TOP: dict[str, tuple[str, tuple[type[Any], ...]]] = {
     "long_poll": ("long_poll", (int, float)),
     "read_timeout": ("read_timeout", (int, float)),
     "checkpoint_every": ("checkpoint_every", (int,)),
+    "storage.keep_models": ("keep_models", (int,)),
     "seed": ("seed", (int,)),
     "metrics_port": ("metrics_port", (int,)),
     "insecure": ("insecure", (bool,)),
@@ -462,7 +475,7 @@ _FLOATS = {k for k, (_, types) in _TOP.items() if float in types}
 def _flatten(raw: Mapping[str, Any]) -> dict[str, Any]:
     flat: dict[str, Any] = {}
     for key, value in raw.items():
-        if key in ("tls", "auth") and isinstance(value, dict):
+        if key in ("tls", "auth", "storage") and isinstance(value, dict):
             for sub, v in value.items():
                 flat[f"{key}.{sub}"] = v
         else:

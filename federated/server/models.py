@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 from pathlib import Path
 
 import numpy as np
@@ -16,6 +17,8 @@ import numpy as np
 from sporenet.federated.common.checksum import crc32
 from sporenet.federated.errors import ConfigError
 from sporenet.federated.server.state import ModelRecord
+
+_FILE = re.compile(r"v(\d{5})(\.spore|\.opt\.npz)")
 
 
 def write_atomic(path: Path, data: bytes | memoryview) -> None:
@@ -83,6 +86,25 @@ class ModelStore:
             return {}
         with np.load(path, allow_pickle=False) as z:
             return {k: z[k] for k in z.files}
+
+    def prune(self, latest: int, keep: int) -> list[int]:
+        """Delete what no restart or download needs once `latest` is recorded as the job's
+        model: every optimizer state but `latest`'s, and (with `keep` > 0) the versions
+        older than the newest `keep`, except v00000, the job's initial model. The versions
+        deleted, oldest first. Call it only after the store commits `latest`: until then a
+        restart resumes from the version before."""
+        removed = []
+        for path in (self.root / "models").iterdir():
+            match = _FILE.fullmatch(path.name)
+            if match is None:
+                continue
+            version = int(match.group(1))
+            if match.group(2) == ".opt.npz" and version < latest:
+                path.unlink(missing_ok=True)
+            elif match.group(2) == ".spore" and keep and 0 < version <= latest - keep:
+                path.unlink(missing_ok=True)
+                removed.append(version)
+        return sorted(removed)
 
     def _moments_path(self, version: int) -> Path:
         return self.root / f"models/v{version:05d}.opt.npz"

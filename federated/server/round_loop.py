@@ -515,6 +515,8 @@ class RoundLoop:
             self._aggregator = None
             self._secure = None
         files.remove()
+        # Only now that the store names `version`: a restart before this resumed from the last.
+        removed = self.models.prune(version, self.config.keep_models)
         took = self.clock() - t0
         self.metrics.inc("sporenet_rounds_completed_total")
         self.metrics.set("sporenet_aggregation_seconds", took)
@@ -528,6 +530,7 @@ class RoundLoop:
             clients=len(accepted),
             aggregation_s=round(took, 4),
             metrics=summary,
+            models_removed=removed,
             **secure_info,
             **privacy_info,
         )

@@ -283,6 +283,11 @@ class RoundManager(RoundLoop):
             raise StaleTaskError(
                 f"model version {version} does not exist (latest is {self.job.model_version})"
             )
+        if version != self.job.model_version and not self.models.path(record).exists():
+            raise StaleTaskError(
+                f"model version {version} was deleted (storage.keep_models ="
+                f" {self.config.keep_models}); the latest is {self.job.model_version}"
+            )
         return record
 
     def model_path(self, record: ModelRecord) -> Path:
