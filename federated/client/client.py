@@ -48,7 +48,7 @@ import os
 import random
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, cast
 
 import grpc
@@ -107,7 +107,7 @@ class Client:
 
     def __init__(
         self,
-        address: str,
+        address: str | Sequence[str],
         *,
         train: TrainFn,
         evaluate: EvaluateFn | None = None,
@@ -118,15 +118,20 @@ class Client:
         poll_wait: float = 5.0,
         max_backoff: float = 5.0,
         give_up_after: float | None = None,
+        failover_after: float = 30.0,
         chunk_size: int = 512 << 10,
         download_chunk_size: int = 0,
         upload_connection: str = "separate",
         rpc_timeout: float = 60.0,
     ) -> None:
-        """A client of the `sporenet-server` at `address`; nothing connects until `run()`.
+        """A client of the `sporenet-server` (or edge) at `address`; nothing connects
+        until `run()`.
 
         Args:
-            address: "host:port" of the server (TLS unless it is a loopback address).
+            address: "host:port" of the server (TLS unless it is a loopback address), or
+                several: the client uses the first and, when it stays unreachable for
+                `failover_after` seconds, moves to the next (after the last, the first
+                again) and registers there.
             train: `train(weights, config) -> (new_weights, num_samples, metrics)`, called
                 with a copy of the global weights and the task's config each fit round.
             evaluate: `evaluate(weights, config) -> (loss, num_samples, metrics)` for
@@ -138,8 +143,10 @@ class Client:
             topk_ratio: the fraction of values "topk" keeps.
             poll_wait: seconds the server may hold a poll while there is nothing to do.
             max_backoff: the longest pause between retries while the server is away.
-            give_up_after: seconds of an unreachable server after which `run()` raises
-                (None: retry forever).
+            give_up_after: seconds without reaching any server after which `run()`
+                raises (None: retry forever).
+            failover_after: seconds the current address may stay unreachable before the
+                client moves to the next one (with several addresses).
             chunk_size: bytes per upload message.
             download_chunk_size: bytes per download message (0: the server's choice).
             upload_connection: "separate" moves to a new connection after each upload
@@ -151,12 +158,17 @@ class Client:
                 `root_certificates` in `credentials`.
         """
         credentials = credentials or Credentials()
-        host = split_address(address)[0]
-        if not credentials.tls and not is_loopback(host):
-            raise ConfigError(
-                "`credentials` need `root_certificates`: "
-                f"{address!r} is not loopback, so TLS is used"
-            )
+        addresses = [address] if isinstance(address, str) else list(address)
+        if not addresses or not all(isinstance(a, str) for a in addresses):
+            raise ConfigError(f"`address` must be 'host:port' or a list of them, got {address!r}")
+        for each in addresses:
+            if not credentials.tls and not is_loopback(split_address(each)[0]):
+                raise ConfigError(
+                    "`credentials` need `root_certificates`: "
+                    f"{each!r} is not loopback, so TLS is used"
+                )
+        if not failover_after > 0:
+            raise ConfigError(f"`failover_after` must be > 0, got {failover_after}")
         unknown = sorted(set(compression) - set(COMPRESSIONS))
         if unknown:
             raise ConfigError(f"unknown compression {unknown}; supported: {list(COMPRESSIONS)}")
@@ -174,7 +186,14 @@ class Client:
             raise ConfigError(
                 f"`download_chunk_size` must be >= 0 (0: the server's), got {download_chunk_size}"
             )
-        self.address, self.train, self.evaluate, self.name = address, train, evaluate, name
+        self.addresses, self._at = addresses, 0
+        self.address = addresses[0]  # the one in use
+        self.failover_after, self.failovers = failover_after, 0
+        # Retry state: the next backoff, since when no server answered, since when this one.
+        self._backoff = 0.1
+        self._unreachable_since: float | None = None
+        self._here_since: float | None = None
+        self.train, self.evaluate, self.name = train, evaluate, name
         self.credentials = credentials
         self.compression, self.topk_ratio = tuple(compression), topk_ratio
         self.poll_wait, self.max_backoff, self.give_up_after = poll_wait, max_backoff, give_up_after
@@ -297,14 +316,14 @@ class Client:
         """
         if stop is not None:
             self._stop = stop
-        backoff, unreachable_since = 0.1, None
+        self._reached()
         while not self._stop.is_set():
             try:
                 if self.client_id is None:
                     self._register()
                 asked = time.monotonic()
                 task = self._get_task()
-                backoff, unreachable_since = 0.1, None
+                self._reached()
                 if task.type == pb.TASK_FIT:
                     self._fit(task)
                 elif task.type == pb.TASK_EVALUATE:
@@ -336,21 +355,60 @@ class Client:
                     self._stop.wait(0.05)
                     continue
                 self._check_not_tls(code, e.details() or "")
-                now = time.monotonic()
-                unreachable_since = unreachable_since or now
-                if self.give_up_after is not None and now - unreachable_since > self.give_up_after:
-                    raise FederatedError(
-                        f"server unreachable for {self.give_up_after:g} s: {e.details()}"
-                    ) from None
-                delay = backoff * (0.5 + random.random())
-                log.info("server call failed (%s); retrying in %.2f s", code.name, delay)
-                self._stop.wait(delay)
-                backoff = min(backoff * 2, self.max_backoff)
+                self._unreachable(code, e.details() or "")
             except (TransferError, MalformedMessageError) as e:
                 log.warning("%s; retrying", e)
                 self._drop_session()
                 self._stop.wait(0.1)
         return None
+
+    def _reached(self) -> None:
+        """The server answered: the retry budgets start afresh."""
+        self._backoff, self._unreachable_since, self._here_since = 0.1, None, None
+
+    def _unreachable(self, code: grpc.StatusCode, details: str) -> None:
+        """A call failed in a way worth retrying: move to the next address once this one
+        was unreachable for `failover_after` seconds, raise once every one was for
+        `give_up_after`, and otherwise wait out a backoff with jitter."""
+        now = time.monotonic()
+        self._unreachable_since = self._unreachable_since or now
+        self._here_since = self._here_since or now
+        if self.give_up_after is not None and now - self._unreachable_since > self.give_up_after:
+            where = " and ".join(self.addresses)
+            raise FederatedError(
+                f"server unreachable for {self.give_up_after:g} s at {where}: {details}"
+            ) from None
+        if len(self.addresses) > 1 and now - self._here_since > self.failover_after:
+            self._fail_over(details)
+            return
+        delay = self._backoff * (0.5 + random.random())
+        log.info("server call failed (%s); retrying in %.2f s", code.name, delay)
+        self._stop.wait(delay)
+        self._backoff = min(self._backoff * 2, self.max_backoff)
+
+    def _fail_over(self, details: str) -> None:
+        """Move to the next address and register there: a task, model, update or secure
+        round of the old server means nothing to the new one."""
+        gone = self.address
+        self._disconnect()
+        self._at = (self._at + 1) % len(self.addresses)
+        self.address = self.addresses[self._at]
+        self.client_id, self._pending = None, None
+        self._secure, self._secure_update, self._secure_failed = None, None, ""
+        self._transfers.drop_models()
+        if self._transfers.partial is not None:
+            self._buffers.give(self._transfers.partial[1])
+            self._transfers.partial = None
+        self._tls_checked = False
+        self._backoff, self._here_since = 0.1, None
+        self.failovers += 1
+        log.warning(
+            "server %s unreachable for %g s (%s); moving to %s",
+            gone,
+            self.failover_after,
+            details,
+            self.address,
+        )
 
     def _check_not_tls(self, code: grpc.StatusCode, details: str) -> None:
         """Raise ConfigError when a plaintext client's connection was closed because the
