@@ -52,6 +52,7 @@ def test_fedavg_rounds_match_numpy_and_ops_endpoints(tmp_path: Path, server_fact
             "1",
             "--metrics-port",
             str(metrics_port),
+            "--keep-serving",  # /metrics and SIGTERM are checked after the job
         ]
     ).start()
     assert server.health() == health_pb2.HealthCheckResponse.SERVING

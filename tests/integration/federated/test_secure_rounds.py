@@ -286,7 +286,8 @@ def test_too_many_dropouts_with_no_retries_left_fail_the_job_without_a_model(
     config_file.write_text(CONFIG + "retries = 0\n")
     make_model(tmp_path / "init.spore", out=4, inp=8)
     n = 5  # 4 neighbours each, threshold 3
-    server = secure_server(server_factory, config_file, tmp_path, n)
+    # It must still answer after the job failed (a late message is refused below).
+    server = secure_server(server_factory, config_file, tmp_path, n, extra=["--keep-serving"])
     drops = dict.fromkeys((0, 1, 2), pb.SECURE_MASKED_INPUT)
     threads, _ = start_clients(server.address, n, drops=drops)
     join(threads, server)

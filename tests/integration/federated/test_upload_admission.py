@@ -77,7 +77,9 @@ def test_uploads_wait_for_their_slot_and_every_update_counts_once(
         "--round-timeout": "60",
         "--metrics-port": str(metrics_port),
     }
-    server = server_factory([part for flag in flags.items() for part in flag]).start()
+    # --keep-serving: /metrics is read after the job.
+    args = [part for flag in flags.items() for part in flag]
+    server = server_factory([*args, "--keep-serving"]).start()
 
     barrier = threading.Barrier(N_CLIENTS)
     results: dict[int, dict[str, np.ndarray] | None] = {}
