@@ -33,8 +33,10 @@ subcommands:
                            daemon runs. `sporenet-server status --help` for details.
 
 Flags override the values of --config (a TOML file whose tables, [tls], [auth],
-[secure_aggregation] and [differential_privacy], hold the settings with no flag).
-A restarted daemon given the same --state-dir resumes the job where it stopped.
+[storage], [secure_aggregation] and [differential_privacy], hold the settings with no
+flag). A restarted daemon given the same --state-dir resumes the job where it stopped.
+Once the job has ended and its clients were told, the daemon exits: 0 when the job
+finished, 1 when it failed (--keep-serving keeps it serving until SIGTERM).
 """
 
 
