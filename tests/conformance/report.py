@@ -20,8 +20,10 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from enum import StrEnum
 
+import numpy as np
 import onnx
 
+from sporenet.lite.dtypes import NUMPY_TO_IR
 from tests.conformance import onnx_backend as ob
 
 
@@ -35,20 +37,20 @@ class Reason(StrEnum):
     MISMATCH = "numeric mismatch"
 
 
-# Element types the IR stores (proto/model.fbs DType), as ONNX TensorProto codes.
-IR_ELEM_TYPES = frozenset(
-    {
-        onnx.TensorProto.FLOAT,
-        onnx.TensorProto.FLOAT16,
-        onnx.TensorProto.DOUBLE,
-        onnx.TensorProto.INT8,
-        onnx.TensorProto.UINT8,
-        onnx.TensorProto.INT16,
-        onnx.TensorProto.INT32,
-        onnx.TensorProto.INT64,
-        onnx.TensorProto.BOOL,
-    }
-)
+def _ir_elem_types() -> frozenset[int]:
+    """ONNX element types whose NumPy dtype the IR stores (proto/model.fbs DType)."""
+    codes = set()
+    for code in onnx.TensorProto.DataType.values():
+        try:
+            dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(code))
+        except (KeyError, TypeError, ValueError):
+            continue
+        if dtype in NUMPY_TO_IR:
+            codes.add(code)
+    return frozenset(codes)
+
+
+IR_ELEM_TYPES = _ir_elem_types()
 
 # Converter messages that mean "this argument must be a constant, but the case feeds it
 # as a graph input" (axes, pads, shapes, sizes, k, ...), and Loops whose trip count is one.
@@ -188,7 +190,7 @@ def render(outcomes: list[Outcome]) -> str:
     ]
     meaning = {
         Reason.DTYPE: "a tensor, Cast target or input is of a type proto/model.fbs cannot "
-        "store (uint16/32/64, bfloat16, float8, 4- and 2-bit ints, string, sequences)",
+        "store (bfloat16, float8, float4, 4- and 2-bit ints, string, sequences)",
         Reason.RUNTIME_SHAPE: "an argument the planner needs (axes, pads, shape, sizes, "
         "scales, k, repeats, split, depth) is fed as a graph input at run time",
         Reason.CONVERSION: "the converter refuses an attribute, mode, rank or extra output",
