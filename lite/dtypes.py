@@ -17,6 +17,9 @@ IR_TO_NUMPY: dict[int, np.dtype] = {
     DType.INT32: np.dtype(np.int32),
     DType.INT64: np.dtype(np.int64),
     DType.BOOL: np.dtype(np.bool_),
+    DType.UINT16: np.dtype(np.uint16),
+    DType.UINT32: np.dtype(np.uint32),
+    DType.UINT64: np.dtype(np.uint64),
 }
 NUMPY_TO_IR: dict[np.dtype, int] = {v: k for k, v in IR_TO_NUMPY.items()}
 

@@ -1,10 +1,11 @@
 """Which constant tensors a model's graphs write in place (its training state).
 
 A "train" graph ends with optimizer update nodes that overwrite their parameter and slots
-(momentum, Adam moments, step count), and its BatchNorms in training form update their
-running statistics. A runtime that runs such a graph must give those tensors writable
-storage of its own (a loaded model's data may be a read-only view of the file) and share
-it between the signatures, so the infer graph sees what the train graph learned.
+(momentum, Adam moments, step count), its BatchNorms in training form update their
+running statistics and its Dropouts advance their random step counters. A runtime that
+runs such a graph must give those tensors writable storage of its own (a loaded model's
+data may be a read-only view of the file) and share it between the signatures, so the
+infer graph sees what the train graph learned.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ WRITTEN_INPUTS: dict[OpCode, tuple[int, ...]] = {
     OpCode.ADAM_UPDATE: (0, 3, 4, 5),
     OpCode.ASSIGN: (0,),
     OpCode.BATCH_NORM_TRAINING: (3, 4),
+    OpCode.DROPOUT: (1,),  # its random step counter
 }
 
 

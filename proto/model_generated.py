@@ -18,6 +18,9 @@ class DType(object):
     INT32 = 6
     INT64 = 7
     BOOL = 8
+    UINT16 = 9
+    UINT32 = 10
+    UINT64 = 11
 
 
 class OpCode(object):

@@ -13,13 +13,22 @@ when the model is planned (a dynamic batch is fine: the leading axes are not res
 The `roi` input (1) is ignored: it only matters for tf_crop_and_resize, which is refused.
 Scales resize only the last two axes (H, W of NCHW); the others must have scale 1.
 
-Attributes: mode ("nearest" | "linear"), coordinate_transformation_mode ("half_pixel"
-default, "half_pixel_symmetric", "pytorch_half_pixel", "align_corners", "asymmetric"),
-nearest_mode ("round_prefer_floor" default, "round_prefer_ceil", "floor", "ceil").
-Coordinates are computed in float32, as onnxruntime does, so nearest picks the same pixels.
+When both attribute forms are given, `sizes` sets the output shape and `scales` the
+coordinate mapping (how ONNX's keep_aspect_ratio_policy resizes: one scale for all axes,
+output sizes rounded from it).
+
+Attributes: mode ("nearest" | "linear" | "cubic"), coordinate_transformation_mode
+("half_pixel" default, "half_pixel_symmetric", "pytorch_half_pixel", "align_corners",
+"asymmetric"), nearest_mode ("round_prefer_floor" default, "round_prefer_ceil", "floor",
+"ceil"), cubic_coeff_a (-0.75), exclude_outside (0: edge taps are clamped; 1: taps outside
+the input get weight 0 and the rest are renormalized), antialias (0; 1: when shrinking,
+linear and cubic filters are stretched by 1 / scale). Coordinates are computed in float32,
+as onnxruntime does, so nearest picks the same pixels.
 
 Everything is turned into index and weight tables at prepare: nearest is one gather from
-the flattened planes; linear is separable, a two-tap gather-and-blend along H then W.
+the flattened planes; linear is separable, a two-tap gather-and-blend along H then W;
+cubic and antialiased filters are separable too, as a dense (out x in) weight matrix per
+axis applied with two matrix products.
 """
 
 from __future__ import annotations
@@ -31,7 +40,7 @@ import numpy as np
 from sporenet.lite.kernels.base import Attrs, Compute, Kernel, TensorSpec
 from sporenet.lite.ops import OpCode
 
-MODES = ("nearest", "linear")
+MODES = ("nearest", "linear", "cubic")
 TRANSFORMS = (
     "half_pixel",
     "half_pixel_symmetric",
@@ -87,6 +96,48 @@ def linear_taps(
     return i0, i1, (f32(1) - w1), w1
 
 
+def _cubic(x: np.ndarray, a: float) -> np.ndarray:
+    """Keys' cubic convolution kernel with coefficient `a`, at distances x."""
+    x = np.abs(x)
+    near = ((a + 2) * x - (a + 3)) * x * x + 1
+    far = ((a * x - 5 * a) * x + 8 * a) * x - 4 * a
+    return np.where(x <= 1, near, np.where(x < 2, far, 0.0))
+
+
+def filter_matrix(
+    coords: np.ndarray,
+    in_len: int,
+    *,
+    cubic: bool,
+    scale: float,
+    a: float = -0.75,
+    antialias: bool = False,
+    exclude_outside: bool = False,
+) -> np.ndarray:
+    """The (out, in) float64 weights of a linear or cubic filter along one axis.
+
+    Output i reads the taps nearest its source coordinate x (the lower ones on a tie); a
+    downscaling antialiased filter is stretched by 1 / scale and normalized to sum 1. Taps
+    beyond the edges read the edge (or get weight 0 with exclude_outside)."""
+    s = min(scale, 1.0) if antialias else 1.0
+    first = int(np.floor(-(2.0 if cubic else 1.0) / s)) + 1
+    offsets = np.arange(first, 2 - first)  # tap positions relative to `base`
+    x = coords.astype(np.float64)[:, None]
+    base = np.ceil(x) - 1  # x - base is in (0, 1]
+    distance = (offsets[None, :] - (x - base)) * s
+    weights = _cubic(distance, a) if cubic else np.clip(1 - np.abs(distance), 0, 1)
+    if antialias:
+        weights = weights / weights.sum(axis=1, keepdims=True)
+    taps = (base + offsets[None, :]).astype(np.intp)
+    if exclude_outside:
+        weights = np.where((taps >= 0) & (taps < in_len), weights, 0.0)
+        weights = weights / weights.sum(axis=1, keepdims=True)
+    matrix = np.zeros((len(coords), in_len))
+    rows = np.broadcast_to(np.arange(len(coords))[:, None], taps.shape)
+    np.add.at(matrix, (rows, np.clip(taps, 0, in_len - 1)), weights)
+    return matrix
+
+
 class Resize(Kernel):
     op = OpCode.RESIZE
     num_inputs = (1, 4)
@@ -107,7 +158,13 @@ class Resize(Kernel):
             if value not in allowed:
                 raise self.fail(f"{name} must be one of {list(allowed)}, got {value!r}")
         if attrs.str("keep_aspect_ratio_policy", "stretch") != "stretch":
-            raise self.fail("only keep_aspect_ratio_policy='stretch' is supported")
+            raise self.fail(
+                "only keep_aspect_ratio_policy='stretch' is supported (give the sizes "
+                "and the scales it implies as attributes)"
+            )
+        self.cubic_a = attrs.float("cubic_coeff_a", -0.75)
+        self.exclude_outside = bool(attrs.int("exclude_outside", 0))
+        self.antialias = bool(attrs.int("antialias", 0))
         if attrs.ints("axes", None) is not None:
             raise self.fail("the `axes` attribute is not supported; give one value per axis")
         sizes, scales = self._size_or_scales()
@@ -122,7 +179,16 @@ class Resize(Kernel):
             out_shape = [int(s) for s in sizes]
             if any(s < 1 for s in out_shape):
                 raise self.fail(f"sizes must be positive, got {out_shape}")
-            scales = [f32(o) / f32(i) for o, i in zip(out_shape, x.shape, strict=True)]
+            coordinate_scales = self.attrs.floats("scales", None)
+            if self.optional_input(3) is None and coordinate_scales is not None:
+                if len(coordinate_scales) != rank or any(not v > 0 for v in coordinate_scales):
+                    raise self.fail(
+                        f"scales next to sizes must be {rank} positive values, got "
+                        f"{coordinate_scales}"
+                    )
+                scales = coordinate_scales
+            else:
+                scales = [f32(o) / f32(i) for o, i in zip(out_shape, x.shape, strict=True)]
         else:
             if any(not s > 0 for s in scales):  # type: ignore[union-attr]
                 raise self.fail(f"scales must be positive, got {list(scales)}")  # type: ignore
@@ -166,7 +232,39 @@ class Resize(Kernel):
             flat = (rows[:, None] * w + cols[None, :]).ravel()
             x2, out2, take = x.reshape(planes, h * w), out.reshape(planes, oh * ow), np.take
             return lambda: take(x2, flat, axis=1, out=out2)
+        if self.mode == "cubic" or self.antialias:
+            return self._bind_filter(x.reshape(planes, h, w), out.reshape(planes, oh, ow))
         return self._bind_linear(x.reshape(planes, h, w), out.reshape(planes, oh, ow))
+
+    def _bind_filter(self, x: np.ndarray, out: np.ndarray) -> Compute:
+        planes, h, w = x.shape
+        oh, ow = out.shape[1:]
+        rank = len(self.scales)
+        work = np.float64 if x.dtype == np.float64 else np.float32
+        rows, cols = (
+            filter_matrix(
+                self._coords(axis),
+                n,
+                cubic=self.mode == "cubic",
+                scale=self.scales[axis],
+                a=self.cubic_a,
+                antialias=self.antialias,
+                exclude_outside=self.exclude_outside,
+            ).astype(work)
+            for axis, n in ((rank - 2, h), (rank - 1, w))
+        )
+        cols_t = np.ascontiguousarray(cols.T)
+        tmp = np.empty((planes, oh, w), work)
+        result = out if out.dtype == work else np.empty((planes, oh, ow), work)
+        matmul = np.matmul
+
+        def compute() -> None:
+            matmul(rows, x, out=tmp)
+            matmul(tmp, cols_t, out=result)
+            if result is not out:
+                np.copyto(out, result, casting="unsafe")
+
+        return compute
 
     def _bind_linear(self, x: np.ndarray, out: np.ndarray) -> Compute:
         planes, h, w = x.shape

@@ -209,10 +209,12 @@ def make_training_model(
         if n.op == OpCode.DROPOUT:
             x = n.inputs[0]
             mask = new_tensor(f"{n.name}/mask", m.tensors[x].dtype, m.tensors[x].shape)
+            # The step counter of the random masks: training state, saved in checkpoints.
+            step = new_tensor(f"{n.name}/rng_step", np.int64, (), np.zeros((), np.int64))
             nodes.append(
                 Node(
                     OpCode.DROPOUT,
-                    list(n.inputs),
+                    [x, step],
                     [n.outputs[0], mask],
                     {**n.attrs, "training": 1},
                     n.version,

@@ -56,8 +56,8 @@ LIGHT_MODELS = (
 SLOW_LIGHT_MODELS = ("bvlc_alexnet", "densenet121", "inception_v2", "resnet50", "vgg19", "zfnet512")
 
 _DTYPE = (
-    "input or output dtype the IR cannot store (proto/model.fbs DType has no uint16/32/64, "
-    "int2/int4, float8/float4, bfloat16 or string)"
+    "input or output dtype the IR cannot store (proto/model.fbs DType has no int2/int4, "
+    "float8/float4, bfloat16 or string)"
 )
 _RUNTIME_SHAPE = (
     "a shape argument (target shape, pads, starts/ends, axes, repeats, split sizes, "
@@ -71,7 +71,7 @@ _TRAINING = (
     "targets inference"
 )
 _QUANT_WIDTH = (
-    "int16 or blocked (block_size) quantization: the quantizer and int8 kernels "
+    "16-bit or blocked (block_size) quantization: the quantizer and int8 kernels "
     "take int8/uint8, per tensor or per axis"
 )
 _SEQUENCE = "sequence/optional-typed inputs: the IR holds tensors only"
@@ -81,9 +81,6 @@ EXCLUDED: dict[str, str] = {
     **{
         p: _DTYPE
         for p in (
-            "test_*_uint16*",
-            "test_*_uint32*",
-            "test_*_uint64*",
             "test_*UINT4*",
             "test_*INT4*",
             "test_*UINT2*",
@@ -118,6 +115,9 @@ EXCLUDED: dict[str, str] = {
             "test_tile",
             "test_tile_precomputed",
             "test_unsqueeze_*",
+            # every Resize case feeds its scales or sizes (cubic, antialias and
+            # keep_aspect_ratio_policy ones included: tests/unit/converter/test_resize_filters.py)
+            "test_resize_*",
         )
     },
     **{
@@ -154,7 +154,14 @@ EXCLUDED: dict[str, str] = {
             "test_*quantizelinear_float4e2m1",
         )
     },
-    **{p: _QUANT_WIDTH for p in ("test_*quantizelinear_int16", "test_*quantizelinear_blocked*")},
+    **{
+        p: _QUANT_WIDTH
+        for p in (
+            "test_*quantizelinear_int16",
+            "test_*quantizelinear_uint16",
+            "test_*quantizelinear_blocked*",
+        )
+    },
 }
 
 # Node cases (and their _expanded function bodies) whose axes/scales/sizes arguments are
@@ -254,12 +261,6 @@ KNOWN_FAILURES: dict[str, str] = {
     "later are",
     "test_einsum_batch_diagonal": "Einsum with an ellipsis or a diagonal (a repeated index in "
     "one operand) is not supported",
-    "test_resize_*cubic*": "the runtime's Resize has nearest and linear modes, not cubic",
-    "test_resize_*_antialias": "Resize antialias=1 is not supported",
-    "test_resize_*_not_larger": "Resize keep_aspect_ratio_policy other than 'stretch' is not "
-    "supported",
-    "test_resize_*_not_smaller": "Resize keep_aspect_ratio_policy other than 'stretch' is not "
-    "supported",
 }
 
 

@@ -12,19 +12,42 @@ from sporenet.converter.onnx_import.context import ImportContext
 from sporenet.converter.onnx_import.node import OnnxNode
 from sporenet.lite.ops import OpCode
 
-MODES = {"nearest": "nearest", "linear": "linear", "bilinear": "linear"}
+MODES = {"nearest": "nearest", "linear": "linear", "bilinear": "linear", "cubic": "cubic"}
 
 
 def _mode(node: OnnxNode) -> str:
     mode = node.attr("mode", "nearest")
     if mode not in MODES:
-        raise node.fail(f"mode {mode!r} is not supported (the runtime has nearest and linear)")
+        raise node.fail(
+            f"mode {mode!r} is not supported (the runtime has nearest, linear and cubic)"
+        )
     return MODES[mode]
 
 
 def _static_floats(ctx: ImportContext, node: OnnxNode, k: int, what: str) -> list[float] | None:
     value = ctx.static_input(node, k, what)
     return None if value is None else [float(v) for v in np.ravel(value)] or None
+
+
+# keep_aspect_ratio_policy -> how the one scale is chosen among the resized axes' ratios.
+POLICIES = {"stretch": None, "not_larger": min, "not_smaller": max}
+
+
+def _keep_aspect_ratio(
+    node: OnnxNode, shape: list[int], sizes: list[int], axes: list[int] | None, pick: object
+) -> tuple[list[int], list[float]]:
+    """ONNX's keep_aspect_ratio_policy: one scale (the smallest or largest of the resized
+    axes' size ratios) for every resized axis, each output size rounded from it."""
+    rank = len(shape)
+    resized = [a + rank if a < 0 else a for a in axes] if axes is not None else range(rank)
+    if any(shape[a] <= 0 for a in resized):
+        raise node.fail(f"keep_aspect_ratio_policy needs a static input shape, got {shape}")
+    scale = pick(sizes[a] / shape[a] for a in resized)  # type: ignore[operator]
+    out_sizes, scales = list(shape), [1.0] * rank
+    for a in resized:
+        out_sizes[a] = int(np.floor(scale * shape[a] + 0.5))  # round half up, as ONNX
+        scales[a] = float(scale)
+    return out_sizes, scales
 
 
 def upsample(ctx: ImportContext, node: OnnxNode) -> list[int]:
@@ -65,9 +88,14 @@ def resize(ctx: ImportContext, node: OnnxNode) -> list[int]:
     }
     for name in ("antialias", "exclude_outside"):
         if int(node.attr(name, 0)):
-            raise node.fail(f"{name}=1 is not supported")
-    if node.attr("keep_aspect_ratio_policy", "stretch") != "stretch":
-        raise node.fail("only keep_aspect_ratio_policy='stretch' is supported")
+            attrs[name] = 1
+    if mode == "cubic":
+        attrs["cubic_coeff_a"] = float(node.attr("cubic_coeff_a", -0.75))
+    policy = node.attr("keep_aspect_ratio_policy", "stretch")
+    if policy not in POLICIES:
+        raise node.fail(
+            f"keep_aspect_ratio_policy must be one of {sorted(POLICIES)}, got {policy!r}"
+        )
     scales = _static_floats(ctx, node, 2, "scales")
     sizes_index = node.input(3)
     sizes = None
@@ -90,7 +118,11 @@ def resize(ctx: ImportContext, node: OnnxNode) -> list[int]:
                 full_sizes[a] = sizes[k]
         scales = full_scales if scales is not None else None
         sizes = full_sizes if sizes is not None else None
-    if sizes is not None:
+    if sizes is not None and policy != "stretch":
+        attrs["sizes"], attrs["scales"] = _keep_aspect_ratio(
+            node, list(ctx.spec(x).shape), sizes, axes, POLICIES[policy]
+        )
+    elif sizes is not None:
         attrs["sizes"] = sizes
     elif scales is not None:
         attrs["scales"] = scales

@@ -241,7 +241,9 @@ def test_resize_in_a_model_with_dynamic_batch():
         (dict(scales=[2.0, 2.0]), "must hold 4 values"),
         (dict(scales=[1.0, 2.0, 2.0, 2.0]), "only the last two axes"),
         (dict(sizes=[1, 1, 0, 4]), "sizes must be positive"),
-        (dict(scales=[1.0, 1.0, 2.0, 2.0], mode="cubic"), "mode must be one of"),
+        (dict(scales=[1.0, 1.0, 2.0, 2.0], mode="area"), "mode must be one of"),
+        (dict(sizes=[1, 2, 8, 8], scales=[2.0, 2.0]), "scales next to sizes must be 4"),
+        (dict(sizes=[1, 2, 8, 8], scales=[1.0, 1.0, 0.0, 2.0]), "positive values"),
         (
             dict(scales=[1.0, 1.0, 2.0, 2.0], coordinate_transformation_mode="tf_crop_and_resize"),
             "coordinate_transformation_mode must be one of",

@@ -10,8 +10,9 @@ from sporenet.lite import InputError, Interpreter, ModelBuilder, OpCode, parse, 
 from sporenet.lite.training import OptimizerConfig, Trainer, make_training_model
 
 
-def mlp(*, fused: bool = True, seed: int = 0):
-    """x -> FC(8) + HardSwish -> FC(3); the activation fused into the FC or a separate op."""
+def mlp(*, fused: bool = True, seed: int = 0, dropout: bool = False):
+    """x -> FC(8) + HardSwish [-> Dropout] -> FC(3); the activation fused into the FC or a
+    separate op."""
     rng = np.random.default_rng(seed)
     b = ModelBuilder()
     x = b.input("x", (-1, 4))
@@ -21,6 +22,8 @@ def mlp(*, fused: bool = True, seed: int = 0):
         h = b.op(OpCode.FULLY_CONNECTED, [x, w1, b1], activation="hard_swish")
     else:
         h = b.op(OpCode.HARD_SWISH, [b.op(OpCode.FULLY_CONNECTED, [x, w1, b1])])
+    if dropout:
+        h = b.op(OpCode.DROPOUT, [h], ratio=0.3, seed=7)
     w2 = b.constant("fc2.weight", rng.normal(size=(3, 8)) * 0.5, np.float32)
     b2 = b.constant("fc2.bias", np.zeros(3), np.float32)
     b.output(b.op(OpCode.FULLY_CONNECTED, [h, w2, b2]), "logits")
@@ -102,6 +105,38 @@ def test_checkpoint_resumes_bit_exactly(tmp_path):
     assert again.steps == 12
     for i, value in straight.variables.items():
         assert again.variables[i].tobytes() == value.tobytes()
+
+
+def test_checkpoint_with_dropout_resumes_bit_exactly(tmp_path):
+    """Dropout's random state travels with the checkpoint: N steps, save, M more steps
+    equals restoring the checkpoint in a fresh Trainer and running the same M steps."""
+    x, y = data()
+    first = Trainer(parse(train_file(dropout=True)))
+    _run(first, x, y, 5, 0)
+    first.save_checkpoint(tmp_path / "ckpt.spore")
+    _run(first, x, y, 5, 5)
+
+    resumed = Trainer(parse(train_file(dropout=True)))
+    resumed.load_checkpoint(tmp_path / "ckpt.spore")
+    _run(resumed, x, y, 5, 5)
+    for i, value in first.variables.items():
+        assert resumed.variables[i].tobytes() == value.tobytes(), first.model.tensors[i].name
+    # The masks' step counter is part of the saved state.
+    assert any(t.name.endswith("/rng_step") for t in parse(train_file(dropout=True)).tensors)
+
+
+def test_dropout_masks_continue_across_batch_sizes():
+    """A new batch size re-plans the train graph; its Dropout continues the random stream
+    instead of restarting it from the seed (lr 0 keeps the weights, so only masks differ)."""
+    x, y = data()
+    trainer = Trainer(parse(train_file(dropout=True)))
+    trainer.step({"x": x[:16], "labels": y[:16]}, 0.0)
+    second = trainer.step({"x": x[:8], "labels": y[:8]}, 0.0)
+    fresh = Trainer(parse(train_file(dropout=True)))
+    assert second != fresh.step({"x": x[:8], "labels": y[:8]}, 0.0)
+    names = {trainer.model.tensors[i].name: v for i, v in trainer.variables.items()}
+    (counter,) = [v for name, v in names.items() if name.endswith("/rng_step")]
+    assert int(counter) == 2
 
 
 def test_checkpoint_of_another_model_is_refused(tmp_path):
