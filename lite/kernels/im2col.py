@@ -94,6 +94,9 @@ def bind_im2col(
         xp, interior = x, None
     src = im2col_view(xp, win)
     k = cg * kh * kw
+    rows = _band_rows(k + (bias is not None), oh, ow, x.itemsize)
+    if n == 1 and g == 1 and rows < oh and (win.strides == (1, 1) or kh * kw == 1):
+        return _bind_banded(src, w, out, bias, rows, interior, x, refill)
     if bias is not None:
         full = temporary((n, k + 1, oh * ow), x.dtype)
         ones = full[:, k]  # rewritten every call: the buffer is shared with other steps
@@ -130,6 +133,62 @@ def bind_im2col(
         for dst, part in copies:
             copyto(dst, part)
         matmul(wmat, cmat, out=omat)
+
+    return compute
+
+
+# The column matrix of one image is built and multiplied in bands of output rows when it
+# would exceed this many bytes: a whole matrix is kh*kw times the input (a 3x3 layer over a
+# large plane needs tens of MB), a band stays in cache and keeps the GEMM wide enough.
+_BAND_BYTES = 4 << 20
+
+
+def _band_rows(k: int, oh: int, ow: int, itemsize: int) -> int:
+    """Output rows per band so that a band's (k, rows * OW) columns fit _BAND_BYTES."""
+    return max(1, min(oh, _BAND_BYTES // max(k * ow * itemsize, 1)))
+
+
+def _bind_banded(
+    src: np.ndarray,
+    w: np.ndarray,
+    out: np.ndarray,
+    bias: np.ndarray | None,
+    rows: int,
+    interior: np.ndarray | None,
+    x: np.ndarray,
+    refill: Compute | None,
+) -> Compute:
+    """One image, one group, an unstrided window: columns and GEMM band by band of output
+    rows, in one band-sized temporary; each band's result lands in its rows of `out`."""
+    o = w.shape[0]
+    c, kh, kw, oh, ow = src.shape[1:]
+    k = c * kh * kw
+    extra = 0 if bias is None else 1  # a ones row carries the bias through the GEMM
+    wmat = w.reshape(o, k)
+    if bias is not None:
+        wmat = np.concatenate([wmat, bias.reshape(o, 1)], axis=1)
+    buf = temporary(((k + extra) * rows * ow,), x.dtype)
+    omat = out.reshape(o, oh * ow)
+    bands = []
+    for r0 in range(0, oh, rows):
+        r1 = min(oh, r0 + rows)
+        size = (r1 - r0) * ow
+        cmat = buf[: (k + extra) * size].reshape(k + extra, size)
+        cols = cmat[:k].reshape(c, kh, kw, r1 - r0, ow)
+        ones = cmat[k] if extra else None
+        bands.append((cols, src[0, :, :, :, r0:r1], ones, cmat, omat[:, r0 * ow : r1 * ow]))
+    copyto, matmul = np.copyto, np.matmul
+
+    def compute() -> None:
+        if refill is not None:
+            refill()
+        if interior is not None:
+            copyto(interior, x)
+        for cols, part, ones, cmat, dest in bands:
+            copyto(cols, part)
+            if ones is not None:
+                ones.fill(1)
+            matmul(wmat, cmat, out=dest)
 
     return compute
 

@@ -232,3 +232,23 @@ def test_weight_only_dequantize_in_float32_is_exact(dtype):
     want = (q.astype(np.int64) - zp[:, None, None]) * scale.astype(np.float64)[:, None, None]
     assert got.dtype == np.float32
     np.testing.assert_array_equal(got, want.astype(np.float32))
+
+
+@pytest.mark.parametrize("with_bias", [True, False])
+def test_im2col_in_bands_matches_the_whole_matrix(monkeypatch, with_bias):
+    from sporenet.lite.kernels import im2col
+
+    # Bands of a few output rows (the last one shorter), as a large plane would get.
+    monkeypatch.setattr(im2col, "_BAND_BYTES", 5 * 9 * 3 * 13 * 4)
+    w = RNG.normal(size=(6, 5, 3, 3)).astype(np.float32)
+    bias = RNG.normal(size=6).astype(np.float32)
+    b = ModelBuilder()
+    x = b.input("x", (1, 5, 11, 13))
+    inputs = [x, b.constant("w", w)] + ([b.constant("b", bias)] if with_bias else [])
+    b.output(b.op(OpCode.CONV2D, inputs, pads=[1, 1, 1, 1]), name="y")
+    interp = Interpreter(model=b.build())
+    assert interp._plan.kernels[0].strategy == "im2col"
+    for seed in range(2):
+        v = np.random.default_rng(seed).normal(size=(1, 5, 11, 13)).astype(np.float32)
+        want = _conv_reference(v, w, bias if with_bias else None)
+        np.testing.assert_allclose(interp.run({"x": v})["y"], want, rtol=1e-4, atol=1e-5)
