@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from sporenet.lite import pages
 from sporenet.lite.eager import evaluate, prepare_kernel
 from sporenet.lite.errors import ShapeError, UnsupportedOpError
 from sporenet.lite.graph import DYNAMIC, Model, Node
@@ -105,6 +106,7 @@ def _weight_only(
         if i not in cache:
             value = dequantize_array(spec.value, spec.quant if is_quantized(spec) else None)
             value.flags.writeable = False
+            pages.release(spec.value)  # the plan reads `value`: keep only it in memory
             cache[i] = TensorSpec(spec.shape, value.dtype, value)
         in_specs[k] = cache[i]
         swapped[k] = cache[i].value  # type: ignore[assignment]
