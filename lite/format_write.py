@@ -314,11 +314,16 @@ def serialize(model: Model, *, sparsify: bool = False) -> bytes:
     head = _Writer(model, ranges, tensor_buffer, mask_buffer).build()
     if len(head) != head_size:  # ForceDefaults makes both passes the same size
         raise RuntimeError("model header changed size between passes")
-    out = bytearray(offset if blobs else len(head))
-    out[: len(head)] = head
+    # One join writes every piece straight into the result: no whole-file bytearray and
+    # no per-tensor bytes copies beside it.
+    pieces: list[bytes | memoryview] = [head]
+    end = len(head)
     for (start, size), blob in zip(ranges[1:], blobs, strict=True):
-        out[start : start + size] = blob.tobytes()
-    return bytes(out)
+        pieces += [bytes(start - end), memoryview(blob.reshape(-1).view(np.uint8))]
+        end = start + size
+    if blobs:
+        pieces.append(bytes(offset - end))
+    return b"".join(pieces)
 
 
 def save(model: Model, path: str | os.PathLike, *, sparsify: bool = False) -> Path:

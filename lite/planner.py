@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from sporenet.lite import pages
 from sporenet.lite.eager import evaluate, prepare_kernel
 from sporenet.lite.errors import ShapeError, UnsupportedOpError
 from sporenet.lite.graph import DYNAMIC, Model, Node
@@ -22,6 +23,7 @@ from sporenet.lite.kernels import KERNELS, QUANTIZED_KERNELS, kernel_class, supp
 from sporenet.lite.kernels.base import Kernel, TensorSpec
 from sporenet.lite.kernels.quantized.base import is_quantized
 from sporenet.lite.kernels.quantized.convert import dequantize_array
+from sporenet.lite.kernels.workspace import Workspace, active
 from sporenet.lite.ops import OpCode
 
 Compute = Callable[[], None]
@@ -104,6 +106,7 @@ def _weight_only(
         if i not in cache:
             value = dequantize_array(spec.value, spec.quant if is_quantized(spec) else None)
             value.flags.writeable = False
+            pages.release(spec.value)  # the plan reads `value`: keep only it in memory
             cache[i] = TensorSpec(spec.shape, value.dtype, value)
         in_specs[k] = cache[i]
         swapped[k] = cache[i].value  # type: ignore[assignment]
@@ -181,22 +184,71 @@ def infer(
 
 
 class _Arena:
-    """Best-fit pool of byte buffers handed out and returned by tensor lifetime."""
+    """Best-fit allocator of byte spans handed out and returned by lifetime (tensors and
+    the steps' temporaries alike), in one region reserved up front.
 
-    def __init__(self) -> None:
-        self.free: list[np.ndarray] = []
-        self.total = 0
+    A request takes the smallest free span that holds it and leaves the rest of that span
+    free; a returned span merges with its free neighbours; a request that no free span
+    holds extends the region's used top (absorbing a free span that ends there). The
+    region is reserved, not touched: pages past the highest span ever handed out are never
+    written, so they cost address space, not memory. The sizes of the temporaries are known
+    only as the kernels are bound, which is why the region cannot be sized exactly before;
+    a request past the reservation gets a chunk of its own.
+    """
+
+    ALIGN = 64  # bytes: every span starts on a cache line (and any dtype's alignment)
+
+    def __init__(self, reserve: int) -> None:
+        self.chunks: list[np.ndarray] = [np.empty(max(reserve, self.ALIGN), np.uint8)]
+        self.free: list[tuple[int, int, int]] = []  # (chunk, start, size), unordered
+        self.taken: dict[int, tuple[np.ndarray, int, int, int]] = {}  # id -> (span, ...)
+        self.top = 0  # end of the highest span handed out in chunk 0
+        self.extra = 0  # bytes of the chunks past the reservation
+
+    @property
+    def total(self) -> int:
+        """Bytes the arena has handed out at its widest (its memory once touched)."""
+        return self.top + self.extra
 
     def take(self, nbytes: int) -> np.ndarray:
-        # Pick by position: list.remove() would compare arrays elementwise with ==.
-        fits = [k for k, b in enumerate(self.free) if b.nbytes >= nbytes]
+        size = -(-max(nbytes, 1) // self.ALIGN) * self.ALIGN
+        fits = [k for k, span in enumerate(self.free) if span[2] >= size]
         if fits:
-            return self.free.pop(min(fits, key=lambda k: self.free[k].nbytes))
-        self.total += nbytes
-        return np.empty(max(nbytes, 1), np.uint8)
+            chunk, start, have = self.free.pop(min(fits, key=lambda k: self.free[k][2]))
+            if have > size:
+                self.free.append((chunk, start + size, have - size))
+        else:
+            chunk, start = 0, self.top
+            tail = [k for k, (c, s, n) in enumerate(self.free) if c == 0 and s + n == self.top]
+            if tail:
+                start = self.free[tail[0]][1]
+            if start + size <= self.chunks[0].nbytes:
+                if tail:
+                    del self.free[tail[0]]
+                self.top = start + size
+            else:
+                chunk, start = len(self.chunks), 0
+                self.chunks.append(np.empty(size, np.uint8))
+                self.extra += size
+        span = self.chunks[chunk][start : start + size]
+        self.taken[id(span)] = (span, chunk, start, size)
+        return span
 
     def give(self, block: np.ndarray) -> None:
-        self.free.append(block)
+        _, chunk, start, size = self.taken.pop(id(block))
+        for k in range(len(self.free) - 1, -1, -1):
+            c, s, n = self.free[k]
+            if c == chunk and (s + n == start or start + size == s):
+                del self.free[k]
+                start, size = min(s, start), size + n
+        self.free.append((chunk, start, size))
+
+
+def _reserve(specs: dict[int, TensorSpec]) -> int:
+    """Bytes to reserve for a plan's arena: every intermediate tensor at once, plus room
+    for temporaries several times the largest (an im2col matrix is kh*kw times its input)."""
+    sizes = [s.size * s.dtype.itemsize for s in specs.values() if s.value is None]
+    return 2 * sum(sizes) + 16 * max(sizes, default=0) + (1 << 20)
 
 
 def _typed(block: np.ndarray, spec: TensorSpec) -> np.ndarray:
@@ -287,7 +339,8 @@ def plan_graph(
     for i in graph.inputs:
         arrays[i] = np.empty(specs[i].shape, specs[i].dtype)
     scratch_bytes = _share_scratch(kernels)
-    arena = _Arena()
+    arena = _Arena(_reserve(specs))
+    workspace = Workspace(arena.take)  # the steps' temporaries, from the same arena
     blocks: dict[int, np.ndarray] = {}
     steps: list[Compute] = []
     live_kernels: list[Kernel] = []
@@ -318,10 +371,13 @@ def plan_graph(
                 if i != -1:
                     arrays[i] = arr
                 outs.append(arr)
-            step = kernel.bind(ins, outs)
+            with active(workspace):
+                step = kernel.bind(ins, outs)
             if step is not None:
                 steps.append(step)
         live_kernels.append(kernel)
+        for block in workspace.release():
+            arena.give(block)
         for r in dying.get(j, ()):
             if r in blocks:
                 arena.give(blocks.pop(r))

@@ -93,8 +93,24 @@ def _load_external(model: onnx.ModelProto, base_dir: Path | None, where: str) ->
         raise InvalidOnnxError(f"{where}: cannot read external data: {exc}") from None
 
 
+def _checked_on_disk(path: Path) -> bool:
+    """Whether the ONNX checker accepts the file at `path`, read by the checker itself.
+
+    Run before the model is read here: given a ModelProto, the checker serializes it into
+    one more copy and parses that, which would hold three copies of the weights at once.
+    Any failure returns False, and the model is then read and checked in memory, where the
+    error is reported with the loader's own messages (external data, truncation).
+    """
+    try:
+        onnx.checker.check_model(os.fspath(path))
+    except Exception:  # any failure: re-checked in memory, which reports it clearly
+        return False
+    return True
+
+
 def load_onnx(source: OnnxSource) -> onnx.ModelProto:
     """The ModelProto behind `source` (a path, serialized bytes or a ModelProto), checked."""
+    checked = False
     if isinstance(source, onnx.ModelProto):
         model, where, base = source, "model", None
         if _external_tensors(model):
@@ -107,16 +123,21 @@ def load_onnx(source: OnnxSource) -> onnx.ModelProto:
         where = str(path)
         if not path.is_file():
             raise InvalidOnnxError(f"{where}: no such file")
+        checked = _checked_on_disk(path)
         try:
             data = path.read_bytes()
         except OSError as exc:
             raise InvalidOnnxError(f"{where}: cannot read: {exc.strerror}") from None
         model, base = _parse(data, where), path.parent
+        del data  # the parsed model holds its own copy: two at once would double the peak
     else:
         raise TypeError(
             f"model must be a path, bytes or onnx.ModelProto, got {type(source).__name__}"
         )
+    external = bool(_external_tensors(model))
     _load_external(model, base, where)
+    if checked and not external:
+        return model
     try:
         onnx.checker.check_model(model)
     except onnx.checker.ValidationError as exc:

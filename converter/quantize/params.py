@@ -60,6 +60,15 @@ def quantize(x: np.ndarray, q: Quantization, dtype: np.dtype) -> np.ndarray:
 def dequantize(q_values: np.ndarray, q: Quantization) -> np.ndarray:
     """scale * (q - zero_point) as float32 (per tensor or along q.axis)."""
     scale, zp = _broadcast(q, q_values.ndim)
+    scale32 = np.asarray(scale, np.float32)
+    if q_values.dtype.itemsize <= 2 and q_values.ndim and np.array_equal(scale32, scale):
+        # In float32, without float64 temporaries of the weights' size: q - zp is a small
+        # integer (exact), and with a float32 scale the float32 product rounds as the
+        # float64 one rounded to float32 does.
+        out = q_values.astype(np.float32)
+        np.subtract(out, np.asarray(zp, np.float32), out=out)
+        np.multiply(out, scale32, out=out)
+        return out
     return np.asarray(scale * (q_values.astype(np.float64) - zp), np.float32)
 
 

@@ -36,6 +36,7 @@ from sporenet.lite.kernels.depthwise import bind_depthwise
 from sporenet.lite.kernels.im2col import bind_im2col, bind_im2col_hwc
 from sporenet.lite.kernels.spatial import window
 from sporenet.lite.kernels.winograd import F2X2, F4X4, bind_winograd
+from sporenet.lite.kernels.workspace import temporary
 from sporenet.lite.ops import OpCode
 
 
@@ -147,14 +148,15 @@ class Conv2D(Kernel):
     ) -> Compute:
         n, c, h, wd = x.shape
         o = w.shape[0]
-        full = np.ones((n, c + 1, h * wd), x.dtype)  # row c stays all ones
-        rows = full[:, :c]
+        full = temporary((n, c + 1, h * wd), x.dtype)
+        rows, ones = full[:, :c], full[:, c]  # ones rewritten every call (shared buffer)
         x3 = x.reshape(n, c, h * wd)
         wmat = np.concatenate([w.reshape(o, c), bias.reshape(o, 1)], axis=1)
         cmat, omat = (full[0], out.reshape(o, -1)) if n == 1 else (full, out.reshape(n, o, -1))
         copyto, matmul = np.copyto, np.matmul
 
         def compute() -> None:
+            ones.fill(1)
             copyto(rows, x3)
             matmul(wmat, cmat, out=omat)
 

@@ -9,6 +9,7 @@ import numpy as np
 from sporenet.lite.kernels.activation import fused_activation
 from sporenet.lite.kernels.base import Attrs, Compute, Kernel, TensorSpec
 from sporenet.lite.kernels.conv_common import check_filter, conv_operands, with_epilogue
+from sporenet.lite.kernels.workspace import temporary
 from sporenet.lite.ops import OpCode
 
 
@@ -85,9 +86,9 @@ class ConvTranspose2D(Kernel):
         if self.inputs[1].value is not None:  # type: ignore[union-attr]
             wt = np.ascontiguousarray(wt)
         xg = x.reshape(n, g, cg, h * wd)
-        cols = np.empty((n, g, og * kh * kw, h * wd), x.dtype)
+        cols = temporary((n, g, og * kh * kw, h * wd), x.dtype)
         taps = cols.reshape(n, g * og, kh, kw, h, wd)
-        canvas = np.empty((n, g * og, *self.canvas), x.dtype)
+        canvas = temporary((n, g * og, *self.canvas), x.dtype)
         adds = [
             (
                 canvas[

@@ -23,6 +23,7 @@ import numpy as np
 
 from sporenet.lite.kernels.base import Compute
 from sporenet.lite.kernels.spatial import Window
+from sporenet.lite.kernels.workspace import padded_temporary, temporary
 
 # Planar layout choice: phase grids of at most this many positions use the interleaved
 # layout. Constant weights are expanded to one value per element (up to _EXPAND_LIMIT
@@ -146,7 +147,14 @@ def _bind_channels_last(
     n, c = x.shape[:2]
     (kh, kw), (oh, ow) = win.kernel, win.out
     q = ow * c  # one output row, channels-last: the einsum's contiguous inner loop
-    buf = np.zeros(channels_last_shape(win, x.shape), x.dtype)
+    if win.strides[1] == 1:
+        h, wd = x.shape[2:]
+        top, left = win.pads[0], win.pads[1]
+        buf, refill = padded_temporary(
+            channels_last_shape(win, x.shape), x.dtype, (1, 2), (top, top + h), (left, left + wd)
+        )
+    else:  # column-tap planes: their zeros are not a frame, so they stay the kernel's
+        buf, refill = np.zeros(channels_last_shape(win, x.shape), x.dtype), None
     copies = channels_last_copies(win, buf, x)
     views = channels_last_views(win, buf)
     # Weights tiled along the output row: wt[i, j, ow*C + c] = w[c, 0, i, j].
@@ -154,7 +162,7 @@ def _bind_channels_last(
     taps_w = w[:, 0].transpose(1, 2, 0)[:, :, None, :]
     np.copyto(wt4, taps_w)
     wt = wt4.reshape(kh, kw, q)
-    acc = np.empty((n, oh, q), x.dtype)
+    acc = temporary((n, oh, q), x.dtype)
     acc_nhwc = acc.reshape(n, oh, ow, c)
     result = acc_nhwc.transpose(0, 3, 1, 2)
     add, copyto, einsum = np.add, np.copyto, _einsum
@@ -168,6 +176,8 @@ def _bind_channels_last(
         b_acc, acc_b = bias, acc_nhwc
 
     def compute() -> None:
+        if refill is not None:
+            refill()
         for dst, src in copies:
             copyto(dst, src)
         einsum("ijnpq,ijq->npq", views, wt, out=acc)
@@ -248,7 +258,7 @@ def _bind_planar(
         else:
             shape, weights = (n, oh, ow, c), taps_w
         views = [phases[ph][:, di : di + oh, dj : dj + ow, :].reshape(shape) for ph, di, dj in taps]
-        acc = np.empty(shape, x.dtype)
+        acc = temporary(shape, x.dtype)
         result = acc.reshape(n, oh, ow, c).transpose(0, 3, 1, 2)
     else:
         plane = hq * wq
@@ -260,7 +270,7 @@ def _bind_planar(
         views = [
             phases[ph][di * wq + dj : di * wq + dj + size].reshape(shape) for ph, di, dj in taps
         ]
-        acc = np.empty(shape, x.dtype)
+        acc = temporary(shape, x.dtype)
         result = acc.reshape(n, c, hq, wq)[:, :, :oh, :ow]
     copyto, multiply, add = np.copyto, np.multiply, np.add
     if bias is None:
@@ -276,7 +286,7 @@ def _bind_planar(
         def finish() -> None:
             add(result, b, out=out)
 
-    tmp = np.empty_like(acc)
+    tmp = temporary(acc.shape, acc.dtype)
     (v0, w0), rest = (views[0], weights[0]), list(zip(views[1:], weights[1:], strict=True))
 
     def compute() -> None:

@@ -14,7 +14,8 @@ from collections.abc import Sequence
 import numpy as np
 
 from sporenet.lite.kernels.base import Compute
-from sporenet.lite.kernels.spatial import Window, padded_buffer
+from sporenet.lite.kernels.spatial import Window
+from sporenet.lite.kernels.workspace import padded_temporary, temporary
 
 
 def im2col_view(xp: np.ndarray, win: Window) -> np.ndarray:
@@ -51,7 +52,7 @@ def phase_im2col_copies(
     for a in range(min(sh, kh)):
         for b in range(min(sw, kw)):
             part = xp[:, :, a::sh, b::sw]
-            phase = np.empty(part.shape, xp.dtype)
+            phase = temporary(part.shape, xp.dtype)
             copies.append((phase, part))
             ku, kv = -(-(kh - a) // sh), -(-(kw - b) // sw)
             pn, pc, py, px = phase.strides
@@ -80,14 +81,25 @@ def bind_im2col(
     o, cg, kh, kw = w.shape
     oh, ow = win.out
     copyto, matmul = np.copyto, np.matmul
+    refill = None
     if win.padded:
-        xp, interior = padded_buffer(x, win, 0.0)
+        h, wd = x.shape[2:]
+        top, left, bottom, right = win.pads
+        hp, wp = max(h + top + bottom, win.extent[0]), max(wd + left + right, win.extent[1])
+        xp, refill = padded_temporary(
+            (*x.shape[:2], hp, wp), x.dtype, (2, 3), (top, top + h), (left, left + wd)
+        )
+        interior = xp[:, :, top : top + h, left : left + wd]
     else:
         xp, interior = x, None
     src = im2col_view(xp, win)
     k = cg * kh * kw
+    rows = _band_rows(k + (bias is not None), oh, ow, x.itemsize)
+    if n == 1 and g == 1 and rows < oh and (win.strides == (1, 1) or kh * kw == 1):
+        return _bind_banded(src, w, out, bias, rows, interior, x, refill)
     if bias is not None:
-        full = np.ones((n, k + 1, oh * ow), x.dtype)  # row k stays all ones
+        full = temporary((n, k + 1, oh * ow), x.dtype)
+        ones = full[:, k]  # rewritten every call: the buffer is shared with other steps
         cols = _strided(
             full, src.shape, (full.strides[0], *_contiguous_strides(src.shape[1:], x.itemsize))
         )
@@ -96,10 +108,12 @@ def bind_im2col(
         omat = out.reshape(o, -1) if n == 1 else out.reshape(n, o, oh * ow)
     elif g == 1 and n == 1:
         # The common case as one plain 2-D GEMM: (O, K) @ (K, OH*OW).
-        cols = np.empty(src.shape, x.dtype)
+        ones = None
+        cols = temporary(src.shape, x.dtype)
         wmat, cmat, omat = w.reshape(o, k), cols.reshape(k, oh * ow), out.reshape(o, -1)
     else:
-        cols = np.empty(src.shape, x.dtype)
+        ones = None
+        cols = temporary(src.shape, x.dtype)
         wmat = w.reshape(g, o // g, k)
         cmat = cols.reshape(n, g, k, oh * ow)
         omat = out.reshape(n, g, o // g, oh * ow)
@@ -112,9 +126,69 @@ def bind_im2col(
         copies.append((cols, src))
 
     def compute() -> None:
+        if refill is not None:
+            refill()
+        if ones is not None:
+            ones.fill(1)
         for dst, part in copies:
             copyto(dst, part)
         matmul(wmat, cmat, out=omat)
+
+    return compute
+
+
+# The column matrix of one image is built and multiplied in bands of output rows when it
+# would exceed this many bytes: a whole matrix is kh*kw times the input (a 3x3 layer over a
+# large plane needs tens of MB), a band stays in cache and keeps the GEMM wide enough.
+_BAND_BYTES = 4 << 20
+
+
+def _band_rows(k: int, oh: int, ow: int, itemsize: int) -> int:
+    """Output rows per band so that a band's (k, rows * OW) columns fit _BAND_BYTES."""
+    return max(1, min(oh, _BAND_BYTES // max(k * ow * itemsize, 1)))
+
+
+def _bind_banded(
+    src: np.ndarray,
+    w: np.ndarray,
+    out: np.ndarray,
+    bias: np.ndarray | None,
+    rows: int,
+    interior: np.ndarray | None,
+    x: np.ndarray,
+    refill: Compute | None,
+) -> Compute:
+    """One image, one group, an unstrided window: columns and GEMM band by band of output
+    rows, in one band-sized temporary; each band's result lands in its rows of `out`."""
+    o = w.shape[0]
+    c, kh, kw, oh, ow = src.shape[1:]
+    k = c * kh * kw
+    extra = 0 if bias is None else 1  # a ones row carries the bias through the GEMM
+    wmat = w.reshape(o, k)
+    if bias is not None:
+        wmat = np.concatenate([wmat, bias.reshape(o, 1)], axis=1)
+    buf = temporary(((k + extra) * rows * ow,), x.dtype)
+    omat = out.reshape(o, oh * ow)
+    bands = []
+    for r0 in range(0, oh, rows):
+        r1 = min(oh, r0 + rows)
+        size = (r1 - r0) * ow
+        cmat = buf[: (k + extra) * size].reshape(k + extra, size)
+        cols = cmat[:k].reshape(c, kh, kw, r1 - r0, ow)
+        ones = cmat[k] if extra else None
+        bands.append((cols, src[0, :, :, :, r0:r1], ones, cmat, omat[:, r0 * ow : r1 * ow]))
+    copyto, matmul = np.copyto, np.matmul
+
+    def compute() -> None:
+        if refill is not None:
+            refill()
+        if interior is not None:
+            copyto(interior, x)
+        for cols, part, ones, cmat, dest in bands:
+            copyto(cols, part)
+            if ones is not None:
+                ones.fill(1)
+            matmul(wmat, cmat, out=dest)
 
     return compute
 
@@ -138,7 +212,9 @@ def bind_im2col_hwc(
         max(h + top + win.pads[2], win.extent[0]),
         max(wd + left + win.pads[3], win.extent[1]),
     )
-    xp = np.zeros((n, hp, wp, c), x.dtype)
+    xp, refill = padded_temporary(
+        (n, hp, wp, c), x.dtype, (1, 2), (top, top + h), (left, left + wd)
+    )
     interior = xp[:, top : top + h, left : left + wd, :]
     xt = x.transpose(0, 2, 3, 1)
     sn, sy, sx, sc = xp.strides
@@ -151,7 +227,8 @@ def bind_im2col_hwc(
     k = kh * kw * c
     wmat = w.transpose(0, 2, 3, 1).reshape(o, k)
     extra = 0 if bias is None else 1  # a ones column carries the bias through the GEMM
-    full = np.ones((n, oh * ow, k + extra), x.dtype)
+    full = temporary((n, oh * ow, k + extra), x.dtype)
+    ones = full[:, :, k] if extra else None  # rewritten every call, as in bind_im2col
     cols = _strided(
         full,
         src.shape,
@@ -172,6 +249,9 @@ def bind_im2col_hwc(
     copyto, matmul = np.copyto, np.matmul
 
     def compute() -> None:
+        refill()
+        if ones is not None:
+            ones.fill(1)
         copyto(interior, xt)
         copyto(cols, src)
         matmul(wmat, cmat, out=omat)

@@ -33,15 +33,15 @@ class FullyConnected(Kernel):
             raise self.fail(f"input dtype {x.dtype} differs from weight dtype {w.dtype}")
         self.output_specs = [TensorSpec((*x.shape[:-1], w.shape[0]), x.dtype)]
         self.activation = fused_activation(self.op.name, attrs.values)
-        # Pre-pack constant weights once as a contiguous (in, out) matrix for GEMM.
-        self.packed = np.ascontiguousarray(w.value.T) if w.value is not None else None
 
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
         x, w, bias = inputs[0], inputs[1], inputs[2] if len(inputs) > 2 else None
         out = outputs[0]
         x2 = x.reshape(-1, x.shape[-1])
         out2 = out.reshape(-1, out.shape[-1])
-        wt = self.packed if self.packed is not None else w.T
+        # BLAS reads the (out, in) weights transposed as they lie in the file: a packed
+        # (in, out) copy would double their memory and gain nothing.
+        wt = w.T
         act = self.activation
         matmul, add = np.matmul, np.add
         if bias is None and act is None:

@@ -12,6 +12,7 @@ import numpy as np
 
 from sporenet.lite.kernels.base import Compute
 from sporenet.lite.kernels.spatial import Window
+from sporenet.lite.kernels.workspace import padded_temporary, temporary
 
 
 @dataclass(frozen=True)
@@ -92,7 +93,9 @@ def bind_winograd(
     th, tw = -(-oh // t), -(-ow // t)  # a last row (column) of tiles may overhang
     tiles = n * th * tw
     top, left = win.pads[0], win.pads[1]
-    xp = np.zeros((n, t * th + 2, t * tw + 2, c), x.dtype)
+    xp, refill = padded_temporary(
+        (n, t * th + 2, t * tw + 2, c), x.dtype, (1, 2), (top, top + h), (left, left + wd)
+    )
     interior, xt = xp[:, top : top + h, left : left + wd], x.transpose(0, 2, 3, 1)
     sn, sy, sx, sc = xp.strides
     tiles_in = np.lib.stride_tricks.as_strided(
@@ -104,12 +107,12 @@ def bind_winograd(
     u = np.einsum("ki,lj,ocij->klco", f.g, f.g, w.astype(np.float64))
     u = np.ascontiguousarray(u.reshape(a * a, c, o), dtype=x.dtype)
     bt, at = f.bt.astype(x.dtype), f.at.astype(x.dtype)
-    d = np.empty((a, a, n, th, tw, c), x.dtype)
-    e = np.empty((a, a * tiles * c), x.dtype)
-    v = np.empty((a, a, tiles * c), x.dtype)
-    m = np.empty((a * a, tiles, o), x.dtype)
-    p = np.empty((t, a * tiles * o), x.dtype)
-    y = np.empty((t, t, n, th, tw, o), x.dtype)
+    d = temporary((a, a, n, th, tw, c), x.dtype)
+    e = temporary((a, a * tiles * c), x.dtype)
+    v = temporary((a, a, tiles * c), x.dtype)
+    m = temporary((a * a, tiles, o), x.dtype)
+    p = temporary((t, a * tiles * o), x.dtype)
+    y = temporary((t, t, n, th, tw, o), x.dtype)
     d2, e3, v3 = d.reshape(a, -1), e.reshape(a, a, -1), v.reshape(a * a, tiles, c)
     m2, p3, y3, m11 = m.reshape(a, -1), p.reshape(t, a, -1), y.reshape(t, t, -1), m[a + 1]
     copyto, add, matmul = np.copyto, np.add, np.matmul
@@ -120,7 +123,7 @@ def bind_winograd(
         def store() -> None:
             copyto(dest, y)
     else:
-        res = np.empty((n, th, t, tw, t, o), x.dtype)
+        res = temporary((n, th, t, tw, t, o), x.dtype)
         res_view = res.transpose(2, 4, 0, 1, 3, 5)
         back = res.reshape(n, t * th, t * tw, o)[:, :oh, :ow].transpose(0, 3, 1, 2)
 
@@ -129,6 +132,7 @@ def bind_winograd(
             copyto(out, back)
 
     def compute() -> None:
+        refill()
         copyto(interior, xt)
         copyto(d, tiles_in)
         matmul(bt, d2, out=e)

@@ -22,6 +22,7 @@ import numpy as np
 
 from sporenet.lite.kernels.base import Attrs, Compute, Kernel, TensorSpec
 from sporenet.lite.kernels.spatial import Window, check_nchw, window
+from sporenet.lite.kernels.workspace import temporary
 from sporenet.lite.ops import OpCode
 
 
@@ -189,14 +190,14 @@ class Conv2DBackpropInput(_ConvGrad):
         top, left = win.pads[:2]
         hp, wp = self.padded_shape[2:]
         # g as (G, P, O/G) and w as (G, O/G, K) with K ordered (kh, kw, C/G).
-        g_buf = np.empty((groups, n, oh, ow, cog), g.dtype)
+        g_buf = temporary((groups, n, oh, ow, cog), g.dtype)
         g_src = g.reshape(n, groups, cog, oh, ow).transpose(1, 0, 3, 4, 2)
-        w_buf = np.empty((groups, cog, kh, kw, cig), w.dtype)
+        w_buf = temporary((groups, cog, kh, kw, cig), w.dtype)
         w_src = w.reshape(groups, cog, cig, kh, kw).transpose(0, 1, 3, 4, 2)
-        cols = np.empty((groups, p, k), g.dtype)
+        cols = temporary((groups, p, k), g.dtype)
         a, b = g_buf.reshape(groups, p, cog), w_buf.reshape(groups, cog, k)
         cols7 = cols.reshape(groups, n, oh, ow, kh, kw, cig)
-        dxp = np.empty((n, hp, wp, groups, cig), g.dtype)
+        dxp = temporary((n, hp, wp, groups, cig), g.dtype)
         pairs = []
         for i in range(kh):
             for j in range(kw):
@@ -237,7 +238,7 @@ class Conv2DBackpropInput(_ConvGrad):
             strides=(sn, sh, sw, sh * dh, sw * dw, sc),
             writeable=False,
         )
-        cols = np.empty((n, h, wd, kh, kw, o), g.dtype)
+        cols = temporary((n, h, wd, kh, kw, o), g.dtype)
         flipped = np.empty((kh, kw, o, c), w.dtype)
         w_src = w[:, :, ::-1, ::-1].transpose(2, 3, 0, 1)
         result = np.empty((n * h * wd, c), g.dtype)

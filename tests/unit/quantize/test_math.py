@@ -117,3 +117,27 @@ def test_sqnr() -> None:
     x = np.ones(100)
     assert P.sqnr_db(x, x) == float("inf")
     assert abs(P.sqnr_db(x, x * 1.1) - 20.0) < 1e-9
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.uint8, np.int16])
+def test_dequantize_in_float32_equals_the_float64_formula(dtype) -> None:
+    # The float32 path (no float64 copy of the weights) must round exactly as the float64
+    # product rounded to float32, per tensor and per channel.
+    from sporenet.lite.graph import Quantization
+
+    rng = np.random.default_rng(3)
+    info = np.iinfo(dtype)
+    q_values = rng.integers(info.min, info.max + 1, size=(4, 3, 5)).astype(dtype)
+    for scale, zp, axis in (
+        (np.float32([0.0123]), np.array([int(info.min) // 2]), 0),
+        (rng.uniform(1e-3, 2, 3).astype(np.float32), rng.integers(info.min, info.max, 3), 1),
+    ):
+        q = Quantization(scale=scale, zero_point=zp, axis=axis)
+        shape = [1, 1, 1]
+        shape[axis] = scale.size
+        want = (q_values.astype(np.float64) - zp.reshape(shape)) * scale.astype(
+            np.float64
+        ).reshape(shape)
+        got = P.dequantize(q_values, q)
+        assert got.dtype == np.float32
+        np.testing.assert_array_equal(got, want.astype(np.float32))

@@ -1,0 +1,408 @@
+"""Footprint and latency of real ONNX models that ship inside PyPI packages, against
+onnxruntime, one thread.
+
+The models are the ones installed in this environment: RapidOCR's text detector,
+recognizer and angle classifier (`rapidocr-onnxruntime`), ddddocr's CNN+LSTM captcha
+recognizers and its YOLO-style detector (`ddddocr`), the Silero voice-activity detectors
+(`silero-vad`) and Magika's file-type classifier (`magika`); `pip install
+sporenet[bench-models]` installs them. A model whose package is missing is skipped.
+
+Every figure comes from a fresh child process, so no measurement sees another's memory:
+
+- convert: `convert_onnx` to a .spore file; seconds, and the peak RSS growth over the
+  process after its imports, against the .onnx file size (target <= 3x);
+- load: `Interpreter(model_path=...)` against `onnxruntime.InferenceSession(...)`
+  (target <= 2x), each in its own child;
+- RSS: peak RSS growth over the child after its imports, from load through the first call
+  (target <= 1.5x onnxruntime's);
+- first/warm: the first call against the median warm call of the same child (target
+  <= 1.5x);
+- latency: a child that alternates sporenet and onnxruntime calls (same machine load for
+  both) gives the median warm latency of each, their ratio and the largest output
+  difference relative to onnxruntime's largest magnitude.
+
+Children run with OMP/OPENBLAS threads = 1, onnxruntime with one intra- and inter-op thread,
+and without OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE (the CPU's own BLAS kernels); each prints
+the BLAS kernel that ran (threadpoolctl). Peak RSS is the kernel's high-water mark
+(VmHWM), reset after the imports through /proc/self/clear_refs.
+
+    python benchmarks/real_models.py [--quick] [--only NAME ...] [--repeats 30] [--json F]
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.machinery
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+TARGETS = {"convert": 3.0, "load": 2.0, "rss": 1.5, "first": 1.5}
+LATENCY_MEDIAN, LATENCY_MAX = 1.5, 2.0
+
+
+@dataclass(frozen=True)
+class Case:
+    """One real model: where it ships, the inputs it is fed, the sizes it is converted at."""
+
+    name: str
+    package: str
+    path: str  # inside the package's directory
+    feeds: dict[str, tuple[tuple[int, ...], str, str]]  # name -> (shape, dtype, fill)
+    quick: bool = False  # part of --quick
+    shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)  # conversion shapes
+
+
+def _img(*shape: int) -> tuple[tuple[int, ...], str, str]:
+    return (shape, "float32", "uniform")
+
+
+_AUDIO = {"input": ((1, 512), "float32", "audio"), "state": ((2, 1, 128), "float32", "zeros")}
+_SR = {"sr": ((), "int64", "16000")}
+
+CASES = (
+    Case("ppocr-det", "rapidocr_onnxruntime", "models/ch_PP-OCRv4_det_infer.onnx",
+         {"x": _img(1, 3, 480, 640)}),
+    Case("ppocr-rec", "rapidocr_onnxruntime", "models/ch_PP-OCRv4_rec_infer.onnx",
+         {"x": _img(1, 3, 48, 320)}, quick=True),
+    Case("ppocr-cls", "rapidocr_onnxruntime", "models/ch_ppocr_mobile_v2.0_cls_infer.onnx",
+         {"x": _img(1, 3, 48, 192)}, quick=True),
+    Case("ddddocr", "ddddocr", "common.onnx", {"input1": _img(1, 1, 64, 160)}, quick=True),
+    Case("ddddocr-old", "ddddocr", "common_old.onnx", {"input1": _img(1, 1, 64, 160)}),
+    Case("ddddocr-det", "ddddocr", "common_det.onnx", {"images": _img(1, 3, 416, 416)}),
+    Case("silero-vad", "silero_vad", "data/silero_vad.onnx", {**_AUDIO, **_SR}, quick=True),
+    Case("silero-op15", "silero_vad", "data/silero_vad_16k_op15.onnx", {**_AUDIO, **_SR}),
+    Case("silero-ifless", "silero_vad", "data/silero_vad_op18_ifless.onnx", {**_AUDIO, **_SR}),
+    Case("silero-half", "silero_vad", "data/silero_vad_half.onnx", dict(_AUDIO)),
+    Case("silero-openvino", "silero_vad", "data/silero_vad_openvino_16k.onnx",
+         {"input": ((1, 576), "float32", "audio"), "state": _AUDIO["state"]}),
+    Case("silero-sequence", "silero_vad", "data/silero_vad_16k_sequence.onnx",
+         {"input": ((8, 576), "float32", "audio"), "h": ((1, 1, 128), "float32", "zeros"),
+          "c": ((1, 1, 128), "float32", "zeros")}),
+    Case("magika", "magika", "models/standard_v3_3/model.onnx",
+         {"bytes": ((1, 2048), "int32", "bytes")}, quick=True),
+)  # fmt: skip
+
+
+def _package_dir(package: str) -> Path | None:
+    # Searched without this script's folder, where silero_vad.py is a benchmark.
+    here = Path(__file__).resolve().parent
+    paths = [p for p in sys.path if Path(p or ".").resolve() != here]
+    spec = importlib.machinery.PathFinder.find_spec(package, paths)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def model_path(case: Case) -> Path | None:
+    """The case's .onnx file, or None when its package is not installed."""
+    root = _package_dir(case.package)
+    path = root / case.path if root is not None else None
+    return path if path is not None and path.is_file() else None
+
+
+# ---- inside the children
+
+
+def _status(key: str) -> int:
+    """A /proc/self/status figure in bytes (VmRSS, VmHWM)."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(key + ":"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError(f"{key} not in /proc/self/status")
+
+
+def _reset_peak() -> int:
+    """Reset the RSS high-water mark to the current RSS and return that RSS."""
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+    return _status("VmRSS")
+
+
+def _feeds(case_feeds: dict) -> dict:
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    out = {}
+    for name, (shape, dtype, fill) in case_feeds.items():
+        if fill == "uniform":
+            out[name] = rng.random(shape, dtype=np.float32)
+        elif fill == "audio":
+            out[name] = (0.1 * rng.standard_normal(shape)).astype(np.float32)
+        elif fill == "zeros":
+            out[name] = np.zeros(shape, dtype)
+        elif fill == "bytes":
+            out[name] = rng.integers(0, 256, shape).astype(dtype)
+        else:
+            out[name] = np.array(int(fill), dtype)
+    return out
+
+
+def _blas() -> list[str]:
+    from threadpoolctl import threadpool_info
+
+    return sorted(
+        {f"{i.get('internal_api')} {i.get('architecture')}" for i in threadpool_info()}
+        - {"None None"}
+    )
+
+
+def _ort_session(path: str):  # type: ignore[no-untyped-def]
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    options.inter_op_num_threads = 1
+    return ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+
+
+def child_convert(onnx_path: str, spore_path: str, shapes: dict) -> dict:
+    import numpy  # noqa: F401  (imported before the baseline, as the converter needs it)
+    import onnx  # noqa: F401
+
+    from sporenet.converter import convert_onnx
+
+    base = _reset_peak()
+    t0 = time.perf_counter()
+    data = convert_onnx(onnx_path, input_shapes={k: tuple(v) for k, v in shapes.items()} or None)
+    Path(spore_path).write_bytes(data)
+    seconds = time.perf_counter() - t0
+    return {"seconds": seconds, "peak_growth": _status("VmHWM") - base, "blas": _blas()}
+
+
+def child_runtime(engine: str, path: str, case_feeds: dict, repeats: int) -> dict:
+    import numpy as np
+
+    feeds = _feeds(case_feeds)
+    if engine == "sporenet":
+        from sporenet.lite import Interpreter
+
+        base = _reset_peak()
+        t0 = time.perf_counter()
+        interpreter = Interpreter(model_path=path, num_threads=1)
+        load = time.perf_counter() - t0
+        call = interpreter.run
+    else:
+        import onnxruntime  # noqa: F401
+
+        base = _reset_peak()
+        t0 = time.perf_counter()
+        session = _ort_session(path)
+        load = time.perf_counter() - t0
+
+        def call(f: dict) -> list[np.ndarray]:
+            return session.run(None, f)
+
+    t0 = time.perf_counter()
+    call(feeds)
+    first = time.perf_counter() - t0
+    growth = _status("VmHWM") - base
+    warm = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        call(feeds)
+        warm.append(time.perf_counter() - t0)
+    return {
+        "load": load,
+        "first": first,
+        "warm": statistics.median(warm),
+        "rss_growth": growth,
+        "blas": _blas(),
+    }
+
+
+def child_latency(onnx_path: str, spore_path: str, case_feeds: dict, repeats: int) -> dict:
+    import numpy as np
+
+    from sporenet.lite import Interpreter
+
+    feeds = _feeds(case_feeds)
+    interpreter = Interpreter(model_path=spore_path, num_threads=1)
+    session = _ort_session(onnx_path)
+    names = [o.name for o in session.get_outputs()]
+    interpreter.run(feeds)
+    session.run(None, feeds)
+    ours, theirs, worst = [], [], 0.0
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        got = interpreter.run(feeds)
+        t1 = time.perf_counter()
+        want = session.run(None, feeds)
+        t2 = time.perf_counter()
+        ours.append(t1 - t0)
+        theirs.append(t2 - t1)
+    for name, w in zip(names, want, strict=True):
+        g, w = np.asarray(got[name], np.float64), np.asarray(w, np.float64)
+        scale = max(float(np.abs(w).max()) if w.size else 0.0, 1e-12)
+        worst = max(worst, float(np.abs(g - w).max() / scale) if w.size else 0.0)
+    return {
+        "sporenet": statistics.median(ours),
+        "onnxruntime": statistics.median(theirs),
+        "max_rel_diff": worst,
+        "blas": _blas(),
+    }
+
+
+# ---- the parent
+
+
+def _env() -> dict[str, str]:
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
+    }
+    env.update(OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    return env
+
+
+def _run_child(kind: str, *args: object, timeout: float = 900) -> dict:
+    """Run one measurement in a fresh interpreter; its last stdout line is JSON."""
+    payload = json.dumps([kind, *args])
+    proc = subprocess.run(
+        [sys.executable, __file__, "--child", payload],
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    if proc.returncode != 0:
+        tail = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
+        return {"error": tail[:300]}
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def measure(case: Case, path: Path, workdir: Path, repeats: int) -> dict:
+    spore = workdir / f"{case.name}.spore"
+    shapes = case.shapes or {k: v[0] for k, v in case.feeds.items() if v[0]}
+    row: dict = {"name": case.name, "onnx_bytes": path.stat().st_size}
+    row["convert"] = _run_child("convert", str(path), str(spore), shapes)
+    if "error" in row["convert"]:
+        return row
+    row["spore_bytes"] = spore.stat().st_size
+    row["sporenet"] = _run_child("runtime", "sporenet", str(spore), case.feeds, repeats)
+    row["onnxruntime"] = _run_child("runtime", "onnxruntime", str(path), case.feeds, repeats)
+    row["latency"] = _run_child("latency", str(path), str(spore), case.feeds, repeats)
+    return row
+
+
+def _ratios(row: dict) -> dict[str, float] | None:
+    s, o, lat = row.get("sporenet", {}), row.get("onnxruntime", {}), row.get("latency", {})
+    if any("error" in d or not d for d in (s, o, lat)):
+        return None
+    return {
+        "convert": row["convert"]["peak_growth"] / row["onnx_bytes"],
+        "load": s["load"] / o["load"],
+        "rss": s["rss_growth"] / max(o["rss_growth"], 1),
+        "first": s["first"] / s["warm"],
+        "latency": lat["sporenet"] / lat["onnxruntime"],
+    }
+
+
+def _mark(value: float, target: float) -> str:
+    return "met" if value <= target else "NOT met"
+
+
+def report(rows: list[dict]) -> None:
+    mb = 1 << 20
+    print(
+        f"{'model':<16} {'onnx MB':>7} {'conv s':>6} {'conv MB':>7} {'conv/file':>9} "
+        f"{'load ms':>8} {'ort ms':>7} {'load x':>6} {'RSS MB':>6} {'ort MB':>6} {'RSS x':>5} "
+        f"{'first/warm':>10} {'warm ms':>8} {'ort ms':>7} {'lat x':>5} {'max rel':>8}"
+    )
+    lat = []
+    met = dict.fromkeys(TARGETS, 0)
+    counted = 0
+    for row in rows:
+        r = _ratios(row)
+        if r is None:
+            errors = [
+                f"{k}: {row[k]['error']}"
+                for k in ("convert", "sporenet", "onnxruntime", "latency")
+                if k in row and "error" in row[k]
+            ]
+            print(f"{row['name']:<16} FAILED {'; '.join(errors)}")
+            continue
+        counted += 1
+        c, s, o, la = row["convert"], row["sporenet"], row["onnxruntime"], row["latency"]
+        lat.append(r["latency"])
+        for k, target in TARGETS.items():
+            met[k] += r[k] <= target
+        print(
+            f"{row['name']:<16} {row['onnx_bytes'] / mb:>7.1f} {c['seconds']:>6.2f} "
+            f"{c['peak_growth'] / mb:>7.1f} {r['convert']:>9.2f} {s['load'] * 1e3:>8.1f} "
+            f"{o['load'] * 1e3:>7.1f} {r['load']:>6.2f} {s['rss_growth'] / mb:>6.1f} "
+            f"{o['rss_growth'] / mb:>6.1f} {r['rss']:>5.2f} {r['first']:>10.2f} "
+            f"{la['sporenet'] * 1e3:>8.3f} {la['onnxruntime'] * 1e3:>7.3f} "
+            f"{r['latency']:>5.2f} {la['max_rel_diff']:>8.1e}"
+        )
+    print()
+    names = {
+        "convert": "converter peak growth / .onnx size",
+        "load": "load / onnxruntime session creation",
+        "rss": "peak RSS growth (load + first call) / onnxruntime's",
+        "first": "first call / warm call",
+    }
+    for k, target in TARGETS.items():
+        verdict = "met" if counted and met[k] == counted else "NOT met"
+        print(f"{names[k]:<52} <= {target:<4} on every model: {met[k]}/{counted} {verdict}")
+    if lat:
+        med, worst = statistics.median(lat), max(lat)
+        print(
+            f"{'warm latency / onnxruntime, median':<52} <= {LATENCY_MEDIAN:<4}: "
+            f"{med:.2f} {_mark(med, LATENCY_MEDIAN)}"
+        )
+        print(
+            f"{'warm latency / onnxruntime, max':<52} <= {LATENCY_MAX:<4}: "
+            f"{worst:.2f} {_mark(worst, LATENCY_MAX)}"
+        )
+    blas = sorted(
+        {b for row in rows for k in ("sporenet", "latency") for b in row.get(k, {}).get("blas", [])}
+    )
+    print(f"BLAS kernels in the timing children: {', '.join(blas) or 'none reported'}")
+
+
+def _child_main(payload: str) -> int:
+    kind, *args = json.loads(payload)
+    functions = {"convert": child_convert, "runtime": child_runtime, "latency": child_latency}
+    print(json.dumps(functions[kind](*args)))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="a smaller set, fewer repeats")
+    parser.add_argument("--only", nargs="*", default=None, help="model names to run")
+    parser.add_argument("--repeats", type=int, default=None, help="warm calls per child")
+    parser.add_argument("--json", type=Path, default=None, help="write the raw figures here")
+    parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child is not None:
+        return _child_main(args.child)
+    repeats = args.repeats or (10 if args.quick else 30)
+    cases = [c for c in CASES if (c.quick or not args.quick)]
+    if args.only:
+        cases = [c for c in CASES if c.name in args.only]
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for case in cases:
+            path = model_path(case)
+            if path is None:
+                print(f"{case.name}: skipped ({case.package} is not installed)", flush=True)
+                continue
+            rows.append(measure(case, path, Path(tmp), repeats))
+            print(f"measured {case.name}", file=sys.stderr, flush=True)
+    print(f"one thread; {repeats} warm calls per child; sizes in MiB")
+    report(rows)
+    if args.json is not None:
+        args.json.write_text(json.dumps(rows, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

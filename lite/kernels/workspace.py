@@ -1,0 +1,106 @@
+"""Temporaries of kernel steps, planned by lifetime with the graph's tensors.
+
+A step's temporaries (im2col columns, Winograd tiles, accumulators) hold nothing between
+calls: they are written before they are read and dead when the step returns. So they
+need not be private to the kernel. While the planner binds a node, `temporary()` takes
+them from the plan's arena, as it takes the node's outputs, and the planner returns them
+to the arena right after the node, so later tensors and later nodes' temporaries reuse the
+same bytes: the plan's peak memory is then its widest cut, temporaries included, not the
+sum of every layer's scratch.
+
+A buffer that must keep content between calls (a zero border written once, a row of ones
+that carries a bias through a GEMM and is not rewritten) cannot be a temporary; a kernel
+either allocates it itself or rewrites that content in its step.
+
+Outside planning (a kernel bound directly, constant folding), `temporary()` is `np.empty`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+
+import numpy as np
+
+
+class Workspace:
+    """Hands out one node's temporaries from `take(nbytes) -> uint8 block` and remembers
+    the blocks, which `release()` gives back when the node is bound."""
+
+    def __init__(self, take: Callable[[int], np.ndarray]) -> None:
+        self._take = take
+        self._taken: list[np.ndarray] = []
+
+    def temporary(self, shape: Sequence[int], dtype: np.dtype | type) -> np.ndarray:
+        dtype = np.dtype(dtype)
+        shape = tuple(int(d) for d in shape)
+        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        block = self._take(nbytes)
+        self._taken.append(block)
+        return block[:nbytes].view(dtype).reshape(shape)
+
+    def release(self) -> list[np.ndarray]:
+        """The blocks taken since the last release (the caller returns them to its pool)."""
+        taken, self._taken = self._taken, []
+        return taken
+
+
+_active: list[Workspace] = []
+
+
+@contextmanager
+def active(workspace: Workspace) -> Iterator[Workspace]:
+    """Make `temporary()` draw from `workspace` inside the block (nests: a control-flow
+    kernel planning its subgraph while it is bound gets the subgraph's own workspace)."""
+    _active.append(workspace)
+    try:
+        yield workspace
+    finally:
+        _active.pop()
+
+
+def temporary(shape: Sequence[int], dtype: np.dtype | type) -> np.ndarray:
+    """An uninitialised array a step may use only while it runs (see the module docstring)."""
+    if not _active:
+        return np.empty(shape, dtype)
+    return _active[-1].temporary(shape, dtype)
+
+
+def padded_temporary(
+    shape: Sequence[int],
+    dtype: np.dtype | type,
+    axes: tuple[int, int],
+    rows: tuple[int, int],
+    cols: tuple[int, int],
+    fill: float = 0.0,
+) -> tuple[np.ndarray, Callable[[], None]]:
+    """A temporary padded image and the step that rewrites its border.
+
+    `axes` are the buffer's (row, column) axes and `rows`, `cols` the [start, stop) of the
+    interior that each call overwrites; the step `refill()` sets everything outside it to
+    `fill`. A padded copy kept by its kernel would need its border written only once, but
+    costs a whole input's memory per layer; the border is a thin frame, cheap to rewrite.
+    """
+    buf = temporary(shape, dtype)
+    ay, ax = axes
+    r0, r1 = rows
+    c0, c1 = cols
+
+    def part(r: slice, c: slice) -> np.ndarray:
+        index = [slice(None)] * buf.ndim
+        index[ay], index[ax] = r, c
+        return buf[tuple(index)]
+
+    frame = [
+        part(slice(0, r0), slice(None)),
+        part(slice(r1, None), slice(None)),
+        part(slice(r0, r1), slice(0, c0)),
+        part(slice(r0, r1), slice(c1, None)),
+    ]
+    frame = [f for f in frame if f.size]
+
+    def refill() -> None:
+        for f in frame:
+            f.fill(fill)
+
+    return buf, refill

@@ -1,0 +1,40 @@
+"""Giving back the resident pages of a memory-mapped model file that the plan no longer
+reads.
+
+A weight that a kernel replaces with a form of its own (dequantized from int8, widened
+from float16) is read once from the mapped file, and its pages then stay resident beside
+the replacement. Dropping them keeps only the replacement in memory; the file's bytes are
+unchanged, and a later read of the original faults them back in from the file.
+"""
+
+from __future__ import annotations
+
+import mmap
+
+import numpy as np
+
+
+def _mapping(array: np.ndarray) -> mmap.mmap | None:
+    """The file mapping `array` is a view of, if any."""
+    base: object = array
+    while isinstance(base, np.ndarray):
+        base = base.base
+    if isinstance(base, memoryview):
+        base = base.obj
+    return base if isinstance(base, mmap.mmap) else None
+
+
+def release(array: np.ndarray) -> bool:
+    """Drop the resident pages that lie wholly inside `array`, when it is a view of a
+    read-only file mapping and the platform can; returns whether pages were dropped."""
+    mapped = _mapping(array)
+    advise = getattr(mapped, "madvise", None)
+    if mapped is None or advise is None or not hasattr(mmap, "MADV_DONTNEED"):
+        return False
+    start = array.ctypes.data - np.frombuffer(mapped, np.uint8).ctypes.data
+    lo = -(-start // mmap.PAGESIZE) * mmap.PAGESIZE
+    hi = (start + array.nbytes) // mmap.PAGESIZE * mmap.PAGESIZE
+    if hi <= lo:
+        return False
+    advise(mmap.MADV_DONTNEED, lo, hi - lo)
+    return True

@@ -1,0 +1,254 @@
+"""The runtime's footprint: weights stay views of the file, the steps' temporaries share
+the plan's arena with the tensors (and stay correct when reused), weight-only
+dequantization is exact in float32, and written files read back unchanged."""
+
+from __future__ import annotations
+
+import mmap
+
+import numpy as np
+import pytest
+
+from sporenet.lite import Interpreter, ModelBuilder, ModelFormatError, OpCode, save, serialize
+from sporenet.lite.format import parse
+from sporenet.lite.graph import Quantization
+from sporenet.lite.kernels import workspace
+from sporenet.lite.kernels.quantized.convert import dequantize_array
+from sporenet.lite.planner import _Arena, plan
+
+RNG = np.random.default_rng(7)
+
+
+def _conv_reference(x, w, b=None, *, pad=1, stride=1, group=1):
+    """Direct NCHW convolution in float64 (cross-correlation, as ONNX)."""
+    x, w = x.astype(np.float64), w.astype(np.float64)
+    n, _, h, wd = x.shape
+    o, cg, kh, kw = w.shape
+    xp = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+    oh, ow = (h + 2 * pad - kh) // stride + 1, (wd + 2 * pad - kw) // stride + 1
+    out = np.zeros((n, o, oh, ow))
+    og = o // group
+    for g in range(group):
+        xs = xp[:, g * cg : (g + 1) * cg]
+        for i in range(kh):
+            for j in range(kw):
+                patch = xs[:, :, i : i + stride * oh : stride, j : j + stride * ow : stride]
+                out[:, g * og : (g + 1) * og] += np.einsum(
+                    "nchw,oc->nohw", patch, w[g * og : (g + 1) * og, :, i, j]
+                )
+    if b is not None:
+        out += b.reshape(1, -1, 1, 1)
+    return out
+
+
+def _conv_stack():
+    """Padded convolutions on every path that takes temporaries: im2col with a bias row,
+    depthwise channels-last, Winograd, im2col without bias, strided im2col."""
+    w1 = RNG.normal(size=(32, 8, 3, 3)).astype(np.float32) * 0.2
+    b1 = RNG.normal(size=32).astype(np.float32)
+    wd = RNG.normal(size=(32, 1, 3, 3)).astype(np.float32) * 0.3
+    w2 = RNG.normal(size=(32, 32, 3, 3)).astype(np.float32) * 0.1
+    w3 = RNG.normal(size=(16, 32, 3, 3)).astype(np.float32) * 0.1
+    w4 = RNG.normal(size=(8, 16, 3, 3)).astype(np.float32) * 0.1
+    b = ModelBuilder()
+    x = b.input("x", (1, 8, 20, 20))
+    pads = [1, 1, 1, 1]
+    y = b.op(OpCode.CONV2D, [x, b.constant("w1", w1), b.constant("b1", b1)], pads=pads)
+    y = b.op(OpCode.CONV2D, [y, b.constant("wd", wd)], pads=pads, group=32)
+    y = b.op(OpCode.CONV2D, [y, b.constant("w2", w2)], pads=pads)
+    y = b.op(OpCode.CONV2D, [y, b.constant("w3", w3)], pads=pads)
+    y = b.op(OpCode.CONV2D, [y, b.constant("w4", w4)], pads=pads, strides=[2, 2])
+    b.output(y, name="y")
+
+    def reference(v):
+        r = _conv_reference(v, w1, b1)
+        r = _conv_reference(r, wd, group=32)
+        r = _conv_reference(r, w2)
+        r = _conv_reference(r, w3)
+        return _conv_reference(r, w4, stride=2)
+
+    return b.build(), reference
+
+
+def test_temporaries_reused_across_layers_stay_correct():
+    model, reference = _conv_stack()
+    interp = Interpreter(model=model)
+    strategies = {k.strategy for k in interp._plan.kernels}
+    assert {"im2col", "depthwise", "winograd4"} <= strategies or {
+        "im2col",
+        "depthwise",
+        "winograd",
+    } <= strategies
+    # Several calls with different inputs: a border or ones row left stale by another
+    # layer's use of the shared bytes would show here.
+    for seed in range(3):
+        x = np.random.default_rng(seed).normal(size=(1, 8, 20, 20)).astype(np.float32)
+        got = interp.run({"x": x})["y"]
+        np.testing.assert_allclose(got, reference(x), rtol=1e-4, atol=1e-4)
+
+
+def test_temporaries_live_in_the_arena_not_in_each_kernel(monkeypatch):
+    per_node: list[int] = []  # bytes of temporaries each node's bind asked for
+    taken: list[int] = []
+    temporary, release = workspace.Workspace.temporary, workspace.Workspace.release
+
+    def recording_temporary(self, shape, dtype):
+        array = temporary(self, shape, dtype)
+        taken.append(array.nbytes)
+        return array
+
+    def recording_release(self):
+        per_node.append(sum(taken))
+        taken.clear()
+        return release(self)
+
+    monkeypatch.setattr(workspace.Workspace, "temporary", recording_temporary)
+    monkeypatch.setattr(workspace.Workspace, "release", recording_release)
+    model, _ = _conv_stack()
+    p = plan(model)
+    # The widest cut: one node's temporaries beside its input and output (32x20x20 floats
+    # at most), plus alignment; private buffers would hold every node's at once.
+    widest = max(per_node) + 2 * 32 * 400 * 4 + 64 * 16
+    assert len([n for n in per_node if n]) >= 4
+    assert p.arena_bytes <= widest < sum(per_node)
+
+
+def test_temporary_outside_planning_is_a_fresh_array():
+    a = workspace.temporary((3, 4), np.float32)
+    assert a.shape == (3, 4) and a.dtype == np.float32 and a.base is None
+
+
+def test_workspace_hands_out_views_of_taken_blocks():
+    arena = _Arena(1 << 16)
+    ws = workspace.Workspace(arena.take)
+    with workspace.active(ws):
+        a = workspace.temporary((10, 10), np.float32)
+        b, refill = workspace.padded_temporary((1, 6, 6, 2), np.float32, (1, 2), (1, 5), (1, 5))
+    assert np.shares_memory(a, arena.chunks[0]) and np.shares_memory(b, arena.chunks[0])
+    assert not np.shares_memory(a, b)
+    b.fill(7.0)
+    refill()
+    assert (b[:, 1:5, 1:5] == 7).all() and b.sum() == 7 * 16 * 2  # only the frame zeroed
+    for block in ws.release():
+        arena.give(block)
+    assert arena.taken == {}
+
+
+def test_arena_splits_merges_and_grows_in_place():
+    arena = _Arena(1 << 20)
+    big = arena.take(64 * 100)
+    arena.give(big)
+    small1, small2 = arena.take(64 * 40), arena.take(64 * 50)  # both inside the freed span
+    assert arena.total == 64 * 100
+    arena.give(small1)
+    arena.give(small2)
+    again = arena.take(64 * 100)  # the pieces merged back into one span
+    assert arena.total == 64 * 100
+    arena.give(again)
+    larger = arena.take(64 * 101)  # the free span at the top grows instead of a new block
+    assert arena.total == 64 * 101 and len(arena.chunks) == 1
+    beyond = arena.take(2 << 20)  # past the reservation: a chunk of its own
+    assert len(arena.chunks) == 2 and arena.total == 64 * 101 + (2 << 20)
+    assert not np.shares_memory(larger, beyond)
+
+
+def _fc_model():
+    b = ModelBuilder()
+    x = b.input("x", (2, 16))
+    w = RNG.normal(size=(8, 16)).astype(np.float32)
+    bias = RNG.normal(size=8).astype(np.float32)
+    y = b.op(OpCode.FULLY_CONNECTED, [x, b.constant("w", w), b.constant("b", bias)])
+    b.output(y, name="y")
+    return b.build(), w, bias
+
+
+def _mmap_of(array: np.ndarray) -> mmap.mmap | None:
+    base = array
+    while isinstance(base, np.ndarray):
+        base = base.base
+    if isinstance(base, memoryview):
+        base = base.obj
+    return base if isinstance(base, mmap.mmap) else None
+
+
+def test_weights_are_views_of_the_mapped_file(tmp_path):
+    model, w, bias = _fc_model()
+    path = save(model, tmp_path / "fc.spore")
+    interp = Interpreter(model_path=path)
+    for name in ("w", "b"):
+        index = interp.model.tensor_index(name)
+        data = interp.model.tensors[index].data
+        assert _mmap_of(data) is not None, f"{name} is not a view of the mapped file"
+        # The plan runs on the file's bytes, not on a packed copy.
+        assert np.shares_memory(interp._plan.arrays[index], data)
+        assert not data.flags.writeable
+    x = RNG.normal(size=(2, 16)).astype(np.float32)
+    np.testing.assert_allclose(interp.run({"x": x})["y"], x @ w.T + bias, rtol=1e-5)
+
+
+def test_weights_are_views_of_given_bytes():
+    model, w, _ = _fc_model()
+    content = serialize(model)
+    interp = Interpreter(model_content=content)
+    data = interp.model.tensors[interp.model.tensor_index("w")].data
+    assert np.shares_memory(data, np.frombuffer(content, np.uint8))
+    np.testing.assert_array_equal(data, w)
+
+
+def test_truncated_file_is_still_a_clear_error(tmp_path):
+    model, _, _ = _fc_model()
+    data = serialize(model)
+    path = tmp_path / "cut.spore"
+    path.write_bytes(data[: len(data) - 40])
+    with pytest.raises(ModelFormatError, match=r"outside the|truncated|past the end"):
+        Interpreter(model_path=path)
+
+
+def test_file_with_empty_and_scalar_constants_reads_back():
+    b = ModelBuilder()
+    x = b.input("x", (3,))
+    empty = b.constant("empty", np.zeros((0, 3), np.float32))
+    scalar = b.constant("scalar", np.float32(2.5))
+    ints = b.constant("ints", np.arange(5, dtype=np.int64))
+    y = b.op(OpCode.MUL, [x, scalar])
+    b.output(y, name="y")
+    model = b.build()
+    back = parse(serialize(model))
+    for index in (empty, scalar, ints):
+        want, got = model.tensors[index].data, back.tensors[index].data
+        assert got.dtype == want.dtype and got.shape == want.shape
+        np.testing.assert_array_equal(got, want)
+    assert serialize(back) == serialize(model)
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.uint8])
+def test_weight_only_dequantize_in_float32_is_exact(dtype):
+    info = np.iinfo(dtype)
+    q = RNG.integers(info.min, info.max + 1, size=(6, 5, 3)).astype(dtype)
+    scale = RNG.uniform(1e-4, 0.5, size=6).astype(np.float32)
+    zp = RNG.integers(info.min, info.max + 1, size=6)
+    quant = Quantization(scale=scale, zero_point=zp, axis=0)
+    got = dequantize_array(q, quant)
+    want = (q.astype(np.int64) - zp[:, None, None]) * scale.astype(np.float64)[:, None, None]
+    assert got.dtype == np.float32
+    np.testing.assert_array_equal(got, want.astype(np.float32))
+
+
+@pytest.mark.parametrize("with_bias", [True, False])
+def test_im2col_in_bands_matches_the_whole_matrix(monkeypatch, with_bias):
+    from sporenet.lite.kernels import im2col
+
+    # Bands of a few output rows (the last one shorter), as a large plane would get.
+    monkeypatch.setattr(im2col, "_BAND_BYTES", 5 * 9 * 3 * 13 * 4)
+    w = RNG.normal(size=(6, 5, 3, 3)).astype(np.float32)
+    bias = RNG.normal(size=6).astype(np.float32)
+    b = ModelBuilder()
+    x = b.input("x", (1, 5, 11, 13))
+    inputs = [x, b.constant("w", w)] + ([b.constant("b", bias)] if with_bias else [])
+    b.output(b.op(OpCode.CONV2D, inputs, pads=[1, 1, 1, 1]), name="y")
+    interp = Interpreter(model=b.build())
+    assert interp._plan.kernels[0].strategy == "im2col"
+    for seed in range(2):
+        v = np.random.default_rng(seed).normal(size=(1, 5, 11, 13)).astype(np.float32)
+        want = _conv_reference(v, w, bias if with_bias else None)
+        np.testing.assert_allclose(interp.run({"x": v})["y"], want, rtol=1e-4, atol=1e-5)
