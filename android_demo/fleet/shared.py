@@ -45,8 +45,13 @@ class ChannelPool:
     ) -> None:
         creds = (credentials or Credentials()).channel_credentials()
         count = max(1, math.ceil(devices / per_channel))
-        # A local subchannel pool per channel: otherwise gRPC folds them into one connection.
-        options = [("grpc.use_local_subchannel_pool", 1)]
+        options = [
+            # A subchannel pool per channel: otherwise gRPC folds them into one connection.
+            ("grpc.use_local_subchannel_pool", 1),
+            # The devices retry failed exchanges themselves; gRPC's transparent retries
+            # would keep per-stream retry state for every device's open stream.
+            ("grpc.enable_retries", 0),
+        ]
         self.channels = [
             grpc.aio.secure_channel(address, creds, options=options) for _ in range(count)
         ]
