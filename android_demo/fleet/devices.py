@@ -1,17 +1,23 @@
-"""Virtual devices: a group of them in one process, each a real federated Client.
+"""Virtual devices: a group of them in one process, each a participant of the federated job.
 
-A `DeviceGroup` holds many devices cheaply: each device is its data indices, its traits
-and a thread running a `sporenet.federated.Client` (whose gRPC sessions all run as
-coroutines on the process's one shared event loop), and all of them train through ONE
-`LiteLearner` (one lite Trainer, planned once) whose data is swapped to the device's
-partition for its turn. Compute time is the host's time for that training, stretched by
-the device's speed multiplier; network time is latency plus bytes over the device's
-bandwidth (both slept when the profile simulates time).
+A `DeviceGroup` holds many devices cheaply. A device between rounds is its identity, the
+indices of its data partition, its traits and random state, and one coroutine on the
+process's shared event loop (session_stream.TransportLoop) whose Session stream is
+multiplexed with the others' over a few connections (shared.ChannelPool). What a device
+needs only while it takes part is shared or pooled: the round's global weights are one
+read-only copy per model version (shared.ModelCache); training runs in a small pool of
+worker threads, each with one `LiteLearner` (one lite Trainer, planned once) whose data
+is set to the device's partition for its turn; an update is encoded into a pooled buffer
+only when one of a few upload turns is free, and the buffer is given back once sent.
+
+Compute time is the host's time for that training, stretched by the device's speed
+multiplier; network time is latency plus bytes over the device's bandwidth (both slept
+when the profile simulates time).
 
 Availability: a device with online_fraction < 1 alternates online periods (exponential,
-mean `mean_online_s`) and offline ones; offline, its client is closed. A dropout (while
+mean `mean_online_s`) and offline ones; offline, its session is closed. A dropout (while
 training, or before its update is sent) makes the device vanish for the rest of that
-round: its client is closed without an update, and the server sees a silent client.
+round: its session is closed without an update, and the server sees a silent client.
 
 The group records, per round, when it first saw the round's global weights (the model
 published by the round before), how many of its devices trained and dropped out, and the
@@ -21,22 +27,41 @@ return them too).
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import json
 import logging
+import math
 import threading
 import time
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+import grpc
 import numpy as np
 
 from sporenet import lite
+from sporenet.android_demo.errors import AppError
+from sporenet.android_demo.fleet.participant import Participant, weights_of
 from sporenet.android_demo.fleet.profile import DeviceTraits
+from sporenet.android_demo.fleet.shared import ChannelPool, ModelCache
+from sporenet.federated.client.client import FATAL, RETRYABLE
+from sporenet.federated.client.session_stream import TransportLoop
+from sporenet.federated.common.buffers import BufferPool
+from sporenet.federated.common.codec import encode_raw
+from sporenet.federated.errors import AuthError, MalformedMessageError, TransferError
+from sporenet.proto import federated_pb2 as pb
 
 log = logging.getLogger("sporenet.android_demo.fleet")
 
+TRAIN_WORKERS = 2  # threads training devices (each with its own Trainer); the CPU has 2 cores
+UPLOAD_TURNS = 16  # devices encoding and sending an update at once (each holds a payload)
+
 
 class DeviceDropout(Exception):
-    """A virtual device vanished in round `round` (raised inside its train callable)."""
+    """A virtual device vanished in round `round` (raised while it serves a task)."""
 
     def __init__(self, message: str, round: int) -> None:
         super().__init__(message)
@@ -66,9 +91,9 @@ class GroupReport:
     errors: list[str] = field(default_factory=list)
 
 
-@dataclass
+@dataclass(slots=True)
 class Device:
-    """One virtual device: who it is and what it holds."""
+    """One virtual device: who it is and what it holds between rounds."""
 
     index: int
     rows: np.ndarray  # indices into the group's data
@@ -77,7 +102,7 @@ class Device:
 
 
 class DeviceGroup:
-    """Many virtual devices in one process, sharing one lite Trainer."""
+    """Many virtual devices in one process, sharing connections, models and Trainers."""
 
     def __init__(
         self,
@@ -94,98 +119,191 @@ class DeviceGroup:
         lr: float = 0.05,
         epochs: int = 1,
         batch_size: int = 32,
-        client_options: dict[str, Any] | None = None,
+        workers: int = TRAIN_WORKERS,
+        upload_turns: int = UPLOAD_TURNS,
+        poll_wait: float = 5.0,
+        rpc_timeout: float = 600.0,
+        give_up_after: float = 120.0,
+        chunk_size: int = 512 << 10,
     ) -> None:
-        from sporenet.federated.client.lite_client import LiteLearner
-
         if len(partitions) != len(traits):
-            raise ValueError(f"{len(partitions)} partitions for {len(traits)} devices")
+            raise AppError(f"{len(partitions)} partitions for {len(traits)} devices")
+        if workers < 1 or upload_turns < 1:
+            raise AppError(
+                f"`workers` and `upload_turns` must be >= 1, got {workers} and {upload_turns}"
+            )
         self.model_bytes = len(model)
         self.base = lite.parse(model)
         self.x, self.y = x, y
-        self.learner = LiteLearner(
-            self.base,
-            x[partitions[0]],
-            y[partitions[0]],
-            trainable=trainable,
-            lr=lr,
-            epochs=epochs,
-            batch_size=batch_size,
-        )
+        self.learner_args: dict[str, Any] = {
+            "trainable": trainable,
+            "lr": lr,
+            "epochs": epochs,
+            "batch_size": batch_size,
+        }
         self.devices = [
             Device(first_index + k, rows, t, np.random.default_rng([seed, 2, first_index + k]))
             for k, (rows, t) in enumerate(zip(partitions, traits, strict=True))
         ]
         self.simulate_time = simulate_time
-        self.client_options = client_options or {}
+        self.workers, self.upload_turns = workers, upload_turns
+        self.poll_wait, self.rpc_timeout = poll_wait, rpc_timeout
+        self.give_up_after, self.chunk_size = give_up_after, chunk_size
         self.report = GroupReport()
-        self._lock = threading.Lock()  # the shared learner, one device at a time
-        self._state = threading.Condition()
+        self._learners = threading.local()  # one LiteLearner per worker thread
         self._latest_round = 0
-        self._done = threading.Event()
 
-    # ---- one device's train callable
+    # ---- training, on the worker threads
+    def _learner(self) -> Any:
+        from sporenet.federated.client.lite_client import LiteLearner
+
+        learner = getattr(self._learners, "learner", None)
+        if learner is None:
+            first = self.devices[0].rows
+            learner = LiteLearner(self.base, self.x[first], self.y[first], **self.learner_args)
+            self._learners.learner = learner
+        return learner
+
+    def _train_on(
+        self, device: Device, weights: Mapping[str, np.ndarray], config: dict[str, Any]
+    ) -> tuple[dict[str, np.ndarray], int, dict[str, float], float]:
+        """Train on the device's partition: (new weights, samples, metrics, seconds)."""
+        learner = self._learner()
+        learner.x, learner.y = self.x[device.rows], self.y[device.rows]
+        learner.x_eval, learner.y_eval = learner.x, learner.y
+        learner.rng = device.rng
+        start = time.perf_counter()
+        new, samples, metrics = learner.train(weights, config)
+        return new, samples, metrics, time.perf_counter() - start
+
+    def _evaluate_on(
+        self, device: Device, weights: Mapping[str, np.ndarray], config: dict[str, Any]
+    ) -> tuple[float, int, dict[str, float]]:
+        learner = self._learner()
+        learner.x_eval, learner.y_eval = self.x[device.rows], self.y[device.rows]
+        return learner.evaluate(weights, config)
+
+    # ---- one task, on the loop
     def _record(self, rnd: int) -> RoundRecord:
         record = self.report.rounds.get(rnd)
         if record is None:
             record = self.report.rounds[rnd] = RoundRecord()
         return record
 
-    def _train(self, device: Device, weights: dict[str, np.ndarray], config: dict) -> tuple:
+    def _saw_round(self, rnd: int) -> None:
+        if rnd > self._latest_round:
+            self._latest_round = rnd
+            self._progress.set()
+            self._progress = asyncio.Event()
+
+    async def _fit(self, device: Device, p: Participant, task: pb.Task) -> None:
+        config = json.loads(task.config_json or "{}")
         rnd = int(config.get("round", 0))
-        now = time.time()
-        with self._state:
-            record = self._record(rnd)
-            if now < record.first_seen:
-                record.first_seen = now
-                self.report.weights.setdefault(rnd, {k: v.copy() for k, v in weights.items()})
-            if rnd > self._latest_round:
-                self._latest_round = rnd
-                self._state.notify_all()
-        traits = device.traits
-        if device.rng.random() < traits.dropout_train:
-            with self._state:
+        record = self._record(rnd)
+        record.first_seen = min(record.first_seen, time.time())
+        self._saw_round(rnd)
+        beats = asyncio.ensure_future(p.heartbeats(task.task_id))
+        try:
+            weights = await self.models.weights(task, p.session(), p.client_id)
+            if rnd not in self.report.weights:
+                self.report.weights[rnd] = weights_of(weights)
+            traits = device.traits
+            if device.rng.random() < traits.dropout_train:
                 record.dropped_train += 1
-            raise DeviceDropout(
-                f"device {device.index} dropped out while training round {rnd}", rnd
+                raise DeviceDropout(
+                    f"device {device.index} dropped out while training round {rnd}", rnd
+                )
+            loop = asyncio.get_running_loop()
+            new, samples, metrics, compute = await loop.run_in_executor(
+                self._pool, self._train_on, device, weights, config
             )
-        with self._lock:
-            self.learner.x, self.learner.y = self.x[device.rows], self.y[device.rows]
-            self.learner.x_eval, self.learner.y_eval = self.learner.x, self.learner.y
-            self.learner.rng = device.rng
-            start = time.perf_counter()
-            new, samples, metrics = self.learner.train(weights, config)
-            compute = time.perf_counter() - start
-        up = sum(int(np.asarray(v).nbytes) for v in new.values())
-        if self.simulate_time:
-            wire = 4 * traits.latency_s
-            if traits.bandwidth_bps > 0:
-                wire += (self.model_bytes + up) / traits.bandwidth_bps
-            time.sleep(compute * max(0.0, traits.speed - 1.0) + wire)
-        if device.rng.random() < traits.dropout_upload:
-            with self._state:
+            up = sum(int(np.asarray(v).nbytes) for v in new.values())
+            if self.simulate_time:
+                wire = 4 * traits.latency_s
+                if traits.bandwidth_bps > 0:
+                    wire += (self.model_bytes + up) / traits.bandwidth_bps
+                await asyncio.sleep(compute * max(0.0, traits.speed - 1.0) + wire)
+            if device.rng.random() < traits.dropout_upload:
                 record.dropped_upload += 1
                 record.bytes += self.model_bytes
-            raise DeviceDropout(
-                f"device {device.index} dropped out before uploading round {rnd}", rnd
-            )
-        with self._state:
+                raise DeviceDropout(
+                    f"device {device.index} dropped out before uploading round {rnd}", rnd
+                )
             record.trained += 1
             record.bytes += self.model_bytes + up
-        return new, samples, metrics
+            async with self._upload_turns:
+                trained = {k: np.asarray(new[k], dtype=w.dtype) for k, w in weights.items()}
+                payload = encode_raw(trained, weights, alloc=self._buffers.take)
+                del new, trained
+                try:
+                    await p.upload(task, payload, samples, metrics)
+                finally:
+                    self._buffers.give(payload)
+        finally:
+            beats.cancel()
 
-    def _evaluate(self, device: Device, weights: dict, config: dict) -> tuple:
-        with self._lock:
-            self.learner.x_eval, self.learner.y_eval = self.x[device.rows], self.y[device.rows]
-            return self.learner.evaluate(weights, config)
+    async def _evaluate(self, device: Device, p: Participant, task: pb.Task) -> None:
+        weights = await self.models.weights(task, p.session(), p.client_id)
+        config = json.loads(task.config_json or "{}")
+        loss, samples, metrics = await asyncio.get_running_loop().run_in_executor(
+            self._pool, self._evaluate_on, device, weights, config
+        )
+        await p.report_evaluation(task, loss, samples, metrics)
 
     # ---- one device's life
+    async def _serve(self, device: Device, p: Participant) -> dict[str, np.ndarray]:
+        """Serve tasks until the job ends (its final weights); retries as a Client does."""
+        loop = asyncio.get_running_loop()
+        backoff, unreachable_since = 0.1, None
+        while True:
+            try:
+                if not p.client_id:
+                    await p.register()
+                asked = loop.time()
+                task = await p.poll()
+                backoff, unreachable_since = 0.1, None
+                if task.type == pb.TASK_FIT:
+                    await self._fit(device, p, task)
+                elif task.type == pb.TASK_EVALUATE:
+                    await self._evaluate(device, p, task)
+                elif task.type == pb.TASK_DONE:
+                    return await self.models.weights(task, p.session(), p.client_id)
+                elif task.type == pb.TASK_SECURE_FIT:
+                    raise AppError(
+                        "the fleet simulator does not take part in secure aggregation rounds; "
+                        "run the server without secure aggregation"
+                    )
+                elif loop.time() - asked < self.poll_wait / 2:
+                    await asyncio.sleep(task.retry_after_ms / 1000.0 * (0.5 + device.rng.random()))
+            except grpc.RpcError as e:
+                code = e.code() if hasattr(e, "code") else grpc.StatusCode.UNKNOWN
+                p.close()
+                if code == grpc.StatusCode.NOT_FOUND:
+                    p.client_id = ""  # the server forgot it: register again
+                    continue
+                if code in FATAL:
+                    raise AuthError(f"server refused the device: {code.name}") from None
+                if code not in RETRYABLE:
+                    log.warning("device %d: task failed: %s", device.index, code.name)
+                    await asyncio.sleep(0.05)
+                    continue
+                now = loop.time()
+                unreachable_since = unreachable_since or now
+                if now - unreachable_since > self.give_up_after:
+                    raise TransferError(
+                        f"server unreachable for {self.give_up_after:g} s ({code.name})"
+                    ) from None
+                await asyncio.sleep(backoff * (0.5 + device.rng.random()))
+                backoff = min(backoff * 2, 5.0)
+            except (TransferError, MalformedMessageError) as e:
+                log.info("device %d: %s; retrying", device.index, e)
+                p.close()
+                await asyncio.sleep(0.1)
+
     def _online_for(self, device: Device) -> float:
         t = device.traits
         return (
-            float("inf")
-            if t.online_fraction >= 1
-            else float(device.rng.exponential(t.mean_online_s))
+            math.inf if t.online_fraction >= 1 else float(device.rng.exponential(t.mean_online_s))
         )
 
     def _offline_for(self, device: Device) -> float:
@@ -193,90 +311,81 @@ class DeviceGroup:
         mean_off = t.mean_online_s * (1 - t.online_fraction) / t.online_fraction
         return float(device.rng.exponential(mean_off)) if mean_off > 0 else 0.0
 
-    def _live(self, device: Device, address: str, stop: threading.Event) -> None:
-        from sporenet.federated import Client
+    async def _wait_for_round_after(self, gone: int, timeout: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout):
+                while self._latest_round <= gone and not self._done.is_set():
+                    await self._progress.wait()
 
-        options = {
-            "poll_wait": 5.0,
-            "give_up_after": 120.0,
-            "rpc_timeout": 600.0,
-            **self.client_options,
-        }
-        while not stop.is_set() and not self._done.is_set():
-            online_until = time.monotonic() + self._online_for(device)
-            leave = threading.Event()
-            client = Client(
-                address,
-                name=f"device-{device.index}",
-                train=lambda w, c, d=device: self._train(d, w, c),
-                evaluate=lambda w, c, d=device: self._evaluate(d, w, c),
-                **options,
+    async def _live(self, device: Device, channel: grpc.aio.Channel) -> None:
+        """Come and go as the device's traits say until the job ends."""
+        while not self._done.is_set():
+            online = self._online_for(device)
+            p = Participant(
+                channel,
+                f"device-{device.index}",
+                poll_wait=self.poll_wait,
+                rpc_timeout=self.rpc_timeout,
+                chunk_size=self.chunk_size,
             )
-            self._leave[device.index] = (leave, online_until)
+            period = asyncio.timeout(None if math.isinf(online) else online)
             try:
-                final = client.run(stop=leave)
-            except DeviceDropout as exc:
-                gone = exc.round
-                with self._state:  # gone for the rest of its round, or rejoin_after_s
-                    self._state.wait_for(
-                        lambda gone=gone: (
-                            self._latest_round > gone or self._done.is_set() or stop.is_set()
-                        ),
-                        timeout=device.traits.rejoin_after_s,
-                    )
+                async with period:
+                    final = await self._serve(device, p)
+            except TimeoutError:
+                if not period.expired():
+                    raise
+                self.report.offline_periods += 1
+                p.close()
+                await asyncio.sleep(self._offline_for(device))
+                continue
+            except DeviceDropout as exc:  # gone for the rest of its round, or rejoin_after_s
+                p.close()
+                await self._wait_for_round_after(exc.round, device.traits.rejoin_after_s)
                 continue
             finally:
-                self._leave.pop(device.index, None)
-                client.close()
-            if final is not None:
-                with self._state:
-                    self.report.final = self.report.final or final
-                    self.report.done_time = min(self.report.done_time, time.time())
-                self._done.set()
-                return
-            if stop.is_set() or self._done.is_set():
-                return
-            with self._state:
-                self.report.offline_periods += 1
-            stop.wait(self._offline_for(device))
+                p.close()
+            if self.report.final is None:
+                self.report.final = weights_of(final)
+            self.report.done_time = min(self.report.done_time, time.time())
+            self._done.set()
+            self._progress.set()
+            return
 
-    def run(
-        self, address: str, *, timeout: float = 3600.0, stop: threading.Event | None = None
-    ) -> GroupReport:
-        """Run every device until the server's job ends (or `timeout`); the group's report."""
-        stop = stop or threading.Event()
-        self._leave: dict[int, tuple[threading.Event, float]] = {}
-        errors = self.report.errors
+    async def _device(self, k: int, device: Device) -> None:
+        try:
+            await self._live(device, self._channels.channel(k))
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # reported, the other devices go on
+            log.warning("device %d failed: %r", device.index, exc)
+            self.report.errors.append(f"device {device.index}: {type(exc).__name__}: {exc}")
 
-        def live(device: Device) -> None:
-            try:
-                self._live(device, address, stop)
-            except Exception as exc:  # reported, the other devices go on
-                log.warning("device %d failed: %r", device.index, exc)
-                errors.append(f"device {device.index}: {type(exc).__name__}: {exc}")
-
-        threads = [
-            threading.Thread(target=live, args=(d,), daemon=True, name=f"device-{d.index}")
-            for d in self.devices
-        ]
-        for t in threads:
-            t.start()
-        end = time.monotonic() + timeout
-        # One scheduler for the availability traces: ends online periods, watches the end.
-        while any(t.is_alive() for t in threads) and time.monotonic() < end:
-            now = time.monotonic()
-            for leave, until in list(self._leave.values()):
-                if now >= until:
-                    leave.set()
-            if self._done.is_set():
-                break
-            stop.wait(0.1)
-        # The job is over (or timed out) for devices offline or dropped out too.
-        stop.set()
-        for leave, _ in list(self._leave.values()):
-            leave.set()
-        with self._state:
-            self._state.notify_all()
-        for t in threads:
-            t.join(max(1.0, end - time.monotonic()))
+    async def _run(self, address: str, timeout: float) -> GroupReport:
+        self._done, self._progress = asyncio.Event(), asyncio.Event()
+        self._channels = ChannelPool(address, len(self.devices))
+        self.models = ModelCache(chunk_size=self.chunk_size, rpc_timeout=self.rpc_timeout)
+        self._upload_turns = asyncio.Semaphore(self.upload_turns)
+        self._buffers = BufferPool(limit=self.upload_turns)
+        self._pool = ThreadPoolExecutor(self.workers, thread_name_prefix="fleet-train")
+        lives = [asyncio.ensure_future(self._device(k, d)) for k, d in enumerate(self.devices)]
+        everyone = asyncio.gather(*lives)
+        finished = asyncio.ensure_future(self._done.wait())
+        try:
+            await asyncio.wait(
+                (everyone, finished), timeout=timeout, return_when=asyncio.FIRST_COMPLETED
+            )
+            if not self._done.is_set() and not everyone.done():
+                self.report.errors.append(f"the job did not end within {timeout:g} s")
+        finally:
+            finished.cancel()
+            for life in lives:
+                life.cancel()
+            await asyncio.gather(everyone, return_exceptions=True)
+            await self._channels.close()
+            self._pool.shutdown(wait=False)
         return self.report
+
+    def run(self, address: str, *, timeout: float = 3600.0) -> GroupReport:
+        """Run every device until the server's job ends (or `timeout`); the group's report."""
+        return TransportLoop.shared().run(self._run(address, timeout))

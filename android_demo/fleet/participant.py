@@ -1,0 +1,122 @@
+"""One virtual device's side of the federated protocol, as coroutines on the shared loop.
+
+The same messages a `sporenet.federated.Client` sends (Register; polls, heartbeats and
+uploads over one Session stream; evaluation reports), spoken by a coroutine instead of a
+thread: a thousand devices then cost a thousand small objects and streams multiplexed
+over a few connections (shared.ChannelPool), not a thousand threads and connections.
+What a device does with a task (train, drop out, upload) is devices.py's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+from collections.abc import Mapping
+
+import grpc
+import numpy as np
+
+from sporenet.android_demo.fleet.shared import loop_transfers
+from sporenet.federated.client.session_stream import SessionStream
+from sporenet.federated.client.transfers import PendingUpload
+from sporenet.federated.common.wire import SessionReplyField, SessionRequestField, method_path
+from sporenet.federated.errors import FederatedError
+from sporenet.proto import federated_pb2 as pb
+from sporenet.proto import federated_pb2_grpc as pb_grpc
+
+
+class Participant:
+    """A registered device's connection to the server: its id, its Session stream."""
+
+    def __init__(
+        self,
+        channel: grpc.aio.Channel,
+        name: str,
+        *,
+        poll_wait: float,
+        rpc_timeout: float,
+        chunk_size: int,
+    ) -> None:
+        self.channel, self.name = channel, name
+        self.poll_wait, self.rpc_timeout, self.chunk_size = poll_wait, rpc_timeout, chunk_size
+        self.client_id = ""
+        self.heartbeat_interval = 5.0
+        self._session: SessionStream | None = None
+
+    def session(self) -> SessionStream:
+        """The open Session stream, opened anew after a failure."""
+        if self._session is None or self._session.closed:
+            self._session = SessionStream(self.channel, method_path("Session"))
+        return self._session
+
+    def close(self) -> None:
+        """End the session: the server sees the device go silent."""
+        session, self._session = self._session, None
+        if session is not None:
+            session.close()
+
+    async def register(self) -> None:
+        stub = pb_grpc.FederatedStub(self.channel)
+        reply = await stub.Register(
+            pb.RegisterRequest(client_name=self.name), timeout=self.rpc_timeout
+        )
+        self.client_id = reply.client_id
+        self.heartbeat_interval = max(reply.heartbeat_interval_ms / 1000.0, 0.05)
+
+    async def poll(self) -> pb.Task:
+        """The next task, long-polled up to `poll_wait` (models come from the group's
+        cache, so the server is not asked to send one along)."""
+        request = pb.TaskRequest(
+            client_id=self.client_id, wait_ms=int(self.poll_wait * 1000), send_model=False
+        )
+        session = self.session()
+        await session.send(SessionRequestField.POLL, request.SerializeToString())
+        _, body = await session.receive(
+            (SessionReplyField.TASK,), self.poll_wait + self.rpc_timeout
+        )
+        return pb.Task.FromString(bytes(body))
+
+    async def heartbeats(self, task_id: str) -> None:
+        """Heartbeat every interval until cancelled (a missed beat is not fatal)."""
+        request = pb.HeartbeatRequest(client_id=self.client_id, task_id=task_id)
+        message = request.SerializeToString()
+        while True:
+            await asyncio.sleep(self.heartbeat_interval)
+            with contextlib.suppress(grpc.RpcError, FederatedError):
+                # Shielded: cancelling a write half-way would cancel the whole stream.
+                await asyncio.shield(self.session().send(SessionRequestField.HEARTBEAT, message))
+
+    async def upload(
+        self, task: pb.Task, payload: memoryview, samples: int, metrics: Mapping[str, float]
+    ) -> None:
+        """Send the update and see it accepted (TransferError or grpc.RpcError if not)."""
+        pending = PendingUpload(
+            task.task_id,
+            f"{task.task_id}-{os.urandom(6).hex()}",
+            payload,
+            int(samples),
+            json.dumps({k: float(v) for k, v in metrics.items()}),
+        )
+        transfers = loop_transfers(
+            self.session(), self.client_id, chunk_size=self.chunk_size, rpc_timeout=self.rpc_timeout
+        )
+        await transfers.upload_in_session(pending, transfers.upload_header(pending))
+
+    async def report_evaluation(
+        self, task: pb.Task, loss: float, samples: int, metrics: Mapping[str, float]
+    ) -> None:
+        report = pb.EvaluationReport(
+            client_id=self.client_id,
+            task_id=task.task_id,
+            loss=float(loss),
+            num_samples=int(samples),
+            metrics_json=json.dumps({k: float(v) for k, v in metrics.items()}),
+        )
+        await pb_grpc.FederatedStub(self.channel).ReportEvaluation(report, timeout=self.rpc_timeout)
+
+
+def weights_of(final: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Own copies of read-only weights (for a report that outlives the model cache)."""
+    return {k: np.array(v) for k, v in final.items()}
