@@ -105,16 +105,23 @@ def fedavg_delta(weights: Weights, samples: list[int], config: dict[str, Any]) -
 
 
 def run_devices(
-    addresses: list[str], samples: list[int], *, evaluate: bool = False
+    addresses: list[str],
+    samples: list[int],
+    *,
+    evaluate: bool = False,
+    gate: Callable[[int, dict[str, Any]], None] | None = None,
 ) -> tuple[list[threading.Thread], dict[int, Any], list[dict[str, Any]]]:
     """Start one Client per device (device i at addresses[i]); returns the threads, where
-    their final weights land, and the task configs they trained with."""
+    their final weights land, and the task configs they trained with (each with
+    `device`). `gate(i, config)` is called before device i trains (to hold it there)."""
     results: dict[int, Any] = {}
     configs: list[dict[str, Any]] = []
 
     def run(i: int) -> None:
         def train(weights: Weights, config: dict[str, Any]) -> tuple:
-            configs.append(dict(config))
+            configs.append({**config, "device": i})
+            if gate is not None:
+                gate(i, config)
             return local_train(i, weights, config), samples[i], {"loss": float(i)}
 
         def evaluate_fn(weights: Weights, config: dict[str, Any]) -> tuple:
