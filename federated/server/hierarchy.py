@@ -7,6 +7,11 @@ weighted mean of the edges' means is the weighted mean over every device. A job 
 aggregation needs more than that is refused when the edge registers (HierarchyError,
 FAILED_PRECONDITION), with the reason, so the edge stops instead of training a model that
 differs from what the job promises.
+
+Differential privacy crosses the tiers in local mode only: the task config's `dp_local_*`
+keys reach the devices through the edge unchanged, each device clips and noises its own
+delta, and the cloud's ledger charges every round with q = 1 as in a one-tier local-DP
+job; the edges' and the cloud's averaging is post-processing.
 """
 
 from __future__ import annotations
@@ -36,11 +41,15 @@ def edge_refusal(config: ServerConfig) -> str:
             "hierarchical jobs need a mean-based strategy (fedavg, fedprox, fedadam, fedyogi, "
             "fedadagrad); connect the devices to the cloud directly for this strategy"
         )
-    if config.differential_privacy is not None:
+    dp = config.differential_privacy
+    if dp is not None and dp.mode != "local":
         return (
-            "the job uses differential privacy, whose clipping and noise are sized per "
-            "client of one tier: an edge's update is a whole cohort's mean, so its epsilon "
-            "would not be per device (federated/README.md, 'Tiers'); run DP jobs without edges"
+            f'the job uses differential privacy in mode "{dp.mode}", which clips and noises '
+            "each client's update at the cloud (or shares the noise among the clients of one "
+            "secure sum): an edge's update is its whole cohort's mean, so the noise and the "
+            'epsilon would not be per device. Use mode = "local" for hierarchical jobs: each '
+            "device clips and noises its own update before it leaves (federated/README.md, "
+            "'Tiers')"
         )
     if config.secure_aggregation is not None:
         return (

@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -47,6 +48,21 @@ class EdgeProcess:
         self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=self._log, env={**os.environ})
         return self
 
+    def wait_serving(self, timeout: float = 120.0) -> None:
+        """Return once the edge serves devices: after the cloud's first task brought the
+        model (its state dir then holds the daemon's server.json). Devices started before
+        would wait out gRPC's reconnection backoff instead."""
+        end = time.monotonic() + timeout
+        info = self.state_dir / "server.json"
+        while time.monotonic() < end:
+            assert self.proc is not None
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"edge exited with {self.proc.returncode}:\n{self.logs()}")
+            if info.exists() and json.loads(info.read_text()).get("pid") == self.proc.pid:
+                return
+            time.sleep(0.05)
+        raise TimeoutError(f"edge did not start serving:\n{self.logs()}")
+
     def logs(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
 
@@ -65,6 +81,7 @@ class EdgeProcess:
         assert self.proc is not None
         self.proc.send_signal(signal.SIGKILL)
         self.proc.wait(10)
+        (self.state_dir / "server.json").unlink(missing_ok=True)
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
@@ -110,10 +127,12 @@ def run_devices(
     *,
     evaluate: bool = False,
     gate: Callable[[int, dict[str, Any]], None] | None = None,
+    step: Callable[[int, Weights, dict[str, Any]], Weights] = local_train,
 ) -> tuple[list[threading.Thread], dict[int, Any], list[dict[str, Any]]]:
     """Start one Client per device (device i at addresses[i]); returns the threads, where
     their final weights land, and the task configs they trained with (each with
-    `device`). `gate(i, config)` is called before device i trains (to hold it there)."""
+    `device`). `gate(i, config)` is called before device i trains (to hold it there);
+    `step(i, weights, config)` is its training."""
     results: dict[int, Any] = {}
     configs: list[dict[str, Any]] = []
 
@@ -122,7 +141,7 @@ def run_devices(
             configs.append({**config, "device": i})
             if gate is not None:
                 gate(i, config)
-            return local_train(i, weights, config), samples[i], {"loss": float(i)}
+            return step(i, weights, config), samples[i], {"loss": float(i)}
 
         def evaluate_fn(weights: Weights, config: dict[str, Any]) -> tuple:
             return float(i + 1), samples[i], {"accuracy": 0.1 * i}

@@ -79,6 +79,8 @@ def test_kill9_of_an_edge_mid_round_loses_no_accepted_update(
     ).start()
     args = ["--min-clients", "2", "--linger", "0", "--checkpoint-every", "1"]
     edges = [edge_factory(f"edge{e}", cloud.address, args).start() for e in (0, 1)]
+    for edge in edges:
+        edge.wait_serving()
     release = threading.Event()
     threads, results, configs = run_devices(
         [edges[e].address for e in EDGE_OF], SAMPLES, gate=held_in_round_1(1, release)
@@ -119,6 +121,8 @@ def test_kill9_of_the_cloud_mid_round_loses_no_accepted_update(
     ).start()
     args = ["--min-clients", "2", "--linger", "0"]
     edges = [edge_factory(f"edge{e}", cloud.address, args).start() for e in (0, 1)]
+    for edge in edges:
+        edge.wait_serving()
     release = threading.Event()
     threads, results, configs = run_devices(
         [edges[e].address for e in EDGE_OF], SAMPLES, gate=held_in_round_1(3, release)

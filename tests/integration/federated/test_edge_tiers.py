@@ -79,6 +79,8 @@ def run_tiers(
         (tmp_path / "edge.toml").write_text(edge_toml)
         args += ["--config", str(tmp_path / "edge.toml")]
     edges = [edge_factory(f"edge{e}", cloud.address, args).start() for e in (0, 1)]
+    for edge in edges:
+        edge.wait_serving()
     threads, results, configs = run_devices(
         [edges[e].address for e in EDGE_OF], SAMPLES, evaluate=evaluate
     )
