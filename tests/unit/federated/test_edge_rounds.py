@@ -5,7 +5,6 @@ withdraws at its deadline, a restart picks up the task in hand."""
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -105,7 +104,7 @@ def test_a_cloud_task_runs_among_devices_and_keeps_their_weighted_mean(
     for c in "abc":
         upload(m, c, deltas[c], samples[c])
     m.tick()
-    result = m.result("r1-fit", threading.Event())
+    result = m.result("r1-fit")
     assert result is not None and result.delta is not None
     assert result.weight == 20
     assert result.metrics["loss"] == pytest.approx((9 + 25 + 144) / 20)
@@ -133,7 +132,7 @@ def test_too_few_device_updates_by_the_deadline_withdraws_from_the_cloud_task(
     m.tick()
     assert m._task is not None and m._task.state == TaskState.WITHDRAWN
     assert "1 device update(s) by the deadline, min_clients is 2" in m._task.reason
-    assert m.result("r1-fit", threading.Event()) is None
+    assert m.result("r1-fit") is None
     assert m.job.status == JobStatus.RUNNING  # the edge goes on with the cloud's next task
     begin(m, model, task_id="r2-fit")
     m.touch("a")
@@ -153,7 +152,7 @@ def test_enough_updates_at_the_deadline_report_what_arrived(
     clock.now += ROUND_TIMEOUT + 1
     m.touch("b")  # a straggler: alive, but late
     m.tick()
-    result = m.result("r1-fit", threading.Event())
+    result = m.result("r1-fit")
     assert result is not None and result.weight == 7
     assert all(np.all(d == 0.5) for d in result.delta.values())  # type: ignore[union-attr]
 
@@ -177,7 +176,7 @@ def test_a_restarted_edge_resumes_the_task_in_hand(
     again.touch("b")
     upload(again, "b", {k: np.zeros_like(v) for k, v in again._weights.items()}, 1)
     again.tick()
-    result = again.result("r1-fit", threading.Event())
+    result = again.result("r1-fit")
     assert result is not None and result.weight == 2  # "a" was not lost
     assert all(np.allclose(d, 1.0) for d in result.delta.values())  # type: ignore[union-attr]
 
@@ -195,3 +194,19 @@ def test_the_cloud_job_ending_gives_devices_the_final_model(
     task = m.get_task("a")
     assert task.type == TaskType.DONE and task.model is not None
     assert m.models.path(task.model).read_bytes() == bytes(final)
+
+
+def test_waiting_on_a_task_and_withdrawing_when_the_cloud_closed_it(
+    tmp_path: Path, clock: FakeClock, model: bytes, made: list
+) -> None:
+    m = edge(tmp_path, clock, made)
+    for cid in ("a", "b"):
+        m.register(cid, None, {})
+    begin(m, model)
+    m.tick()
+    assert not m.wait("r1-fit", 0.01)  # the devices are still at work
+    assert m.wait("r0-fit", 0.0)  # not the task in hand: nothing to wait for
+    m.withdraw("r1-fit", "the cloud closed task 'r1-fit'")
+    assert m.wait("r1-fit", 0.0) and m.result("r1-fit") is None
+    assert not m.job.active and m.get_task("a").type == TaskType.WAIT
+    assert m._task is not None and m._task.reason == "the cloud closed task 'r1-fit'"
