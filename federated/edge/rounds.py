@@ -101,6 +101,7 @@ class EdgeRoundManager(RoundManager):
         """Start working on the cloud's task `task_id` with its `model` (a no-op when it is
         the task already in hand, e.g. after the edge restarted)."""
         with self._changed:
+            self._changed.wait_for(lambda: not self._aggregating)  # let a close finish
             current = self._task
             if current is not None and current.task_id == task_id:
                 return
@@ -152,12 +153,14 @@ class EdgeRoundManager(RoundManager):
     def withdraw(self, task_id: str, reason: str) -> None:
         """Stop working on `task_id` (the cloud closed it without this edge)."""
         with self._changed:
+            self._changed.wait_for(lambda: not self._aggregating)  # it may be settling now
             if self._task is not None and self._task.task_id == task_id:
                 self._fail_job(reason)
 
     def finish(self, model: bytes | None, reason: str) -> None:
         """The cloud's job ended: devices get its final model with TASK_DONE."""
         with self._changed:
+            self._changed.wait_for(lambda: not self._aggregating)
             if self.job.active:
                 self._abandon_phase()
             if model is not None:
