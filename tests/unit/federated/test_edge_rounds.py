@@ -210,3 +210,28 @@ def test_waiting_on_a_task_and_withdrawing_when_the_cloud_closed_it(
     assert m.wait("r1-fit", 0.0) and m.result("r1-fit") is None
     assert not m.job.active and m.get_task("a").type == TaskType.WAIT
     assert m._task is not None and m._task.reason == "the cloud closed task 'r1-fit'"
+
+
+def test_a_partial_aggregate_survives_a_restart_before_it_was_sent(
+    tmp_path: Path, clock: FakeClock, model: bytes, made: list
+) -> None:
+    m = edge(tmp_path, clock, made)
+    for cid in ("a", "b"):
+        m.register(cid, None, {})
+    begin(m, model)
+    m.tick()
+    upload(m, "a", {k: np.full_like(v, 3.0) for k, v in m._weights.items()}, 1)
+    upload(m, "b", {k: np.full_like(v, 1.0) for k, v in m._weights.items()}, 3)
+    m.tick()
+    before = m.result("r1-fit")
+    m.close()  # as after kill -9: nothing more is written
+    made.remove(m)
+
+    again = edge(tmp_path, clock, made)
+    begin(again, model)  # the cloud hands the same task again
+    assert again.wait("r1-fit", 0.0) and not again.job.active  # nothing is recomputed
+    after = again.result("r1-fit")
+    assert before is not None and after is not None and after.weight == before.weight == 4
+    for k, d in after.delta.items():  # type: ignore[union-attr]
+        np.testing.assert_array_equal(d, before.delta[k])  # type: ignore[index]
+        np.testing.assert_allclose(d, 1.5)
