@@ -159,3 +159,11 @@ def test_central_dp_and_cloud_secure_aggregation_refuse_edges_saying_why() -> No
     assert 'mode "central"' in why and 'Use mode = "local"' in why
     why = edge_refusal(cloud(secure_aggregation={"enabled": True}))
     assert "run secure aggregation at the edges" in why
+
+
+def test_a_server_state_dir_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    state = tmp_path / "server-state"
+    state.mkdir()
+    (state / "state.db").write_bytes(b"")  # a server's job lives here
+    assert main(["--upstream", "127.0.0.1:1", "--state-dir", str(state)]) == 2
+    assert "holds a sporenet-server job, not an edge's" in capsys.readouterr().err
