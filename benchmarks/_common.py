@@ -47,6 +47,22 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def thread_cpu(pid: int) -> dict[str, tuple[float, float]]:
+    """(user, system) CPU seconds of a live process's threads so far, summed by thread
+    name (a name ending in digits counts with its pool: "rpc_3" as "rpc_")."""
+    out: dict[str, tuple[float, float]] = {}
+    tick = os.sysconf("SC_CLK_TCK")
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            name = (task / "comm").read_text().strip().rstrip("0123456789")
+            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:  # the thread ended meanwhile
+            continue
+        user, system = out.get(name, (0.0, 0.0))
+        out[name] = (user + int(fields[11]) / tick, system + int(fields[12]) / tick)
+    return out
+
+
 def peak_mb(pid: int) -> float:
     """VmHWM (peak resident set) of a live process, in MiB."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
@@ -86,7 +102,8 @@ def module_command(module: str, profile_out: Path | None = None) -> list[str]:
 
 def profile_main(out: Path, module: str, argv: list[str]) -> None:
     """Run `module` as __main__ with a cProfile profiler in each Python thread (a server
-    works on its event-loop and pool threads, which a plain `python -m cProfile` misses);
+    works on its event-loop and pool threads, which a plain `python -m cProfile` misses),
+    timed by each thread's own CPU clock (waiting costs nothing);
     on exit, the merged stats go to `out` (pstats format) and the top functions by own
     time to `out`.txt."""
     import cProfile
@@ -98,7 +115,7 @@ def profile_main(out: Path, module: str, argv: list[str]) -> None:
     original = threading.Thread.run
 
     def run(self: threading.Thread) -> None:
-        prof = cProfile.Profile()
+        prof = cProfile.Profile(time.thread_time)
         profiles.append(prof)
         prof.enable()
         try:
@@ -107,7 +124,7 @@ def profile_main(out: Path, module: str, argv: list[str]) -> None:
             prof.disable()
 
     threading.Thread.run = run  # type: ignore[method-assign]
-    main = cProfile.Profile()
+    main = cProfile.Profile(time.thread_time)
     profiles.append(main)
     sys.argv = [module, *argv]
     main.enable()

@@ -31,8 +31,9 @@ Flower runs if `flwr` imports; install its pinned versions with
 `pip install --no-deps -r benchmarks/requirements-flower.txt`. If it does not import, or
 one of its jobs does not finish within `--flower-timeout` seconds, the benchmark says so
 and reports sporenet alone. SPORENET_BENCH_PROFILE=DIR runs every sporenet-server under
-cProfile (see _common.profile_main). Timed subprocesses run without OPENBLAS_CORETYPE /
-OPENBLAS_L2_SIZE; the BLAS kernel they load and each process's peak RSS are printed.
+cProfile (see _common.profile_main); SPORENET_BENCH_THREADS=1 prints its CPU by thread.
+Timed subprocesses run without OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE; the BLAS kernel they
+load and each process's peak RSS are printed.
 """
 
 from __future__ import annotations
@@ -64,6 +65,7 @@ from _common import (
     peak_mb,
     round_seconds,
     start_server,
+    thread_cpu,
     timed_fedavg,
 )
 
@@ -74,6 +76,7 @@ CLIENTS_PER_PROCESS = 90
 DEVICES_PER_PROCESS = 200  # tiers: cheap devices, one event loop per process carries them
 PARAMS = {"10k": (10, 1000), "100k": (100, 1000), "1m": (1000, 1000)}  # weight; + bias of rows
 INSTALL_FLOWER = "pip install --no-deps -r benchmarks/requirements-flower.txt"
+THREADS_ENV = "SPORENET_BENCH_THREADS"  # =1: print the server's CPU by thread
 CPU_TARGET = 0.5  # sporenet server CPU per update / Flower's
 TIER_TARGETS = {"cloud CPU": 0.1, "bytes in": 0.1, "round time": 1.2}  # edges / direct
 
@@ -249,6 +252,17 @@ def run_sporenet(
         server_cpu = cpu_seconds(server.pid) - cpu0
         client_cpu = _children_cpu() - before
         peak = peak_mb(server.pid)
+        if os.environ.get(THREADS_ENV):
+            per_thread = sorted(thread_cpu(server.pid).items(), key=lambda kv: -sum(kv[1]))
+            print(
+                f"sporenet server threads, CPU s since start ({n} clients {params}): "
+                + ", ".join(
+                    f"{name} user {user:.2f} sys {system:.2f}"
+                    for name, (user, system) in per_thread
+                    if user + system > 0
+                ),
+                flush=True,
+            )
         values = _metrics(mport)
     finally:
         _stop_server(server)
@@ -289,7 +303,6 @@ def sporenet_worker(address: str, first: int, count: int, params: str) -> None:
                 address,
                 train=make_train(i),
                 name=f"c{i}",
-                poll_wait=2.0,
                 max_backoff=1.0,
                 rpc_timeout=600,
             )
@@ -525,7 +538,7 @@ def _write_edge_config(path: Path, devices: int) -> None:
 
 
 def _start_edge(
-    upstream: str, address: str, state: Path, config: Path, log: Path, timeout: float = 60.0
+    upstream: str, address: str, state: Path, config: Path, log: Path
 ) -> subprocess.Popen[bytes]:
     command = [
         *module_command("sporenet.federated.edge"),
@@ -540,20 +553,32 @@ def _start_edge(
     ]
     with open(log, "wb") as out:
         proc = subprocess.Popen(command, stdout=out, stderr=out, env=clean_env())
-    host, port = address.rsplit(":", 1)
+    proc._log_path = log  # type: ignore[attr-defined]
+    return proc
+
+
+def _wait_edges(procs: list[subprocess.Popen[bytes]], addresses: list[str], timeout: float) -> None:
+    """Until every edge accepts connections (an edge may open its port only once the
+    cloud's first task arrives, which needs all edges registered: so all are started
+    first); RuntimeError with the log of an edge that exits or stays closed."""
     end = time.monotonic() + timeout
-    while True:
-        if proc.poll() is not None:
-            raise RuntimeError(
-                f"sporenet-edge exited ({proc.returncode}):\n{log.read_text()[-2000:]}"
-            )
-        with socket.socket() as s:
-            if s.connect_ex((host, int(port))) == 0:
-                return proc
-        if time.monotonic() > end:
-            _stop([proc])
-            raise RuntimeError(f"sporenet-edge did not start:\n{log.read_text()[-2000:]}")
-        time.sleep(0.05)
+    for proc, address in zip(procs, addresses, strict=True):
+        host, port = address.rsplit(":", 1)
+        log: Path = proc._log_path  # type: ignore[attr-defined]
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(
+                    f"sporenet-edge exited ({proc.returncode}):\n{log.read_text()[-2000:]}"
+                )
+            with socket.socket() as s:
+                if s.connect_ex((host, int(port))) == 0:
+                    break
+            if time.monotonic() > end:
+                raise RuntimeError(
+                    f"sporenet-edge at {address} did not open its port within {timeout:.0f} s:"
+                    f"\n{log.read_text()[-2000:]}"
+                )
+            time.sleep(0.05)
 
 
 def run_tier(
@@ -594,6 +619,7 @@ def run_tier(
                 edge_procs.append(
                     _start_edge(f"127.0.0.1:{port}", address, edge_state, config, edge_log)
                 )
+            _wait_edges(edge_procs, addresses, timeout=120)
         cpu0 = cpu_seconds(cloud.pid)
         edges0 = sum(cpu_seconds(e.pid) for e in edge_procs)
         workers = _spawn_workers(
