@@ -31,6 +31,11 @@ class StaleTaskError(FederatedError):
     """The task or round an upload or report refers to is no longer open."""
 
 
+class HierarchyError(FederatedError):
+    """An edge aggregator asked to join a job that cannot be aggregated in tiers (its
+    strategy needs every device's update, or its privacy settings assume one tier)."""
+
+
 class AggregationError(FederatedError):
     """Aggregation could not produce a result (no updates, inconsistent inputs)."""
 

@@ -159,12 +159,24 @@ class _AioServer:
         await stopped
 
 
-def run_server(config: ServerConfig, *, stop: threading.Event | None = None) -> int:
-    """Serve the job until it is stopped (SIGTERM/SIGINT or `stop`); returns the exit code."""
+def run_server(
+    config: ServerConfig,
+    *,
+    stop: threading.Event | None = None,
+    manager: RoundManager | None = None,
+    metrics: Metrics | None = None,
+) -> int:
+    """Serve the job until it is stopped (SIGTERM/SIGINT or `stop`); returns the exit code.
+
+    `manager` (with the `metrics` it reports to) replaces the RoundManager built from
+    `config`: the edge aggregator serves its devices with its own round manager.
+    """
     _bound_allocator()
     logger = setup_logging(config.log_level)
-    metrics = Metrics()
-    manager = RoundManager(config, metrics=metrics, logger=logger)
+    if manager is None:
+        metrics = Metrics()
+        manager = RoundManager(config, metrics=metrics, logger=logger)
+    metrics = metrics or manager.metrics
     auth = Authenticator(
         tokens=config.auth.tokens,
         ed25519=config.auth.ed25519,

@@ -39,13 +39,14 @@ from sporenet.federated.aggregation import Aggregator
 from sporenet.federated.common.codec import decode_update
 from sporenet.federated.errors import (
     AggregationError,
+    HierarchyError,
     StaleTaskError,
     UnknownClientError,
     UpdateRejectedError,
     quote,
 )
 from sporenet.federated.secagg import ClientExcludedError, Stage
-from sporenet.federated.server import job_settings, restore, state_dir
+from sporenet.federated.server import hierarchy, job_settings, restore, state_dir
 from sporenet.federated.server.config import ServerConfig
 from sporenet.federated.server.ledger import PrivacyLedger
 from sporenet.federated.server.models import ModelStore
@@ -168,8 +169,17 @@ class RoundManager(RoundLoop):
     # -- client-facing --------------------------------------------------------------------
 
     def register(self, name: str, identity: str | None, info: dict[str, str]) -> str:
-        """The client's id: its authenticated identity, else its chosen name, else a new one."""
+        """The client's id: its authenticated identity, else its chosen name, else a new one.
+
+        Raises:
+            HierarchyError: an edge aggregator asked to join a job that cannot take one.
+        """
         client_id = identity or name or f"client-{os.urandom(6).hex()}"
+        if hierarchy.is_edge(info):
+            why = hierarchy.edge_refusal(self.config)
+            if why:
+                log_event(self.log, "edge_refused", logging.WARNING, client=client_id, reason=why)
+                raise HierarchyError(f"edge {quote(client_id)} refused: {why}")
         with self._changed:
             new = client_id not in self.clients
             with self.store.transaction() as tx:

@@ -32,6 +32,7 @@ from sporenet.federated.errors import (
     AuthError,
     ConfigError,
     FederatedError,
+    HierarchyError,
     MalformedMessageError,
     PermissionDeniedError,
     ReadTimeoutError,
@@ -64,6 +65,7 @@ STATUS_CODES: list[tuple[type[FederatedError], grpc.StatusCode]] = [
     (PermissionDeniedError, grpc.StatusCode.PERMISSION_DENIED),
     (UnknownClientError, grpc.StatusCode.NOT_FOUND),
     (StaleTaskError, grpc.StatusCode.FAILED_PRECONDITION),
+    (HierarchyError, grpc.StatusCode.FAILED_PRECONDITION),  # an edge the job cannot take
     (ReadTimeoutError, grpc.StatusCode.DEADLINE_EXCEEDED),
     (TransferError, grpc.StatusCode.OUT_OF_RANGE),
     (AggregationError, grpc.StatusCode.INTERNAL),

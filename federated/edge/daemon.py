@@ -1,0 +1,128 @@
+"""Run an edge: the device-facing daemon and the upstream participant, in one process.
+
+The device-facing side is `run_server` with an EdgeRoundManager. In a new state dir the
+manager is built when the cloud's first task brings the model (devices that connect
+before then retry with backoff); after a restart it is built at once from the state dir,
+and the upstream participant re-registers under the same name and picks up the task in
+hand. When the cloud's job ends, devices get its final model and the edge exits 0 after
+`upstream.linger` seconds; when the cloud refuses the edge, it exits 1 with the reason.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import signal
+import sys
+import threading
+from pathlib import Path
+
+from sporenet.federated.edge.config import EdgeConfig
+from sporenet.federated.edge.rounds import EdgeRoundManager
+from sporenet.federated.edge.upstream import UpstreamClient
+from sporenet.federated.errors import ConfigError, FederatedError
+from sporenet.federated.server import state_dir
+from sporenet.federated.server.daemon import run_server
+from sporenet.federated.server.models import write_atomic
+from sporenet.federated.server.observability import Metrics, log_event, setup_logging
+
+INITIAL_MODEL = "upstream-initial.spore"
+IDENTITY_FILE = "edge.json"
+#: The longest pause between reconnection attempts to the cloud (edges are few).
+UPSTREAM_MAX_BACKOFF = 1.0
+
+
+class EdgeNode:
+    """Holds the edge's round manager, built from the state dir or the first task."""
+
+    def __init__(self, config: EdgeConfig, metrics: Metrics, logger: logging.Logger) -> None:
+        self.config, self.metrics, self.log = config, metrics, logger
+        self.dir = Path(config.server.state_dir)
+        self.manager: EdgeRoundManager | None = None
+        self.ready = threading.Event()
+        self._lock = threading.Lock()
+
+    def open_existing(self) -> None:
+        """Build the manager now if the state dir holds a job (a restart)."""
+        if (self.dir / INITIAL_MODEL).is_file() and (self.dir / "state.db").is_file():
+            self.manager_for(None)
+
+    def manager_for(self, model: bytes | None) -> EdgeRoundManager:
+        """The manager; on the first task, built with the cloud's `model` as version 0."""
+        with self._lock:
+            if self.manager is None:
+                if model is not None and not (self.dir / INITIAL_MODEL).is_file():
+                    write_atomic(self.dir / INITIAL_MODEL, model)
+                server = dataclasses.replace(self.config.server, model=self.dir / INITIAL_MODEL)
+                self.manager = EdgeRoundManager(server, metrics=self.metrics, logger=self.log)
+                self.ready.set()
+            return self.manager
+
+
+def edge_name(config: EdgeConfig) -> str:
+    """The edge's name at the cloud: configured, or made once and kept in the state dir
+    (so a restarted edge is the same participant)."""
+    if config.upstream.name:
+        return config.upstream.name
+    path = Path(config.server.state_dir) / IDENTITY_FILE
+    if path.is_file():
+        return str(json.loads(path.read_text())["name"])
+    name = f"edge-{os.urandom(6).hex()}"
+    write_atomic(path, json.dumps({"name": name}).encode())
+    return name
+
+
+def run_edge(config: EdgeConfig, *, stop: threading.Event | None = None) -> int:
+    """Serve devices and take part in the cloud's job until it ends or the edge is stopped."""
+    logger = setup_logging(config.server.log_level)
+    metrics = Metrics()
+    state_dir.prepare(Path(config.server.state_dir))
+    stop = stop or threading.Event()
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: stop.set())
+    node = EdgeNode(config, metrics, logger)
+    node.open_existing()
+    upstream = UpstreamClient(
+        config.upstream.address,
+        manager_for=node.manager_for,
+        credentials=config.upstream.credentials(),
+        name=edge_name(config),
+        max_backoff=UPSTREAM_MAX_BACKOFF,
+    )
+    failure: list[BaseException] = []
+
+    def serve_upstream() -> None:
+        try:
+            final = upstream.run(stop)
+            if final is not None and upstream.final_model is not None:
+                node.manager_for(upstream.final_model).finish(
+                    upstream.final_model, "the cloud's job is done"
+                )
+                log_event(logger, "edge_lingering", seconds=config.upstream.linger)
+                stop.wait(config.upstream.linger)
+        except BaseException as e:  # reported by the main thread
+            failure.append(e)
+        finally:
+            stop.set()
+
+    thread = threading.Thread(target=serve_upstream, name="upstream", daemon=True)
+    thread.start()
+    log_event(logger, "edge_started", upstream=config.upstream.address, name=upstream.name)
+    code = 0
+    while not stop.is_set() and not node.ready.is_set():
+        stop.wait(0.1)
+    if node.manager is not None and not failure:
+        code = run_server(config.server, stop=stop, manager=node.manager, metrics=metrics)
+    stop.set()
+    thread.join(30)
+    upstream.close()
+    if failure:
+        error = failure[0]
+        if isinstance(error, FederatedError):
+            print(f"sporenet-edge: error: {error}", file=sys.stderr)
+            return 2 if isinstance(error, ConfigError) else 1
+        raise error
+    return code

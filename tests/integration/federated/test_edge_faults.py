@@ -1,0 +1,145 @@
+"""kill -9 across tiers: an edge, then the cloud, dies mid-round and restarts on its state
+dir; no accepted update is lost (nobody trains a round twice, the restarted process
+re-folds what it had accepted) and the job publishes the one-tier FedAvg model."""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from sporenet.federated.server.status import read_status
+from tests.integration.federated.edge_helpers import (
+    EdgeProcess,
+    fedavg_delta,
+    join_all,
+    run_devices,
+)
+from tests.integration.federated.helpers import make_model, wait_for
+
+SAMPLES = [5, 10, 20, 40]
+EDGE_OF = [0, 0, 1, 1]
+ROUNDS = 2
+
+
+@pytest.fixture
+def edge_factory(tmp_path: Path) -> Iterator[Callable[..., EdgeProcess]]:
+    started: list[EdgeProcess] = []
+
+    def factory(name: str, upstream: str, args: list[str]) -> EdgeProcess:
+        edge = EdgeProcess(tmp_path / name, upstream, args)
+        started.append(edge)
+        return edge
+
+    yield factory
+    for edge in started:
+        edge.stop()
+
+
+def fedavg_reference(w0: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    w = dict(w0)
+    for r in range(1, ROUNDS + 1):
+        delta = fedavg_delta(w, SAMPLES, {"round": r})
+        w = {k: (v + delta[k]).astype(v.dtype) for k, v in w.items()}
+    return w
+
+
+def held_in_round_1(device: int, release: threading.Event) -> Callable[[int, dict], None]:
+    def gate(i: int, config: dict[str, Any]) -> None:
+        if i == device and config["round"] == 1:
+            release.wait(120)
+
+    return gate
+
+
+def accepted(state_dir: Path) -> int:
+    """Updates the process in `state_dir` has accepted in its open phase (from its store)."""
+    if not (state_dir / "state.db").exists():
+        return 0  # the edge has no job before the cloud's first task
+    s = read_status(state_dir)
+    return sum(1 for st in s["participants"].values() if st == "accepted") if s["job"] else 0
+
+
+def trained_once_per_round(configs: list[dict[str, Any]]) -> None:
+    counts = Counter((c["device"], c["round"]) for c in configs)
+    assert counts == {(i, r): 1 for i in range(4) for r in range(1, ROUNDS + 1)}, counts
+
+
+def test_kill9_of_an_edge_mid_round_loses_no_accepted_update(
+    tmp_path: Path, server_factory, edge_factory
+) -> None:  # type: ignore[no-untyped-def]
+    w0 = make_model(tmp_path / "init.spore", out=8, inp=6)
+    cloud = server_factory(
+        ["--model", str(tmp_path / "init.spore"), "--rounds", str(ROUNDS), "--min-clients", "2"]
+    ).start()
+    args = ["--min-clients", "2", "--linger", "0", "--checkpoint-every", "1"]
+    edges = [edge_factory(f"edge{e}", cloud.address, args).start() for e in (0, 1)]
+    for edge in edges:
+        edge.wait_serving()
+    release = threading.Event()
+    threads, results, configs = run_devices(
+        [edges[e].address for e in EDGE_OF], SAMPLES, gate=held_in_round_1(1, release)
+    )
+    # Edge 0 accepted device 0's round-1 update; device 1 is still training.
+    wait_for(lambda: accepted(edges[0].state_dir) == 1, timeout=60, what="edge 0's first update")
+    edges[0].kill9()
+    edges[0].start()
+    release.set()
+
+    join_all(threads, 120, lambda: cloud.logs() + edges[0].logs() + edges[1].logs())
+    restored = edges[0].events("aggregate_restored")
+    assert restored and restored[0]["checkpointed"] + restored[0]["refolded"] == 1
+    trained_once_per_round(configs)  # device 0 was not asked for its update again
+    want = fedavg_reference(w0)
+    for got in results.values():
+        for k in want:
+            np.testing.assert_allclose(got[k], want[k], rtol=0, atol=2e-6)
+    # The cloud kept the restarted edge as the same participant.
+    assert read_status(cloud.state_dir)["clients_registered"] == 2
+
+
+def test_kill9_of_the_cloud_mid_round_loses_no_accepted_update(
+    tmp_path: Path, server_factory, edge_factory
+) -> None:  # type: ignore[no-untyped-def]
+    w0 = make_model(tmp_path / "init.spore", out=8, inp=6)
+    cloud = server_factory(
+        [
+            "--model",
+            str(tmp_path / "init.spore"),
+            "--rounds",
+            str(ROUNDS),
+            "--min-clients",
+            "2",
+            "--checkpoint-every",
+            "1",
+        ]
+    ).start()
+    args = ["--min-clients", "2", "--linger", "0"]
+    edges = [edge_factory(f"edge{e}", cloud.address, args).start() for e in (0, 1)]
+    for edge in edges:
+        edge.wait_serving()
+    release = threading.Event()
+    threads, results, configs = run_devices(
+        [edges[e].address for e in EDGE_OF], SAMPLES, gate=held_in_round_1(3, release)
+    )
+    # The cloud accepted edge 0's partial aggregate; edge 1 waits for device 3.
+    wait_for(lambda: accepted(cloud.state_dir) == 1, timeout=60, what="edge 0's partial")
+    cloud.kill9()
+    cloud.start()
+    release.set()
+
+    join_all(threads, 120, lambda: cloud.logs() + edges[0].logs() + edges[1].logs())
+    restored = cloud.events("aggregate_restored")
+    assert restored and restored[0]["checkpointed"] + restored[0]["refolded"] == 1
+    trained_once_per_round(configs)
+    # Each edge aggregated each round once: edge 0's round-1 partial was not recomputed.
+    assert [len(e.events("edge_round_aggregated")) for e in edges] == [ROUNDS, ROUNDS]
+    want = fedavg_reference(w0)
+    for got in results.values():
+        for k in want:
+            np.testing.assert_allclose(got[k], want[k], rtol=0, atol=2e-6)
