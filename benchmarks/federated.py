@@ -560,7 +560,7 @@ def _start_edge(
 def _wait_edges(procs: list[subprocess.Popen[bytes]], addresses: list[str], timeout: float) -> None:
     """Until every edge accepts connections (an edge may open its port only once the
     cloud's first task arrives, which needs all edges registered: so all are started
-    first); RuntimeError with the log of an edge that exits or stays closed."""
+    before this waits); RuntimeError with the log of an edge that exits or stays closed."""
     end = time.monotonic() + timeout
     for proc, address in zip(procs, addresses, strict=True):
         host, port = address.rsplit(":", 1)
@@ -619,12 +619,19 @@ def run_tier(
                 edge_procs.append(
                     _start_edge(f"127.0.0.1:{port}", address, edge_state, config, edge_log)
                 )
-            _wait_edges(edge_procs, addresses, timeout=120)
         cpu0 = cpu_seconds(cloud.pid)
         edges0 = sum(cpu_seconds(e.pid) for e in edge_procs)
+        # Devices start at once and retry until their edge listens (an edge opens its port
+        # once the cloud's first task arrived); an edge that fails stops the run.
         workers = _spawn_workers(
             "sporenet", addresses, devices, len(addresses), params, DEVICES_PER_PROCESS
         )
+        try:
+            if edge_procs:
+                _wait_edges(edge_procs, addresses, timeout=120)
+        except RuntimeError:
+            _stop(workers)
+            raise
         _wait_workers(workers, timeout=timeout, what=f"{devices} devices, {mode}")
         cloud_cpu = cpu_seconds(cloud.pid) - cpu0
         edges_cpu = sum(cpu_seconds(e.pid) for e in edge_procs) - edges0
