@@ -502,10 +502,10 @@ class TierResult:
     devices: int
     rounds: int
     round_seconds: float  # median over the rounds after the first (connection set-up)
-    cloud_cpu: float  # CPU seconds per round in the cloud server process
+    cloud_cpu: float  # CPU seconds per round in the cloud server process (SteadyCpu)
     cloud_peak_mb: float
-    cloud_bytes_in: float  # update bytes the cloud received, per round
-    edges_cpu: float = 0.0  # CPU seconds per round in all edge processes
+    cloud_bytes_in: float  # update bytes the cloud received over the job, per round
+    edges_cpu: float = 0.0  # CPU seconds per round in all edge processes (SteadyCpu)
 
 
 def edge_problem() -> str | None:
@@ -581,6 +581,53 @@ def _wait_edges(procs: list[subprocess.Popen[bytes]], addresses: list[str], time
             time.sleep(0.05)
 
 
+class SteadyCpu:
+    """CPU seconds of the cloud and of the edges over the steady rounds: from the start
+    of round 2's fit phase to the last round's publication, read from the cloud's JSON
+    log as it is written (round 1 also holds start-up and every registration)."""
+
+    def __init__(self, log: Path, cloud: int, edges: list[int], rounds: int) -> None:
+        self.log, self.cloud, self.edges, self.rounds = log, cloud, edges, rounds
+        self.marks: dict[str, tuple[float, float]] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+        self._thread.start()
+
+    def _snapshot(self) -> tuple[float, float]:
+        return cpu_seconds(self.cloud), sum(cpu_seconds(pid) for pid in self.edges)
+
+    def _watch(self) -> None:
+        first = 2 if self.rounds >= 2 else 1
+        with open(self.log, "rb") as f:
+            pending = b""
+            while not self._stop.is_set() and len(self.marks) < 2:
+                chunk = f.read()
+                if not chunk:
+                    self._stop.wait(0.01)
+                    continue
+                *lines, pending = (pending + chunk).split(b"\n")
+                for line in lines:
+                    try:
+                        e = json.loads(line)
+                    except ValueError:
+                        continue
+                    event, rnd = e.get("event"), e.get("round")
+                    if event == "phase_started" and e.get("phase") == "fit" and rnd == first:
+                        self.marks.setdefault("start", self._snapshot())
+                    elif event == "round_published" and rnd == self.rounds:
+                        self.marks.setdefault("end", self._snapshot())
+
+    def per_round(self) -> tuple[float, float]:
+        """(cloud, edges) CPU seconds per steady round; NaN if the log lacked the marks."""
+        self._stop.set()
+        self._thread.join(5)
+        if "start" not in self.marks or "end" not in self.marks:
+            return float("nan"), float("nan")
+        n = self.rounds - 1 if self.rounds >= 2 else 1
+        (c0, e0), (c1, e1) = self.marks["start"], self.marks["end"]
+        return (c1 - c0) / n, (e1 - e0) / n
+
+
 def run_tier(
     devices: int, edges: int, params: str, rounds: int, workdir: Path, timeout: float
 ) -> TierResult:
@@ -619,8 +666,7 @@ def run_tier(
                 edge_procs.append(
                     _start_edge(f"127.0.0.1:{port}", address, edge_state, config, edge_log)
                 )
-        cpu0 = cpu_seconds(cloud.pid)
-        edges0 = sum(cpu_seconds(e.pid) for e in edge_procs)
+        steady = SteadyCpu(cloud_log, cloud.pid, [e.pid for e in edge_procs], rounds)
         # Devices start at once and retry until their edge listens (an edge opens its port
         # once the cloud's first task arrived); an edge that fails stops the run.
         workers = _spawn_workers(
@@ -633,8 +679,7 @@ def run_tier(
             _stop(workers)
             raise
         _wait_workers(workers, timeout=timeout, what=f"{devices} devices, {mode}")
-        cloud_cpu = cpu_seconds(cloud.pid) - cpu0
-        edges_cpu = sum(cpu_seconds(e.pid) for e in edge_procs) - edges0
+        cloud_cpu, edges_cpu = steady.per_round()
         peak = peak_mb(cloud.pid)
         values = _metrics(mport)
     finally:
@@ -646,10 +691,10 @@ def run_tier(
         devices,
         rounds,
         _steady_round_seconds(cloud_log),
-        cloud_cpu / rounds,
+        cloud_cpu,
         peak,
         values["sporenet_bytes_received_total"] / rounds,
-        edges_cpu / rounds,
+        edges_cpu,
     )
 
 
@@ -734,21 +779,23 @@ def _tier_report(results: list[TierResult], problem: str | None) -> str:
             f"{r.mode:<10} {r.devices:>7} {r.round_seconds:>8.2f} {r.cloud_cpu:>14.2f} "
             f"{r.cloud_peak_mb:>13.1f} {r.cloud_bytes_in / 1e6:>14.2f} {r.edges_cpu:>14.2f}"
         )
-    direct = next((r for r in results if r.mode == "direct"), None)
-    tiered = next((r for r in results if r.mode != "direct"), None)
+    direct = [r for r in results if r.mode == "direct"]
+    tiered = [r for r in results if r.mode != "direct"]
     if problem:
-        rows.append(f"{problem}: hierarchical figures not measured")
-    if direct is None or tiered is None:
+        rows.append(problem + ("" if tiered else ": hierarchical figures not measured"))
+    if not direct or not tiered:
         return "\n".join(rows)
-    ratios = {
-        "cloud CPU": tiered.cloud_cpu / direct.cloud_cpu,
-        "bytes in": tiered.cloud_bytes_in / direct.cloud_bytes_in,
-        "round time": tiered.round_seconds / direct.round_seconds,
-    }
+
+    def median(runs: list[TierResult], key: str) -> float:
+        return float(np.median([getattr(r, key) for r in runs]))
+
+    keys = {"cloud CPU": "cloud_cpu", "bytes in": "cloud_bytes_in", "round time": "round_seconds"}
+    runs = f" (medians of {len(direct)} and {len(tiered)} runs)" if len(results) > 2 else ""
+    rows.append(f"edges / direct{runs}:")
     for name, target in TIER_TARGETS.items():
+        ratio = median(tiered, keys[name]) / median(direct, keys[name])
         rows.append(
-            f"{name + ' edges/direct:':<26} {ratios[name]:>6.3f}  target <= {target:<4} "
-            f"{_verdict(ratios[name], target)}"
+            f"  {name + ':':<12} {ratio:>6.3f}  target <= {target:<4} {_verdict(ratio, target)}"
         )
     return "\n".join(rows)
 
@@ -764,12 +811,15 @@ def run_tiers(args: argparse.Namespace, workdir: Path) -> None:
     )
     results: list[TierResult] = []
     problem = edge_problem()
-    for k in (0, edges) if problem is None else (0,):
-        try:
-            results.append(run_tier(devices, k, params, rounds, workdir, args.tier_timeout))
-        except (RuntimeError, TimeoutError) as e:
-            problem = f"{'direct' if k == 0 else f'{k} edges'} job failed: {e}"
-        print(_tier_report(results[-1:], None).splitlines()[-1], flush=True)
+    for _ in range(max(args.repeats, 1)):  # alternating: the machine's load drifts
+        for k in (0, edges) if problem is None else (0,):
+            try:
+                results.append(run_tier(devices, k, params, rounds, workdir, args.tier_timeout))
+            except (RuntimeError, TimeoutError) as e:
+                problem = f"{'direct' if k == 0 else f'{k} edges'} job failed: {e}"
+                print(problem, flush=True)
+                continue
+            print(_tier_report(results[-1:], None).splitlines()[-1], flush=True)
     print()
     print(_tier_report(results, problem))
 
