@@ -30,10 +30,10 @@ most a tenth of the direct job's, round time at most 1.2x.
 Flower runs if `flwr` imports; install its pinned versions with
 `pip install --no-deps -r benchmarks/requirements-flower.txt`. If it does not import, or
 one of its jobs does not finish within `--flower-timeout` seconds, the benchmark says so
-and reports sporenet alone. SPORENET_BENCH_PROFILE=DIR runs every sporenet-server under
-cProfile (see _common.profile_main); SPORENET_BENCH_THREADS=1 prints its CPU by thread.
-Timed subprocesses run without OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE; the BLAS kernel they
-load and each process's peak RSS are printed.
+and reports sporenet alone. SPORENET_BENCH_PROFILE=DIR runs every sporenet-server and
+sporenet-edge under cProfile (see _common.profile_main); SPORENET_BENCH_THREADS=1 prints
+the server's CPU by thread. Timed subprocesses run without OPENBLAS_CORETYPE /
+OPENBLAS_L2_SIZE; the BLAS kernel they load and each process's peak RSS are printed.
 """
 
 from __future__ import annotations
@@ -57,6 +57,7 @@ from pathlib import Path
 
 import numpy as np
 from _common import (
+    PROFILE_ENV,
     blas_kernels,
     clean_env,
     cpu_seconds,
@@ -540,8 +541,10 @@ def _write_edge_config(path: Path, devices: int) -> None:
 def _start_edge(
     upstream: str, address: str, state: Path, config: Path, log: Path
 ) -> subprocess.Popen[bytes]:
+    profile = os.environ.get(PROFILE_ENV)
+    profile_out = Path(profile) / f"edge-{state.name}.prof" if profile else None
     command = [
-        *module_command("sporenet.federated.edge"),
+        *module_command("sporenet.federated.edge", profile_out),
         "--upstream",
         upstream,
         "--address",
