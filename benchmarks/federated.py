@@ -15,10 +15,12 @@ every workload, and its peak memory flat in N.
 Tiers (`--hierarchical`). The same devices (`--devices`, default 2,000, cheap threads of
 the SDK's Client whose sessions share one event loop per process, a 10k-parameter model)
 run `--rounds` rounds straight against one sporenet-server, then through `--edges`
-sporenet-edge daemons (default 10) against another: the cloud's round time, its CPU
-seconds and peak memory per round, and the update bytes it received (its
-sporenet_bytes_received_total metric). Targets: with the edges, cloud CPU and bytes in at
-most a tenth of the direct job's, round time at most 1.2x.
+sporenet-edge daemons (default 10) against another: the cloud's round time and CPU
+seconds per round over the steady rounds (round 2 on: round 1 also holds start-up and
+every registration), its peak memory, and the update bytes it received per round (its
+sporenet_bytes_received_total metric); the edges' CPU too. Targets: with the edges, cloud
+CPU and bytes in at most a tenth of the direct job's, round time at most 1.2x. Everything
+shares this machine's cores, so the round time with edges also pays for the edges' CPU.
 
     python benchmarks/federated.py --quick                 # Flower comparison, < 1 minute
     python benchmarks/federated.py                         # N in {10,100,500}, P in {100k, 1m}
