@@ -144,22 +144,19 @@ def _spawn_workers(
     # SPORENET_BENCH_FLOWER_SHARED_CONNECTION=1 Flower's clients of a process share one
     # HTTP/2 connection, whose 100-stream limit would stall them.
     workers = []
-    stop = 0
-    for address, size in zip(addresses, _group_sizes(n, len(addresses)), strict=True):
+    groups, stop = len(addresses), 0
+    for address, size in zip(addresses, _group_sizes(n, groups), strict=True):
         start, stop = stop, stop + size
         if size <= 0:
             continue
-        groups = len(addresses)
         group_procs = max(-(-procs // groups), -(-size // per_process))
         per = -(-size // group_procs)
         for first in range(start, stop, per):
-            count = min(per, stop - first)
-            cmd = [sys.executable, __file__, f"--{kind}-worker", address, str(first), str(count)]
+            count = str(min(per, stop - first))
+            cmd = [sys.executable, __file__, f"--{kind}-worker", address, str(first), count, params]
             # stderr to a file: an unread pipe could fill up and stall a chatty worker.
             log = tempfile.TemporaryFile()  # noqa: SIM115 (closed with the process object)
-            proc = subprocess.Popen(
-                [*cmd, params], stdout=subprocess.DEVNULL, stderr=log, env=clean_env()
-            )
+            proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log, env=clean_env())
             proc._log = log  # type: ignore[attr-defined]
             workers.append(proc)
     return workers
