@@ -1,6 +1,7 @@
 """Helpers shared by the benchmark scripts: free ports, the BLAS-clean environment, the
-sporenet-server daemon started and read the same way by every federated benchmark, and
-the SQNR of a quantized result.
+sporenet-server daemon started and read the same way by every federated benchmark (and,
+with SPORENET_BENCH_PROFILE=DIR, under cProfile in every thread), a process's CPU time
+and peak memory from /proc, and the SQNR of a quantized result.
 
 The scripts run as `python benchmarks/NAME.py`, so this module is imported as `_common`.
 """
@@ -37,6 +38,111 @@ def clean_env() -> dict[str, str]:
     return env
 
 
+PROFILE_ENV = "SPORENET_BENCH_PROFILE"
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a live process (all its threads), from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def thread_cpu(pid: int) -> dict[str, tuple[float, float]]:
+    """(user, system) CPU seconds of a live process's threads so far, summed by thread
+    name (a name ending in digits counts with its pool: "rpc_3" as "rpc_")."""
+    out: dict[str, tuple[float, float]] = {}
+    tick = os.sysconf("SC_CLK_TCK")
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            name = (task / "comm").read_text().strip().rstrip("0123456789")
+            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:  # the thread ended meanwhile
+            continue
+        user, system = out.get(name, (0.0, 0.0))
+        out[name] = (user + int(fields[11]) / tick, system + int(fields[12]) / tick)
+    return out
+
+
+def peak_mb(pid: int) -> float:
+    """VmHWM (peak resident set) of a live process, in MiB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def blas_kernels() -> str:
+    """The BLAS libraries and kernels NumPy loads in a timed subprocess (clean_env), as
+    threadpoolctl reports them."""
+    code = (
+        "import numpy, json\n"
+        "from threadpoolctl import threadpool_info\n"
+        "print(json.dumps([(i.get('internal_api'), i.get('version'), i.get('architecture'),"
+        " i.get('num_threads')) for i in threadpool_info() if i.get('user_api') == 'blas']))"
+    )
+    try:
+        out = subprocess.run(
+            [sys.executable, "-c", code], env=clean_env(), capture_output=True, timeout=120
+        )
+    except subprocess.TimeoutExpired:
+        return "unknown (threadpoolctl timed out)"
+    if out.returncode != 0:
+        return "unknown (threadpoolctl missing: pip install threadpoolctl)"
+    rows = json.loads(out.stdout)
+    return ", ".join(f"{api} {ver} kernel {arch} ({n} threads)" for api, ver, arch, n in rows)
+
+
+def module_command(module: str, profile_out: Path | None = None) -> list[str]:
+    """`python -m module`, or, with `profile_out`, the same under cProfile in every thread
+    (see profile_main), its merged stats written to `profile_out` when the process exits."""
+    if profile_out is None:
+        return [sys.executable, "-m", module]
+    return [sys.executable, __file__, "--profile", str(profile_out), module]
+
+
+def profile_main(out: Path, module: str, argv: list[str]) -> None:
+    """Run `module` as __main__ with a cProfile profiler in each Python thread (a server
+    works on its event-loop and pool threads, which a plain `python -m cProfile` misses),
+    timed by each thread's own CPU clock (waiting costs nothing);
+    on exit, the merged stats go to `out` (pstats format) and the top functions by own
+    time to `out`.txt."""
+    import cProfile
+    import pstats
+    import runpy
+    import threading
+
+    profiles: list[cProfile.Profile] = []
+    original = threading.Thread.run
+
+    def run(self: threading.Thread) -> None:
+        prof = cProfile.Profile(time.thread_time)
+        profiles.append(prof)
+        prof.enable()
+        try:
+            original(self)
+        finally:
+            prof.disable()
+
+    threading.Thread.run = run  # type: ignore[method-assign]
+    main = cProfile.Profile(time.thread_time)
+    profiles.append(main)
+    sys.argv = [module, *argv]
+    main.enable()
+    try:
+        runpy.run_module(module, run_name="__main__", alter_sys=True)
+    finally:
+        main.disable()
+        stats = pstats.Stats(profiles[0])
+        for prof in profiles[1:]:
+            try:
+                stats.add(prof)
+            except (TypeError, ValueError):  # a thread that never ran a Python call
+                continue
+        stats.dump_stats(out)
+        with open(f"{out}.txt", "w") as text:
+            pstats.Stats(str(out), stream=text).sort_stats("tottime").print_stats(40)
+
+
 def start_server(
     state: Path,
     model: Path,
@@ -53,13 +159,15 @@ def start_server(
 
     Rounds never time out and heartbeats are lax, so a slow, busy machine measures the
     protocol, not dropped clients; the server keeps serving after the job (the caller
-    stops it). `extra` is appended to the command line. Raises
+    stops it). `extra` is appended to the command line. With
+    SPORENET_BENCH_PROFILE=DIR the server runs under cProfile (profile_main) and leaves
+    DIR/server-STATE.prof(.txt) when it stops. Raises
     RuntimeError with the log's tail (and stops the process) if the server does not come up.
     """
+    profile = os.environ.get(PROFILE_ENV)
+    profile_out = Path(profile) / f"server-{state.name}.prof" if profile else None
     command = [
-        sys.executable,
-        "-m",
-        "sporenet.federated.server",
+        *module_command("sporenet.federated.server", profile_out),
         "--address",
         address,
         "--state-dir",
@@ -159,3 +267,7 @@ def timed_fedavg(clients: int, initial: Sequence[np.ndarray]) -> Any:
             return [self.ends[r] - self.starts[r] for r in sorted(self.ends)]
 
     return TimedFedAvg()
+
+
+if __name__ == "__main__" and len(sys.argv) > 3 and sys.argv[1] == "--profile":
+    profile_main(Path(sys.argv[2]), sys.argv[3], sys.argv[4:])

@@ -39,15 +39,16 @@ class PhaseFiles:
         """Where the client's accepted update is kept."""
         return self.dir / f"{file_key(client_id)}.upd"
 
-    def write_pending(self, client_id: str, payload: memoryview) -> Path:
-        """Write an update to a temporary file beside its kept place; `keep` commits it."""
+    def write_pending(self, client_id: str, payload: memoryview, crc: int | None = None) -> Path:
+        """Write an update to a temporary file beside its kept place; `keep` commits it.
+        `crc` is the payload's CRC-32 when the caller already has it (computed otherwise)."""
         if not self._made:
             self.dir.mkdir(parents=True, exist_ok=True)
             self._made = True
         tmp = self.kept(client_id).with_name(f"{file_key(client_id)}.{threading.get_ident()}.tmp")
         with open(tmp, "wb") as f:
             f.write(payload)
-            f.write(struct.pack("<I", crc32(payload)))
+            f.write(struct.pack("<I", crc32(payload) if crc is None else crc))
         return tmp
 
     def read_kept(self, client_id: str) -> bytes | None:

@@ -382,6 +382,7 @@ class RoundManager(RoundLoop):
         mismatch: str,
         num_samples: int,
         metrics_json: str,
+        crc: int | None = None,
     ) -> None:
         """Validate a completely received update and fold it into the aggregate.
 
@@ -394,6 +395,8 @@ class RoundManager(RoundLoop):
                 they do: see checksum.update_mismatch).
             num_samples: the sample count that weighs the update.
             metrics_json: the client's training metrics.
+            crc: the payload's CRC-32 if already known (the upload header's, matched), so
+                the kept copy's trailer does not compute it again.
 
         Raises:
             UpdateRejectedError: the update is malformed or out of bounds.
@@ -418,7 +421,7 @@ class RoundManager(RoundLoop):
                     upload.unlink(missing_ok=True)
                 self.refuse(client_id, e)
             files = self._files()
-            pending: Path | None = files.write_pending(client_id, payload)  # outside the lock
+            pending: Path | None = files.write_pending(client_id, payload, crc)  # outside the lock
             try:
                 with self._changed:
                     self._check_open(client_id, task_id, Phase.FIT)

@@ -96,14 +96,17 @@ class UploadReceiver:
     def submit(self) -> pb.UploadReply:
         """Check, validate, keep and fold the complete update (blocking: on a worker thread,
         unless the update is small, see session.INLINE_SUBMIT_BYTES)."""
+        mismatch = update_mismatch(self.h, self.view)
         self.m.submit_update(
             self.cid,
             self.h.task_id,
             self.view,
             upload=self.path if self.kept else None,
-            mismatch=update_mismatch(self.h, self.view),
+            mismatch=mismatch,
             num_samples=self.h.num_samples,
             metrics_json=self.h.metrics_json,
+            # A header CRC-32 the bytes matched is theirs: the kept copy reuses it.
+            crc=self.h.crc32 if self.h.HasField("crc32") and not mismatch else None,
         )
         # Folded: the buffer is free. (A refused update's buffer is simply dropped: its
         # exception's frames may still hold views of it.)
