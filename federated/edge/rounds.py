@@ -28,7 +28,7 @@ from sporenet.federated.server import restore
 from sporenet.federated.server.config import ServerConfig
 from sporenet.federated.server.models import write_atomic
 from sporenet.federated.server.observability import Metrics, log_event
-from sporenet.federated.server.phases import JobStatus, Participant, Phase
+from sporenet.federated.server.phases import JobStatus, Participant, Phase, TaskInfo, TaskType
 from sporenet.federated.server.round_loop import Clock, weighted_metrics
 from sporenet.federated.server.rounds import RoundManager
 
@@ -89,6 +89,7 @@ class EdgeRoundManager(RoundManager):
     ) -> None:
         # Read by the overridden hooks that the base constructor may already call.
         self._task: EdgeTask | None = None
+        self._told_done: set[str] = set()  # devices that polled after the job ended
         super().__init__(config, metrics=metrics, logger=logger, clock=clock)
         saved = self.store.get_meta(TASK_META)
         self._task = EdgeTask.from_meta(saved) if saved else None
@@ -169,6 +170,24 @@ class EdgeRoundManager(RoundManager):
             self._save_job()
             self._notify_changed()
         log_event(self.log, "job_finished", reason=reason, model_version=self.job.model_version)
+
+    def get_task(self, client_id: str) -> TaskInfo:
+        """The base's answer, noting which devices have been told the job is done."""
+        task = super().get_task(client_id)
+        if task.type == TaskType.DONE:
+            with self._changed:
+                if client_id not in self._told_done:
+                    self._told_done.add(client_id)
+                    self._changed.notify_all()
+        return task
+
+    def all_told_done(self, timeout: float) -> bool:
+        """Wait up to `timeout` seconds until every registered device has been told the
+        job is done (and so was sent the final model); True once they all have."""
+        with self._changed:
+            return self._changed.wait_for(
+                lambda: len(self._told_done) >= len(self.clients), timeout
+            )
 
     # -- the base state machine's hooks -----------------------------------------------------
 

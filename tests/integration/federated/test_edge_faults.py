@@ -78,7 +78,7 @@ def test_kill9_of_an_edge_mid_round_loses_no_accepted_update(
     cloud = server_factory(
         ["--model", str(tmp_path / "init.spore"), "--rounds", str(ROUNDS), "--min-clients", "2"]
     ).start()
-    args = ["--min-clients", "2", "--linger", "0", "--checkpoint-every", "1"]
+    args = ["--min-clients", "2", "--checkpoint-every", "1"]
     edges = [edge_factory(f"edge{e}", cloud.address, args).start() for e in (0, 1)]
     for edge in edges:
         edge.wait_serving()
@@ -120,7 +120,7 @@ def test_kill9_of_the_cloud_mid_round_loses_no_accepted_update(
             "1",
         ]
     ).start()
-    args = ["--min-clients", "2", "--linger", "0"]
+    args = ["--min-clients", "2"]
     edges = [edge_factory(f"edge{e}", cloud.address, args).start() for e in (0, 1)]
     for edge in edges:
         edge.wait_serving()
@@ -165,7 +165,7 @@ def test_an_edge_short_of_devices_at_its_deadline_withdraws_and_the_cloud_goes_o
         ]
     ).start()
     edges = [
-        edge_factory(f"edge{e}", cloud.address, ["--min-clients", "2", "--linger", "0", *extra])
+        edge_factory(f"edge{e}", cloud.address, ["--min-clients", "2", *extra])
         for e, extra in ((0, ["--round-timeout", "2"]), (1, []))
     ]
     for edge in edges:
@@ -215,7 +215,7 @@ def test_a_straggling_edge_drops_the_task_the_cloud_closed_and_joins_the_next_ro
         ]
     ).start()
     # Edge 0 would wait a minute for its slow device; the cloud closes after 3 s.
-    args = ["--min-clients", "2", "--linger", "0", "--round-timeout", "60"]
+    args = ["--min-clients", "2", "--round-timeout", "60"]
     edges = [edge_factory(f"edge{e}", cloud.address, args).start() for e in (0, 1)]
     for edge in edges:
         edge.wait_serving()

@@ -186,6 +186,7 @@ def test_the_cloud_job_ending_gives_devices_the_final_model(
 ) -> None:
     m = edge(tmp_path, clock, made)
     m.register("a", None, {})
+    m.register("b", None, {})
     begin(m, model)
     other = tmp_path / "final.spore"
     make_model(other, seed=3)
@@ -194,6 +195,9 @@ def test_the_cloud_job_ending_gives_devices_the_final_model(
     task = m.get_task("a")
     assert task.type == TaskType.DONE and task.model is not None
     assert m.models.path(task.model).read_bytes() == bytes(final)
+    assert not m.all_told_done(0.0)  # "b" has not polled since: the edge keeps serving
+    assert m.get_task("b").type == TaskType.DONE
+    assert m.all_told_done(0.0)
 
 
 def test_waiting_on_a_task_and_withdrawing_when_the_cloud_closed_it(
