@@ -53,6 +53,7 @@ class EdgeTask:
     cloud_round: int
     config: dict[str, Any]
     local_round: int
+    model_sha256: str = ""  # of the cloud's model the task names
     state: TaskState = TaskState.OPEN
     weight: int = 0  # total weight of the partial aggregate (sample count)
     metrics: dict[str, float] = field(default_factory=dict)
@@ -100,11 +101,16 @@ class EdgeRoundManager(RoundManager):
         self, *, task_id: str, phase: Phase, cloud_round: int, config: dict[str, Any], model: bytes
     ) -> None:
         """Start working on the cloud's task `task_id` with its `model` (a no-op when it is
-        the task already in hand, e.g. after the edge restarted)."""
+        the task already in hand, e.g. after the edge restarted; a task of the same id on
+        another model, from a cloud job started afresh, is a new task)."""
+        digest = hashlib.sha256(model).hexdigest()
         with self._changed:
             self._changed.wait_for(lambda: not self._aggregating)  # let a close finish
             current = self._task
-            if current is not None and current.task_id == task_id:
+            if current is not None and (current.task_id, current.model_sha256) == (
+                task_id,
+                digest,
+            ):
                 return
             if self.job.active:  # the cloud moved on: the old task's phase is void
                 self._abandon_phase()
@@ -114,7 +120,7 @@ class EdgeRoundManager(RoundManager):
             job.round, job.phase, job.active = local_round, phase, False
             job.attempt = job.secure_attempt = 0
             job.waiting_since = self.clock()
-            self._task = EdgeTask(task_id, phase, cloud_round, dict(config), local_round)
+            self._task = EdgeTask(task_id, phase, cloud_round, dict(config), local_round, digest)
             with self.store.transaction() as tx:
                 tx.set_job(job)
                 tx.set_meta(TASK_META, asdict(self._task))
