@@ -90,7 +90,7 @@ class EdgeRoundManager(RoundManager):
     ) -> None:
         # Read by the overridden hooks that the base constructor may already call.
         self._task: EdgeTask | None = None
-        self._told_done: set[str] = set()  # devices that polled after the job ended
+        self._told_final: set[str] = set()  # devices that polled after the job ended
         super().__init__(config, metrics=metrics, logger=logger, clock=clock)
         saved = self.store.get_meta(TASK_META)
         self._task = EdgeTask.from_meta(saved) if saved else None
@@ -182,8 +182,8 @@ class EdgeRoundManager(RoundManager):
         task = super().get_task(client_id)
         if task.type == TaskType.DONE:
             with self._changed:
-                if client_id not in self._told_done:
-                    self._told_done.add(client_id)
+                if client_id not in self._told_final:
+                    self._told_final.add(client_id)
                     self._changed.notify_all()
         return task
 
@@ -192,7 +192,7 @@ class EdgeRoundManager(RoundManager):
         job is done (and so was sent the final model); True once they all have."""
         with self._changed:
             return self._changed.wait_for(
-                lambda: len(self._told_done) >= len(self.clients), timeout
+                lambda: len(self._told_final) >= len(self.clients), timeout
             )
 
     # -- the base state machine's hooks -----------------------------------------------------
