@@ -24,6 +24,11 @@ COMMANDS = (
         "the federated-learning server daemon; `sporenet-server status` reads its state",
     ),
     (
+        "sporenet-edge --upstream HOST:PORT",
+        "python -m sporenet.federated.edge",
+        "an edge aggregator: serves devices, takes part in a cloud server's rounds",
+    ),
+    (
         "",
         "python -m sporenet.demo",
         "the end-to-end demo: cloud training, device runtime, personalization, federated rounds",

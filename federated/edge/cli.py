@@ -3,7 +3,8 @@
     sporenet-edge --upstream CLOUD_HOST:PORT --address HOST:PORT --state-dir DIR
                   [--config edge.toml] [--min-clients N] [--secure] ...
 
-Exit codes: 0 when the cloud's job is done (after `--linger` seconds) or on
+Exit codes: 0 when the cloud's job is done (once its devices were told, at most
+`--linger` seconds later) or on
 SIGTERM/SIGINT, 1 when the cloud refuses the edge (the reason is printed), 2 for a
 configuration error.
 """
@@ -78,7 +79,8 @@ def _parser() -> argparse.ArgumentParser:
         dest="upstream.linger",
         metavar="SECONDS",
         type=float,
-        help="seconds to keep serving devices after the cloud's job ends (default: 10)",
+        help="longest time to keep serving devices after the cloud's job ends, for them to "
+        "fetch the final model; the edge exits sooner once every device was told (default: 10)",
     )
     for name, kind, text in FLAGS:
         if name in DEVICE_FLAGS:

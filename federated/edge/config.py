@@ -75,8 +75,8 @@ class UpstreamConfig:
     root_certificates: Path | None = None
     certificate_chain: Path | None = None
     client_key: Path | None = None
-    #: Seconds the edge keeps serving after the cloud's job ended (devices fetch the final
-    #: model), then it exits 0.
+    #: The longest the edge keeps serving after the cloud's job ended, for its devices to
+    #: fetch the final model; it exits 0 sooner once every device it knows was told.
     linger: float = 10.0
 
     def __post_init__(self) -> None:

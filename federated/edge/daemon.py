@@ -4,8 +4,9 @@ The device-facing side is `run_server` with an EdgeRoundManager. In a new state 
 manager is built when the cloud's first task brings the model (devices that connect
 before then retry with backoff); after a restart it is built at once from the state dir,
 and the upstream participant re-registers under the same name and picks up the task in
-hand. When the cloud's job ends, devices get its final model and the edge exits 0 after
-`upstream.linger` seconds; when the cloud refuses the edge, it exits 1 with the reason.
+hand. When the cloud's job ends, devices get its final model and the edge exits 0 once
+every device it knows was told (at most `upstream.linger` seconds later); when the cloud
+refuses the edge, it exits 1 with the reason.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from pathlib import Path
 
 from sporenet.federated.edge.config import EdgeConfig
@@ -108,11 +110,13 @@ def run_edge(config: EdgeConfig, *, stop: threading.Event | None = None) -> int:
         try:
             final = upstream.run(stop)
             if final is not None and upstream.final_model is not None:
-                node.manager_for(upstream.final_model).finish(
-                    upstream.final_model, "the cloud's job is done"
-                )
+                manager = node.manager_for(upstream.final_model)
+                manager.finish(upstream.final_model, "the cloud's job is done")
                 log_event(logger, "edge_lingering", seconds=config.upstream.linger)
-                stop.wait(config.upstream.linger)
+                end = time.monotonic() + config.upstream.linger
+                while not stop.is_set() and (left := end - time.monotonic()) > 0:
+                    if manager.all_told_done(min(left, 0.2)):
+                        break  # the server's graceful stop finishes their downloads
         except BaseException as e:  # reported by the main thread
             failure.append(e)
         finally:

@@ -28,7 +28,7 @@ from sporenet.federated.server import restore
 from sporenet.federated.server.config import ServerConfig
 from sporenet.federated.server.models import write_atomic
 from sporenet.federated.server.observability import Metrics, log_event
-from sporenet.federated.server.phases import JobStatus, Participant, Phase
+from sporenet.federated.server.phases import JobStatus, Participant, Phase, TaskInfo, TaskType
 from sporenet.federated.server.round_loop import Clock, weighted_metrics
 from sporenet.federated.server.rounds import RoundManager
 
@@ -53,6 +53,7 @@ class EdgeTask:
     cloud_round: int
     config: dict[str, Any]
     local_round: int
+    model_sha256: str = ""  # of the cloud's model the task names
     state: TaskState = TaskState.OPEN
     weight: int = 0  # total weight of the partial aggregate (sample count)
     metrics: dict[str, float] = field(default_factory=dict)
@@ -89,6 +90,7 @@ class EdgeRoundManager(RoundManager):
     ) -> None:
         # Read by the overridden hooks that the base constructor may already call.
         self._task: EdgeTask | None = None
+        self._told_final: set[str] = set()  # devices that polled after the job ended
         super().__init__(config, metrics=metrics, logger=logger, clock=clock)
         saved = self.store.get_meta(TASK_META)
         self._task = EdgeTask.from_meta(saved) if saved else None
@@ -99,11 +101,16 @@ class EdgeRoundManager(RoundManager):
         self, *, task_id: str, phase: Phase, cloud_round: int, config: dict[str, Any], model: bytes
     ) -> None:
         """Start working on the cloud's task `task_id` with its `model` (a no-op when it is
-        the task already in hand, e.g. after the edge restarted)."""
+        the task already in hand, e.g. after the edge restarted; a task of the same id on
+        another model, from a cloud job started afresh, is a new task)."""
+        digest = hashlib.sha256(model).hexdigest()
         with self._changed:
             self._changed.wait_for(lambda: not self._aggregating)  # let a close finish
             current = self._task
-            if current is not None and current.task_id == task_id:
+            if current is not None and (current.task_id, current.model_sha256) == (
+                task_id,
+                digest,
+            ):
                 return
             if self.job.active:  # the cloud moved on: the old task's phase is void
                 self._abandon_phase()
@@ -113,7 +120,7 @@ class EdgeRoundManager(RoundManager):
             job.round, job.phase, job.active = local_round, phase, False
             job.attempt = job.secure_attempt = 0
             job.waiting_since = self.clock()
-            self._task = EdgeTask(task_id, phase, cloud_round, dict(config), local_round)
+            self._task = EdgeTask(task_id, phase, cloud_round, dict(config), local_round, digest)
             with self.store.transaction() as tx:
                 tx.set_job(job)
                 tx.set_meta(TASK_META, asdict(self._task))
@@ -169,6 +176,24 @@ class EdgeRoundManager(RoundManager):
             self._save_job()
             self._notify_changed()
         log_event(self.log, "job_finished", reason=reason, model_version=self.job.model_version)
+
+    def get_task(self, client_id: str) -> TaskInfo:
+        """The base's answer, noting which devices have been told the job is done."""
+        task = super().get_task(client_id)
+        if task.type == TaskType.DONE:
+            with self._changed:
+                if client_id not in self._told_final:
+                    self._told_final.add(client_id)
+                    self._changed.notify_all()
+        return task
+
+    def all_told_done(self, timeout: float) -> bool:
+        """Wait up to `timeout` seconds until every registered device has been told the
+        job is done (and so was sent the final model); True once they all have."""
+        with self._changed:
+            return self._changed.wait_for(
+                lambda: len(self._told_final) >= len(self.clients), timeout
+            )
 
     # -- the base state machine's hooks -----------------------------------------------------
 

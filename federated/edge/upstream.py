@@ -4,8 +4,9 @@ It registers with `info = {"role": "edge"}` and, for each task, runs a round amo
 edge's devices (EdgeRoundManager) instead of training: a fit task is answered with the
 devices' weighted mean delta and their total weight as the sample count, an evaluate
 task with their sample-weighted loss and metrics. Everything else (long polls, the
-model download, heartbeats while the devices train, resumable uploads, retries with
-backoff across cloud restarts) is the client SDK's.
+model download, resumable uploads, retries with backoff across cloud restarts) is the
+client SDK's; while its devices train, the edge polls the cloud instead of heartbeating,
+which also tells it when the cloud closed the task without it.
 """
 
 from __future__ import annotations
@@ -60,7 +61,7 @@ class UpstreamClient(Client):
 
     def _edge_round(self, task: pb.Task, phase: Phase) -> EdgeResult | None:
         """Run (or resume, or pick up the kept result of) the edge round for `task`,
-        heartbeating to the cloud meanwhile; None when the edge withdrew from it."""
+        polling the cloud meanwhile; None when the edge withdrew from it."""
         model = bytes(self._model_bytes(task))
         manager = self._manager_for(model)
         manager.begin(

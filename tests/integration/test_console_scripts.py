@@ -63,7 +63,8 @@ def test_package_overview_lists_the_commands() -> None:
     out = run("-m", "sporenet")
     assert out.returncode == 0, out.stderr
     assert out.stdout.startswith(f"sporenet {sporenet.__version__}")
-    for command in ("sporenet-inspect", "sporenet-convert", "sporenet-server", "sporenet.demo"):
+    commands = ("sporenet-inspect", "sporenet-convert", "sporenet-server", "sporenet-edge")
+    for command in (*commands, "sporenet.demo"):
         assert command in out.stdout
 
 

@@ -78,7 +78,7 @@ def test_kill9_of_an_edge_mid_round_loses_no_accepted_update(
     cloud = server_factory(
         ["--model", str(tmp_path / "init.spore"), "--rounds", str(ROUNDS), "--min-clients", "2"]
     ).start()
-    args = ["--min-clients", "2", "--linger", "0", "--checkpoint-every", "1"]
+    args = ["--min-clients", "2", "--checkpoint-every", "1"]
     edges = [edge_factory(f"edge{e}", cloud.address, args).start() for e in (0, 1)]
     for edge in edges:
         edge.wait_serving()
@@ -120,7 +120,7 @@ def test_kill9_of_the_cloud_mid_round_loses_no_accepted_update(
             "1",
         ]
     ).start()
-    args = ["--min-clients", "2", "--linger", "0"]
+    args = ["--min-clients", "2"]
     edges = [edge_factory(f"edge{e}", cloud.address, args).start() for e in (0, 1)]
     for edge in edges:
         edge.wait_serving()
@@ -165,7 +165,7 @@ def test_an_edge_short_of_devices_at_its_deadline_withdraws_and_the_cloud_goes_o
         ]
     ).start()
     edges = [
-        edge_factory(f"edge{e}", cloud.address, ["--min-clients", "2", "--linger", "0", *extra])
+        edge_factory(f"edge{e}", cloud.address, ["--min-clients", "2", *extra])
         for e, extra in ((0, ["--round-timeout", "2"]), (1, []))
     ]
     for edge in edges:
@@ -215,7 +215,7 @@ def test_a_straggling_edge_drops_the_task_the_cloud_closed_and_joins_the_next_ro
         ]
     ).start()
     # Edge 0 would wait a minute for its slow device; the cloud closes after 3 s.
-    args = ["--min-clients", "2", "--linger", "0", "--round-timeout", "60"]
+    args = ["--min-clients", "2", "--round-timeout", "60"]
     edges = [edge_factory(f"edge{e}", cloud.address, args).start() for e in (0, 1)]
     for edge in edges:
         edge.wait_serving()
@@ -242,3 +242,51 @@ def test_a_straggling_edge_drops_the_task_the_cloud_closed_and_joins_the_next_ro
     for got in results.values():
         for k in w0:
             np.testing.assert_allclose(got[k], w1[k] + delta[k], rtol=0, atol=2e-6)
+
+
+SECURE_EDGE = """\
+checkpoint_every = 1
+[secure_aggregation]
+enabled = true
+clipping_range = 8.0
+max_weight = 100
+"""
+
+
+def test_kill9_of_an_edge_mid_secure_round_loses_no_masked_input(
+    tmp_path: Path, server_factory, edge_factory
+) -> None:  # type: ignore[no-untyped-def]
+    w0 = make_model(tmp_path / "init.spore", out=8, inp=6)
+    cloud = server_factory(
+        ["--model", str(tmp_path / "init.spore"), "--rounds", str(ROUNDS), "--min-clients", "2"]
+    ).start()
+    (tmp_path / "edge.toml").write_text(SECURE_EDGE)
+    args = ["--min-clients", "2", "--config", str(tmp_path / "edge.toml")]
+    edges = [edge_factory(f"edge{e}", cloud.address, args).start() for e in (0, 1)]
+    for edge in edges:
+        edge.wait_serving()
+    release = threading.Event()
+    threads, results, configs = run_devices(
+        [edges[e].address for e in EDGE_OF], SAMPLES, gate=held_in_round_1(1, release)
+    )
+
+    def device_0_masked() -> bool:
+        if not (edges[0].state_dir / "state.db").exists():
+            return False
+        return read_status(edges[0].state_dir)["participants"].get("d0") == "masked"
+
+    # Device 0's masked input is in edge 0's secure round; device 1 is still training.
+    wait_for(device_0_masked, timeout=60, what="device 0's masked input at edge 0")
+    edges[0].kill9()
+    edges[0].start()
+    release.set()
+
+    join_all(threads, 120, lambda: cloud.logs() + edges[0].logs() + edges[1].logs())
+    assert edges[0].events("secure_round_restored")[0]["stage"] == "masked_input"
+    first = edges[0].events("edge_round_aggregated")[0]
+    assert (first["clients"], first["weight"]) == (2, 15)  # both devices' inputs in the sum
+    trained_once_per_round(configs)  # device 0 did not train round 1 again
+    want = fedavg_reference(w0)
+    for got in results.values():
+        for k in want:
+            np.testing.assert_allclose(got[k], want[k], rtol=0, atol=1e-5)

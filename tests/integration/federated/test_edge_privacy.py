@@ -52,7 +52,7 @@ def test_local_dp_through_edges_noise_and_epsilon(
         f"noise_multiplier = {Z}\nclipping_norm = {C}\ndelta = {DELTA}\n"
     )
     cloud = server_factory(["--config", str(toml)]).start()
-    args = ["--min-clients", "2", "--linger", "0"]
+    args = ["--min-clients", "2"]
     edges = [edge_factory(f"edge{e}", cloud.address, args).start() for e in (0, 1)]
     for edge in edges:
         edge.wait_serving()

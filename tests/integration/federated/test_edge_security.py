@@ -83,7 +83,7 @@ def test_authenticated_tls_on_both_hops(tmp_path: Path, server_factory, edge_fac
             name,
             cloud.address,
             [
-                *("--config", str(edge_toml), "--min-clients", "2", "--linger", "0"),
+                *("--config", str(edge_toml), "--min-clients", "2"),
                 *("--name", name, "--upstream-key", str(tmp_path / f"{name}.pem")),
                 *("--upstream-ca", str(tmp_path / "tls.pem")),
             ],

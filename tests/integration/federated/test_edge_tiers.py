@@ -74,7 +74,7 @@ def run_tiers(
 ) -> tuple[ServerProcess, list[EdgeProcess], dict[int, Any], list[dict[str, Any]]]:
     cloud = server_factory(["--config", str(cloud_toml(tmp_path, strategy, cloud_extra))])
     cloud.start()
-    args = ["--min-clients", "2", "--linger", "0"]
+    args = ["--min-clients", "2"]
     if edge_toml:
         (tmp_path / "edge.toml").write_text(edge_toml)
         args += ["--config", str(tmp_path / "edge.toml")]

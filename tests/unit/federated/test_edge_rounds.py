@@ -186,6 +186,7 @@ def test_the_cloud_job_ending_gives_devices_the_final_model(
 ) -> None:
     m = edge(tmp_path, clock, made)
     m.register("a", None, {})
+    m.register("b", None, {})
     begin(m, model)
     other = tmp_path / "final.spore"
     make_model(other, seed=3)
@@ -194,6 +195,9 @@ def test_the_cloud_job_ending_gives_devices_the_final_model(
     task = m.get_task("a")
     assert task.type == TaskType.DONE and task.model is not None
     assert m.models.path(task.model).read_bytes() == bytes(final)
+    assert not m.all_told_done(0.0)  # "b" has not polled since: the edge keeps serving
+    assert m.get_task("b").type == TaskType.DONE
+    assert m.all_told_done(0.0)
 
 
 def test_waiting_on_a_task_and_withdrawing_when_the_cloud_closed_it(
@@ -235,3 +239,20 @@ def test_a_partial_aggregate_survives_a_restart_before_it_was_sent(
     for k, d in after.delta.items():  # type: ignore[union-attr]
         np.testing.assert_array_equal(d, before.delta[k])  # type: ignore[index]
         np.testing.assert_allclose(d, 1.5)
+
+
+def test_a_task_id_on_another_model_is_a_new_task(
+    tmp_path: Path, clock: FakeClock, model: bytes, made: list
+) -> None:
+    m = edge(tmp_path, clock, made, min_clients=1)
+    m.register("a", None, {})
+    begin(m, model)
+    m.tick()
+    upload(m, "a", {k: np.full_like(v, 1.0) for k, v in m._weights.items()}, 2)
+    m.tick()
+    assert m.result("r1-fit") is not None
+    other = tmp_path / "other.spore"
+    make_model(other, seed=5)  # a cloud job started afresh hands out "r1-fit" again
+    begin(m, other.read_bytes())
+    assert m.result("r1-fit") is None and not m.wait("r1-fit", 0.0)  # not the old result
+    assert m.job.model_version == 1 and m.job.round == 2
