@@ -222,6 +222,15 @@ class Client:
         # would otherwise share one HTTP/2 connection, whose stream limit (100 by default)
         # then queues polls and transfers behind each other.
         options = [("grpc.use_local_subchannel_pool", 1)]
+        # gRPC's own reconnection backoff grows to 120 s, and calls fail at once while it
+        # waits: cap it at `max_backoff` so a restarted server (or edge) is reached as
+        # soon as the client's own retries say.
+        backoff_ms = int(self.max_backoff * 1000)
+        options += [
+            ("grpc.initial_reconnect_backoff_ms", min(1000, backoff_ms)),
+            ("grpc.min_reconnect_backoff_ms", min(1000, backoff_ms)),
+            ("grpc.max_reconnect_backoff_ms", backoff_ms),
+        ]
         creds = self.credentials.channel_credentials()
         return grpc.aio.secure_channel(self.address, creds, options=options)
 

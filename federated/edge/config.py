@@ -157,7 +157,7 @@ def _upstream(table: Any, overrides: Mapping[str, Any]) -> UpstreamConfig:
         if not isinstance(value, kind) or isinstance(value, bool):
             raise ConfigError(f"`upstream.{key}` must be {kind.__name__}, got {value!r}")
         is_path = key in ("ed25519_key", "root_certificates", "certificate_chain", "client_key")
-        kwargs[key] = Path(value) if is_path else value
+        kwargs[key] = Path(str(value)) if is_path else value
     if "address" not in kwargs:
         raise ConfigError("`upstream.address` is required (--upstream HOST:PORT)")
     return UpstreamConfig(**kwargs)

@@ -45,8 +45,18 @@ class EdgeNode:
         self._lock = threading.Lock()
 
     def open_existing(self) -> None:
-        """Build the manager now if the state dir holds a job (a restart)."""
-        if (self.dir / INITIAL_MODEL).is_file() and (self.dir / "state.db").is_file():
+        """Build the manager now if the state dir holds a job (a restart).
+
+        Raises:
+            ConfigError: the state dir holds a server's job, not an edge's.
+        """
+        has_db, is_edge = (self.dir / "state.db").is_file(), (self.dir / INITIAL_MODEL).is_file()
+        if has_db and not is_edge:
+            raise ConfigError(
+                f"--state-dir {str(self.dir)!r} holds a sporenet-server job, not an edge's "
+                f"(no {INITIAL_MODEL}): give the edge a state dir of its own"
+            )
+        if has_db:
             self.manager_for(None)
 
     def manager_for(self, model: bytes | None) -> EdgeRoundManager:
@@ -79,12 +89,12 @@ def run_edge(config: EdgeConfig, *, stop: threading.Event | None = None) -> int:
     logger = setup_logging(config.server.log_level)
     metrics = Metrics()
     state_dir.prepare(Path(config.server.state_dir))
+    node = EdgeNode(config, metrics, logger)
+    node.open_existing()
     stop = stop or threading.Event()
     if threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: stop.set())
-    node = EdgeNode(config, metrics, logger)
-    node.open_existing()
     upstream = UpstreamClient(
         config.upstream.address,
         manager_for=node.manager_for,

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import threading
 import time
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
@@ -102,6 +101,7 @@ class EdgeRoundManager(RoundManager):
         """Start working on the cloud's task `task_id` with its `model` (a no-op when it is
         the task already in hand, e.g. after the edge restarted)."""
         with self._changed:
+            self._changed.wait_for(lambda: not self._aggregating)  # let a close finish
             current = self._task
             if current is not None and current.task_id == task_id:
                 return
@@ -128,29 +128,39 @@ class EdgeRoundManager(RoundManager):
             round=local_round,
         )
 
-    def result(self, task_id: str, stop: threading.Event) -> EdgeResult | None:
-        """Wait for the outcome of `task_id`: its partial aggregate, or None when the edge
-        withdrew from it (or `stop` was set, or the cloud's task changed)."""
+    def wait(self, task_id: str, timeout: float) -> bool:
+        """Wait up to `timeout` seconds for `task_id` to settle; True once it has (its
+        partial aggregate is ready, the edge withdrew, or the task in hand is another)."""
         with self._changed:
-            while not stop.is_set():
-                task = self._task
-                if task is None or task.task_id != task_id:
-                    return None
-                if task.state == TaskState.WITHDRAWN:
-                    return None
-                if task.state == TaskState.DONE:
-                    break
-                self._changed.wait(0.5)
-            else:
+            return self._changed.wait_for(lambda: self._settled(task_id), timeout)
+
+    def _settled(self, task_id: str) -> bool:
+        task = self._task
+        return task is None or task.task_id != task_id or task.state != TaskState.OPEN
+
+    def result(self, task_id: str) -> EdgeResult | None:
+        """The partial aggregate of `task_id` once settled; None when the edge withdrew
+        from it (or it is not the task in hand)."""
+        with self._lock:
+            task = self._task
+            if task is None or task.task_id != task_id or task.state != TaskState.DONE:
                 return None
         delta = None
         if task.phase == Phase.FIT:
             delta = decode_update((self.dir / RESULT_FILE).read_bytes(), self._template)
         return EdgeResult(delta, task.weight, dict(task.metrics), task.loss)
 
+    def withdraw(self, task_id: str, reason: str) -> None:
+        """Stop working on `task_id` (the cloud closed it without this edge)."""
+        with self._changed:
+            self._changed.wait_for(lambda: not self._aggregating)  # it may be settling now
+            if self._task is not None and self._task.task_id == task_id:
+                self._fail_job(reason)
+
     def finish(self, model: bytes | None, reason: str) -> None:
         """The cloud's job ended: devices get its final model with TASK_DONE."""
         with self._changed:
+            self._changed.wait_for(lambda: not self._aggregating)
             if self.job.active:
                 self._abandon_phase()
             if model is not None:

@@ -70,15 +70,25 @@ class UpstreamClient(Client):
             config=json.loads(task.config_json or "{}"),
             model=model,
         )
-        stop_heartbeats = self._start_heartbeats(task.task_id)
-        try:
-            result = manager.result(task.task_id, self._stop)
-        finally:
-            stop_heartbeats()
+        # Polls, not heartbeats, while the devices work: they keep the edge alive at the
+        # cloud and say when the cloud has closed the task without it.
+        while not manager.wait(task.task_id, self._heartbeat_interval):
+            if self._stop.is_set():
+                return None
+            if not self._still_wanted(task):
+                manager.withdraw(task.task_id, f"the cloud closed task {task.task_id!r}")
+                break
+        result = manager.result(task.task_id)
         if result is None:
             self._sat_out = task.task_id
             log.warning("edge withdrew from cloud task %s", task.task_id)
         return result
+
+    def _still_wanted(self, task: pb.Task) -> bool:
+        """Whether the cloud still asks this edge for `task` (a poll that does not wait)."""
+        request = pb.TaskRequest(client_id=self.client_id or "", wait_ms=0, send_model=False)
+        current = self._in_session(self._poll_in_session(request, self.rpc_timeout))
+        return bool(current.task_id == task.task_id and current.type == task.type)
 
     def _sitting_out(self, task: pb.Task) -> bool:
         if task.task_id != self._sat_out:

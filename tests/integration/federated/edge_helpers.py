@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from sporenet.federated import Client
+from sporenet.federated import Client, Credentials
 from tests.integration.federated.helpers import free_port
 
 Weights = dict[str, np.ndarray]
@@ -128,6 +128,7 @@ def run_devices(
     evaluate: bool = False,
     gate: Callable[[int, dict[str, Any]], None] | None = None,
     step: Callable[[int, Weights, dict[str, Any]], Weights] = local_train,
+    credentials: Callable[[int], Credentials] | None = None,
 ) -> tuple[list[threading.Thread], dict[int, Any], list[dict[str, Any]]]:
     """Start one Client per device (device i at addresses[i]); returns the threads, where
     their final weights land, and the task configs they trained with (each with
@@ -151,6 +152,7 @@ def run_devices(
             train=train,
             evaluate=evaluate_fn if evaluate else None,
             name=f"d{i}",
+            credentials=credentials(i) if credentials is not None else None,
             poll_wait=1.0,
             max_backoff=0.3,
         )

@@ -18,6 +18,7 @@ from tests.integration.federated.edge_helpers import (
     EdgeProcess,
     fedavg_delta,
     join_all,
+    local_train,
     run_devices,
 )
 from tests.integration.federated.helpers import make_model, wait_for
@@ -143,3 +144,101 @@ def test_kill9_of_the_cloud_mid_round_loses_no_accepted_update(
     for got in results.values():
         for k in want:
             np.testing.assert_allclose(got[k], want[k], rtol=0, atol=2e-6)
+
+
+def test_an_edge_short_of_devices_at_its_deadline_withdraws_and_the_cloud_goes_on(
+    tmp_path: Path, server_factory, edge_factory
+) -> None:  # type: ignore[no-untyped-def]
+    w0 = make_model(tmp_path / "init.spore", out=8, inp=6)
+    cloud = server_factory(
+        [
+            "--model",
+            str(tmp_path / "init.spore"),
+            "--rounds",
+            "1",
+            "--min-clients",
+            "1",
+            "--min-available",
+            "2",
+            "--round-timeout",
+            "6",  # after edge 0's 2 s: it withdraws, then the cloud closes without it
+        ]
+    ).start()
+    edges = [
+        edge_factory(f"edge{e}", cloud.address, ["--min-clients", "2", "--linger", "0", *extra])
+        for e, extra in ((0, ["--round-timeout", "2"]), (1, []))
+    ]
+    for edge in edges:
+        edge.start()
+    for edge in edges:
+        edge.wait_serving()
+    release = threading.Event()
+    threads, results, _ = run_devices(
+        [edges[e].address for e in EDGE_OF], SAMPLES, gate=held_in_round_1(1, release)
+    )
+    # Device 1 never reports: edge 0 has 1 of its min_clients=2 updates at its deadline.
+    wait_for(
+        lambda: read_status(cloud.state_dir)["job"]["status"] == "finished",
+        timeout=60,
+        what="the cloud to close the round without edge 0",
+    )
+    release.set()
+    join_all(threads, 120, lambda: cloud.logs() + edges[0].logs() + edges[1].logs())
+
+    withdrawn = edges[0].events("edge_task_withdrawn")
+    assert (
+        withdrawn
+        and "1 device update(s) by the deadline, min_clients is 2" in (withdrawn[0]["reason"])
+    )
+    assert not edges[0].events("edge_round_aggregated")
+    published = cloud.events("round_published")
+    assert len(published) == 1 and published[0]["clients"] == 1
+    # The model is FedAvg over edge 1's devices (2 and 3) alone.
+    want = {}
+    for k, w in w0.items():
+        acc = sum(SAMPLES[i] * (local_train(i, w0, {})[k] - w).astype(np.float64) for i in (2, 3))
+        want[k] = (w + (acc / (SAMPLES[2] + SAMPLES[3])).astype(np.float32)).astype(np.float32)
+    for got in results.values():
+        for k in want:
+            np.testing.assert_allclose(got[k], want[k], rtol=0, atol=2e-6)
+
+
+def test_a_straggling_edge_drops_the_task_the_cloud_closed_and_joins_the_next_round(
+    tmp_path: Path, server_factory, edge_factory
+) -> None:  # type: ignore[no-untyped-def]
+    w0 = make_model(tmp_path / "init.spore", out=8, inp=6)
+    cloud = server_factory(
+        [
+            *("--model", str(tmp_path / "init.spore"), "--rounds", "2"),
+            *("--min-clients", "1", "--min-available", "2"),
+            *("--round-timeout", "3", "--heartbeat-interval", "0.3"),
+        ]
+    ).start()
+    # Edge 0 would wait a minute for its slow device; the cloud closes after 3 s.
+    args = ["--min-clients", "2", "--linger", "0", "--round-timeout", "60"]
+    edges = [edge_factory(f"edge{e}", cloud.address, args).start() for e in (0, 1)]
+    for edge in edges:
+        edge.wait_serving()
+    release = threading.Event()
+    threads, results, _ = run_devices(
+        [edges[e].address for e in EDGE_OF], SAMPLES, gate=held_in_round_1(1, release)
+    )
+    wait_for(
+        lambda: bool(edges[0].events("edge_task_withdrawn")),
+        timeout=60,
+        what="edge 0 to drop the round the cloud closed",
+    )
+    release.set()  # device 1's round-1 update is now stale; it trains round 2
+    join_all(threads, 120, lambda: cloud.logs() + edges[0].logs() + edges[1].logs())
+
+    assert edges[0].events("edge_task_withdrawn")[0]["reason"] == ("the cloud closed task 'r1-fit'")
+    assert [p["clients"] for p in cloud.events("round_published")] == [1, 2]
+    # Round 1: FedAvg over edge 1's devices; round 2: over all four, from that model.
+    w1 = {}
+    for k, w in w0.items():
+        acc = sum(SAMPLES[i] * (local_train(i, w0, {})[k] - w).astype(np.float64) for i in (2, 3))
+        w1[k] = (w + (acc / (SAMPLES[2] + SAMPLES[3])).astype(np.float32)).astype(np.float32)
+    delta = fedavg_delta(w1, SAMPLES, {"round": 2})
+    for got in results.values():
+        for k in w0:
+            np.testing.assert_allclose(got[k], w1[k] + delta[k], rtol=0, atol=2e-6)

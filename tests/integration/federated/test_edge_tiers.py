@@ -157,8 +157,12 @@ stage_timeout = 60
 
 @pytest.mark.parametrize(
     "strategy",
-    [{"name": "fedavg"}, {"name": "fedadam", "eta": 0.05, "tau": 0.001}],
-    ids=["fedavg", "fedadam"],
+    [
+        {"name": "fedavg"},
+        {"name": "fedprox", "proximal_mu": 0.5},
+        {"name": "fedadam", "eta": 0.05, "tau": 0.001},
+    ],
+    ids=["fedavg", "fedprox", "fedadam"],
 )
 def test_secure_aggregation_at_the_edges_equals_direct_fedavg(
     tmp_path: Path, server_factory, edge_factory, strategy: dict[str, Any]
