@@ -658,6 +658,7 @@ def run_tier(
         timeout=60,
     )
     edge_procs: list[subprocess.Popen[bytes]] = []
+    workers: list[subprocess.Popen[bytes]] = []
     try:
         addresses = [f"127.0.0.1:{port}"]
         if edges:
@@ -678,17 +679,14 @@ def run_tier(
         workers = _spawn_workers(
             "sporenet", addresses, devices, len(addresses), params, DEVICES_PER_PROCESS
         )
-        try:
-            if edge_procs:
-                _wait_edges(edge_procs, addresses, timeout=120)
-        except RuntimeError:
-            _stop(workers)
-            raise
+        if edge_procs:
+            _wait_edges(edge_procs, addresses, timeout=120)
         _wait_workers(workers, timeout=timeout, what=f"{devices} devices, {mode}")
         cloud_cpu, edges_cpu = steady.per_round()
         peak = peak_mb(cloud.pid)
         values = _metrics(mport)
     finally:
+        _stop(workers)  # whatever went wrong, no device outlives its job
         for e in edge_procs:
             _stop_server(e)
         _stop_server(cloud)
