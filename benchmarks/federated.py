@@ -80,6 +80,9 @@ DEVICES_PER_PROCESS = 200  # tiers: cheap devices, one event loop per process ca
 PARAMS = {"10k": (10, 1000), "100k": (100, 1000), "1m": (1000, 1000)}  # weight; + bias of rows
 INSTALL_FLOWER = "pip install --no-deps -r benchmarks/requirements-flower.txt"
 THREADS_ENV = "SPORENET_BENCH_THREADS"  # =1: print the server's CPU by thread
+# =shared: sporenet clients keep one connection (the SDK's default, "separate", reconnects
+# after each upload so the server's per-connection read buffers do not grow)
+UPLOAD_CONNECTION_ENV = "SPORENET_BENCH_UPLOAD_CONNECTION"
 CPU_TARGET = 0.5  # sporenet server CPU per update / Flower's
 TIER_TARGETS = {"cloud CPU": 0.1, "bytes in": 0.1, "round time": 1.2}  # edges / direct
 
@@ -305,6 +308,7 @@ def sporenet_worker(address: str, first: int, count: int, params: str) -> None:
                 name=f"c{i}",
                 max_backoff=1.0,
                 rpc_timeout=600,
+                upload_connection=os.environ.get(UPLOAD_CONNECTION_ENV, "separate"),
             )
             if c.run() is None:
                 raise RuntimeError("client stopped before the job finished")
@@ -654,6 +658,7 @@ def run_tier(
         timeout=60,
     )
     edge_procs: list[subprocess.Popen[bytes]] = []
+    workers: list[subprocess.Popen[bytes]] = []
     try:
         addresses = [f"127.0.0.1:{port}"]
         if edges:
@@ -674,17 +679,14 @@ def run_tier(
         workers = _spawn_workers(
             "sporenet", addresses, devices, len(addresses), params, DEVICES_PER_PROCESS
         )
-        try:
-            if edge_procs:
-                _wait_edges(edge_procs, addresses, timeout=120)
-        except RuntimeError:
-            _stop(workers)
-            raise
+        if edge_procs:
+            _wait_edges(edge_procs, addresses, timeout=120)
         _wait_workers(workers, timeout=timeout, what=f"{devices} devices, {mode}")
         cloud_cpu, edges_cpu = steady.per_round()
         peak = peak_mb(cloud.pid)
         values = _metrics(mport)
     finally:
+        _stop(workers)  # whatever went wrong, no device outlives its job
         for e in edge_procs:
             _stop_server(e)
         _stop_server(cloud)

@@ -15,7 +15,7 @@ clients in the round.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Container, Mapping, Sequence
 from typing import Protocol, runtime_checkable
 
 import numpy as np
@@ -36,7 +36,7 @@ def template_of(weights: Mapping[str, np.ndarray]) -> dict[str, tuple[tuple[int,
     }
 
 
-def check_new_client(clients: list[str], client_id: str, weight: float) -> None:
+def check_new_client(clients: Container[str], client_id: str, weight: float) -> None:
     """Refuse a non-positive or non-finite weight and a client already folded in."""
     if not weight > 0 or not np.isfinite(weight):
         raise AggregationError(
@@ -110,14 +110,16 @@ class WeightedMeanAggregator:
         self._sums = {n: np.zeros(shape, np.float64) for n, (shape, _) in self._template.items()}
         self._total = 0.0
         self._clients: list[str] = []
+        self._seen: set[str] = set()  # the same ids: a fleet-sized list is slow to search
         self._scratch = np.empty(FOLD_BLOCK, np.float64)
 
     def add(self, client_id: str, update: Weights, weight: float) -> None:
-        check_new_client(self._clients, client_id, weight)
+        check_new_client(self._seen, client_id, weight)
         for name, acc in self._sums.items():
             fold_into(acc, update[name], weight, self._scratch)
         self._total += float(weight)
         self._clients.append(client_id)
+        self._seen.add(client_id)
 
     def result(self) -> Weights:
         if not self._clients:
@@ -149,6 +151,7 @@ class WeightedMeanAggregator:
         restore_sums(self._sums, snapshot)
         self._total = float(snapshot["meta/total"])
         self._clients = [str(c) for c in snapshot["meta/clients"].tolist()]
+        self._seen = set(self._clients)
 
 
 class BufferedAggregator:

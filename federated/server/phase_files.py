@@ -67,11 +67,19 @@ class PhaseFiles:
         """Make a written update the client's kept one (an atomic rename)."""
         os.replace(pending, self.kept(client_id))
 
-    def checkpoint(self, aggregator: Aggregator) -> None:
-        """Save the aggregate, then drop the kept updates it now contains."""
+    def checkpoint(self, aggregator: Aggregator, dropped: int = 0) -> int:
+        """Save the aggregate, then drop the kept updates it now contains.
+
+        `dropped`: how many of `aggregator.clients` (in fold order) had their kept updates
+        dropped by an earlier checkpoint of the same aggregator; only the rest are
+        unlinked (otherwise every checkpoint would try every client folded so far: a round
+        of N updates would cost N^2 / checkpoint_every unlinks). Returns the new count.
+        """
         save_arrays(self.checkpoint_path, aggregator.snapshot())
-        for cid in aggregator.clients:
+        clients = aggregator.clients
+        for cid in clients[dropped:]:
             self.kept(cid).unlink(missing_ok=True)
+        return len(clients)
 
     def restore(self, aggregator: Aggregator) -> None:
         """Load the last checkpoint, if any, into a fresh aggregator."""

@@ -31,6 +31,7 @@ import os
 import sqlite3
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -115,6 +116,8 @@ class RoundManager(RoundLoop):
         self._aggregator: Aggregator | None = None
         self._secure: SecurePhase | None = None  # the open secure fit phase, if any
         self._since_checkpoint = 0
+        # (aggregator, how many of its clients' kept updates are dropped, the last of them)
+        self._dropped_kept: tuple[weakref.ref[Aggregator] | None, int, list[str]] = (None, 0, [])
         self._phase_t0 = clock()
         # Once the job has ended: the clients told so (with its final model), and since when.
         self._told_done: set[str] = set()
@@ -453,9 +456,17 @@ class RoundManager(RoundLoop):
         )
 
     def _checkpoint(self) -> None:
-        """Save the aggregate, then drop the kept uploads it now contains."""
-        if self._aggregator is not None:
-            self._files().checkpoint(self._aggregator)
+        """Save the aggregate, then drop the kept uploads it now contains (those folded
+        since this aggregator's last checkpoint: see PhaseFiles.checkpoint)."""
+        agg = self._aggregator
+        if agg is not None:
+            last, dropped, last_client = self._dropped_kept
+            clients = agg.clients
+            # Only the same aggregator, grown by appends since, may skip what was dropped.
+            if last is None or last() is not agg or clients[dropped - 1 : dropped] != last_client:
+                dropped = 0
+            dropped = self._files().checkpoint(agg, dropped)
+            self._dropped_kept = (weakref.ref(agg), dropped, clients[dropped - 1 : dropped])
         self._since_checkpoint = 0
 
     def report_evaluation(

@@ -63,8 +63,9 @@ def test_running_mean_checkpoint_restores_exactly() -> None:
         agg.add("z", ups[2], 4.0)
     for k in ("w", "b"):
         np.testing.assert_array_equal(a.result()[k], b.result()[k])
-    with pytest.raises(AggregationError, match="already folded"):
-        a.add("x", ups[3], 1.0)
+    for agg in (a, b):  # a restored aggregator knows who is folded in too
+        with pytest.raises(AggregationError, match="already folded"):
+            agg.add("x", ups[3], 1.0)
     with pytest.raises(AggregationError, match="weight must be"):
         a.add("q", ups[3], 0.0)
     with pytest.raises(AggregationError, match="no updates"):
