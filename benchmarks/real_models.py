@@ -67,12 +67,26 @@ _AUDIO = {"input": ((1, 512), "float32", "audio"), "state": ((2, 1, 128), "float
 _SR = {"sr": ((), "int64", "16000")}
 
 CASES = (
-    Case("ppocr-det", "rapidocr_onnxruntime", "models/ch_PP-OCRv4_det_infer.onnx",
-         {"x": _img(1, 3, 480, 640)}),
-    Case("ppocr-rec", "rapidocr_onnxruntime", "models/ch_PP-OCRv4_rec_infer.onnx",
-         {"x": _img(1, 3, 48, 320)}, quick=True),
-    Case("ppocr-cls", "rapidocr_onnxruntime", "models/ch_ppocr_mobile_v2.0_cls_infer.onnx",
-         {"x": _img(1, 3, 48, 192)}, quick=True),
+    Case(
+        "ppocr-det",
+        "rapidocr_onnxruntime",
+        "models/ch_PP-OCRv4_det_infer.onnx",
+        {"x": _img(1, 3, 480, 640)},
+    ),
+    Case(
+        "ppocr-rec",
+        "rapidocr_onnxruntime",
+        "models/ch_PP-OCRv4_rec_infer.onnx",
+        {"x": _img(1, 3, 48, 320)},
+        quick=True,
+    ),
+    Case(
+        "ppocr-cls",
+        "rapidocr_onnxruntime",
+        "models/ch_ppocr_mobile_v2.0_cls_infer.onnx",
+        {"x": _img(1, 3, 48, 192)},
+        quick=True,
+    ),
     Case("ddddocr", "ddddocr", "common.onnx", {"input1": _img(1, 1, 64, 160)}, quick=True),
     Case("ddddocr-old", "ddddocr", "common_old.onnx", {"input1": _img(1, 1, 64, 160)}),
     Case("ddddocr-det", "ddddocr", "common_det.onnx", {"images": _img(1, 3, 416, 416)}),
@@ -80,14 +94,30 @@ CASES = (
     Case("silero-op15", "silero_vad", "data/silero_vad_16k_op15.onnx", {**_AUDIO, **_SR}),
     Case("silero-ifless", "silero_vad", "data/silero_vad_op18_ifless.onnx", {**_AUDIO, **_SR}),
     Case("silero-half", "silero_vad", "data/silero_vad_half.onnx", dict(_AUDIO)),
-    Case("silero-openvino", "silero_vad", "data/silero_vad_openvino_16k.onnx",
-         {"input": ((1, 576), "float32", "audio"), "state": _AUDIO["state"]}),
-    Case("silero-sequence", "silero_vad", "data/silero_vad_16k_sequence.onnx",
-         {"input": ((8, 576), "float32", "audio"), "h": ((1, 1, 128), "float32", "zeros"),
-          "c": ((1, 1, 128), "float32", "zeros")}),
-    Case("magika", "magika", "models/standard_v3_3/model.onnx",
-         {"bytes": ((1, 2048), "int32", "bytes")}, quick=True),
-)  # fmt: skip
+    Case(
+        "silero-openvino",
+        "silero_vad",
+        "data/silero_vad_openvino_16k.onnx",
+        {"input": ((1, 576), "float32", "audio"), "state": _AUDIO["state"]},
+    ),
+    Case(
+        "silero-sequence",
+        "silero_vad",
+        "data/silero_vad_16k_sequence.onnx",
+        {
+            "input": ((8, 576), "float32", "audio"),
+            "h": ((1, 1, 128), "float32", "zeros"),
+            "c": ((1, 1, 128), "float32", "zeros"),
+        },
+    ),
+    Case(
+        "magika",
+        "magika",
+        "models/standard_v3_3/model.onnx",
+        {"bytes": ((1, 2048), "int32", "bytes")},
+        quick=True,
+    ),
+)
 
 
 def _package_dir(package: str) -> Path | None:
@@ -108,6 +138,16 @@ def model_path(case: Case) -> Path | None:
 
 
 # ---- inside the children
+
+_CLOCK_ENV = "REAL_MODELS_CLOCK"
+
+
+def _now() -> float:
+    """Seconds on the clock the parent chose: wall time, or this process's CPU time
+    (`--clock cpu`: robust on a machine shared with other jobs, for single-threaded work)."""
+    if os.environ.get(_CLOCK_ENV) == "cpu":
+        return time.process_time()
+    return time.perf_counter()
 
 
 def _status(key: str) -> int:
@@ -170,10 +210,10 @@ def child_convert(onnx_path: str, spore_path: str, shapes: dict) -> dict:
     from sporenet.converter import convert_onnx
 
     base = _reset_peak()
-    t0 = time.perf_counter()
+    t0 = _now()
     data = convert_onnx(onnx_path, input_shapes={k: tuple(v) for k, v in shapes.items()} or None)
     Path(spore_path).write_bytes(data)
-    seconds = time.perf_counter() - t0
+    seconds = _now() - t0
     return {"seconds": seconds, "peak_growth": _status("VmHWM") - base, "blas": _blas()}
 
 
@@ -185,30 +225,30 @@ def child_runtime(engine: str, path: str, case_feeds: dict, repeats: int) -> dic
         from sporenet.lite import Interpreter
 
         base = _reset_peak()
-        t0 = time.perf_counter()
+        t0 = _now()
         interpreter = Interpreter(model_path=path, num_threads=1)
-        load = time.perf_counter() - t0
+        load = _now() - t0
         call = interpreter.run
     else:
         import onnxruntime  # noqa: F401
 
         base = _reset_peak()
-        t0 = time.perf_counter()
+        t0 = _now()
         session = _ort_session(path)
-        load = time.perf_counter() - t0
+        load = _now() - t0
 
         def call(f: dict) -> list[np.ndarray]:
             return session.run(None, f)
 
-    t0 = time.perf_counter()
+    t0 = _now()
     call(feeds)
-    first = time.perf_counter() - t0
+    first = _now() - t0
     growth = _status("VmHWM") - base
     warm = []
     for _ in range(repeats):
-        t0 = time.perf_counter()
+        t0 = _now()
         call(feeds)
-        warm.append(time.perf_counter() - t0)
+        warm.append(_now() - t0)
     return {
         "load": load,
         "first": first,
@@ -231,11 +271,11 @@ def child_latency(onnx_path: str, spore_path: str, case_feeds: dict, repeats: in
     session.run(None, feeds)
     ours, theirs, worst = [], [], 0.0
     for _ in range(repeats):
-        t0 = time.perf_counter()
+        t0 = _now()
         got = interpreter.run(feeds)
-        t1 = time.perf_counter()
+        t1 = _now()
         want = session.run(None, feeds)
-        t2 = time.perf_counter()
+        t2 = _now()
         ours.append(t1 - t0)
         theirs.append(t2 - t1)
     for name, w in zip(names, want, strict=True):
@@ -253,12 +293,16 @@ def child_latency(onnx_path: str, spore_path: str, case_feeds: dict, repeats: in
 # ---- the parent
 
 
-def _env() -> dict[str, str]:
+def _env(clock: str = "wall") -> dict[str, str]:
     env = {
         k: v for k, v in os.environ.items() if k not in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
     }
     env.update(OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    env[_CLOCK_ENV] = clock
     return env
+
+
+CLOCK = "wall"  # set from --clock
 
 
 def _run_child(kind: str, *args: object, timeout: float = 900) -> dict:
@@ -266,7 +310,7 @@ def _run_child(kind: str, *args: object, timeout: float = 900) -> dict:
     payload = json.dumps([kind, *args])
     proc = subprocess.run(
         [sys.executable, __file__, "--child", payload],
-        env=_env(),
+        env=_env(CLOCK),
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -380,10 +424,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", nargs="*", default=None, help="model names to run")
     parser.add_argument("--repeats", type=int, default=None, help="warm calls per child")
     parser.add_argument("--json", type=Path, default=None, help="write the raw figures here")
+    parser.add_argument(
+        "--clock",
+        choices=("wall", "cpu"),
+        default="wall",
+        help="time with the wall clock, or with each child's CPU time (on a busy machine)",
+    )
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child is not None:
         return _child_main(args.child)
+    global CLOCK
+    CLOCK = args.clock
     repeats = args.repeats or (10 if args.quick else 30)
     cases = [c for c in CASES if (c.quick or not args.quick)]
     if args.only:
@@ -397,7 +449,7 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             rows.append(measure(case, path, Path(tmp), repeats))
             print(f"measured {case.name}", file=sys.stderr, flush=True)
-    print(f"one thread; {repeats} warm calls per child; sizes in MiB")
+    print(f"one thread; {repeats} warm calls per child; {CLOCK} clock; sizes in MiB")
     report(rows)
     if args.json is not None:
         args.json.write_text(json.dumps(rows, indent=1))

@@ -25,6 +25,9 @@ from sporenet.lite.graph import Graph, Model, Node, Quantization, Signature, Ten
 from sporenet.lite.ops import OpCode
 from sporenet.proto import model_generated as fb
 
+_INT_CODES = {1: "b", 2: "h", 4: "i", 8: "q"}  # element size -> struct code (signed)
+_FLOAT_CODES = {4: "f", 8: "d"}
+
 
 class _Reader:
     """Walks a FlatBuffer through the generated accessors with bounds and work limits."""
@@ -41,10 +44,14 @@ class _Reader:
 
     def check_vector(self, table: Any, slot: int, elem_size: int, what: str) -> int:
         """Length of the vector in field `slot` of `table`, checked against the buffer."""
+        return self._vector(table, slot, elem_size, what)[0]
+
+    def _vector(self, table: Any, slot: int, elem_size: int, what: str) -> tuple[int, int]:
+        """(length, start) of the vector in field `slot` of `table`, checked."""
         tab = table._tab
         o = tab.Offset(4 + 2 * slot)
         if o == 0:
-            return 0
+            return 0, 0
         start = tab.Vector(o)
         length = tab.VectorLen(o)
         if start < 0 or start + length * elem_size > self.size:
@@ -53,24 +60,27 @@ class _Reader:
                 f"of the {self.size}-byte file"
             )
         self.spend(length + 1, what)
-        return length
+        return length, start
 
     def spend(self, units: int, what: str) -> None:
         self.budget -= units
         if self.budget < 0:
             raise ModelFormatError(f"{what}: file references far more data than it holds")
 
+    # The vectors are read straight from the checked span (the generated accessors would
+    # look the field up again and build a NumPy array per vector, a large share of a
+    # model's load time). `getter` names the field for readers of the schema.
     def ints(self, table: Any, slot: int, getter: str, elem_size: int, what: str) -> list[int]:
-        n = self.check_vector(table, slot, elem_size, what)
+        n, start = self._vector(table, slot, elem_size, what)
         if n == 0:
             return []
-        return [int(v) for v in getattr(table, getter + "AsNumpy")()]
+        return list(struct.unpack_from(f"<{n}{_INT_CODES[elem_size]}", self.buf, start))
 
     def floats(self, table: Any, slot: int, getter: str, elem_size: int, what: str) -> list[float]:
-        n = self.check_vector(table, slot, elem_size, what)
+        n, start = self._vector(table, slot, elem_size, what)
         if n == 0:
             return []
-        return [float(v) for v in getattr(table, getter + "AsNumpy")()]
+        return list(struct.unpack_from(f"<{n}{_FLOAT_CODES[elem_size]}", self.buf, start))
 
     def string(self, raw: bytes | None, what: str) -> str:
         if raw is None:

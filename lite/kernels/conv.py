@@ -29,6 +29,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from sporenet.lite import pages
 from sporenet.lite.kernels.activation import fused_activation
 from sporenet.lite.kernels.base import Attrs, Compute, Kernel, TensorSpec
 from sporenet.lite.kernels.conv_common import check_filter, conv_operands, with_epilogue
@@ -101,6 +102,7 @@ class Conv2D(Kernel):
         bias = inputs[2] if len(inputs) > 2 else None
         if self.strategy in _WINOGRAD:
             main = bind_winograd(self.win, x, w, out, bias, _WINOGRAD[self.strategy])
+            pages.release(w)  # the step reads the transformed weights, not these
             return with_epilogue(main, out, None, self.activation, False)
         if self.strategy == "depthwise":
             # The depthwise step adds the bias while compacting its result into `out`.

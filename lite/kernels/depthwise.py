@@ -154,7 +154,8 @@ def _bind_channels_last(
             channels_last_shape(win, x.shape), x.dtype, (1, 2), (top, top + h), (left, left + wd)
         )
     else:  # column-tap planes: their zeros are not a frame, so they stay the kernel's
-        buf, refill = np.zeros(channels_last_shape(win, x.shape), x.dtype), None
+        # np.full, not np.zeros: written now, so the first call does not fault its pages in.
+        buf, refill = np.full(channels_last_shape(win, x.shape), 0, x.dtype), None
     copies = channels_last_copies(win, buf, x)
     views = channels_last_views(win, buf)
     # Weights tiled along the output row: wt[i, j, ow*C + c] = w[c, 0, i, j].
@@ -235,10 +236,10 @@ def _bind_planar(
     tail = max(di * wq + dj for _, di, dj in taps)
     for a, b in sorted({phase for phase, _, _ in taps}):
         if interleaved:
-            buf = np.zeros((n, hq, wq, c), x.dtype)
+            buf = np.full((n, hq, wq, c), 0, x.dtype)  # written now, as above
             grid = buf
         else:
-            buf = np.zeros(size + tail, x.dtype)
+            buf = np.full(size + tail, 0, x.dtype)
             grid = buf[:size].reshape(n, c, hq, wq)
         phases[a, b] = buf
         r0, q0 = -(-(top - a) // sh), -(-(left - b) // sw)  # first rows/cols of input

@@ -309,10 +309,12 @@ def run_sequence(
     *,
     trace: bool = False,
     out: tuple[Array, Array, Array | None] | None = None,
+    packed_r: Sequence[Array] | None = None,
 ) -> tuple[Array, Array, Array | None, list[Trace]]:
     """Y (seq, dirs, batch, H), Y_h, Y_c (dirs, batch, H) in the time-major layout, and
     per direction the trace the backward pass needs (empty unless `trace`). `out` gives
-    the arrays (or time-major views) to write Y, Y_h and Y_c into; every element is set."""
+    the arrays (or time-major views) to write Y, Y_h and Y_c into; every element is set.
+    `packed_r` gives R[d].T per direction, contiguous, when the kernel packed it once."""
     x = inp.x
     seq, batch, size = x.shape
     hidden, gh, dtype = cfg.hidden, cfg.gates * cfg.hidden, x.dtype
@@ -335,7 +337,8 @@ def run_sequence(
                 rb = rb[2 * hidden :]
             else:
                 xw += wb + rb
-        rt = np.ascontiguousarray(inp.r[d].T)  # (H, gates * H)
+        # (H, gates * H)
+        rt = packed_r[d] if packed_r is not None else np.ascontiguousarray(inp.r[d].T)
         h = np.zeros((batch, hidden), dtype) if inp.h0 is None else inp.h0[d].copy()
         c = None
         if cfg.kind == "LSTM":
@@ -485,9 +488,16 @@ class _Recurrent(Kernel):
             y, y_h = y.transpose(1, 2, 0, 3), y_h.transpose(1, 0, 2)
             y_c = None if y_c is None else y_c.transpose(1, 0, 2)
         out = (y, y_h, y_c)
+        # Constant recurrent weights are packed once here, not on every call.
+        r = inputs[R]
+        packed = (
+            [np.ascontiguousarray(r[d].T) for d in range(cfg.dirs)]
+            if r is not None and self.inputs[R] is not None and self.inputs[R].value is not None
+            else None
+        )
 
         def compute() -> None:
-            run_sequence(cfg, Inputs.from_node(cfg, inputs), out=out)
+            run_sequence(cfg, Inputs.from_node(cfg, inputs), out=out, packed_r=packed)
 
         return compute
 

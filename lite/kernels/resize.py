@@ -38,6 +38,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from sporenet.lite.kernels.base import Attrs, Compute, Kernel, TensorSpec
+from sporenet.lite.kernels.workspace import temporary
 from sporenet.lite.ops import OpCode
 
 MODES = ("nearest", "linear", "cubic")
@@ -231,7 +232,9 @@ class Resize(Kernel):
             cols = nearest_indices(self._coords(x.ndim - 1), self.nearest_mode, w)
             flat = (rows[:, None] * w + cols[None, :]).ravel()
             x2, out2, take = x.reshape(planes, h * w), out.reshape(planes, oh * ow), np.take
-            return lambda: take(x2, flat, axis=1, out=out2)
+            # mode="clip": the indices are in range by construction, and the default mode
+            # ("raise") copies through a fresh buffer of the output's size on every call.
+            return lambda: take(x2, flat, axis=1, out=out2, mode="clip")
         if self.mode == "cubic" or self.antialias:
             return self._bind_filter(x.reshape(planes, h, w), out.reshape(planes, oh, ow))
         return self._bind_linear(x.reshape(planes, h, w), out.reshape(planes, oh, ow))
@@ -273,19 +276,19 @@ class Resize(Kernel):
         c0, c1, cw0, cw1 = linear_taps(self._coords(len(self.scales) - 1), w)
         take, multiply, add = np.take, np.multiply, np.add
         # Rows first (planes, OH, W), then columns into out (planes, OH, OW).
-        rows_a = np.empty((planes, oh, w), x.dtype)
-        rows_b = np.empty_like(rows_a)
-        cols_b = np.empty_like(out)
+        rows_a = temporary((planes, oh, w), x.dtype)
+        rows_b = temporary((planes, oh, w), x.dtype)
+        cols_b = temporary(out.shape, out.dtype)
         rw0, rw1 = rw0[:, None], rw1[:, None]
 
         def compute() -> None:
-            take(x, r0, axis=1, out=rows_a)
-            take(x, r1, axis=1, out=rows_b)
+            take(x, r0, axis=1, out=rows_a, mode="clip")  # in range: see the nearest mode
+            take(x, r1, axis=1, out=rows_b, mode="clip")
             multiply(rows_a, rw0, out=rows_a)
             multiply(rows_b, rw1, out=rows_b)
             add(rows_a, rows_b, out=rows_a)
-            take(rows_a, c0, axis=2, out=out)
-            take(rows_a, c1, axis=2, out=cols_b)
+            take(rows_a, c0, axis=2, out=out, mode="clip")
+            take(rows_a, c1, axis=2, out=cols_b, mode="clip")
             multiply(out, cw0, out=out)
             multiply(cols_b, cw1, out=cols_b)
             add(out, cols_b, out=out)

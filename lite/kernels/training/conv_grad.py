@@ -239,9 +239,9 @@ class Conv2DBackpropInput(_ConvGrad):
             writeable=False,
         )
         cols = temporary((n, h, wd, kh, kw, o), g.dtype)
-        flipped = np.empty((kh, kw, o, c), w.dtype)
+        flipped = temporary((kh, kw, o, c), w.dtype)
         w_src = w[:, :, ::-1, ::-1].transpose(2, 3, 0, 1)
-        result = np.empty((n * h * wd, c), g.dtype)
+        result = temporary((n * h * wd, c), g.dtype)
         a, b = cols.reshape(n * h * wd, kh * kw * o), flipped.reshape(kh * kw * o, c)
         back = result.reshape(n, h, wd, c).transpose(0, 3, 1, 2)
 
