@@ -12,6 +12,7 @@ import numpy as np
 
 from sporenet.converter.onnx_import.context import ImportContext
 from sporenet.converter.onnx_import.node import OnnxNode
+from sporenet.converter.onnx_import.ops import pool3d
 from sporenet.lite.graph import DYNAMIC
 from sporenet.lite.ops import OpCode
 
@@ -67,6 +68,8 @@ def conv(ctx: ImportContext, node: OnnxNode) -> list[int]:
 
 
 def max_pool(ctx: ImportContext, node: OnnxNode) -> list[int]:
+    if ctx.rank(node.input(0)) == 5:
+        return pool3d.max_pool_3d(ctx, node)
     node.only_first_output()
     if int(node.attr("storage_order", 0)) not in (0, 1):
         raise node.fail("storage_order must be 0 or 1")
@@ -85,6 +88,8 @@ def max_pool(ctx: ImportContext, node: OnnxNode) -> list[int]:
 
 
 def average_pool(ctx: ImportContext, node: OnnxNode) -> list[int]:
+    if ctx.rank(node.input(0)) == 5:
+        return pool3d.average_pool_3d(ctx, node)
     x4, spatial = _to_2d(ctx, node, node.input(0))
     attrs = _spatial_attrs(node, spatial, (*WINDOW, "ceil_mode", "count_include_pad"))
     return [_from_2d(ctx, ctx.emit1(OpCode.AVG_POOL2D, [x4], **attrs), spatial)]
@@ -177,6 +182,8 @@ def lp_pool(ctx: ImportContext, node: OnnxNode) -> list[int]:
     """LpPool = (sum over the window of |x|^p)^(1/p): an average pool of |x|^p that counts
     padding, times the window size, to the power 1/p."""
     x = node.input(0)
+    if ctx.rank(x) == 5:
+        return pool3d.lp_pool_3d(ctx, node)
     p = float(node.attr("p", 2))
     x4, spatial = _to_2d(ctx, node, x)
     attrs = _spatial_attrs(node, spatial, (*WINDOW, "ceil_mode"))
