@@ -70,7 +70,7 @@ _3D = (
     "2-D ones)"
 )
 _TRAINING = (
-    "training-mode semantics (random Dropout masks, batch statistics): the converter "
+    "training-mode Dropout (random masks, ratio and training_mode fed at run time): the converter "
     "targets inference"
 )
 _QUANT_WIDTH = (
@@ -130,7 +130,7 @@ EXCLUDED: dict[str, str] = {
             "test_convtranspose_3d",
         )
     },
-    **{p: _TRAINING for p in ("test_training_dropout*", "test_batchnorm_*_training_mode")},
+    **{p: _TRAINING for p in ("test_training_dropout*",)},
     **{
         p: _SEQUENCE
         for p in (
