@@ -73,10 +73,6 @@ _TRAINING = (
     "training-mode Dropout (random masks, ratio and training_mode fed at run time): the converter "
     "targets inference"
 )
-_QUANT_WIDTH = (
-    "16-bit or blocked (block_size) quantization: the quantizer and int8 kernels "
-    "take int8/uint8, per tensor or per axis"
-)
 _SEQUENCE = "sequence/optional-typed inputs: the IR holds tensors only"
 
 # Cases the harness does not run although their ops are listed: glob pattern -> why.
@@ -150,14 +146,6 @@ EXCLUDED: dict[str, str] = {
             "test_*quantizelinear_*int4",
             "test_*quantizelinear_*int2",
             "test_*quantizelinear_float4e2m1",
-        )
-    },
-    **{
-        p: _QUANT_WIDTH
-        for p in (
-            "test_*quantizelinear_int16",
-            "test_*quantizelinear_uint16",
-            "test_*quantizelinear_blocked*",
         )
     },
 }
