@@ -238,7 +238,6 @@ _RUNTIME_SHAPE_CASES = frozenset(_RUNTIME_SHAPE_WORDS.split())
 
 # Cases that run and are known to fail: glob pattern -> why (they count as failures).
 KNOWN_FAILURES: dict[str, str] = {
-    "test_maxpool_with_argmax_*": "MaxPool's Indices output is not produced",
     "test_causal_conv_with_state_silu_fp16*": "float16 arithmetic rounds differently from "
     "the reference (3e-3 off)",
     "test_loop11": "the Loop body slices with starts computed from the iteration number; "

@@ -70,11 +70,13 @@ def conv(ctx: ImportContext, node: OnnxNode) -> list[int]:
 def max_pool(ctx: ImportContext, node: OnnxNode) -> list[int]:
     if ctx.rank(node.input(0)) == 5:
         return pool3d.max_pool_3d(ctx, node)
-    node.only_first_output()
     if int(node.attr("storage_order", 0)) not in (0, 1):
         raise node.fail("storage_order must be 0 or 1")
     x = node.input(0)
     dtype = ctx.dtype(x)
+    if node.num_outputs == 2 and dtype.kind == "f":
+        return _max_pool_with_indices(ctx, node, x)
+    node.only_first_output()
     if ctx.spec(x).quant is not None:  # an int8 tensor with parameters: the int8 kernel
         x4, spatial = _to_2d(ctx, node, x)
         attrs = _spatial_attrs(node, spatial, (*WINDOW, "ceil_mode"))
@@ -85,6 +87,15 @@ def max_pool(ctx: ImportContext, node: OnnxNode) -> list[int]:
     attrs = _spatial_attrs(node, spatial, (*WINDOW, "ceil_mode"))
     y = _from_2d(ctx, ctx.emit1(OpCode.MAX_POOL2D, [x4], **attrs), spatial)
     return [y if dtype.kind == "f" else ctx.emit1(OpCode.CAST, [y], to=str(dtype))]
+
+
+def _max_pool_with_indices(ctx: ImportContext, node: OnnxNode, x: int) -> list[int]:
+    """Y and Indices (flat positions in the input; a 1-D pool's height of 1 leaves them
+    unchanged)."""
+    x4, spatial = _to_2d(ctx, node, x)
+    attrs = _spatial_attrs(node, spatial, (*WINDOW, "ceil_mode", "storage_order"))
+    outputs = ctx.emit(OpCode.MAX_POOL2D, [x4], num_outputs=2, **attrs)
+    return [_from_2d(ctx, y, spatial) for y in outputs]
 
 
 def average_pool(ctx: ImportContext, node: OnnxNode) -> list[int]:
