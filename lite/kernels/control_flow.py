@@ -214,12 +214,14 @@ class Loop(Kernel):
                 keep_in[...] = keep
                 body.run()
                 keep = bool(body_out[0].reshape(-1)[0])
+                # Scan outputs first: one may be a view of a carried input (Identity of
+                # the previous value), which the next copies overwrite.
+                for stack, v in zip(scans, scan_out, strict=True):
+                    stack[done] = v
                 for t, v in zip(between, carried_out, strict=True):
                     np.copyto(t, v)
                 for d, t in zip(carried_in, between, strict=True):
                     np.copyto(d, t)
-                for stack, v in zip(scans, scan_out, strict=True):
-                    stack[done] = v
                 done += 1
             if planned is not None and done != planned:
                 raise ShapeError(

@@ -113,14 +113,65 @@ def _fold(f: np.ufunc, views: list[np.ndarray], out: np.ndarray) -> Callable[[],
 
 
 class MaxPool2D(_WindowPool):
-    """Max over each window; padding never wins (only the Y output, no Indices)."""
+    """Max over each window; padding never wins.
+
+    With two outputs, output 1 holds ONNX's Indices: where each max sits in the flattened
+    (N, C, H, W) input, row-major within a plane (storage_order=0) or column-major
+    (storage_order=1); the first window position in row-major order on ties.
+    """
 
     op = OpCode.MAX_POOL2D
     fill = -np.inf
     reduce = np.maximum
 
+    def __init__(self, attrs: Attrs, inputs: Sequence[TensorSpec | None]) -> None:
+        super().__init__(attrs, inputs)
+        if attrs.num_outputs > 2:
+            raise self.fail(f"has at most 2 outputs (Y, Indices), got {attrs.num_outputs}")
+        self.storage_order = attrs.int("storage_order", 0)
+        if self.storage_order not in (0, 1):
+            raise self.fail(f"storage_order must be 0 or 1, got {self.storage_order}")
+        if attrs.num_outputs == 2:
+            self.output_specs.append(TensorSpec(self.output_specs[0].shape, np.dtype(np.int64)))
+
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
-        return self._bind_reduce(inputs[0], outputs[0])
+        pool = self._bind_reduce(inputs[0], outputs[0])
+        if len(outputs) < 2:
+            return pool
+        return self._bind_indices(inputs[0], outputs[1], pool)
+
+    def _bind_indices(self, x: np.ndarray, indices: np.ndarray, pool: Compute) -> Compute:
+        """Indices by a scan over the window taps keeping the first strict maximum."""
+        win = self.win
+        n, c, h, w = x.shape
+        (kh, kw), (sh, sw), (dh, dw), (oh, ow) = win.kernel, win.strides, win.dilations, win.out
+        top, left = win.pads[0], win.pads[1]
+        src, refresh = self._source(x)
+        rows, cols = np.arange(oh)[:, None] * sh - top, np.arange(ow)[None, :] * sw - left
+        taps = []
+        for i in range(kh):
+            for j in range(kw):
+                r, q = rows + i * dh, cols + j * dw
+                where = r * w + q if self.storage_order == 0 else q * h + r
+                taps.append((src[(slice(None), slice(None), *win.tap(i, j))], where))
+        planes = (np.arange(n * c, dtype=np.int64) * h * w).reshape(n, c, 1, 1)
+        best = np.empty(indices.shape, x.dtype)
+        better = np.empty(indices.shape, np.bool_)
+        copyto, greater, add = np.copyto, np.greater, np.add
+
+        def compute() -> None:
+            pool()
+            if refresh is not None:
+                refresh()
+            best.fill(-np.inf)
+            indices.fill(0)
+            for view, where in taps:
+                greater(view, best, out=better)
+                copyto(best, view, where=better)
+                copyto(indices, where, where=better)
+            add(indices, planes, out=indices)
+
+        return compute
 
 
 class AvgPool2D(_WindowPool):

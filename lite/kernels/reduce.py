@@ -23,12 +23,14 @@ class ReduceKernel(Kernel):
     reduction: ClassVar[Callable[..., np.ndarray]]
     num_inputs = (1, 2)
     float_only: ClassVar[bool] = False
-    needs_elements: ClassVar[bool] = False  # Max/Min have no identity for empty axes
+    # Max/Min: bool inputs too (False < True), and the value of an empty reduction is the
+    # dtype's lowest (Max) or highest (Min) value, infinities for floats, as ONNX says.
+    extreme: ClassVar[str | None] = None
 
     def __init__(self, attrs: Attrs, inputs: Sequence[TensorSpec | None]) -> None:
         super().__init__(attrs, inputs)
         x = self.require_float(0) if self.float_only else self.input(0)
-        if x.dtype.kind not in "iuf":
+        if x.dtype.kind not in ("iufb" if self.extreme else "iuf"):
             raise self.fail(f"input must be a number tensor, got {x.dtype}")
         keepdims = bool(attrs.int("keepdims", 1))
         axes = ints_arg(self, 1, "axes")
@@ -40,11 +42,7 @@ class ReduceKernel(Kernel):
                 return
             axes = list(range(x.rank))
         self.axes = tuple(sorted(normalize_axes(self, axes, x.rank)))
-        if self.needs_elements and any(x.shape[a] == 0 for a in self.axes):
-            raise self.fail(
-                f"cannot reduce the empty axes {list(self.axes)} of shape "
-                f"{list(x.shape)}: the result has no value"
-            )
+        self.initial = None if self.extreme is None else _extreme(x.dtype, self.extreme)
         self.keepdims = keepdims
         if keepdims:
             shape = tuple(1 if d in self.axes else n for d, n in enumerate(x.shape))
@@ -56,8 +54,20 @@ class ReduceKernel(Kernel):
         x, out = inputs[0], outputs[0]
         if self.identity:
             return lambda: np.copyto(out, x)
-        f, axes, keepdims = self.reduction, self.axes, self.keepdims
+        f, axes, keepdims, initial = self.reduction, self.axes, self.keepdims, self.initial
+        if initial is not None:
+            return lambda: f(x, axis=axes, keepdims=keepdims, out=out, initial=initial)
         return lambda: f(x, axis=axes, keepdims=keepdims, out=out)
+
+
+def _extreme(dtype: np.dtype, which: str) -> object:
+    """The lowest ("min") or highest ("max") value of a dtype: an identity for Max/Min."""
+    if dtype.kind == "b":
+        return which == "max"
+    if dtype.kind == "f":
+        return np.inf if which == "max" else -np.inf
+    info = np.iinfo(dtype)
+    return info.max if which == "max" else info.min
 
 
 class ReduceMean(ReduceKernel):
@@ -74,13 +84,13 @@ class ReduceSum(ReduceKernel):
 class ReduceMax(ReduceKernel):
     op = OpCode.REDUCE_MAX
     reduction = staticmethod(np.max)
-    needs_elements = True
+    extreme = "min"
 
 
 class ReduceMin(ReduceKernel):
     op = OpCode.REDUCE_MIN
     reduction = staticmethod(np.min)
-    needs_elements = True
+    extreme = "max"
 
 
 class ReduceProd(ReduceKernel):

@@ -10,7 +10,9 @@ Where the output size comes from, first match wins:
 The attribute forms let a builder or converter write a Resize without tiny constant
 tensors; the input forms keep ONNX models as they are. Either way the size must be known
 when the model is planned (a dynamic batch is fine: the leading axes are not resized).
-The `roi` input (1) is ignored: it only matters for tf_crop_and_resize, which is refused.
+The region of interest matters only for tf_crop_and_resize: a constant `roi` input (1)
+or attribute, [start per axis..., end per axis...] in normalized coordinates; outputs
+whose source falls outside the input get `extrapolation_value` (0.0).
 Scales resize only the last two axes (H, W of NCHW); the others must have scale 1.
 
 When both attribute forms are given, `sizes` sets the output shape and `scales` the
@@ -48,16 +50,24 @@ TRANSFORMS = (
     "pytorch_half_pixel",
     "align_corners",
     "asymmetric",
+    "tf_crop_and_resize",
 )
 NEAREST = ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil")
 
 f32 = np.float32
 
 
-def source_coordinates(transform: str, out_len: int, in_len: int, scale: float) -> np.ndarray:
+def source_coordinates(
+    transform: str, out_len: int, in_len: int, scale: float, roi: tuple[float, float] = (0, 1)
+) -> np.ndarray:
     """Input coordinate (float32) of every output index along one axis."""
     x = np.arange(out_len, dtype=f32)
     s = f32(scale)
+    if transform == "tf_crop_and_resize":
+        start, end = f32(roi[0]) * f32(in_len - 1), f32(roi[1]) * f32(in_len - 1)
+        if out_len == 1:
+            return np.full(1, (end - start) / f32(2) + start, f32)
+        return start + x * (end - start) / f32(out_len - 1)
     if transform == "half_pixel":
         return (x + f32(0.5)) / s - f32(0.5)
     if transform == "half_pixel_symmetric":
@@ -201,6 +211,8 @@ class Resize(Kernel):
                 f"only the last two axes can be resized; input {list(x.shape)} -> {out_shape}"
             )
         self.scales = [float(s) for s in scales]  # type: ignore[union-attr]
+        self.roi = self._roi(rank) if self.transform == "tf_crop_and_resize" else None
+        self.extrapolation = attrs.float("extrapolation_value", 0.0)
         self.output_specs = [TensorSpec(tuple(out_shape), x.dtype)]
 
     def _size_or_scales(self) -> tuple[list[int] | None, list[float] | None]:
@@ -217,12 +229,47 @@ class Resize(Kernel):
             return None, self.attrs.floats("scales")
         raise self.fail("needs constant `sizes` or `scales` (as an input or an attribute)")
 
+    def _roi(self, rank: int) -> list[tuple[float, float]]:
+        """(start, end) per axis, from a constant roi input or the `roi` attribute."""
+        if self.optional_input(1) is not None:
+            values = [float(v) for v in np.ravel(self.constant(1, "roi"))]
+        else:
+            values = self.attrs.floats("roi", None) or []
+        if len(values) != 2 * rank:
+            raise self.fail(
+                f"tf_crop_and_resize needs a roi of {2 * rank} values (starts, then ends, one "
+                f"per axis), got {values}"
+            )
+        return list(zip(values[:rank], values[rank:], strict=True))
+
     def _coords(self, axis: int) -> np.ndarray:
         in_len = self.input(0).shape[axis]
         out_len = self.output_specs[0].shape[axis]
-        return source_coordinates(self.transform, out_len, in_len, self.scales[axis])
+        roi = self.roi[axis] if self.roi is not None else (0.0, 1.0)
+        return source_coordinates(self.transform, out_len, in_len, self.scales[axis], roi)
 
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
+        interpolate = self._bind_interpolation(inputs, outputs)
+        if self.roi is None:
+            return interpolate
+        # Outputs whose source row or column lies outside the input are extrapolated.
+        out, rank = outputs[0], len(self.scales)
+        outside = [
+            np.flatnonzero((c < 0) | (c > self.input(0).shape[axis] - 1))
+            for axis, c in ((a, self._coords(a)) for a in (rank - 2, rank - 1))
+        ]
+        rows, cols, value = outside[0], outside[1], self.extrapolation
+
+        def compute() -> None:
+            interpolate()
+            out[..., rows, :] = value
+            out[..., :, cols] = value
+
+        return compute
+
+    def _bind_interpolation(
+        self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]
+    ) -> Compute:
         x, out = inputs[0], outputs[0]
         h, w = x.shape[-2:]
         oh, ow = out.shape[-2:]

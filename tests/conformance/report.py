@@ -134,23 +134,26 @@ def tested_op(name: str, model: onnx.ModelProto, ops_by_case: dict[str, str]) ->
 
 
 def with_constant_arguments(case: ob.Case) -> ob.Case | None:
-    """The case with every graph input but the first turned into an initializer holding
-    the first data set's value (None when the model has a single input)."""
+    """The case with every graph input but the first (every one, when the first is a
+    scalar) turned into an initializer holding the first data set's value (None when the
+    model has a single input)."""
     model, data_sets = case.load()  # type: ignore[operator]
     inits = {t.name for t in model.graph.initializer}
     inputs = [v for v in model.graph.input if v.name not in inits]
     if len(inputs) < 2 or not data_sets:
         return None
     values, expected = data_sets[0]
+    kept = 0 if np.ndim(values[0]) == 0 else 1  # a scalar first input (Range's start) too
     frozen = onnx.ModelProto()
     frozen.CopyFrom(model)
     frozen.ir_version = max(frozen.ir_version, 4)  # initializers need not be inputs
-    for value, array in zip(inputs[1:], values[1:], strict=False):
+    for value, array in zip(inputs[kept:], values[kept:], strict=False):
         frozen.graph.initializer.append(onnx.numpy_helper.from_array(array, value.name))
-    keep = [v for v in frozen.graph.input if v.name == inputs[0].name or v.name in inits]
+    fed = {v.name for v in inputs[:kept]}
+    keep = [v for v in frozen.graph.input if v.name in fed or v.name in inits]
     del frozen.graph.input[:]
     frozen.graph.input.extend(keep)
-    data = [(values[:1], expected)]
+    data = [(values[:kept], expected)]
     return ob.Case(case.name, case.kind, lambda: (frozen, data), case.rtol, case.atol, frozen)
 
 

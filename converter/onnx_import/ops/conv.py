@@ -12,6 +12,7 @@ import numpy as np
 
 from sporenet.converter.onnx_import.context import ImportContext
 from sporenet.converter.onnx_import.node import OnnxNode
+from sporenet.converter.onnx_import.ops import pool3d
 from sporenet.lite.graph import DYNAMIC
 from sporenet.lite.ops import OpCode
 
@@ -67,11 +68,15 @@ def conv(ctx: ImportContext, node: OnnxNode) -> list[int]:
 
 
 def max_pool(ctx: ImportContext, node: OnnxNode) -> list[int]:
-    node.only_first_output()
+    if ctx.rank(node.input(0)) == 5:
+        return pool3d.max_pool_3d(ctx, node)
     if int(node.attr("storage_order", 0)) not in (0, 1):
         raise node.fail("storage_order must be 0 or 1")
     x = node.input(0)
     dtype = ctx.dtype(x)
+    if node.num_outputs == 2 and dtype.kind == "f":
+        return _max_pool_with_indices(ctx, node, x)
+    node.only_first_output()
     if ctx.spec(x).quant is not None:  # an int8 tensor with parameters: the int8 kernel
         x4, spatial = _to_2d(ctx, node, x)
         attrs = _spatial_attrs(node, spatial, (*WINDOW, "ceil_mode"))
@@ -84,7 +89,18 @@ def max_pool(ctx: ImportContext, node: OnnxNode) -> list[int]:
     return [y if dtype.kind == "f" else ctx.emit1(OpCode.CAST, [y], to=str(dtype))]
 
 
+def _max_pool_with_indices(ctx: ImportContext, node: OnnxNode, x: int) -> list[int]:
+    """Y and Indices (flat positions in the input; a 1-D pool's height of 1 leaves them
+    unchanged)."""
+    x4, spatial = _to_2d(ctx, node, x)
+    attrs = _spatial_attrs(node, spatial, (*WINDOW, "ceil_mode", "storage_order"))
+    outputs = ctx.emit(OpCode.MAX_POOL2D, [x4], num_outputs=2, **attrs)
+    return [_from_2d(ctx, y, spatial) for y in outputs]
+
+
 def average_pool(ctx: ImportContext, node: OnnxNode) -> list[int]:
+    if ctx.rank(node.input(0)) == 5:
+        return pool3d.average_pool_3d(ctx, node)
     x4, spatial = _to_2d(ctx, node, node.input(0))
     attrs = _spatial_attrs(node, spatial, (*WINDOW, "ceil_mode", "count_include_pad"))
     return [_from_2d(ctx, ctx.emit1(OpCode.AVG_POOL2D, [x4], **attrs), spatial)]
@@ -177,6 +193,8 @@ def lp_pool(ctx: ImportContext, node: OnnxNode) -> list[int]:
     """LpPool = (sum over the window of |x|^p)^(1/p): an average pool of |x|^p that counts
     padding, times the window size, to the power 1/p."""
     x = node.input(0)
+    if ctx.rank(x) == 5:
+        return pool3d.lp_pool_3d(ctx, node)
     p = float(node.attr("p", 2))
     x4, spatial = _to_2d(ctx, node, x)
     attrs = _spatial_attrs(node, spatial, (*WINDOW, "ceil_mode"))

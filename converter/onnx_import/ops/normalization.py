@@ -15,13 +15,44 @@ Handler = Callable[[ImportContext, OnnxNode], list[int]]
 
 
 def batch_norm(ctx: ImportContext, node: OnnxNode) -> list[int]:
-    node.only_first_output()
     if int(node.attr("training_mode", 0)):
-        raise node.fail("training_mode=1 is not supported (the converter targets inference)")
+        return _batch_norm_training(ctx, node)
+    node.only_first_output()
     if node.opset < 9 and int(node.attr("spatial", 1)) != 1:
         raise node.fail("spatial=0 (per-element statistics) is not supported")
     inputs = [node.input(k) for k in range(5)]
     return [ctx.emit1(OpCode.BATCH_NORM, inputs, epsilon=float(node.attr("epsilon", 1e-5)))]
+
+
+def _batch_norm_training(ctx: ImportContext, node: OnnxNode) -> list[int]:
+    """training_mode=1 (opset 14+): Y normalized by the batch's statistics (mean and
+    population variance over every axis but 1), and the running statistics updated as
+    running = input * momentum + batch * (1 - momentum), as outputs 1 and 2."""
+    x, scale, bias, mean, var = (node.input(k) for k in range(5))
+    rank, channels = ctx.rank(x), ctx.shape(x)[1]
+    if channels < 0:
+        raise node.fail(f"training_mode=1 needs a static channel count, got {ctx.shape(x)}")
+    axes = [0, *range(2, rank)]
+    momentum = float(node.attr("momentum", 0.9))
+    dtype = ctx.dtype(x)
+    batch_mean = ctx.emit1(OpCode.REDUCE_MEAN, [x], axes=axes, keepdims=1)
+    centered = ctx.emit1(OpCode.SUB, [x, batch_mean])
+    squared = ctx.emit1(OpCode.MUL, [centered, centered])
+    batch_var = ctx.emit1(OpCode.REDUCE_MEAN, [squared], axes=axes, keepdims=1)
+    stats = [ctx.emit1(OpCode.RESHAPE, [t], shape=[channels]) for t in (batch_mean, batch_var)]
+    y = ctx.emit1(
+        OpCode.BATCH_NORM,
+        [x, scale, bias, *stats],
+        epsilon=float(node.attr("epsilon", 1e-5)),
+    )
+    results = [y]
+    if node.num_outputs > 1:
+        keep = ctx.constant(f"{node.name}/momentum", np.array(momentum, dtype))
+        take = ctx.constant(f"{node.name}/one_minus_momentum", np.array(1 - momentum, dtype))
+        for running, batch in list(zip((mean, var), stats, strict=True))[: node.num_outputs - 1]:
+            kept = ctx.emit1(OpCode.MUL, [running, keep])
+            results.append(ctx.emit1(OpCode.ADD, [kept, ctx.emit1(OpCode.MUL, [batch, take])]))
+    return results
 
 
 def instance_norm(ctx: ImportContext, node: OnnxNode) -> list[int]:

@@ -201,6 +201,9 @@ def conv_integer(ctx: ImportContext, node: OnnxNode) -> list[int]:
 # in the file with their scale and zero point, dequantized once at load.
 
 INT_RANGE = {np.dtype(np.int8): (-128, 127), np.dtype(np.uint8): (0, 255)}
+# 16-bit QuantizeLinear/DequantizeLinear run as float ops (the int8 kernels take 8 bits).
+ANY_RANGE = {**INT_RANGE, np.dtype(np.int16): (-32768, 32767), np.dtype(np.uint16): (0, 65535)}
+_OUTPUT_DTYPES = {2: np.uint8, 3: np.int8, 4: np.uint16, 5: np.int16}  # ONNX type codes
 SMALL_CONSTANT = 16
 """Quantized constants with fewer elements (scalars such as a rescale factor) are stored
 dequantized: integers would save nothing there."""
@@ -234,6 +237,13 @@ def _param_tensor(ctx: ImportContext, node: OnnxNode, k: int, axis: int, rank: i
     if ctx.dtype(index) != np.float32:
         index = ctx.emit1(OpCode.CAST, [index], to="float32")
     shape = ctx.shape(index)
+    block = int(node.attr("block_size", 0))
+    if block:  # one value per block of `block` slices: repeat each along the axis
+        length = ctx.shape(node.input(0))[axis % rank]
+        if length < 0:
+            raise node.fail("blocked quantization needs a static size along its axis")
+        repeat = ctx.constant(f"{node.name}/blocks", np.arange(length, dtype=np.int64) // block)
+        return ctx.emit1(OpCode.GATHER, [index, repeat], axis=axis % rank)
     if len(shape) == 1 and shape[0] != 1 and rank > 1:
         target = [1] * rank
         target[axis % rank] = -1
@@ -245,7 +255,7 @@ def _quantize_with(
     ctx: ImportContext, x: int, scale: int, zp: int | None, dtype: np.dtype, name: str
 ) -> int:
     """saturate(round(x / scale) + zero_point) as `dtype`, parameters as tensors."""
-    lo, hi = INT_RANGE[dtype]
+    lo, hi = ANY_RANGE[dtype]
     y = _round(ctx, ctx.emit1(OpCode.DIV, [x, scale]), name)
     if zp is not None:
         y = ctx.emit1(OpCode.ADD, [y, zp])
@@ -260,17 +270,18 @@ def _output_dtype(ctx: ImportContext, node: OnnxNode, zp_at: int) -> np.dtype:
     if node.input(zp_at) != -1:
         dtype = ctx.dtype(node.input(zp_at))
     else:
-        dtype = {2: np.dtype(np.uint8), 3: np.dtype(np.int8)}.get(
-            int(node.attr("output_dtype", 2)), np.dtype(np.float64)
+        dtype = np.dtype(_OUTPUT_DTYPES.get(int(node.attr("output_dtype", 2)), np.float64))
+    if dtype not in ANY_RANGE:
+        raise node.fail(
+            f"quantization to {dtype} is not supported (int8, uint8, int16 and uint16 are)"
         )
-    if dtype not in INT_RANGE:
-        raise node.fail(f"quantization to {dtype} is not supported (int8 and uint8 are)")
     return dtype
 
 
-def _check_block(node: OnnxNode) -> None:
-    if int(node.attr("block_size", 0)):
-        raise node.fail("blocked quantization (block_size) is not supported")
+def _blocked(node: OnnxNode) -> bool:
+    """Whether the node quantizes by blocks (block_size): its parameters then run as
+    tensors repeated along the axis, whether they are constants or not."""
+    return int(node.attr("block_size", 0)) > 0
 
 
 def _quantize_float(
@@ -283,9 +294,9 @@ def _quantize_float(
     name: str,
 ) -> int:
     """saturate(round(x / scale) + zero_point) as `dtype`."""
-    if dtype not in INT_RANGE:
-        raise node.fail(f"only int8 and uint8 quantization is supported, got {dtype}")
-    lo, hi = INT_RANGE[dtype]
+    if dtype not in ANY_RANGE:
+        raise node.fail(f"only 8- and 16-bit integer quantization is supported, got {dtype}")
+    lo, hi = ANY_RANGE[dtype]
     y = _round(ctx, ctx.emit1(OpCode.DIV, [x, ctx.constant(f"{name}/scale", scale)]), name)
     if zp is not None and np.any(zp != 0):
         y = ctx.emit1(OpCode.ADD, [y, ctx.constant(f"{name}/zp", zp.astype(np.float32))])
@@ -364,11 +375,10 @@ def _quantize(
 
 
 def quantize_linear(ctx: ImportContext, node: OnnxNode) -> list[int]:
-    _check_block(node)
     x = node.input(0)
     axis = int(node.attr("axis", 1))
     dtype = _output_dtype(ctx, node, 2)
-    if not _is_static(ctx, node, 1, 2):
+    if _blocked(node) or not _is_static(ctx, node, 1, 2):
         rank = ctx.rank(x)
         zp = _param_tensor(ctx, node, 2, axis, rank) if node.input(2) != -1 else None
         return [
@@ -390,11 +400,13 @@ def dequantize_linear(ctx: ImportContext, node: OnnxNode) -> list[int]:
                     (value.astype(np.float64) * scale.astype(np.float64)).astype(np.float32),
                 )
             ]
-    _check_block(node)
     axis = int(node.attr("axis", 1))
-    if ctx.dtype(q) not in INT_RANGE and ctx.dtype(q) != np.int32:
-        raise node.fail(f"dequantizing {ctx.dtype(q)} is not supported (int8, uint8, int32 are)")
-    if not _is_static(ctx, node, 1, 2):
+    if ctx.dtype(q) not in ANY_RANGE and ctx.dtype(q) != np.int32:
+        raise node.fail(
+            f"dequantizing {ctx.dtype(q)} is not supported (int8, uint8, int16, uint16, "
+            "int32 are)"
+        )
+    if _blocked(node) or not _is_static(ctx, node, 1, 2):
         y = _dq_dynamic(ctx, node, q, 1, 2, axis)
     else:
         scale, zp = _params(ctx, node, 1, 2, axis, ctx.rank(q))

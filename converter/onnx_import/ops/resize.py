@@ -50,6 +50,21 @@ def _keep_aspect_ratio(
     return out_sizes, scales
 
 
+def _roi(ctx: ImportContext, node: OnnxNode, rank: int, axes: list[int] | None) -> list[float]:
+    """tf_crop_and_resize's region, [starts..., ends...] over every axis (0 and 1 for the
+    axes that `axes` leaves out)."""
+    roi = _static_floats(ctx, node, 1, "roi")
+    listed = [a + rank if a < 0 else a for a in axes] if axes is not None else list(range(rank))
+    if roi is None or len(roi) != 2 * len(listed):
+        raise node.fail(
+            f"tf_crop_and_resize needs a roi (input 1) of {2 * len(listed)} values, got {roi}"
+        )
+    starts, ends = [0.0] * rank, [1.0] * rank
+    for k, a in enumerate(listed):
+        starts[a], ends[a] = roi[k], roi[len(listed) + k]
+    return starts + ends
+
+
 def upsample(ctx: ImportContext, node: OnnxNode) -> list[int]:
     scales = node.attr("scales") if node.opset < 9 else _static_floats(ctx, node, 1, "scales")
     if not scales:
@@ -64,6 +79,21 @@ def upsample(ctx: ImportContext, node: OnnxNode) -> list[int]:
             nearest_mode="floor",
         )
     ]
+
+
+def _sampling_attrs(node: OnnxNode, mode: str) -> dict[str, object]:
+    """The runtime Resize's attributes for how it samples (Resize-11 and later)."""
+    attrs: dict[str, object] = {
+        "mode": mode,
+        "coordinate_transformation_mode": node.attr("coordinate_transformation_mode", "half_pixel"),
+        "nearest_mode": node.attr("nearest_mode", "round_prefer_floor"),
+    }
+    for name in ("antialias", "exclude_outside"):
+        if int(node.attr(name, 0)):
+            attrs[name] = 1
+    if mode == "cubic":
+        attrs["cubic_coeff_a"] = float(node.attr("cubic_coeff_a", -0.75))
+    return attrs
 
 
 def resize(ctx: ImportContext, node: OnnxNode) -> list[int]:
@@ -81,16 +111,7 @@ def resize(ctx: ImportContext, node: OnnxNode) -> list[int]:
                 nearest_mode="floor",
             )
         ]
-    attrs = {
-        "mode": mode,
-        "coordinate_transformation_mode": node.attr("coordinate_transformation_mode", "half_pixel"),
-        "nearest_mode": node.attr("nearest_mode", "round_prefer_floor"),
-    }
-    for name in ("antialias", "exclude_outside"):
-        if int(node.attr(name, 0)):
-            attrs[name] = 1
-    if mode == "cubic":
-        attrs["cubic_coeff_a"] = float(node.attr("cubic_coeff_a", -0.75))
+    attrs = _sampling_attrs(node, mode)
     policy = node.attr("keep_aspect_ratio_policy", "stretch")
     if policy not in POLICIES:
         raise node.fail(
@@ -118,6 +139,9 @@ def resize(ctx: ImportContext, node: OnnxNode) -> list[int]:
                 full_sizes[a] = sizes[k]
         scales = full_scales if scales is not None else None
         sizes = full_sizes if sizes is not None else None
+    if attrs["coordinate_transformation_mode"] == "tf_crop_and_resize":
+        attrs["roi"] = _roi(ctx, node, rank, axes)
+        attrs["extrapolation_value"] = float(node.attr("extrapolation_value", 0.0))
     if sizes is not None and policy != "stretch":
         attrs["sizes"], attrs["scales"] = _keep_aspect_ratio(
             node, list(ctx.spec(x).shape), sizes, axes, POLICIES[policy]

@@ -196,6 +196,35 @@ def test_loop_with_scan_outputs_like_onnxruntime() -> None:
     assert want[1].shape == (4, 3)
 
 
+def test_loop_scan_output_of_the_previous_carried_value() -> None:
+    """A scan output that is the carried value as it entered the iteration (Range's ONNX
+    function body) stacks that value, not the one the iteration leaves."""
+    body = _graph(
+        [
+            helper.make_node("Identity", ["c_in"], ["c_out"]),
+            helper.make_node("Add", ["s_in", "x"], ["s_out"]),
+            helper.make_node("Identity", ["s_in"], ["seen"]),
+        ],
+        "body",
+        [("c_out", B, []), ("s_out", F, [3]), ("seen", F, [3])],
+        inputs=[
+            helper.make_tensor_value_info("i", I64, []),
+            helper.make_tensor_value_info("c_in", B, []),
+            helper.make_tensor_value_info("s_in", F, [3]),
+        ],
+    )
+    model = make_model(
+        [helper.make_node("Loop", ["M", "", "s0"], ["s", "stack"], body=body)],
+        {"x": [3], "s0": [3]},
+        ["s", "stack"],
+        initializers={"M": np.array(4, np.int64)},
+        output_shapes={"s": [3], "stack": [4, 3]},
+    )
+    feeds = {"x": np.array([1.0, -2.0, 0.5], np.float32), "s0": np.zeros(3, np.float32)}
+    want = assert_matches_ort(model, feeds)
+    np.testing.assert_array_equal(want[1][0], feeds["s0"])
+
+
 def test_loop_scan_outputs_need_a_static_trip_count() -> None:
     model = _loop_model(trip=None, with_cond=True, scan=True)
     with pytest.raises(ConversionError, match="trip count"):

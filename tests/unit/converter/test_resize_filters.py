@@ -10,8 +10,8 @@ import pytest
 from tests.unit.converter.helpers import assert_matches_ort, helper, make_model
 
 
-def _resize(shape, *, scales=None, sizes=None, axes=None, **attrs):
-    inits = {"roi": np.zeros(0, np.float32)}
+def _resize(shape, *, scales=None, sizes=None, axes=None, roi=(), **attrs):
+    inits = {"roi": np.array(roi, np.float32)}
     inputs = ["x", "roi"]
     inits["scales"] = np.array(scales or [], np.float32)
     inputs.append("scales")
@@ -55,5 +55,20 @@ def test_antialiased_downscale_matches_onnxruntime(mode):
 def test_keep_aspect_ratio_policy_matches_onnxruntime(policy, sizes):
     model = _resize(
         X.shape, sizes=sizes, axes=[2, 3], mode="linear", keep_aspect_ratio_policy=policy
+    )
+    assert_matches_ort(model, {"x": X}, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("mode", ["nearest", "linear"])
+@pytest.mark.parametrize("extrapolation", [0.0, 10.0])
+def test_tf_crop_and_resize_matches_onnxruntime(mode, extrapolation):
+    model = _resize(
+        X.shape,
+        sizes=[5, 6],
+        axes=[2, 3],
+        roi=[0.3, -0.2, 1.1, 0.7],  # partly outside the input: extrapolated
+        mode=mode,
+        coordinate_transformation_mode="tf_crop_and_resize",
+        extrapolation_value=extrapolation,
     )
     assert_matches_ort(model, {"x": X}, rtol=1e-4, atol=1e-5)

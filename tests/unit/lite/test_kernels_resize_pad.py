@@ -246,6 +246,10 @@ def test_resize_in_a_model_with_dynamic_batch():
         (dict(sizes=[1, 2, 8, 8], scales=[1.0, 1.0, 0.0, 2.0]), "positive values"),
         (
             dict(scales=[1.0, 1.0, 2.0, 2.0], coordinate_transformation_mode="tf_crop_and_resize"),
+            r"tf_crop_and_resize needs a roi of 8 values .* got \[\]",
+        ),
+        (
+            dict(scales=[1.0, 1.0, 2.0, 2.0], coordinate_transformation_mode="cartesian"),
             "coordinate_transformation_mode must be one of",
         ),
     ],
