@@ -243,4 +243,9 @@ def run_server(
         http.shutdown()
     manager.close()
     log_event(logger, "server_stopped", level=logging.INFO)
+    if threading.current_thread() is threading.main_thread():
+        # Stopped: a SIGTERM now (say a supervisor's, as the job ends on its own) must not
+        # kill the exiting interpreter, which restores the default action of the handlers
+        # above, and turn this exit code into -15.
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
     return code

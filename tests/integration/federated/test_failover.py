@@ -45,6 +45,7 @@ def test_a_client_moves_to_the_next_address_when_its_server_is_killed(
     client.close()
 
     assert client.address == second.address and client.failovers == 1
+    assert second.proc.wait(60) == 0  # the job is done: its log is complete
     assert [e["client"] for e in second.events("client_registered")] == ["phone"]
     np.testing.assert_allclose(result["final"]["w"], w0["w"] + 1.0)  # type: ignore[index]
     assert [e["clients"] for e in second.events("round_published")] == [1]

@@ -37,4 +37,4 @@ def test_min_available_gates_the_start_and_the_cohort_is_a_fraction_of_the_live(
     (entry,) = read_status(server.state_dir)["privacy"]["rounds"]
     assert (entry["cohort"], entry["sample_rate"]) == (2, 0.5)
     assert entry["epsilon"] == expected_epsilons(1.0, 0.5, 1)[0]
-    assert server.terminate() == 0
+    assert server.proc.wait(60) == 0
