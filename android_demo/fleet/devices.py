@@ -152,6 +152,9 @@ class DeviceGroup:
         self.report = GroupReport()
         self._learners = threading.local()  # one LiteLearner per worker thread
         self._latest_round = 0
+        # Made on the transport loop, by `_run`: set when the job ended, when a new round began.
+        self._done: asyncio.Event
+        self._progress: asyncio.Event
 
     # ---- training, on the worker threads
     def _learner(self) -> Any:
@@ -243,7 +246,8 @@ class DeviceGroup:
                 try:
                     await p.upload(task, payload, samples, metrics)
                 finally:
-                    self._buffers.give(payload)
+                    if isinstance(payload, memoryview):
+                        self._buffers.give(payload)
         finally:
             beating.set()
             if not beats.done():

@@ -96,7 +96,11 @@ class Participant:
                 await self.session().send(SessionRequestField.HEARTBEAT, beat)
 
     async def upload(
-        self, task: pb.Task, payload: memoryview, samples: int, metrics: Mapping[str, float]
+        self,
+        task: pb.Task,
+        payload: bytes | bytearray | memoryview,
+        samples: int,
+        metrics: Mapping[str, float],
     ) -> None:
         """Send the update and see it accepted (TransferError or grpc.RpcError if not)."""
         pending = PendingUpload(
