@@ -2,7 +2,7 @@
 
     sporenet-fleet --server 127.0.0.1:8080 --model digits.spore --devices 1000 --rounds 10
                    [--backend local|ray] [--ray-address ADDR] [--groups G]
-                   [--profile fleet.json] [--plot fleet.png] [--json fleet.json]
+                   [--profile fleet.json] [--workers W] [--plot fleet.png] [--json fleet.json]
 
 `--model` is the file the server was started with (the devices train its head on their
 digits partitions). Prints accuracy per round, round times, bytes and dropouts, and
@@ -34,6 +34,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--ray-address", help="an existing Ray cluster (default: start one here)")
     p.add_argument("--groups", type=int, help="device groups (Ray actors); default 1 local, 2 ray")
     p.add_argument("--profile", type=Path, help="fleet profile JSON (see profile.py)")
+    p.add_argument(
+        "--workers", type=int, default=1, help="threads training each group's devices (default 1)"
+    )
     p.add_argument(
         "--all-weights", action="store_true", help="train every weight, not only the head"
     )
@@ -73,6 +76,7 @@ def main(argv: list[str] | None = None) -> int:
             groups=args.groups,
             ray_address=args.ray_address,
             head_only=not args.all_weights,
+            workers=args.workers,
             timeout=args.timeout,
         )
     except (AppError, LiteError, OSError) as exc:

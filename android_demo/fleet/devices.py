@@ -56,7 +56,7 @@ from sporenet.proto import federated_pb2 as pb
 
 log = logging.getLogger("sporenet.android_demo.fleet")
 
-TRAIN_WORKERS = 2  # threads training devices (each with its own Trainer); the CPU has 2 cores
+TRAIN_WORKERS = 1  # threads training devices, each with its own Trainer (`--workers`)
 UPLOAD_TURNS = 16  # devices encoding and sending an update at once (each holds a payload)
 
 
@@ -152,6 +152,9 @@ class DeviceGroup:
         self.report = GroupReport()
         self._learners = threading.local()  # one LiteLearner per worker thread
         self._latest_round = 0
+        # Made on the transport loop, by `_run`: set when the job ended, when a new round began.
+        self._done: asyncio.Event
+        self._progress: asyncio.Event
 
     # ---- training, on the worker threads
     def _learner(self) -> Any:
@@ -202,7 +205,8 @@ class DeviceGroup:
         record = self._record(rnd)
         record.first_seen = min(record.first_seen, time.time())
         self._saw_round(rnd)
-        beats = asyncio.ensure_future(p.heartbeats(task.task_id))
+        beating = asyncio.Event()  # set: heartbeats stop
+        beats = asyncio.ensure_future(p.heartbeats(task.task_id, beating))
         try:
             weights = await self.models.weights(task, p.session(), p.client_id)
             if rnd not in self.report.weights:
@@ -232,15 +236,22 @@ class DeviceGroup:
             record.trained += 1
             record.bytes += self.model_bytes + up
             async with self._upload_turns:
+                # The server hears from the device while it waits for a receiving slot;
+                # a beat among the upload's chunks would break the upload.
+                beating.set()
+                await beats
                 trained = {k: np.asarray(new[k], dtype=w.dtype) for k, w in weights.items()}
                 payload = encode_raw(trained, weights, alloc=self._buffers.take)
                 del new, trained
                 try:
                     await p.upload(task, payload, samples, metrics)
                 finally:
-                    self._buffers.give(payload)
+                    if isinstance(payload, memoryview):
+                        self._buffers.give(payload)
         finally:
-            beats.cancel()
+            beating.set()
+            if not beats.done():
+                beats.cancel()
 
     async def _evaluate(self, device: Device, p: Participant, task: pb.Task) -> None:
         weights = await self.models.weights(task, p.session(), p.client_id)
@@ -284,7 +295,9 @@ class DeviceGroup:
                 if code in FATAL:
                     raise AuthError(f"server refused the device: {code.name}") from None
                 if code not in RETRYABLE:
-                    log.warning("device %d: task failed: %s", device.index, code.name)
+                    log.warning(
+                        "device %d: task failed: %s: %s", device.index, code.name, e.details()
+                    )
                     await asyncio.sleep(0.05)
                     continue
                 now = loop.time()

@@ -78,18 +78,29 @@ class Participant:
         )
         return pb.Task.FromString(bytes(body))
 
-    async def heartbeats(self, task_id: str) -> None:
-        """Heartbeat every interval until cancelled (a missed beat is not fatal)."""
-        request = pb.HeartbeatRequest(client_id=self.client_id, task_id=task_id)
-        message = request.SerializeToString()
+    async def heartbeats(self, task_id: str, stop: asyncio.Event) -> None:
+        """Heartbeat every interval until `stop` is set (a missed beat is not fatal).
+
+        Stopped by the event, not by cancelling: the task ends only after a beat it is
+        writing, so no beat can land inside an upload that starts afterwards.
+        """
+        message = pb.HeartbeatRequest(client_id=self.client_id, task_id=task_id)
+        beat = message.SerializeToString()
         while True:
-            await asyncio.sleep(self.heartbeat_interval)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self.heartbeat_interval):
+                    await stop.wait()
+            if stop.is_set():
+                return
             with contextlib.suppress(grpc.RpcError, FederatedError):
-                # Shielded: cancelling a write half-way would cancel the whole stream.
-                await asyncio.shield(self.session().send(SessionRequestField.HEARTBEAT, message))
+                await self.session().send(SessionRequestField.HEARTBEAT, beat)
 
     async def upload(
-        self, task: pb.Task, payload: memoryview, samples: int, metrics: Mapping[str, float]
+        self,
+        task: pb.Task,
+        payload: bytes | bytearray | memoryview,
+        samples: int,
+        metrics: Mapping[str, float],
     ) -> None:
         """Send the update and see it accepted (TransferError or grpc.RpcError if not)."""
         pending = PendingUpload(

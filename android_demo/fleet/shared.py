@@ -71,6 +71,7 @@ class ModelCache:
     def __init__(self, *, chunk_size: int, rpc_timeout: float) -> None:
         self.chunk_size, self.rpc_timeout = chunk_size, rpc_timeout
         self._reader = WeightsReader()
+        self.downloads = 0  # models downloaded (one per version while no download fails)
         # sha256 -> the model's weights once downloaded (the future of its download before).
         self._models: dict[str, asyncio.Future[dict[str, np.ndarray]]] = {}
 
@@ -100,6 +101,7 @@ class ModelCache:
         transfers = loop_transfers(
             session, client_id, chunk_size=self.chunk_size, rpc_timeout=self.rpc_timeout
         )
+        self.downloads += 1
         await transfers.download_in_session(task, requested=False)
         _, data, received = transfers.start_download(task)
         mismatch = model_mismatch(task, data[:received])

@@ -2,10 +2,10 @@
 (`local`) or on a Ray cluster (`ray`), through one code path.
 
 Both backends split the devices into groups and run `DeviceGroup.run` for each: `local`
-on threads of this process, `ray` in Ray actors (one group each), which return their
-records. The driver merges the records, evaluates each round's global model on the
-held-out test data with the lite Interpreter, and reports accuracy per round, round
-times, bytes moved and dropouts.
+in this process (every group's devices are coroutines on its one transport loop), `ray`
+in Ray actors (one group each), which return their records. The driver merges the
+records, evaluates each round's global model on the held-out test data with the lite
+Interpreter, and reports accuracy per round, round times, bytes moved and dropouts.
 """
 
 from __future__ import annotations
@@ -137,6 +137,7 @@ def group_args(
     *,
     head_only: bool,
     train_config: dict[str, Any],
+    workers: int = 1,
 ) -> list[dict[str, Any]]:
     """The keyword arguments of each group's DeviceGroup (plain data: Ray ships them)."""
     x, y, _, _ = load_digits()
@@ -160,6 +161,7 @@ def group_args(
             "trainable": trainable,
             "simulate_time": profile.simulate_time,
             "seed": profile.seed,
+            "workers": workers,
             **train_config,
         }
         for a in range(0, devices, per)
@@ -229,18 +231,28 @@ def simulate(
     ray_address: str | None = None,
     head_only: bool = True,
     train_config: dict[str, Any] | None = None,
+    workers: int = 1,
     timeout: float = 3600.0,
 ) -> FleetReport:
     """Run `devices` virtual devices against the server at `address` until its job ends;
-    `rounds` is how many rounds the server runs (the report covers 1..rounds)."""
+    `rounds` is how many rounds the server runs (the report covers 1..rounds). Each group
+    trains its devices on `workers` threads."""
     if backend not in BACKENDS:
         raise AppError(f"backend must be one of {list(BACKENDS)}, got {backend!r}")
-    if devices < 1 or rounds < 1:
-        raise AppError(f"devices and rounds must be >= 1, got {devices} and {rounds}")
+    if devices < 1 or rounds < 1 or workers < 1:
+        raise AppError(
+            f"devices, rounds and workers must be >= 1, got {devices}, {rounds} and {workers}"
+        )
     profile = profile or FleetProfile()
     groups = groups or (1 if backend == "local" else 2)
     args = group_args(
-        model, devices, profile, groups, head_only=head_only, train_config=train_config or {}
+        model,
+        devices,
+        profile,
+        groups,
+        head_only=head_only,
+        train_config=train_config or {},
+        workers=workers,
     )
     start = time.time()
     reports = (

@@ -5,19 +5,27 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from sporenet.android_demo.fleet import FleetProfile, simulate
+from sporenet.android_demo.fleet.devices import DeviceGroup, GroupReport
+from sporenet.android_demo.fleet.shared import DEVICES_PER_CHANNEL
+from sporenet.android_demo.fleet.simulator import group_args
 from tests.integration.android_demo.conftest import start_server
 from tests.integration.federated.helpers import status_command
 
 # Dropouts are noticed after heartbeat_timeout: short here, so rounds close quickly.
 FAST = ["--heartbeat-interval", "0.2", "--heartbeat-timeout", "1.0", "--round-timeout", "60"]
+# Without dropouts, heartbeats as lax as a busy machine needs for every device to count
+# (a device starved of CPU for FAST's 1 s would be dropped and its round retrained).
+LAX = ["--heartbeat-interval", "1", "--heartbeat-timeout", "60", "--round-timeout", "120"]
 
 
 def test_fleet_command_with_dropouts_and_a_plot(tmp_path, digits_model):
@@ -90,7 +98,7 @@ def test_fleet_command_with_dropouts_and_a_plot(tmp_path, digits_model):
 def test_ray_backend_runs_the_same_groups(tmp_path, digits_model):
     devices, rounds = 16, 2
     server = start_server(
-        tmp_path / "state", digits_model, rounds=rounds, min_clients=devices, extra=FAST
+        tmp_path / "state", digits_model, rounds=rounds, min_clients=devices, extra=LAX
     )
     try:
         report = simulate(
@@ -110,3 +118,39 @@ def test_ray_backend_runs_the_same_groups(tmp_path, digits_model):
     assert all(np.isfinite(r.accuracy) for r in report.rounds)
     fits = [r for r in status_command(server.state_dir)["rounds"] if r["phase"] == "fit"]
     assert len(fits) == rounds
+
+
+def test_a_group_shares_its_threads_connections_and_models(tmp_path, digits_model):
+    """Devices are coroutines, not threads; their streams share a few connections; each
+    global model is downloaded once per group, and what the devices trained is what the
+    server aggregated."""
+    devices, rounds = 150, 2
+    server = start_server(
+        tmp_path / "state", digits_model, rounds=rounds, min_clients=devices, extra=LAX
+    )
+    model = Path(digits_model).read_bytes()
+    args = group_args(
+        model, devices, FleetProfile(simulate_time=False), 1, head_only=True, train_config={}
+    )[0]
+    group = DeviceGroup(**args)
+    result: list[GroupReport] = []
+    runner = threading.Thread(target=lambda: result.append(group.run(server.address, timeout=240)))
+    before = threading.active_count()
+    runner.start()
+    most = 0
+    while runner.is_alive():
+        most = max(most, threading.active_count() - before)
+        runner.join(0.05)
+    server.terminate()
+    report = result[0]
+    assert not report.errors, report.errors
+    assert [report.rounds[r].trained for r in (1, 2)] == [devices, devices]
+    # The runner, the training worker and (once) the shared transport loop; never one
+    # thread per device.
+    assert most <= 4, most
+    assert len(group._channels.channels) == math.ceil(devices / DEVICES_PER_CHANNEL)
+    # Round 1's model, round 2's and the final one: each fetched once for all devices.
+    assert group.models.downloads == rounds + 1
+    fits = [r for r in status_command(server.state_dir)["rounds"] if r["phase"] == "fit"]
+    assert [f["num_results"] for f in fits] == [devices] * rounds
+    assert report.final is not None and set(report.final) == set(report.weights[1])
