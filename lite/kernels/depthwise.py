@@ -10,8 +10,10 @@ little work per element for a GEMM. Two algorithms, chosen at bind from the shap
   contiguous elements, with no temporaries. A column stride > 1 first spreads the input
   into kw column-tap planes (plane j holds columns ow*sw + j*dw), so the rows stay
   contiguous. The bias is added on the channels-last result, and one transposing copy
-  writes NCHW `out`. On MobileNetV2's depthwise layers this beats the planar
-  multiply-adds (benchmarks/lite_inference.py times the network).
+  writes NCHW `out`. When the planner stores the input or `out` channels-last (see
+  Kernel.channels_last_input), the first copy runs in contiguous rows and the last one
+  disappears: the einsum writes `out` itself. On MobileNetV2's depthwise layers this
+  beats the planar multiply-adds (benchmarks/lite_inference.py times the network).
 - planar: kh*kw multiply-adds over the stride phases of the padded input, for inputs
   with so few channels that channels-last rows would be too short, and for large
   column-strided inputs, whose transposing copy costs more than the phase copies.
@@ -59,14 +61,19 @@ def bind_depthwise(
     bias_const: bool,
 ) -> Compute:
     """The depthwise step writing `out` (bias included); see the module docstring."""
-    tiled_w = win.kernel[0] * win.kernel[1] * win.out[1] * x.shape[1] * x.itemsize
-    if (
-        x.shape[1] >= _MIN_CHANNELS_LAST
-        and tiled_w <= _EXPAND_LIMIT
-        and (win.strides[1] == 1 or _phase_grid(win, x.shape[2:]) < _STRIDED_PLANAR_GRID)
-    ):
+    if uses_channels_last(win, x.shape, x.itemsize):
         return _bind_channels_last(win, x, w, out, bias, w_const=w_const, bias_const=bias_const)
     return _bind_planar(win, x, w, out, bias, w_const=w_const, bias_const=bias_const)
+
+
+def uses_channels_last(win: Window, x_shape: tuple[int, ...], itemsize: int) -> bool:
+    """Whether the channels-last algorithm runs for this input (else the planar one)."""
+    tiled_w = win.kernel[0] * win.kernel[1] * win.out[1] * x_shape[1] * itemsize
+    return (
+        x_shape[1] >= _MIN_CHANNELS_LAST
+        and tiled_w <= _EXPAND_LIMIT
+        and (win.strides[1] == 1 or _phase_grid(win, x_shape[2:]) < _STRIDED_PLANAR_GRID)
+    )
 
 
 def _phase_grid(win: Window, hw: tuple[int, ...]) -> int:
@@ -154,9 +161,16 @@ def _bind_channels_last(
     taps_w = w[:, 0].transpose(1, 2, 0)[:, :, None, :]
     np.copyto(wt4, taps_w)
     wt = wt4.reshape(kh, kw, q)
-    acc = np.empty((n, oh, q), x.dtype)
-    acc_nhwc = acc.reshape(n, oh, ow, c)
-    result = acc_nhwc.transpose(0, 3, 1, 2)
+    out_nhwc = out.transpose(0, 2, 3, 1)
+    if out_nhwc.flags.c_contiguous:
+        # `out` is stored channels-last (see Kernel.channels_last_output): the einsum
+        # writes it directly and no transposing copy follows.
+        acc_nhwc, result = out_nhwc, None
+        acc = acc_nhwc.reshape(n, oh, q)
+    else:
+        acc = np.empty((n, oh, q), x.dtype)
+        acc_nhwc = acc.reshape(n, oh, ow, c)
+        result = acc_nhwc.transpose(0, 3, 1, 2)
     add, copyto, einsum = np.add, np.copyto, _einsum
     if not w_const:
         copies.append((wt4, taps_w))
@@ -173,7 +187,8 @@ def _bind_channels_last(
         einsum("ijnpq,ijq->npq", views, wt, out=acc)
         if b_acc is not None:
             add(acc_b, b_acc, out=acc_b)
-        copyto(out, result)
+        if result is not None:
+            copyto(out, result)
 
     return compute
 
