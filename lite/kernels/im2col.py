@@ -106,7 +106,8 @@ def bind_im2col(
     # The copies that fill the columns: the padding's interior, then the columns
     # themselves (through the stride phases when the window is strided).
     copies = [] if interior is None else [(interior, x)]
-    if win.strides != (1, 1) and win.dilations == (1, 1) and kh * kw > 1:
+    phases = min(win.strides[0], kh) * min(win.strides[1], kw)
+    if 1 < phases <= _MAX_PHASES and win.dilations == (1, 1):
         copies += phase_im2col_copies(xp, win, cols)
     else:
         copies.append((cols, src))
@@ -177,6 +178,12 @@ def bind_im2col_hwc(
         matmul(wmat, cmat, out=omat)
 
     return compute
+
+
+# Most stride phases worth copying separately (see phase_im2col_copies): each costs two
+# copy calls, so a long stride (a strided 1-D convolution over audio frames, stride 128)
+# copies its columns straight from the input instead.
+_MAX_PHASES = 16
 
 
 def _contiguous_strides(shape: Sequence[int], itemsize: int) -> tuple[int, ...]:
