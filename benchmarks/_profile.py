@@ -42,7 +42,9 @@ def _label(kernel: Kernel) -> str:
 
 
 @contextmanager
-def _timed_binds(record: list[tuple[str, list[float]]]) -> Iterator[None]:
+def _timed_binds(
+    record: list[tuple[str, list[float]]], clock: Callable[[], float]
+) -> Iterator[None]:
     """While active, every kernel's bind returns its step wrapped in a timer."""
     classes = set(KERNELS.values())
     own = {cls: cls.__dict__.get("bind") for cls in classes}
@@ -55,7 +57,6 @@ def _timed_binds(record: list[tuple[str, list[float]]]) -> Iterator[None]:
                 return None
             times: list[float] = []
             record.append((_label(self), times))
-            clock = time.perf_counter
 
             def timed() -> None:
                 t0 = clock()
@@ -78,18 +79,29 @@ def _timed_binds(record: list[tuple[str, list[float]]]) -> Iterator[None]:
                 cls.bind = orig  # type: ignore[method-assign]
 
 
-def profile(model_content: bytes, feeds: dict[str, np.ndarray], runs: int = 50) -> list[StepTime]:
-    """Median time of every planned step of the model over `runs` calls, in plan order."""
+def profile(
+    model_content: bytes,
+    feeds: dict[str, np.ndarray],
+    runs: int = 50,
+    *,
+    cpu: bool = False,
+    statistic: Callable[[list[float]], float] = statistics.median,
+) -> list[StepTime]:
+    """`statistic` (median, or min) of every planned step's time over `runs` calls, in
+    plan order, on one thread. cpu=True times the thread's CPU time instead of the wall
+    clock: on a loaded machine a step's wall time counts the time slices other processes
+    took."""
+    clock = time.thread_time if cpu else time.perf_counter
     record: list[tuple[str, list[float]]] = []
-    with _timed_binds(record):
+    with _timed_binds(record, clock):
         interp = Interpreter(model_content=model_content, num_threads=1)
         interp.run(feeds)  # plans at the feeds' shapes (a re-plan records new steps)
     record.clear()
-    with _timed_binds(record):
+    with _timed_binds(record, clock):
         interp.allocate_tensors()
     for _ in range(runs):
         interp.run(feeds)
-    return [StepTime(label, statistics.median(t)) for label, t in record if t]
+    return [StepTime(label, statistic(t)) for label, t in record if t]
 
 
 def summary(steps: list[StepTime], top: int = 15) -> str:

@@ -105,6 +105,18 @@ class ConvTranspose2D(Kernel):
         oh, ow = out.shape[2:]
         crop = canvas[:, :, top : top + oh, left : left + ow]
         matmul, add, copyto = np.matmul, np.add, np.copyto
+        if (kh, kw) == (sh, sw) and (dh, dw) == (1, 1) and tuple(out.shape[2:]) == self.canvas:
+            # Taps that tile the output without overlap (kernel == stride, no padding, as
+            # in upsampling layers): each output element comes from one tap, so one
+            # interleaving copy replaces the zeroed canvas, the adds and the crop.
+            tiles = out.reshape(n, g * og, h, kh, wd, kw).transpose(0, 1, 3, 5, 2, 4)
+
+            def tiled() -> None:
+                matmul(wt, xg, out=cols)
+                copyto(tiles, taps)
+
+            bias_const = bias is not None and self.inputs[2].value is not None  # type: ignore
+            return with_epilogue(tiled, out, bias, self.activation, bias_const)
 
         def main() -> None:
             matmul(wt, xg, out=cols)

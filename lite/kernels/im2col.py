@@ -86,6 +86,11 @@ def bind_im2col(
         xp, interior = x, None
     src = im2col_view(xp, win)
     k = cg * kh * kw
+    phases = min(win.strides[0], kh) * min(win.strides[1], kw)
+    by_phase = 1 < phases <= _MAX_PHASES and win.dilations == (1, 1)
+    extra = 0 if bias is None else 1
+    if n == g == 1 and not by_phase and (k + extra) * oh * ow * x.itemsize > _BLOCK_BYTES:
+        return _bind_row_blocks(win, src, x, interior, w, out, bias)
     if bias is not None:
         full = np.ones((n, k + 1, oh * ow), x.dtype)  # row k stays all ones
         cols = _strided(
@@ -106,8 +111,7 @@ def bind_im2col(
     # The copies that fill the columns: the padding's interior, then the columns
     # themselves (through the stride phases when the window is strided).
     copies = [] if interior is None else [(interior, x)]
-    phases = min(win.strides[0], kh) * min(win.strides[1], kw)
-    if 1 < phases <= _MAX_PHASES and win.dilations == (1, 1):
+    if by_phase:
         copies += phase_im2col_copies(xp, win, cols)
     else:
         copies.append((cols, src))
@@ -116,6 +120,53 @@ def bind_im2col(
         for dst, part in copies:
             copyto(dst, part)
         matmul(wmat, cmat, out=omat)
+
+    return compute
+
+
+def _bind_row_blocks(
+    win: Window,
+    src: np.ndarray,
+    x: np.ndarray,
+    interior: np.ndarray | None,
+    w: np.ndarray,
+    out: np.ndarray,
+    bias: np.ndarray | None,
+) -> Compute:
+    """Columns + GEMM over blocks of output rows, for one image whose column matrix is
+    large (a 96-channel 3x3 layer on a 120x160 map has 66 MB of columns): each block's
+    columns (about _BLOCK_BYTES) are written and multiplied while still in cache, and the
+    GEMM writes the block's rows of `out` in place."""
+    o, cg, kh, kw = w.shape
+    oh, ow = win.out
+    k = cg * kh * kw
+    rows = k + (0 if bias is None else 1)
+    wmat = w.reshape(o, k)
+    if bias is not None:
+        wmat = np.concatenate([wmat, bias.reshape(o, 1)], axis=1)
+    block = max(1, _BLOCK_BYTES // (rows * ow * x.itemsize))
+    buf = np.ones((rows, block * ow), x.dtype)  # row k (the bias's ones) is never written
+    out2 = out.reshape(o, oh * ow)
+    steps = []
+    for r0 in range(0, oh, block):
+        r1 = min(oh, r0 + block)
+        span = (r1 - r0) * ow
+        dst = _strided(
+            buf,
+            (cg, kh, kw, r1 - r0, ow),
+            (*_contiguous_strides((cg, kh, kw), buf.strides[0]), ow * x.itemsize, x.itemsize),
+        )
+        steps.append(
+            (dst, src[0, :, :, :, r0:r1], buf[:, :span], out2[:, r0 * ow : r0 * ow + span])
+        )
+    copyto, matmul = np.copyto, np.matmul
+
+    def compute() -> None:
+        if interior is not None:
+            copyto(interior, x)
+        for dst, part, cmat, omat in steps:
+            copyto(dst, part)
+            matmul(wmat, cmat, out=omat)
 
     return compute
 
@@ -179,6 +230,10 @@ def bind_im2col_hwc(
 
     return compute
 
+
+# Largest column matrix (bytes) built whole; larger ones are built in blocks of output
+# rows of about this size, each multiplied while it is in cache (see _bind_row_blocks).
+_BLOCK_BYTES = 1 << 20
 
 # Most stride phases worth copying separately (see phase_im2col_copies): each costs two
 # copy calls, so a long stride (a strided 1-D convolution over audio frames, stride 128)
