@@ -145,6 +145,13 @@ class Conv2D(Kernel):
         )
         if self.strategy == "pointwise" and (_is_channels_last(x) or _is_channels_last(out)):
             return self._bind_pointwise_last(x, w, out, bias)
+        if (
+            self.strategy == "pointwise"
+            and x.shape[0] == 1
+            and x.shape[2] * x.shape[3] <= _HEAD_MAX_PLANE
+            and w.size * w.itemsize >= _HEAD_MIN_WEIGHT_BYTES
+        ):
+            return self._bind_pointwise_head(x, w, out, bias)
         if self.strategy == "pointwise" and bias_const and w.shape[0] > x.shape[1]:
             # Expanding 1x1 layers: copying the narrower input under a ones row is cheaper
             # than a bias pass over the wider output.
@@ -225,6 +232,34 @@ class Conv2D(Kernel):
 
         return compute
 
+    def _bind_pointwise_head(
+        self, x: np.ndarray, w: np.ndarray, out: np.ndarray, bias: np.ndarray | None
+    ) -> Compute:
+        """A 1x1 layer with large weights over a few positions (MobileNet's 1280-channel
+        head on a 3x3 map): OpenBLAS re-packs the (O, C) operand on every call, which
+        for weights that left the cache costs more than the product, while the (C, O)
+        operand of the transposed product out^T = x^T W^T streams once. The (H*W, O)
+        result is then copied into `out`, with the bias added in the same pass."""
+        _, c, h, wd = x.shape
+        o = w.shape[0]
+        wt = np.ascontiguousarray(w.reshape(o, c).T)  # (C, O)
+        xt = x.reshape(c, h * wd).T
+        rows = np.empty((h * wd, o), x.dtype)
+        result, out2 = rows.T, out.reshape(o, h * wd)
+        b = None if bias is None else bias.reshape(o, 1)
+        matmul, add, copyto, act = np.matmul, np.add, np.copyto, self.activation
+
+        def compute() -> None:
+            matmul(xt, wt, out=rows)
+            if b is None:
+                copyto(out2, result)
+            else:
+                add(result, b, out=out2)
+            if act is not None:
+                act(out)
+
+        return compute
+
     def _bind_pointwise_with_bias(
         self, x: np.ndarray, w: np.ndarray, out: np.ndarray, bias: np.ndarray
     ) -> Compute:
@@ -302,6 +337,11 @@ def _winograd4_pays(n: int, c: int, o: int, out_hw: tuple[int, int]) -> bool:
 # channels build their columns channels-last (see `im2col.bind_im2col_hwc`).
 _HWC_MAX_OW = 16
 _HWC_MIN_CH = 32
+
+# 1x1 layers over at most this many positions with weights of at least this many bytes
+# multiply transposed (see Conv2D._bind_pointwise_head).
+_HEAD_MAX_PLANE = 16
+_HEAD_MIN_WEIGHT_BYTES = 512 << 10
 
 # Largest channels-last 1x1 output (bytes) whose constant bias is tiled to the whole image.
 _BIAS_TILE_LIMIT = 1 << 20
