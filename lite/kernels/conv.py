@@ -102,8 +102,9 @@ class Conv2D(Kernel):
         # How this layer takes channels-last tensors (see Kernel.channels_last_input): the
         # depthwise einsum and the transposing first copy of Winograd and channels-last
         # im2col gain from it, a 1x1 GEMM reads and writes either layout.
+        # (A depthwise layer runs channels-last whenever its input is stored so.)
         depthwise_last = self.strategy == "depthwise" and uses_channels_last(
-            self.win, x.shape, x.dtype.itemsize
+            self.win, x.shape, x.dtype.itemsize, stored_last=True
         )
         if depthwise_last:
             self._out_last = self._in_last = ChannelsLast.PREFERRED

@@ -61,18 +61,29 @@ def bind_depthwise(
     bias_const: bool,
 ) -> Compute:
     """The depthwise step writing `out` (bias included); see the module docstring."""
-    if uses_channels_last(win, x.shape, x.itemsize):
+    stored_last = not x.flags.c_contiguous and x.transpose(0, 2, 3, 1).flags.c_contiguous
+    if uses_channels_last(win, x.shape, x.itemsize, stored_last=stored_last):
         return _bind_channels_last(win, x, w, out, bias, w_const=w_const, bias_const=bias_const)
     return _bind_planar(win, x, w, out, bias, w_const=w_const, bias_const=bias_const)
 
 
-def uses_channels_last(win: Window, x_shape: tuple[int, ...], itemsize: int) -> bool:
-    """Whether the channels-last algorithm runs for this input (else the planar one)."""
+def uses_channels_last(
+    win: Window, x_shape: tuple[int, ...], itemsize: int, *, stored_last: bool = False
+) -> bool:
+    """Whether the channels-last algorithm runs for this input (else the planar one).
+
+    A large column-strided input stored NCHW stays planar (its transposing copy costs
+    more than the phase copies); stored channels-last (`stored_last`, see
+    Kernel.channels_last_input) it has no transposing copy to pay."""
     tiled_w = win.kernel[0] * win.kernel[1] * win.out[1] * x_shape[1] * itemsize
     return (
         x_shape[1] >= _MIN_CHANNELS_LAST
         and tiled_w <= _EXPAND_LIMIT
-        and (win.strides[1] == 1 or _phase_grid(win, x_shape[2:]) < _STRIDED_PLANAR_GRID)
+        and (
+            stored_last
+            or win.strides[1] == 1
+            or _phase_grid(win, x_shape[2:]) < _STRIDED_PLANAR_GRID
+        )
     )
 
 

@@ -108,3 +108,22 @@ def test_add_reading_a_depthwise_output_keeps_it_nchw():
     (ref,) = run_op(OpCode.CONV2D, [xv, w, bv], **attrs)
     np.testing.assert_allclose(interp.run({"x": xv})["y"], ref + xv, rtol=1e-5, atol=1e-5)
     assert all(a.flags.c_contiguous for a in interp._plan.arrays.values() if a.ndim == 4)
+
+
+def test_large_strided_depthwise_runs_channels_last_on_a_channels_last_input():
+    # A column-strided depthwise layer on a large map runs planar on NCHW input but
+    # channels-last when its input is stored channels-last (no transposing copy).
+    b = ModelBuilder(producer="test")
+    weights: list = []
+    x = b.input("x", (1, 8, 42, 42))
+    e = _conv(b, x, 8, 16, 1, act="relu6", weights=weights)
+    d = _conv(b, e, 16, 16, 3, stride=2, group=16, act="relu6", weights=weights)
+    b.output(_conv(b, d, 16, 8, 1, weights=weights), name="y")
+    interp = Interpreter(model=b.build(), num_threads=1)
+    xv = RNG.normal(size=(1, 8, 42, 42)).astype(np.float32)
+    ref = xv
+    for w, bv, attrs in weights:
+        (ref,) = run_op(OpCode.CONV2D, [ref, w, bv], **attrs)
+    np.testing.assert_allclose(interp.run({"x": xv})["y"], ref, rtol=1e-4, atol=1e-4)
+    last = [a for a in interp._plan.arrays.values() if a.ndim == 4 and not a.flags.c_contiguous]
+    assert [a.shape for a in last] == [(1, 16, 42, 42), (1, 16, 21, 21)]
