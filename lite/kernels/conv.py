@@ -111,7 +111,16 @@ class Conv2D(Kernel):
         elif self.strategy == "pointwise":
             self._out_last = self._in_last = ChannelsLast.ACCEPTED
         else:
-            self._out_last = ChannelsLast.REFUSED
+            # Plain im2col on one image writes either layout (its GEMM transposed); the
+            # bias must be a constant or absent (a run-time bias is added on NCHW rows).
+            plain = (
+                self.strategy == "im2col"
+                and not self._im2col_hwc(c)
+                and group == 1
+                and n == 1
+                and (bias is None or bias.value is not None)
+            )
+            self._out_last = ChannelsLast.ACCEPTED if plain else ChannelsLast.REFUSED
             gains = self.strategy in _WINOGRAD or self._im2col_hwc(c)
             self._in_last = ChannelsLast.PREFERRED if gains else ChannelsLast.REFUSED
 
@@ -163,9 +172,12 @@ class Conv2D(Kernel):
         elif bias_const and self.group == 1:
             # The bias rides in the GEMM: a column of ones under the im2col matrix.
             main = self._bind_im2col(x, w, out, bias)
-            return with_epilogue(main, out, None, self.activation, False)
+            dense = out.transpose(0, 2, 3, 1) if _is_channels_last(out) else out
+            return with_epilogue(main, dense, None, self.activation, False)
         else:
             main = self._bind_im2col(x, w, out)
+            if bias is None and _is_channels_last(out):
+                return with_epilogue(main, out.transpose(0, 2, 3, 1), None, self.activation, False)
         return with_epilogue(main, out, bias, self.activation, bias_const)
 
     def _bind_pointwise(self, x: np.ndarray, w: np.ndarray, out: np.ndarray) -> Compute:

@@ -91,6 +91,7 @@ def bind_im2col(
     extra = 0 if bias is None else 1
     if n == g == 1 and not by_phase and (k + extra) * oh * ow * x.itemsize > _BLOCK_BYTES:
         return _bind_row_blocks(win, src, x, interior, w, out, bias)
+    out_last = not out.flags.c_contiguous and out.transpose(0, 2, 3, 1).flags.c_contiguous
     if bias is not None:
         full = np.ones((n, k + 1, oh * ow), x.dtype)  # row k stays all ones
         cols = _strided(
@@ -115,11 +116,17 @@ def bind_im2col(
         copies += phase_im2col_copies(xp, win, cols)
     else:
         copies.append((cols, src))
+    lhs, rhs = wmat, cmat
+    if out_last and n == g == 1:
+        # `out` stored channels-last is the transposed (OH*OW, O) product: BLAS reads
+        # the columns transposed, the weights are re-packed once to (K, O).
+        lhs, rhs = cmat.T, np.ascontiguousarray(wmat.reshape(o, -1).T)
+        omat = out.transpose(0, 2, 3, 1).reshape(oh * ow, o)
 
     def compute() -> None:
         for dst, part in copies:
             copyto(dst, part)
-        matmul(wmat, cmat, out=omat)
+        matmul(lhs, rhs, out=omat)
 
     return compute
 
@@ -146,7 +153,11 @@ def _bind_row_blocks(
         wmat = np.concatenate([wmat, bias.reshape(o, 1)], axis=1)
     block = max(1, _BLOCK_BYTES // (rows * ow * x.itemsize))
     buf = np.ones((rows, block * ow), x.dtype)  # row k (the bias's ones) is never written
-    out2 = out.reshape(o, oh * ow)
+    last = not out.flags.c_contiguous and out.transpose(0, 2, 3, 1).flags.c_contiguous
+    if last:  # `out` stored channels-last: each block is the transposed product
+        out2, wmat = out.transpose(0, 2, 3, 1).reshape(oh * ow, o), np.ascontiguousarray(wmat.T)
+    else:
+        out2 = out.reshape(o, oh * ow)
     steps = []
     for r0 in range(0, oh, block):
         r1 = min(oh, r0 + block)
@@ -156,9 +167,9 @@ def _bind_row_blocks(
             (cg, kh, kw, r1 - r0, ow),
             (*_contiguous_strides((cg, kh, kw), buf.strides[0]), ow * x.itemsize, x.itemsize),
         )
-        steps.append(
-            (dst, src[0, :, :, :, r0:r1], buf[:, :span], out2[:, r0 * ow : r0 * ow + span])
-        )
+        rows_out = slice(r0 * ow, r0 * ow + span)
+        omat = out2[rows_out] if last else out2[:, rows_out]
+        steps.append((dst, src[0, :, :, :, r0:r1], buf[:, :span], omat))
     copyto, matmul = np.copyto, np.matmul
 
     def compute() -> None:
@@ -166,7 +177,10 @@ def _bind_row_blocks(
             copyto(interior, x)
         for dst, part, cmat, omat in steps:
             copyto(dst, part)
-            matmul(wmat, cmat, out=omat)
+            if last:
+                matmul(cmat.T, wmat, out=omat)
+            else:
+                matmul(wmat, cmat, out=omat)
 
     return compute
 

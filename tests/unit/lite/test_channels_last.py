@@ -13,6 +13,7 @@ import pytest
 from sporenet.lite import Interpreter, ModelBuilder, OpCode
 from sporenet.lite import planner as planner_module
 from sporenet.lite.eager import run_op
+from sporenet.lite.kernels import im2col
 
 RNG = np.random.default_rng(3)
 
@@ -127,3 +128,27 @@ def test_large_strided_depthwise_runs_channels_last_on_a_channels_last_input():
     np.testing.assert_allclose(interp.run({"x": xv})["y"], ref, rtol=1e-4, atol=1e-4)
     last = [a for a in interp._plan.arrays.values() if a.ndim == 4 and not a.flags.c_contiguous]
     assert [a.shape for a in last] == [(1, 16, 42, 42), (1, 16, 21, 21)]
+
+
+@pytest.mark.parametrize("blocks", [False, True], ids=["whole", "row-blocks"])
+@pytest.mark.parametrize("bias", [True, False])
+def test_im2col_writes_a_channels_last_output(monkeypatch, blocks, bias):
+    # A strided 3x3 stem (im2col) before a depthwise layer writes channels-last.
+    if blocks:
+        monkeypatch.setattr(im2col, "_BLOCK_BYTES", 2000)
+    b = ModelBuilder(producer="test")
+    weights: list = []
+    x = b.input("x", (1, 3, 20, 20))
+    s = _conv(b, x, 3, 16, 3, stride=1, bias=bias, act="relu6", weights=weights)
+    d = _conv(b, s, 16, 16, 3, group=16, weights=weights)
+    b.output(_conv(b, d, 16, 8, 1, weights=weights), name="y")
+    interp = Interpreter(model=b.build(), num_threads=1)
+    xv = RNG.normal(size=(1, 3, 20, 20)).astype(np.float32)
+    ref = xv
+    for w, bv, attrs in weights:
+        (ref,) = run_op(OpCode.CONV2D, [ref, w] + ([bv] if bv is not None else []), **attrs)
+    np.testing.assert_allclose(interp.run({"x": xv})["y"], ref, rtol=1e-4, atol=1e-4)
+    assert interp._plan.kernels[0].strategy == "im2col"
+    stem_out = interp._plan.arrays[interp.model.graphs[0].nodes[0].outputs[0]]
+    assert stem_out.transpose(0, 2, 3, 1).flags.c_contiguous
+    assert not stem_out.flags.c_contiguous
