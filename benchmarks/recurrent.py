@@ -60,18 +60,25 @@ def _child(runs: int, model_arg: str | None) -> int:
         got, want = ours.run(feeds), theirs.run(None, feeds)
         name = model.graph.output[0].name
         error = float(np.max(np.abs(got[name] - want[0])) / max(np.max(np.abs(want[0])), 1e-9))
-        a, b = [], []
+        a, b, ca, cb = [], [], [], []
         for _ in range(runs):
-            t = time.perf_counter()
+            c, t = time.thread_time(), time.perf_counter()
             ours.run(feeds)
             a.append(time.perf_counter() - t)
-            t = time.perf_counter()
+            ca.append(time.thread_time() - c)
+            c, t = time.thread_time(), time.perf_counter()
             theirs.run(None, feeds)
             b.append(time.perf_counter() - t)
+            cb.append(time.thread_time() - c)
         ma, mb = statistics.median(a), statistics.median(b)
-        print(f"{label:<44} {ma * 1e3:9.3f} {mb * 1e3:9.3f} {ma / mb:7.2f}x  {error:.1e}")
+        cpu = statistics.median(ca) / statistics.median(cb)
+        print(
+            f"{label:<44} {ma * 1e3:9.3f} {mb * 1e3:9.3f} {ma / mb:7.2f}x {cpu:6.2f}x  {error:.1e}"
+        )
 
-    print(f"{'case':<44} {'sporenet':>9} {'ort':>9} {'ratio':>8}  max rel. diff")
+    # "cpu": the ratio of median CPU times of the calling thread (both engines run one
+    # thread inline), which other processes' time slices on a busy machine do not inflate.
+    print(f"{'case':<44} {'sporenet':>9} {'ort':>9} {'ratio':>8} {'cpu':>7}  max rel. diff")
     print(f"{'':<44} {'ms':>9} {'ms':>9}")
     rng = np.random.default_rng(0)
     for kind, direction, seq, batch, size, hidden in CASES:

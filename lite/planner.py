@@ -20,7 +20,7 @@ from sporenet.lite.eager import evaluate, prepare_kernel
 from sporenet.lite.errors import ShapeError, UnsupportedOpError
 from sporenet.lite.graph import DYNAMIC, Model, Node
 from sporenet.lite.kernels import KERNELS, QUANTIZED_KERNELS, kernel_class, supported_ops
-from sporenet.lite.kernels.base import Kernel, TensorSpec
+from sporenet.lite.kernels.base import ChannelsLast, Kernel, TensorSpec
 from sporenet.lite.kernels.quantized.base import is_quantized
 from sporenet.lite.kernels.quantized.convert import dequantize_array
 from sporenet.lite.kernels.workspace import Workspace, active
@@ -256,9 +256,41 @@ def _reserve(specs: dict[int, TensorSpec]) -> int:
     return 2 * sum(sizes) + 16 * max(sizes, default=0) + (1 << 20)
 
 
-def _typed(block: np.ndarray, spec: TensorSpec) -> np.ndarray:
+def _typed(block: np.ndarray, spec: TensorSpec, *, channels_last: bool = False) -> np.ndarray:
+    """`block` as an array of `spec`; channels-last: an (N, C, H, W) view of (N, H, W, C)
+    memory."""
     nbytes = spec.size * spec.dtype.itemsize
-    return block[:nbytes].view(spec.dtype).reshape(spec.shape)
+    typed = block[:nbytes].view(spec.dtype)
+    if channels_last:
+        n, c, h, w = spec.shape
+        return typed.reshape(n, h, w, c).transpose(0, 3, 1, 2)
+    return typed.reshape(spec.shape)
+
+
+def _channels_last_tensors(
+    nodes: list[Node], kernels: list[Kernel | None], outputs: Collection[int]
+) -> set[int]:
+    """The 4-D tensors stored channels-last: their producer and every reader accept it and
+    one of them prefers it (see ChannelsLast), so fewer steps convert between layouts.
+    Graph outputs stay contiguous NCHW."""
+    readers: dict[int, list[tuple[Kernel, int]]] = {}
+    for node, kernel in zip(nodes, kernels, strict=True):
+        if kernel is not None:
+            for k, i in enumerate(node.inputs):
+                if i != -1:
+                    readers.setdefault(i, []).append((kernel, k))
+    chosen = set()
+    for node, kernel in zip(nodes, kernels, strict=True):
+        if kernel is None or kernel.is_view:
+            continue
+        for k, i in enumerate(node.outputs):
+            if i in outputs or i not in readers:
+                continue
+            stances = [kernel.channels_last_output(k)]
+            stances += [reader.channels_last_input(index) for reader, index in readers[i]]
+            if min(stances) >= ChannelsLast.ACCEPTED and max(stances) == ChannelsLast.PREFERRED:
+                chosen.add(i)
+    return chosen
 
 
 def plan(
@@ -338,6 +370,7 @@ def plan_graph(
     nodes = graph.nodes
     outputs = set(graph.outputs)
     last_use = _last_uses(nodes, kernels, outputs)
+    channels_last = _channels_last_tensors(nodes, kernels, outputs)
 
     arrays = {i: spec.value for i, spec in specs.items() if spec.value is not None}
     arrays.update(variables)
@@ -372,7 +405,7 @@ def plan_graph(
                 else:
                     block = arena.take(spec.size * spec.dtype.itemsize)
                     blocks[i] = block
-                    arr = _typed(block, spec)
+                    arr = _typed(block, spec, channels_last=i in channels_last)
                 if i != -1:
                     arrays[i] = arr
                 outs.append(arr)

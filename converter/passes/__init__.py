@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from sporenet.converter.passes.activation_fusion import fuse_activations
 from sporenet.converter.passes.batchnorm_folding import fold_batch_norms
+from sporenet.converter.passes.bias_folding import fold_biases
 from sporenet.converter.passes.constant_folding import fold_constants
 from sporenet.converter.passes.dead_code import eliminate_dead_nodes
 from sporenet.converter.passes.hard_swish import fuse_hard_swish
@@ -31,6 +32,7 @@ PIPELINE: tuple[Pass, ...] = (
     Pass("constant-folding", fold_constants),
     Pass("noop-reshape-transpose-removal", remove_noop_layout),
     Pass("batchnorm-folding", fold_batch_norms),
+    Pass("bias-folding", fold_biases),
     Pass("hard-swish-recognition", fuse_hard_swish),
     Pass("activation-fusion", fuse_activations),
     Pass("dead-node-elimination", eliminate_dead_nodes),
@@ -48,6 +50,7 @@ __all__ = [
     "Pass",
     "eliminate_dead_nodes",
     "fold_batch_norms",
+    "fold_biases",
     "fold_constants",
     "fuse_activations",
     "fuse_hard_swish",

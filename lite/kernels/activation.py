@@ -88,7 +88,27 @@ def _tanh(x: np.ndarray) -> None:
 
 
 def _hard_swish(x: np.ndarray) -> None:
-    x *= np.clip(x + 3, 0, 6) * (1 / 6)
+    if x.dtype.kind != "f":
+        x *= np.clip(x + 3, 0, 6) * (1 / 6)
+        return
+    # x * clip(x + 3, 0, 6) / 6 with one temporary and no Python-number conversions.
+    gate = np.add(x, _scalar(x.dtype, 3.0))
+    lo, hi = _bounds(x.dtype, 0.0, 6.0)
+    _clip(gate, lo, hi, out=gate)
+    np.multiply(x, gate, out=x)
+    np.multiply(x, _scalar(x.dtype, 1 / 6), out=x)
+
+
+def _scalar(dtype: np.dtype, value: float) -> np.ndarray:
+    """A 0-d array of `dtype` holding `value`, made once (see _bounds)."""
+    key = (dtype, value)
+    array = _SCALARS.get(key)
+    if array is None:
+        array = _SCALARS[key] = np.array(value, dtype)
+    return array
+
+
+_SCALARS: dict[tuple[np.dtype, float], np.ndarray] = {}
 
 
 FUSED_ACTIVATIONS: dict[str, InPlace | None] = {

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from enum import IntEnum
 from typing import Any, ClassVar
 
 import numpy as np
@@ -99,6 +100,15 @@ REQUIRED: Any = _REQUIRED
 """Pass as the default of an Attrs getter to make the attribute mandatory."""
 
 
+class ChannelsLast(IntEnum):
+    """A kernel's stance on a 4-D tensor stored channels-last. The planner stores a tensor
+    so when its producer and every reader accept it and one of them prefers it."""
+
+    REFUSED = 0  # the kernel needs contiguous NCHW
+    ACCEPTED = 1  # correct and about as fast either way
+    PREFERRED = 2  # faster channels-last (it saves a transposing copy)
+
+
 class Kernel:
     """Base class of every kernel. Subclasses set `op`, implement __init__ checks and bind."""
 
@@ -145,6 +155,17 @@ class Kernel:
         if spec.value is None:
             raise self.fail(f"input {index} ({what}) must be a constant known when the model loads")
         return spec.value
+
+    # ---- storage layout of 4-D tensors
+    def channels_last_input(self, index: int) -> ChannelsLast:
+        """How `bind` takes input `index` as an (N, C, H, W) view of channels-last
+        (N, H, W, C) memory (see ChannelsLast)."""
+        return ChannelsLast.REFUSED
+
+    def channels_last_output(self, index: int) -> ChannelsLast:
+        """How `bind` writes output `index` into an (N, C, H, W) view of channels-last
+        memory (see ChannelsLast)."""
+        return ChannelsLast.REFUSED
 
     # ---- the two phases
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute | None:

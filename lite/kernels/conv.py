@@ -16,6 +16,11 @@ Conv2D picks one of five strategies when the model is planned:
   channels (the deep layers of a ResNet) build the columns channels-last instead, so
   the copy runs in rows of C elements rather than OW (`im2col.bind_im2col_hwc`).
 
+Between convolutions, the planner may store a tensor channels-last (an NCHW view of NHWC
+memory) when its producer and readers agree (Kernel.channels_last_input/output): the
+depthwise einsum then reads and writes it without transposing copies, and a 1x1 GEMM
+reads or writes it as the transposed (H*W, C) matrix, at no cost.
+
 The bias and the fused activation are applied in place after the main step
 (`conv_common.with_epilogue`, shared with ConvTranspose2D in conv_transpose.py).
 
@@ -31,9 +36,9 @@ import numpy as np
 
 from sporenet.lite import pages
 from sporenet.lite.kernels.activation import fused_activation
-from sporenet.lite.kernels.base import Attrs, Compute, Kernel, TensorSpec
+from sporenet.lite.kernels.base import Attrs, ChannelsLast, Compute, Kernel, TensorSpec
 from sporenet.lite.kernels.conv_common import check_filter, conv_operands, with_epilogue
-from sporenet.lite.kernels.depthwise import bind_depthwise
+from sporenet.lite.kernels.depthwise import bind_depthwise, uses_channels_last
 from sporenet.lite.kernels.im2col import bind_im2col, bind_im2col_hwc
 from sporenet.lite.kernels.spatial import window
 from sporenet.lite.kernels.winograd import F2X2, F4X4, bind_winograd
@@ -96,6 +101,36 @@ class Conv2D(Kernel):
             self.strategy = "winograd"
         else:
             self.strategy = "im2col"
+        # How this layer takes channels-last tensors (see Kernel.channels_last_input): the
+        # depthwise einsum and the transposing first copy of Winograd and channels-last
+        # im2col gain from it, a 1x1 GEMM reads and writes either layout.
+        # (A depthwise layer runs channels-last whenever its input is stored so.)
+        depthwise_last = self.strategy == "depthwise" and uses_channels_last(
+            self.win, x.shape, x.dtype.itemsize, stored_last=True
+        )
+        if depthwise_last:
+            self._out_last = self._in_last = ChannelsLast.PREFERRED
+        elif self.strategy == "pointwise":
+            self._out_last = self._in_last = ChannelsLast.ACCEPTED
+        else:
+            # Plain im2col on one image writes either layout (its GEMM transposed); the
+            # bias must be a constant or absent (a run-time bias is added on NCHW rows).
+            plain = (
+                self.strategy == "im2col"
+                and not self._im2col_hwc(c)
+                and group == 1
+                and n == 1
+                and (bias is None or bias.value is not None)
+            )
+            self._out_last = ChannelsLast.ACCEPTED if plain else ChannelsLast.REFUSED
+            gains = self.strategy in _WINOGRAD or self._im2col_hwc(c)
+            self._in_last = ChannelsLast.PREFERRED if gains else ChannelsLast.REFUSED
+
+    def channels_last_input(self, index: int) -> ChannelsLast:
+        return self._in_last if index == 0 else ChannelsLast.REFUSED
+
+    def channels_last_output(self, index: int) -> ChannelsLast:
+        return self._out_last if index == 0 else ChannelsLast.REFUSED
 
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
         x, w, out = inputs[0], inputs[1], outputs[0]
@@ -115,10 +150,21 @@ class Conv2D(Kernel):
                 w_const=self.inputs[1].value is not None,  # type: ignore[union-attr]
                 bias_const=bias is not None and self.inputs[2].value is not None,
             )  # type: ignore[union-attr]
-            return with_epilogue(main, out, None, self.activation, False)
+            # The activation is elementwise: it runs on the contiguous alias of `out`.
+            dense = out.transpose(0, 2, 3, 1) if _is_channels_last(out) else out
+            return with_epilogue(main, dense, None, self.activation, False)
         bias_const = (
             len(self.inputs) > 2 and self.inputs[2] is not None and self.inputs[2].value is not None
         )
+        if self.strategy == "pointwise" and (_is_channels_last(x) or _is_channels_last(out)):
+            return self._bind_pointwise_last(x, w, out, bias)
+        if (
+            self.strategy == "pointwise"
+            and x.shape[0] == 1
+            and x.shape[2] * x.shape[3] <= _HEAD_MAX_PLANE
+            and w.size * w.itemsize >= _HEAD_MIN_WEIGHT_BYTES
+        ):
+            return self._bind_pointwise_head(x, w, out, bias)
         if self.strategy == "pointwise" and bias_const and w.shape[0] > x.shape[1]:
             # Expanding 1x1 layers: copying the narrower input under a ones row is cheaper
             # than a bias pass over the wider output.
@@ -129,9 +175,12 @@ class Conv2D(Kernel):
         elif bias_const and self.group == 1:
             # The bias rides in the GEMM: a column of ones under the im2col matrix.
             main = self._bind_im2col(x, w, out, bias)
-            return with_epilogue(main, out, None, self.activation, False)
+            dense = out.transpose(0, 2, 3, 1) if _is_channels_last(out) else out
+            return with_epilogue(main, dense, None, self.activation, False)
         else:
             main = self._bind_im2col(x, w, out)
+            if bias is None and _is_channels_last(out):
+                return with_epilogue(main, out.transpose(0, 2, 3, 1), None, self.activation, False)
         return with_epilogue(main, out, bias, self.activation, bias_const)
 
     def _bind_pointwise(self, x: np.ndarray, w: np.ndarray, out: np.ndarray) -> Compute:
@@ -144,6 +193,92 @@ class Conv2D(Kernel):
         else:
             x2, out2 = x.reshape(n, c, h * wd), out.reshape(n, o, h * wd)
         return lambda: matmul(w2, x2, out=out2)
+
+    def _bind_pointwise_last(
+        self, x: np.ndarray, w: np.ndarray, out: np.ndarray, bias: np.ndarray | None
+    ) -> Compute:
+        """The 1x1 GEMM when the input or the output is stored channels-last.
+
+        A channels-last tensor is the (H*W, C) matrix of an NCHW one transposed, which BLAS
+        reads (or writes) as it is, so no layout is converted. The weights are re-packed
+        once to (C, O) order, which OpenBLAS multiplies fastest with these operands. A
+        channels-last output takes its constant bias in the GEMM (a ones row under a copy
+        of an NCHW input) or in one contiguous pass, and the activation on its rows.
+        """
+        n, c, h, wd = x.shape
+        o, hw = w.shape[0], h * wd
+        bias_const = bias is not None and self.inputs[2].value is not None  # type: ignore[union-attr]
+        wt = np.ascontiguousarray(w.reshape(o, c).T)  # (C, O)
+        matmul, add, copyto, act = np.matmul, np.add, np.copyto, self.activation
+        if _is_channels_last(x):
+            rows = x.transpose(0, 2, 3, 1).reshape(n, hw, c)  # (N, H*W, C)
+        else:
+            rows = x.reshape(n, c, hw).transpose(0, 2, 1)
+        if not _is_channels_last(out):
+            om = out.reshape(n, o, hw)
+            cols, w2 = rows.transpose(0, 2, 1), wt.T
+            if n == 1:
+                om, cols = om[0], cols[0]
+            return with_epilogue(lambda: matmul(w2, cols, out=om), out, bias, act, bias_const)
+        dense = out.transpose(0, 2, 3, 1)  # contiguous (N, H, W, O)
+        om = dense.reshape(n, hw, o)
+        copies: list[tuple[np.ndarray, np.ndarray]] = []
+        b, target = None, om
+        ones = None
+        if bias_const and not _is_channels_last(x):
+            full = temporary((n, c + 1, hw), x.dtype)
+            ones = full[:, c]  # rewritten every call: the buffer is shared with other steps
+            copies.append((full[:, :c], x.reshape(n, c, hw)))
+            rows = full.transpose(0, 2, 1)
+            wt = np.concatenate([wt, bias.reshape(1, o)])  # type: ignore[union-attr]
+        elif bias_const and hw * o * out.itemsize <= _BIAS_TILE_LIMIT:
+            # One contiguous pass instead of a broadcast over rows of O elements.
+            b, target = np.tile(bias, hw), dense.reshape(n, hw * o)  # type: ignore[arg-type]
+        elif bias is not None:
+            b = bias
+        if n == 1:
+            rows, om = rows[0], om[0]
+
+        def compute() -> None:
+            if ones is not None:
+                ones.fill(1)
+            for dst, src in copies:
+                copyto(dst, src)
+            matmul(rows, wt, out=om)
+            if b is not None:
+                add(target, b, out=target)
+            if act is not None:
+                act(dense)
+
+        return compute
+
+    def _bind_pointwise_head(
+        self, x: np.ndarray, w: np.ndarray, out: np.ndarray, bias: np.ndarray | None
+    ) -> Compute:
+        """A 1x1 layer with large weights over a few positions (MobileNet's 1280-channel
+        head on a 3x3 map): OpenBLAS re-packs the (O, C) operand on every call, which
+        for weights that left the cache costs more than the product, while the (C, O)
+        operand of the transposed product out^T = x^T W^T streams once. The (H*W, O)
+        result is then copied into `out`, with the bias added in the same pass."""
+        _, c, h, wd = x.shape
+        o = w.shape[0]
+        wt = np.ascontiguousarray(w.reshape(o, c).T)  # (C, O)
+        xt = x.reshape(c, h * wd).T
+        rows = temporary((h * wd, o), x.dtype)
+        result, out2 = rows.T, out.reshape(o, h * wd)
+        b = None if bias is None else bias.reshape(o, 1)
+        matmul, add, copyto, act = np.matmul, np.add, np.copyto, self.activation
+
+        def compute() -> None:
+            matmul(xt, wt, out=rows)
+            if b is None:
+                copyto(out2, result)
+            else:
+                add(result, b, out=out2)
+            if act is not None:
+                act(out)
+
+        return compute
 
     def _bind_pointwise_with_bias(
         self, x: np.ndarray, w: np.ndarray, out: np.ndarray, bias: np.ndarray
@@ -168,14 +303,25 @@ class Conv2D(Kernel):
         self, x: np.ndarray, w: np.ndarray, out: np.ndarray, bias: np.ndarray | None = None
     ) -> Compute:
         """Columns + GEMM, built channels-last for narrow outputs with many channels."""
-        if (
-            self.group == 1
-            and self.win.out[1] <= _HWC_MAX_OW
-            and x.shape[1] >= _HWC_MIN_CH
-            and self.inputs[1].value is not None  # type: ignore[union-attr]
-        ):
+        if self._im2col_hwc(x.shape[1]):
             return bind_im2col_hwc(self.win, x, w, out, bias)
         return bind_im2col(self.win, self.group, x, w, out, bias)
+
+    def _im2col_hwc(self, channels: int) -> bool:
+        """Whether the im2col strategy builds its columns channels-last."""
+        return (
+            self.strategy == "im2col"
+            and self.group == 1
+            and self.win.out[1] <= _HWC_MAX_OW
+            and channels >= _HWC_MIN_CH
+            and self.inputs[1].value is not None  # type: ignore[union-attr]
+        )
+
+
+def _is_channels_last(a: np.ndarray) -> bool:
+    """Whether a 4-D array is an (N, C, H, W) view of channels-last memory (and not
+    contiguous NCHW as well, as it is when C or H*W is 1)."""
+    return not a.flags.c_contiguous and a.transpose(0, 2, 3, 1).flags.c_contiguous
 
 
 # When Winograd pays is measured, not derived: benchmarks/conv_strategies.py times the
@@ -212,6 +358,14 @@ def _winograd4_pays(n: int, c: int, o: int, out_hw: tuple[int, int]) -> bool:
 # channels build their columns channels-last (see `im2col.bind_im2col_hwc`).
 _HWC_MAX_OW = 16
 _HWC_MIN_CH = 32
+
+# 1x1 layers over at most this many positions with weights of at least this many bytes
+# multiply transposed (see Conv2D._bind_pointwise_head).
+_HEAD_MAX_PLANE = 16
+_HEAD_MIN_WEIGHT_BYTES = 512 << 10
+
+# Largest channels-last 1x1 output (bytes) whose constant bias is tiled to the whole image.
+_BIAS_TILE_LIMIT = 1 << 20
 
 # Conv2D strategy name -> its Winograd transform.
 _WINOGRAD = {"winograd": F2X2, "winograd4": F4X4}

@@ -88,6 +88,20 @@ class ConvTranspose2D(Kernel):
         xg = x.reshape(n, g, cg, h * wd)
         cols = temporary((n, g, og * kh * kw, h * wd), x.dtype)
         taps = cols.reshape(n, g * og, kh, kw, h, wd)
+        matmul, add, copyto = np.matmul, np.add, np.copyto
+        if (kh, kw) == (sh, sw) and (dh, dw) == (1, 1) and tuple(out.shape[2:]) == self.canvas:
+            # Taps that tile the output without overlap (kernel == stride, no padding, as
+            # in upsampling layers): each output element comes from one tap, so one
+            # interleaving copy replaces the zeroed canvas, the adds and the crop.
+            tiles = out.reshape(n, g * og, h, kh, wd, kw).transpose(0, 1, 3, 5, 2, 4)
+
+            def tiled() -> None:
+                matmul(wt, xg, out=cols)
+                copyto(tiles, taps)
+
+            bias_const = bias is not None and self.inputs[2].value is not None  # type: ignore
+            return with_epilogue(tiled, out, bias, self.activation, bias_const)
+
         canvas = temporary((n, g * og, *self.canvas), x.dtype)
         adds = [
             (
@@ -105,7 +119,6 @@ class ConvTranspose2D(Kernel):
         top, left = self.pads[0], self.pads[1]
         oh, ow = out.shape[2:]
         crop = canvas[:, :, top : top + oh, left : left + ow]
-        matmul, add, copyto = np.matmul, np.add, np.copyto
 
         def main() -> None:
             matmul(wt, xg, out=cols)

@@ -10,8 +10,10 @@ little work per element for a GEMM. Two algorithms, chosen at bind from the shap
   contiguous elements, with no temporaries. A column stride > 1 first spreads the input
   into kw column-tap planes (plane j holds columns ow*sw + j*dw), so the rows stay
   contiguous. The bias is added on the channels-last result, and one transposing copy
-  writes NCHW `out`. On MobileNetV2's depthwise layers this beats the planar
-  multiply-adds (benchmarks/lite_inference.py times the network).
+  writes NCHW `out`. When the planner stores the input or `out` channels-last (see
+  Kernel.channels_last_input), the first copy runs in contiguous rows and the last one
+  disappears: the einsum writes `out` itself. On MobileNetV2's depthwise layers this
+  beats the planar multiply-adds (benchmarks/lite_inference.py times the network).
 - planar: kh*kw multiply-adds over the stride phases of the padded input, for inputs
   with so few channels that channels-last rows would be too short, and for large
   column-strided inputs, whose transposing copy costs more than the phase copies.
@@ -60,14 +62,30 @@ def bind_depthwise(
     bias_const: bool,
 ) -> Compute:
     """The depthwise step writing `out` (bias included); see the module docstring."""
-    tiled_w = win.kernel[0] * win.kernel[1] * win.out[1] * x.shape[1] * x.itemsize
-    if (
-        x.shape[1] >= _MIN_CHANNELS_LAST
-        and tiled_w <= _EXPAND_LIMIT
-        and (win.strides[1] == 1 or _phase_grid(win, x.shape[2:]) < _STRIDED_PLANAR_GRID)
-    ):
+    stored_last = not x.flags.c_contiguous and x.transpose(0, 2, 3, 1).flags.c_contiguous
+    if uses_channels_last(win, x.shape, x.itemsize, stored_last=stored_last):
         return _bind_channels_last(win, x, w, out, bias, w_const=w_const, bias_const=bias_const)
     return _bind_planar(win, x, w, out, bias, w_const=w_const, bias_const=bias_const)
+
+
+def uses_channels_last(
+    win: Window, x_shape: tuple[int, ...], itemsize: int, *, stored_last: bool = False
+) -> bool:
+    """Whether the channels-last algorithm runs for this input (else the planar one).
+
+    A large column-strided input stored NCHW stays planar (its transposing copy costs
+    more than the phase copies); stored channels-last (`stored_last`, see
+    Kernel.channels_last_input) it has no transposing copy to pay."""
+    tiled_w = win.kernel[0] * win.kernel[1] * win.out[1] * x_shape[1] * itemsize
+    return (
+        x_shape[1] >= _MIN_CHANNELS_LAST
+        and tiled_w <= _EXPAND_LIMIT
+        and (
+            stored_last
+            or win.strides[1] == 1
+            or _phase_grid(win, x_shape[2:]) < _STRIDED_PLANAR_GRID
+        )
+    )
 
 
 def _phase_grid(win: Window, hw: tuple[int, ...]) -> int:
@@ -157,15 +175,30 @@ def _bind_channels_last(
         # np.full, not np.zeros: written now, so the first call does not fault its pages in.
         buf, refill = np.full(channels_last_shape(win, x.shape), 0, x.dtype), None
     copies = channels_last_copies(win, buf, x)
-    views = channels_last_views(win, buf)
-    # Weights tiled along the output row: wt[i, j, ow*C + c] = w[c, 0, i, j].
-    wt4 = np.empty((kh, kw, ow, c), x.dtype)
+    # Weights tiled along `block` output columns: wt[i, j, b*C + c] = w[c, 0, i, j]; the
+    # einsum runs over rows of OW*C elements seen as OW/block runs of block*C.
+    block = _weight_block(win, c, x.itemsize)
+    rows = channels_last_views(win, buf)
+    views = np.lib.stride_tricks.as_strided(
+        rows,
+        shape=(kh, kw, n, oh, ow // block, block * c),
+        strides=(*rows.strides[:-1], block * c * rows.strides[-1], rows.strides[-1]),
+        writeable=False,
+    )
+    wt4 = np.empty((kh, kw, block, c), x.dtype)
     taps_w = w[:, 0].transpose(1, 2, 0)[:, :, None, :]
     np.copyto(wt4, taps_w)
-    wt = wt4.reshape(kh, kw, q)
-    acc = temporary((n, oh, q), x.dtype)
-    acc_nhwc = acc.reshape(n, oh, ow, c)
-    result = acc_nhwc.transpose(0, 3, 1, 2)
+    wt = wt4.reshape(kh, kw, block * c)
+    out_nhwc = out.transpose(0, 2, 3, 1)
+    if out_nhwc.flags.c_contiguous:
+        # `out` is stored channels-last (see Kernel.channels_last_output): the einsum
+        # writes it directly and no transposing copy follows.
+        acc_nhwc, result = out_nhwc, None
+        acc = acc_nhwc.reshape(n, oh, q)
+    else:
+        acc = temporary((n, oh, q), x.dtype)
+        acc_nhwc = acc.reshape(n, oh, ow, c)
+        result = acc_nhwc.transpose(0, 3, 1, 2)
     add, copyto, einsum = np.add, np.copyto, _einsum
     if not w_const:
         copies.append((wt4, taps_w))
@@ -176,17 +209,78 @@ def _bind_channels_last(
     else:
         b_acc, acc_b = bias, acc_nhwc
 
+    # Runs of output rows and the kernel rows they read inside the input (see
+    # _row_segments); rows whose taps all fall in the padding start at zero.
+    acc_blocks = acc.reshape(n, oh, ow // block, block * c)
+    parts = [
+        (views[i0:i1, :, :, r0:r1], wt[i0:i1], acc_blocks[:, r0:r1])
+        for r0, r1, i0, i1 in _row_segments(win, x.shape[2])
+        if i1 > i0
+    ]
+    zeros = [acc[:, r0:r1] for r0, r1, i0, i1 in _row_segments(win, x.shape[2]) if i1 == i0]
+
     def compute() -> None:
         if refill is not None:
             refill()
         for dst, src in copies:
             copyto(dst, src)
-        einsum("ijnpq,ijq->npq", views, wt, out=acc)
+        for v, k, a in parts:
+            einsum("ijnpbq,ijq->npbq", v, k, out=a)
+        for a in zeros:
+            a.fill(0)
         if b_acc is not None:
             add(acc_b, b_acc, out=acc_b)
-        copyto(out, result)
+        if result is not None:
+            copyto(out, result)
 
     return compute
+
+
+def _weight_block(win: Window, c: int, itemsize: int) -> int:
+    """Output columns the tiled weights span: the whole row unless that tile would be too
+    large to stay in cache between calls, then the fewest columns (a divisor of OW) whose
+    runs of block*C elements are long enough for the einsum's inner loop."""
+    (kh, kw), ow = win.kernel, win.out[1]
+    if kh * kw * ow * c * itemsize <= _TILED_WEIGHTS_LIMIT:
+        return ow
+    for block in range(1, ow + 1):
+        if ow % block == 0 and block * c >= _MIN_BLOCK_RUN:
+            return block
+    return ow
+
+
+# Largest tiled weights (bytes) kept whole along the output row, and the shortest run of
+# elements a narrower tile gives the einsum (see _weight_block).
+_TILED_WEIGHTS_LIMIT = 256 << 10
+_MIN_BLOCK_RUN = 1024
+
+
+def _row_segments(win: Window, h: int) -> list[tuple[int, int, int, int]]:
+    """(first, end) output rows and (first, end) kernel rows they read inside the input.
+
+    A kernel row that reads only padding rows adds zeros: on short inputs (a text line
+    2 rows high under a 5x5 kernel) that is most of the work, so runs of output rows that
+    read the same kernel rows get one einsum each. When skipping saves little, one run
+    covers everything (one call is cheaper than several)."""
+    (kh, _), (sh, _), (dh, _), (oh, _) = win.kernel, win.strides, win.dilations, win.out
+    top = win.pads[0]
+    runs: list[list[int]] = []
+    for r in range(oh):
+        lo = max(0, -(-(top - r * sh) // dh))
+        hi = max(lo, min(kh, -(-(top + h - r * sh) // dh)))
+        if runs and runs[-1][2:] == [lo, hi]:
+            runs[-1][1] = r + 1
+        else:
+            runs.append([r, r + 1, lo, hi])
+    skipped = sum((r1 - r0) * (kh - (i1 - i0)) for r0, r1, i0, i1 in runs)
+    if skipped < _MIN_SKIPPED_SHARE * oh * kh:
+        return [(0, oh, 0, kh)]
+    return [(r0, r1, i0, i1) for r0, r1, i0, i1 in runs]
+
+
+# Smallest share of (output row, kernel row) pairs in the padding that is worth one
+# einsum call per run of rows (see _row_segments).
+_MIN_SKIPPED_SHARE = 0.15
 
 
 def _bind_planar(

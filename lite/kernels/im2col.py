@@ -94,9 +94,12 @@ def bind_im2col(
         xp, interior = x, None
     src = im2col_view(xp, win)
     k = cg * kh * kw
-    rows = _band_rows(k + (bias is not None), oh, ow, x.itemsize)
-    if n == 1 and g == 1 and rows < oh and (win.strides == (1, 1) or kh * kw == 1):
-        return _bind_banded(src, w, out, bias, rows, interior, x, refill)
+    phases = min(win.strides[0], kh) * min(win.strides[1], kw)
+    by_phase = 1 < phases <= _MAX_PHASES and win.dilations == (1, 1)
+    extra = 0 if bias is None else 1
+    if n == g == 1 and not by_phase and (k + extra) * oh * ow * x.itemsize > _BLOCK_BYTES:
+        return _bind_row_blocks(win, src, x, interior, refill, w, out, bias)
+    out_last = not out.flags.c_contiguous and out.transpose(0, 2, 3, 1).flags.c_contiguous
     if bias is not None:
         full = temporary((n, k + 1, oh * ow), x.dtype)
         ones = full[:, k]  # rewritten every call: the buffer is shared with other steps
@@ -120,10 +123,16 @@ def bind_im2col(
     # The copies that fill the columns: the padding's interior, then the columns
     # themselves (through the stride phases when the window is strided).
     copies = [] if interior is None else [(interior, x)]
-    if win.strides != (1, 1) and win.dilations == (1, 1) and kh * kw > 1:
+    if by_phase:
         copies += phase_im2col_copies(xp, win, cols)
     else:
         copies.append((cols, src))
+    lhs, rhs = wmat, cmat
+    if out_last and n == g == 1:
+        # `out` stored channels-last is the transposed (OH*OW, O) product: BLAS reads
+        # the columns transposed, the weights are re-packed once to (K, O).
+        lhs, rhs = cmat.T, np.ascontiguousarray(wmat.reshape(o, -1).T)
+        omat = out.transpose(0, 2, 3, 1).reshape(oh * ow, o)
 
     def compute() -> None:
         if refill is not None:
@@ -132,63 +141,70 @@ def bind_im2col(
             ones.fill(1)
         for dst, part in copies:
             copyto(dst, part)
-        matmul(wmat, cmat, out=omat)
+        matmul(lhs, rhs, out=omat)
 
     return compute
 
 
-# The column matrix of one image is built and multiplied in bands of output rows when it
-# would exceed this many bytes: a whole matrix is kh*kw times the input (a 3x3 layer over a
-# large plane needs tens of MB), a band stays in cache and keeps the GEMM wide enough.
-_BAND_BYTES = 4 << 20
-
-
-def _band_rows(k: int, oh: int, ow: int, itemsize: int) -> int:
-    """Output rows per band so that a band's (k, rows * OW) columns fit _BAND_BYTES."""
-    return max(1, min(oh, _BAND_BYTES // max(k * ow * itemsize, 1)))
-
-
-def _bind_banded(
+def _bind_row_blocks(
+    win: Window,
     src: np.ndarray,
+    x: np.ndarray,
+    interior: np.ndarray | None,
+    refill: Compute | None,
     w: np.ndarray,
     out: np.ndarray,
     bias: np.ndarray | None,
-    rows: int,
-    interior: np.ndarray | None,
-    x: np.ndarray,
-    refill: Compute | None,
 ) -> Compute:
-    """One image, one group, an unstrided window: columns and GEMM band by band of output
-    rows, in one band-sized temporary; each band's result lands in its rows of `out`."""
-    o = w.shape[0]
-    c, kh, kw, oh, ow = src.shape[1:]
-    k = c * kh * kw
-    extra = 0 if bias is None else 1  # a ones row carries the bias through the GEMM
+    """Columns + GEMM over blocks of output rows, for one image whose column matrix is
+    large (a 96-channel 3x3 layer on a 120x160 map has 66 MB of columns): each block's
+    columns (about _BLOCK_BYTES) are written and multiplied while still in cache, and the
+    GEMM writes the block's rows of `out` in place. The one block-sized buffer is a
+    temporary, so the step's memory stays bounded whatever the plane's size."""
+    o, cg, kh, kw = w.shape
+    oh, ow = win.out
+    k = cg * kh * kw
+    rows = k + (0 if bias is None else 1)
     wmat = w.reshape(o, k)
     if bias is not None:
         wmat = np.concatenate([wmat, bias.reshape(o, 1)], axis=1)
-    buf = temporary(((k + extra) * rows * ow,), x.dtype)
-    omat = out.reshape(o, oh * ow)
-    bands = []
-    for r0 in range(0, oh, rows):
-        r1 = min(oh, r0 + rows)
-        size = (r1 - r0) * ow
-        cmat = buf[: (k + extra) * size].reshape(k + extra, size)
-        cols = cmat[:k].reshape(c, kh, kw, r1 - r0, ow)
-        ones = cmat[k] if extra else None
-        bands.append((cols, src[0, :, :, :, r0:r1], ones, cmat, omat[:, r0 * ow : r1 * ow]))
+    block = max(1, min(oh, _BLOCK_BYTES // (rows * ow * x.itemsize)))
+    buf = temporary((rows, block * ow), x.dtype)
+    # Row k carries the bias: no copy writes it, but the buffer is shared with other
+    # steps, so it is rewritten on every call.
+    ones = buf[k] if bias is not None else None
+    last = not out.flags.c_contiguous and out.transpose(0, 2, 3, 1).flags.c_contiguous
+    if last:  # `out` stored channels-last: each block is the transposed product
+        out2, wmat = out.transpose(0, 2, 3, 1).reshape(oh * ow, o), np.ascontiguousarray(wmat.T)
+    else:
+        out2 = out.reshape(o, oh * ow)
+    steps = []
+    for r0 in range(0, oh, block):
+        r1 = min(oh, r0 + block)
+        span = (r1 - r0) * ow
+        dst = _strided(
+            buf,
+            (cg, kh, kw, r1 - r0, ow),
+            (*_contiguous_strides((cg, kh, kw), buf.strides[0]), ow * x.itemsize, x.itemsize),
+        )
+        rows_out = slice(r0 * ow, r0 * ow + span)
+        omat = out2[rows_out] if last else out2[:, rows_out]
+        steps.append((dst, src[0, :, :, :, r0:r1], buf[:, :span], omat))
     copyto, matmul = np.copyto, np.matmul
 
     def compute() -> None:
         if refill is not None:
             refill()
+        if ones is not None:
+            ones.fill(1)
         if interior is not None:
             copyto(interior, x)
-        for cols, part, ones, cmat, dest in bands:
-            copyto(cols, part)
-            if ones is not None:
-                ones.fill(1)
-            matmul(wmat, cmat, out=dest)
+        for dst, part, cmat, omat in steps:
+            copyto(dst, part)
+            if last:
+                matmul(cmat.T, wmat, out=omat)
+            else:
+                matmul(wmat, cmat, out=omat)
 
     return compute
 
@@ -257,6 +273,16 @@ def bind_im2col_hwc(
         matmul(wmat, cmat, out=omat)
 
     return compute
+
+
+# Largest column matrix (bytes) built whole; larger ones are built in blocks of output
+# rows of about this size, each multiplied while it is in cache (see _bind_row_blocks).
+_BLOCK_BYTES = 1 << 20
+
+# Most stride phases worth copying separately (see phase_im2col_copies): each costs two
+# copy calls, so a long stride (a strided 1-D convolution over audio frames, stride 128)
+# copies its columns straight from the input instead.
+_MAX_PHASES = 16
 
 
 def _contiguous_strides(shape: Sequence[int], itemsize: int) -> tuple[int, ...]:

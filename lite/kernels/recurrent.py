@@ -9,6 +9,10 @@ Per direction, the input projection of every step is one GEMM; the loop then doe
 small GEMM with R per step. Steps at or past a batch entry's sequence_lens leave its state
 unchanged and write zeros to Y, as onnxruntime does. `run_sequence` keeps, on request, what
 the backward pass (lite/kernels/training/recurrent_grad.py) needs.
+
+The kernels pack constant weights once at bind: the common inference case (see
+recurrent_fast.applies) runs recurrent_fast's packed loop; every other one runs
+`run_sequence` with R^T packed at bind when R is constant.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from typing import ClassVar
 
 import numpy as np
 
+from sporenet.lite.kernels import recurrent_fast
 from sporenet.lite.kernels.base import Attrs, Compute, Kernel, TensorSpec
 from sporenet.lite.ops import OpCode
 
@@ -477,6 +482,7 @@ class _Recurrent(Kernel):
         seq, batch, _ = check_inputs(self, self.cfg)
         dtype = self.input(X).dtype
         self.output_specs = [TensorSpec(s, dtype) for s in output_shapes(self.cfg, seq, batch)]
+        self.fast = recurrent_fast.applies(self.cfg, self.inputs)
 
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
         cfg = self.cfg
@@ -484,6 +490,8 @@ class _Recurrent(Kernel):
         y_c = None
         if cfg.kind == "LSTM":  # the final cell state is needed even when not an output
             y_c = outputs[2] if len(outputs) > 2 else np.empty_like(y_h)
+        if self.fast:
+            return recurrent_fast.bind_fast(cfg, inputs, y, y_h, y_c)
         if cfg.layout:  # write through time-major views of the batch-first outputs
             y, y_h = y.transpose(1, 2, 0, 3), y_h.transpose(1, 0, 2)
             y_c = None if y_c is None else y_c.transpose(1, 0, 2)

@@ -10,6 +10,7 @@ import pytest
 from sporenet.converter.passes import (
     eliminate_dead_nodes,
     fold_batch_norms,
+    fold_biases,
     fold_constants,
     fuse_activations,
     fuse_hard_swish,
@@ -320,3 +321,56 @@ def test_other_hard_sigmoids_are_left_alone() -> None:
     gate = b.op(OpCode.HARD_SIGMOID, [x], alpha=0.2, beta=0.5)
     b.output(b.op(OpCode.MUL, [x, gate]), name="y")
     assert fuse_hard_swish(b.build()) == 0
+
+
+@pytest.mark.parametrize("form", ["div", "mul_sixth", "swapped"])
+def test_x_times_clip_x_plus_3_over_6_becomes_hard_swish(form: str) -> None:
+    # Paddle's export of HardSwish: x * Clip(x + 3, 0, 6) / 6.
+    b = ModelBuilder()
+    x = b.input("x", (1, 3, 4, 4))
+    y = b.op(OpCode.CONV2D, [x, b.constant("w", rand(3, 3, 1, 1))])
+    three = b.constant("three", np.array(3, np.float32))
+    shifted = b.op(OpCode.ADD, [three, y] if form == "swapped" else [y, three])
+    gate = b.op(OpCode.CLIP, [shifted], min=0.0, max=6.0)
+    product = b.op(OpCode.MUL, [gate, y] if form == "swapped" else [y, gate])
+    if form == "mul_sixth":
+        out = b.op(OpCode.MUL, [product, b.constant("k", np.array(1 / 6, np.float32))])
+    else:
+        out = b.op(OpCode.DIV, [product, b.constant("k", np.array(6, np.float32))])
+    b.output(out, name="y")
+    fused = check_rewrite(b.build(), fuse_hard_swish, {"x": rand(1, 3, 4, 4) * 4})
+    assert ops(fused) == ["CONV2D", "HARD_SWISH"]
+    assert fuse_activations(fused) == 1 and ops(fused) == ["CONV2D"]
+
+
+def test_clip_form_with_other_constants_is_left_alone() -> None:
+    b = ModelBuilder()
+    x = b.input("x", (2, 3))
+    shifted = b.op(OpCode.ADD, [x, b.constant("two", np.array(2, np.float32))])
+    gate = b.op(OpCode.CLIP, [shifted], min=0.0, max=6.0)
+    product = b.op(OpCode.MUL, [x, gate])
+    b.output(b.op(OpCode.DIV, [product, b.constant("k", np.array(6, np.float32))]), name="y")
+    assert fuse_hard_swish(b.build()) == 0
+
+
+@pytest.mark.parametrize("shape", [(1, 4, 1, 1), (4, 1, 1), (1,)], ids=str)
+@pytest.mark.parametrize("bias", [True, False])
+def test_add_of_a_per_channel_constant_folds_into_the_conv_bias(shape, bias: bool) -> None:
+    b = ModelBuilder()
+    x = b.input("x", (1, 3, 5, 5))
+    inputs = [x, b.constant("w", rand(4, 3, 3, 3))] + ([b.constant("b", rand(4))] if bias else [])
+    y = b.op(OpCode.CONV2D, inputs, pads=[1, 1, 1, 1])
+    b.output(b.op(OpCode.ADD, [y, b.constant("offset", rand(*shape))]), name="y")
+    folded = check_rewrite(b.build(), fold_biases, {"x": rand(1, 3, 5, 5)})
+    assert ops(folded) == ["CONV2D"]
+    assert len(folded.graphs[0].nodes[0].inputs) == 3
+
+
+def test_add_that_is_not_a_per_channel_constant_stays() -> None:
+    b = ModelBuilder()
+    x = b.input("x", (1, 3, 5, 5))
+    y = b.op(OpCode.CONV2D, [x, b.constant("w", rand(4, 3, 3, 3))], pads=[1, 1, 1, 1])
+    spatial = b.op(OpCode.ADD, [y, b.constant("map", rand(1, 1, 5, 5))])
+    other = b.op(OpCode.CONV2D, [x, b.constant("w2", rand(4, 3, 1, 1))])
+    b.output(b.op(OpCode.ADD, [other, spatial]), name="y")
+    assert fold_biases(b.build()) == 0

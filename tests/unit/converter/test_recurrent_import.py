@@ -109,6 +109,8 @@ def test_one_node_matching_onnxruntime_at_every_length(kind, direction):
             },
         ),
         ("GRU", {"linear_before_reset": 1, "clip": 0.6}),
+        ("GRU", {"linear_before_reset": 1, "direction": "bidirectional"}),  # inference path
+        ("LSTM", {"direction": "reverse"}),  # inference path, zero initial states
         ("GRU", {"layout": 1, "direction": "reverse"}),
         (
             "GRU",
@@ -157,3 +159,22 @@ def test_unknown_activation_is_refused_by_name():
     model = rnn_model("RNN", activations=["Gelu"])
     with pytest.raises(ConversionError, match=r"activations \['Gelu'\] are not supported"):
         convert(model)
+
+
+@pytest.mark.parametrize(
+    ("kind", "options", "fast"),
+    [
+        ("LSTM", {"direction": "bidirectional", "states": True}, True),
+        ("GRU", {"linear_before_reset": 1}, True),
+        ("LSTM", {"peepholes": True}, False),
+        ("GRU", {"clip": 0.6}, False),
+        ("RNN", {}, False),
+    ],
+)
+def test_common_inference_cases_take_the_packed_path(kind, options, fast):
+    # Constant weights and default activations run recurrent_fast's packed loop (checked
+    # against onnxruntime above); everything else runs the general loop.
+    model = rnn_model(kind, x_shape=(5, 2, IN), **options)
+    interpreter = Interpreter(model_content=convert_onnx(model))
+    (kernel,) = [k for k in interpreter._plan.kernels if k.op.name == kind]
+    assert kernel.fast is fast

@@ -7,6 +7,7 @@ import pytest
 
 from sporenet.lite import OpCode
 from sporenet.lite.eager import run_op
+from sporenet.lite.kernels import im2col
 from sporenet.lite.kernels.im2col import im2col_view, phase_im2col_copies
 from sporenet.lite.kernels.spatial import Window
 from tests.unit.lite.test_kernels_conv import ATOL, RTOL, _data, conv_reference
@@ -40,3 +41,26 @@ def test_phase_copies_fill_the_same_columns_as_the_direct_view():
     for dst, src in phase_im2col_copies(xp, win, cols):
         np.copyto(dst, src)
     np.testing.assert_array_equal(cols, direct)
+
+
+@pytest.mark.parametrize(
+    "c,h,w,o,k,strides,dilations,pads",
+    [
+        (16, 23, 17, 8, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1)),  # last block shorter
+        (16, 23, 17, 8, (3, 3), (1, 1), (2, 2), (2, 2, 2, 2)),  # dilated
+        (8, 30, 9, 24, (5, 5), (1, 1), (1, 1), (0, 0, 0, 0)),  # unpadded
+        (1, 1, 640, 12, (1, 256), (1, 128), (1, 1), (0, 0, 0, 0)),  # long stride, no phases
+    ],
+)
+@pytest.mark.parametrize("bias", [True, False])
+def test_im2col_in_blocks_of_output_rows_matches_reference(
+    monkeypatch, c, h, w, o, k, strides, dilations, pads, bias
+):
+    # Large column matrices are built a few output rows at a time (_BLOCK_BYTES).
+    monkeypatch.setattr(im2col, "_BLOCK_BYTES", 2000)
+    x, wt, b = _data(np.random.default_rng(16), 1, c, h, w, o, 1, k, bias)
+    inputs = [x, wt] + ([b] if bias else [])
+    attrs = dict(strides=list(strides), dilations=list(dilations), pads=list(pads))
+    (ours,) = run_op(OpCode.CONV2D, inputs, **attrs)
+    ref = conv_reference(x, wt, b, strides, dilations, pads, 1)
+    np.testing.assert_allclose(ours, ref, rtol=RTOL, atol=ATOL)

@@ -22,6 +22,8 @@ SHAPES = [
     (1, 12, 8, 8, (3, 3), (1, 2), (1, 2), (0, 3, 1, 0)),  # pads past the kernel's reach
     (1, 16, 5, 6, (2, 3), (3, 1), (1, 1), (0, 0, 0, 0)),  # rows never read, no padding
     (1, 8, 3, 3, (3, 3), (2, 2), (1, 1), (1, 1, 1, 1)),  # one output column per tap
+    (1, 8, 2, 20, (5, 5), (1, 1), (1, 1), (2, 2, 2, 2)),  # most kernel rows read padding
+    (1, 8, 2, 6, (3, 3), (1, 1), (1, 1), (3, 1, 1, 1)),  # an output row of padding only
 ]
 
 # (_MIN_CHANNELS_LAST, _STRIDED_PLANAR_GRID) forcing each algorithm on every shape
@@ -93,3 +95,21 @@ def test_depthwise_bound_step_reuses_its_buffers(algorithm):
         step()
         ref = conv_reference(x, wt, b, (2, 1), (1, 1), (1, 1, 1, 1), c)
         np.testing.assert_allclose(out, ref, rtol=RTOL, atol=ATOL)
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: f"{s[:4]}k{s[4]}s{s[5]}d{s[6]}p{s[7]}")
+def test_channels_last_with_weights_tiled_over_a_few_columns(monkeypatch, shape):
+    # Large layers tile their weights over a divisor of OW instead of the whole row.
+    monkeypatch.setattr(depthwise, "_MIN_CHANNELS_LAST", 1)
+    monkeypatch.setattr(depthwise, "_STRIDED_PLANAR_GRID", 10**9)
+    monkeypatch.setattr(depthwise, "_TILED_WEIGHTS_LIMIT", 0)
+    monkeypatch.setattr(depthwise, "_MIN_BLOCK_RUN", 16)
+    n, c, h, w, k, strides, dilations, pads = shape
+    rng = np.random.default_rng(6)
+    x = rng.normal(size=(n, c, h, w)).astype(np.float32)
+    wt = rng.normal(size=(c, 1, *k)).astype(np.float32)
+    b = rng.normal(size=c).astype(np.float32)
+    attrs = dict(strides=list(strides), dilations=list(dilations), pads=list(pads), group=c)
+    (ours,) = run_op(OpCode.CONV2D, [x, wt, b], **attrs)
+    ref = conv_reference(x, wt, b, strides, dilations, pads, c)
+    np.testing.assert_allclose(ours, ref, rtol=RTOL, atol=ATOL)

@@ -239,7 +239,7 @@ def test_im2col_in_bands_matches_the_whole_matrix(monkeypatch, with_bias):
     from sporenet.lite.kernels import im2col
 
     # Bands of a few output rows (the last one shorter), as a large plane would get.
-    monkeypatch.setattr(im2col, "_BAND_BYTES", 5 * 9 * 3 * 13 * 4)
+    monkeypatch.setattr(im2col, "_BLOCK_BYTES", 5 * 9 * 3 * 13 * 4)
     w = RNG.normal(size=(6, 5, 3, 3)).astype(np.float32)
     bias = RNG.normal(size=6).astype(np.float32)
     b = ModelBuilder()

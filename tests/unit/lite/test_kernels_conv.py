@@ -289,6 +289,8 @@ TRANSPOSE_CASES = [
     (2, 4, 3, 5, 6, 1, (3, 3), (2, 2), (1, 1), (1, 1, 1, 1), (1, 1), False),
     (1, 4, 5, 4, 4, 2, (2, 3), (2, 1), (1, 2), (0, 1, 1, 0), (1, 0), True),
     (1, 4, 3, 3, 4, 4, (4, 4), (2, 2), (1, 1), (1, 1, 1, 1), (0, 0), True),  # depthwise up
+    (2, 6, 3, 5, 4, 1, (2, 2), (2, 2), (1, 1), (0, 0, 0, 0), (0, 0), True),  # taps tile out
+    (1, 4, 4, 3, 6, 2, (3, 2), (3, 2), (1, 1), (0, 0, 0, 0), (0, 0), False),  # tile, grouped
 ]
 
 
@@ -428,3 +430,19 @@ def test_fused_relu_paths_match_numpy(size, name, reference):
     expected = reference(y.copy())
     fused_activation("CONV2D", {"activation": name})(y)
     np.testing.assert_array_equal(y, expected)
+
+
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("activation", ["none", "relu6"])
+def test_pointwise_head_with_large_weights_on_a_small_map(bias, activation):
+    # 1280 x 160 weights (800 KB) over a 3x3 map: the transposed GEMM path.
+    rng = np.random.default_rng(21)
+    x = rng.normal(size=(1, 160, 3, 3)).astype(np.float32)
+    wt = rng.normal(size=(1280, 160, 1, 1)).astype(np.float32)
+    b = rng.normal(size=1280).astype(np.float32) if bias else None
+    inputs = [x, wt] + ([b] if bias else [])
+    (ours,) = run_op(OpCode.CONV2D, inputs, activation=activation)
+    ref = conv_reference(x, wt, b, (1, 1), (1, 1), (0, 0, 0, 0), 1)
+    if activation == "relu6":
+        ref = np.clip(ref, 0, 6)
+    np.testing.assert_allclose(ours, ref, rtol=RTOL, atol=ATOL)

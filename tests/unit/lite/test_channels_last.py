@@ -1,0 +1,154 @@
+"""Channels-last storage of tensors between convolutions (planner + Conv2D).
+
+The planner stores a 4-D tensor channels-last when its producer and all its readers
+accept it and one prefers it (Kernel.channels_last_input/output). Results must be those
+of the all-NCHW plan, which every kernel test checks against references.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from sporenet.lite import Interpreter, ModelBuilder, OpCode
+from sporenet.lite import planner as planner_module
+from sporenet.lite.eager import run_op
+from sporenet.lite.kernels import im2col
+
+RNG = np.random.default_rng(3)
+
+
+def _conv(b, x, c_in, c_out, k, *, stride=1, group=1, bias=True, act="none", weights=None):
+    w = RNG.normal(size=(c_out, c_in // group, k, k)).astype(np.float32) * 0.3
+    ins = [x, b.constant(f"w{len(weights)}", w)]
+    bv = RNG.normal(size=c_out).astype(np.float32) if bias else None
+    if bias:
+        ins.append(b.constant(f"b{len(weights)}", bv))
+    pads = [k // 2] * 4
+    attrs = dict(strides=[stride, stride], pads=pads, group=group, activation=act)
+    weights.append((w, bv, attrs))
+    return b.op(OpCode.CONV2D, ins, **attrs)
+
+
+def _net(batch: int):
+    """An inverted-residual block, a strided one, a 1x1 chain, a Winograd-sized 3x3 conv
+    after a depthwise, and a depthwise result that is also a graph output."""
+    b = ModelBuilder(producer="test")
+    weights: list = []
+    x = b.input("x", (batch, 8, 12, 12))
+    e = _conv(b, x, 8, 48, 1, act="relu6", weights=weights)
+    d = _conv(b, e, 48, 48, 3, group=48, act="relu6", weights=weights)
+    p = _conv(b, d, 48, 8, 1, bias=False, weights=weights)
+    r = b.op(OpCode.ADD, [x, p])
+    e2 = _conv(b, r, 8, 40, 1, act="relu", weights=weights)
+    d2 = _conv(b, e2, 40, 40, 3, stride=2, group=40, weights=weights)
+    p2 = _conv(b, d2, 40, 32, 1, act="relu6", weights=weights)
+    q = _conv(b, p2, 32, 32, 1, weights=weights)
+    d3 = _conv(b, q, 32, 32, 3, group=32, act="relu6", weights=weights)
+    y = _conv(b, d3, 32, 32, 3, weights=weights)
+    b.output(y, name="y")
+    b.output(d3, name="d3")
+    return b.build(), weights
+
+
+def _reference(x: np.ndarray, weights: list) -> dict[str, np.ndarray]:
+    """The same graph op by op with contiguous NCHW arrays (eager kernels)."""
+
+    def conv(t, i):
+        w, bv, attrs = weights[i]
+        (out,) = run_op(OpCode.CONV2D, [t, w] + ([bv] if bv is not None else []), **attrs)
+        return out
+
+    p = conv(conv(conv(x, 0), 1), 2)
+    d2 = conv(conv(x + p, 3), 4)
+    d3 = conv(conv(conv(d2, 5), 6), 7)
+    return {"y": conv(d3, 8), "d3": d3}
+
+
+@pytest.mark.parametrize("batch", [1, 2])
+def test_channels_last_plan_matches_the_nchw_ops(batch):
+    model, weights = _net(batch)
+    interp = Interpreter(model=model, num_threads=1)
+    x = RNG.normal(size=(batch, 8, 12, 12)).astype(np.float32)
+    ours = interp.run({"x": x})
+    ref = _reference(x, weights)
+    for name in ("y", "d3"):
+        np.testing.assert_allclose(ours[name], ref[name], rtol=1e-4, atol=1e-4)
+    # The layout is really in use: the expand, depthwise and 1x1 outputs of the first
+    # block are channels-last, graph outputs stay contiguous NCHW.
+    arrays = interp._plan.arrays
+    last = [i for i, a in arrays.items() if a.ndim == 4 and not a.flags.c_contiguous]
+    assert len(last) >= 4
+    for a in (arrays[i] for i in last):
+        assert a.transpose(0, 2, 3, 1).flags.c_contiguous
+    for i in interp._plan.outputs:
+        assert arrays[i].flags.c_contiguous
+
+
+def test_a_reader_that_refuses_keeps_nchw(monkeypatch):
+    # With every tensor NCHW the results are the same, and no tensor is channels-last.
+    monkeypatch.setattr(planner_module, "_channels_last_tensors", lambda *a: set())
+    model, weights = _net(1)
+    interp = Interpreter(model=model, num_threads=1)
+    x = RNG.normal(size=(1, 8, 12, 12)).astype(np.float32)
+    ours = interp.run({"x": x})
+    np.testing.assert_allclose(ours["y"], _reference(x, weights)["y"], rtol=1e-4, atol=1e-4)
+    assert all(a.flags.c_contiguous for a in interp._plan.arrays.values())
+
+
+def test_add_reading_a_depthwise_output_keeps_it_nchw():
+    b = ModelBuilder(producer="test")
+    weights: list = []
+    x = b.input("x", (1, 16, 6, 6))
+    d = _conv(b, x, 16, 16, 3, group=16, weights=weights)
+    y = b.op(OpCode.ADD, [d, x])
+    b.output(y, name="y")
+    interp = Interpreter(model=b.build(), num_threads=1)
+    xv = RNG.normal(size=(1, 16, 6, 6)).astype(np.float32)
+    w, bv, attrs = weights[0]
+    (ref,) = run_op(OpCode.CONV2D, [xv, w, bv], **attrs)
+    np.testing.assert_allclose(interp.run({"x": xv})["y"], ref + xv, rtol=1e-5, atol=1e-5)
+    assert all(a.flags.c_contiguous for a in interp._plan.arrays.values() if a.ndim == 4)
+
+
+def test_large_strided_depthwise_runs_channels_last_on_a_channels_last_input():
+    # A column-strided depthwise layer on a large map runs planar on NCHW input but
+    # channels-last when its input is stored channels-last (no transposing copy).
+    b = ModelBuilder(producer="test")
+    weights: list = []
+    x = b.input("x", (1, 8, 42, 42))
+    e = _conv(b, x, 8, 16, 1, act="relu6", weights=weights)
+    d = _conv(b, e, 16, 16, 3, stride=2, group=16, act="relu6", weights=weights)
+    b.output(_conv(b, d, 16, 8, 1, weights=weights), name="y")
+    interp = Interpreter(model=b.build(), num_threads=1)
+    xv = RNG.normal(size=(1, 8, 42, 42)).astype(np.float32)
+    ref = xv
+    for w, bv, attrs in weights:
+        (ref,) = run_op(OpCode.CONV2D, [ref, w, bv], **attrs)
+    np.testing.assert_allclose(interp.run({"x": xv})["y"], ref, rtol=1e-4, atol=1e-4)
+    last = [a for a in interp._plan.arrays.values() if a.ndim == 4 and not a.flags.c_contiguous]
+    assert [a.shape for a in last] == [(1, 16, 42, 42), (1, 16, 21, 21)]
+
+
+@pytest.mark.parametrize("blocks", [False, True], ids=["whole", "row-blocks"])
+@pytest.mark.parametrize("bias", [True, False])
+def test_im2col_writes_a_channels_last_output(monkeypatch, blocks, bias):
+    # A strided 3x3 stem (im2col) before a depthwise layer writes channels-last.
+    if blocks:
+        monkeypatch.setattr(im2col, "_BLOCK_BYTES", 2000)
+    b = ModelBuilder(producer="test")
+    weights: list = []
+    x = b.input("x", (1, 3, 20, 20))
+    s = _conv(b, x, 3, 16, 3, stride=1, bias=bias, act="relu6", weights=weights)
+    d = _conv(b, s, 16, 16, 3, group=16, weights=weights)
+    b.output(_conv(b, d, 16, 8, 1, weights=weights), name="y")
+    interp = Interpreter(model=b.build(), num_threads=1)
+    xv = RNG.normal(size=(1, 3, 20, 20)).astype(np.float32)
+    ref = xv
+    for w, bv, attrs in weights:
+        (ref,) = run_op(OpCode.CONV2D, [ref, w] + ([bv] if bv is not None else []), **attrs)
+    np.testing.assert_allclose(interp.run({"x": xv})["y"], ref, rtol=1e-4, atol=1e-4)
+    assert interp._plan.kernels[0].strategy == "im2col"
+    stem_out = interp._plan.arrays[interp.model.graphs[0].nodes[0].outputs[0]]
+    assert stem_out.transpose(0, 2, 3, 1).flags.c_contiguous
+    assert not stem_out.flags.c_contiguous
