@@ -110,16 +110,19 @@ class Conv2D(Kernel):
         )
         if depthwise_last:
             self._out_last = self._in_last = ChannelsLast.PREFERRED
-        elif self.strategy == "pointwise":
+        elif self.strategy == "pointwise" and w.value is not None:
+            # (Its channels-last GEMM re-packs the weights at bind: they must be constant.)
             self._out_last = self._in_last = ChannelsLast.ACCEPTED
         else:
-            # Plain im2col on one image writes either layout (its GEMM transposed); the
-            # bias must be a constant or absent (a run-time bias is added on NCHW rows).
+            # Plain im2col on one image writes either layout (its GEMM transposed, with
+            # the weights re-packed at bind, so constant); the bias must be a constant or
+            # absent (a run-time bias is added on NCHW rows).
             plain = (
                 self.strategy == "im2col"
                 and not self._im2col_hwc(c)
                 and group == 1
                 and n == 1
+                and w.value is not None
                 and (bias is None or bias.value is not None)
             )
             self._out_last = ChannelsLast.ACCEPTED if plain else ChannelsLast.REFUSED
@@ -163,6 +166,7 @@ class Conv2D(Kernel):
             and x.shape[0] == 1
             and x.shape[2] * x.shape[3] <= _HEAD_MAX_PLANE
             and w.size * w.itemsize >= _HEAD_MIN_WEIGHT_BYTES
+            and self.inputs[1].value is not None  # type: ignore[union-attr]
         ):
             return self._bind_pointwise_head(x, w, out, bias)
         if self.strategy == "pointwise" and bias_const and w.shape[0] > x.shape[1]:

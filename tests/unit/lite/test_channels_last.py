@@ -152,3 +152,24 @@ def test_im2col_writes_a_channels_last_output(monkeypatch, blocks, bias):
     stem_out = interp._plan.arrays[interp.model.graphs[0].nodes[0].outputs[0]]
     assert stem_out.transpose(0, 2, 3, 1).flags.c_contiguous
     assert not stem_out.flags.c_contiguous
+
+
+@pytest.mark.parametrize("shape,o", [((1, 32, 12, 12), 48), ((1, 640, 3, 3), 640)])
+def test_pointwise_with_run_time_weights_reads_them_every_call(shape, o):
+    # A 1x1 layer whose weights are a graph input (not a constant) must not re-pack them
+    # at bind: channels-last storage and the transposed head GEMM need constant weights.
+    c = shape[1]
+    wd = RNG.normal(size=(c, 1, 3, 3)).astype(np.float32)
+    b = ModelBuilder(producer="test")
+    x, w = b.input("x", shape), b.input("w", (o, c, 1, 1))
+    d = b.op(OpCode.CONV2D, [x, b.constant("wd", wd)], pads=[1, 1, 1, 1], group=c)
+    b.output(b.op(OpCode.CONV2D, [d, w]), name="y")
+    interp = Interpreter(model=b.build())
+    for seed in range(2):
+        rng = np.random.default_rng(seed)
+        xv = rng.normal(size=shape).astype(np.float32)
+        wv = rng.normal(size=(o, c, 1, 1)).astype(np.float32)
+        (dv,) = run_op(OpCode.CONV2D, [xv, wd], pads=[1, 1, 1, 1], group=c)
+        (want,) = run_op(OpCode.CONV2D, [dv, wv])
+        got = interp.run({"x": xv, "w": wv})["y"]
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-3)
