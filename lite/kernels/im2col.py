@@ -1,10 +1,12 @@
 """The im2col path of Conv2D: the column matrix of a window as a strided view of the
 (padded) input, the copies that fill it, and the columns + GEMM steps built from them.
 
-The column matrix is copied into a buffer allocated once at bind, then multiplied with the
-weights (pre-shaped to (groups, out/groups, in/groups*kh*kw)) by BLAS. Narrow outputs with
-many channels build the columns channels-last instead (`bind_im2col_hwc`), so the copy
-runs in rows of C elements rather than OW. Which of the two runs is Conv2D's choice.
+The column matrix is copied into a temporary taken at bind (kernels/workspace.py), then
+multiplied with the weights (pre-shaped to (groups, out/groups, in/groups*kh*kw)) by BLAS;
+a large one is built and multiplied in blocks of output rows (`_bind_row_blocks`).
+Narrow outputs with many channels build the columns channels-last instead
+(`bind_im2col_hwc`), so the copy runs in rows of C elements rather than OW. Which of the
+two runs is Conv2D's choice.
 """
 
 from __future__ import annotations
