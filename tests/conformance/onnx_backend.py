@@ -244,8 +244,6 @@ KNOWN_FAILURES: dict[str, str] = {
     "Slice bounds must be constants",
     "test_scan_sum": "Scan-8 (a batch axis and sequence_lens) is not supported; Scan-9 and "
     "later are",
-    "test_einsum_batch_diagonal": "Einsum with an ellipsis or a diagonal (a repeated index in "
-    "one operand) is not supported",
 }
 
 

@@ -3,6 +3,8 @@ Swish, Sign, Shrink, IsNaN, IsInf, Trilu, EyeLike, CumSum."""
 
 from __future__ import annotations
 
+import string
+
 import numpy as np
 
 from sporenet.converter.onnx_import.context import ImportContext
@@ -192,32 +194,64 @@ def hardmax(ctx: ImportContext, node: OnnxNode) -> list[int]:
     return [ctx.emit1(OpCode.RESHAPE, [y], shape=shape) if coerce else y]
 
 
-def _einsum_terms(equation: str, count: int, node: OnnxNode) -> tuple[list[str], str]:
+def _einsum_terms(equation: str, ranks: list[int], node: OnnxNode) -> tuple[list[str], str]:
+    """The operands' index letters and the output's, with every ellipsis spelled out as
+    letters the equation does not use (aligned to the right, as broadcasting is)."""
     equation = equation.replace(" ", "")
     lhs, arrow, rhs = equation.partition("->")
     terms = lhs.split(",")
-    if "." in equation:
-        raise node.fail("Einsum with an ellipsis (...) is not supported")
-    if len(terms) != count or count > 2:
-        raise node.fail(f"Einsum of {count} operands is not supported (one or two)")
-    if any(len(set(t)) != len(t) for t in terms):
-        raise node.fail("Einsum with a repeated index in one operand (a diagonal) is not supported")
-    if not arrow:  # implicit output: indices that appear once, in alphabetical order
+    if len(terms) != len(ranks) or len(ranks) > 2:
+        raise node.fail(f"Einsum of {len(ranks)} operands is not supported (one or two)")
+    spare = [c for c in string.ascii_letters if c not in equation]
+    widths = [r - (len(t) - 3) if "..." in t else 0 for t, r in zip(terms, ranks, strict=True)]
+    ellipsis = "".join(spare[: max(widths)])
+    terms = [
+        t.replace("...", ellipsis[len(ellipsis) - w :])
+        for t, w in zip(terms, widths, strict=True)
+    ]
+    if not arrow:  # implicit output: the ellipsis, then indices that appear once, sorted
         letters = "".join(terms)
-        rhs = "".join(sorted(c for c in set(letters) if letters.count(c) == 1))
+        once = sorted(c for c in set(letters) if letters.count(c) == 1 and c not in ellipsis)
+        rhs = ellipsis + "".join(once)
+    rhs = rhs.replace("...", ellipsis)
     return terms, rhs
 
 
+def _diagonal(ctx: ImportContext, node: OnnxNode, term: str, index: int) -> tuple[str, int]:
+    """Take the diagonal of every index repeated within one operand: a product with an
+    identity mask, summed over the second occurrence (exact: one term is not zero)."""
+    while len(set(term)) != len(term):
+        c = next(c for c in term if term.count(c) > 1)
+        first, second = term.index(c), term.index(c, term.index(c) + 1)
+        n = ctx.spec(index).shape[first]
+        shape = [1] * len(term)
+        shape[first] = shape[second] = n
+        mask = ctx.constant(
+            f"{node.name}/diagonal_{c}", np.eye(n, dtype=ctx.dtype(index)).reshape(shape)
+        )
+        product = ctx.emit1(OpCode.MUL, [index, mask])
+        index = ctx.emit1(OpCode.REDUCE_SUM, [product], axes=[second], keepdims=0)
+        term = term[:second] + term[second + 1 :]
+    return term, index
+
+
 def einsum(ctx: ImportContext, node: OnnxNode) -> list[int]:
-    """One or two operands without ellipsis or diagonals: Transpose/Reshape to a batched
-    (B, M, K) @ (B, K, N) MatMul, ReduceSum for indices summed within one operand."""
+    """One or two operands (an ellipsis spelled out as letters, diagonals taken first):
+    Transpose/Reshape to a batched (B, M, K) @ (B, K, N) MatMul, ReduceSum for indices
+    summed within one operand."""
     inputs = [i for i in node.inputs if i != -1]
-    terms, out = _einsum_terms(str(node.attr("equation")), len(inputs), node)
+    terms, out = _einsum_terms(str(node.attr("equation")), [ctx.rank(i) for i in inputs], node)
     sizes: dict[str, int] = {}
-    for term, index in zip(terms, inputs, strict=True):
+    for k, (term, index) in enumerate(zip(terms, inputs, strict=True)):
         if DYNAMIC in ctx.shape(index):
             raise node.fail("Einsum needs static input shapes")
+        if len(term) != ctx.rank(index):
+            raise node.fail(
+                f"operand {k} has rank {ctx.rank(index)}, but the equation gives it "
+                f"{len(term)} indices"
+            )
         sizes.update(zip(term, ctx.spec(index).shape, strict=True))
+        terms[k], inputs[k] = _diagonal(ctx, node, term, index)
 
     def reduce_only(term: str, index: int, keep: set[str]) -> tuple[str, int]:
         """Sum away indices of `term` that are not in `keep`."""

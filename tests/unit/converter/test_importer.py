@@ -594,6 +594,11 @@ def test_recurrent_layers(kind: str, direction: str, layout: int) -> None:
         ("ijk,k->ij", [[2, 3, 4], [4]]),
         ("ijk->kj", [[2, 3, 4]]),
         ("ij,kl->ijkl", [[2, 3], [4, 5]]),  # outer product
+        ("...ii->...i", [[3, 4, 4]]),  # batched diagonal
+        ("ii", [[4, 4]]),  # trace
+        ("...ij,...jk->...ik", [[2, 3, 4, 5], [2, 3, 5, 2]]),  # batched by an ellipsis
+        ("bij,bjk", [[2, 3, 4], [2, 4, 3]]),
+        ("i...,i...->...", [[3, 2, 4], [3, 2, 4]]),
     ],
 )
 def test_einsum_patterns(equation: str, shapes: list[list[int]]) -> None:
