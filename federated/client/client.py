@@ -41,6 +41,7 @@ local DP (`dp_local_noise_multiplier`), all of the noise before any upload (priv
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import json
 import logging
@@ -475,22 +476,40 @@ class Client:
         """Forget the models held; their buffers serve the next download or update."""
         self._transfers.drop_models()
 
-    def _start_heartbeats(self, task_id: str) -> Callable[[], object]:
-        """Heartbeat over the session every interval until the returned function is called."""
-        return self._transport.spawn(self._heartbeats_in_session(task_id)).cancel
+    def _start_heartbeats(self, task_id: str) -> Callable[[], None]:
+        """Heartbeat over the session every interval until the returned function is called.
 
-    async def _heartbeats_in_session(self, task_id: str) -> None:
-        """Heartbeats over the session every interval until cancelled."""
+        That function returns only once the beats have stopped, a beat being written
+        included, so no heartbeat frame can land between the chunks of the upload
+        that follows.
+        """
+        stop = asyncio.Event()
+        beats = self._transport.spawn(self._heartbeats_in_session(task_id, stop))
+
+        def stop_and_wait() -> None:
+            self._transport.call(stop.set)
+            try:
+                beats.result(timeout=max(4 * self._heartbeat_interval, 5.0))
+            except concurrent.futures.TimeoutError:  # a write stuck that long: end it
+                beats.cancel()
+            except Exception as e:  # a failed beat is not fatal: the upload finds out
+                log.debug("heartbeat ended with %r", e)
+
+        return stop_and_wait
+
+    async def _heartbeats_in_session(self, task_id: str, stop: asyncio.Event) -> None:
+        """Heartbeats over the session every interval until `stop` is set."""
         request = pb.HeartbeatRequest(client_id=self.client_id or "", task_id=task_id)
         while True:
-            await asyncio.sleep(self._heartbeat_interval)
-            # The main loop handles failures; a missed beat is not fatal. Shielded: when
-            # training ends mid-write, cancelling the write would cancel the whole call.
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self._heartbeat_interval):
+                    await stop.wait()
+            if stop.is_set():
+                return
+            # The main loop handles failures; a missed beat is not fatal.
             with contextlib.suppress(grpc.RpcError, TransferError):
-                await asyncio.shield(
-                    self._open_session().send(
-                        SessionRequestField.HEARTBEAT, request.SerializeToString()
-                    )
+                await self._open_session().send(
+                    SessionRequestField.HEARTBEAT, request.SerializeToString()
                 )
 
     def _fit(self, task: pb.Task) -> None:

@@ -23,7 +23,8 @@ def test_fedprox_mu_and_fit_config_reach_clients(tmp_path: Path, server_factory)
         f'model = "{tmp_path / "init.spore"}"\nrounds = 1\nmin_clients = 2\n'
         '[strategy]\nname = "fedprox"\nproximal_mu = 0.25\n[fit_config]\nlr = 0.5\n'
     )
-    server = server_factory(["--config", str(tmp_path / "server.toml")]).start()
+    # --keep-serving: GetStatus is polled while the (quick) job may already be over.
+    server = server_factory(["--config", str(tmp_path / "server.toml"), "--keep-serving"]).start()
     configs: list[dict] = []
     finals: list[dict[str, np.ndarray] | None] = [None, None]
 
