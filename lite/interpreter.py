@@ -7,9 +7,9 @@ from typing import Any
 
 import numpy as np
 
-from sporenet.lite.errors import InputError
+from sporenet.lite.errors import InputError, ShapeError
 from sporenet.lite.format import load, parse
-from sporenet.lite.graph import DYNAMIC, Model
+from sporenet.lite.graph import DYNAMIC, Model, shape_text
 from sporenet.lite.planner import ExecutionPlan, plan
 from sporenet.lite.signature_runner import SignatureRunner
 from sporenet.lite.threads import BLAS
@@ -61,8 +61,22 @@ class Interpreter:
 
     # ---- planning
     def plan(self, key: str, shapes: dict[int, tuple[int, ...]]) -> ExecutionPlan:
-        """A plan of signature `key` for the given input shapes, bound to `variables`."""
-        return plan(self.model, key, shapes, variables=self.variables)
+        """A plan of signature `key` for the given input shapes, bound to `variables`.
+
+        A size the model cannot take is a ShapeError that names the inputs given, their
+        declared shapes, and then the node that refused."""
+        try:
+            return plan(self.model, key, shapes, variables=self.variables)
+        except ShapeError as exc:
+            resized = {i: s for i, s in shapes.items() if DYNAMIC in self.model.tensors[i].shape}
+            if not resized:
+                raise
+            given = ", ".join(
+                f"input {self.model.tensors[i].name!r} of shape {list(s)} (declared "
+                f"{shape_text(self.model.tensors[i])})"
+                for i, s in resized.items()
+            )
+            raise ShapeError(f"the model cannot run with {given}: {exc}") from None
 
     def allocate_tensors(self) -> None:
         """(Re)plan the graph for the current input shapes."""

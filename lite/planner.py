@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from sporenet.lite.dims import SIZE_FAMILIES, default_shapes
 from sporenet.lite.eager import evaluate, prepare_kernel
 from sporenet.lite.errors import ShapeError, UnsupportedOpError
 from sporenet.lite.graph import DYNAMIC, Model, Node
@@ -59,11 +60,8 @@ def check_supported(model: Model, graph_index: int) -> None:
         )
 
 
-def _input_spec(model: Model, index: int, shapes: dict[int, tuple[int, ...]]) -> TensorSpec:
+def _input_spec(model: Model, index: int, shape: tuple[int, ...]) -> TensorSpec:
     tensor = model.tensors[index]
-    shape = shapes.get(index, tensor.shape)
-    # A dynamic dimension left unresolved defaults to 1 (batch 1), as TFLite does.
-    shape = tuple(1 if d == DYNAMIC else d for d in shape)
     spec = TensorSpec(shape, tensor.dtype, quant=tensor.quantization)
     _check_size(spec, f"input {tensor.name!r}")
     return spec
@@ -110,12 +108,38 @@ def _weight_only(
     return swapped
 
 
+Inferred = tuple[dict[int, TensorSpec], list[Kernel | None], dict[int, np.ndarray]]
+
+
+def infer_any_size(
+    model: Model,
+    graph_index: int,
+    shapes: dict[int, tuple[int, ...]] | None = None,
+    variables: Collection[int] = (),
+) -> Inferred:
+    """`infer` where dynamic dimensions not given in `shapes` take the sizes of the first
+    probe family under which the graph plans (lite/dims.py); the first family's error if
+    none does."""
+    shapes = shapes or {}
+    graph = model.graphs[graph_index]
+    open_dims = any(i not in shapes and DYNAMIC in model.tensors[i].shape for i in graph.inputs)
+    first: ShapeError | None = None
+    for family in range(len(SIZE_FAMILIES) if open_dims else 1):
+        try:
+            return infer(model, graph_index, shapes, variables, family=family)
+        except ShapeError as exc:
+            first = first or exc
+    raise first  # type: ignore[misc]
+
+
 def infer(
     model: Model,
     graph_index: int,
     shapes: dict[int, tuple[int, ...]] | None = None,
     variables: Collection[int] = (),
-) -> tuple[dict[int, TensorSpec], list[Kernel | None], dict[int, np.ndarray]]:
+    *,
+    family: int = 0,
+) -> Inferred:
     """Prepare every kernel of a graph: specs of all tensors, kernels (None if folded), and
     the values of tensors folded to constants.
 
@@ -136,8 +160,11 @@ def infer(
             specs[i] = TensorSpec(
                 tuple(t.shape), t.dtype, None if i in variables else t.data, t.quantization
             )
+    # Dynamic dimensions left unresolved take their probe sizes (a leading batch 1, as
+    # TFLite's default; lite/dims.py).
+    defaults = default_shapes(model, graph_index, family)
     for i in graph.inputs:
-        specs[i] = _input_spec(model, i, shapes)
+        specs[i] = _input_spec(model, i, shapes.get(i, defaults[i]))
     kernels: list[Kernel | None] = []
     folded: dict[int, np.ndarray] = {}
     dequantized: dict[int, TensorSpec] = {}
@@ -162,8 +189,12 @@ def infer(
         )
         for spec in kernel.output_specs:
             _check_size(spec, where)
-        foldable = getattr(cls, "foldable", True) and all(
-            s is None or s.value is not None for s in in_specs
+        # A node is folded when its inputs are known, or when its kernel knows its outputs
+        # from the input shapes alone (Shape): shape arithmetic on dynamic dimensions then
+        # runs here, once per plan.
+        foldable = getattr(cls, "foldable", True) and (
+            all(s is None or s.value is not None for s in in_specs)
+            or all(s.value is not None for s in kernel.output_specs)
         )
         if foldable:
             values = evaluate(kernel, [s.value if s is not None else None for s in in_specs])
@@ -210,7 +241,8 @@ def plan(
     shapes: dict[int, tuple[int, ...]] | None = None,
     variables: dict[int, np.ndarray] | None = None,
 ) -> ExecutionPlan:
-    """Plan the graph behind `signature` for the given input shapes (dynamic dims -> 1).
+    """Plan the graph behind `signature` for the given input shapes (dynamic dims not
+    given take their probe sizes, lite/dims.py).
 
     `variables` maps constant tensors to writable arrays the plan reads (and update ops
     write) in place instead of the model's data; the caller owns them, so several plans
@@ -277,7 +309,7 @@ def plan_graph(
     flow kernel runs); `shapes` and `variables` as for `plan`."""
     graph = model.graphs[graph_index]
     variables = variables or {}
-    specs, kernels, _ = infer(model, graph_index, shapes, variables.keys())
+    specs, kernels, _ = infer_any_size(model, graph_index, shapes, variables.keys())
     nodes = graph.nodes
     outputs = set(graph.outputs)
     last_use = _last_uses(nodes, kernels, outputs)

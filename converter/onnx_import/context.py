@@ -2,8 +2,9 @@
 
 Every IR node is prepared with its runtime kernel as soon as it is emitted, so handlers can
 ask for shapes, dtypes and (for static tensors) values of their inputs. A graph with dynamic
-input dimensions is tracked under two assignments of those dimensions (1 and 2): a
-dimension that differs between them is dynamic (-1), and a value that differs is not static.
+input dimensions is tracked under two assignments of those dimensions (the probes of
+lite/dims.py): a dimension that differs between them is dynamic (-1), and a value that
+differs is not static.
 Nodes whose inputs are all static are folded into constants right away, unless the constant
 would be much larger than its inputs (a ConstantOfShape fill stays a node the runtime folds
 at load time, so the file stays small).
@@ -21,6 +22,7 @@ from sporenet.converter.errors import ConversionError
 from sporenet.converter.onnx_import.node import OnnxNode
 from sporenet.converter.passes.graph_utils import contiguous, should_materialize
 from sporenet.lite.builder import unique_name
+from sporenet.lite.dims import probe_shapes
 from sporenet.lite.eager import evaluate, prepare_kernel
 from sporenet.lite.errors import ShapeError, UnsupportedOpError
 from sporenet.lite.graph import DYNAMIC, Graph, Model, Node, Quantization, Signature, Tensor
@@ -186,13 +188,22 @@ class ImportContext:
         self.static.add(index)
         return index
 
-    def graph_input(self, name: str, shape: tuple[int, ...], dtype: np.dtype) -> int:
-        specs = [
-            TensorSpec(tuple(v if d == DYNAMIC else d for d in shape), dtype)
-            for v in (1, 2)[: len(self.views)]
-        ]
+    def graph_input(
+        self,
+        name: str,
+        shape: tuple[int, ...],
+        dtype: np.dtype,
+        probes: Sequence[tuple[int, ...]] | None = None,
+        dim_names: tuple[str, ...] = (),
+    ) -> int:
+        """A graph input of declared `shape` (-1: dynamic), seen at its probe shapes (one per
+        view, lite/dims.py; by default this input's own)."""
+        if probes is None:
+            probes = [probe_shapes([(tuple(shape), dim_names)], k)[0] for k in (0, 1)]
+        specs = [TensorSpec(tuple(p), dtype) for p in probes[: len(self.views)]]
         index = self._add(name, specs, None, reserved_name=True)
         self.tensors[index].shape = tuple(shape)
+        self.tensors[index].dim_names = dim_names
         self.inputs.append(index)
         return index
 

@@ -68,6 +68,15 @@ def resize(ctx: ImportContext, node: OnnxNode) -> list[int]:
             raise node.fail(f"{name}=1 is not supported")
     if node.attr("keep_aspect_ratio_policy", "stretch") != "stretch":
         raise node.fail("only keep_aspect_ratio_policy='stretch' is supported")
+    axes = node.ints("axes")
+    dynamic = [k for k in (2, 3) if node.input(k) != -1 and ctx.value(node.input(k)) is None]
+    if dynamic and axes is None:
+        # Sizes or scales computed from a dynamic input dimension: kept as the node's input,
+        # evaluated by the runtime when it plans the graph.
+        k = dynamic[0]
+        inputs = [x, -1, -1, -1][: k + 1]
+        inputs[k] = node.input(k)
+        return [ctx.emit1(OpCode.RESIZE, inputs, **attrs)]
     scales = _static_floats(ctx, node, 2, "scales")
     sizes_index = node.input(3)
     sizes = None
@@ -76,7 +85,6 @@ def resize(ctx: ImportContext, node: OnnxNode) -> list[int]:
         if value is None:
             raise node.fail("sizes (input 3) must be static (known at conversion time)")
         sizes = [int(v) for v in np.ravel(value)] or None
-    axes = node.ints("axes")
     rank = ctx.rank(x)
     if axes is not None:
         # Spread per-axis values over all axes (1 / the input size for the others).
