@@ -208,6 +208,7 @@ def fill_inferred_shapes(model: Model, graph_index: int = 0) -> None:
         is_dynamic,
         named_pairs,
         probe_shapes,
+        value_input_candidates,
     )
     from sporenet.lite.planner import infer
 
@@ -228,6 +229,8 @@ def fill_inferred_shapes(model: Model, graph_index: int = 0) -> None:
         except ShapeError as exc:
             error = error or exc
     else:
+        if value_input_candidates(model, graph_index):
+            return  # shapes follow values fed at run time: the planner infers them then
         raise error  # type: ignore[misc]
     named = named_pairs(dims, family)
     for node in graph.nodes:

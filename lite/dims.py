@@ -104,3 +104,21 @@ def named_pairs(inputs: Sequence[InputDims], family: int = 0) -> dict[tuple[int,
                 if pair[0] != pair[1]:
                     pairs.setdefault(pair, name)
     return pairs
+
+
+MAX_VALUE_INPUT = 64
+"""Most elements a graph input may have to be read as a shape-like value when planning."""
+
+
+def may_feed_shapes(shape: Sequence[int]) -> bool:
+    """Whether a graph input of this declared shape can be a shape-like value (a target
+    shape, sizes, axes, `k`, a Range bound) that the planner needs: a scalar or a short
+    vector of static length."""
+    return (
+        len(shape) <= 1 and DYNAMIC not in shape and (not shape or 0 < shape[0] <= MAX_VALUE_INPUT)
+    )
+
+
+def value_input_candidates(model: Model, graph_index: int) -> list[int]:
+    """Graph inputs whose values the planner reads when a plan without them fails."""
+    return [i for i in model.graphs[graph_index].inputs if may_feed_shapes(model.tensors[i].shape)]

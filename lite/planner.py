@@ -60,9 +60,14 @@ def check_supported(model: Model, graph_index: int) -> None:
         )
 
 
-def _input_spec(model: Model, index: int, shape: tuple[int, ...]) -> TensorSpec:
+def _input_spec(
+    model: Model, index: int, shape: tuple[int, ...], value: np.ndarray | None
+) -> TensorSpec:
     tensor = model.tensors[index]
-    spec = TensorSpec(shape, tensor.dtype, quant=tensor.quantization)
+    if value is not None:
+        value = np.array(value, dtype=tensor.dtype).reshape(shape)
+        value.flags.writeable = False
+    spec = TensorSpec(shape, tensor.dtype, value, tensor.quantization)
     _check_size(spec, f"input {tensor.name!r}")
     return spec
 
@@ -116,6 +121,7 @@ def infer_any_size(
     graph_index: int,
     shapes: dict[int, tuple[int, ...]] | None = None,
     variables: Collection[int] = (),
+    values: dict[int, np.ndarray] | None = None,
 ) -> Inferred:
     """`infer` where dynamic dimensions not given in `shapes` take the sizes of the first
     probe family under which the graph plans (lite/dims.py); the first family's error if
@@ -126,7 +132,7 @@ def infer_any_size(
     first: ShapeError | None = None
     for family in range(len(SIZE_FAMILIES) if open_dims else 1):
         try:
-            return infer(model, graph_index, shapes, variables, family=family)
+            return infer(model, graph_index, shapes, variables, family=family, values=values)
         except ShapeError as exc:
             first = first or exc
     raise first  # type: ignore[misc]
@@ -139,6 +145,7 @@ def infer(
     variables: Collection[int] = (),
     *,
     family: int = 0,
+    values: dict[int, np.ndarray] | None = None,
 ) -> Inferred:
     """Prepare every kernel of a graph: specs of all tensors, kernels (None if folded), and
     the values of tensors folded to constants.
@@ -163,8 +170,9 @@ def infer(
     # Dynamic dimensions left unresolved take their probe sizes (a leading batch 1, as
     # TFLite's default; lite/dims.py).
     defaults = default_shapes(model, graph_index, family)
+    values = values or {}
     for i in graph.inputs:
-        specs[i] = _input_spec(model, i, shapes.get(i, defaults[i]))
+        specs[i] = _input_spec(model, i, shapes.get(i, defaults[i]), values.get(i))
     kernels: list[Kernel | None] = []
     folded: dict[int, np.ndarray] = {}
     dequantized: dict[int, TensorSpec] = {}
@@ -240,16 +248,19 @@ def plan(
     signature: str = "infer",
     shapes: dict[int, tuple[int, ...]] | None = None,
     variables: dict[int, np.ndarray] | None = None,
+    values: dict[int, np.ndarray] | None = None,
 ) -> ExecutionPlan:
     """Plan the graph behind `signature` for the given input shapes (dynamic dims not
     given take their probe sizes, lite/dims.py).
 
     `variables` maps constant tensors to writable arrays the plan reads (and update ops
     write) in place instead of the model's data; the caller owns them, so several plans
-    (a train and an infer graph) can share them across runs.
+    (a train and an infer graph) can share them across runs. `values` gives the values of
+    shape-like inputs (a target shape, sizes, a Range bound fed as graph inputs): the plan
+    treats them as constants, so it is valid only for those values.
     """
     try:
-        return _plan(model, signature, shapes, variables)
+        return plan_graph(model, model.signature(signature).graph, shapes, variables, values)
     except MemoryError:
         # Shapes a file declares are not bounded by its size; say so instead of crashing.
         raise ShapeError(
@@ -290,26 +301,18 @@ def _last_uses(
     return last_use
 
 
-def _plan(
-    model: Model,
-    signature: str,
-    shapes: dict[int, tuple[int, ...]] | None,
-    variables: dict[int, np.ndarray] | None,
-) -> ExecutionPlan:
-    return plan_graph(model, model.signature(signature).graph, shapes, variables)
-
-
 def plan_graph(
     model: Model,
     graph_index: int,
     shapes: dict[int, tuple[int, ...]] | None = None,
     variables: dict[int, np.ndarray] | None = None,
+    values: dict[int, np.ndarray] | None = None,
 ) -> ExecutionPlan:
     """Plan one graph of the model by index (an entry graph, or a subgraph that a control
     flow kernel runs); `shapes` and `variables` as for `plan`."""
     graph = model.graphs[graph_index]
     variables = variables or {}
-    specs, kernels, _ = infer_any_size(model, graph_index, shapes, variables.keys())
+    specs, kernels, _ = infer_any_size(model, graph_index, shapes, variables.keys(), values)
     nodes = graph.nodes
     outputs = set(graph.outputs)
     last_use = _last_uses(nodes, kernels, outputs)

@@ -78,6 +78,11 @@ class ImportContext:
         # One spec map per assignment of dynamic dimensions (1, and 2 when any are dynamic).
         self.views: list[dict[int, TensorSpec]] = [{}, {}] if dynamic else [{}]
         self.static: set[int] = set()
+        # Values known only when the model runs, from graph inputs the runtime reads when it
+        # plans (shape-like inputs and what is computed from them alone), and outputs of
+        # nodes that need such a value to know their shapes (`opaque`: no spec here).
+        self.fed: set[int] = set()
+        self.opaque: set[int] = set()
         self._reserved = set(reserved)
         self._used: set[str] = set()
         self.where = ""  # the ONNX node being imported, for error messages
@@ -272,6 +277,8 @@ class ImportContext:
                     prepare_kernel(op, attrs, in_specs, num_outputs, output_quant=output_quant)
                 )
             except (ShapeError, UnsupportedOpError) as exc:
+                if any(i in self.fed for i in inputs):
+                    return self._emit_opaque(op, inputs, num_outputs, name, attrs)
                 raise self.fail(str(exc)) from None
         base = name or f"{self.where or op.name.lower()}/{op.name.lower()}"
         foldable = getattr(type(kernels[0]), "foldable", True) and not any(
@@ -309,6 +316,9 @@ class ImportContext:
                 for k, o in enumerate(per_view[0][:num_outputs])
             ]
         outputs = []
+        fed = any(i in self.fed for i in inputs) and all(
+            i == -1 or i in self.fed or i in self.static for i in inputs
+        )
         for k in range(num_outputs):
             specs = [
                 TensorSpec(
@@ -326,6 +336,8 @@ class ImportContext:
             self.tensors[index].quantization = specs[0].quant
             if lazy is not None:
                 self.static.add(index)
+            if fed:
+                self.fed.add(index)
             outputs.append(index)
         self.nodes.append(
             Node(
@@ -336,6 +348,27 @@ class ImportContext:
                 name=self.tensors[outputs[0]].name,
             )
         )
+        return outputs
+
+    def _emit_opaque(
+        self, op: OpCode, inputs: Sequence[int], num_outputs: int, name: str, attrs: dict
+    ) -> list[int]:
+        """A node whose output shapes depend on a value fed at run time (Reshape to a shape
+        input): its outputs have no spec here (the runtime plans them once it has the
+        value), so only a graph output may use them. Their stored shape is all dynamic,
+        of the data input's rank, and their dtype the data input's."""
+        data = inputs[0]
+        dtype = self.tensors[data].dtype
+        rank = max(len(self.tensors[data].shape), 1)
+        base = name or f"{self.where or op.name.lower()}/{op.name.lower()}"
+        outputs = []
+        for k in range(num_outputs):
+            final = self._fresh_name(base if num_outputs == 1 else f"{base}:{k}")
+            self._used.add(final)
+            self.tensors.append(Tensor(name=final, dtype=dtype, shape=(DYNAMIC,) * rank))
+            outputs.append(len(self.tensors) - 1)
+        self.opaque.update(outputs)
+        self.nodes.append(Node(op=op, inputs=list(inputs), outputs=outputs, attrs=attrs, name=base))
         return outputs
 
     def _per_view_values(

@@ -15,7 +15,7 @@ from sporenet.converter.onnx_import.context import ImportContext, contiguous
 from sporenet.converter.onnx_import.functions import expand_functions
 from sporenet.converter.onnx_import.node import OnnxNode
 from sporenet.converter.onnx_import.registry import HANDLERS, handler_available
-from sporenet.lite.dims import SIZE_FAMILIES, is_dynamic, probe_shapes
+from sporenet.lite.dims import SIZE_FAMILIES, is_dynamic, may_feed_shapes, probe_shapes
 from sporenet.lite.dtypes import NUMPY_TO_IR
 from sporenet.lite.errors import LiteError
 from sporenet.lite.graph import DYNAMIC, Model
@@ -225,6 +225,8 @@ def _import_graph(
         names[t.name] = ctx.constant(t.name, initializer_value(t))
     for (name, shape, dtype, dim_names), probe in zip(input_specs, probes, strict=True):
         names[name] = ctx.graph_input(name, shape, dtype, probe, dim_names)
+        if may_feed_shapes(shape):
+            ctx.fed.add(names[name])
     import_nodes(ctx, graph.node)
 
     outputs: dict[str, int] = {}
@@ -253,6 +255,12 @@ def import_nodes(ctx: ImportContext, nodes: Sequence[onnx.NodeProto]) -> None:
             index = scope.lookup(name)
             if index is None:
                 raise ctx.fail(f"input {name!r} is not produced by any earlier node")
+            if index in ctx.opaque:
+                raise ctx.fail(
+                    f"input {name!r} has a shape that depends on the value of an input fed "
+                    "at run time; such values are planned only where they give the shape "
+                    "of a graph output (give them as initializers to convert the rest)"
+                )
             inputs.append(index)
         node = OnnxNode(
             op_type=proto.op_type,

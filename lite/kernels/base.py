@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from sporenet.lite.errors import ShapeError
+from sporenet.lite.errors import ShapeError, ValueNeededError
 from sporenet.lite.graph import Quantization
 from sporenet.lite.ops import OpCode
 
@@ -142,7 +142,10 @@ class Kernel:
     def constant(self, index: int, what: str) -> np.ndarray:
         spec = self.input(index)
         if spec.value is None:
-            raise self.fail(f"input {index} ({what}) must be a constant known when the model loads")
+            raise ValueNeededError(
+                f"{self.op.name}: input {index} ({what}) must be known when the graph is "
+                "planned (a constant, shape arithmetic, or a shape-like graph input)"
+            )
         return spec.value
 
     # ---- the two phases
