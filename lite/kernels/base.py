@@ -143,8 +143,8 @@ class Kernel:
         spec = self.input(index)
         if spec.value is None:
             raise ValueNeededError(
-                f"{self.op.name}: input {index} ({what}) must be known when the graph is "
-                "planned (a constant, shape arithmetic, or a shape-like graph input)"
+                f"{self.op.name}: input {index} ({what}) must be a constant known when the "
+                "graph is planned (stored, computed from input shapes, or a shape-like input)"
             )
         return spec.value
 
