@@ -115,7 +115,7 @@ def may_feed_shapes(shape: Sequence[int]) -> bool:
     shape, sizes, axes, `k`, a Range bound) that the planner needs: a scalar or a short
     vector of static length."""
     return (
-        len(shape) <= 1 and DYNAMIC not in shape and (not shape or 0 < shape[0] <= MAX_VALUE_INPUT)
+        len(shape) <= 1 and DYNAMIC not in shape and (not shape or 0 <= shape[0] <= MAX_VALUE_INPUT)
     )
 
 

@@ -269,6 +269,9 @@ class ImportContext:
         attrs = {k: v for k, v in attrs.items() if v is not None}
         if op not in KERNELS:
             raise self.fail(f"needs the runtime op {op.name}, which has no kernel yet")
+        if any(i in self.opaque for i in inputs):
+            # a step of one ONNX op's translation after a node planned at run time
+            return self._emit_opaque(op, inputs, num_outputs, name, attrs)
         kernels = []
         for view in self.views:
             in_specs = [view[i] if i != -1 else None for i in inputs]

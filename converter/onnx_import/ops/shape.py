@@ -182,12 +182,15 @@ def pad(ctx: ImportContext, node: OnnxNode) -> list[int]:
                 value=float(node.attr("value", 0.0)),
             )
         ]
-    pads = _static_ints(ctx, node, 1, "pads")
-    axes = _static_ints(ctx, node, 3, "axes")
+    # pads and axes fed at run time stay the node's inputs (planned with their values)
+    pads, pads_tensor = shape_arg(ctx, node, 1)
+    axes, axes_tensor = shape_arg(ctx, node, 3)
     value = node.input(2)
-    if value != -1 and ctx.value(value) is None:
+    if value != -1 and ctx.value(value) is None and value not in ctx.fed:
         raise node.fail("constant_value (input 2) must be static")
-    inputs = [x] if value == -1 else [x, -1, value]
+    inputs = [x, pads_tensor, value, axes_tensor]
+    while inputs[-1] == -1:
+        inputs.pop()
     return [ctx.emit1(OpCode.PAD, inputs, mode=mode, pads=pads, axes=axes)]
 
 
