@@ -4,6 +4,9 @@ onnxruntime."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -12,7 +15,7 @@ from sporenet.lite import Interpreter, parse
 from sporenet.lite.errors import InputError, ShapeError
 from sporenet.lite.inspect_cli import describe
 from sporenet.lite.ops import OpCode
-from tests.unit.converter.helpers import TensorProto, helper, make_model, run_ort
+from tests.unit.converter.helpers import TensorProto, helper, make_model, onnx, run_ort
 
 RNG = np.random.default_rng(7)
 
@@ -225,3 +228,21 @@ def test_a_graph_no_size_fits_is_refused_naming_the_input() -> None:
     assert "--input-shape x:1,8,W" in message
     # Pinned, it converts.
     assert convert_onnx(model, input_shapes={"x": (1, 8, 64)})
+
+
+def test_cli_converts_without_input_shape_and_inspect_names_the_dims(tmp_path) -> None:
+    source, target = tmp_path / "net.onnx", tmp_path / "net.spore"
+    onnx.save(_conv_net(), source)
+    run = [sys.executable, "-m"]
+    converted = subprocess.run(
+        [*run, "sporenet.converter.cli", str(source), "-o", str(target)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert converted.returncode == 0, converted.stderr
+    shown = subprocess.run(
+        [*run, "sporenet.lite.inspect_cli", str(target)], capture_output=True, text=True, timeout=60
+    )
+    assert "inputs x [N, 3, H, W]" in shown.stdout
+    assert "up [N, 4, H, W]" in shown.stdout  # the ConvTranspose output keeps the names
