@@ -2,11 +2,11 @@
 
 A graph whose inputs have dynamic dimensions (-1, optionally named as ONNX's dim_param) is
 planned for concrete sizes. When no size is given, each dynamic dimension takes a probe
-size: a batch-like leading dimension 1, any other one of a few families of sizes (the first
-under which the graph plans). The converter and the shape-inference pass look at the
-graph under two probes: a second one gives each distinct named dimension its own size (2,
-3, ... for batch-like ones, 192, 256, ... for the others), so a size that differs between the two
-depends on an input dimension, and one that follows an input dimension under both probes
+size: a batch-like one (axis 0, or named like a batch) 1, any other one of a few families of
+sizes (the first under which the graph plans). The converter and the shape-inference pass
+look at the graph under two probes: the second gives batch-like dimensions 2 and each other
+distinct named dimension its own size (192, 256, ...), so a size that differs between the
+two depends on an input dimension, and one that follows a named input dimension under both
 takes its name.
 """
 
@@ -17,21 +17,26 @@ from collections.abc import Sequence
 from sporenet.lite.graph import DYNAMIC, Model
 
 BATCH_PROBES = (1, 2, 1)
-"""A batch-like dimension (axis 0 of an input of rank >= 2): its size under probe 0, under
+"""A batch-like dimension (axis 0, or named like a batch): its size under probe 0, under
 probe 1, and the step probe 1 adds for each further distinct named one."""
 SIZE_FAMILIES = ((128, 192, 64), (48, 56, 8), (64, 96, 32), (32, 40, 8), (256, 320, 64))
 """Any other dynamic dimension, the same way. A graph that cannot be planned under the
-first family is tried under the next: a text-line recognizer whose height must stay near
-48 plans under the second, a detector that downsamples by 64 under the first."""
+first family is tried under the next: a detector that downsamples by 64 plans under the
+first, a text-line recognizer whose height must stay near 48 under the second."""
 
 InputDims = tuple[tuple[int, ...], tuple[str, ...]]
 """An input's declared shape (-1: dynamic) and its dimension names ("" for none)."""
 
 
 def _key(kind: int, name: str) -> tuple[str, int]:
-    """Dimensions that share a name share a size; unnamed ones share one size per kind
-    (inputs whose unnamed batch or length dimensions must agree then still plan)."""
-    return (name, -1) if name else ("", kind)
+    """All batch-like dimensions share one size (a train graph's labels and images agree);
+    other dimensions that share a name share a size, unnamed ones one size between them."""
+    return ("", kind) if kind == 0 or not name else (name, -1)
+
+
+def _kind(axis: int, name: str) -> int:
+    """0 for a batch-like dimension (axis 0, or named like a batch), 1 for any other."""
+    return 0 if axis == 0 or "batch" in name.lower() else 1
 
 
 def probe_shapes(inputs: Sequence[InputDims], probe: int, family: int = 0) -> list[tuple[int, ...]]:
@@ -47,7 +52,7 @@ def probe_shapes(inputs: Sequence[InputDims], probe: int, family: int = 0) -> li
             if d != DYNAMIC:
                 dims.append(d)
                 continue
-            kind = 0 if axis == 0 and len(shape) >= 2 else 1
+            kind = _kind(axis, name)
             key = _key(kind, name)
             if key not in sizes:
                 first, second, step = BATCH_PROBES if kind == 0 else SIZE_FAMILIES[family]
