@@ -170,9 +170,9 @@ def infer(
     # Dynamic dimensions left unresolved take their probe sizes (a leading batch 1, as
     # TFLite's default; lite/dims.py).
     defaults = default_shapes(model, graph_index, family)
-    values = values or {}
+    fed = values or {}
     for i in graph.inputs:
-        specs[i] = _input_spec(model, i, shapes.get(i, defaults[i]), values.get(i))
+        specs[i] = _input_spec(model, i, shapes.get(i, defaults[i]), fed.get(i))
     kernels: list[Kernel | None] = []
     folded: dict[int, np.ndarray] = {}
     dequantized: dict[int, TensorSpec] = {}
@@ -205,8 +205,8 @@ def infer(
             or all(s.value is not None for s in kernel.output_specs)
         )
         if foldable:
-            values = evaluate(kernel, [s.value if s is not None else None for s in in_specs])
-            for i, value, spec in zip(node.outputs, values, kernel.output_specs, strict=False):
+            outs = evaluate(kernel, [s.value if s is not None else None for s in in_specs])
+            for i, value, spec in zip(node.outputs, outs, kernel.output_specs, strict=False):
                 value.flags.writeable = False
                 folded[i] = value
                 specs[i] = TensorSpec(value.shape, value.dtype, value, spec.quant)
