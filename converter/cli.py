@@ -156,7 +156,8 @@ def build_parser() -> argparse.ArgumentParser:
         default=[],
         metavar="NAME:D0,D1,...",
         help="fix a dynamic input's shape (repeatable), e.g. "
-        "input:1,3,224,224; dimensions left dynamic stay -1 in the model",
+        "input:1,3,224,224, and fold what depends on it; without it dynamic dimensions stay "
+        "symbolic and the runtime plans for the sizes it is fed",
     )
     parser.add_argument(
         "--no-optimize",

@@ -16,7 +16,7 @@ from sporenet.converter.passes import optimize as run_passes
 from sporenet.converter.passes.graph_utils import compact_tensors
 from sporenet.lite.errors import LiteError
 from sporenet.lite.format import serialize
-from sporenet.lite.graph import Model, Node
+from sporenet.lite.graph import DYNAMIC, Model, Node, shape_text
 from sporenet.lite.ops import OpCode
 from sporenet.lite.validate import validate
 
@@ -98,6 +98,19 @@ def lower_quantized(ir: Model) -> dict[str, int]:
     return {"qdq-activation-fusion": fused, "qdq-folding": folded}
 
 
+def _dynamic_hint(ir: Model) -> str:
+    """For a graph with dynamic inputs: which, and that --input-shape pins them."""
+    graph = ir.graphs[0]
+    dynamic = [ir.tensors[i] for i in graph.inputs if DYNAMIC in ir.tensors[i].shape]
+    if not dynamic:
+        return ""
+    listed = ", ".join(f"{t.name} {shape_text(t)}" for t in dynamic)
+    return (
+        f" (the model has dynamic input dimensions: {listed}; give the sizes you run it at "
+        "with --input-shape NAME:D0,D1,...)"
+    )
+
+
 def convert_onnx_model(
     model: OnnxSource,
     *,
@@ -123,7 +136,7 @@ def convert_onnx_model(
             report.passes.update(run_passes(ir))
         validate(ir)
     except LiteError as exc:
-        raise ConversionError(f"the converted graph is invalid: {exc}") from exc
+        raise ConversionError(f"the converted graph is invalid: {exc}{_dynamic_hint(ir)}") from exc
     ir.metadata.update({"source_format": "onnx", "source_opset": str(report.opset)})
     if proto.producer_name:
         ir.metadata["source_producer"] = report.producer

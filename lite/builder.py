@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from sporenet.lite.errors import ShapeError
 from sporenet.lite.graph import DYNAMIC, Graph, Model, Node, Quantization, Signature, Tensor
 from sporenet.lite.ops import OpCode
 from sporenet.lite.validate import validate
@@ -196,20 +197,42 @@ class ModelBuilder:
 def fill_inferred_shapes(model: Model, graph_index: int = 0) -> None:
     """Store inferred shapes on a graph's non-constant tensors, in place.
 
-    Inference runs twice, with dynamic input dimensions set to 1 and to 2; a dimension
-    that differs between the two runs depends on a dynamic one and is stored as -1.
+    Inference runs under the two probe assignments of the dynamic input dimensions
+    (lite/dims.py); a dimension that differs between the two depends on a dynamic one and
+    is stored as -1, named when it follows a named input dimension.
     """
+    from sporenet.lite.dims import (
+        SIZE_FAMILIES,
+        graph_input_dims,
+        inner_dim_names,
+        is_dynamic,
+        named_pairs,
+        probe_shapes,
+        value_input_candidates,
+    )
     from sporenet.lite.planner import infer
 
     graph = model.graphs[graph_index]
-    dynamic = [i for i in graph.inputs if DYNAMIC in model.tensors[i].shape]
-    first, _, _ = infer(model, graph_index)
-    second = first
-    if dynamic:
-        shapes = {
-            i: tuple(2 if d == DYNAMIC else d for d in model.tensors[i].shape) for i in dynamic
-        }
-        second, _, _ = infer(model, graph_index, shapes)
+    dims = graph_input_dims(model, graph_index)
+    families = range(len(SIZE_FAMILIES)) if is_dynamic(dims) else range(1)
+    error: ShapeError | None = None
+    for family in families:
+        probes = [
+            dict(zip(graph.inputs, probe_shapes(dims, k, family), strict=True)) for k in (0, 1)
+        ]
+        try:
+            first, _, _ = infer(model, graph_index, probes[0])
+            second = first
+            if is_dynamic(dims):
+                second, _, _ = infer(model, graph_index, probes[1])
+            break
+        except ShapeError as exc:
+            error = error or exc
+    else:
+        if value_input_candidates(model, graph_index):
+            return  # shapes follow values fed at run time: the planner infers them then
+        raise error  # type: ignore[misc]
+    named = named_pairs(dims, family)
     for node in graph.nodes:
         for i in node.outputs:
             a, b = first[i].shape, second[i].shape
@@ -218,5 +241,9 @@ def fill_inferred_shapes(model: Model, graph_index: int = 0) -> None:
                 shape = a
             quant = model.tensors[i].quantization or first[i].quant
             model.tensors[i] = dataclasses.replace(
-                model.tensors[i], shape=shape, dtype=first[i].dtype, quantization=quant
+                model.tensors[i],
+                shape=shape,
+                dtype=first[i].dtype,
+                quantization=quant,
+                dim_names=inner_dim_names(a, b, named),
             )

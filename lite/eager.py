@@ -50,7 +50,7 @@ def prepare_kernel(
     except ShapeError as exc:
         if not where:
             raise
-        raise ShapeError(f"{prefix}{exc}") from None
+        raise type(exc)(f"{prefix}{exc}") from None
     except (ValueError, TypeError, IndexError, OverflowError, KeyError) as exc:
         raise ShapeError(f"{where or op.name}: invalid attributes or inputs ({exc})") from None
     if check_outputs and len(kernel.output_specs) < num_outputs:

@@ -26,5 +26,10 @@ class ShapeError(ModelFormatError, ValueError):
     """Tensor shapes, dtypes or attributes are inconsistent for an op."""
 
 
+class ValueNeededError(ShapeError):
+    """A kernel needs, to plan, the value of a tensor that is known only at run time (a
+    target shape or sizes fed as a graph input)."""
+
+
 class InputError(LiteError, ValueError):
     """A caller passed an input with the wrong name, shape or dtype."""

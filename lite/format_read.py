@@ -178,6 +178,14 @@ def _parse_tensor(
             min=np.asarray(qmin, np.float32) if qmin else None,
             max=np.asarray(qmax, np.float32) if qmax else None,
         )
+    dim_names = tuple(
+        r.string(t.DimNames(j), what + " dim_names")
+        for j in range(r.check_vector(t, 7, 4, what + " dim_names"))
+    )
+    if dim_names and len(dim_names) != len(shape):
+        raise ModelFormatError(
+            f"{what}: {len(dim_names)} dimension names for a rank-{len(shape)} shape"
+        )
     return Tensor(
         name=name,
         dtype=dtype,
@@ -186,6 +194,7 @@ def _parse_tensor(
         quantization=quant,
         sparsity=sparse.bitmask(shape) if sparsity is not None else None,
         trainable=bool(t.Trainable()),
+        dim_names=dim_names,
     )
 
 

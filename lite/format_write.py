@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -81,12 +81,18 @@ class _Writer:
     def _string(self, s: str) -> int:
         return self.b.CreateString(s)
 
+    def _strings(self, start: Callable[[Any, int], int], values: Sequence[str]) -> int:
+        return self._offsets(start, [self._string(v) for v in values])
+
     def _tensor(self, t: Tensor, buffer_index: int, mask_index: int | None) -> int:
         b = self.b
         name = self._string(t.name)
         shape = self._ints(fb.TensorStartShapeVector, [int(d) for d in t.shape], "q")
         quant = self._quantization(t.quantization) if t.quantization is not None else None
         sparsity = self._sparsity(t.shape, mask_index) if mask_index is not None else None
+        dim_names = (
+            self._strings(fb.TensorStartDimNamesVector, t.dim_names) if t.dim_names else None
+        )
         fb.TensorStart(b)
         fb.TensorAddName(b, name)
         fb.TensorAddDtype(b, to_ir_dtype(t.dtype))
@@ -97,6 +103,8 @@ class _Writer:
         if sparsity is not None:
             fb.TensorAddSparsity(b, sparsity)
         fb.TensorAddTrainable(b, bool(t.trainable))
+        if dim_names is not None:
+            fb.TensorAddDimNames(b, dim_names)
         return fb.TensorEnd(b)
 
     def _quantization(self, q: Quantization) -> int:

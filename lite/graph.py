@@ -16,7 +16,7 @@ from sporenet.lite.ops import OpCode
 AttrValue = int | float | str | list[int] | list[float]
 
 DYNAMIC = -1
-"""A dimension whose size is known only when the model runs (usually the batch)."""
+"""A dimension whose size is known only when the graph is planned for concrete inputs."""
 
 
 @dataclass
@@ -52,10 +52,23 @@ class Tensor:
     quantization: Quantization | None = None
     sparsity: Sparsity | None = None
     trainable: bool = False
+    # One name per dimension ("" for none), as ONNX's dim_param: dimensions that share a
+    # name have the same size. Empty when no dimension is named.
+    dim_names: tuple[str, ...] = ()
 
     @property
     def is_constant(self) -> bool:
         return self.data is not None
+
+
+def shape_text(tensor: Tensor) -> str:
+    """A tensor's shape with dynamic dimensions shown by name (ONNX dim_param) or as "?"."""
+    names = tensor.dim_names or ("",) * len(tensor.shape)
+    dims = [
+        str(d) if d != DYNAMIC else (name or "?")
+        for d, name in zip(tensor.shape, names, strict=True)
+    ]
+    return f"[{', '.join(dims)}]"
 
 
 @dataclass

@@ -13,7 +13,7 @@ import numpy as np
 from sporenet.lite.console import make_parser, quiet_on_closed_pipe
 from sporenet.lite.errors import ModelFormatError
 from sporenet.lite.format import load
-from sporenet.lite.graph import Model, Quantization, Tensor
+from sporenet.lite.graph import Model, Quantization, Tensor, shape_text
 
 _SHOWN_CHANNELS = 3
 
@@ -58,16 +58,13 @@ def describe(model: Model, *, max_tensors: int = DEFAULT_MAX_TENSORS) -> str:
             for part in (describe_quantization(t.quantization), describe_sparsity(t))
             if part
         )
-        lines.append(
-            f"  [{i:>3}] {kind} {t.dtype!s:<8} {list(t.shape)!s:<20} {t.name}{flag}{extra}"
-        )
+        lines.append(f"  [{i:>3}] {kind} {t.dtype!s:<8} {shape_text(t):<20} {t.name}{flag}{extra}")
     if len(model.tensors) > max_tensors:
         lines.append(f"  ... {len(model.tensors) - max_tensors} more")
     for key, sig in model.signatures.items():
-        lines.append(
-            f"signature {key!r} (graph {sig.graph}): inputs {list(sig.inputs)} "
-            f"outputs {list(sig.outputs)}"
-        )
+        ins = ", ".join(f"{n} {shape_text(model.tensors[i])}" for n, i in sig.inputs.items())
+        outs = ", ".join(f"{n} {shape_text(model.tensors[i])}" for n, i in sig.outputs.items())
+        lines.append(f"signature {key!r} (graph {sig.graph}): inputs {ins}; outputs {outs}")
     for key, value in model.metadata.items():
         shown = value if len(value) < 120 else value[:117] + "..."
         lines.append(f"metadata {key}: {shown}")

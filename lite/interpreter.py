@@ -7,9 +7,10 @@ from typing import Any
 
 import numpy as np
 
-from sporenet.lite.errors import InputError
+from sporenet.lite.dims import value_input_candidates
+from sporenet.lite.errors import InputError, ShapeError, ValueNeededError
 from sporenet.lite.format import load, parse
-from sporenet.lite.graph import DYNAMIC, Model
+from sporenet.lite.graph import DYNAMIC, Model, shape_text
 from sporenet.lite.planner import ExecutionPlan, plan
 from sporenet.lite.signature_runner import SignatureRunner
 from sporenet.lite.threads import BLAS
@@ -57,12 +58,67 @@ class Interpreter:
         self._shapes: dict[int, tuple[int, ...]] = {}
         self._input_names = self.signature.inputs
         self._output_names = self.signature.outputs
-        self._plan: ExecutionPlan = self.plan(self.signature.key, self._shapes)
+        # Shape-like inputs (a target shape, sizes, a Range bound fed at run time): the
+        # plan depends on their values, so set_tensor keeps every input until invoke, which
+        # re-plans when those values change.
+        self._value_inputs: frozenset[int] = frozenset()
+        self._values: dict[int, np.ndarray] = {}
+        self._pending: dict[int, np.ndarray] = {}
+        self._plan: ExecutionPlan = self._first_plan()  # type: ignore[assignment]
 
     # ---- planning
     def plan(self, key: str, shapes: dict[int, tuple[int, ...]]) -> ExecutionPlan:
-        """A plan of signature `key` for the given input shapes, bound to `variables`."""
-        return plan(self.model, key, shapes, variables=self.variables)
+        """A plan of signature `key` for the given input shapes, bound to `variables`.
+
+        A size the model cannot take is a ShapeError that names the inputs given, their
+        declared shapes, and then the node that refused."""
+        try:
+            return plan(self.model, key, shapes, variables=self.variables, values=self._values)
+        except ShapeError as exc:
+            resized = {i: s for i, s in shapes.items() if DYNAMIC in self.model.tensors[i].shape}
+            if not resized:
+                raise
+            given = ", ".join(
+                f"input {self.model.tensors[i].name!r} of shape {list(s)} (declared "
+                f"{shape_text(self.model.tensors[i])})"
+                for i, s in resized.items()
+            )
+            raise ShapeError(f"the model cannot run with {given}: {exc}") from None
+
+    def _first_plan(self) -> ExecutionPlan | None:
+        """The plan at the default sizes; None when it needs the values of shape-like
+        inputs (then the first invoke plans, once they are set)."""
+        try:
+            return self.plan(self.signature.key, self._shapes)
+        except ValueNeededError:
+            candidates = value_input_candidates(self.model, self.signature.graph)
+            if not candidates:
+                raise
+            self._value_inputs = frozenset(candidates)
+            return None
+
+    def _plan_for_values(self) -> None:
+        """Re-plan when the pending shape-like inputs' values or any input shape changed,
+        then copy the pending inputs into the plan."""
+        pending = self._pending
+        names = {i: n for n, i in self._input_names.items()}
+        missing = sorted(names[i] for i in self._value_inputs if i not in pending)
+        if missing:
+            raise InputError(f"set the inputs {missing} before invoke: the plan depends on them")
+        values = {i: pending[i] for i in self._value_inputs}
+        shapes = {i: tuple(int(d) for d in v.shape) for i, v in pending.items()}
+        planned = self._plan
+        if (
+            planned is None
+            or any(planned.specs[i].shape != s for i, s in shapes.items())
+            or any(not np.array_equal(self._values[i], v) for i, v in values.items())
+        ):
+            self._values = values
+            self._shapes.update(shapes)
+            self._plan = self.plan(self.signature.key, self._shapes)
+        for i, value in pending.items():
+            self._check_value(names[i], i, value)
+            np.copyto(self._plan.arrays[i], value)
 
     def allocate_tensors(self) -> None:
         """(Re)plan the graph for the current input shapes."""
@@ -116,7 +172,9 @@ class Interpreter:
                 {
                     "name": name,
                     "index": i,
-                    "shape": np.array(self._plan.specs[i].shape, np.int32),
+                    "shape": np.array(
+                        self._plan.specs[i].shape if self._plan is not None else t.shape, np.int32
+                    ),
                     "shape_signature": np.array(t.shape, np.int32),
                     "dtype": t.dtype.type,
                     "quantization": (float(q.scale[0]), int(q.zero_point[0]))
@@ -184,19 +242,24 @@ class Interpreter:
         """Copy `value` into an input tensor (dtype and shape must match exactly)."""
         self._check_input_index(tensor_index)
         value = np.asarray(value)
+        if self._value_inputs:
+            self._pending[tensor_index] = np.array(value)  # copied in by invoke
+            return
         name = self.model.tensors[tensor_index].name
         self._check_value(name, tensor_index, value)
         np.copyto(self._plan.arrays[tensor_index], value)
 
     def get_tensor(self, tensor_index: int) -> np.ndarray:
         """A copy of a tensor's current value (inputs, outputs, constants)."""
-        if tensor_index not in self._plan.arrays:
+        if self._plan is None or tensor_index not in self._plan.arrays:
             raise InputError(f"tensor {tensor_index} is not materialized by this plan")
         return np.array(self._plan.arrays[tensor_index])
 
     # ---- running
     def invoke(self) -> None:
         """Run the planned graph on the inputs set with set_tensor."""
+        if self._value_inputs:
+            self._plan_for_values()
         self.execute(self._plan)
 
     def execute(self, planned: ExecutionPlan) -> None:
@@ -216,6 +279,11 @@ class Interpreter:
                 f"inputs expected {sorted(self._input_names)}; unknown {unknown}, missing {missing}"
             )
         values = {name: np.asarray(value) for name, value in feeds.items()}
+        if self._value_inputs:
+            self._pending = {self._input_names[name]: v for name, v in values.items()}
+            self.invoke()
+            arrays = self._plan.arrays
+            return {name: np.array(arrays[i]) for name, i in self._output_names.items()}
         # Resize first (all inputs at once: a train graph's labels must match its batch),
         # copy after: a re-plan replaces every input array.
         resized = {}

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from sporenet.lite import pages
+from sporenet.lite.dims import SIZE_FAMILIES, default_shapes
 from sporenet.lite.eager import evaluate, prepare_kernel
 from sporenet.lite.errors import ShapeError, UnsupportedOpError
 from sporenet.lite.graph import DYNAMIC, Model, Node
@@ -61,12 +62,14 @@ def check_supported(model: Model, graph_index: int) -> None:
         )
 
 
-def _input_spec(model: Model, index: int, shapes: dict[int, tuple[int, ...]]) -> TensorSpec:
+def _input_spec(
+    model: Model, index: int, shape: tuple[int, ...], value: np.ndarray | None
+) -> TensorSpec:
     tensor = model.tensors[index]
-    shape = shapes.get(index, tensor.shape)
-    # A dynamic dimension left unresolved defaults to 1 (batch 1), as TFLite does.
-    shape = tuple(1 if d == DYNAMIC else d for d in shape)
-    spec = TensorSpec(shape, tensor.dtype, quant=tensor.quantization)
+    if value is not None:
+        value = np.array(value, dtype=tensor.dtype).reshape(shape)
+        value.flags.writeable = False
+    spec = TensorSpec(shape, tensor.dtype, value, tensor.quantization)
     _check_size(spec, f"input {tensor.name!r}")
     return spec
 
@@ -113,12 +116,40 @@ def _weight_only(
     return swapped
 
 
+Inferred = tuple[dict[int, TensorSpec], list[Kernel | None], dict[int, np.ndarray]]
+
+
+def infer_any_size(
+    model: Model,
+    graph_index: int,
+    shapes: dict[int, tuple[int, ...]] | None = None,
+    variables: Collection[int] = (),
+    values: dict[int, np.ndarray] | None = None,
+) -> Inferred:
+    """`infer` where dynamic dimensions not given in `shapes` take the sizes of the first
+    probe family under which the graph plans (lite/dims.py); the first family's error if
+    none does."""
+    shapes = shapes or {}
+    graph = model.graphs[graph_index]
+    open_dims = any(i not in shapes and DYNAMIC in model.tensors[i].shape for i in graph.inputs)
+    first: ShapeError | None = None
+    for family in range(len(SIZE_FAMILIES) if open_dims else 1):
+        try:
+            return infer(model, graph_index, shapes, variables, family=family, values=values)
+        except ShapeError as exc:
+            first = first or exc
+    raise first  # type: ignore[misc]
+
+
 def infer(
     model: Model,
     graph_index: int,
     shapes: dict[int, tuple[int, ...]] | None = None,
     variables: Collection[int] = (),
-) -> tuple[dict[int, TensorSpec], list[Kernel | None], dict[int, np.ndarray]]:
+    *,
+    family: int = 0,
+    values: dict[int, np.ndarray] | None = None,
+) -> Inferred:
     """Prepare every kernel of a graph: specs of all tensors, kernels (None if folded), and
     the values of tensors folded to constants.
 
@@ -139,8 +170,12 @@ def infer(
             specs[i] = TensorSpec(
                 tuple(t.shape), t.dtype, None if i in variables else t.data, t.quantization
             )
+    # Dynamic dimensions left unresolved take their probe sizes (a leading batch 1, as
+    # TFLite's default; lite/dims.py).
+    defaults = default_shapes(model, graph_index, family)
+    fed = values or {}
     for i in graph.inputs:
-        specs[i] = _input_spec(model, i, shapes)
+        specs[i] = _input_spec(model, i, shapes.get(i, defaults[i]), fed.get(i))
     kernels: list[Kernel | None] = []
     folded: dict[int, np.ndarray] = {}
     dequantized: dict[int, TensorSpec] = {}
@@ -165,12 +200,16 @@ def infer(
         )
         for spec in kernel.output_specs:
             _check_size(spec, where)
-        foldable = getattr(cls, "foldable", True) and all(
-            s is None or s.value is not None for s in in_specs
+        # A node is folded when its inputs are known, or when its kernel knows its outputs
+        # from the input shapes alone (Shape): shape arithmetic on dynamic dimensions then
+        # runs here, once per plan.
+        foldable = getattr(cls, "foldable", True) and (
+            all(s is None or s.value is not None for s in in_specs)
+            or all(s.value is not None for s in kernel.output_specs)
         )
         if foldable:
-            values = evaluate(kernel, [s.value if s is not None else None for s in in_specs])
-            for i, value, spec in zip(node.outputs, values, kernel.output_specs, strict=False):
+            outs = evaluate(kernel, [s.value if s is not None else None for s in in_specs])
+            for i, value, spec in zip(node.outputs, outs, kernel.output_specs, strict=False):
                 value.flags.writeable = False
                 folded[i] = value
                 specs[i] = TensorSpec(value.shape, value.dtype, value, spec.quant)
@@ -298,15 +337,19 @@ def plan(
     signature: str = "infer",
     shapes: dict[int, tuple[int, ...]] | None = None,
     variables: dict[int, np.ndarray] | None = None,
+    values: dict[int, np.ndarray] | None = None,
 ) -> ExecutionPlan:
-    """Plan the graph behind `signature` for the given input shapes (dynamic dims -> 1).
+    """Plan the graph behind `signature` for the given input shapes (dynamic dims not
+    given take their probe sizes, lite/dims.py).
 
     `variables` maps constant tensors to writable arrays the plan reads (and update ops
     write) in place instead of the model's data; the caller owns them, so several plans
-    (a train and an infer graph) can share them across runs.
+    (a train and an infer graph) can share them across runs. `values` gives the values of
+    shape-like inputs (a target shape, sizes, a Range bound fed as graph inputs): the plan
+    treats them as constants, so it is valid only for those values.
     """
     try:
-        return _plan(model, signature, shapes, variables)
+        return plan_graph(model, model.signature(signature).graph, shapes, variables, values)
     except MemoryError:
         # Shapes a file declares are not bounded by its size; say so instead of crashing.
         raise ShapeError(
@@ -347,26 +390,18 @@ def _last_uses(
     return last_use
 
 
-def _plan(
-    model: Model,
-    signature: str,
-    shapes: dict[int, tuple[int, ...]] | None,
-    variables: dict[int, np.ndarray] | None,
-) -> ExecutionPlan:
-    return plan_graph(model, model.signature(signature).graph, shapes, variables)
-
-
 def plan_graph(
     model: Model,
     graph_index: int,
     shapes: dict[int, tuple[int, ...]] | None = None,
     variables: dict[int, np.ndarray] | None = None,
+    values: dict[int, np.ndarray] | None = None,
 ) -> ExecutionPlan:
     """Plan one graph of the model by index (an entry graph, or a subgraph that a control
     flow kernel runs); `shapes` and `variables` as for `plan`."""
     graph = model.graphs[graph_index]
     variables = variables or {}
-    specs, kernels, _ = infer(model, graph_index, shapes, variables.keys())
+    specs, kernels, _ = infer_any_size(model, graph_index, shapes, variables.keys(), values)
     nodes = graph.nodes
     outputs = set(graph.outputs)
     last_use = _last_uses(nodes, kernels, outputs)

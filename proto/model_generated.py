@@ -43,6 +43,7 @@ class OpCode(object):
     DEPTH_TO_SPACE = 16
     SPACE_TO_DEPTH = 17
     ONE_HOT = 18
+    RANGE = 19
     CONV2D = 40
     FULLY_CONNECTED = 41
     MATMUL = 42
@@ -548,8 +549,28 @@ class Tensor(object):
             return bool(self._tab.Get(flatbuffers.number_types.BoolFlags, o + self._tab.Pos))
         return False
 
+    # Tensor
+    def DimNames(self, j: int):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(18))
+        if o != 0:
+            a = self._tab.Vector(o)
+            return self._tab.String(a + flatbuffers.number_types.UOffsetTFlags.py_type(j * 4))
+        return ""
+
+    # Tensor
+    def DimNamesLength(self) -> int:
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(18))
+        if o != 0:
+            return self._tab.VectorLen(o)
+        return 0
+
+    # Tensor
+    def DimNamesIsNone(self) -> bool:
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(18))
+        return o == 0
+
 def TensorStart(builder: flatbuffers.Builder):
-    builder.StartObject(7)
+    builder.StartObject(8)
 
 def TensorAddName(builder: flatbuffers.Builder, name: int):
     builder.PrependUOffsetTRelativeSlot(0, flatbuffers.number_types.UOffsetTFlags.py_type(name), 0)
@@ -574,6 +595,12 @@ def TensorAddSparsity(builder: flatbuffers.Builder, sparsity: int):
 
 def TensorAddTrainable(builder: flatbuffers.Builder, trainable: bool):
     builder.PrependBoolSlot(6, trainable, 0)
+
+def TensorAddDimNames(builder: flatbuffers.Builder, dimNames: int):
+    builder.PrependUOffsetTRelativeSlot(7, flatbuffers.number_types.UOffsetTFlags.py_type(dimNames), 0)
+
+def TensorStartDimNamesVector(builder, numElems: int) -> int:
+    return builder.StartVector(4, numElems, 4)
 
 def TensorEnd(builder: flatbuffers.Builder) -> int:
     return builder.EndObject()

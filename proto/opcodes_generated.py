@@ -27,6 +27,7 @@ class OpCode(enum.IntEnum):
     DEPTH_TO_SPACE = 16
     SPACE_TO_DEPTH = 17
     ONE_HOT = 18
+    RANGE = 19  # inputs (start, limit, delta) scalars, ONNX semantics
     # linear algebra / convolution (40..59)
     CONV2D = 40
     FULLY_CONNECTED = 41

@@ -2,8 +2,9 @@
 
 Every IR node is prepared with its runtime kernel as soon as it is emitted, so handlers can
 ask for shapes, dtypes and (for static tensors) values of their inputs. A graph with dynamic
-input dimensions is tracked under two assignments of those dimensions (1 and 2): a
-dimension that differs between them is dynamic (-1), and a value that differs is not static.
+input dimensions is tracked under two assignments of those dimensions (the probes of
+lite/dims.py): a dimension that differs between them is dynamic (-1), and a value that
+differs is not static.
 Nodes whose inputs are all static are folded into constants right away, unless the constant
 would be much larger than its inputs (a ConstantOfShape fill stays a node the runtime folds
 at load time, so the file stays small).
@@ -21,6 +22,7 @@ from sporenet.converter.errors import ConversionError
 from sporenet.converter.onnx_import.node import OnnxNode
 from sporenet.converter.passes.graph_utils import contiguous, should_materialize
 from sporenet.lite.builder import unique_name
+from sporenet.lite.dims import probe_shapes
 from sporenet.lite.eager import evaluate, prepare_kernel
 from sporenet.lite.errors import ShapeError, UnsupportedOpError
 from sporenet.lite.graph import DYNAMIC, Graph, Model, Node, Quantization, Signature, Tensor
@@ -76,6 +78,11 @@ class ImportContext:
         # One spec map per assignment of dynamic dimensions (1, and 2 when any are dynamic).
         self.views: list[dict[int, TensorSpec]] = [{}, {}] if dynamic else [{}]
         self.static: set[int] = set()
+        # Values known only when the model runs, from graph inputs the runtime reads when it
+        # plans (shape-like inputs and what is computed from them alone), and outputs of
+        # nodes that need such a value to know their shapes (`opaque`: no spec here).
+        self.fed: set[int] = set()
+        self.opaque: set[int] = set()
         self._reserved = set(reserved)
         self._used: set[str] = set()
         self.where = ""  # the ONNX node being imported, for error messages
@@ -186,13 +193,22 @@ class ImportContext:
         self.static.add(index)
         return index
 
-    def graph_input(self, name: str, shape: tuple[int, ...], dtype: np.dtype) -> int:
-        specs = [
-            TensorSpec(tuple(v if d == DYNAMIC else d for d in shape), dtype)
-            for v in (1, 2)[: len(self.views)]
-        ]
+    def graph_input(
+        self,
+        name: str,
+        shape: tuple[int, ...],
+        dtype: np.dtype,
+        probes: Sequence[tuple[int, ...]] | None = None,
+        dim_names: tuple[str, ...] = (),
+    ) -> int:
+        """A graph input of declared `shape` (-1: dynamic), seen at its probe shapes (one per
+        view, lite/dims.py; by default this input's own)."""
+        if probes is None:
+            probes = [probe_shapes([(tuple(shape), dim_names)], k)[0] for k in (0, 1)]
+        specs = [TensorSpec(tuple(p), dtype) for p in probes[: len(self.views)]]
         index = self._add(name, specs, None, reserved_name=True)
         self.tensors[index].shape = tuple(shape)
+        self.tensors[index].dim_names = dim_names
         self.inputs.append(index)
         return index
 
@@ -253,6 +269,9 @@ class ImportContext:
         attrs = {k: v for k, v in attrs.items() if v is not None}
         if op not in KERNELS:
             raise self.fail(f"needs the runtime op {op.name}, which has no kernel yet")
+        if any(i in self.opaque for i in inputs):
+            # a step of one ONNX op's translation after a node planned at run time
+            return self._emit_opaque(op, inputs, num_outputs, name, attrs)
         kernels = []
         for view in self.views:
             in_specs = [view[i] if i != -1 else None for i in inputs]
@@ -261,6 +280,8 @@ class ImportContext:
                     prepare_kernel(op, attrs, in_specs, num_outputs, output_quant=output_quant)
                 )
             except (ShapeError, UnsupportedOpError) as exc:
+                if any(i in self.fed for i in inputs):
+                    return self._emit_opaque(op, inputs, num_outputs, name, attrs)
                 raise self.fail(str(exc)) from None
         base = name or f"{self.where or op.name.lower()}/{op.name.lower()}"
         foldable = getattr(type(kernels[0]), "foldable", True) and not any(
@@ -298,6 +319,9 @@ class ImportContext:
                 for k, o in enumerate(per_view[0][:num_outputs])
             ]
         outputs = []
+        fed = any(i in self.fed for i in inputs) and all(
+            i == -1 or i in self.fed or i in self.static for i in inputs
+        )
         for k in range(num_outputs):
             specs = [
                 TensorSpec(
@@ -315,6 +339,8 @@ class ImportContext:
             self.tensors[index].quantization = specs[0].quant
             if lazy is not None:
                 self.static.add(index)
+            if fed:
+                self.fed.add(index)
             outputs.append(index)
         self.nodes.append(
             Node(
@@ -325,6 +351,27 @@ class ImportContext:
                 name=self.tensors[outputs[0]].name,
             )
         )
+        return outputs
+
+    def _emit_opaque(
+        self, op: OpCode, inputs: Sequence[int], num_outputs: int, name: str, attrs: dict
+    ) -> list[int]:
+        """A node whose output shapes depend on a value fed at run time (Reshape to a shape
+        input): its outputs have no spec here (the runtime plans them once it has the
+        value), so only a graph output may use them. Their stored shape is all dynamic,
+        of the data input's rank, and their dtype the data input's."""
+        data = inputs[0]
+        dtype = self.tensors[data].dtype
+        rank = max(len(self.tensors[data].shape), 1)
+        base = name or f"{self.where or op.name.lower()}/{op.name.lower()}"
+        outputs = []
+        for k in range(num_outputs):
+            final = self._fresh_name(base if num_outputs == 1 else f"{base}:{k}")
+            self._used.add(final)
+            self.tensors.append(Tensor(name=final, dtype=dtype, shape=(DYNAMIC,) * rank))
+            outputs.append(len(self.tensors) - 1)
+        self.opaque.update(outputs)
+        self.nodes.append(Node(op=op, inputs=list(inputs), outputs=outputs, attrs=attrs, name=base))
         return outputs
 
     def _per_view_values(

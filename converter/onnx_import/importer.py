@@ -15,6 +15,7 @@ from sporenet.converter.onnx_import.context import ImportContext, contiguous
 from sporenet.converter.onnx_import.functions import expand_functions
 from sporenet.converter.onnx_import.node import OnnxNode
 from sporenet.converter.onnx_import.registry import HANDLERS, handler_available
+from sporenet.lite.dims import SIZE_FAMILIES, is_dynamic, may_feed_shapes, probe_shapes
 from sporenet.lite.dtypes import NUMPY_TO_IR
 from sporenet.lite.errors import LiteError
 from sporenet.lite.graph import DYNAMIC, Model
@@ -121,6 +122,18 @@ def _input_shape(value: onnx.ValueInfoProto, override: Sequence[int] | None) -> 
     return tuple(d.dim_value if d.HasField("dim_value") else DYNAMIC for d in tt.shape.dim)
 
 
+def _dim_names(value: onnx.ValueInfoProto, shape: tuple[int, ...]) -> tuple[str, ...]:
+    """ONNX dim_param names of the dynamic dimensions ("" for the others); () if none."""
+    dims = value.type.tensor_type.shape.dim
+    if len(dims) != len(shape):
+        return ()
+    names = tuple(
+        d.dim_param if s == DYNAMIC and d.HasField("dim_param") else ""
+        for d, s in zip(dims, shape, strict=True)
+    )
+    return names if any(names) else ()
+
+
 def import_onnx(
     model: onnx.ModelProto, *, input_shapes: Mapping[str, Sequence[int]] | None = None
 ) -> Model:
@@ -148,18 +161,72 @@ def import_onnx(
                 f"input {v.name!r} is not a tensor (sequences and maps are not supported)"
             )
         dtype = _np_dtype(v.type.tensor_type.elem_type, f"input {v.name!r}")
-        input_specs.append((v.name, _input_shape(v, shapes.get(v.name)), dtype))
-    dynamic = any(DYNAMIC in shape for _, shape, _ in input_specs)
+        shape = _input_shape(v, shapes.get(v.name))
+        input_specs.append((v.name, shape, dtype, _dim_names(v, shape)))
+    dims = [(shape, names) for _, shape, _, names in input_specs]
+    if not is_dynamic(dims):
+        return _import_graph(model, opset, input_specs, 0)
+    # Dynamic dimensions: the graph is followed under two probe sizes of each, from the
+    # first family of sizes under which every node accepts them (lite/dims.py).
+    first: ConversionError | None = None
+    for family in range(len(SIZE_FAMILIES)):
+        try:
+            return _import_graph(model, opset, input_specs, family)
+        except ConversionError as exc:
+            first = first or exc
+    raise ConversionError(
+        f"the model does not accept the sizes the converter tries for its dynamic input "
+        f"dimensions ({_describe_inputs(input_specs)}); give the sizes you run it at with "
+        f"--input-shape {_shape_hint(input_specs)} (each name replaced by a size). At the "
+        f"first sizes tried: {first}"
+    ) from None
+
+
+InputSpec = tuple[str, tuple[int, ...], np.dtype, tuple[str, ...]]
+"""A graph input: name, declared shape (-1: dynamic), dtype, dimension names."""
+
+
+def _dim_text(shape: tuple[int, ...], names: tuple[str, ...]) -> list[str]:
+    names = names or ("",) * len(shape)
+    return [str(d) if d != DYNAMIC else (n or "?") for d, n in zip(shape, names, strict=True)]
+
+
+def _describe_inputs(input_specs: Sequence[InputSpec]) -> str:
+    return ", ".join(
+        f"{name} [{', '.join(_dim_text(shape, names))}]"
+        for name, shape, _, names in input_specs
+        if DYNAMIC in shape
+    )
+
+
+def _shape_hint(input_specs: Sequence[InputSpec]) -> str:
+    return " ".join(
+        f"{name}:{','.join(_dim_text(shape, names)).replace('?', 'N')}"
+        for name, shape, _, names in input_specs
+        if DYNAMIC in shape
+    )
+
+
+def _import_graph(
+    model: onnx.ModelProto, opset: int, input_specs: Sequence[InputSpec], family: int
+) -> Model:
+    """Import the main graph, dynamic dimensions followed under probe family `family`."""
+    graph = model.graph
+    dims = [(shape, names) for _, shape, _, names in input_specs]
+    probes = list(zip(*(probe_shapes(dims, k, family) for k in (0, 1)), strict=True))
+    initializers = {t.name for t in graph.initializer}
     reserved = {name for n in graph.node for name in n.output if name}
-    reserved |= initializers | {v.name for v in real_inputs}
-    ctx = ImportContext(dynamic=dynamic, reserved=reserved)
+    reserved |= initializers | {name for name, _, _, _ in input_specs}
+    ctx = ImportContext(dynamic=is_dynamic(dims), reserved=reserved)
     ctx.opset = opset
 
     names = ctx.scope.names
     for t in graph.initializer:
         names[t.name] = ctx.constant(t.name, initializer_value(t))
-    for name, shape, dtype in input_specs:
-        names[name] = ctx.graph_input(name, shape, dtype)
+    for (name, shape, dtype, dim_names), probe in zip(input_specs, probes, strict=True):
+        names[name] = ctx.graph_input(name, shape, dtype, probe, dim_names)
+        if may_feed_shapes(shape):
+            ctx.fed.add(names[name])
     import_nodes(ctx, graph.node)
 
     outputs: dict[str, int] = {}
@@ -188,6 +255,12 @@ def import_nodes(ctx: ImportContext, nodes: Sequence[onnx.NodeProto]) -> None:
             index = scope.lookup(name)
             if index is None:
                 raise ctx.fail(f"input {name!r} is not produced by any earlier node")
+            if index in ctx.opaque:
+                raise ctx.fail(
+                    f"input {name!r} has a shape that depends on the value of an input fed "
+                    "at run time; such values are planned only where they give the shape "
+                    "of a graph output (give them as initializers to convert the rest)"
+                )
             inputs.append(index)
         node = OnnxNode(
             op_type=proto.op_type,

@@ -229,7 +229,7 @@ HANDLERS: dict[str, Handler] = {
     "Pad": _h(shape.pad, OpCode.PAD),
     "DepthToSpace": _h(shape.depth_to_space, OpCode.DEPTH_TO_SPACE),
     "SpaceToDepth": _h(shape.space_to_depth, OpCode.SPACE_TO_DEPTH),
-    "Range": _h(shape.range_),
+    "Range": _h(shape.range_, OpCode.RANGE),
     "Resize": _h(resize.resize, OpCode.RESIZE),
     "Upsample": _h(resize.upsample, OpCode.RESIZE),
     # recurrent layers over a whole sequence

@@ -15,6 +15,7 @@ from sporenet.lite.kernels import (
     onehot,
     pad,
     pooling,
+    ranges,
     recurrent,
     reduce,
     reshape,
@@ -68,6 +69,7 @@ KERNELS: dict[OpCode, type[Kernel]] = {
     OpCode.DEPTH_TO_SPACE: transform.DepthToSpace,
     OpCode.SPACE_TO_DEPTH: transform.SpaceToDepth,
     OpCode.ONE_HOT: onehot.OneHot,
+    OpCode.RANGE: ranges.Range,
     # linear algebra
     OpCode.FULLY_CONNECTED: linear.FullyConnected,
     OpCode.MATMUL: linear.MatMul,

@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from sporenet.lite.errors import ShapeError
+from sporenet.lite.errors import ShapeError, ValueNeededError
 from sporenet.lite.graph import Quantization
 from sporenet.lite.ops import OpCode
 
@@ -153,7 +153,10 @@ class Kernel:
     def constant(self, index: int, what: str) -> np.ndarray:
         spec = self.input(index)
         if spec.value is None:
-            raise self.fail(f"input {index} ({what}) must be a constant known when the model loads")
+            raise ValueNeededError(
+                f"{self.op.name}: input {index} ({what}) must be a constant known when the "
+                "graph is planned (stored, computed from input shapes, or a shape-like input)"
+            )
         return spec.value
 
     # ---- storage layout of 4-D tensors

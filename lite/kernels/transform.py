@@ -434,7 +434,9 @@ class Shape(Kernel):
         start = min(max(start + x.rank if start < 0 else start, 0), x.rank)
         end = min(max(end + x.rank if end < 0 else end, 0), x.rank)
         self.value = np.array(x.shape[start:end], np.int64)
-        self.output_specs = [TensorSpec(self.value.shape, self.value.dtype)]
+        self.value.flags.writeable = False
+        # Known from the input's shape alone: the planner folds it (and what it feeds).
+        self.output_specs = [TensorSpec(self.value.shape, self.value.dtype, self.value)]
 
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
         return _copy(outputs[0], self.value)

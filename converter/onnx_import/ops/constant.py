@@ -36,13 +36,16 @@ def constant(ctx: ImportContext, node: OnnxNode) -> list[int]:
 
 def constant_of_shape(ctx: ImportContext, node: OnnxNode) -> list[int]:
     shape = as_ints(ctx.value(node.input(0)))
-    if shape is None:
-        raise node.fail("the shape input must be static (known at conversion time)")
     fill = (
         numpy_helper.to_array(node.attrs["value"]).reshape(())
         if "value" in node.attrs
         else np.array(0, np.float32)
     )
+    if shape is None:
+        # A shape computed from a dynamic input dimension: an Expand of the fill value that
+        # the runtime plans (and folds) for the concrete input shapes.
+        scalar = ctx.constant(f"{node.outputs[0]}/value", fill)
+        return [ctx.emit1(OpCode.EXPAND, [scalar, node.input(0)])]
     if any(d < 0 for d in shape):
         raise node.fail(f"shape {shape} has a negative dimension")
     nbytes = int(np.prod(shape, dtype=np.float64)) * fill.dtype.itemsize
@@ -77,7 +80,10 @@ def shape(ctx: ImportContext, node: OnnxNode) -> list[int]:
 def size(ctx: ImportContext, node: OnnxNode) -> list[int]:
     dims = ctx.shape(node.input(0))
     if DYNAMIC in dims:
-        raise node.fail("the input shape must be static")
+        # The product of a shape the runtime knows when it plans the graph.
+        shape = ctx.emit1(OpCode.SHAPE, [node.input(0)])
+        ctx.set_view_values(shape, [np.array(view[node.input(0)].shape) for view in ctx.views])
+        return [ctx.emit1(OpCode.REDUCE_PROD, [shape], axes=[0], keepdims=0)]
     return [ctx.constant(node.outputs[0], np.array(int(np.prod(dims, dtype=np.int64)), np.int64))]
 
 

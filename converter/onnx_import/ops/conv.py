@@ -14,6 +14,7 @@ from sporenet.converter.onnx_import.context import ImportContext
 from sporenet.converter.onnx_import.node import OnnxNode
 from sporenet.converter.onnx_import.ops import pool3d
 from sporenet.lite.graph import DYNAMIC
+from sporenet.lite.kernels import KERNELS
 from sporenet.lite.ops import OpCode
 
 
@@ -150,6 +151,24 @@ def conv_transpose(ctx: ImportContext, node: OnnxNode) -> list[int]:
         output_shape = output_shape[-spatial:]
         output_shape = [1, *output_shape] if spatial == 1 else output_shape
     pads = list(attrs.get("pads", [0, 0, 0, 0]))
+    if (
+        DYNAMIC in ctx.shape(x4)[2:]
+        and output_shape is None
+        and auto_pad in ("NOTSET", "VALID")
+        and OpCode.CONV_TRANSPOSE2D in KERNELS
+    ):
+        # The output size follows the input's dynamic height and width: the runtime's
+        # ConvTranspose kernel computes it when the graph is planned.
+        y = ctx.emit1(
+            OpCode.CONV_TRANSPOSE2D,
+            [x4, w] if b == -1 else [x4, w, b],
+            strides=strides,
+            dilations=dilations,
+            pads=[0, 0, 0, 0] if auto_pad == "VALID" else pads,
+            output_padding=out_pad,
+            group=group,
+        )
+        return [_from_2d(ctx, y, spatial)]
     out_hw = []
     for axis, (size, k) in enumerate(zip(in_hw, (kh, kw), strict=True)):
         s, d, op = strides[axis], dilations[axis], out_pad[axis]

@@ -6,7 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from sporenet.converter.onnx_import.context import ImportContext
-from sporenet.converter.onnx_import.node import OnnxNode, as_ints
+from sporenet.converter.onnx_import.node import OnnxNode
+from sporenet.converter.onnx_import.ops.shape import shape_arg
 from sporenet.lite.ops import OpCode
 
 Handler = Callable[[ImportContext, OnnxNode], list[int]]
@@ -16,13 +17,10 @@ AXES_INPUT_FROM = {"ReduceSum": 13}
 
 
 def _reduce(ctx: ImportContext, node: OnnxNode, op: OpCode, x: int) -> int:
+    tensor = -1
     if node.opset >= AXES_INPUT_FROM.get(node.op_type, 18):
-        index = node.input(1)
-        axes = None
-        if index != -1:
-            axes = as_ints(ctx.value(index))
-            if axes is None:
-                raise node.fail("axes (input 1) must be static (known at conversion time)")
+        # axes fed at run time stay the node's input (the runtime plans with their value)
+        axes, tensor = shape_arg(ctx, node, 1)
     else:
         axes = node.ints("axes")
     attrs = {
@@ -31,7 +29,7 @@ def _reduce(ctx: ImportContext, node: OnnxNode, op: OpCode, x: int) -> int:
     }
     if axes:
         attrs["axes"] = axes  # type: ignore[assignment]
-    return ctx.emit1(op, [x], **attrs)
+    return ctx.emit1(op, [x] if tensor == -1 else [x, tensor], **attrs)
 
 
 def reduce(

@@ -117,6 +117,16 @@ def resize(ctx: ImportContext, node: OnnxNode) -> list[int]:
         raise node.fail(
             f"keep_aspect_ratio_policy must be one of {sorted(POLICIES)}, got {policy!r}"
         )
+    axes = node.ints("axes")
+    dynamic = [k for k in (2, 3) if node.input(k) != -1 and ctx.value(node.input(k)) is None]
+    crop = attrs["coordinate_transformation_mode"] == "tf_crop_and_resize"
+    if dynamic and axes is None and policy == "stretch" and not crop:
+        # Sizes or scales computed from a dynamic input dimension: kept as the node's input,
+        # evaluated by the runtime when it plans the graph.
+        k = dynamic[0]
+        inputs = [x, -1, -1, -1][: k + 1]
+        inputs[k] = node.input(k)
+        return [ctx.emit1(OpCode.RESIZE, inputs, **attrs)]
     scales = _static_floats(ctx, node, 2, "scales")
     sizes_index = node.input(3)
     sizes = None
@@ -125,7 +135,6 @@ def resize(ctx: ImportContext, node: OnnxNode) -> list[int]:
         if value is None:
             raise node.fail("sizes (input 3) must be static (known at conversion time)")
         sizes = [int(v) for v in np.ravel(value)] or None
-    axes = node.ints("axes")
     rank = ctx.rank(x)
     if axes is not None:
         # Spread per-axis values over all axes (1 / the input size for the others).
@@ -139,7 +148,7 @@ def resize(ctx: ImportContext, node: OnnxNode) -> list[int]:
                 full_sizes[a] = sizes[k]
         scales = full_scales if scales is not None else None
         sizes = full_sizes if sizes is not None else None
-    if attrs["coordinate_transformation_mode"] == "tf_crop_and_resize":
+    if crop:
         attrs["roi"] = _roi(ctx, node, rank, axes)
         attrs["extrapolation_value"] = float(node.attr("extrapolation_value", 0.0))
     if sizes is not None and policy != "stretch":

@@ -2,7 +2,8 @@
 Slice, Gather, Expand, Tile, Cast, Pad, DepthToSpace/SpaceToDepth.
 
 Static shape arguments (initializers or folded constant chains) become attributes, so the
-IR carries the ONNX semantics without extra tensors.
+IR carries the ONNX semantics without extra tensors; one computed from a dynamic input
+dimension stays a tensor input, evaluated by the runtime when it plans the graph.
 """
 
 from __future__ import annotations
@@ -18,6 +19,20 @@ def _static_ints(ctx: ImportContext, node: OnnxNode, k: int, what: str) -> list[
     return as_ints(ctx.static_input(node, k, what))
 
 
+def shape_arg(ctx: ImportContext, node: OnnxNode, k: int) -> tuple[list[int] | None, int]:
+    """Input k of a shape-like argument (a target shape, sizes, repeats, axes): its ints when
+    known at conversion time (they become an attribute), else the tensor itself, kept as a
+    node input that the runtime evaluates when it plans the graph for concrete input shapes
+    (a Shape -> Gather -> Concat chain on a dynamic dimension). (None, -1) when absent."""
+    index = node.input(k)
+    if index == -1:
+        return None, -1
+    value = ctx.value(index)
+    if value is not None:
+        return as_ints(value), -1
+    return None, index
+
+
 def _dynamic_target(
     ctx: ImportContext,
     node: OnnxNode,
@@ -25,8 +40,9 @@ def _dynamic_target(
     allowzero: int,
 ) -> list[int] | None:
     """A target shape computed from the input's dynamic dimensions (exporters write
-    Shape -> Gather -> Concat -> Reshape), as a static target: an entry that follows an
-    input dimension becomes 0 (copy it), one other unknown entry becomes -1."""
+    Shape -> Gather -> Concat -> Reshape), as a static target when it is one under every
+    probe: an entry that follows an input dimension becomes 0 (copy it), one other unknown
+    entry becomes -1."""
     values = ctx.view_values(node.input(1))
     if values is None:
         return None
@@ -49,16 +65,15 @@ def _dynamic_target(
 
 def reshape(ctx: ImportContext, node: OnnxNode) -> list[int]:
     allowzero = int(node.attr("allowzero", 0))
-    target = (
-        None
-        if ctx.value(node.input(1)) is not None or node.input(1) == -1
-        else _dynamic_target(ctx, node, node.input(0), allowzero)
-    )
-    if target is None:
-        target = _static_ints(ctx, node, 1, "the target shape")
-    if target is None:
+    target, tensor = shape_arg(ctx, node, 1)
+    if tensor != -1:
+        static = _dynamic_target(ctx, node, node.input(0), allowzero)
+        if static is not None:
+            target, tensor = static, -1
+    if target is None and tensor == -1:
         raise node.fail("needs a target shape input")
-    return [ctx.emit1(OpCode.RESHAPE, [node.input(0)], shape=target, allowzero=allowzero or None)]
+    inputs = [node.input(0)] if tensor == -1 else [node.input(0), tensor]
+    return [ctx.emit1(OpCode.RESHAPE, inputs, shape=target, allowzero=allowzero or None)]
 
 
 def flatten(ctx: ImportContext, node: OnnxNode) -> list[int]:
@@ -69,11 +84,15 @@ def flatten(ctx: ImportContext, node: OnnxNode) -> list[int]:
     return [ctx.emit1(OpCode.FLATTEN, [x], axis=axis)]
 
 
-def _axes(ctx: ImportContext, node: OnnxNode, attr_until: int) -> list[int] | None:
+def _axes(ctx: ImportContext, node: OnnxNode, attr_until: int) -> tuple[list[int] | None, int]:
     """`axes` as an attribute before opset `attr_until`, as input 1 from then on."""
     if node.opset < attr_until:
-        return node.ints("axes")
-    return _static_ints(ctx, node, 1, "axes")
+        return node.ints("axes"), -1
+    return shape_arg(ctx, node, 1)
+
+
+def _with_arg(x: int, tensor: int) -> list[int]:
+    return [x] if tensor == -1 else [x, tensor]
 
 
 def transpose(ctx: ImportContext, node: OnnxNode) -> list[int]:
@@ -83,14 +102,15 @@ def transpose(ctx: ImportContext, node: OnnxNode) -> list[int]:
 
 
 def squeeze(ctx: ImportContext, node: OnnxNode) -> list[int]:
-    return [ctx.emit1(OpCode.SQUEEZE, [node.input(0)], axes=_axes(ctx, node, 13))]
+    axes, tensor = _axes(ctx, node, 13)
+    return [ctx.emit1(OpCode.SQUEEZE, _with_arg(node.input(0), tensor), axes=axes)]
 
 
 def unsqueeze(ctx: ImportContext, node: OnnxNode) -> list[int]:
-    axes = _axes(ctx, node, 13)
-    if axes is None:
+    axes, tensor = _axes(ctx, node, 13)
+    if axes is None and tensor == -1:
         raise node.fail("needs axes")
-    return [ctx.emit1(OpCode.UNSQUEEZE, [node.input(0)], axes=axes)]
+    return [ctx.emit1(OpCode.UNSQUEEZE, _with_arg(node.input(0), tensor), axes=axes)]
 
 
 def concat(ctx: ImportContext, node: OnnxNode) -> list[int]:
@@ -99,12 +119,12 @@ def concat(ctx: ImportContext, node: OnnxNode) -> list[int]:
 
 
 def split(ctx: ImportContext, node: OnnxNode) -> list[int]:
-    sizes = node.ints("split") if node.opset < 13 else _static_ints(ctx, node, 1, "split")
+    sizes, tensor = (node.ints("split"), -1) if node.opset < 13 else shape_arg(ctx, node, 1)
     # The node's output count tells the kernel how many parts (num_outputs, opset 18,
     # must agree with it, which the ONNX checker already ensures).
     return ctx.emit(
         OpCode.SPLIT,
-        [node.input(0)],
+        _with_arg(node.input(0), tensor),
         num_outputs=len(node.outputs),
         axis=int(node.attr("axis", 0)),
         split=sizes,
@@ -114,12 +134,14 @@ def split(ctx: ImportContext, node: OnnxNode) -> list[int]:
 def slice_(ctx: ImportContext, node: OnnxNode) -> list[int]:
     if node.opset < 10:
         attrs = {name: node.ints(name) for name in ("starts", "ends", "axes")}
-    else:
-        attrs = {
-            name: _static_ints(ctx, node, k, name)
-            for k, name in enumerate(("starts", "ends", "axes", "steps"), start=1)
-        }
-    return [ctx.emit1(OpCode.SLICE, [node.input(0)], **attrs)]
+        return [ctx.emit1(OpCode.SLICE, [node.input(0)], **attrs)]
+    names = ("starts", "ends", "axes", "steps")
+    args = [shape_arg(ctx, node, k) for k in range(1, 5)]
+    attrs = {name: ints for name, (ints, _) in zip(names, args, strict=True)}
+    tensors = [tensor for _, tensor in args]
+    while tensors and tensors[-1] == -1:
+        tensors.pop()
+    return [ctx.emit1(OpCode.SLICE, [node.input(0), *tensors], **attrs)]
 
 
 def gather(ctx: ImportContext, node: OnnxNode) -> list[int]:
@@ -129,13 +151,13 @@ def gather(ctx: ImportContext, node: OnnxNode) -> list[int]:
 
 
 def expand(ctx: ImportContext, node: OnnxNode) -> list[int]:
-    target = _static_ints(ctx, node, 1, "the target shape")
-    return [ctx.emit1(OpCode.EXPAND, [node.input(0)], shape=target)]
+    target, tensor = shape_arg(ctx, node, 1)
+    return [ctx.emit1(OpCode.EXPAND, _with_arg(node.input(0), tensor), shape=target)]
 
 
 def tile(ctx: ImportContext, node: OnnxNode) -> list[int]:
-    repeats = _static_ints(ctx, node, 1, "repeats")
-    return [ctx.emit1(OpCode.TILE, [node.input(0)], repeats=repeats)]
+    repeats, tensor = shape_arg(ctx, node, 1)
+    return [ctx.emit1(OpCode.TILE, _with_arg(node.input(0), tensor), repeats=repeats)]
 
 
 def cast(ctx: ImportContext, node: OnnxNode) -> list[int]:
@@ -160,12 +182,15 @@ def pad(ctx: ImportContext, node: OnnxNode) -> list[int]:
                 value=float(node.attr("value", 0.0)),
             )
         ]
-    pads = _static_ints(ctx, node, 1, "pads")
-    axes = _static_ints(ctx, node, 3, "axes")
+    # pads and axes fed at run time stay the node's inputs (planned with their values)
+    pads, pads_tensor = shape_arg(ctx, node, 1)
+    axes, axes_tensor = shape_arg(ctx, node, 3)
     value = node.input(2)
-    if value != -1 and ctx.value(value) is None:
+    if value != -1 and ctx.value(value) is None and value not in ctx.fed:
         raise node.fail("constant_value (input 2) must be static")
-    inputs = [x] if value == -1 else [x, -1, value]
+    inputs = [x, pads_tensor, value, axes_tensor]
+    while inputs[-1] == -1:
+        inputs.pop()
     return [ctx.emit1(OpCode.PAD, inputs, mode=mode, pads=pads, axes=axes)]
 
 
@@ -196,10 +221,12 @@ def space_to_depth(ctx: ImportContext, node: OnnxNode) -> list[int]:
 
 
 def range_(ctx: ImportContext, node: OnnxNode) -> list[int]:
-    """Range with static start, limit and delta folds to a constant."""
+    """Range with static start, limit and delta folds to a constant; otherwise (a limit
+    computed from a dynamic dimension) it is a RANGE node the runtime evaluates when it
+    plans the graph."""
     values = [ctx.value(node.input(k)) for k in range(3)]
     if any(v is None for v in values):
-        raise node.fail("start, limit and delta must be static")
+        return [ctx.emit1(OpCode.RANGE, [node.input(k) for k in range(3)])]
     start, limit, delta = (v.reshape(()) for v in values)  # type: ignore[union-attr]
     if delta == 0:
         raise node.fail("delta must not be 0")
