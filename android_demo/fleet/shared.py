@@ -70,7 +70,10 @@ class ModelCache:
 
     def __init__(self, *, chunk_size: int, rpc_timeout: float) -> None:
         self.chunk_size, self.rpc_timeout = chunk_size, rpc_timeout
-        self._reader = WeightsReader()
+        # The federated weights, read as the Client reads them: the model's trainable
+        # tensors (every float constant when none is flagged). An update names only
+        # those; the server refuses one carrying another constant.
+        self._reader = WeightsReader(trainable_only=True)
         self.downloads = 0  # models downloaded (one per version while no download fails)
         # sha256 -> the model's weights once downloaded (the future of its download before).
         self._models: dict[str, asyncio.Future[dict[str, np.ndarray]]] = {}
