@@ -19,6 +19,11 @@ mean `mean_online_s`) and offline ones; offline, its session is closed. A dropou
 training, or before its update is sent) makes the device vanish for the rest of that
 round: its session is closed without an update, and the server sees a silent client.
 
+The job ends for the group when one device is sent DONE; the devices still online are
+then told too, as phones would be, each saying it holds the final model (the group's
+one download), so the server, which exits once every live client was told, need not
+wait out the heartbeat timeout for them.
+
 The group records, per round, when it first saw the round's global weights (the model
 published by the round before), how many of its devices trained and dropped out, and the
 payload bytes they moved; `run` returns those records (plain data, so a Ray actor can
@@ -51,13 +56,21 @@ from sporenet.federated.client.client import FATAL, RETRYABLE
 from sporenet.federated.client.session_stream import TransportLoop
 from sporenet.federated.common.buffers import BufferPool
 from sporenet.federated.common.codec import encode_raw
-from sporenet.federated.errors import AuthError, MalformedMessageError, TransferError
+from sporenet.federated.errors import (
+    AuthError,
+    FederatedError,
+    MalformedMessageError,
+    TransferError,
+)
 from sporenet.proto import federated_pb2 as pb
 
 log = logging.getLogger("sporenet.android_demo.fleet")
 
 TRAIN_WORKERS = 1  # threads training devices, each with its own Trainer (`--workers`)
 UPLOAD_TURNS = 16  # devices encoding and sending an update at once (each holds a payload)
+# Once one device saw the job end, the others online have this long to poll and be told
+# too (the server exits when every live client was told); the rest are then stopped.
+DONE_GRACE_S = 10.0
 
 
 class DeviceDropout(Exception):
@@ -270,15 +283,18 @@ class DeviceGroup:
             try:
                 if not p.client_id:
                     await p.register()
-                asked = loop.time()
-                task = await p.poll()
+                asked, held = loop.time(), self.models.held
+                task = await p.poll(held)
                 backoff, unreachable_since = 0.1, None
                 if task.type == pb.TASK_FIT:
                     await self._fit(device, p, task)
                 elif task.type == pb.TASK_EVALUATE:
                     await self._evaluate(device, p, task)
                 elif task.type == pb.TASK_DONE:
-                    return await self.models.weights(task, p.session(), p.client_id)
+                    final = await self.models.weights(task, p.session(), p.client_id)
+                    if task.model_sha256 != held:
+                        await self._acknowledge(p, task)
+                    return final
                 elif task.type == pb.TASK_SECURE_FIT:
                     raise AppError(
                         "the fleet simulator does not take part in secure aggregation rounds; "
@@ -312,6 +328,19 @@ class DeviceGroup:
                 log.info("device %d: %s; retrying", device.index, e)
                 p.close()
                 await asyncio.sleep(0.1)
+
+    async def _acknowledge(self, p: Participant, task: pb.Task) -> None:
+        """Poll once more, saying the device now holds the final model: the server counts
+        a device as told the job ended only when it has that model (a download of its own
+        counts, one from the group's cache does not). Best effort: the job is over."""
+        with contextlib.suppress(grpc.RpcError, FederatedError):
+            await p.poll(task.model_sha256)
+
+    async def _away(self, seconds: float) -> None:
+        """Stay offline for `seconds`, or until the job ended."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(seconds):
+                await self._done.wait()
 
     def _online_for(self, device: Device) -> float:
         t = device.traits
@@ -350,7 +379,7 @@ class DeviceGroup:
                     raise
                 self.report.offline_periods += 1
                 p.close()
-                await asyncio.sleep(self._offline_for(device))
+                await self._away(self._offline_for(device))
                 continue
             except DeviceDropout as exc:  # gone for the rest of its round, or rejoin_after_s
                 p.close()
@@ -390,6 +419,8 @@ class DeviceGroup:
             )
             if not self._done.is_set() and not everyone.done():
                 self.report.errors.append(f"the job did not end within {timeout:g} s")
+            elif not everyone.done():  # the devices still online poll once more
+                await asyncio.wait((everyone,), timeout=DONE_GRACE_S)
         finally:
             finished.cancel()
             for life in lives:

@@ -65,11 +65,16 @@ class Participant:
         self.client_id = reply.client_id
         self.heartbeat_interval = max(reply.heartbeat_interval_ms / 1000.0, 0.05)
 
-    async def poll(self) -> pb.Task:
-        """The next task, long-polled up to `poll_wait` (models come from the group's
-        cache, so the server is not asked to send one along)."""
+    async def poll(self, held: str = "") -> pb.Task:
+        """The next task, long-polled up to `poll_wait`. Models come from the group's
+        cache, so the server is not asked to send one along; `held` is the sha256 of the
+        newest model the device holds there (a DONE task for that model tells the server
+        the device has the job's final model)."""
         request = pb.TaskRequest(
-            client_id=self.client_id, wait_ms=int(self.poll_wait * 1000), send_model=False
+            client_id=self.client_id,
+            wait_ms=int(self.poll_wait * 1000),
+            send_model=False,
+            held_model_sha256=held,
         )
         session = self.session()
         await session.send(SessionRequestField.POLL, request.SerializeToString())

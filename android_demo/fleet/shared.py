@@ -70,8 +70,12 @@ class ModelCache:
 
     def __init__(self, *, chunk_size: int, rpc_timeout: float) -> None:
         self.chunk_size, self.rpc_timeout = chunk_size, rpc_timeout
-        self._reader = WeightsReader()
+        # The federated weights, read as the Client reads them: the model's trainable
+        # tensors (every float constant when none is flagged). An update names only
+        # those; the server refuses one carrying another constant.
+        self._reader = WeightsReader(trainable_only=True)
         self.downloads = 0  # models downloaded (one per version while no download fails)
+        self.held = ""  # sha256 of the newest model downloaded: what every device holds
         # sha256 -> the model's weights once downloaded (the future of its download before).
         self._models: dict[str, asyncio.Future[dict[str, np.ndarray]]] = {}
 
@@ -87,6 +91,7 @@ class ModelCache:
             try:
                 data = await self._download(task, session, client_id)
                 future.set_result(self._reader.read(data))
+                self.held = task.model_sha256
             except BaseException as exc:
                 failed = exc if isinstance(exc, Exception) else TransferError("download cancelled")
                 future.set_exception(failed)

@@ -141,7 +141,14 @@ def test_a_group_shares_its_threads_connections_and_models(tmp_path, digits_mode
     while runner.is_alive():
         most = max(most, threading.active_count() - before)
         runner.join(0.05)
-    server.terminate()
+    try:
+        # Every device was told the job ended, holding the group's one final download, so
+        # the daemon exits 0 without waiting out the heartbeat timeout for any of them.
+        assert server.proc.wait(120) == 0, server.logs()[-3000:]
+    finally:
+        server.terminate()
+    (finished,), (exiting,) = server.events("job_finished"), server.events("job_ended_exiting")
+    assert exiting["ts"] - finished["ts"] < float(LAX[LAX.index("--heartbeat-timeout") + 1])
     report = result[0]
     assert not report.errors, report.errors
     assert [report.rounds[r].trained for r in (1, 2)] == [devices, devices]
