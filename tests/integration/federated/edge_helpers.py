@@ -21,6 +21,9 @@ from tests.integration.federated.helpers import free_port
 
 Weights = dict[str, np.ndarray]
 
+SAMPLES = [5, 10, 20, 40]  # device i's sample count
+EDGE_OF = [0, 0, 1, 1]  # devices 0, 1 behind edge 0; devices 2, 3 behind edge 1
+
 
 class EdgeProcess:
     """`python -m sporenet.federated.edge` on a free loopback port, logs to a file."""

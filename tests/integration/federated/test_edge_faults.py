@@ -6,16 +6,16 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pytest
 
 from sporenet.federated.server.status import read_status
 from tests.integration.federated.edge_helpers import (
-    EdgeProcess,
+    EDGE_OF,
+    SAMPLES,
     fedavg_delta,
     join_all,
     local_train,
@@ -23,23 +23,7 @@ from tests.integration.federated.edge_helpers import (
 )
 from tests.integration.federated.helpers import make_model, wait_for
 
-SAMPLES = [5, 10, 20, 40]
-EDGE_OF = [0, 0, 1, 1]
 ROUNDS = 2
-
-
-@pytest.fixture
-def edge_factory(tmp_path: Path) -> Iterator[Callable[..., EdgeProcess]]:
-    started: list[EdgeProcess] = []
-
-    def factory(name: str, upstream: str, args: list[str]) -> EdgeProcess:
-        edge = EdgeProcess(tmp_path / name, upstream, args)
-        started.append(edge)
-        return edge
-
-    yield factory
-    for edge in started:
-        edge.stop()
 
 
 def fedavg_reference(w0: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

@@ -5,7 +5,6 @@ ledger charges each round with q = 1. Checked against the noise and epsilon the 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -14,26 +13,15 @@ import pytest
 
 from sporenet.federated.privacy import RDPAccountant
 from sporenet.federated.server.status import read_status
-from tests.integration.federated.edge_helpers import EdgeProcess, join_all, run_devices
+from tests.integration.federated.edge_helpers import (
+    EDGE_OF,
+    SAMPLES,
+    join_all,
+    run_devices,
+)
 from tests.integration.federated.helpers import make_model
 
-SAMPLES = [5, 10, 20, 40]
-EDGE_OF = [0, 0, 1, 1]
 Z, C, DELTA = 0.7, 0.5, 1e-5
-
-
-@pytest.fixture
-def edge_factory(tmp_path: Path) -> Iterator[Callable[..., EdgeProcess]]:
-    started: list[EdgeProcess] = []
-
-    def factory(name: str, upstream: str, args: list[str]) -> EdgeProcess:
-        edge = EdgeProcess(tmp_path / name, upstream, args)
-        started.append(edge)
-        return edge
-
-    yield factory
-    for edge in started:
-        edge.stop()
 
 
 def no_change(i: int, weights: dict[str, np.ndarray], config: dict[str, Any]) -> dict:

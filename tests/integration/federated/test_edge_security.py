@@ -4,11 +4,9 @@ the edges by those identities. An edge whose key the cloud does not know exits 1
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
-import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
@@ -16,29 +14,13 @@ from sporenet.federated import Credentials
 from sporenet.federated.common.auth import public_key_text
 from sporenet.federated.server.status import read_status
 from tests.integration.federated.edge_helpers import (
-    EdgeProcess,
+    EDGE_OF,
+    SAMPLES,
     fedavg_delta,
     join_all,
     run_devices,
 )
 from tests.integration.federated.helpers import make_model, self_signed_cert
-
-SAMPLES = [5, 10, 20, 40]
-EDGE_OF = [0, 0, 1, 1]
-
-
-@pytest.fixture
-def edge_factory(tmp_path: Path) -> Iterator[Callable[..., EdgeProcess]]:
-    started: list[EdgeProcess] = []
-
-    def factory(name: str, upstream: str, args: list[str]) -> EdgeProcess:
-        edge = EdgeProcess(tmp_path / name, upstream, args)
-        started.append(edge)
-        return edge
-
-    yield factory
-    for edge in started:
-        edge.stop()
 
 
 def write_key(path: Path) -> Ed25519PrivateKey:

@@ -5,7 +5,7 @@ devices, then the cloud's strategy step), with and without SecAgg+ at the edges.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +15,8 @@ import pytest
 from sporenet.federated.server.status import read_status
 from sporenet.federated.strategies import make_strategy
 from tests.integration.federated.edge_helpers import (
+    EDGE_OF,
+    SAMPLES,
     EdgeProcess,
     fedavg_delta,
     join_all,
@@ -22,23 +24,7 @@ from tests.integration.federated.edge_helpers import (
 )
 from tests.integration.federated.helpers import ServerProcess, make_model
 
-SAMPLES = [5, 10, 20, 40]
-EDGE_OF = [0, 0, 1, 1]  # devices 0, 1 behind edge 0; devices 2, 3 behind edge 1
 ROUNDS = 2
-
-
-@pytest.fixture
-def edge_factory(tmp_path: Path) -> Iterator[Callable[..., EdgeProcess]]:
-    started: list[EdgeProcess] = []
-
-    def factory(name: str, upstream: str, args: list[str]) -> EdgeProcess:
-        edge = EdgeProcess(tmp_path / name, upstream, args)
-        started.append(edge)
-        return edge
-
-    yield factory
-    for edge in started:
-        edge.stop()
 
 
 def cloud_toml(tmp_path: Path, strategy: dict[str, Any], extra: str = "") -> Path:
