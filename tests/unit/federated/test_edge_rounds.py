@@ -17,21 +17,9 @@ from sporenet.federated.server.config import build_config
 from sporenet.federated.server.observability import Metrics
 from sporenet.federated.server.phases import JobStatus, Phase, TaskType
 from tests.integration.federated.helpers import make_model
+from tests.unit.federated.fake_clock import FakeClock
 
 ROUND_TIMEOUT = 60.0
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1_000_000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
 
 
 @pytest.fixture

@@ -17,27 +17,10 @@ from sporenet.federated.server.phases import JobStatus, Participant, Phase, Task
 from sporenet.federated.server.rounds import MAX_REFUSALS, RoundManager
 from sporenet.lite import read_weights
 from tests.integration.federated.helpers import make_model
+from tests.unit.federated.fake_clock import FakeClock
 
 HEARTBEAT_TIMEOUT = 30.0
 ROUND_TIMEOUT = 600.0
-
-
-class FakeClock:
-    """Seconds since the epoch, moved only by the test."""
-
-    def __init__(self) -> None:
-        self.now = 1_000_000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
-
-
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
 
 
 @pytest.fixture
