@@ -52,6 +52,28 @@ def edge(tmp_path: Path, clock: FakeClock, made: list, **settings: object) -> Ed
     return m
 
 
+def running(
+    tmp_path: Path,
+    clock: FakeClock,
+    made: list,
+    model: bytes,
+    devices: str = "ab",
+    **settings: object,
+) -> EdgeRoundManager:
+    """An edge whose `devices` registered, then the cloud's task r1-fit began."""
+    m = edge(tmp_path, clock, made, **settings)
+    for cid in devices:
+        m.register(cid, None, {})
+    begin(m, model)
+    m.tick()
+    return m
+
+
+def filled(m: EdgeRoundManager, value: float) -> dict[str, np.ndarray]:
+    """A delta of `value` everywhere, shaped as the edge's model."""
+    return {k: np.full_like(v, value) for k, v in m._weights.items()}
+
+
 def upload(m: EdgeRoundManager, cid: str, delta: dict[str, np.ndarray], samples: int) -> None:
     task = m.get_task(cid)
     assert task.type == TaskType.FIT, task
@@ -105,12 +127,8 @@ def test_a_cloud_task_runs_among_devices_and_keeps_their_weighted_mean(
 def test_too_few_device_updates_by_the_deadline_withdraws_from_the_cloud_task(
     tmp_path: Path, clock: FakeClock, model: bytes, made: list
 ) -> None:
-    m = edge(tmp_path, clock, made, min_clients=2)
-    for cid in ("a", "b"):
-        m.register(cid, None, {})
-    begin(m, model)
-    m.tick()
-    upload(m, "a", {k: np.ones_like(v) for k, v in m._weights.items()}, 4)
+    m = running(tmp_path, clock, made, model, min_clients=2)
+    upload(m, "a", filled(m, 1.0), 4)
     clock.now += ROUND_TIMEOUT - 1
     m.touch("b")  # still training, heartbeating
     m.tick()
@@ -131,12 +149,8 @@ def test_too_few_device_updates_by_the_deadline_withdraws_from_the_cloud_task(
 def test_enough_updates_at_the_deadline_report_what_arrived(
     tmp_path: Path, clock: FakeClock, model: bytes, made: list
 ) -> None:
-    m = edge(tmp_path, clock, made, min_clients=1)
-    for cid in ("a", "b"):
-        m.register(cid, None, {})
-    begin(m, model)
-    m.tick()
-    upload(m, "a", {k: np.full_like(v, 0.5) for k, v in m._weights.items()}, 7)
+    m = running(tmp_path, clock, made, model, min_clients=1)
+    upload(m, "a", filled(m, 0.5), 7)
     clock.now += ROUND_TIMEOUT + 1
     m.touch("b")  # a straggler: alive, but late
     m.tick()
@@ -148,12 +162,8 @@ def test_enough_updates_at_the_deadline_report_what_arrived(
 def test_a_restarted_edge_resumes_the_task_in_hand(
     tmp_path: Path, clock: FakeClock, model: bytes, made: list
 ) -> None:
-    m = edge(tmp_path, clock, made)
-    for cid in ("a", "b"):
-        m.register(cid, None, {})
-    begin(m, model)
-    m.tick()
-    upload(m, "a", {k: np.full_like(v, 2.0) for k, v in m._weights.items()}, 1)
+    m = running(tmp_path, clock, made, model)
+    upload(m, "a", filled(m, 2.0), 1)
     m.stop()
     m.close()
     made.remove(m)
@@ -162,7 +172,7 @@ def test_a_restarted_edge_resumes_the_task_in_hand(
     begin(again, model)  # the cloud hands the same task again: a no-op
     assert again.job.active and again._task is not None and again._task.state == TaskState.OPEN
     again.touch("b")
-    upload(again, "b", {k: np.zeros_like(v) for k, v in again._weights.items()}, 1)
+    upload(again, "b", filled(again, 0.0), 1)
     again.tick()
     result = again.result("r1-fit")
     assert result is not None and result.weight == 2  # "a" was not lost
@@ -191,11 +201,7 @@ def test_the_cloud_job_ending_gives_devices_the_final_model(
 def test_waiting_on_a_task_and_withdrawing_when_the_cloud_closed_it(
     tmp_path: Path, clock: FakeClock, model: bytes, made: list
 ) -> None:
-    m = edge(tmp_path, clock, made)
-    for cid in ("a", "b"):
-        m.register(cid, None, {})
-    begin(m, model)
-    m.tick()
+    m = running(tmp_path, clock, made, model)
     assert not m.wait("r1-fit", 0.01)  # the devices are still at work
     assert m.wait("r0-fit", 0.0)  # not the task in hand: nothing to wait for
     m.withdraw("r1-fit", "the cloud closed task 'r1-fit'")
@@ -207,13 +213,9 @@ def test_waiting_on_a_task_and_withdrawing_when_the_cloud_closed_it(
 def test_a_partial_aggregate_survives_a_restart_before_it_was_sent(
     tmp_path: Path, clock: FakeClock, model: bytes, made: list
 ) -> None:
-    m = edge(tmp_path, clock, made)
-    for cid in ("a", "b"):
-        m.register(cid, None, {})
-    begin(m, model)
-    m.tick()
-    upload(m, "a", {k: np.full_like(v, 3.0) for k, v in m._weights.items()}, 1)
-    upload(m, "b", {k: np.full_like(v, 1.0) for k, v in m._weights.items()}, 3)
+    m = running(tmp_path, clock, made, model)
+    upload(m, "a", filled(m, 3.0), 1)
+    upload(m, "b", filled(m, 1.0), 3)
     m.tick()
     before = m.result("r1-fit")
     m.close()  # as after kill -9: nothing more is written
@@ -232,11 +234,8 @@ def test_a_partial_aggregate_survives_a_restart_before_it_was_sent(
 def test_a_task_id_on_another_model_is_a_new_task(
     tmp_path: Path, clock: FakeClock, model: bytes, made: list
 ) -> None:
-    m = edge(tmp_path, clock, made, min_clients=1)
-    m.register("a", None, {})
-    begin(m, model)
-    m.tick()
-    upload(m, "a", {k: np.full_like(v, 1.0) for k, v in m._weights.items()}, 2)
+    m = running(tmp_path, clock, made, model, "a", min_clients=1)
+    upload(m, "a", filled(m, 1.0), 2)
     m.tick()
     assert m.result("r1-fit") is not None
     other = tmp_path / "other.spore"
