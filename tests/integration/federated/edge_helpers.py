@@ -170,6 +170,34 @@ def run_devices(
     return threads, results, configs
 
 
+def run_devices_behind(
+    edges: list[EdgeProcess], **kwargs: Any
+) -> tuple[list[threading.Thread], dict[int, Any], list[dict[str, Any]]]:
+    """`run_devices` for the four devices of SAMPLES, device i behind edges[EDGE_OF[i]]."""
+    return run_devices([edges[e].address for e in EDGE_OF], SAMPLES, **kwargs)
+
+
+def serving(edges: list[EdgeProcess]) -> list[EdgeProcess]:
+    """Start the edges, then return them once each serves devices."""
+    for edge in edges:
+        edge.start()
+    for edge in edges:
+        edge.wait_serving()
+    return edges
+
+
+def tier_logs(cloud: Any, edges: list[EdgeProcess]) -> Callable[[], str]:
+    """The cloud's and the edges' logs, read when a failure shows them."""
+    return lambda: cloud.logs() + "".join(e.logs() for e in edges)
+
+
+def assert_every_device_has(results: dict[int, Any], want: Weights, atol: float = 2e-6) -> None:
+    """Every device ended with the model `want`."""
+    for got in results.values():
+        for k in want:
+            np.testing.assert_allclose(got[k], want[k], rtol=0, atol=atol)
+
+
 def join_all(threads: list[threading.Thread], timeout: float, logs: Callable[[], str]) -> None:
     for t in threads:
         t.join(timeout)

@@ -14,10 +14,11 @@ import pytest
 from sporenet.federated.privacy import RDPAccountant
 from sporenet.federated.server.status import read_status
 from tests.integration.federated.edge_helpers import (
-    EDGE_OF,
     SAMPLES,
     join_all,
-    run_devices,
+    run_devices_behind,
+    serving,
+    tier_logs,
 )
 from tests.integration.federated.helpers import make_model
 
@@ -41,13 +42,9 @@ def test_local_dp_through_edges_noise_and_epsilon(
     )
     cloud = server_factory(["--config", str(toml)]).start()
     args = ["--min-clients", "2"]
-    edges = [edge_factory(f"edge{e}", cloud.address, args).start() for e in (0, 1)]
-    for edge in edges:
-        edge.wait_serving()
-    threads, results, configs = run_devices(
-        [edges[e].address for e in EDGE_OF], SAMPLES, step=no_change
-    )
-    join_all(threads, 120, lambda: cloud.logs() + "".join(e.logs() for e in edges))
+    edges = serving([edge_factory(f"edge{e}", cloud.address, args) for e in (0, 1)])
+    threads, results, configs = run_devices_behind(edges, step=no_change)
+    join_all(threads, 120, tier_logs(cloud, edges))
 
     # Every device was told to add all of the noise itself.
     assert {(c["dp_local_noise_multiplier"], c["dp_clipping_norm"]) for c in configs} == {(Z, C)}
