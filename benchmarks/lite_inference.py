@@ -316,6 +316,32 @@ def paired_timings(
     return times
 
 
+def time_both(
+    session: ort.InferenceSession,
+    interp: Interpreter,
+    feeds: dict[str, np.ndarray],
+    ours: np.ndarray,
+    theirs: np.ndarray,
+    budget: float,
+    min_runs: int,
+) -> dict[str, float]:
+    """Time both engines on `feeds` in alternating blocks: the median latencies, the
+    best-of and CPU-time ratios, and the largest difference of the outputs `ours` and
+    `theirs`, relative to the largest magnitude of `theirs`."""
+    diff = float(np.abs(ours - theirs).max() / max(np.abs(theirs).max(), 1e-30))
+    cpu: list[list[float]] = []
+    t_ort, t_ours = paired_timings(
+        [lambda: session.run(None, feeds), lambda: interp.run(feeds)], budget, min_runs, cpu
+    )
+    return {
+        "ort": statistics.median(t_ort),
+        "ours": statistics.median(t_ours),
+        "best_ratio": min(t_ours) / min(t_ort),
+        "cpu_ratio": statistics.median(cpu[1]) / statistics.median(cpu[0]),
+        "diff": diff,
+    }
+
+
 def run(name: str, threads: int, budget: float, min_runs: int) -> dict[str, float]:
     twin = NETS[name]()
     spore, onnx_bytes = twin.finish(twin.y)
@@ -328,18 +354,7 @@ def run(name: str, threads: int, budget: float, min_runs: int) -> dict[str, floa
     feeds = {"x": x}
     ours = interp.run(feeds)["y"]
     (theirs,) = session.run(None, feeds)
-    diff = float(np.abs(ours - theirs).max() / max(np.abs(theirs).max(), 1e-30))
-    cpu: list[list[float]] = []
-    t_ort, t_ours = paired_timings(
-        [lambda: session.run(None, feeds), lambda: interp.run(feeds)], 2 * budget, min_runs, cpu
-    )
-    return {
-        "ort": statistics.median(t_ort),
-        "ours": statistics.median(t_ours),
-        "best_ratio": min(t_ours) / min(t_ort),
-        "cpu_ratio": statistics.median(cpu[1]) / statistics.median(cpu[0]),
-        "diff": diff,
-    }
+    return time_both(session, interp, feeds, ours, theirs, 2 * budget, min_runs)
 
 
 # ------------------------------------------------------------------------- real models
@@ -359,18 +374,7 @@ def run_real(model: PackagedModel, path: str, budget: float, min_runs: int) -> d
     interp = Interpreter(model_content=spore, num_threads=1)
     ours = next(iter(interp.run(feeds).values()))
     theirs = session.run(None, feeds)[0]
-    diff = float(np.abs(ours - theirs).max() / max(np.abs(theirs).max(), 1e-30))
-    cpu: list[list[float]] = []
-    t_ort, t_ours = paired_timings(
-        [lambda: session.run(None, feeds), lambda: interp.run(feeds)], budget, min_runs, cpu
-    )
-    return {
-        "ort": statistics.median(t_ort),
-        "ours": statistics.median(t_ours),
-        "best_ratio": min(t_ours) / min(t_ort),
-        "cpu_ratio": statistics.median(cpu[1]) / statistics.median(cpu[0]),
-        "diff": diff,
-    }
+    return time_both(session, interp, feeds, ours, theirs, budget, min_runs)
 
 
 def report_real(budget: float, min_runs: int) -> None:
