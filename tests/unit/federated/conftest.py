@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.unit.federated.fake_clock import FakeClock
+from tests.unit.federated.round_helpers import FakeClock
 
 
 @pytest.fixture

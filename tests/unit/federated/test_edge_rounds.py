@@ -11,13 +11,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from sporenet.federated.common.codec import encode_update
 from sporenet.federated.edge.rounds import EdgeRoundManager, TaskState
 from sporenet.federated.server.config import build_config
 from sporenet.federated.server.observability import Metrics
 from sporenet.federated.server.phases import JobStatus, Phase, TaskType
 from tests.integration.federated.helpers import make_model
-from tests.unit.federated.fake_clock import FakeClock
+from tests.unit.federated.round_helpers import FakeClock, submit
 
 ROUND_TIMEOUT = 60.0
 
@@ -74,20 +73,6 @@ def filled(m: EdgeRoundManager, value: float) -> dict[str, np.ndarray]:
     return {k: np.full_like(v, value) for k, v in m._weights.items()}
 
 
-def upload(m: EdgeRoundManager, cid: str, delta: dict[str, np.ndarray], samples: int) -> None:
-    task = m.get_task(cid)
-    assert task.type == TaskType.FIT, task
-    m.submit_update(
-        cid,
-        task.task_id,
-        memoryview(encode_update(delta)),
-        upload=None,
-        mismatch="",
-        num_samples=samples,
-        metrics_json=f'{{"loss": {samples}}}',
-    )
-
-
 def begin(m: EdgeRoundManager, model: bytes, task_id: str = "r1-fit") -> None:
     config = {"round": 1, "proximal_mu": 0.25}
     m.begin(task_id=task_id, phase=Phase.FIT, cloud_round=1, config=config, model=model)
@@ -112,7 +97,7 @@ def test_a_cloud_task_runs_among_devices_and_keeps_their_weighted_mean(
     }
     samples = {"a": 3, "b": 5, "c": 12}
     for c in "abc":
-        upload(m, c, deltas[c], samples[c])
+        submit(m, c, deltas[c], samples[c])
     m.tick()
     result = m.result("r1-fit")
     assert result is not None and result.delta is not None
@@ -128,7 +113,7 @@ def test_too_few_device_updates_by_the_deadline_withdraws_from_the_cloud_task(
     tmp_path: Path, clock: FakeClock, model: bytes, made: list
 ) -> None:
     m = running(tmp_path, clock, made, model, min_clients=2)
-    upload(m, "a", filled(m, 1.0), 4)
+    submit(m, "a", filled(m, 1.0), 4)
     clock.now += ROUND_TIMEOUT - 1
     m.touch("b")  # still training, heartbeating
     m.tick()
@@ -150,7 +135,7 @@ def test_enough_updates_at_the_deadline_report_what_arrived(
     tmp_path: Path, clock: FakeClock, model: bytes, made: list
 ) -> None:
     m = running(tmp_path, clock, made, model, min_clients=1)
-    upload(m, "a", filled(m, 0.5), 7)
+    submit(m, "a", filled(m, 0.5), 7)
     clock.now += ROUND_TIMEOUT + 1
     m.touch("b")  # a straggler: alive, but late
     m.tick()
@@ -163,7 +148,7 @@ def test_a_restarted_edge_resumes_the_task_in_hand(
     tmp_path: Path, clock: FakeClock, model: bytes, made: list
 ) -> None:
     m = running(tmp_path, clock, made, model)
-    upload(m, "a", filled(m, 2.0), 1)
+    submit(m, "a", filled(m, 2.0), 1)
     m.stop()
     m.close()
     made.remove(m)
@@ -172,7 +157,7 @@ def test_a_restarted_edge_resumes_the_task_in_hand(
     begin(again, model)  # the cloud hands the same task again: a no-op
     assert again.job.active and again._task is not None and again._task.state == TaskState.OPEN
     again.touch("b")
-    upload(again, "b", filled(again, 0.0), 1)
+    submit(again, "b", filled(again, 0.0), 1)
     again.tick()
     result = again.result("r1-fit")
     assert result is not None and result.weight == 2  # "a" was not lost
@@ -214,8 +199,8 @@ def test_a_partial_aggregate_survives_a_restart_before_it_was_sent(
     tmp_path: Path, clock: FakeClock, model: bytes, made: list
 ) -> None:
     m = running(tmp_path, clock, made, model)
-    upload(m, "a", filled(m, 3.0), 1)
-    upload(m, "b", filled(m, 1.0), 3)
+    submit(m, "a", filled(m, 3.0), 1)
+    submit(m, "b", filled(m, 1.0), 3)
     m.tick()
     before = m.result("r1-fit")
     m.close()  # as after kill -9: nothing more is written
@@ -235,7 +220,7 @@ def test_a_task_id_on_another_model_is_a_new_task(
     tmp_path: Path, clock: FakeClock, model: bytes, made: list
 ) -> None:
     m = running(tmp_path, clock, made, model, "a", min_clients=1)
-    upload(m, "a", filled(m, 1.0), 2)
+    submit(m, "a", filled(m, 1.0), 2)
     m.tick()
     assert m.result("r1-fit") is not None
     other = tmp_path / "other.spore"

@@ -9,7 +9,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from sporenet.federated.common.codec import encode_update
 from sporenet.federated.errors import ConfigError, StaleTaskError, UpdateRejectedError
 from sporenet.federated.server.config import build_config
 from sporenet.federated.server.observability import Metrics
@@ -17,7 +16,7 @@ from sporenet.federated.server.phases import JobStatus, Participant, Phase, Task
 from sporenet.federated.server.rounds import MAX_REFUSALS, RoundManager
 from sporenet.lite import read_weights
 from tests.integration.federated.helpers import make_model
-from tests.unit.federated.fake_clock import FakeClock
+from tests.unit.federated.round_helpers import FakeClock, submit
 
 HEARTBEAT_TIMEOUT = 30.0
 ROUND_TIMEOUT = 600.0
@@ -62,20 +61,6 @@ def start(tmp_path: Path, w0: dict, clock: FakeClock) -> Iterator[Start]:
     yield make
     for m in made:
         m.close()
-
-
-def submit(m: RoundManager, cid: str, delta: dict[str, np.ndarray], samples: int) -> None:
-    task = m.get_task(cid)
-    assert task.type == TaskType.FIT
-    m.submit_update(
-        cid,
-        task.task_id,
-        memoryview(encode_update(delta)),
-        upload=None,
-        mismatch="",
-        num_samples=samples,
-        metrics_json=f'{{"loss": {samples}}}',
-    )
 
 
 def test_a_round_opens_folds_the_updates_and_publishes_their_weighted_mean(
