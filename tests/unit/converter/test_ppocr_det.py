@@ -14,7 +14,6 @@ models/ch_PP-OCRv4_det_infer.onnx) or SPORENET_PPOCR_DET names that file.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 from pathlib import Path
 
@@ -23,18 +22,14 @@ import pytest
 
 from sporenet.converter import convert_onnx
 from sporenet.lite import Interpreter
+from tests.packaged import packaged_file
 from tests.unit.converter.helpers import helper, make_model, ort, value_info
 
 
 def _model_path() -> Path | None:
     if os.environ.get("SPORENET_PPOCR_DET"):
         return Path(os.environ["SPORENET_PPOCR_DET"])
-    spec = importlib.util.find_spec("rapidocr_onnxruntime")  # located, not imported
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    package = Path(next(iter(spec.submodule_search_locations)))
-    path = package / "models" / "ch_PP-OCRv4_det_infer.onnx"
-    return path if path.exists() else None
+    return packaged_file("rapidocr_onnxruntime", "models/ch_PP-OCRv4_det_infer.onnx")
 
 
 MODEL = _model_path()
