@@ -4,6 +4,7 @@ located without importing the package: some import torch or cv2 at import time."
 from __future__ import annotations
 
 import importlib.util
+import os
 from pathlib import Path
 
 
@@ -18,8 +19,11 @@ def package_dir(package: str) -> Path | None:
     return Path(next(iter(spec.submodule_search_locations)))
 
 
-def packaged_file(package: str, relative: str) -> Path | None:
-    """The file `relative` inside the installed package, or None when either is missing."""
+def packaged_file(package: str, relative: str, *, env: str | None = None) -> Path | None:
+    """The file `relative` inside the installed package, or None when either is missing;
+    the environment variable `env`, when set, names the file instead."""
+    if env is not None and os.environ.get(env):
+        return Path(os.environ[env])
     root = package_dir(package)
     path = root / relative if root is not None else None
     return path if path is not None and path.exists() else None

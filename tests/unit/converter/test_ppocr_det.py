@@ -14,9 +14,6 @@ models/ch_PP-OCRv4_det_infer.onnx) or SPORENET_PPOCR_DET names that file.
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
 import numpy as np
 import pytest
 
@@ -25,14 +22,9 @@ from sporenet.lite import Interpreter
 from tests.packaged import packaged_file
 from tests.unit.converter.helpers import helper, make_model, ort, value_info
 
-
-def _model_path() -> Path | None:
-    if os.environ.get("SPORENET_PPOCR_DET"):
-        return Path(os.environ["SPORENET_PPOCR_DET"])
-    return packaged_file("rapidocr_onnxruntime", "models/ch_PP-OCRv4_det_infer.onnx")
-
-
-MODEL = _model_path()
+MODEL = packaged_file(
+    "rapidocr_onnxruntime", "models/ch_PP-OCRv4_det_infer.onnx", env="SPORENET_PPOCR_DET"
+)
 needs_model = pytest.mark.skipif(
     MODEL is None,
     reason="the rapidocr-onnxruntime package is not installed "

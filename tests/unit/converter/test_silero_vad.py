@@ -7,9 +7,6 @@ skips otherwise (the wheel is 11 MB, too large for the test extra).
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
 import numpy as np
 import pytest
 
@@ -19,14 +16,7 @@ from sporenet.lite.errors import ShapeError
 from tests.packaged import packaged_file
 from tests.unit.converter.helpers import ort
 
-
-def _model_path() -> Path | None:
-    if os.environ.get("SPORENET_SILERO_VAD"):
-        return Path(os.environ["SPORENET_SILERO_VAD"])
-    return packaged_file("silero_vad", "data/silero_vad.onnx")
-
-
-MODEL = _model_path()
+MODEL = packaged_file("silero_vad", "data/silero_vad.onnx", env="SPORENET_SILERO_VAD")
 pytestmark = pytest.mark.skipif(
     MODEL is None,
     reason="the silero-vad package is not installed "
