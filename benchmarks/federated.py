@@ -228,25 +228,47 @@ def _stop_server(server: subprocess.Popen[bytes]) -> None:
 # -- sporenet ------------------------------------------------------------------------------
 
 
-def run_sporenet(
-    n: int, params: str, rounds: int, procs: int, workdir: Path, extra: list[str] | None = None
-) -> Result:
-    model = workdir / f"sporenet-{params}.spore"
+def _start_cloud(
+    model: Path,
+    params: str,
+    state: Path,
+    log: Path,
+    *,
+    rounds: int,
+    min_clients: int,
+    extra: list[str] | None = None,
+) -> tuple[subprocess.Popen[bytes], int, int]:
+    """Write the `params` model to `model` and start sporenet-server on it with a metrics
+    port; returns the process, its port and its metrics port. `state` is a fresh dir per
+    run: a finished job's state would make a repeat a no-op."""
     _write_spore(model, params)
-    # A state dir of its own per run: a finished job's state would make a repeat a no-op.
-    state = Path(tempfile.mkdtemp(prefix=f"state-{n}-{params}-", dir=workdir))
     port, mport = free_port(), free_port()
-    log_path = workdir / f"sporenet-{n}-{params}.log"
     server = start_server(
         state,
         model,
         address=f"127.0.0.1:{port}",
         rounds=rounds,
-        min_clients=n,
-        log=log_path,
+        min_clients=min_clients,
+        log=log,
         extra=["--metrics-port", str(mport), *(extra or [])],
         env=clean_env(),
         timeout=60,
+    )
+    return server, port, mport
+
+
+def run_sporenet(
+    n: int, params: str, rounds: int, procs: int, workdir: Path, extra: list[str] | None = None
+) -> Result:
+    log_path = workdir / f"sporenet-{n}-{params}.log"
+    server, port, mport = _start_cloud(
+        workdir / f"sporenet-{params}.spore",
+        params,
+        Path(tempfile.mkdtemp(prefix=f"state-{n}-{params}-", dir=workdir)),
+        log_path,
+        rounds=rounds,
+        min_clients=n,
+        extra=extra,
     )
     try:
         before, cpu0 = _children_cpu(), cpu_seconds(server.pid)
@@ -641,21 +663,14 @@ def run_tier(
     sporenet-edge daemons."""
     mode = "direct" if edges == 0 else f"{edges} edges"
     tag = f"tier-{edges}"
-    model = workdir / f"tier-{params}.spore"
-    _write_spore(model, params)
-    state = Path(tempfile.mkdtemp(prefix=f"{tag}-cloud-", dir=workdir))
-    port, mport = free_port(), free_port()
     cloud_log = workdir / f"{tag}-cloud.log"
-    cloud = start_server(
-        state,
-        model,
-        address=f"127.0.0.1:{port}",
+    cloud, port, mport = _start_cloud(
+        workdir / f"tier-{params}.spore",
+        params,
+        Path(tempfile.mkdtemp(prefix=f"{tag}-cloud-", dir=workdir)),
+        cloud_log,
         rounds=rounds,
         min_clients=edges or devices,
-        log=cloud_log,
-        extra=["--metrics-port", str(mport)],
-        env=clean_env(),
-        timeout=60,
     )
     edge_procs: list[subprocess.Popen[bytes]] = []
     workers: list[subprocess.Popen[bytes]] = []

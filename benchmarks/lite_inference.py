@@ -68,6 +68,7 @@ _choose_openblas_core()
 import numpy as np  # noqa: E402  (after choosing the OpenBLAS kernels)
 import onnx  # noqa: E402
 import onnxruntime as ort  # noqa: E402
+from _packaged_models import PACKAGED_MODELS, PackagedModel, make_feeds, model_path  # noqa: E402
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
 from sporenet.lite import Interpreter, ModelBuilder, OpCode  # noqa: E402
@@ -315,161 +316,18 @@ def paired_timings(
     return times
 
 
-def run(name: str, threads: int, budget: float, min_runs: int) -> dict[str, float]:
-    twin = NETS[name]()
-    spore, onnx_bytes = twin.finish(twin.y)
-    x = np.random.default_rng(1).normal(size=twin.input_shape).astype(np.float32)
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = threads
-    options.inter_op_num_threads = 1
-    session = ort.InferenceSession(onnx_bytes, options, providers=["CPUExecutionProvider"])
-    interp = Interpreter(model_content=spore, num_threads=threads)
-    feeds = {"x": x}
-    ours = interp.run(feeds)["y"]
-    (theirs,) = session.run(None, feeds)
-    diff = float(np.abs(ours - theirs).max() / max(np.abs(theirs).max(), 1e-30))
-    cpu: list[list[float]] = []
-    t_ort, t_ours = paired_timings(
-        [lambda: session.run(None, feeds), lambda: interp.run(feeds)], 2 * budget, min_runs, cpu
-    )
-    return {
-        "ort": statistics.median(t_ort),
-        "ours": statistics.median(t_ours),
-        "best_ratio": min(t_ours) / min(t_ort),
-        "cpu_ratio": statistics.median(cpu[1]) / statistics.median(cpu[0]),
-        "diff": diff,
-    }
-
-
-# ------------------------------------------------------------------------- real models
-
-
-@dataclass(frozen=True)
-class RealModel:
-    """A packaged ONNX model and the inputs it is fed: name -> (shape, dtype, fill)."""
-
-    name: str
-    package: str
-    path: str  # inside the package's directory
-    feeds: dict[str, tuple[tuple[int, ...], str, str]]
-
-
-_AUDIO = {"input": ((1, 512), "float32", "audio"), "state": ((2, 1, 128), "float32", "zeros")}
-_SR = {"sr": ((), "int64", "16000")}
-
-REAL_MODELS = (
-    RealModel(
-        "ppocr-det",
-        "rapidocr_onnxruntime",
-        "models/ch_PP-OCRv4_det_infer.onnx",
-        {"x": ((1, 3, 480, 640), "float32", "uniform")},
-    ),
-    RealModel(
-        "ppocr-rec",
-        "rapidocr_onnxruntime",
-        "models/ch_PP-OCRv4_rec_infer.onnx",
-        {"x": ((1, 3, 48, 320), "float32", "uniform")},
-    ),
-    RealModel(
-        "ppocr-cls",
-        "rapidocr_onnxruntime",
-        "models/ch_ppocr_mobile_v2.0_cls_infer.onnx",
-        {"x": ((1, 3, 48, 192), "float32", "uniform")},
-    ),
-    RealModel(
-        "ddddocr", "ddddocr", "common.onnx", {"input1": ((1, 1, 64, 160), "float32", "uniform")}
-    ),
-    RealModel(
-        "ddddocr-old",
-        "ddddocr",
-        "common_old.onnx",
-        {"input1": ((1, 1, 64, 160), "float32", "uniform")},
-    ),
-    RealModel(
-        "ddddocr-det",
-        "ddddocr",
-        "common_det.onnx",
-        {"images": ((1, 3, 416, 416), "float32", "uniform")},
-    ),
-    RealModel("silero-vad", "silero_vad", "data/silero_vad.onnx", {**_AUDIO, **_SR}),
-    RealModel("silero-op15", "silero_vad", "data/silero_vad_16k_op15.onnx", {**_AUDIO, **_SR}),
-    RealModel("silero-ifless", "silero_vad", "data/silero_vad_op18_ifless.onnx", {**_AUDIO, **_SR}),
-    RealModel("silero-half", "silero_vad", "data/silero_vad_half.onnx", dict(_AUDIO)),
-    RealModel(
-        "silero-openvino",
-        "silero_vad",
-        "data/silero_vad_openvino_16k.onnx",
-        {"input": ((1, 576), "float32", "audio"), "state": _AUDIO["state"]},
-    ),
-    RealModel(
-        "silero-sequence",
-        "silero_vad",
-        "data/silero_vad_16k_sequence.onnx",
-        {
-            "input": ((8, 576), "float32", "audio"),
-            "h": ((1, 1, 128), "float32", "zeros"),
-            "c": ((1, 1, 128), "float32", "zeros"),
-        },
-    ),
-    RealModel(
-        "magika",
-        "magika",
-        "models/standard_v3_3/model.onnx",
-        {"bytes": ((1, 2048), "int32", "bytes")},
-    ),
-)
-
-
-def _real_path(model: RealModel) -> str | None:
-    """The model file, or None when its package is not installed."""
-    import importlib.util
-
-    here = os.path.dirname(os.path.abspath(__file__))
-    # Searched without this script's folder, where silero_vad.py is a benchmark.
-    saved = sys.path[:]
-    sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != here]
-    try:
-        spec = importlib.util.find_spec(model.package)
-    finally:
-        sys.path[:] = saved
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    path = os.path.join(next(iter(spec.submodule_search_locations)), model.path)
-    return path if os.path.isfile(path) else None
-
-
-def _real_feeds(model: RealModel) -> dict[str, np.ndarray]:
-    rng = np.random.default_rng(0)
-    feeds = {}
-    for name, (shape, dtype, fill) in model.feeds.items():
-        if fill == "uniform":
-            feeds[name] = rng.random(shape, dtype=np.float32)
-        elif fill == "audio":
-            feeds[name] = (0.1 * rng.standard_normal(shape)).astype(np.float32)
-        elif fill == "zeros":
-            feeds[name] = np.zeros(shape, dtype)
-        elif fill == "bytes":
-            feeds[name] = rng.integers(0, 256, shape).astype(dtype)
-        else:
-            feeds[name] = np.array(int(fill), dtype)
-    return feeds
-
-
-def run_real(model: RealModel, path: str, budget: float, min_runs: int) -> dict[str, float]:
-    """Convert at the fed sizes, then time both engines on one thread (see `run`)."""
-    from sporenet.converter import convert_onnx
-
-    feeds = _real_feeds(model)
-    shapes = {name: shape for name, (shape, _, _) in model.feeds.items() if shape}
-    spore = convert_onnx(path, input_shapes=shapes)
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = 1
-    options.inter_op_num_threads = 1
-    options.log_severity_level = 3  # some exporters declare output shapes that do not hold
-    session = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
-    interp = Interpreter(model_content=spore, num_threads=1)
-    ours = next(iter(interp.run(feeds).values()))
-    theirs = session.run(None, feeds)[0]
+def time_both(
+    session: ort.InferenceSession,
+    interp: Interpreter,
+    feeds: dict[str, np.ndarray],
+    ours: np.ndarray,
+    theirs: np.ndarray,
+    budget: float,
+    min_runs: int,
+) -> dict[str, float]:
+    """Time both engines on `feeds` in alternating blocks: the median latencies, the
+    best-of and CPU-time ratios, and the largest difference of the outputs `ours` and
+    `theirs`, relative to the largest magnitude of `theirs`."""
     diff = float(np.abs(ours - theirs).max() / max(np.abs(theirs).max(), 1e-30))
     cpu: list[list[float]] = []
     t_ort, t_ours = paired_timings(
@@ -482,6 +340,41 @@ def run_real(model: RealModel, path: str, budget: float, min_runs: int) -> dict[
         "cpu_ratio": statistics.median(cpu[1]) / statistics.median(cpu[0]),
         "diff": diff,
     }
+
+
+def run(name: str, threads: int, budget: float, min_runs: int) -> dict[str, float]:
+    twin = NETS[name]()
+    spore, onnx_bytes = twin.finish(twin.y)
+    x = np.random.default_rng(1).normal(size=twin.input_shape).astype(np.float32)
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    session = ort.InferenceSession(onnx_bytes, options, providers=["CPUExecutionProvider"])
+    interp = Interpreter(model_content=spore, num_threads=threads)
+    feeds = {"x": x}
+    ours = interp.run(feeds)["y"]
+    (theirs,) = session.run(None, feeds)
+    return time_both(session, interp, feeds, ours, theirs, 2 * budget, min_runs)
+
+
+# ------------------------------------------------------------------------- real models
+
+
+def run_real(model: PackagedModel, path: str, budget: float, min_runs: int) -> dict[str, float]:
+    """Convert at the fed sizes, then time both engines on one thread (see `run`)."""
+    from sporenet.converter import convert_onnx
+
+    feeds = make_feeds(model.feeds)
+    spore = convert_onnx(path, input_shapes=model.conversion_shapes())
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    options.inter_op_num_threads = 1
+    options.log_severity_level = 3  # some exporters declare output shapes that do not hold
+    session = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+    interp = Interpreter(model_content=spore, num_threads=1)
+    ours = next(iter(interp.run(feeds).values()))
+    theirs = session.run(None, feeds)[0]
+    return time_both(session, interp, feeds, ours, theirs, budget, min_runs)
 
 
 def report_real(budget: float, min_runs: int) -> None:
@@ -497,13 +390,13 @@ def report_real(budget: float, min_runs: int) -> None:
     print(header)
     print("-" * len(header))
     ratios, cpu_ratios, failed = {}, {}, {}
-    for model in REAL_MODELS:
-        path = _real_path(model)
+    for model in PACKAGED_MODELS:
+        path = model_path(model)
         if path is None:
             print(f"{model.name:<16} skipped: package {model.package} is not installed")
             continue
         try:
-            r = run_real(model, path, budget, min_runs)
+            r = run_real(model, str(path), budget, min_runs)
         except Exception as exc:  # a model that does not convert or run is reported, not fatal
             failed[model.name] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:90]}"
             print(f"{model.name:<16} failed: {failed[model.name]}", flush=True)

@@ -32,7 +32,6 @@ the BLAS kernel that ran (threadpoolctl). Peak RSS is the kernel's high-water ma
 from __future__ import annotations
 
 import argparse
-import importlib.machinery
 import json
 import os
 import statistics
@@ -40,101 +39,12 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
+
+from _packaged_models import PACKAGED_MODELS, PackagedModel, make_feeds, model_path
 
 TARGETS = {"convert": 3.0, "load": 2.0, "rss": 1.5, "first": 1.5}
 LATENCY_MEDIAN, LATENCY_MAX = 1.5, 2.0
-
-
-@dataclass(frozen=True)
-class Case:
-    """One real model: where it ships, the inputs it is fed, the sizes it is converted at."""
-
-    name: str
-    package: str
-    path: str  # inside the package's directory
-    feeds: dict[str, tuple[tuple[int, ...], str, str]]  # name -> (shape, dtype, fill)
-    quick: bool = False  # part of --quick
-    shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)  # conversion shapes
-
-
-def _img(*shape: int) -> tuple[tuple[int, ...], str, str]:
-    return (shape, "float32", "uniform")
-
-
-_AUDIO = {"input": ((1, 512), "float32", "audio"), "state": ((2, 1, 128), "float32", "zeros")}
-_SR = {"sr": ((), "int64", "16000")}
-
-CASES = (
-    Case(
-        "ppocr-det",
-        "rapidocr_onnxruntime",
-        "models/ch_PP-OCRv4_det_infer.onnx",
-        {"x": _img(1, 3, 480, 640)},
-    ),
-    Case(
-        "ppocr-rec",
-        "rapidocr_onnxruntime",
-        "models/ch_PP-OCRv4_rec_infer.onnx",
-        {"x": _img(1, 3, 48, 320)},
-        quick=True,
-    ),
-    Case(
-        "ppocr-cls",
-        "rapidocr_onnxruntime",
-        "models/ch_ppocr_mobile_v2.0_cls_infer.onnx",
-        {"x": _img(1, 3, 48, 192)},
-        quick=True,
-    ),
-    Case("ddddocr", "ddddocr", "common.onnx", {"input1": _img(1, 1, 64, 160)}, quick=True),
-    Case("ddddocr-old", "ddddocr", "common_old.onnx", {"input1": _img(1, 1, 64, 160)}),
-    Case("ddddocr-det", "ddddocr", "common_det.onnx", {"images": _img(1, 3, 416, 416)}),
-    Case("silero-vad", "silero_vad", "data/silero_vad.onnx", {**_AUDIO, **_SR}, quick=True),
-    Case("silero-op15", "silero_vad", "data/silero_vad_16k_op15.onnx", {**_AUDIO, **_SR}),
-    Case("silero-ifless", "silero_vad", "data/silero_vad_op18_ifless.onnx", {**_AUDIO, **_SR}),
-    Case("silero-half", "silero_vad", "data/silero_vad_half.onnx", dict(_AUDIO)),
-    Case(
-        "silero-openvino",
-        "silero_vad",
-        "data/silero_vad_openvino_16k.onnx",
-        {"input": ((1, 576), "float32", "audio"), "state": _AUDIO["state"]},
-    ),
-    Case(
-        "silero-sequence",
-        "silero_vad",
-        "data/silero_vad_16k_sequence.onnx",
-        {
-            "input": ((8, 576), "float32", "audio"),
-            "h": ((1, 1, 128), "float32", "zeros"),
-            "c": ((1, 1, 128), "float32", "zeros"),
-        },
-    ),
-    Case(
-        "magika",
-        "magika",
-        "models/standard_v3_3/model.onnx",
-        {"bytes": ((1, 2048), "int32", "bytes")},
-        quick=True,
-    ),
-)
-
-
-def _package_dir(package: str) -> Path | None:
-    # Searched without this script's folder, where silero_vad.py is a benchmark.
-    here = Path(__file__).resolve().parent
-    paths = [p for p in sys.path if Path(p or ".").resolve() != here]
-    spec = importlib.machinery.PathFinder.find_spec(package, paths)
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    return Path(next(iter(spec.submodule_search_locations)))
-
-
-def model_path(case: Case) -> Path | None:
-    """The case's .onnx file, or None when its package is not installed."""
-    root = _package_dir(case.package)
-    path = root / case.path if root is not None else None
-    return path if path is not None and path.is_file() else None
 
 
 # ---- inside the children
@@ -164,25 +74,6 @@ def _reset_peak() -> int:
     with open("/proc/self/clear_refs", "w") as f:
         f.write("5")
     return _status("VmRSS")
-
-
-def _feeds(case_feeds: dict) -> dict:
-    import numpy as np
-
-    rng = np.random.default_rng(0)
-    out = {}
-    for name, (shape, dtype, fill) in case_feeds.items():
-        if fill == "uniform":
-            out[name] = rng.random(shape, dtype=np.float32)
-        elif fill == "audio":
-            out[name] = (0.1 * rng.standard_normal(shape)).astype(np.float32)
-        elif fill == "zeros":
-            out[name] = np.zeros(shape, dtype)
-        elif fill == "bytes":
-            out[name] = rng.integers(0, 256, shape).astype(dtype)
-        else:
-            out[name] = np.array(int(fill), dtype)
-    return out
 
 
 def _blas() -> list[str]:
@@ -220,7 +111,7 @@ def child_convert(onnx_path: str, spore_path: str, shapes: dict) -> dict:
 def child_runtime(engine: str, path: str, case_feeds: dict, repeats: int) -> dict:
     import numpy as np
 
-    feeds = _feeds(case_feeds)
+    feeds = make_feeds(case_feeds)
     if engine == "sporenet":
         from sporenet.lite import Interpreter
 
@@ -263,7 +154,7 @@ def child_latency(onnx_path: str, spore_path: str, case_feeds: dict, repeats: in
 
     from sporenet.lite import Interpreter
 
-    feeds = _feeds(case_feeds)
+    feeds = make_feeds(case_feeds)
     interpreter = Interpreter(model_path=spore_path, num_threads=1)
     session = _ort_session(onnx_path)
     names = [o.name for o in session.get_outputs()]
@@ -321,9 +212,9 @@ def _run_child(kind: str, *args: object, timeout: float = 900) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def measure(case: Case, path: Path, workdir: Path, repeats: int) -> dict:
+def measure(case: PackagedModel, path: Path, workdir: Path, repeats: int) -> dict:
     spore = workdir / f"{case.name}.spore"
-    shapes = case.shapes or {k: v[0] for k, v in case.feeds.items() if v[0]}
+    shapes = case.conversion_shapes()
     row: dict = {"name": case.name, "onnx_bytes": path.stat().st_size}
     row["convert"] = _run_child("convert", str(path), str(spore), shapes)
     if "error" in row["convert"]:
@@ -437,9 +328,9 @@ def main(argv: list[str] | None = None) -> int:
     global CLOCK
     CLOCK = args.clock
     repeats = args.repeats or (10 if args.quick else 30)
-    cases = [c for c in CASES if (c.quick or not args.quick)]
+    cases = [c for c in PACKAGED_MODELS if (c.quick or not args.quick)]
     if args.only:
-        cases = [c for c in CASES if c.name in args.only]
+        cases = [c for c in PACKAGED_MODELS if c.name in args.only]
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for case in cases:

@@ -14,7 +14,6 @@ that ran (threadpoolctl) and the child's peak RSS.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import resource
@@ -24,15 +23,13 @@ import sys
 import time
 from pathlib import Path
 
+from _packaged_models import PACKAGED_MODELS, model_path
+
 CASES = ((512, 16000), (256, 8000))
 
 
 def _default_model() -> Path | None:
-    spec = importlib.util.find_spec("silero_vad")
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    path = Path(next(iter(spec.submodule_search_locations))) / "data" / "silero_vad.onnx"
-    return path if path.exists() else None
+    return model_path(next(m for m in PACKAGED_MODELS if m.name == "silero-vad"))
 
 
 def _child(model: str, repeats: int) -> dict:

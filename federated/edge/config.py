@@ -28,7 +28,6 @@ server/config.py; the job itself, its model, rounds and strategy, is the cloud's
 
 from __future__ import annotations
 
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,7 +39,7 @@ from cryptography.hazmat.primitives.serialization import load_pem_private_key
 from sporenet.federated.common.auth import Credentials
 from sporenet.federated.common.net import is_loopback, split_address
 from sporenet.federated.errors import ConfigError
-from sporenet.federated.server.config import ServerConfig, build_config
+from sporenet.federated.server.config import ServerConfig, build_config, read_toml
 
 #: Settings of the cloud's job, which an edge follows and may not set.
 CLOUD_KEYS = (
@@ -192,12 +191,4 @@ def load_edge_config(
     path: Path | None, overrides: Mapping[str, Any], upstream_overrides: Mapping[str, Any]
 ) -> EdgeConfig:
     """Read `path` (TOML) if given and apply the flags."""
-    values: dict[str, Any] = {}
-    if path is not None:
-        try:
-            values = tomllib.loads(Path(path).read_text())
-        except FileNotFoundError:
-            raise ConfigError(f"config file {str(path)!r} does not exist") from None
-        except tomllib.TOMLDecodeError as e:
-            raise ConfigError(f"config file {str(path)!r} is not valid TOML: {e}") from None
-    return build_edge_config(values, overrides, upstream_overrides)
+    return build_edge_config(read_toml(path), overrides, upstream_overrides)

@@ -15,7 +15,6 @@ import dataclasses
 import json
 import logging
 import os
-import signal
 import sys
 import threading
 import time
@@ -26,7 +25,7 @@ from sporenet.federated.edge.rounds import EdgeRoundManager
 from sporenet.federated.edge.upstream import UpstreamClient
 from sporenet.federated.errors import ConfigError, FederatedError
 from sporenet.federated.server import state_dir
-from sporenet.federated.server.daemon import run_server
+from sporenet.federated.server.daemon import run_server, stop_on_signals
 from sporenet.federated.server.models import write_atomic
 from sporenet.federated.server.observability import Metrics, log_event, setup_logging
 
@@ -93,10 +92,7 @@ def run_edge(config: EdgeConfig, *, stop: threading.Event | None = None) -> int:
     state_dir.prepare(Path(config.server.state_dir))
     node = EdgeNode(config, metrics, logger)
     node.open_existing()
-    stop = stop or threading.Event()
-    if threading.current_thread() is threading.main_thread():
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, lambda *_: stop.set())
+    stop = stop_on_signals(stop)
     upstream = UpstreamClient(
         config.upstream.address,
         manager_for=node.manager_for,

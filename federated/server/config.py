@@ -535,14 +535,19 @@ def build_config(file_values: Mapping[str, Any], overrides: Mapping[str, Any]) -
         raise ConfigError(str(e)) from None
 
 
+def read_toml(path: Path | None) -> dict[str, Any]:
+    """The config file's table: {} when no file is given, ConfigError when it is missing or
+    not TOML."""
+    if path is None:
+        return {}
+    try:
+        return tomllib.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"config file {str(path)!r} does not exist") from None
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"config file {str(path)!r} is not valid TOML: {e}") from None
+
+
 def load_config(path: Path | None, overrides: Mapping[str, Any]) -> ServerConfig:
     """Read `path` (TOML) if given and apply `overrides` (flag values; None = not given)."""
-    values: dict[str, Any] = {}
-    if path is not None:
-        try:
-            values = tomllib.loads(Path(path).read_text())
-        except FileNotFoundError:
-            raise ConfigError(f"config file {str(path)!r} does not exist") from None
-        except tomllib.TOMLDecodeError as e:
-            raise ConfigError(f"config file {str(path)!r} is not valid TOML: {e}") from None
-    return build_config(values, overrides)
+    return build_config(read_toml(path), overrides)

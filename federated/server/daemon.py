@@ -160,6 +160,16 @@ class _AioServer:
         await stopped
 
 
+def stop_on_signals(stop: threading.Event | None) -> threading.Event:
+    """`stop` (or a new event) that SIGTERM and SIGINT set, so a daemon winds down cleanly.
+    Handlers are installed only from the main thread, the one Python lets set them."""
+    stop = stop or threading.Event()
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: stop.set())
+    return stop
+
+
 def run_server(
     config: ServerConfig,
     *,
@@ -216,10 +226,7 @@ def run_server(
     write_atomic(Path(config.state_dir) / "server.json", json.dumps(info).encode())
     log_event(logger, "server_started", **info)
 
-    stop = stop or threading.Event()
-    if threading.current_thread() is threading.main_thread():
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, lambda *_: stop.set())
+    stop = stop_on_signals(stop)
     code = 0
     while not stop.is_set():
         manager.wake.wait(TICK_SECONDS)

@@ -13,13 +13,12 @@ from __future__ import annotations
 import dataclasses
 import json
 import sqlite3
-import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from sporenet.federated.errors import ConfigError
-from sporenet.federated.server.config import _SECAGG_KEYS, ServerConfig, build_config
+from sporenet.federated.server.config import _SECAGG_KEYS, ServerConfig, build_config, read_toml
 
 META_KEY = "job_settings"
 TOP_KEYS = (
@@ -97,14 +96,7 @@ def resume_config(path: Path | None, overrides: Mapping[str, Any]) -> ServerConf
         ConfigError: a bad setting, or settings that conflict with the stored job's
             (each conflicting key named with both values).
     """
-    values: dict[str, Any] = {}
-    if path is not None:
-        try:
-            values = tomllib.loads(Path(path).read_text())
-        except FileNotFoundError:
-            raise ConfigError(f"config file {str(path)!r} does not exist") from None
-        except tomllib.TOMLDecodeError as e:
-            raise ConfigError(f"config file {str(path)!r} is not valid TOML: {e}") from None
+    values = read_toml(path)
     given = build_config(values, overrides)
     saved = stored(Path(given.state_dir))
     if saved is None:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.integration.federated.edge_helpers import EdgeProcess
 from tests.integration.federated.helpers import ServerProcess
 
 
@@ -25,3 +26,18 @@ def server_factory(tmp_path: Path) -> Iterator[Callable[..., ServerProcess]]:
         if sp.proc is not None and sp.proc.poll() is None:
             sp.proc.kill()
             sp.proc.wait(10)
+
+
+@pytest.fixture
+def edge_factory(tmp_path: Path) -> Iterator[Callable[..., EdgeProcess]]:
+    """Build EdgeProcess objects (state dir tmp_path/NAME) stopped at the end of the test."""
+    started: list[EdgeProcess] = []
+
+    def factory(name: str, upstream: str, args: list[str]) -> EdgeProcess:
+        edge = EdgeProcess(tmp_path / name, upstream, args)
+        started.append(edge)
+        return edge
+
+    yield factory
+    for edge in started:
+        edge.stop()

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import threading
@@ -17,12 +16,15 @@ from typing import Any
 import numpy as np
 
 from sporenet.federated import Client, Credentials
-from tests.integration.federated.helpers import free_port
+from tests.integration.federated.helpers import DaemonProcess, free_port
 
 Weights = dict[str, np.ndarray]
 
+SAMPLES = [5, 10, 20, 40]  # device i's sample count
+EDGE_OF = [0, 0, 1, 1]  # devices 0, 1 behind edge 0; devices 2, 3 behind edge 1
 
-class EdgeProcess:
+
+class EdgeProcess(DaemonProcess):
     """`python -m sporenet.federated.edge` on a free loopback port, logs to a file."""
 
     def __init__(self, state_dir: Path, upstream: str, args: list[str]) -> None:
@@ -62,26 +64,6 @@ class EdgeProcess:
                 return
             time.sleep(0.05)
         raise TimeoutError(f"edge did not start serving:\n{self.logs()}")
-
-    def logs(self) -> str:
-        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
-
-    def events(self, name: str) -> list[dict[str, Any]]:
-        out = []
-        for line in self.logs().splitlines():
-            try:
-                entry = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if entry.get("event") == name:
-                out.append(entry)
-        return out
-
-    def kill9(self) -> None:
-        assert self.proc is not None
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait(10)
-        (self.state_dir / "server.json").unlink(missing_ok=True)
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
@@ -165,6 +147,34 @@ def run_devices(
     for t in threads:
         t.start()
     return threads, results, configs
+
+
+def run_devices_behind(
+    edges: list[EdgeProcess], **kwargs: Any
+) -> tuple[list[threading.Thread], dict[int, Any], list[dict[str, Any]]]:
+    """`run_devices` for the four devices of SAMPLES, device i behind edges[EDGE_OF[i]]."""
+    return run_devices([edges[e].address for e in EDGE_OF], SAMPLES, **kwargs)
+
+
+def serving(edges: list[EdgeProcess]) -> list[EdgeProcess]:
+    """Start the edges, then return them once each serves devices."""
+    for edge in edges:
+        edge.start()
+    for edge in edges:
+        edge.wait_serving()
+    return edges
+
+
+def tier_logs(cloud: Any, edges: list[EdgeProcess]) -> Callable[[], str]:
+    """The cloud's and the edges' logs, read when a failure shows them."""
+    return lambda: cloud.logs() + "".join(e.logs() for e in edges)
+
+
+def assert_every_device_has(results: dict[int, Any], want: Weights, atol: float = 2e-6) -> None:
+    """Every device ended with the model `want`."""
+    for got in results.values():
+        for k in want:
+            np.testing.assert_allclose(got[k], want[k], rtol=0, atol=atol)
 
 
 def join_all(threads: list[threading.Thread], timeout: float, logs: Callable[[], str]) -> None:

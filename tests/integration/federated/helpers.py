@@ -85,7 +85,36 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-class ServerProcess:
+class DaemonProcess:
+    """What the tests read of a daemon subprocess (server or edge): its JSON log lines,
+    and kill -9 leaving its state dir as a crash would."""
+
+    state_dir: Path
+    log_path: Path
+    proc: subprocess.Popen[bytes] | None
+
+    def logs(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def events(self, name: str) -> list[dict]:
+        out = []
+        for line in self.logs().splitlines():
+            try:
+                entry = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if entry.get("event") == name:
+                out.append(entry)
+        return out
+
+    def kill9(self) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(10)
+        (self.state_dir / "server.json").unlink(missing_ok=True)
+
+
+class ServerProcess(DaemonProcess):
     """`python -m sporenet.federated.server` with the given flags, logs captured to a file."""
 
     def __init__(self, state_dir: Path, args: list[str], *, port: int | None = None) -> None:
@@ -135,26 +164,6 @@ class ServerProcess:
                 return
             time.sleep(0.05)
         raise TimeoutError(f"server did not start:\n{self.logs()}")
-
-    def logs(self) -> str:
-        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
-
-    def events(self, name: str) -> list[dict]:
-        out = []
-        for line in self.logs().splitlines():
-            try:
-                entry = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if entry.get("event") == name:
-                out.append(entry)
-        return out
-
-    def kill9(self) -> None:
-        assert self.proc is not None
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait(10)
-        (self.state_dir / "server.json").unlink(missing_ok=True)
 
     def terminate(self, timeout: float = 60.0) -> int:
         assert self.proc is not None

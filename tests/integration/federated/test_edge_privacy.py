@@ -5,7 +5,6 @@ ledger charges each round with q = 1. Checked against the noise and epsilon the 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -14,26 +13,16 @@ import pytest
 
 from sporenet.federated.privacy import RDPAccountant
 from sporenet.federated.server.status import read_status
-from tests.integration.federated.edge_helpers import EdgeProcess, join_all, run_devices
+from tests.integration.federated.edge_helpers import (
+    SAMPLES,
+    join_all,
+    run_devices_behind,
+    serving,
+    tier_logs,
+)
 from tests.integration.federated.helpers import make_model
 
-SAMPLES = [5, 10, 20, 40]
-EDGE_OF = [0, 0, 1, 1]
 Z, C, DELTA = 0.7, 0.5, 1e-5
-
-
-@pytest.fixture
-def edge_factory(tmp_path: Path) -> Iterator[Callable[..., EdgeProcess]]:
-    started: list[EdgeProcess] = []
-
-    def factory(name: str, upstream: str, args: list[str]) -> EdgeProcess:
-        edge = EdgeProcess(tmp_path / name, upstream, args)
-        started.append(edge)
-        return edge
-
-    yield factory
-    for edge in started:
-        edge.stop()
 
 
 def no_change(i: int, weights: dict[str, np.ndarray], config: dict[str, Any]) -> dict:
@@ -53,13 +42,9 @@ def test_local_dp_through_edges_noise_and_epsilon(
     )
     cloud = server_factory(["--config", str(toml)]).start()
     args = ["--min-clients", "2"]
-    edges = [edge_factory(f"edge{e}", cloud.address, args).start() for e in (0, 1)]
-    for edge in edges:
-        edge.wait_serving()
-    threads, results, configs = run_devices(
-        [edges[e].address for e in EDGE_OF], SAMPLES, step=no_change
-    )
-    join_all(threads, 120, lambda: cloud.logs() + "".join(e.logs() for e in edges))
+    edges = serving([edge_factory(f"edge{e}", cloud.address, args) for e in (0, 1)])
+    threads, results, configs = run_devices_behind(edges, step=no_change)
+    join_all(threads, 120, tier_logs(cloud, edges))
 
     # Every device was told to add all of the noise itself.
     assert {(c["dp_local_noise_multiplier"], c["dp_clipping_norm"]) for c in configs} == {(Z, C)}

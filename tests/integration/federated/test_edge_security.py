@@ -4,11 +4,8 @@ the edges by those identities. An edge whose key the cloud does not know exits 1
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import numpy as np
-import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
@@ -16,29 +13,16 @@ from sporenet.federated import Credentials
 from sporenet.federated.common.auth import public_key_text
 from sporenet.federated.server.status import read_status
 from tests.integration.federated.edge_helpers import (
-    EdgeProcess,
+    EDGE_OF,
+    SAMPLES,
+    assert_every_device_has,
     fedavg_delta,
     join_all,
-    run_devices,
+    run_devices_behind,
+    serving,
+    tier_logs,
 )
 from tests.integration.federated.helpers import make_model, self_signed_cert
-
-SAMPLES = [5, 10, 20, 40]
-EDGE_OF = [0, 0, 1, 1]
-
-
-@pytest.fixture
-def edge_factory(tmp_path: Path) -> Iterator[Callable[..., EdgeProcess]]:
-    started: list[EdgeProcess] = []
-
-    def factory(name: str, upstream: str, args: list[str]) -> EdgeProcess:
-        edge = EdgeProcess(tmp_path / name, upstream, args)
-        started.append(edge)
-        return edge
-
-    yield factory
-    for edge in started:
-        edge.stop()
 
 
 def write_key(path: Path) -> Ed25519PrivateKey:
@@ -78,32 +62,29 @@ def test_authenticated_tls_on_both_hops(tmp_path: Path, server_factory, edge_fac
         f'[tls]\ncert = "{tmp_path / "tls.pem"}"\nkey = "{tmp_path / "tls.key"}"\n'
         f"[auth]\ntokens = {{ {listed} }}\n"
     )
-    edges = [
-        edge_factory(
-            name,
-            cloud.address,
-            [
-                *("--config", str(edge_toml), "--min-clients", "2"),
-                *("--name", name, "--upstream-key", str(tmp_path / f"{name}.pem")),
-                *("--upstream-ca", str(tmp_path / "tls.pem")),
-            ],
-        ).start()
-        for name in keys
-    ]
-    for edge in edges:
-        edge.wait_serving()
+    edges = serving(
+        [
+            edge_factory(
+                name,
+                cloud.address,
+                [
+                    *("--config", str(edge_toml), "--min-clients", "2"),
+                    *("--name", name, "--upstream-key", str(tmp_path / f"{name}.pem")),
+                    *("--upstream-ca", str(tmp_path / "tls.pem")),
+                ],
+            )
+            for name in keys
+        ]
+    )
     cert = (tmp_path / "tls.pem").read_bytes()
-    threads, results, _ = run_devices(
-        [edges[e].address for e in EDGE_OF],
-        SAMPLES,
+    threads, results, _ = run_devices_behind(
+        edges,
         credentials=lambda i: Credentials(token=f"token-{i}", root_certificates=cert),
     )
-    join_all(threads, 120, lambda: cloud.logs() + "".join(e.logs() for e in edges))
+    join_all(threads, 120, tier_logs(cloud, edges))
 
     delta = fedavg_delta(w0, SAMPLES, {"round": 1})
-    for got in results.values():
-        for k in w0:
-            np.testing.assert_allclose(got[k], w0[k] + delta[k], rtol=0, atol=2e-6)
+    assert_every_device_has(results, {k: w0[k] + delta[k] for k in w0})
     # The cloud knows the edges by their key ids, the edges their devices by token names.
     status = read_status(cloud.state_dir)
     assert status["rounds"][0]["num_results"] == 2

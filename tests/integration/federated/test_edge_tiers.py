@@ -5,7 +5,7 @@ devices, then the cloud's strategy step), with and without SecAgg+ at the edges.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -15,30 +15,18 @@ import pytest
 from sporenet.federated.server.status import read_status
 from sporenet.federated.strategies import make_strategy
 from tests.integration.federated.edge_helpers import (
+    SAMPLES,
     EdgeProcess,
+    assert_every_device_has,
     fedavg_delta,
     join_all,
-    run_devices,
+    run_devices_behind,
+    serving,
+    tier_logs,
 )
 from tests.integration.federated.helpers import ServerProcess, make_model
 
-SAMPLES = [5, 10, 20, 40]
-EDGE_OF = [0, 0, 1, 1]  # devices 0, 1 behind edge 0; devices 2, 3 behind edge 1
 ROUNDS = 2
-
-
-@pytest.fixture
-def edge_factory(tmp_path: Path) -> Iterator[Callable[..., EdgeProcess]]:
-    started: list[EdgeProcess] = []
-
-    def factory(name: str, upstream: str, args: list[str]) -> EdgeProcess:
-        edge = EdgeProcess(tmp_path / name, upstream, args)
-        started.append(edge)
-        return edge
-
-    yield factory
-    for edge in started:
-        edge.stop()
 
 
 def cloud_toml(tmp_path: Path, strategy: dict[str, Any], extra: str = "") -> Path:
@@ -78,17 +66,9 @@ def run_tiers(
     if edge_toml:
         (tmp_path / "edge.toml").write_text(edge_toml)
         args += ["--config", str(tmp_path / "edge.toml")]
-    edges = [edge_factory(f"edge{e}", cloud.address, args).start() for e in (0, 1)]
-    for edge in edges:
-        edge.wait_serving()
-    threads, results, configs = run_devices(
-        [edges[e].address for e in EDGE_OF], SAMPLES, evaluate=evaluate
-    )
-
-    def logs() -> str:
-        return cloud.logs() + "".join(e.logs() for e in edges)
-
-    join_all(threads, 120, logs)
+    edges = serving([edge_factory(f"edge{e}", cloud.address, args) for e in (0, 1)])
+    threads, results, configs = run_devices_behind(edges, evaluate=evaluate)
+    join_all(threads, 120, tier_logs(cloud, edges))
     return cloud, edges, results, configs
 
 
@@ -107,9 +87,7 @@ def test_hierarchical_rounds_equal_direct_rounds(
     cloud, edges, results, configs = run_tiers(tmp_path, server_factory, edge_factory, strategy)
     want = reference(w0, strategy)
     assert sorted(results) == [0, 1, 2, 3]
-    for got in results.values():
-        for k in want:
-            np.testing.assert_allclose(got[k], want[k], rtol=0, atol=2e-6)
+    assert_every_device_has(results, want)
     if strategy["name"] == "fedprox":  # the cloud's mu reached the devices through the edges
         assert {c["proximal_mu"] for c in configs} == {0.5}
     # The cloud saw two participants per round, weighted by their devices' sample counts.
@@ -130,9 +108,7 @@ def test_fedavg_with_evaluation_through_edges(tmp_path: Path, server_factory, ed
         evaluate=True,
     )
     want = reference(w0, strategy)
-    for got in results.values():
-        for k in want:
-            np.testing.assert_allclose(got[k], want[k], rtol=0, atol=2e-6)
+    assert_every_device_has(results, want)
     # Each edge reports its devices' sample-weighted loss with their total sample count, so
     # the cloud's evaluation is the sample-weighted mean over all four devices.
     total = sum(SAMPLES)
@@ -172,11 +148,9 @@ def test_secure_aggregation_at_the_edges_equals_direct_fedavg(
         tmp_path, server_factory, edge_factory, strategy, edge_toml=SECURE_EDGE
     )
     want = reference(w0, strategy)
-    for got in results.values():
-        for k in want:
-            # Fixed-point encoding: each coordinate of a secure mean is within one step
-            # (clipping_range / (2^(q-1) - 1)) of the plain mean.
-            np.testing.assert_allclose(got[k], want[k], rtol=0, atol=1e-5)
+    # Fixed-point encoding: each coordinate of a secure mean is within one step
+    # (clipping_range / (2^(q-1) - 1)) of the plain mean.
+    assert_every_device_has(results, want, atol=1e-5)
     for edge in edges:  # the edges aggregated masked sums, weighted by max_weight
         done = edge.events("edge_round_aggregated")
         assert len(done) == ROUNDS and "secure_error_bound" in done[0], edge.logs()

@@ -14,30 +14,17 @@ models/ch_PP-OCRv4_det_infer.onnx) or SPORENET_PPOCR_DET names that file.
 
 from __future__ import annotations
 
-import importlib.util
-import os
-from pathlib import Path
-
 import numpy as np
 import pytest
 
 from sporenet.converter import convert_onnx
 from sporenet.lite import Interpreter
+from tests.packaged import packaged_file
 from tests.unit.converter.helpers import helper, make_model, ort, value_info
 
-
-def _model_path() -> Path | None:
-    if os.environ.get("SPORENET_PPOCR_DET"):
-        return Path(os.environ["SPORENET_PPOCR_DET"])
-    spec = importlib.util.find_spec("rapidocr_onnxruntime")  # located, not imported
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    package = Path(next(iter(spec.submodule_search_locations)))
-    path = package / "models" / "ch_PP-OCRv4_det_infer.onnx"
-    return path if path.exists() else None
-
-
-MODEL = _model_path()
+MODEL = packaged_file(
+    "rapidocr_onnxruntime", "models/ch_PP-OCRv4_det_infer.onnx", env="SPORENET_PPOCR_DET"
+)
 needs_model = pytest.mark.skipif(
     MODEL is None,
     reason="the rapidocr-onnxruntime package is not installed "

@@ -9,7 +9,6 @@ is not installed; `pip install --no-deps rapidocr-onnxruntime ddddocr` is enough
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import numpy as np
@@ -17,20 +16,12 @@ import pytest
 
 from sporenet.converter import convert_onnx
 from sporenet.lite import Interpreter, parse
+from tests.packaged import packaged_file
 from tests.unit.converter.helpers import ort
 
 
-def _packaged(package: str, relative: str) -> Path | None:
-    """A file inside an installed package, located without importing it (it needs cv2)."""
-    spec = importlib.util.find_spec(package)
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    path = Path(next(iter(spec.submodule_search_locations))) / relative
-    return path if path.exists() else None
-
-
 def _model(package: str, relative: str) -> Path:
-    path = _packaged(package, relative)
+    path = packaged_file(package, relative)
     if path is None:
         pytest.skip(f"{relative} ships in the {package} package, which is not installed")
     return path

@@ -7,30 +7,16 @@ skips otherwise (the wheel is 11 MB, too large for the test extra).
 
 from __future__ import annotations
 
-import importlib.util
-import os
-from pathlib import Path
-
 import numpy as np
 import pytest
 
 from sporenet.converter import convert_onnx
 from sporenet.lite import Interpreter
 from sporenet.lite.errors import ShapeError
+from tests.packaged import packaged_file
 from tests.unit.converter.helpers import ort
 
-
-def _model_path() -> Path | None:
-    if os.environ.get("SPORENET_SILERO_VAD"):
-        return Path(os.environ["SPORENET_SILERO_VAD"])
-    spec = importlib.util.find_spec("silero_vad")  # located, not imported (it needs torch)
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    path = Path(next(iter(spec.submodule_search_locations))) / "data" / "silero_vad.onnx"
-    return path if path.exists() else None
-
-
-MODEL = _model_path()
+MODEL = packaged_file("silero_vad", "data/silero_vad.onnx", env="SPORENET_SILERO_VAD")
 pytestmark = pytest.mark.skipif(
     MODEL is None,
     reason="the silero-vad package is not installed "

@@ -19,6 +19,7 @@ from sporenet.converter import (
 )
 from sporenet.lite import Interpreter, parse
 from sporenet.proto import tflite_schema_generated as tfl
+from tests.packaged import package_dir
 from tests.unit.converter.tflite_builder import TfliteBuilder
 
 litert = pytest.importorskip(
@@ -617,13 +618,8 @@ def test_int8_model_matches_litert_within_one_quantization_step():
 def _package_files(package: str, folder: str, what: str) -> list:
     """The .tflite files under `folder` of an installed package (found without importing
     it), or one skipped case naming the package; nothing is downloaded."""
-    import importlib.util
-
-    try:
-        spec = importlib.util.find_spec(package)
-    except (ImportError, ValueError):
-        spec = None
-    if spec is None or not spec.submodule_search_locations:
+    root = package_dir(package)
+    if root is None:
         return [
             pytest.param(
                 None,
@@ -632,8 +628,7 @@ def _package_files(package: str, folder: str, what: str) -> list:
                 ),
             )
         ]
-    root = Path(next(iter(spec.submodule_search_locations))) / folder
-    return sorted(root.glob("*.tflite"))
+    return sorted((root / folder).glob("*.tflite"))
 
 
 def _packaged_models() -> list:

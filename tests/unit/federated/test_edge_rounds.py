@@ -11,27 +11,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from sporenet.federated.common.codec import encode_update
 from sporenet.federated.edge.rounds import EdgeRoundManager, TaskState
 from sporenet.federated.server.config import build_config
 from sporenet.federated.server.observability import Metrics
 from sporenet.federated.server.phases import JobStatus, Phase, TaskType
 from tests.integration.federated.helpers import make_model
+from tests.unit.federated.round_helpers import FakeClock, submit
 
 ROUND_TIMEOUT = 60.0
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1_000_000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
 
 
 @pytest.fixture
@@ -64,18 +51,26 @@ def edge(tmp_path: Path, clock: FakeClock, made: list, **settings: object) -> Ed
     return m
 
 
-def upload(m: EdgeRoundManager, cid: str, delta: dict[str, np.ndarray], samples: int) -> None:
-    task = m.get_task(cid)
-    assert task.type == TaskType.FIT, task
-    m.submit_update(
-        cid,
-        task.task_id,
-        memoryview(encode_update(delta)),
-        upload=None,
-        mismatch="",
-        num_samples=samples,
-        metrics_json=f'{{"loss": {samples}}}',
-    )
+def running(
+    tmp_path: Path,
+    clock: FakeClock,
+    made: list,
+    model: bytes,
+    devices: str = "ab",
+    **settings: object,
+) -> EdgeRoundManager:
+    """An edge whose `devices` registered, then the cloud's task r1-fit began."""
+    m = edge(tmp_path, clock, made, **settings)
+    for cid in devices:
+        m.register(cid, None, {})
+    begin(m, model)
+    m.tick()
+    return m
+
+
+def filled(m: EdgeRoundManager, value: float) -> dict[str, np.ndarray]:
+    """A delta of `value` everywhere, shaped as the edge's model."""
+    return {k: np.full_like(v, value) for k, v in m._weights.items()}
 
 
 def begin(m: EdgeRoundManager, model: bytes, task_id: str = "r1-fit") -> None:
@@ -102,7 +97,7 @@ def test_a_cloud_task_runs_among_devices_and_keeps_their_weighted_mean(
     }
     samples = {"a": 3, "b": 5, "c": 12}
     for c in "abc":
-        upload(m, c, deltas[c], samples[c])
+        submit(m, c, deltas[c], samples[c])
     m.tick()
     result = m.result("r1-fit")
     assert result is not None and result.delta is not None
@@ -117,12 +112,8 @@ def test_a_cloud_task_runs_among_devices_and_keeps_their_weighted_mean(
 def test_too_few_device_updates_by_the_deadline_withdraws_from_the_cloud_task(
     tmp_path: Path, clock: FakeClock, model: bytes, made: list
 ) -> None:
-    m = edge(tmp_path, clock, made, min_clients=2)
-    for cid in ("a", "b"):
-        m.register(cid, None, {})
-    begin(m, model)
-    m.tick()
-    upload(m, "a", {k: np.ones_like(v) for k, v in m._weights.items()}, 4)
+    m = running(tmp_path, clock, made, model, min_clients=2)
+    submit(m, "a", filled(m, 1.0), 4)
     clock.now += ROUND_TIMEOUT - 1
     m.touch("b")  # still training, heartbeating
     m.tick()
@@ -143,12 +134,8 @@ def test_too_few_device_updates_by_the_deadline_withdraws_from_the_cloud_task(
 def test_enough_updates_at_the_deadline_report_what_arrived(
     tmp_path: Path, clock: FakeClock, model: bytes, made: list
 ) -> None:
-    m = edge(tmp_path, clock, made, min_clients=1)
-    for cid in ("a", "b"):
-        m.register(cid, None, {})
-    begin(m, model)
-    m.tick()
-    upload(m, "a", {k: np.full_like(v, 0.5) for k, v in m._weights.items()}, 7)
+    m = running(tmp_path, clock, made, model, min_clients=1)
+    submit(m, "a", filled(m, 0.5), 7)
     clock.now += ROUND_TIMEOUT + 1
     m.touch("b")  # a straggler: alive, but late
     m.tick()
@@ -160,12 +147,8 @@ def test_enough_updates_at_the_deadline_report_what_arrived(
 def test_a_restarted_edge_resumes_the_task_in_hand(
     tmp_path: Path, clock: FakeClock, model: bytes, made: list
 ) -> None:
-    m = edge(tmp_path, clock, made)
-    for cid in ("a", "b"):
-        m.register(cid, None, {})
-    begin(m, model)
-    m.tick()
-    upload(m, "a", {k: np.full_like(v, 2.0) for k, v in m._weights.items()}, 1)
+    m = running(tmp_path, clock, made, model)
+    submit(m, "a", filled(m, 2.0), 1)
     m.stop()
     m.close()
     made.remove(m)
@@ -174,7 +157,7 @@ def test_a_restarted_edge_resumes_the_task_in_hand(
     begin(again, model)  # the cloud hands the same task again: a no-op
     assert again.job.active and again._task is not None and again._task.state == TaskState.OPEN
     again.touch("b")
-    upload(again, "b", {k: np.zeros_like(v) for k, v in again._weights.items()}, 1)
+    submit(again, "b", filled(again, 0.0), 1)
     again.tick()
     result = again.result("r1-fit")
     assert result is not None and result.weight == 2  # "a" was not lost
@@ -203,11 +186,7 @@ def test_the_cloud_job_ending_gives_devices_the_final_model(
 def test_waiting_on_a_task_and_withdrawing_when_the_cloud_closed_it(
     tmp_path: Path, clock: FakeClock, model: bytes, made: list
 ) -> None:
-    m = edge(tmp_path, clock, made)
-    for cid in ("a", "b"):
-        m.register(cid, None, {})
-    begin(m, model)
-    m.tick()
+    m = running(tmp_path, clock, made, model)
     assert not m.wait("r1-fit", 0.01)  # the devices are still at work
     assert m.wait("r0-fit", 0.0)  # not the task in hand: nothing to wait for
     m.withdraw("r1-fit", "the cloud closed task 'r1-fit'")
@@ -219,13 +198,9 @@ def test_waiting_on_a_task_and_withdrawing_when_the_cloud_closed_it(
 def test_a_partial_aggregate_survives_a_restart_before_it_was_sent(
     tmp_path: Path, clock: FakeClock, model: bytes, made: list
 ) -> None:
-    m = edge(tmp_path, clock, made)
-    for cid in ("a", "b"):
-        m.register(cid, None, {})
-    begin(m, model)
-    m.tick()
-    upload(m, "a", {k: np.full_like(v, 3.0) for k, v in m._weights.items()}, 1)
-    upload(m, "b", {k: np.full_like(v, 1.0) for k, v in m._weights.items()}, 3)
+    m = running(tmp_path, clock, made, model)
+    submit(m, "a", filled(m, 3.0), 1)
+    submit(m, "b", filled(m, 1.0), 3)
     m.tick()
     before = m.result("r1-fit")
     m.close()  # as after kill -9: nothing more is written
@@ -244,11 +219,8 @@ def test_a_partial_aggregate_survives_a_restart_before_it_was_sent(
 def test_a_task_id_on_another_model_is_a_new_task(
     tmp_path: Path, clock: FakeClock, model: bytes, made: list
 ) -> None:
-    m = edge(tmp_path, clock, made, min_clients=1)
-    m.register("a", None, {})
-    begin(m, model)
-    m.tick()
-    upload(m, "a", {k: np.full_like(v, 1.0) for k, v in m._weights.items()}, 2)
+    m = running(tmp_path, clock, made, model, "a", min_clients=1)
+    submit(m, "a", filled(m, 1.0), 2)
     m.tick()
     assert m.result("r1-fit") is not None
     other = tmp_path / "other.spore"

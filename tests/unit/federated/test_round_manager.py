@@ -9,7 +9,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from sporenet.federated.common.codec import encode_update
 from sporenet.federated.errors import ConfigError, StaleTaskError, UpdateRejectedError
 from sporenet.federated.server.config import build_config
 from sporenet.federated.server.observability import Metrics
@@ -17,27 +16,10 @@ from sporenet.federated.server.phases import JobStatus, Participant, Phase, Task
 from sporenet.federated.server.rounds import MAX_REFUSALS, RoundManager
 from sporenet.lite import read_weights
 from tests.integration.federated.helpers import make_model
+from tests.unit.federated.round_helpers import FakeClock, submit
 
 HEARTBEAT_TIMEOUT = 30.0
 ROUND_TIMEOUT = 600.0
-
-
-class FakeClock:
-    """Seconds since the epoch, moved only by the test."""
-
-    def __init__(self) -> None:
-        self.now = 1_000_000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
-
-
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
 
 
 @pytest.fixture
@@ -79,20 +61,6 @@ def start(tmp_path: Path, w0: dict, clock: FakeClock) -> Iterator[Start]:
     yield make
     for m in made:
         m.close()
-
-
-def submit(m: RoundManager, cid: str, delta: dict[str, np.ndarray], samples: int) -> None:
-    task = m.get_task(cid)
-    assert task.type == TaskType.FIT
-    m.submit_update(
-        cid,
-        task.task_id,
-        memoryview(encode_update(delta)),
-        upload=None,
-        mismatch="",
-        num_samples=samples,
-        metrics_json=f'{{"loss": {samples}}}',
-    )
 
 
 def test_a_round_opens_folds_the_updates_and_publishes_their_weighted_mean(

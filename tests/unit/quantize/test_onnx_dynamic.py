@@ -3,7 +3,6 @@ model the ddddocr package ships) imported and run against onnxruntime."""
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +16,7 @@ from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 from sporenet.converter import convert_onnx_model  # noqa: E402
 from sporenet.lite import Interpreter  # noqa: E402
 from sporenet.lite.format import serialize  # noqa: E402
+from tests.packaged import packaged_file  # noqa: E402
 
 
 def run_sporenet(
@@ -109,11 +109,7 @@ def test_dynamic_quantize_lstm_matches_onnxruntime(tmp_path: Path) -> None:
 
 
 def _ddddocr_model() -> Path | None:
-    spec = importlib.util.find_spec("ddddocr")
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    path = Path(next(iter(spec.submodule_search_locations))) / "common_old.onnx"
-    return path if path.exists() else None
+    return packaged_file("ddddocr", "common_old.onnx")
 
 
 @pytest.mark.slow
