@@ -66,8 +66,7 @@ _RUNTIME_SHAPE = (
     "TFLite does, so these must be constants"
 )
 _3D = (
-    "3-D convolution: the runtime's Conv2D is 2-D (1-D runs as 2-D; 3-D pools run as two "
-    "2-D ones)"
+    "3-D convolution: the runtime's Conv2D is 2-D (1-D runs as 2-D; 3-D pools run as two 2-D ones)"
 )
 _TRAINING = (
     "training-mode Dropout (random masks, ratio and training_mode fed at run time): the converter "

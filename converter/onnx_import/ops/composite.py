@@ -206,8 +206,7 @@ def _einsum_terms(equation: str, ranks: list[int], node: OnnxNode) -> tuple[list
     widths = [r - (len(t) - 3) if "..." in t else 0 for t, r in zip(terms, ranks, strict=True)]
     ellipsis = "".join(spare[: max(widths)])
     terms = [
-        t.replace("...", ellipsis[len(ellipsis) - w :])
-        for t, w in zip(terms, widths, strict=True)
+        t.replace("...", ellipsis[len(ellipsis) - w :]) for t, w in zip(terms, widths, strict=True)
     ]
     if not arrow:  # implicit output: the ellipsis, then indices that appear once, sorted
         letters = "".join(terms)

@@ -403,8 +403,7 @@ def dequantize_linear(ctx: ImportContext, node: OnnxNode) -> list[int]:
     axis = int(node.attr("axis", 1))
     if ctx.dtype(q) not in ANY_RANGE and ctx.dtype(q) != np.int32:
         raise node.fail(
-            f"dequantizing {ctx.dtype(q)} is not supported (int8, uint8, int16, uint16, "
-            "int32 are)"
+            f"dequantizing {ctx.dtype(q)} is not supported (int8, uint8, int16, uint16, int32 are)"
         )
     if _blocked(node) or not _is_static(ctx, node, 1, 2):
         y = _dq_dynamic(ctx, node, q, 1, 2, axis)

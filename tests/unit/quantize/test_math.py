@@ -135,9 +135,9 @@ def test_dequantize_in_float32_equals_the_float64_formula(dtype) -> None:
         q = Quantization(scale=scale, zero_point=zp, axis=axis)
         shape = [1, 1, 1]
         shape[axis] = scale.size
-        want = (q_values.astype(np.float64) - zp.reshape(shape)) * scale.astype(
-            np.float64
-        ).reshape(shape)
+        want = (q_values.astype(np.float64) - zp.reshape(shape)) * scale.astype(np.float64).reshape(
+            shape
+        )
         got = P.dequantize(q_values, q)
         assert got.dtype == np.float32
         np.testing.assert_array_equal(got, want.astype(np.float32))
