@@ -13,6 +13,7 @@ at load time, so the file stays small).
 from __future__ import annotations
 
 import copy
+import weakref
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -44,7 +45,10 @@ class Scope:
     def __init__(
         self, ctx: ImportContext, parent: Scope | None = None, *, inline: bool = False
     ) -> None:
-        self.ctx = ctx
+        # A weak reference: the context holds its scope, and a cycle would keep the
+        # context's conversion-time values (float views of the weights) alive until the
+        # garbage collector next ran, through the passes that follow the import.
+        self.ctx = weakref.proxy(ctx)
         self.parent = parent
         self.inline = inline
         self.names: dict[str, int] = {}

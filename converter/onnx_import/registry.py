@@ -43,20 +43,6 @@ def _h(convert: Callable[[ImportContext, OnnxNode], list[int]], *requires: OpCod
     return Handler(convert, requires)
 
 
-_RECURRENT = (
-    OpCode.FULLY_CONNECTED,
-    OpCode.SPLIT,
-    OpCode.RESHAPE,
-    OpCode.ADD,
-    OpCode.MUL,
-    OpCode.SUB,
-    OpCode.SIGMOID,
-    OpCode.TANH,
-    OpCode.UNSQUEEZE,
-    OpCode.CONCAT,
-    OpCode.TRANSPOSE,
-    OpCode.SLICE,
-)
 _QUANTIZE = (
     OpCode.DIV,
     OpCode.ADD,
@@ -289,17 +275,7 @@ HANDLERS: dict[str, Handler] = {
     "ConvInteger": _h(
         quantized.conv_integer, OpCode.CAST, OpCode.SUB, OpCode.CONV2D, OpCode.ADD, OpCode.FLOOR
     ),
-    "com.microsoft.DynamicQuantizeLSTM": _h(
-        quantized.dynamic_quantize_lstm,
-        *_RECURRENT,
-        OpCode.REDUCE_MIN,
-        OpCode.REDUCE_MAX,
-        OpCode.MINIMUM,
-        OpCode.MAXIMUM,
-        OpCode.DIV,
-        OpCode.NEG,
-        OpCode.EQUAL,
-    ),
+    "com.microsoft.DynamicQuantizeLSTM": _h(quantized.dynamic_quantize_lstm, OpCode.LSTM),
     # quantized: QDQ pairs and the QLinear ops of onnxruntime's quantize_static
     "QuantizeLinear": _h(quantized.quantize_linear, *_QUANTIZE),
     "DequantizeLinear": _h(quantized.dequantize_linear, *_DEQUANTIZE),

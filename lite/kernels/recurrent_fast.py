@@ -60,10 +60,13 @@ def _pack(cfg: Config, w: np.ndarray, r: np.ndarray, b: np.ndarray | None, sig: 
     gh = gates * hidden
     scale = np.ones(gh, np.float64)
     scale[: sig * hidden] = 0.5
+    # Halving is exact in any binary float: the weights scale in their own dtype, written
+    # transposed into one new array each (no wider temporaries of the weights' size).
+    column_scale = scale.astype(w.dtype)
     packed = []
     for d in range(w.shape[0]):
-        wt = np.ascontiguousarray((w[d].astype(np.float64) * scale[:, None]).T, w.dtype)
-        rt = np.ascontiguousarray((r[d].astype(np.float64) * scale[:, None]).T, w.dtype)
+        wt = np.multiply(w[d].T, column_scale, out=np.empty(w[d].T.shape, w.dtype))
+        rt = np.multiply(r[d].T, column_scale, out=np.empty(r[d].T.shape, w.dtype))
         bias = np.zeros(gh, np.float64)
         rb_h = None
         if b is not None:

@@ -81,46 +81,58 @@ def dynamic_quantize_linear(ctx: ImportContext, node: OnnxNode) -> list[int]:
     ]
 
 
-def _dynamic_fake_quant(ctx: ImportContext, x: int, name: str) -> int:
-    """x quantized as DynamicQuantizeLinear does and dequantized: what an integer GEMM of
-    onnxruntime's dynamic quantization sees of its float input."""
-    q, scale, zp = _dynamic_quantize(ctx, x, name)
-    return ctx.emit1(OpCode.MUL, [ctx.emit1(OpCode.SUB, [q, zp]), scale])
+def _lstm_weight(
+    ctx: ImportContext, node: OnnxNode, at: int, scale_at: int, zp_at: int, what: str
+) -> int:
+    """DynamicQuantizeLSTM's W or R ([dirs, rows, 4H], int8 or uint8, a scale and zero
+    point per direction or per direction and column) in the LSTM kernel's layout [dirs, 4H,
+    rows]: int8 with its parameters, dequantized once at load, when they lie along one
+    axis (per direction, or per column of a single direction); else float32."""
+    w = ctx.static_input(node, at, what)
+    scale = ctx.static_input(node, scale_at, f"{what}_scale")
+    zp = ctx.static_input(node, zp_at, f"{what}_zero_point") if node.input(zp_at) != -1 else None
+    if w is None or scale is None:
+        raise node.fail(f"{what} (input {at}) and {what}_scale (input {scale_at}) are required")
+    if w.ndim != 3 or w.dtype not in (np.int8, np.uint8):
+        raise node.fail(
+            f"{what} must be int8 or uint8 [num_directions, rows, 4*hidden], "
+            f"got {w.dtype} {list(w.shape)}"
+        )
+    dirs, cols = w.shape[0], w.shape[2]
+    zp = np.zeros(scale.size, np.int64) if zp is None else zp.astype(np.int64).reshape(-1)
+    if scale.size not in (dirs, dirs * cols) or zp.size != scale.size:
+        raise node.fail(
+            f"{what}_scale and {what}_zero_point must have {dirs} (per direction) or "
+            f"{dirs}x{cols} (per column) values, got {scale.size} and {zp.size}"
+        )
+    values = np.ascontiguousarray(w.astype(np.int16).transpose(0, 2, 1))
+    if w.dtype == np.uint8:  # stored int8: values and zero points move by 128 (exact)
+        values, zp = values - 128, zp - 128
+    name = f"{ctx.tensors[node.input(at)].name}/T"
+    scale = scale.astype(np.float32).reshape(-1)
+    if scale.size == dirs or dirs == 1:
+        q = Quantization(scale=scale, zero_point=zp, axis=0 if scale.size == dirs else 1)
+        return ctx.quantized_constant(name, values.astype(np.int8), q)
+    # Per column of two directions: two axes, which one Quantization cannot express.
+    shape = (dirs, cols, 1)
+    real = (values - zp.reshape(shape)).astype(np.float32) * scale.reshape(shape)
+    return ctx.constant(name, real)
 
 
 def dynamic_quantize_lstm(ctx: ImportContext, node: OnnxNode) -> list[int]:
-    """com.microsoft DynamicQuantizeLSTM: an LSTM whose W [dirs, input, 4H] and R [dirs,
-    hidden, 4H] are integer with scales per direction or per column, and whose input
-    sequence and states are quantized dynamically before each projection (as onnxruntime
-    runs it). The weights are stored dequantized in float."""
-    from sporenet.converter.onnx_import.ops import recurrent_unrolled
-
-    def weights(at: int, scale_at: int, zp_at: int, what: str) -> int:
-        w = ctx.static_input(node, at, what)
-        scale = ctx.static_input(node, scale_at, f"{what} scale")
-        zp = ctx.static_input(node, zp_at, f"{what} zero point")
-        if w is None or scale is None or zp is None or w.ndim != 3:
-            raise node.fail(f"{what} (input {at}) with its scale and zero point is required")
-        dirs = w.shape[0]
-        scale = scale.astype(np.float64).reshape(dirs, 1, -1)
-        zp = zp.astype(np.float64).reshape(dirs, 1, -1)
-        real = ((w.astype(np.float64) - zp) * scale).astype(np.float32)
-        return ctx.constant(
-            f"{ctx.tensors[node.input(at)].name}/float",
-            np.ascontiguousarray(real.transpose(0, 2, 1)),
-        )
+    """com.microsoft DynamicQuantizeLSTM onto the LSTM kernel: X, W, R, B, sequence_lens,
+    initial_h, initial_c, P, then W_scale, W_zero_point, R_scale, R_zero_point. The
+    integer weights become weight-only constants; the activations stay float (onnxruntime
+    quantizes them to uint8 before each product, so results differ by that rounding)."""
+    from sporenet.converter.onnx_import.ops import recurrent
 
     inputs = [
         node.input(0),
-        weights(1, 8, 9, "W"),
-        weights(2, 10, 11, "R"),
+        _lstm_weight(ctx, node, 1, 8, 9, "W"),
+        _lstm_weight(ctx, node, 2, 10, 11, "R"),
         *[node.input(k) for k in range(3, 8)],
     ]
-    lstm = dataclasses.replace(node, op_type="LSTM", inputs=inputs)
-    count = iter(range(1 << 30))
-    return recurrent_unrolled.recurrent(
-        ctx, lstm, lambda x: _dynamic_fake_quant(ctx, x, f"{node.name}/dq{next(count)}")
-    )
+    return recurrent.recurrent(ctx, dataclasses.replace(node, op_type="LSTM", inputs=inputs))
 
 
 def _centred(ctx: ImportContext, node: OnnxNode, x: int, zp_index: int, what: str) -> int:
