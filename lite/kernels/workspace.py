@@ -17,6 +17,7 @@ Outside planning (a kernel bound directly, constant folding), `temporary()` is `
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 
@@ -45,25 +46,35 @@ class Workspace:
         return taken
 
 
-_active: list[Workspace] = []
+class _Active(threading.local):
+    """The workspaces being bound, per thread: plans built at the same time in several
+    threads (clients training side by side) must not take each other's temporaries."""
+
+    def __init__(self) -> None:
+        self.stack: list[Workspace] = []
+
+
+_active = _Active()
 
 
 @contextmanager
 def active(workspace: Workspace) -> Iterator[Workspace]:
-    """Make `temporary()` draw from `workspace` inside the block (nests: a control-flow
-    kernel planning its subgraph while it is bound gets the subgraph's own workspace)."""
-    _active.append(workspace)
+    """Make `temporary()` draw from `workspace` inside the block, in this thread (nests: a
+    control-flow kernel planning its subgraph while it is bound gets the subgraph's own
+    workspace)."""
+    _active.stack.append(workspace)
     try:
         yield workspace
     finally:
-        _active.pop()
+        _active.stack.pop()
 
 
 def temporary(shape: Sequence[int], dtype: np.dtype | type) -> np.ndarray:
     """An uninitialised array a step may use only while it runs (see the module docstring)."""
-    if not _active:
+    stack = _active.stack
+    if not stack:
         return np.empty(shape, dtype)
-    return _active[-1].temporary(shape, dtype)
+    return stack[-1].temporary(shape, dtype)
 
 
 def padded_temporary(

@@ -5,6 +5,7 @@ dequantization is exact in float32, and written files read back unchanged."""
 from __future__ import annotations
 
 import mmap
+import threading
 
 import numpy as np
 import pytest
@@ -132,6 +133,58 @@ def test_workspace_hands_out_views_of_taken_blocks():
     for block in ws.release():
         arena.give(block)
     assert arena.taken == {}
+
+
+def test_a_workspace_is_active_only_in_the_thread_that_binds():
+    """Plans built side by side in two threads (clients training at once) must not take
+    each other's temporaries: the other thread gets a fresh array, not the arena's bytes."""
+    arena = _Arena(1 << 16)
+    ws = workspace.Workspace(arena.take)
+    from_other_thread: list[np.ndarray] = []
+    with workspace.active(ws):
+        mine = workspace.temporary((8, 8), np.float32)
+        other = threading.Thread(
+            target=lambda: from_other_thread.append(workspace.temporary((8, 8), np.float32))
+        )
+        other.start()
+        other.join()
+    (theirs,) = from_other_thread
+    assert np.shares_memory(mine, arena.chunks[0])
+    assert not np.shares_memory(theirs, arena.chunks[0]) and theirs.base is None
+    assert len(ws.release()) == 1
+
+
+def test_interpreters_planned_in_parallel_threads_match_one_planned_alone():
+    rng = np.random.default_rng(3)
+    b = ModelBuilder()
+    x = b.input("x", (1, 3, 12, 12))
+    w = b.constant("w", rng.standard_normal((32, 3, 3, 3)).astype(np.float32))
+    y = b.op(OpCode.CONV2D, [x, w], pads=[1, 1, 1, 1])
+    y = b.op(
+        OpCode.CONV2D,
+        [y, b.constant("wd", rng.standard_normal((32, 1, 3, 3)).astype(np.float32))],
+        group=32,
+    )
+    b.output(y, name="y")
+    blob = serialize(b.build())
+    feed = {"x": rng.standard_normal((1, 3, 12, 12)).astype(np.float32)}
+    expected = Interpreter(blob).run(feed)["y"]
+    results: list[np.ndarray] = []
+    barrier = threading.Barrier(4)
+
+    def plan_and_run() -> None:
+        barrier.wait()
+        interpreters = [Interpreter(blob) for _ in range(5)]
+        results.extend(interpreter.run(feed)["y"].copy() for interpreter in interpreters)
+
+    threads = [threading.Thread(target=plan_and_run) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(results) == 20
+    for got in results:
+        np.testing.assert_array_equal(got, expected)
 
 
 def test_arena_splits_merges_and_grows_in_place():
