@@ -46,8 +46,7 @@ from sporenet.federated.errors import (
     UpdateRejectedError,
     quote,
 )
-from sporenet.federated.secagg import ClientExcludedError, Stage
-from sporenet.federated.server import hierarchy, job_settings, restore, state_dir
+from sporenet.federated.server import hierarchy, job_settings, restore, secure_calls, state_dir
 from sporenet.federated.server.config import ServerConfig
 from sporenet.federated.server.ledger import PrivacyLedger
 from sporenet.federated.server.models import ModelStore
@@ -227,7 +226,7 @@ class RoundManager(RoundLoop):
                 reason=job.reason or job.status,
             )
         if job.active and not self._aggregating and self._secure is not None:
-            return self._secure_task(client_id, self._secure)
+            return secure_calls.secure_task(self, client_id, self._secure)
         if (
             job.active
             and not self._aggregating
@@ -241,28 +240,6 @@ class RoundManager(RoundLoop):
             )
         reason = "not selected" if job.active else "waiting"
         return TaskInfo(TaskType.WAIT, job.round, retry_after=1.0, reason=reason)
-
-    def _secure_task(self, client_id: str, secure: SecurePhase) -> TaskInfo:
-        """A secure stage for a cohort member the protocol waits for; otherwise wait."""
-        job = self.job
-        reason = secure.waiting_reason(client_id)
-        if reason:
-            return TaskInfo(TaskType.WAIT, job.round, retry_after=1.0, reason=reason)
-        r = secure.round
-        config = self._task_config()
-        if r.max_weight is not None:
-            config["secure_max_weight"] = r.max_weight
-        config.update(self.privacy.task_config(r.server.params.threshold))
-        return TaskInfo(
-            TaskType.SECURE_FIT,
-            job.round,
-            self._task_id(),
-            self._model_record,
-            config,
-            secure_stage=r.stage.value,
-            secure_setup=r.setup_payload(client_id),
-            secure_payload=r.payload_for(client_id),
-        )
 
     def get_task(self, client_id: str) -> TaskInfo:
         """The client's task now (the Session service holds a poll until it changes).
@@ -501,56 +478,20 @@ class RoundManager(RoundLoop):
         num_samples: int = 0,
         metrics_json: str = "",
     ) -> None:
-        """Record one client message of the open secure stage (a resent one is a no-op).
-
-        Raises:
-            StaleTaskError: no secure round or stage is open for this client.
-            SecAggError: the message is malformed.
-        """
-        self.touch(client_id)
-        metrics = parse_metrics(metrics_json, "metrics_json")
-        with self._changed:
-            secure, job, current = self._secure, self.job, self._task_id()
-            if (
-                secure is None
-                or job.status != JobStatus.RUNNING
-                or task_id != current
-                or not job.active
-                or self._aggregating
-            ):
-                why = f": {job.reason}" if job.status == JobStatus.FAILED else ""
-                raise StaleTaskError(
-                    f"task {quote(task_id)} is not an open secure round (the server is at "
-                    f"{current!r}, {job.status}{why})"
-                )
-            if not secure.check_message(client_id, stage, current):
-                return
-            try:
-                secure.round.submit(client_id, payload)
-            except ClientExcludedError as e:
-                self._exclude_secure(secure, {client_id: e.reason})
-                raise
-            if secure.stage == Stage.MASKED_INPUT:
-                self._set_status(client_id, Participant.MASKED, num_samples, metrics)
-                self.metrics.inc("sporenet_updates_accepted_total")
-            self._since_checkpoint += 1
-            if self._since_checkpoint >= self.config.checkpoint_every:
-                with self.store.transaction() as tx:
-                    self._save_secure(tx)
-            if not secure.round.pending():
-                self.wake.set()  # the round loop can close the stage now
-        log_event(self.log, "secure_message", client=client_id, task=task_id, stage=stage)
+        """Record one client message of the open secure stage (secure_calls.py)."""
+        secure_calls.submit_secure(
+            self,
+            client_id,
+            task_id,
+            stage,
+            payload,
+            num_samples=num_samples,
+            metrics_json=metrics_json,
+        )
 
     def withdraw_secure(self, client_id: str, task_id: str) -> None:
-        """The client cannot continue the secure round: stop waiting for it."""
-        self.touch(client_id)
-        with self._changed:
-            secure = self._secure
-            if secure is None or task_id != self._task_id() or client_id not in secure.cohort:
-                raise StaleTaskError(f"task {quote(task_id)} is not an open secure round")
-            secure.withdrawn.add(client_id)
-            self.wake.set()
-        log_event(self.log, "secure_withdrawn", logging.WARNING, client=client_id, task=task_id)
+        """The client cannot continue the secure round (secure_calls.py)."""
+        secure_calls.withdraw_secure(self, client_id, task_id)
 
     def status(self) -> dict[str, Any]:
         """The job as the running daemon sees it (`GetStatus`)."""
