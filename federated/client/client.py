@@ -49,21 +49,22 @@ import os
 import random
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, cast
 
 import grpc
 import numpy as np
 
 from sporenet.federated.aggregation import Weights, template_of
-from sporenet.federated.client.dp import asks_client_dp, privatize, privatize_secure
+from sporenet.federated.client.dp import asks_client_dp, privatize
+from sporenet.federated.client.failover import Failover
+from sporenet.federated.client.secure import SecureRounds
 from sporenet.federated.client.session_stream import SessionStream, TransportLoop
 from sporenet.federated.client.transfers import PendingUpload, Transfers
 from sporenet.federated.common.auth import Credentials
 from sporenet.federated.common.codec import COMPRESSIONS, decode_update, encode_raw, encode_update
-from sporenet.federated.common.net import is_loopback, speaks_tls, split_address
+from sporenet.federated.common.net import is_loopback, split_address
 from sporenet.federated.common.wire import (
-    STAGE_NAMES,
     SessionReplyField,
     SessionRequestField,
     method_path,
@@ -71,13 +72,10 @@ from sporenet.federated.common.wire import (
 from sporenet.federated.errors import (
     AuthError,
     ConfigError,
-    FederatedError,
     JobFailedError,
     MalformedMessageError,
     TransferError,
 )
-from sporenet.federated.privacy import PrivacyError
-from sporenet.federated.secagg import SecAggError, Stage
 from sporenet.federated.secagg.session import SecureClientSession
 from sporenet.lite import WeightsReader, read_weights
 from sporenet.proto import federated_pb2 as pb
@@ -103,7 +101,7 @@ FATAL = {grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED}
 log = logging.getLogger("sporenet.federated.client")
 
 
-class Client:
+class Client(Failover, SecureRounds):
     """One federated client: `run()` serves tasks until the job is done."""
 
     def __init__(
@@ -372,69 +370,6 @@ class Client:
                 self._stop.wait(0.1)
         return None
 
-    def _reached(self) -> None:
-        """The server answered: the retry budgets start afresh."""
-        self._backoff, self._unreachable_since, self._here_since = 0.1, None, None
-
-    def _unreachable(self, code: grpc.StatusCode, details: str) -> None:
-        """A call failed in a way worth retrying: move to the next address once this one
-        was unreachable for `failover_after` seconds, raise once every one was for
-        `give_up_after`, and otherwise wait out a backoff with jitter."""
-        now = time.monotonic()
-        self._unreachable_since = self._unreachable_since or now
-        self._here_since = self._here_since or now
-        if self.give_up_after is not None and now - self._unreachable_since > self.give_up_after:
-            where = " and ".join(self.addresses)
-            raise FederatedError(
-                f"server unreachable for {self.give_up_after:g} s at {where}: {details}"
-            ) from None
-        if len(self.addresses) > 1 and now - self._here_since > self.failover_after:
-            self._fail_over(details)
-            return
-        delay = self._backoff * (0.5 + random.random())
-        log.info("server call failed (%s); retrying in %.2f s", code.name, delay)
-        self._stop.wait(delay)
-        self._backoff = min(self._backoff * 2, self.max_backoff)
-
-    def _fail_over(self, details: str) -> None:
-        """Move to the next address and register there: a task, model, update or secure
-        round of the old server means nothing to the new one."""
-        gone = self.address
-        self._disconnect()
-        self._at = (self._at + 1) % len(self.addresses)
-        self.address = self.addresses[self._at]
-        self.client_id, self._pending = None, None
-        self._secure, self._secure_update, self._secure_failed = None, None, ""
-        self._transfers.drop_models()
-        if self._transfers.partial is not None:
-            self._buffers.give(self._transfers.partial[1])
-            self._transfers.partial = None
-        self._tls_checked = False
-        self._backoff, self._here_since = 0.1, None
-        self.failovers += 1
-        log.warning(
-            "server %s unreachable for %g s (%s); moving to %s",
-            gone,
-            self.failover_after,
-            details,
-            self.address,
-        )
-
-    def _check_not_tls(self, code: grpc.StatusCode, details: str) -> None:
-        """Raise ConfigError when a plaintext client's connection was closed because the
-        server expects TLS (gRPC itself only says "Socket closed"); checked once."""
-        if self.credentials.tls or self._tls_checked or code != grpc.StatusCode.UNAVAILABLE:
-            return
-        if "socket closed" not in details.lower():
-            return
-        self._tls_checked = True
-        if speaks_tls(self.address):
-            raise ConfigError(
-                f"server at {self.address} closed the connection during the handshake: it"
-                " expects TLS; pass Credentials(root_certificates=<the server's CA, PEM>)"
-                f" (gRPC said: {details})"
-            )
-
     def _done(self, task: pb.Task) -> Weights:
         """The job's final weights; JobFailedError with the server's reason if it failed."""
         if json.loads(task.config_json or "{}").get("job_status") == "failed":
@@ -572,72 +507,6 @@ class Client:
             self._residual = {k: delta[k] - sent[k] for k in delta}
             return payload
         return encode_update(delta)
-
-    def _secure_fit(self, task: pb.Task) -> None:
-        """Answer one stage of a secure round; train (once) at the masked-input stage."""
-        if task.task_id == self._secure_failed:
-            self._stop.wait(max(task.retry_after_ms / 1000.0, 0.5))
-            return
-        try:
-            stage = Stage(STAGE_NAMES[task.secure_stage])
-            if self._secure is None or self._secure[0] != task.task_id:
-                if stage != Stage.ADVERTISE_KEYS:
-                    # The secrets of the keys this client advertised are gone (it restarted):
-                    # answering with new ones would break its neighbours' decryption. It is
-                    # a dropout for this round.
-                    log.warning(
-                        "secure round %s is past its first stage; sitting it out", task.task_id
-                    )
-                    self._withdraw(task)
-                    return
-                template = template_of(self._weights_reader.read(self._model_bytes(task)))
-                max_weight = json.loads(task.config_json or "{}").get("secure_max_weight")
-                session = SecureClientSession(task.secure_setup, template, max_weight=max_weight)
-                self._secure, self._secure_update = (task.task_id, session), None
-            session = self._secure[1]
-            update, num_samples, metrics_json = None, None, ""
-            if stage == Stage.MASKED_INPUT:
-                if self._secure_update is None:
-                    self._secure_update = privatize_secure(task, self._train_delta(task))
-                    self.rounds_trained += 1
-                update, num_samples, metrics_json = self._secure_update
-            reply = session.respond(stage, task.secure_payload, update, num_samples)
-        except (SecAggError, PrivacyError, KeyError) as e:
-            # The session cannot go on (a changed server message, a bad setup): sit the
-            # round out; the server's stage deadline leaves this client out.
-            log.warning("cannot continue secure round %s: %s", task.task_id, e)
-            self._withdraw(task)
-            return
-        header = pb.SecureHeader(
-            client_id=self.client_id or "",
-            task_id=task.task_id,
-            stage=task.secure_stage,
-            total_size=len(reply),
-            num_samples=num_samples or 0,
-            metrics_json=metrics_json,
-        )
-
-        def chunks() -> Iterator[pb.SecureChunk]:
-            view = memoryview(reply)
-            yield pb.SecureChunk(header=header, data=bytes(view[: self.chunk_size]))
-            for at in range(self.chunk_size, len(reply), self.chunk_size):
-                yield pb.SecureChunk(data=bytes(view[at : at + self.chunk_size]))
-
-        self._call("SubmitSecure", chunks(), self.rpc_timeout + len(reply) / 5e6)
-        if stage == Stage.UNMASK:
-            self._drop_models()  # the next task needs a newer model
-
-    def _withdraw(self, task: pb.Task) -> None:
-        """Tell the server this client leaves the secure round (best effort), and sit it out."""
-        self._secure_failed = task.task_id
-        header = pb.SecureHeader(
-            client_id=self.client_id or "",
-            task_id=task.task_id,
-            stage=task.secure_stage,
-            withdraw=True,
-        )
-        with contextlib.suppress(grpc.RpcError):  # if it fails, the stage deadline decides
-            self._call("SubmitSecure", iter([pb.SecureChunk(header=header)]), self.rpc_timeout)
 
     def _train_delta(self, task: pb.Task) -> tuple[Weights, int, str]:
         """Train on the task's model (heartbeating); (delta, samples, metrics JSON)."""
