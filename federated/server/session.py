@@ -141,14 +141,20 @@ class SessionService:
                         f"SessionRequest field {field} is not a request this server knows "
                         "(expected poll, download, upload or heartbeat)"
                     )
-        except FederatedError as e:
-            await context.abort(status_for(e), str(e))
         except grpc.aio.AbortError:
             raise
         except Exception as e:
+            await self._abort(e, context, "Session")
+
+    async def _abort(self, e: Exception, context: grpc.aio.ServicerContext, call: str) -> None:
+        """End the call with the status for `e`: a FederatedError's own status and message,
+        anything else logged (a bad request as a warning) and mapped by unexpected_status."""
+        if isinstance(e, FederatedError):
+            await context.abort(status_for(e), str(e))
+        else:
             code, message = unexpected_status(e)
             level = logging.WARNING if code == code.INVALID_ARGUMENT else logging.ERROR
-            self.s.log.log(level, "Session failed: %s", message, exc_info=True)
+            self.s.log.log(level, "%s failed: %s", call, message, exc_info=True)
             await context.abort(code, message)
 
     async def _poll(self, body: memoryview, context: grpc.aio.ServicerContext) -> None:
@@ -311,15 +317,10 @@ class SessionService:
         so every read has the `read_timeout` deadline and a stalled peer holds no thread."""
         try:
             return await self._submit_secure(context)
-        except FederatedError as e:
-            await context.abort(status_for(e), str(e))
         except grpc.aio.AbortError:
             raise
         except Exception as e:
-            code, message = unexpected_status(e)
-            level = logging.WARNING if code == code.INVALID_ARGUMENT else logging.ERROR
-            self.s.log.log(level, "SubmitSecure failed: %s", message, exc_info=True)
-            await context.abort(code, message)
+            await self._abort(e, context, "SubmitSecure")
         raise AssertionError("unreachable: abort raises")
 
     async def _read_secure(self, context: grpc.aio.ServicerContext, at: int) -> Any:
