@@ -126,6 +126,8 @@ def published(state_dir: Path, version: int) -> dict[str, np.ndarray]:
 def check_mean(server, w0: dict, contributors: list[int], version: int = 1) -> None:  # type: ignore[no-untyped-def]
     """The published model is w0 + the plain mean of the contributors' deltas, within the
     stated fixed-point bound (divided by n for the mean) plus float32 rounding."""
+    # The event is logged just after the version is stored, which clients may see first.
+    wait_for(lambda: len(server.events("round_published")) >= version, what="round_published")
     event = server.events("round_published")[version - 1]
     bound = event["secure_error_bound"] / len(contributors)
     assert 0 < bound < 1e-3
