@@ -15,6 +15,7 @@ from sporenet.lite.planner import ExecutionPlan, plan
 from sporenet.lite.signature_runner import SignatureRunner
 from sporenet.lite.threads import BLAS
 from sporenet.lite.variables import state_tensors, writable_copies
+from sporenet.lite.warmup import warm_up, writes_state
 
 
 class Interpreter:
@@ -65,6 +66,7 @@ class Interpreter:
         self._values: dict[int, np.ndarray] = {}
         self._pending: dict[int, np.ndarray] = {}
         self._plan: ExecutionPlan = self._first_plan()  # type: ignore[assignment]
+        self._warm_up()
 
     # ---- planning
     def plan(self, key: str, shapes: dict[int, tuple[int, ...]]) -> ExecutionPlan:
@@ -121,8 +123,22 @@ class Interpreter:
             np.copyto(self._plan.arrays[i], value)
 
     def allocate_tensors(self) -> None:
-        """(Re)plan the graph for the current input shapes."""
+        """(Re)plan the graph for the current input shapes, and warm the plan up."""
         self._plan = self.plan(self.signature.key, self._shapes)
+        self._warm_up()
+
+    def _warm_up(self) -> None:
+        """Pay the first run's one-time costs now, within a small budget (lite/warmup.py).
+
+        Skipped for a plan that waits for the values of shape-like inputs and for a model
+        with state its graphs write: a run on zeros must change nothing a caller sees."""
+        planned = self._plan
+        if planned is None or self._value_inputs or writes_state(self.model):
+            return
+        specs = {name: planned.specs[i] for name, i in self._input_names.items()}
+        zeros = {name: np.zeros(s.shape, s.dtype) for name, s in specs.items()}
+        with BLAS.limit(self.num_threads):
+            warm_up(planned, lambda: self.run(zeros))
 
     def get_signature_runner(self, signature_key: str | None = None) -> SignatureRunner:
         """A callable running one signature: `runner(x=...)` -> {output name: array}.
@@ -144,7 +160,7 @@ class Interpreter:
     def resize_tensor_input(self, input_index: int, tensor_size: Any) -> None:
         """Change an input's shape (only its dynamic dimensions may change); re-plans."""
         self._resize(input_index, tensor_size)
-        self.allocate_tensors()
+        self._plan = self.plan(self.signature.key, self._shapes)
 
     def _resize(self, input_index: int, tensor_size: Any) -> None:
         """Check and record an input's new shape (planned by the next allocate_tensors)."""
@@ -216,7 +232,7 @@ class Interpreter:
                     f"its shape signature is {list(declared)} (only -1 dims may change)"
                 )
         self._shapes.update(shapes)
-        self.allocate_tensors()
+        self._plan = self.plan(self.signature.key, self._shapes)
 
     def _check_input_index(self, index: int) -> None:
         if index not in self._input_names.values():

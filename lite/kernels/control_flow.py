@@ -108,29 +108,37 @@ class If(Kernel):
                         "model is converted)"
                     )
         self.output_specs = [TensorSpec(s.shape, s.dtype) for s in specs]
+        self.subplans = list(self.branches.values())  # warmed at load (lite/warmup.py)
 
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
         cond, feeds = inputs[0], [x for x in inputs[1:] if x is not None]
-        wired = {
-            flag: ([p.arrays[i] for i in p.inputs], [p.arrays[o] for o in p.outputs], p)
-            for flag, p in self.branches.items()
-        }
-        only = next(iter(wired.values())) if len(wired) == 1 and not self.broken else None
         broken = self.broken
 
+        def through(plan: Any) -> Compute:
+            dst = [plan.arrays[i] for i in plan.inputs]
+            src = [plan.arrays[o] for o in plan.outputs]
+
+            def run_branch() -> None:
+                for d, s in zip(dst, feeds, strict=True):
+                    np.copyto(d, s)
+                plan.run()
+                for out, s in zip(outputs, src, strict=False):
+                    np.copyto(out, s)
+
+            return run_branch
+
+        runs = {flag: through(p) for flag, p in self.branches.items()}
+        # Every runnable branch by the step's own path, whatever the condition at the
+        # warm-up on zero inputs (lite/warmup.py).
+        self.warm_steps = list(runs.values())
+        if len(runs) == 1 and not broken:
+            return next(iter(runs.values()))
+
         def step() -> None:
-            if only is not None:
-                dst, src, plan = only
-            else:
-                flag = bool(cond.reshape(-1)[0])  # type: ignore[union-attr]
-                if flag in broken:
-                    raise ShapeError(f"IF: {broken[flag]}")
-                dst, src, plan = wired[flag]
-            for d, s in zip(dst, feeds, strict=True):
-                np.copyto(d, s)
-            plan.run()
-            for out, s in zip(outputs, src, strict=False):
-                np.copyto(out, s)
+            flag = bool(cond.reshape(-1)[0])  # type: ignore[union-attr]
+            if flag in broken:
+                raise ShapeError(f"IF: {broken[flag]}")
+            runs[flag]()
 
         return step
 
@@ -157,6 +165,9 @@ class Loop(Kernel):
         state = [self.input(k) for k in range(2, len(self.inputs))]
         feeds = [TensorSpec((), np.dtype(np.int64)), TensorSpec((), np.dtype(np.bool_)), *state]
         self.body = _plan_subgraph(self, "body", feeds)
+        self.subplans = [self.body]  # warmed at load (lite/warmup.py)
+        # Whether the iterations are bounded by a constant (else input values decide).
+        self.trip_count_planned = trip is not None and trip.value is not None
         outs = [self.body.specs[o] for o in self.body.outputs]
         n = self.carried
         if len(outs) < 1 + n:

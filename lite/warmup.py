@@ -1,0 +1,108 @@
+"""Warming a plan up when it is made, so the first call costs what later calls cost.
+
+The first run of a plan pays costs that belong to the process, not to the inputs: NumPy
+resolves and caches the inner loop of every ufunc and dtype it meets, the BLAS library
+allocates its buffers on its first product, CPython specializes the bytecode of the steps
+and of the calling path only after several executions. On a model whose call takes a
+fraction of a millisecond they make the first call several times slower than the next.
+Running the plan on zero inputs while the model loads (where onnxruntime-style users
+expect set-up time) pays them there.
+
+The warm-up is best effort within a time budget, so a large model, whose one-time costs
+are small beside a call, loads no slower than it would after one or two of its steps:
+
+- the plan's steps run first, each step even where an earlier one fails on zeros (a
+  branch that cannot run at zero inputs, an index computed from zeros): the real call
+  raises its own error;
+- subgraph plans (both branches of an If, a Loop's body) are warmed directly, and an If
+  also runs each branch it can take by its own step (its `warm_steps`), as zero inputs
+  reach only one branch;
+- then the caller's own path (set the inputs, run, copy the outputs) runs on zeros;
+- a plan holding a Loop whose trip count is not a planned constant warms only its
+  subgraphs: a condition computed from zeros could keep it looping;
+- floating-point warnings of the zero runs are silenced;
+- a model whose graphs write state (weights, optimizer slots, a dropout's step counter)
+  is not warmed: a run on zeros must change nothing a caller sees.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import numpy as np
+
+from sporenet.lite.graph import Model
+from sporenet.lite.planner import ExecutionPlan
+from sporenet.lite.variables import WRITTEN_INPUTS
+
+BUDGET_SECONDS = 0.005
+"""Wall time a warm-up may start runs and steps in (the step running when it ends
+completes)."""
+
+REPEATS = 8
+"""Runs in all: CPython specializes a function's bytecode only after several executions
+(3.11 quickens a code object on its eighth), so a single run leaves later calls faster."""
+
+STEP_RUNS = 2
+"""Of those, runs over the plan's own steps first; the rest go through the caller's path
+(or the steps again, when the caller's path fails on zeros)."""
+
+
+def writes_state(model: Model) -> bool:
+    """Whether a graph of `model` writes state a run leaves behind (weights, optimizer
+    slots, running statistics, a dropout's step counter): a warm-up would change it."""
+    return any(node.op in WRITTEN_INPUTS for g in model.graphs for node in g.nodes)
+
+
+def warm_up(
+    plan: ExecutionPlan, call: Callable[[], object] | None = None, budget: float = BUDGET_SECONDS
+) -> None:
+    """Run `plan` (and its subgraph plans) on zero inputs, then `call` (which runs the plan
+    as a user's call does, on zeros), `REPEATS` times in all within `budget` seconds.
+
+    The plan's input arrays hold zeros afterwards; its outputs hold whatever the zero
+    inputs produced."""
+    deadline = time.perf_counter() + budget
+    if not _bounded(plan):
+        call = None
+    runs = 0
+    with np.errstate(all="ignore"):
+        while runs < REPEATS and time.perf_counter() <= deadline:
+            if call is not None and runs >= STEP_RUNS:
+                try:
+                    call()
+                except Exception:  # zeros the model refuses: its real call says why
+                    call = None
+            else:
+                _warm(plan, deadline)
+            runs += 1
+
+
+def _subplans(plan: ExecutionPlan) -> list[ExecutionPlan]:
+    return [sub for kernel in plan.kernels for sub in getattr(kernel, "subplans", ())]
+
+
+def _bounded(plan: ExecutionPlan) -> bool:
+    """Whether running `plan` on any inputs does an amount of work the plan fixes: no
+    Loop, in it or in its subgraphs, repeats a number of times its inputs decide."""
+    return all(getattr(k, "trip_count_planned", True) for k in plan.kernels) and all(
+        _bounded(sub) for sub in _subplans(plan)
+    )
+
+
+def _warm(plan: ExecutionPlan, deadline: float) -> None:
+    for i in plan.inputs:
+        plan.arrays[i].fill(0)
+    for sub in _subplans(plan):
+        _warm(sub, deadline)
+    if not _bounded(plan):
+        return
+    extra = [step for kernel in plan.kernels for step in getattr(kernel, "warm_steps", ())]
+    for step in [*plan.steps, *extra]:
+        if time.perf_counter() > deadline:
+            return
+        try:
+            step()
+        except Exception:  # a step that cannot run on zeros is skipped
+            continue
