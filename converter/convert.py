@@ -9,9 +9,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from sporenet.converter.errors import ConversionError
+from sporenet.converter.errors import ConversionError, InvalidOnnxError, UnsupportedOnnxOpError
+from sporenet.converter.heap import trim_heap
 from sporenet.converter.onnx_import.importer import import_onnx
-from sporenet.converter.onnx_import.loader import OnnxSource, load_onnx
+from sporenet.converter.onnx_import.loader import OnnxSource, explain_invalid, load_onnx
 from sporenet.converter.passes import optimize as run_passes
 from sporenet.converter.passes.graph_utils import compact_tensors
 from sporenet.lite.errors import LiteError
@@ -120,10 +121,22 @@ def convert_onnx_model(
 ) -> tuple[Model, ConversionReport]:
     """Import (and optimize) an ONNX model; returns the IR Model and a report."""
     start = time.perf_counter()
-    proto = load_onnx(model)
+    loaded = load_onnx(model)
+    proto = loaded.model
     report = ConversionReport(onnx_ops=Counter(n.op_type for n in proto.graph.node))
     report.producer = f"{proto.producer_name} {proto.producer_version}".strip()
-    ir = import_onnx(proto, input_shapes=input_shapes)
+    try:
+        ir = import_onnx(proto, input_shapes=input_shapes, data=loaded.data)
+    except UnsupportedOnnxOpError:
+        raise
+    except ConversionError as exc:
+        # The checker is not run up front (loader.py): asked now, it names invalid ONNX.
+        reason = explain_invalid(model)
+        if reason is not None:
+            raise InvalidOnnxError(
+                f"{loaded.where}: the ONNX checker rejects the model: {reason}"
+            ) from exc
+        raise
     report.opset = max(
         (o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), default=0
     )
@@ -141,6 +154,7 @@ def convert_onnx_model(
     if proto.producer_name:
         ir.metadata["source_producer"] = report.producer
     finish_conversion(ir, report, metadata, start)
+    loaded.release_pages()
     return ir, report
 
 
@@ -178,6 +192,7 @@ def convert_onnx(
             method=calibration_method,
             report=False,
         ).data
+    trim_heap()  # the freed ONNX message and temporaries, before the output is built
     try:
         return serialize(ir)
     except LiteError as exc:

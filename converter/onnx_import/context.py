@@ -93,6 +93,7 @@ class ImportContext:
         self.opset = 13
         self.scope = Scope(self)
         self.subgraphs: list[Graph] = []  # graphs 1.. of the model (shared by subcontexts)
+        self.data: memoryview | None = None  # the model's bytes, for tensors read in place
 
     def subcontext(self, *, inline: bool = False) -> ImportContext:
         """A context for a subgraph: the same tensor table, its own nodes, inputs and scope

@@ -8,11 +8,12 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import onnx
 import onnx.version_converter
-from onnx import helper, numpy_helper
+from onnx import helper
 
 from sporenet.converter.errors import ConversionError, UnsupportedOnnxOpError
 from sporenet.converter.onnx_import.context import ImportContext, contiguous
 from sporenet.converter.onnx_import.functions import expand_functions
+from sporenet.converter.onnx_import.in_place import materialize, tensor_value
 from sporenet.converter.onnx_import.node import OnnxNode
 from sporenet.converter.onnx_import.registry import HANDLERS, handler_available
 from sporenet.lite.dims import SIZE_FAMILIES, is_dynamic, may_feed_shapes, probe_shapes
@@ -30,12 +31,17 @@ def op_key(node: onnx.NodeProto) -> str:
     return node.op_type if node.domain in DEFAULT_DOMAINS else f"{node.domain}.{node.op_type}"
 
 
+def _needs_upgrade(model: onnx.ModelProto) -> bool:
+    versions = [o.version for o in model.opset_import if o.domain in DEFAULT_DOMAINS]
+    return bool(versions) and max(versions) < MIN_OPSET
+
+
 def upgrade_old_opset(model: onnx.ModelProto) -> onnx.ModelProto:
     """Models older than opset 7 go through ONNX's version converter first (their
     broadcasting and attributes differ); newer ones are returned as they are."""
-    versions = [o.version for o in model.opset_import if o.domain in DEFAULT_DOMAINS]
-    if not versions or max(versions) >= MIN_OPSET:
+    if not _needs_upgrade(model):
         return model
+    versions = [o.version for o in model.opset_import if o.domain in DEFAULT_DOMAINS]
     try:
         return onnx.version_converter.convert_version(model, MIN_OPSET)
     except Exception as exc:  # the converter raises plain RuntimeError/ValueError subclasses
@@ -88,11 +94,12 @@ def _np_dtype(elem_type: int, what: str) -> np.dtype:
     return dtype
 
 
-def initializer_value(tensor: onnx.TensorProto) -> np.ndarray:
-    """An initializer's value as a C-contiguous array (ConversionError if unreadable)."""
+def initializer_value(tensor: onnx.TensorProto, data: memoryview | None = None) -> np.ndarray:
+    """An initializer's value as a C-contiguous array (ConversionError if unreadable);
+    `data`: the model's bytes, for tensors read in place (a view of them, no copy)."""
     _np_dtype(tensor.data_type, f"initializer {tensor.name!r}")
     try:
-        array = numpy_helper.to_array(tensor)
+        array = tensor_value(tensor, data)
     except (ValueError, TypeError) as exc:
         raise ConversionError(f"initializer {tensor.name!r} cannot be read: {exc}") from None
     return contiguous(array)
@@ -135,9 +142,16 @@ def _dim_names(value: onnx.ValueInfoProto, shape: tuple[int, ...]) -> tuple[str,
 
 
 def import_onnx(
-    model: onnx.ModelProto, *, input_shapes: Mapping[str, Sequence[int]] | None = None
+    model: onnx.ModelProto,
+    *,
+    input_shapes: Mapping[str, Sequence[int]] | None = None,
+    data: memoryview | None = None,
 ) -> Model:
-    """Translate a checked ONNX model into an IR Model (not yet optimized)."""
+    """Translate an ONNX model into an IR Model (not yet optimized). `data`: the model's
+    bytes, when load_onnx read its large tensors in place (their values are views of it)."""
+    if data is not None and _needs_upgrade(model):
+        materialize(model, data)  # the version converter reads tensors from the message
+        data = None
     model = upgrade_old_opset(model)
     opset = onnx_opset(model)
     model = expand_functions(model, opset, handler_available)
@@ -165,13 +179,13 @@ def import_onnx(
         input_specs.append((v.name, shape, dtype, _dim_names(v, shape)))
     dims = [(shape, names) for _, shape, _, names in input_specs]
     if not is_dynamic(dims):
-        return _import_graph(model, opset, input_specs, 0)
+        return _import_graph(model, opset, input_specs, 0, data)
     # Dynamic dimensions: the graph is followed under two probe sizes of each, from the
     # first family of sizes under which every node accepts them (lite/dims.py).
     first: ConversionError | None = None
     for family in range(len(SIZE_FAMILIES)):
         try:
-            return _import_graph(model, opset, input_specs, family)
+            return _import_graph(model, opset, input_specs, family, data)
         except ConversionError as exc:
             first = first or exc
     raise ConversionError(
@@ -208,7 +222,11 @@ def _shape_hint(input_specs: Sequence[InputSpec]) -> str:
 
 
 def _import_graph(
-    model: onnx.ModelProto, opset: int, input_specs: Sequence[InputSpec], family: int
+    model: onnx.ModelProto,
+    opset: int,
+    input_specs: Sequence[InputSpec],
+    family: int,
+    data: memoryview | None,
 ) -> Model:
     """Import the main graph, dynamic dimensions followed under probe family `family`."""
     graph = model.graph
@@ -219,10 +237,11 @@ def _import_graph(
     reserved |= initializers | {name for name, _, _, _ in input_specs}
     ctx = ImportContext(dynamic=is_dynamic(dims), reserved=reserved)
     ctx.opset = opset
+    ctx.data = data
 
     names = ctx.scope.names
     for t in graph.initializer:
-        names[t.name] = ctx.constant(t.name, initializer_value(t))
+        names[t.name] = ctx.constant(t.name, initializer_value(t, data))
     for (name, shape, dtype, dim_names), probe in zip(input_specs, probes, strict=True):
         names[name] = ctx.graph_input(name, shape, dtype, probe, dim_names)
         if may_feed_shapes(shape):
@@ -262,6 +281,12 @@ def import_nodes(ctx: ImportContext, nodes: Sequence[onnx.NodeProto]) -> None:
                     "of a graph output (give them as initializers to convert the rest)"
                 )
             inputs.append(index)
+        for name in proto.output:
+            if name and name in scope.names:
+                raise ctx.fail(
+                    f"output {name!r} is already defined (an input, initializer or earlier "
+                    "node's output): ONNX names every value once"
+                )
         node = OnnxNode(
             op_type=proto.op_type,
             name=label,

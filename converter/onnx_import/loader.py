@@ -2,11 +2,21 @@
 
 Every failure to obtain a well-formed ModelProto (not ONNX at all, a truncated protobuf,
 external-data files that are missing) becomes one InvalidOnnxError naming the problem.
+
+A file is memory-mapped and its large tensors are read in place (in_place.py): the
+parsed message holds the model without them, and the import reads them as views of the
+mapping. The ONNX checker is not run on the way: its operator registry alone costs more
+memory than a small model, and the import checks what it relies on (names defined before
+use and once, opsets, initializer sizes, the inputs and attributes each op handler reads).
+When an import fails, `explain_invalid` asks the checker whether the model is invalid
+ONNX, so such a model is still reported as the checker words it.
 """
 
 from __future__ import annotations
 
+import mmap
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 import onnx
@@ -14,6 +24,7 @@ from google.protobuf.message import DecodeError
 from onnx import external_data_helper
 
 from sporenet.converter.errors import InvalidOnnxError
+from sporenet.converter.onnx_import.in_place import WireError, in_place_span, split_in_place
 
 OnnxSource = str | os.PathLike | bytes | bytearray | memoryview | onnx.ModelProto
 
@@ -28,25 +39,52 @@ def _describe_non_onnx(data: bytes) -> str:
     return "it does not parse as an ONNX ModelProto"
 
 
-def _parse(data: bytes, where: str) -> onnx.ModelProto:
+def _parse(
+    data: bytes | memoryview, where: str, original: memoryview | None = None
+) -> onnx.ModelProto:
+    """Parse `data` (the model, or `original` with its tensors read in place)."""
     model = onnx.ModelProto()
     try:
         model.ParseFromString(data)
     except (DecodeError, ValueError, RuntimeError) as exc:
-        hint = _describe_non_onnx(data)
+        hint = _describe_non_onnx(original if original is not None else data)
         if hint == "it does not parse as an ONNX ModelProto":
             hint = f"the protobuf is truncated or corrupt ({exc})"
         raise InvalidOnnxError(f"{where}: not a valid ONNX model: {hint}") from None
     if not model.HasField("graph") or model.ir_version <= 0:
-        raise InvalidOnnxError(f"{where}: not a valid ONNX model: {_describe_non_onnx(data)}")
+        hint = _describe_non_onnx(original if original is not None else data)
+        raise InvalidOnnxError(f"{where}: not a valid ONNX model: {hint}")
     return model
+
+
+def _parse_in_place(data: memoryview, where: str) -> tuple[onnx.ModelProto, memoryview | None]:
+    """The model in `data`, its large tensors read in place when the layout allows (then
+    `data` is returned too: their values are views of it)."""
+    try:
+        stripped = split_in_place(data)
+    except WireError:
+        stripped = None  # not the layout ONNX writes: parsed whole, which says what is wrong
+    if stripped is None:
+        return _parse(data, where), None
+    return _parse(stripped, where, data), data
+
+
+def _map(path: Path, where: str) -> memoryview:
+    """The file's bytes, memory-mapped (read-only): pages are read when they are used."""
+    try:
+        with open(path, "rb") as f:
+            if os.fstat(f.fileno()).st_size == 0:
+                return memoryview(b"")
+            return memoryview(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ))
+    except OSError as exc:
+        raise InvalidOnnxError(f"{where}: cannot read: {exc.strerror}") from None
 
 
 def _external_tensors(model: onnx.ModelProto) -> list[onnx.TensorProto]:
     return [
         t
         for t in external_data_helper._get_all_tensors(model)
-        if external_data_helper.uses_external_data(t)
+        if external_data_helper.uses_external_data(t) and in_place_span(t) is None
     ]
 
 
@@ -93,54 +131,68 @@ def _load_external(model: onnx.ModelProto, base_dir: Path | None, where: str) ->
         raise InvalidOnnxError(f"{where}: cannot read external data: {exc}") from None
 
 
-def _checked_on_disk(path: Path) -> bool:
-    """Whether the ONNX checker accepts the file at `path`, read by the checker itself.
+@dataclass(frozen=True)
+class LoadedOnnx:
+    """A parsed model, and the bytes its in-place tensors are views of (None if none)."""
 
-    Run before the model is read here: given a ModelProto, the checker serializes it into
-    one more copy and parses that, which would hold three copies of the weights at once.
-    Any failure returns False, and the model is then read and checked in memory, where the
-    error is reported with the loader's own messages (external data, truncation).
-    """
-    try:
-        onnx.checker.check_model(os.fspath(path))
-    except Exception:  # any failure: re-checked in memory, which reports it clearly
-        return False
-    return True
+    model: onnx.ModelProto
+    data: memoryview | None
+    where: str  # how messages name the source
+
+    def release_pages(self) -> None:
+        """Let the kernel drop the mapped file's pages read so far (the scan's, those of
+        weights a pass replaced): they are clean, and read again if a view is used, so
+        memory holds only the weights still being written out."""
+        mapped = self.data.obj if self.data is not None else None
+        if isinstance(mapped, mmap.mmap) and hasattr(mmap, "MADV_DONTNEED"):
+            mapped.madvise(mmap.MADV_DONTNEED)
 
 
-def load_onnx(source: OnnxSource) -> onnx.ModelProto:
-    """The ModelProto behind `source` (a path, serialized bytes or a ModelProto), checked."""
-    checked = False
+def load_onnx(source: OnnxSource) -> LoadedOnnx:
+    """The model behind `source` (a path, serialized bytes or a ModelProto), its external
+    data loaded; not run through the ONNX checker (see the module docstring)."""
+    data = None
     if isinstance(source, onnx.ModelProto):
         model, where, base = source, "model", None
         if _external_tensors(model):
             model = onnx.ModelProto()
             model.CopyFrom(source)
     elif isinstance(source, bytes | bytearray | memoryview):
-        model, where, base = _parse(bytes(source), "model bytes"), "model bytes", None
+        where, base = "model bytes", None
+        # Views of immutable bytes are safe to keep; a mutable buffer is copied first.
+        view = memoryview(source if isinstance(source, bytes) else bytes(source))
+        model, data = _parse_in_place(view, where)
     elif isinstance(source, str | os.PathLike):
         path = Path(source)
         where = str(path)
         if not path.is_file():
             raise InvalidOnnxError(f"{where}: no such file")
-        checked = _checked_on_disk(path)
-        try:
-            data = path.read_bytes()
-        except OSError as exc:
-            raise InvalidOnnxError(f"{where}: cannot read: {exc.strerror}") from None
-        model, base = _parse(data, where), path.parent
-        del data  # the parsed model holds its own copy: two at once would double the peak
+        model, data = _parse_in_place(_map(path, where), where)
+        base = path.parent
     else:
         raise TypeError(
             f"model must be a path, bytes or onnx.ModelProto, got {type(source).__name__}"
         )
-    external = bool(_external_tensors(model))
     _load_external(model, base, where)
-    if checked and not external:
-        return model
+    loaded = LoadedOnnx(model, data, where)
+    loaded.release_pages()
+    return loaded
+
+
+def explain_invalid(source: OnnxSource) -> str | None:
+    """The ONNX checker's objection to the model at `source` (its first line), or None
+    when the checker accepts it. Used after an import fails, so an invalid model is named
+    so; it reads the model again, in the checker's own way."""
+    target = source
+    if isinstance(source, str | os.PathLike):
+        target = os.fspath(source)
+    elif isinstance(source, bytearray | memoryview):
+        target = bytes(source)
     try:
-        onnx.checker.check_model(model)
+        onnx.checker.check_model(target)  # type: ignore[arg-type]
     except onnx.checker.ValidationError as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else "invalid model"
-        raise InvalidOnnxError(f"{where}: the ONNX checker rejects the model: {first}") from None
-    return model
+        text = " ".join(str(exc).split())
+        return text[:300] if text else "invalid model"
+    except Exception:  # unreadable for the checker: the import's own error stands
+        return None
+    return None

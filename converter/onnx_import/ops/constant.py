@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import numpy as np
-from onnx import numpy_helper
 
 from sporenet.converter.onnx_import.context import MAX_TENSOR_BYTES, ImportContext
+from sporenet.converter.onnx_import.in_place import tensor_value
 from sporenet.converter.onnx_import.node import OnnxNode, as_ints
 from sporenet.converter.passes.graph_utils import MATERIALIZE_LIMIT
 from sporenet.lite.graph import DYNAMIC
@@ -16,7 +16,7 @@ from sporenet.lite.ops import OpCode
 def constant(ctx: ImportContext, node: OnnxNode) -> list[int]:
     attrs = node.attrs
     if "value" in attrs:
-        value = numpy_helper.to_array(attrs["value"])
+        value = tensor_value(attrs["value"], ctx.data)
     elif "value_float" in attrs:
         value = np.array(attrs["value_float"], np.float32)
     elif "value_floats" in attrs:
@@ -37,7 +37,7 @@ def constant(ctx: ImportContext, node: OnnxNode) -> list[int]:
 def constant_of_shape(ctx: ImportContext, node: OnnxNode) -> list[int]:
     shape = as_ints(ctx.value(node.input(0)))
     fill = (
-        numpy_helper.to_array(node.attrs["value"]).reshape(())
+        tensor_value(node.attrs["value"], ctx.data).reshape(())
         if "value" in node.attrs
         else np.array(0, np.float32)
     )

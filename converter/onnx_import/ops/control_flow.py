@@ -23,7 +23,8 @@ def _import_body(sub: ImportContext, body: onnx.GraphProto, node: OnnxNode) -> l
     from sporenet.converter.onnx_import.importer import import_nodes, initializer_value
 
     for tensor in body.initializer:  # a subgraph's own initializers shadow outer names
-        sub.scope.names[tensor.name] = sub.constant(tensor.name, initializer_value(tensor))
+        value = initializer_value(tensor, sub.data)
+        sub.scope.names[tensor.name] = sub.constant(tensor.name, value)
     outer_where = sub.where
     import_nodes(sub, body.node)
     sub.where = outer_where
