@@ -17,6 +17,9 @@ Every figure comes from a fresh child process, so no measurement sees another's 
   (target <= 1.5x onnxruntime's);
 - first/warm: the first call against the median warm call of the same child (target
   <= 1.5x);
+- load, RSS and first/warm come from `--runs` children per engine (3 by default), each a
+  fresh process; the table shows the median of each figure (one first call is a single
+  sample that one preemption on a shared machine can multiply);
 - latency: a child that alternates sporenet and onnxruntime calls (same machine load for
   both) gives the median warm latency of each, their ratio and the largest output
   difference relative to onnxruntime's largest magnitude.
@@ -26,7 +29,8 @@ and without OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE (the CPU's own BLAS kernels); e
 the BLAS kernel that ran (threadpoolctl). Peak RSS is the kernel's high-water mark
 (VmHWM), reset after the imports through /proc/self/clear_refs.
 
-    python benchmarks/real_models.py [--quick] [--only NAME ...] [--repeats 30] [--json F]
+    python benchmarks/real_models.py [--quick] [--only NAME ...] [--repeats 30] [--runs 3]
+                                     [--json F]
 """
 
 from __future__ import annotations
@@ -212,7 +216,24 @@ def _run_child(kind: str, *args: object, timeout: float = 900) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def measure(case: PackagedModel, path: Path, workdir: Path, repeats: int) -> dict:
+def _runtime(engine: str, path: Path, case: PackagedModel, repeats: int, runs: int) -> dict:
+    """The runtime figures of `runs` fresh children: the median of each (first/warm as
+    the median of each child's own ratio), or the first error."""
+    results = [
+        _run_child("runtime", engine, str(path), case.feeds, repeats) for _ in range(runs)
+    ]
+    failed = [r for r in results if "error" in r]
+    if failed:
+        return failed[0]
+    merged = {k: statistics.median(r[k] for r in results) for k in ("load", "warm", "rss_growth")}
+    merged["first_ratio"] = statistics.median(r["first"] / r["warm"] for r in results)
+    merged["first"] = merged["first_ratio"] * merged["warm"]
+    merged["blas"] = results[0]["blas"]
+    merged["runs"] = results
+    return merged
+
+
+def measure(case: PackagedModel, path: Path, workdir: Path, repeats: int, runs: int) -> dict:
     spore = workdir / f"{case.name}.spore"
     shapes = case.conversion_shapes()
     row: dict = {"name": case.name, "onnx_bytes": path.stat().st_size}
@@ -220,8 +241,8 @@ def measure(case: PackagedModel, path: Path, workdir: Path, repeats: int) -> dic
     if "error" in row["convert"]:
         return row
     row["spore_bytes"] = spore.stat().st_size
-    row["sporenet"] = _run_child("runtime", "sporenet", str(spore), case.feeds, repeats)
-    row["onnxruntime"] = _run_child("runtime", "onnxruntime", str(path), case.feeds, repeats)
+    row["sporenet"] = _runtime("sporenet", spore, case, repeats, runs)
+    row["onnxruntime"] = _runtime("onnxruntime", path, case, repeats, runs)
     row["latency"] = _run_child("latency", str(path), str(spore), case.feeds, repeats)
     return row
 
@@ -234,7 +255,7 @@ def _ratios(row: dict) -> dict[str, float] | None:
         "convert": row["convert"]["peak_growth"] / row["onnx_bytes"],
         "load": s["load"] / o["load"],
         "rss": s["rss_growth"] / max(o["rss_growth"], 1),
-        "first": s["first"] / s["warm"],
+        "first": s["first_ratio"],
         "latency": lat["sporenet"] / lat["onnxruntime"],
     }
 
@@ -316,6 +337,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=None, help="warm calls per child")
     parser.add_argument("--json", type=Path, default=None, help="write the raw figures here")
     parser.add_argument(
+        "--runs", type=int, default=None, help="runtime children per engine (median of each)"
+    )
+    parser.add_argument(
         "--clock",
         choices=("wall", "cpu"),
         default="wall",
@@ -328,6 +352,7 @@ def main(argv: list[str] | None = None) -> int:
     global CLOCK
     CLOCK = args.clock
     repeats = args.repeats or (10 if args.quick else 30)
+    runs = args.runs or (1 if args.quick else 3)
     cases = [c for c in PACKAGED_MODELS if (c.quick or not args.quick)]
     if args.only:
         cases = [c for c in PACKAGED_MODELS if c.name in args.only]
@@ -338,9 +363,12 @@ def main(argv: list[str] | None = None) -> int:
             if path is None:
                 print(f"{case.name}: skipped ({case.package} is not installed)", flush=True)
                 continue
-            rows.append(measure(case, path, Path(tmp), repeats))
+            rows.append(measure(case, path, Path(tmp), repeats, runs))
             print(f"measured {case.name}", file=sys.stderr, flush=True)
-    print(f"one thread; {repeats} warm calls per child; {CLOCK} clock; sizes in MiB")
+    print(
+        f"one thread; {repeats} warm calls per child; medians of {runs} runtime children "
+        f"per engine; {CLOCK} clock; sizes in MiB"
+    )
     report(rows)
     if args.json is not None:
         args.json.write_text(json.dumps(rows, indent=1))

@@ -11,13 +11,12 @@ expect set-up time) pays them there.
 The warm-up is best effort within a time budget, so a large model, whose one-time costs
 are small beside a call, loads no slower than it would after one or two of its steps:
 
-- the plan's steps run first, each step even where an earlier one fails on zeros (a
-  branch that cannot run at zero inputs, an index computed from zeros): the real call
-  raises its own error;
-- subgraph plans (both branches of an If, a Loop's body) are warmed directly, and an If
-  also runs each branch it can take by its own step (its `warm_steps`), as zero inputs
-  reach only one branch;
-- then the caller's own path (set the inputs, run, copy the outputs) runs on zeros;
+- the first and the last run go over the plan's own steps: every step, even where an
+  earlier one fails on zeros (a branch that cannot run at zero inputs, an index computed
+  from zeros: the real call raises its own error), subgraph plans directly, and every If
+  branch by the If's own path (its `warm_steps`), as zero inputs reach only one branch;
+- the runs between go through the caller's own path (set the inputs, run, copy the
+  outputs) on zeros;
 - a plan holding a Loop whose trip count is not a planned constant warms only its
   subgraphs: a condition computed from zeros could keep it looping;
 - floating-point warnings of the zero runs are silenced;
@@ -37,16 +36,12 @@ from sporenet.lite.planner import ExecutionPlan
 from sporenet.lite.variables import WRITTEN_INPUTS
 
 BUDGET_SECONDS = 0.005
-"""Wall time a warm-up may start runs and steps in (the step running when it ends
-completes)."""
+"""CPU time a warm-up may start runs and steps in (the step running when it ends
+completes); CPU time, so that other processes' load does not cut the warm-up short."""
 
 REPEATS = 8
 """Runs in all: CPython specializes a function's bytecode only after several executions
 (3.11 quickens a code object on its eighth), so a single run leaves later calls faster."""
-
-STEP_RUNS = 2
-"""Of those, runs over the plan's own steps first; the rest go through the caller's path
-(or the steps again, when the caller's path fails on zeros)."""
 
 
 def writes_state(model: Model) -> bool:
@@ -58,25 +53,28 @@ def writes_state(model: Model) -> bool:
 def warm_up(
     plan: ExecutionPlan, call: Callable[[], object] | None = None, budget: float = BUDGET_SECONDS
 ) -> None:
-    """Run `plan` (and its subgraph plans) on zero inputs, then `call` (which runs the plan
-    as a user's call does, on zeros), `REPEATS` times in all within `budget` seconds.
+    """Run `plan` on zero inputs `REPEATS` times within `budget` seconds of CPU time: first
+    and last over its own steps (every step, every If branch by its own path, subgraph
+    plans), between them by `call` (the caller's path, on zeros), or over the steps again
+    when `call` fails on zeros. Ending with every branch leaves none colder in the caches
+    than the one zero inputs take.
 
     The plan's input arrays hold zeros afterwards; its outputs hold whatever the zero
     inputs produced."""
-    deadline = time.perf_counter() + budget
+    deadline = time.process_time() + budget
     if not _bounded(plan):
         call = None
-    runs = 0
     with np.errstate(all="ignore"):
-        while runs < REPEATS and time.perf_counter() <= deadline:
-            if call is not None and runs >= STEP_RUNS:
+        for run in range(REPEATS):
+            if time.process_time() > deadline:
+                return
+            if call is not None and 0 < run < REPEATS - 1:
                 try:
                     call()
+                    continue
                 except Exception:  # zeros the model refuses: its real call says why
                     call = None
-            else:
-                _warm(plan, deadline)
-            runs += 1
+            _warm(plan, deadline)
 
 
 def _subplans(plan: ExecutionPlan) -> list[ExecutionPlan]:
@@ -100,7 +98,7 @@ def _warm(plan: ExecutionPlan, deadline: float) -> None:
         return
     extra = [step for kernel in plan.kernels for step in getattr(kernel, "warm_steps", ())]
     for step in [*plan.steps, *extra]:
-        if time.perf_counter() > deadline:
+        if time.process_time() > deadline:
             return
         try:
             step()

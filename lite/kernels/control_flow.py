@@ -129,8 +129,9 @@ class If(Kernel):
 
         runs = {flag: through(p) for flag, p in self.branches.items()}
         # Every runnable branch by the step's own path, whatever the condition at the
-        # warm-up on zero inputs (lite/warmup.py).
-        self.warm_steps = list(runs.values())
+        # warm-up on zero inputs (lite/warmup.py); the then branch last, the path a model
+        # usually takes (an else branch tends to hold the fallback).
+        self.warm_steps = [runs[flag] for flag in (False, True) if flag in runs]
         if len(runs) == 1 and not broken:
             return next(iter(runs.values()))
 
