@@ -5,9 +5,12 @@ external-data files that are missing) becomes one InvalidOnnxError naming the pr
 
 A file is memory-mapped and its large tensors are read in place (in_place.py): the
 parsed message holds the model without them, and the import reads them as views of the
-mapping. The ONNX checker is not run on the way: its operator registry alone costs more
-memory than a small model, and the import checks what it relies on (names defined before
-use and once, opsets, initializer sizes, the inputs and attributes each op handler reads).
+mapping (so an IR from convert_onnx_model reads the file while it lives: replace a model
+file by writing a new one and renaming it, not by rewriting it in place).
+
+The ONNX checker is not run on the way: its operator registry alone costs more memory
+than a small model, and the import checks what it relies on (names defined before use
+and once, opsets, initializer sizes, the inputs and attributes each op handler reads).
 When an import fails, `explain_invalid` asks the checker whether the model is invalid
 ONNX, so such a model is still reported as the checker words it.
 """
