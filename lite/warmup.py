@@ -16,7 +16,7 @@ are small beside a call, loads no slower than it would after one or two of its s
   from zeros: the real call raises its own error), subgraph plans directly, and every If
   branch by the If's own path (its `warm_steps`), as zero inputs reach only one branch;
 - the runs between go through the caller's own path (set the inputs, run, copy the
-  outputs) on zeros;
+  outputs) on zeros, a step that fails there skipped as well, so the whole path runs;
 - a plan holding a Loop whose trip count is not a planned constant warms only its
   subgraphs: a condition computed from zeros could keep it looping;
 - floating-point warnings of the zero runs are silenced;
@@ -26,13 +26,14 @@ are small beside a call, loads no slower than it would after one or two of its s
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable
 
 import numpy as np
 
 from sporenet.lite.graph import Model
-from sporenet.lite.planner import ExecutionPlan
+from sporenet.lite.planner import Compute, ExecutionPlan
 from sporenet.lite.variables import WRITTEN_INPUTS
 
 BUDGET_SECONDS = 0.005
@@ -55,26 +56,41 @@ def warm_up(
 ) -> None:
     """Run `plan` on zero inputs `REPEATS` times within `budget` seconds of CPU time: first
     and last over its own steps (every step, every If branch by its own path, subgraph
-    plans), between them by `call` (the caller's path, on zeros), or over the steps again
-    when `call` fails on zeros. Ending with every branch leaves none colder in the caches
-    than the one zero inputs take.
+    plans), between them by `call` (the caller's path, on zeros; a step that fails on
+    zeros is skipped there too), or over the steps again when `call` itself fails. Ending
+    with every branch leaves none colder in the caches than the one zero inputs take.
 
     The plan's input arrays hold zeros afterwards; its outputs hold whatever the zero
     inputs produced."""
     deadline = time.process_time() + budget
     if not _bounded(plan):
         call = None
+    steps = plan.steps
     with np.errstate(all="ignore"):
         for run in range(REPEATS):
             if time.process_time() > deadline:
-                return
+                break
             if call is not None and 0 < run < REPEATS - 1:
+                plan.steps = [_skipping_errors(step) for step in steps]
                 try:
                     call()
                     continue
-                except Exception:  # zeros the model refuses: its real call says why
+                except Exception:  # zeros the caller's own checks refuse
                     call = None
+                finally:
+                    plan.steps = steps
             _warm(plan, deadline)
+
+
+def _skipping_errors(step: Compute) -> Compute:
+    """`step`, where an error (a step that cannot run on zeros) ends only this step: the
+    real call raises its own."""
+
+    def run() -> None:
+        with contextlib.suppress(Exception):
+            step()
+
+    return run
 
 
 def _subplans(plan: ExecutionPlan) -> list[ExecutionPlan]:
