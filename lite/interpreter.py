@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 from typing import Any
 
 import numpy as np
@@ -15,7 +16,7 @@ from sporenet.lite.planner import ExecutionPlan, plan
 from sporenet.lite.signature_runner import SignatureRunner
 from sporenet.lite.threads import BLAS
 from sporenet.lite.variables import state_tensors, writable_copies
-from sporenet.lite.warmup import warm_up, writes_state
+from sporenet.lite.warmup import budget_for, warm_up, writes_state
 
 
 class Interpreter:
@@ -39,6 +40,7 @@ class Interpreter:
         model: Model | None = None,
         signature: str = "infer",
     ) -> None:
+        started = time.process_time()
         given = [x is not None for x in (model_path, model_content, model)]
         if sum(given) != 1:
             raise ValueError("pass exactly one of model_path, model_content or model")
@@ -66,7 +68,7 @@ class Interpreter:
         self._values: dict[int, np.ndarray] = {}
         self._pending: dict[int, np.ndarray] = {}
         self._plan: ExecutionPlan = self._first_plan()  # type: ignore[assignment]
-        self._warm_up()
+        self._warm_up(time.process_time() - started)
 
     # ---- planning
     def plan(self, key: str, shapes: dict[int, tuple[int, ...]]) -> ExecutionPlan:
@@ -124,11 +126,13 @@ class Interpreter:
 
     def allocate_tensors(self) -> None:
         """(Re)plan the graph for the current input shapes, and warm the plan up."""
+        started = time.process_time()
         self._plan = self.plan(self.signature.key, self._shapes)
-        self._warm_up()
+        self._warm_up(time.process_time() - started)
 
-    def _warm_up(self) -> None:
-        """Pay the first run's one-time costs now, within a small budget (lite/warmup.py).
+    def _warm_up(self, load_seconds: float) -> None:
+        """Pay the first run's one-time costs now, within a budget of a share of the
+        `load_seconds` of CPU the load took (lite/warmup.py).
 
         Skipped for a plan that waits for the values of shape-like inputs and for a model
         with state its graphs write: a run on zeros must change nothing a caller sees."""
@@ -138,7 +142,7 @@ class Interpreter:
         specs = {name: planned.specs[i] for name, i in self._input_names.items()}
         zeros = {name: np.zeros(s.shape, s.dtype) for name, s in specs.items()}
         with BLAS.limit(self.num_threads):
-            warm_up(planned, lambda: self.run(zeros))
+            warm_up(planned, lambda: self.run(zeros), budget_for(load_seconds))
 
     def get_signature_runner(self, signature_key: str | None = None) -> SignatureRunner:
         """A callable running one signature: `runner(x=...)` -> {output name: array}.

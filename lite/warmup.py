@@ -40,6 +40,15 @@ BUDGET_SECONDS = 0.005
 """CPU time a warm-up may start runs and steps in (the step running when it ends
 completes); CPU time, so that other processes' load does not cut the warm-up short."""
 
+LOAD_SHARE = 0.3
+"""A warm-up's budget is at most this share of the CPU time the load took before it, so
+warming up adds at most about a third to a model's load."""
+
+
+def budget_for(load_seconds: float) -> float:
+    """The warm-up budget after a load (or re-plan) that took `load_seconds` of CPU."""
+    return min(BUDGET_SECONDS, LOAD_SHARE * max(load_seconds, 0.0))
+
 REPEATS = 8
 """Runs in all: CPython specializes a function's bytecode only after several executions
 (3.11 quickens a code object on its eighth), so a single run leaves later calls faster."""
