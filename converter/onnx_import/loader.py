@@ -32,7 +32,7 @@ from sporenet.converter.onnx_import.in_place import WireError, in_place_span, sp
 OnnxSource = str | os.PathLike | bytes | bytearray | memoryview | onnx.ModelProto
 
 
-def _describe_non_onnx(data: bytes) -> str:
+def _describe_non_onnx(data: bytes | memoryview) -> str:
     if data[4:8] == b"SPOR":
         return "it is a sporenet .spore model, not ONNX"
     if data[:1] in (b"{", b"[") or data[:5] == b"<?xml":
