@@ -93,6 +93,10 @@ class ImportContext:
         self.opset = 13
         self.scope = Scope(self)
         self.subgraphs: list[Graph] = []  # graphs 1.. of the model (shared by subcontexts)
+        # DynamicQuantizeLinear's uint8 output -> (its zero point's uint8 tensor, the float
+        # integers before the zero point is added, the float zero point): integer ops that
+        # subtract the zero point again start from there (ops/quantized.py).
+        self.centred: dict[int, tuple[int, int, int]] = {}
 
     def subcontext(self, *, inline: bool = False) -> ImportContext:
         """A context for a subgraph: the same tensor table, its own nodes, inputs and scope

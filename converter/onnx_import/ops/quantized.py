@@ -42,9 +42,10 @@ def _scalar(ctx: ImportContext, name: str, value: float) -> int:
     return ctx.constant(name, np.array(value, np.float32))
 
 
-def _dynamic_quantize(ctx: ImportContext, x: int, name: str) -> tuple[int, int, int]:
-    """(q, scale, zero point) of ONNX's DynamicQuantizeLinear as float32 tensors: the
-    range [min(x, 0), max(x, 0)] mapped onto 0..255, values rounded ties-to-even."""
+def _dynamic_quantize(ctx: ImportContext, x: int, name: str) -> tuple[int, int, int, int]:
+    """(q, scale, zero point, y) of ONNX's DynamicQuantizeLinear as float32 tensors: the
+    range [min(x, 0), max(x, 0)] mapped onto 0..255, values rounded ties-to-even; y is
+    round(x / scale), before the zero point is added (q = saturate(y + zero point))."""
     zero = _scalar(ctx, f"{name}/zero", 0.0)
     lo = ctx.emit1(OpCode.MINIMUM, [ctx.emit1(OpCode.REDUCE_MIN, [x], keepdims=0), zero])
     hi = ctx.emit1(OpCode.MAXIMUM, [ctx.emit1(OpCode.REDUCE_MAX, [x], keepdims=0), zero])
@@ -62,10 +63,8 @@ def _dynamic_quantize(ctx: ImportContext, x: int, name: str) -> tuple[int, int, 
     zp = saturate(
         _round(ctx, ctx.emit1(OpCode.NEG, [ctx.emit1(OpCode.DIV, [lo, scale])]), f"{name}/zp")
     )
-    q = saturate(
-        ctx.emit1(OpCode.ADD, [_round(ctx, ctx.emit1(OpCode.DIV, [x, scale]), f"{name}/y"), zp])
-    )
-    return q, scale, zp
+    y = _round(ctx, ctx.emit1(OpCode.DIV, [x, scale]), f"{name}/y")
+    return saturate(ctx.emit1(OpCode.ADD, [y, zp])), scale, zp, y
 
 
 def dynamic_quantize_linear(ctx: ImportContext, node: OnnxNode) -> list[int]:
@@ -73,12 +72,11 @@ def dynamic_quantize_linear(ctx: ImportContext, node: OnnxNode) -> list[int]:
     x = node.input(0)
     if ctx.dtype(x) != np.float32:
         raise node.fail(f"x must be float32, got {ctx.dtype(x)}")
-    q, scale, zp = _dynamic_quantize(ctx, x, node.name)
-    return [
-        ctx.emit1(OpCode.CAST, [q], to="uint8"),
-        scale,
-        ctx.emit1(OpCode.CAST, [zp], to="uint8"),
-    ]
+    q, scale, zp, y = _dynamic_quantize(ctx, x, node.name)
+    q8 = ctx.emit1(OpCode.CAST, [q], to="uint8")
+    zp8 = ctx.emit1(OpCode.CAST, [zp], to="uint8")
+    ctx.centred[q8] = (zp8, y, zp)
+    return [q8, scale, zp8]
 
 
 def _lstm_weight(
@@ -140,6 +138,15 @@ def _centred(ctx: ImportContext, node: OnnxNode, x: int, zp_index: int, what: st
     """float32(x) - zero_point for an integer activation."""
     if ctx.dtype(x).kind not in "iu":
         raise node.fail(f"{what} must be int8 or uint8, got {ctx.dtype(x)}")
+    known = ctx.centred.get(x)
+    if known is not None and known[0] == zp_index:
+        # x from DynamicQuantizeLinear with its own zero point: saturate(y + zp) - zp is
+        # clamp(y, -zp, 255 - zp), exactly (small integers in float32), with no casts.
+        _, y, zp = known
+        top = _scalar(ctx, f"{node.name}/top", 255.0)
+        lo = ctx.emit1(OpCode.NEG, [zp])
+        hi = ctx.emit1(OpCode.SUB, [top, zp])
+        return ctx.emit1(OpCode.MINIMUM, [ctx.emit1(OpCode.MAXIMUM, [y, lo]), hi])
     xf = ctx.emit1(OpCode.CAST, [x], to="float32")
     if zp_index == -1:
         return xf

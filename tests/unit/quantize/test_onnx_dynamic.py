@@ -72,6 +72,12 @@ def test_conv_integer_is_exact_where_fast_convolutions_are_not(tmp_path: Path) -
         (want,) = run_ort(out, {"x": x})
         # Exact integer products; only float rounding of the rescaling may differ.
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+        # The convolutions read DynamicQuantizeLinear's integers as floats, minus the zero
+        # point, with no round trip through uint8.
+        model, _ = convert_onnx_model(out)
+        casts = [n for n in model.graphs[0].nodes if n.op == OpCode.CAST]
+        assert not [n for n in casts if model.tensors[n.inputs[0]].dtype == np.uint8]
+        assert not [n for n in casts if n.attrs.get("to") == "uint8"]
 
 
 def test_dynamic_quantize_lstm_matches_onnxruntime(tmp_path: Path) -> None:
