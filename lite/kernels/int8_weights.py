@@ -2,10 +2,11 @@
 
 A dynamically quantized model (weight-only) stores a large dense layer's weights as int8:
 dequantized once at load they take four times the file's bytes, and every call streams
-all of them from memory. Kept as integers, the layer holds one int8 copy, and each call
-dequantizes a block of output columns into a small float buffer that stays in cache while
-the GEMM reads it. For a few rows (a sequence's time steps) the GEMM is bound by the
-weights' memory traffic, so the integer form is faster as well as four times smaller.
+all of them from memory. Kept as integers, the layer reads them where they lie (the
+mapped file's pages, no copy), and each call dequantizes a block of output rows into a
+small float buffer that stays in cache while the GEMM reads it, computing the transposed
+product W_block @ x^T, which BLAS runs fastest for the few rows of x a sequence gives.
+The result is transposed into the output once at the end.
 
 The blocks are float32 (q - zero_point) * scale, as `dequantize_array` computes them, so
 the layer multiplies by the same weights as a dequantized copy would hold.
@@ -21,8 +22,8 @@ from sporenet.lite.kernels.base import Compute
 from sporenet.lite.kernels.quantized.convert import broadcast_params, dequantize_array
 from sporenet.lite.kernels.workspace import temporary
 
-BLOCK_COLUMNS = 256
-"""Output columns per block: a block of 1024 input rows is 1 MiB of float32, one core's L2."""
+BLOCK_ROWS = 512
+"""Output features per block: 512 rows of 1024 inputs are 2 MiB of float32."""
 
 MIN_ELEMENTS = 1 << 18
 """Smaller weights are dequantized whole at bind: their float copy is small, and one
@@ -30,14 +31,14 @@ GEMM call beats a loop of blocks."""
 
 
 def _channel_params(quant: Quantization, n_out: int) -> tuple[np.ndarray | None, np.ndarray | None]:
-    """(zero points, scales) per output channel as float32 vectors; None for a zero point
-    that is 0 everywhere or a scale that is 1 everywhere (the step then skips it)."""
+    """(zero points, scales) per output channel as float32 (n_out, 1) columns; None for a
+    zero point that is 0 everywhere or a scale that is 1 everywhere (the step skips it)."""
     scale, zp = broadcast_params(quant, 2)
     scale32 = np.broadcast_to(np.asarray(scale, np.float32).reshape(-1), (n_out,))
     zp32 = np.broadcast_to(np.asarray(zp, np.float32).reshape(-1), (n_out,))
     return (
-        None if not np.any(zp32) else np.ascontiguousarray(zp32),
-        None if np.all(scale32 == 1) else np.ascontiguousarray(scale32),
+        None if not np.any(zp32) else np.ascontiguousarray(zp32).reshape(n_out, 1),
+        None if np.all(scale32 == 1) else np.ascontiguousarray(scale32).reshape(n_out, 1),
     )
 
 
@@ -54,32 +55,31 @@ def bind_matmul(
     n_out, n_in = w.shape
     dtype = out2.dtype
     zp, scale = _channel_params(quant, n_out)
-    # The integers as (in, out) blocks of columns, each contiguous: the kernel's one copy
-    # (the file's pages of the (out, in) original are given back).
-    spans = []
-    full = temporary((n_in, BLOCK_COLUMNS), dtype)  # rewritten for every block
-    for s in range(0, n_out, BLOCK_COLUMNS):
-        e = min(s + BLOCK_COLUMNS, n_out)
-        buf = full if e - s == BLOCK_COLUMNS else temporary((n_in, e - s), dtype)
-        spans.append(
-            (
-                np.ascontiguousarray(w[s:e].T),
-                buf,
-                out2[:, s:e],
-                None if zp is None else zp[s:e],
-                None if scale is None else scale[s:e],
-            )
+    # Written before they are read on every call: temporaries from the plan's arena.
+    out_t = temporary((n_out, x2.shape[0]), dtype)
+    buf = temporary((min(BLOCK_ROWS, n_out), n_in), dtype)
+    x_t = x2.T  # a transposed view: BLAS reads it as it lies
+    spans = [
+        (
+            w[s:e],
+            buf[: e - s],
+            out_t[s:e],
+            None if zp is None else zp[s:e],
+            None if scale is None else scale[s:e],
         )
-    pages.release(w)
+        for s, e in ((s, min(s + BLOCK_ROWS, n_out)) for s in range(0, n_out, BLOCK_ROWS))
+    ]
     copyto, subtract, multiply, matmul = np.copyto, np.subtract, np.multiply, np.matmul
+    result = out_t.T
 
     def compute() -> None:
-        for block, buf, out, z, sc in spans:
-            copyto(buf, block, casting="unsafe")  # integers: exact in float32
+        for block, b, o, z, sc in spans:
+            copyto(b, block, casting="unsafe")  # integers: exact in float32
             if z is not None:
-                subtract(buf, z, out=buf)
+                subtract(b, z, out=b)
             if sc is not None:
-                multiply(buf, sc, out=buf)
-            matmul(x2, buf, out=out)
+                multiply(b, sc, out=b)
+            matmul(b, x_t, out=o)
+        copyto(out2, result)
 
     return compute

@@ -149,8 +149,8 @@ def _fc_pair(out_features, in_features, dtype, per_channel, rows=7, relu=False):
 def test_fully_connected_keeps_large_int8_weights_as_integers(
     tmp_path, monkeypatch, dtype, per_channel, relu
 ):
-    # Blocks of 8 columns, the last one shorter, and a threshold the weights pass.
-    monkeypatch.setattr(int8_weights, "BLOCK_COLUMNS", 8)
+    # Blocks of 8 rows, the last one shorter, and a threshold the weights pass.
+    monkeypatch.setattr(int8_weights, "BLOCK_ROWS", 8)
     monkeypatch.setattr(int8_weights, "MIN_ELEMENTS", 64)
     bound = []
     bind = int8_weights.bind_matmul
@@ -159,8 +159,9 @@ def test_fully_connected_keeps_large_int8_weights_as_integers(
     interp = Interpreter(model_path=save(quantized, tmp_path / "fc.spore"))
     index = interp.model.tensor_index("w")
     assert interp._plan.arrays[index].dtype == dtype
-    # The kernel kept the integers: its step dequantizes blocks, no float weights exist.
+    # The kernel kept the integers, read from the file: its step dequantizes blocks.
     assert len(bound) == 1 and callable(bound[0])
+    assert np.shares_memory(interp._plan.arrays[index], interp.model.tensors[index].data)
     x = RNG.normal(size=(7, 12)).astype(np.float32)
     got, want = interp.run({"x": x})["y"], Interpreter(model=floating).run({"x": x})["y"]
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
