@@ -518,19 +518,19 @@ class _Recurrent(Kernel):
         if self.fast:
             return recurrent_fast.bind_fast(cfg, inputs, self.inputs, y, y_h, y_c)
         inputs = list(inputs)
-        for k in (W, R):
-            inputs[k] = float_weight(self.inputs[k], inputs[k])
+        inputs[W] = float_weight(self.inputs[W], inputs[W])
         if cfg.layout:  # write through time-major views of the batch-first outputs
             y, y_h = y.transpose(1, 2, 0, 3), y_h.transpose(1, 0, 2)
             y_c = None if y_c is None else y_c.transpose(1, 0, 2)
         out = (y, y_h, y_c)
-        # Constant recurrent weights are packed once here, not on every call.
-        r = inputs[R]
-        packed = (
-            [np.ascontiguousarray(r[d].T) for d in range(cfg.dirs)]
-            if r is not None and self.inputs[R] is not None and self.inputs[R].value is not None
-            else None
-        )
+        # Constant recurrent weights are packed once here (R^T per direction, dequantized
+        # on the way when stored as integers), not on every call.
+        r_spec, packed = self.inputs[R], None
+        if r_spec is not None and r_spec.value is not None:
+            dtype = y.dtype
+            quant = r_spec.quant if is_quantized(r_spec) else None
+            ones = np.ones(cfg.gates * cfg.hidden, dtype)
+            packed = list(recurrent_fast.pack_transposed(inputs[R], quant, ones, dtype))
 
         def compute() -> None:
             run_sequence(cfg, Inputs.from_node(cfg, inputs), out=out, packed_r=packed)

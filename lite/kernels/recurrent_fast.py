@@ -61,7 +61,7 @@ def applies(cfg: Config, specs: Sequence[TensorSpec | None]) -> bool:
     return all(given[k] is None or given[k].value is not None for k in (W, R, B))  # type: ignore[union-attr]
 
 
-def _transposed(
+def pack_transposed(
     value: np.ndarray, quant: Quantization | None, column_scale: np.ndarray, dtype: np.dtype
 ) -> np.ndarray:
     """(dirs, gates*H, rows) weights as (dirs, rows, gates*H), each column multiplied by
@@ -106,8 +106,8 @@ def _pack(
     scale = np.ones(gh, np.float64)
     scale[: sig * hidden] = 0.5
     column_scale = scale.astype(dtype)
-    wt = _transposed(w, quants[0], column_scale, dtype)
-    rt = _transposed(r, quants[1], column_scale, dtype)
+    wt = pack_transposed(w, quants[0], column_scale, dtype)
+    rt = pack_transposed(r, quants[1], column_scale, dtype)
     bias = np.zeros((dirs, gh), np.float64)
     rb_h = None
     if b is not None:
