@@ -8,8 +8,11 @@ small float buffer that stays in cache while the GEMM reads it, computing the tr
 product W_block @ x^T, which BLAS runs fastest for the few rows of x a sequence gives.
 The result is transposed into the output once at the end.
 
-The blocks are float32 (q - zero_point) * scale, as `dequantize_array` computes them, so
-the layer multiplies by the same weights as a dequantized copy would hold.
+The blocks hold the integers q themselves; the zero points and scales apply to the small
+(out, rows) product instead of to every weight on every call:
+x @ ((q - zp) * s)^T = (x @ q^T - rowsum(x) zp^T) * s, which equals the product with the
+dequantized weights up to float rounding (exactly, for integer-valued x and s = 1, while
+the sums stay below 2^24, as the integer ops of a dynamically quantized model need).
 """
 
 from __future__ import annotations
@@ -60,26 +63,25 @@ def bind_matmul(
     buf = temporary((min(BLOCK_ROWS, n_out), n_in), dtype)
     x_t = x2.T  # a transposed view: BLAS reads it as it lies
     spans = [
-        (
-            w[s:e],
-            buf[: e - s],
-            out_t[s:e],
-            None if zp is None else zp[s:e],
-            None if scale is None else scale[s:e],
-        )
+        (w[s:e], buf[: e - s], out_t[s:e])
         for s, e in ((s, min(s + BLOCK_ROWS, n_out)) for s in range(0, n_out, BLOCK_ROWS))
     ]
+    rowsum = temporary((1, x2.shape[0]), dtype)
+    correction = temporary(out_t.shape, dtype)
     copyto, subtract, multiply, matmul = np.copyto, np.subtract, np.multiply, np.matmul
+    add_reduce = np.add.reduce
     result = out_t.T
 
     def compute() -> None:
-        for block, b, o, z, sc in spans:
+        for block, b, o in spans:
             copyto(b, block, casting="unsafe")  # integers: exact in float32
-            if z is not None:
-                subtract(b, z, out=b)
-            if sc is not None:
-                multiply(b, sc, out=b)
             matmul(b, x_t, out=o)
+        if zp is not None:
+            add_reduce(x_t, axis=0, keepdims=True, out=rowsum)
+            multiply(zp, rowsum, out=correction)
+            subtract(out_t, correction, out=out_t)
+        if scale is not None:
+            multiply(out_t, scale, out=out_t)
         copyto(out2, result)
 
     return compute
