@@ -33,9 +33,10 @@ MIN_ELEMENTS = 1 << 18
 GEMM call beats a loop of blocks."""
 
 
-def _channel_params(quant: Quantization, n_out: int) -> tuple[np.ndarray | None, np.ndarray | None]:
-    """(zero points, scales) per output channel as float32 (n_out, 1) columns; None for a
-    zero point that is 0 everywhere or a scale that is 1 everywhere (the step skips it)."""
+def channel_params(quant: Quantization, n_out: int) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """(zero points, scales) per output channel (axis 0, or per tensor) as float32
+    (n_out, 1) columns; None for a zero point that is 0 everywhere or a scale that is 1
+    everywhere (the step then skips it)."""
     scale, zp = broadcast_params(quant, 2)
     scale32 = np.broadcast_to(np.asarray(scale, np.float32).reshape(-1), (n_out,))
     zp32 = np.broadcast_to(np.asarray(zp, np.float32).reshape(-1), (n_out,))
@@ -43,6 +44,44 @@ def _channel_params(quant: Quantization, n_out: int) -> tuple[np.ndarray | None,
         None if not np.any(zp32) else np.ascontiguousarray(zp32).reshape(n_out, 1),
         None if np.all(scale32 == 1) else np.ascontiguousarray(scale32).reshape(n_out, 1),
     )
+
+
+def bind_product_t(
+    x2: np.ndarray,
+    w: np.ndarray,
+    zp: np.ndarray | None,
+    scale: np.ndarray | None,
+    out_t: np.ndarray,
+) -> Compute:
+    """The step writing out_t = (w - zp) * scale @ x2^T, shape (out, rows), for (out, in)
+    integer weights `w` read where they lie, with `zp` and `scale` (out, 1) columns or None
+    (see the module docstring)."""
+    n_out, n_in = w.shape
+    dtype = out_t.dtype
+    # Written before they are read on every call: temporaries from the plan's arena.
+    buf = temporary((min(BLOCK_ROWS, n_out), n_in), dtype)
+    rowsum = temporary((1, x2.shape[0]), dtype)
+    correction = temporary(out_t.shape, dtype) if zp is not None else None
+    x_t = x2.T  # a transposed view: BLAS reads it as it lies
+    spans = [
+        (w[s:e], buf[: e - s], out_t[s:e])
+        for s, e in ((s, min(s + BLOCK_ROWS, n_out)) for s in range(0, n_out, BLOCK_ROWS))
+    ]
+    copyto, subtract, multiply, matmul = np.copyto, np.subtract, np.multiply, np.matmul
+    add_reduce = np.add.reduce
+
+    def compute() -> None:
+        for block, b, o in spans:
+            copyto(b, block, casting="unsafe")  # integers: exact in float32
+            matmul(b, x_t, out=o)
+        if zp is not None:
+            add_reduce(x_t, axis=0, keepdims=True, out=rowsum)
+            multiply(zp, rowsum, out=correction)
+            subtract(out_t, correction, out=out_t)
+        if scale is not None:
+            multiply(out_t, scale, out=out_t)
+
+    return compute
 
 
 def bind_matmul(
@@ -55,33 +94,13 @@ def bind_matmul(
         value = dequantize_array(w, quant)
         pages.release(w)
         return value
-    n_out, n_in = w.shape
-    dtype = out2.dtype
-    zp, scale = _channel_params(quant, n_out)
-    # Written before they are read on every call: temporaries from the plan's arena.
-    out_t = temporary((n_out, x2.shape[0]), dtype)
-    buf = temporary((min(BLOCK_ROWS, n_out), n_in), dtype)
-    x_t = x2.T  # a transposed view: BLAS reads it as it lies
-    spans = [
-        (w[s:e], buf[: e - s], out_t[s:e])
-        for s, e in ((s, min(s + BLOCK_ROWS, n_out)) for s in range(0, n_out, BLOCK_ROWS))
-    ]
-    rowsum = temporary((1, x2.shape[0]), dtype)
-    correction = temporary(out_t.shape, dtype)
-    copyto, subtract, multiply, matmul = np.copyto, np.subtract, np.multiply, np.matmul
-    add_reduce = np.add.reduce
-    result = out_t.T
+    zp, scale = channel_params(quant, w.shape[0])
+    out_t = temporary((w.shape[0], x2.shape[0]), out2.dtype)
+    product = bind_product_t(x2, w, zp, scale, out_t)
+    copyto, result = np.copyto, out_t.T
 
     def compute() -> None:
-        for block, b, o in spans:
-            copyto(b, block, casting="unsafe")  # integers: exact in float32
-            matmul(b, x_t, out=o)
-        if zp is not None:
-            add_reduce(x_t, axis=0, keepdims=True, out=rowsum)
-            multiply(zp, rowsum, out=correction)
-            subtract(out_t, correction, out=out_t)
-        if scale is not None:
-            multiply(out_t, scale, out=out_t)
+        product()
         copyto(out2, result)
 
     return compute

@@ -8,7 +8,10 @@ or sequence_lens, time-major layout) runs here instead, with buffers made at bin
 - W and R are stored transposed, (in, gates*H) and (H, gates*H), so each projection is a
   plain GEMM, and both biases are summed into the input projection where they add.
   int8/uint8 weights are dequantized straight into that layout, one direction at a time:
-  the packed arrays are the only float copies of the weights.
+  the packed arrays are the only float copies of the weights. An LSTM's int8 W is not
+  copied at all: its projection is the transposed product of the integers as stored,
+  scaled per gate column afterwards (kernels/int8_weights.py), which also keeps the
+  weights a step reads from the cache smaller.
 - The sigmoid gates' columns of W, R and the biases are scaled by 1/2 at bind (exact in
   binary floating point), so sigmoid(x) = (1 + tanh(x/2)) / 2 needs no scaling pass and
   one tanh call serves the sigmoid gates and the candidate together.
@@ -23,13 +26,14 @@ or sequence_lens, time-major layout) runs here instead, with buffers made at bin
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from sporenet.lite import pages
 from sporenet.lite.graph import Quantization
+from sporenet.lite.kernels import int8_weights
 from sporenet.lite.kernels.base import Compute, TensorSpec
 from sporenet.lite.kernels.workspace import temporary
 
@@ -61,6 +65,17 @@ def applies(cfg: Config, specs: Sequence[TensorSpec | None]) -> bool:
     return all(given[k] is None or given[k].value is not None for k in (W, R, B))  # type: ignore[union-attr]
 
 
+def _gate_params(quant: Quantization, dirs: int, cols: int) -> tuple[np.ndarray, np.ndarray]:
+    """Scales and zero points of (dirs, gates*H, rows) integer weights, quantized per
+    direction (axis 0) or per gate column (axis 1), as float32 (dirs, gates*H) arrays."""
+    from sporenet.lite.kernels.quantized.convert import broadcast_params
+
+    scale, zp = broadcast_params(quant, 3)
+    scale = np.broadcast_to(np.asarray(scale, np.float32), (dirs, cols, 1))[:, :, 0]
+    zp = np.broadcast_to(np.asarray(zp, np.float32), (dirs, cols, 1))[:, :, 0]
+    return scale, zp
+
+
 def pack_transposed(
     value: np.ndarray, quant: Quantization | None, column_scale: np.ndarray, dtype: np.dtype
 ) -> np.ndarray:
@@ -74,12 +89,7 @@ def pack_transposed(
         for d in range(dirs):
             np.multiply(value[d].T, column_scale, out=out[d])
         return out
-    from sporenet.lite.kernels.quantized.convert import broadcast_params
-
-    scale, zp = broadcast_params(quant, 3)
-    # Per direction (axis 0) or per column (axis 1): (dirs, cols) either way.
-    scale = np.broadcast_to(np.asarray(scale, np.float32), (dirs, cols, 1))[:, :, 0]
-    zp = np.broadcast_to(np.asarray(zp, np.float32), (dirs, cols, 1))[:, :, 0]
+    scale, zp = _gate_params(quant, dirs, cols)
     for d in range(dirs):
         np.copyto(out[d], value[d].T, casting="unsafe")  # integers: exact in float32
         np.subtract(out[d], zp[d], out=out[d])
@@ -91,22 +101,22 @@ def pack_transposed(
 
 def _pack(
     cfg: Config,
-    w: np.ndarray,
+    w: np.ndarray | None,
     r: np.ndarray,
     b: np.ndarray | None,
     quants: tuple[Quantization | None, Quantization | None],
     dtype: np.dtype,
     sig: int,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
-    """W^T (dirs, in, gates*H), R^T (dirs, H, gates*H), the input-side bias (dirs,
-    gates*H) and (GRU) the recurrent candidate bias (dirs, H), with the first `sig` gate
-    columns (the sigmoid gates) halved."""
+    """W^T (dirs, in, gates*H) (None without `w`), R^T (dirs, H, gates*H), the input-side
+    bias (dirs, gates*H) and (GRU) the recurrent candidate bias (dirs, H), with the first
+    `sig` gate columns (the sigmoid gates) halved."""
     hidden, gates, dirs = cfg.hidden, cfg.gates, cfg.dirs
     gh = gates * hidden
     scale = np.ones(gh, np.float64)
     scale[: sig * hidden] = 0.5
     column_scale = scale.astype(dtype)
-    wt = pack_transposed(w, quants[0], column_scale, dtype)
+    wt = None if w is None else pack_transposed(w, quants[0], column_scale, dtype)
     rt = pack_transposed(r, quants[1], column_scale, dtype)
     bias = np.zeros((dirs, gh), np.float64)
     rb_h = None
@@ -141,9 +151,20 @@ def bind_fast(
     quants = tuple(
         s.quant if s is not None and s.dtype != dtype else None for s in (specs[W], specs[R])
     )
-    packed = _pack(cfg, inputs[W], inputs[R], inputs[B], quants, dtype, 3 if lstm else 2)  # type: ignore[arg-type]
+    # An LSTM projects X with int8 W as stored (kernels/int8_weights.py), no float copy.
+    w_int8 = lstm and quants[0] is not None
+    packed = _pack(
+        cfg,
+        None if w_int8 else inputs[W],  # type: ignore[arg-type]
+        inputs[R],  # type: ignore[arg-type]
+        inputs[B],
+        quants,
+        dtype,
+        3 if lstm else 2,
+    )
     if lstm:
-        return _bind_lstm(cfg, x, h0, c0, packed, y, y_h, y_c)  # type: ignore[arg-type]
+        int8_w = (inputs[W], quants[0]) if w_int8 else None
+        return _bind_lstm(cfg, x, h0, c0, packed, y, y_h, y_c, int8_w)  # type: ignore[arg-type]
     x2 = x.reshape(seq * batch, size)  # type: ignore[union-attr]
     # Written before they are read on every call: temporaries from the plan's arena.
     xw = temporary((seq * batch, gh), dtype)
@@ -221,15 +242,42 @@ def _bind_lstm(
     y: np.ndarray,
     y_h: np.ndarray,
     y_c: np.ndarray,
+    int8_w: tuple[np.ndarray, Quantization] | None,
 ) -> Compute:
-    """The LSTM step: every direction advanced together (see the module docstring)."""
+    """The LSTM step: every direction advanced together (see the module docstring).
+    With `int8_w` (W as stored and its parameters), each direction's projection is the
+    transposed product of the integers, scaled per gate column afterwards."""
     seq, batch, size = x.shape
     hidden, gh, dirs, dtype = cfg.hidden, cfg.gates * cfg.hidden, cfg.dirs, x.dtype
     wt, rt, bias, _ = packed
     x2 = x.reshape(seq * batch, size)
     # Written before they are read on every call: temporaries from the plan's arena.
-    proj = temporary((seq * batch, gh), dtype)
-    proj3 = proj.reshape(seq, batch, gh)
+    if int8_w is None:
+        proj = temporary((seq * batch, gh), dtype)
+        proj3 = proj.reshape(seq, batch, gh)
+        projections = [
+            _float_projection(x2, wt[d], bias[d], proj, proj3[::-1] if reverse else proj3)
+            for d, reverse in enumerate(cfg.reverse)
+        ]
+    else:
+        w8, quant = int8_w
+        scale, zp = _gate_params(quant, dirs, gh)
+        column_scale = np.ones(gh, dtype)
+        column_scale[: 3 * hidden] = 0.5  # the sigmoid gates, halved as in _pack
+        prod_t = temporary((gh, seq * batch), dtype)  # (gates*H, seq*batch)
+        steps3 = prod_t.T.reshape(seq, batch, gh)
+        projections = [
+            _int8_projection(
+                x2,
+                w8[d],
+                None if not np.any(zp[d]) else zp[d].reshape(gh, 1).copy(),
+                (scale[d] * column_scale).reshape(gh, 1),
+                bias[d].reshape(gh, 1),
+                prod_t,
+                steps3[::-1] if reverse else steps3,
+            )
+            for d, reverse in enumerate(cfg.reverse)
+        ]
     xw = temporary((seq, dirs, batch, gh), dtype)  # in step order, per direction
     a = temporary((dirs, batch, gh), dtype)
     h = temporary((dirs, batch, hidden), dtype)
@@ -245,16 +293,10 @@ def _bind_lstm(
         [(y[seq - 1 - k if reverse else k, d], h[d]) for d, reverse in enumerate(cfg.reverse)]
         for k in range(seq)
     ]
-    projections = [
-        (wt[d], bias[d], xw[:, d], proj3[::-1] if reverse else proj3)
-        for d, reverse in enumerate(cfg.reverse)
-    ]
 
     def compute() -> None:
-        for w_d, b_d, xw_d, ordered in projections:
-            matmul(x2, w_d, out=proj)
-            add(proj, b_d, out=proj)
-            copyto(xw_d, ordered)
+        for d, project in enumerate(projections):
+            copyto(xw[:, d], project())
         if h0 is None:
             h.fill(0)
         else:
@@ -280,3 +322,39 @@ def _bind_lstm(
         copyto(y_c, c)
 
     return compute
+
+
+def _float_projection(
+    x2: np.ndarray, wt: np.ndarray, bias: np.ndarray, proj: np.ndarray, ordered: np.ndarray
+) -> Callable[[], np.ndarray]:
+    """One direction's X @ W^T + bias into `proj`; returns `ordered`, its step-order view."""
+    matmul, add = np.matmul, np.add
+
+    def project() -> np.ndarray:
+        matmul(x2, wt, out=proj)
+        add(proj, bias, out=proj)
+        return ordered
+
+    return project
+
+
+def _int8_projection(
+    x2: np.ndarray,
+    w8: np.ndarray,
+    zp: np.ndarray | None,
+    scale: np.ndarray,
+    bias: np.ndarray,
+    prod_t: np.ndarray,
+    ordered: np.ndarray,
+) -> Callable[[], np.ndarray]:
+    """One direction's (W - zp) * scale @ X^T + bias into `prod_t` (gates*H, seq*batch)
+    from the integers of W; returns `ordered`, the step-order (seq, batch, gates*H) view."""
+    product = int8_weights.bind_product_t(x2, w8, zp, scale, prod_t)
+    add = np.add
+
+    def project() -> np.ndarray:
+        product()
+        add(prod_t, bias, out=prod_t)
+        return ordered
+
+    return project

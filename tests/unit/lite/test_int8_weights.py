@@ -84,8 +84,13 @@ def test_recurrent_int8_weights_match_their_float_values(tmp_path, op, dirs, per
     x = RNG.normal(size=(5, 2, 6)).astype(np.float32)
     got, want = interp.run({"x": x}), reference.run({"x": x})
     for name in want:
-        # Packed from the integers or from their float values: the same float32 weights.
-        np.testing.assert_array_equal(got[name], want[name])
+        if op == OpCode.GRU:
+            # Packed from the integers or from their float values: the same float32 weights.
+            np.testing.assert_array_equal(got[name], want[name])
+        else:
+            # The LSTM projects X with the integers and scales the product: the same
+            # values up to float rounding.
+            np.testing.assert_allclose(got[name], want[name], rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize("op", [OpCode.LSTM, OpCode.GRU])
