@@ -61,7 +61,8 @@ def bind_product_t(
     # Written before they are read on every call: temporaries from the plan's arena.
     buf = temporary((min(BLOCK_ROWS, n_out), n_in), dtype)
     rowsum = temporary((1, x2.shape[0]), dtype)
-    correction = temporary(out_t.shape, dtype) if zp is not None else None
+    # The zero point's correction zp * rowsum(x): the column and a buffer for the product.
+    shift = None if zp is None else (zp, temporary(out_t.shape, dtype))
     x_t = x2.T  # a transposed view: BLAS reads it as it lies
     spans = [
         (w[s:e], buf[: e - s], out_t[s:e])
@@ -74,9 +75,10 @@ def bind_product_t(
         for block, b, o in spans:
             copyto(b, block, casting="unsafe")  # integers: exact in float32
             matmul(b, x_t, out=o)
-        if zp is not None:
+        if shift is not None:
+            column, correction = shift
             add_reduce(x_t, axis=0, keepdims=True, out=rowsum)
-            multiply(zp, rowsum, out=correction)
+            multiply(column, rowsum, out=correction)
             subtract(out_t, correction, out=out_t)
         if scale is not None:
             multiply(out_t, scale, out=out_t)

@@ -525,12 +525,12 @@ class _Recurrent(Kernel):
         out = (y, y_h, y_c)
         # Constant recurrent weights are packed once here (R^T per direction, dequantized
         # on the way when stored as integers), not on every call.
-        r_spec, packed = self.inputs[R], None
-        if r_spec is not None and r_spec.value is not None:
+        r_spec, r, packed = self.inputs[R], inputs[R], None
+        if r is not None and r_spec is not None and r_spec.value is not None:
             dtype = y.dtype
             quant = r_spec.quant if is_quantized(r_spec) else None
             ones = np.ones(cfg.gates * cfg.hidden, dtype)
-            packed = list(recurrent_fast.pack_transposed(inputs[R], quant, ones, dtype))
+            packed = list(recurrent_fast.pack_transposed(r, quant, ones, dtype))
 
         def compute() -> None:
             run_sequence(cfg, Inputs.from_node(cfg, inputs), out=out, packed_r=packed)

@@ -43,6 +43,9 @@ if TYPE_CHECKING:
 # Input positions (ONNX's order).
 X, W, R, B, SEQUENCE_LENS, INITIAL_H, INITIAL_C, PEEPHOLES = range(8)
 
+Packed = tuple[np.ndarray | None, np.ndarray, np.ndarray, np.ndarray | None]
+"""W^T (None when W is read as stored), R^T, the input-side bias, the GRU's candidate bias."""
+
 
 def applies(cfg: Config, specs: Sequence[TensorSpec | None]) -> bool:
     """Whether the fast path computes this node (see the module docstring)."""
@@ -107,7 +110,7 @@ def _pack(
     quants: tuple[Quantization | None, Quantization | None],
     dtype: np.dtype,
     sig: int,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
+) -> Packed:
     """W^T (dirs, in, gates*H) (None without `w`), R^T (dirs, H, gates*H), the input-side
     bias (dirs, gates*H) and (GRU) the recurrent candidate bias (dirs, H), with the first
     `sig` gate columns (the sigmoid gates) halved."""
@@ -148,8 +151,10 @@ def bind_fast(
     hidden, gh = cfg.hidden, cfg.gates * cfg.hidden
     lstm = cfg.kind == "LSTM"
     dtype = x.dtype  # type: ignore[union-attr]
-    quants = tuple(
-        s.quant if s is not None and s.dtype != dtype else None for s in (specs[W], specs[R])
+    w_spec, r_spec = specs[W], specs[R]
+    quants = (
+        w_spec.quant if w_spec is not None and w_spec.dtype != dtype else None,
+        r_spec.quant if r_spec is not None and r_spec.dtype != dtype else None,
     )
     # An LSTM projects X with int8 W as stored (kernels/int8_weights.py), no float copy.
     w_int8 = lstm and quants[0] is not None
@@ -176,6 +181,7 @@ def bind_fast(
     one, half = np.array(1, dtype), np.array(0.5, dtype)
     gates = a[:, : 2 * hidden]  # the sigmoid gates' columns
     wt, rt, bias, rb_h = packed
+    assert wt is not None  # a GRU's W is always packed
     directions = []
     for d, reverse in enumerate(cfg.reverse):
         order = range(seq - 1, -1, -1) if reverse else range(seq)
@@ -238,7 +244,7 @@ def _bind_lstm(
     x: np.ndarray,
     h0: np.ndarray | None,
     c0: np.ndarray | None,
-    packed: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None],
+    packed: Packed,
     y: np.ndarray,
     y_h: np.ndarray,
     y_c: np.ndarray,
@@ -253,6 +259,7 @@ def _bind_lstm(
     x2 = x.reshape(seq * batch, size)
     # Written before they are read on every call: temporaries from the plan's arena.
     if int8_w is None:
+        assert wt is not None  # packed when not read as stored
         proj = temporary((seq * batch, gh), dtype)
         proj3 = proj.reshape(seq, batch, gh)
         projections = [
