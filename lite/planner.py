@@ -92,17 +92,23 @@ _TAKES_RAW_CONSTANTS = frozenset({OpCode.DEQUANTIZE, OpCode.CAST, OpCode.SHAPE, 
 
 
 def _weight_only(
-    op: OpCode, in_specs: list[TensorSpec | None], cache: dict[int, TensorSpec], inputs: list[int]
+    op: OpCode,
+    in_specs: list[TensorSpec | None],
+    cache: dict[int, TensorSpec],
+    inputs: list[int],
+    raw: Collection[int] = (),
 ) -> dict[int, np.ndarray]:
     """Dequantize, once, the constants a float kernel cannot read: quantized int8/uint8
     weights (dynamic-range mode) and float16 weights beside float32 operands (fp16 mode).
-    Returns {input position: float32 value}; `in_specs` is updated in place."""
+    Positions in `raw` (a kernel's `quantized_weights`: it dequantizes them itself, into
+    its packed form) stay as they are. Returns {input position: float32 value};
+    `in_specs` is updated in place."""
     if op in _TAKES_RAW_CONSTANTS:
         return {}
     has_f32 = any(s is not None and s.dtype == np.float32 for s in in_specs)
     swapped: dict[int, np.ndarray] = {}
     for k, (i, spec) in enumerate(zip(inputs, in_specs, strict=True)):
-        if spec is None or spec.value is None:
+        if spec is None or spec.value is None or (k in raw and is_quantized(spec)):
             continue
         if not (is_quantized(spec) or (spec.dtype == np.float16 and has_f32)):
             continue
@@ -186,7 +192,13 @@ def infer(
         swapped = (
             {}
             if cls is QUANTIZED_KERNELS.get(node.op)
-            else _weight_only(node.op, in_specs, dequantized, node.inputs)
+            else _weight_only(
+                node.op,
+                in_specs,
+                dequantized,
+                node.inputs,
+                getattr(cls, "quantized_weights", ()),
+            )
         )
         kernel = prepare_kernel(
             node.op,

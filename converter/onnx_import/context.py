@@ -94,6 +94,10 @@ class ImportContext:
         self.scope = Scope(self)
         self.subgraphs: list[Graph] = []  # graphs 1.. of the model (shared by subcontexts)
         self.data: memoryview | None = None  # the model's bytes, for tensors read in place
+        # DynamicQuantizeLinear's uint8 output -> (its zero point's uint8 tensor, the float
+        # integers before the zero point is added, the float zero point): integer ops that
+        # subtract the zero point again start from there (ops/quantized.py).
+        self.centred: dict[int, tuple[int, int, int]] = {}
 
     def subcontext(self, *, inline: bool = False) -> ImportContext:
         """A context for a subgraph: the same tensor table, its own nodes, inputs and scope
@@ -182,16 +186,23 @@ class ImportContext:
         self.static.add(index)
         return index
 
-    def quantized_constant(self, name: str, values: np.ndarray, quantization: Any) -> int:
+    def quantized_constant(
+        self, name: str, values: np.ndarray, quantization: Any, *, as_stored: bool = False
+    ) -> int:
         """An integer constant with quantization that kernels see as its float32 value:
-        the runtime dequantizes such weights once at load (weight-only quantization)."""
+        the runtime dequantizes such weights once at load (weight-only quantization).
+        With `as_stored`, for an input a kernel reads as stored (its `quantized_weights`),
+        kernels see the integers and their parameters, and no float copy is made."""
         from sporenet.converter.quantize.params import dequantize
 
         array = contiguous(np.asarray(values))
         array.flags.writeable = False
-        real = dequantize(array, quantization)
-        real.flags.writeable = False
-        spec = TensorSpec(real.shape, real.dtype, real)
+        if as_stored:
+            spec = TensorSpec(array.shape, array.dtype, array, quantization)
+        else:
+            real = dequantize(array, quantization)
+            real.flags.writeable = False
+            spec = TensorSpec(real.shape, real.dtype, real)
         index = self._add(name, [spec] * len(self.views), array)
         self.tensors[index].dtype = array.dtype
         self.tensors[index].quantization = quantization

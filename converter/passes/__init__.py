@@ -16,6 +16,7 @@ from sporenet.converter.passes.constant_folding import fold_constants
 from sporenet.converter.passes.dead_code import eliminate_dead_nodes
 from sporenet.converter.passes.hard_swish import fuse_hard_swish
 from sporenet.converter.passes.identity_removal import remove_identities
+from sporenet.converter.passes.integer_adds import fold_integer_adds
 from sporenet.converter.passes.noop_layout import remove_noop_layout
 from sporenet.converter.passes.shape_inference import infer_shapes
 from sporenet.lite.graph import Model
@@ -31,6 +32,7 @@ PIPELINE: tuple[Pass, ...] = (
     Pass("identity-removal", remove_identities),
     Pass("constant-folding", fold_constants),
     Pass("noop-reshape-transpose-removal", remove_noop_layout),
+    Pass("integer-add-folding", fold_integer_adds),
     Pass("batchnorm-folding", fold_batch_norms),
     Pass("bias-folding", fold_biases),
     Pass("hard-swish-recognition", fuse_hard_swish),
@@ -52,6 +54,7 @@ __all__ = [
     "fold_batch_norms",
     "fold_biases",
     "fold_constants",
+    "fold_integer_adds",
     "fuse_activations",
     "fuse_hard_swish",
     "infer_shapes",

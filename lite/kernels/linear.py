@@ -6,20 +6,32 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from sporenet.lite import pages
+from sporenet.lite.kernels import int8_weights
 from sporenet.lite.kernels.activation import fused_activation
 from sporenet.lite.kernels.base import Attrs, Compute, Kernel, TensorSpec
+from sporenet.lite.kernels.quantized.base import is_quantized
+from sporenet.lite.kernels.quantized.convert import dequantize_array
 from sporenet.lite.ops import OpCode
 
 
 class FullyConnected(Kernel):
-    """y = x @ W.T + b over the last axis of x; W is (out_features, in_features) as in TFLite."""
+    """y = x @ W.T + b over the last axis of x; W is (out_features, in_features) as in TFLite.
+
+    W may be an int8/uint8 constant with its quantization parameters (weight-only): the
+    kernel reads it as stored (`quantized_weights`) and keeps it as integers
+    (kernels/int8_weights.py)."""
 
     op = OpCode.FULLY_CONNECTED
     num_inputs = (2, 3)
+    quantized_weights = frozenset({1})
 
     def __init__(self, attrs: Attrs, inputs: Sequence[TensorSpec | None]) -> None:
         super().__init__(attrs, inputs)
-        x, w = self.require_float(0), self.require_float(1)
+        x, w = self.require_float(0), self.input(1)
+        self.int8 = is_quantized(w) and w.value is not None
+        if not self.int8:
+            self.require_float(1)
         bias = self.optional_input(2)
         if w.rank != 2:
             raise self.fail(f"weights must be 2-D (out, in), got shape {list(w.shape)}")
@@ -29,7 +41,7 @@ class FullyConnected(Kernel):
             )
         if bias is not None and bias.shape != (w.shape[0],):
             raise self.fail(f"bias must have shape [{w.shape[0]}], got {list(bias.shape)}")
-        if x.dtype != w.dtype:
+        if x.dtype != w.dtype and not self.int8:
             raise self.fail(f"input dtype {x.dtype} differs from weight dtype {w.dtype}")
         self.output_specs = [TensorSpec((*x.shape[:-1], w.shape[0]), x.dtype)]
         self.activation = fused_activation(self.op.name, attrs.values)
@@ -39,6 +51,15 @@ class FullyConnected(Kernel):
         out = outputs[0]
         x2 = x.reshape(-1, x.shape[-1])
         out2 = out.reshape(-1, out.shape[-1])
+        quant = self.inputs[1].quant  # type: ignore[union-attr]
+        if self.int8 and (quant.scale.size == 1 or quant.axis == 0):  # type: ignore[union-attr]
+            bound = int8_weights.bind_matmul(x2, w, quant, out2)  # type: ignore[arg-type]
+            if callable(bound):
+                return self._then(bound, out2, bias)
+            w = bound
+        elif self.int8:  # per input channel: dequantized whole, once
+            w, file_value = dequantize_array(w, quant), w
+            pages.release(file_value)
         # BLAS reads the (out, in) weights transposed as they lie in the file: a packed
         # (in, out) copy would double their memory and gain nothing.
         wt = w.T
@@ -59,6 +80,21 @@ class FullyConnected(Kernel):
             if bias is not None:
                 add(out2, bias, out=out2)
             act(out2)
+
+        return compute
+
+    def _then(self, product: Compute, out2: np.ndarray, bias: np.ndarray | None) -> Compute:
+        """`product` (which writes x @ W.T into out2) followed by the bias and activation."""
+        act, add = self.activation, np.add
+        if bias is None and act is None:
+            return product
+
+        def compute() -> None:
+            product()
+            if bias is not None:
+                add(out2, bias, out=out2)
+            if act is not None:
+                act(out2)
 
         return compute
 

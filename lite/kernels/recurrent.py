@@ -13,6 +13,12 @@ the backward pass (lite/kernels/training/recurrent_grad.py) needs.
 The kernels pack constant weights once at bind: the common inference case (see
 recurrent_fast.applies) runs recurrent_fast's packed loop; every other one runs
 `run_sequence` with R^T packed at bind when R is constant.
+
+W and R may be int8/uint8 constants with their quantization parameters (a dynamically
+quantized LSTM, weight-only): the forward kernels read them as stored (`quantized_weights`
+tells the planner not to dequantize them first) and dequantize each one once, straight
+into the form they compute with, so no float copy of the file's layout stays beside the
+packed one; the file's pages of the integers are then given back (lite/pages.py).
 """
 
 from __future__ import annotations
@@ -23,8 +29,11 @@ from typing import ClassVar
 
 import numpy as np
 
+from sporenet.lite import pages
 from sporenet.lite.kernels import recurrent_fast
 from sporenet.lite.kernels.base import Attrs, Compute, Kernel, TensorSpec
+from sporenet.lite.kernels.quantized.base import is_quantized
+from sporenet.lite.kernels.quantized.convert import dequantize_array
 from sporenet.lite.ops import OpCode
 
 Array = np.ndarray
@@ -203,8 +212,9 @@ X, W, R, B, SEQUENCE_LENS, INITIAL_H, INITIAL_C, PEEPHOLES = range(8)
 NUM_INPUTS: dict[str, int] = {"LSTM": 8, "GRU": 6, "RNN": 6}
 
 
-def check_inputs(kernel: Kernel, cfg: Config) -> tuple[int, int, int]:
-    """Check the inputs' shapes and dtypes; returns (seq, batch, input_size)."""
+def check_inputs(kernel: Kernel, cfg: Config, *, quantized: bool = False) -> tuple[int, int, int]:
+    """Check the inputs' shapes and dtypes; returns (seq, batch, input_size). With
+    `quantized`, W and R may also be int8/uint8 constants with quantization parameters."""
     x = kernel.require_float(X)
     if x.rank != 3:
         raise kernel.fail(f"X must be 3-D, got shape {list(x.shape)}")
@@ -226,6 +236,10 @@ def check_inputs(kernel: Kernel, cfg: Config) -> tuple[int, int, int]:
             continue
         if spec.shape != shape:
             raise kernel.fail(f"{name} must have shape {list(shape)}, got {list(spec.shape)}")
+        if quantized and k in (W, R) and is_quantized(spec):
+            if spec.value is None:
+                raise kernel.fail(f"a quantized {name} must be a constant")
+            continue
         if spec.dtype != x.dtype:
             raise kernel.fail(f"{name} has dtype {spec.dtype}, X has {x.dtype}")
     lens = kernel.optional_input(SEQUENCE_LENS)
@@ -471,15 +485,26 @@ def _gru_step(
     return h_new, None, Step(h, None, pre, np.concatenate([z, r, cand], axis=1), None, q)
 
 
+def float_weight(spec: TensorSpec | None, array: Array | None) -> Array | None:
+    """W or R as the kernel computes with it: an int8/uint8 constant dequantized (a new
+    float32 array; the file's pages of the integers are given back), else as given."""
+    if array is None or spec is None or not is_quantized(spec):
+        return array
+    value = dequantize_array(array, spec.quant)
+    pages.release(array)
+    return value
+
+
 class _Recurrent(Kernel):
     """The forward kernel shared by LSTM, GRU and RNN."""
 
     kind: ClassVar[str]
+    quantized_weights: ClassVar[frozenset[int]] = frozenset({W, R})
 
     def __init__(self, attrs: Attrs, inputs: Sequence[TensorSpec | None]) -> None:
         super().__init__(attrs, inputs)
         self.cfg = parse_config(self, self.kind)
-        seq, batch, _ = check_inputs(self, self.cfg)
+        seq, batch, _ = check_inputs(self, self.cfg, quantized=True)
         dtype = self.input(X).dtype
         self.output_specs = [TensorSpec(s, dtype) for s in output_shapes(self.cfg, seq, batch)]
         self.fast = recurrent_fast.applies(self.cfg, self.inputs)
@@ -491,18 +516,21 @@ class _Recurrent(Kernel):
         if cfg.kind == "LSTM":  # the final cell state is needed even when not an output
             y_c = outputs[2] if len(outputs) > 2 else np.empty_like(y_h)
         if self.fast:
-            return recurrent_fast.bind_fast(cfg, inputs, y, y_h, y_c)
+            return recurrent_fast.bind_fast(cfg, inputs, self.inputs, y, y_h, y_c)
+        inputs = list(inputs)
+        inputs[W] = float_weight(self.inputs[W], inputs[W])
         if cfg.layout:  # write through time-major views of the batch-first outputs
             y, y_h = y.transpose(1, 2, 0, 3), y_h.transpose(1, 0, 2)
             y_c = None if y_c is None else y_c.transpose(1, 0, 2)
         out = (y, y_h, y_c)
-        # Constant recurrent weights are packed once here, not on every call.
-        r = inputs[R]
-        packed = (
-            [np.ascontiguousarray(r[d].T) for d in range(cfg.dirs)]
-            if r is not None and self.inputs[R] is not None and self.inputs[R].value is not None
-            else None
-        )
+        # Constant recurrent weights are packed once here (R^T per direction, dequantized
+        # on the way when stored as integers), not on every call.
+        r_spec, r, packed = self.inputs[R], inputs[R], None
+        if r is not None and r_spec is not None and r_spec.value is not None:
+            dtype = y.dtype
+            quant = r_spec.quant if is_quantized(r_spec) else None
+            ones = np.ones(cfg.gates * cfg.hidden, dtype)
+            packed = list(recurrent_fast.pack_transposed(r, quant, ones, dtype))
 
         def compute() -> None:
             run_sequence(cfg, Inputs.from_node(cfg, inputs), out=out, packed_r=packed)

@@ -7,21 +7,33 @@ or sequence_lens, time-major layout) runs here instead, with buffers made at bin
 
 - W and R are stored transposed, (in, gates*H) and (H, gates*H), so each projection is a
   plain GEMM, and both biases are summed into the input projection where they add.
+  int8/uint8 weights are dequantized straight into that layout, one direction at a time:
+  the packed arrays are the only float copies of the weights. An LSTM's int8 W is not
+  copied at all: its projection is the transposed product of the integers as stored,
+  scaled per gate column afterwards (kernels/int8_weights.py), which also keeps the
+  weights a step reads from the cache smaller.
 - The sigmoid gates' columns of W, R and the biases are scaled by 1/2 at bind (exact in
   binary floating point), so sigmoid(x) = (1 + tanh(x/2)) / 2 needs no scaling pass and
   one tanh call serves the sigmoid gates and the candidate together.
-- The new hidden state is written straight into Y[t, d], which the next step reads.
-- The projections, gates and cell state are temporaries (kernels/workspace.py): the plan's
+- An LSTM runs its directions side by side: step k advances the forward direction at
+  time k and the reverse one at time seq-1-k with one batched product of the stacked
+  states and the stacked R^T, and one call per gate operation for all directions. The
+  input projections are stored in that step order (the reverse direction's time-flipped).
+- GRU writes the new hidden state straight into Y[t, d], which the next step reads.
+- The projections, gates and states are temporaries (kernels/workspace.py): the plan's
   arena lends them for the step and other nodes reuse the bytes.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
 
+from sporenet.lite import pages
+from sporenet.lite.graph import Quantization
+from sporenet.lite.kernels import int8_weights
 from sporenet.lite.kernels.base import Compute, TensorSpec
 from sporenet.lite.kernels.workspace import temporary
 
@@ -30,6 +42,9 @@ if TYPE_CHECKING:
 
 # Input positions (ONNX's order).
 X, W, R, B, SEQUENCE_LENS, INITIAL_H, INITIAL_C, PEEPHOLES = range(8)
+
+Packed = tuple[np.ndarray | None, np.ndarray, np.ndarray, np.ndarray | None]
+"""W^T (None when W is read as stored), R^T, the input-side bias, the GRU's candidate bias."""
 
 
 def applies(cfg: Config, specs: Sequence[TensorSpec | None]) -> bool:
@@ -53,61 +68,120 @@ def applies(cfg: Config, specs: Sequence[TensorSpec | None]) -> bool:
     return all(given[k] is None or given[k].value is not None for k in (W, R, B))  # type: ignore[union-attr]
 
 
-def _pack(cfg: Config, w: np.ndarray, r: np.ndarray, b: np.ndarray | None, sig: int) -> tuple:
-    """Per direction: W^T, R^T, the input-side bias and (GRU) the recurrent candidate bias,
-    with the first `sig` gate columns (the sigmoid gates) halved."""
-    hidden, gates = cfg.hidden, cfg.gates
+def _gate_params(quant: Quantization, dirs: int, cols: int) -> tuple[np.ndarray, np.ndarray]:
+    """Scales and zero points of (dirs, gates*H, rows) integer weights, quantized per
+    direction (axis 0) or per gate column (axis 1), as float32 (dirs, gates*H) arrays."""
+    from sporenet.lite.kernels.quantized.convert import broadcast_params
+
+    scale, zp = broadcast_params(quant, 3)
+    scale = np.broadcast_to(np.asarray(scale, np.float32), (dirs, cols, 1))[:, :, 0]
+    zp = np.broadcast_to(np.asarray(zp, np.float32), (dirs, cols, 1))[:, :, 0]
+    return scale, zp
+
+
+def pack_transposed(
+    value: np.ndarray, quant: Quantization | None, column_scale: np.ndarray, dtype: np.dtype
+) -> np.ndarray:
+    """(dirs, gates*H, rows) weights as (dirs, rows, gates*H), each column multiplied by
+    `column_scale`; integer weights are dequantized on the way (as dequantize_array:
+    float32 (q - zero_point) * scale), one direction's slice at a time, with no float
+    temporary of the weights' size."""
+    dirs, cols, rows = value.shape
+    out = np.empty((dirs, rows, cols), dtype)
+    if quant is None:
+        for d in range(dirs):
+            np.multiply(value[d].T, column_scale, out=out[d])
+        return out
+    scale, zp = _gate_params(quant, dirs, cols)
+    for d in range(dirs):
+        np.copyto(out[d], value[d].T, casting="unsafe")  # integers: exact in float32
+        np.subtract(out[d], zp[d], out=out[d])
+        # (q - zp) * (scale / 2) equals ((q - zp) * scale) / 2: halving is exact.
+        np.multiply(out[d], scale[d] * column_scale, out=out[d])
+    pages.release(value)
+    return out
+
+
+def _pack(
+    cfg: Config,
+    w: np.ndarray | None,
+    r: np.ndarray,
+    b: np.ndarray | None,
+    quants: tuple[Quantization | None, Quantization | None],
+    dtype: np.dtype,
+    sig: int,
+) -> Packed:
+    """W^T (dirs, in, gates*H) (None without `w`), R^T (dirs, H, gates*H), the input-side
+    bias (dirs, gates*H) and (GRU) the recurrent candidate bias (dirs, H), with the first
+    `sig` gate columns (the sigmoid gates) halved."""
+    hidden, gates, dirs = cfg.hidden, cfg.gates, cfg.dirs
     gh = gates * hidden
     scale = np.ones(gh, np.float64)
     scale[: sig * hidden] = 0.5
-    # Halving is exact in any binary float: the weights scale in their own dtype, written
-    # transposed into one new array each (no wider temporaries of the weights' size).
-    column_scale = scale.astype(w.dtype)
-    packed = []
-    for d in range(w.shape[0]):
-        wt = np.multiply(w[d].T, column_scale, out=np.empty(w[d].T.shape, w.dtype))
-        rt = np.multiply(r[d].T, column_scale, out=np.empty(r[d].T.shape, w.dtype))
-        bias = np.zeros(gh, np.float64)
-        rb_h = None
-        if b is not None:
-            wb, rb = b[d, :gh].astype(np.float64), b[d, gh:].astype(np.float64)
-            bias += wb
-            if cfg.kind == "GRU":
-                bias[: 2 * hidden] += rb[: 2 * hidden]
-                rb_h = rb[2 * hidden :].astype(w.dtype)
-            else:
-                bias += rb
-        packed.append((wt, rt, (bias * scale).astype(w.dtype), rb_h))
-    return tuple(packed)
+    column_scale = scale.astype(dtype)
+    wt = None if w is None else pack_transposed(w, quants[0], column_scale, dtype)
+    rt = pack_transposed(r, quants[1], column_scale, dtype)
+    bias = np.zeros((dirs, gh), np.float64)
+    rb_h = None
+    if b is not None:
+        wb, rb = b[:, :gh].astype(np.float64), b[:, gh:].astype(np.float64)
+        bias += wb
+        if cfg.kind == "GRU":
+            bias[:, : 2 * hidden] += rb[:, : 2 * hidden]
+            rb_h = np.ascontiguousarray(rb[:, 2 * hidden :], dtype)
+        else:
+            bias += rb
+    return wt, rt, (bias * scale).astype(dtype), rb_h
 
 
 def bind_fast(
     cfg: Config,
     inputs: list[np.ndarray | None],
+    specs: Sequence[TensorSpec | None],
     y: np.ndarray,
     y_h: np.ndarray,
     y_c: np.ndarray | None,
 ) -> Compute:
-    """The step computing Y, Y_h (and Y_c) for a node `applies` accepted."""
+    """The step computing Y, Y_h (and Y_c) for a node `applies` accepted; `specs` are the
+    kernel's input specs (their quantization parameters for int8 weights)."""
     inputs = list(inputs) + [None] * (8 - len(inputs))
+    specs = list(specs) + [None] * (8 - len(specs))
     x, h0, c0 = inputs[X], inputs[INITIAL_H], inputs[INITIAL_C]
     seq, batch, size = x.shape  # type: ignore[union-attr]
     hidden, gh = cfg.hidden, cfg.gates * cfg.hidden
     lstm = cfg.kind == "LSTM"
-    packed = _pack(cfg, inputs[W], inputs[R], inputs[B], 3 if lstm else 2)  # type: ignore[arg-type]
     dtype = x.dtype  # type: ignore[union-attr]
+    w_spec, r_spec = specs[W], specs[R]
+    quants = (
+        w_spec.quant if w_spec is not None and w_spec.dtype != dtype else None,
+        r_spec.quant if r_spec is not None and r_spec.dtype != dtype else None,
+    )
+    # An LSTM projects X with int8 W as stored (kernels/int8_weights.py), no float copy.
+    w_int8 = lstm and quants[0] is not None
+    packed = _pack(
+        cfg,
+        None if w_int8 else inputs[W],  # type: ignore[arg-type]
+        inputs[R],  # type: ignore[arg-type]
+        inputs[B],
+        quants,
+        dtype,
+        3 if lstm else 2,
+    )
+    if lstm:
+        int8_w = (inputs[W], quants[0]) if w_int8 else None
+        return _bind_lstm(cfg, x, h0, c0, packed, y, y_h, y_c, int8_w)  # type: ignore[arg-type]
     x2 = x.reshape(seq * batch, size)  # type: ignore[union-attr]
     # Written before they are read on every call: temporaries from the plan's arena.
     xw = temporary((seq * batch, gh), dtype)
     xw3 = xw.reshape(seq, batch, gh)
     a = temporary((batch, gh), dtype)
     tmp = temporary((batch, hidden), dtype)
-    c = temporary((batch, hidden), dtype)
     h_init = np.zeros((batch, hidden), dtype)  # read, never written: the kernel's own
     matmul, add, multiply, tanh = np.matmul, np.add, np.multiply, np.tanh
     one, half = np.array(1, dtype), np.array(0.5, dtype)
-    sig = 3 * hidden if lstm else 2 * hidden
-    gates = a[:, :sig]  # the sigmoid gates' columns
+    gates = a[:, : 2 * hidden]  # the sigmoid gates' columns
+    wt, rt, bias, rb_h = packed
+    assert wt is not None  # a GRU's W is always packed
     directions = []
     for d, reverse in enumerate(cfg.reverse):
         order = range(seq - 1, -1, -1) if reverse else range(seq)
@@ -116,34 +190,8 @@ def bind_fast(
         steps = list(order)
         for k, t in enumerate(steps):
             prev[t] = y[steps[k - 1], d] if k else None
-        directions.append((d, packed[d], steps, prev))
-
-    def lstm_direction(d: int, pack: tuple, steps: list[int], prev: list) -> None:
-        wt, rt, bias, _ = pack
-        matmul(x2, wt, out=xw)
-        add(xw, bias, out=xw)
-        if c0 is None:
-            c.fill(0)
-        else:
-            np.copyto(c, c0[d])
-        h = h_init if h0 is None else h0[d]
-        i, o, f = a[:, :hidden], a[:, hidden : 2 * hidden], a[:, 2 * hidden : 3 * hidden]
-        g = a[:, 3 * hidden :]
-        for t in steps:
-            if prev[t] is not None:
-                h = prev[t]
-            matmul(h, rt, out=a)
-            add(a, xw3[t], out=a)
-            tanh(a, out=a)
-            add(gates, one, out=gates)
-            multiply(gates, half, out=gates)
-            multiply(c, f, out=c)
-            multiply(i, g, out=tmp)
-            add(c, tmp, out=c)
-            tanh(c, out=tmp)
-            multiply(o, tmp, out=y[t, d])
-        np.copyto(y_h[d], y[steps[-1], d])
-        np.copyto(y_c[d], c)  # type: ignore[index]
+        pack = (wt[d], rt[d], bias[d], None if rb_h is None else rb_h[d])
+        directions.append((d, pack, steps, prev))
 
     def gru_direction(d: int, pack: tuple, steps: list[int], prev: list) -> None:
         wt, rt, bias, rb_h = pack
@@ -184,10 +232,136 @@ def bind_fast(
             add(tmp, q, out=out)  # (1 - z) * cand + z * h
         np.copyto(y_h[d], y[steps[-1], d])
 
-    run = lstm_direction if lstm else gru_direction
-
     def compute() -> None:
         for d, pack, steps, prev in directions:
-            run(d, pack, steps, prev)
+            gru_direction(d, pack, steps, prev)
 
     return compute
+
+
+def _bind_lstm(
+    cfg: Config,
+    x: np.ndarray,
+    h0: np.ndarray | None,
+    c0: np.ndarray | None,
+    packed: Packed,
+    y: np.ndarray,
+    y_h: np.ndarray,
+    y_c: np.ndarray,
+    int8_w: tuple[np.ndarray, Quantization] | None,
+) -> Compute:
+    """The LSTM step: every direction advanced together (see the module docstring).
+    With `int8_w` (W as stored and its parameters), each direction's projection is the
+    transposed product of the integers, scaled per gate column afterwards."""
+    seq, batch, size = x.shape
+    hidden, gh, dirs, dtype = cfg.hidden, cfg.gates * cfg.hidden, cfg.dirs, x.dtype
+    wt, rt, bias, _ = packed
+    x2 = x.reshape(seq * batch, size)
+    # Written before they are read on every call: temporaries from the plan's arena.
+    if int8_w is None:
+        assert wt is not None  # packed when not read as stored
+        proj = temporary((seq * batch, gh), dtype)
+        proj3 = proj.reshape(seq, batch, gh)
+        projections = [
+            _float_projection(x2, wt[d], bias[d], proj, proj3[::-1] if reverse else proj3)
+            for d, reverse in enumerate(cfg.reverse)
+        ]
+    else:
+        w8, quant = int8_w
+        scale, zp = _gate_params(quant, dirs, gh)
+        column_scale = np.ones(gh, dtype)
+        column_scale[: 3 * hidden] = 0.5  # the sigmoid gates, halved as in _pack
+        prod_t = temporary((gh, seq * batch), dtype)  # (gates*H, seq*batch)
+        steps3 = prod_t.T.reshape(seq, batch, gh)
+        projections = [
+            _int8_projection(
+                x2,
+                w8[d],
+                None if not np.any(zp[d]) else zp[d].reshape(gh, 1).copy(),
+                (scale[d] * column_scale).reshape(gh, 1),
+                bias[d].reshape(gh, 1),
+                prod_t,
+                steps3[::-1] if reverse else steps3,
+            )
+            for d, reverse in enumerate(cfg.reverse)
+        ]
+    xw = temporary((seq, dirs, batch, gh), dtype)  # in step order, per direction
+    a = temporary((dirs, batch, gh), dtype)
+    h = temporary((dirs, batch, hidden), dtype)
+    c = temporary((dirs, batch, hidden), dtype)
+    tmp = temporary((dirs, batch, hidden), dtype)
+    matmul, add, multiply, tanh, copyto = np.matmul, np.add, np.multiply, np.tanh, np.copyto
+    one, half = np.array(1, dtype), np.array(0.5, dtype)
+    gates = a[..., : 3 * hidden]  # the sigmoid gates' columns
+    i, o = a[..., :hidden], a[..., hidden : 2 * hidden]
+    f, g = a[..., 2 * hidden : 3 * hidden], a[..., 3 * hidden :]
+    # Per step, where each direction's new state goes in Y.
+    writes = [
+        [(y[seq - 1 - k if reverse else k, d], h[d]) for d, reverse in enumerate(cfg.reverse)]
+        for k in range(seq)
+    ]
+
+    def compute() -> None:
+        for d, project in enumerate(projections):
+            copyto(xw[:, d], project())
+        if h0 is None:
+            h.fill(0)
+        else:
+            copyto(h, h0)
+        if c0 is None:
+            c.fill(0)
+        else:
+            copyto(c, c0)
+        for k in range(seq):
+            matmul(h, rt, out=a)
+            add(a, xw[k], out=a)
+            tanh(a, out=a)
+            add(gates, one, out=gates)
+            multiply(gates, half, out=gates)
+            multiply(c, f, out=c)
+            multiply(i, g, out=tmp)
+            add(c, tmp, out=c)
+            tanh(c, out=tmp)
+            multiply(o, tmp, out=h)
+            for target, state in writes[k]:
+                copyto(target, state)
+        copyto(y_h, h)
+        copyto(y_c, c)
+
+    return compute
+
+
+def _float_projection(
+    x2: np.ndarray, wt: np.ndarray, bias: np.ndarray, proj: np.ndarray, ordered: np.ndarray
+) -> Callable[[], np.ndarray]:
+    """One direction's X @ W^T + bias into `proj`; returns `ordered`, its step-order view."""
+    matmul, add = np.matmul, np.add
+
+    def project() -> np.ndarray:
+        matmul(x2, wt, out=proj)
+        add(proj, bias, out=proj)
+        return ordered
+
+    return project
+
+
+def _int8_projection(
+    x2: np.ndarray,
+    w8: np.ndarray,
+    zp: np.ndarray | None,
+    scale: np.ndarray,
+    bias: np.ndarray,
+    prod_t: np.ndarray,
+    ordered: np.ndarray,
+) -> Callable[[], np.ndarray]:
+    """One direction's (W - zp) * scale @ X^T + bias into `prod_t` (gates*H, seq*batch)
+    from the integers of W; returns `ordered`, the step-order (seq, batch, gates*H) view."""
+    product = int8_weights.bind_product_t(x2, w8, zp, scale, prod_t)
+    add = np.add
+
+    def project() -> np.ndarray:
+        product()
+        add(prod_t, bias, out=prod_t)
+        return ordered
+
+    return project

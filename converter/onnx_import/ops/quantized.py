@@ -42,9 +42,10 @@ def _scalar(ctx: ImportContext, name: str, value: float) -> int:
     return ctx.constant(name, np.array(value, np.float32))
 
 
-def _dynamic_quantize(ctx: ImportContext, x: int, name: str) -> tuple[int, int, int]:
-    """(q, scale, zero point) of ONNX's DynamicQuantizeLinear as float32 tensors: the
-    range [min(x, 0), max(x, 0)] mapped onto 0..255, values rounded ties-to-even."""
+def _dynamic_quantize(ctx: ImportContext, x: int, name: str) -> tuple[int, int, int, int]:
+    """(q, scale, zero point, y) of ONNX's DynamicQuantizeLinear as float32 tensors: the
+    range [min(x, 0), max(x, 0)] mapped onto 0..255, values rounded ties-to-even; y is
+    round(x / scale), before the zero point is added (q = saturate(y + zero point))."""
     zero = _scalar(ctx, f"{name}/zero", 0.0)
     lo = ctx.emit1(OpCode.MINIMUM, [ctx.emit1(OpCode.REDUCE_MIN, [x], keepdims=0), zero])
     hi = ctx.emit1(OpCode.MAXIMUM, [ctx.emit1(OpCode.REDUCE_MAX, [x], keepdims=0), zero])
@@ -62,10 +63,8 @@ def _dynamic_quantize(ctx: ImportContext, x: int, name: str) -> tuple[int, int, 
     zp = saturate(
         _round(ctx, ctx.emit1(OpCode.NEG, [ctx.emit1(OpCode.DIV, [lo, scale])]), f"{name}/zp")
     )
-    q = saturate(
-        ctx.emit1(OpCode.ADD, [_round(ctx, ctx.emit1(OpCode.DIV, [x, scale]), f"{name}/y"), zp])
-    )
-    return q, scale, zp
+    y = _round(ctx, ctx.emit1(OpCode.DIV, [x, scale]), f"{name}/y")
+    return saturate(ctx.emit1(OpCode.ADD, [y, zp])), scale, zp, y
 
 
 def dynamic_quantize_linear(ctx: ImportContext, node: OnnxNode) -> list[int]:
@@ -73,12 +72,11 @@ def dynamic_quantize_linear(ctx: ImportContext, node: OnnxNode) -> list[int]:
     x = node.input(0)
     if ctx.dtype(x) != np.float32:
         raise node.fail(f"x must be float32, got {ctx.dtype(x)}")
-    q, scale, zp = _dynamic_quantize(ctx, x, node.name)
-    return [
-        ctx.emit1(OpCode.CAST, [q], to="uint8"),
-        scale,
-        ctx.emit1(OpCode.CAST, [zp], to="uint8"),
-    ]
+    q, scale, zp, y = _dynamic_quantize(ctx, x, node.name)
+    q8 = ctx.emit1(OpCode.CAST, [q], to="uint8")
+    zp8 = ctx.emit1(OpCode.CAST, [zp], to="uint8")
+    ctx.centred[q8] = (zp8, y, zp)
+    return [q8, scale, zp8]
 
 
 def _lstm_weight(
@@ -105,18 +103,19 @@ def _lstm_weight(
             f"{what}_scale and {what}_zero_point must have {dirs} (per direction) or "
             f"{dirs}x{cols} (per column) values, got {scale.size} and {zp.size}"
         )
-    values = np.ascontiguousarray(w.astype(np.int16).transpose(0, 2, 1))
+    values = np.ascontiguousarray(_as_int8(w).transpose(0, 2, 1))
     if w.dtype == np.uint8:  # stored int8: values and zero points move by 128 (exact)
-        values, zp = values - 128, zp - 128
+        zp = zp - 128
     name = f"{ctx.tensors[node.input(at)].name}/T"
     scale = scale.astype(np.float32).reshape(-1)
     if scale.size == dirs or dirs == 1:
         q = Quantization(scale=scale, zero_point=zp, axis=0 if scale.size == dirs else 1)
-        return ctx.quantized_constant(name, values.astype(np.int8), q)
+        # The LSTM kernel reads int8 weights as stored: no float copy during conversion.
+        return ctx.quantized_constant(name, values, q, as_stored=True)
     # Per column of two directions: two axes, which one Quantization cannot express.
     shape = (dirs, cols, 1)
-    real = (values - zp.reshape(shape)).astype(np.float32) * scale.reshape(shape)
-    return ctx.constant(name, real)
+    real = (values.astype(np.float32) - zp.reshape(shape)) * scale.reshape(shape)
+    return ctx.constant(name, real.astype(np.float32))
 
 
 def dynamic_quantize_lstm(ctx: ImportContext, node: OnnxNode) -> list[int]:
@@ -139,6 +138,15 @@ def _centred(ctx: ImportContext, node: OnnxNode, x: int, zp_index: int, what: st
     """float32(x) - zero_point for an integer activation."""
     if ctx.dtype(x).kind not in "iu":
         raise node.fail(f"{what} must be int8 or uint8, got {ctx.dtype(x)}")
+    known = ctx.centred.get(x)
+    if known is not None and known[0] == zp_index:
+        # x from DynamicQuantizeLinear with its own zero point: saturate(y + zp) - zp is
+        # clamp(y, -zp, 255 - zp), exactly (small integers in float32), with no casts.
+        _, y, zp = known
+        top = _scalar(ctx, f"{node.name}/top", 255.0)
+        lo = ctx.emit1(OpCode.NEG, [zp])
+        hi = ctx.emit1(OpCode.SUB, [top, zp])
+        return ctx.emit1(OpCode.MINIMUM, [ctx.emit1(OpCode.MAXIMUM, [y, lo]), hi])
     xf = ctx.emit1(OpCode.CAST, [x], to="float32")
     if zp_index == -1:
         return xf
@@ -148,20 +156,33 @@ def _centred(ctx: ImportContext, node: OnnxNode, x: int, zp_index: int, what: st
     return ctx.emit1(OpCode.SUB, [xf, ctx.emit1(OpCode.CAST, [zp_index], to="float32")])
 
 
+def _as_int8(w: np.ndarray) -> np.ndarray:
+    """int8 weights as they are; uint8 ones moved by -128 into int8 (v ^ 0x80 is v - 128
+    in two's complement), with no wider temporary."""
+    return w if w.dtype == np.int8 else np.bitwise_xor(w, np.uint8(0x80)).view(np.int8)
+
+
 def _int_weight(
-    ctx: ImportContext, node: OnnxNode, w: np.ndarray, zp: np.ndarray | None, axis: int, name: str
+    ctx: ImportContext,
+    node: OnnxNode,
+    w: np.ndarray,
+    zp: np.ndarray | None,
+    axis: int,
+    name: str,
+    *,
+    as_stored: bool = False,
 ) -> int:
-    """w - zp as a constant stored int8 with its zero point (uint8 values move by 128)."""
+    """w - zp as a constant stored int8 with its zero point (uint8 values move by 128);
+    `as_stored` as for ImportContext.quantized_constant."""
     if w.dtype not in (np.int8, np.uint8):
         raise node.fail(f"the weights must be int8 or uint8, got {w.dtype}")
     zp = np.zeros(1, np.int64) if zp is None else zp.astype(np.int64).reshape(-1)
-    values = w.astype(np.int16)
     if w.dtype == np.uint8:
-        values, zp = values - 128, zp - 128
+        zp = zp - 128
     if zp.size not in (1, w.shape[axis]):
         raise node.fail(f"{zp.size} weight zero points for {w.shape[axis]} channels")
     q = Quantization(scale=np.ones(zp.size, np.float32), zero_point=zp, axis=axis)
-    return ctx.quantized_constant(name, values.astype(np.int8), q)
+    return ctx.quantized_constant(name, _as_int8(w), q, as_stored=as_stored)
 
 
 def _to_int32(ctx: ImportContext, y: int, name: str) -> int:
@@ -180,8 +201,15 @@ def matmul_integer(ctx: ImportContext, node: OnnxNode) -> list[int]:
     weight = ctx.value(b)
     zp_b = ctx.value(node.input(3)) if node.input(3) != -1 else None
     if weight is not None and weight.ndim == 2 and (node.input(3) == -1 or zp_b is not None):
+        # FullyConnected reads int8 weights as stored: no float copy during conversion.
         w = _int_weight(
-            ctx, node, np.ascontiguousarray(weight.T), zp_b, 0, f"{ctx.tensors[b].name}/T"
+            ctx,
+            node,
+            np.ascontiguousarray(weight.T),
+            zp_b,
+            0,
+            f"{ctx.tensors[b].name}/T",
+            as_stored=True,
         )
         y = ctx.emit1(OpCode.FULLY_CONNECTED, [af, w])
     else:

@@ -72,6 +72,99 @@ def test_conv_integer_is_exact_where_fast_convolutions_are_not(tmp_path: Path) -
         (want,) = run_ort(out, {"x": x})
         # Exact integer products; only float rounding of the rescaling may differ.
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+        # The convolutions read DynamicQuantizeLinear's integers as floats, minus the zero
+        # point, with no round trip through uint8.
+        model, _ = convert_onnx_model(out)
+        casts = [n for n in model.graphs[0].nodes if n.op == OpCode.CAST]
+        assert not [n for n in casts if model.tensors[n.inputs[0]].dtype == np.uint8]
+        assert not [n for n in casts if n.attrs.get("to") == "uint8"]
+
+
+def test_conv_integer_int32_round_trips_fold_and_match_onnxruntime(tmp_path: Path) -> None:
+    """quantize_dynamic's ConvInteger -> Cast(float) (bias added in float afterwards): the
+    importer's int32 cast and the float cast fold away (integer-add-folding)."""
+    rng = np.random.default_rng(3)
+    src = _save(
+        [
+            helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
+            helper.make_node("Relu", ["c"], ["r"]),
+            helper.make_node("Conv", ["r", "w2", "b2"], ["y"], pads=[1, 1, 1, 1]),
+        ],
+        {"x": [1, 48, 16, 16]},
+        "y",
+        {
+            "w": rng.normal(0, 0.1, (64, 48, 3, 3)),
+            "b": rng.normal(0, 2.0, 64),
+            "w2": rng.normal(0, 0.1, (32, 64, 3, 3)),
+            "b2": rng.normal(0, 2.0, 32),
+        },
+        tmp_path / "conv_bias.onnx",
+    )
+    out = tmp_path / "conv_bias.dyn.onnx"
+    quantization.quantize_dynamic(str(src), str(out), weight_type=quantization.QuantType.QUInt8)
+    model, report = convert_onnx_model(out)
+    assert report.passes["integer-add-folding"] == 2
+    tensors = [model.tensors[n.outputs[0]] for n in model.graphs[0].nodes]
+    assert not [t for t in tensors if t.dtype == np.int32]
+    interpreter = Interpreter(model_content=serialize(model))
+    x = rng.normal(size=(1, 48, 16, 16)).astype(np.float32)
+    got = interpreter.run({"x": x})["y"]
+    (want,) = run_ort(out, {"x": x})
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+
+
+def _int32_bias_conv(path: Path, rng: np.random.Generator) -> Path:
+    """The older quantize_dynamic form ddddocr's int8 model has: the bias quantized at run
+    time to int32 (Floor(b / (x_scale * w_scale))) and added to ConvInteger's int32
+    output before the float cast."""
+    w = rng.integers(0, 256, (16, 8, 3, 3)).astype(np.uint8)
+    inits = {
+        "w_q": w,
+        "w_zp": np.array(131, np.uint8),
+        "w_s": np.array(0.02, np.float32),
+        "b": rng.normal(0, 40.0, 16).astype(np.float32),
+        "shape": np.array([1, -1, 1, 1], np.int64),
+    }
+    nodes = [
+        helper.make_node("DynamicQuantizeLinear", ["x"], ["xq", "xs", "xzp"]),
+        helper.make_node("Mul", ["xs", "w_s"], ["s"]),
+        helper.make_node("Div", ["b", "s"], ["bt"]),
+        helper.make_node("Floor", ["bt"], ["bf"]),
+        helper.make_node("Cast", ["bf"], ["bq"], to=TensorProto.INT32),
+        helper.make_node("ConvInteger", ["xq", "w_q", "xzp", "w_zp"], ["yq"], pads=[1, 1, 1, 1]),
+        helper.make_node("Reshape", ["bq", "shape"], ["bqr"]),
+        helper.make_node("Add", ["yq", "bqr"], ["ya"]),
+        helper.make_node("Cast", ["ya"], ["yf"], to=TensorProto.FLOAT),
+        helper.make_node("Mul", ["yf", "s"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 12, 12])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16, 12, 12])],
+        initializer=[numpy_helper.from_array(v, k) for k, v in inits.items()],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    onnx.save(model, str(path))
+    return path
+
+
+def test_conv_integer_int32_bias_added_in_float_matches_onnxruntime(tmp_path: Path) -> None:
+    """ConvInteger -> Add(int32 bias) -> Cast(float): the integer Add and both casts become
+    one float Add of the bias (integer-add-folding), with onnxruntime's results."""
+    rng = np.random.default_rng(5)
+    path = _int32_bias_conv(tmp_path / "int32_bias.onnx", rng)
+    model, report = convert_onnx_model(path)
+    assert report.passes["integer-add-folding"] == 1
+    tensors = [model.tensors[n.outputs[0]] for n in model.graphs[0].nodes]
+    assert not [t for t in tensors if t.dtype == np.int32 and t.shape != (16,)]
+    interpreter = Interpreter(model_content=serialize(model))
+    for scale in (1.0, 20.0):
+        x = (rng.normal(size=(1, 8, 12, 12)) * scale).astype(np.float32)
+        got = interpreter.run({"x": x})["y"]
+        (want,) = run_ort(path, {"x": x})
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
 
 
 def test_dynamic_quantize_lstm_matches_onnxruntime(tmp_path: Path) -> None:
