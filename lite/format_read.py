@@ -39,14 +39,21 @@ def _as_buffer(source: Source, use_mmap: bool) -> bytes | memoryview | mmap.mmap
         return memoryview(source).cast("B") if not isinstance(source, bytes) else source
     path = Path(os.fspath(source))
     try:
-        if use_mmap:
-            with path.open("rb") as fh:
-                if os.fstat(fh.fileno()).st_size == 0:
-                    return b""
-                return mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
-        return path.read_bytes()
+        if not use_mmap:
+            return path.read_bytes()
+        with path.open("rb") as fh:
+            if os.fstat(fh.fileno()).st_size == 0:
+                return b""
+            mapped = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
     except FileNotFoundError:
         raise FileNotFoundError(f"model file not found: {path}") from None
+    # Pages, not huge pages: dropping the pages of a weight a kernel replaced
+    # (lite/pages.py) would otherwise unmap the whole 2 MB page it shares with the weights
+    # kept, and their next read would map it back, the dropped weight included.
+    advice = getattr(mmap, "MADV_NOHUGEPAGE", None)
+    if advice is not None:
+        mapped.madvise(advice)
+    return mapped
 
 
 def _constant(
