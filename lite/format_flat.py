@@ -26,6 +26,9 @@ _FLOAT_CODES = {4: "f", 8: "d"}
 _MAX_FIELDS = 16
 # The vtable entries of a table with n fields, for every n a table of the schema has.
 _VTABLE = [struct.Struct(f"<{n}H").unpack_from for n in range(_MAX_FIELDS + 1)]
+# An honest file has a few distinct vtables (one per table type and set of fields held); a
+# hostile one with a vtable per table does not grow the cache past this.
+_MAX_CACHED_VTABLES = 1024
 
 
 class FlatReader:
@@ -41,6 +44,7 @@ class FlatReader:
         self.buf = buf
         self.size = len(buf)
         self.budget = self.size // 2 + 1024
+        self._vtables: dict[tuple[int, int], tuple[int, ...]] = {}
 
     def spend(self, units: int, what: str) -> None:
         self.budget -= units
@@ -50,19 +54,24 @@ class FlatReader:
     def table(self, pos: int, fields: int, what: str) -> list[int]:
         """Absolute positions of the first `fields` fields of the table at `pos` (0 for
         a field the table does not hold)."""
-        buf = self.buf
-        vtable = pos - _I32(buf, pos)[0]
+        vtable = pos - _I32(self.buf, pos)[0]
+        entries = self._vtables.get((vtable, fields))
+        if entries is None:
+            entries = self._vtable(vtable, fields, pos, what)
+            if len(self._vtables) < _MAX_CACHED_VTABLES:
+                self._vtables[vtable, fields] = entries
+        return [pos + e if e else 0 for e in entries]
+
+    def _vtable(self, vtable: int, fields: int, pos: int, what: str) -> tuple[int, ...]:
+        """The first `fields` entries of the vtable at `vtable` (0 past its end), checked
+        to lie inside the file. Writers share one vtable among the tables of one shape."""
         if vtable < 0 or vtable + 4 > self.size:
             raise ModelFormatError(
                 f"{what}: table at offset {pos} has its vtable at {vtable}, outside the "
                 f"{self.size}-byte file"
             )
-        held = min(max(_U16(buf, vtable)[0] - 4, 0) // 2, fields)
-        entries = _VTABLE[held](buf, vtable + 4)
-        out = [pos + e if e else 0 for e in entries]
-        if held < fields:
-            out += [0] * (fields - held)
-        return out
+        held = min(max(_U16(self.buf, vtable)[0] - 4, 0) // 2, fields)
+        return _VTABLE[held](self.buf, vtable + 4) + (0,) * (fields - held)
 
     # ---- scalars at an absolute field position (0: absent, the default)
     def u32(self, at: int, default: int = 0) -> int:
