@@ -9,6 +9,7 @@ they are paged in lazily).
 
 from __future__ import annotations
 
+import contextlib
 import math
 import mmap
 import os
@@ -52,7 +53,9 @@ def _as_buffer(source: Source, use_mmap: bool) -> bytes | memoryview | mmap.mmap
     # kept, and their next read would map it back, the dropped weight included.
     advice = getattr(mmap, "MADV_NOHUGEPAGE", None)
     if advice is not None:
-        mapped.madvise(advice)
+        # (A kernel built without transparent huge pages refuses the advice: nothing to do.)
+        with contextlib.suppress(OSError):
+            mapped.madvise(advice)
     return mapped
 
 
