@@ -5,6 +5,9 @@ A weight that a kernel replaces with a form of its own (dequantized from int8, w
 from float16) is read once from the mapped file, and its pages then stay resident beside
 the replacement. Dropping them keeps only the replacement in memory; the file's bytes are
 unchanged, and a later read of the original faults them back in from the file.
+
+Kernels that pack their weights (transposed, with the bias as an extra column) drop the
+originals the same way, through `release_unless_read` when only some layouts pack.
 """
 
 from __future__ import annotations
@@ -38,3 +41,10 @@ def release(array: np.ndarray) -> bool:
         return False
     advise(mmap.MADV_DONTNEED, lo, hi - lo)
     return True
+
+
+def release_unless_read(original: np.ndarray, *operands: np.ndarray) -> None:
+    """`release(original)` unless one of `operands` (the arrays a step reads) may be a
+    view of it: for a kernel that packs its weights only in some layouts."""
+    if not any(np.may_share_memory(original, a) for a in operands):
+        release(original)

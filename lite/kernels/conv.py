@@ -243,6 +243,8 @@ class Conv2D(Kernel):
         if n == 1:
             rows, om = rows[0], om[0]
 
+        pages.release_unless_read(w, wt)
+
         def compute() -> None:
             if ones is not None:
                 ones.fill(1)
@@ -273,6 +275,8 @@ class Conv2D(Kernel):
         b = None if bias is None else bias.reshape(o, 1)
         matmul, add, copyto, act = np.matmul, np.add, np.copyto, self.activation
 
+        pages.release_unless_read(w, wt)
+
         def compute() -> None:
             matmul(xt, wt, out=rows)
             if b is None:
@@ -295,6 +299,8 @@ class Conv2D(Kernel):
         wmat = np.concatenate([w.reshape(o, c), bias.reshape(o, 1)], axis=1)
         cmat, omat = (full[0], out.reshape(o, -1)) if n == 1 else (full, out.reshape(n, o, -1))
         copyto, matmul = np.copyto, np.matmul
+
+        pages.release_unless_read(w, wmat)
 
         def compute() -> None:
             ones.fill(1)

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from sporenet.lite import pages
 from sporenet.lite.kernels.base import Compute
 from sporenet.lite.kernels.spatial import Window
 from sporenet.lite.kernels.workspace import padded_temporary, temporary
@@ -136,6 +137,8 @@ def bind_im2col(
         lhs, rhs = cmat.T, np.ascontiguousarray(wmat.reshape(o, -1).T)
         omat = out.transpose(0, 2, 3, 1).reshape(oh * ow, o)
 
+    pages.release_unless_read(w, lhs, rhs)  # the weights, unless packed
+
     def compute() -> None:
         if refill is not None:
             refill()
@@ -193,6 +196,8 @@ def _bind_row_blocks(
         omat = out2[rows_out] if last else out2[:, rows_out]
         steps.append((dst, src[0, :, :, :, r0:r1], buf[:, :span], omat))
     copyto, matmul = np.copyto, np.matmul
+
+    pages.release_unless_read(w, wmat)
 
     def compute() -> None:
         if refill is not None:
@@ -265,6 +270,8 @@ def bind_im2col_hwc(
     else:
         cmat, omat = full.transpose(0, 2, 1), out.reshape(n, o, oh * ow)
     copyto, matmul = np.copyto, np.matmul
+
+    pages.release_unless_read(w, wmat)
 
     def compute() -> None:
         refill()

@@ -366,6 +366,7 @@ _ONNX_DTYPES: dict[int, np.dtype] = {
     12: np.dtype(np.uint32),
     13: np.dtype(np.uint64),
 }
+_DTYPE_NAMES = {str(d): d for d in _ONNX_DTYPES.values()}
 
 
 class Cast(Kernel):
@@ -378,15 +379,14 @@ class Cast(Kernel):
         super().__init__(attrs, inputs)
         x = self.input(0)
         to = attrs.values.get("to")
-        names = {str(d): d for d in _ONNX_DTYPES.values()}
         if isinstance(to, int | np.integer) and not isinstance(to, bool) and to in _ONNX_DTYPES:
             dtype = _ONNX_DTYPES[int(to)]
-        elif isinstance(to, str) and to in names:
-            dtype = names[to]
+        elif isinstance(to, str) and to in _DTYPE_NAMES:
+            dtype = _DTYPE_NAMES[to]
         else:
             raise self.fail(
                 f"attribute 'to' must be one of the ONNX dtype codes "
-                f"{sorted(_ONNX_DTYPES)} or names {sorted(names)}, got {to!r}"
+                f"{sorted(_ONNX_DTYPES)} or names {sorted(_DTYPE_NAMES)}, got {to!r}"
             )
         self.output_specs = [TensorSpec(x.shape, dtype)]
 

@@ -64,6 +64,12 @@ F4X4 = WinogradTransform(
 )
 
 
+def _kron_g(f: WinogradTransform) -> np.ndarray:
+    """G (x) G as an ((m+2)^2, 9) matrix: row (k, l), column (i, j) holds G[k, i] G[l, j]."""
+    a = f.m + 2
+    return (f.g[:, None, :, None] * f.g[None, :, None, :]).reshape(a * a, 9)
+
+
 def bind_winograd(
     win: Window,
     x: np.ndarray,
@@ -104,8 +110,10 @@ def bind_winograd(
         strides=(sy, sx, sn, t * sy, t * sx, sc),
         writeable=False,
     )
-    u = np.einsum("ki,lj,ocij->klco", f.g, f.g, w.astype(np.float64))
-    u = np.ascontiguousarray(u.reshape(a * a, c, o), dtype=x.dtype)
+    # U[k, l, c, o] = sum_ij G[k, i] G[l, j] w[o, c, i, j]: one float64 GEMM of the
+    # (a*a, 9) Kronecker product of G with itself by the weights laid out (9, C*O).
+    w9 = w.transpose(2, 3, 1, 0).reshape(9, c * o).astype(np.float64)
+    u = (_kron_g(f) @ w9).astype(x.dtype).reshape(a * a, c, o)
     bt, at = f.bt.astype(x.dtype), f.at.astype(x.dtype)
     d = temporary((a, a, n, th, tw, c), x.dtype)
     e = temporary((a, a * tiles * c), x.dtype)

@@ -156,9 +156,14 @@ def dequantize_array(value: np.ndarray, quant: Quantization | None) -> np.ndarra
         # In float32 throughout, with no int64 or float64 temporaries of the weights' size:
         # q - zp is a small integer (exact in float32), and a float32 product rounds as the
         # float64 one rounded to float32 would.
-        out = value.astype(np.float32)
-        np.subtract(out, np.asarray(zp, np.float32), out=out)
-        np.multiply(out, np.asarray(scale, np.float32), out=out)
+        # Each pass converts on the fly (a ufunc casts int8 to float32 in its inner loop);
+        # symmetric weights (zero points all 0) need only the product.
+        out = np.empty(value.shape, np.float32)
+        if np.any(zp):
+            np.subtract(value, np.asarray(zp, np.float32), out=out)
+            np.multiply(out, np.asarray(scale, np.float32), out=out)
+        else:
+            np.multiply(value, np.asarray(scale, np.float32), out=out)
         return out
     # np.asarray: arithmetic on a 0-d array gives a NumPy scalar, which has no flags.
     return np.asarray((value.astype(np.int64) - zp) * scale, np.float32)

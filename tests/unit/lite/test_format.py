@@ -218,6 +218,16 @@ def test_root_offset_outside_the_file():
         parse(bytes(data))
 
 
+
+@pytest.mark.parametrize("shift", [-(1 << 30), 1 << 30])
+def test_root_vtable_outside_the_file(shift):
+    data = bytearray(serialize(mlp_model()))
+    root = int.from_bytes(data[0:4], "little")
+    # A table's first word is the signed distance back to its vtable.
+    data[root : root + 4] = (root - shift).to_bytes(4, "little", signed=True)
+    with pytest.raises(ModelFormatError, match=r"model: table at offset \d+ has its vtable at "):
+        parse(bytes(data))
+
 def test_buffer_offset_outside_the_file():
     model = mlp_model()
     data = raw_serialize(model, ranges=[(0, 0), (1 << 40, 48), (0, 12)])
