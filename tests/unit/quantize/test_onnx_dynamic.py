@@ -133,7 +133,8 @@ def _dynamic_quantize_linear_model(path: Path) -> Path:
 
 def test_dynamic_quantize_linear_is_one_node_and_matches_onnxruntime(tmp_path: Path) -> None:
     """DYNAMIC_QUANTIZE gives onnxruntime's uint8 values, scale and zero point exactly:
-    mixed signs, one sign only, all zeros (scale 1) and values on rounding ties."""
+    mixed signs, one sign only, all zeros (scale 1), values on rounding ties and one
+    rounding past 255 (saturated)."""
     path = _dynamic_quantize_linear_model(tmp_path / "dql.onnx")
     model, _ = convert_onnx_model(path)
     ops = [n.op for n in model.graphs[0].nodes]
@@ -149,11 +150,20 @@ def test_dynamic_quantize_linear_is_one_node_and_matches_onnxruntime(tmp_path: P
         -rng.uniform(0.5, 4, 30),
         np.zeros(30),
         ties,
+        # scale 1, zero point round(1.5) = 2 and round(253.5) = 254: 256 saturates to 255.
+        np.linspace(-1.5, 253.5, 30),
     ]
+    # Many ranges: the rare rounding cases (a value rounding past 255 - zp) show up.
+    for _ in range(200):
+        lo, hi = sorted(rng.normal(0, 10.0 ** rng.integers(-3, 3), 2))
+        cases.append(rng.uniform(lo, hi, 30))
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
     for x in cases:
         feed = {"x": x.astype(np.float32).reshape(2, 3, 5)}
         got = interpreter.run(feed)
-        want = dict(zip(("y", "scale", "zp"), run_ort(path, feed), strict=True))
+        want = dict(zip(("y", "scale", "zp"), session.run(None, feed), strict=True))
         for name in ("y", "scale", "zp"):
             assert got[name].dtype == want[name].dtype, name
             np.testing.assert_array_equal(got[name], want[name], err_msg=name)
