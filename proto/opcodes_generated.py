@@ -94,6 +94,12 @@ class OpCode(enum.IntEnum):
     DEQUANTIZE = 181
     REQUANTIZE = 182
     FAKE_QUANT = 183  # quantize-dequantize in float (QAT); inputs x, min, max
+    # DYNAMIC_QUANTIZE: ONNX DynamicQuantizeLinear's values in float32, for the integer
+    # products of dynamically quantized models. Input x (float32); outputs (y, scale,
+    # zero_point): scale = (max(x, 0) - min(x, 0)) / 255 (1 when that is 0), zero_point =
+    # clamp(round(-min(x, 0) / scale), 0, 255), y = clamp(round(x / scale), -zero_point,
+    # 255 - zero_point), the quantized x less its zero point; rounding half to even.
+    DYNAMIC_QUANTIZE = 184
     # training: losses, gradient helpers, optimizer updates (200..299)
     DROPOUT = 200
     SOFTMAX_CROSS_ENTROPY = 201

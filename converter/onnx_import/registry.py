@@ -251,17 +251,7 @@ HANDLERS: dict[str, Handler] = {
     "ArgMin": _h(_R.arg(OpCode.ARGMIN), OpCode.ARGMIN),
     # quantized: dynamic quantization (onnxruntime's quantize_dynamic)
     "DynamicQuantizeLinear": _h(
-        quantized.dynamic_quantize_linear,
-        OpCode.REDUCE_MIN,
-        OpCode.REDUCE_MAX,
-        OpCode.MINIMUM,
-        OpCode.MAXIMUM,
-        OpCode.SUB,
-        OpCode.DIV,
-        OpCode.ADD,
-        OpCode.NEG,
-        OpCode.CAST,
-        OpCode.EQUAL,
+        quantized.dynamic_quantize_linear, OpCode.DYNAMIC_QUANTIZE, OpCode.ADD, OpCode.CAST
     ),
     "MatMulInteger": _h(
         quantized.matmul_integer,

@@ -7,6 +7,7 @@ from sporenet.lite.kernels import (
     control_flow,
     conv,
     conv_transpose,
+    dynamic_quantize,
     elementwise,
     fake_quant,
     layer_norm,
@@ -134,6 +135,7 @@ KERNELS: dict[OpCode, type[Kernel]] = {
     OpCode.ARGMIN: reduce.ArgMin,
     # quantization-aware training
     OpCode.FAKE_QUANT: fake_quant.FakeQuant,
+    OpCode.DYNAMIC_QUANTIZE: dynamic_quantize.DynamicQuantize,
     # recurrent layers over a whole sequence
     OpCode.LSTM: recurrent.LSTM,
     OpCode.GRU: recurrent.GRU,

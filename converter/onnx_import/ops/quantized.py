@@ -42,40 +42,18 @@ def _scalar(ctx: ImportContext, name: str, value: float) -> int:
     return ctx.constant(name, np.array(value, np.float32))
 
 
-def _dynamic_quantize(ctx: ImportContext, x: int, name: str) -> tuple[int, int, int, int]:
-    """(q, scale, zero point, y) of ONNX's DynamicQuantizeLinear as float32 tensors: the
-    range [min(x, 0), max(x, 0)] mapped onto 0..255, values rounded ties-to-even; y is
-    round(x / scale), before the zero point is added (q = saturate(y + zero point))."""
-    zero = _scalar(ctx, f"{name}/zero", 0.0)
-    lo = ctx.emit1(OpCode.MINIMUM, [ctx.emit1(OpCode.REDUCE_MIN, [x], keepdims=0), zero])
-    hi = ctx.emit1(OpCode.MAXIMUM, [ctx.emit1(OpCode.REDUCE_MAX, [x], keepdims=0), zero])
-    scale = ctx.emit1(
-        OpCode.DIV, [ctx.emit1(OpCode.SUB, [hi, lo]), _scalar(ctx, f"{name}/levels", 255.0)]
-    )
-    # An all-zero x has scale 1 (onnxruntime's choice), not 0 and NaN quotients.
-    is_zero = ctx.emit1(OpCode.CAST, [ctx.emit1(OpCode.EQUAL, [scale, zero])], to="float32")
-    scale = ctx.emit1(OpCode.ADD, [scale, is_zero])
-    top = _scalar(ctx, f"{name}/top", 255.0)
-
-    def saturate(v: int) -> int:
-        return ctx.emit1(OpCode.MINIMUM, [ctx.emit1(OpCode.MAXIMUM, [v, zero]), top])
-
-    zp = saturate(
-        _round(ctx, ctx.emit1(OpCode.NEG, [ctx.emit1(OpCode.DIV, [lo, scale])]), f"{name}/zp")
-    )
-    y = _round(ctx, ctx.emit1(OpCode.DIV, [x, scale]), f"{name}/y")
-    return saturate(ctx.emit1(OpCode.ADD, [y, zp])), scale, zp, y
-
-
 def dynamic_quantize_linear(ctx: ImportContext, node: OnnxNode) -> list[int]:
-    """y = saturate(round(x / scale) + zp) over [min(x, 0), max(x, 0)] mapped to 0..255."""
+    """y = saturate(round(x / scale) + zp) over [min(x, 0), max(x, 0)] mapped to 0..255:
+    one DYNAMIC_QUANTIZE node giving the centred values round(x / scale) clamped to
+    [-zp, 255 - zp], the scale and the zero point (the integer ops read the centred values
+    directly); the uint8 output is their sum with the zero point, kept only if read."""
     x = node.input(0)
     if ctx.dtype(x) != np.float32:
         raise node.fail(f"x must be float32, got {ctx.dtype(x)}")
-    q, scale, zp, y = _dynamic_quantize(ctx, x, node.name)
-    q8 = ctx.emit1(OpCode.CAST, [q], to="uint8")
+    centred, scale, zp = ctx.emit(OpCode.DYNAMIC_QUANTIZE, [x], num_outputs=3)
+    q8 = ctx.emit1(OpCode.CAST, [ctx.emit1(OpCode.ADD, [centred, zp])], to="uint8")
     zp8 = ctx.emit1(OpCode.CAST, [zp], to="uint8")
-    ctx.centred[q8] = (zp8, y, zp)
+    ctx.centred[q8] = (zp8, centred, zp)
     return [q8, scale, zp8]
 
 
@@ -140,13 +118,9 @@ def _centred(ctx: ImportContext, node: OnnxNode, x: int, zp_index: int, what: st
         raise node.fail(f"{what} must be int8 or uint8, got {ctx.dtype(x)}")
     known = ctx.centred.get(x)
     if known is not None and known[0] == zp_index:
-        # x from DynamicQuantizeLinear with its own zero point: saturate(y + zp) - zp is
-        # clamp(y, -zp, 255 - zp), exactly (small integers in float32), with no casts.
-        _, y, zp = known
-        top = _scalar(ctx, f"{node.name}/top", 255.0)
-        lo = ctx.emit1(OpCode.NEG, [zp])
-        hi = ctx.emit1(OpCode.SUB, [top, zp])
-        return ctx.emit1(OpCode.MINIMUM, [ctx.emit1(OpCode.MAXIMUM, [y, lo]), hi])
+        # x from DynamicQuantizeLinear with its own zero point: DYNAMIC_QUANTIZE's centred
+        # values are x - zp exactly (small integers in float32), with no casts.
+        return known[1]
     xf = ctx.emit1(OpCode.CAST, [x], to="float32")
     if zp_index == -1:
         return xf

@@ -113,6 +113,104 @@ def test_conv_integer_int32_round_trips_fold_and_match_onnxruntime(tmp_path: Pat
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
 
 
+def _dynamic_quantize_linear_model(path: Path) -> Path:
+    """DynamicQuantizeLinear alone, its three outputs (uint8 y, scale, zero point) out."""
+    graph = helper.make_graph(
+        [helper.make_node("DynamicQuantizeLinear", ["x"], ["y", "scale", "zp"])],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 5])],
+        [
+            helper.make_tensor_value_info("y", TensorProto.UINT8, [2, 3, 5]),
+            helper.make_tensor_value_info("scale", TensorProto.FLOAT, []),
+            helper.make_tensor_value_info("zp", TensorProto.UINT8, []),
+        ],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    onnx.save(model, str(path))
+    return path
+
+
+def test_dynamic_quantize_linear_is_one_node_and_matches_onnxruntime(tmp_path: Path) -> None:
+    """DYNAMIC_QUANTIZE gives onnxruntime's uint8 values, scale and zero point exactly:
+    mixed signs, one sign only, all zeros (scale 1), values on rounding ties and one
+    rounding past 255 (saturated)."""
+    path = _dynamic_quantize_linear_model(tmp_path / "dql.onnx")
+    model, _ = convert_onnx_model(path)
+    ops = [n.op for n in model.graphs[0].nodes]
+    assert ops.count(OpCode.DYNAMIC_QUANTIZE) == 1
+    assert OpCode.REDUCE_MIN not in ops and OpCode.DIV not in ops
+    interpreter = Interpreter(model_content=serialize(model))
+    rng = np.random.default_rng(5)
+    ties = np.linspace(-1.0, 1.55, 30)  # scale 0.01: x / scale lands on halves
+    ties[::2] += 0.005
+    cases = [
+        rng.normal(0, 3, 30),
+        rng.uniform(0.5, 4, 30),
+        -rng.uniform(0.5, 4, 30),
+        np.zeros(30),
+        ties,
+        # scale 1, zero point round(1.5) = 2 and round(253.5) = 254: 256 saturates to 255.
+        np.linspace(-1.5, 253.5, 30),
+    ]
+    # Many ranges: the rare rounding cases (a value rounding past 255 - zp) show up.
+    for _ in range(200):
+        lo, hi = sorted(rng.normal(0, 10.0 ** rng.integers(-3, 3), 2))
+        cases.append(rng.uniform(lo, hi, 30))
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    for x in cases:
+        feed = {"x": x.astype(np.float32).reshape(2, 3, 5)}
+        got = interpreter.run(feed)
+        want = dict(zip(("y", "scale", "zp"), session.run(None, feed), strict=True))
+        for name in ("y", "scale", "zp"):
+            assert got[name].dtype == want[name].dtype, name
+            np.testing.assert_array_equal(got[name], want[name], err_msg=name)
+
+
+def test_dynamic_quantize_feeds_integer_ops_without_emulation_nodes(tmp_path: Path) -> None:
+    """quantize_dynamic's MatMul and Conv: each activation quantized by one
+    DYNAMIC_QUANTIZE node read straight by the product, results as onnxruntime's."""
+    rng = np.random.default_rng(11)
+    src = _save(
+        [
+            helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
+            helper.make_node("Relu", ["c"], ["r"]),
+            helper.make_node("Reshape", ["r", "shape"], ["f"]),
+            helper.make_node("MatMul", ["f", "m"], ["y"]),
+        ],
+        {"x": [1, 8, 8, 8]},
+        "y",
+        {
+            "w": rng.normal(0, 0.2, (16, 8, 3, 3)),
+            "b": rng.normal(0, 1.0, 16),
+            "shape": np.array([16, 64]),
+            "m": rng.normal(0, 0.1, (64, 40)),
+        },
+        tmp_path / "conv_matmul.onnx",
+    )
+    # Reshape's target must stay int64.
+    proto = onnx.load(str(src))
+    for init in proto.graph.initializer:
+        if init.name == "shape":
+            init.CopyFrom(numpy_helper.from_array(np.array([16, 64], np.int64), "shape"))
+    onnx.save(proto, str(src))
+    out = tmp_path / "conv_matmul.dyn.onnx"
+    quantization.quantize_dynamic(str(src), str(out), weight_type=quantization.QuantType.QUInt8)
+    model, _ = convert_onnx_model(out)
+    ops = [n.op for n in model.graphs[0].nodes]
+    assert ops.count(OpCode.DYNAMIC_QUANTIZE) == 2
+    emulation = {OpCode.REDUCE_MIN, OpCode.REDUCE_MAX, OpCode.MINIMUM, OpCode.MAXIMUM}
+    assert not emulation & set(ops)
+    interpreter = Interpreter(model_content=serialize(model))
+    for seed in range(3):
+        x = np.random.default_rng(seed).normal(size=(1, 8, 8, 8)).astype(np.float32)
+        got = interpreter.run({"x": x})["y"]
+        (want,) = run_ort(out, {"x": x})
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+
+
 def _int32_bias_conv(path: Path, rng: np.random.Generator) -> Path:
     """The older quantize_dynamic form ddddocr's int8 model has: the bias quantized at run
     time to int32 (Floor(b / (x_scale * w_scale))) and added to ConvInteger's int32
