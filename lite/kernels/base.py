@@ -170,6 +170,11 @@ class Kernel:
         memory (see ChannelsLast)."""
         return ChannelsLast.REFUSED
 
+    def channels_last_follows(self, index: int) -> int | None:
+        """The input whose layout output `index` takes when its readers accept either
+        (elementwise kernels: one layout on both sides saves a transposing pass), or None."""
+        return None
+
     # ---- the two phases
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute | None:
         """Return the closure that computes outputs from inputs, or None if nothing to do."""

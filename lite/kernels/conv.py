@@ -135,6 +135,12 @@ class Conv2D(Kernel):
     def channels_last_output(self, index: int) -> ChannelsLast:
         return self._out_last if index == 0 else ChannelsLast.REFUSED
 
+    def channels_last_follows(self, index: int) -> int | None:
+        # A 1x1 GEMM reading channels-last rows writes channels-last rows faster than
+        # NCHW ones (the plain row-major product against a transposed one), so its output
+        # keeps the input's layout.
+        return 0 if self.strategy == "pointwise" and self._out_last else None
+
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
         x, w, out = inputs[0], inputs[1], outputs[0]
         bias = inputs[2] if len(inputs) > 2 else None
