@@ -332,7 +332,13 @@ def _channels_last_tensors(
                 continue
             follows = kernel.channels_last_follows(k)
             if max(stances) == ChannelsLast.PREFERRED or (
-                follows is not None and node.inputs[follows] in chosen
+                follows is not None
+                and node.inputs[follows] in chosen
+                and (
+                    kernel.elementwise
+                    or len(readers[i]) > 1  # the others would read it in mixed layouts
+                    or not readers[i][0][0].leans_nchw(readers[i][0][1])
+                )
             ):
                 chosen.add(i)
     return chosen

@@ -20,6 +20,7 @@ class BinaryKernel(Kernel):
     result_dtype: ClassVar[np.dtype | None] = None  # comparisons produce bool
 
     mixed_dtypes: ClassVar[bool] = False  # Pow's exponent may have its own dtype
+    elementwise = True
 
     def __init__(self, attrs: Attrs, inputs: Sequence[TensorSpec | None]) -> None:
         super().__init__(attrs, inputs)

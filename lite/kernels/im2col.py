@@ -16,6 +16,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from sporenet.lite.kernels.base import Compute
+from sporenet.lite.kernels.conv_common import gemm
 from sporenet.lite.kernels.spatial import Window
 from sporenet.lite.kernels.workspace import padded_temporary, temporary
 
@@ -82,7 +83,7 @@ def bind_im2col(
     n = x.shape[0]
     o, cg, kh, kw = w.shape
     oh, ow = win.out
-    copyto, matmul = np.copyto, np.matmul
+    copyto = np.copyto
     phases = min(win.strides[0], kh) * min(win.strides[1], kw)
     by_phase = 1 < phases <= _MAX_PHASES and win.dilations == (1, 1)
     if by_phase and n == g == 1:
@@ -137,6 +138,7 @@ def bind_im2col(
         # the columns transposed, the weights are re-packed once to (K, O).
         lhs, rhs = cmat.T, np.ascontiguousarray(wmat.reshape(o, -1).T)
         omat = out.transpose(0, 2, 3, 1).reshape(oh * ow, o)
+    product = gemm(lhs, rhs, omat)
 
     def compute() -> None:
         if refill is not None:
@@ -145,7 +147,7 @@ def bind_im2col(
             ones.fill(1)
         for dst, part in copies:
             copyto(dst, part)
-        matmul(lhs, rhs, out=omat)
+        product()
 
     return compute
 
@@ -209,7 +211,7 @@ def _bind_wide_phases(
         res = temporary((o, span), x.dtype)
         lhs, rhs = wmat, cols
         kept, dst = res.reshape(o, oh, wq)[:, :, :ow], out[0]
-    copyto, matmul = np.copyto, np.matmul
+    copyto, product = np.copyto, gemm(lhs, rhs, res)
 
     def compute() -> None:
         ph.fill(0)  # the padding, and the tails that only dropped columns read
@@ -219,7 +221,7 @@ def _bind_wide_phases(
             ones.fill(1)
         for d, s in fills:
             copyto(d, s)
-        matmul(lhs, rhs, out=res)
+        product()
         copyto(dst, kept)
 
     return compute

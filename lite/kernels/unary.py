@@ -25,6 +25,7 @@ class UnaryKernel(Kernel):
     # Whether `compute` is ufuncs on x and out alone (no reshape), so either may be an
     # NCHW view of channels-last storage (see Kernel.channels_last_input).
     any_layout: ClassVar[bool] = False
+    elementwise = True
 
     def __init__(self, attrs: Attrs, inputs: Sequence[TensorSpec | None]) -> None:
         super().__init__(attrs, inputs)

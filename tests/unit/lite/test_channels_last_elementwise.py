@@ -152,3 +152,39 @@ def test_global_average_pool_reads_channels_last(shape):
     _bind(OpCode.GLOBAL_AVG_POOL, [x], out)
     want = np.array(x, np.float64).mean(axis=(2, 3), keepdims=True)
     np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-6)
+
+
+def _pointwise_chain(c_mid: int, hw: int):
+    """depthwise -> narrowing 1x1 -> widening 1x1 with a bias -> depthwise."""
+    b = ModelBuilder(producer="test")
+    weights: list = []
+
+    def conv(t, c_in, c_out, k, group=1):
+        w = RNG.normal(size=(c_out, c_in // group, k, k)).astype(np.float32) * 0.3
+        bv = RNG.normal(size=c_out).astype(np.float32)
+        attrs = dict(pads=[k // 2] * 4, group=group, activation="relu6")
+        weights.append((w, bv, attrs))
+        n = len(weights)
+        return b.op(OpCode.CONV2D, [t, b.constant(f"w{n}", w), b.constant(f"b{n}", bv)], **attrs)
+
+    x = b.input("x", (1, 32, hw, hw))
+    d = conv(x, 32, 32, 3, group=32)
+    p = conv(d, 32, c_mid, 1)
+    e = conv(p, c_mid, 96, 1)
+    b.output(conv(e, 96, 96, 3, group=96), name="y")
+    return b.build(), weights, p
+
+
+@pytest.mark.parametrize("hw,p_last", [(24, False), (6, True)])
+def test_a_large_widening_pointwise_keeps_its_input_nchw(hw, p_last):
+    # The narrowing 1x1 layer reads channels-last rows; its output follows into
+    # channels-last unless its only reader, a widening 1x1 layer with a bias and a large
+    # output, reads NCHW rows faster (Kernel.leans_nchw).
+    model, weights, p = _pointwise_chain(8, hw)
+    interp = Interpreter(model=model, num_threads=1)
+    xv = RNG.normal(size=(1, 32, hw, hw)).astype(np.float32)
+    want = xv
+    for w, bv, attrs in weights:
+        (want,) = run_op(OpCode.CONV2D, [want, w, bv], **attrs)
+    np.testing.assert_allclose(interp.run({"x": xv})["y"], want, rtol=1e-4, atol=1e-4)
+    assert _is_last(interp._plan.arrays[p]) == p_last
