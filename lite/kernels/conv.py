@@ -173,10 +173,9 @@ class Conv2D(Kernel):
                 bias,
                 w_const=self.inputs[1].value is not None,  # type: ignore[union-attr]
                 bias_const=bias is not None and self.inputs[2].value is not None,
+                act=self.activation,
             )  # type: ignore[union-attr]
-            # The activation is elementwise: it runs on the contiguous alias of `out`.
-            dense = out.transpose(0, 2, 3, 1) if _is_channels_last(out) else out
-            return with_epilogue(main, dense, None, self.activation, False)
+            return main
         bias_const = (
             len(self.inputs) > 2 and self.inputs[2] is not None and self.inputs[2].value is not None
         )
