@@ -19,7 +19,11 @@ Conv2D picks one of five strategies when the model is planned:
 Between convolutions, the planner may store a tensor channels-last (an NCHW view of NHWC
 memory) when its producer and readers agree (Kernel.channels_last_input/output): the
 depthwise einsum then reads and writes it without transposing copies, and a 1x1 GEMM
-reads or writes it as the transposed (H*W, C) matrix, at no cost.
+reads or writes it as the transposed (H*W, C) matrix, at no cost. A 1x1 layer reading
+channels-last rows writes channels-last rows too (Conv2D.channels_last_follows), unless
+it widens with a bias over a large output, which is faster from NCHW rows
+(Conv2D.leans_nchw). 2-D GEMMs go through `conv_common.gemm`, which splits products just
+above OpenBLAS's unpacked-kernel limit.
 
 The bias and the fused activation are applied in place after the main step
 (`conv_common.with_epilogue`, shared with ConvTranspose2D in conv_transpose.py).
