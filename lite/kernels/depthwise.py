@@ -183,7 +183,10 @@ def _bind_channels_last(
         h, wd = x.shape[2:]
         top, left = win.pads[0], win.pads[1]
         buf = temporary(channels_last_shape(win, x.shape), x.dtype)
-        refill = _frame_fill(buf, (top, top + h), (left, left + wd))
+        # Runs of output rows that skip the kernel rows over padding never read the
+        # margin rows above and below the input (see _row_segments).
+        every_row = _row_segments(win, x.shape[2], n * q) == [(0, oh, 0, kh)]
+        refill = _frame_fill(buf, (top, top + h), (left, left + wd), margin_rows=every_row)
     else:  # column-tap planes: their zeros are not a frame, so they stay the kernel's
         # np.full, not np.zeros: written now, so the first call does not fault its pages in.
         buf, refill = np.full(channels_last_shape(win, x.shape), 0, x.dtype), None
@@ -255,9 +258,13 @@ def _bind_channels_last(
     return compute
 
 
-def _frame_fill(buf: np.ndarray, rows: tuple[int, int], cols: tuple[int, int]) -> Compute:
+def _frame_fill(
+    buf: np.ndarray, rows: tuple[int, int], cols: tuple[int, int], *, margin_rows: bool = True
+) -> Compute:
     """The step that zeroes the frame of a padded (N, Hp, Wp, C) buffer around the
-    interior rows [r0, r1) and columns [c0, c1), in as few calls as the layout allows.
+    interior rows [r0, r1) and columns [c0, c1), in as few calls as the layout allows;
+    margin_rows=False leaves the rows above and below the interior as they are (for
+    steps that never read them).
 
     In row-major memory the right margin of a row and the left margin of the next one
     are adjacent, so all side margins form one strided run per row; with as many rows of
@@ -284,8 +291,12 @@ def _frame_fill(buf: np.ndarray, rows: tuple[int, int], cols: tuple[int, int]) -
             )
         else:
             views += [buf[:, :r0], buf[:, r1:]]
+        if not margin_rows:
+            views = views[:1]
     else:
-        views = [buf[:, :r0], buf[:, r1:], buf[:, r0:r1, :c0], buf[:, r0:r1, c1:]]
+        views = [buf[:, r0:r1, :c0], buf[:, r0:r1, c1:]]
+        if margin_rows:
+            views += [buf[:, :r0], buf[:, r1:]]
     views = [v for v in views if v.size]
 
     def fill() -> None:

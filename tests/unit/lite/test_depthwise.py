@@ -160,14 +160,24 @@ def test_channels_last_on_stale_temporaries_with_fused_activation(algorithm, sha
     np.testing.assert_allclose(out, want, rtol=RTOL, atol=ATOL)
 
 
+@pytest.mark.parametrize("margin_rows", [True, False])
 @pytest.mark.parametrize(
     "rows,cols", [((1, 5), (1, 7)), ((2, 4), (1, 6)), ((0, 6), (2, 8)), ((1, 6), (0, 7))]
 )
-def test_frame_fill_zeroes_exactly_the_margins(rows, cols):
+def test_frame_fill_zeroes_exactly_the_margins(rows, cols, margin_rows):
     buf = np.full((2, 6, 8, 3), np.nan, np.float32)
-    depthwise._frame_fill(buf, rows, cols)()
+    depthwise._frame_fill(buf, rows, cols, margin_rows=margin_rows)()
     (r0, r1), (c0, c1) = rows, cols
     inside = np.zeros(buf.shape, bool)
     inside[:, r0:r1, c0:c1] = True
+    sides = np.zeros(buf.shape, bool)
+    sides[:, r0:r1] = ~inside[:, r0:r1]
     assert np.isnan(buf[inside]).all()
-    assert (buf[~inside] == 0).all()
+    assert (buf[sides] == 0).all()
+    # The margin rows are zeroed when asked; otherwise only the merged side runs may
+    # reach into them (the right part of the row above, the left part of the row below).
+    margin = ~inside & ~sides
+    if margin_rows:
+        assert (buf[margin] == 0).all()
+    else:
+        assert np.isnan(buf[:, :r0, :c1]).all() and np.isnan(buf[:, r1:, c0:]).all()
