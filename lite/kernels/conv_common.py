@@ -7,6 +7,7 @@ import numpy as np
 
 from sporenet.lite.kernels.base import Compute, Kernel, TensorSpec
 from sporenet.lite.kernels.spatial import check_nchw
+from sporenet.lite.threads import BLAS
 
 # Largest constant bias (in bytes of output) expanded to a full output image, so adding it
 # is one contiguous pass instead of a broadcast over short rows.
@@ -93,7 +94,8 @@ def gemm(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> Compute:
     head on a 3x3 map: a 160x1280 weight matrix packed on every call), so such a product
     runs as a few column (or row) blocks of `out` under the limit, each an unpacked call.
     Larger products keep one call (packing pays off; benchmarks/lite_inference.py shows
-    the layers near both edges)."""
+    the layers near both edges), and so does any product while BLAS runs several
+    threads (the blocks would each run on one)."""
     matmul = np.matmul
     if a.ndim != 2 or b.ndim != 2:
         return lambda: matmul(a, b, out=out)
@@ -109,7 +111,12 @@ def gemm(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> Compute:
         step = -(-m // parts)
         blocks = [(a[i : i + step], b, out[i : i + step]) for i in range(0, m, step)]
 
+    threads = BLAS.get if BLAS.available else (lambda: 1)
+
     def compute() -> None:
+        if threads() != 1:
+            matmul(a, b, out=out)
+            return
         for x, y, z in blocks:
             matmul(x, y, out=z)
 

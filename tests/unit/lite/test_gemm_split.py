@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from sporenet.lite.kernels import conv_common
+from sporenet.lite.threads import BLAS
 
 
 @pytest.mark.parametrize(
@@ -50,9 +51,34 @@ def test_gemm_splits_only_between_the_limits(monkeypatch):
     a, b = np.ones((9, 160), np.float32), np.ones((160, 1280), np.float32)
     out = np.empty((9, 1280), np.float32)
     monkeypatch.setattr(np, "matmul", counting)
-    conv_common.gemm(a, b, out)()
-    assert len(calls) == 2  # 1.8M multiply-adds: two unpacked blocks
-    calls.clear()
-    small = np.ones((9, 16), np.float32)
-    conv_common.gemm(a, b[:, :16], small)()
-    assert len(calls) == 1
+    with BLAS.limit(1):
+        conv_common.gemm(a, b, out)()
+        assert len(calls) == 2  # 1.8M multiply-adds: two unpacked blocks
+        calls.clear()
+        small = np.ones((9, 16), np.float32)
+        conv_common.gemm(a, b[:, :16], small)()
+        assert len(calls) == 1
+
+
+def test_gemm_keeps_one_call_while_blas_runs_several_threads(monkeypatch):
+    if not BLAS.available:
+        pytest.skip("no OpenBLAS whose thread count can be set")
+    calls = []
+    real = np.matmul
+
+    def counting(*args, **kwargs):
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    rng = np.random.default_rng(1)
+    a = rng.normal(size=(9, 160)).astype(np.float32)
+    b = rng.normal(size=(160, 1280)).astype(np.float32)
+    out = np.empty((9, 1280), np.float32)
+    monkeypatch.setattr(np, "matmul", counting)
+    step = conv_common.gemm(a, b, out)
+    for threads, expected in ((2, 1), (1, 2)):
+        calls.clear()
+        with BLAS.limit(threads):
+            step()
+        assert len(calls) == expected
+        np.testing.assert_allclose(out, a.astype(np.float64) @ b, rtol=1e-4, atol=1e-3)
