@@ -14,6 +14,7 @@ the output's largest magnitude.
     python benchmarks/lite_inference.py           # full run (a few minutes)
     python benchmarks/lite_inference.py --quick   # fewer repeats
     python benchmarks/lite_inference.py --real-only --threads 1
+    python benchmarks/lite_inference.py --nets mobilenetv2 --threads 1 --repeats 5
 
 Targets at batch 1 and one thread: ratio <= 1.5 (ResNet-18-style), <= 2.5
 (MobileNetV2-style), <= 3 (MLP), <= 4 (LeNet-style).
@@ -38,6 +39,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 
 
 def _choose_openblas_core() -> str | None:
@@ -360,6 +362,24 @@ def run(name: str, threads: int, budget: float, min_runs: int) -> dict[str, floa
 # ------------------------------------------------------------------------- real models
 
 
+def repeated(measure: Callable[[], dict[str, float]], repeats: int) -> dict[str, float]:
+    """`measure()` run `repeats` times: the median of every figure, plus the lowest and
+    highest CPU-time ratio ("cpu_lo", "cpu_hi") when there are several runs."""
+    runs = [measure() for _ in range(repeats)]
+    result = {key: statistics.median(r[key] for r in runs) for key in runs[0]}
+    if repeats > 1:
+        result["cpu_lo"] = min(r["cpu_ratio"] for r in runs)
+        result["cpu_hi"] = max(r["cpu_ratio"] for r in runs)
+    return result
+
+
+def _spread(r: dict[str, float], threads: int = 1) -> str:
+    """The range of the CPU-time ratio over repeats, when there were several."""
+    if "cpu_lo" not in r or threads != 1:
+        return ""
+    return f"  (cpu {r['cpu_lo']:.2f}-{r['cpu_hi']:.2f})"
+
+
 def run_real(model: PackagedModel, path: str, budget: float, min_runs: int) -> dict[str, float]:
     """Convert at the fed sizes, then time both engines on one thread (see `run`)."""
     from sporenet.converter import convert_onnx
@@ -377,7 +397,7 @@ def run_real(model: PackagedModel, path: str, budget: float, min_runs: int) -> d
     return time_both(session, interp, feeds, ours, theirs, budget, min_runs)
 
 
-def report_real(budget: float, min_runs: int) -> None:
+def report_real(budget: float, min_runs: int, repeats: int = 1) -> None:
     """The real-model table and its median / max ratio against the targets."""
     print(
         f"\nreal models, one thread (targets: median <= {REAL_MEDIAN_TARGET}, "
@@ -396,7 +416,7 @@ def report_real(budget: float, min_runs: int) -> None:
             print(f"{model.name:<16} skipped: package {model.package} is not installed")
             continue
         try:
-            r = run_real(model, str(path), budget, min_runs)
+            r = repeated(partial(run_real, model, str(path), budget, min_runs), repeats)
         except Exception as exc:  # a model that does not convert or run is reported, not fatal
             failed[model.name] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:90]}"
             print(f"{model.name:<16} failed: {failed[model.name]}", flush=True)
@@ -406,7 +426,7 @@ def report_real(budget: float, min_runs: int) -> None:
         mark = " !" if ratio > REAL_MAX_TARGET else ""
         print(
             f"{model.name:<16} {_fmt(r['ort']):>12} {_fmt(r['ours']):>12} {ratio:6.2f} "
-            f"{r['best_ratio']:7.2f} {r['cpu_ratio']:6.2f} {r['diff']:12.2e}{mark}",
+            f"{r['best_ratio']:7.2f} {r['cpu_ratio']:6.2f} {r['diff']:12.2e}{mark}{_spread(r)}",
             flush=True,
         )
     for what, values in (("wall-clock", ratios), ("CPU-time", cpu_ratios)):
@@ -455,6 +475,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--real-only", action="store_true", help="only the real models")
     parser.add_argument(
+        "--repeats",
+        type=int,
+        default=1,
+        help="time every net and model this many times (in turn) and report the median "
+        "of each figure, with the range of the CPU-time ratio (a shared machine's load "
+        "moves single runs)",
+    )
+    parser.add_argument(
         "--blas-core",
         default="auto",
         help="OpenBLAS kernels: auto (unset OPENBLAS_CORETYPE/OPENBLAS_L2_SIZE: the CPU's "
@@ -467,10 +495,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(f"BLAS (threadpoolctl): {_blas_info()}")
     budget, min_runs = (0.3, 5) if args.quick else (2.0, 20)
+    if args.repeats < 1:
+        parser.error(f"--repeats must be at least 1, got {args.repeats}")
+    print(f"load average at start: {', '.join(f'{v:.2f}' for v in os.getloadavg())}")
     if not args.real_only:
         _report_nets(args, budget, min_runs)
     if args.real or args.real_only:
-        report_real(budget, 5 if args.quick else 10)
+        report_real(budget, 5 if args.quick else 10, args.repeats)
+    print(f"load average at end: {', '.join(f'{v:.2f}' for v in os.getloadavg())}")
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"\npeak RSS of this process: {peak:.0f} MiB")
     return 0
@@ -497,7 +529,7 @@ def _report_nets(args: argparse.Namespace, budget: float, min_runs: int) -> None
     missed = []
     for threads in [int(t) for t in args.threads.split(",")]:
         for name in args.nets.split(","):
-            r = run(name, threads, budget, min_runs)
+            r = repeated(partial(run, name, threads, budget, min_runs), args.repeats)
             ratio = r["ours"] / r["ort"]
             target = TARGETS[name] if threads == 1 else None
             mark = ""
@@ -508,7 +540,7 @@ def _report_nets(args: argparse.Namespace, budget: float, min_runs: int) -> None
             print(
                 f"{name:<12} {threads:>7} {_fmt(r['ort']):>12} {_fmt(r['ours']):>12} "
                 f"{ratio:6.2f} {target or '':>6} {r['best_ratio']:7.2f} {cpu} "
-                f"{r['diff']:12.2e}{mark}",
+                f"{r['diff']:12.2e}{mark}{_spread(r, threads)}",
                 flush=True,
             )
     if missed:

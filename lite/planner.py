@@ -322,8 +322,9 @@ def _channels_last_tensors(
     nodes: list[Node], kernels: list[Kernel | None], outputs: Collection[int]
 ) -> set[int]:
     """The 4-D tensors stored channels-last: their producer and every reader accept it and
-    one of them prefers it (see ChannelsLast), so fewer steps convert between layouts.
-    Graph outputs stay contiguous NCHW."""
+    one of them prefers it (see ChannelsLast), or the producer computes elementwise from
+    an input stored so (Kernel.channels_last_follows), so fewer steps convert between
+    layouts. Graph outputs stay contiguous NCHW."""
     readers: dict[int, list[tuple[Kernel, int]]] = {}
     for node, kernel in zip(nodes, kernels, strict=True):
         if kernel is not None:
@@ -339,7 +340,18 @@ def _channels_last_tensors(
                 continue
             stances = [kernel.channels_last_output(k)]
             stances += [reader.channels_last_input(index) for reader, index in readers[i]]
-            if min(stances) >= ChannelsLast.ACCEPTED and max(stances) == ChannelsLast.PREFERRED:
+            if min(stances) < ChannelsLast.ACCEPTED:
+                continue
+            follows = kernel.channels_last_follows(k)
+            if max(stances) == ChannelsLast.PREFERRED or (
+                follows is not None
+                and node.inputs[follows] in chosen
+                and (
+                    kernel.elementwise
+                    or len(readers[i]) > 1  # the others would read it in mixed layouts
+                    or not readers[i][0][0].leans_nchw(readers[i][0][1])
+                )
+            ):
                 chosen.add(i)
     return chosen
 

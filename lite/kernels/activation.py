@@ -37,6 +37,8 @@ def _bounds(dtype: np.dtype, lo: float, hi: float) -> tuple[np.ndarray, np.ndarr
 
 
 _BOUNDS: dict[tuple[np.dtype, float, float], tuple[np.ndarray, np.ndarray]] = {}
+bounds = _bounds  # shared with the standalone activation kernels (unary.py)
+clip_ufunc = _clip
 
 
 def relu_into(x: np.ndarray, out: np.ndarray) -> None:
@@ -109,6 +111,7 @@ def _scalar(dtype: np.dtype, value: float) -> np.ndarray:
 
 
 _SCALARS: dict[tuple[np.dtype, float], np.ndarray] = {}
+scalar = _scalar
 
 
 FUSED_ACTIVATIONS: dict[str, InPlace | None] = {

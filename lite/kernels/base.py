@@ -117,6 +117,9 @@ class Kernel:
     num_inputs: ClassVar[tuple[int, int]] = (1, 1)  # (min, max) count, absent (-1) included
     # A view kernel produces outputs that alias its first input (no copy, no step at run time).
     is_view: ClassVar[bool] = False
+    # An elementwise kernel's output follows its input's layout even past a reader that
+    # leans NCHW (Kernel.leans_nchw): a pass over mixed layouts costs more than the lean.
+    elementwise: ClassVar[bool] = False
 
     def __init__(self, attrs: Attrs, inputs: Sequence[TensorSpec | None]) -> None:
         self.attrs = attrs
@@ -169,6 +172,18 @@ class Kernel:
         """How `bind` writes output `index` into an (N, C, H, W) view of channels-last
         memory (see ChannelsLast)."""
         return ChannelsLast.REFUSED
+
+    def channels_last_follows(self, index: int) -> int | None:
+        """The input whose layout output `index` takes when its readers accept either
+        (elementwise kernels: one layout on both sides saves a transposing pass), or None."""
+        return None
+
+    def leans_nchw(self, index: int) -> bool:
+        """Whether input `index`, though accepted channels-last, is read faster NCHW: a
+        tensor this kernel alone reads then does not follow its producer's input into
+        channels-last (one that some kernel prefers channels-last is stored so all the
+        same)."""
+        return False
 
     # ---- the two phases
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute | None:

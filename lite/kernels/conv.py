@@ -19,7 +19,11 @@ Conv2D picks one of five strategies when the model is planned:
 Between convolutions, the planner may store a tensor channels-last (an NCHW view of NHWC
 memory) when its producer and readers agree (Kernel.channels_last_input/output): the
 depthwise einsum then reads and writes it without transposing copies, and a 1x1 GEMM
-reads or writes it as the transposed (H*W, C) matrix, at no cost.
+reads or writes it as the transposed (H*W, C) matrix, at no cost. A 1x1 layer reading
+channels-last rows writes channels-last rows too (Conv2D.channels_last_follows), unless
+it widens with a bias over a large output, which is faster from NCHW rows
+(Conv2D.leans_nchw). 2-D GEMMs go through `conv_common.gemm`, which splits products just
+above OpenBLAS's unpacked-kernel limit.
 
 The bias and the fused activation are applied in place after the main step
 (`conv_common.with_epilogue`, shared with ConvTranspose2D in conv_transpose.py).
@@ -37,7 +41,7 @@ import numpy as np
 from sporenet.lite import pages
 from sporenet.lite.kernels.activation import fused_activation
 from sporenet.lite.kernels.base import Attrs, ChannelsLast, Compute, Kernel, TensorSpec
-from sporenet.lite.kernels.conv_common import check_filter, conv_operands, with_epilogue
+from sporenet.lite.kernels.conv_common import check_filter, conv_operands, gemm, with_epilogue
 from sporenet.lite.kernels.depthwise import bind_depthwise, uses_channels_last
 from sporenet.lite.kernels.im2col import bind_im2col, bind_im2col_hwc
 from sporenet.lite.kernels.spatial import window
@@ -135,6 +139,27 @@ class Conv2D(Kernel):
     def channels_last_output(self, index: int) -> ChannelsLast:
         return self._out_last if index == 0 else ChannelsLast.REFUSED
 
+    def leans_nchw(self, index: int) -> bool:
+        # A widening 1x1 layer with a constant bias carries the bias through its GEMM
+        # under a copy of NCHW input rows; from channels-last rows it needs an extra pass
+        # over its output (worth avoiding when that output is large).
+        out = self.output_specs[0]
+        bias = self.optional_input(2)
+        return (
+            index == 0
+            and self.strategy == "pointwise"
+            and out.shape[1] > self.input(0).shape[1]
+            and bias is not None
+            and bias.value is not None
+            and out.size * out.dtype.itemsize >= _LEAN_NCHW_BYTES
+        )
+
+    def channels_last_follows(self, index: int) -> int | None:
+        # A 1x1 GEMM reading channels-last rows writes channels-last rows faster than
+        # NCHW ones (the plain row-major product against a transposed one), so its output
+        # keeps the input's layout.
+        return 0 if self.strategy == "pointwise" and self._out_last else None
+
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
         x, w, out = inputs[0], inputs[1], outputs[0]
         bias = inputs[2] if len(inputs) > 2 else None
@@ -152,10 +177,9 @@ class Conv2D(Kernel):
                 bias,
                 w_const=self.inputs[1].value is not None,  # type: ignore[union-attr]
                 bias_const=bias is not None and self.inputs[2].value is not None,
+                act=self.activation,
             )  # type: ignore[union-attr]
-            # The activation is elementwise: it runs on the contiguous alias of `out`.
-            dense = out.transpose(0, 2, 3, 1) if _is_channels_last(out) else out
-            return with_epilogue(main, dense, None, self.activation, False)
+            return main
         bias_const = (
             len(self.inputs) > 2 and self.inputs[2] is not None and self.inputs[2].value is not None
         )
@@ -193,9 +217,8 @@ class Conv2D(Kernel):
         w2 = w.reshape(o, c)
         matmul = np.matmul
         if n == 1:
-            x2, out2 = x.reshape(c, h * wd), out.reshape(o, h * wd)
-        else:
-            x2, out2 = x.reshape(n, c, h * wd), out.reshape(n, o, h * wd)
+            return gemm(w2, x.reshape(c, h * wd), out.reshape(o, h * wd))
+        x2, out2 = x.reshape(n, c, h * wd), out.reshape(n, o, h * wd)
         return lambda: matmul(w2, x2, out=out2)
 
     def _bind_pointwise_last(
@@ -213,7 +236,7 @@ class Conv2D(Kernel):
         o, hw = w.shape[0], h * wd
         bias_const = bias is not None and self.inputs[2].value is not None  # type: ignore[union-attr]
         wt = np.ascontiguousarray(w.reshape(o, c).T)  # (C, O)
-        matmul, add, copyto, act = np.matmul, np.add, np.copyto, self.activation
+        add, copyto, act = np.add, np.copyto, self.activation
         if _is_channels_last(x):
             rows = x.transpose(0, 2, 3, 1).reshape(n, hw, c)  # (N, H*W, C)
         else:
@@ -221,9 +244,8 @@ class Conv2D(Kernel):
         if not _is_channels_last(out):
             om = out.reshape(n, o, hw)
             cols, w2 = rows.transpose(0, 2, 1), wt.T
-            if n == 1:
-                om, cols = om[0], cols[0]
-            return with_epilogue(lambda: matmul(w2, cols, out=om), out, bias, act, bias_const)
+            product = gemm(w2, cols[0], om[0]) if n == 1 else gemm(w2, cols, om)
+            return with_epilogue(product, out, bias, act, bias_const)
         dense = out.transpose(0, 2, 3, 1)  # contiguous (N, H, W, O)
         om = dense.reshape(n, hw, o)
         copies: list[tuple[np.ndarray, np.ndarray]] = []
@@ -240,8 +262,7 @@ class Conv2D(Kernel):
             b, target = np.tile(bias, hw), dense.reshape(n, hw * o)  # type: ignore[arg-type]
         elif bias is not None:
             b = bias
-        if n == 1:
-            rows, om = rows[0], om[0]
+        product = gemm(rows[0], wt, om[0]) if n == 1 else gemm(rows, wt, om)
 
         pages.release_unless_read(w, wt)
 
@@ -250,7 +271,7 @@ class Conv2D(Kernel):
                 ones.fill(1)
             for dst, src in copies:
                 copyto(dst, src)
-            matmul(rows, wt, out=om)
+            product()
             if b is not None:
                 add(target, b, out=target)
             if act is not None:
@@ -273,12 +294,13 @@ class Conv2D(Kernel):
         rows = temporary((h * wd, o), x.dtype)
         result, out2 = rows.T, out.reshape(o, h * wd)
         b = None if bias is None else bias.reshape(o, 1)
-        matmul, add, copyto, act = np.matmul, np.add, np.copyto, self.activation
+        add, copyto, act = np.add, np.copyto, self.activation
+        product = gemm(xt, wt, rows)
 
         pages.release_unless_read(w, wt)
 
         def compute() -> None:
-            matmul(xt, wt, out=rows)
+            product()
             if b is None:
                 copyto(out2, result)
             else:
@@ -298,14 +320,14 @@ class Conv2D(Kernel):
         x3 = x.reshape(n, c, h * wd)
         wmat = np.concatenate([w.reshape(o, c), bias.reshape(o, 1)], axis=1)
         cmat, omat = (full[0], out.reshape(o, -1)) if n == 1 else (full, out.reshape(n, o, -1))
-        copyto, matmul = np.copyto, np.matmul
+        copyto, product = np.copyto, gemm(wmat, cmat, omat)
 
         pages.release_unless_read(w, wmat)
 
         def compute() -> None:
             ones.fill(1)
             copyto(rows, x3)
-            matmul(wmat, cmat, out=omat)
+            product()
 
         return compute
 
@@ -373,6 +395,10 @@ _HWC_MIN_CH = 32
 # multiply transposed (see Conv2D._bind_pointwise_head).
 _HEAD_MAX_PLANE = 16
 _HEAD_MIN_WEIGHT_BYTES = 512 << 10
+
+# Smallest output (bytes) of a widening 1x1 layer with a constant bias that leans NCHW
+# (see Conv2D.leans_nchw).
+_LEAN_NCHW_BYTES = 128 << 10
 
 # Largest channels-last 1x1 output (bytes) whose constant bias is tiled to the whole image.
 _BIAS_TILE_LIMIT = 1 << 20

@@ -7,6 +7,7 @@ import numpy as np
 
 from sporenet.lite.kernels.base import Compute, Kernel, TensorSpec
 from sporenet.lite.kernels.spatial import check_nchw
+from sporenet.lite.threads import BLAS
 
 # Largest constant bias (in bytes of output) expanded to a full output image, so adding it
 # is one contiguous pass instead of a broadcast over short rows. The pass is about twice as
@@ -84,3 +85,47 @@ def with_epilogue(
         act(out)  # type: ignore[operator]
 
     return with_both
+
+
+def gemm(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> Compute:
+    """The step out = a @ b for 2-D operands, split into products OpenBLAS runs unpacked.
+
+    OpenBLAS multiplies products of at most about a million multiply-adds (M*N*K) with
+    kernels that read the operands in place, and larger ones by first packing both into
+    panels. Just above that size the packing costs more than it saves (a 1280-channel 1x1
+    head on a 3x3 map: a 160x1280 weight matrix packed on every call), so such a product
+    runs as a few column (or row) blocks of `out` under the limit, each an unpacked call.
+    Larger products keep one call (packing pays off; benchmarks/lite_inference.py shows
+    the layers near both edges), and so does any product while BLAS runs several
+    threads (the blocks would each run on one)."""
+    matmul = np.matmul
+    if a.ndim != 2 or b.ndim != 2:
+        return lambda: matmul(a, b, out=out)
+    (m, k), n = a.shape, b.shape[1]
+    work = m * n * k
+    if not _UNPACKED_GEMM < work <= _SPLIT_GEMM_LIMIT:
+        return lambda: matmul(a, b, out=out)
+    parts = -(-work // _UNPACKED_GEMM)
+    if n >= m:
+        step = -(-n // parts)
+        blocks = [(a, b[:, j : j + step], out[:, j : j + step]) for j in range(0, n, step)]
+    else:
+        step = -(-m // parts)
+        blocks = [(a[i : i + step], b, out[i : i + step]) for i in range(0, m, step)]
+
+    threads = BLAS.get if BLAS.available else (lambda: 1)
+
+    def compute() -> None:
+        if threads() != 1:
+            matmul(a, b, out=out)
+            return
+        for x, y, z in blocks:
+            matmul(x, y, out=z)
+
+    return compute
+
+
+# OpenBLAS's unpacked ("small matrix") limit on M*N*K, and the largest product split to
+# stay under it (see gemm).
+_UNPACKED_GEMM = 1_000_000
+_SPLIT_GEMM_LIMIT = 8_000_000

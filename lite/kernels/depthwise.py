@@ -23,9 +23,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from sporenet.lite.kernels.activation import InPlace
 from sporenet.lite.kernels.base import Compute
 from sporenet.lite.kernels.spatial import Window
-from sporenet.lite.kernels.workspace import padded_temporary, temporary
+from sporenet.lite.kernels.workspace import temporary
 
 # Planar layout choice: phase grids of at most this many positions use the interleaved
 # layout. Constant weights are expanded to one value per element (up to _EXPAND_LIMIT
@@ -60,12 +61,24 @@ def bind_depthwise(
     *,
     w_const: bool,
     bias_const: bool,
+    act: InPlace | None = None,
 ) -> Compute:
-    """The depthwise step writing `out` (bias included); see the module docstring."""
+    """The depthwise step writing `out`, bias and the in-place activation `act`
+    included; see the module docstring."""
     stored_last = not x.flags.c_contiguous and x.transpose(0, 2, 3, 1).flags.c_contiguous
     if uses_channels_last(win, x.shape, x.itemsize, stored_last=stored_last):
-        return _bind_channels_last(win, x, w, out, bias, w_const=w_const, bias_const=bias_const)
-    return _bind_planar(win, x, w, out, bias, w_const=w_const, bias_const=bias_const)
+        return _bind_channels_last(
+            win, x, w, out, bias, w_const=w_const, bias_const=bias_const, act=act
+        )
+    step = _bind_planar(win, x, w, out, bias, w_const=w_const, bias_const=bias_const)
+    if act is None:
+        return step
+
+    def with_act() -> None:
+        step()
+        act(out)
+
+    return with_act
 
 
 def uses_channels_last(
@@ -160,6 +173,7 @@ def _bind_channels_last(
     *,
     w_const: bool,
     bias_const: bool,
+    act: InPlace | None = None,
 ) -> Compute:
     """All taps as one einsum over strided views of a channels-last padded buffer."""
     n, c = x.shape[:2]
@@ -168,9 +182,11 @@ def _bind_channels_last(
     if win.strides[1] == 1:
         h, wd = x.shape[2:]
         top, left = win.pads[0], win.pads[1]
-        buf, refill = padded_temporary(
-            channels_last_shape(win, x.shape), x.dtype, (1, 2), (top, top + h), (left, left + wd)
-        )
+        buf = temporary(channels_last_shape(win, x.shape), x.dtype)
+        # Runs of output rows that skip the kernel rows over padding never read the
+        # margin rows above and below the input (see _row_segments).
+        every_row = _row_segments(win, x.shape[2], n * q) == [(0, oh, 0, kh)]
+        refill = _frame_fill(buf, (top, top + h), (left, left + wd), margin_rows=every_row)
     else:  # column-tap planes: their zeros are not a frame, so they stay the kernel's
         # np.full, not np.zeros: written now, so the first call does not fault its pages in.
         buf, refill = np.full(channels_last_shape(win, x.shape), 0, x.dtype), None
@@ -212,12 +228,16 @@ def _bind_channels_last(
     # Runs of output rows and the kernel rows they read inside the input (see
     # _row_segments); rows whose taps all fall in the padding start at zero.
     acc_blocks = acc.reshape(n, oh, ow // block, block * c)
+    segments = _row_segments(win, x.shape[2], n * q)
     parts = [
         (views[i0:i1, :, :, r0:r1], wt[i0:i1], acc_blocks[:, r0:r1])
-        for r0, r1, i0, i1 in _row_segments(win, x.shape[2])
+        for r0, r1, i0, i1 in segments
         if i1 > i0
     ]
-    zeros = [acc[:, r0:r1] for r0, r1, i0, i1 in _row_segments(win, x.shape[2]) if i1 == i0]
+    zeros = [acc[:, r0:r1] for r0, r1, i0, i1 in segments if i1 == i0]
+    # The activation is elementwise: it runs on the contiguous accumulator, before the
+    # copy into an NCHW `out` when there is one.
+    act_on = acc_nhwc if act is not None else None
 
     def compute() -> None:
         if refill is not None:
@@ -230,10 +250,60 @@ def _bind_channels_last(
             a.fill(0)
         if b_acc is not None:
             add(acc_b, b_acc, out=acc_b)
+        if act_on is not None:
+            act(act_on)  # type: ignore[misc]
         if result is not None:
             copyto(out, result)
 
     return compute
+
+
+def _frame_fill(
+    buf: np.ndarray, rows: tuple[int, int], cols: tuple[int, int], *, margin_rows: bool = True
+) -> Compute:
+    """The step that zeroes the frame of a padded (N, Hp, Wp, C) buffer around the
+    interior rows [r0, r1) and columns [c0, c1), in as few calls as the layout allows;
+    margin_rows=False leaves the rows above and below the interior as they are (for
+    steps that never read them).
+
+    In row-major memory the right margin of a row and the left margin of the next one
+    are adjacent, so all side margins form one strided run per row; with as many rows of
+    margin below as above, the top and bottom margins form one view too. A thin frame
+    costs little to write, but on small layers four calls are a visible share."""
+    n, hp, wp, c = buf.shape
+    (r0, r1), (c0, c1) = rows, cols
+    side = (wp - c1 + c0) * c  # right margin of one row + left margin of the next
+    sn, sr, _, se = buf.strides
+    flat = buf.reshape(-1)
+    views = []
+    if r0 > 0 and r1 < hp and side and buf.flags.c_contiguous:
+        start = (r0 - 1) * wp * c + c1 * c  # right margin of the row above the interior
+        views.append(
+            np.lib.stride_tricks.as_strided(
+                flat[start:], shape=(n, r1 - r0 + 1, side), strides=(sn, sr, se)
+            )
+        )
+        if r0 == hp - r1:
+            views.append(
+                np.lib.stride_tricks.as_strided(
+                    buf, shape=(n, 2, r0 * wp * c), strides=(sn, r1 * sr, se)
+                )
+            )
+        else:
+            views += [buf[:, :r0], buf[:, r1:]]
+        if not margin_rows:
+            views = views[:1]
+    else:
+        views = [buf[:, r0:r1, :c0], buf[:, r0:r1, c1:]]
+        if margin_rows:
+            views += [buf[:, :r0], buf[:, r1:]]
+    views = [v for v in views if v.size]
+
+    def fill() -> None:
+        for v in views:
+            v.fill(0)
+
+    return fill
 
 
 def _weight_block(win: Window, c: int, itemsize: int) -> int:
@@ -255,13 +325,14 @@ _TILED_WEIGHTS_LIMIT = 256 << 10
 _MIN_BLOCK_RUN = 1024
 
 
-def _row_segments(win: Window, h: int) -> list[tuple[int, int, int, int]]:
+def _row_segments(win: Window, h: int, row_size: int) -> list[tuple[int, int, int, int]]:
     """(first, end) output rows and (first, end) kernel rows they read inside the input.
 
     A kernel row that reads only padding rows adds zeros: on short inputs (a text line
     2 rows high under a 5x5 kernel) that is most of the work, so runs of output rows that
     read the same kernel rows get one einsum each. When skipping saves little, one run
-    covers everything (one call is cheaper than several)."""
+    covers everything (one call is cheaper than several): a small share of the work, or
+    fewer multiply-adds (`row_size` per output row and tap) than the extra calls cost."""
     (kh, _), (sh, _), (dh, _), (oh, _) = win.kernel, win.strides, win.dilations, win.out
     top = win.pads[0]
     runs: list[list[int]] = []
@@ -273,7 +344,8 @@ def _row_segments(win: Window, h: int) -> list[tuple[int, int, int, int]]:
         else:
             runs.append([r, r + 1, lo, hi])
     skipped = sum((r1 - r0) * (kh - (i1 - i0)) for r0, r1, i0, i1 in runs)
-    if skipped < _MIN_SKIPPED_SHARE * oh * kh:
+    saved = skipped * win.kernel[1] * row_size
+    if skipped < _MIN_SKIPPED_SHARE * oh * kh or saved < _CALL_WORTH * (len(runs) - 1):
         return [(0, oh, 0, kh)]
     return [(r0, r1, i0, i1) for r0, r1, i0, i1 in runs]
 
@@ -281,6 +353,8 @@ def _row_segments(win: Window, h: int) -> list[tuple[int, int, int, int]]:
 # Smallest share of (output row, kernel row) pairs in the padding that is worth one
 # einsum call per run of rows (see _row_segments).
 _MIN_SKIPPED_SHARE = 0.15
+# Multiply-adds an einsum does in about the time one more call costs.
+_CALL_WORTH = 12000
 
 
 def _bind_planar(

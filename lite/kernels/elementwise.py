@@ -8,7 +8,7 @@ from typing import ClassVar
 import numpy as np
 
 from sporenet.lite.kernels.activation import fused_activation
-from sporenet.lite.kernels.base import Attrs, Compute, Kernel, TensorSpec
+from sporenet.lite.kernels.base import Attrs, ChannelsLast, Compute, Kernel, TensorSpec
 from sporenet.lite.ops import OpCode
 
 
@@ -20,6 +20,7 @@ class BinaryKernel(Kernel):
     result_dtype: ClassVar[np.dtype | None] = None  # comparisons produce bool
 
     mixed_dtypes: ClassVar[bool] = False  # Pow's exponent may have its own dtype
+    elementwise = True
 
     def __init__(self, attrs: Attrs, inputs: Sequence[TensorSpec | None]) -> None:
         super().__init__(attrs, inputs)
@@ -34,8 +35,23 @@ class BinaryKernel(Kernel):
                 f"a fused activation needs a float output, got {self.output_specs[0].dtype}"
             )
 
+    # Layout: the ufunc reads and writes NCHW views of either storage, broadcasting on the
+    # logical shape (a per-channel [N, C, 1, 1] operand is the same either way), so a 4-D
+    # output may be stored channels-last; it follows the input of its own shape.
+    def channels_last_input(self, index: int) -> ChannelsLast:
+        return ChannelsLast.ACCEPTED if self.input(index).rank == 4 else ChannelsLast.REFUSED
+
+    def channels_last_output(self, index: int) -> ChannelsLast:
+        four = len(self.output_specs[0].shape) == 4
+        return ChannelsLast.ACCEPTED if four else ChannelsLast.REFUSED
+
+    def channels_last_follows(self, index: int) -> int | None:
+        shape = self.output_specs[0].shape
+        return next((k for k in (0, 1) if self.input(k).shape == shape), None)
+
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
         a, b, out, f, act = inputs[0], inputs[1], outputs[0], self.ufunc, self.activation
+        a, b, out = _storage_order(a, b, out)  # type: ignore[arg-type]
         if act is None:
             return lambda: f(a, b, out=out)
 
@@ -44,6 +60,20 @@ class BinaryKernel(Kernel):
             act(out)
 
         return compute
+
+
+def _storage_order(
+    a: np.ndarray, b: np.ndarray, out: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The operands with their axes in storage order (N, H, W, C) when `out` is stored
+    channels-last: the ufunc then loops over contiguous memory without reordering axes
+    on every call. Broadcasting is unchanged (operands of lower rank are padded to 4-D
+    first)."""
+    if out.ndim != 4 or out.flags.c_contiguous or not out.transpose(0, 2, 3, 1).flags.c_contiguous:
+        return a, b, out
+    a4 = a.reshape((1,) * (4 - a.ndim) + a.shape)
+    b4 = b.reshape((1,) * (4 - b.ndim) + b.shape)
+    return tuple(t.transpose(0, 2, 3, 1) for t in (a4, b4, out))  # type: ignore[return-value]
 
 
 class Add(BinaryKernel):

@@ -17,6 +17,7 @@ import numpy as np
 
 from sporenet.lite import pages
 from sporenet.lite.kernels.base import Compute
+from sporenet.lite.kernels.conv_common import gemm
 from sporenet.lite.kernels.spatial import Window
 from sporenet.lite.kernels.workspace import padded_temporary, temporary
 
@@ -83,7 +84,11 @@ def bind_im2col(
     n = x.shape[0]
     o, cg, kh, kw = w.shape
     oh, ow = win.out
-    copyto, matmul = np.copyto, np.matmul
+    copyto = np.copyto
+    phases = min(win.strides[0], kh) * min(win.strides[1], kw)
+    by_phase = 1 < phases <= _MAX_PHASES and win.dilations == (1, 1)
+    if by_phase and n == g == 1:
+        return _bind_wide_phases(win, x, w, out, bias)
     refill = None
     if win.padded:
         h, wd = x.shape[2:]
@@ -97,8 +102,6 @@ def bind_im2col(
         xp, interior = x, None
     src = im2col_view(xp, win)
     k = cg * kh * kw
-    phases = min(win.strides[0], kh) * min(win.strides[1], kw)
-    by_phase = 1 < phases <= _MAX_PHASES and win.dilations == (1, 1)
     extra = 0 if bias is None else 1
     if n == g == 1 and not by_phase and (k + extra) * oh * ow * x.itemsize > _BLOCK_BYTES:
         return _bind_row_blocks(win, src, x, interior, refill, w, out, bias)
@@ -136,6 +139,7 @@ def bind_im2col(
         # the columns transposed, the weights are re-packed once to (K, O).
         lhs, rhs = cmat.T, np.ascontiguousarray(wmat.reshape(o, -1).T)
         omat = out.transpose(0, 2, 3, 1).reshape(oh * ow, o)
+    product = gemm(lhs, rhs, omat)
 
     pages.release_unless_read(w, lhs, rhs)  # the weights, unless packed
 
@@ -146,7 +150,82 @@ def bind_im2col(
             ones.fill(1)
         for dst, part in copies:
             copyto(dst, part)
-        matmul(lhs, rhs, out=omat)
+        product()
+
+    return compute
+
+
+def _bind_wide_phases(
+    win: Window, x: np.ndarray, w: np.ndarray, out: np.ndarray, bias: np.ndarray | None
+) -> Compute:
+    """Columns + GEMM of a strided, undilated window on one image, in whole phase rows.
+
+    Each stride phase of the (implicitly padded) input is copied once, straight from the
+    input, into a zeroed buffer whose rows are WQ wide (the widest phase). A tap at
+    offset (u, v) inside its phase then reads the OH*WQ consecutive elements from
+    u*WQ + v on, so the taps of a phase fill their column rows in one copy of long
+    contiguous runs, where exact (OH, OW) windows copy OH rows of OW elements per tap (a
+    stem's 27 taps of 48x48 outputs: 1,296 short rows). The product has WQ - OW extra
+    columns per output row, which the copy into `out` drops. With a bias, the columns
+    get a row of ones and the weights the bias as a column."""
+    c, h, wd = x.shape[1:]
+    o, _, kh, kw = w.shape
+    (sh, sw), (oh, ow) = win.strides, win.out
+    top, left = win.pads[0], win.pads[1]
+    hp = max(h + top + win.pads[2], win.extent[0])
+    wq = -(-max(wd + left + win.pads[3], win.extent[1]) // sw)
+    # Rows per phase: the input's, and enough that the last tap's run stays inside.
+    rows = max(-(-hp // sh), oh + -(-kh // sh))
+    grid = [(a, b) for a in range(min(sh, kh)) for b in range(min(sw, kw))]
+    ph = temporary((len(grid), c, rows, wq), x.dtype)
+    k = c * kh * kw
+    extra = 0 if bias is None else 1
+    span = oh * wq
+    cols = temporary((k + extra, span), x.dtype)
+    taps = cols[:k].reshape(c, kh, kw, span)
+    copies: list[tuple[np.ndarray, np.ndarray]] = []
+    fills: list[tuple[np.ndarray, np.ndarray]] = []
+    for p, (a, b) in enumerate(grid):
+        r0, q0 = -(-(top - a) // sh), -(-(left - b) // sw)  # first phase row/col of input
+        r1, q1 = -(-(top + h - a) // sh), -(-(left + wd - b) // sw)
+        r0, q0 = max(r0, 0), max(q0, 0)
+        if r1 > r0 and q1 > q0:
+            y0, x0 = r0 * sh + a - top, q0 * sw + b - left
+            y1, x1 = y0 + (r1 - r0 - 1) * sh + 1, x0 + (q1 - q0 - 1) * sw + 1
+            src = x[0, :, y0:y1:sh, x0:x1:sw]
+            copies.append((ph[p, :, r0:r1, q0:q1], src))
+        ku, kv = -(-(kh - a) // sh), -(-(kw - b) // sw)
+        sc, sr, se = ph.strides[1:]
+        runs = np.lib.stride_tricks.as_strided(
+            ph[p], shape=(c, ku, kv, span), strides=(sc, sr, se, se), writeable=False
+        )
+        fills.append((taps[:, a::sh, b::sw], runs))
+    ones = cols[k] if extra else None  # rewritten every call: the buffer is shared
+    wmat = w.reshape(o, k)
+    if bias is not None:
+        wmat = np.concatenate([wmat, bias.reshape(o, 1)], axis=1)
+    dense = out.transpose(0, 2, 3, 1)
+    if not out.flags.c_contiguous and dense.flags.c_contiguous:
+        # `out` stored channels-last: the transposed product, weights re-packed once.
+        res = temporary((span, o), x.dtype)
+        lhs, rhs = cols.T, np.ascontiguousarray(wmat.T)
+        kept, dst = res.reshape(oh, wq, o)[:, :ow], dense[0]
+    else:
+        res = temporary((o, span), x.dtype)
+        lhs, rhs = wmat, cols
+        kept, dst = res.reshape(o, oh, wq)[:, :, :ow], out[0]
+    copyto, product = np.copyto, gemm(lhs, rhs, res)
+
+    def compute() -> None:
+        ph.fill(0)  # the padding, and the tails that only dropped columns read
+        for d, s in copies:
+            copyto(d, s)
+        if ones is not None:
+            ones.fill(1)
+        for d, s in fills:
+            copyto(d, s)
+        product()
+        copyto(dst, kept)
 
     return compute
 

@@ -17,7 +17,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from sporenet.lite.kernels.base import REQUIRED, Attrs, Compute, Kernel, TensorSpec
+from sporenet.lite.kernels.base import REQUIRED, Attrs, ChannelsLast, Compute, Kernel, TensorSpec
 from sporenet.lite.kernels.spatial import Window, check_nchw, padded_buffer, window
 from sporenet.lite.ops import OpCode
 
@@ -251,12 +251,21 @@ class GlobalAvgPool(_GlobalPool):
     op = OpCode.GLOBAL_AVG_POOL
     reduce = np.mean
 
+    def channels_last_input(self, index: int) -> ChannelsLast:
+        # Stored channels-last, the input is the (H*W, C) matrix and the mean a
+        # vector-matrix product over its rows: as fast, and the producer skips a transpose.
+        return ChannelsLast.ACCEPTED if self.input(0).rank == 4 else ChannelsLast.REFUSED
+
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
         x, out = inputs[0], outputs[0]
         n, c = x.shape[:2]
-        x3, out2 = x.reshape(n, c, -1), out.reshape(n, c)
+        out2, matmul = out.reshape(n, c), np.matmul
+        if x.ndim == 4 and not x.flags.c_contiguous and x.transpose(0, 2, 3, 1).flags.c_contiguous:
+            rows = x.transpose(0, 2, 3, 1).reshape(n, -1, c)  # (N, H*W, C), a view
+            weights = np.full(rows.shape[1], 1.0 / rows.shape[1], x.dtype)
+            return lambda: matmul(weights, rows, out=out2)
+        x3 = x.reshape(n, c, -1)
         weights = np.full(x3.shape[2], 1.0 / x3.shape[2], x.dtype)
-        matmul = np.matmul
         return lambda: matmul(x3, weights, out=out2)
 
 

@@ -12,8 +12,8 @@ from typing import ClassVar
 
 import numpy as np
 
-from sporenet.lite.kernels.activation import exp_into, relu_into
-from sporenet.lite.kernels.base import Attrs, Compute, Kernel, TensorSpec
+from sporenet.lite.kernels.activation import bounds, clip_ufunc, exp_into, relu_into, scalar
+from sporenet.lite.kernels.base import Attrs, ChannelsLast, Compute, Kernel, TensorSpec
 from sporenet.lite.ops import OpCode
 
 
@@ -22,6 +22,10 @@ class UnaryKernel(Kernel):
 
     float_only: ClassVar[bool] = True
     scratch: ClassVar[int] = 0  # number of x-shaped scratch arrays `compute` needs
+    # Whether `compute` is ufuncs on x and out alone (no reshape), so either may be an
+    # NCHW view of channels-last storage (see Kernel.channels_last_input).
+    any_layout: ClassVar[bool] = False
+    elementwise = True
 
     def __init__(self, attrs: Attrs, inputs: Sequence[TensorSpec | None]) -> None:
         super().__init__(attrs, inputs)
@@ -30,6 +34,19 @@ class UnaryKernel(Kernel):
 
     def compute(self, x: np.ndarray, out: np.ndarray, *scratch: np.ndarray) -> None:
         raise NotImplementedError
+
+    def _layout(self) -> ChannelsLast:
+        four = self.any_layout and len(self.output_specs[0].shape) == 4
+        return ChannelsLast.ACCEPTED if four else ChannelsLast.REFUSED
+
+    def channels_last_input(self, index: int) -> ChannelsLast:
+        return self._layout() if index == 0 else ChannelsLast.REFUSED
+
+    def channels_last_output(self, index: int) -> ChannelsLast:
+        return self._layout()
+
+    def channels_last_follows(self, index: int) -> int | None:
+        return 0 if self.any_layout else None
 
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
         x, out, f = inputs[0], outputs[0], self.compute
@@ -44,6 +61,7 @@ class UnaryKernel(Kernel):
 
 class Relu(UnaryKernel):
     op = OpCode.RELU
+    any_layout = True
 
     def compute(self, x: np.ndarray, out: np.ndarray, *scratch: np.ndarray) -> None:
         relu_into(x, out)
@@ -51,9 +69,13 @@ class Relu(UnaryKernel):
 
 class Relu6(UnaryKernel):
     op = OpCode.RELU6
+    any_layout = True
 
     def compute(self, x: np.ndarray, out: np.ndarray, *scratch: np.ndarray) -> None:
-        np.clip(x, 0, 6, out=out)
+        if x.dtype.kind == "f":
+            clip_ufunc(x, *bounds(x.dtype, 0.0, 6.0), out=out)
+        else:
+            np.clip(x, 0, 6, out=out)
 
 
 class Clip(UnaryKernel):
@@ -122,6 +144,7 @@ class Clip(UnaryKernel):
 
 class LeakyRelu(UnaryKernel):
     op = OpCode.LEAKY_RELU
+    any_layout = True
 
     def __init__(self, attrs: Attrs, inputs: Sequence[TensorSpec | None]) -> None:
         super().__init__(attrs, inputs)
@@ -178,6 +201,7 @@ class PRelu(Kernel):
 
 class Sigmoid(UnaryKernel):
     op = OpCode.SIGMOID
+    any_layout = True
 
     def compute(self, x: np.ndarray, out: np.ndarray, *scratch: np.ndarray) -> None:
         # 1 / (1 + exp(-x)), computed in place in `out`.
@@ -189,6 +213,7 @@ class Sigmoid(UnaryKernel):
 
 class Tanh(UnaryKernel):
     op = OpCode.TANH
+    any_layout = True
 
     def compute(self, x: np.ndarray, out: np.ndarray, *scratch: np.ndarray) -> None:
         np.tanh(x, out=out)
@@ -198,28 +223,49 @@ class HardSigmoid(UnaryKernel):
     """max(0, min(1, alpha * x + beta)) (ONNX defaults alpha=0.2, beta=0.5)."""
 
     op = OpCode.HARD_SIGMOID
+    any_layout = True
 
     def __init__(self, attrs: Attrs, inputs: Sequence[TensorSpec | None]) -> None:
         super().__init__(attrs, inputs)
         self.alpha = attrs.float("alpha", 0.2)
         self.beta = attrs.float("beta", 0.5)
 
-    def compute(self, x: np.ndarray, out: np.ndarray, *scratch: np.ndarray) -> None:
-        np.multiply(x, self.alpha, out=out)
-        out += self.beta
-        np.clip(out, 0, 1, out=out)
+    def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
+        # The ufuncs themselves with 0-d operands of x's dtype: Python-number operands
+        # and np.clip's wrapper cost as much as the work on a squeeze-excite gate.
+        return _affine_clip(inputs[0], outputs[0], self.alpha, self.beta)  # type: ignore[arg-type]
 
 
 class HardSwish(UnaryKernel):
     """x * max(0, min(1, x / 6 + 1 / 2))."""
 
     op = OpCode.HARD_SWISH
+    any_layout = True
 
-    def compute(self, x: np.ndarray, out: np.ndarray, *scratch: np.ndarray) -> None:
-        np.multiply(x, 1 / 6, out=out)
-        out += 0.5
-        np.clip(out, 0, 1, out=out)
-        out *= x
+    def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
+        x, out = inputs[0], outputs[0]
+        gate = _affine_clip(x, out, 1 / 6, 0.5)  # type: ignore[arg-type]
+        multiply = np.multiply
+
+        def compute() -> None:
+            gate()
+            multiply(out, x, out=out)
+
+        return compute
+
+
+def _affine_clip(x: np.ndarray, out: np.ndarray, alpha: float, beta: float) -> Compute:
+    """The step out = clip(alpha * x + beta, 0, 1)."""
+    a, b = scalar(x.dtype, alpha), scalar(x.dtype, beta)
+    lo, hi = bounds(x.dtype, 0.0, 1.0)
+    multiply, add, clip = np.multiply, np.add, clip_ufunc
+
+    def compute() -> None:
+        multiply(x, a, out=out)
+        add(out, b, out=out)
+        clip(out, lo, hi, out=out)
+
+    return compute
 
 
 class Elu(UnaryKernel):

@@ -64,3 +64,32 @@ def test_im2col_in_blocks_of_output_rows_matches_reference(
     (ours,) = run_op(OpCode.CONV2D, inputs, **attrs)
     ref = conv_reference(x, wt, b, strides, dilations, pads, 1)
     np.testing.assert_allclose(ours, ref, rtol=RTOL, atol=ATOL)
+
+
+@pytest.mark.parametrize("out_last", [False, True], ids=["nchw", "channels-last"])
+@pytest.mark.parametrize("bias", [True, False])
+def test_wide_phase_rows_ignore_stale_temporaries(out_last, bias):
+    # One image through the stride phases in whole rows (`_bind_wide_phases`): its
+    # temporaries come from a shared arena, here filled with NaN bit patterns, and only
+    # dropped columns may read what the copies leave unwritten.
+    from sporenet.lite.eager import prepare_kernel
+    from sporenet.lite.kernels.base import TensorSpec
+    from sporenet.lite.kernels.workspace import Workspace, active
+
+    x, wt, b = _data(np.random.default_rng(15), 1, 3, 19, 22, 8, 1, (3, 3), bias)
+    attrs = dict(strides=[2, 2], pads=[1, 1, 1, 1])
+    specs = [TensorSpec(a.shape, a.dtype, a) for a in [x, wt] + ([b] if bias else [])]
+    specs[0] = TensorSpec(x.shape, x.dtype)
+    kernel = prepare_kernel(OpCode.CONV2D, attrs, specs, 1)
+    assert kernel.strategy == "im2col"
+    shape = kernel.output_specs[0].shape
+    if out_last:
+        out = np.empty((shape[0], *shape[2:], shape[1]), np.float32).transpose(0, 3, 1, 2)
+    else:
+        out = np.empty(shape, np.float32)
+    with active(Workspace(lambda nbytes: np.full(nbytes, 0xFF, np.uint8))):
+        step = kernel.bind([x, wt] + ([b] if bias else []), [out])
+    with np.errstate(all="raise"):
+        step()
+    ref = conv_reference(x, wt, b, (2, 2), (1, 1), (1, 1, 1, 1), 1)
+    np.testing.assert_allclose(out, ref, rtol=RTOL, atol=ATOL)

@@ -113,3 +113,71 @@ def test_channels_last_with_weights_tiled_over_a_few_columns(monkeypatch, shape)
     (ours,) = run_op(OpCode.CONV2D, [x, wt, b], **attrs)
     ref = conv_reference(x, wt, b, strides, dilations, pads, c)
     np.testing.assert_allclose(ours, ref, rtol=RTOL, atol=ATOL)
+
+
+def _stale_workspace():
+    """A workspace whose temporaries hold NaN bit patterns, as reused arena bytes may."""
+    from sporenet.lite.kernels.workspace import Workspace
+
+    return Workspace(lambda nbytes: np.full(nbytes, 0xFF, np.uint8))
+
+
+@pytest.mark.parametrize("layouts", ["nchw", "channels-last"])
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: f"{s[:4]}k{s[4]}s{s[5]}d{s[6]}p{s[7]}")
+def test_channels_last_on_stale_temporaries_with_fused_activation(algorithm, shape, layouts):
+    # The padded buffer's frame is rewritten on every call (in two strided fills when
+    # the margins allow), and the activation runs inside the step, before any copy out.
+    from sporenet.lite.kernels.workspace import active
+
+    n, c, h, w, k, strides, dilations, pads = shape
+    rng = np.random.default_rng(8)
+    value = (rng.normal(size=(n, c, h, w)) * 3).astype(np.float32)
+    wt = rng.normal(size=(c, 1, *k)).astype(np.float32)
+    b = rng.normal(size=c).astype(np.float32)
+    attrs = dict(
+        strides=list(strides), dilations=list(dilations), pads=list(pads), group=c,
+        activation="hard_swish",
+    )
+    specs = [
+        TensorSpec(value.shape, value.dtype),
+        TensorSpec(wt.shape, wt.dtype, wt),
+        TensorSpec(b.shape, b.dtype, b),
+    ]
+    kernel = Conv2D(Attrs("CONV2D", attrs), specs)
+    shape_out = kernel.output_specs[0].shape
+    if layouts == "channels-last":
+        x = np.empty((n, h, w, c), np.float32).transpose(0, 3, 1, 2)
+        o = shape_out
+        out = np.empty((o[0], o[2], o[3], o[1]), np.float32).transpose(0, 3, 1, 2)
+    else:
+        x, out = np.empty(value.shape, np.float32), np.empty(shape_out, np.float32)
+    x[...] = value
+    with active(_stale_workspace()):
+        step = kernel.bind([x, wt, b], [out])
+    step()
+    ref = conv_reference(value, wt, b, strides, dilations, pads, c)
+    want = ref * np.clip(ref / 6 + 0.5, 0, 1)
+    np.testing.assert_allclose(out, want, rtol=RTOL, atol=ATOL)
+
+
+@pytest.mark.parametrize("margin_rows", [True, False])
+@pytest.mark.parametrize(
+    "rows,cols", [((1, 5), (1, 7)), ((2, 4), (1, 6)), ((0, 6), (2, 8)), ((1, 6), (0, 7))]
+)
+def test_frame_fill_zeroes_exactly_the_margins(rows, cols, margin_rows):
+    buf = np.full((2, 6, 8, 3), np.nan, np.float32)
+    depthwise._frame_fill(buf, rows, cols, margin_rows=margin_rows)()
+    (r0, r1), (c0, c1) = rows, cols
+    inside = np.zeros(buf.shape, bool)
+    inside[:, r0:r1, c0:c1] = True
+    sides = np.zeros(buf.shape, bool)
+    sides[:, r0:r1] = ~inside[:, r0:r1]
+    assert np.isnan(buf[inside]).all()
+    assert (buf[sides] == 0).all()
+    # The margin rows are zeroed when asked; otherwise only the merged side runs may
+    # reach into them (the right part of the row above, the left part of the row below).
+    margin = ~inside & ~sides
+    if margin_rows:
+        assert (buf[margin] == 0).all()
+    else:
+        assert np.isnan(buf[:, :r0, :c1]).all() and np.isnan(buf[:, r1:, c0:]).all()
