@@ -103,9 +103,9 @@ def gemm(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> Compute:
         return lambda: matmul(a, b, out=out)
     (m, k), n = a.shape, b.shape[1]
     work = m * n * k
-    if not _UNPACKED_GEMM < work <= _SPLIT_GEMM_LIMIT:
+    if not UNPACKED_GEMM < work <= _SPLIT_GEMM_LIMIT:
         return lambda: matmul(a, b, out=out)
-    parts = -(-work // _UNPACKED_GEMM)
+    parts = -(-work // UNPACKED_GEMM)
     if n >= m:
         step = -(-n // parts)
         blocks = [(a, b[:, j : j + step], out[:, j : j + step]) for j in range(0, n, step)]
@@ -127,5 +127,5 @@ def gemm(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> Compute:
 
 # OpenBLAS's unpacked ("small matrix") limit on M*N*K, and the largest product split to
 # stay under it (see gemm).
-_UNPACKED_GEMM = 1_000_000
+UNPACKED_GEMM = 1_000_000
 _SPLIT_GEMM_LIMIT = 8_000_000

@@ -185,3 +185,21 @@ def test_fully_connected_small_int8_weights_dequantized_once():
     x = RNG.normal(size=(7, 4)).astype(np.float32)
     got = Interpreter(model=quantized).run({"x": x})["y"]
     np.testing.assert_array_equal(got, Interpreter(model=floating).run({"x": x})["y"])
+
+
+def test_fully_connected_int8_blocks_sized_for_unpacked_gemm(tmp_path):
+    # 20 rows of 1024 inputs: one-thread blocks of 48 output rows (the last shorter)
+    # under OpenBLAS's unpacked limit, as a sequence model's output layer runs.
+    n_out, n_in, rows = 300, 1024, 20
+    unpacked = int8_weights.UNPACKED_GEMM // (n_in * rows)
+    assert unpacked >= int8_weights.MIN_UNPACKED_ROWS and n_out % unpacked
+    assert n_out * n_in >= int8_weights.MIN_ELEMENTS
+    quantized, _ = _fc_pair(n_out, n_in, np.int8, True, rows=rows)
+    interp = Interpreter(model_path=save(quantized, tmp_path / "fc.spore"), num_threads=1)
+    assert interp._plan.arrays[interp.model.tensor_index("w")].dtype == np.int8
+    x = RNG.normal(size=(rows, n_in)).astype(np.float32)
+    got = interp.run({"x": x})["y"]
+    spec = quantized.tensors[quantized.tensor_index("w")]
+    w = dequantize_array(spec.data, spec.quantization).astype(np.float64)
+    bias = quantized.tensors[quantized.tensor_index("b")].data
+    np.testing.assert_allclose(got, x.astype(np.float64) @ w.T + bias, rtol=1e-4, atol=1e-4)
