@@ -219,9 +219,7 @@ def _run_child(kind: str, *args: object, timeout: float = 900) -> dict:
 def _runtime(engine: str, path: Path, case: PackagedModel, repeats: int, runs: int) -> dict:
     """The runtime figures of `runs` fresh children: the median of each (first/warm as
     the median of each child's own ratio), or the first error."""
-    results = [
-        _run_child("runtime", engine, str(path), case.feeds, repeats) for _ in range(runs)
-    ]
+    results = [_run_child("runtime", engine, str(path), case.feeds, repeats) for _ in range(runs)]
     failed = [r for r in results if "error" in r]
     if failed:
         return failed[0]

@@ -49,6 +49,7 @@ def budget_for(load_seconds: float) -> float:
     """The warm-up budget after a load (or re-plan) that took `load_seconds` of CPU."""
     return min(BUDGET_SECONDS, LOAD_SHARE * max(load_seconds, 0.0))
 
+
 REPEATS = 8
 """Runs in all: CPython specializes a function's bytecode only after several executions
 (3.11 quickens a code object on its eighth), so a single run leaves later calls faster."""

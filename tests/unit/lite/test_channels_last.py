@@ -111,9 +111,11 @@ def test_add_reading_a_depthwise_output_reads_it_channels_last():
     # The Add accepts the depthwise result channels-last (no transposing copy); the graph
     # output it writes stays NCHW.
     arrays = interp._plan.arrays
-    assert arrays[interp.model.graphs[0].nodes[0].outputs[0]].transpose(0, 2, 3, 1).flags[
-        "C_CONTIGUOUS"
-    ]
+    assert (
+        arrays[interp.model.graphs[0].nodes[0].outputs[0]]
+        .transpose(0, 2, 3, 1)
+        .flags["C_CONTIGUOUS"]
+    )
     assert arrays[interp._plan.outputs[0]].flags.c_contiguous
 
 

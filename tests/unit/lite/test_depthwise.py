@@ -135,7 +135,10 @@ def test_channels_last_on_stale_temporaries_with_fused_activation(algorithm, sha
     wt = rng.normal(size=(c, 1, *k)).astype(np.float32)
     b = rng.normal(size=c).astype(np.float32)
     attrs = dict(
-        strides=list(strides), dilations=list(dilations), pads=list(pads), group=c,
+        strides=list(strides),
+        dilations=list(dilations),
+        pads=list(pads),
+        group=c,
         activation="hard_swish",
     )
     specs = [

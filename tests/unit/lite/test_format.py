@@ -218,7 +218,6 @@ def test_root_offset_outside_the_file():
         parse(bytes(data))
 
 
-
 @pytest.mark.parametrize("shift", [-(1 << 30), 1 << 30])
 def test_root_vtable_outside_the_file(shift):
     data = bytearray(serialize(mlp_model()))
@@ -227,6 +226,7 @@ def test_root_vtable_outside_the_file(shift):
     data[root : root + 4] = (root - shift).to_bytes(4, "little", signed=True)
     with pytest.raises(ModelFormatError, match=r"model: table at offset \d+ has its vtable at "):
         parse(bytes(data))
+
 
 def test_buffer_offset_outside_the_file():
     model = mlp_model()
