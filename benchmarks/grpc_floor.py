@@ -171,7 +171,9 @@ class Peer:
 
     async def exchange(self) -> None:
         if self.channel is None:
-            self.channel = grpc.aio.insecure_channel(self.address, options=OPTIONS)
+            # A channel of its own pool: one TCP connection per client, as with real devices.
+            options = [*OPTIONS, ("grpc.use_local_subchannel_pool", 1)]
+            self.channel = grpc.aio.insecure_channel(self.address, options=options)
         ch = self.channel
         if self.shape.startswith("stream"):
             if self.call is None:
