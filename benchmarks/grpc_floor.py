@@ -10,7 +10,7 @@ CPU per exchange over the timed rounds, RSS with the N connections open and idle
 the rounds minus RSS before any client (per connection), and RSS once they closed.
 
 Designs (`--designs`, comma list; the server is grpc.aio unless the name starts "sync-",
-grpc.server on a thread pool, the API Flower uses):
+grpc.server on a thread pool, the API Flower uses, or "tcp-", no gRPC: _tcp_floor.py):
 
 - stream-reconnect: one bidirectional stream per exchange on a new connection.
 - stream-longlived: one stream per client kept open across rounds.
@@ -18,6 +18,8 @@ grpc.server on a thread pool, the API Flower uses):
 - stream-chunked: long-lived stream, the update sent as `--chunk`-byte messages.
 - unary-longlived / unary-reconnect: a Get call and a Put call per exchange.
 - unary-chunked: long-lived connection, Get plus a client-streaming Put in chunks.
+- tcp-streams-* / tcp-buffered-*: length-prefixed frames over asyncio (StreamReader per
+  connection, or one shared read buffer and pooled frame buffers), reconnecting or not.
 
     python benchmarks/grpc_floor.py                     # every design, 100 clients
     python benchmarks/grpc_floor.py --clients 500 --designs stream-reconnect,stream-longlived
@@ -33,6 +35,7 @@ import argparse
 import asyncio
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -41,6 +44,7 @@ from typing import Any
 
 import grpc
 from _common import clean_env, free_port
+from _tcp_floor import TcpPeer, serve_tcp
 
 OPTIONS = [
     ("grpc.max_receive_message_length", 64 << 20),
@@ -58,6 +62,10 @@ DESIGNS = {  # name: (server, rpc shape, new connection per exchange)
     "sync-stream-longlived": ("sync", "stream", False),
     "sync-unary-longlived": ("sync", "unary", False),
     "sync-unary-reconnect": ("sync", "unary", True),
+    "tcp-streams-reconnect": ("tcp-streams", "tcp", True),
+    "tcp-streams-longlived": ("tcp-streams", "tcp", False),
+    "tcp-buffered-reconnect": ("tcp-buffered", "tcp", True),
+    "tcp-buffered-longlived": ("tcp-buffered", "tcp", False),
 }
 ASK, PART, ACK = b"P", b"C", b"ok"
 
@@ -138,6 +146,9 @@ def _handlers(aio: bool, model: bytes) -> grpc.GenericRpcHandler:
 
 def serve(kind: str, port: int, model_bytes: int, extra: list[tuple[str, Any]]) -> None:
     """Run the bare server until killed."""
+    if kind.startswith("tcp"):
+        serve_tcp(kind, port, model_bytes, _stats)
+        return
     model, options = os.urandom(model_bytes), OPTIONS + extra
     if kind == "sync":
         server = grpc.server(futures.ThreadPoolExecutor(max_workers=1000), options=options)
@@ -220,18 +231,27 @@ class Peer:
 async def drive(address: str, design: str, args: argparse.Namespace) -> dict[str, float]:
     """Warm-up, timed rounds, idle and closed: the server's CPU and memory."""
     _kind, shape, reconnect = DESIGNS[design]
+    port = int(address.rsplit(":", 1)[1])
     async with grpc.aio.insecure_channel(address) as ch:
         stats = ch.unary_unary("/floor/Stats", _same, _same)
+        observer = TcpPeer(port, False, b"")
 
         async def read() -> dict[str, float]:
+            if shape == "tcp":
+                return await observer.stats()
             return json.loads(await stats(b""))
 
         before = await read()
         update = os.urandom(args.model)
-        peers = [Peer(address, shape, reconnect, update, args.chunk) for _ in range(args.clients)]
+        peers: list[Any] = [
+            TcpPeer(port, reconnect, update)
+            if shape == "tcp"
+            else Peer(address, shape, reconnect, update, args.chunk)
+            for _ in range(args.clients)
+        ]
         in_flight = asyncio.Semaphore(args.concurrency)
 
-        async def one(peer: Peer) -> None:
+        async def one(peer: Any) -> None:
             async with in_flight:
                 await peer.exchange()
 
@@ -246,6 +266,7 @@ async def drive(address: str, design: str, args: argparse.Namespace) -> dict[str
             await p.close()
         await asyncio.sleep(1.0)
         closed = await read()
+        await observer.close()
     n = args.clients
     return {
         "cpu_ms": (end["cpu"] - start["cpu"]) / (n * args.rounds) * 1000,
@@ -253,6 +274,18 @@ async def drive(address: str, design: str, args: argparse.Namespace) -> dict[str
         "idle_mb": idle["rss_kb"] / 1024,
         "closed_mb": closed["rss_kb"] / 1024,
     }
+
+
+def _wait_listening(port: int, timeout: float = 30.0) -> None:
+    end = time.monotonic() + timeout
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            if time.monotonic() > end:
+                raise
+            time.sleep(0.05)
 
 
 def main() -> None:
@@ -283,8 +316,7 @@ def main() -> None:
         cmd += ["--model", str(args.model), "--server-options", args.server_options]
         server = subprocess.Popen(cmd, env=clean_env())
         try:
-            with grpc.insecure_channel(f"127.0.0.1:{port}") as probe:
-                grpc.channel_ready_future(probe).result(timeout=30)
+            _wait_listening(port)
             r = asyncio.run(drive(f"127.0.0.1:{port}", design, args))
         finally:
             server.kill()
