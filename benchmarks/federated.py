@@ -83,6 +83,7 @@ THREADS_ENV = "SPORENET_BENCH_THREADS"  # =1: print the server's CPU by thread
 # =shared: sporenet clients keep one connection (the SDK's default, "separate", reconnects
 # after each upload so the server's per-connection read buffers do not grow)
 UPLOAD_CONNECTION_ENV = "SPORENET_BENCH_UPLOAD_CONNECTION"
+UPLOAD_CHUNK_ENV = "SPORENET_BENCH_UPLOAD_CHUNK"  # bytes per upload message (the SDK's default)
 CPU_TARGET = 0.5  # sporenet server CPU per update / Flower's
 TIER_TARGETS = {"cloud CPU": 0.1, "bytes in": 0.1, "round time": 1.2}  # edges / direct
 
@@ -331,6 +332,7 @@ def sporenet_worker(address: str, first: int, count: int, params: str) -> None:
                 max_backoff=1.0,
                 rpc_timeout=600,
                 upload_connection=os.environ.get(UPLOAD_CONNECTION_ENV, "separate"),
+                chunk_size=int(os.environ.get(UPLOAD_CHUNK_ENV, 512 << 10)),
             )
             if c.run() is None:
                 raise RuntimeError("client stopped before the job finished")

@@ -1,9 +1,11 @@
-"""One fit phase's files: accepted updates kept on disk until a checkpoint holds them.
+"""One fit phase's files: the journal of accepted updates and the aggregate checkpoint.
 
-An update counts only once its bytes are in the phase directory, so a `kill -9` loses no
+An update counts only once its bytes are in the phase's journal, so a `kill -9` loses no
 accepted update: a restart restores the last checkpoint of the aggregate and folds the
-kept updates received after it again. A checkpoint then makes those files redundant.
-Each kept update ends with the CRC-32 of its bytes, so a damaged one is never folded.
+journalled updates received after it again. Each update is one appended record (a
+single write: no file created, renamed or deleted per update); a checkpoint holds every
+update journalled before it, so it empties the journal. Each record ends with the CRC-32
+of its update, so a damaged one is never folded.
 """
 
 from __future__ import annotations
@@ -13,80 +15,117 @@ import hashlib
 import os
 import shutil
 import struct
-import threading
 from pathlib import Path
 
 from sporenet.federated.aggregation import Aggregator
 from sporenet.federated.common.checksum import crc32
 from sporenet.federated.server.checkpoint import load_arrays, save_arrays
 
+# A record: magic, the client's file key (KEY_BYTES ASCII), the update's length, the
+# update, its CRC-32.
+MAGIC = b"SPJ1"
+KEY_BYTES = 24
+HEAD = struct.Struct(f"<4s{KEY_BYTES}sQ")
+TAIL = struct.Struct("<I")
+
 
 @functools.lru_cache(maxsize=4096)  # asked for every update: once per client is enough
 def file_key(client_id: str) -> str:
     """A filesystem-safe name for a client id (ids may be arbitrary configured names)."""
-    return hashlib.sha256(client_id.encode()).hexdigest()[:24]
+    return hashlib.sha256(client_id.encode()).hexdigest()[:KEY_BYTES]
 
 
 class PhaseFiles:
-    """`rounds/rNNNNN-PHASE/` (kept updates) and `rounds/rNNNNN-PHASE.ckpt` (aggregate)."""
+    """`rounds/rNNNNN-PHASE/journal` (accepted updates since the last checkpoint) and
+    `rounds/rNNNNN-PHASE.ckpt` (the aggregate). Not thread-safe: the round manager calls
+    it under its lock."""
 
     def __init__(self, state_dir: Path, round_: int, phase: str) -> None:
         self.dir = Path(state_dir) / "rounds" / f"r{round_:05d}-{phase}"
+        self.journal_path = self.dir / "journal"
         self.checkpoint_path = self.dir.with_suffix(".ckpt")
-        self._made = False
+        self._fd: int | None = None
+        # Where each client's last record is (key -> (offset, size)), once read.
+        self._index: dict[str, tuple[int, int]] | None = None
 
-    def kept(self, client_id: str) -> Path:
-        """Where the client's accepted update is kept."""
-        return self.dir / f"{file_key(client_id)}.upd"
-
-    def write_pending(self, client_id: str, payload: memoryview, crc: int | None = None) -> Path:
-        """Write an update to a temporary file beside its kept place; `keep` commits it.
-        `crc` is the payload's CRC-32 when the caller already has it (computed otherwise)."""
-        if not self._made:
+    def append(self, client_id: str, payload: memoryview, crc: int | None = None) -> None:
+        """Journal an update with one write. `crc` is the payload's CRC-32 when the caller
+        already has it (computed otherwise)."""
+        if self._fd is None:
             self.dir.mkdir(parents=True, exist_ok=True)
-            self._made = True
-        tmp = self.kept(client_id).with_name(f"{file_key(client_id)}.{threading.get_ident()}.tmp")
-        with open(tmp, "wb") as f:
-            f.write(payload)
-            f.write(struct.pack("<I", crc32(payload) if crc is None else crc))
-        return tmp
+            self._fd = os.open(self.journal_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        head = HEAD.pack(MAGIC, file_key(client_id).encode(), len(payload))
+        tail = TAIL.pack(crc32(payload) if crc is None else crc)
+        parts = [head, payload, tail]
+        total = len(head) + len(payload) + len(tail)
+        written = os.writev(self._fd, parts)
+        while written < total:  # a short write (a signal, a full disk): finish it
+            data = b"".join(bytes(p) for p in parts)[written:]
+            written += os.write(self._fd, data)
+        self._index = None
 
     def read_kept(self, client_id: str) -> bytes | None:
-        """The client's kept update; None when it is missing or fails its CRC-32."""
+        """The client's last journalled update; None when it is missing or fails its CRC-32."""
+        if self._index is None:
+            self._index = self._scan()
+        where = self._index.get(file_key(client_id))
+        if where is None:
+            return None
+        offset, size = where
+        with open(self.journal_path, "rb") as f:
+            f.seek(offset)
+            data = f.read(size + TAIL.size)
+        if len(data) != size + TAIL.size:
+            return None
+        payload = memoryview(data)[:size]
+        if TAIL.unpack_from(data, size)[0] != crc32(payload):
+            return None
+        return bytes(payload)
+
+    def _scan(self) -> dict[str, tuple[int, int]]:
+        """Where each client's last record starts, read up to the first torn or damaged
+        record header (a crash in the middle of an append)."""
+        index: dict[str, tuple[int, int]] = {}
         try:
-            data = self.kept(client_id).read_bytes()
+            f = open(self.journal_path, "rb")  # noqa: SIM115 (closed below)
         except OSError:
-            return None
-        if len(data) < 4 or struct.unpack_from("<I", data, len(data) - 4)[0] != crc32(
-            memoryview(data)[:-4]
-        ):
-            return None
-        return data[:-4]
+            return index
+        with f:
+            end = os.fstat(f.fileno()).st_size
+            at = 0
+            while at + HEAD.size <= end:
+                f.seek(at)
+                magic, key, size = HEAD.unpack(f.read(HEAD.size))
+                if magic != MAGIC or at + HEAD.size + size + TAIL.size > end:
+                    break
+                index[key.decode("ascii", "replace")] = (at + HEAD.size, size)
+                at += HEAD.size + size + TAIL.size
+        return index
 
-    def keep(self, pending: Path, client_id: str) -> None:
-        """Make a written update the client's kept one (an atomic rename)."""
-        os.replace(pending, self.kept(client_id))
-
-    def checkpoint(self, aggregator: Aggregator, dropped: int = 0) -> int:
-        """Save the aggregate, then drop the kept updates it now contains.
-
-        `dropped`: how many of `aggregator.clients` (in fold order) had their kept updates
-        dropped by an earlier checkpoint of the same aggregator; only the rest are
-        unlinked (otherwise every checkpoint would try every client folded so far: a round
-        of N updates would cost N^2 / checkpoint_every unlinks). Returns the new count.
-        """
+    def checkpoint(self, aggregator: Aggregator) -> None:
+        """Save the aggregate, then empty the journal: the checkpoint holds its updates
+        (a crash in between leaves records of clients the checkpoint names: skipped)."""
         save_arrays(self.checkpoint_path, aggregator.snapshot())
-        clients = aggregator.clients
-        for cid in clients[dropped:]:
-            self.kept(cid).unlink(missing_ok=True)
-        return len(clients)
+        if self._fd is not None:
+            os.ftruncate(self._fd, 0)
+        elif self.journal_path.exists():
+            os.truncate(self.journal_path, 0)
+        self._index = None
 
     def restore(self, aggregator: Aggregator) -> None:
         """Load the last checkpoint, if any, into a fresh aggregator."""
         if self.checkpoint_path.exists():
             aggregator.restore(load_arrays(self.checkpoint_path))
 
+    def close(self) -> None:
+        """Close the journal (it stays on disk)."""
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
     def remove(self) -> None:
         """Delete the phase's files once its model is published."""
+        self.close()
         shutil.rmtree(self.dir, ignore_errors=True)
         self.checkpoint_path.unlink(missing_ok=True)
+        self._index = None

@@ -115,9 +115,8 @@ def resume_phase(rm: RoundManager, now: float) -> None:
                     "kept_update_lost",
                     level=logging.WARNING,
                     client=cid,
-                    file=str(files.kept(cid)),
+                    file=str(files.journal_path),
                 )
-                files.kept(cid).unlink(missing_ok=True)
                 rm._set_status(cid, Participant.SELECTED)
         log_event(rm.log, "aggregate_restored", checkpointed=len(folded), refolded=refolded)
     job.deadline = max(job.deadline, now + rm.config.resume_grace)

@@ -75,6 +75,8 @@ class RoundLoop(SecureStages):
     _change_listeners: list[Callable[[], None]]
     _aggregator: Aggregator | None
     _secure: SecurePhase | None
+    _with_parts: set[str]
+    _phase_files: tuple[tuple[int, str], PhaseFiles] | None
     _aggregating: bool
     _stopping: bool
     _since_checkpoint: int
@@ -101,7 +103,12 @@ class RoundLoop(SecureStages):
             listener()
 
     def _files(self) -> PhaseFiles:
-        return PhaseFiles(self.dir, self.job.round, self.job.phase)
+        """The open phase's files (made once per phase: every update asks)."""
+        files = self._phase_files
+        key = (self.job.round, self.job.phase)
+        if files is None or files[0] != key:
+            files = self._phase_files = (key, PhaseFiles(self.dir, *key))
+        return files[1]
 
     def _make_aggregator(self) -> Aggregator:
         return self.privacy.make_aggregator(self.strategy, self._template, self.job.dp_cohort)
@@ -128,10 +135,26 @@ class RoundLoop(SecureStages):
         with self.store.transaction() as own:
             own.set_participant(job.round, job.phase, client_id, status, num_samples, metrics)
 
+    def note_part(self, client_id: str) -> None:
+        """Note that an upload of the client keeps a `.part` file (see _clear_uploads)."""
+        self._with_parts.add(client_id)
+
+    def has_part(self, client_id: str) -> bool:
+        """Whether an upload of the client may have kept a `.part` file since the start."""
+        return client_id in self._with_parts
+
     def _clear_uploads(self, client_id: str | None = None) -> None:
         """Delete partial uploads (`.part`): a client's once its update is in, everyone's
-        when the phase closes (they belong to its task) and at start."""
-        pattern = f"{file_key(client_id)}-*.part" if client_id is not None else "*.part"
+        when the phase closes (they belong to its task) and at start. Only a client
+        noted by `note_part` has any to look for: most updates arrive in one go."""
+        if client_id is not None:
+            if client_id not in self._with_parts:
+                return
+            self._with_parts.discard(client_id)
+            pattern = f"{file_key(client_id)}-*.part"
+        else:
+            self._with_parts.clear()
+            pattern = "*.part"
         for part in (self.dir / "uploads").glob(pattern):
             part.unlink(missing_ok=True)
 

@@ -31,7 +31,6 @@ import os
 import sqlite3
 import threading
 import time
-import weakref
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -52,7 +51,7 @@ from sporenet.federated.server.ledger import PrivacyLedger
 from sporenet.federated.server.models import ModelStore
 from sporenet.federated.server.observability import Metrics, log_event
 from sporenet.federated.server.participants import Participants
-from sporenet.federated.server.phase_files import file_key
+from sporenet.federated.server.phase_files import PhaseFiles, file_key
 from sporenet.federated.server.phases import JobStatus, Participant, Phase, TaskInfo, TaskType
 from sporenet.federated.server.round_loop import Clock, RoundLoop, weighted_metrics
 from sporenet.federated.server.secure_phase import SecurePhase
@@ -92,6 +91,8 @@ class RoundManager(RoundLoop):
         self.dir = Path(config.state_dir)
         state_dir.prepare(self.dir)
         self.store = state_dir.open_store(self.dir)
+        self._with_parts: set[str] = set()  # clients whose uploads may have kept a .part
+        self._phase_files: tuple[tuple[int, str], PhaseFiles] | None = None
         self._clear_uploads()  # a restart's clients upload again from byte 0
         self.models = ModelStore(self.dir)
         self.clients = Participants()
@@ -116,7 +117,6 @@ class RoundManager(RoundLoop):
         self._secure: SecurePhase | None = None  # the open secure fit phase, if any
         self._since_checkpoint = 0
         # (aggregator, how many of its clients' kept updates are dropped, the last of them)
-        self._dropped_kept: tuple[weakref.ref[Aggregator] | None, int, list[str]] = (None, 0, [])
         self._phase_t0 = clock()
         # Once the job has ended: the clients told so (with its final model), and since when.
         self._told_done: set[str] = set()
@@ -382,7 +382,7 @@ class RoundManager(RoundLoop):
             UpdateRejectedError: the update is malformed or out of bounds.
             StaleTaskError: the task closed meanwhile.
 
-        Before the update counts, its bytes are kept in the phase directory, so an
+        Before the update counts, its bytes are appended to the phase's journal, so an
         accepted update survives a `kill -9` until the next checkpoint contains it.
         """
         # The slot is held until the update is folded: at most two decoded updates exist at
@@ -400,16 +400,15 @@ class RoundManager(RoundLoop):
                 if upload is not None:
                     upload.unlink(missing_ok=True)
                 self.refuse(client_id, e)
-            files = self._files()
-            pending: Path | None = files.write_pending(client_id, payload, crc)  # outside the lock
             try:
                 with self._changed:
                     self._check_open(client_id, task_id, Phase.FIT)
                     if self._aggregator is None:  # cannot happen while a fit phase is open
                         raise AggregationError("no aggregator for the open fit phase")
+                    # Journalled first (under the lock, so a checkpoint never empties the
+                    # journal between an update's record and its fold), then folded.
+                    self._files().append(client_id, payload, crc)
                     self._aggregator.add(client_id, update, float(num_samples))
-                    files.keep(pending, client_id)  # type: ignore[arg-type]
-                    pending = None
                     self._set_status(client_id, Participant.ACCEPTED, num_samples, metrics)
                     self._since_checkpoint += 1
                     if self._since_checkpoint >= self.config.checkpoint_every:
@@ -418,14 +417,14 @@ class RoundManager(RoundLoop):
                     self._wake_if_settled()
             finally:
                 del update
-                if pending is not None:
-                    pending.unlink(missing_ok=True)
         if upload is not None:
             upload.unlink(missing_ok=True)
         self._clear_uploads(client_id)  # earlier, abandoned uploads of this update
+        # Per update: debug only (each round logs its counts; /metrics counts updates).
         log_event(
             self.log,
             "update_accepted",
+            logging.DEBUG,
             client=client_id,
             task=task_id,
             samples=num_samples,
@@ -433,17 +432,9 @@ class RoundManager(RoundLoop):
         )
 
     def _checkpoint(self) -> None:
-        """Save the aggregate, then drop the kept uploads it now contains (those folded
-        since this aggregator's last checkpoint: see PhaseFiles.checkpoint)."""
-        agg = self._aggregator
-        if agg is not None:
-            last, dropped, last_client = self._dropped_kept
-            clients = agg.clients
-            # Only the same aggregator, grown by appends since, may skip what was dropped.
-            if last is None or last() is not agg or clients[dropped - 1 : dropped] != last_client:
-                dropped = 0
-            dropped = self._files().checkpoint(agg, dropped)
-            self._dropped_kept = (weakref.ref(agg), dropped, clients[dropped - 1 : dropped])
+        """Save the aggregate, which empties the phase's journal (PhaseFiles.checkpoint)."""
+        if self._aggregator is not None:
+            self._files().checkpoint(self._aggregator)
         self._since_checkpoint = 0
 
     def report_evaluation(
@@ -549,6 +540,8 @@ class RoundManager(RoundLoop):
                 log_event(self.log, "stop_persist_failed", logging.ERROR, error=str(e))
 
     def close(self) -> None:
+        if self._phase_files is not None:
+            self._phase_files[1].close()
         self.store.close()
 
 

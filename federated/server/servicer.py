@@ -24,7 +24,9 @@ from sporenet.federated.common.wire import (
     SECURE_STAGES,
     SERVICE,
     STAGE_NAMES,
+    SessionReplyField,
     encode_model_chunks,
+    frame_session,
     identity,
 )
 from sporenet.federated.errors import (
@@ -246,6 +248,22 @@ class FederatedServicer(pb_grpc.FederatedServicer):
         self._cache_lock = threading.Lock()
         # The current model's pre-encoded Session chunks: ((version, sha256), chunks).
         self._cache: tuple[tuple[int, str], list[tuple[bytes, int]]] | None = None
+        # The open phase's encoded task: (its identity, the framed SessionReply).
+        self._task_cache: tuple[tuple[Any, ...], bytes] | None = None
+
+    def encoded_task(self, task: TaskInfo) -> bytes:
+        """The `task` SessionReply for `task`. A phase's fit and evaluate tasks are the
+        same for every client it selected (its task id names its round and phase, and
+        its config is the phase's): encoded once per phase, not once per poll."""
+        if task.type not in (TaskType.FIT, TaskType.EVALUATE) or task.secure_stage:
+            return frame_session(SessionReplyField.TASK, task_message(task).SerializeToString())
+        model = task.model
+        key = (task.type, task.round, task.task_id, model.sha256 if model else "")
+        cached = self._task_cache
+        if cached is None or cached[0] != key:
+            encoded = task_message(task).SerializeToString()
+            cached = self._task_cache = (key, frame_session(SessionReplyField.TASK, encoded))
+        return cached[1]
 
     def _abort(self, context: grpc.ServicerContext, error: FederatedError) -> None:
         context.abort(status_for(error), str(error))

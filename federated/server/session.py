@@ -50,7 +50,6 @@ from sporenet.federated.server.servicer import (
     FederatedServicer,
     checked,
     status_for,
-    task_message,
     unexpected_status,
 )
 from sporenet.federated.server.state import ModelRecord
@@ -171,9 +170,7 @@ class SessionService:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(left):  # no task per wait, unlike wait_for
                     await changed.wait()
-        await context.write(
-            frame_session(SessionReplyField.TASK, task_message(task).SerializeToString())
-        )
+        await context.write(self.s.encoded_task(task))
         model = task.model
         held = model is None or model.sha256 == request.held_model_sha256
         if request.send_model and not held:
@@ -230,9 +227,10 @@ class SessionService:
         if not self.m.open_upload(cid, h.task_id, h.total_size):
             await self._already_accepted(h, context)
             return
-        await self._take_upload_slot(cid)
+        waited = await self._take_upload_slot(cid)
         try:
-            if not self.m.open_upload(cid, h.task_id, h.total_size):  # it may have changed
+            # While it waited, the task may have closed or its update been accepted.
+            if waited and not self.m.open_upload(cid, h.task_id, h.total_size):
                 await self._already_accepted(h, context)
                 return
             done = asyncio.Event()
@@ -257,12 +255,16 @@ class SessionService:
             frame_session(SessionReplyField.UPLOAD_REPLY, reply.SerializeToString())
         )
 
-    async def _take_upload_slot(self, cid: str) -> None:
-        await self._take_slot(self._uploads, cid)
+    async def _take_upload_slot(self, cid: str) -> bool:
+        return await self._take_slot(self._uploads, cid)
 
-    async def _take_slot(self, slots: asyncio.Semaphore, cid: str) -> None:
-        """Wait for a slot. The client waits on its open stream, so it is alive: it is
-        marked so while it waits, lest the round drop it as silent."""
+    async def _take_slot(self, slots: asyncio.Semaphore, cid: str) -> bool:
+        """Take a slot, waiting if none is free; whether it waited. The client waits on its
+        open stream, so it is alive: it is marked so while it waits, lest the round drop
+        it as silent."""
+        if not slots.locked():  # a free slot: taken without yielding to the loop
+            await slots.acquire()
+            return False
         every = max(self.m.config.heartbeat_interval, 0.05)
         acquire = asyncio.ensure_future(slots.acquire())
         try:
@@ -273,6 +275,7 @@ class SessionService:
                 slots.release()
             acquire.cancel()
             raise
+        return True
 
     async def _receive(
         self, cid: str, h: pb.UploadHeader, context: grpc.aio.ServicerContext

@@ -46,7 +46,9 @@ class UploadReceiver:
     ) -> None:
         self.m, self.metrics, self.cid, self.h = manager, metrics, client_id, header
         self.path = manager.upload_path(client_id, header.upload_id)
-        self.kept = self.path.stat().st_size if self.path.exists() else 0
+        self.kept = 0
+        if manager.has_part(client_id) and self.path.exists():
+            self.kept = self.path.stat().st_size
         self.pool = pool
         self.view = pool.take(header.total_size)
         self.size = 0  # bytes of `view` received so far
@@ -85,6 +87,7 @@ class UploadReceiver:
         self.metrics.inc("sporenet_bytes_received_total", self.size - self.kept)
         if not self.complete:
             if self.size > self.kept:
+                self.m.note_part(self.cid)
                 write_atomic(self.path, self.view[: self.size])
             self.pool.give(self.view)
 

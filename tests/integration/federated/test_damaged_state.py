@@ -145,7 +145,7 @@ def test_damaged_kept_update_is_asked_for_again_and_the_model_is_exact(
     tmp_path: Path, server_factory
 ) -> None:  # type: ignore[no-untyped-def]
     server, w0, threads, release, results = _mid_round(tmp_path, server_factory, 100)
-    (kept,) = (server.state_dir / "rounds").glob("r00001-fit/*.upd")
+    kept = server.state_dir / "rounds" / "r00001-fit" / "journal"
     _flip(kept)
     server.start()
     release.set()

@@ -1,9 +1,8 @@
-"""A fit phase's kept updates: written with their CRC-32, dropped by the checkpoints that
-contain them, each only once per aggregator."""
+"""A fit phase's journal of accepted updates: one record per update with its CRC-32, read
+back by client (the last record wins), cut at a torn record, emptied by a checkpoint."""
 
 from __future__ import annotations
 
-import struct
 from pathlib import Path
 
 import numpy as np
@@ -11,44 +10,54 @@ import numpy as np
 from sporenet.federated.aggregation import WeightedMeanAggregator
 from sporenet.federated.common.checksum import crc32
 from sporenet.federated.server.checkpoint import load_arrays
-from sporenet.federated.server.phase_files import PhaseFiles
+from sporenet.federated.server.phase_files import HEAD, TAIL, PhaseFiles
 
 TEMPLATE = {"w": ((3,), np.dtype(np.float32))}
 
 
-def _keep(files: PhaseFiles, cid: str, payload: bytes, crc: int | None = None) -> None:
-    files.keep(files.write_pending(cid, memoryview(payload), crc), cid)
-
-
-def test_kept_update_ends_with_its_crc_given_or_computed(tmp_path: Path) -> None:
+def test_journalled_updates_read_back_with_their_crc_given_or_computed(tmp_path: Path) -> None:
     files = PhaseFiles(tmp_path, 1, "fit")
-    payload = b"update bytes"
-    _keep(files, "a", payload)
-    _keep(files, "b", payload, crc=crc32(payload))
-    for cid in ("a", "b"):
-        raw = files.kept(cid).read_bytes()
-        assert raw[:-4] == payload
-        assert struct.unpack("<I", raw[-4:])[0] == crc32(payload)
-        assert files.read_kept(cid) == payload
-    _keep(files, "c", payload, crc=crc32(payload) ^ 1)  # a wrong CRC: never read back
-    assert files.read_kept("c") is None
+    files.append("a", memoryview(b"update a"))
+    files.append("b", memoryview(b"update b"), crc=crc32(b"update b"))
+    files.append("c", memoryview(b"update c"), crc=crc32(b"update c") ^ 1)  # never read back
+    files.close()
+    size = files.journal_path.stat().st_size
+    assert size == 3 * (HEAD.size + len(b"update a") + TAIL.size)
+
+    again = PhaseFiles(tmp_path, 1, "fit")  # a restart reads what the first one wrote
+    assert again.read_kept("a") == b"update a"
+    assert again.read_kept("b") == b"update b"
+    assert again.read_kept("c") is None
+    assert again.read_kept("d") is None
 
 
-def test_checkpoint_drops_only_updates_folded_since_the_last(tmp_path: Path) -> None:
+def test_the_last_record_of_a_client_wins_and_a_torn_one_is_ignored(tmp_path: Path) -> None:
+    files = PhaseFiles(tmp_path, 1, "fit")
+    files.append("a", memoryview(b"first"))
+    files.append("a", memoryview(b"second"))
+    files.append("b", memoryview(b"torn record"))
+    files.close()
+    data = files.journal_path.read_bytes()
+    files.journal_path.write_bytes(data[:-5])  # a crash in the middle of b's append
+
+    again = PhaseFiles(tmp_path, 1, "fit")
+    assert again.read_kept("a") == b"second"
+    assert again.read_kept("b") is None
+
+
+def test_checkpoint_saves_the_aggregate_and_empties_the_journal(tmp_path: Path) -> None:
     files = PhaseFiles(tmp_path, 1, "fit")
     agg = WeightedMeanAggregator(TEMPLATE)
     for k, cid in enumerate(("a", "b", "c")):
-        _keep(files, cid, b"x")
+        files.append(cid, memoryview(b"x"))
         agg.add(cid, {"w": np.full(3, k, np.float32)}, 1.0)
-    assert files.checkpoint(agg) == 3
-    assert not any(files.kept(cid).exists() for cid in ("a", "b", "c"))
+    files.checkpoint(agg)
+    assert files.journal_path.stat().st_size == 0
+    assert files.read_kept("a") is None
     np.testing.assert_array_equal(load_arrays(files.checkpoint_path)["sum/w"], [3.0, 3.0, 3.0])
 
-    _keep(files, "d", b"x")
-    agg.add("d", {"w": np.ones(3, np.float32)}, 1.0)
-    _keep(files, "a", b"stale")  # not folded again: a checkpoint from 3 leaves it
-    assert files.checkpoint(agg, dropped=3) == 4
-    assert not files.kept("d").exists()
-    assert files.kept("a").exists()
-    assert files.checkpoint(agg, dropped=0) == 4  # from 0, every folded client's
-    assert not files.kept("a").exists()
+    files.append("d", memoryview(b"after"))  # appends continue at the journal's start
+    assert files.read_kept("d") == b"after"
+    assert files.journal_path.stat().st_size == HEAD.size + len(b"after") + TAIL.size
+    files.remove()
+    assert not files.dir.exists() and not files.checkpoint_path.exists()

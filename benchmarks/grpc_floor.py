@@ -1,0 +1,333 @@
+"""The gRPC floor under a federated round: server CPU per exchange and server memory per
+open connection of bare grpcio servers, with no sporenet code in the path.
+
+One exchange is what a federated client does each round: it asks for the model (a small
+message), receives it (`--model` bytes, 400 KB: 100k float32 parameters), sends its update
+(as many bytes) and gets a small acknowledgement. N clients (asyncio, in this process) do
+one warm-up exchange, then `--rounds` more; a server subprocess reports its own CPU time
+(os.times) and resident memory (VmRSS) through a unary call. Reported per design: server
+CPU per exchange over the timed rounds, RSS with the N connections open and idle after
+the rounds minus RSS before any client (per connection), and RSS once they closed.
+
+Designs (`--designs`, comma list; the server is grpc.aio unless the name starts "sync-",
+grpc.server on a thread pool, the API Flower uses, or "tcp-", no gRPC: _tcp_floor.py):
+
+- stream-reconnect: one bidirectional stream per exchange on a new connection.
+- stream-longlived: one stream per client kept open across rounds.
+- stream-newcall: one connection per client, a new stream per exchange.
+- stream-chunked: long-lived stream, the update sent as `--chunk`-byte messages.
+- unary-longlived / unary-reconnect: a Get call and a Put call per exchange.
+- unary-chunked: long-lived connection, Get plus a client-streaming Put in chunks.
+- tcp-streams-* / tcp-buffered-*: length-prefixed frames over asyncio (StreamReader per
+  connection, or one shared read buffer and pooled frame buffers), reconnecting or not.
+
+    python benchmarks/grpc_floor.py                     # every design, 100 clients
+    python benchmarks/grpc_floor.py --clients 500 --designs stream-reconnect,stream-longlived
+
+It answers two questions for the server's transport: how much CPU the connection set-up
+per round costs, and whether any long-lived design holds bounded memory per connection.
+Server options for every design go in `--server-options` as JSON ([["name", value]]).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from concurrent import futures
+from typing import Any
+
+import grpc
+from _common import clean_env, free_port
+from _tcp_floor import TcpPeer, serve_tcp
+
+OPTIONS = [
+    ("grpc.max_receive_message_length", 64 << 20),
+    ("grpc.max_send_message_length", 64 << 20),
+]
+DESIGNS = {  # name: (server, rpc shape, new connection per exchange)
+    "stream-reconnect": ("aio", "stream", True),
+    "stream-longlived": ("aio", "stream", False),
+    "stream-newcall": ("aio", "stream-newcall", False),
+    "stream-chunked": ("aio", "stream-chunked", False),
+    "unary-longlived": ("aio", "unary", False),
+    "unary-reconnect": ("aio", "unary", True),
+    "unary-chunked": ("aio", "unary-chunked", False),
+    "sync-stream-reconnect": ("sync", "stream", True),
+    "sync-stream-longlived": ("sync", "stream", False),
+    "sync-unary-longlived": ("sync", "unary", False),
+    "sync-unary-reconnect": ("sync", "unary", True),
+    "tcp-streams-reconnect": ("tcp-streams", "tcp", True),
+    "tcp-streams-longlived": ("tcp-streams", "tcp", False),
+    "tcp-buffered-reconnect": ("tcp-buffered", "tcp", True),
+    "tcp-buffered-longlived": ("tcp-buffered", "tcp", False),
+}
+ASK, PART, ACK = b"P", b"C", b"ok"
+
+
+def _same(b: bytes) -> bytes:
+    return b
+
+
+def _stats() -> bytes:
+    t = os.times()
+    with open("/proc/self/status") as f:
+        rss = next(int(x.split()[1]) for x in f if x.startswith("VmRSS"))
+    return json.dumps({"cpu": t.user + t.system, "rss_kb": rss}).encode()
+
+
+def _answer(msg: bytes, model: bytes) -> bytes | None:
+    """The Session reply to one message: the model, an ack, or none (a chunk)."""
+    if msg == ASK:
+        return model
+    return None if msg[:1] == PART else ACK
+
+
+def _aio_methods(model: bytes) -> dict[str, Any]:
+    async def session(requests: Any, _ctx: Any) -> Any:
+        async for msg in requests:
+            if (reply := _answer(msg, model)) is not None:
+                yield reply
+
+    async def get(_r: bytes, _ctx: Any) -> bytes:
+        return model
+
+    async def put(_r: bytes, _ctx: Any) -> bytes:
+        return ACK
+
+    async def put_stream(requests: Any, _ctx: Any) -> bytes:
+        async for _ in requests:
+            pass
+        return ACK
+
+    async def stats(_r: bytes, _ctx: Any) -> bytes:
+        return _stats()
+
+    return {"Session": session, "Get": get, "Put": put, "PutStream": put_stream, "Stats": stats}
+
+
+def _sync_methods(model: bytes) -> dict[str, Any]:
+    def session(requests: Any, _ctx: Any) -> Any:
+        for msg in requests:
+            if (reply := _answer(msg, model)) is not None:
+                yield reply
+
+    def put_stream(requests: Any, _ctx: Any) -> bytes:
+        for _ in requests:
+            pass
+        return ACK
+
+    return {
+        "Session": session,
+        "Get": lambda _r, _ctx: model,
+        "Put": lambda _r, _ctx: ACK,
+        "PutStream": put_stream,
+        "Stats": lambda _r, _ctx: _stats(),
+    }
+
+
+def _handlers(aio: bool, model: bytes) -> grpc.GenericRpcHandler:
+    """Session (ask -> model, update or chunks -> ack), Get, Put, PutStream, Stats."""
+    f = (_aio_methods if aio else _sync_methods)(model)
+    methods = {
+        "Session": grpc.stream_stream_rpc_method_handler(f["Session"], _same, _same),
+        "Get": grpc.unary_unary_rpc_method_handler(f["Get"], _same, _same),
+        "Put": grpc.unary_unary_rpc_method_handler(f["Put"], _same, _same),
+        "PutStream": grpc.stream_unary_rpc_method_handler(f["PutStream"], _same, _same),
+        "Stats": grpc.unary_unary_rpc_method_handler(f["Stats"], _same, _same),
+    }
+    return grpc.method_handlers_generic_handler("floor", methods)
+
+
+def serve(kind: str, port: int, model_bytes: int, extra: list[tuple[str, Any]]) -> None:
+    """Run the bare server until killed."""
+    if kind.startswith("tcp"):
+        serve_tcp(kind, port, model_bytes, _stats)
+        return
+    model, options = os.urandom(model_bytes), OPTIONS + extra
+    if kind == "sync":
+        server = grpc.server(futures.ThreadPoolExecutor(max_workers=1000), options=options)
+        server.add_generic_rpc_handlers((_handlers(False, model),))
+        server.add_insecure_port(f"127.0.0.1:{port}")
+        server.start()
+        server.wait_for_termination()
+        return
+
+    async def main() -> None:
+        server = grpc.aio.server(options=options)
+        server.add_generic_rpc_handlers((_handlers(True, model),))
+        server.add_insecure_port(f"127.0.0.1:{port}")
+        await server.start()
+        await server.wait_for_termination()
+
+    asyncio.run(main())
+
+
+class Peer:
+    """One simulated client: its channel and, for long-lived streams, its open call."""
+
+    def __init__(self, address: str, shape: str, reconnect: bool, update: bytes, chunk: int):
+        self.address, self.shape, self.reconnect = address, shape, reconnect
+        self.update, self.chunk = update, chunk
+        self.channel: grpc.aio.Channel | None = None
+        self.call: Any = None
+
+    def _parts(self) -> list[bytes]:
+        return [self.update[i : i + self.chunk] for i in range(0, len(self.update), self.chunk)]
+
+    async def exchange(self) -> None:
+        if self.channel is None:
+            # A channel of its own pool: one TCP connection per client, as with real devices.
+            options = [*OPTIONS, ("grpc.use_local_subchannel_pool", 1)]
+            self.channel = grpc.aio.insecure_channel(self.address, options=options)
+        ch = self.channel
+        if self.shape.startswith("stream"):
+            if self.call is None:
+                self.call = ch.stream_stream("/floor/Session", _same, _same)()
+            await self.call.write(ASK)
+            await self.call.read()
+            if self.shape == "stream-chunked":
+                for part in self._parts():
+                    await self.call.write(PART + part)
+                await self.call.write(b"E")
+            else:
+                await self.call.write(self.update)
+            if await self.call.read() != ACK:
+                raise RuntimeError("the server did not acknowledge the update")
+            if self.shape == "stream-newcall" or self.reconnect:
+                await self._end_call()
+        else:
+            await ch.unary_unary("/floor/Get", _same, _same)(ASK)
+            if self.shape == "unary-chunked":
+
+                async def parts() -> Any:
+                    for part in self._parts():
+                        yield part
+
+                await ch.stream_unary("/floor/PutStream", _same, _same)(parts())
+            else:
+                await ch.unary_unary("/floor/Put", _same, _same)(self.update)
+        if self.reconnect:
+            await self.close()
+
+    async def _end_call(self) -> None:
+        if self.call is not None:
+            await self.call.done_writing()
+            await self.call.code()
+            self.call = None
+
+    async def close(self) -> None:
+        await self._end_call()
+        if self.channel is not None:
+            await self.channel.close()
+            self.channel = None
+
+
+async def drive(address: str, design: str, args: argparse.Namespace) -> dict[str, float]:
+    """Warm-up, timed rounds, idle and closed: the server's CPU and memory."""
+    _kind, shape, reconnect = DESIGNS[design]
+    port = int(address.rsplit(":", 1)[1])
+    async with grpc.aio.insecure_channel(address) as ch:
+        stats = ch.unary_unary("/floor/Stats", _same, _same)
+        observer = TcpPeer(port, False, b"")
+
+        async def read() -> dict[str, float]:
+            if shape == "tcp":
+                return await observer.stats()
+            return json.loads(await stats(b""))
+
+        before = await read()
+        update = os.urandom(args.model)
+        peers: list[Any] = [
+            TcpPeer(port, reconnect, update)
+            if shape == "tcp"
+            else Peer(address, shape, reconnect, update, args.chunk)
+            for _ in range(args.clients)
+        ]
+        in_flight = asyncio.Semaphore(args.concurrency)
+
+        async def one(peer: Any) -> None:
+            async with in_flight:
+                await peer.exchange()
+
+        await asyncio.gather(*(one(p) for p in peers))
+        start = await read()
+        for _ in range(args.rounds):
+            await asyncio.gather(*(one(p) for p in peers))
+        end = await read()
+        await asyncio.sleep(0.5)
+        idle = await read()
+        for p in peers:
+            await p.close()
+        await asyncio.sleep(1.0)
+        closed = await read()
+        await observer.close()
+    n = args.clients
+    return {
+        "cpu_ms": (end["cpu"] - start["cpu"]) / (n * args.rounds) * 1000,
+        "kb_per_conn": (idle["rss_kb"] - before["rss_kb"]) / n,
+        "idle_mb": idle["rss_kb"] / 1024,
+        "closed_mb": closed["rss_kb"] / 1024,
+    }
+
+
+def _wait_listening(port: int, timeout: float = 30.0) -> None:
+    end = time.monotonic() + timeout
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            if time.monotonic() > end:
+                raise
+            time.sleep(0.05)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument("--designs", default=",".join(DESIGNS))
+    p.add_argument("--clients", type=int, default=100)
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--model", type=int, default=400_000, help="bytes each way per exchange")
+    p.add_argument("--chunk", type=int, default=64 << 10, help="bytes per chunked message")
+    p.add_argument("--concurrency", type=int, default=50, help="exchanges in flight at once")
+    p.add_argument("--server-options", default="[]", help='JSON list of ["name", value]')
+    p.add_argument("--serve", nargs=2, metavar=("KIND", "PORT"), help=argparse.SUPPRESS)
+    args = p.parse_args()
+    extra = [tuple(o) for o in json.loads(args.server_options)]
+    if args.serve:
+        serve(args.serve[0], int(args.serve[1]), args.model, extra)
+        return
+    print(f"grpcio {grpc.__version__}, {args.clients} clients, {args.model} bytes each way")
+    heads = f"{'CPU ms/exchange':>16} {'KB/connection':>14} {'idle MB':>8} {'closed MB':>10}"
+    print(f"{'design':24} {heads}")
+    for design in args.designs.split(","):
+        if design not in DESIGNS:
+            raise SystemExit(f"unknown design {design!r}; expected one of {', '.join(DESIGNS)}")
+        port = free_port()
+        cmd = [sys.executable, __file__, "--serve", DESIGNS[design][0], str(port)]
+        cmd += ["--model", str(args.model), "--server-options", args.server_options]
+        server = subprocess.Popen(cmd, env=clean_env())
+        try:
+            _wait_listening(port)
+            r = asyncio.run(drive(f"127.0.0.1:{port}", design, args))
+        finally:
+            server.kill()
+            server.wait()
+        print(
+            f"{design:24} {r['cpu_ms']:16.2f} {r['kb_per_conn']:14.0f} "
+            f"{r['idle_mb']:8.0f} {r['closed_mb']:10.0f}",
+            flush=True,
+        )
+        time.sleep(0.2)
+
+
+if __name__ == "__main__":
+    main()
