@@ -21,6 +21,18 @@ def value_info(name: str, shape: Sequence[int | str] | None, dtype: int = Tensor
     return helper.make_tensor_value_info(name, dtype, shape)
 
 
+def subgraph(
+    nodes: Sequence[Any],
+    name: str,
+    outputs: Sequence[tuple[str, int, Sequence[int | str] | None]],
+    inputs: Sequence[Any] = (),
+) -> Any:
+    """A graph for an If branch or a Loop body: `outputs` as (name, dtype, shape)."""
+    return helper.make_graph(
+        nodes, name, list(inputs), [helper.make_tensor_value_info(o, t, s) for o, t, s in outputs]
+    )
+
+
 def make_model(
     nodes: Sequence[Any],
     inputs: dict[str, Sequence[int | str]],

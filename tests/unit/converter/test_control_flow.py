@@ -15,34 +15,29 @@ from tests.unit.converter.helpers import (
     convert,
     helper,
     make_model,
+    subgraph,
 )
 
 F, I64, B = TensorProto.FLOAT, TensorProto.INT64, TensorProto.BOOL
 
 
-def _graph(nodes, name, outputs, inputs=()):
-    return helper.make_graph(
-        nodes, name, list(inputs), [helper.make_tensor_value_info(o, t, s) for o, t, s in outputs]
-    )
-
-
 def _if_model(*, nested: bool = False):
     """y = cond ? relu(x) * w : x - 1, where the branches read the outer x and w."""
-    then = _graph(
+    then = subgraph(
         [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Mul", ["r", "w"], ["t_out"])],
         "then",
         [("t_out", F, [2, 3])],
     )
     if nested:
-        inner_then = _graph(
+        inner_then = subgraph(
             [helper.make_node("Sub", ["x", "one"], ["it_out"])],
             "inner_then",
             [("it_out", F, [2, 3])],
         )
-        inner_else = _graph(
+        inner_else = subgraph(
             [helper.make_node("Add", ["x", "w"], ["ie_out"])], "inner_else", [("ie_out", F, [2, 3])]
         )
-        other = _graph(
+        other = subgraph(
             [
                 helper.make_node(
                     "If", ["c2"], ["e_out"], then_branch=inner_then, else_branch=inner_else
@@ -52,7 +47,7 @@ def _if_model(*, nested: bool = False):
             [("e_out", F, [2, 3])],
         )
     else:
-        other = _graph(
+        other = subgraph(
             [helper.make_node("Sub", ["x", "one"], ["e_out"])], "else", [("e_out", F, [2, 3])]
         )
     nodes = [helper.make_node("If", ["c"], ["y"], then_branch=then, else_branch=other)]
@@ -96,8 +91,8 @@ def test_if_subgraphs_are_stored_with_implicit_inputs() -> None:
 
 
 def test_if_with_static_condition_is_inlined() -> None:
-    then = _graph([helper.make_node("Relu", ["x"], ["t"])], "then", [("t", F, [4])])
-    other = _graph([helper.make_node("Neg", ["x"], ["e"])], "else", [("e", F, [4])])
+    then = subgraph([helper.make_node("Relu", ["x"], ["t"])], "then", [("t", F, [4])])
+    other = subgraph([helper.make_node("Neg", ["x"], ["e"])], "else", [("e", F, [4])])
     nodes = [
         helper.make_node("Constant", [], ["c"], value=helper.make_tensor("c", B, [], [0])),
         helper.make_node("If", ["c"], ["y"], then_branch=then, else_branch=other),
@@ -109,8 +104,8 @@ def test_if_with_static_condition_is_inlined() -> None:
 
 
 def test_if_branches_of_different_shapes_are_refused_clearly() -> None:
-    then = _graph([helper.make_node("Relu", ["x"], ["t"])], "then", [("t", F, None)])
-    other = _graph(
+    then = subgraph([helper.make_node("Relu", ["x"], ["t"])], "then", [("t", F, None)])
+    other = subgraph(
         [helper.make_node("ReduceSum", ["x"], ["e"], keepdims=0)], "else", [("e", F, None)]
     )
     model = make_model(
@@ -141,7 +136,7 @@ def _loop_model(*, trip: int | None, with_cond: bool, scan: bool):
     if scan:
         body_nodes.append(helper.make_node("Identity", ["s_out"], ["scan_out"]))
         outputs.append(("scan_out", F, [3]))
-    body = _graph(
+    body = subgraph(
         body_nodes,
         "body",
         outputs,
@@ -199,7 +194,7 @@ def test_loop_with_scan_outputs_like_onnxruntime() -> None:
 def test_loop_scan_output_of_the_previous_carried_value() -> None:
     """A scan output that is the carried value as it entered the iteration (Range's ONNX
     function body) stacks that value, not the one the iteration leaves."""
-    body = _graph(
+    body = subgraph(
         [
             helper.make_node("Identity", ["c_in"], ["c_out"]),
             helper.make_node("Add", ["s_in", "x"], ["s_out"]),
@@ -232,7 +227,7 @@ def test_loop_scan_outputs_need_a_static_trip_count() -> None:
 
 
 def test_loop_carried_shape_change_is_refused() -> None:
-    body = _graph(
+    body = subgraph(
         [
             helper.make_node("Concat", ["s_in", "s_in"], ["s_out"], axis=0),
             helper.make_node("Identity", ["c_in"], ["c_out"]),
@@ -310,7 +305,7 @@ def test_a_taken_branch_that_cannot_run_raises_clearly() -> None:
     from sporenet.lite.errors import ShapeError
 
     shape = np.array([2, 2], np.int64)
-    then = _graph(
+    then = subgraph(
         [
             helper.make_node("Reshape", ["x", "shape"], ["t"]),
             helper.make_node("ReduceSum", ["t"], ["t2"], keepdims=0),
@@ -318,7 +313,7 @@ def test_a_taken_branch_that_cannot_run_raises_clearly() -> None:
         "then",
         [("t2", F, [])],
     )
-    other = _graph(
+    other = subgraph(
         [helper.make_node("ReduceMax", ["x"], ["e"], keepdims=0)], "else", [("e", F, [])]
     )
     model = make_model(
@@ -339,7 +334,7 @@ def test_a_taken_branch_that_cannot_run_raises_clearly() -> None:
 def test_scan_with_state_and_scan_output_like_onnxruntime() -> None:
     """Scan-9: a running sum over rows of x (state) and each partial sum scaled by the
     outer w (scan output)."""
-    body = _graph(
+    body = subgraph(
         [
             helper.make_node("Add", ["acc_in", "row"], ["acc_out"]),
             helper.make_node("Mul", ["acc_out", "w"], ["scaled"]),
@@ -395,7 +390,7 @@ def test_branch_initializers_are_imported() -> None:
         [helper.make_tensor_value_info("t", F, [2])],
         initializer=[helper.make_tensor("k_then", F, [2], [10.0, 20.0])],
     )
-    other = _graph([helper.make_node("Sub", ["x", "k"], ["e"])], "else", [("e", F, [2])])
+    other = subgraph([helper.make_node("Sub", ["x", "k"], ["e"])], "else", [("e", F, [2])])
     model = make_model(
         [helper.make_node("If", ["c"], ["y"], then_branch=then, else_branch=other)],
         {"c": [], "x": [2]},
@@ -414,7 +409,7 @@ def test_loop_that_never_ends_is_refused() -> None:
     from sporenet.lite.errors import ShapeError
     from sporenet.lite.planner import plan
 
-    body = _graph(
+    body = subgraph(
         [
             helper.make_node("Constant", [], ["c_out"], value=helper.make_tensor("t", B, [], [1])),
             helper.make_node("Identity", ["s_in"], ["s_out"]),

@@ -19,21 +19,16 @@ from tests.unit.converter.helpers import (
     convert_onnx,
     helper,
     make_model,
+    subgraph,
 )
 
 F, I64, B = TensorProto.FLOAT, TensorProto.INT64, TensorProto.BOOL
 
 
-def _graph(nodes, name, outputs, inputs=()):
-    return helper.make_graph(
-        nodes, name, list(inputs), [helper.make_tensor_value_info(o, t, s) for o, t, s in outputs]
-    )
-
-
 def _if_taken_only_when_true() -> bytes:
     """y = c ? max(x - 1) : sum(reshape(x, [2, 2])); the else branch cannot run for x of 3
     elements, and zero inputs (c = False) take it."""
-    then = _graph(
+    then = subgraph(
         [
             helper.make_node("Sub", ["x", "one"], ["d"]),
             helper.make_node("ReduceMax", ["d"], ["t"], keepdims=0),
@@ -41,7 +36,7 @@ def _if_taken_only_when_true() -> bytes:
         "then",
         [("t", F, [])],
     )
-    other = _graph(
+    other = subgraph(
         [
             helper.make_node("Reshape", ["x", "shape"], ["r"]),
             helper.make_node("ReduceSum", ["r"], ["e"], keepdims=0),
@@ -84,7 +79,7 @@ def test_no_warm_up_runs_past_its_budget() -> None:
 
 def _while_sum_below_limit() -> object:
     """s += x * i while sum(s) < 40, with no trip count: on zero inputs it never ends."""
-    body = _graph(
+    body = subgraph(
         [
             helper.make_node("Cast", ["i"], ["fi"], to=F),
             helper.make_node("Mul", ["x", "fi"], ["xi"]),
