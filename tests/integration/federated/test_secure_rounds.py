@@ -20,6 +20,7 @@ import pytest
 
 from sporenet.federated import Client
 from sporenet.federated.aggregation import template_of
+from sporenet.federated.errors import JobFailedError
 from sporenet.federated.secagg import Stage
 from sporenet.federated.secagg.session import SecureClientSession
 from sporenet.federated.server.state import Store
@@ -97,10 +98,25 @@ def start_clients(
             clients[i] = DroppingClient(address, drop_at=drops[i], **kwargs)  # type: ignore[arg-type]
         else:
             clients[i] = Client(address, **kwargs)  # type: ignore[arg-type]
-    threads = [threading.Thread(target=c.run, daemon=True) for c in clients.values()]
+    threads = [ClientThread(c) for c in clients.values()]
     for t in threads:
         t.start()
     return threads, clients
+
+
+class ClientThread(threading.Thread):
+    """Runs a client; `outcome` is what `run()` returned or the exception it raised."""
+
+    def __init__(self, client: Client) -> None:
+        super().__init__(daemon=True)
+        self.client = client
+        self.outcome: object = None
+
+    def run(self) -> None:
+        try:
+            self.outcome = self.client.run()
+        except Exception as e:  # the test reads it
+            self.outcome = e
 
 
 def join(threads: list[threading.Thread], server) -> None:  # type: ignore[no-untyped-def]
@@ -296,6 +312,9 @@ def test_too_many_dropouts_with_no_retries_left_fail_the_job_without_a_model(
     job = read_status(server.state_dir)["job"]
     assert job["status"] == "failed"
     assert "secure aggregation failed" in job["reason"] and "threshold is 3" in job["reason"]
+    # The clients still there are told why the job failed.
+    failed = [t.outcome for t in threads if isinstance(t.outcome, JobFailedError)]
+    assert failed and all("threshold is 3" in str(e) for e in failed)
     assert job["model_version"] == 0
     assert not (server.state_dir / "models" / "v00001.spore").exists()
     # A message that arrives now is refused with the round's reason.
