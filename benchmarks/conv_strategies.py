@@ -31,29 +31,36 @@ from sporenet.lite.eager import prepare_kernel
 from sporenet.lite.kernels.base import TensorSpec
 from sporenet.lite.ops import OpCode
 
-LAYERS = [  # (in channels, out channels, height = width) of a 3x3, stride-1, pad-1 layer
-    (16, 16, 28),
-    (16, 64, 28),
-    (32, 128, 27),
-    (48, 48, 14),
-    (64, 64, 7),
-    (64, 64, 16),
-    (64, 64, 28),
-    (128, 128, 14),
-    (128, 128, 28),
-    (256, 256, 6),
-    (256, 256, 7),
-    (256, 256, 14),
-    (384, 384, 6),
-    (512, 512, 4),
-    (512, 512, 7),
+LAYERS = [  # (in channels, out channels, height, width) of a 3x3, stride-1, pad-1 layer
+    (16, 16, 28, 28),
+    (16, 64, 28, 28),
+    (32, 128, 27, 27),
+    (48, 48, 14, 14),
+    (64, 64, 7, 7),
+    (64, 64, 16, 16),
+    (64, 64, 28, 28),
+    (128, 128, 14, 14),
+    (128, 128, 28, 28),
+    (256, 256, 6, 6),
+    (256, 256, 7, 7),
+    (256, 256, 14, 14),
+    (384, 384, 6, 6),
+    (512, 512, 4, 4),
+    (512, 512, 7, 7),
+    # text-line shapes (a CNN+LSTM recognizer's 64x160 input, ddddocr common_old)
+    (24, 24, 32, 80),
+    (48, 192, 16, 40),
+    (64, 256, 8, 20),
+    (64, 64, 8, 20),
+    (128, 128, 8, 20),
+    (256, 256, 4, 10),
 ]
 STRATEGIES = ("im2col", "winograd", "winograd4")
 
 
-def time_layer(c: int, o: int, hw: int, *, blocks: int, calls: int) -> tuple[str, dict]:
+def time_layer(c: int, o: int, h: int, w_: int, *, blocks: int, calls: int) -> tuple[str, dict]:
     rng = np.random.default_rng(0)
-    x = rng.standard_normal((1, c, hw, hw)).astype(np.float32)
+    x = rng.standard_normal((1, c, h, w_)).astype(np.float32)
     w = rng.standard_normal((o, c, 3, 3)).astype(np.float32)
     specs = [TensorSpec(x.shape, x.dtype), TensorSpec(w.shape, w.dtype, w)]
     kernel = prepare_kernel(OpCode.CONV2D, {"pads": [1, 1, 1, 1]}, specs, 1)
@@ -95,11 +102,11 @@ def main() -> None:
             f"{'layer':<18}{'im2col ms':>10}{'F2 ms':>8}{'F4 ms':>8}{'F2/im2col':>11}"
             f"{'F4/im2col':>11}  picked"
         )
-        for c, o, hw in LAYERS:
-            chosen, ms = time_layer(c, o, hw, blocks=blocks, calls=calls)
+        for c, o, h, w in LAYERS:
+            chosen, ms = time_layer(c, o, h, w, blocks=blocks, calls=calls)
             base = ms["im2col"]
             print(
-                f"{f'{c}->{o} {hw}x{hw}':<18}{base:>10.3f}{ms['winograd']:>8.3f}"
+                f"{f'{c}->{o} {h}x{w}':<18}{base:>10.3f}{ms['winograd']:>8.3f}"
                 f"{ms['winograd4']:>8.3f}{ms['winograd'] / base:>11.2f}"
                 f"{ms['winograd4'] / base:>11.2f}  {chosen}"
             )

@@ -92,7 +92,7 @@ class Conv2D(Kernel):
             and group == 1
             and w.value is not None
             and (bias is None or bias.value is not None)
-            and min(c, o) >= _WINOGRAD_MIN_CH
+            and min(c, o) >= _winograd_min_channels(self.win.out)
         ):
             self.strategy = "im2col"
         elif _winograd4_pays(n, c, o, self.win.out):
@@ -368,14 +368,26 @@ _WINOGRAD_MIN_PLANE = 36
 # The transforms cost a few passes over the input and output tiles per call whatever the
 # channel counts, while the GEMMs save 5/9 of the C*O work per tile: with few channels,
 # or few tiles (N * ceil(OH/2) * ceil(OW/2)) times channels, the transforms eat the saving.
+# On a small plane Winograd's tile buffers are small too, and F(4x4) pays from fewer
+# channels (a text line's 24 channels on 32x80); on large planes those buffers cost more
+# memory than the time they save.
 _WINOGRAD_MIN_CH = 32
-_WINOGRAD_MIN_WORK = 3000
+_WINOGRAD_SMALL_PLANE = 64 * 64
+_WINOGRAD_SMALL_PLANE_MIN_CH = 16
+_WINOGRAD_MIN_WORK = 2000
 # Winograd F(4x4, 3x3) stores 36/9 of the weights' size and OpenBLAS re-packs them on
 # every call, so it needs enough 4x4 tiles per weight byte; with few tiles and large
-# weights F(2x2) wins.
-_WINOGRAD4_MIN_TILES = 16
+# weights F(2x2) wins. Up to 128x128 channels it wins from four tiles on (a 7x7 plane,
+# or a text line's 8x20).
+_WINOGRAD4_MIN_TILES = 4
 _WINOGRAD4_MANY_TILES = 36
 _WINOGRAD4_MAX_WEIGHTS = 128 * 128
+
+
+def _winograd_min_channels(out_hw: tuple[int, int]) -> int:
+    """The fewest channels (in and out) for which Winograd can pay on this output plane."""
+    small = out_hw[0] * out_hw[1] <= _WINOGRAD_SMALL_PLANE
+    return _WINOGRAD_SMALL_PLANE_MIN_CH if small else _WINOGRAD_MIN_CH
 
 
 def _winograd4_pays(n: int, c: int, o: int, out_hw: tuple[int, int]) -> bool:

@@ -18,11 +18,16 @@ FORCE = {
     "winograd": {
         "_WINOGRAD_MIN_PLANE": 0,
         "_WINOGRAD_MIN_CH": 1,
+        "_WINOGRAD_SMALL_PLANE_MIN_CH": 1,
         "_WINOGRAD_MIN_WORK": 0,
         "_WINOGRAD4_MIN_TILES": 10**9,
         "_WINOGRAD4_MANY_TILES": 10**9,
     },
-    "winograd4": {"_WINOGRAD_MIN_CH": 1, "_WINOGRAD4_MIN_TILES": 0},
+    "winograd4": {
+        "_WINOGRAD_MIN_CH": 1,
+        "_WINOGRAD_SMALL_PLANE_MIN_CH": 1,
+        "_WINOGRAD4_MIN_TILES": 0,
+    },
 }
 
 

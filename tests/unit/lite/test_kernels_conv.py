@@ -399,7 +399,7 @@ def test_im2col_layouts(
         (False, 8, [1, 1], "im2col"),  # run-time weights cannot be transformed at load
         (True, 8, [2, 2], "im2col"),  # F(2x2, 3x3) is for stride 1
         (True, 4, [1, 1], "im2col"),  # too few output positions (below _WINOGRAD_MIN_PLANE)
-        (True, 7, [1, 1], "im2col"),  # 64 ch x 16 tiles: transforms cost more than they save
+        (True, 7, [1, 1], "winograd4"),  # 64 x 64 weights: F(4x4) pays from 4 tiles on
         (True, 14, [1, 1], "winograd4"),  # 16 tiles of 4x4 for 64 x 64 weights
         (True, 28, [1, 1], "winograd4"),
     ],
