@@ -17,6 +17,7 @@ zero_point); scale and zero_point are float32 scalars.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import cast
 
 import numpy as np
 
@@ -53,8 +54,8 @@ class DynamicQuantize(Kernel):
         return ChannelsLast.ACCEPTED if index == 0 else ChannelsLast.REFUSED
 
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
-        x, (y, scale_out, zp_out) = inputs[0], outputs
-        assert x is not None  # a required input
+        x = cast(np.ndarray, inputs[0])  # a required input
+        y, scale_out, zp_out = outputs
         f32 = np.float32
         zero, one, levels = f32(0), f32(1), f32(255)
         lowest, highest = np.minimum.reduce, np.maximum.reduce

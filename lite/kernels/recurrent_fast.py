@@ -27,7 +27,7 @@ or sequence_lens, time-major layout) runs here instead, with buffers made at bin
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
 
@@ -181,7 +181,7 @@ def bind_fast(
     one, half = np.array(1, dtype), np.array(0.5, dtype)
     gates = a[:, : 2 * hidden]  # the sigmoid gates' columns
     wt, rt, bias, rb_h = packed
-    assert wt is not None  # a GRU's W is always packed
+    wt = cast(np.ndarray, wt)  # a GRU's W is always packed
     directions = []
     for d, reverse in enumerate(cfg.reverse):
         order = range(seq - 1, -1, -1) if reverse else range(seq)
@@ -259,7 +259,7 @@ def _bind_lstm(
     x2 = x.reshape(seq * batch, size)
     # Written before they are read on every call: temporaries from the plan's arena.
     if int8_w is None:
-        assert wt is not None  # packed when not read as stored
+        wt = cast(np.ndarray, wt)  # packed when not read as stored
         proj = temporary((seq * batch, gh), dtype)
         proj3 = proj.reshape(seq, batch, gh)
         projections = [
