@@ -100,6 +100,13 @@ def module_command(module: str, profile_out: Path | None = None) -> list[str]:
     return [sys.executable, __file__, "--profile", str(profile_out), module]
 
 
+def daemon_command(module: str, name: str) -> list[str]:
+    """`module_command` for a daemon: under cProfile, its stats in $SPORENET_BENCH_PROFILE
+    as `name`.prof, when that variable names a directory."""
+    profile = os.environ.get(PROFILE_ENV)
+    return module_command(module, Path(profile) / f"{name}.prof" if profile else None)
+
+
 def profile_main(out: Path, module: str, argv: list[str]) -> None:
     """Run `module` as __main__ with a cProfile profiler in each Python thread (a server
     works on its event-loop and pool threads, which a plain `python -m cProfile` misses),
@@ -164,10 +171,8 @@ def start_server(
     DIR/server-STATE.prof(.txt) when it stops. Raises
     RuntimeError with the log's tail (and stops the process) if the server does not come up.
     """
-    profile = os.environ.get(PROFILE_ENV)
-    profile_out = Path(profile) / f"server-{state.name}.prof" if profile else None
     command = [
-        *module_command("sporenet.federated.server", profile_out),
+        *daemon_command("sporenet.federated.server", f"server-{state.name}"),
         "--address",
         address,
         "--state-dir",

@@ -59,12 +59,11 @@ from pathlib import Path
 
 import numpy as np
 from _common import (
-    PROFILE_ENV,
     blas_kernels,
     clean_env,
     cpu_seconds,
+    daemon_command,
     free_port,
-    module_command,
     peak_mb,
     round_seconds,
     start_server,
@@ -568,10 +567,8 @@ def _write_edge_config(path: Path, devices: int) -> None:
 def _start_edge(
     upstream: str, address: str, state: Path, config: Path, log: Path
 ) -> subprocess.Popen[bytes]:
-    profile = os.environ.get(PROFILE_ENV)
-    profile_out = Path(profile) / f"edge-{state.name}.prof" if profile else None
     command = [
-        *module_command("sporenet.federated.edge", profile_out),
+        *daemon_command("sporenet.federated.edge", f"edge-{state.name}"),
         "--upstream",
         upstream,
         "--address",
