@@ -9,7 +9,10 @@ product W_block @ x^T, which BLAS runs fastest for the few rows of x a sequence 
 The result is transposed into the output once at the end. While BLAS runs one thread, a
 block is small enough for OpenBLAS's unpacked kernels (conv_common.gemm says why): for a
 sequence of 20 rows and 1024 inputs that is 48 rows, and it beats 512-row blocks by a
-fifth, conversion included.
+fifth, conversion included. Those kernels take x^T as a contiguous copy: read through a
+transposed view, OpenBLAS also requires the output block to hold at most 1,200 elements,
+which halves the rows per block (an LSTM's 512 inputs: 56 rows instead of 96, and each
+call packing its operands when the limit is missed).
 
 The blocks hold the integers q themselves; the zero points and scales apply to the small
 (out, rows) product instead of to every weight on every call:
@@ -33,9 +36,12 @@ from sporenet.lite.threads import BLAS
 BLOCK_ROWS = 512
 """Output features per block: 512 rows of 1024 inputs are 2 MiB of float32."""
 
-MIN_UNPACKED_ROWS = 8
+MIN_UNPACKED_ROWS = 16
 """The fewest output features a one-thread block takes (fewer: a block per call costs
 more in call overhead than unpacked kernels save)."""
+
+ROW_MULTIPLE = 8
+"""Unpacked blocks hold a multiple of this many rows (whole SIMD registers of output)."""
 
 MIN_ELEMENTS = 1 << 18
 """Smaller weights are dequantized whole at bind: their float copy is small, and one
@@ -72,22 +78,26 @@ def bind_product_t(
     rowsum = temporary((1, x2.shape[0]), dtype)
     # The zero point's correction zp * rowsum(x): the column and a buffer for the product.
     shift = None if zp is None else (zp, temporary(out_t.shape, dtype))
-    x_t = x2.T  # a transposed view: BLAS reads it as it lies
+    x_t = x2.T  # a transposed view: packed BLAS calls read it as it lies
     spans = _spans(w, buf, out_t, BLOCK_ROWS)
-    unpacked_rows = UNPACKED_GEMM // max(1, n_in * x2.shape[0])
-    spans_one_thread = (
-        _spans(w, buf, out_t, unpacked_rows)
-        if MIN_UNPACKED_ROWS <= unpacked_rows < BLOCK_ROWS
-        else spans
-    )
+    unpacked_rows = UNPACKED_GEMM // max(1, n_in * x2.shape[0]) // ROW_MULTIPLE * ROW_MULTIPLE
+    unpacked = MIN_UNPACKED_ROWS <= unpacked_rows < BLOCK_ROWS
+    spans_one_thread = _spans(w, buf, out_t, unpacked_rows) if unpacked else spans
+    # The unpacked kernels' operand: x^T as a contiguous (in, rows) copy (module docstring).
+    x_cols = temporary((n_in, x2.shape[0]), dtype) if unpacked else x_t
     threads = BLAS.get if BLAS.available else (lambda: 1)
     copyto, subtract, multiply, matmul = np.copyto, np.subtract, np.multiply, np.matmul
     add_reduce = np.add.reduce
 
     def compute() -> None:
-        for block, b, o in spans_one_thread if threads() == 1 else spans:
+        one_thread = threads() == 1
+        operand = x_t
+        if one_thread and unpacked:
+            copyto(x_cols, x_t)
+            operand = x_cols
+        for block, b, o in spans_one_thread if one_thread else spans:
             copyto(b, block, casting="unsafe")  # integers: exact in float32
-            matmul(b, x_t, out=o)
+            matmul(b, operand, out=o)
         if shift is not None:
             column, correction = shift
             add_reduce(x_t, axis=0, keepdims=True, out=rowsum)
