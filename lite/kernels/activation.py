@@ -78,11 +78,17 @@ def exp_into(x: np.ndarray, out: np.ndarray) -> None:
         np.exp(x, out=out)
 
 
+def sigmoid_into(x: np.ndarray, out: np.ndarray) -> None:
+    """1 / (1 + exp(-x)) into `out` (which may be `x`). The division by 1 is
+    np.reciprocal's correctly rounded result, from NumPy's vectorised divide loop."""
+    np.negative(x, out=out)
+    exp_into(out, out)
+    out += 1
+    np.divide(1, out, out=out)
+
+
 def _sigmoid(x: np.ndarray) -> None:
-    np.negative(x, out=x)
-    exp_into(x, x)
-    x += 1
-    np.reciprocal(x, out=x)
+    sigmoid_into(x, x)
 
 
 def _tanh(x: np.ndarray) -> None:

@@ -64,15 +64,20 @@ class DynamicQuantize(Kernel):
         flat = x.reshape(-1) if x.flags.c_contiguous else x
 
         def compute() -> None:
-            lo = min(f32(lowest(flat, axis=None)), zero)
-            hi = max(f32(highest(flat, axis=None)), zero)
+            x_lo, x_hi = f32(lowest(flat, axis=None)), f32(highest(flat, axis=None))
+            lo, hi = min(x_lo, zero), max(x_hi, zero)
             scale = f32(f32(hi - lo) / levels)
             if scale == zero:
                 scale = one
             zp = min(max(f32(np.rint(f32(-f32(lo / scale)))), zero), levels)
             divide(x, scale, out=y)
             rint(y, out=y)
-            clip(y, -zp, f32(levels - zp), out=y)
+            # Division by a positive scale and rounding are monotonic, so every y lies
+            # between the quantized min and max: the clamp only runs when one of those
+            # falls outside the range (a zero point rounded away from -lo / scale; NaN).
+            low, high = -zp, f32(levels - zp)
+            if not (rint(f32(x_lo / scale)) >= low and rint(f32(x_hi / scale)) <= high):
+                clip(y, low, high, out=y)
             scale_out[...] = scale
             zp_out[...] = zp
 

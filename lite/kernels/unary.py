@@ -12,7 +12,14 @@ from typing import ClassVar
 
 import numpy as np
 
-from sporenet.lite.kernels.activation import bounds, clip_ufunc, exp_into, relu_into, scalar
+from sporenet.lite.kernels.activation import (
+    bounds,
+    clip_ufunc,
+    exp_into,
+    relu_into,
+    scalar,
+    sigmoid_into,
+)
 from sporenet.lite.kernels.base import Attrs, ChannelsLast, Compute, Kernel, TensorSpec
 from sporenet.lite.ops import OpCode
 
@@ -204,11 +211,7 @@ class Sigmoid(UnaryKernel):
     any_layout = True
 
     def compute(self, x: np.ndarray, out: np.ndarray, *scratch: np.ndarray) -> None:
-        # 1 / (1 + exp(-x)), computed in place in `out`.
-        np.negative(x, out=out)
-        exp_into(out, out)
-        out += 1
-        np.reciprocal(out, out=out)
+        sigmoid_into(x, out)
 
 
 class Tanh(UnaryKernel):
@@ -320,7 +323,7 @@ def erf_into(z: np.ndarray, out: np.ndarray, t: np.ndarray, e: np.ndarray) -> No
     np.abs(z, out=t)
     t *= _ERF_P
     t += 1
-    np.reciprocal(t, out=t)
+    np.divide(1, t, out=t)  # as np.reciprocal, from the vectorised divide loop
     # Horner's rule for the polynomial in t, accumulated in `out`.
     np.multiply(t, a5, out=out)
     out += a4
