@@ -132,11 +132,20 @@ def bind_matmul(
         return value
     zp, scale = channel_params(quant, w.shape[0])
     out_t = temporary((w.shape[0], x2.shape[0]), out2.dtype)
-    product = bind_product_t(x2, w, zp, scale, out_t)
-    copyto, result = np.copyto, out_t.T
+    # The scales apply in the transposing copy into out2: one pass instead of two.
+    product = bind_product_t(x2, w, zp, None, out_t)
+    copyto, multiply, result = np.copyto, np.multiply, out_t.T
+    if scale is None:
 
-    def compute() -> None:
+        def compute() -> None:
+            product()
+            copyto(out2, result)
+
+        return compute
+    scale_row = scale.reshape(1, -1)
+
+    def scaled() -> None:
         product()
-        copyto(out2, result)
+        multiply(result, scale_row, out=out2)
 
-    return compute
+    return scaled
