@@ -32,6 +32,8 @@ def fused_form(node: Node) -> dict[str, Any] | None:
         return {"activation": "tanh"}
     if node.op == OpCode.HARD_SWISH:
         return {"activation": "hard_swish"}
+    if node.op == OpCode.SILU:
+        return {"activation": "silu"}
     if node.op == OpCode.LEAKY_RELU:
         return {"activation": "leaky_relu", "alpha": float_attr(node, "alpha", 0.01)}
     if node.op == OpCode.CLIP and len(node.inputs) == 1:

@@ -107,6 +107,7 @@ KERNELS: dict[OpCode, type[Kernel]] = {
     OpCode.PRELU: unary.PRelu,
     OpCode.HARD_SIGMOID: unary.HardSigmoid,
     OpCode.HARD_SWISH: unary.HardSwish,
+    OpCode.SILU: unary.Silu,
     OpCode.GELU: unary.Gelu,
     OpCode.ELU: unary.Elu,
     OpCode.SOFTPLUS: unary.Softplus,
