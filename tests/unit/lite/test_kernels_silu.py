@@ -122,3 +122,21 @@ def test_silu_rejects_integer_input():
 
     with pytest.raises(ShapeError, match="SILU: input 0 must be a float tensor, got int32"):
         run_op(OpCode.SILU, [np.arange(3, dtype=np.int32)])
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_silu_gradient_on_extreme_inputs(dtype):
+    """ACTIVATION_GRAD 'silu' = g * s (1 + x (1 - s)): 0 and 1 in the saturated tails."""
+    x = _values(dtype)
+    g = np.random.default_rng(8).normal(size=x.shape).astype(dtype)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        (dx,) = run_op(OpCode.ACTIVATION_GRAD, [g, x, None], activation="silu")
+    x64 = x.astype(np.float64)
+    with np.errstate(over="ignore"):
+        s = 1 / (1 + np.exp(-x64))
+    want = g * s * (1 + x64 * (1 - s))
+    # 1 - s cancels for large x (s rounds to 1 in the dtype): absolute error ~ eps * x e^-x.
+    eps = float(np.finfo(dtype).eps)
+    np.testing.assert_allclose(dx, want, rtol=20 * eps, atol=10 * eps)
+    assert np.all(dx[x64 <= -1e3] == 0) and np.array_equal(dx[x64 >= 1e3], g[x64 >= 1e3])
