@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from sporenet.converter.passes.graph_utils import (
+    add_tensor,
     consumers,
     float_attr,
     producers,
@@ -83,3 +84,39 @@ def fuse_activations(model: Model) -> int:
             )
             fused += 1
     return fused
+
+
+# Fused activations an int8 kernel applies as a clamp of its output range
+# (lite/kernels/quantized/base.py); the others run as their own (lookup-table) ops.
+CLAMPS = frozenset({"none", "relu", "relu6", "clip"})
+UNFUSED_OPS: dict[str, OpCode] = {
+    "sigmoid": OpCode.SIGMOID,
+    "tanh": OpCode.TANH,
+    "hard_swish": OpCode.HARD_SWISH,
+    "silu": OpCode.SILU,
+    "leaky_relu": OpCode.LEAKY_RELU,
+}
+
+
+def unfuse_activations(model: Model, keep: frozenset[str] = CLAMPS) -> int:
+    """Split each fused activation not in `keep` off its node, as its own node writing the
+    node's output (the inverse of fuse_activations); returns how many were split."""
+    split = 0
+    for graph in model.graphs:
+        nodes: list[Node] = []
+        for node in graph.nodes:
+            name = str(node.attrs.get("activation", "none"))
+            if name in keep or name not in UNFUSED_OPS:
+                nodes.append(node)
+                continue
+            out = node.outputs[0]
+            pre = add_tensor(model, f"{model.tensors[out].name}/pre_activation", out)
+            params = {"alpha": node.attrs["alpha"]} if name == "leaky_relu" else {}
+            node.attrs = {k: v for k, v in node.attrs.items() if k != "activation"}
+            node.attrs = {k: v for k, v in node.attrs.items() if k not in params}
+            node.outputs = [pre, *node.outputs[1:]]
+            activation = Node(UNFUSED_OPS[name], [pre], [out], params, name=f"{node.name}/{name}")
+            nodes += [node, activation]
+            split += 1
+        graph.nodes = nodes
+    return split
