@@ -221,3 +221,21 @@ def test_tflite_logistic_times_x_becomes_a_fused_silu() -> None:
     assert "SIGMOID" not in [n.op.name for n in parse(spore).graphs[0].nodes]
     got = Interpreter(model_content=spore).run(feeds)["y"]
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_add_sigmoid_mul_fuses_into_the_add() -> None:
+    """As in dynamically quantized ddddocr models: the SiLU follows an elementwise op."""
+    bias = RNG.normal(size=(1, 4, 1, 1)).astype(np.float32)
+    model = make_model(
+        [
+            helper.make_node("Add", ["x", "bias"], ["h"]),
+            helper.make_node("Sigmoid", ["h"], ["s"]),
+            helper.make_node("Mul", ["h", "s"], ["y"]),
+        ],
+        {"x": [2, 4, 3, 5]},
+        ["y"],
+        initializers={"bias": bias},
+    )
+    nodes = convert(model).graphs[0].nodes
+    assert [(n.op.name, n.attrs.get("activation")) for n in nodes] == [("ADD", "silu")]
+    assert_matches_ort(model, {"x": (RNG.normal(size=(2, 4, 3, 5)) * 3).astype(np.float32)})

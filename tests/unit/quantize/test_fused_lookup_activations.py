@@ -81,3 +81,35 @@ def test_dynamic_quantization_keeps_the_fused_silu() -> None:
     result = quantize_model(conv_act_conv("silu"), mode="dynamic")
     acts = [n.attrs.get("activation") for n in parse(result.data).graphs[0].nodes]
     assert "silu" in acts
+
+
+def test_fused_leaky_relu_without_int8_kernel_stays_float_with_its_alpha() -> None:
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(2)
+    w = rng.normal(0, 0.5, (4, 1, 3, 3)).astype(np.float32)
+    graph = helper.make_graph(
+        [
+            helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+            helper.make_node("LeakyRelu", ["c"], ["y"], alpha=0.3),
+        ],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 1, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 4, 8, 8])],
+        initializer=[numpy_helper.from_array(w, "w")],
+    )
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)])
+    proto.ir_version = 8
+    float_model = convert_onnx(proto)
+    assert parse(float_model).graphs[0].nodes[0].attrs["activation"] == "leaky_relu"
+    result = quantize_model(float_model, mode="int8", calibration=calibration())
+    assert [(f.op, f.reason) for f in result.report.float_ops] == [("LEAKY_RELU", "no int8 kernel")]
+    nodes = parse(result.data).graphs[0].nodes
+    conv = next(n for n in nodes if n.op == OpCode.CONV2D)
+    leaky = next(n for n in nodes if n.op == OpCode.LEAKY_RELU)
+    assert "activation" not in conv.attrs and "alpha" not in conv.attrs
+    assert leaky.attrs["alpha"] == pytest.approx(0.3)
+    x = calibration(16, seed=3)["x"]
+    want = Interpreter(model_content=float_model).run({"x": x})["y"]
+    got = Interpreter(model_content=result.data).run({"x": x})["y"]
+    assert _sqnr(want, got) > 25.0
