@@ -85,22 +85,6 @@ def _sigmoid(x: np.ndarray) -> None:
     np.reciprocal(x, out=x)
 
 
-def silu_into(x: np.ndarray, out: np.ndarray, t: np.ndarray) -> None:
-    """out = x * sigmoid(x), computed as x / (1 + exp(-x)): one division instead of a
-    reciprocal and a product. `t` is a scratch array shaped like x; it may be `out` when
-    `out` is not `x`. exp(-x) saturates to inf for very negative x, giving -0.0 as
-    x * sigmoid(x) does; x = -inf gives NaN, as x * sigmoid(x) does (-inf * 0)."""
-    np.negative(x, out=t)
-    exp_into(t, t)
-    t += 1
-    with np.errstate(invalid="ignore"):  # -inf / inf: NaN, the product form's result
-        np.divide(x, t, out=out)
-
-
-def _silu(x: np.ndarray) -> None:
-    silu_into(x, x, np.empty_like(x))
-
-
 def _tanh(x: np.ndarray) -> None:
     np.tanh(x, out=x)
 
@@ -115,6 +99,22 @@ def _hard_swish(x: np.ndarray) -> None:
     _clip(gate, lo, hi, out=gate)
     np.multiply(x, gate, out=x)
     np.multiply(x, _scalar(x.dtype, 1 / 6), out=x)
+
+
+def silu_into(x: np.ndarray, out: np.ndarray, t: np.ndarray) -> None:
+    """out = x * sigmoid(x), computed as x / (1 + exp(-x)): one division instead of a
+    reciprocal and a product. `t` is a scratch array shaped like x; it may be `out` when
+    `out` is not `x`. exp(-x) saturates to inf for very negative x, giving -0.0 as
+    x * sigmoid(x) does; x = -inf gives NaN, as x * sigmoid(x) does (-inf * 0)."""
+    np.negative(x, out=t)
+    exp_into(t, t)
+    t += 1
+    with np.errstate(invalid="ignore"):  # -inf / inf: NaN, the product form's result
+        np.divide(x, t, out=out)
+
+
+def _silu(x: np.ndarray) -> None:
+    silu_into(x, x, np.empty_like(x))
 
 
 def _scalar(dtype: np.dtype, value: float) -> np.ndarray:
