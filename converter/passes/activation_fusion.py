@@ -89,7 +89,7 @@ def fuse_activations(model: Model) -> int:
 # Fused activations an int8 kernel applies as a clamp of its output range
 # (lite/kernels/quantized/base.py); the others run as their own (lookup-table) ops.
 CLAMPS = frozenset({"none", "relu", "relu6", "clip"})
-UNFUSED_OPS: dict[str, OpCode] = {
+ACTIVATION_OPS: dict[str, OpCode] = {  # fused activation name -> the op computing it alone
     "sigmoid": OpCode.SIGMOID,
     "tanh": OpCode.TANH,
     "hard_swish": OpCode.HARD_SWISH,
@@ -106,16 +106,17 @@ def unfuse_activations(model: Model, keep: frozenset[str] = CLAMPS) -> int:
         nodes: list[Node] = []
         for node in graph.nodes:
             name = str(node.attrs.get("activation", "none"))
-            if name in keep or name not in UNFUSED_OPS:
+            if name in keep or name not in ACTIVATION_OPS:
                 nodes.append(node)
                 continue
             out = node.outputs[0]
             pre = add_tensor(model, f"{model.tensors[out].name}/pre_activation", out)
             params = {"alpha": node.attrs["alpha"]} if name == "leaky_relu" else {}
-            node.attrs = {k: v for k, v in node.attrs.items() if k != "activation"}
-            node.attrs = {k: v for k, v in node.attrs.items() if k not in params}
+            dropped = {"activation", *params}
+            node.attrs = {k: v for k, v in node.attrs.items() if k not in dropped}
             node.outputs = [pre, *node.outputs[1:]]
-            activation = Node(UNFUSED_OPS[name], [pre], [out], params, name=f"{node.name}/{name}")
+            op = ACTIVATION_OPS[name]
+            activation = Node(op, [pre], [out], params, name=f"{node.name}/{name}")
             nodes += [node, activation]
             split += 1
         graph.nodes = nodes
