@@ -111,7 +111,7 @@ def unfuse_activations(model: Model, keep: frozenset[str] = CLAMPS) -> int:
                 continue
             out = node.outputs[0]
             pre = add_tensor(model, f"{model.tensors[out].name}/pre_activation", out)
-            params = {"alpha": node.attrs["alpha"]} if name == "leaky_relu" else {}
+            params = {"alpha": node.attrs.get("alpha", 0.01)} if name == "leaky_relu" else {}
             dropped = {"activation", *params}
             node.attrs = {k: v for k, v in node.attrs.items() if k not in dropped}
             node.outputs = [pre, *node.outputs[1:]]
