@@ -81,6 +81,7 @@ class OpCode(object):
     FLOOR = 100
     CEIL = 101
     SQUARE = 102
+    SILU = 103
     SOFTMAX = 120
     LOG_SOFTMAX = 121
     BATCH_NORM = 122

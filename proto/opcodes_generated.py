@@ -68,6 +68,7 @@ class OpCode(enum.IntEnum):
     FLOOR = 100
     CEIL = 101
     SQUARE = 102
+    SILU = 103  # x * sigmoid(x) (Swish with beta 1)
     # normalization and softmax (120..139)
     SOFTMAX = 120
     LOG_SOFTMAX = 121

@@ -42,6 +42,7 @@ CHANNELWISE = frozenset(
         OpCode.SIGMOID,
         OpCode.TANH,
         OpCode.HARD_SWISH,
+        OpCode.SILU,
         OpCode.HARD_SIGMOID,
         OpCode.GELU,
         OpCode.ELU,

@@ -1,6 +1,15 @@
 """Layers: each records its op(s) on the tape of the Var it is called on."""
 
-from sporenet.cloud.layers.activation import GELU, HardSwish, LeakyReLU, ReLU, ReLU6, Sigmoid, Tanh
+from sporenet.cloud.layers.activation import (
+    GELU,
+    HardSwish,
+    LeakyReLU,
+    ReLU,
+    ReLU6,
+    Sigmoid,
+    SiLU,
+    Tanh,
+)
 from sporenet.cloud.layers.conv import Conv2d, DepthwiseConv2d
 from sporenet.cloud.layers.linear import Dense
 from sporenet.cloud.layers.normalization import BatchNorm2d
@@ -23,6 +32,7 @@ __all__ = [
     "ReLU",
     "ReLU6",
     "Rescale",
+    "SiLU",
     "Sigmoid",
     "Tanh",
 ]

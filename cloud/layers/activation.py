@@ -40,6 +40,12 @@ class HardSwish(_Activation):
     op = OpCode.HARD_SWISH
 
 
+class SiLU(_Activation):
+    """x * sigmoid(x) (Swish with beta 1)."""
+
+    op = OpCode.SILU
+
+
 class LeakyReLU(_Activation):
     """max(x, alpha * x)."""
 

@@ -133,7 +133,7 @@ HANDLERS: dict[str, Handler] = {
     "Mish": _h(_A.mish, OpCode.SOFTPLUS, OpCode.TANH, OpCode.MUL),
     "ThresholdedRelu": _h(_A.thresholded_relu, OpCode.GREATER, OpCode.WHERE),
     "Celu": _h(_A.celu, OpCode.ELU, OpCode.DIV, OpCode.MUL),
-    "Swish": _h(composite.swish, OpCode.MUL, OpCode.SIGMOID),
+    "Swish": _h(composite.swish, OpCode.SILU, OpCode.MUL, OpCode.SIGMOID),
     "Sign": _h(composite.sign, OpCode.WHERE, OpCode.LESS, OpCode.GREATER, OpCode.EQUAL),
     "Shrink": _h(
         composite.shrink, OpCode.WHERE, OpCode.LESS, OpCode.GREATER, OpCode.ADD, OpCode.SUB

@@ -19,6 +19,7 @@ from sporenet.converter.passes.identity_removal import remove_identities
 from sporenet.converter.passes.integer_adds import fold_integer_adds
 from sporenet.converter.passes.noop_layout import remove_noop_layout
 from sporenet.converter.passes.shape_inference import infer_shapes
+from sporenet.converter.passes.silu import fuse_silu
 from sporenet.lite.graph import Model
 
 
@@ -36,6 +37,7 @@ PIPELINE: tuple[Pass, ...] = (
     Pass("batchnorm-folding", fold_batch_norms),
     Pass("bias-folding", fold_biases),
     Pass("hard-swish-recognition", fuse_hard_swish),
+    Pass("silu-recognition", fuse_silu),
     Pass("activation-fusion", fuse_activations),
     Pass("dead-node-elimination", eliminate_dead_nodes),
     Pass("shape-inference", infer_shapes),
@@ -57,6 +59,7 @@ __all__ = [
     "fold_integer_adds",
     "fuse_activations",
     "fuse_hard_swish",
+    "fuse_silu",
     "infer_shapes",
     "optimize",
     "remove_identities",

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from sporenet.converter.passes.graph_utils import (
+    add_tensor,
     consumers,
     float_attr,
     producers,
@@ -32,6 +33,8 @@ def fused_form(node: Node) -> dict[str, Any] | None:
         return {"activation": "tanh"}
     if node.op == OpCode.HARD_SWISH:
         return {"activation": "hard_swish"}
+    if node.op == OpCode.SILU:
+        return {"activation": "silu"}
     if node.op == OpCode.LEAKY_RELU:
         return {"activation": "leaky_relu", "alpha": float_attr(node, "alpha", 0.01)}
     if node.op == OpCode.CLIP and len(node.inputs) == 1:
@@ -81,3 +84,40 @@ def fuse_activations(model: Model) -> int:
             )
             fused += 1
     return fused
+
+
+# Fused activations an int8 kernel applies as a clamp of its output range
+# (lite/kernels/quantized/base.py); the others run as their own (lookup-table) ops.
+CLAMPS = frozenset({"none", "relu", "relu6", "clip"})
+ACTIVATION_OPS: dict[str, OpCode] = {  # fused activation name -> the op computing it alone
+    "sigmoid": OpCode.SIGMOID,
+    "tanh": OpCode.TANH,
+    "hard_swish": OpCode.HARD_SWISH,
+    "silu": OpCode.SILU,
+    "leaky_relu": OpCode.LEAKY_RELU,
+}
+
+
+def unfuse_activations(model: Model, keep: frozenset[str] = CLAMPS) -> int:
+    """Split each fused activation not in `keep` off its node, as its own node writing the
+    node's output (the inverse of fuse_activations); returns how many were split."""
+    split = 0
+    for graph in model.graphs:
+        nodes: list[Node] = []
+        for node in graph.nodes:
+            name = str(node.attrs.get("activation", "none"))
+            if name in keep or name not in ACTIVATION_OPS:
+                nodes.append(node)
+                continue
+            out = node.outputs[0]
+            pre = add_tensor(model, f"{model.tensors[out].name}/pre_activation", out)
+            params = {"alpha": node.attrs.get("alpha", 0.01)} if name == "leaky_relu" else {}
+            dropped = {"activation", *params}
+            node.attrs = {k: v for k, v in node.attrs.items() if k not in dropped}
+            node.outputs = [pre, *node.outputs[1:]]
+            op = ACTIVATION_OPS[name]
+            activation = Node(op, [pre], [out], params, name=f"{node.name}/{name}")
+            nodes += [node, activation]
+            split += 1
+        graph.nodes = nodes
+    return split

@@ -11,7 +11,7 @@ from typing import TypeVar
 import numpy as np
 
 from sporenet.converter.errors import ConversionError
-from sporenet.converter.passes.activation_fusion import fuse_activations
+from sporenet.converter.passes.activation_fusion import fuse_activations, unfuse_activations
 from sporenet.converter.passes.batchnorm_folding import fold_batch_norms
 from sporenet.converter.passes.dead_code import eliminate_dead_nodes
 from sporenet.converter.passes.graph_utils import compact_tensors
@@ -133,6 +133,8 @@ def quantize_model(
     float_bytes = len(serialize(ir))
     fold_batch_norms(ir)
     fuse_activations(ir)  # a fused ReLU is a clamp of the int8 output, not a node of its own
+    if mode_ in STATIC_DTYPES:
+        unfuse_activations(ir)  # the others (Sigmoid, SiLU, ...) run as int8 lookup tables
     eliminate_dead_nodes(ir)
     compact_tensors(ir)
     reference = copy.deepcopy(ir)

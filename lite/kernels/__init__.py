@@ -107,6 +107,7 @@ KERNELS: dict[OpCode, type[Kernel]] = {
     OpCode.PRELU: unary.PRelu,
     OpCode.HARD_SIGMOID: unary.HardSigmoid,
     OpCode.HARD_SWISH: unary.HardSwish,
+    OpCode.SILU: unary.Silu,
     OpCode.GELU: unary.Gelu,
     OpCode.ELU: unary.Elu,
     OpCode.SOFTPLUS: unary.Softplus,
@@ -202,6 +203,7 @@ QUANTIZED_KERNELS: dict[OpCode, type[Kernel]] = {
     OpCode.SIGMOID: q_activation.QLogistic,
     OpCode.TANH: q_activation.QTanh,
     OpCode.HARD_SWISH: q_activation.QHardSwish,
+    OpCode.SILU: q_activation.QSilu,
     OpCode.SOFTMAX: q_softmax.QSoftmax,
     # data movement (parameters carried through)
     OpCode.IDENTITY: q_shape.QIdentity,

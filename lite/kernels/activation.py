@@ -107,6 +107,22 @@ def _hard_swish(x: np.ndarray) -> None:
     np.multiply(x, _scalar(x.dtype, 1 / 6), out=x)
 
 
+def silu_into(x: np.ndarray, out: np.ndarray, t: np.ndarray) -> None:
+    """out = x * sigmoid(x), computed as x / (1 + exp(-x)): one division instead of a
+    reciprocal and a product. `t` is a scratch array shaped like x; it may be `out` when
+    `out` is not `x`. exp(-x) saturates to inf for very negative x, giving -0.0 as
+    x * sigmoid(x) does; x = -inf gives NaN, as x * sigmoid(x) does (-inf * 0)."""
+    np.negative(x, out=t)
+    exp_into(t, t)
+    t += 1
+    with np.errstate(invalid="ignore"):  # -inf / inf: NaN, the product form's result
+        np.divide(x, t, out=out)
+
+
+def _silu(x: np.ndarray) -> None:
+    silu_into(x, x, np.empty_like(x))
+
+
 def _scalar(dtype: np.dtype, value: float) -> np.ndarray:
     """A 0-d array of `dtype` holding `value`, made once (see _bounds)."""
     key = (dtype, value)
@@ -127,6 +143,7 @@ FUSED_ACTIVATIONS: dict[str, InPlace | None] = {
     "sigmoid": _sigmoid,
     "tanh": _tanh,
     "hard_swish": _hard_swish,
+    "silu": _silu,
 }
 """Activation name -> in-place function (None: nothing to apply)."""
 

@@ -1,4 +1,4 @@
-"""Unary elementwise kernels and activations: Relu, Sigmoid, Tanh, Gelu, Erf, Exp, ...
+"""Unary elementwise kernels and activations: Relu, Sigmoid, Silu, Tanh, Gelu, Erf, Exp, ...
 
 Each kernel computes into the planner's `out` array with NumPy's `out=` ufunc arguments;
 the few that need intermediates get scratch arrays allocated once in `bind`, never per run.
@@ -19,6 +19,7 @@ from sporenet.lite.kernels.activation import (
     relu_into,
     scalar,
     sigmoid_into,
+    silu_into,
 )
 from sporenet.lite.kernels.base import Attrs, ChannelsLast, Compute, Kernel, TensorSpec
 from sporenet.lite.ops import OpCode
@@ -269,6 +270,16 @@ def _affine_clip(x: np.ndarray, out: np.ndarray, alpha: float, beta: float) -> C
         clip(out, lo, hi, out=out)
 
     return compute
+
+
+class Silu(UnaryKernel):
+    """x * sigmoid(x) (Swish with beta 1), as x / (1 + exp(-x)) computed in `out`."""
+
+    op = OpCode.SILU
+    any_layout = True
+
+    def compute(self, x: np.ndarray, out: np.ndarray, *scratch: np.ndarray) -> None:
+        silu_into(x, out, out)
 
 
 class Elu(UnaryKernel):

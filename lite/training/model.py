@@ -96,6 +96,7 @@ def trainable_names(model: Model, graph: Graph) -> list[str]:
 # keeps the fused, faster form).
 UNFUSED_OPS: dict[str, OpCode] = {
     "hard_swish": OpCode.HARD_SWISH,
+    "silu": OpCode.SILU,
     "hard_sigmoid": OpCode.HARD_SIGMOID,
     "gelu": OpCode.GELU,
     "elu": OpCode.ELU,

@@ -1,5 +1,5 @@
 """ONNX ops without a runtime op of their own, built from ones that have one:
-Swish, Sign, Shrink, IsNaN, IsInf, Trilu, EyeLike, CumSum."""
+Swish (alpha != 1; SILU otherwise), Sign, Shrink, IsNaN, IsInf, Trilu, EyeLike, CumSum."""
 
 from __future__ import annotations
 
@@ -22,12 +22,12 @@ def _not(ctx: ImportContext, node: OnnxNode, x: int) -> int:
 
 
 def swish(ctx: ImportContext, node: OnnxNode) -> list[int]:
-    """x * sigmoid(alpha * x)."""
+    """x * sigmoid(alpha * x): the SILU op when alpha is 1."""
     x = node.input(0)
     alpha = float(node.attr("alpha", 1.0))
-    scaled = (
-        x if alpha == 1.0 else ctx.emit1(OpCode.MUL, [x, _scalar(ctx, node, "alpha", alpha, x)])
-    )
+    if alpha == 1.0:
+        return [ctx.emit1(OpCode.SILU, [x])]
+    scaled = ctx.emit1(OpCode.MUL, [x, _scalar(ctx, node, "alpha", alpha, x)])
     return [ctx.emit1(OpCode.MUL, [x, ctx.emit1(OpCode.SIGMOID, [scaled])])]
 
 

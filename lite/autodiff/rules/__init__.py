@@ -58,6 +58,7 @@ GRADIENT_RULES: dict[OpCode, GradRule] = {
     OpCode.SIGMOID: unary.sigmoid,
     OpCode.TANH: unary.tanh,
     OpCode.HARD_SWISH: unary.hard_swish,
+    OpCode.SILU: unary.silu,
     OpCode.HARD_SIGMOID: unary.hard_sigmoid,
     OpCode.GELU: unary.gelu,
     OpCode.ELU: unary.elu,

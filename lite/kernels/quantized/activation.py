@@ -3,7 +3,7 @@
 - Relu, Relu6, Clip are clamps of the quantized range (TFLite's ReluX): with the output's
   parameters equal to the input's, a clip to [q(lo), q(hi)]; otherwise the input is
   requantized (MultiplyByQuantizedMultiplier) and then clamped.
-- Logistic, Tanh, HardSwish map each of the 256 possible inputs through a lookup table
+- Logistic, Tanh, HardSwish, SiLU map each of the 256 possible inputs through a lookup table
   built at prepare time: table[q] = clamp(z_out + round(f(s_in (q - z_in)) / s_out)),
   evaluated in float64, ties rounded away from zero.
 
@@ -133,6 +133,12 @@ def _hard_swish(x: np.ndarray) -> np.ndarray:
     return x * np.clip(x + t(3), t(0), t(6)) / t(6)
 
 
+def _silu(x: np.ndarray) -> np.ndarray:
+    one = x.dtype.type(1)
+    with np.errstate(over="ignore"):  # exp(-x) = inf for very negative x: x / inf = -0
+        return x / (one + np.exp(-x))
+
+
 def lookup_table(
     f: Callable[[np.ndarray], np.ndarray], dtype: np.dtype, sx: float, zx: int, so: float, zo: int
 ) -> np.ndarray:
@@ -182,3 +188,8 @@ class QTanh(_QLookup):
 class QHardSwish(_QLookup):
     op = OpCode.HARD_SWISH
     function = staticmethod(_hard_swish)
+
+
+class QSilu(_QLookup):
+    op = OpCode.SILU
+    function = staticmethod(_silu)

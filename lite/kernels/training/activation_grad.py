@@ -4,7 +4,8 @@ ACTIVATION_GRAD(g, x, y) computes g * f'(x) for the activation named by the `act
 attribute (with its parameters: alpha, clip_min/clip_max, approximate). Either x (the
 activation's input) or y (its output) may be absent (-1): fused activations of
 FullyConnected/Conv2D only have y, and relu, relu6, clip, leaky_relu, sigmoid and tanh
-need nothing else. The others (hard_swish, gelu, elu, softplus, hard_sigmoid, abs) need x.
+need nothing else. The others (hard_swish, silu, gelu, elu, softplus, hard_sigmoid, abs)
+need x.
 
 SOFTMAX_GRAD(g, y) is the gradient of Softmax (y = its output) or, with log=1, of
 LogSoftmax (y = its output, the log-probabilities), along `axis`.
@@ -125,6 +126,24 @@ def _hard_swish(p: Params) -> Derivative:
     return d
 
 
+def _silu(p: Params) -> Derivative:
+    x, tmp = p.t, p.tmp
+
+    def d(out: np.ndarray) -> None:
+        # d/dx x s(x) = s(x) (1 + x (1 - s(x))), s(x) = 1 / (1 + exp(-x)); s saturates to 0
+        # and 1 (exp to inf and 0), where the slope is 0 and 1.
+        np.negative(x, out=out)
+        exp_into(out, out)
+        np.add(out, 1, out=out)
+        np.divide(1, out, out=out)
+        np.subtract(1, out, out=tmp)
+        np.multiply(tmp, x, out=tmp)
+        np.add(tmp, 1, out=tmp)
+        np.multiply(out, tmp, out=out)
+
+    return d
+
+
 def _hard_sigmoid(p: Params) -> Derivative:
     t, mask, tmp, alpha, beta = p.t, p.mask, p.tmp, p.alpha, p.beta
 
@@ -214,6 +233,7 @@ DERIVATIVES: dict[str, tuple[Callable[[Params], Derivative], bool]] = {
     "tanh": (_tanh, True),
     # functions of the input x
     "hard_swish": (_hard_swish, False),
+    "silu": (_silu, False),
     "gelu": (_gelu, False),
     "elu": (_elu, False),
     "softplus": (_softplus, False),

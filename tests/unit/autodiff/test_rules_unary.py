@@ -30,6 +30,7 @@ CASES = {
     "sigmoid": (OpCode.SIGMOID, {}, (), lambda x: x.sigmoid()),
     "tanh": (OpCode.TANH, {}, (), lambda x: x.tanh()),
     "hard_swish": (OpCode.HARD_SWISH, {}, (-3.0, 3.0), lambda x: _torch()[1].hardswish(x)),
+    "silu": (OpCode.SILU, {}, (), lambda x: _torch()[1].silu(x)),
     "hard_sigmoid": (
         OpCode.HARD_SIGMOID,
         {"alpha": 1 / 6, "beta": 0.5},

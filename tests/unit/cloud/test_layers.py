@@ -121,6 +121,7 @@ def _gelu(x):
         (L.Sigmoid(), lambda x: 1 / (1 + np.exp(-x))),
         (L.Tanh(), np.tanh),
         (L.HardSwish(), lambda x: x * np.clip(x + 3, 0, 6) / 6),
+        (L.SiLU(), lambda x: x / (1 + np.exp(-x))),
         (L.GELU(), _gelu),
     ],
 )

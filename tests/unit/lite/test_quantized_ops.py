@@ -125,6 +125,7 @@ LUT_FUNCTIONS = {
     OpCode.SIGMOID: lambda v: 1 / (1 + np.exp(-v)),
     OpCode.TANH: np.tanh,
     OpCode.HARD_SWISH: lambda v: v * np.minimum(np.maximum(v + 3, 0), 6) / 6,
+    OpCode.SILU: lambda v: v / (1 + np.exp(-v)),
 }
 
 
@@ -136,7 +137,7 @@ def test_lookup_table_activations_cover_every_input(op, dtype):
     sx, zx, so, zo = 0.06, lo + 120, 1 / 256, lo
     if op == OpCode.TANH:
         so, zo = 1 / 128, (lo + hi + 1) // 2
-    elif op == OpCode.HARD_SWISH:
+    elif op in (OpCode.HARD_SWISH, OpCode.SILU):
         so, zo = 0.04, lo + 20
     got = run_one_op(op, [(x, quant(sx, zx), False)], quant(so, zo), dtype)
     real = LUT_FUNCTIONS[op](np.float32(sx).item() * (x.astype(np.int64) - zx))
