@@ -31,8 +31,9 @@ class UnaryKernel(Kernel):
     float_only: ClassVar[bool] = True
     scratch: ClassVar[int] = 0  # number of x-shaped scratch arrays `compute` needs
     # Whether `compute` is ufuncs on x and out alone (no reshape), so either may be an
-    # NCHW view of channels-last storage (see Kernel.channels_last_input).
-    any_layout: ClassVar[bool] = False
+    # NCHW view of channels-last storage (see Kernel.channels_last_input). Every kernel
+    # here is; a subclass that reshapes must set it False.
+    any_layout: ClassVar[bool] = True
     elementwise = True
 
     def __init__(self, attrs: Attrs, inputs: Sequence[TensorSpec | None]) -> None:
@@ -69,7 +70,6 @@ class UnaryKernel(Kernel):
 
 class Relu(UnaryKernel):
     op = OpCode.RELU
-    any_layout = True
 
     def compute(self, x: np.ndarray, out: np.ndarray, *scratch: np.ndarray) -> None:
         relu_into(x, out)
@@ -77,7 +77,6 @@ class Relu(UnaryKernel):
 
 class Relu6(UnaryKernel):
     op = OpCode.RELU6
-    any_layout = True
 
     def compute(self, x: np.ndarray, out: np.ndarray, *scratch: np.ndarray) -> None:
         if x.dtype.kind == "f":
@@ -152,7 +151,6 @@ class Clip(UnaryKernel):
 
 class LeakyRelu(UnaryKernel):
     op = OpCode.LEAKY_RELU
-    any_layout = True
 
     def __init__(self, attrs: Attrs, inputs: Sequence[TensorSpec | None]) -> None:
         super().__init__(attrs, inputs)
@@ -209,7 +207,6 @@ class PRelu(Kernel):
 
 class Sigmoid(UnaryKernel):
     op = OpCode.SIGMOID
-    any_layout = True
 
     def compute(self, x: np.ndarray, out: np.ndarray, *scratch: np.ndarray) -> None:
         sigmoid_into(x, out)
@@ -217,7 +214,6 @@ class Sigmoid(UnaryKernel):
 
 class Tanh(UnaryKernel):
     op = OpCode.TANH
-    any_layout = True
 
     def compute(self, x: np.ndarray, out: np.ndarray, *scratch: np.ndarray) -> None:
         np.tanh(x, out=out)
@@ -227,7 +223,6 @@ class HardSigmoid(UnaryKernel):
     """max(0, min(1, alpha * x + beta)) (ONNX defaults alpha=0.2, beta=0.5)."""
 
     op = OpCode.HARD_SIGMOID
-    any_layout = True
 
     def __init__(self, attrs: Attrs, inputs: Sequence[TensorSpec | None]) -> None:
         super().__init__(attrs, inputs)
@@ -244,7 +239,6 @@ class HardSwish(UnaryKernel):
     """x * max(0, min(1, x / 6 + 1 / 2))."""
 
     op = OpCode.HARD_SWISH
-    any_layout = True
 
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
         x, out = inputs[0], outputs[0]
@@ -276,7 +270,6 @@ class Silu(UnaryKernel):
     """x * sigmoid(x) (Swish with beta 1), as x / (1 + exp(-x)) computed in `out`."""
 
     op = OpCode.SILU
-    any_layout = True
 
     def compute(self, x: np.ndarray, out: np.ndarray, *scratch: np.ndarray) -> None:
         silu_into(x, out, out)

@@ -181,3 +181,42 @@ def test_pointwise_with_run_time_weights_reads_them_every_call(shape, o):
         (want,) = run_op(OpCode.CONV2D, [dv, wv])
         got = interp.run({"x": xv, "w": wv})["y"]
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-3)
+
+
+@pytest.mark.parametrize(
+    "op, attrs",
+    [
+        (OpCode.FLOOR, {}),
+        (OpCode.ABS, {}),
+        (OpCode.EXP, {}),
+        (OpCode.SQUARE, {}),
+        (OpCode.ELU, {"alpha": 0.5}),
+        (OpCode.GELU, {}),
+        (OpCode.CLIP, {"min": -0.5, "max": 0.7}),
+        (OpCode.SILU, {}),
+    ],
+)
+def test_unary_ops_between_depthwise_layers_stay_channels_last(op, attrs):
+    # depthwise -> unary -> depthwise: the unary op reads and writes channels-last
+    # storage (no transposing pass) and computes what the eager NCHW op does.
+    b = ModelBuilder(producer="test")
+    weights: list = []
+    x = b.input("x", (1, 16, 7, 9))
+    d = _conv(b, x, 16, 16, 3, group=16, weights=weights)
+    u = b.op(op, [d], **attrs)
+    y = _conv(b, u, 16, 16, 3, group=16, weights=weights)
+    b.output(y, name="y")
+    interp = Interpreter(model=b.build(), num_threads=1)
+    xv = RNG.normal(size=(1, 16, 7, 9)).astype(np.float32)
+    conv = [
+        lambda t, i=i: run_op(OpCode.CONV2D, [t, weights[i][0], weights[i][1]], **weights[i][2])[0]
+        for i in range(2)
+    ]
+    (unary,) = run_op(op, [conv[0](xv)], **attrs)
+    np.testing.assert_allclose(interp.run({"x": xv})["y"], conv[1](unary), rtol=1e-5, atol=1e-5)
+    node = interp.model.graphs[0].nodes[1]
+    assert node.op == op
+    for tensor in (node.inputs[0], node.outputs[0]):
+        array = interp._plan.arrays[tensor]
+        assert not array.flags.c_contiguous
+        assert array.transpose(0, 2, 3, 1).flags.c_contiguous
