@@ -41,7 +41,13 @@ import numpy as np
 from sporenet.lite import pages
 from sporenet.lite.kernels.activation import fused_activation
 from sporenet.lite.kernels.base import Attrs, ChannelsLast, Compute, Kernel, TensorSpec
-from sporenet.lite.kernels.conv_common import check_filter, conv_operands, gemm, with_epilogue
+from sporenet.lite.kernels.conv_common import (
+    check_filter,
+    conv_operands,
+    gemm,
+    is_channels_last,
+    with_epilogue,
+)
 from sporenet.lite.kernels.depthwise import bind_depthwise, uses_channels_last
 from sporenet.lite.kernels.im2col import bind_im2col, bind_im2col_hwc
 from sporenet.lite.kernels.spatial import window
@@ -112,7 +118,9 @@ class Conv2D(Kernel):
         depthwise_last = self.strategy == "depthwise" and uses_channels_last(
             self.win, x.shape, x.dtype.itemsize, stored_last=True
         )
-        if depthwise_last:
+        if depthwise_last or self.strategy in _WINOGRAD:
+            # Winograd gathers its input tiles and scatters its output tiles channels-last:
+            # NCHW on either side costs a transposing copy.
             self._out_last = self._in_last = ChannelsLast.PREFERRED
         elif self.strategy == "pointwise" and w.value is not None:
             # (Its channels-last GEMM re-packs the weights at bind: they must be constant.)
@@ -130,7 +138,7 @@ class Conv2D(Kernel):
                 and (bias is None or bias.value is not None)
             )
             self._out_last = ChannelsLast.ACCEPTED if plain else ChannelsLast.REFUSED
-            gains = self.strategy in _WINOGRAD or self._im2col_hwc(c)
+            gains = self._im2col_hwc(c)
             self._in_last = ChannelsLast.PREFERRED if gains else ChannelsLast.REFUSED
 
     def channels_last_input(self, index: int) -> ChannelsLast:
@@ -166,7 +174,8 @@ class Conv2D(Kernel):
         if self.strategy in _WINOGRAD:
             main = bind_winograd(self.win, x, w, out, bias, _WINOGRAD[self.strategy])
             pages.release(w)  # the step reads the transformed weights, not these
-            return with_epilogue(main, out, None, self.activation, False)
+            dense = out.transpose(0, 2, 3, 1) if is_channels_last(out) else out
+            return with_epilogue(main, dense, None, self.activation, False)
         if self.strategy == "depthwise":
             # The depthwise step adds the bias while compacting its result into `out`.
             main = bind_depthwise(
@@ -183,7 +192,7 @@ class Conv2D(Kernel):
         bias_const = (
             len(self.inputs) > 2 and self.inputs[2] is not None and self.inputs[2].value is not None
         )
-        if self.strategy == "pointwise" and (_is_channels_last(x) or _is_channels_last(out)):
+        if self.strategy == "pointwise" and (is_channels_last(x) or is_channels_last(out)):
             return self._bind_pointwise_last(x, w, out, bias)
         if (
             self.strategy == "pointwise"
@@ -203,11 +212,11 @@ class Conv2D(Kernel):
         elif bias_const and self.group == 1:
             # The bias rides in the GEMM: a column of ones under the im2col matrix.
             main = self._bind_im2col(x, w, out, bias)
-            dense = out.transpose(0, 2, 3, 1) if _is_channels_last(out) else out
+            dense = out.transpose(0, 2, 3, 1) if is_channels_last(out) else out
             return with_epilogue(main, dense, None, self.activation, False)
         else:
             main = self._bind_im2col(x, w, out)
-            if bias is None and _is_channels_last(out):
+            if bias is None and is_channels_last(out):
                 return with_epilogue(main, out.transpose(0, 2, 3, 1), None, self.activation, False)
         return with_epilogue(main, out, bias, self.activation, bias_const)
 
@@ -237,11 +246,11 @@ class Conv2D(Kernel):
         bias_const = bias is not None and self.inputs[2].value is not None  # type: ignore[union-attr]
         wt = np.ascontiguousarray(w.reshape(o, c).T)  # (C, O)
         add, copyto, act = np.add, np.copyto, self.activation
-        if _is_channels_last(x):
+        if is_channels_last(x):
             rows = x.transpose(0, 2, 3, 1).reshape(n, hw, c)  # (N, H*W, C)
         else:
             rows = x.reshape(n, c, hw).transpose(0, 2, 1)
-        if not _is_channels_last(out):
+        if not is_channels_last(out):
             om = out.reshape(n, o, hw)
             cols, w2 = rows.transpose(0, 2, 1), wt.T
             product = gemm(w2, cols[0], om[0]) if n == 1 else gemm(w2, cols, om)
@@ -251,7 +260,7 @@ class Conv2D(Kernel):
         copies: list[tuple[np.ndarray, np.ndarray]] = []
         b, target = None, om
         ones = None
-        if bias_const and not _is_channels_last(x):
+        if bias_const and not is_channels_last(x):
             full = temporary((n, c + 1, hw), x.dtype)
             ones = full[:, c]  # rewritten every call: the buffer is shared with other steps
             copies.append((full[:, :c], x.reshape(n, c, hw)))
@@ -348,12 +357,6 @@ class Conv2D(Kernel):
             and channels >= _HWC_MIN_CH
             and self.inputs[1].value is not None  # type: ignore[union-attr]
         )
-
-
-def _is_channels_last(a: np.ndarray) -> bool:
-    """Whether a 4-D array is an (N, C, H, W) view of channels-last memory (and not
-    contiguous NCHW as well, as it is when C or H*W is 1)."""
-    return not a.flags.c_contiguous and a.transpose(0, 2, 3, 1).flags.c_contiguous
 
 
 # When Winograd pays is measured, not derived: benchmarks/conv_strategies.py times the

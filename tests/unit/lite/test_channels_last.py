@@ -181,3 +181,28 @@ def test_pointwise_with_run_time_weights_reads_them_every_call(shape, o):
         (want,) = run_op(OpCode.CONV2D, [dv, wv])
         got = interp.run({"x": xv, "w": wv})["y"]
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-3)
+
+
+@pytest.mark.parametrize("batch,size", [(1, 16), (2, 14)], ids=["tiles-divide", "cropped-n2"])
+def test_winograd_writes_a_channels_last_output(batch, size):
+    # A Winograd layer (bias and fused ReLU) whose result only elementwise ops and a 1x1
+    # layer read writes it channels-last; F(4x4) tiles divide 16 but overhang 14.
+    b = ModelBuilder(producer="test")
+    weights: list = []
+    x = b.input("x", (batch, 16, size, size))
+    c = _conv(b, x, 16, 16, 3, act="relu", weights=weights)
+    s = b.op(OpCode.MUL, [c, b.op(OpCode.SIGMOID, [c])])
+    b.output(_conv(b, s, 16, 8, 1, weights=weights), name="y")
+    interp = Interpreter(model=b.build(), num_threads=1)
+    assert interp._plan.kernels[0].strategy == "winograd4"
+    xv = RNG.normal(size=(batch, 16, size, size)).astype(np.float32)
+    w, bv, attrs = weights[0]
+    f64 = [a.astype(np.float64) for a in (xv, w, bv)]
+    (ref,) = run_op(OpCode.CONV2D, f64, **attrs)
+    ref = ref / (1 + np.exp(-ref))
+    w, bv, attrs = weights[1]
+    (ref,) = run_op(OpCode.CONV2D, [ref, w.astype(np.float64), bv.astype(np.float64)], **attrs)
+    np.testing.assert_allclose(interp.run({"x": xv})["y"], ref, rtol=1e-4, atol=1e-4)
+    conv_out = interp._plan.arrays[interp.model.graphs[0].nodes[0].outputs[0]]
+    assert conv_out.transpose(0, 2, 3, 1).flags.c_contiguous
+    assert not conv_out.flags.c_contiguous
