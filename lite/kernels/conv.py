@@ -18,11 +18,13 @@ Conv2D picks one of five strategies when the model is planned:
 
 Between convolutions, the planner may store a tensor channels-last (an NCHW view of NHWC
 memory) when its producer and readers agree (Kernel.channels_last_input/output): the
-depthwise einsum then reads and writes it without transposing copies, and a 1x1 GEMM
-reads or writes it as the transposed (H*W, C) matrix, at no cost. A 1x1 layer reading
-channels-last rows writes channels-last rows too (Conv2D.channels_last_follows), unless
-it widens with a bias over a large output, which is faster from NCHW rows
-(Conv2D.leans_nchw). 2-D GEMMs go through `conv_common.gemm`, which splits products just
+depthwise einsum then reads and writes it without transposing copies, Winograd gathers
+and scatters its tiles in rows of channels, and a 1x1 GEMM reads or writes it as the
+transposed (H*W, C) matrix, at no cost. A 1x1 layer reading channels-last rows writes
+channels-last rows too (Conv2D.channels_last_follows), unless it widens with a bias
+over a large output, which is faster from NCHW rows (Conv2D.leans_nchw); so does an
+im2col layer on one image with a small column matrix, which builds it channels-last
+from such an input. 2-D GEMMs go through `conv_common.gemm`, which splits products just
 above OpenBLAS's unpacked-kernel limit.
 
 The bias and the fused activation are applied in place after the main step
@@ -50,7 +52,7 @@ from sporenet.lite.kernels.conv_common import (
 )
 from sporenet.lite.kernels.depthwise import bind_depthwise, uses_channels_last
 from sporenet.lite.kernels.im2col import bind_im2col, bind_im2col_hwc
-from sporenet.lite.kernels.spatial import window
+from sporenet.lite.kernels.spatial import Window, window
 from sporenet.lite.kernels.winograd import F2X2, F4X4, bind_winograd
 from sporenet.lite.kernels.workspace import temporary
 from sporenet.lite.ops import OpCode
@@ -118,6 +120,7 @@ class Conv2D(Kernel):
         depthwise_last = self.strategy == "depthwise" and uses_channels_last(
             self.win, x.shape, x.dtype.itemsize, stored_last=True
         )
+        self._hwc_from_last = False
         if depthwise_last or self.strategy in _WINOGRAD:
             # Winograd gathers its input tiles and scatters its output tiles channels-last:
             # NCHW on either side costs a transposing copy.
@@ -138,8 +141,17 @@ class Conv2D(Kernel):
                 and (bias is None or bias.value is not None)
             )
             self._out_last = ChannelsLast.ACCEPTED if plain else ChannelsLast.REFUSED
-            gains = self._im2col_hwc(c)
-            self._in_last = ChannelsLast.PREFERRED if gains else ChannelsLast.REFUSED
+            # Such a layer with a column matrix small enough to build whole builds it
+            # channels-last from an input stored so (no transposing copy), and its GEMM
+            # then writes channels-last rows as they come.
+            small = _im2col_bytes(self.win, c, x.dtype) <= _HWC_LAST_BYTES
+            self._hwc_from_last = plain and small
+            if self._im2col_hwc(c):
+                self._in_last = ChannelsLast.PREFERRED
+            elif self._hwc_from_last:
+                self._in_last = ChannelsLast.ACCEPTED
+            else:
+                self._in_last = ChannelsLast.REFUSED
 
     def channels_last_input(self, index: int) -> ChannelsLast:
         return self._in_last if index == 0 else ChannelsLast.REFUSED
@@ -166,7 +178,9 @@ class Conv2D(Kernel):
         # A 1x1 GEMM reading channels-last rows writes channels-last rows faster than
         # NCHW ones (the plain row-major product against a transposed one), so its output
         # keeps the input's layout.
-        return 0 if self.strategy == "pointwise" and self._out_last else None
+        # So does a layer building its columns channels-last from channels-last input.
+        follows = (self.strategy == "pointwise" and self._out_last) or self._hwc_from_last
+        return 0 if follows else None
 
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
         x, w, out = inputs[0], inputs[1], outputs[0]
@@ -343,8 +357,9 @@ class Conv2D(Kernel):
     def _bind_im2col(
         self, x: np.ndarray, w: np.ndarray, out: np.ndarray, bias: np.ndarray | None = None
     ) -> Compute:
-        """Columns + GEMM, built channels-last for narrow outputs with many channels."""
-        if self._im2col_hwc(x.shape[1]):
+        """Columns + GEMM, built channels-last for narrow outputs with many channels and
+        for small column matrices of channels-last inputs."""
+        if self._im2col_hwc(x.shape[1]) or (self._hwc_from_last and is_channels_last(x)):
             return bind_im2col_hwc(self.win, x, w, out, bias)
         return bind_im2col(self.win, self.group, x, w, out, bias)
 
@@ -405,6 +420,16 @@ def _winograd4_pays(n: int, c: int, o: int, out_hw: tuple[int, int]) -> bool:
 # channels build their columns channels-last (see `im2col.bind_im2col_hwc`).
 _HWC_MAX_OW = 16
 _HWC_MIN_CH = 32
+# Largest column matrix (bytes) built channels-last from any channels-last input: it is
+# built whole, where a larger NCHW one is built in blocks of rows (im2col._BLOCK_BYTES).
+_HWC_LAST_BYTES = 1 << 20
+
+
+def _im2col_bytes(win: Window, channels: int, dtype: np.dtype) -> int:
+    """Bytes of a convolution's whole column matrix (one image, a row for the bias)."""
+    kh, kw = win.kernel
+    return win.out[0] * win.out[1] * (channels * kh * kw + 1) * dtype.itemsize
+
 
 # 1x1 layers over at most this many positions with weights of at least this many bytes
 # multiply transposed (see Conv2D._bind_pointwise_head).

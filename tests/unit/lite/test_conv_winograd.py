@@ -11,6 +11,7 @@ from sporenet.lite.eager import run_op
 from sporenet.lite.kernels.base import Attrs, TensorSpec
 from sporenet.lite.kernels.conv import Conv2D
 from tests.unit.lite.onnx_reference import run_onnx_op
+from tests.unit.lite.test_channels_last import stored
 from tests.unit.lite.test_kernels_conv import ATOL, RTOL, _data, conv_reference
 
 # Strategy -> the size limits to lift so that small shapes take it.
@@ -83,13 +84,6 @@ def test_winograd4_error_stays_small_on_resnet_layers():
     assert np.abs(ours - ref).max() / np.abs(ref).max() < 2e-5
 
 
-def _stored(a: np.ndarray, channels_last: bool) -> np.ndarray:
-    """`a` (N, C, H, W) as the planner stores it: contiguous, or a view of NHWC memory."""
-    if not channels_last:
-        return a.copy()
-    return np.ascontiguousarray(a.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)
-
-
 @pytest.mark.parametrize("strategy", sorted(FORCE))
 @pytest.mark.parametrize(
     "n,c,h,w,o",
@@ -114,8 +108,8 @@ def test_winograd_reads_and_writes_channels_last(monkeypatch, strategy, n, c, h,
     kernel = Conv2D(Attrs("Conv", {"pads": [1, 1, 1, 1], "activation": "relu"}), spec)
     assert kernel.strategy == strategy
     in_last, out_last = (side == "last" for side in layout.split("->"))
-    xs = _stored(x, in_last)
-    out = _stored(np.full((n, o, h, w), np.nan, np.float32), out_last)
+    xs = stored(x, in_last)
+    out = stored(np.full((n, o, h, w), np.nan, np.float32), out_last)
     step = kernel.bind([xs, wt.copy(), b], [out])
     for _ in range(2):  # a second call must not depend on what the first left behind
         step()
