@@ -263,3 +263,29 @@ def test_small_im2col_builds_channels_last_columns_from_channels_last_input(bias
     step()
     ref = conv_reference(x, wt, b if bias else None, strides=(2, 2), pads=(1, 0, 1, 1))
     np.testing.assert_allclose(out, np.maximum(ref, 0), rtol=RTOL, atol=ATOL)
+
+
+def test_residual_add_follows_its_channels_last_input():
+    # Add(x, conv(x)) with x NCHW (a graph input) and the Winograd result channels-last
+    # reads mixed layouts either way; its output follows the channels-last input, so the
+    # Sigmoid and 1x1 layer after it run channels-last rather than converting.
+    b = ModelBuilder(producer="test")
+    weights: list = []
+    x = b.input("x", (1, 16, 16, 16))
+    r = b.op(OpCode.ADD, [x, _conv(b, x, 16, 16, 3, weights=weights)])
+    s = b.op(OpCode.SIGMOID, [r])
+    b.output(_conv(b, s, 16, 8, 1, weights=weights), name="y")
+    interp = Interpreter(model=b.build(), num_threads=1)
+    xv = RNG.normal(size=(1, 16, 16, 16)).astype(np.float32)
+    (w, bv, attrs), (w1, bv1, attrs1) = weights
+    f64 = [a.astype(np.float64) for a in (xv, w, bv)]
+    (ref,) = run_op(OpCode.CONV2D, f64, **attrs)
+    ref = 1 / (1 + np.exp(-(f64[0] + ref)))
+    (ref,) = run_op(OpCode.CONV2D, [ref, w1.astype(np.float64), bv1.astype(np.float64)], **attrs1)
+    np.testing.assert_allclose(interp.run({"x": xv})["y"], ref, rtol=1e-4, atol=1e-4)
+    nodes, arrays = interp.model.graphs[0].nodes, interp._plan.arrays
+    add = next(n for n in nodes if n.op == OpCode.ADD)
+    sigmoid = next(n for n in nodes if n.op == OpCode.SIGMOID)
+    for i in (add.outputs[0], sigmoid.outputs[0]):
+        assert arrays[i].transpose(0, 2, 3, 1).flags.c_contiguous
+        assert not arrays[i].flags.c_contiguous
