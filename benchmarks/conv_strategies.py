@@ -5,7 +5,8 @@ F(2x2, 3x3), Winograd F(4x4, 3x3)) and timed in alternating blocks on one thread
 three see the same load. The table gives median milliseconds, each Winograd's time over
 im2col's, and the strategy the kernel picks on its own; the thresholds
 (_WINOGRAD_MIN_CH, _WINOGRAD_MIN_WORK, _WINOGRAD4_MIN_TILES, ...) should pick the fastest
-or tie with it.
+or tie with it. Winograd is also timed with its input and output stored channels-last
+(the "last" columns), as a plan stores them when the neighbouring layers accept it.
 
     python benchmarks/conv_strategies.py           # about a minute
     python benchmarks/conv_strategies.py --quick   # a few seconds, fewer repeats
@@ -56,9 +57,20 @@ LAYERS = [  # (in channels, out channels, height, width) of a 3x3, stride-1, pad
     (256, 256, 4, 10),
 ]
 STRATEGIES = ("im2col", "winograd", "winograd4")
+# (strategy, input and output stored channels-last) pairs timed per layer.
+VARIANTS = [(s, False) for s in STRATEGIES] + [("winograd", True), ("winograd4", True)]
 
 
-def time_layer(c: int, o: int, h: int, w_: int, *, blocks: int, calls: int) -> tuple[str, dict]:
+def _stored(a: np.ndarray, channels_last: bool) -> np.ndarray:
+    """`a` (N, C, H, W) as a plan stores it: contiguous, or a view of NHWC memory."""
+    if not channels_last:
+        return a
+    return np.ascontiguousarray(a.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)
+
+
+def time_layer(
+    c: int, o: int, h: int, w_: int, *, blocks: int, calls: int
+) -> tuple[str, dict[tuple[str, bool], float]]:
     rng = np.random.default_rng(0)
     x = rng.standard_normal((1, c, h, w_)).astype(np.float32)
     w = rng.standard_normal((o, c, 3, 3)).astype(np.float32)
@@ -66,25 +78,25 @@ def time_layer(c: int, o: int, h: int, w_: int, *, blocks: int, calls: int) -> t
     kernel = prepare_kernel(OpCode.CONV2D, {"pads": [1, 1, 1, 1]}, specs, 1)
     chosen = kernel.strategy
     steps = {}
-    for strategy in STRATEGIES:
+    for strategy, last in VARIANTS:
         kernel.strategy = strategy
-        out = np.empty(kernel.output_specs[0].shape, np.float32)
-        steps[strategy] = (kernel.bind([x, w], [out]), out)
+        out = _stored(np.empty(kernel.output_specs[0].shape, np.float32), last)
+        steps[strategy, last] = (kernel.bind([_stored(x, last), w], [out]), out)
     kernel.strategy = chosen
     reference = None
-    times: dict[str, list[float]] = {s: [] for s in STRATEGIES}
+    times: dict[tuple[str, bool], list[float]] = {v: [] for v in VARIANTS}
     for _ in range(blocks):
-        for strategy, (step, out) in steps.items():
+        for variant, (step, out) in steps.items():
             step()  # warm
             start = time.perf_counter()
             for _ in range(calls):
                 step()
-            times[strategy].append((time.perf_counter() - start) / calls * 1e3)
+            times[variant].append((time.perf_counter() - start) / calls * 1e3)
             if reference is None:
                 reference = out.copy()
             else:
                 scale = float(np.abs(reference).max()) or 1.0
-                assert float(np.abs(out - reference).max()) / scale < 1e-4, strategy
+                assert float(np.abs(out - reference).max()) / scale < 1e-4, variant
     return chosen, {s: statistics.median(v) for s, v in times.items()}
 
 
@@ -100,15 +112,16 @@ def main() -> None:
         print(f"BLAS (api, kernels, threads): {blas}")
         print(
             f"{'layer':<18}{'im2col ms':>10}{'F2 ms':>8}{'F4 ms':>8}{'F2/im2col':>11}"
-            f"{'F4/im2col':>11}  picked"
+            f"{'F4/im2col':>11}{'F2 last':>9}{'F4 last':>9}  picked"
         )
         for c, o, h, w in LAYERS:
             chosen, ms = time_layer(c, o, h, w, blocks=blocks, calls=calls)
-            base = ms["im2col"]
+            base = ms["im2col", False]
+            f2, f4 = ms["winograd", False], ms["winograd4", False]
             print(
-                f"{f'{c}->{o} {h}x{w}':<18}{base:>10.3f}{ms['winograd']:>8.3f}"
-                f"{ms['winograd4']:>8.3f}{ms['winograd'] / base:>11.2f}"
-                f"{ms['winograd4'] / base:>11.2f}  {chosen}"
+                f"{f'{c}->{o} {h}x{w}':<18}{base:>10.3f}{f2:>8.3f}{f4:>8.3f}{f2 / base:>11.2f}"
+                f"{f4 / base:>11.2f}{ms['winograd', True]:>9.3f}{ms['winograd4', True]:>9.3f}"
+                f"  {chosen}"
             )
     print(f"peak RSS: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB")
 

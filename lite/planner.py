@@ -342,7 +342,7 @@ def _channels_last_tensors(
             stances += [reader.channels_last_input(index) for reader, index in readers[i]]
             if min(stances) < ChannelsLast.ACCEPTED:
                 continue
-            follows = kernel.channels_last_follows(k)
+            follows = _followed_input(node, kernel, k, chosen)
             if max(stances) == ChannelsLast.PREFERRED or (
                 follows is not None
                 and node.inputs[follows] in chosen
@@ -354,6 +354,23 @@ def _channels_last_tensors(
             ):
                 chosen.add(i)
     return chosen
+
+
+def _followed_input(node: Node, kernel: Kernel, k: int, chosen: set[int]) -> int | None:
+    """The input whose layout output `k` follows (Kernel.channels_last_follows). An
+    elementwise kernel whose own choice is stored NCHW follows another input of the
+    output's shape stored channels-last: it reads mixed layouts either way, and its output
+    then stays channels-last downstream (a residual Add of an NCHW and a channels-last
+    tensor starts a channels-last chain instead of converting at every later Add)."""
+    follows = kernel.channels_last_follows(k)
+    if follows is None or not kernel.elementwise or node.inputs[follows] in chosen:
+        return follows
+    shape = kernel.output_specs[k].shape
+    for j, i in enumerate(node.inputs):
+        spec = kernel.inputs[j] if j < len(kernel.inputs) else None
+        if i in chosen and spec is not None and spec.shape == shape:
+            return j
+    return follows
 
 
 def plan(

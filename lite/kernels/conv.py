@@ -18,11 +18,13 @@ Conv2D picks one of five strategies when the model is planned:
 
 Between convolutions, the planner may store a tensor channels-last (an NCHW view of NHWC
 memory) when its producer and readers agree (Kernel.channels_last_input/output): the
-depthwise einsum then reads and writes it without transposing copies, and a 1x1 GEMM
-reads or writes it as the transposed (H*W, C) matrix, at no cost. A 1x1 layer reading
-channels-last rows writes channels-last rows too (Conv2D.channels_last_follows), unless
-it widens with a bias over a large output, which is faster from NCHW rows
-(Conv2D.leans_nchw). 2-D GEMMs go through `conv_common.gemm`, which splits products just
+depthwise einsum then reads and writes it without transposing copies, Winograd gathers
+and scatters its tiles in rows of channels, and a 1x1 GEMM reads or writes it as the
+transposed (H*W, C) matrix, at no cost. A 1x1 layer reading channels-last rows writes
+channels-last rows too (Conv2D.channels_last_follows), unless it widens with a bias
+over a large output, which is faster from NCHW rows (Conv2D.leans_nchw); so does an
+im2col layer on one image with a small column matrix, which builds it channels-last
+from such an input. 2-D GEMMs go through `conv_common.gemm`, which splits products just
 above OpenBLAS's unpacked-kernel limit.
 
 The bias and the fused activation are applied in place after the main step
@@ -41,10 +43,16 @@ import numpy as np
 from sporenet.lite import pages
 from sporenet.lite.kernels.activation import fused_activation
 from sporenet.lite.kernels.base import Attrs, ChannelsLast, Compute, Kernel, TensorSpec
-from sporenet.lite.kernels.conv_common import check_filter, conv_operands, gemm, with_epilogue
+from sporenet.lite.kernels.conv_common import (
+    check_filter,
+    conv_operands,
+    gemm,
+    is_channels_last,
+    with_epilogue,
+)
 from sporenet.lite.kernels.depthwise import bind_depthwise, uses_channels_last
 from sporenet.lite.kernels.im2col import bind_im2col, bind_im2col_hwc
-from sporenet.lite.kernels.spatial import window
+from sporenet.lite.kernels.spatial import Window, window
 from sporenet.lite.kernels.winograd import F2X2, F4X4, bind_winograd
 from sporenet.lite.kernels.workspace import temporary
 from sporenet.lite.ops import OpCode
@@ -112,7 +120,10 @@ class Conv2D(Kernel):
         depthwise_last = self.strategy == "depthwise" and uses_channels_last(
             self.win, x.shape, x.dtype.itemsize, stored_last=True
         )
-        if depthwise_last:
+        self._hwc_from_last = False
+        if depthwise_last or self.strategy in _WINOGRAD:
+            # Winograd gathers its input tiles and scatters its output tiles channels-last:
+            # NCHW on either side costs a transposing copy.
             self._out_last = self._in_last = ChannelsLast.PREFERRED
         elif self.strategy == "pointwise" and w.value is not None:
             # (Its channels-last GEMM re-packs the weights at bind: they must be constant.)
@@ -130,8 +141,17 @@ class Conv2D(Kernel):
                 and (bias is None or bias.value is not None)
             )
             self._out_last = ChannelsLast.ACCEPTED if plain else ChannelsLast.REFUSED
-            gains = self.strategy in _WINOGRAD or self._im2col_hwc(c)
-            self._in_last = ChannelsLast.PREFERRED if gains else ChannelsLast.REFUSED
+            # Such a layer with a column matrix small enough to build whole builds it
+            # channels-last from an input stored so (no transposing copy), and its GEMM
+            # then writes channels-last rows as they come.
+            small = _im2col_bytes(self.win, c, x.dtype) <= _HWC_LAST_BYTES
+            self._hwc_from_last = plain and small
+            if self._im2col_hwc(c):
+                self._in_last = ChannelsLast.PREFERRED
+            elif self._hwc_from_last:
+                self._in_last = ChannelsLast.ACCEPTED
+            else:
+                self._in_last = ChannelsLast.REFUSED
 
     def channels_last_input(self, index: int) -> ChannelsLast:
         return self._in_last if index == 0 else ChannelsLast.REFUSED
@@ -158,7 +178,9 @@ class Conv2D(Kernel):
         # A 1x1 GEMM reading channels-last rows writes channels-last rows faster than
         # NCHW ones (the plain row-major product against a transposed one), so its output
         # keeps the input's layout.
-        return 0 if self.strategy == "pointwise" and self._out_last else None
+        # So does a layer building its columns channels-last from channels-last input.
+        follows = (self.strategy == "pointwise" and self._out_last) or self._hwc_from_last
+        return 0 if follows else None
 
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
         x, w, out = inputs[0], inputs[1], outputs[0]
@@ -166,7 +188,8 @@ class Conv2D(Kernel):
         if self.strategy in _WINOGRAD:
             main = bind_winograd(self.win, x, w, out, bias, _WINOGRAD[self.strategy])
             pages.release(w)  # the step reads the transformed weights, not these
-            return with_epilogue(main, out, None, self.activation, False)
+            dense = out.transpose(0, 2, 3, 1) if is_channels_last(out) else out
+            return with_epilogue(main, dense, None, self.activation, False)
         if self.strategy == "depthwise":
             # The depthwise step adds the bias while compacting its result into `out`.
             main = bind_depthwise(
@@ -183,7 +206,7 @@ class Conv2D(Kernel):
         bias_const = (
             len(self.inputs) > 2 and self.inputs[2] is not None and self.inputs[2].value is not None
         )
-        if self.strategy == "pointwise" and (_is_channels_last(x) or _is_channels_last(out)):
+        if self.strategy == "pointwise" and (is_channels_last(x) or is_channels_last(out)):
             return self._bind_pointwise_last(x, w, out, bias)
         if (
             self.strategy == "pointwise"
@@ -203,11 +226,11 @@ class Conv2D(Kernel):
         elif bias_const and self.group == 1:
             # The bias rides in the GEMM: a column of ones under the im2col matrix.
             main = self._bind_im2col(x, w, out, bias)
-            dense = out.transpose(0, 2, 3, 1) if _is_channels_last(out) else out
+            dense = out.transpose(0, 2, 3, 1) if is_channels_last(out) else out
             return with_epilogue(main, dense, None, self.activation, False)
         else:
             main = self._bind_im2col(x, w, out)
-            if bias is None and _is_channels_last(out):
+            if bias is None and is_channels_last(out):
                 return with_epilogue(main, out.transpose(0, 2, 3, 1), None, self.activation, False)
         return with_epilogue(main, out, bias, self.activation, bias_const)
 
@@ -237,11 +260,11 @@ class Conv2D(Kernel):
         bias_const = bias is not None and self.inputs[2].value is not None  # type: ignore[union-attr]
         wt = np.ascontiguousarray(w.reshape(o, c).T)  # (C, O)
         add, copyto, act = np.add, np.copyto, self.activation
-        if _is_channels_last(x):
+        if is_channels_last(x):
             rows = x.transpose(0, 2, 3, 1).reshape(n, hw, c)  # (N, H*W, C)
         else:
             rows = x.reshape(n, c, hw).transpose(0, 2, 1)
-        if not _is_channels_last(out):
+        if not is_channels_last(out):
             om = out.reshape(n, o, hw)
             cols, w2 = rows.transpose(0, 2, 1), wt.T
             product = gemm(w2, cols[0], om[0]) if n == 1 else gemm(w2, cols, om)
@@ -251,7 +274,7 @@ class Conv2D(Kernel):
         copies: list[tuple[np.ndarray, np.ndarray]] = []
         b, target = None, om
         ones = None
-        if bias_const and not _is_channels_last(x):
+        if bias_const and not is_channels_last(x):
             full = temporary((n, c + 1, hw), x.dtype)
             ones = full[:, c]  # rewritten every call: the buffer is shared with other steps
             copies.append((full[:, :c], x.reshape(n, c, hw)))
@@ -334,8 +357,9 @@ class Conv2D(Kernel):
     def _bind_im2col(
         self, x: np.ndarray, w: np.ndarray, out: np.ndarray, bias: np.ndarray | None = None
     ) -> Compute:
-        """Columns + GEMM, built channels-last for narrow outputs with many channels."""
-        if self._im2col_hwc(x.shape[1]):
+        """Columns + GEMM, built channels-last for narrow outputs with many channels and
+        for small column matrices of channels-last inputs."""
+        if self._im2col_hwc(x.shape[1]) or (self._hwc_from_last and is_channels_last(x)):
             return bind_im2col_hwc(self.win, x, w, out, bias)
         return bind_im2col(self.win, self.group, x, w, out, bias)
 
@@ -348,12 +372,6 @@ class Conv2D(Kernel):
             and channels >= _HWC_MIN_CH
             and self.inputs[1].value is not None  # type: ignore[union-attr]
         )
-
-
-def _is_channels_last(a: np.ndarray) -> bool:
-    """Whether a 4-D array is an (N, C, H, W) view of channels-last memory (and not
-    contiguous NCHW as well, as it is when C or H*W is 1)."""
-    return not a.flags.c_contiguous and a.transpose(0, 2, 3, 1).flags.c_contiguous
 
 
 # When Winograd pays is measured, not derived: benchmarks/conv_strategies.py times the
@@ -402,6 +420,16 @@ def _winograd4_pays(n: int, c: int, o: int, out_hw: tuple[int, int]) -> bool:
 # channels build their columns channels-last (see `im2col.bind_im2col_hwc`).
 _HWC_MAX_OW = 16
 _HWC_MIN_CH = 32
+# Largest column matrix (bytes) built channels-last from any channels-last input: it is
+# built whole, where a larger NCHW one is built in blocks of rows (im2col._BLOCK_BYTES).
+_HWC_LAST_BYTES = 1 << 20
+
+
+def _im2col_bytes(win: Window, channels: int, dtype: np.dtype) -> int:
+    """Bytes of a convolution's whole column matrix (one image, a row for the bias)."""
+    kh, kw = win.kernel
+    return win.out[0] * win.out[1] * (channels * kh * kw + 1) * dtype.itemsize
+
 
 # 1x1 layers over at most this many positions with weights of at least this many bytes
 # multiply transposed (see Conv2D._bind_pointwise_head).

@@ -43,6 +43,12 @@ def check_filter(kernel: Kernel, w: TensorSpec, bias: TensorSpec | None, out_ch:
         raise kernel.fail(f"bias must have shape [{out_ch}], got {list(bias.shape)}")
 
 
+def is_channels_last(a: np.ndarray) -> bool:
+    """Whether a 4-D array is an (N, C, H, W) view of channels-last memory (and not
+    contiguous NCHW as well, as it is when C or H*W is 1)."""
+    return not a.flags.c_contiguous and a.transpose(0, 2, 3, 1).flags.c_contiguous
+
+
 def with_epilogue(
     main: Compute, out: np.ndarray, bias: np.ndarray | None, act: object, bias_const: bool
 ) -> Compute:

@@ -17,7 +17,7 @@ import numpy as np
 
 from sporenet.lite import pages
 from sporenet.lite.kernels.base import Compute
-from sporenet.lite.kernels.conv_common import gemm
+from sporenet.lite.kernels.conv_common import gemm, is_channels_last
 from sporenet.lite.kernels.spatial import Window
 from sporenet.lite.kernels.workspace import padded_temporary, temporary
 
@@ -304,7 +304,8 @@ def bind_im2col_hwc(
     channels means 18k rows of 4). Transposing the input once to (N, H, W, C) makes
     the transposed column matrix (OH*OW, kh*kw*C) copy in rows of C elements; the
     weights are re-packed at bind to (O, kh, kw, C) order and BLAS reads the columns
-    transposed, so the GEMM needs no extra copy.
+    transposed, so the GEMM needs no extra copy. An input stored channels-last needs no
+    transposing copy either, and an output stored so is the plain (OH*OW, O) product.
     """
     n, c, h, wd = x.shape
     o, _, kh, kw = w.shape
@@ -344,13 +345,19 @@ def bind_im2col_hwc(
     if bias is not None:
         wmat = np.concatenate([wmat, bias.reshape(o, 1)], axis=1)
     wmat = np.ascontiguousarray(wmat)
-    if n == 1:
+    lhs = wmat
+    if n == 1 and is_channels_last(out):
+        # `out` stored channels-last is the (OH*OW, O) product of the columns as they
+        # are by the weights re-packed once to (K, O).
+        lhs, cmat = full[0], np.ascontiguousarray(wmat.T)
+        omat = out.transpose(0, 2, 3, 1).reshape(oh * ow, o)
+    elif n == 1:
         cmat, omat = full[0].T, out.reshape(o, oh * ow)
     else:
         cmat, omat = full.transpose(0, 2, 1), out.reshape(n, o, oh * ow)
     copyto, matmul = np.copyto, np.matmul
 
-    pages.release_unless_read(w, wmat)
+    pages.release_unless_read(w, lhs, cmat)
 
     def compute() -> None:
         refill()
@@ -358,7 +365,7 @@ def bind_im2col_hwc(
             ones.fill(1)
         copyto(interior, xt)
         copyto(cols, src)
-        matmul(wmat, cmat, out=omat)
+        matmul(lhs, cmat, out=omat)
 
     return compute
 

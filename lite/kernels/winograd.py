@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from sporenet.lite.kernels.base import Compute
+from sporenet.lite.kernels.conv_common import is_channels_last
 from sporenet.lite.kernels.spatial import Window
 from sporenet.lite.kernels.workspace import padded_temporary, temporary
 
@@ -88,9 +89,11 @@ def bind_winograd(
     channels-last with one strided copy, apply B^T to the tile rows and then to the
     tile columns, run the (m+2)^2 (tiles x C) @ (C x O) products, apply A^T twice, and
     copy the tiles into `out` (one copy when m divides the output size, else via a
-    cropped buffer). U = G w G^T is computed once at bind, in float64. The bias is
-    added once to the transformed position (1, 1), whose row and column of A^T are all
-    ones, so it enters every output of a tile exactly once.
+    cropped buffer). `out` may be an NCHW view of channels-last memory, which takes the
+    tiles in rows of O elements instead of a transposing copy. U = G w G^T is computed
+    once at bind, in float64. The bias is added once to the transformed position (1, 1),
+    whose row and column of A^T are all ones, so it enters every output of a tile
+    exactly once.
     """
     n, c, h, wd = x.shape
     o = w.shape[0]
@@ -124,20 +127,29 @@ def bind_winograd(
     d2, e3, v3 = d.reshape(a, -1), e.reshape(a, a, -1), v.reshape(a * a, tiles, c)
     m2, p3, y3, m11 = m.reshape(a, -1), p.reshape(t, a, -1), y.reshape(t, t, -1), m[a + 1]
     copyto, add, matmul = np.copyto, np.add, np.matmul
+    last = is_channels_last(out)
     if oh == t * th and ow == t * tw:
-        # out (n, o, th, t, tw, t) seen as y's (t, t, n, th, tw, o): one copy.
-        dest = out.reshape(n, o, th, t, tw, t).transpose(3, 5, 0, 2, 4, 1)
+        # out (n, o, th, t, tw, t), or its channels-last memory (n, th, t, tw, t, o), seen
+        # as y's (t, t, n, th, tw, o): one copy (channels-last, in rows of o elements).
+        if last:
+            dense = out.transpose(0, 2, 3, 1).reshape(n, th, t, tw, t, o)
+            dest = dense.transpose(2, 4, 0, 1, 3, 5)
+        else:
+            dest = out.reshape(n, o, th, t, tw, t).transpose(3, 5, 0, 2, 4, 1)
 
         def store() -> None:
             copyto(dest, y)
     else:
         res = temporary((n, th, t, tw, t, o), x.dtype)
         res_view = res.transpose(2, 4, 0, 1, 3, 5)
-        back = res.reshape(n, t * th, t * tw, o)[:, :oh, :ow].transpose(0, 3, 1, 2)
+        back = res.reshape(n, t * th, t * tw, o)[:, :oh, :ow]
+        target = out.transpose(0, 2, 3, 1) if last else out
+        if not last:
+            back = back.transpose(0, 3, 1, 2)
 
         def store() -> None:
             copyto(res_view, y)
-            copyto(out, back)
+            copyto(target, back)
 
     def compute() -> None:
         refill()

@@ -14,8 +14,18 @@ from sporenet.lite import Interpreter, ModelBuilder, OpCode
 from sporenet.lite import planner as planner_module
 from sporenet.lite.eager import run_op
 from sporenet.lite.kernels import im2col
+from sporenet.lite.kernels.base import Attrs, TensorSpec
+from sporenet.lite.kernels.conv import Conv2D
+from tests.unit.lite.test_kernels_conv import ATOL, RTOL, _data, conv_reference
 
 RNG = np.random.default_rng(3)
+
+
+def stored(a: np.ndarray, channels_last: bool) -> np.ndarray:
+    """`a` (N, C, H, W) as the planner stores it: contiguous, or a view of NHWC memory."""
+    if not channels_last:
+        return a.copy()
+    return np.ascontiguousarray(a.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)
 
 
 def _conv(b, x, c_in, c_out, k, *, stride=1, group=1, bias=True, act="none", weights=None):
@@ -220,3 +230,101 @@ def test_unary_ops_between_depthwise_layers_stay_channels_last(op, attrs):
         array = interp._plan.arrays[tensor]
         assert not array.flags.c_contiguous
         assert array.transpose(0, 2, 3, 1).flags.c_contiguous
+
+
+@pytest.mark.parametrize("batch,size", [(1, 16), (2, 14)], ids=["tiles-divide", "cropped-n2"])
+def test_winograd_writes_a_channels_last_output(batch, size):
+    # A Winograd layer (bias and fused ReLU) whose result only elementwise ops and a 1x1
+    # layer read writes it channels-last; F(4x4) tiles divide 16 but overhang 14.
+    b = ModelBuilder(producer="test")
+    weights: list = []
+    x = b.input("x", (batch, 16, size, size))
+    c = _conv(b, x, 16, 16, 3, act="relu", weights=weights)
+    s = b.op(OpCode.MUL, [c, b.op(OpCode.SIGMOID, [c])])
+    b.output(_conv(b, s, 16, 8, 1, weights=weights), name="y")
+    interp = Interpreter(model=b.build(), num_threads=1)
+    assert interp._plan.kernels[0].strategy == "winograd4"
+    xv = RNG.normal(size=(batch, 16, size, size)).astype(np.float32)
+    w, bv, attrs = weights[0]
+    f64 = [a.astype(np.float64) for a in (xv, w, bv)]
+    (ref,) = run_op(OpCode.CONV2D, f64, **attrs)
+    ref = ref / (1 + np.exp(-ref))
+    w, bv, attrs = weights[1]
+    (ref,) = run_op(OpCode.CONV2D, [ref, w.astype(np.float64), bv.astype(np.float64)], **attrs)
+    np.testing.assert_allclose(interp.run({"x": xv})["y"], ref, rtol=1e-4, atol=1e-4)
+    conv_out = interp._plan.arrays[interp.model.graphs[0].nodes[0].outputs[0]]
+    assert conv_out.transpose(0, 2, 3, 1).flags.c_contiguous
+    assert not conv_out.flags.c_contiguous
+
+
+def test_strided_im2col_reads_and_writes_channels_last_after_winograd():
+    # A strided 3x3 layer (im2col) reading a Winograd result stored channels-last builds
+    # its columns channels-last from it and writes channels-last rows for the elementwise
+    # op and 1x1 layer after it.
+    b = ModelBuilder(producer="test")
+    weights: list = []
+    x = b.input("x", (1, 16, 16, 20))
+    c = _conv(b, x, 16, 16, 3, weights=weights)
+    s = _conv(b, c, 16, 24, 3, stride=2, act="relu", weights=weights)
+    m = b.op(OpCode.MUL, [s, b.op(OpCode.SIGMOID, [s])])
+    b.output(_conv(b, m, 24, 8, 1, weights=weights), name="y")
+    interp = Interpreter(model=b.build(), num_threads=1)
+    assert [k.strategy for k in interp._plan.kernels[:2]] == ["winograd4", "im2col"]
+    xv = RNG.normal(size=(1, 16, 16, 20)).astype(np.float32)
+    ref = xv.astype(np.float64)
+    for i, (w, bv, attrs) in enumerate(weights):
+        if i == 2:
+            ref = ref / (1 + np.exp(-ref))
+        (ref,) = run_op(OpCode.CONV2D, [ref, w.astype(np.float64), bv.astype(np.float64)], **attrs)
+    np.testing.assert_allclose(interp.run({"x": xv})["y"], ref, rtol=1e-4, atol=1e-4)
+    nodes, arrays = interp.model.graphs[0].nodes, interp._plan.arrays
+    for i in (nodes[0].outputs[0], nodes[1].outputs[0]):
+        assert arrays[i].transpose(0, 2, 3, 1).flags.c_contiguous
+        assert not arrays[i].flags.c_contiguous
+
+
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("out_last", [True, False], ids=["out-last", "out-nchw"])
+def test_small_im2col_builds_channels_last_columns_from_channels_last_input(bias, out_last):
+    """A strided layer with a small column matrix reads a channels-last input through
+    channels-last columns; its output, either layout, is the float64 reference's (with
+    the bias and the fused activation)."""
+    x, wt, b = _data(np.random.default_rng(15), 1, 12, 11, 14, 20, 1, (3, 3), bias)
+    inputs = [x, wt] + ([b] if bias else [])
+    spec = [TensorSpec(a.shape, a.dtype, None if k == 0 else a) for k, a in enumerate(inputs)]
+    attrs = {"pads": [1, 0, 1, 1], "strides": [2, 2], "activation": "relu"}
+    kernel = Conv2D(Attrs("Conv", attrs), spec)
+    assert kernel.strategy == "im2col" and kernel.channels_last_follows(0) == 0
+    oh, ow = kernel.output_specs[0].shape[2:]
+    out = stored(np.full((1, 20, oh, ow), np.nan, np.float32), out_last)
+    step = kernel.bind([stored(x, True), wt.copy()] + ([b] if bias else []), [out])
+    step()
+    step()
+    ref = conv_reference(x, wt, b if bias else None, strides=(2, 2), pads=(1, 0, 1, 1))
+    np.testing.assert_allclose(out, np.maximum(ref, 0), rtol=RTOL, atol=ATOL)
+
+
+def test_residual_add_follows_its_channels_last_input():
+    # Add(x, conv(x)) with x NCHW (a graph input) and the Winograd result channels-last
+    # reads mixed layouts either way; its output follows the channels-last input, so the
+    # Sigmoid and 1x1 layer after it run channels-last rather than converting.
+    b = ModelBuilder(producer="test")
+    weights: list = []
+    x = b.input("x", (1, 16, 16, 16))
+    r = b.op(OpCode.ADD, [x, _conv(b, x, 16, 16, 3, weights=weights)])
+    s = b.op(OpCode.SIGMOID, [r])
+    b.output(_conv(b, s, 16, 8, 1, weights=weights), name="y")
+    interp = Interpreter(model=b.build(), num_threads=1)
+    xv = RNG.normal(size=(1, 16, 16, 16)).astype(np.float32)
+    (w, bv, attrs), (w1, bv1, attrs1) = weights
+    f64 = [a.astype(np.float64) for a in (xv, w, bv)]
+    (ref,) = run_op(OpCode.CONV2D, f64, **attrs)
+    ref = 1 / (1 + np.exp(-(f64[0] + ref)))
+    (ref,) = run_op(OpCode.CONV2D, [ref, w1.astype(np.float64), bv1.astype(np.float64)], **attrs1)
+    np.testing.assert_allclose(interp.run({"x": xv})["y"], ref, rtol=1e-4, atol=1e-4)
+    nodes, arrays = interp.model.graphs[0].nodes, interp._plan.arrays
+    add = next(n for n in nodes if n.op == OpCode.ADD)
+    sigmoid = next(n for n in nodes if n.op == OpCode.SIGMOID)
+    for i in (add.outputs[0], sigmoid.outputs[0]):
+        assert arrays[i].transpose(0, 2, 3, 1).flags.c_contiguous
+        assert not arrays[i].flags.c_contiguous

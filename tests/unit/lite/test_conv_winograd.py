@@ -11,6 +11,7 @@ from sporenet.lite.eager import run_op
 from sporenet.lite.kernels.base import Attrs, TensorSpec
 from sporenet.lite.kernels.conv import Conv2D
 from tests.unit.lite.onnx_reference import run_onnx_op
+from tests.unit.lite.test_channels_last import stored
 from tests.unit.lite.test_kernels_conv import ATOL, RTOL, _data, conv_reference
 
 # Strategy -> the size limits to lift so that small shapes take it.
@@ -81,3 +82,51 @@ def test_winograd4_error_stays_small_on_resnet_layers():
     (ours,) = run_op(OpCode.CONV2D, [x, wt], pads=[1, 1, 1, 1])
     ref = conv_reference(x, wt, None, pads=(1, 1, 1, 1))
     assert np.abs(ours - ref).max() / np.abs(ref).max() < 2e-5
+
+
+@pytest.mark.parametrize("strategy", sorted(FORCE))
+@pytest.mark.parametrize(
+    "n,c,h,w,o",
+    [
+        (1, 16, 16, 16, 24),  # the tile size divides the output: one store copy
+        (2, 8, 10, 14, 12),  # batch 2; 10x14 overhangs F(4x4) tiles (cropped store)
+        (1, 12, 7, 9, 5),  # 7x9: both transforms crop the last tile row and column
+    ],
+)
+@pytest.mark.parametrize("layout", ["nchw->last", "last->last", "last->nchw"])
+def test_winograd_reads_and_writes_channels_last(monkeypatch, strategy, n, c, h, w, o, layout):
+    """Input and output may each be an NCHW view of channels-last memory (the planner's
+    storage): the result is the float64 reference's, with the bias and the fused
+    activation applied, whatever the layouts."""
+    from sporenet.lite.kernels import conv
+
+    for name, value in FORCE[strategy].items():
+        monkeypatch.setattr(conv, name, value)
+    x, wt, b = _data(np.random.default_rng(14), n, c, h, w, o, 1, (3, 3), True)
+    spec = [TensorSpec(x.shape, x.dtype), TensorSpec(wt.shape, wt.dtype, wt)]
+    spec.append(TensorSpec(b.shape, b.dtype, b))
+    kernel = Conv2D(Attrs("Conv", {"pads": [1, 1, 1, 1], "activation": "relu"}), spec)
+    assert kernel.strategy == strategy
+    in_last, out_last = (side == "last" for side in layout.split("->"))
+    xs = stored(x, in_last)
+    out = stored(np.full((n, o, h, w), np.nan, np.float32), out_last)
+    step = kernel.bind([xs, wt.copy(), b], [out])
+    for _ in range(2):  # a second call must not depend on what the first left behind
+        step()
+    ref = np.maximum(conv_reference(x, wt, b, pads=(1, 1, 1, 1)), 0)
+    atol = max(ATOL, 1e-5 * float(np.abs(ref).max()))
+    np.testing.assert_allclose(out, ref, rtol=RTOL, atol=atol)
+    assert out.transpose(0, 2, 3, 1).flags.c_contiguous == out_last
+
+
+def test_winograd_prefers_channels_last_on_both_sides():
+    """Winograd gathers and scatters its tiles channels-last, so the planner should store
+    its input and output so; im2col does not write or read them that way by default."""
+    from sporenet.lite.kernels.base import ChannelsLast
+
+    x = TensorSpec((1, 48, 16, 40), np.dtype(np.float32))
+    wt = np.zeros((192, 48, 3, 3), np.float32)
+    kernel = Conv2D(Attrs("Conv", {"pads": [1, 1, 1, 1]}), [x, TensorSpec(wt.shape, wt.dtype, wt)])
+    assert kernel.strategy == "winograd4"
+    assert kernel.channels_last_input(0) == ChannelsLast.PREFERRED
+    assert kernel.channels_last_output(0) == ChannelsLast.PREFERRED
