@@ -53,6 +53,13 @@ class DynamicQuantize(Kernel):
     def channels_last_output(self, index: int) -> ChannelsLast:
         return ChannelsLast.ACCEPTED if index == 0 else ChannelsLast.REFUSED
 
+    # y keeps x's layout: a channels-last chain between convolutions stays so through the
+    # quantization, instead of converting in this step's passes.
+    elementwise = True
+
+    def channels_last_follows(self, index: int) -> int | None:
+        return 0 if index == 0 else None
+
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
         x = cast(np.ndarray, inputs[0])  # a required input
         y, scale_out, zp_out = outputs

@@ -328,3 +328,35 @@ def test_residual_add_follows_its_channels_last_input():
     for i in (add.outputs[0], sigmoid.outputs[0]):
         assert arrays[i].transpose(0, 2, 3, 1).flags.c_contiguous
         assert not arrays[i].flags.c_contiguous
+
+
+def test_text_line_block_runs_channels_last_from_winograd_to_pointwise():
+    # ddddocr's recognizer block: a Winograd layer, a per-channel bias Add, Floor, a
+    # scalar Mul, x * Sigmoid(x), DynamicQuantizeLinear and a 1x1 layer. Every tensor from
+    # the Winograd result to the 1x1 layer's input stays channels-last (no step converts).
+    b = ModelBuilder(producer="test")
+    weights: list = []
+    x = b.input("x", (1, 16, 8, 20))
+    c = _conv(b, x, 16, 32, 3, bias=False, weights=weights)
+    bias = RNG.normal(size=(1, 32, 1, 1)).astype(np.float32)
+    a = b.op(OpCode.ADD, [c, b.constant("bias", bias)])
+    f = b.op(OpCode.MUL, [b.op(OpCode.FLOOR, [a]), b.constant("half", np.float32(0.5))])
+    s = b.op(OpCode.MUL, [f, b.op(OpCode.SIGMOID, [f])])
+    q = b.op(OpCode.DYNAMIC_QUANTIZE, [s], num_outputs=3)  # the first of its outputs
+    b.output(_conv(b, q, 32, 8, 1, bias=False, weights=weights), name="y")
+    interp = Interpreter(model=b.build(), num_threads=1)
+    xv = RNG.normal(size=(1, 16, 8, 20)).astype(np.float32)
+    (w, _, attrs), (w1, _, attrs1) = weights
+    (ref,) = run_op(OpCode.CONV2D, [xv, w], **attrs)
+    ref = np.floor(ref + bias) * np.float32(0.5)
+    ref = ref / (1 + np.exp(-ref))
+    (qv, _, _) = run_op(OpCode.DYNAMIC_QUANTIZE, [ref.astype(np.float32)], num_outputs=3)
+    (ref,) = run_op(OpCode.CONV2D, [qv, w1], **attrs1)
+    np.testing.assert_allclose(interp.run({"x": xv})["y"], ref, rtol=1e-4, atol=1e-3)
+    nodes, arrays = interp.model.graphs[0].nodes, interp._plan.arrays
+    dq = next(n for n in nodes if n.op == OpCode.DYNAMIC_QUANTIZE)
+    chain = [n.outputs[0] for n in nodes[: nodes.index(dq) + 1] if arrays[n.outputs[0]].ndim == 4]
+    assert len(chain) == 7
+    for i in chain:
+        assert arrays[i].transpose(0, 2, 3, 1).flags.c_contiguous
+        assert not arrays[i].flags.c_contiguous
