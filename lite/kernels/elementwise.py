@@ -52,14 +52,71 @@ class BinaryKernel(Kernel):
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
         a, b, out, f, act = inputs[0], inputs[1], outputs[0], self.ufunc, self.activation
         a, b, out = _storage_order(a, b, out)  # type: ignore[arg-type]
+        constant = [spec is not None and spec.value is not None for spec in self.inputs]
+        main = _channel_rows(f, a, b, out, constant) or (lambda: f(a, b, out=out))
         if act is None:
-            return lambda: f(a, b, out=out)
+            return main
 
         def compute() -> None:
-            f(a, b, out=out)
+            main()
             act(out)
 
         return compute
+
+
+_ROW_ELEMENTS = 1024
+"""The longest row a per-channel operand is tiled to (see _channel_rows)."""
+
+
+def _channel_rows(
+    f: np.ufunc, a: np.ndarray, b: np.ndarray, out: np.ndarray, constant: list[bool]
+) -> Compute | None:
+    """f over rows of k pixels when `out` is (N, H, W, C) in storage order with C short,
+    one operand of out's shape and contiguous, and the other per channel ((N or 1, 1, 1,
+    C), a bias or a squeeze-excite gate): NumPy would loop over rows of C elements, and
+    runs a third as fast on 16-24 channels as on the NCHW layout. The per-channel operand
+    is tiled k times (once at bind when constant, else by one small copy per call) and
+    both tensors are seen as (N, H*W/k, k*C) rows. None when this does not apply."""
+    if out.ndim != 4 or not out.flags.c_contiguous or out.dtype == np.bool_:
+        return None
+    n, h, w, c = out.shape
+    operands = [x.reshape((1,) * (4 - x.ndim) + x.shape) for x in (a, b)]
+    full = [x.shape == out.shape and x.flags.c_contiguous for x in operands]
+    per_channel = [
+        x.shape[1:3] == (1, 1) and x.shape[3] == c and x.shape[0] in (1, n) for x in operands
+    ]
+    if full == [True, False] and per_channel[1]:
+        k_full, k_chan = 0, 1
+    elif full == [False, True] and per_channel[0]:
+        k_full, k_chan = 1, 0
+    else:
+        return None
+    hw = h * w
+    k = (
+        max(d for d in range(1, _ROW_ELEMENTS // c + 1) if hw % d == 0)
+        if c < _ROW_ELEMENTS // 2
+        else 1
+    )
+    if k == 1:
+        return None
+    chan = operands[k_chan]
+    rows = np.empty((chan.shape[0], 1, k * c), out.dtype)
+    tiles, source = rows.reshape(chan.shape[0], k, c), chan.reshape(chan.shape[0], 1, c)
+    shape = (n, hw // k, k * c)
+    pair = [operands[k_full].reshape(shape), rows]
+    if k_full == 1:
+        pair.reverse()
+    x, y, target = pair[0], pair[1], out.reshape(shape)
+    copyto = np.copyto
+    if constant[k_chan]:
+        copyto(tiles, source)
+        return lambda: f(x, y, out=target)
+
+    def compute() -> None:
+        copyto(tiles, source)
+        f(x, y, out=target)
+
+    return compute
 
 
 def _storage_order(

@@ -360,3 +360,39 @@ def test_text_line_block_runs_channels_last_from_winograd_to_pointwise():
     for i in chain:
         assert arrays[i].transpose(0, 2, 3, 1).flags.c_contiguous
         assert not arrays[i].flags.c_contiguous
+
+
+@pytest.mark.parametrize("op", [OpCode.ADD, OpCode.SUB, OpCode.MUL, OpCode.DIV, OpCode.MAXIMUM])
+@pytest.mark.parametrize("gate_first", [False, True])
+@pytest.mark.parametrize("constant", [False, True])
+@pytest.mark.parametrize("n, gate_n, c", [(1, 1, 24), (2, 2, 16), (2, 1, 5), (1, 1, 700)])
+def test_per_channel_operand_on_channels_last_storage(op, gate_first, constant, n, gate_n, c):
+    # A bias or squeeze-excite gate (N or 1, C, 1, 1) against a channels-last tensor runs
+    # as rows of several pixels (elementwise._channel_rows); the result must be NumPy's
+    # broadcast, every call, also after the gate changes between calls.
+    from sporenet.lite.eager import prepare_kernel
+    from sporenet.lite.kernels.base import TensorSpec
+
+    h, w = 6, 10
+    x_last = np.empty((n, h, w, c), np.float32)
+    out_last = np.empty((n, h, w, c), np.float32)
+    x, out = x_last.transpose(0, 3, 1, 2), out_last.transpose(0, 3, 1, 2)
+    gate = RNG.uniform(0.5, 2.0, size=(gate_n, c, 1, 1)).astype(np.float32)
+    specs = [
+        TensorSpec(x.shape, x.dtype),
+        TensorSpec(gate.shape, gate.dtype, gate if constant else None),
+    ]
+    arrays = [x, gate]
+    if gate_first:
+        specs.reverse()
+        arrays.reverse()
+    kernel = prepare_kernel(op, {}, specs, 1)
+    step = kernel.bind(arrays, [out])
+    ufunc = kernel.ufunc
+    for _ in range(2):
+        x[...] = RNG.normal(size=x.shape)
+        if not constant:
+            gate[...] = RNG.uniform(0.5, 2.0, size=gate.shape)
+        step()
+        want = ufunc(gate, x) if gate_first else ufunc(x, gate)
+        np.testing.assert_array_equal(out, want)
