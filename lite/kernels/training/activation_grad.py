@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from sporenet.lite.kernels.activation import exp_into
+from sporenet.lite.kernels.activation import exp_into, sigmoid_into
 from sporenet.lite.kernels.base import Attrs, Compute, Kernel, TensorSpec
 from sporenet.lite.kernels.unary import erf_into
 from sporenet.lite.ops import OpCode
@@ -85,10 +85,7 @@ def _sigmoid(p: Params) -> Derivative:
     t, tmp = p.t, p.tmp
 
     def from_x(out: np.ndarray) -> None:
-        np.negative(t, out=out)
-        exp_into(out, out)
-        np.add(out, 1, out=out)
-        np.reciprocal(out, out=out)
+        sigmoid_into(t, out)
         np.subtract(1, out, out=tmp)
         np.multiply(out, tmp, out=out)
 
@@ -132,10 +129,7 @@ def _silu(p: Params) -> Derivative:
     def d(out: np.ndarray) -> None:
         # d/dx x s(x) = s(x) (1 + x (1 - s(x))), s(x) = 1 / (1 + exp(-x)); s saturates to 0
         # and 1 (exp to inf and 0), where the slope is 0 and 1.
-        np.negative(x, out=out)
-        exp_into(out, out)
-        np.add(out, 1, out=out)
-        np.divide(1, out, out=out)
+        sigmoid_into(x, out)
         np.subtract(1, out, out=tmp)
         np.multiply(tmp, x, out=tmp)
         np.add(tmp, 1, out=tmp)
