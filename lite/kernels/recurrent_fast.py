@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, cast
 
 import numpy as np
 
-from sporenet.lite import pages
+from sporenet.lite import huge_pages, pages
 from sporenet.lite.graph import Quantization
 from sporenet.lite.kernels import int8_weights
 from sporenet.lite.kernels.base import Compute, TensorSpec
@@ -87,7 +87,7 @@ def pack_transposed(
     float32 (q - zero_point) * scale), one direction's slice at a time, with no float
     temporary of the weights' size."""
     dirs, cols, rows = value.shape
-    out = np.empty((dirs, rows, cols), dtype)
+    out = huge_pages.empty((dirs, rows, cols), dtype)  # streamed every step: see huge_pages
     if quant is None:
         for d in range(dirs):
             np.multiply(value[d].T, column_scale, out=out[d])
