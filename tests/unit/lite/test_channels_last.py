@@ -396,3 +396,18 @@ def test_per_channel_operand_on_channels_last_storage(op, gate_first, constant, 
         step()
         want = ufunc(gate, x) if gate_first else ufunc(x, gate)
         np.testing.assert_array_equal(out, want)
+
+
+@pytest.mark.parametrize("shape, other", [((2, 3, 4, 20), (20,)), ((1, 5, 6, 8), (1, 1, 8))])
+def test_last_axis_operand_on_contiguous_nchw(shape, other):
+    # The same row tiling serves any contiguous tensor whose other operand varies along
+    # the last axis only (here W of an NCHW tensor): NumPy's broadcast, exactly.
+    from sporenet.lite.eager import run_op
+
+    x = RNG.normal(size=shape).astype(np.float32)
+    y = RNG.normal(size=other).astype(np.float32)
+    for op, ufunc in ((OpCode.SUB, np.subtract), (OpCode.MUL, np.multiply)):
+        (got,) = run_op(op, [x, y], constant_inputs=[])
+        np.testing.assert_array_equal(got, ufunc(x, y))
+        (got,) = run_op(op, [y, x], constant_inputs=[1])
+        np.testing.assert_array_equal(got, ufunc(y, x))
