@@ -15,6 +15,21 @@ from sporenet.lite.errors import ShapeError
 InPlace = Callable[[np.ndarray], None]
 
 
+def then_activation(
+    step: Callable[[], None], out: np.ndarray, act: InPlace | None
+) -> Callable[[], None]:
+    """`step` followed by the fused activation `act` on its output `out` (in place); `step`
+    itself when there is none, so the run-time step never tests for it."""
+    if act is None:
+        return step
+
+    def activated() -> None:
+        step()
+        act(out)
+
+    return activated
+
+
 # The clip ufunc itself: np.clip is a Python wrapper around it whose overhead is as much
 # as the whole operation on the small tensors of an MLP. Older or newer
 # NumPy without this private path gets np.clip (same results).

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from sporenet.lite.kernels.activation import InPlace
+from sporenet.lite.kernels.activation import InPlace, then_activation
 from sporenet.lite.kernels.base import Compute
 from sporenet.lite.kernels.spatial import Window
 from sporenet.lite.kernels.workspace import temporary
@@ -71,14 +71,7 @@ def bind_depthwise(
             win, x, w, out, bias, w_const=w_const, bias_const=bias_const, act=act
         )
     step = _bind_planar(win, x, w, out, bias, w_const=w_const, bias_const=bias_const)
-    if act is None:
-        return step
-
-    def with_act() -> None:
-        step()
-        act(out)
-
-    return with_act
+    return then_activation(step, out, act)
 
 
 def uses_channels_last(

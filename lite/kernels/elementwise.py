@@ -7,7 +7,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from sporenet.lite.kernels.activation import fused_activation
+from sporenet.lite.kernels.activation import fused_activation, then_activation
 from sporenet.lite.kernels.base import Attrs, ChannelsLast, Compute, Kernel, TensorSpec
 from sporenet.lite.ops import OpCode
 
@@ -54,14 +54,7 @@ class BinaryKernel(Kernel):
         a, b, out = _storage_order(a, b, out)  # type: ignore[arg-type]
         constant = [spec is not None and spec.value is not None for spec in self.inputs]
         main = _channel_rows(f, a, b, out, constant) or (lambda: f(a, b, out=out))
-        if act is None:
-            return main
-
-        def compute() -> None:
-            main()
-            act(out)
-
-        return compute
+        return then_activation(main, out, act)
 
 
 _ROW_ELEMENTS = 1024
@@ -167,11 +160,8 @@ class Div(BinaryKernel):
                 np.fmod(a, b, out=rem)
                 np.subtract(a, rem, out=rem)
                 np.floor_divide(rem, b, out=out)
-            if act is not None:
-                act(out)
 
-        act = self.activation
-        return compute
+        return then_activation(compute, out, self.activation)
 
 
 class Maximum(BinaryKernel):
@@ -205,10 +195,8 @@ class Pow(BinaryKernel):
         def compute() -> None:
             # Mixed dtypes compute in the common type, then cast to the base's dtype.
             np.power(a, b, out=out, casting="unsafe")
-            if act is not None:
-                act(out)
 
-        return compute
+        return then_activation(compute, out, act)
 
 
 class Equal(BinaryKernel):

@@ -8,7 +8,7 @@ import numpy as np
 
 from sporenet.lite import pages
 from sporenet.lite.kernels import int8_weights
-from sporenet.lite.kernels.activation import fused_activation
+from sporenet.lite.kernels.activation import fused_activation, then_activation
 from sporenet.lite.kernels.base import Attrs, Compute, Kernel, TensorSpec
 from sporenet.lite.kernels.quantized.base import is_quantized
 from sporenet.lite.kernels.quantized.convert import dequantize_array
@@ -65,38 +65,30 @@ class FullyConnected(Kernel):
         wt = w.T
         act = self.activation
         matmul, add = np.matmul, np.add
-        if bias is None and act is None:
-            return lambda: matmul(x2, wt, out=out2)
-        if act is None:
+        if bias is None:
+            return then_activation(lambda: matmul(x2, wt, out=out2), out2, act)
 
-            def compute_bias() -> None:
-                matmul(x2, wt, out=out2)
-                add(out2, bias, out=out2)
-
-            return compute_bias
-
+        # One closure for the product, the bias and the activation: on an MLP's small layers
+        # each further call level is a visible share of the step.
         def compute() -> None:
             matmul(x2, wt, out=out2)
-            if bias is not None:
-                add(out2, bias, out=out2)
-            act(out2)
+            add(out2, bias, out=out2)
+            if act is not None:
+                act(out2)
 
         return compute
 
     def _then(self, product: Compute, out2: np.ndarray, bias: np.ndarray | None) -> Compute:
         """`product` (which writes x @ W.T into out2) followed by the bias and activation."""
-        act, add = self.activation, np.add
-        if bias is None and act is None:
-            return product
+        if bias is None:
+            return then_activation(product, out2, self.activation)
+        add = np.add
 
-        def compute() -> None:
+        def with_bias() -> None:
             product()
-            if bias is not None:
-                add(out2, bias, out=out2)
-            if act is not None:
-                act(out2)
+            add(out2, bias, out=out2)
 
-        return compute
+        return then_activation(with_bias, out2, self.activation)
 
 
 def matmul_shape(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...] | None:
