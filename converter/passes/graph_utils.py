@@ -4,6 +4,8 @@ cloud export runs the same passes as the converter."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from sporenet.lite.builder import unique_name
@@ -12,6 +14,7 @@ from sporenet.lite.errors import ShapeError
 from sporenet.lite.graph import DYNAMIC, Graph, Model, Node, Tensor
 from sporenet.lite.kernels import KERNELS
 from sporenet.lite.kernels.base import TensorSpec
+from sporenet.lite.ops import OpCode
 
 MATERIALIZE_LIMIT = 1024
 """Folded constants up to this many bytes are always stored; larger ones only when they are
@@ -142,3 +145,40 @@ def static_value(
     for i, value in zip(node.outputs, evaluate(kernel, values), strict=False):
         memo[i] = value
     return memo[index]
+
+
+def fuse_self_gated(
+    model: Model,
+    gate_op: OpCode,
+    fused_op: OpCode,
+    accepts: Callable[[Node, int], bool] = lambda gate, x: True,
+) -> int:
+    """Rewrite every x * Gate(x) (either operand order) as Fused(x): a Mul of x and a
+    `gate_op` node reading x, where the gate's output has no other reader, is no graph
+    output, carries no fused activation and `accepts(gate, x)`. SiLU is x * Sigmoid(x),
+    HardSwish x * HardSigmoid(x). Returns the count."""
+    fused = 0
+    for graph in model.graphs:
+        uses, made = consumers(graph), producers(graph)
+        for mul in list(graph.nodes):
+            if mul.op != OpCode.MUL or len(mul.inputs) != 2 or "activation" in mul.attrs:
+                continue
+            a, b = mul.inputs
+            for gate_index, x in ((b, a), (a, b)):
+                gate = made.get(gate_index)
+                if (
+                    gate is None
+                    or gate.op != gate_op
+                    or gate.inputs != [x]
+                    or "activation" in gate.attrs
+                    or len(uses.get(gate_index, [])) != 1
+                    or gate_index in graph.outputs
+                    or not accepts(gate, x)
+                ):
+                    continue
+                position = graph.nodes.index(mul)
+                graph.nodes[position] = Node(fused_op, [x], list(mul.outputs), name=mul.name)
+                graph.nodes.remove(gate)
+                fused += 1
+                break
+    return fused
