@@ -135,6 +135,9 @@ def silu_into(x: np.ndarray, out: np.ndarray, t: np.ndarray) -> None:
 
 
 def _silu(x: np.ndarray) -> None:
+    # A fused activation has no bind step to take scratch from: a fresh x-sized temporary
+    # (reused by malloc between calls) measured faster than looping over chunks of x with
+    # a fixed scratch, at every size from 60k to 1.6M elements.
     silu_into(x, x, np.empty_like(x))
 
 
