@@ -180,39 +180,20 @@ def test_integer_sigmoid_mul_is_not_rewritten() -> None:
 
 def test_tflite_logistic_times_x_becomes_a_fused_silu() -> None:
     """TFLite has no SiLU builtin: exporters write LOGISTIC + MUL, which the same pass fuses."""
-    litert = pytest.importorskip("ai_edge_litert.interpreter", reason="test extra")
+    pytest.importorskip("ai_edge_litert.interpreter", reason="test extra")
     from sporenet.converter import convert_tflite
-    from sporenet.proto import tflite_schema_generated as tfl
-    from tests.unit.converter.tflite_builder import TfliteBuilder
+    from tests.unit.converter.tflite_builder import TfliteBuilder, conv, run_litert
 
     b = TfliteBuilder()
     x = b.input("x", [1, 6, 6, 2])
-    w = b.const("w", (RNG.normal(size=(3, 3, 3, 2)) * 0.5).astype(np.float32))
-    bias = b.const("b", RNG.normal(size=3).astype(np.float32))
-    c = b.tensor("c", [1, 6, 6, 3])
-    b.op(
-        "CONV_2D",
-        [x, w, bias],
-        [c],
-        "Conv2DOptions",
-        Padding=tfl.Padding.SAME,
-        StrideW=1,
-        StrideH=1,
-        FusedActivationFunction=0,
-        DilationWFactor=1,
-        DilationHFactor=1,
-    )
+    c = conv(b, x, 2, 3, (6, 6))
     s = b.tensor("s", [1, 6, 6, 3])
     b.op("LOGISTIC", [c], [s])
     y = b.output(b.tensor("y", [1, 6, 6, 3]))
     b.op("MUL", [c, s], [y], "MulOptions", FusedActivationFunction=0)
     data = b.build()
     feeds = {"x": RNG.normal(size=(1, 6, 6, 2)).astype(np.float32)}
-    reference = litert.Interpreter(model_content=data)
-    reference.allocate_tensors()
-    reference.set_tensor(reference.get_input_details()[0]["index"], feeds["x"])
-    reference.invoke()
-    want = reference.get_tensor(reference.get_output_details()[0]["index"])
+    want = run_litert(data, feeds)["y"]
     from sporenet.lite import parse
 
     spore = convert_tflite(data)

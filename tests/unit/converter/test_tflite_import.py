@@ -20,31 +20,15 @@ from sporenet.converter import (
 from sporenet.lite import Interpreter, parse
 from sporenet.proto import tflite_schema_generated as tfl
 from tests.packaged import package_dir
-from tests.unit.converter.tflite_builder import TfliteBuilder
+from tests.unit.converter.tflite_builder import SAME, TfliteBuilder, conv, rand, run_litert
 
 litert = pytest.importorskip(
     "ai_edge_litert.interpreter", reason="LiteRT (ai-edge-litert, test extra) is the reference"
 )
 
 RTOL = 1e-4  # the target for float models, relative to the output's scale
-SAME, VALID = tfl.Padding.SAME, tfl.Padding.VALID
+VALID = tfl.Padding.VALID
 RELU, RELU6 = tfl.ActivationFunctionType.RELU, tfl.ActivationFunctionType.RELU6
-
-
-def rand(*shape: int, seed: int = 0, scale: float = 1.0) -> np.ndarray:
-    return (np.random.default_rng(seed).normal(size=shape) * scale).astype(np.float32)
-
-
-def run_litert(data: bytes, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    interpreter = litert.Interpreter(model_content=data)
-    for d in interpreter.get_input_details():
-        if tuple(d["shape"]) != feeds[d["name"]].shape:
-            interpreter.resize_tensor_input(d["index"], feeds[d["name"]].shape)
-    interpreter.allocate_tensors()
-    for d in interpreter.get_input_details():
-        interpreter.set_tensor(d["index"], feeds[d["name"]])
-    interpreter.invoke()
-    return {d["name"]: interpreter.get_tensor(d["index"]) for d in interpreter.get_output_details()}
 
 
 def assert_matches_litert(
@@ -60,42 +44,6 @@ def assert_matches_litert(
             error = float(np.max(np.abs(got[name] - w))) / scale
             assert error < RTOL, f"{name}: max error {error:.2e} of the output's scale"
     return want
-
-
-def conv(
-    b: TfliteBuilder,
-    x: int,
-    cin: int,
-    cout: int,
-    size: tuple[int, int],
-    *,
-    k: int = 3,
-    stride: int = 1,
-    dilation: int = 1,
-    padding: int = SAME,
-    act: int = 0,
-    seed: int = 1,
-    weights_dtype=np.float32,
-) -> int:
-    w = b.const(f"w{seed}", rand(cout, k, k, cin, seed=seed, scale=0.3), weights_dtype)
-    if weights_dtype == np.float16:
-        w16, w = w, b.tensor(f"w{seed}_dequantized", [cout, k, k, cin])
-        b.op("DEQUANTIZE", [w16], [w])
-    bias = b.const(f"b{seed}", rand(cout, seed=seed + 100))
-    y = b.tensor(f"conv{seed}", [1, *size, cout])
-    b.op(
-        "CONV_2D",
-        [x, w, bias],
-        [y],
-        "Conv2DOptions",
-        Padding=padding,
-        StrideW=stride,
-        StrideH=stride,
-        DilationWFactor=dilation,
-        DilationHFactor=dilation,
-        FusedActivationFunction=act,
-    )
-    return y
 
 
 @pytest.mark.parametrize(

@@ -19,6 +19,7 @@ TYPES = {
     np.dtype(np.int8): tfl.TensorType.INT8,
     np.dtype(np.uint8): tfl.TensorType.UINT8,
 }
+SAME = tfl.Padding.SAME
 
 
 class TfliteBuilder:
@@ -178,3 +179,61 @@ class TfliteBuilder:
         tfl.ModelAddBuffers(b, buffers_v)
         b.Finish(tfl.ModelEnd(b), file_identifier=b"TFL3")
         return bytes(b.Output())
+
+
+def rand(*shape: int, seed: int = 0, scale: float = 1.0) -> np.ndarray:
+    """Seeded normal float32 values of `shape`, times `scale`."""
+    return (np.random.default_rng(seed).normal(size=shape) * scale).astype(np.float32)
+
+
+def run_litert(data: bytes, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The outputs LiteRT computes for `data` on `feeds` (by input name)."""
+    from ai_edge_litert.interpreter import Interpreter  # the test extra
+
+    interpreter = Interpreter(model_content=data)
+    for d in interpreter.get_input_details():
+        if tuple(d["shape"]) != feeds[d["name"]].shape:
+            interpreter.resize_tensor_input(d["index"], feeds[d["name"]].shape)
+    interpreter.allocate_tensors()
+    for d in interpreter.get_input_details():
+        interpreter.set_tensor(d["index"], feeds[d["name"]])
+    interpreter.invoke()
+    return {d["name"]: interpreter.get_tensor(d["index"]) for d in interpreter.get_output_details()}
+
+
+def conv(
+    b: TfliteBuilder,
+    x: int,
+    cin: int,
+    cout: int,
+    size: tuple[int, int],
+    *,
+    k: int = 3,
+    stride: int = 1,
+    dilation: int = 1,
+    padding: int = SAME,
+    act: int = 0,
+    seed: int = 1,
+    weights_dtype=np.float32,
+) -> int:
+    """A CONV_2D of `x` (NHWC, `cin` channels) with seeded weights and bias; its output
+    tensor is (1, *size, cout)."""
+    w = b.const(f"w{seed}", rand(cout, k, k, cin, seed=seed, scale=0.3), weights_dtype)
+    if weights_dtype == np.float16:
+        w16, w = w, b.tensor(f"w{seed}_dequantized", [cout, k, k, cin])
+        b.op("DEQUANTIZE", [w16], [w])
+    bias = b.const(f"b{seed}", rand(cout, seed=seed + 100))
+    y = b.tensor(f"conv{seed}", [1, *size, cout])
+    b.op(
+        "CONV_2D",
+        [x, w, bias],
+        [y],
+        "Conv2DOptions",
+        Padding=padding,
+        StrideW=stride,
+        StrideH=stride,
+        DilationWFactor=dilation,
+        DilationHFactor=dilation,
+        FusedActivationFunction=act,
+    )
+    return y
