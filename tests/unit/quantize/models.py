@@ -1,4 +1,5 @@
-"""A small ONNX CNN (Conv+BN+Relu, strided Conv+Relu, MaxPool, Gemm) and its calibration
+"""Small ONNX models for the quantization tests (a CNN with Conv+BN+Relu, strided
+Conv+Relu, MaxPool and Gemm; Conv -> activation -> Conv) and calibration
 data, built with onnx.helper so the tests need no exporter."""
 
 from __future__ import annotations
@@ -92,3 +93,30 @@ def mixed(seed: int = 0) -> Any:
     model.ir_version = 8
     onnx.checker.check_model(model)
     return model
+
+
+def conv_act_conv(activation: str) -> Any:
+    """x -> Conv -> activation (SiLU written as c * Sigmoid(c)) -> Conv -> y."""
+    rng = np.random.default_rng(6)
+    inits = {"w1": rng.normal(0, 0.5, (6, 1, 3, 3)), "w2": rng.normal(0, 0.3, (4, 6, 3, 3))}
+    if activation == "silu":
+        act = [
+            helper.make_node("Sigmoid", ["c1"], ["s"]),
+            helper.make_node("Mul", ["c1", "s"], ["a"]),
+        ]
+    else:
+        act = [helper.make_node(activation, ["c1"], ["a"])]
+    graph = helper.make_graph(
+        [
+            helper.make_node("Conv", ["x", "w1"], ["c1"], pads=[1, 1, 1, 1]),
+            *act,
+            helper.make_node("Conv", ["a", "w2"], ["y"], pads=[1, 1, 1, 1]),
+        ],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 1, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 4, 8, 8])],
+        initializer=[numpy_helper.from_array(v.astype(np.float32), k) for k, v in inits.items()],
+    )
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)])
+    proto.ir_version = 8
+    return proto

@@ -10,7 +10,7 @@ from sporenet.converter import convert_onnx
 from sporenet.converter.quantize import quantize_model
 from sporenet.lite import Interpreter, parse
 from sporenet.lite.ops import OpCode
-from tests.unit.quantize.models import calibration
+from tests.unit.quantize.models import calibration, conv_act_conv
 
 onnx = pytest.importorskip("onnx", reason="the converter needs the onnx extra")
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
@@ -23,33 +23,6 @@ ACTIVATIONS = {
 }
 
 
-def conv_act_conv(activation: str) -> bytes:
-    """x -> Conv -> activation (SiLU written as c * Sigmoid(c)) -> Conv -> y."""
-    rng = np.random.default_rng(6)
-    inits = {"w1": rng.normal(0, 0.5, (6, 1, 3, 3)), "w2": rng.normal(0, 0.3, (4, 6, 3, 3))}
-    if activation == "silu":
-        act = [
-            helper.make_node("Sigmoid", ["c1"], ["s"]),
-            helper.make_node("Mul", ["c1", "s"], ["a"]),
-        ]
-    else:
-        act = [helper.make_node(activation, ["c1"], ["a"])]
-    graph = helper.make_graph(
-        [
-            helper.make_node("Conv", ["x", "w1"], ["c1"], pads=[1, 1, 1, 1]),
-            *act,
-            helper.make_node("Conv", ["a", "w2"], ["y"], pads=[1, 1, 1, 1]),
-        ],
-        "g",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 1, 8, 8])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 4, 8, 8])],
-        initializer=[numpy_helper.from_array(v.astype(np.float32), k) for k, v in inits.items()],
-    )
-    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)])
-    proto.ir_version = 8
-    return convert_onnx(proto)
-
-
 def _sqnr(ref: np.ndarray, got: np.ndarray) -> float:
     noise = np.sum((ref.astype(np.float64) - got) ** 2)
     return float(10 * np.log10(np.sum(ref.astype(np.float64) ** 2) / noise))
@@ -58,7 +31,7 @@ def _sqnr(ref: np.ndarray, got: np.ndarray) -> float:
 @pytest.mark.parametrize("activation", list(ACTIVATIONS))
 def test_fused_lookup_activation_runs_as_an_int8_table(activation: str) -> None:
     op, fused_name = ACTIVATIONS[activation]
-    float_model = conv_act_conv(activation)
+    float_model = convert_onnx(conv_act_conv(activation))
     float_nodes = parse(float_model).graphs[0].nodes
     assert [n.attrs.get("activation") for n in float_nodes] == [fused_name, None]
     result = quantize_model(float_model, mode="int8", calibration=calibration())
@@ -78,13 +51,12 @@ def test_fused_lookup_activation_runs_as_an_int8_table(activation: str) -> None:
 
 def test_dynamic_quantization_keeps_the_fused_silu() -> None:
     """Weight-only modes keep float activations, so the faster fused form stays."""
-    result = quantize_model(conv_act_conv("silu"), mode="dynamic")
+    result = quantize_model(convert_onnx(conv_act_conv("silu")), mode="dynamic")
     acts = [n.attrs.get("activation") for n in parse(result.data).graphs[0].nodes]
     assert "silu" in acts
 
 
 def test_fused_leaky_relu_without_int8_kernel_stays_float_with_its_alpha() -> None:
-    from onnx import TensorProto, helper, numpy_helper
 
     rng = np.random.default_rng(2)
     w = rng.normal(0, 0.5, (4, 1, 3, 3)).astype(np.float32)

@@ -13,7 +13,7 @@ from sporenet.converter.quantize import load_calibration, quantize_model
 from sporenet.converter.quantize.static import int8_ops
 from sporenet.lite import Interpreter, parse
 from sporenet.lite.ops import OpCode
-from tests.unit.quantize.models import calibration, cnn
+from tests.unit.quantize.models import calibration, cnn, conv_act_conv
 
 
 @pytest.fixture(scope="module")
@@ -177,24 +177,7 @@ def test_convert_onnx_quantizes_in_one_call() -> None:
 
 
 def test_an_op_without_int8_kernel_stays_float_between_dequantize_and_quantize() -> None:
-    from onnx import TensorProto, helper, numpy_helper
-
-    rng = np.random.default_rng(3)
-    inits = {"w1": rng.normal(0, 0.4, (4, 1, 3, 3)), "w2": rng.normal(0, 0.3, (4, 4, 3, 3))}
-    graph = helper.make_graph(
-        [
-            helper.make_node("Conv", ["x", "w1"], ["c1"], pads=[1, 1, 1, 1]),
-            helper.make_node("Elu", ["c1"], ["e"]),
-            helper.make_node("Conv", ["e", "w2"], ["y"], pads=[1, 1, 1, 1]),
-        ],
-        "elu",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 1, 8, 8])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 4, 8, 8])],
-        initializer=[numpy_helper.from_array(v.astype(np.float32), k) for k, v in inits.items()],
-    )
-    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
-    proto.ir_version = 8
-    float_model = convert_onnx(proto)
+    float_model = convert_onnx(conv_act_conv("Elu"))
     result = quantize_model(float_model, mode="int8", calibration=calibration())
     assert [(f.op, f.reason) for f in result.report.float_ops] == [("ELU", "no int8 kernel")]
     ops = [n.op for n in parse(result.data).graphs[0].nodes]
