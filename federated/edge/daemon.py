@@ -110,6 +110,20 @@ def run_edge(config: EdgeConfig, *, stop: threading.Event | None = None) -> int:
     logger = setup_logging(config.server.log_level)
     metrics = Metrics()
     state_dir.prepare(Path(config.server.state_dir))
+    # Held from the start, before the cloud's first task builds the round manager.
+    lock = state_dir.StateDirLock(Path(config.server.state_dir))
+    try:
+        return _run_edge(config, logger, metrics, stop)
+    finally:
+        lock.close()
+
+
+def _run_edge(
+    config: EdgeConfig,
+    logger: logging.Logger,
+    metrics: Metrics,
+    stop: threading.Event | None,
+) -> int:
     node = EdgeNode(config, metrics, logger)
     node.open_existing()
     stop = stop_on_signals(stop)

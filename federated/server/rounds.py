@@ -90,6 +90,17 @@ class RoundManager(RoundLoop):
         self.strategy = make_strategy(config.strategy.name, config.strategy.options)
         self.dir = Path(config.state_dir)
         state_dir.prepare(self.dir)
+        self._dir_lock = state_dir.StateDirLock(self.dir)  # one daemon per state dir
+        try:
+            self._open_job(config, clock)
+        except BaseException:  # a refused start gives the state dir back
+            if hasattr(self, "store"):
+                self.store.close()
+            self._dir_lock.close()
+            raise
+
+    def _open_job(self, config: ServerConfig, clock: Clock) -> None:
+        """Resume the job in the state dir, or start it (the constructor, once locked)."""
         self.store = state_dir.open_store(self.dir)
         self._with_parts: set[str] = set()  # clients whose uploads may have kept a .part
         self._phase_files: tuple[tuple[int, str], PhaseFiles] | None = None
@@ -543,6 +554,7 @@ class RoundManager(RoundLoop):
         if self._phase_files is not None:
             self._phase_files[1].close()
         self.store.close()
+        self._dir_lock.close()
 
 
 __all__ = ["RoundManager", "TaskInfo", "weighted_metrics"]
