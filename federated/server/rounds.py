@@ -157,6 +157,7 @@ class RoundManager(RoundLoop):
         with self.store.transaction() as tx:
             tx.set_meta("config", config_summary(config))
         restore.load_model(self, job.model_version)
+        restore.check_old_models(self)
         self.privacy.check_distributed_range(
             config.secure_aggregation.protocol if config.secure_aggregation else None,
             config.min_clients,

@@ -190,12 +190,16 @@ class SessionService:
     ) -> None:
         """Send the model's bytes from `offset` to the end as `model` replies of `chunk`."""
         async with self._downloads:
-            cached = self.s.cached_chunks(record, offset, chunk)
+            # The cached chunks are encoded from bytes checked against the digest.
+            cached = await self._cached_chunks(record, offset, chunk)
             if cached is not None:
                 for encoded, size in cached:
                     await context.write(encoded)
                     self.metrics.inc("sporenet_bytes_sent_total", size)
                 return
+            # Checked against its digest first (hashed again only if written since).
+            loop = asyncio.get_running_loop()
+            await loop.run_in_executor(self.executor, self.m.models.verify, record)
             path = self.m.model_path(record)
             while offset < record.size:
                 data = await asyncio.get_running_loop().run_in_executor(
@@ -206,6 +210,18 @@ class SessionService:
                 await context.write(encode_model_chunk(offset, data, record.size, session=True))
                 offset += len(data)
                 self.metrics.inc("sporenet_bytes_sent_total", len(data))
+
+    async def _cached_chunks(
+        self, record: ModelRecord, offset: int, chunk: int
+    ) -> list[tuple[bytes, int]] | None:
+        """The servicer's pre-encoded chunks; filling the cache reads and hashes the file,
+        so a version not cached yet is read on a worker thread, not on the loop."""
+        cached = self.s.cached_chunks(record, offset, chunk, fill=False)
+        if cached is not None or not self.s.cacheable(record, offset, chunk):
+            return cached
+        return await asyncio.get_running_loop().run_in_executor(
+            self.executor, self.s.cached_chunks, record, offset, chunk
+        )
 
     async def _upload(self, body: memoryview, context: grpc.aio.ServicerContext) -> None:
         first = parse_upload_chunk(body)
