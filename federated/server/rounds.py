@@ -53,6 +53,7 @@ from sporenet.federated.server.observability import Metrics, log_event
 from sporenet.federated.server.participants import Participants
 from sporenet.federated.server.phase_files import PhaseFiles, file_key
 from sporenet.federated.server.phases import JobStatus, Participant, Phase, TaskInfo, TaskType
+from sporenet.federated.server.publication import PublishOnce
 from sporenet.federated.server.round_loop import Clock, RoundLoop, weighted_metrics
 from sporenet.federated.server.secure_phase import SecurePhase
 from sporenet.federated.server.state import ModelRecord
@@ -117,6 +118,7 @@ class RoundManager(RoundLoop):
         self._decode_slots = threading.BoundedSemaphore(2)  # bounds decode memory, not clients
         self._stopping = False
         self._aggregating = False
+        self._publication = PublishOnce()  # a closed phase's model until it is durable
         # Set when an arrival may let the round loop act (start or close a phase) before
         # its next periodic tick. Polls are woken only by phase changes: waking every
         # poller on every update costs O(clients²) per round.
