@@ -19,6 +19,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from sporenet.federated.common.auth import Authenticator
 from sporenet.federated.common.wire import SERVICE
 from sporenet.federated.errors import ConfigError
+from sporenet.federated.server.audience import server_audience
 from sporenet.federated.server.config import ServerConfig, split_address
 from sporenet.federated.server.failure_log import FailureLog
 from sporenet.federated.server.interceptor import AuthInterceptor
@@ -153,6 +154,8 @@ class _AioServer:
             raise ConfigError(f"`address`: cannot listen on {address!r}: {e}") from None
         if port == 0:
             raise ConfigError(f"`address`: cannot listen on {address!r} (in use?)")
+        # Signed requests must name this server, as clients dial it (audience.py).
+        self.interceptor.auth.audience = server_audience(self.config, port)
         await server.start()
         self._ready.set_result(port)
         await self._stop.wait()
@@ -192,6 +195,7 @@ def run_server(
     metrics = metrics or manager.metrics
     auth = Authenticator(
         tokens=config.auth.tokens,
+        token_sha256=config.auth.token_sha256,
         ed25519=config.auth.ed25519,
         max_skew=config.auth.max_skew,
         nonce_file=Path(config.state_dir) / "nonces.json",

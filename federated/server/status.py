@@ -16,7 +16,7 @@ from sporenet.federated.server.state import JobState, Store
 
 def config_summary(config: ServerConfig) -> dict[str, Any]:
     """The configuration as JSON, nested as the TOML tables, without secrets (the auth
-    tokens are replaced by their names)."""
+    tokens, and their digests, are replaced by their names)."""
 
     def plain(value: Any) -> Any:
         if isinstance(value, Path):
@@ -27,6 +27,7 @@ def config_summary(config: ServerConfig) -> dict[str, Any]:
 
     out = {k: plain(v) for k, v in dataclasses.asdict(config).items()}
     out["auth"]["tokens"] = sorted(config.auth.tokens)
+    out["auth"]["token_sha256"] = sorted(config.auth.token_sha256)
     return out
 
 
