@@ -428,8 +428,6 @@ class RoundLoop(SecureStages):
         self.metrics.set("sporenet_round_duration_seconds", self.clock() - self._phase_t0)
         self.metrics.set("sporenet_current_round", job.round)
         privacy_info = publication.privacy_info
-        if privacy_info:
-            self._log_privacy_spent(record.round, publication.sample_rate, privacy_info)
         log_event(
             self.log,
             "round_published",
@@ -507,6 +505,10 @@ class RoundLoop(SecureStages):
                 self._advance(tx, evaluate_next=bool(every) and job.round % every == 0)
             if publication.charged is not None:
                 self.privacy.commit(publication.charged)
+                # Logged before any client can see the round's end (under the lock).
+                self._log_privacy_spent(
+                    record.round, publication.sample_rate, publication.privacy_info
+                )
             self._end_phase()
             publication.all_rounds_done = job.status == JobStatus.FINISHED
             # Stop now if even the smallest sampling rate a round can have is unaffordable.
