@@ -10,7 +10,6 @@ certificate (what a TLS client must dial), each on the port it listens on.
 
 from __future__ import annotations
 
-import ipaddress
 import socket
 from pathlib import Path
 
@@ -33,7 +32,7 @@ def certificate_names(cert: Path) -> list[str]:
     except x509.ExtensionNotFound:
         return [str(a.value) for a in loaded.subject.get_attributes_for_oid(NameOID.COMMON_NAME)]
     names = [str(n) for n in san.get_values_for_type(x509.DNSName)]
-    names += [str(ipaddress.ip_address(a)) for a in san.get_values_for_type(x509.IPAddress)]
+    names += [str(a) for a in san.get_values_for_type(x509.IPAddress)]
     return names
 
 
