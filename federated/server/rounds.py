@@ -45,7 +45,14 @@ from sporenet.federated.errors import (
     UpdateRejectedError,
     quote,
 )
-from sporenet.federated.server import hierarchy, job_settings, restore, secure_calls, state_dir
+from sporenet.federated.server import (
+    hierarchy,
+    job_security,
+    job_settings,
+    restore,
+    secure_calls,
+    state_dir,
+)
 from sporenet.federated.server.config import ServerConfig
 from sporenet.federated.server.ledger import PrivacyLedger
 from sporenet.federated.server.models import ModelStore
@@ -145,9 +152,12 @@ class RoundManager(RoundLoop):
         if job is None:
             job = restore.init_job(self, now)
         else:
-            saved = self.store.get_meta(job_settings.META_KEY)
-            if saved is not None:  # the CLI merged them already; callers of the API may not
-                job_settings.check_unchanged(saved, config)
+            # The CLI merged the stored settings already; callers of the API may not.
+            job_settings.check_resumed(self.store, config)
+            kept = job_security.kept(
+                self.store.get_meta(job_security.META_KEY), self.store.get_meta("config")
+            )
+            job_security.check_kept(kept, config)
             log_event(self.log, "job_resumed", round=job.round, phase=job.phase, status=job.status)
             if self.privacy.enabled:
                 self.metrics.set("sporenet_privacy_epsilon", self.privacy.epsilon())
@@ -158,6 +168,7 @@ class RoundManager(RoundLoop):
         self.job = job
         with self.store.transaction() as tx:
             tx.set_meta("config", config_summary(config))
+            tx.set_meta(job_security.META_KEY, job_security.security_table(config))
         restore.load_model(self, job.model_version)
         restore.check_old_models(self)
         self.privacy.check_distributed_range(
