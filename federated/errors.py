@@ -54,6 +54,11 @@ class ModelDamagedError(FederatedError):
     it is never served (DATA_LOSS); the operator restores it from a backup."""
 
 
+class SupersededError(FederatedError):
+    """The client started another upload: its earlier one gives up its receiving slot
+    (ABORTED; a client sends one upload at a time)."""
+
+
 class MalformedMessageError(FederatedError, ValueError):
     """A message is not what its call expects (e.g. an unknown or garbled Session message)."""
 

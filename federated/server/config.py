@@ -11,6 +11,7 @@ Example `server.toml`:
     round_timeout = 120
     max_fruitless_reselections = 3  # reselections without a new update before the job fails
     read_timeout = 20     # an upload silent this long loses its receiving slot
+    min_upload_rate = 16384  # bytes/s an upload averages after read_timeout, or loses it
     keep_serving = false  # true: keep serving status and downloads after the job ends
 
     [strategy]
@@ -219,6 +220,10 @@ class ServerConfig:
     # Longest an upload in progress may go without a chunk before it loses its receiving
     # slot (a stalled or hostile peer must not pin the slots).
     read_timeout: float = 20.0
+    # An upload must average this many bytes per second once it has had `read_timeout`
+    # seconds with its slot, or it loses the slot (and resumes from what arrived): a
+    # trickle must not hold a slot for as long as its declared size at a byte a second.
+    min_upload_rate: float = 16384.0
     checkpoint_every: int = 16  # updates folded between aggregate checkpoints
     # `[storage] keep_models`: model versions kept on disk, the newest N (at least 2: a
     # download of the one before the latest may be in flight) plus v00000, the initial
@@ -277,6 +282,7 @@ class ServerConfig:
                 0 < self.read_timeout <= 3600 and math.isfinite(self.read_timeout),
                 "must be in (0, 3600] seconds",
             ),
+            ("min_upload_rate", self.min_upload_rate > 0, "must be > 0 bytes per second"),
             ("checkpoint_every", self.checkpoint_every >= 1, "must be >= 1"),
             (
                 "keep_models",
@@ -480,6 +486,7 @@ _TOP: dict[str, tuple[str, tuple[type[Any], ...]]] = {
     "max_upload_memory": ("max_upload_memory", (int,)),
     "long_poll": ("long_poll", (int, float)),
     "read_timeout": ("read_timeout", (int, float)),
+    "min_upload_rate": ("min_upload_rate", (int, float)),
     "checkpoint_every": ("checkpoint_every", (int,)),
     "storage.keep_models": ("keep_models", (int,)),
     "seed": ("seed", (int,)),

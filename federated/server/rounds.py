@@ -193,6 +193,22 @@ class RoundManager(RoundLoop):
         with self._lock:
             self._change_listeners.append(listener)
 
+    def on_left(self, listener: Callable[[str, Participant], None]) -> None:
+        """Call `listener(client_id, status)` (quick, never blocking) when a client the open
+        phase awaited stops being awaited: answered, dropped, refused or excluded."""
+        with self._lock:
+            self.clients.on_leave(listener)
+
+    def upload_wanted(self, client_id: str, task_id: str) -> bool:
+        """Whether an update of `client_id` for `task_id` may still be folded (the fit
+        task open, the client awaited): an upload that is not loses its slot."""
+        with self._lock:
+            try:
+                self._check_open(client_id, task_id, Phase.FIT)
+            except StaleTaskError:
+                return False
+            return True
+
     @property
     def stopping(self) -> bool:
         """True once `stop()` was called: held polls should answer now."""

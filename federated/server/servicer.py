@@ -40,6 +40,7 @@ from sporenet.federated.errors import (
     PermissionDeniedError,
     ReadTimeoutError,
     StaleTaskError,
+    SupersededError,
     TransferError,
     UnknownClientError,
     UpdateRejectedError,
@@ -64,7 +65,11 @@ STATUS_CODES: list[tuple[type[FederatedError], grpc.StatusCode]] = [
     (SecAggError, grpc.StatusCode.INVALID_ARGUMENT),
     (ConfigError, grpc.StatusCode.INVALID_ARGUMENT),
     (MalformedMessageError, grpc.StatusCode.INVALID_ARGUMENT),
-    (ModelDamagedError, grpc.StatusCode.DATA_LOSS),  # never served; restore from a backup
+    (ModelDamagedError, grpc.StatusCode.DATA_LOSS),
+    (
+        SupersededError,
+        grpc.StatusCode.ABORTED,
+    ),  # the client's newer upload took over  # never served; restore from a backup
     (AuthError, grpc.StatusCode.UNAUTHENTICATED),
     (PermissionDeniedError, grpc.StatusCode.PERMISSION_DENIED),
     (UnknownClientError, grpc.StatusCode.NOT_FOUND),
