@@ -1,10 +1,11 @@
 """Whether a client reaches its server: what it logs and reports while it cannot.
 
 A client (or an edge's upstream participant) retries an unreachable server with backoff.
-Silent retries look like a hang, so the first failed call of an outage is logged as a
-warning naming the address and gRPC's error, later ones are summarised every
+Silent retries look like a hang, so an outage is reported as a warning naming the address
+and gRPC's error once `report_after` calls in a row failed (two by default: one failed
+call in a connection burst is not an outage), later failures are summarised every
 `summary_every` seconds (attempts, how long, the last error), and the first answer after
-an outage is logged too. `status()` says the same for an app's or daemon's status page.
+a reported outage is reported too. `status()` says the same for an app's or daemon's status page.
 """
 
 from __future__ import annotations
@@ -51,12 +52,14 @@ class Reachability:
         address: str,
         *,
         report: Report,
+        report_after: int = 2,
         summary_every: float = 30.0,
         clock: Clock = time.monotonic,
         wall_clock: Clock = time.time,
         on_change: Callable[[dict[str, Any]], None] | None = None,
     ) -> None:
-        self.report, self.summary_every = report, summary_every
+        self.report, self.report_after, self.summary_every = report, report_after, summary_every
+        self._reported = False  # whether the current outage was reported
         self.clock, self.wall = clock, wall_clock
         self.on_change = on_change
         self._lock = threading.Lock()
@@ -75,7 +78,8 @@ class Reachability:
         with self._lock:
             if self.state == LinkState.CONNECTED and address == self.address:
                 return
-            was_down = self.state == LinkState.UNREACHABLE
+            was_down = self.state == LinkState.UNREACHABLE and self._reported
+            self._reported = False
             outage = self.clock() - self._since if self._since is not None else 0.0
             attempts = self.attempts
             self.address, self.state, self.error = address, LinkState.CONNECTED, ""
@@ -101,20 +105,25 @@ class Reachability:
             changed = first or error != self.error
             if first:
                 self._since, self._since_wall = now, self.wall()
-                self.attempts = 0
-                self._summarised_at, self._summarised_attempts = now, 0
+                self.attempts, self._reported = 0, False
             self.address, self.state, self.error = address, LinkState.UNREACHABLE, error
             self.attempts += 1
             self.retry_in = retry_in
             since = self._since if self._since is not None else now
-            summary = not first and now - self._summarised_at >= self.summary_every
+            report = not self._reported and self.attempts >= self.report_after
+            if report:
+                self._reported = True
+                self._summarised_at, self._summarised_attempts = now, self.attempts
+            summary = (
+                self._reported and not report and now - self._summarised_at >= self.summary_every
+            )
             new_attempts = 0
             if summary:
                 new_attempts = self.attempts - self._summarised_attempts
                 self._summarised_at, self._summarised_attempts = now, self.attempts
             snapshot = self._status()
         fields = {"address": address, "error": error, "attempts": snapshot["attempts"]}
-        if first:
+        if report:
             self.report(
                 "server_unreachable",
                 logging.WARNING,

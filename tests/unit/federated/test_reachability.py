@@ -25,7 +25,8 @@ def test_an_outage_is_reported_once_then_summarised() -> None:
     names = [e for e, _ in events]
     assert names == ["server_unreachable", "server_still_unreachable"], names
     assert events[0][1]["error"] == "UNAVAILABLE: connection refused"
-    assert events[1][1]["attempts"] == 61
+    assert events[0][1]["attempts"] == 2  # a single failed call is not an outage yet
+    assert events[1][1]["attempts"] == 62
     assert link.status()["unreachable_since"] == 1000.0 and link.status()["attempts"] == 100
     link.reached("srv:1")
     link.reached("srv:1")
@@ -39,3 +40,7 @@ def test_an_outage_is_reported_once_then_summarised() -> None:
         "retry_in": 0.0,
     }
     assert changes == ["unreachable", "connected"]
+    # One failed call, then an answer: nothing reported.
+    link.failed("srv:1", "UNAVAILABLE", "connection reset", retry_in=0.1)
+    link.reached("srv:1")
+    assert [e for e, _ in events][-1] == "server_reachable" and len(events) == 3
