@@ -28,6 +28,12 @@ shares this machine's cores, so the round time with edges also pays for the edge
     python benchmarks/federated.py --repeats 3             # medians: Flower varies run to run
     python benchmarks/federated.py --hierarchical --quick  # 200 devices, 4 edges, < 1 minute
     python benchmarks/federated.py --hierarchical          # 2,000 devices, 10 edges
+    python benchmarks/federated.py --idle                  # server KB per connected client
+
+Idle clients (`--idle`). A job whose round cannot start (min_clients above the fleet),
+`--idle-clients` SDK clients (default 500) connected and long-polling: the server's
+resident memory (VmRSS) with one client and with all of them, and the KB each client
+beyond the first costs it. Target: at most 20 KB.
 
 Flower runs if `flwr` imports; install its pinned versions with
 `pip install --no-deps -r benchmarks/requirements-flower.txt`. If it does not import, or
@@ -304,6 +310,73 @@ def run_sporenet(
         moved / n / rounds,
         server_cpu,
         client_cpu,
+    )
+
+
+IDLE_SETTLE_SECONDS = 15.0  # longer than a held poll (long_poll, 10 s): every poll cycled
+
+
+def _rss_kb(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    raise RuntimeError(f"no VmRSS for process {pid}")
+
+
+def idle_worker(address: str, count: int) -> None:
+    """`count` clients that connect, register and long-poll until killed."""
+    import logging
+
+    from sporenet.federated import Client
+
+    logging.basicConfig(level=os.environ.get("SPORENET_BENCH_CLIENT_LOG", "WARNING"))
+    clients = [
+        Client(address, train=lambda w, c: (w, 1, {}), name=f"idle-{os.getpid()}-{i}")
+        for i in range(count)
+    ]
+    for c in clients:
+        threading.Thread(target=c.run, daemon=True).start()
+        time.sleep(0.002)  # a connection burst would measure the backlog, not the clients
+    threading.Event().wait()
+
+
+def run_idle(args: argparse.Namespace, workdir: Path) -> None:
+    """Server memory per connected idle client: RSS at 1 client and at N."""
+    n = 100 if args.quick else args.idle_clients
+    server, port, mport = _start_cloud(
+        workdir / "idle.spore",
+        "10k",
+        workdir / "idle-state",
+        workdir / "idle.log",
+        rounds=1,
+        min_clients=n + 1,  # never starts: every client stays idle
+    )
+    workers: list[subprocess.Popen[bytes]] = []
+    try:
+        rss: dict[int, int] = {}
+        for count in (1, n):
+            add = count - sum(int(w.args[-1]) for w in workers)  # type: ignore[index]
+            while add > 0:
+                k = min(CLIENTS_PER_PROCESS, add)
+                cmd = [sys.executable, __file__, "--idle-worker", f"127.0.0.1:{port}", str(k)]
+                workers.append(subprocess.Popen(cmd, stdout=subprocess.DEVNULL, env=clean_env()))
+                add -= k
+            end = time.monotonic() + 600
+            while _metrics(mport)["sporenet_clients_registered"] < count:
+                if time.monotonic() > end:
+                    raise TimeoutError(f"only some of {count} idle clients registered")
+                time.sleep(0.2)
+            time.sleep(IDLE_SETTLE_SECONDS)
+            rss[count] = _rss_kb(server.pid)
+            print(f"{count:5d} idle clients: server RSS {rss[count] / 1024:.1f} MB", flush=True)
+    finally:
+        _stop(workers)
+        _stop_server(server)
+    per = (rss[n] - rss[1]) / (n - 1)
+    print(
+        f"server memory per connected client beyond the first, at {n} clients: {per:.1f} KB"
+        f" (target <= 20 KB: {'met' if per <= 20 else 'not met'})"
     )
 
 
@@ -850,6 +923,9 @@ def main() -> None:
             address, first, count, params
         )
         return
+    if len(sys.argv) > 1 and sys.argv[1] == "--idle-worker":
+        idle_worker(sys.argv[2], int(sys.argv[3]))
+        return
     if len(sys.argv) > 1 and sys.argv[1] == "--flower-server":
         flower_server(sys.argv[2], int(sys.argv[3]), sys.argv[4], int(sys.argv[5]), sys.argv[6])
         return
@@ -878,12 +954,16 @@ def main() -> None:
     p.add_argument(
         "--tier-timeout", type=float, default=3600.0, help="seconds a whole tier job may take"
     )
+    p.add_argument("--idle", action="store_true", help="server memory per idle client")
+    p.add_argument("--idle-clients", type=int, default=500, help="--idle: clients")
     args = p.parse_args()
     print(f"CPU: {cpu_description()}")
     print(f"BLAS in the timed subprocesses: {blas_kernels()}")
     print(f"load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
     with tempfile.TemporaryDirectory(prefix="sporenet-bench-") as tmp:
-        if args.hierarchical:
+        if args.idle:
+            run_idle(args, Path(tmp))
+        elif args.hierarchical:
             run_tiers(args, Path(tmp))
         else:
             compare_flower(args, Path(tmp))

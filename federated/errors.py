@@ -49,6 +49,16 @@ class ReadTimeoutError(TransferError):
     receiving slot (DEADLINE_EXCEEDED) and resumes from what was received."""
 
 
+class ModelDamagedError(FederatedError):
+    """A published model file is missing or its bytes are not the ones its digest names:
+    it is never served (DATA_LOSS); the operator restores it from a backup."""
+
+
+class SupersededError(FederatedError):
+    """The client started another upload: its earlier one gives up its receiving slot
+    (ABORTED; a client sends one upload at a time)."""
+
+
 class MalformedMessageError(FederatedError, ValueError):
     """A message is not what its call expects (e.g. an unknown or garbled Session message)."""
 

@@ -58,6 +58,7 @@ import numpy as np
 from sporenet.federated.aggregation import Weights, template_of
 from sporenet.federated.client.dp import asks_client_dp, privatize
 from sporenet.federated.client.failover import Failover
+from sporenet.federated.client.reachability import Reachability, text_report
 from sporenet.federated.client.secure import SecureRounds
 from sporenet.federated.client.session_stream import SessionStream, TransportLoop
 from sporenet.federated.client.transfers import PendingUpload, Transfers
@@ -98,6 +99,10 @@ RETRYABLE = {
     grpc.StatusCode.OUT_OF_RANGE,  # upload offset mismatch: ask the server where to resume
 }
 FATAL = {grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED}
+# How long `run()` retries before it gives up when no server answers: long enough to ride
+# out a server restart or a network change, short enough that a device does not retry a
+# wrong address forever.
+GIVE_UP_AFTER = 600.0
 log = logging.getLogger("sporenet.federated.client")
 
 
@@ -116,7 +121,7 @@ class Client(Failover, SecureRounds):
         topk_ratio: float = 0.01,
         poll_wait: float = 5.0,
         max_backoff: float = 5.0,
-        give_up_after: float | None = None,
+        give_up_after: float | None = GIVE_UP_AFTER,
         failover_after: float = 30.0,
         chunk_size: int = 512 << 10,
         download_chunk_size: int = 0,
@@ -143,7 +148,9 @@ class Client(Failover, SecureRounds):
             poll_wait: seconds the server may hold a poll while there is nothing to do.
             max_backoff: the longest pause between retries while the server is away.
             give_up_after: seconds without reaching any server after which `run()`
-                raises (None: retry forever).
+                raises (default 600; None: retry forever). Meanwhile the first failure
+                is logged as a warning naming the address and the error, then a summary
+                every 30 s, and `status()` reports it.
             failover_after: seconds the current address may stay unreachable before the
                 client moves to the next one (with several addresses).
             chunk_size: bytes per upload message.
@@ -168,6 +175,10 @@ class Client(Failover, SecureRounds):
                 )
         if not failover_after > 0:
             raise ConfigError(f"`failover_after` must be > 0, got {failover_after}")
+        if give_up_after is not None and not give_up_after > 0:
+            raise ConfigError(
+                f"`give_up_after` must be > 0 seconds (None: retry forever), got {give_up_after}"
+            )
         unknown = sorted(set(compression) - set(COMPRESSIONS))
         if unknown:
             raise ConfigError(f"unknown compression {unknown}; supported: {list(COMPRESSIONS)}")
@@ -192,6 +203,7 @@ class Client(Failover, SecureRounds):
         self._backoff = 0.1
         self._unreachable_since: float | None = None
         self._here_since: float | None = None
+        self.link = Reachability(addresses[0], report=text_report(log))  # what status() reports
         self.train, self.evaluate, self.name = train, evaluate, name
         self.credentials = credentials
         self.compression, self.topk_ratio = tuple(compression), topk_ratio
@@ -287,6 +299,12 @@ class Client(Failover, SecureRounds):
         """Ask `run()` to return at its next step."""
         self._stop.set()
 
+    def status(self) -> dict[str, Any]:
+        """The link to the server as JSON: `state` (connecting, connected, unreachable),
+        `address`, `error` (gRPC's status and details of the last failed call),
+        `unreachable_since` (unix time), `attempts` and `retry_in` (seconds)."""
+        return {**self.link.status(), "client_id": self.client_id, "failovers": self.failovers}
+
     def _call(self, method: str, request: Any, timeout: float) -> Any:
         """A unary or client-streaming call, over the session's connection: a second
         connection per client would cost the server memory for every client of the fleet."""
@@ -324,7 +342,7 @@ class Client(Failover, SecureRounds):
         """
         if stop is not None:
             self._stop = stop
-        self._reached()
+        self._reached(answered=False)
         while not self._stop.is_set():
             try:
                 if self.client_id is None:

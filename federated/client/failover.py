@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 import grpc
 
+from sporenet.federated.client.reachability import Reachability
 from sporenet.federated.common.net import speaks_tls
 from sporenet.federated.errors import ConfigError, FederatedError
 
@@ -45,10 +46,13 @@ class Failover:
     _pending: PendingUpload | None
     _transfers: Transfers
     _disconnect: Callable[[], None]
+    link: Reachability
 
-    def _reached(self) -> None:
-        """The server answered: the retry budgets start afresh."""
+    def _reached(self, *, answered: bool = True) -> None:
+        """The server answered (or `run()` starts): the retry budgets start afresh."""
         self._backoff, self._unreachable_since, self._here_since = 0.1, None, None
+        if answered:
+            self.link.reached(self.address)
 
     def _unreachable(self, code: grpc.StatusCode, details: str) -> None:
         """A call failed in a way worth retrying: move to the next address once this one
@@ -66,7 +70,9 @@ class Failover:
             self._fail_over(details)
             return
         delay = self._backoff * (0.5 + random.random())
-        log.info("server call failed (%s); retrying in %.2f s", code.name, delay)
+        # Logged once per outage with the address and error, then summarised (reachability.py).
+        self.link.failed(self.address, code.name, details, retry_in=delay)
+        log.debug("server call failed (%s); retrying in %.2f s", code.name, delay)
         self._stop.wait(delay)
         self._backoff = min(self._backoff * 2, self.max_backoff)
 

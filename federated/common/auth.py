@@ -3,12 +3,17 @@
 Two schemes, either or both enabled on the server:
 - pre-shared tokens: `authorization: Bearer <token>`; the token's name is the identity;
 - Ed25519 signed requests: `x-spore-key-id`, `x-spore-timestamp` (unix ms), `x-spore-nonce`
-  (random hex) and `x-spore-signature` (base64 Ed25519 signature of
-  "sporenet-v1\\n<method>\\n<key id>\\n<timestamp>\\n<nonce>"). A request is refused when its
-  timestamp is more than `max_skew` seconds away from the server clock, when its nonce was
-  already seen, or when it was signed before the server started (the nonce cache lives in
-  memory, and this rule keeps pre-restart captures from being replayed).
-The signature binds the method, not the message body: the body is protected by TLS.
+  (random hex), `x-spore-audience` and `x-spore-signature` (base64 Ed25519 signature of
+  "sporenet-v2\\n<audience>\\n<method>\\n<key id>\\n<timestamp>\\n<nonce>"). The audience is
+  the server the request is for: the authority ("host:port") the client dialed, as gRPC
+  names it. A request is refused when its audience is not one of the names the server
+  answers to (so a request captured on the way to one server, or edge, cannot be replayed
+  to another that trusts the same key), when its timestamp is more than `max_skew`
+  seconds away from the server clock, when its nonce was already seen, or when it was
+  signed before the server started (the nonce cache lives in memory, and this rule keeps
+  pre-restart captures from being replayed).
+The signature binds the method and the audience, not the message body: the body is
+protected by TLS.
 """
 
 from __future__ import annotations
@@ -32,18 +37,74 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 
 from sporenet.federated.errors import AuthError, ConfigError, quote
 
-KEY_ID, TIMESTAMP, NONCE, SIGNATURE = (
+KEY_ID, TIMESTAMP, NONCE, SIGNATURE, AUDIENCE = (
     "x-spore-key-id",
     "x-spore-timestamp",
     "x-spore-nonce",
     "x-spore-signature",
+    "x-spore-audience",
 )
 _MAX_NONCE_LEN = 128
+_MAX_AUDIENCE_LEN = 512
 
 
-def signing_payload(method: str, key_id: str, timestamp_ms: int, nonce: str) -> bytes:
+def signing_payload(
+    method: str, key_id: str, timestamp_ms: int, nonce: str, *, audience: str
+) -> bytes:
     """The bytes an Ed25519 request signature covers."""
-    return f"sporenet-v1\n{method}\n{key_id}\n{timestamp_ms}\n{nonce}".encode()
+    return f"sporenet-v2\n{audience}\n{method}\n{key_id}\n{timestamp_ms}\n{nonce}".encode()
+
+
+def audience_of(service_url: str) -> str:
+    """The audience of a call: the authority of gRPC's service URL
+    ("<scheme>://<authority>/<package.Service>"), what the client dialed."""
+    rest = service_url.split("://", 1)[-1]
+    return rest.split("/", 1)[0]
+
+
+def _split_audience(audience: str) -> tuple[str, str]:
+    """(host, port) of "host:port", "[v6]:port" or a bare host (port "")."""
+    if audience.startswith("["):
+        host, _, rest = audience[1:].partition("]")
+        return host.lower(), rest.removeprefix(":")
+    host, sep, port = audience.rpartition(":")
+    if not sep or not port.isdigit() or ":" in host:
+        return audience.lower(), ""
+    return host.lower(), port
+
+
+class Audience:
+    """The names a server answers to, as the `host:port` clients dial.
+
+    `names` are hosts (or `host:port` entries, taken as they are); `port` is the port the
+    server listens on. A signed request names one of them, or a bare host among them (a
+    client that overrides its TLS target name signs that name without the port).
+    """
+
+    def __init__(self, names: Sequence[str], port: int | None) -> None:
+        self._hosts: set[str] = set()
+        self._exact: set[tuple[str, str]] = set()
+        for name in names:
+            host, given = _split_audience(name)
+            if given:
+                self._exact.add((host, given))
+            else:
+                self._hosts.add(host)
+        self.port = str(port) if port is not None else ""
+
+    def __contains__(self, audience: str) -> bool:
+        host, port = _split_audience(audience)
+        if (host, port) in self._exact:
+            return True
+        return host in self._hosts and port in (self.port, "")
+
+    def __str__(self) -> str:
+        def join(host: str, port: str) -> str:
+            return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+        named = [join(h, self.port) for h in self._hosts]
+        named += [join(h, p) for h, p in self._exact]
+        return ", ".join(sorted(named))
 
 
 def parse_public_key(text: str) -> Ed25519PublicKey:
@@ -77,17 +138,25 @@ class Authenticator:
         *,
         tokens: Mapping[str, str] | None = None,
         ed25519: Mapping[str, str] | None = None,
+        token_sha256: Mapping[str, str] | None = None,
         max_skew: float = 300.0,
+        audience: Audience | None = None,
         now: float | None = None,
         nonce_file: Path | None = None,
     ) -> None:
-        """`nonce_file`: where the nonces of requests dated after their arrival are kept,
+        """`token_sha256`: tokens given by their sha256 hex digests (name -> digest), as a
+        state dir keeps them. `audience`: the names this server answers to (set it with
+        `bind` once the port is known; until then signed requests are refused).
+        `nonce_file`: where the nonces of requests dated after their arrival are kept,
         so that a restart (which refuses only requests signed before it) still refuses
         their replay; None keeps them in memory only."""
         # Keep only token digests, compared in constant time.
         self._tokens = {
             hashlib.sha256(t.encode()).digest(): name for name, t in (tokens or {}).items()
         }
+        for name, digest in (token_sha256 or {}).items():
+            self._tokens[bytes.fromhex(digest)] = name
+        self.audience = audience
         self._keys = {name: parse_public_key(k) for name, k in (ed25519 or {}).items()}
         self._max_skew_ms = int(max_skew * 1000)
         self._started_ms = int((time.time() if now is None else now) * 1000)
@@ -149,6 +218,18 @@ class Authenticator:
         nonce = md.get(NONCE, "")
         if not 16 <= len(nonce) <= _MAX_NONCE_LEN:
             raise AuthError(f"{NONCE} must be 16 to {_MAX_NONCE_LEN} characters, got {len(nonce)}")
+        audience = md.get(AUDIENCE, "")
+        if not audience or len(audience) > _MAX_AUDIENCE_LEN:
+            raise AuthError(
+                f"{AUDIENCE} must name the server the request is for (host:port), got "
+                f"{quote(audience)}"
+            )
+        if self.audience is None or audience not in self.audience:
+            names = str(self.audience) if self.audience is not None else "none yet"
+            raise AuthError(
+                f"request is signed for {quote(audience)}, not for this server ({names}; "
+                "set `auth.audience` if clients reach it by another name)"
+            )
         now_ms = int(time.time() * 1000)
         if abs(now_ms - ts) > self._max_skew_ms:
             raise AuthError(
@@ -157,7 +238,7 @@ class Authenticator:
         if ts < self._started_ms:
             raise AuthError("request was signed before the server started (possible replay)")
         try:
-            key.verify(signature, signing_payload(method, key_id, ts, nonce))
+            key.verify(signature, signing_payload(method, key_id, ts, nonce, audience=audience))
         except InvalidSignature:
             raise AuthError(f"bad signature for key id {quote(key_id)}") from None
         with self._lock:
@@ -216,17 +297,20 @@ class Credentials:
         """True when the connection is TLS (`root_certificates` given)."""
         return self.root_certificates is not None
 
-    def metadata(self, method: str) -> list[tuple[str, str]]:
-        """Fresh metadata for one call of `method` (new timestamp and nonce every time)."""
+    def metadata(self, method: str, *, audience: str) -> list[tuple[str, str]]:
+        """Fresh metadata for one call of `method` to the server `audience` ("host:port"
+        as dialed): a new timestamp and nonce every time."""
         if self._token is not None:
             return [("authorization", f"Bearer {self._token}")]
         if self._key is not None and self._key_id is not None:
             ts, nonce = int(time.time() * 1000), secrets.token_hex(16)
-            sig = self._key.sign(signing_payload(method, self._key_id, ts, nonce))
+            payload = signing_payload(method, self._key_id, ts, nonce, audience=audience)
+            sig = self._key.sign(payload)
             return [
                 (KEY_ID, self._key_id),
                 (TIMESTAMP, str(ts)),
                 (NONCE, nonce),
+                (AUDIENCE, audience),
                 (SIGNATURE, base64.b64encode(sig).decode()),
             ]
         return []
@@ -256,7 +340,9 @@ class _CallMetadata(grpc.AuthMetadataPlugin):
         self, context: grpc.AuthMetadataContext, callback: grpc.AuthMetadataPluginCallback
     ) -> None:
         # service_url is "<scheme>://<authority>/<package.Service>": the method's full name
-        # is "/<package.Service>/<method>", what the server checks a signature against.
+        # is "/<package.Service>/<method>", what the server checks a signature against,
+        # and the authority the server the call is for (its audience).
         service = context.service_url.rsplit("/", 1)[-1]
         method = f"/{service}/{context.method_name}"
-        callback(tuple(self._credentials.metadata(method)), None)
+        audience = audience_of(context.service_url)
+        callback(tuple(self._credentials.metadata(method, audience=audience)), None)

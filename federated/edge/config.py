@@ -190,5 +190,9 @@ def build_edge_config(
 def load_edge_config(
     path: Path | None, overrides: Mapping[str, Any], upstream_overrides: Mapping[str, Any]
 ) -> EdgeConfig:
-    """Read `path` (TOML) if given and apply the flags."""
-    return build_edge_config(read_toml(path), overrides, upstream_overrides)
+    """Read `path` (TOML) if given and apply the flags (and the device-facing `[auth]` and
+    `[tls]` kept in the state dir, where neither gives them)."""
+    from sporenet.federated.server.job_settings import with_stored_security
+
+    values = with_stored_security(read_toml(path), overrides)
+    return build_edge_config(values, overrides, upstream_overrides)

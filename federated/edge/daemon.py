@@ -19,6 +19,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 from sporenet.federated.edge.config import EdgeConfig
 from sporenet.federated.edge.rounds import EdgeRoundManager
@@ -31,6 +32,8 @@ from sporenet.federated.server.observability import Metrics, log_event, setup_lo
 
 INITIAL_MODEL = "upstream-initial.spore"
 IDENTITY_FILE = "edge.json"
+#: The edge's link to the cloud (reachability.Reachability.status), for `status`.
+UPSTREAM_FILE = "upstream.json"
 #: The longest pause between reconnection attempts to the cloud (edges are few).
 UPSTREAM_MAX_BACKOFF = 1.0
 
@@ -85,11 +88,42 @@ def edge_name(config: EdgeConfig) -> str:
     return name
 
 
+def report_upstream(upstream: UpstreamClient, logger: logging.Logger, path: Path) -> None:
+    """Log the cloud link's outages as JSON events and keep its state in `path` (what
+    `sporenet-server status --state-dir EDGE_DIR` shows as `upstream`)."""
+
+    def report(event: str, level: int, text: str, fields: dict[str, Any]) -> None:
+        log_event(logger, f"upstream_{event.removeprefix('server_')}", level, **fields)
+
+    def save(status: dict[str, Any]) -> None:
+        try:
+            write_atomic(path, json.dumps(status).encode())
+        except OSError as e:  # a status file must not stop the edge
+            log_event(logger, "upstream_status_unwritable", logging.WARNING, error=str(e))
+
+    upstream.link.report, upstream.link.on_change = report, save
+    save(upstream.link.status())
+
+
 def run_edge(config: EdgeConfig, *, stop: threading.Event | None = None) -> int:
     """Serve devices and take part in the cloud's job until it ends or the edge is stopped."""
     logger = setup_logging(config.server.log_level)
     metrics = Metrics()
     state_dir.prepare(Path(config.server.state_dir))
+    # Held from the start, before the cloud's first task builds the round manager.
+    lock = state_dir.StateDirLock(Path(config.server.state_dir))
+    try:
+        return _run_edge(config, logger, metrics, stop)
+    finally:
+        lock.close()
+
+
+def _run_edge(
+    config: EdgeConfig,
+    logger: logging.Logger,
+    metrics: Metrics,
+    stop: threading.Event | None,
+) -> int:
     node = EdgeNode(config, metrics, logger)
     node.open_existing()
     stop = stop_on_signals(stop)
@@ -99,7 +133,9 @@ def run_edge(config: EdgeConfig, *, stop: threading.Event | None = None) -> int:
         credentials=config.upstream.credentials(),
         name=edge_name(config),
         max_backoff=UPSTREAM_MAX_BACKOFF,
+        give_up_after=None,  # a daemon: it retries until stopped, saying so in its log
     )
+    report_upstream(upstream, logger, Path(config.server.state_dir) / UPSTREAM_FILE)
     failure: list[BaseException] = []
 
     def serve_upstream() -> None:

@@ -11,6 +11,7 @@ Example `server.toml`:
     round_timeout = 120
     max_fruitless_reselections = 3  # reselections without a new update before the job fails
     read_timeout = 20     # an upload silent this long loses its receiving slot
+    min_upload_rate = 16384  # bytes/s an upload averages after read_timeout, or loses it
     keep_serving = false  # true: keep serving status and downloads after the job ends
 
     [strategy]
@@ -97,16 +98,36 @@ class TLSConfig:
 
 @dataclass(frozen=True, kw_only=True)
 class AuthConfig:
-    """`[auth]`: pre-shared tokens (name -> token) and Ed25519 keys (key id -> base64 raw
-    public key); signed requests may be `max_skew` seconds off the server's clock."""
+    """`[auth]`: pre-shared tokens (name -> token, or name -> its sha256 hex digest in
+    `token_sha256`, as the state dir keeps them) and Ed25519 keys (key id -> base64 raw
+    public key); signed requests may be `max_skew` seconds off the server's clock and
+    must name this server as their audience: one of `audience` ("host:port" or a host,
+    on the listening port), by default the address it listens on, the loopback names
+    when it listens there or on every interface, and the names of its TLS certificate."""
 
     tokens: dict[str, str] = field(default_factory=dict)
+    token_sha256: dict[str, str] = field(default_factory=dict)
     ed25519: dict[str, str] = field(default_factory=dict)
     max_skew: float = 300.0
+    audience: tuple[str, ...] = ()
+
+    @property
+    def enabled(self) -> bool:
+        """True when clients must authenticate."""
+        return bool(self.tokens or self.token_sha256 or self.ed25519)
 
     def __post_init__(self) -> None:
         if not self.max_skew > 0:
             raise ConfigError(f"`auth.max_skew` must be > 0, got {self.max_skew!r}")
+        object.__setattr__(self, "audience", tuple(self.audience))
+        for name in self.audience:
+            if not isinstance(name, str) or not name or len(name) > 255:
+                raise ConfigError(
+                    f"`auth.audience` entries must be host or host:port, got {name!r}"
+                )
+        for name, digest in self.token_sha256.items():
+            if not isinstance(digest, str) or len(digest) != 64 or not _is_hex(digest):
+                raise ConfigError(f"`auth.token_sha256.{name}` must be 64 hex digits")
         for table in ("tokens", "ed25519"):
             for name, value in getattr(self, table).items():
                 if not isinstance(value, str) or not value:
@@ -118,6 +139,14 @@ class AuthConfig:
                 parse_public_key(key)
             except ConfigError as e:
                 raise ConfigError(f"`auth.ed25519.{name}`: {e}") from None
+
+
+def _is_hex(text: str) -> bool:
+    try:
+        bytes.fromhex(text)
+    except ValueError:
+        return False
+    return True
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -191,6 +220,10 @@ class ServerConfig:
     # Longest an upload in progress may go without a chunk before it loses its receiving
     # slot (a stalled or hostile peer must not pin the slots).
     read_timeout: float = 20.0
+    # An upload must average this many bytes per second once it has had `read_timeout`
+    # seconds with its slot, or it loses the slot (and resumes from what arrived): a
+    # trickle must not hold a slot for as long as its declared size at a byte a second.
+    min_upload_rate: float = 16384.0
     checkpoint_every: int = 16  # updates folded between aggregate checkpoints
     # `[storage] keep_models`: model versions kept on disk, the newest N (at least 2: a
     # download of the one before the latest may be in flight) plus v00000, the initial
@@ -249,6 +282,7 @@ class ServerConfig:
                 0 < self.read_timeout <= 3600 and math.isfinite(self.read_timeout),
                 "must be in (0, 3600] seconds",
             ),
+            ("min_upload_rate", self.min_upload_rate > 0, "must be > 0 bytes per second"),
             ("checkpoint_every", self.checkpoint_every >= 1, "must be >= 1"),
             (
                 "keep_models",
@@ -312,7 +346,7 @@ class ServerConfig:
         # Every cohort a round may select must be able to run the protocol: from min_clients
         # up to the number of identities that can authenticate (MAX_COHORT_CHECKED when
         # any client may join), since a later round can select more clients than the first.
-        identities = len(self.auth.tokens) + len(self.auth.ed25519)
+        identities = len(self.auth.tokens) + len(self.auth.token_sha256) + len(self.auth.ed25519)
         largest = max(self.min_clients, identities or MAX_COHORT_CHECKED)
         for n in range(self.min_clients, largest + 1):
             try:
@@ -452,6 +486,7 @@ _TOP: dict[str, tuple[str, tuple[type[Any], ...]]] = {
     "max_upload_memory": ("max_upload_memory", (int,)),
     "long_poll": ("long_poll", (int, float)),
     "read_timeout": ("read_timeout", (int, float)),
+    "min_upload_rate": ("min_upload_rate", (int, float)),
     "checkpoint_every": ("checkpoint_every", (int,)),
     "storage.keep_models": ("keep_models", (int,)),
     "seed": ("seed", (int,)),
@@ -465,6 +500,8 @@ _TOP: dict[str, tuple[str, tuple[type[Any], ...]]] = {
     "auth.tokens": ("auth.tokens", (dict,)),
     "auth.ed25519": ("auth.ed25519", (dict,)),
     "auth.max_skew": ("auth.max_skew", (int, float)),
+    "auth.audience": ("auth.audience", (list,)),
+    "auth.token_sha256": ("auth.token_sha256", (dict,)),
 }
 #: Tables read on their own (not flattened into _TOP keys).
 _TABLES = ("strategy", "fit_config", "secure_aggregation", "differential_privacy")

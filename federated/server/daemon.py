@@ -19,7 +19,9 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from sporenet.federated.common.auth import Authenticator
 from sporenet.federated.common.wire import SERVICE
 from sporenet.federated.errors import ConfigError
+from sporenet.federated.server.audience import server_audience
 from sporenet.federated.server.config import ServerConfig, split_address
+from sporenet.federated.server.failure_log import FailureLog
 from sporenet.federated.server.interceptor import AuthInterceptor
 from sporenet.federated.server.models import write_atomic
 from sporenet.federated.server.observability import Metrics, log_event, serve_metrics, setup_logging
@@ -152,6 +154,8 @@ class _AioServer:
             raise ConfigError(f"`address`: cannot listen on {address!r}: {e}") from None
         if port == 0:
             raise ConfigError(f"`address`: cannot listen on {address!r} (in use?)")
+        # Signed requests must name this server, as clients dial it (audience.py).
+        self.interceptor.auth.audience = server_audience(self.config, port)
         await server.start()
         self._ready.set_result(port)
         await self._stop.wait()
@@ -191,6 +195,7 @@ def run_server(
     metrics = metrics or manager.metrics
     auth = Authenticator(
         tokens=config.auth.tokens,
+        token_sha256=config.auth.token_sha256,
         ed25519=config.auth.ed25519,
         max_skew=config.auth.max_skew,
         nonce_file=Path(config.state_dir) / "nonces.json",
@@ -228,13 +233,19 @@ def run_server(
 
     stop = stop_on_signals(stop)
     code = 0
+    # A tick that keeps failing (a full disk at publish) is retried every tick: its
+    # cause is logged once, then summarised (failure_log.py).
+    failures = FailureLog(
+        logger, "tick_failed", metrics=metrics, metric="sporenet_tick_failures_total"
+    )
     while not stop.is_set():
         manager.wake.wait(TICK_SECONDS)
         manager.wake.clear()
         try:
             manager.tick()
-        except Exception:  # keep serving: one bad round must not take the daemon down
-            logger.exception("tick_failed")
+            failures.succeeded()
+        except Exception as e:  # keep serving: one bad round must not take the daemon down
+            failures.failed(e)
         if not config.keep_serving and manager.ended_and_told():
             status = manager.job.status
             code = 1 if status == JobStatus.FAILED else 0

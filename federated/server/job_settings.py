@@ -18,7 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from sporenet.federated.errors import ConfigError
+from sporenet.federated.server import job_security
 from sporenet.federated.server.config import _SECAGG_KEYS, ServerConfig, build_config, read_toml
+from sporenet.federated.server.state import Store
 
 META_KEY = "job_settings"
 TOP_KEYS = (
@@ -59,8 +61,9 @@ def _without_none(table: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def stored(state_dir: Path) -> dict[str, Any] | None:
-    """The settings saved by the job in `state_dir` (None: no job, or none saved).
+def stored(state_dir: Path, key: str = META_KEY) -> dict[str, Any] | None:
+    """The settings saved by the job in `state_dir` under `key` (None: no job, or none
+    saved).
 
     A database that cannot be read is left to the daemon's start-up checks to report.
     """
@@ -70,7 +73,7 @@ def stored(state_dir: Path) -> dict[str, Any] | None:
     try:
         con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
         try:
-            rows = con.execute("SELECT value FROM meta WHERE key = ?", (META_KEY,)).fetchall()
+            rows = con.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchall()
         finally:
             con.close()
     except sqlite3.Error:
@@ -88,6 +91,18 @@ def _flat(table: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
+def with_stored_security(values: Mapping[str, Any], overrides: Mapping[str, Any]) -> dict[str, Any]:
+    """`values` with the `[auth]` and `[tls]` of the job in the state dir filled in where
+    neither the file nor the flags give them (job_security.py)."""
+    where = overrides.get("state_dir") or values.get("state_dir")
+    if not isinstance(where, (str, Path)):
+        return dict(values)  # build_config says what is wrong
+    saved = job_security.kept(
+        stored(Path(where), job_security.META_KEY), stored(Path(where), "config")
+    )
+    return job_security.merge_stored(values, overrides, saved)
+
+
 def resume_config(path: Path | None, overrides: Mapping[str, Any]) -> ServerConfig:
     """The daemon's configuration: the config file and flags, on top of the settings the
     job in the state dir was started with (if any).
@@ -96,7 +111,7 @@ def resume_config(path: Path | None, overrides: Mapping[str, Any]) -> ServerConf
         ConfigError: a bad setting, or settings that conflict with the stored job's
             (each conflicting key named with both values).
     """
-    values = read_toml(path)
+    values = with_stored_security(read_toml(path), overrides)
     given = build_config(values, overrides)
     saved = stored(Path(given.state_dir))
     if saved is None:
@@ -117,6 +132,82 @@ def resume_config(path: Path | None, overrides: Mapping[str, Any]) -> ServerConf
     config = build_config(merged, overrides)
     check_unchanged(saved, config)
     return config
+
+
+def check_resumed(store: Store, config: ServerConfig) -> None:
+    """Check `config` against the settings of the job `store` holds, recording them when
+    the row is missing (after `check_unrecorded`).
+
+    Raises:
+        ConfigError: a conflicting setting, or a missing row whose job had DP or secure
+            aggregation that `config` leaves out.
+    """
+    saved = store.get_meta(META_KEY)
+    if saved is not None:
+        check_unchanged(saved, config)
+        return
+    check_unrecorded(store, config)
+    with store.transaction() as tx:
+        tx.set_meta(META_KEY, job_table(config))
+
+
+def check_unrecorded(store: Store, config: ServerConfig) -> None:
+    """The job's settings row is missing (a state dir from before settings were stored,
+    or damaged): refuse `config` when what the job left behind (its privacy ledger, its
+    secure rounds, the configuration it last ran with) shows settings `config` lacks or
+    sets differently, rather than resume, say, without the noise its epsilon promises.
+
+    Raises:
+        ConfigError: naming each missing or conflicting setting.
+    """
+    problems: list[str] = []
+    privacy = store.get_meta("privacy")
+    last = store.get_meta("config")
+    last = last if isinstance(last, dict) else {}
+    dp = config.differential_privacy
+    if isinstance(privacy, dict) and privacy.get("accountant"):
+        rounds = privacy.get("rounds") or []
+        if dp is None:
+            problems.append(
+                f"`differential_privacy` (its privacy ledger: mode {privacy.get('mode')!r}, "
+                f"epsilon {privacy.get('epsilon')} after {len(rounds)} round(s))"
+            )
+        else:
+            if privacy.get("mode") and privacy["mode"] != dp.mode:
+                problems.append(
+                    f"`differential_privacy.mode` = {dp.mode!r} (the job has {privacy['mode']!r})"
+                )
+            z = rounds[-1].get("noise_multiplier") if rounds else None
+            if z is not None and z != dp.noise_multiplier:
+                problems.append(
+                    f"`differential_privacy.noise_multiplier` = {dp.noise_multiplier!r} "
+                    f"(the job's last round used {z!r})"
+                )
+    elif last.get("differential_privacy") and dp is None:
+        problems.append("`differential_privacy` (the job last ran with it)")
+    if config.secure_aggregation is None and (
+        store.has_secure_state() or last.get("secure_aggregation")
+    ):
+        problems.append("`secure_aggregation` (the job ran secure rounds)")
+    for key in TOP_KEYS:
+        if key in last and last[key] != getattr(config, key):
+            problems.append(
+                f"`{key}` = {getattr(config, key)!r} (the job last ran with {last[key]!r})"
+            )
+    strategy = (last.get("strategy") or {}).get("name")
+    if strategy is not None and strategy != config.strategy.name:
+        problems.append(
+            f"`strategy.name` = {config.strategy.name!r} (the job last ran with {strategy!r})"
+        )
+    if problems:
+        raise ConfigError(
+            f"state dir {str(config.state_dir)!r} has no stored job settings (state.db lost "
+            "its `job_settings` row: a state dir from before settings were stored, or "
+            "damaged), and the job it holds ran with other settings: "
+            + "; ".join(problems)
+            + ". Give the job's settings again (--config) to record them, or restore "
+            "state.db from a backup"
+        )
 
 
 def check_unchanged(saved: Mapping[str, Any], config: ServerConfig) -> None:

@@ -10,6 +10,7 @@ the store with the round it paid for.
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import numpy as np
@@ -170,6 +171,24 @@ class PrivacyLedger:
             }
         )
         return eps
+
+    def charged(
+        self, round_: int, *, sample_rate: float, cohort: int, clipping_norm: float | None
+    ) -> PrivacyLedger | None:
+        """This ledger as it will be once the round is released (None without DP), this
+        one left as it is: `commit` it when the store has recorded the round's model, so
+        a publication that fails and is retried is charged once (publication.py)."""
+        if not self.enabled:
+            return None
+        after = copy.copy(self)
+        after.accountant = copy.deepcopy(self.accountant)
+        after.rounds = list(self.rounds)
+        after.spend(round_, sample_rate=sample_rate, cohort=cohort, clipping_norm=clipping_norm)
+        return after
+
+    def commit(self, after: PrivacyLedger) -> None:
+        """Take the charge `charged` worked out (the round is now published)."""
+        self.accountant, self.rounds = after.accountant, after.rounds
 
     def state(self) -> dict[str, Any]:
         """What the store keeps about privacy (JSON); `status` shows it."""

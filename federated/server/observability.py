@@ -72,6 +72,10 @@ class Metrics:
         "sporenet_round_duration_seconds": ("gauge", "Wall time of the last published round."),
         "sporenet_aggregation_seconds": ("gauge", "Time to aggregate and publish the last round."),
         "sporenet_privacy_epsilon": ("gauge", "Differential privacy spent so far (epsilon)."),
+        "sporenet_tick_failures_total": (
+            "counter",
+            "Round-loop steps that failed and are retried (e.g. a full disk at publish).",
+        ),
     }
 
     def __init__(self) -> None:

@@ -6,7 +6,7 @@ the transaction of the transition that changed it (so a restart rebuilds it from
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from sporenet.federated.server.phases import Participant
 
@@ -19,6 +19,13 @@ class Participants:
         self._status: dict[str, Participant] = {}  # the open phase's selected clients
         self._refusals: dict[str, int] = {}  # updates refused this phase, per client
         self._refusal_reasons: dict[str, str] = {}  # why its last update was refused
+        # Told (client id, new status) when a selected client stops being awaited.
+        self._on_leave: list[Callable[[str, Participant], None]] = []
+
+    def on_leave(self, listener: Callable[[str, Participant], None]) -> None:
+        """Call `listener(client_id, status)` (quick, never blocking) whenever a client the
+        open phase awaited stops being awaited (it answered, was dropped or refused)."""
+        self._on_leave.append(listener)
 
     # -- every registered client ---------------------------------------------------------
 
@@ -61,7 +68,11 @@ class Participants:
         return self._status.get(client_id)
 
     def set(self, client_id: str, status: Participant) -> None:
+        was = self._status.get(client_id)
         self._status[client_id] = status
+        if was == Participant.SELECTED and status != Participant.SELECTED:
+            for listener in self._on_leave:
+                listener(client_id, status)
 
     def selected(self) -> list[str]:
         """Every client of the open phase, whatever its status."""

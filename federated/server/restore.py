@@ -13,7 +13,12 @@ from typing import TYPE_CHECKING
 
 from sporenet.federated.aggregation import template_of
 from sporenet.federated.common.codec import decode_update
-from sporenet.federated.errors import AggregationError, ConfigError, UpdateRejectedError
+from sporenet.federated.errors import (
+    AggregationError,
+    ConfigError,
+    ModelDamagedError,
+    UpdateRejectedError,
+)
 from sporenet.federated.secagg.session import SecureRound
 from sporenet.federated.server import job_settings
 from sporenet.federated.server.observability import log_event
@@ -58,7 +63,10 @@ def load_model(rm: RoundManager, version: int) -> None:
     record = rm.store.model(version)
     if record is None:
         raise ConfigError(f"state dir {str(rm.dir)!r} lost model version {version}")
-    rm._model_bytes = rm.models.read(record)
+    try:
+        rm._model_bytes = rm.models.read(record)
+    except ModelDamagedError as e:  # the job's current model: nothing to serve or train
+        raise ConfigError(str(e)) from None
     rm._model_record = record
     # Views of the model's bytes: the weights are held once (strategies return new
     # arrays; an accidental write would raise instead of corrupting them).
@@ -73,6 +81,18 @@ def load_model(rm: RoundManager, version: int) -> None:
     rm.update_bytes = sum(a.nbytes for a in rm._weights.values())  # a raw update's
     rm.max_update_bytes = rm.config.max_update_bytes or 2 * rm.update_bytes + (1 << 20)
     rm._opt_state = rm.models.read_moments(version)
+
+
+def check_old_models(rm: RoundManager) -> None:
+    """Check every older version still on disk against its digest: a damaged one is
+    logged now (and never served), not found by the first client that asks for it."""
+    for record in rm.store.models():
+        if record.version == rm.job.model_version or not rm.models.path(record).exists():
+            continue
+        try:
+            rm.models.verify(record)
+        except ModelDamagedError as e:
+            log_event(rm.log, "model_damaged", logging.ERROR, version=record.version, reason=str(e))
 
 
 def resume_phase(rm: RoundManager, now: float) -> None:

@@ -13,11 +13,13 @@ RoundManager (rounds.py) builds the state and adds those calls on top.
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import logging
 import math
 import random
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +37,7 @@ from sporenet.federated.server.observability import Metrics, log_event
 from sporenet.federated.server.participants import Participants
 from sporenet.federated.server.phase_files import PhaseFiles, file_key
 from sporenet.federated.server.phases import JobStatus, Participant, Phase
+from sporenet.federated.server.publication import Publication, PublishOnce
 from sporenet.federated.server.secure_phase import SecurePhase
 from sporenet.federated.server.secure_stages import SecureStages
 from sporenet.federated.server.state import JobState, ModelRecord, Store
@@ -78,6 +81,7 @@ class RoundLoop(SecureStages):
     _with_parts: set[str]
     _phase_files: tuple[tuple[int, str], PhaseFiles] | None
     _aggregating: bool
+    _publication: PublishOnce
     _stopping: bool
     _since_checkpoint: int
     _phase_t0: float
@@ -160,6 +164,7 @@ class RoundLoop(SecureStages):
 
     def _fail_job(self, reason: str) -> None:
         """End the job as failed (call it under the lock)."""
+        self._publication.release()
         self._clear_uploads()
         self.job.status, self.job.reason, self.job.active = JobStatus.FAILED, reason, False
         self._save_job()
@@ -181,16 +186,23 @@ class RoundLoop(SecureStages):
     # -- transitions ---------------------------------------------------------------------
 
     def tick(self) -> None:
-        """Advance the state machine by whatever time and arrivals allow (called ~10×/s)."""
+        """Advance the state machine by whatever time and arrivals allow (called ~10×/s).
+
+        A publication that failed (say the disk is full) is held and tried again here,
+        from the step that failed (publication.py); its phase takes no answers meanwhile.
+        """
         now = self.clock()
         with self._changed:
             job = self.job
-            if job.status != JobStatus.RUNNING or self._aggregating or self._stopping:
+            if job.status != JobStatus.RUNNING or self._stopping:
                 return
-            if not job.active:
+            if self._aggregating:
+                if not self._publication.pending:
+                    return  # a close runs on another thread
+            elif not job.active:
                 self._try_start(now)
                 return
-            if self._secure is not None:
+            elif self._secure is not None:
                 if not self._advance_secure(now, self._secure):
                     return
             elif not self._phase_may_close(now):
@@ -205,7 +217,7 @@ class RoundLoop(SecureStages):
                 self._finish_evaluate()
         finally:
             with self._changed:
-                self._aggregating = False
+                self._aggregating = self._publication.pending
                 self._notify_changed()
 
     def _phase_may_close(self, now: float) -> bool:
@@ -391,92 +403,152 @@ class RoundLoop(SecureStages):
         return self._aggregator.result(), clip, {}
 
     def _publish_fit(self) -> None:
+        """Aggregate the closed fit phase and publish the next model version: prepared
+        once (the noise drawn, the optimizer run, the privacy charge worked out), then
+        written and recorded, retried from the failed step until it is durable."""
         job, t0 = self.job, self.clock()
+        publication = self._publication.held(self._task_id())
+        if publication is None:
+            publication = self._prepare_publication()
+            if publication is None:
+                return
+        try:
+            record = self._record_publication(publication)
+        except Exception:
+            publication.failures += 1
+            raise
+        self._publication.release()
+        files = self._files()
+        files.remove()
+        # Only now that the store names `version`: a restart before this resumed from the last.
+        removed = self.models.prune(record.version, self.config.keep_models)
+        took = self.clock() - t0
+        self.metrics.inc("sporenet_rounds_completed_total")
+        self.metrics.set("sporenet_aggregation_seconds", took)
+        self.metrics.set("sporenet_round_duration_seconds", self.clock() - self._phase_t0)
+        self.metrics.set("sporenet_current_round", job.round)
+        privacy_info = publication.privacy_info
+        log_event(
+            self.log,
+            "round_published",
+            round=record.round,
+            version=record.version,
+            clients=publication.clients,
+            aggregation_s=round(took, 4),
+            metrics=publication.summary,
+            models_removed=removed,
+            failed_attempts=publication.failures,
+            **publication.secure_info,
+            **privacy_info,
+        )
+        if publication.all_rounds_done:  # (a budget stop logged its own job_finished)
+            self._log_if_finished()
+
+    def _prepare_publication(self) -> Publication | None:
+        """The closed phase's model, computed once (None: the job failed instead)."""
+        job = self.job
         try:
             delta, clip, secure_info = self._aggregate()
             new_weights, new_state = self.strategy.apply(self._weights, delta, self._opt_state)
             del delta  # large models: hold at most the sums, the new weights and their bytes
-            privacy_info = self._spend_privacy(clip)
+            charged = self.privacy.charged(
+                job.round,
+                sample_rate=job.dp_sample_rate,
+                cohort=job.dp_cohort,
+                clipping_norm=clip,
+            )
         except (AggregationError, SecAggError, PrivacyError) as e:
             with self._changed:
                 self._fail_job(f"round {job.round}: {e}")
-            return
+            return None
         data = replace_weights_bytes(self._model_bytes, new_weights)
         del new_weights  # they are in `data` now: hold them once
-        version = job.model_version + 1
-        record = self.models.write(version, job.round, data)
-        self.models.write_moments(version, new_state)
+        privacy_info = {}
+        if charged is not None and charged.accountant is not None:
+            privacy_info = {"epsilon": charged.epsilon(), "delta": charged.accountant.delta}
         rows = self.store.participants(job.round, Phase.FIT)
         accepted = [(n, m) for (s, n, m) in rows.values() if s == Participant.ACCEPTED]
         summary = weighted_metrics(accepted)
         summary["num_samples"] = float(sum(n for n, _ in accepted))
-        files = self._files()
+        return self._publication.hold(
+            Publication(
+                self._task_id(),
+                data,
+                new_state,
+                secure_info,
+                charged=charged,
+                privacy_info=privacy_info,
+                clients=len(accepted),
+                summary=summary,
+                sample_rate=job.dp_sample_rate,
+            )
+        )
+
+    def _record_publication(self, publication: Publication) -> ModelRecord:
+        """Write the model (once) and record it, its round and what it spent in one
+        transaction; the ledger takes the charge only once that has committed."""
+        job = self.job
+        version = job.model_version + 1
+        if publication.record is None:
+            self.models.write_moments(version, publication.moments)
+            publication.record = self.models.write(version, job.round, publication.data)
+        record = publication.record
         with self._changed:
-            with self.store.transaction() as tx:
+            with self._job_transaction() as tx:
                 tx.add_model(record)
-                tx.finish_round(job.round, Phase.FIT, len(accepted), summary)
+                tx.finish_round(job.round, Phase.FIT, publication.clients, publication.summary)
                 tx.delete_secure_state(job.round)
-                if privacy_info:  # what this round spent, with the round it paid for
-                    tx.set_meta("privacy", self.privacy.state())
+                if publication.charged is not None:  # what this round spent, with its round
+                    tx.set_meta("privacy", publication.charged.state())
                 job.model_version = version
                 every = self.config.evaluate_every
                 self._advance(tx, evaluate_next=bool(every) and job.round % every == 0)
-            all_rounds_done = job.status == JobStatus.FINISHED
+            if publication.charged is not None:
+                self.privacy.commit(publication.charged)
+                # Logged before any client can see the round's end (under the lock).
+                self._log_privacy_spent(
+                    record.round, publication.sample_rate, publication.privacy_info
+                )
+            self._end_phase()
+            publication.all_rounds_done = job.status == JobStatus.FINISHED
             # Stop now if even the smallest sampling rate a round can have is unaffordable.
             # (After an evaluate phase, the next fit phase's start checks instead.)
             if job.status == JobStatus.RUNNING and job.phase == Phase.FIT:
                 why = self.privacy.budget_left(self.privacy.charged_rate(self.config.fraction))
                 if why:
                     self._finish_for_budget(why)
-            self._model_bytes, self._opt_state = data, new_state
-            self._weights = self._weights_reader.read(data)
+            self._model_bytes, self._opt_state = publication.data, publication.moments
+            self._weights = self._weights_reader.read(publication.data)
             self._model_record = record
             self._aggregator = None
             self._secure = None
-        files.remove()
-        # Only now that the store names `version`: a restart before this resumed from the last.
-        removed = self.models.prune(version, self.config.keep_models)
-        took = self.clock() - t0
-        self.metrics.inc("sporenet_rounds_completed_total")
-        self.metrics.set("sporenet_aggregation_seconds", took)
-        self.metrics.set("sporenet_round_duration_seconds", self.clock() - self._phase_t0)
-        self.metrics.set("sporenet_current_round", job.round)
-        log_event(
-            self.log,
-            "round_published",
-            round=record.round,
-            version=version,
-            clients=len(accepted),
-            aggregation_s=round(took, 4),
-            metrics=summary,
-            models_removed=removed,
-            **secure_info,
-            **privacy_info,
-        )
-        if all_rounds_done:  # (a budget stop logged its own job_finished)
-            self._log_if_finished()
+        return record
 
-    def _spend_privacy(self, clipping_norm: float | None) -> dict[str, Any]:
-        """Charge the published round to the ledger; its epsilon etc. for the log."""
-        job = self.job
-        q = job.dp_sample_rate
-        eps = self.privacy.spend(
-            job.round, sample_rate=q, cohort=job.dp_cohort, clipping_norm=clipping_norm
-        )
+    @contextlib.contextmanager
+    def _job_transaction(self) -> Iterator[Any]:
+        """A store transaction that also changes `self.job`: if it does not commit, the
+        job in memory is put back as it was, so a retry starts from what the store holds."""
+        before = dataclasses.replace(self.job)
+        try:
+            with self.store.transaction() as tx:
+                yield tx
+        except BaseException:
+            for f in dataclasses.fields(before):
+                setattr(self.job, f.name, getattr(before, f.name))
+            raise
+
+    def _log_privacy_spent(self, round_: int, sample_rate: float, info: dict[str, Any]) -> None:
         acc = self.privacy.accountant
-        if eps is None or acc is None:
-            return {}
-        self.metrics.set("sporenet_privacy_epsilon", eps)
+        self.metrics.set("sporenet_privacy_epsilon", info["epsilon"])
         log_event(
             self.log,
             "privacy_spent",
-            round=job.round,
-            epsilon=eps,
-            delta=acc.delta,
-            sample_rate=q,
-            budget=acc.epsilon_budget,
+            round=round_,
+            epsilon=info["epsilon"],
+            delta=info["delta"],
+            sample_rate=sample_rate,
+            budget=acc.epsilon_budget if acc is not None else None,
         )
-        return {"epsilon": eps, "delta": acc.delta}
 
     def _finish_evaluate(self) -> None:
         job = self.job
@@ -484,16 +556,19 @@ class RoundLoop(SecureStages):
         rows = self.store.participants(round_, Phase.EVALUATE)
         accepted = [(n, m) for (s, n, m) in rows.values() if s == Participant.ACCEPTED]
         summary = weighted_metrics(accepted)
-        with self._changed, self.store.transaction() as tx:
-            tx.finish_round(round_, Phase.EVALUATE, len(accepted), summary)
-            self._advance(tx, evaluate_next=False)
+        with self._changed:
+            with self._job_transaction() as tx:
+                tx.finish_round(round_, Phase.EVALUATE, len(accepted), summary)
+                self._advance(tx, evaluate_next=False)
+            self._end_phase()
         log_event(
             self.log, "evaluation_finished", round=round_, clients=len(accepted), metrics=summary
         )
         self._log_if_finished()
 
     def _advance(self, tx: Any, *, evaluate_next: bool) -> None:
-        """Move the job past the phase that just closed (inside the caller's transaction)."""
+        """Move the job past the phase that just closed (inside the caller's transaction;
+        `_end_phase` once it has committed)."""
         job = self.job
         if evaluate_next:
             job.phase = Phase.EVALUATE
@@ -506,9 +581,13 @@ class RoundLoop(SecureStages):
         job.active, job.attempt, job.waiting_since = False, 0, self.clock()
         job.fruitless, job.accepted_at_deadline = 0, 0
         job.secure_attempt = 0
+        tx.set_job(job)
+
+    def _end_phase(self) -> None:
+        """After the transaction that moved the job on: the phase's statuses and partial
+        uploads go (call it under the lock)."""
         self.clients.end_phase()
         self._clear_uploads()
-        tx.set_job(job)
 
     def _log_if_finished(self) -> None:
         """Log `job_finished` once the job is done (after the last phase's own event)."""

@@ -45,7 +45,14 @@ from sporenet.federated.errors import (
     UpdateRejectedError,
     quote,
 )
-from sporenet.federated.server import hierarchy, job_settings, restore, secure_calls, state_dir
+from sporenet.federated.server import (
+    hierarchy,
+    job_security,
+    job_settings,
+    restore,
+    secure_calls,
+    state_dir,
+)
 from sporenet.federated.server.config import ServerConfig
 from sporenet.federated.server.ledger import PrivacyLedger
 from sporenet.federated.server.models import ModelStore
@@ -53,6 +60,7 @@ from sporenet.federated.server.observability import Metrics, log_event
 from sporenet.federated.server.participants import Participants
 from sporenet.federated.server.phase_files import PhaseFiles, file_key
 from sporenet.federated.server.phases import JobStatus, Participant, Phase, TaskInfo, TaskType
+from sporenet.federated.server.publication import PublishOnce
 from sporenet.federated.server.round_loop import Clock, RoundLoop, weighted_metrics
 from sporenet.federated.server.secure_phase import SecurePhase
 from sporenet.federated.server.state import ModelRecord
@@ -90,6 +98,17 @@ class RoundManager(RoundLoop):
         self.strategy = make_strategy(config.strategy.name, config.strategy.options)
         self.dir = Path(config.state_dir)
         state_dir.prepare(self.dir)
+        self._dir_lock = state_dir.StateDirLock(self.dir)  # one daemon per state dir
+        try:
+            self._open_job(config, clock)
+        except BaseException:  # a refused start gives the state dir back
+            if hasattr(self, "store"):
+                self.store.close()
+            self._dir_lock.close()
+            raise
+
+    def _open_job(self, config: ServerConfig, clock: Clock) -> None:
+        """Resume the job in the state dir, or start it (the constructor, once locked)."""
         self.store = state_dir.open_store(self.dir)
         self._with_parts: set[str] = set()  # clients whose uploads may have kept a .part
         self._phase_files: tuple[tuple[int, str], PhaseFiles] | None = None
@@ -106,6 +125,7 @@ class RoundManager(RoundLoop):
         self._decode_slots = threading.BoundedSemaphore(2)  # bounds decode memory, not clients
         self._stopping = False
         self._aggregating = False
+        self._publication = PublishOnce()  # a closed phase's model until it is durable
         # Set when an arrival may let the round loop act (start or close a phase) before
         # its next periodic tick. Polls are woken only by phase changes: waking every
         # poller on every update costs O(clients²) per round.
@@ -132,9 +152,12 @@ class RoundManager(RoundLoop):
         if job is None:
             job = restore.init_job(self, now)
         else:
-            saved = self.store.get_meta(job_settings.META_KEY)
-            if saved is not None:  # the CLI merged them already; callers of the API may not
-                job_settings.check_unchanged(saved, config)
+            # The CLI merged the stored settings already; callers of the API may not.
+            job_settings.check_resumed(self.store, config)
+            kept = job_security.kept(
+                self.store.get_meta(job_security.META_KEY), self.store.get_meta("config")
+            )
+            job_security.check_kept(kept, config)
             log_event(self.log, "job_resumed", round=job.round, phase=job.phase, status=job.status)
             if self.privacy.enabled:
                 self.metrics.set("sporenet_privacy_epsilon", self.privacy.epsilon())
@@ -145,7 +168,9 @@ class RoundManager(RoundLoop):
         self.job = job
         with self.store.transaction() as tx:
             tx.set_meta("config", config_summary(config))
+            tx.set_meta(job_security.META_KEY, job_security.security_table(config))
         restore.load_model(self, job.model_version)
+        restore.check_old_models(self)
         self.privacy.check_distributed_range(
             config.secure_aggregation.protocol if config.secure_aggregation else None,
             config.min_clients,
@@ -167,6 +192,22 @@ class RoundManager(RoundLoop):
         """Call `listener` (quick, never blocking) whenever clients' tasks may have changed."""
         with self._lock:
             self._change_listeners.append(listener)
+
+    def on_left(self, listener: Callable[[str, Participant], None]) -> None:
+        """Call `listener(client_id, status)` (quick, never blocking) when a client the open
+        phase awaited stops being awaited: answered, dropped, refused or excluded."""
+        with self._lock:
+            self.clients.on_leave(listener)
+
+    def upload_wanted(self, client_id: str, task_id: str) -> bool:
+        """Whether an update of `client_id` for `task_id` may still be folded (the fit
+        task open, the client awaited): an upload that is not loses its slot."""
+        with self._lock:
+            try:
+                self._check_open(client_id, task_id, Phase.FIT)
+            except StaleTaskError:
+                return False
+            return True
 
     @property
     def stopping(self) -> bool:
@@ -543,6 +584,7 @@ class RoundManager(RoundLoop):
         if self._phase_files is not None:
             self._phase_files[1].close()
         self.store.close()
+        self._dir_lock.close()
 
 
 __all__ = ["RoundManager", "TaskInfo", "weighted_metrics"]

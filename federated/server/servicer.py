@@ -36,9 +36,11 @@ from sporenet.federated.errors import (
     FederatedError,
     HierarchyError,
     MalformedMessageError,
+    ModelDamagedError,
     PermissionDeniedError,
     ReadTimeoutError,
     StaleTaskError,
+    SupersededError,
     TransferError,
     UnknownClientError,
     UpdateRejectedError,
@@ -63,6 +65,11 @@ STATUS_CODES: list[tuple[type[FederatedError], grpc.StatusCode]] = [
     (SecAggError, grpc.StatusCode.INVALID_ARGUMENT),
     (ConfigError, grpc.StatusCode.INVALID_ARGUMENT),
     (MalformedMessageError, grpc.StatusCode.INVALID_ARGUMENT),
+    (ModelDamagedError, grpc.StatusCode.DATA_LOSS),
+    (
+        SupersededError,
+        grpc.StatusCode.ABORTED,
+    ),  # the client's newer upload took over  # never served; restore from a backup
     (AuthError, grpc.StatusCode.UNAUTHENTICATED),
     (PermissionDeniedError, grpc.StatusCode.PERMISSION_DENIED),
     (UnknownClientError, grpc.StatusCode.NOT_FOUND),
@@ -298,26 +305,31 @@ class FederatedServicer(pb_grpc.FederatedServicer):
             raise TransferError(f"offset {request.offset} is past the model's {record.size} bytes")
         return record, min(request.chunk_size or self.chunk_size, self.chunk_size)
 
+    def cacheable(self, record: ModelRecord, offset: int, chunk: int) -> bool:
+        """Whether a download is served from the encoded chunks (the server's chunk size,
+        an offset on a chunk boundary, a model up to CACHE_MODEL_BYTES)."""
+        return chunk == self.chunk_size and not offset % chunk and record.size <= CACHE_MODEL_BYTES
+
     def cached_chunks(
-        self, record: ModelRecord, offset: int, chunk: int
+        self, record: ModelRecord, offset: int, chunk: int, *, fill: bool = True
     ) -> list[tuple[bytes, int]] | None:
-        """The encoded chunks of a download from `offset` in `chunk`-byte pieces, when the
-        cache holds them (the server's chunk size, an offset on a chunk boundary); else
-        None, and the caller reads the model file."""
-        if chunk != self.chunk_size or offset % chunk:
+        """The encoded chunks of a download from `offset` in `chunk`-byte pieces, when it
+        is `cacheable` (and, unless `fill`, already cached); else None, and the caller
+        reads the model file."""
+        if not self.cacheable(record, offset, chunk):
             return None
-        cached = self._encoded_chunks(record)
+        cached = self._encoded_chunks(record, fill=fill)
         return None if cached is None else cached[offset // chunk :]
 
-    def _encoded_chunks(self, record: ModelRecord) -> list[tuple[bytes, int]] | None:
+    def _encoded_chunks(self, record: ModelRecord, *, fill: bool) -> list[tuple[bytes, int]] | None:
         """The model's `model` SessionReply messages, encoded once for every client, with
         their payload sizes. Only models up to CACHE_MODEL_BYTES are kept (one extra copy)."""
-        if record.size > CACHE_MODEL_BYTES:
-            return None
         with self._cache_lock:
             key = (record.version, record.sha256)
             if self._cache is None or self._cache[0] != key:
-                data = self.m.model_path(record).read_bytes()
+                if not fill:
+                    return None
+                data = self.m.models.read(record)  # checked against its digest
                 self._cache = (key, encode_model_chunks(data, self.chunk_size, session=True))
             return self._cache[1]
 

@@ -42,10 +42,12 @@ from sporenet.federated.errors import (
     FederatedError,
     MalformedMessageError,
     ReadTimeoutError,
+    StaleTaskError,
+    SupersededError,
     TransferError,
     UpdateRejectedError,
 )
-from sporenet.federated.server.phases import TaskType
+from sporenet.federated.server.phases import Participant, TaskType
 from sporenet.federated.server.servicer import (
     FederatedServicer,
     checked,
@@ -54,6 +56,7 @@ from sporenet.federated.server.servicer import (
 )
 from sporenet.federated.server.state import ModelRecord
 from sporenet.federated.server.upload import UploadReceiver, check_upload_id
+from sporenet.federated.server.upload_slots import SlotHold, UploadSlots
 from sporenet.proto import federated_pb2 as pb
 
 SETTLE_SECONDS = 10.0  # longest an upload waits for an earlier stream of the same upload to end
@@ -78,7 +81,7 @@ class SessionService:
         """Bind to the loop that serves the streams (call it on that loop)."""
         self._loop = loop
         self._downloads = asyncio.Semaphore(self._limits[0])
-        self._uploads = asyncio.Semaphore(self._limits[1])
+        self._upload_slots = UploadSlots(self._limits[1])  # one per client at most
         self._secure_slots = asyncio.Semaphore(self._limits[0])  # shared with no download
         # Set, then replaced, whenever tasks may have changed: polls wait on the current one.
         self._changed = asyncio.Event()
@@ -86,6 +89,7 @@ class SessionService:
         # Done at shutdown: sessions waiting for their client's next request end at once.
         self._closing: asyncio.Future[None] = loop.create_future()
         self.m.on_change(self._changed_from_any_thread)
+        self.m.on_left(self._left_from_any_thread)
 
     def close_idle(self) -> None:
         """End every session that waits for its client (call it on the loop, at shutdown);
@@ -111,6 +115,14 @@ class SessionService:
     def _wake_polls(self) -> None:
         changed, self._changed = self._changed, asyncio.Event()
         changed.set()
+        # The phase may have closed or moved on: its uploads give their slots back.
+        self._upload_slots.revoke_unwanted(self.m.upload_wanted, "the task's round closed")
+
+    def _left_from_any_thread(self, client_id: str, status: Participant) -> None:
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            reason = f"client {client_id[:64]!r} is no longer asked for this update ({status})"
+            loop.call_soon_threadsafe(self._upload_slots.revoke, client_id, reason)
 
     async def serve(
         self, requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext
@@ -190,12 +202,16 @@ class SessionService:
     ) -> None:
         """Send the model's bytes from `offset` to the end as `model` replies of `chunk`."""
         async with self._downloads:
-            cached = self.s.cached_chunks(record, offset, chunk)
+            # The cached chunks are encoded from bytes checked against the digest.
+            cached = await self._cached_chunks(record, offset, chunk)
             if cached is not None:
                 for encoded, size in cached:
                     await context.write(encoded)
                     self.metrics.inc("sporenet_bytes_sent_total", size)
                 return
+            # Checked against its digest first (hashed again only if written since).
+            loop = asyncio.get_running_loop()
+            await loop.run_in_executor(self.executor, self.m.models.verify, record)
             path = self.m.model_path(record)
             while offset < record.size:
                 data = await asyncio.get_running_loop().run_in_executor(
@@ -206,6 +222,18 @@ class SessionService:
                 await context.write(encode_model_chunk(offset, data, record.size, session=True))
                 offset += len(data)
                 self.metrics.inc("sporenet_bytes_sent_total", len(data))
+
+    async def _cached_chunks(
+        self, record: ModelRecord, offset: int, chunk: int
+    ) -> list[tuple[bytes, int]] | None:
+        """The servicer's pre-encoded chunks; filling the cache reads and hashes the file,
+        so a version not cached yet is read on a worker thread, not on the loop."""
+        cached = self.s.cached_chunks(record, offset, chunk, fill=False)
+        if cached is not None or not self.s.cacheable(record, offset, chunk):
+            return cached
+        return await asyncio.get_running_loop().run_in_executor(
+            self.executor, self.s.cached_chunks, record, offset, chunk
+        )
 
     async def _upload(self, body: memoryview, context: grpc.aio.ServicerContext) -> None:
         first = parse_upload_chunk(body)
@@ -218,31 +246,36 @@ class SessionService:
         cid = self.s.owned(h.client_id)
         check_upload_id(h.upload_id)
         key = (cid, h.upload_id)
-        running = self._receiving.get(key)
-        if running is not None:  # an earlier stream of this upload keeps what it received
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(running.wait(), SETTLE_SECONDS)
         # Checked before the slot too: strangers and clients without an open task are
         # refused at once, never queued for (or holding) a receiving slot.
         if not self.m.open_upload(cid, h.task_id, h.total_size):
             await self._already_accepted(h, context)
             return
-        waited = await self._take_upload_slot(cid)
+        # The client's earlier upload, if any, gives its slot up (upload_slots.py).
+        hold = self._upload_slots.claim(cid, h.upload_id, h.task_id)
         try:
-            # While it waited, the task may have closed or its update been accepted.
-            if waited and not self.m.open_upload(cid, h.task_id, h.total_size):
+            running = self._receiving.get(key)
+            if running is not None:  # an earlier stream of this upload keeps what it received
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(running.wait(), SETTLE_SECONDS)
+            waited = await self._wait_for_slot(hold)
+            _raise_if_revoked(hold)
+            # Meanwhile the task may have closed or its update been accepted.
+            if (waited or running is not None) and not self.m.open_upload(
+                cid, h.task_id, h.total_size
+            ):
                 await self._already_accepted(h, context)
                 return
             done = asyncio.Event()
             self._receiving[key] = done
             try:
-                reply = await self._receive(cid, h, context)
+                reply = await self._receive(hold, h, context)
             finally:
                 if self._receiving.get(key) is done:
                     del self._receiving[key]
                 done.set()
         finally:
-            self._uploads.release()
+            self._upload_slots.release(hold)
         await context.write(
             frame_session(SessionReplyField.UPLOAD_REPLY, reply.SerializeToString())
         )
@@ -255,8 +288,21 @@ class SessionService:
             frame_session(SessionReplyField.UPLOAD_REPLY, reply.SerializeToString())
         )
 
-    async def _take_upload_slot(self, cid: str) -> bool:
-        return await self._take_slot(self._uploads, cid)
+    async def _wait_for_slot(self, hold: SlotHold) -> bool:
+        """Take a receiving slot for `hold` (none if it is revoked first); whether it
+        waited. The client is marked alive while it waits on its open stream."""
+        if not self._upload_slots.busy:
+            await self._upload_slots.acquire(hold)
+            return False
+        every = max(self.m.config.heartbeat_interval, 0.05)
+        acquire = asyncio.ensure_future(self._upload_slots.acquire(hold))
+        try:
+            while not (await asyncio.wait((acquire,), timeout=every))[0]:
+                self.m.touch(hold.client_id)
+        except BaseException:  # the call ended while waiting: `release` gives any slot back
+            acquire.cancel()
+            raise
+        return True
 
     async def _take_slot(self, slots: asyncio.Semaphore, cid: str) -> bool:
         """Take a slot, waiting if none is free; whether it waited. The client waits on its
@@ -278,24 +324,50 @@ class SessionService:
         return True
 
     async def _receive(
-        self, cid: str, h: pb.UploadHeader, context: grpc.aio.ServicerContext
+        self, hold: SlotHold, h: pb.UploadHeader, context: grpc.aio.ServicerContext
     ) -> pb.UploadReply:
-        """Tell the client where to continue, take its chunks into one buffer, submit it."""
+        """Tell the client where to continue, take its chunks into one buffer, submit it.
+
+        The slot is held only while the upload keeps its pace: each read waits at most
+        `read_timeout`, and at most until the upload would average less than
+        `min_upload_rate` since it got the slot (after a grace of `read_timeout`), so a
+        trickle loses the slot as a silence does; and not once the hold is revoked.
+        """
+        cid = hold.client_id
         upload = UploadReceiver(self.m, self.metrics, cid, h, self.s.buffers)
         offer = pb.UploadOffsetReply(received=upload.size).SerializeToString()
         await context.write(frame_session(SessionReplyField.UPLOAD_OFFSET, offer))
+        loop = asyncio.get_running_loop()
+        revoked = asyncio.ensure_future(hold.revoked.wait())
         try:
-            limit = self.m.config.read_timeout
+            limit, rate = self.m.config.read_timeout, self.m.config.min_upload_rate
+            start, first = loop.time(), upload.size
+            last = start  # when the last chunk came
             while not upload.complete:
-                try:
-                    async with asyncio.timeout(limit):
-                        raw = await context.read()
-                except TimeoutError:
+                now = loop.time()
+                pace = start + limit + (upload.size - first) / rate  # the rate's deadline
+                read = asyncio.ensure_future(context.read())
+                wait = min(limit, max(pace - now, 0.0))
+                done, _ = await asyncio.wait(
+                    (read, revoked), timeout=wait, return_when=asyncio.FIRST_COMPLETED
+                )
+                if read not in done:
+                    read.cancel()
+                    _raise_if_revoked(hold)
+                    if loop.time() - last < 0.999 * limit:  # it sends, but too slowly
+                        raise ReadTimeoutError(
+                            f"upload {h.upload_id[:64]!r} sent {upload.size - first} bytes in "
+                            f"{loop.time() - start:.1f} s, below min_upload_rate = {rate:g} "
+                            f"bytes/s (at byte {upload.size} of {h.total_size}); its receiving "
+                            "slot is given up, resume it on a new stream"
+                        )
                     raise ReadTimeoutError(
                         f"upload {h.upload_id[:64]!r} sent nothing for {limit:g} s at byte "
                         f"{upload.size} of {h.total_size} (read_timeout); its receiving slot "
                         "is given up, resume it on a new stream"
-                    ) from None
+                    )
+                raw = read.result()
+                last = loop.time()
                 if raw is grpc.aio.EOF:
                     break
                 field, inner = split_session(raw)
@@ -306,6 +378,7 @@ class SessionService:
                     )
                 upload.add(*split_upload_chunk(inner))
         finally:
+            revoked.cancel()
             upload.close()
         if not upload.complete:
             return upload.incomplete_reply()
@@ -383,6 +456,17 @@ class SessionService:
         )
         await loop.run_in_executor(self.executor, submit)
         return pb.SecureReply(accepted=True)
+
+
+def _raise_if_revoked(hold: SlotHold) -> None:
+    """End an upload whose hold was revoked, saying why."""
+    if not hold.revoked.is_set():
+        return
+    if hold.reason.startswith("superseded"):
+        raise SupersededError(f"upload {hold.upload_id[:64]!r} {hold.reason}")
+    raise StaleTaskError(
+        f"upload {hold.upload_id[:64]!r} gave up its receiving slot: {hold.reason}"
+    )
 
 
 def _parse(message_type: Any, body: memoryview) -> Any:

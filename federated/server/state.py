@@ -136,6 +136,15 @@ class Store:
         )
         return ModelRecord(*rows[0]) if rows else None
 
+    def models(self) -> list[ModelRecord]:
+        """Every published version's record, oldest first."""
+        rows = self._query("SELECT version, round, file, sha256, size FROM models ORDER BY version")
+        return [ModelRecord(*row) for row in rows]
+
+    def has_secure_state(self) -> bool:
+        """Whether any secure round's state is kept (the job runs secure aggregation)."""
+        return bool(self._query("SELECT 1 FROM secure_rounds LIMIT 1"))
+
     def secure_state(self, round_: int) -> bytes | None:
         """The persisted SecureRound of a secure fit round (None when there is none)."""
         rows = self._query("SELECT state FROM secure_rounds WHERE round = ?", (round_,))

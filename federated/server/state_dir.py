@@ -9,9 +9,13 @@ message that says what is wrong and what the operator can do (federated/README.m
 
 from __future__ import annotations
 
+import fcntl
+import os
 import re
 import sqlite3
+import threading
 from pathlib import Path
+from typing import ClassVar
 
 from sporenet.federated.errors import ConfigError
 from sporenet.federated.server.state import Store
@@ -21,6 +25,65 @@ RECOVER = (
     "(keep this one to inspect it)"
 )
 _VERSION = re.compile(r"v(\d{5})\.spore")
+
+
+LOCK_FILE = "daemon.lock"
+
+
+class StateDirLock:
+    """One daemon per state dir: an exclusive `flock` on `daemon.lock` inside it.
+
+    The kernel releases the lock when the process ends, however it ends (`kill -9`
+    included), so a crash never leaves it stale. Within one process the lock is shared
+    (an edge takes it at start and again when it builds its round manager): it is
+    released when the last holder closes it.
+    """
+
+    _held: ClassVar[dict[Path, tuple[int, int]]] = {}  # resolved dir -> (fd, holders)
+    _guard: ClassVar[threading.Lock] = threading.Lock()
+
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root).resolve()
+        self._open = False
+        with self._guard:
+            held = self._held.get(self.root)
+            if held is None:
+                self._held[self.root] = (self._acquire(), 1)
+            else:
+                self._held[self.root] = (held[0], held[1] + 1)
+        self._open = True
+
+    def _acquire(self) -> int:
+        path = self.root / LOCK_FILE
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "unknown"
+            os.close(fd)
+            raise ConfigError(
+                f"--state-dir {str(self.root)!r} is in use by another daemon (pid {holder}):"
+                " stop it first, or give this one another --state-dir"
+            ) from None
+        except OSError:
+            os.close(fd)
+            raise
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        return fd
+
+    def close(self) -> None:
+        """Give the lock back (the last holder in this process releases it)."""
+        if not self._open:
+            return
+        self._open = False
+        with self._guard:
+            fd, holders = self._held[self.root]
+            if holders > 1:
+                self._held[self.root] = (fd, holders - 1)
+                return
+            del self._held[self.root]
+        os.close(fd)  # closing the descriptor releases the flock
 
 
 def _versions_on_disk(root: Path) -> list[int]:

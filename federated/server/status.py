@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,7 @@ from sporenet.federated.server.state import JobState, Store
 
 def config_summary(config: ServerConfig) -> dict[str, Any]:
     """The configuration as JSON, nested as the TOML tables, without secrets (the auth
-    tokens are replaced by their names)."""
+    tokens, and their digests, are replaced by their names)."""
 
     def plain(value: Any) -> Any:
         if isinstance(value, Path):
@@ -26,6 +27,7 @@ def config_summary(config: ServerConfig) -> dict[str, Any]:
 
     out = {k: plain(v) for k, v in dataclasses.asdict(config).items()}
     out["auth"]["tokens"] = sorted(config.auth.tokens)
+    out["auth"]["token_sha256"] = sorted(config.auth.token_sha256)
     return out
 
 
@@ -40,6 +42,15 @@ def _secure_stage(store: Store, job: JobState | None) -> str | None:
         return f"unreadable: {e}"
 
 
+def _upstream(state_dir: Path) -> dict[str, Any] | None:
+    """An edge's link to the cloud (its `upstream.json`), None for a server's state dir."""
+    try:
+        value = json.loads((state_dir / "upstream.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
 def read_status(state_dir: Path) -> dict[str, Any]:
     """The job's status straight from a state dir (works whether or not the daemon runs).
 
@@ -47,7 +58,10 @@ def read_status(state_dir: Path) -> dict[str, Any]:
         ConfigError: `state_dir` holds no sporenet-server state.
     """
     db = Path(state_dir) / "state.db"
+    upstream = _upstream(Path(state_dir))
     if not db.exists():
+        if upstream is not None:  # an edge that has not had the cloud's first task yet
+            return {"job": None, "upstream": upstream}
         raise ConfigError(f"{str(state_dir)!r} holds no sporenet-server state (no state.db)")
     store = Store(db)
     try:
@@ -63,6 +77,7 @@ def read_status(state_dir: Path) -> dict[str, Any]:
             "config": store.get_meta("config"),
             "secure_stage": _secure_stage(store, job),
             "privacy": store.get_meta("privacy"),
+            **({"upstream": upstream} if upstream is not None else {}),
         }
     finally:
         store.close()

@@ -16,6 +16,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from sporenet.federated import Client
 from sporenet.federated.common.auth import (
+    AUDIENCE,
     KEY_ID,
     NONCE,
     SIGNATURE,
@@ -80,30 +81,30 @@ def test_tokens_signatures_and_replays(tmp_path: Path, server_factory) -> None: 
     code, msg = _code(lambda: poll_task(channel, "bob", metadata=alice))
     assert code == grpc.StatusCode.PERMISSION_DENIED and "'alice'" in msg
 
-    signed = Credentials(key_id="dev1", private_key=key).metadata(REGISTER)
+    here = server.address  # the audience: the server the requests are for
+    signed = Credentials(key_id="dev1", private_key=key).metadata(REGISTER, audience=here)
     assert stub.Register(reg, metadata=signed, timeout=5).client_id == "dev1"
     code, msg = _code(lambda: stub.Register(reg, metadata=signed, timeout=5))
     assert code == grpc.StatusCode.UNAUTHENTICATED and "replayed" in msg
     # Signed for another method: the signature does not verify.
-    other = Credentials(key_id="dev1", private_key=key).metadata(REGISTER)
+    other = Credentials(key_id="dev1", private_key=key).metadata(REGISTER, audience=here)
     code, msg = _code(lambda: poll_task(channel, "dev1", metadata=other))
     assert code == grpc.StatusCode.UNAUTHENTICATED and "bad signature" in msg
     # A key that is not the allow-listed one.
     impostor = Credentials(key_id="dev1", private_key=Ed25519PrivateKey.generate()).metadata(
-        REGISTER
+        REGISTER, audience=here
     )
     code, msg = _code(lambda: stub.Register(reg, metadata=impostor, timeout=5))
     assert code == grpc.StatusCode.UNAUTHENTICATED and "bad signature" in msg
     # Correctly signed but ten minutes old.
     ts, nonce = int(time.time() * 1000) - 600_000, "0123456789abcdef0123"
+    payload = signing_payload(REGISTER, "dev1", ts, nonce, audience=here)
     stale = [
         (KEY_ID, "dev1"),
         (TIMESTAMP, str(ts)),
         (NONCE, nonce),
-        (
-            SIGNATURE,
-            base64.b64encode(key.sign(signing_payload(REGISTER, "dev1", ts, nonce))).decode(),
-        ),
+        (AUDIENCE, here),
+        (SIGNATURE, base64.b64encode(key.sign(payload)).decode()),
     ]
     code, msg = _code(lambda: stub.Register(reg, metadata=stale, timeout=5))
     assert code == grpc.StatusCode.UNAUTHENTICATED and "off the server clock" in msg

@@ -280,7 +280,9 @@ def test_sessions_authenticate_when_they_open(tmp_path: Path, server_factory) ->
         code, details = bad_token.refusal()
         assert code == grpc.StatusCode.UNAUTHENTICATED and "unknown token" in details, details
         # Signed for another method: the signature covers the method path.
-        signed_for_register = Credentials(key_id="dev1", private_key=key).metadata(REGISTER)
+        signed_for_register = Credentials(key_id="dev1", private_key=key).metadata(
+            REGISTER, audience=server.address
+        )
         code, details = RawSession(channel, signed_for_register).refusal()
         assert code == grpc.StatusCode.UNAUTHENTICATED and "bad signature" in details, details
 
@@ -291,8 +293,8 @@ def test_sessions_authenticate_when_they_open(tmp_path: Path, server_factory) ->
         assert code == grpc.StatusCode.PERMISSION_DENIED and "'alice'" in details, details
 
         dev1 = Credentials(key_id="dev1", private_key=key)
-        assert _register(channel, "y", dev1.metadata(REGISTER)) == "dev1"
-        signed = dev1.metadata(SESSION)
+        assert _register(channel, "y", dev1.metadata(REGISTER, audience=server.address)) == "dev1"
+        signed = dev1.metadata(SESSION, audience=server.address)
         session = RawSession(channel, signed)
         assert session.poll("dev1").type in (pb.TASK_WAIT, pb.TASK_FIT)
         session.close()

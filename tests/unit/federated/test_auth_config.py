@@ -8,7 +8,13 @@ from pathlib import Path
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from sporenet.federated.common.auth import TIMESTAMP, Authenticator, Credentials, public_key_text
+from sporenet.federated.common.auth import (
+    TIMESTAMP,
+    Audience,
+    Authenticator,
+    Credentials,
+    public_key_text,
+)
 from sporenet.federated.errors import AuthError, ConfigError
 from sporenet.federated.server.config import build_config, load_config
 
@@ -29,25 +35,37 @@ def test_tokens() -> None:
 
 def test_signatures_replays_and_clock() -> None:
     key = Ed25519PrivateKey.generate()
-    auth = Authenticator(ed25519={"dev": public_key_text(key)}, max_skew=60, now=time.time() - 5)
+    here = Audience(["server.example"], 8443)
+    auth = Authenticator(
+        ed25519={"dev": public_key_text(key)}, max_skew=60, now=time.time() - 5, audience=here
+    )
     creds = Credentials(key_id="dev", private_key=key)
-    md = creds.metadata(METHOD)
+    md = creds.metadata(METHOD, audience="server.example:8443")
     assert auth.authenticate(md, METHOD) == "dev"
     with pytest.raises(AuthError, match="replayed"):
         auth.authenticate(md, METHOD)
     with pytest.raises(AuthError, match="bad signature"):
-        auth.authenticate(creds.metadata("/other"), METHOD)
-    tampered = [(k, str(int(v) + 1) if k == TIMESTAMP else v) for k, v in creds.metadata(METHOD)]
+        auth.authenticate(creds.metadata("/other", audience="server.example:8443"), METHOD)
+    fresh = creds.metadata(METHOD, audience="server.example:8443")
+    tampered = [(k, str(int(v) + 1) if k == TIMESTAMP else v) for k, v in fresh]
     with pytest.raises(AuthError, match="bad signature"):
         auth.authenticate(tampered, METHOD)
     with pytest.raises(AuthError, match="not on the allow-list"):
-        auth.authenticate(Credentials(key_id="x", private_key=key).metadata(METHOD), METHOD)
+        auth.authenticate(
+            Credentials(key_id="x", private_key=key).metadata(METHOD, audience="x:1"), METHOD
+        )
+    # Signed for another server (another port, another host): refused before anything else.
+    for other in ("server.example:8444", "edge.example:8443"):
+        with pytest.raises(AuthError, match="not for this server"):
+            auth.authenticate(creds.metadata(METHOD, audience=other), METHOD)
+    # A client that overrides its TLS target name signs the bare host.
+    assert auth.authenticate(creds.metadata(METHOD, audience="server.example"), METHOD) == "dev"
     # A server restarted after the request was signed refuses it (its nonce cache is gone).
     restarted = Authenticator(
-        ed25519={"dev": public_key_text(key)}, max_skew=60, now=time.time() + 1
+        ed25519={"dev": public_key_text(key)}, max_skew=60, now=time.time() + 1, audience=here
     )
     with pytest.raises(AuthError, match="before the server started"):
-        restarted.authenticate(creds.metadata(METHOD), METHOD)
+        restarted.authenticate(creds.metadata(METHOD, audience="server.example:8443"), METHOD)
 
 
 def test_credentials_need_consistent_arguments() -> None:

@@ -96,9 +96,9 @@ def test_an_ed25519_key_file_signs_as_the_edge_name(tmp_path: Path) -> None:
     up = {"address": "127.0.0.1:1", "name": "edge-7", "ed25519_key": str(tmp_path / "edge.pem")}
     creds = config({}, up).upstream.credentials()
     assert creds.identity == "edge-7"
-    meta = dict(creds.metadata("/m"))
+    meta = dict(creds.metadata("/m", audience="cloud:1"))
     assert meta[KEY_ID] == "edge-7"
-    signed = signing_payload("/m", "edge-7", int(meta[TIMESTAMP]), meta[NONCE])
+    signed = signing_payload("/m", "edge-7", int(meta[TIMESTAMP]), meta[NONCE], audience="cloud:1")
     key.public_key().verify(base64.b64decode(meta[SIGNATURE]), signed)  # raises if not its key
 
 
