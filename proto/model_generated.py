@@ -139,6 +139,13 @@ class OpCode(object):
     RNN_GRAD = 312
     IF = 320
     LOOP = 321
+    READ_VARIABLE = 400
+    FLOOR_DIV = 401
+    FLOOR_MOD = 402
+    SIN = 403
+    COS = 404
+    GATHER_ND = 405
+    CUMSUM = 406
 
 
 class SparseFormat(object):

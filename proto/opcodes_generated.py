@@ -151,3 +151,17 @@ class OpCode(enum.IntEnum):
     # implicit...), body outputs (cond, v..., scan...). Node outputs (v_final..., scan...),
     # each scan output stacks its per-iteration values on a new axis 0.
     LOOP = 321
+    # TFLite builtins the ops above do not express (400..499)
+    # READ_VARIABLE: a copy of input 0 (a variable ASSIGN writes) taken where the node runs,
+    # so readers after a later ASSIGN still see the value read.
+    READ_VARIABLE = 400
+    # FLOOR_DIV, FLOOR_MOD: NumPy broadcasting; floor(a / b) and a - floor(a / b) * b (the
+    # remainder takes the divisor's sign); integers exactly, x // 0 and x % 0 give 0.
+    FLOOR_DIV = 401
+    FLOOR_MOD = 402
+    SIN = 403
+    COS = 404
+    # GATHER_ND: inputs (params, indices); indices[..., k] index the first k axes of params.
+    GATHER_ND = 405
+    # CUMSUM: inputs (x, axis scalar); attributes exclusive, reverse (0/1).
+    CUMSUM = 406

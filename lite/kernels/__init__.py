@@ -7,9 +7,11 @@ from sporenet.lite.kernels import (
     control_flow,
     conv,
     conv_transpose,
+    cumsum,
     dynamic_quantize,
     elementwise,
     fake_quant,
+    gather_nd,
     layer_norm,
     linear,
     normalization,
@@ -22,6 +24,7 @@ from sporenet.lite.kernels import (
     reshape,
     resize,
     softmax,
+    state,
     transform,
     unary,
 )
@@ -177,6 +180,14 @@ KERNELS: dict[OpCode, type[Kernel]] = {
     # quantization boundaries (float or float16 in; see QUANTIZED_KERNELS for int8 in)
     OpCode.QUANTIZE: q_convert.Quantize,
     OpCode.DEQUANTIZE: q_convert.Dequantize,
+    # TFLite builtins (tfliteops): variables, floor division, trigonometry, gathers, sums
+    OpCode.READ_VARIABLE: state.ReadVariable,
+    OpCode.FLOOR_DIV: elementwise.FloorDiv,
+    OpCode.FLOOR_MOD: elementwise.FloorMod,
+    OpCode.SIN: unary.Sin,
+    OpCode.COS: unary.Cos,
+    OpCode.GATHER_ND: gather_nd.GatherNd,
+    OpCode.CUMSUM: cumsum.CumSum,
 }
 
 QUANTIZED_KERNELS: dict[OpCode, type[Kernel]] = {
@@ -215,6 +226,18 @@ QUANTIZED_KERNELS: dict[OpCode, type[Kernel]] = {
     OpCode.SLICE: q_shape.QSlice,
     OpCode.CONCAT: q_shape.QConcat,
     OpCode.PAD: q_shape.QPad,
+    # TFLite resource variables (tfliteops): the stored integers are read and written as
+    # they are, as TFLite does
+    OpCode.ASSIGN: optimizers.Assign,
+    OpCode.READ_VARIABLE: q_shape.QReadVariable,
+    # int8 data movement with the input's parameters (tfliteops)
+    OpCode.SPLIT: q_shape.QSplit,
+    OpCode.GATHER: q_shape.QGather,
+    OpCode.GATHER_ND: q_shape.QGatherNd,
+    OpCode.TILE: q_shape.QTile,
+    OpCode.EXPAND: q_shape.QExpand,
+    OpCode.DEPTH_TO_SPACE: q_shape.QDepthToSpace,
+    OpCode.SPACE_TO_DEPTH: q_shape.QSpaceToDepth,
 }
 
 

@@ -467,3 +467,20 @@ class Square(UnaryKernel):
 
     def compute(self, x: np.ndarray, out: np.ndarray, *scratch: np.ndarray) -> None:
         np.square(x, out=out)
+
+
+# ---- trigonometry (TFLite's SIN and COS)
+
+
+class Sin(UnaryKernel):
+    op = OpCode.SIN
+
+    def compute(self, x: np.ndarray, out: np.ndarray, *scratch: np.ndarray) -> None:
+        np.sin(x, out=out)
+
+
+class Cos(UnaryKernel):
+    op = OpCode.COS
+
+    def compute(self, x: np.ndarray, out: np.ndarray, *scratch: np.ndarray) -> None:
+        np.cos(x, out=out)

@@ -7,7 +7,7 @@ Convolutions and pools run in NCHW; other ops keep their inputs' axis order.
 
 from __future__ import annotations
 
-from sporenet.converter.tflite_import.ops import conv, elementwise, quantize, shape
+from sporenet.converter.tflite_import.ops import conv, elementwise, quantize, shape, variables
 from sporenet.converter.tflite_import.ops.common import Handler
 from sporenet.lite.ops import OpCode
 
@@ -77,4 +77,9 @@ HANDLERS: dict[str, Handler] = {
     "DEQUANTIZE": quantize.dequantize,
     "QUANTIZE": quantize.quantize,
     "DENSIFY": quantize.densify,
+    # resource variables and their initialization
+    "VAR_HANDLE": variables.var_handle,
+    "READ_VARIABLE": variables.read_variable,
+    "ASSIGN_VARIABLE": variables.assign_variable,
+    "CALL_ONCE": variables.call_once,
 }

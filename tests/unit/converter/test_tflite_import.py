@@ -595,15 +595,3 @@ def test_packaged_models_match_litert(path: Path):
         for d in interpreter.get_input_details()
     }
     assert_matches_litert(data, feeds, optimize_modes=(True,))  # big: optimized only
-
-
-@pytest.mark.parametrize(
-    "path",
-    _package_files("pymicro_wakeword", "models", "pymicro-wakeword"),
-    ids=lambda p: getattr(p, "name", "none"),
-)
-def test_packaged_streaming_int8_models_are_refused_naming_every_missing_op(path: Path):
-    # microWakeWord's int8 models keep their streaming state in resource variables.
-    with pytest.raises(UnsupportedTfliteOpError) as info:
-        convert_tflite(path)
-    assert set(info.value.ops) == {"ASSIGN_VARIABLE", "CALL_ONCE", "READ_VARIABLE", "VAR_HANDLE"}
