@@ -13,6 +13,7 @@ from sporenet.converter.tflite_import.ops.common import Shared
 from sporenet.converter.tflite_import.reader import SUBGRAPH_FIELDS, TfliteModel, TfliteSubgraph
 from sporenet.lite.errors import LiteError
 from sporenet.lite.graph import DYNAMIC, Model
+from sporenet.lite.kernels import KERNELS, QUANTIZED_KERNELS
 
 
 class UnsupportedTfliteOpError(ConversionError):
@@ -28,8 +29,10 @@ class UnsupportedTfliteOpError(ConversionError):
 
 
 def supported_tflite_ops() -> list[str]:
-    """TFLite builtin op names the converter imports, sorted."""
-    return sorted(HANDLERS)
+    """TFLite op names the converter imports with this runtime (every IR op the handler
+    emits has a kernel), sorted."""
+    kernels = {*KERNELS, *QUANTIZED_KERNELS}
+    return sorted(name for name, entry in HANDLERS.items() if set(entry.emits) <= kernels)
 
 
 def reachable(model: TfliteModel) -> list[TfliteSubgraph]:
@@ -52,7 +55,8 @@ _HANDLE_TYPES = ("RESOURCE",)
 def _check(model: TfliteModel) -> None:
     """Refuse, all at once, the ops without a handler and the tensors the IR cannot hold."""
     graphs = reachable(model)
-    unsupported = Counter(op.op for g in graphs for op in g.operators if op.op not in HANDLERS)
+    supported = set(supported_tflite_ops())
+    unsupported = Counter(op.op for g in graphs for op in g.operators if op.op not in supported)
     if unsupported:
         raise UnsupportedTfliteOpError(unsupported)
     bad: set[str] = set()
@@ -74,12 +78,13 @@ def _check(model: TfliteModel) -> None:
         )
 
 
-def import_tflite(model: TfliteModel) -> Model:
-    """Translate the model's first subgraph (and the subgraphs it runs) into an IR Model."""
+def import_tflite(model: TfliteModel, *, emitted: dict[str, set] | None = None) -> Model:
+    """Translate the model's first subgraph (and the subgraphs it runs) into an IR Model.
+    `emitted`, when given, collects the IR ops each TFLite op type's nodes used."""
     _check(model)
     dynamic = any(DYNAMIC in model.tensors[i].signature for i in model.inputs)
     ctx = ImportContext(dynamic=dynamic, reserved=[model.tensors[i].name for i in model.inputs])
-    lc = LayoutContext(model, ctx, model.main, Shared())
+    lc = LayoutContext(model, ctx, model.main, Shared(emitted=emitted))
     for i in model.inputs:
         t = model.tensors[i]
         if t.data is not None:
@@ -120,8 +125,9 @@ def import_operators(lc: LayoutContext) -> None:
             ir = ctx.constant(t.name, t.data)
             lc.set_quantization(ir, quantization(t.quant, identity(len(t.shape))))
             lc.set(i, ir)
+        before = len(ctx.nodes)
         try:
-            HANDLERS[op.op](lc, op)
+            HANDLERS[op.op].convert(lc, op)
         except ConversionError as exc:
             message = str(exc)
             raise ConversionError(
@@ -137,6 +143,8 @@ def import_operators(lc: LayoutContext) -> None:
             raise ConversionError(
                 f"{lc.where}: cannot convert: {type(exc).__name__}: {exc}"
             ) from exc
+        if lc.shared is not None and lc.shared.emitted is not None:
+            lc.shared.emitted.setdefault(op.op, set()).update(n.op for n in ctx.nodes[before:])
         missing = [graph.tensors[o].name for o in op.outputs if o not in lc.held]
         if missing:
             raise lc.fail(f"outputs {missing} were not produced")

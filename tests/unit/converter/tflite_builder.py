@@ -33,8 +33,9 @@ class TfliteBuilder:
         self.tensors: list[dict[str, Any]] = []
         self.buffers: list[bytes] = parent.buffers if parent else [b""]  # 0: the sentinel
         self.ops: list[tuple[int, list[int], list[int], str | None, dict[str, Any]]] = []
-        # (builtin code, custom code or None) per operator code, shared by the subgraphs
-        self.codes: list[tuple[int, str | None]] = parent.codes if parent else []
+        # (builtin code, custom code or None, version) per operator code, shared by the
+        # subgraphs
+        self.codes: list[tuple[int, str | None, int]] = parent.codes if parent else []
         self.inputs: list[int] = []
         self.outputs: list[int] = []
         self.subgraphs: list[TfliteBuilder] = []
@@ -91,13 +92,16 @@ class TfliteBuilder:
         options: str | None = None,
         *,
         custom_options: bytes | None = None,
+        version: int = 1,
         **fields: Any,
     ) -> None:
-        """An operator: `name` is a builtin ("CONV_2D") or "CUSTOM:<code>"."""
+        """An operator: `name` is a builtin ("CONV_2D") or "CUSTOM:<code>"; `version` is
+        the operator code's (some kernels LiteRT registers start past 1)."""
         custom = name.split(":", 1)[1] if name.startswith("CUSTOM:") else None
         code = (
             tfl.BuiltinOperator.CUSTOM if custom else getattr(tfl.BuiltinOperator, name),
             custom,
+            version,
         )
         if code not in self.codes:
             self.codes.append(code)
@@ -126,12 +130,12 @@ class TfliteBuilder:
             buffers.append(tfl.BufferEnd(b))
         subgraphs = [g._subgraph(b) for g in (self, *self.subgraphs)]
         codes = []
-        for code, custom in self.codes:
+        for code, custom, version in self.codes:
             custom_v = b.CreateString(custom) if custom is not None else None
             tfl.OperatorCodeStart(b)
             tfl.OperatorCodeAddDeprecatedBuiltinCode(b, min(code, 127))
             tfl.OperatorCodeAddBuiltinCode(b, code)
-            tfl.OperatorCodeAddVersion(b, 1)
+            tfl.OperatorCodeAddVersion(b, version)
             if custom_v is not None:
                 tfl.OperatorCodeAddCustomCode(b, custom_v)
             codes.append(tfl.OperatorCodeEnd(b))
