@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from sporenet.converter.tflite_import.ops import (
+    control_flow,
     conv,
     elementwise,
     logic,
@@ -153,4 +154,10 @@ HANDLERS: dict[str, Entry] = {
     "READ_VARIABLE": _e(variables.read_variable, _O.READ_VARIABLE),
     "ASSIGN_VARIABLE": _e(variables.assign_variable, _O.ASSIGN),
     "CALL_ONCE": _e(variables.call_once),
+    # control flow: subgraphs of the same file (their operators are imported, and declare
+    # what they emit, under their own names)
+    "IF": _e(control_flow.if_, _O.IF),
+    "WHILE": _e(control_flow.while_, _O.LOOP),
 }
+RUNS_SUBGRAPHS = ("CALL_ONCE", "IF", "WHILE")
+"""Ops whose nodes include those of the subgraphs they import (inlined)."""

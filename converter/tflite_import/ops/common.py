@@ -30,6 +30,7 @@ class Shared:
     initializing: bool = False  # importing an init subgraph: its assignments are initial values
     called: set[int] = field(default_factory=set)  # init subgraphs already run
     depth: int = 0  # subgraph imports in progress (bounded: a hostile file may nest them)
+    detached: int = 0  # IR subgraphs (IF branches, LOOP bodies) being imported
     # TFLite op type -> the IR ops its nodes used (filled when a caller asks, for tests)
     emitted: dict[str, set[OpCode]] | None = None
 

@@ -36,6 +36,9 @@ def _shared(lc: LayoutContext) -> Shared:
 
 
 def _key(lc: LayoutContext, resource: int) -> str:
+    if _shared(lc).detached and not _shared(lc).initializing:
+        # An IR subgraph is planned on its own, without the Interpreter's variables.
+        raise lc.fail("resource variables inside IF branches and WHILE bodies are not supported")
     key = _shared(lc).handles.get((lc.graph.index, resource))
     if key is None:
         raise lc.fail(f"input {lc.tensor(resource).name!r} is not a VAR_HANDLE output")
