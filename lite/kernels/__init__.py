@@ -35,6 +35,7 @@ from sporenet.lite.kernels.quantized import convert as q_convert
 from sporenet.lite.kernels.quantized import elementwise as q_elementwise
 from sporenet.lite.kernels.quantized import linear as q_linear
 from sporenet.lite.kernels.quantized import pooling as q_pooling
+from sporenet.lite.kernels.quantized import reduce as q_reduce
 from sporenet.lite.kernels.quantized import shape as q_shape
 from sporenet.lite.kernels.quantized import softmax as q_softmax
 from sporenet.lite.kernels.quantized.base import is_quantized
@@ -238,6 +239,11 @@ QUANTIZED_KERNELS: dict[OpCode, type[Kernel]] = {
     OpCode.EXPAND: q_shape.QExpand,
     OpCode.DEPTH_TO_SPACE: q_shape.QDepthToSpace,
     OpCode.SPACE_TO_DEPTH: q_shape.QSpaceToDepth,
+    # int8 reductions with TFLite's integer semantics (tfliteops)
+    OpCode.REDUCE_MEAN: q_reduce.QReduceMean,
+    OpCode.REDUCE_SUM: q_reduce.QReduceSum,
+    OpCode.REDUCE_MAX: q_reduce.QReduceMax,
+    OpCode.REDUCE_MIN: q_reduce.QReduceMin,
 }
 
 
