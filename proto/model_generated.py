@@ -146,6 +146,8 @@ class OpCode(object):
     COS = 404
     GATHER_ND = 405
     CUMSUM = 406
+    MAX_POOL_WITH_ARGMAX = 407
+    MAX_UNPOOL = 408
 
 
 class SparseFormat(object):

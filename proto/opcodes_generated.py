@@ -165,3 +165,12 @@ class OpCode(enum.IntEnum):
     GATHER_ND = 405
     # CUMSUM: inputs (x, axis scalar); attributes exclusive, reverse (0/1).
     CUMSUM = 406
+    # MAX_POOL_WITH_ARGMAX (MediaPipe's MaxPoolingWithArgmax2D), NCHW: attributes
+    # kernel_shape [kh, kw], strides, pads [top, left] (the window's start before the
+    # input); outputs (max, index): index = fy * kw + fx + 0.1 of the first maximum in its
+    # window (float32), out-of-input positions never count.
+    MAX_POOL_WITH_ARGMAX = 407
+    # MAX_UNPOOL (MediaPipe's MaxUnpooling2D), NCHW: inputs (values, index as above);
+    # attributes kernel_shape, strides, pads [top, left], output_size [h, w]; each value
+    # goes to the window position its index names (later ones win), zeros elsewhere.
+    MAX_UNPOOL = 408

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from sporenet.lite.errors import UnsupportedOpError
 from sporenet.lite.kernels import (
+    argmax_pool,
     control_flow,
     conv,
     conv_transpose,
@@ -189,6 +190,8 @@ KERNELS: dict[OpCode, type[Kernel]] = {
     OpCode.COS: unary.Cos,
     OpCode.GATHER_ND: gather_nd.GatherNd,
     OpCode.CUMSUM: cumsum.CumSum,
+    OpCode.MAX_POOL_WITH_ARGMAX: argmax_pool.MaxPoolWithArgmax,
+    OpCode.MAX_UNPOOL: argmax_pool.MaxUnpool,
 }
 
 QUANTIZED_KERNELS: dict[OpCode, type[Kernel]] = {

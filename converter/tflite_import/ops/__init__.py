@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from sporenet.converter.tflite_import.ops import (
     control_flow,
     conv,
+    custom,
     elementwise,
     logic,
     math,
@@ -50,7 +51,7 @@ HANDLERS: dict[str, Entry] = {
     "CONV_2D": _e(conv.conv_2d, _O.CONV2D, *_FUSED),
     "DEPTHWISE_CONV_2D": _e(conv.depthwise_conv_2d, _O.CONV2D, *_FUSED),
     "FULLY_CONNECTED": _e(conv.fully_connected, _O.FULLY_CONNECTED, _O.MATMUL, _O.ADD, *_FUSED),
-    "TRANSPOSE_CONV": _e(conv.transpose_conv, _O.CONV_TRANSPOSE2D, _O.ADD),
+    "TRANSPOSE_CONV": _e(conv.transpose_conv, _O.CONV2D_BACKPROP_INPUT, _O.ADD, *_FUSED),
     "AVERAGE_POOL_2D": _e(conv.pool(_O.AVG_POOL2D), _O.AVG_POOL2D, *_FUSED),
     "MAX_POOL_2D": _e(conv.pool(_O.MAX_POOL2D), _O.MAX_POOL2D, *_FUSED),
     # binary elementwise (NumPy broadcasting)
@@ -158,6 +159,14 @@ HANDLERS: dict[str, Entry] = {
     # what they emit, under their own names)
     "IF": _e(control_flow.if_, _O.IF),
     "WHILE": _e(control_flow.while_, _O.LOOP),
+    # custom ops of published models (custom options layout: ops/custom.py)
+    "CUSTOM:Convolution2DTransposeBias": _e(
+        custom.transpose_conv_bias, _O.CONV2D_BACKPROP_INPUT, _O.ADD
+    ),
+    "CUSTOM:MaxPoolingWithArgmax2D": _e(
+        custom.max_pool_with_argmax, _O.MAX_POOL_WITH_ARGMAX, *_FUSED
+    ),
+    "CUSTOM:MaxUnpooling2D": _e(custom.max_unpooling, _O.MAX_UNPOOL),
 }
 RUNS_SUBGRAPHS = ("CALL_ONCE", "IF", "WHILE")
 """Ops whose nodes include those of the subgraphs they import (inlined)."""

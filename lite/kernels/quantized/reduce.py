@@ -64,7 +64,7 @@ class _QSumOrMean(QuantizedKernel):
             axes = ()
 
         def compute() -> None:
-            np.sum(x, axis=axes, dtype=np.int64, keepdims=keepdims, out=acc)
+            np.sum(x, axis=axes, dtype=np.int64, keepdims=keepdims, out=acc)  # type: ignore[arg-type]
             np.subtract(acc, bias, out=acc)
             requant.apply(acc, out)
 

@@ -21,6 +21,7 @@ from sporenet.lite import Interpreter, parse
 from sporenet.proto import tflite_schema_generated as tfl
 from tests.packaged import package_dir
 from tests.unit.converter.tflite_builder import SAME, TfliteBuilder, conv, rand, run_litert
+from tests.unit.converter.tflite_ops_check import check_emits
 
 litert = pytest.importorskip(
     "ai_edge_litert.interpreter", reason="LiteRT (ai-edge-litert, test extra) is the reference"
@@ -34,6 +35,7 @@ RELU, RELU6 = tfl.ActivationFunctionType.RELU, tfl.ActivationFunctionType.RELU6
 def assert_matches_litert(
     data: bytes, feeds: dict[str, np.ndarray], *, optimize_modes: tuple[bool, ...] = (True, False)
 ) -> dict[str, np.ndarray]:
+    check_emits(data)
     want = run_litert(data, feeds)
     for optimize in optimize_modes:
         got = Interpreter(model_content=convert_tflite(data, optimize=optimize)).run(feeds)
