@@ -21,6 +21,7 @@ class DType(object):
     UINT16 = 9
     UINT32 = 10
     UINT64 = 11
+    COMPLEX64 = 13
 
 
 class OpCode(object):
@@ -148,6 +149,8 @@ class OpCode(object):
     CUMSUM = 406
     MAX_POOL_WITH_ARGMAX = 407
     MAX_UNPOOL = 408
+    RFFT2D = 409
+    COMPLEX_PART = 410
 
 
 class SparseFormat(object):

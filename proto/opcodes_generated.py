@@ -174,3 +174,8 @@ class OpCode(enum.IntEnum):
     # attributes kernel_shape, strides, pads [top, left], output_size [h, w]; each value
     # goes to the window position its index names (later ones win), zeros elsewhere.
     MAX_UNPOOL = 408
+    # RFFT2D: inputs (x float32, fft_length [2] constant); the 2-D real FFT over the last two
+    # axes, cropped or zero-padded to fft_length; output complex64 [..., fh, fw / 2 + 1].
+    RFFT2D = 409
+    # COMPLEX_PART: float32 of a complex64 input; attribute part "real", "imag" or "abs".
+    COMPLEX_PART = 410

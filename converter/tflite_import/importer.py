@@ -5,6 +5,8 @@ from __future__ import annotations
 import struct
 from collections import Counter
 
+import numpy as np
+
 from sporenet.converter.errors import ConversionError
 from sporenet.converter.onnx_import.context import ImportContext
 from sporenet.converter.tflite_import.layout import LayoutContext, identity, quantization
@@ -117,12 +119,15 @@ def import_operators(lc: LayoutContext) -> None:
             if i == -1 or i in lc.held:
                 continue
             t = graph.tensors[i]
-            if t.data is None:
+            data = t.data
+            if data is None and t.dtype is not None and 0 in t.shape:
+                data = np.zeros(t.shape, t.dtype)  # an empty constant needs no buffer
+            if data is None:
                 raise lc.fail(
                     f"input {t.name!r} is neither a graph input, a constant nor "
                     "the output of an earlier operator"
                 )
-            ir = ctx.constant(t.name, t.data)
+            ir = ctx.constant(t.name, data)
             lc.set_quantization(ir, quantization(t.quant, identity(len(t.shape))))
             lc.set(i, ir)
         before = len(ctx.nodes)

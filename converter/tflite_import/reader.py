@@ -36,6 +36,7 @@ DTYPES: dict[int, np.dtype] = {
     tfl.TensorType.INT8: np.dtype(np.int8),
     tfl.TensorType.UINT8: np.dtype(np.uint8),
     tfl.TensorType.BOOL: np.dtype(np.bool_),
+    tfl.TensorType.COMPLEX64: np.dtype(np.complex64),
 }
 TYPE_NAMES = {v: k for k, v in vars(tfl.TensorType).items() if not k.startswith("_")}
 BUILTIN_NAMES: dict[int, str] = {

@@ -12,6 +12,7 @@ from sporenet.lite.kernels import (
     dynamic_quantize,
     elementwise,
     fake_quant,
+    fft,
     gather_nd,
     layer_norm,
     linear,
@@ -192,6 +193,8 @@ KERNELS: dict[OpCode, type[Kernel]] = {
     OpCode.CUMSUM: cumsum.CumSum,
     OpCode.MAX_POOL_WITH_ARGMAX: argmax_pool.MaxPoolWithArgmax,
     OpCode.MAX_UNPOOL: argmax_pool.MaxUnpool,
+    OpCode.RFFT2D: fft.Rfft2d,
+    OpCode.COMPLEX_PART: fft.ComplexPart,
 }
 
 QUANTIZED_KERNELS: dict[OpCode, type[Kernel]] = {

@@ -1,6 +1,7 @@
 """TFLite math and data movement beyond the basic set: SQUARED_DIFFERENCE,
 L2_NORMALIZATION, LOCAL_RESPONSE_NORMALIZATION, LOG_SOFTMAX, ARG_MAX/ARG_MIN, REVERSE_V2,
-MIRROR_PAD, TILE, BROADCAST_TO, GATHER_ND, CUMSUM and ONE_HOT."""
+MIRROR_PAD, TILE, BROADCAST_TO, GATHER_ND, CUMSUM, ONE_HOT, and the signal ops RFFT2D,
+REAL, IMAG and COMPLEX_ABS (complex64 tensors)."""
 
 from __future__ import annotations
 
@@ -174,3 +175,20 @@ def one_hot(lc: LayoutContext, op: TfliteOperator) -> None:
         axis=axis % lc.rank(out),
     )
     lc.set(out, y)
+
+
+def rfft2d(lc: LayoutContext, op: TfliteOperator) -> None:
+    x, length = op.inputs[:2]
+    fft_length = lc.ctx.constant("fft_length", lc.constant_value(length, "fft_length"))
+    lc.set(op.outputs[0], lc.emit(OpCode.RFFT2D, [lc.get(x), fft_length]))
+
+
+def complex_part(part: str) -> Handler:
+    """REAL, IMAG and COMPLEX_ABS of a complex64 tensor, in its axis order."""
+
+    def complex_part(lc: LayoutContext, op: TfliteOperator) -> None:
+        x = op.inputs[0]
+        order = lc.perm(x)
+        lc.set(op.outputs[0], lc.emit(OpCode.COMPLEX_PART, [lc.get(x, order)], part=part), order)
+
+    return complex_part

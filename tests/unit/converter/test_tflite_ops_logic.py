@@ -176,3 +176,48 @@ def test_shape_arithmetic_on_a_dynamic_batch_runs_when_planned(batch):
     for name in want:
         np.testing.assert_allclose(got[name], want[name], rtol=1e-6, err_msg=name)
     assert_matches_litert(data, {"x": rand(1, 2, 3)})
+
+
+def _framing_with_dynamic_batch() -> bytes:
+    # What an in-graph STFT framing writes on a dynamic batch: a STRIDED_SLICE whose end
+    # is SHAPE(x), a RESHAPE to a computed shape with two open dimensions, EXPAND_DIMS and
+    # SQUEEZE of the results.
+    b = TfliteBuilder()
+    x = b.input("x", [1, 12], signature=[-1, 12])
+    shape = b.tensor("shape", [2], np.int32)
+    b.op("SHAPE", [x], [shape], "ShapeOptions", OutType=2)
+    cut = b.tensor("cut", [1, 12], signature=[-1, 12])
+    b.op(
+        "STRIDED_SLICE",
+        [x, b.const("begin", [0, 0], np.int32), shape, b.const("strides", [1, 1], np.int32)],
+        [cut],
+        "StridedSliceOptions",
+    )
+    batch = b.tensor("batch", [1], np.int32)
+    b.op("SLICE", [shape, b.const("b0", [0], np.int32), b.const("s1", [1], np.int32)], [batch])
+    target = b.tensor("target", [3], np.int32)
+    b.op(
+        "CONCATENATION",
+        [batch, b.const("frames", [-1, 4], np.int32)],
+        [target],
+        "ConcatenationOptions",
+        Axis=0,
+    )
+    frames = b.tensor("frames_out", [1, 3, 4], signature=[-1, -1, 4])
+    b.op("RESHAPE", [cut, target], [frames])
+    expanded = b.tensor("expanded", [1, 3, 1, 4], signature=[-1, -1, 1, 4])
+    b.op("EXPAND_DIMS", [frames, b.const("axis", -2, np.int32)], [expanded])
+    back = b.output(b.tensor("back", [1, 3, 4], signature=[-1, -1, 4]))
+    b.op("SQUEEZE", [expanded], [back], "SqueezeOptions", SqueezeDims=[2])
+    return b.build()
+
+
+@pytest.mark.parametrize("batch", [1, 2])
+def test_slices_and_reshapes_computed_from_a_dynamic_batch(batch):
+    data = _framing_with_dynamic_batch()
+    feeds = {"x": rand(batch, 12, seed=batch)}
+    want = run_litert(data, feeds)
+    ours = Interpreter(model_content=convert_tflite(data))
+    ours.resize_tensor_input(ours.get_input_details()[0]["index"], [batch, 12])
+    ours.allocate_tensors()
+    np.testing.assert_array_equal(ours.run(feeds)["back"], want["back"])

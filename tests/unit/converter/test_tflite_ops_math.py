@@ -138,3 +138,16 @@ def test_gather_nd_cumsum_and_one_hot():
     )
     feeds = {"x": rand(3, 4, 2, seed=9), "labels": np.array([0, 2, 1, 5], np.int32)}
     assert_matches_litert(b.build(), feeds)
+
+
+@pytest.mark.parametrize("length", [(1, 16), (4, 8)])
+def test_rfft2d_and_its_parts(length):
+    # 3 x 12 frames: the FFT crops rows and zero-pads columns (or the other way round).
+    b = TfliteBuilder()
+    x = b.input("x", [2, 3, 12])
+    spectrum = b.tensor("spectrum", [2, length[0], length[1] // 2 + 1], np.complex64)
+    b.op("RFFT2D", [x, b.const("fft_length", length, np.int32)], [spectrum])
+    for op, name in (("COMPLEX_ABS", "abs"), ("REAL", "real"), ("IMAG", "imag"), ("CAST", "cast")):
+        y = b.output(b.tensor(name, [2, length[0], length[1] // 2 + 1]))
+        b.op(op, [spectrum], [y])
+    assert_matches_litert(b.build(), {"x": rand(2, 3, 12, seed=11)})

@@ -20,6 +20,7 @@ TYPES = {
     np.dtype(np.uint8): tfl.TensorType.UINT8,
     np.dtype(np.int16): tfl.TensorType.INT16,
     np.dtype(np.bool_): tfl.TensorType.BOOL,
+    np.dtype(np.complex64): tfl.TensorType.COMPLEX64,
 }
 RESOURCE = "resource"  # the dtype of a VAR_HANDLE output
 SAME = tfl.Padding.SAME
@@ -188,8 +189,9 @@ class TfliteBuilder:
                 else None
             )
             table = None
-            # strings (VAR_HANDLE's names) are written before the table that holds them
-            fields = {f: b.CreateString(v) if isinstance(v, str) else v for f, v in fields.items()}
+            # strings (VAR_HANDLE's names) and int lists (SQUEEZE's dims) are written
+            # before the table that holds them
+            fields = {f: _field(b, v) for f, v in fields.items()}
             if options is not None:
                 getattr(tfl, f"{options}Start")(b)
                 for field, value in fields.items():
@@ -214,6 +216,14 @@ class TfliteBuilder:
         tfl.SubGraphAddOutputs(b, outputs_v)
         tfl.SubGraphAddOperators(b, ops_v)
         return tfl.SubGraphEnd(b)
+
+
+def _field(b: flatbuffers.Builder, value: Any) -> Any:
+    if isinstance(value, str):
+        return b.CreateString(value)
+    if isinstance(value, (list, tuple)):
+        return b.CreateNumpyVector(np.asarray(value, np.int32))
+    return value
 
 
 def vector(b: flatbuffers.Builder, items: list[int]) -> int:
