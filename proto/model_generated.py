@@ -151,6 +151,10 @@ class OpCode(object):
     MAX_UNPOOL = 408
     RFFT2D = 409
     COMPLEX_PART = 410
+    ROUND = 411
+    SIGN = 412
+    TOPK = 413
+    SCATTER_ND = 414
 
 
 class SparseFormat(object):

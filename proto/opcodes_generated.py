@@ -179,3 +179,11 @@ class OpCode(enum.IntEnum):
     RFFT2D = 409
     # COMPLEX_PART: float32 of a complex64 input; attribute part "real", "imag" or "abs".
     COMPLEX_PART = 410
+    ROUND = 411  # to the nearest integer, ties to even
+    SIGN = 412  # -1, 0 or 1 (0 for NaN's sign is NaN), the input's dtype
+    # TOPK: inputs (x, k scalar constant); outputs (values, int32 indices) of the k largest
+    # along the last axis, largest first, ties by the lower index.
+    TOPK = 413
+    # SCATTER_ND: inputs (indices [..., k], updates, shape constant); zeros of `shape` with
+    # the updates added at the index tuples (duplicates add up).
+    SCATTER_ND = 414

@@ -25,8 +25,10 @@ from sporenet.lite.kernels import (
     reduce,
     reshape,
     resize,
+    scatter_nd,
     softmax,
     state,
+    topk,
     transform,
     unary,
 )
@@ -195,6 +197,10 @@ KERNELS: dict[OpCode, type[Kernel]] = {
     OpCode.MAX_UNPOOL: argmax_pool.MaxUnpool,
     OpCode.RFFT2D: fft.Rfft2d,
     OpCode.COMPLEX_PART: fft.ComplexPart,
+    OpCode.ROUND: unary.Round,
+    OpCode.SIGN: unary.Sign,
+    OpCode.TOPK: topk.TopK,
+    OpCode.SCATTER_ND: scatter_nd.ScatterNd,
 }
 
 QUANTIZED_KERNELS: dict[OpCode, type[Kernel]] = {

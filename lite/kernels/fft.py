@@ -8,14 +8,18 @@ magnitude as float32 (TFLite's REAL, IMAG, COMPLEX_ABS, and CAST of complex to f
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
 from sporenet.lite.kernels.base import REQUIRED, Attrs, Compute, Kernel, TensorSpec
 from sporenet.lite.ops import OpCode
 
-PARTS = {"real": np.real, "imag": np.imag, "abs": np.abs}
+PARTS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
+    "real": np.real,
+    "imag": np.imag,
+    "abs": np.abs,
+}
 
 
 class Rfft2d(Kernel):
@@ -61,7 +65,13 @@ class ComplexPart(Kernel):
         self.output_specs = [TensorSpec(x.shape, np.dtype(np.float32))]
 
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
-        x, out, f = inputs[0], outputs[0], PARTS[self.part]
-        if self.part == "abs":
-            return lambda: np.abs(x, out=out)  # type: ignore[call-overload]
-        return lambda: np.copyto(out, f(x))  # type: ignore[arg-type]
+        x: np.ndarray = inputs[0]  # type: ignore[assignment]
+        out, f, part = outputs[0], PARTS[self.part], self.part
+
+        def compute() -> None:
+            if part == "abs":
+                np.abs(x, out=out)
+            else:
+                np.copyto(out, f(x))
+
+        return compute

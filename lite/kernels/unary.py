@@ -484,3 +484,20 @@ class Cos(UnaryKernel):
 
     def compute(self, x: np.ndarray, out: np.ndarray, *scratch: np.ndarray) -> None:
         np.cos(x, out=out)
+
+
+class Round(UnaryKernel):
+    """Ties to even (TFLite's ROUND, NumPy's rint)."""
+
+    op = OpCode.ROUND
+
+    def compute(self, x: np.ndarray, out: np.ndarray, *scratch: np.ndarray) -> None:
+        np.rint(x, out=out)
+
+
+class Sign(UnaryKernel):
+    op = OpCode.SIGN
+    float_only = False
+
+    def compute(self, x: np.ndarray, out: np.ndarray, *scratch: np.ndarray) -> None:
+        np.sign(x, out=out)

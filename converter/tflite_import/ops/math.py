@@ -103,13 +103,14 @@ def reverse_v2(lc: LayoutContext, op: TfliteOperator) -> None:
 def mirror_pad(lc: LayoutContext, op: TfliteOperator) -> None:
     x = op.inputs[0]
     mode = op.options.Mode() if op.options is not None else tfl.MirrorPadMode.REFLECT
-    if mode != tfl.MirrorPadMode.REFLECT:
-        raise lc.fail("only REFLECT mirror padding is supported (not SYMMETRIC)")
+    name = {tfl.MirrorPadMode.REFLECT: "reflect", tfl.MirrorPadMode.SYMMETRIC: "symmetric"}
+    if mode not in name:
+        raise lc.fail(f"mirror pad mode {mode} is neither REFLECT nor SYMMETRIC")
     paddings = lc.constant_value(op.inputs[1], "paddings").astype(np.int64)
     order = lc.perm(x)
     pads = [int(paddings[a, 0]) for a in order] + [int(paddings[a, 1]) for a in order]
     y = lc.emit(
-        OpCode.PAD, [lc.get(x, order)], out=op.outputs[0], order=order, pads=pads, mode="reflect"
+        OpCode.PAD, [lc.get(x, order)], out=op.outputs[0], order=order, pads=pads, mode=name[mode]
     )
     lc.set(op.outputs[0], y, order)
 
