@@ -122,6 +122,8 @@ def import_operators(lc: LayoutContext) -> None:
             data = t.data
             if data is None and t.dtype is not None and 0 in t.shape:
                 data = np.zeros(t.shape, t.dtype)  # an empty constant needs no buffer
+            if data is None and t.is_variable:
+                continue  # a recurrent op's state: its handler makes it an IR variable
             if data is None:
                 raise lc.fail(
                     f"input {t.name!r} is neither a graph input, a constant nor "

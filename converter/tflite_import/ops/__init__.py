@@ -20,6 +20,7 @@ from sporenet.converter.tflite_import.ops import (
     math,
     more,
     quantize,
+    recurrent,
     shape,
     variables,
 )
@@ -46,6 +47,7 @@ LAYOUT = (OpCode.TRANSPOSE, OpCode.RESHAPE, OpCode.CAST)
 _O = OpCode
 _FUSED = (_O.RELU, _O.RELU6, _O.TANH, _O.CLIP)  # float fused activations as nodes
 _SHAPE_ARITHMETIC = (_O.SHAPE, _O.GATHER, _O.EXPAND)
+_RECURRENT = (_O.READ_VARIABLE, _O.ASSIGN, _O.RESHAPE, _O.SQUEEZE)
 
 HANDLERS: dict[str, Entry] = {
     # convolution, linear, pooling
@@ -174,6 +176,14 @@ HANDLERS: dict[str, Entry] = {
     "READ_VARIABLE": _e(variables.read_variable, _O.READ_VARIABLE),
     "ASSIGN_VARIABLE": _e(variables.assign_variable, _O.ASSIGN),
     "CALL_ONCE": _e(variables.call_once),
+    # recurrent layers over a whole sequence (their states are variables)
+    "UNIDIRECTIONAL_SEQUENCE_LSTM": _e(
+        recurrent.unidirectional_sequence_lstm, *_RECURRENT, _O.LSTM
+    ),
+    "BIDIRECTIONAL_SEQUENCE_LSTM": _e(
+        recurrent.bidirectional_sequence_lstm, *_RECURRENT, _O.LSTM, _O.CONCAT
+    ),
+    "UNIDIRECTIONAL_SEQUENCE_RNN": _e(recurrent.unidirectional_sequence_rnn, *_RECURRENT, _O.RNN),
     # control flow: subgraphs of the same file (their operators are imported, and declare
     # what they emit, under their own names)
     "IF": _e(control_flow.if_, _O.IF),

@@ -20,7 +20,7 @@ import numpy as np
 from sporenet.converter.tflite_import.layout import LayoutContext, identity, quantization
 from sporenet.converter.tflite_import.ops.common import Shared
 from sporenet.converter.tflite_import.reader import TfliteOperator
-from sporenet.lite.graph import Node, Quantization
+from sporenet.lite.graph import DYNAMIC, Node, Quantization
 from sporenet.lite.kernels.base import TensorSpec
 from sporenet.lite.ops import OpCode
 
@@ -166,3 +166,16 @@ def call_once(lc: LayoutContext, op: TfliteOperator) -> None:
     finally:
         shared.initializing, shared.depth = False, shared.depth - 1
     lc.ctx.where = lc.where
+
+
+def state_variable(lc: LayoutContext, index: int) -> int:
+    """The IR variable of a TFLite variable tensor (a recurrent op's state): zeros at
+    first, as TFLite allocates them, kept between invokes."""
+    t = lc.tensor(index)
+    if lc.shared is not None and _shared(lc).detached:
+        raise lc.fail("recurrent state inside IF branches and WHILE bodies is not supported")
+    if t.data is not None or not t.is_variable:
+        raise lc.fail(f"state input {t.name!r} must be a variable tensor without data")
+    if DYNAMIC in t.signature:
+        raise lc.fail(f"state input {t.name!r} has a dynamic shape {list(t.signature)}")
+    return _variable(lc, f"{lc.graph.index}/{t.name}#{index}", index)

@@ -57,6 +57,7 @@ class TfliteBuilder:
         data: np.ndarray | None = None,
         signature: Sequence[int] | None = None,
         quant: tuple[Sequence[float], Sequence[int], int] | None = None,
+        variable: bool = False,
     ) -> int:
         buffer = 0
         if data is not None:
@@ -72,6 +73,7 @@ class TfliteBuilder:
                 "buffer": buffer,
                 "signature": signature,
                 "quant": quant,
+                "variable": variable,
             }
         )
         return len(self.tensors) - 1
@@ -179,6 +181,8 @@ class TfliteBuilder:
                 tfl.TensorAddShapeSignature(b, signature)
             if quant is not None:
                 tfl.TensorAddQuantization(b, quant)
+            if t["variable"]:
+                tfl.TensorAddIsVariable(b, True)
             tensors.append(tfl.TensorEnd(b))
         operators = []
         for k, (code, inputs, outputs, options, fields) in enumerate(self.ops):
