@@ -40,6 +40,7 @@ from sporenet.lite.kernels.quantized import elementwise as q_elementwise
 from sporenet.lite.kernels.quantized import linear as q_linear
 from sporenet.lite.kernels.quantized import pooling as q_pooling
 from sporenet.lite.kernels.quantized import reduce as q_reduce
+from sporenet.lite.kernels.quantized import resize as q_resize
 from sporenet.lite.kernels.quantized import shape as q_shape
 from sporenet.lite.kernels.quantized import softmax as q_softmax
 from sporenet.lite.kernels.quantized.base import is_quantized
@@ -256,6 +257,7 @@ QUANTIZED_KERNELS: dict[OpCode, type[Kernel]] = {
     OpCode.REDUCE_SUM: q_reduce.QReduceSum,
     OpCode.REDUCE_MAX: q_reduce.QReduceMax,
     OpCode.REDUCE_MIN: q_reduce.QReduceMin,
+    OpCode.RESIZE: q_resize.QResize,
 }
 
 

@@ -81,3 +81,30 @@ def test_int8_mean_is_tflites_reference_arithmetic_exactly():
     sums = x.astype(np.int64).sum(axis=(1, 2)) - (-3) * n
     want = np.clip(_mbqm(sums, m, shift) + 7, -128, 127)
     np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize(
+    ("op", "align", "half"),
+    [
+        ("RESIZE_BILINEAR", False, False),
+        ("RESIZE_BILINEAR", True, False),
+        ("RESIZE_BILINEAR", False, True),
+        ("RESIZE_NEAREST_NEIGHBOR", False, False),
+        ("RESIZE_NEAREST_NEIGHBOR", True, False),
+    ],
+)
+def test_int8_resize(op, align, half):
+    b = TfliteBuilder()
+    x = b.input("x", [1, 5, 6, 3], np.int8, quant=IN_Q)
+    y = b.output(b.tensor("y", [1, 9, 13, 3], np.int8, quant=IN_Q))
+    options = "ResizeBilinearOptions" if op == "RESIZE_BILINEAR" else "ResizeNearestNeighborOptions"
+    b.op(
+        op,
+        [x, b.const("size", [9, 13], np.int32)],
+        [y],
+        options,
+        AlignCorners=align,
+        HalfPixelCenters=half,
+    )
+    x_value = np.random.default_rng(5).integers(-128, 128, (1, 5, 6, 3)).astype(np.int8)
+    assert_matches_litert(b.build(), {"x": x_value})
