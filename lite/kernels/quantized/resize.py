@@ -89,7 +89,11 @@ class QResize(QuantizedKernel):
             (picked,) = evaluate(kernel, [numbers])
             source = picked.reshape(-1).astype(np.int64)
             flat_x, flat_out = x.reshape(n, c, h * w), out.reshape(n, c, oh * ow)
-            return lambda: np.take(flat_x, source, axis=2, out=flat_out)
+
+            def nearest() -> None:
+                np.take(flat_x, source, axis=2, out=flat_out)
+
+            return nearest
         align, half = self.transform == "align_corners", self.transform == "half_pixel"
         ys, y0, y1 = _coordinates(oh, h, align, half)
         xs, x0, x1 = _coordinates(ow, w, align, half)
