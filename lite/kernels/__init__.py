@@ -37,6 +37,7 @@ from sporenet.lite.kernels.quantized import activation as q_activation
 from sporenet.lite.kernels.quantized import conv as q_conv
 from sporenet.lite.kernels.quantized import convert as q_convert
 from sporenet.lite.kernels.quantized import elementwise as q_elementwise
+from sporenet.lite.kernels.quantized import elementwise_extra as q_elementwise_extra
 from sporenet.lite.kernels.quantized import linear as q_linear
 from sporenet.lite.kernels.quantized import pooling as q_pooling
 from sporenet.lite.kernels.quantized import reduce as q_reduce
@@ -258,6 +259,9 @@ QUANTIZED_KERNELS: dict[OpCode, type[Kernel]] = {
     OpCode.REDUCE_MAX: q_reduce.QReduceMax,
     OpCode.REDUCE_MIN: q_reduce.QReduceMin,
     OpCode.RESIZE: q_resize.QResize,
+    OpCode.MAXIMUM: q_elementwise_extra.QMaximum,
+    OpCode.MINIMUM: q_elementwise_extra.QMinimum,
+    OpCode.LEAKY_RELU: q_elementwise_extra.QLeakyRelu,
 }
 
 

@@ -108,3 +108,16 @@ def test_int8_resize(op, align, half):
     )
     x_value = np.random.default_rng(5).integers(-128, 128, (1, 5, 6, 3)).astype(np.int8)
     assert_matches_litert(b.build(), {"x": x_value})
+
+
+def test_int8_maximum_minimum_and_leaky_relu():
+    b = TfliteBuilder()
+    x = b.input("x", [2, 5, 6, 4], np.int8, quant=IN_Q)
+    y = b.input("y", [4], np.int8, quant=IN_Q)
+    for op in ("MAXIMUM", "MINIMUM"):
+        b.op(op, [x, y], [b.output(b.tensor(op.lower(), [2, 5, 6, 4], np.int8, quant=IN_Q))])
+    for name, out_q in (("leaky_same", IN_Q), ("leaky_rescaled", ([0.03], [5], 0))):
+        out = b.output(b.tensor(name, [2, 5, 6, 4], np.int8, quant=out_q))
+        b.op("LEAKY_RELU", [x], [out], "LeakyReluOptions", Alpha=0.2)
+    y_value = np.array([-100, -3, 0, 90], np.int8)
+    assert_matches_litert(b.build(), {"x": _x(4), "y": y_value})
