@@ -35,6 +35,7 @@ from sporenet.lite.kernels import (
 from sporenet.lite.kernels.base import Kernel, TensorSpec
 from sporenet.lite.kernels.quantized import activation as q_activation
 from sporenet.lite.kernels.quantized import conv as q_conv
+from sporenet.lite.kernels.quantized import conv_transpose as q_conv_transpose
 from sporenet.lite.kernels.quantized import convert as q_convert
 from sporenet.lite.kernels.quantized import elementwise as q_elementwise
 from sporenet.lite.kernels.quantized import elementwise_extra as q_elementwise_extra
@@ -262,6 +263,7 @@ QUANTIZED_KERNELS: dict[OpCode, type[Kernel]] = {
     OpCode.MAXIMUM: q_elementwise_extra.QMaximum,
     OpCode.MINIMUM: q_elementwise_extra.QMinimum,
     OpCode.LEAKY_RELU: q_elementwise_extra.QLeakyRelu,
+    OpCode.CONV2D_BACKPROP_INPUT: q_conv_transpose.QConv2DBackpropInput,
 }
 
 

@@ -121,3 +121,38 @@ def test_int8_maximum_minimum_and_leaky_relu():
         b.op("LEAKY_RELU", [x], [out], "LeakyReluOptions", Alpha=0.2)
     y_value = np.array([-100, -3, 0, 90], np.int8)
     assert_matches_litert(b.build(), {"x": _x(4), "y": y_value})
+
+
+@pytest.mark.parametrize(("padding", "stride", "out"), [(0, 2, 8), (1, 2, 9), (0, 1, 4)])
+def test_int8_transpose_conv(padding, stride, out):
+    # padding 0: SAME, 1: VALID (the schema's Padding); per-channel weights and a bias.
+    rng = np.random.default_rng(6)
+    b = TfliteBuilder()
+    x = b.input("x", [1, 4, 4, 3], np.int8, quant=IN_Q)
+    w_scales = [0.02, 0.05]
+    w = b.tensor(
+        "w",
+        [2, 3, 3, 3],
+        np.int8,
+        data=rng.integers(-127, 128, (2, 3, 3, 3)),
+        quant=(w_scales, [0, 0], 0),
+    )
+    bias = b.tensor(
+        "bias",
+        [2],
+        np.int32,
+        data=rng.integers(-500, 500, 2),
+        quant=([0.05 * s for s in w_scales], [0, 0], 0),
+    )
+    y = b.output(b.tensor("y", [1, out, out, 2], np.int8, quant=([0.1], [4], 0)))
+    b.op(
+        "TRANSPOSE_CONV",
+        [b.const("shape", [1, out, out, 2], np.int32), w, x, bias],
+        [y],
+        "TransposeConvOptions",
+        Padding=padding,
+        StrideW=stride,
+        StrideH=stride,
+    )
+    x_value = rng.integers(-128, 128, (1, 4, 4, 3)).astype(np.int8)
+    assert_matches_litert(b.build(), {"x": x_value})
