@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from sporenet.converter.tflite_import.layout import NCHW, LayoutContext
 from sporenet.converter.tflite_import.ops.common import Handler, apply_fused, fused, fused_attrs
 from sporenet.converter.tflite_import.reader import TfliteOperator
@@ -172,6 +174,6 @@ def transpose_conv(lc: LayoutContext, op: TfliteOperator) -> None:
         **fused_attrs(lc, out, o),
     )
     if has_bias and not lc.quantized(x):
-        bias = lc.constant_value(op.inputs[3], "bias").reshape(-1, 1, 1)
+        bias = lc.constant_value(op.inputs[3], "bias").astype(np.float32).reshape(-1, 1, 1)
         y = lc.emit(OpCode.ADD, [y, lc.ctx.constant(f"{lc.tensor(out).name}/bias", bias)])
     lc.set(out, apply_fused(lc, y, o), NCHW)

@@ -18,6 +18,8 @@ from __future__ import annotations
 import struct
 from typing import Any
 
+import numpy as np
+
 from sporenet.converter.tflite_import.layout import NCHW, LayoutContext
 from sporenet.converter.tflite_import.reader import TfliteOperator
 from sporenet.lite.ops import OpCode
@@ -80,7 +82,7 @@ def transpose_conv_bias(lc: LayoutContext, op: TfliteOperator) -> None:
         pads=[pads[0][0], pads[1][0], pads[0][1], pads[1][1]],
         input_shape=[batch, oc, oh, ow],
     )
-    b = lc.constant_value(bias, "bias").reshape(-1, 1, 1)
+    b = lc.constant_value(bias, "bias").astype(np.float32).reshape(-1, 1, 1)  # float16 too
     y = lc.emit(OpCode.ADD, [y, lc.ctx.constant(f"{lc.tensor(out).name}/bias", b)])
     lc.set(out, y, NCHW)
 

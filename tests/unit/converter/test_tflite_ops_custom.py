@@ -4,6 +4,7 @@ does not register them), and unknown custom ops named in the error."""
 
 from __future__ import annotations
 
+import importlib.util
 import struct
 
 import numpy as np
@@ -143,3 +144,51 @@ def test_short_custom_options_and_unknown_custom_ops_are_named():
         UnsupportedTfliteOpError, match=r"CUSTOM:TFLite_Detection_PostProcess_v9 \(x1\)"
     ):
         convert_tflite(b.build())
+
+
+# LiteRT runs these three ops only through its XNNPACK delegate. Its transposed
+# convolution and its pooled and unpooled values agree with MediaPipe's kernels; its
+# argmax tensor holds the window index as integer bits, column-major, where MediaPipe's
+# kernel writes fy * kw + fx + 0.1 as a float (what this converter follows), so only the
+# pair pool -> unpool is compared.
+needs_litert = pytest.mark.skipif(
+    importlib.util.find_spec("ai_edge_litert") is None,
+    reason="LiteRT (ai-edge-litert, test extra) is the reference",
+)
+
+
+@needs_litert
+def test_convolution_2d_transpose_bias_matches_litert():
+    from tests.unit.converter.tflite_builder import run_litert
+
+    b = TfliteBuilder()
+    x = b.input("x", [1, 4, 6, 3])
+    y = b.output(b.tensor("y", [1, 8, 12, 2]))
+    weights = [b.const("w", rand(2, 4, 4, 3, seed=2)), b.const("bias", rand(2, seed=3))]
+    b.op(
+        "CUSTOM:Convolution2DTransposeBias",
+        [x, *weights],
+        [y],
+        custom_options=struct.pack("<3i", SAME, 2, 2),
+    )
+    feeds = {"x": rand(1, 4, 6, 3, seed=1)}
+    want = run_litert(b.build(), feeds)["y"]
+    np.testing.assert_allclose(_run(b.build(), feeds)["y"], want, rtol=1e-4, atol=1e-5)
+
+
+@needs_litert
+def test_max_pool_with_argmax_then_unpool_matches_litert():
+    from tests.unit.converter.tflite_builder import run_litert
+
+    b = TfliteBuilder()
+    x = b.input("x", [1, 6, 8, 3])
+    p, i = b.tensor("pooled", [1, 3, 4, 3]), b.tensor("index", [1, 3, 4, 3])
+    b.op("CUSTOM:MaxPoolingWithArgmax2D", [x], [p, i], custom_options=_pool_options(VALID, 2, 2))
+    b.output(p)
+    u = b.output(b.tensor("unpooled", [1, 6, 8, 3]))
+    b.op("CUSTOM:MaxUnpooling2D", [p, i], [u], custom_options=_pool_options(VALID, 2, 2))
+    feeds = {"x": rand(1, 6, 8, 3, seed=5)}
+    want = run_litert(b.build(), feeds)
+    got = _run(b.build(), feeds)
+    for name in ("pooled", "unpooled"):
+        np.testing.assert_array_equal(got[name], want[name])
