@@ -20,6 +20,7 @@ IR_TO_NUMPY: dict[int, np.dtype] = {
     DType.UINT16: np.dtype(np.uint16),
     DType.UINT32: np.dtype(np.uint32),
     DType.UINT64: np.dtype(np.uint64),
+    DType.COMPLEX64: np.dtype(np.complex64),
 }
 NUMPY_TO_IR: dict[np.dtype, int] = {v: k for k, v in IR_TO_NUMPY.items()}
 

@@ -28,7 +28,9 @@ class Interpreter:
     A model with a "train" signature has state its graphs write (weights, optimizer
     slots, running statistics): the interpreter keeps writable copies of those tensors in
     `variables`, shared by every signature, so `get_signature_runner("train")` steps and
-    `get_signature_runner("infer")` sees the weights it learned.
+    `get_signature_runner("infer")` sees the weights it learned. A converted streaming
+    model's state (TFLite resource variables) lives there too, so it persists between
+    invokes; `reset_all_variables()` restores it.
     """
 
     def __init__(
@@ -160,6 +162,13 @@ class Interpreter:
             self.model.signature(signature_key)  # raises SignatureError listing the keys
             runner = self._runners[signature_key] = SignatureRunner(self, signature_key)
         return runner
+
+    def reset_all_variables(self) -> None:
+        """Give every variable its value stored in the model again (the streaming state a
+        converted TFLite model keeps between invokes, weights a train graph learned), as a
+        new Interpreter would have it."""
+        for i, array in self.variables.items():
+            np.copyto(array, self.model.tensors[i].data)  # type: ignore[arg-type]
 
     def resize_tensor_input(self, input_index: int, tensor_size: Any) -> None:
         """Change an input's shape (only its dynamic dimensions may change); re-plans."""

@@ -21,6 +21,7 @@ class DType(object):
     UINT16 = 9
     UINT32 = 10
     UINT64 = 11
+    COMPLEX64 = 13
 
 
 class OpCode(object):
@@ -139,6 +140,21 @@ class OpCode(object):
     RNN_GRAD = 312
     IF = 320
     LOOP = 321
+    READ_VARIABLE = 400
+    FLOOR_DIV = 401
+    FLOOR_MOD = 402
+    SIN = 403
+    COS = 404
+    GATHER_ND = 405
+    CUMSUM = 406
+    MAX_POOL_WITH_ARGMAX = 407
+    MAX_UNPOOL = 408
+    RFFT2D = 409
+    COMPLEX_PART = 410
+    ROUND = 411
+    SIGN = 412
+    TOPK = 413
+    SCATTER_ND = 414
 
 
 class SparseFormat(object):

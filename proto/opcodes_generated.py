@@ -151,3 +151,39 @@ class OpCode(enum.IntEnum):
     # implicit...), body outputs (cond, v..., scan...). Node outputs (v_final..., scan...),
     # each scan output stacks its per-iteration values on a new axis 0.
     LOOP = 321
+    # TFLite builtins the ops above do not express (400..499)
+    # READ_VARIABLE: a copy of input 0 (a variable ASSIGN writes) taken where the node runs,
+    # so readers after a later ASSIGN still see the value read.
+    READ_VARIABLE = 400
+    # FLOOR_DIV, FLOOR_MOD: NumPy broadcasting; floor(a / b) and a - floor(a / b) * b (the
+    # remainder takes the divisor's sign); integers exactly, x // 0 and x % 0 give 0.
+    FLOOR_DIV = 401
+    FLOOR_MOD = 402
+    SIN = 403
+    COS = 404
+    # GATHER_ND: inputs (params, indices); indices[..., k] index the first k axes of params.
+    GATHER_ND = 405
+    # CUMSUM: inputs (x, axis scalar); attributes exclusive, reverse (0/1).
+    CUMSUM = 406
+    # MAX_POOL_WITH_ARGMAX (MediaPipe's MaxPoolingWithArgmax2D), NCHW: attributes
+    # kernel_shape [kh, kw], strides, pads [top, left] (the window's start before the
+    # input); outputs (max, index): index = fy * kw + fx + 0.1 of the first maximum in its
+    # window (float32), out-of-input positions never count.
+    MAX_POOL_WITH_ARGMAX = 407
+    # MAX_UNPOOL (MediaPipe's MaxUnpooling2D), NCHW: inputs (values, index as above);
+    # attributes kernel_shape, strides, pads [top, left], output_size [h, w]; each value
+    # goes to the window position its index names (later ones win), zeros elsewhere.
+    MAX_UNPOOL = 408
+    # RFFT2D: inputs (x float32, fft_length [2] constant); the 2-D real FFT over the last two
+    # axes, cropped or zero-padded to fft_length; output complex64 [..., fh, fw / 2 + 1].
+    RFFT2D = 409
+    # COMPLEX_PART: float32 of a complex64 input; attribute part "real", "imag" or "abs".
+    COMPLEX_PART = 410
+    ROUND = 411  # to the nearest integer, ties to even
+    SIGN = 412  # -1, 0 or 1 (0 for NaN's sign is NaN), the input's dtype
+    # TOPK: inputs (x, k scalar constant); outputs (values, int32 indices) of the k largest
+    # along the last axis, largest first, ties by the lower index.
+    TOPK = 413
+    # SCATTER_ND: inputs (indices [..., k], updates, shape constant); zeros of `shape` with
+    # the updates added at the index tuples (duplicates add up).
+    SCATTER_ND = 414

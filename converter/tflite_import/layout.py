@@ -28,6 +28,7 @@ from sporenet.converter.tflite_import.reader import (
     Quant,
     TfliteModel,
     TfliteOperator,
+    TfliteSubgraph,
     TfliteTensor,
 )
 from sporenet.lite.graph import DYNAMIC, Node, Quantization
@@ -60,9 +61,19 @@ def compose(current: Perm, wanted: Perm) -> list[int]:
 class LayoutContext:
     """TFLite tensor index -> (IR tensor index, axis order), on top of an ImportContext."""
 
-    def __init__(self, model: TfliteModel, ctx: ImportContext) -> None:
+    def __init__(
+        self,
+        model: TfliteModel,
+        ctx: ImportContext,
+        graph: TfliteSubgraph | None = None,
+        shared: Any = None,
+    ) -> None:
         self.model = model
+        self.graph = graph if graph is not None else model.main  # the subgraph imported
         self.ctx = ctx
+        # What every subgraph's import shares (resource variables, subgraphs imported):
+        # ops/variables.py and ops/control_flow.py keep it.
+        self.shared = shared
         self.held: dict[int, tuple[int, Perm]] = {}
         self._orders: dict[tuple[int, Perm], int] = {}
         # TFLite tensors that are float16 constants widened by DEQUANTIZE: held as the
@@ -73,12 +84,21 @@ class LayoutContext:
 
     # ---- reading TFLite tensors
     def tensor(self, index: int) -> TfliteTensor:
-        return self.model.tensors[index]
+        return self.graph.tensors[index]
+
+    @property
+    def where(self) -> str:
+        """The operator being imported, for error messages."""
+        op, s = self.op, self.graph.index
+        graph = f"subgraph {s} " if s else ""
+        return f"{graph}operator {op.index} ({op.op})" if op is not None else "the model"
+
+    def sub(self, graph: TfliteSubgraph, ctx: ImportContext) -> LayoutContext:
+        """A context importing another subgraph of the model, sharing `shared`."""
+        return LayoutContext(self.model, ctx, graph, self.shared)
 
     def fail(self, message: str) -> ConversionError:
-        op = self.op
-        where = f"operator {op.index} ({op.op})" if op is not None else "the model"
-        return ConversionError(f"{where}: {message}")
+        return ConversionError(f"{self.where}: {message}")
 
     def constant_value(self, index: int, what: str) -> np.ndarray:
         """The value of a TFLite input that must be a constant (axes, shapes, paddings)."""

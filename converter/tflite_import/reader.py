@@ -36,6 +36,7 @@ DTYPES: dict[int, np.dtype] = {
     tfl.TensorType.INT8: np.dtype(np.int8),
     tfl.TensorType.UINT8: np.dtype(np.uint8),
     tfl.TensorType.BOOL: np.dtype(np.bool_),
+    tfl.TensorType.COMPLEX64: np.dtype(np.complex64),
 }
 TYPE_NAMES = {v: k for k, v in vars(tfl.TensorType).items() if not k.startswith("_")}
 BUILTIN_NAMES: dict[int, str] = {
@@ -77,18 +78,52 @@ class TfliteOperator:
     outputs: list[int]
     options: Any = None  # the decoded builtin options table, or None
     index: int = 0
+    custom_options: bytes | None = None  # a custom op's options, as the file stores them
+
+
+@dataclass
+class TfliteSubgraph:
+    """One subgraph: its own tensor table, operators in execution order, inputs, outputs."""
+
+    name: str
+    tensors: list[TfliteTensor]
+    operators: list[TfliteOperator]
+    inputs: list[int]
+    outputs: list[int]
+    index: int = 0
 
 
 @dataclass
 class TfliteModel:
     version: int
     description: str
-    tensors: list[TfliteTensor]
-    operators: list[TfliteOperator]
-    inputs: list[int]
-    outputs: list[int]
-    num_subgraphs: int = 1
+    subgraphs: list[TfliteSubgraph]
     signature_names: dict[str, str] = field(default_factory=dict)
+
+    # The first subgraph is the model; control flow and CALL_ONCE name the others.
+    @property
+    def main(self) -> TfliteSubgraph:
+        return self.subgraphs[0]
+
+    @property
+    def tensors(self) -> list[TfliteTensor]:
+        return self.subgraphs[0].tensors
+
+    @property
+    def operators(self) -> list[TfliteOperator]:
+        return self.subgraphs[0].operators
+
+    @property
+    def inputs(self) -> list[int]:
+        return self.subgraphs[0].inputs
+
+    @property
+    def outputs(self) -> list[int]:
+        return self.subgraphs[0].outputs
+
+    @property
+    def num_subgraphs(self) -> int:
+        return len(self.subgraphs)
 
 
 def is_tflite(data: bytes | bytearray | memoryview) -> bool:
@@ -112,13 +147,45 @@ def read_tflite(data: bytes) -> TfliteModel:
         raise InvalidTfliteError(f"malformed .tflite file: {type(exc).__name__}: {exc}") from None
 
 
+MAX_CUSTOM_OPTIONS = 1 << 20
+"""Largest custom-options blob read (1 MiB): MediaPipe's are a few dozen bytes."""
+
+
 def _read(data: bytes) -> TfliteModel:
     model = tfl.Model.GetRootAs(data, 0)
-    if model.SubgraphsLength() < 1:
+    count = model.SubgraphsLength()
+    if count < 1:
         raise InvalidTfliteError("the .tflite model has no subgraph")
     buffers = [_buffer(data, model, i) for i in range(model.BuffersLength())]
     codes = [_op_name(model.OperatorCodes(i)) for i in range(model.OperatorCodesLength())]
-    graph = model.Subgraphs(0)
+    subgraphs = [
+        _subgraph(data, model.Subgraphs(s), s, count, buffers, codes) for s in range(count)
+    ]
+    description = model.Description()
+    return TfliteModel(
+        version=model.Version(),
+        description=description.decode("utf-8", "replace") if description else "",
+        subgraphs=subgraphs,
+    )
+
+
+# Options naming other subgraphs, checked against the model's subgraph count.
+SUBGRAPH_FIELDS = {
+    "CALL_ONCE": ("InitSubgraphIndex",),
+    "IF": ("ThenSubgraphIndex", "ElseSubgraphIndex"),
+    "WHILE": ("CondSubgraphIndex", "BodySubgraphIndex"),
+}
+
+
+def _subgraph(
+    data: bytes,
+    graph: Any,
+    s: int,
+    count: int,
+    buffers: list[np.ndarray | None],
+    codes: list[str],
+) -> TfliteSubgraph:
+    where = f"subgraph {s}"
     tensors = [_tensor(graph.Tensors(i), buffers, i) for i in range(graph.TensorsLength())]
     n = len(tensors)
 
@@ -126,7 +193,7 @@ def _read(data: bytes) -> TfliteModel:
         out = [int(v) for v in (values if not isinstance(values, int) else [])]
         for v in out:
             if not (0 <= v < n or (optional and v == -1)):
-                raise InvalidTfliteError(f"{what} refers to tensor {v}; the model has {n}")
+                raise InvalidTfliteError(f"{where}: {what} refers to tensor {v}; it has {n}")
         return out
 
     operators = []
@@ -135,33 +202,62 @@ def _read(data: bytes) -> TfliteModel:
         code = op.OpcodeIndex()
         if not 0 <= code < len(codes):
             raise InvalidTfliteError(
-                f"operator {k} has opcode index {code}; the model has {len(codes)} operator codes"
+                f"{where}: operator {k} has opcode index {code}; the model has "
+                f"{len(codes)} operator codes"
             )
+        name = codes[code]
         options = None
         table = op.BuiltinOptions()
         cls = OPTION_CLASSES.get(op.BuiltinOptionsType())
         if table is not None and cls is not None:
             options = cls()
             options.Init(table.Bytes, table.Pos)
+        for field_name in SUBGRAPH_FIELDS.get(name, ()):
+            target = getattr(options, field_name)() if hasattr(options, field_name) else -1
+            if not 0 < target < count:
+                raise InvalidTfliteError(
+                    f"{where}: operator {k} ({name}) has {field_name} {target}; the "
+                    f"model's other subgraphs are 1..{count - 1}"
+                )
         operators.append(
             TfliteOperator(
-                op=codes[code],
-                inputs=indices(op.InputsAsNumpy(), f"operator {k} ({codes[code]})", optional=True),
-                outputs=indices(op.OutputsAsNumpy(), f"operator {k} ({codes[code]})"),
+                op=name,
+                inputs=indices(op.InputsAsNumpy(), f"operator {k} ({name})", optional=True),
+                outputs=indices(op.OutputsAsNumpy(), f"operator {k} ({name})"),
                 options=options,
                 index=k,
+                custom_options=_custom_options(data, op, f"{where}: operator {k} ({name})"),
             )
         )
-    description = model.Description()
-    return TfliteModel(
-        version=model.Version(),
-        description=description.decode("utf-8", "replace") if description else "",
+    label = graph.Name()
+    return TfliteSubgraph(
+        name=label.decode("utf-8", "replace") if label else f"subgraph_{s}",
         tensors=tensors,
         operators=operators,
         inputs=indices(graph.InputsAsNumpy(), "the graph's inputs"),
         outputs=indices(graph.OutputsAsNumpy(), "the graph's outputs"),
-        num_subgraphs=model.SubgraphsLength(),
+        index=s,
     )
+
+
+def _custom_options(data: bytes, op: Any, where: str) -> bytes | None:
+    """A custom op's options: inline, or past the FlatBuffer (large models)."""
+    offset, size = int(op.LargeCustomOptionsOffset()), int(op.LargeCustomOptionsSize())
+    if offset > 1:
+        if size > MAX_CUSTOM_OPTIONS or offset + size > len(data):
+            raise InvalidTfliteError(
+                f"{where}: custom options span bytes {offset}..{offset + size} of the "
+                f"{len(data)}-byte file (at most {MAX_CUSTOM_OPTIONS} bytes are read)"
+            )
+        return bytes(data[offset : offset + size])
+    if op.CustomOptionsLength() == 0:
+        return None
+    if op.CustomOptionsLength() > MAX_CUSTOM_OPTIONS:
+        raise InvalidTfliteError(
+            f"{where}: {op.CustomOptionsLength()} bytes of custom options, more than "
+            f"{MAX_CUSTOM_OPTIONS}"
+        )
+    return op.CustomOptionsAsNumpy().tobytes()
 
 
 def _op_name(code: Any) -> str:

@@ -4,12 +4,16 @@ from __future__ import annotations
 
 from sporenet.lite.errors import UnsupportedOpError
 from sporenet.lite.kernels import (
+    argmax_pool,
     control_flow,
     conv,
     conv_transpose,
+    cumsum,
     dynamic_quantize,
     elementwise,
     fake_quant,
+    fft,
+    gather_nd,
     layer_norm,
     linear,
     normalization,
@@ -21,17 +25,24 @@ from sporenet.lite.kernels import (
     reduce,
     reshape,
     resize,
+    scatter_nd,
     softmax,
+    state,
+    topk,
     transform,
     unary,
 )
 from sporenet.lite.kernels.base import Kernel, TensorSpec
 from sporenet.lite.kernels.quantized import activation as q_activation
 from sporenet.lite.kernels.quantized import conv as q_conv
+from sporenet.lite.kernels.quantized import conv_transpose as q_conv_transpose
 from sporenet.lite.kernels.quantized import convert as q_convert
 from sporenet.lite.kernels.quantized import elementwise as q_elementwise
+from sporenet.lite.kernels.quantized import elementwise_extra as q_elementwise_extra
 from sporenet.lite.kernels.quantized import linear as q_linear
 from sporenet.lite.kernels.quantized import pooling as q_pooling
+from sporenet.lite.kernels.quantized import reduce as q_reduce
+from sporenet.lite.kernels.quantized import resize as q_resize
 from sporenet.lite.kernels.quantized import shape as q_shape
 from sporenet.lite.kernels.quantized import softmax as q_softmax
 from sporenet.lite.kernels.quantized.base import is_quantized
@@ -177,6 +188,22 @@ KERNELS: dict[OpCode, type[Kernel]] = {
     # quantization boundaries (float or float16 in; see QUANTIZED_KERNELS for int8 in)
     OpCode.QUANTIZE: q_convert.Quantize,
     OpCode.DEQUANTIZE: q_convert.Dequantize,
+    # TFLite builtins (tfliteops): variables, floor division, trigonometry, gathers, sums
+    OpCode.READ_VARIABLE: state.ReadVariable,
+    OpCode.FLOOR_DIV: elementwise.FloorDiv,
+    OpCode.FLOOR_MOD: elementwise.FloorMod,
+    OpCode.SIN: unary.Sin,
+    OpCode.COS: unary.Cos,
+    OpCode.GATHER_ND: gather_nd.GatherNd,
+    OpCode.CUMSUM: cumsum.CumSum,
+    OpCode.MAX_POOL_WITH_ARGMAX: argmax_pool.MaxPoolWithArgmax,
+    OpCode.MAX_UNPOOL: argmax_pool.MaxUnpool,
+    OpCode.RFFT2D: fft.Rfft2d,
+    OpCode.COMPLEX_PART: fft.ComplexPart,
+    OpCode.ROUND: unary.Round,
+    OpCode.SIGN: unary.Sign,
+    OpCode.TOPK: topk.TopK,
+    OpCode.SCATTER_ND: scatter_nd.ScatterNd,
 }
 
 QUANTIZED_KERNELS: dict[OpCode, type[Kernel]] = {
@@ -215,6 +242,28 @@ QUANTIZED_KERNELS: dict[OpCode, type[Kernel]] = {
     OpCode.SLICE: q_shape.QSlice,
     OpCode.CONCAT: q_shape.QConcat,
     OpCode.PAD: q_shape.QPad,
+    # TFLite resource variables (tfliteops): the stored integers are read and written as
+    # they are, as TFLite does
+    OpCode.ASSIGN: optimizers.Assign,
+    OpCode.READ_VARIABLE: q_shape.QReadVariable,
+    # int8 data movement with the input's parameters (tfliteops)
+    OpCode.SPLIT: q_shape.QSplit,
+    OpCode.GATHER: q_shape.QGather,
+    OpCode.GATHER_ND: q_shape.QGatherNd,
+    OpCode.TILE: q_shape.QTile,
+    OpCode.EXPAND: q_shape.QExpand,
+    OpCode.DEPTH_TO_SPACE: q_shape.QDepthToSpace,
+    OpCode.SPACE_TO_DEPTH: q_shape.QSpaceToDepth,
+    # int8 reductions with TFLite's integer semantics (tfliteops)
+    OpCode.REDUCE_MEAN: q_reduce.QReduceMean,
+    OpCode.REDUCE_SUM: q_reduce.QReduceSum,
+    OpCode.REDUCE_MAX: q_reduce.QReduceMax,
+    OpCode.REDUCE_MIN: q_reduce.QReduceMin,
+    OpCode.RESIZE: q_resize.QResize,
+    OpCode.MAXIMUM: q_elementwise_extra.QMaximum,
+    OpCode.MINIMUM: q_elementwise_extra.QMinimum,
+    OpCode.LEAKY_RELU: q_elementwise_extra.QLeakyRelu,
+    OpCode.CONV2D_BACKPROP_INPUT: q_conv_transpose.QConv2DBackpropInput,
 }
 
 

@@ -215,3 +215,49 @@ class Less(BinaryKernel):
     op = OpCode.LESS
     ufunc = np.less
     result_dtype = np.dtype(np.bool_)
+
+
+# ---- TFLite's floor division and modulo
+
+
+class FloorDiv(BinaryKernel):
+    """floor(a / b); integers exactly (x // 0 gives 0), floats as floor of the quotient."""
+
+    op = OpCode.FLOOR_DIV
+    ufunc = np.floor_divide
+
+    def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
+        a, b, out = inputs[0], inputs[1], outputs[0]
+        if out.dtype.kind == "f":
+
+            def compute() -> None:
+                # TFLite divides, then floors (numpy's floor_divide may differ by one ulp
+                # of the quotient where a / b rounds up to an integer).
+                with np.errstate(divide="ignore", invalid="ignore"):
+                    np.divide(a, b, out=out)
+                np.floor(out, out=out)
+
+            return compute
+
+        def integer() -> None:
+            with np.errstate(divide="ignore", invalid="ignore"):
+                np.floor_divide(a, b, out=out)
+
+        return integer
+
+
+class FloorMod(BinaryKernel):
+    """a - floor(a / b) * b: the remainder takes the divisor's sign (x % 0 gives 0 for
+    integers)."""
+
+    op = OpCode.FLOOR_MOD
+    ufunc = np.mod
+
+    def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
+        a, b, out = inputs[0], inputs[1], outputs[0]
+
+        def compute() -> None:
+            with np.errstate(divide="ignore", invalid="ignore"):
+                np.mod(a, b, out=out)
+
+        return compute

@@ -1,4 +1,5 @@
-"""Pad (ONNX semantics): modes constant, reflect, edge and wrap, on tensors of any rank.
+"""Pad (ONNX semantics): modes constant, reflect, edge and wrap, and symmetric (reflect
+including the edge, TFLite's MIRROR_PAD SYMMETRIC), on tensors of any rank.
 
 Pads come from the `pads` attribute or a constant second input, in ONNX order
 [x1_begin, x2_begin, ..., x1_end, x2_end]; negative pads crop. The fill value comes from
@@ -19,7 +20,7 @@ import numpy as np
 from sporenet.lite.kernels.base import Attrs, Compute, Kernel, TensorSpec
 from sporenet.lite.ops import OpCode
 
-MODES = ("constant", "reflect", "edge", "wrap")
+MODES = ("constant", "reflect", "edge", "wrap", "symmetric")
 
 
 class Pad(Kernel):
@@ -73,7 +74,7 @@ class Pad(Kernel):
                     f"reflect pads {max(b, e)} on axis {a} must be smaller than its size "
                     f"after cropping ({kept})"
                 )
-            if self.mode == "wrap" and max(b, e) > kept:
+            if self.mode in ("wrap", "symmetric") and max(b, e) > kept:
                 raise self.fail(f"wrap pads on axis {a} must not exceed its size ({kept})")
             shape.append(kept + max(b, 0) + max(e, 0))
         self.output_specs = [TensorSpec(tuple(shape), x.dtype)]
@@ -124,6 +125,16 @@ class Pad(Kernel):
                     )
                     if source.stop is not None and source.stop < 0:
                         source = slice(source.start, None, -1)
+                elif self.mode == "symmetric":
+                    # reflect including the edge: out[lo - 1 - i] = out[lo + i] and
+                    # out[hi + i] = out[hi - 1 - i]
+                    source = (
+                        slice(lo + width - 1, lo - 1 if lo else None, -1)
+                        if at_begin
+                        else slice(
+                            lo + n - 1, lo + n - 1 - width if lo + n - 1 - width >= 0 else None, -1
+                        )
+                    )
                 else:  # wrap: the far end of the interior
                     source = slice(lo + n - width, lo + n) if at_begin else slice(lo, lo + width)
                 src_view = out[region(source)]

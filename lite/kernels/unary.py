@@ -467,3 +467,37 @@ class Square(UnaryKernel):
 
     def compute(self, x: np.ndarray, out: np.ndarray, *scratch: np.ndarray) -> None:
         np.square(x, out=out)
+
+
+# ---- trigonometry (TFLite's SIN and COS)
+
+
+class Sin(UnaryKernel):
+    op = OpCode.SIN
+
+    def compute(self, x: np.ndarray, out: np.ndarray, *scratch: np.ndarray) -> None:
+        np.sin(x, out=out)
+
+
+class Cos(UnaryKernel):
+    op = OpCode.COS
+
+    def compute(self, x: np.ndarray, out: np.ndarray, *scratch: np.ndarray) -> None:
+        np.cos(x, out=out)
+
+
+class Round(UnaryKernel):
+    """Ties to even (TFLite's ROUND, NumPy's rint)."""
+
+    op = OpCode.ROUND
+
+    def compute(self, x: np.ndarray, out: np.ndarray, *scratch: np.ndarray) -> None:
+        np.rint(x, out=out)
+
+
+class Sign(UnaryKernel):
+    op = OpCode.SIGN
+    float_only = False
+
+    def compute(self, x: np.ndarray, out: np.ndarray, *scratch: np.ndarray) -> None:
+        np.sign(x, out=out)

@@ -3,14 +3,37 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
+
+import numpy as np
 
 from sporenet.converter.tflite_import.layout import LayoutContext, Perm, identity
 from sporenet.converter.tflite_import.reader import TfliteOperator
+from sporenet.lite.graph import Quantization
 from sporenet.lite.ops import OpCode
 from sporenet.proto import tflite_schema_generated as tfl
 
 Handler = Callable[[LayoutContext, TfliteOperator], None]
+
+
+@dataclass
+class Shared:
+    """What the imports of one model's subgraphs share (LayoutContext.shared)."""
+
+    # VAR_HANDLE outputs, (subgraph, TFLite tensor) -> the variable's key
+    handles: dict[tuple[int, int], str] = field(default_factory=dict)
+    # variable key -> the IR tensor holding its value (a constant ASSIGN writes)
+    variables: dict[str, int] = field(default_factory=dict)
+    # variable key -> the value CALL_ONCE's init subgraph assigns, as stored
+    initial: dict[str, tuple[np.ndarray, Quantization | None]] = field(default_factory=dict)
+    initializing: bool = False  # importing an init subgraph: its assignments are initial values
+    called: set[int] = field(default_factory=set)  # init subgraphs already run
+    depth: int = 0  # subgraph imports in progress (bounded: a hostile file may nest them)
+    detached: int = 0  # IR subgraphs (IF branches, LOOP bodies) being imported
+    # TFLite op type -> the IR ops its nodes used (filled when a caller asks, for tests)
+    emitted: dict[str, set[OpCode]] | None = None
+
 
 # TFLite ActivationFunctionType -> the IR's fused `activation` attributes.
 FUSED: dict[int, dict[str, Any]] = {

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from sporenet.converter.tflite_import.layout import NCHW, LayoutContext
 from sporenet.converter.tflite_import.ops.common import Handler, apply_fused, fused, fused_attrs
 from sporenet.converter.tflite_import.reader import TfliteOperator
@@ -157,16 +159,21 @@ def transpose_conv(lc: LayoutContext, op: TfliteOperator) -> None:
     ):
         raise lc.fail(f"output shape {[n, oh, ow, oc]} is smaller than the input allows")
     batch = -1 if lc.shape(out)[0] == -1 else n
+    has_bias = len(op.inputs) > 3 and op.inputs[3] != -1
+    inputs = [lc.get(x, NCHW), lc.get(w, (3, 0, 1, 2))]  # (O, kh, kw, I) -> (I, O, kh, kw)
+    if lc.quantized(x):  # the int8 kernel adds the int32 bias (input 3) itself
+        inputs += [-1, lc.get(op.inputs[3])] if has_bias else []
     y = lc.emit(
         OpCode.CONV2D_BACKPROP_INPUT,
-        [lc.get(x, NCHW), lc.get(w, (3, 0, 1, 2))],  # (O, kh, kw, I) -> (I, O, kh, kw)
+        inputs,
         out=out,
         order=NCHW,
         strides=list(strides),
         pads=pads,
         input_shape=[batch, oc, oh, ow],
+        **fused_attrs(lc, out, o),
     )
-    if len(op.inputs) > 3 and op.inputs[3] != -1:
-        bias = lc.constant_value(op.inputs[3], "bias").reshape(-1, 1, 1)
+    if has_bias and not lc.quantized(x):
+        bias = lc.constant_value(op.inputs[3], "bias").astype(np.float32).reshape(-1, 1, 1)
         y = lc.emit(OpCode.ADD, [y, lc.ctx.constant(f"{lc.tensor(out).name}/bias", bias)])
     lc.set(out, apply_fused(lc, y, o), NCHW)

@@ -32,9 +32,11 @@ def unary(kind: OpCode, **attrs: object) -> Handler:
 
 
 def leaky_relu(lc: LayoutContext, op: TfliteOperator) -> None:
-    x = op.inputs[0]
-    y = lc.emit(OpCode.LEAKY_RELU, [lc.get(x, lc.perm(x))], alpha=float(op.options.Alpha()))
-    lc.set(op.outputs[0], y, lc.perm(x))
+    x, out = op.inputs[0], op.outputs[0]
+    order = lc.perm(x)
+    alpha = float(op.options.Alpha())
+    y = lc.emit(OpCode.LEAKY_RELU, [lc.get(x, order)], out=out, order=order, alpha=alpha)
+    lc.set(out, y, order)
 
 
 def relu_n1_to_1(lc: LayoutContext, op: TfliteOperator) -> None:

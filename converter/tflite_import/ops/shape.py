@@ -14,15 +14,51 @@ from sporenet.lite.ops import OpCode
 
 
 def reshape(lc: LayoutContext, op: TfliteOperator) -> None:
+    """The output's shape signature is the target when it leaves at most one dimension
+    open; else the shape input, a constant or a value computed from the dynamic input
+    dimensions (then the runtime reshapes by it once the model is planned)."""
     out = op.outputs[0]
     target = list(lc.shape(out))
-    if target.count(-1) > 1:
+    x = lc.get(op.inputs[0])
+    if target.count(-1) <= 1:
+        lc.set(out, lc.emit(OpCode.RESHAPE, [x], out=out, shape=target))
+        return
+    given = op.inputs[1] if len(op.inputs) > 1 else -1
+    if given == -1 or given not in lc.held:
         raise lc.fail(f"output shape {target} has more than one open dimension")
-    lc.set(out, lc.emit(OpCode.RESHAPE, [lc.get(op.inputs[0])], out=out, shape=target))
+    shape = lc.get(given)
+    value = lc.ctx.value(shape)
+    if value is not None:
+        target = [int(v) for v in value.reshape(-1)]
+        if target.count(-1) > 1:
+            raise lc.fail(f"shape {target} has more than one open dimension")
+        lc.set(out, lc.emit(OpCode.RESHAPE, [x], out=out, shape=target, allowzero=1))
+        return
+    if lc.ctx.view_values(shape) is None:
+        raise lc.fail(
+            f"output shape {target} has more than one open dimension and the shape input "
+            "is not computed from the input's dimensions"
+        )
+    # A 0 in TFLite's shape is a zero-size dimension (allowzero), not a copied one.
+    lc.set(out, lc.emit(OpCode.RESHAPE, [x, shape], out=out, allowzero=1))
 
 
 def squeeze(lc: LayoutContext, op: TfliteOperator) -> None:
-    reshape(lc, op)  # the output's shape says which axes go
+    """A SQUEEZE of the squeeze_dims option's axes (every size-1 axis without it)."""
+    x, out = op.inputs[0], op.outputs[0]
+    rank = lc.rank(x)
+    dims = [int(d) for d in op.options.SqueezeDimsAsNumpy()] if _has_dims(op) else []
+    if any(not -rank <= d < rank for d in dims):
+        raise lc.fail(f"squeeze_dims {dims} are out of range for rank {rank}")
+    axes = sorted({d % rank for d in dims})
+    if not axes:
+        axes = [a for a, d in enumerate(lc.shape(x)) if d == 1]
+    y = lc.emit(OpCode.SQUEEZE, [lc.get(x)], out=out, axes=axes)
+    lc.set(out, y)
+
+
+def _has_dims(op: TfliteOperator) -> bool:
+    return op.options is not None and op.options.SqueezeDimsLength() > 0
 
 
 def transpose(lc: LayoutContext, op: TfliteOperator) -> None:
@@ -131,21 +167,29 @@ def resize(mode: str) -> Handler:
 _WIDE = 2**31 - 1  # an end past any axis (ONNX clamps it)
 
 
-def strided_slice(lc: LayoutContext, op: TfliteOperator) -> None:
-    o = op.options
-    x, out = op.inputs[0], op.outputs[0]
-    if o is not None and (o.EllipsisMask() or o.NewAxisMask() or o.Offset()):
-        raise lc.fail("ellipsis_mask, new_axis_mask and offset are not supported")
+def _bounds(
+    lc: LayoutContext, op: TfliteOperator, k: int, what: str, default: int | None = None
+) -> list[list[int]]:
+    """Input k of a slice (begin, end, strides) under each assignment of the dynamic
+    dimensions: one list when it is a constant, one per probe when it is computed from a
+    dynamic dimension (SHAPE arithmetic)."""
+    index = op.inputs[k] if k < len(op.inputs) else -1
+    if index == -1 and default is not None:
+        return [[default] * len(_bounds(lc, op, 1, "begin")[0])]
+    if index != -1 and lc.tensor(index).data is None and index in lc.held:
+        ir = lc.held[index][0]
+        if lc.ctx.value(ir) is None and (values := lc.ctx.view_values(ir)) is not None:
+            return [[int(v) for v in np.ravel(value)] for value in values]
+    return [[int(v) for v in lc.constant_value(index, what).reshape(-1)]]
+
+
+def _slice_params(
+    o: Any, begins: list[int], ends: list[int], steps: list[int], shape: tuple[int, ...]
+) -> tuple[list[int], list[int], list[int]]:
+    """ONNX-style starts and ends of a TFLite STRIDED_SLICE on an input of `shape`, and
+    the sliced sizes (before shrinking)."""
     begin_mask, end_mask = (o.BeginMask(), o.EndMask()) if o is not None else (0, 0)
     shrink = o.ShrinkAxisMask() if o is not None else 0
-    begins = [int(v) for v in lc.constant_value(op.inputs[1], "begin").reshape(-1)]
-    ends = [int(v) for v in lc.constant_value(op.inputs[2], "end").reshape(-1)]
-    steps = (
-        [int(v) for v in lc.constant_value(op.inputs[3], "strides").reshape(-1)]
-        if len(op.inputs) > 3 and op.inputs[3] != -1
-        else [1] * len(begins)
-    )
-    shape = lc.tensor(x).shape
     starts, stops, sliced = [], [], []
     for a, (b, e, step) in enumerate(zip(begins, ends, steps, strict=True)):
         if begin_mask >> a & 1:
@@ -158,14 +202,50 @@ def strided_slice(lc: LayoutContext, op: TfliteOperator) -> None:
         starts.append(b)
         stops.append(e)
         sliced.append(len(range(*slice(b, min(e, _WIDE), step).indices(shape[a]))))
-    sliced += shape[len(begins) :]
+    return starts, stops, sliced + list(shape[len(begins) :])
+
+
+def strided_slice(lc: LayoutContext, op: TfliteOperator) -> None:
+    o = op.options
+    x, out = op.inputs[0], op.outputs[0]
+    if o is not None and (o.EllipsisMask() or o.NewAxisMask() or o.Offset()):
+        raise lc.fail("ellipsis_mask, new_axis_mask and offset are not supported")
+    shrink = o.ShrinkAxisMask() if o is not None else 0
+    begins, ends = _bounds(lc, op, 1, "begin"), _bounds(lc, op, 2, "end")
+    steps = _bounds(lc, op, 3, "strides", default=1)
+    xi = lc.get(x)
+    views = max(len(begins), len(ends), len(steps))
+    per_view = [
+        _slice_params(
+            o,
+            begins[min(v, len(begins) - 1)],
+            ends[min(v, len(ends) - 1)],
+            steps[min(v, len(steps) - 1)],
+            lc.ctx.views[v][xi].shape,
+        )
+        for v in range(views)
+    ]
+    starts, stops, sliced = per_view[0]
+    step_list = steps[0]
+    for other, view in zip(per_view[1:], range(1, views), strict=True):
+        for a, (b0, e0, b1, e1) in enumerate(zip(starts, stops, other[0], other[1], strict=True)):
+            if (b0, e0) == (b1, e1):
+                continue
+            dims = [lc.ctx.views[v][xi].shape[a] for v in (0, view)]
+            # bounds that follow a dynamic dimension: the whole axis in every probe
+            if step_list[a] == 1 and b0 == b1 == 0 and e0 >= dims[0] and e1 >= dims[1]:
+                stops[a] = _WIDE
+                continue
+            raise lc.fail(
+                f"the slice of axis {a} depends on a dynamic input dimension "
+                f"({[b0, e0]} or {[b1, e1]}); fix that dimension with --input-shape"
+            )
     attrs: dict[str, Any] = {
         "starts": starts,
         "ends": stops,
-        "axes": list(range(len(begins))),
-        "steps": steps,
+        "axes": list(range(len(starts))),
+        "steps": step_list,
     }
-    xi = lc.get(x)
     if not shrink:
         lc.set(out, lc.emit(OpCode.SLICE, [xi], out=out, **attrs))
         return
@@ -206,8 +286,15 @@ def split_v(lc: LayoutContext, op: TfliteOperator) -> None:
 
 
 def expand_dims(lc: LayoutContext, op: TfliteOperator) -> None:
-    out = op.outputs[0]
-    lc.set(out, lc.emit(OpCode.RESHAPE, [lc.get(op.inputs[0])], out=out, shape=list(lc.shape(out))))
+    """An UNSQUEEZE at the axis input (from the end when negative), so dynamic dimensions
+    stay what they are."""
+    x, out = op.inputs[0], op.outputs[0]
+    rank = lc.rank(x) + 1
+    axis = int(lc.constant_value(op.inputs[1], "axis").reshape(-1)[0])
+    if not -rank <= axis < rank:
+        raise lc.fail(f"axis {axis} is out of range for an output of rank {rank}")
+    y = lc.emit(OpCode.UNSQUEEZE, [lc.get(x)], out=out, axes=[axis % rank])
+    lc.set(out, y)
 
 
 def pack(lc: LayoutContext, op: TfliteOperator) -> None:
@@ -251,6 +338,12 @@ def gather(lc: LayoutContext, op: TfliteOperator) -> None:
 
 def cast(lc: LayoutContext, op: TfliteOperator) -> None:
     x, out = op.inputs[0], op.outputs[0]
-    dtype = lc.tensor(out).dtype
-    y = lc.emit(OpCode.CAST, [lc.get(x, lc.perm(x))], to=np.dtype(dtype).name)
-    lc.set(out, y, lc.perm(x))
+    dtype = np.dtype(lc.tensor(out).dtype)
+    xi = lc.get(x, lc.perm(x))
+    if lc.tensor(x).dtype == np.complex64 and dtype != np.complex64:
+        # TFLite casts a complex value to a real type by its real part.
+        xi = lc.emit(OpCode.COMPLEX_PART, [xi], part="real")
+        if dtype == np.float32:
+            lc.set(out, xi, lc.perm(x))
+            return
+    lc.set(out, lc.emit(OpCode.CAST, [xi], to=dtype.name), lc.perm(x))

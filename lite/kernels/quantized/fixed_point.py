@@ -69,8 +69,21 @@ class Requantizer:
     and writes the narrow result into `out`.
     """
 
-    def __init__(self, real: np.ndarray | float, zero_point: int, lo: int, hi: int) -> None:
-        m, shift = quantize_multipliers(np.asarray(real, np.float64))
+    def __init__(
+        self,
+        real: np.ndarray | float,
+        zero_point: int,
+        lo: int,
+        hi: int,
+        *,
+        fixed: tuple[int, int] | None = None,
+    ) -> None:
+        # `fixed`: a (M, shift) pair computed by the caller (TFLite adjusts some, e.g. the
+        # mean's 1/n folded into M), used as it is instead of quantizing `real`.
+        if fixed is None:
+            m, shift = quantize_multipliers(np.asarray(real, np.float64))
+        else:
+            m, shift = np.array(fixed[0], np.int64), np.array(fixed[1], np.int64)
         self.left = np.left_shift(1, np.maximum(shift, 0)).astype(np.int64)
         self.multiplier = m * self.left  # x * 2^left * M never leaves int64 for int32 x
         right = np.maximum(-shift, 0)

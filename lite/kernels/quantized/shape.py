@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from sporenet.lite.kernels import pad, reshape, transform
+from sporenet.lite.kernels import gather_nd, pad, reshape, state, transform
 from sporenet.lite.kernels.base import Attrs, Compute, Kernel, TensorSpec
 from sporenet.lite.kernels.quantized.base import QuantizedKernel, dtype_range, is_quantized
 from sporenet.lite.kernels.quantized.fixed_point import Requantizer, round_half_away
@@ -49,6 +49,15 @@ QSqueeze = passthrough(transform.Squeeze)
 QUnsqueeze = passthrough(transform.Unsqueeze)
 QTranspose = passthrough(transform.Transpose)
 QSlice = passthrough(transform.Slice)
+# data movement TFLite runs on int8 with the input's parameters (tfliteops)
+QReadVariable = passthrough(state.ReadVariable)
+QSplit = passthrough(transform.Split)
+QGather = passthrough(transform.Gather)
+QGatherNd = passthrough(gather_nd.GatherNd)
+QTile = passthrough(transform.Tile)
+QExpand = passthrough(transform.Expand)
+QDepthToSpace = passthrough(transform.DepthToSpace)
+QSpaceToDepth = passthrough(transform.SpaceToDepth)
 
 
 class QPad(pad.Pad):

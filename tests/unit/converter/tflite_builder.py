@@ -18,20 +18,35 @@ TYPES = {
     np.dtype(np.int64): tfl.TensorType.INT64,
     np.dtype(np.int8): tfl.TensorType.INT8,
     np.dtype(np.uint8): tfl.TensorType.UINT8,
+    np.dtype(np.int16): tfl.TensorType.INT16,
+    np.dtype(np.bool_): tfl.TensorType.BOOL,
+    np.dtype(np.complex64): tfl.TensorType.COMPLEX64,
 }
+RESOURCE = "resource"  # the dtype of a VAR_HANDLE output
 SAME = tfl.Padding.SAME
 
 
 class TfliteBuilder:
-    """Collects tensors and operators of one subgraph, then writes the .tflite bytes."""
+    """Collects tensors and operators of one subgraph, then writes the .tflite bytes.
+    `subgraph()` adds another subgraph (for CALL_ONCE, IF, WHILE) sharing the buffers."""
 
-    def __init__(self) -> None:
+    def __init__(self, parent: TfliteBuilder | None = None) -> None:
         self.tensors: list[dict[str, Any]] = []
-        self.buffers: list[bytes] = [b""]  # buffer 0: the empty sentinel
+        self.buffers: list[bytes] = parent.buffers if parent else [b""]  # 0: the sentinel
         self.ops: list[tuple[int, list[int], list[int], str | None, dict[str, Any]]] = []
-        self.codes: list[int] = []
+        # (builtin code, custom code or None, version) per operator code, shared by the
+        # subgraphs
+        self.codes: list[tuple[int, str | None, int]] = parent.codes if parent else []
         self.inputs: list[int] = []
         self.outputs: list[int] = []
+        self.subgraphs: list[TfliteBuilder] = []
+        self.custom_options: dict[int, bytes] = {}  # operator position -> options
+
+    def subgraph(self) -> tuple[TfliteBuilder, int]:
+        """A new subgraph of this model, and its subgraph index."""
+        sub = TfliteBuilder(self)
+        self.subgraphs.append(sub)
+        return sub, len(self.subgraphs)
 
     def tensor(
         self,
@@ -42,6 +57,7 @@ class TfliteBuilder:
         data: np.ndarray | None = None,
         signature: Sequence[int] | None = None,
         quant: tuple[Sequence[float], Sequence[int], int] | None = None,
+        variable: bool = False,
     ) -> int:
         buffer = 0
         if data is not None:
@@ -53,10 +69,11 @@ class TfliteBuilder:
             {
                 "name": name,
                 "shape": list(shape),
-                "type": TYPES[np.dtype(dtype)],
+                "type": tfl.TensorType.RESOURCE if dtype == RESOURCE else TYPES[np.dtype(dtype)],
                 "buffer": buffer,
                 "signature": signature,
                 "quant": quant,
+                "variable": variable,
             }
         )
         return len(self.tensors) - 1
@@ -76,11 +93,23 @@ class TfliteBuilder:
         inputs: Sequence[int],
         outputs: Sequence[int],
         options: str | None = None,
+        *,
+        custom_options: bytes | None = None,
+        version: int = 1,
         **fields: Any,
     ) -> None:
-        code = getattr(tfl.BuiltinOperator, name)
+        """An operator: `name` is a builtin ("CONV_2D") or "CUSTOM:<code>"; `version` is
+        the operator code's (some kernels LiteRT registers start past 1)."""
+        custom = name.split(":", 1)[1] if name.startswith("CUSTOM:") else None
+        code = (
+            tfl.BuiltinOperator.CUSTOM if custom else getattr(tfl.BuiltinOperator, name),
+            custom,
+            version,
+        )
         if code not in self.codes:
             self.codes.append(code)
+        if custom_options is not None:
+            self.custom_options[len(self.ops)] = custom_options
         self.ops.append((self.codes.index(code), list(inputs), list(outputs), options, fields))
 
     def output(self, index: int) -> int:
@@ -90,22 +119,45 @@ class TfliteBuilder:
     # ---- serialization
     def build(self) -> bytes:
         b = flatbuffers.Builder(1024)
-
-        def ints(values: Sequence[int]) -> int:
-            return b.CreateNumpyVector(np.asarray(values, np.int32))
-
         buffers = []
         for data in self.buffers:
-            vector = None
+            data_v = None
             if data:
                 b.StartVector(1, len(data), 16)
                 b.head = b.head - len(data)
                 b.Bytes[b.head : b.head + len(data)] = data
-                vector = b.EndVector()
+                data_v = b.EndVector()
             tfl.BufferStart(b)
-            if vector is not None:
-                tfl.BufferAddData(b, vector)
+            if data_v is not None:
+                tfl.BufferAddData(b, data_v)
             buffers.append(tfl.BufferEnd(b))
+        subgraphs = [g._subgraph(b) for g in (self, *self.subgraphs)]
+        codes = []
+        for code, custom, version in self.codes:
+            custom_v = b.CreateString(custom) if custom is not None else None
+            tfl.OperatorCodeStart(b)
+            tfl.OperatorCodeAddDeprecatedBuiltinCode(b, min(code, 127))
+            tfl.OperatorCodeAddBuiltinCode(b, code)
+            tfl.OperatorCodeAddVersion(b, version)
+            if custom_v is not None:
+                tfl.OperatorCodeAddCustomCode(b, custom_v)
+            codes.append(tfl.OperatorCodeEnd(b))
+        codes_v, subgraphs_v = vector(b, codes), vector(b, subgraphs)
+        buffers_v = vector(b, buffers)
+        description = b.CreateString("sporenet test model")
+        tfl.ModelStart(b)
+        tfl.ModelAddVersion(b, 3)
+        tfl.ModelAddOperatorCodes(b, codes_v)
+        tfl.ModelAddSubgraphs(b, subgraphs_v)
+        tfl.ModelAddDescription(b, description)
+        tfl.ModelAddBuffers(b, buffers_v)
+        b.Finish(tfl.ModelEnd(b), file_identifier=b"TFL3")
+        return bytes(b.Output())
+
+    def _subgraph(self, b: flatbuffers.Builder) -> int:
+        def ints(values: Sequence[int]) -> int:
+            return b.CreateNumpyVector(np.asarray(values, np.int32))
+
         tensors = []
         for t in self.tensors:
             name, shape = b.CreateString(t["name"]), ints(t["shape"])
@@ -129,11 +181,21 @@ class TfliteBuilder:
                 tfl.TensorAddShapeSignature(b, signature)
             if quant is not None:
                 tfl.TensorAddQuantization(b, quant)
+            if t["variable"]:
+                tfl.TensorAddIsVariable(b, True)
             tensors.append(tfl.TensorEnd(b))
         operators = []
-        for code, inputs, outputs, options, fields in self.ops:
+        for k, (code, inputs, outputs, options, fields) in enumerate(self.ops):
             in_v, out_v = ints(inputs), ints(outputs)
+            custom_v = (
+                b.CreateNumpyVector(np.frombuffer(self.custom_options[k], np.uint8))
+                if k in self.custom_options
+                else None
+            )
             table = None
+            # strings (VAR_HANDLE's names) and int lists (SQUEEZE's dims) are written
+            # before the table that holds them
+            fields = {f: _field(b, v) for f, v in fields.items()}
             if options is not None:
                 getattr(tfl, f"{options}Start")(b)
                 for field, value in fields.items():
@@ -146,39 +208,33 @@ class TfliteBuilder:
             if table is not None:
                 tfl.OperatorAddBuiltinOptionsType(b, getattr(tfl.BuiltinOptions, options))
                 tfl.OperatorAddBuiltinOptions(b, table)
+            if custom_v is not None:
+                tfl.OperatorAddCustomOptions(b, custom_v)
             operators.append(tfl.OperatorEnd(b))
 
-        def vector(items: list[int]) -> int:
-            b.StartVector(4, len(items), 4)
-            for item in reversed(items):
-                b.PrependUOffsetTRelative(item)
-            return b.EndVector()
-
-        tensors_v, ops_v = vector(tensors), vector(operators)
+        tensors_v, ops_v = vector(b, tensors), vector(b, operators)
         inputs_v, outputs_v = ints(self.inputs), ints(self.outputs)
         tfl.SubGraphStart(b)
         tfl.SubGraphAddTensors(b, tensors_v)
         tfl.SubGraphAddInputs(b, inputs_v)
         tfl.SubGraphAddOutputs(b, outputs_v)
         tfl.SubGraphAddOperators(b, ops_v)
-        subgraph = tfl.SubGraphEnd(b)
-        codes = []
-        for code in self.codes:
-            tfl.OperatorCodeStart(b)
-            tfl.OperatorCodeAddDeprecatedBuiltinCode(b, min(code, 127))
-            tfl.OperatorCodeAddBuiltinCode(b, code)
-            tfl.OperatorCodeAddVersion(b, 1)
-            codes.append(tfl.OperatorCodeEnd(b))
-        codes_v, subgraphs_v, buffers_v = vector(codes), vector([subgraph]), vector(buffers)
-        description = b.CreateString("sporenet test model")
-        tfl.ModelStart(b)
-        tfl.ModelAddVersion(b, 3)
-        tfl.ModelAddOperatorCodes(b, codes_v)
-        tfl.ModelAddSubgraphs(b, subgraphs_v)
-        tfl.ModelAddDescription(b, description)
-        tfl.ModelAddBuffers(b, buffers_v)
-        b.Finish(tfl.ModelEnd(b), file_identifier=b"TFL3")
-        return bytes(b.Output())
+        return tfl.SubGraphEnd(b)
+
+
+def _field(b: flatbuffers.Builder, value: Any) -> Any:
+    if isinstance(value, str):
+        return b.CreateString(value)
+    if isinstance(value, (list, tuple)):
+        return b.CreateNumpyVector(np.asarray(value, np.int32))
+    return value
+
+
+def vector(b: flatbuffers.Builder, items: list[int]) -> int:
+    b.StartVector(4, len(items), 4)
+    for item in reversed(items):
+        b.PrependUOffsetTRelative(item)
+    return b.EndVector()
 
 
 def rand(*shape: int, seed: int = 0, scale: float = 1.0) -> np.ndarray:

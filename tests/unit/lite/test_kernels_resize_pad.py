@@ -85,7 +85,7 @@ def test_pad_rewrites_borders_each_call():
         ((2, 3), dict(pads=[1, 1, 1]), "pads must hold 2 values per padded axis"),
         ((2, 3), dict(), "needs a `pads` attribute"),
         ((2, 3), dict(pads=[0, 3, 0, 0], mode="reflect"), "must be smaller than its size"),
-        ((2, 3), dict(pads=[0, 0, 0, 0], mode="symmetric"), "mode must be one of"),
+        ((2, 3), dict(pads=[0, 0, 0, 0], mode="mirror"), "mode must be one of"),
         ((2, 3), dict(pads=[0, -2, 0, -2]), "below zero elements"),
         ((2, 3), dict(pads=[1, 1], axes=[3]), "must be distinct axes"),
     ],

@@ -1,0 +1,199 @@
+"""TFLite IF and WHILE: their subgraphs become IR subgraphs of the same file (IF and LOOP).
+
+TFLite subgraphs take all their values as explicit inputs, so a branch or body maps onto
+an IR subgraph one input for one input, in TFLite's axis order. An IF whose condition is
+known at conversion is inlined (only the taken branch is imported, into the enclosing
+graph). A WHILE becomes a LOOP without trip count whose first condition is the cond
+subgraph imported on the initial values, and whose body is TFLite's body followed by the
+cond subgraph on the new values.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from sporenet.converter.onnx_import.context import ImportContext
+from sporenet.converter.tflite_import.layout import LayoutContext, Perm, compose, identity
+from sporenet.converter.tflite_import.ops.common import Shared
+from sporenet.converter.tflite_import.reader import TfliteOperator
+from sporenet.lite.graph import Graph
+from sporenet.lite.kernels.base import TensorSpec
+from sporenet.lite.ops import OpCode
+
+MAX_NESTING = 16
+"""Subgraphs nested deeper than this are refused (a hostile file may make them recurse)."""
+
+Held = tuple[int, Perm]
+
+
+def run_subgraph(
+    lc: LayoutContext, index: int, args: list[Held], ctx: ImportContext | None = None
+) -> list[Held]:
+    """Import subgraph `index` into `ctx` (the enclosing graph's, inline, by default) with
+    its inputs bound to `args`; returns its outputs as (IR tensor, axis order)."""
+    from sporenet.converter.tflite_import.importer import import_operators  # imports this
+
+    shared = lc.shared
+    if not isinstance(shared, Shared):
+        raise lc.fail("subgraphs need the model's shared import state")
+    if shared.depth >= MAX_NESTING:
+        raise lc.fail(f"subgraphs are nested more than {MAX_NESTING} deep")
+    graph = lc.model.subgraphs[index]
+    if len(graph.inputs) != len(args):
+        raise lc.fail(
+            f"subgraph {index} ({graph.name!r}) takes {len(graph.inputs)} inputs, "
+            f"the operator gives {len(args)}"
+        )
+    inner = lc.sub(graph, ctx if ctx is not None else lc.ctx.subcontext(inline=True))
+    for i, held in zip(graph.inputs, args, strict=True):
+        if len(held[1]) != len(graph.tensors[i].shape):
+            raise lc.fail(
+                f"subgraph {index} input {graph.tensors[i].name!r} has rank "
+                f"{len(graph.tensors[i].shape)}, the operator gives rank {len(held[1])}"
+            )
+        inner.held[i] = held
+    shared.depth += 1
+    try:
+        import_operators(inner)
+    finally:
+        shared.depth -= 1
+    lc.ctx.where = lc.where
+    missing = [graph.tensors[o].name for o in graph.outputs if o not in inner.held]
+    if missing:
+        raise lc.fail(f"subgraph {index} outputs {missing} are not computed")
+    return [inner.held[o] for o in graph.outputs]
+
+
+def _graph(
+    lc: LayoutContext, index: int, args: list[int], *, body: bool = False
+) -> tuple[ImportContext, list[int], list[int]]:
+    """Subgraph `index` as an IR subgraph taking inputs like `args` (IR tensors in TFLite's
+    order); with `body`, a LOOP body: iteration and condition inputs first, then the
+    cond subgraph run on its outputs (the next condition) first among its outputs."""
+    sub = lc.ctx.subcontext()
+    explicit = []
+    if body:
+        explicit = [
+            sub.graph_input("iteration", (), np.dtype(np.int64)),
+            sub.graph_input("condition", (), np.dtype(np.bool_)),
+        ]
+    inputs = []
+    for a in args:
+        new = sub.input_like(a)
+        lc.set_quantization(new, lc.ctx.tensors[a].quantization)
+        inputs.append(new)
+    shared = lc.shared
+    if isinstance(shared, Shared):
+        shared.detached += 1
+    try:
+        outs = run_subgraph(lc, index, [(i, identity(lc.ctx.rank(i))) for i in inputs], sub)
+    finally:
+        if isinstance(shared, Shared):
+            shared.detached -= 1
+    inner = lc.sub(lc.model.subgraphs[index], sub)
+    results = [_in_order(inner, held) for held in outs]
+    return sub, [*explicit, *inputs], results
+
+
+def _in_order(lc: LayoutContext, held: Held) -> int:
+    """An IR tensor held in `held[1]` order as TFLite's own order."""
+    ir, order = held
+    if order == identity(len(order)):
+        return ir
+    return lc.ctx.emit1(OpCode.TRANSPOSE, [ir], perm=compose(order, identity(len(order))))
+
+
+def if_(lc: LayoutContext, op: TfliteOperator) -> None:
+    o = op.options
+    then_index, else_index = int(o.ThenSubgraphIndex()), int(o.ElseSubgraphIndex())
+    cond = lc.get(op.inputs[0])
+    args = op.inputs[1:]
+    known = lc.ctx.value(cond)
+    if known is not None:
+        if known.size != 1:
+            raise lc.fail(f"the condition must hold one element, got shape {list(known.shape)}")
+        taken = then_index if bool(known.reshape(-1)[0]) else else_index
+        branch = run_subgraph(lc, taken, [lc.held[a] for a in args])
+        for out, held in zip(op.outputs, branch, strict=True):
+            lc.held[out] = held
+        return
+    values = [lc.get(a) for a in args]
+    graphs = []
+    for index in (then_index, else_index):
+        sub, inputs, outs = _graph(lc, index, values)
+        graphs.append((sub, inputs, outs, index))
+    (then_ctx, _, then_outs, _), (else_ctx, _, else_outs, _) = graphs
+    if len(then_outs) != len(op.outputs) or len(else_outs) != len(op.outputs):
+        raise lc.fail(
+            f"the branches give {len(then_outs)} and {len(else_outs)} outputs for {len(op.outputs)}"
+        )
+    specs = []
+    for k, (a, b) in enumerate(zip(then_outs, else_outs, strict=True)):
+        sa, sb = [v[a] for v in then_ctx.views], [v[b] for v in else_ctx.views]
+        if any((x.shape, x.dtype) != (y.shape, y.dtype) for x, y in zip(sa, sb, strict=True)):
+            raise lc.fail(
+                f"output {k} is {sa[0].dtype}{list(sa[0].shape)} in the then branch and "
+                f"{sb[0].dtype}{list(sb[0].shape)} in the else branch; a planned model needs one"
+            )
+        specs.append([TensorSpec(s.shape, s.dtype) for s in sa])
+    attrs: dict[str, int] = {}
+    for (sub, inputs, outs, index), key in zip(graphs, ("then_graph", "else_graph"), strict=True):
+        name = lc.model.subgraphs[index].name
+        attrs[key] = lc.ctx.add_subgraph(
+            Graph(name=name, inputs=inputs, outputs=outs, nodes=sub.nodes)
+        )
+    results = lc.ctx.emit_control(OpCode.IF, [cond, *values], specs, **attrs)
+    _declare(lc, op.outputs, results, [then_ctx.tensors[o] for o in then_outs])
+
+
+def _declare(lc: LayoutContext, outputs: list[int], results: list[int], like: list) -> None:
+    for out, ir, tensor in zip(outputs, results, like, strict=True):
+        lc.ctx.tensors[ir].shape = tensor.shape
+        lc.set_quantization(ir, tensor.quantization)
+        lc.set(out, ir)
+
+
+def while_(lc: LayoutContext, op: TfliteOperator) -> None:
+    o = op.options
+    cond_index, body_index = int(o.CondSubgraphIndex()), int(o.BodySubgraphIndex())
+    if len(op.outputs) != len(op.inputs):
+        raise lc.fail(f"{len(op.inputs)} loop values in, {len(op.outputs)} out")
+    values = [lc.get(a) for a in op.inputs]
+    (first,) = run_subgraph(lc, cond_index, [(v, identity(lc.ctx.rank(v))) for v in values])
+    start = _in_order(lc, first)
+    known = lc.ctx.value(start)
+    if known is not None and not bool(known.reshape(-1)[0]):  # never enters the loop
+        for out, v in zip(op.outputs, values, strict=True):
+            lc.set(out, v)
+        return
+    sub, inputs, outs = _graph(lc, body_index, values, body=True)
+    inner = lc.sub(lc.model.subgraphs[cond_index], sub)
+    shared = lc.shared
+    assert isinstance(shared, Shared)  # run_subgraph has checked it
+    shared.detached += 1
+    try:
+        (again,) = run_subgraph(inner, cond_index, [(v, identity(sub.rank(v))) for v in outs], sub)
+    finally:
+        shared.detached -= 1
+    next_cond = _in_order(inner, again)
+    specs = []
+    for k, (before, after) in enumerate(zip(values, outs, strict=True)):
+        sa, sb = [v[before] for v in lc.ctx.views], [v[after] for v in sub.views]
+        if any((x.shape, x.dtype) != (y.shape, y.dtype) for x, y in zip(sa, sb, strict=True)):
+            raise lc.fail(
+                f"loop value {k} enters as {sa[0].dtype}{list(sa[0].shape)} and leaves the "
+                f"body as {sb[0].dtype}{list(sb[0].shape)}; a planned loop needs one shape"
+            )
+        specs.append([TensorSpec(s.shape, s.dtype) for s in sa])
+    body = lc.ctx.add_subgraph(
+        Graph(
+            name=lc.model.subgraphs[body_index].name,
+            inputs=inputs,
+            outputs=[next_cond, *outs],
+            nodes=sub.nodes,
+        )
+    )
+    results = lc.ctx.emit_control(
+        OpCode.LOOP, [-1, start, *values], specs, body=body, num_carried=len(values)
+    )
+    _declare(lc, op.outputs, results, [lc.ctx.tensors[v] for v in values])

@@ -1,0 +1,86 @@
+"""More int8/uint8 elementwise ops with TFLite's integer semantics (tfliteops):
+
+- MAXIMUM, MINIMUM: the integers compared as stored; TFLite requires every operand and
+  the output to share one set of parameters, and so do these kernels;
+- LEAKY_RELU: TFLite's QuantizeLeakyRelu, q - z_in requantized by s_in / s_out when it is
+  not negative and by alpha * s_in / s_out otherwise (MultiplyByQuantizedMultiplier),
+  plus z_out, clamped; evaluated once for every possible input into a lookup table.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import ClassVar
+
+import numpy as np
+
+from sporenet.lite.kernels import elementwise
+from sporenet.lite.kernels.base import Attrs, Compute, TensorSpec
+from sporenet.lite.kernels.quantized.base import QuantizedKernel, dtype_range
+from sporenet.lite.kernels.quantized.fixed_point import Requantizer
+from sporenet.lite.ops import OpCode
+
+
+class _QExtreme(QuantizedKernel):
+    base: ClassVar[type[elementwise.BinaryKernel]]
+    num_inputs = (2, 2)
+
+    def __init__(self, attrs: Attrs, inputs: Sequence[TensorSpec | None]) -> None:
+        super().__init__(attrs, inputs)
+        a = self.quantized_input(0)
+        params = self.tensor_params(a, "input 0")
+        b = self.quantized_input(1)
+        oq = attrs.output_quant[0] if attrs.output_quant else a.quant
+        out = self.tensor_params(TensorSpec((), a.dtype, quant=oq), "the output")
+        if self.tensor_params(b, "input 1") != params or out != params:
+            raise self.fail("both inputs and the output must share one scale and zero point")
+        self.inner = self.base(Attrs(attrs.op, {}), inputs)
+        shape = self.inner.output_specs[0].shape
+        self.output_specs = [self.out_spec(shape, a.dtype, a.quant)]  # type: ignore[arg-type]
+
+    def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
+        return self.inner.bind(inputs, outputs)  # type: ignore[return-value]
+
+
+class QMaximum(_QExtreme):
+    op = OpCode.MAXIMUM
+    base = elementwise.Maximum
+
+
+class QMinimum(_QExtreme):
+    op = OpCode.MINIMUM
+    base = elementwise.Minimum
+
+
+class QLeakyRelu(QuantizedKernel):
+    op = OpCode.LEAKY_RELU
+
+    def __init__(self, attrs: Attrs, inputs: Sequence[TensorSpec | None]) -> None:
+        super().__init__(attrs, inputs)
+        x = self.quantized_input(0)
+        sx, zx = self.tensor_params(x, "the input")
+        oq = self.output_quant(x.dtype)
+        so, zo = self.tensor_params(TensorSpec((), x.dtype, quant=oq), "the output")
+        alpha = attrs.float("alpha", 0.01)
+        if not alpha >= 0:
+            raise self.fail(f"an int8 leaky relu needs alpha >= 0, got {alpha}")
+        lo, hi = dtype_range(x.dtype)
+        q = np.arange(lo, hi + 1, dtype=np.int64) - zx
+        positive, negative = q.copy(), q.copy()
+        Requantizer(sx / so, 0, -(1 << 40), 1 << 40).multiply(positive)
+        Requantizer(alpha * sx / so, 0, -(1 << 40), 1 << 40).multiply(negative)
+        values = np.clip(np.where(q >= 0, positive, negative) + zo, lo, hi)
+        self.table = values.astype(x.dtype)
+        self.offset = -lo
+        self.output_specs = [self.out_spec(x.shape, x.dtype, oq)]
+
+    def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
+        x, out, table, offset = inputs[0], outputs[0], self.table, self.offset
+        index = np.empty(out.shape, np.int64)
+
+        def compute() -> None:
+            np.copyto(index, x)  # type: ignore[arg-type]
+            np.add(index, offset, out=index)
+            np.take(table, index, out=out)
+
+        return compute

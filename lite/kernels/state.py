@@ -1,0 +1,31 @@
+"""READ_VARIABLE: the value of a variable (a tensor ASSIGN writes) copied where it is read.
+
+A variable's storage changes when a later ASSIGN runs; the copy keeps what was read, as
+TFLite's READ_VARIABLE does, for readers that run after that ASSIGN.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from sporenet.lite.kernels.base import Attrs, Compute, Kernel, TensorSpec
+from sporenet.lite.ops import OpCode
+
+
+class ReadVariable(Kernel):
+    """out = a copy of input 0, of its shape and dtype."""
+
+    op = OpCode.READ_VARIABLE
+    num_inputs = (1, 1)
+    foldable = False  # a variable's value is known only when the graph runs
+
+    def __init__(self, attrs: Attrs, inputs: Sequence[TensorSpec | None]) -> None:
+        super().__init__(attrs, inputs)
+        x = self.input(0)
+        self.output_specs = [TensorSpec(x.shape, x.dtype)]
+
+    def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
+        x, out = inputs[0], outputs[0]
+        return lambda: np.copyto(out, x)  # type: ignore[arg-type]
