@@ -349,7 +349,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 source,
                 target,
                 report,
-                source.stat().st_size,
+                report.source_bytes or source.stat().st_size,
                 verbose=args.verbose,
                 kind="TFLite" if tflite else "ONNX",
             )

@@ -34,6 +34,7 @@ class ConversionReport:
     opset: int = 0
     producer: str = ""
     seconds: float = 0.0
+    source_bytes: int = 0  # the model file, its external-data files included
     output_bytes: int = 0
 
 
@@ -125,6 +126,7 @@ def convert_onnx_model(
     proto = loaded.model
     report = ConversionReport(onnx_ops=Counter(n.op_type for n in proto.graph.node))
     report.producer = f"{proto.producer_name} {proto.producer_version}".strip()
+    report.source_bytes = loaded.source_bytes
     try:
         ir = import_onnx(proto, input_shapes=input_shapes, data=loaded.data)
     except UnsupportedOnnxOpError:

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from sporenet.converter.errors import ConversionError
+from sporenet.converter.onnx_import.in_place import TensorBytes
 from sporenet.converter.onnx_import.node import OnnxNode
 from sporenet.converter.passes.graph_utils import contiguous, should_materialize
 from sporenet.lite.builder import unique_name
@@ -93,7 +94,7 @@ class ImportContext:
         self.opset = 13
         self.scope = Scope(self)
         self.subgraphs: list[Graph] = []  # graphs 1.. of the model (shared by subcontexts)
-        self.data: memoryview | None = None  # the model's bytes, for tensors read in place
+        self.data: TensorBytes | None = None  # mapped bytes of the external tensors
         # DynamicQuantizeLinear's uint8 output -> (its zero point's uint8 tensor, the float
         # integers before the zero point is added, the float zero point): integer ops that
         # subtract the zero point again start from there (ops/quantized.py).
