@@ -28,6 +28,7 @@ os.environ.pop("OPENBLAS_CORETYPE", None)
 os.environ.pop("OPENBLAS_L2_SIZE", None)
 
 import numpy as np
+from _common import machine_header
 
 from sporenet import cloud
 from sporenet.cloud import layers as L
@@ -163,6 +164,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     args.epochs = args.epochs or (3 if args.quick else 10)
     BLAS.set(args.threads)  # sporenet's fit also bounds BLAS threads per step
+    print(machine_header(), flush=True)
 
     data = cloud.load_digits()
     try:

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from _common import sqnr_db
+from _common import cpu_description, sqnr_db
 
 HERE = Path(__file__).resolve().parent
 CALIBRATION_SAMPLES = 100
@@ -683,6 +683,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{np.__version__}, {os.cpu_count()} CPUs; timing subprocesses without "
         f"{' and '.join(UNSET_FOR_TIMING)}; batch 1, one thread, median of {runs} calls"
     )
+    print(f"CPU: {cpu_description()} (each net prints the BLAS kernel its children ran)")
     nets: list[Net] = []
     if {"digits-cnn", "digits-mlp"} & set(wanted):
         nets += [

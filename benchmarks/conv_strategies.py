@@ -26,6 +26,7 @@ os.environ.pop("OPENBLAS_CORETYPE", None)
 os.environ.pop("OPENBLAS_L2_SIZE", None)
 
 import numpy as np
+from _common import cpu_description
 from threadpoolctl import threadpool_info, threadpool_limits
 
 from sporenet.lite.eager import prepare_kernel
@@ -109,6 +110,7 @@ def main() -> None:
         blas = [
             (i["internal_api"], i.get("architecture"), i["num_threads"]) for i in threadpool_info()
         ]
+        print(f"CPU: {cpu_description()}")
         print(f"BLAS (api, kernels, threads): {blas}")
         print(
             f"{'layer':<18}{'im2col ms':>10}{'F2 ms':>8}{'F4 ms':>8}{'F2/im2col':>11}"

@@ -58,6 +58,7 @@ from pathlib import Path
 
 import _corpus
 import _packaged_models
+from _common import cpu_description
 from _packaged_models import make_feeds
 
 TARGETS = {"convert": 3.0, "load": 2.0, "rss": 1.5, "first": 1.5}
@@ -376,6 +377,7 @@ def report(rows: list[dict]) -> None:
     blas = sorted(
         {b for row in rows for k in ("sporenet", "latency") for b in row.get(k, {}).get("blas", [])}
     )
+    print(f"CPU: {cpu_description()}")
     print(f"BLAS kernels in the timing children: {', '.join(blas) or 'none reported'}")
 
 
