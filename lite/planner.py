@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from sporenet.lite import pages
-from sporenet.lite.dims import SIZE_FAMILIES, default_shapes
+from sporenet.lite.dims import PROBE_FAMILIES, default_shapes
 from sporenet.lite.eager import evaluate, prepare_kernel
 from sporenet.lite.errors import ShapeError, UnsupportedOpError
 from sporenet.lite.graph import DYNAMIC, Model, Node
@@ -139,7 +139,7 @@ def infer_any_size(
     graph = model.graphs[graph_index]
     open_dims = any(i not in shapes and DYNAMIC in model.tensors[i].shape for i in graph.inputs)
     first: ShapeError | None = None
-    for family in range(len(SIZE_FAMILIES) if open_dims else 1):
+    for family in range(len(PROBE_FAMILIES) if open_dims else 1):
         try:
             return infer(model, graph_index, shapes, variables, family=family, values=values)
         except ShapeError as exc:

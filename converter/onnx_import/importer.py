@@ -16,7 +16,7 @@ from sporenet.converter.onnx_import.functions import expand_functions
 from sporenet.converter.onnx_import.in_place import TensorBytes, materialize, tensor_value
 from sporenet.converter.onnx_import.node import OnnxNode
 from sporenet.converter.onnx_import.registry import HANDLERS, handler_available
-from sporenet.lite.dims import SIZE_FAMILIES, is_dynamic, may_feed_shapes, probe_shapes
+from sporenet.lite.dims import PROBE_FAMILIES, is_dynamic, may_feed_shapes, probe_shapes
 from sporenet.lite.dtypes import NUMPY_TO_IR
 from sporenet.lite.errors import LiteError
 from sporenet.lite.graph import DYNAMIC, Model
@@ -184,7 +184,7 @@ def import_onnx(
     # Dynamic dimensions: the graph is followed under two probe sizes of each, from the
     # first family of sizes under which every node accepts them (lite/dims.py).
     first: ConversionError | None = None
-    for family in range(len(SIZE_FAMILIES)):
+    for family in range(len(PROBE_FAMILIES)):
         try:
             return _import_graph(model, opset, input_specs, family, data)
         except ConversionError as exc:
