@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import copy
 import weakref
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -77,6 +77,7 @@ class ImportContext:
     """Builds the IR tensor table and node list for one graph while tracking tensor specs."""
 
     def __init__(self, *, dynamic: bool, reserved: Iterable[str] = ()) -> None:
+        self._derived: dict[tuple[Hashable, ...], int] = {}
         self.tensors: list[Tensor] = []
         self.nodes: list[Node] = []
         self.inputs: list[int] = []
@@ -186,6 +187,14 @@ class ImportContext:
         index = self._add(name, [spec] * len(self.views), array, reserved_name=True)
         self.static.add(index)
         return index
+
+    def derived(self, key: tuple[Hashable, ...], make: Callable[[], int]) -> int:
+        """The tensor `make()` adds, made once per `key`: a constant computed from another
+        (a weight's transposed or scaled copy) is stored once however many nodes read it,
+        as models that share a weight across layers need."""
+        if key not in self._derived:
+            self._derived[key] = make()
+        return self._derived[key]
 
     def quantized_constant(
         self, name: str, values: np.ndarray, quantization: Any, *, as_stored: bool = False
