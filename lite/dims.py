@@ -30,6 +30,13 @@ PROBE_FAMILIES = tuple((BATCH_PROBES, f) for f in SIZE_FAMILIES) + tuple(
     (FIXED_BATCH, f) for f in SIZE_FAMILIES
 )
 """The probe families in the order they are tried: (batch-like sizes, other sizes)."""
+SMALLEST_FIRST = tuple(
+    sorted(range(len(PROBE_FAMILIES)), key=lambda k: (PROBE_FAMILIES[k][1][0], k))
+)
+"""The families in the order the runtime tries them for a plan at no given size (its
+load-time plan, probe 0): the smallest sizes the graph accepts, so the memory planned
+and warmed for sizes nobody asked for stays small (attention over 128 positions holds
+16 times the scores of 32); a call at other sizes plans for those."""
 
 InputDims = tuple[tuple[int, ...], tuple[str, ...]]
 """An input's declared shape (-1: dynamic) and its dimension names ("" for none)."""
