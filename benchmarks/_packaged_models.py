@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import numpy as np
 
-# name -> (shape, dtype, fill); fill is "uniform", "page", "audio", "zeros", "bytes" or an
-# integer
+# name -> (shape, dtype, fill); fill is "uniform", "page", "audio", "zeros", "ones",
+# "bytes", "ids:N" (integers in [0, N)) or an integer
 Feeds = dict[str, tuple[tuple[int, ...], str, str]]
 
 
@@ -147,10 +147,14 @@ def make_feeds(feeds: Mapping[str, Any]) -> dict[str, np.ndarray]:
             out[name] = (0.1 * rng.standard_normal(shape)).astype(np.float32)
         elif fill == "zeros":
             out[name] = np.zeros(shape, dtype)
+        elif fill == "ones":
+            out[name] = np.ones(shape, dtype)
         elif fill == "bytes":
             out[name] = rng.integers(0, 256, shape).astype(dtype)
+        elif fill.startswith("ids:"):
+            out[name] = rng.integers(0, int(fill[4:]), shape).astype(dtype)
         else:
-            out[name] = np.array(int(fill), dtype)
+            out[name] = np.full(shape, int(fill), dtype)
     return out
 
 

@@ -1,13 +1,21 @@
-"""Footprint and latency of real ONNX models that ship inside PyPI packages, against
-onnxruntime, one thread.
+"""Footprint, latency and agreement of real ONNX models that ship inside PyPI packages,
+against onnxruntime, one thread.
 
-The models are the ones installed in this environment: RapidOCR's text detector,
-recognizer and angle classifier (`rapidocr-onnxruntime`), ddddocr's CNN+LSTM captcha
-recognizers and its YOLO-style detector (`ddddocr`), the Silero voice-activity detectors
-(`silero-vad`) and Magika's file-type classifier (`magika`); `pip install
-sporenet[bench-models]` installs them. A model whose package is missing is skipped.
+Two sets (`--set`):
 
-Every figure comes from a fresh child process, so no measurement sees another's memory:
+- `corpus` (the default): the real-model corpus of _corpus.py, 34 files from 23 packages
+  none of which was written or tuned here (vision, OCR, speech with dynamically quantized
+  LSTMs, EEG, text transformers in float and int8, chemistry, scikit-learn exports),
+  fetched by `python benchmarks/fetch_corpus.py` into a cache outside the repository.
+  They are converted as a new user would, without `--input-shape` (`--input-shapes`
+  converts at the fed sizes instead).
+- `packaged`: the models the other benchmarks use, installed by `pip install
+  sporenet[bench-models]`: RapidOCR's text detector, recognizer and angle classifier,
+  ddddocr's recognizers and detector, the Silero voice-activity detectors and Magika's
+  file-type classifier; converted at the fed sizes.
+
+A model that is not there is skipped. Every figure comes from a fresh child process, so
+no measurement sees another's memory:
 
 - convert: `convert_onnx` to a .spore file; seconds, and the peak RSS growth over the
   process after its imports, against the .onnx file size (target <= 3x);
@@ -17,20 +25,26 @@ Every figure comes from a fresh child process, so no measurement sees another's 
   (target <= 1.5x onnxruntime's);
 - first/warm: the first call against the median warm call of the same child (target
   <= 1.5x);
-- load, RSS and first/warm come from `--runs` children per engine (3 by default), each a
-  fresh process; the table shows the median of each figure (one first call is a single
-  sample that one preemption on a shared machine can multiply);
+- load, RSS and first/warm come from `--runs` children per engine, each a fresh process;
+  the table shows the median of each figure;
 - latency: a child that alternates sporenet and onnxruntime calls (same machine load for
-  both) gives the median warm latency of each, their ratio and the largest output
-  difference relative to onnxruntime's largest magnitude.
+  both) gives the median warm latency of each and their ratio;
+- agreement: the largest output difference relative to the reference output's largest
+  magnitude. The reference is onnxruntime, and for int8 models onnxruntime with its graph
+  optimizations off and each MatMulInteger computed exactly in float64 (the graph's
+  reference semantics: onnxruntime's u8s8 kernels saturate on CPUs without VNNI; its
+  DynamicQuantizeLSTM, which has no exact rewrite here, still uses them). A model
+  matches within 1e-4 (float), one int8 step, 1/127 of the output's scale (int8), or
+  four float16 steps for a float16 output (each float16 op rounds, onnxruntime's casts
+  to float32 for kernels it lacks in float16 round elsewhere).
 
 Children run with OMP/OPENBLAS threads = 1, onnxruntime with one intra- and inter-op thread,
 and without OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE (the CPU's own BLAS kernels); each prints
 the BLAS kernel that ran (threadpoolctl). Peak RSS is the kernel's high-water mark
 (VmHWM), reset after the imports through /proc/self/clear_refs.
 
-    python benchmarks/real_models.py [--quick] [--only NAME ...] [--repeats 30] [--runs 3]
-                                     [--json F]
+    python benchmarks/real_models.py [--set corpus|packaged] [--quick] [--only NAME ...]
+                                     [--repeats 30] [--runs N] [--input-shapes] [--json F]
 """
 
 from __future__ import annotations
@@ -45,11 +59,15 @@ import tempfile
 import time
 from pathlib import Path
 
+import _corpus
+import _packaged_models
 from _common import cpu_description
-from _packaged_models import PACKAGED_MODELS, PackagedModel, make_feeds, model_path
+from _packaged_models import make_feeds
 
 TARGETS = {"convert": 3.0, "load": 2.0, "rss": 1.5, "first": 1.5}
-LATENCY_MEDIAN, LATENCY_MAX = 1.5, 2.0
+LATENCY_MEDIAN, LATENCY_MAX = 1.5, 2.5
+MATCH = {False: 1e-4, True: 1 / 127}  # int8 model? -> largest relative difference
+FLOAT16_MATCH = 4 * 2.0**-10  # a float16 output: a few of its steps (each op rounds)
 
 
 # ---- inside the children
@@ -90,12 +108,14 @@ def _blas() -> list[str]:
     )
 
 
-def _ort_session(path: str):  # type: ignore[no-untyped-def]
+def _ort_session(path: str | bytes, optimized: bool = True):  # type: ignore[no-untyped-def]
     import onnxruntime as ort
 
     options = ort.SessionOptions()
     options.intra_op_num_threads = 1
     options.inter_op_num_threads = 1
+    if not optimized:
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     return ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
 
 
@@ -154,7 +174,41 @@ def child_runtime(engine: str, path: str, case_feeds: dict, repeats: int) -> dic
     }
 
 
-def child_latency(onnx_path: str, spore_path: str, case_feeds: dict, repeats: int) -> dict:
+def exact_integer_graph(path: str) -> bytes:
+    """The model at `path` with every MatMulInteger computed as a float64 MatMul of its
+    zero-point-shifted operands: the integer products exactly (int32 sums fit float64),
+    where onnxruntime's own u8s8 kernels saturate on CPUs without VNNI."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    model = onnx.load(path)
+    nodes = []
+    for k, node in enumerate(model.graph.node):
+        if node.op_type != "MatMulInteger" or node.domain not in ("", "ai.onnx"):
+            nodes.append(node)
+            continue
+        a, b, a_zero, b_zero = [*node.input, "", ""][:4]
+        operands = []
+        for side, (x, zero) in enumerate(((a, a_zero), (b, b_zero))):
+            name = f"exact{k}_{side}"
+            nodes.append(helper.make_node("Cast", [x], [name], to=TensorProto.DOUBLE))
+            if zero:
+                nodes.append(helper.make_node("Cast", [zero], [name + "z"], to=TensorProto.DOUBLE))
+                nodes.append(helper.make_node("Sub", [name, name + "z"], [name + "s"]))
+                name += "s"
+            operands.append(name)
+        nodes.append(helper.make_node("MatMul", operands, [f"exact{k}_m"]))
+        nodes.append(
+            helper.make_node("Cast", [f"exact{k}_m"], [node.output[0]], to=TensorProto.INT32)
+        )
+    del model.graph.node[:]
+    model.graph.node.extend(nodes)
+    return model.SerializeToString()
+
+
+def child_latency(
+    onnx_path: str, spore_path: str, case_feeds: dict, repeats: int, int8: bool = False
+) -> dict:
     import numpy as np
 
     from sporenet.lite import Interpreter
@@ -165,16 +219,22 @@ def child_latency(onnx_path: str, spore_path: str, case_feeds: dict, repeats: in
     names = [o.name for o in session.get_outputs()]
     interpreter.run(feeds)
     session.run(None, feeds)
+    if int8:  # the reference semantics: no fused (saturating) u8s8 kernels
+        want = _ort_session(exact_integer_graph(onnx_path), optimized=False).run(None, feeds)
     ours, theirs, worst = [], [], 0.0
     for _ in range(repeats):
         t0 = _now()
         got = interpreter.run(feeds)
         t1 = _now()
-        want = session.run(None, feeds)
+        timed = session.run(None, feeds)
         t2 = _now()
         ours.append(t1 - t0)
         theirs.append(t2 - t1)
+    if not int8:
+        want = timed
+    half = False
     for name, w in zip(names, want, strict=True):
+        half = half or np.asarray(w).dtype == np.float16
         g, w = np.asarray(got[name], np.float64), np.asarray(w, np.float64)
         scale = max(float(np.abs(w).max()) if w.size else 0.0, 1e-12)
         worst = max(worst, float(np.abs(g - w).max() / scale) if w.size else 0.0)
@@ -182,6 +242,7 @@ def child_latency(onnx_path: str, spore_path: str, case_feeds: dict, repeats: in
         "sporenet": statistics.median(ours),
         "onnxruntime": statistics.median(theirs),
         "max_rel_diff": worst,
+        "float16_output": half,
         "blas": _blas(),
     }
 
@@ -204,20 +265,26 @@ CLOCK = "wall"  # set from --clock
 def _run_child(kind: str, *args: object, timeout: float = 900) -> dict:
     """Run one measurement in a fresh interpreter; its last stdout line is JSON."""
     payload = json.dumps([kind, *args])
-    proc = subprocess.run(
-        [sys.executable, __file__, "--child", payload],
-        env=_env(CLOCK),
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+    try:
+        proc = subprocess.run(
+            [sys.executable, __file__, "--child", payload],
+            env=_env(CLOCK),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+    except subprocess.TimeoutExpired:
+        return {"error": f"{kind} took over {timeout:.0f} s"}
     if proc.returncode != 0:
         tail = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
         return {"error": tail[:300]}
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def _runtime(engine: str, path: Path, case: PackagedModel, repeats: int, runs: int) -> dict:
+Case = _corpus.CorpusModel | _packaged_models.PackagedModel
+
+
+def _runtime(engine: str, path: Path, case: Case, repeats: int, runs: int) -> dict:
     """The runtime figures of `runs` fresh children: the median of each (first/warm as
     the median of each child's own ratio), or the first error."""
     results = [_run_child("runtime", engine, str(path), case.feeds, repeats) for _ in range(runs)]
@@ -232,17 +299,26 @@ def _runtime(engine: str, path: Path, case: PackagedModel, repeats: int, runs: i
     return merged
 
 
-def measure(case: PackagedModel, path: Path, workdir: Path, repeats: int, runs: int) -> dict:
+def _onnx_bytes(case: Case, path: Path) -> int:
+    """The model's size, its external-data files included."""
+    files = case.files() if isinstance(case, _corpus.CorpusModel) else ()
+    return sum(_corpus.local_path(case, f).stat().st_size for f in files) or path.stat().st_size
+
+
+def measure(
+    case: Case, path: Path, workdir: Path, repeats: int, runs: int, at_fed_sizes: bool
+) -> dict:
     spore = workdir / f"{case.name}.spore"
-    shapes = case.conversion_shapes()
-    row: dict = {"name": case.name, "onnx_bytes": path.stat().st_size}
+    shapes = case.conversion_shapes() if at_fed_sizes else {}
+    int8 = bool(getattr(case, "int8", False))
+    row: dict = {"name": case.name, "onnx_bytes": _onnx_bytes(case, path), "int8": int8}
     row["convert"] = _run_child("convert", str(path), str(spore), shapes)
     if "error" in row["convert"]:
         return row
     row["spore_bytes"] = spore.stat().st_size
     row["sporenet"] = _runtime("sporenet", spore, case, repeats, runs)
     row["onnxruntime"] = _runtime("onnxruntime", path, case, repeats, runs)
-    row["latency"] = _run_child("latency", str(path), str(spore), case.feeds, repeats)
+    row["latency"] = _run_child("latency", str(path), str(spore), case.feeds, repeats, int8)
     return row
 
 
@@ -263,40 +339,61 @@ def _mark(value: float, target: float) -> str:
     return "met" if value <= target else "NOT met"
 
 
+def _matches(row: dict) -> bool:
+    if row["latency"].get("float16_output"):
+        return row["latency"]["max_rel_diff"] <= FLOAT16_MATCH
+    return row["latency"]["max_rel_diff"] <= MATCH[row.get("int8", False)]
+
+
+def _failure(row: dict) -> str:
+    return "; ".join(
+        f"{k}: {row[k]['error']}"
+        for k in ("convert", "sporenet", "onnxruntime", "latency")
+        if k in row and "error" in row[k]
+    )
+
+
 def report(rows: list[dict]) -> None:
     mb = 1 << 20
     print(
-        f"{'model':<16} {'onnx MB':>7} {'conv s':>6} {'conv MB':>7} {'conv/file':>9} "
+        f"{'model':<18} {'onnx MB':>7} {'conv s':>6} {'conv MB':>7} {'conv/file':>9} "
         f"{'load ms':>8} {'ort ms':>7} {'load x':>6} {'RSS MB':>6} {'ort MB':>6} {'RSS x':>5} "
-        f"{'first/warm':>10} {'warm ms':>8} {'ort ms':>7} {'lat x':>5} {'max rel':>8}"
+        f"{'first/warm':>10} {'warm ms':>8} {'ort ms':>7} {'lat x':>5} {'max rel':>8} match"
     )
-    lat = []
+    lat: list[float] = []
     met = dict.fromkeys(TARGETS, 0)
-    counted = 0
+    counted = matched = 0
+    heavy: list[str] = []
     for row in rows:
         r = _ratios(row)
         if r is None:
-            errors = [
-                f"{k}: {row[k]['error']}"
-                for k in ("convert", "sporenet", "onnxruntime", "latency")
-                if k in row and "error" in row[k]
-            ]
-            print(f"{row['name']:<16} FAILED {'; '.join(errors)}")
+            print(f"{row['name']:<18} FAILED {_failure(row)}")
             continue
         counted += 1
         c, s, o, la = row["convert"], row["sporenet"], row["onnxruntime"], row["latency"]
         lat.append(r["latency"])
+        matched += _matches(row)
         for k, target in TARGETS.items():
             met[k] += r[k] <= target
+        if r["rss"] > TARGETS["rss"]:
+            heavy.append(f"{row['name']} {r['rss']:.2f}")
+        reference = "int8 ref" if row.get("int8") else ""
         print(
-            f"{row['name']:<16} {row['onnx_bytes'] / mb:>7.1f} {c['seconds']:>6.2f} "
+            f"{row['name']:<18} {row['onnx_bytes'] / mb:>7.1f} {c['seconds']:>6.2f} "
             f"{c['peak_growth'] / mb:>7.1f} {r['convert']:>9.2f} {s['load'] * 1e3:>8.1f} "
             f"{o['load'] * 1e3:>7.1f} {r['load']:>6.2f} {s['rss_growth'] / mb:>6.1f} "
             f"{o['rss_growth'] / mb:>6.1f} {r['rss']:>5.2f} {r['first']:>10.2f} "
             f"{la['sporenet'] * 1e3:>8.3f} {la['onnxruntime'] * 1e3:>7.3f} "
-            f"{r['latency']:>5.2f} {la['max_rel_diff']:>8.1e}"
+            f"{r['latency']:>5.2f} {la['max_rel_diff']:>8.1e} "
+            f"{'yes' if _matches(row) else 'NO'} {reference}".rstrip()
         )
     print()
+    converted = sum("error" not in row["convert"] for row in rows)
+    print(
+        f"converted {converted}/{len(rows)}, ran on both engines {counted}/{len(rows)}, "
+        f"matched {matched}/{len(rows)} (float within 1e-4 of the output's scale, int8 "
+        f"within 1/127 of the reference semantics)"
+    )
     names = {
         "convert": "converter peak growth / .onnx size",
         "load": "load / onnxruntime session creation",
@@ -306,6 +403,8 @@ def report(rows: list[dict]) -> None:
     for k, target in TARGETS.items():
         verdict = "met" if counted and met[k] == counted else "NOT met"
         print(f"{names[k]:<52} <= {target:<4} on every model: {met[k]}/{counted} {verdict}")
+    if heavy:
+        print(f"peak RSS growth over {TARGETS['rss']}x onnxruntime's: {', '.join(heavy)}")
     if lat:
         med, worst = statistics.median(lat), max(lat)
         print(
@@ -332,7 +431,13 @@ def _child_main(payload: str) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--set", choices=("corpus", "packaged"), default="corpus", help="which models to run"
+    )
     parser.add_argument("--quick", action="store_true", help="a smaller set, fewer repeats")
+    parser.add_argument(
+        "--input-shapes", action="store_true", help="convert at the fed sizes (corpus)"
+    )
     parser.add_argument("--only", nargs="*", default=None, help="model names to run")
     parser.add_argument("--repeats", type=int, default=None, help="warm calls per child")
     parser.add_argument("--json", type=Path, default=None, help="write the raw figures here")
@@ -352,22 +457,31 @@ def main(argv: list[str] | None = None) -> int:
     global CLOCK
     CLOCK = args.clock
     repeats = args.repeats or (10 if args.quick else 30)
-    runs = args.runs or (1 if args.quick else 3)
-    cases = [c for c in PACKAGED_MODELS if (c.quick or not args.quick)]
+    corpus = args.set == "corpus"
+    runs = args.runs or (1 if args.quick or corpus else 3)
+    every: tuple[Case, ...] = _corpus.CORPUS if corpus else _packaged_models.PACKAGED_MODELS
+    cases = [c for c in every if (c.quick or not args.quick)]
     if args.only:
-        cases = [c for c in PACKAGED_MODELS if c.name in args.only]
+        cases = [c for c in every if c.name in args.only]
+    at_fed_sizes = args.input_shapes or not corpus
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for case in cases:
-            path = model_path(case)
+            if isinstance(case, _corpus.CorpusModel):
+                path = _corpus.model_path(case)
+                missing = "not fetched: run benchmarks/fetch_corpus.py"
+            else:
+                path = _packaged_models.model_path(case)
+                missing = f"{case.package} is not installed"
             if path is None:
-                print(f"{case.name}: skipped ({case.package} is not installed)", flush=True)
+                print(f"{case.name}: skipped ({missing})", flush=True)
                 continue
-            rows.append(measure(case, path, Path(tmp), repeats, runs))
+            rows.append(measure(case, path, Path(tmp), repeats, runs, at_fed_sizes))
             print(f"measured {case.name}", file=sys.stderr, flush=True)
     print(
         f"one thread; {repeats} warm calls per child; medians of {runs} runtime children "
-        f"per engine; {CLOCK} clock; sizes in MiB"
+        f"per engine; {CLOCK} clock; sizes in MiB; converted "
+        f"{'at the fed sizes' if at_fed_sizes else 'without --input-shape'}"
     )
     report(rows)
     if args.json is not None:

@@ -106,6 +106,9 @@ def format_report(
             f"{name} {count}" for name, count in report.passes.items() if count or verbose
         )
         lines.append(f"  passes     : {len(report.passes)} run; rewrites: {applied or 'none'}")
+        for name, why in report.undone.items():
+            # A pass whose result the runtime would reject leaves the graph as it was.
+            lines.append(f"  undone     : {name} ({why})")
     else:
         lines.append("  passes     : none (--no-optimize)")
     ops = sorted(set(before) | set(after), key=lambda op: (-before.get(op, 0), op))
@@ -349,7 +352,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 source,
                 target,
                 report,
-                source.stat().st_size,
+                report.source_bytes or source.stat().st_size,
                 verbose=args.verbose,
                 kind="TFLite" if tflite else "ONNX",
             )

@@ -13,6 +13,7 @@ from sporenet.converter.errors import ConversionError, InvalidOnnxError, Unsuppo
 from sporenet.converter.heap import trim_heap
 from sporenet.converter.onnx_import.importer import import_onnx
 from sporenet.converter.onnx_import.loader import OnnxSource, explain_invalid, load_onnx
+from sporenet.converter.passes import Pass
 from sporenet.converter.passes import optimize as run_passes
 from sporenet.converter.passes.graph_utils import compact_tensors
 from sporenet.lite.errors import LiteError
@@ -34,6 +35,8 @@ class ConversionReport:
     opset: int = 0
     producer: str = ""
     seconds: float = 0.0
+    undone: dict[str, str] = field(default_factory=dict)  # pass -> why its result was invalid
+    source_bytes: int = 0  # the model file, its external-data files included
     output_bytes: int = 0
 
 
@@ -82,21 +85,26 @@ def mark_onnx_rounding(ir: Model) -> None:
                 node.attrs["rounding"] = "onnx"
 
 
-def lower_quantized(ir: Model) -> dict[str, int]:
-    """Fold the QUANTIZE/DEQUANTIZE pairs of a quantized model into integer kernels
-    (activations fused first, so a Conv -> Relu -> QuantizeLinear folds into one node)."""
-    if not any(n.op == OpCode.QUANTIZE for g in ir.graphs for n in g.nodes):
-        return {}
-    from sporenet.converter.passes.activation_fusion import fuse_activations
+def _fold_qdq(ir: Model) -> int:
     from sporenet.converter.passes.dead_code import eliminate_dead_nodes
     from sporenet.converter.passes.qdq_folding import fold_qdq
 
-    fused = fuse_activations(ir)
     folded = fold_qdq(ir)
     mark_onnx_rounding(ir)
     eliminate_dead_nodes(ir)
     compact_tensors(ir)
-    return {"qdq-activation-fusion": fused, "qdq-folding": folded}
+    return folded
+
+
+def quantized_lowering(ir: Model) -> tuple[Pass, ...]:
+    """For a quantized model, the passes that fold its QUANTIZE/DEQUANTIZE pairs into
+    integer kernels (activations fused first, so a Conv -> Relu -> QuantizeLinear folds
+    into one node); none for a float model."""
+    if not any(n.op == OpCode.QUANTIZE for g in ir.graphs for n in g.nodes):
+        return ()
+    from sporenet.converter.passes.activation_fusion import fuse_activations
+
+    return (Pass("qdq-activation-fusion", fuse_activations), Pass("qdq-folding", _fold_qdq))
 
 
 def _dynamic_hint(ir: Model) -> str:
@@ -125,6 +133,7 @@ def convert_onnx_model(
     proto = loaded.model
     report = ConversionReport(onnx_ops=Counter(n.op_type for n in proto.graph.node))
     report.producer = f"{proto.producer_name} {proto.producer_version}".strip()
+    report.source_bytes = loaded.source_bytes
     try:
         ir = import_onnx(proto, input_shapes=input_shapes, data=loaded.data)
     except UnsupportedOnnxOpError:
@@ -145,8 +154,8 @@ def convert_onnx_model(
     report.ir_ops_before = _ir_ops(ir)
     try:
         if optimize:
-            report.passes = lower_quantized(ir)
-            report.passes.update(run_passes(ir))
+            run = run_passes(ir, first=quantized_lowering(ir))
+            report.passes, report.undone = run.rewrites, run.undone
         validate(ir)
     except LiteError as exc:
         raise ConversionError(f"the converted graph is invalid: {exc}{_dynamic_hint(ir)}") from exc

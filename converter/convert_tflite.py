@@ -46,7 +46,8 @@ def convert_tflite_model(
     report.ir_ops_before = _ir_ops(ir)
     try:
         if optimize:
-            report.passes = run_passes(ir)
+            run = run_passes(ir)
+            report.passes, report.undone = run.rewrites, run.undone
         from sporenet.lite.validate import validate
 
         validate(ir)

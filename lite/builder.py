@@ -202,7 +202,7 @@ def fill_inferred_shapes(model: Model, graph_index: int = 0) -> None:
     is stored as -1, named when it follows a named input dimension.
     """
     from sporenet.lite.dims import (
-        SIZE_FAMILIES,
+        PROBE_FAMILIES,
         graph_input_dims,
         inner_dim_names,
         is_dynamic,
@@ -214,7 +214,7 @@ def fill_inferred_shapes(model: Model, graph_index: int = 0) -> None:
 
     graph = model.graphs[graph_index]
     dims = graph_input_dims(model, graph_index)
-    families = range(len(SIZE_FAMILIES)) if is_dynamic(dims) else range(1)
+    families = range(len(PROBE_FAMILIES)) if is_dynamic(dims) else range(1)
     error: ShapeError | None = None
     for family in families:
         probes = [

@@ -23,6 +23,20 @@ SIZE_FAMILIES = ((128, 192, 64), (48, 56, 8), (64, 96, 32), (32, 40, 8), (256, 3
 """Any other dynamic dimension, the same way. A graph that cannot be planned under the
 first family is tried under the next: a detector that downsamples by 64 plans under the
 first, a text-line recognizer whose height must stay near 48 under the second."""
+FIXED_BATCH = (1, 1, 0)
+"""Batch-like dimensions held at 1 under both probes: for an exporter that declared a
+batch dynamic but traced a reshape at batch 1, after every family failed with it varied."""
+PROBE_FAMILIES = tuple((BATCH_PROBES, f) for f in SIZE_FAMILIES) + tuple(
+    (FIXED_BATCH, f) for f in SIZE_FAMILIES
+)
+"""The probe families in the order they are tried: (batch-like sizes, other sizes)."""
+SMALLEST_FIRST = tuple(
+    sorted(range(len(PROBE_FAMILIES)), key=lambda k: (PROBE_FAMILIES[k][1][0], k))
+)
+"""The families in the order the runtime tries them for a plan at no given size (its
+load-time plan, probe 0): the smallest sizes the graph accepts, so the memory planned
+and warmed for sizes nobody asked for stays small (attention over 128 positions holds
+16 times the scores of 32); a call at other sizes plans for those."""
 
 InputDims = tuple[tuple[int, ...], tuple[str, ...]]
 """An input's declared shape (-1: dynamic) and its dimension names ("" for none)."""
@@ -55,7 +69,7 @@ def probe_shapes(inputs: Sequence[InputDims], probe: int, family: int = 0) -> li
             kind = _kind(axis, name)
             key = _key(kind, name)
             if key not in sizes:
-                first, second, step = BATCH_PROBES if kind == 0 else SIZE_FAMILIES[family]
+                first, second, step = PROBE_FAMILIES[family][kind]
                 sizes[key] = first if probe == 0 else second + step * counts[kind]
                 counts[kind] += 1
             dims.append(sizes[key])

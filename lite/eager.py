@@ -17,6 +17,7 @@ from sporenet.lite.errors import ShapeError, UnsupportedOpError
 from sporenet.lite.graph import Model, Quantization
 from sporenet.lite.kernels import KERNELS, kernel_class, supported_ops
 from sporenet.lite.kernels.base import Attrs, Kernel, TensorSpec
+from sporenet.lite.kernels.float16 import Float32Compute, widens
 from sporenet.lite.ops import OpCode
 
 
@@ -46,7 +47,10 @@ def prepare_kernel(
         raise ShapeError(f"{where or op.name}: takes {lo}..{hi} inputs, got {len(in_specs)}")
     try:
         attributes = Attrs(op.name, attrs, num_outputs, output_quant, output_dtypes, model=model)
-        kernel = cls(attributes, list(in_specs))
+        if cls is KERNELS.get(op) and widens(op, in_specs):
+            kernel: Kernel = Float32Compute(cls, attributes, list(in_specs))
+        else:
+            kernel = cls(attributes, list(in_specs))
     except ShapeError as exc:
         if not where:
             raise

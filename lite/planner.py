@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from sporenet.lite import pages
-from sporenet.lite.dims import SIZE_FAMILIES, default_shapes
+from sporenet.lite.dims import SMALLEST_FIRST, default_shapes
 from sporenet.lite.eager import evaluate, prepare_kernel
 from sporenet.lite.errors import ShapeError, UnsupportedOpError
 from sporenet.lite.graph import DYNAMIC, Model, Node
@@ -132,14 +132,14 @@ def infer_any_size(
     variables: Collection[int] = (),
     values: dict[int, np.ndarray] | None = None,
 ) -> Inferred:
-    """`infer` where dynamic dimensions not given in `shapes` take the sizes of the first
-    probe family under which the graph plans (lite/dims.py); the first family's error if
-    none does."""
+    """`infer` where dynamic dimensions not given in `shapes` take the sizes of the
+    smallest probe family under which the graph plans (lite/dims.py); the first family's
+    error if none does."""
     shapes = shapes or {}
     graph = model.graphs[graph_index]
     open_dims = any(i not in shapes and DYNAMIC in model.tensors[i].shape for i in graph.inputs)
     first: ShapeError | None = None
-    for family in range(len(SIZE_FAMILIES) if open_dims else 1):
+    for family in SMALLEST_FIRST if open_dims else (0,):
         try:
             return infer(model, graph_index, shapes, variables, family=family, values=values)
         except ShapeError as exc:

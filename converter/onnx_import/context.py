@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import copy
 import weakref
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import Any
 
 import numpy as np
 
 from sporenet.converter.errors import ConversionError
+from sporenet.converter.onnx_import.in_place import TensorBytes
 from sporenet.converter.onnx_import.node import OnnxNode
 from sporenet.converter.passes.graph_utils import contiguous, should_materialize
 from sporenet.lite.builder import unique_name
@@ -76,6 +77,7 @@ class ImportContext:
     """Builds the IR tensor table and node list for one graph while tracking tensor specs."""
 
     def __init__(self, *, dynamic: bool, reserved: Iterable[str] = ()) -> None:
+        self._derived: dict[tuple[Hashable, ...], int] = {}
         self.tensors: list[Tensor] = []
         self.nodes: list[Node] = []
         self.inputs: list[int] = []
@@ -93,7 +95,7 @@ class ImportContext:
         self.opset = 13
         self.scope = Scope(self)
         self.subgraphs: list[Graph] = []  # graphs 1.. of the model (shared by subcontexts)
-        self.data: memoryview | None = None  # the model's bytes, for tensors read in place
+        self.data: TensorBytes | None = None  # mapped bytes of the external tensors
         # DynamicQuantizeLinear's uint8 output -> (its zero point's uint8 tensor, the float
         # integers before the zero point is added, the float zero point): integer ops that
         # subtract the zero point again start from there (ops/quantized.py).
@@ -185,6 +187,14 @@ class ImportContext:
         index = self._add(name, [spec] * len(self.views), array, reserved_name=True)
         self.static.add(index)
         return index
+
+    def derived(self, key: tuple[Hashable, ...], make: Callable[[], int]) -> int:
+        """The tensor `make()` adds, made once per `key`: a constant computed from another
+        (a weight's transposed or scaled copy) is stored once however many nodes read it,
+        as models that share a weight across layers need."""
+        if key not in self._derived:
+            self._derived[key] = make()
+        return self._derived[key]
 
     def quantized_constant(
         self, name: str, values: np.ndarray, quantization: Any, *, as_stored: bool = False

@@ -13,10 +13,10 @@ from onnx import helper
 from sporenet.converter.errors import ConversionError, UnsupportedOnnxOpError
 from sporenet.converter.onnx_import.context import ImportContext, contiguous
 from sporenet.converter.onnx_import.functions import expand_functions
-from sporenet.converter.onnx_import.in_place import materialize, tensor_value
+from sporenet.converter.onnx_import.in_place import TensorBytes, materialize, tensor_value
 from sporenet.converter.onnx_import.node import OnnxNode
 from sporenet.converter.onnx_import.registry import HANDLERS, handler_available
-from sporenet.lite.dims import SIZE_FAMILIES, is_dynamic, may_feed_shapes, probe_shapes
+from sporenet.lite.dims import PROBE_FAMILIES, is_dynamic, may_feed_shapes, probe_shapes
 from sporenet.lite.dtypes import NUMPY_TO_IR
 from sporenet.lite.errors import LiteError
 from sporenet.lite.graph import DYNAMIC, Model
@@ -94,9 +94,10 @@ def _np_dtype(elem_type: int, what: str) -> np.dtype:
     return dtype
 
 
-def initializer_value(tensor: onnx.TensorProto, data: memoryview | None = None) -> np.ndarray:
+def initializer_value(tensor: onnx.TensorProto, data: TensorBytes | None = None) -> np.ndarray:
     """An initializer's value as a C-contiguous array (ConversionError if unreadable);
-    `data`: the model's bytes, for tensors read in place (a view of them, no copy)."""
+    `data`: the mapped bytes external tensors lie in (the model's own for tensors read in
+    place, external-data files): the value is a view of them, no copy."""
     _np_dtype(tensor.data_type, f"initializer {tensor.name!r}")
     try:
         array = tensor_value(tensor, data)
@@ -145,11 +146,11 @@ def import_onnx(
     model: onnx.ModelProto,
     *,
     input_shapes: Mapping[str, Sequence[int]] | None = None,
-    data: memoryview | None = None,
+    data: TensorBytes | None = None,
 ) -> Model:
-    """Translate an ONNX model into an IR Model (not yet optimized). `data`: the model's
-    bytes, when load_onnx read its large tensors in place (their values are views of it)."""
-    if data is not None and _needs_upgrade(model):
+    """Translate an ONNX model into an IR Model (not yet optimized). `data`: the mapped
+    bytes of its external tensors, from load_onnx (their values are views of them)."""
+    if data and _needs_upgrade(model):
         materialize(model, data)  # the version converter reads tensors from the message
         data = None
     model = upgrade_old_opset(model)
@@ -183,7 +184,7 @@ def import_onnx(
     # Dynamic dimensions: the graph is followed under two probe sizes of each, from the
     # first family of sizes under which every node accepts them (lite/dims.py).
     first: ConversionError | None = None
-    for family in range(len(SIZE_FAMILIES)):
+    for family in range(len(PROBE_FAMILIES)):
         try:
             return _import_graph(model, opset, input_specs, family, data)
         except ConversionError as exc:
@@ -226,7 +227,7 @@ def _import_graph(
     opset: int,
     input_specs: Sequence[InputSpec],
     family: int,
-    data: memoryview | None,
+    data: TensorBytes | None,
 ) -> Model:
     """Import the main graph, dynamic dimensions followed under probe family `family`."""
     graph = model.graph

@@ -15,7 +15,7 @@ WireError, and the caller parses the file as usual.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 
 import numpy as np
 import onnx
@@ -173,48 +173,103 @@ def split_in_place(data: memoryview) -> bytes | None:
     return None if parts is None else b"".join(parts)
 
 
-def in_place_span(tensor: onnx.TensorProto) -> tuple[int, int] | None:
-    """(offset, length) of a tensor's data in the model's bytes, if it is read in place."""
+TensorBytes = Mapping[str, memoryview]
+"""Where external tensor data lies: external-data location -> that file's bytes (mapped),
+IN_PLACE -> the model's own bytes."""
+
+
+def external_ref(tensor: onnx.TensorProto) -> tuple[str, int, int | None] | None:
+    """(location, offset, length or None for "to the end") of a tensor whose data is
+    external (in another file, or in place in the model's bytes), else None.
+    Raises ValueError for an offset or length that is not a non-negative integer."""
     if tensor.data_location != onnx.TensorProto.EXTERNAL:
         return None
     entries = {e.key: e.value for e in tensor.external_data}
-    if entries.get("location") != IN_PLACE:
+    try:
+        offset = int(entries.get("offset") or 0)
+        length = int(entries["length"]) if entries.get("length") else None
+    except ValueError:
+        raise ValueError(
+            f"external-data offset {entries.get('offset')!r} / length "
+            f"{entries.get('length')!r} are not integers"
+        ) from None
+    if offset < 0 or (length is not None and length < 0):
+        raise ValueError(f"negative external-data offset {offset} or length {length}")
+    return entries.get("location", ""), offset, length
+
+
+def in_place_span(tensor: onnx.TensorProto) -> tuple[int, int] | None:
+    """(offset, length) of a tensor's data in the model's bytes, if it is read in place."""
+    ref = external_ref(tensor)
+    if ref is None or ref[0] != IN_PLACE or ref[2] is None:
         return None
-    return int(entries["offset"]), int(entries["length"])
+    return ref[1], ref[2]
 
 
-def tensor_value(tensor: onnx.TensorProto, data: memoryview | None) -> np.ndarray:
-    """A tensor's value: a read-only view of `data` (the model's bytes) when its data is
-    read in place, else ONNX's own reading. Raises ValueError for unreadable data."""
-    span = in_place_span(tensor)
+def _as_bytes(data: TensorBytes | memoryview | None) -> TensorBytes:
+    if data is None:
+        return {}
+    return {IN_PLACE: data} if isinstance(data, memoryview) else data
+
+
+def _span(tensor: onnx.TensorProto, data: TensorBytes) -> tuple[memoryview, int, int] | None:
+    """(bytes, offset, length) of an external tensor's data, or None if it is not
+    external. Raises ValueError when its bytes are not at hand or too short."""
+    ref = external_ref(tensor)
+    if ref is None:
+        return None
+    location, offset, length = ref
+    buf = data.get(location)
+    if buf is None:
+        where = "the model's bytes" if location == IN_PLACE else f"external file {location!r}"
+        raise ValueError(f"its data lies in {where}, which was not read")
+    if length is None:
+        length = len(buf) - offset
+    if offset + length > len(buf):
+        raise ValueError(
+            f"it needs bytes {offset}..{offset + length} of {location!r}, which holds only "
+            f"{len(buf)}"
+        )
+    return buf, offset, length
+
+
+def tensor_value(tensor: onnx.TensorProto, data: TensorBytes | memoryview | None) -> np.ndarray:
+    """A tensor's value: a read-only view of the mapped bytes its data lies in (the
+    model's own, for data read in place, or an external-data file), else ONNX's own
+    reading. `data` maps locations to bytes (a bare memoryview: the model's bytes).
+    Raises ValueError for unreadable data."""
+    span = _span(tensor, _as_bytes(data))
     if span is None:
         return numpy_helper.to_array(tensor)
-    if data is None:
-        raise ValueError("its data lies in the model's bytes, which were not kept")
-    offset, length = span
+    buf, offset, length = span
     dims = tuple(tensor.dims)
     dtype = np.dtype(helper.tensor_dtype_to_np_dtype(tensor.data_type)).newbyteorder("<")
     if math.prod(dims) * dtype.itemsize != length:
         # Packed (4-bit) types, or a size that does not match: ONNX's reading decides.
-        whole = onnx.TensorProto()
-        whole.CopyFrom(tensor)
-        del whole.external_data[:]
-        whole.data_location = onnx.TensorProto.DEFAULT
-        whole.raw_data = bytes(data[offset : offset + length])
-        return numpy_helper.to_array(whole)
-    array = np.frombuffer(data, dtype, math.prod(dims), offset).reshape(dims)
+        return numpy_helper.to_array(_inline(tensor, buf, offset, length))
+    array = np.frombuffer(buf, dtype, math.prod(dims), offset).reshape(dims)
     return array if array.dtype.isnative else array.astype(array.dtype.newbyteorder("="))
 
 
-def materialize(model: onnx.ModelProto, data: memoryview) -> None:
-    """Put the data of every tensor of `model` read in place back into the message (for
-    tools that read tensors from the message itself, such as ONNX's version converter)."""
+def _inline(
+    tensor: onnx.TensorProto, buf: memoryview, offset: int, length: int
+) -> onnx.TensorProto:
+    whole = onnx.TensorProto()
+    whole.CopyFrom(tensor)
+    del whole.external_data[:]
+    whole.data_location = onnx.TensorProto.DEFAULT
+    whole.raw_data = bytes(buf[offset : offset + length])
+    return whole
+
+
+def materialize(model: onnx.ModelProto, data: TensorBytes | memoryview) -> None:
+    """Put the data of every external tensor of `model` whose bytes are at hand back into
+    the message (for tools that read tensors from the message itself, such as ONNX's
+    version converter)."""
     from onnx import external_data_helper
 
+    data = _as_bytes(data)
     for tensor in external_data_helper._get_all_tensors(model):
-        span = in_place_span(tensor)
+        span = _span(tensor, data)
         if span is not None:
-            offset, length = span
-            del tensor.external_data[:]
-            tensor.data_location = onnx.TensorProto.DEFAULT
-            tensor.raw_data = bytes(data[offset : offset + length])
+            tensor.CopyFrom(_inline(tensor, *span))

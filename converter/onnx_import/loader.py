@@ -6,7 +6,10 @@ external-data files that are missing) becomes one InvalidOnnxError naming the pr
 A file is memory-mapped and its large tensors are read in place (in_place.py): the
 parsed message holds the model without them, and the import reads them as views of the
 mapping (so an IR from convert_onnx_model reads the file while it lives: replace a model
-file by writing a new one and renaming it, not by rewriting it in place).
+file by writing a new one and renaming it, not by rewriting it in place). External-data
+files (every layout the onnx package writes: all tensors or some outside, one file or
+several, at offsets with lengths or to the end of a file) are mapped the same way, each
+checked to lie in the model's directory and to hold the spans its tensors name.
 
 The ONNX checker is not run on the way: its operator registry alone costs more memory
 than a small model, and the import checks what it relies on (names defined before use
@@ -27,7 +30,14 @@ from google.protobuf.message import DecodeError
 from onnx import external_data_helper
 
 from sporenet.converter.errors import InvalidOnnxError
-from sporenet.converter.onnx_import.in_place import WireError, in_place_span, split_in_place
+from sporenet.converter.onnx_import.in_place import (
+    IN_PLACE,
+    TensorBytes,
+    WireError,
+    external_ref,
+    in_place_span,
+    split_in_place,
+)
 
 OnnxSource = str | os.PathLike | bytes | bytearray | memoryview | onnx.ModelProto
 
@@ -91,34 +101,46 @@ def _external_tensors(model: onnx.ModelProto) -> list[onnx.TensorProto]:
     ]
 
 
-def _load_external(model: onnx.ModelProto, base_dir: Path | None, where: str) -> None:
+def _map_external(model: onnx.ModelProto, base_dir: Path | None, where: str) -> TensorBytes:
+    """Every external-data file the model's tensors name, memory-mapped (read-only), after
+    checking each lies in the model's directory and holds the spans read from it: the
+    import reads those tensors as views of the mappings, as it reads the model's own."""
     tensors = _external_tensors(model)
     if not tensors:
-        return
+        return {}
     if base_dir is None:
         raise InvalidOnnxError(
             f"{where}: {len(tensors)} initializer(s) keep their data in external files, "
             "which cannot be found from in-memory bytes; pass the model's path instead"
         )
     missing: dict[str, list[str]] = {}
+    files: dict[str, memoryview] = {}
     for t in tensors:
-        info = external_data_helper.ExternalDataInfo(t)
-        location = Path(info.location)
+        try:
+            ref = external_ref(t)
+        except ValueError as exc:
+            raise InvalidOnnxError(f"{where}: initializer {t.name!r}: {exc}") from None
+        if ref is None:
+            continue
+        location, offset, length = ref
         resolved = (base_dir / location).resolve()
-        if location.is_absolute() or base_dir.resolve() not in resolved.parents:
+        inside = base_dir.resolve() in resolved.parents
+        if not location or Path(location).is_absolute() or not inside:
             raise InvalidOnnxError(
-                f"{where}: initializer {t.name!r} points at external file {info.location!r} "
+                f"{where}: initializer {t.name!r} points at external file {location!r} "
                 "outside the model's directory"
             )
-        if not resolved.is_file():
-            missing.setdefault(info.location, []).append(t.name)
-            continue
-        size = resolved.stat().st_size
-        end = (info.offset or 0) + (info.length or 0)
-        if end > size:
+        if location not in files:
+            if not resolved.is_file():
+                missing.setdefault(location, []).append(t.name)
+                continue
+            files[location] = _map(resolved, f"{where}: external file {location!r}")
+        size = len(files[location])
+        end = offset + (length or 0)
+        if end > size or offset > size:
             raise InvalidOnnxError(
-                f"{where}: initializer {t.name!r} needs bytes up to {end} of external file "
-                f"{info.location!r}, which holds only {size} (truncated?)"
+                f"{where}: initializer {t.name!r} needs bytes up to {max(end, offset)} of "
+                f"external file {location!r}, which holds only {size} (truncated?)"
             )
     if missing:
         listed = "; ".join(
@@ -128,10 +150,7 @@ def _load_external(model: onnx.ModelProto, base_dir: Path | None, where: str) ->
         raise InvalidOnnxError(
             f"{where}: missing external-data file(s) next to the model in {base_dir}: {listed}"
         )
-    try:
-        external_data_helper.load_external_data_for_model(model, str(base_dir))
-    except (OSError, ValueError) as exc:
-        raise InvalidOnnxError(f"{where}: cannot read external data: {exc}") from None
+    return files
 
 
 @dataclass(frozen=True)
@@ -139,45 +158,50 @@ class LoadedOnnx:
     """A parsed model, and the bytes its in-place tensors are views of (None if none)."""
 
     model: onnx.ModelProto
-    data: memoryview | None
+    data: TensorBytes  # location -> bytes of the external tensors (IN_PLACE: the model's)
     where: str  # how messages name the source
+    source_bytes: int  # the model's size, its external-data files included
 
     def release_pages(self) -> None:
-        """Let the kernel drop the mapped file's pages read so far (the scan's, those of
+        """Let the kernel drop the mapped files' pages read so far (the scan's, those of
         weights a pass replaced): they are clean, and read again if a view is used, so
         memory holds only the weights still being written out."""
-        mapped = self.data.obj if self.data is not None else None
-        if isinstance(mapped, mmap.mmap) and hasattr(mmap, "MADV_DONTNEED"):
-            mapped.madvise(mmap.MADV_DONTNEED)
+        for view in self.data.values():
+            mapped = view.obj
+            if isinstance(mapped, mmap.mmap) and hasattr(mmap, "MADV_DONTNEED"):
+                mapped.madvise(mmap.MADV_DONTNEED)
 
 
 def load_onnx(source: OnnxSource) -> LoadedOnnx:
     """The model behind `source` (a path, serialized bytes or a ModelProto), its external
-    data loaded; not run through the ONNX checker (see the module docstring)."""
-    data = None
+    data files mapped; not run through the ONNX checker (see the module docstring)."""
+    own: memoryview | None = None
     if isinstance(source, onnx.ModelProto):
-        model, where, base = source, "model", None
-        if _external_tensors(model):
-            model = onnx.ModelProto()
-            model.CopyFrom(source)
+        model, where, base, size = source, "model", None, source.ByteSize()
     elif isinstance(source, bytes | bytearray | memoryview):
         where, base = "model bytes", None
         # Views of immutable bytes are safe to keep; a mutable buffer is copied first.
         view = memoryview(source if isinstance(source, bytes) else bytes(source))
-        model, data = _parse_in_place(view, where)
+        model, own = _parse_in_place(view, where)
+        size = view.nbytes
     elif isinstance(source, str | os.PathLike):
         path = Path(source)
         where = str(path)
         if not path.is_file():
             raise InvalidOnnxError(f"{where}: no such file")
-        model, data = _parse_in_place(_map(path, where), where)
-        base = path.parent
+        mapped = _map(path, where)
+        model, own = _parse_in_place(mapped, where)
+        base, size = path.parent, mapped.nbytes
     else:
         raise TypeError(
             f"model must be a path, bytes or onnx.ModelProto, got {type(source).__name__}"
         )
-    _load_external(model, base, where)
-    loaded = LoadedOnnx(model, data, where)
+    files = _map_external(model, base, where)
+    data = dict(files)
+    if own is not None:
+        data[IN_PLACE] = own
+    size += sum(view.nbytes for view in files.values())
+    loaded = LoadedOnnx(model, data, where, size)
     loaded.release_pages()
     return loaded
 

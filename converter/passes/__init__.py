@@ -1,12 +1,13 @@
 """Graph optimization passes over the IR, run in a fixed order by `optimize`.
 
 Each pass is a plain function `pass(model) -> int` that rewrites the model in place and
-returns how many rewrites it made (0: nothing to do).
+returns how many rewrites it made (0: nothing to do). `optimize` runs them guarded
+(guard.py): a pass whose result the runtime would reject is undone.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from sporenet.converter.passes.activation_fusion import fuse_activations
@@ -14,6 +15,7 @@ from sporenet.converter.passes.batchnorm_folding import fold_batch_norms
 from sporenet.converter.passes.bias_folding import fold_biases
 from sporenet.converter.passes.constant_folding import fold_constants
 from sporenet.converter.passes.dead_code import eliminate_dead_nodes
+from sporenet.converter.passes.guard import GuardedRun, run_guarded
 from sporenet.converter.passes.hard_swish import fuse_hard_swish
 from sporenet.converter.passes.identity_removal import remove_identities
 from sporenet.converter.passes.integer_adds import fold_integer_adds
@@ -44,13 +46,16 @@ PIPELINE: tuple[Pass, ...] = (
 )
 
 
-def optimize(model: Model) -> dict[str, int]:
-    """Run every pass once, in order; returns rewrites made per pass name."""
-    return {p.name: p.run(model) for p in PIPELINE}
+def optimize(model: Model, first: Sequence[Pass] = ()) -> GuardedRun:
+    """Run the passes `first`, then every pass of PIPELINE once, in order, undoing any
+    whose result the runtime would reject; returns the rewrites per pass name and the
+    passes undone."""
+    return run_guarded(model, [(p.name, p.run) for p in (*first, *PIPELINE)])
 
 
 __all__ = [
     "PIPELINE",
+    "GuardedRun",
     "Pass",
     "eliminate_dead_nodes",
     "fold_batch_norms",

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from sporenet.converter.passes.activation_fusion import CLAMPS
 from sporenet.converter.passes.graph_utils import add_constant, consumers, producers, replace_uses
 from sporenet.converter.quantize import params as P
 from sporenet.converter.quantize.static import BIAS_INPUT, FIXED_OUTPUT, SAME_PARAMS, WEIGHT_AXIS
@@ -122,6 +123,8 @@ class _Folder:
     def fold(self, node: Node) -> bool:
         if node.op not in QUANTIZED_KERNELS or node.op in CONVERSIONS:
             return False
+        if str(node.attrs.get("activation", "none")) not in CLAMPS:
+            return False  # an int8 kernel applies only clamps (tanh, sigmoid... stay float)
         readers = self.outputs(node)
         if readers is None:
             return False

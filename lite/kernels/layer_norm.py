@@ -13,6 +13,7 @@ import numpy as np
 
 from sporenet.lite.kernels.axes import normalize_axis
 from sporenet.lite.kernels.base import Attrs, Compute, Kernel, TensorSpec
+from sporenet.lite.kernels.workspace import temporary
 from sporenet.lite.ops import OpCode
 
 
@@ -61,7 +62,7 @@ class LayerNorm(Kernel):
         stat = self.output_specs[1]
         mean = outputs[1] if len(outputs) > 1 else np.empty(stat.shape, stat.dtype)
         inv_std = outputs[2] if len(outputs) > 2 else np.empty(stat.shape, stat.dtype)
-        sq = np.empty_like(out)
+        sq = temporary(out.shape, out.dtype)  # rewritten every call: from the plan's arena
 
         def compute() -> None:
             np.mean(x, axis=axes, keepdims=True, out=mean)

@@ -22,6 +22,7 @@ from sporenet.lite.kernels.activation import (
     silu_into,
 )
 from sporenet.lite.kernels.base import Attrs, ChannelsLast, Compute, Kernel, TensorSpec
+from sporenet.lite.kernels.workspace import temporary
 from sporenet.lite.ops import OpCode
 
 
@@ -61,7 +62,9 @@ class UnaryKernel(Kernel):
         x, out, f = inputs[0], outputs[0], self.compute
         if not self.scratch:
             return lambda: f(x, out)
-        tmp = [np.empty_like(out) for _ in range(self.scratch)]
+        # Written before they are read on every call: temporaries from the plan's arena,
+        # shared with the other steps, not private arrays per node.
+        tmp = [temporary(out.shape, out.dtype) for _ in range(self.scratch)]
         return lambda: f(x, out, *tmp)
 
 

@@ -12,17 +12,23 @@ from sporenet.lite.ops import OpCode
 
 
 def _transpose2d(ctx: ImportContext, x: int) -> int:
-    """x.T: computed now for a stored constant; otherwise a Transpose node (folded by the
-    runtime at load time when x is a fill it computes, so the file stays small)."""
+    """x.T: computed now (once per weight) for a stored constant; otherwise a Transpose
+    node (folded by the runtime at load time when x is a fill it computes, so the file
+    stays small)."""
+    tensor = ctx.tensors[x]
+    if tensor.data is not None:
+        return ctx.derived(("T", x), lambda: _transposed_constant(ctx, x))
+    return ctx.emit1(OpCode.TRANSPOSE, [x], perm=[1, 0])
+
+
+def _transposed_constant(ctx: ImportContext, x: int) -> int:
     tensor = ctx.tensors[x]
     data = tensor.data
     if data is not None and tensor.quantization is not None:  # integer weights stay integer
         q = tensor.quantization
         moved = dataclasses.replace(q, axis=1 - q.axis if q.scale.size > 1 else 0)
         return ctx.quantized_constant(f"{tensor.name}/T", np.ascontiguousarray(data.T), moved)
-    if data is not None:
-        return ctx.constant(f"{tensor.name}/T", np.ascontiguousarray(data.T))
-    return ctx.emit1(OpCode.TRANSPOSE, [x], perm=[1, 0])
+    return ctx.constant(f"{tensor.name}/T", np.ascontiguousarray(data.T))
 
 
 def _scaled(ctx: ImportContext, x: int, alpha: float) -> int:

@@ -246,3 +246,43 @@ def test_cli_converts_without_input_shape_and_inspect_names_the_dims(tmp_path) -
     )
     assert "inputs x [N, 3, H, W]" in shown.stdout
     assert "up [N, 4, H, W]" in shown.stdout  # the ConvTranspose output keeps the names
+
+
+def test_a_batch_declared_dynamic_but_traced_at_one_converts() -> None:
+    # An exporter declared the batch dynamic but traced at batch 1 (torch.onnx.export's
+    # dynamo exporter bakes it into views): [1, B*T, 4] + ones[1, T, 4] only broadcasts at
+    # B = 1. The converter's probes hold the batch at 1 once varying it fails, and the
+    # model runs at every sequence length.
+    nodes = [
+        helper.make_node("Shape", ["x"], ["s"]),
+        helper.make_node("Gather", ["s", "one"], ["t"]),
+        helper.make_node("Unsqueeze", ["t", "zero"], ["t1"]),
+        helper.make_node("Concat", ["head", "t1", "tail"], ["target"], axis=0),
+        helper.make_node(
+            "ConstantOfShape",
+            ["target"],
+            ["ones"],
+            value=helper.make_tensor("v", TensorProto.FLOAT, [1], [1.0]),
+        ),
+        helper.make_node("Reshape", ["x", "flat"], ["r"]),
+        helper.make_node("Add", ["r", "ones"], ["y"]),
+    ]
+    model = make_model(
+        nodes,
+        {"x": ["batch", "seq", 4]},
+        ["y"],
+        initializers={
+            "one": np.array(1, np.int64),
+            "zero": np.array([0], np.int64),
+            "head": np.array([1], np.int64),
+            "tail": np.array([4], np.int64),
+            "flat": np.array([1, -1, 4], np.int64),
+        },
+        opset=13,
+        output_shapes={"y": [1, "seq", 4]},
+    )
+    interpreter = Interpreter(model_content=convert_onnx(model))
+    for seq in (3, 17):
+        feeds = {"x": rand(1, seq, 4)}
+        (want,) = run_ort(model, feeds)
+        np.testing.assert_array_equal(interpreter.run(feeds)["y"], want)

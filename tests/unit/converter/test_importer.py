@@ -626,3 +626,24 @@ def test_gather_elements_with_negative_indices_and_longer_data(axis: int) -> Non
         input_dtypes={"idx": onnx.TensorProto.INT64},
     )
     assert_matches_ort(model, {"data": data, "idx": indices})
+
+
+def test_a_weight_shared_by_several_matmuls_is_stored_once() -> None:
+    # ALBERT-style models reuse one weight in every layer: each MatMul reads the same
+    # transposed copy, so the file holds the weight once, not once per layer.
+    w = np.random.default_rng(0).standard_normal((16, 16)).astype(np.float32)
+    nodes = [
+        helper.make_node("MatMul", ["x", "w"], ["a"]),
+        helper.make_node("Tanh", ["a"], ["t"]),
+        helper.make_node("MatMul", ["t", "w"], ["b"]),
+        helper.make_node("Tanh", ["b"], ["u"]),
+        helper.make_node("MatMul", ["u", "w"], ["y"]),
+    ]
+    model = make_model(nodes, {"x": [2, 16]}, ["y"], initializers={"w": w})
+    ir = convert(model)
+    stored = [t for t in ir.tensors if t.data is not None and t.data.size == w.size]
+    assert len(stored) == 1
+    x = np.random.default_rng(1).standard_normal((2, 16)).astype(np.float32)
+    np.testing.assert_allclose(
+        run_spore(model, {"x": x})[0], run_ort(model, {"x": x})[0], rtol=1e-5, atol=1e-5
+    )
