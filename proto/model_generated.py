@@ -139,6 +139,7 @@ class OpCode(object):
     RNN_GRAD = 312
     IF = 320
     LOOP = 321
+    CALL = 650
 
 
 class SparseFormat(object):

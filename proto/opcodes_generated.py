@@ -151,3 +151,9 @@ class OpCode(enum.IntEnum):
     # implicit...), body outputs (cond, v..., scan...). Node outputs (v_final..., scan...),
     # each scan output stacks its per-iteration values on a new axis 0.
     LOOP = 321
+    # functions with their own gradient (650..699)
+    # CALL: runs subgraph `graph` on the node's inputs; its outputs are the node's. With
+    # `grad_graph` (-1: none) the gradient is that subgraph's, not the automatic one: it
+    # takes (inputs..., outputs..., output gradients...) and gives one gradient per input,
+    # of the inputs' dtypes and shapes (MindSpore's bprop, kept in the training graph).
+    CALL = 650
