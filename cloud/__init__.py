@@ -10,7 +10,7 @@ history = cloud.fit(model, x, y, epochs=10, batch_size=32, optimizer=cloud.Adam(
 cloud.export(model, "digits.spore", labels=[str(d) for d in range(10)])
 """
 
-from sporenet.cloud import engines, layers, losses, mode, models, schedules
+from sporenet.cloud import engines, layers, losses, mode, models, ops, schedules
 from sporenet.cloud.callbacks import (
     Callback,
     EarlyStopping,
@@ -19,6 +19,8 @@ from sporenet.cloud.callbacks import (
     ProgressBar,
 )
 from sporenet.cloud.checkpoint import load_checkpoint, read_checkpoint, save_checkpoint
+from sporenet.cloud.control_flow import cond, fori_loop, while_loop
+from sporenet.cloud.custom_gradient import custom_gradient
 from sporenet.cloud.datasets import load_digits
 from sporenet.cloud.errors import CheckpointError, CloudError, ConfigError, ExportError, TraceError
 from sporenet.cloud.export import export, to_inference_ir
@@ -29,6 +31,7 @@ from sporenet.cloud.module import Buffer, Module, Parameter, Sequential
 from sporenet.cloud.optimizers import SGD, Adam, AdamW, Optimizer
 from sporenet.cloud.tape import Tape, Var
 from sporenet.cloud.trace import trace
+from sporenet.cloud.transforms import function, grad, hessian, jacobian, jvp, value_and_grad, vjp
 
 __all__ = [
     "SGD",
@@ -52,11 +55,19 @@ __all__ = [
     "Tape",
     "TraceError",
     "Var",
+    "cond",
+    "custom_gradient",
     "engines",
     "evaluate",
     "export",
     "fit",
+    "fori_loop",
+    "function",
     "get_mode",
+    "grad",
+    "hessian",
+    "jacobian",
+    "jvp",
     "layers",
     "load_checkpoint",
     "load_digits",
@@ -64,6 +75,7 @@ __all__ = [
     "manual_seed",
     "mode",
     "models",
+    "ops",
     "predict",
     "read_checkpoint",
     "save_checkpoint",
@@ -72,4 +84,7 @@ __all__ = [
     "to_inference_ir",
     "trace",
     "using_mode",
+    "value_and_grad",
+    "vjp",
+    "while_loop",
 ]

@@ -19,6 +19,7 @@ import numpy as np
 
 from sporenet.cloud.errors import TraceError
 from sporenet.lite.builder import ModelBuilder, fill_inferred_shapes
+from sporenet.lite.dims import batch_names
 from sporenet.lite.eager import run_op
 from sporenet.lite.errors import LiteError
 from sporenet.lite.graph import DYNAMIC, Graph, Model, Node
@@ -293,11 +294,14 @@ class Tape:
         """A new tensor for a subgraph input: shaped like `like` (and holding its eager
         value), or of `shape` and `dtype`, with `value` in eager mode."""
         if like is not None:
-            t = self.builder.tensors[like.index]
-            shape, dtype, value = t.shape, t.dtype, like.value
+            shape, dtype = self.spec(like)
+            value = like.value
         else:
             shape, dtype, value = spec["shape"], np.dtype(spec["dtype"]), spec.get("value")
         index = self.builder.tensor(name, shape, dtype)
+        if DYNAMIC in shape:
+            names = self.builder.tensors[like.index].dim_names if like is not None else ()
+            self.builder.tensors[index].dim_names = batch_names(shape, names)
         if self.eager and value is not None:
             self.values[index] = value
         return Var(self, index, value)

@@ -84,7 +84,7 @@ def _common_tape(vars_: Sequence[Var]) -> Tape:
 def _argnums(argnums: int | Sequence[int], count: int) -> tuple[list[int], bool]:
     """The positions to differentiate and whether one was asked for (not a tuple)."""
     single = isinstance(argnums, int)
-    nums = [argnums] if single else list(argnums)  # type: ignore[list-item]
+    nums: list[int] = [argnums] if isinstance(argnums, int) else list(argnums)
     for k in nums:
         if not isinstance(k, int) or not -count <= k < count:
             raise ConfigError(f"`argnums` entry {k!r} is out of range for {count} arguments")
@@ -165,6 +165,12 @@ def _array(a: Any) -> np.ndarray:
     if array.dtype.kind not in "fiub":
         raise ConfigError(f"arguments must be numeric arrays, got {array.dtype}")
     return array if array.flags.c_contiguous else array.copy()  # 0-d stays 0-d
+
+
+def function(f: Callable[..., Tree]) -> Transformed:
+    """f as a function of NumPy arrays, run in the mode of the switch (graph mode traces
+    it once per input signature and runs the planned IR graph)."""
+    return Transformed(f, getattr(f, "__name__", "f"))
 
 
 def value_and_grad(f: Callable[..., Var], argnums: int | Sequence[int] = 0) -> Transformed:

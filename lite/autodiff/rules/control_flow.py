@@ -21,6 +21,7 @@ import numpy as np
 
 from sporenet.lite.autodiff.context import GradContext
 from sporenet.lite.builder import fill_inferred_shapes
+from sporenet.lite.dims import batch_names
 from sporenet.lite.errors import UnsupportedOpError
 from sporenet.lite.graph import Graph, Node
 from sporenet.lite.ops import OpCode
@@ -46,9 +47,13 @@ def _typed(ctx: GradContext, outs: list[int], likes: Sequence[int]) -> list[int]
     return outs
 
 
-def _like(ctx: GradContext, index: int, name: str) -> int:
-    """A fresh tensor of the dtype and shape of tensor `index`."""
-    return ctx.tensor(name, ctx.dtype(index), ctx.shape(index))
+def _like(ctx: GradContext, index: int, name: str, lead: tuple[int, ...] = ()) -> int:
+    """A fresh subgraph input of the dtype and shape of tensor `index` (after `lead`)."""
+    t = ctx.model.tensors[index]
+    new = ctx.tensor(name, t.dtype, (*lead, *t.shape))
+    names = t.dim_names and ("",) * len(lead) + tuple(t.dim_names)
+    ctx.model.tensors[new].dim_names = batch_names((*lead, *t.shape), names)
+    return new
 
 
 def _clone(sub: GradContext, graph: Graph, mapping: dict[int, int]) -> None:
@@ -64,6 +69,7 @@ def _clone(sub: GradContext, graph: Graph, mapping: dict[int, int]) -> None:
             src = sub.model.tensors[o]
             sub.model.tensors[new].dtype = src.dtype
             sub.model.tensors[new].shape = tuple(src.shape)
+            sub.model.tensors[new].dim_names = tuple(src.dim_names)
             mapping[o] = new
         inputs = [-1 if i == -1 else mapping.get(i, i) for i in node.inputs]
         sub.graph.nodes.append(
@@ -231,7 +237,7 @@ def loop(ctx: GradContext, node: Node, grads: list[int | None]) -> list[int | No
     keep = ctx.tensor("keep", np.bool_)
     d_in = [_like(ctx, v, "dv") for v in state]
     acc_in = [_like(ctx, implicit[k], "dc") for k in select]
-    stack_in = [ctx.tensor("stack", ctx.dtype(v), (trips, *ctx.shape(v))) for v in state]
+    stack_in = [_like(ctx, v, "stack", (trips,)) for v in state]
     c_in = [_like(ctx, c, "c") for c in implicit]
     back = Graph(
         name=ctx.scope, inputs=[j, keep, *d_in, *acc_in, *stack_in, *c_in], outputs=[], nodes=[]
