@@ -21,14 +21,22 @@ from sporenet.cloud.callbacks import (
 from sporenet.cloud.checkpoint import load_checkpoint, read_checkpoint, save_checkpoint
 from sporenet.cloud.control_flow import cond, fori_loop, while_loop
 from sporenet.cloud.custom_gradient import custom_gradient
-from sporenet.cloud.datasets import load_digits
-from sporenet.cloud.errors import CheckpointError, CloudError, ConfigError, ExportError, TraceError
+from sporenet.cloud.datasets import load_digits, load_fashion_mnist
+from sporenet.cloud.errors import (
+    CheckpointError,
+    CloudError,
+    ConfigError,
+    DatasetError,
+    ExportError,
+    TraceError,
+)
 from sporenet.cloud.export import export, to_inference_ir
 from sporenet.cloud.fit import History, evaluate, fit, predict
 from sporenet.cloud.init import manual_seed
 from sporenet.cloud.mode import get_mode, set_mode, using_mode
 from sporenet.cloud.module import Buffer, Module, Parameter, Sequential
 from sporenet.cloud.optimizers import SGD, Adam, AdamW, Optimizer
+from sporenet.cloud.parallel import DataParallel
 from sporenet.cloud.tape import Tape, Var
 from sporenet.cloud.trace import trace
 from sporenet.cloud.transforms import function, grad, hessian, jacobian, jvp, value_and_grad, vjp
@@ -42,6 +50,8 @@ __all__ = [
     "CheckpointError",
     "CloudError",
     "ConfigError",
+    "DataParallel",
+    "DatasetError",
     "EarlyStopping",
     "ExportError",
     "History",
@@ -71,6 +81,7 @@ __all__ = [
     "layers",
     "load_checkpoint",
     "load_digits",
+    "load_fashion_mnist",
     "losses",
     "manual_seed",
     "mode",
