@@ -39,7 +39,16 @@ from sporenet.cloud.optimizers import SGD, Adam, AdamW, Optimizer
 from sporenet.cloud.parallel import DataParallel
 from sporenet.cloud.tape import Tape, Var
 from sporenet.cloud.trace import trace
-from sporenet.cloud.transforms import function, grad, hessian, jacobian, jvp, value_and_grad, vjp
+from sporenet.cloud.transforms import (
+    function,
+    functional_call,
+    grad,
+    hessian,
+    jacobian,
+    jvp,
+    value_and_grad,
+    vjp,
+)
 
 __all__ = [
     "SGD",
@@ -73,6 +82,7 @@ __all__ = [
     "fit",
     "fori_loop",
     "function",
+    "functional_call",
     "get_mode",
     "grad",
     "hessian",

@@ -25,6 +25,7 @@ import numpy as np
 
 from sporenet.cloud.errors import ConfigError, TraceError
 from sporenet.cloud.mode import get_mode
+from sporenet.cloud.module import Module
 from sporenet.cloud.tape import Tape, Var
 from sporenet.lite.autodiff import append_gradients, append_vjp
 from sporenet.lite.errors import LiteError, UnsupportedOpError
@@ -165,6 +166,33 @@ def _array(a: Any) -> np.ndarray:
     if array.dtype.kind not in "fiub":
         raise ConfigError(f"arguments must be numeric arrays, got {array.dtype}")
     return array if array.flags.c_contiguous else array.copy()  # 0-d stays 0-d
+
+
+def functional_call(module: Module, params: dict[str, Var], x: Var) -> Var:
+    """module(x) with the parameters or buffers named in `params` ("0.weight", ...) taken
+    from those Vars instead of the module's arrays, so a transformation can differentiate
+    with respect to them: grad(lambda w, x: loss(functional_call(net, {"0.weight": w}, x)))."""
+    state = dict(module.named_state())
+    unknown = sorted(set(params) - set(state))
+    if unknown:
+        raise ConfigError(f"no parameters {unknown} in the module; it has {sorted(state)}")
+    tape = x.tape
+    saved: dict[int, int | None] = {}
+    for name, var in params.items():
+        if not isinstance(var, Var) or var.tape is not tape:
+            raise TraceError(f"parameter {name!r} must be a Var of the input's tape")
+        key = id(state[name])
+        saved[key] = tape.params.get(key)
+        tape.params[key] = var.index
+        tape.param_objects[key] = state[name]
+    try:
+        return module(x)
+    finally:
+        for key, index in saved.items():
+            if index is None:
+                del tape.params[key]
+            else:
+                tape.params[key] = index
 
 
 def function(f: Callable[..., Tree]) -> Transformed:
