@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from sporenet.cloud.errors import ConfigError, TraceError
-from sporenet.cloud.tape import Tape, Var, _as_vars
+from sporenet.cloud.tape import Tape, Var, as_vars
 from sporenet.lite.ops import OpCode
 
 
@@ -122,16 +122,16 @@ def fori_loop(trips: int, body_fn: Callable[..., Any], init: Any) -> Any:
     over the body's vjp, not `trips` copies of it."""
     if not isinstance(trips, int | np.integer) or isinstance(trips, bool) or trips < 0:
         raise ConfigError(f"`trips` must be a non-negative int, got {trips!r}")
-    values, single = _as_vars(init, "fori_loop's init")
+    values, single = as_vars(init, "fori_loop's init")
     tape = _tape_of(values, "fori_loop")
     if tape.eager:
         for k in range(int(trips)):
             i = tape.constant("i", np.array(k, np.int64))
-            values, _ = _as_vars(body_fn(i, *values), "fori_loop's body")
+            values, _ = as_vars(body_fn(i, *values), "fori_loop's body")
         return _result(values, single)
 
     def step(i: Var, keep: Var, *carried: Var) -> list[Var]:
-        return [keep, *_as_vars(body_fn(i, *carried), "fori_loop's body")[0]]
+        return [keep, *as_vars(body_fn(i, *carried), "fori_loop's body")[0]]
 
     trip = tape.constant("fori_loop/trips", np.array(int(trips), np.int64))
     return _result(_loop(tape, "fori_loop", step, values, trip, None), single)
@@ -141,15 +141,15 @@ def while_loop(cond_fn: Callable[..., Var], body_fn: Callable[..., Any], init: A
     """Carry `init` through body_fn(*carried) while cond_fn(*carried) (a one-element bool
     Var) holds. Forward only: with a trip count that values decide, it has no gradient
     (use fori_loop for a differentiable loop)."""
-    values, single = _as_vars(init, "while_loop's init")
+    values, single = as_vars(init, "while_loop's init")
     tape = _tape_of(values, "while_loop")
     if tape.eager:
         while bool(np.asarray(_check_var(cond_fn(*values), "cond_fn's result").numpy()).all()):
-            values, _ = _as_vars(body_fn(*values), "while_loop's body")
+            values, _ = as_vars(body_fn(*values), "while_loop's body")
         return _result(values, single)
 
     def step(i: Var, keep: Var, *carried: Var) -> list[Var]:
-        nxt, _ = _as_vars(body_fn(*carried), "while_loop's body")
+        nxt, _ = as_vars(body_fn(*carried), "while_loop's body")
         return [_check_var(cond_fn(*nxt), "cond_fn's result"), *nxt]
 
     first = _check_var(cond_fn(*values), "cond_fn's result")

@@ -315,7 +315,7 @@ class Tape:
         inputs = [v.index for v in leading]
         with self.recording(inputs) as scope:
             result = fn(*leading)
-            outs, single = _as_vars(result, name)
+            outs, single = as_vars(result, name)
             produced = set(inputs)
             for node in scope.nodes:
                 produced.update(node.outputs)
@@ -410,7 +410,7 @@ class SubgraphRecord:
     captures: dict[int, int]  # outer tensor -> the subgraph input standing for it
 
 
-def _as_vars(result: Any, what: str) -> tuple[list[Var], bool]:
+def as_vars(result: Any, what: str) -> tuple[list[Var], bool]:
     """A function's result as a list of Vars, and whether it was a single Var."""
     if isinstance(result, Var):
         return [result], True

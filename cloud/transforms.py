@@ -7,7 +7,8 @@
 
 A transformed function takes NumPy arrays or Vars. On arrays it runs in the mode of the
 one switch (`set_mode`): eagerly, op by op, or as one IR graph traced and planned once per
-input signature (`.graph(*args)` returns that Model). On Vars it records its forward and
+input signature (`.graph(*args)` returns that Model; values f closes over are taken when
+it is traced, so pass what changes as arguments). On Vars it records its forward and
 backward nodes on their tape, so transformations compose: `grad(grad(f))` differentiates
 the backward nodes of `grad(f)`, which works wherever those nodes have gradient rules
 (docs/autodiff.md lists which ops support a second derivative today).
