@@ -53,13 +53,16 @@ def test_server_ledger_charges_sampling_without_replacement(n, m, z, rounds) -> 
     assert ours is not None and theirs * (1 - 1e-9) <= ours <= 1.25 * theirs, (ours, theirs)
 
 
-@pytest.mark.parametrize("z", [0.8, 2.0, 5.0])
+@pytest.mark.parametrize("z", [1.0, 4.0])
 def test_full_cohorts_charge_the_replace_one_gaussian(z) -> None:
     """q = 1 (every live client, or local DP): the Gaussian under replace-one, which
     dp-accounting's PLD accountant treats as twice the sensitivity on its own."""
     acc = RDPAccountant(delta=DELTA)
     ours = acc.spend(noise_multiplier=z, sample_rate=1.0, rounds=10)
-    pld = pld_privacy_accountant.PLDAccountant(dpa.NeighboringRelation.REPLACE_ONE)
+    # A coarser grid than the default 1e-4 (faster) only rounds the PLD epsilon up.
+    pld = pld_privacy_accountant.PLDAccountant(
+        dpa.NeighboringRelation.REPLACE_ONE, value_discretization_interval=1e-3
+    )
     pld.compose(dpa.SelfComposedDpEvent(dpa.GaussianDpEvent(z), 10))
     exact = float(pld.get_epsilon(DELTA))
     # RDP's conversion is an upper bound of the exact (PLD) epsilon, and not far above it.
