@@ -1,4 +1,5 @@
-"""Helpers shared by the benchmark scripts: free ports, the BLAS-clean environment, the
+"""Helpers shared by the benchmark scripts: the machine header (CPU model, SIMD features
+and BLAS kernel every script prints), free ports, the BLAS-clean environment, the
 sporenet-server daemon started and read the same way by every federated benchmark (and,
 with SPORENET_BENCH_PROFILE=DIR, under cProfile in every thread), a process's CPU time
 and peak memory from /proc, and the SQNR of a quantized result.
@@ -10,6 +11,8 @@ from __future__ import annotations
 
 import json
 import os
+import platform
+import re
 import socket
 import subprocess
 import sys
@@ -90,6 +93,68 @@ def blas_kernels() -> str:
         return "unknown (threadpoolctl missing: pip install threadpoolctl)"
     rows = json.loads(out.stdout)
     return ", ".join(f"{api} {ver} kernel {arch} ({n} threads)" for api, ver, arch, n in rows)
+
+
+# The /proc/cpuinfo flags that decide which int8 and float kernels a runtime picks
+# (x86-64 "flags", aarch64 "Features"): the figures are only comparable between
+# machines that share them.
+SIMD_FLAGS = re.compile(
+    r"sse4_2|avx|avx2|fma|f16c|avx512\w*|avx_vnni\w*|amx\w*"  # x86-64
+    r"|neon|asimd\w*|sve\w*|i8mm|bf16|dotprod"  # aarch64
+)
+
+
+def cpu_description() -> str:
+    """The CPU model, core count and SIMD features of this machine (from /proc/cpuinfo;
+    platform.processor() where there is none), saying when AVX-512 or VNNI is absent."""
+    model, flags = platform.processor() or platform.machine(), set[str]()
+    try:
+        info = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        info = ""
+    for line in info.splitlines():
+        key, _, value = line.partition(":")
+        key = key.strip()
+        if key in ("model name", "Model", "Hardware") and value.strip():
+            model = value.strip()
+        elif key in ("flags", "Features"):
+            flags.update(f for f in value.split() if SIMD_FLAGS.fullmatch(f))
+    simd = " ".join(sorted(flags)) or "unknown"
+    if platform.machine() in ("x86_64", "AMD64") and flags:
+        missing = [
+            name
+            for name, present in (
+                ("AVX-512", any(f.startswith("avx512") for f in flags)),
+                ("VNNI", any("vnni" in f for f in flags)),
+            )
+            if not present
+        ]
+        if missing:
+            simd += f" (no {', no '.join(missing)})"
+    return f"{model}, {os.cpu_count()} cores, {platform.machine()}; SIMD: {simd}"
+
+
+def loaded_blas() -> str:
+    """The BLAS libraries and kernels loaded in this process, as threadpoolctl reports them."""
+    try:
+        from threadpoolctl import threadpool_info
+    except ImportError:
+        return "unknown (threadpoolctl missing: pip install threadpoolctl)"
+    rows = [i for i in threadpool_info() if i.get("user_api") == "blas"]
+    return (
+        ", ".join(
+            f"{i.get('internal_api')} {i.get('version')} kernel {i.get('architecture')}"
+            f" ({i.get('num_threads')} threads)"
+            for i in rows
+        )
+        or "none loaded"
+    )
+
+
+def machine_header(blas: str | None = None) -> str:
+    """The lines a benchmark prints before its figures: the CPU model and SIMD features,
+    and the BLAS kernel (`blas` when the script read it, else the one of this process)."""
+    return f"CPU: {cpu_description()}\nBLAS: {blas if blas is not None else loaded_blas()}"
 
 
 def module_command(module: str, profile_out: Path | None = None) -> list[str]:

@@ -37,6 +37,7 @@ os.environ.pop("OPENBLAS_CORETYPE", None)
 os.environ.pop("OPENBLAS_L2_SIZE", None)
 
 import numpy as np
+from _common import machine_header
 
 from sporenet import cloud
 from sporenet.cloud import layers as L
@@ -313,6 +314,7 @@ def main(argv: list[str] | None = None) -> int:
     args.epochs = args.epochs or (3 if args.quick else 10)
     args.fashion_epochs = args.fashion_epochs or (2 if args.quick else 3)
     BLAS.set(args.threads)  # sporenet's fit also bounds BLAS threads per step
+    print(machine_header(), flush=True)
 
     try:
         import torch  # noqa: F401

@@ -57,6 +57,7 @@ from pathlib import Path  # noqa: E402
 import numpy as np  # noqa: E402
 import onnx  # noqa: E402
 import onnxruntime as ort  # noqa: E402
+from _common import machine_header  # noqa: E402
 from onnx.backend.test.loader import DATA_DIR  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository, for tests/
@@ -153,8 +154,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     print(
         f"OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', '(auto)')}, "
-        f"onnxruntime {ort.__version__}, onnx {onnx.__version__}\n"
+        f"onnxruntime {ort.__version__}, onnx {onnx.__version__}"
     )
+    print(machine_header() + "\n")
 
     rows = [convert_stats(f"light_{n}", light_path(n)) for n in LIGHT]
     with tempfile.TemporaryDirectory() as tmp:

@@ -61,6 +61,7 @@ import numpy as np
 from _common import (
     blas_kernels,
     clean_env,
+    cpu_description,
     cpu_seconds,
     daemon_command,
     free_port,
@@ -878,6 +879,7 @@ def main() -> None:
         "--tier-timeout", type=float, default=3600.0, help="seconds a whole tier job may take"
     )
     args = p.parse_args()
+    print(f"CPU: {cpu_description()}")
     print(f"BLAS in the timed subprocesses: {blas_kernels()}")
     print(f"load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
     with tempfile.TemporaryDirectory(prefix="sporenet-bench-") as tmp:

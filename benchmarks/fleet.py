@@ -39,7 +39,7 @@ from pathlib import Path
 
 import _common
 import numpy as np
-from _common import clean_env, free_port, round_seconds
+from _common import clean_env, cpu_description, free_port, round_seconds
 
 HERE = Path(__file__).resolve()
 LR, EPOCHS, BATCH = 0.05, 1, 32
@@ -384,6 +384,7 @@ def main() -> None:
     workdir.mkdir(parents=True, exist_ok=True)
     skip = set(args.skip.split(",")) - {""}
     model = prepare_model(workdir)
+    print(f"CPU: {cpu_description()}")
     print(
         f"BLAS: {_blas()}; timed subprocesses run without OPENBLAS_CORETYPE; "
         f"model {model} ({model.stat().st_size:,} bytes)",

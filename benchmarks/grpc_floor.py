@@ -43,7 +43,7 @@ from concurrent import futures
 from typing import Any
 
 import grpc
-from _common import clean_env, free_port
+from _common import blas_kernels, clean_env, free_port, machine_header
 from _tcp_floor import TcpPeer, serve_tcp
 
 OPTIONS = [
@@ -301,6 +301,7 @@ def main() -> None:
     p.add_argument("--server-options", default="[]", help='JSON list of ["name", value]')
     p.add_argument("--serve", nargs=2, metavar=("KIND", "PORT"), help=argparse.SUPPRESS)
     args = p.parse_args()
+    print(machine_header(blas_kernels()), flush=True)
     extra = [tuple(o) for o in json.loads(args.server_options)]
     if args.serve:
         serve(args.serve[0], int(args.serve[1]), args.model, extra)

@@ -37,7 +37,7 @@ sys.path.insert(0, str(HERE))
 
 import lite_inference as li  # noqa: E402  (chooses the OpenBLAS core before NumPy loads)
 import numpy as np  # noqa: E402
-from _common import sqnr_db  # noqa: E402
+from _common import cpu_description, sqnr_db  # noqa: E402
 
 from sporenet.lite import Interpreter, ModelBuilder, OpCode, parse, serialize  # noqa: E402
 from sporenet.lite.graph import Quantization  # noqa: E402
@@ -442,6 +442,7 @@ def main(argv: list[str] | None = None) -> int:
 
     threadpool_limits(1)
     blas = [f"{i.get('internal_api')} {i.get('architecture')}" for i in threadpool_info()]
+    print(f"CPU: {cpu_description()}")
     print(
         f"BLAS: {', '.join(blas)}   OpenBLAS core: {li._openblas_core()}   numpy "
         f"{np.__version__}   one thread"

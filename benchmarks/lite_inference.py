@@ -70,6 +70,7 @@ _choose_openblas_core()
 import numpy as np  # noqa: E402  (after choosing the OpenBLAS kernels)
 import onnx  # noqa: E402
 import onnxruntime as ort  # noqa: E402
+from _common import cpu_description  # noqa: E402
 from _packaged_models import PACKAGED_MODELS, PackagedModel, make_feeds, model_path  # noqa: E402
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
@@ -493,6 +494,7 @@ def main(argv: list[str] | None = None) -> int:
         f"OpenBLAS core: {_openblas_core()}   onnxruntime {ort.__version__}   "
         f"numpy {np.__version__}"
     )
+    print(f"CPU: {cpu_description()}")
     print(f"BLAS (threadpoolctl): {_blas_info()}")
     budget, min_runs = (0.3, 5) if args.quick else (2.0, 20)
     if args.repeats < 1:

@@ -45,6 +45,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from _common import cpu_description
 from _packaged_models import PACKAGED_MODELS, PackagedModel, make_feeds, model_path
 
 TARGETS = {"convert": 3.0, "load": 2.0, "rss": 1.5, "first": 1.5}
@@ -318,6 +319,7 @@ def report(rows: list[dict]) -> None:
     blas = sorted(
         {b for row in rows for k in ("sporenet", "latency") for b in row.get(k, {}).get("blas", [])}
     )
+    print(f"CPU: {cpu_description()}")
     print(f"BLAS kernels in the timing children: {', '.join(blas) or 'none reported'}")
 
 

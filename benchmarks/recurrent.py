@@ -19,6 +19,8 @@ import os
 import subprocess
 import sys
 
+from _common import cpu_description
+
 CASES = [  # kind, direction, seq, batch, input, hidden
     ("LSTM", "forward", 32, 1, 64, 128),
     ("LSTM", "bidirectional", 32, 8, 64, 128),
@@ -127,6 +129,7 @@ def _child(runs: int, model_arg: str | None) -> int:
         for i in threadpool_info()
         if i.get("user_api") == "blas"
     ]
+    print(f"CPU: {cpu_description()}")
     print(f"BLAS: {'; '.join(blas) or 'unknown'}")
     print(f"peak RSS: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB")
     return 0

@@ -33,6 +33,7 @@ import sys
 import time
 
 import numpy as np
+from _common import cpu_description
 
 from sporenet.federated.aggregation import WeightedMeanAggregator
 from sporenet.federated.secagg import SecAggConfig, Stage, decoding, shamir
@@ -282,7 +283,7 @@ def _runtime_note() -> str:
     except ImportError:
         blas = "threadpoolctl not installed"
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    return f"BLAS: {blas or 'none loaded'}; peak RSS {peak:.0f} MB"
+    return f"CPU: {cpu_description()}\nBLAS: {blas or 'none loaded'}; peak RSS {peak:.0f} MB"
 
 
 def run_reconstruction(args: argparse.Namespace) -> int:

@@ -23,6 +23,7 @@ import sys
 import time
 from pathlib import Path
 
+from _common import cpu_description
 from _packaged_models import PACKAGED_MODELS, model_path
 
 CASES = ((512, 16000), (256, 8000))
@@ -130,6 +131,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{r['chunk']:>6} {r['rate']:>6} {r['sporenet_ms']:>12.3f} "
             f"{r['onnxruntime_ms']:>15.3f} {ratio:>6.2f} {r['max_rel_diff']:>13.2e}"
         )
+    print(f"CPU: {cpu_description()}")
     print(f"BLAS: {', '.join(report['blas'])}; child peak RSS {report['peak_rss_mb']:.0f} MB")
     return 0
 

@@ -18,6 +18,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import lite_inference as li  # chooses the OpenBLAS kernels before NumPy loads
 import numpy as np
+from _common import cpu_description
 from threadpoolctl import threadpool_info
 
 from sporenet.cloud.compression import channel_counts, prune_channels
@@ -51,6 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     convs = list(channel_counts(model).values())
     kept = list(channel_counts(pruned).values())
     ratio = statistics.median(t_small) / statistics.median(t_full)
+    print(f"CPU: {cpu_description()}")
     print(f"BLAS: {blas}   OpenBLAS core: {li._openblas_core()}")
     print(
         f"ResNet-18-style, batch 1, {args.threads} thread(s), {args.ratio:.0%} of channels "

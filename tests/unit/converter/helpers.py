@@ -15,6 +15,7 @@ from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 from sporenet.converter import convert_onnx  # noqa: E402
 from sporenet.lite import Interpreter, parse  # noqa: E402
 from sporenet.lite.graph import Model  # noqa: E402
+from tests.references import run_ort_reference  # noqa: E402
 
 
 def value_info(name: str, shape: Sequence[int | str] | None, dtype: int = TensorProto.FLOAT) -> Any:
@@ -67,12 +68,7 @@ def make_model(
 
 
 def run_ort(model: Any, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = 1
-    session = ort.InferenceSession(
-        model.SerializeToString(), options, providers=["CPUExecutionProvider"]
-    )
-    return session.run(None, feeds)
+    return run_ort_reference(model, feeds)
 
 
 def convert(model: Any, **options: Any) -> Model:

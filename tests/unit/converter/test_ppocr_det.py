@@ -20,7 +20,8 @@ import pytest
 from sporenet.converter import convert_onnx
 from sporenet.lite import Interpreter
 from tests.packaged import packaged_file
-from tests.unit.converter.helpers import helper, make_model, ort, value_info
+from tests.references import ort_reference_session
+from tests.unit.converter.helpers import helper, make_model, value_info
 
 MODEL = packaged_file(
     "rapidocr_onnxruntime", "models/ch_PP-OCRv4_det_infer.onnx", env="SPORENET_PPOCR_DET"
@@ -71,9 +72,7 @@ def detector() -> tuple[object, Interpreter, str, str]:
     assert [o.name for o in proto.graph.output] == [probabilities]
     proto.graph.output.append(value_info(logits, ["n", 1, "h", "w"]))
     data = proto.SerializeToString()
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = 1
-    session = ort.InferenceSession(data, options, providers=["CPUExecutionProvider"])
+    session = ort_reference_session(data)
     interpreter = Interpreter(model_content=convert_onnx(data, input_shapes={"x": SHAPE}))
     return session, interpreter, logits, probabilities
 

@@ -17,7 +17,7 @@ import pytest
 from sporenet.converter import convert_onnx
 from sporenet.lite import Interpreter, parse
 from tests.packaged import packaged_file
-from tests.unit.converter.helpers import ort
+from tests.references import ort_reference_session
 
 
 def _model(package: str, relative: str) -> Path:
@@ -43,7 +43,7 @@ def _check(path: Path, sizes: list[tuple[int, ...]], *, atol: float) -> None:
     (name,) = ir.signature().inputs
     declared = ir.tensors[ir.signature().inputs[name]].shape
     assert -1 in declared, declared
-    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    session = ort_reference_session(path)
     interpreter = Interpreter(model_content=data, num_threads=1)
     for k, shape in enumerate(sizes):
         x = _image(shape, seed=k)

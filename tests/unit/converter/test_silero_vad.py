@@ -14,7 +14,7 @@ from sporenet.converter import convert_onnx
 from sporenet.lite import Interpreter
 from sporenet.lite.errors import ShapeError
 from tests.packaged import packaged_file
-from tests.unit.converter.helpers import ort
+from tests.references import ort_reference_session
 
 MODEL = packaged_file("silero_vad", "data/silero_vad.onnx", env="SPORENET_SILERO_VAD")
 pytestmark = pytest.mark.skipif(
@@ -54,9 +54,7 @@ def test_streamed_chunks_match_onnxruntime(name: str, chunk: int, rate: int) -> 
     interpreter = Interpreter(
         model_content=convert_onnx(path, input_shapes={"input": (1, chunk), "state": (2, 1, 128)})
     )
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = 1
-    session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    session = ort_reference_session(path)
     takes_rate = any(i.name == "sr" for i in session.get_inputs())
     audio = _audio(chunk * 12)
     state = np.zeros((2, 1, 128), np.float32)

@@ -186,11 +186,18 @@ def rand(*shape: int, seed: int = 0, scale: float = 1.0) -> np.ndarray:
     return (np.random.default_rng(seed).normal(size=shape) * scale).astype(np.float32)
 
 
-def run_litert(data: bytes, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """The outputs LiteRT computes for `data` on `feeds` (by input name)."""
+def run_litert(
+    data: bytes, feeds: dict[str, np.ndarray], *, reference: bool = False
+) -> dict[str, np.ndarray]:
+    """The outputs LiteRT computes for `data` on `feeds` (by input name); with `reference`
+    on TFLite's reference kernels, as int8 models must be compared (tests/references.py)."""
     from ai_edge_litert.interpreter import Interpreter  # the test extra
 
-    interpreter = Interpreter(model_content=data)
+    from tests.references import litert_reference_interpreter
+
+    interpreter = (
+        litert_reference_interpreter(data) if reference else Interpreter(model_content=data)
+    )
     for d in interpreter.get_input_details():
         if tuple(d["shape"]) != feeds[d["name"]].shape:
             interpreter.resize_tensor_input(d["index"], feeds[d["name"]].shape)

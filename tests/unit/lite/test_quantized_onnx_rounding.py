@@ -3,6 +3,12 @@
 onnxruntime requantizes in float (MLAS: float32(acc + bias) * float32 multiplier, round
 half to even, + zero point, saturate); the "onnx" mode reproduces it, so every element
 must be equal, not merely within one step as with the default "tflite" mode.
+
+Convolutions and matrix products are checked against the exact integer reference of that
+arithmetic (quantized_onnx.py) on full-range int8 weights, and the reference against
+onnxruntime on 7-bit weights, where onnxruntime's int8 kernels are exact on every CPU
+(tests/references.py). The other ops run in onnxruntime as written (no graph
+optimizations), float ops between DequantizeLinear and QuantizeLinear.
 """
 
 from __future__ import annotations
@@ -12,8 +18,16 @@ import pytest
 
 from sporenet.lite.errors import LiteError
 from sporenet.lite.ops import OpCode
-from tests.unit.lite.onnx_reference import run_onnx_op
-from tests.unit.lite.quantized_onnx import qlinear_conv, qlinear_matmul
+from tests.references import EXACT_INT8_WEIGHT
+from tests.unit.lite.onnx_reference import run_onnx_graph, run_onnx_op
+from tests.unit.lite.quantized_onnx import (
+    multipliers,
+    qlinear_conv,
+    qlinear_conv_reference,
+    qlinear_matmul,
+    qlinear_matmul_reference,
+    requantize_onnx,
+)
 from tests.unit.lite.quantized_reference import quant, random_q, run_one_op
 
 
@@ -62,19 +76,51 @@ def test_matmul_is_bit_exact_with_qlinearmatmul(dtype):
     np.testing.assert_array_equal(got, want)
 
 
+@pytest.mark.parametrize("xdtype", [np.uint8, np.int8])
+@pytest.mark.parametrize("group, stride, per_channel", [(1, 1, True), (2, 2, False)])
+def test_integer_reference_is_onnxruntimes_qlinearconv(xdtype, group, stride, per_channel):
+    """The exact reference equals onnxruntime's QLinearConv on 7-bit weights, on ties too."""
+    rng = np.random.default_rng(group * 7 + stride)
+    x, w, sx, zx, sw, so, zo, bias = _conv_case(
+        rng, xdtype, group, stride, 8, 6, 9, per_channel, 20000
+    )
+    w = np.clip(w, -EXACT_INT8_WEIGHT, EXACT_INT8_WEIGHT).astype(np.int8)
+    attrs = {"pads": [1, 1, 1, 1], "strides": [stride, stride], "group": group}
+    (want,) = run_onnx_op(
+        "QLinearConv",
+        [x, sx, zx, w, sw, np.zeros(sw.size, np.int8), so, zo, bias],
+        initializers=range(1, 9),
+        kernel_shape=[3, 3],
+        **attrs,
+    )
+    got = qlinear_conv_reference(x, sx, zx, w, sw, so, zo, bias, attrs)
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.int8])
+def test_integer_reference_is_onnxruntimes_qlinearmatmul(dtype):
+    rng = np.random.default_rng(16)
+    lo = 0 if dtype == np.uint8 else -EXACT_INT8_WEIGHT
+    a = random_q(rng, (3, 4, 40), dtype)
+    b = rng.integers(lo, EXACT_INT8_WEIGHT + 1, (40, 6)).astype(dtype)
+    za, zb, zo = dtype(7), dtype(3), dtype(5)
+    sa, sb, so = np.float32(0.03), np.float32(0.02), np.float32(0.05)
+    (want,) = run_onnx_op(
+        "QLinearMatMul", [a, sa, za, b, sb, zb, so, zo], initializers=[1, 2, 4, 5, 6, 7]
+    )
+    np.testing.assert_array_equal(qlinear_matmul_reference(a, sa, za, b, sb, zb, so, zo), want)
+
+
 def test_fully_connected_is_bit_exact_with_qlinearmatmul_per_column():
     """FULLY_CONNECTED with per-output-channel weights equals QLinearMatMul with per-column
-    b (onnxruntime's form of a quantized Gemm/MatMul with constant weights)."""
+    b (onnxruntime's form of a quantized Gemm/MatMul with constant weights), exactly."""
     rng = np.random.default_rng(13)
     x = random_q(rng, (5, 300), np.int8)
     w = rng.integers(-127, 128, (12, 300)).astype(np.int8)
     sx, zx, so, zo = np.float32(0.04), np.int8(3), np.float32(0.3), np.int8(-5)
     sw = rng.uniform(0.001, 0.01, 12).astype(np.float32)
-    (want,) = run_onnx_op(
-        "QLinearMatMul",
-        [x, sx, zx, np.ascontiguousarray(w.T), sw, np.zeros(12, np.int8), so, zo],
-        initializers=[1, 2, 3, 4, 5, 6, 7],
-    )
+    acc = (x.astype(np.int64) - int(zx)) @ w.T.astype(np.int64)
+    want = requantize_onnx(acc, multipliers(sx, sw, so), zo)
     got = run_one_op(
         OpCode.FULLY_CONNECTED,
         [(x, quant(sx, int(zx)), False), (w, quant(sw), True)],
@@ -104,34 +150,6 @@ def test_unknown_rounding_mode_is_refused():
         run_one_op(OpCode.QUANTIZE, [(x, None, False)], quant(0.1), np.int8, rounding="even")
 
 
-def _run_ort(nodes, inputs, inits, opt_level):
-    from onnx import helper, numpy_helper
-
-    from tests.unit.lite.onnx_reference import ort
-
-    graph = helper.make_graph(
-        nodes,
-        "g",
-        [
-            helper.make_tensor_value_info(k, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape)
-            for k, v in inputs.items()
-        ],
-        [helper.make_empty_tensor_value_info("y")],
-        initializer=[numpy_helper.from_array(np.asarray(v), k) for k, v in inits.items()],
-    )
-    model = helper.make_model(
-        graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)]
-    )
-    model.ir_version = min(model.ir_version, 10)
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = 1
-    options.graph_optimization_level = opt_level
-    session = ort.InferenceSession(
-        model.SerializeToString(), options, providers=["CPUExecutionProvider"]
-    )
-    return session.run(["y"], inputs)[0]
-
-
 @pytest.mark.parametrize(
     "op_type, op", [("Add", OpCode.ADD), ("Sub", OpCode.SUB), ("Mul", OpCode.MUL)]
 )
@@ -140,8 +158,6 @@ def test_binary_is_bit_exact_with_qdq_float_op(op_type, op, dtype):
     """A QDQ Add/Sub/Mul that onnxruntime keeps in float (DequantizeLinear, float op,
     QuantizeLinear), as it runs the residual adds of onnxruntime-quantized nets."""
     from onnx import helper
-
-    from tests.unit.lite.onnx_reference import ort
 
     rng = np.random.default_rng(14)
     a, b = random_q(rng, (2, 8, 5, 5), dtype), random_q(rng, (2, 8, 1, 5), dtype)
@@ -160,7 +176,7 @@ def test_binary_is_bit_exact_with_qdq_float_op(op_type, op, dtype):
         helper.make_node(op_type, ["fa", "fb"], ["f"]),
         helper.make_node("QuantizeLinear", ["f", "so", "zo"], ["y"]),
     ]
-    want = _run_ort(nodes, {"a": a, "b": b}, p, ort.GraphOptimizationLevel.ORT_DISABLE_ALL)
+    want = run_onnx_graph(nodes, {"a": a, "b": b}, p)[0]
     got = run_one_op(
         op,
         [(a, quant(p["sa"], int(p["za"])), False), (b, quant(p["sb"], int(p["zb"])), False)],
@@ -175,8 +191,6 @@ def test_binary_is_bit_exact_with_qdq_float_op(op_type, op, dtype):
 def test_global_average_pool_is_bit_exact_with_qlinearglobalaveragepool(plane):
     from onnx import helper
 
-    from tests.unit.lite.onnx_reference import ort
-
     rng = np.random.default_rng(15)
     x = random_q(rng, (2, 24, *plane), np.uint8)
     p = {"sx": np.float32(0.05), "zx": np.uint8(120), "so": np.float32(0.011), "zo": np.uint8(130)}
@@ -189,7 +203,7 @@ def test_global_average_pool_is_bit_exact_with_qlinearglobalaveragepool(plane):
             channels_last=0,
         )
     ]
-    want = _run_ort(nodes, {"x": x}, p, ort.GraphOptimizationLevel.ORT_DISABLE_ALL)
+    want = run_onnx_graph(nodes, {"x": x}, p)[0]
     got = run_one_op(
         OpCode.GLOBAL_AVG_POOL,
         [(x, quant(p["sx"], int(p["zx"])), False)],
@@ -217,8 +231,6 @@ def test_unary_agrees_with_qdq_float_op(op_type, op, attrs):
     within an ulp or so of a rounding tie, so those allow one step on a few entries."""
     from onnx import helper
 
-    from tests.unit.lite.onnx_reference import ort
-
     x = np.arange(-128, 128, dtype=np.int8).reshape(1, 256)
     p = {"sx": np.float32(0.043), "zx": np.int8(-7), "so": np.float32(0.0279), "zo": np.int8(4)}
     nodes = [helper.make_node("DequantizeLinear", ["x", "sx", "zx"], ["f"])]
@@ -228,7 +240,7 @@ def test_unary_agrees_with_qdq_float_op(op_type, op, attrs):
     else:
         nodes.append(helper.make_node(op_type, ["f"], ["g"]))
     nodes.append(helper.make_node("QuantizeLinear", ["g", "so", "zo"], ["y"]))
-    want = _run_ort(nodes, {"x": x}, p, ort.GraphOptimizationLevel.ORT_DISABLE_ALL)
+    want = run_onnx_graph(nodes, {"x": x}, p)[0]
     got = run_one_op(
         op,
         [(x, quant(p["sx"], int(p["zx"])), False)],
