@@ -19,7 +19,7 @@ from sporenet.cloud.callbacks import (
     ProgressBar,
 )
 from sporenet.cloud.checkpoint import load_checkpoint, read_checkpoint, save_checkpoint
-from sporenet.cloud.control_flow import cond, fori_loop, while_loop
+from sporenet.cloud.control_flow import cond, fori_loop, scan, while_loop
 from sporenet.cloud.custom_gradient import custom_gradient
 from sporenet.cloud.datasets import load_digits, load_fashion_mnist
 from sporenet.cloud.errors import (
@@ -100,6 +100,7 @@ __all__ = [
     "predict",
     "read_checkpoint",
     "save_checkpoint",
+    "scan",
     "schedules",
     "set_mode",
     "to_inference_ir",

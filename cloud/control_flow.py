@@ -1,4 +1,4 @@
-"""Control flow over tensors: cond, fori_loop and while_loop.
+"""Control flow over tensors: cond, fori_loop, scan and while_loop.
 
     y = cloud.cond(x_sum > 0, lambda x: x * 2.0, lambda x: -x, x)
     h = cloud.fori_loop(100, lambda i, h: ops.tanh(ops.matmul(h, w)), h0)
@@ -9,7 +9,8 @@ in graph mode as one IR IF or LOOP node whose subgraphs hold each branch or the 
 once, whatever the trip count; in eager mode they run the branch taken or the iterations
 op by op (the unrolled reference). Values the functions read from outside (a layer's
 parameters, earlier Vars) become the node's implicit inputs, so gradients reach them.
-Gradients: IF and fori_loop's LOOP have rules (lite/autodiff/rules/control_flow.py);
+Gradients: IF and the LOOP of fori_loop and scan have rules
+(lite/autodiff/rules/control_flow.py);
 a while_loop, whose trip count values decide, runs forward only.
 """
 
@@ -79,6 +80,13 @@ def _typed(tape: Tape, outs: Any, likes: list[int]) -> list[Var]:
     return outs
 
 
+def _same_count(result: Any, carried: tuple[Var, ...], what: str) -> list[Var]:
+    values, _ = as_vars(result, what)
+    if len(values) != len(carried):
+        raise TraceError(f"{what} gives {len(values)} values for {len(carried)} carried ones")
+    return values
+
+
 def _check_var(v: Any, what: str) -> Var:
     if not isinstance(v, Var):
         raise TraceError(f"{what} must be a Var, got {type(v).__name__}")
@@ -92,28 +100,32 @@ def _loop(
     init: list[Var],
     trip: Var | None,
     keep: Var | None,
-) -> list[Var]:
-    """One LOOP node: `step(iteration, keep, *carried)` gives (keep', carried'...)."""
+) -> tuple[list[Var], list[Var]]:
+    """One LOOP node: `step(iteration, keep, *carried)` gives (keep', carried'...,
+    scanned...); returns the final carried values and the scanned ones stacked over the
+    iterations (the LOOP's scan outputs)."""
     leading = [
         tape.fresh(f"{name}/i", shape=(), dtype=np.int64),
         tape.fresh(f"{name}/keep", shape=(), dtype=np.bool_),
         *(tape.fresh(f"{name}/v", v) for v in init),
     ]
     record = tape.subgraph(name, step, leading)
-    if len(record.outputs) != 1 + len(init):
+    if len(record.outputs) < 1 + len(init):
         raise TraceError(
             f"{name}: the body gives {len(record.outputs) - 1} values for {len(init)} carried ones"
         )
+    scanned = record.outputs[1 + len(init) :]
     implicit = list(record.captures)
     body = tape.finish(record, implicit)
     outs = tape.op(
         OpCode.LOOP,
         [trip, keep, *init, *(Var(tape, i, tape.values.get(i)) for i in implicit)],
-        num_outputs=len(init),
+        num_outputs=len(init) + len(scanned),
         body=body,
         num_carried=len(init),
     )
-    return _typed(tape, outs, [v.index for v in init])
+    outs = _typed(tape, outs, [v.index for v in (*init, *scanned)])
+    return outs[: len(init)], outs[len(init) :]
 
 
 def fori_loop(trips: int, body_fn: Callable[..., Any], init: Any) -> Any:
@@ -131,10 +143,49 @@ def fori_loop(trips: int, body_fn: Callable[..., Any], init: Any) -> Any:
         return _result(values, single)
 
     def step(i: Var, keep: Var, *carried: Var) -> list[Var]:
-        return [keep, *as_vars(body_fn(i, *carried), "fori_loop's body")[0]]
+        return [keep, *_same_count(body_fn(i, *carried), carried, "fori_loop's body")]
 
     trip = tape.constant("fori_loop/trips", np.array(int(trips), np.int64))
-    return _result(_loop(tape, "fori_loop", step, values, trip, None), single)
+    return _result(_loop(tape, "fori_loop", step, values, trip, None)[0], single)
+
+
+def scan(body_fn: Callable[..., Any], init: Any, length: int) -> tuple[Any, Any]:
+    """fori_loop that also collects a value per iteration: body_fn(i, *carried) returns
+    (carried', y), y a Var or a tuple of Vars; scan returns (the final carried values,
+    each y stacked over the `length` iterations on a new axis 0). Differentiable; the
+    stacked values' shapes must not depend on the batch."""
+    if not isinstance(length, int | np.integer) or isinstance(length, bool) or length < 1:
+        raise ConfigError(f"`length` must be a positive int, got {length!r}")
+    values, single = as_vars(init, "scan's init")
+    tape = _tape_of(values, "scan")
+    one = {"y": True}
+
+    def split(result: Any) -> tuple[list[Var], list[Var]]:
+        if not isinstance(result, tuple) or len(result) != 2:
+            raise TraceError("scan's body must return (carried, y)")
+        carried, _ = as_vars(result[0], "scan's carried values")
+        ys, one["y"] = as_vars(result[1], "scan's y")
+        return carried, ys
+
+    if tape.eager:
+        rows = []
+        for k in range(int(length)):
+            i = tape.constant("i", np.array(k, np.int64))
+            values, ys = split(body_fn(i, *values))
+            rows.append([tape.op(OpCode.UNSQUEEZE, [y], axes=[0]) for y in ys])
+        stacked = [
+            col[0] if len(col) == 1 else tape.op(OpCode.CONCAT, list(col), axis=0)
+            for col in zip(*rows, strict=True)
+        ]
+        return _result(values, single), _result(stacked, one["y"])
+
+    def step(i: Var, keep: Var, *carried: Var) -> list[Var]:
+        nxt, ys = split(body_fn(i, *carried))
+        return [keep, *nxt, *ys]
+
+    trip = tape.constant("scan/length", np.array(int(length), np.int64))
+    final, stacked = _loop(tape, "scan", step, values, trip, None)
+    return _result(final, single), _result(stacked, one["y"])
 
 
 def while_loop(cond_fn: Callable[..., Var], body_fn: Callable[..., Any], init: Any) -> Any:
@@ -149,8 +200,8 @@ def while_loop(cond_fn: Callable[..., Var], body_fn: Callable[..., Any], init: A
         return _result(values, single)
 
     def step(i: Var, keep: Var, *carried: Var) -> list[Var]:
-        nxt, _ = as_vars(body_fn(*carried), "while_loop's body")
+        nxt = _same_count(body_fn(*carried), carried, "while_loop's body")
         return [_check_var(cond_fn(*nxt), "cond_fn's result"), *nxt]
 
     first = _check_var(cond_fn(*values), "cond_fn's result")
-    return _result(_loop(tape, "while_loop", step, values, None, first), single)
+    return _result(_loop(tape, "while_loop", step, values, None, first)[0], single)

@@ -7,7 +7,8 @@ Each backward is again a subgraph op, so a loop is differentiated without unroll
 - LOOP with a trip count known when the model is built: one LOOP that recomputes the
   carried values of every iteration as scan outputs, then one LOOP running the body's vjp
   backwards over them (iteration T-1-j at step j), carrying the carried values' gradients
-  and summing the implicit inputs' ones. The training graph holds the body three times
+  and summing the implicit inputs' ones; a scan output's gradient enters at its
+  iteration's row. The training graph holds the body three times
   (forward, recompute, backward), whatever the trip count.
 The subgraphs built here are differentiated again by the same rules, so a second
 derivative works wherever the ops inside have second-order rules.
@@ -190,8 +191,6 @@ def _trip_count(ctx: GradContext, node: Node) -> int:
             "count is then known only at run time)"
         )
     n = int(node.attrs["num_carried"])
-    if len(node.outputs) > n:
-        raise UnsupportedOpError(f"{what}: no gradient for scan outputs yet")
     for i in node.inputs[2 : 2 + n]:
         if not _is_float(ctx, i):
             raise UnsupportedOpError(
@@ -206,6 +205,7 @@ def loop(ctx: GradContext, node: Node, grads: list[int | None]) -> list[int | No
 
     trips = _trip_count(ctx, node)
     n = int(node.attrs["num_carried"])
+    scanned = len(node.outputs) - n  # scan outputs: one value per iteration, stacked
     state, implicit = node.inputs[2 : 2 + n], node.inputs[2 + n :]
     body_index = int(node.attrs["body"])
     body = ctx.model.graphs[body_index]
@@ -227,9 +227,13 @@ def loop(ctx: GradContext, node: Node, grads: list[int | None]) -> list[int | No
     fill_inferred_shapes(ctx.model, ctx.model.graphs.index(states))
     ctx.scope = scope
     stacks = ctx.op_multi(
-        OpCode.LOOP, node.inputs, 2 * n, body=ctx.model.graphs.index(states), num_carried=n
+        OpCode.LOOP,
+        node.inputs,
+        2 * n + scanned,
+        body=ctx.model.graphs.index(states),
+        num_carried=n,
     )
-    stacks = _typed(ctx, stacks, [*state, *state])[n:]
+    stacks = _typed(ctx, stacks, [*state, *node.outputs[n:], *state])[n + scanned :]
 
     # 2. The backward body: step j differentiates iteration t = T-1-j at its inputs.
     ctx.scope = f"{scope}/backward"
@@ -238,9 +242,13 @@ def loop(ctx: GradContext, node: Node, grads: list[int | None]) -> list[int | No
     d_in = [_like(ctx, v, "dv") for v in state]
     acc_in = [_like(ctx, implicit[k], "dc") for k in select]
     stack_in = [_like(ctx, v, "stack", (trips,)) for v in state]
+    dscan_in = [_like(ctx, y, "dscan") for y in node.outputs[n:]]
     c_in = [_like(ctx, c, "c") for c in implicit]
     back = Graph(
-        name=ctx.scope, inputs=[j, keep, *d_in, *acc_in, *stack_in, *c_in], outputs=[], nodes=[]
+        name=ctx.scope,
+        inputs=[j, keep, *d_in, *acc_in, *stack_in, *dscan_in, *c_in],
+        outputs=[],
+        nodes=[],
     )
     gi = ctx.add_graph(back)
     sub = ctx.child(gi)
@@ -248,8 +256,11 @@ def loop(ctx: GradContext, node: Node, grads: list[int | None]) -> list[int | No
     v_t = [sub.op(OpCode.GATHER, [s, t], axis=0) for s in stack_in]
     mapping = dict(zip(body.inputs, [t, keep, *v_t, *c_in], strict=True))
     _clone(sub, body, mapping)
-    outs = [mapping.get(o, o) for o in body.outputs[1 : 1 + n]]
-    seeds = dict(zip(outs, d_in, strict=True))
+    outs = [mapping.get(o, o) for o in body.outputs[1:]]
+    dys = [*d_in, *(sub.op(OpCode.GATHER, [d, t], axis=0) for d in dscan_in)]
+    seeds: dict[int, int] = {}
+    for y, dy in zip(outs, dys, strict=True):  # one tensor given out twice: gradients add
+        seeds[y] = sub.op(OpCode.ADD, [seeds[y], dy]) if y in seeds else dy
     wrt = [*v_t, *(c_in[k] for k in select)]
     found = append_vjp(ctx.model, gi, seeds, wrt)
     ctx.adopt_names()
@@ -262,7 +273,7 @@ def loop(ctx: GradContext, node: Node, grads: list[int | None]) -> list[int | No
     zeros = [ctx.op(OpCode.MUL, [implicit[k], ctx.scalar(0.0, implicit[k])]) for k in select]
     outs = ctx.op_multi(
         OpCode.LOOP,
-        [node.inputs[0], -1, *dvs, *zeros, *stacks, *implicit],
+        [node.inputs[0], -1, *dvs[:n], *zeros, *stacks, *dvs[n:], *implicit],
         n + len(select),
         body=gi,
         num_carried=n + len(select),

@@ -164,3 +164,31 @@ def test_loop_without_a_constant_trip_count_has_no_gradient():
     model = b.build()
     with pytest.raises(UnsupportedOpError, match="trip count"):
         append_gradients(model, 0, loss, [h])
+
+
+def test_loop_scan_outputs_have_gradients():
+    # The per-iteration values h_t * w2 stacked by the LOOP are the op's output.
+    def build(b, h, w):
+        def body(i, keep, hi, wi):
+            nxt = b.op(OpCode.TANH, [b.op(OpCode.MATMUL, [hi, wi])])
+            return [b.op(OpCode.IDENTITY, [keep]), nxt, b.op(OpCode.MUL, [nxt, nxt])]
+
+        spec = [((), np.int64), ((), np.bool_), ((2, 3), F64), ((3, 3), F64)]
+        g = _subgraph(b, "body", spec, body)
+        trip = b.constant("trips", np.array(4, np.int64))
+        final, stacked = b.op_multi(OpCode.LOOP, [trip, -1, h, w], 2, body=g, num_carried=1)
+        _f64(b, final)
+        return _f64(b, stacked)
+
+    def torch_fn(h, w):
+        import torch
+
+        rows = []
+        for _ in range(4):
+            h = (h @ w).tanh()
+            rows.append(h * h)
+        return torch.stack(rows)
+
+    check_op(
+        build, {"h": rand(2, 3, seed=8)}, {"w": rand(3, 3, seed=9, scale=0.5)}, torch_fn=torch_fn
+    )

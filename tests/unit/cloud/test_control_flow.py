@@ -112,3 +112,39 @@ def test_fit_trains_a_loop_layer_in_graph_mode_like_eager():
     np.testing.assert_allclose(graph["loss"], eager["loss"], rtol=1e-5)
     for (name, p), (_, q) in zip(net.named_parameters(), twin.named_parameters(), strict=True):
         np.testing.assert_allclose(p.value, q.value, rtol=1e-4, atol=1e-6, err_msg=name)
+
+
+def _scanned(length: int):
+    def f(h0, w):
+        def body(i, h):
+            nxt = ops.tanh(ops.matmul(h, w))
+            return nxt, nxt * nxt  # carried, and one value per step
+
+        final, squares = cloud.scan(body, h0, length)
+        return ops.sum(squares) + ops.sum(final)
+
+    return f
+
+
+def test_scan_collects_per_step_values_and_differentiates_them():
+    rng = np.random.default_rng(3)
+    h0 = rng.normal(size=(2, 4))
+    w = rng.normal(size=(4, 4)) * 0.5
+    f = cloud.value_and_grad(_scanned(12), argnums=(0, 1))
+    with cloud.using_mode("eager"):
+        unrolled = f(h0, w)
+    with cloud.using_mode("graph"):
+        looped = f(h0, w)
+    np.testing.assert_allclose(looped[0], unrolled[0], rtol=1e-12)
+    for got, want in zip(looped[1], unrolled[1], strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12)
+    torch = pytest.importorskip("torch", reason="PyTorch is an optional test extra")
+    th, tw = torch.tensor(h0, requires_grad=True), torch.tensor(w, requires_grad=True)
+    h, total = th, 0
+    for _ in range(12):
+        h = torch.tanh(h @ tw)
+        total = total + (h * h).sum()
+    (total + h.sum()).backward()
+    np.testing.assert_allclose(looped[1][1], tw.grad.numpy(), rtol=1e-10, atol=1e-12)
+    sizes = {n: _nodes(cloud.grad(_scanned(n)).graph(h0, w)) for n in (2, 30)}
+    assert sizes[2] == sizes[30]
