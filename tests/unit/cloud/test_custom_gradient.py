@@ -12,7 +12,7 @@ from sporenet import cloud
 from sporenet.cloud import layers as L
 from sporenet.cloud import ops
 from sporenet.cloud.trace import LOGITS_NAME, trace
-from sporenet.lite import load, save
+from sporenet.lite import Interpreter, load, save
 from sporenet.lite.ops import OpCode
 from sporenet.lite.training import OptimizerConfig, Trainer, make_training_model
 
@@ -121,6 +121,12 @@ def test_the_bprop_is_saved_in_the_spore_training_graph(tmp_path):
         optimizer=cloud.SGD(lr=0.1),
     )
     np.testing.assert_allclose(losses, history["loss"], rtol=1e-6)
+    # The trained inference model keeps the CALL's subgraphs (and its bprop, for later
+    # fine-tuning) and gives what the module trained by fit gives.
+    exported = trainer.export()
+    assert any(n.op == OpCode.CALL for n in exported.graphs[0].nodes)
+    logits = Interpreter(model=exported).run({"input": x})["logits"]
+    np.testing.assert_allclose(logits, cloud.predict(twin, x), rtol=1e-5, atol=1e-6)
 
 
 def test_a_bprop_that_reads_outside_values_is_refused():
