@@ -1,16 +1,25 @@
-"""Training speed of sporenet.cloud (graph and eager mode) against PyTorch on CPU.
+"""Training speed of sporenet.cloud (graph and eager mode) against PyTorch on CPU, and
+data-parallel training against one process.
 
-The same MLP and the same small CNN (sporenet.cloud.models) are trained on the 8x8 digits
-training split (1347 images) with the same initial weights, the same shuffled batches,
-the same optimizer (Adam) and the same number of threads (BLAS threads for sporenet,
-torch.set_num_threads for PyTorch). The table shows the median seconds per training epoch
-(validation excluded), the final test accuracy (450 images) and the ratio to PyTorch.
+Digits: the same MLP and the same small CNN (sporenet.cloud.models) are trained on the
+8x8 digits training split (1347 images) with the same initial weights, the same shuffled
+batches, the same optimizer (Adam) and the same number of threads (BLAS threads for
+sporenet, torch.set_num_threads for PyTorch). The table shows the median seconds per
+training epoch (validation excluded), the final test accuracy (450 images) and the ratio
+to PyTorch. Target: graph mode at most 1.5x PyTorch's epoch time on both nets.
 
-    python benchmarks/cloud_training.py            # 10 epochs per run (a few minutes)
-    python benchmarks/cloud_training.py --quick    # 3 epochs, for a smoke run
+Fashion-MNIST (Debian's dataset-fashion-mnist; skipped with a reason when missing):
+- graph-mode training of `models.fashion_cnn` against PyTorch on one thread, seconds per
+  epoch over the first --fashion-samples training images (target: at most 0.8x PyTorch);
+- DataParallel(workers=2, backend="local") against one process on the same combined
+  batches: samples per second and test accuracy after the same samples (target: at
+  least 1.6x the throughput on a 2-core machine, the same accuracy).
 
-Target: graph mode at most 1.5x PyTorch's epoch time on both nets. Needs PyTorch
-(`pip install torch`) for its rows; without it only the sporenet rows are printed.
+    python benchmarks/cloud_training.py            # 10 epochs per digits run
+    python benchmarks/cloud_training.py --quick    # 3 digits epochs, 2 Fashion epochs
+    python benchmarks/cloud_training.py --parts fashion parallel
+
+Needs PyTorch (`pip install torch`) for its rows; without it only sporenet's are printed.
 """
 
 from __future__ import annotations
@@ -32,10 +41,12 @@ from _common import machine_header
 
 from sporenet import cloud
 from sporenet.cloud import layers as L
-from sporenet.cloud.models import digits_cnn, digits_mlp
+from sporenet.cloud.models import digits_cnn, digits_mlp, fashion_cnn
 from sporenet.lite.threads import BLAS
 
 TARGET_RATIO = 1.5
+FASHION_TARGET = 0.8  # graph mode's epoch time over PyTorch's, Fashion-MNIST CNN
+PARALLEL_TARGET = 1.6  # 2 workers' throughput over one process's
 NETS: dict[str, Callable[[], cloud.Sequential]] = {
     "mlp": digits_mlp,
     "cnn": digits_cnn,
@@ -97,31 +108,42 @@ def to_torch(model: cloud.Sequential):
     return nn.Sequential(*(convert(layer) for layer in model))
 
 
-def run_sporenet(net: str, mode: str, data, args) -> Row:
+def run_sporenet(
+    net: str, mode: str, data, args, *, make=None, epochs=None, batch_size=None, parallel=None
+) -> Row:
     cloud.manual_seed(args.seed)
-    model = NETS[net]()
+    model = (make or NETS[net])()
     history = cloud.fit(
         model,
         data.x_train,
         data.y_train,
-        epochs=args.epochs,
-        batch_size=args.batch_size,
+        epochs=epochs or args.epochs,
+        batch_size=batch_size or args.batch_size,
         optimizer=cloud.Adam(lr=args.lr),
         seed=args.seed,
         verbose=0,
         mode=mode,
         num_threads=args.threads,
+        parallel=parallel,
     )
-    accuracy = cloud.evaluate(model, data.x_test, data.y_test, mode=mode)["accuracy"]
-    return Row(net, f"sporenet {mode}", _epoch_time(history["time"]), accuracy)
+    accuracy = cloud.evaluate(model, data.x_test, data.y_test, mode="graph")["accuracy"]
+    engine = f"sporenet {mode}" + (f" x{parallel.workers}" if parallel else "")
+    return Row(net, engine, _epoch_time(history["time"]), accuracy)
 
 
-def run_torch(net: str, data, args) -> Row:
+def run_torch(net: str, data, args, *, make=None, epochs=None, batch_size=None) -> Row:
     import torch
 
     torch.set_num_threads(args.threads)
     cloud.manual_seed(args.seed)
-    model = to_torch(NETS[net]())
+    model = to_torch((make or NETS[net])())
+    args = argparse.Namespace(
+        **{
+            **vars(args),
+            "epochs": epochs or args.epochs,
+            "batch_size": batch_size or args.batch_size,
+        }
+    )
     optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
     loss_fn = torch.nn.CrossEntropyLoss()
     x = torch.from_numpy(data.x_train)
@@ -151,28 +173,26 @@ def _epoch_time(times: list[float]) -> float:
     return statistics.median(times[1:] if len(times) > 1 else times)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="3 epochs per run")
-    parser.add_argument("--epochs", type=int, default=None, help="epochs per run (default 10)")
-    parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--lr", type=float, default=3e-3)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--nets", nargs="+", choices=sorted(NETS), default=["mlp", "cnn"])
-    parser.add_argument("--skip-eager", action="store_true", help="leave eager mode out")
-    args = parser.parse_args(argv)
-    args.epochs = args.epochs or (3 if args.quick else 10)
-    BLAS.set(args.threads)  # sporenet's fit also bounds BLAS threads per step
-    print(machine_header(), flush=True)
+def print_rows(rows: list[Row], target: float, what: str) -> None:
+    print(f"{'net':<8} {'engine':<20} {'s/epoch':>9} {'test acc':>9} {'vs torch':>9}")
+    ok = True
+    for row in rows:
+        ref = next((r for r in rows if r.net == row.net and r.engine == "pytorch"), None)
+        ratio = row.epoch_seconds / ref.epoch_seconds if ref else float("nan")
+        print(
+            f"{row.net:<8} {row.engine:<20} {row.epoch_seconds:>9.4f} {row.accuracy:>9.4f} "
+            f"{ratio:>8.2f}x"
+        )
+        if row.engine == "sporenet graph" and ref is not None and ratio > target:
+            ok = False
+    if any(r.engine == "pytorch" for r in rows):
+        print(f"{what} within {target}x of PyTorch: {'yes' if ok else 'no'}")
+    else:
+        print("PyTorch is not installed: no reference rows (pip install torch)")
 
+
+def digits_part(args, have_torch: bool) -> None:
     data = cloud.load_digits()
-    try:
-        import torch  # noqa: F401
-
-        have_torch = True
-    except ImportError:
-        have_torch = False
     rows: list[Row] = []
     for net in args.nets:
         rows.append(run_sporenet(net, "graph", data, args))
@@ -180,26 +200,136 @@ def main(argv: list[str] | None = None) -> int:
             rows.append(run_sporenet(net, "eager", data, args))
         if have_torch:
             rows.append(run_torch(net, data, args))
-
     print(
         f"digits train split (1347 images), batch {args.batch_size}, Adam lr {args.lr}, "
         f"{args.epochs} epochs, {args.threads} thread(s)"
     )
-    print(f"{'net':<5} {'engine':<16} {'s/epoch':>9} {'test acc':>9} {'vs torch':>9}")
-    ok = True
-    for row in rows:
-        ref = next((r for r in rows if r.net == row.net and r.engine == "pytorch"), None)
-        ratio = row.epoch_seconds / ref.epoch_seconds if ref else float("nan")
-        print(
-            f"{row.net:<5} {row.engine:<16} {row.epoch_seconds:>9.4f} {row.accuracy:>9.4f} "
-            f"{ratio:>8.2f}x"
+    print_rows(rows, TARGET_RATIO, "graph mode on every net")
+
+
+def fashion_data(args):
+    from sporenet.cloud.datasets import load_fashion_mnist
+    from sporenet.cloud.errors import DatasetError
+
+    try:
+        return load_fashion_mnist(train_limit=args.fashion_samples)
+    except DatasetError as exc:
+        print(f"Fashion-MNIST parts skipped: {exc}")
+        return None
+
+
+def fashion_part(args, data, have_torch: bool) -> None:
+    epochs = args.fashion_epochs
+    rows = [
+        run_sporenet(
+            "fashion",
+            "graph",
+            data,
+            args,
+            make=fashion_cnn,
+            epochs=epochs,
+            batch_size=args.fashion_batch,
         )
-        if row.engine == "sporenet graph" and ref is not None and ratio > TARGET_RATIO:
-            ok = False
-    if not have_torch:
-        print("PyTorch is not installed: no reference rows (pip install torch)")
-    else:
-        print(f"graph mode within {TARGET_RATIO}x of PyTorch on every net: {'yes' if ok else 'no'}")
+    ]
+    if have_torch:
+        rows.append(
+            run_torch(
+                "fashion",
+                data,
+                args,
+                make=fashion_cnn,
+                epochs=epochs,
+                batch_size=args.fashion_batch,
+            )
+        )
+    print(
+        f"\nFashion-MNIST CNN (models.fashion_cnn), first {len(data.x_train)} training "
+        f"images, test 10000, batch {args.fashion_batch}, Adam lr {args.lr}, {epochs} epochs, "
+        f"{args.threads} thread(s)"
+    )
+    print_rows(rows, FASHION_TARGET, "graph mode")
+
+
+def parallel_part(args, data) -> None:
+    epochs = args.fashion_epochs
+    batch = args.parallel_batch
+    one = run_sporenet(
+        "fashion", "graph", data, args, make=fashion_cnn, epochs=epochs, batch_size=batch
+    )
+    two = run_sporenet(
+        "fashion",
+        "graph",
+        data,
+        args,
+        make=fashion_cnn,
+        epochs=epochs,
+        batch_size=batch,
+        parallel=cloud.DataParallel(workers=2),
+    )
+    n = len(data.x_train)
+    print(
+        f"\nData parallel on Fashion-MNIST: {n} images per epoch, combined batch {batch}, "
+        f"{epochs} epochs, {os.cpu_count()} CPU(s); each process one BLAS thread"
+    )
+    print(f"{'engine':<22} {'samples/s':>10} {'test acc':>9} {'speed-up':>9}")
+    for row in (one, two):
+        print(
+            f"{row.engine:<22} {n / row.epoch_seconds:>10.0f} {row.accuracy:>9.4f} "
+            f"{one.epoch_seconds / row.epoch_seconds:>8.2f}x"
+        )
+    speedup = one.epoch_seconds / two.epoch_seconds
+    verdict = "yes" if speedup >= PARALLEL_TARGET else "no"
+    print(
+        f"2 workers at least {PARALLEL_TARGET}x one process: {verdict}"
+        f"; accuracy difference after the same samples {abs(two.accuracy - one.accuracy):.4f}"
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="3 digits, 2 Fashion epochs")
+    parser.add_argument("--epochs", type=int, default=None, help="digits epochs (default 10)")
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--lr", type=float, default=3e-3)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--nets", nargs="+", choices=sorted(NETS), default=["mlp", "cnn"])
+    parser.add_argument("--skip-eager", action="store_true", help="leave eager mode out")
+    parser.add_argument(
+        "--parts",
+        nargs="+",
+        choices=["digits", "fashion", "parallel"],
+        default=["digits", "fashion", "parallel"],
+    )
+    parser.add_argument(
+        "--fashion-samples",
+        type=int,
+        default=10000,
+        help="Fashion-MNIST training images per epoch (of 60000)",
+    )
+    parser.add_argument("--fashion-epochs", type=int, default=None, help="default 3 (quick: 2)")
+    parser.add_argument("--fashion-batch", type=int, default=64)
+    parser.add_argument("--parallel-batch", type=int, default=128)
+    args = parser.parse_args(argv)
+    args.epochs = args.epochs or (3 if args.quick else 10)
+    args.fashion_epochs = args.fashion_epochs or (2 if args.quick else 3)
+    BLAS.set(args.threads)  # sporenet's fit also bounds BLAS threads per step
+    print(machine_header(), flush=True)
+
+    try:
+        import torch  # noqa: F401
+
+        have_torch = True
+    except ImportError:
+        have_torch = False
+    if "digits" in args.parts:
+        digits_part(args, have_torch)
+    if {"fashion", "parallel"} & set(args.parts):
+        data = fashion_data(args)
+        if data is not None and "fashion" in args.parts:
+            fashion_part(args, data, have_torch)
+        if data is not None and "parallel" in args.parts:
+            parallel_part(args, data)
     return 0
 
 

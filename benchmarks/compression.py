@@ -410,7 +410,8 @@ def evaluate(net: Net, runs: int, workdir: Path) -> None:
             None, {net.input_name: net.x_test}
         )[0]
         net.results["qdq import"] = {
-            "within_one_step": float(np.mean(np.abs(mine - theirs) <= step * 1.0001)),
+            "within_one_step": float(np.mean(np.abs(mine - reference) <= step * 1.0001)),
+            "of_optimized": float(np.mean(np.abs(mine - theirs) <= step * 1.0001)),
             "ort_self": float(np.mean(np.abs(reference - theirs) <= step * 1.0001)),
             "step": step,
         }
@@ -513,9 +514,11 @@ def targets(nets: list[Net]) -> list[tuple[str, str, bool | None]]:
             rows.append(
                 (
                     f"{net.name}: onnxruntime's QDQ model in sporenet within one step of "
-                    "onnxruntime on >= 99.9% of elements",
-                    f"{100 * r['within_one_step']:.2f}% (onnxruntime's int8 against its own QDQ "
-                    f"reference: {100 * r['ort_self']:.2f}%)",
+                    "the model's reference run (onnxruntime, no graph optimizations) on "
+                    ">= 99.9% of elements",
+                    f"{100 * r['within_one_step']:.2f}% (of onnxruntime's optimized int8 "
+                    f"kernels, which depend on the CPU: {100 * r['of_optimized']:.2f}%; those "
+                    f"against the reference: {100 * r['ort_self']:.2f}%)",
                     r["within_one_step"] >= 0.999,
                 )
             )

@@ -1,9 +1,9 @@
-"""Time of each Conv2D strategy on the 3x3 layers that set lite/kernels/conv.py's thresholds.
+"""Time of each Conv2D strategy on the 3x3 layers that set conv_strategy.py's thresholds.
 
 For every layer the same prepared kernel is bound once per strategy (im2col, Winograd
 F(2x2, 3x3), Winograd F(4x4, 3x3)) and timed in alternating blocks on one thread, so all
 three see the same load. The table gives median milliseconds, each Winograd's time over
-im2col's, and the strategy the kernel picks on its own; the thresholds
+im2col's, and the strategy `conv_strategy.choose` picks on its own; its thresholds
 (_WINOGRAD_MIN_CH, _WINOGRAD_MIN_WORK, _WINOGRAD4_MIN_TILES, ...) should pick the fastest
 or tie with it. Winograd is also timed with its input and output stored channels-last
 (the "last" columns), as a plan stores them when the neighbouring layers accept it.
@@ -31,6 +31,7 @@ from threadpoolctl import threadpool_info, threadpool_limits
 
 from sporenet.lite.eager import prepare_kernel
 from sporenet.lite.kernels.base import TensorSpec
+from sporenet.lite.kernels.conv_strategy import ConvStrategy
 from sporenet.lite.ops import OpCode
 
 LAYERS = [  # (in channels, out channels, height, width) of a 3x3, stride-1, pad-1 layer
@@ -80,10 +81,9 @@ def time_layer(
     chosen = kernel.strategy
     steps = {}
     for strategy, last in VARIANTS:
-        kernel.strategy = strategy
+        kernel.force_strategy(ConvStrategy(strategy))
         out = _stored(np.empty(kernel.output_specs[0].shape, np.float32), last)
         steps[strategy, last] = (kernel.bind([_stored(x, last), w], [out]), out)
-    kernel.strategy = chosen
     reference = None
     times: dict[tuple[str, bool], list[float]] = {v: [] for v in VARIANTS}
     for _ in range(blocks):

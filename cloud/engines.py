@@ -22,6 +22,7 @@ from sporenet.cloud.optimizers import Optimizer
 from sporenet.cloud.tape import Tape, Var
 from sporenet.lite.eager import run_op
 from sporenet.lite.errors import LiteError
+from sporenet.lite.kernels.control_flow import SUBGRAPH_ATTRIBUTES
 from sporenet.lite.ops import OpCode
 from sporenet.lite.threads import BLAS
 
@@ -139,7 +140,9 @@ class EagerEngine:
                 None if i == -1 else values[i] if i in values else ir.tensors[i].data
                 for i in node.inputs
             ]
-            outs = run_op(node.op, ins, num_outputs=len(node.outputs), **node.attrs)
+            # Subgraph ops (custom gradients) plan their subgraphs from the step's model.
+            model = ir if node.op in SUBGRAPH_ATTRIBUTES else None
+            outs = run_op(node.op, ins, num_outputs=len(node.outputs), model=model, **node.attrs)
             values.update(zip(node.outputs, outs, strict=True))
         self.last_tape = tape
         result = {name: values[grads[tape.params[id(p)]]] for name, p in used}

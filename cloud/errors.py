@@ -21,3 +21,7 @@ class CheckpointError(CloudError):
 
 class ExportError(CloudError):
     """A model could not be exported to an inference .spore file."""
+
+
+class DatasetError(CloudError):
+    """A dataset's files are missing or malformed (the message says how to get them)."""

@@ -75,6 +75,7 @@ def fit(
     num_threads: int | None = None,
     plot: str | os.PathLike | None = None,
     augment: Callable[[np.ndarray, np.random.Generator], np.ndarray] | None = None,
+    parallel: Any = None,
 ) -> History:
     """Train `model` on (x, y) for epochs [initial_epoch, epochs); returns the History.
 
@@ -84,7 +85,9 @@ def fit(
     `mode` overrides the global switch (`set_mode`). With `plot`, the curves are written
     to that PNG if matplotlib is installed. `augment(x_batch, rng)` transforms each training
     batch (e.g. datasets.random_shift); its generator is also drawn from (seed, epoch).
-    The model is left in eval mode.
+    With `parallel=DataParallel(workers=N, backend="local"|"ray")` each step's batch is
+    split among N workers and their gradients all-reduced (cloud/parallel/); the workers
+    run planned graphs, so the mode must be graph. The model is left in eval mode.
     """
     if not isinstance(model, Module):
         raise ConfigError(f"`model` must be a sporenet.cloud Module, got {type(model)}")
@@ -105,6 +108,13 @@ def fit(
     loss = loss_name(loss)
     opt = get_optimizer(optimizer)
     run_mode = resolve_mode(mode)
+    if parallel is not None:
+        from sporenet.cloud.parallel import DataParallel
+
+        if not isinstance(parallel, DataParallel):
+            raise ConfigError(f"`parallel` must be a DataParallel, got {type(parallel).__name__}")
+        if run_mode != "graph":
+            raise ConfigError("DataParallel workers run planned graphs: use mode='graph'")
     x, y = _check_data("x/y", x, y)
     y = _targets(y, loss)
     if validation_data is not None:
@@ -126,15 +136,27 @@ def fit(
     )
     history = History(mode=run_mode)
     model.train()
-    engine = make_engine(
-        run_mode,
-        model,
-        sample_shape=x.shape[1:],
-        loss=loss,
-        optimizer=opt,
-        label_smoothing=label_smoothing,
-        num_threads=num_threads,
-    )
+    if parallel is not None:
+        from sporenet.cloud.parallel import make_parallel_engine
+
+        engine = make_parallel_engine(
+            parallel,
+            model,
+            sample_shape=x.shape[1:],
+            loss=loss,
+            optimizer=opt,
+            label_smoothing=label_smoothing,
+        )
+    else:
+        engine = make_engine(
+            run_mode,
+            model,
+            sample_shape=x.shape[1:],
+            loss=loss,
+            optimizer=opt,
+            label_smoothing=label_smoothing,
+            num_threads=num_threads,
+        )
     state.engine = engine
     for cb in callbacks:
         cb.on_train_begin(state)

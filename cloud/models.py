@@ -48,3 +48,20 @@ def digits_cnn(*, width: int = 32, batch_norm: bool = True, dropout: float = 0.3
         *head_dropout,
         ("head", L.Dense(2 * width * 4, 10)),
     )
+
+
+def fashion_cnn(*, width: int = 16) -> Sequential:
+    """For Fashion-MNIST's raw 28x28 pixels (0..255): Rescale, two 3x3 conv blocks (conv1,
+    conv2; ReLU, 2x2 max-pool) at 28x28 and 14x14, then one Dense layer (the "head") on
+    the 2 * width * 7 * 7 features. No BatchNorm or Dropout, so it trains data-parallel."""
+    return Sequential(
+        L.Rescale(1 / 255),
+        ("conv1", L.Conv2d(1, width, 3, padding=1)),
+        L.ReLU(),
+        L.MaxPool2d(2),
+        ("conv2", L.Conv2d(width, 2 * width, 3, padding=1)),
+        L.ReLU(),
+        L.MaxPool2d(2),
+        L.Flatten(),
+        ("head", L.Dense(2 * width * 7 * 7, 10)),
+    )

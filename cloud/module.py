@@ -76,6 +76,11 @@ class Module:
 
     def __call__(self, x: Any) -> Any:
         if isinstance(x, Var):
+            bprop = getattr(self, "bprop", None)
+            if bprop is not None:  # a custom backward, MindSpore's Cell.bprop(x, out, dout)
+                from sporenet.cloud.custom_gradient import call_with_gradient
+
+                return call_with_gradient(self.forward, bprop, (x,))
             return self.forward(x)
         return run_eager(self, x)
 

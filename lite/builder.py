@@ -47,6 +47,8 @@ class ModelBuilder:
         self.outputs: list[int] = []
         self.output_names: list[str] = []
         self.metadata: dict[str, str] = {}
+        # Graphs 1, 2, ... of the model: the subgraphs control-flow nodes name by index.
+        self.subgraphs: list[Graph] = []
         self.producer = producer
         self.description = description
         self._names: set[str] = set()
@@ -156,6 +158,17 @@ class ModelBuilder:
         )
         return index
 
+    def adopt_names(self) -> None:
+        """Reserve the names of tensors appended to the table from outside the builder
+        (the autodiff engine appends to a model that shares this table)."""
+        self._names.update(t.name for t in self.tensors)
+
+    def subgraph(self, graph: Graph) -> int:
+        """Add a subgraph (its tensors are entries of this builder's table); returns the
+        graph index a control-flow node names it by."""
+        self.subgraphs.append(graph)
+        return len(self.subgraphs)
+
     def output(self, index: int, name: str | None = None) -> int:
         """Mark a tensor as a graph output, optionally under a user-facing name."""
         self.outputs.append(index)
@@ -182,7 +195,7 @@ class ModelBuilder:
         )
         model = Model(
             tensors=list(self.tensors),
-            graphs=[graph],
+            graphs=[graph, *self.subgraphs],
             signatures={"infer": signature},
             metadata=dict(self.metadata),
             producer=self.producer,

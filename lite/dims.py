@@ -141,3 +141,11 @@ def may_feed_shapes(shape: Sequence[int]) -> bool:
 def value_input_candidates(model: Model, graph_index: int) -> list[int]:
     """Graph inputs whose values the planner reads when a plan without them fails."""
     return [i for i in model.graphs[graph_index].inputs if may_feed_shapes(model.tensors[i].shape)]
+
+
+def batch_names(shape: Sequence[int], names: Sequence[str] = ()) -> tuple[str, ...]:
+    """Dimension names for the input of a subgraph built from a traced graph: its unnamed
+    dynamic dimensions follow the batch, so one name ("batch") makes shape inference probe
+    them all with one size (as the node that runs the subgraph feeds them)."""
+    names = tuple(names) or ("",) * len(shape)
+    return tuple(n or ("batch" if d == -1 else "") for n, d in zip(names, shape, strict=True))

@@ -84,12 +84,14 @@ def run_op(
     *,
     num_outputs: int = 1,
     constant_inputs: Sequence[int] | None = None,
+    model: Model | None = None,
     **attrs: Any,
 ) -> list[np.ndarray]:
     """Run `op` on `inputs` (None for an absent optional input) and return its outputs.
 
     `constant_inputs` lists input positions the kernel may treat as load-time constants
-    (by default every input is passed as a constant, as folding would).
+    (by default every input is passed as a constant, as folding would). Control-flow ops
+    need the `model` whose subgraphs they run.
     """
     if op not in KERNELS:
         raise UnsupportedOpError(f"no kernel for {op.name}; supported ops: {supported_ops()}")
@@ -99,5 +101,5 @@ def run_op(
         None if a is None else TensorSpec(a.shape, a.dtype, a if k in consts else None)
         for k, a in enumerate(arrays)
     ]
-    kernel = prepare_kernel(op, attrs, specs, num_outputs, check_outputs=False)
+    kernel = prepare_kernel(op, attrs, specs, num_outputs, check_outputs=False, model=model)
     return evaluate(kernel, arrays)[:num_outputs]

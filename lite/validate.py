@@ -133,12 +133,12 @@ def _subgraph_refs(model: Model, gi: int, j: int, node: Node) -> list[int]:
     entries = {0} | {sig.graph for sig in model.signatures.values()}
     refs = []
     for name in SUBGRAPH_ATTRIBUTES[node.op]:
-        value = node.attrs.get(name)
+        value = node.attrs.get(name, -1 if name == "grad_graph" else None)  # optional
         if not isinstance(value, int) or isinstance(value, bool):
             raise ModelFormatError(
                 f"{what}: attribute {name!r} must be a graph index, found {value!r}"
             )
-        if value == -1 and node.op == OpCode.IF:
+        if value == -1 and (node.op == OpCode.IF or name == "grad_graph"):
             continue  # a branch that cannot run at the planned shapes (the kernel says why)
         if not 0 <= value < len(model.graphs):
             raise ModelFormatError(
@@ -157,6 +157,8 @@ def _subgraph_refs(model: Model, gi: int, j: int, node: Node) -> list[int]:
     expected_out: list[np.dtype | None]
     if node.op == OpCode.IF:
         expected_in, expected_out = dtype[1:], out_dtype
+    elif node.op == OpCode.CALL:
+        expected_in, expected_out = dtype, out_dtype
     else:
         carried = node.attrs.get("num_carried")
         if (
@@ -174,8 +176,10 @@ def _subgraph_refs(model: Model, gi: int, j: int, node: Node) -> list[int]:
             *out_dtype[:carried],
             *([None] * (len(node.outputs) - carried)),
         ]
-    named = [n for n in SUBGRAPH_ATTRIBUTES[node.op] if node.attrs.get(n) != -1]
+    named = [n for n in SUBGRAPH_ATTRIBUTES[node.op] if node.attrs.get(n, -1) != -1]
     for name, gj in zip(named, refs, strict=True):
+        if name == "grad_graph":  # (inputs, outputs, output gradients) -> input gradients
+            expected_in, expected_out = [*dtype, *out_dtype, *out_dtype], list(dtype)
         sub = model.graphs[gj]
         got_in = [model.tensors[i].dtype for i in sub.inputs]
         got_out = [model.tensors[i].dtype for i in sub.outputs]

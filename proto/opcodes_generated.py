@@ -187,3 +187,9 @@ class OpCode(enum.IntEnum):
     # SCATTER_ND: inputs (indices [..., k], updates, shape constant); zeros of `shape` with
     # the updates added at the index tuples (duplicates add up).
     SCATTER_ND = 414
+    # functions with their own gradient (650..699)
+    # CALL: runs subgraph `graph` on the node's inputs; its outputs are the node's. With
+    # `grad_graph` (-1: none) the gradient is that subgraph's, not the automatic one: it
+    # takes (inputs..., outputs..., output gradients...) and gives one gradient per input,
+    # of the inputs' dtypes and shapes (MindSpore's bprop, kept in the training graph).
+    CALL = 650

@@ -9,7 +9,8 @@ to XNNPACK, which requantizes in float. The tests compare with these instead:
   float ops stay float). A QOperator graph's QLinear nodes still run onnxruntime's int8
   kernels, which are exact on every CPU only while a pair of products cannot leave int16:
   such tests use 7-bit weights (`|w| <= 64`, onnxruntime's `reduce_range`), for which
-  `255 * 64 * 2 < 2**15`.
+  `255 * 64 * 2 < 2**15`. uint8 weights need no such care: u8u8 products are widened to
+  16 bits before they are summed in 32.
 - LiteRT with its reference kernels (OpResolverType.BUILTIN_REF), TFLite's integer
   arithmetic as written.
 

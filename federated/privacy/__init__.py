@@ -3,10 +3,15 @@
 - central: server-side clipping + Gaussian noise (an Aggregator), fixed or adaptive norm
 - local: client-side clipping + noise on every update
 - distributed: each client adds its share of the noise under secure aggregation
-- accountant: Rényi DP of the subsampled Gaussian, epsilon for a delta, budget stop
+- accountant: Rényi DP of the subsampled Gaussian (fixed-size cohorts without
+  replacement, or Poisson), epsilon for a delta, budget stop
 """
 
-from sporenet.federated.privacy.accountant import RDPAccountant, rdp_sampled_gaussian
+from sporenet.federated.privacy.accountant import (
+    RDPAccountant,
+    rdp_sampled_gaussian,
+    rdp_without_replacement,
+)
 from sporenet.federated.privacy.central import CentralDPAggregator
 from sporenet.federated.privacy.clipping import AdaptiveClipping, clip_l2, l2_norm
 from sporenet.federated.privacy.distributed import DistributedDP
@@ -29,4 +34,5 @@ __all__ = [
     "clip_l2",
     "l2_norm",
     "rdp_sampled_gaussian",
+    "rdp_without_replacement",
 ]

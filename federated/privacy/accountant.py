@@ -1,12 +1,25 @@
-"""Rényi DP accountant for the Poisson-subsampled Gaussian mechanism.
+"""Rényi DP accountant for the subsampled Gaussian mechanism of a federated round.
 
-Each round releases a sum of clipped updates (sensitivity C) plus N(0, (zC)^2) noise, over
-clients sampled independently with probability q. Its RDP at order α is
-log(A_α)/(α-1) with A_α = E_{x~μ0}[(μ(x)/μ0(x))^α], μ0 = N(0, z²), μ = (1-q)μ0 + qN(1, z²)
-(Mironov, Talwar, Zhang 2019). Integer orders use the exact binomial expansion; other
-orders integrate the definition numerically (log-space trapezoid on a fine grid).
+Each round releases a sum of clipped updates (norm <= C) plus N(0, (zC)^2) noise, over a
+cohort sampled from the live clients. Two samplings are accounted:
+
+- "without_replacement" (the server's: a cohort of m of the n live clients, uniformly,
+  rate gamma = m/n), under replace-one adjacency: replacing one client's data moves the
+  sum by up to 2C, so the base Gaussian's RDP is eps(j) = j (2C)^2 / (2 (zC)^2) = 2j/z^2.
+  Integer orders use the general upper bound of Wang, Balle and Kasiviswanathan 2019
+  (Theorem 9, with eps(inf) = inf):
+  A = 1 + gamma^2 C(a,2) min(4(e^eps(2) - 1), 2 e^eps(2))
+        + sum_{j>=3} 2 gamma^j C(a,j) e^((j-1) eps(j)),
+  RDP = log(A)/(a-1); other orders interpolate (a-1)·RDP linearly between the integers
+  around them, which bounds it because (a-1)·RDP is convex in a.
+- "poisson" (each client independently with probability q), under add/remove-one
+  adjacency: its RDP at order a is log(A_a)/(a-1) with A_a = E_{x~mu0}[(mu(x)/mu0(x))^a],
+  mu0 = N(0, z^2), mu = (1-q)mu0 + qN(1, z^2) (Mironov, Talwar, Zhang 2019). Integer
+  orders use the exact binomial expansion; other orders integrate the definition
+  numerically (log-space trapezoid on a fine grid).
+
 RDP adds over rounds; epsilon for a delta is the minimum over orders of the conversion of
-Balle et al. 2020 ("improved"), or the classic rdp + log(1/δ)/(α-1) ("classic").
+Balle et al. 2020 ("improved"), or the classic rdp + log(1/delta)/(a-1) ("classic").
 
 The accountant is a plain record of what was spent (to_dict/from_dict, JSON-safe) so the
 server persists it with the round state, and it refuses a round that would overspend.
@@ -43,6 +56,7 @@ DEFAULT_ORDERS: tuple[float, ...] = (
     256.0,
 )
 CONVERSIONS = ("improved", "classic")
+SAMPLINGS = ("without_replacement", "poisson")
 
 
 def _log_binomial_expansion(q: float, sigma: float, alpha: int) -> float:
@@ -88,10 +102,56 @@ def rdp_sampled_gaussian(q: float, noise_multiplier: float, order: float) -> flo
     return max(log_a, 0.0) / (order - 1)
 
 
+def _log_comb(n: int, k: int) -> float:
+    return math.lgamma(n + 1) - math.lgamma(k + 1) - math.lgamma(n - k + 1)
+
+
+def _log_a_without_replacement(gamma: float, noise_multiplier: float, order: int) -> float:
+    """log A of the general bound (module docstring) at an integer order >= 2."""
+
+    def eps(j: int) -> float:  # the base Gaussian's RDP; replace-one moves the sum by 2C
+        return 2.0 * j / noise_multiplier**2
+
+    second = min(math.log(4.0) + math.log(math.expm1(eps(2))), math.log(2.0) + eps(2))
+    terms = [0.0, 2 * math.log(gamma) + _log_comb(order, 2) + second]
+    terms += [
+        math.log(2.0) + j * math.log(gamma) + _log_comb(order, j) + (j - 1) * eps(j)
+        for j in range(3, order + 1)
+    ]
+    top = max(terms)
+    return top + math.log(sum(math.exp(t - top) for t in terms))
+
+
+def rdp_without_replacement(gamma: float, noise_multiplier: float, order: float) -> float:
+    """RDP at `order` of one release of the Gaussian with std z·C on a uniform fixed-size
+    sample of a gamma share of the clients, under replace-one adjacency."""
+    if gamma == 0.0:
+        return 0.0
+    if math.isinf(order):
+        return math.inf
+    if gamma == 1.0:
+        return 2.0 * order / noise_multiplier**2
+    lo, hi = max(math.floor(order), 1), max(math.ceil(order), 2)
+
+    def scaled(a: int) -> float:  # (a - 1)·RDP(a), 0 at a = 1
+        return 0.0 if a == 1 else _log_a_without_replacement(gamma, noise_multiplier, a)
+
+    if lo == hi:
+        return scaled(lo) / (order - 1)
+    t = (order - lo) / (hi - lo)
+    return ((1 - t) * scaled(lo) + t * scaled(hi)) / (order - 1)
+
+
+_RDP = {"poisson": rdp_sampled_gaussian, "without_replacement": rdp_without_replacement}
+
+
 @lru_cache(maxsize=64)
-def _rdp_curve(q: float, noise_multiplier: float, orders: tuple[float, ...]) -> np.ndarray:
+def _rdp_curve(
+    q: float, noise_multiplier: float, orders: tuple[float, ...], sampling: str
+) -> np.ndarray:
     # Rounds usually repeat one (q, z): the numerical integrals are computed once.
-    curve = np.array([rdp_sampled_gaussian(q, noise_multiplier, a) for a in orders])
+    rdp = _RDP[sampling]
+    curve = np.array([rdp(q, noise_multiplier, a) for a in orders])
     curve.setflags(write=False)
     return curve
 
@@ -113,12 +173,17 @@ def epsilon_from_rdp(
 
 @dataclass
 class RDPAccountant:
-    """Tracks privacy spent over rounds; optionally enforces an (epsilon, delta) budget."""
+    """Tracks privacy spent over rounds; optionally enforces an (epsilon, delta) budget.
+
+    `sampling` names how the cohorts are drawn (module docstring): the server's fixed-size
+    samples without replacement by default; `sample_rate` is then the cohort's share m/n.
+    """
 
     delta: float
     epsilon_budget: float | None = None
     orders: tuple[float, ...] = DEFAULT_ORDERS
     conversion: str = "improved"
+    sampling: str = "without_replacement"
 
     def __post_init__(self) -> None:
         if not (isinstance(self.delta, float) and 0.0 < self.delta < 1.0):
@@ -132,6 +197,10 @@ class RDPAccountant:
         if self.conversion not in CONVERSIONS:
             raise PrivacyConfigError(
                 f"`conversion` must be one of {list(CONVERSIONS)}, found {self.conversion!r}"
+            )
+        if self.sampling not in SAMPLINGS:
+            raise PrivacyConfigError(
+                f"`sampling` must be one of {list(SAMPLINGS)}, found {self.sampling!r}"
             )
         if not self.orders or any(not (o > 1) for o in self.orders):
             raise PrivacyConfigError("`orders` must be a non-empty list of numbers > 1")
@@ -156,7 +225,8 @@ class RDPAccountant:
             raise PrivacyConfigError(f"`rounds` must be an int >= 1, found {rounds!r}")
 
     def _step_rdp(self, noise_multiplier: float, sample_rate: float, rounds: int) -> np.ndarray:
-        return rounds * _rdp_curve(float(sample_rate), float(noise_multiplier), self.orders)
+        curve = _rdp_curve(float(sample_rate), float(noise_multiplier), self.orders, self.sampling)
+        return rounds * curve
 
     def epsilon(self, delta: float | None = None) -> float:
         """Epsilon spent so far for `delta` (default: the accountant's delta)."""
@@ -216,17 +286,22 @@ class RDPAccountant:
             "epsilon_budget": self.epsilon_budget,
             "orders": list(self.orders),
             "conversion": self.conversion,
+            "sampling": self.sampling,
             "history": [list(h) for h in self.history],
         }
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> RDPAccountant:
+        """The accountant `to_dict` saved. A state without `sampling` (saved before the
+        server's sampling was accounted) is recharged as sampling without replacement,
+        the sampling its rounds were drawn with."""
         try:
             acc = cls(
                 delta=d["delta"],
                 epsilon_budget=d["epsilon_budget"],
                 orders=tuple(d["orders"]),
                 conversion=d["conversion"],
+                sampling=d.get("sampling", "without_replacement"),
             )
             for q, z, rounds in d["history"]:
                 acc._check_step(z, q, rounds)

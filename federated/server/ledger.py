@@ -45,8 +45,13 @@ class PrivacyLedger:
         self.rounds: list[dict[str, Any]] = []  # what each released round spent
         if dp is None:
             return
-        # delta and the budget are the configuration's; what was spent is the store's.
-        settings: dict[str, Any] = {"delta": dp.delta, "epsilon_budget": dp.epsilon_budget}
+        # delta and the budget are the configuration's; what was spent is the store's. The
+        # round loop draws each cohort with random.sample: fixed size, without replacement.
+        settings: dict[str, Any] = {
+            "delta": dp.delta,
+            "epsilon_budget": dp.epsilon_budget,
+            "sampling": "without_replacement",
+        }
         if saved is None:
             if resumed_round is not None:
                 raise ConfigError(

@@ -6,7 +6,7 @@ transfer learning share this engine.
 """
 
 from sporenet.lite.autodiff.context import GradContext, GradRule
-from sporenet.lite.autodiff.engine import append_gradients
+from sporenet.lite.autodiff.engine import append_gradients, append_vjp
 from sporenet.lite.autodiff.rules import GRADIENT_RULES
 
-__all__ = ["GRADIENT_RULES", "GradContext", "GradRule", "append_gradients"]
+__all__ = ["GRADIENT_RULES", "GradContext", "GradRule", "append_gradients", "append_vjp"]

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from sporenet.lite.builder import unique_name
-from sporenet.lite.graph import Model, Node, Tensor
+from sporenet.lite.graph import Graph, Model, Node, Tensor
 from sporenet.lite.ops import OpCode
 
 
@@ -55,6 +55,27 @@ class GradContext:
             Tensor(name=self._unique(name), dtype=np.dtype(dtype), shape=tuple(shape), data=data)
         )
         return len(self.model.tensors) - 1
+
+    def tensor(self, name: str, dtype: Any, shape: Sequence[int] = ()) -> int:
+        """A fresh tensor (a subgraph input a rule builds), named under the rule's scope."""
+        return self._tensor(f"{self.scope}/{name}", dtype, shape)
+
+    def child(self, graph_index: int) -> GradContext:
+        """A context emitting into another graph of the model (a subgraph a rule builds),
+        sharing this one's tensor names."""
+        ctx = GradContext.__new__(GradContext)
+        ctx.model, ctx.graph, ctx._needed = self.model, self.model.graphs[graph_index], ()
+        ctx._names, ctx.scope = self._names, self.scope
+        return ctx
+
+    def adopt_names(self) -> None:
+        """Reserve the names of tensors appended by another context (a nested engine run)."""
+        self._names.update(t.name for t in self.model.tensors)
+
+    def add_graph(self, graph: Graph) -> int:
+        """Append a subgraph (control-flow gradients) and return its graph index."""
+        self.model.graphs.append(graph)
+        return len(self.model.graphs) - 1
 
     def op_multi(
         self, op: OpCode, inputs: Sequence[int], num_outputs: int, **attrs: Any

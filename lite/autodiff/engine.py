@@ -77,8 +77,6 @@ def append_gradients(
     kernel twice, is skipped, and the appended tensors keep placeholder shapes. Raises
     UnsupportedOpError naming every op on the path that has no gradient rule.
     """
-    graph = model.graphs[graph_index]
-    wrt = list(dict.fromkeys(wrt))
     _check_indices(model, loss, wrt)
     if infer_shapes:
         fill_inferred_shapes(model, graph_index)
@@ -92,8 +90,55 @@ def append_gradients(
             f"the loss {loss_tensor.name!r} must be a float scalar, got "
             f"{loss_tensor.dtype}{list(loss_tensor.shape)}"
         )
+    ctx = GradContext(model, graph_index, ())
+    ctx.scope = f"grad/{loss_tensor.name}"
+    seed = ctx.constant("seed", np.ones(loss_tensor.shape), loss_tensor.dtype)
+    result = _backward(model, graph_index, {loss: seed}, wrt)
+    if infer_shapes:
+        fill_inferred_shapes(model, graph_index)
+    return result
 
-    needed, on_path = _on_path(model, list(graph.nodes), loss, wrt)
+
+def append_vjp(
+    model: Model,
+    graph_index: int,
+    cotangents: dict[int, int],
+    wrt: Sequence[int],
+    *,
+    infer_shapes: bool = True,
+) -> dict[int, int]:
+    """Append nodes computing the vector-Jacobian product to a graph, in place: for each
+    t in `wrt`, sum over outputs y of cotangents[y] . dy/dt, where each cotangent is a
+    tensor of its output's shape. append_gradients is the case of one scalar output with
+    a cotangent of one. Returns {t: index of its gradient tensor}, as append_gradients.
+    """
+    for y in cotangents:
+        _check_indices(model, y, wrt)
+        if not _is_float(model, y):
+            raise ShapeError(f"cannot differentiate the non-float output {model.tensors[y].name!r}")
+    if infer_shapes:
+        fill_inferred_shapes(model, graph_index)
+    result = _backward(model, graph_index, cotangents, wrt)
+    if infer_shapes:
+        fill_inferred_shapes(model, graph_index)
+    return result
+
+
+def _backward(
+    model: Model, graph_index: int, cotangents: dict[int, int], wrt: Sequence[int]
+) -> dict[int, int]:
+    """The nodes of the vector-Jacobian product (append_vjp without shape inference)."""
+    graph = model.graphs[graph_index]
+    wrt = list(dict.fromkeys(wrt))
+    needed: set[int] = set()
+    picked: set[int] = set()  # positions of the nodes on some output's path
+    forward = list(graph.nodes)
+    position = {id(n): k for k, n in enumerate(forward)}
+    for y in cotangents:
+        more, nodes = _on_path(model, forward, y, wrt)
+        needed |= more
+        picked.update(position[id(n)] for n in nodes)
+    on_path = [forward[k] for k in sorted(picked)]
     missing = sorted({n.op.name for n in on_path if n.op not in GRADIENT_RULES})
     if missing:
         raise UnsupportedOpError(
@@ -116,9 +161,8 @@ def append_gradients(
         pending[t] = parts
         return parts[0]
 
-    ctx.scope = f"grad/{loss_tensor.name}"
-    seed = ctx.constant("seed", np.ones(loss_tensor.shape), loss_tensor.dtype)
-    pending[loss] = [seed]
+    for y, seed in cotangents.items():
+        pending.setdefault(y, []).append(seed)
     for node in reversed(on_path):
         out_grads = [total(o) for o in node.outputs]
         if all(g is None for g in out_grads):
@@ -141,6 +185,4 @@ def append_gradients(
             ctx.scope = f"grad/{model.tensors[t].name}"
             g = ctx.op(OpCode.MUL, [t, ctx.scalar(0.0, t)])
         result[t] = g
-    if infer_shapes:
-        fill_inferred_shapes(model, graph_index)
     return result

@@ -155,6 +155,8 @@ KERNELS: dict[OpCode, type[Kernel]] = {
     # control flow over subgraphs of the same model
     OpCode.IF: control_flow.If,
     OpCode.LOOP: control_flow.Loop,
+    # functions with their own gradient (autodiff)
+    OpCode.CALL: control_flow.Call,
     # training: dropout, losses, backward ops, optimizer updates (lite/kernels/training/)
     OpCode.DROPOUT: dropout.Dropout,
     OpCode.SOFTMAX_CROSS_ENTROPY: losses.SoftmaxCrossEntropy,

@@ -22,6 +22,7 @@ from sporenet.lite.ops import OpCode
 SUBGRAPH_ATTRIBUTES: dict[OpCode, tuple[str, ...]] = {
     OpCode.IF: ("then_graph", "else_graph"),
     OpCode.LOOP: ("body",),
+    OpCode.CALL: ("graph", "grad_graph"),
 }
 """The attributes of each control-flow op that name a subgraph by its graph index."""
 
@@ -242,5 +243,40 @@ class Loop(Kernel):
                 )
             for out, v in zip(outputs[:n], carried_in, strict=True):
                 np.copyto(out, v)
+
+        return step
+
+
+class Call(Kernel):
+    """Runs one subgraph on the node's inputs (a function with its own gradient: the
+    `grad_graph` attribute is read by the autodiff rule, not here)."""
+
+    op = OpCode.CALL
+    num_inputs = (0, 1 << 16)
+    foldable = False
+
+    def __init__(self, attrs: Attrs, inputs: Sequence[TensorSpec | None]) -> None:
+        super().__init__(attrs, inputs)
+        if any(spec is None for spec in inputs):
+            raise self.fail("takes no absent inputs")
+        self.plan = _plan_subgraph(self, "graph", [s for s in inputs if s is not None])
+        self.output_specs = [
+            TensorSpec(self.plan.specs[o].shape, self.plan.specs[o].dtype)
+            for o in self.plan.outputs
+        ]
+        self.subplans = [self.plan]  # warmed at load (lite/warmup.py)
+
+    def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
+        plan = self.plan
+        dst = [plan.arrays[i] for i in plan.inputs]
+        src = [plan.arrays[o] for o in plan.outputs]
+        feeds = [x for x in inputs if x is not None]
+
+        def step() -> None:
+            for d, x in zip(dst, feeds, strict=True):
+                np.copyto(d, x)
+            plan.run()
+            for out, y in zip(outputs, src, strict=True):
+                np.copyto(out, y)
 
         return step

@@ -166,19 +166,39 @@ class Trainer:
 
 
 def strip_training(model: Model, values: dict[int, np.ndarray] | None = None) -> Model:
-    """The infer graph of `model` alone, with only the tensors it uses (renumbered) and
-    `values` replacing constant data."""
+    """The infer graph of `model` alone, with the subgraphs its control-flow and CALL
+    nodes name (renumbered from 1), only the tensors they use (renumbered) and `values`
+    replacing constant data."""
+    from sporenet.lite.kernels.control_flow import SUBGRAPH_ATTRIBUTES
+
     values = values or {}
     sig = model.signature("infer")
-    g = model.graphs[sig.graph]
-    used = {*g.inputs, *g.outputs}
-    for n in g.nodes:
-        used.update(i for i in (*n.inputs, *n.outputs) if i != -1)
+    reached = [sig.graph]  # the infer graph first, then the subgraphs it reaches
+    for gi in reached:
+        for n in model.graphs[gi].nodes:
+            for attr in SUBGRAPH_ATTRIBUTES.get(n.op, ()):
+                sub = int(n.attrs.get(attr, -1))  # type: ignore[arg-type]
+                if sub != -1 and sub not in reached:
+                    reached.append(sub)
+    graph_index = {old: k for k, old in enumerate(reached)}
+    used: set[int] = set()
+    for gi in reached:
+        g = model.graphs[gi]
+        used.update(g.inputs, g.outputs)
+        for n in g.nodes:
+            used.update(i for i in (*n.inputs, *n.outputs) if i != -1)
     order = sorted(used)
     new = {old: k for k, old in enumerate(order)}
 
     def remap(ids: list[int]) -> list[int]:
         return [new[i] if i != -1 else -1 for i in ids]
+
+    def attrs(n: Node) -> dict:
+        out = dict(n.attrs)
+        for attr in SUBGRAPH_ATTRIBUTES.get(n.op, ()):
+            if int(out.get(attr, -1)) != -1:  # type: ignore[arg-type]
+                out[attr] = graph_index[int(out[attr])]  # type: ignore[arg-type]
+        return out
 
     tensors = []
     for i in order:
@@ -186,15 +206,18 @@ def strip_training(model: Model, values: dict[int, np.ndarray] | None = None) ->
         if i in values:
             t = replace(t, data=np.array(values[i], copy=True))
         tensors.append(t)
-    graph = Graph(
-        name=g.name,
-        inputs=remap(g.inputs),
-        outputs=remap(g.outputs),
-        nodes=[
-            Node(n.op, remap(n.inputs), remap(n.outputs), dict(n.attrs), n.version, n.name)
-            for n in g.nodes
-        ],
-    )
+    graphs = [
+        Graph(
+            name=model.graphs[gi].name,
+            inputs=remap(model.graphs[gi].inputs),
+            outputs=remap(model.graphs[gi].outputs),
+            nodes=[
+                Node(n.op, remap(n.inputs), remap(n.outputs), attrs(n), n.version, n.name)
+                for n in model.graphs[gi].nodes
+            ],
+        )
+        for gi in reached
+    ]
     infer = Signature(
         key="infer",
         graph=0,
@@ -204,7 +227,7 @@ def strip_training(model: Model, values: dict[int, np.ndarray] | None = None) ->
     metadata = {k: v for k, v in model.metadata.items() if not k.startswith("train.")}
     out = Model(
         tensors=tensors,
-        graphs=[graph],
+        graphs=graphs,
         signatures={"infer": infer},
         metadata=metadata,
         producer=model.producer,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from sporenet.lite.autodiff.context import GradRule
 from sporenet.lite.autodiff.rules import (
+    control_flow,
     conv,
     dropout,
     elementwise,
@@ -95,4 +96,8 @@ GRADIENT_RULES: dict[OpCode, GradRule] = {
     OpCode.SOFTMAX_CROSS_ENTROPY: losses.softmax_cross_entropy,
     OpCode.MSE_LOSS: losses.mse_loss,
     OpCode.BCE_WITH_LOGITS: losses.bce_with_logits,
+    # subgraph ops: custom gradients and control flow (autodiff)
+    OpCode.CALL: control_flow.call,
+    OpCode.IF: control_flow.if_,
+    OpCode.LOOP: control_flow.loop,
 }

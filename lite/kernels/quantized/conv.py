@@ -19,6 +19,7 @@ import numpy as np
 
 from sporenet.lite.kernels.base import Attrs, Compute, TensorSpec
 from sporenet.lite.kernels.conv import Conv2D
+from sporenet.lite.kernels.conv_strategy import ConvStrategy
 from sporenet.lite.kernels.im2col import im2col_view
 from sporenet.lite.kernels.quantized import depthwise
 from sporenet.lite.kernels.quantized.base import QuantizedKernel
@@ -141,7 +142,7 @@ class QConv2D(QuantizedKernel):
             k = self.w[0].size
             f32 = np.dtype(np.float32)
             self.inner = None
-            self.pointwise = probe.strategy == "pointwise"
+            self.pointwise = probe.strategy is ConvStrategy.POINTWISE
             self.kept = keep_float(self.w.reshape(o, k))
             self.scratch_layout = [
                 ((n, k, p), f32),

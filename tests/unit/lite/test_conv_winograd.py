@@ -52,10 +52,10 @@ def test_winograd_matches_reference_and_onnxruntime(
     rounding error scales with the output's magnitude (its transforms hold 4s, 5s and
     8s), so the absolute tolerance is 1e-5 of the largest output, besides the 1e-4
     relative tolerance per element."""
-    from sporenet.lite.kernels import conv
+    from sporenet.lite.kernels import conv_strategy
 
     for name, value in FORCE[strategy].items():
-        monkeypatch.setattr(conv, name, value)
+        monkeypatch.setattr(conv_strategy, name, value)
     x, wt, b = _data(np.random.default_rng(12), n, c, h, w, o, 1, (3, 3), bias)
     inputs = [x, wt] + ([b] if bias else [])
     spec = [TensorSpec(a.shape, a.dtype, None if k == 0 else a) for k, a in enumerate(inputs)]
@@ -98,10 +98,10 @@ def test_winograd_reads_and_writes_channels_last(monkeypatch, strategy, n, c, h,
     """Input and output may each be an NCHW view of channels-last memory (the planner's
     storage): the result is the float64 reference's, with the bias and the fused
     activation applied, whatever the layouts."""
-    from sporenet.lite.kernels import conv
+    from sporenet.lite.kernels import conv_strategy
 
     for name, value in FORCE[strategy].items():
-        monkeypatch.setattr(conv, name, value)
+        monkeypatch.setattr(conv_strategy, name, value)
     x, wt, b = _data(np.random.default_rng(14), n, c, h, w, o, 1, (3, 3), True)
     spec = [TensorSpec(x.shape, x.dtype), TensorSpec(wt.shape, wt.dtype, wt)]
     spec.append(TensorSpec(b.shape, b.dtype, b))

@@ -108,15 +108,15 @@ def test_accountant_composes_rounds_and_persists() -> None:
 def test_budget_stops_before_overspending() -> None:
     acc = RDPAccountant(delta=1e-5, epsilon_budget=1.0)
     spent = 0
-    while acc.can_spend(noise_multiplier=1.5, sample_rate=0.05):
-        acc.spend(noise_multiplier=1.5, sample_rate=0.05)
+    while acc.can_spend(noise_multiplier=5.0, sample_rate=0.05):
+        acc.spend(noise_multiplier=5.0, sample_rate=0.05)
         spent += 1
     assert spent > 10 and acc.epsilon() <= 1.0
     before = acc.to_dict()
     with pytest.raises(PrivacyBudgetExhaustedError, match=r"over the budget 1\.0"):
-        acc.spend(noise_multiplier=1.5, sample_rate=0.05)
+        acc.spend(noise_multiplier=5.0, sample_rate=0.05)
     assert acc.to_dict() == before  # the refused round was not recorded
-    assert acc.epsilon_after(noise_multiplier=1.5, sample_rate=0.05) > 1.0
+    assert acc.epsilon_after(noise_multiplier=5.0, sample_rate=0.05) > 1.0
 
 
 @pytest.mark.parametrize(

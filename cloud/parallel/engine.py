@@ -1,0 +1,130 @@
+"""The data-parallel engine behind fit(..., parallel=DataParallel(...)).
+
+Each step splits the combined batch into one contiguous shard per worker. Every worker
+computes its shard's gradients scaled by the shard's share of the batch (Replica); the
+all-reduce sums them in worker order (`combine`); the optimizer update then runs on the
+summed gradient, which is the gradient of the combined batch's mean loss. So the result
+equals single-process training on the combined batch within float rounding.
+
+The parameters and the optimizer's slots live in the engine's `State` (shared memory in
+the local backend); `sync` copies them into the module and the Optimizer, so callbacks,
+checkpoints and resuming work as with the other engines.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+import numpy as np
+
+from sporenet.cloud.engines import Slots, update_attrs
+from sporenet.cloud.module import Module
+from sporenet.cloud.optimizers import Optimizer
+from sporenet.cloud.parallel.replica import GradientModel, Update, gradient_model
+from sporenet.cloud.trace import INPUT_NAME, LOGITS_NAME, trace
+from sporenet.lite.interpreter import Interpreter
+from sporenet.lite.ops import OpCode
+
+
+class Backend(Protocol):
+    """Runs the workers: gradients of each shard, then the update of every parameter."""
+
+    def step(
+        self, bounds: list[tuple[int, int]], x: np.ndarray, y: np.ndarray, lr: float
+    ) -> list[float]:
+        """Shard k is rows bounds[k] of (x, y); returns each shard's mean loss."""
+
+    def close(self) -> None:
+        """Stop the workers and release their resources."""
+
+
+def shard_bounds(n: int, workers: int) -> list[tuple[int, int]]:
+    """Contiguous shards of n rows, sizes differing by at most one."""
+    edges = np.linspace(0, n, workers + 1).round().astype(int)
+    return [(int(a), int(b)) for a, b in itertools.pairwise(edges)]
+
+
+def slot_names(optimizer: Optimizer, name: str) -> list[str]:
+    """The optimizer slots of parameter `name`, as the other engines name them."""
+    if optimizer.kind == "sgd":
+        return [f"{name}/momentum"] if optimizer.momentum else []  # type: ignore[attr-defined]
+    return [f"{name}/adam_m", f"{name}/adam_v", f"{name}/adam_step"]
+
+
+class ParallelEngine:
+    """fit's Engine for DataParallel: shards, all-reduce, one update per step."""
+
+    def __init__(
+        self,
+        backend_factory: Any,
+        model: Module,
+        *,
+        workers: int,
+        sample_shape: Sequence[int],
+        loss: str,
+        optimizer: Optimizer,
+        label_smoothing: float,
+    ) -> None:
+        self.model = model
+        self.optimizer = optimizer
+        self.workers = workers
+        spec: GradientModel = gradient_model(
+            model, sample_shape, loss=loss, label_smoothing=label_smoothing
+        )
+        params = dict(model.named_parameters())
+        self.names = [name for name, _, _ in spec.params]
+        self.slots = {name: slot_names(optimizer, name) for name in self.names}
+        for name in self.names:
+            Slots(optimizer, name, params[name])  # creates missing slots, keeps saved ones
+        self.update = Update(
+            OpCode.SGD_UPDATE if optimizer.kind == "sgd" else OpCode.ADAM_UPDATE,
+            update_attrs(optimizer),
+        )
+        initial = {name: params[name].value for name in self.names}
+        initial.update({s: optimizer.state.slots[s] for ss in self.slots.values() for s in ss})
+        self.backend: Backend = backend_factory(
+            spec=spec,
+            workers=workers,
+            names=self.names,
+            slots=self.slots,
+            update=self.update,
+            initial=initial,
+        )
+        self.state: dict[str, np.ndarray] = self.backend.state  # type: ignore[attr-defined]
+
+    def step(self, x: np.ndarray, y: np.ndarray, lr: float) -> float:
+        bounds = shard_bounds(len(x), self.workers)
+        losses = self.backend.step(bounds, x, y, lr)
+        self.optimizer.state.step += 1
+        return float(sum(v * (b - a) for v, (a, b) in zip(losses, bounds, strict=True)) / len(x))
+
+    def predict(self, x: np.ndarray, batch_size: int = 512) -> np.ndarray:
+        """Eval-mode outputs with the current weights (traced with them, planned here)."""
+        self.sync()
+        interpreter = Interpreter(model=trace(self.model, x.shape[1:], training=False))
+        return np.concatenate(
+            [
+                interpreter.run({INPUT_NAME: x[i : i + batch_size]})[LOGITS_NAME]
+                for i in range(0, len(x), batch_size)
+            ]
+        )
+
+    def parameter(self, name: str) -> np.ndarray:
+        """The parameter's live array in the engine's state (written by every update)."""
+        return self.state[name]
+
+    def sync(self) -> None:
+        """Copy the weights and optimizer slots out of the engine's state."""
+        params = dict(self.model.named_parameters())
+        for name in self.names:
+            np.copyto(params[name].value, self.state[name])
+            for s in self.slots[name]:
+                self.optimizer.state.slots[s] = np.array(self.state[s], copy=True)
+
+    def close(self) -> None:
+        try:
+            self.sync()
+        finally:
+            self.backend.close()
