@@ -90,7 +90,8 @@ label { display: inline-flex; align-items: center; gap: 8px; }
 #bars { display: grid; gap: 3px; margin-top: 10px; }
 .bar { display: grid; grid-template-columns: 1.4em minmax(0, 1fr) 3.6em; gap: 8px;
   align-items: center; font-size: .85rem; }
-.bar .track { display: block; background: #edf1ef; border-radius: 999px; height: 10px; overflow: hidden; }
+.bar .track { display: block; background: #edf1ef; border-radius: 999px; height: 10px;
+  overflow: hidden; }
 .bar .fill { display: block; background: #9db5ad; height: 100%; width: 0; transition: width .2s; }
 .bar.top .fill { background: var(--accent); }
 .bar .pct { text-align: right; color: var(--muted); font-variant-numeric: tabular-nums; }
