@@ -292,7 +292,15 @@ def stage_federated(
             f"server log:\n{err[-4000:]}"
         )
     status = subprocess.run(
-        [sys.executable, "-m", "sporenet.federated.server", "status", "--state-dir", str(state)],
+        [
+            sys.executable,
+            "-m",
+            "sporenet.federated.server",
+            "status",
+            "--json",
+            "--state-dir",
+            str(state),
+        ],
         capture_output=True,
         text=True,
         check=False,

@@ -28,9 +28,14 @@ DEFAULTS["strategy"] = StrategyConfig().name
 
 EPILOG = """\
 subcommands:
-  status --state-dir DIR   print the job in DIR as JSON (round, phase, participants,
-                           published models, privacy spent); works whether or not the
-                           daemon runs. `sporenet-server status --help` for details.
+  status --state-dir DIR   print the job in DIR: the phase in words, clients, privacy
+                           spent and a table of rounds (--json: everything, as JSON);
+                           works whether or not the daemon runs.
+                           `sporenet-server status --help` for details.
+
+With --metrics-port the daemon also serves a status page for the operator at
+http://HOST:PORT/ (job, phase, participants, accuracy and loss per round, privacy spent
+against the budget, recent events), /status.json and Prometheus /metrics.
 
 Flags override the values of --config (a TOML file whose tables, [tls], [auth],
 [storage], [secure_aggregation] and [differential_privacy], hold the settings with no
@@ -88,7 +93,12 @@ FLAGS: tuple[tuple[str, type, str], ...] = (
         int,
         "bytes of updates being received at once (fewer upload slots for big models)",
     ),
-    ("--metrics-port", int, "serve Prometheus /metrics on this port (0: any free port)"),
+    (
+        "--metrics-port",
+        int,
+        "serve the status page (/), /status.json and Prometheus /metrics on this port "
+        "(0: any free port)",
+    ),
 )
 
 
@@ -167,19 +177,24 @@ def _run_parser() -> argparse.ArgumentParser:
 def _status_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="sporenet-server status",
-        description="Print the job in a state dir as JSON: round, phase, participants, "
-        "published models and privacy spent. Works whether or not the daemon runs.",
+        description="Print the job in a state dir: what it is doing in words, its "
+        "clients, privacy spent and a table of rounds (--json: all of it as JSON, times "
+        "as Unix seconds). Works whether or not the daemon runs.",
     )
+    p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     p.add_argument("--state-dir", required=True, type=Path, help="the daemon's --state-dir")
+    p.add_argument("--json", action="store_true", help="print the full status as JSON")
     return p
 
 
 def _status(args: list[str]) -> int:
     from sporenet.federated.server.status import read_status
+    from sporenet.federated.server.status_view import summary
 
     ns = _status_parser().parse_args(args)
     try:
-        print(json.dumps(read_status(ns.state_dir), indent=2))
+        status = read_status(ns.state_dir)
+        print(json.dumps(status, indent=2) if ns.json else summary(status))
     except ConfigError as e:
         print(f"sporenet-server status: error: {e}", file=sys.stderr)
         return 2
