@@ -42,7 +42,7 @@ threads = None if sys.argv[1] == "blas" else int(sys.argv[1])
 data = cloud.load_digits()
 cloud.manual_seed(0)
 path = "/tmp/sporenet-threads-bench.spore"
-cloud.export(cloud.models.digits_cnn(), path)
+cloud.export(cloud.models.digits_cnn(), path, input_shape=(1, 8, 8))
 interpreter = lite.Interpreter(model_path=path, num_threads=threads)
 x = data.x_test[:64]
 interpreter.run({"input": x})
@@ -74,13 +74,17 @@ def run(code: str, threads: str, size: int) -> tuple[float, float]:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="1 training epoch, 20 inferences")
+    p.add_argument("--only", choices=["train", "infer"], help="run one of the two")
     args = p.parse_args()
     epochs, calls = (1, 20) if args.quick else (3, 100)
     print(f"cpus {os.cpu_count()}; BLAS: {blas_kernels()}")
-    for name, code, size, unit in (
-        (f"train digits CNN, {epochs} epochs (graph mode)", TRAIN, epochs, "s"),
-        ("infer digits CNN, batch 64 (median)", INFER, calls, "ms"),
-    ):
+    cases = [
+        ("train", f"train digits CNN, {epochs} epochs (graph mode)", TRAIN, epochs, "s"),
+        ("infer", "infer digits CNN, batch 64 (median)", INFER, calls, "ms"),
+    ]
+    for key, name, code, size, unit in cases:
+        if args.only and key != args.only:
+            continue
         results = {}
         for threads in ("1", "2", "blas"):
             seconds, load = run(code, threads, size)
