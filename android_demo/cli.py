@@ -71,6 +71,15 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run the app until Ctrl-C (which ends it with a line, not a traceback)."""
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:
+        print("stopped", file=sys.stderr)
+        return 0
+
+
+def _main(argv: list[str] | None) -> int:
     args = parser().parse_args(argv)
     logging.basicConfig(level=args.log_level.upper())
     if not 0 <= args.port < 65536:
@@ -122,8 +131,6 @@ def main(argv: list[str] | None = None) -> int:
     )
     try:
         server.serve_forever()
-    except KeyboardInterrupt:
-        print("stopped", file=sys.stderr)
     finally:
         server.server_close()
         app.close()

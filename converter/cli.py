@@ -226,6 +226,15 @@ def _write_atomically(target: Path, data: bytes) -> None:
 
 @quiet_on_closed_pipe
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run `sporenet-convert`; Ctrl-C ends it with a line, not a traceback."""
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:
+        print("sporenet-convert: interrupted", file=sys.stderr)
+        return 130
+
+
+def _main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
