@@ -13,8 +13,11 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import errno
 import json
 import os
+import shutil
+import socket
 import sys
 from pathlib import Path
 
@@ -201,17 +204,50 @@ def _status(args: list[str]) -> int:
     return 0
 
 
+def check_port_free(address: str) -> None:
+    """Refuse, before anything is created, an address another process listens on.
+
+    Raises:
+        ConfigError: the port is in use (or the host is not this machine's).
+    """
+    from sporenet.federated.common.net import split_address
+
+    host, port = split_address(address)
+    if port == 0:
+        return
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        # A port in TIME_WAIT is free for a listener; one that another socket listens on
+        # is not, even with SO_REUSEADDR.
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as e:
+            why = "it is in use" if e.errno == errno.EADDRINUSE else e.strerror or str(e)
+            raise ConfigError(
+                f"`address`: cannot listen on {address}: {why} (another sporenet-server? "
+                "choose another --address)"
+            ) from None
+
+
 def _run(args: list[str]) -> int:
     ns = _run_parser().parse_args(args)
     overrides = {k: v for k, v in vars(ns).items() if k != "config"}
     from sporenet.federated.server.daemon import run_server
     from sporenet.federated.server.job_settings import resume_config
 
+    created = None
     try:
         config = resume_config(ns.config, overrides)
+        check_port_free(config.address)
+        state = Path(config.state_dir)
+        created = None if state.exists() else state
         return run_server(config)
     except ConfigError as e:
         print(f"sporenet-server: error: {e}", file=sys.stderr)
+        if created is not None:
+            # A start that failed leaves nothing behind: the next one starts fresh.
+            shutil.rmtree(created, ignore_errors=True)
         return 2
 
 
