@@ -25,6 +25,7 @@ from sporenet import __version__
 from sporenet.federated.errors import ConfigError
 from sporenet.federated.server.config import ServerConfig, StrategyConfig
 from sporenet.federated.strategies import STRATEGIES
+from sporenet.lite.console import add_threads, apply_threads
 
 DEFAULTS = {f.name: f.default for f in dataclasses.fields(ServerConfig)}
 DEFAULTS["strategy"] = StrategyConfig().name
@@ -174,6 +175,7 @@ def _run_parser() -> argparse.ArgumentParser:
         default=None,
         help="secure aggregation of fit rounds (settings: [secure_aggregation] in the config)",
     )
+    add_threads(p)
     return p
 
 
@@ -231,8 +233,10 @@ def check_port_free(address: str) -> None:
 
 
 def _run(args: list[str]) -> int:
-    ns = _run_parser().parse_args(args)
-    overrides = {k: v for k, v in vars(ns).items() if k != "config"}
+    parser = _run_parser()
+    ns = parser.parse_args(args)
+    apply_threads(parser, ns.threads)
+    overrides = {k: v for k, v in vars(ns).items() if k not in ("config", "threads")}
     from sporenet.federated.server.daemon import run_server
     from sporenet.federated.server.job_settings import resume_config
 

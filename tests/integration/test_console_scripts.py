@@ -56,6 +56,8 @@ def test_version_and_help(command: str) -> None:
     help_ = run("-m", MODULES[command], "--help")
     assert help_.returncode == 0, help_.stderr
     assert "--version" in help_.stdout
+    if command != "python -m sporenet":  # the overview runs nothing
+        assert "--threads" in help_.stdout
 
 
 def test_the_overview_lists_every_console_script() -> None:
