@@ -14,9 +14,10 @@ COMMANDS = (
         "describe a .spore model (ops, tensors, signatures, metadata)",
     ),
     (
-        "sporenet-convert MODEL.onnx",
+        "sporenet-convert MODEL",
         "python -m sporenet.converter",
-        "convert an ONNX model to .spore (needs the onnx extra)",
+        "convert an ONNX or TFLite model to .spore, or quantize a .spore model (int8, "
+        "fp16; ONNX needs the onnx extra)",
     ),
     (
         "sporenet-server",
@@ -27,6 +28,21 @@ COMMANDS = (
         "sporenet-edge --upstream HOST:PORT",
         "python -m sporenet.federated.edge",
         "an edge aggregator: serves devices, takes part in a cloud server's rounds",
+    ),
+    (
+        "sporenet-client --server HOST:PORT --model M --data DIR",
+        "python -m sporenet.federated.client",
+        "a federated client: trains a .spore model on a folder of .npz files each round",
+    ),
+    (
+        "sporenet-android-demo --model M --data-dir DIR",
+        "python -m sporenet.android_demo",
+        "the device app: a local page to draw digits, personalize, join a fleet",
+    ),
+    (
+        "sporenet-fleet --model M --devices N --rounds R",
+        "python -m sporenet.android_demo.fleet",
+        "the fleet simulator: N virtual devices in the rounds of a sporenet-server",
     ),
     (
         "",

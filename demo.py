@@ -27,7 +27,7 @@ import numpy as np
 
 from sporenet import cloud, lite
 from sporenet.lite import Interpreter, OpCode
-from sporenet.lite.console import make_parser, quiet_on_closed_pipe
+from sporenet.lite.console import add_threads, apply_threads, make_parser, quiet_on_closed_pipe
 from sporenet.lite.training import OptimizerConfig, Trainer, make_training_model
 
 
@@ -292,7 +292,15 @@ def stage_federated(
             f"server log:\n{err[-4000:]}"
         )
     status = subprocess.run(
-        [sys.executable, "-m", "sporenet.federated.server", "status", "--state-dir", str(state)],
+        [
+            sys.executable,
+            "-m",
+            "sporenet.federated.server",
+            "status",
+            "--json",
+            "--state-dir",
+            str(state),
+        ],
         capture_output=True,
         text=True,
         check=False,
@@ -321,7 +329,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--epochs", type=int, default=20, help="cloud training epochs")
     parser.add_argument("--rounds", type=int, default=3, help="federated rounds")
     parser.add_argument("--clients", type=int, default=4, help="federated devices (client threads)")
+    add_threads(parser)
     args = parser.parse_args(argv)
+    apply_threads(parser, args.threads)
     for name in ("epochs", "rounds", "clients"):
         if getattr(args, name) < 1:
             parser.error(f"--{name} must be >= 1")
@@ -335,5 +345,14 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def run(argv: list[str] | None = None) -> int:
+    """main, with Ctrl-C ending it with a line instead of a traceback."""
+    try:
+        return main(argv)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(run())

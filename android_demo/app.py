@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import socket
 import threading
 from http import HTTPStatus
@@ -18,9 +19,15 @@ from pathlib import Path
 from typing import Any
 
 from sporenet.android_demo import api
-from sporenet.android_demo.errors import BadRequestError, NotEnoughSamplesError
+from sporenet.android_demo.errors import (
+    AppError,
+    BadRequestError,
+    ConflictError,
+    NotEnoughSamplesError,
+    PersonalizationUnavailableError,
+)
 from sporenet.android_demo.model import DeviceModel
-from sporenet.android_demo.page import PAGE
+from sporenet.android_demo.page import FAVICON, PAGE
 from sporenet.android_demo.participant import Participant
 from sporenet.android_demo.policy import DevicePolicy, Sensors, describe
 from sporenet.android_demo.store import SampleStore
@@ -45,13 +52,14 @@ class App:
         policy: DevicePolicy | None = None,
         sensors: Sensors | None = None,
         client_options: dict[str, Any] | None = None,
+        num_threads: int = 1,
     ) -> None:
+        if data_dir.exists() and not data_dir.is_dir():
+            raise AppError(f"the data dir {str(data_dir)!r} is a file; give a directory")
         data_dir.mkdir(parents=True, exist_ok=True)
-        self.model = DeviceModel(model_path, data_dir)
+        self.model = DeviceModel(model_path, data_dir, num_threads=num_threads)
         self.store = SampleStore(data_dir / "samples.db")
-        self.classes = int(
-            self.model.base.tensors[self.model.base.signature("infer").outputs["logits"]].shape[-1]
-        )
+        self.classes = self.model.classes
         self.policy = policy or DevicePolicy()
         self.sensors = sensors or Sensors()
         self._personalizing = threading.Lock()
@@ -61,6 +69,7 @@ class App:
             "epochs": 0,
             "loss": None,
             "last": None,
+            "error": None,
         }
         self.participant: Participant | None = None
         if server is not None:
@@ -70,8 +79,10 @@ class App:
                 self.store,
                 policy=self.policy,
                 sensors=self.sensors,
-                trainable=self.model.head,
+                trainable=set(self.model.head.names),
                 client_options=client_options,
+                unavailable=self.model.head.reason,
+                output=self.model.output,
             )
 
     def start(self) -> None:
@@ -84,6 +95,8 @@ class App:
         self.store.close()
 
     def personalize(self, epochs: int) -> dict[str, Any]:
+        if not self.model.head.available:
+            raise PersonalizationUnavailableError(self.model.head.reason)
         (x, y), (xh, yh) = self.store.split()
         if len(y) + len(yh) < MIN_SAMPLES or not len(yh) or not len(y):
             raise NotEnoughSamplesError(
@@ -91,9 +104,9 @@ class App:
                 f"out to measure it); the store has {len(y) + len(yh)}"
             )
         if not self._personalizing.acquire(blocking=False):
-            raise BadRequestError("a personalization is already running")
+            raise ConflictError("a personalization is already running; wait for it to end")
         try:
-            self.progress.update(running=True, epoch=0, epochs=epochs, loss=None)
+            self.progress.update(running=True, epoch=0, epochs=epochs, loss=None, error=None)
 
             def progress(epoch: int, total: int, loss: float) -> None:
                 self.progress.update(epoch=epoch, epochs=total, loss=loss)
@@ -116,8 +129,7 @@ class App:
             "model": {
                 "version": self.model.version,
                 "personalized": self.model.personalizations > 0,
-                "input": self.model.input,
-                "classes": self.classes,
+                **self.model.describe(),
             },
             "samples": self.store.count(),
             "personalization": dict(self.progress),
@@ -125,11 +137,23 @@ class App:
         }
 
 
+def _finite(value: Any) -> Any:
+    """`value` with NaN and infinities as null: JSON has no such numbers."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value
+
+
 class Handler(BaseHTTPRequestHandler):
     """Routes GET / to the page and /api/* to api.ROUTES; bad requests get 400 + JSON."""
 
     server: AppServer
     protocol_version = "HTTP/1.1"  # keep-alive: the page's requests reuse one connection
+    timeout = 30.0  # a client that sends less body than it announced is dropped
 
     def log_message(self, format: str, *args: Any) -> None:
         log.debug("%s %s", self.address_string(), format % args)
@@ -149,12 +173,16 @@ class Handler(BaseHTTPRequestHandler):
         self.wfile.write(body)
 
     def _json(self, status: int, value: dict[str, Any]) -> None:
-        self._send(status, json.dumps(value).encode(), "application/json")
+        body = json.dumps(_finite(value), allow_nan=False).encode()
+        self._send(status, body, "application/json")
 
     def _handle(self, method: str) -> None:
         path = self.path.split("?", 1)[0]
         if method == "GET" and path in ("/", "/index.html"):
             self._send(HTTPStatus.OK, PAGE.encode(), "text/html; charset=utf-8")
+            return
+        if method == "GET" and path in ("/favicon.ico", "/favicon.svg"):
+            self._send(HTTPStatus.OK, FAVICON.encode(), "image/svg+xml")
             return
         route = api.ROUTES.get((method, path))
         if route is None:
@@ -176,6 +204,8 @@ class Handler(BaseHTTPRequestHandler):
             self._json(HTTPStatus.OK, route(app, request))
         except BadRequestError as exc:
             self._json(HTTPStatus.BAD_REQUEST, {"error": str(exc)})
+        except ConflictError as exc:
+            self._json(HTTPStatus.CONFLICT, {"error": str(exc)})
         except Exception as exc:  # a fault of the app, not of the request: say what it was
             log.exception("%s %s failed", method, path)
             self._json(
@@ -196,6 +226,12 @@ class Handler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         self._handle("POST")
+
+    def do_PUT(self) -> None:
+        self._handle("PUT")
+
+    def do_DELETE(self) -> None:
+        self._handle("DELETE")
 
 
 class AppServer(ThreadingHTTPServer):

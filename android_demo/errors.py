@@ -13,3 +13,15 @@ class BadRequestError(AppError, ValueError):
 
 class NotEnoughSamplesError(BadRequestError):
     """Personalization needs more labelled samples than the store holds."""
+
+
+class ConflictError(AppError):
+    """A request is well formed but the app's state does not allow it now (409)."""
+
+
+class PersonalizationUnavailableError(ConflictError):
+    """The model has no head the runtime can train (an int8 head); the message says why."""
+
+
+class ServerUnreachableError(AppError):
+    """The federated server cannot be reached; the message names its address and the error."""

@@ -149,14 +149,8 @@ class EagerEngine:
         return float(values[loss.index]), result
 
     def step(self, x: np.ndarray, y: np.ndarray, lr: float) -> float:
-        if self.num_threads is None or not BLAS.available:
+        with BLAS.limit(self.num_threads):  # None: the runtime's default count
             return self._step(x, y, lr)
-        previous = BLAS.get()
-        BLAS.set(self.num_threads)
-        try:
-            return self._step(x, y, lr)
-        finally:
-            BLAS.set(previous)  # type: ignore[arg-type]
 
     def _step(self, x: np.ndarray, y: np.ndarray, lr: float) -> float:
         value, grads = self.gradients(x, y)

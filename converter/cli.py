@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sporenet.converter.errors import ConversionError
-from sporenet.lite.console import make_parser, quiet_on_closed_pipe
+from sporenet.lite.console import add_threads, apply_threads, make_parser, quiet_on_closed_pipe
 from sporenet.lite.errors import LiteError
 from sporenet.lite.format import FILE_IDENTIFIER, load, serialize
 
@@ -229,8 +229,19 @@ def _write_atomically(target: Path, data: bytes) -> None:
 
 @quiet_on_closed_pipe
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run `sporenet-convert`; Ctrl-C ends it with a line, not a traceback."""
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:
+        print("sporenet-convert: interrupted", file=sys.stderr)
+        return 130
+
+
+def _main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
+    add_threads(parser)
     args = parser.parse_args(argv)
+    apply_threads(parser, args.threads)
     try:
         from sporenet.converter.convert import convert_onnx_model
         from sporenet.converter.convert_tflite import convert_tflite_model

@@ -71,6 +71,27 @@ def add_version(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_threads(parser: argparse.ArgumentParser, default: int = 1) -> None:
+    """Add `--threads N`: the BLAS threads of everything the command runs (0: the BLAS
+    library's own choice, one per core, which collapses on a busy machine)."""
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=default,
+        help="BLAS threads for training and inference (0: the BLAS library's own choice)",
+    )
+
+
+def apply_threads(parser: argparse.ArgumentParser, threads: int) -> None:
+    """Make `threads` the default BLAS thread count of this process and of the processes
+    it starts (through $SPORENET_THREADS, which `lite.threads.default_threads` reads)."""
+    from sporenet.lite.threads import THREADS_ENV
+
+    if threads < 0:
+        parser.error(f"--threads must be >= 0, got {threads}")
+    os.environ[THREADS_ENV] = str(threads)
+
+
 def quiet_on_closed_pipe(main: F) -> F:
     """Wrap a console script's `main` so that writing to a closed pipe ends it quietly with
     exit status 141 instead of a BrokenPipeError traceback."""

@@ -271,6 +271,18 @@ def _parse_buffers(r: FlatReader, at: int) -> list[tuple[int, int]]:
     return buffers or [(0, 0)]
 
 
+def _foreign(buf: Any) -> str:
+    """What a file that is not a .spore model seems to be, and what to do with it."""
+    convert = "convert it with `sporenet-convert MODEL -o model.spore`"
+    if bytes(buf[4:8]) == b"TFL3":
+        return f"this is a TFLite model: {convert}"
+    # An ONNX ModelProto starts with field 1 (ir_version, a varint: tag 0x08), then a
+    # small version number.
+    if buf[0] == 0x08 and buf[1] < 0x20:
+        return f"this looks like an ONNX model: {convert}"
+    return "not a .spore model"
+
+
 def _parse(buf: Any) -> Model:
     size = len(buf)
     if size < 8:
@@ -278,7 +290,7 @@ def _parse(buf: Any) -> Model:
     ident = bytes(buf[4:8])
     if ident != FILE_IDENTIFIER:
         raise ModelFormatError(
-            f"file identifier is {ident!r}, expected {FILE_IDENTIFIER!r} (not a .spore model)"
+            f"file identifier is {ident!r}, expected {FILE_IDENTIFIER!r} ({_foreign(buf)})"
         )
     root = struct.unpack_from("<I", buf, 0)[0]
     if root + 4 > size:

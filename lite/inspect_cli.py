@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from sporenet.lite.console import make_parser, quiet_on_closed_pipe
+from sporenet.lite.console import add_threads, apply_threads, make_parser, quiet_on_closed_pipe
 from sporenet.lite.errors import ModelFormatError
 from sporenet.lite.format import load
 from sporenet.lite.graph import Model, Quantization, Tensor, shape_text
@@ -140,7 +140,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 @quiet_on_closed_pipe
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    add_threads(parser)
+    args = parser.parse_args(argv)
+    apply_threads(parser, args.threads)
     try:
         model = load(args.model)
     except ModelFormatError as exc:

@@ -23,7 +23,8 @@ class Interpreter:
     """Loads a model, plans it once, and runs it.
 
     Interpreter(model_path=...) memory-maps the file; Interpreter(model_content=bytes) reads
-    from memory. `num_threads` bounds the BLAS thread pool while invoke() runs.
+    from memory. `num_threads` bounds the BLAS thread pool while invoke() runs (None: the
+    runtime's default, `lite.threads.default_threads()`: 1, or $SPORENET_THREADS).
 
     A model with a "train" signature has state its graphs write (weights, optimizer
     slots, running statistics): the interpreter keeps writable copies of those tensors in

@@ -47,6 +47,27 @@ def _find_openblas() -> tuple[Callable[[int], None], Callable[[], int]] | None:
     return None
 
 
+THREADS_ENV = "SPORENET_THREADS"
+"""Environment variable naming the BLAS threads a run uses when its code names none."""
+DEFAULT_THREADS = 1
+"""BLAS threads when neither the caller nor $SPORENET_THREADS names a count.
+
+One: the models a device runs are small, so their products gain little from more
+threads, while OpenBLAS threads that wait for each other spin and collapse when other
+work shares the cores (`benchmarks/threads.py` measures both).
+"""
+
+
+def default_threads() -> int | None:
+    """$SPORENET_THREADS (0: the BLAS library's own choice, None), else DEFAULT_THREADS."""
+    value = os.environ.get(THREADS_ENV, "").strip()
+    if not value:
+        return DEFAULT_THREADS
+    if not value.isdigit():
+        raise ValueError(f"${THREADS_ENV} must be a thread count >= 0, got {value!r}")
+    return int(value) or None
+
+
 class BlasThreads:
     """Set and restore the BLAS thread count around a call: `with limiter.limit(n): ...`."""
 
@@ -66,8 +87,10 @@ class BlasThreads:
 
     @contextmanager
     def limit(self, n: int | None) -> Iterator[None]:
-        """Within the block BLAS runs `n` threads; the previous count comes back after it.
-        With n=None, or no BLAS whose threads can be set, nothing changes."""
+        """Within the block BLAS runs `n` threads (None: `default_threads()`); the previous
+        count comes back after it. Where no BLAS's threads can be set, nothing changes."""
+        if n is None:
+            n = default_threads()
         if n is None or self._api is None:
             yield
             return

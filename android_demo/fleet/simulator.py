@@ -26,6 +26,9 @@ from sporenet.android_demo.errors import AppError
 from sporenet.android_demo.fleet import partition
 from sporenet.android_demo.fleet.devices import DeviceGroup, GroupReport
 from sporenet.android_demo.fleet.profile import FleetProfile, draw_traits
+from sporenet.android_demo.fleet.progress import RoundMonitor, Say, wait_for_server
+from sporenet.android_demo.head import find_head
+from sporenet.android_demo.model import logits_output
 
 BACKENDS = ("local", "ray")
 DIGITS_TRAIN_SIZE = 1347  # the split cloud.load_digits uses: the first 1347 train
@@ -55,6 +58,17 @@ def load_digits() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     return x[:n], y[:n], x[n:], y[n:]
 
 
+COLUMNS = (
+    "accuracy: the round's published global model on the digits test split",
+    "seconds: from the devices first seeing the round's model to the next one",
+    "uploaded: devices whose update the server accepted (a device dropped in a first "
+    "attempt and selected again counts in both columns)",
+    "dropped training / upload: devices that vanished while training / before their "
+    "update was sent (the profile's dropout_train / dropout_upload)",
+    "MB: model downloads and update uploads the devices moved",
+)
+
+
 @dataclass
 class RoundStats:
     """One round as the fleet saw it."""
@@ -81,16 +95,24 @@ class FleetReport:
     errors: list[str] = field(default_factory=list)
 
     def table(self) -> str:
+        """The rounds as a table, and what each column means."""
         lines = [
-            f"{'round':>5} {'accuracy':>8} {'seconds':>8} {'trained':>7} "
-            f"{'drop(train)':>11} {'drop(upload)':>12} {'MB':>8}"
+            f"{'round':>5} {'accuracy':>8} {'seconds':>8} {'uploaded':>8} "
+            f"{'dropped training':>16} {'dropped upload':>14} {'MB':>8}"
         ]
         lines += [
-            f"{r.round:>5} {r.accuracy:>8.4f} {r.seconds:>8.3f} {r.trained:>7} "
-            f"{r.dropped_train:>11} {r.dropped_upload:>12} {r.bytes / 1e6:>8.2f}"
+            f"{r.round:>5} {r.accuracy:>8.4f} {r.seconds:>8.3f} {r.trained:>8} "
+            f"{r.dropped_train:>16} {r.dropped_upload:>14} {r.bytes / 1e6:>8.2f}"
+            if math.isfinite(r.accuracy)
+            else f"{r.round:>5}  not run (no global model of this round was seen)"
             for r in self.rounds
         ]
-        return "\n".join(lines)
+        return "\n".join([*lines, "", *COLUMNS])
+
+    def missing(self) -> list[int]:
+        """Rounds of which no global model was seen (the server's job ended before them,
+        or the simulation timed out)."""
+        return [r.round for r in self.rounds if not math.isfinite(r.accuracy)]
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -105,13 +127,30 @@ class FleetReport:
 
 
 def head_parameters(model: lite.Model) -> set[str]:
-    """The weight and bias of the FullyConnected layer producing "logits" (the head)."""
-    target = model.signature("infer").outputs["logits"]
-    for graph in model.graphs:
-        for node in graph.nodes:
-            if target in node.outputs and node.op == lite.OpCode.FULLY_CONNECTED:
-                return {model.tensors[i].name for i in node.inputs[1:] if i != -1}
-    raise AppError("the model's 'logits' are not produced by a FullyConnected head")
+    """The weights of the model's head (the layer producing its logits), which the devices
+    train unless --all-weights."""
+    head = find_head(model, logits_output(model))
+    if not head.available:
+        raise AppError(f"the devices cannot train this model's head: {head.reason}")
+    return set(head.names)
+
+
+def fresh_head(model: bytes, seed: int = 0) -> bytes:
+    """`model` with its head re-initialized (Glorot-uniform weights, zero biases), so a
+    pretrained backbone's curve starts from chance instead of a flat line at the top."""
+    ir = lite.parse(model)
+    rng = np.random.default_rng([seed, 1])
+    weights = ir.weights()
+    new = {}
+    for name in sorted(head_parameters(ir)):
+        w = weights[name]
+        if w.ndim < 2:
+            new[name] = np.zeros_like(w)
+            continue
+        fan_out, fan_in = w.shape[0], int(np.prod(w.shape[1:]))
+        limit = math.sqrt(6.0 / (fan_in + fan_out))
+        new[name] = rng.uniform(-limit, limit, w.shape).astype(w.dtype)
+    return lite.serialize(lite.replace_weights(ir, new))
 
 
 def accuracy(
@@ -121,10 +160,11 @@ def accuracy(
     test set at once would hold every layer's activations for all of it."""
     tuned = lite.replace_weights(model, weights)
     name = next(iter(tuned.signature("infer").inputs))
+    output = logits_output(tuned)
     interpreter = lite.Interpreter(model=tuned)
     right = 0
     for at in range(0, len(y), EVAL_BATCH):
-        logits = interpreter.run({name: x[at : at + EVAL_BATCH]})["logits"]
+        logits = interpreter.run({name: x[at : at + EVAL_BATCH]})[output]
         right += int(np.sum(logits.argmax(axis=1) == y[at : at + EVAL_BATCH]))
     return right / len(y)
 
@@ -233,10 +273,18 @@ def simulate(
     train_config: dict[str, Any] | None = None,
     workers: int = 1,
     timeout: float = 3600.0,
+    connect_timeout: float = 30.0,
+    say: Say | None = None,
 ) -> FleetReport:
     """Run `devices` virtual devices against the server at `address` until its job ends;
     `rounds` is how many rounds the server runs (the report covers 1..rounds). Each group
-    trains its devices on `workers` threads."""
+    trains its devices on `workers` threads. `say` (when given) hears a line per round
+    and whether the server can be reached.
+
+    Raises:
+        ServerUnreachableError: the server did not accept a connection within
+            `connect_timeout` seconds.
+    """
     if backend not in BACKENDS:
         raise AppError(f"backend must be one of {list(BACKENDS)}, got {backend!r}")
     if devices < 1 or rounds < 1 or workers < 1:
@@ -254,12 +302,15 @@ def simulate(
         train_config=train_config or {},
         workers=workers,
     )
+    tell: Say = say or (lambda line: None)
+    wait_for_server(address, give_up_after=connect_timeout, say=tell)
     start = time.time()
-    reports = (
-        run_local(address, args, timeout)
-        if backend == "local"
-        else run_ray(address, args, timeout, ray_address)
-    )
+    with RoundMonitor(address, rounds=rounds, devices=devices, say=tell):
+        reports = (
+            run_local(address, args, timeout)
+            if backend == "local"
+            else run_ray(address, args, timeout, ray_address)
+        )
     report = FleetReport(devices=devices, backend=backend, wall_seconds=time.time() - start)
     base = lite.parse(model)
     _, _, x_test, y_test = load_digits()
@@ -272,13 +323,16 @@ def simulate(
             weights.setdefault(r, w)
     final = next((g.final for g in reports if g.final is not None), None)
     done = min(g.done_time for g in reports)
+    last = max((r for g in reports for r in g.rounds), default=0)
     for r in range(1, rounds + 1):
         records = [g.rounds[r] for g in reports if r in g.rounds]
         seen = min((rec.first_seen for rec in records), default=math.inf)
-        after = weights.get(r + 1) if r < rounds else final
+        # A round's result is the next round's global model; the last round the server
+        # ran (which may be before `rounds`) ends with the final one.
+        after = weights.get(r + 1) or (final if r == last else None)
         nxt = min(
             (g.rounds[r + 1].first_seen for g in reports if r + 1 in g.rounds),
-            default=done if r == rounds else math.inf,
+            default=done if r == last else math.inf,
         )
         report.rounds.append(
             RoundStats(

@@ -33,6 +33,7 @@ class TensorError:
     sqnr_db: float
     max_abs_error: float
     float_range: tuple[float, float]
+    output: str = ""  # the model's output name ("logits") when this tensor is one
 
 
 @dataclass
@@ -77,8 +78,9 @@ class QuantizationReport:
             f"({ratio:.2f}x float)",
         ]
         for t in self.outputs:
+            shown = t.name if not t.output or t.output == t.name else f"{t.output} ({t.name})"
             lines.append(
-                f"  output     : {t.name}: SQNR {t.sqnr_db:.1f} dB, max abs error "
+                f"  output     : {shown}: SQNR {t.sqnr_db:.1f} dB, max abs error "
                 f"{t.max_abs_error:.4g}"
             )
         if self.tensors:
@@ -127,7 +129,9 @@ def compare(
     ]
     ref_run = Interpreter(model=probe_model(reference, shared))
     q_run = Interpreter(model=probe_model(quantized, shared))
-    outputs = {reference.tensors[i].name for i in reference.signature("infer").outputs.values()}
+    outputs = {
+        reference.tensors[i].name: key for key, i in reference.signature("infer").outputs.items()
+    }
     stats: dict[str, list[float]] = {name: [0.0, 0.0, 0.0, np.inf, -np.inf] for name in shared}
     samples = 0
     for feeds in batches(reference, data, REPORT_SAMPLES):
@@ -158,6 +162,7 @@ def compare(
             round(sqnr, 3),
             max_err,
             (lo, hi),
+            outputs.get(name, ""),
         )
         report.tensors.append(entry)
         if name in outputs:

@@ -18,6 +18,7 @@ from pathlib import Path
 from sporenet import __version__
 from sporenet.federated.errors import ConfigError
 from sporenet.federated.server.cli import FLAGS, _default
+from sporenet.lite.console import add_threads, apply_threads
 
 #: The server flags that mean the same on an edge (about serving its devices).
 DEVICE_FLAGS = (
@@ -107,13 +108,16 @@ def _parser() -> argparse.ArgumentParser:
         default=None,
         help="SecAgg+ among this edge's devices ([secure_aggregation] in the config)",
     )
+    add_threads(p)
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run `sporenet-edge` with `argv` (default: the command line); the exit code."""
-    ns = _parser().parse_args(sys.argv[1:] if argv is None else argv)
-    values = vars(ns)
+    parser = _parser()
+    ns = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    apply_threads(parser, ns.threads)
+    values = {k: v for k, v in vars(ns).items() if k != "threads"}
     upstream = {k.split(".", 1)[1]: v for k, v in values.items() if k.startswith("upstream.")}
     overrides = {k: v for k, v in values.items() if k != "config" and not k.startswith("upstream.")}
     from sporenet.federated.edge.config import load_edge_config

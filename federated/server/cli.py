@@ -13,8 +13,11 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import errno
 import json
 import os
+import shutil
+import socket
 import sys
 from pathlib import Path
 
@@ -22,15 +25,21 @@ from sporenet import __version__
 from sporenet.federated.errors import ConfigError
 from sporenet.federated.server.config import ServerConfig, StrategyConfig
 from sporenet.federated.strategies import STRATEGIES
+from sporenet.lite.console import add_threads, apply_threads
 
 DEFAULTS = {f.name: f.default for f in dataclasses.fields(ServerConfig)}
 DEFAULTS["strategy"] = StrategyConfig().name
 
 EPILOG = """\
 subcommands:
-  status --state-dir DIR   print the job in DIR as JSON (round, phase, participants,
-                           published models, privacy spent); works whether or not the
-                           daemon runs. `sporenet-server status --help` for details.
+  status --state-dir DIR   print the job in DIR: the phase in words, clients, privacy
+                           spent and a table of rounds (--json: everything, as JSON);
+                           works whether or not the daemon runs.
+                           `sporenet-server status --help` for details.
+
+With --metrics-port the daemon also serves a status page for the operator at
+http://HOST:PORT/ (job, phase, participants, accuracy and loss per round, privacy spent
+against the budget, recent events), /status.json and Prometheus /metrics.
 
 Flags override the values of --config (a TOML file whose tables, [tls], [auth],
 [storage], [secure_aggregation] and [differential_privacy], hold the settings with no
@@ -88,7 +97,12 @@ FLAGS: tuple[tuple[str, type, str], ...] = (
         int,
         "bytes of updates being received at once (fewer upload slots for big models)",
     ),
-    ("--metrics-port", int, "serve Prometheus /metrics on this port (0: any free port)"),
+    (
+        "--metrics-port",
+        int,
+        "serve the status page (/), /status.json and Prometheus /metrics on this port "
+        "(0: any free port)",
+    ),
 )
 
 
@@ -161,42 +175,83 @@ def _run_parser() -> argparse.ArgumentParser:
         default=None,
         help="secure aggregation of fit rounds (settings: [secure_aggregation] in the config)",
     )
+    add_threads(p)
     return p
 
 
 def _status_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="sporenet-server status",
-        description="Print the job in a state dir as JSON: round, phase, participants, "
-        "published models and privacy spent. Works whether or not the daemon runs.",
+        description="Print the job in a state dir: what it is doing in words, its "
+        "clients, privacy spent and a table of rounds (--json: all of it as JSON, times "
+        "as Unix seconds). Works whether or not the daemon runs.",
     )
+    p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     p.add_argument("--state-dir", required=True, type=Path, help="the daemon's --state-dir")
+    p.add_argument("--json", action="store_true", help="print the full status as JSON")
     return p
 
 
 def _status(args: list[str]) -> int:
     from sporenet.federated.server.status import read_status
+    from sporenet.federated.server.status_view import summary
 
     ns = _status_parser().parse_args(args)
     try:
-        print(json.dumps(read_status(ns.state_dir), indent=2))
+        status = read_status(ns.state_dir)
+        print(json.dumps(status, indent=2) if ns.json else summary(status))
     except ConfigError as e:
         print(f"sporenet-server status: error: {e}", file=sys.stderr)
         return 2
     return 0
 
 
+def check_port_free(address: str) -> None:
+    """Refuse, before anything is created, an address another process listens on.
+
+    Raises:
+        ConfigError: the port is in use (or the host is not this machine's).
+    """
+    from sporenet.federated.common.net import split_address
+
+    host, port = split_address(address)
+    if port == 0:
+        return
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        # A port in TIME_WAIT is free for a listener; one that another socket listens on
+        # is not, even with SO_REUSEADDR.
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as e:
+            why = "it is in use" if e.errno == errno.EADDRINUSE else e.strerror or str(e)
+            raise ConfigError(
+                f"`address`: cannot listen on {address}: {why} (another sporenet-server? "
+                "choose another --address)"
+            ) from None
+
+
 def _run(args: list[str]) -> int:
-    ns = _run_parser().parse_args(args)
-    overrides = {k: v for k, v in vars(ns).items() if k != "config"}
+    parser = _run_parser()
+    ns = parser.parse_args(args)
+    apply_threads(parser, ns.threads)
+    overrides = {k: v for k, v in vars(ns).items() if k not in ("config", "threads")}
     from sporenet.federated.server.daemon import run_server
     from sporenet.federated.server.job_settings import resume_config
 
+    created = None
     try:
         config = resume_config(ns.config, overrides)
+        check_port_free(config.address)
+        state = Path(config.state_dir)
+        created = None if state.exists() else state
         return run_server(config)
     except ConfigError as e:
         print(f"sporenet-server: error: {e}", file=sys.stderr)
+        if created is not None:
+            # A start that failed leaves nothing behind: the next one starts fresh.
+            shutil.rmtree(created, ignore_errors=True)
         return 2
 
 

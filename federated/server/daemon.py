@@ -218,7 +218,7 @@ def run_server(
     metrics_port = None
     http = None
     if config.metrics_port is not None:
-        http = serve_metrics(metrics, host, config.metrics_port)
+        http = serve_metrics(metrics, host, config.metrics_port, state_dir=config.state_dir)
         metrics_port = http.server_address[1]
     info: dict[str, Any] = {
         "pid": os.getpid(),

@@ -1,15 +1,51 @@
-"""Structured (JSON lines) logs and Prometheus text-format metrics for the daemon."""
+"""Structured (JSON lines) logs, Prometheus text-format metrics and the operator's status
+page for the daemon.
+
+The metrics HTTP server answers /metrics (Prometheus), / (the status page: the job in
+words, participants, accuracy and loss per round, privacy, recent events) and
+/status.json (what `sporenet-server status --json` prints). The recent events are the
+daemon's last log events, kept by a handler `setup_logging` installs.
+"""
 
 from __future__ import annotations
 
+import collections
 import json
 import logging
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any, ClassVar
 
 LOGGER_NAME = "sporenet.federated.server"
+RECENT_EVENTS = 50
+"""Log events the status page can show."""
+
+
+class RecentEvents(logging.Handler):
+    """Keeps the last RECENT_EVENTS log events (time, level, event, fields) in memory."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._events: collections.deque[dict[str, Any]] = collections.deque(maxlen=RECENT_EVENTS)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self._events.append(
+            {
+                "ts": record.created,
+                "level": record.levelname.lower(),
+                "event": record.getMessage(),
+                "fields": dict(getattr(record, "fields", {})),
+            }
+        )
+
+    def events(self) -> list[dict[str, Any]]:
+        return list(self._events)
+
+
+RECENT = RecentEvents()
+"""The daemon's recent events (one daemon per process)."""
 
 
 class JsonFormatter(logging.Formatter):
@@ -34,6 +70,7 @@ def setup_logging(level: str) -> logging.Logger:
     handler = logging.StreamHandler()
     handler.setFormatter(JsonFormatter())
     logger.addHandler(handler)
+    logger.addHandler(RECENT)
     logger.setLevel(level.upper())
     logger.propagate = False
     return logger
@@ -106,20 +143,45 @@ class Metrics:
         return "\n".join(lines) + "\n"
 
 
-def serve_metrics(metrics: Metrics, host: str, port: int) -> ThreadingHTTPServer:
-    """Start an HTTP server answering GET /metrics in a daemon thread; returns it (for .port)."""
+def serve_metrics(
+    metrics: Metrics, host: str, port: int, *, state_dir: str | Path | None = None
+) -> ThreadingHTTPServer:
+    """Start an HTTP server answering GET /metrics, and with `state_dir` the status page
+    (/) and /status.json, in a daemon thread; returns it (for .port)."""
 
     class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            if self.path.split("?")[0] != "/metrics":
-                self.send_error(404, "only /metrics is served here")
-                return
-            body = metrics.render().encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "text/plain; version=0.0.4")
+        def _send(self, body: bytes, content_type: str, code: int = 200) -> None:
+            self.send_response(code)
+            self.send_header("Content-Type", content_type)
             self.send_header("Content-Length", str(len(body)))
+            self.send_header("Cache-Control", "no-store")
             self.end_headers()
             self.wfile.write(body)
+
+        def do_GET(self) -> None:
+            path = self.path.split("?")[0]
+            if path == "/metrics":
+                self._send(metrics.render().encode(), "text/plain; version=0.0.4")
+                return
+            if state_dir is None or path not in ("/", "/index.html", "/status.json"):
+                known = "/metrics" if state_dir is None else "/, /status.json and /metrics"
+                self.send_error(404, f"only {known} are served here")
+                return
+            from sporenet.federated.errors import ConfigError
+            from sporenet.federated.server.status import read_status
+            from sporenet.federated.server.status_view import render_page
+
+            try:
+                status = read_status(Path(state_dir))
+            except ConfigError as e:
+                self._send(str(e).encode(), "text/plain; charset=utf-8", 503)
+                return
+            if path == "/status.json":
+                self._send(json.dumps(status, default=str).encode(), "application/json")
+                return
+            address = (status.get("config") or {}).get("address", "")
+            page = render_page(status, RECENT.events(), title=f"sporenet {address}".strip())
+            self._send(page.encode(), "text/html; charset=utf-8")
 
         def log_message(self, format: str, *args: Any) -> None:  # keep stderr for JSON logs
             pass

@@ -284,6 +284,7 @@ def make_training_model(
     )
     m.metadata["train.loss"] = loss
     m.metadata["train.optimizer"] = optimizer.kind
+    m.metadata["train.lr"] = repr(float(optimizer.lr))  # Trainer.step's default rate
     validate(m)
     return m
 

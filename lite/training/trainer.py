@@ -22,6 +22,7 @@ from sporenet.lite.errors import InputError
 from sporenet.lite.format import load, save
 from sporenet.lite.graph import Graph, Model, Node, Signature
 from sporenet.lite.interpreter import Interpreter
+from sporenet.lite.training.config import OptimizerConfig
 from sporenet.lite.training.model import optimizer_slots, parameters, updated_stats
 from sporenet.lite.validate import validate
 
@@ -51,10 +52,15 @@ class Trainer:
         self._slots = sorted(optimizer_slots(model))
         self.variables: dict[int, np.ndarray] = self.interpreter.variables
         self.steps = int(model.metadata.get(STEPS_KEY, 0))
+        # Training models made before the rate was recorded fall back to the config's default.
+        self.default_lr = float(model.metadata.get("train.lr", OptimizerConfig().lr))
 
     # ---- running
-    def step(self, feeds: dict[str, Any], lr: float) -> float:
-        """One training step on a batch (the infer inputs plus "labels"); returns the loss."""
+    def step(self, feeds: dict[str, Any], lr: float | None = None) -> float:
+        """One training step on a batch (the infer inputs plus "labels"); returns the loss.
+        `lr` defaults to the rate of the OptimizerConfig the model was made with."""
+        if lr is None:
+            lr = self.default_lr
         if not np.isfinite(lr) or lr < 0:
             raise ValueError(f"lr must be a finite number >= 0, got {lr}")
         self._check_class_ids(feeds.get("labels"))

@@ -22,6 +22,11 @@ MODULES = {
     "sporenet-convert": "sporenet.converter",
     "python -m sporenet.demo": "sporenet.demo",
     "python -m sporenet": "sporenet",
+    "sporenet-server": "sporenet.federated.server",
+    "sporenet-edge": "sporenet.federated.edge",
+    "sporenet-client": "sporenet.federated.client",
+    "sporenet-android-demo": "sporenet.android_demo",
+    "sporenet-fleet": "sporenet.android_demo.fleet",
 }
 """The module behind each command (console scripts are `main` of the same code)."""
 
@@ -51,6 +56,28 @@ def test_version_and_help(command: str) -> None:
     help_ = run("-m", MODULES[command], "--help")
     assert help_.returncode == 0, help_.stderr
     assert "--version" in help_.stdout
+    if command != "python -m sporenet":  # the overview runs nothing
+        assert "--threads" in help_.stdout
+
+
+def test_the_overview_lists_every_console_script() -> None:
+    import tomllib
+
+    scripts = tomllib.loads((Path(sporenet.__file__).parent / "pyproject.toml").read_text())[
+        "project"
+    ]["scripts"]
+    out = run("-m", "sporenet").stdout
+    missing = [name for name in scripts if name not in out]
+    assert not missing, out
+    assert "ONNX or TFLite" in out
+
+
+def test_a_foreign_model_file_says_to_convert_it(tmp_path: Path) -> None:
+    tflite = tmp_path / "model.tflite"
+    tflite.write_bytes(b"\x1c\x00\x00\x00TFL3" + bytes(32))
+    out = run("-m", "sporenet.lite", str(tflite))
+    assert out.returncode == 2
+    assert "this is a TFLite model: convert it with `sporenet-convert" in out.stderr
 
 
 def test_help_shows_defaults() -> None:

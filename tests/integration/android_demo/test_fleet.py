@@ -89,6 +89,9 @@ def test_fleet_command_with_dropouts_and_a_plot(tmp_path, digits_model):
     assert sum(r["trained"] for r in report["rounds"]) >= rounds * 4
     assert (tmp_path / "fleet.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "accuracy" in out.stdout and "plot:" in out.stdout
+    # A line per round while it ran, then the table and what its columns mean.
+    assert [f"round {r}/{rounds}:" in out.stdout for r in (1, 2, 3)] == [True] * 3
+    assert "uploaded: devices whose update the server accepted" in out.stdout
 
 
 @pytest.mark.skipif(

@@ -68,6 +68,7 @@ def status_command(state_dir: Path) -> dict:
             "-m",
             "sporenet.federated.server",
             "status",
+            "--json",
             "--state-dir",
             str(state_dir),
         ],

@@ -113,3 +113,47 @@ def test_digits_read_without_importing_sklearn_match_sklearn():
     assert len(y) == DIGITS_TRAIN_SIZE and x.shape[1:] == (1, 8, 8)
     np.testing.assert_array_equal(np.concatenate([x, x_test]).reshape(-1, 64), bunch.data)
     np.testing.assert_array_equal(np.concatenate([y, y_test]), bunch.target)
+
+
+def test_the_cohort_a_started_server_waits_for_samples_and_needs():
+    from sporenet.android_demo.fleet.own_server import Cohort
+
+    assert Cohort.of(100, 100, 1.0) == Cohort(min_available=100, fraction=1.0, min_clients=50)
+    # A profile that keeps only 60% online: the round waits for the devices it can get.
+    assert Cohort.of(100, 100, 0.6) == Cohort(min_available=60, fraction=1.0, min_clients=30)
+    assert Cohort.of(100, 10, 1.0).flags() == [
+        "--min-available",
+        "10",
+        "--fraction",
+        "0.1",
+        "--min-clients",
+        "5",
+    ]
+    with pytest.raises(AppError, match=r"--cohort must be in \[1, 100\]"):
+        Cohort.of(100, 101, 1.0)
+
+
+def test_waiting_for_a_server_that_is_not_there_says_so_and_backs_off():
+    import socket
+
+    from sporenet.android_demo.errors import ServerUnreachableError
+    from sporenet.android_demo.fleet.progress import wait_for_server
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        address = f"127.0.0.1:{s.getsockname()[1]}"  # bound, not listening: refused
+        now = [0.0]
+        pauses: list[float] = []
+        lines: list[str] = []
+
+        def sleep(seconds: float) -> None:
+            pauses.append(seconds)
+            now[0] += seconds
+
+        with pytest.raises(ServerUnreachableError, match=f"cannot reach the server at {address}"):
+            wait_for_server(
+                address, give_up_after=20, say=lines.append, clock=lambda: now[0], sleep=sleep
+            )
+    assert pauses == [0.5, 1.0, 2.0, 4.0, 8.0]  # doubling, within the 20 s given
+    assert all(address in line and "retrying in" in line for line in lines)
+    assert "refused" in lines[0].lower()

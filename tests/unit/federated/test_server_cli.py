@@ -69,3 +69,35 @@ def test_output_to_a_closed_pipe_ends_quietly(
         assert main(["status", "--state-dir", str(tmp_path)]) == 1
     finally:
         os.close(fd)
+
+
+def test_a_port_in_use_is_refused_before_the_state_dir_exists(tmp_path: Path) -> None:
+    import socket
+
+    from tests.integration.federated.helpers import make_model
+
+    make_model(tmp_path / "init.spore")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "sporenet.federated.server",
+                "--model",
+                str(tmp_path / "init.spore"),
+                "--state-dir",
+                str(tmp_path / "state"),
+                "--address",
+                f"127.0.0.1:{port}",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    assert done.returncode == 2
+    assert f"cannot listen on 127.0.0.1:{port}: it is in use" in done.stderr
+    assert "E0000" not in done.stderr and "Traceback" not in done.stderr
+    assert not (tmp_path / "state").exists()

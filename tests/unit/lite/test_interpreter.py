@@ -287,3 +287,24 @@ def test_builder_keeps_scalar_constants_zero_dimensional():
     assert model.tensors[two].shape == ()
     y = Interpreter(model=model).run({"x": np.array([1.0, 3.0], np.float32)})["y"]
     np.testing.assert_array_equal(y, [2.0, 6.0])
+
+
+def test_the_default_blas_threads_are_one_or_what_the_environment_says(monkeypatch):
+    from sporenet.lite.threads import BLAS, THREADS_ENV, default_threads
+
+    monkeypatch.delenv(THREADS_ENV, raising=False)
+    assert default_threads() == 1
+    monkeypatch.setenv(THREADS_ENV, "3")
+    assert default_threads() == 3
+    monkeypatch.setenv(THREADS_ENV, "0")  # the BLAS library's own choice
+    assert default_threads() is None
+    monkeypatch.setenv(THREADS_ENV, "many")
+    with pytest.raises(ValueError, match="SPORENET_THREADS must be a thread count"):
+        default_threads()
+    monkeypatch.setenv(THREADS_ENV, "1")
+    if not BLAS.available:
+        pytest.skip("no OpenBLAS whose threads can be set (the limit is a no-op)")
+    before = BLAS.get()
+    with BLAS.limit(None):
+        assert BLAS.get() == 1
+    assert BLAS.get() == before

@@ -187,3 +187,17 @@ def test_an_op_without_int8_kernel_stays_float_between_dequantize_and_quantize()
     x = calibration(16, seed=4)["x"]
     assert _sqnr(_outputs(float_model, x), _outputs(result.data, x)) > 25.0
     assert "kept float : 1 op(s)" in result.report.summary()
+
+
+def test_the_report_names_outputs_by_the_models_output_names(float_model: bytes) -> None:
+    import dataclasses
+
+    from sporenet.lite import serialize
+
+    model = parse(float_model)
+    sig = model.signatures["infer"]
+    (tensor,) = sig.outputs.values()
+    model.signatures["infer"] = dataclasses.replace(sig, outputs={"logits": tensor})
+    report = quantize_model(serialize(model), mode="int8", calibration=calibration()).report
+    assert [t.output for t in report.outputs] == ["logits"]
+    assert f"output     : logits ({model.tensors[tensor].name}): SQNR" in report.summary()

@@ -178,3 +178,16 @@ def test_unknown_trainable_name_lists_the_valid_ones():
     message = str(info.value)
     assert "['14.weight']" in message
     assert "['fc1.bias', 'fc1.weight', 'fc2.bias', 'fc2.weight']" in message
+
+
+def test_step_without_lr_uses_the_optimizer_configs_rate():
+    x, y = data()
+    defaulted = Trainer(parse(train_file()))
+    explicit = Trainer(parse(train_file()))
+    for _ in range(3):
+        a = defaulted.step({"x": x, "labels": y})
+        b = explicit.step({"x": x, "labels": y}, lr=0.01)
+        assert a == b
+    for name, w in defaulted.weights().items():
+        np.testing.assert_array_equal(w, explicit.weights()[name])
+    assert defaulted.default_lr == 0.01

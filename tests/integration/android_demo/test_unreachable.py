@@ -1,0 +1,48 @@
+"""The app and the fleet simulator say when their server is not there: the address, the
+error, a retry with backoff, and the state in their status."""
+
+from __future__ import annotations
+
+import socket
+import time
+from pathlib import Path
+
+from sporenet.android_demo.app import App
+from sporenet.android_demo.policy import Sensors
+
+
+def closed_port() -> int:
+    """A loopback port nothing listens on (bound, then released)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_for(condition, timeout: float = 30.0):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.02)
+    raise AssertionError("condition not met in time")
+
+
+def test_the_app_reports_an_unreachable_server_and_retries_with_backoff(
+    digits_model: Path, digits, tmp_path: Path
+):
+    address = f"127.0.0.1:{closed_port()}"
+    app = App(digits_model, tmp_path / "data", server=address, sensors=Sensors(idle_after=0))
+    assert app.participant is not None
+    app.participant.min_samples = 0
+    app.participant.max_backoff = 2.0
+    try:
+        app.start()
+        status = wait_for(lambda: (s := app.status()["federated"])["state"] == "unreachable" and s)
+        assert address in status["error"] and "refused" in status["error"].lower()
+        assert status["retry_in"] is not None and status["retry_in"] >= 0
+        # It keeps trying, each pause longer than the last, up to max_backoff.
+        wait_for(lambda: app.participant.backoff >= 2.0)
+        assert app.status()["federated"]["state"] == "unreachable"
+    finally:
+        app.close()
