@@ -17,7 +17,7 @@ import numpy as np
 
 from sporenet.lite import pages
 from sporenet.lite.dims import SIZE_FAMILIES, default_shapes
-from sporenet.lite.eager import evaluate, prepare_kernel
+from sporenet.lite.eager import fold, prepare_kernel
 from sporenet.lite.errors import ShapeError, UnsupportedOpError
 from sporenet.lite.graph import DYNAMIC, Model, Node
 from sporenet.lite.kernels import KERNELS, QUANTIZED_KERNELS, kernel_class, supported_ops
@@ -40,8 +40,7 @@ class ExecutionPlan:
     inputs: list[int]
     outputs: list[int]
     kernels: list[Kernel] = field(default_factory=list)
-    arena_bytes: int = 0
-    scratch_bytes: int = 0
+    arena_bytes: int = 0  # tensors and the steps' temporaries (lite/kernels/workspace.py)
 
     def run(self) -> None:
         for step in self.steps:
@@ -197,7 +196,7 @@ def infer(
                 in_specs,
                 dequantized,
                 node.inputs,
-                getattr(cls, "quantized_weights", ()),
+                cls.quantized_weights,
             )
         )
         kernel = prepare_kernel(
@@ -212,15 +211,10 @@ def infer(
         )
         for spec in kernel.output_specs:
             _check_size(spec, where)
-        # A node is folded when its inputs are known, or when its kernel knows its outputs
-        # from the input shapes alone (Shape): shape arithmetic on dynamic dimensions then
-        # runs here, once per plan.
-        foldable = getattr(cls, "foldable", True) and (
-            all(s is None or s.value is not None for s in in_specs)
-            or all(s.value is not None for s in kernel.output_specs)
-        )
-        if foldable:
-            outs = evaluate(kernel, [s.value if s is not None else None for s in in_specs])
+        # Folded as well: a node whose kernel knows its outputs from the input shapes alone
+        # (Shape), so shape arithmetic on dynamic dimensions runs here, once per plan.
+        outs = fold(kernel)
+        if outs is not None:
             for i, value, spec in zip(node.outputs, outs, kernel.output_specs, strict=False):
                 value.flags.writeable = False
                 folded[i] = value
@@ -229,7 +223,7 @@ def infer(
             continue
         for i, spec in zip(node.outputs, kernel.output_specs, strict=False):
             specs[i] = TensorSpec(spec.shape, spec.dtype, quant=spec.quant)
-        kernel.constant_inputs = swapped  # type: ignore[attr-defined]
+        kernel.constant_inputs = swapped
         kernels.append(kernel)
     return specs, kernels, folded
 
@@ -398,19 +392,6 @@ def plan(
         ) from None
 
 
-def _share_scratch(kernels: list[Kernel | None]) -> int:
-    """Give every kernel that asks for scratch space one shared buffer (steps run in turn,
-    so they never use it at once); returns its size in bytes."""
-    scratch_bytes = max(
-        (getattr(k, "scratch_bytes", 0) for k in kernels if k is not None), default=0
-    )
-    scratch = np.empty(max(scratch_bytes, 1), np.uint8)
-    for kernel in kernels:
-        if kernel is not None and hasattr(kernel, "scratch_layout"):
-            kernel.scratch = scratch  # type: ignore[attr-defined]
-    return scratch_bytes
-
-
 def _last_uses(
     nodes: list[Node], kernels: list[Kernel | None], outputs: Collection[int]
 ) -> dict[int, int]:
@@ -452,7 +433,6 @@ def plan_graph(
     arrays.update(variables)
     for i in graph.inputs:
         arrays[i] = np.empty(specs[i].shape, specs[i].dtype)
-    scratch_bytes = _share_scratch(kernels)
     arena = _Arena(_reserve(specs))
     workspace = Workspace(arena.take)  # the steps' temporaries, from the same arena
     blocks: dict[int, np.ndarray] = {}
@@ -465,7 +445,7 @@ def plan_graph(
         if kernel is None:
             continue
         ins = [arrays[i] if i != -1 else None for i in node.inputs]
-        for k, value in getattr(kernel, "constant_inputs", {}).items():
+        for k, value in kernel.constant_inputs.items():
             ins[k] = value
         if kernel.is_view:
             views = kernel.view(ins)
@@ -504,5 +484,4 @@ def plan_graph(
         outputs=list(graph.outputs),
         kernels=live_kernels,
         arena_bytes=arena.total,
-        scratch_bytes=scratch_bytes,
     )
