@@ -93,7 +93,7 @@ _TAKES_RAW_CONSTANTS = frozenset({OpCode.DEQUANTIZE, OpCode.CAST, OpCode.SHAPE, 
 def _weight_only(
     op: OpCode,
     in_specs: list[TensorSpec | None],
-    cache: dict[int, TensorSpec],
+    cache: dict[int, np.ndarray],
     inputs: list[int],
     raw: Collection[int] = (),
 ) -> dict[int, np.ndarray]:
@@ -111,13 +111,14 @@ def _weight_only(
             continue
         if not (is_quantized(spec) or (spec.dtype == np.float16 and has_f32)):
             continue
-        if i not in cache:
+        value = cache.get(i)
+        if value is None:
             value = dequantize_array(spec.value, spec.quant if is_quantized(spec) else None)
             value.flags.writeable = False
             pages.release(spec.value)  # the plan reads `value`: keep only it in memory
-            cache[i] = TensorSpec(spec.shape, value.dtype, value)
-        in_specs[k] = cache[i]
-        swapped[k] = cache[i].value  # type: ignore[assignment]
+            cache[i] = value
+        in_specs[k] = TensorSpec(spec.shape, value.dtype, value)
+        swapped[k] = value
     return swapped
 
 
@@ -137,13 +138,13 @@ def infer_any_size(
     shapes = shapes or {}
     graph = model.graphs[graph_index]
     open_dims = any(i not in shapes and DYNAMIC in model.tensors[i].shape for i in graph.inputs)
-    first: ShapeError | None = None
+    errors: list[ShapeError] = []
     for family in range(len(SIZE_FAMILIES) if open_dims else 1):
         try:
             return infer(model, graph_index, shapes, variables, family=family, values=values)
         except ShapeError as exc:
-            first = first or exc
-    raise first  # type: ignore[misc]
+            errors.append(exc)
+    raise errors[0]
 
 
 def infer(
@@ -183,7 +184,7 @@ def infer(
         specs[i] = _input_spec(model, i, shapes.get(i, defaults[i]), fed.get(i))
     kernels: list[Kernel | None] = []
     folded: dict[int, np.ndarray] = {}
-    dequantized: dict[int, TensorSpec] = {}
+    dequantized: dict[int, np.ndarray] = {}
     for j, node in enumerate(graph.nodes):
         where = f"node {j} {node.name!r} ({node.op.name})"
         in_specs = [specs[i] if i != -1 else None for i in node.inputs]
@@ -325,7 +326,7 @@ def _channels_last_tensors(
             for k, i in enumerate(node.inputs):
                 if i != -1:
                     readers.setdefault(i, []).append((kernel, k))
-    chosen = set()
+    chosen: set[int] = set()
     for node, kernel in zip(nodes, kernels, strict=True):
         if kernel is None or kernel.is_view:
             continue

@@ -414,8 +414,8 @@ class ImportContext:
 
     def view_values(self, index: int) -> list[np.ndarray] | None:
         """A tensor's value under each assignment of the dynamic dimensions, if known."""
-        values = [view[index].value for view in self.views]
-        return None if any(v is None for v in values) else values  # type: ignore[return-value]
+        values = [v for view in self.views if (v := view[index].value) is not None]
+        return values if len(values) == len(self.views) else None
 
     def set_view_values(self, index: int, values: Sequence[np.ndarray]) -> None:
         for view, value in zip(self.views, values, strict=True):

@@ -11,6 +11,7 @@ from a kernel is declared on `Kernel` below with its default: a kernel sets what
 
 from __future__ import annotations
 
+import builtins
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -82,23 +83,25 @@ class Attrs:
             raise ShapeError(f"{self.op}: attribute {name!r} must be {kind}, got {value!r}")
         return value
 
-    def int(self, name: str, default: Any = None) -> int:
+    # The getters are named after the types they return, so their annotations spell the
+    # builtins out. A missing attribute gives `default` (None unless given).
+    def int(self, name: builtins.str, default: Any = None) -> builtins.int:
         return self._get(name, default, (int, np.integer), "an int")
 
-    def float(self, name: str, default: Any = None) -> float:
+    def float(self, name: builtins.str, default: Any = None) -> builtins.float:
         value = self._get(name, default, (float, int, np.floating, np.integer), "a float")
         return None if value is None else float(value)
 
-    def str(self, name: str, default: Any = None) -> str:
+    def str(self, name: builtins.str, default: Any = None) -> builtins.str:
         return self._get(name, default, (str,), "a string")
 
-    def ints(self, name: str, default: Any = None) -> list[int]:
+    def ints(self, name: builtins.str, default: Any = None) -> list[builtins.int]:
         value = self._get(name, default, (list, tuple), "a list of ints")
         if value is not None and not all(isinstance(v, int | np.integer) for v in value):
             raise ShapeError(f"{self.op}: attribute {name!r} must be a list of ints, got {value!r}")
         return None if value is None else [int(v) for v in value]
 
-    def floats(self, name: str, default: Any = None) -> list[float]:
+    def floats(self, name: builtins.str, default: Any = None) -> list[builtins.float]:
         value = self._get(name, default, (list, tuple), "a list of floats")
         return None if value is None else [float(v) for v in value]
 
@@ -188,9 +191,10 @@ class Kernel:
             raise self.fail(f"shapes {listed} do not broadcast") from None
 
     def input(self, index: int) -> TensorSpec:
-        if index >= len(self.inputs) or self.inputs[index] is None:
+        spec = self.inputs[index] if index < len(self.inputs) else None
+        if spec is None:
             raise self.fail(f"input {index} is required")
-        return self.inputs[index]  # type: ignore[return-value]
+        return spec
 
     def optional_input(self, index: int) -> TensorSpec | None:
         return self.inputs[index] if index < len(self.inputs) else None

@@ -13,7 +13,7 @@ from sporenet.lite.kernels import KERNELS, QUANTIZED_KERNELS, workspace
 from sporenet.lite.kernels.base import Attrs, Kernel, TensorSpec
 from sporenet.lite.kernels.quantized.base import QuantizedKernel
 from sporenet.lite.ops import OpCode
-from sporenet.lite.planner import plan
+from sporenet.lite.planner import _Arena, plan
 from tests.unit.lite.quantized_reference import quant, random_q, run_one_op
 
 RNG = np.random.default_rng(31)
@@ -144,3 +144,12 @@ def test_int8_scratch_lives_in_the_arena_and_stays_correct(monkeypatch):
             expected = run_one_op(OpCode.CONV2D, inputs, quant(out_scale, 1), np.int8, **attrs)
             scale, zero_point = out_scale, 1
         np.testing.assert_array_equal(p.arrays[p.outputs[0]], expected)
+
+
+def test_temporary_like_keeps_a_channels_last_layout():
+    arena = _Arena(1 << 16)
+    nhwc = np.empty((2, 5, 6, 3), np.float32).transpose(0, 3, 1, 2)
+    with workspace.active(workspace.Workspace(arena.take)):
+        tmp = workspace.temporary_like(nhwc)
+    assert tmp.shape == nhwc.shape and tmp.strides == nhwc.strides
+    assert np.shares_memory(tmp, arena.chunks[0])
