@@ -102,6 +102,9 @@ def fold_node(
     node's place)."""
     outputs = [model.tensors[i] for i in node.outputs]
     try:
+        cls = kernel_class(node.op, in_specs[0] if in_specs else None, node.op.name)
+        if not cls.foldable:
+            return None  # known before preparing it (an If would plan its subgraphs)
         kernel = prepare_kernel(
             node.op,
             node.attrs,
@@ -109,7 +112,6 @@ def fold_node(
             len(node.outputs),
             output_quant=[t.quantization for t in outputs],
             output_dtypes=[t.dtype for t in outputs],
-            model=model,
         )
     except (ShapeError, UnsupportedOpError):
         return None
