@@ -139,7 +139,8 @@ class Kernel:
     """Whether a node whose inputs are all known may be computed once, when the graph is
     converted or planned, and replaced by its outputs. False for kernels that write state,
     draw random numbers or run subgraphs. Read from the kernel that runs (the int8 one for
-    a quantized node); a kernel may also set it per instance."""
+    a quantized node); an instance may also clear it in __init__ (the graph passes ask
+    the class first, so a class that is not foldable is never prepared for folding)."""
     quantized_weights: ClassVar[frozenset[int]] = frozenset()
     """Input positions this float kernel reads as stored when they are quantized integer
     constants (it dequantizes them into its own packed form); any other quantized or
