@@ -1,9 +1,12 @@
 """Running one op at once on NumPy arrays, with the same kernels the planner uses.
 
 `prepare_kernel` and `evaluate` are the one way to prepare a kernel for a node and run it
-on constant inputs: the planner folds constants with them at load time, the converter at
-conversion time. `run_op` (cloud's eager mode, kernel tests) prepares and computes in one
-call; nothing is cached, so it is for convenience, not speed.
+on constant inputs. `fold` is constant folding, the one rule of which nodes are computed
+once instead of at every run: the planner calls it at load time, the ONNX importer as it
+emits nodes, and the graph passes (`fold_node`) at conversion time, each with the kernel
+that runs the node (the int8 one for a quantized node). `run_op` (cloud's eager mode,
+kernel tests) prepares and computes in one call; nothing is cached, so it is for
+convenience, not speed.
 """
 
 from __future__ import annotations
@@ -14,10 +17,11 @@ from typing import Any
 import numpy as np
 
 from sporenet.lite.errors import ShapeError, UnsupportedOpError
-from sporenet.lite.graph import Model, Quantization
-from sporenet.lite.kernels import KERNELS, kernel_class, supported_ops
+from sporenet.lite.graph import Model, Node, Quantization
+from sporenet.lite.kernels import KERNELS, QUANTIZED_KERNELS, kernel_class, supported_ops
 from sporenet.lite.kernels.base import Attrs, Kernel, TensorSpec
 from sporenet.lite.kernels.float16 import Float32Compute, widens
+from sporenet.lite.kernels.quantized.base import is_quantized
 from sporenet.lite.ops import OpCode
 
 
@@ -76,6 +80,50 @@ def evaluate(kernel: Kernel, values: Sequence[np.ndarray | None]) -> list[np.nda
         if step is not None:
             step()
     return outs
+
+
+def fold(kernel: Kernel) -> list[np.ndarray] | None:
+    """The outputs of a prepared kernel computed now, or None when its node must run with
+    the graph: the kernel is not `foldable`, or an input's value is unknown and the kernel
+    does not know its outputs from the input shapes alone (Shape)."""
+    if not kernel.foldable:
+        return None
+    specs = kernel.inputs
+    known = all(s is None or s.value is not None for s in specs) or all(
+        s.value is not None for s in kernel.output_specs
+    )
+    if not known:
+        return None
+    return evaluate(kernel, [None if s is None else s.value for s in specs])
+
+
+def fold_node(
+    model: Model, node: Node, in_specs: Sequence[TensorSpec | None]
+) -> list[np.ndarray] | None:
+    """`fold` for a node of a graph being rewritten, prepared as the planner prepares it,
+    with its inputs' specs carrying their values and quantization; None also when no kernel
+    takes these inputs (the node is left for the planner, which reports the error with the
+    node's place)."""
+    outputs = [model.tensors[i] for i in node.outputs]
+    try:
+        cls = kernel_class(node.op, in_specs[0] if in_specs else None, node.op.name)
+        if not cls.foldable:
+            return None  # known before preparing it (an If would plan its subgraphs)
+        kernel = prepare_kernel(
+            node.op,
+            node.attrs,
+            in_specs,
+            len(node.outputs),
+            output_quant=[t.quantization for t in outputs],
+            output_dtypes=[t.dtype for t in outputs],
+        )
+    except (ShapeError, UnsupportedOpError):
+        return None
+    if type(kernel) is not QUANTIZED_KERNELS.get(node.op) and any(
+        is_quantized(s) and k not in kernel.quantized_weights for k, s in enumerate(in_specs)
+    ):
+        return None  # a float kernel's quantized weight: the planner dequantizes it first
+    return fold(kernel)
 
 
 def run_op(

@@ -17,7 +17,7 @@ import numpy as np
 
 from sporenet.lite import pages
 from sporenet.lite.dims import SMALLEST_FIRST, default_shapes
-from sporenet.lite.eager import evaluate, prepare_kernel
+from sporenet.lite.eager import fold, prepare_kernel
 from sporenet.lite.errors import ShapeError, UnsupportedOpError
 from sporenet.lite.graph import DYNAMIC, Model, Node
 from sporenet.lite.kernels import KERNELS, QUANTIZED_KERNELS, kernel_class, supported_ops
@@ -40,8 +40,7 @@ class ExecutionPlan:
     inputs: list[int]
     outputs: list[int]
     kernels: list[Kernel] = field(default_factory=list)
-    arena_bytes: int = 0
-    scratch_bytes: int = 0
+    arena_bytes: int = 0  # tensors and the steps' temporaries (lite/kernels/workspace.py)
 
     def run(self) -> None:
         for step in self.steps:
@@ -94,7 +93,7 @@ _TAKES_RAW_CONSTANTS = frozenset({OpCode.DEQUANTIZE, OpCode.CAST, OpCode.SHAPE, 
 def _weight_only(
     op: OpCode,
     in_specs: list[TensorSpec | None],
-    cache: dict[int, TensorSpec],
+    cache: dict[int, np.ndarray],
     inputs: list[int],
     raw: Collection[int] = (),
 ) -> dict[int, np.ndarray]:
@@ -112,13 +111,14 @@ def _weight_only(
             continue
         if not (is_quantized(spec) or (spec.dtype == np.float16 and has_f32)):
             continue
-        if i not in cache:
+        value = cache.get(i)
+        if value is None:
             value = dequantize_array(spec.value, spec.quant if is_quantized(spec) else None)
             value.flags.writeable = False
             pages.release(spec.value)  # the plan reads `value`: keep only it in memory
-            cache[i] = TensorSpec(spec.shape, value.dtype, value)
-        in_specs[k] = cache[i]
-        swapped[k] = cache[i].value  # type: ignore[assignment]
+            cache[i] = value
+        in_specs[k] = TensorSpec(spec.shape, value.dtype, value)
+        swapped[k] = value
     return swapped
 
 
@@ -138,13 +138,13 @@ def infer_any_size(
     shapes = shapes or {}
     graph = model.graphs[graph_index]
     open_dims = any(i not in shapes and DYNAMIC in model.tensors[i].shape for i in graph.inputs)
-    first: ShapeError | None = None
+    errors: list[ShapeError] = []
     for family in SMALLEST_FIRST if open_dims else (0,):
         try:
             return infer(model, graph_index, shapes, variables, family=family, values=values)
         except ShapeError as exc:
-            first = first or exc
-    raise first  # type: ignore[misc]
+            errors.append(exc)
+    raise errors[0]
 
 
 def infer(
@@ -184,7 +184,7 @@ def infer(
         specs[i] = _input_spec(model, i, shapes.get(i, defaults[i]), fed.get(i))
     kernels: list[Kernel | None] = []
     folded: dict[int, np.ndarray] = {}
-    dequantized: dict[int, TensorSpec] = {}
+    dequantized: dict[int, np.ndarray] = {}
     for j, node in enumerate(graph.nodes):
         where = f"node {j} {node.name!r} ({node.op.name})"
         in_specs = [specs[i] if i != -1 else None for i in node.inputs]
@@ -197,7 +197,7 @@ def infer(
                 in_specs,
                 dequantized,
                 node.inputs,
-                getattr(cls, "quantized_weights", ()),
+                cls.quantized_weights,
             )
         )
         kernel = prepare_kernel(
@@ -212,15 +212,10 @@ def infer(
         )
         for spec in kernel.output_specs:
             _check_size(spec, where)
-        # A node is folded when its inputs are known, or when its kernel knows its outputs
-        # from the input shapes alone (Shape): shape arithmetic on dynamic dimensions then
-        # runs here, once per plan.
-        foldable = getattr(cls, "foldable", True) and (
-            all(s is None or s.value is not None for s in in_specs)
-            or all(s.value is not None for s in kernel.output_specs)
-        )
-        if foldable:
-            outs = evaluate(kernel, [s.value if s is not None else None for s in in_specs])
+        # Folded as well: a node whose kernel knows its outputs from the input shapes alone
+        # (Shape), so shape arithmetic on dynamic dimensions runs here, once per plan.
+        outs = fold(kernel)
+        if outs is not None:
             for i, value, spec in zip(node.outputs, outs, kernel.output_specs, strict=False):
                 value.flags.writeable = False
                 folded[i] = value
@@ -229,7 +224,7 @@ def infer(
             continue
         for i, spec in zip(node.outputs, kernel.output_specs, strict=False):
             specs[i] = TensorSpec(spec.shape, spec.dtype, quant=spec.quant)
-        kernel.constant_inputs = swapped  # type: ignore[attr-defined]
+        kernel.constant_inputs = swapped
         kernels.append(kernel)
     return specs, kernels, folded
 
@@ -331,7 +326,7 @@ def _channels_last_tensors(
             for k, i in enumerate(node.inputs):
                 if i != -1:
                     readers.setdefault(i, []).append((kernel, k))
-    chosen = set()
+    chosen: set[int] = set()
     for node, kernel in zip(nodes, kernels, strict=True):
         if kernel is None or kernel.is_view:
             continue
@@ -398,19 +393,6 @@ def plan(
         ) from None
 
 
-def _share_scratch(kernels: list[Kernel | None]) -> int:
-    """Give every kernel that asks for scratch space one shared buffer (steps run in turn,
-    so they never use it at once); returns its size in bytes."""
-    scratch_bytes = max(
-        (getattr(k, "scratch_bytes", 0) for k in kernels if k is not None), default=0
-    )
-    scratch = np.empty(max(scratch_bytes, 1), np.uint8)
-    for kernel in kernels:
-        if kernel is not None and hasattr(kernel, "scratch_layout"):
-            kernel.scratch = scratch  # type: ignore[attr-defined]
-    return scratch_bytes
-
-
 def _last_uses(
     nodes: list[Node], kernels: list[Kernel | None], outputs: Collection[int]
 ) -> dict[int, int]:
@@ -452,7 +434,6 @@ def plan_graph(
     arrays.update(variables)
     for i in graph.inputs:
         arrays[i] = np.empty(specs[i].shape, specs[i].dtype)
-    scratch_bytes = _share_scratch(kernels)
     arena = _Arena(_reserve(specs))
     workspace = Workspace(arena.take)  # the steps' temporaries, from the same arena
     blocks: dict[int, np.ndarray] = {}
@@ -465,7 +446,7 @@ def plan_graph(
         if kernel is None:
             continue
         ins = [arrays[i] if i != -1 else None for i in node.inputs]
-        for k, value in getattr(kernel, "constant_inputs", {}).items():
+        for k, value in kernel.constant_inputs.items():
             ins[k] = value
         if kernel.is_view:
             views = kernel.view(ins)
@@ -504,5 +485,4 @@ def plan_graph(
         outputs=list(graph.outputs),
         kernels=live_kernels,
         arena_bytes=arena.total,
-        scratch_bytes=scratch_bytes,
     )

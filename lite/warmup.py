@@ -104,13 +104,13 @@ def _skipping_errors(step: Compute) -> Compute:
 
 
 def _subplans(plan: ExecutionPlan) -> list[ExecutionPlan]:
-    return [sub for kernel in plan.kernels for sub in getattr(kernel, "subplans", ())]
+    return [sub for kernel in plan.kernels for sub in kernel.subplans]
 
 
 def _bounded(plan: ExecutionPlan) -> bool:
     """Whether running `plan` on any inputs does an amount of work the plan fixes: no
     Loop, in it or in its subgraphs, repeats a number of times its inputs decide."""
-    return all(getattr(k, "trip_count_planned", True) for k in plan.kernels) and all(
+    return all(k.trip_count_planned for k in plan.kernels) and all(
         _bounded(sub) for sub in _subplans(plan)
     )
 
@@ -122,7 +122,7 @@ def _warm(plan: ExecutionPlan, deadline: float) -> None:
         _warm(sub, deadline)
     if not _bounded(plan):
         return
-    extra = [step for kernel in plan.kernels for step in getattr(kernel, "warm_steps", ())]
+    extra = [step for kernel in plan.kernels for step in kernel.warm_steps]
     for step in [*plan.steps, *extra]:
         if time.process_time() > deadline:
             return

@@ -25,7 +25,7 @@ from sporenet.converter.onnx_import.node import OnnxNode
 from sporenet.converter.passes.graph_utils import contiguous, should_materialize
 from sporenet.lite.builder import unique_name
 from sporenet.lite.dims import probe_shapes
-from sporenet.lite.eager import evaluate, prepare_kernel
+from sporenet.lite.eager import fold, prepare_kernel
 from sporenet.lite.errors import ShapeError, UnsupportedOpError
 from sporenet.lite.graph import DYNAMIC, Graph, Model, Node, Quantization, Signature, Tensor
 from sporenet.lite.kernels import KERNELS
@@ -310,18 +310,18 @@ class ImportContext:
                     return self._emit_opaque(op, inputs, num_outputs, name, attrs)
                 raise self.fail(str(exc)) from None
         base = name or f"{self.where or op.name.lower()}/{op.name.lower()}"
-        foldable = getattr(type(kernels[0]), "foldable", True) and not any(
-            spec.quant is not None for spec in kernels[0].output_specs
-        )
+        # A quantized output keeps its node: a constant here would lose its parameters.
+        quantized = any(spec.quant is not None for spec in kernels[0].output_specs)
         out_bytes = sum(spec.size * spec.dtype.itemsize for spec in kernels[0].output_specs)
         if out_bytes > MAX_TENSOR_BYTES:
             raise self.fail(
                 f"{op.name} would produce {out_bytes:,} bytes, more than the "
                 f"{MAX_TENSOR_BYTES:,} a tensor may hold"
             )
-        if foldable and all(i == -1 or i in self.static for i in inputs):
-            values = [self.views[0][i].value if i != -1 else None for i in inputs]
-            outs = evaluate(kernels[0], values)[:num_outputs]
+        static = not quantized and all(i == -1 or i in self.static for i in inputs)
+        folded = fold(kernels[0]) if static else None
+        if folded is not None:
+            outs = folded[:num_outputs]
             # Only inputs stored in the file count: a result computed from fills the runtime
             # folds at load time would otherwise be stored in full.
             stored = [self.tensors[i].data for i in inputs if i != -1]
@@ -334,7 +334,7 @@ class ImportContext:
             lazy = outs
         else:
             lazy = None
-        per_view = self._per_view_values(kernels, inputs) if lazy is None and foldable else None
+        per_view = None if lazy is not None or quantized else self._per_view_values(kernels, inputs)
         if per_view is not None and all(
             a.shape == b.shape and np.array_equal(a, b, equal_nan=a.dtype.kind == "f")
             for a, b in zip(per_view[0], per_view[1], strict=True)
@@ -416,13 +416,16 @@ class ImportContext:
                 return None
             if max((v.size for v in values if v is not None), default=0) > 64:
                 return None  # only small shape-like tensors are worth tracking
-            results.append(evaluate(kernel, values))
+            outs = fold(kernel)
+            if outs is None:
+                return None
+            results.append(outs)
         return results
 
     def view_values(self, index: int) -> list[np.ndarray] | None:
         """A tensor's value under each assignment of the dynamic dimensions, if known."""
-        values = [view[index].value for view in self.views]
-        return None if any(v is None for v in values) else values  # type: ignore[return-value]
+        values = [v for view in self.views if (v := view[index].value) is not None]
+        return values if len(values) == len(self.views) else None
 
     def set_view_values(self, index: int, values: Sequence[np.ndarray]) -> None:
         for view, value in zip(self.views, values, strict=True):

@@ -7,10 +7,8 @@ folds it when the model loads, and the file stays small.
 from __future__ import annotations
 
 from sporenet.converter.passes.graph_utils import should_materialize
-from sporenet.lite.eager import evaluate, prepare_kernel
-from sporenet.lite.errors import ShapeError
+from sporenet.lite.eager import fold_node
 from sporenet.lite.graph import Model
-from sporenet.lite.kernels import KERNELS
 from sporenet.lite.kernels.base import TensorSpec
 
 
@@ -21,25 +19,18 @@ def fold_constants(model: Model) -> int:
         kept = []
         for node in graph.nodes:
             tensors = [model.tensors[i] if i != -1 else None for i in node.inputs]
-            cls = KERNELS.get(node.op)
-            if (
-                cls is None
-                or not getattr(cls, "foldable", True)
-                or any(t is not None and t.data is None for t in tensors)
-            ):
+            if any(t is not None and t.data is None for t in tensors):
                 kept.append(node)
                 continue
             specs = [
-                None if t is None else TensorSpec(tuple(t.shape), t.dtype, t.data) for t in tensors
+                None if t is None else TensorSpec(tuple(t.shape), t.dtype, t.data, t.quantization)
+                for t in tensors
             ]
-            try:
-                kernel = prepare_kernel(node.op, node.attrs, specs, len(node.outputs))
-            except ShapeError:
-                kept.append(node)  # left for the runtime to report with full context
-                continue
-            values = evaluate(kernel, [None if t is None else t.data for t in tensors])
+            # None also for a kernel that refuses the inputs: the runtime reports it with
+            # full context.
+            values = fold_node(model, node, specs)
             in_bytes = sum(t.data.nbytes for t in tensors if t is not None and t.data is not None)
-            if not all(should_materialize(v.nbytes, in_bytes) for v in values):
+            if values is None or not all(should_materialize(v.nbytes, in_bytes) for v in values):
                 kept.append(node)
                 continue
             for i, value in zip(node.outputs, values, strict=False):

@@ -9,10 +9,8 @@ from collections.abc import Callable
 import numpy as np
 
 from sporenet.lite.builder import unique_name
-from sporenet.lite.eager import evaluate, prepare_kernel
-from sporenet.lite.errors import ShapeError
+from sporenet.lite.eager import fold_node
 from sporenet.lite.graph import DYNAMIC, Graph, Model, Node, Tensor
-from sporenet.lite.kernels import KERNELS
 from sporenet.lite.kernels.base import TensorSpec
 from sporenet.lite.ops import OpCode
 
@@ -132,17 +130,17 @@ def static_value(
         return tensor.data
     node = made.get(index)
     memo[index] = None  # also guards against cycles in a malformed graph
-    if node is None or node.op not in KERNELS or not getattr(KERNELS[node.op], "foldable", True):
+    if node is None:
         return None
     values = [None if i == -1 else static_value(model, made, i, memo) for i in node.inputs]
     if any(v is None for i, v in zip(node.inputs, values, strict=True) if i != -1):
         return None
-    specs = [None if v is None else TensorSpec(v.shape, v.dtype, v) for v in values]
-    try:
-        kernel = prepare_kernel(node.op, node.attrs, specs, len(node.outputs))
-    except ShapeError:
-        return None
-    for i, value in zip(node.outputs, evaluate(kernel, values), strict=False):
+    specs = [
+        None if v is None else TensorSpec(v.shape, v.dtype, v, model.tensors[i].quantization)
+        for i, v in zip(node.inputs, values, strict=True)
+    ]
+    outs = fold_node(model, node, specs)
+    for i, value in zip(node.outputs, outs or (), strict=False):
         memo[i] = value
     return memo[index]
 

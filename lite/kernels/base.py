@@ -4,23 +4,32 @@ A kernel object is built once per node by the planner with the static descriptio
 inputs (TensorSpec: shape, dtype and, for constants, the value). The constructor checks
 attributes, shapes and dtypes and sets `output_specs`. `bind` receives the concrete arrays
 the planner allocated and returns a zero-argument closure that only computes into them.
+
+Everything the planner, constant folding (`fold` in lite/eager.py) and the warm-up read
+from a kernel is declared on `Kernel` below with its default: a kernel sets what differs.
 """
 
 from __future__ import annotations
 
+import builtins
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
 from sporenet.lite.errors import ShapeError, ValueNeededError
 from sporenet.lite.graph import Quantization
+from sporenet.lite.kernels.workspace import temporary
 from sporenet.lite.ops import OpCode
 
+if TYPE_CHECKING:
+    from sporenet.lite.planner import ExecutionPlan
+
 Compute = Callable[[], None]
+ScratchLayout = list[tuple[tuple[int, ...], np.dtype]]
 
 
 @dataclass(frozen=True)
@@ -74,23 +83,25 @@ class Attrs:
             raise ShapeError(f"{self.op}: attribute {name!r} must be {kind}, got {value!r}")
         return value
 
-    def int(self, name: str, default: Any = None) -> int:
+    # The getters are named after the types they return, so their annotations spell the
+    # builtins out. A missing attribute gives `default` (None unless given).
+    def int(self, name: builtins.str, default: Any = None) -> builtins.int:
         return self._get(name, default, (int, np.integer), "an int")
 
-    def float(self, name: str, default: Any = None) -> float:
+    def float(self, name: builtins.str, default: Any = None) -> builtins.float:
         value = self._get(name, default, (float, int, np.floating, np.integer), "a float")
         return None if value is None else float(value)
 
-    def str(self, name: str, default: Any = None) -> str:
+    def str(self, name: builtins.str, default: Any = None) -> builtins.str:
         return self._get(name, default, (str,), "a string")
 
-    def ints(self, name: str, default: Any = None) -> list[int]:
+    def ints(self, name: builtins.str, default: Any = None) -> list[builtins.int]:
         value = self._get(name, default, (list, tuple), "a list of ints")
         if value is not None and not all(isinstance(v, int | np.integer) for v in value):
             raise ShapeError(f"{self.op}: attribute {name!r} must be a list of ints, got {value!r}")
         return None if value is None else [int(v) for v in value]
 
-    def floats(self, name: str, default: Any = None) -> list[float]:
+    def floats(self, name: builtins.str, default: Any = None) -> list[builtins.float]:
         value = self._get(name, default, (list, tuple), "a list of floats")
         return None if value is None else [float(v) for v in value]
 
@@ -110,21 +121,56 @@ class ChannelsLast(IntEnum):
 
 
 class Kernel:
-    """Base class of every kernel. Subclasses set `op`, implement __init__ checks and bind."""
+    """Base class of every kernel. Subclasses set `op`, implement __init__ checks and bind;
+    the other attributes below are hooks with defaults that fit most kernels."""
 
     op: ClassVar[OpCode]
     version: ClassVar[int] = 1
-    num_inputs: ClassVar[tuple[int, int]] = (1, 1)  # (min, max) count, absent (-1) included
-    # A view kernel produces outputs that alias its first input (no copy, no step at run time).
+    num_inputs: ClassVar[tuple[int, int]] = (1, 1)
+    """(min, max) count of inputs, absent (-1) ones included."""
     is_view: ClassVar[bool] = False
-    # An elementwise kernel's output follows its input's layout even past a reader that
-    # leans NCHW (Kernel.leans_nchw): a pass over mixed layouts costs more than the lean.
+    """Whether the outputs alias the first input (`view`; no copy, no step at run time)."""
     elementwise: ClassVar[bool] = False
+    """Whether the output follows its input's layout even past a reader that leans NCHW
+    (Kernel.leans_nchw): a pass over mixed layouts costs more than the lean."""
+
+    # ---- constant folding and weights (lite/eager.py `fold`, lite/planner.py)
+    foldable: bool = True
+    """Whether a node whose inputs are all known may be computed once, when the graph is
+    converted or planned, and replaced by its outputs. False for kernels that write state,
+    draw random numbers or run subgraphs. Read from the kernel that runs (the int8 one for
+    a quantized node); an instance may also clear it in __init__ (the graph passes ask
+    the class first, so a class that is not foldable is never prepared for folding)."""
+    quantized_weights: ClassVar[frozenset[int]] = frozenset()
+    """Input positions this float kernel reads as stored when they are quantized integer
+    constants (it dequantizes them into its own packed form); any other quantized or
+    float16 constant input is dequantized by the planner first (weight-only models)."""
+    constant_inputs: dict[int, np.ndarray]
+    """Set by the planner: {input position: the float32 constant `bind` receives instead
+    of the stored array} for the inputs it dequantized (see `quantized_weights`)."""
+
+    # ---- memory
+    scratch_layout: ScratchLayout
+    """(shape, dtype) of the temporaries the step needs, set in __init__; `bind` takes
+    them with `scratch_arrays`. A shorthand for `workspace.temporary`, the one way a step
+    gets memory it uses only while it runs."""
+
+    # ---- warm-up (lite/warmup.py)
+    subplans: Sequence[ExecutionPlan] = ()
+    """Plans of the subgraphs this kernel runs (control flow), warmed with the graph."""
+    warm_steps: Sequence[Compute] = ()
+    """Steps the warm-up runs besides `bind`'s: paths zero inputs do not take (the
+    branches of an If), set by `bind`."""
+    trip_count_planned: bool = True
+    """False when the work of a step depends on input values (a Loop whose trip count is
+    not a planned constant): the warm-up, on zeros, then runs only the subplans."""
 
     def __init__(self, attrs: Attrs, inputs: Sequence[TensorSpec | None]) -> None:
         self.attrs = attrs
         self.inputs = list(inputs)
         self.output_specs: list[TensorSpec] = []
+        self.constant_inputs = {}
+        self.scratch_layout = []
 
     # ---- helpers for subclasses' prepare step
     def fail(self, message: str) -> ShapeError:
@@ -146,9 +192,10 @@ class Kernel:
             raise self.fail(f"shapes {listed} do not broadcast") from None
 
     def input(self, index: int) -> TensorSpec:
-        if index >= len(self.inputs) or self.inputs[index] is None:
+        spec = self.inputs[index] if index < len(self.inputs) else None
+        if spec is None:
             raise self.fail(f"input {index} is required")
-        return self.inputs[index]  # type: ignore[return-value]
+        return spec
 
     def optional_input(self, index: int) -> TensorSpec | None:
         return self.inputs[index] if index < len(self.inputs) else None
@@ -193,3 +240,8 @@ class Kernel:
     def view(self, inputs: list[np.ndarray | None]) -> list[np.ndarray]:
         """For view kernels: the outputs as views of the inputs."""
         raise NotImplementedError
+
+    def scratch_arrays(self) -> list[np.ndarray]:
+        """The temporaries `scratch_layout` lists, for `bind` (lite/kernels/workspace.py:
+        from the plan's arena while a plan binds the node, else new arrays)."""
+        return [temporary(shape, dtype) for shape, dtype in self.scratch_layout]

@@ -1,7 +1,8 @@
 """Unary elementwise kernels and activations: Relu, Sigmoid, Silu, Tanh, Gelu, Erf, Exp, ...
 
 Each kernel computes into the planner's `out` array with NumPy's `out=` ufunc arguments;
-the few that need intermediates get scratch arrays allocated once in `bind`, never per run.
+the few that need intermediates take temporaries in `bind` (lite/kernels/workspace.py),
+never per run.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from sporenet.lite.kernels.activation import (
     silu_into,
 )
 from sporenet.lite.kernels.base import Attrs, ChannelsLast, Compute, Kernel, TensorSpec
-from sporenet.lite.kernels.workspace import temporary
+from sporenet.lite.kernels.workspace import temporary_like
 from sporenet.lite.ops import OpCode
 
 
@@ -30,7 +31,7 @@ class UnaryKernel(Kernel):
     """out = f(x), same shape and dtype; subclasses define `compute(x, out, *scratch)`."""
 
     float_only: ClassVar[bool] = True
-    scratch: ClassVar[int] = 0  # number of x-shaped scratch arrays `compute` needs
+    scratch: ClassVar[int] = 0  # how many x-shaped temporaries `compute` needs
     # Whether `compute` is ufuncs on x and out alone (no reshape), so either may be an
     # NCHW view of channels-last storage (see Kernel.channels_last_input). Every kernel
     # here is; a subclass that reshapes must set it False.
@@ -64,7 +65,7 @@ class UnaryKernel(Kernel):
             return lambda: f(x, out)
         # Written before they are read on every call: temporaries from the plan's arena,
         # shared with the other steps, not private arrays per node.
-        tmp = [temporary(out.shape, out.dtype) for _ in range(self.scratch)]
+        tmp = [temporary_like(out) for _ in range(self.scratch)]
         return lambda: f(x, out, *tmp)
 
 

@@ -77,6 +77,15 @@ def temporary(shape: Sequence[int], dtype: np.dtype | type) -> np.ndarray:
     return stack[-1].temporary(shape, dtype)
 
 
+def temporary_like(array: np.ndarray) -> np.ndarray:
+    """A temporary of `array`'s shape, dtype and memory order, as `np.empty_like` gives
+    (an NCHW view of channels-last memory gets one laid out so too: ufuncs over both then
+    walk the same order)."""
+    order = sorted(range(array.ndim), key=lambda axis: -abs(array.strides[axis]))
+    buf = temporary([array.shape[axis] for axis in order], array.dtype)
+    return buf.transpose(np.argsort(order))
+
+
 def padded_temporary(
     shape: Sequence[int],
     dtype: np.dtype | type,

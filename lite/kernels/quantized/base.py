@@ -1,26 +1,22 @@
-"""What every quantized kernel shares: reading quantization parameters at prepare time,
-the output quantization the file declares, and the plan's shared scratch buffer.
+"""What every quantized kernel shares: reading quantization parameters at prepare time
+and the output quantization the file declares.
 
-Scratch: a quantized kernel lists the temporary arrays its step needs (`scratch_layout`);
-the planner allocates one buffer as large as the largest kernel's need and hands it to
-every kernel before `bind`. Steps run one after another, so they can all use the same
-bytes: float copies of int8 weights and the float/int64 accumulators live there instead
-of once per layer. A kernel bound without a plan (constant folding) gets its own.
+A quantized kernel lists the temporary arrays its step needs in `scratch_layout` and takes
+them in `bind` with `scratch_arrays` (Kernel): they come from the plan's arena by lifetime,
+so float copies of int8 weights and the float/int64 accumulators occupy memory only while
+their step runs, not once per layer.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import numpy as np
 
 from sporenet.lite.graph import Quantization
-from sporenet.lite.kernels.base import Attrs, Kernel, TensorSpec
+from sporenet.lite.kernels.base import Kernel, TensorSpec
 from sporenet.lite.kernels.quantized.fixed_point import INT_RANGES, activation_range
 from sporenet.lite.kernels.quantized.rounding import ROUNDING_MODES
 
 QUANTIZED_DTYPES = (np.dtype(np.int8), np.dtype(np.uint8))
-_ALIGN = 64
 
 
 def is_quantized(spec: TensorSpec | None) -> bool:
@@ -34,11 +30,6 @@ def per_tensor(quant: Quantization) -> bool:
 
 class QuantizedKernel(Kernel):
     """Base class of the int8/uint8 kernels."""
-
-    def __init__(self, attrs: Attrs, inputs: Sequence[TensorSpec | None]) -> None:
-        super().__init__(attrs, inputs)
-        self.scratch_layout: list[tuple[tuple[int, ...], np.dtype]] = []
-        self.scratch: np.ndarray | None = None
 
     # ---- quantization parameters
     def quantized_input(self, index: int) -> TensorSpec:
@@ -98,31 +89,6 @@ class QuantizedKernel(Kernel):
         if mode not in ROUNDING_MODES:
             raise self.fail(f"rounding must be one of {list(ROUNDING_MODES)}, got {mode!r}")
         return str(mode)
-
-    # ---- scratch
-    @property
-    def scratch_bytes(self) -> int:
-        return sum(_aligned(_nbytes(s, d)) for s, d in self.scratch_layout)
-
-    def scratch_arrays(self) -> list[np.ndarray]:
-        """The arrays of `scratch_layout`, carved from the plan's shared scratch."""
-        buf = self.scratch
-        if buf is None or buf.nbytes < self.scratch_bytes:
-            buf = np.empty(max(self.scratch_bytes, 1), np.uint8)
-        arrays, at = [], 0
-        for shape, dtype in self.scratch_layout:
-            n = _nbytes(shape, dtype)
-            arrays.append(buf[at : at + n].view(dtype).reshape(shape))
-            at += _aligned(n)
-        return arrays
-
-
-def _nbytes(shape: tuple[int, ...], dtype: np.dtype) -> int:
-    return int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
-
-
-def _aligned(n: int) -> int:
-    return -(-n // _ALIGN) * _ALIGN
 
 
 def dtype_range(dtype: np.dtype) -> tuple[int, int]:

@@ -20,6 +20,7 @@ from sporenet.converter.passes import (
 )
 from sporenet.lite import Interpreter, ModelBuilder, OpCode, parse, serialize
 from sporenet.lite.graph import Model
+from tests.unit.lite.quantized_reference import quant
 
 RNG = np.random.default_rng(1)
 
@@ -262,6 +263,30 @@ def test_constant_folding_evaluates_constant_subgraphs() -> None:
     b.output(b.op(OpCode.ADD, [x, c]), name="y")
     folded = check_rewrite(b.build(), fold_constants, {"x": rand(2, 3)})
     assert ops(folded) == ["ADD"]
+
+
+def test_constant_folding_computes_with_the_int8_kernel_that_runs() -> None:
+    """An Add of two quantized int8 constants folds to what the runtime's int8 Add gives
+    (requantized to the output's scale), not to the sum of the stored integers."""
+    b = ModelBuilder()
+    x = b.input("x", (4,), np.int8)
+    b.quantize(x, 0.5, 0)
+    values = np.array([100, -100, 60, 7], np.int8)
+    a = b.constant("a", values, quantization=quant(0.05, 0))
+    k = b.constant("k", values, quantization=quant(0.1, 3))
+    c = b.quantize(b.op(OpCode.ADD, [a, k]), 0.25, -2, dtype=np.int8)
+    b.output(b.quantize(b.op(OpCode.ADD, [x, c]), 0.5, 0, dtype=np.int8), name="y")
+    model = b.build()
+    feeds = {"x": np.array([1, -2, 3, 0], np.int8)}
+    folded = copy.deepcopy(model)
+    assert fold_constants(folded) == 1
+    assert ops(folded) == ["ADD"]
+    # The planner folds the same node at load time with the int8 kernel: same bits.
+    np.testing.assert_array_equal(run(folded, feeds)["y"], run(model, feeds)["y"])
+    real = values * 0.05 + (values.astype(np.float64) - 3) * 0.1
+    expected = np.clip(np.round(real / 0.25) - 2, -128, 127)
+    (stored,) = [t.data for t in folded.tensors if t.name == model.tensors[c].name]
+    np.testing.assert_allclose(stored, expected, atol=1)  # rounding of the half cases
 
 
 def test_constant_folding_keeps_large_fills_as_nodes() -> None:

@@ -77,7 +77,7 @@ def test_recurrent_int8_weights_match_their_float_values(tmp_path, op, dirs, per
     (kernel,) = interp._plan.kernels
     assert kernel.fast
     # The planner handed W and R over as stored; the kernel packed its own float form.
-    assert not getattr(kernel, "constant_inputs", {})
+    assert kernel.constant_inputs == {}
     for name in ("W", "R"):
         index = interp.model.tensor_index(name)
         assert interp._plan.arrays[index].dtype == dtype
