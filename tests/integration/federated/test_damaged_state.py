@@ -117,6 +117,7 @@ def _mid_round(tmp_path: Path, server_factory, checkpoint_every: int):  # type: 
     args = ["--model", str(tmp_path / "init.spore"), "--rounds", "1", "--min-clients", "2"]
     server = server_factory([*args, "--checkpoint-every", str(checkpoint_every)]).start()
     release, results = threading.Event(), {}
+    stop = threading.Event()  # set by a test whose server does not come back
 
     def run(i: int) -> None:
         def train(weights: dict, config: dict) -> tuple:
@@ -125,7 +126,7 @@ def _mid_round(tmp_path: Path, server_factory, checkpoint_every: int):  # type: 
             return _step(i, weights), 10 * (i + 1), {}
 
         c = Client(server.address, train=train, name=f"c{i}", poll_wait=1.0, max_backoff=0.3)
-        results[i] = c.run()
+        results[i] = c.run(stop)
         c.close()
 
     threads = [threading.Thread(target=run, args=(i,), daemon=True) for i in range(2)]
@@ -138,13 +139,13 @@ def _mid_round(tmp_path: Path, server_factory, checkpoint_every: int):  # type: 
 
     wait_for(one_accepted, timeout=60, what="client 0's update accepted")
     server.kill9()
-    return server, w0, threads, release, results
+    return server, w0, threads, release, results, stop
 
 
 def test_damaged_kept_update_is_asked_for_again_and_the_model_is_exact(
     tmp_path: Path, server_factory
 ) -> None:  # type: ignore[no-untyped-def]
-    server, w0, threads, release, results = _mid_round(tmp_path, server_factory, 100)
+    server, w0, threads, release, results, _ = _mid_round(tmp_path, server_factory, 100)
     kept = server.state_dir / "rounds" / "r00001-fit" / "journal"
     _flip(kept)
     server.start()
@@ -160,9 +161,12 @@ def test_damaged_kept_update_is_asked_for_again_and_the_model_is_exact(
 
 
 def test_damaged_checkpoint_is_refused_naming_the_file(tmp_path: Path, server_factory) -> None:  # type: ignore[no-untyped-def]
-    server, _, _, release, _ = _mid_round(tmp_path, server_factory, 1)
+    server, _, threads, release, _, stop = _mid_round(tmp_path, server_factory, 1)
     ckpt = server.state_dir / "rounds" / "r00001-fit.ckpt"
     _flip(ckpt)
     err = _start_fails(server.state_dir, tmp_path / "init.spore")
     assert "r00001-fit.ckpt" in err and "CRC-32" in err, err
+    stop.set()  # the server stays down: its clients stop instead of retrying
     release.set()
+    for t in threads:
+        t.join(30)

@@ -44,7 +44,7 @@ def test_a_full_disk_at_publish_spends_privacy_once(tmp_path: Path, server_facto
     # deadline, after the two updates are in and the disk is full.
     cfg.write_text(
         f'model = "{tmp_path / "init.spore"}"\nrounds = 1\nmin_clients = 2\n'
-        "min_available = 3\nround_timeout = 8\nheartbeat_timeout = 60\nmetrics_port = 0\n"
+        "min_available = 3\nround_timeout = 4\nheartbeat_timeout = 60\nmetrics_port = 0\n"
         "[differential_privacy]\nenabled = true\nnoise_multiplier = 1.0\n"
         "clipping_norm = 1.0\ndelta = 1e-5\n"
     )
