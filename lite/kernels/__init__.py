@@ -267,6 +267,29 @@ QUANTIZED_KERNELS: dict[OpCode, type[Kernel]] = {
 }
 
 
+# tfliteops: int8 kernels written for the parameters a TFLite file declares (TFLite's
+# rounding; operands that must share one set of parameters; variables): the static
+# quantizer and QDQ folding leave these ops float rather than choose parameters for them.
+FILE_QUANTIZED_ONLY: frozenset[OpCode] = frozenset(
+    {
+        OpCode.ASSIGN,
+        OpCode.READ_VARIABLE,
+        OpCode.REDUCE_MEAN,
+        OpCode.REDUCE_SUM,
+        OpCode.REDUCE_MAX,
+        OpCode.REDUCE_MIN,
+        OpCode.RESIZE,
+        OpCode.MAXIMUM,
+        OpCode.MINIMUM,
+        OpCode.LEAKY_RELU,
+        OpCode.CONV2D_BACKPROP_INPUT,
+        OpCode.TILE,
+        OpCode.EXPAND,
+        OpCode.GATHER_ND,
+    }
+)
+
+
 def max_op_versions() -> dict[int, int]:
     """Newest op version this runtime runs, per op code (float and int8 kernels)."""
     versions = {int(op): kernel.version for op, kernel in QUANTIZED_KERNELS.items()}
