@@ -155,6 +155,7 @@ class OpCode(object):
     SIGN = 412
     TOPK = 413
     SCATTER_ND = 414
+    ATAN2 = 415
 
 
 class SparseFormat(object):

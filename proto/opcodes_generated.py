@@ -187,3 +187,4 @@ class OpCode(enum.IntEnum):
     # SCATTER_ND: inputs (indices [..., k], updates, shape constant); zeros of `shape` with
     # the updates added at the index tuples (duplicates add up).
     SCATTER_ND = 414
+    ATAN2 = 415  # atan2(y, x) of inputs (y, x), NumPy broadcasting

@@ -204,6 +204,7 @@ KERNELS: dict[OpCode, type[Kernel]] = {
     OpCode.SIGN: unary.Sign,
     OpCode.TOPK: topk.TopK,
     OpCode.SCATTER_ND: scatter_nd.ScatterNd,
+    OpCode.ATAN2: elementwise.Atan2,
 }
 
 QUANTIZED_KERNELS: dict[OpCode, type[Kernel]] = {

@@ -261,3 +261,10 @@ class FloorMod(BinaryKernel):
                 np.mod(a, b, out=out)
 
         return compute
+
+
+class Atan2(BinaryKernel):
+    """atan2(y, x) for inputs (y, x), as TFLite's ATAN2."""
+
+    op = OpCode.ATAN2
+    ufunc = np.arctan2

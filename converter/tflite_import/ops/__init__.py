@@ -68,6 +68,7 @@ HANDLERS: dict[str, Entry] = {
     "POW": _e(elementwise.binary(_O.POW), _O.POW),
     "FLOOR_DIV": _e(elementwise.binary(_O.FLOOR_DIV), _O.FLOOR_DIV),
     "FLOOR_MOD": _e(elementwise.binary(_O.FLOOR_MOD), _O.FLOOR_MOD),
+    "ATAN2": _e(elementwise.binary(_O.ATAN2), _O.ATAN2),
     "SQUARED_DIFFERENCE": _e(math.squared_difference, _O.SUB, _O.MUL),
     "ADD_N": _e(more.add_n, _O.ADD),
     # comparisons, logic, selection
