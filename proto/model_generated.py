@@ -156,6 +156,7 @@ class OpCode(object):
     TOPK = 413
     SCATTER_ND = 414
     ATAN2 = 415
+    L2_NORMALIZATION = 416
 
 
 class SparseFormat(object):

@@ -188,3 +188,6 @@ class OpCode(enum.IntEnum):
     # the updates added at the index tuples (duplicates add up).
     SCATTER_ND = 414
     ATAN2 = 415  # atan2(y, x) of inputs (y, x), NumPy broadcasting
+    # L2_NORMALIZATION: x / max(sqrt(sum of squares along `axis`), 1e-6) (TFLite's); on int8
+    # TFLite's fixed-point inverse square root, output scale 1/128 and zero point 0.
+    L2_NORMALIZATION = 416

@@ -14,6 +14,7 @@ from sporenet.lite.kernels import (
     fake_quant,
     fft,
     gather_nd,
+    l2_norm,
     layer_norm,
     linear,
     normalization,
@@ -39,6 +40,7 @@ from sporenet.lite.kernels.quantized import conv_transpose as q_conv_transpose
 from sporenet.lite.kernels.quantized import convert as q_convert
 from sporenet.lite.kernels.quantized import elementwise as q_elementwise
 from sporenet.lite.kernels.quantized import elementwise_extra as q_elementwise_extra
+from sporenet.lite.kernels.quantized import l2_norm as q_l2_norm
 from sporenet.lite.kernels.quantized import linear as q_linear
 from sporenet.lite.kernels.quantized import pooling as q_pooling
 from sporenet.lite.kernels.quantized import reduce as q_reduce
@@ -205,6 +207,7 @@ KERNELS: dict[OpCode, type[Kernel]] = {
     OpCode.TOPK: topk.TopK,
     OpCode.SCATTER_ND: scatter_nd.ScatterNd,
     OpCode.ATAN2: elementwise.Atan2,
+    OpCode.L2_NORMALIZATION: l2_norm.L2Normalization,
 }
 
 QUANTIZED_KERNELS: dict[OpCode, type[Kernel]] = {
@@ -265,6 +268,7 @@ QUANTIZED_KERNELS: dict[OpCode, type[Kernel]] = {
     OpCode.MINIMUM: q_elementwise_extra.QMinimum,
     OpCode.LEAKY_RELU: q_elementwise_extra.QLeakyRelu,
     OpCode.CONV2D_BACKPROP_INPUT: q_conv_transpose.QConv2DBackpropInput,
+    OpCode.L2_NORMALIZATION: q_l2_norm.QL2Normalization,
 }
 
 
@@ -287,6 +291,7 @@ FILE_QUANTIZED_ONLY: frozenset[OpCode] = frozenset(
         OpCode.TILE,
         OpCode.EXPAND,
         OpCode.GATHER_ND,
+        OpCode.L2_NORMALIZATION,
     }
 )
 

@@ -112,7 +112,13 @@ HANDLERS: dict[str, Entry] = {
     "SOFTMAX": _e(elementwise.softmax, _O.SOFTMAX, _O.MUL),
     "LOG_SOFTMAX": _e(math.log_softmax, _O.LOG_SOFTMAX),
     "L2_NORMALIZATION": _e(
-        math.l2_normalization, _O.MUL, _O.REDUCE_SUM, _O.SQRT, _O.MAXIMUM, _O.DIV
+        math.l2_normalization,
+        _O.MUL,
+        _O.REDUCE_SUM,
+        _O.SQRT,
+        _O.MAXIMUM,
+        _O.DIV,
+        _O.L2_NORMALIZATION,
     ),
     "LOCAL_RESPONSE_NORMALIZATION": _e(math.local_response_normalization, _O.LRN),
     # shapes and data movement

@@ -30,6 +30,10 @@ def l2_normalization(lc: LayoutContext, op: TfliteOperator) -> None:
     order = lc.perm(x)
     xi = lc.get(x, order)
     axis = order.index(lc.rank(x) - 1)
+    if lc.quantized(x):  # TFLite's integer form
+        y = lc.emit(OpCode.L2_NORMALIZATION, [xi], out=op.outputs[0], order=order, axis=axis)
+        lc.set(op.outputs[0], y, order)
+        return
     squares = lc.emit(OpCode.MUL, [xi, xi])
     total = lc.emit(OpCode.REDUCE_SUM, [squares], axes=[axis], keepdims=1)
     norm = lc.emit(

@@ -156,3 +156,14 @@ def test_int8_transpose_conv(padding, stride, out):
     )
     x_value = rng.integers(-128, 128, (1, 4, 4, 3)).astype(np.int8)
     assert_matches_litert(b.build(), {"x": x_value})
+
+
+def test_int8_l2_normalization():
+    b = TfliteBuilder()
+    x = b.input("x", [2, 5, 16], np.int8, quant=IN_Q)
+    y = b.output(b.tensor("y", [2, 5, 16], np.int8, quant=([1 / 128], [0], 0)))
+    b.op("L2_NORMALIZATION", [x], [y], "L2NormOptions")
+    value = np.random.default_rng(8).integers(-128, 128, (2, 5, 16)).astype(np.int8)
+    value[0, 0] = -3  # a constant row: every entry its zero point but one
+    value[0, 0, 0] = 9
+    assert_matches_litert(b.build(), {"x": value})
