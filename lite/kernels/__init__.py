@@ -269,6 +269,9 @@ QUANTIZED_KERNELS: dict[OpCode, type[Kernel]] = {
     OpCode.LEAKY_RELU: q_elementwise_extra.QLeakyRelu,
     OpCode.CONV2D_BACKPROP_INPUT: q_conv_transpose.QConv2DBackpropInput,
     OpCode.L2_NORMALIZATION: q_l2_norm.QL2Normalization,
+    OpCode.EQUAL: q_elementwise_extra.QEqual,
+    OpCode.GREATER: q_elementwise_extra.QGreater,
+    OpCode.LESS: q_elementwise_extra.QLess,
 }
 
 
@@ -292,6 +295,9 @@ FILE_QUANTIZED_ONLY: frozenset[OpCode] = frozenset(
         OpCode.EXPAND,
         OpCode.GATHER_ND,
         OpCode.L2_NORMALIZATION,
+        OpCode.EQUAL,
+        OpCode.GREATER,
+        OpCode.LESS,
     }
 )
 
