@@ -157,6 +157,7 @@ class OpCode(object):
     SCATTER_ND = 414
     ATAN2 = 415
     L2_NORMALIZATION = 416
+    SQUARED_DIFFERENCE = 417
 
 
 class SparseFormat(object):

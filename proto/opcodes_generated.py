@@ -191,3 +191,4 @@ class OpCode(enum.IntEnum):
     # L2_NORMALIZATION: x / max(sqrt(sum of squares along `axis`), 1e-6) (TFLite's); on int8
     # TFLite's fixed-point inverse square root, output scale 1/128 and zero point 0.
     L2_NORMALIZATION = 416
+    SQUARED_DIFFERENCE = 417  # (a - b)^2, NumPy broadcasting (TFLite's; int8 too)

@@ -208,6 +208,7 @@ KERNELS: dict[OpCode, type[Kernel]] = {
     OpCode.SCATTER_ND: scatter_nd.ScatterNd,
     OpCode.ATAN2: elementwise.Atan2,
     OpCode.L2_NORMALIZATION: l2_norm.L2Normalization,
+    OpCode.SQUARED_DIFFERENCE: elementwise.SquaredDifference,
 }
 
 QUANTIZED_KERNELS: dict[OpCode, type[Kernel]] = {
@@ -272,6 +273,7 @@ QUANTIZED_KERNELS: dict[OpCode, type[Kernel]] = {
     OpCode.EQUAL: q_elementwise_extra.QEqual,
     OpCode.GREATER: q_elementwise_extra.QGreater,
     OpCode.LESS: q_elementwise_extra.QLess,
+    OpCode.SQUARED_DIFFERENCE: q_elementwise_extra.QSquaredDifference,
 }
 
 
@@ -298,6 +300,7 @@ FILE_QUANTIZED_ONLY: frozenset[OpCode] = frozenset(
         OpCode.EQUAL,
         OpCode.GREATER,
         OpCode.LESS,
+        OpCode.SQUARED_DIFFERENCE,
     }
 )
 

@@ -268,3 +268,19 @@ class Atan2(BinaryKernel):
 
     op = OpCode.ATAN2
     ufunc = np.arctan2
+
+
+class SquaredDifference(BinaryKernel):
+    """(a - b)^2, as TFLite's SQUARED_DIFFERENCE."""
+
+    op = OpCode.SQUARED_DIFFERENCE
+    ufunc = np.subtract
+
+    def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
+        a, b, out = inputs[0], inputs[1], outputs[0]
+
+        def compute() -> None:
+            np.subtract(a, b, out=out)  # type: ignore[arg-type]
+            np.multiply(out, out, out=out)
+
+        return compute

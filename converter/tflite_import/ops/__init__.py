@@ -69,7 +69,7 @@ HANDLERS: dict[str, Entry] = {
     "FLOOR_DIV": _e(elementwise.binary(_O.FLOOR_DIV), _O.FLOOR_DIV),
     "FLOOR_MOD": _e(elementwise.binary(_O.FLOOR_MOD), _O.FLOOR_MOD),
     "ATAN2": _e(elementwise.binary(_O.ATAN2), _O.ATAN2),
-    "SQUARED_DIFFERENCE": _e(math.squared_difference, _O.SUB, _O.MUL),
+    "SQUARED_DIFFERENCE": _e(math.squared_difference, _O.SQUARED_DIFFERENCE),
     "ADD_N": _e(more.add_n, _O.ADD),
     # comparisons, logic, selection
     "EQUAL": _e(logic.compare(_O.EQUAL), _O.EQUAL),

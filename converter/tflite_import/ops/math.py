@@ -20,8 +20,8 @@ def squared_difference(lc: LayoutContext, op: TfliteOperator) -> None:
     out = op.outputs[0]
     order = order_of(lc, op.inputs[:2], lc.rank(out))
     a, b = (lc.get_broadcast(i, order) for i in op.inputs[:2])
-    d = lc.emit(OpCode.SUB, [a, b])
-    lc.set(out, lc.emit(OpCode.MUL, [d, d]), order)
+    y = lc.emit(OpCode.SQUARED_DIFFERENCE, [a, b], out=out, order=order)
+    lc.set(out, y, order)
 
 
 def l2_normalization(lc: LayoutContext, op: TfliteOperator) -> None:

@@ -179,3 +179,13 @@ def test_int8_comparisons_of_differently_scaled_operands(op):
     # y = x / 2 on half the entries: equal reals across the two scales
     y_value = np.where(_x(10) > 0, np.clip((x_value.astype(int) + 3) // 2 + 2, -128, 127), _x(11))
     assert_matches_litert(b.build(), {"x": x_value, "y": y_value.astype(np.int8)})
+
+
+def test_int8_squared_difference():
+    b = TfliteBuilder()
+    x = b.input("x", [2, 5, 6, 4], np.int8, quant=IN_Q)
+    y = b.input("y", [4], np.int8, quant=([0.08], [-1], 0))
+    out = b.output(b.tensor("out", [2, 5, 6, 4], np.int8, quant=([0.12], [-128], 0)))
+    b.op("SQUARED_DIFFERENCE", [x, y], [out])
+    y_value = np.array([-100, -3, 0, 90], np.int8)
+    assert_matches_litert(b.build(), {"x": _x(12), "y": y_value})
