@@ -227,7 +227,9 @@ class FloorDiv(BinaryKernel):
     ufunc = np.floor_divide
 
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
-        a, b, out = inputs[0], inputs[1], outputs[0]
+        a: np.ndarray = inputs[0]  # type: ignore[assignment]
+        b: np.ndarray = inputs[1]  # type: ignore[assignment]
+        out = outputs[0]
         if out.dtype.kind == "f":
 
             def compute() -> None:
@@ -254,7 +256,9 @@ class FloorMod(BinaryKernel):
     ufunc = np.mod
 
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
-        a, b, out = inputs[0], inputs[1], outputs[0]
+        a: np.ndarray = inputs[0]  # type: ignore[assignment]
+        b: np.ndarray = inputs[1]  # type: ignore[assignment]
+        out = outputs[0]
 
         def compute() -> None:
             with np.errstate(divide="ignore", invalid="ignore"):
@@ -277,10 +281,12 @@ class SquaredDifference(BinaryKernel):
     ufunc = np.subtract
 
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
-        a, b, out = inputs[0], inputs[1], outputs[0]
+        a: np.ndarray = inputs[0]  # type: ignore[assignment]
+        b: np.ndarray = inputs[1]  # type: ignore[assignment]
+        out = outputs[0]
 
         def compute() -> None:
-            np.subtract(a, b, out=out)  # type: ignore[arg-type]
+            np.subtract(a, b, out=out)
             np.multiply(out, out, out=out)
 
         return compute
