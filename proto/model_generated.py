@@ -155,6 +155,9 @@ class OpCode(object):
     SIGN = 412
     TOPK = 413
     SCATTER_ND = 414
+    ATAN2 = 415
+    L2_NORMALIZATION = 416
+    SQUARED_DIFFERENCE = 417
     CALL = 650
 
 

@@ -187,6 +187,11 @@ class OpCode(enum.IntEnum):
     # SCATTER_ND: inputs (indices [..., k], updates, shape constant); zeros of `shape` with
     # the updates added at the index tuples (duplicates add up).
     SCATTER_ND = 414
+    ATAN2 = 415  # atan2(y, x) of inputs (y, x), NumPy broadcasting
+    # L2_NORMALIZATION: x / max(sqrt(sum of squares along `axis`), 1e-6) (TFLite's); on int8
+    # TFLite's fixed-point inverse square root, output scale 1/128 and zero point 0.
+    L2_NORMALIZATION = 416
+    SQUARED_DIFFERENCE = 417  # (a - b)^2, NumPy broadcasting (TFLite's; int8 too)
     # functions with their own gradient (650..699)
     # CALL: runs subgraph `graph` on the node's inputs; its outputs are the node's. With
     # `grad_graph` (-1: none) the gradient is that subgraph's, not the automatic one: it

@@ -19,7 +19,7 @@ from sporenet.converter.passes.graph_utils import add_constant, consumers, produ
 from sporenet.converter.quantize import params as P
 from sporenet.converter.quantize.static import BIAS_INPUT, FIXED_OUTPUT, SAME_PARAMS, WEIGHT_AXIS
 from sporenet.lite.graph import Model, Node, Quantization
-from sporenet.lite.kernels import QUANTIZED_KERNELS
+from sporenet.lite.kernels import FILE_QUANTIZED_ONLY, QUANTIZED_KERNELS
 from sporenet.lite.ops import OpCode
 
 CONVERSIONS = frozenset({OpCode.QUANTIZE, OpCode.DEQUANTIZE, OpCode.REQUANTIZE})
@@ -121,7 +121,11 @@ class _Folder:
         return new
 
     def fold(self, node: Node) -> bool:
-        if node.op not in QUANTIZED_KERNELS or node.op in CONVERSIONS:
+        if (
+            node.op not in QUANTIZED_KERNELS
+            or node.op in CONVERSIONS
+            or node.op in FILE_QUANTIZED_ONLY
+        ):
             return False
         if str(node.attrs.get("activation", "none")) not in CLAMPS:
             return False  # an int8 kernel applies only clamps (tanh, sigmoid... stay float)

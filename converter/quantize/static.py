@@ -20,7 +20,7 @@ from sporenet.converter.errors import ConversionError
 from sporenet.converter.passes.graph_utils import add_constant, add_tensor
 from sporenet.converter.quantize import params as P
 from sporenet.lite.graph import Model, Node, Quantization
-from sporenet.lite.kernels import QUANTIZED_KERNELS
+from sporenet.lite.kernels import FILE_QUANTIZED_ONLY, QUANTIZED_KERNELS
 from sporenet.lite.ops import OpCode
 
 WEIGHT_AXIS: dict[OpCode, tuple[int, int]] = {
@@ -59,8 +59,8 @@ FIXED_OUTPUT: dict[OpCode, tuple[float, int]] = {
 
 
 def int8_ops() -> frozenset[OpCode]:
-    """Ops the runtime has integer kernels for."""
-    return frozenset(QUANTIZED_KERNELS)
+    """Ops the runtime has integer kernels for that the quantizer may choose parameters for."""
+    return frozenset(QUANTIZED_KERNELS) - FILE_QUANTIZED_ONLY
 
 
 @dataclass

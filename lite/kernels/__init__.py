@@ -14,6 +14,7 @@ from sporenet.lite.kernels import (
     fake_quant,
     fft,
     gather_nd,
+    l2_norm,
     layer_norm,
     linear,
     normalization,
@@ -39,6 +40,7 @@ from sporenet.lite.kernels.quantized import conv_transpose as q_conv_transpose
 from sporenet.lite.kernels.quantized import convert as q_convert
 from sporenet.lite.kernels.quantized import elementwise as q_elementwise
 from sporenet.lite.kernels.quantized import elementwise_extra as q_elementwise_extra
+from sporenet.lite.kernels.quantized import l2_norm as q_l2_norm
 from sporenet.lite.kernels.quantized import linear as q_linear
 from sporenet.lite.kernels.quantized import pooling as q_pooling
 from sporenet.lite.kernels.quantized import reduce as q_reduce
@@ -206,6 +208,9 @@ KERNELS: dict[OpCode, type[Kernel]] = {
     OpCode.SIGN: unary.Sign,
     OpCode.TOPK: topk.TopK,
     OpCode.SCATTER_ND: scatter_nd.ScatterNd,
+    OpCode.ATAN2: elementwise.Atan2,
+    OpCode.L2_NORMALIZATION: l2_norm.L2Normalization,
+    OpCode.SQUARED_DIFFERENCE: elementwise.SquaredDifference,
 }
 
 QUANTIZED_KERNELS: dict[OpCode, type[Kernel]] = {
@@ -266,7 +271,40 @@ QUANTIZED_KERNELS: dict[OpCode, type[Kernel]] = {
     OpCode.MINIMUM: q_elementwise_extra.QMinimum,
     OpCode.LEAKY_RELU: q_elementwise_extra.QLeakyRelu,
     OpCode.CONV2D_BACKPROP_INPUT: q_conv_transpose.QConv2DBackpropInput,
+    OpCode.L2_NORMALIZATION: q_l2_norm.QL2Normalization,
+    OpCode.EQUAL: q_elementwise_extra.QEqual,
+    OpCode.GREATER: q_elementwise_extra.QGreater,
+    OpCode.LESS: q_elementwise_extra.QLess,
+    OpCode.SQUARED_DIFFERENCE: q_elementwise_extra.QSquaredDifference,
 }
+
+
+# tfliteops: int8 kernels written for the parameters a TFLite file declares (TFLite's
+# rounding; operands that must share one set of parameters; variables): the static
+# quantizer and QDQ folding leave these ops float rather than choose parameters for them.
+FILE_QUANTIZED_ONLY: frozenset[OpCode] = frozenset(
+    {
+        OpCode.ASSIGN,
+        OpCode.READ_VARIABLE,
+        OpCode.REDUCE_MEAN,
+        OpCode.REDUCE_SUM,
+        OpCode.REDUCE_MAX,
+        OpCode.REDUCE_MIN,
+        OpCode.RESIZE,
+        OpCode.MAXIMUM,
+        OpCode.MINIMUM,
+        OpCode.LEAKY_RELU,
+        OpCode.CONV2D_BACKPROP_INPUT,
+        OpCode.TILE,
+        OpCode.EXPAND,
+        OpCode.GATHER_ND,
+        OpCode.L2_NORMALIZATION,
+        OpCode.EQUAL,
+        OpCode.GREATER,
+        OpCode.LESS,
+        OpCode.SQUARED_DIFFERENCE,
+    }
+)
 
 
 def max_op_versions() -> dict[int, int]:

@@ -227,7 +227,9 @@ class FloorDiv(BinaryKernel):
     ufunc = np.floor_divide
 
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
-        a, b, out = inputs[0], inputs[1], outputs[0]
+        a: np.ndarray = inputs[0]  # type: ignore[assignment]
+        b: np.ndarray = inputs[1]  # type: ignore[assignment]
+        out = outputs[0]
         if out.dtype.kind == "f":
 
             def compute() -> None:
@@ -254,10 +256,37 @@ class FloorMod(BinaryKernel):
     ufunc = np.mod
 
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
-        a, b, out = inputs[0], inputs[1], outputs[0]
+        a: np.ndarray = inputs[0]  # type: ignore[assignment]
+        b: np.ndarray = inputs[1]  # type: ignore[assignment]
+        out = outputs[0]
 
         def compute() -> None:
             with np.errstate(divide="ignore", invalid="ignore"):
                 np.mod(a, b, out=out)
+
+        return compute
+
+
+class Atan2(BinaryKernel):
+    """atan2(y, x) for inputs (y, x), as TFLite's ATAN2."""
+
+    op = OpCode.ATAN2
+    ufunc = np.arctan2
+
+
+class SquaredDifference(BinaryKernel):
+    """(a - b)^2, as TFLite's SQUARED_DIFFERENCE."""
+
+    op = OpCode.SQUARED_DIFFERENCE
+    ufunc = np.subtract
+
+    def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
+        a: np.ndarray = inputs[0]  # type: ignore[assignment]
+        b: np.ndarray = inputs[1]  # type: ignore[assignment]
+        out = outputs[0]
+
+        def compute() -> None:
+            np.subtract(a, b, out=out)
+            np.multiply(out, out, out=out)
 
         return compute

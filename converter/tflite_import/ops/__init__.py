@@ -68,7 +68,8 @@ HANDLERS: dict[str, Entry] = {
     "POW": _e(elementwise.binary(_O.POW), _O.POW),
     "FLOOR_DIV": _e(elementwise.binary(_O.FLOOR_DIV), _O.FLOOR_DIV),
     "FLOOR_MOD": _e(elementwise.binary(_O.FLOOR_MOD), _O.FLOOR_MOD),
-    "SQUARED_DIFFERENCE": _e(math.squared_difference, _O.SUB, _O.MUL),
+    "ATAN2": _e(elementwise.binary(_O.ATAN2), _O.ATAN2),
+    "SQUARED_DIFFERENCE": _e(math.squared_difference, _O.SQUARED_DIFFERENCE),
     "ADD_N": _e(more.add_n, _O.ADD),
     # comparisons, logic, selection
     "EQUAL": _e(logic.compare(_O.EQUAL), _O.EQUAL),
@@ -111,7 +112,13 @@ HANDLERS: dict[str, Entry] = {
     "SOFTMAX": _e(elementwise.softmax, _O.SOFTMAX, _O.MUL),
     "LOG_SOFTMAX": _e(math.log_softmax, _O.LOG_SOFTMAX),
     "L2_NORMALIZATION": _e(
-        math.l2_normalization, _O.MUL, _O.REDUCE_SUM, _O.SQRT, _O.MAXIMUM, _O.DIV
+        math.l2_normalization,
+        _O.MUL,
+        _O.REDUCE_SUM,
+        _O.SQRT,
+        _O.MAXIMUM,
+        _O.DIV,
+        _O.L2_NORMALIZATION,
     ),
     "LOCAL_RESPONSE_NORMALIZATION": _e(math.local_response_normalization, _O.LRN),
     # shapes and data movement

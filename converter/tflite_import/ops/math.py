@@ -20,8 +20,8 @@ def squared_difference(lc: LayoutContext, op: TfliteOperator) -> None:
     out = op.outputs[0]
     order = order_of(lc, op.inputs[:2], lc.rank(out))
     a, b = (lc.get_broadcast(i, order) for i in op.inputs[:2])
-    d = lc.emit(OpCode.SUB, [a, b])
-    lc.set(out, lc.emit(OpCode.MUL, [d, d]), order)
+    y = lc.emit(OpCode.SQUARED_DIFFERENCE, [a, b], out=out, order=order)
+    lc.set(out, y, order)
 
 
 def l2_normalization(lc: LayoutContext, op: TfliteOperator) -> None:
@@ -30,6 +30,10 @@ def l2_normalization(lc: LayoutContext, op: TfliteOperator) -> None:
     order = lc.perm(x)
     xi = lc.get(x, order)
     axis = order.index(lc.rank(x) - 1)
+    if lc.quantized(x):  # TFLite's integer form
+        y = lc.emit(OpCode.L2_NORMALIZATION, [xi], out=op.outputs[0], order=order, axis=axis)
+        lc.set(op.outputs[0], y, order)
+        return
     squares = lc.emit(OpCode.MUL, [xi, xi])
     total = lc.emit(OpCode.REDUCE_SUM, [squares], axes=[axis], keepdims=1)
     norm = lc.emit(

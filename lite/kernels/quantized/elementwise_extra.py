@@ -1,5 +1,7 @@
 """More int8/uint8 elementwise ops with TFLite's integer semantics (tfliteops):
 
+- EQUAL, GREATER, LESS: TFLite's ComparisonWithScaling (see _QCompare);
+- SQUARED_DIFFERENCE: TFLite's EvalQuantizedSquaredDifference (see QSquaredDifference);
 - MAXIMUM, MINIMUM: the integers compared as stored; TFLite requires every operand and
   the output to share one set of parameters, and so do these kernels;
 - LEAKY_RELU: TFLite's QuantizeLeakyRelu, q - z_in requantized by s_in / s_out when it is
@@ -82,5 +84,104 @@ class QLeakyRelu(QuantizedKernel):
             np.copyto(index, x)  # type: ignore[arg-type]
             np.add(index, offset, out=index)
             np.take(table, index, out=out)
+
+        return compute
+
+
+class _QCompare(QuantizedKernel):
+    """TFLite's ComparisonWithScaling: each operand (q - z) * 2^8 rescaled by its scale
+    (MultiplyByQuantizedMultiplierSmallerThanOneExp), then compared; a bool output."""
+
+    base: ClassVar[type[elementwise.BinaryKernel]]
+    num_inputs = (2, 2)
+
+    def __init__(self, attrs: Attrs, inputs: Sequence[TensorSpec | None]) -> None:
+        super().__init__(attrs, inputs)
+        a, b = self.quantized_input(0), self.quantized_input(1)
+        if a.dtype != b.dtype:
+            raise self.fail(f"operands must share a dtype, got {a.dtype} and {b.dtype}")
+        self.scaled = []
+        for spec, what in ((a, "input 0"), (b, "input 1")):
+            scale, zero = self.tensor_params(spec, what)
+            if not 0 < scale < 1:
+                raise self.fail(f"{what} scale {scale} must be in (0, 1), as TFLite requires")
+            self.scaled.append((zero, Requantizer(scale, 0, -(1 << 40), 1 << 40)))
+        self.inner = self.base(
+            Attrs(attrs.op, {}),
+            [TensorSpec(a.shape, np.dtype(np.int64)), TensorSpec(b.shape, np.dtype(np.int64))],
+        )
+        self.output_specs = [TensorSpec(self.inner.output_specs[0].shape, np.dtype(np.bool_))]
+
+    def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
+        wide = [np.empty(spec.shape, np.int64) for spec in self.inner.inputs]  # type: ignore[union-attr]
+        compare = self.inner.bind(wide, outputs)  # type: ignore[arg-type]
+        pairs = list(zip(inputs, wide, self.scaled, strict=True))
+
+        def compute() -> None:
+            for q, w, (zero, requant) in pairs:
+                np.copyto(w, q)  # type: ignore[arg-type]
+                np.subtract(w, zero, out=w)
+                np.left_shift(w, 8, out=w)
+                requant.multiply(w)
+            compare()  # type: ignore[misc]
+
+        return compute
+
+
+class QEqual(_QCompare):
+    op = OpCode.EQUAL
+    base = elementwise.Equal
+
+
+class QGreater(_QCompare):
+    op = OpCode.GREATER
+    base = elementwise.Greater
+
+
+class QLess(_QCompare):
+    op = OpCode.LESS
+    base = elementwise.Less
+
+
+class QSquaredDifference(QuantizedKernel):
+    """Each operand's (q - z) * 2^7 rescaled by s / (2 max(s_a, s_b)) (multipliers below
+    one), the difference squared in int32, requantized by (2 max(s_a, s_b))^2 /
+    (2^14 s_out), plus z_out, clamped."""
+
+    op = OpCode.SQUARED_DIFFERENCE
+    num_inputs = (2, 2)
+
+    def __init__(self, attrs: Attrs, inputs: Sequence[TensorSpec | None]) -> None:
+        super().__init__(attrs, inputs)
+        a, b = self.quantized_input(0), self.quantized_input(1)
+        (sa, za), (sb, zb) = self.tensor_params(a, "input 0"), self.tensor_params(b, "input 1")
+        oq = self.output_quant(a.dtype)
+        so, zo = self.tensor_params(TensorSpec((), a.dtype, quant=oq), "the output")
+        twice = 2 * max(sa, sb)
+        wide = (-(1 << 40), 1 << 40)
+        self.sides = [
+            (za, Requantizer(sa / twice, 0, *wide)),
+            (zb, Requantizer(sb / twice, 0, *wide)),
+        ]
+        self.requant = Requantizer(twice * twice / ((1 << 14) * so), zo, *dtype_range(a.dtype))
+        shape = self.broadcast_shape(a, b)
+        self.output_specs = [self.out_spec(shape, a.dtype, oq)]
+
+    def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
+        out = outputs[0]
+        wide = [np.empty(spec.shape, np.int64) for spec in self.inputs]  # type: ignore[union-attr]
+        acc = np.empty(out.shape, np.int64)
+        pairs = list(zip(inputs, wide, self.sides, strict=True))
+        requant = self.requant
+
+        def compute() -> None:
+            for q, w, (zero, scale) in pairs:
+                np.copyto(w, q)  # type: ignore[arg-type]
+                np.subtract(w, zero, out=w)
+                np.left_shift(w, 7, out=w)
+                scale.multiply(w)
+            np.subtract(wide[0], wide[1], out=acc)
+            np.multiply(acc, acc, out=acc)
+            requant.apply(acc, out)
 
         return compute

@@ -148,7 +148,7 @@ def test_subgraphs_that_call_themselves_are_refused():
 def test_corrupted_control_flow_files_raise_only_conversion_errors():
     data = while_model()
     rng = np.random.default_rng(1)
-    for _ in range(400):
+    for _ in range(200):
         corrupted = bytearray(data)
         for at in rng.integers(8, len(data), rng.integers(1, 5)):
             corrupted[at] = rng.integers(0, 256)

@@ -156,3 +156,36 @@ def test_int8_transpose_conv(padding, stride, out):
     )
     x_value = rng.integers(-128, 128, (1, 4, 4, 3)).astype(np.int8)
     assert_matches_litert(b.build(), {"x": x_value})
+
+
+def test_int8_l2_normalization():
+    b = TfliteBuilder()
+    x = b.input("x", [2, 5, 16], np.int8, quant=IN_Q)
+    y = b.output(b.tensor("y", [2, 5, 16], np.int8, quant=([1 / 128], [0], 0)))
+    b.op("L2_NORMALIZATION", [x], [y], "L2NormOptions")
+    value = np.random.default_rng(8).integers(-128, 128, (2, 5, 16)).astype(np.int8)
+    value[0, 0] = -3  # a constant row: every entry its zero point but one
+    value[0, 0, 0] = 9
+    assert_matches_litert(b.build(), {"x": value})
+
+
+@pytest.mark.parametrize("op", ["EQUAL", "NOT_EQUAL", "GREATER", "GREATER_EQUAL", "LESS"])
+def test_int8_comparisons_of_differently_scaled_operands(op):
+    b = TfliteBuilder()
+    x = b.input("x", [2, 5, 6, 4], np.int8, quant=IN_Q)
+    y = b.input("y", [2, 5, 6, 4], np.int8, quant=([0.1], [2], 0))
+    b.op(op, [x, y], [b.output(b.tensor("out", [2, 5, 6, 4], np.bool_))])
+    x_value = _x(9)
+    # y = x / 2 on half the entries: equal reals across the two scales
+    y_value = np.where(_x(10) > 0, np.clip((x_value.astype(int) + 3) // 2 + 2, -128, 127), _x(11))
+    assert_matches_litert(b.build(), {"x": x_value, "y": y_value.astype(np.int8)})
+
+
+def test_int8_squared_difference():
+    b = TfliteBuilder()
+    x = b.input("x", [2, 5, 6, 4], np.int8, quant=IN_Q)
+    y = b.input("y", [4], np.int8, quant=([0.08], [-1], 0))
+    out = b.output(b.tensor("out", [2, 5, 6, 4], np.int8, quant=([0.12], [-128], 0)))
+    b.op("SQUARED_DIFFERENCE", [x, y], [out])
+    y_value = np.array([-100, -3, 0, 90], np.int8)
+    assert_matches_litert(b.build(), {"x": _x(12), "y": y_value})

@@ -31,11 +31,13 @@ def test_trigonometry(op):
     assert_matches_litert(unary_model(op, X.shape), {"x": X * 3})
 
 
-def test_pow_and_squared_difference():
+def test_pow_atan2_and_squared_difference():
     b = TfliteBuilder()
     x, y = b.input("x", [2, 3]), b.input("y", [3])
     p = b.output(b.tensor("pow", [2, 3]))
     b.op("POW", [x, y], [p])
+    a = b.output(b.tensor("atan2", [2, 3]))
+    b.op("ATAN2", [p, x], [a])  # LiteRT's ATAN2 does not broadcast
     d = b.output(b.tensor("sqdiff", [2, 3]))
     b.op("SQUARED_DIFFERENCE", [x, y], [d])
     feeds = {"x": np.abs(rand(2, 3, seed=3)) + 0.1, "y": rand(3, seed=4)}

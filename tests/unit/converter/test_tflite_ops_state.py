@@ -156,7 +156,7 @@ def test_bad_subgraph_references_and_custom_options_raise_conversion_errors():
         convert_tflite(b.build())
     data = streaming_model()
     rng = np.random.default_rng(0)
-    for _ in range(600):
+    for _ in range(300):
         corrupted = bytearray(data)
         for at in rng.integers(8, len(data), rng.integers(1, 5)):
             corrupted[at] = rng.integers(0, 256)
