@@ -1,4 +1,7 @@
-"""Mapping between the IR's DType enum and NumPy dtypes."""
+"""Mapping between the IR's DType enum and NumPy dtypes.
+
+STRING tensors are NumPy object arrays of Python `str` (as onnxruntime gives them); fixed
+width unicode arrays (`<U5`) and bytes are accepted where a string tensor is fed."""
 
 from __future__ import annotations
 
@@ -20,8 +23,25 @@ IR_TO_NUMPY: dict[int, np.dtype] = {
     DType.UINT16: np.dtype(np.uint16),
     DType.UINT32: np.dtype(np.uint32),
     DType.UINT64: np.dtype(np.uint64),
+    DType.STRING: np.dtype(object),
 }
 NUMPY_TO_IR: dict[np.dtype, int] = {v: k for k, v in IR_TO_NUMPY.items()}
+STRING = np.dtype(object)
+"""The NumPy dtype of the IR's STRING tensors."""
+
+
+def is_string(dtype: np.dtype | type) -> bool:
+    """Whether `dtype` holds text: object (of str), fixed-width unicode or bytes."""
+    return np.dtype(dtype).kind in "OUS"
+
+
+def as_strings(array: np.ndarray) -> np.ndarray:
+    """`array` (unicode, bytes or object) as an object array of str, the STRING layout."""
+    if array.dtype == STRING and all(isinstance(v, str) for v in array.flat):
+        return array
+    out = np.empty(array.shape, STRING)
+    out.flat[:] = [v.decode() if isinstance(v, bytes) else str(v) for v in array.flat]
+    return out
 
 
 def to_numpy_dtype(code: int) -> np.dtype:
@@ -37,6 +57,8 @@ def to_numpy_dtype(code: int) -> np.dtype:
 def to_ir_dtype(dtype: np.dtype | type) -> int:
     """The IR dtype code of a NumPy dtype."""
     dt = np.dtype(dtype)
+    if dt.kind in "US":
+        return DType.STRING
     try:
         return NUMPY_TO_IR[dt]
     except KeyError:

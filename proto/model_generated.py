@@ -21,6 +21,7 @@ class DType(object):
     UINT16 = 9
     UINT32 = 10
     UINT64 = 11
+    STRING = 12
 
 
 class OpCode(object):
@@ -139,6 +140,10 @@ class OpCode(object):
     RNN_GRAD = 312
     IF = 320
     LOOP = 321
+    TREE_ENSEMBLE = 500
+    LINEAR_CLASSIFIER = 501
+    SVM = 502
+    LABEL_ENCODER = 503
 
 
 class SparseFormat(object):

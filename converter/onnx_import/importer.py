@@ -55,7 +55,10 @@ def onnx_opset(model: onnx.ModelProto) -> int:
     """The default-domain opset the model was exported with, checked against our range."""
     versions = [o.version for o in model.opset_import if o.domain in DEFAULT_DOMAINS]
     if not versions:
-        raise ConversionError("the model imports no default-domain (ai.onnx) opset")
+        if any(node.domain in DEFAULT_DOMAINS for node in model.graph.node):
+            raise ConversionError("the model imports no default-domain (ai.onnx) opset")
+        # Only other domains' ops (an ai.onnx.ml model): the default opset is never read.
+        return MAX_OPSET
     opset = max(versions)
     if opset < MIN_OPSET:
         raise ConversionError(

@@ -26,6 +26,10 @@ from sporenet.lite.kernels import (
     unary,
 )
 from sporenet.lite.kernels.base import Kernel, TensorSpec
+from sporenet.lite.kernels.ml import label_encoder as ml_label_encoder
+from sporenet.lite.kernels.ml import linear_classifier as ml_linear
+from sporenet.lite.kernels.ml import svm as ml_svm
+from sporenet.lite.kernels.ml import tree_ensemble as ml_trees
 from sporenet.lite.kernels.quantized import activation as q_activation
 from sporenet.lite.kernels.quantized import conv as q_conv
 from sporenet.lite.kernels.quantized import convert as q_convert
@@ -177,6 +181,11 @@ KERNELS: dict[OpCode, type[Kernel]] = {
     # quantization boundaries (float or float16 in; see QUANTIZED_KERNELS for int8 in)
     OpCode.QUANTIZE: q_convert.Quantize,
     OpCode.DEQUANTIZE: q_convert.Dequantize,
+    # classic machine learning, ai.onnx.ml (lite/kernels/ml/)
+    OpCode.TREE_ENSEMBLE: ml_trees.TreeEnsemble,
+    OpCode.LINEAR_CLASSIFIER: ml_linear.LinearClassifier,
+    OpCode.SVM: ml_svm.SVM,
+    OpCode.LABEL_ENCODER: ml_label_encoder.LabelEncoder,
 }
 
 QUANTIZED_KERNELS: dict[OpCode, type[Kernel]] = {

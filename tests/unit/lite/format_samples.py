@@ -160,3 +160,21 @@ def weight_end(data: bytes) -> int:
     root = fb.Model.GetRootAs(data, 0)
     ends = [root.Buffers(i).Offset() + root.Buffers(i).Size() for i in range(root.BuffersLength())]
     return max(ends, default=0)
+
+
+def strings_model() -> Model:
+    """Text in and out: STRING constants (empty, multi-byte and long texts) read by
+    LABEL_ENCODER, category names -> ids -> names."""
+    names = np.array(["", "é", "中文", "x" * 300, "cat"], dtype=object)
+    ids = np.arange(5, dtype=np.int64)
+    b = ModelBuilder(description="strings")
+    x = b.input("category", (-1,), dtype=object)
+    keys = b.constant("names", names)
+    values = b.constant("ids", ids)
+    missing = b.constant("missing", np.array(-1, np.int64))
+    encoded = b.op(OpCode.LABEL_ENCODER, [x, keys, values, missing])
+    fallback = b.constant("unknown", np.array("?", dtype=object))
+    back = b.op(OpCode.LABEL_ENCODER, [encoded, values, keys, fallback])
+    b.output(encoded, name="id")
+    b.output(back, name="name")
+    return b.build()
