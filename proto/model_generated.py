@@ -144,6 +144,7 @@ class OpCode(object):
     LINEAR_CLASSIFIER = 501
     SVM = 502
     LABEL_ENCODER = 503
+    TOP_K = 510
 
 
 class SparseFormat(object):

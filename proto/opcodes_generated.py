@@ -177,3 +177,7 @@ class OpCode(enum.IntEnum):
     # each element of x equal to keys[k] becomes values[k], any other the default
     # (NaN keys match NaN). Strings, integers and floats on either side.
     LABEL_ENCODER = 503
+    # TOP_K: input x; attributes k, axis, largest (0/1), sorted (0/1). Outputs (values,
+    # indices int64) of the k largest (or smallest) entries along axis; equal values
+    # keep the lower index first, as ONNX TopK (k-nearest-neighbour models use it).
+    TOP_K = 510

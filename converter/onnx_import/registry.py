@@ -20,6 +20,7 @@ from sporenet.converter.onnx_import.ops import (
     conv,
     elementwise,
     linear,
+    logsumexp,
     ml_encoding,
     ml_linear,
     ml_preprocess,
@@ -30,6 +31,7 @@ from sporenet.converter.onnx_import.ops import (
     reduce,
     resize,
     shape,
+    topk,
 )
 from sporenet.lite.kernels import KERNELS
 from sporenet.lite.ops import OpCode
@@ -248,12 +250,18 @@ HANDLERS: dict[str, Handler] = {
         _R.reduce(OpCode.REDUCE_SUM, after=(OpCode.LOG,)), OpCode.REDUCE_SUM, OpCode.LOG
     ),
     "ReduceLogSumExp": _h(
-        _R.reduce(OpCode.REDUCE_SUM, before=(OpCode.EXP,), after=(OpCode.LOG,)),
+        logsumexp.reduce_log_sum_exp,
         OpCode.REDUCE_SUM,
+        OpCode.REDUCE_MAX,
         OpCode.EXP,
         OpCode.LOG,
+        OpCode.SUB,
+        OpCode.ADD,
+        OpCode.EQUAL,
+        OpCode.WHERE,
     ),
     "ArgMax": _h(_R.arg(OpCode.ARGMAX), OpCode.ARGMAX),
+    "TopK": _h(topk.top_k, OpCode.TOP_K),
     "ArgMin": _h(_R.arg(OpCode.ARGMIN), OpCode.ARGMIN),
     # quantized: dynamic quantization (onnxruntime's quantize_dynamic)
     "DynamicQuantizeLinear": _h(

@@ -22,6 +22,7 @@ from sporenet.lite.kernels import (
     reshape,
     resize,
     softmax,
+    topk,
     transform,
     unary,
 )
@@ -186,6 +187,7 @@ KERNELS: dict[OpCode, type[Kernel]] = {
     OpCode.LINEAR_CLASSIFIER: ml_linear.LinearClassifier,
     OpCode.SVM: ml_svm.SVM,
     OpCode.LABEL_ENCODER: ml_label_encoder.LabelEncoder,
+    OpCode.TOP_K: topk.TopK,
 }
 
 QUANTIZED_KERNELS: dict[OpCode, type[Kernel]] = {

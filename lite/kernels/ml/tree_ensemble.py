@@ -98,6 +98,7 @@ class TreeEnsemble(Kernel):
         self.tables = (feature, threshold, mode, true, false, missing, leaf)
         self.roots = roots
         self.weights = weights
+        self.sum_weights = np.nan_to_num(weights, nan=0.0).astype(np.float32)
         self.base = base
         self.modes = sorted({NodeMode(int(m)) for m in np.unique(mode[branch])})
         self.n_targets = weights.shape[1]
@@ -149,18 +150,20 @@ class TreeEnsemble(Kernel):
         return go
 
     def scores(self, x: np.ndarray) -> np.ndarray:
-        """Aggregated leaf weights [N, targets] (float64), before base values."""
+        """Aggregated leaf weights [N, targets] (float32), before base values."""
         rows = self.tables[3][self.leaves(x)]  # leaf -> its weight row
-        picked = self.weights[rows]  # [N, trees, targets], NaN: no weight
-        if self.aggregate == "MIN":
-            total = np.fmin.reduce(picked, axis=1)
-        elif self.aggregate == "MAX":
-            total = np.fmax.reduce(picked, axis=1)
-        else:
-            total = np.nansum(picked, axis=1)
-            if self.aggregate == "AVERAGE":
-                total /= self.roots.size
-        return np.nan_to_num(total, nan=0.0)
+        if self.aggregate in ("MIN", "MAX"):
+            picked = self.weights[rows]  # [N, trees, targets], NaN: no weight
+            pick = np.fmin if self.aggregate == "MIN" else np.fmax
+            return np.nan_to_num(pick.reduce(picked, axis=1), nan=0.0).astype(np.float32)
+        # Summed in float32 tree after tree, as onnxruntime does: a sum that lands on a
+        # decision threshold (a vote share of exactly 0.5) then rounds the same way.
+        total = np.zeros((rows.shape[0], self.n_targets), np.float32)
+        for t in range(rows.shape[1]):
+            total += self.sum_weights[rows[:, t]]
+        if self.aggregate == "AVERAGE":
+            total /= np.float32(self.roots.size)
+        return total
 
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
         x = inputs[0]
@@ -182,8 +185,7 @@ class TreeEnsemble(Kernel):
 
     def _regressor(self, s: np.ndarray) -> np.ndarray:
         if self.base.size == self.n_targets:
-            s = s + self.base
-        s = s.astype(np.float32)
+            s = s + self.base.astype(np.float32)
         if self.n_targets == 1:
             # onnxruntime applies only PROBIT to a single score.
             return pt.probit(s) if self.transform is pt.PostTransform.PROBIT else s
@@ -193,7 +195,7 @@ class TreeEnsemble(Kernel):
         """Label indices and scores, with onnxruntime's rules for two classes."""
         if self.n_targets > 2 or self.n_targets == 1:
             if self.base.size == self.n_targets:
-                s = s + self.base
+                s = s + self.base.astype(np.float32)
             scored = np.where(self.weighted | (self.base.size == self.n_targets), s, -np.inf)
             return np.argmax(scored, axis=1), pt.apply(self.transform, s)
         return self._binary(s)
@@ -201,7 +203,7 @@ class TreeEnsemble(Kernel):
     def _binary(self, s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         h0, h1 = bool(self.weighted[0]), bool(self.weighted[1])
         s0, s1 = s[:, 0].copy(), s[:, 1].copy()
-        base = self.base
+        base = self.base.astype(np.float32)
         two = True  # whether both scores are kept (else one, widened to two)
         mode = np.full(s0.shape, -1)
         if base.size == 2:
