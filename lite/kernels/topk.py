@@ -13,10 +13,11 @@ from sporenet.lite.ops import OpCode
 
 
 class TopK(Kernel):
-    """input x; attributes k, axis (default -1), largest (1), sorted (1)."""
+    """inputs x[, k (one int64, read when the graph is planned)]; attributes k (when the
+    input is absent), axis (default -1), largest (1), sorted (1)."""
 
     op = OpCode.TOP_K
-    num_inputs = (1, 1)
+    num_inputs = (1, 2)
 
     def __init__(self, attrs: Attrs, inputs: Sequence[TensorSpec | None]) -> None:
         super().__init__(attrs, inputs)
@@ -26,7 +27,13 @@ class TopK(Kernel):
                 f"x must be a numeric tensor of rank >= 1, got {x.dtype}{list(x.shape)}"
             )
         self.axis = normalize_axis(self, attrs.int("axis", -1), x.rank)
-        self.k = attrs.int("k")
+        if self.optional_input(1) is not None:
+            k_value = np.ravel(self.constant(1, "k"))
+            if k_value.size != 1:
+                raise self.fail(f"k must hold one value, got {k_value.size}")
+            self.k = int(k_value[0])
+        else:
+            self.k = attrs.int("k")
         if self.k is None or not 0 <= self.k <= x.shape[self.axis]:
             raise self.fail(f"k must lie in [0, {x.shape[self.axis]}], got {self.k}")
         self.largest = bool(attrs.int("largest", 1))

@@ -1,4 +1,5 @@
-"""TopK -> TOP_K; k (an attribute before opset 10, then input 1) must be static."""
+"""TopK -> TOP_K; k (an attribute before opset 10, then input 1) becomes an attribute when
+static, else stays an input the runtime reads when it plans the graph."""
 
 from __future__ import annotations
 
@@ -10,16 +11,21 @@ from sporenet.lite.ops import OpCode
 
 
 def top_k(ctx: ImportContext, node: OnnxNode) -> list[int]:
+    inputs = [node.input(0)]
+    k: int | None = None
     if node.opset < 10:
         k = int(node.attr("k"))
     else:
-        value = ctx.static_input(node, 1, "k")
-        if value is None or np.size(value) != 1:
+        value = ctx.value(node.input(1))
+        if value is None:
+            inputs.append(node.input(1))
+        elif np.size(value) != 1:
             raise node.fail("k (input 1) must hold one value")
-        k = int(np.ravel(value)[0])
+        else:
+            k = int(np.ravel(value)[0])
     return ctx.emit(
         OpCode.TOP_K,
-        [node.input(0)],
+        inputs,
         num_outputs=2,
         k=k,
         axis=int(node.attr("axis", -1)),

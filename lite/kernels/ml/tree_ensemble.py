@@ -157,10 +157,9 @@ class TreeEnsemble(Kernel):
             pick = np.fmin if self.aggregate == "MIN" else np.fmax
             return np.nan_to_num(pick.reduce(picked, axis=1), nan=0.0).astype(np.float32)
         # Summed in float32 tree after tree, as onnxruntime does: a sum that lands on a
-        # decision threshold (a vote share of exactly 0.5) then rounds the same way.
-        total = np.zeros((rows.shape[0], self.n_targets), np.float32)
-        for t in range(rows.shape[1]):
-            total += self.sum_weights[rows[:, t]]
+        # decision threshold (a vote share of exactly 0.5) then rounds the same way. NumPy
+        # reduces an outer axis row by row, in order (pairwise only along the inner one).
+        total = self.sum_weights[rows.T].sum(axis=0, dtype=np.float32)
         if self.aggregate == "AVERAGE":
             total /= np.float32(self.roots.size)
         return total
