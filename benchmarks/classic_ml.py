@@ -24,9 +24,8 @@ from typing import Any
 import numpy as np
 import onnxruntime as ort
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository, for tests/
-from sporenet.converter import convert_onnx  # noqa: E402
-from sporenet.lite import Interpreter  # noqa: E402
+from sporenet.converter import convert_onnx
+from sporenet.lite import Interpreter
 
 BATCHES = (1, 100, 1000)
 
