@@ -4,6 +4,7 @@ equal values keep the lower index first. k is planned when the model loads."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import cast
 
 import numpy as np
 
@@ -45,7 +46,7 @@ class TopK(Kernel):
         ]
 
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
-        x = inputs[0]
+        x = cast(np.ndarray, inputs[0])  # a required input, checked when prepared
         values, indices = outputs
         axis, k, largest = self.axis, self.k, self.largest
 
@@ -54,13 +55,13 @@ class TopK(Kernel):
             # values are flipped through their maximum instead of negated.
             if not largest:
                 key = x
-            elif x.dtype.kind == "u":  # type: ignore[union-attr]
-                key = np.iinfo(x.dtype).max - x  # type: ignore[union-attr]
+            elif x.dtype.kind == "u":
+                key = np.iinfo(x.dtype).max - x
             else:
-                key = -x  # type: ignore[operator]
+                key = -x
             order = np.argsort(key, axis=axis, kind="stable")
             top = np.take(order, np.arange(k), axis=axis)
             indices[...] = top
-            values[...] = np.take_along_axis(x, top, axis=axis)  # type: ignore[arg-type]
+            values[...] = np.take_along_axis(x, top, axis=axis)
 
         return compute

@@ -78,7 +78,7 @@ def imputer(ctx: ImportContext, node: OnnxNode) -> list[int]:
 
 def feature_vectorizer(ctx: ImportContext, node: OnnxNode) -> list[int]:
     """The inputs as float32 [N, d_k] blocks side by side (inputdimensions gives each d_k)."""
-    dims = node.ints("inputdimensions", [])
+    dims = node.ints("inputdimensions", []) or []
     inputs = [i for i in node.inputs if i != -1]
     if len(dims) != len(inputs):
         raise node.fail(f"inputdimensions has {len(dims)} entries for {len(inputs)} inputs")

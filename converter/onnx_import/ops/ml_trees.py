@@ -5,6 +5,8 @@ are row indices, and a dense leaf-weight matrix."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from sporenet.converter.onnx_import.context import ImportContext
@@ -85,7 +87,7 @@ def _legacy_table(node: OnnxNode, prefix: str, n_targets: int):  # type: ignore[
     missing = node.attrs.get("nodes_missing_value_tracks_true") or [0] * n
     table.missing[:] = np.asarray(missing[:n], bool)
     leaf = table.mode == NodeMode.LEAF
-    children = set()
+    children: set[int] = set()
     for k, (t, true_id, false_id) in enumerate(
         zip(
             tree_ids,
@@ -131,7 +133,7 @@ def _emit(
     weights: np.ndarray,
     base: np.ndarray,
     members: np.ndarray | None,
-    **attrs: object,
+    **attrs: Any,
 ) -> list[int]:
     name = node.name
     inputs = [mc.as_matrix(ctx, node.input(0))]

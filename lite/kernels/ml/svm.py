@@ -31,7 +31,7 @@ class SVM(Kernel):
             raise self.fail(f"X must be a numeric [N, F] tensor, got {x.dtype}{list(x.shape)}")
         features = x.shape[-1]
         self.sv = self.constant(1, "support_vectors").astype(np.float64)
-        coef = self.constant(2, "coefficients").astype(np.float64).ravel()
+        coef: np.ndarray = self.constant(2, "coefficients").astype(np.float64).ravel()
         self.rho = self.constant(3, "rho").astype(np.float64).ravel()
         self.kernel = attrs.str("kernel", "LINEAR")
         if self.kernel not in KERNELS:
@@ -59,7 +59,7 @@ class SVM(Kernel):
             vectors = 1 if self.linear_mode else self.sv.shape[0]
             if coef.size != (features if self.linear_mode else vectors):
                 raise self.fail(f"coefficients must hold {vectors} values, got {coef.size}")
-            self.coef = coef
+            self.coef: np.ndarray = coef
             self.output_specs = [TensorSpec((batch, 1), np.dtype(np.float32))]
             return
         self.n_classes = attrs.int("n_labels", 2)

@@ -130,3 +130,64 @@ def test_zipmap_output_is_the_probabilities_with_labels_in_metadata(kind: str) -
         assert mine.keys() == theirs.keys()
         np.testing.assert_allclose(list(mine.values()), list(theirs.values()), atol=TOLERANCE)
     assert out["output_label"].tolist() == expected["output_label"].tolist()
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "RandomForestClassifier",
+        "SVC-probability",
+        "LogisticRegression-string-labels",
+        "ColumnTransformer(OneHotEncoder)+LogisticRegression",
+        "KNeighborsClassifier",
+        "Imputer+RandomForest",
+        "Normalizer+Binarizer+PCA+Ridge",
+    ],
+)
+def test_handlers_emit_only_the_ops_they_declare(name: str) -> None:
+    from sporenet.converter.onnx_import.importer import import_onnx, op_key
+    from sporenet.converter.onnx_import.registry import HANDLERS
+
+    case = next(c for c in CASES() if c.name == name)
+    estimator, x = fitted(case)
+    onx = export(estimator, x)
+    declared = {op for n in onx.graph.node for op in HANDLERS[op_key(n)].requires}
+    emitted = {node.op for node in import_onnx(onx).graphs[0].nodes}
+    assert emitted <= declared, sorted(op.name for op in emitted - declared)
+
+
+def test_a_model_importing_only_the_ml_domain_converts() -> None:
+    import onnx
+    from onnx import TensorProto, helper
+
+    node = helper.make_node(
+        "TreeEnsembleRegressor",
+        ["X"],
+        ["Y"],
+        domain="ai.onnx.ml",
+        nodes_treeids=[0, 0, 0],
+        nodes_nodeids=[0, 1, 2],
+        nodes_featureids=[1, 0, 0],
+        nodes_values=[0.5, 0.0, 0.0],
+        nodes_modes=["BRANCH_LT", "LEAF", "LEAF"],
+        nodes_truenodeids=[1, 0, 0],
+        nodes_falsenodeids=[2, 0, 0],
+        target_treeids=[0, 0],
+        target_nodeids=[1, 2],
+        target_ids=[0, 0],
+        target_weights=[-3.0, 7.0],
+        base_values=[1.0],
+        n_targets=1,
+    )
+    graph = helper.make_graph(
+        [node],
+        "tree",
+        [helper.make_tensor_value_info("X", TensorProto.FLOAT, [None, 2])],
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [None, 1])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("ai.onnx.ml", 3)])
+    onnx.checker.check_model(model)
+    x = np.array([[0.0, 0.2], [0.0, 0.9], [1.0, np.nan]], np.float32)
+    out = Interpreter(model_content=convert_onnx(model)).run({"X": x})
+    np.testing.assert_array_equal(out["Y"], reference(model, x)["Y"])
+    np.testing.assert_array_equal(out["Y"][:, 0], [-2.0, 8.0, 8.0])
