@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from sporenet.lite import lowp
 from sporenet.lite.dims import value_input_candidates
 from sporenet.lite.dtypes import STRING, as_strings, is_string
 from sporenet.lite.errors import InputError, ShapeError, ValueNeededError
@@ -252,8 +253,13 @@ class Interpreter:
         """`value` as an array; text (unicode, bytes) fed to a STRING input becomes the
         IR's object array of str."""
         value = np.asarray(value)
-        if self.model.tensors[index].dtype == STRING and is_string(value.dtype):
+        dtype = self.model.tensors[index].dtype
+        if dtype == STRING and is_string(value.dtype):
             return as_strings(value)
+        if lowp.is_lowp(dtype):
+            # The same type from another library (ml_dtypes' bfloat16, int4, ...): a view.
+            same = lowp.as_lowp(value, dtype)
+            return value if same is None else same
         return value
 
     def _check_value(self, name: str, index: int, value: np.ndarray) -> None:

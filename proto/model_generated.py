@@ -22,6 +22,17 @@ class DType(object):
     UINT32 = 10
     UINT64 = 11
     STRING = 12
+    BFLOAT16 = 14
+    FLOAT8E4M3FN = 15
+    FLOAT8E4M3FNUZ = 16
+    FLOAT8E5M2 = 17
+    FLOAT8E5M2FNUZ = 18
+    UINT4 = 19
+    INT4 = 20
+    FLOAT4E2M1 = 21
+    FLOAT8E8M0 = 22
+    UINT2 = 23
+    INT2 = 24
 
 
 class OpCode(object):

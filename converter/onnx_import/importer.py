@@ -11,11 +11,13 @@ import onnx.version_converter
 from onnx import helper
 
 from sporenet.converter.errors import ConversionError, UnsupportedOnnxOpError
+from sporenet.converter.onnx_import import lowp_compute
 from sporenet.converter.onnx_import.context import ImportContext, contiguous
 from sporenet.converter.onnx_import.functions import expand_functions
 from sporenet.converter.onnx_import.in_place import materialize, tensor_value
 from sporenet.converter.onnx_import.node import OnnxNode
 from sporenet.converter.onnx_import.registry import HANDLERS, handler_available
+from sporenet.lite import lowp
 from sporenet.lite.dims import SIZE_FAMILIES, is_dynamic, may_feed_shapes, probe_shapes
 from sporenet.lite.dtypes import NUMPY_TO_IR
 from sporenet.lite.errors import LiteError
@@ -88,6 +90,9 @@ def _np_dtype(elem_type: int, what: str) -> np.dtype:
         dtype = np.dtype(helper.tensor_dtype_to_np_dtype(elem_type))
     except (KeyError, TypeError, ValueError):
         dtype = None
+    kind = lowp.TYPES.get(dtype.name) if dtype is not None else None
+    if kind is not None:  # ml_dtypes' bfloat16, float8, int4, ...: the IR's own
+        dtype = kind.dtype
     if dtype is None or dtype not in NUMPY_TO_IR:
         name = onnx.TensorProto.DataType.Name(elem_type) if elem_type else "undefined"
         raise ConversionError(
@@ -102,7 +107,7 @@ def initializer_value(tensor: onnx.TensorProto, data: memoryview | None = None) 
     `data`: the model's bytes, for tensors read in place (a view of them, no copy)."""
     _np_dtype(tensor.data_type, f"initializer {tensor.name!r}")
     try:
-        array = tensor_value(tensor, data)
+        array = lowp.from_foreign(tensor_value(tensor, data))
     except (ValueError, TypeError) as exc:
         raise ConversionError(f"initializer {tensor.name!r} cannot be read: {exc}") from None
     return contiguous(array)
@@ -301,7 +306,10 @@ def import_nodes(ctx: ImportContext, nodes: Sequence[onnx.NodeProto]) -> None:
         first_new = len(ctx.tensors)
         handler = HANDLERS[op_key(proto)]
         try:
-            results = handler.convert(ctx, node)
+            if lowp_compute.needs_widening(ctx, node):
+                results = lowp_compute.convert_widened(ctx, node, handler.convert)
+            else:
+                results = handler.convert(ctx, node)
         except ConversionError as exc:
             message = str(exc)
             raise ConversionError(

@@ -23,6 +23,7 @@ from enum import StrEnum
 import numpy as np
 import onnx
 
+from sporenet.lite import lowp
 from sporenet.lite.dtypes import NUMPY_TO_IR
 from tests.conformance import onnx_backend as ob
 
@@ -45,7 +46,7 @@ def _ir_elem_types() -> frozenset[int]:
             dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(code))
         except (KeyError, TypeError, ValueError):
             continue
-        if dtype in NUMPY_TO_IR:
+        if dtype in NUMPY_TO_IR or dtype.name in lowp.TYPES:  # ml_dtypes' types: lite/lowp.py
             codes.add(code)
     return frozenset(codes)
 
