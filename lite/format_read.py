@@ -19,8 +19,8 @@ from typing import Any
 
 import numpy as np
 
-from sporenet.lite import sparse
-from sporenet.lite.dtypes import to_numpy_dtype
+from sporenet.lite import lowp, sparse, strings
+from sporenet.lite.dtypes import STRING, to_numpy_dtype
 from sporenet.lite.errors import ModelFormatError
 from sporenet.lite.format_flat import FlatReader
 from sporenet.lite.format_layout import FILE_IDENTIFIER, SCHEMA_VERSION, Source
@@ -72,6 +72,22 @@ def _constant(
         raise ModelFormatError(f"{what}: a constant tensor needs a static shape, got {shape}")
     offset, size = span
     count = math.prod(shape)
+    if dtype == STRING:
+        # Python objects per element: charged to the work budget like any table entry.
+        r.spend(count + size // 16 + 1, what)
+        return strings.decode(memoryview(r.buf)[offset : offset + size], shape, what)
+    packed = lowp.lowp_type(dtype)
+    if packed is not None and packed.bits < 8:
+        expected = lowp.packed_size(count, dtype)
+        if size != expected:
+            raise ModelFormatError(
+                f"{what}: buffer {buffer_index} holds {size} bytes but shape {shape} x "
+                f"{packed.name} (packed, {packed.bits} bits each) needs {expected}"
+            )
+        r.spend(count // 4 + 1, what)  # unpacking writes one byte per element
+        data = lowp.unpack(memoryview(r.buf)[offset : offset + size], shape, dtype)
+        data.flags.writeable = False
+        return data
     expected = count * dtype.itemsize
     if size != expected:
         raise ModelFormatError(
@@ -127,6 +143,8 @@ def _parse_tensor(r: FlatReader, pos: int, index: int, buffers: list[tuple[int, 
     if f_sparse:
         if buffer_index == 0 or -1 in shape:
             raise ModelFormatError(f"{what}: a sparse tensor must be a constant of static shape")
+        if dtype == STRING or lowp.is_lowp(dtype):
+            raise ModelFormatError(f"{what}: a {dtype} tensor cannot be stored sparse")
         data = _sparse(r, r.target(f_sparse), what, dtype, shape, buffers[buffer_index], buffers)
     elif buffer_index != 0:
         data = _constant(r, what, dtype, shape, buffer_index, buffers[buffer_index])

@@ -10,8 +10,8 @@ from typing import Any
 import flatbuffers
 import numpy as np
 
-from sporenet.lite import sparse
-from sporenet.lite.dtypes import to_ir_dtype
+from sporenet.lite import lowp, sparse, strings
+from sporenet.lite.dtypes import STRING, to_ir_dtype
 from sporenet.lite.errors import ModelFormatError
 from sporenet.lite.format_layout import ALIGNMENT, FILE_IDENTIFIER, SCHEMA_VERSION
 from sporenet.lite.graph import Graph, Model, Node, Quantization, Signature, Tensor
@@ -281,7 +281,7 @@ class _Writer:
 def _stored_sparse(t: Tensor, sparsify: bool) -> bool:
     """Whether the writer stores constant `t` in the BITMASK layout: when it is marked so
     (it was read sparse, or the caller asked), or with `sparsify` when that saves space."""
-    if t.data is None:
+    if t.data is None or t.data.dtype == STRING or lowp.is_lowp(t.data.dtype):
         return False
     return t.sparsity is not None or (sparsify and sparse.worth_storing_sparse(t.data))
 
@@ -309,6 +309,12 @@ def serialize(model: Model, *, sparsify: bool = False) -> bytes:
             blobs += [values, mask]
             tensor_buffer.append(len(blobs) - 1)
             mask_buffer[i] = len(blobs)
+        elif t.data.dtype == STRING:
+            blobs.append(strings.encode(t.data))
+            tensor_buffer.append(len(blobs))
+        elif lowp.is_lowp(t.data.dtype):
+            blobs.append(lowp.pack(t.data))  # 4- and 2-bit elements packed as ONNX does
+            tensor_buffer.append(len(blobs))
         else:
             blobs.append(np.ascontiguousarray(t.data))
             tensor_buffer.append(len(blobs))

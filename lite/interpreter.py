@@ -8,7 +8,9 @@ from typing import Any
 
 import numpy as np
 
+from sporenet.lite import lowp
 from sporenet.lite.dims import value_input_candidates
+from sporenet.lite.dtypes import STRING, as_strings, is_string
 from sporenet.lite.errors import InputError, ShapeError, ValueNeededError
 from sporenet.lite.format import load, parse
 from sporenet.lite.graph import DYNAMIC, Model, shape_text
@@ -143,7 +145,10 @@ class Interpreter:
         if planned is None or self._value_inputs or writes_state(self.model):
             return
         specs = {name: planned.specs[i] for name, i in self._input_names.items()}
-        zeros = {name: np.zeros(s.shape, s.dtype) for name, s in specs.items()}
+        zeros = {
+            name: np.full(s.shape, "", s.dtype) if s.dtype == STRING else np.zeros(s.shape, s.dtype)
+            for name, s in specs.items()
+        }
         with BLAS.limit(self.num_threads):
             warm_up(planned, lambda: self.run(zeros), budget_for(load_seconds))
 
@@ -254,6 +259,19 @@ class Interpreter:
                 f"tensor {index} is not an input; inputs are {dict(self._input_names)}"
             )
 
+    def _as_input(self, index: int, value: Any) -> np.ndarray:
+        """`value` as an array; text (unicode, bytes) fed to a STRING input becomes the
+        IR's object array of str."""
+        value = np.asarray(value)
+        dtype = self.model.tensors[index].dtype
+        if dtype == STRING and is_string(value.dtype):
+            return as_strings(value)
+        if lowp.is_lowp(dtype):
+            # The same type from another library (ml_dtypes' bfloat16, int4, ...): a view.
+            same = lowp.as_lowp(value, dtype)
+            return value if same is None else same
+        return value
+
     def _check_value(self, name: str, index: int, value: np.ndarray) -> None:
         spec = self._plan.specs[index]
         if value.dtype != spec.dtype:
@@ -271,7 +289,7 @@ class Interpreter:
     def set_tensor(self, tensor_index: int, value: Any) -> None:
         """Copy `value` into an input tensor (dtype and shape must match exactly)."""
         self._check_input_index(tensor_index)
-        value = np.asarray(value)
+        value = self._as_input(tensor_index, value)
         if self._value_inputs:
             self._pending[tensor_index] = np.array(value)  # copied in by invoke
             return
@@ -308,7 +326,9 @@ class Interpreter:
             raise InputError(
                 f"inputs expected {sorted(self._input_names)}; unknown {unknown}, missing {missing}"
             )
-        values = {name: np.asarray(value) for name, value in feeds.items()}
+        values = {
+            name: self._as_input(self._input_names[name], value) for name, value in feeds.items()
+        }
         if self._value_inputs:
             self._pending = {self._input_names[name]: v for name, v in values.items()}
             self.invoke()

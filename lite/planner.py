@@ -298,7 +298,11 @@ class _Arena:
 def _reserve(specs: dict[int, TensorSpec]) -> int:
     """Bytes to reserve for a plan's arena: every intermediate tensor at once, plus room
     for temporaries several times the largest (an im2col matrix is kh*kw times its input)."""
-    sizes = [s.size * s.dtype.itemsize for s in specs.values() if s.value is None]
+    sizes = [
+        s.size * s.dtype.itemsize
+        for s in specs.values()
+        if s.value is None and not s.dtype.hasobject
+    ]
     return 2 * sum(sizes) + 16 * max(sizes, default=0) + (1 << 20)
 
 
@@ -456,8 +460,9 @@ def plan_graph(
             outs = []
             for k, spec in enumerate(kernel.output_specs):
                 i = node.outputs[k] if k < len(node.outputs) else -1
-                if i in outputs or i == -1 or i not in last_use:
-                    # Graph outputs and unused extra outputs get their own storage.
+                if i in outputs or i == -1 or i not in last_use or spec.dtype.hasobject:
+                    # Graph outputs and unused extra outputs get their own storage, and so
+                    # do string tensors (object references cannot live in a byte arena).
                     arr = np.empty(spec.shape, spec.dtype)
                 else:
                     block = arena.take(spec.size * spec.dtype.itemsize)

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from sporenet.lite import sparse
+from sporenet.lite import lowp, sparse
+from sporenet.lite.dtypes import STRING
 from sporenet.lite.errors import ModelFormatError
 from sporenet.lite.graph import Graph, Model, Node, Tensor
 from sporenet.lite.ops import OpCode
@@ -229,6 +230,35 @@ def _check_subgraphs(model: Model) -> None:
         visit(gi)
 
 
+def _check_strings(i: int, t: Tensor) -> None:
+    """A STRING tensor holds str elements only and is never quantized, sparse or trained."""
+    what = f"tensor {i} ({t.name!r})"
+    if t.quantization is not None or t.sparsity is not None or t.trainable:
+        raise ModelFormatError(f"{what}: a string tensor cannot be quantized, sparse or trainable")
+    if t.data is not None:
+        bad = next((v for v in t.data.flat if not isinstance(v, str)), None)
+        if bad is not None:
+            raise ModelFormatError(
+                f"{what}: a string tensor holds only str, found {type(bad).__name__}"
+            )
+
+
+def _check_lowp(i: int, t: Tensor, kind: lowp.LowpType) -> None:
+    """A low-precision tensor is never quantized, sparse or trained, and a 4- or 2-bit
+    constant's bytes hold nothing above its width."""
+    what = f"tensor {i} ({t.name!r})"
+    if t.quantization is not None or t.sparsity is not None or t.trainable:
+        raise ModelFormatError(
+            f"{what}: a {kind.name} tensor cannot be quantized, sparse or trainable"
+        )
+    if t.data is not None and kind.bits < 8 and t.data.size:
+        top = int(lowp.bit_patterns(t.data).max())
+        if top >= 1 << kind.bits:
+            raise ModelFormatError(
+                f"{what}: a {kind.name} element must be below {1 << kind.bits}, found {top}"
+            )
+
+
 def validate(model: Model) -> Model:
     """Raise ModelFormatError naming the first structural problem of `model`; return it."""
     from sporenet.lite.kernels import max_op_versions
@@ -242,6 +272,11 @@ def validate(model: Model) -> Model:
                     f"tensor {i} ({t.name!r}): declared {t.dtype}{list(t.shape)} but its data "
                     f"is {t.data.dtype}{list(t.data.shape)}"
                 )
+        if t.dtype == STRING:
+            _check_strings(i, t)
+        kind = lowp.lowp_type(t.dtype)
+        if kind is not None:
+            _check_lowp(i, t, kind)
         sparse.check(t, i)
         if t.quantization is not None:
             _check_quantization(i, t)

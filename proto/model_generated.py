@@ -21,7 +21,19 @@ class DType(object):
     UINT16 = 9
     UINT32 = 10
     UINT64 = 11
+    STRING = 12
     COMPLEX64 = 13
+    BFLOAT16 = 14
+    FLOAT8E4M3FN = 15
+    FLOAT8E4M3FNUZ = 16
+    FLOAT8E5M2 = 17
+    FLOAT8E5M2FNUZ = 18
+    UINT4 = 19
+    INT4 = 20
+    FLOAT4E2M1 = 21
+    FLOAT8E8M0 = 22
+    UINT2 = 23
+    INT2 = 24
 
 
 class OpCode(object):
@@ -153,11 +165,15 @@ class OpCode(object):
     COMPLEX_PART = 410
     ROUND = 411
     SIGN = 412
-    TOPK = 413
     SCATTER_ND = 414
     ATAN2 = 415
     L2_NORMALIZATION = 416
     SQUARED_DIFFERENCE = 417
+    TREE_ENSEMBLE = 500
+    LINEAR_CLASSIFIER = 501
+    SVM = 502
+    LABEL_ENCODER = 503
+    TOP_K = 510
     CALL = 650
 
 

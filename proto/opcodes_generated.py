@@ -181,9 +181,6 @@ class OpCode(enum.IntEnum):
     COMPLEX_PART = 410
     ROUND = 411  # to the nearest integer, ties to even
     SIGN = 412  # -1, 0 or 1 (0 for NaN's sign is NaN), the input's dtype
-    # TOPK: inputs (x, k scalar constant); outputs (values, int32 indices) of the k largest
-    # along the last axis, largest first, ties by the lower index.
-    TOPK = 413
     # SCATTER_ND: inputs (indices [..., k], updates, shape constant); zeros of `shape` with
     # the updates added at the index tuples (duplicates add up).
     SCATTER_ND = 414
@@ -198,3 +195,33 @@ class OpCode(enum.IntEnum):
     # takes (inputs..., outputs..., output gradients...) and gives one gradient per input,
     # of the inputs' dtypes and shapes (MindSpore's bprop, kept in the training graph).
     CALL = 650
+    # classic machine learning, ONNX's ai.onnx.ml semantics as onnxruntime runs them
+    # (500..599). Tables are constant inputs, not attributes, so they load zero-copy.
+    # TREE_ENSEMBLE: inputs (X, nodes_feature int64, nodes_threshold float64, nodes_mode
+    # int64 (0 LEQ, 1 LT, 2 GTE, 3 GT, 4 EQ, 5 NEQ, 6 LEAF, 7 MEMBER), nodes_true int64,
+    # nodes_false int64, nodes_missing_true bool, roots int64, leaf_weights float64
+    # [n_nodes, n_targets] (rows of non-leaves unused), base_values float64,
+    # member_sets float64 [n_nodes, k] (NaN padded; absent without MEMBER nodes));
+    # attributes aggregate (SUM, AVERAGE, MIN, MAX), post_transform, classifier (0/1),
+    # weighted_classes (classifier: bit mask of the class ids any leaf weighs),
+    # all_positive (classifier: every leaf weight >= 0). Outputs: regressor (scores
+    # float32 [N, n_targets]); classifier (label index int64 [N], scores [N, n_classes]).
+    TREE_ENSEMBLE = 500
+    # LINEAR_CLASSIFIER: inputs (X, coefficients float32 [n_scores, F], intercepts [n_scores]);
+    # attributes post_transform, n_labels. Outputs (label index int64 [N], scores float32
+    # [N, n_scores], or [N, 2] for one score and two labels).
+    LINEAR_CLASSIFIER = 501
+    # SVM: inputs (X, support_vectors float32 [n_sv, F], coefficients float32, rho float32,
+    # prob_a, prob_b (or absent), vectors_per_class int64 (classifier)); attributes
+    # kernel (LINEAR, POLY, RBF, SIGMOID), gamma, coef0, degree, post_transform,
+    # classifier (0/1), n_labels. Outputs: regressor (scores [N, 1]); classifier (label
+    # index int64 [N], scores float32 [N, n_scores]).
+    SVM = 502
+    # LABEL_ENCODER: inputs (x, keys [K], values [K], default [] of the values' dtype):
+    # each element of x equal to keys[k] becomes values[k], any other the default
+    # (NaN keys match NaN). Strings, integers and floats on either side.
+    LABEL_ENCODER = 503
+    # TOP_K: input x; attributes k, axis, largest (0/1), sorted (0/1). Outputs (values,
+    # indices int64) of the k largest (or smallest) entries along axis; equal values
+    # keep the lower index first, as ONNX TopK (k-nearest-neighbour models use it).
+    TOP_K = 510

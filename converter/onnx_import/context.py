@@ -100,6 +100,8 @@ class ImportContext:
         # integers before the zero point is added, the float zero point): integer ops that
         # subtract the zero point again start from there (ops/quantized.py).
         self.centred: dict[int, tuple[int, int, int]] = {}
+        # Model metadata handlers record (ZipMap's class labels, ops/ml_encoding.py).
+        self.metadata: dict[str, str] = {}
 
     def subcontext(self, *, inline: bool = False) -> ImportContext:
         """A context for a subgraph: the same tensor table, its own nodes, inputs and scope
@@ -452,6 +454,7 @@ class ImportContext:
             tensors=self.tensors,
             graphs=[graph, *self.subgraphs],
             signatures={"infer": signature},
+            metadata=dict(self.metadata),
             producer=producer,
             description=description,
         )

@@ -11,11 +11,13 @@ import onnx.version_converter
 from onnx import helper
 
 from sporenet.converter.errors import ConversionError, UnsupportedOnnxOpError
+from sporenet.converter.onnx_import import lowp_compute
 from sporenet.converter.onnx_import.context import ImportContext, contiguous
 from sporenet.converter.onnx_import.functions import expand_functions
 from sporenet.converter.onnx_import.in_place import TensorBytes, materialize, tensor_value
 from sporenet.converter.onnx_import.node import OnnxNode
 from sporenet.converter.onnx_import.registry import HANDLERS, handler_available
+from sporenet.lite import lowp
 from sporenet.lite.dims import PROBE_FAMILIES, is_dynamic, may_feed_shapes, probe_shapes
 from sporenet.lite.dtypes import NUMPY_TO_IR
 from sporenet.lite.errors import LiteError
@@ -55,7 +57,10 @@ def onnx_opset(model: onnx.ModelProto) -> int:
     """The default-domain opset the model was exported with, checked against our range."""
     versions = [o.version for o in model.opset_import if o.domain in DEFAULT_DOMAINS]
     if not versions:
-        raise ConversionError("the model imports no default-domain (ai.onnx) opset")
+        if any(node.domain in DEFAULT_DOMAINS for node in model.graph.node):
+            raise ConversionError("the model imports no default-domain (ai.onnx) opset")
+        # Only other domains' ops (an ai.onnx.ml model): the default opset is never read.
+        return MAX_OPSET
     opset = max(versions)
     if opset < MIN_OPSET:
         raise ConversionError(
@@ -85,6 +90,9 @@ def _np_dtype(elem_type: int, what: str) -> np.dtype:
         dtype = np.dtype(helper.tensor_dtype_to_np_dtype(elem_type))
     except (KeyError, TypeError, ValueError):
         dtype = None
+    kind = lowp.TYPES.get(dtype.name) if dtype is not None else None
+    if kind is not None:  # ml_dtypes' bfloat16, float8, int4, ...: the IR's own
+        dtype = kind.dtype
     if dtype is None or dtype not in NUMPY_TO_IR:
         name = onnx.TensorProto.DataType.Name(elem_type) if elem_type else "undefined"
         raise ConversionError(
@@ -100,7 +108,7 @@ def initializer_value(tensor: onnx.TensorProto, data: TensorBytes | None = None)
     place, external-data files): the value is a view of them, no copy."""
     _np_dtype(tensor.data_type, f"initializer {tensor.name!r}")
     try:
-        array = tensor_value(tensor, data)
+        array = lowp.from_foreign(tensor_value(tensor, data))
     except (ValueError, TypeError) as exc:
         raise ConversionError(f"initializer {tensor.name!r} cannot be read: {exc}") from None
     return contiguous(array)
@@ -299,7 +307,10 @@ def import_nodes(ctx: ImportContext, nodes: Sequence[onnx.NodeProto]) -> None:
         first_new = len(ctx.tensors)
         handler = HANDLERS[op_key(proto)]
         try:
-            results = handler.convert(ctx, node)
+            if lowp_compute.needs_widening(ctx, node):
+                results = lowp_compute.convert_widened(ctx, node, handler.convert)
+            else:
+                results = handler.convert(ctx, node)
         except ConversionError as exc:
             message = str(exc)
             raise ConversionError(

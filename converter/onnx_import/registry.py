@@ -20,12 +20,18 @@ from sporenet.converter.onnx_import.ops import (
     conv,
     elementwise,
     linear,
+    logsumexp,
+    ml_encoding,
+    ml_linear,
+    ml_preprocess,
+    ml_trees,
     normalization,
     quantized,
     recurrent,
     reduce,
     resize,
     shape,
+    topk,
 )
 from sporenet.lite.kernels import KERNELS
 from sporenet.lite.ops import OpCode
@@ -54,6 +60,8 @@ _QUANTIZE = (
     OpCode.QUANTIZE,
 )
 _DEQUANTIZE = (OpCode.CAST, OpCode.SUB, OpCode.MUL, OpCode.RESHAPE, OpCode.DEQUANTIZE)
+# How ai.onnx.ml handlers bring a feature input to [N, F].
+_ML_SHAPE = (OpCode.UNSQUEEZE, OpCode.FLATTEN)
 _E = elementwise
 _A = activation
 _N = normalization
@@ -242,12 +250,18 @@ HANDLERS: dict[str, Handler] = {
         _R.reduce(OpCode.REDUCE_SUM, after=(OpCode.LOG,)), OpCode.REDUCE_SUM, OpCode.LOG
     ),
     "ReduceLogSumExp": _h(
-        _R.reduce(OpCode.REDUCE_SUM, before=(OpCode.EXP,), after=(OpCode.LOG,)),
+        logsumexp.reduce_log_sum_exp,
         OpCode.REDUCE_SUM,
+        OpCode.REDUCE_MAX,
         OpCode.EXP,
         OpCode.LOG,
+        OpCode.SUB,
+        OpCode.ADD,
+        OpCode.EQUAL,
+        OpCode.WHERE,
     ),
     "ArgMax": _h(_R.arg(OpCode.ARGMAX), OpCode.ARGMAX),
+    "TopK": _h(topk.top_k, OpCode.TOP_K),
     "ArgMin": _h(_R.arg(OpCode.ARGMIN), OpCode.ARGMIN),
     # quantized: dynamic quantization (onnxruntime's quantize_dynamic)
     "DynamicQuantizeLinear": _h(
@@ -317,6 +331,56 @@ HANDLERS: dict[str, Handler] = {
     "com.microsoft.QLinearConcat": _h(
         quantized.qlinear_concat, OpCode.CONCAT, *_QUANTIZE, *_DEQUANTIZE
     ),
+    # classic machine learning: ai.onnx.ml (ops/ml_*.py)
+    "ai.onnx.ml.TreeEnsembleClassifier": _h(
+        ml_trees.tree_ensemble_classifier, OpCode.TREE_ENSEMBLE, OpCode.GATHER, *_ML_SHAPE
+    ),
+    "ai.onnx.ml.TreeEnsembleRegressor": _h(
+        ml_trees.tree_ensemble_regressor, OpCode.TREE_ENSEMBLE, *_ML_SHAPE
+    ),
+    "ai.onnx.ml.TreeEnsemble": _h(
+        ml_trees.tree_ensemble, OpCode.TREE_ENSEMBLE, OpCode.CAST, *_ML_SHAPE
+    ),
+    "ai.onnx.ml.LinearClassifier": _h(
+        ml_linear.linear_classifier, OpCode.LINEAR_CLASSIFIER, OpCode.GATHER, *_ML_SHAPE
+    ),
+    "ai.onnx.ml.LinearRegressor": _h(
+        ml_linear.linear_regressor, OpCode.FULLY_CONNECTED, OpCode.CAST, *_ML_SHAPE
+    ),
+    "ai.onnx.ml.SVMClassifier": _h(ml_linear.svm_classifier, OpCode.SVM, OpCode.GATHER, *_ML_SHAPE),
+    "ai.onnx.ml.SVMRegressor": _h(ml_linear.svm_regressor, OpCode.SVM, *_ML_SHAPE),
+    "ai.onnx.ml.Scaler": _h(ml_preprocess.scaler, OpCode.SUB, OpCode.MUL, OpCode.CAST),
+    "ai.onnx.ml.Normalizer": _h(
+        ml_preprocess.normalizer,
+        OpCode.REDUCE_MAX,
+        OpCode.REDUCE_SUM,
+        OpCode.ABS,
+        OpCode.MUL,
+        OpCode.SQRT,
+        OpCode.EQUAL,
+        OpCode.WHERE,
+        OpCode.DIV,
+        OpCode.CAST,
+        *_ML_SHAPE,
+    ),
+    "ai.onnx.ml.Binarizer": _h(ml_preprocess.binarizer, OpCode.GREATER, OpCode.CAST),
+    "ai.onnx.ml.Imputer": _h(ml_preprocess.imputer, OpCode.EQUAL, OpCode.WHERE),
+    "ai.onnx.ml.FeatureVectorizer": _h(
+        ml_preprocess.feature_vectorizer, OpCode.CONCAT, OpCode.CAST, *_ML_SHAPE
+    ),
+    "ai.onnx.ml.ArrayFeatureExtractor": _h(
+        ml_preprocess.array_feature_extractor,
+        OpCode.GATHER,
+        OpCode.CAST,
+        OpCode.RESHAPE,
+        OpCode.UNSQUEEZE,
+    ),
+    "ai.onnx.ml.LabelEncoder": _h(ml_encoding.label_encoder, OpCode.LABEL_ENCODER),
+    "ai.onnx.ml.CategoryMapper": _h(ml_encoding.category_mapper, OpCode.LABEL_ENCODER),
+    "ai.onnx.ml.OneHotEncoder": _h(
+        ml_encoding.one_hot_encoder, OpCode.UNSQUEEZE, OpCode.EQUAL, OpCode.CAST
+    ),
+    "ai.onnx.ml.ZipMap": _h(ml_encoding.zip_map, OpCode.IDENTITY),
 }
 
 

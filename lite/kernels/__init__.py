@@ -34,6 +34,10 @@ from sporenet.lite.kernels import (
     unary,
 )
 from sporenet.lite.kernels.base import Kernel, TensorSpec
+from sporenet.lite.kernels.ml import label_encoder as ml_label_encoder
+from sporenet.lite.kernels.ml import linear_classifier as ml_linear
+from sporenet.lite.kernels.ml import svm as ml_svm
+from sporenet.lite.kernels.ml import tree_ensemble as ml_trees
 from sporenet.lite.kernels.quantized import activation as q_activation
 from sporenet.lite.kernels.quantized import conv as q_conv
 from sporenet.lite.kernels.quantized import conv_transpose as q_conv_transpose
@@ -206,11 +210,16 @@ KERNELS: dict[OpCode, type[Kernel]] = {
     OpCode.COMPLEX_PART: fft.ComplexPart,
     OpCode.ROUND: unary.Round,
     OpCode.SIGN: unary.Sign,
-    OpCode.TOPK: topk.TopK,
     OpCode.SCATTER_ND: scatter_nd.ScatterNd,
     OpCode.ATAN2: elementwise.Atan2,
     OpCode.L2_NORMALIZATION: l2_norm.L2Normalization,
     OpCode.SQUARED_DIFFERENCE: elementwise.SquaredDifference,
+    # classic machine learning, ai.onnx.ml (lite/kernels/ml/)
+    OpCode.TREE_ENSEMBLE: ml_trees.TreeEnsemble,
+    OpCode.LINEAR_CLASSIFIER: ml_linear.LinearClassifier,
+    OpCode.SVM: ml_svm.SVM,
+    OpCode.LABEL_ENCODER: ml_label_encoder.LabelEncoder,
+    OpCode.TOP_K: topk.TopK,
 }
 
 QUANTIZED_KERNELS: dict[OpCode, type[Kernel]] = {

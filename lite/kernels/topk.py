@@ -1,45 +1,67 @@
-"""TOPK (TFLite's TOPK_V2): the k largest values along the last axis, largest first,
-ties broken by the lower index, with their int32 indices."""
+"""TOP_K (ONNX TopK): the k largest or smallest entries along an axis and their indices;
+equal values keep the lower index first. k is planned when the model loads."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import cast
 
 import numpy as np
 
+from sporenet.lite.kernels.axes import normalize_axis
 from sporenet.lite.kernels.base import Attrs, Compute, Kernel, TensorSpec
 from sporenet.lite.ops import OpCode
 
 
 class TopK(Kernel):
-    """inputs: x (rank >= 1), k (a constant scalar, 0 <= k <= the last axis)."""
+    """inputs x[, k (one int64, read when the graph is planned)]; attributes k (when the
+    input is absent), axis (default -1), largest (1), sorted (1)."""
 
-    op = OpCode.TOPK
-    num_inputs = (2, 2)
+    op = OpCode.TOP_K
+    num_inputs = (1, 2)
 
     def __init__(self, attrs: Attrs, inputs: Sequence[TensorSpec | None]) -> None:
         super().__init__(attrs, inputs)
         x = self.input(0)
-        if x.rank < 1 or x.dtype.kind not in "iuf":
+        if x.rank == 0 or x.dtype.kind not in "iuf":
             raise self.fail(
                 f"x must be a numeric tensor of rank >= 1, got {x.dtype}{list(x.shape)}"
             )
-        k = np.ravel(self.constant(1, "k"))
-        if k.size != 1 or not 0 <= int(k[0]) <= x.shape[-1]:
-            raise self.fail(f"k must be one value in 0..{x.shape[-1]}, got {k.tolist()}")
-        self.k = int(k[0])
-        shape = (*x.shape[:-1], self.k)
-        self.output_specs = [TensorSpec(shape, x.dtype), TensorSpec(shape, np.dtype(np.int32))]
+        self.axis = normalize_axis(self, attrs.int("axis", -1), x.rank)
+        if self.optional_input(1) is not None:
+            k_value = np.ravel(self.constant(1, "k"))
+            if k_value.size != 1:
+                raise self.fail(f"k must hold one value, got {k_value.size}")
+            self.k = int(k_value[0])
+        else:
+            self.k = attrs.int("k")
+        if self.k is None or not 0 <= self.k <= x.shape[self.axis]:
+            raise self.fail(f"k must lie in [0, {x.shape[self.axis]}], got {self.k}")
+        self.largest = bool(attrs.int("largest", 1))
+        shape = list(x.shape)
+        shape[self.axis] = self.k
+        self.output_specs = [
+            TensorSpec(tuple(shape), x.dtype),
+            TensorSpec(tuple(shape), np.dtype(np.int64)),
+        ]
 
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
-        x: np.ndarray = inputs[0]  # type: ignore[assignment]
-        values, indices, k = outputs[0], outputs[1], self.k
+        x = cast(np.ndarray, inputs[0])  # a required input, checked when prepared
+        values, indices = outputs
+        axis, k, largest = self.axis, self.k, self.largest
 
         def compute() -> None:
-            # A stable sort of the negated values keeps equal values in index order.
-            order = np.argsort(-x if x.dtype.kind == "f" else ~x, axis=-1, kind="stable")
-            top = order[..., :k]
-            np.copyto(indices, top, casting="unsafe")
-            np.copyto(values, np.take_along_axis(x, top, axis=-1))
+            # A stable sort of -x (largest) keeps equal values in index order; unsigned
+            # values are flipped through their maximum instead of negated.
+            if not largest:
+                key = x
+            elif x.dtype.kind == "u":
+                key = np.iinfo(x.dtype).max - x
+            else:
+                key = -x
+            order = np.argsort(key, axis=axis, kind="stable")
+            top = np.take(order, np.arange(k), axis=axis)
+            indices[...] = top
+            values[...] = np.take_along_axis(x, top, axis=axis)
 
         return compute

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from sporenet.lite import lowp
 from sporenet.lite.kernels.axes import ints_arg, normalize_axes, normalize_axis
 from sporenet.lite.kernels.base import REQUIRED, Attrs, Compute, Kernel, TensorSpec
 from sporenet.lite.kernels.reshape import ViewKernel
@@ -352,7 +353,7 @@ class Tile(Kernel):
 # --------------------------------------------------------------------------- dtype, select, shape
 
 # ONNX TensorProto.DataType codes for Cast's `to` (the converter passes them through).
-_ONNX_DTYPES: dict[int, np.dtype] = {
+ONNX_DTYPES: dict[int, np.dtype] = {
     1: np.dtype(np.float32),
     2: np.dtype(np.uint8),
     3: np.dtype(np.int8),
@@ -365,13 +366,29 @@ _ONNX_DTYPES: dict[int, np.dtype] = {
     11: np.dtype(np.float64),
     12: np.dtype(np.uint32),
     13: np.dtype(np.uint64),
+    16: lowp.BFLOAT16,
+    17: lowp.FLOAT8E4M3FN,
+    18: lowp.FLOAT8E4M3FNUZ,
+    19: lowp.FLOAT8E5M2,
+    20: lowp.FLOAT8E5M2FNUZ,
+    21: lowp.UINT4,
+    22: lowp.INT4,
+    23: lowp.FLOAT4E2M1,
+    24: lowp.FLOAT8E8M0,
+    25: lowp.UINT2,
+    26: lowp.INT2,
 }
-_DTYPE_NAMES = {str(d): d for d in _ONNX_DTYPES.values()}
+_DTYPE_NAMES = {
+    (lowp.lowp_type(d).name if lowp.is_lowp(d) else str(d)): d  # type: ignore[union-attr]
+    for d in ONNX_DTYPES.values()
+}
 
 
 class Cast(Kernel):
     """Convert to dtype `to`: an ONNX TensorProto code (1 = float32, 7 = int64, ...) or a
-    NumPy dtype name ("float32"). Float to int truncates toward zero, as C and ONNX do."""
+    NumPy dtype name ("float32"). Float to int truncates toward zero, as C and ONNX do.
+    Low-precision types (lite/lowp.py) go through float32 (or int8/uint8): `saturate` and
+    `round_mode` are ONNX's attributes for the float8 targets."""
 
     op = OpCode.CAST
 
@@ -379,20 +396,41 @@ class Cast(Kernel):
         super().__init__(attrs, inputs)
         x = self.input(0)
         to = attrs.values.get("to")
-        if isinstance(to, int | np.integer) and not isinstance(to, bool) and to in _ONNX_DTYPES:
-            dtype = _ONNX_DTYPES[int(to)]
+        if isinstance(to, int | np.integer) and not isinstance(to, bool) and to in ONNX_DTYPES:
+            dtype = ONNX_DTYPES[int(to)]
         elif isinstance(to, str) and to in _DTYPE_NAMES:
             dtype = _DTYPE_NAMES[to]
         else:
             raise self.fail(
                 f"attribute 'to' must be one of the ONNX dtype codes "
-                f"{sorted(_ONNX_DTYPES)} or names {sorted(_DTYPE_NAMES)}, got {to!r}"
+                f"{sorted(ONNX_DTYPES)} or names {sorted(_DTYPE_NAMES)}, got {to!r}"
+            )
+        self.saturate = bool(attrs.int("saturate", 1))
+        self.round_mode = attrs.str("round_mode", "up")
+        if self.round_mode not in ("up", "down", "nearest"):
+            raise self.fail(
+                f"round_mode must be 'up', 'down' or 'nearest', got {self.round_mode!r}"
             )
         self.output_specs = [TensorSpec(x.shape, dtype)]
 
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
         x, out = inputs[0], outputs[0]
-        return lambda: np.copyto(out, x, casting="unsafe")
+        assert x is not None
+        source, target = lowp.is_lowp(x.dtype), lowp.is_lowp(out.dtype)
+        if not source and not target:
+            return lambda: np.copyto(out, x, casting="unsafe")
+
+        def compute() -> None:
+            wide = lowp.decode(x) if source else x
+            if target:
+                narrow = lowp.encode(
+                    wide, out.dtype, saturate=self.saturate, round_mode=self.round_mode
+                )
+                np.copyto(out, narrow)
+            else:
+                np.copyto(out, wide, casting="unsafe")
+
+        return compute
 
 
 class Where(Kernel):

@@ -38,7 +38,7 @@ from onnx.backend.test.loader import DATA_DIR, load_model_tests
 from sporenet.converter import convert_onnx
 from sporenet.converter.onnx_import.importer import op_key
 from sporenet.converter.onnx_import.registry import is_supported
-from sporenet.lite import Interpreter
+from sporenet.lite import Interpreter, lowp
 
 LIGHT_MODELS = (
     "bvlc_alexnet",
@@ -429,7 +429,9 @@ def run_case(case: Case, *, optimize: bool = True) -> str | None:
             return f"expected {len(expected)} outputs, the model has {len(output_names)}"
         for name, want in zip(output_names, expected, strict=True):
             got = outputs[name]
-            want = np.asarray(want)
+            want = lowp.from_foreign(np.asarray(want))  # ml_dtypes' bfloat16, int4, ...
+            if lowp.is_lowp(want.dtype) and got.dtype == want.dtype:
+                got, want = lowp.decode(got), lowp.decode(want)  # compared as values
             if got.shape != want.shape:
                 return f"output {name!r}: shape {list(got.shape)} != {list(want.shape)}"
             if got.dtype != want.dtype:

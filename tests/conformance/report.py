@@ -23,6 +23,7 @@ from enum import StrEnum
 import numpy as np
 import onnx
 
+from sporenet.lite import lowp
 from sporenet.lite.dtypes import NUMPY_TO_IR
 from tests.conformance import onnx_backend as ob
 
@@ -45,7 +46,7 @@ def _ir_elem_types() -> frozenset[int]:
             dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(code))
         except (KeyError, TypeError, ValueError):
             continue
-        if dtype in NUMPY_TO_IR:
+        if dtype in NUMPY_TO_IR or dtype.name in lowp.TYPES:  # ml_dtypes' types: lite/lowp.py
             codes.add(code)
     return frozenset(codes)
 
@@ -227,7 +228,7 @@ def render(outcomes: list[Outcome]) -> str:
     ]
     meaning = {
         Reason.DTYPE: "a tensor, Cast target or input is of a type proto/model.fbs cannot "
-        "store (bfloat16, float8, float4, 4- and 2-bit ints, string, sequences)",
+        "store (bfloat16, float8, float4, 4- and 2-bit ints, sequences, optionals)",
         Reason.RUNTIME_SHAPE: "an argument the planner needs (axes, pads, shape, sizes, "
         "scales, k, repeats, split, depth) is fed as a graph input at run time",
         Reason.CONVERSION: "the converter refuses an attribute, mode, rank or extra output",

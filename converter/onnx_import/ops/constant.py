@@ -8,6 +8,7 @@ from sporenet.converter.onnx_import.context import MAX_TENSOR_BYTES, ImportConte
 from sporenet.converter.onnx_import.in_place import tensor_value
 from sporenet.converter.onnx_import.node import OnnxNode, as_ints
 from sporenet.converter.passes.graph_utils import MATERIALIZE_LIMIT
+from sporenet.lite import lowp
 from sporenet.lite.graph import DYNAMIC
 from sporenet.lite.kernels import KERNELS
 from sporenet.lite.ops import OpCode
@@ -16,7 +17,7 @@ from sporenet.lite.ops import OpCode
 def constant(ctx: ImportContext, node: OnnxNode) -> list[int]:
     attrs = node.attrs
     if "value" in attrs:
-        value = tensor_value(attrs["value"], ctx.data)
+        value = lowp.from_foreign(tensor_value(attrs["value"], ctx.data))
     elif "value_float" in attrs:
         value = np.array(attrs["value_float"], np.float32)
     elif "value_floats" in attrs:
@@ -37,7 +38,7 @@ def constant(ctx: ImportContext, node: OnnxNode) -> list[int]:
 def constant_of_shape(ctx: ImportContext, node: OnnxNode) -> list[int]:
     shape = as_ints(ctx.value(node.input(0)))
     fill = (
-        tensor_value(node.attrs["value"], ctx.data).reshape(())
+        lowp.from_foreign(tensor_value(node.attrs["value"], ctx.data)).reshape(())
         if "value" in node.attrs
         else np.array(0, np.float32)
     )

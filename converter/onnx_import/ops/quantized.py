@@ -17,7 +17,9 @@ import numpy as np
 from sporenet.converter.onnx_import.context import ImportContext
 from sporenet.converter.onnx_import.node import OnnxNode
 from sporenet.converter.onnx_import.ops import conv as conv_ops
+from sporenet.lite import lowp
 from sporenet.lite.graph import Quantization
+from sporenet.lite.kernels.transform import ONNX_DTYPES as KERNEL_CAST_TYPES
 from sporenet.lite.ops import OpCode
 
 ROUNDER = np.float32(1.5 * 2**23)
@@ -388,8 +390,45 @@ def _quantize(
     )
 
 
+def _lowp_target(ctx: ImportContext, node: OnnxNode) -> np.dtype | None:
+    """QuantizeLinear's output type when it is a low-precision one (float8, int4, ...)."""
+    if node.input(2) != -1:
+        dtype = ctx.dtype(node.input(2))
+    else:
+        code = int(node.attr("output_dtype", 0))
+        dtype = KERNEL_CAST_TYPES.get(code, np.dtype(np.uint8))
+    return dtype if lowp.is_lowp(dtype) else None
+
+
+def _quantize_lowp(ctx: ImportContext, node: OnnxNode, dtype: np.dtype) -> int:
+    """QuantizeLinear to a low-precision type: integers as saturate(round(x / scale) + zp)
+    then an exact Cast; floats (float8, float4) as x / scale + zp cast with rounding to
+    nearest even and the node's saturation."""
+    x, axis = node.input(0), int(node.attr("axis", 1))
+    rank = ctx.rank(x)
+    if ctx.dtype(x) != np.float32:
+        x = ctx.emit1(OpCode.CAST, [x], to="float32")
+    kind = lowp.lowp_type(dtype)
+    assert kind is not None
+    y = ctx.emit1(OpCode.DIV, [x, _param_tensor(ctx, node, 1, axis, rank)])
+    if kind.kind != "float":
+        y = _round(ctx, y, node.name)
+    if node.input(2) != -1:
+        y = ctx.emit1(OpCode.ADD, [y, _param_tensor(ctx, node, 2, axis, rank)])
+    if kind.kind != "float":
+        lo = -(1 << (kind.bits - 1)) if kind.kind == "int" else 0
+        hi = (1 << (kind.bits - 1)) - 1 if kind.kind == "int" else (1 << kind.bits) - 1
+        y = ctx.emit1(OpCode.MAXIMUM, [y, _scalar(ctx, f"{node.name}/qmin", lo)])
+        y = ctx.emit1(OpCode.MINIMUM, [y, _scalar(ctx, f"{node.name}/qmax", hi)])
+    saturate = int(node.attr("saturate", 1))
+    return ctx.emit1(OpCode.CAST, [y], to=kind.name, saturate=saturate)
+
+
 def quantize_linear(ctx: ImportContext, node: OnnxNode) -> list[int]:
     x = node.input(0)
+    target = _lowp_target(ctx, node)
+    if target is not None:
+        return [_quantize_lowp(ctx, node, target)]
     axis = int(node.attr("axis", 1))
     dtype = _output_dtype(ctx, node, 2)
     if _blocked(node) or not _is_static(ctx, node, 1, 2):
@@ -415,6 +454,13 @@ def dequantize_linear(ctx: ImportContext, node: OnnxNode) -> list[int]:
                 )
             ]
     axis = int(node.attr("axis", 1))
+    if lowp.is_lowp(ctx.dtype(q)):  # float8, int4, ...: through float32
+        y = _dq_dynamic(ctx, node, q, 1, 2, axis)
+        scale_type = ctx.dtype(node.input(1))
+        if scale_type != np.float32:
+            kind = lowp.lowp_type(scale_type)
+            y = ctx.emit1(OpCode.CAST, [y], to=kind.name if kind else str(scale_type))
+        return [y]
     if ctx.dtype(q) not in ANY_RANGE and ctx.dtype(q) != np.int32:
         raise node.fail(
             f"dequantizing {ctx.dtype(q)} is not supported (int8, uint8, int16, uint16, int32 are)"

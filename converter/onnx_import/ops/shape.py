@@ -12,6 +12,7 @@ import numpy as np
 
 from sporenet.converter.onnx_import.context import ImportContext
 from sporenet.converter.onnx_import.node import OnnxNode, as_ints
+from sporenet.lite import lowp
 from sporenet.lite.ops import OpCode
 
 
@@ -160,12 +161,27 @@ def tile(ctx: ImportContext, node: OnnxNode) -> list[int]:
     return [ctx.emit1(OpCode.TILE, _with_arg(node.input(0), tensor), repeats=repeats)]
 
 
+def _cast_options(node: OnnxNode) -> dict[str, int | str]:
+    """Cast's float8 options (opset 19, 24), passed only when the node sets them."""
+    options: dict[str, int | str] = {}
+    if node.attr("saturate", None) is not None:
+        options["saturate"] = int(node.attr("saturate"))
+    if node.attr("round_mode", None) is not None:
+        mode = node.attr("round_mode")
+        options["round_mode"] = mode.decode() if isinstance(mode, bytes) else str(mode)
+    return options
+
+
 def cast(ctx: ImportContext, node: OnnxNode) -> list[int]:
-    return [ctx.emit1(OpCode.CAST, [node.input(0)], to=int(node.attr("to")))]
+    to = int(node.attr("to"))
+    return [ctx.emit1(OpCode.CAST, [node.input(0)], to=to, **_cast_options(node))]
 
 
 def cast_like(ctx: ImportContext, node: OnnxNode) -> list[int]:
-    return [ctx.emit1(OpCode.CAST, [node.input(0)], to=str(ctx.dtype(node.input(1))))]
+    target = ctx.dtype(node.input(1))
+    kind = lowp.lowp_type(target)
+    to = kind.name if kind is not None else str(target)
+    return [ctx.emit1(OpCode.CAST, [node.input(0)], to=to, **_cast_options(node))]
 
 
 def pad(ctx: ImportContext, node: OnnxNode) -> list[int]:

@@ -148,7 +148,7 @@ HANDLERS: dict[str, Entry] = {
     "GATHER_ND": _e(math.gather_nd, _O.GATHER_ND),
     "EMBEDDING_LOOKUP": _e(more.embedding_lookup, _O.GATHER),
     "SCATTER_ND": _e(more.scatter_nd, _O.SCATTER_ND),
-    "TOPK_V2": _e(more.topk_v2, _O.TOPK),
+    "TOPK_V2": _e(more.topk_v2, _O.TOP_K, _O.CAST),
     "SPACE_TO_BATCH_ND": _e(more.space_to_batch_nd, _O.PAD, _O.RESHAPE, _O.TRANSPOSE),
     "BATCH_TO_SPACE_ND": _e(more.batch_to_space_nd, _O.RESHAPE, _O.TRANSPOSE, _O.SLICE),
     "ONE_HOT": _e(math.one_hot, _O.ONE_HOT),

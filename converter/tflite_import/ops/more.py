@@ -137,13 +137,15 @@ def batch_to_space_nd(lc: LayoutContext, op: TfliteOperator) -> None:
 
 def topk_v2(lc: LayoutContext, op: TfliteOperator) -> None:
     x, k = op.inputs[:2]
+    # TOP_K gives int64 indices (ONNX's); TFLite's are int32.
     values, indices = lc.ctx.emit(
-        OpCode.TOPK,
-        [lc.get(x), lc.ctx.constant("k", lc.constant_value(k, "k").reshape(()))],
+        OpCode.TOP_K,
+        [lc.get(x), lc.ctx.constant("k", lc.constant_value(k, "k").reshape(-1).astype(np.int64))],
         num_outputs=2,
+        axis=-1,
     )
     lc.set(op.outputs[0], values)
-    lc.set(op.outputs[1], indices)
+    lc.set(op.outputs[1], lc.ctx.emit1(OpCode.CAST, [indices], to="int32"))
 
 
 def scatter_nd(lc: LayoutContext, op: TfliteOperator) -> None:

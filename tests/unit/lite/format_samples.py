@@ -13,7 +13,7 @@ from unittest import mock
 import numpy as np
 
 from sporenet.lite import format as fmt
-from sporenet.lite import format_write
+from sporenet.lite import format_write, lowp
 from sporenet.lite.builder import ModelBuilder
 from sporenet.lite.graph import Graph, Model, Node, Quantization, Signature, Tensor
 from sporenet.lite.ops import OpCode
@@ -160,3 +160,38 @@ def weight_end(data: bytes) -> int:
     root = fb.Model.GetRootAs(data, 0)
     ends = [root.Buffers(i).Offset() + root.Buffers(i).Size() for i in range(root.BuffersLength())]
     return max(ends, default=0)
+
+
+def strings_model() -> Model:
+    """Text in and out: STRING constants (empty, multi-byte and long texts) read by
+    LABEL_ENCODER, category names -> ids -> names."""
+    names = np.array(["", "é", "中文", "x" * 300, "cat"], dtype=object)
+    ids = np.arange(5, dtype=np.int64)
+    b = ModelBuilder(description="strings")
+    x = b.input("category", (-1,), dtype=object)
+    keys = b.constant("names", names)
+    values = b.constant("ids", ids)
+    missing = b.constant("missing", np.array(-1, np.int64))
+    encoded = b.op(OpCode.LABEL_ENCODER, [x, keys, values, missing])
+    fallback = b.constant("unknown", np.array("?", dtype=object))
+    back = b.op(OpCode.LABEL_ENCODER, [encoded, values, keys, fallback])
+    b.output(encoded, name="id")
+    b.output(back, name="name")
+    return b.build()
+
+
+def lowp_model() -> Model:
+    """Low-precision element types in and out (lite/lowp.py): a bfloat16 input cast to
+    float32 and added to a float8 constant; an odd-sized int4 constant (packed nibbles,
+    the last byte half used) and a uint2 one cast up and added; the sum cast to bfloat16."""
+    b = ModelBuilder(description="low precision")
+    x = b.input("x", (2, 3), dtype=lowp.BFLOAT16)
+    f8 = b.constant("f8", lowp.encode(np.linspace(-3, 3, 6).reshape(2, 3), lowp.FLOAT8E4M3FN))
+    i4 = b.constant("i4", lowp.encode(np.array([[-8, -1, 7], [0, 3, -5]]), lowp.INT4))
+    u2 = b.constant("u2", lowp.encode(np.array([[0, 1, 2], [3, 2, 1]]), lowp.UINT2))
+    wide = b.op(OpCode.CAST, [x], to=1)
+    total = b.op(OpCode.ADD, [wide, b.op(OpCode.CAST, [f8], to=1)])
+    ints = b.op(OpCode.ADD, [b.op(OpCode.CAST, [i4], to=1), b.op(OpCode.CAST, [u2], to=1)])
+    b.output(b.op(OpCode.CAST, [b.op(OpCode.ADD, [total, ints])], to=16), name="y")
+    b.output(b.op(OpCode.CAST, [wide], to=22), name="as_int4")
+    return b.build()

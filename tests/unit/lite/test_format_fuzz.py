@@ -24,10 +24,18 @@ from hypothesis import strategies as st
 from sporenet.lite import ModelFormatError, parse, serialize
 from sporenet.lite.format import FILE_IDENTIFIER
 from sporenet.proto import model_generated as fb
-from tests.unit.lite.format_samples import mlp_model, rich_model
+from tests.unit.lite.format_samples import lowp_model, mlp_model, rich_model, strings_model
 
-# The sparsified rich model stores some tensors in the BITMASK layout (lite/sparse.py).
-SEEDS = [serialize(mlp_model()), serialize(rich_model()), serialize(rich_model(), sparsify=True)]
+# The sparsified rich model stores some tensors in the BITMASK layout (lite/sparse.py); the
+# strings model STRING constants (lengths, then UTF-8 bytes: lite/strings.py); the lowp
+# model bfloat16, float8 and packed int4 / uint2 constants (lite/lowp.py).
+SEEDS = [
+    serialize(mlp_model()),
+    serialize(rich_model()),
+    serialize(rich_model(), sparsify=True),
+    serialize(strings_model()),
+    serialize(lowp_model()),
+]
 # A parse takes milliseconds (~1 s for the largest crafted file under tracemalloc); the
 # deadline is far above that so a loaded, shared CI machine never trips it, only a hang.
 CASE_SECONDS = 30.0

@@ -1,0 +1,252 @@
+"""TREE_ENSEMBLE: a forest of decision trees (ai.onnx.ml TreeEnsembleRegressor,
+TreeEnsembleClassifier and TreeEnsemble), evaluated for every sample and tree at once.
+
+The trees are one flat node table (all trees' nodes, children as global row indices).
+Every (sample, tree) pair starts at its tree's root; each step moves all pairs that are
+not yet at a leaf one level down with NumPy gathers and comparisons, and drops those that
+reached a leaf, so the work is the total path length and the Python loop runs once per
+level of the deepest tree, never per node or per tree.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from enum import IntEnum
+
+import numpy as np
+
+from sporenet.lite.kernels.base import Attrs, Compute, Kernel, TensorSpec
+from sporenet.lite.kernels.ml import post_transform as pt
+from sporenet.lite.ops import OpCode
+
+
+class NodeMode(IntEnum):
+    """How a node routes a sample (the IR's nodes_mode codes)."""
+
+    LEQ = 0
+    LT = 1
+    GTE = 2
+    GT = 3
+    EQ = 4
+    NEQ = 5
+    LEAF = 6
+    MEMBER = 7
+
+
+_COMPARE = {
+    NodeMode.LEQ: np.less_equal,
+    NodeMode.LT: np.less,
+    NodeMode.GTE: np.greater_equal,
+    NodeMode.GT: np.greater,
+    NodeMode.EQ: np.equal,
+    NodeMode.NEQ: np.not_equal,
+}
+AGGREGATES = ("SUM", "AVERAGE", "MIN", "MAX")
+
+
+class TreeEnsemble(Kernel):
+    """inputs: X, nodes_feature, nodes_threshold, nodes_mode, nodes_true, nodes_false,
+    nodes_missing_true, roots, leaf_weights, base_values[, member_sets]. For a leaf,
+    nodes_true holds its row of leaf_weights (NaN where the leaf gives a target nothing)."""
+
+    op = OpCode.TREE_ENSEMBLE
+    num_inputs = (10, 11)
+
+    def __init__(self, attrs: Attrs, inputs: Sequence[TensorSpec | None]) -> None:
+        super().__init__(attrs, inputs)
+        x = self.input(0)
+        if x.dtype.kind not in "iuf" or x.rank not in (1, 2):
+            raise self.fail(f"X must be a numeric [N, F] tensor, got {x.dtype}{list(x.shape)}")
+        feature = self.constant(1, "nodes_feature").astype(np.intp)
+        threshold = self.constant(2, "nodes_threshold").astype(np.float64)
+        mode = self.constant(3, "nodes_mode").astype(np.int64)
+        true = self.constant(4, "nodes_true").astype(np.intp)
+        false = self.constant(5, "nodes_false").astype(np.intp)
+        missing = self.constant(6, "nodes_missing_true").astype(np.bool_)
+        roots = self.constant(7, "roots").astype(np.intp)
+        weights = self.constant(8, "leaf_weights").astype(np.float64)
+        base = self.constant(9, "base_values").astype(np.float64).ravel()
+        n = feature.size
+        if any(a.shape != (n,) for a in (threshold, mode, true, false, missing)):
+            raise self.fail(f"the node tables must all have shape [{n}]")
+        if weights.ndim != 2:
+            raise self.fail(f"leaf_weights must be [leaves, targets], got {list(weights.shape)}")
+        if not np.isin(mode, list(NodeMode)).all():
+            raise self.fail(f"nodes_mode holds codes outside {[int(m) for m in NodeMode]}")
+        leaf = mode == NodeMode.LEAF
+        features = x.shape[-1]
+        branch = ~leaf
+        if (feature[branch] < 0).any() or (feature[branch] >= features).any():
+            raise self.fail(f"a node reads a feature outside [0, {features})")
+        for what, child, bound in (("true", true, n), ("false", false, n)):
+            if ((child[branch] < 0) | (child[branch] >= bound)).any():
+                raise self.fail(f"a node's {what} child is outside the node table [0, {n})")
+        if ((true[leaf] < 0) | (true[leaf] >= weights.shape[0])).any():
+            raise self.fail(f"a leaf's weight row is outside [0, {weights.shape[0]})")
+        if roots.size == 0 or (roots < 0).any() or (roots >= n).any():
+            raise self.fail(f"roots must name rows of the node table [0, {n})")
+        self.depth = _depth(roots, true, false, leaf, self.fail)
+        members = self.optional_input(10)
+        self.members = None if members is None else self.constant(10, "member_sets")
+        if (mode == NodeMode.MEMBER).any() and self.members is None:
+            raise self.fail("MEMBER nodes need the member_sets input")
+        self.aggregate = attrs.str("aggregate", "SUM")
+        if self.aggregate not in AGGREGATES:
+            raise self.fail(f"aggregate must be one of {AGGREGATES}, got {self.aggregate!r}")
+        self.transform = pt.parse(attrs.str("post_transform", "NONE"), self.fail)
+        self.classifier = bool(attrs.int("classifier", 0))
+        self.tables = (feature, threshold, mode, true, false, missing, leaf)
+        self.roots = roots
+        self.weights = weights
+        self.sum_weights = np.nan_to_num(weights, nan=0.0).astype(np.float32)
+        self.base = base
+        self.modes = sorted({NodeMode(int(m)) for m in np.unique(mode[branch])})
+        self.n_targets = weights.shape[1]
+        batch = x.shape[0] if x.rank == 2 else 1
+        if self.classifier:
+            mask = attrs.int("weighted_classes", (1 << self.n_targets) - 1)
+            self.weighted = np.array([(mask >> k) & 1 for k in range(self.n_targets)], bool)
+            self.all_positive = bool(attrs.int("all_positive", 0))
+            self.output_specs = [
+                TensorSpec((batch,), np.dtype(np.int64)),
+                TensorSpec((batch, self.n_targets), np.dtype(np.float32)),
+            ]
+        else:
+            self.output_specs = [TensorSpec((batch, self.n_targets), np.dtype(np.float32))]
+
+    def leaves(self, x: np.ndarray) -> np.ndarray:
+        """The leaf each (sample, tree) pair reaches: node rows [N, trees]."""
+        feature, threshold, mode, true, false, missing, leaf = self.tables
+        x = x.reshape(-1, x.shape[-1]).astype(np.float64, copy=False)
+        batch, trees = x.shape[0], self.roots.size
+        node = np.tile(self.roots, batch)
+        sample = np.repeat(np.arange(batch), trees)
+        active = np.flatnonzero(~leaf[node])
+        at, rows = node[active], sample[active]
+        single = self.modes[0] if len(self.modes) == 1 else None
+        while active.size:
+            value = x[rows, feature[at]]
+            if single is not None and single is not NodeMode.MEMBER:
+                go = _COMPARE[single](value, threshold[at])
+            else:
+                go = self._route(value, at, mode[at])
+            go |= missing[at] & np.isnan(value)
+            at = np.where(go, true[at], false[at])
+            node[active] = at
+            still = ~leaf[at]
+            active, at, rows = active[still], at[still], rows[still]
+        return node.reshape(batch, trees)
+
+    def _route(self, value: np.ndarray, at: np.ndarray, modes: np.ndarray) -> np.ndarray:
+        threshold = self.tables[1]
+        go = np.zeros(value.shape, np.bool_)
+        for m in self.modes:
+            pick = modes == m
+            if m is NodeMode.MEMBER:
+                sets = self.members[at[pick]]  # type: ignore[index]
+                go[pick] = (sets == value[pick, None]).any(axis=1)
+            else:
+                go[pick] = _COMPARE[m](value[pick], threshold[at[pick]])
+        return go
+
+    def scores(self, x: np.ndarray) -> np.ndarray:
+        """Aggregated leaf weights [N, targets] (float32), before base values."""
+        rows = self.tables[3][self.leaves(x)]  # leaf -> its weight row
+        if self.aggregate in ("MIN", "MAX"):
+            picked = self.weights[rows]  # [N, trees, targets], NaN: no weight
+            pick = np.fmin if self.aggregate == "MIN" else np.fmax
+            return np.nan_to_num(pick.reduce(picked, axis=1), nan=0.0).astype(np.float32)
+        # Summed in float32 tree after tree, as onnxruntime does: a sum that lands on a
+        # decision threshold (a vote share of exactly 0.5) then rounds the same way. NumPy
+        # reduces an outer axis row by row, in order (pairwise only along the inner one).
+        total = self.sum_weights[rows.T].sum(axis=0, dtype=np.float32)
+        if self.aggregate == "AVERAGE":
+            total /= np.float32(self.roots.size)
+        return total
+
+    def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
+        x = inputs[0]
+        if not self.classifier:
+            (out,) = outputs
+
+            def regress() -> None:
+                out[...] = self._regressor(self.scores(x))  # type: ignore[arg-type]
+
+            return regress
+        label, probs = outputs
+
+        def classify() -> None:
+            index, z = self._classifier(self.scores(x))  # type: ignore[arg-type]
+            label[...] = index
+            probs[...] = z
+
+        return classify
+
+    def _regressor(self, s: np.ndarray) -> np.ndarray:
+        if self.base.size == self.n_targets:
+            s = s + self.base.astype(np.float32)
+        if self.n_targets == 1:
+            # onnxruntime applies only PROBIT to a single score.
+            return pt.probit(s) if self.transform is pt.PostTransform.PROBIT else s
+        return pt.apply(self.transform, s)
+
+    def _classifier(self, s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Label indices and scores, with onnxruntime's rules for two classes."""
+        if self.n_targets > 2 or self.n_targets == 1:
+            if self.base.size == self.n_targets:
+                s = s + self.base.astype(np.float32)
+            scored = np.where(self.weighted | (self.base.size == self.n_targets), s, -np.inf)
+            return np.argmax(scored, axis=1), pt.apply(self.transform, s)
+        return self._binary(s)
+
+    def _binary(self, s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        h0, h1 = bool(self.weighted[0]), bool(self.weighted[1])
+        s0, s1 = s[:, 0].copy(), s[:, 1].copy()
+        base = self.base.astype(np.float32)
+        two = True  # whether both scores are kept (else one, widened to two)
+        mode = np.full(s0.shape, -1)
+        if base.size == 2:
+            if h1:
+                s1 = base[1] + s0
+                s0 = -s1
+            else:
+                s0, s1 = s0 + base[0], s1 + base[1]
+        elif base.size == 1:
+            s0 = s0 + base[0]
+            two = h1
+        elif base.size == 0:
+            mode[:] = 3
+            two = h1
+        positive = s1 if (two and h1) else (s0 if h0 else np.zeros_like(s0))
+        if int(self.weighted.sum()) == 1:  # onnxruntime's binary case
+            if self.all_positive:
+                won = positive > 0.5
+                mode = np.where(won, 0, 1)
+            else:
+                won = positive > 0
+                mode = np.where(won, 2, 3)
+        else:
+            won = positive > 0
+        index = won.astype(np.int64)
+        if two:
+            return index, pt.apply(self.transform, np.stack([s0, s1], axis=1))
+        if (mode < 0).any():
+            z = np.stack([s0, np.zeros_like(s0)], axis=1).astype(np.float32)
+            return index, z
+        return index, pt.second_class(self.transform, s0, mode)
+
+
+def _depth(roots: np.ndarray, true: np.ndarray, false: np.ndarray, leaf: np.ndarray, fail) -> int:  # type: ignore[no-untyped-def]
+    """Levels of the deepest tree; a cycle in the node table is an error."""
+    level = np.unique(roots)
+    depth = 0
+    seen = 0
+    limit = leaf.size
+    while level.size:
+        seen += level.size
+        if seen > limit * max(1, roots.size) or depth > limit:
+            raise fail("the node table has a cycle (a node is its own descendant)")
+        inner = level[~leaf[level]]
+        level = np.unique(np.concatenate([true[inner], false[inner]]))
+        depth += 1
+    return depth
