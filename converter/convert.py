@@ -35,6 +35,7 @@ class ConversionReport:
     producer: str = ""
     seconds: float = 0.0
     output_bytes: int = 0
+    notes: list[str] = field(default_factory=list)  # what the user should know (a fixed size)
 
 
 def _ir_ops(model: Model) -> Counter[str]:

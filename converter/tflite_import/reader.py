@@ -80,6 +80,17 @@ class TfliteOperator:
 
 
 @dataclass
+class TfliteSignature:
+    """A SignatureDef: a named entry point into a subgraph, with its own input and output
+    names (LiteRT's `serving_default {img -> output_0}`) mapped to tensor indices."""
+
+    key: str
+    subgraph: int
+    inputs: dict[str, int]
+    outputs: dict[str, int]
+
+
+@dataclass
 class TfliteModel:
     version: int
     description: str
@@ -88,7 +99,7 @@ class TfliteModel:
     inputs: list[int]
     outputs: list[int]
     num_subgraphs: int = 1
-    signature_names: dict[str, str] = field(default_factory=dict)
+    signatures: list[TfliteSignature] = field(default_factory=list)
 
 
 def is_tflite(data: bytes | bytearray | memoryview) -> bool:
@@ -161,7 +172,52 @@ def _read(data: bytes) -> TfliteModel:
         inputs=indices(graph.InputsAsNumpy(), "the graph's inputs"),
         outputs=indices(graph.OutputsAsNumpy(), "the graph's outputs"),
         num_subgraphs=model.SubgraphsLength(),
+        signatures=_signatures(model),
     )
+
+
+def _signatures(model: Any) -> list[TfliteSignature]:
+    """The file's SignatureDefs, tensor indices checked against their subgraph's tensors."""
+    signatures = []
+    keys: set[str] = set()
+    for k in range(model.SignatureDefsLength()):
+        sig = model.SignatureDefs(k)
+        key = (sig.SignatureKey() or b"").decode("utf-8", "replace")
+        subgraph = int(sig.SubgraphIndex())
+        if not key or key in keys:
+            raise InvalidTfliteError(f"signature {k} has an empty or repeated key {key!r}")
+        if not 0 <= subgraph < model.SubgraphsLength():
+            raise InvalidTfliteError(
+                f"signature {key!r} refers to subgraph {subgraph}; "
+                f"the model has {model.SubgraphsLength()}"
+            )
+        n = model.Subgraphs(subgraph).TensorsLength()
+        signatures.append(
+            TfliteSignature(
+                key=key,
+                subgraph=subgraph,
+                inputs=_tensor_map(key, n, sig.InputsLength(), sig.Inputs, "input"),
+                outputs=_tensor_map(key, n, sig.OutputsLength(), sig.Outputs, "output"),
+            )
+        )
+        keys.add(key)
+    return signatures
+
+
+def _tensor_map(key: str, n: int, count: int, item: Any, what: str) -> dict[str, int]:
+    """A signature's inputs or outputs: name -> tensor index (of a subgraph of n tensors)."""
+    names: dict[str, int] = {}
+    for j in range(count):
+        entry = item(j)
+        name = (entry.Name() or b"").decode("utf-8", "replace")
+        index = int(entry.TensorIndex())
+        if not name or name in names or not 0 <= index < n:
+            raise InvalidTfliteError(
+                f"signature {key!r}: {what} {j} ({name!r} -> tensor {index}) has an empty or "
+                f"repeated name or a tensor outside the subgraph's {n}"
+            )
+        names[name] = index
+    return names
 
 
 def _op_name(code: Any) -> str:

@@ -206,8 +206,11 @@ def split_v(lc: LayoutContext, op: TfliteOperator) -> None:
 
 
 def expand_dims(lc: LayoutContext, op: TfliteOperator) -> None:
+    # An Unsqueeze, not a Reshape to the output's shape: that shape may leave several
+    # dimensions open (a dynamic batch and a dynamic length).
     out = op.outputs[0]
-    lc.set(out, lc.emit(OpCode.RESHAPE, [lc.get(op.inputs[0])], out=out, shape=list(lc.shape(out))))
+    axis = int(lc.constant_value(op.inputs[1], "axis").reshape(-1)[0]) % lc.rank(out)
+    lc.set(out, lc.emit(OpCode.UNSQUEEZE, [lc.get(op.inputs[0])], out=out, axes=[axis]))
 
 
 def pack(lc: LayoutContext, op: TfliteOperator) -> None:

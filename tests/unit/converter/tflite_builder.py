@@ -32,6 +32,7 @@ class TfliteBuilder:
         self.codes: list[int] = []
         self.inputs: list[int] = []
         self.outputs: list[int] = []
+        self.signatures: list[tuple[str, dict[str, int], dict[str, int]]] = []
 
     def tensor(
         self,
@@ -86,6 +87,10 @@ class TfliteBuilder:
     def output(self, index: int) -> int:
         self.outputs.append(index)
         return index
+
+    def signature(self, key: str, inputs: dict[str, int], outputs: dict[str, int]) -> None:
+        """A SignatureDef on the subgraph: names of its own for inputs and outputs."""
+        self.signatures.append((key, inputs, outputs))
 
     # ---- serialization
     def build(self) -> bytes:
@@ -170,6 +175,26 @@ class TfliteBuilder:
             tfl.OperatorCodeAddVersion(b, 1)
             codes.append(tfl.OperatorCodeEnd(b))
         codes_v, subgraphs_v, buffers_v = vector(codes), vector([subgraph]), vector(buffers)
+        signatures = []
+        for key, sig_inputs, sig_outputs in self.signatures:
+            maps = []
+            for names in (sig_inputs, sig_outputs):
+                entries = []
+                for name, index in names.items():
+                    name_s = b.CreateString(name)
+                    tfl.TensorMapStart(b)
+                    tfl.TensorMapAddName(b, name_s)
+                    tfl.TensorMapAddTensorIndex(b, index)
+                    entries.append(tfl.TensorMapEnd(b))
+                maps.append(vector(entries))
+            key_s = b.CreateString(key)
+            tfl.SignatureDefStart(b)
+            tfl.SignatureDefAddInputs(b, maps[0])
+            tfl.SignatureDefAddOutputs(b, maps[1])
+            tfl.SignatureDefAddSignatureKey(b, key_s)
+            tfl.SignatureDefAddSubgraphIndex(b, 0)
+            signatures.append(tfl.SignatureDefEnd(b))
+        signatures_v = vector(signatures) if signatures else None
         description = b.CreateString("sporenet test model")
         tfl.ModelStart(b)
         tfl.ModelAddVersion(b, 3)
@@ -177,6 +202,8 @@ class TfliteBuilder:
         tfl.ModelAddSubgraphs(b, subgraphs_v)
         tfl.ModelAddDescription(b, description)
         tfl.ModelAddBuffers(b, buffers_v)
+        if signatures_v is not None:
+            tfl.ModelAddSignatureDefs(b, signatures_v)
         b.Finish(tfl.ModelEnd(b), file_identifier=b"TFL3")
         return bytes(b.Output())
 
