@@ -135,7 +135,10 @@ class LayoutContext:
         value = self.ctx.value(ir)
         if value is not None:  # constants: reshaped and transposed now
             moved = np.ascontiguousarray(value.reshape(shape).transpose(order))
-            return self._constant_like(ir, moved, None)
+            q = self.ctx.tensors[ir].quantization
+            if q is not None and q.scale.size > 1:  # the axis moves with the leading units
+                q = Quantization(q.scale, q.zero_point, order.index(q.axis + len(order) - rank))
+            return self._constant_like(ir, moved, q)
         ir = self.ctx.emit1(OpCode.RESHAPE, [ir], shape=shape)
         if order == identity(len(order)):
             return ir

@@ -30,6 +30,7 @@ class TfliteBuilder:
         self.buffers: list[bytes] = [b""]  # buffer 0: the empty sentinel
         self.ops: list[tuple[int, list[int], list[int], str | None, dict[str, Any]]] = []
         self.codes: list[int] = []
+        self.versions: dict[int, int] = {}  # op code -> the version written (1 by default)
         self.inputs: list[int] = []
         self.outputs: list[int] = []
         self.signatures: list[tuple[str, dict[str, int], dict[str, int]]] = []
@@ -77,11 +78,14 @@ class TfliteBuilder:
         inputs: Sequence[int],
         outputs: Sequence[int],
         options: str | None = None,
+        *,
+        version: int = 1,
         **fields: Any,
     ) -> None:
         code = getattr(tfl.BuiltinOperator, name)
         if code not in self.codes:
             self.codes.append(code)
+        self.versions[code] = max(self.versions.get(code, 1), version)
         self.ops.append((self.codes.index(code), list(inputs), list(outputs), options, fields))
 
     def output(self, index: int) -> int:
@@ -172,7 +176,7 @@ class TfliteBuilder:
             tfl.OperatorCodeStart(b)
             tfl.OperatorCodeAddDeprecatedBuiltinCode(b, min(code, 127))
             tfl.OperatorCodeAddBuiltinCode(b, code)
-            tfl.OperatorCodeAddVersion(b, 1)
+            tfl.OperatorCodeAddVersion(b, self.versions.get(code, 1))
             codes.append(tfl.OperatorCodeEnd(b))
         codes_v, subgraphs_v, buffers_v = vector(codes), vector([subgraph]), vector(buffers)
         signatures = []
