@@ -205,6 +205,20 @@ def test_prelu_broadcasts_slope(slope_shape):
     np.testing.assert_allclose(ours, theirs, rtol=1e-7)
 
 
+@pytest.mark.parametrize(("low", "high"), [(-0.5, 1.0), (1.0, 3.0), (-0.5, 2.0)])
+@pytest.mark.parametrize("constant", [True, False], ids=["const", "runtime"])
+def test_prelu_matches_the_definition_exactly(low, high, constant):
+    # Constant slopes all <= 1 (or all >= 1) take a two-pass path, others four passes:
+    # the same values as the definition (a zero's sign aside), NaN included.
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(2, 3, 4, 5)).astype(np.float32)
+    x[0, 0, 0, :3] = [0.0, -0.0, np.nan]
+    slope = rng.uniform(low, high, size=(3, 1, 1)).astype(np.float32)
+    slope[0] = low
+    (ours,) = run_op(OpCode.PRELU, [x, slope], constant_inputs=None if constant else [])
+    np.testing.assert_array_equal(ours, np.where(x >= 0, x, x * slope))
+
+
 def test_prelu_slope_as_runtime_input():
     x = np.array([[-2.0, 3.0], [4.0, -1.0]], np.float32)
     slope = np.array([0.5, 2.0], np.float32)
