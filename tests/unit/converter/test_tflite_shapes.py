@@ -210,3 +210,18 @@ def test_a_signature_naming_a_missing_tensor_is_invalid():
     b.signature("serving_default", {"x": x}, {"y": 99})
     with pytest.raises(InvalidTfliteError, match=r"signature 'serving_default': output 0"):
         convert_tflite(b.build())
+
+
+def test_squeeze_and_reshape_with_several_open_dimensions():
+    # x [-1, -1, 1, 4] -> SQUEEZE axis 2 -> [-1, -1, 4] -> RESHAPE to its shape input
+    # [-1, 4] (the output's declared shape leaves both dimensions open).
+    b = TfliteBuilder()
+    x = b.input("x", [1, 1, 1, 4], signature=[-1, -1, 1, 4])
+    s = b.tensor("s", [1, 1, 4], signature=[-1, -1, 4])
+    b.op("SQUEEZE", [x], [s], "SqueezeOptions", SqueezeDims=[2])
+    y = b.output(b.tensor("y", [1, 4], signature=[-1, -1]))
+    b.op("RESHAPE", [s, b.const("shape", [-1, 4], np.int32)], [y])
+    data = b.build()
+    v = rand(2, 3, 1, 4, seed=11)
+    got = Interpreter(model_content=convert_tflite(data)).run({"x": v})["y"]
+    np.testing.assert_array_equal(got, _litert(data, {"x": v})[0])

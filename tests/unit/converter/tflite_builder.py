@@ -144,8 +144,13 @@ class TfliteBuilder:
             in_v, out_v = ints(inputs), ints(outputs)
             table = None
             if options is not None:
+                # Vector fields (SqueezeDims, NewShape) are written before the table.
+                made = {
+                    k: ints(v) if isinstance(v, list | tuple | np.ndarray) else v
+                    for k, v in fields.items()
+                }
                 getattr(tfl, f"{options}Start")(b)
-                for field, value in fields.items():
+                for field, value in made.items():
                     getattr(tfl, f"{options}Add{field}")(b, value)
                 table = getattr(tfl, f"{options}End")(b)
             tfl.OperatorStart(b)
