@@ -22,6 +22,7 @@ from sporenet.lite.kernels.activation import (
     silu_into,
 )
 from sporenet.lite.kernels.base import Attrs, ChannelsLast, Compute, Kernel, TensorSpec
+from sporenet.lite.kernels.conv_common import is_channels_last
 from sporenet.lite.kernels.workspace import temporary
 from sporenet.lite.ops import OpCode
 
@@ -231,7 +232,11 @@ class PRelu(Kernel):
                 extreme(out, x, out=out)
 
             return two_passes
-        negative = temporary(out.shape, out.dtype)
+        if out.ndim == 4 and is_channels_last(out):  # the scratch in out's layout
+            n, c, h, w = out.shape
+            negative = temporary((n, h, w, c), out.dtype).transpose(0, 3, 1, 2)
+        else:
+            negative = temporary(out.shape, out.dtype)
         zero = out.dtype.type(0)
         minimum, maximum, add = np.minimum, np.maximum, np.add
 

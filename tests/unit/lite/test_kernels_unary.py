@@ -238,3 +238,20 @@ def test_prelu_rejects_slope_that_does_not_broadcast_to_x():
     with pytest.raises(ShapeError, match="does not broadcast"):
         # Bidirectional broadcasting would give [2, 3]; PRelu's output must keep x's shape.
         run_op(OpCode.PRELU, [np.zeros((1, 3), np.float32), np.zeros((2, 1), np.float32)])
+
+
+def test_prelu_on_channels_last_storage():
+    # An NCHW view of NHWC memory in and out (as the planner stores it between depthwise
+    # layers): the mixed-slope scratch takes the same layout; the values are the same.
+    from sporenet.lite.kernels.base import Attrs, TensorSpec
+    from sporenet.lite.kernels.unary import PRelu
+
+    rng = np.random.default_rng(4)
+    x = np.ascontiguousarray(rng.normal(size=(1, 6, 5, 8)).astype(np.float32))
+    x_last = np.ascontiguousarray(x.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)
+    slope = rng.uniform(-1, 2, size=(6, 1, 1)).astype(np.float32)
+    specs = [TensorSpec(x.shape, x.dtype), TensorSpec(slope.shape, slope.dtype, slope)]
+    kernel = PRelu(Attrs("PRELU", {}, 1), specs)
+    out = np.empty((1, 5, 8, 6), np.float32).transpose(0, 3, 1, 2)
+    kernel.bind([x_last, slope], [out])()
+    np.testing.assert_array_equal(out, np.where(x >= 0, x, x * slope))
