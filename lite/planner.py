@@ -185,6 +185,10 @@ def infer(
     kernels: list[Kernel | None] = []
     folded: dict[int, np.ndarray] = {}
     dequantized: dict[int, TensorSpec] = {}
+    # Readers of each stored constant not folded yet: one that only folded nodes read
+    # (a float16 weight widened by a CAST) has its file pages dropped once they are done.
+    readers = Counter(i for n in graph.nodes for i in n.inputs if model.tensors[i].data is not None)
+    readers.update(i for i in graph.outputs if model.tensors[i].data is not None)
     for j, node in enumerate(graph.nodes):
         where = f"node {j} {node.name!r} ({node.op.name})"
         in_specs = [specs[i] if i != -1 else None for i in node.inputs]
@@ -225,6 +229,11 @@ def infer(
                 value.flags.writeable = False
                 folded[i] = value
                 specs[i] = TensorSpec(value.shape, value.dtype, value, spec.quant)
+            for i in node.inputs:
+                if i in readers:
+                    readers[i] -= 1
+                    if readers[i] == 0:
+                        pages.release(model.tensors[i].data)  # type: ignore[arg-type]
             kernels.append(None)
             continue
         for i, spec in zip(node.outputs, kernel.output_specs, strict=False):

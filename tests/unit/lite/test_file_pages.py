@@ -114,3 +114,19 @@ def test_release_unless_read_keeps_weights_a_view_still_reads(tmp_path):
     pages.release_unless_read(w, packed)
     assert _resident(w) == 0.0, "weights packed into a copy are dropped"
     np.testing.assert_array_equal(w, data)  # and read back from the file when touched
+
+
+def test_a_constant_only_folded_nodes_read_leaves_memory(tmp_path):
+    # A float16 weight widened by a CAST (as converted TFLite models store them): the CAST
+    # is folded when the model is planned, so nothing at run time reads the float16 pages.
+    w16 = (RNG.normal(size=(512, 512)) * 0.05).astype(np.float16)
+    b = ModelBuilder()
+    x = b.input("x", (2, 512))
+    w = b.op(OpCode.CAST, [b.constant("w16", w16)], to="float32")
+    b.output(b.op(OpCode.MATMUL, [x, b.op(OpCode.TRANSPOSE, [w], perm=[1, 0])]), name="y")
+    interp = Interpreter(model_path=save(b.build(), tmp_path / "f16.spore"), num_threads=1)
+    v = RNG.normal(size=(2, 512)).astype(np.float32)
+    got = interp.run({"x": v})["y"]
+    np.testing.assert_allclose(got, v @ w16.astype(np.float32).T, rtol=1e-5, atol=1e-5)
+    stored = interp.model.tensors[interp.model.tensor_index("w16")].data
+    assert _resident(stored) < 0.2, "the float16 pages stayed resident beside their widening"
