@@ -117,6 +117,7 @@ def format_report(
     lines.extend(f"    {op:<22}{before.get(op, 0):>6} {after.get(op, 0):>6}" for op in shown)
     if len(ops) > len(shown):
         lines.append(f"    ... {len(ops) - len(shown)} more (--verbose shows all)")
+    lines.extend(f"  note       : {note}" for note in report.notes)
     if verbose:
         lines.append(
             f"  {kind + ' ops':<11}: "
@@ -283,26 +284,19 @@ def _main(argv: Sequence[str] | None = None) -> int:
         )
         return 1
     tflite = is_tflite_file(source)
-    if tflite and shapes:
-        print(
-            "sporenet-convert: error: --input-shape applies to ONNX models; a .tflite model "
-            "declares its input shapes",
-            file=sys.stderr,
-        )
-        return 2
     quant_summary = report_json = ""
     try:
         if is_spore(source):
             if shapes or args.no_optimize:
                 raise ConversionError(
-                    "--input-shape and --no-optimize apply to ONNX input; "
+                    "--input-shape and --no-optimize apply to ONNX and TFLite input; "
                     f"{source} is a .spore model"
                 )
             model, report = load(source), None
             model.metadata.update(metadata)
         elif tflite:
             model, report = convert_tflite_model(
-                source, optimize=not args.no_optimize, metadata=metadata
+                source, input_shapes=shapes, optimize=not args.no_optimize, metadata=metadata
             )
         else:
             model, report = convert_onnx_model(

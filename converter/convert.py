@@ -38,6 +38,7 @@ class ConversionReport:
     undone: dict[str, str] = field(default_factory=dict)  # pass -> why its result was invalid
     source_bytes: int = 0  # the model file, its external-data files included
     output_bytes: int = 0
+    notes: list[str] = field(default_factory=list)  # what the user should know (a fixed size)
 
 
 def _ir_ops(model: Model) -> Counter[str]:

@@ -11,7 +11,7 @@ from sporenet.converter.convert import ConversionReport, _ir_ops, finish_convers
 from sporenet.converter.errors import ConversionError
 from sporenet.converter.passes import optimize as run_passes
 from sporenet.converter.passes.graph_utils import compact_tensors
-from sporenet.converter.tflite_import.importer import import_tflite
+from sporenet.converter.tflite_import.importer import InputShapes, import_tflite
 from sporenet.converter.tflite_import.reader import InvalidTfliteError, read_tflite
 from sporenet.lite.errors import LiteError
 from sporenet.lite.format import serialize
@@ -33,15 +33,19 @@ def _load(model: TfliteSource) -> bytes:
 def convert_tflite_model(
     model: TfliteSource,
     *,
+    input_shapes: InputShapes | None = None,
     optimize: bool = True,
     metadata: Mapping[str, str] | None = None,
 ) -> tuple[Model, ConversionReport]:
-    """Import (and optimize) a .tflite model; returns the IR Model and a report."""
+    """Import (and optimize) a .tflite model; returns the IR Model and a report.
+
+    `input_shapes` fixes inputs' dynamic dimensions ({"img": (1, 224, 224, 3)}, by tensor
+    or signature input name); without it they stay dynamic."""
     start = time.perf_counter()
     parsed = read_tflite(_load(model))
     report = ConversionReport(onnx_ops=Counter(op.op for op in parsed.operators))
     report.producer = f"TFLite schema version {parsed.version}"
-    ir = import_tflite(parsed)
+    ir = import_tflite(parsed, input_shapes=input_shapes, notes=report.notes)
     compact_tensors(ir)
     report.ir_ops_before = _ir_ops(ir)
     try:
@@ -59,14 +63,20 @@ def convert_tflite_model(
 
 
 def convert_tflite(
-    model: TfliteSource, *, optimize: bool = True, metadata: Mapping[str, str] | None = None
+    model: TfliteSource,
+    *,
+    input_shapes: InputShapes | None = None,
+    optimize: bool = True,
+    metadata: Mapping[str, str] | None = None,
 ) -> bytes:
     """Convert a .tflite model (a path or its bytes) to .spore bytes.
 
     Raises InvalidTfliteError, UnsupportedTfliteOpError (naming every unsupported builtin
     op) or ConversionError.
     """
-    ir, _ = convert_tflite_model(model, optimize=optimize, metadata=metadata)
+    ir, _ = convert_tflite_model(
+        model, input_shapes=input_shapes, optimize=optimize, metadata=metadata
+    )
     try:
         return serialize(ir)
     except LiteError as exc:

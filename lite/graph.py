@@ -116,9 +116,15 @@ class Model:
     description: str = ""
 
     def signature(self, key: str = "infer") -> Signature:
-        """The signature named `key`; a model without signatures exposes graph 0 as "infer"."""
+        """The signature named `key`. "infer" also names the model's default entry point:
+        without a signature of that name, the first signature of graph 0 (a converted
+        TFLite model's `serving_default`); a model without signatures exposes graph 0."""
         if key in self.signatures:
             return self.signatures[key]
+        if key == "infer":
+            main = next((s for s in self.signatures.values() if s.graph == 0), None)
+            if main is not None:
+                return main
         if not self.signatures and key == "infer" and self.graphs:
             graph = self.graphs[0]
             return Signature(

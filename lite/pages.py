@@ -13,6 +13,8 @@ originals the same way, through `release_unless_read` when only some layouts pac
 from __future__ import annotations
 
 import mmap
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import numpy as np
 
@@ -27,9 +29,28 @@ def _mapping(array: np.ndarray) -> mmap.mmap | None:
     return base if isinstance(base, mmap.mmap) else None
 
 
+_noted: list[np.ndarray] | None = None
+
+
+@contextmanager
+def noting_unread() -> Iterator[list[np.ndarray]]:
+    """While active, the arrays kernels give up (`release`, and `release_unless_read`
+    when no operand views them) are also noted in the yielded list: the planner then drops
+    its own references to weights it computed when every step reading them packed them."""
+    global _noted
+    previous, _noted = _noted, []
+    try:
+        yield _noted
+    finally:
+        _noted = previous
+
+
 def release(array: np.ndarray) -> bool:
     """Drop the resident pages that lie wholly inside `array`, when it is a view of a
-    read-only file mapping and the platform can; returns whether pages were dropped."""
+    read-only file mapping and the platform can; returns whether pages were dropped.
+    The caller's step does not read `array` again (see noting_unread)."""
+    if _noted is not None:
+        _noted.append(array)
     mapped = _mapping(array)
     advise = getattr(mapped, "madvise", None)
     if mapped is None or advise is None or not hasattr(mmap, "MADV_DONTNEED"):

@@ -185,6 +185,10 @@ def infer(
     kernels: list[Kernel | None] = []
     folded: dict[int, np.ndarray] = {}
     dequantized: dict[int, np.ndarray] = {}
+    # Readers of each stored constant not folded yet: one that only folded nodes read
+    # (a float16 weight widened by a CAST) has its file pages dropped once they are done.
+    readers = Counter(i for n in graph.nodes for i in n.inputs if model.tensors[i].data is not None)
+    readers.update(i for i in graph.outputs if model.tensors[i].data is not None)
     for j, node in enumerate(graph.nodes):
         where = f"node {j} {node.name!r} ({node.op.name})"
         in_specs = [specs[i] if i != -1 else None for i in node.inputs]
@@ -220,6 +224,11 @@ def infer(
                 value.flags.writeable = False
                 folded[i] = value
                 specs[i] = TensorSpec(value.shape, value.dtype, value, spec.quant)
+            for i in node.inputs:
+                if i in readers:
+                    readers[i] -= 1
+                    if readers[i] == 0:
+                        pages.release(model.tensors[i].data)  # type: ignore[arg-type]
             kernels.append(None)
             continue
         for i, spec in zip(node.outputs, kernel.output_specs, strict=False):
@@ -397,6 +406,63 @@ def plan(
         ) from None
 
 
+class _ComputedWeights:
+    """Weights the plan computed (a float16 weight's widening, folded at load) that every
+    step reading them packs into a form of its own: each is forgotten as soon as its last
+    reader is bound, so the plan never holds both copies (nor the peak of memory both)."""
+
+    def __init__(
+        self,
+        model: Model,
+        nodes: list[Node],
+        kernels: list[Kernel | None],
+        arrays: dict[int, np.ndarray],
+        specs: dict[int, TensorSpec],
+        keep: Collection[int],
+    ) -> None:
+        self.arrays, self.specs = arrays, specs
+        computed = {
+            i
+            for i, spec in specs.items()
+            if spec.value is not None and model.tensors[i].data is None and i not in keep
+        }
+        self.left: Counter[int] = Counter(
+            i
+            for node, kernel in zip(nodes, kernels, strict=True)
+            if kernel is not None
+            for i in node.inputs
+            if i in computed
+        )
+        for i in computed - set(self.left):  # only folded nodes read it
+            self._forget(i)
+        self.kept: set[int] = set()
+        self.readers: dict[int, list[tuple[Kernel, int]]] = {}
+
+    def bound(self, node: Node, kernel: Kernel, ins: list, noted: list[np.ndarray]) -> None:
+        """After `kernel` was bound on `ins`: `noted` are the arrays it gave up."""
+        given_up = {id(a) for a in noted}
+        for k, (i, a) in enumerate(zip(node.inputs, ins, strict=True)):
+            if i not in self.left:
+                continue
+            self.readers.setdefault(i, []).append((kernel, k))
+            if kernel.is_view or id(a) not in given_up:
+                self.kept.add(i)
+            self.left[i] -= 1
+            if self.left[i] == 0 and i not in self.kept:
+                self._forget(i)
+                for reader, position in self.readers.pop(i):
+                    spec = reader.inputs[position]
+                    if spec is not None:
+                        reader.inputs[position] = TensorSpec(
+                            spec.shape, spec.dtype, None, spec.quant
+                        )
+
+    def _forget(self, i: int) -> None:
+        self.arrays.pop(i, None)
+        spec = self.specs[i]
+        self.specs[i] = TensorSpec(spec.shape, spec.dtype, None, spec.quant)
+
+
 def _last_uses(
     nodes: list[Node], kernels: list[Kernel | None], outputs: Collection[int]
 ) -> dict[int, int]:
@@ -446,12 +512,17 @@ def plan_graph(
     dying: dict[int, list[int]] = {}
     for r, j in last_use.items():
         dying.setdefault(j, []).append(r)
+    keep = outputs | set(variables) | set(graph.inputs)
+    computed = _ComputedWeights(model, nodes, kernels, arrays, specs, keep)
+    unread = pages.noting_unread()
+    noted = unread.__enter__()
     for j, (node, kernel) in enumerate(zip(nodes, kernels, strict=True)):
         if kernel is None:
             continue
         ins = [arrays[i] if i != -1 else None for i in node.inputs]
         for k, value in kernel.constant_inputs.items():
             ins[k] = value
+        noted.clear()
         if kernel.is_view:
             views = kernel.view(ins)
             for i, v in zip(node.outputs, views, strict=False):
@@ -475,12 +546,14 @@ def plan_graph(
                 step = kernel.bind(ins, outs)
             if step is not None:
                 steps.append(step)
+        computed.bound(node, kernel, ins, noted)
         live_kernels.append(kernel)
         for block in workspace.release():
             arena.give(block)
         for r in dying.get(j, ()):
             if r in blocks:
                 arena.give(blocks.pop(r))
+    unread.__exit__(None, None, None)
     arena.prefault()
     return ExecutionPlan(
         arrays=arrays,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import struct
 from collections import Counter
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
@@ -14,7 +15,7 @@ from sporenet.converter.tflite_import.ops import HANDLERS
 from sporenet.converter.tflite_import.ops.common import Shared
 from sporenet.converter.tflite_import.reader import SUBGRAPH_FIELDS, TfliteModel, TfliteSubgraph
 from sporenet.lite.errors import LiteError
-from sporenet.lite.graph import DYNAMIC, Model
+from sporenet.lite.graph import DYNAMIC, Model, Signature
 from sporenet.lite.kernels import KERNELS, QUANTIZED_KERNELS
 
 
@@ -80,22 +81,102 @@ def _check(model: TfliteModel) -> None:
         )
 
 
-def import_tflite(model: TfliteModel, *, emitted: dict[str, set] | None = None) -> Model:
+InputShapes = Mapping[str, Sequence[int]]
+"""Input name (the tensor's, or its name in a signature) -> the shape to convert it at."""
+
+
+def import_tflite(
+    model: TfliteModel,
+    *,
+    input_shapes: InputShapes | None = None,
+    notes: list[str] | None = None,
+    emitted: dict[str, set] | None = None,
+) -> Model:
     """Translate the model's first subgraph (and the subgraphs it runs) into an IR Model.
-    `emitted`, when given, collects the IR ops each TFLite op type's nodes used."""
+
+    Inputs keep their dynamic dimensions (-1 in the file's shape signature), resized at run
+    time as LiteRT's resize_tensor_input does, unless `input_shapes` fixes them. A graph
+    that only runs at the sizes the file was saved with (a RESHAPE that hard-codes the
+    batch) is converted at those sizes, as LiteRT runs it before any resize; `notes` then
+    says so. `emitted`, when given, collects the IR ops each TFLite op type's nodes used.
+    """
     _check(model)
-    dynamic = any(DYNAMIC in model.tensors[i].signature for i in model.inputs)
-    ctx = ImportContext(dynamic=dynamic, reserved=[model.tensors[i].name for i in model.inputs])
-    lc = LayoutContext(model, ctx, model.main, Shared(emitted=emitted))
+    shapes = _input_shapes(model, input_shapes or {})
+    if shapes or not any(DYNAMIC in model.tensors[i].signature for i in model.inputs):
+        return _import(model, shapes, emitted)
+    try:
+        return _import(model, {}, emitted)
+    except ConversionError as exc:
+        failure = exc
+    saved = {i: model.tensors[i].shape for i in model.inputs}
+    try:
+        ir = _import(model, saved, emitted)
+    except ConversionError:
+        raise failure from None
+    if notes is not None:
+        fixed = ", ".join(f"{model.tensors[i].name} {list(s)}" for i, s in saved.items())
+        notes.append(
+            f"converted at the input sizes the file was saved with ({fixed}): the graph does "
+            f"not run at other sizes of its dynamic dimensions ({failure})"
+        )
+    return ir
+
+
+def _input_shapes(model: TfliteModel, given: InputShapes) -> dict[int, tuple[int, ...]]:
+    """Graph input index -> the shape `given` fixes it at, each checked against the file's
+    shape signature (only its -1 dimensions may change)."""
+    names = {model.tensors[i].name: i for i in model.inputs}
+    for sig in model.signatures:
+        if sig.subgraph == 0:
+            names.update((n, i) for n, i in sig.inputs.items() if i in model.inputs)
+    unknown = sorted(set(given) - set(names))
+    if unknown:
+        raise ConversionError(
+            f"--input-shape names {unknown}, which are not model inputs; inputs are {sorted(names)}"
+        )
+    shapes: dict[int, tuple[int, ...]] = {}
+    for name, dims in given.items():
+        index = names[name]
+        shape = tuple(int(d) for d in dims)
+        declared = model.tensors[index].signature
+        if len(shape) != len(declared) or any(
+            d not in (DYNAMIC, s) or s < 0 for d, s in zip(declared, shape, strict=True)
+        ):
+            raise ConversionError(
+                f"--input-shape {name}:{','.join(map(str, shape))} does not fit the input's "
+                f"shape signature {list(declared)} (only its -1 dimensions may change)"
+            )
+        if index in shapes and shapes[index] != shape:
+            raise ConversionError(f"--input-shape gives input {name!r} two different shapes")
+        shapes[index] = shape
+    return shapes
+
+
+def _add_inputs(
+    model: TfliteModel, lc: LayoutContext, declared: dict[int, tuple[int, ...]]
+) -> None:
+    """The graph's inputs, each of its declared shape (-1: dynamic)."""
     for i in model.inputs:
         t = model.tensors[i]
         if t.data is not None:
             raise ConversionError(f"graph input {t.name!r} has constant data")
         if t.dtype is None:
             raise ConversionError(f"graph input {t.name!r} has type {t.type_name}")
-        ir = ctx.graph_input(t.name, t.signature, t.dtype)
+        ir = lc.ctx.graph_input(t.name, declared[i], t.dtype)
         lc.set_quantization(ir, quantization(t.quant, identity(len(t.shape))))
         lc.set(i, ir)
+
+
+def _import(
+    model: TfliteModel, shapes: dict[int, tuple[int, ...]], emitted: dict[str, set] | None
+) -> Model:
+    """Import subgraph 0 (and the subgraphs it runs); inputs in `shapes` are fixed at those
+    shapes, the others keep their shape signature."""
+    declared = {i: shapes.get(i, model.tensors[i].signature) for i in model.inputs}
+    dynamic = any(DYNAMIC in s for s in declared.values())
+    ctx = ImportContext(dynamic=dynamic, reserved=[model.tensors[i].name for i in model.inputs])
+    lc = LayoutContext(model, ctx, model.main, Shared(emitted=emitted))
+    _add_inputs(model, lc, declared)
     import_operators(lc)
     outputs: dict[str, int] = {}
     for i in model.outputs:
@@ -105,7 +186,11 @@ def import_tflite(model: TfliteModel, *, emitted: dict[str, set] | None = None) 
         if index not in ctx.inputs:
             ctx.rename(index, model.tensors[i].name)
         outputs[ctx.tensors[index].name] = index
-    return ctx.build(outputs, producer="sporenet-convert (tflite)", description=model.description)
+    built = ctx.build(outputs, producer="sporenet-convert (tflite)", description=model.description)
+    signatures = _signatures(model, lc)
+    if signatures:
+        built.signatures = signatures
+    return built
 
 
 def import_operators(lc: LayoutContext) -> None:
@@ -156,3 +241,24 @@ def import_operators(lc: LayoutContext) -> None:
         if missing:
             raise lc.fail(f"outputs {missing} were not produced")
     lc.op = None
+
+
+def _signatures(model: TfliteModel, lc: LayoutContext) -> dict[str, Signature]:
+    """The file's SignatureDefs on subgraph 0 as IR signatures of graph 0, with their own
+    input and output names. A signature must name every input of the graph (the runtime
+    feeds them all) and only its outputs."""
+    signatures = {}
+    for sig in model.signatures:
+        if sig.subgraph != 0:
+            continue  # entry points into other subgraphs are not imported (yet)
+        if sorted(sig.inputs.values()) != sorted(model.inputs) or not set(
+            sig.outputs.values()
+        ).issubset(model.outputs):
+            raise ConversionError(
+                f"signature {sig.key!r} maps inputs {sorted(sig.inputs)} and outputs "
+                f"{sorted(sig.outputs)}, which are not the graph's inputs and outputs"
+            )
+        inputs = {name: lc.held[i][0] for name, i in sig.inputs.items()}
+        outputs = {name: lc.get(i) for name, i in sig.outputs.items()}  # already in order
+        signatures[sig.key] = Signature(key=sig.key, graph=0, inputs=inputs, outputs=outputs)
+    return signatures

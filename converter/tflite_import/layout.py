@@ -31,6 +31,8 @@ from sporenet.converter.tflite_import.reader import (
     TfliteSubgraph,
     TfliteTensor,
 )
+from sporenet.lite.eager import prepare_kernel
+from sporenet.lite.errors import LiteError
 from sporenet.lite.graph import DYNAMIC, Node, Quantization
 from sporenet.lite.kernels.base import TensorSpec
 from sporenet.lite.ops import OpCode
@@ -153,7 +155,10 @@ class LayoutContext:
         value = self.ctx.value(ir)
         if value is not None:  # constants: reshaped and transposed now
             moved = np.ascontiguousarray(value.reshape(shape).transpose(order))
-            return self._constant_like(ir, moved, None)
+            q = self.ctx.tensors[ir].quantization
+            if q is not None and q.scale.size > 1:  # the axis moves with the leading units
+                q = Quantization(q.scale, q.zero_point, order.index(q.axis + len(order) - rank))
+            return self._constant_like(ir, moved, q)
         ir = self.ctx.emit1(OpCode.RESHAPE, [ir], shape=shape)
         if order == identity(len(order)):
             return ir
@@ -221,13 +226,20 @@ class LayoutContext:
     ) -> int:
         """A node whose output shape, dtype and quantization are given, not inferred."""
         ctx = self.ctx
-        specs = [
-            TensorSpec(tuple(v if d == DYNAMIC else d for d in shape), np.dtype(dtype), quant=quant)
-            for v in (1, 2)[: len(ctx.views)]
-        ]
+        inferred = self._infer_shapes(op, inputs, shape, dtype, quant, attrs)
+        if inferred is not None:
+            specs = [TensorSpec(s, np.dtype(dtype), quant=quant) for s in inferred]
+        else:
+            specs = [
+                TensorSpec(
+                    tuple(v if d == DYNAMIC else d for d in shape), np.dtype(dtype), quant=quant
+                )
+                for v in (1, 2)[: len(ctx.views)]
+            ]
         base = f"{ctx.where or op.name.lower()}/{op.name.lower()}"
         index = ctx._add(base, specs, None)
-        ctx.tensors[index].shape = tuple(shape)
+        if inferred is None:
+            ctx.tensors[index].shape = tuple(shape)
         ctx.tensors[index].quantization = quant
         ctx.nodes.append(
             Node(
@@ -239,6 +251,45 @@ class LayoutContext:
             )
         )
         return index
+
+    def _infer_shapes(
+        self,
+        op: OpCode,
+        inputs: Sequence[int],
+        shape: Sequence[int],
+        dtype: np.dtype,
+        quant: Quantization | None,
+        attrs: dict[str, Any],
+    ) -> list[tuple[int, ...]] | None:
+        """The output shape of a declared node under each view, where the file leaves a
+        dimension open (-1): from the node's own kernel given its inputs' specs, as the
+        planner will prepare it. None when the kernel cannot tell (the caller then fills
+        the open dimensions with the probe sizes)."""
+        if DYNAMIC not in shape:
+            return None
+        shapes = []
+        for view in self.ctx.views:
+            specs = [view.get(i) if i != -1 else None for i in inputs]
+            if any(s is None for i, s in zip(inputs, specs, strict=True) if i != -1):
+                return None
+            try:
+                kernel = prepare_kernel(
+                    op,
+                    {k: v for k, v in attrs.items() if v is not None},
+                    specs,
+                    1,
+                    output_quant=[quant],
+                    output_dtypes=[np.dtype(dtype)],
+                )
+            except (LiteError, ArithmeticError, LookupError, TypeError, ValueError):
+                return None
+            found = tuple(kernel.output_specs[0].shape)
+            if len(found) != len(shape) or any(
+                d not in (DYNAMIC, f) for d, f in zip(shape, found, strict=True)
+            ):
+                return None
+            shapes.append(found)
+        return shapes
 
     def _constant_like(self, ir: int, value: np.ndarray, quant: Quantization | None) -> int:
         index = self.ctx.constant(f"{self.ctx.tensors[ir].name}/nchw", value)

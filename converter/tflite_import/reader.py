@@ -94,11 +94,22 @@ class TfliteSubgraph:
 
 
 @dataclass
+class TfliteSignature:
+    """A SignatureDef: a named entry point into a subgraph, with its own input and output
+    names (LiteRT's `serving_default {img -> output_0}`) mapped to tensor indices."""
+
+    key: str
+    subgraph: int
+    inputs: dict[str, int]
+    outputs: dict[str, int]
+
+
+@dataclass
 class TfliteModel:
     version: int
     description: str
     subgraphs: list[TfliteSubgraph]
-    signature_names: dict[str, str] = field(default_factory=dict)
+    signatures: list[TfliteSignature] = field(default_factory=list)
 
     # The first subgraph is the model; control flow and CALL_ONCE name the others.
     @property
@@ -166,6 +177,7 @@ def _read(data: bytes) -> TfliteModel:
         version=model.Version(),
         description=description.decode("utf-8", "replace") if description else "",
         subgraphs=subgraphs,
+        signatures=_signatures(model),
     )
 
 
@@ -258,6 +270,50 @@ def _custom_options(data: bytes, op: Any, where: str) -> bytes | None:
             f"{MAX_CUSTOM_OPTIONS}"
         )
     return op.CustomOptionsAsNumpy().tobytes()
+
+
+def _signatures(model: Any) -> list[TfliteSignature]:
+    """The file's SignatureDefs, tensor indices checked against their subgraph's tensors."""
+    signatures = []
+    keys: set[str] = set()
+    for k in range(model.SignatureDefsLength()):
+        sig = model.SignatureDefs(k)
+        key = (sig.SignatureKey() or b"").decode("utf-8", "replace")
+        subgraph = int(sig.SubgraphIndex())
+        if not key or key in keys:
+            raise InvalidTfliteError(f"signature {k} has an empty or repeated key {key!r}")
+        if not 0 <= subgraph < model.SubgraphsLength():
+            raise InvalidTfliteError(
+                f"signature {key!r} refers to subgraph {subgraph}; "
+                f"the model has {model.SubgraphsLength()}"
+            )
+        n = model.Subgraphs(subgraph).TensorsLength()
+        signatures.append(
+            TfliteSignature(
+                key=key,
+                subgraph=subgraph,
+                inputs=_tensor_map(key, n, sig.InputsLength(), sig.Inputs, "input"),
+                outputs=_tensor_map(key, n, sig.OutputsLength(), sig.Outputs, "output"),
+            )
+        )
+        keys.add(key)
+    return signatures
+
+
+def _tensor_map(key: str, n: int, count: int, item: Any, what: str) -> dict[str, int]:
+    """A signature's inputs or outputs: name -> tensor index (of a subgraph of n tensors)."""
+    names: dict[str, int] = {}
+    for j in range(count):
+        entry = item(j)
+        name = (entry.Name() or b"").decode("utf-8", "replace")
+        index = int(entry.TensorIndex())
+        if not name or name in names or not 0 <= index < n:
+            raise InvalidTfliteError(
+                f"signature {key!r}: {what} {j} ({name!r} -> tensor {index}) has an empty or "
+                f"repeated name or a tensor outside the subgraph's {n}"
+            )
+        names[name] = index
+    return names
 
 
 def _op_name(code: Any) -> str:

@@ -65,6 +65,8 @@ def bind_depthwise(
 ) -> Compute:
     """The depthwise step writing `out`, bias and the in-place activation `act`
     included; see the module docstring."""
+    if win.kernel == (1, 1) and win.strides == (1, 1) and not any(win.pads):
+        return then_activation(_bind_scale(x, w, out, bias), out, act)
     stored_last = not x.flags.c_contiguous and x.transpose(0, 2, 3, 1).flags.c_contiguous
     if uses_channels_last(win, x.shape, x.itemsize, stored_last=stored_last):
         return _bind_channels_last(
@@ -72,6 +74,23 @@ def bind_depthwise(
         )
     step = _bind_planar(win, x, w, out, bias, w_const=w_const, bias_const=bias_const)
     return then_activation(step, out, act)
+
+
+def _bind_scale(x: np.ndarray, w: np.ndarray, out: np.ndarray, bias: np.ndarray | None) -> Compute:
+    """A 1x1 unpadded stride-1 depthwise layer is a per-channel scale and shift: two
+    broadcast ufuncs over x in whatever layout it is stored, no padded copy."""
+    c = x.shape[1]
+    scale = w.reshape(c, 1, 1)  # a view: a weight computed at run time is read as it is
+    shift = bias.reshape(c, 1, 1) if bias is not None else None
+    multiply, add = np.multiply, np.add
+    if shift is None:
+        return lambda: multiply(x, scale, out=out)  # type: ignore[return-value]
+
+    def scale_shift() -> None:
+        multiply(x, scale, out=out)
+        add(out, shift, out=out)
+
+    return scale_shift
 
 
 def uses_channels_last(

@@ -197,16 +197,54 @@ class PRelu(Kernel):
             )
         self.output_specs = [TensorSpec(x.shape, x.dtype)]
 
+    # Ufuncs on x and out alone (the slope broadcasts over either layout), so a PReLU
+    # between depthwise layers keeps their channels-last storage.
+    def _layout(self) -> ChannelsLast:
+        four = len(self.output_specs[0].shape) == 4
+        return ChannelsLast.ACCEPTED if four else ChannelsLast.REFUSED
+
+    def channels_last_input(self, index: int) -> ChannelsLast:
+        return self._layout() if index == 0 else ChannelsLast.REFUSED
+
+    def channels_last_output(self, index: int) -> ChannelsLast:
+        return self._layout()
+
+    def channels_last_follows(self, index: int) -> int | None:
+        return 0
+
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
         x, slope, out = inputs[0], inputs[1], outputs[0]
-        mask = np.empty(out.shape, np.bool_)
+        known = self.inputs[1].value  # type: ignore[union-attr]
+        multiply = np.multiply
+        # Slopes <= 1: slope*x is the larger branch for x < 0 and the smaller for x >= 0
+        # (slopes >= 1: the other way round), so one extreme of the two gives the same
+        # values in two passes. Mixed slopes take min(x, 0)*slope + max(x, 0), exact too
+        # (one term is zero), in four passes: both beat a masked copy by far. A zero's
+        # sign may differ from x's.
+        pick = None
+        if known is not None and known.size and np.all(known <= 1):
+            pick = np.maximum
+        elif known is not None and known.size and np.all(known >= 1):
+            pick = np.minimum
+        if pick is not None:
+            extreme = pick
 
-        def compute() -> None:
-            np.multiply(x, slope, out=out)
-            np.greater_equal(x, 0, out=mask)
-            np.copyto(out, x, where=mask)
+            def two_passes() -> None:
+                multiply(x, slope, out=out)
+                extreme(out, x, out=out)
 
-        return compute
+            return two_passes
+        negative = temporary_like(out)  # the scratch in out's layout
+        zero = out.dtype.type(0)
+        minimum, maximum, add = np.minimum, np.maximum, np.add
+
+        def four_passes() -> None:
+            minimum(x, zero, out=negative)
+            multiply(negative, slope, out=negative)
+            maximum(x, zero, out=out)
+            add(out, negative, out=out)
+
+        return four_passes
 
 
 class Sigmoid(UnaryKernel):

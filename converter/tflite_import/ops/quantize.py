@@ -13,8 +13,11 @@ from sporenet.lite.ops import OpCode
 def dequantize(lc: LayoutContext, op: TfliteOperator) -> None:
     x = op.inputs[0]
     tensor = lc.tensor(x)
-    if tensor.dtype == np.float16 and tensor.data is not None:
-        # float16 weights: stored as they are, widened when the model loads.
+    constant = tensor.data is not None or lc.ctx.value(lc.held[x][0]) is not None
+    if tensor.dtype == np.float16 and constant:
+        # float16 weights (also sparse ones, expanded behind a DENSIFY): stored as they
+        # are, widened when the model loads; a CAST here would leave the runtime a
+        # float32 copy in TFLite's layout besides the one the consumer reads.
         lc.set(op.outputs[0], lc.held[x][0], lc.perm(x))
         lc.widened.add(op.outputs[0])
         return

@@ -25,6 +25,11 @@ def reshape(lc: LayoutContext, op: TfliteOperator) -> None:
         return
     given = op.inputs[1] if len(op.inputs) > 1 else -1
     if given == -1 or given not in lc.held:
+        # No shape input: the new_shape option may open at most one dimension.
+        target = _new_shape(op) or target
+        if target.count(-1) <= 1:
+            lc.set(out, lc.emit(OpCode.RESHAPE, [x], out=out, shape=target))
+            return
         raise lc.fail(f"output shape {target} has more than one open dimension")
     shape = lc.get(given)
     value = lc.ctx.value(shape)
@@ -41,6 +46,14 @@ def reshape(lc: LayoutContext, op: TfliteOperator) -> None:
         )
     # A 0 in TFLite's shape is a zero-size dimension (allowzero), not a copied one.
     lc.set(out, lc.emit(OpCode.RESHAPE, [x, shape], out=out, allowzero=1))
+
+
+def _new_shape(op: TfliteOperator) -> list[int] | None:
+    """RESHAPE's target from its new_shape option (files written without a shape input)."""
+    o = op.options
+    if o is not None and hasattr(o, "NewShapeLength") and o.NewShapeLength():
+        return [int(o.NewShape(k)) for k in range(o.NewShapeLength())]
+    return None
 
 
 def squeeze(lc: LayoutContext, op: TfliteOperator) -> None:

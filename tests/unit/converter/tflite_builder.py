@@ -47,6 +47,7 @@ class TfliteBuilder:
         sub = TfliteBuilder(self)
         self.subgraphs.append(sub)
         return sub, len(self.subgraphs)
+        self.signatures: list[tuple[str, dict[str, int], dict[str, int]]] = []
 
     def tensor(
         self,
@@ -116,6 +117,10 @@ class TfliteBuilder:
         self.outputs.append(index)
         return index
 
+    def signature(self, key: str, inputs: dict[str, int], outputs: dict[str, int]) -> None:
+        """A SignatureDef on the subgraph: names of its own for inputs and outputs."""
+        self.signatures.append((key, inputs, outputs))
+
     # ---- serialization
     def build(self) -> bytes:
         b = flatbuffers.Builder(1024)
@@ -144,6 +149,7 @@ class TfliteBuilder:
             codes.append(tfl.OperatorCodeEnd(b))
         codes_v, subgraphs_v = vector(b, codes), vector(b, subgraphs)
         buffers_v = vector(b, buffers)
+        signatures_v = self._signature_defs(b)
         description = b.CreateString("sporenet test model")
         tfl.ModelStart(b)
         tfl.ModelAddVersion(b, 3)
@@ -151,8 +157,33 @@ class TfliteBuilder:
         tfl.ModelAddSubgraphs(b, subgraphs_v)
         tfl.ModelAddDescription(b, description)
         tfl.ModelAddBuffers(b, buffers_v)
+        if signatures_v is not None:
+            tfl.ModelAddSignatureDefs(b, signatures_v)
         b.Finish(tfl.ModelEnd(b), file_identifier=b"TFL3")
         return bytes(b.Output())
+
+    def _signature_defs(self, b: flatbuffers.Builder) -> int | None:
+        """The SignatureDefs (all on subgraph 0), or None without any."""
+        signatures = []
+        for key, sig_inputs, sig_outputs in self.signatures:
+            maps = []
+            for names in (sig_inputs, sig_outputs):
+                entries = []
+                for name, index in names.items():
+                    name_s = b.CreateString(name)
+                    tfl.TensorMapStart(b)
+                    tfl.TensorMapAddName(b, name_s)
+                    tfl.TensorMapAddTensorIndex(b, index)
+                    entries.append(tfl.TensorMapEnd(b))
+                maps.append(vector(b, entries))
+            key_s = b.CreateString(key)
+            tfl.SignatureDefStart(b)
+            tfl.SignatureDefAddInputs(b, maps[0])
+            tfl.SignatureDefAddOutputs(b, maps[1])
+            tfl.SignatureDefAddSignatureKey(b, key_s)
+            tfl.SignatureDefAddSubgraphIndex(b, 0)
+            signatures.append(tfl.SignatureDefEnd(b))
+        return vector(b, signatures) if signatures else None
 
     def _subgraph(self, b: flatbuffers.Builder) -> int:
         def ints(values: Sequence[int]) -> int:
@@ -197,8 +228,13 @@ class TfliteBuilder:
             # before the table that holds them
             fields = {f: _field(b, v) for f, v in fields.items()}
             if options is not None:
+                # Vector fields (SqueezeDims, NewShape) are written before the table.
+                made = {
+                    k: ints(v) if isinstance(v, list | tuple | np.ndarray) else v
+                    for k, v in fields.items()
+                }
                 getattr(tfl, f"{options}Start")(b)
-                for field, value in fields.items():
+                for field, value in made.items():
                     getattr(tfl, f"{options}Add{field}")(b, value)
                 table = getattr(tfl, f"{options}End")(b)
             tfl.OperatorStart(b)

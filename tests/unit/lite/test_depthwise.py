@@ -24,6 +24,7 @@ SHAPES = [
     (1, 8, 3, 3, (3, 3), (2, 2), (1, 1), (1, 1, 1, 1)),  # one output column per tap
     (1, 8, 2, 20, (5, 5), (1, 1), (1, 1), (2, 2, 2, 2)),  # most kernel rows read padding
     (1, 8, 2, 6, (3, 3), (1, 1), (1, 1), (3, 1, 1, 1)),  # an output row of padding only
+    (2, 8, 5, 7, (1, 1), (1, 1), (2, 2), (0, 0, 0, 0)),  # a per-channel scale and shift
 ]
 
 # (_MIN_CHANNELS_LAST, _STRIDED_PLANAR_GRID) forcing each algorithm on every shape

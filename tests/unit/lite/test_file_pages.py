@@ -114,3 +114,41 @@ def test_release_unless_read_keeps_weights_a_view_still_reads(tmp_path):
     pages.release_unless_read(w, packed)
     assert _resident(w) == 0.0, "weights packed into a copy are dropped"
     np.testing.assert_array_equal(w, data)  # and read back from the file when touched
+
+
+def test_a_constant_only_folded_nodes_read_leaves_memory(tmp_path):
+    # A float16 weight widened by a CAST (as converted TFLite models store them): the CAST
+    # is folded when the model is planned, so nothing at run time reads the float16 pages.
+    w16 = (RNG.normal(size=(512, 512)) * 0.05).astype(np.float16)
+    b = ModelBuilder()
+    x = b.input("x", (2, 512))
+    w = b.op(OpCode.CAST, [b.constant("w16", w16)], to="float32")
+    b.output(b.op(OpCode.MATMUL, [x, b.op(OpCode.TRANSPOSE, [w], perm=[1, 0])]), name="y")
+    interp = Interpreter(model_path=save(b.build(), tmp_path / "f16.spore"), num_threads=1)
+    v = RNG.normal(size=(2, 512)).astype(np.float32)
+    got = interp.run({"x": v})["y"]
+    np.testing.assert_allclose(got, v @ w16.astype(np.float32).T, rtol=1e-5, atol=1e-5)
+    stored = interp.model.tensors[interp.model.tensor_index("w16")].data
+    assert _resident(stored) < 0.2, "the float16 pages stayed resident beside their widening"
+
+
+def test_a_widened_weight_a_kernel_packs_is_not_kept_twice(tmp_path):
+    # CAST(float16) -> a 3x3 convolution that packs its weights (im2col with a bias): the
+    # plan forgets the widened float32 value once the layer is bound; outputs unchanged.
+    w16 = (RNG.normal(size=(64, 32, 3, 3)) * 0.05).astype(np.float16)
+    bias = RNG.normal(size=64).astype(np.float32)
+    b = ModelBuilder()
+    x = b.input("x", (1, 32, 10, 10))
+    w = b.op(OpCode.CAST, [b.constant("w16", w16)], to="float32")
+    b.output(
+        b.op(OpCode.CONV2D, [x, w, b.constant("bias", bias)], pads=[1, 1, 1, 1], strides=[2, 2]),
+        name="y",
+    )
+    model = b.build()
+    interp = Interpreter(model_path=save(model, tmp_path / "conv16.spore"), num_threads=1)
+    widened = next(n.outputs[0] for n in model.graphs[0].nodes if n.op == OpCode.CAST)
+    assert widened not in interp._plan.arrays, "the plan kept the widened weights"
+    v = RNG.normal(size=(1, 32, 10, 10)).astype(np.float32)
+    got = interp.run({"x": v})["y"]
+    want = _conv(v, w16.astype(np.float32), bias, pad=1, stride=2)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)

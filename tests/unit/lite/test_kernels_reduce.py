@@ -125,3 +125,17 @@ def test_arg_errors():
         run_op(OpCode.ARGMAX, [np.zeros((3, 0), np.float32)], axis=1)
     with pytest.raises(ShapeError, match="axis -3 is out of range for rank 2"):
         run_op(OpCode.ARGMIN, [np.zeros((3, 2), np.float32)], axis=-3)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize(
+    ("shape", "axes", "keepdims"),
+    [((2, 3, 4, 5), [1], 1), ((1, 32), [1], 1), ((2, 3, 40, 50), [2, 3], 0), ((3, 4), [0, 1], 0)],
+)
+def test_reduce_mean_is_numpy_mean_bit_for_bit(shape, axes, keepdims, dtype):
+    # The bound step skips np.mean's wrapper; the sum and the division are np.mean's own.
+    x = (np.random.default_rng(1).normal(size=shape) * 100).astype(dtype)
+    (ours,) = run_op(OpCode.REDUCE_MEAN, [x], axes=axes, keepdims=keepdims)
+    want = np.mean(x, axis=tuple(axes), keepdims=bool(keepdims))
+    assert ours.dtype == want.dtype
+    np.testing.assert_array_equal(ours, want)

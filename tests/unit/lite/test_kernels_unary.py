@@ -205,6 +205,20 @@ def test_prelu_broadcasts_slope(slope_shape):
     np.testing.assert_allclose(ours, theirs, rtol=1e-7)
 
 
+@pytest.mark.parametrize(("low", "high"), [(-0.5, 1.0), (1.0, 3.0), (-0.5, 2.0)])
+@pytest.mark.parametrize("constant", [True, False], ids=["const", "runtime"])
+def test_prelu_matches_the_definition_exactly(low, high, constant):
+    # Constant slopes all <= 1 (or all >= 1) take a two-pass path, others four passes:
+    # the same values as the definition (a zero's sign aside), NaN included.
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(2, 3, 4, 5)).astype(np.float32)
+    x[0, 0, 0, :3] = [0.0, -0.0, np.nan]
+    slope = rng.uniform(low, high, size=(3, 1, 1)).astype(np.float32)
+    slope[0] = low
+    (ours,) = run_op(OpCode.PRELU, [x, slope], constant_inputs=None if constant else [])
+    np.testing.assert_array_equal(ours, np.where(x >= 0, x, x * slope))
+
+
 def test_prelu_slope_as_runtime_input():
     x = np.array([[-2.0, 3.0], [4.0, -1.0]], np.float32)
     slope = np.array([0.5, 2.0], np.float32)
@@ -224,3 +238,20 @@ def test_prelu_rejects_slope_that_does_not_broadcast_to_x():
     with pytest.raises(ShapeError, match="does not broadcast"):
         # Bidirectional broadcasting would give [2, 3]; PRelu's output must keep x's shape.
         run_op(OpCode.PRELU, [np.zeros((1, 3), np.float32), np.zeros((2, 1), np.float32)])
+
+
+def test_prelu_on_channels_last_storage():
+    # An NCHW view of NHWC memory in and out (as the planner stores it between depthwise
+    # layers): the mixed-slope scratch takes the same layout; the values are the same.
+    from sporenet.lite.kernels.base import Attrs, TensorSpec
+    from sporenet.lite.kernels.unary import PRelu
+
+    rng = np.random.default_rng(4)
+    x = np.ascontiguousarray(rng.normal(size=(1, 6, 5, 8)).astype(np.float32))
+    x_last = np.ascontiguousarray(x.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)
+    slope = rng.uniform(-1, 2, size=(6, 1, 1)).astype(np.float32)
+    specs = [TensorSpec(x.shape, x.dtype), TensorSpec(slope.shape, slope.dtype, slope)]
+    kernel = PRelu(Attrs("PRELU", {}, 1), specs)
+    out = np.empty((1, 5, 8, 6), np.float32).transpose(0, 3, 1, 2)
+    kernel.bind([x_last, slope], [out])()
+    np.testing.assert_array_equal(out, np.where(x >= 0, x, x * slope))
