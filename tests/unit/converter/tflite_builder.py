@@ -41,13 +41,13 @@ class TfliteBuilder:
         self.outputs: list[int] = []
         self.subgraphs: list[TfliteBuilder] = []
         self.custom_options: dict[int, bytes] = {}  # operator position -> options
+        self.signatures: list[tuple[str, dict[str, int], dict[str, int]]] = []
 
     def subgraph(self) -> tuple[TfliteBuilder, int]:
         """A new subgraph of this model, and its subgraph index."""
         sub = TfliteBuilder(self)
         self.subgraphs.append(sub)
         return sub, len(self.subgraphs)
-        self.signatures: list[tuple[str, dict[str, int], dict[str, int]]] = []
 
     def tensor(
         self,
