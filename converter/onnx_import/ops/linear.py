@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import cast
 
 import numpy as np
 
@@ -23,8 +24,8 @@ def _transpose2d(ctx: ImportContext, x: int) -> int:
 
 def _transposed_constant(ctx: ImportContext, x: int) -> int:
     tensor = ctx.tensors[x]
-    data = tensor.data
-    if data is not None and tensor.quantization is not None:  # integer weights stay integer
+    data = cast(np.ndarray, tensor.data)  # a stored constant (_transpose2d checked)
+    if tensor.quantization is not None:  # integer weights stay integer
         q = tensor.quantization
         moved = dataclasses.replace(q, axis=1 - q.axis if q.scale.size > 1 else 0)
         return ctx.quantized_constant(f"{tensor.name}/T", np.ascontiguousarray(data.T), moved)
