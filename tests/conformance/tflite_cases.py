@@ -68,11 +68,23 @@ class Const:
 
 
 @dataclass(frozen=True)
+class State:
+    """A variable tensor the op keeps between invokes (a recurrent state, zeros first)."""
+
+    shape: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Absent:
+    """An optional input left out (tensor index -1)."""
+
+
+@dataclass(frozen=True)
 class Spec:
     """One single-op model: op, inputs, options, outputs' dtypes, the variants to make."""
 
     op: str
-    inputs: tuple[In | Const, ...]
+    inputs: tuple[In | Const | State | Absent, ...]
     options: str | None = None
     fields: dict[str, Any] = field(default_factory=dict)
     out_dtypes: tuple[Any, ...] = (None,)  # None: the first input's (float) dtype
@@ -566,6 +578,39 @@ def shape_specs() -> list[Spec]:
     return specs
 
 
+def recurrent_specs() -> list[Spec]:
+    """The sequence builtins on a batch-major [2, 5, 3] input, 4 units, zero states."""
+    x, h = In((2, 5, 3)), 4
+
+    def w(*shape: int, seed: int) -> Const:
+        return Const(_r(*shape, seed=seed, low=-0.5, high=0.5), role=Role.WEIGHT)
+
+    rnn = Spec(
+        "UNIDIRECTIONAL_SEQUENCE_RNN",
+        (
+            x,
+            w(h, 3, seed=21),
+            w(h, h, seed=22),
+            Const(_r(h, seed=23), role=Role.BIAS),
+            State((2, h)),
+        ),
+        "SequenceRNNOptions",
+        {"TimeMajor": False, "FusedActivationFunction": A.TANH},
+    )
+    gates = tuple(w(h, 3, seed=30 + k) for k in range(4))
+    recurrent = tuple(w(h, h, seed=40 + k) for k in range(4))
+    biases = tuple(Const(_r(h, seed=50 + k), role=Role.BIAS) for k in range(4))
+    peepholes, projection, norms = (Absent(),) * 3, (Absent(),) * 2, (Absent(),) * 4
+    states = (State((2, h)), State((2, h)))  # output state, cell state
+    lstm = Spec(
+        "UNIDIRECTIONAL_SEQUENCE_LSTM",
+        (x, *gates, *recurrent, *peepholes, *biases, *projection, *states, *norms),
+        "UnidirectionalSequenceLSTMOptions",
+        {"FusedActivationFunction": A.TANH, "CellClip": 0.0, "ProjClip": 0.0, "TimeMajor": False},
+    )
+    return [rnn, lstm]
+
+
 def _specs() -> list[Spec]:
     s: list[Spec] = []
     act_fixed = {I8: (1 / 256, -128), I16: (1 / 32768, 0)}
@@ -640,6 +685,7 @@ def _specs() -> list[Spec]:
     s += reduce_specs("REDUCE_ALL", dtype=BOOL)
     s += conv_specs()
     s += shape_specs()
+    s += recurrent_specs()
     s += [
         Spec("QUANTIZE", (In((3, 4)),), modes=(I8,), label="float to int8"),
         Spec("DEQUANTIZE", (In((3, 4)),), modes=(I8,), label="int8 to float"),
@@ -677,5 +723,16 @@ def covered_ops() -> set[str]:
     return {s.op for s in _specs()}
 
 
-__all__: Sequence[str] = ["Case", "Const", "In", "Mode", "Role", "Spec", "cases", "covered_ops"]
+__all__: Sequence[str] = [
+    "Absent",
+    "Case",
+    "Const",
+    "In",
+    "Mode",
+    "Role",
+    "Spec",
+    "State",
+    "cases",
+    "covered_ops",
+]
 Builder = Callable[[Case], tuple[bytes, dict[str, np.ndarray]]]

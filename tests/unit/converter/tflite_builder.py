@@ -44,6 +44,7 @@ class TfliteBuilder:
         data: np.ndarray | None = None,
         signature: Sequence[int] | None = None,
         quant: tuple[Sequence[float], Sequence[int], int] | None = None,
+        variable: bool = False,
     ) -> int:
         buffer = 0
         if data is not None:
@@ -59,6 +60,7 @@ class TfliteBuilder:
                 "buffer": buffer,
                 "signature": signature,
                 "quant": quant,
+                "variable": variable,  # state a kernel keeps between invokes (zeros first)
             }
         )
         return len(self.tensors) - 1
@@ -138,6 +140,8 @@ class TfliteBuilder:
                 tfl.TensorAddShapeSignature(b, signature)
             if quant is not None:
                 tfl.TensorAddQuantization(b, quant)
+            if t["variable"]:
+                tfl.TensorAddIsVariable(b, True)
             tensors.append(tfl.TensorEnd(b))
         operators = []
         for code, inputs, outputs, options, fields in self.ops:
