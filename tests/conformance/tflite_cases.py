@@ -611,6 +611,92 @@ def recurrent_specs() -> list[Spec]:
     return [rnn, lstm]
 
 
+def misc_specs() -> list[Spec]:
+    """The remaining builtins TF/Keras converters emit: one plain case each."""
+
+    def p(v: Any, dtype: Any = i32) -> Const:
+        return Const(np.array(v, dtype), dtype, Role.PARAM)
+
+    tanh = {"FusedActivationFunction": A.NONE}
+    return [
+        Spec("ADD_N", (In((2, 3)), In((2, 3)), In((2, 3))), "AddNOptions", {}),
+        Spec("RANK", (In((2, 3, 4)),), "RankOptions", {}, out_dtypes=(i32,)),
+        Spec("WHERE", (In((3, 4), BOOL),), "WhereOptions", {}, out_dtypes=(np.int64,)),
+        Spec(
+            "REVERSE_SEQUENCE",
+            (In((2, 5, 3)), p([3, 5])),
+            "ReverseSequenceOptions",
+            {"SeqDim": 1, "BatchDim": 0},
+        ),
+        Spec("MATRIX_DIAG", (In((2, 3)),), "MatrixDiagOptions", {}),
+        Spec("MATRIX_SET_DIAG", (In((2, 3, 3)), In((2, 3))), "MatrixSetDiagOptions", {}),
+        Spec("BROADCAST_ARGS", (p([2, 1, 3]), p([4, 1])), out_dtypes=(i32,)),
+        Spec("DYNAMIC_UPDATE_SLICE", (In((4, 5)), In((2, 2)), p([1, 2]))),
+        Spec("SEGMENT_SUM", (In((4, 3)), p([0, 0, 1, 2])), "SegmentSumOptions", {}),
+        *(
+            Spec(op, (In((4, 3)), p([0, 2, 0, 1]), p(3)), options, {})
+            for op, options in (
+                ("UNSORTED_SEGMENT_SUM", "UnsortedSegmentSumOptions"),
+                ("UNSORTED_SEGMENT_MAX", "UnsortedSegmentMaxOptions"),
+                ("UNSORTED_SEGMENT_MIN", "UnsortedSegmentMinOptions"),
+                ("UNSORTED_SEGMENT_PROD", "UnsortedSegmentProdOptions"),
+            )
+        ),
+        Spec(
+            "RIGHT_SHIFT", (In((3, 4), i32, 0, 100), In((3, 4), i32, 0, 3)), "RightShiftOptions", {}
+        ),
+        Spec(
+            "BITWISE_XOR",
+            (In((3, 4), i32, 0, 100), In((3, 4), i32, 0, 100)),
+            "BitwiseXorOptions",
+            {},
+        ),
+        Spec(
+            "FAKE_QUANT",
+            (In((3, 4)),),
+            "FakeQuantOptions",
+            {"Min": -1.0, "Max": 1.0, "NumBits": 8, "NarrowRange": False},
+        ),
+        Spec(
+            "SPARSE_TO_DENSE",
+            (
+                p([[0, 1], [2, 3]]),
+                p([3, 4]),
+                Const(np.array([1.5, -2.0], np.float32)),
+                Const(np.float32(0)),
+            ),
+            "SparseToDenseOptions",
+            {"ValidateIndices": False},
+        ),
+        Spec(
+            "UNIQUE",
+            (In((6,)),),
+            "UniqueOptions",
+            {"IdxOutType": tfl.TensorType.INT32},
+            out_dtypes=(None, i32),
+        ),
+        Spec(
+            "CONV_3D",
+            (
+                In((1, 4, 5, 5, 2)),
+                Const(_r(3, 3, 3, 2, 4, seed=60), role=Role.WEIGHT),
+                Const(_r(4, seed=61), role=Role.BIAS),
+            ),
+            "Conv3DOptions",
+            {
+                "Padding": P.SAME,
+                "StrideD": 1,
+                "StrideW": 1,
+                "StrideH": 1,
+                "DilationDFactor": 1,
+                "DilationWFactor": 1,
+                "DilationHFactor": 1,
+                **tanh,
+            },
+        ),
+    ]
+
+
 def _specs() -> list[Spec]:
     s: list[Spec] = []
     act_fixed = {I8: (1 / 256, -128), I16: (1 / 32768, 0)}
@@ -686,6 +772,7 @@ def _specs() -> list[Spec]:
     s += conv_specs()
     s += shape_specs()
     s += recurrent_specs()
+    s += misc_specs()
     s += [
         Spec("QUANTIZE", (In((3, 4)),), modes=(I8,), label="float to int8"),
         Spec("DEQUANTIZE", (In((3, 4)),), modes=(I8,), label="int8 to float"),
