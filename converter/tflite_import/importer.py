@@ -112,7 +112,16 @@ def import_tflite(
     try:
         ir = _import(model, saved, emitted)
     except ConversionError:
-        raise failure from None
+        hint = " ".join(
+            f"{model.tensors[i].name}:{','.join('N' if d == DYNAMIC else str(d) for d in sig)}"
+            for i in model.inputs
+            if DYNAMIC in (sig := model.tensors[i].signature)
+        )
+        raise ConversionError(
+            f"{failure}; the graph runs neither at the sizes the converter tries for its "
+            f"dynamic dimensions nor at those the file was saved with: give the sizes you "
+            f"run it at with --input-shape {hint} (each N replaced by a size)"
+        ) from None
     if notes is not None:
         fixed = ", ".join(f"{model.tensors[i].name} {list(s)}" for i, s in saved.items())
         notes.append(

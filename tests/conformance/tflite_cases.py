@@ -68,11 +68,23 @@ class Const:
 
 
 @dataclass(frozen=True)
+class State:
+    """A variable tensor the op keeps between invokes (a recurrent state, zeros first)."""
+
+    shape: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Absent:
+    """An optional input left out (tensor index -1)."""
+
+
+@dataclass(frozen=True)
 class Spec:
     """One single-op model: op, inputs, options, outputs' dtypes, the variants to make."""
 
     op: str
-    inputs: tuple[In | Const, ...]
+    inputs: tuple[In | Const | State | Absent, ...]
     options: str | None = None
     fields: dict[str, Any] = field(default_factory=dict)
     out_dtypes: tuple[Any, ...] = (None,)  # None: the first input's (float) dtype
@@ -566,6 +578,125 @@ def shape_specs() -> list[Spec]:
     return specs
 
 
+def recurrent_specs() -> list[Spec]:
+    """The sequence builtins on a batch-major [2, 5, 3] input, 4 units, zero states."""
+    x, h = In((2, 5, 3)), 4
+
+    def w(*shape: int, seed: int) -> Const:
+        return Const(_r(*shape, seed=seed, low=-0.5, high=0.5), role=Role.WEIGHT)
+
+    rnn = Spec(
+        "UNIDIRECTIONAL_SEQUENCE_RNN",
+        (
+            x,
+            w(h, 3, seed=21),
+            w(h, h, seed=22),
+            Const(_r(h, seed=23), role=Role.BIAS),
+            State((2, h)),
+        ),
+        "SequenceRNNOptions",
+        {"TimeMajor": False, "FusedActivationFunction": A.TANH},
+    )
+    gates = tuple(w(h, 3, seed=30 + k) for k in range(4))
+    recurrent = tuple(w(h, h, seed=40 + k) for k in range(4))
+    biases = tuple(Const(_r(h, seed=50 + k), role=Role.BIAS) for k in range(4))
+    peepholes, projection, norms = (Absent(),) * 3, (Absent(),) * 2, (Absent(),) * 4
+    states = (State((2, h)), State((2, h)))  # output state, cell state
+    lstm = Spec(
+        "UNIDIRECTIONAL_SEQUENCE_LSTM",
+        (x, *gates, *recurrent, *peepholes, *biases, *projection, *states, *norms),
+        "UnidirectionalSequenceLSTMOptions",
+        {"FusedActivationFunction": A.TANH, "CellClip": 0.0, "ProjClip": 0.0, "TimeMajor": False},
+    )
+    return [rnn, lstm]
+
+
+def misc_specs() -> list[Spec]:
+    """The remaining builtins TF/Keras converters emit: one plain case each."""
+
+    def p(v: Any, dtype: Any = i32) -> Const:
+        return Const(np.array(v, dtype), dtype, Role.PARAM)
+
+    tanh = {"FusedActivationFunction": A.NONE}
+    return [
+        Spec("ADD_N", (In((2, 3)), In((2, 3)), In((2, 3))), "AddNOptions", {}),
+        Spec("RANK", (In((2, 3, 4)),), "RankOptions", {}, out_dtypes=(i32,)),
+        Spec("WHERE", (In((3, 4), BOOL),), "WhereOptions", {}, out_dtypes=(np.int64,)),
+        Spec(
+            "REVERSE_SEQUENCE",
+            (In((2, 5, 3)), p([3, 5])),
+            "ReverseSequenceOptions",
+            {"SeqDim": 1, "BatchDim": 0},
+        ),
+        Spec("MATRIX_DIAG", (In((2, 3)),), "MatrixDiagOptions", {}),
+        Spec("MATRIX_SET_DIAG", (In((2, 3, 3)), In((2, 3))), "MatrixSetDiagOptions", {}),
+        Spec("BROADCAST_ARGS", (p([2, 1, 3]), p([4, 1])), out_dtypes=(i32,)),
+        Spec("DYNAMIC_UPDATE_SLICE", (In((4, 5)), In((2, 2)), p([1, 2]))),
+        Spec("SEGMENT_SUM", (In((4, 3)), p([0, 0, 1, 2])), "SegmentSumOptions", {}),
+        *(
+            Spec(op, (In((4, 3)), p([0, 2, 0, 1]), p(3)), options, {})
+            for op, options in (
+                ("UNSORTED_SEGMENT_SUM", "UnsortedSegmentSumOptions"),
+                ("UNSORTED_SEGMENT_MAX", "UnsortedSegmentMaxOptions"),
+                ("UNSORTED_SEGMENT_MIN", "UnsortedSegmentMinOptions"),
+                ("UNSORTED_SEGMENT_PROD", "UnsortedSegmentProdOptions"),
+            )
+        ),
+        Spec(
+            "RIGHT_SHIFT", (In((3, 4), i32, 0, 100), In((3, 4), i32, 0, 3)), "RightShiftOptions", {}
+        ),
+        Spec(
+            "BITWISE_XOR",
+            (In((3, 4), i32, 0, 100), In((3, 4), i32, 0, 100)),
+            "BitwiseXorOptions",
+            {},
+        ),
+        Spec(
+            "FAKE_QUANT",
+            (In((3, 4)),),
+            "FakeQuantOptions",
+            {"Min": -1.0, "Max": 1.0, "NumBits": 8, "NarrowRange": False},
+        ),
+        Spec(
+            "SPARSE_TO_DENSE",
+            (
+                p([[0, 1], [2, 3]]),
+                p([3, 4]),
+                Const(np.array([1.5, -2.0], np.float32)),
+                Const(np.float32(0)),
+            ),
+            "SparseToDenseOptions",
+            {"ValidateIndices": False},
+        ),
+        Spec(
+            "UNIQUE",
+            (In((6,)),),
+            "UniqueOptions",
+            {"IdxOutType": tfl.TensorType.INT32},
+            out_dtypes=(None, i32),
+        ),
+        Spec(
+            "CONV_3D",
+            (
+                In((1, 4, 5, 5, 2)),
+                Const(_r(3, 3, 3, 2, 4, seed=60), role=Role.WEIGHT),
+                Const(_r(4, seed=61), role=Role.BIAS),
+            ),
+            "Conv3DOptions",
+            {
+                "Padding": P.SAME,
+                "StrideD": 1,
+                "StrideW": 1,
+                "StrideH": 1,
+                "DilationDFactor": 1,
+                "DilationWFactor": 1,
+                "DilationHFactor": 1,
+                **tanh,
+            },
+        ),
+    ]
+
+
 def _specs() -> list[Spec]:
     s: list[Spec] = []
     act_fixed = {I8: (1 / 256, -128), I16: (1 / 32768, 0)}
@@ -640,6 +771,8 @@ def _specs() -> list[Spec]:
     s += reduce_specs("REDUCE_ALL", dtype=BOOL)
     s += conv_specs()
     s += shape_specs()
+    s += recurrent_specs()
+    s += misc_specs()
     s += [
         Spec("QUANTIZE", (In((3, 4)),), modes=(I8,), label="float to int8"),
         Spec("DEQUANTIZE", (In((3, 4)),), modes=(I8,), label="int8 to float"),
@@ -677,5 +810,16 @@ def covered_ops() -> set[str]:
     return {s.op for s in _specs()}
 
 
-__all__: Sequence[str] = ["Case", "Const", "In", "Mode", "Role", "Spec", "cases", "covered_ops"]
+__all__: Sequence[str] = [
+    "Absent",
+    "Case",
+    "Const",
+    "In",
+    "Mode",
+    "Role",
+    "Spec",
+    "State",
+    "cases",
+    "covered_ops",
+]
 Builder = Callable[[Case], tuple[bytes, dict[str, np.ndarray]]]

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from sporenet.proto import tflite_schema_generated as tfl
-from tests.conformance.tflite_cases import Case, In, Mode, Role, cases
+from tests.conformance.tflite_cases import Absent, Case, Const, In, Mode, Role, State, cases
 from tests.unit.converter.tflite_builder import TYPES, TfliteBuilder
 
 TYPES.setdefault(np.dtype(np.bool_), tfl.TensorType.BOOL)
@@ -186,6 +186,14 @@ class _Writer:
                 self.b.inputs.append(index)
                 indices.append(index)
                 continue
+            if isinstance(arg, State):
+                indices.append(self.b.tensor(name, arg.shape, np.float32, variable=True))
+                self.quant.append(None)
+                continue
+            if isinstance(arg, Absent):
+                indices.append(-1)
+                self.quant.append(None)
+                continue
             value = np.asarray(arg.value, arg.dtype)
             if arg.role is Role.PARAM or np.dtype(arg.dtype).kind != "f":
                 indices.append(self.b.const(name, value, arg.dtype))
@@ -285,7 +293,9 @@ class _Writer:
         if self.spec.out_shape is not None:
             return self.spec.out_shape
         arg = self.spec.inputs[0]
-        return arg.shape if isinstance(arg, In) else np.shape(arg.value)
+        if isinstance(arg, In | State):
+            return arg.shape
+        return np.shape(arg.value) if isinstance(arg, Const) else (1,)
 
     def build(self) -> bytes:
         ins = self.inputs()

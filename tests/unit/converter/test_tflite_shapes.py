@@ -18,6 +18,7 @@ from sporenet.converter import (
 )
 from sporenet.converter.cli import main
 from sporenet.lite import Interpreter, parse
+from sporenet.proto import tflite_schema_generated as tfl
 from tests.unit.converter.tflite_builder import TfliteBuilder, rand
 
 litert = pytest.importorskip(
@@ -225,3 +226,27 @@ def test_squeeze_and_reshape_with_several_open_dimensions():
     v = rand(2, 3, 1, 4, seed=11)
     got = Interpreter(model_content=convert_tflite(data)).run({"x": v})["y"]
     np.testing.assert_array_equal(got, _litert(data, {"x": v})[0])
+
+
+def test_a_graph_that_runs_at_no_tried_size_asks_for_input_shape():
+    # A 1-D "audio" input of open length into a window of 400 samples: neither the probe
+    # sizes nor the saved length 1 fit, so the error names --input-shape.
+    b = TfliteBuilder()
+    x = b.input("audio", [1, 1, 1, 1], signature=[1, 1, -1, 1])
+    w = b.const("w", rand(2, 1, 400, 1, seed=12))
+    y = b.output(b.tensor("y", [1, 1, 1, 2], signature=[1, 1, -1, 2]))
+    b.op(
+        "CONV_2D",
+        [x, w, b.const("b", rand(2, seed=13))],
+        [y],
+        "Conv2DOptions",
+        Padding=tfl.Padding.VALID,
+        StrideW=1,
+        StrideH=1,
+    )
+    data = b.build()
+    with pytest.raises(ConversionError, match=r"--input-shape audio:1,1,N,1"):
+        convert_tflite(data)
+    model, _ = convert_tflite_model(data, input_shapes={"audio": (1, 1, 1000, 1)})
+    v = rand(1, 1, 1000, 1, seed=14)
+    _close(Interpreter(model=model).run({"audio": v})["y"], _litert(data, {"x": v})[0])

@@ -74,7 +74,7 @@ class TfliteBuilder:
                 "buffer": buffer,
                 "signature": signature,
                 "quant": quant,
-                "variable": variable,
+                "variable": variable,  # state a kernel keeps between invokes (zeros first)
             }
         )
         return len(self.tensors) - 1
