@@ -12,6 +12,7 @@ import json
 import logging
 import math
 import socket
+import sys
 import threading
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -81,7 +82,7 @@ class App:
                 sensors=self.sensors,
                 trainable=set(self.model.head.names),
                 client_options=client_options,
-                unavailable=self.model.head.reason,
+                unavailable=self.model.federated_reason,
                 output=self.model.output,
             )
 
@@ -242,6 +243,13 @@ class AppServer(ThreadingHTTPServer):
     def __init__(self, app: App, port: int = 0) -> None:
         self.app = app
         super().__init__((HOST, port), Handler)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that went away mid-answer is logged quietly, not as a traceback."""
+        if isinstance(sys.exc_info()[1], ConnectionError):
+            log.debug("client %s went away", client_address)
+            return
+        super().handle_error(request, client_address)
 
     @property
     def url(self) -> str:
