@@ -133,6 +133,7 @@ def test_version_everywhere(args: list[str]) -> None:
     assert out.returncode == 0 and out.stdout.strip()
 
 
+@pytest.mark.slow  # a cloud and an edge daemon: the server's page is tested in the default run
 def test_the_edge_serves_the_page_for_its_own_rounds(
     tmp_path: Path,
     server_factory,  # type: ignore[no-untyped-def]
