@@ -112,7 +112,13 @@ class App:
             def progress(epoch: int, total: int, loss: float) -> None:
                 self.progress.update(epoch=epoch, epochs=total, loss=loss)
 
-            before, after = self.model.personalize(x, y, xh, yh, epochs=epochs, progress=progress)
+            try:
+                before, after = self.model.personalize(
+                    x, y, xh, yh, epochs=epochs, progress=progress
+                )
+            except Exception as exc:  # the page's poll shows it beside the button too
+                self.progress["error"] = f"{type(exc).__name__}: {exc}"
+                raise
             result = {"before": before, "after": after, "samples": len(y), "held_out": len(yh)}
             self.progress["last"] = result
             return result

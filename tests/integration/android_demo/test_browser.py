@@ -129,6 +129,7 @@ def test_the_page_at_phone_and_desktop_size(size, running_app, digits, tmp_path:
     assert has_colour(region(shot, found["outcome"], scale), (0xD8, 0xEB, 0xE4))
 
 
+@pytest.mark.slow  # a third browser; test_any_model checks the 409 and the reason
 def test_a_model_without_a_head_predicts_and_the_page_says_why_it_cannot_personalize(
     tmp_path: Path,
 ):
