@@ -12,6 +12,7 @@ import json
 import logging
 import math
 import socket
+import sys
 import threading
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -81,7 +82,7 @@ class App:
                 sensors=self.sensors,
                 trainable=set(self.model.head.names),
                 client_options=client_options,
-                unavailable=self.model.head.reason,
+                unavailable=self.model.federated_reason,
                 output=self.model.output,
             )
 
@@ -111,7 +112,13 @@ class App:
             def progress(epoch: int, total: int, loss: float) -> None:
                 self.progress.update(epoch=epoch, epochs=total, loss=loss)
 
-            before, after = self.model.personalize(x, y, xh, yh, epochs=epochs, progress=progress)
+            try:
+                before, after = self.model.personalize(
+                    x, y, xh, yh, epochs=epochs, progress=progress
+                )
+            except Exception as exc:  # the page's poll shows it beside the button too
+                self.progress["error"] = f"{type(exc).__name__}: {exc}"
+                raise
             result = {"before": before, "after": after, "samples": len(y), "held_out": len(yh)}
             self.progress["last"] = result
             return result
@@ -242,6 +249,13 @@ class AppServer(ThreadingHTTPServer):
     def __init__(self, app: App, port: int = 0) -> None:
         self.app = app
         super().__init__((HOST, port), Handler)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that went away mid-answer is logged quietly, not as a traceback."""
+        if isinstance(sys.exc_info()[1], ConnectionError):
+            log.debug("client %s went away", client_address)
+            return
+        super().handle_error(request, client_address)
 
     @property
     def url(self) -> str:

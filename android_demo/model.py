@@ -8,7 +8,9 @@ personal.spore: the user's model, which federated rounds never replace.
 Any model the runtime runs works: one input of 64 values per sample (any layout, float or
 quantized), and a `logits` output (or one single output). A model whose batch dimension
 is fixed (an ONNX export with input [1, 64]) runs and trains in batches of that size
-(per-sample Adam steps at a proportionally smaller learning rate when it is 1).
+(per-sample Adam steps at a proportionally smaller learning rate when it is 1). An int8
+model's head trains as a float copy (head.py), so the user's model becomes int8 up to
+the head and float in it.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import numpy as np
 
 from sporenet import lite
 from sporenet.android_demo.errors import AppError, PersonalizationUnavailableError
-from sporenet.android_demo.head import Head, find_head
+from sporenet.android_demo.head import Head, find_head, float_head_copy
 from sporenet.lite import Interpreter, OpCode
 from sporenet.lite.graph import DYNAMIC
 from sporenet.lite.training import OptimizerConfig, Trainer, make_training_model
@@ -107,6 +109,16 @@ class DeviceModel:
         self.range = _input_range(self.base)
         self.classes = int(self.base.tensors[sig.outputs[self.output]].shape[-1])
         self.head: Head = find_head(self.base, self.output)
+        # What personalization starts from: the shipped model, or for an int8 head the
+        # shipped model with a float copy of it (federated rounds exchange the shipped
+        # model's own weights, so they cannot use the copy).
+        self.train_base = self.base
+        self.federated_reason = self.head.reason
+        self.float_copy = False
+        if not self.head.available:
+            copied, head = float_head_copy(self.base, self.output)
+            if head.available:
+                self.train_base, self.head, self.float_copy = copied, head, True
         self._lock = threading.Lock()
         self.personalizations = 0
         model = self.base
@@ -136,6 +148,7 @@ class DeviceModel:
             "trainable": sorted(self.head.names),
             "personalizable": self.head.available,
             "why_not": self.head.reason,
+            "float_head_copy": self.float_copy,
         }
 
     def _use(self, model: lite.Model) -> None:
@@ -216,7 +229,7 @@ class DeviceModel:
         if not self.head.available:
             raise PersonalizationUnavailableError(self.head.reason)
         with self._lock:
-            current = self.model
+            current = self.model if self.personalizations else self.train_base
         before = self.accuracy(x_held, y_held)
         # Adam moves each weight about lr per step: smaller batches take more steps, so
         # the rate shrinks with the batch and an epoch moves the head as far.

@@ -179,8 +179,10 @@ def serve_metrics(
             if path == "/status.json":
                 self._send(json.dumps(status, default=str).encode(), "application/json")
                 return
+            tier = status.get("tier", "server")
             address = (status.get("config") or {}).get("address", "")
-            page = render_page(status, RECENT.events(), title=f"sporenet {address}".strip())
+            title = f"sporenet-{tier} {address}".strip()
+            page = render_page(status, RECENT.events(), title=title)
             self._send(page.encode(), "text/html; charset=utf-8")
 
         def log_message(self, format: str, *args: Any) -> None:  # keep stderr for JSON logs

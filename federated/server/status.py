@@ -78,6 +78,8 @@ def read_status(state_dir: Path) -> dict[str, Any]:
             "secure_stage": _secure_stage(store, job),
             "privacy": store.get_meta("privacy"),
             **({"upstream": upstream} if upstream is not None else {}),
+            # An edge's state dir is a server's plus its identity (federated/edge/daemon.py).
+            "tier": "edge" if (Path(state_dir) / "edge.json").exists() else "server",
         }
     finally:
         store.close()

@@ -68,8 +68,9 @@ def phase_in_words(status: dict[str, Any], now: float | None = None) -> str:
     if not job:
         return "no job yet: the daemon has not created it"
     config = _config(status)
-    rounds = config.get("rounds", "?")
-    where = f"round {job['round']} of {rounds}"
+    # An edge runs the cloud's rounds one at a time: its own round count means nothing.
+    rounds = None if status.get("tier") == "edge" else config.get("rounds")
+    where = f"round {job['round']}" + (f" of {rounds}" if rounds else "")
     if job["status"] == "finished":
         return f"finished after {where}" + (f": {job['reason']}" if job.get("reason") else "")
     if job["status"] == "failed":
@@ -349,7 +350,12 @@ def render_page(
 <section id="job-card"><h2>Job</h2>
 <p id="phase">{e(phase_in_words(status, now))}</p>
 <p class="muted">model version {job.get("model_version", "-")}; strategy
-{e(str((config.get("strategy") or {}).get("name", "-")))}; {config.get("rounds", "?")} rounds;
+{e(str((config.get("strategy") or {}).get("name", "-")))};
+{
+        "an edge: it runs each of the cloud's rounds among its devices"
+        if status.get("tier") == "edge"
+        else f"{config.get('rounds', '?')} rounds"
+    };
 updated {e(_when(now))} (reloads every {refresh} s; JSON at <a href="status.json">status.json</a>,
 Prometheus at <a href="metrics">metrics</a>)</p></section>
 <section id="participants-card"><h2>Participants</h2>

@@ -45,7 +45,15 @@ def interrupt_after_first_line(command: list[str], cwd: Path) -> tuple[int, str,
     return proc.returncode, first + out, err
 
 
-@pytest.mark.parametrize("which", ["fleet", "app", "demo"])
+@pytest.mark.parametrize(
+    "which",
+    [
+        "fleet",
+        "app",
+        # the demo imports and starts training first: long for the default run
+        pytest.param("demo", marks=pytest.mark.slow),
+    ],
+)
 def test_ctrl_c_ends_quietly(which: str, tmp_path: Path) -> None:
     model = digits_like(tmp_path / "m.spore")
     commands = {

@@ -1,9 +1,11 @@
 """The app with every kind of model a user brings: the cloud export (dynamic batch), an
-ONNX MLP converted with a fixed input [1, 64], and the int8 model the converter writes.
+ONNX MLP converted with a fixed input [1, 64], the int8 model the converter writes, and a
+model with no layer to train.
 
 Each is driven over real HTTP with good, bad and odd requests on every route; no answer
 is ever a 500. The fixed-batch model personalizes (batches of its size), the int8 model
-predicts and refuses personalization with a 409 that says why.
+personalizes a float copy of its head, and the model without a head predicts and refuses
+personalization with a 409 that says why.
 """
 
 from __future__ import annotations
@@ -61,10 +63,15 @@ def model_kinds(digits_model: Path, digits, tmp_path_factory) -> dict[str, Path]
         digits_model.read_bytes(), mode="int8", calibration={"input": digits.x_train[:64]}
     )
     (root / "int8.spore").write_bytes(int8.data)
+    b = lite.ModelBuilder()
+    x = b.input("input", (-1, 64))
+    b.output(b.op(lite.OpCode.RELU, [x]), name="logits")
+    lite.save(b.build(), root / "no_head.spore")
     return {
         "float": digits_model,
         "fixed_batch": fixed_batch_onnx_mlp(root / "mlp.spore", np.random.default_rng(0)),
         "int8": root / "int8.spore",
+        "no_head": root / "no_head.spore",
     }
 
 
@@ -103,7 +110,7 @@ BAD_BODIES: list[object] = [
 ]
 
 
-@pytest.mark.parametrize("kind", ["float", "fixed_batch", "int8"])
+@pytest.mark.parametrize("kind", ["float", "fixed_batch", "int8", "no_head"])
 def test_every_route_answers_every_request_without_a_500(kind, model_kinds, digits, tmp_path):
     running = RunningApp(App(model_kinds[kind], tmp_path / "data"))
     statuses: list[tuple[str, object, int]] = []
@@ -138,7 +145,7 @@ def test_every_route_answers_every_request_without_a_500(kind, model_kinds, digi
         for k in range(12):
             code, answer = running.call("POST", "/api/predict", {"pixels": x[k].tolist()})
             assert code == 200, answer
-            assert len(answer["probabilities"]) == 10
+            assert len(answer["probabilities"]) == (64 if kind == "no_head" else 10)
             assert abs(sum(answer["probabilities"]) - 1) < 1e-6
             code, _ = running.call(
                 "POST", "/api/samples", {"pixels": x[k].tolist(), "label": int(digits.y_test[k])}
@@ -155,18 +162,21 @@ def test_every_route_answers_every_request_without_a_500(kind, model_kinds, digi
     accepted = [
         s
         for s in statuses
-        if s[2] == 200 and not (s[0] == "/api/predict" and s[1]["pixels"] == [0] * 64)
+        if s[2] == 200
+        and not (s[0] == "/api/predict" and s[1]["pixels"] == [0] * 64)
+        and not (kind == "no_head" and s[0] == "/api/samples" and s[1]["label"] == 10)
     ]
     assert not accepted, accepted
-    if kind == "int8":
-        assert code == 409 and "integer weights" in answer["error"]
+    if kind == "no_head":
+        assert code == 409 and "no layer with float weights" in answer["error"]
         assert status["model"]["personalizable"] is False
-        assert "integer weights" in status["model"]["why_not"]
+        assert "there is no head to personalize" in status["model"]["why_not"]
     else:
         assert code == 200, answer
         assert answer["held_out"] == 2 and answer["samples"] == 10
         assert status["model"]["personalizable"] is True
         assert status["model"]["personalized"] is True
+        assert status["model"]["float_head_copy"] is (kind == "int8")
 
 
 def test_a_fixed_batch_model_predicts_as_the_runtime_and_trains_its_head(
@@ -203,3 +213,30 @@ def test_a_model_without_logits_or_in_another_format_is_refused_with_a_reason(
     a_file.write_text("")
     with pytest.raises(AppError, match="is a file; give a directory"):
         App(model_kinds["float"], a_file)
+
+
+def test_the_float_copy_of_an_int8_head_computes_what_the_int8_head_does(model_kinds, digits):
+    """Where the int8 logits are not clipped by their range, the float copy is within half
+    an output step of them (the int8 head's own rounding); the other outputs (the int8
+    softmax) now read the copy's requantized logits."""
+    from sporenet.android_demo.head import float_head_copy
+
+    int8 = lite.load(model_kinds["int8"])
+    copied, head = float_head_copy(int8, "logits")
+    assert head.available and all(n.endswith("/float") for n in head.names)
+    x = digits.x_test[:200]
+    want = lite.Interpreter(model=int8).run({"input": x})
+    got = lite.Interpreter(model=copied).run({"input": x})
+    producer = next(
+        n for n in int8.graphs[0].nodes if int8.signature().outputs["logits"] in n.outputs
+    )
+    q = int8.tensors[producer.inputs[0]].quantization
+    scale, zero = float(q.scale.reshape(-1)[0]), int(q.zero_point.reshape(-1)[0])
+    lo, hi = (-128 - zero) * scale, (127 - zero) * scale
+    inside = (got["logits"] > lo + scale) & (got["logits"] < hi - scale)
+    assert inside.mean() > 0.9
+    diff = np.abs(got["logits"] - want["logits"])[inside]
+    assert diff.max() <= 0.5 * scale * (1 + 1e-3)
+    # The int8 softmax's output step is 1/256: one step either way at most, where the
+    # logits it reads were rounded to the other side.
+    assert np.abs(got["probabilities"] - want["probabilities"]).max() <= 2 / 256

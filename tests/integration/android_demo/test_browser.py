@@ -129,31 +129,32 @@ def test_the_page_at_phone_and_desktop_size(size, running_app, digits, tmp_path:
     assert has_colour(region(shot, found["outcome"], scale), (0xD8, 0xEB, 0xE4))
 
 
-def test_an_int8_model_predicts_and_the_page_says_why_it_cannot_personalize(
-    digits_model, digits, tmp_path: Path
+@pytest.mark.slow  # a third browser; test_any_model checks the 409 and the reason
+def test_a_model_without_a_head_predicts_and_the_page_says_why_it_cannot_personalize(
+    tmp_path: Path,
 ):
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
 
+    from sporenet import lite
     from sporenet.android_demo.app import App
-    from sporenet.converter.quantize import quantize_model
     from tests.integration.android_demo.conftest import RunningApp
 
-    int8 = quantize_model(
-        digits_model.read_bytes(), mode="int8", calibration={"input": digits.x_train[:64]}
-    )
-    (tmp_path / "int8.spore").write_bytes(int8.data)
-    running = RunningApp(App(tmp_path / "int8.spore", tmp_path / "data"))
+    b = lite.ModelBuilder()
+    b.output(b.op(lite.OpCode.RELU, [b.input("input", (-1, 64))]), name="logits")
+    lite.save(b.build(), tmp_path / "no_head.spore")
+    running = RunningApp(App(tmp_path / "no_head.spore", tmp_path / "data"))
     try:
         with browser(tmp_path / "profile", "phone") as driver:
             driver.get(running.url)
             wait = WebDriverWait(driver, 30)
             note = lambda d: d.find_element(By.ID, "personalize-note").text  # noqa: E731
             wait.until(lambda d: "cannot be personalized" in note(d))
-            assert "integer weights" in note(driver)
+            assert "no layer with float weights" in note(driver)
             assert not driver.find_element(By.ID, "personalize").is_enabled()
             draw_a_one(driver)
             wait.until(lambda d: d.find_element(By.ID, "prediction").text.strip() != "")
+            assert len(driver.find_elements(By.CSS_SELECTOR, "#bars .bar")) == 64
             check_layout(driver, ["personalize-note", "prediction", "bars"], [CARDS])
     finally:
         running.close()

@@ -47,6 +47,7 @@ def test_the_fleet_starts_its_own_server_with_the_cohort_and_a_fresh_head(digits
     assert not list(tmp_path.glob("*.png"))  # no --plot, no file
 
 
+@pytest.mark.slow  # the unit test of wait_for_server covers the backoff and message
 def test_a_server_that_is_not_there_is_named_and_the_command_fails(digits_model, tmp_path):
     address = f"127.0.0.1:{closed_port()}"
     out = fleet(
@@ -88,6 +89,7 @@ def test_rounds_the_server_did_not_run_make_the_exit_code_1(digits_model, tmp_pa
     assert "rounds [2] did not run" in out.stderr
 
 
+@pytest.mark.slow  # a subprocess for one message
 def test_a_model_without_logits_is_refused_with_a_reason(digits_model, tmp_path):
     model = lite.load(digits_model)
     sig = model.signatures["infer"]
@@ -100,6 +102,7 @@ def test_a_model_without_logits_is_refused_with_a_reason(digits_model, tmp_path)
     assert "needs a 'logits' output" in out.stderr and "Traceback" not in out.stderr
 
 
+@pytest.mark.slow  # a subprocess for one message
 def test_plot_without_matplotlib_is_refused_before_the_run(digits_model, tmp_path):
     pytest.importorskip("matplotlib", reason="the plot itself is checked where it is installed")
     blocker = tmp_path / "site" / "matplotlib"

@@ -46,3 +46,48 @@ def test_the_app_reports_an_unreachable_server_and_retries_with_backoff(
         assert app.status()["federated"]["state"] == "unreachable"
     finally:
         app.close()
+
+
+def test_the_app_names_a_port_in_use_and_a_data_dir_that_is_a_file(digits_model, tmp_path):
+    import subprocess
+    import sys
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        out = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "sporenet.android_demo",
+                "--model",
+                str(digits_model),
+                "--data-dir",
+                str(tmp_path / "data"),
+                "--port",
+                str(port),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    assert out.returncode == 2
+    assert f"cannot listen on 127.0.0.1:{port}: it is in use" in out.stderr
+    (tmp_path / "a-file").write_text("")
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "sporenet.android_demo",
+            "--model",
+            str(digits_model),
+            "--data-dir",
+            str(tmp_path / "a-file"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 2 and "is a file; give a directory" in out.stderr
+    assert "Errno" not in out.stderr

@@ -131,3 +131,31 @@ def test_version_everywhere(args: list[str]) -> None:
         [sys.executable, "-m", "sporenet.federated.server", *args], capture_output=True, text=True
     )
     assert out.returncode == 0 and out.stdout.strip()
+
+
+@pytest.mark.slow  # a cloud and an edge daemon: the server's page is tested in the default run
+def test_the_edge_serves_the_page_for_its_own_rounds(
+    tmp_path: Path,
+    server_factory,  # type: ignore[no-untyped-def]
+    edge_factory,  # type: ignore[no-untyped-def]
+) -> None:
+    make_model(tmp_path / "init.spore", out=3, inp=4)
+    cloud = server_factory(
+        ["--model", str(tmp_path / "init.spore"), "--rounds", "1", "--min-clients", "1"]
+    ).start()
+    edge = edge_factory("edge", cloud.address, ["--metrics-port", "0", "--min-clients", "2"])
+    edge.start()
+    edge.wait_serving()
+    info = json.loads((edge.state_dir / "server.json").read_text())
+    base = f"http://127.0.0.1:{info['metrics_port']}"
+
+    def page() -> str:
+        return urllib.request.urlopen(f"{base}/", timeout=30).read().decode()
+
+    # No device has come: the edge's round 1 waits, and the page says so in words.
+    wait_for(lambda: "waiting for clients" in page(), what="the edge's page")
+    text = page()
+    assert f"sporenet-edge {edge.address}" in text
+    assert "round 1: waiting for clients before training (fit) starts (needs 2 live" in text
+    status = json.loads(urllib.request.urlopen(f"{base}/status.json", timeout=30).read())
+    assert status["job"]["active"] is False

@@ -204,11 +204,14 @@ def test_wrong_identifier():
     with pytest.raises(
         ModelFormatError,
         match=r"file identifier is b'TFL3', expected "
-        r"b'SPOR' \(not a \.spore model\)",
+        r"b'SPOR' \(this is a TFLite model: convert it with `sporenet-convert",
     ):
         parse(bytes(data))
-    with pytest.raises(ModelFormatError, match="file identifier"):
+    with pytest.raises(ModelFormatError, match=r"\(not a \.spore model\)"):
         parse(b"PK\x03\x04" + bytes(100))  # a zip file, say
+    onnx_head = b"\x08\x08\x12\x07pytorch"  # ir_version 8, producer_name "pytorch"
+    with pytest.raises(ModelFormatError, match="this looks like an ONNX model: convert it"):
+        parse(onnx_head + bytes(100))
 
 
 def test_root_offset_outside_the_file():
