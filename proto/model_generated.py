@@ -156,6 +156,7 @@ class OpCode(object):
     SVM = 502
     LABEL_ENCODER = 503
     TOP_K = 510
+    CUMSUM = 511
 
 
 class SparseFormat(object):

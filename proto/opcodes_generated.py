@@ -181,3 +181,6 @@ class OpCode(enum.IntEnum):
     # indices int64) of the k largest (or smallest) entries along axis; equal values
     # keep the lower index first, as ONNX TopK (k-nearest-neighbour models use it).
     TOP_K = 510
+    # CUMSUM: inputs x, axis (one int, read when the graph is planned); attributes exclusive
+    # (0/1), reverse (0/1). Running sums along axis, as ONNX CumSum.
+    CUMSUM = 511

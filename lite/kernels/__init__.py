@@ -7,6 +7,7 @@ from sporenet.lite.kernels import (
     control_flow,
     conv,
     conv_transpose,
+    cumsum,
     dynamic_quantize,
     elementwise,
     fake_quant,
@@ -188,6 +189,8 @@ KERNELS: dict[OpCode, type[Kernel]] = {
     OpCode.SVM: ml_svm.SVM,
     OpCode.LABEL_ENCODER: ml_label_encoder.LabelEncoder,
     OpCode.TOP_K: topk.TopK,
+    # ONNX ops with arguments read when the graph is planned (onnxml)
+    OpCode.CUMSUM: cumsum.CumSum,
 }
 
 QUANTIZED_KERNELS: dict[OpCode, type[Kernel]] = {
