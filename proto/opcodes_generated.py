@@ -163,7 +163,8 @@ class OpCode(enum.IntEnum):
     COS = 404
     # GATHER_ND: inputs (params, indices); indices[..., k] index the first k axes of params.
     GATHER_ND = 405
-    # CUMSUM: inputs (x, axis scalar); attributes exclusive, reverse (0/1).
+    # CUMSUM: inputs (x, axis: one int, read when the graph is planned); attributes
+    # exclusive, reverse (0/1). Running sums along axis (TFLite CUMSUM, ONNX CumSum).
     CUMSUM = 406
     # MAX_POOL_WITH_ARGMAX (MediaPipe's MaxPoolingWithArgmax2D), NCHW: attributes
     # kernel_shape [kh, kw], strides, pads [top, left] (the window's start before the

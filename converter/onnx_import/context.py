@@ -26,7 +26,7 @@ from sporenet.converter.passes.graph_utils import contiguous, should_materialize
 from sporenet.lite.builder import unique_name
 from sporenet.lite.dims import probe_shapes
 from sporenet.lite.eager import fold, prepare_kernel
-from sporenet.lite.errors import ShapeError, UnsupportedOpError
+from sporenet.lite.errors import LiteError, ShapeError, UnsupportedOpError
 from sporenet.lite.graph import DYNAMIC, Graph, Model, Node, Quantization, Signature, Tensor
 from sporenet.lite.kernels import KERNELS
 from sporenet.lite.kernels.base import Kernel, TensorSpec
@@ -249,9 +249,13 @@ class ImportContext:
         return self.tensors[index].shape
 
     def rank(self, index: int) -> int:
+        if index in self.opaque:  # planned at run time: its declared (all dynamic) shape
+            return len(self.tensors[index].shape)
         return len(self.views[0][index].shape)
 
     def dtype(self, index: int) -> np.dtype:
+        if index in self.opaque:
+            return self.tensors[index].dtype
         return self.views[0][index].dtype
 
     def value(self, index: int) -> np.ndarray | None:
@@ -391,16 +395,40 @@ class ImportContext:
         data = inputs[0]
         dtype = self.tensors[data].dtype
         rank = max(len(self.tensors[data].shape), 1)
+        stand_in = self._stand_in_outputs(op, inputs, num_outputs, attrs)
         base = name or f"{self.where or op.name.lower()}/{op.name.lower()}"
         outputs = []
         for k in range(num_outputs):
             final = self._fresh_name(base if num_outputs == 1 else f"{base}:{k}")
             self._used.add(final)
+            if stand_in is not None:
+                dtype, rank = stand_in[k].dtype, stand_in[k].rank
             self.tensors.append(Tensor(name=final, dtype=dtype, shape=(DYNAMIC,) * rank))
             outputs.append(len(self.tensors) - 1)
         self.opaque.update(outputs)
         self.nodes.append(Node(op=op, inputs=list(inputs), outputs=outputs, attrs=attrs, name=base))
         return outputs
+
+    def _stand_in_outputs(
+        self, op: OpCode, inputs: Sequence[int], num_outputs: int, attrs: dict
+    ) -> list[TensorSpec] | None:
+        """The output dtypes and ranks of a node planned at run time, from its kernel
+        prepared on size-1 stand-ins for the inputs without a spec (None if it refuses)."""
+        specs: list[TensorSpec | None] = []
+        for i in inputs:
+            if i == -1:
+                specs.append(None)
+            elif i in self.opaque:
+                t = self.tensors[i]
+                specs.append(TensorSpec((1,) * len(t.shape), t.dtype))
+            else:
+                specs.append(self.views[0][i])
+        try:
+            kernel = prepare_kernel(op, attrs, specs, num_outputs)
+        except (LiteError, ArithmeticError, LookupError, TypeError, ValueError):
+            return None
+        outs = kernel.output_specs[:num_outputs]
+        return outs if len(outs) == num_outputs else None
 
     def _per_view_values(
         self,

@@ -283,12 +283,6 @@ def import_nodes(ctx: ImportContext, nodes: Sequence[onnx.NodeProto]) -> None:
             index = scope.lookup(name)
             if index is None:
                 raise ctx.fail(f"input {name!r} is not produced by any earlier node")
-            if index in ctx.opaque:
-                raise ctx.fail(
-                    f"input {name!r} has a shape that depends on the value of an input fed "
-                    "at run time; such values are planned only where they give the shape "
-                    "of a graph output (give them as initializers to convert the rest)"
-                )
             inputs.append(index)
         for name in proto.output:
             if name and name in scope.names:
@@ -306,11 +300,25 @@ def import_nodes(ctx: ImportContext, nodes: Sequence[onnx.NodeProto]) -> None:
         )
         first_new = len(ctx.tensors)
         handler = HANDLERS[op_key(proto)]
+        # An input planned at run time (its shape follows a value fed then): the node is
+        # planned then too, if its handler needs no more than the input's dtype and rank.
+        opaque = next(
+            (n for n, i in zip(proto.input, inputs, strict=True) if i in ctx.opaque), None
+        )
         try:
-            if lowp_compute.needs_widening(ctx, node):
-                results = lowp_compute.convert_widened(ctx, node, handler.convert)
-            else:
-                results = handler.convert(ctx, node)
+            try:
+                if lowp_compute.needs_widening(ctx, node):
+                    results = lowp_compute.convert_widened(ctx, node, handler.convert)
+                else:
+                    results = handler.convert(ctx, node)
+            except (ArithmeticError, LookupError, TypeError, ValueError, LiteError):
+                if opaque is None:
+                    raise
+                raise ctx.fail(
+                    f"input {opaque!r} has a shape that depends on the value of an input fed "
+                    "at run time; such values are planned only through ops that need no more "
+                    "than their dtype and rank (give them as initializers to convert the rest)"
+                ) from None
         except ConversionError as exc:
             message = str(exc)
             raise ConversionError(

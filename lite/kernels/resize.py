@@ -168,10 +168,11 @@ class Resize(Kernel):
         ):
             if value not in allowed:
                 raise self.fail(f"{name} must be one of {list(allowed)}, got {value!r}")
-        if attrs.str("keep_aspect_ratio_policy", "stretch") != "stretch":
+        policy = attrs.str("keep_aspect_ratio_policy", "stretch")
+        if policy not in ("stretch", "not_larger", "not_smaller"):
             raise self.fail(
-                "only keep_aspect_ratio_policy='stretch' is supported (give the sizes "
-                "and the scales it implies as attributes)"
+                "keep_aspect_ratio_policy must be 'stretch', 'not_larger' or 'not_smaller', "
+                f"got {policy!r}"
             )
         self.cubic_a = attrs.float("cubic_coeff_a", -0.75)
         self.exclude_outside = bool(attrs.int("exclude_outside", 0))
@@ -186,12 +187,14 @@ class Resize(Kernel):
                 f"{'sizes' if sizes is not None else 'scales'} must hold {rank} values (one "
                 f"per axis of input shape {list(x.shape)}), got {list(given)}"  # type: ignore
             )
+        if sizes is not None and policy != "stretch":
+            sizes, scales = self._keep_aspect_ratio(sizes, x.shape, policy)
         if sizes is not None:
             out_shape = [int(s) for s in sizes]
             if any(s < 1 for s in out_shape):
                 raise self.fail(f"sizes must be positive, got {out_shape}")
-            coordinate_scales = self.attrs.floats("scales", None)
-            if self.optional_input(3) is None and coordinate_scales is not None:
+            coordinate_scales = self.attrs.floats("scales", None) or scales
+            if (self.optional_input(3) is None or scales) and coordinate_scales is not None:
                 if len(coordinate_scales) != rank or any(not v > 0 for v in coordinate_scales):
                     raise self.fail(
                         f"scales next to sizes must be {rank} positive values, got "
@@ -214,6 +217,23 @@ class Resize(Kernel):
         self.roi = self._roi(rank) if self.transform == "tf_crop_and_resize" else None
         self.extrapolation = attrs.float("extrapolation_value", 0.0)
         self.output_specs = [TensorSpec(tuple(out_shape), x.dtype)]
+
+    def _keep_aspect_ratio(
+        self, sizes: list[int], shape: tuple[int, ...], policy: str
+    ) -> tuple[list[int], list[float]]:
+        """ONNX's keep_aspect_ratio_policy: one scale for the resized axes (all, or
+        keep_aspect_ratio_axes), the smallest (not_larger) or largest of their size ratios."""
+        rank = len(shape)
+        chosen = self.attrs.ints("keep_aspect_ratio_axes", None) or list(range(rank))
+        if any(not 0 <= a < rank for a in chosen) or len(sizes) != rank:
+            raise self.fail(f"keep_aspect_ratio_axes {chosen} do not fit rank {rank}")
+        pick = min if policy == "not_larger" else max
+        scale = pick(sizes[a] / shape[a] for a in chosen)
+        out, scales = list(shape), [1.0] * rank
+        for a in chosen:
+            out[a] = int(np.floor(scale * shape[a] + 0.5))  # rounds half up, as ONNX
+            scales[a] = float(scale)
+        return out, scales
 
     def _size_or_scales(self) -> tuple[list[int] | None, list[float] | None]:
         """Sizes or scales, by the precedence in the module docstring."""

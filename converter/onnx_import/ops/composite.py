@@ -94,7 +94,7 @@ def trilu(ctx: ImportContext, node: OnnxNode) -> list[int]:
     if node.input(1) != -1:
         value = as_ints(ctx.value(node.input(1)))
         if value is None:
-            raise node.fail("k (input 1) must be static")
+            return [_trilu_at_run_time(ctx, node, x, rows, cols)]
         k = value[0]
     ones = np.ones((rows, cols), np.bool_)
     mask = np.triu(ones, k) if int(node.attr("upper", 1)) else np.tril(ones, k)
@@ -104,6 +104,19 @@ def trilu(ctx: ImportContext, node: OnnxNode) -> list[int]:
             [ctx.constant(f"{node.name}/mask", mask), x, _scalar(ctx, node, "zero", 0, x)],
         )
     ]
+
+
+def _trilu_at_run_time(ctx: ImportContext, node: OnnxNode, x: int, rows: int, cols: int) -> int:
+    """Trilu with k known only at run time: the diagonal offset j - i of every element
+    compared with k (upper keeps j - i >= k, lower j - i <= k), the rest set to 0."""
+    k = node.input(1)
+    if ctx.dtype(k) != np.int64:
+        k = ctx.emit1(OpCode.CAST, [k], to="int64")
+    i, j = np.indices((rows, cols), dtype=np.int64)
+    offset = ctx.constant(f"{node.name}/offsets", j - i)
+    upper = int(node.attr("upper", 1))
+    dropped = ctx.emit1(OpCode.LESS if upper else OpCode.GREATER, [offset, k])
+    return ctx.emit1(OpCode.WHERE, [dropped, _scalar(ctx, node, "zero", 0, x), x])
 
 
 ONNX_DTYPES = {
@@ -134,6 +147,11 @@ def cumsum(ctx: ImportContext, node: OnnxNode) -> list[int]:
     (the axis is moved last and back with Transposes)."""
     x = node.input(0)
     axis_value = as_ints(ctx.value(node.input(1)))
+    if axis_value is None and node.input(1) in ctx.fed:
+        # A shape-like graph input: the CUMSUM kernel reads it when the graph is planned.
+        exclusive, reverse = int(node.attr("exclusive", 0)), int(node.attr("reverse", 0))
+        inputs = [x, node.input(1)]
+        return [ctx.emit1(OpCode.CUMSUM, inputs, exclusive=exclusive, reverse=reverse)]
     if axis_value is None:
         raise node.fail("axis (input 1) must be static")
     rank = ctx.rank(x)
@@ -158,7 +176,8 @@ def cumsum(ctx: ImportContext, node: OnnxNode) -> list[int]:
 
 def one_hot(ctx: ImportContext, node: OnnxNode) -> list[int]:
     depth, values = node.input(1), node.input(2)
-    if ctx.value(depth) is None or ctx.value(values) is None:
+    if any(ctx.value(k) is None and k not in ctx.fed for k in (depth, values)):
+        # Fed as shape-like graph inputs they are read when the runtime plans the graph.
         raise node.fail("depth and values (inputs 1 and 2) must be static")
     return [
         ctx.emit1(OpCode.ONE_HOT, [node.input(0), depth, values], axis=int(node.attr("axis", -1)))

@@ -65,7 +65,74 @@ def _roi(ctx: ImportContext, node: OnnxNode, rank: int, axes: list[int] | None) 
     return starts + ends
 
 
+def _spread(
+    ctx: ImportContext,
+    node: OnnxNode,
+    k: int,
+    defaults: list[float] | list[int],
+    axes: list[int] | None,
+    dtype: type,
+) -> int:
+    """Input k (given for `axes` only, one group per `len(defaults) // rank`) as a tensor of
+    one value per axis: the defaults where `axes` leaves an axis out. A Gather from the
+    defaults and the given values, so it works on values known only at run time."""
+    index = node.input(k)
+    if ctx.dtype(index) != dtype:
+        index = ctx.emit1(OpCode.CAST, [index], to=str(np.dtype(dtype)))
+    if axes is None:
+        return index
+    rank = ctx.rank(node.input(0))
+    listed = [a + rank if a < 0 else a for a in axes]
+    picks = list(range(len(defaults)))
+    for group in range(len(defaults) // rank):
+        for j, a in enumerate(listed):
+            picks[group * rank + a] = len(defaults) + group * len(listed) + j
+    defaults_tensor = ctx.constant(f"{node.name}/defaults{k}", np.array(defaults, dtype))
+    table = ctx.emit1(OpCode.CONCAT, [defaults_tensor, index], axis=0)
+    picks_tensor = ctx.constant(f"{node.name}/picks{k}", np.array(picks, np.int64))
+    return ctx.emit1(OpCode.GATHER, [table, picks_tensor], axis=0)
+
+
+def _resize_at_plan_time(
+    ctx: ImportContext,
+    node: OnnxNode,
+    attrs: dict[str, object],
+    axes: list[int] | None,
+    policy: str,
+    crop: bool,
+) -> int:
+    """Resize whose roi, scales or sizes are shape-like graph inputs: they stay inputs
+    (spread over every axis when `axes` lists some), read when the runtime plans the
+    graph with their values."""
+    x = node.input(0)
+    shape = list(ctx.spec(x).shape)
+    rank = len(shape)
+    inputs = [x, -1, -1, -1]
+    if crop:
+        inputs[1] = _spread(ctx, node, 1, [0.0] * rank + [1.0] * rank, axes, np.float32)
+        attrs["extrapolation_value"] = float(node.attr("extrapolation_value", 0.0))
+    sizes, scales = node.input(3), node.input(2)
+    if sizes != -1:
+        inputs[3] = _spread(ctx, node, 3, shape, axes, np.int64)
+    elif scales != -1:
+        inputs[2] = _spread(ctx, node, 2, [1.0] * rank, axes, np.float32)
+    else:
+        raise node.fail("needs scales or sizes")
+    if policy != "stretch":
+        attrs["keep_aspect_ratio_policy"] = policy
+        if axes is not None:  # the one scale is picked among, and applied to, these only
+            attrs["keep_aspect_ratio_axes"] = [a + rank if a < 0 else a for a in axes]
+    while inputs[-1] == -1:
+        inputs.pop()
+    return ctx.emit1(OpCode.RESIZE, inputs, **attrs)
+
+
 def upsample(ctx: ImportContext, node: OnnxNode) -> list[int]:
+    if node.opset >= 9 and node.input(1) in ctx.fed and ctx.value(node.input(1)) is None:
+        attrs = {"mode": _mode(node), "coordinate_transformation_mode": "asymmetric"}
+        attrs["nearest_mode"] = "floor"
+        scales = ctx.emit1(OpCode.CAST, [node.input(1)], to="float32")
+        return [ctx.emit1(OpCode.RESIZE, [node.input(0), -1, scales], **attrs)]
     scales = node.attr("scales") if node.opset < 9 else _static_floats(ctx, node, 1, "scales")
     if not scales:
         raise node.fail("needs scales")
@@ -120,6 +187,9 @@ def resize(ctx: ImportContext, node: OnnxNode) -> list[int]:
     axes = node.ints("axes")
     dynamic = [k for k in (2, 3) if node.input(k) != -1 and ctx.value(node.input(k)) is None]
     crop = attrs["coordinate_transformation_mode"] == "tf_crop_and_resize"
+    fed = [k for k in (1, 2, 3) if node.input(k) != -1 and node.input(k) in ctx.fed]
+    if fed:
+        return [_resize_at_plan_time(ctx, node, attrs, axes, policy, crop)]
     if dynamic and axes is None and policy == "stretch" and not crop:
         # Sizes or scales computed from a dynamic input dimension: kept as the node's input,
         # evaluated by the runtime when it plans the graph.
