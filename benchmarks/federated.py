@@ -342,8 +342,9 @@ def idle_worker(address: str, count: int) -> None:
     threading.Event().wait()
 
 
-def idle_once(n: int, workdir: Path) -> float:
-    """Server memory (KB) per connected idle client beyond the first, at `n` clients."""
+def idle_once(n: int, workdir: Path) -> tuple[float, float]:
+    """Server memory (KB) per connected idle client: beyond the first, at `n` clients, and
+    from `n` // 2 to `n` (the marginal cost: no start-up heap left to fill)."""
     workdir.mkdir(parents=True, exist_ok=True)
     server, port, mport = _start_cloud(
         workdir / "idle.spore",
@@ -356,7 +357,7 @@ def idle_once(n: int, workdir: Path) -> float:
     workers: list[subprocess.Popen[bytes]] = []
     try:
         rss: dict[int, int] = {}
-        for count in (1, n):
+        for count in (1, n // 2, n):
             add = count - sum(int(w.args[-1]) for w in workers)  # type: ignore[index]
             while add > 0:
                 k = min(CLIENTS_PER_PROCESS, add)
@@ -376,7 +377,7 @@ def idle_once(n: int, workdir: Path) -> float:
     finally:
         _stop(workers)
         _stop_server(server)
-    return (rss[n] - rss[1]) / (n - 1)
+    return (rss[n] - rss[1]) / (n - 1), (rss[n] - rss[n // 2]) / (n - n // 2)
 
 
 def run_idle(args: argparse.Namespace, workdir: Path) -> None:
@@ -386,14 +387,18 @@ def run_idle(args: argparse.Namespace, workdir: Path) -> None:
 
     n = 100 if args.quick else args.idle_clients
     ours: list[float] = []
+    marginal: list[float] = []
     floor: list[dict[str, float]] = []
     for i in range(max(args.repeats, 1)):
-        ours.append(idle_once(n, workdir / f"idle-{i}"))
+        first, last_half = idle_once(n, workdir / f"idle-{i}")
+        ours.append(first)
+        marginal.append(last_half)
         floor.append(idle_floor(n, [("grpc.http2.bdp_probe", 0)]))
         print(
-            f"run {i + 1}: sporenet {ours[-1]:.1f} KB per client; bare grpc.aio"
-            f" {floor[-1]['connection']:.1f} KB per connection,"
-            f" {floor[-1]['stream']:.1f} KB per connection holding a stream",
+            f"run {i + 1}: sporenet {ours[-1]:.1f} KB per client ({marginal[-1]:.1f} from"
+            f" {n // 2} to {n}); bare grpc.aio {floor[-1]['connection']:.1f} KB per"
+            f" connection, {floor[-1]['stream']:.1f} KB per connection holding a stream"
+            f" ({floor[-1]['stream-marginal']:.1f} from {n // 2} to {n})",
             flush=True,
         )
     per = float(np.median(ours))
@@ -401,7 +406,9 @@ def run_idle(args: argparse.Namespace, workdir: Path) -> None:
         f"server memory per connected client beyond the first, at {n} clients (median of"
         f" {len(ours)}): {per:.1f} KB (target <= 20 KB: {'met' if per <= 20 else 'not met'});"
         f" bare grpc.aio floor: {np.median([f['connection'] for f in floor]):.1f} KB per"
-        f" connection, {np.median([f['stream'] for f in floor]):.1f} KB holding a stream"
+        f" connection, {np.median([f['stream'] for f in floor]):.1f} KB holding a stream;"
+        f" from {n // 2} to {n} clients: sporenet {np.median(marginal):.1f} KB, bare"
+        f" {np.median([f['stream-marginal'] for f in floor]):.1f} KB"
     )
 
 

@@ -295,9 +295,9 @@ async def drive(address: str, design: str, args: argparse.Namespace) -> dict[str
 IDLE_SETTLE_SECONDS = 2.0  # after the last client is held: late allocations land first
 
 
-async def _idle_rss(address: str, clients: int, streams: bool) -> tuple[int, int]:
-    """Server RSS (KB) with 1, then `clients`, idle connections, each holding a stream
-    (a pending server read: a long-poll) if `streams`."""
+async def _idle_rss(address: str, clients: int, streams: bool) -> list[int]:
+    """Server RSS (KB) with 1, `clients` // 2 and `clients` idle connections, each holding
+    a stream (a pending server read: a long-poll) if `streams`."""
     channels: list[grpc.aio.Channel] = []
     calls: list[Any] = []
     async with grpc.aio.insecure_channel(address) as observer:
@@ -315,7 +315,7 @@ async def _idle_rss(address: str, clients: int, streams: bool) -> tuple[int, int
                     await calls[-1].read()  # the server holds it now
 
         rss = []
-        for k in (1, clients - 1):
+        for k in (1, clients // 2 - 1, clients - clients // 2):
             await connect(k)
             await asyncio.sleep(IDLE_SETTLE_SECONDS)
             got = json.loads(await stats(b""))
@@ -326,13 +326,14 @@ async def _idle_rss(address: str, clients: int, streams: bool) -> tuple[int, int
             call.cancel()
         for ch in channels:
             await ch.close()
-    return rss[0], rss[1]
+    return rss
 
 
 def idle_floor(clients: int, extra: list[tuple[str, Any]] | None = None) -> dict[str, float]:
     """A bare grpc.aio server's memory per idle client beyond the first (KB), measured as
     benchmarks/federated.py --idle measures sporenet's: an open connection alone, and one
-    holding a stream. Server options as in `--server-options`."""
+    holding a stream; "*-marginal": per client from `clients` // 2 to `clients`. Server
+    options as in `--server-options`."""
     out = {}
     for name, streams in (("connection", False), ("stream", True)):
         port = free_port()
@@ -341,11 +342,12 @@ def idle_floor(clients: int, extra: list[tuple[str, Any]] | None = None) -> dict
         server = subprocess.Popen(cmd, env=clean_env())
         try:
             _wait_listening(port)
-            first, last = asyncio.run(_idle_rss(f"127.0.0.1:{port}", clients, streams))
+            first, half, last = asyncio.run(_idle_rss(f"127.0.0.1:{port}", clients, streams))
         finally:
             server.kill()
             server.wait()
         out[name] = (last - first) / (clients - 1)
+        out[f"{name}-marginal"] = (last - half) / (clients - clients // 2)
     return out
 
 
@@ -383,7 +385,9 @@ def main() -> None:
         kb = idle_floor(args.clients, extra)
         print(
             f"bare grpc.aio server, {args.clients} idle clients: {kb['connection']:.1f} KB per"
-            f" connection, {kb['stream']:.1f} KB per connection holding a stream"
+            f" connection, {kb['stream']:.1f} KB per connection holding a stream (from"
+            f" {args.clients // 2} to {args.clients}: {kb['connection-marginal']:.1f} and"
+            f" {kb['stream-marginal']:.1f} KB)"
         )
         return
     print(f"grpcio {grpc.__version__}, {args.clients} clients, {args.model} bytes each way")
