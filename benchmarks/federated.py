@@ -357,8 +357,9 @@ def idle_once(n: int, workdir: Path) -> tuple[float, float]:
     workers: list[subprocess.Popen[bytes]] = []
     try:
         rss: dict[int, int] = {}
+        started = 0
         for count in (1, n // 2, n):
-            add = count - sum(int(w.args[-1]) for w in workers)  # type: ignore[index]
+            add, started = count - started, count
             while add > 0:
                 k = min(CLIENTS_PER_PROCESS, add)
                 cmd = [sys.executable, __file__, "--idle-worker", f"127.0.0.1:{port}", str(k)]
