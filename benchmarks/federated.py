@@ -33,7 +33,9 @@ shares this machine's cores, so the round time with edges also pays for the edge
 Idle clients (`--idle`). A job whose round cannot start (min_clients above the fleet),
 `--idle-clients` SDK clients (default 500) connected and long-polling: the server's
 resident memory (VmRSS) with one client and with all of them, and the KB each client
-beyond the first costs it. Target: at most 20 KB.
+beyond the first costs it (median of `--repeats` runs). Each run also measures a bare
+grpc.aio server the same way (grpc_floor.idle_floor): the gRPC floor under that figure,
+per open connection and per connection holding a stream. Target: at most 20 KB.
 
 Flower runs if `flwr` imports; install its pinned versions with
 `pip install --no-deps -r benchmarks/requirements-flower.txt`. If it does not import, or
@@ -341,9 +343,10 @@ def idle_worker(address: str, count: int) -> None:
     threading.Event().wait()
 
 
-def run_idle(args: argparse.Namespace, workdir: Path) -> None:
-    """Server memory per connected idle client: RSS at 1 client and at N."""
-    n = 100 if args.quick else args.idle_clients
+def idle_once(n: int, workdir: Path) -> tuple[float, float]:
+    """Server memory (KB) per connected idle client: beyond the first, at `n` clients, and
+    from `n` // 2 to `n` (the marginal cost: no start-up heap left to fill)."""
+    workdir.mkdir(parents=True, exist_ok=True)
     server, port, mport = _start_cloud(
         workdir / "idle.spore",
         "10k",
@@ -355,8 +358,9 @@ def run_idle(args: argparse.Namespace, workdir: Path) -> None:
     workers: list[subprocess.Popen[bytes]] = []
     try:
         rss: dict[int, int] = {}
-        for count in (1, n):
-            add = count - sum(int(w.args[-1]) for w in workers)  # type: ignore[index]
+        started = 0
+        for count in (1, n // 2, n):
+            add, started = count - started, count
             while add > 0:
                 k = min(CLIENTS_PER_PROCESS, add)
                 cmd = [sys.executable, __file__, "--idle-worker", f"127.0.0.1:{port}", str(k)]
@@ -367,16 +371,46 @@ def run_idle(args: argparse.Namespace, workdir: Path) -> None:
                 if time.monotonic() > end:
                     raise TimeoutError(f"only some of {count} idle clients registered")
                 time.sleep(0.2)
+            # Registered is not yet idle: wait until every client's held poll cycled once
+            # (its stream and poll state are then what an idle client keeps).
             time.sleep(IDLE_SETTLE_SECONDS)
             rss[count] = _rss_kb(server.pid)
             print(f"{count:5d} idle clients: server RSS {rss[count] / 1024:.1f} MB", flush=True)
     finally:
         _stop(workers)
         _stop_server(server)
-    per = (rss[n] - rss[1]) / (n - 1)
+    return (rss[n] - rss[1]) / (n - 1), (rss[n] - rss[n // 2]) / (n - n // 2)
+
+
+def run_idle(args: argparse.Namespace, workdir: Path) -> None:
+    """Server memory per connected idle client, sporenet's and a bare grpc.aio server's
+    (grpc_floor.py) in the same run, alternating: medians of `--repeats` runs."""
+    from grpc_floor import idle_floor
+
+    n = 100 if args.quick else args.idle_clients
+    ours: list[float] = []
+    marginal: list[float] = []
+    floor: list[dict[str, float]] = []
+    for i in range(max(args.repeats, 1)):
+        first, last_half = idle_once(n, workdir / f"idle-{i}")
+        ours.append(first)
+        marginal.append(last_half)
+        floor.append(idle_floor(n, [("grpc.http2.bdp_probe", 0)]))
+        print(
+            f"run {i + 1}: sporenet {ours[-1]:.1f} KB per client ({marginal[-1]:.1f} from"
+            f" {n // 2} to {n}); bare grpc.aio {floor[-1]['connection']:.1f} KB per"
+            f" connection, {floor[-1]['stream']:.1f} KB per connection holding a stream"
+            f" ({floor[-1]['stream-marginal']:.1f} from {n // 2} to {n})",
+            flush=True,
+        )
+    per = float(np.median(ours))
     print(
-        f"server memory per connected client beyond the first, at {n} clients: {per:.1f} KB"
-        f" (target <= 20 KB: {'met' if per <= 20 else 'not met'})"
+        f"server memory per connected client beyond the first, at {n} clients (median of"
+        f" {len(ours)}): {per:.1f} KB (target <= 20 KB: {'met' if per <= 20 else 'not met'});"
+        f" bare grpc.aio floor: {np.median([f['connection'] for f in floor]):.1f} KB per"
+        f" connection, {np.median([f['stream'] for f in floor]):.1f} KB holding a stream;"
+        f" from {n // 2} to {n} clients: sporenet {np.median(marginal):.1f} KB, bare"
+        f" {np.median([f['stream-marginal'] for f in floor]):.1f} KB"
     )
 
 

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
 import os
 import socket
@@ -74,11 +75,15 @@ def _same(b: bytes) -> bytes:
     return b
 
 
+HELD = [0]  # calls the server holds open (the idle designs)
+
+
 def _stats() -> bytes:
+    gc.collect()  # what is reported is held state, not garbage awaiting a collection
     t = os.times()
     with open("/proc/self/status") as f:
         rss = next(int(x.split()[1]) for x in f if x.startswith("VmRSS"))
-    return json.dumps({"cpu": t.user + t.system, "rss_kb": rss}).encode()
+    return json.dumps({"cpu": t.user + t.system, "rss_kb": rss, "held": HELD[0]}).encode()
 
 
 def _answer(msg: bytes, model: bytes) -> bytes | None:
@@ -108,7 +113,16 @@ def _aio_methods(model: bytes) -> dict[str, Any]:
     async def stats(_r: bytes, _ctx: Any) -> bytes:
         return _stats()
 
-    return {"Session": session, "Get": get, "Put": put, "PutStream": put_stream, "Stats": stats}
+    async def hold(requests: Any, _ctx: Any) -> Any:
+        HELD[0] += 1
+        try:
+            async for _ in requests:  # a pending read, as a long-poll stream waits
+                yield ACK
+        finally:
+            HELD[0] -= 1
+
+    methods = {"Session": session, "Get": get, "Put": put, "PutStream": put_stream}
+    return methods | {"Stats": stats, "Hold": hold}
 
 
 def _sync_methods(model: bytes) -> dict[str, Any]:
@@ -128,6 +142,7 @@ def _sync_methods(model: bytes) -> dict[str, Any]:
         "Put": lambda _r, _ctx: ACK,
         "PutStream": put_stream,
         "Stats": lambda _r, _ctx: _stats(),
+        "Hold": session,
     }
 
 
@@ -140,6 +155,7 @@ def _handlers(aio: bool, model: bytes) -> grpc.GenericRpcHandler:
         "Put": grpc.unary_unary_rpc_method_handler(f["Put"], _same, _same),
         "PutStream": grpc.stream_unary_rpc_method_handler(f["PutStream"], _same, _same),
         "Stats": grpc.unary_unary_rpc_method_handler(f["Stats"], _same, _same),
+        "Hold": grpc.stream_stream_rpc_method_handler(f["Hold"], _same, _same),
     }
     return grpc.method_handlers_generic_handler("floor", methods)
 
@@ -276,6 +292,65 @@ async def drive(address: str, design: str, args: argparse.Namespace) -> dict[str
     }
 
 
+IDLE_SETTLE_SECONDS = 2.0  # after the last client is held: late allocations land first
+
+
+async def _idle_rss(address: str, clients: int, streams: bool) -> list[int]:
+    """Server RSS (KB) with 1, `clients` // 2 and `clients` idle connections, each holding
+    a stream (a pending server read: a long-poll) if `streams`."""
+    channels: list[grpc.aio.Channel] = []
+    calls: list[Any] = []
+    async with grpc.aio.insecure_channel(address) as observer:
+        stats = observer.unary_unary("/floor/Stats", _same, _same)
+
+        async def connect(k: int) -> None:
+            for _ in range(k):
+                options = [*OPTIONS, ("grpc.use_local_subchannel_pool", 1)]
+                ch = grpc.aio.insecure_channel(address, options=options)
+                channels.append(ch)
+                await ch.channel_ready()
+                if streams:
+                    calls.append(ch.stream_stream("/floor/Hold", _same, _same)())
+                    await calls[-1].write(ASK)
+                    await calls[-1].read()  # the server holds it now
+
+        rss = []
+        for k in (1, clients // 2 - 1, clients - clients // 2):
+            await connect(k)
+            await asyncio.sleep(IDLE_SETTLE_SECONDS)
+            got = json.loads(await stats(b""))
+            if streams and got["held"] != len(channels):
+                raise RuntimeError(f"the server holds {got['held']} of {len(channels)} streams")
+            rss.append(int(got["rss_kb"]))
+        for call in calls:
+            call.cancel()
+        for ch in channels:
+            await ch.close()
+    return rss
+
+
+def idle_floor(clients: int, extra: list[tuple[str, Any]] | None = None) -> dict[str, float]:
+    """A bare grpc.aio server's memory per idle client beyond the first (KB), measured as
+    benchmarks/federated.py --idle measures sporenet's: an open connection alone, and one
+    holding a stream; "*-marginal": per client from `clients` // 2 to `clients`. Server
+    options as in `--server-options`."""
+    out = {}
+    for name, streams in (("connection", False), ("stream", True)):
+        port = free_port()
+        cmd = [sys.executable, __file__, "--serve", "aio", str(port), "--model", "64"]
+        cmd += ["--server-options", json.dumps(extra or [])]
+        server = subprocess.Popen(cmd, env=clean_env())
+        try:
+            _wait_listening(port)
+            first, half, last = asyncio.run(_idle_rss(f"127.0.0.1:{port}", clients, streams))
+        finally:
+            server.kill()
+            server.wait()
+        out[name] = (last - first) / (clients - 1)
+        out[f"{name}-marginal"] = (last - half) / (clients - clients // 2)
+    return out
+
+
 def _wait_listening(port: int, timeout: float = 30.0) -> None:
     end = time.monotonic() + timeout
     while True:
@@ -299,12 +374,22 @@ def main() -> None:
     p.add_argument("--chunk", type=int, default=64 << 10, help="bytes per chunked message")
     p.add_argument("--concurrency", type=int, default=50, help="exchanges in flight at once")
     p.add_argument("--server-options", default="[]", help='JSON list of ["name", value]')
+    p.add_argument("--idle", action="store_true", help="KB per idle connection / held stream only")
     p.add_argument("--serve", nargs=2, metavar=("KIND", "PORT"), help=argparse.SUPPRESS)
     args = p.parse_args()
     print(machine_header(blas_kernels()), flush=True)
     extra = [tuple(o) for o in json.loads(args.server_options)]
     if args.serve:
         serve(args.serve[0], int(args.serve[1]), args.model, extra)
+        return
+    if args.idle:
+        kb = idle_floor(args.clients, extra)
+        print(
+            f"bare grpc.aio server, {args.clients} idle clients: {kb['connection']:.1f} KB per"
+            f" connection, {kb['stream']:.1f} KB per connection holding a stream (from"
+            f" {args.clients // 2} to {args.clients}: {kb['connection-marginal']:.1f} and"
+            f" {kb['stream-marginal']:.1f} KB)"
+        )
         return
     print(f"grpcio {grpc.__version__}, {args.clients} clients, {args.model} bytes each way")
     heads = f"{'CPU ms/exchange':>16} {'KB/connection':>14} {'idle MB':>8} {'closed MB':>10}"
