@@ -58,6 +58,14 @@ def probe_shapes(inputs: Sequence[InputDims], probe: int, family: int = 0) -> li
     unchanged)."""
     sizes: dict[tuple[str, int], int] = {}
     counts = [0, 0]  # distinct batch-like and other dimensions seen so far
+    # A name is one size wherever it occurs: one an input holds off axis 0 (a graph
+    # model's [2, num_edges] edge list) is not batch-like where another holds it first.
+    other = {
+        name
+        for shape, names in inputs
+        for axis, (d, name) in enumerate(zip(shape, names or ("",) * len(shape), strict=True))
+        if d == DYNAMIC and name and _kind(axis, name) == 1
+    }
     shapes = []
     for shape, names in inputs:
         names = names or ("",) * len(shape)
@@ -66,7 +74,7 @@ def probe_shapes(inputs: Sequence[InputDims], probe: int, family: int = 0) -> li
             if d != DYNAMIC:
                 dims.append(d)
                 continue
-            kind = _kind(axis, name)
+            kind = 1 if name in other else _kind(axis, name)
             key = _key(kind, name)
             if key not in sizes:
                 first, second, step = PROBE_FAMILIES[family][kind]

@@ -174,6 +174,9 @@ class OpCode(object):
     SVM = 502
     LABEL_ENCODER = 503
     TOP_K = 510
+    SCATTER_ND_UPDATE = 600
+    SCATTER_ELEMENTS = 601
+    GATHER_ELEMENTS = 602
     CALL = 650
 
 

@@ -161,7 +161,9 @@ class OpCode(enum.IntEnum):
     FLOOR_MOD = 402
     SIN = 403
     COS = 404
-    # GATHER_ND: inputs (params, indices); indices[..., k] index the first k axes of params.
+    # GATHER_ND: inputs (params, indices); indices[..., k] index the first k axes of params
+    # after `batch_dims` (default 0) leading axes both share; with `wrap` (0/1, ONNX) a
+    # negative index counts from the end of its axis.
     GATHER_ND = 405
     # CUMSUM: inputs (x, axis: one int, read when the graph is planned); attributes
     # exclusive, reverse (0/1). Running sums along axis (TFLite CUMSUM, ONNX CumSum).
@@ -190,6 +192,18 @@ class OpCode(enum.IntEnum):
     # TFLite's fixed-point inverse square root, output scale 1/128 and zero point 0.
     L2_NORMALIZATION = 416
     SQUARED_DIFFERENCE = 417  # (a - b)^2, NumPy broadcasting (TFLite's; int8 too)
+    # ONNX ops the ones above do not express (600..649)
+    # SCATTER_ND_UPDATE: inputs (data, indices [..., k], updates); a copy of data with the
+    # updates written at the index tuples; attribute reduction "none" (the last duplicate
+    # wins), "add", "mul", "max", "min". Negative indices count from the end.
+    SCATTER_ND_UPDATE = 600
+    # SCATTER_ELEMENTS: inputs (data, indices, updates of the indices' shape); attributes
+    # axis, reduction (as SCATTER_ND_UPDATE); updates[p] goes to p with its axis
+    # coordinate replaced by indices[p].
+    SCATTER_ELEMENTS = 601
+    # GATHER_ELEMENTS: inputs (data, indices); attribute axis; out[p] = data[p with its
+    # axis coordinate replaced by indices[p]], of the indices' shape.
+    GATHER_ELEMENTS = 602
     # functions with their own gradient (650..699)
     # CALL: runs subgraph `graph` on the node's inputs; its outputs are the node's. With
     # `grad_graph` (-1: none) the gradient is that subgraph's, not the automatic one: it

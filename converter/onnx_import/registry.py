@@ -19,6 +19,7 @@ from sporenet.converter.onnx_import.ops import (
     control_flow,
     conv,
     elementwise,
+    indexing,
     linear,
     logsumexp,
     ml_encoding,
@@ -152,14 +153,12 @@ HANDLERS: dict[str, Handler] = {
     "EyeLike": _h(composite.eye_like),
     "CumSum": _h(composite.cumsum, OpCode.MATMUL, OpCode.TRANSPOSE),
     "OneHot": _h(composite.one_hot, OpCode.ONE_HOT),
-    "GatherElements": _h(
-        composite.gather_elements,
-        OpCode.ONE_HOT,
-        OpCode.UNSQUEEZE,
-        OpCode.WHERE,
-        OpCode.REDUCE_SUM,
-        OpCode.SLICE,
-    ),
+    # index-driven gathers and scatters
+    "GatherND": _h(indexing.gather_nd, OpCode.GATHER_ND),
+    "GatherElements": _h(indexing.gather_elements, OpCode.GATHER_ELEMENTS),
+    "ScatterND": _h(indexing.scatter_nd, OpCode.SCATTER_ND_UPDATE),
+    "ScatterElements": _h(indexing.scatter_elements, OpCode.SCATTER_ELEMENTS),
+    "Scatter": _h(indexing.scatter_elements, OpCode.SCATTER_ELEMENTS),
     "Einsum": _h(
         composite.einsum, OpCode.MATMUL, OpCode.TRANSPOSE, OpCode.RESHAPE, OpCode.REDUCE_SUM
     ),

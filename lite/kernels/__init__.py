@@ -26,6 +26,7 @@ from sporenet.lite.kernels import (
     reduce,
     reshape,
     resize,
+    scatter,
     scatter_nd,
     softmax,
     state,
@@ -214,6 +215,10 @@ KERNELS: dict[OpCode, type[Kernel]] = {
     OpCode.ATAN2: elementwise.Atan2,
     OpCode.L2_NORMALIZATION: l2_norm.L2Normalization,
     OpCode.SQUARED_DIFFERENCE: elementwise.SquaredDifference,
+    # ONNX scatters and element gathers (onnxgap)
+    OpCode.SCATTER_ND_UPDATE: scatter.ScatterNdUpdate,
+    OpCode.SCATTER_ELEMENTS: scatter.ScatterElements,
+    OpCode.GATHER_ELEMENTS: scatter.GatherElements,
     # classic machine learning, ai.onnx.ml (lite/kernels/ml/)
     OpCode.TREE_ENSEMBLE: ml_trees.TreeEnsemble,
     OpCode.LINEAR_CLASSIFIER: ml_linear.LinearClassifier,

@@ -1,8 +1,10 @@
-"""GATHER_ND (TFLite and TensorFlow semantics): slices of params picked by index tuples.
+"""GATHER_ND (TFLite, TensorFlow and ONNX semantics): slices of params picked by index tuples.
 
-indices has shape (..., k): each row of its last axis indexes the first k axes of params,
-and the output is indices.shape[:-1] + params.shape[k:]. An index out of range is an
-error when the graph runs, as in TFLite.
+indices has shape (..., k): each row of its last axis indexes the first k axes of params
+after `batch_dims` leading axes both share, and the output is
+indices.shape[:-1] + params.shape[batch_dims + k:]. With `wrap` (ONNX) a negative index
+counts from the end of its axis; without it (TFLite) it is out of range. An index out of
+range is an error when the graph runs.
 """
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ from sporenet.lite.ops import OpCode
 
 
 class GatherNd(Kernel):
-    """inputs: params, indices (integers, last axis of length k <= rank of params)."""
+    """inputs: params, indices (integers, last axis of length k <= rank of params minus
+    batch_dims); attributes batch_dims (default 0), wrap (0/1, default 0)."""
 
     op = OpCode.GATHER_ND
     num_inputs = (2, 2)
@@ -27,23 +30,41 @@ class GatherNd(Kernel):
         params, indices = self.input(0), self.input(1)
         if indices.dtype.kind not in "iu" or indices.rank < 1:
             raise self.fail(f"indices must be integers of rank >= 1, got {indices.dtype}")
+        b = attrs.int("batch_dims", 0)
+        if not 0 <= b < min(params.rank, indices.rank):
+            raise self.fail(f"batch_dims must be in [0, {min(params.rank, indices.rank)}), got {b}")
+        if params.shape[:b] != indices.shape[:b]:
+            raise self.fail(
+                f"the {b} batch axes differ: params {list(params.shape)}, "
+                f"indices {list(indices.shape)}"
+            )
         k = indices.shape[-1]
-        if k > params.rank:
-            raise self.fail(f"index tuples of {k} axes for params of rank {params.rank}")
-        self.k = k
-        shape = indices.shape[:-1] + params.shape[k:]
+        if k > params.rank - b:
+            raise self.fail(f"index tuples of {k} axes for params of rank {params.rank} - {b}")
+        self.k, self.batch_dims, self.wrap = k, b, bool(attrs.int("wrap", 0))
+        shape = indices.shape[:-1] + params.shape[b + k :]
         self.output_specs = [TensorSpec(tuple(shape), params.dtype)]
 
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
         params, indices, out = inputs[0], inputs[1], outputs[0]
-        k, dims = self.k, params.shape[: self.k]  # type: ignore[union-attr]
+        assert params is not None and indices is not None  # the kernel takes both
+        k, b, wrap = self.k, self.batch_dims, self.wrap
+        n_batch = int(np.prod(params.shape[:b], dtype=np.int64))
+        dims = params.shape[b : b + k]
         bound = np.array(dims, np.int64)
-        rows = indices.reshape(-1, k)  # type: ignore[union-attr]
-        flat_out = out.reshape((rows.shape[0], *params.shape[k:]))  # type: ignore[union-attr, arg-type]
+        # One leading batch axis (of size 1 without batch_dims) keeps a single code path.
+        flat_params = params.reshape((n_batch, *params.shape[b:]))
+        rows = indices.reshape(n_batch, -1, k)
+        batch = np.arange(n_batch).reshape(-1, 1)
+        flat_out = out.reshape((n_batch, rows.shape[1], *params.shape[b + k :]))
 
         def compute() -> None:
-            if rows.size and (np.any(rows < 0) or np.any(rows >= bound)):
+            picked = rows
+            if wrap and rows.size and np.any(rows < 0):
+                picked = np.where(rows < 0, rows + bound, rows)
+            if picked.size and (np.any(picked < 0) or np.any(picked >= bound)):
                 raise InputError(f"GATHER_ND: an index is outside the params' axes {list(dims)}")
-            np.copyto(flat_out, params[tuple(rows.T)])  # type: ignore[index]
+            where = (batch, *(picked[..., j] for j in range(k)))
+            np.copyto(flat_out, flat_params[where])
 
         return compute

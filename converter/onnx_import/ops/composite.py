@@ -311,35 +311,3 @@ def einsum(ctx: ImportContext, node: OnnxNode) -> list[int]:
     result_term = "".join(batch + a_kept + b_kept)
     y = ctx.emit1(OpCode.RESHAPE, [product], shape=[sizes[c] for c in result_term])
     return [permute(result_term, y, out)]
-
-
-def gather_elements(ctx: ImportContext, node: OnnxNode) -> list[int]:
-    """out[p] = data[p with axis `axis` replaced by indices[p]], as
-    ReduceSum(Where(OneHot(indices) , data, 0)) over the one-hot axis: exact, since every
-    sum adds one selected value to zeros."""
-    data, indices = node.input(0), node.input(1)
-    rank = ctx.rank(data)
-    axis = int(node.attr("axis", 0))
-    axis = axis + rank if axis < 0 else axis
-    d_shape, i_shape = ctx.spec(data).shape, ctx.spec(indices).shape
-    if DYNAMIC in ctx.shape(data) or DYNAMIC in ctx.shape(indices):
-        raise node.fail("GatherElements needs static shapes")
-    # Other axes of data may be longer than the indices' (ONNX allows it): crop them.
-    crop = [k for k in range(rank) if k != axis and d_shape[k] != i_shape[k]]
-    if crop:
-        data = ctx.emit1(
-            OpCode.SLICE, [data], starts=[0] * len(crop), ends=[i_shape[k] for k in crop], axes=crop
-        )
-    depth = d_shape[axis]
-    mask = ctx.emit1(
-        OpCode.ONE_HOT,
-        [
-            indices,
-            ctx.constant(f"{node.name}/depth", np.array(depth, np.int64)),
-            ctx.constant(f"{node.name}/values", np.array([False, True])),
-        ],
-        axis=axis + 1,
-    )
-    spread = ctx.emit1(OpCode.UNSQUEEZE, [data], axes=[axis])
-    picked = ctx.emit1(OpCode.WHERE, [mask, spread, _scalar(ctx, node, "zero", 0, data)])
-    return [ctx.emit1(OpCode.REDUCE_SUM, [picked], axes=[axis + 1], keepdims=0)]

@@ -286,3 +286,27 @@ def test_a_batch_declared_dynamic_but_traced_at_one_converts() -> None:
         feeds = {"x": rand(1, seq, 4)}
         (want,) = run_ort(model, feeds)
         np.testing.assert_array_equal(interpreter.run(feeds)["y"], want)
+
+
+def test_a_named_dimension_is_one_size_at_axis_zero_and_elsewhere() -> None:
+    # A graph network's inputs: edge features [num_edges, 2] and the edge list
+    # [2, num_edges]; the probes must give num_edges one size in both.
+    nodes = [
+        helper.make_node("Transpose", ["edges"], ["t"], perm=[1, 0]),
+        helper.make_node("Add", ["feat", "t"], ["s"]),
+        helper.make_node("Shape", ["feat"], ["shape"]),
+        helper.make_node("Concat", ["shape", "one"], ["target"], axis=0),
+        helper.make_node("Reshape", ["feat", "target"], ["y"]),
+    ]
+    model = make_model(
+        nodes,
+        {"feat": ["num_edges", 2], "edges": [2, "num_edges"]},
+        ["y", "s"],
+        initializers={"one": np.array([1], np.int64)},
+    )
+    interpreter = Interpreter(model_content=convert_onnx(model))
+    for n in (5, 9):
+        feeds = {"feat": rand(n, 2), "edges": rand(2, n)}
+        got = interpreter.run(feeds)
+        for name, want in zip(("y", "s"), run_ort(model, feeds), strict=True):
+            np.testing.assert_allclose(got[name], want, rtol=1e-6)

@@ -1,0 +1,169 @@
+"""ONNX's scatters, SCATTER_ND_UPDATE and SCATTER_ELEMENTS: a copy of data with updates
+written at indexed positions, either replacing the element (reduction "none": of duplicate
+positions the last update wins, as ONNX's reference does) or combined with it ("add",
+"mul", "max", "min", every duplicate counted). A negative index counts from the end of its
+axis; one out of range is an error when the graph runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from sporenet.lite.errors import InputError
+from sporenet.lite.kernels.axes import normalize_axis
+from sporenet.lite.kernels.base import Attrs, Compute, Kernel, TensorSpec
+from sporenet.lite.ops import OpCode
+
+Writer = Callable[[np.ndarray, tuple[np.ndarray, ...], np.ndarray], None]
+
+
+def _assign(out: np.ndarray, where: tuple[np.ndarray, ...], values: np.ndarray) -> None:
+    out[where] = values
+
+
+REDUCTIONS: dict[str, Writer] = {
+    "none": _assign,
+    "add": np.add.at,
+    "mul": np.multiply.at,
+    "max": np.maximum.at,
+    "min": np.minimum.at,
+}
+"""How an update meets the element at its position, by ONNX's `reduction` name."""
+
+
+def _writer(kernel: Kernel, attrs: Attrs) -> Writer:
+    reduction = attrs.str("reduction", "none")
+    if reduction not in REDUCTIONS:
+        raise kernel.fail(f"reduction must be one of {sorted(REDUCTIONS)}, got {reduction!r}")
+    return REDUCTIONS[reduction]
+
+
+def _wrapped(index: np.ndarray, bound: np.ndarray, op: str, shape: Sequence[int]) -> np.ndarray:
+    """index with negatives counted from the end; InputError when one stays out of range."""
+    if index.size and np.any(index < 0):
+        index = np.where(index < 0, index + bound, index)
+    if index.size and (np.any(index < 0) or np.any(index >= bound)):
+        raise InputError(f"{op}: an index is outside the data's shape {list(shape)}")
+    return index
+
+
+def _element_axis(kernel: Kernel, attrs: Attrs, data: TensorSpec, indices: TensorSpec) -> int:
+    """The `axis` of an element gather or scatter, once indices fit data on every other axis."""
+    axis = normalize_axis(kernel, attrs.int("axis", 0), data.rank)
+    pairs = zip(indices.shape, data.shape, strict=True)
+    if any(i > d for a, (i, d) in enumerate(pairs) if a != axis):
+        raise kernel.fail(
+            f"indices {list(indices.shape)} are longer than data {list(data.shape)} off axis {axis}"
+        )
+    return axis
+
+
+class ScatterNdUpdate(Kernel):
+    """inputs: data, indices (integers [..., k]), updates (indices.shape[:-1] +
+    data.shape[k:]); attribute reduction (default "none")."""
+
+    op = OpCode.SCATTER_ND_UPDATE
+    num_inputs = (3, 3)
+
+    def __init__(self, attrs: Attrs, inputs: Sequence[TensorSpec | None]) -> None:
+        super().__init__(attrs, inputs)
+        data, indices, updates = self.input(0), self.input(1), self.input(2)
+        if indices.dtype.kind not in "iu" or indices.rank < 1:
+            raise self.fail(f"indices must be integers of rank >= 1, got {indices.dtype}")
+        k = indices.shape[-1]
+        want = indices.shape[:-1] + data.shape[k:]
+        if k > data.rank or updates.shape != want:
+            raise self.fail(
+                f"updates {list(updates.shape)} must be {list(want)} for indices "
+                f"{list(indices.shape)} into data {list(data.shape)}"
+            )
+        self.k, self.write = k, _writer(self, attrs)
+        self.output_specs = [TensorSpec(data.shape, data.dtype)]
+
+    def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
+        data, indices, updates, out, k = inputs[0], inputs[1], inputs[2], outputs[0], self.k
+        assert data is not None and indices is not None and updates is not None
+        bound = np.array(out.shape[:k], np.int64)
+        rows = indices.reshape(-1, k)
+        flat = updates.reshape((rows.shape[0], *out.shape[k:]))
+        write = self.write
+
+        def compute() -> None:
+            picked = _wrapped(rows, bound, "SCATTER_ND_UPDATE", out.shape)
+            np.copyto(out, data)
+            write(out, tuple(picked.T), flat)
+
+        return compute
+
+
+class ScatterElements(Kernel):
+    """inputs: data, indices (integers of data's rank), updates (indices' shape);
+    attributes axis (default 0), reduction (default "none"). Position p of updates goes to
+    p with its `axis` coordinate replaced by indices[p]."""
+
+    op = OpCode.SCATTER_ELEMENTS
+    num_inputs = (3, 3)
+
+    def __init__(self, attrs: Attrs, inputs: Sequence[TensorSpec | None]) -> None:
+        super().__init__(attrs, inputs)
+        data, indices, updates = self.input(0), self.input(1), self.input(2)
+        if indices.dtype.kind not in "iu" or indices.rank != data.rank:
+            raise self.fail(
+                f"indices must be integers of the data's rank {data.rank}, got "
+                f"{indices.dtype} of rank {indices.rank}"
+            )
+        if updates.shape != indices.shape:
+            raise self.fail(
+                f"updates {list(updates.shape)} must have the indices' shape {list(indices.shape)}"
+            )
+        self.axis = _element_axis(self, attrs, data, indices)
+        self.write = _writer(self, attrs)
+        self.output_specs = [TensorSpec(data.shape, data.dtype)]
+
+    def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
+        data, indices, updates, out, axis = inputs[0], inputs[1], inputs[2], outputs[0], self.axis
+        assert data is not None and indices is not None and updates is not None
+        grid: list[np.ndarray] = list(np.indices(indices.shape, sparse=True))
+        bound = np.array(out.shape[axis], np.int64)
+        write = self.write
+
+        def compute() -> None:
+            grid[axis] = _wrapped(indices, bound, "SCATTER_ELEMENTS", out.shape)
+            np.copyto(out, data)
+            write(out, tuple(grid), updates)
+
+        return compute
+
+
+class GatherElements(Kernel):
+    """inputs: data, indices (integers of data's rank, no longer than data off `axis`);
+    attribute axis (default 0). out[p] = data[p with its `axis` coordinate replaced by
+    indices[p]]."""
+
+    op = OpCode.GATHER_ELEMENTS
+    num_inputs = (2, 2)
+
+    def __init__(self, attrs: Attrs, inputs: Sequence[TensorSpec | None]) -> None:
+        super().__init__(attrs, inputs)
+        data, indices = self.input(0), self.input(1)
+        if indices.dtype.kind not in "iu" or indices.rank != data.rank:
+            raise self.fail(
+                f"indices must be integers of the data's rank {data.rank}, got "
+                f"{indices.dtype} of rank {indices.rank}"
+            )
+        self.axis = _element_axis(self, attrs, data, indices)
+        self.output_specs = [TensorSpec(indices.shape, data.dtype)]
+
+    def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
+        data, indices, out, axis = inputs[0], inputs[1], outputs[0], self.axis
+        assert data is not None and indices is not None
+        grid: list[np.ndarray] = list(np.indices(indices.shape, sparse=True))
+        bound = np.array(data.shape[axis], np.int64)
+
+        def compute() -> None:
+            grid[axis] = _wrapped(indices, bound, "GATHER_ELEMENTS", data.shape)
+            np.copyto(out, data[tuple(grid)])
+
+        return compute

@@ -1,0 +1,91 @@
+"""GatherND, GatherElements, ScatterND and ScatterElements against onnxruntime: batch axes,
+negative indices, every reduction with duplicate positions, and dynamic shapes."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from sporenet.lite import Interpreter
+from sporenet.lite.errors import InputError
+from tests.unit.converter.helpers import (
+    TensorProto,
+    assert_matches_ort,
+    convert_onnx,
+    helper,
+    make_model,
+)
+
+_I64 = TensorProto.INT64
+
+
+def _rand(*shape: int) -> np.ndarray:
+    return np.random.default_rng(3).standard_normal(shape).astype(np.float32)
+
+
+def test_gather_nd_with_batch_axes_and_negative_indices() -> None:
+    data = _rand(2, 3, 4, 5)
+    rng = np.random.default_rng(1)
+    # batch_dims 2: each [k] row indexes data[b0, b1] (shape [4, 5]) from either end.
+    idx = np.stack([rng.integers(-4, 4, (2, 3, 6)), rng.integers(-5, 5, (2, 3, 6))], -1)
+    node = helper.make_node("GatherND", ["data", "idx"], ["y"], batch_dims=2)
+    model = make_model(
+        [node], {"data": [2, 3, 4, 5], "idx": [2, 3, 6, 2]}, ["y"], input_dtypes={"idx": _I64}
+    )
+    assert_matches_ort(model, {"data": data, "idx": idx.astype(np.int64)})
+
+
+@pytest.mark.parametrize("reduction", ["none", "add", "mul", "max", "min"])
+def test_scatter_nd_every_reduction_on_a_dynamic_batch(reduction: str) -> None:
+    data = _rand(5, 3)
+    # Duplicate rows only where the reduction defines their result.
+    rows = [[4], [0], [-1]] if reduction == "none" else [[4], [0], [-1], [0]]
+    idx = np.array(rows, np.int64)
+    updates = _rand(len(rows), 3) + 2
+    node = helper.make_node("ScatterND", ["data", "idx", "u"], ["y"], reduction=reduction)
+    model = make_model(
+        [node],
+        {"data": ["n", 3], "idx": [len(rows), 1], "u": [len(rows), 3]},
+        ["y"],
+        opset=18,
+        input_dtypes={"idx": _I64},
+    )
+    assert_matches_ort(model, {"data": data, "idx": idx, "u": updates})
+
+
+@pytest.mark.parametrize("reduction", ["add", "max"])
+def test_scatter_elements_with_duplicates_and_shorter_indices(reduction: str) -> None:
+    data = _rand(3, 4)
+    idx = np.array([[0, -1, 0], [3, 3, 1]], np.int64)  # [2, 3] into [3, 4] along the last axis
+    node = helper.make_node(
+        "ScatterElements", ["data", "idx", "u"], ["y"], axis=-1, reduction=reduction
+    )
+    model = make_model(
+        [node],
+        {"data": [3, 4], "idx": [2, 3], "u": [2, 3]},
+        ["y"],
+        opset=18,
+        input_dtypes={"idx": _I64},
+    )
+    assert_matches_ort(model, {"data": data, "idx": idx, "u": _rand(2, 3)})
+
+
+def test_gather_elements_on_a_dynamic_axis() -> None:
+    data = _rand(4, 6)
+    idx = np.random.default_rng(2).integers(-4, 4, (3, 6)).astype(np.int64)
+    node = helper.make_node("GatherElements", ["data", "idx"], ["y"], axis=0)
+    model = make_model(
+        [node], {"data": ["n", 6], "idx": ["m", 6]}, ["y"], input_dtypes={"idx": _I64}
+    )
+    assert_matches_ort(model, {"data": data, "idx": idx})
+
+
+def test_an_index_out_of_range_is_an_input_error() -> None:
+    node = helper.make_node("ScatterND", ["data", "idx", "u"], ["y"])
+    model = make_model(
+        [node], {"data": [5, 3], "idx": [1, 1], "u": [1, 3]}, ["y"], input_dtypes={"idx": _I64}
+    )
+    interpreter = Interpreter(model_content=convert_onnx(model))
+    feeds = {"data": _rand(5, 3), "idx": np.array([[5]], np.int64), "u": _rand(1, 3)}
+    with pytest.raises(InputError, match="outside the data's shape"):
+        interpreter.run(feeds)
