@@ -237,8 +237,6 @@ _RUNTIME_SHAPE_CASES = frozenset(_RUNTIME_SHAPE_WORDS.split())
 
 # Cases that run and are known to fail: glob pattern -> why (they count as failures).
 KNOWN_FAILURES: dict[str, str] = {
-    "test_causal_conv_with_state_silu_fp16*": "float16 arithmetic rounds differently from "
-    "the reference (3e-3 off)",
     "test_loop11": "the Loop body slices with starts computed from the iteration number; "
     "Slice bounds must be constants",
     "test_scan_sum": "Scan-8 (a batch axis and sequence_lens) is not supported; Scan-9 and "
