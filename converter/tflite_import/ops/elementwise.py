@@ -39,13 +39,6 @@ def leaky_relu(lc: LayoutContext, op: TfliteOperator) -> None:
     lc.set(out, y, order)
 
 
-def relu_n1_to_1(lc: LayoutContext, op: TfliteOperator) -> None:
-    x = op.inputs[0]
-    lc.set(
-        op.outputs[0], lc.emit(OpCode.CLIP, [lc.get(x, lc.perm(x))], min=-1.0, max=1.0), lc.perm(x)
-    )
-
-
 def gelu(lc: LayoutContext, op: TfliteOperator) -> None:
     x = op.inputs[0]
     approximate = op.options is not None and op.options.Approximate()

@@ -2,8 +2,9 @@
 
 - EQUAL, GREATER, LESS: TFLite's ComparisonWithScaling (see _QCompare);
 - SQUARED_DIFFERENCE: TFLite's EvalQuantizedSquaredDifference (see QSquaredDifference);
-- MAXIMUM, MINIMUM: the integers compared as stored; TFLite requires every operand and
-  the output to share one set of parameters, and so do these kernels;
+- MAXIMUM, MINIMUM: the integers compared as stored, whatever the operands' and the
+  output's parameters (TFLite's kernel does not rescale; its converter gives them one
+  set of parameters);
 - LEAKY_RELU: TFLite's QuantizeLeakyRelu, q - z_in requantized by s_in / s_out when it is
   not negative and by alpha * s_in / s_out otherwise (MultiplyByQuantizedMultiplier),
   plus z_out, clamped; evaluated once for every possible input into a lookup table.
@@ -30,15 +31,16 @@ class _QExtreme(QuantizedKernel):
     def __init__(self, attrs: Attrs, inputs: Sequence[TensorSpec | None]) -> None:
         super().__init__(attrs, inputs)
         a = self.quantized_input(0)
-        params = self.tensor_params(a, "input 0")
+        self.tensor_params(a, "input 0")
         b = self.quantized_input(1)
+        if b.dtype != a.dtype:
+            raise self.fail(f"input 1 must be {a.dtype} like input 0, got {b.dtype}")
+        self.tensor_params(b, "input 1")
         oq = attrs.output_quant[0] if attrs.output_quant else a.quant
-        out = self.tensor_params(TensorSpec((), a.dtype, quant=oq), "the output")
-        if self.tensor_params(b, "input 1") != params or out != params:
-            raise self.fail("both inputs and the output must share one scale and zero point")
+        self.tensor_params(TensorSpec((), a.dtype, quant=oq), "the output")
         self.inner = self.base(Attrs(attrs.op, {}), inputs)
         shape = self.inner.output_specs[0].shape
-        self.output_specs = [self.out_spec(shape, a.dtype, a.quant)]  # type: ignore[arg-type]
+        self.output_specs = [self.out_spec(shape, a.dtype, oq)]  # type: ignore[arg-type]
 
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
         return self.inner.bind(inputs, outputs)  # type: ignore[return-value]
