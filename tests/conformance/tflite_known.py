@@ -6,15 +6,9 @@ Regenerate with `python -m tests.conformance.tflite_suite --write-known`, then
 """
 
 KNOWN_FAILURES: dict[str, str] = {
-    "abs[4d, int8]": ("lite has no int8 kernel for ABS"),
-    "exp[4d, int8]": ("lite has no int8 kernel for EXP"),
-    "log[4d, int8]": ("lite has no int8 kernel for LOG"),
-    "rsqrt[4d, int8]": ("lite has no int8 kernel for RSQRT"),
-    "neg[4d, int8]": ("lite has no int8 kernel for NEG"),
+    "abs[4d, int16x8]": ("lite has no int16x8 kernels"),
     "relu[4d, int16x8]": ("lite has no int16x8 kernels"),
     "relu6[4d, int16x8]": ("lite has no int16x8 kernels"),
-    "elu[4d, int8]": ("lite has no int8 kernel for ELU"),
-    "gelu[4d, int8]": ("lite has no int8 kernel for GELU"),
     "logistic[4d, int16x8]": ("lite has no int16x8 kernels"),
     "tanh[4d, int16x8]": ("lite has no int16x8 kernels"),
     "leaky_relu[4d, int16x8]": ("lite has no int16x8 kernels"),

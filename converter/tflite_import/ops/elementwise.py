@@ -40,10 +40,11 @@ def leaky_relu(lc: LayoutContext, op: TfliteOperator) -> None:
 
 
 def gelu(lc: LayoutContext, op: TfliteOperator) -> None:
-    x = op.inputs[0]
-    approximate = op.options is not None and op.options.Approximate()
-    y = lc.emit(OpCode.GELU, [lc.get(x, lc.perm(x))], approximate="tanh" if approximate else "none")
-    lc.set(op.outputs[0], y, lc.perm(x))
+    x, out = op.inputs[0], op.outputs[0]
+    order = lc.perm(x)
+    approximate = "tanh" if op.options is not None and op.options.Approximate() else "none"
+    y = lc.emit(OpCode.GELU, [lc.get(x, order)], out=out, order=order, approximate=approximate)
+    lc.set(out, y, order)
 
 
 def prelu(lc: LayoutContext, op: TfliteOperator) -> None:
