@@ -64,10 +64,4 @@ KNOWN_FAILURES: dict[str, str] = {
     "max_pool_2d[size 2 stride 2 padding 1, int16x8]": ("lite has no int16x8 kernels"),
     "max_pool_2d[size 3 stride 1 padding 0, int16x8]": ("lite has no int16x8 kernels"),
     "max_pool_2d[size 3 stride 2 padding 0, int16x8]": ("lite has no int16x8 kernels"),
-    "resize_nearest_neighbor[align False half True, float32]": (
-        "nearest resize with half_pixel_centers"
-    ),
-    "resize_nearest_neighbor[align False half True, int8]": (
-        "nearest resize with half_pixel_centers"
-    ),
 }
