@@ -294,6 +294,8 @@ QUANTIZED_KERNELS: dict[OpCode, type[Kernel]] = {
     OpCode.RSQRT: q_lookup.QRsqrt,
     OpCode.ELU: q_lookup.QElu,
     OpCode.GELU: q_lookup.QGelu,
+    OpCode.LOG_SOFTMAX: q_softmax.QLogSoftmax,
+    OpCode.PRELU: q_elementwise_extra.QPRelu,
 }
 
 
@@ -329,6 +331,8 @@ FILE_QUANTIZED_ONLY: frozenset[OpCode] = frozenset(
         OpCode.RSQRT,
         OpCode.ELU,
         OpCode.GELU,
+        OpCode.LOG_SOFTMAX,
+        OpCode.PRELU,
     }
 )
 

@@ -50,8 +50,11 @@ def gelu(lc: LayoutContext, op: TfliteOperator) -> None:
 def prelu(lc: LayoutContext, op: TfliteOperator) -> None:
     x, alpha = op.inputs[:2]
     order = lc.perm(x)
-    y = lc.emit(OpCode.PRELU, [lc.get(x, order), lc.get_broadcast(alpha, order)])
-    lc.set(op.outputs[0], y, order)
+    out = op.outputs[0]
+    y = lc.emit(
+        OpCode.PRELU, [lc.get(x, order), lc.get_broadcast(alpha, order)], out=out, order=order
+    )
+    lc.set(out, y, order)
 
 
 def softmax(lc: LayoutContext, op: TfliteOperator) -> None:

@@ -187,3 +187,52 @@ class QSquaredDifference(QuantizedKernel):
             requant.apply(acc, out)
 
         return compute
+
+
+# tflitefix: int8 PRELU on the parameters a TFLite file declares.
+class QPRelu(QuantizedKernel):
+    """TFLite's int8 PRELU: with v = q - z_in, v * s_in / s_out when v >= 0, else
+    v * (alpha - z_alpha) * s_in s_alpha / s_out (each MultiplyByQuantizedMultiplier),
+    plus z_out, clamped. alpha is a constant that broadcasts to the input."""
+
+    op = OpCode.PRELU
+    num_inputs = (2, 2)
+
+    def __init__(self, attrs: Attrs, inputs: Sequence[TensorSpec | None]) -> None:
+        super().__init__(attrs, inputs)
+        x = self.quantized_input(0)
+        sx, self.zx = self.tensor_params(x, "the input")
+        a = self.quantized_input(1)
+        sa, za = self.tensor_params(a, "alpha (input 1)")
+        alpha = self.constant(1, "alpha").astype(np.int64) - za
+        try:
+            shape = np.broadcast_shapes(x.shape, alpha.shape)
+        except ValueError:
+            raise self.fail(
+                f"alpha {list(alpha.shape)} does not broadcast to the input {list(x.shape)}"
+            ) from None
+        if shape != tuple(x.shape):
+            raise self.fail(f"alpha {list(alpha.shape)} must broadcast to {list(x.shape)}")
+        self.alpha = alpha
+        oq = self.output_quant(x.dtype)
+        so, self.zo = self.tensor_params(TensorSpec((), x.dtype, quant=oq), "the output")
+        wide = -(1 << 40), 1 << 40
+        self.positive = Requantizer(sx / so, 0, *wide)
+        self.negative = Requantizer(sx * sa / so, 0, *wide)
+        self.lo, self.hi = dtype_range(x.dtype)
+        self.output_specs = [self.out_spec(x.shape, x.dtype, oq)]
+
+    def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
+        x, out = inputs[0], outputs[0]
+        zx, zo, alpha, lo, hi = self.zx, self.zo, self.alpha, self.lo, self.hi
+        positive, negative = self.positive, self.negative
+
+        def compute() -> None:
+            v = x.astype(np.int64) - zx  # type: ignore[union-attr]
+            up = v.copy()
+            positive.multiply(up)
+            down = v * alpha
+            negative.multiply(down)
+            np.copyto(out, np.clip(np.where(v >= 0, up, down) + zo, lo, hi), casting="unsafe")
+
+        return compute
