@@ -13,7 +13,12 @@ from sporenet.converter.onnx_import.context import ImportContext
 from sporenet.converter.tflite_import.layout import LayoutContext, identity, quantization
 from sporenet.converter.tflite_import.ops import HANDLERS
 from sporenet.converter.tflite_import.ops.common import Shared
-from sporenet.converter.tflite_import.reader import SUBGRAPH_FIELDS, TfliteModel, TfliteSubgraph
+from sporenet.converter.tflite_import.reader import (
+    SUBGRAPH_FIELDS,
+    TfliteModel,
+    TfliteOperator,
+    TfliteSubgraph,
+)
 from sporenet.lite.errors import LiteError
 from sporenet.lite.graph import DYNAMIC, Model, Signature
 from sporenet.lite.kernels import KERNELS, QUANTIZED_KERNELS
@@ -202,6 +207,18 @@ def _import(
     return built
 
 
+def _refuse_int16x8(lc: LayoutContext, graph: TfliteSubgraph, op: TfliteOperator) -> None:
+    """lite has no int16x8 kernels: a quantized int16 activation is refused here, since
+    the float and integer kernels would otherwise run its stored integers as values."""
+    for i in (*op.inputs, *op.outputs):
+        t = graph.tensors[i] if i != -1 else None
+        if t is not None and t.data is None and t.dtype == np.int16 and t.quant is not None:
+            raise lc.fail(
+                f"tensor {t.name!r} is int16 with quantization (int16x8): lite runs "
+                "int8/uint8 quantization only"
+            )
+
+
 def import_operators(lc: LayoutContext) -> None:
     """Import the operators of `lc`'s subgraph, in order, into its ImportContext (whose
     graph inputs the caller has set)."""
@@ -209,6 +226,7 @@ def import_operators(lc: LayoutContext) -> None:
     for op in graph.operators:
         lc.op = op
         ctx.where = lc.where
+        _refuse_int16x8(lc, graph, op)
         for i in op.inputs:
             if i == -1 or i in lc.held:
                 continue

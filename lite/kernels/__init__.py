@@ -47,6 +47,7 @@ from sporenet.lite.kernels.quantized import elementwise as q_elementwise
 from sporenet.lite.kernels.quantized import elementwise_extra as q_elementwise_extra
 from sporenet.lite.kernels.quantized import l2_norm as q_l2_norm
 from sporenet.lite.kernels.quantized import linear as q_linear
+from sporenet.lite.kernels.quantized import lookup as q_lookup
 from sporenet.lite.kernels.quantized import pooling as q_pooling
 from sporenet.lite.kernels.quantized import reduce as q_reduce
 from sporenet.lite.kernels.quantized import resize as q_resize
@@ -290,6 +291,16 @@ QUANTIZED_KERNELS: dict[OpCode, type[Kernel]] = {
     OpCode.GREATER: q_elementwise_extra.QGreater,
     OpCode.LESS: q_elementwise_extra.QLess,
     OpCode.SQUARED_DIFFERENCE: q_elementwise_extra.QSquaredDifference,
+    # tflitefix: int8 unary math as lookup tables on a TFLite file's parameters
+    OpCode.ABS: q_lookup.QAbs,
+    OpCode.NEG: q_lookup.QNeg,
+    OpCode.EXP: q_lookup.QExp,
+    OpCode.LOG: q_lookup.QLog,
+    OpCode.RSQRT: q_lookup.QRsqrt,
+    OpCode.ELU: q_lookup.QElu,
+    OpCode.GELU: q_lookup.QGelu,
+    OpCode.LOG_SOFTMAX: q_softmax.QLogSoftmax,
+    OpCode.PRELU: q_elementwise_extra.QPRelu,
 }
 
 
@@ -317,6 +328,16 @@ FILE_QUANTIZED_ONLY: frozenset[OpCode] = frozenset(
         OpCode.GREATER,
         OpCode.LESS,
         OpCode.SQUARED_DIFFERENCE,
+        # tflitefix: int8 lookup-table unary math
+        OpCode.ABS,
+        OpCode.NEG,
+        OpCode.EXP,
+        OpCode.LOG,
+        OpCode.RSQRT,
+        OpCode.ELU,
+        OpCode.GELU,
+        OpCode.LOG_SOFTMAX,
+        OpCode.PRELU,
     }
 )
 

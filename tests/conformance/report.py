@@ -19,6 +19,7 @@ from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from enum import StrEnum
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -26,6 +27,10 @@ import onnx
 from sporenet.lite import lowp
 from sporenet.lite.dtypes import NUMPY_TO_IR
 from tests.conformance import onnx_backend as ob
+from tests.conformance import sections
+
+BEGIN = "<!-- onnx-conformance: begin (python -m tests.conformance.report) -->"
+END = "<!-- onnx-conformance: end -->"
 
 
 class Reason(StrEnum):
@@ -290,9 +295,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     outcomes = run_all(args.pattern)
     report = render(outcomes)
-    if args.write:
-        with open(args.write, "w") as f:
-            f.write(report)
+    if args.write:  # only the ONNX section: the TFLite one is tflite_report.py's
+        sections.write_section(Path(args.write), BEGIN, END, report)
     summary = report.split("## By op")[0]
     print(summary.rstrip())
     return 0

@@ -6,19 +6,11 @@ Regenerate with `python -m tests.conformance.tflite_suite --write-known`, then
 """
 
 KNOWN_FAILURES: dict[str, str] = {
-    "abs[4d, int8]": ("lite has no int8 kernel for ABS"),
-    "exp[4d, int8]": ("lite has no int8 kernel for EXP"),
-    "log[4d, int8]": ("lite has no int8 kernel for LOG"),
-    "rsqrt[4d, int8]": ("lite has no int8 kernel for RSQRT"),
-    "neg[4d, int8]": ("lite has no int8 kernel for NEG"),
+    "abs[4d, int16x8]": ("lite has no int16x8 kernels"),
     "relu[4d, int16x8]": ("lite has no int16x8 kernels"),
     "relu6[4d, int16x8]": ("lite has no int16x8 kernels"),
-    "relu_n1_to_1[4d, int8]": ("numeric mismatch: output 'y0': 88 quantization steps off"),
-    "elu[4d, int8]": ("lite has no int8 kernel for ELU"),
-    "gelu[4d, int8]": ("lite has no int8 kernel for GELU"),
     "logistic[4d, int16x8]": ("lite has no int16x8 kernels"),
     "tanh[4d, int16x8]": ("lite has no int16x8 kernels"),
-    "leaky_relu[4d, int8]": ("lite has no int8 kernel for LEAKY_RELU"),
     "leaky_relu[4d, int16x8]": ("lite has no int16x8 kernels"),
     "softmax[4d, int16x8]": ("lite has no int16x8 kernels"),
     "add[same shape float32, int16x8]": ("lite has no int16x8 kernels"),
@@ -48,33 +40,6 @@ KNOWN_FAILURES: dict[str, str] = {
     "mul[trailing vector float32 relu, int16x8]": ("lite has no int16x8 kernels"),
     "mul[same shape float32 relu6, int16x8]": ("lite has no int16x8 kernels"),
     "mul[trailing vector float32 relu6, int16x8]": ("lite has no int16x8 kernels"),
-    "maximum[same shape float32, int8]": ("lite has no int8 kernel for MAXIMUM"),
-    "maximum[trailing vector float32, int8]": ("lite has no int8 kernel for MAXIMUM"),
-    "maximum[both broadcast float32, int8]": ("lite has no int8 kernel for MAXIMUM"),
-    "maximum[scalar float32, int8]": ("lite has no int8 kernel for MAXIMUM"),
-    "maximum[constant operand, int8]": ("lite has no int8 kernel for MAXIMUM"),
-    "minimum[same shape float32, int8]": ("lite has no int8 kernel for MINIMUM"),
-    "minimum[trailing vector float32, int8]": ("lite has no int8 kernel for MINIMUM"),
-    "minimum[both broadcast float32, int8]": ("lite has no int8 kernel for MINIMUM"),
-    "minimum[scalar float32, int8]": ("lite has no int8 kernel for MINIMUM"),
-    "minimum[constant operand, int8]": ("lite has no int8 kernel for MINIMUM"),
-    "prelu[channel alpha, int8]": ("lite has no int8 kernel for PRELU"),
-    "mean[axes [1] keep False, int8]": ("lite has no int8 kernel for REDUCE_MEAN"),
-    "mean[axes [1, 2] keep True, int8]": ("lite has no int8 kernel for REDUCE_MEAN"),
-    "mean[axes [-1] keep False, int8]": ("lite has no int8 kernel for REDUCE_MEAN"),
-    "mean[axes [0, 1, 2, 3] keep False, int8]": ("lite has no int8 kernel for REDUCE_MEAN"),
-    "sum[axes [1] keep False, int8]": ("lite has no int8 kernel for REDUCE_SUM"),
-    "sum[axes [1, 2] keep True, int8]": ("lite has no int8 kernel for REDUCE_SUM"),
-    "sum[axes [-1] keep False, int8]": ("lite has no int8 kernel for REDUCE_SUM"),
-    "sum[axes [0, 1, 2, 3] keep False, int8]": ("lite has no int8 kernel for REDUCE_SUM"),
-    "reduce_max[axes [1] keep False, int8]": ("lite has no int8 kernel for REDUCE_MAX"),
-    "reduce_max[axes [1, 2] keep True, int8]": ("lite has no int8 kernel for REDUCE_MAX"),
-    "reduce_max[axes [-1] keep False, int8]": ("lite has no int8 kernel for REDUCE_MAX"),
-    "reduce_max[axes [0, 1, 2, 3] keep False, int8]": ("lite has no int8 kernel for REDUCE_MAX"),
-    "reduce_min[axes [1] keep False, int8]": ("lite has no int8 kernel for REDUCE_MIN"),
-    "reduce_min[axes [1, 2] keep True, int8]": ("lite has no int8 kernel for REDUCE_MIN"),
-    "reduce_min[axes [-1] keep False, int8]": ("lite has no int8 kernel for REDUCE_MIN"),
-    "reduce_min[axes [0, 1, 2, 3] keep False, int8]": ("lite has no int8 kernel for REDUCE_MIN"),
     "conv_2d[stride 1 dilation 1 padding 0 act 0, int16x8]": ("lite has no int16x8 kernels"),
     "conv_2d[stride 2 dilation 1 padding 0 act 1, int16x8]": ("lite has no int16x8 kernels"),
     "conv_2d[stride 1 dilation 2 padding 1 act 3, int16x8]": ("lite has no int16x8 kernels"),
@@ -91,30 +56,10 @@ KNOWN_FAILURES: dict[str, str] = {
     "fully_connected[keep_num_dims False bias False input [2, 6], int16x8]": (
         "lite has no int16x8 kernels"
     ),
-    "transpose_conv[stride 2 padding 0, int8 per-channel]": (
-        "lite has no int8 kernel for CONV2D_BACKPROP_INPUT"
-    ),
-    "transpose_conv[stride 1 padding 1, int8 per-channel]": (
-        "lite has no int8 kernel for CONV2D_BACKPROP_INPUT"
-    ),
     "average_pool_2d[size 2 stride 2 padding 1, int16x8]": ("lite has no int16x8 kernels"),
     "average_pool_2d[size 3 stride 1 padding 0, int16x8]": ("lite has no int16x8 kernels"),
     "average_pool_2d[size 3 stride 2 padding 0, int16x8]": ("lite has no int16x8 kernels"),
     "max_pool_2d[size 2 stride 2 padding 1, int16x8]": ("lite has no int16x8 kernels"),
     "max_pool_2d[size 3 stride 1 padding 0, int16x8]": ("lite has no int16x8 kernels"),
     "max_pool_2d[size 3 stride 2 padding 0, int16x8]": ("lite has no int16x8 kernels"),
-    "gather[default, int8]": ("lite has no int8 kernel for GATHER"),
-    "depth_to_space[default, int8]": ("lite has no int8 kernel for DEPTH_TO_SPACE"),
-    "space_to_depth[default, int8]": ("lite has no int8 kernel for SPACE_TO_DEPTH"),
-    "resize_bilinear[align False half False, int8]": ("lite has no int8 kernel for RESIZE"),
-    "resize_bilinear[align True half False, int8]": ("lite has no int8 kernel for RESIZE"),
-    "resize_bilinear[align False half True, int8]": ("lite has no int8 kernel for RESIZE"),
-    "resize_nearest_neighbor[align False half False, int8]": ("lite has no int8 kernel for RESIZE"),
-    "resize_nearest_neighbor[align True half False, int8]": ("lite has no int8 kernel for RESIZE"),
-    "resize_nearest_neighbor[align False half True, float32]": (
-        "nearest resize with half_pixel_centers"
-    ),
-    "resize_nearest_neighbor[align False half True, int8]": (
-        "nearest resize with half_pixel_centers"
-    ),
 }

@@ -16,8 +16,10 @@ import sys
 from collections import Counter
 from pathlib import Path
 
+from tests.conformance import sections
 from tests.conformance.tflite_cases import covered_ops
 from tests.conformance.tflite_suite import (
+    REFERENCE_DEPARTS,
     Outcome,
     Result,
     litert_registered_ops,
@@ -101,6 +103,14 @@ def render(outcomes: list[Outcome], registered: tuple[str, ...], claimed: set[st
         "quantization step, integers and booleans exactly. Cases of ops the converter does "
         "not claim (`supported_tflite_ops()`) are counted as unsupported, not run.",
         "",
+        "Where a reference kernel computes something other than LiteRT's default kernel "
+        "(and TensorFlow), the default CPU kernel, without delegates, judges instead:",
+        "",
+        *(
+            f"- {op} {mode.value}: {why}"
+            for (op, mode), why in sorted(REFERENCE_DEPARTS.items(), key=lambda kv: kv[0][0])
+        ),
+        "",
         f"- **Cases of claimed ops: {passed} / {len(run)} passed ({_rate(passed, len(run))})**",
         f"- Cases of ops not claimed yet: {unsupported}",
         f"- Builtin ops LiteRT's CPU resolver registers: {len(registered)}; claimed by the "
@@ -144,14 +154,8 @@ def render(outcomes: list[Outcome], registered: tuple[str, ...], claimed: set[st
 
 def write_section(path: Path, section: str) -> None:
     """Replace the TFLite section of `path` (or append it), keeping everything else."""
-    text = path.read_text() if path.exists() else ""
-    if BEGIN in text and END in text:
-        head, rest = text.split(BEGIN, 1)
-        tail = rest.split(END, 1)[1].lstrip("\n")
-        text = head + section + ("\n" + tail if tail else "")
-    else:
-        text = text.rstrip("\n") + ("\n\n" if text else "") + section
-    path.write_text(text)
+    body = section.strip("\n").removeprefix(BEGIN).removesuffix(END)
+    sections.write_section(path, BEGIN, END, body)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -2,10 +2,11 @@
 LiteRT and by sporenet (convert + lite Interpreter), outputs compared.
 
 LiteRT runs its reference kernels (OpResolverType.BUILTIN_REF), whose arithmetic does not
-depend on the CPU. Float outputs must agree within 1e-4 of the output's scale, int8/int16
-outputs within one quantization step, integer and boolean outputs exactly, shapes and
-dtypes exactly. A case whose op `supported_tflite_ops()` does not claim is counted as
-unsupported and not run.
+depend on the CPU; where a reference kernel departs from LiteRT's own default kernel
+(REFERENCE_DEPARTS), the default one judges, without delegates. Float outputs must agree
+within 1e-4 of the output's scale, int8/int16 outputs within one quantization step,
+integer and boolean outputs exactly, shapes and dtypes exactly. A case whose op
+`supported_tflite_ops()` does not claim is counted as unsupported and not run.
 
     python -m tests.conformance.tflite_suite             # the table, every case
     python -m tests.conformance.tflite_suite --op CONV_2D --failures
@@ -57,11 +58,31 @@ class Outcome:
 # ----------------------------------------------------------------------------- LiteRT
 
 
-def _litert_interpreter(data: bytes) -> Any:
-    """LiteRT with its reference kernels; for the few ops those lack (CEIL, ELU), its
-    optimized CPU kernels without delegates."""
+# (op, mode) whose BUILTIN_REF kernel computes something other than the kernel LiteRT
+# runs by default (and TensorFlow): the default CPU kernel judges them. Both replacements
+# do arithmetic that does not depend on the CPU (integer; float32 within RTOL).
+REFERENCE_DEPARTS: dict[tuple[str, Mode], str] = {
+    ("SUM", Mode.INT8): (
+        "the reference int8 SUM neither saturates nor rounds negative sums (a sum of 300 "
+        "wraps to -102; -3 gives -1, not 7); the default kernel, integer, does both"
+    ),
+    ("LOCAL_RESPONSE_NORMALIZATION", Mode.FLOAT): (
+        "the reference LRN sums channels [c - r, c + r), one fewer than the default "
+        "kernel's and TensorFlow's [c - r, c + r]"
+    ),
+}
+
+
+def _litert_interpreter(data: bytes, *, reference: bool = True) -> Any:
+    """LiteRT with its reference kernels (unless `reference` is False); for the few ops
+    those lack (CEIL, ELU), its optimized CPU kernels without delegates."""
     from ai_edge_litert.interpreter import Interpreter, OpResolverType
 
+    if not reference:
+        return Interpreter(
+            model_content=data,
+            experimental_op_resolver_type=OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES,
+        )
     try:
         return Interpreter(
             model_content=data, experimental_op_resolver_type=OpResolverType.BUILTIN_REF
@@ -75,9 +96,11 @@ def _litert_interpreter(data: bytes) -> Any:
     )
 
 
-def run_litert(data: bytes, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+def run_litert(
+    data: bytes, feeds: dict[str, np.ndarray], *, reference: bool = True
+) -> dict[str, np.ndarray]:
     """LiteRT's outputs by tensor name, dynamic inputs resized (strictly) first."""
-    it = _litert_interpreter(data)
+    it = _litert_interpreter(data, reference=reference)
     details = it.get_input_details()
     for d in details:
         if tuple(d["shape"]) != feeds[d["name"]].shape:
@@ -406,7 +429,7 @@ def run_case(case: Case, claimed: frozenset[str] | None = None) -> Outcome:
         return Outcome(case, Result.UNSUPPORTED)
     try:
         data, feeds = build(case)
-        want = run_litert(data, feeds)
+        want = run_litert(data, feeds, reference=(case.op, case.mode) not in REFERENCE_DEPARTS)
     except (RuntimeError, ValueError) as exc:
         return Outcome(case, Result.INVALID, f"{type(exc).__name__}: {exc}".splitlines()[0])
     try:

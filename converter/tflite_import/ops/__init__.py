@@ -86,8 +86,9 @@ HANDLERS: dict[str, Entry] = {
     # activations and unary
     "RELU": _e(elementwise.unary(_O.RELU), _O.RELU),
     "RELU6": _e(elementwise.unary(_O.RELU6), _O.RELU6),
-    "RELU_N1_TO_1": _e(elementwise.relu_n1_to_1, _O.CLIP),
-    "RELU_0_TO_1": _e(more.relu_0_to_1, _O.CLIP),
+    # clamps at the output's quantization (int8: requantized, as TFLite's ReluX)
+    "RELU_N1_TO_1": _e(elementwise.unary(_O.CLIP, min=-1.0, max=1.0), _O.CLIP),
+    "RELU_0_TO_1": _e(elementwise.unary(_O.CLIP, min=0.0, max=1.0), _O.CLIP),
     "LOGISTIC": _e(elementwise.unary(_O.SIGMOID), _O.SIGMOID),
     "TANH": _e(elementwise.unary(_O.TANH), _O.TANH),
     "HARD_SWISH": _e(elementwise.unary(_O.HARD_SWISH), _O.HARD_SWISH),

@@ -39,25 +39,22 @@ def leaky_relu(lc: LayoutContext, op: TfliteOperator) -> None:
     lc.set(out, y, order)
 
 
-def relu_n1_to_1(lc: LayoutContext, op: TfliteOperator) -> None:
-    x = op.inputs[0]
-    lc.set(
-        op.outputs[0], lc.emit(OpCode.CLIP, [lc.get(x, lc.perm(x))], min=-1.0, max=1.0), lc.perm(x)
-    )
-
-
 def gelu(lc: LayoutContext, op: TfliteOperator) -> None:
-    x = op.inputs[0]
-    approximate = op.options is not None and op.options.Approximate()
-    y = lc.emit(OpCode.GELU, [lc.get(x, lc.perm(x))], approximate="tanh" if approximate else "none")
-    lc.set(op.outputs[0], y, lc.perm(x))
+    x, out = op.inputs[0], op.outputs[0]
+    order = lc.perm(x)
+    approximate = "tanh" if op.options is not None and op.options.Approximate() else "none"
+    y = lc.emit(OpCode.GELU, [lc.get(x, order)], out=out, order=order, approximate=approximate)
+    lc.set(out, y, order)
 
 
 def prelu(lc: LayoutContext, op: TfliteOperator) -> None:
     x, alpha = op.inputs[:2]
     order = lc.perm(x)
-    y = lc.emit(OpCode.PRELU, [lc.get(x, order), lc.get_broadcast(alpha, order)])
-    lc.set(op.outputs[0], y, order)
+    out = op.outputs[0]
+    y = lc.emit(
+        OpCode.PRELU, [lc.get(x, order), lc.get_broadcast(alpha, order)], out=out, order=order
+    )
+    lc.set(out, y, order)
 
 
 def softmax(lc: LayoutContext, op: TfliteOperator) -> None:

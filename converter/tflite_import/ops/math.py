@@ -63,7 +63,10 @@ def log_softmax(lc: LayoutContext, op: TfliteOperator) -> None:
     x = op.inputs[0]
     order = lc.perm(x)
     axis = order.index(lc.rank(x) - 1)
-    lc.set(op.outputs[0], lc.emit(OpCode.LOG_SOFTMAX, [lc.get(x, order)], axis=axis), order)
+    out = op.outputs[0]
+    lc.set(
+        out, lc.emit(OpCode.LOG_SOFTMAX, [lc.get(x, order)], out=out, order=order, axis=axis), order
+    )
 
 
 def arg(kind: OpCode) -> Handler:

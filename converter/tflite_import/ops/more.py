@@ -1,4 +1,4 @@
-"""More TFLite builtins onto IR ops: ADD_N, RELU_0_TO_1, RANK, REDUCE_ANY/ALL,
+"""More TFLite builtins onto IR ops: ADD_N, RANK, REDUCE_ANY/ALL,
 EMBEDDING_LOOKUP, L2_POOL_2D, SPACE_TO_BATCH_ND, BATCH_TO_SPACE_ND, TOPK_V2 and
 SCATTER_ND."""
 
@@ -21,12 +21,6 @@ def add_n(lc: LayoutContext, op: TfliteOperator) -> None:
     for part in parts[1:]:
         y = lc.emit(OpCode.ADD, [y, part])
     lc.set(out, y, order)
-
-
-def relu_0_to_1(lc: LayoutContext, op: TfliteOperator) -> None:
-    x = op.inputs[0]
-    y = lc.emit(OpCode.CLIP, [lc.get(x, lc.perm(x))], min=0.0, max=1.0)
-    lc.set(op.outputs[0], y, lc.perm(x))
 
 
 def rank(lc: LayoutContext, op: TfliteOperator) -> None:

@@ -157,14 +157,15 @@ def resize(mode: str) -> Handler:
         attrs: dict[str, Any] = {"mode": mode}
         if align:
             attrs["coordinate_transformation_mode"] = "align_corners"
-        elif half and mode == "linear":
-            attrs["coordinate_transformation_mode"] = "half_pixel"
         elif half:
-            raise lc.fail("nearest-neighbour resizing with half_pixel_centers is not supported")
+            attrs["coordinate_transformation_mode"] = "half_pixel"
         else:
             attrs["coordinate_transformation_mode"] = "asymmetric"
         if mode == "nearest":
-            attrs["nearest_mode"] = "round_prefer_ceil" if align else "floor"
+            # TFLite's half-pixel nearest source is floor((x + 0.5) * in / out): with the
+            # half-pixel coordinate c = (x + 0.5) * in / out - 0.5, that is c rounded
+            # half up.
+            attrs["nearest_mode"] = "round_prefer_ceil" if align or half else "floor"
         n, h, w, c = lc.tensor(out).shape
         y = lc.emit(
             OpCode.RESIZE, [lc.get(x, NCHW)], out=out, order=NCHW, sizes=[n, c, h, w], **attrs

@@ -2,8 +2,9 @@
 
 - EQUAL, GREATER, LESS: TFLite's ComparisonWithScaling (see _QCompare);
 - SQUARED_DIFFERENCE: TFLite's EvalQuantizedSquaredDifference (see QSquaredDifference);
-- MAXIMUM, MINIMUM: the integers compared as stored; TFLite requires every operand and
-  the output to share one set of parameters, and so do these kernels;
+- MAXIMUM, MINIMUM: the integers compared as stored, whatever the operands' and the
+  output's parameters (TFLite's kernel does not rescale; its converter gives them one
+  set of parameters);
 - LEAKY_RELU: TFLite's QuantizeLeakyRelu, q - z_in requantized by s_in / s_out when it is
   not negative and by alpha * s_in / s_out otherwise (MultiplyByQuantizedMultiplier),
   plus z_out, clamped; evaluated once for every possible input into a lookup table.
@@ -30,15 +31,16 @@ class _QExtreme(QuantizedKernel):
     def __init__(self, attrs: Attrs, inputs: Sequence[TensorSpec | None]) -> None:
         super().__init__(attrs, inputs)
         a = self.quantized_input(0)
-        params = self.tensor_params(a, "input 0")
+        self.tensor_params(a, "input 0")
         b = self.quantized_input(1)
+        if b.dtype != a.dtype:
+            raise self.fail(f"input 1 must be {a.dtype} like input 0, got {b.dtype}")
+        self.tensor_params(b, "input 1")
         oq = attrs.output_quant[0] if attrs.output_quant else a.quant
-        out = self.tensor_params(TensorSpec((), a.dtype, quant=oq), "the output")
-        if self.tensor_params(b, "input 1") != params or out != params:
-            raise self.fail("both inputs and the output must share one scale and zero point")
+        self.tensor_params(TensorSpec((), a.dtype, quant=oq), "the output")
         self.inner = self.base(Attrs(attrs.op, {}), inputs)
         shape = self.inner.output_specs[0].shape
-        self.output_specs = [self.out_spec(shape, a.dtype, a.quant)]  # type: ignore[arg-type]
+        self.output_specs = [self.out_spec(shape, a.dtype, oq)]  # type: ignore[arg-type]
 
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
         return self.inner.bind(inputs, outputs)  # type: ignore[return-value]
@@ -183,5 +185,54 @@ class QSquaredDifference(QuantizedKernel):
             np.subtract(wide[0], wide[1], out=acc)
             np.multiply(acc, acc, out=acc)
             requant.apply(acc, out)
+
+        return compute
+
+
+# tflitefix: int8 PRELU on the parameters a TFLite file declares.
+class QPRelu(QuantizedKernel):
+    """TFLite's int8 PRELU: with v = q - z_in, v * s_in / s_out when v >= 0, else
+    v * (alpha - z_alpha) * s_in s_alpha / s_out (each MultiplyByQuantizedMultiplier),
+    plus z_out, clamped. alpha is a constant that broadcasts to the input."""
+
+    op = OpCode.PRELU
+    num_inputs = (2, 2)
+
+    def __init__(self, attrs: Attrs, inputs: Sequence[TensorSpec | None]) -> None:
+        super().__init__(attrs, inputs)
+        x = self.quantized_input(0)
+        sx, self.zx = self.tensor_params(x, "the input")
+        a = self.quantized_input(1)
+        sa, za = self.tensor_params(a, "alpha (input 1)")
+        alpha = self.constant(1, "alpha").astype(np.int64) - za
+        try:
+            shape = np.broadcast_shapes(x.shape, alpha.shape)
+        except ValueError:
+            raise self.fail(
+                f"alpha {list(alpha.shape)} does not broadcast to the input {list(x.shape)}"
+            ) from None
+        if shape != tuple(x.shape):
+            raise self.fail(f"alpha {list(alpha.shape)} must broadcast to {list(x.shape)}")
+        self.alpha = alpha
+        oq = self.output_quant(x.dtype)
+        so, self.zo = self.tensor_params(TensorSpec((), x.dtype, quant=oq), "the output")
+        wide = -(1 << 40), 1 << 40
+        self.positive = Requantizer(sx / so, 0, *wide)
+        self.negative = Requantizer(sx * sa / so, 0, *wide)
+        self.lo, self.hi = dtype_range(x.dtype)
+        self.output_specs = [self.out_spec(x.shape, x.dtype, oq)]
+
+    def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
+        x, out = inputs[0], outputs[0]
+        zx, zo, alpha, lo, hi = self.zx, self.zo, self.alpha, self.lo, self.hi
+        positive, negative = self.positive, self.negative
+
+        def compute() -> None:
+            v = x.astype(np.int64) - zx  # type: ignore[union-attr]
+            up = v.copy()
+            positive.multiply(up)
+            down = v * alpha
+            negative.multiply(down)
+            np.copyto(out, np.clip(np.where(v >= 0, up, down) + zo, lo, hi), casting="unsafe")
 
         return compute

@@ -84,3 +84,53 @@ class QSoftmax(QuantizedKernel):
             np.copyto(out, e, casting="unsafe")
 
         return compute
+
+
+# tflitefix: int8 LOG_SOFTMAX on the parameters a TFLite file declares.
+class QLogSoftmax(QuantizedKernel):
+    """log softmax = -s_in d - log(sum exp(-s_in d)) with d = max q - q, in float64 (one
+    256-entry table of exp(-s_in d)), requantized to the output's parameters (TFLite's
+    16/256 and 127), ties away from zero; within one step of LiteRT's fixed point."""
+
+    op = OpCode.LOG_SOFTMAX
+
+    def __init__(self, attrs: Attrs, inputs: Sequence[TensorSpec | None]) -> None:
+        super().__init__(attrs, inputs)
+        x = self.quantized_input(0)
+        self.sx, _ = self.tensor_params(x, "the input")
+        if x.rank == 0:
+            raise self.fail("input must have rank >= 1")
+        self.axis = normalize_axis(self, attrs.int("axis", -1), x.rank)
+        oq = self.output_quant(x.dtype)
+        self.so, self.zo = self.tensor_params(TensorSpec((), x.dtype, quant=oq), "the output")
+        self.lo, self.hi = dtype_range(x.dtype)
+        self.table = np.exp(-self.sx * np.arange(256, dtype=np.float64))
+        reduced = list(x.shape)
+        reduced[self.axis] = 1
+        self.output_specs = [self.out_spec(x.shape, x.dtype, oq)]
+        self.scratch_layout = [
+            (x.shape, np.dtype(np.int64)),
+            (tuple(reduced), x.dtype),
+            (x.shape, np.dtype(np.float64)),
+            (tuple(reduced), np.dtype(np.float64)),
+        ]
+
+    def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
+        x, out = inputs[0], outputs[0]
+        d, peak, real, total = self.scratch_arrays()
+        axis, table, sx, so, zo = self.axis, self.table, self.sx, self.so, self.zo
+        lo, hi = self.lo, self.hi
+
+        def compute() -> None:
+            np.max(x, axis=axis, keepdims=True, out=peak)
+            np.subtract(peak, x, out=d, dtype=np.int64)
+            np.take(table, d, out=real)
+            np.sum(real, axis=axis, keepdims=True, out=total)
+            np.log(total, out=total)
+            np.multiply(d, -sx, out=real)
+            np.subtract(real, total, out=real)
+            np.divide(real, so, out=real)
+            q = np.clip(round_half_away(real) + zo, lo, hi)
+            np.copyto(out, q, casting="unsafe")
+
+        return compute

@@ -348,6 +348,26 @@ def test_resize(op, align, half):
     assert_matches_litert(b.build(), {"x": rand(1, 5, 7, 2)})
 
 
+@pytest.mark.parametrize(
+    ("size_in", "size_out"), [((5, 7), (9, 12)), ((9, 12), (5, 7)), ((6, 4), (4, 6))]
+)
+def test_nearest_resize_with_half_pixel_centers(size_in, size_out):
+    """floor((x + 0.5) * in / out), clamped, upscaling and downscaling, ratios that are
+    not powers of two."""
+    b = TfliteBuilder()
+    x = b.input("x", [1, *size_in, 3])
+    y = b.output(b.tensor("y", [1, *size_out, 3]))
+    b.op(
+        "RESIZE_NEAREST_NEIGHBOR",
+        [x, b.const("size", list(size_out), np.int32)],
+        [y],
+        "ResizeNearestNeighborOptions",
+        AlignCorners=False,
+        HalfPixelCenters=True,
+    )
+    assert_matches_litert(b.build(), {"x": rand(1, *size_in, 3)})
+
+
 def test_float16_weights_stay_float16_in_the_file():
     def model(dtype) -> bytes:
         b = TfliteBuilder()
