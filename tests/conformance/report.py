@@ -232,8 +232,8 @@ def render(outcomes: list[Outcome]) -> str:
         "|---|---:|---|",
     ]
     meaning = {
-        Reason.DTYPE: "a tensor, Cast target or input is of a type proto/model.fbs cannot "
-        "store (bfloat16, float8, float4, 4- and 2-bit ints, sequences, optionals)",
+        Reason.DTYPE: "a value, Cast target or input is of a type proto/model.fbs cannot "
+        "store (sequences, optionals, complex numbers)",
         Reason.RUNTIME_SHAPE: "an argument the planner needs (axes, pads, shape, sizes, "
         "scales, k, repeats, split, depth) is fed as a graph input at run time",
         Reason.CONVERSION: "the converter refuses an attribute, mode, rank or extra output",

@@ -96,6 +96,15 @@ class TreeEnsemble(Kernel):
         self.transform = pt.parse(attrs.str("post_transform", "NONE"), self.fail)
         self.classifier = bool(attrs.int("classifier", 0))
         self.tables = (feature, threshold, mode, true, false, missing, leaf)
+        # The walk's per-node records: where a node sends a sample (row 2i: false, 2i + 1:
+        # true; a leaf sends it back to itself, so finished pairs may ride along until the
+        # next compaction), and a feature every node may read (column 0 for leaves).
+        rows = np.arange(n, dtype=np.intp)
+        self.next_node = np.empty(2 * n, np.intp)
+        self.next_node[0::2] = np.where(leaf, rows, false)
+        self.next_node[1::2] = np.where(leaf, rows, true)
+        self.read_feature = np.where(leaf, 0, feature)
+        self.any_missing = bool(missing[branch].any())
         self.roots = roots
         self.weights = weights
         self.sum_weights = np.nan_to_num(weights, nan=0.0).astype(np.float32)
@@ -116,26 +125,39 @@ class TreeEnsemble(Kernel):
 
     def leaves(self, x: np.ndarray) -> np.ndarray:
         """The leaf each (sample, tree) pair reaches: node rows [N, trees]."""
-        feature, threshold, mode, true, false, missing, leaf = self.tables
-        x = x.reshape(-1, x.shape[-1]).astype(np.float64, copy=False)
-        batch, trees = x.shape[0], self.roots.size
-        node = np.tile(self.roots, batch)
-        sample = np.repeat(np.arange(batch), trees)
-        active = np.flatnonzero(~leaf[node])
-        at, rows = node[active], sample[active]
+        _, threshold, mode, _, _, missing, leaf = self.tables
+        features = x.shape[-1]
+        flat = x.reshape(-1).astype(np.float64, copy=False)
+        batch, trees = flat.size // max(features, 1), self.roots.size
+        at = np.tile(self.roots, batch)
+        # Each pair's offset into the flattened X: one 1-D gather reads its feature.
+        offset = np.repeat(np.arange(batch, dtype=np.intp) * features, trees)
+        position = np.arange(at.size)
+        reached = np.empty(at.size, np.intp)
+        nan_routing = self.any_missing and bool(np.isnan(flat).any())
         single = self.modes[0] if len(self.modes) == 1 else None
-        while active.size:
-            value = x[rows, feature[at]]
-            if single is not None and single is not NodeMode.MEMBER:
-                go = _COMPARE[single](value, threshold[at])
+        compare = _COMPARE[single] if single not in (None, NodeMode.MEMBER) else None
+        done = leaf[at]
+        while True:
+            finished = int(np.count_nonzero(done))
+            if finished == at.size:
+                reached[position] = at
+                return reached.reshape(batch, trees)
+            # Drop finished pairs once they are a quarter of those walking: compacting at
+            # every level would cost three more passes for a few pairs each time.
+            if finished * 4 >= at.size:
+                reached[position[done]] = at[done]
+                keep = ~done
+                at, offset, position = at[keep], offset[keep], position[keep]
+            value = flat[offset + self.read_feature[at]]
+            if compare is not None:
+                go = compare(value, threshold[at])
             else:
                 go = self._route(value, at, mode[at])
-            go |= missing[at] & np.isnan(value)
-            at = np.where(go, true[at], false[at])
-            node[active] = at
-            still = ~leaf[at]
-            active, at, rows = active[still], at[still], rows[still]
-        return node.reshape(batch, trees)
+            if nan_routing:
+                go |= missing[at] & np.isnan(value)
+            at = self.next_node[2 * at + go]
+            done = leaf[at]
 
     def _route(self, value: np.ndarray, at: np.ndarray, modes: np.ndarray) -> np.ndarray:
         threshold = self.tables[1]
