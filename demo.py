@@ -224,6 +224,7 @@ def stage_federated(
         stderr=subprocess.PIPE,
         text=True,
     )
+    _wait_until_serving(address, server)
     from sporenet.federated import Client  # the federated extra (grpc) is needed only here
 
     # Each client holds a shard of new users' digits (thicker strokes) plus its own test set.
@@ -315,6 +316,31 @@ def stage_federated(
         f"[4/4] fleet: sporenet-server ran {rounds} FedAvg rounds over {clients} devices "
         f"in {time.perf_counter() - start:.1f}s; accuracy on the devices' own data: {curve}"
     )
+
+
+def _wait_until_serving(address: str, server: subprocess.Popen) -> None:
+    """Block until the daemon answers its health check, so the devices start against a
+    running server instead of reporting refused connections while it starts."""
+    import grpc  # the federated extra, as the client below
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    deadline = time.monotonic() + STAGE_TIMEOUT
+    with grpc.insecure_channel(address) as channel:
+        stub = health_pb2_grpc.HealthStub(channel)
+        while time.monotonic() < deadline:
+            if server.poll() is not None:
+                _, err = server.communicate(timeout=30)
+                raise RuntimeError(f"the sporenet-server daemon exited at start:\n{err[-4000:]}")
+            try:
+                reply = stub.Check(health_pb2.HealthCheckRequest(service=""), timeout=1.0)
+            except grpc.RpcError:
+                time.sleep(0.1)  # not listening yet: try again until the deadline
+                continue
+            if reply.status == health_pb2.HealthCheckResponse.SERVING:
+                return
+            time.sleep(0.1)
+    server.terminate()
+    raise RuntimeError(f"the sporenet-server daemon did not start within {STAGE_TIMEOUT:.0f}s")
 
 
 @quiet_on_closed_pipe
