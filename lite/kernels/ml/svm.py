@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from sporenet.lite.kernels.base import Attrs, Compute, Kernel, TensorSpec
+from sporenet.lite.kernels.base import Attrs, Compute, Kernel, TensorSpec, required
 from sporenet.lite.kernels.ml import post_transform as pt
 from sporenet.lite.ops import OpCode
 
@@ -107,11 +107,11 @@ class SVM(Kernel):
         return dot
 
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
-        x = inputs[0]
+        x = required(inputs, 0)
         features = self.input(0).shape[-1]
 
         def compute() -> None:
-            xs = x.reshape(-1, features).astype(np.float32).astype(np.float64)  # type: ignore[union-attr]
+            xs = x.reshape(-1, features).astype(np.float32).astype(np.float64)
             results = self._regress(xs) if not self.classifier else self._classify(xs)
             for out, value in zip(outputs, results, strict=True):
                 out[...] = value
