@@ -10,7 +10,7 @@ level of the deepest tree, never per node or per tree.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from enum import IntEnum
 
 import numpy as np
@@ -258,7 +258,13 @@ class TreeEnsemble(Kernel):
         return index, pt.second_class(self.transform, s0, mode)
 
 
-def _depth(roots: np.ndarray, true: np.ndarray, false: np.ndarray, leaf: np.ndarray, fail) -> int:  # type: ignore[no-untyped-def]
+def _depth(
+    roots: np.ndarray,
+    true: np.ndarray,
+    false: np.ndarray,
+    leaf: np.ndarray,
+    fail: Callable[[str], Exception],
+) -> int:
     """Levels of the deepest tree; a cycle in the node table is an error."""
     level = np.unique(roots)
     depth = 0
