@@ -12,10 +12,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from enum import IntEnum
+from typing import cast
 
 import numpy as np
 
-from sporenet.lite.kernels.base import Attrs, Compute, Kernel, TensorSpec
+from sporenet.lite.kernels.base import Attrs, Compute, Kernel, TensorSpec, required
 from sporenet.lite.kernels.ml import post_transform as pt
 from sporenet.lite.ops import OpCode
 
@@ -165,7 +166,8 @@ class TreeEnsemble(Kernel):
         for m in self.modes:
             pick = modes == m
             if m is NodeMode.MEMBER:
-                sets = self.members[at[pick]]  # type: ignore[index]
+                # Set whenever a node tests membership (checked when prepared).
+                sets = cast(np.ndarray, self.members)[at[pick]]
                 go[pick] = (sets == value[pick, None]).any(axis=1)
             else:
                 go[pick] = _COMPARE[m](value[pick], threshold[at[pick]])
@@ -187,18 +189,18 @@ class TreeEnsemble(Kernel):
         return total
 
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
-        x = inputs[0]
+        x = required(inputs, 0)
         if not self.classifier:
             (out,) = outputs
 
             def regress() -> None:
-                out[...] = self._regressor(self.scores(x))  # type: ignore[arg-type]
+                out[...] = self._regressor(self.scores(x))
 
             return regress
         label, probs = outputs
 
         def classify() -> None:
-            index, z = self._classifier(self.scores(x))  # type: ignore[arg-type]
+            index, z = self._classifier(self.scores(x))
             label[...] = index
             probs[...] = z
 
