@@ -93,7 +93,7 @@ def read_idx(path: str | os.PathLike, *, limit: int | None = None) -> np.ndarray
     """An IDX file (plain or gzipped) as an array; with `limit`, only its first items."""
     path = Path(path)
     opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rb") as f:  # type: ignore[operator]
+    with opener(path, "rb") as f:
         head = f.read(4)
         if len(head) != 4 or head[:2] != b"\0\0" or head[2] not in _IDX_TYPES:
             raise DatasetError(f"{path}: not an IDX file (magic {head.hex()!r})")

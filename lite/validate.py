@@ -11,7 +11,7 @@ import numpy as np
 from sporenet.lite import lowp, sparse
 from sporenet.lite.dtypes import STRING
 from sporenet.lite.errors import ModelFormatError
-from sporenet.lite.graph import Graph, Model, Node, Tensor
+from sporenet.lite.graph import Graph, Model, Node, Quantization, Tensor
 from sporenet.lite.ops import OpCode
 
 
@@ -80,12 +80,11 @@ _ZERO_POINT_RANGES = {
 _INT32 = (-(1 << 31), (1 << 31) - 1)
 
 
-def _check_quantization(index: int, t: Tensor) -> None:
+def _check_quantization(index: int, t: Tensor, q: Quantization) -> None:
     """Scales finite and > 0, zero points in the dtype's range, per-axis parameters as
     many as the axis is long."""
-    q = t.quantization
     what = f"tensor {index} ({t.name!r})"
-    scale, zp = np.asarray(q.scale), np.asarray(q.zero_point)  # type: ignore[union-attr]
+    scale, zp = np.asarray(q.scale), np.asarray(q.zero_point)
     channels = scale.size
     if channels == 0:  # only a calibration range (min/max), no affine parameters
         if zp.size:
@@ -104,7 +103,7 @@ def _check_quantization(index: int, t: Tensor) -> None:
         raise ModelFormatError(
             f"{what}: zero point {int(bad)} is outside the {t.dtype} range [{lo}, {hi}]"
         )
-    axis = q.axis  # type: ignore[union-attr]
+    axis = q.axis
     if channels > 1:
         if not 0 <= axis < len(t.shape):
             raise ModelFormatError(
@@ -279,7 +278,7 @@ def validate(model: Model) -> Model:
             _check_lowp(i, t, kind)
         sparse.check(t, i)
         if t.quantization is not None:
-            _check_quantization(i, t)
+            _check_quantization(i, t, t.quantization)
     versions = max_op_versions()
     for gi, graph in enumerate(model.graphs):
         _check_graph(model, gi, graph, versions)

@@ -92,7 +92,7 @@ class ParallelEngine:
             update=self.update,
             initial=initial,
         )
-        self.state: dict[str, np.ndarray] = self.backend.state  # type: ignore[attr-defined]
+        self.state: dict[str, np.ndarray] = self.backend.state
 
     def step(self, x: np.ndarray, y: np.ndarray, lr: float) -> float:
         bounds = shard_bounds(len(x), self.workers)

@@ -11,6 +11,7 @@ shows convert.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import onnx
@@ -121,7 +122,9 @@ def _expand(
     return body
 
 
-def expand_functions(model: onnx.ModelProto, opset: int, has_handler) -> onnx.ModelProto:  # type: ignore[no-untyped-def]
+def expand_functions(
+    model: onnx.ModelProto, opset: int, has_handler: Callable[[str], bool]
+) -> onnx.ModelProto:
     """`model` with every FUNCTION_OPS node that has no handler replaced by its body."""
 
     def expandable(n: onnx.NodeProto) -> bool:

@@ -15,7 +15,7 @@ WireError, and the caller parses the file as usual.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 
 import numpy as np
 import onnx
@@ -39,6 +39,8 @@ _PACKED_AS_RAW = {4: onnx.TensorProto.FLOAT, 10: onnx.TensorProto.DOUBLE}  # fie
 _ENTRY_KEY, _ENTRY_VALUE = 1, 2
 
 Parts = list[bytes | memoryview]
+# A message's rewriter: buf, start, end -> the rewritten parts, or None if unchanged.
+Rewriter = Callable[[memoryview, int, int], Parts | None]
 
 
 class WireError(ValueError):
@@ -135,7 +137,9 @@ def _tensor(buf: memoryview, start: int, end: int) -> Parts | None:
 
 
 # Which fields of each message hold which messages: field number -> rewriter.
-def _rewrite(buf: memoryview, start: int, end: int, children: dict) -> Parts | None:  # type: ignore[type-arg]
+def _rewrite(
+    buf: memoryview, start: int, end: int, children: Mapping[int, Rewriter]
+) -> Parts | None:
     """The message at buf[start:end] with its tensors rewritten, or None if none was."""
     parts: Parts = []
     changed = False

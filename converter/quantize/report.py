@@ -96,7 +96,7 @@ class QuantizationReport:
         return "\n".join(lines)
 
 
-def _finite(value):  # type: ignore[no-untyped-def]
+def _finite(value: object) -> object:
     """JSON has no infinity: +-inf SQNR (exact or all-zero tensors) becomes a string."""
     if isinstance(value, float) and not np.isfinite(value):
         return str(value)

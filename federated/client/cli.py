@@ -13,6 +13,7 @@ refused this client, 2 for a usage error.
 
 from __future__ import annotations
 
+import argparse
 import logging
 import sys
 from pathlib import Path
@@ -24,7 +25,7 @@ from sporenet.federated.errors import ConfigError, FederatedError
 from sporenet.lite.console import add_threads, apply_threads, make_parser
 
 
-def parser():  # type: ignore[no-untyped-def]
+def parser() -> argparse.ArgumentParser:
     p = make_parser("sporenet-client", __doc__.splitlines()[0], epilog=__doc__.split("\n\n")[2])
     p.add_argument("--server", required=True, help="the sporenet-server (or edge) host:port")
     p.add_argument("--model", required=True, type=Path, help="the .spore model the job trains")

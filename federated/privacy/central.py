@@ -81,7 +81,7 @@ class CentralDPAggregator:
             raise AggregationError(f"client {client_id!r}: update lacks tensors {sorted(missing)}")
         clipped, norm = clip_l2({n: update[n] for n in self._template}, self.clipping_norm)
         for n, acc in self._sums.items():
-            acc += clipped[n]  # type: ignore[index]  # a mapping in gives a mapping out
+            acc += clipped[n]  # a mapping in gives a mapping out
         self._norms.append(norm)
         self._clients.append(client_id)
 

@@ -83,10 +83,10 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
         handler_call_details: grpc.HandlerCallDetails,
     ) -> grpc.RpcMethodHandler:
         handler = await continuation(handler_call_details)
-        method: str = handler_call_details.method  # type: ignore[attr-defined]
+        method: str = handler_call_details.method
         if handler is None or not method.startswith(self._prefix):
             return handler
-        metadata = handler_call_details.invocation_metadata  # type: ignore[attr-defined]
+        metadata = handler_call_details.invocation_metadata
         try:
             identity = self.auth.authenticate(metadata, method)
         except AuthError as e:
@@ -104,5 +104,5 @@ def _replace_behaviour(
     for kind in _KINDS:
         behaviour = getattr(handler, kind)
         if behaviour is not None:
-            return handler._replace(**{kind: wrap(behaviour)})  # type: ignore[attr-defined]
+            return handler._replace(**{kind: wrap(behaviour)})
     return handler

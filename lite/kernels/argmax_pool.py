@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from sporenet.lite.kernels.base import REQUIRED, Attrs, Compute, Kernel, TensorSpec
+from sporenet.lite.kernels.base import REQUIRED, Attrs, Compute, Kernel, TensorSpec, required
 from sporenet.lite.ops import OpCode
 
 
@@ -51,15 +51,15 @@ class MaxPoolWithArgmax(Kernel):
         self.output_specs = [TensorSpec(shape, x.dtype), TensorSpec(shape, np.dtype(np.float32))]
 
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
-        x, best, where = inputs[0], outputs[0], outputs[1]
+        x, best, where = required(inputs, 0), outputs[0], outputs[1]
         kh, kw, sh, sw, ph, pw = self.window
         n, c, oh, ow = best.shape
-        h, w = x.shape[2:]  # type: ignore[union-attr]
+        h, w = x.shape[2:]
         # A padded copy wide enough for every window; padding is -inf, which a strict
         # "greater than" never picks over the initial lowest value.
         ph_end = max((oh - 1) * sh + kh - ph - h, 0)
         pw_end = max((ow - 1) * sw + kw - pw - w, 0)
-        padded = np.full((n, c, h + ph + ph_end, w + pw + pw_end), -np.inf, x.dtype)  # type: ignore[union-attr]
+        padded = np.full((n, c, h + ph + ph_end, w + pw + pw_end), -np.inf, x.dtype)
         inner = padded[:, :, ph : ph + h, pw : pw + w]
         views = [
             (
@@ -74,7 +74,7 @@ class MaxPoolWithArgmax(Kernel):
         lowest = np.finfo(best.dtype).min
 
         def compute() -> None:
-            np.copyto(inner, x)  # type: ignore[arg-type]
+            np.copyto(inner, x)
             best.fill(lowest)
             index.fill(0)
             for k, view in views:
@@ -106,18 +106,18 @@ class MaxUnpool(Kernel):
         self.output_specs = [TensorSpec((*x.shape[:2], oh, ow), x.dtype)]
 
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
-        x, index, out = inputs[0], inputs[1], outputs[0]
+        x, index, out = required(inputs, 0), required(inputs, 1), outputs[0]
         _, kw, sh, sw, ph, pw = self.window
-        n, c, h, w = x.shape  # type: ignore[union-attr]
+        n, c, h, w = x.shape
         oh, ow = out.shape[2:]
         rows = (np.arange(h) * sh - ph).reshape(h, 1)
         cols = (np.arange(w) * sw - pw).reshape(1, w)
         flat_out = out.reshape(n * c, oh * ow)
-        flat_x = x.reshape(n * c, h * w)  # type: ignore[union-attr]
+        flat_x = x.reshape(n * c, h * w)
         plane = np.arange(n * c).reshape(-1, 1)
 
         def compute() -> None:
-            k = index.astype(np.int64)  # type: ignore[union-attr]  # truncated, as in C
+            k = index.astype(np.int64)  # truncated, as in C
             y = rows + k // kw
             xx = cols + k % kw
             ok = ((k >= 0) & (y >= 0) & (y < oh) & (xx >= 0) & (xx < ow)).reshape(n * c, -1)

@@ -51,6 +51,15 @@ class TensorSpec:
         return math.prod(self.shape)
 
 
+def required(arrays: Sequence[np.ndarray | None], index: int) -> np.ndarray:
+    """Array `index` of the list `bind` receives, for an input the kernel's constructor
+    checked is present (the planner binds an array to every present input)."""
+    array = arrays[index]
+    if array is None:
+        raise ShapeError(f"input {index} is required but no array was bound to it")
+    return array
+
+
 class Attrs:
     """Typed access to a node's attributes; a wrong type or missing value is a ShapeError."""
 

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from sporenet.lite.errors import ShapeError
-from sporenet.lite.kernels.base import REQUIRED, Attrs, Compute, Kernel, TensorSpec
+from sporenet.lite.kernels.base import REQUIRED, Attrs, Compute, Kernel, TensorSpec, required
 from sporenet.lite.ops import OpCode
 
 SUBGRAPH_ATTRIBUTES: dict[OpCode, tuple[str, ...]] = {
@@ -112,7 +112,7 @@ class If(Kernel):
         self.subplans = list(self.branches.values())  # warmed at load (lite/warmup.py)
 
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
-        cond, feeds = inputs[0], [x for x in inputs[1:] if x is not None]
+        cond, feeds = required(inputs, 0), [x for x in inputs[1:] if x is not None]
         broken = self.broken
 
         def through(plan: Any) -> Compute:
@@ -137,7 +137,7 @@ class If(Kernel):
             return next(iter(runs.values()))
 
         def step() -> None:
-            flag = bool(cond.reshape(-1)[0])  # type: ignore[union-attr]
+            flag = bool(cond.reshape(-1)[0])
             if flag in broken:
                 raise ShapeError(f"IF: {broken[flag]}")
             runs[flag]()

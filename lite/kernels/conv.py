@@ -44,7 +44,7 @@ import numpy as np
 
 from sporenet.lite import pages
 from sporenet.lite.kernels.activation import InPlace, fused_activation
-from sporenet.lite.kernels.base import Attrs, ChannelsLast, Compute, Kernel, TensorSpec
+from sporenet.lite.kernels.base import Attrs, ChannelsLast, Compute, Kernel, TensorSpec, required
 from sporenet.lite.kernels.conv_common import (
     check_filter,
     conv_operands,
@@ -131,9 +131,9 @@ class Conv2D(Kernel):
         return 0 if self._path.follows else None
 
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
-        x, w, out = inputs[0], inputs[1], outputs[0]
+        x, w, out = required(inputs, 0), required(inputs, 1), outputs[0]
         bias = inputs[2] if len(inputs) > 2 else None
-        return self._path.bind(x, w, out, bias)  # type: ignore[arg-type]
+        return self._path.bind(x, w, out, bias)
 
 
 class _Path:
@@ -192,10 +192,10 @@ class Pointwise(_Path):
             and self.layer.const_weights
         ):
             return bind_pointwise_head(x, w, out, bias, act)
-        if bias_const and w.shape[0] > x.shape[1]:
+        if bias_const and bias is not None and w.shape[0] > x.shape[1]:
             # Expanding 1x1 layers: copying the narrower input under a ones row is cheaper
             # than a bias pass over the wider output.
-            main = bind_pointwise_with_bias(x, w, out, bias)  # type: ignore[arg-type]
+            main = bind_pointwise_with_bias(x, w, out, bias)
             return with_epilogue(main, out, None, act, False)
         return with_epilogue(bind_pointwise(x, w, out), out, bias, act, bias_const)
 

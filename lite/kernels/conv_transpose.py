@@ -83,7 +83,7 @@ class ConvTranspose2D(Kernel):
         (sh, sw), (dh, dw) = self.strides, self.dilations
         # (g, og*kh*kw, cg): each group's weights transposed, so cols = wt @ x.
         wt = w.reshape(g, cg, og * kh * kw).transpose(0, 2, 1)
-        if self.inputs[1].value is not None:  # type: ignore[union-attr]
+        if self.input(1).value is not None:
             wt = np.ascontiguousarray(wt)
         xg = x.reshape(n, g, cg, h * wd)
         cols = temporary((n, g, og * kh * kw, h * wd), x.dtype)
@@ -99,7 +99,7 @@ class ConvTranspose2D(Kernel):
                 matmul(wt, xg, out=cols)
                 copyto(tiles, taps)
 
-            bias_const = bias is not None and self.inputs[2].value is not None  # type: ignore
+            bias_const = bias is not None and self.input(2).value is not None
             return with_epilogue(tiled, out, bias, self.activation, bias_const)
 
         canvas = temporary((n, g * og, *self.canvas), x.dtype)
@@ -127,5 +127,5 @@ class ConvTranspose2D(Kernel):
                 add(dst, src, out=dst)
             copyto(out, crop)
 
-        bias_const = bias is not None and self.inputs[2].value is not None  # type: ignore
+        bias_const = bias is not None and self.input(2).value is not None
         return with_epilogue(main, out, bias, self.activation, bias_const)

@@ -84,7 +84,7 @@ def _bind_scale(x: np.ndarray, w: np.ndarray, out: np.ndarray, bias: np.ndarray 
     shift = bias.reshape(c, 1, 1) if bias is not None else None
     multiply, add = np.multiply, np.add
     if shift is None:
-        return lambda: multiply(x, scale, out=out)  # type: ignore[return-value]
+        return lambda: multiply(x, scale, out=out)
 
     def scale_shift() -> None:
         multiply(x, scale, out=out)

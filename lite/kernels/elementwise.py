@@ -8,7 +8,14 @@ from typing import ClassVar
 import numpy as np
 
 from sporenet.lite.kernels.activation import fused_activation, then_activation
-from sporenet.lite.kernels.base import Attrs, ChannelsLast, Compute, Kernel, TensorSpec
+from sporenet.lite.kernels.base import (
+    Attrs,
+    ChannelsLast,
+    Compute,
+    Kernel,
+    TensorSpec,
+    required,
+)
 from sporenet.lite.ops import OpCode
 
 
@@ -50,8 +57,8 @@ class BinaryKernel(Kernel):
         return next((k for k in (0, 1) if self.input(k).shape == shape), None)
 
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
-        a, b, out, f, act = inputs[0], inputs[1], outputs[0], self.ufunc, self.activation
-        a, b, out = _storage_order(a, b, out)  # type: ignore[arg-type]
+        f, act = self.ufunc, self.activation
+        a, b, out = _storage_order(required(inputs, 0), required(inputs, 1), outputs[0])
         constant = [spec is not None and spec.value is not None for spec in self.inputs]
         main = _channel_rows(f, a, b, out, constant) or (lambda: f(a, b, out=out))
         return then_activation(main, out, act)
@@ -123,7 +130,7 @@ def _storage_order(
         return a, b, out
     a4 = a.reshape((1,) * (4 - a.ndim) + a.shape)
     b4 = b.reshape((1,) * (4 - b.ndim) + b.shape)
-    return tuple(t.transpose(0, 2, 3, 1) for t in (a4, b4, out))  # type: ignore[return-value]
+    return a4.transpose(0, 2, 3, 1), b4.transpose(0, 2, 3, 1), out.transpose(0, 2, 3, 1)
 
 
 class Add(BinaryKernel):
@@ -227,8 +234,8 @@ class FloorDiv(BinaryKernel):
     ufunc = np.floor_divide
 
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
-        a: np.ndarray = inputs[0]  # type: ignore[assignment]
-        b: np.ndarray = inputs[1]  # type: ignore[assignment]
+        a = required(inputs, 0)
+        b = required(inputs, 1)
         out = outputs[0]
         if out.dtype.kind == "f":
 
@@ -256,8 +263,8 @@ class FloorMod(BinaryKernel):
     ufunc = np.mod
 
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
-        a: np.ndarray = inputs[0]  # type: ignore[assignment]
-        b: np.ndarray = inputs[1]  # type: ignore[assignment]
+        a = required(inputs, 0)
+        b = required(inputs, 1)
         out = outputs[0]
 
         def compute() -> None:
@@ -281,8 +288,8 @@ class SquaredDifference(BinaryKernel):
     ufunc = np.subtract
 
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
-        a: np.ndarray = inputs[0]  # type: ignore[assignment]
-        b: np.ndarray = inputs[1]  # type: ignore[assignment]
+        a = required(inputs, 0)
+        b = required(inputs, 1)
         out = outputs[0]
 
         def compute() -> None:

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from sporenet.lite.kernels.base import Attrs, Compute, Kernel, TensorSpec
+from sporenet.lite.kernels.base import Attrs, Compute, Kernel, TensorSpec, required
 from sporenet.lite.ops import OpCode
 
 
@@ -147,7 +147,8 @@ class FakeQuantGrad(_FakeQuantBase):
         g, x, lo, hi = [*inputs, None, None][:4]
         dx = outputs[0]
         if self.symmetric:  # the range is x's own: nothing lies outside it
-            return lambda: np.copyto(dx, g)  # type: ignore[arg-type]
+            grad = required(inputs, 0)
+            return lambda: np.copyto(dx, grad)
 
         def run() -> None:
             np.copyto(dx, g)

@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from sporenet.lite.kernels.base import REQUIRED, Attrs, Compute, Kernel, TensorSpec
+from sporenet.lite.kernels.base import REQUIRED, Attrs, Compute, Kernel, TensorSpec, required
 from sporenet.lite.ops import OpCode
 
 PARTS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
@@ -41,10 +41,10 @@ class Rfft2d(Kernel):
         self.output_specs = [TensorSpec(shape, np.dtype(np.complex64))]
 
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
-        x, out, length = inputs[0], outputs[0], self.length
+        x, out, length = required(inputs, 0), outputs[0], self.length
 
         def compute() -> None:
-            np.copyto(out, np.fft.rfft2(x, s=length, axes=(-2, -1)), casting="same_kind")  # type: ignore[arg-type]
+            np.copyto(out, np.fft.rfft2(x, s=length, axes=(-2, -1)), casting="same_kind")
 
         return compute
 
@@ -65,7 +65,7 @@ class ComplexPart(Kernel):
         self.output_specs = [TensorSpec(x.shape, np.dtype(np.float32))]
 
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
-        x: np.ndarray = inputs[0]  # type: ignore[assignment]
+        x = required(inputs, 0)
         out, f, part = outputs[0], PARTS[self.part], self.part
 
         def compute() -> None:

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from sporenet.lite.kernels.axes import normalize_axis
-from sporenet.lite.kernels.base import Attrs, Compute, Kernel, TensorSpec
+from sporenet.lite.kernels.base import Attrs, Compute, Kernel, TensorSpec, required
 from sporenet.lite.ops import OpCode
 
 EPSILON = 1e-6
@@ -26,7 +26,7 @@ class L2Normalization(Kernel):
         self.output_specs = [TensorSpec(x.shape, x.dtype)]
 
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
-        x: np.ndarray = inputs[0]  # type: ignore[assignment]
+        x = required(inputs, 0)
         out, axis = outputs[0], self.axis
 
         def compute() -> None:

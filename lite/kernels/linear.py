@@ -9,7 +9,7 @@ import numpy as np
 from sporenet.lite import pages
 from sporenet.lite.kernels import int8_weights
 from sporenet.lite.kernels.activation import fused_activation, then_activation
-from sporenet.lite.kernels.base import Attrs, Compute, Kernel, TensorSpec
+from sporenet.lite.kernels.base import Attrs, Compute, Kernel, TensorSpec, required
 from sporenet.lite.kernels.quantized.base import is_quantized
 from sporenet.lite.kernels.quantized.convert import dequantize_array
 from sporenet.lite.ops import OpCode
@@ -47,13 +47,14 @@ class FullyConnected(Kernel):
         self.activation = fused_activation(self.op.name, attrs.values)
 
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
-        x, w, bias = inputs[0], inputs[1], inputs[2] if len(inputs) > 2 else None
+        x, w = required(inputs, 0), required(inputs, 1)
+        bias = inputs[2] if len(inputs) > 2 else None
         out = outputs[0]
         x2 = x.reshape(-1, x.shape[-1])
         out2 = out.reshape(-1, out.shape[-1])
-        quant = self.inputs[1].quant  # type: ignore[union-attr]
-        if self.int8 and (quant.scale.size == 1 or quant.axis == 0):  # type: ignore[union-attr]
-            bound = int8_weights.bind_matmul(x2, w, quant, out2)  # type: ignore[arg-type]
+        quant = self.input(1).quant  # present whenever self.int8 (is_quantized)
+        if self.int8 and quant is not None and (quant.scale.size == 1 or quant.axis == 0):
+            bound = int8_weights.bind_matmul(x2, w, quant, out2)
             if callable(bound):
                 return self._then(bound, out2, bias)
             w = bound

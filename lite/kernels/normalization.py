@@ -53,7 +53,7 @@ class BatchNorm(Kernel):
         self.epsilon = attrs.float("epsilon", 1e-5)
         self.output_specs = [TensorSpec(x.shape, x.dtype)]
         self.bshape = (x.shape[1],) + (1,) * (x.rank - 2)
-        values = [s.value for s in self.inputs[1:]]  # type: ignore[union-attr]
+        values = [self.input(k).value for k in range(1, len(self.inputs))]
         self.folded = None
         if all(v is not None for v in values):
             self.folded = self._fold(*values)

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from sporenet.lite.kernels.axes import normalize_axis
-from sporenet.lite.kernels.base import Attrs, Compute, Kernel, TensorSpec
+from sporenet.lite.kernels.base import Attrs, Compute, Kernel, TensorSpec, required
 from sporenet.lite.ops import OpCode
 
 
@@ -44,9 +44,9 @@ class OneHot(Kernel):
         self.output_specs = [TensorSpec(tuple(shape), values.dtype)]
 
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
-        indices, out = inputs[0], outputs[0]
+        indices, out = required(inputs, 0), outputs[0]
         depth, off, on = self.depth, self.off, self.on
-        idx = np.empty(indices.shape, np.int64)  # type: ignore[union-attr]
+        idx = np.empty(indices.shape, np.int64)
         negative = np.empty(idx.shape, np.bool_)
         expanded = np.expand_dims(idx, self.axis)
         positions_shape = [1] * out.ndim

@@ -73,15 +73,15 @@ def bind_pointwise_last(
     target: np.ndarray = om
     b = None
     ones = None
-    if bias_const and not is_channels_last(x):
+    if bias_const and bias is not None and not is_channels_last(x):
         full = temporary((n, c + 1, hw), x.dtype)
         ones = full[:, c]  # rewritten every call: the buffer is shared with other steps
         copies.append((full[:, :c], x.reshape(n, c, hw)))
         rows = full.transpose(0, 2, 1)
-        wt = np.concatenate([wt, bias.reshape(1, o)])  # type: ignore[union-attr]
-    elif bias_const and hw * o * out.itemsize <= _BIAS_TILE_LIMIT:
+        wt = np.concatenate([wt, bias.reshape(1, o)])
+    elif bias_const and bias is not None and hw * o * out.itemsize <= _BIAS_TILE_LIMIT:
         # One contiguous pass instead of a broadcast over rows of O elements.
-        b, target = np.tile(bias, hw), dense.reshape(n, hw * o)  # type: ignore[arg-type]
+        b, target = np.tile(bias, hw), dense.reshape(n, hw * o)
     elif bias is not None:
         b = bias
     product = gemm(rows[0], wt, om[0]) if n == 1 else gemm(rows, wt, om)

@@ -25,7 +25,9 @@ from sporenet.lite.ops import OpCode
 class _WindowPool(Kernel):
     """Shared prepare and bind of the two windowed pools."""
 
-    fill: ClassVar[float]
+    fill: float
+    """The padding value: one the reduction never picks over a real entry (set per
+    instance where the dtype decides it, as the int8 max pool does)."""
     reduce: ClassVar[np.ufunc]
 
     def __init__(self, attrs: Attrs, inputs: Sequence[TensorSpec | None]) -> None:

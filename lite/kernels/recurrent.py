@@ -285,7 +285,7 @@ class Inputs:
             c0 = None if c0 is None else c0.transpose(1, 0, 2)
         return cls(
             x, arrays[W], arrays[R], arrays[B], arrays[SEQUENCE_LENS], h0, c0, arrays[PEEPHOLES]
-        )  # type: ignore[arg-type]
+        )
 
 
 @dataclass

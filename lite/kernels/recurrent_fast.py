@@ -34,7 +34,7 @@ import numpy as np
 from sporenet.lite import huge_pages, pages
 from sporenet.lite.graph import Quantization
 from sporenet.lite.kernels import int8_weights
-from sporenet.lite.kernels.base import Compute, TensorSpec
+from sporenet.lite.kernels.base import Compute, TensorSpec, required
 from sporenet.lite.kernels.workspace import temporary
 
 if TYPE_CHECKING:
@@ -61,11 +61,12 @@ def applies(cfg: Config, specs: Sequence[TensorSpec | None]) -> bool:
             if act.fn is not ACTIVATIONS[name]:
                 return False
     given = list(specs) + [None] * (8 - len(specs))
-    if min(given[X].shape[:2]) == 0:  # type: ignore[union-attr]
+    x = given[X]
+    if x is None or min(x.shape[:2]) == 0:
         return False
     if given[SEQUENCE_LENS] is not None or given[PEEPHOLES] is not None:
         return False
-    return all(given[k] is None or given[k].value is not None for k in (W, R, B))  # type: ignore[union-attr]
+    return all(spec is None or spec.value is not None for spec in (given[W], given[R], given[B]))
 
 
 def _gate_params(quant: Quantization, dirs: int, cols: int) -> tuple[np.ndarray, np.ndarray]:
@@ -146,11 +147,11 @@ def bind_fast(
     kernel's input specs (their quantization parameters for int8 weights)."""
     inputs = list(inputs) + [None] * (8 - len(inputs))
     specs = list(specs) + [None] * (8 - len(specs))
-    x, h0, c0 = inputs[X], inputs[INITIAL_H], inputs[INITIAL_C]
-    seq, batch, size = x.shape  # type: ignore[union-attr]
+    x, h0, c0 = required(inputs, X), inputs[INITIAL_H], inputs[INITIAL_C]
+    seq, batch, size = x.shape
     hidden, gh = cfg.hidden, cfg.gates * cfg.hidden
     lstm = cfg.kind == "LSTM"
-    dtype = x.dtype  # type: ignore[union-attr]
+    dtype = x.dtype
     w_spec, r_spec = specs[W], specs[R]
     quants = (
         w_spec.quant if w_spec is not None and w_spec.dtype != dtype else None,
@@ -160,17 +161,18 @@ def bind_fast(
     w_int8 = lstm and quants[0] is not None
     packed = _pack(
         cfg,
-        None if w_int8 else inputs[W],  # type: ignore[arg-type]
-        inputs[R],  # type: ignore[arg-type]
+        None if w_int8 else inputs[W],
+        required(inputs, R),
         inputs[B],
         quants,
         dtype,
         3 if lstm else 2,
     )
     if lstm:
-        int8_w = (inputs[W], quants[0]) if w_int8 else None
-        return _bind_lstm(cfg, x, h0, c0, packed, y, y_h, y_c, int8_w)  # type: ignore[arg-type]
-    x2 = x.reshape(seq * batch, size)  # type: ignore[union-attr]
+        # An LSTM's kernel allocates Y_c; `w_int8` says W's parameters are known.
+        int8_w = (required(inputs, W), cast(Quantization, quants[0])) if w_int8 else None
+        return _bind_lstm(cfg, x, h0, c0, packed, y, y_h, cast(np.ndarray, y_c), int8_w)
+    x2 = x.reshape(seq * batch, size)
     # Written before they are read on every call: temporaries from the plan's arena.
     xw = temporary((seq * batch, gh), dtype)
     xw3 = xw.reshape(seq, batch, gh)

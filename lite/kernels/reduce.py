@@ -13,7 +13,7 @@ from typing import ClassVar
 import numpy as np
 
 from sporenet.lite.kernels.axes import ints_arg, normalize_axes, normalize_axis
-from sporenet.lite.kernels.base import Attrs, Compute, Kernel, TensorSpec
+from sporenet.lite.kernels.base import Attrs, Compute, Kernel, TensorSpec, required
 from sporenet.lite.ops import OpCode
 
 
@@ -141,13 +141,19 @@ class ArgKernel(Kernel):
         self.output_specs = [TensorSpec(tuple(shape), np.dtype(np.int64))]
 
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
-        x, out, axis, keepdims, f = inputs[0], outputs[0], self.axis, self.keepdims, self.find
+        x, out, axis, keepdims, f = (
+            required(inputs, 0),
+            outputs[0],
+            self.axis,
+            self.keepdims,
+            self.find,
+        )
         if not self.last:
             return lambda: f(x, axis=axis, keepdims=keepdims, out=out)
         # The last extreme is the first one of the reversed axis, counted from the end.
         index = (slice(None),) * axis + (slice(None, None, -1),)
-        reversed_x = x[index]  # type: ignore[index]
-        top = x.shape[axis] - 1  # type: ignore[union-attr]
+        reversed_x = x[index]
+        top = x.shape[axis] - 1
 
         def compute() -> None:
             f(reversed_x, axis=axis, keepdims=keepdims, out=out)

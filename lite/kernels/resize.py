@@ -36,6 +36,7 @@ axis applied with two matrix products.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import cast
 
 import numpy as np
 
@@ -181,11 +182,12 @@ class Resize(Kernel):
             raise self.fail("the `axes` attribute is not supported; give one value per axis")
         sizes, scales = self._size_or_scales()
         rank = x.rank
-        given = sizes if sizes is not None else scales
-        if len(given) != rank:  # type: ignore[arg-type]
+        # _size_or_scales sets exactly one of sizes and scales.
+        given: list[int] | list[float] = sizes if sizes is not None else cast(list[float], scales)
+        if len(given) != rank:
             raise self.fail(
                 f"{'sizes' if sizes is not None else 'scales'} must hold {rank} values (one "
-                f"per axis of input shape {list(x.shape)}), got {list(given)}"  # type: ignore
+                f"per axis of input shape {list(x.shape)}), got {list(given)}"
             )
         if sizes is not None and policy != "stretch":
             sizes, scales = self._keep_aspect_ratio(sizes, x.shape, policy)
@@ -204,8 +206,9 @@ class Resize(Kernel):
             else:
                 scales = [f32(o) / f32(i) for o, i in zip(out_shape, x.shape, strict=True)]
         else:
-            if any(not s > 0 for s in scales):  # type: ignore[union-attr]
-                raise self.fail(f"scales must be positive, got {list(scales)}")  # type: ignore
+            scales = cast(list[float], scales)  # no sizes: _size_or_scales gave scales
+            if any(not s > 0 for s in scales):
+                raise self.fail(f"scales must be positive, got {list(scales)}")
             out_shape = [int(f32(i) * f32(s)) for i, s in zip(x.shape, scales, strict=True)]
             if any(s < 1 for s in out_shape):
                 raise self.fail(f"scales {list(scales)} shrink input {list(x.shape)} to nothing")
@@ -213,7 +216,7 @@ class Resize(Kernel):
             raise self.fail(
                 f"only the last two axes can be resized; input {list(x.shape)} -> {out_shape}"
             )
-        self.scales = [float(s) for s in scales]  # type: ignore[union-attr]
+        self.scales = [float(s) for s in scales]
         self.roi = self._roi(rank) if self.transform == "tf_crop_and_resize" else None
         self.extrapolation = attrs.float("extrapolation_value", 0.0)
         self.output_specs = [TensorSpec(tuple(out_shape), x.dtype)]

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from sporenet.lite.errors import InputError
-from sporenet.lite.kernels.base import Attrs, Compute, Kernel, TensorSpec
+from sporenet.lite.kernels.base import Attrs, Compute, Kernel, TensorSpec, required
 from sporenet.lite.ops import OpCode
 
 MAX_ELEMENTS = 1 << 28
@@ -40,10 +40,10 @@ class ScatterNd(Kernel):
         self.output_specs = [TensorSpec(shape, updates.dtype)]
 
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
-        indices, updates, out, k = inputs[0], inputs[1], outputs[0], self.k
+        indices, updates, out, k = required(inputs, 0), required(inputs, 1), outputs[0], self.k
         dims = np.array(out.shape[:k], np.int64)
-        rows = indices.reshape(-1, k)  # type: ignore[union-attr]
-        flat = updates.reshape((rows.shape[0], *out.shape[k:]))  # type: ignore[union-attr]
+        rows = indices.reshape(-1, k)
+        flat = updates.reshape((rows.shape[0], *out.shape[k:]))
 
         def compute() -> None:
             if rows.size and (np.any(rows < 0) or np.any(rows >= dims)):

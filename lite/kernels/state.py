@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from sporenet.lite.kernels.base import Attrs, Compute, Kernel, TensorSpec
+from sporenet.lite.kernels.base import Attrs, Compute, Kernel, TensorSpec, required
 from sporenet.lite.ops import OpCode
 
 
@@ -27,5 +27,5 @@ class ReadVariable(Kernel):
         self.output_specs = [TensorSpec(x.shape, x.dtype)]
 
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
-        x, out = inputs[0], outputs[0]
-        return lambda: np.copyto(out, x)  # type: ignore[arg-type]
+        x, out = required(inputs, 0), outputs[0]
+        return lambda: np.copyto(out, x)

@@ -16,7 +16,7 @@ import numpy as np
 
 from sporenet.lite import lowp
 from sporenet.lite.kernels.axes import ints_arg, normalize_axes, normalize_axis
-from sporenet.lite.kernels.base import REQUIRED, Attrs, Compute, Kernel, TensorSpec
+from sporenet.lite.kernels.base import REQUIRED, Attrs, Compute, Kernel, TensorSpec, required
 from sporenet.lite.kernels.reshape import ViewKernel
 from sporenet.lite.ops import OpCode
 
@@ -178,7 +178,7 @@ class Slice(Kernel):
         self.output_specs = [TensorSpec(tuple(shape), x.dtype)]
 
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
-        return _copy(outputs[0], inputs[0][self.index])  # type: ignore[index]
+        return _copy(outputs[0], required(inputs, 0)[self.index])
 
 
 class Gather(Kernel):
@@ -214,12 +214,12 @@ class Gather(Kernel):
         self.output_specs = [TensorSpec(shape, data.dtype)]
 
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
-        data, out, axis = inputs[0], outputs[0], self.axis
+        data, out, axis = required(inputs, 0), outputs[0], self.axis
         if self.indices is not None and self.indices.ndim == 0:
             # One constant index: the result is a fixed view of the data (the Ellipsis keeps
             # it a 0-d view when data is 1-D; a bare integer index would copy a scalar).
             index = (slice(None),) * axis + (int(self.indices), Ellipsis)
-            return _copy(out, data[index])  # type: ignore[index]
+            return _copy(out, data[index])
         indices = self.indices if self.indices is not None else inputs[1]
         return lambda: np.take(data, indices, axis=axis, out=out)
 
@@ -246,7 +246,7 @@ class Transpose(Kernel):
         self.output_specs = [TensorSpec(tuple(x.shape[p] for p in perm), x.dtype)]
 
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
-        return _copy(outputs[0], inputs[0].transpose(self.perm))  # type: ignore[union-attr]
+        return _copy(outputs[0], required(inputs, 0).transpose(self.perm))
 
 
 class Squeeze(ViewKernel):
@@ -313,7 +313,7 @@ class Expand(Kernel):
         self.output_specs = [TensorSpec(tuple(shape), x.dtype)]
 
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
-        return _copy(outputs[0], inputs[0])  # type: ignore[arg-type]
+        return _copy(outputs[0], required(inputs, 0))
 
 
 class Tile(Kernel):
@@ -338,15 +338,11 @@ class Tile(Kernel):
         self.output_specs = [TensorSpec(shape, x.dtype)]
 
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
-        x, out = inputs[0], outputs[0]
+        x, out = required(inputs, 0), outputs[0]
         # out viewed as (r0, d0, r1, d1, ...) receives x viewed as (1, d0, 1, d1, ...).
-        interleaved = tuple(
-            v
-            for r, n in zip(self.repeats, x.shape, strict=True)  # type: ignore[union-attr]
-            for v in (r, n)
-        )
+        interleaved = tuple(v for r, n in zip(self.repeats, x.shape, strict=True) for v in (r, n))
         target = out.reshape(interleaved)
-        source = x[(None, slice(None)) * x.ndim]  # type: ignore[index, union-attr]
+        source = x[(None, slice(None)) * x.ndim]
         return _copy(target, source)
 
 
@@ -378,10 +374,15 @@ ONNX_DTYPES: dict[int, np.dtype] = {
     25: lowp.UINT2,
     26: lowp.INT2,
 }
-_DTYPE_NAMES = {
-    (lowp.lowp_type(d).name if lowp.is_lowp(d) else str(d)): d  # type: ignore[union-attr]
-    for d in ONNX_DTYPES.values()
-}
+
+
+def _dtype_name(dtype: np.dtype) -> str:
+    """A dtype's name as messages spell it: the low-precision type's for those NumPy lacks."""
+    kind = lowp.lowp_type(dtype)
+    return kind.name if kind is not None else str(dtype)
+
+
+_DTYPE_NAMES = {_dtype_name(d): d for d in ONNX_DTYPES.values()}
 
 
 class Cast(Kernel):
@@ -502,14 +503,14 @@ class DepthToSpace(Kernel):
         self.output_specs = [TensorSpec((n, c // (b * b), h * b, w * b), x.dtype)]
 
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
-        x, out, b = inputs[0], outputs[0], self.b
-        n, c, h, w = x.shape  # type: ignore[union-attr]
+        x, out, b = required(inputs, 0), outputs[0], self.b
+        n, c, h, w = x.shape
         c2 = c // (b * b)
         target = out.reshape(n, c2, h, b, w, b)
         if self.mode == "DCR":
-            source = x.reshape(n, b, b, c2, h, w).transpose(0, 3, 4, 1, 5, 2)  # type: ignore[union-attr]
+            source = x.reshape(n, b, b, c2, h, w).transpose(0, 3, 4, 1, 5, 2)
         else:
-            source = x.reshape(n, c2, b, b, h, w).transpose(0, 1, 4, 2, 5, 3)  # type: ignore[union-attr]
+            source = x.reshape(n, c2, b, b, h, w).transpose(0, 1, 4, 2, 5, 3)
         if not np.shares_memory(source, x):  # a non-contiguous input: reshape per run
             mode = self.mode
 
@@ -543,12 +544,12 @@ class SpaceToDepth(Kernel):
         self.output_specs = [TensorSpec((n, c * b * b, h // b, w // b), x.dtype)]
 
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
-        x, out, b = inputs[0], outputs[0], self.b
-        n, c, h, w = x.shape  # type: ignore[union-attr]
+        x, out, b = required(inputs, 0), outputs[0], self.b
+        n, c, h, w = x.shape
         target = out.reshape(n, b, b, c, h // b, w // b)
 
         def source() -> np.ndarray:
-            return x.reshape(n, c, h // b, b, w // b, b).transpose(0, 3, 5, 1, 2, 4)  # type: ignore[union-attr]
+            return x.reshape(n, c, h // b, b, w // b, b).transpose(0, 3, 5, 1, 2, 4)
 
         fixed = source()
         if not np.shares_memory(fixed, x):  # a non-contiguous input: reshape per run

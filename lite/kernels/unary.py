@@ -22,7 +22,14 @@ from sporenet.lite.kernels.activation import (
     sigmoid_into,
     silu_into,
 )
-from sporenet.lite.kernels.base import Attrs, ChannelsLast, Compute, Kernel, TensorSpec
+from sporenet.lite.kernels.base import (
+    Attrs,
+    ChannelsLast,
+    Compute,
+    Kernel,
+    TensorSpec,
+    required,
+)
 from sporenet.lite.kernels.workspace import temporary_like
 from sporenet.lite.ops import OpCode
 
@@ -132,10 +139,9 @@ class Clip(UnaryKernel):
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
         x, out = inputs[0], outputs[0]
         if self.dynamic:
-            lo_in, hi_in = inputs[1], (inputs[2] if len(inputs) > 2 else None)
             lo_c, hi_c = self.bounds
-            lo = lo_in.reshape(()) if 1 in self.dynamic else lo_c  # type: ignore[union-attr]
-            hi = hi_in.reshape(()) if 2 in self.dynamic else hi_c  # type: ignore[union-attr]
+            lo = required(inputs, 1).reshape(()) if 1 in self.dynamic else lo_c
+            hi = required(inputs, 2).reshape(()) if 2 in self.dynamic else hi_c
         else:
             lo, hi = self.bounds
         if lo is None and hi is None:
@@ -214,7 +220,7 @@ class PRelu(Kernel):
 
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
         x, slope, out = inputs[0], inputs[1], outputs[0]
-        known = self.inputs[1].value  # type: ignore[union-attr]
+        known = self.input(1).value
         multiply = np.multiply
         # Slopes <= 1: slope*x is the larger branch for x < 0 and the smaller for x >= 0
         # (slopes >= 1: the other way round), so one extreme of the two gives the same
@@ -274,7 +280,7 @@ class HardSigmoid(UnaryKernel):
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
         # The ufuncs themselves with 0-d operands of x's dtype: Python-number operands
         # and np.clip's wrapper cost as much as the work on a squeeze-excite gate.
-        return _affine_clip(inputs[0], outputs[0], self.alpha, self.beta)  # type: ignore[arg-type]
+        return _affine_clip(required(inputs, 0), outputs[0], self.alpha, self.beta)
 
 
 class HardSwish(UnaryKernel):
@@ -283,8 +289,8 @@ class HardSwish(UnaryKernel):
     op = OpCode.HARD_SWISH
 
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
-        x, out = inputs[0], outputs[0]
-        gate = _affine_clip(x, out, 1 / 6, 0.5)  # type: ignore[arg-type]
+        x, out = required(inputs, 0), outputs[0]
+        gate = _affine_clip(x, out, 1 / 6, 0.5)
         multiply = np.multiply
 
         def compute() -> None:

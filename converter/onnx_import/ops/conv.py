@@ -6,6 +6,7 @@ The runtime's Conv2D and pools are 2-D; 1-D ops run as 2-D ones over a height of
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -107,7 +108,7 @@ def average_pool(ctx: ImportContext, node: OnnxNode) -> list[int]:
     return [_from_2d(ctx, ctx.emit1(OpCode.AVG_POOL2D, [x4], **attrs), spatial)]
 
 
-def global_pool(op: OpCode):  # type: ignore[no-untyped-def]
+def global_pool(op: OpCode) -> Callable[[ImportContext, OnnxNode], list[int]]:
     def convert(ctx: ImportContext, node: OnnxNode) -> list[int]:
         return [ctx.emit1(op, [node.input(0)])]
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from sporenet.converter.onnx_import.context import ImportContext
 from sporenet.converter.onnx_import.node import OnnxNode
@@ -44,7 +45,9 @@ def _default(node: OnnxNode, values: np.ndarray) -> np.ndarray:
     return np.asarray([node.attr("default_int64", -1)], values.dtype)
 
 
-def _encode(ctx: ImportContext, node: OnnxNode, keys, values, default) -> list[int]:  # type: ignore[no-untyped-def]
+def _encode(
+    ctx: ImportContext, node: OnnxNode, keys: np.ndarray, values: np.ndarray, default: ArrayLike
+) -> list[int]:
     x = node.input(0)
     if ctx.dtype(x) != STRING and keys.dtype != STRING and ctx.dtype(x) != keys.dtype:
         keys = keys.astype(ctx.dtype(x))

@@ -4,6 +4,7 @@ Normalizer, Binarizer, Imputer, FeatureVectorizer, ArrayFeatureExtractor."""
 from __future__ import annotations
 
 import numpy as np
+from numpy.typing import ArrayLike, DTypeLike
 
 from sporenet.converter.onnx_import.context import ImportContext
 from sporenet.converter.onnx_import.node import OnnxNode
@@ -11,7 +12,9 @@ from sporenet.converter.onnx_import.ops import ml_common as mc
 from sporenet.lite.ops import OpCode
 
 
-def _const(ctx: ImportContext, node: OnnxNode, name: str, value, dtype) -> int:  # type: ignore[no-untyped-def]
+def _const(
+    ctx: ImportContext, node: OnnxNode, name: str, value: ArrayLike, dtype: DTypeLike
+) -> int:
     return ctx.constant(f"{node.name}/{name}", np.asarray(value, dtype))
 
 

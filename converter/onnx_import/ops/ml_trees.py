@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from sporenet.converter.onnx_import.context import ImportContext
 from sporenet.converter.onnx_import.node import OnnxNode
@@ -42,20 +43,29 @@ class _Table:
         self.missing = np.zeros(n, np.bool_)
 
 
-def _weights(n_rows: int, n_targets: int, rows, targets, values, node: OnnxNode) -> np.ndarray:  # type: ignore[no-untyped-def]
+def _weights(
+    n_rows: int,
+    n_targets: int,
+    rows: ArrayLike,
+    targets: ArrayLike,
+    values: ArrayLike,
+    node: OnnxNode,
+) -> np.ndarray:
     """Dense [rows, targets] weights, summed where entries repeat, NaN where none."""
-    rows, targets = np.asarray(rows, np.int64), np.asarray(targets, np.int64)
-    if ((targets < 0) | (targets >= n_targets)).any():
+    row, target = np.asarray(rows, np.int64), np.asarray(targets, np.int64)
+    if ((target < 0) | (target >= n_targets)).any():
         raise node.fail(f"a weight names a target or class outside [0, {n_targets})")
     total = np.zeros((n_rows, n_targets))
     has = np.zeros((n_rows, n_targets), bool)
-    np.add.at(total, (rows, targets), np.asarray(values, np.float64))
-    has[rows, targets] = True
+    np.add.at(total, (row, target), np.asarray(values, np.float64))
+    has[row, target] = True
     total[~has] = np.nan
     return total
 
 
-def _legacy_table(node: OnnxNode, prefix: str, n_targets: int):  # type: ignore[no-untyped-def]
+def _legacy_table(
+    node: OnnxNode, prefix: str, n_targets: int
+) -> tuple[_Table, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Node table, roots and leaf weights of TreeEnsembleRegressor/Classifier attributes."""
     tree_ids = np.asarray(node.attrs.get("nodes_treeids", []), np.int64)
     node_ids = np.asarray(node.attrs.get("nodes_nodeids", []), np.int64)

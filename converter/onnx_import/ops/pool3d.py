@@ -18,6 +18,12 @@ from sporenet.converter.onnx_import.node import OnnxNode
 from sporenet.lite.ops import OpCode
 
 
+def _ints(node: OnnxNode, name: str, default: list[int]) -> list[int]:
+    """An ints attribute, or `default` when the node does not set it."""
+    value = node.ints(name, default)
+    return default if value is None else value
+
+
 def _window(node: OnnxNode) -> tuple[list[int], list[int], list[int], list[int]]:
     """(kernel, strides, dilations, pads as [d0, h0, w0, d1, h1, w1]) of a 3-D pool."""
     auto_pad = node.attr("auto_pad", "NOTSET")
@@ -26,15 +32,15 @@ def _window(node: OnnxNode) -> tuple[list[int], list[int], list[int], list[int]]
     kernel = node.ints("kernel_shape")
     if kernel is None or len(kernel) != 3:
         raise node.fail(f"kernel_shape must hold 3 values for a 3-D pool, got {kernel}")
-    strides = node.ints("strides", [1, 1, 1])
-    dilations = node.ints("dilations", [1, 1, 1])
-    pads = [0] * 6 if auto_pad == "VALID" else node.ints("pads", [0] * 6)
+    strides = _ints(node, "strides", [1, 1, 1])
+    dilations = _ints(node, "dilations", [1, 1, 1])
+    pads = [0] * 6 if auto_pad == "VALID" else _ints(node, "pads", [0] * 6)
     for name, value, size in (("strides", strides, 3), ("dilations", dilations, 3)):
-        if len(value) != size:  # type: ignore[arg-type]
+        if len(value) != size:
             raise node.fail(f"{name} must hold {size} values, got {value}")
-    if len(pads) != 6:  # type: ignore[arg-type]
+    if len(pads) != 6:
         raise node.fail(f"pads must hold 6 values, got {pads}")
-    return kernel, strides, dilations, pads  # type: ignore[return-value]
+    return kernel, strides, dilations, pads
 
 
 def pool_3d(ctx: ImportContext, node: OnnxNode, op: OpCode, x: int, **extra: Any) -> int:

@@ -11,6 +11,7 @@ results are cast to int32 as ONNX declares.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 
 import numpy as np
 
@@ -21,6 +22,8 @@ from sporenet.lite import lowp
 from sporenet.lite.graph import Quantization
 from sporenet.lite.kernels.transform import ONNX_DTYPES as KERNEL_CAST_TYPES
 from sporenet.lite.ops import OpCode
+
+Handler = Callable[[ImportContext, OnnxNode], list[int]]
 
 ROUNDER = np.float32(1.5 * 2**23)
 """(v + ROUNDER) - ROUNDER rounds a float32 |v| < 2**22 to the nearest integer, ties to
@@ -540,7 +543,7 @@ def qlinear_matmul(ctx: ImportContext, node: OnnxNode) -> list[int]:
     return [_q_output(ctx, node, y, 6, 7)]
 
 
-def qlinear_binary(op: OpCode):  # type: ignore[no-untyped-def]
+def qlinear_binary(op: OpCode) -> Handler:
     """com.microsoft QLinearAdd / QLinearMul: a, a_s, a_zp, b, b_s, b_zp, y_s, y_zp."""
 
     def convert(ctx: ImportContext, node: OnnxNode) -> list[int]:
@@ -550,7 +553,7 @@ def qlinear_binary(op: OpCode):  # type: ignore[no-untyped-def]
     return convert
 
 
-def qlinear_unary(convert_float):  # type: ignore[no-untyped-def]
+def qlinear_unary(convert_float: Handler) -> Handler:
     """com.microsoft QLinearSigmoid / QLinearLeakyRelu / QLinearGlobalAveragePool /
     QLinearAveragePool / QLinearSoftmax: x, x_s, x_zp, y_s, y_zp around a float op."""
 

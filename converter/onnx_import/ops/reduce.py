@@ -23,12 +23,12 @@ def _reduce(ctx: ImportContext, node: OnnxNode, op: OpCode, x: int) -> int:
         axes, tensor = shape_arg(ctx, node, 1)
     else:
         axes = node.ints("axes")
-    attrs = {
+    attrs: dict[str, int | list[int] | None] = {
         "keepdims": int(node.attr("keepdims", 1)),
         "noop_with_empty_axes": int(node.attr("noop_with_empty_axes", 0)) or None,
     }
     if axes:
-        attrs["axes"] = axes  # type: ignore[assignment]
+        attrs["axes"] = axes
     return ctx.emit1(op, [x] if tensor == -1 else [x, tensor], **attrs)
 
 

@@ -241,9 +241,10 @@ def range_(ctx: ImportContext, node: OnnxNode) -> list[int]:
     computed from a dynamic dimension) it is a RANGE node the runtime evaluates when it
     plans the graph."""
     values = [ctx.value(node.input(k)) for k in range(3)]
-    if any(v is None for v in values):
+    known = [v for v in values if v is not None]
+    if len(known) < 3:
         return [ctx.emit1(OpCode.RANGE, [node.input(k) for k in range(3)])]
-    start, limit, delta = (v.reshape(()) for v in values)  # type: ignore[union-attr]
+    start, limit, delta = (v.reshape(()) for v in known)
     if delta == 0:
         raise node.fail("delta must not be 0")
     count = max(int(np.ceil((limit - start) / delta)), 0)

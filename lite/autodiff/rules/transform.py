@@ -25,7 +25,7 @@ def _ints(ctx: GradContext, node: Node, index: int, name: str) -> list[int] | No
             )
         return [int(v) for v in np.ravel(value)]
     value = node.attrs.get(name)
-    return None if value is None else [int(v) for v in value]  # type: ignore[union-attr]
+    return None if value is None else [int(v) for v in value]
 
 
 def _none_for_arguments(node: Node, dx: int | None) -> list[int | None]:

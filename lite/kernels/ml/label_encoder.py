@@ -9,7 +9,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from sporenet.lite.dtypes import STRING
-from sporenet.lite.kernels.base import Attrs, Compute, Kernel, TensorSpec
+from sporenet.lite.kernels.base import Attrs, Compute, Kernel, TensorSpec, required
 from sporenet.lite.ops import OpCode
 
 
@@ -46,13 +46,13 @@ class LabelEncoder(Kernel):
         self.output_specs = [TensorSpec(x.shape, values.dtype)]
 
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
-        x, out = inputs[0], outputs[0]
+        x, out = required(inputs, 0), outputs[0]
         default = self.default
         if self.input(0).dtype == STRING:
             table = self.table
 
             def lookup() -> None:
-                out.flat[:] = [table.get(v, default) for v in x.flat]  # type: ignore[union-attr]
+                out.flat[:] = [table.get(v, default) for v in x.flat]
 
             return lookup
         keys, values, nan_value = self.keys, self.values, self.nan_value

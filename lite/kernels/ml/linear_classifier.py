@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from sporenet.lite.kernels.base import Attrs, Compute, Kernel, TensorSpec
+from sporenet.lite.kernels.base import Attrs, Compute, Kernel, TensorSpec, required
 from sporenet.lite.kernels.ml import post_transform as pt
 from sporenet.lite.ops import OpCode
 
@@ -49,12 +49,12 @@ class LinearClassifier(Kernel):
         ]
 
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
-        x = inputs[0]
+        x = required(inputs, 0)
         label, out = outputs
         w, b, transform, widen = self.weights, self.bias, self.transform, self.widen
 
         def compute() -> None:
-            s = x.reshape(-1, w.shape[0]).astype(np.float32, copy=False) @ w + b  # type: ignore[union-attr]
+            s = x.reshape(-1, w.shape[0]).astype(np.float32, copy=False) @ w + b
             if s.shape[1] == 1:
                 label[...] = s[:, 0] > 0
                 if transform is pt.PostTransform.PROBIT:

@@ -3,6 +3,7 @@ float32 as onnxruntime computes them."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from enum import StrEnum
 
 import numpy as np
@@ -18,7 +19,7 @@ class PostTransform(StrEnum):
     PROBIT = "PROBIT"
 
 
-def parse(value: str, fail) -> PostTransform:  # type: ignore[no-untyped-def]
+def parse(value: str, fail: Callable[[str], Exception]) -> PostTransform:
     """The transform named `value`, or `fail(message)` raised."""
     try:
         return PostTransform(value)

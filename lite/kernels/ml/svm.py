@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from sporenet.lite.kernels.base import Attrs, Compute, Kernel, TensorSpec
+from sporenet.lite.kernels.base import Attrs, Compute, Kernel, TensorSpec, required
 from sporenet.lite.kernels.ml import post_transform as pt
 from sporenet.lite.ops import OpCode
 
@@ -84,7 +84,11 @@ class SVM(Kernel):
         pairs = k * (k - 1) // 2
         if self.rho.size < pairs:
             raise self.fail(f"rho must hold {pairs} values (one per class pair)")
-        if self.prob_a is not None and (self.prob_a.size < pairs or self.prob_b.size < pairs):  # type: ignore[union-attr]
+        if (
+            self.prob_a is not None
+            and self.prob_b is not None
+            and (self.prob_a.size < pairs or self.prob_b.size < pairs)
+        ):
             raise self.fail(f"prob_a and prob_b must hold {pairs} values")
         self.coef = coef.reshape(k - 1, vectors)
         self.starts = np.concatenate([[0], np.cumsum(per_class)[:-1]])
@@ -107,11 +111,11 @@ class SVM(Kernel):
         return dot
 
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
-        x = inputs[0]
+        x = required(inputs, 0)
         features = self.input(0).shape[-1]
 
         def compute() -> None:
-            xs = x.reshape(-1, features).astype(np.float32).astype(np.float64)  # type: ignore[union-attr]
+            xs = x.reshape(-1, features).astype(np.float32).astype(np.float64)
             results = self._regress(xs) if not self.classifier else self._classify(xs)
             for out, value in zip(outputs, results, strict=True):
                 out[...] = value
@@ -149,8 +153,8 @@ class SVM(Kernel):
                 np.add.at(votes, (rows, np.where(s > 0, i, j)), 1)
         pairs = np.stack(scores, axis=1).astype(np.float32)
         label = np.argmax(votes, axis=1)
-        if self.prob_a is not None:
-            probs = _coupled(pairs, self.prob_a, self.prob_b, k)  # type: ignore[arg-type]
+        if self.prob_a is not None and self.prob_b is not None:  # both or neither
+            probs = _coupled(pairs, self.prob_a, self.prob_b, k)
             return label, pt.apply(self.transform, probs)
         if k <= 2:
             mode = np.full(pairs.shape[0], 2 if self.transform is pt.PostTransform.NONE else 0)

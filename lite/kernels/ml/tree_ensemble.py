@@ -10,12 +10,13 @@ level of the deepest tree, never per node or per tree.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from enum import IntEnum
+from typing import cast
 
 import numpy as np
 
-from sporenet.lite.kernels.base import Attrs, Compute, Kernel, TensorSpec
+from sporenet.lite.kernels.base import Attrs, Compute, Kernel, TensorSpec, required
 from sporenet.lite.kernels.ml import post_transform as pt
 from sporenet.lite.ops import OpCode
 
@@ -165,7 +166,8 @@ class TreeEnsemble(Kernel):
         for m in self.modes:
             pick = modes == m
             if m is NodeMode.MEMBER:
-                sets = self.members[at[pick]]  # type: ignore[index]
+                # Set whenever a node tests membership (checked when prepared).
+                sets = cast(np.ndarray, self.members)[at[pick]]
                 go[pick] = (sets == value[pick, None]).any(axis=1)
             else:
                 go[pick] = _COMPARE[m](value[pick], threshold[at[pick]])
@@ -187,18 +189,18 @@ class TreeEnsemble(Kernel):
         return total
 
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
-        x = inputs[0]
+        x = required(inputs, 0)
         if not self.classifier:
             (out,) = outputs
 
             def regress() -> None:
-                out[...] = self._regressor(self.scores(x))  # type: ignore[arg-type]
+                out[...] = self._regressor(self.scores(x))
 
             return regress
         label, probs = outputs
 
         def classify() -> None:
-            index, z = self._classifier(self.scores(x))  # type: ignore[arg-type]
+            index, z = self._classifier(self.scores(x))
             label[...] = index
             probs[...] = z
 
@@ -258,7 +260,13 @@ class TreeEnsemble(Kernel):
         return index, pt.second_class(self.transform, s0, mode)
 
 
-def _depth(roots: np.ndarray, true: np.ndarray, false: np.ndarray, leaf: np.ndarray, fail) -> int:  # type: ignore[no-untyped-def]
+def _depth(
+    roots: np.ndarray,
+    true: np.ndarray,
+    false: np.ndarray,
+    leaf: np.ndarray,
+    fail: Callable[[str], Exception],
+) -> int:
     """Levels of the deepest tree; a cycle in the node table is an error."""
     level = np.unique(roots)
     depth = 0

@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from sporenet.lite.kernels.base import Attrs, Compute, TensorSpec
+from sporenet.lite.kernels.base import Attrs, Compute, TensorSpec, required
 from sporenet.lite.kernels.quantized.base import QuantizedKernel, dtype_range
 from sporenet.lite.kernels.quantized.fixed_point import (
     Requantizer,
@@ -32,9 +32,9 @@ def _params(kernel: QuantizedKernel) -> tuple[TensorSpec, float, int, float, int
     x = kernel.quantized_input(0)
     sx, zx = kernel.tensor_params(x, "the input")
     oq = kernel.attrs.output_quant[0] if kernel.attrs.output_quant else None
-    oq = oq if oq is not None else x.quant
+    oq = oq if oq is not None else kernel.quantization(x, "the input")
     so, zo = kernel.tensor_params(TensorSpec((), x.dtype, quant=oq), "the output")
-    kernel.output_specs = [kernel.out_spec(x.shape, x.dtype, oq)]  # type: ignore[arg-type]
+    kernel.output_specs = [kernel.out_spec(x.shape, x.dtype, oq)]
     return x, sx, zx, so, zo
 
 
@@ -62,10 +62,10 @@ class _QClamp(QuantizedKernel):
             self.scratch_layout = [(x.shape, np.dtype(np.int64))]
 
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
-        x, out = inputs[0], outputs[0]
+        x, out = required(inputs, 0), outputs[0]
         lo, hi = self.lo, self.hi
         if self.table is not None:
-            index, table = x.view(np.uint8), self.table  # type: ignore[union-attr]
+            index, table = x.view(np.uint8), self.table
             return lambda: np.take(table, index, out=out)
         if self.requant is None:
             return lambda: np.clip(x, lo, hi, out=out)
@@ -171,7 +171,7 @@ class _QLookup(QuantizedKernel):
         self.table = make(type(self).function, x.dtype, sx, zx, so, zo)
 
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
-        index, out, table = inputs[0].view(np.uint8), outputs[0], self.table  # type: ignore[union-attr]
+        index, out, table = required(inputs, 0).view(np.uint8), outputs[0], self.table
         return lambda: np.take(table, index, out=out)
 
 

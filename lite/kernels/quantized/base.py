@@ -42,6 +42,12 @@ class QuantizedKernel(Kernel):
             )
         return spec
 
+    def quantization(self, spec: TensorSpec, what: str) -> Quantization:
+        """The quantization parameters of `spec` (a quantized input, checked present)."""
+        if spec.quant is None:
+            raise self.fail(f"{what} must carry quantization parameters, got none")
+        return spec.quant
+
     def tensor_params(self, spec: TensorSpec, what: str) -> tuple[float, int]:
         """(scale, zero_point) of a per-tensor quantized tensor."""
         q = spec.quant

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from sporenet.lite.kernels.base import Attrs, Compute, TensorSpec
+from sporenet.lite.kernels.base import Attrs, Compute, TensorSpec, required
 from sporenet.lite.kernels.conv import Conv2D
 from sporenet.lite.kernels.conv_strategy import ConvStrategy
 from sporenet.lite.kernels.im2col import im2col_view
@@ -166,24 +166,18 @@ class QConv2D(QuantizedKernel):
             self.scratch_layout = [(x.shape, ftype), (w.shape, ftype), (shape, ftype), wide]
 
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
+        x, out = required(inputs, 0), outputs[0]
         if self.inner is not None:
-            return self._bind_inner(inputs[0], outputs[0])  # type: ignore[arg-type]
+            return self._bind_inner(self.inner, x, out)
         if self.depthwise_stage is not None:
             return depthwise.bind_depthwise_int8(
-                self.win,
-                inputs[0],
-                self.w,
-                self.zx,
-                self.depthwise_stage,  # type: ignore[arg-type]
-                outputs[0],
-                self.scratch_arrays(),
+                self.win, x, self.w, self.zx, self.depthwise_stage, out, self.scratch_arrays()
             )
-        x, out = inputs[0], outputs[0]
         cols, wf, parts, wide = self.scratch_arrays()
         n, o = out.shape[:2]
         k = cols.shape[1]
         zx = np.float32(self.zx)
-        gather = self._gather(x, cols, zx)  # type: ignore[arg-type]
+        gather = self._gather(x, cols, zx)
         w2 = self.w.reshape(o, k)
         kept = self.kept
         if kept is not None:
@@ -241,9 +235,9 @@ class QConv2D(QuantizedKernel):
 
         return gather
 
-    def _bind_inner(self, x: np.ndarray, out: np.ndarray) -> Compute:
+    def _bind_inner(self, inner: Conv2D, x: np.ndarray, out: np.ndarray) -> Compute:
         xf, wf, accf, wide = self.scratch_arrays()
-        main = self.inner.bind([xf, wf], [accf])  # type: ignore[union-attr]
+        main = inner.bind([xf, wf], [accf])
         n, o = out.shape[:2]
         stage = self.stage.bind(
             accf.reshape(n, o, -1), out.reshape(n, o, -1), wide.reshape(n, o, -1)

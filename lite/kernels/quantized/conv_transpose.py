@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from sporenet.lite.kernels.base import REQUIRED, Attrs, Compute, TensorSpec
+from sporenet.lite.kernels.base import REQUIRED, Attrs, Compute, TensorSpec, required
 from sporenet.lite.kernels.quantized.base import QuantizedKernel
 from sporenet.lite.kernels.quantized.fixed_point import Requantizer
 from sporenet.lite.ops import OpCode
@@ -59,11 +59,11 @@ class QConv2DBackpropInput(QuantizedKernel):
         self.output_specs = [self.out_spec(shape, x.dtype, oq)]
 
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
-        x: np.ndarray = inputs[0]  # type: ignore[assignment]
+        x = required(inputs, 0)
         out = outputs[0]
         n, cin, h, w = x.shape
         _, cout, oh, ow = out.shape
-        kh, kw = self.inputs[1].shape[2:]  # type: ignore[union-attr]
+        kh, kw = self.input(1).shape[2:]
         sh, sw, (top, left, _, _) = self.sh, self.sw, self.pads
         full = np.zeros(
             (n, cout, max((h - 1) * sh + kh, top + oh), max((w - 1) * sw + kw, left + ow))

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from sporenet.lite.kernels.base import Attrs, Compute, TensorSpec
+from sporenet.lite.kernels.base import Attrs, Compute, TensorSpec, required
 from sporenet.lite.kernels.quantized.base import QuantizedKernel
 from sporenet.lite.kernels.quantized.fixed_point import Requantizer
 from sporenet.lite.ops import OpCode
@@ -71,7 +71,8 @@ class _QBinary(QuantizedKernel):
     float_op = staticmethod(np.add)
 
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
-        a, b, out = inputs[0].view(np.uint8), inputs[1].view(np.uint8), outputs[0]  # type: ignore[union-attr]
+        a, b = required(inputs, 0).view(np.uint8), required(inputs, 1).view(np.uint8)
+        out = outputs[0]
         (index,) = self.scratch_arrays()
         table = self.lookup
         left_shift, bitwise_or, take = np.left_shift, np.bitwise_or, np.take

@@ -18,7 +18,7 @@ from typing import ClassVar
 import numpy as np
 
 from sporenet.lite.kernels import elementwise
-from sporenet.lite.kernels.base import Attrs, Compute, TensorSpec
+from sporenet.lite.kernels.base import Attrs, Compute, TensorSpec, required
 from sporenet.lite.kernels.quantized.base import QuantizedKernel, dtype_range
 from sporenet.lite.kernels.quantized.fixed_point import Requantizer
 from sporenet.lite.ops import OpCode
@@ -36,14 +36,14 @@ class _QExtreme(QuantizedKernel):
         if b.dtype != a.dtype:
             raise self.fail(f"input 1 must be {a.dtype} like input 0, got {b.dtype}")
         self.tensor_params(b, "input 1")
-        oq = attrs.output_quant[0] if attrs.output_quant else a.quant
+        oq = attrs.output_quant[0] if attrs.output_quant else self.quantization(a, "input 0")
         self.tensor_params(TensorSpec((), a.dtype, quant=oq), "the output")
         self.inner = self.base(Attrs(attrs.op, {}), inputs)
         shape = self.inner.output_specs[0].shape
-        self.output_specs = [self.out_spec(shape, a.dtype, oq)]  # type: ignore[arg-type]
+        self.output_specs = [self.out_spec(shape, a.dtype, oq)]
 
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
-        return self.inner.bind(inputs, outputs)  # type: ignore[return-value]
+        return self.inner.bind(inputs, outputs)
 
 
 class QMaximum(_QExtreme):
@@ -79,11 +79,11 @@ class QLeakyRelu(QuantizedKernel):
         self.output_specs = [self.out_spec(x.shape, x.dtype, oq)]
 
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
-        x, out, table, offset = inputs[0], outputs[0], self.table, self.offset
+        x, out, table, offset = required(inputs, 0), outputs[0], self.table, self.offset
         index = np.empty(out.shape, np.int64)
 
         def compute() -> None:
-            np.copyto(index, x)  # type: ignore[arg-type]
+            np.copyto(index, x)
             np.add(index, offset, out=index)
             np.take(table, index, out=out)
 
@@ -115,17 +115,18 @@ class _QCompare(QuantizedKernel):
         self.output_specs = [TensorSpec(self.inner.output_specs[0].shape, np.dtype(np.bool_))]
 
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
-        wide = [np.empty(spec.shape, np.int64) for spec in self.inner.inputs]  # type: ignore[union-attr]
-        compare = self.inner.bind(wide, outputs)  # type: ignore[arg-type]
-        pairs = list(zip(inputs, wide, self.scaled, strict=True))
+        wide = [np.empty(self.inner.input(k).shape, np.int64) for k in range(2)]
+        compare = self.inner.bind(list(wide), outputs)
+        quantized = [required(inputs, k) for k in range(2)]
+        pairs = list(zip(quantized, wide, self.scaled, strict=True))
 
         def compute() -> None:
             for q, w, (zero, requant) in pairs:
-                np.copyto(w, q)  # type: ignore[arg-type]
+                np.copyto(w, q)
                 np.subtract(w, zero, out=w)
                 np.left_shift(w, 8, out=w)
                 requant.multiply(w)
-            compare()  # type: ignore[misc]
+            compare()
 
         return compute
 
@@ -171,14 +172,15 @@ class QSquaredDifference(QuantizedKernel):
 
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
         out = outputs[0]
-        wide = [np.empty(spec.shape, np.int64) for spec in self.inputs]  # type: ignore[union-attr]
+        wide = [np.empty(self.input(k).shape, np.int64) for k in range(2)]
         acc = np.empty(out.shape, np.int64)
-        pairs = list(zip(inputs, wide, self.sides, strict=True))
+        quantized = [required(inputs, k) for k in range(2)]
+        pairs = list(zip(quantized, wide, self.sides, strict=True))
         requant = self.requant
 
         def compute() -> None:
             for q, w, (zero, scale) in pairs:
-                np.copyto(w, q)  # type: ignore[arg-type]
+                np.copyto(w, q)
                 np.subtract(w, zero, out=w)
                 np.left_shift(w, 7, out=w)
                 scale.multiply(w)
@@ -223,12 +225,12 @@ class QPRelu(QuantizedKernel):
         self.output_specs = [self.out_spec(x.shape, x.dtype, oq)]
 
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
-        x, out = inputs[0], outputs[0]
+        x, out = required(inputs, 0), outputs[0]
         zx, zo, alpha, lo, hi = self.zx, self.zo, self.alpha, self.lo, self.hi
         positive, negative = self.positive, self.negative
 
         def compute() -> None:
-            v = x.astype(np.int64) - zx  # type: ignore[union-attr]
+            v = x.astype(np.int64) - zx
             up = v.copy()
             positive.multiply(up)
             down = v * alpha

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from sporenet.lite.kernels.axes import normalize_axis
-from sporenet.lite.kernels.base import Attrs, Compute, TensorSpec
+from sporenet.lite.kernels.base import Attrs, Compute, TensorSpec, required
 from sporenet.lite.kernels.quantized.base import QuantizedKernel
 from sporenet.lite.ops import OpCode
 
@@ -100,7 +100,7 @@ class QL2Normalization(QuantizedKernel):
         self.output_specs = [self.out_spec(x.shape, x.dtype, oq)]
 
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
-        x: np.ndarray = inputs[0]  # type: ignore[assignment]
+        x = required(inputs, 0)
         out, axis, zx = outputs[0], self.axis, self.zx
 
         def compute() -> None:

@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from sporenet.lite.kernels.base import Attrs, Compute, TensorSpec
+from sporenet.lite.kernels.base import Attrs, Compute, TensorSpec, required
 from sporenet.lite.kernels.quantized.activation import _params
 from sporenet.lite.kernels.quantized.base import QuantizedKernel, dtype_range
 from sporenet.lite.kernels.quantized.fixed_point import round_half_away
@@ -48,7 +48,7 @@ class _QTable(QuantizedKernel):
         self.table = _table(self.function(), x.dtype, sx, zx, so, zo)
 
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
-        index, out, table = inputs[0].view(np.uint8), outputs[0], self.table  # type: ignore[union-attr]
+        index, out, table = required(inputs, 0).view(np.uint8), outputs[0], self.table
         return lambda: np.take(table, index, out=out)
 
 
@@ -72,7 +72,7 @@ class QNeg(QuantizedKernel):
         self.table = (-q).astype(np.uint8 if x.dtype == np.uint8 else np.int8).view(x.dtype)
 
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
-        index, out, table = inputs[0].view(np.uint8), outputs[0], self.table  # type: ignore[union-attr]
+        index, out, table = required(inputs, 0).view(np.uint8), outputs[0], self.table
         return lambda: np.take(table, index, out=out)
 
 

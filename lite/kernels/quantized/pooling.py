@@ -15,7 +15,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from sporenet.lite.kernels import pooling
-from sporenet.lite.kernels.base import Attrs, Compute, TensorSpec
+from sporenet.lite.kernels.base import Attrs, Compute, TensorSpec, required
 from sporenet.lite.kernels.quantized.base import QuantizedKernel, dtype_range
 from sporenet.lite.kernels.quantized.fixed_point import Requantizer
 from sporenet.lite.kernels.quantized.rounding import OnnxRequantizer
@@ -52,13 +52,14 @@ class QMaxPool2D(QuantizedKernel):
         super().__init__(attrs, inputs)
         x = _same_params(self)
         self.inner = pooling.MaxPool2D(attrs, _Float32Spec.of(x))
-        self.output_specs = [self.out_spec(self.inner.output_specs[0].shape, x.dtype, x.quant)]  # type: ignore[arg-type]
+        shape = self.inner.output_specs[0].shape
+        self.output_specs = [self.out_spec(shape, x.dtype, self.quantization(x, "the input"))]
 
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
-        x = inputs[0]
+        x = required(inputs, 0)
         lo, _ = dtype_range(x.dtype)
         inner = self.inner
-        inner.fill = lo  # type: ignore[misc]  # padding never wins the max
+        inner.fill = lo  # padding never wins the max
         return inner._bind_reduce(x, outputs[0])
 
 
@@ -75,11 +76,11 @@ class QAvgPool2D(QuantizedKernel):
             pooling._window_counts(win, axis, x.shape[2 + axis], include) for axis in range(2)
         ]
         self.count = np.outer(counts[0], counts[1]).astype(np.int64)
-        zx = int(x.quant.zero_point.flat[0]) if x.quant.zero_point.size else 0  # type: ignore[union-attr]
+        sx, zx = self.tensor_params(x, "the input")
         self.fill = zx if include else 0
-        self.lo, self.hi = self.fused_clamp(float(x.quant.scale[0]), zx, x.dtype)  # type: ignore[union-attr]
+        self.lo, self.hi = self.fused_clamp(sx, zx, x.dtype)
         shape = self.inner.output_specs[0].shape
-        self.output_specs = [self.out_spec(shape, x.dtype, x.quant)]  # type: ignore[arg-type]
+        self.output_specs = [self.out_spec(shape, x.dtype, self.quantization(x, "the input"))]
         self.scratch_layout = [(x.shape, np.dtype(np.int64)), (shape, np.dtype(np.int64))]
 
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:

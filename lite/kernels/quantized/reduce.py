@@ -16,7 +16,7 @@ from typing import ClassVar
 import numpy as np
 
 from sporenet.lite.kernels import reduce
-from sporenet.lite.kernels.base import Attrs, Compute, TensorSpec
+from sporenet.lite.kernels.base import Attrs, Compute, TensorSpec, required
 from sporenet.lite.kernels.quantized.base import QuantizedKernel, dtype_range
 from sporenet.lite.kernels.quantized.fixed_point import Requantizer, quantize_multiplier
 from sporenet.lite.ops import OpCode
@@ -57,14 +57,14 @@ class _QSumOrMean(QuantizedKernel):
         self.scratch_layout = [(out, np.dtype(np.int64))]
 
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
-        x, out = inputs[0], outputs[0]
+        x, out = required(inputs, 0), outputs[0]
         (acc,) = self.scratch_arrays()
         axes, keepdims, bias, requant = self.axes, self.keepdims, self.zx * self.n, self.requant
         if self.identity or not axes:
             axes = ()
 
         def compute() -> None:
-            np.sum(x, axis=axes, dtype=np.int64, keepdims=keepdims, out=acc)  # type: ignore[arg-type]
+            np.sum(x, axis=axes, dtype=np.int64, keepdims=keepdims, out=acc)
             np.subtract(acc, bias, out=acc)
             requant.apply(acc, out)
 
@@ -96,10 +96,11 @@ class _QExtreme(QuantizedKernel):
             raise self.fail("output quantization must equal the input's")
         self.inner = self.base(attrs, inputs)
         spec = self.inner.output_specs[0]
-        self.output_specs = [self.out_spec(spec.shape, x.dtype, x.quant)]  # type: ignore[arg-type]
+        quant = self.quantization(x, "the input")
+        self.output_specs = [self.out_spec(spec.shape, x.dtype, quant)]
 
-    def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
-        return self.inner.bind(inputs, outputs)  # type: ignore[return-value]
+    def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute | None:
+        return self.inner.bind(inputs, outputs)
 
 
 class QReduceMax(_QExtreme):

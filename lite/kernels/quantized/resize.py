@@ -16,7 +16,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from sporenet.lite.kernels import resize
-from sporenet.lite.kernels.base import Attrs, Compute, TensorSpec
+from sporenet.lite.kernels.base import Attrs, Compute, TensorSpec, required
 from sporenet.lite.kernels.quantized.base import QuantizedKernel
 from sporenet.lite.ops import OpCode
 
@@ -71,10 +71,11 @@ class QResize(QuantizedKernel):
         elif self.mode != "nearest":
             raise self.fail(f"mode {self.mode!r} has no int8 form (nearest, linear)")
         self.transform = transform
-        self.output_specs = [self.out_spec((n, c, oh, ow), x.dtype, x.quant)]  # type: ignore[arg-type]
+        quant = self.quantization(x, "the input")
+        self.output_specs = [self.out_spec((n, c, oh, ow), x.dtype, quant)]
 
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
-        x: np.ndarray = inputs[0]  # type: ignore[assignment]
+        x = required(inputs, 0)
         out = outputs[0]
         n, c, h, w = x.shape
         oh, ow = out.shape[2:]

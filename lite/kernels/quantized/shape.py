@@ -67,14 +67,11 @@ class QPad(pad.Pad):
         super().__init__(attrs, inputs)
         _carry_quant(self)
         x = self.input(0)
-        scale, zp = (
-            float(x.quant.scale.flat[0]),
-            (  # type: ignore[union-attr]
-                int(x.quant.zero_point.flat[0]) if x.quant.zero_point.size else 0
-            ),
-        )  # type: ignore[union-attr]
-        if x.quant.scale.size != 1:  # type: ignore[union-attr]
+        quant = x.quant
+        if quant is None or quant.scale.size != 1:
             raise self.fail("input must be quantized per tensor")
+        scale = float(quant.scale.flat[0])
+        zp = int(quant.zero_point.flat[0]) if quant.zero_point.size else 0
         if self.optional_input(2) is not None and self.input(2).dtype == x.dtype:
             return  # a fill given already quantized, in the input's dtype
         q = zp + int(
