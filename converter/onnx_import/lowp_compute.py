@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from sporenet.converter.errors import ConversionError
 from sporenet.converter.onnx_import.context import ImportContext
 from sporenet.converter.onnx_import.node import OnnxNode
 from sporenet.lite import lowp
@@ -44,7 +45,8 @@ def convert_widened(
             continue
         narrow = narrow or kind
         inputs.append(ctx.emit1(OpCode.CAST, [i], to=str(kind.compute)))
-    assert narrow is not None
+    if narrow is None:
+        raise ConversionError(f"{node.op_type}: expected a low-precision input, found none")
     results = convert(ctx, dataclasses.replace(node, inputs=inputs))
     wide = np.dtype(narrow.compute)
     return [

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from sporenet.lite.errors import InputError
-from sporenet.lite.kernels.base import Attrs, Compute, Kernel, TensorSpec
+from sporenet.lite.kernels.base import Attrs, Compute, Kernel, TensorSpec, required
 from sporenet.lite.ops import OpCode
 
 
@@ -46,8 +46,7 @@ class GatherNd(Kernel):
         self.output_specs = [TensorSpec(tuple(shape), params.dtype)]
 
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
-        params, indices, out = inputs[0], inputs[1], outputs[0]
-        assert params is not None and indices is not None  # the kernel takes both
+        params, indices, out = required(inputs, 0), required(inputs, 1), outputs[0]
         k, b, wrap = self.k, self.batch_dims, self.wrap
         n_batch = int(np.prod(params.shape[:b], dtype=np.int64))
         dims = params.shape[b : b + k]

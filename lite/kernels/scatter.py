@@ -13,7 +13,7 @@ import numpy as np
 
 from sporenet.lite.errors import InputError
 from sporenet.lite.kernels.axes import normalize_axis
-from sporenet.lite.kernels.base import Attrs, Compute, Kernel, TensorSpec
+from sporenet.lite.kernels.base import Attrs, Compute, Kernel, TensorSpec, required
 from sporenet.lite.ops import OpCode
 
 Writer = Callable[[np.ndarray, tuple[np.ndarray, ...], np.ndarray], None]
@@ -83,8 +83,8 @@ class ScatterNdUpdate(Kernel):
         self.output_specs = [TensorSpec(data.shape, data.dtype)]
 
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
-        data, indices, updates, out, k = inputs[0], inputs[1], inputs[2], outputs[0], self.k
-        assert data is not None and indices is not None and updates is not None
+        data, indices, updates = (required(inputs, i) for i in range(3))
+        out, k = outputs[0], self.k
         bound = np.array(out.shape[:k], np.int64)
         rows = indices.reshape(-1, k)
         flat = updates.reshape((rows.shape[0], *out.shape[k:]))
@@ -123,8 +123,8 @@ class ScatterElements(Kernel):
         self.output_specs = [TensorSpec(data.shape, data.dtype)]
 
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
-        data, indices, updates, out, axis = inputs[0], inputs[1], inputs[2], outputs[0], self.axis
-        assert data is not None and indices is not None and updates is not None
+        data, indices, updates = (required(inputs, i) for i in range(3))
+        out, axis = outputs[0], self.axis
         grid: list[np.ndarray] = list(np.indices(indices.shape, sparse=True))
         bound = np.array(out.shape[axis], np.int64)
         write = self.write
@@ -157,8 +157,8 @@ class GatherElements(Kernel):
         self.output_specs = [TensorSpec(indices.shape, data.dtype)]
 
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
-        data, indices, out, axis = inputs[0], inputs[1], outputs[0], self.axis
-        assert data is not None and indices is not None
+        data, indices = required(inputs, 0), required(inputs, 1)
+        out, axis = outputs[0], self.axis
         grid: list[np.ndarray] = list(np.indices(indices.shape, sparse=True))
         bound = np.array(data.shape[axis], np.int64)
 

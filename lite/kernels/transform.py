@@ -415,8 +415,7 @@ class Cast(Kernel):
         self.output_specs = [TensorSpec(x.shape, dtype)]
 
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
-        x, out = inputs[0], outputs[0]
-        assert x is not None
+        x, out = required(inputs, 0), outputs[0]
         source, target = lowp.is_lowp(x.dtype), lowp.is_lowp(out.dtype)
         if not source and not target:
             return lambda: np.copyto(out, x, casting="unsafe")

@@ -15,6 +15,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from sporenet.converter.errors import ConversionError
 from sporenet.converter.onnx_import.context import ImportContext
 from sporenet.converter.onnx_import.node import OnnxNode
 from sporenet.converter.onnx_import.ops import conv as conv_ops
@@ -412,7 +413,8 @@ def _quantize_lowp(ctx: ImportContext, node: OnnxNode, dtype: np.dtype) -> int:
     if ctx.dtype(x) != np.float32:
         x = ctx.emit1(OpCode.CAST, [x], to="float32")
     kind = lowp.lowp_type(dtype)
-    assert kind is not None
+    if kind is None:
+        raise ConversionError(f"QuantizeLinear to {dtype}: expected a low-precision type")
     y = ctx.emit1(OpCode.DIV, [x, _param_tensor(ctx, node, 1, axis, rank)])
     if kind.kind != "float":
         y = _round(ctx, y, node.name)

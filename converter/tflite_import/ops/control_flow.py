@@ -169,7 +169,8 @@ def while_(lc: LayoutContext, op: TfliteOperator) -> None:
     sub, inputs, outs = _graph(lc, body_index, values, body=True)
     inner = lc.sub(lc.model.subgraphs[cond_index], sub)
     shared = lc.shared
-    assert isinstance(shared, Shared)  # run_subgraph has checked it
+    if not isinstance(shared, Shared):
+        raise lc.fail("WHILE needs the model's shared import state; none was given")
     shared.detached += 1
     try:
         (again,) = run_subgraph(inner, cond_index, [(v, identity(sub.rank(v))) for v in outs], sub)
