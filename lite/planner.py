@@ -26,6 +26,7 @@ from sporenet.lite.kernels.quantized.base import is_quantized
 from sporenet.lite.kernels.quantized.convert import dequantize_array
 from sporenet.lite.kernels.workspace import Workspace, active
 from sporenet.lite.ops import OpCode
+from sporenet.lite.opset.decl import derived_set
 
 Compute = Callable[[], None]
 
@@ -87,7 +88,7 @@ def _check_size(spec: TensorSpec, what: str) -> None:
 
 
 # Ops that read float16 or quantized constants as they are (no weight-only dequantize).
-_TAKES_RAW_CONSTANTS = frozenset({OpCode.DEQUANTIZE, OpCode.CAST, OpCode.SHAPE, OpCode.IDENTITY})
+_TAKES_RAW_CONSTANTS = derived_set(lambda d: d.raw_constants)
 
 
 def _weight_only(

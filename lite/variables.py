@@ -13,16 +13,10 @@ from __future__ import annotations
 import numpy as np
 
 from sporenet.lite.graph import Model
-from sporenet.lite.ops import OpCode
+from sporenet.lite.opset.decl import derived_map
 
-# Input positions each op writes in place.
-WRITTEN_INPUTS: dict[OpCode, tuple[int, ...]] = {
-    OpCode.SGD_UPDATE: (0, 3),
-    OpCode.ADAM_UPDATE: (0, 3, 4, 5),
-    OpCode.ASSIGN: (0,),
-    OpCode.BATCH_NORM_TRAINING: (3, 4),
-    OpCode.DROPOUT: (1,),  # its random step counter
-}
+WRITTEN_INPUTS = derived_map(lambda d: d.writes or None)
+"""Input positions each op writes in place (declared with the op, lite/opset/)."""
 
 
 def state_tensors(model: Model) -> list[int]:

@@ -42,22 +42,12 @@ from sporenet.cloud.tape import Var
 from sporenet.converter.passes.graph_utils import compact_tensors
 from sporenet.lite.graph import Model
 from sporenet.lite.ops import OpCode
+from sporenet.lite.opset.decl import derived_set
 
 ACTIVATIONS = (ReLU, ReLU6, LeakyReLU, Sigmoid, Tanh, HardSwish, GELU)
-# Ops whose int8 output shares its input's parameters (values are moved, not computed).
-SAME_RANGE_OPS = frozenset(
-    {
-        OpCode.MAX_POOL2D,
-        OpCode.GLOBAL_MAX_POOL,
-        OpCode.FLATTEN,
-        OpCode.RESHAPE,
-        OpCode.SQUEEZE,
-        OpCode.UNSQUEEZE,
-        OpCode.TRANSPOSE,
-        OpCode.IDENTITY,
-        OpCode.DROPOUT,
-    }
-)
+SAME_RANGE_OPS = derived_set(lambda d: d.quant.keeps_params or d.op == OpCode.DROPOUT)
+"""Ops whose int8 output shares its input's parameters (values are moved, not computed;
+Dropout is the identity once exported)."""
 
 
 class FakeQuant(Module):

@@ -31,31 +31,12 @@ from sporenet.cloud.errors import ConfigError
 from sporenet.lite.builder import fill_inferred_shapes
 from sporenet.lite.graph import Model, Node
 from sporenet.lite.ops import OpCode
+from sporenet.lite.opset.decl import Channels, derived_set
 
-# Ops whose output channel c depends only on input channel c (a space passes through).
-CHANNELWISE = frozenset(
-    {
-        OpCode.RELU,
-        OpCode.RELU6,
-        OpCode.CLIP,
-        OpCode.LEAKY_RELU,
-        OpCode.SIGMOID,
-        OpCode.TANH,
-        OpCode.HARD_SWISH,
-        OpCode.SILU,
-        OpCode.HARD_SIGMOID,
-        OpCode.GELU,
-        OpCode.ELU,
-        OpCode.DROPOUT,
-        OpCode.IDENTITY,
-        OpCode.MAX_POOL2D,
-        OpCode.AVG_POOL2D,
-        OpCode.GLOBAL_AVG_POOL,
-        OpCode.GLOBAL_MAX_POOL,
-        OpCode.BATCH_NORM,
-    }
-)
-ELEMENTWISE = frozenset({OpCode.ADD, OpCode.SUB, OpCode.MUL, OpCode.MAXIMUM, OpCode.MINIMUM})
+CHANNELWISE = derived_set(lambda d: d.channels == Channels.PASS)
+"""Ops whose output channel c depends only on input channel c (a space passes through)."""
+ELEMENTWISE = derived_set(lambda d: d.channels == Channels.ELEMENTWISE)
+"""Binary ops combining channel c of each operand."""
 
 
 @dataclass

@@ -26,12 +26,13 @@ from sporenet.lite.eager import run_op
 from sporenet.lite.errors import LiteError
 from sporenet.lite.graph import Model
 from sporenet.lite.ops import OpCode
+from sporenet.lite.opset.decl import derived_set
 from sporenet.lite.planner import plan
 from sporenet.lite.threads import BLAS
 
 # Ops whose training behaviour depends on the batch they see (statistics, random masks):
 # per-shard results would differ from one process's, so data parallelism refuses them.
-BATCH_DEPENDENT = {OpCode.BATCH_NORM, OpCode.BATCH_NORM_TRAINING, OpCode.DROPOUT}
+BATCH_DEPENDENT = derived_set(lambda d: d.batch_dependent)
 
 
 @dataclass(frozen=True)

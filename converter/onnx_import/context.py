@@ -92,6 +92,7 @@ class ImportContext:
         self._reserved = set(reserved)
         self._used: set[str] = set()
         self.where = ""  # the ONNX node being imported, for error messages
+        self.emitted: set[OpCode] = set()  # IR ops asked for (folded or not), for the tests
         self.opset = 13
         self.scope = Scope(self)
         self.subgraphs: list[Graph] = []  # graphs 1.. of the model (shared by subcontexts)
@@ -130,6 +131,7 @@ class ImportContext:
     ) -> list[int]:
         """Add a node whose output specs the caller derived (per view, per output): control
         flow, whose kernel needs the whole model to prepare."""
+        self.emitted.add(op)
         base = f"{self.where or op.name.lower()}/{op.name.lower()}"
         outputs = [
             self._add(f"{base}:{k}", [TensorSpec(s.shape, s.dtype) for s in views], None)
@@ -299,6 +301,7 @@ class ImportContext:
         `output_quant` declares the outputs' quantization (a QUANTIZE node's parameters);
         outputs whose kernel gives them quantization are never folded into constants."""
         attrs = {k: v for k, v in attrs.items() if v is not None}
+        self.emitted.add(op)
         if op not in KERNELS:
             raise self.fail(f"needs the runtime op {op.name}, which has no kernel yet")
         if any(i in self.opaque for i in inputs):

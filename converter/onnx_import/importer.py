@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 
 import numpy as np
 import onnx
@@ -22,10 +23,27 @@ from sporenet.lite.dims import PROBE_FAMILIES, is_dynamic, may_feed_shapes, prob
 from sporenet.lite.dtypes import NUMPY_TO_IR
 from sporenet.lite.errors import LiteError
 from sporenet.lite.graph import DYNAMIC, Model
+from sporenet.lite.ops import OpCode
 
 MIN_OPSET = 7
 MAX_OPSET = onnx.defs.onnx_opset_version()
 DEFAULT_DOMAINS = ("", "ai.onnx")
+
+
+EMITTED: dict[str, set[OpCode]] | None = None
+"""While `recording_emitted_ops` runs: ONNX op type -> the IR ops its handler asked for."""
+
+
+@contextmanager
+def recording_emitted_ops() -> Iterator[dict[str, set[OpCode]]]:
+    """Collect the IR ops each ONNX op type's handler emits (folded or not) while the
+    block imports models: what a handler's `requires` must declare."""
+    global EMITTED
+    before, EMITTED = EMITTED, {}
+    try:
+        yield EMITTED
+    finally:
+        EMITTED = before
 
 
 def op_key(node: onnx.NodeProto) -> str:
@@ -300,6 +318,7 @@ def import_nodes(ctx: ImportContext, nodes: Sequence[onnx.NodeProto]) -> None:
         )
         first_new = len(ctx.tensors)
         handler = HANDLERS[op_key(proto)]
+        ctx.emitted = set()
         # An input planned at run time (its shape follows a value fed then): the node is
         # planned then too, if its handler needs no more than the input's dtype and rank.
         opaque = next(
@@ -339,3 +358,5 @@ def import_nodes(ctx: ImportContext, nodes: Sequence[onnx.NodeProto]) -> None:
             scope.names[name] = index
             if index >= first_new and index not in ctx.inputs:
                 ctx.rename(index, name)
+        if EMITTED is not None:
+            EMITTED.setdefault(op_key(proto), set()).update(ctx.emitted)

@@ -60,7 +60,16 @@ _QUANTIZE = (
     OpCode.RESHAPE,
     OpCode.QUANTIZE,
 )
-_DEQUANTIZE = (OpCode.CAST, OpCode.SUB, OpCode.MUL, OpCode.RESHAPE, OpCode.DEQUANTIZE)
+_DEQUANTIZE = (
+    OpCode.CAST,
+    OpCode.SUB,
+    OpCode.MUL,
+    OpCode.RESHAPE,
+    OpCode.DEQUANTIZE,
+)
+_BLOCKED = (OpCode.GATHER,)  # blocked parameters repeated along their axis
+_AS_2D = (OpCode.RESHAPE, OpCode.SQUEEZE, OpCode.UNSQUEEZE)  # 1-D and 3-D windows run as 2-D
+_STATISTICS = (OpCode.REDUCE_MEAN, OpCode.SUB, OpCode.MUL, OpCode.ADD)  # computed per batch
 # How ai.onnx.ml handlers bring a feature input to [N, F].
 _ML_SHAPE = (OpCode.UNSQUEEZE, OpCode.FLATTEN)
 _E = elementwise
@@ -70,7 +79,7 @@ _R = reduce
 HANDLERS: dict[str, Handler] = {
     # constants and pass-through
     "Constant": _h(constant.constant),
-    "ConstantOfShape": _h(constant.constant_of_shape),
+    "ConstantOfShape": _h(constant.constant_of_shape, OpCode.EXPAND),
     "Shape": _h(constant.shape),
     "Size": _h(constant.size),
     "Identity": _h(constant.identity),
@@ -129,7 +138,7 @@ HANDLERS: dict[str, Handler] = {
     "Softplus": _h(_A.unary(OpCode.SOFTPLUS), OpCode.SOFTPLUS),
     "Softsign": _h(_A.softsign, OpCode.ABS, OpCode.ADD, OpCode.DIV),
     "Gelu": _h(_A.gelu, OpCode.GELU),
-    "Clip": _h(_A.clip, OpCode.CLIP),
+    "Clip": _h(_A.clip, OpCode.CLIP, OpCode.MAXIMUM, OpCode.MINIMUM),
     "Exp": _h(_A.unary(OpCode.EXP), OpCode.EXP),
     "Log": _h(_A.unary(OpCode.LOG), OpCode.LOG),
     "Sqrt": _h(_A.unary(OpCode.SQRT), OpCode.SQRT),
@@ -149,9 +158,9 @@ HANDLERS: dict[str, Handler] = {
     ),
     "IsNaN": _h(composite.is_nan, OpCode.EQUAL),
     "IsInf": _h(composite.is_inf, OpCode.EQUAL, OpCode.MAXIMUM),
-    "Trilu": _h(composite.trilu, OpCode.WHERE),
+    "Trilu": _h(composite.trilu, OpCode.WHERE, OpCode.GREATER, OpCode.LESS),
     "EyeLike": _h(composite.eye_like),
-    "CumSum": _h(composite.cumsum, OpCode.MATMUL, OpCode.TRANSPOSE),
+    "CumSum": _h(composite.cumsum, OpCode.CUMSUM, OpCode.MATMUL, OpCode.TRANSPOSE),
     "OneHot": _h(composite.one_hot, OpCode.ONE_HOT),
     # index-driven gathers and scatters
     "GatherND": _h(indexing.gather_nd, OpCode.GATHER_ND),
@@ -160,25 +169,36 @@ HANDLERS: dict[str, Handler] = {
     "ScatterElements": _h(indexing.scatter_elements, OpCode.SCATTER_ELEMENTS),
     "Scatter": _h(indexing.scatter_elements, OpCode.SCATTER_ELEMENTS),
     "Einsum": _h(
-        composite.einsum, OpCode.MATMUL, OpCode.TRANSPOSE, OpCode.RESHAPE, OpCode.REDUCE_SUM
+        composite.einsum,
+        OpCode.MATMUL,
+        OpCode.TRANSPOSE,
+        OpCode.RESHAPE,
+        OpCode.REDUCE_SUM,
+        OpCode.MUL,
     ),
     "Hardmax": _h(composite.hardmax, OpCode.ARGMAX, OpCode.ONE_HOT, OpCode.FLATTEN, OpCode.RESHAPE),
     # convolution and pooling
-    "Conv": _h(conv.conv, OpCode.CONV2D),
-    "ConvTranspose": _h(conv.conv_transpose, OpCode.CONV2D_BACKPROP_INPUT, OpCode.ADD),
-    "MaxPool": _h(conv.max_pool, OpCode.MAX_POOL2D),
-    "AveragePool": _h(conv.average_pool, OpCode.AVG_POOL2D),
+    "Conv": _h(conv.conv, OpCode.CONV2D, OpCode.SQUEEZE, OpCode.UNSQUEEZE),
+    "ConvTranspose": _h(
+        conv.conv_transpose,
+        OpCode.CONV2D_BACKPROP_INPUT,
+        OpCode.ADD,
+        OpCode.SQUEEZE,
+        OpCode.UNSQUEEZE,
+    ),
+    "MaxPool": _h(conv.max_pool, OpCode.MAX_POOL2D, OpCode.CAST, *_AS_2D),
+    "AveragePool": _h(conv.average_pool, OpCode.AVG_POOL2D, *_AS_2D),
     "GlobalAveragePool": _h(conv.global_pool(OpCode.GLOBAL_AVG_POOL), OpCode.GLOBAL_AVG_POOL),
     "GlobalMaxPool": _h(conv.global_pool(OpCode.GLOBAL_MAX_POOL), OpCode.GLOBAL_MAX_POOL),
-    "LpPool": _h(conv.lp_pool, OpCode.AVG_POOL2D, OpCode.POW, OpCode.ABS, OpCode.MUL),
+    "LpPool": _h(conv.lp_pool, OpCode.AVG_POOL2D, OpCode.POW, OpCode.ABS, OpCode.MUL, *_AS_2D),
     "GlobalLpPool": _h(
         conv.global_lp_pool, OpCode.GLOBAL_AVG_POOL, OpCode.POW, OpCode.ABS, OpCode.MUL
     ),
     # normalization and softmax
-    "BatchNormalization": _h(_N.batch_norm, OpCode.BATCH_NORM),
+    "BatchNormalization": _h(_N.batch_norm, OpCode.BATCH_NORM, *_STATISTICS, OpCode.RESHAPE),
     "InstanceNormalization": _h(_N.instance_norm, OpCode.INSTANCE_NORM),
     "LRN": _h(_N.lrn, OpCode.LRN),
-    "LayerNormalization": _h(_N.layer_norm, OpCode.LAYER_NORM),
+    "LayerNormalization": _h(_N.layer_norm, OpCode.LAYER_NORM, *_STATISTICS, OpCode.RSQRT),
     "RMSNormalization": _h(
         _N.rms_norm, OpCode.REDUCE_MEAN, OpCode.MUL, OpCode.ADD, OpCode.RSQRT, OpCode.CAST
     ),
@@ -221,9 +241,11 @@ HANDLERS: dict[str, Handler] = {
     "CastLike": _h(shape.cast_like, OpCode.CAST),
     "Pad": _h(shape.pad, OpCode.PAD),
     "DepthToSpace": _h(shape.depth_to_space, OpCode.DEPTH_TO_SPACE),
-    "SpaceToDepth": _h(shape.space_to_depth, OpCode.SPACE_TO_DEPTH),
+    "SpaceToDepth": _h(
+        shape.space_to_depth, OpCode.SPACE_TO_DEPTH, OpCode.RESHAPE, OpCode.TRANSPOSE
+    ),
     "Range": _h(shape.range_, OpCode.RANGE),
-    "Resize": _h(resize.resize, OpCode.RESIZE),
+    "Resize": _h(resize.resize, OpCode.RESIZE, OpCode.CONCAT, OpCode.GATHER),
     "Upsample": _h(resize.upsample, OpCode.RESIZE),
     # recurrent layers over a whole sequence
     "RNN": _h(recurrent.recurrent, OpCode.RNN),
@@ -276,12 +298,18 @@ HANDLERS: dict[str, Handler] = {
         OpCode.FLOOR,
     ),
     "ConvInteger": _h(
-        quantized.conv_integer, OpCode.CAST, OpCode.SUB, OpCode.CONV2D, OpCode.ADD, OpCode.FLOOR
+        quantized.conv_integer,
+        OpCode.CAST,
+        OpCode.SUB,
+        OpCode.CONV2D,
+        OpCode.ADD,
+        OpCode.FLOOR,
+        OpCode.RESHAPE,
     ),
     "com.microsoft.DynamicQuantizeLSTM": _h(quantized.dynamic_quantize_lstm, OpCode.LSTM),
     # quantized: QDQ pairs and the QLinear ops of onnxruntime's quantize_static
-    "QuantizeLinear": _h(quantized.quantize_linear, *_QUANTIZE),
-    "DequantizeLinear": _h(quantized.dequantize_linear, *_DEQUANTIZE),
+    "QuantizeLinear": _h(quantized.quantize_linear, *_QUANTIZE, *_BLOCKED),
+    "DequantizeLinear": _h(quantized.dequantize_linear, *_DEQUANTIZE, *_BLOCKED),
     "QLinearConv": _h(quantized.qlinear_conv, OpCode.CONV2D, *_QUANTIZE, *_DEQUANTIZE),
     "QLinearMatMul": _h(
         quantized.qlinear_matmul, OpCode.FULLY_CONNECTED, OpCode.MATMUL, *_QUANTIZE, *_DEQUANTIZE

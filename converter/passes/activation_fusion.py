@@ -6,6 +6,7 @@ its output (see lite/kernels/activation.py), which saves one pass over the tenso
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Set
 from typing import Any
 
 from sporenet.converter.passes.graph_utils import (
@@ -17,40 +18,44 @@ from sporenet.converter.passes.graph_utils import (
 )
 from sporenet.lite.graph import Model, Node
 from sporenet.lite.ops import OpCode
+from sporenet.lite.opset import DECLARATIONS
+from sporenet.lite.opset.decl import CLAMPS, FUSABLE, Activation, DerivedMap, derived_set
 
-FUSES_INTO = (OpCode.CONV2D, OpCode.FULLY_CONNECTED, OpCode.ADD, OpCode.SUB, OpCode.MUL)
+__all__ = ["ACTIVATION_OPS", "CLAMPS", "FUSES_INTO", "fuse_activations", "unfuse_activations"]
+
+FUSES_INTO: Set[OpCode] = derived_set(lambda d: bool(d.fuses))
+"""Ops the pass may fuse an activation into (`OpDecl.fuses` names which)."""
+ACTIVATION_OPS: Mapping[Activation, OpCode] = DerivedMap(
+    lambda: {d.activation: op for op, d in DECLARATIONS.items() if d.activation in FUSABLE}
+)
+"""Fused activation -> the op computing it alone (`OpDecl.activation`)."""
 
 
 def fused_form(node: Node) -> dict[str, Any] | None:
     """The `activation` attributes equivalent to an activation node, or None."""
-    if node.op == OpCode.RELU:
-        return {"activation": "relu"}
-    if node.op == OpCode.RELU6:
-        return {"activation": "relu6"}
-    if node.op == OpCode.SIGMOID:
-        return {"activation": "sigmoid"}
-    if node.op == OpCode.TANH:
-        return {"activation": "tanh"}
-    if node.op == OpCode.HARD_SWISH:
-        return {"activation": "hard_swish"}
-    if node.op == OpCode.SILU:
-        return {"activation": "silu"}
-    if node.op == OpCode.LEAKY_RELU:
-        return {"activation": "leaky_relu", "alpha": float_attr(node, "alpha", 0.01)}
     if node.op == OpCode.CLIP and len(node.inputs) == 1:
-        lo = float_attr(node, "min", float("-inf")) if "min" in node.attrs else None
-        hi = float_attr(node, "max", float("inf")) if "max" in node.attrs else None
-        if lo == 0 and hi == 6:
-            return {"activation": "relu6"}
-        if lo == 0 and hi is None:
-            return {"activation": "relu"}
-        attrs: dict[str, Any] = {"activation": "clip"}
-        if lo is not None:
-            attrs["clip_min"] = lo
-        if hi is not None:
-            attrs["clip_max"] = hi
-        return attrs
-    return None
+        return _clip_form(node)
+    decl = DECLARATIONS.get(node.op)
+    if decl is None or decl.activation not in FUSABLE:
+        return None
+    if decl.activation == Activation.LEAKY_RELU:
+        return {"activation": Activation.LEAKY_RELU, "alpha": float_attr(node, "alpha", 0.01)}
+    return {"activation": decl.activation}
+
+
+def _clip_form(node: Node) -> dict[str, Any]:
+    lo = float_attr(node, "min", float("-inf")) if "min" in node.attrs else None
+    hi = float_attr(node, "max", float("inf")) if "max" in node.attrs else None
+    if lo == 0 and hi == 6:
+        return {"activation": Activation.RELU6}
+    if lo == 0 and hi is None:
+        return {"activation": Activation.RELU}
+    attrs: dict[str, Any] = {"activation": Activation.CLIP}
+    if lo is not None:
+        attrs["clip_min"] = lo
+    if hi is not None:
+        attrs["clip_max"] = hi
+    return attrs
 
 
 def fuse_activations(model: Model) -> int:
@@ -68,6 +73,7 @@ def fuse_activations(model: Model) -> int:
             if (
                 prev is None
                 or prev.op not in FUSES_INTO
+                or form["activation"] not in DECLARATIONS[prev.op].fuses
                 or len(uses.get(x, [])) != 1
                 or x in graph.outputs
                 or model.tensors[x].dtype.kind != "f"
@@ -86,19 +92,7 @@ def fuse_activations(model: Model) -> int:
     return fused
 
 
-# Fused activations an int8 kernel applies as a clamp of its output range
-# (lite/kernels/quantized/base.py); the others run as their own (lookup-table) ops.
-CLAMPS = frozenset({"none", "relu", "relu6", "clip"})
-ACTIVATION_OPS: dict[str, OpCode] = {  # fused activation name -> the op computing it alone
-    "sigmoid": OpCode.SIGMOID,
-    "tanh": OpCode.TANH,
-    "hard_swish": OpCode.HARD_SWISH,
-    "silu": OpCode.SILU,
-    "leaky_relu": OpCode.LEAKY_RELU,
-}
-
-
-def unfuse_activations(model: Model, keep: frozenset[str] = CLAMPS) -> int:
+def unfuse_activations(model: Model, keep: Set[str] = CLAMPS) -> int:
     """Split each fused activation not in `keep` off its node, as its own node writing the
     node's output (the inverse of fuse_activations); returns how many were split."""
     split = 0

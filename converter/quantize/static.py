@@ -11,7 +11,7 @@ report can pair them; conversion tensors get a suffix.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Set
 from dataclasses import dataclass
 
 import numpy as np
@@ -22,40 +22,16 @@ from sporenet.converter.quantize import params as P
 from sporenet.lite.graph import Model, Node, Quantization
 from sporenet.lite.kernels import FILE_QUANTIZED_ONLY, QUANTIZED_KERNELS
 from sporenet.lite.ops import OpCode
+from sporenet.lite.opset.decl import derived_map, derived_set
 
-WEIGHT_AXIS: dict[OpCode, tuple[int, int]] = {
-    # op -> (weight input, output-channel axis of the weight as lite lays it out)
-    OpCode.CONV2D: (1, 0),
-    OpCode.FULLY_CONNECTED: (1, 0),
-    OpCode.MATMUL: (1, -1),
-}
-BIAS_INPUT: dict[OpCode, int] = {OpCode.CONV2D: 2, OpCode.FULLY_CONNECTED: 2}
-
-SAME_PARAMS = frozenset(
-    {
-        # ops that only move or select values: the output keeps the input's parameters
-        OpCode.RESHAPE,
-        OpCode.FLATTEN,
-        OpCode.SQUEEZE,
-        OpCode.UNSQUEEZE,
-        OpCode.TRANSPOSE,
-        OpCode.MAX_POOL2D,
-        OpCode.GLOBAL_MAX_POOL,
-        OpCode.PAD,
-        OpCode.SLICE,
-        OpCode.GATHER,
-        OpCode.SPLIT,
-        OpCode.IDENTITY,
-        OpCode.DEPTH_TO_SPACE,
-        OpCode.SPACE_TO_DEPTH,
-    }
-)
-FIXED_OUTPUT: dict[OpCode, tuple[float, int]] = {
-    # (scale, int8 zero point) of outputs whose range is known: TFLite's choices
-    OpCode.SOFTMAX: (1.0 / 256, -128),
-    OpCode.SIGMOID: (1.0 / 256, -128),
-    OpCode.TANH: (1.0 / 128, 0),
-}
+# Views of the op declarations' quantizer traits (lite/opset/, `Quant`).
+WEIGHT_AXIS: Mapping[OpCode, tuple[int, int]] = derived_map(lambda d: d.quant.weight)
+"""op -> (weight input, output-channel axis of the weight as lite lays it out)"""
+BIAS_INPUT: Mapping[OpCode, int] = derived_map(lambda d: d.quant.bias)
+SAME_PARAMS: Set[OpCode] = derived_set(lambda d: d.quant.keeps_params)
+"""Ops that only move or select values: the output keeps the input's parameters."""
+FIXED_OUTPUT: Mapping[OpCode, tuple[float, int]] = derived_map(lambda d: d.quant.fixed_output)
+"""(scale, int8 zero point) of outputs whose range is known: TFLite's choices."""
 
 
 def int8_ops() -> frozenset[OpCode]:

@@ -244,7 +244,7 @@ def import_operators(lc: LayoutContext) -> None:
             ir = ctx.constant(t.name, data)
             lc.set_quantization(ir, quantization(t.quant, identity(len(t.shape))))
             lc.set(i, ir)
-        before = len(ctx.nodes)
+        before, ctx.emitted = len(ctx.nodes), set()
         try:
             HANDLERS[op.op].convert(lc, op)
         except ConversionError as exc:
@@ -263,7 +263,8 @@ def import_operators(lc: LayoutContext) -> None:
                 f"{lc.where}: cannot convert: {type(exc).__name__}: {exc}"
             ) from exc
         if lc.shared is not None and lc.shared.emitted is not None:
-            lc.shared.emitted.setdefault(op.op, set()).update(n.op for n in ctx.nodes[before:])
+            made = {n.op for n in ctx.nodes[before:]} | ctx.emitted  # folded ones too
+            lc.shared.emitted.setdefault(op.op, set()).update(made)
         missing = [graph.tensors[o].name for o in op.outputs if o not in lc.held]
         if missing:
             raise lc.fail(f"outputs {missing} were not produced")

@@ -11,6 +11,7 @@ from collections.abc import Callable
 import numpy as np
 
 from sporenet.lite.errors import ShapeError
+from sporenet.lite.opset.decl import Activation
 
 InPlace = Callable[[np.ndarray], None]
 
@@ -154,14 +155,14 @@ _SCALARS: dict[tuple[np.dtype, float], np.ndarray] = {}
 scalar = _scalar
 
 
-FUSED_ACTIVATIONS: dict[str, InPlace | None] = {
-    "none": None,
-    "relu": _relu,
-    "relu6": _relu6,
-    "sigmoid": _sigmoid,
-    "tanh": _tanh,
-    "hard_swish": _hard_swish,
-    "silu": _silu,
+FUSED_ACTIVATIONS: dict[Activation, InPlace | None] = {
+    Activation.NONE: None,
+    Activation.RELU: _relu,
+    Activation.RELU6: _relu6,
+    Activation.SIGMOID: _sigmoid,
+    Activation.TANH: _tanh,
+    Activation.HARD_SWISH: _hard_swish,
+    Activation.SILU: _silu,
 }
 """Activation name -> in-place function (None: nothing to apply)."""
 
@@ -172,16 +173,16 @@ def fused_activation(
 ) -> InPlace | None:
     """The in-place activation named by a node's `activation` attribute (plus its params)."""
     name = attrs.get("activation", "none")
-    if name == "clip":
+    if name == Activation.CLIP:
         lo = float(attrs.get("clip_min", -np.inf))
         hi = float(attrs.get("clip_max", np.inf))
         return lambda x: _clip(x, lo, hi, out=x)
-    if name == "leaky_relu":
+    if name == Activation.LEAKY_RELU:
         alpha = float(attrs.get("alpha", 0.01))
         return lambda x: np.maximum(x, x * alpha, out=x)
     if name not in FUSED_ACTIVATIONS:
         raise ShapeError(
             f"{op}: unknown fused activation {name!r}; expected one of "
-            f"{sorted([*FUSED_ACTIVATIONS, 'clip', 'leaky_relu'])}"
+            f"{sorted([*FUSED_ACTIVATIONS, Activation.CLIP, Activation.LEAKY_RELU])}"
         )
     return FUSED_ACTIVATIONS[name]

@@ -18,13 +18,11 @@ import numpy as np
 from sporenet.lite.errors import ShapeError
 from sporenet.lite.kernels.base import REQUIRED, Attrs, Compute, Kernel, TensorSpec, required
 from sporenet.lite.ops import OpCode
+from sporenet.lite.opset.decl import derived_map
 
-SUBGRAPH_ATTRIBUTES: dict[OpCode, tuple[str, ...]] = {
-    OpCode.IF: ("then_graph", "else_graph"),
-    OpCode.LOOP: ("body",),
-    OpCode.CALL: ("graph", "grad_graph"),
-}
-"""The attributes of each control-flow op that name a subgraph by its graph index."""
+SUBGRAPH_ATTRIBUTES = derived_map(lambda d: d.subgraphs or None)
+"""The attributes of each op that name a subgraph by its graph index (declared with the
+op, lite/opset/)."""
 
 
 def _plan_subgraph(kernel: Kernel, name: str, feeds: Sequence[TensorSpec]) -> Any:

@@ -18,20 +18,11 @@ import numpy as np
 from sporenet.lite.kernels.base import Attrs, Compute, Kernel, TensorSpec
 from sporenet.lite.kernels.workspace import temporary
 from sporenet.lite.ops import OpCode
+from sporenet.lite.opset.decl import derived_set
 
 F16, F32 = np.dtype(np.float16), np.dtype(np.float32)
 
-WIDENED = frozenset(
-    {
-        OpCode.CONV2D,
-        OpCode.CONV_TRANSPOSE2D,
-        OpCode.FULLY_CONNECTED,
-        OpCode.MATMUL,
-        OpCode.LSTM,
-        OpCode.GRU,
-        OpCode.RNN,
-    }
-)
+WIDENED = derived_set(lambda d: d.float16_widened)
 """Ops whose float kernels run on BLAS, computed in float32 for float16 inputs."""
 
 

@@ -479,73 +479,45 @@ class Reciprocal(UnaryKernel):
             np.reciprocal(x, out=out)
 
 
-class Neg(UnaryKernel):
-    op = OpCode.NEG
-    float_only = False
+# ---- plain ufuncs: one table, one kernel class per entry
+
+
+class UfuncKernel(UnaryKernel):
+    """out = ufunc(x) for a NumPy ufunc that needs no parameters or temporaries."""
+
+    ufunc: ClassVar[np.ufunc]
 
     def compute(self, x: np.ndarray, out: np.ndarray, *scratch: np.ndarray) -> None:
-        np.negative(x, out=out)
+        self.ufunc(x, out=out)
 
 
-class Abs(UnaryKernel):
-    op = OpCode.ABS
-    float_only = False
-
-    def compute(self, x: np.ndarray, out: np.ndarray, *scratch: np.ndarray) -> None:
-        np.abs(x, out=out)
-
-
-class Floor(UnaryKernel):
-    op = OpCode.FLOOR
-
-    def compute(self, x: np.ndarray, out: np.ndarray, *scratch: np.ndarray) -> None:
-        np.floor(x, out=out)
-
-
-class Ceil(UnaryKernel):
-    op = OpCode.CEIL
-
-    def compute(self, x: np.ndarray, out: np.ndarray, *scratch: np.ndarray) -> None:
-        np.ceil(x, out=out)
+UFUNCS: dict[OpCode, tuple[str, np.ufunc, bool]] = {
+    # op -> (class name, ufunc, whether integer tensors are accepted too)
+    OpCode.NEG: ("Neg", np.negative, True),
+    OpCode.ABS: ("Abs", np.abs, True),
+    OpCode.FLOOR: ("Floor", np.floor, False),
+    OpCode.CEIL: ("Ceil", np.ceil, False),
+    OpCode.SQUARE: ("Square", np.square, True),
+    OpCode.SIN: ("Sin", np.sin, False),  # TFLite's SIN and COS
+    OpCode.COS: ("Cos", np.cos, False),
+    OpCode.ROUND: ("Round", np.rint, False),  # ties to even (TFLite's ROUND)
+    OpCode.SIGN: ("Sign", np.sign, True),
+}
 
 
-class Square(UnaryKernel):
-    op = OpCode.SQUARE
-    float_only = False
-
-    def compute(self, x: np.ndarray, out: np.ndarray, *scratch: np.ndarray) -> None:
-        np.square(x, out=out)
+def _ufunc_kernel(op: OpCode, name: str, ufunc: np.ufunc, any_dtype: bool) -> type[UfuncKernel]:
+    doc = f"out = numpy.{ufunc.__name__}(x) ({op.name})."
+    attrs = {"op": op, "ufunc": ufunc, "float_only": not any_dtype, "__doc__": doc}
+    return type(name, (UfuncKernel,), {**attrs, "__module__": __name__})
 
 
-# ---- trigonometry (TFLite's SIN and COS)
-
-
-class Sin(UnaryKernel):
-    op = OpCode.SIN
-
-    def compute(self, x: np.ndarray, out: np.ndarray, *scratch: np.ndarray) -> None:
-        np.sin(x, out=out)
-
-
-class Cos(UnaryKernel):
-    op = OpCode.COS
-
-    def compute(self, x: np.ndarray, out: np.ndarray, *scratch: np.ndarray) -> None:
-        np.cos(x, out=out)
-
-
-class Round(UnaryKernel):
-    """Ties to even (TFLite's ROUND, NumPy's rint)."""
-
-    op = OpCode.ROUND
-
-    def compute(self, x: np.ndarray, out: np.ndarray, *scratch: np.ndarray) -> None:
-        np.rint(x, out=out)
-
-
-class Sign(UnaryKernel):
-    op = OpCode.SIGN
-    float_only = False
-
-    def compute(self, x: np.ndarray, out: np.ndarray, *scratch: np.ndarray) -> None:
-        np.sign(x, out=out)
+_UFUNC_KERNELS = {op: _ufunc_kernel(op, *entry) for op, entry in UFUNCS.items()}
+Neg = _UFUNC_KERNELS[OpCode.NEG]
+Abs = _UFUNC_KERNELS[OpCode.ABS]
+Floor = _UFUNC_KERNELS[OpCode.FLOOR]
+Ceil = _UFUNC_KERNELS[OpCode.CEIL]
+Square = _UFUNC_KERNELS[OpCode.SQUARE]
+Sin = _UFUNC_KERNELS[OpCode.SIN]
+Cos = _UFUNC_KERNELS[OpCode.COS]
+Round = _UFUNC_KERNELS[OpCode.ROUND]
+Sign = _UFUNC_KERNELS[OpCode.SIGN]

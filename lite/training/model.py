@@ -11,7 +11,7 @@ last, after every backward node that reads the old weights.
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 
 import numpy as np
@@ -21,6 +21,8 @@ from sporenet.lite.builder import unique_name
 from sporenet.lite.errors import InputError
 from sporenet.lite.graph import DYNAMIC, Graph, Model, Node, Signature, Tensor
 from sporenet.lite.ops import OpCode
+from sporenet.lite.opset import DECLARATIONS
+from sporenet.lite.opset.decl import FROM_OUTPUT, Activation, DerivedMap, derived_map
 from sporenet.lite.training.config import LOSSES, OptimizerConfig
 from sporenet.lite.validate import validate
 
@@ -42,23 +44,10 @@ def updated_stats(model: Model) -> set[int]:
     return running_stats(train, (OpCode.BATCH_NORM_TRAINING,))
 
 
-# Input positions that hold weights, per op. Other constant inputs are arguments (shapes,
-# pads, clip bounds, running statistics) that kernels need as load-time constants.
-WEIGHT_INPUTS: dict[OpCode, tuple[int, ...]] = {
-    OpCode.FULLY_CONNECTED: (1, 2),
-    OpCode.CONV2D: (1, 2),
-    OpCode.MATMUL: (0, 1),
-    OpCode.BATCH_NORM: (1, 2),
-    OpCode.LAYER_NORM: (1, 2),
-    OpCode.PRELU: (1,),
-    OpCode.ADD: (0, 1),
-    OpCode.SUB: (0, 1),
-    OpCode.MUL: (0, 1),
-    OpCode.DIV: (0, 1),
-    OpCode.LSTM: (1, 2, 3, 7),  # W, R, B, peepholes
-    OpCode.GRU: (1, 2, 3),
-    OpCode.RNN: (1, 2, 3),
-}
+WEIGHT_INPUTS: Mapping[OpCode, tuple[int, ...]] = derived_map(lambda d: d.weights or None)
+"""Input positions that hold weights, per op (`OpDecl.weights`). Other constant inputs are
+arguments (shapes, pads, clip bounds, running statistics) that kernels need as load-time
+constants."""
 
 
 def default_trainable(model: Model, graph: Graph) -> set[int]:
@@ -91,17 +80,16 @@ def trainable_names(model: Model, graph: Graph) -> list[str]:
     )
 
 
-# Fused activations whose derivative needs the pre-activation value, which a fused node does
-# not keep: the train graph computes them as a separate op after the node (the infer graph
-# keeps the fused, faster form).
-UNFUSED_OPS: dict[str, OpCode] = {
-    "hard_swish": OpCode.HARD_SWISH,
-    "silu": OpCode.SILU,
-    "hard_sigmoid": OpCode.HARD_SIGMOID,
-    "gelu": OpCode.GELU,
-    "elu": OpCode.ELU,
-    "softplus": OpCode.SOFTPLUS,
-}
+UNFUSED_OPS: Mapping[Activation, OpCode] = DerivedMap(
+    lambda: {
+        d.activation: op
+        for op, d in DECLARATIONS.items()
+        if d.activation is not None and d.activation not in FROM_OUTPUT
+    }
+)
+"""Fused activations whose derivative needs the pre-activation value, which a fused node
+does not keep: the train graph computes them as a separate op after the node (the infer
+graph keeps the fused, faster form)."""
 ACTIVATION_PARAMS = ("alpha", "beta", "approximate")
 
 

@@ -51,9 +51,9 @@ _RECURRENT = (_O.READ_VARIABLE, _O.ASSIGN, _O.RESHAPE, _O.SQUEEZE)
 
 HANDLERS: dict[str, Entry] = {
     # convolution, linear, pooling
-    "CONV_2D": _e(conv.conv_2d, _O.CONV2D, *_FUSED),
-    "DEPTHWISE_CONV_2D": _e(conv.depthwise_conv_2d, _O.CONV2D, *_FUSED),
-    "FULLY_CONNECTED": _e(conv.fully_connected, _O.FULLY_CONNECTED, _O.MATMUL, _O.ADD, *_FUSED),
+    "CONV_2D": _e(conv.conv_2d, _O.CONV2D),  # fused activations as attributes
+    "DEPTHWISE_CONV_2D": _e(conv.depthwise_conv_2d, _O.CONV2D),
+    "FULLY_CONNECTED": _e(conv.fully_connected, _O.FULLY_CONNECTED),
     "TRANSPOSE_CONV": _e(conv.transpose_conv, _O.CONV2D_BACKPROP_INPUT, _O.ADD, *_FUSED),
     "AVERAGE_POOL_2D": _e(conv.pool(_O.AVG_POOL2D), _O.AVG_POOL2D, *_FUSED),
     "MAX_POOL_2D": _e(conv.pool(_O.MAX_POOL2D), _O.MAX_POOL2D, *_FUSED),

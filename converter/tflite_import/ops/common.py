@@ -12,6 +12,7 @@ from sporenet.converter.tflite_import.layout import LayoutContext, Perm, identit
 from sporenet.converter.tflite_import.reader import TfliteOperator
 from sporenet.lite.graph import Quantization
 from sporenet.lite.ops import OpCode
+from sporenet.lite.opset.decl import Activation
 from sporenet.proto import tflite_schema_generated as tfl
 
 Handler = Callable[[LayoutContext, TfliteOperator], None]
@@ -38,11 +39,11 @@ class Shared:
 # TFLite ActivationFunctionType -> the IR's fused `activation` attributes.
 FUSED: dict[int, dict[str, Any]] = {
     tfl.ActivationFunctionType.NONE: {},
-    tfl.ActivationFunctionType.RELU: {"activation": "relu"},
-    tfl.ActivationFunctionType.RELU6: {"activation": "relu6"},
-    tfl.ActivationFunctionType.TANH: {"activation": "tanh"},
+    tfl.ActivationFunctionType.RELU: {"activation": Activation.RELU},
+    tfl.ActivationFunctionType.RELU6: {"activation": Activation.RELU6},
+    tfl.ActivationFunctionType.TANH: {"activation": Activation.TANH},
     tfl.ActivationFunctionType.RELU_N1_TO_1: {
-        "activation": "clip",
+        "activation": Activation.CLIP,
         "clip_min": -1.0,
         "clip_max": 1.0,
     },

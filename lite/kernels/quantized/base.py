@@ -15,6 +15,7 @@ from sporenet.lite.graph import Quantization
 from sporenet.lite.kernels.base import Kernel, TensorSpec
 from sporenet.lite.kernels.quantized.fixed_point import INT_RANGES, activation_range
 from sporenet.lite.kernels.quantized.rounding import ROUNDING_MODES
+from sporenet.lite.opset.decl import CLAMPS
 
 QUANTIZED_DTYPES = (np.dtype(np.int8), np.dtype(np.uint8))
 
@@ -84,7 +85,7 @@ class QuantizedKernel(Kernel):
     def fused_clamp(self, scale: float, zero_point: int, dtype: np.dtype) -> tuple[int, int]:
         """The fused activation attribute as a clamp of the quantized output."""
         name = self.attrs.values.get("activation", "none")
-        if name not in ("none", "relu", "relu6", "clip"):
+        if name not in CLAMPS:
             raise self.fail(f"fused activation {name!r} has no int8 form (none, relu, relu6, clip)")
         return activation_range(name, scale, zero_point, dtype, self.attrs.values)
 

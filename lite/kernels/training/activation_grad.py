@@ -23,6 +23,7 @@ from sporenet.lite.kernels.activation import exp_into, sigmoid_into
 from sporenet.lite.kernels.base import Attrs, Compute, Kernel, TensorSpec
 from sporenet.lite.kernels.unary import erf_into
 from sporenet.lite.ops import OpCode
+from sporenet.lite.opset.decl import Activation
 
 Derivative = Callable[[np.ndarray], None]
 """Writes f'(.) of one activation into its argument."""
@@ -217,29 +218,29 @@ def _gelu(p: Params) -> Derivative:
 
 
 # Activation name -> (builder of its derivative, whether the output y alone determines it).
-DERIVATIVES: dict[str, tuple[Callable[[Params], Derivative], bool]] = {
+DERIVATIVES: dict[Activation, tuple[Callable[[Params], Derivative], bool]] = {
     # functions of the output alone (fused activations keep only y)
-    "relu": (_relu, True),
-    "relu6": (_relu6, True),
-    "clip": (_clip, True),
-    "leaky_relu": (_leaky_relu, True),
-    "sigmoid": (_sigmoid, True),
-    "tanh": (_tanh, True),
+    Activation.RELU: (_relu, True),
+    Activation.RELU6: (_relu6, True),
+    Activation.CLIP: (_clip, True),
+    Activation.LEAKY_RELU: (_leaky_relu, True),
+    Activation.SIGMOID: (_sigmoid, True),
+    Activation.TANH: (_tanh, True),
     # functions of the input x
-    "hard_swish": (_hard_swish, False),
-    "silu": (_silu, False),
-    "gelu": (_gelu, False),
-    "elu": (_elu, False),
-    "softplus": (_softplus, False),
-    "hard_sigmoid": (_hard_sigmoid, False),
-    "abs": (_abs, False),
+    Activation.HARD_SWISH: (_hard_swish, False),
+    Activation.SILU: (_silu, False),
+    Activation.GELU: (_gelu, False),
+    Activation.ELU: (_elu, False),
+    Activation.SOFTPLUS: (_softplus, False),
+    Activation.HARD_SIGMOID: (_hard_sigmoid, False),
+    Activation.ABS: (_abs, False),
 }
 
-DEFAULT_ALPHA = {"elu": 1.0, "hard_sigmoid": 0.2}
+DEFAULT_ALPHA = {Activation.ELU: 1.0, Activation.HARD_SIGMOID: 0.2}
 """`alpha` when the attribute is absent (0.01, leaky_relu's slope, for the others)."""
 
 # Activations whose derivative is a function of the output alone ("none": the identity).
-FROM_OUTPUT = frozenset({"none"} | {n for n, (_, y_only) in DERIVATIVES.items() if y_only})
+FROM_OUTPUT = frozenset({Activation.NONE} | {n for n, (_, y_only) in DERIVATIVES.items() if y_only})
 FROM_INPUT = frozenset(n for n, (_, y_only) in DERIVATIVES.items() if not y_only)
 
 

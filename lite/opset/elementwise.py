@@ -1,0 +1,75 @@
+"""Binary elementwise ops (NumPy broadcasting) and comparisons."""
+
+from __future__ import annotations
+
+from sporenet.lite.autodiff.rules import elementwise as r_elementwise
+from sporenet.lite.kernels import elementwise
+from sporenet.lite.kernels.quantized import elementwise as q_elementwise
+from sporenet.lite.kernels.quantized import elementwise_extra as q_extra
+from sporenet.lite.ops import OpCode as O
+from sporenet.lite.opset.decl import FUSABLE, Channels, declare
+
+OPS = (
+    declare(
+        O.ADD,
+        kernel=elementwise.Add,
+        int8=q_elementwise.QAdd,
+        grad=r_elementwise.add,
+        fuses=FUSABLE,
+        weights=(0, 1),
+        channels=Channels.ELEMENTWISE,
+    ),
+    declare(
+        O.SUB,
+        kernel=elementwise.Sub,
+        int8=q_elementwise.QSub,
+        grad=r_elementwise.sub,
+        fuses=FUSABLE,
+        weights=(0, 1),
+        channels=Channels.ELEMENTWISE,
+    ),
+    declare(
+        O.MUL,
+        kernel=elementwise.Mul,
+        int8=q_elementwise.QMul,
+        grad=r_elementwise.mul,
+        fuses=FUSABLE,
+        weights=(0, 1),
+        channels=Channels.ELEMENTWISE,
+    ),
+    declare(
+        O.DIV,
+        kernel=elementwise.Div,
+        grad=r_elementwise.div,
+        weights=(0, 1),
+    ),
+    declare(
+        O.MAXIMUM,
+        kernel=elementwise.Maximum,
+        int8=q_extra.QMaximum,
+        int8_file_only=True,
+        grad=r_elementwise.maximum,
+        channels=Channels.ELEMENTWISE,
+    ),
+    declare(
+        O.MINIMUM,
+        kernel=elementwise.Minimum,
+        int8=q_extra.QMinimum,
+        int8_file_only=True,
+        grad=r_elementwise.minimum,
+        channels=Channels.ELEMENTWISE,
+    ),
+    declare(O.POW, kernel=elementwise.Pow),
+    declare(O.EQUAL, kernel=elementwise.Equal, int8=q_extra.QEqual, int8_file_only=True),
+    declare(O.GREATER, kernel=elementwise.Greater, int8=q_extra.QGreater, int8_file_only=True),
+    declare(O.LESS, kernel=elementwise.Less, int8=q_extra.QLess, int8_file_only=True),
+    declare(O.FLOOR_DIV, kernel=elementwise.FloorDiv),
+    declare(O.FLOOR_MOD, kernel=elementwise.FloorMod),
+    declare(O.ATAN2, kernel=elementwise.Atan2),
+    declare(
+        O.SQUARED_DIFFERENCE,
+        kernel=elementwise.SquaredDifference,
+        int8=q_extra.QSquaredDifference,
+        int8_file_only=True,
+    ),
+)

@@ -1,0 +1,60 @@
+"""Linear algebra and convolution: fully connected, matmul, convolutions."""
+
+from __future__ import annotations
+
+from sporenet.lite.autodiff.rules import conv as r_conv
+from sporenet.lite.autodiff.rules import linear as r_linear
+from sporenet.lite.kernels import conv, conv_transpose, linear
+from sporenet.lite.kernels.quantized import conv as q_conv
+from sporenet.lite.kernels.quantized import conv_transpose as q_conv_transpose
+from sporenet.lite.kernels.quantized import linear as q_linear
+from sporenet.lite.kernels.training import conv_grad
+from sporenet.lite.ops import OpCode as O
+from sporenet.lite.opset.decl import FUSABLE, Quant, declare
+
+OPS = (
+    declare(
+        O.FULLY_CONNECTED,
+        kernel=linear.FullyConnected,
+        int8=q_linear.QFullyConnected,
+        grad=r_linear.fully_connected,
+        fuses=FUSABLE,
+        weights=(1, 2),
+        quant=Quant(weight=(1, 0), bias=2),
+        float16_widened=True,
+    ),
+    declare(
+        O.MATMUL,
+        kernel=linear.MatMul,
+        int8=q_linear.QMatMul,
+        grad=r_linear.matmul,
+        weights=(0, 1),
+        quant=Quant(weight=(1, -1)),
+        float16_widened=True,
+    ),
+    declare(
+        O.CONV2D,
+        kernel=conv.Conv2D,
+        int8=q_conv.QConv2D,
+        grad=r_conv.conv2d,
+        fuses=FUSABLE,
+        weights=(1, 2),
+        quant=Quant(weight=(1, 0), bias=2),
+        float16_widened=True,
+    ),
+    declare(
+        O.CONV_TRANSPOSE2D,
+        kernel=conv_transpose.ConvTranspose2D,
+        float16_widened=True,
+    ),
+    declare(
+        O.CONV2D_BACKPROP_INPUT,
+        kernel=conv_grad.Conv2DBackpropInput,
+        int8=q_conv_transpose.QConv2DBackpropInput,
+        int8_file_only=True,
+    ),
+    declare(
+        O.CONV2D_BACKPROP_FILTER,
+        kernel=conv_grad.Conv2DBackpropFilter,
+    ),
+)

@@ -1,0 +1,64 @@
+"""Normalization and softmax: batch, layer, instance, L2 and local response norms."""
+
+from __future__ import annotations
+
+from sporenet.lite.autodiff.rules import normalization as r_norm
+from sporenet.lite.autodiff.rules import softmax as r_softmax
+from sporenet.lite.kernels import l2_norm, layer_norm, normalization, softmax
+from sporenet.lite.kernels.quantized import l2_norm as q_l2_norm
+from sporenet.lite.kernels.quantized import softmax as q_softmax
+from sporenet.lite.kernels.training import activation_grad, norm_grad
+from sporenet.lite.ops import OpCode as O
+from sporenet.lite.opset.decl import Channels, Quant, declare
+
+OPS = (
+    declare(
+        O.BATCH_NORM,
+        kernel=normalization.BatchNorm,
+        grad=r_norm.batch_norm,
+        weights=(1, 2),
+        channels=Channels.PASS,
+        batch_dependent=True,
+    ),
+    declare(
+        O.BATCH_NORM_TRAINING,
+        kernel=norm_grad.BatchNormTraining,
+        grad=r_norm.batch_norm_training,
+        writes=(3, 4),
+        batch_dependent=True,
+    ),
+    declare(O.BATCH_NORM_GRAD, kernel=norm_grad.BatchNormGrad),
+    declare(O.LRN, kernel=normalization.LRN),
+    declare(O.INSTANCE_NORM, kernel=normalization.InstanceNorm),
+    declare(
+        O.LAYER_NORM,
+        kernel=layer_norm.LayerNorm,
+        grad=r_norm.layer_norm,
+        weights=(1, 2),
+    ),
+    declare(O.LAYER_NORM_GRAD, kernel=norm_grad.LayerNormGrad),
+    declare(
+        O.L2_NORMALIZATION,
+        kernel=l2_norm.L2Normalization,
+        int8=q_l2_norm.QL2Normalization,
+        int8_file_only=True,
+    ),
+    declare(
+        O.SOFTMAX,
+        kernel=softmax.Softmax,
+        int8=q_softmax.QSoftmax,
+        grad=r_softmax.softmax,
+        quant=Quant(fixed_output=(1.0 / 256, -128)),
+    ),
+    declare(
+        O.LOG_SOFTMAX,
+        kernel=softmax.LogSoftmax,
+        int8=q_softmax.QLogSoftmax,
+        int8_file_only=True,
+        grad=r_softmax.log_softmax,
+    ),
+    declare(
+        O.SOFTMAX_GRAD,
+        kernel=activation_grad.SoftmaxGrad,
+    ),
+)

@@ -1,0 +1,49 @@
+"""Pooling: windows, global pools, max pooling with indices."""
+
+from __future__ import annotations
+
+from sporenet.lite.autodiff.rules import pooling as r_pooling
+from sporenet.lite.kernels import argmax_pool, pooling
+from sporenet.lite.kernels.quantized import pooling as q_pooling
+from sporenet.lite.kernels.training import pool_grad
+from sporenet.lite.ops import OpCode as O
+from sporenet.lite.opset.decl import Channels, Quant, declare
+
+OPS = (
+    declare(
+        O.MAX_POOL2D,
+        kernel=pooling.MaxPool2D,
+        int8=q_pooling.QMaxPool2D,
+        grad=r_pooling.max_pool2d,
+        channels=Channels.PASS,
+        quant=Quant(keeps_params=True),
+    ),
+    declare(
+        O.AVG_POOL2D,
+        kernel=pooling.AvgPool2D,
+        int8=q_pooling.QAvgPool2D,
+        grad=r_pooling.avg_pool2d,
+        channels=Channels.PASS,
+    ),
+    declare(
+        O.GLOBAL_AVG_POOL,
+        kernel=pooling.GlobalAvgPool,
+        int8=q_pooling.QGlobalAvgPool,
+        grad=r_pooling.global_avg_pool,
+        channels=Channels.PASS,
+    ),
+    declare(
+        O.GLOBAL_MAX_POOL,
+        kernel=pooling.GlobalMaxPool,
+        grad=r_pooling.global_max_pool,
+        channels=Channels.PASS,
+        quant=Quant(keeps_params=True),
+    ),
+    declare(O.MAX_POOL2D_GRAD, kernel=pool_grad.MaxPool2DGrad),
+    declare(
+        O.AVG_POOL2D_GRAD,
+        kernel=pool_grad.AvgPool2DGrad,
+    ),
+    declare(O.MAX_POOL_WITH_ARGMAX, kernel=argmax_pool.MaxPoolWithArgmax),
+    declare(O.MAX_UNPOOL, kernel=argmax_pool.MaxUnpool),
+)

@@ -1,0 +1,20 @@
+"""Recurrent layers over a whole sequence, and their backward kernels."""
+
+from __future__ import annotations
+
+from sporenet.lite.autodiff.rules import recurrent as r_recurrent
+from sporenet.lite.kernels import recurrent
+from sporenet.lite.kernels.training import recurrent_grad
+from sporenet.lite.ops import OpCode as O
+from sporenet.lite.opset.decl import declare
+
+_RNN = {"grad": r_recurrent.recurrent, "float16_widened": True}
+
+OPS = (
+    declare(O.LSTM, kernel=recurrent.LSTM, weights=(1, 2, 3, 7), **_RNN),  # W, R, B, peepholes
+    declare(O.GRU, kernel=recurrent.GRU, weights=(1, 2, 3), **_RNN),
+    declare(O.RNN, kernel=recurrent.RNN, weights=(1, 2, 3), **_RNN),
+    declare(O.LSTM_GRAD, kernel=recurrent_grad.LSTMGrad),
+    declare(O.GRU_GRAD, kernel=recurrent_grad.GRUGrad),
+    declare(O.RNN_GRAD, kernel=recurrent_grad.RNNGrad),
+)

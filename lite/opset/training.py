@@ -1,0 +1,82 @@
+"""Training ops: dropout, losses, backward kernels of their own, optimizer updates, state."""
+
+from __future__ import annotations
+
+from sporenet.lite.autodiff.rules import dropout as r_dropout
+from sporenet.lite.autodiff.rules import losses as r_losses
+from sporenet.lite.kernels import state
+from sporenet.lite.kernels.quantized import shape as q_shape
+from sporenet.lite.kernels.training import (
+    activation_grad,
+    dropout,
+    losses,
+    matmul,
+    optimizers,
+    shape_grad,
+)
+from sporenet.lite.ops import OpCode as O
+from sporenet.lite.opset.decl import Channels, declare
+
+OPS = (
+    declare(
+        O.DROPOUT,
+        kernel=dropout.Dropout,
+        grad=r_dropout.dropout,
+        channels=Channels.PASS,
+        writes=(1,),  # its random step counter
+        batch_dependent=True,
+    ),
+    # losses
+    declare(
+        O.SOFTMAX_CROSS_ENTROPY,
+        kernel=losses.SoftmaxCrossEntropy,
+        grad=r_losses.softmax_cross_entropy,
+    ),
+    declare(
+        O.SOFTMAX_CROSS_ENTROPY_GRAD,
+        kernel=losses.SoftmaxCrossEntropyGrad,
+    ),
+    declare(O.MSE_LOSS, kernel=losses.MSELoss, grad=r_losses.mse_loss),
+    declare(
+        O.MSE_LOSS_GRAD,
+        kernel=losses.MSELossGrad,
+    ),
+    declare(
+        O.BCE_WITH_LOGITS,
+        kernel=losses.BCEWithLogits,
+        grad=r_losses.bce_with_logits,
+    ),
+    declare(
+        O.BCE_WITH_LOGITS_GRAD,
+        kernel=losses.BCEWithLogitsGrad,
+    ),
+    # backward kernels that are not some op's forward
+    declare(
+        O.MATMUL_TRANSPOSED,
+        kernel=matmul.MatMulTransposed,
+    ),
+    declare(
+        O.ACTIVATION_GRAD,
+        kernel=activation_grad.ActivationGrad,
+    ),
+    declare(O.SLICE_GRAD, kernel=shape_grad.SliceGrad),
+    declare(O.PAD_GRAD, kernel=shape_grad.PadGrad),
+    declare(O.GATHER_GRAD, kernel=shape_grad.GatherGrad),
+    # optimizer updates and variables (written in place, kept between runs)
+    declare(O.SGD_UPDATE, kernel=optimizers.SGDUpdate, writes=(0, 3)),
+    declare(O.ADAM_UPDATE, kernel=optimizers.AdamUpdate, writes=(0, 3, 4, 5)),
+    # TFLite resource variables: int8 values are read and written as stored, as TFLite does
+    declare(
+        O.ASSIGN,
+        kernel=optimizers.Assign,
+        int8=optimizers.Assign,
+        int8_file_only=True,
+        writes=(0,),
+    ),
+    declare(
+        O.READ_VARIABLE,
+        kernel=state.ReadVariable,
+        int8=q_shape.QReadVariable,
+        int8_file_only=True,
+    ),
+)
