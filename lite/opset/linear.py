@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from sporenet.lite.autodiff.rules import backward as r_backward
 from sporenet.lite.autodiff.rules import conv as r_conv
 from sporenet.lite.autodiff.rules import linear as r_linear
 from sporenet.lite.kernels import conv, conv_transpose, linear
@@ -18,6 +19,7 @@ OPS = (
         kernel=linear.FullyConnected,
         int8=q_linear.QFullyConnected,
         grad=r_linear.fully_connected,
+        grad_differentiable=True,
         fuses=FUSABLE,
         weights=(1, 2),
         quant=Quant(weight=(1, 0), bias=2),
@@ -28,6 +30,7 @@ OPS = (
         kernel=linear.MatMul,
         int8=q_linear.QMatMul,
         grad=r_linear.matmul,
+        grad_differentiable=True,
         weights=(0, 1),
         quant=Quant(weight=(1, -1)),
         float16_widened=True,
@@ -37,6 +40,7 @@ OPS = (
         kernel=conv.Conv2D,
         int8=q_conv.QConv2D,
         grad=r_conv.conv2d,
+        grad_differentiable=True,
         fuses=FUSABLE,
         weights=(1, 2),
         quant=Quant(weight=(1, 0), bias=2),
@@ -52,9 +56,13 @@ OPS = (
         kernel=conv_grad.Conv2DBackpropInput,
         int8=q_conv_transpose.QConv2DBackpropInput,
         int8_file_only=True,
+        grad=r_backward.conv2d_backprop_input,
+        grad_differentiable=True,
     ),
     declare(
         O.CONV2D_BACKPROP_FILTER,
         kernel=conv_grad.Conv2DBackpropFilter,
+        grad=r_backward.conv2d_backprop_filter,
+        grad_differentiable=True,
     ),
 )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from sporenet.lite.autodiff.rules import backward as r_backward
 from sporenet.lite.autodiff.rules import normalization as r_norm
 from sporenet.lite.autodiff.rules import softmax as r_softmax
 from sporenet.lite.kernels import l2_norm, layer_norm, normalization, softmax
@@ -48,6 +49,7 @@ OPS = (
         kernel=softmax.Softmax,
         int8=q_softmax.QSoftmax,
         grad=r_softmax.softmax,
+        grad_differentiable=True,
         quant=Quant(fixed_output=(1.0 / 256, -128)),
     ),
     declare(
@@ -56,9 +58,12 @@ OPS = (
         int8=q_softmax.QLogSoftmax,
         int8_file_only=True,
         grad=r_softmax.log_softmax,
+        grad_differentiable=True,
     ),
     declare(
         O.SOFTMAX_GRAD,
         kernel=activation_grad.SoftmaxGrad,
+        grad=r_backward.softmax_grad,
+        grad_differentiable=True,
     ),
 )

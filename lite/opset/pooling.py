@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from sporenet.lite.autodiff.rules import backward as r_backward
 from sporenet.lite.autodiff.rules import pooling as r_pooling
 from sporenet.lite.kernels import argmax_pool, pooling
 from sporenet.lite.kernels.quantized import pooling as q_pooling
@@ -23,6 +24,7 @@ OPS = (
         kernel=pooling.AvgPool2D,
         int8=q_pooling.QAvgPool2D,
         grad=r_pooling.avg_pool2d,
+        grad_differentiable=True,
         channels=Channels.PASS,
     ),
     declare(
@@ -30,6 +32,7 @@ OPS = (
         kernel=pooling.GlobalAvgPool,
         int8=q_pooling.QGlobalAvgPool,
         grad=r_pooling.global_avg_pool,
+        grad_differentiable=True,
         channels=Channels.PASS,
     ),
     declare(
@@ -43,6 +46,8 @@ OPS = (
     declare(
         O.AVG_POOL2D_GRAD,
         kernel=pool_grad.AvgPool2DGrad,
+        grad=r_backward.avg_pool2d_grad,
+        grad_differentiable=True,
     ),
     declare(O.MAX_POOL_WITH_ARGMAX, kernel=argmax_pool.MaxPoolWithArgmax),
     declare(O.MAX_UNPOOL, kernel=argmax_pool.MaxUnpool),

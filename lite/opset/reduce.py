@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from sporenet.lite.autodiff.rules import backward as r_backward
 from sporenet.lite.autodiff.rules import transform as r_transform
 from sporenet.lite.kernels import reduce
 from sporenet.lite.kernels.quantized import reduce as q_reduce
@@ -16,6 +17,7 @@ OPS = (
         int8=q_reduce.QReduceMean,
         int8_file_only=True,
         grad=r_transform.reduce_mean,
+        grad_differentiable=True,
     ),
     declare(
         O.REDUCE_SUM,
@@ -23,6 +25,7 @@ OPS = (
         int8=q_reduce.QReduceSum,
         int8_file_only=True,
         grad=r_transform.reduce_sum,
+        grad_differentiable=True,
     ),
     declare(O.REDUCE_MAX, kernel=reduce.ReduceMax, int8=q_reduce.QReduceMax, int8_file_only=True),
     declare(O.REDUCE_MIN, kernel=reduce.ReduceMin, int8=q_reduce.QReduceMin, int8_file_only=True),
@@ -33,9 +36,13 @@ OPS = (
     declare(
         O.REDUCE_SUM_TO,
         kernel=broadcast.ReduceSumTo,
+        grad=r_backward.reduce_sum_to,
+        grad_differentiable=True,
     ),
     declare(
         O.REDUCE_GRAD,
         kernel=broadcast.ReduceGrad,
+        grad=r_backward.reduce_grad,
+        grad_differentiable=True,
     ),
 )

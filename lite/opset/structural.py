@@ -111,10 +111,11 @@ OPS = (
         int8=q_shape.QExpand,
         int8_file_only=True,
         grad=r_transform.expand,
+        grad_differentiable=True,
     ),
     declare(O.TILE, kernel=transform.Tile, int8=q_shape.QTile, int8_file_only=True),
     declare(O.SHAPE, kernel=transform.Shape, raw_constants=True),
-    declare(O.WHERE, kernel=transform.Where),
+    declare(O.WHERE, kernel=transform.Where, grad=r_transform.where, grad_differentiable=True),
     declare(
         O.DEPTH_TO_SPACE,
         kernel=transform.DepthToSpace,

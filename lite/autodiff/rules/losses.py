@@ -20,18 +20,20 @@ def softmax_cross_entropy(
 ) -> list[int | None]:
     _no_label_gradient(ctx, node)
     logits, labels = node.inputs
-    if len(grads) > 1 and grads[1] is not None:
-        raise UnsupportedOpError(
-            f"SOFTMAX_CROSS_ENTROPY {node.name!r}: no gradient through "
-            "its probabilities output; use a separate Softmax"
-        )
     # The forward node's output 1 holds the probabilities; without it, recompute them.
     has_probs = len(node.outputs) > 1
     probs = node.outputs[1] if has_probs else ctx.op(OpCode.SOFTMAX, [logits], axis=-1)
     smoothing = float(node.attrs.get("label_smoothing", 0.0))
-    dx = ctx.op(
-        OpCode.SOFTMAX_CROSS_ENTROPY_GRAD, [grads[0], probs, labels], label_smoothing=smoothing
-    )
+    dx = None
+    if grads[0] is not None:
+        dx = ctx.op(
+            OpCode.SOFTMAX_CROSS_ENTROPY_GRAD, [grads[0], probs, labels], label_smoothing=smoothing
+        )
+    if len(grads) > 1 and grads[1] is not None:
+        # The probabilities output is softmax(logits) (a second derivative reaches it
+        # through the first one's backward node).
+        dp = ctx.op(OpCode.SOFTMAX_GRAD, [grads[1], probs], axis=-1)
+        dx = dp if dx is None else ctx.op(OpCode.ADD, [dx, dp])
     return [dx, None]
 
 

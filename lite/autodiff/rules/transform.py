@@ -119,3 +119,16 @@ def _reduce(reduction: str):
 
 reduce_sum = _reduce("sum")
 reduce_mean = _reduce("mean")
+
+
+def where(ctx: GradContext, node: Node, grads: list[int | None]) -> list[int | None]:
+    # y = a where c else b: the gradient goes to the input picked, summed over broadcasting.
+    c, a, b = node.inputs
+    y = node.outputs[0]
+    (g,) = grads
+    if g is None:
+        return [None, None, None]
+    zero = ctx.scalar(0.0, y)
+    da = ctx.sum_to(ctx.op(OpCode.WHERE, [c, g, zero]), a, y) if ctx.needs(a) else None
+    db = ctx.sum_to(ctx.op(OpCode.WHERE, [c, zero, g]), b, y) if ctx.needs(b) else None
+    return [None, da, db]

@@ -116,9 +116,9 @@ def test_jvp_is_the_vjp_of_the_vjp(mode):
     np.testing.assert_allclose(tangent, t_tangent.numpy(), rtol=1e-9, atol=1e-12)
 
 
-# Scalar functions whose first backward uses only ops that have rules themselves: the
-# ops that support a second derivative before issue 31 adds second-order rules
-# (docs/autodiff.md keeps the same list).
+# Scalar functions whose first backward uses only ops that have rules themselves (the
+# elementwise ops; tests/unit/autodiff/test_second_order.py covers the backward kernels)
+
 SECOND_ORDER = {
     "ADD": (lambda x: x + x * x, lambda x: x + x * x),
     "SUB": (lambda x: x * 3.0 - x * x * x, lambda x: x * 3.0 - x * x * x),
@@ -165,7 +165,10 @@ def test_hessian_of_a_scalar_function(mode):
 
 @pytest.mark.parametrize(
     ("f", "missing"),
-    [(lambda x: ops.tanh(x), "ACTIVATION_GRAD"), (lambda x: ops.sum(x * x), "REDUCE_GRAD")],
+    [
+        (lambda x: ops.apply(OpCode.GLOBAL_MAX_POOL, x.reshape(1, 3, 1, 1)), "MAX_POOL2D_GRAD"),
+        (lambda x: ops.apply(OpCode.SLICE, x, np.array([1]), np.array([3])), "SLICE_GRAD"),
+    ],
 )
 def test_second_derivative_names_the_backward_op_without_a_rule(f, missing):
     with cloud.using_mode("graph"), pytest.raises(UnsupportedOpError, match=missing):

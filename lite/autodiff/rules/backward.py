@@ -1,0 +1,281 @@
+"""Gradients of the backward kernels, so that a gradient graph can be differentiated again
+(grad(grad(f)), Hessian-vector products).
+
+Each backward kernel (lite/kernels/training/) is linear in the incoming gradient g, so its
+gradient with respect to g is its adjoint (the forward op for a transposed one, the
+backward kernel itself for a self-adjoint one); with respect to the forward values it
+reads, it is the derivative of f' written with ops that have rules themselves, so the
+result can be differentiated a third time.
+"""
+
+from __future__ import annotations
+
+from sporenet.lite.autodiff.context import GradContext
+from sporenet.lite.autodiff.rules.conv import WINDOW_ATTRS
+from sporenet.lite.errors import UnsupportedOpError
+from sporenet.lite.graph import Node
+from sporenet.lite.ops import OpCode
+from sporenet.lite.opset.decl import FROM_OUTPUT, Activation
+
+O = OpCode  # noqa: E741 - short, as in the declaration modules
+
+
+def _batch_sum(ctx: GradContext, grad: int, like: int, out: int) -> int:
+    """`grad` summed to `like`'s shape where a matmul broadcast it over batch axes."""
+    if ctx.shape(like)[:-2] == ctx.shape(out)[:-2]:
+        return grad
+    return ctx.op(O.REDUCE_SUM_TO, [grad, like])
+
+
+def matmul_transposed(ctx: GradContext, node: Node, grads: list[int | None]) -> list[int | None]:
+    # out = A @ B with A = op(a), B = op(b): dA = u @ B^T and dB = A^T @ u, each transposed
+    # back where the operand was.
+    a, b = node.inputs
+    (u,) = grads
+    if u is None:
+        return [None, None]
+    ta, tb = int(node.attrs.get("transpose_a", 0)), int(node.attrs.get("transpose_b", 0))
+    out = node.outputs[0]
+    da = db = None
+    if ctx.needs(a):
+        if ta:
+            da = ctx.op(O.MATMUL_TRANSPOSED, [b, u], transpose_a=tb, transpose_b=1)
+        else:
+            da = ctx.op(O.MATMUL_TRANSPOSED, [u, b], transpose_b=1 - tb)
+        da = _batch_sum(ctx, da, a, out)
+    if ctx.needs(b):
+        if tb:
+            db = ctx.op(O.MATMUL_TRANSPOSED, [u, a], transpose_a=1, transpose_b=ta)
+        else:
+            db = ctx.op(O.MATMUL_TRANSPOSED, [a, u], transpose_a=1 - ta)
+        db = _batch_sum(ctx, db, b, out)
+    return [da, db]
+
+
+def reduce_sum_to(ctx: GradContext, node: Node, grads: list[int | None]) -> list[int | None]:
+    # Summing over broadcast axes is the adjoint of broadcasting: spread u back.
+    g, target = node.inputs
+    (u,) = grads
+    shape, small = ctx.shape(g), ctx.shape(target)
+    lead = len(shape) - len(small)
+    axes = [k for k in range(len(shape)) if k < lead or (small[k - lead] == 1 and shape[k] != 1)]
+    if u is None or not axes:
+        return [u, None]
+    return [ctx.op(O.REDUCE_GRAD, [u, g], axes=axes, keepdims=1, reduction="sum"), None]
+
+
+def reduce_grad(ctx: GradContext, node: Node, grads: list[int | None]) -> list[int | None]:
+    # Spreading g over the reduced axes (divided by their size for a mean) is the adjoint
+    # of the reduction itself.
+    g, x = node.inputs
+    (u,) = grads
+    if u is None:
+        return [None, None]
+    reduction = str(node.attrs.get("reduction", "sum"))
+    op = O.REDUCE_MEAN if reduction == "mean" else O.REDUCE_SUM
+    keepdims = int(node.attrs.get("keepdims", 1))
+    rank = ctx.rank(x)
+    axes = sorted({int(a) % rank for a in node.attrs.get("axes", [])}) or list(range(rank))
+    du = ctx.op(op, [u], axes=axes, keepdims=keepdims)
+    shape = ctx.shape(x)
+    reduced = [1 if k in axes else d for k, d in enumerate(shape)]
+    if not keepdims:
+        reduced = [d for k, d in enumerate(shape) if k not in axes]
+    if list(ctx.shape(g)) != reduced and ctx.shape(g).count(-1) <= 1:
+        du = ctx.op(O.RESHAPE, [du], shape=list(ctx.shape(g)))  # g stored in another shape
+    return [du, None]
+
+
+def _mask(ctx: GradContext, x: int, lo: float | None, hi: float | None) -> int:
+    """1.0 where lo < x < hi, else 0.0 (a float tensor shaped like x)."""
+    parts = []
+    if lo is not None:
+        parts.append(ctx.op(O.GREATER, [x, ctx.scalar(lo, x)]))
+    if hi is not None:
+        parts.append(ctx.op(O.LESS, [x, ctx.scalar(hi, x)]))
+    floats = [ctx.op(O.CAST, [p], to=str(ctx.dtype(x))) for p in parts]
+    return floats[0] if len(floats) == 1 else ctx.op(O.MUL, floats)
+
+
+def _second_derivative(ctx: GradContext, node: Node, name: Activation) -> int | None:
+    """f'' of the activation, as a function of x, or of y = f(x) for FROM_OUTPUT ones
+    (then d f'(y) / dy); None where it is zero almost everywhere."""
+    x, y = node.inputs[1], node.inputs[2] if len(node.inputs) > 2 else -1
+    mul, sub = (lambda a, b: ctx.op(O.MUL, [a, b])), (lambda a, b: ctx.op(O.SUB, [a, b]))
+    if name == Activation.SIGMOID:  # f' = y (1 - y): d/dy = 1 - 2y
+        return sub(ctx.scalar(1.0, y), ctx.scale(y, 2.0, y))
+    if name == Activation.TANH:  # f' = 1 - y^2: d/dy = -2y
+        return ctx.scale(y, -2.0, y)
+    if name in (Activation.SILU, Activation.SOFTPLUS):
+        s = ctx.op(O.SIGMOID, [x])
+        ds = mul(s, sub(ctx.scalar(1.0, x), s))  # s' = s (1 - s)
+        if name == Activation.SOFTPLUS:  # f' = s
+            return ds
+        # f' = s + x s': f'' = 2 s' + x s' (1 - 2 s)
+        curve = mul(x, sub(ctx.scalar(1.0, x), ctx.scale(s, 2.0, x)))
+        return mul(ds, ctx.op(O.ADD, [ctx.scalar(2.0, x), curve]))
+    if name == Activation.GELU:
+        if str(node.attrs.get("approximate", "none")) != "none":
+            raise UnsupportedOpError(
+                f"ACTIVATION_GRAD {node.name!r}: no second derivative of the tanh GELU"
+            )
+        # f' = Phi + x phi: f'' = phi (2 - x^2), phi(x) = exp(-x^2 / 2) / sqrt(2 pi)
+        x2 = mul(x, x)
+        phi = ctx.scale(ctx.op(O.EXP, [ctx.scale(x2, -0.5, x)]), 0.3989422804014327, x)
+        return mul(phi, sub(ctx.scalar(2.0, x), x2))
+    if name == Activation.ELU:  # alpha e^x for x < 0
+        alpha = float(node.attrs.get("alpha", 1.0))
+        below = _mask(ctx, x, None, 0.0)
+        return mul(below, ctx.scale(ctx.op(O.EXP, [x]), alpha, x))
+    if name == Activation.HARD_SWISH:  # f' = (2x + 3) / 6 on (-3, 3): f'' = 1/3 there
+        return ctx.scale(_mask(ctx, x, -3.0, 3.0), 1.0 / 3.0, x)
+    return None  # piecewise linear: relu, relu6, clip, leaky_relu, hard_sigmoid, abs
+
+
+def activation_grad(ctx: GradContext, node: Node, grads: list[int | None]) -> list[int | None]:
+    # dx = g f'(v), v = x or y: linear in g (its adjoint is itself), and d/dv = g f''(v).
+    g = node.inputs[0]
+    (u,) = grads
+    out: list[int | None] = [None] * len(node.inputs)
+    if u is None:
+        return out
+    name = Activation(str(node.attrs.get("activation", "none")))
+    if ctx.needs(g):
+        out[0] = ctx.op(O.ACTIVATION_GRAD, [u, *node.inputs[1:]], **node.attrs)
+    at = 2 if name in FROM_OUTPUT else 1
+    if at < len(node.inputs) and ctx.needs(node.inputs[at]):
+        curve = _second_derivative(ctx, node, name)
+        if curve is not None:
+            out[at] = ctx.op(O.MUL, [ctx.op(O.MUL, [u, g]), curve])
+    return out
+
+
+def softmax_grad(ctx: GradContext, node: Node, grads: list[int | None]) -> list[int | None]:
+    # softmax: dx = y (g - s), s = sum(g y); log-softmax: dx = g - p sum(g), p = exp(y).
+    g, y = node.inputs
+    (u,) = grads
+    if u is None:
+        return [None, None]
+    axis = int(node.attrs.get("axis", -1))
+    total = lambda t: ctx.op(O.REDUCE_SUM, [t], axes=[axis], keepdims=1)  # noqa: E731
+    mul, sub = (lambda a, b: ctx.op(O.MUL, [a, b])), (lambda a, b: ctx.op(O.SUB, [a, b]))
+    dg = dy = None
+    if int(node.attrs.get("log", 0)):
+        p = ctx.op(O.EXP, [y])
+        if ctx.needs(g):
+            dg = sub(u, total(mul(u, p)))
+        if ctx.needs(y):
+            dy = ctx.op(O.NEG, [mul(mul(u, p), total(g))])
+        return [dg, dy]
+    if ctx.needs(g):
+        dg = ctx.op(O.SOFTMAX_GRAD, [u, y], axis=axis)
+    if ctx.needs(y):
+        dy = sub(mul(u, sub(g, total(mul(g, y)))), mul(g, total(mul(u, y))))
+    return [dg, dy]
+
+
+def conv2d_backprop_input(
+    ctx: GradContext, node: Node, grads: list[int | None]
+) -> list[int | None]:
+    # dx = conv^T(g, w), bilinear: d/dg = conv(u, w), d/dw = the filter gradient of (g, u).
+    g, w = node.inputs[:2]
+    (u,) = grads
+    out: list[int | None] = [None] * len(node.inputs)
+    if u is None:
+        return out
+    attrs = {k: node.attrs[k] for k in WINDOW_ATTRS if k in node.attrs}
+    if ctx.needs(g):
+        out[0] = ctx.op(O.CONV2D, [u, w], **attrs)
+    if ctx.needs(w):
+        out[1] = ctx.op(O.CONV2D_BACKPROP_FILTER, [g, u, w], **attrs)
+    return out
+
+
+def conv2d_backprop_filter(
+    ctx: GradContext, node: Node, grads: list[int | None]
+) -> list[int | None]:
+    # dw = filter gradient of (g, x), bilinear: d/dg = conv(x, u), d/dx = conv^T(g, u).
+    g, x = node.inputs[:2]
+    (u,) = grads
+    out: list[int | None] = [None] * len(node.inputs)
+    if u is None:
+        return out
+    attrs = {k: node.attrs[k] for k in WINDOW_ATTRS if k in node.attrs}
+    if ctx.needs(g):
+        out[0] = ctx.op(O.CONV2D, [x, u], **attrs)
+    if ctx.needs(x):
+        out[1] = ctx.op(O.CONV2D_BACKPROP_INPUT, [g, u, x], **attrs)
+    return out
+
+
+def avg_pool2d_grad(ctx: GradContext, node: Node, grads: list[int | None]) -> list[int | None]:
+    # Spreading g over the windows is the adjoint of averaging them.
+    (u,) = grads
+    if u is None:
+        return [None, None]
+    return [ctx.op(O.AVG_POOL2D, [u], **node.attrs), None]
+
+
+def _mean_scale(ctx: GradContext, g: int, like: int) -> int:
+    """g / size(like), spread to like's shape (the size may follow the batch)."""
+    axes = list(range(ctx.rank(like)))
+    return ctx.op(O.REDUCE_GRAD, [g, like], axes=axes, keepdims=0, reduction="mean")
+
+
+def _per_unit_gradient(ctx: GradContext, node: Node, u: int) -> int:
+    """d loss-gradient / d g: the kernel at g = 1 dotted with u (a scalar like g)."""
+    g = node.inputs[0]
+    shape = list(ctx.shape(g))
+    one = ctx.scalar(1.0, g)
+    if shape:
+        one = ctx.op(O.RESHAPE, [one], shape=shape)
+    unit = ctx.op(node.op, [one, *node.inputs[1:]], **node.attrs)
+    dot = ctx.op(O.REDUCE_SUM, [ctx.op(O.MUL, [u, unit])], keepdims=0)
+    return ctx.op(O.RESHAPE, [dot], shape=shape) if shape else dot
+
+
+def mse_loss_grad(ctx: GradContext, node: Node, grads: list[int | None]) -> list[int | None]:
+    # d = g 2 (p - t) / size: d/dp = 2 g u / size, d/dt = -d/dp.
+    g, p, t = node.inputs
+    (u,) = grads
+    if u is None:
+        return [None, None, None]
+    dg = _per_unit_gradient(ctx, node, u) if ctx.needs(g) else None
+    dp = ctx.op(O.MUL, [u, _mean_scale(ctx, ctx.scale(g, 2.0, g), p)])
+    return [dg, dp if ctx.needs(p) else None, ctx.op(O.NEG, [dp]) if ctx.needs(t) else None]
+
+
+def bce_with_logits_grad(ctx: GradContext, node: Node, grads: list[int | None]) -> list[int | None]:
+    # d = g (sigmoid(x) - t) / size: d/dx = g u s (1 - s) / size.
+    g, x, t = node.inputs
+    (u,) = grads
+    if u is None:
+        return [None, None, None]
+    if ctx.needs(t):
+        raise UnsupportedOpError(f"BCE_WITH_LOGITS_GRAD {node.name!r}: no gradient in targets")
+    dg = _per_unit_gradient(ctx, node, u) if ctx.needs(g) else None
+    s = ctx.op(O.SIGMOID, [x])
+    ds = ctx.op(O.MUL, [s, ctx.op(O.SUB, [ctx.scalar(1.0, x), s])])
+    dx = ctx.op(O.MUL, [ctx.op(O.MUL, [u, ds]), _mean_scale(ctx, g, x)])
+    return [dg, dx if ctx.needs(x) else None, None]
+
+
+def softmax_cross_entropy_grad(
+    ctx: GradContext, node: Node, grads: list[int | None]
+) -> list[int | None]:
+    # d = g (p - target) / N over N rows of C classes: d/dp = g u / N = g u C / size.
+    g, p = node.inputs[:2]
+    (u,) = grads
+    if u is None:
+        return [None, None, None]
+    classes = ctx.shape(p)[-1]
+    if ctx.needs(p) and classes == -1:
+        raise UnsupportedOpError(
+            f"SOFTMAX_CROSS_ENTROPY_GRAD {node.name!r}: a second derivative needs a known "
+            "number of classes"
+        )
+    dg = _per_unit_gradient(ctx, node, u) if ctx.needs(g) else None
+    dp = None
+    if ctx.needs(p):
+        dp = ctx.op(O.MUL, [u, _mean_scale(ctx, ctx.scale(g, float(classes), g), p)])
+    return [dg, dp, None]
