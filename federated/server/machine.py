@@ -63,6 +63,7 @@ class Rules:
             max_fruitless_reselections=config.max_fruitless_reselections,
             seed=config.seed,
             reselect_when_short=reselect_when_short,
+            concurrency=config.job.concurrency if config.job.is_async else 0,
         )
 
 

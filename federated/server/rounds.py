@@ -35,6 +35,7 @@ from sporenet.federated.errors import (
     quote,
 )
 from sporenet.federated.server import hierarchy, job_security, job_settings, restore, state_dir
+from sporenet.federated.server.async_fit import AsyncFit
 from sporenet.federated.server.config import SecureConfig, ServerConfig
 from sporenet.federated.server.current_model import CurrentModel
 from sporenet.federated.server.evaluate import EvaluatePhase
@@ -204,7 +205,9 @@ class RoundManager:
         job = ctx.job
         ctx.clients.restore_phase({cid: status for cid, (status, _, _) in found.rows.items()})
         task_config = self._publisher.task_config()
-        if found.secure_state is not None:
+        if ctx.config.job.is_async:
+            ctx.phase = AsyncFit.restored(ctx, task_config, found.rows)
+        elif found.secure_state is not None:
             settings = ctx.config.secure_aggregation or SecureConfig()
             ctx.phase = SecureFit.restored(ctx, task_config, settings, found.secure_state)
         elif job.phase == Phase.FIT:
@@ -221,6 +224,8 @@ class RoundManager:
         task_config = self._publisher.task_config()
         if ctx.job.phase == Phase.EVALUATE:
             return EvaluatePhase(ctx, task_config)
+        if ctx.config.job.is_async:
+            return AsyncFit(ctx, task_config)
         sa = ctx.config.secure_aggregation
         if sa is not None:
             return SecureFit(ctx, task_config, sa)
