@@ -86,8 +86,10 @@ class AsyncFit:
         self._buffer_size = job.buffer_size
         self._max_staleness = job.max_staleness
         self._staleness: Staleness = make_staleness(job.staleness, job.staleness_options)
+        # Central DP: the clipped updates' sum over a fixed denominator, K, noised once
+        # per buffer (an update more than K adds no more than C/K, like each of the K).
         self._aggregator: Aggregator = ctx.privacy.make_aggregator(
-            ctx.strategy, ctx.model.template, 0
+            ctx.strategy, ctx.model.template, job.buffer_size
         )
         self._assigned: dict[str, Assignment] = dict(assigned or {})
         self._answered: dict[str, str] = {}  # client -> the task id its accepted update answered
@@ -100,6 +102,8 @@ class AsyncFit:
     def start(self, now: float, cohort: list[str]) -> None:
         """The job's first buffer: `cohort` (up to `concurrency` live devices) trains on
         the current version."""
+        if self._ctx.privacy.enabled:  # what the ledger records as each buffer's cohort
+            self._ctx.job.dp_cohort = self._buffer_size
         self._assign(now, cohort)
 
     @classmethod

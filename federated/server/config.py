@@ -383,12 +383,6 @@ class ServerConfig:
                 "buffer would need a SecAgg+ instance among the devices that fill it, which is "
                 "not built; run the async job without secure aggregation or in sync mode"
             )
-        if self.differential_privacy is not None:
-            raise ConfigError(
-                '`job.mode` "async" with `differential_privacy` is not supported: the '
-                "accountant's charge per published buffer for asynchronous selection is not "
-                "built; run the async job without DP or in sync mode"
-            )
         if self.evaluate_every:
             raise ConfigError(
                 '`evaluate_every` must be 0 with `job.mode` "async": an evaluate phase would '

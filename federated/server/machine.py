@@ -88,10 +88,13 @@ class Step:
 
 @dataclass(frozen=True)
 class Start:
-    """The phase may start: a cohort of `size` out of `live`."""
+    """The phase may start: a cohort of `size` out of `live`, which DP charges as a
+    sample at `rate` (size/live for a round's uniform sample; 1 for async buffers,
+    whose members are whoever finishes first, not a uniform sample)."""
 
     live: tuple[str, ...]
     size: int
+    rate: float
 
 
 @dataclass(frozen=True)
@@ -152,11 +155,16 @@ class RoundMachine:
                 )
             return Wait()
         if fit and rules.concurrency:
-            return Start(tuple(live), min(len(live), rules.concurrency))
+            return Start(tuple(live), min(len(live), rules.concurrency), 1.0)
         fraction = rules.fraction if fit else rules.evaluate_fraction
         least = rules.min_clients if fit else 1
         size = min(len(live), max(least, math.ceil(fraction * len(live))))
-        return Start(tuple(live), size)
+        return Start(tuple(live), size, size / len(live))
+
+    def smallest_rate(self) -> float:
+        """The smallest sampling rate a fit phase can be charged (the budget check after
+        a publication): `fraction` for rounds, 1 for async buffers."""
+        return 1.0 if self.rules.concurrency else self.rules.fraction
 
     def choose(self, plan: Start) -> list[str]:
         """The cohort: a sample seeded by the job's seed, round, phase and secure run, so

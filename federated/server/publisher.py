@@ -258,7 +258,7 @@ class CloudPublisher:
             # (After an evaluate phase, the next fit phase's start checks instead.)
             if job.status == JobStatus.RUNNING and job.phase == Phase.FIT:
                 privacy = ctx.privacy
-                why = privacy.budget_left(privacy.charged_rate(ctx.config.fraction))
+                why = privacy.budget_left(privacy.charged_rate(ctx.machine.smallest_rate()))
                 if why:
                     finish_for_budget(ctx, why)
             ctx.model.publish(publication.data, publication.moments, record)

@@ -691,7 +691,7 @@ class RoundManager:
             return
         fit = job.phase == Phase.FIT
         if fit and self.privacy.enabled:
-            rate = self.privacy.charged_rate(plan.size / len(plan.live))
+            rate = self.privacy.charged_rate(plan.rate)
             why = self.privacy.budget_left(rate)
             if why:
                 finish_for_budget(ctx, why)

@@ -34,8 +34,14 @@ def w0(tmp_path: Path) -> dict[str, np.ndarray]:
 def start(tmp_path: Path, w0: dict, clock: FakeClock) -> Iterator[Start]:
     made: list[RoundManager] = []
 
-    def make(clients: str = "", checkpoint_every: int = 16, **job: object) -> RoundManager:
-        table = {
+    def make(
+        clients: str = "",
+        checkpoint_every: int = 16,
+        dp: dict | None = None,
+        delta: float = 1e-5,
+        **job: object,
+    ) -> RoundManager:
+        table: dict[str, object] = {
             "checkpoint_every": checkpoint_every,
             "state_dir": str(tmp_path / "state"),
             "model": str(tmp_path / "init.spore"),
@@ -46,6 +52,8 @@ def start(tmp_path: Path, w0: dict, clock: FakeClock) -> Iterator[Start]:
             "round_timeout": 600.0,
             "job": {"mode": "async", "concurrency": 2, "buffer_size": 2, **job},
         }
+        if dp is not None:
+            table["differential_privacy"] = {**dp, "delta": delta}
         m = RoundManager(
             build_config(table, {}), metrics=Metrics(), logger=logging.getLogger("t"), clock=clock
         )
@@ -216,3 +224,43 @@ def test_the_job_ends_after_its_last_buffer(
         assert m.job.model_version == version + 1
         m.tick()
     assert m.job.status == JobStatus.FINISHED and m.get_task("a").type == TaskType.DONE
+
+
+def test_dp_charges_each_buffer_as_an_unsampled_gaussian_as_dp_accounting_does(
+    tmp_path: Path, w0: dict, clock: FakeClock, start: Start
+) -> None:
+    """Which devices fill a buffer depends on who finishes first, not on a uniform random
+    sample, so no amplification by sampling is claimed: each published buffer is charged
+    as one Gaussian mechanism (q = 1) with the job's noise multiplier, checked against
+    Google's dp-accounting (PLD, replace-one adjacency)."""
+    dpa = pytest.importorskip("dp_accounting", reason="dp-accounting is a test extra")
+    from dp_accounting.pld import pld_privacy_accountant
+    from dp_accounting.rdp import rdp_privacy_accountant
+
+    z, delta = 2.0, 1e-5
+    dp = {"enabled": True, "mode": "central", "noise_multiplier": z, "clipping_norm": 1.0}
+    m = start("abcdefgh", concurrency=4, buffer_size=2, dp=dp, delta=delta)
+    for _ in range(3):
+        busy = sorted(m.clients.with_status(Participant.SELECTED))
+        for cid in busy[:2]:
+            upload(m, cid, 0.1, 5, w0)
+        m.tick()
+        m.tick()
+    assert m.job.model_version == 3 and m.job.status == JobStatus.FINISHED
+    spent = m.store.get_meta("privacy")
+    assert [r["sample_rate"] for r in spent["rounds"]] == [1.0, 1.0, 1.0]
+    assert [r["cohort"] for r in spent["rounds"]] == [2, 2, 2]
+    pld = pld_privacy_accountant.PLDAccountant(
+        dpa.NeighboringRelation.REPLACE_ONE, value_discretization_interval=1e-3
+    )
+    pld.compose(dpa.SelfComposedDpEvent(dpa.GaussianDpEvent(z), 3))
+    exact = float(pld.get_epsilon(delta))
+    # RDP's conversion bounds the exact (PLD) epsilon from above, not far above it.
+    assert exact <= spent["epsilon"] <= 1.35 * exact, (spent["epsilon"], exact)
+    # A uniform sample of 2 out of 8 would have been charged far less: not claimed.
+    sampled = rdp_privacy_accountant.RdpAccountant(
+        neighboring_relation=dpa.NeighboringRelation.REPLACE_ONE
+    )
+    event = dpa.SampledWithoutReplacementDpEvent(8, 2, dpa.GaussianDpEvent(z / 2))
+    sampled.compose(dpa.SelfComposedDpEvent(event, 3))
+    assert float(sampled.get_epsilon(delta)) < exact
