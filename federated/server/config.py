@@ -375,6 +375,14 @@ class ServerConfig:
         if self.job.is_async:
             self._check_async()
 
+    @property
+    def models_kept(self) -> int:
+        """Model versions kept on disk (0: all): `keep_models`, and in an async job at
+        least the versions a device may still be training on (max_staleness + 2)."""
+        if self.keep_models == 0 or not self.job.is_async:
+            return self.keep_models
+        return max(self.keep_models, self.job.max_staleness + 2)
+
     def _check_async(self) -> None:
         """What buffered asynchronous jobs do not combine with (yet), and why."""
         if self.secure_aggregation is not None:

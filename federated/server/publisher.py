@@ -155,7 +155,7 @@ class CloudPublisher:
         self._once.release()
         files.remove()
         # Only now that the store names `version`: a restart before this resumed from the last.
-        removed = ctx.models.prune(record.version, ctx.config.keep_models)
+        removed = ctx.models.prune(record.version, ctx.config.models_kept)
         took = ctx.clock() - t0
         ctx.metrics.inc("sporenet_rounds_completed_total")
         ctx.metrics.set("sporenet_aggregation_seconds", took)

@@ -383,7 +383,7 @@ class RoundManager:
         if version != self.job.model_version and not self.models.path(record).exists():
             raise StaleTaskError(
                 f"model version {version} was deleted (storage.keep_models ="
-                f" {self.config.keep_models}); the latest is {self.job.model_version}"
+                f" {self.config.models_kept}); the latest is {self.job.model_version}"
             )
         return record
 

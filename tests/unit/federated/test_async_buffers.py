@@ -116,6 +116,9 @@ def test_async_settings_are_checked_and_what_they_do_not_combine_with_is_refused
     with pytest.raises(ConfigError, match="secure aggregation"):
         build_config({**base, "secure_aggregation": {"enabled": True}}, {})
     assert "asynchronous" in edge_refusal(config)
+    # the versions a device may still train on stay on disk
+    assert config.keep_models == 3 and config.models_kept == 12
+    assert build_config({**base, "storage": {"keep_models": 0}}, {}).models_kept == 0
 
 
 def test_a_full_buffer_publishes_the_staleness_weighted_mean_and_carries_the_rest(
