@@ -10,6 +10,7 @@ import threading
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from sporenet.federated import Client
 from sporenet.federated.server.status import read_status
@@ -145,3 +146,21 @@ def test_kill9_mid_buffer_loses_no_accepted_update_and_folds_none_twice(
     assert restored["checkpointed"] + restored["refolded"] == accepted
     assert all(size >= 3 for size in check_versions(server.state_dir, w0, 4))
     assert server.terminate() == 0
+
+
+@pytest.mark.slow  # about 35 s here (an edge daemon's start and exit); the reason is unit-tested
+def test_an_async_job_refuses_an_edge_with_the_reason(
+    tmp_path: Path,
+    server_factory,  # type: ignore[no-untyped-def]
+    edge_factory,  # type: ignore[no-untyped-def]
+) -> None:
+    make_model(tmp_path / "init.spore")
+    cloud = server_factory(async_args(tmp_path / "init.spore")).start()
+    edge = edge_factory("edge0", cloud.address, ["--name", "edge-a"]).start()
+    assert edge.proc is not None
+    assert edge.proc.wait(120) == 1, edge.logs()
+    assert "sporenet-edge: error: the cloud refused this edge:" in edge.logs()
+    assert 'the job is asynchronous (job.mode = "async")' in edge.logs()
+    refused = cloud.events("edge_refused")
+    assert refused and refused[0]["client"] == "edge-a"
+    assert cloud.terminate() == 0
