@@ -17,6 +17,8 @@ from sporenet.federated.server.hierarchy import edge_refusal
 from sporenet.federated.server.observability import Metrics
 from sporenet.federated.server.phases import JobStatus, Participant, TaskType
 from sporenet.federated.server.rounds import RoundManager
+from sporenet.federated.server.status import read_status
+from sporenet.federated.server.status_view import phase_in_words
 from sporenet.federated.strategies.staleness import STALENESS, make_staleness
 from sporenet.lite import read_weights
 from tests.integration.federated.helpers import make_model
@@ -267,3 +269,13 @@ def test_dp_charges_each_buffer_as_an_unsampled_gaussian_as_dp_accounting_does(
     event = dpa.SampledWithoutReplacementDpEvent(8, 2, dpa.GaussianDpEvent(z / 2))
     sampled.compose(dpa.SelfComposedDpEvent(event, 3))
     assert float(sampled.get_epsilon(delta)) < exact
+
+
+def test_the_status_says_which_buffer_fills(
+    tmp_path: Path, w0: dict, clock: FakeClock, start: Start
+) -> None:
+    m = start("abc", concurrency=3, buffer_size=2)
+    upload(m, "a", 1.0, 10, w0)
+    assert phase_in_words(read_status(tmp_path / "state"), clock.now) == (
+        "buffer 1 of 3 (asynchronous, on version 0): 1 of 2 updates in, 2 devices training"
+    )
