@@ -49,6 +49,7 @@ CLOUD_KEYS = (
     "fit_config",
     "evaluate_every",
     "differential_privacy",
+    "job",
 )
 #: [upstream] key -> accepted type.
 UPSTREAM_KEYS: dict[str, type] = {

@@ -1,6 +1,6 @@
 """Run an edge: the device-facing daemon and the upstream participant, in one process.
 
-The device-facing side is `run_server` with an EdgeRoundManager. In a new state dir the
+The device-facing side is `run_server` with an EdgeRoundManager's rounds. In a new state dir the
 manager is built when the cloud's first task brings the model (devices that connect
 before then retry with backoff); after a restart it is built at once from the state dir,
 and the upstream participant re-registers under the same name and picks up the task in
@@ -161,7 +161,7 @@ def _run_edge(
     while not stop.is_set() and not node.ready.is_set():
         stop.wait(0.1)
     if node.manager is not None and not failure:
-        code = run_server(config.server, stop=stop, manager=node.manager, metrics=metrics)
+        code = run_server(config.server, stop=stop, manager=node.manager.rounds, metrics=metrics)
     stop.set()
     thread.join(30)
     upstream.close()

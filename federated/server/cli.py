@@ -25,6 +25,7 @@ from sporenet import __version__
 from sporenet.federated.errors import ConfigError
 from sporenet.federated.server.config import ServerConfig, StrategyConfig
 from sporenet.federated.strategies import STRATEGIES
+from sporenet.federated.strategies.staleness import STALENESS
 from sporenet.lite.console import add_threads, apply_threads
 
 DEFAULTS = {f.name: f.default for f in dataclasses.fields(ServerConfig)}
@@ -174,6 +175,33 @@ def _run_parser() -> argparse.ArgumentParser:
         action="store_true",
         default=None,
         help="secure aggregation of fit rounds (settings: [secure_aggregation] in the config)",
+    )
+    p.add_argument(
+        "--async",
+        dest="async",
+        action="store_true",
+        default=None,
+        help='buffered asynchronous aggregation ([job] mode = "async"): a version per buffer',
+    )
+    p.add_argument(
+        "--concurrency", type=int, help="async jobs: devices training at once ([job] concurrency)"
+    )
+    p.add_argument(
+        "--buffer-size",
+        dest="buffer_size",
+        type=int,
+        help="async jobs: updates per buffer, each full buffer publishes a version",
+    )
+    p.add_argument(
+        "--max-staleness",
+        dest="max_staleness",
+        type=int,
+        help="async jobs: refuse updates trained on a version older than this",
+    )
+    p.add_argument(
+        "--staleness",
+        choices=sorted(STALENESS),
+        help="async jobs: the staleness weight ([job.staleness] name; options in the table)",
     )
     add_threads(p)
     return p

@@ -45,6 +45,15 @@ Example `server.toml`:
                           # where clients train, has round_timeout)
     retries = 2           # runs of a failed round, each with a new cohort, before the job fails
 
+    [job]                 # how updates become versions: synchronous rounds (the default)
+    mode = "async"        # or buffered asynchronous aggregation (FedBuff; or --async)
+    concurrency = 20      # devices training at once
+    buffer_size = 10      # updates folded into one buffer; a full buffer publishes a version
+    max_staleness = 8     # updates trained on a version older than this are refused
+    [job.staleness]       # how an update tau versions old is weighted (strategies/staleness)
+    name = "polynomial"   # constant, polynomial ((1 + tau) ** -exponent) or hinge
+    exponent = 0.5
+
     [differential_privacy]  # keys: sporenet.federated.privacy.config
     enabled = true
     mode = "central"      # the server clips each update to clipping_norm and adds noise
@@ -62,6 +71,7 @@ import math
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -178,6 +188,45 @@ class SecureConfig:
             raise ConfigError(f"`secure_aggregation.retries` must be >= 0, got {self.retries!r}")
 
 
+class JobMode(StrEnum):
+    """How a job turns updates into model versions."""
+
+    SYNC = "sync"  # rounds: a sampled cohort, a deadline, one version per round
+    ASYNC = "async"  # buffered asynchronous aggregation (FedBuff): one version per buffer
+
+
+@dataclass(frozen=True, kw_only=True)
+class JobConfig:
+    """`[job]`: synchronous rounds, or buffered asynchronous aggregation (`mode = "async"`:
+    `concurrency` devices train at once, each on the version it downloaded; an update
+    `tau` versions old (at most `max_staleness`) is scaled by the `staleness` weight and
+    folded into the buffer; `buffer_size` updates publish the next version)."""
+
+    mode: JobMode = JobMode.SYNC
+    concurrency: int = 10
+    buffer_size: int = 5
+    max_staleness: int = 10
+    staleness: str = "polynomial"
+    staleness_options: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        checks = [
+            ("concurrency", self.concurrency >= 1, "must be >= 1"),
+            ("buffer_size", self.buffer_size >= 1, "must be >= 1"),
+            ("max_staleness", self.max_staleness >= 0, "must be >= 0"),
+        ]
+        for key, ok, rule in checks:
+            if not ok:
+                raise ConfigError(f"`job.{key}` {rule}, got {getattr(self, key)!r}")
+        from sporenet.federated.strategies.staleness import make_staleness
+
+        make_staleness(self.staleness, self.staleness_options)  # fails here, not at a buffer
+
+    @property
+    def is_async(self) -> bool:
+        return self.mode == JobMode.ASYNC
+
+
 @dataclass(frozen=True, kw_only=True)
 class ServerConfig:
     """Everything the daemon needs to run a job; see the module docstring for the file form."""
@@ -242,6 +291,7 @@ class ServerConfig:
     tls: TLSConfig = field(default_factory=TLSConfig)
     auth: AuthConfig = field(default_factory=AuthConfig)
     secure_aggregation: SecureConfig | None = None  # None: off; see federated/README.md
+    job: JobConfig = field(default_factory=JobConfig)  # `[job]`: sync rounds or async buffers
     differential_privacy: DPConfig | None = None  # None: off; see federated/README.md
 
     def __post_init__(self) -> None:
@@ -322,6 +372,30 @@ class ServerConfig:
             self._check_secure(self.secure_aggregation)
         if self.differential_privacy is not None:
             self._check_dp(self.differential_privacy)
+        if self.job.is_async:
+            self._check_async()
+
+    @property
+    def models_kept(self) -> int:
+        """Model versions kept on disk (0: all): `keep_models`, and in an async job at
+        least the versions a device may still be training on (max_staleness + 2)."""
+        if self.keep_models == 0 or not self.job.is_async:
+            return self.keep_models
+        return max(self.keep_models, self.job.max_staleness + 2)
+
+    def _check_async(self) -> None:
+        """What buffered asynchronous jobs do not combine with (yet), and why."""
+        if self.secure_aggregation is not None:
+            raise ConfigError(
+                '`job.mode` "async" with `secure_aggregation.enabled` is not supported: each '
+                "buffer would need a SecAgg+ instance among the devices that fill it, which is "
+                "not built; run the async job without secure aggregation or in sync mode"
+            )
+        if self.evaluate_every:
+            raise ConfigError(
+                '`evaluate_every` must be 0 with `job.mode` "async": an evaluate phase would '
+                f"stop every device's training between buffers, got {self.evaluate_every}"
+            )
 
     def _check_secure(self, sa: SecureConfig) -> None:
         """Secure rounds need a mean-based strategy and a cohort the protocol can run with."""
@@ -504,7 +578,14 @@ _TOP: dict[str, tuple[str, tuple[type[Any], ...]]] = {
     "auth.token_sha256": ("auth.token_sha256", (dict,)),
 }
 #: Tables read on their own (not flattened into _TOP keys).
-_TABLES = ("strategy", "fit_config", "secure_aggregation", "differential_privacy")
+_TABLES = ("strategy", "fit_config", "secure_aggregation", "differential_privacy", "job")
+#: `[job]` keys -> accepted types (its `staleness` sub-table is read on its own).
+_JOB_KEYS: dict[str, tuple[type[Any], ...]] = {
+    "mode": (str,),
+    "concurrency": (int,),
+    "buffer_size": (int,),
+    "max_staleness": (int,),
+}
 _PATHS = {"model", "state_dir", "tls.cert", "tls.key", "tls.client_ca"}
 _FLOATS = {k for k, (_, types) in _TOP.items() if float in types}
 
@@ -520,6 +601,47 @@ def _flatten(raw: Mapping[str, Any]) -> dict[str, Any]:
     return flat
 
 
+def _job_config(table: Any, overrides: Mapping[str, Any]) -> JobConfig:
+    """The `[job]` table with its flags (`--async`, `--concurrency`, `--buffer-size`,
+    `--max-staleness`, `--staleness`)."""
+    if not isinstance(table, dict):
+        raise ConfigError(f"`job` must be a table, got {table!r}")
+    table = dict(table)
+    staleness = table.pop("staleness", {})
+    if isinstance(staleness, str):
+        staleness = {"name": staleness}
+    if not isinstance(staleness, dict):
+        raise ConfigError(f"`job.staleness` must be a table or a name, got {staleness!r}")
+    staleness = dict(staleness)
+    if overrides.get("async") is not None:
+        table["mode"] = JobMode.ASYNC if overrides["async"] else JobMode.SYNC
+    for key in ("concurrency", "buffer_size", "max_staleness"):
+        if overrides.get(key) is not None:
+            table[key] = overrides[key]
+    if overrides.get("staleness") is not None:
+        staleness = {"name": overrides["staleness"]}
+    out: dict[str, Any] = {}
+    for key, value in table.items():
+        types = _JOB_KEYS.get(key)
+        if types is None:
+            known = sorted([*_JOB_KEYS, "staleness"])
+            raise ConfigError(f"unknown key `job.{key}`; known keys: {known}")
+        if not isinstance(value, types) or isinstance(value, bool):
+            names = " or ".join(t.__name__ for t in types)
+            raise ConfigError(f"`job.{key}` must be {names}, got {value!r}")
+        out[key] = value
+    if "mode" in out:
+        try:
+            out["mode"] = JobMode(out["mode"])
+        except ValueError:
+            modes = [m.value for m in JobMode]
+            raise ConfigError(f"`job.mode` must be one of {modes}, got {out['mode']!r}") from None
+    name = staleness.pop("name", JobConfig.staleness)
+    if not isinstance(name, str):
+        raise ConfigError(f"`job.staleness.name` must be str, got {name!r}")
+    return JobConfig(**out, staleness=name, staleness_options=staleness)
+
+
 def build_config(file_values: Mapping[str, Any], overrides: Mapping[str, Any]) -> ServerConfig:
     """A checked ServerConfig from parsed TOML values plus flag overrides (None = not given)."""
     raw = dict(file_values)
@@ -533,6 +655,7 @@ def build_config(file_values: Mapping[str, Any], overrides: Mapping[str, Any]) -
         raise ConfigError(f"`fit_config` must be a table, got {fit_config!r}")
     secure = _secure_config(raw.pop("secure_aggregation", {}), overrides.get("secure"))
     dp = dp_config_from_table(raw.pop("differential_privacy", {}))
+    job = _job_config(raw.pop("job", {}), overrides)
     flat = _flatten(raw)
     flat.update({k: v for k, v in overrides.items() if v is not None and k in _TOP})
     kwargs: dict[str, Any] = {}
@@ -564,6 +687,7 @@ def build_config(file_values: Mapping[str, Any], overrides: Mapping[str, Any]) -
     kwargs["auth"] = AuthConfig(**tables["auth"])
     kwargs["secure_aggregation"] = secure
     kwargs["differential_privacy"] = dp
+    kwargs["job"] = job
     if "state_dir" not in kwargs:
         raise ConfigError("`state_dir` is required (--state-dir or state_dir in the config file)")
     try:

@@ -6,7 +6,7 @@ its sample count their total. Mean-based aggregation composes across tiers: the 
 weighted mean of the edges' means is the weighted mean over every device. A job whose
 aggregation needs more than that is refused when the edge registers (HierarchyError,
 FAILED_PRECONDITION), with the reason, so the edge stops instead of training a model that
-differs from what the job promises.
+differs from what the job promises. Asynchronous (buffered) jobs take no edges at all.
 
 Differential privacy crosses the tiers in local mode only: the task config's `dp_local_*`
 keys reach the devices through the edge unchanged, each device clips and noises its own
@@ -33,6 +33,14 @@ def is_edge(info: Mapping[str, str]) -> bool:
 
 def edge_refusal(config: ServerConfig) -> str:
     """Why the job of `config` cannot take an edge aggregator ('' when it can)."""
+    if config.job.is_async:
+        return (
+            'the job is asynchronous (job.mode = "async"): an edge\'s update is its whole '
+            "cohort's mean, so the cloud would count many devices as one buffered update and "
+            "weigh them all by one staleness, and the edge's local round would hold its devices "
+            "to a deadline the async job does not have; connect the devices to the cloud "
+            "directly for async jobs, or run the job in sync mode with edges"
+        )
     strategy = config.strategy.name
     if make_strategy(strategy, config.strategy.options).needs_individual_updates:
         return (

@@ -50,6 +50,15 @@ def job_table(config: ServerConfig) -> dict[str, Any]:
     dp = config.differential_privacy
     if dp is not None:
         out["differential_privacy"] = {"enabled": True, **dataclasses.asdict(dp)}
+    job = config.job
+    if job.is_async:  # (sync jobs store no `[job]` table, as before it existed)
+        out["job"] = {
+            "mode": job.mode.value,
+            "concurrency": job.concurrency,
+            "buffer_size": job.buffer_size,
+            "max_staleness": job.max_staleness,
+            "staleness": {"name": job.staleness, **job.staleness_options},
+        }
     return _without_none(out)
 
 

@@ -1,29 +1,19 @@
-"""The round state machine: who trains what, when a phase closes, and publishing its model.
+"""The round manager: one job's rounds, behind the calls the transports make.
 
 A job runs `rounds` rounds. Each round has a fit phase and, every `evaluate_every` rounds,
-an evaluate phase. A phase is first *waiting* (not enough live clients yet), then *active*:
-a sample of live clients is selected, they download the model and upload updates, which
-are validated and folded into the phase's aggregator as they arrive. The phase closes
-when every selected client has answered (accepted, refused or dropped out) or at its
-deadline; a fit phase with fewer than `min_clients` accepted updates selects replacements
-instead of closing. Closing aggregates, applies the strategy and publishes the next model
-version.
-
-With `[secure_aggregation]`, a fit phase holds a SecurePhase (SecAgg+) instead of an
-aggregator: the cohort is fixed when the phase starts, and each protocol stage closes as
-secure_phase.py says. Fewer than `threshold` survivors run the round again with a new
-cohort (up to `secure_aggregation.retries` times) and then fail the job.
-
-The collaborators, one file each: `Participants` (liveness and the phase's statuses),
-`ModelStore` (model versions), `PhaseFiles` (kept updates and aggregate checkpoints),
-`PrivacyLedger` (differential privacy), `SecurePhase`, and the SQLite `Store`, written in
-one transaction per transition, so a restart continues where the job stopped. Time comes
-from the injected `clock`; the transports (servicer.py, session.py) call the public
-methods and map their exceptions to status codes.
+an evaluate phase. What the job does next is the pure `RoundMachine` (machine.py); the
+open phase is an `OpenPhase` (open_phase.py: plain fit, secure fit or evaluate), and
+what a closed phase becomes is the tier's `Publisher` (publisher.py: the cloud publishes
+a model version; an edge keeps a partial aggregate for the cloud, edge/rounds.py). This
+class composes them: it holds the lock, persists each transition in one store
+transaction (so a restart continues where the job stopped), validates updates, and
+answers the transports (servicer.py, session.py), which map its exceptions to status
+codes. Time comes from the injected `clock`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import math
@@ -31,11 +21,10 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from sporenet.federated.aggregation import Aggregator
 from sporenet.federated.common.codec import decode_update
 from sporenet.federated.errors import (
     AggregationError,
@@ -45,34 +34,55 @@ from sporenet.federated.errors import (
     UpdateRejectedError,
     quote,
 )
-from sporenet.federated.server import (
-    hierarchy,
-    job_security,
-    job_settings,
-    restore,
-    secure_calls,
-    state_dir,
-)
-from sporenet.federated.server.config import ServerConfig
+from sporenet.federated.server import hierarchy, job_security, job_settings, restore, state_dir
+from sporenet.federated.server.async_fit import AsyncFit
+from sporenet.federated.server.config import SecureConfig, ServerConfig
+from sporenet.federated.server.current_model import CurrentModel
+from sporenet.federated.server.evaluate import EvaluatePhase
+from sporenet.federated.server.job_context import Clock, JobContext, PartialUploads
 from sporenet.federated.server.ledger import PrivacyLedger
+from sporenet.federated.server.machine import RoundMachine, Rules, Wait
 from sporenet.federated.server.models import ModelStore
 from sporenet.federated.server.observability import Metrics, log_event
+from sporenet.federated.server.open_phase import (
+    Answer,
+    Evaluation,
+    OpenPhase,
+    SecureMessage,
+    Tick,
+    Update,
+    Withdrawal,
+)
 from sporenet.federated.server.participants import Participants
-from sporenet.federated.server.phase_files import PhaseFiles, file_key
 from sporenet.federated.server.phases import JobStatus, Participant, Phase, TaskInfo, TaskType
-from sporenet.federated.server.publication import PublishOnce
-from sporenet.federated.server.round_loop import Clock, RoundLoop, weighted_metrics
-from sporenet.federated.server.secure_phase import SecurePhase
-from sporenet.federated.server.state import ModelRecord
+from sporenet.federated.server.plain_fit import PlainFit
+from sporenet.federated.server.publisher import (
+    CloudPublisher,
+    Publisher,
+    finish_for_budget,
+    weighted_metrics,
+)
+from sporenet.federated.server.secure_fit import SecureFit
+from sporenet.federated.server.state import JobState, ModelRecord, Store
 from sporenet.federated.server.status import config_summary
 from sporenet.federated.server.validation import parse_metrics, validate_update
 from sporenet.federated.strategies import make_strategy
-from sporenet.lite import WeightsReader
 
 MAX_REFUSALS = 3  # a client whose update is refused this often sits out the rest of the phase
 
+#: Builds the tier's publisher for a job (the cloud's by default).
+PublisherFor = Callable[[JobContext], Publisher]
 
-class RoundManager(RoundLoop):
+#: The phase kind each answer belongs to.
+_ANSWER_PHASE: dict[type, Phase] = {
+    Update: Phase.FIT,
+    SecureMessage: Phase.FIT,
+    Withdrawal: Phase.FIT,
+    Evaluation: Phase.EVALUATE,
+}
+
+
+class RoundManager:
     """The job's rounds; every public method is thread-safe."""
 
     def __init__(
@@ -82,6 +92,8 @@ class RoundManager(RoundLoop):
         metrics: Metrics,
         logger: logging.Logger,
         clock: Clock = time.time,
+        publisher: PublisherFor = CloudPublisher,
+        reselect_when_short: bool = True,
     ) -> None:
         """Open the job in `config.state_dir`: resume it, or start it from `config.model`.
 
@@ -90,121 +102,191 @@ class RoundManager(RoundLoop):
             metrics: where counters and gauges go (the /metrics endpoint).
             logger: where the JSON events go.
             clock: seconds since the epoch; deadlines are saved in this time.
+            publisher: the tier's publisher, built with the job's context.
+            reselect_when_short: whether a fit phase short of min_clients at its deadline
+                asks replacements (the cloud) or gives up (an edge).
 
         Raises:
             ConfigError: the state dir and the settings do not make a runnable job.
         """
         self.config, self.metrics, self.log, self.clock = config, metrics, logger, clock
-        self.strategy = make_strategy(config.strategy.name, config.strategy.options)
         self.dir = Path(config.state_dir)
         state_dir.prepare(self.dir)
         self._dir_lock = state_dir.StateDirLock(self.dir)  # one daemon per state dir
+        store = None
         try:
-            self._open_job(config, clock)
+            store = state_dir.open_store(self.dir)
+            self.context = self._open_job(config, store, publisher, reselect_when_short)
         except BaseException:  # a refused start gives the state dir back
-            if hasattr(self, "store"):
-                self.store.close()
+            if store is not None:
+                store.close()
             self._dir_lock.close()
             raise
-
-    def _open_job(self, config: ServerConfig, clock: Clock) -> None:
-        """Resume the job in the state dir, or start it (the constructor, once locked)."""
-        self.store = state_dir.open_store(self.dir)
-        self._with_parts: set[str] = set()  # clients whose uploads may have kept a .part
-        self._phase_files: tuple[tuple[int, str], PhaseFiles] | None = None
-        self._clear_uploads()  # a restart's clients upload again from byte 0
-        self.models = ModelStore(self.dir)
-        self.clients = Participants()
-        # The published model's weights, as read-only views of its bytes: each round's
-        # model differs from the last only in them, so it is parsed once.
-        # Only trainable tensors are federated (all float constants when none is flagged):
-        # the others (input scaling, frozen statistics) stay as the initial model has them.
-        self._weights_reader = WeightsReader(trainable_only=True)
-        self._lock = threading.RLock()
-        self._changed = threading.Condition(self._lock)
+        ctx = self.context
+        self.store, self.models, self.clients = ctx.store, ctx.models, ctx.clients
+        self.privacy, self.strategy, self.wake = ctx.privacy, ctx.strategy, ctx.wake
         self._decode_slots = threading.BoundedSemaphore(2)  # bounds decode memory, not clients
         self._stopping = False
         self._aggregating = False
-        self._publication = PublishOnce()  # a closed phase's model until it is durable
-        # Set when an arrival may let the round loop act (start or close a phase) before
-        # its next periodic tick. Polls are woken only by phase changes: waking every
-        # poller on every update costs O(clients²) per round.
-        self.wake = threading.Event()
-        # Called (under the lock) whenever tasks may have changed: how the asyncio
-        # sessions learn of it.
-        self._change_listeners: list[Callable[[], None]] = []
-        self._aggregator: Aggregator | None = None
-        self._secure: SecurePhase | None = None  # the open secure fit phase, if any
-        self._since_checkpoint = 0
-        # (aggregator, how many of its clients' kept updates are dropped, the last of them)
-        self._phase_t0 = clock()
         # Once the job has ended: the clients told so (with its final model), and since when.
         self._told_done: set[str] = set()
         self._ended_at: float | None = None
 
-        now = clock()
-        job = self.store.job()
-        self.privacy = PrivacyLedger(
+    def _open_job(
+        self, config: ServerConfig, store: Store, publisher: PublisherFor, reselect: bool
+    ) -> JobContext:
+        """Resume the job in the state dir, or start it (the constructor, once locked)."""
+        uploads = PartialUploads(self.dir)
+        uploads.clear()  # a restart's clients upload again from byte 0
+        models = ModelStore(self.dir)
+        now = self.clock()
+        job = store.job()
+        privacy = PrivacyLedger(
             config.differential_privacy,
-            self.store.get_meta("privacy"),
+            store.get_meta("privacy"),
             resumed_round=job.round if job is not None else None,
         )
         if job is None:
-            job = restore.init_job(self, now)
+            job = restore.new_job(store, models, config, privacy, self.log, now)
         else:
             # The CLI merged the stored settings already; callers of the API may not.
-            job_settings.check_resumed(self.store, config)
+            job_settings.check_resumed(store, config)
             kept = job_security.kept(
-                self.store.get_meta(job_security.META_KEY), self.store.get_meta("config")
+                store.get_meta(job_security.META_KEY), store.get_meta("config")
             )
             job_security.check_kept(kept, config)
             log_event(self.log, "job_resumed", round=job.round, phase=job.phase, status=job.status)
-            if self.privacy.enabled:
-                self.metrics.set("sporenet_privacy_epsilon", self.privacy.epsilon())
-                rounds = self.privacy.accountant.rounds if self.privacy.accountant else 0
-                log_event(
-                    self.log, "privacy_restored", rounds=rounds, epsilon=self.privacy.epsilon()
-                )
-        self.job = job
-        with self.store.transaction() as tx:
+            if privacy.enabled:
+                self.metrics.set("sporenet_privacy_epsilon", privacy.epsilon())
+                rounds = privacy.accountant.rounds if privacy.accountant else 0
+                log_event(self.log, "privacy_restored", rounds=rounds, epsilon=privacy.epsilon())
+        with store.transaction() as tx:
             tx.set_meta("config", config_summary(config))
             tx.set_meta(job_security.META_KEY, job_security.security_table(config))
-        restore.load_model(self, job.model_version)
-        restore.check_old_models(self)
-        self.privacy.check_distributed_range(
+        model = CurrentModel(models, config.max_update_bytes)
+        model.load(store, job.model_version)
+        restore.check_old_models(store, models, job.model_version, self.log)
+        privacy.check_distributed_range(
             config.secure_aggregation.protocol if config.secure_aggregation else None,
             config.min_clients,
-            self._template,
+            model.template,
         )
+        clients = Participants()
+        ctx = JobContext(
+            config=config,
+            metrics=self.metrics,
+            log=self.log,
+            clock=self.clock,
+            dir=self.dir,
+            store=store,
+            models=models,
+            model=model,
+            clients=clients,
+            privacy=privacy,
+            strategy=make_strategy(config.strategy.name, config.strategy.options),
+            machine=RoundMachine(job, clients, Rules.of(config, reselect_when_short=reselect)),
+            uploads=uploads,
+        )
+        self._publisher = publisher(ctx)
         # After a restart every known client gets `resume_grace` to come back before it
         # counts as silent (it may be waiting out a backoff while the daemon starts).
         seen = now + max(config.resume_grace - config.heartbeat_timeout, 0.0)
-        for cid in self.store.clients():
-            self.clients.seen(cid, seen)
-        if job.status == JobStatus.RUNNING and job.active:
-            restore.resume_phase(self, now)
+        for cid in store.clients():
+            clients.seen(cid, seen)
+        found = restore.resumed(store, job)
+        if found is not None:
+            self._resume_phase(ctx, found, now)
         self.metrics.set("sporenet_current_round", job.round)
-        self.metrics.set("sporenet_clients_registered", len(self.clients))
+        self.metrics.set("sporenet_clients_registered", len(clients))
+        return ctx
+
+    def _resume_phase(self, ctx: JobContext, found: restore.Resumed, now: float) -> None:
+        """Rebuild the active phase after a restart: participants, aggregate, deadline."""
+        job = ctx.job
+        ctx.clients.restore_phase({cid: status for cid, (status, _, _) in found.rows.items()})
+        task_config = self._publisher.task_config()
+        if ctx.config.job.is_async:
+            ctx.phase = AsyncFit.restored(ctx, task_config, found.rows)
+        elif found.secure_state is not None:
+            settings = ctx.config.secure_aggregation or SecureConfig()
+            ctx.phase = SecureFit.restored(ctx, task_config, settings, found.secure_state)
+        elif job.phase == Phase.FIT:
+            plain = PlainFit(ctx, task_config)
+            plain.restore(found.rows)
+            ctx.phase = plain
+        else:
+            ctx.phase = EvaluatePhase(ctx, task_config)
+        job.deadline = max(job.deadline, now + ctx.config.resume_grace)
+        ctx.save_job()
+
+    def _new_phase(self, ctx: JobContext) -> OpenPhase:
+        """The phase about to start: evaluate, or plain or secure fit by the settings."""
+        task_config = self._publisher.task_config()
+        if ctx.job.phase == Phase.EVALUATE:
+            return EvaluatePhase(ctx, task_config)
+        if ctx.config.job.is_async:
+            return AsyncFit(ctx, task_config)
+        sa = ctx.config.secure_aggregation
+        if sa is not None:
+            return SecureFit(ctx, task_config, sa)
+        return PlainFit(ctx, task_config)
+
+    # -- what the other parts of the job read ----------------------------------------------
+
+    @property
+    def job(self) -> JobState:
+        return self.context.machine.job
+
+    @property
+    def model(self) -> CurrentModel:
+        """The current model version, its weights and template."""
+        return self.context.model
+
+    @property
+    def update_bytes(self) -> int:
+        return self.context.model.update_bytes
+
+    @property
+    def max_update_bytes(self) -> int:
+        return self.context.model.max_update_bytes
+
+    @property
+    def publisher(self) -> Publisher:
+        return self._publisher
+
+    @property
+    def aggregating(self) -> bool:
+        """True while a closed phase is aggregated or its publication retried."""
+        return self._aggregating
+
+    @contextlib.contextmanager
+    def settled(self) -> Iterator[JobContext]:
+        """The job's context under the lock, once no close is running (for a publisher
+        acting on its own, such as an edge starting the cloud's next task)."""
+        ctx = self.context
+        with ctx.changed:
+            ctx.changed.wait_for(lambda: not self._aggregating)
+            yield ctx
 
     # -- setup ----------------------------------------------------------------------------
 
     def on_change(self, listener: Callable[[], None]) -> None:
         """Call `listener` (quick, never blocking) whenever clients' tasks may have changed."""
-        with self._lock:
-            self._change_listeners.append(listener)
+        with self.context.lock:
+            self.context.listeners.append(listener)
 
     def on_left(self, listener: Callable[[str, Participant], None]) -> None:
         """Call `listener(client_id, status)` (quick, never blocking) when a client the open
         phase awaited stops being awaited: answered, dropped, refused or excluded."""
-        with self._lock:
+        with self.context.lock:
             self.clients.on_leave(listener)
 
     def upload_wanted(self, client_id: str, task_id: str) -> bool:
         """Whether an update of `client_id` for `task_id` may still be folded (the fit
         task open, the client awaited): an upload that is not loses its slot."""
-        with self._lock:
+        with self.context.lock:
             try:
-                self._check_open(client_id, task_id, Phase.FIT)
+                self._open_for(client_id, task_id, Update)
             except StaleTaskError:
                 return False
             return True
@@ -228,7 +310,7 @@ class RoundManager(RoundLoop):
             if why:
                 log_event(self.log, "edge_refused", logging.WARNING, client=client_id, reason=why)
                 raise HierarchyError(f"edge {quote(client_id)} refused: {why}")
-        with self._changed:
+        with self.context.changed:
             new = client_id not in self.clients
             with self.store.transaction() as tx:
                 tx.add_client(client_id, name or client_id, info)
@@ -241,44 +323,31 @@ class RoundManager(RoundLoop):
 
     def touch(self, client_id: str) -> None:
         """Mark the client alive; raises UnknownClientError for ids never registered."""
-        with self._lock:
+        with self.context.lock:
             if client_id not in self.clients:
                 raise UnknownClientError(
                     f"client {quote(client_id)} is not registered; call Register first"
                 )
             self.clients.seen(client_id, self.clock())
 
-    def _task_config(self) -> dict[str, Any]:
-        job = self.job
-        config = {"round": job.round, "rounds": self.config.rounds, **self.config.fit_config}
-        if job.phase == Phase.FIT:
-            config.update(self.strategy.fit_config(job.round))
-        return config
-
     def _current_task(self, client_id: str) -> TaskInfo:
-        job = self.job
+        ctx = self.context
+        job = ctx.job
         if job.status != JobStatus.RUNNING:
+            self._publisher.told_done(client_id)
             # The SDK raises JobFailedError with the reason when the job failed.
             return TaskInfo(
                 TaskType.DONE,
                 job.round,
-                model=self._model_record,
+                model=ctx.model.record,
                 config={"job_status": job.status.value},
                 reason=job.reason or job.status,
             )
-        if job.active and not self._aggregating and self._secure is not None:
-            return secure_calls.secure_task(self, client_id, self._secure)
-        if (
-            job.active
-            and not self._aggregating
-            and self.clients.status(client_id) == Participant.SELECTED
-        ):
-            config = self._task_config()
-            if job.phase == Phase.FIT:
-                config.update(self.privacy.task_config())
-            return TaskInfo(
-                TaskType(job.phase), job.round, self._task_id(), self._model_record, config
-            )
+        phase = ctx.phase
+        if job.active and not self._aggregating and phase is not None:
+            task = phase.task(client_id)
+            if task is not None:
+                return task
         reason = "not selected" if job.active else "waiting"
         return TaskInfo(TaskType.WAIT, job.round, retry_after=1.0, reason=reason)
 
@@ -289,23 +358,20 @@ class RoundManager(RoundLoop):
             UnknownClientError: the client never registered.
         """
         self.touch(client_id)
-        with self._lock:
+        with self.context.lock:
             return self._current_task(client_id)
 
     def heartbeat(self, client_id: str, task_id: str) -> bool:
         """Mark alive; True while `task_id` is still wanted from this client."""
         self.touch(client_id)
-        with self._lock:
-            job = self.job
-            if job.status != JobStatus.RUNNING or task_id != self._task_id():
+        ctx = self.context
+        with ctx.lock:
+            job, phase = ctx.job, ctx.phase
+            if job.status != JobStatus.RUNNING or phase is None:
                 return False
-            if self._secure is not None:
-                return self._secure.wants(client_id)
-            return (
-                job.active
-                and not self._aggregating
-                and self.clients.status(client_id) == Participant.SELECTED
-            )
+            if not job.active or self._aggregating or not phase.owns(client_id, task_id):
+                return False
+            return phase.wants(client_id, task_id)
 
     def model_record(self, version: int) -> ModelRecord:
         """The record of a published model version (StaleTaskError if there is none)."""
@@ -317,7 +383,7 @@ class RoundManager(RoundLoop):
         if version != self.job.model_version and not self.models.path(record).exists():
             raise StaleTaskError(
                 f"model version {version} was deleted (storage.keep_models ="
-                f" {self.config.keep_models}); the latest is {self.job.model_version}"
+                f" {self.config.models_kept}); the latest is {self.job.model_version}"
             )
         return record
 
@@ -326,7 +392,43 @@ class RoundManager(RoundLoop):
 
     def upload_path(self, client_id: str, upload_id: str) -> Path:
         """Where an interrupted upload keeps what it received."""
-        return self.dir / "uploads" / f"{file_key(client_id)}-{upload_id}.part"
+        return self.context.uploads.path(client_id, upload_id)
+
+    def note_part(self, client_id: str) -> None:
+        """Note that an upload of the client keeps a `.part` file (cleared with its phase)."""
+        self.context.uploads.note(client_id)
+
+    def has_part(self, client_id: str) -> bool:
+        """Whether an upload of the client may have kept a `.part` file since the start."""
+        return self.context.uploads.has(client_id)
+
+    def _open_for(self, client_id: str, task_id: str, answer: type[Answer]) -> OpenPhase:
+        """The open phase, if an answer of type `answer` from the client to `task_id` may
+        count now (call it under the lock).
+
+        Raises:
+            StaleTaskError: the task is closed, of another kind, or not the client's.
+        """
+        ctx = self.context
+        job, phase, current = ctx.job, ctx.phase, ctx.machine.task_id()
+        if (
+            phase is None
+            or not ctx.machine.is_running(_ANSWER_PHASE[answer])
+            or not phase.owns(client_id, task_id)
+        ):
+            if answer in (SecureMessage, Withdrawal):
+                why = f": {job.reason}" if job.status == JobStatus.FAILED else ""
+                raise StaleTaskError(
+                    f"task {quote(task_id)} is not an open secure round (the server is at "
+                    f"{current!r}, {job.status}{why})"
+                )
+            raise StaleTaskError(
+                f"task {quote(task_id)} is not open (the server is at {current!r}, {job.status})"
+            )
+        if self._aggregating and answer is not Withdrawal:
+            raise StaleTaskError(f"task {quote(task_id)} closed: the round is being aggregated")
+        phase.accepts(client_id, answer)
+        return phase
 
     def open_upload(self, client_id: str, task_id: str, total_size: int) -> bool:
         """Check an upload may start; False when this task's update was already accepted.
@@ -336,11 +438,13 @@ class RoundManager(RoundLoop):
             UpdateRejectedError: the update is larger than `max_update_bytes`.
         """
         self.touch(client_id)
-        with self._lock:
-            accepted = self.clients.status(client_id) == Participant.ACCEPTED
-            if task_id == self._task_id() and self.job.phase == Phase.FIT and accepted:
+        ctx = self.context
+        with ctx.lock:
+            phase = ctx.phase
+            fit = ctx.job.phase == Phase.FIT and phase is not None
+            if fit and phase is not None and phase.answered(client_id, task_id):
                 return False
-            self._check_open(client_id, task_id, Phase.FIT)
+            self._open_for(client_id, task_id, Update)
         if total_size > self.max_update_bytes:
             self.refuse(
                 client_id,
@@ -351,38 +455,15 @@ class RoundManager(RoundLoop):
             )
         return True
 
-    def _check_open(self, client_id: str, task_id: str, phase: Phase) -> None:
-        current, job = self._task_id(), self.job
-        if (
-            job.status != JobStatus.RUNNING
-            or task_id != current
-            or not job.active
-            or job.phase != phase
-        ):
-            raise StaleTaskError(
-                f"task {quote(task_id)} is not open (the server is at {current!r}, {job.status})"
-            )
-        if self._aggregating:
-            raise StaleTaskError(f"task {quote(task_id)} closed: the round is being aggregated")
-        if self._secure is not None:
-            raise StaleTaskError(
-                f"round {quote(task_id)} is a secure round: plain updates are refused (the client"
-                " answers TASK_SECURE_FIT stages with SubmitSecure)"
-            )
-        status = self.clients.status(client_id)
-        if status != Participant.SELECTED:
-            raise StaleTaskError(
-                f"client {quote(client_id)} has no open task in {current!r} (status {status})"
-            )
-
     def refuse(self, client_id: str, error: UpdateRejectedError) -> None:
         """Count a refused update against the client, then raise `error`."""
         self.metrics.inc("sporenet_updates_rejected_total")
-        with self._changed:
+        ctx = self.context
+        with ctx.changed:
             count = self.clients.refused(client_id, str(error))
             if count >= MAX_REFUSALS and self.clients.status(client_id) == Participant.SELECTED:
-                self._set_status(client_id, Participant.REJECTED)
-                self._wake_if_settled()
+                ctx.set_status(client_id, Participant.REJECTED)
+                ctx.wake_if_settled()
         log_event(
             self.log,
             "update_refused",
@@ -433,34 +514,23 @@ class RoundManager(RoundLoop):
                 metrics = parse_metrics(metrics_json, "metrics_json")
                 if mismatch:
                     raise UpdateRejectedError(mismatch)
-                update = decode_update(payload, self._template)
+                tensors = decode_update(payload, self.model.template)
                 norm = validate_update(
-                    update, num_samples=num_samples, max_norm=self.config.max_update_norm
+                    tensors, num_samples=num_samples, max_norm=self.config.max_update_norm
                 )
             except UpdateRejectedError as e:
                 if upload is not None:
                     upload.unlink(missing_ok=True)
                 self.refuse(client_id, e)
+            answer = Update(tensors, num_samples, metrics, payload, crc)
             try:
-                with self._changed:
-                    self._check_open(client_id, task_id, Phase.FIT)
-                    if self._aggregator is None:  # cannot happen while a fit phase is open
-                        raise AggregationError("no aggregator for the open fit phase")
-                    # Journalled first (under the lock, so a checkpoint never empties the
-                    # journal between an update's record and its fold), then folded.
-                    self._files().append(client_id, payload, crc)
-                    self._aggregator.add(client_id, update, float(num_samples))
-                    self._set_status(client_id, Participant.ACCEPTED, num_samples, metrics)
-                    self._since_checkpoint += 1
-                    if self._since_checkpoint >= self.config.checkpoint_every:
-                        self._checkpoint()
-                    self.metrics.inc("sporenet_updates_accepted_total")
-                    self._wake_if_settled()
+                with self.context.changed:
+                    self._open_for(client_id, task_id, Update).submit(client_id, answer)
             finally:
-                del update
+                del tensors, answer
         if upload is not None:
             upload.unlink(missing_ok=True)
-        self._clear_uploads(client_id)  # earlier, abandoned uploads of this update
+        self.context.uploads.clear(client_id)  # earlier, abandoned uploads of this update
         # Per update: debug only (each round logs its counts; /metrics counts updates).
         log_event(
             self.log,
@@ -471,12 +541,6 @@ class RoundManager(RoundLoop):
             samples=num_samples,
             norm=norm,
         )
-
-    def _checkpoint(self) -> None:
-        """Save the aggregate, which empties the phase's journal (PhaseFiles.checkpoint)."""
-        if self._aggregator is not None:
-            self._files().checkpoint(self._aggregator)
-        self._since_checkpoint = 0
 
     def report_evaluation(
         self, client_id: str, task_id: str, *, loss: float, num_samples: int, metrics_json: str
@@ -493,12 +557,9 @@ class RoundManager(RoundLoop):
             raise UpdateRejectedError(
                 f"evaluation needs a finite loss and num_samples > 0, got {loss}, {num_samples}"
             )
-        with self._changed:
-            self._check_open(client_id, task_id, Phase.EVALUATE)
-            self._set_status(
-                client_id, Participant.ACCEPTED, num_samples, {"loss": loss, **metrics}
-            )
-            self._wake_if_settled()
+        with self.context.changed:
+            phase = self._open_for(client_id, task_id, Evaluation)
+            phase.submit(client_id, Evaluation(loss, num_samples, metrics))
 
     def submit_secure(
         self,
@@ -510,31 +571,37 @@ class RoundManager(RoundLoop):
         num_samples: int = 0,
         metrics_json: str = "",
     ) -> None:
-        """Record one client message of the open secure stage (secure_calls.py)."""
-        secure_calls.submit_secure(
-            self,
-            client_id,
-            task_id,
-            stage,
-            payload,
-            num_samples=num_samples,
-            metrics_json=metrics_json,
-        )
+        """Record one client message of the open secure stage (a resent one is a no-op).
+
+        Raises:
+            StaleTaskError: no secure round or stage is open for this client.
+            SecAggError: the message is malformed.
+        """
+        self.touch(client_id)
+        metrics = parse_metrics(metrics_json, "metrics_json")
+        with self.context.changed:
+            phase = self._open_for(client_id, task_id, SecureMessage)
+            phase.submit(client_id, SecureMessage(stage, payload, num_samples, metrics))
+        log_event(self.log, "secure_message", client=client_id, task=task_id, stage=stage)
 
     def withdraw_secure(self, client_id: str, task_id: str) -> None:
-        """The client cannot continue the secure round (secure_calls.py)."""
-        secure_calls.withdraw_secure(self, client_id, task_id)
+        """The client cannot continue the secure round: stop waiting for it."""
+        self.touch(client_id)
+        with self.context.changed:
+            self._open_for(client_id, task_id, Withdrawal).submit(client_id, Withdrawal())
+        log_event(self.log, "secure_withdrawn", logging.WARNING, client=client_id, task=task_id)
 
     def status(self) -> dict[str, Any]:
         """The job as the running daemon sees it (`GetStatus`)."""
-        with self._lock:
+        ctx = self.context
+        with ctx.lock:
             return {
-                "job": dataclasses.asdict(self.job),
+                "job": dataclasses.asdict(ctx.job),
                 "participants": self.clients.counts(),
                 "clients_registered": len(self.clients),
-                "clients_live": len(self._live_clients(self.clock())),
+                "clients_live": len(ctx.machine.live(self.clock())),
                 "aggregating": self._aggregating,
-                "secure_stage": self._secure.stage.value if self._secure is not None else None,
+                "secure_stage": ctx.phase.stage() if ctx.phase is not None else None,
                 "rounds": self.store.rounds(),
                 "privacy": self.store.get_meta("privacy"),
             }
@@ -542,7 +609,7 @@ class RoundManager(RoundLoop):
     def told_done(self, client_id: str, record: ModelRecord | None) -> None:
         """Note that the client received the ended job's DONE task and its final model
         (`record` None: it holds it already)."""
-        with self._lock:
+        with self.context.lock:
             job = self.job
             if job.status != JobStatus.RUNNING and (
                 record is None or record.version == job.model_version
@@ -554,37 +621,132 @@ class RoundManager(RoundLoop):
         asked for `heartbeat_timeout` seconds since (a client that stops calling is gone):
         then the daemon may exit."""
         now = self.clock()
-        with self._lock:
+        ctx = self.context
+        with ctx.lock:
             if self.job.status == JobStatus.RUNNING or self._aggregating:
                 return False
             if self._ended_at is None:
                 self._ended_at = now
             if now - self._ended_at >= self.config.heartbeat_timeout:
                 return True
-            return all(c in self._told_done for c in self._live_clients(now))
+            return all(c in self._told_done for c in ctx.machine.live(now))
+
+    # -- the round loop -------------------------------------------------------------------
+
+    def tick(self) -> None:
+        """Advance the state machine by whatever time and arrivals allow (called ~10×/s).
+
+        A publication that failed (say the disk is full) is held and tried again here,
+        from the step that failed (publication.py); its phase takes no answers meanwhile.
+        """
+        now = self.clock()
+        ctx = self.context
+        with ctx.changed:
+            job = ctx.job
+            if job.status != JobStatus.RUNNING or self._stopping:
+                return
+            phase = ctx.phase
+            if self._aggregating:
+                if not self._publisher.pending:
+                    return  # a close runs on another thread
+            elif not job.active or phase is None:
+                self._try_start(now)
+                return
+            else:
+                result = phase.tick(now)
+                if result.tick == Tick.FAIL:
+                    self._publisher.fail(result.reason)
+                    return
+                if result.tick == Tick.RETRY:
+                    ctx.phase = None
+                    ctx.notify()
+                    return
+                if result.tick == Tick.OPEN:
+                    return
+            self._aggregating = True
+            ctx.notify()
+        # Aggregation and publishing run outside the lock: heartbeats and polls keep flowing.
+        try:
+            if ctx.phase is None:  # cannot happen: an aggregating phase stays until published
+                raise AggregationError("no open phase to publish")
+            if job.phase == Phase.FIT:
+                self._publisher.publish_fit(ctx.phase)
+            else:
+                self._publisher.finish_evaluate()
+        finally:
+            with ctx.changed:
+                self._aggregating = self._publisher.pending
+                ctx.notify()
+
+    def _try_start(self, now: float) -> None:
+        """Start the waiting phase if enough clients are live (call it under the lock)."""
+        ctx = self.context
+        job, machine = ctx.job, ctx.machine
+        if not self._publisher.may_start():
+            return  # nothing to do until the tier has a phase to run
+        plan = machine.plan_start(now)
+        if isinstance(plan, Wait):
+            if plan.fail:
+                self._publisher.fail(plan.fail)
+            return
+        fit = job.phase == Phase.FIT
+        if fit and self.privacy.enabled:
+            rate = self.privacy.charged_rate(plan.rate)
+            why = self.privacy.budget_left(rate)
+            if why:
+                finish_for_budget(ctx, why)
+                return
+            job.dp_cohort, job.dp_sample_rate = plan.size, rate
+        chosen = machine.choose(plan)
+        machine.start(now, chosen)
+        phase = self._new_phase(ctx)
+        try:
+            phase.start(now, chosen)
+        except AggregationError as e:
+            self._publisher.fail(f"round {job.round}: {e}")
+            return
+        ctx.phase = phase
+        with self.store.transaction() as tx:
+            tx.start_round(job.round, job.phase)
+            for cid in chosen:
+                tx.set_participant(job.round, job.phase, cid, Participant.SELECTED)
+            phase.save(tx)  # the round and its phase's state start together
+            tx.set_job(job)
+        self.metrics.set("sporenet_round_participants", len(chosen))
+        log_event(
+            self.log,
+            "phase_started",
+            round=job.round,
+            phase=job.phase,
+            selected=len(chosen),
+            live=len(plan.live),
+        )
+        ctx.notify()
 
     # -- shutdown --------------------------------------------------------------------------
 
     def stop(self) -> None:
         """Wake every held poll so in-flight calls can finish; persists the job."""
-        with self._changed:
+        ctx = self.context
+        with ctx.changed:
             self._stopping = True
-            self._notify_changed()
+            ctx.notify()
             try:
-                self._checkpoint()
-                with self.store.transaction() as tx:
-                    self._save_secure(tx)
-                self._save_job()
+                phase = ctx.phase
+                if phase is not None:
+                    phase.checkpoint()
+                    with self.store.transaction() as tx:
+                        phase.save(tx)
+                ctx.save_job()
             except (OSError, sqlite3.Error, AggregationError) as e:
                 # A full disk must not turn SIGTERM into a crash: what was persisted before
                 # stays, and a restart resumes from it.
                 log_event(self.log, "stop_persist_failed", logging.ERROR, error=str(e))
 
     def close(self) -> None:
-        if self._phase_files is not None:
-            self._phase_files[1].close()
+        self.context.close_files()
         self.store.close()
         self._dir_lock.close()
 
 
-__all__ = ["RoundManager", "TaskInfo", "weighted_metrics"]
+__all__ = ["MAX_REFUSALS", "RoundManager", "TaskInfo", "weighted_metrics"]

@@ -70,7 +70,10 @@ def phase_in_words(status: dict[str, Any], now: float | None = None) -> str:
     config = _config(status)
     # An edge runs the cloud's rounds one at a time: its own round count means nothing.
     rounds = None if status.get("tier") == "edge" else config.get("rounds")
-    where = f"round {job['round']}" + (f" of {rounds}" if rounds else "")
+    buffered = (config.get("job") or {}).get("mode") == "async"
+    where = f"{'buffer' if buffered else 'round'} {job['round']}" + (
+        f" of {rounds}" if rounds else ""
+    )
     if job["status"] == "finished":
         return f"finished after {where}" + (f": {job['reason']}" if job.get("reason") else "")
     if job["status"] == "failed":
@@ -87,6 +90,12 @@ def phase_in_words(status: dict[str, Any], now: float | None = None) -> str:
     counts = participant_counts(status)
     selected = sum(counts.values())
     accepted = counts.get("accepted", 0)
+    if buffered:
+        size = (config.get("job") or {}).get("buffer_size", "?")
+        return (
+            f"{where} (asynchronous, on version {job.get('model_version', 0)}): {accepted} of "
+            f"{size} updates in, {counts.get('selected', 0)} devices training"
+        )
     secure = f", secure stage {status['secure_stage']}" if status.get("secure_stage") else ""
     left = max(0.0, float(job.get("deadline") or 0) - now)
     return (

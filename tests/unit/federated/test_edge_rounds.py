@@ -62,15 +62,15 @@ def running(
     """An edge whose `devices` registered, then the cloud's task r1-fit began."""
     m = edge(tmp_path, clock, made, **settings)
     for cid in devices:
-        m.register(cid, None, {})
+        m.rounds.register(cid, None, {})
     begin(m, model)
-    m.tick()
+    m.rounds.tick()
     return m
 
 
 def filled(m: EdgeRoundManager, value: float) -> dict[str, np.ndarray]:
     """A delta of `value` everywhere, shaped as the edge's model."""
-    return {k: np.full_like(v, value) for k, v in m._weights.items()}
+    return {k: np.full_like(v, value) for k, v in m.rounds.model.weights.items()}
 
 
 def begin(m: EdgeRoundManager, model: bytes, task_id: str = "r1-fit") -> None:
@@ -83,22 +83,22 @@ def test_a_cloud_task_runs_among_devices_and_keeps_their_weighted_mean(
 ) -> None:
     m = edge(tmp_path, clock, made)
     for cid in ("a", "b", "c"):
-        m.register(cid, None, {})
-    m.tick()
-    assert m.get_task("a").type == TaskType.WAIT  # no cloud task yet: nothing starts
+        m.rounds.register(cid, None, {})
+    m.rounds.tick()
+    assert m.rounds.get_task("a").type == TaskType.WAIT  # no cloud task yet: nothing starts
     begin(m, model)
-    m.tick()
-    task = m.get_task("a")
+    m.rounds.tick()
+    task = m.rounds.get_task("a")
     assert task.type == TaskType.FIT and task.config["proximal_mu"] == 0.25  # the cloud's
     rng = np.random.default_rng(0)
-    shapes = {k: v.shape for k, v in m._weights.items()}
+    shapes = {k: v.shape for k, v in m.rounds.model.weights.items()}
     deltas = {
         c: {k: rng.standard_normal(s).astype(np.float32) for k, s in shapes.items()} for c in "abc"
     }
     samples = {"a": 3, "b": 5, "c": 12}
     for c in "abc":
-        submit(m, c, deltas[c], samples[c])
-    m.tick()
+        submit(m.rounds, c, deltas[c], samples[c])
+    m.rounds.tick()
     result = m.result("r1-fit")
     assert result is not None and result.delta is not None
     assert result.weight == 20
@@ -106,39 +106,40 @@ def test_a_cloud_task_runs_among_devices_and_keeps_their_weighted_mean(
     for k in shapes:
         want = sum(samples[c] * deltas[c][k].astype(np.float64) for c in "abc") / 20
         np.testing.assert_allclose(result.delta[k], want, rtol=1e-6, atol=1e-7)
-    assert not m.job.active and m.get_task("a").type == TaskType.WAIT  # until the next task
+    # until the next task
+    assert not m.rounds.job.active and m.rounds.get_task("a").type == TaskType.WAIT
 
 
 def test_too_few_device_updates_by_the_deadline_withdraws_from_the_cloud_task(
     tmp_path: Path, clock: FakeClock, model: bytes, made: list
 ) -> None:
     m = running(tmp_path, clock, made, model, min_clients=2)
-    submit(m, "a", filled(m, 1.0), 4)
+    submit(m.rounds, "a", filled(m, 1.0), 4)
     clock.now += ROUND_TIMEOUT - 1
-    m.touch("b")  # still training, heartbeating
-    m.tick()
-    assert m.job.active  # before the deadline it waits
+    m.rounds.touch("b")  # still training, heartbeating
+    m.rounds.tick()
+    assert m.rounds.job.active  # before the deadline it waits
     clock.now += 2
-    m.touch("b")
-    m.tick()
-    assert m._task is not None and m._task.state == TaskState.WITHDRAWN
-    assert "1 device update(s) by the deadline, min_clients is 2" in m._task.reason
+    m.rounds.touch("b")
+    m.rounds.tick()
+    assert m.task is not None and m.task.state == TaskState.WITHDRAWN
+    assert "1 device update(s) by the deadline, min_clients is 2" in m.task.reason
     assert m.result("r1-fit") is None
-    assert m.job.status == JobStatus.RUNNING  # the edge goes on with the cloud's next task
+    assert m.rounds.job.status == JobStatus.RUNNING  # the edge goes on with the cloud's next task
     begin(m, model, task_id="r2-fit")
-    m.touch("a")
-    m.tick()
-    assert m.job.active and m.get_task("a").type == TaskType.FIT
+    m.rounds.touch("a")
+    m.rounds.tick()
+    assert m.rounds.job.active and m.rounds.get_task("a").type == TaskType.FIT
 
 
 def test_enough_updates_at_the_deadline_report_what_arrived(
     tmp_path: Path, clock: FakeClock, model: bytes, made: list
 ) -> None:
     m = running(tmp_path, clock, made, model, min_clients=1)
-    submit(m, "a", filled(m, 0.5), 7)
+    submit(m.rounds, "a", filled(m, 0.5), 7)
     clock.now += ROUND_TIMEOUT + 1
-    m.touch("b")  # a straggler: alive, but late
-    m.tick()
+    m.rounds.touch("b")  # a straggler: alive, but late
+    m.rounds.tick()
     result = m.result("r1-fit")
     assert result is not None and result.weight == 7
     assert all(np.all(d == 0.5) for d in result.delta.values())  # type: ignore[union-attr]
@@ -148,17 +149,17 @@ def test_a_restarted_edge_resumes_the_task_in_hand(
     tmp_path: Path, clock: FakeClock, model: bytes, made: list
 ) -> None:
     m = running(tmp_path, clock, made, model)
-    submit(m, "a", filled(m, 2.0), 1)
+    submit(m.rounds, "a", filled(m, 2.0), 1)
     m.stop()
     m.close()
     made.remove(m)
 
     again = edge(tmp_path, clock, made)
     begin(again, model)  # the cloud hands the same task again: a no-op
-    assert again.job.active and again._task is not None and again._task.state == TaskState.OPEN
-    again.touch("b")
-    submit(again, "b", filled(again, 0.0), 1)
-    again.tick()
+    assert again.rounds.job.active and again.task is not None and again.task.state == TaskState.OPEN
+    again.rounds.touch("b")
+    submit(again.rounds, "b", filled(again, 0.0), 1)
+    again.rounds.tick()
     result = again.result("r1-fit")
     assert result is not None and result.weight == 2  # "a" was not lost
     assert all(np.allclose(d, 1.0) for d in result.delta.values())  # type: ignore[union-attr]
@@ -168,18 +169,18 @@ def test_the_cloud_job_ending_gives_devices_the_final_model(
     tmp_path: Path, clock: FakeClock, model: bytes, made: list
 ) -> None:
     m = edge(tmp_path, clock, made)
-    m.register("a", None, {})
-    m.register("b", None, {})
+    m.rounds.register("a", None, {})
+    m.rounds.register("b", None, {})
     begin(m, model)
     other = tmp_path / "final.spore"
     make_model(other, seed=3)
     final = bytearray(other.read_bytes())
     m.finish(bytes(final), "the cloud's job is done")
-    task = m.get_task("a")
+    task = m.rounds.get_task("a")
     assert task.type == TaskType.DONE and task.model is not None
-    assert m.models.path(task.model).read_bytes() == bytes(final)
+    assert m.rounds.models.path(task.model).read_bytes() == bytes(final)
     assert not m.all_told_done(0.0)  # "b" has not polled since: the edge keeps serving
-    assert m.get_task("b").type == TaskType.DONE
+    assert m.rounds.get_task("b").type == TaskType.DONE
     assert m.all_told_done(0.0)
 
 
@@ -191,24 +192,24 @@ def test_waiting_on_a_task_and_withdrawing_when_the_cloud_closed_it(
     assert m.wait("r0-fit", 0.0)  # not the task in hand: nothing to wait for
     m.withdraw("r1-fit", "the cloud closed task 'r1-fit'")
     assert m.wait("r1-fit", 0.0) and m.result("r1-fit") is None
-    assert not m.job.active and m.get_task("a").type == TaskType.WAIT
-    assert m._task is not None and m._task.reason == "the cloud closed task 'r1-fit'"
+    assert not m.rounds.job.active and m.rounds.get_task("a").type == TaskType.WAIT
+    assert m.task is not None and m.task.reason == "the cloud closed task 'r1-fit'"
 
 
 def test_a_partial_aggregate_survives_a_restart_before_it_was_sent(
     tmp_path: Path, clock: FakeClock, model: bytes, made: list
 ) -> None:
     m = running(tmp_path, clock, made, model)
-    submit(m, "a", filled(m, 3.0), 1)
-    submit(m, "b", filled(m, 1.0), 3)
-    m.tick()
+    submit(m.rounds, "a", filled(m, 3.0), 1)
+    submit(m.rounds, "b", filled(m, 1.0), 3)
+    m.rounds.tick()
     before = m.result("r1-fit")
     m.close()  # as after kill -9: nothing more is written
     made.remove(m)
 
     again = edge(tmp_path, clock, made)
     begin(again, model)  # the cloud hands the same task again
-    assert again.wait("r1-fit", 0.0) and not again.job.active  # nothing is recomputed
+    assert again.wait("r1-fit", 0.0) and not again.rounds.job.active  # nothing is recomputed
     after = again.result("r1-fit")
     assert before is not None and after is not None and after.weight == before.weight == 4
     for k, d in after.delta.items():  # type: ignore[union-attr]
@@ -220,11 +221,11 @@ def test_a_task_id_on_another_model_is_a_new_task(
     tmp_path: Path, clock: FakeClock, model: bytes, made: list
 ) -> None:
     m = running(tmp_path, clock, made, model, "a", min_clients=1)
-    submit(m, "a", filled(m, 1.0), 2)
-    m.tick()
+    submit(m.rounds, "a", filled(m, 1.0), 2)
+    m.rounds.tick()
     assert m.result("r1-fit") is not None
     other = tmp_path / "other.spore"
     make_model(other, seed=5)  # a cloud job started afresh hands out "r1-fit" again
     begin(m, other.read_bytes())
     assert m.result("r1-fit") is None and not m.wait("r1-fit", 0.0)  # not the old result
-    assert m.job.model_version == 1 and m.job.round == 2
+    assert m.rounds.job.model_version == 1 and m.rounds.job.round == 2

@@ -1,0 +1,65 @@
+"""The job's current model: its bytes, weights, update template and optimizer moments.
+
+Each published version differs from the last only in its weights, so the weights are
+read-only views of the model's bytes (parsed once per structure by `WeightsReader`),
+and only trainable tensors are federated (all float constants when none is flagged):
+the others (input scaling, frozen statistics) stay as the initial model has them.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from sporenet.federated.aggregation import Template, Weights, template_of
+from sporenet.federated.errors import ConfigError, ModelDamagedError
+from sporenet.federated.server.models import ModelStore
+from sporenet.federated.server.state import ModelRecord, Store
+from sporenet.lite import ModelFormatError, WeightsReader
+
+
+class CurrentModel:
+    """The version clients train now (`load` it before use)."""
+
+    def __init__(self, models: ModelStore, max_update_bytes: int | None) -> None:
+        self._models = models
+        self._max_update_bytes = max_update_bytes
+        self._reader = WeightsReader(trainable_only=True)
+        self.data = b""
+        self.record = ModelRecord(0, 0, "", "", 0)
+        self.weights: Weights = {}
+        self.template: Template = {}
+        self.moments: dict[str, np.ndarray] = {}
+        self.update_bytes = 0  # a raw update's size
+        self.max_update_bytes = 0
+
+    def load(self, store: Store, version: int) -> None:
+        """Make the stored version `version` current.
+
+        Raises:
+            ConfigError: the version is missing, damaged or unreadable.
+        """
+        record = store.model(version)
+        where = str(self._models.root)
+        if record is None:
+            raise ConfigError(f"state dir {where!r} lost model version {version}")
+        try:
+            data = self._models.read(record)
+        except ModelDamagedError as e:  # the job's current model: nothing to serve or train
+            raise ConfigError(str(e)) from None
+        try:
+            weights = self._reader.read(data)
+        except ModelFormatError as e:
+            raise ConfigError(
+                f"state dir {where!r}: model version {version} "
+                f"({str(self._models.path(record))!r}) is unreadable: {e}"
+            ) from None
+        self.data, self.record, self.weights = data, record, weights
+        self.template = template_of(weights)
+        self.update_bytes = sum(a.nbytes for a in weights.values())
+        self.max_update_bytes = self._max_update_bytes or 2 * self.update_bytes + (1 << 20)
+        self.moments = self._models.read_moments(version)
+
+    def publish(self, data: bytes, moments: dict[str, np.ndarray], record: ModelRecord) -> None:
+        """A new version was published: it is current from now on."""
+        self.data, self.moments, self.record = data, moments, record
+        self.weights = self._reader.read(data)

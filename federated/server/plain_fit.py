@@ -1,0 +1,174 @@
+"""The plain fit phase: selected clients upload updates, folded into one aggregator.
+
+Every accepted update is journalled (phase_files.py) before it counts, and the aggregate
+is checkpointed every `checkpoint_every` updates, so a `kill -9` loses none and a
+restart folds none twice (`restore`). The phase closes when the machine says so
+(machine.py: everyone answered, or the deadline with enough updates).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from sporenet.federated.aggregation import Aggregator, Weights
+from sporenet.federated.common.codec import decode_update
+from sporenet.federated.errors import (
+    AggregationError,
+    ConfigError,
+    StaleTaskError,
+    UpdateRejectedError,
+    quote,
+)
+from sporenet.federated.server.job_context import JobContext
+from sporenet.federated.server.machine import Verdict
+from sporenet.federated.server.observability import log_event
+from sporenet.federated.server.open_phase import (
+    Answer,
+    FitResult,
+    Tick,
+    TickResult,
+    Update,
+)
+from sporenet.federated.server.phases import Participant, Phase, TaskInfo, TaskType
+from sporenet.federated.server.restore import Rows
+from sporenet.federated.server.selection import drop_silent, persist_step
+
+#: Rebuilds a journalled update as it was folded: (client, decoded update, its row) -> update.
+Refold = Callable[[str, Weights, tuple[str, int, dict[str, Any]]], Weights]
+
+
+def restore_aggregate(ctx: JobContext, agg: Aggregator, rows: Rows, refold: Refold) -> None:
+    """The open fit phase's aggregate after a restart: the last checkpoint, then every
+    accepted update it lacks from the journal; an accepted client whose update is lost
+    is asked for it again (selected once more)."""
+    files = ctx.files()
+    try:
+        files.restore(agg)
+    except AggregationError as e:
+        raise ConfigError(
+            f"state dir {str(ctx.dir)!r} is damaged: {e}; move that file aside and "
+            "start again: the clients whose updates it held are asked for them again"
+        ) from None
+    folded, refolded = set(agg.clients), 0
+    for cid, row in rows.items():
+        status, n, _ = row
+        if status != Participant.ACCEPTED or cid in folded:
+            continue
+        kept = files.read_kept(cid)
+        update = None
+        if kept is not None:
+            try:
+                update = decode_update(kept, ctx.model.template)
+            except UpdateRejectedError:
+                update = None
+        if update is not None:
+            agg.add(cid, refold(cid, update, row), float(n))
+            refolded += 1
+        else:  # missing or damaged: ask the client for its update again
+            log_event(
+                ctx.log,
+                "kept_update_lost",
+                level=logging.WARNING,
+                client=cid,
+                file=str(files.journal_path),
+            )
+            ctx.set_status(cid, Participant.SELECTED)
+    log_event(ctx.log, "aggregate_restored", checkpointed=len(folded), refolded=refolded)
+
+
+class PlainFit:
+    """A fit phase whose updates the server sees (one by one, into a running sum)."""
+
+    kind = Phase.FIT
+
+    def __init__(self, ctx: JobContext, task_config: dict[str, Any]) -> None:
+        self._ctx = ctx
+        self._task_config = task_config
+        self._aggregator = ctx.privacy.make_aggregator(
+            ctx.strategy, ctx.model.template, ctx.job.dp_cohort
+        )
+        self._since_checkpoint = 0
+
+    def start(self, now: float, cohort: list[str]) -> None:
+        self._since_checkpoint = 0
+
+    def restore(self, rows: Rows) -> None:
+        """After a restart: the last checkpoint, then the journalled updates it lacks."""
+        restore_aggregate(self._ctx, self._aggregator, rows, lambda cid, update, row: update)
+
+    def task(self, client_id: str) -> TaskInfo | None:
+        ctx = self._ctx
+        if ctx.clients.status(client_id) != Participant.SELECTED:
+            return None
+        config = {**self._task_config, **ctx.privacy.task_config()}
+        job = ctx.job
+        return TaskInfo(TaskType.FIT, job.round, ctx.machine.task_id(), ctx.model.record, config)
+
+    def owns(self, client_id: str, task_id: str) -> bool:
+        return task_id == self._ctx.machine.task_id()
+
+    def answered(self, client_id: str, task_id: str) -> bool:
+        accepted = self._ctx.clients.status(client_id) == Participant.ACCEPTED
+        return accepted and self.owns(client_id, task_id)
+
+    def wants(self, client_id: str, task_id: str) -> bool:
+        return self._ctx.clients.status(client_id) == Participant.SELECTED
+
+    def accepts(self, client_id: str, answer: type[Answer]) -> None:
+        task_id = self._ctx.machine.task_id()
+        if answer is not Update:
+            raise StaleTaskError(f"task {quote(task_id)} is not an open secure round")
+        status = self._ctx.clients.status(client_id)
+        if status != Participant.SELECTED:
+            raise StaleTaskError(
+                f"client {quote(client_id)} has no open task in {task_id!r} (status {status})"
+            )
+
+    def submit(self, client_id: str, answer: Answer) -> None:
+        """Journal the update, then fold it (under the lock, so a checkpoint never empties
+        the journal between an update's record and its fold)."""
+        if not isinstance(answer, Update):
+            raise StaleTaskError("a plain fit phase takes updates only")
+        ctx = self._ctx
+        ctx.files().append(client_id, answer.payload, answer.crc)
+        self._aggregator.add(client_id, answer.tensors, float(answer.num_samples))
+        ctx.set_status(client_id, Participant.ACCEPTED, answer.num_samples, answer.metrics)
+        self._since_checkpoint += 1
+        if self._since_checkpoint >= ctx.config.checkpoint_every:
+            self.checkpoint()
+        ctx.metrics.inc("sporenet_updates_accepted_total")
+        ctx.wake_if_settled()
+
+    def tick(self, now: float) -> TickResult:
+        drop_silent(self._ctx, now)
+        step = self._ctx.machine.step(now)
+        persist_step(self._ctx, step)
+        if step.verdict == Verdict.CLOSE:
+            return TickResult(Tick.CLOSE)
+        if step.verdict == Verdict.FAIL:
+            return TickResult(Tick.FAIL, step.reason)
+        return TickResult(Tick.OPEN)
+
+    def close(self) -> FitResult:
+        # Read before result(): adaptive clipping moves the norm for the next round.
+        clip = getattr(self._aggregator, "clipping_norm", None)
+        return FitResult(self._aggregator.result(), clip)
+
+    def save(self, tx: Any) -> None:
+        pass  # the journal and checkpoints hold its progress
+
+    def checkpoint(self) -> None:
+        """Save the aggregate, which empties the phase's journal (PhaseFiles.checkpoint)."""
+        self._ctx.files().checkpoint(self._aggregator)
+        self._since_checkpoint = 0
+
+    def follow(self, tx: Any) -> None:
+        return None  # the job waits for enough live clients to start the next phase
+
+    def enter(self) -> None:
+        pass
+
+    def stage(self) -> str | None:
+        return None
