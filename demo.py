@@ -21,6 +21,7 @@ import sys
 import tempfile
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -197,10 +198,37 @@ def stage_federated(
         f"{rounds} FedAvg rounds",
         flush=True,
     )
-    base = lite.load(path)
+    devices = _new_users(lite.load(path), data, clients)
     address = f"127.0.0.1:{_free_port()}"
     state = out / "server-state"
-    server = subprocess.Popen(
+    server = _start_server(address, path, state, rounds=rounds, clients=clients)
+    _wait_until_serving(address, server)
+    start = time.perf_counter()
+    try:
+        finished = _run_devices(address, devices)
+    finally:
+        server.terminate()
+        _, err = server.communicate(timeout=30)
+    if not finished:
+        raise RuntimeError(
+            f"the federated rounds did not finish within {STAGE_TIMEOUT:.0f}s; "
+            f"server log:\n{err[-4000:]}"
+        )
+    curve = ", ".join(
+        f"round {r['round']}: {r['metrics'].get('accuracy', float('nan')):.4f}"
+        for r in _evaluations(state, err)
+    )
+    print(
+        f"[4/4] fleet: sporenet-server ran {rounds} FedAvg rounds over {clients} devices "
+        f"in {time.perf_counter() - start:.1f}s; accuracy on the devices' own data: {curve}"
+    )
+
+
+def _start_server(
+    address: str, model: Path, state: Path, *, rounds: int, clients: int
+) -> subprocess.Popen:
+    """The `sporenet-server` daemon as its own process, evaluating after every round."""
+    return subprocess.Popen(
         [
             sys.executable,
             "-m",
@@ -208,7 +236,7 @@ def stage_federated(
             "--address",
             address,
             "--model",
-            str(path),
+            str(model),
             "--state-dir",
             str(state),
             "--rounds",
@@ -224,47 +252,73 @@ def stage_federated(
         stderr=subprocess.PIPE,
         text=True,
     )
-    _wait_until_serving(address, server)
-    from sporenet.federated import Client  # the federated extra (grpc) is needed only here
 
-    # Each client holds a shard of new users' digits (thicker strokes) plus its own test set.
+
+@dataclass(frozen=True)
+class _Device:
+    """One device of the fleet: its own training shard and test set, and what it runs."""
+
+    index: int
+    base: lite.Model
+    x: np.ndarray
+    y: np.ndarray
+    x_test: np.ndarray
+    y_test: np.ndarray
+
+    def train(self, weights: dict[str, np.ndarray], config: dict) -> tuple:
+        trainer = fine_tune_head(
+            lite.replace_weights(self.base, weights),
+            self.x,
+            self.y,
+            epochs=2,
+            seed=int(config.get("round", 0)) * 100 + self.index,
+        )
+        new = {**weights, **trainer.weights()}
+        return {name: new[name] for name in weights}, len(self.y), {}
+
+    def evaluate(self, weights: dict[str, np.ndarray], config: dict) -> tuple:
+        interpreter = Interpreter(model=lite.replace_weights(self.base, weights))
+        logits = interpreter.run({"input": self.x_test})["logits"]
+        yt = self.y_test
+        loss = float(
+            -np.mean(
+                logits[np.arange(len(yt)), yt]
+                - np.log(np.exp(logits - logits.max(1, keepdims=True)).sum(1))
+                - logits.max(1)
+            )
+        )
+        return loss, len(yt), {"accuracy": float(np.mean(logits.argmax(1) == yt))}
+
+
+def _new_users(base: lite.Model, data: cloud.datasets.Split, clients: int) -> list[_Device]:
+    """Each device holds a shard of new users' digits (thicker strokes) and its test set."""
     x_all = thicker_strokes(data.x_train)
     shards = np.array_split(np.random.default_rng(1).permutation(len(x_all)), clients)
     x_test = thicker_strokes(data.x_test)
     tests = np.array_split(np.arange(len(x_test)), clients)
+    return [
+        _Device(
+            k,
+            base,
+            x_all[shards[k]],
+            data.y_train[shards[k]],
+            x_test[tests[k]],
+            data.y_test[tests[k]],
+        )
+        for k in range(clients)
+    ]
 
-    def run_client(k: int) -> None:
-        x, y = x_all[shards[k]], data.y_train[shards[k]]
-        xt, yt = x_test[tests[k]], data.y_test[tests[k]]
 
-        def train(weights: dict[str, np.ndarray], config: dict) -> tuple:
-            trainer = fine_tune_head(
-                lite.replace_weights(base, weights),
-                x,
-                y,
-                epochs=2,
-                seed=int(config.get("round", 0)) * 100 + k,
-            )
-            new = {**weights, **trainer.weights()}
-            return {name: new[name] for name in weights}, len(y), {}
+def _run_devices(address: str, devices: list[_Device]) -> bool:
+    """Run every device's client in a thread until the job ends; False past the deadline."""
+    from sporenet.federated import Client  # the federated extra (grpc) is needed only here
 
-        def evaluate(weights: dict[str, np.ndarray], config: dict) -> tuple:
-            interpreter = Interpreter(model=lite.replace_weights(base, weights))
-            logits = interpreter.run({"input": xt})["logits"]
-            loss = float(
-                -np.mean(
-                    logits[np.arange(len(yt)), yt]
-                    - np.log(np.exp(logits - logits.max(1, keepdims=True)).sum(1))
-                    - logits.max(1)
-                )
-            )
-            return loss, len(yt), {"accuracy": float(np.mean(logits.argmax(1) == yt))}
-
+    def run_client(device: _Device) -> None:
         client = Client(
             address,
-            train=train,
-            evaluate=evaluate,
-            name=f"device-{k}",
+            train=device.train,
+            evaluate=device.evaluate,
+            name=f"device-{device.index}",
             poll_wait=1.0,
             give_up_after=STAGE_TIMEOUT,
         )
@@ -273,25 +327,18 @@ def stage_federated(
         finally:
             client.close()
 
-    start = time.perf_counter()
-    deadline = start + STAGE_TIMEOUT
-    try:
-        # Daemon threads: a client still retrying at the deadline does not keep us alive.
-        threads = [
-            threading.Thread(target=run_client, args=(k,), daemon=True) for k in range(clients)
-        ]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(max(0.0, deadline - time.perf_counter()))
-    finally:
-        server.terminate()
-        _, err = server.communicate(timeout=30)
-    if any(t.is_alive() for t in threads):
-        raise RuntimeError(
-            f"the federated rounds did not finish within {STAGE_TIMEOUT:.0f}s; "
-            f"server log:\n{err[-4000:]}"
-        )
+    deadline = time.perf_counter() + STAGE_TIMEOUT
+    # Daemon threads: a client still retrying at the deadline does not keep us alive.
+    threads = [threading.Thread(target=run_client, args=(d,), daemon=True) for d in devices]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(max(0.0, deadline - time.perf_counter()))
+    return not any(t.is_alive() for t in threads)
+
+
+def _evaluations(state: Path, server_log: str) -> list[dict]:
+    """The evaluate rounds the server recorded, read with `sporenet-server status`."""
     status = subprocess.run(
         [
             sys.executable,
@@ -307,15 +354,8 @@ def stage_federated(
         check=False,
     )
     if status.returncode != 0:
-        raise RuntimeError(f"federated stage failed:\n{err}\n{status.stderr}")
-    evals = [r for r in json.loads(status.stdout)["rounds"] if r["phase"] == "evaluate"]
-    curve = ", ".join(
-        f"round {r['round']}: {r['metrics'].get('accuracy', float('nan')):.4f}" for r in evals
-    )
-    print(
-        f"[4/4] fleet: sporenet-server ran {rounds} FedAvg rounds over {clients} devices "
-        f"in {time.perf_counter() - start:.1f}s; accuracy on the devices' own data: {curve}"
-    )
+        raise RuntimeError(f"federated stage failed:\n{server_log}\n{status.stderr}")
+    return [r for r in json.loads(status.stdout)["rounds"] if r["phase"] == "evaluate"]
 
 
 def _wait_until_serving(address: str, server: subprocess.Popen) -> None:

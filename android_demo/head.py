@@ -106,88 +106,123 @@ def float_head_copy(model: lite.Model, output: str) -> tuple[lite.Model, Head]:
     reaches `output` through one Dequantize; returns (model, an unavailable Head with the
     reason) for anything else.
     """
-    sig = model.signature("infer")
-    graph = model.graphs[sig.graph]
-    producers = _producers(model, graph)
-    dequant = producers.get(sig.outputs[output])
-    layer = producers.get(dequant.inputs[0]) if dequant is not None else None
-    if (
-        dequant is None
-        or dequant.op != OpCode.DEQUANTIZE
-        or layer is None
-        or layer.op != OpCode.FULLY_CONNECTED
-    ):
-        return model, find_head(model, output)
-    x_q, w_q = layer.inputs[0], layer.inputs[1]
-    b_q = layer.inputs[2] if len(layer.inputs) > 2 else -1
-    y_q = layer.outputs[0]
-    weight = model.tensors[w_q]
-    if weight.data is None or weight.quantization is None or model.tensors[x_q].is_constant:
-        return model, find_head(model, output)
-    if b_q != -1 and model.tensors[b_q].quantization is None:
+    head = _Int8Head.find(model, output)
+    if head is None:
         return model, find_head(model, output)
     out = copy.deepcopy(model)
-    tensors, g = out.tensors, out.graphs[sig.graph]
+    floats = _FloatHead.add(out, head, output)
+    _splice(out, head, floats, output)
+    lite.validate(out)
+    names = {out.tensors[floats.w].name, *([out.tensors[floats.b].name] if floats.b != -1 else [])}
+    return out, Head(frozenset(names))
 
-    def add(tensor: lite.Tensor) -> int:
-        tensors.append(tensor)
-        return len(tensors) - 1
 
-    base = weight.name.removesuffix("/int8")
-    x_f = add(
-        replace(
-            tensors[x_q],
-            name=f"{tensors[x_q].name}/float",
-            dtype=np.dtype(np.float32),
-            quantization=None,
-            data=None,
-        )
-    )
-    w_f = add(
-        lite.Tensor(
-            f"{base}/float",
-            np.dtype(np.float32),
-            weight.shape,
-            data=_dequantized(weight),
-            trainable=True,
-        )
-    )
-    b_f = -1
-    if b_q != -1:
-        bias = tensors[b_q]
-        b_f = add(
-            lite.Tensor(
-                f"{bias.name.removesuffix('/int32')}/float",
-                np.dtype(np.float32),
-                bias.shape,
-                data=_dequantized(bias),
-                trainable=True,
+@dataclass(frozen=True)
+class _Int8Head:
+    """A quantized FullyConnected whose int8 output one Dequantize turns into `output`."""
+
+    sig: lite.Signature
+    layer: lite.Node
+    dequant: lite.Node
+    x: int  # int8 input, weight, bias (-1: none) and output tensors
+    w: int
+    b: int
+    y: int
+
+    @classmethod
+    def find(cls, model: lite.Model, output: str) -> _Int8Head | None:
+        sig = model.signature("infer")
+        producers = _producers(model, model.graphs[sig.graph])
+        dequant = producers.get(sig.outputs[output])
+        layer = producers.get(dequant.inputs[0]) if dequant is not None else None
+        if (
+            dequant is None
+            or dequant.op != OpCode.DEQUANTIZE
+            or layer is None
+            or layer.op != OpCode.FULLY_CONNECTED
+        ):
+            return None
+        x, w = layer.inputs[0], layer.inputs[1]
+        b = layer.inputs[2] if len(layer.inputs) > 2 else -1
+        weight = model.tensors[w]
+        if weight.data is None or weight.quantization is None or model.tensors[x].is_constant:
+            return None
+        if b != -1 and model.tensors[b].quantization is None:
+            return None
+        return cls(sig, layer, dequant, x, w, b, layer.outputs[0])
+
+
+@dataclass(frozen=True)
+class _FloatHead:
+    """The float tensors of the copy: input, trainable weight and bias, output, and the
+    requantized output the int8 ops after the head read."""
+
+    x: int
+    w: int
+    b: int
+    y: int
+    y_requantized: int
+
+    @classmethod
+    def add(cls, model: lite.Model, head: _Int8Head, output: str) -> _FloatHead:
+        tensors = model.tensors
+
+        def add(tensor: lite.Tensor) -> int:
+            tensors.append(tensor)
+            return len(tensors) - 1
+
+        def float_activation(index: int, name: str) -> int:
+            return add(
+                replace(
+                    tensors[index],
+                    name=name,
+                    dtype=np.dtype(np.float32),
+                    quantization=None,
+                    data=None,
+                )
             )
-        )
-    y_f = add(
-        replace(
-            tensors[y_q],
-            name=f"{output}/float",
-            dtype=np.dtype(np.float32),
-            quantization=None,
-            data=None,
-        )
-    )
-    y_q2 = add(replace(tensors[y_q], name=f"{tensors[y_q].name}/requantized"))
+
+        def float_parameter(index: int, name: str) -> int:
+            t = tensors[index]
+            return add(
+                lite.Tensor(
+                    name, np.dtype(np.float32), t.shape, data=_dequantized(t), trainable=True
+                )
+            )
+
+        weight = tensors[head.w]
+        x = float_activation(head.x, f"{tensors[head.x].name}/float")
+        w = float_parameter(head.w, f"{weight.name.removesuffix('/int8')}/float")
+        b = -1
+        if head.b != -1:
+            b = float_parameter(head.b, f"{tensors[head.b].name.removesuffix('/int32')}/float")
+        y = float_activation(head.y, f"{output}/float")
+        y_requantized = add(replace(tensors[head.y], name=f"{tensors[head.y].name}/requantized"))
+        return cls(x, w, b, y, y_requantized)
+
+
+def _splice(model: lite.Model, head: _Int8Head, floats: _FloatHead, output: str) -> None:
+    """Replace the int8 layer and its Dequantize by Dequantize -> float FC -> Quantize; the
+    signature's `output` becomes the float FC's output."""
+    sig, layer = head.sig, head.layer
+    g = model.graphs[sig.graph]
     at = g.nodes.index(next(n for n in g.nodes if n.outputs == layer.outputs))
     old_logits = sig.outputs[output]
     new_nodes = [
-        lite.Node(OpCode.DEQUANTIZE, [x_q], [x_f]),
-        lite.Node(OpCode.FULLY_CONNECTED, [x_f, w_f, b_f], [y_f], attrs=dict(layer.attrs)),
-        lite.Node(OpCode.QUANTIZE, [y_f], [y_q2]),
+        lite.Node(OpCode.DEQUANTIZE, [head.x], [floats.x]),
+        lite.Node(
+            OpCode.FULLY_CONNECTED,
+            [floats.x, floats.w, floats.b],
+            [floats.y],
+            attrs=dict(layer.attrs),
+        ),
+        lite.Node(OpCode.QUANTIZE, [floats.y], [floats.y_requantized]),
     ]
-    kept = [n for n in g.nodes if n.outputs not in (layer.outputs, dequant.outputs)]
+    kept = [n for n in g.nodes if n.outputs not in (layer.outputs, head.dequant.outputs)]
     for n in kept:  # the int8 ops after the head read its requantized float output
-        n.inputs = [y_q2 if i == y_q else i for i in n.inputs]
+        n.inputs = [floats.y_requantized if i == head.y else i for i in n.inputs]
     g.nodes = kept[:at] + new_nodes + kept[at:]
-    g.outputs = [y_f if i == old_logits else i for i in g.outputs]
-    out.signatures[sig.key] = replace(
-        sig, outputs={k: (y_f if i == old_logits else i) for k, i in sig.outputs.items()}
+    g.outputs = [floats.y if i == old_logits else i for i in g.outputs]
+    model.signatures[sig.key] = replace(
+        sig, outputs={k: (floats.y if i == old_logits else i) for k, i in sig.outputs.items()}
     )
-    lite.validate(out)
-    return out, Head(frozenset({tensors[w_f].name, *([tensors[b_f].name] if b_f != -1 else [])}))

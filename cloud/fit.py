@@ -17,7 +17,7 @@ from sporenet.cloud.errors import ConfigError
 from sporenet.cloud.losses import accuracy, compute_loss, loss_name
 from sporenet.cloud.mode import resolve_mode
 from sporenet.cloud.module import Module, run_eager, training_mode
-from sporenet.cloud.optimizers import get_optimizer
+from sporenet.cloud.optimizers import Optimizer, get_optimizer
 from sporenet.cloud.trace import trace
 from sporenet.lite.interpreter import Interpreter
 
@@ -91,109 +91,194 @@ def fit(
     """
     if not isinstance(model, Module):
         raise ConfigError(f"`model` must be a sporenet.cloud Module, got {type(model)}")
-    epochs = positive_int("epochs", epochs)
-    batch_size = positive_int("batch_size", batch_size)
-    initial_epoch = non_negative_int("initial_epoch", initial_epoch)
-    if initial_epoch >= epochs:
-        raise ConfigError(f"`initial_epoch` ({initial_epoch}) must be < `epochs` ({epochs})")
-    if not isinstance(seed, int) or isinstance(seed, bool):
-        raise ConfigError(f"`seed` must be an int, got {seed!r}")
-    if verbose not in (0, 1, 2):
-        raise ConfigError(f"`verbose` must be 0, 1 or 2, got {verbose!r}")
-    if num_threads is not None:
-        positive_int("num_threads", num_threads)
-    if augment is not None and not callable(augment):
-        raise ConfigError(f"`augment` must be callable (x_batch, rng) -> x_batch, got {augment!r}")
-    label_smoothing = number("label_smoothing", label_smoothing, low=0.0, high=1.0, high_open=True)
-    loss = loss_name(loss)
+    run = _Run.checked(
+        epochs=epochs,
+        batch_size=batch_size,
+        loss=loss,
+        seed=seed,
+        verbose=verbose,
+        label_smoothing=label_smoothing,
+        shuffle=shuffle,
+        initial_epoch=initial_epoch,
+        num_threads=num_threads,
+        augment=augment,
+    )
     opt = get_optimizer(optimizer)
     run_mode = resolve_mode(mode)
-    if parallel is not None:
-        from sporenet.cloud.parallel import DataParallel
+    _check_parallel(parallel, run_mode)
+    data = _Data.checked(x, y, validation_data, run.loss)
+    callbacks = _checked_callbacks(callbacks, run.verbose)
 
-        if not isinstance(parallel, DataParallel):
-            raise ConfigError(f"`parallel` must be a DataParallel, got {type(parallel).__name__}")
-        if run_mode != "graph":
-            raise ConfigError("DataParallel workers run planned graphs: use mode='graph'")
-    x, y = _check_data("x/y", x, y)
-    y = _targets(y, loss)
-    if validation_data is not None:
-        if not isinstance(validation_data, tuple | list) or len(validation_data) != 2:
-            raise ConfigError("`validation_data` must be a pair (x_val, y_val)")
-        vx, vy = _check_data("validation_data", *validation_data)
-        vy = _targets(vy, loss)
-    callbacks = list(callbacks)
-    for k, cb in enumerate(callbacks):
-        if not isinstance(cb, Callback):
-            raise ConfigError(f"`callbacks[{k}]` must be a Callback, got {type(cb)}")
-    if verbose:
-        callbacks.append(ProgressBar(verbose=verbose))
-
-    model.input_shape = tuple(int(d) for d in x.shape[1:])  # export's default input shape
-    steps = (len(x) + batch_size - 1) // batch_size
+    model.input_shape = tuple(int(d) for d in data.x.shape[1:])  # export's default input shape
     state = TrainingState(
-        model=model, optimizer=opt, lr=opt.lr, epochs=epochs, steps_per_epoch=steps
+        model=model,
+        optimizer=opt,
+        lr=opt.lr,
+        epochs=run.epochs,
+        steps_per_epoch=run.steps(len(data.x)),
     )
     history = History(mode=run_mode)
     model.train()
+    state.engine = _training_engine(parallel, run_mode, model, data, run, opt)
+    try:
+        _train(state, callbacks, data, run, history)
+    finally:
+        model.eval()
+    state.history = history.history
+    if plot is not None:
+        plot_history(history.history, plot)
+    return history
+
+
+@dataclass(frozen=True)
+class _Run:
+    """fit's checked scalar options: how long, in what batches, with what loss."""
+
+    epochs: int
+    batch_size: int
+    loss: str
+    seed: int
+    verbose: int
+    label_smoothing: float
+    shuffle: bool
+    initial_epoch: int
+    num_threads: int | None
+    augment: Callable[[np.ndarray, np.random.Generator], np.ndarray] | None
+
+    @classmethod
+    def checked(
+        cls,
+        *,
+        epochs: Any,
+        batch_size: Any,
+        loss: str,
+        seed: Any,
+        verbose: Any,
+        label_smoothing: Any,
+        shuffle: bool,
+        initial_epoch: Any,
+        num_threads: Any,
+        augment: Any,
+    ) -> _Run:
+        """The options as fit received them, checked (ConfigError names the bad one)."""
+        epochs = positive_int("epochs", epochs)
+        batch_size = positive_int("batch_size", batch_size)
+        initial_epoch = non_negative_int("initial_epoch", initial_epoch)
+        if initial_epoch >= epochs:
+            raise ConfigError(f"`initial_epoch` ({initial_epoch}) must be < `epochs` ({epochs})")
+        if not isinstance(seed, int) or isinstance(seed, bool):
+            raise ConfigError(f"`seed` must be an int, got {seed!r}")
+        if verbose not in (0, 1, 2):
+            raise ConfigError(f"`verbose` must be 0, 1 or 2, got {verbose!r}")
+        if num_threads is not None:
+            positive_int("num_threads", num_threads)
+        if augment is not None and not callable(augment):
+            raise ConfigError(
+                f"`augment` must be callable (x_batch, rng) -> x_batch, got {augment!r}"
+            )
+        label_smoothing = number(
+            "label_smoothing", label_smoothing, low=0.0, high=1.0, high_open=True
+        )
+        return cls(
+            epochs=epochs,
+            batch_size=batch_size,
+            loss=loss_name(loss),
+            seed=seed,
+            verbose=verbose,
+            label_smoothing=label_smoothing,
+            shuffle=shuffle,
+            initial_epoch=initial_epoch,
+            num_threads=num_threads,
+            augment=augment,
+        )
+
+    def steps(self, n: int) -> int:
+        """Optimizer steps per epoch over n samples (the last batch may be short)."""
+        return (n + self.batch_size - 1) // self.batch_size
+
+
+@dataclass(frozen=True)
+class _Data:
+    """The training arrays and the optional validation pair, checked and converted."""
+
+    x: np.ndarray
+    y: np.ndarray
+    validation: tuple[np.ndarray, np.ndarray] | None
+
+    @classmethod
+    def checked(cls, x: Any, y: Any, validation_data: Any, loss: str) -> _Data:
+        x, y = _check_data("x/y", x, y)
+        validation = None
+        if validation_data is not None:
+            if not isinstance(validation_data, tuple | list) or len(validation_data) != 2:
+                raise ConfigError("`validation_data` must be a pair (x_val, y_val)")
+            vx, vy = _check_data("validation_data", *validation_data)
+            validation = (vx, _targets(vy, loss))
+        return cls(x, _targets(y, loss), validation)
+
+
+def _check_parallel(parallel: Any, run_mode: str) -> None:
+    if parallel is None:
+        return
+    from sporenet.cloud.parallel import DataParallel
+
+    if not isinstance(parallel, DataParallel):
+        raise ConfigError(f"`parallel` must be a DataParallel, got {type(parallel).__name__}")
+    if run_mode != "graph":
+        raise ConfigError("DataParallel workers run planned graphs: use mode='graph'")
+
+
+def _checked_callbacks(callbacks: Sequence[Callback], verbose: int) -> list[Callback]:
+    """The user's callbacks, checked, and the progress bar `verbose` asks for."""
+    checked = list(callbacks)
+    for k, cb in enumerate(checked):
+        if not isinstance(cb, Callback):
+            raise ConfigError(f"`callbacks[{k}]` must be a Callback, got {type(cb)}")
+    if verbose:
+        checked.append(ProgressBar(verbose=verbose))
+    return checked
+
+
+def _training_engine(
+    parallel: Any, run_mode: str, model: Module, data: _Data, run: _Run, opt: Optimizer
+) -> Any:
+    """The engine that runs each step: data-parallel workers, or one process's mode."""
     if parallel is not None:
         from sporenet.cloud.parallel import make_parallel_engine
 
-        engine = make_parallel_engine(
+        return make_parallel_engine(
             parallel,
             model,
-            sample_shape=x.shape[1:],
-            loss=loss,
+            sample_shape=data.x.shape[1:],
+            loss=run.loss,
             optimizer=opt,
-            label_smoothing=label_smoothing,
+            label_smoothing=run.label_smoothing,
         )
-    else:
-        engine = make_engine(
-            run_mode,
-            model,
-            sample_shape=x.shape[1:],
-            loss=loss,
-            optimizer=opt,
-            label_smoothing=label_smoothing,
-            num_threads=num_threads,
-        )
-    state.engine = engine
+    return make_engine(
+        run_mode,
+        model,
+        sample_shape=data.x.shape[1:],
+        loss=run.loss,
+        optimizer=opt,
+        label_smoothing=run.label_smoothing,
+        num_threads=run.num_threads,
+    )
+
+
+def _train(
+    state: TrainingState,
+    callbacks: Sequence[Callback],
+    data: _Data,
+    run: _Run,
+    history: History,
+) -> None:
+    """The epochs, between the callbacks' train hooks; the engine is closed after."""
+    engine = state.engine
     for cb in callbacks:
         cb.on_train_begin(state)
     try:
-        for epoch in range(initial_epoch, epochs):
-            state.epoch = epoch
-            for cb in callbacks:
-                cb.on_epoch_begin(epoch, state)
-            rng = np.random.default_rng([seed, epoch])
-            order = rng.permutation(len(x)) if shuffle else np.arange(len(x))
-            start = time.perf_counter()
-            total, seen = 0.0, 0
-            for b in range(steps):
-                for cb in callbacks:
-                    cb.on_batch_begin(b, state)
-                idx = order[b * batch_size : (b + 1) * batch_size]
-                xb = (
-                    x[idx]
-                    if augment is None
-                    else np.ascontiguousarray(augment(x[idx], rng), dtype=np.float32)
-                )
-                value = engine.step(xb, y[idx], state.lr)
-                total += value * len(idx)
-                seen += len(idx)
-                state.step += 1
-                for cb in callbacks:
-                    cb.on_batch_end(b, {"loss": value}, state)
-            engine.sync()
-            logs = {"loss": total / seen}
-            train_time = time.perf_counter() - start
-            if validation_data is not None:
-                out = engine.predict(vx)
-                logs["val_loss"] = compute_loss(loss, out, vy)
-                logs["val_accuracy"] = accuracy(out, vy)
-            logs["time"] = train_time
-            for cb in callbacks:
-                cb.on_epoch_end(epoch, logs, state)
+        for epoch in range(run.initial_epoch, run.epochs):
+            logs = _train_epoch(engine, state, callbacks, data, run, epoch)
             for k, v in logs.items():
                 history.history.setdefault(k, []).append(float(v))
             history.epochs.append(epoch)
@@ -203,11 +288,52 @@ def fit(
         engine.close()
         for cb in callbacks:
             cb.on_train_end(state)
-        model.eval()
-    state.history = history.history
-    if plot is not None:
-        plot_history(history.history, plot)
-    return history
+
+
+def _train_epoch(
+    engine: Any,
+    state: TrainingState,
+    callbacks: Sequence[Callback],
+    data: _Data,
+    run: _Run,
+    epoch: int,
+) -> dict[str, float]:
+    """One epoch of steps over batches drawn from (seed, epoch); returns its logs."""
+    state.epoch = epoch
+    for cb in callbacks:
+        cb.on_epoch_begin(epoch, state)
+    x, y = data.x, data.y
+    rng = np.random.default_rng([run.seed, epoch])
+    order = rng.permutation(len(x)) if run.shuffle else np.arange(len(x))
+    start = time.perf_counter()
+    total, seen = 0.0, 0
+    for b in range(state.steps_per_epoch):
+        for cb in callbacks:
+            cb.on_batch_begin(b, state)
+        idx = order[b * run.batch_size : (b + 1) * run.batch_size]
+        xb = (
+            x[idx]
+            if run.augment is None
+            else np.ascontiguousarray(run.augment(x[idx], rng), dtype=np.float32)
+        )
+        value = engine.step(xb, y[idx], state.lr)
+        total += value * len(idx)
+        seen += len(idx)
+        state.step += 1
+        for cb in callbacks:
+            cb.on_batch_end(b, {"loss": value}, state)
+    engine.sync()
+    logs = {"loss": total / seen}
+    train_time = time.perf_counter() - start
+    if data.validation is not None:
+        vx, vy = data.validation
+        out = engine.predict(vx)
+        logs["val_loss"] = compute_loss(run.loss, out, vy)
+        logs["val_accuracy"] = accuracy(out, vy)
+    logs["time"] = train_time
+    for cb in callbacks:
+        cb.on_epoch_end(epoch, logs, state)
+    return logs
 
 
 def predict(

@@ -11,10 +11,12 @@ is written to a temporary file next to the target and renamed into place.
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import sys
 import traceback
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -25,9 +27,19 @@ from sporenet.lite.format import FILE_IDENTIFIER, load, serialize
 
 if TYPE_CHECKING:
     from sporenet.converter.convert import ConversionReport
+    from sporenet.lite.graph import Model
 
 MISSING_ONNX = (
     "the converter needs the onnx package, which is not installed: pip install 'sporenet[onnx]'"
+)
+
+
+# The modules the command runs, imported up front so a missing onnx is one clear line.
+ENTRY_POINTS = (
+    "sporenet.converter.convert",
+    "sporenet.converter.convert_tflite",
+    "sporenet.converter.onnx_import.registry",
+    "sporenet.converter.quantize",
 )
 
 
@@ -128,8 +140,6 @@ def format_report(
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from sporenet.converter.quantize import Method, Mode
-
     parser = make_parser(
         "sporenet-convert",
         "Convert an ONNX or TFLite model into a sporenet .spore model file and print a report "
@@ -145,6 +155,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--calibration data.npz\n"
         "  sporenet-convert --list-ops | head",
     )
+    _add_conversion_arguments(parser)
+    _add_quantization_arguments(parser.add_argument_group("quantization"))
+    return parser
+
+
+def _add_conversion_arguments(parser: argparse.ArgumentParser) -> None:
+    """The model, the output and how the import runs."""
     parser.add_argument(
         "model",
         nargs="?",
@@ -188,7 +205,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="a longer report (every op and pass, the ONNX op counts) and a "
         "traceback on an internal error",
     )
-    quant = parser.add_argument_group("quantization")
+
+
+def _add_quantization_arguments(quant: argparse._ArgumentGroup) -> None:
+    """--quantize and what it reads and writes."""
+    from sporenet.converter.quantize import Method, Mode
+
     quant.add_argument(
         "--quantize",
         choices=[m.value for m in Mode],
@@ -216,7 +238,6 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="FILE.json",
         help="write the per-tensor error report (float vs quantized) as JSON",
     )
-    return parser
 
 
 def _write_atomically(target: Path, data: bytes) -> None:
@@ -245,129 +266,176 @@ def _main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     apply_threads(parser, args.threads)
     try:
-        from sporenet.converter.convert import convert_onnx_model
-        from sporenet.converter.convert_tflite import convert_tflite_model
-        from sporenet.converter.onnx_import.registry import supported_onnx_ops
-        from sporenet.converter.quantize import load_calibration, quantize_model
+        _require_onnx()
+        if args.list_ops:
+            from sporenet.converter.onnx_import.registry import supported_onnx_ops
+
+            print("\n".join(supported_onnx_ops()))
+            return 0
+        if not args.model:
+            parser.print_usage(sys.stderr)
+            raise _Exit(2, "MODEL is required (or --list-ops)")
+        job = _Job.from_args(args)
+        converted = _convert_and_write(args, job)
+        if args.report:
+            _write_quantization_report(Path(args.report), converted.report_json)
+    except _Exit as exc:
+        print(f"sporenet-convert: {exc.kind}: {exc}", file=sys.stderr)
+        return exc.status
+    _print_summary(job, converted, verbose=args.verbose)
+    return 0
+
+
+class _Exit(Exception):
+    """Ends the command: the message goes to stderr and `status` is the exit status."""
+
+    def __init__(self, status: int, message: str, *, kind: str = "error") -> None:
+        super().__init__(message)
+        self.status = status
+        self.kind = kind
+
+
+def _require_onnx() -> None:
+    """The converter's entry points import onnx; without it the command says so."""
+    try:
+        for module in ENTRY_POINTS:
+            importlib.import_module(module)
     except ModuleNotFoundError as exc:
         if exc.name != "onnx":
             raise
-        print(f"sporenet-convert: error: {MISSING_ONNX}", file=sys.stderr)
-        return 1
-    if args.list_ops:
-        print("\n".join(supported_onnx_ops()))
-        return 0
-    if not args.model:
-        parser.print_usage(sys.stderr)
-        print("sporenet-convert: error: MODEL is required (or --list-ops)", file=sys.stderr)
-        return 2
-    source = Path(args.model)
-    target = Path(args.output) if args.output else source.with_suffix(".spore")
+        raise _Exit(1, MISSING_ONNX) from None
+
+
+@dataclass(frozen=True)
+class _Job:
+    """What to convert into where, from the command line, checked."""
+
+    source: Path
+    target: Path
+    shapes: dict[str, tuple[int, ...]]
+    metadata: dict[str, str]
+    tflite: bool
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> _Job:
+        source = Path(args.model)
+        target = Path(args.output) if args.output else source.with_suffix(".spore")
+        try:
+            shapes = dict(parse_input_shape(s) for s in args.input_shape)
+            metadata = dict(parse_metadata(m) for m in args.metadata)
+        except UsageError as exc:
+            raise _Exit(2, str(exc)) from None
+        if (args.calibration or args.report or args.per_tensor) and not args.quantize:
+            raise _Exit(2, "--calibration, --report and --per-tensor need --quantize")
+        if target.resolve() == source.resolve():
+            raise _Exit(2, "the output would overwrite the input")
+        if not target.parent.is_dir():
+            raise _Exit(1, f"output directory {target.parent} does not exist")
+        return cls(source, target, shapes, metadata, is_tflite_file(source))
+
+
+@dataclass(frozen=True)
+class _Converted:
+    """The file's bytes, the conversion report (None for a .spore input) and the
+    quantization's summary and JSON report (empty without --quantize)."""
+
+    data: bytes
+    report: ConversionReport | None
+    quant_summary: str = ""
+    report_json: str = ""
+
+
+def _convert_and_write(args: argparse.Namespace, job: _Job) -> _Converted:
+    """Convert (and quantize), then write the target atomically; failures become _Exit."""
     try:
-        shapes = dict(parse_input_shape(s) for s in args.input_shape)
-        metadata = dict(parse_metadata(m) for m in args.metadata)
-    except UsageError as exc:
-        print(f"sporenet-convert: error: {exc}", file=sys.stderr)
-        return 2
-    if (args.calibration or args.report or args.per_tensor) and not args.quantize:
-        print(
-            "sporenet-convert: error: --calibration, --report and --per-tensor need --quantize",
-            file=sys.stderr,
-        )
-        return 2
-    if target.resolve() == source.resolve():
-        print("sporenet-convert: error: the output would overwrite the input", file=sys.stderr)
-        return 2
-    if not target.parent.is_dir():
-        print(
-            f"sporenet-convert: error: output directory {target.parent} does not exist",
-            file=sys.stderr,
-        )
-        return 1
-    tflite = is_tflite_file(source)
-    quant_summary = report_json = ""
-    try:
-        if is_spore(source):
-            if shapes or args.no_optimize:
-                raise ConversionError(
-                    "--input-shape and --no-optimize apply to ONNX and TFLite input; "
-                    f"{source} is a .spore model"
-                )
-            model, report = load(source), None
-            model.metadata.update(metadata)
-        elif tflite:
-            model, report = convert_tflite_model(
-                source, input_shapes=shapes, optimize=not args.no_optimize, metadata=metadata
-            )
-        else:
-            model, report = convert_onnx_model(
-                source, input_shapes=shapes, optimize=not args.no_optimize, metadata=metadata
-            )
-        if args.quantize:
-            calibration = load_calibration(args.calibration) if args.calibration else None
-            result = quantize_model(
-                model,
-                mode=args.quantize,
-                calibration=calibration,
-                per_channel=not args.per_tensor,
-                method=args.calibration_method,
-            )
-            data = result.data
-            quant_summary = result.report.summary()
-            report_json = result.report.to_json() + "\n"
-        else:
-            if report is None:
-                raise ConversionError(
-                    f"{source} is already a .spore model; give --quantize to compress it"
-                )
-            data = serialize(model)
-        if report is not None:
-            report.output_bytes = len(data)
-        _write_atomically(target, data)
+        converted = _convert(args, job)
+        _write_atomically(job.target, converted.data)
     except (ConversionError, LiteError) as exc:
-        print(f"sporenet-convert: error: {exc}", file=sys.stderr)
-        return 1
+        raise _Exit(1, str(exc)) from exc
     except OSError as exc:
-        print(
-            f"sporenet-convert: error: cannot write {target}: {exc.strerror or exc}",
-            file=sys.stderr,
-        )
-        return 1
+        raise _Exit(1, f"cannot write {job.target}: {exc.strerror or exc}") from exc
     except Exception as exc:  # a bug: still one line on stderr (the traceback with --verbose)
         if args.verbose:
             traceback.print_exc()
-        print(
-            f"sporenet-convert: internal error: {type(exc).__name__}: {exc} (please report "
-            "it with the model)",
-            file=sys.stderr,
+        raise _Exit(
+            70,
+            f"{type(exc).__name__}: {exc} (please report it with the model)",
+            kind="internal error",
+        ) from exc
+    return converted
+
+
+def _convert(args: argparse.Namespace, job: _Job) -> _Converted:
+    from sporenet.converter.quantize import load_calibration, quantize_model
+
+    model, report = _import(args, job)
+    if args.quantize:
+        calibration = load_calibration(args.calibration) if args.calibration else None
+        result = quantize_model(
+            model,
+            mode=args.quantize,
+            calibration=calibration,
+            per_channel=not args.per_tensor,
+            method=args.calibration_method,
         )
-        return 70
-    if args.report:
-        try:
-            Path(args.report).write_text(report_json)
-        except OSError as exc:
-            print(
-                f"sporenet-convert: error: cannot write the report {args.report}: "
-                f"{exc.strerror or exc}",
-                file=sys.stderr,
+        converted = _Converted(
+            result.data, report, result.report.summary(), result.report.to_json() + "\n"
+        )
+    elif report is None:
+        raise ConversionError(
+            f"{job.source} is already a .spore model; give --quantize to compress it"
+        )
+    else:
+        converted = _Converted(serialize(model), report)
+    if report is not None:
+        report.output_bytes = len(converted.data)
+    return converted
+
+
+def _import(args: argparse.Namespace, job: _Job) -> tuple[Model, ConversionReport | None]:
+    """The model in the IR: a .spore loaded as it is, an ONNX or TFLite model converted."""
+    from sporenet.converter.convert import convert_onnx_model
+    from sporenet.converter.convert_tflite import convert_tflite_model
+
+    if is_spore(job.source):
+        if job.shapes or args.no_optimize:
+            raise ConversionError(
+                "--input-shape and --no-optimize apply to ONNX and TFLite input; "
+                f"{job.source} is a .spore model"
             )
-            return 1
+        model = load(job.source)
+        model.metadata.update(job.metadata)
+        return model, None
+    convert = convert_tflite_model if job.tflite else convert_onnx_model
+    return convert(
+        job.source, input_shapes=job.shapes, optimize=not args.no_optimize, metadata=job.metadata
+    )
+
+
+def _write_quantization_report(path: Path, text: str) -> None:
+    try:
+        path.write_text(text)
+    except OSError as exc:
+        raise _Exit(1, f"cannot write the report {path}: {exc.strerror or exc}") from None
+
+
+def _print_summary(job: _Job, converted: _Converted, *, verbose: bool) -> None:
+    report = converted.report
     if report is not None:
         print(
             format_report(
-                source,
-                target,
+                job.source,
+                job.target,
                 report,
-                report.source_bytes or source.stat().st_size,
-                verbose=args.verbose,
-                kind="TFLite" if tflite else "ONNX",
+                report.source_bytes or job.source.stat().st_size,
+                verbose=verbose,
+                kind="TFLite" if job.tflite else "ONNX",
             )
         )
     else:
-        print(f"quantized {source} -> {target}")
-    if quant_summary:
-        print(quant_summary)
-    return 0
+        print(f"quantized {job.source} -> {job.target}")
+    if converted.quant_summary:
+        print(converted.quant_summary)
 
 
 def is_spore(path: Path) -> bool:

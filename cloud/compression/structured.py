@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -90,6 +91,17 @@ class _Analysis:
     def tracked(self, t: int) -> bool:
         return t in self.derived or t in self.parent
 
+    def fix_all(self, tensors: Sequence[int]) -> None:
+        """Fix the tracked ones among `tensors`: their channels are read as a whole."""
+        for t in tensors:
+            if self.tracked(t):
+                self.fix(t)
+
+    def open_fixed(self, t: int) -> None:
+        """`t` starts a space of its own that keeps all its channels."""
+        self.parent[t] = t
+        self.fixed.add(t)
+
 
 def _channels_axis(model: Model, t: int, axis: int) -> bool:
     rank = len(model.tensors[t].shape)
@@ -98,91 +110,127 @@ def _channels_axis(model: Model, t: int, axis: int) -> bool:
 
 def _analyse(model: Model, graph_index: int) -> _Analysis:
     graph = model.graphs[graph_index]
-    tensors = model.tensors
     a = _Analysis()
     for i in graph.inputs:
-        a.parent[i] = i
-        a.fixed.add(i)
-
-    def const(i: int) -> bool:
-        return i != -1 and tensors[i].data is not None
-
+        a.open_fixed(i)
     for node in graph.nodes:
-        acts = [i for i in node.inputs if i != -1 and not const(i)]
-        out = node.outputs[0] if node.outputs else -1
-        op = node.op
-        if (
-            op in (OpCode.CONV2D, OpCode.FULLY_CONNECTED)
-            and len(node.inputs) > 1
-            and const(node.inputs[1])
-        ):
-            w = tensors[node.inputs[1]].data
-            group = int(node.attrs.get("group", 1))
-            x = node.inputs[0]
-            if op == OpCode.CONV2D and group > 1:
-                if group == w.shape[0] and w.shape[1] == 1 and a.tracked(x):  # depthwise
-                    a.pass_through(x, out)
-                    a.channelwise.append(node)
-                    continue
-                for i in acts:
-                    if a.tracked(i):
-                        a.fix(i)
-                a.parent[out] = out
-                a.fixed.add(out)
-                continue
-            if a.tracked(x):
-                a.consumers.append(node)
-            a.parent[out] = out
-            a.producers.append(node)
-            continue
-        if op in CHANNELWISE and acts and a.tracked(acts[0]) and acts[0] == node.inputs[0]:
-            a.pass_through(acts[0], out)
-            if op == OpCode.BATCH_NORM:
-                a.channelwise.append(node)
-            for extra in node.outputs[1:]:
-                a.parent[extra] = extra
-                a.fixed.add(extra)
-            continue
-        if op in ELEMENTWISE and acts and all(a.tracked(i) for i in acts):
-            shapes = {tuple(tensors[i].shape) for i in acts}
-            scalars = all(tensors[i].data.size == 1 for i in node.inputs if const(i))
-            if len(shapes) == 1 and scalars and not any(i in a.derived for i in acts):
-                a.parent[out] = out
-                for i in acts:
-                    a.union(i, out)
-                continue
-        if (
-            op == OpCode.CONCAT
-            and acts == list(node.inputs)
-            and all(a.tracked(i) for i in acts)
-            and _channels_axis(model, out, int(node.attrs.get("axis", 1)))
-        ):
-            a.derived[out] = _Derived(parts=list(acts))
-            continue
-        if (
-            op == OpCode.FLATTEN
-            and acts
-            and a.tracked(acts[0])
-            and int(node.attrs.get("axis", 1)) == 1
-            and acts[0] not in a.derived
-        ):
-            shape = tensors[acts[0]].shape
-            if len(shape) >= 2 and all(d > 0 for d in shape[2:]):
-                a.derived[out] = _Derived(
-                    parts=[acts[0]], repeat=int(np.prod(shape[2:], dtype=np.int64))
-                )
-                continue
-        # Anything else reads its inputs' channels in ways we do not follow.
-        for i in acts:
-            if a.tracked(i):
-                a.fix(i)
-        for o in node.outputs:
-            a.parent[o] = o
-            a.fixed.add(o)
-    for i in graph.outputs:
-        if a.tracked(i):
-            a.fix(i)
+        step = _Step(model, node)
+        if not any(rule(a, step) for rule in _RULES):
+            # Anything else reads its inputs' channels in ways we do not follow.
+            a.fix_all(step.acts)
+            for o in node.outputs:
+                a.open_fixed(o)
+    a.fix_all(graph.outputs)
     return a
+
+
+@dataclass(frozen=True)
+class _Step:
+    """One node as the analysis sees it: its activation inputs and its output."""
+
+    model: Model
+    node: Node
+
+    def const(self, i: int) -> bool:
+        return i != -1 and self.model.tensors[i].data is not None
+
+    @property
+    def acts(self) -> list[int]:
+        return [i for i in self.node.inputs if i != -1 and not self.const(i)]
+
+    @property
+    def out(self) -> int:
+        return self.node.outputs[0] if self.node.outputs else -1
+
+
+def _weighted(a: _Analysis, s: _Step) -> bool:
+    """Conv2D / FullyConnected with constant weights: its output opens a new space; a
+    grouped conv fixes its input (a depthwise one passes its input's space through)."""
+    node, out = s.node, s.out
+    if node.op not in (OpCode.CONV2D, OpCode.FULLY_CONNECTED) or len(node.inputs) < 2:
+        return False
+    w = s.model.tensors[node.inputs[1]].data if node.inputs[1] != -1 else None
+    if w is None:
+        return False
+    group = int(node.attrs.get("group", 1))
+    x = node.inputs[0]
+    if node.op == OpCode.CONV2D and group > 1:
+        if group == w.shape[0] and w.shape[1] == 1 and a.tracked(x):  # depthwise
+            a.pass_through(x, out)
+            a.channelwise.append(node)
+            return True
+        a.fix_all(s.acts)
+        a.open_fixed(out)
+        return True
+    if a.tracked(x):
+        a.consumers.append(node)
+    a.parent[out] = out
+    a.producers.append(node)
+    return True
+
+
+def _channelwise(a: _Analysis, s: _Step) -> bool:
+    """An op whose output channel c reads only input channel c: the space passes through."""
+    node, acts = s.node, s.acts
+    if not (node.op in CHANNELWISE and acts and a.tracked(acts[0]) and acts[0] == node.inputs[0]):
+        return False
+    a.pass_through(acts[0], s.out)
+    if node.op == OpCode.BATCH_NORM:
+        a.channelwise.append(node)
+    for extra in node.outputs[1:]:
+        a.open_fixed(extra)
+    return True
+
+
+def _elementwise(a: _Analysis, s: _Step) -> bool:
+    """An elementwise op between same-shape activations (a residual Add) joins their spaces."""
+    node, acts, tensors = s.node, s.acts, s.model.tensors
+    if not (node.op in ELEMENTWISE and acts and all(a.tracked(i) for i in acts)):
+        return False
+    shapes = {tuple(tensors[i].shape) for i in acts}
+    scalars = all(np.size(tensors[i].data) == 1 for i in node.inputs if s.const(i))
+    if len(shapes) != 1 or not scalars or any(i in a.derived for i in acts):
+        return False
+    a.parent[s.out] = s.out
+    for i in acts:
+        a.union(i, s.out)
+    return True
+
+
+def _concat(a: _Analysis, s: _Step) -> bool:
+    """A concat of activations along channels: a space derived from its inputs'."""
+    node, acts = s.node, s.acts
+    if not (
+        node.op == OpCode.CONCAT
+        and acts == list(node.inputs)
+        and all(a.tracked(i) for i in acts)
+        and _channels_axis(s.model, s.out, int(node.attrs.get("axis", 1)))
+    ):
+        return False
+    a.derived[s.out] = _Derived(parts=list(acts))
+    return True
+
+
+def _flatten(a: _Analysis, s: _Step) -> bool:
+    """Flatten after the channel axis: each channel spans the spatial features."""
+    node, acts = s.node, s.acts
+    if not (
+        node.op == OpCode.FLATTEN
+        and acts
+        and a.tracked(acts[0])
+        and int(node.attrs.get("axis", 1)) == 1
+        and acts[0] not in a.derived
+    ):
+        return False
+    shape = s.model.tensors[acts[0]].shape
+    if len(shape) < 2 or not all(d > 0 for d in shape[2:]):
+        return False
+    a.derived[s.out] = _Derived(parts=[acts[0]], repeat=int(np.prod(shape[2:], dtype=np.int64)))
+    return True
+
+
+# How channels flow through a node, tried in order; a node no rule takes fixes its inputs.
+_RULES = (_weighted, _channelwise, _elementwise, _concat, _flatten)
 
 
 def _scores(model: Model, a: _Analysis) -> dict[int, np.ndarray]:
@@ -225,26 +273,33 @@ def prune_channels(
     for root, s in _scores(model, a).items():
         n = max(min_channels, s.size - round(ratio * s.size))
         keep[root] = np.sort(np.argsort(s, kind="stable")[::-1][:n])
+    _slice_weights(model, a, keep)
+    fill_inferred_shapes(model, graph_index)
+    return model
 
-    def kept(t: int, channels: int) -> np.ndarray | None:
-        """Input channels of tensor t that survive (None: all of them)."""
-        if t in a.derived:
-            d = a.derived[t]
-            pieces, offset, changed = [], 0, False
-            for part in d.parts:
-                size = model.tensors[part].shape[1]
-                sub = kept(part, size)
-                changed |= sub is not None
-                pieces.append((np.arange(size) if sub is None else sub) + offset)
-                offset += size
-            if not changed:
-                return None
-            idx = np.concatenate(pieces)
-            if d.repeat > 1:
-                idx = (idx[:, None] * d.repeat + np.arange(d.repeat)).reshape(-1)
-            return idx
+
+def _kept(model: Model, a: _Analysis, keep: dict[int, np.ndarray], t: int) -> np.ndarray | None:
+    """Input channels of tensor t that survive (None: all of them)."""
+    if t not in a.derived:
         return keep.get(a.find(t))
+    d = a.derived[t]
+    pieces, offset, changed = [], 0, False
+    for part in d.parts:
+        size = model.tensors[part].shape[1]
+        sub = _kept(model, a, keep, part)
+        changed |= sub is not None
+        pieces.append((np.arange(size) if sub is None else sub) + offset)
+        offset += size
+    if not changed:
+        return None
+    idx = np.concatenate(pieces)
+    if d.repeat > 1:
+        idx = (idx[:, None] * d.repeat + np.arange(d.repeat)).reshape(-1)
+    return idx
 
+
+def _slice_weights(model: Model, a: _Analysis, keep: dict[int, np.ndarray]) -> None:
+    """Cut the removed channels out of every producer, consumer and channel-wise node."""
     tensors = model.tensors
 
     def slice_const(i: int, idx: np.ndarray, axis: int) -> None:
@@ -255,8 +310,7 @@ def prune_channels(
 
     # Consumers first: they read the original input sizes.
     for node in a.consumers:
-        w = tensors[node.inputs[1]]
-        idx = kept(node.inputs[0], w.data.shape[1])
+        idx = _kept(model, a, keep, node.inputs[0])
         if idx is not None:
             slice_const(node.inputs[1], idx, 1)
     for node in a.producers:
@@ -266,7 +320,7 @@ def prune_channels(
             if len(node.inputs) > 2:
                 slice_const(node.inputs[2], idx, 0)
     for node in a.channelwise:
-        idx = kept(node.inputs[0], tensors[node.inputs[0]].shape[1])
+        idx = _kept(model, a, keep, node.inputs[0])
         if idx is None:
             continue
         if node.op == OpCode.BATCH_NORM:
@@ -277,8 +331,6 @@ def prune_channels(
             if len(node.inputs) > 2:
                 slice_const(node.inputs[2], idx, 0)
             node.attrs["group"] = int(idx.size)
-    fill_inferred_shapes(model, graph_index)
-    return model
 
 
 def channel_counts(model: Model, graph_index: int = 0) -> dict[str, int]:

@@ -218,6 +218,18 @@ class SecAggServer:
 
     def receive(self, message: ClientMessage) -> None:
         """Validate and record one client message of the current stage."""
+        self._check_sender(message)
+        if isinstance(message, AdvertiseKeys):
+            self._receive_keys(message)
+        elif isinstance(message, ShareKeys):
+            self._receive_shares(message)
+        elif isinstance(message, MaskedInput):
+            self._receive_masked_input(message)
+        else:
+            self._receive_unmask(message)
+
+    def _check_sender(self, message: ClientMessage) -> None:
+        """The message belongs to this stage and comes from an active client, once."""
         expected = _EXPECTED.get(self.stage)
         if expected is None or not isinstance(message, expected):
             raise ProtocolError(
@@ -234,77 +246,84 @@ class SecAggServer:
             raise ProtocolError(f"client {u} is not active in stage {self.stage.value}")
         if u in self._received():
             raise ProtocolError(f"client {u} already sent its {type(message).__name__}")
-        if isinstance(message, AdvertiseKeys):
-            for name, key in (
-                ("enc_public", message.enc_public),
-                ("mask_public", message.mask_public),
-            ):
-                if len(key) != crypto.KEY_BYTES:
-                    raise ProtocolError(
-                        f"client {u}: {name} must be {crypto.KEY_BYTES} bytes, found {len(key)}"
-                    )
-                try:
-                    crypto.check_public(key, f"its {name} key")
-                except InvalidKeyError as e:
-                    # Honest peers would encrypt shares and derive masks under an all-zero
-                    # secret: leave the client out before anyone sees its keys.
-                    self.excluded[u] = f"advertised an invalid key: {e}"
-                    raise ClientExcludedError(
-                        f"client {u} is excluded from the round: {e}",
-                        client=u,
-                        reason=self.excluded[u],
-                    ) from None
-            self._keys[u] = (message.enc_public, message.mask_public)
-        elif isinstance(message, ShareKeys):
-            expected_to = self.neighbours[u] & self.survivors[Stage.ADVERTISE_KEYS]
-            if set(message.ciphertexts) != expected_to:
+
+    def _receive_keys(self, message: AdvertiseKeys) -> None:
+        u = message.client
+        for name, key in (
+            ("enc_public", message.enc_public),
+            ("mask_public", message.mask_public),
+        ):
+            if len(key) != crypto.KEY_BYTES:
                 raise ProtocolError(
-                    f"client {u} sent shares to {sorted(message.ciphertexts)}, "
-                    f"expected exactly {sorted(expected_to)}"
+                    f"client {u}: {name} must be {crypto.KEY_BYTES} bytes, found {len(key)}"
                 )
-            if len(message.self_mask_digest) != 32:
-                raise ProtocolError(f"client {u}: self_mask_digest must be 32 bytes")
-            self._ciphertexts[u] = dict(message.ciphertexts)
-            self._digests[u] = message.self_mask_digest
-        elif isinstance(message, MaskedInput):
-            v = message.vector
-            if v.dtype != ring_dtype(self.params.modulus_bits) or v.size != self.vector_length:
-                raise ProtocolError(
-                    f"client {u}: masked input must be {self.vector_length} x "
-                    f"{ring_dtype(self.params.modulus_bits)}, found {v.size} x {v.dtype}"
-                )
-            delivered = self.neighbours[u] & self.survivors[Stage.SHARE_KEYS]
-            refused = set(message.refused)
-            if not refused <= delivered or len(refused) != len(message.refused):
-                raise ProtocolError(
-                    f"client {u} refused shares of clients {sorted(message.refused)}, but was "
-                    f"sent shares by {sorted(delivered)} only"
-                )
-            total = self._running_sum()
-            np.add(total, v, out=total)
-            self._uploaded.append(u)
-            if refused:
-                self.complaints[u] = frozenset(refused)
-        else:
-            want = self.message_for(u)
-            if not isinstance(want, UnmaskRequest):
-                raise ProtocolError(
-                    f"client {u}: an unmask response in stage {self.stage.value}, which asks "
-                    f"for {type(want).__name__}"
-                )
-            lacking = self.complaints.get(u, frozenset())
-            if (
-                set(message.key_shares) != set(want.dropped) - lacking
-                or set(message.self_mask_shares) != set(want.survivors) - lacking
-            ):
-                raise ProtocolError(f"client {u}'s unmask response does not answer its request")
-            for owner, data in message.key_shares.items():
-                shamir.share_from_bytes(data)
-                self._key_shares.setdefault(owner, {})[u] = data
-            for owner, data in message.self_mask_shares.items():
-                shamir.share_from_bytes(data)
-                self._self_mask_shares.setdefault(owner, {})[u] = data
-            self._responded.append(u)
+            try:
+                crypto.check_public(key, f"its {name} key")
+            except InvalidKeyError as e:
+                # Honest peers would encrypt shares and derive masks under an all-zero
+                # secret: leave the client out before anyone sees its keys.
+                self.excluded[u] = f"advertised an invalid key: {e}"
+                raise ClientExcludedError(
+                    f"client {u} is excluded from the round: {e}",
+                    client=u,
+                    reason=self.excluded[u],
+                ) from None
+        self._keys[u] = (message.enc_public, message.mask_public)
+
+    def _receive_shares(self, message: ShareKeys) -> None:
+        u = message.client
+        expected_to = self.neighbours[u] & self.survivors[Stage.ADVERTISE_KEYS]
+        if set(message.ciphertexts) != expected_to:
+            raise ProtocolError(
+                f"client {u} sent shares to {sorted(message.ciphertexts)}, "
+                f"expected exactly {sorted(expected_to)}"
+            )
+        if len(message.self_mask_digest) != 32:
+            raise ProtocolError(f"client {u}: self_mask_digest must be 32 bytes")
+        self._ciphertexts[u] = dict(message.ciphertexts)
+        self._digests[u] = message.self_mask_digest
+
+    def _receive_masked_input(self, message: MaskedInput) -> None:
+        u, v = message.client, message.vector
+        if v.dtype != ring_dtype(self.params.modulus_bits) or v.size != self.vector_length:
+            raise ProtocolError(
+                f"client {u}: masked input must be {self.vector_length} x "
+                f"{ring_dtype(self.params.modulus_bits)}, found {v.size} x {v.dtype}"
+            )
+        delivered = self.neighbours[u] & self.survivors[Stage.SHARE_KEYS]
+        refused = set(message.refused)
+        if not refused <= delivered or len(refused) != len(message.refused):
+            raise ProtocolError(
+                f"client {u} refused shares of clients {sorted(message.refused)}, but was "
+                f"sent shares by {sorted(delivered)} only"
+            )
+        total = self._running_sum()
+        np.add(total, v, out=total)
+        self._uploaded.append(u)
+        if refused:
+            self.complaints[u] = frozenset(refused)
+
+    def _receive_unmask(self, message: UnmaskResponse) -> None:
+        u = message.client
+        want = self.message_for(u)
+        if not isinstance(want, UnmaskRequest):
+            raise ProtocolError(
+                f"client {u}: an unmask response in stage {self.stage.value}, which asks "
+                f"for {type(want).__name__}"
+            )
+        lacking = self.complaints.get(u, frozenset())
+        if (
+            set(message.key_shares) != set(want.dropped) - lacking
+            or set(message.self_mask_shares) != set(want.survivors) - lacking
+        ):
+            raise ProtocolError(f"client {u}'s unmask response does not answer its request")
+        for owner, data in message.key_shares.items():
+            shamir.share_from_bytes(data)
+            self._key_shares.setdefault(owner, {})[u] = data
+        for owner, data in message.self_mask_shares.items():
+            shamir.share_from_bytes(data)
+            self._self_mask_shares.setdefault(owner, {})[u] = data
+        self._responded.append(u)
 
     # ---- stage transitions --------------------------------------------------------------
 

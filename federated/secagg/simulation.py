@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import numpy as np
 
@@ -33,6 +34,7 @@ from sporenet.federated.secagg.messages import (
 )
 from sporenet.federated.secagg.server import SecAggResult, SecAggServer, Stage
 
+_T = TypeVar("_T")
 STAGES = (Stage.ADVERTISE_KEYS, Stage.SHARE_KEYS, Stage.MASKED_INPUT, Stage.UNMASK)
 
 
@@ -110,84 +112,138 @@ def run_round(
     the server excludes for it (ClientExcludedError) is left out, as the daemon does.
     `graph_seed` fixes the neighbour graph (default: fresh randomness, as in production).
     """
-    plan = dropouts or DropoutPlan()
     server = SecAggServer(
         config.resolve(num_clients), vector_length=vector_length, graph_seed=graph_seed
     )
-    server_time = 0.0
-    client_time = dict.fromkeys(range(num_clients), 0.0)
-    up = dict.fromkeys(range(num_clients), 0)
-    down = dict.fromkeys(range(num_clients), 0)
-    expected = np.zeros(vector_length, np.float64)
-    clip = server.params.clipping_range
-
-    def reload(s: SecAggServer) -> SecAggServer:
-        return SecAggServer.from_bytes(s.to_bytes()) if restart_server else s
-
-    refused: dict[int, str] = {}
-    clients: dict[int, SecAggClient] = {}
-    for i in range(num_clients):
-        setup_bytes = server.setup_for(i).to_bytes()
-        down[i] += len(setup_bytes)
-        t0 = time.perf_counter()
-        clients[i] = SecAggClient(
-            RoundSetup.from_bytes(setup_bytes), rng=np.random.default_rng([seed, i])
-        )
-        client_time[i] += time.perf_counter() - t0
-
-    decoders: dict[Stage, Callable[[bytes], ClientMessage]] = {
-        Stage.ADVERTISE_KEYS: AdvertiseKeys.from_bytes,
-        Stage.SHARE_KEYS: ShareKeys.from_bytes,
-        Stage.MASKED_INPUT: MaskedInput.from_bytes,
-        Stage.UNMASK: UnmaskResponse.from_bytes,
-    }
-    incoming = {
-        Stage.SHARE_KEYS: KeysBroadcast,
-        Stage.MASKED_INPUT: SharesDelivery,
-        Stage.UNMASK: UnmaskRequest,
-    }
-
-    for stage in STAGES:
-        senders = sorted(server.active_clients() - plan.silent(stage))
-        for n_done, i in enumerate(senders):
-            client = clients[i]
-            request = None
-            if stage != Stage.ADVERTISE_KEYS:
-                t0 = time.perf_counter()
-                wire = server.message_for(i).to_bytes()
-                server_time += time.perf_counter() - t0
-                down[i] += len(wire)
-                request = incoming[stage].from_bytes(wire)  # type: ignore[attr-defined]
-            t0 = time.perf_counter()
-            reply = _client_step(client, stage, request, updates, i)
-            client_time[i] += time.perf_counter() - t0
-            wire = reply.to_bytes()
-            if tamper is not None:
-                wire = tamper(stage, i, wire)
-            up[i] += len(wire)
-            t0 = time.perf_counter()
-            try:
-                server.receive(decoders[stage](wire))
-            except ClientExcludedError as e:
-                refused[i] = e.reason
-                continue
-            finally:
-                server_time += time.perf_counter() - t0
-            if stage == Stage.MASKED_INPUT and track_expected:
-                expected += np.clip(np.asarray(updates(i), np.float64).reshape(-1), -clip, clip)
-            if restart_server and n_done == len(senders) // 2:
-                server = reload(server)
-        t0 = time.perf_counter()
-        server.close_stage()
-        server_time += time.perf_counter() - t0
-        server = reload(server)
-
-    t0 = time.perf_counter()
-    result = server.result()
-    server_time += time.perf_counter() - t0
-    return SimulationReport(
-        result, expected, server_time, client_time, up, down, refused, dict(server.complaints)
+    simulated = _SimulatedRound(
+        server,
+        updates,
+        plan=dropouts or DropoutPlan(),
+        restart_server=restart_server,
+        track_expected=track_expected,
+        tamper=tamper,
     )
+    simulated.set_up_clients(num_clients, seed)
+    for stage in STAGES:
+        simulated.run_stage(stage)
+    return simulated.finish()
+
+
+# How the server reads each stage's client message off the wire.
+_DECODERS: dict[Stage, Callable[[bytes], ClientMessage]] = {
+    Stage.ADVERTISE_KEYS: AdvertiseKeys.from_bytes,
+    Stage.SHARE_KEYS: ShareKeys.from_bytes,
+    Stage.MASKED_INPUT: MaskedInput.from_bytes,
+    Stage.UNMASK: UnmaskResponse.from_bytes,
+}
+# How a client reads the server message it answers in each stage after the first.
+_REQUEST_DECODERS: dict[Stage, Callable[[bytes], object]] = {
+    Stage.SHARE_KEYS: KeysBroadcast.from_bytes,
+    Stage.MASKED_INPUT: SharesDelivery.from_bytes,
+    Stage.UNMASK: UnmaskRequest.from_bytes,
+}
+
+
+class _SimulatedRound:
+    """The server, its clients and the wire between them, with what each party spent."""
+
+    def __init__(
+        self,
+        server: SecAggServer,
+        updates: Callable[[int], np.ndarray],
+        *,
+        plan: DropoutPlan,
+        restart_server: bool,
+        track_expected: bool,
+        tamper: Callable[[Stage, int, bytes], bytes] | None,
+    ) -> None:
+        self.server = server
+        self.updates = updates
+        self.plan = plan
+        self.restart_server = restart_server
+        self.track_expected = track_expected
+        self.tamper = tamper
+        self.clients: dict[int, SecAggClient] = {}
+        self.server_time = 0.0
+        self.client_time: dict[int, float] = {}
+        self.up: dict[int, int] = {}
+        self.down: dict[int, int] = {}
+        self.refused: dict[int, str] = {}
+        self.expected = np.zeros(server.vector_length, np.float64)
+
+    def set_up_clients(self, num_clients: int, seed: int) -> None:
+        """Each client built from its RoundSetup, as it arrives over the wire."""
+        for i in range(num_clients):
+            setup_bytes = self.server.setup_for(i).to_bytes()
+            self.down[i] = len(setup_bytes)
+            self.up[i] = 0
+            t0 = time.perf_counter()
+            self.clients[i] = SecAggClient(
+                RoundSetup.from_bytes(setup_bytes), rng=np.random.default_rng([seed, i])
+            )
+            self.client_time[i] = time.perf_counter() - t0
+
+    def run_stage(self, stage: Stage) -> None:
+        """Every client still talking sends its message; then the server closes the stage."""
+        senders = sorted(self.server.active_clients() - self.plan.silent(stage))
+        for n_done, i in enumerate(senders):
+            if not self._exchange(stage, i):
+                continue  # refused: the round goes on without it
+            if stage == Stage.MASKED_INPUT and self.track_expected:
+                clip = self.server.params.clipping_range
+                update = np.asarray(self.updates(i), np.float64).reshape(-1)
+                self.expected += np.clip(update, -clip, clip)
+            if self.restart_server and n_done == len(senders) // 2:
+                self._reload()
+        self._on_server(self.server.close_stage)
+        self._reload()
+
+    def finish(self) -> SimulationReport:
+        result = self._on_server(self.server.result)
+        return SimulationReport(
+            result,
+            self.expected,
+            self.server_time,
+            self.client_time,
+            self.up,
+            self.down,
+            self.refused,
+            dict(self.server.complaints),
+        )
+
+    def _exchange(self, stage: Stage, i: int) -> bool:
+        """Client i answers the server's message of `stage`; False if the server refused it."""
+        request = None
+        if stage != Stage.ADVERTISE_KEYS:
+            wire = self._on_server(lambda: self.server.message_for(i).to_bytes())
+            self.down[i] += len(wire)
+            request = _REQUEST_DECODERS[stage](wire)
+        t0 = time.perf_counter()
+        reply = _client_step(self.clients[i], stage, request, self.updates, i)
+        self.client_time[i] += time.perf_counter() - t0
+        wire = reply.to_bytes()
+        if self.tamper is not None:
+            wire = self.tamper(stage, i, wire)
+        self.up[i] += len(wire)
+        try:
+            self._on_server(lambda: self.server.receive(_DECODERS[stage](wire)))
+        except ClientExcludedError as e:
+            self.refused[i] = e.reason
+            return False
+        return True
+
+    def _on_server(self, work: Callable[[], _T]) -> _T:
+        """Run `work` and count its time as the server's (also when it raises)."""
+        t0 = time.perf_counter()
+        try:
+            return work()
+        finally:
+            self.server_time += time.perf_counter() - t0
+
+    def _reload(self) -> None:
+        """With restart_server, a new server from the old one's persisted bytes."""
+        if self.restart_server:
+            self.server = SecAggServer.from_bytes(self.server.to_bytes())
 
 
 _REQUEST_OF_STAGE: dict[Stage, type] = {

@@ -193,46 +193,91 @@ def run_server(
         metrics = Metrics()
         manager = RoundManager(config, metrics=metrics, logger=logger)
     metrics = metrics or manager.metrics
-    auth = Authenticator(
-        tokens=config.auth.tokens,
-        token_sha256=config.auth.token_sha256,
-        ed25519=config.auth.ed25519,
-        max_skew=config.auth.max_skew,
-        nonce_file=Path(config.state_dir) / "nonces.json",
-    )
-    # Messages stay below gRPC's 4 MiB default: payloads move as chunks of `chunk_size`.
-    servicer = FederatedServicer(
-        manager,
-        metrics=metrics,
-        logger=logger,
-        chunk_size=config.chunk_size,
-        heartbeat_interval=config.heartbeat_interval,
-    )
-    health_servicer = health.HealthServicer(experimental_non_blocking=True)
-    interceptor = AuthInterceptor(auth, metrics=metrics, logger=logger)
-    server = _AioServer(config, servicer, health_servicer, interceptor)
-    port = server.start()
-    for name in ("", SERVICE):
-        health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
-    host = split_address(config.address)[0]
-    metrics_port = None
-    http = None
-    if config.metrics_port is not None:
-        http = serve_metrics(metrics, host, config.metrics_port, state_dir=config.state_dir)
-        metrics_port = http.server_address[1]
-    info: dict[str, Any] = {
-        "pid": os.getpid(),
-        "address": config.address,
-        "port": port,
-        "metrics_port": metrics_port,
-        "tls": server.tls,
-    }
-    # Written whole (a rename), so a reader never sees it half written.
-    write_atomic(Path(config.state_dir) / "server.json", json.dumps(info).encode())
-    log_event(logger, "server_started", **info)
-
+    serving = _Serving.start(config, manager, metrics, logger)
     stop = stop_on_signals(stop)
-    code = 0
+    code = _tick_until_done(config, manager, metrics, logger, stop)
+    serving.stop(manager, logger)
+    if threading.current_thread() is threading.main_thread():
+        # Stopped: a SIGTERM now (say a supervisor's, as the job ends on its own) must not
+        # kill the exiting interpreter, which restores the default action of the handlers
+        # above, and turn this exit code into -15.
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    return code
+
+
+class _Serving:
+    """The running gRPC server, its health service and the metrics page, if any."""
+
+    def __init__(self, server: _AioServer, health_servicer: Any, http: Any) -> None:
+        self.server = server
+        self.health_servicer = health_servicer
+        self.http = http
+
+    @classmethod
+    def start(
+        cls, config: ServerConfig, manager: RoundManager, metrics: Metrics, logger: logging.Logger
+    ) -> _Serving:
+        """Serve the job's gRPC service (and the metrics page), then write server.json."""
+        auth = Authenticator(
+            tokens=config.auth.tokens,
+            token_sha256=config.auth.token_sha256,
+            ed25519=config.auth.ed25519,
+            max_skew=config.auth.max_skew,
+            nonce_file=Path(config.state_dir) / "nonces.json",
+        )
+        # Messages stay below gRPC's 4 MiB default: payloads move as chunks of `chunk_size`.
+        servicer = FederatedServicer(
+            manager,
+            metrics=metrics,
+            logger=logger,
+            chunk_size=config.chunk_size,
+            heartbeat_interval=config.heartbeat_interval,
+        )
+        health_servicer = health.HealthServicer(experimental_non_blocking=True)
+        interceptor = AuthInterceptor(auth, metrics=metrics, logger=logger)
+        server = _AioServer(config, servicer, health_servicer, interceptor)
+        port = server.start()
+        for name in ("", SERVICE):
+            health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+        host = split_address(config.address)[0]
+        metrics_port = None
+        http = None
+        if config.metrics_port is not None:
+            http = serve_metrics(metrics, host, config.metrics_port, state_dir=config.state_dir)
+            metrics_port = http.server_address[1]
+        info: dict[str, Any] = {
+            "pid": os.getpid(),
+            "address": config.address,
+            "port": port,
+            "metrics_port": metrics_port,
+            "tls": server.tls,
+        }
+        # Written whole (a rename), so a reader never sees it half written.
+        write_atomic(Path(config.state_dir) / "server.json", json.dumps(info).encode())
+        log_event(logger, "server_started", **info)
+        return cls(server, health_servicer, http)
+
+    def stop(self, manager: RoundManager, logger: logging.Logger) -> None:
+        """Report not serving, wake the long-polls, stop serving, close the manager."""
+        log_event(logger, "server_stopping")
+        for name in ("", SERVICE):
+            self.health_servicer.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
+        manager.stop()  # wakes long-polls so in-flight calls return
+        self.server.stop(STOP_GRACE_SECONDS)
+        if self.http is not None:
+            self.http.shutdown()
+        manager.close()
+        log_event(logger, "server_stopped", level=logging.INFO)
+
+
+def _tick_until_done(
+    config: ServerConfig,
+    manager: RoundManager,
+    metrics: Metrics,
+    logger: logging.Logger,
+    stop: threading.Event,
+) -> int:
+    """Tick the rounds until `stop` or the job's end; the exit code (1: the job failed)."""
     # A tick that keeps failing (a full disk at publish) is retried every tick: its
     # cause is logged once, then summarised (failure_log.py).
     failures = FailureLog(
@@ -250,20 +295,5 @@ def run_server(
             status = manager.job.status
             code = 1 if status == JobStatus.FAILED else 0
             log_event(logger, "job_ended_exiting", status=status, exit_code=code)
-            break
-
-    log_event(logger, "server_stopping")
-    for name in ("", SERVICE):
-        health_servicer.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
-    manager.stop()  # wakes long-polls so in-flight calls return
-    server.stop(STOP_GRACE_SECONDS)
-    if http is not None:
-        http.shutdown()
-    manager.close()
-    log_event(logger, "server_stopped", level=logging.INFO)
-    if threading.current_thread() is threading.main_thread():
-        # Stopped: a SIGTERM now (say a supervisor's, as the job ends on its own) must not
-        # kill the exiting interpreter, which restores the default action of the handlers
-        # above, and turn this exit code into -15.
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    return code
+            return code
+    return 0

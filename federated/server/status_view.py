@@ -309,44 +309,16 @@ def render_page(
     privacy against the budget, recent events. Reloads itself every `refresh` seconds."""
     now = time.time() if now is None else now
     e = html.escape
-    job = status.get("job") or {}
-    counts = participant_counts(status)
-    bad = {"dropped", "rejected", "excluded", "abandoned"}
-    pills = (
-        "".join(
-            f'<span class="pill{" bad" if state in bad else ""}">{n} {e(state)}</span>'
-            for state, n in sorted(counts.items())
+    state = str((status.get("job") or {}).get("status", "none"))
+    cards = "\n".join(
+        (
+            _job_card(status, now, refresh),
+            _participants_card(status),
+            _rounds_card(status),
+            _privacy_card(status),
+            _events_card(events),
         )
-        or '<span class="muted">no client selected in this phase</span>'
     )
-    rows = round_rows(status)
-    table = (
-        "".join(
-            f"<tr><td>{r['round']}</td><td>{_count(r.get('updates'))}</td><td>{_num(r.get('fit_loss'))}</td><td>{_num(r.get('loss'))}</td>"
-            f"<td>{_num(r.get('accuracy'))}</td><td>{_num(r.get('seconds'), '.2f')}</td></tr>"
-            for r in rows
-        )
-        or '<tr><td colspan="6" class="muted">no round finished yet</td></tr>'
-    )
-    p = status.get("privacy") or {}
-    budget = p.get("epsilon_budget")
-    meter = (
-        f'<meter id="privacy-meter" min="0" max="{budget}" value="{float(p.get("epsilon", 0))}">'
-        f"</meter>"
-        if budget
-        else ""
-    )
-    event_items = (
-        "".join(
-            f"<li><b>{e(_when(ev.get('ts'))[11:])}</b> {e(str(ev.get('event')))}"
-            + (f" <code>{e(_fields(ev['fields']))}</code>" if ev.get("fields") else "")
-            + "</li>"
-            for ev in reversed(events[-RECENT_SHOWN:])
-        )
-        or '<li class="muted">no event since the daemon started</li>'
-    )
-    state = str(job.get("status", "none"))
-    config = _config(status)
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
@@ -356,29 +328,92 @@ def render_page(
 <style>{STYLE}</style></head>
 <body><header><h1>{e(title)} <span class="pill" id="job-status">{e(state)}</span></h1></header>
 <main>
-<section id="job-card"><h2>Job</h2>
-<p id="phase">{e(phase_in_words(status, now))}</p>
-<p class="muted">model version {job.get("model_version", "-")}; strategy
-{e(str((config.get("strategy") or {}).get("name", "-")))};
-{
+{cards}
+</main></body></html>
+"""
+
+
+def _job_card(status: dict[str, Any], now: float, refresh: int) -> str:
+    """The job: its phase in words, model version, strategy, rounds, where the data is."""
+    e = html.escape
+    job = status.get("job") or {}
+    config = _config(status)
+    extent = (
         "an edge: it runs each of the cloud's rounds among its devices"
         if status.get("tier") == "edge"
         else f"{config.get('rounds', '?')} rounds"
-    };
+    )
+    return f"""<section id="job-card"><h2>Job</h2>
+<p id="phase">{e(phase_in_words(status, now))}</p>
+<p class="muted">model version {job.get("model_version", "-")}; strategy
+{e(str((config.get("strategy") or {}).get("name", "-")))};
+{extent};
 updated {e(_when(now))} (reloads every {refresh} s; JSON at <a href="status.json">status.json</a>,
-Prometheus at <a href="metrics">metrics</a>)</p></section>
-<section id="participants-card"><h2>Participants</h2>
+Prometheus at <a href="metrics">metrics</a>)</p></section>"""
+
+
+def _participants_card(status: dict[str, Any]) -> str:
+    """How many clients are registered, and one pill per participant state."""
+    e = html.escape
+    bad = {"dropped", "rejected", "excluded", "abandoned"}
+    pills = (
+        "".join(
+            f'<span class="pill{" bad" if state in bad else ""}">{n} {e(state)}</span>'
+            for state, n in sorted(participant_counts(status).items())
+        )
+        or '<span class="muted">no client selected in this phase</span>'
+    )
+    return f"""<section id="participants-card"><h2>Participants</h2>
 <p>{status.get("clients_registered", 0)} clients registered</p><div id="participants">{pills}</div>
-</section>
-<section id="rounds-card"><h2>Accuracy and loss per round</h2>{plot_svg(rows)}
+</section>"""
+
+
+def _rounds_card(status: dict[str, Any]) -> str:
+    """The rounds' accuracy and loss: a plot and a table."""
+    rows = round_rows(status)
+    table = (
+        "".join(
+            f"<tr><td>{r['round']}</td><td>{_count(r.get('updates'))}</td>"
+            f"<td>{_num(r.get('fit_loss'))}</td><td>{_num(r.get('loss'))}</td>"
+            f"<td>{_num(r.get('accuracy'))}</td><td>{_num(r.get('seconds'), '.2f')}</td></tr>"
+            for r in rows
+        )
+        or '<tr><td colspan="6" class="muted">no round finished yet</td></tr>'
+    )
+    return f"""<section id="rounds-card"><h2>Accuracy and loss per round</h2>{plot_svg(rows)}
 <div class="scroll"><table id="rounds"><thead><tr><th>round</th><th>updates</th>
 <th>train loss</th><th>eval loss</th><th>accuracy</th><th>seconds</th></tr></thead>
 <tbody>{table}</tbody></table></div>
 <p class="muted">updates: clients' updates aggregated; train loss: their mean loss
 while training (fit); eval loss and accuracy: their reports on the round's model
-(evaluate phases, --evaluate-every); seconds: the fit phase's wall time.</p></section>
-<section id="privacy-card"><h2>Privacy</h2><p id="privacy">{e(privacy_in_words(status))}</p>
-{meter}</section>
-<section id="events-card"><h2>Recent events</h2><ul id="events">{event_items}</ul></section>
-</main></body></html>
-"""
+(evaluate phases, --evaluate-every); seconds: the fit phase's wall time.</p></section>"""
+
+
+def _privacy_card(status: dict[str, Any]) -> str:
+    """The privacy spent in words, and a meter against the budget when there is one."""
+    p = status.get("privacy") or {}
+    budget = p.get("epsilon_budget")
+    meter = (
+        f'<meter id="privacy-meter" min="0" max="{budget}" value="{float(p.get("epsilon", 0))}">'
+        f"</meter>"
+        if budget
+        else ""
+    )
+    words = html.escape(privacy_in_words(status))
+    return f"""<section id="privacy-card"><h2>Privacy</h2><p id="privacy">{words}</p>
+{meter}</section>"""
+
+
+def _events_card(events: list[dict[str, Any]]) -> str:
+    """The last RECENT_SHOWN events, newest first."""
+    e = html.escape
+    items = (
+        "".join(
+            f"<li><b>{e(_when(ev.get('ts'))[11:])}</b> {e(str(ev.get('event')))}"
+            + (f" <code>{e(_fields(ev['fields']))}</code>" if ev.get("fields") else "")
+            + "</li>"
+            for ev in reversed(events[-RECENT_SHOWN:])
+        )
+        or '<li class="muted">no event since the daemon started</li>'
+    )
+    return f'<section id="events-card"><h2>Recent events</h2><ul id="events">{items}</ul></section>'
