@@ -371,7 +371,7 @@ def _weight_block(win: Window, c: int, itemsize: int) -> int:
 
 # Largest tiled weights (bytes) kept whole along the output row, and the shortest run of
 # elements a narrower tile gives the einsum (see _weight_block).
-_TILED_WEIGHTS_LIMIT = 256 << 10
+_TILED_WEIGHTS_LIMIT = 64 << 10
 _MIN_BLOCK_RUN = 1024
 
 
