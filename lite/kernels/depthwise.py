@@ -189,41 +189,21 @@ def _bind_channels_last(
     bias_const: bool,
     act: InPlace | None = None,
 ) -> Compute:
-    """All taps as one einsum over strided views of a channels-last padded buffer."""
+    """All taps as one einsum over strided views of a channels-last padded buffer (per
+    band of output rows, see _bands)."""
     n, c = x.shape[:2]
     (kh, kw), (oh, ow) = win.kernel, win.out
-    q = ow * c  # one output row, channels-last: the einsum's contiguous inner loop
-    buf, refill = _padded_buffer(win, x, n * q)
-    copies = channels_last_copies(win, buf, x)
     # Weights tiled along `block` output columns: wt[i, j, b*C + c] = w[c, 0, i, j]; the
     # einsum runs over rows of OW*C elements seen as OW/block runs of block*C.
     block = _weight_block(win, c, x.itemsize)
-    rows = channels_last_views(win, buf)
-    views = np.lib.stride_tricks.as_strided(
-        rows,
-        shape=(kh, kw, n, oh, ow // block, block * c),
-        strides=(*rows.strides[:-1], block * c * rows.strides[-1], rows.strides[-1]),
-        writeable=False,
-    )
     wt4 = np.empty((kh, kw, block, c), x.dtype)
     taps_w = w[:, 0].transpose(1, 2, 0)[:, :, None, :]
     np.copyto(wt4, taps_w)
-    wt = wt4.reshape(kh, kw, block * c)
-    if not w_const:
-        copies.append((wt4, taps_w))
+    weight_copies = [] if w_const else [(wt4, taps_w)]
     acc_nhwc, result = _accumulator(out, (n, oh, ow, c))
-    acc = acc_nhwc.reshape(n, oh, q)
+    acc = acc_nhwc.reshape(n, oh, ow * c)
     add_bias = _bias_step(bias, bias_const, acc, acc_nhwc, ow)
-    # Runs of output rows and the kernel rows they read inside the input (see
-    # _row_segments); rows whose taps all fall in the padding start at zero.
-    acc_blocks = acc.reshape(n, oh, ow // block, block * c)
-    segments = _row_segments(win, x.shape[2], n * q)
-    parts = [
-        (views[i0:i1, :, :, r0:r1], wt[i0:i1], acc_blocks[:, r0:r1])
-        for r0, r1, i0, i1 in segments
-        if i1 > i0
-    ]
-    zeros = [acc[:, r0:r1] for r0, r1, i0, i1 in segments if i1 == i0]
+    bands = _bands(win, x, wt4.reshape(kh, kw, block * c), acc, block)
     # Bias, then the activation (elementwise: it runs on the contiguous accumulator,
     # before the copy into an NCHW `out` when there is one).
     epilogue = [] if add_bias is None else [add_bias]
@@ -232,13 +212,16 @@ def _bind_channels_last(
     copyto, einsum = np.copyto, _einsum
 
     def compute() -> None:
-        refill()
-        for dst, src in copies:
+        for dst, src in weight_copies:
             copyto(dst, src)
-        for v, k, a in parts:
-            einsum("ijnpbq,ijq->npbq", v, k, out=a)
-        for a in zeros:
-            a.fill(0)
+        for refill, copies, parts, zeros in bands:
+            refill()
+            for dst, src in copies:
+                copyto(dst, src)
+            for v, k, a in parts:
+                einsum("ijnpbq,ijq->npbq", v, k, out=a)
+            for a in zeros:
+                a.fill(0)
         for finish in epilogue:
             finish()
         if result is not None:
@@ -247,18 +230,89 @@ def _bind_channels_last(
     return compute
 
 
+# A band's work: the step rewriting its buffer's zeros, the copies of the input into it,
+# the einsums (views, tiled weights, accumulator rows) and the accumulator rows it zeroes.
+_Band = tuple[
+    Compute,
+    list[tuple[np.ndarray, np.ndarray]],
+    list[tuple[np.ndarray, np.ndarray, np.ndarray]],
+    list[np.ndarray],
+]
+
+# Bytes of column-tap planes a column-strided layer fills at once: larger planes are
+# filled and read one band of output rows after another, so the plan's widest cut holds
+# one band, not 1.5 to 2.5 times the input.
+_BAND_BYTES = 1 << 20
+
+
+def _bands(win: Window, x: np.ndarray, wt: np.ndarray, acc: np.ndarray, block: int) -> list[_Band]:
+    """The layer's work in bands of output rows: one band for a column stride of 1 (the
+    padded buffer is the input's size); column-tap planes of up to _BAND_BYTES each."""
+    n, c, h, wd = x.shape
+    (kh, _), (sh, sw), (dh, _), (oh, ow) = win.kernel, win.strides, win.dilations, win.out
+    acc_blocks = acc.reshape(n, oh, ow // block, block * c)
+    if sw == 1:
+        buf, refill = _padded_buffer(win, x, n * ow * c)
+        views = _tap_views(channels_last_views(win, buf), block, c)
+        # Runs of output rows and the kernel rows they read inside the input (see
+        # _row_segments); rows whose taps all fall in the padding start at zero.
+        segments = _row_segments(win, h, n * ow * c)
+        parts = [
+            (views[i0:i1, :, :, r0:r1], wt[i0:i1], acc_blocks[:, r0:r1])
+            for r0, r1, i0, i1 in segments
+            if i1 > i0
+        ]
+        zeros = [acc[:, r0:r1] for r0, r1, i0, i1 in segments if i1 == i0]
+        return [(refill, channels_last_copies(win, buf, x), parts, zeros)]
+    row_bytes = n * sh * win.kernel[1] * ow * c * x.itemsize
+    rows = min(oh, max(1, _BAND_BYTES // row_bytes))
+    span = (rows - 1) * sh + (kh - 1) * dh + 1  # padded input rows a band reads
+    buf = temporary((n, span, win.kernel[1], ow, c), x.dtype)
+    bands: list[_Band] = []
+    top = win.pads[0]
+    for r0 in range(0, oh, rows):
+        r1 = min(oh, r0 + rows)
+        p0, p1 = r0 * sh, (r1 - 1) * sh + (kh - 1) * dh + 1  # its padded rows
+        i0, i1 = max(p0, top), max(max(p0, top), min(p1, top + h))  # of them, the input's
+        # The band as a layer of its own: its input rows, padded above by i0 - p0 rows.
+        band = Window(
+            win.kernel, win.strides, win.dilations, (i0 - p0, *win.pads[1:]), (r1 - r0, ow)
+        )
+        part = x[:, :, i0 - top : i1 - top]
+        views = _tap_views(channels_last_views(band, buf), block, c)
+        bands.append(
+            (
+                _tap_plane_fill(band, buf, i1 - i0, wd),
+                channels_last_copies(band, buf, part),
+                [(views, wt, acc_blocks[:, r0:r1])],
+                [],
+            )
+        )
+    return bands
+
+
+def _tap_views(rows: np.ndarray, block: int, c: int) -> np.ndarray:
+    """The (kh, kw, N, OH, OW*C) tap views as (kh, kw, N, OH, OW/block, block*C)."""
+    kh, kw, n, oh, q = rows.shape
+    return np.lib.stride_tricks.as_strided(
+        rows,
+        shape=(kh, kw, n, oh, q // (block * c), block * c),
+        strides=(*rows.strides[:-1], block * c * rows.strides[-1], rows.strides[-1]),
+        writeable=False,
+    )
+
+
 def _padded_buffer(win: Window, x: np.ndarray, row_size: int) -> tuple[np.ndarray, Compute]:
-    """The channels-last buffer of `channels_last_shape`, from the plan's arena, and the
-    step that rewrites its zeros (other steps use the same memory between calls)."""
+    """The padded (N, Hp, Wp, C) buffer of a column stride of 1, from the plan's arena,
+    and the step that rewrites its zeros (other steps use the same memory between
+    calls)."""
     buf = temporary(channels_last_shape(win, x.shape), x.dtype)
     h, wd = x.shape[2:]
     top, left = win.pads[0], win.pads[1]
-    if win.strides[1] == 1:
-        # Runs of output rows that skip the kernel rows over padding never read the
-        # margin rows above and below the input (see _row_segments).
-        every_row = _row_segments(win, h, row_size) == [(0, win.out[0], 0, win.kernel[0])]
-        return buf, _frame_fill(buf, (top, top + h), (left, left + wd), margin_rows=every_row)
-    return buf, _tap_plane_fill(win, buf, h, wd)
+    # Runs of output rows that skip the kernel rows over padding never read the margin
+    # rows above and below the input (see _row_segments).
+    every_row = _row_segments(win, h, row_size) == [(0, win.out[0], 0, win.kernel[0])]
+    return buf, _frame_fill(buf, (top, top + h), (left, left + wd), margin_rows=every_row)
 
 
 def _tap_plane_fill(win: Window, buf: np.ndarray, h: int, wd: int) -> Compute:
