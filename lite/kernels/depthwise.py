@@ -25,6 +25,7 @@ from functools import partial
 
 import numpy as np
 
+from sporenet.lite import pages
 from sporenet.lite.kernels.activation import InPlace, then_activation
 from sporenet.lite.kernels.base import Compute
 from sporenet.lite.kernels.spatial import Window
@@ -200,6 +201,8 @@ def _bind_channels_last(
     taps_w = w[:, 0].transpose(1, 2, 0)[:, :, None, :]
     np.copyto(wt4, taps_w)
     weight_copies = [] if w_const else [(wt4, taps_w)]
+    if w_const:
+        pages.release(w)  # only the tiled copy is read: the planner may drop `w`
     acc_nhwc, result = _accumulator(out, (n, oh, ow, c))
     acc = acc_nhwc.reshape(n, oh, ow * c)
     add_bias = _bias_step(bias, bias_const, acc, acc_nhwc, ow)
@@ -492,6 +495,8 @@ def _bind_planar(
     grid = _PhaseGrid(win, x)
     phases, copies = grid.phases(x)
     views, weights, acc, result = grid.operands(phases, w, w_const)
+    if w_const:
+        pages.release_unless_read(w, *weights)  # expanded copies, unless views of `w`
     finish = _planar_finish(out, result, bias, bias_const)
     tmp = temporary(acc.shape, acc.dtype)
     (v0, w0), rest = (views[0], weights[0]), list(zip(views[1:], weights[1:], strict=True))
