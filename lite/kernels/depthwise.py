@@ -493,18 +493,18 @@ def _bind_planar(
     row), so no call broadcasts over short rows.
     """
     grid = _PhaseGrid(win, x)
-    phases, copies = grid.phases(x)
+    phases, refill = grid.phases(x)
     views, weights, acc, result = grid.operands(phases, w, w_const)
     if w_const:
         pages.release_unless_read(w, *weights)  # expanded copies, unless views of `w`
     finish = _planar_finish(out, result, bias, bias_const)
     tmp = temporary(acc.shape, acc.dtype)
     (v0, w0), rest = (views[0], weights[0]), list(zip(views[1:], weights[1:], strict=True))
-    copyto, multiply, add = np.copyto, np.multiply, np.add
+    multiply, add = np.multiply, np.add
 
     def compute() -> None:
-        for dst, src in copies:
-            copyto(dst, src)
+        for fill in refill:
+            fill()
         multiply(v0, w0, out=acc)
         for v, wt in rest:
             multiply(v, wt, out=tmp)
@@ -533,37 +533,44 @@ class _PhaseGrid:
         self.interleaved = self.hq * self.wq <= _SMALL_PLANE
         self.n, self.c, self.size = n, c, n * c * self.hq * self.wq
 
-    def phases(
-        self, x: np.ndarray
-    ) -> tuple[dict[tuple[int, int], np.ndarray], list[tuple[np.ndarray, np.ndarray]]]:
-        """A zeroed buffer per phase, kept by the step (its zeros are written once), and
-        the (destination, source) copies of the input into them."""
+    def phases(self, x: np.ndarray) -> tuple[dict[tuple[int, int], np.ndarray], list[Compute]]:
+        """A buffer per phase, from the plan's arena, and the steps that refill it each
+        call: zeros where the input does not reach, then the input's copy."""
         n, c, h, wd = x.shape
         (sh, sw), top, left = self.win.strides, self.win.pads[0], self.win.pads[1]
         hq, wq = self.hq, self.wq
         xt = x.transpose(0, 2, 3, 1) if self.interleaved else x
         tail = max(di * wq + dj for _, di, dj in self.taps)
         phases: dict[tuple[int, int], np.ndarray] = {}
-        copies = []
+        zeros: list[np.ndarray] = []
+        copies: list[tuple[np.ndarray, np.ndarray]] = []
         for a, b in sorted({phase for phase, _, _ in self.taps}):
-            # np.full, not np.zeros: written now, so the first call does not fault its
-            # pages in.
             if self.interleaved:
-                buf = grid = np.full((n, hq, wq, c), 0, x.dtype)
+                buf = temporary((n, hq, wq, c), x.dtype)
+                grid = buf.transpose(0, 3, 1, 2)  # (N, C, rows, cols) views of both
             else:
-                buf = np.full(self.size + tail, 0, x.dtype)
+                buf = temporary((self.size + tail,), x.dtype)
                 grid = buf[: self.size].reshape(n, c, hq, wq)
+                zeros.append(buf[self.size :])
             phases[a, b] = buf
             r0, q0 = -(-(top - a) // sh), -(-(left - b) // sw)  # first rows/cols of input
             r1, q1 = -(-(top + h - a) // sh), -(-(left + wd - b) // sw)
+            r0, q0 = min(max(r0, 0), hq), min(max(q0, 0), wq)
+            r1, q1 = max(min(r1, hq), r0), max(min(q1, wq), q0)
+            zeros += [grid[:, :, :r0], grid[:, :, r1:], grid[:, :, r0:r1, :q0]]
+            zeros.append(grid[:, :, r0:r1, q1:])
             if r1 > r0 and q1 > q0:
                 rows = slice(r0 * sh + a - top, None, sh)
                 cols = slice(q0 * sw + b - left, None, sw)
                 if self.interleaved:
-                    copies.append((grid[:, r0:r1, q0:q1, :], xt[:, rows, cols, :]))
+                    copies.append((buf[:, r0:r1, q0:q1, :], xt[:, rows, cols, :]))
                 else:
                     copies.append((grid[:, :, r0:r1, q0:q1], x[:, :, rows, cols]))
-        return phases, copies
+        zeros = [v for v in zeros if v.size]
+        copyto = np.copyto
+        steps: list[Compute] = [partial(v.fill, 0) for v in zeros]
+        steps += [partial(copyto, dst, src) for dst, src in copies]
+        return phases, steps
 
     def operands(
         self, phases: dict[tuple[int, int], np.ndarray], w: np.ndarray, w_const: bool

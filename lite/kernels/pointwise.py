@@ -21,7 +21,7 @@ from sporenet.lite.kernels.workspace import temporary
 # Largest channels-last 1x1 output (bytes) whose constant bias is tiled over its rows, and
 # the largest tile (bytes): a longer output is added the tile in runs of whole tiles.
 _BIAS_TILE_LIMIT = 1 << 20
-_BIAS_TILE_BYTES = 64 << 10
+_BIAS_TILE_BYTES = 16 << 10
 
 
 def bind_pointwise(x: np.ndarray, w: np.ndarray, out: np.ndarray) -> Compute:
