@@ -41,6 +41,7 @@ class ExecutionPlan:
     inputs: list[int]
     outputs: list[int]
     kernels: list[Kernel] = field(default_factory=list)
+    step_kernels: list[Kernel] = field(default_factory=list)  # the kernel of each step
     arena_bytes: int = 0  # tensors and the steps' temporaries (lite/kernels/workspace.py)
 
     def run(self) -> None:
@@ -509,6 +510,7 @@ def plan_graph(
     workspace = Workspace(arena.take)  # the steps' temporaries, from the same arena
     blocks: dict[int, np.ndarray] = {}
     steps: list[Compute] = []
+    step_kernels: list[Kernel] = []
     live_kernels: list[Kernel] = []
     dying: dict[int, list[int]] = {}
     for r, j in last_use.items():
@@ -547,6 +549,7 @@ def plan_graph(
                 step = kernel.bind(ins, outs)
             if step is not None:
                 steps.append(step)
+                step_kernels.append(kernel)
         computed.bound(node, kernel, ins, noted)
         live_kernels.append(kernel)
         for block in workspace.release():
@@ -563,5 +566,6 @@ def plan_graph(
         inputs=list(graph.inputs),
         outputs=list(graph.outputs),
         kernels=live_kernels,
+        step_kernels=step_kernels,
         arena_bytes=arena.total,
     )

@@ -3,6 +3,8 @@ epilogue (bias add, fused activation) that follows their main step."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from sporenet.lite.kernels.activation import InPlace, then_activation
@@ -91,6 +93,25 @@ def with_epilogue(
     return with_both
 
 
+def matmul_for(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> Callable[..., object]:
+    """The function to call as f(a, b, out=out) for out = a @ b: np.dot where it applies
+    (2-D operands of out's float dtype, out C-contiguous and apart from them), else
+    np.matmul. Both run the product in BLAS; np.dot calls it with less overhead than
+    matmul's gufunc loop, several microseconds on a small layer, and a one-column
+    result (a classifier's last layer) does not take matmul's loop outside BLAS."""
+    if (
+        a.ndim == b.ndim == out.ndim == 2
+        and a.dtype == b.dtype == out.dtype
+        and out.dtype in (np.float32, np.float64)
+        and out.flags.c_contiguous
+        and out.shape == (a.shape[0], b.shape[1])
+        and not np.may_share_memory(out, a)
+        and not np.may_share_memory(out, b)
+    ):
+        return np.dot
+    return np.matmul
+
+
 def gemm(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> Compute:
     """The step out = a @ b for 2-D operands, split into products OpenBLAS runs unpacked.
 
@@ -102,7 +123,7 @@ def gemm(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> Compute:
     Larger products keep one call (packing pays off; benchmarks/lite_inference.py shows
     the layers near both edges), and so does any product while BLAS runs several
     threads (the blocks would each run on one)."""
-    matmul = np.matmul
+    matmul = matmul_for(a, b, out)
     if a.ndim != 2 or b.ndim != 2:
         return lambda: matmul(a, b, out=out)
     (m, k), n = a.shape, b.shape[1]
@@ -118,13 +139,14 @@ def gemm(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> Compute:
         blocks = [(a[i : i + step], b, out[i : i + step]) for i in range(0, m, step)]
 
     threads = BLAS.get if BLAS.available else (lambda: 1)
+    calls = [(matmul_for(x, y, z), x, y, z) for x, y, z in blocks]
 
     def compute() -> None:
         if threads() != 1:
             matmul(a, b, out=out)
             return
-        for x, y, z in blocks:
-            matmul(x, y, out=z)
+        for product, x, y, z in calls:
+            product(x, y, out=z)
 
     return compute
 

@@ -21,8 +21,11 @@ little work per element for a GEMM. Two algorithms, chosen at bind from the shap
 
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 
+from sporenet.lite import pages
 from sporenet.lite.kernels.activation import InPlace, then_activation
 from sporenet.lite.kernels.base import Compute
 from sporenet.lite.kernels.spatial import Window
@@ -187,87 +190,179 @@ def _bind_channels_last(
     bias_const: bool,
     act: InPlace | None = None,
 ) -> Compute:
-    """All taps as one einsum over strided views of a channels-last padded buffer."""
+    """All taps as one einsum over strided views of a channels-last padded buffer (per
+    band of output rows, see _bands)."""
     n, c = x.shape[:2]
     (kh, kw), (oh, ow) = win.kernel, win.out
-    q = ow * c  # one output row, channels-last: the einsum's contiguous inner loop
-    if win.strides[1] == 1:
-        h, wd = x.shape[2:]
-        top, left = win.pads[0], win.pads[1]
-        buf = temporary(channels_last_shape(win, x.shape), x.dtype)
-        # Runs of output rows that skip the kernel rows over padding never read the
-        # margin rows above and below the input (see _row_segments).
-        every_row = _row_segments(win, x.shape[2], n * q) == [(0, oh, 0, kh)]
-        refill = _frame_fill(buf, (top, top + h), (left, left + wd), margin_rows=every_row)
-    else:  # column-tap planes: their zeros are not a frame, so they stay the kernel's
-        # np.full, not np.zeros: written now, so the first call does not fault its pages in.
-        buf, refill = np.full(channels_last_shape(win, x.shape), 0, x.dtype), None
-    copies = channels_last_copies(win, buf, x)
     # Weights tiled along `block` output columns: wt[i, j, b*C + c] = w[c, 0, i, j]; the
     # einsum runs over rows of OW*C elements seen as OW/block runs of block*C.
     block = _weight_block(win, c, x.itemsize)
-    rows = channels_last_views(win, buf)
-    views = np.lib.stride_tricks.as_strided(
-        rows,
-        shape=(kh, kw, n, oh, ow // block, block * c),
-        strides=(*rows.strides[:-1], block * c * rows.strides[-1], rows.strides[-1]),
-        writeable=False,
-    )
     wt4 = np.empty((kh, kw, block, c), x.dtype)
     taps_w = w[:, 0].transpose(1, 2, 0)[:, :, None, :]
     np.copyto(wt4, taps_w)
-    wt = wt4.reshape(kh, kw, block * c)
-    out_nhwc = out.transpose(0, 2, 3, 1)
-    if out_nhwc.flags.c_contiguous:
-        # `out` is stored channels-last (see Kernel.channels_last_output): the einsum
-        # writes it directly and no transposing copy follows.
-        acc_nhwc, result = out_nhwc, None
-        acc = acc_nhwc.reshape(n, oh, q)
-    else:
-        acc = temporary((n, oh, q), x.dtype)
-        acc_nhwc = acc.reshape(n, oh, ow, c)
-        result = acc_nhwc.transpose(0, 3, 1, 2)
-    add, copyto, einsum = np.add, np.copyto, _einsum
-    if not w_const:
-        copies.append((wt4, taps_w))
-    if bias is None:
-        b_acc = None
-    elif bias_const:
-        b_acc, acc_b = np.tile(bias, ow), acc  # one row of OW*C values, contiguous
-    else:
-        b_acc, acc_b = bias, acc_nhwc
-
-    # Runs of output rows and the kernel rows they read inside the input (see
-    # _row_segments); rows whose taps all fall in the padding start at zero.
-    acc_blocks = acc.reshape(n, oh, ow // block, block * c)
-    segments = _row_segments(win, x.shape[2], n * q)
-    parts = [
-        (views[i0:i1, :, :, r0:r1], wt[i0:i1], acc_blocks[:, r0:r1])
-        for r0, r1, i0, i1 in segments
-        if i1 > i0
-    ]
-    zeros = [acc[:, r0:r1] for r0, r1, i0, i1 in segments if i1 == i0]
-    # The activation is elementwise: it runs on the contiguous accumulator, before the
-    # copy into an NCHW `out` when there is one.
-    act_on = acc_nhwc if act is not None else None
+    weight_copies = [] if w_const else [(wt4, taps_w)]
+    if w_const:
+        pages.release(w)  # only the tiled copy is read: the planner may drop `w`
+    acc_nhwc, result = _accumulator(out, (n, oh, ow, c))
+    acc = acc_nhwc.reshape(n, oh, ow * c)
+    add_bias = _bias_step(bias, bias_const, acc, acc_nhwc, ow)
+    bands = _bands(win, x, wt4.reshape(kh, kw, block * c), acc, block)
+    # Bias, then the activation (elementwise: it runs on the contiguous accumulator,
+    # before the copy into an NCHW `out` when there is one).
+    epilogue = [] if add_bias is None else [add_bias]
+    if act is not None:
+        epilogue.append(partial(act, acc_nhwc))
+    copyto, einsum = np.copyto, _einsum
 
     def compute() -> None:
-        if refill is not None:
-            refill()
-        for dst, src in copies:
+        for dst, src in weight_copies:
             copyto(dst, src)
-        for v, k, a in parts:
-            einsum("ijnpbq,ijq->npbq", v, k, out=a)
-        for a in zeros:
-            a.fill(0)
-        if b_acc is not None:
-            add(acc_b, b_acc, out=acc_b)
-        if act_on is not None:
-            act(act_on)  # type: ignore[misc]
+        for refill, copies, parts, zeros in bands:
+            refill()
+            for dst, src in copies:
+                copyto(dst, src)
+            for v, k, a in parts:
+                einsum("ijnpbq,ijq->npbq", v, k, out=a)
+            for a in zeros:
+                a.fill(0)
+        for finish in epilogue:
+            finish()
         if result is not None:
             copyto(out, result)
 
     return compute
+
+
+# A band's work: the step rewriting its buffer's zeros, the copies of the input into it,
+# the einsums (views, tiled weights, accumulator rows) and the accumulator rows it zeroes.
+_Band = tuple[
+    Compute,
+    list[tuple[np.ndarray, np.ndarray]],
+    list[tuple[np.ndarray, np.ndarray, np.ndarray]],
+    list[np.ndarray],
+]
+
+# Bytes of column-tap planes a column-strided layer fills at once: larger planes are
+# filled and read one band of output rows after another, so the plan's widest cut holds
+# one band, not 1.5 to 2.5 times the input.
+_BAND_BYTES = 1 << 20
+
+
+def _bands(win: Window, x: np.ndarray, wt: np.ndarray, acc: np.ndarray, block: int) -> list[_Band]:
+    """The layer's work in bands of output rows: one band for a column stride of 1 (the
+    padded buffer is the input's size); column-tap planes of up to _BAND_BYTES each."""
+    n, c, h, wd = x.shape
+    (kh, _), (sh, sw), (dh, _), (oh, ow) = win.kernel, win.strides, win.dilations, win.out
+    acc_blocks = acc.reshape(n, oh, ow // block, block * c)
+    if sw == 1:
+        buf, refill = _padded_buffer(win, x, n * ow * c)
+        views = _tap_views(channels_last_views(win, buf), block, c)
+        # Runs of output rows and the kernel rows they read inside the input (see
+        # _row_segments); rows whose taps all fall in the padding start at zero.
+        segments = _row_segments(win, h, n * ow * c)
+        parts = [
+            (views[i0:i1, :, :, r0:r1], wt[i0:i1], acc_blocks[:, r0:r1])
+            for r0, r1, i0, i1 in segments
+            if i1 > i0
+        ]
+        zeros = [acc[:, r0:r1] for r0, r1, i0, i1 in segments if i1 == i0]
+        return [(refill, channels_last_copies(win, buf, x), parts, zeros)]
+    row_bytes = n * sh * win.kernel[1] * ow * c * x.itemsize
+    rows = min(oh, max(1, _BAND_BYTES // row_bytes))
+    span = (rows - 1) * sh + (kh - 1) * dh + 1  # padded input rows a band reads
+    buf = temporary((n, span, win.kernel[1], ow, c), x.dtype)
+    bands: list[_Band] = []
+    top = win.pads[0]
+    for r0 in range(0, oh, rows):
+        r1 = min(oh, r0 + rows)
+        p0, p1 = r0 * sh, (r1 - 1) * sh + (kh - 1) * dh + 1  # its padded rows
+        i0, i1 = max(p0, top), max(max(p0, top), min(p1, top + h))  # of them, the input's
+        # The band as a layer of its own: its input rows, padded above by i0 - p0 rows.
+        band = Window(
+            win.kernel, win.strides, win.dilations, (i0 - p0, *win.pads[1:]), (r1 - r0, ow)
+        )
+        part = x[:, :, i0 - top : i1 - top]
+        views = _tap_views(channels_last_views(band, buf), block, c)
+        bands.append(
+            (
+                _tap_plane_fill(band, buf, i1 - i0, wd),
+                channels_last_copies(band, buf, part),
+                [(views, wt, acc_blocks[:, r0:r1])],
+                [],
+            )
+        )
+    return bands
+
+
+def _tap_views(rows: np.ndarray, block: int, c: int) -> np.ndarray:
+    """The (kh, kw, N, OH, OW*C) tap views as (kh, kw, N, OH, OW/block, block*C)."""
+    kh, kw, n, oh, q = rows.shape
+    return np.lib.stride_tricks.as_strided(
+        rows,
+        shape=(kh, kw, n, oh, q // (block * c), block * c),
+        strides=(*rows.strides[:-1], block * c * rows.strides[-1], rows.strides[-1]),
+        writeable=False,
+    )
+
+
+def _padded_buffer(win: Window, x: np.ndarray, row_size: int) -> tuple[np.ndarray, Compute]:
+    """The padded (N, Hp, Wp, C) buffer of a column stride of 1, from the plan's arena,
+    and the step that rewrites its zeros (other steps use the same memory between
+    calls)."""
+    buf = temporary(channels_last_shape(win, x.shape), x.dtype)
+    h, wd = x.shape[2:]
+    top, left = win.pads[0], win.pads[1]
+    # Runs of output rows that skip the kernel rows over padding never read the margin
+    # rows above and below the input (see _row_segments).
+    every_row = _row_segments(win, h, row_size) == [(0, win.out[0], 0, win.kernel[0])]
+    return buf, _frame_fill(buf, (top, top + h), (left, left + wd), margin_rows=every_row)
+
+
+def _tap_plane_fill(win: Window, buf: np.ndarray, h: int, wd: int) -> Compute:
+    """The step that zeroes what the copies leave of column-tap planes (N, Hp, kw, OW, C):
+    the rows above and below the input in every plane, and in plane j the output columns
+    whose input column ow*sw + j*dw falls in the left or right padding."""
+    top, left = win.pads[0], win.pads[1]
+    kw, sw, dw, ow = win.kernel[1], win.strides[1], win.dilations[1], win.out[1]
+    views = [buf[:, :top], buf[:, top + h :]]
+    for j in range(kw):
+        q0 = min(ow, max(0, -(-(left - j * dw) // sw)))
+        q1 = max(q0, min(ow, -(-(left + wd - j * dw) // sw)))
+        views += [buf[:, top : top + h, j, :q0], buf[:, top : top + h, j, q1:]]
+    views = [v for v in views if v.size]
+
+    def fill() -> None:
+        for v in views:
+            v.fill(0)
+
+    return fill
+
+
+def _accumulator(out: np.ndarray, nhwc: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray | None]:
+    """Where the einsum accumulates, as (N, OH, OW, C), and the NCHW view of it that is
+    copied into `out` after (None when `out` is stored channels-last, see
+    Kernel.channels_last_output: the einsum then writes `out` itself)."""
+    out_nhwc = out.transpose(0, 2, 3, 1)
+    if out_nhwc.flags.c_contiguous:
+        return out_nhwc, None
+    acc_nhwc = temporary(nhwc, out.dtype)
+    return acc_nhwc, acc_nhwc.transpose(0, 3, 1, 2)
+
+
+def _bias_step(
+    bias: np.ndarray | None,
+    bias_const: bool,
+    acc: np.ndarray,
+    acc_nhwc: np.ndarray,
+    ow: int,
+) -> Compute | None:
+    """The step adding the bias to the channels-last accumulator: a constant bias tiled
+    to one row of OW*C values (one contiguous pass), else broadcast over channels."""
+    if bias is None:
+        return None
+    add = np.add
+    target, b = (acc, np.tile(bias, ow)) if bias_const else (acc_nhwc, bias)
+    return lambda: add(target, b, out=target)
 
 
 def _frame_fill(
@@ -333,7 +428,7 @@ def _weight_block(win: Window, c: int, itemsize: int) -> int:
 
 # Largest tiled weights (bytes) kept whole along the output row, and the shortest run of
 # elements a narrower tile gives the einsum (see _weight_block).
-_TILED_WEIGHTS_LIMIT = 256 << 10
+_TILED_WEIGHTS_LIMIT = 64 << 10
 _MIN_BLOCK_RUN = 1024
 
 
@@ -397,82 +492,19 @@ def _bind_planar(
     Constant weights are expanded at bind to the layout (one value per element of a
     row), so no call broadcasts over short rows.
     """
-    n, c, h, wd = x.shape
-    (kh, kw), (sh, sw), (dh, dw), (oh, ow) = win.kernel, win.strides, win.dilations, win.out
-    top, left = win.pads[0], win.pads[1]
-    hq = -(-max(h + top + win.pads[2], win.extent[0]) // sh)
-    wq = -(-max(wd + left + win.pads[3], win.extent[1]) // sw)
-    # Per tap: its phase and its (row, column) offset inside the phase.
-    taps = [
-        (((i * dh) % sh, (j * dw) % sw), i * dh // sh, j * dw // sw)
-        for i in range(kh)
-        for j in range(kw)
-    ]
-    interleaved = hq * wq <= _SMALL_PLANE
-    xt = x.transpose(0, 2, 3, 1) if interleaved else x
-    phases: dict[tuple[int, int], np.ndarray] = {}
-    copies = []
-    size = n * c * hq * wq
-    tail = max(di * wq + dj for _, di, dj in taps)
-    for a, b in sorted({phase for phase, _, _ in taps}):
-        if interleaved:
-            buf = np.full((n, hq, wq, c), 0, x.dtype)  # written now, as above
-            grid = buf
-        else:
-            buf = np.full(size + tail, 0, x.dtype)
-            grid = buf[:size].reshape(n, c, hq, wq)
-        phases[a, b] = buf
-        r0, q0 = -(-(top - a) // sh), -(-(left - b) // sw)  # first rows/cols of input
-        r1, q1 = -(-(top + h - a) // sh), -(-(left + wd - b) // sw)
-        if r1 > r0 and q1 > q0:
-            rows = slice(r0 * sh + a - top, None, sh)
-            cols = slice(q0 * sw + b - left, None, sw)
-            if interleaved:
-                copies.append((grid[:, r0:r1, q0:q1, :], xt[:, rows, cols, :]))
-            else:
-                copies.append((grid[:, :, r0:r1, q0:q1], x[:, :, rows, cols]))
-    taps_w = [w[:, 0, i, j] for i in range(kh) for j in range(kw)]
-    if interleaved:
-        if w_const:
-            shape = (n, oh, ow * c)
-            weights = [np.tile(t, ow) for t in taps_w]
-        else:
-            shape, weights = (n, oh, ow, c), taps_w
-        views = [phases[ph][:, di : di + oh, dj : dj + ow, :].reshape(shape) for ph, di, dj in taps]
-        acc = temporary(shape, x.dtype)
-        result = acc.reshape(n, oh, ow, c).transpose(0, 3, 1, 2)
-    else:
-        plane = hq * wq
-        if w_const and len(taps) * c * plane * x.itemsize <= _EXPAND_LIMIT:
-            shape = (n, c * plane)
-            weights = [np.repeat(t, plane) for t in taps_w]
-        else:  # too large to expand (or run-time weights): broadcast per channel
-            shape, weights = (n, c, plane), [t.reshape(c, 1) for t in taps_w]
-        views = [
-            phases[ph][di * wq + dj : di * wq + dj + size].reshape(shape) for ph, di, dj in taps
-        ]
-        acc = temporary(shape, x.dtype)
-        result = acc.reshape(n, c, hq, wq)[:, :, :oh, :ow]
-    copyto, multiply, add = np.copyto, np.multiply, np.add
-    if bias is None:
-
-        def finish() -> None:
-            copyto(out, result)
-    else:
-        # Compaction and bias in one pass: out = result + bias.
-        b = bias.reshape(c, 1, 1)
-        if bias_const:
-            b = np.ascontiguousarray(np.broadcast_to(b, out.shape[1:]))
-
-        def finish() -> None:
-            add(result, b, out=out)
-
+    grid = _PhaseGrid(win, x)
+    phases, refill = grid.phases(x)
+    views, weights, acc, result = grid.operands(phases, w, w_const)
+    if w_const:
+        pages.release_unless_read(w, *weights)  # expanded copies, unless views of `w`
+    finish = _planar_finish(out, result, bias, bias_const)
     tmp = temporary(acc.shape, acc.dtype)
     (v0, w0), rest = (views[0], weights[0]), list(zip(views[1:], weights[1:], strict=True))
+    multiply, add = np.multiply, np.add
 
     def compute() -> None:
-        for dst, src in copies:
-            copyto(dst, src)
+        for fill in refill:
+            fill()
         multiply(v0, w0, out=acc)
         for v, wt in rest:
             multiply(v, wt, out=tmp)
@@ -480,3 +512,110 @@ def _bind_planar(
         finish()
 
     return compute
+
+
+class _PhaseGrid:
+    """The stride phases of a padded input (see _bind_planar): their grid, the phase
+    and offset of every kernel tap, and which layout the phases take."""
+
+    def __init__(self, win: Window, x: np.ndarray) -> None:
+        self.win = win
+        n, c, h, wd = x.shape
+        (kh, kw), (sh, sw), (dh, dw) = win.kernel, win.strides, win.dilations
+        self.hq = -(-max(h + win.pads[0] + win.pads[2], win.extent[0]) // sh)
+        self.wq = -(-max(wd + win.pads[1] + win.pads[3], win.extent[1]) // sw)
+        # Per tap: its phase and its (row, column) offset inside the phase.
+        self.taps = [
+            (((i * dh) % sh, (j * dw) % sw), i * dh // sh, j * dw // sw)
+            for i in range(kh)
+            for j in range(kw)
+        ]
+        self.interleaved = self.hq * self.wq <= _SMALL_PLANE
+        self.n, self.c, self.size = n, c, n * c * self.hq * self.wq
+
+    def phases(self, x: np.ndarray) -> tuple[dict[tuple[int, int], np.ndarray], list[Compute]]:
+        """A buffer per phase, from the plan's arena, and the steps that refill it each
+        call: zeros where the input does not reach, then the input's copy."""
+        n, c, h, wd = x.shape
+        (sh, sw), top, left = self.win.strides, self.win.pads[0], self.win.pads[1]
+        hq, wq = self.hq, self.wq
+        xt = x.transpose(0, 2, 3, 1) if self.interleaved else x
+        tail = max(di * wq + dj for _, di, dj in self.taps)
+        phases: dict[tuple[int, int], np.ndarray] = {}
+        zeros: list[np.ndarray] = []
+        copies: list[tuple[np.ndarray, np.ndarray]] = []
+        for a, b in sorted({phase for phase, _, _ in self.taps}):
+            if self.interleaved:
+                buf = temporary((n, hq, wq, c), x.dtype)
+                grid = buf.transpose(0, 3, 1, 2)  # (N, C, rows, cols) views of both
+            else:
+                buf = temporary((self.size + tail,), x.dtype)
+                grid = buf[: self.size].reshape(n, c, hq, wq)
+                zeros.append(buf[self.size :])
+            phases[a, b] = buf
+            r0, q0 = -(-(top - a) // sh), -(-(left - b) // sw)  # first rows/cols of input
+            r1, q1 = -(-(top + h - a) // sh), -(-(left + wd - b) // sw)
+            r0, q0 = min(max(r0, 0), hq), min(max(q0, 0), wq)
+            r1, q1 = max(min(r1, hq), r0), max(min(q1, wq), q0)
+            zeros += [grid[:, :, :r0], grid[:, :, r1:], grid[:, :, r0:r1, :q0]]
+            zeros.append(grid[:, :, r0:r1, q1:])
+            if r1 > r0 and q1 > q0:
+                rows = slice(r0 * sh + a - top, None, sh)
+                cols = slice(q0 * sw + b - left, None, sw)
+                if self.interleaved:
+                    copies.append((buf[:, r0:r1, q0:q1, :], xt[:, rows, cols, :]))
+                else:
+                    copies.append((grid[:, :, r0:r1, q0:q1], x[:, :, rows, cols]))
+        zeros = [v for v in zeros if v.size]
+        copyto = np.copyto
+        steps: list[Compute] = [partial(v.fill, 0) for v in zeros]
+        steps += [partial(copyto, dst, src) for dst, src in copies]
+        return phases, steps
+
+    def operands(
+        self, phases: dict[tuple[int, int], np.ndarray], w: np.ndarray, w_const: bool
+    ) -> tuple[list[np.ndarray], list[np.ndarray], np.ndarray, np.ndarray]:
+        """Each tap's input view and weights, the accumulator, and the view of it that
+        holds the output."""
+        buf, n, c = next(iter(phases.values())), self.n, self.c
+        (kh, kw), (oh, ow), hq, wq = self.win.kernel, self.win.out, self.hq, self.wq
+        taps_w = [w[:, 0, i, j] for i in range(kh) for j in range(kw)]
+        shape: tuple[int, ...]
+        if self.interleaved:
+            if w_const:
+                shape = (n, oh, ow * c)
+                weights = [np.tile(t, ow) for t in taps_w]
+            else:
+                shape, weights = (n, oh, ow, c), taps_w
+            views = [
+                phases[ph][:, di : di + oh, dj : dj + ow, :].reshape(shape)
+                for ph, di, dj in self.taps
+            ]
+            acc = temporary(shape, buf.dtype)
+            return views, weights, acc, acc.reshape(n, oh, ow, c).transpose(0, 3, 1, 2)
+        plane, size = hq * wq, self.size
+        if w_const and len(self.taps) * c * plane * buf.itemsize <= _EXPAND_LIMIT:
+            shape = (n, c * plane)
+            weights = [np.repeat(t, plane) for t in taps_w]
+        else:  # too large to expand (or run-time weights): broadcast per channel
+            shape, weights = (n, c, plane), [t.reshape(c, 1) for t in taps_w]
+        views = [
+            phases[ph][di * wq + dj : di * wq + dj + size].reshape(shape)
+            for ph, di, dj in self.taps
+        ]
+        acc = temporary(shape, buf.dtype)
+        return views, weights, acc, acc.reshape(n, c, hq, wq)[:, :, :oh, :ow]
+
+
+def _planar_finish(
+    out: np.ndarray, result: np.ndarray, bias: np.ndarray | None, bias_const: bool
+) -> Compute:
+    """The step writing the output view of the accumulator into `out`, adding the bias
+    in the same pass."""
+    copyto, add = np.copyto, np.add
+    if bias is None:
+        return lambda: copyto(out, result)
+    b = bias.reshape(-1, 1, 1)
+    if bias_const:
+        b = np.ascontiguousarray(np.broadcast_to(b, out.shape[1:]))
+    return lambda: add(result, b, out=out)

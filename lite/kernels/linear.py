@@ -10,6 +10,7 @@ from sporenet.lite import pages
 from sporenet.lite.kernels import int8_weights
 from sporenet.lite.kernels.activation import fused_activation, then_activation
 from sporenet.lite.kernels.base import Attrs, Compute, Kernel, TensorSpec, required
+from sporenet.lite.kernels.conv_common import matmul_for
 from sporenet.lite.kernels.quantized.base import is_quantized
 from sporenet.lite.kernels.quantized.convert import dequantize_array
 from sporenet.lite.ops import OpCode
@@ -65,7 +66,7 @@ class FullyConnected(Kernel):
         # (in, out) copy would double their memory and gain nothing.
         wt = w.T
         act = self.activation
-        matmul, add = np.matmul, np.add
+        matmul, add = matmul_for(x2, wt, out2), np.add
         if bias is None:
             return then_activation(lambda: matmul(x2, wt, out=out2), out2, act)
 

@@ -18,8 +18,10 @@ from sporenet.lite.kernels.base import Compute
 from sporenet.lite.kernels.conv_common import gemm, is_channels_last, with_epilogue
 from sporenet.lite.kernels.workspace import temporary
 
-# Largest channels-last 1x1 output (bytes) whose constant bias is tiled to the whole image.
+# Largest channels-last 1x1 output (bytes) whose constant bias is tiled over its rows, and
+# the largest tile (bytes): a longer output is added the tile in runs of whole tiles.
 _BIAS_TILE_LIMIT = 1 << 20
+_BIAS_TILE_BYTES = 16 << 10
 
 
 def bind_pointwise(x: np.ndarray, w: np.ndarray, out: np.ndarray) -> Compute:
@@ -80,8 +82,10 @@ def bind_pointwise_last(
         rows = full.transpose(0, 2, 1)
         wt = np.concatenate([wt, bias.reshape(1, o)])
     elif bias_const and bias is not None and hw * o * out.itemsize <= _BIAS_TILE_LIMIT:
-        # One contiguous pass instead of a broadcast over rows of O elements.
-        b, target = np.tile(bias, hw), dense.reshape(n, hw * o)
+        # Contiguous runs of several rows instead of a broadcast over rows of O elements.
+        rows_per_tile = _bias_tile_rows(hw, o * out.itemsize)
+        b = np.tile(bias, rows_per_tile)
+        target = dense.reshape(n, hw // rows_per_tile, rows_per_tile * o)
     elif bias is not None:
         b = bias
     product = gemm(rows[0], wt, om[0]) if n == 1 else gemm(rows, wt, om)
@@ -100,6 +104,13 @@ def bind_pointwise_last(
             act(dense)
 
     return compute
+
+
+def _bias_tile_rows(hw: int, row_bytes: int) -> int:
+    """Output rows one tile of the bias spans: the most (a divisor of `hw`, so whole
+    tiles cover the output) within _BIAS_TILE_BYTES."""
+    most = max(1, _BIAS_TILE_BYTES // row_bytes)
+    return max(d for d in range(1, min(hw, most) + 1) if hw % d == 0)
 
 
 def bind_pointwise_head(

@@ -19,6 +19,7 @@ import numpy as np
 
 from sporenet.lite.kernels.base import REQUIRED, Attrs, ChannelsLast, Compute, Kernel, TensorSpec
 from sporenet.lite.kernels.spatial import Window, check_nchw, padded_buffer, window
+from sporenet.lite.kernels.workspace import temporary
 from sporenet.lite.ops import OpCode
 
 
@@ -66,7 +67,8 @@ class _WindowPool(Kernel):
         # Row pass first: the kh taps at each output row, over whole padded rows (each tap
         # a view of contiguous rows, so the reads run at memory speed).
         row_taps = [src[:, :, slice(i * dh, i * dh + sh * (oh - 1) + 1, sh)] for i in range(kh)]
-        tmp = np.empty((*x.shape[:2], oh, cols), x.dtype) if kh > 1 else row_taps[0]
+        # The row pass rewrites all of `tmp` each call: it comes from the plan's arena.
+        tmp = temporary((*x.shape[:2], oh, cols), x.dtype) if kh > 1 else row_taps[0]
         # Column pass: the kw taps over the row results at each output column. Its strided
         # reads now cover only the oh output rows, not every padded input row.
         col_taps = [tmp[..., j * dw : j * dw + sw * (ow - 1) + 1 : sw] for j in range(kw)]

@@ -164,6 +164,36 @@ def test_channels_last_on_stale_temporaries_with_fused_activation(algorithm, sha
     np.testing.assert_allclose(out, want, rtol=RTOL, atol=ATOL)
 
 
+@pytest.mark.parametrize("rows", [1, 2])
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: f"{s[:4]}k{s[4]}s{s[5]}d{s[6]}p{s[7]}")
+def test_column_strided_layers_in_bands_of_output_rows(monkeypatch, shape, rows):
+    # Column-tap planes filled one band of output rows at a time, in a stale buffer the
+    # bands share: every band rewrites its zeros (padding rows and columns) itself.
+    from sporenet.lite.kernels.workspace import active
+
+    n, c, h, w, k, strides, dilations, pads = shape
+    monkeypatch.setattr(depthwise, "_MIN_CHANNELS_LAST", 1)
+    monkeypatch.setattr(depthwise, "_STRIDED_PLANAR_GRID", 10**9)
+    oh = (h + pads[0] + pads[2] - dilations[0] * (k[0] - 1) - 1) // strides[0] + 1
+    ow = (w + pads[1] + pads[3] - dilations[1] * (k[1] - 1) - 1) // strides[1] + 1
+    row_bytes = n * strides[0] * k[1] * ow * c * 4
+    monkeypatch.setattr(depthwise, "_BAND_BYTES", rows * row_bytes)
+    rng = np.random.default_rng(9)
+    value = rng.normal(size=(n, c, h, w)).astype(np.float32)
+    wt = rng.normal(size=(c, 1, *k)).astype(np.float32)
+    b = rng.normal(size=c).astype(np.float32)
+    attrs = dict(strides=list(strides), dilations=list(dilations), pads=list(pads), group=c)
+    specs = [TensorSpec(value.shape, value.dtype), TensorSpec(wt.shape, wt.dtype, wt)]
+    kernel = Conv2D(Attrs("CONV2D", attrs), [*specs, TensorSpec(b.shape, b.dtype, b)])
+    out = np.empty(kernel.output_specs[0].shape, np.float32)
+    assert out.shape[2:] == (oh, ow)
+    with active(_stale_workspace()):
+        step = kernel.bind([value, wt, b], [out])
+    step()
+    ref = conv_reference(value, wt, b, strides, dilations, pads, c)
+    np.testing.assert_allclose(out, ref, rtol=RTOL, atol=ATOL)
+
+
 @pytest.mark.parametrize("margin_rows", [True, False])
 @pytest.mark.parametrize(
     "rows,cols", [((1, 5), (1, 7)), ((2, 4), (1, 6)), ((0, 6), (2, 8)), ((1, 6), (0, 7))]
