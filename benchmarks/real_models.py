@@ -31,9 +31,9 @@ no measurement sees another's memory:
   both) gives the median warm latency of each and their ratio;
 - agreement: the largest output difference relative to the reference output's largest
   magnitude. The reference is onnxruntime, and for int8 models onnxruntime with its graph
-  optimizations off and each MatMulInteger computed exactly in float64 (the graph's
-  reference semantics: onnxruntime's u8s8 kernels saturate on CPUs without VNNI; its
-  DynamicQuantizeLSTM, which has no exact rewrite here, still uses them). A model
+  optimizations off and each MatMulInteger and DynamicQuantizeLSTM rewritten so its
+  integer products are exact (_exact_int8.py: the graph's reference semantics, where
+  onnxruntime's u8s8 kernels saturate on CPUs without VNNI). A model
   matches within 1e-4 (float), one int8 step, 1/127 of the output's scale (int8), or
   four float16 steps for a float16 output (each float16 op rounds, onnxruntime's casts
   to float32 for kernels it lacks in float16 round elsewhere).
@@ -64,6 +64,7 @@ from pathlib import Path
 import _corpus
 import _packaged_models
 from _common import cpu_description
+from _exact_int8 import exact_integer_graph
 from _packaged_models import make_feeds
 
 TARGETS = {"convert": 3.0, "load": 2.0, "rss": 1.5, "first": 1.5}
@@ -174,38 +175,6 @@ def child_runtime(engine: str, path: str, case_feeds: dict, repeats: int) -> dic
         "rss_growth": growth,
         "blas": _blas(),
     }
-
-
-def exact_integer_graph(path: str) -> bytes:
-    """The model at `path` with every MatMulInteger computed as a float64 MatMul of its
-    zero-point-shifted operands: the integer products exactly (int32 sums fit float64),
-    where onnxruntime's own u8s8 kernels saturate on CPUs without VNNI."""
-    import onnx
-    from onnx import TensorProto, helper
-
-    model = onnx.load(path)
-    nodes = []
-    for k, node in enumerate(model.graph.node):
-        if node.op_type != "MatMulInteger" or node.domain not in ("", "ai.onnx"):
-            nodes.append(node)
-            continue
-        a, b, a_zero, b_zero = [*node.input, "", ""][:4]
-        operands = []
-        for side, (x, zero) in enumerate(((a, a_zero), (b, b_zero))):
-            name = f"exact{k}_{side}"
-            nodes.append(helper.make_node("Cast", [x], [name], to=TensorProto.DOUBLE))
-            if zero:
-                nodes.append(helper.make_node("Cast", [zero], [name + "z"], to=TensorProto.DOUBLE))
-                nodes.append(helper.make_node("Sub", [name, name + "z"], [name + "s"]))
-                name += "s"
-            operands.append(name)
-        nodes.append(helper.make_node("MatMul", operands, [f"exact{k}_m"]))
-        nodes.append(
-            helper.make_node("Cast", [f"exact{k}_m"], [node.output[0]], to=TensorProto.INT32)
-        )
-    del model.graph.node[:]
-    model.graph.node.extend(nodes)
-    return model.SerializeToString()
 
 
 def child_latency(
