@@ -29,8 +29,10 @@ from onnx import TensorProto, helper, numpy_helper
 DOUBLE, FLOAT = TensorProto.DOUBLE, TensorProto.FLOAT
 
 
-def exact_integer_graph(path: str) -> bytes:
-    """The model at `path` with its integer products computed exactly (module docstring)."""
+def exact_integer_graph(path: str, *, steps: int = DOUBLE) -> bytes:
+    """The model at `path` with its integer products computed exactly (module docstring);
+    `steps` is the element type an LSTM's scaling and gates compute in (float64, or
+    float32 as onnxruntime's: two roundings of the same semantics)."""
     model = onnx.load(path)
     values = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
     for node in model.graph.node:
@@ -41,7 +43,7 @@ def exact_integer_graph(path: str) -> bytes:
         if node.op_type == "MatMulInteger" and node.domain in ("", "ai.onnx"):
             nodes += _matmul_integer(node, f"exact{k}")
         elif node.op_type == "DynamicQuantizeLSTM" and _plain_lstm(node, values):
-            nodes += _lstm(node, values, f"exact{k}")
+            nodes += _lstm(node, values, f"exact{k}", steps)
         else:
             nodes.append(node)
     del model.graph.node[:]
@@ -99,7 +101,8 @@ def _scales(values: dict[str, np.ndarray], s: str, d: int) -> np.ndarray:
     return values[s].reshape(values[s].shape[0], -1)[d].astype(np.float32)
 
 
-def _lstm(node: Any, values: dict[str, np.ndarray], p: str) -> list[Any]:
+def _lstm(node: Any, values: dict[str, np.ndarray], p: str, steps: int) -> list[Any]:
+    as_np = helper.tensor_dtype_to_np_dtype(steps)
     ins = [*node.input, *[""] * 12][:12]
     outs = [*node.output, "", ""][:3]
     attrs = _attrs(node)
@@ -131,10 +134,11 @@ def _lstm(node: Any, values: dict[str, np.ndarray], p: str) -> list[Any]:
         nodes += [
             _const(f"{q}_w", _centred(values, ins[1], ins[9], d)),
             _const(f"{q}_ws", _scales(values, ins[8], d)),
-            _const(f"{q}_b", bias.astype(np.float64)),
-            helper.make_node("MatMul", [f"{p}_xc", f"{q}_w"], [f"{q}_acc"]),
+            _const(f"{q}_b", bias.astype(as_np)),
+            helper.make_node("MatMul", [f"{p}_xc", f"{q}_w"], [f"{q}_acc64"]),
+            helper.make_node("Cast", [f"{q}_acc64"], [f"{q}_acc"], to=steps),
             helper.make_node("Mul", [f"{p}_xs", f"{q}_ws"], [f"{q}_m32"]),
-            helper.make_node("Cast", [f"{q}_m32"], [f"{q}_m"], to=DOUBLE),
+            helper.make_node("Cast", [f"{q}_m32"], [f"{q}_m"], to=steps),
             helper.make_node("Mul", [f"{q}_acc", f"{q}_m"], [f"{q}_xp0"]),
             helper.make_node("Add", [f"{q}_xp0", f"{q}_b"], [f"{q}_xp"]),
         ]
@@ -147,9 +151,8 @@ def _lstm(node: Any, values: dict[str, np.ndarray], p: str) -> list[Any]:
                 ]
             else:
                 nodes.append(helper.make_node("Identity", [f"{p}_zeros"], [f"{q}_{name}"]))
-        body = _step_body(
-            q, hidden, _centred(values, ins[2], ins[11], d), _scales(values, ins[10], d)
-        )
+        r = (_centred(values, ins[2], ins[11], d), _scales(values, ins[10], d))
+        body = _step_body(q, hidden, r, steps)
         nodes.append(
             helper.make_node(
                 "Scan",
@@ -176,9 +179,11 @@ def _lstm(node: Any, values: dict[str, np.ndarray], p: str) -> list[Any]:
     return nodes
 
 
-def _step_body(q: str, hidden: int, r: np.ndarray, r_scale: np.ndarray) -> Any:
+def _step_body(q: str, hidden: int, weights: tuple[np.ndarray, np.ndarray], steps: int) -> Any:
     """The Scan body of one LSTM step: (h, c, x_t) -> (h', c', h'), x_t the step's input
-    projection with both biases (float64), h and c float32."""
+    projection with both biases (of type `steps`), h and c float32; `weights` are R's
+    centred integers (float64) and scales."""
+    r, r_scale = weights
     n = helper.make_node
     sl = {}
     for g in range(4):
@@ -191,9 +196,10 @@ def _step_body(q: str, hidden: int, r: np.ndarray, r_scale: np.ndarray) -> Any:
         n("Cast", ["hq"], ["hqd"], to=DOUBLE),
         n("Cast", ["hz"], ["hzd"], to=DOUBLE),
         n("Sub", ["hqd", "hzd"], ["hc"]),
-        n("MatMul", ["hc", "r"], ["acc"]),
+        n("MatMul", ["hc", "r"], ["acc64"]),
+        n("Cast", ["acc64"], ["acc"], to=steps),
         n("Mul", ["hs", "rs"], ["m32"]),
-        n("Cast", ["m32"], ["m"], to=DOUBLE),
+        n("Cast", ["m32"], ["m"], to=steps),
         n("Mul", ["acc", "m"], ["hr"]),
         n("Add", ["hr", "x"], ["a"]),
     ]
@@ -207,7 +213,7 @@ def _step_body(q: str, hidden: int, r: np.ndarray, r_scale: np.ndarray) -> Any:
             n(act, [f"a{g}"], [name]),
         ]
     nodes += [
-        n("Cast", ["c"], ["cd"], to=DOUBLE),
+        n("Cast", ["c"], ["cd"], to=steps),
         n("Mul", ["f", "cd"], ["fc"]),
         n("Mul", ["i", "g"], ["ig"]),
         n("Add", ["fc", "ig"], ["c2d"]),
@@ -221,6 +227,6 @@ def _step_body(q: str, hidden: int, r: np.ndarray, r_scale: np.ndarray) -> Any:
     return helper.make_graph(
         nodes,
         f"{q}_step",
-        [info("h", FLOAT, None), info("c", FLOAT, None), info("x", DOUBLE, None)],
+        [info("h", FLOAT, None), info("c", FLOAT, None), info("x", steps, None)],
         [info("h2", FLOAT, None), info("c2", FLOAT, None), info("y", FLOAT, None)],
     )
