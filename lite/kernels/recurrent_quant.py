@@ -20,11 +20,14 @@ of both operands exactly as onnxruntime's semantics say (an LSTM node carries
 
 from __future__ import annotations
 
+import array
+from collections.abc import Callable
+
 import numpy as np
 
 from sporenet.lite.kernels.base import Compute
 
-_LEVELS = 255
+_LEVELS = 255.0
 
 
 def fake_quantize(a: np.ndarray, groups: int = 1) -> np.ndarray:
@@ -40,62 +43,48 @@ def bind_fake_quantize(src: np.ndarray, out: np.ndarray, groups: int = 1) -> Com
     `out` may be `src`), the parameters taken over each of `groups` equal leading slices."""
     if groups == 1:
         return _bind_whole(src, out)
-    return _bind_groups(src, out, groups)
+    # One pass per group: its parameters are a handful of Python floats, cheaper than the
+    # array calls a vectorized form over the groups takes.
+    steps = [_bind_whole(src[k], out[k]) for k in range(groups)]
+
+    def compute() -> None:
+        for step in steps:
+            step()
+
+    return compute
+
+
+def _float32_rounding() -> Callable[[float], float]:
+    """x rounded to the nearest float32, as a Python float. One float64 operation on
+    float32 values rounded so is the float32 operation's result (53 >= 2 * 24 + 2 bits: no
+    double-rounding error), so the scalar parameters cost Python arithmetic only."""
+    cell = array.array("f", [0.0])
+
+    def r32(x: float) -> float:
+        cell[0] = x
+        return cell[0]
+
+    return r32
 
 
 def _bind_whole(src: np.ndarray, out: np.ndarray) -> Compute:
-    f32 = np.float32
-    zero, one, levels = f32(0), f32(1), f32(_LEVELS)
+    r32 = _float32_rounding()
     lowest, highest = np.minimum.reduce, np.maximum.reduce
     divide, rint, clip, multiply = np.divide, np.rint, np.clip, np.multiply
     flat = src.reshape(-1) if src.flags.c_contiguous else src
 
     def compute() -> None:
-        a_lo, a_hi = f32(lowest(flat, axis=None)), f32(highest(flat, axis=None))
-        lo, hi = min(a_lo, zero), max(a_hi, zero)
-        scale = f32(f32(hi - lo) / levels)
-        if scale == zero:
-            scale = one
-        zp = min(max(f32(np.rint(f32(-f32(lo / scale)))), zero), levels)
+        a_lo, a_hi = float(lowest(flat, axis=None)), float(highest(flat, axis=None))
+        lo, hi = min(a_lo, 0.0), max(a_hi, 0.0)
+        scale = r32(r32(hi - lo) / _LEVELS) or 1.0
+        zp = float(round(min(max(-r32(lo / scale), 0.0), _LEVELS)))  # ties to even
         divide(src, scale, out=out)
         rint(out, out=out)
-        low, high = -zp, f32(levels - zp)
+        low, high = -zp, _LEVELS - zp
         # Division by a positive scale and rounding are monotonic: the clamp only acts
         # when the extremes fall outside [low, high] (a rounded zero point; NaN).
-        if not (rint(f32(a_lo / scale)) >= low and rint(f32(a_hi / scale)) <= high):
+        if not (round(r32(a_lo / scale)) >= low and round(r32(a_hi / scale)) <= high):
             clip(out, low, high, out=out)
-        multiply(out, scale, out=out)
-
-    return compute
-
-
-def _bind_groups(src: np.ndarray, out: np.ndarray, groups: int) -> Compute:
-    f32 = np.float32
-    lead = (groups,) + (1,) * (src.ndim - 1)
-    axes = tuple(range(1, src.ndim))
-    levels = f32(_LEVELS)
-    # Per-group parameters, as (groups, 1, ...) arrays that broadcast over each slice.
-    lo, hi, scale, zp, low, high = (np.empty(lead, np.float32) for _ in range(6))
-    minimum, maximum, divide, rint = np.minimum, np.maximum, np.divide, np.rint
-    subtract, multiply, clip = np.subtract, np.multiply, np.clip
-
-    def compute() -> None:
-        np.minimum.reduce(src, axis=axes, keepdims=True, out=lo)
-        np.maximum.reduce(src, axis=axes, keepdims=True, out=hi)
-        minimum(lo, 0, out=lo)
-        maximum(hi, 0, out=hi)
-        subtract(hi, lo, out=scale)
-        divide(scale, levels, out=scale)
-        scale[scale == 0] = 1
-        divide(lo, scale, out=zp)
-        np.negative(zp, out=zp)
-        rint(zp, out=zp)
-        clip(zp, 0, levels, out=zp)
-        np.negative(zp, out=low)
-        subtract(levels, zp, out=high)
-        divide(src, scale, out=out)
-        rint(out, out=out)
-        clip(out, low, high, out=out)
         multiply(out, scale, out=out)
 
     return compute
