@@ -3,7 +3,7 @@ against onnxruntime, one thread.
 
 Two sets (`--set`):
 
-- `corpus` (the default): the real-model corpus of _corpus.py, 34 files from 23 packages
+- `corpus` (the default): the real-model corpus of _corpus.py, 37 files from 24 packages
   none of which was written or tuned here (vision, OCR, speech with dynamically quantized
   LSTMs, EEG, text transformers in float and int8, chemistry, scikit-learn exports),
   fetched by `python benchmarks/fetch_corpus.py` into a cache outside the repository.
