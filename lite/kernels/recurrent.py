@@ -15,10 +15,12 @@ recurrent_fast.applies) runs recurrent_fast's packed loop; every other one runs
 `run_sequence` with R^T packed at bind when R is constant.
 
 W and R may be int8/uint8 constants with their quantization parameters (a dynamically
-quantized LSTM, weight-only): the forward kernels read them as stored (`quantized_weights`
+quantized LSTM): the forward kernels read them as stored (`quantized_weights`
 tells the planner not to dequantize them first) and dequantize each one once, straight
 into the form they compute with, so no float copy of the file's layout stays beside the
-packed one; the file's pages of the integers are then given back (lite/pages.py).
+packed one; the file's pages of the integers are then given back (lite/pages.py). An
+LSTM with `quantize_activations` (onnxruntime's DynamicQuantizeLSTM) also rounds X and
+each state to uint8 before its products (kernels/recurrent_quant.py).
 """
 
 from __future__ import annotations
