@@ -43,15 +43,7 @@ def bind_fake_quantize(src: np.ndarray, out: np.ndarray, groups: int = 1) -> Com
     `out` may be `src`), the parameters taken over each of `groups` equal leading slices."""
     if groups == 1:
         return _bind_whole(src, out)
-    # One pass per group: its parameters are a handful of Python floats, cheaper than the
-    # array calls a vectorized form over the groups takes.
-    steps = [_bind_whole(src[k], out[k]) for k in range(groups)]
-
-    def compute() -> None:
-        for step in steps:
-            step()
-
-    return compute
+    return _bind_groups(src, out, groups)
 
 
 def _float32_rounding() -> Callable[[float], float]:
@@ -86,5 +78,41 @@ def _bind_whole(src: np.ndarray, out: np.ndarray) -> Compute:
         if not (round(r32(a_lo / scale)) >= low and round(r32(a_hi / scale)) <= high):
             clip(out, low, high, out=out)
         multiply(out, scale, out=out)
+
+    return compute
+
+
+def _bind_groups(src: np.ndarray, out: np.ndarray, groups: int) -> Compute:
+    """`_bind_whole` for each leading slice, in one set of array calls: the extremes of
+    every group in one reduction each, the parameters in Python floats, then one divide,
+    rounding and multiply by the (groups, 1, ...) scales."""
+    r32 = _float32_rounding()
+    axes = tuple(range(1, src.ndim))
+    lead = (groups,) + (1,) * (src.ndim - 1)
+    lows, highs = np.empty(lead, np.float32), np.empty(lead, np.float32)
+    scales, bounds = np.empty(lead, np.float32), np.empty((2, *lead), np.float32)
+    flat_scales, flat_lows, flat_highs = scales.reshape(-1), lows.reshape(-1), highs.reshape(-1)
+    lowest, highest = np.minimum.reduce, np.maximum.reduce
+    divide, rint, clip, multiply = np.divide, np.rint, np.clip, np.multiply
+
+    def compute() -> None:
+        lowest(src, axis=axes, keepdims=True, out=lows)
+        highest(src, axis=axes, keepdims=True, out=highs)
+        params, inside = [], True
+        for a_lo, a_hi in zip(flat_lows.tolist(), flat_highs.tolist(), strict=True):
+            lo, hi = min(a_lo, 0.0), max(a_hi, 0.0)
+            scale = r32(r32(hi - lo) / _LEVELS) or 1.0
+            zp = float(round(min(max(-r32(lo / scale), 0.0), _LEVELS)))
+            params.append((scale, -zp, _LEVELS - zp))
+            lo_q, hi_q = round(r32(a_lo / scale)), round(r32(a_hi / scale))
+            inside = inside and lo_q >= -zp and hi_q <= _LEVELS - zp
+        flat_scales[:] = [p[0] for p in params]
+        divide(src, scales, out=out)
+        rint(out, out=out)
+        if not inside:  # see _bind_whole
+            bounds[0].reshape(-1)[:] = [p[1] for p in params]
+            bounds[1].reshape(-1)[:] = [p[2] for p in params]
+            clip(out, bounds[0], bounds[1], out=out)
+        multiply(out, scales, out=out)
 
     return compute
