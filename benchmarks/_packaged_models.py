@@ -140,7 +140,7 @@ def make_feeds(feeds: Mapping[str, Any]) -> dict[str, np.ndarray]:
     out = {}
     for name, (shape, dtype, fill) in feeds.items():
         if fill == "uniform":
-            out[name] = rng.random(shape, dtype=np.float32)
+            out[name] = rng.random(shape, dtype=np.float32).astype(dtype)
         elif fill == "page":
             out[name] = _page(rng, shape)
         elif fill == "audio":

@@ -307,18 +307,11 @@ class ImportContext:
         if any(i in self.opaque for i in inputs):
             # a step of one ONNX op's translation after a node planned at run time
             return self._emit_opaque(op, inputs, num_outputs, name, attrs)
-        kernels = []
-        for view in self.views:
-            in_specs = [view[i] if i != -1 else None for i in inputs]
-            try:
-                kernels.append(
-                    prepare_kernel(op, attrs, in_specs, num_outputs, output_quant=output_quant)
-                )
-            except (ShapeError, UnsupportedOpError) as exc:
-                if any(i in self.fed for i in inputs):
-                    return self._emit_opaque(op, inputs, num_outputs, name, attrs)
-                raise self.fail(str(exc)) from None
+        kernels = self._prepare_views(op, attrs, inputs, num_outputs, output_quant)
+        if kernels is None:  # a fed input's value the kernel cannot check yet
+            return self._emit_opaque(op, inputs, num_outputs, name, attrs)
         base = name or f"{self.where or op.name.lower()}/{op.name.lower()}"
+        names = [base if num_outputs == 1 else f"{base}:{k}" for k in range(num_outputs)]
         # A quantized output keeps its node: a constant here would lose its parameters.
         quantized = any(spec.quant is not None for spec in kernels[0].output_specs)
         out_bytes = sum(spec.size * spec.dtype.itemsize for spec in kernels[0].output_specs)
@@ -329,6 +322,7 @@ class ImportContext:
             )
         static = not quantized and all(i == -1 or i in self.static for i in inputs)
         folded = fold(kernels[0]) if static else None
+        lazy = None
         if folded is not None:
             outs = folded[:num_outputs]
             # Only inputs stored in the file count: a result computed from fills the runtime
@@ -336,28 +330,66 @@ class ImportContext:
             stored = [self.tensors[i].data for i in inputs if i != -1]
             in_bytes = sum(d.nbytes for d in stored if d is not None)
             if all(should_materialize(o.nbytes, in_bytes) for o in outs):
-                return [
-                    self.constant(base if num_outputs == 1 else f"{base}:{k}", o)
-                    for k, o in enumerate(outs)
-                ]
+                return [self.constant(n, o) for n, o in zip(names, outs, strict=False)]
             lazy = outs
-        else:
-            lazy = None
         per_view = None if lazy is not None or quantized else self._per_view_values(kernels, inputs)
         if per_view is not None and all(
             a.shape == b.shape and np.array_equal(a, b, equal_nan=a.dtype.kind == "f")
             for a, b in zip(per_view[0], per_view[1], strict=True)
         ):
             # The same whatever the dynamic dimensions are (e.g. a static part of Shape(x)).
-            return [
-                self.constant(base if num_outputs == 1 else f"{base}:{k}", o)
-                for k, o in enumerate(per_view[0][:num_outputs])
-            ]
+            return [self.constant(n, o) for n, o in zip(names, per_view[0], strict=False)]
+        outputs = self._add_outputs(kernels, inputs, names, lazy, per_view)
+        self.nodes.append(
+            Node(
+                op=op,
+                inputs=list(inputs),
+                outputs=outputs,
+                attrs=attrs,
+                name=self.tensors[outputs[0]].name,
+            )
+        )
+        return outputs
+
+    def _prepare_views(
+        self,
+        op: OpCode,
+        attrs: dict[str, Any],
+        inputs: Sequence[int],
+        num_outputs: int,
+        output_quant: Sequence[Quantization | None],
+    ) -> list[Kernel] | None:
+        """The node's kernel prepared once per view of the dynamic dimensions; None when a
+        fed input's value makes it fail (the node is then planned at run time)."""
+        kernels = []
+        for view in self.views:
+            in_specs = [view[i] if i != -1 else None for i in inputs]
+            try:
+                kernels.append(
+                    prepare_kernel(op, attrs, in_specs, num_outputs, output_quant=output_quant)
+                )
+            except (ShapeError, UnsupportedOpError) as exc:
+                if any(i in self.fed for i in inputs):
+                    return None
+                raise self.fail(str(exc)) from None
+        return kernels
+
+    def _add_outputs(
+        self,
+        kernels: list[Kernel],
+        inputs: Sequence[int],
+        names: list[str],
+        lazy: list[np.ndarray] | None,
+        per_view: list[list[np.ndarray]] | None,
+    ) -> list[int]:
+        """The node's output tensors, with a spec per view: the kernels' (their
+        quantization included), the folded values kept `lazy` (computed at load), or the
+        values each view computes."""
         outputs = []
         fed = any(i in self.fed for i in inputs) and all(
             i == -1 or i in self.fed or i in self.static for i in inputs
         )
-        for k in range(num_outputs):
+        for k, name in enumerate(names):
             specs = [
                 TensorSpec(
                     kr.output_specs[k].shape,
@@ -370,22 +402,13 @@ class ImportContext:
                 specs = [TensorSpec(lazy[k].shape, lazy[k].dtype, lazy[k])] * len(self.views)
             elif per_view is not None:
                 specs = [TensorSpec(v[k].shape, v[k].dtype, v[k]) for v in per_view]
-            index = self._add(base if num_outputs == 1 else f"{base}:{k}", specs, None)
+            index = self._add(name, specs, None)
             self.tensors[index].quantization = specs[0].quant
             if lazy is not None:
                 self.static.add(index)
             if fed:
                 self.fed.add(index)
             outputs.append(index)
-        self.nodes.append(
-            Node(
-                op=op,
-                inputs=list(inputs),
-                outputs=outputs,
-                attrs=attrs,
-                name=self.tensors[outputs[0]].name,
-            )
-        )
         return outputs
 
     def _emit_opaque(

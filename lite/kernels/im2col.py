@@ -106,26 +106,7 @@ def bind_im2col(
     if n == g == 1 and not by_phase and (k + extra) * oh * ow * x.itemsize > _BLOCK_BYTES:
         return _bind_row_blocks(win, src, x, interior, refill, w, out, bias)
     out_last = not out.flags.c_contiguous and out.transpose(0, 2, 3, 1).flags.c_contiguous
-    if bias is not None:
-        full = temporary((n, k + 1, oh * ow), x.dtype)
-        ones = full[:, k]  # rewritten every call: the buffer is shared with other steps
-        cols = _strided(
-            full, src.shape, (full.strides[0], *_contiguous_strides(src.shape[1:], x.itemsize))
-        )
-        wmat = np.concatenate([w.reshape(o, k), bias.reshape(o, 1)], axis=1)
-        cmat = full[0] if n == 1 else full
-        omat = out.reshape(o, -1) if n == 1 else out.reshape(n, o, oh * ow)
-    elif g == 1 and n == 1:
-        # The common case as one plain 2-D GEMM: (O, K) @ (K, OH*OW).
-        ones = None
-        cols = temporary(src.shape, x.dtype)
-        wmat, cmat, omat = w.reshape(o, k), cols.reshape(k, oh * ow), out.reshape(o, -1)
-    else:
-        ones = None
-        cols = temporary(src.shape, x.dtype)
-        wmat = w.reshape(g, o // g, k)
-        cmat = cols.reshape(n, g, k, oh * ow)
-        omat = out.reshape(n, g, o // g, oh * ow)
+    cols, ones, wmat, cmat, omat = _gemm_operands(src, w, out, bias, g)
     # The copies that fill the columns: the padding's interior, then the columns
     # themselves (through the stride phases when the window is strided).
     copies = [] if interior is None else [(interior, x)]
@@ -153,6 +134,32 @@ def bind_im2col(
         product()
 
     return compute
+
+
+def _gemm_operands(
+    src: np.ndarray, w: np.ndarray, out: np.ndarray, bias: np.ndarray | None, g: int
+) -> tuple[np.ndarray, np.ndarray | None, np.ndarray, np.ndarray, np.ndarray]:
+    """The column buffer (shaped as `src`, the (N, C, kh, kw, OH, OW) column view), its
+    row of ones (with a bias), and the GEMM's weight, column and output matrices."""
+    n, (oh, ow) = src.shape[0], src.shape[4:]
+    o, cg, kh, kw = w.shape
+    k, dtype = cg * kh * kw, src.dtype
+    if bias is not None:
+        full = temporary((n, k + 1, oh * ow), dtype)
+        ones = full[:, k]  # rewritten every call: the buffer is shared with other steps
+        cols = _strided(
+            full, src.shape, (full.strides[0], *_contiguous_strides(src.shape[1:], src.itemsize))
+        )
+        wmat = np.concatenate([w.reshape(o, k), bias.reshape(o, 1)], axis=1)
+        cmat = full[0] if n == 1 else full
+        omat = out.reshape(o, -1) if n == 1 else out.reshape(n, o, oh * ow)
+        return cols, ones, wmat, cmat, omat
+    cols = temporary(src.shape, dtype)
+    if g == 1 and n == 1:
+        # The common case as one plain 2-D GEMM: (O, K) @ (K, OH*OW).
+        return cols, None, w.reshape(o, k), cols.reshape(k, oh * ow), out.reshape(o, -1)
+    wmat = w.reshape(g, o // g, k)
+    return cols, None, wmat, cols.reshape(n, g, k, oh * ow), out.reshape(n, g, o // g, oh * ow)
 
 
 def _bind_wide_phases(

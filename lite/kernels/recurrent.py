@@ -15,10 +15,12 @@ recurrent_fast.applies) runs recurrent_fast's packed loop; every other one runs
 `run_sequence` with R^T packed at bind when R is constant.
 
 W and R may be int8/uint8 constants with their quantization parameters (a dynamically
-quantized LSTM, weight-only): the forward kernels read them as stored (`quantized_weights`
+quantized LSTM): the forward kernels read them as stored (`quantized_weights`
 tells the planner not to dequantize them first) and dequantize each one once, straight
 into the form they compute with, so no float copy of the file's layout stays beside the
-packed one; the file's pages of the integers are then given back (lite/pages.py).
+packed one; the file's pages of the integers are then given back (lite/pages.py). An
+LSTM with `quantize_activations` (onnxruntime's DynamicQuantizeLSTM) also rounds X and
+each state to uint8 before its products (kernels/recurrent_quant.py).
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from typing import ClassVar
 import numpy as np
 
 from sporenet.lite import pages
-from sporenet.lite.kernels import recurrent_fast
+from sporenet.lite.kernels import recurrent_fast, recurrent_quant
 from sporenet.lite.kernels.base import Attrs, Compute, Kernel, TensorSpec
 from sporenet.lite.kernels.quantized.base import is_quantized
 from sporenet.lite.kernels.quantized.convert import dequantize_array
@@ -143,6 +145,9 @@ class Config:
     layout: int
     linear_before_reset: bool
     input_forget: bool
+    # LSTM: activations rounded to uint8 before each product, as onnxruntime's
+    # DynamicQuantizeLSTM does (kernels/recurrent_quant.py).
+    quantize_activations: bool = False
 
     @property
     def gates(self) -> int:
@@ -195,6 +200,9 @@ def parse_config(kernel: Kernel, kind: str) -> Config:
     layout = attrs.int("layout", 0)
     if layout not in (0, 1):
         raise kernel.fail(f"layout must be 0 or 1, got {layout}")
+    quantize = attrs.int("quantize_activations", 0)
+    if quantize not in (0, 1) or (quantize and kind != "LSTM"):
+        raise kernel.fail(f"quantize_activations must be 0 (or 1 for an LSTM), got {quantize}")
     return Config(
         kind=kind,
         hidden=hidden,
@@ -204,6 +212,7 @@ def parse_config(kernel: Kernel, kind: str) -> Config:
         layout=layout,
         linear_before_reset=bool(attrs.int("linear_before_reset", 0)),
         input_forget=bool(attrs.int("input_forget", 0)),
+        quantize_activations=bool(quantize),
     )
 
 
@@ -343,19 +352,12 @@ def run_sequence(
         masks = (np.arange(seq)[:, None] < inp.lens[None, :])[:, :, None]  # (seq, batch, 1)
     traces = []
     x2 = x.reshape(seq * batch, size)
+    if cfg.quantize_activations:  # one rounding of X serves every direction
+        x2 = recurrent_quant.fake_quantize(x2)
     for d, reverse in enumerate(cfg.reverse):
         f, g, hact = (*cfg.acts[d], None, None)[:3]
-        # Input projection of every step at once, with both biases where they simply add.
-        xw = (x2 @ inp.w[d].T).reshape(seq, batch, gh)
-        rb = None
-        if inp.b is not None:
-            wb, rb = inp.b[d, :gh], inp.b[d, gh:]
-            if cfg.kind == "GRU":
-                xw += wb
-                xw[:, :, : 2 * hidden] += rb[: 2 * hidden]
-                rb = rb[2 * hidden :]
-            else:
-                xw += wb + rb
+        xw, rb = _input_projection(cfg, x2, inp, d)
+        xw = xw.reshape(seq, batch, gh)
         # (H, gates * H)
         rt = packed_r[d] if packed_r is not None else np.ascontiguousarray(inp.r[d].T)
         h = np.zeros((batch, hidden), dtype) if inp.h0 is None else inp.h0[d].copy()
@@ -396,6 +398,22 @@ def run_sequence(
     return y, y_h, y_c, traces
 
 
+def _input_projection(cfg: Config, x2: Array, inp: Inputs, d: int) -> tuple[Array, Array | None]:
+    """Direction d's input projection of every step at once (seq*batch, gates*H), with
+    both biases where they simply add; and the recurrent bias still to add (GRU)."""
+    gh, hidden = cfg.gates * cfg.hidden, cfg.hidden
+    xw = x2 @ inp.w[d].T
+    if inp.b is None:
+        return xw, None
+    wb, rb = inp.b[d, :gh], inp.b[d, gh:]
+    if cfg.kind != "GRU":
+        xw += wb + rb
+        return xw, None
+    xw += wb
+    xw[:, : 2 * hidden] += rb[: 2 * hidden]
+    return xw, rb[2 * hidden :]
+
+
 def _lstm_step(
     cfg: Config,
     d: int,
@@ -410,7 +428,7 @@ def _lstm_step(
     trace: bool,
 ) -> tuple[Array, Array, Step | None]:
     hidden = cfg.hidden
-    a = h @ rt  # i, o, f, c
+    a = (recurrent_quant.fake_quantize(h) if cfg.quantize_activations else h) @ rt  # i, o, f, c
     a += xw
     if p is None:  # the common case: the three sigmoid gates in one call
         _clip(cfg, a)

@@ -33,7 +33,7 @@ import numpy as np
 
 from sporenet.lite import huge_pages, pages
 from sporenet.lite.graph import Quantization
-from sporenet.lite.kernels import int8_weights
+from sporenet.lite.kernels import int8_weights, recurrent_quant
 from sporenet.lite.kernels.base import Compute, TensorSpec, required
 from sporenet.lite.kernels.workspace import temporary
 
@@ -148,8 +148,6 @@ def bind_fast(
     inputs = list(inputs) + [None] * (8 - len(inputs))
     specs = list(specs) + [None] * (8 - len(specs))
     x, h0, c0 = required(inputs, X), inputs[INITIAL_H], inputs[INITIAL_C]
-    seq, batch, size = x.shape
-    hidden, gh = cfg.hidden, cfg.gates * cfg.hidden
     lstm = cfg.kind == "LSTM"
     dtype = x.dtype
     w_spec, r_spec = specs[W], specs[R]
@@ -168,10 +166,24 @@ def bind_fast(
         dtype,
         3 if lstm else 2,
     )
-    if lstm:
-        # An LSTM's kernel allocates Y_c; `w_int8` says W's parameters are known.
-        int8_w = (required(inputs, W), cast(Quantization, quants[0])) if w_int8 else None
-        return _bind_lstm(cfg, x, h0, c0, packed, y, y_h, cast(np.ndarray, y_c), int8_w)
+    if not lstm:
+        return _bind_gru(cfg, x, h0, packed, y, y_h)
+    # An LSTM's kernel allocates Y_c; `w_int8` says W's parameters are known.
+    int8_w = (required(inputs, W), cast(Quantization, quants[0])) if w_int8 else None
+    return _bind_lstm(cfg, x, h0, c0, packed, (y, y_h, cast(np.ndarray, y_c)), int8_w)
+
+
+def _bind_gru(
+    cfg: Config,
+    x: np.ndarray,
+    h0: np.ndarray | None,
+    packed: Packed,
+    y: np.ndarray,
+    y_h: np.ndarray,
+) -> Compute:
+    """The GRU step: one direction after the other, each state written into Y."""
+    seq, batch, size = x.shape
+    hidden, gh, dtype = cfg.hidden, cfg.gates * cfg.hidden, x.dtype
     x2 = x.reshape(seq * batch, size)
     # Written before they are read on every call: temporaries from the plan's arena.
     xw = temporary((seq * batch, gh), dtype)
@@ -182,63 +194,98 @@ def bind_fast(
     matmul, add, multiply, tanh = np.matmul, np.add, np.multiply, np.tanh
     one, half = np.array(1, dtype), np.array(0.5, dtype)
     gates = a[:, : 2 * hidden]  # the sigmoid gates' columns
+    z, r, q = a[:, :hidden], a[:, hidden : 2 * hidden], a[:, 2 * hidden :]
     wt, rt, bias, rb_h = packed
     wt = cast(np.ndarray, wt)  # a GRU's W is always packed
     directions = []
     for d, reverse in enumerate(cfg.reverse):
-        order = range(seq - 1, -1, -1) if reverse else range(seq)
+        steps = list(range(seq - 1, -1, -1) if reverse else range(seq))
         # Step t reads the state the previous step wrote into Y.
-        prev = [None] * seq
-        steps = list(order)
-        for k, t in enumerate(steps):
-            prev[t] = y[steps[k - 1], d] if k else None
+        prev = [y[steps[k - 1], d] if k else None for k in range(seq)]
         pack = (wt[d], rt[d], bias[d], None if rb_h is None else rb_h[d])
-        directions.append((d, pack, steps, prev))
+        directions.append((d, pack, list(zip(steps, prev, strict=True))))
 
-    def gru_direction(d: int, pack: tuple, steps: list[int], prev: list) -> None:
+    def gru_direction(d: int, pack: tuple, steps: list[tuple[int, np.ndarray | None]]) -> None:
         wt, rt, bias, rb_h = pack
         matmul(x2, wt, out=xw)
         add(xw, bias, out=xw)
         h = h_init if h0 is None else h0[d]
-        z, r, q = a[:, :hidden], a[:, hidden : 2 * hidden], a[:, 2 * hidden :]
         rt_zr, rt_h = rt[:, : 2 * hidden], rt[:, 2 * hidden :]
-        zr = gates
-        for t in steps:
-            if prev[t] is not None:
-                h = prev[t]
+        for t, before in steps:
+            if before is not None:
+                h = before
             xt = xw3[t]
             if cfg.linear_before_reset:
                 matmul(h, rt, out=a)
-                add(zr, xt[:, : 2 * hidden], out=zr)
-                tanh(zr, out=zr)
-                add(gates, one, out=gates)
-                multiply(gates, half, out=gates)
+            else:
+                matmul(h, rt_zr, out=gates)
+            add(gates, xt[:, : 2 * hidden], out=gates)
+            tanh(gates, out=gates)
+            add(gates, one, out=gates)
+            multiply(gates, half, out=gates)
+            if cfg.linear_before_reset:
                 if rb_h is not None:
                     add(q, rb_h, out=q)
                 multiply(r, q, out=q)
             else:
-                matmul(h, rt_zr, out=zr)
-                add(zr, xt[:, : 2 * hidden], out=zr)
-                tanh(zr, out=zr)
-                add(gates, one, out=gates)
-                multiply(gates, half, out=gates)
                 multiply(r, h, out=tmp)
                 matmul(tmp, rt_h, out=q)
                 if rb_h is not None:
                     add(q, rb_h, out=q)
             add(q, xt[:, 2 * hidden :], out=q)
             tanh(q, out=q)  # the candidate
-            out = y[t, d]
             np.subtract(h, q, out=tmp)
             multiply(tmp, z, out=tmp)
-            add(tmp, q, out=out)  # (1 - z) * cand + z * h
-        np.copyto(y_h[d], y[steps[-1], d])
+            add(tmp, q, out=y[t, d])  # (1 - z) * cand + z * h
+        np.copyto(y_h[d], y[steps[-1][0], d])
 
     def compute() -> None:
-        for d, pack, steps, prev in directions:
-            gru_direction(d, pack, steps, prev)
+        for d, pack, steps in directions:
+            gru_direction(d, pack, steps)
 
     return compute
+
+
+def _projections(
+    cfg: Config,
+    x2: np.ndarray,
+    seq: int,
+    packed: Packed,
+    int8_w: tuple[np.ndarray, Quantization] | None,
+) -> list[Callable[[], np.ndarray]]:
+    """Per direction, the step computing X @ W^T + bias (X as `x2`, (seq*batch, in)) and
+    returning it in step order, (seq, batch, gates*H); with `int8_w` from the integers of
+    W as stored."""
+    rows, dtype = x2.shape[0], x2.dtype
+    gh, dirs, batch = cfg.gates * cfg.hidden, cfg.dirs, x2.shape[0] // seq
+    wt, _, bias, _ = packed
+    # Written before they are read on every call: temporaries from the plan's arena.
+    if int8_w is None:
+        wt = cast(np.ndarray, wt)  # packed when not read as stored
+        proj = temporary((rows, gh), dtype)
+        proj3 = proj.reshape(seq, batch, gh)
+        return [
+            _float_projection(x2, wt[d], bias[d], proj, proj3[::-1] if reverse else proj3)
+            for d, reverse in enumerate(cfg.reverse)
+        ]
+    w8, quant = int8_w
+    scale, zp = _gate_params(quant, dirs, gh)
+    column_scale = np.ones(gh, dtype)
+    column_scale[: 3 * cfg.hidden] = 0.5  # the sigmoid gates, halved as in _pack
+    prod_t = temporary((gh, rows), dtype)  # (gates*H, seq*batch)
+    steps3 = prod_t.T.reshape(seq, batch, gh)
+    return [
+        _int8_projection(
+            x2,
+            w8[d],
+            None if not np.any(zp[d]) else zp[d].reshape(gh, 1).copy(),
+            (scale[d] * column_scale).reshape(gh, 1),
+            bias[d].reshape(gh, 1),
+            prod_t,
+            steps3[::-1] if reverse else steps3,
+        )
+        for d, reverse in enumerate(cfg.reverse)
+    ]
 
 
 def _bind_lstm(
@@ -247,49 +294,31 @@ def _bind_lstm(
     h0: np.ndarray | None,
     c0: np.ndarray | None,
     packed: Packed,
-    y: np.ndarray,
-    y_h: np.ndarray,
-    y_c: np.ndarray,
+    outputs: tuple[np.ndarray, np.ndarray, np.ndarray],
     int8_w: tuple[np.ndarray, Quantization] | None,
 ) -> Compute:
     """The LSTM step: every direction advanced together (see the module docstring).
     With `int8_w` (W as stored and its parameters), each direction's projection is the
-    transposed product of the integers, scaled per gate column afterwards."""
+    transposed product of the integers, scaled per gate column afterwards. With
+    `cfg.quantize_activations`, X and each state are rounded to uint8 first
+    (kernels/recurrent_quant.py)."""
+    y, y_h, y_c = outputs
     seq, batch, size = x.shape
     hidden, gh, dirs, dtype = cfg.hidden, cfg.gates * cfg.hidden, cfg.dirs, x.dtype
-    wt, rt, bias, _ = packed
+    rt = packed[1]
     x2 = x.reshape(seq * batch, size)
-    # Written before they are read on every call: temporaries from the plan's arena.
-    if int8_w is None:
-        wt = cast(np.ndarray, wt)  # packed when not read as stored
-        proj = temporary((seq * batch, gh), dtype)
-        proj3 = proj.reshape(seq, batch, gh)
-        projections = [
-            _float_projection(x2, wt[d], bias[d], proj, proj3[::-1] if reverse else proj3)
-            for d, reverse in enumerate(cfg.reverse)
-        ]
-    else:
-        w8, quant = int8_w
-        scale, zp = _gate_params(quant, dirs, gh)
-        column_scale = np.ones(gh, dtype)
-        column_scale[: 3 * hidden] = 0.5  # the sigmoid gates, halved as in _pack
-        prod_t = temporary((gh, seq * batch), dtype)  # (gates*H, seq*batch)
-        steps3 = prod_t.T.reshape(seq, batch, gh)
-        projections = [
-            _int8_projection(
-                x2,
-                w8[d],
-                None if not np.any(zp[d]) else zp[d].reshape(gh, 1).copy(),
-                (scale[d] * column_scale).reshape(gh, 1),
-                bias[d].reshape(gh, 1),
-                prod_t,
-                steps3[::-1] if reverse else steps3,
-            )
-            for d, reverse in enumerate(cfg.reverse)
-        ]
+    quantize_x = quantize_h = None
+    h = temporary((dirs, batch, hidden), dtype)
+    h_in = h  # what each step multiplies with R^T
+    if cfg.quantize_activations:
+        xq = temporary(x2.shape, dtype)
+        quantize_x = recurrent_quant.bind_fake_quantize(x2, xq)
+        x2 = xq
+        h_in = temporary(h.shape, dtype)
+        quantize_h = recurrent_quant.bind_fake_quantize(h, h_in, dirs)
+    projections = _projections(cfg, x2, seq, packed, int8_w)
     xw = temporary((seq, dirs, batch, gh), dtype)  # in step order, per direction
     a = temporary((dirs, batch, gh), dtype)
-    h = temporary((dirs, batch, hidden), dtype)
     c = temporary((dirs, batch, hidden), dtype)
     tmp = temporary((dirs, batch, hidden), dtype)
     matmul, add, multiply, tanh, copyto = np.matmul, np.add, np.multiply, np.tanh, np.copyto
@@ -304,6 +333,8 @@ def _bind_lstm(
     ]
 
     def compute() -> None:
+        if quantize_x is not None:
+            quantize_x()
         for d, project in enumerate(projections):
             copyto(xw[:, d], project())
         if h0 is None:
@@ -315,7 +346,9 @@ def _bind_lstm(
         else:
             copyto(c, c0)
         for k in range(seq):
-            matmul(h, rt, out=a)
+            if quantize_h is not None:
+                quantize_h()
+            matmul(h_in, rt, out=a)
             add(a, xw[k], out=a)
             tanh(a, out=a)
             add(gates, one, out=gates)

@@ -170,25 +170,9 @@ def conv_transpose(ctx: ImportContext, node: OnnxNode) -> list[int]:
             group=group,
         )
         return [_from_2d(ctx, y, spatial)]
-    out_hw = []
-    for axis, (size, k) in enumerate(zip(in_hw, (kh, kw), strict=True)):
-        s, d, op = strides[axis], dilations[axis], out_pad[axis]
-        extent = (k - 1) * d + 1
-        full = s * (size - 1) + op + extent
-        if output_shape is not None or auto_pad in ("SAME_UPPER", "SAME_LOWER"):
-            target = output_shape[axis] if output_shape is not None else size * s
-            total = full - target  # may be negative with output_shape: see below
-            small = total // 2
-            begin = small if auto_pad == "SAME_UPPER" else total - small
-            pads[axis], pads[axis + 2] = begin, total - begin
-        elif auto_pad == "VALID":
-            pads[axis] = pads[axis + 2] = 0
-        out_hw.append(full - pads[axis] - pads[axis + 2])
-    if any(o <= 0 for o in out_hw) or min(pads[:2]) < 0:
-        raise node.fail(f"unsupported geometry: output size {out_hw}, pads {pads}")
-    # A negative end pad (output_shape beyond the natural size) is output the convolution
-    # never reaches: the gradient kernel leaves it at zero when it is not padding.
-    pads = [max(p, 0) for p in pads]
+    out_hw, pads = _transpose_geometry(
+        node, in_hw, (kh, kw), (strides, dilations, out_pad), pads, auto_pad, output_shape
+    )
     batch = -1 if ctx.shape(x4)[0] == DYNAMIC else n  # -1: the input's batch
     y = ctx.emit1(
         OpCode.CONV2D_BACKPROP_INPUT,
@@ -207,6 +191,41 @@ def conv_transpose(ctx: ImportContext, node: OnnxNode) -> list[int]:
             OpCode.ADD, [y, ctx.constant(f"{ctx.tensors[b].name}/nchw", bias.reshape(-1, 1, 1))]
         )
     return [_from_2d(ctx, y, spatial)]
+
+
+def _transpose_geometry(
+    node: OnnxNode,
+    in_hw: list[int],
+    kernel: tuple[int, int],
+    steps: tuple[list[int], list[int], list[int]],
+    pads: list[int],
+    auto_pad: str,
+    output_shape: list[int] | None,
+) -> tuple[list[int], list[int]]:
+    """ConvTranspose's output size and pads (begin, begin, end, end) from the input size,
+    kernel, (strides, dilations, output_padding), explicit pads, auto_pad and
+    output_shape, as ONNX defines them."""
+    strides, dilations, out_pad = steps
+    pads = list(pads)
+    out_hw = []
+    for axis, (size, k) in enumerate(zip(in_hw, kernel, strict=True)):
+        s, d, op = strides[axis], dilations[axis], out_pad[axis]
+        extent = (k - 1) * d + 1
+        full = s * (size - 1) + op + extent
+        if output_shape is not None or auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+            target = output_shape[axis] if output_shape is not None else size * s
+            total = full - target  # may be negative with output_shape: see below
+            small = total // 2
+            begin = small if auto_pad == "SAME_UPPER" else total - small
+            pads[axis], pads[axis + 2] = begin, total - begin
+        elif auto_pad == "VALID":
+            pads[axis] = pads[axis + 2] = 0
+        out_hw.append(full - pads[axis] - pads[axis + 2])
+    if any(o <= 0 for o in out_hw) or min(pads[:2]) < 0:
+        raise node.fail(f"unsupported geometry: output size {out_hw}, pads {pads}")
+    # A negative end pad (output_shape beyond the natural size) is output the convolution
+    # never reaches: the gradient kernel leaves it at zero when it is not padding.
+    return out_hw, [max(p, 0) for p in pads]
 
 
 def lp_pool(ctx: ImportContext, node: OnnxNode) -> list[int]:

@@ -7,9 +7,9 @@ from typing import Any
 
 import numpy as np
 import onnx
-from onnx import numpy_helper
 
 from sporenet.converter.onnx_import.context import ImportContext
+from sporenet.converter.onnx_import.in_place import tensor_value
 from sporenet.converter.onnx_import.node import OnnxNode
 from sporenet.lite.dtypes import STRING
 from sporenet.lite.ops import OpCode
@@ -22,20 +22,21 @@ def strings(values: Any) -> np.ndarray:
     return out
 
 
-def floats(node: OnnxNode, name: str) -> np.ndarray | None:
+def floats(ctx: ImportContext, node: OnnxNode, name: str) -> np.ndarray | None:
     """A float attribute list, or its `<name>_as_tensor` twin (float64 kept), or None."""
     tensor = node.attrs.get(f"{name}_as_tensor")
     if isinstance(tensor, onnx.TensorProto):
-        return numpy_helper.to_array(tensor).ravel()
+        return tensor_value(tensor, ctx.data).ravel()
     value = node.attrs.get(name)
     return None if value is None else np.asarray(value, np.float64)
 
 
-def tensor_attr(node: OnnxNode, name: str) -> np.ndarray | None:
-    """A TENSOR attribute's value, or None."""
+def tensor_attr(ctx: ImportContext, node: OnnxNode, name: str) -> np.ndarray | None:
+    """A TENSOR attribute's value, or None. Large ones are read in place, from the
+    model's own bytes (converter/onnx_import/in_place.py), as initializers are."""
     tensor = node.attrs.get(name)
     if isinstance(tensor, onnx.TensorProto):
-        value = numpy_helper.to_array(tensor)
+        value = tensor_value(tensor, ctx.data)
         return strings(value.ravel()).reshape(value.shape) if value.dtype.kind in "OSU" else value
     return None
 

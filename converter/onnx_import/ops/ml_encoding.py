@@ -20,9 +20,9 @@ from sporenet.lite.dtypes import STRING
 from sporenet.lite.ops import OpCode
 
 
-def _table(node: OnnxNode, side: str) -> np.ndarray | None:
+def _table(ctx: ImportContext, node: OnnxNode, side: str) -> np.ndarray | None:
     """keys_* or values_* of a LabelEncoder (strings, int64s, floats or a tensor)."""
-    tensor = mc.tensor_attr(node, f"{side}_tensor")
+    tensor = mc.tensor_attr(ctx, node, f"{side}_tensor")
     if tensor is not None:
         return tensor.ravel()
     if node.attrs.get(f"{side}_strings"):
@@ -34,8 +34,8 @@ def _table(node: OnnxNode, side: str) -> np.ndarray | None:
     return None
 
 
-def _default(node: OnnxNode, values: np.ndarray) -> np.ndarray:
-    tensor = mc.tensor_attr(node, "default_tensor")
+def _default(ctx: ImportContext, node: OnnxNode, values: np.ndarray) -> np.ndarray:
+    tensor = mc.tensor_attr(ctx, node, "default_tensor")
     if tensor is not None:
         return tensor.ravel()[:1].astype(values.dtype)
     if values.dtype == STRING:
@@ -62,10 +62,10 @@ def _encode(
 
 
 def label_encoder(ctx: ImportContext, node: OnnxNode) -> list[int]:
-    keys, values = _table(node, "keys"), _table(node, "values")
+    keys, values = _table(ctx, node, "keys"), _table(ctx, node, "values")
     if keys is None or values is None:
         raise node.fail("needs keys_* and values_* attributes")
-    return _encode(ctx, node, keys, values, _default(node, values))
+    return _encode(ctx, node, keys, values, _default(ctx, node, values))
 
 
 def category_mapper(ctx: ImportContext, node: OnnxNode) -> list[int]:

@@ -64,14 +64,14 @@ def _weights(
 
 
 def _legacy_table(
-    node: OnnxNode, prefix: str, n_targets: int
+    ctx: ImportContext, node: OnnxNode, prefix: str, n_targets: int
 ) -> tuple[_Table, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Node table, roots and leaf weights of TreeEnsembleRegressor/Classifier attributes."""
     tree_ids = np.asarray(node.attrs.get("nodes_treeids", []), np.int64)
     node_ids = np.asarray(node.attrs.get("nodes_nodeids", []), np.int64)
     n = tree_ids.size
     modes = node.attr("nodes_modes", [])
-    values = mc.floats(node, "nodes_values")
+    values = mc.floats(ctx, node, "nodes_values")
     fields = {
         "nodes_nodeids": node_ids.size,
         "nodes_featureids": len(node.attrs.get("nodes_featureids", [])),
@@ -123,7 +123,7 @@ def _legacy_table(
     w_tree = node.attrs.get(f"{prefix}_treeids", [])
     w_node = node.attrs.get(f"{prefix}_nodeids", [])
     w_id = node.attrs.get(f"{prefix}_ids", [])
-    w_value = mc.floats(node, f"{prefix}_weights")
+    w_value = mc.floats(ctx, node, f"{prefix}_weights")
     w_value = np.zeros(0) if w_value is None else w_value
     if not len(w_tree) == len(w_node) == len(w_id) == w_value.size:
         raise node.fail(f"the {prefix}_* attributes must have one length")
@@ -167,8 +167,8 @@ def _emit(
 
 def tree_ensemble_regressor(ctx: ImportContext, node: OnnxNode) -> list[int]:
     n_targets = int(node.attr("n_targets", 1))
-    table, roots, weights, _, _ = _legacy_table(node, "target", n_targets)
-    base = mc.floats(node, "base_values")
+    table, roots, weights, _, _ = _legacy_table(ctx, node, "target", n_targets)
+    base = mc.floats(ctx, node, "base_values")
     return _emit(
         ctx,
         node,
@@ -184,8 +184,8 @@ def tree_ensemble_regressor(ctx: ImportContext, node: OnnxNode) -> list[int]:
 
 def tree_ensemble_classifier(ctx: ImportContext, node: OnnxNode) -> list[int]:
     labels = mc.class_labels(node)
-    table, roots, weights, ids, values = _legacy_table(node, "class", labels.size)
-    base = mc.floats(node, "base_values")
+    table, roots, weights, ids, values = _legacy_table(ctx, node, "class", labels.size)
+    base = mc.floats(ctx, node, "base_values")
     mask = 0
     for k in np.unique(ids):
         mask |= 1 << int(k)
@@ -208,9 +208,9 @@ def tree_ensemble_classifier(ctx: ImportContext, node: OnnxNode) -> list[int]:
 
 def tree_ensemble(ctx: ImportContext, node: OnnxNode) -> list[int]:
     """TreeEnsemble (ai.onnx.ml opset 5): interior nodes are rows 0..n-1, leaves follow."""
-    splits = mc.tensor_attr(node, "nodes_splits")
-    modes = mc.tensor_attr(node, "nodes_modes")
-    leaf_weights = mc.tensor_attr(node, "leaf_weights")
+    splits = mc.tensor_attr(ctx, node, "nodes_splits")
+    modes = mc.tensor_attr(ctx, node, "nodes_modes")
+    leaf_weights = mc.tensor_attr(ctx, node, "leaf_weights")
     if splits is None or modes is None or leaf_weights is None:
         raise node.fail("needs nodes_splits, nodes_modes and leaf_weights")
     n = splits.size
@@ -240,7 +240,7 @@ def tree_ensemble(ctx: ImportContext, node: OnnxNode) -> list[int]:
     table.missing[:n] = np.asarray(missing, bool)[:n]
     members = None
     if (codes == 6).any():
-        flat = mc.tensor_attr(node, "membership_values")
+        flat = mc.tensor_attr(ctx, node, "membership_values")
         if flat is None:
             raise node.fail("BRANCH_MEMBER nodes need membership_values")
         sets = np.split(flat.astype(np.float64), np.flatnonzero(np.isnan(flat)) + 1)

@@ -105,8 +105,8 @@ def _lstm_weight(
 def dynamic_quantize_lstm(ctx: ImportContext, node: OnnxNode) -> list[int]:
     """com.microsoft DynamicQuantizeLSTM onto the LSTM kernel: X, W, R, B, sequence_lens,
     initial_h, initial_c, P, then W_scale, W_zero_point, R_scale, R_zero_point. The
-    integer weights become weight-only constants; the activations stay float (onnxruntime
-    quantizes them to uint8 before each product, so results differ by that rounding)."""
+    integer weights become constants stored int8, and the kernel rounds X and each state
+    to uint8 before its products as onnxruntime does (lite/kernels/recurrent_quant.py)."""
     from sporenet.converter.onnx_import.ops import recurrent
 
     inputs = [
@@ -115,7 +115,8 @@ def dynamic_quantize_lstm(ctx: ImportContext, node: OnnxNode) -> list[int]:
         _lstm_weight(ctx, node, 2, 10, 11, "R"),
         *[node.input(k) for k in range(3, 8)],
     ]
-    return recurrent.recurrent(ctx, dataclasses.replace(node, op_type="LSTM", inputs=inputs))
+    lstm = dataclasses.replace(node, op_type="LSTM", inputs=inputs)
+    return recurrent.recurrent(ctx, lstm, quantize_activations=True)
 
 
 def _centred(ctx: ImportContext, node: OnnxNode, x: int, zp_index: int, what: str) -> int:

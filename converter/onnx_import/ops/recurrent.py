@@ -50,7 +50,11 @@ def _activations(node: OnnxNode, dirs: int) -> dict[str, Any]:
     return {"activations": ",".join(names), "activation_alpha": alpha, "activation_beta": beta}
 
 
-def recurrent(ctx: ImportContext, node: OnnxNode) -> list[int]:
+def recurrent(
+    ctx: ImportContext, node: OnnxNode, *, quantize_activations: bool = False
+) -> list[int]:
+    """One RNN, GRU or LSTM node; `quantize_activations` (LSTM) rounds X and the states
+    to uint8 before each product, as com.microsoft DynamicQuantizeLSTM does."""
     kind = node.op_type
     direction = node.attr("direction", "forward")
     if direction not in DIRECTIONS:
@@ -67,6 +71,8 @@ def recurrent(ctx: ImportContext, node: OnnxNode) -> list[int]:
         attrs["linear_before_reset"] = int(node.attr("linear_before_reset", 0))
     if kind == "LSTM":
         attrs["input_forget"] = int(node.attr("input_forget", 0))
+        if quantize_activations:
+            attrs["quantize_activations"] = 1
     inputs = [node.input(k) for k in range(NUM_INPUTS[kind])]
     while inputs[-1] == -1:
         inputs.pop()

@@ -53,6 +53,11 @@ def dataset(kind: str, n: int = 120) -> tuple[Any, np.ndarray]:
     raise ValueError(kind)
 
 
+def _seeded(estimator: Callable[..., Any], *args: Any, **kwargs: Any) -> Callable[[], Any]:
+    """A factory of `estimator(*args, **kwargs)` with random_state=0 (reproducible fits)."""
+    return lambda: estimator(*args, random_state=0, **kwargs)
+
+
 def _cases() -> list[Case]:
     from sklearn import (
         discriminant_analysis,
@@ -93,89 +98,63 @@ def _cases() -> list[Case]:
             "multiclass",
         ),
         Case("LogisticRegression-binary", lambda: linear_model.LogisticRegression(), "binary"),
-        Case(
-            "SGDClassifier",
-            lambda: linear_model.SGDClassifier(loss="log_loss", random_state=0),
-            "multiclass",
-        ),
+        Case("SGDClassifier", _seeded(linear_model.SGDClassifier, loss="log_loss"), "multiclass"),
         Case("RidgeClassifier", lambda: linear_model.RidgeClassifier(), "multiclass"),
-        Case("Perceptron", lambda: linear_model.Perceptron(random_state=0), "binary"),
+        Case("Perceptron", _seeded(linear_model.Perceptron), "binary"),
         Case("LinearRegression", lambda: linear_model.LinearRegression(), "regression"),
         Case("Ridge", lambda: linear_model.Ridge(), "regression"),
         Case("Lasso", lambda: linear_model.Lasso(alpha=0.1), "regression"),
         Case("ElasticNet", lambda: linear_model.ElasticNet(alpha=0.1), "regression"),
-        Case("SGDRegressor", lambda: linear_model.SGDRegressor(random_state=0), "regression"),
+        Case("SGDRegressor", _seeded(linear_model.SGDRegressor), "regression"),
         # support vector machines
-        Case("SVC-probability", lambda: svm.SVC(probability=True, random_state=0), "multiclass"),
-        Case("SVC-binary-probability", lambda: svm.SVC(probability=True, random_state=0), "binary"),
+        Case("SVC-probability", _seeded(svm.SVC, probability=True), "multiclass"),
+        Case("SVC-binary-probability", _seeded(svm.SVC, probability=True), "binary"),
         Case("SVC-poly", lambda: svm.SVC(kernel="poly", degree=2), "multiclass"),
         Case("NuSVC", lambda: svm.NuSVC(kernel="sigmoid", gamma=0.05), "binary"),
         Case("LinearSVC", lambda: svm.LinearSVC(), "multiclass"),
         Case("SVR", lambda: svm.SVR(), "regression"),
         Case("NuSVR", lambda: svm.NuSVR(kernel="linear"), "regression"),
-        Case("LinearSVR", lambda: svm.LinearSVR(random_state=0), "regression"),
+        Case("LinearSVR", _seeded(svm.LinearSVR), "regression"),
         # trees and ensembles
-        Case(
-            "DecisionTreeClassifier",
-            lambda: tree.DecisionTreeClassifier(random_state=0),
-            "multiclass",
-        ),
+        Case("DecisionTreeClassifier", _seeded(tree.DecisionTreeClassifier), "multiclass"),
         Case(
             "DecisionTreeRegressor", lambda: tree.DecisionTreeRegressor(max_depth=8), "regression"
         ),
+        Case("RandomForestClassifier", _seeded(ensemble.RandomForestClassifier, 20), "multiclass"),
         Case(
-            "RandomForestClassifier",
-            lambda: ensemble.RandomForestClassifier(20, random_state=0),
-            "multiclass",
+            "RandomForestClassifier-binary", _seeded(ensemble.RandomForestClassifier, 10), "binary"
         ),
-        Case(
-            "RandomForestClassifier-binary",
-            lambda: ensemble.RandomForestClassifier(10, random_state=0),
-            "binary",
-        ),
-        Case(
-            "RandomForestRegressor",
-            lambda: ensemble.RandomForestRegressor(10, random_state=0),
-            "regression",
-        ),
-        Case(
-            "ExtraTreesClassifier",
-            lambda: ensemble.ExtraTreesClassifier(10, random_state=0),
-            "multiclass",
-        ),
-        Case(
-            "ExtraTreesRegressor",
-            lambda: ensemble.ExtraTreesRegressor(10, random_state=0),
-            "regression",
-        ),
+        Case("RandomForestRegressor", _seeded(ensemble.RandomForestRegressor, 10), "regression"),
+        Case("ExtraTreesClassifier", _seeded(ensemble.ExtraTreesClassifier, 10), "multiclass"),
+        Case("ExtraTreesRegressor", _seeded(ensemble.ExtraTreesRegressor, 10), "regression"),
         Case(
             "GradientBoostingClassifier",
-            lambda: ensemble.GradientBoostingClassifier(n_estimators=20, random_state=0),
+            _seeded(ensemble.GradientBoostingClassifier, n_estimators=20),
             "multiclass",
         ),
         Case(
             "GradientBoostingClassifier-binary",
-            lambda: ensemble.GradientBoostingClassifier(n_estimators=20, random_state=0),
+            _seeded(ensemble.GradientBoostingClassifier, n_estimators=20),
             "binary",
         ),
         Case(
             "GradientBoostingRegressor",
-            lambda: ensemble.GradientBoostingRegressor(n_estimators=20, random_state=0),
+            _seeded(ensemble.GradientBoostingRegressor, n_estimators=20),
             "regression",
         ),
         Case(
             "HistGradientBoostingClassifier",
-            lambda: ensemble.HistGradientBoostingClassifier(max_iter=15, random_state=0),
+            _seeded(ensemble.HistGradientBoostingClassifier, max_iter=15),
             "missing",
         ),
         Case(
             "HistGradientBoostingRegressor",
-            lambda: ensemble.HistGradientBoostingRegressor(max_iter=15, random_state=0),
+            _seeded(ensemble.HistGradientBoostingRegressor, max_iter=15),
             "regression",
         ),
         Case(
             "AdaBoostClassifier",
-            lambda: ensemble.AdaBoostClassifier(n_estimators=10, random_state=0),
+            _seeded(ensemble.AdaBoostClassifier, n_estimators=10),
             "multiclass",
         ),
         # neighbours, naive Bayes, neural networks, discriminant analysis
@@ -231,7 +210,7 @@ def _cases() -> list[Case]:
         Case("ColumnTransformer(OneHotEncoder)+LogisticRegression", mixed_pipeline, "mixed"),
         Case(
             "DecisionTree-string-labels",
-            lambda: tree.DecisionTreeClassifier(max_depth=4, random_state=0),
+            _seeded(tree.DecisionTreeClassifier, max_depth=4),
             "strings",
         ),
         Case(

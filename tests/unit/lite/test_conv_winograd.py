@@ -94,14 +94,22 @@ def test_winograd4_error_stays_small_on_resnet_layers():
     ],
 )
 @pytest.mark.parametrize("layout", ["nchw->last", "last->last", "last->nchw"])
-def test_winograd_reads_and_writes_channels_last(monkeypatch, strategy, n, c, h, w, o, layout):
+# The tile rows per block: all at once, one, or two (the (2, 8, 10, 14, 12) case's five
+# rows of F(2x2) tiles then end in a short block).
+@pytest.mark.parametrize("block_bytes", [None, 1, 2 * 16 * 7 * 12 * 4])
+def test_winograd_reads_and_writes_channels_last(
+    monkeypatch, strategy, n, c, h, w, o, layout, block_bytes
+):
     """Input and output may each be an NCHW view of channels-last memory (the planner's
-    storage): the result is the float64 reference's, with the bias and the fused
-    activation applied, whatever the layouts."""
-    from sporenet.lite.kernels import conv_strategy
+    storage), and the tiles are taken in blocks of tile rows: the result is the float64
+    reference's, with the bias and the fused activation applied, whatever the layouts
+    and the blocks."""
+    from sporenet.lite.kernels import conv_strategy, winograd
 
     for name, value in FORCE[strategy].items():
         monkeypatch.setattr(conv_strategy, name, value)
+    if block_bytes is not None:
+        monkeypatch.setattr(winograd, "BLOCK_BYTES", block_bytes)
     x, wt, b = _data(np.random.default_rng(14), n, c, h, w, o, 1, (3, 3), True)
     spec = [TensorSpec(x.shape, x.dtype), TensorSpec(wt.shape, wt.dtype, wt)]
     spec.append(TensorSpec(b.shape, b.dtype, b))

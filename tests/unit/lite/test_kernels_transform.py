@@ -412,6 +412,16 @@ def test_cast_float_to_int_truncates_and_int_to_float():
     assert back.dtype == np.float32 and back.tolist() == [3.0, -4.0]
 
 
+@pytest.mark.filterwarnings("error")
+@pytest.mark.parametrize("to", [6, 7])  # int32, int64
+def test_cast_of_nan_and_out_of_range_values_follows_onnxruntime_without_warnings(to):
+    """onnxruntime casts with C's conversion (a T5 position bucket casts log(0)); so does
+    NumPy on the same CPU, and the kernel keeps NumPy's warning about it quiet."""
+    x = np.array([np.nan, -np.inf, np.inf, 1e20, -1e20, 2.5], np.float32)
+    (ours,) = run_op(OpCode.CAST, [x], to=to)
+    np.testing.assert_array_equal(ours, run_onnx_op("Cast", [x], to=to)[0])
+
+
 def test_cast_rejects_unknown_dtype():
     with pytest.raises(ShapeError, match="attribute 'to' must be one of the ONNX dtype codes"):
         run_op(OpCode.CAST, [np.zeros(2, np.float32)], to=8)  # 8 is STRING in ONNX

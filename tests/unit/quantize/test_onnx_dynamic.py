@@ -305,10 +305,9 @@ def test_dynamic_quantize_lstm_matches_onnxruntime(tmp_path: Path) -> None:
     x = rng.normal(size=(5, 2, inp)).astype(np.float32)
     got = run_sporenet(out, {"x": x})["y"]
     (want,) = run_ort(out, {"x": x})[:1]
-    # onnxruntime rounds the inputs and states to uint8 before each product; our kernel
-    # keeps them float (the weights are the same integers): the outputs differ by that
-    # rounding, |y| < 1 here.
-    assert np.abs(got - want).max() < 0.02
+    # The same uint8 rounding of X and of each state before the products: the outputs
+    # (|y| < 1) agree to float rounding.
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-5)
 
 
 def _ddddocr_model() -> Path | None:
@@ -340,10 +339,11 @@ def test_ddddocr_int8_ocr_model_matches_onnxruntime() -> None:
 
 
 def _dq_lstm_model(
-    path: Path, dirs: int, wtype: type, per_column: bool, seed: int
+    path: Path, dirs: int, wtype: type, per_column: bool, seed: int, clip: float | None = None
 ) -> tuple[Path, Path]:
     """A com.microsoft DynamicQuantizeLSTM (sequence length dynamic) and the float ONNX LSTM
-    with its weights dequantized: the second is what our kernel should compute exactly."""
+    with its weights dequantized (which differs from the first by the activations' uint8
+    rounding)."""
     rng = np.random.default_rng(seed)
     hidden, inp = 8, 6
     cols = 4 * hidden
@@ -379,6 +379,7 @@ def _dq_lstm_model(
         domain="com.microsoft",
         hidden_size=hidden,
         direction=direction,
+        **({} if clip is None else {"clip": clip}),
     )
     graph = helper.make_graph(
         [node],
@@ -418,8 +419,9 @@ def test_dynamic_quantize_lstm_node_runs_as_one_lstm_kernel(
     tmp_path: Path, dirs: int, wtype: type, per_column: bool
 ) -> None:
     """Forward and bidirectional, int8 and uint8, scales per direction or per column: one
-    LSTM node at any sequence length, equal to onnxruntime's float LSTM on the dequantized
-    weights, and to its DynamicQuantizeLSTM up to the activations' uint8 rounding."""
+    LSTM node at any sequence length, equal to onnxruntime's DynamicQuantizeLSTM (X and
+    each state rounded to uint8 before the products), not to the float LSTM on the
+    dequantized weights."""
     quantized, reference = _dq_lstm_model(tmp_path, dirs, wtype, per_column, seed=dirs)
     model, _ = convert_onnx_model(quantized)
     assert [n.op for n in model.graphs[0].nodes] == [OpCode.LSTM]
@@ -433,8 +435,20 @@ def test_dynamic_quantize_lstm_node_runs_as_one_lstm_kernel(
     for seq in (3, 9):  # one conversion, two sequence lengths
         x = rng.normal(0, 1, (seq, 2, 6)).astype(np.float32)
         got = interpreter.run({"x": x})["y"]
-        (exact,) = run_ort(reference, {"x": x})
-        np.testing.assert_allclose(got, exact, rtol=1e-5, atol=1e-5)
         (ort_int8,) = run_ort(quantized, {"x": x})
         assert got.shape == ort_int8.shape == (seq, dirs, 2, 8)
-        assert np.abs(got - ort_int8).max() < 0.02
+        np.testing.assert_allclose(got, ort_int8, rtol=0, atol=1e-6)
+        (unrounded,) = run_ort(reference, {"x": x})
+        assert np.abs(unrounded - ort_int8).max() > 1e-4  # the rounding is visible
+
+
+def test_dynamic_quantize_lstm_rounds_activations_on_the_general_path(tmp_path: Path) -> None:
+    """A clip keeps the node off the packed fast path: the general loop rounds X and the
+    states to uint8 the same way."""
+    quantized, _ = _dq_lstm_model(tmp_path, 2, np.int8, False, seed=3, clip=0.75)
+    model, _ = convert_onnx_model(quantized)
+    interpreter = Interpreter(model_content=serialize(model))
+    x = np.random.default_rng(8).normal(0, 1, (6, 2, 6)).astype(np.float32)
+    got = interpreter.run({"x": x})["y"]
+    (want,) = run_ort(quantized, {"x": x})
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-6)
