@@ -387,7 +387,7 @@ class Client(Failover, SecureRounds):
         """Nothing to do: close the task stream (it would cost the server memory until the
         next task) and, unless the poll was held a while, wait the server's pause."""
         self._drop_session()
-        if held < max(self.poll_wait / 2, 1e-3):
+        if not self.poll_wait or held < self.poll_wait / 2:
             # Jittered by the server; here too for a server that suggests none.
             self._stop.wait(task.retry_after_ms / 1000.0 or 0.5 + random.random())
 

@@ -4,6 +4,7 @@ request may act for. Real daemon on loopback, real SDK clients."""
 from __future__ import annotations
 
 import threading
+import time
 import urllib.request
 from pathlib import Path
 
@@ -12,6 +13,7 @@ import numpy as np
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from sporenet.federated import Client
+from sporenet.federated.server.pacing import JITTER, MIN_PAUSE
 from sporenet.proto import federated_pb2 as pb
 from sporenet.proto import federated_pb2_grpc as pb_grpc
 from tests.integration.federated.helpers import (
@@ -55,9 +57,15 @@ def test_idle_clients_hold_no_stream_and_start_the_round_when_it_forms(
         t.start()
     # Two of four: the round cannot start, and the clients poll without a stream.
     wait_for(lambda: _metrics(port)["sporenet_polls_total"] >= 8, what="idle polls")
-    seen = _metrics(port)
+    seen, since = _metrics(port), time.monotonic()
     assert seen["sporenet_clients_registered"] == 2
     assert seen["sporenet_sessions_open"] == 0, seen
+    # At the server's pace: no faster than its shortest pause allows (a bound that holds
+    # on any machine: a slower one polls less often).
+    wait_for(lambda: _metrics(port)["sporenet_polls_total"] >= seen["sporenet_polls_total"] + 8)
+    polls = _metrics(port)["sporenet_polls_total"] - seen["sporenet_polls_total"]
+    fastest = 2 / (MIN_PAUSE * (1 - JITTER))  # polls per second of two clients
+    assert polls <= fastest * (time.monotonic() - since) + 2, polls
 
     with grpc.insecure_channel(server.address) as channel:
         (raw,) = register_raw(channel, ["raw"])
