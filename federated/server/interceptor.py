@@ -147,6 +147,8 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
             log_event(self.log, "auth_refused", logging.WARNING, method=method, reason=reason)
             return _replace_behaviour(handler, lambda b: _refusal(b, reason))
         handler = _owned(handler, method[len(self._prefix) :], identity)
+        if identity is None:  # what caller() says by default: no wrapper per call
+            return handler
         return _replace_behaviour(handler, lambda b: _with_identity(b, identity))
 
 
