@@ -30,12 +30,15 @@ shares this machine's cores, so the round time with edges also pays for the edge
     python benchmarks/federated.py --hierarchical          # 2,000 devices, 10 edges
     python benchmarks/federated.py --idle                  # server KB per connected client
 
-Idle clients (`--idle`). A job whose round cannot start (min_clients above the fleet),
-`--idle-clients` SDK clients (default 500) connected and long-polling: the server's
-resident memory (VmRSS) with one client and with all of them, and the KB each client
-beyond the first costs it (median of `--repeats` runs). Each run also measures a bare
-grpc.aio server the same way (grpc_floor.idle_floor): the gRPC floor under that figure,
-per open connection and per connection holding a stream. Target: at most 20 KB.
+Idle clients (`--idle`). A job whose round cannot start (min_clients one above the fleet),
+`--idle-clients` SDK clients (default 500) connected and polling at the pace the server
+asks for: the server's resident memory (VmRSS) with one client and with all of them, and
+the KB each client beyond the first costs it (median of `--repeats` runs). Then one more
+client arrives and the round starts: the round start delay is the time from its
+registration until every client of the round has the model. Each run also measures a
+bare grpc.aio server the same way (grpc_floor.idle_floor): the gRPC floor under that
+figure, per open connection, per connection holding a stream and per connection polling
+every 0.5 s. Target: at most 20 KB.
 
 Flower runs if `flwr` imports; install its pinned versions with
 `pip install --no-deps -r benchmarks/requirements-flower.txt`. If it does not import, or
@@ -315,7 +318,7 @@ def run_sporenet(
     )
 
 
-IDLE_SETTLE_SECONDS = 15.0  # longer than a held poll (long_poll, 10 s): every poll cycled
+IDLE_SETTLE_SECONDS = 15.0  # longer than a held poll (long_poll, 10 s) and a poll's pause
 
 
 def _rss_kb(pid: int) -> int:
@@ -343,9 +346,10 @@ def idle_worker(address: str, count: int) -> None:
     threading.Event().wait()
 
 
-def idle_once(n: int, workdir: Path) -> tuple[float, float]:
+def idle_once(n: int, workdir: Path) -> tuple[float, float, float]:
     """Server memory (KB) per connected idle client: beyond the first, at `n` clients, and
-    from `n` // 2 to `n` (the marginal cost: no start-up heap left to fill)."""
+    from `n` // 2 to `n` (the marginal cost: no start-up heap left to fill); then the
+    round start delay (s) once client `n` + 1 arrives."""
     workdir.mkdir(parents=True, exist_ok=True)
     server, port, mport = _start_cloud(
         workdir / "idle.spore",
@@ -353,54 +357,72 @@ def idle_once(n: int, workdir: Path) -> tuple[float, float]:
         workdir / "idle-state",
         workdir / "idle.log",
         rounds=1,
-        min_clients=n + 1,  # never starts: every client stays idle
+        min_clients=n + 1,  # starts only with one more client: every client stays idle
     )
     workers: list[subprocess.Popen[bytes]] = []
+
+    def add_clients(k: int) -> None:
+        cmd = [sys.executable, __file__, "--idle-worker", f"127.0.0.1:{port}", str(k)]
+        workers.append(subprocess.Popen(cmd, stdout=subprocess.DEVNULL, env=clean_env()))
+
+    def wait_metric(name: str, at_least: float) -> float:
+        end = time.monotonic() + 600
+        while _metrics(mport)[name] < at_least:
+            if time.monotonic() > end:
+                raise TimeoutError(f"{name} stayed below {at_least}")
+            time.sleep(0.05)
+        return time.monotonic()
+
     try:
         rss: dict[int, int] = {}
         started = 0
         for count in (1, n // 2, n):
             add, started = count - started, count
             while add > 0:
-                k = min(CLIENTS_PER_PROCESS, add)
-                cmd = [sys.executable, __file__, "--idle-worker", f"127.0.0.1:{port}", str(k)]
-                workers.append(subprocess.Popen(cmd, stdout=subprocess.DEVNULL, env=clean_env()))
-                add -= k
-            end = time.monotonic() + 600
-            while _metrics(mport)["sporenet_clients_registered"] < count:
-                if time.monotonic() > end:
-                    raise TimeoutError(f"only some of {count} idle clients registered")
-                time.sleep(0.2)
-            # Registered is not yet idle: wait until every client's held poll cycled once
-            # (its stream and poll state are then what an idle client keeps).
+                add_clients(min(CLIENTS_PER_PROCESS, add))
+                add -= min(CLIENTS_PER_PROCESS, add)
+            wait_metric("sporenet_clients_registered", count)
+            # Registered is not yet idle: wait until every client polled (or its held poll
+            # cycled) once more: its connection and poll state are then what an idle
+            # client keeps.
             time.sleep(IDLE_SETTLE_SECONDS)
             rss[count] = _rss_kb(server.pid)
             print(f"{count:5d} idle clients: server RSS {rss[count] / 1024:.1f} MB", flush=True)
+        add_clients(1)
+        arrived = wait_metric("sporenet_clients_registered", n + 1)
+        model_bytes = (workdir / "idle.spore").stat().st_size
+        started_at = wait_metric("sporenet_bytes_sent_total", (n + 1) * model_bytes)
     finally:
         _stop(workers)
         _stop_server(server)
-    return (rss[n] - rss[1]) / (n - 1), (rss[n] - rss[n // 2]) / (n - n // 2)
+    per = (rss[n] - rss[1]) / (n - 1)
+    return per, (rss[n] - rss[n // 2]) / (n - n // 2), started_at - arrived
 
 
 def run_idle(args: argparse.Namespace, workdir: Path) -> None:
     """Server memory per connected idle client, sporenet's and a bare grpc.aio server's
-    (grpc_floor.py) in the same run, alternating: medians of `--repeats` runs."""
+    (grpc_floor.py) in the same run, alternating, and the round start delay: medians of
+    `--repeats` runs."""
     from grpc_floor import idle_floor
 
     n = 100 if args.quick else args.idle_clients
     ours: list[float] = []
     marginal: list[float] = []
+    delays: list[float] = []
     floor: list[dict[str, float]] = []
     for i in range(max(args.repeats, 1)):
-        first, last_half = idle_once(n, workdir / f"idle-{i}")
+        first, last_half, delay = idle_once(n, workdir / f"idle-{i}")
         ours.append(first)
         marginal.append(last_half)
+        delays.append(delay)
         floor.append(idle_floor(n, [("grpc.http2.bdp_probe", 0)]))
         print(
             f"run {i + 1}: sporenet {ours[-1]:.1f} KB per client ({marginal[-1]:.1f} from"
-            f" {n // 2} to {n}); bare grpc.aio {floor[-1]['connection']:.1f} KB per"
-            f" connection, {floor[-1]['stream']:.1f} KB per connection holding a stream"
-            f" ({floor[-1]['stream-marginal']:.1f} from {n // 2} to {n})",
+            f" {n // 2} to {n}), round start {delay:.2f} s; bare grpc.aio"
+            f" {floor[-1]['connection']:.1f} KB per connection,"
+            f" {floor[-1]['stream']:.1f} KB holding a stream, {floor[-1]['poll']:.1f} KB"
+            f" polling every 0.5 s ({floor[-1]['stream-marginal']:.1f} and"
+            f" {floor[-1]['poll-marginal']:.1f} from {n // 2} to {n})",
             flush=True,
         )
     per = float(np.median(ours))
@@ -408,9 +430,11 @@ def run_idle(args: argparse.Namespace, workdir: Path) -> None:
         f"server memory per connected client beyond the first, at {n} clients (median of"
         f" {len(ours)}): {per:.1f} KB (target <= 20 KB: {'met' if per <= 20 else 'not met'});"
         f" bare grpc.aio floor: {np.median([f['connection'] for f in floor]):.1f} KB per"
-        f" connection, {np.median([f['stream'] for f in floor]):.1f} KB holding a stream;"
-        f" from {n // 2} to {n} clients: sporenet {np.median(marginal):.1f} KB, bare"
-        f" {np.median([f['stream-marginal'] for f in floor]):.1f} KB"
+        f" connection, {np.median([f['stream'] for f in floor]):.1f} KB holding a stream,"
+        f" {np.median([f['poll'] for f in floor]):.1f} KB polling;"
+        f" from {n // 2} to {n} clients: sporenet {np.median(marginal):.1f} KB; round start"
+        f" delay (last client registered -> all {n + 1} have the model):"
+        f" {np.median(delays):.2f} s"
     )
 
 

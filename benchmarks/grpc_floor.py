@@ -36,6 +36,7 @@ import asyncio
 import gc
 import json
 import os
+import random
 import socket
 import subprocess
 import sys
@@ -295,11 +296,20 @@ async def drive(address: str, design: str, args: argparse.Namespace) -> dict[str
 IDLE_SETTLE_SECONDS = 2.0  # after the last client is held: late allocations land first
 
 
-async def _idle_rss(address: str, clients: int, streams: bool) -> list[int]:
-    """Server RSS (KB) with 1, `clients` // 2 and `clients` idle connections, each holding
-    a stream (a pending server read: a long-poll) if `streams`."""
+async def _idle_rss(address: str, clients: int, mode: str, interval: float = 0.5) -> list[int]:
+    """Server RSS (KB) with 1, `clients` // 2 and `clients` idle connections: open only
+    (mode "connection"), each holding a stream (a pending server read: a long-poll,
+    "stream"), or each making a unary call every `interval` seconds, jittered ("poll")."""
     channels: list[grpc.aio.Channel] = []
     calls: list[Any] = []
+    pollers: list[asyncio.Task[None]] = []
+
+    async def poll(ch: grpc.aio.Channel) -> None:
+        put = ch.unary_unary("/floor/Put", _same, _same)
+        while True:
+            await put(ASK)
+            await asyncio.sleep(interval * (0.5 + random.random()))
+
     async with grpc.aio.insecure_channel(address) as observer:
         stats = observer.unary_unary("/floor/Stats", _same, _same)
 
@@ -309,19 +319,23 @@ async def _idle_rss(address: str, clients: int, streams: bool) -> list[int]:
                 ch = grpc.aio.insecure_channel(address, options=options)
                 channels.append(ch)
                 await ch.channel_ready()
-                if streams:
+                if mode == "stream":
                     calls.append(ch.stream_stream("/floor/Hold", _same, _same)())
                     await calls[-1].write(ASK)
                     await calls[-1].read()  # the server holds it now
+                elif mode == "poll":
+                    pollers.append(asyncio.ensure_future(poll(ch)))
 
         rss = []
         for k in (1, clients // 2 - 1, clients - clients // 2):
             await connect(k)
-            await asyncio.sleep(IDLE_SETTLE_SECONDS)
+            await asyncio.sleep(IDLE_SETTLE_SECONDS + (2 * interval if mode == "poll" else 0))
             got = json.loads(await stats(b""))
-            if streams and got["held"] != len(channels):
+            if mode == "stream" and got["held"] != len(channels):
                 raise RuntimeError(f"the server holds {got['held']} of {len(channels)} streams")
             rss.append(int(got["rss_kb"]))
+        for task in pollers:
+            task.cancel()
         for call in calls:
             call.cancel()
         for ch in channels:
@@ -329,25 +343,28 @@ async def _idle_rss(address: str, clients: int, streams: bool) -> list[int]:
     return rss
 
 
-def idle_floor(clients: int, extra: list[tuple[str, Any]] | None = None) -> dict[str, float]:
+def idle_floor(
+    clients: int, extra: list[tuple[str, Any]] | None = None, *, interval: float = 0.5
+) -> dict[str, float]:
     """A bare grpc.aio server's memory per idle client beyond the first (KB), measured as
-    benchmarks/federated.py --idle measures sporenet's: an open connection alone, and one
-    holding a stream; "*-marginal": per client from `clients` // 2 to `clients`. Server
-    options as in `--server-options`."""
+    benchmarks/federated.py --idle measures sporenet's: an open connection alone
+    ("connection"), one holding a stream ("stream"), one polling with a unary call every
+    `interval` seconds ("poll"); "*-marginal": per client from `clients` // 2 to
+    `clients`. Server options as in `--server-options`."""
     out = {}
-    for name, streams in (("connection", False), ("stream", True)):
+    for mode in ("connection", "stream", "poll"):
         port = free_port()
         cmd = [sys.executable, __file__, "--serve", "aio", str(port), "--model", "64"]
         cmd += ["--server-options", json.dumps(extra or [])]
         server = subprocess.Popen(cmd, env=clean_env())
         try:
             _wait_listening(port)
-            first, half, last = asyncio.run(_idle_rss(f"127.0.0.1:{port}", clients, streams))
+            first, half, last = asyncio.run(_idle_rss(f"127.0.0.1:{port}", clients, mode, interval))
         finally:
             server.kill()
             server.wait()
-        out[name] = (last - first) / (clients - 1)
-        out[f"{name}-marginal"] = (last - half) / (clients - clients // 2)
+        out[mode] = (last - first) / (clients - 1)
+        out[f"{mode}-marginal"] = (last - half) / (clients - clients // 2)
     return out
 
 
@@ -374,7 +391,10 @@ def main() -> None:
     p.add_argument("--chunk", type=int, default=64 << 10, help="bytes per chunked message")
     p.add_argument("--concurrency", type=int, default=50, help="exchanges in flight at once")
     p.add_argument("--server-options", default="[]", help='JSON list of ["name", value]')
-    p.add_argument("--idle", action="store_true", help="KB per idle connection / held stream only")
+    p.add_argument(
+        "--idle", action="store_true", help="KB per idle connection / held stream / poller only"
+    )
+    p.add_argument("--poll-interval", type=float, default=0.5, help="--idle: seconds per poll")
     p.add_argument("--serve", nargs=2, metavar=("KIND", "PORT"), help=argparse.SUPPRESS)
     args = p.parse_args()
     print(machine_header(blas_kernels()), flush=True)
@@ -383,12 +403,13 @@ def main() -> None:
         serve(args.serve[0], int(args.serve[1]), args.model, extra)
         return
     if args.idle:
-        kb = idle_floor(args.clients, extra)
+        kb = idle_floor(args.clients, extra, interval=args.poll_interval)
         print(
             f"bare grpc.aio server, {args.clients} idle clients: {kb['connection']:.1f} KB per"
-            f" connection, {kb['stream']:.1f} KB per connection holding a stream (from"
-            f" {args.clients // 2} to {args.clients}: {kb['connection-marginal']:.1f} and"
-            f" {kb['stream-marginal']:.1f} KB)"
+            f" connection, {kb['stream']:.1f} KB per connection holding a stream,"
+            f" {kb['poll']:.1f} KB per connection polling every {args.poll_interval:g} s (from"
+            f" {args.clients // 2} to {args.clients}: {kb['connection-marginal']:.1f},"
+            f" {kb['stream-marginal']:.1f} and {kb['poll-marginal']:.1f} KB)"
         )
         return
     print(f"grpcio {grpc.__version__}, {args.clients} clients, {args.model} bytes each way")

@@ -54,6 +54,11 @@ class FederatedStub:
                 request_serializer=sporenet_dot_proto_dot_federated__pb2.SecureChunk.SerializeToString,
                 response_deserializer=sporenet_dot_proto_dot_federated__pb2.SecureReply.FromString,
                 _registered_method=True)
+        self.Poll = channel.unary_unary(
+                '/sporenet.federated.v1.Federated/Poll',
+                request_serializer=sporenet_dot_proto_dot_federated__pb2.TaskRequest.SerializeToString,
+                response_deserializer=sporenet_dot_proto_dot_federated__pb2.Task.FromString,
+                _registered_method=True)
         self.Session = channel.stream_stream(
                 '/sporenet.federated.v1.Federated/Session',
                 request_serializer=sporenet_dot_proto_dot_federated__pb2.SessionRequest.SerializeToString,
@@ -93,13 +98,25 @@ class FederatedServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Poll(self, request, context):
+        """Ask for a task without holding a stream: answered at once with the client's task, or
+        TASK_WAIT and the pause (`retry_after_ms`, chosen and jittered by the server: short
+        while a round forms, longer while one runs without this client) before asking again.
+        A client may ask the server to hold it up to `wait_ms` (bounded by the server's
+        long_poll). What idle clients use: a held stream costs the server more memory per
+        client than the connection under it.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def Session(self, request_iterator, context):
-        """One long-lived stream per client that carries its plain-round conversation: task
-        polls (held up to `wait_ms` while there is nothing to do), model downloads from an
-        offset, resumable update uploads and heartbeats during long local training.
-        Authenticated once, when it opens; one connection and no per-call setup, so a fleet
-        costs the server little between and during rounds. A refused request ends the
-        stream with its status.
+        """One stream per client while it works on a task, carrying its plain-round
+        conversation: task polls (held up to `wait_ms` while there is nothing to do), model
+        downloads from an offset, resumable update uploads and heartbeats during long local
+        training. Authenticated once, when it opens; no per-call setup while a round moves
+        its bytes. Clients close it when they are idle again, and Poll. A refused request
+        ends the stream with its status.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -127,6 +144,11 @@ def add_FederatedServicer_to_server(servicer, server):
                     servicer.SubmitSecure,
                     request_deserializer=sporenet_dot_proto_dot_federated__pb2.SecureChunk.FromString,
                     response_serializer=sporenet_dot_proto_dot_federated__pb2.SecureReply.SerializeToString,
+            ),
+            'Poll': grpc.unary_unary_rpc_method_handler(
+                    servicer.Poll,
+                    request_deserializer=sporenet_dot_proto_dot_federated__pb2.TaskRequest.FromString,
+                    response_serializer=sporenet_dot_proto_dot_federated__pb2.Task.SerializeToString,
             ),
             'Session': grpc.stream_stream_rpc_method_handler(
                     servicer.Session,
@@ -242,6 +264,33 @@ class Federated:
             '/sporenet.federated.v1.Federated/SubmitSecure',
             sporenet_dot_proto_dot_federated__pb2.SecureChunk.SerializeToString,
             sporenet_dot_proto_dot_federated__pb2.SecureReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Poll(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/sporenet.federated.v1.Federated/Poll',
+            sporenet_dot_proto_dot_federated__pb2.TaskRequest.SerializeToString,
+            sporenet_dot_proto_dot_federated__pb2.Task.FromString,
             options,
             channel_credentials,
             insecure,

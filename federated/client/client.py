@@ -14,15 +14,18 @@ again. Updates are deltas (trained minus global weights), optionally compressed 
 int8 quantization and/or top-k sparsification; with compression, what was not sent is
 carried into the next round (error feedback).
 
-By default the client talks to the server over one `Session` stream (federated.proto):
-polls, the model's chunks (sent right after the task that names it), its update (sent
-once the server grants a receiving slot) and heartbeats, all authenticated once when the
-stream opens. The sessions of every client in a process run as coroutines on one shared
-event loop (session_stream.TransportLoop); `run()`, `train` and `evaluate` stay on the
-caller's thread, which hands the loop a whole exchange at a time. After each update the
-client moves to a new connection, because the server's gRPC keeps receive buffers per
-connection. Registration, evaluation reports and secure-aggregation messages are single
-calls over the same connection.
+An idle client polls with a unary `Poll` (federated.proto), answered at once with its task
+or with the pause, chosen and jittered by the server, before it asks again: it holds no
+stream, which would cost the server as much memory again as its connection. While it
+works on a task it talks over one `Session` stream: the model's chunks, its update (sent
+once the server grants a receiving slot) and heartbeats, authenticated once when the
+stream opens; the stream closes when the client is idle again. The sessions of every
+client in a process run as coroutines on one shared event loop
+(session_stream.TransportLoop); `run()`, `train` and `evaluate` stay on the caller's
+thread, which hands the loop a whole exchange at a time. After each update the client
+moves to a new connection, because the server's gRPC keeps receive buffers per
+connection. Registration, polls, evaluation reports and secure-aggregation messages are
+single calls over the same connection.
 
 The bytes themselves (models held, resumable downloads, pooled buffers, chunked and
 checksummed uploads) are moved by the client's `Transfers` (transfers.py); client-side
@@ -61,10 +64,10 @@ from sporenet.federated.client.failover import Failover
 from sporenet.federated.client.reachability import Reachability, text_report
 from sporenet.federated.client.secure import SecureRounds
 from sporenet.federated.client.session_stream import SessionStream, TransportLoop
+from sporenet.federated.client.settings import GIVE_UP_AFTER, ClientSettings, addresses_of
 from sporenet.federated.client.transfers import PendingUpload, Transfers
 from sporenet.federated.common.auth import Credentials
-from sporenet.federated.common.codec import COMPRESSIONS, decode_update, encode_raw, encode_update
-from sporenet.federated.common.net import is_loopback, split_address
+from sporenet.federated.common.codec import decode_update, encode_raw, encode_update
 from sporenet.federated.common.wire import (
     SessionReplyField,
     SessionRequestField,
@@ -99,10 +102,6 @@ RETRYABLE = {
     grpc.StatusCode.OUT_OF_RANGE,  # upload offset mismatch: ask the server where to resume
 }
 FATAL = {grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED}
-# How long `run()` retries before it gives up when no server answers: long enough to ride
-# out a server restart or a network change, short enough that a device does not retry a
-# wrong address forever.
-GIVE_UP_AFTER = 600.0
 log = logging.getLogger("sporenet.federated.client")
 
 
@@ -119,7 +118,7 @@ class Client(Failover, SecureRounds):
         name: str = "",
         compression: tuple[str, ...] | list[str] = (),
         topk_ratio: float = 0.01,
-        poll_wait: float = 5.0,
+        poll_wait: float = 0.0,
         max_backoff: float = 5.0,
         give_up_after: float | None = GIVE_UP_AFTER,
         failover_after: float = 30.0,
@@ -145,7 +144,9 @@ class Client(Failover, SecureRounds):
                 server authenticates clients: the identity is the name).
             compression: update compressions to apply: "int8", "topk" or both.
             topk_ratio: the fraction of values "topk" keeps.
-            poll_wait: seconds the server may hold a poll while there is nothing to do.
+            poll_wait: seconds the server may hold a poll while there is nothing to do
+                (default 0: answered at once, then the client waits the pause the
+                server suggests; a held poll costs the server memory per client).
             max_backoff: the longest pause between retries while the server is away.
             give_up_after: seconds without reaching any server after which `run()`
                 raises (default 600; None: retry forever). Meanwhile the first failure
@@ -163,71 +164,69 @@ class Client(Failover, SecureRounds):
             ConfigError: a setting is out of range, or a non-loopback address without
                 `root_certificates` in `credentials`.
         """
-        credentials = credentials or Credentials()
-        addresses = [address] if isinstance(address, str) else list(address)
-        if not addresses or not all(isinstance(a, str) for a in addresses):
-            raise ConfigError(f"`address` must be 'host:port' or a list of them, got {address!r}")
-        for each in addresses:
-            if not credentials.tls and not is_loopback(split_address(each)[0]):
-                raise ConfigError(
-                    "`credentials` need `root_certificates`: "
-                    f"{each!r} is not loopback, so TLS is used"
-                )
-        if not failover_after > 0:
-            raise ConfigError(f"`failover_after` must be > 0, got {failover_after}")
-        if give_up_after is not None and not give_up_after > 0:
-            raise ConfigError(
-                f"`give_up_after` must be > 0 seconds (None: retry forever), got {give_up_after}"
-            )
-        unknown = sorted(set(compression) - set(COMPRESSIONS))
-        if unknown:
-            raise ConfigError(f"unknown compression {unknown}; supported: {list(COMPRESSIONS)}")
-        if not 0 < topk_ratio <= 1:
-            raise ConfigError(f"`topk_ratio` must be in (0, 1], got {topk_ratio}")
-        if poll_wait < 0 or max_backoff <= 0 or chunk_size < 1024:
-            raise ConfigError(
-                "`poll_wait` must be >= 0, `max_backoff` > 0 and `chunk_size` >= 1024"
-            )
-        if upload_connection not in ("separate", "shared"):
-            raise ConfigError(
-                f"`upload_connection` must be 'separate' or 'shared', got {upload_connection!r}"
-            )
-        if download_chunk_size < 0:
-            raise ConfigError(
-                f"`download_chunk_size` must be >= 0 (0: the server's), got {download_chunk_size}"
-            )
-        self.addresses, self._at = addresses, 0
-        self.address = addresses[0]  # the one in use
-        self.failover_after, self.failovers = failover_after, 0
+        self.settings = settings = ClientSettings(
+            addresses=addresses_of(address),
+            credentials=credentials or Credentials(),
+            name=name,
+            compression=tuple(compression),
+            topk_ratio=topk_ratio,
+            poll_wait=poll_wait,
+            max_backoff=max_backoff,
+            give_up_after=give_up_after,
+            failover_after=failover_after,
+            chunk_size=chunk_size,
+            download_chunk_size=download_chunk_size,
+            upload_connection=upload_connection,
+            rpc_timeout=rpc_timeout,
+        )
+        self.train, self.evaluate = train, evaluate
+        self._init_link(settings)
+        self._init_transport(settings)
+        self._init_rounds()
+
+    def _init_link(self, s: ClientSettings) -> None:
+        """The addresses, the retry and failover state, what `status()` reports."""
+        self.addresses, self._at = list(s.addresses), 0
+        self.address = self.addresses[0]  # the one in use
+        self.failover_after, self.failovers = s.failover_after, 0
         # Retry state: the next backoff, since when no server answered, since when this one.
         self._backoff = 0.1
         self._unreachable_since: float | None = None
         self._here_since: float | None = None
-        self.link = Reachability(addresses[0], report=text_report(log))  # what status() reports
-        self.train, self.evaluate, self.name = train, evaluate, name
-        self.credentials = credentials
-        self.compression, self.topk_ratio = tuple(compression), topk_ratio
-        self.poll_wait, self.max_backoff, self.give_up_after = poll_wait, max_backoff, give_up_after
+        self.link = Reachability(self.address, report=text_report(log))
+        self.name, self.credentials = s.name, s.credentials
+        self.compression, self.topk_ratio = s.compression, s.topk_ratio
+        self.poll_wait, self.max_backoff = s.poll_wait, s.max_backoff
+        self.give_up_after = s.give_up_after
+        self._stop = threading.Event()
+        self._tls_checked = False  # whether a closed connection was checked for TLS
+        self.client_id: str | None = None
+        self._heartbeat_interval = 5.0
+
+    def _init_transport(self, s: ClientSettings) -> None:
+        """The shared event loop, the channel and session, the client's Transfers."""
         # Uploads go in `chunk_size` messages; downloads use the server's chunks.
-        self.chunk_size, self.rpc_timeout = chunk_size, rpc_timeout
-        self.download_chunk_size = download_chunk_size
-        self.upload_connection = upload_connection
+        self.chunk_size, self.rpc_timeout = s.chunk_size, s.rpc_timeout
+        self.download_chunk_size = s.download_chunk_size
+        self.upload_connection = s.upload_connection
         # Sessions run on the process's shared event loop, over an asyncio channel of their own.
         self._transport = TransportLoop.shared()
         self._aio_channel: grpc.aio.Channel | None = None
         self._session: SessionStream | None = None
-        self.client_id: str | None = None
-        self._heartbeat_interval = 5.0
         # Models held, a download in progress, and the buffers models and updates share.
         self._transfers = Transfers(
             run=self._in_session,
             open_session=self._open_session,
             client_id=lambda: self.client_id or "",
-            chunk_size=chunk_size,
-            download_chunk_size=download_chunk_size,
-            rpc_timeout=rpc_timeout,
+            chunk_size=s.chunk_size,
+            download_chunk_size=s.download_chunk_size,
+            rpc_timeout=s.rpc_timeout,
         )
         self._buffers = self._transfers.buffers
+
+    def _init_rounds(self) -> None:
+        """What carries over between tasks: parsed weights, the pending update, the
+        compression residual, the open secure round, the results."""
         # Each round's model differs from the last only in its weights: parsed once.
         # The federated weights: the model's trainable tensors (every float constant when
         # none is flagged); train() and evaluate() get those, and the update carries them.
@@ -238,8 +237,6 @@ class Client(Failover, SecureRounds):
         self._secure: tuple[str, SecureClientSession] | None = None
         self._secure_update: tuple[Weights, int, str] | None = None
         self._secure_failed = ""  # a secure task this client cannot continue
-        self._stop = threading.Event()
-        self._tls_checked = False  # whether a closed connection was checked for TLS
         self.rounds_trained = 0
         self.final_model: bytes | None = None
 
@@ -358,10 +355,8 @@ class Client(Failover, SecureRounds):
                     self._secure_fit(task)
                 elif task.type == pb.TASK_DONE:
                     return self._done(task)
-                elif time.monotonic() - asked < self.poll_wait / 2:
-                    # Answered without being held (poll_wait 0, or the server's long-poll
-                    # slots are full): come back after the suggested pause, with jitter.
-                    self._stop.wait(task.retry_after_ms / 1000.0 * (0.5 + random.random()))
+                else:
+                    self._idle(task, time.monotonic() - asked)
             except grpc.RpcError as e:
                 code = e.code() if hasattr(e, "code") else grpc.StatusCode.UNKNOWN
                 if code == grpc.StatusCode.NOT_FOUND:
@@ -388,26 +383,35 @@ class Client(Failover, SecureRounds):
                 self._stop.wait(0.1)
         return None
 
+    def _idle(self, task: pb.Task, held: float) -> None:
+        """Nothing to do: close the task stream (it would cost the server memory until the
+        next task) and, unless the poll was held a while, wait the server's pause."""
+        self._drop_session()
+        if not self.poll_wait or held < self.poll_wait / 2:
+            # Jittered by the server; here too for a server that suggests none.
+            self._stop.wait(task.retry_after_ms / 1000.0 or 0.5 + random.random())
+
     def _done(self, task: pb.Task) -> Weights:
         """The job's final weights; JobFailedError with the server's reason if it failed."""
         if json.loads(task.config_json or "{}").get("job_status") == "failed":
             raise JobFailedError(f"the server's job failed: {task.reason}")
-        self.final_model = bytes(self._model_bytes(task))
+        try:
+            self.final_model = bytes(self._model_bytes(task))
+        finally:
+            self._drop_session()  # the job is over: no stream stays open
         log.info("job done (%s)", task.reason)
         return {k: np.array(v) for k, v in read_weights(self.final_model).items()}
 
     def _get_task(self) -> pb.Task:
-        """The next task, long-polled up to `poll_wait`."""
-        request = pb.TaskRequest(client_id=self.client_id or "", wait_ms=int(self.poll_wait * 1000))
-        timeout = self.poll_wait + self.rpc_timeout
-        # Unless a download is half done (it resumes by itself), the server sends the
-        # task's model right after the task.
-        request.send_model = self._transfers.partial is None
-        request.held_model_sha256 = self._transfers.held_sha256()
-        task = cast(pb.Task, self._in_session(self._poll_in_session(request, timeout)))
-        if request.send_model and task.model_sha256 not in ("", request.held_model_sha256):
-            self._model_bytes(task)  # received with the task: checked and kept here
-        return task
+        """The next task, by a unary Poll (held up to `poll_wait`): an idle client holds no
+        stream, which would cost the server as much memory again as its connection. The
+        task's model then comes over a Session, opened for the task."""
+        request = pb.TaskRequest(
+            client_id=self.client_id or "",
+            wait_ms=int(self.poll_wait * 1000),
+            held_model_sha256=self._transfers.held_sha256(),
+        )
+        return cast(pb.Task, self._call("Poll", request, self.poll_wait + self.rpc_timeout))
 
     async def _poll_in_session(self, request: pb.TaskRequest, timeout: float) -> pb.Task:
         """Poll, and receive the task's model when the server sends it along."""

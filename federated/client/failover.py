@@ -22,6 +22,7 @@ from sporenet.federated.errors import ConfigError, FederatedError
 if TYPE_CHECKING:
     from sporenet.federated.client.transfers import PendingUpload, Transfers
     from sporenet.federated.common.auth import Credentials
+    from sporenet.federated.common.buffers import BufferPool
 
 log = logging.getLogger("sporenet.federated.client")
 
@@ -45,6 +46,7 @@ class Failover:
     client_id: str | None
     _pending: PendingUpload | None
     _transfers: Transfers
+    _buffers: BufferPool
     _disconnect: Callable[[], None]
     link: Reachability
 

@@ -202,3 +202,84 @@ def split_model_chunk(raw: bytes | memoryview) -> tuple[int, memoryview, int]:
     except (UpdateRejectedError, DecodeError) as e:
         raise TransferError(f"malformed ModelChunk: {e}") from None
     return offset, data, total
+
+
+#: Where each call's messages name the client they act for: paths of field numbers from
+#: the message to a `client_id` string (federated.proto). A path through a sub-message
+#: (a SessionRequest's poll, an UploadChunk's header) follows every occurrence of it.
+CLIENT_ID_PATHS: dict[str, tuple[tuple[int, ...], ...]] = {
+    "ReportEvaluation": ((1,),),  # EvaluationReport.client_id
+    "Poll": ((1,),),  # TaskRequest.client_id
+    "SubmitSecure": ((1, 1),),  # SecureChunk.header.client_id
+    # SessionRequest: poll, download and heartbeat name it; an upload in its header.
+    "Session": ((1, 1), (2, 1), (3, 1, 1), (4, 1)),
+}
+
+
+def named_clients(
+    raw: bytes | memoryview, paths: tuple[tuple[int, ...], ...]
+) -> list[bytes] | None:
+    """Every client id `raw` names along `paths`, as protobuf would read them (repeated
+    occurrences included: a check that saw only the last could be fooled by the first);
+    None when `raw` is not protobuf wire format (protobuf refuses it too)."""
+    found: list[bytes] = []
+    try:
+        for path in paths:
+            _collect(memoryview(raw), path, found)
+    except MalformedPayload:
+        return None
+    return found
+
+
+def _collect(buf: memoryview, path: tuple[int, ...], found: list[bytes]) -> None:
+    """Append the values at `path` in `buf` to `found` (MalformedPayload if unparsable)."""
+    pos, end = 0, len(buf)
+    while pos < end:
+        number, wire, value, pos = _wire_field(buf, pos, end)
+        if number != path[0] or wire != 2:
+            continue
+        if len(path) == 1:
+            found.append(bytes(value))
+        else:
+            _collect(value, path[1:], found)
+
+
+def _wire_field(buf: memoryview, pos: int, end: int) -> tuple[int, int, memoryview, int]:
+    """(number, wire type, value, next position) of any protobuf field, groups skipped
+    whole: accepts whatever protobuf's parser accepts."""
+    key, pos = read_varint(buf, pos, end)
+    number, wire = key >> 3, key & 7
+    if number == 0:
+        raise MalformedPayload("field number 0")
+    start = pos
+    if wire == 0:
+        _, pos = read_varint(buf, pos, end)
+    elif wire == 2:
+        length, pos = read_varint(buf, pos, end)
+        start = pos
+        pos += length
+    elif wire in (1, 5):
+        pos += 8 if wire == 1 else 4
+    elif wire == 3:  # a group: its fields, up to the matching end-group key
+        while True:
+            if pos >= end:
+                raise MalformedPayload(f"group {number} does not end")
+            inner, inner_wire, _, after = _wire_field_or_end(buf, pos, end)
+            pos = after
+            if inner_wire == 4:
+                if inner != number:
+                    raise MalformedPayload(f"group {number} ends as group {inner}")
+                break
+    else:
+        raise MalformedPayload(f"unexpected wire type {wire}")
+    if pos > end:
+        raise MalformedPayload(f"field {number} runs past its message")
+    return number, wire, buf[start:pos], pos
+
+
+def _wire_field_or_end(buf: memoryview, pos: int, end: int) -> tuple[int, int, memoryview, int]:
+    """`_wire_field`, or an end-group key (wire type 4) as a field of its own."""
+    key, after = read_varint(buf, pos, end)
+    if key & 7 == 4:
+        return key >> 3, 4, buf[after:after], after
+    return _wire_field(buf, pos, end)

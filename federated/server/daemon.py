@@ -29,6 +29,7 @@ from sporenet.federated.server.phases import JobStatus
 from sporenet.federated.server.rounds import RoundManager
 from sporenet.federated.server.servicer import FederatedServicer, add_to_server
 from sporenet.federated.server.session import SessionService
+from sporenet.federated.server.slots import transfer_slots
 
 TICK_SECONDS = 0.1
 STOP_GRACE_SECONDS = 10.0
@@ -70,9 +71,9 @@ def _bound_allocator() -> None:
 class _AioServer:
     """The gRPC server on its own asyncio loop thread.
 
-    Session streams are coroutines on that loop; the unary and single-direction calls run
-    as before on the `max_workers` thread pool (grpc.aio's migration pool). The main thread
-    keeps the round loop.
+    Polls, Session streams and secure messages are coroutines on that loop; registration,
+    evaluation reports and status run on the `max_workers` thread pool (grpc.aio's
+    migration pool). The main thread keeps the round loop.
     """
 
     def __init__(
@@ -85,13 +86,7 @@ class _AioServer:
         self.config, self.servicer, self.health = config, servicer, health_servicer
         self.interceptor = interceptor
         self.executor = futures.ThreadPoolExecutor(config.max_workers, thread_name_prefix="rpc")
-        downloads, uploads = servicer.slots
-        self.sessions = SessionService(
-            servicer,
-            downloads=downloads,
-            uploads=uploads,
-            executor=futures.ThreadPoolExecutor(uploads + 1, thread_name_prefix="fold"),
-        )
+        self.sessions = servicer.sessions
         self._ready: futures.Future[int] = futures.Future()
         self.tls = False  # set when it binds
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -134,12 +129,7 @@ class _AioServer:
                 ("grpc.http2.bdp_probe", 0),
             ],
         )
-        add_to_server(
-            self.servicer,
-            server,
-            session=self.sessions.serve,
-            secure=self.sessions.submit_secure,
-        )
+        add_to_server(self.servicer, server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
         creds = _server_credentials(self.config)
         self.tls = creds is not None
@@ -226,12 +216,16 @@ class _Serving:
             nonce_file=Path(config.state_dir) / "nonces.json",
         )
         # Messages stay below gRPC's 4 MiB default: payloads move as chunks of `chunk_size`.
-        servicer = FederatedServicer(
+        slots = transfer_slots(manager.config, manager.update_bytes)
+        sessions = SessionService(
             manager,
             metrics=metrics,
-            logger=logger,
+            executor=futures.ThreadPoolExecutor(slots[1] + 1, thread_name_prefix="fold"),
             chunk_size=config.chunk_size,
-            heartbeat_interval=config.heartbeat_interval,
+            slots=slots,
+        )
+        servicer = FederatedServicer(
+            manager, sessions, heartbeat_interval=config.heartbeat_interval
         )
         health_servicer = health.HealthServicer(experimental_non_blocking=True)
         interceptor = AuthInterceptor(auth, metrics=metrics, logger=logger)

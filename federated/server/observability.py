@@ -95,6 +95,8 @@ class Metrics:
         ),
         "sporenet_current_round": ("gauge", "The round in progress."),
         "sporenet_clients_registered": ("gauge", "Clients registered with the job."),
+        "sporenet_sessions_open": ("gauge", "Session streams open (clients at work on a task)."),
+        "sporenet_polls_total": ("counter", "Unary task polls answered."),
         "sporenet_round_participants": ("gauge", "Clients selected in the current phase."),
         "sporenet_updates_accepted_total": ("counter", "Updates folded into an aggregate."),
         "sporenet_updates_rejected_total": ("counter", "Updates refused (INVALID_ARGUMENT)."),

@@ -1,33 +1,34 @@
-"""The Session RPC: one bidirectional stream per client, served on the asyncio event loop.
+"""The calls served on the asyncio event loop: polls, Session streams, secure messages.
 
-A call per poll, download and upload would cost the server a call setup, an
-authentication and a thread each; for a fleet that is most of the server's work. A
-session carries them over one stream, authenticated once when it opens:
+Transport-neutral: a call gets plain requests and a `Stream` to read and write, and raises
+the domain errors of errors.py; servicer.py adapts gRPC to it (contexts, status codes),
+and the interceptor has already authenticated the caller and checked that its requests
+act only for its own client.
 
-- a poll waits as a coroutine, woken when the RoundManager says tasks may have changed;
-- a download sends the model's chunks, encoded once per version for every client;
+- a poll (the unary Poll of idle clients, or one on a Session) may wait as a coroutine,
+  woken when the RoundManager says tasks may have changed; its TASK_WAIT answer carries
+  the pause the PollPacer chose;
+- a Session carries a working client's download, upload and heartbeats over one stream;
+  a download sends the model's chunks, encoded once per version for every client;
 - an upload waits for a receiving slot before the client sends a byte (so waiting
   clients hold no payload in the server), is received into one buffer, then checked,
   validated, written and folded: on a worker thread, since those block, unless the
   update is small enough that the hand-off would cost more.
 
-The RoundManager stays the single source of truth; this module is only a transport, like
-servicer.py, whose checks and error mapping it shares.
+The RoundManager stays the single source of truth; this module is only a transport.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
-import logging
-from collections.abc import AsyncIterator
 from concurrent.futures import Executor
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
-import grpc
-
+from sporenet.federated.common.buffers import BufferPool
 from sporenet.federated.common.wire import (
     STAGE_NAMES,
     SessionReplyField,
@@ -45,15 +46,15 @@ from sporenet.federated.errors import (
     StaleTaskError,
     SupersededError,
     TransferError,
+    UnknownClientError,
     UpdateRejectedError,
 )
-from sporenet.federated.server.phases import Participant, TaskType
-from sporenet.federated.server.servicer import (
-    FederatedServicer,
-    checked,
-    status_for,
-    unexpected_status,
-)
+from sporenet.federated.server.encoded import EncodedTasks, ModelChunks
+from sporenet.federated.server.interceptor import Refused
+from sporenet.federated.server.observability import Metrics
+from sporenet.federated.server.pacing import PollPacer
+from sporenet.federated.server.phases import Participant, TaskInfo, TaskType
+from sporenet.federated.server.rounds import RoundManager
 from sporenet.federated.server.state import ModelRecord
 from sporenet.federated.server.upload import UploadReceiver, check_upload_id
 from sporenet.federated.server.upload_slots import SlotHold, UploadSlots
@@ -66,16 +67,62 @@ SETTLE_SECONDS = 10.0  # longest an upload waits for an earlier stream of the sa
 INLINE_SUBMIT_BYTES = 1 << 20
 
 
+class ShuttingDown(FederatedError):
+    """The server is stopping: the client should reconnect (to it, restarted, or another)."""
+
+
+class Stream(Protocol):
+    """The two directions of a streaming call, as the transport hands them over."""
+
+    async def read(self) -> Any:
+        """The next request (raw bytes, a decoded message or a `Refused` one; None at the
+        end of the stream)."""
+        ...
+
+    async def write(self, message: bytes) -> None:
+        """Send one (serialized) reply."""
+        ...
+
+
+def accepted(request: Any) -> Any:
+    """`request`, unless the transport refused it (its error is raised)."""
+    if isinstance(request, Refused):
+        raise request.error
+    return request
+
+
+def require_client(client_id: str) -> str:
+    """`client_id`, unless it is empty (UnknownClientError)."""
+    if not client_id:
+        raise UnknownClientError("client_id is empty; call Register first")
+    return client_id
+
+
 class SessionService:
-    """Serves `Session` streams for a FederatedServicer on one event loop."""
+    """Serves polls, `Session` streams and secure messages on one event loop."""
 
     def __init__(
-        self, servicer: FederatedServicer, *, executor: Executor, downloads: int, uploads: int
+        self,
+        manager: RoundManager,
+        *,
+        metrics: Metrics,
+        executor: Executor,
+        chunk_size: int,
+        slots: tuple[int, int],
     ) -> None:
-        self.s, self.m, self.metrics = servicer, servicer.m, servicer.metrics
-        self.executor = executor
-        self._limits = (downloads, uploads)
+        """`slots`: (download slots, upload receiving slots), see slots.py."""
+        self.m, self.metrics = manager, metrics
+        self.executor, self.chunk_size = executor, chunk_size
+        self._limits = slots
         self._loop: asyncio.AbstractEventLoop | None = None
+        self.tasks = EncodedTasks()
+        self.model_chunks = ModelChunks(manager.models.read, chunk_size)
+        self.pacer = PollPacer(
+            heartbeat_timeout=manager.config.heartbeat_timeout,
+            clients=lambda: metrics.get("sporenet_clients_registered"),
+        )
+        self.buffers = BufferPool(slots[1])  # the uploads' receive buffers
+        manager.on_change(self.buffers.clear)  # phases change: no buffer kept over a round
 
     def attach(self, loop: asyncio.AbstractEventLoop) -> None:
         """Bind to the loop that serves the streams (call it on that loop)."""
@@ -97,15 +144,17 @@ class SessionService:
         if not self._closing.done():
             self._closing.set_result(None)
 
-    async def _next_request(self, context: grpc.aio.ServicerContext) -> Any:
-        """The client's next message (or grpc.aio.EOF); None if the server closes first.
-        (Cancelling a handler does not end its call: the read itself must give way.)"""
-        read = asyncio.ensure_future(context.read())
+    async def _next_request(self, stream: Stream) -> bytes | None:
+        """The client's next message (None at the end of the stream); ShuttingDown if the
+        server closes first. (Cancelling a handler does not end its call: the read itself
+        must give way.)"""
+        read = asyncio.ensure_future(stream.read())
         await asyncio.wait((read, self._closing), return_when=asyncio.FIRST_COMPLETED)
         if read.done():
-            return read.result()
+            raw: bytes | None = accepted(read.result())
+            return raw
         read.cancel()
-        return None
+        raise ShuttingDown("the server is shutting down; reconnect")
 
     def _changed_from_any_thread(self) -> None:
         loop = self._loop
@@ -124,53 +173,36 @@ class SessionService:
             reason = f"client {client_id[:64]!r} is no longer asked for this update ({status})"
             loop.call_soon_threadsafe(self._upload_slots.revoke, client_id, reason)
 
-    async def serve(
-        self, requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext
-    ) -> None:
-        """The Session handler: answer the client's requests until it closes the stream."""
+    async def serve(self, stream: Stream) -> None:
+        """A Session: answer the client's requests until it closes the stream."""
+        self.metrics.inc("sporenet_sessions_open")
         try:
-            while True:
-                raw = await self._next_request(context)
-                if raw is None:
-                    await context.abort(
-                        grpc.StatusCode.UNAVAILABLE, "the server is shutting down; reconnect"
-                    )
-                if raw is grpc.aio.EOF:
-                    return
-                field, body = split_session(raw)
-                if field == SessionRequestField.POLL:
-                    await self._poll(body, context)
-                elif field == SessionRequestField.DOWNLOAD:
-                    await self._download(body, context)
-                elif field == SessionRequestField.UPLOAD:
-                    await self._upload(body, context)
-                elif field == SessionRequestField.HEARTBEAT:
-                    beat = _parse(pb.HeartbeatRequest, body)
-                    self.m.touch(self.s.owned(beat.client_id))
-                else:
-                    raise MalformedMessageError(
-                        f"SessionRequest field {field} is not a request this server knows "
-                        "(expected poll, download, upload or heartbeat)"
-                    )
-        except grpc.aio.AbortError:
-            raise
-        except Exception as e:
-            await self._abort(e, context, "Session")
+            await self._serve(stream)
+        finally:
+            self.metrics.inc("sporenet_sessions_open", -1)
 
-    async def _abort(self, e: Exception, context: grpc.aio.ServicerContext, call: str) -> None:
-        """End the call with the status for `e`: a FederatedError's own status and message,
-        anything else logged (a bad request as a warning) and mapped by unexpected_status."""
-        if isinstance(e, FederatedError):
-            await context.abort(status_for(e), str(e))
-        else:
-            code, message = unexpected_status(e)
-            level = logging.WARNING if code == code.INVALID_ARGUMENT else logging.ERROR
-            self.s.log.log(level, "%s failed: %s", call, message, exc_info=True)
-            await context.abort(code, message)
+    async def _serve(self, stream: Stream) -> None:
+        while (raw := await self._next_request(stream)) is not None:
+            field, body = split_session(raw)
+            if field == SessionRequestField.POLL:
+                await self._poll(body, stream)
+            elif field == SessionRequestField.DOWNLOAD:
+                await self._download(body, stream)
+            elif field == SessionRequestField.UPLOAD:
+                await self._upload(body, stream)
+            elif field == SessionRequestField.HEARTBEAT:
+                beat = _parse(pb.HeartbeatRequest, body)
+                self.m.touch(require_client(beat.client_id))
+            else:
+                raise MalformedMessageError(
+                    f"SessionRequest field {field} is not a request this server knows "
+                    "(expected poll, download, upload or heartbeat)"
+                )
 
-    async def _poll(self, body: memoryview, context: grpc.aio.ServicerContext) -> None:
-        request = _parse(pb.TaskRequest, body)
-        cid = self.s.owned(request.client_id)
+    async def next_task(self, request: pb.TaskRequest) -> TaskInfo:
+        """The client's task, waiting up to `wait_ms` (at most `long_poll`) while there is
+        nothing to do; a TASK_WAIT answer carries the pacer's pause."""
+        cid = require_client(request.client_id)
         loop = asyncio.get_running_loop()
         end = loop.time() + min(max(request.wait_ms / 1000.0, 0.0), self.m.config.long_poll)
         while True:
@@ -182,23 +214,44 @@ class SessionService:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(left):  # no task per wait, unlike wait_for
                     await changed.wait()
-        await context.write(self.s.encoded_task(task))
+        if task.type == TaskType.WAIT:
+            task = dataclasses.replace(task, retry_after=self.pacer.retry_after(task))
+        return task
+
+    async def poll(self, request: pb.TaskRequest) -> bytes:
+        """The unary Poll: the serialized `Task` (the model is downloaded on a Session)."""
+        self.metrics.inc("sporenet_polls_total")
+        task = await self.next_task(request)
         model = task.model
         held = model is None or model.sha256 == request.held_model_sha256
-        if request.send_model and not held:
-            await self._send_model(model, 0, self.s.chunk_size, context)  # type: ignore[arg-type]
-        if task.type == TaskType.DONE and (held or request.send_model):
-            self.m.told_done(cid, model)
+        if task.type == TaskType.DONE and held:
+            self.m.told_done(request.client_id, model)
+        return self.tasks.encode(task)
 
-    async def _download(self, body: memoryview, context: grpc.aio.ServicerContext) -> None:
+    async def _poll(self, body: memoryview, stream: Stream) -> None:
+        request = _parse(pb.TaskRequest, body)
+        task = await self.next_task(request)
+        await stream.write(self.tasks.session_reply(task))
+        model = task.model
+        held = model is None or model.sha256 == request.held_model_sha256
+        if request.send_model and model is not None and not held:
+            await self._send_model(model, 0, self.chunk_size, stream)
+        if task.type == TaskType.DONE and (held or request.send_model):
+            self.m.told_done(request.client_id, model)
+
+    async def _download(self, body: memoryview, stream: Stream) -> None:
         request = _parse(pb.DownloadRequest, body)
-        cid = self.s.owned(request.client_id)
-        record, chunk = self.s.download_range(cid, request)
-        await self._send_model(record, request.offset, chunk, context)
+        cid = require_client(request.client_id)
+        self.m.touch(cid)
+        record = self.m.model_record(request.model_version)
+        if request.offset > record.size:
+            raise TransferError(f"offset {request.offset} is past the model's {record.size} bytes")
+        chunk = min(request.chunk_size or self.chunk_size, self.chunk_size)
+        await self._send_model(record, request.offset, chunk, stream)
         self.m.told_done(cid, record)  # counts only the ended job's final model
 
     async def _send_model(
-        self, record: ModelRecord, offset: int, chunk: int, context: grpc.aio.ServicerContext
+        self, record: ModelRecord, offset: int, chunk: int, stream: Stream
     ) -> None:
         """Send the model's bytes from `offset` to the end as `model` replies of `chunk`."""
         async with self._downloads:
@@ -206,7 +259,7 @@ class SessionService:
             cached = await self._cached_chunks(record, offset, chunk)
             if cached is not None:
                 for encoded, size in cached:
-                    await context.write(encoded)
+                    await stream.write(encoded)
                     self.metrics.inc("sporenet_bytes_sent_total", size)
                 return
             # Checked against its digest first (hashed again only if written since).
@@ -219,23 +272,23 @@ class SessionService:
                 )
                 if not data:
                     raise TransferError(f"model file ends at byte {offset} of {record.size}")
-                await context.write(encode_model_chunk(offset, data, record.size, session=True))
+                await stream.write(encode_model_chunk(offset, data, record.size, session=True))
                 offset += len(data)
                 self.metrics.inc("sporenet_bytes_sent_total", len(data))
 
     async def _cached_chunks(
         self, record: ModelRecord, offset: int, chunk: int
     ) -> list[tuple[bytes, int]] | None:
-        """The servicer's pre-encoded chunks; filling the cache reads and hashes the file,
-        so a version not cached yet is read on a worker thread, not on the loop."""
-        cached = self.s.cached_chunks(record, offset, chunk, fill=False)
-        if cached is not None or not self.s.cacheable(record, offset, chunk):
+        """The pre-encoded chunks; filling the cache reads and hashes the file, so a
+        version not cached yet is read on a worker thread, not on the loop."""
+        cached = self.model_chunks.chunks(record, offset, chunk, fill=False)
+        if cached is not None or not self.model_chunks.cacheable(record, offset, chunk):
             return cached
         return await asyncio.get_running_loop().run_in_executor(
-            self.executor, self.s.cached_chunks, record, offset, chunk
+            self.executor, self.model_chunks.chunks, record, offset, chunk
         )
 
-    async def _upload(self, body: memoryview, context: grpc.aio.ServicerContext) -> None:
+    async def _upload(self, body: memoryview, stream: Stream) -> None:
         first = parse_upload_chunk(body)
         if not first.HasField("header") or first.data:
             raise MalformedMessageError(
@@ -243,13 +296,13 @@ class SessionService:
                 f"found {'no header' if not first.HasField('header') else 'data with it'}"
             )
         h = first.header
-        cid = self.s.owned(h.client_id)
+        cid = require_client(h.client_id)
         check_upload_id(h.upload_id)
         key = (cid, h.upload_id)
         # Checked before the slot too: strangers and clients without an open task are
         # refused at once, never queued for (or holding) a receiving slot.
         if not self.m.open_upload(cid, h.task_id, h.total_size):
-            await self._already_accepted(h, context)
+            await self._already_accepted(h, stream)
             return
         # The client's earlier upload, if any, gives its slot up (upload_slots.py).
         hold = self._upload_slots.claim(cid, h.upload_id, h.task_id)
@@ -264,29 +317,23 @@ class SessionService:
             if (waited or running is not None) and not self.m.open_upload(
                 cid, h.task_id, h.total_size
             ):
-                await self._already_accepted(h, context)
+                await self._already_accepted(h, stream)
                 return
             done = asyncio.Event()
             self._receiving[key] = done
             try:
-                reply = await self._receive(hold, h, context)
+                reply = await self._receive(hold, h, stream)
             finally:
                 if self._receiving.get(key) is done:
                     del self._receiving[key]
                 done.set()
         finally:
             self._upload_slots.release(hold)
-        await context.write(
-            frame_session(SessionReplyField.UPLOAD_REPLY, reply.SerializeToString())
-        )
+        await stream.write(frame_session(SessionReplyField.UPLOAD_REPLY, reply.SerializeToString()))
 
-    async def _already_accepted(
-        self, h: pb.UploadHeader, context: grpc.aio.ServicerContext
-    ) -> None:
+    async def _already_accepted(self, h: pb.UploadHeader, stream: Stream) -> None:
         reply = pb.UploadReply(accepted=True, received=h.total_size, message="already accepted")
-        await context.write(
-            frame_session(SessionReplyField.UPLOAD_REPLY, reply.SerializeToString())
-        )
+        await stream.write(frame_session(SessionReplyField.UPLOAD_REPLY, reply.SerializeToString()))
 
     async def _wait_for_slot(self, hold: SlotHold) -> bool:
         """Take a receiving slot for `hold` (none if it is revoked first); whether it
@@ -323,9 +370,7 @@ class SessionService:
             raise
         return True
 
-    async def _receive(
-        self, hold: SlotHold, h: pb.UploadHeader, context: grpc.aio.ServicerContext
-    ) -> pb.UploadReply:
+    async def _receive(self, hold: SlotHold, h: pb.UploadHeader, stream: Stream) -> pb.UploadReply:
         """Tell the client where to continue, take its chunks into one buffer, submit it.
 
         The slot is held only while the upload keeps its pace: each read waits at most
@@ -334,9 +379,9 @@ class SessionService:
         trickle loses the slot as a silence does; and not once the hold is revoked.
         """
         cid = hold.client_id
-        upload = UploadReceiver(self.m, self.metrics, cid, h, self.s.buffers)
+        upload = UploadReceiver(self.m, self.metrics, cid, h, self.buffers)
         offer = pb.UploadOffsetReply(received=upload.size).SerializeToString()
-        await context.write(frame_session(SessionReplyField.UPLOAD_OFFSET, offer))
+        await stream.write(frame_session(SessionReplyField.UPLOAD_OFFSET, offer))
         loop = asyncio.get_running_loop()
         revoked = asyncio.ensure_future(hold.revoked.wait())
         try:
@@ -346,7 +391,7 @@ class SessionService:
             while not upload.complete:
                 now = loop.time()
                 pace = start + limit + (upload.size - first) / rate  # the rate's deadline
-                read = asyncio.ensure_future(context.read())
+                read = asyncio.ensure_future(stream.read())
                 wait = min(limit, max(pace - now, 0.0))
                 done, _ = await asyncio.wait(
                     (read, revoked), timeout=wait, return_when=asyncio.FIRST_COMPLETED
@@ -366,9 +411,9 @@ class SessionService:
                         f"{upload.size} of {h.total_size} (read_timeout); its receiving slot "
                         "is given up, resume it on a new stream"
                     )
-                raw = read.result()
+                raw = accepted(read.result())
                 last = loop.time()
-                if raw is grpc.aio.EOF:
+                if raw is None:
                     break
                 field, inner = split_session(raw)
                 if field != SessionRequestField.UPLOAD:
@@ -386,37 +431,14 @@ class SessionService:
             return upload.submit()
         return await asyncio.get_running_loop().run_in_executor(self.executor, upload.submit)
 
-    async def submit_secure(
-        self, requests: AsyncIterator[Any], context: grpc.aio.ServicerContext
-    ) -> pb.SecureReply:
-        """The SubmitSecure handler: one secure-stage message in chunks. Served on the loop,
-        so every read has the `read_timeout` deadline and a stalled peer holds no thread."""
-        try:
-            return await self._submit_secure(context)
-        except grpc.aio.AbortError:
-            raise
-        except Exception as e:
-            await self._abort(e, context, "SubmitSecure")
-        raise AssertionError("unreachable: abort raises")
-
-    async def _read_secure(self, context: grpc.aio.ServicerContext, at: int) -> Any:
-        """The next SecureChunk (None at the end of the stream), within `read_timeout`."""
-        limit = self.m.config.read_timeout
-        try:
-            async with asyncio.timeout(limit):
-                raw = await context.read()
-        except TimeoutError:
-            raise ReadTimeoutError(
-                f"secure message sent nothing for {limit:g} s at byte {at} (read_timeout)"
-            ) from None
-        return None if raw is grpc.aio.EOF else checked(raw)
-
-    async def _submit_secure(self, context: grpc.aio.ServicerContext) -> pb.SecureReply:
-        first = await self._read_secure(context, 0)
+    async def submit_secure(self, stream: Stream) -> pb.SecureReply:
+        """SubmitSecure: one secure-stage message in chunks. Served on the loop, so every
+        read has the `read_timeout` deadline and a stalled peer holds no thread."""
+        first = await self._read_secure(stream, 0)
         if first is None or not first.HasField("header"):
             raise UpdateRejectedError("the first SecureChunk of a call must carry the header")
         h = first.header
-        cid = self.s.owned(h.client_id)
+        cid = require_client(h.client_id)
         stage = STAGE_NAMES.get(h.stage)
         if stage is None:
             raise UpdateRejectedError(f"SecureHeader.stage {h.stage} is not a protocol stage")
@@ -430,7 +452,7 @@ class SessionService:
         await self._take_slot(self._secure_slots, cid)
         try:
             buf = bytearray(first.data)
-            while (chunk := await self._read_secure(context, len(buf))) is not None:
+            while (chunk := await self._read_secure(stream, len(buf))) is not None:
                 if len(buf) + len(chunk.data) > h.total_size:
                     raise UpdateRejectedError(
                         f"secure message exceeds the {h.total_size} bytes its header declared"
@@ -456,6 +478,18 @@ class SessionService:
         )
         await loop.run_in_executor(self.executor, submit)
         return pb.SecureReply(accepted=True)
+
+    async def _read_secure(self, stream: Stream, at: int) -> Any:
+        """The next SecureChunk (None at the end of the stream), within `read_timeout`."""
+        limit = self.m.config.read_timeout
+        try:
+            async with asyncio.timeout(limit):
+                raw = await stream.read()
+        except TimeoutError:
+            raise ReadTimeoutError(
+                f"secure message sent nothing for {limit:g} s at byte {at} (read_timeout)"
+            ) from None
+        return accepted(raw)
 
 
 def _raise_if_revoked(hold: SlotHold) -> None:

@@ -13,7 +13,7 @@ import pytest
 from sporenet.lite import OpCode
 from sporenet.lite.builder import ModelBuilder
 from sporenet.lite.format import save
-from tests.integration.android_demo.test_unreachable import closed_port
+from tests.integration.federated.helpers import free_port as closed_port
 
 
 def digits_like(path: Path) -> Path:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import threading
 import urllib.error
 import urllib.request
@@ -15,6 +17,16 @@ import pytest
 
 from sporenet.android_demo.app import App, AppServer
 from tests.integration.federated.helpers import ServerProcess
+
+
+def run_app(*args: str, timeout: float = 120.0) -> subprocess.CompletedProcess[str]:
+    """`python -m sporenet.android_demo ARGS` to its end, its output captured as text."""
+    return subprocess.run(
+        [sys.executable, "-m", "sporenet.android_demo", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 @pytest.fixture(scope="session")

@@ -13,7 +13,7 @@ import pytest
 
 from sporenet.android_demo.app import App
 from sporenet.lite import Interpreter
-from tests.integration.android_demo.conftest import RunningApp, thicker_strokes
+from tests.integration.android_demo.conftest import RunningApp, run_app, thicker_strokes
 
 
 def reference(model: Path, x: np.ndarray) -> np.ndarray:
@@ -138,18 +138,5 @@ def test_the_command_serves_on_loopback(digits_model, tmp_path):
     finally:
         proc.terminate()
         proc.wait(30)
-    bad = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "sporenet.android_demo",
-            "--model",
-            str(tmp_path / "missing.spore"),
-            "--data-dir",
-            str(tmp_path / "d"),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    bad = run_app("--model", str(tmp_path / "missing.spore"), "--data-dir", str(tmp_path / "d"))
     assert bad.returncode == 2 and "missing.spore" in bad.stderr

@@ -13,7 +13,7 @@ import pytest
 
 from sporenet import lite
 from tests.integration.android_demo.conftest import start_server
-from tests.integration.android_demo.test_unreachable import closed_port
+from tests.integration.federated.helpers import free_port as closed_port
 
 
 def fleet(*args: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess[str]:

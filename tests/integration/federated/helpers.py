@@ -178,13 +178,13 @@ class ServerProcess(DaemonProcess):
             return stub.Check(health_pb2.HealthCheckRequest(service=""), timeout=5).status
 
 
-def wait_for(
-    predicate, timeout: float = 30.0, interval: float = 0.05, what: str = "condition"
-) -> None:  # type: ignore[no-untyped-def]
+def wait_for(predicate, timeout: float = 30.0, interval: float = 0.05, what: str = "condition"):  # type: ignore[no-untyped-def]
+    """The first true value `predicate()` returns, polled every `interval` seconds;
+    TimeoutError after `timeout`."""
     end = time.monotonic() + timeout
     while time.monotonic() < end:
-        if predicate():
-            return
+        if value := predicate():
+            return value
         time.sleep(interval)
     raise TimeoutError(f"timed out waiting for {what}")
 

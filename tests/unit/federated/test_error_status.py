@@ -10,7 +10,8 @@ import pytest
 from google.protobuf.message import DecodeError
 
 from sporenet.federated.errors import FederatedError, MalformedMessageError, UpdateRejectedError
-from sporenet.federated.server.servicer import checked, decoder, status_for, unexpected_status
+from sporenet.federated.server.servicer import decoder, status_for, unexpected_status
+from sporenet.federated.server.session import accepted
 from sporenet.federated.server.validation import parse_metrics
 from sporenet.proto import federated_pb2 as pb
 
@@ -45,10 +46,10 @@ def test_a_bare_domain_error_is_internal_not_unknown() -> None:
 def test_undecodable_bodies_become_malformed_message_errors() -> None:
     decode = decoder(pb.RegisterRequest)
     assert (
-        checked(decode(pb.RegisterRequest(client_name="a").SerializeToString())).client_name == "a"
+        accepted(decode(pb.RegisterRequest(client_name="a").SerializeToString())).client_name == "a"
     )
     with pytest.raises(MalformedMessageError, match="not a valid RegisterRequest"):
-        checked(decode(b"\xff\xff\xff"))
+        accepted(decode(b"\xff\xff\xff"))
 
 
 @pytest.mark.parametrize(
