@@ -45,6 +45,13 @@ from sporenet.lite.kernels.quantized import conv_transpose as q_conv_transpose
 from sporenet.lite.kernels.quantized import convert as q_convert
 from sporenet.lite.kernels.quantized import elementwise as q_elementwise
 from sporenet.lite.kernels.quantized import elementwise_extra as q_elementwise_extra
+
+# tfliteq: int16x8 kernels
+from sporenet.lite.kernels.quantized import int16 as q_int16
+from sporenet.lite.kernels.quantized import int16_elementwise as q_int16_elementwise
+from sporenet.lite.kernels.quantized import int16_linear as q_int16_linear
+from sporenet.lite.kernels.quantized import int16_sigmoid as q_int16_sigmoid
+from sporenet.lite.kernels.quantized import int16_softmax as q_int16_softmax
 from sporenet.lite.kernels.quantized import l2_norm as q_l2_norm
 from sporenet.lite.kernels.quantized import linear as q_linear
 from sporenet.lite.kernels.quantized import lookup as q_lookup
@@ -53,7 +60,7 @@ from sporenet.lite.kernels.quantized import reduce as q_reduce
 from sporenet.lite.kernels.quantized import resize as q_resize
 from sporenet.lite.kernels.quantized import shape as q_shape
 from sporenet.lite.kernels.quantized import softmax as q_softmax
-from sporenet.lite.kernels.quantized.base import is_quantized
+from sporenet.lite.kernels.quantized.base import is_int16_quantized, is_quantized
 from sporenet.lite.kernels.training import (
     activation_grad,
     broadcast,
@@ -342,6 +349,36 @@ FILE_QUANTIZED_ONLY: frozenset[OpCode] = frozenset(
 )
 
 
+# tfliteq: int16x8 kernels (16-bit activations, 8-bit weights, TFLite's reference
+# arithmetic), picked when a node's first input is int16 with quantization.
+INT16_KERNELS: dict[OpCode, type[Kernel]] = {
+    OpCode.CONV2D: q_int16_linear.QConv2D16,
+    OpCode.FULLY_CONNECTED: q_int16_linear.QFullyConnected16,
+    OpCode.ADD: q_int16_elementwise.QAdd16,
+    OpCode.SUB: q_int16_elementwise.QSub16,
+    OpCode.MUL: q_int16_elementwise.QMul16,
+    OpCode.MAX_POOL2D: q_int16.QMaxPool2D16,
+    OpCode.AVG_POOL2D: q_int16.QAvgPool2D16,
+    OpCode.RELU: q_int16.QRelu16,
+    OpCode.RELU6: q_int16.QRelu6_16,
+    OpCode.LEAKY_RELU: q_int16.QLeakyRelu16,
+    OpCode.ABS: q_int16.QAbs16,
+    OpCode.SIGMOID: q_int16_sigmoid.QLogistic16,
+    OpCode.TANH: q_int16_sigmoid.QTanh16,
+    OpCode.SOFTMAX: q_int16_softmax.QSoftmax16,
+    OpCode.CONCAT: q_int16.QConcat16,
+    # data movement: the int8 kernels carry int16 parameters through unchanged
+    OpCode.IDENTITY: q_shape.QIdentity,
+    OpCode.RESHAPE: q_shape.QReshape,
+    OpCode.FLATTEN: q_shape.QFlatten,
+    OpCode.SQUEEZE: q_shape.QSqueeze,
+    OpCode.UNSQUEEZE: q_shape.QUnsqueeze,
+    OpCode.TRANSPOSE: q_shape.QTranspose,
+    OpCode.SLICE: q_shape.QSlice,
+    OpCode.PAD: q_shape.QPad,
+}
+
+
 def max_op_versions() -> dict[int, int]:
     """Newest op version this runtime runs, per op code (float and int8 kernels)."""
     versions = {int(op): kernel.version for op, kernel in QUANTIZED_KERNELS.items()}
@@ -358,6 +395,14 @@ def supported_ops() -> list[str]:
 def kernel_class(op: OpCode, first: TensorSpec | None, where: str) -> type[Kernel]:
     """The kernel for a node: the int8 one when its first input is a quantized int8/uint8
     tensor, else the float (or dtype-generic) one."""
+    if is_int16_quantized(first):  # tfliteq
+        cls = INT16_KERNELS.get(op)
+        if cls is None:
+            raise UnsupportedOpError(
+                f"{where}: no int16x8 kernel for {op.name}; int16x8 ops: "
+                f"{', '.join(sorted(o.name for o in INT16_KERNELS))}"
+            )
+        return cls
     if is_quantized(first):
         cls = QUANTIZED_KERNELS.get(op)
         if cls is None:

@@ -800,8 +800,7 @@ def cases() -> list[Case]:
             base = f"{spec.op.lower()}[{spec.label or 'default'}, {mode.value}]"
             seen[base] = seen.get(base, 0) + 1
             name = base if seen[base] == 1 else f"{base}#{seen[base]}"
-            slow = spec.slow or (mode is Mode.INT16)
-            out.append(Case(name=name, op=spec.op, spec=spec, mode=mode, slow=slow))
+            out.append(Case(name=name, op=spec.op, spec=spec, mode=mode, slow=spec.slow))
     return out
 
 

@@ -9,6 +9,8 @@ their step runs, not once per layer.
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import numpy as np
 
 from sporenet.lite.graph import Quantization
@@ -17,6 +19,7 @@ from sporenet.lite.kernels.quantized.fixed_point import INT_RANGES, activation_r
 from sporenet.lite.kernels.quantized.rounding import ROUNDING_MODES
 
 QUANTIZED_DTYPES = (np.dtype(np.int8), np.dtype(np.uint8))
+INT16_DTYPES = (np.dtype(np.int16),)  # tfliteq: int16x8 activations
 
 
 def is_quantized(spec: TensorSpec | None) -> bool:
@@ -24,20 +27,30 @@ def is_quantized(spec: TensorSpec | None) -> bool:
     return spec is not None and spec.dtype in QUANTIZED_DTYPES and spec.quant is not None
 
 
+def is_int16_quantized(spec: TensorSpec | None) -> bool:
+    """An int16 tensor carrying quantization parameters: an int16x8 activation (TFLite's
+    16-bit activations with 8-bit weights), run by the int16 kernels."""
+    return spec is not None and spec.dtype in INT16_DTYPES and spec.quant is not None
+
+
 def per_tensor(quant: Quantization) -> bool:
     return quant.scale.size == 1
 
 
 class QuantizedKernel(Kernel):
-    """Base class of the int8/uint8 kernels."""
+    """Base class of the int8/uint8 (and int16x8) kernels."""
+
+    # The activation dtypes the kernel takes (int16 kernels set INT16_DTYPES).
+    accepts: ClassVar[tuple[np.dtype, ...]] = QUANTIZED_DTYPES
 
     # ---- quantization parameters
     def quantized_input(self, index: int) -> TensorSpec:
         spec = self.input(index)
-        if not is_quantized(spec):
+        if spec.dtype not in self.accepts or spec.quant is None:
             missing = " without quantization" if spec.quant is None else ""
+            names = "/".join(str(d) for d in self.accepts)
             raise self.fail(
-                f"input {index} must be an int8/uint8 tensor with quantization, "
+                f"input {index} must be an {names} tensor with quantization, "
                 f"got {spec.dtype}{missing}"
             )
         return spec

@@ -1,0 +1,88 @@
+"""int16x8 forms of the int8 kernels whose TFLite arithmetic does not depend on the width,
+and the int16 lookup tables.
+
+Unchanged but for the dtype (TFLite's reference kernels run the same integer steps on
+int16): Relu/Relu6 (a clamp, or MultiplyByQuantizedMultiplier then a clamp), LeakyRelu
+(two multipliers, as a table over every input), MaxPool and AvgPool (TFLite's rounded integer
+average), Concat (inputs requantized to the output's parameters).
+
+Tables over all 65536 inputs, indexed by the input's bits viewed as uint16:
+- Abs: TFLite's integer form, |q - z_in| requantized by s_in / s_out (s_in / s_out in
+  float32, as LiteRT computes it) when the scales differ, plus z_out, clamped.
+
+Logistic and Tanh are in int16_sigmoid.py, Softmax in int16_softmax.py.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from sporenet.lite.kernels.base import Attrs, Compute, TensorSpec, required
+from sporenet.lite.kernels.quantized.activation import QRelu, QRelu6, _params
+from sporenet.lite.kernels.quantized.base import INT16_DTYPES, QuantizedKernel, dtype_range
+from sporenet.lite.kernels.quantized.elementwise_extra import QLeakyRelu
+from sporenet.lite.kernels.quantized.fixed_point import Requantizer
+from sporenet.lite.kernels.quantized.pooling import QAvgPool2D, QMaxPool2D
+from sporenet.lite.kernels.quantized.shape import QConcat
+from sporenet.lite.ops import OpCode
+
+
+class QRelu16(QRelu):
+    accepts = INT16_DTYPES
+
+
+class QRelu6_16(QRelu6):
+    accepts = INT16_DTYPES
+
+
+class QLeakyRelu16(QLeakyRelu):
+    accepts = INT16_DTYPES
+
+
+class QMaxPool2D16(QMaxPool2D):
+    accepts = INT16_DTYPES
+
+
+class QAvgPool2D16(QAvgPool2D):
+    accepts = INT16_DTYPES
+
+
+class QConcat16(QConcat):
+    accepts = INT16_DTYPES
+
+
+def _inputs16() -> np.ndarray:
+    """Every int16 value, in the order of its bits read as uint16."""
+    return np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(np.int16).astype(np.int64)
+
+
+class _QTable16(QuantizedKernel):
+    """A unary int16 op as one lookup in a 65536-entry table built at prepare time."""
+
+    accepts = INT16_DTYPES
+
+    def build(self, q: np.ndarray, sx: float, zx: int, so: float, zo: int) -> np.ndarray:
+        """The int64 outputs for the inputs `q` (before the dtype clamp)."""
+        raise NotImplementedError
+
+    def __init__(self, attrs: Attrs, inputs: Sequence[TensorSpec | None]) -> None:
+        super().__init__(attrs, inputs)
+        x, sx, zx, so, zo = _params(self)
+        lo, hi = dtype_range(x.dtype)
+        self.table = np.clip(self.build(_inputs16(), sx, zx, so, zo), lo, hi).astype(x.dtype)
+
+    def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
+        index, out, table = required(inputs, 0).view(np.uint16), outputs[0], self.table
+        return lambda: np.take(table, index, out=out)
+
+
+class QAbs16(_QTable16):
+    op = OpCode.ABS
+
+    def build(self, q: np.ndarray, sx: float, zx: int, so: float, zo: int) -> np.ndarray:
+        value = np.abs(q - zx)
+        if np.float32(sx) != np.float32(so):
+            Requantizer(float(np.float32(sx) / np.float32(so)), 0, 0, 0).multiply(value)
+        return value + zo
