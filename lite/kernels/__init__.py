@@ -50,6 +50,7 @@ from sporenet.lite.kernels.quantized import elementwise_extra as q_elementwise_e
 from sporenet.lite.kernels.quantized import int16 as q_int16
 from sporenet.lite.kernels.quantized import int16_elementwise as q_int16_elementwise
 from sporenet.lite.kernels.quantized import int16_linear as q_int16_linear
+from sporenet.lite.kernels.quantized import int16_lut as q_int16_lut
 from sporenet.lite.kernels.quantized import int16_sigmoid as q_int16_sigmoid
 from sporenet.lite.kernels.quantized import int16_softmax as q_int16_softmax
 from sporenet.lite.kernels.quantized import l2_norm as q_l2_norm
@@ -367,6 +368,22 @@ INT16_KERNELS: dict[OpCode, type[Kernel]] = {
     OpCode.TANH: q_int16_sigmoid.QTanh16,
     OpCode.SOFTMAX: q_int16_softmax.QSoftmax16,
     OpCode.CONCAT: q_int16.QConcat16,
+    OpCode.MAXIMUM: q_int16.QMaximum16,
+    OpCode.MINIMUM: q_int16.QMinimum16,
+    OpCode.PRELU: q_int16.QPRelu16,
+    OpCode.EQUAL: q_int16.QEqual16,
+    OpCode.GREATER: q_int16.QGreater16,
+    OpCode.LESS: q_int16.QLess16,
+    OpCode.REDUCE_MEAN: q_int16.QReduceMean16,
+    OpCode.REDUCE_SUM: q_int16.QReduceSum16,
+    OpCode.REDUCE_MAX: q_int16.QReduceMax16,
+    OpCode.REDUCE_MIN: q_int16.QReduceMin16,
+    OpCode.RESIZE: q_int16.QResize16,
+    OpCode.NEG: q_int16.QNeg16,
+    OpCode.EXP: q_int16_lut.QExp16,
+    OpCode.LOG: q_int16_lut.QLog16,
+    OpCode.RSQRT: q_int16_lut.QRsqrt16,
+    OpCode.GELU: q_int16_lut.QGelu16,
     # data movement: the int8 kernels carry int16 parameters through unchanged
     OpCode.IDENTITY: q_shape.QIdentity,
     OpCode.RESHAPE: q_shape.QReshape,
@@ -376,6 +393,13 @@ INT16_KERNELS: dict[OpCode, type[Kernel]] = {
     OpCode.TRANSPOSE: q_shape.QTranspose,
     OpCode.SLICE: q_shape.QSlice,
     OpCode.PAD: q_shape.QPad,
+    OpCode.SPLIT: q_shape.QSplit,
+    OpCode.GATHER: q_shape.QGather,
+    OpCode.GATHER_ND: q_shape.QGatherNd,
+    OpCode.TILE: q_shape.QTile,
+    OpCode.EXPAND: q_shape.QExpand,
+    OpCode.READ_VARIABLE: q_shape.QReadVariable,
+    OpCode.ASSIGN: optimizers.Assign,
 }
 
 

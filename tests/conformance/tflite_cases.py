@@ -43,6 +43,7 @@ class Role(StrEnum):
     WEIGHT = "weight"  # a filter: symmetric int8, per channel in INT8_CHANNEL
     BIAS = "bias"  # int32 (int64 under INT16) at input scale x weight scale
     PARAM = "param"  # axes, shapes, paddings, indices: stored as given, never quantized
+    ALPHA = "alpha"  # PRELU's slopes: an int8 operand, also under int16x8 (as LiteRT reads it)
 
 
 @dataclass(frozen=True)
@@ -393,8 +394,8 @@ def shape_specs() -> list[Spec]:
 
     x4 = In((2, 3, 4, 5))
     specs = [
-        Spec("RESHAPE", (x4, p([6, 20])), modes=(F, I8), same_quant=True, label="shape input"),
-        Spec("RESHAPE", (x4, p([-1, 5])), modes=(F, I8), same_quant=True, label="-1"),
+        Spec("RESHAPE", (x4, p([6, 20])), modes=(F, I8, I16), same_quant=True, label="shape input"),
+        Spec("RESHAPE", (x4, p([-1, 5])), modes=(F, I8, I16), same_quant=True, label="-1"),
         Spec("RESHAPE", (In((2, 12), dynamic=(0,)), p([-1, 3, 4])), label="dynamic batch"),
         Spec("SQUEEZE", (In((1, 3, 1, 5)),), "SqueezeOptions", {}, label="all unit axes"),
         Spec(
@@ -402,14 +403,16 @@ def shape_specs() -> list[Spec]:
             (In((1, 3, 1, 5), dynamic=(0,)),),
             "SqueezeOptions",
             {"SqueezeDims": [2]},
-            modes=(F, I8),
+            modes=(F, I8, I16),
             same_quant=True,
             label="squeeze_dims, dynamic batch",
         ),
         Spec("RESHAPE", (x4,), "ReshapeOptions", {"NewShape": [24, 5]}, label="new_shape"),
-        Spec("EXPAND_DIMS", (In((3, 4)), p(1)), modes=(F, I8), same_quant=True, label="axis 1"),
+        Spec(
+            "EXPAND_DIMS", (In((3, 4)), p(1)), modes=(F, I8, I16), same_quant=True, label="axis 1"
+        ),
         Spec("EXPAND_DIMS", (In((3, 4)), p(-1)), label="axis -1"),
-        Spec("TRANSPOSE", (x4, p([0, 3, 1, 2])), modes=(F, I8), same_quant=True, label="nchw"),
+        Spec("TRANSPOSE", (x4, p([0, 3, 1, 2])), modes=(F, I8, I16), same_quant=True, label="nchw"),
         Spec("TRANSPOSE", (In((3, 4)), p([1, 0])), label="2d"),
         Spec("CONCATENATION", (x4, In((2, 3, 4, 2))), "ConcatenationOptions", {"Axis": 3}),
         Spec(
@@ -417,7 +420,7 @@ def shape_specs() -> list[Spec]:
             (x4, In((2, 3, 4, 5)), In((2, 3, 4, 5))),
             "ConcatenationOptions",
             {"Axis": 0},
-            modes=(F, I8),
+            modes=(F, I8, I16),
             same_quant=True,
             label="three inputs",
         ),
@@ -436,11 +439,11 @@ def shape_specs() -> list[Spec]:
         Spec(
             "SLICE",
             (x4, p([0, 1, 1, 0]), p([2, 2, -1, 3])),
-            modes=(F, I8),
+            modes=(F, I8, I16),
             same_quant=True,
             out_shape=(2, 2, 3, 3),
         ),
-        Spec("PAD", (x4, p([[0, 0], [1, 1], [0, 2], [0, 0]])), modes=(F, I8), same_quant=True),
+        Spec("PAD", (x4, p([[0, 0], [1, 1], [0, 2], [0, 0]])), modes=(F, I8, I16), same_quant=True),
         Spec("PADV2", (x4, p([[0, 0], [1, 1], [0, 2], [0, 0]]), Const(np.float32(0.5)))),
         Spec(
             "MIRROR_PAD",
@@ -464,7 +467,7 @@ def shape_specs() -> list[Spec]:
             (x4, p([2, 0, 1, 1])),
             "GatherOptions",
             {"Axis": 1},
-            modes=(F, I8),
+            modes=(F, I8, I16),
             same_quant=True,
         ),
         Spec(
@@ -554,7 +557,7 @@ def shape_specs() -> list[Spec]:
                 (x4, p(begin), p(end), p(strides)),
                 "StridedSliceOptions",
                 masks,
-                modes=(F, I8),
+                modes=(F, I8, I16),
                 same_quant=True,
                 label=label,
             )
@@ -570,7 +573,7 @@ def shape_specs() -> list[Spec]:
                     (In((1, 3, 4, 2)), p([6, 8])),
                     mode,
                     {"AlignCorners": align, "HalfPixelCenters": half},
-                    modes=(F, I8),
+                    modes=(F, I8, I16),
                     same_quant=True,
                     label=f"align {align} half {half}",
                 )
@@ -706,26 +709,28 @@ def _specs() -> list[Spec]:
     s += unary("ROUND")
     s += unary("COS")
     s += unary("SIN")
-    s += unary("EXP", modes=(F, I8))
-    s += unary("LOG", low=0.1, high=5.0, modes=(F, I8))
+    s += unary("EXP", modes=(F, I8, I16))
+    s += unary("LOG", low=0.1, high=5.0, modes=(F, I8, I16))
     s += unary("SQRT", low=0.0, high=5.0)
-    s += unary("RSQRT", low=0.1, high=5.0, modes=(F, I8))
+    s += unary("RSQRT", low=0.1, high=5.0, modes=(F, I8, I16))
     s += unary("SQUARE")
-    s += unary("NEG", modes=(F, I8))
+    s += unary("NEG", modes=(F, I8, I16))
     s += unary("SIGN")
     s += unary("RELU", modes=(F, I8, I16))
     s += unary("RELU6", modes=(F, I8, I16))
     s += unary("RELU_N1_TO_1", modes=(F, I8))
     s += unary("RELU_0_TO_1", modes=(F, I8))
     s += unary("ELU", modes=(F, I8))
-    s += unary("GELU", modes=(F, I8), options="GeluOptions", Approximate=False)
+    s += unary("GELU", modes=(F, I8, I16), options="GeluOptions", Approximate=False)
     s += unary("HARD_SWISH", modes=(F, I8))
     s += unary("LOGISTIC", modes=(F, I8, I16), fixed=act_fixed)
     s += unary("TANH", modes=(F, I8, I16), fixed={I8: (1 / 128, 0), I16: (1 / 32768, 0)})
     s += unary("LEAKY_RELU", modes=(F, I8, I16), options="LeakyReluOptions", Alpha=0.2)
     s += unary("SOFTMAX", modes=(F, I8, I16), fixed=act_fixed, options="SoftmaxOptions", Beta=1.0)
     s += unary("LOG_SOFTMAX", modes=(F, I8), fixed={I8: (16 / 256, 127)})
-    s += unary("L2_NORMALIZATION", modes=(F, I8), fixed={I8: (1 / 128, 0)}, options="L2NormOptions")
+    s += unary(
+        "L2_NORMALIZATION", modes=(F, I8), fixed={I8: (1 / 128, 0)}, options="L2NormOptions"
+    )
     s += unary(
         "LOCAL_RESPONSE_NORMALIZATION",
         options="LocalResponseNormalizationOptions",
@@ -740,22 +745,22 @@ def _specs() -> list[Spec]:
     s += fused("SUB", "SubOptions", modes=(F, I8, I16), dtypes=(np.float32, i32))
     s += fused("MUL", "MulOptions", modes=(F, I8, I16), dtypes=(np.float32, i32))
     s += fused("DIV", "DivOptions", low=0.5, high=2.0)
-    s += binary("MAXIMUM", modes=(F, I8), dtypes=(np.float32, i32))
-    s += binary("MINIMUM", modes=(F, I8), dtypes=(np.float32, i32))
+    s += binary("MAXIMUM", modes=(F, I8, I16), dtypes=(np.float32, i32))
+    s += binary("MINIMUM", modes=(F, I8, I16), dtypes=(np.float32, i32))
     s += binary("POW", low=0.5, high=2.0)
     s += binary("SQUARED_DIFFERENCE", modes=(F, I8))
     s += binary("FLOOR_DIV", low=1.0, high=5.0, dtypes=(np.float32, i32))
     s += binary("FLOOR_MOD", low=1.0, high=5.0, dtypes=(np.float32, i32))
     s += binary("ATAN2", broadcast=False)
     for op in ("EQUAL", "NOT_EQUAL", "GREATER", "GREATER_EQUAL", "LESS", "LESS_EQUAL"):
-        s += binary(op, out=BOOL, modes=(F, I8), dtypes=(np.float32, i32), low=-3, high=3)
+        s += binary(op, out=BOOL, modes=(F, I8, I16), dtypes=(np.float32, i32), low=-3, high=3)
     for op in ("LOGICAL_AND", "LOGICAL_OR"):
         s += binary(op, dtypes=(BOOL,), const_second=False)
     s += [
         Spec(
             "PRELU",
-            (In((1, 4, 4, 3)), Const(_r(3, seed=11, low=0, high=0.5))),
-            modes=(F, I8),
+            (In((1, 4, 4, 3)), Const(_r(3, seed=11, low=0, high=0.5), role=Role.ALPHA)),
+            modes=(F, I8, I16),
             label="channel alpha",
         ),
         Spec(
@@ -765,7 +770,7 @@ def _specs() -> list[Spec]:
         ),
     ]
     for op in ("MEAN", "SUM", "REDUCE_MAX", "REDUCE_MIN"):
-        s += reduce_specs(op, modes=(F, I8))
+        s += reduce_specs(op, modes=(F, I8, I16))
     s += reduce_specs("REDUCE_PROD")
     s += reduce_specs("REDUCE_ANY", dtype=BOOL)
     s += reduce_specs("REDUCE_ALL", dtype=BOOL)

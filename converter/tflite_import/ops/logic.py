@@ -34,8 +34,15 @@ def compare(kind: OpCode, *, negate: bool = False, or_equal: bool = False) -> Ha
 
     def compare(lc: LayoutContext, op: TfliteOperator) -> None:
         (a, b), order = _pair(lc, op)
-        y = lc.emit(kind, [a, b])
-        if or_equal:
+        raw16 = lc.quantized(op.inputs[0]) and lc.tensor(op.inputs[0]).dtype == np.int16
+        if or_equal and raw16:
+            # LiteRT orders int16 operands as stored but rescales them for EQUAL: a >= b
+            # is the negated opposite order, on the integers.
+            opposite = OpCode.LESS if kind == OpCode.GREATER else OpCode.GREATER
+            y = _not(lc, lc.emit(opposite, [a, b]))
+        else:
+            y = lc.emit(kind, [a, b])
+        if or_equal and not raw16:
             y = lc.emit(OpCode.MAXIMUM, [y, lc.emit(OpCode.EQUAL, [a, b])])
         if negate:
             y = _not(lc, y)

@@ -16,15 +16,25 @@ Logistic and Tanh are in int16_sigmoid.py, Softmax in int16_softmax.py.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import ClassVar
 
 import numpy as np
 
+from sporenet.lite.kernels import elementwise
 from sporenet.lite.kernels.base import Attrs, Compute, TensorSpec, required
 from sporenet.lite.kernels.quantized.activation import QRelu, QRelu6, _params
 from sporenet.lite.kernels.quantized.base import INT16_DTYPES, QuantizedKernel, dtype_range
-from sporenet.lite.kernels.quantized.elementwise_extra import QLeakyRelu
+from sporenet.lite.kernels.quantized.elementwise_extra import (
+    QEqual,
+    QLeakyRelu,
+    QMaximum,
+    QMinimum,
+    QPRelu,
+)
 from sporenet.lite.kernels.quantized.fixed_point import Requantizer
 from sporenet.lite.kernels.quantized.pooling import QAvgPool2D, QMaxPool2D
+from sporenet.lite.kernels.quantized.reduce import QReduceMax, QReduceMean, QReduceMin, QReduceSum
+from sporenet.lite.kernels.quantized.resize import QResize
 from sporenet.lite.kernels.quantized.shape import QConcat
 from sporenet.lite.ops import OpCode
 
@@ -53,6 +63,84 @@ class QConcat16(QConcat):
     accepts = INT16_DTYPES
 
 
+class QMaximum16(QMaximum):
+    accepts = INT16_DTYPES
+
+
+class QMinimum16(QMinimum):
+    accepts = INT16_DTYPES
+
+
+class QPRelu16(QPRelu):
+    """int16 PRELU: LiteRT reads the slopes (input 1) as int8, as int16x8 weights."""
+
+    accepts = INT16_DTYPES
+    quantized_weights = frozenset({1})  # the int8 slopes are read as stored
+
+    def quantized_input(self, index: int) -> TensorSpec:
+        if index == 0:
+            return super().quantized_input(index)
+        spec = self.input(index)
+        if spec.dtype != np.int8 or spec.quant is None:
+            raise self.fail(
+                f"alpha (input {index}) must be int8 with quantization, got {spec.dtype}"
+            )
+        return spec
+
+
+class _QRawCompare16(QuantizedKernel):
+    """LiteRT orders int16 operands (GREATER, LESS and their or-equal forms) as stored,
+    whatever their parameters; its EQUAL rescales them as for int8 (QEqual16)."""
+
+    accepts = INT16_DTYPES
+    base: ClassVar[type[elementwise.BinaryKernel]]
+    num_inputs = (2, 2)
+
+    def __init__(self, attrs: Attrs, inputs: Sequence[TensorSpec | None]) -> None:
+        super().__init__(attrs, inputs)
+        self.quantized_input(0)
+        self.quantized_input(1)
+        self.inner = self.base(Attrs(attrs.op, {}), inputs)
+        self.output_specs = self.inner.output_specs
+
+    def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
+        return self.inner.bind(inputs, outputs)
+
+
+class QEqual16(QEqual):
+    accepts = INT16_DTYPES
+
+
+class QGreater16(_QRawCompare16):
+    op = OpCode.GREATER
+    base = elementwise.Greater
+
+
+class QLess16(_QRawCompare16):
+    op = OpCode.LESS
+    base = elementwise.Less
+
+
+class QReduceMean16(QReduceMean):
+    accepts = INT16_DTYPES
+
+
+class QReduceSum16(QReduceSum):
+    accepts = INT16_DTYPES
+
+
+class QReduceMax16(QReduceMax):
+    accepts = INT16_DTYPES
+
+
+class QReduceMin16(QReduceMin):
+    accepts = INT16_DTYPES
+
+
+class QResize16(QResize):
+    accepts = INT16_DTYPES
+
+
 def _inputs16() -> np.ndarray:
     """Every int16 value, in the order of its bits read as uint16."""
     return np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(np.int16).astype(np.int64)
@@ -76,6 +164,16 @@ class _QTable16(QuantizedKernel):
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
         index, out, table = required(inputs, 0).view(np.uint16), outputs[0], self.table
         return lambda: np.take(table, index, out=out)
+
+
+class QNeg16(_QTable16):
+    """LiteRT's NEG: the stored integers negated, whatever the parameters (-32768 wraps
+    to itself, as the C++ cast does)."""
+
+    op = OpCode.NEG
+
+    def build(self, q: np.ndarray, sx: float, zx: int, so: float, zo: int) -> np.ndarray:
+        return (-q).astype(np.int16).astype(np.int64)
 
 
 class QAbs16(_QTable16):
