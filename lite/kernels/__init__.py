@@ -384,22 +384,27 @@ INT16_KERNELS: dict[OpCode, type[Kernel]] = {
     OpCode.LOG: q_int16_lut.QLog16,
     OpCode.RSQRT: q_int16_lut.QRsqrt16,
     OpCode.GELU: q_int16_lut.QGelu16,
-    # data movement: the int8 kernels carry int16 parameters through unchanged
-    OpCode.IDENTITY: q_shape.QIdentity,
-    OpCode.RESHAPE: q_shape.QReshape,
-    OpCode.FLATTEN: q_shape.QFlatten,
-    OpCode.SQUEEZE: q_shape.QSqueeze,
-    OpCode.UNSQUEEZE: q_shape.QUnsqueeze,
-    OpCode.TRANSPOSE: q_shape.QTranspose,
-    OpCode.SLICE: q_shape.QSlice,
-    OpCode.PAD: q_shape.QPad,
-    OpCode.SPLIT: q_shape.QSplit,
-    OpCode.GATHER: q_shape.QGather,
-    OpCode.GATHER_ND: q_shape.QGatherNd,
-    OpCode.TILE: q_shape.QTile,
-    OpCode.EXPAND: q_shape.QExpand,
-    OpCode.READ_VARIABLE: q_shape.QReadVariable,
-    OpCode.ASSIGN: optimizers.Assign,
+    # data movement and variables: the int8 kernels carry int16 parameters unchanged
+    **{
+        op: QUANTIZED_KERNELS[op]
+        for op in (
+            OpCode.IDENTITY,
+            OpCode.RESHAPE,
+            OpCode.FLATTEN,
+            OpCode.SQUEEZE,
+            OpCode.UNSQUEEZE,
+            OpCode.TRANSPOSE,
+            OpCode.SLICE,
+            OpCode.PAD,
+            OpCode.SPLIT,
+            OpCode.GATHER,
+            OpCode.GATHER_ND,
+            OpCode.TILE,
+            OpCode.EXPAND,
+            OpCode.READ_VARIABLE,
+            OpCode.ASSIGN,
+        )
+    },
 }
 
 

@@ -72,6 +72,21 @@ class QuantizedKernel(Kernel):
         zp = int(q.zero_point.flat[0]) if q.zero_point.size else 0
         return float(q.scale.flat[0]), zp
 
+    def quantized_pair(self) -> tuple[TensorSpec, TensorSpec]:
+        """Inputs 0 and 1 of a binary op: quantized, of one dtype, per tensor."""
+        a, b = self.quantized_input(0), self.quantized_input(1)
+        if a.dtype != b.dtype:
+            raise self.fail(f"inputs must share a dtype, got {a.dtype} and {b.dtype}")
+        self.tensor_params(a, "input 0")
+        self.tensor_params(b, "input 1")
+        return a, b
+
+    def declared_output(self, dtype: np.dtype) -> tuple[Quantization, float, int]:
+        """The quantization the file declares on output 0, with its (scale, zero point)."""
+        oq = self.output_quant(dtype)
+        scale, zero = self.tensor_params(TensorSpec((), dtype, quant=oq), "the output")
+        return oq, scale, zero
+
     def output_quant(self, dtype: np.dtype, index: int = 0) -> Quantization:
         """The quantization the file declares on output `index` (required, per tensor)."""
         oq = self.attrs.output_quant

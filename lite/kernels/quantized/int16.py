@@ -16,7 +16,6 @@ Logistic and Tanh are in int16_sigmoid.py, Softmax in int16_softmax.py.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import ClassVar
 
 import numpy as np
 
@@ -30,6 +29,7 @@ from sporenet.lite.kernels.quantized.elementwise_extra import (
     QMaximum,
     QMinimum,
     QPRelu,
+    QStored,
 )
 from sporenet.lite.kernels.quantized.fixed_point import Requantizer
 from sporenet.lite.kernels.quantized.pooling import QAvgPool2D, QMaxPool2D
@@ -39,36 +39,30 @@ from sporenet.lite.kernels.quantized.shape import QConcat
 from sporenet.lite.ops import OpCode
 
 
-class QRelu16(QRelu):
-    accepts = INT16_DTYPES
+def int16_form(base: type[QuantizedKernel]) -> type[QuantizedKernel]:
+    """The int16 form of an int8 kernel whose TFLite arithmetic does not depend on the
+    width: the same class, taking int16 activations."""
+    return type(
+        f"{base.__name__}16",
+        (base,),
+        {"accepts": INT16_DTYPES, "__doc__": f"int16 {base.__name__}."},
+    )
 
 
-class QRelu6_16(QRelu6):
-    accepts = INT16_DTYPES
-
-
-class QLeakyRelu16(QLeakyRelu):
-    accepts = INT16_DTYPES
-
-
-class QMaxPool2D16(QMaxPool2D):
-    accepts = INT16_DTYPES
-
-
-class QAvgPool2D16(QAvgPool2D):
-    accepts = INT16_DTYPES
-
-
-class QConcat16(QConcat):
-    accepts = INT16_DTYPES
-
-
-class QMaximum16(QMaximum):
-    accepts = INT16_DTYPES
-
-
-class QMinimum16(QMinimum):
-    accepts = INT16_DTYPES
+QRelu16 = int16_form(QRelu)
+QRelu6_16 = int16_form(QRelu6)
+QLeakyRelu16 = int16_form(QLeakyRelu)
+QMaxPool2D16 = int16_form(QMaxPool2D)
+QAvgPool2D16 = int16_form(QAvgPool2D)
+QConcat16 = int16_form(QConcat)
+QMaximum16 = int16_form(QMaximum)
+QMinimum16 = int16_form(QMinimum)
+QEqual16 = int16_form(QEqual)  # LiteRT rescales int16 operands for EQUAL only
+QReduceMean16 = int16_form(QReduceMean)
+QReduceSum16 = int16_form(QReduceSum)
+QReduceMax16 = int16_form(QReduceMax)
+QReduceMin16 = int16_form(QReduceMin)
+QResize16 = int16_form(QResize)
 
 
 class QPRelu16(QPRelu):
@@ -88,26 +82,10 @@ class QPRelu16(QPRelu):
         return spec
 
 
-class _QRawCompare16(QuantizedKernel):
+class _QRawCompare16(QStored):
     """LiteRT orders int16 operands (GREATER, LESS and their or-equal forms) as stored,
     whatever their parameters; its EQUAL rescales them as for int8 (QEqual16)."""
 
-    accepts = INT16_DTYPES
-    base: ClassVar[type[elementwise.BinaryKernel]]
-    num_inputs = (2, 2)
-
-    def __init__(self, attrs: Attrs, inputs: Sequence[TensorSpec | None]) -> None:
-        super().__init__(attrs, inputs)
-        self.quantized_input(0)
-        self.quantized_input(1)
-        self.inner = self.base(Attrs(attrs.op, {}), inputs)
-        self.output_specs = self.inner.output_specs
-
-    def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
-        return self.inner.bind(inputs, outputs)
-
-
-class QEqual16(QEqual):
     accepts = INT16_DTYPES
 
 
@@ -119,26 +97,6 @@ class QGreater16(_QRawCompare16):
 class QLess16(_QRawCompare16):
     op = OpCode.LESS
     base = elementwise.Less
-
-
-class QReduceMean16(QReduceMean):
-    accepts = INT16_DTYPES
-
-
-class QReduceSum16(QReduceSum):
-    accepts = INT16_DTYPES
-
-
-class QReduceMax16(QReduceMax):
-    accepts = INT16_DTYPES
-
-
-class QReduceMin16(QReduceMin):
-    accepts = INT16_DTYPES
-
-
-class QResize16(QResize):
-    accepts = INT16_DTYPES
 
 
 def _inputs16() -> np.ndarray:

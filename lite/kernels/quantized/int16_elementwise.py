@@ -39,12 +39,11 @@ class _QBinary16(QuantizedKernel):
 
     def __init__(self, attrs: Attrs, inputs: Sequence[TensorSpec | None]) -> None:
         super().__init__(attrs, inputs)
-        a, b = self.quantized_input(0), self.quantized_input(1)
+        a, b = self.quantized_pair()
         shape = self.broadcast_shape(a, b)
         self.sa, self.za = self.tensor_params(a, "input 0")
         self.sb, self.zb = self.tensor_params(b, "input 1")
-        oq = self.output_quant(a.dtype)
-        self.so, self.zo = self.tensor_params(TensorSpec((), a.dtype, quant=oq), "the output")
+        oq, self.so, self.zo = self.declared_output(a.dtype)
         self.clamp = self.fused_clamp(self.so, self.zo, a.dtype)
         self.output_specs = [self.out_spec(tuple(shape), a.dtype, oq)]
         self.scratch_layout = [(a.shape, I64), (b.shape, I64), (tuple(shape), I64)]

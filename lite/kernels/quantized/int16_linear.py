@@ -21,27 +21,13 @@ import numpy as np
 from sporenet.lite.kernels.base import Attrs, Compute, TensorSpec, required
 from sporenet.lite.kernels.conv import Conv2D
 from sporenet.lite.kernels.quantized.base import INT16_DTYPES, QuantizedKernel
-from sporenet.lite.kernels.quantized.conv import shifted_weights
+from sporenet.lite.kernels.quantized.conv import bias_values, shifted_weights
 from sporenet.lite.kernels.quantized.fixed_point import WideRequantizer
+from sporenet.lite.kernels.quantized.linear import fully_connected_shape
 from sporenet.lite.ops import OpCode
 
 F64, I64 = np.dtype(np.float64), np.dtype(np.int64)
 _EXACT_TERMS = 1 << 30  # products below 2^23: sums of fewer terms stay below 2^53
-
-
-def wide_bias(kernel: QuantizedKernel, index: int, out_channels: int) -> np.ndarray:
-    """A constant int64 (or int32) bias at scale s_x s_w, as int64; zeros when absent."""
-    spec = kernel.optional_input(index)
-    if spec is None:
-        return np.zeros(out_channels, np.int64)
-    if spec.value is None or spec.dtype not in (np.dtype(np.int64), np.dtype(np.int32)):
-        raise kernel.fail(
-            f"bias must be a constant int64 or int32 tensor, got {spec.dtype}"
-            f"{'' if spec.value is not None else ' (not constant)'}"
-        )
-    if spec.shape != (out_channels,):
-        raise kernel.fail(f"bias must have shape [{out_channels}], got {list(spec.shape)}")
-    return spec.value.astype(np.int64)
 
 
 class _Int16x8(QuantizedKernel):
@@ -62,9 +48,11 @@ class _Int16x8(QuantizedKernel):
         self.weights.flags.writeable = False
         if self.weights[0].size >= _EXACT_TERMS:
             raise self.fail(f"a reduction of {self.weights[0].size} terms is too long")
-        self.bias = wide_bias(self, 2, out_channels).reshape(channel_shape)
-        oq = self.output_quant(x.dtype)
-        so, zo = self.tensor_params(TensorSpec((), x.dtype, quant=oq), "the output")
+        bias = bias_values(self, 2, out_channels, (np.dtype(np.int64), np.dtype(np.int32)))
+        if bias is None:
+            bias = np.zeros(out_channels, np.int64)
+        self.bias = bias.reshape(channel_shape)
+        oq, so, zo = self.declared_output(x.dtype)
         lo, hi = self.fused_clamp(so, zo, x.dtype)
         reals = (self.sx * scales / so).reshape(channel_shape)
         self.requant = WideRequantizer(reals, zo, lo, hi, reduced=self.reduced_multiplier)
@@ -125,13 +113,7 @@ class QFullyConnected16(_Int16x8):
     def __init__(self, attrs: Attrs, inputs: Sequence[TensorSpec | None]) -> None:
         super().__init__(attrs, inputs)
         x, w = self.quantized_input(0), self.input(1)
-        if w.rank != 2:
-            raise self.fail(f"weights must be 2-D (out, in), got shape {list(w.shape)}")
-        o, k = w.shape
-        if x.rank < 1 or x.shape[-1] != k:
-            raise self.fail(
-                f"input shape {list(x.shape)} does not end in the weights' in_features {k}"
-            )
+        o, k = fully_connected_shape(self, x, w)
         self.prepare_stage(o, (o,))
         self.weights_t = np.ascontiguousarray(self.weights.T)
         rows = int(np.prod(x.shape[:-1], dtype=np.int64))

@@ -42,8 +42,7 @@ class QSoftmax16(QuantizedKernel):
         if x.rank == 0:
             raise self.fail("input must have rank >= 1")
         self.axis = normalize_axis(self, attrs.int("axis", -1), x.rank)
-        oq = self.output_quant(x.dtype)
-        so, zo = self.tensor_params(TensorSpec((), x.dtype, quant=oq), "the output")
+        oq, so, zo = self.declared_output(x.dtype)
         if zo != 0 or checked_log2(so) != -15:
             raise self.fail(
                 f"the int16 output must have scale 2^-15 and zero point 0, got {so}, {zo}"

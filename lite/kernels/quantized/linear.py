@@ -26,6 +26,18 @@ from sporenet.lite.kernels.quantized.rounding import OnnxRequantizer, onnx_multi
 from sporenet.lite.ops import OpCode
 
 
+def fully_connected_shape(kernel: QuantizedKernel, x: TensorSpec, w: TensorSpec) -> tuple[int, int]:
+    """(out, in) features of 2-D weights, checked against the input's last axis."""
+    if w.rank != 2:
+        raise kernel.fail(f"weights must be 2-D (out, in), got shape {list(w.shape)}")
+    o, k = w.shape
+    if x.rank < 1 or x.shape[-1] != k:
+        raise kernel.fail(
+            f"input shape {list(x.shape)} does not end in the weights' in_features {k}"
+        )
+    return o, k
+
+
 class QFullyConnected(QuantizedKernel):
     """x (..., K) quantized per tensor, constant w (O, K) per tensor or per output channel,
     optional int32 bias (O,); fused relu/relu6/clip as clamps."""
@@ -37,13 +49,7 @@ class QFullyConnected(QuantizedKernel):
         super().__init__(attrs, inputs)
         x, w = self.quantized_input(0), self.input(1)
         sx, zx = self.tensor_params(x, "the input")
-        if w.rank != 2:
-            raise self.fail(f"weights must be 2-D (out, in), got shape {list(w.shape)}")
-        o, k = w.shape
-        if x.rank < 1 or x.shape[-1] != k:
-            raise self.fail(
-                f"input shape {list(x.shape)} does not end in the weights' in_features {k}"
-            )
+        o, k = fully_connected_shape(self, x, w)
         self.w, scales = shifted_weights(self, w, o)
         bias = bias_values(self, 2, o)
         x_max = max_abs_shifted(x.dtype, zx)
