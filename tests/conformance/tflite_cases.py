@@ -509,8 +509,15 @@ def shape_specs() -> list[Spec]:
             {"Exclusive": True, "Reverse": True},
             label="exclusive reverse",
         ),
-        Spec("SELECT", (In((2, 3), BOOL), In((2, 3)), In((2, 3)))),
-        Spec("SELECT_V2", (In((2, 1), BOOL), In((2, 3)), In((3,)))),
+        Spec("SELECT", (In((2, 3), BOOL), In((2, 3)), In((2, 3))), modes=(F, I8, I16)),
+        Spec("SELECT", (In((4,), BOOL), In((4, 3)), In((4, 3))), label="row condition"),
+        Spec("SELECT_V2", (In((2, 1), BOOL), In((2, 3)), In((3,))), modes=(F, I8, I16)),
+        Spec(
+            "SELECT_V2",
+            (In((2, 3), BOOL), In((2, 3)), Const(_r(2, 3, seed=13))),
+            modes=(F, I8, I16),
+            label="constant operand",
+        ),
         Spec(
             "DEPTH_TO_SPACE",
             (In((1, 2, 3, 8)),),
@@ -728,9 +735,7 @@ def _specs() -> list[Spec]:
     s += unary("LEAKY_RELU", modes=(F, I8, I16), options="LeakyReluOptions", Alpha=0.2)
     s += unary("SOFTMAX", modes=(F, I8, I16), fixed=act_fixed, options="SoftmaxOptions", Beta=1.0)
     s += unary("LOG_SOFTMAX", modes=(F, I8), fixed={I8: (16 / 256, 127)})
-    s += unary(
-        "L2_NORMALIZATION", modes=(F, I8), fixed={I8: (1 / 128, 0)}, options="L2NormOptions"
-    )
+    s += unary("L2_NORMALIZATION", modes=(F, I8), fixed={I8: (1 / 128, 0)}, options="L2NormOptions")
     s += unary(
         "LOCAL_RESPONSE_NORMALIZATION",
         options="LocalResponseNormalizationOptions",

@@ -83,7 +83,19 @@ def select(lc: LayoutContext, op: TfliteOperator) -> None:
         return
     order = order_of(lc, [x, y, cond], rank)
     parts = [lc.get_broadcast(i, order) for i in (cond, x, y)]
+    if lc.quantized(out):
+        parts = [parts[0], *(_as_stored(lc, i) for i in parts[1:])]
     lc.set(out, lc.emit(OpCode.WHERE, parts, out=out, order=order), order)
+
+
+def _as_stored(lc: LayoutContext, ir: int) -> int:
+    """A quantized constant operand of a quantized SELECT as its stored integers: LiteRT
+    copies the integers whatever the parameters, and a constant without quantization is
+    not dequantized for the dtype-generic WHERE kernel."""
+    value = lc.ctx.value(ir)
+    if value is None or not lc.quantized_ir(ir):
+        return ir
+    return lc.ctx.constant(f"{lc.ctx.tensors[ir].name}/stored", value)
 
 
 # --------------------------------------------------------------------------- shapes
