@@ -6,6 +6,10 @@ known at conversion is inlined (only the taken branch is imported, into the encl
 graph). A WHILE becomes a LOOP without trip count whose first condition is the cond
 subgraph imported on the initial values, and whose body is TFLite's body followed by the
 cond subgraph on the new values.
+
+Resource variables the branches or the body (or subgraphs they run) read or assign are
+threaded through them (variables.py): the current values enter as extra IF inputs or
+loop-carried values, and the values the subgraph leaves are assigned back after it.
 """
 
 from __future__ import annotations
@@ -15,6 +19,11 @@ import numpy as np
 from sporenet.converter.onnx_import.context import ImportContext
 from sporenet.converter.tflite_import.layout import LayoutContext, Perm, compose, identity
 from sporenet.converter.tflite_import.ops.common import Shared
+from sporenet.converter.tflite_import.ops.variables import (
+    current_value,
+    subgraph_variables,
+    write_back,
+)
 from sporenet.converter.tflite_import.reader import TfliteOperator
 from sporenet.lite.graph import Graph
 from sporenet.lite.kernels.base import TensorSpec
@@ -65,11 +74,19 @@ def run_subgraph(
 
 
 def _graph(
-    lc: LayoutContext, index: int, args: list[int], *, body: bool = False
-) -> tuple[ImportContext, list[int], list[int]]:
+    lc: LayoutContext,
+    index: int,
+    args: list[int],
+    state: dict[str, int],
+    *,
+    body: bool = False,
+    then_cond: int | None = None,
+) -> tuple[ImportContext, list[int], list[int], list[int], int | None]:
     """Subgraph `index` as an IR subgraph taking inputs like `args` (IR tensors in TFLite's
-    order); with `body`, a LOOP body: iteration and condition inputs first, then the
-    cond subgraph run on its outputs (the next condition) first among its outputs."""
+    order) and then like the threaded variables' values `state`; with `body`, a LOOP body
+    (iteration and condition inputs first). `then_cond`: a cond subgraph run after it on
+    its outputs, giving the next condition. Returns the context, the inputs, the outputs,
+    the threaded variables' last values (in `state`'s order) and the next condition."""
     sub = lc.ctx.subcontext()
     explicit = []
     if body:
@@ -78,21 +95,38 @@ def _graph(
             sub.graph_input("condition", (), np.dtype(np.bool_)),
         ]
     inputs = []
-    for a in args:
+    for a in [*args, *state.values()]:
         new = sub.input_like(a)
         lc.set_quantization(new, lc.ctx.tensors[a].quantization)
         inputs.append(new)
     shared = lc.shared
-    if isinstance(shared, Shared):
-        shared.detached += 1
+    if not isinstance(shared, Shared):
+        raise lc.fail("subgraphs need the model's shared import state")
+    thread = dict(zip(state, inputs[len(args) :], strict=True))
+    shared.detached += 1
+    shared.threads.append(thread)
     try:
-        outs = run_subgraph(lc, index, [(i, identity(lc.ctx.rank(i))) for i in inputs], sub)
+        tflite_inputs = inputs[: len(args)]
+        outs = run_subgraph(lc, index, [(i, identity(lc.ctx.rank(i))) for i in tflite_inputs], sub)
+        inner = lc.sub(lc.model.subgraphs[index], sub)
+        results = [_in_order(inner, held) for held in outs]
+        next_cond = None
+        if then_cond is not None:
+            cond_lc = lc.sub(lc.model.subgraphs[then_cond], sub)
+            held = [(v, identity(sub.rank(v))) for v in results]
+            (again,) = run_subgraph(cond_lc, then_cond, held, sub)
+            next_cond = _in_order(cond_lc, again)
     finally:
-        if isinstance(shared, Shared):
-            shared.detached -= 1
-    inner = lc.sub(lc.model.subgraphs[index], sub)
-    results = [_in_order(inner, held) for held in outs]
-    return sub, [*explicit, *inputs], results
+        shared.detached -= 1
+        shared.threads.pop()
+    return sub, [*explicit, *inputs], results, [thread[k] for k in state], next_cond
+
+
+def _state(lc: LayoutContext, indices: list[int]) -> dict[str, int]:
+    """The variables the subgraphs `indices` use, with their current values here."""
+    return {
+        key: current_value(lc, key, like) for key, like in subgraph_variables(lc, indices).items()
+    }
 
 
 def _in_order(lc: LayoutContext, held: Held) -> int:
@@ -118,14 +152,16 @@ def if_(lc: LayoutContext, op: TfliteOperator) -> None:
             lc.held[out] = held
         return
     values = [lc.get(a) for a in args]
+    state = _state(lc, [then_index, else_index])
     graphs = []
     for index in (then_index, else_index):
-        sub, inputs, outs = _graph(lc, index, values)
-        graphs.append((sub, inputs, outs, index))
+        sub, inputs, outs, last, _ = _graph(lc, index, values, state)
+        graphs.append((sub, inputs, [*outs, *last], index))
     (then_ctx, _, then_outs, _), (else_ctx, _, else_outs, _) = graphs
-    if len(then_outs) != len(op.outputs) or len(else_outs) != len(op.outputs):
+    if len(then_outs) != len(op.outputs) + len(state) or len(else_outs) != len(then_outs):
         raise lc.fail(
-            f"the branches give {len(then_outs)} and {len(else_outs)} outputs for {len(op.outputs)}"
+            f"the branches give {len(then_outs) - len(state)} and {len(else_outs) - len(state)} "
+            f"outputs for {len(op.outputs)}"
         )
     specs = []
     for k, (a, b) in enumerate(zip(then_outs, else_outs, strict=True)):
@@ -142,12 +178,20 @@ def if_(lc: LayoutContext, op: TfliteOperator) -> None:
         attrs[key] = lc.ctx.add_subgraph(
             Graph(name=name, inputs=inputs, outputs=outs, nodes=sub.nodes)
         )
-    results = lc.ctx.emit_control(OpCode.IF, [cond, *values], specs, **attrs)
+    results = lc.ctx.emit_control(OpCode.IF, [cond, *values, *state.values()], specs, **attrs)
     _declare(lc, op.outputs, results, [then_ctx.tensors[o] for o in then_outs])
+    _write_back(lc, state, results[len(op.outputs) :])
+
+
+def _write_back(lc: LayoutContext, state: dict[str, int], results: list[int]) -> None:
+    """The threaded variables take the values a subgraph's extra outputs hold."""
+    for (key, before), ir in zip(state.items(), results, strict=True):
+        lc.set_quantization(ir, lc.ctx.tensors[before].quantization)
+        write_back(lc, key, ir)
 
 
 def _declare(lc: LayoutContext, outputs: list[int], results: list[int], like: list) -> None:
-    for out, ir, tensor in zip(outputs, results, like, strict=True):
+    for out, ir, tensor in zip(outputs, results, like, strict=False):
         lc.ctx.tensors[ir].shape = tensor.shape
         lc.set_quantization(ir, tensor.quantization)
         lc.set(out, ir)
@@ -166,19 +210,16 @@ def while_(lc: LayoutContext, op: TfliteOperator) -> None:
         for out, v in zip(op.outputs, values, strict=True):
             lc.set(out, v)
         return
-    sub, inputs, outs = _graph(lc, body_index, values, body=True)
-    inner = lc.sub(lc.model.subgraphs[cond_index], sub)
-    shared = lc.shared
-    if not isinstance(shared, Shared):
-        raise lc.fail("WHILE needs the model's shared import state; none was given")
-    shared.detached += 1
-    try:
-        (again,) = run_subgraph(inner, cond_index, [(v, identity(sub.rank(v))) for v in outs], sub)
-    finally:
-        shared.detached -= 1
-    next_cond = _in_order(inner, again)
+    state = _state(lc, [body_index, cond_index])
+    sub, inputs, outs, last, next_cond = _graph(
+        lc, body_index, values, state, body=True, then_cond=cond_index
+    )
+    if next_cond is None:
+        raise lc.fail("the body's next condition was not computed")
+    carried = [*values, *state.values()]
+    outs = [*outs, *last]
     specs = []
-    for k, (before, after) in enumerate(zip(values, outs, strict=True)):
+    for k, (before, after) in enumerate(zip(carried, outs, strict=True)):
         sa, sb = [v[before] for v in lc.ctx.views], [v[after] for v in sub.views]
         if any((x.shape, x.dtype) != (y.shape, y.dtype) for x, y in zip(sa, sb, strict=True)):
             raise lc.fail(
@@ -195,6 +236,7 @@ def while_(lc: LayoutContext, op: TfliteOperator) -> None:
         )
     )
     results = lc.ctx.emit_control(
-        OpCode.LOOP, [-1, start, *values], specs, body=body, num_carried=len(values)
+        OpCode.LOOP, [-1, start, *carried], specs, body=body, num_carried=len(carried)
     )
     _declare(lc, op.outputs, results, [lc.ctx.tensors[v] for v in values])
+    _write_back(lc, state, results[len(values) :])
