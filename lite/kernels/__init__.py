@@ -28,6 +28,7 @@ from sporenet.lite.kernels import (
     resize,
     scatter,
     scatter_nd,
+    sequence_lstm,
     softmax,
     state,
     topk,
@@ -234,6 +235,8 @@ KERNELS: dict[OpCode, type[Kernel]] = {
     OpCode.SVM: ml_svm.SVM,
     OpCode.LABEL_ENCODER: ml_label_encoder.LabelEncoder,
     OpCode.TOP_K: topk.TopK,
+    # tfliteq: TFLite's LSTM with projection, CIFG, layer norm, clipping
+    OpCode.SEQUENCE_LSTM: sequence_lstm.SequenceLSTM,
 }
 
 QUANTIZED_KERNELS: dict[OpCode, type[Kernel]] = {

@@ -618,7 +618,94 @@ def recurrent_specs() -> list[Spec]:
         "UnidirectionalSequenceLSTMOptions",
         {"FusedActivationFunction": A.TANH, "CellClip": 0.0, "ProjClip": 0.0, "TimeMajor": False},
     )
-    return [rnn, lstm]
+    return [rnn, lstm, *lstm_variant_specs()]
+
+
+def lstm_variant_specs() -> list[Spec]:
+    """UNIDIRECTIONAL_SEQUENCE_LSTM's variants: peepholes, CIFG, projection, layer norm,
+    cell and projection clipping, and all of them together (float, as TFLite's float
+    kernel; x [2, 5, 3], 4 cells); the one-step LSTM builtin (x [2, 3])."""
+    h = 4
+
+    def w(*shape: int, seed: int) -> Const:
+        return Const(_r(*shape, seed=seed, low=-0.5, high=0.5), role=Role.WEIGHT)
+
+    def vec(seed: int, low: float = -0.5, high: float = 0.5) -> Const:
+        return Const(_r(h, seed=seed, low=low, high=high))
+
+    def spec(
+        label: str,
+        *,
+        cifg: bool = False,
+        peephole: bool = False,
+        projection: int = 0,
+        norm: bool = False,
+        cell_clip: float = 0.0,
+        proj_clip: float = 0.0,
+        one_step: bool = False,
+    ) -> Spec:
+        out = projection or h
+        skip = (0,) if cifg else ()
+        gates = tuple(Absent() if g in skip else w(h, 3, seed=60 + g) for g in range(4))
+        recurrent = tuple(Absent() if g in skip else w(h, out, seed=70 + g) for g in range(4))
+        peep = tuple(
+            Absent() if not peephole or (cifg and k == 0) else vec(80 + k) for k in range(3)
+        )
+        biases = tuple(Absent() if g in skip else vec(90 + g) for g in range(4))
+        proj: tuple[Const | Absent, ...] = (
+            (w(projection, h, seed=95), Const(_r(projection, seed=96)))
+            if projection
+            else (Absent(), Absent())
+        )
+        norms: tuple[Const | Absent, ...] = tuple(
+            Absent() if not norm or g in skip else vec(100 + g, 0.5, 1.5) for g in range(4)
+        )
+        options = {"FusedActivationFunction": A.TANH, "CellClip": cell_clip, "ProjClip": proj_clip}
+        return Spec(
+            "LSTM" if one_step else "UNIDIRECTIONAL_SEQUENCE_LSTM",
+            (
+                In((2, 3) if one_step else (2, 5, 3)),
+                *gates,
+                *recurrent,
+                *peep,
+                *biases,
+                *proj,
+                State((2, out)),
+                State((2, h)),
+                *norms,
+            ),
+            "LSTMOptions" if one_step else "UnidirectionalSequenceLSTMOptions",
+            {**options, "KernelType": 0} if one_step else {**options, "TimeMajor": False},
+            label=label,
+        )
+
+    return [
+        spec("peephole", peephole=True),
+        spec("cifg", cifg=True),
+        spec("cifg peephole", cifg=True, peephole=True),
+        spec("projection", projection=3),
+        spec("layer norm", norm=True),
+        spec("cell clip", cell_clip=0.3),
+        spec("projection clip", projection=3, proj_clip=0.1),
+        spec(
+            "cifg peephole projection layer norm clips",
+            cifg=True,
+            peephole=True,
+            projection=3,
+            norm=True,
+            cell_clip=0.5,
+            proj_clip=0.2,
+        ),
+        spec("one step", one_step=True),
+        spec(
+            "one step cifg peephole projection layer norm",
+            cifg=True,
+            peephole=True,
+            projection=3,
+            norm=True,
+            one_step=True,
+        ),
+    ]
 
 
 def misc_specs() -> list[Spec]:

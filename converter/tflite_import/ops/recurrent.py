@@ -2,6 +2,11 @@
 existing recurrent kernels): UNIDIRECTIONAL_SEQUENCE_LSTM, BIDIRECTIONAL_SEQUENCE_LSTM and
 UNIDIRECTIONAL_SEQUENCE_RNN, float (int8 weights are widened at conversion).
 
+The variants the ONNX LSTM cannot express (coupled input and forget gates, a projection
+layer, layer normalization, cell or projection clipping) map onto the IR's SEQUENCE_LSTM
+instead, TFLite's own float LSTM step (lite/kernels/sequence_lstm.py), with the 24
+inputs as TFLite lists them.
+
 TFLite keeps the gates' weights as separate tensors (input, forget, cell, output); the IR
 stacks them in ONNX's order (input, output, forget, cell). The state inputs are TFLite
 variable tensors: the runs leave their final state there and the next invoke starts from
@@ -146,11 +151,82 @@ def _lstm(
     return y, [(hv, y_h), (cv, y_c)]
 
 
+# TFLite ActivationFunctionType -> SEQUENCE_LSTM's activation
+_SEQUENCE_ACTIVATIONS = {
+    _ACT.NONE: "none",
+    _ACT.RELU: "relu",
+    _ACT.RELU6: "relu6",
+    _ACT.TANH: "tanh",
+}
+
+
+def _needs_sequence_lstm(op: TfliteOperator, o: object) -> bool:
+    """CIFG, a projection, layer norm or clipping: what the ONNX LSTM cannot express."""
+    clips = float(o.CellClip()) or float(o.ProjClip())  # type: ignore[attr-defined]
+    return bool(
+        clips
+        or not _present(op, 1)
+        or _present(op, 16)
+        or any(_present(op, k) for k in range(20, 24))
+    )
+
+
+def _sequence_lstm(
+    lc: LayoutContext, op: TfliteOperator, o: object, *, one_step: bool = False
+) -> None:
+    """UNIDIRECTIONAL_SEQUENCE_LSTM as the IR's SEQUENCE_LSTM (TFLite's own step); with
+    `one_step`, the LSTM builtin: one step of a [batch, input] input."""
+    code = o.FusedActivationFunction()  # type: ignore[attr-defined]
+    if code not in _SEQUENCE_ACTIVATIONS:
+        raise lc.fail(f"activation {code} is not supported (NONE, RELU, RELU6 or TANH)")
+    name, ctx = lc.tensor(op.outputs[0]).name, lc.ctx
+    x = lc.get(op.inputs[0])
+    if one_step:
+        x = lc.emit(OpCode.UNSQUEEZE, [x], axes=[0])  # a sequence of one, time first
+    args: list[int] = [x]
+    states = []
+    for k in range(1, 24):
+        if k in (18, 19):
+            var = state_variable(lc, op.inputs[k])
+            states.append(var)
+            args.append(_read(lc, var))
+        elif _present(op, k):
+            args.append(ctx.constant(f"{name}/input{k}", _weight(lc, op.inputs[k], f"input {k}")))
+        else:
+            args.append(-1)
+    y, h, c = ctx.emit(
+        OpCode.SEQUENCE_LSTM,
+        args,
+        num_outputs=3,
+        activation=_SEQUENCE_ACTIVATIONS[code],
+        cell_clip=float(o.CellClip()),  # type: ignore[attr-defined]
+        proj_clip=float(o.ProjClip()),  # type: ignore[attr-defined]
+        time_major=1 if one_step or o.TimeMajor() else 0,  # type: ignore[attr-defined]
+    )
+    for var, final in zip(states, (h, c), strict=True):
+        _assign(lc, var, final)
+    lc.set(op.outputs[0], lc.emit(OpCode.SQUEEZE, [y], axes=[0]) if one_step else y)
+
+
+def lstm(lc: LayoutContext, op: TfliteOperator) -> None:
+    """The one-step LSTM builtin with the full kernel (TFLite's LSTM step on [batch,
+    input], states in variable inputs 18 and 19, one output)."""
+    o = op.options
+    if o is not None and o.KernelType() != tfl.LSTMKernelType.FULL:
+        raise lc.fail("the BASIC LSTM kernel (4 outputs, concatenated weights) is not supported")
+    if len(op.outputs) != 1 or len(op.inputs) < 20:
+        raise lc.fail(
+            f"an LSTM with {len(op.inputs)} inputs and {len(op.outputs)} outputs: the full "
+            "kernel takes 20 or 24 inputs (states as variables) and gives one output"
+        )
+    _sequence_lstm(lc, op, o, one_step=True)
+
+
 def unidirectional_sequence_lstm(lc: LayoutContext, op: TfliteOperator) -> None:
     o = op.options
-    _check_clips(lc, o)
-    if any(_present(op, k) for k in range(20, 24)):
-        raise lc.fail("layer-normalized LSTMs are not supported")
+    if _needs_sequence_lstm(op, o):
+        _sequence_lstm(lc, op, o)
+        return
     layout = 0 if o.TimeMajor() else 1
     act = _activation(lc, o.FusedActivationFunction())
     y, states = _lstm(
