@@ -360,7 +360,7 @@ def conv_specs() -> list[Spec]:
                 ),
                 "TransposeConvOptions",
                 {"Padding": padding, "StrideW": stride, "StrideH": stride},
-                modes=(F, F16, I8C),
+                modes=(F, F16, I8C, I16),
                 label=f"stride {stride} padding {padding}",
             )
         )
@@ -536,7 +536,13 @@ def shape_specs() -> list[Spec]:
         ),
         Spec("SPACE_TO_BATCH_ND", (In((1, 4, 4, 2)), p([2, 2]), p([[0, 0], [0, 0]]))),
         Spec("BATCH_TO_SPACE_ND", (In((4, 2, 2, 2)), p([2, 2]), p([[0, 0], [0, 0]]))),
-        Spec("BATCH_MATMUL", (In((2, 3, 4)), In((2, 4, 5))), "BatchMatMulOptions", {}),
+        Spec(
+            "BATCH_MATMUL",
+            (In((2, 3, 4)), In((2, 4, 5))),
+            "BatchMatMulOptions",
+            {},
+            modes=(F, I8, I16),
+        ),
         Spec(
             "BATCH_MATMUL",
             (In((2, 4, 3)), In((5, 4))),

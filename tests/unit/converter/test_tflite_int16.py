@@ -115,3 +115,46 @@ def _pot_model(
         "y": rng.integers(-32768, 32768, second).astype(np.int16),
     }
     return b.build(), feeds
+
+
+def test_batch_matmul_of_int16_operands() -> None:
+    rng = np.random.default_rng(3)
+    b = TfliteBuilder()
+    x = b.tensor("x", [2, 5, 64], np.int16, quant=([2e-4], [0], 0))
+    y = b.tensor("y", [2, 64, 3], np.int16, quant=([3e-4], [0], 0))
+    z = b.tensor("z", [2, 5, 3], np.int16, quant=([0.02], [0], 0))
+    b.inputs += [x, y]
+    b.op("BATCH_MATMUL", [x, y], [z], "BatchMatMulOptions")
+    b.output(z)
+    feeds = {
+        "x": rng.integers(-32768, 32768, (2, 5, 64)).astype(np.int16),
+        "y": rng.integers(-32768, 32768, (2, 64, 3)).astype(np.int16),
+    }
+    got, want = _both(b.build(), feeds)
+    np.testing.assert_array_equal(got, want)
+
+
+def test_transpose_conv_with_an_int64_bias() -> None:
+    rng = np.random.default_rng(4)
+    b = TfliteBuilder()
+    w = rng.integers(-127, 128, (2, 3, 3, 3)).astype(np.int8)
+    shape = b.const("shape", np.array([1, 8, 8, 2], np.int32), np.int32)
+    wt = b.tensor("w", [2, 3, 3, 3], np.int8, data=w, quant=([0.01, 0.02], [0, 0], 0))
+    x = b.tensor("x", [1, 4, 4, 3], np.int16, quant=([1e-4], [0], 0))
+    bias = rng.integers(-(1 << 20), 1 << 20, 2).astype(np.int64)
+    bt = b.tensor("b", [2], np.int64, data=bias, quant=([1e-6, 2e-6], [0, 0], 0))
+    y = b.tensor("y", [1, 8, 8, 2], np.int16, quant=([2e-4], [0], 0))
+    b.inputs.append(x)
+    b.op(
+        "TRANSPOSE_CONV",
+        [shape, wt, x, bt],
+        [y],
+        "TransposeConvOptions",
+        Padding=0,
+        StrideW=2,
+        StrideH=2,
+    )
+    b.output(y)
+    q = rng.integers(-32768, 32768, (1, 4, 4, 3)).astype(np.int16)
+    got, want = _both(b.build(), {"x": q})
+    np.testing.assert_array_equal(got, want)
