@@ -198,7 +198,8 @@ class OpCode(enum.IntEnum):
     # i, f, o; biases i, f, c, o; projection weights, bias; output and cell state;
     # layer-norm weights i, f, c, o), -1 for an absent one (no input gate: CIFG).
     # Attributes activation ("tanh", "relu", "relu6", "sigmoid", "none"), cell_clip,
-    # proj_clip (0: none), time_major. Outputs: y, the last output and cell states.
+    # proj_clip (0: none), time_major, reverse (1: from the last step, each output at its
+    # own step). Outputs: y, the last output and cell states.
     SEQUENCE_LSTM = 420
     # ONNX ops the ones above do not express (600..649)
     # SCATTER_ND_UPDATE: inputs (data, indices [..., k], updates); a copy of data with the

@@ -55,6 +55,7 @@ class SequenceLSTM(Kernel):
         if x.dtype != F32 or x.rank != 3:
             raise self.fail(f"input must be float32 of rank 3, got {x.dtype}{list(x.shape)}")
         self.time_major = bool(attrs.int("time_major", 0))
+        self.reverse = bool(attrs.int("reverse", 0))  # from the last step (a backward LSTM)
         time, batch = x.shape[:2] if self.time_major else x.shape[1::-1]
         name = str(attrs.values.get("activation", "tanh"))
         if name not in ACTIVATIONS:
@@ -121,7 +122,8 @@ class SequenceLSTM(Kernel):
             h, c = required(inputs, H).copy(), required(inputs, C).copy()
             # every step's input contributions at once: one GEMM per gate
             xw = {g: xs @ required(inputs, W + g).T for g in present}
-            for t in range(xs.shape[0]):
+            steps = range(xs.shape[0])
+            for t in reversed(steps) if self.reverse else steps:
                 pre = {g: xw[g][t] + h @ required(inputs, R + g).T for g in present}
                 if self.peephole:
                     for g, k in ((0, 0), (1, 1)):

@@ -685,6 +685,30 @@ def lstm_variant_specs() -> list[Spec]:
             label=label,
         )
 
+    def bidirectional(
+        label: str, *, cifg: bool = False, peephole: bool = False, projection: int = 0
+    ) -> Spec:
+        clip = 0.4 if projection else 0.0
+        one = spec("", cifg=cifg, peephole=peephole, projection=projection)
+        weights = one.inputs[1:18]  # the same weights both ways; the states differ
+        out = projection or h
+        states = (State((2, out)), State((2, h)), State((2, out)), State((2, h)))
+        return Spec(
+            "BIDIRECTIONAL_SEQUENCE_LSTM",
+            # time-major: LiteRT's batch-major kernel disagrees with its own time-major
+            # one for more than one sequence (tests/unit/converter/test_tflite_ops_recurrent)
+            (In((5, 2, 3)), *weights, *weights, *states, *(Absent(),) * 9),
+            "BidirectionalSequenceLSTMOptions",
+            {
+                "FusedActivationFunction": A.TANH,
+                "CellClip": clip,
+                "ProjClip": clip,
+                "TimeMajor": True,
+                "MergeOutputs": True,
+            },
+            label=label,
+        )
+
     return [
         spec("peephole", peephole=True),
         spec("cifg", cifg=True),
@@ -702,6 +726,8 @@ def lstm_variant_specs() -> list[Spec]:
             cell_clip=0.5,
             proj_clip=0.2,
         ),
+        bidirectional("plain"),
+        bidirectional("cifg peephole projection clips", cifg=True, peephole=True, projection=3),
         spec("one step", one_step=True),
         spec(
             "one step cifg peephole projection layer norm",

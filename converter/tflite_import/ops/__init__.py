@@ -190,7 +190,7 @@ HANDLERS: dict[str, Entry] = {
         recurrent.unidirectional_sequence_lstm, *_RECURRENT, _O.LSTM, _O.SEQUENCE_LSTM
     ),
     "BIDIRECTIONAL_SEQUENCE_LSTM": _e(
-        recurrent.bidirectional_sequence_lstm, *_RECURRENT, _O.LSTM, _O.CONCAT
+        recurrent.bidirectional_sequence_lstm, *_RECURRENT, _O.LSTM, _O.CONCAT, _O.SEQUENCE_LSTM
     ),
     "UNIDIRECTIONAL_SEQUENCE_RNN": _e(recurrent.unidirectional_sequence_rnn, *_RECURRENT, _O.RNN),
     # control flow: subgraphs of the same file (their operators are imported, and declare

@@ -80,12 +80,6 @@ def _lstm_weights(lc: LayoutContext, op: TfliteOperator, base: int) -> dict[str,
     return out
 
 
-def _check_clips(lc: LayoutContext, o: object) -> None:
-    cell, proj = float(o.CellClip()), float(o.ProjClip())  # type: ignore[attr-defined]
-    if cell or proj:
-        raise lc.fail(f"cell_clip {cell} and proj_clip {proj} are not supported (only 0)")
-
-
 def _state(lc: LayoutContext, index: int, layout: int) -> tuple[int, int]:
     """A TFLite state tensor [batch, n] as (IR variable, its [1, batch, n] or [batch, 1, n]
     view for the IR layer)."""
@@ -176,22 +170,40 @@ def _sequence_lstm(
 ) -> None:
     """UNIDIRECTIONAL_SEQUENCE_LSTM as the IR's SEQUENCE_LSTM (TFLite's own step); with
     `one_step`, the LSTM builtin: one step of a [batch, input] input."""
-    code = o.FusedActivationFunction()  # type: ignore[attr-defined]
-    if code not in _SEQUENCE_ACTIVATIONS:
-        raise lc.fail(f"activation {code} is not supported (NONE, RELU, RELU6 or TANH)")
-    name, ctx = lc.tensor(op.outputs[0]).name, lc.ctx
     x = lc.get(op.inputs[0])
     if one_step:
         x = lc.emit(OpCode.UNSQUEEZE, [x], axes=[0])  # a sequence of one, time first
+    inputs = [op.inputs[k] if _present(op, k) else -1 for k in range(1, 24)]
+    time_major = one_step or bool(o.TimeMajor())  # type: ignore[attr-defined]
+    y = _sequence_direction(lc, op, o, x, inputs, time_major=time_major, reverse=False)
+    lc.set(op.outputs[0], lc.emit(OpCode.SQUEEZE, [y], axes=[0]) if one_step else y)
+
+
+def _sequence_direction(
+    lc: LayoutContext,
+    op: TfliteOperator,
+    o: object,
+    x: int,
+    inputs: list[int],
+    *,
+    time_major: bool,
+    reverse: bool,
+) -> int:
+    """One SEQUENCE_LSTM over `x`: `inputs` are the TFLite tensors of its inputs 1..23
+    (-1 absent; 18 and 19 the state variables, written back after it); returns y."""
+    code = o.FusedActivationFunction()  # type: ignore[attr-defined]
+    if code not in _SEQUENCE_ACTIVATIONS:
+        raise lc.fail(f"activation {code} is not supported (NONE, RELU, RELU6 or TANH)")
+    name, ctx = f"{lc.tensor(op.outputs[0]).name}{'/bw' if reverse else ''}", lc.ctx
     args: list[int] = [x]
     states = []
-    for k in range(1, 24):
+    for k, tensor in enumerate(inputs, start=1):
         if k in (18, 19):
-            var = state_variable(lc, op.inputs[k])
+            var = state_variable(lc, tensor)
             states.append(var)
             args.append(_read(lc, var))
-        elif _present(op, k):
-            args.append(ctx.constant(f"{name}/input{k}", _weight(lc, op.inputs[k], f"input {k}")))
+        elif tensor != -1:
+            args.append(ctx.constant(f"{name}/input{k}", _weight(lc, tensor, f"input {k}")))
         else:
             args.append(-1)
     y, h, c = ctx.emit(
@@ -201,11 +213,12 @@ def _sequence_lstm(
         activation=_SEQUENCE_ACTIVATIONS[code],
         cell_clip=float(o.CellClip()),  # type: ignore[attr-defined]
         proj_clip=float(o.ProjClip()),  # type: ignore[attr-defined]
-        time_major=1 if one_step or o.TimeMajor() else 0,  # type: ignore[attr-defined]
+        time_major=int(time_major),
+        reverse=int(reverse),
     )
     for var, final in zip(states, (h, c), strict=True):
         _assign(lc, var, final)
-    lc.set(op.outputs[0], lc.emit(OpCode.SQUEEZE, [y], axes=[0]) if one_step else y)
+    return y
 
 
 def lstm(lc: LayoutContext, op: TfliteOperator) -> None:
@@ -249,9 +262,14 @@ def bidirectional_sequence_lstm(lc: LayoutContext, op: TfliteOperator) -> None:
     # inputs: 0 x; 1-17 forward weights; 18-34 backward weights; 35-36 forward h, c;
     # 37-38 backward h, c; 39-47 auxiliary input and its weights (unsupported).
     o = op.options
-    _check_clips(lc, o)
     if any(_present(op, k) for k in range(39, 48)):
         raise lc.fail("auxiliary inputs are not supported")
+    backward = [op.inputs[k] if _present(op, k) else -1 for k in range(18, 35)]
+    clips = float(o.CellClip()) or float(o.ProjClip())
+    # CIFG (no input-gate weights) or a projection in either direction, or clipping
+    if clips or not _present(op, 1) or _present(op, 16) or backward[0] == -1 or backward[15] != -1:
+        _bidirectional_sequence(lc, op, o, backward)
+        return
     layout = 0 if o.TimeMajor() else 1
     act = _activation(lc, o.FusedActivationFunction())
     x = lc.get(op.inputs[0])
@@ -264,6 +282,31 @@ def bidirectional_sequence_lstm(lc: LayoutContext, op: TfliteOperator) -> None:
     for var, final in fw_states + bw_states:
         _assign(lc, var, final)
     if o.MergeOutputs():
+        lc.set(op.outputs[0], lc.emit(OpCode.CONCAT, [fw, bw], axis=2))
+    else:
+        lc.set(op.outputs[0], fw)
+        lc.set(op.outputs[1], bw)
+
+
+def _bidirectional_sequence(
+    lc: LayoutContext, op: TfliteOperator, o: object, backward: list[int]
+) -> None:
+    """BIDIRECTIONAL_SEQUENCE_LSTM's variants as two SEQUENCE_LSTMs, the backward one
+    running the sequence from its end (its outputs at their own time steps)."""
+    x, time_major = lc.get(op.inputs[0]), bool(o.TimeMajor())  # type: ignore[attr-defined]
+    forward = [op.inputs[k] if _present(op, k) else -1 for k in range(1, 18)]
+    fw_states, bw_states, norms = (
+        [op.inputs[35], op.inputs[36]],
+        [op.inputs[37], op.inputs[38]],
+        [-1] * 4,
+    )
+    fw = _sequence_direction(
+        lc, op, o, x, [*forward, *fw_states, *norms], time_major=time_major, reverse=False
+    )
+    bw = _sequence_direction(
+        lc, op, o, x, [*backward, *bw_states, *norms], time_major=time_major, reverse=True
+    )
+    if o.MergeOutputs():  # type: ignore[attr-defined]
         lc.set(op.outputs[0], lc.emit(OpCode.CONCAT, [fw, bw], axis=2))
     else:
         lc.set(op.outputs[0], fw)
