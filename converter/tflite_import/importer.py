@@ -73,7 +73,9 @@ def _check(model: TfliteModel) -> None:
         used.update(g.inputs)
         for i in used:
             t = g.tensors[i]
-            if t.dtype is None and (t.type_name not in _HANDLE_TYPES or i in g.inputs):
+            # a handle may enter a subgraph its IF or WHILE passes it to, not the model
+            main_input = g.index == 0 and i in g.inputs
+            if t.dtype is None and (t.type_name not in _HANDLE_TYPES or main_input):
                 bad.add(f"{t.name!r} ({t.type_name})")
             if t.sparse:
                 sparse.add(t.name)

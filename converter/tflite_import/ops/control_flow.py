@@ -35,11 +35,19 @@ MAX_NESTING = 16
 Held = tuple[int, Perm]
 
 
+HANDLE: Held = (-1, ())  # how a resource handle is held: no IR value
+
+
 def run_subgraph(
-    lc: LayoutContext, index: int, args: list[Held], ctx: ImportContext | None = None
+    lc: LayoutContext,
+    index: int,
+    args: list[Held],
+    ctx: ImportContext | None = None,
+    keys: dict[int, str] | None = None,
 ) -> list[Held]:
     """Import subgraph `index` into `ctx` (the enclosing graph's, inline, by default) with
-    its inputs bound to `args`; returns its outputs as (IR tensor, axis order)."""
+    its inputs bound to `args`; `keys` names the variables of the inputs that are
+    resource handles (by position). Returns its outputs as (IR tensor, axis order)."""
     from sporenet.converter.tflite_import.importer import import_operators  # imports this
 
     shared = lc.shared
@@ -61,6 +69,8 @@ def run_subgraph(
                 f"{len(graph.tensors[i].shape)}, the operator gives rank {len(held[1])}"
             )
         inner.held[i] = held
+    for position, key in (keys or {}).items():
+        shared.handles[(index, graph.inputs[position])] = key
     shared.depth += 1
     try:
         import_operators(inner)
@@ -76,17 +86,19 @@ def run_subgraph(
 def _graph(
     lc: LayoutContext,
     index: int,
-    args: list[int],
+    args: list[int | str],
     state: dict[str, int],
     *,
     body: bool = False,
     then_cond: int | None = None,
 ) -> tuple[ImportContext, list[int], list[int], list[int], int | None]:
     """Subgraph `index` as an IR subgraph taking inputs like `args` (IR tensors in TFLite's
-    order) and then like the threaded variables' values `state`; with `body`, a LOOP body
-    (iteration and condition inputs first). `then_cond`: a cond subgraph run after it on
-    its outputs, giving the next condition. Returns the context, the inputs, the outputs,
-    the threaded variables' last values (in `state`'s order) and the next condition."""
+    order, or the keys of variables whose handles it takes) and then like the threaded
+    variables' values `state`; with `body`, a LOOP body (iteration and condition inputs
+    first). `then_cond`: a cond subgraph run after it on its outputs, giving the next
+    condition. Returns the context, the IR inputs, the outputs that are values (handles
+    passed through are dropped), the threaded variables' last values (in `state`'s
+    order) and the next condition."""
     sub = lc.ctx.subcontext()
     explicit = []
     if body:
@@ -95,38 +107,64 @@ def _graph(
             sub.graph_input("condition", (), np.dtype(np.bool_)),
         ]
     inputs = []
-    for a in [*args, *state.values()]:
-        new = sub.input_like(a)
-        lc.set_quantization(new, lc.ctx.tensors[a].quantization)
+    values = [a for a in args if isinstance(a, int)]
+    for v in [*values, *state.values()]:
+        new = sub.input_like(v)
+        lc.set_quantization(new, lc.ctx.tensors[v].quantization)
         inputs.append(new)
+    fed = iter(inputs)
+    bound: list[Held] = []
+    for arg in args:
+        if isinstance(arg, str):
+            bound.append(HANDLE)
+        else:
+            i = next(fed)
+            bound.append((i, identity(sub.rank(i))))
+    keys = {k: a for k, a in enumerate(args) if isinstance(a, str)}
     shared = lc.shared
     if not isinstance(shared, Shared):
         raise lc.fail("subgraphs need the model's shared import state")
-    thread = dict(zip(state, inputs[len(args) :], strict=True))
+    thread = dict(zip(state, inputs[len(values) :], strict=True))
     shared.detached += 1
     shared.threads.append(thread)
     try:
-        tflite_inputs = inputs[: len(args)]
-        outs = run_subgraph(lc, index, [(i, identity(lc.ctx.rank(i))) for i in tflite_inputs], sub)
+        outs = run_subgraph(lc, index, bound, sub, keys)
         inner = lc.sub(lc.model.subgraphs[index], sub)
-        results = [_in_order(inner, held) for held in outs]
+        results = [_in_order(inner, held) if held != HANDLE else -1 for held in outs]
         next_cond = None
         if then_cond is not None:
             cond_lc = lc.sub(lc.model.subgraphs[then_cond], sub)
-            held = [(v, identity(sub.rank(v))) for v in results]
-            (again,) = run_subgraph(cond_lc, then_cond, held, sub)
+            held = [(v, identity(sub.rank(v))) if v != -1 else HANDLE for v in results]
+            (again,) = run_subgraph(cond_lc, then_cond, held, sub, keys)
             next_cond = _in_order(cond_lc, again)
+        results = [r for r in results if r != -1]
     finally:
         shared.detached -= 1
         shared.threads.pop()
     return sub, [*explicit, *inputs], results, [thread[k] for k in state], next_cond
 
 
-def _state(lc: LayoutContext, indices: list[int]) -> dict[str, int]:
-    """The variables the subgraphs `indices` use, with their current values here."""
+def _state(
+    lc: LayoutContext, indices: list[int], passed: dict[int, str] | None = None
+) -> dict[str, int]:
+    """The variables the subgraphs `indices` use (`passed`: the keys of the handles they
+    take, by input position), with their current values here."""
     return {
-        key: current_value(lc, key, like) for key, like in subgraph_variables(lc, indices).items()
+        key: current_value(lc, key, like)
+        for key, like in subgraph_variables(lc, indices, passed or {}).items()
     }
+
+
+def _operands(lc: LayoutContext, tensors: list[int]) -> tuple[list[int | str], dict[int, str]]:
+    """An operator's subgraph operands: IR tensors, or the variable keys of handles."""
+    shared = lc.shared
+    handles = shared.handles if isinstance(shared, Shared) else {}
+    keys = {
+        k: handles[(lc.graph.index, t)]
+        for k, t in enumerate(tensors)
+        if lc.held.get(t) == HANDLE and (lc.graph.index, t) in handles
+    }
+    return [keys[k] if k in keys else lc.get(t) for k, t in enumerate(tensors)], keys
 
 
 def _in_order(lc: LayoutContext, held: Held) -> int:
@@ -151,11 +189,12 @@ def if_(lc: LayoutContext, op: TfliteOperator) -> None:
         for out, held in zip(op.outputs, branch, strict=True):
             lc.held[out] = held
         return
-    values = [lc.get(a) for a in args]
-    state = _state(lc, [then_index, else_index])
+    operands, passed = _operands(lc, args)
+    values = [a for a in operands if isinstance(a, int)]
+    state = _state(lc, [then_index, else_index], passed)
     graphs = []
     for index in (then_index, else_index):
-        sub, inputs, outs, last, _ = _graph(lc, index, values, state)
+        sub, inputs, outs, last, _ = _graph(lc, index, operands, state)
         graphs.append((sub, inputs, [*outs, *last], index))
     (then_ctx, _, then_outs, _), (else_ctx, _, else_outs, _) = graphs
     if len(then_outs) != len(op.outputs) + len(state) or len(else_outs) != len(then_outs):
@@ -202,17 +241,22 @@ def while_(lc: LayoutContext, op: TfliteOperator) -> None:
     cond_index, body_index = int(o.CondSubgraphIndex()), int(o.BodySubgraphIndex())
     if len(op.outputs) != len(op.inputs):
         raise lc.fail(f"{len(op.inputs)} loop values in, {len(op.outputs)} out")
-    values = [lc.get(a) for a in op.inputs]
-    (first,) = run_subgraph(lc, cond_index, [(v, identity(lc.ctx.rank(v))) for v in values])
+    operands, passed = _operands(lc, list(op.inputs))
+    values = [a for a in operands if isinstance(a, int)]
+    held = [HANDLE if isinstance(v, str) else (v, identity(lc.ctx.rank(v))) for v in operands]
+    (first,) = run_subgraph(lc, cond_index, held, keys=passed)
     start = _in_order(lc, first)
     known = lc.ctx.value(start)
+    value_outputs = [o for k, o in enumerate(op.outputs) if k not in passed]
+    for k, key in passed.items():  # a handle looped through stays the same variable
+        _pass_handle(lc, op.outputs[k], key)
     if known is not None and not bool(known.reshape(-1)[0]):  # never enters the loop
-        for out, v in zip(op.outputs, values, strict=True):
+        for out, v in zip(value_outputs, values, strict=True):
             lc.set(out, v)
         return
-    state = _state(lc, [body_index, cond_index])
+    state = _state(lc, [body_index, cond_index], passed)
     sub, inputs, outs, last, next_cond = _graph(
-        lc, body_index, values, state, body=True, then_cond=cond_index
+        lc, body_index, operands, state, body=True, then_cond=cond_index
     )
     if next_cond is None:
         raise lc.fail("the body's next condition was not computed")
@@ -238,5 +282,13 @@ def while_(lc: LayoutContext, op: TfliteOperator) -> None:
     results = lc.ctx.emit_control(
         OpCode.LOOP, [-1, start, *carried], specs, body=body, num_carried=len(carried)
     )
-    _declare(lc, op.outputs, results, [lc.ctx.tensors[v] for v in values])
+    _declare(lc, value_outputs, results, [lc.ctx.tensors[v] for v in values])
     _write_back(lc, state, results[len(values) :])
+
+
+def _pass_handle(lc: LayoutContext, tensor: int, key: str) -> None:
+    """TFLite tensor `tensor` is a handle of variable `key` (a WHILE's looped handle)."""
+    shared = lc.shared
+    if isinstance(shared, Shared):
+        shared.handles[(lc.graph.index, tensor)] = key
+    lc.held[tensor] = HANDLE

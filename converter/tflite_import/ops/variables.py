@@ -83,26 +83,46 @@ def var_handle(lc: LayoutContext, op: TfliteOperator) -> None:
     lc.held[op.outputs[0]] = (-1, ())  # a handle: no IR value
 
 
-def subgraph_variables(lc: LayoutContext, indices: list[int]) -> dict[str, TfliteTensor]:
+def subgraph_variables(
+    lc: LayoutContext, indices: list[int], passed: dict[int, str]
+) -> dict[str, TfliteTensor]:
     """The named variables the TFLite subgraphs `indices` (and those they run) read or
-    assign, each with the first tensor read from or assigned to it there."""
+    assign, each with the first tensor read from or assigned to it there. `passed`: the
+    keys of the handles the subgraphs take as inputs, by position (handles they pass on
+    to their own IF and WHILE are followed too)."""
     from sporenet.converter.tflite_import.reader import SUBGRAPH_FIELDS
 
     found: dict[str, TfliteTensor] = {}
-    seen, order = set(indices), list(indices)
+    known: dict[int, dict[int, str]] = {}  # subgraph -> its handle tensors' keys
+    for index in indices:
+        inputs = lc.model.subgraphs[index].inputs
+        known[index] = {inputs[k]: key for k, key in passed.items() if k < len(inputs)}
+    order = list(indices)
     for index in order:
         graph = lc.model.subgraphs[index]
-        keys = {
-            op.outputs[0]: handle_key(*_names(op))
-            for op in graph.operators
-            if op.op == "VAR_HANDLE"
-        }
+        keys = known[index]
         for op in graph.operators:
+            if op.op == "VAR_HANDLE":
+                key = handle_key(*_names(op))
+                if key is not None:
+                    keys[op.outputs[0]] = key
+                continue
+            operands = op.inputs[1:] if op.op == "IF" else op.inputs
             for field in SUBGRAPH_FIELDS.get(op.op, ()):
                 target = int(getattr(op.options, field)())
-                if target not in seen and op.op != "CALL_ONCE":
-                    seen.add(target)
+                if op.op == "CALL_ONCE" or not 0 <= target < len(lc.model.subgraphs):
+                    continue
+                targets = lc.model.subgraphs[target].inputs
+                given = {
+                    targets[k]: keys[t]
+                    for k, t in enumerate(operands)
+                    if t in keys and k < len(targets)
+                }
+                if target not in known:
+                    known[target] = given
                     order.append(target)
+                else:
+                    known[target].update(given)
             if op.op in ("READ_VARIABLE", "ASSIGN_VARIABLE") and op.inputs:
                 key = keys.get(op.inputs[0])
                 like = op.outputs[0] if op.op == "READ_VARIABLE" else op.inputs[-1]

@@ -114,3 +114,47 @@ def test_a_variable_assigned_in_one_if_branch_persists_as_in_litert() -> None:
     flags = [True, False, True, True, False]
     feeds = [{"c": np.array([f]), "x": rand(1, 4, seed=k)} for k, f in enumerate(flags)]
     _runs(if_model(), feeds)
+
+
+def passed_handle_model() -> bytes:
+    """The main graph's handle looped through WHILE: i = 0; while i < 2: acc += x."""
+    b = TfliteBuilder()
+    cond, cond_index = b.subgraph()
+    ci = cond.input("i", [], np.int32)
+    cond.input("x", [1, 4])
+    cond.inputs.append(cond.tensor("h", [], RESOURCE))
+    keep = cond.output(cond.tensor("keep", [], np.bool_))
+    cond.op("LESS", [ci, cond.const("two", 2, np.int32)], [keep])
+    body, body_index = b.subgraph()
+    bi, bx = body.input("i", [], np.int32), body.input("x", [1, 4])
+    bh = body.tensor("h", [], RESOURCE)
+    body.inputs.append(bh)
+    acc = body.tensor("acc", [1, 4])
+    body.op("READ_VARIABLE", [bh], [acc])
+    new = body.tensor("new", [1, 4])
+    body.op("ADD", [acc, bx], [new], "AddOptions")
+    body.op("ASSIGN_VARIABLE", [bh, new], [])
+    ni = body.tensor("i_next", [], np.int32)
+    body.op("ADD", [bi, body.const("one", 1, np.int32)], [ni], "AddOptions")
+    body.outputs = [ni, bx, bh]
+    _init(b, "acc", rand(1, 4, seed=5))
+    x = b.input("x", [1, 4])
+    h = _handle(b, "acc")
+    outs = [b.tensor("i_out", [], np.int32), b.tensor("x_out", [1, 4])]
+    outs.append(b.tensor("h_out", [], RESOURCE))
+    b.op(
+        "WHILE",
+        [b.const("zero", 0, np.int32), x, h],
+        outs,
+        "WhileOptions",
+        CondSubgraphIndex=cond_index,
+        BodySubgraphIndex=body_index,
+    )
+    y = b.tensor("y", [1, 4])
+    b.op("READ_VARIABLE", [outs[2]], [y])
+    b.output(y)
+    return b.build()
+
+
+def test_a_handle_looped_through_a_while_is_the_same_variable() -> None:
+    _runs(passed_handle_model(), [{"x": rand(1, 4, seed=k)} for k in range(3)])
