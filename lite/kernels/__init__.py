@@ -360,6 +360,8 @@ INT16_KERNELS: dict[OpCode, type[Kernel]] = {
     OpCode.FULLY_CONNECTED: q_int16_linear.QFullyConnected16,
     OpCode.CONV2D_BACKPROP_INPUT: q_conv_transpose.QConv2DBackpropInput16,
     OpCode.MATMUL: q_linear.QMatMul16,
+    OpCode.DEQUANTIZE: q_convert.Dequantize,
+    OpCode.REQUANTIZE: q_int16.QRequantize16,
     OpCode.ADD: q_int16_elementwise.QAdd16,
     OpCode.SUB: q_int16_elementwise.QSub16,
     OpCode.MUL: q_int16_elementwise.QMul16,

@@ -903,8 +903,8 @@ def _specs() -> list[Spec]:
     s += recurrent_specs()
     s += misc_specs()
     s += [
-        Spec("QUANTIZE", (In((3, 4)),), modes=(I8,), label="float to int8"),
-        Spec("DEQUANTIZE", (In((3, 4)),), modes=(I8,), label="int8 to float"),
+        Spec("QUANTIZE", (In((3, 4)),), modes=(I8, I16), label="from float"),
+        Spec("DEQUANTIZE", (In((3, 4)),), modes=(I8, I16), label="to float"),
     ]
     return s
 

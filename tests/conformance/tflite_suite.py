@@ -294,7 +294,7 @@ class _Writer:
             if quantize_out:
                 fixed = self.spec.fixed_quant.get(self.mode)
                 if self.spec.op == "QUANTIZE":
-                    scale, zero = _affine(values, np.int8)
+                    scale, zero = _affine(values, self.act)
                 elif fixed is not None:
                     scale, zero = fixed
                 elif self.spec.same_quant and first is not None:

@@ -59,7 +59,7 @@ def _key(lc: LayoutContext, resource: int) -> str:
     if shared.detached and not shared.initializing and (thread is None or key not in thread):
         raise lc.fail(
             f"variable {key!r} is used in an IF branch or WHILE body without being threaded "
-            "through it (a handle passed in as an input, or one without a shared name)"
+            "through it (a handle without a shared name)"
         )
     return key
 

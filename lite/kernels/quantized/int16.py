@@ -23,6 +23,7 @@ from sporenet.lite.kernels import elementwise
 from sporenet.lite.kernels.base import Attrs, Compute, TensorSpec, required
 from sporenet.lite.kernels.quantized.activation import QRelu, QRelu6, _params
 from sporenet.lite.kernels.quantized.base import INT16_DTYPES, QuantizedKernel, dtype_range
+from sporenet.lite.kernels.quantized.convert import Requantize
 from sporenet.lite.kernels.quantized.elementwise_extra import (
     QEqual,
     QLeakyRelu,
@@ -63,6 +64,7 @@ QReduceSum16 = int16_form(QReduceSum)
 QReduceMax16 = int16_form(QReduceMax)
 QReduceMin16 = int16_form(QReduceMin)
 QResize16 = int16_form(QResize)
+QRequantize16 = int16_form(Requantize)  # int16 -> int16 or int8 with new parameters
 
 
 class QPRelu16(QPRelu):

@@ -158,3 +158,22 @@ def test_transpose_conv_with_an_int64_bias() -> None:
     q = rng.integers(-32768, 32768, (1, 4, 4, 3)).astype(np.int16)
     got, want = _both(b.build(), {"x": q})
     np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize(
+    ("source", "target"), [(np.int16, np.int16), (np.int8, np.int16), (np.int16, np.int8)]
+)
+def test_requantize_to_and_from_int16(source, target) -> None:
+    """QUANTIZE between integer types: int8 -> int16 where a model enters int16x8, int16
+    -> int8 where it leaves it, int16 -> int16 with new parameters."""
+    zero = {np.int8: 5, np.int16: 0}
+    b = TfliteBuilder()
+    x = b.tensor("x", [64], source, quant=([0.003], [zero[source]], 0))
+    y = b.tensor("y", [64], target, quant=([0.0071], [zero[target]], 0))
+    b.inputs.append(x)
+    b.op("QUANTIZE", [x], [y])
+    b.output(y)
+    info = np.iinfo(source)
+    q = np.random.default_rng(5).integers(info.min, info.max + 1, 64).astype(source)
+    got, want = _both(b.build(), {"x": q})
+    np.testing.assert_array_equal(got, want)
