@@ -177,3 +177,56 @@ def test_requantize_to_and_from_int16(source, target) -> None:
     q = np.random.default_rng(5).integers(info.min, info.max + 1, 64).astype(source)
     got, want = _both(b.build(), {"x": q})
     np.testing.assert_array_equal(got, want)
+
+
+def test_an_int16x8_network_end_to_end() -> None:
+    """float -> QUANTIZE -> CONV_2D (relu) -> MAX_POOL_2D -> RESHAPE -> FULLY_CONNECTED
+    -> SOFTMAX -> DEQUANTIZE: the layout's transposes carry int16 through, every layer
+    is TFLite's int16x8 arithmetic."""
+    rng = np.random.default_rng(6)
+    b = TfliteBuilder()
+    x = b.input("x", [1, 6, 6, 2])
+    q = b.tensor("q", [1, 6, 6, 2], np.int16, quant=([1e-4], [0], 0))
+    b.op("QUANTIZE", [x], [q])
+    w = rng.integers(-127, 128, (4, 3, 3, 2)).astype(np.int8)
+    wt = b.tensor("w", [4, 3, 3, 2], np.int8, data=w, quant=([0.01] * 4, [0] * 4, 0))
+    bias = rng.integers(-5000, 5000, 4).astype(np.int64)
+    bt = b.tensor("b", [4], np.int64, data=bias, quant=([1e-6] * 4, [0] * 4, 0))
+    conv = b.tensor("conv", [1, 6, 6, 4], np.int16, quant=([3e-3], [0], 0))
+    b.op(
+        "CONV_2D",
+        [q, wt, bt],
+        [conv],
+        "Conv2DOptions",
+        Padding=0,
+        StrideW=1,
+        StrideH=1,
+        FusedActivationFunction=1,
+    )
+    pooled = b.tensor("pooled", [1, 3, 3, 4], np.int16, quant=([3e-3], [0], 0))
+    b.op(
+        "MAX_POOL_2D",
+        [conv],
+        [pooled],
+        "Pool2DOptions",
+        Padding=1,
+        StrideW=2,
+        StrideH=2,
+        FilterWidth=2,
+        FilterHeight=2,
+    )
+    flat = b.tensor("flat", [1, 36], np.int16, quant=([3e-3], [0], 0))
+    b.op("RESHAPE", [pooled, b.const("shape", np.array([1, 36], np.int32), np.int32)], [flat])
+    fw = rng.integers(-127, 128, (5, 36)).astype(np.int8)
+    fwt = b.tensor("fw", [5, 36], np.int8, data=fw, quant=([0.0005], [0], 0))
+    logits = b.tensor("logits", [1, 5], np.int16, quant=([1e-3], [0], 0))
+    b.op("FULLY_CONNECTED", [flat, fwt], [logits], "FullyConnectedOptions")
+    probs = b.tensor("probs", [1, 5], np.int16, quant=([1 / 32768], [0], 0))
+    b.op("SOFTMAX", [logits], [probs], "SoftmaxOptions", Beta=1.0)
+    y = b.output(b.tensor("y", [1, 5]))
+    b.op("DEQUANTIZE", [probs], [y])
+    data = b.build()
+    for seed in range(3):
+        feed = {"x": np.random.default_rng(seed).uniform(-3, 3, (1, 6, 6, 2)).astype(np.float32)}
+        got, want = _both(data, feed)
+        np.testing.assert_array_equal(got, want)
