@@ -192,6 +192,15 @@ class OpCode(enum.IntEnum):
     # TFLite's fixed-point inverse square root, output scale 1/128 and zero point 0.
     L2_NORMALIZATION = 416
     SQUARED_DIFFERENCE = 417  # (a - b)^2, NumPy broadcasting (TFLite's; int8 too)
+    # tfliteq (420..459)
+    # SEQUENCE_LSTM: TFLite's float LSTM over a sequence, every variant: inputs as
+    # UNIDIRECTIONAL_SEQUENCE_LSTM's 24 (x; input, recurrent weights i, f, c, o; peepholes
+    # i, f, o; biases i, f, c, o; projection weights, bias; output and cell state;
+    # layer-norm weights i, f, c, o), -1 for an absent one (no input gate: CIFG).
+    # Attributes activation ("tanh", "relu", "relu6", "sigmoid", "none"), cell_clip,
+    # proj_clip (0: none), time_major, reverse (1: from the last step, each output at its
+    # own step). Outputs: y, the last output and cell states.
+    SEQUENCE_LSTM = 420
     # ONNX ops the ones above do not express (600..649)
     # SCATTER_ND_UPDATE: inputs (data, indices [..., k], updates); a copy of data with the
     # updates written at the index tuples; attribute reduction "none" (the last duplicate

@@ -16,7 +16,6 @@ from sporenet.converter.tflite_import.ops.common import Shared
 from sporenet.converter.tflite_import.reader import (
     SUBGRAPH_FIELDS,
     TfliteModel,
-    TfliteOperator,
     TfliteSubgraph,
 )
 from sporenet.lite.errors import LiteError
@@ -74,7 +73,9 @@ def _check(model: TfliteModel) -> None:
         used.update(g.inputs)
         for i in used:
             t = g.tensors[i]
-            if t.dtype is None and (t.type_name not in _HANDLE_TYPES or i in g.inputs):
+            # a handle may enter a subgraph its IF or WHILE passes it to, not the model
+            main_input = g.index == 0 and i in g.inputs
+            if t.dtype is None and (t.type_name not in _HANDLE_TYPES or main_input):
                 bad.add(f"{t.name!r} ({t.type_name})")
             if t.sparse:
                 sparse.add(t.name)
@@ -207,18 +208,6 @@ def _import(
     return built
 
 
-def _refuse_int16x8(lc: LayoutContext, graph: TfliteSubgraph, op: TfliteOperator) -> None:
-    """lite has no int16x8 kernels: a quantized int16 activation is refused here, since
-    the float and integer kernels would otherwise run its stored integers as values."""
-    for i in (*op.inputs, *op.outputs):
-        t = graph.tensors[i] if i != -1 else None
-        if t is not None and t.data is None and t.dtype == np.int16 and t.quant is not None:
-            raise lc.fail(
-                f"tensor {t.name!r} is int16 with quantization (int16x8): lite runs "
-                "int8/uint8 quantization only"
-            )
-
-
 def import_operators(lc: LayoutContext) -> None:
     """Import the operators of `lc`'s subgraph, in order, into its ImportContext (whose
     graph inputs the caller has set)."""
@@ -226,7 +215,6 @@ def import_operators(lc: LayoutContext) -> None:
     for op in graph.operators:
         lc.op = op
         ctx.where = lc.where
-        _refuse_int16x8(lc, graph, op)
         for i in op.inputs:
             if i == -1 or i in lc.held:
                 continue

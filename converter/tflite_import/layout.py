@@ -37,7 +37,7 @@ from sporenet.lite.graph import DYNAMIC, Node, Quantization
 from sporenet.lite.kernels.base import TensorSpec
 from sporenet.lite.ops import OpCode
 
-QUANTIZED = (np.dtype(np.int8), np.dtype(np.uint8))
+QUANTIZED = (np.dtype(np.int8), np.dtype(np.uint8), np.dtype(np.int16))  # int16: int16x8
 
 Perm = tuple[int, ...]
 NCHW: Perm = (0, 3, 1, 2)
@@ -198,7 +198,7 @@ class LayoutContext:
 
     # ---- quantized tensors
     def quantized(self, index: int) -> bool:
-        """Whether TFLite tensor `index` is an int8/uint8 tensor with quantization."""
+        """Whether TFLite tensor `index` is an int8/uint8/int16 tensor with quantization."""
         t = self.tensor(index)
         return t.dtype in QUANTIZED and t.quant is not None
 

@@ -83,6 +83,7 @@ class OpDecl:
     kernel: type[Kernel] | None = None  # the float (or dtype-generic) forward
     int8: type[Kernel] | None = None  # the kernel for quantized int8/uint8 inputs
     int8_file_only: bool = False  # the int8 kernel needs a TFLite file's own parameters
+    int16: type[Kernel] | None = None  # the kernel for quantized int16 (int16x8) inputs
     grad: GradRule | None = None  # emits the backward nodes (lite/autodiff/rules/)
     grad_differentiable: bool = False  # every node `grad` emits has a rule: grad(grad(f))
     fuses: frozenset[Activation] = frozenset()  # fused activations the fusion pass may add

@@ -6,6 +6,8 @@ from sporenet.lite.autodiff.rules import elementwise as r_elementwise
 from sporenet.lite.kernels import elementwise
 from sporenet.lite.kernels.quantized import elementwise as q_elementwise
 from sporenet.lite.kernels.quantized import elementwise_extra as q_extra
+from sporenet.lite.kernels.quantized import int16 as q_int16
+from sporenet.lite.kernels.quantized import int16_elementwise as q_int16_elementwise
 from sporenet.lite.ops import OpCode as O
 from sporenet.lite.opset.decl import FUSABLE, Channels, declare
 
@@ -19,6 +21,7 @@ OPS = (
         fuses=FUSABLE,
         weights=(0, 1),
         channels=Channels.ELEMENTWISE,
+        int16=q_int16_elementwise.QAdd16,
     ),
     declare(
         O.SUB,
@@ -29,6 +32,7 @@ OPS = (
         fuses=FUSABLE,
         weights=(0, 1),
         channels=Channels.ELEMENTWISE,
+        int16=q_int16_elementwise.QSub16,
     ),
     declare(
         O.MUL,
@@ -39,6 +43,7 @@ OPS = (
         fuses=FUSABLE,
         weights=(0, 1),
         channels=Channels.ELEMENTWISE,
+        int16=q_int16_elementwise.QMul16,
     ),
     declare(
         O.DIV,
@@ -55,6 +60,7 @@ OPS = (
         grad=r_elementwise.maximum,
         grad_differentiable=True,
         channels=Channels.ELEMENTWISE,
+        int16=q_int16.QMaximum16,
     ),
     declare(
         O.MINIMUM,
@@ -64,11 +70,30 @@ OPS = (
         grad=r_elementwise.minimum,
         grad_differentiable=True,
         channels=Channels.ELEMENTWISE,
+        int16=q_int16.QMinimum16,
     ),
     declare(O.POW, kernel=elementwise.Pow),
-    declare(O.EQUAL, kernel=elementwise.Equal, int8=q_extra.QEqual, int8_file_only=True),
-    declare(O.GREATER, kernel=elementwise.Greater, int8=q_extra.QGreater, int8_file_only=True),
-    declare(O.LESS, kernel=elementwise.Less, int8=q_extra.QLess, int8_file_only=True),
+    declare(
+        O.EQUAL,
+        kernel=elementwise.Equal,
+        int8=q_extra.QEqual,
+        int8_file_only=True,
+        int16=q_int16.QEqual16,
+    ),
+    declare(
+        O.GREATER,
+        kernel=elementwise.Greater,
+        int8=q_extra.QGreater,
+        int8_file_only=True,
+        int16=q_int16.QGreater16,
+    ),
+    declare(
+        O.LESS,
+        kernel=elementwise.Less,
+        int8=q_extra.QLess,
+        int8_file_only=True,
+        int16=q_int16.QLess16,
+    ),
     declare(O.FLOOR_DIV, kernel=elementwise.FloorDiv),
     declare(O.FLOOR_MOD, kernel=elementwise.FloorMod),
     declare(O.ATAN2, kernel=elementwise.Atan2),

@@ -8,6 +8,7 @@ from sporenet.lite.autodiff.rules import linear as r_linear
 from sporenet.lite.kernels import conv, conv_transpose, linear
 from sporenet.lite.kernels.quantized import conv as q_conv
 from sporenet.lite.kernels.quantized import conv_transpose as q_conv_transpose
+from sporenet.lite.kernels.quantized import int16_linear as q_int16_linear
 from sporenet.lite.kernels.quantized import linear as q_linear
 from sporenet.lite.kernels.training import conv_grad
 from sporenet.lite.ops import OpCode as O
@@ -24,6 +25,7 @@ OPS = (
         weights=(1, 2),
         quant=Quant(weight=(1, 0), bias=2),
         float16_widened=True,
+        int16=q_int16_linear.QFullyConnected16,
     ),
     declare(
         O.MATMUL,
@@ -34,6 +36,7 @@ OPS = (
         weights=(0, 1),
         quant=Quant(weight=(1, -1)),
         float16_widened=True,
+        int16=q_linear.QMatMul16,
     ),
     declare(
         O.CONV2D,
@@ -45,6 +48,7 @@ OPS = (
         weights=(1, 2),
         quant=Quant(weight=(1, 0), bias=2),
         float16_widened=True,
+        int16=q_int16_linear.QConv2D16,
     ),
     declare(
         O.CONV_TRANSPOSE2D,
@@ -58,6 +62,7 @@ OPS = (
         int8_file_only=True,
         grad=r_backward.conv2d_backprop_input,
         grad_differentiable=True,
+        int16=q_conv_transpose.QConv2DBackpropInput16,
     ),
     declare(
         O.CONV2D_BACKPROP_FILTER,

@@ -6,6 +6,7 @@ from sporenet.lite.autodiff.rules import backward as r_backward
 from sporenet.lite.autodiff.rules import normalization as r_norm
 from sporenet.lite.autodiff.rules import softmax as r_softmax
 from sporenet.lite.kernels import l2_norm, layer_norm, normalization, softmax
+from sporenet.lite.kernels.quantized import int16_softmax as q_int16_softmax
 from sporenet.lite.kernels.quantized import l2_norm as q_l2_norm
 from sporenet.lite.kernels.quantized import softmax as q_softmax
 from sporenet.lite.kernels.training import activation_grad, norm_grad
@@ -51,6 +52,7 @@ OPS = (
         grad=r_softmax.softmax,
         grad_differentiable=True,
         quant=Quant(fixed_output=(1.0 / 256, -128)),
+        int16=q_int16_softmax.QSoftmax16,
     ),
     declare(
         O.LOG_SOFTMAX,

@@ -5,6 +5,7 @@ from __future__ import annotations
 from sporenet.lite.autodiff.rules import backward as r_backward
 from sporenet.lite.autodiff.rules import pooling as r_pooling
 from sporenet.lite.kernels import argmax_pool, pooling
+from sporenet.lite.kernels.quantized import int16 as q_int16
 from sporenet.lite.kernels.quantized import pooling as q_pooling
 from sporenet.lite.kernels.training import pool_grad
 from sporenet.lite.ops import OpCode as O
@@ -18,6 +19,7 @@ OPS = (
         grad=r_pooling.max_pool2d,
         channels=Channels.PASS,
         quant=Quant(keeps_params=True),
+        int16=q_int16.QMaxPool2D16,
     ),
     declare(
         O.AVG_POOL2D,
@@ -26,6 +28,7 @@ OPS = (
         grad=r_pooling.avg_pool2d,
         grad_differentiable=True,
         channels=Channels.PASS,
+        int16=q_int16.QAvgPool2D16,
     ),
     declare(
         O.GLOBAL_AVG_POOL,

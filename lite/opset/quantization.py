@@ -5,6 +5,7 @@ from __future__ import annotations
 from sporenet.lite.autodiff.rules import fake_quant as r_fake_quant
 from sporenet.lite.kernels import dynamic_quantize, fake_quant
 from sporenet.lite.kernels.quantized import convert as q_convert
+from sporenet.lite.kernels.quantized import int16 as q_int16
 from sporenet.lite.ops import OpCode as O
 from sporenet.lite.opset.decl import declare
 
@@ -15,7 +16,11 @@ OPS = (
     # float (or float16) in: QUANTIZE, DEQUANTIZE; int8 in: DEQUANTIZE, REQUANTIZE
     declare(O.QUANTIZE, kernel=q_convert.Quantize),
     declare(
-        O.DEQUANTIZE, kernel=q_convert.Dequantize, int8=q_convert.Dequantize, raw_constants=True
+        O.DEQUANTIZE,
+        kernel=q_convert.Dequantize,
+        int8=q_convert.Dequantize,
+        raw_constants=True,
+        int16=q_convert.Dequantize,
     ),
-    declare(O.REQUANTIZE, int8=q_convert.Requantize),
+    declare(O.REQUANTIZE, int8=q_convert.Requantize, int16=q_int16.QRequantize16),
 )

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from sporenet.lite.autodiff.rules import recurrent as r_recurrent
-from sporenet.lite.kernels import recurrent
+from sporenet.lite.kernels import recurrent, sequence_lstm
 from sporenet.lite.kernels.training import recurrent_grad
 from sporenet.lite.ops import OpCode as O
 from sporenet.lite.opset.decl import declare
@@ -14,6 +14,8 @@ OPS = (
     declare(O.LSTM, kernel=recurrent.LSTM, weights=(1, 2, 3, 7), **_RNN),  # W, R, B, peepholes
     declare(O.GRU, kernel=recurrent.GRU, weights=(1, 2, 3), **_RNN),
     declare(O.RNN, kernel=recurrent.RNN, weights=(1, 2, 3), **_RNN),
+    # TFLite's LSTM step: CIFG, peepholes, layer norm, projection, clipping, reverse
+    declare(O.SEQUENCE_LSTM, kernel=sequence_lstm.SequenceLSTM),
     declare(O.LSTM_GRAD, kernel=recurrent_grad.LSTMGrad),
     declare(O.GRU_GRAD, kernel=recurrent_grad.GRUGrad),
     declare(O.RNN_GRAD, kernel=recurrent_grad.RNNGrad),

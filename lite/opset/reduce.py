@@ -5,6 +5,7 @@ from __future__ import annotations
 from sporenet.lite.autodiff.rules import backward as r_backward
 from sporenet.lite.autodiff.rules import transform as r_transform
 from sporenet.lite.kernels import reduce
+from sporenet.lite.kernels.quantized import int16 as q_int16
 from sporenet.lite.kernels.quantized import reduce as q_reduce
 from sporenet.lite.kernels.training import broadcast
 from sporenet.lite.ops import OpCode as O
@@ -18,6 +19,7 @@ OPS = (
         int8_file_only=True,
         grad=r_transform.reduce_mean,
         grad_differentiable=True,
+        int16=q_int16.QReduceMean16,
     ),
     declare(
         O.REDUCE_SUM,
@@ -26,9 +28,22 @@ OPS = (
         int8_file_only=True,
         grad=r_transform.reduce_sum,
         grad_differentiable=True,
+        int16=q_int16.QReduceSum16,
     ),
-    declare(O.REDUCE_MAX, kernel=reduce.ReduceMax, int8=q_reduce.QReduceMax, int8_file_only=True),
-    declare(O.REDUCE_MIN, kernel=reduce.ReduceMin, int8=q_reduce.QReduceMin, int8_file_only=True),
+    declare(
+        O.REDUCE_MAX,
+        kernel=reduce.ReduceMax,
+        int8=q_reduce.QReduceMax,
+        int8_file_only=True,
+        int16=q_int16.QReduceMax16,
+    ),
+    declare(
+        O.REDUCE_MIN,
+        kernel=reduce.ReduceMin,
+        int8=q_reduce.QReduceMin,
+        int8_file_only=True,
+        int16=q_int16.QReduceMin16,
+    ),
     declare(O.REDUCE_PROD, kernel=reduce.ReduceProd),
     declare(O.ARGMAX, kernel=reduce.ArgMax),
     declare(O.ARGMIN, kernel=reduce.ArgMin),

@@ -17,6 +17,7 @@ from sporenet.lite.kernels import (
     topk,
     transform,
 )
+from sporenet.lite.kernels.quantized import int16 as q_int16
 from sporenet.lite.kernels.quantized import resize as q_resize
 from sporenet.lite.kernels.quantized import shape as q_shape
 from sporenet.lite.ops import OpCode as O
@@ -34,6 +35,7 @@ OPS = (
         channels=Channels.PASS,
         quant=MOVES,
         raw_constants=True,
+        int16=q_shape.QIdentity,
     ),
     declare(
         O.RESHAPE,
@@ -42,6 +44,7 @@ OPS = (
         grad=r_reshape.reshape,
         grad_differentiable=True,
         quant=MOVES,
+        int16=q_shape.QReshape,
     ),
     declare(
         O.FLATTEN,
@@ -50,6 +53,7 @@ OPS = (
         grad=r_reshape.reshape,
         grad_differentiable=True,
         quant=MOVES,
+        int16=q_shape.QFlatten,
     ),
     declare(
         O.SQUEEZE,
@@ -58,6 +62,7 @@ OPS = (
         grad=r_transform.squeeze,
         grad_differentiable=True,
         quant=MOVES,
+        int16=q_shape.QSqueeze,
     ),
     declare(
         O.UNSQUEEZE,
@@ -66,6 +71,7 @@ OPS = (
         grad=r_transform.squeeze,
         grad_differentiable=True,
         quant=MOVES,
+        int16=q_shape.QUnsqueeze,
     ),
     declare(
         O.TRANSPOSE,
@@ -74,6 +80,7 @@ OPS = (
         grad=r_transform.transpose,
         grad_differentiable=True,
         quant=MOVES,
+        int16=q_shape.QTranspose,
     ),
     declare(
         O.CONCAT,
@@ -81,6 +88,7 @@ OPS = (
         int8=q_shape.QConcat,
         grad=r_transform.concat,
         grad_differentiable=True,
+        int16=q_int16.QConcat16,
     ),
     declare(
         O.SPLIT,
@@ -89,6 +97,7 @@ OPS = (
         grad=r_transform.split,
         grad_differentiable=True,
         quant=MOVES,
+        int16=q_shape.QSplit,
     ),
     declare(
         O.SLICE,
@@ -96,6 +105,7 @@ OPS = (
         int8=q_shape.QSlice,
         grad=r_transform.slice_,
         quant=MOVES,
+        int16=q_shape.QSlice,
     ),
     declare(
         O.GATHER,
@@ -103,6 +113,7 @@ OPS = (
         int8=q_shape.QGather,
         grad=r_transform.gather,
         quant=MOVES,
+        int16=q_shape.QGather,
     ),
     declare(O.CAST, kernel=transform.Cast, raw_constants=True),
     declare(
@@ -112,8 +123,11 @@ OPS = (
         int8_file_only=True,
         grad=r_transform.expand,
         grad_differentiable=True,
+        int16=q_shape.QExpand,
     ),
-    declare(O.TILE, kernel=transform.Tile, int8=q_shape.QTile, int8_file_only=True),
+    declare(
+        O.TILE, kernel=transform.Tile, int8=q_shape.QTile, int8_file_only=True, int16=q_shape.QTile
+    ),
     declare(O.SHAPE, kernel=transform.Shape, raw_constants=True),
     declare(O.WHERE, kernel=transform.Where, grad=r_transform.where, grad_differentiable=True),
     declare(
@@ -130,13 +144,27 @@ OPS = (
     ),
     declare(O.ONE_HOT, kernel=onehot.OneHot),
     declare(O.RANGE, kernel=ranges.Range),
-    declare(O.PAD, kernel=pad.Pad, int8=q_shape.QPad, grad=r_transform.pad, quant=MOVES),
-    declare(O.RESIZE, kernel=resize.Resize, int8=q_resize.QResize, int8_file_only=True),
+    declare(
+        O.PAD,
+        kernel=pad.Pad,
+        int8=q_shape.QPad,
+        grad=r_transform.pad,
+        quant=MOVES,
+        int16=q_shape.QPad,
+    ),
+    declare(
+        O.RESIZE,
+        kernel=resize.Resize,
+        int8=q_resize.QResize,
+        int8_file_only=True,
+        int16=q_int16.QResize16,
+    ),
     declare(
         O.GATHER_ND,
         kernel=gather_nd.GatherNd,
         int8=q_shape.QGatherNd,
         int8_file_only=True,
+        int16=q_shape.QGatherNd,
     ),
     declare(O.SCATTER_ND, kernel=scatter_nd.ScatterNd),
     declare(O.SCATTER_ND_UPDATE, kernel=scatter.ScatterNdUpdate),

@@ -86,11 +86,13 @@ OPS = (
         int8=optimizers.Assign,
         int8_file_only=True,
         writes=(0,),
+        int16=optimizers.Assign,
     ),
     declare(
         O.READ_VARIABLE,
         kernel=state.ReadVariable,
         int8=q_shape.QReadVariable,
         int8_file_only=True,
+        int16=q_shape.QReadVariable,
     ),
 )

@@ -6,6 +6,9 @@ from sporenet.lite.autodiff.rules import unary as r_unary
 from sporenet.lite.kernels import unary
 from sporenet.lite.kernels.quantized import activation as q_activation
 from sporenet.lite.kernels.quantized import elementwise_extra as q_extra
+from sporenet.lite.kernels.quantized import int16 as q_int16
+from sporenet.lite.kernels.quantized import int16_lut as q_int16_lut
+from sporenet.lite.kernels.quantized import int16_sigmoid as q_int16_sigmoid
 from sporenet.lite.kernels.quantized import lookup as q_lookup
 from sporenet.lite.ops import OpCode as O
 from sporenet.lite.opset.decl import Activation, Channels, Quant, declare
@@ -22,6 +25,7 @@ OPS = (
         grad_differentiable=True,
         activation=A.RELU,
         channels=PASS,
+        int16=q_int16.QRelu16,
     ),
     declare(
         O.RELU6,
@@ -31,6 +35,7 @@ OPS = (
         grad_differentiable=True,
         activation=A.RELU6,
         channels=PASS,
+        int16=q_int16.QRelu6_16,
     ),
     declare(
         O.CLIP,
@@ -49,6 +54,7 @@ OPS = (
         grad_differentiable=True,
         activation=A.LEAKY_RELU,
         channels=PASS,
+        int16=q_int16.QLeakyRelu16,
     ),
     declare(
         O.PRELU,
@@ -57,6 +63,7 @@ OPS = (
         int8_file_only=True,
         grad=r_unary.prelu,
         weights=(1,),
+        int16=q_int16.QPRelu16,
     ),
     declare(
         O.SIGMOID,
@@ -67,6 +74,7 @@ OPS = (
         activation=A.SIGMOID,
         channels=PASS,
         quant=Quant(fixed_output=(1.0 / 256, -128)),
+        int16=q_int16_sigmoid.QLogistic16,
     ),
     declare(
         O.TANH,
@@ -77,6 +85,7 @@ OPS = (
         activation=A.TANH,
         channels=PASS,
         quant=Quant(fixed_output=(1.0 / 128, 0)),
+        int16=q_int16_sigmoid.QTanh16,
     ),
     declare(
         O.HARD_SIGMOID,
@@ -113,6 +122,7 @@ OPS = (
         grad_differentiable=True,
         activation=A.GELU,
         channels=PASS,
+        int16=q_int16_lut.QGelu16,
     ),
     declare(
         O.ELU,
@@ -139,6 +149,7 @@ OPS = (
         int8_file_only=True,
         grad=r_unary.exp,
         grad_differentiable=True,
+        int16=q_int16_lut.QExp16,
     ),
     declare(
         O.LOG,
@@ -147,9 +158,16 @@ OPS = (
         int8_file_only=True,
         grad=r_unary.log,
         grad_differentiable=True,
+        int16=q_int16_lut.QLog16,
     ),
     declare(O.SQRT, kernel=unary.Sqrt, grad=r_unary.sqrt, grad_differentiable=True),
-    declare(O.RSQRT, kernel=unary.Rsqrt, int8=q_lookup.QRsqrt, int8_file_only=True),
+    declare(
+        O.RSQRT,
+        kernel=unary.Rsqrt,
+        int8=q_lookup.QRsqrt,
+        int8_file_only=True,
+        int16=q_int16_lut.QRsqrt16,
+    ),
     declare(
         O.NEG,
         kernel=unary.Neg,
@@ -157,6 +175,7 @@ OPS = (
         int8_file_only=True,
         grad=r_unary.neg,
         grad_differentiable=True,
+        int16=q_int16.QNeg16,
     ),
     declare(
         O.ABS,
@@ -165,6 +184,7 @@ OPS = (
         int8_file_only=True,
         grad=r_unary.abs_,
         grad_differentiable=True,
+        int16=q_int16.QAbs16,
     ),
     declare(
         O.RECIPROCAL,

@@ -1,9 +1,9 @@
 """The TFLite conformance suite under pytest: every generated case of a claimed op, run by
 LiteRT's reference kernels and by sporenet, must agree (tflite_suite.py says how).
 
-Known failures are strict xfails with their reasons (tflite_known.py); int16x8 cases are
-marked slow. Cases of ops `supported_tflite_ops()` does not claim are not collected: the
-report (tflite_report.py) counts them as unsupported.
+Known failures are strict xfails with their reasons (tflite_known.py). Cases of ops
+`supported_tflite_ops()` does not claim are not collected: the report (tflite_report.py)
+counts them as unsupported.
 """
 
 from __future__ import annotations

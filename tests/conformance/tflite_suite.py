@@ -62,6 +62,10 @@ class Outcome:
 # runs by default (and TensorFlow): the default CPU kernel judges them. Both replacements
 # do arithmetic that does not depend on the CPU (integer; float32 within RTOL).
 REFERENCE_DEPARTS: dict[tuple[str, Mode], str] = {
+    ("SUM", Mode.INT16): (
+        "the reference int16 SUM wraps around instead of saturating, as its int8 one "
+        "does; the default kernel, integer, saturates"
+    ),
     ("SUM", Mode.INT8): (
         "the reference int8 SUM neither saturates nor rounds negative sums (a sum of 300 "
         "wraps to -102; -3 gives -1, not 7); the default kernel, integer, does both"
@@ -260,10 +264,11 @@ class _Writer:
                 indices.append(wide)
                 self.quant.append(None)
             elif self.quantized:
-                scale, zero = _affine(value, self.act)
-                q = _quantize(value, scale, zero, self.act)
+                dtype = np.int8 if arg.role is Role.ALPHA else self.act
+                scale, zero = _affine(value, dtype)
+                q = _quantize(value, scale, zero, dtype)
                 indices.append(
-                    self.b.tensor(name, value.shape, self.act, data=q, quant=([scale], [zero], 0))
+                    self.b.tensor(name, value.shape, dtype, data=q, quant=([scale], [zero], 0))
                 )
                 self.quant.append((scale, zero))
             else:
@@ -289,7 +294,7 @@ class _Writer:
             if quantize_out:
                 fixed = self.spec.fixed_quant.get(self.mode)
                 if self.spec.op == "QUANTIZE":
-                    scale, zero = _affine(values, np.int8)
+                    scale, zero = _affine(values, self.act)
                 elif fixed is not None:
                     scale, zero = fixed
                 elif self.spec.same_quant and first is not None:

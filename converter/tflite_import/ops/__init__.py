@@ -185,11 +185,12 @@ HANDLERS: dict[str, Entry] = {
     "ASSIGN_VARIABLE": _e(variables.assign_variable, _O.ASSIGN),
     "CALL_ONCE": _e(variables.call_once),
     # recurrent layers over a whole sequence (their states are variables)
+    "LSTM": _e(recurrent.lstm, *_RECURRENT, _O.UNSQUEEZE, _O.SEQUENCE_LSTM),
     "UNIDIRECTIONAL_SEQUENCE_LSTM": _e(
-        recurrent.unidirectional_sequence_lstm, *_RECURRENT, _O.LSTM
+        recurrent.unidirectional_sequence_lstm, *_RECURRENT, _O.LSTM, _O.SEQUENCE_LSTM
     ),
     "BIDIRECTIONAL_SEQUENCE_LSTM": _e(
-        recurrent.bidirectional_sequence_lstm, *_RECURRENT, _O.LSTM, _O.CONCAT
+        recurrent.bidirectional_sequence_lstm, *_RECURRENT, _O.LSTM, _O.CONCAT, _O.SEQUENCE_LSTM
     ),
     "UNIDIRECTIONAL_SEQUENCE_RNN": _e(recurrent.unidirectional_sequence_rnn, *_RECURRENT, _O.RNN),
     # control flow: subgraphs of the same file (their operators are imported, and declare

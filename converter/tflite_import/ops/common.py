@@ -32,6 +32,9 @@ class Shared:
     called: set[int] = field(default_factory=set)  # init subgraphs already run
     depth: int = 0  # subgraph imports in progress (bounded: a hostile file may nest them)
     detached: int = 0  # IR subgraphs (IF branches, LOOP bodies) being imported
+    # per detached subgraph being imported, the variables threaded through it: key -> the
+    # IR tensor holding the variable's current value there
+    threads: list[dict[str, int]] = field(default_factory=list)
     # TFLite op type -> the IR ops its nodes used (filled when a caller asks, for tests)
     emitted: dict[str, set[OpCode]] | None = None
 

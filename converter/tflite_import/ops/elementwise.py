@@ -15,7 +15,16 @@ def binary(kind: OpCode) -> Handler:
         out = op.outputs[0]
         order = order_of(lc, op.inputs[:2], lc.rank(out))
         a, b = (lc.get_broadcast(i, order) for i in op.inputs[:2])
-        y = lc.emit(kind, [a, b], out=out, order=order, **fused_attrs(lc, out, op.options))
+        attrs = fused_attrs(lc, out, op.options)
+        if (
+            kind in (OpCode.ADD, OpCode.SUB)
+            and lc.quantized(out)
+            and lc.tensor(out).dtype == np.int16
+        ):
+            # TFLite's power-of-two int16 path, taken when the scales allow (true by default)
+            o = op.options
+            attrs["pot_scale_int16"] = 1 if o is None or o.PotScaleInt16() else 0
+        y = lc.emit(kind, [a, b], out=out, order=order, **attrs)
         lc.set(out, apply_fused(lc, y, op.options), order)
 
     return binary

@@ -34,8 +34,15 @@ def compare(kind: OpCode, *, negate: bool = False, or_equal: bool = False) -> Ha
 
     def compare(lc: LayoutContext, op: TfliteOperator) -> None:
         (a, b), order = _pair(lc, op)
-        y = lc.emit(kind, [a, b])
-        if or_equal:
+        raw16 = lc.quantized(op.inputs[0]) and lc.tensor(op.inputs[0]).dtype == np.int16
+        if or_equal and raw16:
+            # LiteRT orders int16 operands as stored but rescales them for EQUAL: a >= b
+            # is the negated opposite order, on the integers.
+            opposite = OpCode.LESS if kind == OpCode.GREATER else OpCode.GREATER
+            y = _not(lc, lc.emit(opposite, [a, b]))
+        else:
+            y = lc.emit(kind, [a, b])
+        if or_equal and not raw16:
             y = lc.emit(OpCode.MAXIMUM, [y, lc.emit(OpCode.EQUAL, [a, b])])
         if negate:
             y = _not(lc, y)
@@ -76,7 +83,19 @@ def select(lc: LayoutContext, op: TfliteOperator) -> None:
         return
     order = order_of(lc, [x, y, cond], rank)
     parts = [lc.get_broadcast(i, order) for i in (cond, x, y)]
+    if lc.quantized(out):
+        parts = [parts[0], *(_as_stored(lc, i) for i in parts[1:])]
     lc.set(out, lc.emit(OpCode.WHERE, parts, out=out, order=order), order)
+
+
+def _as_stored(lc: LayoutContext, ir: int) -> int:
+    """A quantized constant operand of a quantized SELECT as its stored integers: LiteRT
+    copies the integers whatever the parameters, and a constant without quantization is
+    not dequantized for the dtype-generic WHERE kernel."""
+    value = lc.ctx.value(ir)
+    if value is None or not lc.quantized_ir(ir):
+        return ir
+    return lc.ctx.constant(f"{lc.ctx.tensors[ir].name}/stored", value)
 
 
 # --------------------------------------------------------------------------- shapes

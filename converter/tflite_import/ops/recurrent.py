@@ -2,6 +2,11 @@
 existing recurrent kernels): UNIDIRECTIONAL_SEQUENCE_LSTM, BIDIRECTIONAL_SEQUENCE_LSTM and
 UNIDIRECTIONAL_SEQUENCE_RNN, float (int8 weights are widened at conversion).
 
+The variants the ONNX LSTM cannot express (coupled input and forget gates, a projection
+layer, layer normalization, cell or projection clipping) map onto the IR's SEQUENCE_LSTM
+instead, TFLite's own float LSTM step (lite/kernels/sequence_lstm.py), with the 24
+inputs as TFLite lists them.
+
 TFLite keeps the gates' weights as separate tensors (input, forget, cell, output); the IR
 stacks them in ONNX's order (input, output, forget, cell). The state inputs are TFLite
 variable tensors: the runs leave their final state there and the next invoke starts from
@@ -75,12 +80,6 @@ def _lstm_weights(lc: LayoutContext, op: TfliteOperator, base: int) -> dict[str,
     return out
 
 
-def _check_clips(lc: LayoutContext, o: object) -> None:
-    cell, proj = float(o.CellClip()), float(o.ProjClip())  # type: ignore[attr-defined]
-    if cell or proj:
-        raise lc.fail(f"cell_clip {cell} and proj_clip {proj} are not supported (only 0)")
-
-
 def _state(lc: LayoutContext, index: int, layout: int) -> tuple[int, int]:
     """A TFLite state tensor [batch, n] as (IR variable, its [1, batch, n] or [batch, 1, n]
     view for the IR layer)."""
@@ -146,11 +145,101 @@ def _lstm(
     return y, [(hv, y_h), (cv, y_c)]
 
 
+# TFLite ActivationFunctionType -> SEQUENCE_LSTM's activation
+_SEQUENCE_ACTIVATIONS = {
+    _ACT.NONE: "none",
+    _ACT.RELU: "relu",
+    _ACT.RELU6: "relu6",
+    _ACT.TANH: "tanh",
+}
+
+
+def _needs_sequence_lstm(op: TfliteOperator, o: object) -> bool:
+    """CIFG, a projection, layer norm or clipping: what the ONNX LSTM cannot express."""
+    clips = float(o.CellClip()) or float(o.ProjClip())  # type: ignore[attr-defined]
+    return bool(
+        clips
+        or not _present(op, 1)
+        or _present(op, 16)
+        or any(_present(op, k) for k in range(20, 24))
+    )
+
+
+def _sequence_lstm(
+    lc: LayoutContext, op: TfliteOperator, o: object, *, one_step: bool = False
+) -> None:
+    """UNIDIRECTIONAL_SEQUENCE_LSTM as the IR's SEQUENCE_LSTM (TFLite's own step); with
+    `one_step`, the LSTM builtin: one step of a [batch, input] input."""
+    x = lc.get(op.inputs[0])
+    if one_step:
+        x = lc.emit(OpCode.UNSQUEEZE, [x], axes=[0])  # a sequence of one, time first
+    inputs = [op.inputs[k] if _present(op, k) else -1 for k in range(1, 24)]
+    time_major = one_step or bool(o.TimeMajor())  # type: ignore[attr-defined]
+    y = _sequence_direction(lc, op, o, x, inputs, time_major=time_major, reverse=False)
+    lc.set(op.outputs[0], lc.emit(OpCode.SQUEEZE, [y], axes=[0]) if one_step else y)
+
+
+def _sequence_direction(
+    lc: LayoutContext,
+    op: TfliteOperator,
+    o: object,
+    x: int,
+    inputs: list[int],
+    *,
+    time_major: bool,
+    reverse: bool,
+) -> int:
+    """One SEQUENCE_LSTM over `x`: `inputs` are the TFLite tensors of its inputs 1..23
+    (-1 absent; 18 and 19 the state variables, written back after it); returns y."""
+    code = o.FusedActivationFunction()  # type: ignore[attr-defined]
+    if code not in _SEQUENCE_ACTIVATIONS:
+        raise lc.fail(f"activation {code} is not supported (NONE, RELU, RELU6 or TANH)")
+    name, ctx = f"{lc.tensor(op.outputs[0]).name}{'/bw' if reverse else ''}", lc.ctx
+    args: list[int] = [x]
+    states = []
+    for k, tensor in enumerate(inputs, start=1):
+        if k in (18, 19):
+            var = state_variable(lc, tensor)
+            states.append(var)
+            args.append(_read(lc, var))
+        elif tensor != -1:
+            args.append(ctx.constant(f"{name}/input{k}", _weight(lc, tensor, f"input {k}")))
+        else:
+            args.append(-1)
+    y, h, c = ctx.emit(
+        OpCode.SEQUENCE_LSTM,
+        args,
+        num_outputs=3,
+        activation=_SEQUENCE_ACTIVATIONS[code],
+        cell_clip=float(o.CellClip()),  # type: ignore[attr-defined]
+        proj_clip=float(o.ProjClip()),  # type: ignore[attr-defined]
+        time_major=int(time_major),
+        reverse=int(reverse),
+    )
+    for var, final in zip(states, (h, c), strict=True):
+        _assign(lc, var, final)
+    return y
+
+
+def lstm(lc: LayoutContext, op: TfliteOperator) -> None:
+    """The one-step LSTM builtin with the full kernel (TFLite's LSTM step on [batch,
+    input], states in variable inputs 18 and 19, one output)."""
+    o = op.options
+    if o is not None and o.KernelType() != tfl.LSTMKernelType.FULL:
+        raise lc.fail("the BASIC LSTM kernel (4 outputs, concatenated weights) is not supported")
+    if len(op.outputs) != 1 or len(op.inputs) < 20:
+        raise lc.fail(
+            f"an LSTM with {len(op.inputs)} inputs and {len(op.outputs)} outputs: the full "
+            "kernel takes 20 or 24 inputs (states as variables) and gives one output"
+        )
+    _sequence_lstm(lc, op, o, one_step=True)
+
+
 def unidirectional_sequence_lstm(lc: LayoutContext, op: TfliteOperator) -> None:
     o = op.options
-    _check_clips(lc, o)
-    if any(_present(op, k) for k in range(20, 24)):
-        raise lc.fail("layer-normalized LSTMs are not supported")
+    if _needs_sequence_lstm(op, o):
+        _sequence_lstm(lc, op, o)
+        return
     layout = 0 if o.TimeMajor() else 1
     act = _activation(lc, o.FusedActivationFunction())
     y, states = _lstm(
@@ -173,9 +262,14 @@ def bidirectional_sequence_lstm(lc: LayoutContext, op: TfliteOperator) -> None:
     # inputs: 0 x; 1-17 forward weights; 18-34 backward weights; 35-36 forward h, c;
     # 37-38 backward h, c; 39-47 auxiliary input and its weights (unsupported).
     o = op.options
-    _check_clips(lc, o)
     if any(_present(op, k) for k in range(39, 48)):
         raise lc.fail("auxiliary inputs are not supported")
+    backward = [op.inputs[k] if _present(op, k) else -1 for k in range(18, 35)]
+    clips = float(o.CellClip()) or float(o.ProjClip())
+    # CIFG (no input-gate weights) or a projection in either direction, or clipping
+    if clips or not _present(op, 1) or _present(op, 16) or backward[0] == -1 or backward[15] != -1:
+        _bidirectional_sequence(lc, op, o, backward)
+        return
     layout = 0 if o.TimeMajor() else 1
     act = _activation(lc, o.FusedActivationFunction())
     x = lc.get(op.inputs[0])
@@ -188,6 +282,31 @@ def bidirectional_sequence_lstm(lc: LayoutContext, op: TfliteOperator) -> None:
     for var, final in fw_states + bw_states:
         _assign(lc, var, final)
     if o.MergeOutputs():
+        lc.set(op.outputs[0], lc.emit(OpCode.CONCAT, [fw, bw], axis=2))
+    else:
+        lc.set(op.outputs[0], fw)
+        lc.set(op.outputs[1], bw)
+
+
+def _bidirectional_sequence(
+    lc: LayoutContext, op: TfliteOperator, o: object, backward: list[int]
+) -> None:
+    """BIDIRECTIONAL_SEQUENCE_LSTM's variants as two SEQUENCE_LSTMs, the backward one
+    running the sequence from its end (its outputs at their own time steps)."""
+    x, time_major = lc.get(op.inputs[0]), bool(o.TimeMajor())  # type: ignore[attr-defined]
+    forward = [op.inputs[k] if _present(op, k) else -1 for k in range(1, 18)]
+    fw_states, bw_states, norms = (
+        [op.inputs[35], op.inputs[36]],
+        [op.inputs[37], op.inputs[38]],
+        [-1] * 4,
+    )
+    fw = _sequence_direction(
+        lc, op, o, x, [*forward, *fw_states, *norms], time_major=time_major, reverse=False
+    )
+    bw = _sequence_direction(
+        lc, op, o, x, [*backward, *bw_states, *norms], time_major=time_major, reverse=True
+    )
+    if o.MergeOutputs():  # type: ignore[attr-defined]
         lc.set(op.outputs[0], lc.emit(OpCode.CONCAT, [fw, bw], axis=2))
     else:
         lc.set(op.outputs[0], fw)

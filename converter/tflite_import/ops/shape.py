@@ -337,7 +337,7 @@ def batch_matmul(lc: LayoutContext, op: TfliteOperator) -> None:
                 a = lc.emit(OpCode.TRANSPOSE, [a], perm=perm)
             else:
                 b = lc.emit(OpCode.TRANSPOSE, [b], perm=perm)
-    lc.set(op.outputs[0], lc.emit(OpCode.MATMUL, [a, b]))
+    lc.set(op.outputs[0], lc.emit(OpCode.MATMUL, [a, b], out=op.outputs[0]))
 
 
 def gather(lc: LayoutContext, op: TfliteOperator) -> None:

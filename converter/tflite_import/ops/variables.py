@@ -7,6 +7,12 @@ what was read, as in TFLite). The runtime gives such tensors writable storage th
 as long as the Interpreter, so values persist between invokes; `reset_all_variables`
 restores the initial values.
 
+Inside an IF branch or a WHILE body (an IR subgraph, planned on its own) a variable is a
+threaded value instead (control_flow.py): its current value enters the subgraph as an
+extra input (a loop-carried value for WHILE), READ_VARIABLE takes the value threaded so
+far, ASSIGN_VARIABLE replaces it, and the subgraph's last value leaves as an extra
+output that the enclosing graph assigns back, in the order TFLite runs them.
+
 CALL_ONCE runs its init subgraph on the first invoke, which in the models converters
 write assigns each variable a constant: that subgraph is evaluated here, at conversion,
 and its assignments become the variables' initial values (a value it cannot compute from
@@ -19,7 +25,7 @@ import numpy as np
 
 from sporenet.converter.tflite_import.layout import LayoutContext, identity, quantization
 from sporenet.converter.tflite_import.ops.common import Shared
-from sporenet.converter.tflite_import.reader import TfliteOperator
+from sporenet.converter.tflite_import.reader import TfliteOperator, TfliteTensor
 from sporenet.lite.graph import DYNAMIC, Node, Quantization
 from sporenet.lite.kernels.base import TensorSpec
 from sporenet.lite.ops import OpCode
@@ -35,33 +41,129 @@ def _shared(lc: LayoutContext) -> Shared:
     return shared
 
 
+def threaded(lc: LayoutContext) -> dict[str, int] | None:
+    """The variables threaded through the detached subgraph being imported, or None
+    (the main graph, or an init subgraph: the Interpreter's variables themselves)."""
+    shared = _shared(lc)
+    if shared.detached and not shared.initializing and shared.threads:
+        return shared.threads[-1]
+    return None
+
+
 def _key(lc: LayoutContext, resource: int) -> str:
-    if _shared(lc).detached and not _shared(lc).initializing:
-        # An IR subgraph is planned on its own, without the Interpreter's variables.
-        raise lc.fail("resource variables inside IF branches and WHILE bodies are not supported")
-    key = _shared(lc).handles.get((lc.graph.index, resource))
+    shared = _shared(lc)
+    key = shared.handles.get((lc.graph.index, resource))
     if key is None:
         raise lc.fail(f"input {lc.tensor(resource).name!r} is not a VAR_HANDLE output")
+    thread = threaded(lc)
+    if shared.detached and not shared.initializing and (thread is None or key not in thread):
+        raise lc.fail(
+            f"variable {key!r} is used in an IF branch or WHILE body without being threaded "
+            "through it (a handle without a shared name)"
+        )
     return key
 
 
-def var_handle(lc: LayoutContext, op: TfliteOperator) -> None:
+def handle_key(container: str, name: str) -> str | None:
+    """A named variable's key (its container and shared name), or None for a handle
+    without a name (a variable of its own, keyed by its operator)."""
+    return f"{container}/{name}" if name else None
+
+
+def _names(op: TfliteOperator) -> tuple[str, str]:
     o = op.options
     container = (o.Container() or b"").decode("utf-8", "replace") if o is not None else ""
     name = (o.SharedName() or b"").decode("utf-8", "replace") if o is not None else ""
-    # A handle without a name is a variable of its own (TFLite keys it by the op).
-    key = f"{container}/{name}" if name else f"{lc.where}/{lc.tensor(op.outputs[0]).name}"
+    return container, name
+
+
+def var_handle(lc: LayoutContext, op: TfliteOperator) -> None:
+    key = handle_key(*_names(op)) or f"{lc.where}/{lc.tensor(op.outputs[0]).name}"
     _shared(lc).handles[(lc.graph.index, op.outputs[0])] = key
     lc.held[op.outputs[0]] = (-1, ())  # a handle: no IR value
 
 
-def _variable(lc: LayoutContext, key: str, like: int) -> int:
+def subgraph_variables(
+    lc: LayoutContext, indices: list[int], passed: dict[int, str]
+) -> dict[str, TfliteTensor]:
+    """The named variables the TFLite subgraphs `indices` (and those they run) read or
+    assign, each with the first tensor read from or assigned to it there. `passed`: the
+    keys of the handles the subgraphs take as inputs, by position (handles they pass on
+    to their own IF and WHILE are followed too)."""
+    from sporenet.converter.tflite_import.reader import SUBGRAPH_FIELDS
+
+    found: dict[str, TfliteTensor] = {}
+    known: dict[int, dict[int, str]] = {}  # subgraph -> its handle tensors' keys
+    for index in indices:
+        inputs = lc.model.subgraphs[index].inputs
+        known[index] = {inputs[k]: key for k, key in passed.items() if k < len(inputs)}
+    order = list(indices)
+    for index in order:
+        graph = lc.model.subgraphs[index]
+        keys = known[index]
+        for op in graph.operators:
+            if op.op == "VAR_HANDLE":
+                key = handle_key(*_names(op))
+                if key is not None:
+                    keys[op.outputs[0]] = key
+                continue
+            operands = op.inputs[1:] if op.op == "IF" else op.inputs
+            for field in SUBGRAPH_FIELDS.get(op.op, ()):
+                target = int(getattr(op.options, field)())
+                if op.op == "CALL_ONCE" or not 0 <= target < len(lc.model.subgraphs):
+                    continue
+                targets = lc.model.subgraphs[target].inputs
+                given = {
+                    targets[k]: keys[t]
+                    for k, t in enumerate(operands)
+                    if t in keys and k < len(targets)
+                }
+                if target not in known:
+                    known[target] = given
+                    order.append(target)
+                else:
+                    known[target].update(given)
+            if op.op in ("READ_VARIABLE", "ASSIGN_VARIABLE") and op.inputs:
+                key = keys.get(op.inputs[0])
+                like = op.outputs[0] if op.op == "READ_VARIABLE" else op.inputs[-1]
+                if key is not None and key not in found and like != -1:
+                    found[key] = graph.tensors[like]
+    return found
+
+
+def current_value(lc: LayoutContext, key: str, like: TfliteTensor) -> int:
+    """The IR tensor holding variable `key`'s value at this point of the enclosing graph:
+    the value threaded so far, or a READ_VARIABLE of the variable."""
+    thread = threaded(lc)
+    if thread is not None:
+        if key not in thread:
+            raise lc.fail(f"variable {key!r} is not threaded through the enclosing subgraph")
+        return thread[key]
+    var = _variable(lc, key, like)
+    spec = lc.ctx.spec(var)
+    quant = lc.ctx.tensors[var].quantization
+    return lc.raw(OpCode.READ_VARIABLE, [var], spec.shape, spec.dtype, quant, {})
+
+
+def write_back(lc: LayoutContext, key: str, ir: int) -> None:
+    """Variable `key` takes the value `ir` a subgraph left it with."""
+    thread = threaded(lc)
+    if thread is not None:
+        thread[key] = ir
+        return
+    var = _shared(lc).variables[key]
+    lc.ctx.nodes.append(
+        Node(op=OpCode.ASSIGN, inputs=[var, ir], outputs=[], attrs={}, name=f"{lc.where}/assign")
+    )
+
+
+def _variable(lc: LayoutContext, key: str, like: int | TfliteTensor) -> int:
     """The IR tensor of variable `key`, created at its first use with its initial value
     (CALL_ONCE's, else zeros of `like`, the TFLite tensor first assigned to it)."""
     shared = _shared(lc)
     if key in shared.variables:
         return shared.variables[key]
-    t = lc.tensor(like)
+    t = lc.tensor(like) if isinstance(like, int) else like
     if t.dtype is None:
         raise lc.fail(f"variable {key!r} holds {t.type_name} values")
     # The stored values are read as they are (TFLite copies bytes), with the parameters
@@ -86,6 +188,11 @@ def _variable(lc: LayoutContext, key: str, like: int) -> int:
 def read_variable(lc: LayoutContext, op: TfliteOperator) -> None:
     key, out = _key(lc, op.inputs[0]), op.outputs[0]
     shared = _shared(lc)
+    thread = threaded(lc)
+    if thread is not None:  # the value threaded so far through this subgraph
+        _check_like(lc, key, thread[key], out, "reads")
+        lc.set(out, thread[key])
+        return
     if shared.initializing:  # within an init subgraph: the value assigned so far
         if key not in shared.initial:
             raise lc.fail(f"variable {key!r} is read before it is assigned")
@@ -109,6 +216,20 @@ def read_variable(lc: LayoutContext, op: TfliteOperator) -> None:
     lc.set(out, lc.raw(OpCode.READ_VARIABLE, [var], spec.shape, spec.dtype, quant, {}))
 
 
+def _check_like(lc: LayoutContext, key: str, current: int, tensor: int, verb: str) -> None:
+    """A threaded variable is read and assigned as it is: same dtype, shape, parameters."""
+    t, spec = lc.tensor(tensor), lc.ctx.spec(current)
+    if t.dtype != spec.dtype or tuple(t.shape) != tuple(spec.shape):
+        raise lc.fail(
+            f"{verb} {t.dtype}{list(t.shape)} from/to variable {key!r} of "
+            f"{spec.dtype}{list(spec.shape)}"
+        )
+    if not _same(
+        lc.ctx.tensors[current].quantization, quantization(t.quant, identity(len(t.shape)))
+    ):
+        raise lc.fail(f"{verb} variable {key!r} with other quantization parameters than it has")
+
+
 def _same(a: Quantization | None, b: Quantization | None) -> bool:
     if a is None or b is None:
         return a is b
@@ -124,6 +245,11 @@ def assign_variable(lc: LayoutContext, op: TfliteOperator) -> None:
     value = op.inputs[1]
     shared = _shared(lc)
     ir = lc.get(value)  # variables hold TFLite's axis order
+    thread = threaded(lc)
+    if thread is not None:
+        _check_like(lc, key, thread[key], value, "assigns")
+        thread[key] = ir
+        return
     if shared.initializing:
         data = lc.ctx.value(ir)
         if data is None:

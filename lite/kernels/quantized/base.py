@@ -9,6 +9,8 @@ their step runs, not once per layer.
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import numpy as np
 
 from sporenet.lite.graph import Quantization
@@ -18,6 +20,7 @@ from sporenet.lite.kernels.quantized.rounding import ROUNDING_MODES
 from sporenet.lite.opset.decl import CLAMPS
 
 QUANTIZED_DTYPES = (np.dtype(np.int8), np.dtype(np.uint8))
+INT16_DTYPES = (np.dtype(np.int16),)  # tfliteq: int16x8 activations
 
 
 def is_quantized(spec: TensorSpec | None) -> bool:
@@ -25,20 +28,30 @@ def is_quantized(spec: TensorSpec | None) -> bool:
     return spec is not None and spec.dtype in QUANTIZED_DTYPES and spec.quant is not None
 
 
+def is_int16_quantized(spec: TensorSpec | None) -> bool:
+    """An int16 tensor carrying quantization parameters: an int16x8 activation (TFLite's
+    16-bit activations with 8-bit weights), run by the int16 kernels."""
+    return spec is not None and spec.dtype in INT16_DTYPES and spec.quant is not None
+
+
 def per_tensor(quant: Quantization) -> bool:
     return quant.scale.size == 1
 
 
 class QuantizedKernel(Kernel):
-    """Base class of the int8/uint8 kernels."""
+    """Base class of the int8/uint8 (and int16x8) kernels."""
+
+    # The activation dtypes the kernel takes (int16 kernels set INT16_DTYPES).
+    accepts: ClassVar[tuple[np.dtype, ...]] = QUANTIZED_DTYPES
 
     # ---- quantization parameters
     def quantized_input(self, index: int) -> TensorSpec:
         spec = self.input(index)
-        if not is_quantized(spec):
+        if spec.dtype not in self.accepts or spec.quant is None:
             missing = " without quantization" if spec.quant is None else ""
+            names = "/".join(str(d) for d in self.accepts)
             raise self.fail(
-                f"input {index} must be an int8/uint8 tensor with quantization, "
+                f"input {index} must be an {names} tensor with quantization, "
                 f"got {spec.dtype}{missing}"
             )
         return spec
@@ -59,6 +72,21 @@ class QuantizedKernel(Kernel):
             )
         zp = int(q.zero_point.flat[0]) if q.zero_point.size else 0
         return float(q.scale.flat[0]), zp
+
+    def quantized_pair(self) -> tuple[TensorSpec, TensorSpec]:
+        """Inputs 0 and 1 of a binary op: quantized, of one dtype, per tensor."""
+        a, b = self.quantized_input(0), self.quantized_input(1)
+        if a.dtype != b.dtype:
+            raise self.fail(f"inputs must share a dtype, got {a.dtype} and {b.dtype}")
+        self.tensor_params(a, "input 0")
+        self.tensor_params(b, "input 1")
+        return a, b
+
+    def declared_output(self, dtype: np.dtype) -> tuple[Quantization, float, int]:
+        """The quantization the file declares on output 0, with its (scale, zero point)."""
+        oq = self.output_quant(dtype)
+        scale, zero = self.tensor_params(TensorSpec((), dtype, quant=oq), "the output")
+        return oq, scale, zero
 
     def output_quant(self, dtype: np.dtype, index: int = 0) -> Quantization:
         """The quantization the file declares on output `index` (required, per tensor)."""

@@ -71,14 +71,21 @@ def keep_float(w2: np.ndarray) -> np.ndarray | None:
     return w2.astype(np.float32) if w2.size * 4 <= KEEP_FLOAT_BYTES else None
 
 
-def bias_values(kernel: QuantizedKernel, index: int, out_channels: int) -> np.ndarray | None:
-    """A constant int32 bias (scale s_x * s_w, zero point 0) as int64, or None."""
+def bias_values(
+    kernel: QuantizedKernel,
+    index: int,
+    out_channels: int,
+    dtypes: tuple[np.dtype, ...] = (np.dtype(np.int32),),
+) -> np.ndarray | None:
+    """A constant integer bias (int32; int64 too for int16x8; scale s_x * s_w, zero point
+    0) as int64, or None."""
     spec = kernel.optional_input(index)
     if spec is None:
         return None
-    if spec.value is None or spec.dtype != np.int32:
+    if spec.value is None or spec.dtype not in dtypes:
+        names = " or ".join(str(d) for d in dtypes)
         raise kernel.fail(
-            f"bias must be a constant int32 tensor, got {spec.dtype}"
+            f"bias must be a constant {names} tensor, got {spec.dtype}"
             f"{'' if spec.value is not None else ' (not constant)'}"
         )
     if spec.shape != (out_channels,):

@@ -11,18 +11,26 @@ TransposeConv. The products are summed in float64, exact for any int8 layer.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import ClassVar
 
 import numpy as np
 
 from sporenet.lite.kernels.base import REQUIRED, Attrs, Compute, TensorSpec, required
-from sporenet.lite.kernels.quantized.base import QuantizedKernel
-from sporenet.lite.kernels.quantized.fixed_point import Requantizer
+from sporenet.lite.kernels.quantized.base import INT16_DTYPES, QuantizedKernel
+from sporenet.lite.kernels.quantized.fixed_point import Requantizer, WideRequantizer
 from sporenet.lite.ops import OpCode
 
 
 class QConv2DBackpropInput(QuantizedKernel):
     op = OpCode.CONV2D_BACKPROP_INPUT
     num_inputs = (2, 4)
+    bias_dtypes: ClassVar[tuple[np.dtype, ...]] = (np.dtype(np.int32),)
+
+    def requantizer(
+        self, reals: np.ndarray, zero_point: int, lo: int, hi: int
+    ) -> Requantizer | WideRequantizer:
+        """The output stage: TFLite's int32 MultiplyByQuantizedMultiplier."""
+        return Requantizer(reals, zero_point, lo, hi)
 
     def __init__(self, attrs: Attrs, inputs: Sequence[TensorSpec | None]) -> None:
         super().__init__(attrs, inputs)
@@ -48,12 +56,13 @@ class QConv2DBackpropInput(QuantizedKernel):
         so, zo = self.tensor_params(TensorSpec((), x.dtype, quant=oq), "the output")
         scales = np.broadcast_to(q.scale.astype(np.float64), (channels,))
         lo, hi = self.fused_clamp(so, zo, x.dtype)
-        self.requant = Requantizer((sx * scales / so).reshape(1, -1, 1, 1), zo, lo, hi)
+        self.requant = self.requantizer((sx * scales / so).reshape(1, -1, 1, 1), zo, lo, hi)
         bias = self.optional_input(3)
         self.bias = None
         if bias is not None:
-            if bias.value is None or bias.dtype != np.int32 or bias.size != channels:
-                raise self.fail(f"bias must be a constant int32 of {channels} values")
+            if bias.value is None or bias.dtype not in self.bias_dtypes or bias.size != channels:
+                names = " or ".join(str(d) for d in self.bias_dtypes)
+                raise self.fail(f"bias must be a constant {names} of {channels} values")
             self.bias = bias.value.astype(np.int64).reshape(1, -1, 1, 1)
         self.weights = w.value.astype(np.float64).reshape(w.shape[0], -1)
         self.output_specs = [self.out_spec(shape, x.dtype, oq)]
@@ -87,3 +96,17 @@ class QConv2DBackpropInput(QuantizedKernel):
             requant.apply(acc, out)
 
         return compute
+
+
+class QConv2DBackpropInput16(QConv2DBackpropInput):
+    """int16x8 TRANSPOSE_CONV: int16 input, int8 weights, int64 bias, TFLite's int64
+    requantization with the 16-bit reduced multiplier, as its convolutions."""
+
+    accepts = INT16_DTYPES
+    quantized_weights = frozenset({1})  # the int8 weights are read as stored
+    bias_dtypes = (np.dtype(np.int64), np.dtype(np.int32))
+
+    def requantizer(
+        self, reals: np.ndarray, zero_point: int, lo: int, hi: int
+    ) -> Requantizer | WideRequantizer:
+        return WideRequantizer(reals, zero_point, lo, hi, reduced=True)

@@ -1,5 +1,6 @@
-"""QUANTIZE (float -> int8/uint8), DEQUANTIZE (int8/uint8/float16 -> float32) and
-REQUANTIZE (int8/uint8 -> int8/uint8 with new parameters), as TFLite's reference kernels:
+"""QUANTIZE (float -> int8/uint8/int16), DEQUANTIZE (int8/uint8/int16/float16 -> float32)
+and REQUANTIZE (between int8/uint8/int16 with new parameters), as TFLite's reference
+kernels:
 
 - quantize: q = clamp(round(x / scale) + zero_point), the division in float32, ties
   rounded away from zero (to even with the node attribute rounding="onnx", as
@@ -23,7 +24,11 @@ from sporenet.lite.kernels.quantized.base import QUANTIZED_DTYPES, QuantizedKern
 from sporenet.lite.kernels.quantized.fixed_point import Requantizer
 from sporenet.lite.ops import OpCode
 
-_OUT_DTYPES = {"int8": np.dtype(np.int8), "uint8": np.dtype(np.uint8)}
+_OUT_DTYPES: dict[str, np.dtype] = {
+    "int8": np.dtype(np.int8),
+    "uint8": np.dtype(np.uint8),
+    "int16": np.dtype(np.int16),  # tfliteq: int16x8 activations
+}
 
 
 def output_dtype(kernel: QuantizedKernel, default: np.dtype) -> np.dtype | None:
@@ -75,7 +80,7 @@ class Quantize(QuantizedKernel):
             (x.shape, np.dtype(np.float32)),
             (x.shape, f64),
             (x.shape, f64),
-            (x.shape, np.dtype(np.int16)),
+            (x.shape, np.dtype(np.int32)),
         ]
 
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
@@ -116,12 +121,12 @@ class Dequantize(QuantizedKernel):
         super().__init__(attrs, inputs)
         x = self.input(0)
         self.scale = self.zp = None
-        if x.dtype in QUANTIZED_DTYPES or x.dtype == np.int32:
+        if x.dtype in QUANTIZED_DTYPES or x.dtype in (np.dtype(np.int16), np.dtype(np.int32)):
             if x.quant is None:
                 raise self.fail(f"a {x.dtype} input needs quantization parameters")
             self.scale, self.zp = broadcast_params(x.quant, x.rank)
         elif x.dtype.kind != "f":
-            raise self.fail(f"input must be int8, uint8, int32 or float, got {x.dtype}")
+            raise self.fail(f"input must be int8, uint8, int16, int32 or float, got {x.dtype}")
         self.output_specs = [TensorSpec(x.shape, np.dtype(np.float32))]
         if self.scale is not None:
             self.scratch_layout = [(x.shape, np.dtype(np.float64))]

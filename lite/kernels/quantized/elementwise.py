@@ -34,15 +34,12 @@ class _QBinary(QuantizedKernel):
 
     def __init__(self, attrs: Attrs, inputs: Sequence[TensorSpec | None]) -> None:
         super().__init__(attrs, inputs)
-        a, b = self.quantized_input(0), self.quantized_input(1)
-        if a.dtype != b.dtype:
-            raise self.fail(f"inputs must share a dtype, got {a.dtype} and {b.dtype}")
+        a, b = self.quantized_pair()
         shape = self.broadcast_shape(a, b)
         self.sa, za = self.tensor_params(a, "input 0")
         self.sb, zb = self.tensor_params(b, "input 1")
         self.za, self.zb = np.int64(za), np.int64(zb)
-        oq = self.output_quant(a.dtype)
-        self.so, zo = self.tensor_params(TensorSpec((), a.dtype, quant=oq), "the output")
+        oq, self.so, zo = self.declared_output(a.dtype)
         self.zo = zo
         self.clamp = self.fused_clamp(self.so, zo, a.dtype)
         self.output_specs = [self.out_spec(tuple(shape), a.dtype, oq)]

@@ -24,26 +24,33 @@ from sporenet.lite.kernels.quantized.fixed_point import Requantizer
 from sporenet.lite.ops import OpCode
 
 
-class _QExtreme(QuantizedKernel):
+class QStored(QuantizedKernel):
+    """A binary op whose quantized form is the dtype-generic kernel (`base`) run on the
+    stored integers, as LiteRT runs it (no rescaling)."""
+
     base: ClassVar[type[elementwise.BinaryKernel]]
     num_inputs = (2, 2)
 
     def __init__(self, attrs: Attrs, inputs: Sequence[TensorSpec | None]) -> None:
         super().__init__(attrs, inputs)
-        a = self.quantized_input(0)
-        self.tensor_params(a, "input 0")
-        b = self.quantized_input(1)
-        if b.dtype != a.dtype:
-            raise self.fail(f"input 1 must be {a.dtype} like input 0, got {b.dtype}")
-        self.tensor_params(b, "input 1")
-        oq = attrs.output_quant[0] if attrs.output_quant else self.quantization(a, "input 0")
-        self.tensor_params(TensorSpec((), a.dtype, quant=oq), "the output")
+        a, _ = self.quantized_pair()
         self.inner = self.base(Attrs(attrs.op, {}), inputs)
-        shape = self.inner.output_specs[0].shape
-        self.output_specs = [self.out_spec(shape, a.dtype, oq)]
+        self.output_specs = [self.stored_output(a, self.inner.output_specs[0])]
+
+    def stored_output(self, a: TensorSpec, spec: TensorSpec) -> TensorSpec:
+        """The output spec, from the inner kernel's (`spec`) and input 0's."""
+        return spec
 
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
         return self.inner.bind(inputs, outputs)
+
+
+class _QExtreme(QStored):
+    def stored_output(self, a: TensorSpec, spec: TensorSpec) -> TensorSpec:
+        oq = self.attrs.output_quant[0] if self.attrs.output_quant else None
+        oq = oq if oq is not None else self.quantization(a, "input 0")
+        self.tensor_params(TensorSpec((), a.dtype, quant=oq), "the output")
+        return self.out_spec(spec.shape, a.dtype, oq)
 
 
 class QMaximum(_QExtreme):
@@ -63,8 +70,7 @@ class QLeakyRelu(QuantizedKernel):
         super().__init__(attrs, inputs)
         x = self.quantized_input(0)
         sx, zx = self.tensor_params(x, "the input")
-        oq = self.output_quant(x.dtype)
-        so, zo = self.tensor_params(TensorSpec((), x.dtype, quant=oq), "the output")
+        oq, so, zo = self.declared_output(x.dtype)
         alpha = attrs.float("alpha", 0.01)
         if not alpha >= 0:
             raise self.fail(f"an int8 leaky relu needs alpha >= 0, got {alpha}")
@@ -99,9 +105,7 @@ class _QCompare(QuantizedKernel):
 
     def __init__(self, attrs: Attrs, inputs: Sequence[TensorSpec | None]) -> None:
         super().__init__(attrs, inputs)
-        a, b = self.quantized_input(0), self.quantized_input(1)
-        if a.dtype != b.dtype:
-            raise self.fail(f"operands must share a dtype, got {a.dtype} and {b.dtype}")
+        a, b = self.quantized_pair()
         self.scaled = []
         for spec, what in ((a, "input 0"), (b, "input 1")):
             scale, zero = self.tensor_params(spec, what)
@@ -156,10 +160,9 @@ class QSquaredDifference(QuantizedKernel):
 
     def __init__(self, attrs: Attrs, inputs: Sequence[TensorSpec | None]) -> None:
         super().__init__(attrs, inputs)
-        a, b = self.quantized_input(0), self.quantized_input(1)
+        a, b = self.quantized_pair()
         (sa, za), (sb, zb) = self.tensor_params(a, "input 0"), self.tensor_params(b, "input 1")
-        oq = self.output_quant(a.dtype)
-        so, zo = self.tensor_params(TensorSpec((), a.dtype, quant=oq), "the output")
+        oq, so, zo = self.declared_output(a.dtype)
         twice = 2 * max(sa, sb)
         wide = (-(1 << 40), 1 << 40)
         self.sides = [
@@ -216,8 +219,7 @@ class QPRelu(QuantizedKernel):
         if shape != tuple(x.shape):
             raise self.fail(f"alpha {list(alpha.shape)} must broadcast to {list(x.shape)}")
         self.alpha = alpha
-        oq = self.output_quant(x.dtype)
-        so, self.zo = self.tensor_params(TensorSpec((), x.dtype, quant=oq), "the output")
+        oq, so, self.zo = self.declared_output(x.dtype)
         wide = -(1 << 40), 1 << 40
         self.positive = Requantizer(sx / so, 0, *wide)
         self.negative = Requantizer(sx * sa / so, 0, *wide)

@@ -151,3 +151,55 @@ def activation_range(
             hi if cmax == np.inf else min(hi, q(cmax)),
         )
     return lo, hi  # not a clamp: the caller refuses it
+
+
+class WideRequantizer:
+    """out = clamp(zero_point + MultiplyByQuantizedMultiplier(acc, M, shift), lo, hi) for
+    int64 accumulators, as TFLite's int16x8 kernels compute it, with one rounding
+    (half up) at the end:
+
+    - `reduced` (Conv2D, depthwise): the Q31 multiplier rounded to 16 bits
+      (M16 = (M + 2^15) >> 16, or 2^15 - 1 near 2^31), out = (acc M16 + 2^(14 - shift))
+      >> (15 - shift); exact in int64 for accumulators below 2^47, as TFLite assumes;
+    - otherwise (FullyConnected): out = (acc M + 2^(30 - shift)) >> (31 - shift); the
+      product may pass 2^63, so it is formed in two halves of M (M = 2^16 Mh + Ml):
+      floor((acc Mh 2^16 + acc Ml + r) / 2^t) = (acc Mh + ((acc Ml + r) >> 16)) >> (t - 16),
+      exact for accumulators below 2^46.
+    """
+
+    def __init__(
+        self, real: np.ndarray | float, zero_point: int, lo: int, hi: int, *, reduced: bool
+    ) -> None:
+        m, shift = quantize_multipliers(np.asarray(real, np.float64))
+        if reduced:
+            m = np.where(m < 0x7FFF0000, (m + (1 << 15)) >> 16, 0x7FFF)
+            total = 15 - shift
+        else:
+            total = 31 - shift
+        if (total < 1).any():
+            raise OverflowError(f"rescaling multiplier {real!r} is too large for int16x8")
+        self.multiplier = m.astype(np.int64)
+        self.total = total.astype(np.int64)
+        self.round = np.left_shift(np.int64(1), self.total - 1)
+        self.split = not reduced and bool((total >= 16).all())
+        if not reduced and not self.split:
+            raise OverflowError(f"rescaling multiplier {real!r} is too large for int16x8")
+        self.high, self.low = self.multiplier >> 16, self.multiplier & 0xFFFF
+        self.zero_point, self.lo, self.hi = int(zero_point), int(lo), int(hi)
+
+    def apply(self, acc: np.ndarray, out: np.ndarray) -> None:
+        """Requantize the int64 `acc` (clobbered) into `out`."""
+        if self.split:
+            low = acc * self.low
+            low += self.round
+            low >>= 16
+            np.multiply(acc, self.high, out=acc)
+            acc += low
+            np.right_shift(acc, self.total - 16, out=acc)
+        else:
+            np.multiply(acc, self.multiplier, out=acc)
+            acc += self.round
+            np.right_shift(acc, self.total, out=acc)
+        acc += self.zero_point
+        np.clip(acc, self.lo, self.hi, out=acc)
+        np.copyto(out, acc, casting="unsafe")

@@ -12,9 +12,9 @@ import numpy as np
 
 from sporenet.lite.kernels.base import Attrs, Compute, TensorSpec
 from sporenet.lite.kernels.linear import matmul_shape
-from sporenet.lite.kernels.quantized.base import QuantizedKernel
+from sporenet.lite.kernels.quantized.base import INT16_DTYPES, QuantizedKernel
 from sporenet.lite.kernels.quantized.conv import bias_values, keep_float, shifted_weights
-from sporenet.lite.kernels.quantized.fixed_point import Requantizer
+from sporenet.lite.kernels.quantized.fixed_point import Requantizer, WideRequantizer
 from sporenet.lite.kernels.quantized.gemm import (
     exact_float_dtype,
     max_abs_shifted,
@@ -24,6 +24,18 @@ from sporenet.lite.kernels.quantized.gemm import (
 from sporenet.lite.kernels.quantized.output_stage import make_stage
 from sporenet.lite.kernels.quantized.rounding import OnnxRequantizer, onnx_multipliers
 from sporenet.lite.ops import OpCode
+
+
+def fully_connected_shape(kernel: QuantizedKernel, x: TensorSpec, w: TensorSpec) -> tuple[int, int]:
+    """(out, in) features of 2-D weights, checked against the input's last axis."""
+    if w.rank != 2:
+        raise kernel.fail(f"weights must be 2-D (out, in), got shape {list(w.shape)}")
+    o, k = w.shape
+    if x.rank < 1 or x.shape[-1] != k:
+        raise kernel.fail(
+            f"input shape {list(x.shape)} does not end in the weights' in_features {k}"
+        )
+    return o, k
 
 
 class QFullyConnected(QuantizedKernel):
@@ -37,13 +49,7 @@ class QFullyConnected(QuantizedKernel):
         super().__init__(attrs, inputs)
         x, w = self.quantized_input(0), self.input(1)
         sx, zx = self.tensor_params(x, "the input")
-        if w.rank != 2:
-            raise self.fail(f"weights must be 2-D (out, in), got shape {list(w.shape)}")
-        o, k = w.shape
-        if x.rank < 1 or x.shape[-1] != k:
-            raise self.fail(
-                f"input shape {list(x.shape)} does not end in the weights' in_features {k}"
-            )
+        o, k = fully_connected_shape(self, x, w)
         self.w, scales = shifted_weights(self, w, o)
         bias = bias_values(self, 2, o)
         x_max = max_abs_shifted(x.dtype, zx)
@@ -101,6 +107,12 @@ class QMatMul(QuantizedKernel):
     op = OpCode.MATMUL
     num_inputs = (2, 2)
 
+    def requantizer(
+        self, reals: np.ndarray | float, zero_point: int, lo: int, hi: int
+    ) -> Requantizer | WideRequantizer:
+        """The output stage: TFLite's int32 MultiplyByQuantizedMultiplier."""
+        return Requantizer(reals, zero_point, lo, hi)
+
     def __init__(self, attrs: Attrs, inputs: Sequence[TensorSpec | None]) -> None:
         super().__init__(attrs, inputs)
         a, b = self.quantized_input(0), self.quantized_input(1)
@@ -127,7 +139,7 @@ class QMatMul(QuantizedKernel):
         oq = self.output_quant(a.dtype)
         so, zo = self.tensor_params(TensorSpec((), a.dtype, quant=oq), "the output")
         lo, hi = self.fused_clamp(so, zo, a.dtype)
-        self.requant: Requantizer | OnnxRequantizer
+        self.requant: Requantizer | WideRequantizer | OnnxRequantizer
         if self.rounding == "onnx":
             self.requant = OnnxRequantizer(
                 onnx_multipliers(sa, bq.scale if bq.scale.size > 1 else bq.scale[0], so),
@@ -136,7 +148,7 @@ class QMatMul(QuantizedKernel):
                 hi,
             )
         else:
-            self.requant = Requantizer(
+            self.requant = self.requantizer(
                 sa * bq.scale.astype(np.float64) / so
                 if bq.scale.size > 1
                 else sa * float(bq.scale[0]) / so,
@@ -168,3 +180,15 @@ class QMatMul(QuantizedKernel):
             requant.apply(acc, out)
 
         return compute
+
+
+class QMatMul16(QMatMul):
+    """int16 BATCH_MATMUL (both operands int16): int64 sums, TFLite's int64
+    requantization with the 16-bit reduced multiplier."""
+
+    accepts = INT16_DTYPES
+
+    def requantizer(
+        self, reals: np.ndarray | float, zero_point: int, lo: int, hi: int
+    ) -> Requantizer | WideRequantizer:
+        return WideRequantizer(reals, zero_point, lo, hi, reduced=True)

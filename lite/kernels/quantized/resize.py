@@ -3,7 +3,7 @@ requires):
 
 - nearest: the float kernel's choice of source pixel, found once at bind by resizing a
   plane of pixel numbers, then a gather of the integers;
-- linear (int8): TFLite's reference integer bilinear resize: source coordinates in
+- linear (int8, int16): TFLite's reference integer bilinear resize: source coordinates in
   1/1024 pixel steps (scale_10 = round(1024 * in / out), or (in - 1) / (out - 1) with
   align_corners, less half a pixel with half_pixel_centers), the four neighbours
   weighted in 2^-20 and rounded half away from zero.
@@ -63,10 +63,11 @@ class QResize(QuantizedKernel):
         self.mode = self.inner.mode
         transform = self.inner.transform
         if self.mode == "linear":
-            if x.dtype != np.int8 or transform not in ("align_corners", "half_pixel", "asymmetric"):
+            integer = x.dtype in (np.dtype(np.int8), np.dtype(np.int16))
+            if not integer or transform not in ("align_corners", "half_pixel", "asymmetric"):
                 raise self.fail(
                     f"int8 bilinear resizing takes align_corners, half_pixel or asymmetric "
-                    f"coordinates on int8, got {transform!r} on {x.dtype}"
+                    f"coordinates on int8 or int16, got {transform!r} on {x.dtype}"
                 )
         elif self.mode != "nearest":
             raise self.fail(f"mode {self.mode!r} has no int8 form (nearest, linear)")

@@ -15,7 +15,12 @@ import numpy as np
 
 from sporenet.lite.kernels import gather_nd, pad, reshape, state, transform
 from sporenet.lite.kernels.base import Attrs, Compute, Kernel, TensorSpec
-from sporenet.lite.kernels.quantized.base import QuantizedKernel, dtype_range, is_quantized
+from sporenet.lite.kernels.quantized.base import (
+    QuantizedKernel,
+    dtype_range,
+    is_int16_quantized,
+    is_quantized,
+)
 from sporenet.lite.kernels.quantized.fixed_point import Requantizer, round_half_away
 from sporenet.lite.ops import OpCode
 
@@ -23,8 +28,8 @@ from sporenet.lite.ops import OpCode
 def _carry_quant(kernel: Kernel) -> None:
     """Give every output spec the first input's quantization."""
     x = kernel.input(0)
-    if not is_quantized(x):
-        raise kernel.fail(f"input 0 must be int8/uint8 with quantization, got {x.dtype}")
+    if not (is_quantized(x) or is_int16_quantized(x)):
+        raise kernel.fail(f"input 0 must be int8/uint8/int16 with quantization, got {x.dtype}")
     kernel.output_specs = [TensorSpec(s.shape, s.dtype, quant=x.quant) for s in kernel.output_specs]
 
 
