@@ -151,14 +151,36 @@ def char_lstm(seed: int, *, embed: int = 8, hidden: int = 64) -> bytes:
 
 WORKLOADS = {
     "fashion-mnist": Workload(
-        "fashion-mnist", "fashion-mnist", "dirichlet", 0.3, 1000, 100, 30, None, 10000,
-        0.02, 16, 3, fashion_model,
+        "fashion-mnist",
+        "fashion-mnist",
+        "dirichlet",
+        0.3,
+        1000,
+        100,
+        30,
+        None,
+        10000,
+        0.02,
+        16,
+        3,
+        fashion_model,
     ),
     "shakespeare": Workload(
-        "shakespeare", "shakespeare", "natural", 0.0, 100, 20, 20, 200, 4000,
-        1.0, 32, 4, char_lstm,
+        "shakespeare",
+        "shakespeare",
+        "natural",
+        0.0,
+        100,
+        20,
+        20,
+        200,
+        4000,
+        1.0,
+        32,
+        4,
+        char_lstm,
     ),
-}  # fmt: skip
+}
 QUICK = {
     "fashion-mnist": {"cohort": 50, "rounds": 15, "limit": 20000, "test_limit": 2000},
     "shakespeare": {
@@ -253,9 +275,11 @@ def run_fleet(
     model = ctx.workdir / f"{w.name}.spore"
     model.write_bytes(w.model(SEED))
     profile = FleetProfile(
-        partition=w.partition, alpha=w.alpha if w.alpha > 0 else 0.5, seed=SEED,
+        partition=w.partition,
+        alpha=w.alpha if w.alpha > 0 else 0.5,
+        seed=SEED,
         **(HETEROGENEOUS if heterogeneous else {"simulate_time": False}),
-    )  # fmt: skip
+    )
     if heterogeneous:
         cohort = Cohort.of(w.devices, w.cohort, profile.online_fraction)
         flags = [*cohort.flags(), *HETEROGENEOUS_SERVER]
@@ -266,16 +290,30 @@ def run_fleet(
     state = Path(tempfile.mkdtemp(prefix=f"{w.name}-{name}-", dir=ctx.workdir))
     log = state.with_suffix(".log")
     server = _common.start_server(
-        state, model, address=f"127.0.0.1:{_common.free_port()}", rounds=w.rounds,
-        min_clients=min_clients, log=log, extra=[*flags, *mode], env=_common.clean_env(),
-    )  # fmt: skip
+        state,
+        model,
+        address=f"127.0.0.1:{_common.free_port()}",
+        rounds=w.rounds,
+        min_clients=min_clients,
+        log=log,
+        extra=[*flags, *mode],
+        env=_common.clean_env(),
+    )
     address = json.loads((state / "server.json").read_text())["address"]
     try:
         report = simulate(
-            address, model.read_bytes(), devices=w.devices, rounds=w.rounds, profile=profile,
-            data=data, backend="processes", groups=2, head_only=False,
-            train_config=w.train_config(), timeout=7200,
-        )  # fmt: skip
+            address,
+            model.read_bytes(),
+            devices=w.devices,
+            rounds=w.rounds,
+            profile=profile,
+            data=data,
+            backend="processes",
+            groups=2,
+            head_only=False,
+            train_config=w.train_config(),
+            timeout=7200,
+        )
     finally:
         server.terminate()
         server.wait(60)
@@ -377,9 +415,13 @@ def run_flower(w: Workload, ctx: Context, name: str) -> Curve:
     env = {**_common.clean_env(), "PYTHONPATH": os.pathsep.join(paths)}
     env.pop("VIRTUAL_ENV", None)
     proc = subprocess.run(
-        [str(python), str(HERE), "--flower-child", spec], capture_output=True, text=True,
-        env=env, timeout=ctx.flower_timeout, check=False,
-    )  # fmt: skip
+        [str(python), str(HERE), "--flower-child", spec],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=ctx.flower_timeout,
+        check=False,
+    )
     if proc.returncode != 0 or not out.exists():
         tail = (proc.stdout + proc.stderr).strip().splitlines()[-5:]
         return Curve(name, error=f"Flower failed ({proc.returncode}): {tail}")
@@ -390,11 +432,45 @@ def run_flower(w: Workload, ctx: Context, name: str) -> Curve:
     return curve
 
 
+def recorded_fedavg(w: Workload, initial: list[np.ndarray]) -> Any:
+    """Flower's FedAvg over the workload's cohort, recording each round's time (fit start
+    to aggregate), updates and aggregated weights."""
+    import flwr as fl
+    from flwr.common import ndarrays_to_parameters, parameters_to_ndarrays
+
+    class Recorded(fl.server.strategy.FedAvg):  # type: ignore[misc]
+        def __init__(self) -> None:
+            super().__init__(
+                fraction_fit=w.cohort / w.devices,
+                fraction_evaluate=0.0,
+                min_fit_clients=w.cohort,
+                min_evaluate_clients=0,
+                min_available_clients=w.devices,
+                initial_parameters=ndarrays_to_parameters(initial),
+            )
+            self.start: dict[int, float] = {}
+            self.seconds: list[float] = []
+            self.updates: list[int] = []
+            self.weights: list[list[np.ndarray]] = []
+
+        def configure_fit(self, server_round, parameters, client_manager):  # type: ignore[no-untyped-def]
+            self.start[server_round] = time.time()
+            return super().configure_fit(server_round, parameters, client_manager)
+
+        def aggregate_fit(self, server_round, results, failures):  # type: ignore[no-untyped-def]
+            params, metrics = super().aggregate_fit(server_round, results, failures)
+            self.seconds.append(time.time() - self.start[server_round])
+            self.updates.append(len(results))
+            self.weights.append(parameters_to_ndarrays(params))
+            return params, metrics
+
+    return Recorded()
+
+
 def flower_child(spec: dict[str, Any]) -> None:
     """Flower's simulation engine on the workload (in the Flower venv)."""
     import flwr as fl
     import ray
-    from flwr.common import ndarrays_to_parameters, parameters_to_ndarrays
 
     from sporenet import lite
     from sporenet.android_demo.fleet.partition import PARTITIONS
@@ -424,31 +500,7 @@ def flower_child(spec: dict[str, Any]) -> None:
             new, n, metrics = learner.train(dict(zip(names, parameters, strict=True)), {})
             return [new[k] for k in names], n, metrics
 
-    class Recorded(fl.server.strategy.FedAvg):  # type: ignore[misc]
-        def __init__(self) -> None:
-            super().__init__(
-                fraction_fit=w.cohort / w.devices, fraction_evaluate=0.0,
-                min_fit_clients=w.cohort, min_evaluate_clients=0,
-                min_available_clients=w.devices,
-                initial_parameters=ndarrays_to_parameters([base.weights()[k] for k in names]),
-            )  # fmt: skip
-            self.start: dict[int, float] = {}
-            self.seconds: list[float] = []
-            self.updates: list[int] = []
-            self.weights: list[list[np.ndarray]] = []
-
-        def configure_fit(self, server_round, parameters, client_manager):  # type: ignore[no-untyped-def]
-            self.start[server_round] = time.time()
-            return super().configure_fit(server_round, parameters, client_manager)
-
-        def aggregate_fit(self, server_round, results, failures):  # type: ignore[no-untyped-def]
-            params, metrics = super().aggregate_fit(server_round, results, failures)
-            self.seconds.append(time.time() - self.start[server_round])
-            self.updates.append(len(results))
-            self.weights.append(parameters_to_ndarrays(params))
-            return params, metrics
-
-    strategy = Recorded()
+    strategy = recorded_fedavg(w, [base.weights()[k] for k in names])
     fl.simulation.start_simulation(
         client_fn=lambda cid: Device(int(cid)).to_client(),
         num_clients=w.devices,
@@ -456,10 +508,12 @@ def flower_child(spec: dict[str, Any]) -> None:
         strategy=strategy,
         client_resources={"num_cpus": 1},
         ray_init_args={
-            "include_dashboard": False, "num_cpus": 2, "_node_ip_address": "127.0.0.1",
+            "include_dashboard": False,
+            "num_cpus": 2,
+            "_node_ip_address": "127.0.0.1",
             "log_to_driver": False,
         },
-    )  # fmt: skip
+    )
     accs = [
         accuracy(base, dict(zip(names, ws, strict=True)), data.x_test, data.y_test)
         for ws in strategy.weights
@@ -467,11 +521,14 @@ def flower_child(spec: dict[str, Any]) -> None:
     Path(spec["out"]).write_text(
         json.dumps(
             {
-                "accuracy": accs, "seconds": strategy.seconds, "updates": strategy.updates,
-                "version": fl.__version__, "ray": ray.__version__,
+                "accuracy": accs,
+                "seconds": strategy.seconds,
+                "updates": strategy.updates,
+                "version": fl.__version__,
+                "ray": ray.__version__,
             }
         )
-    )  # fmt: skip
+    )
 
 
 # -- the lines -----------------------------------------------------------------------------
@@ -532,18 +589,30 @@ def server_cost(devices: int, ctx: Context, rounds: int = 3) -> dict[str, float]
     state = Path(tempfile.mkdtemp(prefix=f"cost-{devices}-", dir=ctx.workdir))
     flags = ["--min-available", str(devices), "--fraction", "1"]
     server = _common.start_server(
-        state, model, address=f"127.0.0.1:{_common.free_port()}", rounds=rounds,
-        min_clients=devices, log=state.with_suffix(".log"), extra=flags,
+        state,
+        model,
+        address=f"127.0.0.1:{_common.free_port()}",
+        rounds=rounds,
+        min_clients=devices,
+        log=state.with_suffix(".log"),
+        extra=flags,
         env=_common.clean_env(),
-    )  # fmt: skip
+    )
     address = json.loads((state / "server.json").read_text())["address"]
     try:
         before = _common.cpu_seconds(server.pid)
         report = simulate(
-            address, model.read_bytes(), devices=devices, rounds=rounds,
-            profile=FleetProfile(simulate_time=False, seed=SEED), data=data,
-            backend="processes", groups=2, train_config={"batch_size": 8}, timeout=3600,
-        )  # fmt: skip
+            address,
+            model.read_bytes(),
+            devices=devices,
+            rounds=rounds,
+            profile=FleetProfile(simulate_time=False, seed=SEED),
+            data=data,
+            backend="processes",
+            groups=2,
+            train_config={"batch_size": 8},
+            timeout=3600,
+        )
         cpu = _common.cpu_seconds(server.pid) - before
     finally:
         server.terminate()
@@ -553,9 +622,13 @@ def server_cost(devices: int, ctx: Context, rounds: int = 3) -> dict[str, float]
     floor_ms = grpc_floor.exchange_floor(devices, payload, rounds=rounds)
     per_update_ms = cpu / max(1, accepted) * 1000
     return {
-        "devices": devices, "accepted": accepted, "payload": payload,
-        "server_ms": per_update_ms, "floor_ms": floor_ms, "ratio": per_update_ms / floor_ms,
-    }  # fmt: skip
+        "devices": devices,
+        "accepted": accepted,
+        "payload": payload,
+        "server_ms": per_update_ms,
+        "floor_ms": floor_ms,
+        "ratio": per_update_ms / floor_ms,
+    }
 
 
 def _weights(path: Path) -> dict[str, np.ndarray]:
@@ -639,8 +712,15 @@ def write_plot(results: dict[str, dict[str, Curve]], path: Path) -> None:
         row[0].set_title(f"{name}: accuracy against wall time")
         row[1].set_title(f"{name}: accuracy against client updates")
         if missing:
-            row[1].text(0.01, 0.99, "\n".join(missing), transform=row[1].transAxes, fontsize=6,
-                        va="top", wrap=True)  # fmt: skip
+            row[1].text(
+                0.01,
+                0.99,
+                "\n".join(missing),
+                transform=row[1].transAxes,
+                fontsize=6,
+                va="top",
+                wrap=True,
+            )
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 
