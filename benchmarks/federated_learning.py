@@ -214,6 +214,7 @@ class Curve:
     unavailable: str | None = None
     error: str | None = None
     notes: list[str] = field(default_factory=list)
+    cohorts: list[list[int]] = field(default_factory=list)  # devices aggregated per round
 
     @property
     def final(self) -> float:
@@ -238,6 +239,9 @@ class Context:
     flower_venv: Path
     flower_timeout: float
     server_help: str = ""
+    # Per workload, the devices sporenet's matched run aggregated in each round: Flower
+    # replays them, so both train the same updates and differ only in the framework.
+    cohorts: dict[str, list[list[int]]] = field(default_factory=dict)
 
     def server_has(self, flag: str) -> bool:
         if not self.server_help:
@@ -322,6 +326,7 @@ def run_fleet(
     curve.points = _points(
         [r.accuracy for r in rounds], [r.seconds for r in rounds], [r.trained for r in rounds]
     )
+    curve.cohorts = [r.devices for r in rounds]
     curve.notes.append(f"initial accuracy {report.initial_accuracy:.4f}")
     dropped = sum(r.dropped_train + r.dropped_upload for r in rounds)
     if heterogeneous:
@@ -344,7 +349,10 @@ def sporenet_line(mode: list[str], *, heterogeneous: bool, needs: str | None = N
     def run(w: Workload, ctx: Context, name: str) -> Curve:
         if needs is not None and not ctx.server_has(needs):
             return Curve(name, unavailable=f"not available on this build (no {needs} flag)")
-        return run_fleet(w, ctx, mode=mode, heterogeneous=heterogeneous, name=name)
+        curve = run_fleet(w, ctx, mode=mode, heterogeneous=heterogeneous, name=name)
+        if not heterogeneous and not curve.error:
+            ctx.cohorts[w.name] = curve.cohorts
+        return curve
 
     return run
 
@@ -406,7 +414,8 @@ def run_flower(w: Workload, ctx: Context, name: str) -> Curve:
         return Curve(name, unavailable=f"the Flower venv could not be made: {exc}")
     out = ctx.workdir / f"flower-{w.name}.json"
     fields = {f.name: getattr(w, f.name) for f in dataclasses.fields(w) if f.name != "model"}
-    spec = json.dumps({"workload": fields, "out": str(out)})
+    cohorts = ctx.cohorts.get(w.name)
+    spec = json.dumps({"workload": fields, "out": str(out), "cohorts": cohorts})
     import sporenet
 
     # The child imports this very sporenet (an editable install is found through the
@@ -429,14 +438,20 @@ def run_flower(w: Workload, ctx: Context, name: str) -> Curve:
     curve = Curve(name, round_seconds=got["seconds"])
     curve.points = _points(got["accuracy"], got["seconds"], got["updates"])
     curve.notes.append(f"flwr {got['version']}, Ray {got['ray']}")
+    curve.notes.append(
+        "the cohorts sporenet's matched run aggregated, replayed"
+        if cohorts
+        else "Flower's own sampling (no sporenet cohorts to replay)"
+    )
     return curve
 
 
-def recorded_fedavg(w: Workload, initial: list[np.ndarray]) -> Any:
+def recorded_fedavg(w: Workload, initial: list[np.ndarray], cohorts: list[list[int]] | None) -> Any:
     """Flower's FedAvg over the workload's cohort, recording each round's time (fit start
-    to aggregate), updates and aggregated weights."""
+    to aggregate), updates and aggregated weights. With `cohorts`, round r trains the
+    devices cohorts[r - 1] instead of a sample of Flower's own."""
     import flwr as fl
-    from flwr.common import ndarrays_to_parameters, parameters_to_ndarrays
+    from flwr.common import FitIns, ndarrays_to_parameters, parameters_to_ndarrays
 
     class Recorded(fl.server.strategy.FedAvg):  # type: ignore[misc]
         def __init__(self) -> None:
@@ -447,6 +462,7 @@ def recorded_fedavg(w: Workload, initial: list[np.ndarray]) -> Any:
                 min_evaluate_clients=0,
                 min_available_clients=w.devices,
                 initial_parameters=ndarrays_to_parameters(initial),
+                on_fit_config_fn=lambda r: {"round": r},
             )
             self.start: dict[int, float] = {}
             self.seconds: list[float] = []
@@ -455,7 +471,13 @@ def recorded_fedavg(w: Workload, initial: list[np.ndarray]) -> Any:
 
         def configure_fit(self, server_round, parameters, client_manager):  # type: ignore[no-untyped-def]
             self.start[server_round] = time.time()
-            return super().configure_fit(server_round, parameters, client_manager)
+            if not cohorts or server_round > len(cohorts) or not cohorts[server_round - 1]:
+                return super().configure_fit(server_round, parameters, client_manager)
+            # The simulation's proxies are keyed by random node ids; the device (the
+            # partition client_fn is called with) is their partition_id.
+            clients = {c.partition_id: c for c in client_manager.all().values()}
+            fit = FitIns(parameters, {"round": server_round})
+            return [(clients[d], fit) for d in cohorts[server_round - 1]]
 
         def aggregate_fit(self, server_round, results, failures):  # type: ignore[no-untyped-def]
             params, metrics = super().aggregate_fit(server_round, results, failures)
@@ -473,6 +495,7 @@ def flower_child(spec: dict[str, Any]) -> None:
     import ray
 
     from sporenet import lite
+    from sporenet.android_demo.fleet.devices import batch_rng
     from sporenet.android_demo.fleet.partition import PARTITIONS
     from sporenet.android_demo.fleet.simulator import accuracy
     from sporenet.federated.client.lite_client import LiteLearner
@@ -496,11 +519,11 @@ def flower_child(spec: dict[str, Any]) -> None:
                 learners.append(LiteLearner(base, data.x[rows], data.y[rows], **w.train_config()))
             learner = learners[0]
             learner.x, learner.y = data.x[rows], data.y[rows]
-            learner.rng = np.random.default_rng([SEED, 2, self.cid])
+            learner.rng = batch_rng(SEED, self.cid, int(config["round"]))
             new, n, metrics = learner.train(dict(zip(names, parameters, strict=True)), {})
             return [new[k] for k in names], n, metrics
 
-    strategy = recorded_fedavg(w, [base.weights()[k] for k in names])
+    strategy = recorded_fedavg(w, [base.weights()[k] for k in names], spec["cohorts"])
     fl.simulation.start_simulation(
         client_fn=lambda cid: Device(int(cid)).to_client(),
         num_clients=w.devices,

@@ -54,6 +54,7 @@ class RoundStats:
     dropped_train: int
     dropped_upload: int
     bytes: int
+    devices: list[int] = field(default_factory=list)  # whose updates were sent, sorted
 
 
 @dataclass
@@ -273,5 +274,6 @@ def score_rounds(
                 dropped_train=sum(rec.dropped_train for rec in records),
                 dropped_upload=sum(rec.dropped_upload for rec in records),
                 bytes=sum(rec.bytes for rec in records),
+                devices=sorted(d for rec in records for d in rec.devices),
             )
         )
