@@ -105,11 +105,12 @@ class Workload:
     test_limit: int
     lr: float
     batch_size: int
+    epochs: int  # local epochs per round
     central_epochs: int
     model: Callable[[int], bytes]
 
     def train_config(self) -> dict[str, Any]:
-        return {"lr": self.lr, "epochs": 1, "batch_size": self.batch_size}
+        return {"lr": self.lr, "epochs": self.epochs, "batch_size": self.batch_size}
 
 
 def fashion_model(seed: int) -> bytes:
@@ -151,45 +152,41 @@ def char_lstm(seed: int, *, embed: int = 8, hidden: int = 64) -> bytes:
 
 WORKLOADS = {
     "fashion-mnist": Workload(
-        "fashion-mnist",
-        "fashion-mnist",
-        "dirichlet",
-        0.3,
-        1000,
-        100,
-        30,
-        None,
-        10000,
-        0.02,
-        16,
-        3,
-        fashion_model,
+        name="fashion-mnist",
+        dataset="fashion-mnist",
+        partition="dirichlet",
+        alpha=0.3,
+        devices=1000,
+        cohort=100,
+        rounds=30,
+        limit=None,
+        test_limit=10000,
+        lr=0.02,
+        batch_size=16,
+        epochs=1,
+        central_epochs=3,
+        model=fashion_model,
     ),
     "shakespeare": Workload(
-        "shakespeare",
-        "shakespeare",
-        "natural",
-        0.0,
-        100,
-        20,
-        20,
-        200,
-        4000,
-        1.0,
-        32,
-        4,
-        char_lstm,
+        name="shakespeare",
+        dataset="shakespeare",
+        partition="natural",
+        alpha=0.0,  # unused: the natural partition
+        devices=100,
+        cohort=20,
+        rounds=20,
+        limit=200,
+        test_limit=4000,
+        lr=1.0,
+        batch_size=16,
+        epochs=3,
+        central_epochs=6,
+        model=char_lstm,
     ),
 }
 QUICK = {
     "fashion-mnist": {"cohort": 50, "rounds": 15, "limit": 20000, "test_limit": 2000},
-    "shakespeare": {
-        "cohort": 20,
-        "rounds": 10,
-        "limit": 48,
-        "test_limit": 1000,
-        "central_epochs": 2,
-    },
+    "shakespeare": {"rounds": 12, "limit": 48, "test_limit": 1000, "central_epochs": 3},
 }
 
 
@@ -259,8 +256,11 @@ def load_data(w: Workload) -> Any:
     from sporenet.android_demo.fleet import data
 
     d = data.load(w.dataset, limit=w.limit)
+    rows = np.arange(len(d.y_test))
+    if w.partition == "natural" and d.test_owners is not None:  # the devices' own test text
+        rows = rows[d.test_owners < w.devices]
     rng = np.random.default_rng([SEED, 7])
-    keep = np.sort(rng.permutation(len(d.y_test))[: w.test_limit])
+    keep = np.sort(rng.permutation(rows)[: w.test_limit])
     return dataclasses.replace(d, x_test=d.x_test[keep], y_test=d.y_test[keep])
 
 

@@ -38,6 +38,7 @@ class FleetData:
     y_test: np.ndarray
     owners: np.ndarray | None = None  # owner index per training sample (natural partition)
     owner_names: list[str] = field(default_factory=list)
+    test_owners: np.ndarray | None = None  # owner index per test sample
 
     def __post_init__(self) -> None:
         if len(self.x) != len(self.y) or len(self.x_test) != len(self.y_test):
@@ -95,7 +96,7 @@ def load_shakespeare(path: str | None = None, limit: int | None = None) -> Fleet
     except CloudError as exc:
         raise AppError(str(exc)) from None
     per_role = limit if limit is not None else 1000
-    xs, ys, owners, tx, ty = [], [], [], [], []
+    xs, ys, owners, tx, ty, tested = [], [], [], [], [], []
     for k, client in enumerate(text.clients):
         x, y = client.train_examples(per_role)
         xs.append(x)
@@ -104,6 +105,7 @@ def load_shakespeare(path: str | None = None, limit: int | None = None) -> Fleet
         x, y = client.test_examples(max(1, per_role // 4))
         tx.append(x)
         ty.append(y)
+        tested.append(np.full(len(y), k, np.int64))
     return FleetData(
         "shakespeare",
         np.concatenate(xs).astype(np.float32),
@@ -112,6 +114,7 @@ def load_shakespeare(path: str | None = None, limit: int | None = None) -> Fleet
         np.concatenate(ty),
         owners=np.concatenate(owners),
         owner_names=[c.name for c in text.clients],
+        test_owners=np.concatenate(tested),
     )
 
 
