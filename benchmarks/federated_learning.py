@@ -758,6 +758,7 @@ def main() -> None:
     )
     p.add_argument("--quick", action="store_true", help="reduced sizes (see QUICK)")
     p.add_argument("--workloads", default=",".join(WORKLOADS))
+    p.add_argument("--rounds", type=int, help="rounds of every workload (default: its own)")
     p.add_argument("--lines", default=",".join(LINES))
     p.add_argument("--no-flower", action="store_true")
     p.add_argument("--flower-venv", type=Path, default=FLOWER_VENV)
@@ -800,6 +801,8 @@ def run_workloads(args: argparse.Namespace, ctx: Context) -> None:
     figures = []
     for name in args.workloads.split(","):
         w = sized(WORKLOADS[name], args.quick)
+        if args.rounds:
+            w = dataclasses.replace(w, rounds=args.rounds)
         curves = {}
         for key in keys:
             start = time.perf_counter()
