@@ -266,12 +266,14 @@ def flower_sim(model_path: str, devices: int, rounds: int, out: str) -> None:
 
     from sporenet import lite
     from sporenet.android_demo.fleet import partition
-    from sporenet.android_demo.fleet.simulator import head_parameters, load_digits
+    from sporenet.android_demo.fleet.data import load_digits
+    from sporenet.android_demo.fleet.simulator import head_parameters
     from sporenet.federated.client.lite_client import LiteLearner
 
     model = lite.load(model_path)
     names = sorted(model.weights())
-    x, y, _, _ = load_digits()
+    digits = load_digits()
+    x, y = digits.x, digits.y
     parts = partition.iid(len(y), devices, np.random.default_rng([0, 0]))
     trainable = head_parameters(model)
     learner: list[LiteLearner] = []  # one per Ray worker process, as sporenet's group

@@ -380,6 +380,25 @@ def _wait_listening(port: int, timeout: float = 30.0) -> None:
             time.sleep(0.05)
 
 
+def exchange_floor(
+    clients: int, payload: int, *, rounds: int = 3, design: str = "stream-longlived"
+) -> float:
+    """Server CPU ms per exchange of `payload` bytes each way, `clients` clients, on a bare
+    grpc.aio server (the floor under one accepted federated update)."""
+    port = free_port()
+    cmd = [sys.executable, __file__, "--serve", DESIGNS[design][0], str(port)]
+    server = subprocess.Popen([*cmd, "--model", str(payload)], env=clean_env())
+    try:
+        _wait_listening(port)
+        args = argparse.Namespace(
+            model=payload, rounds=rounds, chunk=64 << 10, concurrency=50, clients=clients
+        )
+        return asyncio.run(drive(f"127.0.0.1:{port}", design, args))["cpu_ms"]
+    finally:
+        server.kill()
+        server.wait()
+
+
 def main() -> None:
     p = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter

@@ -37,6 +37,7 @@ from sporenet.cloud.mode import get_mode, set_mode, using_mode
 from sporenet.cloud.module import Buffer, Module, Parameter, Sequential
 from sporenet.cloud.optimizers import SGD, Adam, AdamW, Optimizer
 from sporenet.cloud.parallel import DataParallel
+from sporenet.cloud.shakespeare import load_shakespeare
 from sporenet.cloud.tape import Tape, Var
 from sporenet.cloud.trace import trace
 from sporenet.cloud.transforms import (
@@ -92,6 +93,7 @@ __all__ = [
     "load_checkpoint",
     "load_digits",
     "load_fashion_mnist",
+    "load_shakespeare",
     "losses",
     "manual_seed",
     "mode",

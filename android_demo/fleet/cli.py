@@ -1,7 +1,8 @@
 """`sporenet-fleet`: simulate a fleet of devices against a sporenet-server.
 
     sporenet-fleet --model digits.spore --devices 100 --rounds 10 [--cohort N]
-                   [--server HOST:PORT] [--backend local|ray] [--ray-address ADDR]
+                   [--dataset digits|fashion-mnist|shakespeare] [--data-path P] [--limit N]
+                   [--server HOST:PORT] [--backend local|processes|ray] [--ray-address ADDR]
                    [--groups G] [--profile fleet.json] [--workers W] [--fresh-head]
                    [--plot fleet.png] [--json fleet.json] [--threads 1]
 
@@ -25,10 +26,12 @@ from pathlib import Path
 
 from sporenet import lite
 from sporenet.android_demo.errors import AppError
+from sporenet.android_demo.fleet import data as datasets
+from sporenet.android_demo.fleet.backends import BACKENDS
 from sporenet.android_demo.fleet.own_server import Cohort, OwnServer
 from sporenet.android_demo.fleet.plot import require_matplotlib, write_plot
 from sporenet.android_demo.fleet.profile import FleetProfile
-from sporenet.android_demo.fleet.simulator import BACKENDS, fresh_head, head_parameters, simulate
+from sporenet.android_demo.fleet.simulator import FleetReport, fresh_head, head_parameters, simulate
 from sporenet.android_demo.model import logits_output
 from sporenet.lite import LiteError
 from sporenet.lite.console import make_parser
@@ -64,9 +67,21 @@ def parser() -> argparse.ArgumentParser:
         help="re-initialize the model's head first, so the curve starts from chance "
         "(with a started server only)",
     )
-    p.add_argument("--backend", choices=BACKENDS, default="local")
+    p.add_argument(
+        "--dataset",
+        choices=sorted(datasets.DATASETS),
+        default="digits",
+        help="what the devices train on (the profile's partition splits it)",
+    )
+    p.add_argument("--data-path", help="where the dataset's files are (default: its loader's)")
+    p.add_argument("--limit", type=int, help="training samples kept (per role for shakespeare)")
+    p.add_argument("--backend", choices=sorted(BACKENDS), default="local")
     p.add_argument("--ray-address", help="an existing Ray cluster (default: start one here)")
-    p.add_argument("--groups", type=int, help="device groups (Ray actors); default 1 local, 2 ray")
+    p.add_argument(
+        "--groups",
+        type=int,
+        help="device groups (threads, processes or Ray actors); default 1 local, 2 otherwise",
+    )
     p.add_argument("--profile", type=Path, help="fleet profile JSON (see profile.py)")
     p.add_argument("--workers", type=int, default=1, help="threads training each group's devices")
     p.add_argument(
@@ -103,42 +118,19 @@ def main(argv: list[str] | None = None) -> int:
 def _main(args: argparse.Namespace) -> int:
     with ExitStack() as stack:
         try:
-            if args.plot is not None:
-                require_matplotlib()
-            if args.threads < 1:
-                raise AppError(f"--threads must be >= 1, got {args.threads}")
-            if args.server and (args.fresh_head or args.cohort):
-                raise AppError(
-                    "--fresh-head and --cohort apply to the server the simulator starts; "
-                    "leave out --server (or start your server with a fresh model and its "
-                    "--min-available/--fraction, see --help)"
-                )
+            _check(args)
             profile = FleetProfile.load(args.profile) if args.profile else FleetProfile()
             model = args.model.read_bytes()
             ir = lite.parse(model)  # a model the devices cannot train fails before any start
             logits_output(ir)
             if not args.all_weights:
                 head_parameters(ir)
+            data = datasets.load(args.dataset, args.data_path, args.limit)
             address = args.server
             if address is None:
-                work = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="fleet-")))
                 if args.fresh_head:
                     model = fresh_head(model, profile.seed)
-                (work / "model.spore").write_bytes(model)
-                cohort = Cohort.of(
-                    args.devices, args.cohort or args.devices, profile.online_fraction
-                )
-                server = stack.enter_context(
-                    OwnServer(
-                        work / "model.spore", work / "state", rounds=args.rounds, cohort=cohort
-                    )
-                )
-                address = server.address
-                say(
-                    f"started sporenet-server on {address}: a round starts with "
-                    f"{cohort.min_available} live devices, samples {cohort.fraction:.0%} of "
-                    f"them, aggregates once {cohort.min_clients} updates are in"
-                )
+                address = _own_server(stack, args, model, profile)
             stack.enter_context(BlasThreads().limit(args.threads))
             report = simulate(
                 address,
@@ -146,6 +138,7 @@ def _main(args: argparse.Namespace) -> int:
                 devices=args.devices,
                 rounds=args.rounds,
                 profile=profile,
+                data=data,
                 backend=args.backend,
                 groups=args.groups,
                 ray_address=args.ray_address,
@@ -158,6 +151,43 @@ def _main(args: argparse.Namespace) -> int:
         except (AppError, LiteError, OSError) as exc:
             print(f"sporenet-fleet: error: {exc}", file=sys.stderr)
             return 2
+    return _print_report(report, args)
+
+
+def _check(args: argparse.Namespace) -> None:
+    """Refuse flags that cannot work together before anything starts."""
+    if args.plot is not None:
+        require_matplotlib()
+    if args.threads < 1:
+        raise AppError(f"--threads must be >= 1, got {args.threads}")
+    if args.server and (args.fresh_head or args.cohort):
+        raise AppError(
+            "--fresh-head and --cohort apply to the server the simulator starts; "
+            "leave out --server (or start your server with a fresh model and its "
+            "--min-available/--fraction, see --help)"
+        )
+
+
+def _own_server(
+    stack: ExitStack, args: argparse.Namespace, model: bytes, profile: FleetProfile
+) -> str:
+    """Start a sporenet-server on loopback for this run (closed with `stack`): its address."""
+    work = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="fleet-")))
+    (work / "model.spore").write_bytes(model)
+    cohort = Cohort.of(args.devices, args.cohort or args.devices, profile.online_fraction)
+    server = stack.enter_context(
+        OwnServer(work / "model.spore", work / "state", rounds=args.rounds, cohort=cohort)
+    )
+    say(
+        f"started sporenet-server on {server.address}: a round starts with "
+        f"{cohort.min_available} live devices, samples {cohort.fraction:.0%} of "
+        f"them, aggregates once {cohort.min_clients} updates are in"
+    )
+    return server.address
+
+
+def _print_report(report: FleetReport, args: argparse.Namespace) -> int:
+    """Print the rounds, write the plot and JSON; the exit code (1: errors or rounds missing)."""
     print(
         f"{report.devices} devices, backend {report.backend}, {report.wall_seconds:.1f} s; "
         f"initial accuracy {report.initial_accuracy:.4f}"

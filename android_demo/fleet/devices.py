@@ -73,6 +73,11 @@ UPLOAD_TURNS = 16  # devices encoding and sending an update at once (each holds 
 DONE_GRACE_S = 10.0
 
 
+def batch_rng(seed: int, device: int, round: int) -> np.random.Generator:
+    """The random state a device's local training in `round` draws its batches from."""
+    return np.random.default_rng([seed, 3, device, round])
+
+
 class DeviceDropout(Exception):
     """A virtual device vanished in round `round` (raised while it serves a task)."""
 
@@ -90,6 +95,7 @@ class RoundRecord:
     dropped_train: int = 0
     dropped_upload: int = 0
     bytes: int = 0
+    devices: list[int] = field(default_factory=list)  # indices of the devices that uploaded
 
 
 @dataclass
@@ -158,7 +164,7 @@ class DeviceGroup:
             Device(first_index + k, rows, t, np.random.default_rng([seed, 2, first_index + k]))
             for k, (rows, t) in enumerate(zip(partitions, traits, strict=True))
         ]
-        self.simulate_time = simulate_time
+        self.simulate_time, self.seed = simulate_time, seed
         self.workers, self.upload_turns = workers, upload_turns
         self.poll_wait, self.rpc_timeout = poll_wait, rpc_timeout
         self.give_up_after, self.chunk_size = give_up_after, chunk_size
@@ -183,11 +189,13 @@ class DeviceGroup:
     def _train_on(
         self, device: Device, weights: Mapping[str, np.ndarray], config: dict[str, Any]
     ) -> tuple[dict[str, np.ndarray], int, dict[str, float], float]:
-        """Train on the device's partition: (new weights, samples, metrics, seconds)."""
+        """Train on the device's partition: (new weights, samples, metrics, seconds).
+        The batch order is drawn from (seed, device, round), so a peer replaying the
+        same cohorts (benchmarks/federated_learning.py) trains the very same updates."""
         learner = self._learner()
         learner.x, learner.y = self.x[device.rows], self.y[device.rows]
         learner.x_eval, learner.y_eval = learner.x, learner.y
-        learner.rng = device.rng
+        learner.rng = batch_rng(self.seed, device.index, int(config.get("round", 0)))
         start = time.perf_counter()
         new, samples, metrics = learner.train(weights, config)
         return new, samples, metrics, time.perf_counter() - start
@@ -247,6 +255,7 @@ class DeviceGroup:
                     f"device {device.index} dropped out before uploading round {rnd}", rnd
                 )
             record.trained += 1
+            record.devices.append(device.index)
             record.bytes += self.model_bytes + up
             async with self._upload_turns:
                 # The server hears from the device while it waits for a receiving slot;

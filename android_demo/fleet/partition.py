@@ -1,4 +1,6 @@
-"""Splitting a dataset over virtual devices: IID, or non-IID by a Dirichlet over labels.
+"""Splitting a dataset over virtual devices: IID, non-IID by a Dirichlet over labels, or
+natural (each device holds one owner's samples, e.g. one Shakespeare role), chosen by name
+from PARTITIONS.
 
 With a Dirichlet(alpha) split, each class's samples are dealt to the devices in
 proportions drawn from Dirichlet(alpha, ..., alpha): a small alpha (0.1) gives each
@@ -7,6 +9,8 @@ sample (taken from the largest partitions), so none is idle by construction.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import numpy as np
 
@@ -38,6 +42,26 @@ def dirichlet(
             donor = max(range(devices), key=lambda k: len(parts[k]))
             parts[d].append(parts[donor].pop())
     return [np.sort(np.array(p, np.int64)) for p in parts]
+
+
+def natural(owners: np.ndarray | None, devices: int) -> list[np.ndarray]:
+    """Sample indices per device: device k holds owner k's samples (the first `devices`
+    owners; a dataset without owners has no natural split)."""
+    if owners is None:
+        raise AppError("this dataset has no natural owners; use the iid or dirichlet partition")
+    found = int(owners.max()) + 1 if len(owners) else 0
+    if not 1 <= devices <= found:
+        raise AppError(f"the natural partition has {found} owners, {devices} devices asked")
+    return [np.flatnonzero(owners == k) for k in range(devices)]
+
+
+Partitioner = Callable[[np.ndarray, "np.ndarray | None", int, float, np.random.Generator], list]
+PARTITIONS: dict[str, Partitioner] = {
+    "iid": lambda labels, owners, devices, alpha, rng: iid(len(labels), devices, rng),
+    "dirichlet": lambda labels, owners, devices, alpha, rng: dirichlet(labels, devices, alpha, rng),
+    "natural": lambda labels, owners, devices, alpha, rng: natural(owners, devices),
+}
+"""(labels, owners, devices, alpha, rng) -> sample indices per device, by name."""
 
 
 def _check(n_samples: int, devices: int) -> None:

@@ -4,8 +4,8 @@ Read from a JSON file (`--profile FILE`); every field has a default, and unknown
 are refused by name. Per-device values are drawn once from the profile with its seed:
 
     {
-      "partition": "dirichlet",    "alpha": 0.1,        # or "iid"
-      "speed_sigma": 0.5,          # compute-time multiplier ~ lognormal(0, sigma), >= 1 slower
+      "partition": "dirichlet",    "alpha": 0.1,        # or "iid", "natural"
+      "speed_sigma": 0.7,          # compute-time multiplier, log-normal (see draw_traits)
       "bandwidth_mbps": 20.0,      "bandwidth_sigma": 0.5,   # per device, lognormal around it
       "latency_ms": 30.0,          # one way, per message exchange
       "online_fraction": 0.9,      # share of time a device is available
@@ -31,8 +31,11 @@ from typing import Any
 import numpy as np
 
 from sporenet.android_demo.errors import AppError
+from sporenet.android_demo.fleet.partition import PARTITIONS
 
-PARTITIONS = ("iid", "dirichlet")
+# The 95th percentile of a standard normal: speeds are log-normal relative to the fastest
+# 5%, so speed_sigma = ln(10) / (2 * Z95) = 0.7 spreads the 5th-95th percentile tenfold.
+Z95 = 1.6449
 
 
 @dataclass(frozen=True)
@@ -108,9 +111,13 @@ class DeviceTraits:
 
 
 def draw_traits(profile: FleetProfile, devices: int) -> list[DeviceTraits]:
-    """Per-device traits, reproducible from the profile's seed."""
+    """Per-device traits, reproducible from the profile's seed. A device's speed (its
+    compute-time multiplier, >= 1 because the host's own time is the fastest there is) is
+    log-normal, exp(sigma * (z + Z95)), with the fastest 5% at the host's speed: the
+    median device is exp(Z95 * sigma) slower, the 95th percentile exp(2 * Z95 * sigma)."""
     rng = np.random.default_rng([profile.seed, 1])
-    speed = np.exp(np.abs(rng.normal(0.0, profile.speed_sigma, devices)))
+    z = rng.normal(0.0, 1.0, devices)
+    speed = np.exp(profile.speed_sigma * np.maximum(0.0, z + Z95))
     bw = (
         profile.bandwidth_mbps * 1e6 / 8 * np.exp(rng.normal(0.0, profile.bandwidth_sigma, devices))
     )

