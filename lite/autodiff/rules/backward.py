@@ -129,7 +129,25 @@ def _second_derivative(ctx: GradContext, node: Node, name: Activation) -> int | 
         return mul(below, ctx.scale(ctx.op(O.EXP, [x]), alpha, x))
     if name == Activation.HARD_SWISH:  # f' = (2x + 3) / 6 on (-3, 3): f'' = 1/3 there
         return ctx.scale(_mask(ctx, x, -3.0, 3.0), 1.0 / 3.0, x)
-    return None  # piecewise linear: relu, relu6, clip, leaky_relu, hard_sigmoid, abs
+    if name in _PIECEWISE_LINEAR:
+        return None
+    raise UnsupportedOpError(
+        f"ACTIVATION_GRAD {node.name!r}: no second derivative of {name.value!r} "
+        "(lite/autodiff/rules/backward.py)"
+    )
+
+
+_PIECEWISE_LINEAR = frozenset(
+    {
+        Activation.NONE,
+        Activation.RELU,
+        Activation.RELU6,
+        Activation.CLIP,
+        Activation.LEAKY_RELU,
+        Activation.HARD_SIGMOID,
+        Activation.ABS,
+    }
+)
 
 
 def activation_grad(ctx: GradContext, node: Node, grads: list[int | None]) -> list[int | None]:
