@@ -192,8 +192,9 @@ def infer(
             for i in node.inputs:
                 if i in readers:
                     readers[i] -= 1
-                    if readers[i] == 0:
-                        pages.release(model.tensors[i].data)
+                    data = model.tensors[i].data
+                    if readers[i] == 0 and data is not None:
+                        pages.release(data)
             kernels.append(None)
             continue
         for i, spec in zip(node.outputs, kernel.output_specs, strict=False):

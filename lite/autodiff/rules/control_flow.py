@@ -211,7 +211,7 @@ def loop(ctx: GradContext, node: Node, grads: list[int | None]) -> list[int | No
     dvs = _filled(ctx, node, grads)
     scope = ctx.scope
     stacks = _states_loop(ctx, node, body, n)
-    gi = _backward_body(ctx, node, body, trips, select)
+    gi = _backward_body(ctx, node, body, trips, n, select)
 
     # 3. The backward loop over the stacked states.
     ctx.scope = scope
@@ -256,13 +256,14 @@ def _states_loop(ctx: GradContext, node: Node, body: Graph, n: int) -> list[int]
     return _typed(ctx, stacks, [*state, *node.outputs[n:], *state])[n + scanned :]
 
 
-def _backward_body(ctx: GradContext, node: Node, body: Graph, trips: int, select: list[int]) -> int:
+def _backward_body(
+    ctx: GradContext, node: Node, body: Graph, trips: int, n: int, select: list[int]
+) -> int:
     """2. The backward body (its graph index): step j differentiates iteration t = T-1-j
     at its inputs, carrying the carried values' gradients and summing the implicit
     inputs' (those at `select`)."""
     from sporenet.lite.autodiff.engine import append_vjp  # the engine imports the rules
 
-    n = int(node.attrs["num_carried"])
     state, implicit = node.inputs[2 : 2 + n], node.inputs[2 + n :]
     scope = ctx.scope
     ctx.scope = f"{scope}/backward"
