@@ -170,20 +170,7 @@ def infer(
     """
     check_supported(model, graph_index)
     graph = model.graphs[graph_index]
-    shapes = shapes or {}
-    variables = frozenset(variables)
-    specs: dict[int, TensorSpec] = {}
-    for i, t in enumerate(model.tensors):
-        if t.data is not None:
-            specs[i] = TensorSpec(
-                tuple(t.shape), t.dtype, None if i in variables else t.data, t.quantization
-            )
-    # Dynamic dimensions left unresolved take their probe sizes (a leading batch 1, as
-    # TFLite's default; lite/dims.py).
-    defaults = default_shapes(model, graph_index, family)
-    fed = values or {}
-    for i in graph.inputs:
-        specs[i] = _input_spec(model, i, shapes.get(i, defaults[i]), fed.get(i))
+    specs = _initial_specs(model, graph_index, shapes or {}, frozenset(variables), family, values)
     kernels: list[Kernel | None] = []
     folded: dict[int, np.ndarray] = {}
     dequantized: dict[int, np.ndarray] = {}
@@ -192,32 +179,9 @@ def infer(
     readers = Counter(i for n in graph.nodes for i in n.inputs if model.tensors[i].data is not None)
     readers.update(i for i in graph.outputs if model.tensors[i].data is not None)
     for j, node in enumerate(graph.nodes):
-        where = f"node {j} {node.name!r} ({node.op.name})"
-        in_specs = [specs[i] if i != -1 else None for i in node.inputs]
-        cls = kernel_class(node.op, in_specs[0] if in_specs else None, where)
-        swapped = (
-            {}
-            if cls is QUANTIZED_KERNELS.get(node.op)
-            else _weight_only(
-                node.op,
-                in_specs,
-                dequantized,
-                node.inputs,
-                cls.quantized_weights,
-            )
+        kernel, swapped = _prepare_node(
+            model, node, f"node {j} {node.name!r} ({node.op.name})", specs, dequantized
         )
-        kernel = prepare_kernel(
-            node.op,
-            node.attrs,
-            in_specs,
-            len(node.outputs),
-            where=where,
-            output_quant=[model.tensors[i].quantization for i in node.outputs],
-            output_dtypes=[model.tensors[i].dtype for i in node.outputs],
-            model=model,
-        )
-        for spec in kernel.output_specs:
-            _check_size(spec, where)
         # Folded as well: a node whose kernel knows its outputs from the input shapes alone
         # (Shape), so shape arithmetic on dynamic dimensions runs here, once per plan.
         outs = fold(kernel)
@@ -229,8 +193,9 @@ def infer(
             for i in node.inputs:
                 if i in readers:
                     readers[i] -= 1
-                    if readers[i] == 0:
-                        pages.release(model.tensors[i].data)  # type: ignore[arg-type]
+                    data = model.tensors[i].data
+                    if readers[i] == 0 and data is not None:
+                        pages.release(data)
             kernels.append(None)
             continue
         for i, spec in zip(node.outputs, kernel.output_specs, strict=False):
@@ -238,6 +203,60 @@ def infer(
         kernel.constant_inputs = swapped
         kernels.append(kernel)
     return specs, kernels, folded
+
+
+def _initial_specs(
+    model: Model,
+    graph_index: int,
+    shapes: dict[int, tuple[int, ...]],
+    variables: frozenset[int],
+    family: int,
+    values: dict[int, np.ndarray] | None,
+) -> dict[int, TensorSpec]:
+    """Specs of the stored constants (without a value for `variables`) and graph inputs."""
+    specs: dict[int, TensorSpec] = {}
+    for i, t in enumerate(model.tensors):
+        if t.data is not None:
+            specs[i] = TensorSpec(
+                tuple(t.shape), t.dtype, None if i in variables else t.data, t.quantization
+            )
+    # Dynamic dimensions left unresolved take their probe sizes (a leading batch 1, as
+    # TFLite's default; lite/dims.py).
+    defaults = default_shapes(model, graph_index, family)
+    fed = values or {}
+    for i in model.graphs[graph_index].inputs:
+        specs[i] = _input_spec(model, i, shapes.get(i, defaults[i]), fed.get(i))
+    return specs
+
+
+def _prepare_node(
+    model: Model,
+    node: Node,
+    where: str,
+    specs: dict[int, TensorSpec],
+    dequantized: dict[int, np.ndarray],
+) -> tuple[Kernel, dict[int, np.ndarray]]:
+    """The node's kernel prepared on its input specs, and the inputs dequantized for it."""
+    in_specs = [specs[i] if i != -1 else None for i in node.inputs]
+    cls = kernel_class(node.op, in_specs[0] if in_specs else None, where)
+    swapped = (
+        {}
+        if cls is QUANTIZED_KERNELS.get(node.op)
+        else _weight_only(node.op, in_specs, dequantized, node.inputs, cls.quantized_weights)
+    )
+    kernel = prepare_kernel(
+        node.op,
+        node.attrs,
+        in_specs,
+        len(node.outputs),
+        where=where,
+        output_quant=[model.tensors[i].quantization for i in node.outputs],
+        output_dtypes=[model.tensors[i].dtype for i in node.outputs],
+        model=model,
+    )
+    for spec in kernel.output_specs:
+        _check_size(spec, where)
+    return kernel, swapped
 
 
 class _Arena:
@@ -485,6 +504,28 @@ def _last_uses(
     return last_use
 
 
+def _output_arrays(
+    node: Node,
+    kernel: Kernel,
+    arena: _Arena,
+    blocks: dict[int, np.ndarray],
+    own: set[int],
+    channels_last: set[int],
+) -> list[np.ndarray]:
+    """Arrays for a kernel's outputs: blocks of the arena, or storage of their own for the
+    tensors in `own` (graph outputs, never read), an unused extra output and strings
+    (object references cannot live in a byte arena)."""
+    outs = []
+    for k, spec in enumerate(kernel.output_specs):
+        i = node.outputs[k] if k < len(node.outputs) else -1
+        if i in own or i == -1 or spec.dtype.hasobject:
+            outs.append(np.empty(spec.shape, spec.dtype))
+        else:
+            block = blocks[i] = arena.take(spec.size * spec.dtype.itemsize)
+            outs.append(_typed(block, spec, channels_last=i in channels_last))
+    return outs
+
+
 def plan_graph(
     model: Model,
     graph_index: int,
@@ -516,6 +557,7 @@ def plan_graph(
     for r, j in last_use.items():
         dying.setdefault(j, []).append(r)
     keep = outputs | set(variables) | set(graph.inputs)
+    keep_own = outputs | ({*specs} - set(last_use))  # tensors that get storage of their own
     computed = _ComputedWeights(model, nodes, kernels, arrays, specs, keep)
     unread = pages.noting_unread()
     noted = unread.__enter__()
@@ -531,20 +573,8 @@ def plan_graph(
             for i, v in zip(node.outputs, views, strict=False):
                 arrays[i] = v
         else:
-            outs = []
-            for k, spec in enumerate(kernel.output_specs):
-                i = node.outputs[k] if k < len(node.outputs) else -1
-                if i in outputs or i == -1 or i not in last_use or spec.dtype.hasobject:
-                    # Graph outputs and unused extra outputs get their own storage, and so
-                    # do string tensors (object references cannot live in a byte arena).
-                    arr = np.empty(spec.shape, spec.dtype)
-                else:
-                    block = arena.take(spec.size * spec.dtype.itemsize)
-                    blocks[i] = block
-                    arr = _typed(block, spec, channels_last=i in channels_last)
-                if i != -1:
-                    arrays[i] = arr
-                outs.append(arr)
+            outs = _output_arrays(node, kernel, arena, blocks, keep_own, channels_last)
+            arrays.update((i, a) for i, a in zip(node.outputs, outs, strict=False) if i != -1)
             with active(workspace):
                 step = kernel.bind(ins, outs)
             if step is not None:

@@ -25,7 +25,7 @@ __all__ = ["ACTIVATION_OPS", "CLAMPS", "FUSES_INTO", "fuse_activations", "unfuse
 
 FUSES_INTO: Set[OpCode] = derived_set(lambda d: bool(d.fuses))
 """Ops the pass may fuse an activation into (`OpDecl.fuses` names which)."""
-ACTIVATION_OPS: Mapping[Activation, OpCode] = DerivedMap(
+ACTIVATION_OPS: Mapping[str, OpCode] = DerivedMap(
     lambda: {d.activation: op for op, d in DECLARATIONS.items() if d.activation in FUSABLE}
 )
 """Fused activation -> the op computing it alone (`OpDecl.activation`)."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable, Mapping
 from dataclasses import replace
+from typing import Any
 
 import numpy as np
 
@@ -124,26 +125,7 @@ def make_training_model(
     train outputs: "loss" and "logits" (the chosen output). `trainable` names the tensors
     to train; the others stay frozen (see default_trainable for the default).
     """
-    if loss not in LOSSES:
-        raise ValueError(f"loss must be one of {list(LOSSES)}, got {loss!r}")
-    if not isinstance(optimizer, OptimizerConfig):
-        raise TypeError(f"optimizer must be an OptimizerConfig, got {type(optimizer).__name__}")
-    if not 0.0 <= label_smoothing <= 1.0:
-        raise ValueError(f"label_smoothing must be in [0, 1], got {label_smoothing}")
-    if label_smoothing and loss != "softmax_cross_entropy":
-        raise ValueError("label_smoothing applies to loss='softmax_cross_entropy' only")
-    if "train" in model.signatures:
-        raise ValueError("the model already has a 'train' signature")
-    infer = model.signature("infer")
-    if output not in infer.outputs:
-        raise ValueError(
-            f"output {output!r} is not an output of the infer signature; "
-            f"outputs are {sorted(infer.outputs)}"
-        )
-    for name in ("labels", "lr"):
-        if name in infer.inputs:
-            raise ValueError(f"the infer signature already has an input named {name!r}")
-
+    infer = _check_arguments(model, output, loss, optimizer, label_smoothing)
     m = Model(
         tensors=list(model.tensors),
         graphs=copy.deepcopy(model.graphs),
@@ -156,86 +138,9 @@ def make_training_model(
     if not model.signatures:
         m.signatures["infer"] = infer
     forward = m.graphs[infer.graph]
-    names = {t.name for t in m.tensors}
-
-    def new_tensor(
-        name: str, dtype: object, shape: tuple[int, ...], data: np.ndarray | None = None
-    ) -> int:
-        name = unique_name(name, names)
-        m.tensors.append(Tensor(name=name, dtype=np.dtype(dtype), shape=shape, data=data))
-        return len(m.tensors) - 1
-
-    # ---- which tensors to train
-    if trainable is None:
-        params = sorted(default_trainable(m, forward))
-    else:
-        by_name = {t.name: i for i, t in enumerate(m.tensors)}
-        unknown = sorted(set(trainable) - set(by_name))
-        if unknown:
-            raise InputError(
-                f"trainable names unknown tensors {unknown}; the model's "
-                f"trainable tensors are {trainable_names(m, forward)}"
-            )
-        params = sorted(by_name[n] for n in trainable)
-        bad = [
-            m.tensors[i].name
-            for i in params
-            if m.tensors[i].data is None or m.tensors[i].dtype.kind != "f"
-        ]
-        if bad:
-            raise InputError(
-                f"trainable tensors must be float constants (weights): {bad}; "
-                f"the model's trainable tensors are {trainable_names(m, forward)}"
-            )
-    if not params:
-        raise ValueError("nothing to train: the model has no float weights")
-    for i in params:  # the flag travels with the file, for on-device fine-tuning
-        m.tensors[i] = replace(m.tensors[i], trainable=True)
-
-    # ---- forward in training mode
-    nodes: list[Node] = []
-    for n in forward.nodes:
-        if n.op == OpCode.DROPOUT:
-            x = n.inputs[0]
-            mask = new_tensor(f"{n.name}/mask", m.tensors[x].dtype, m.tensors[x].shape)
-            # The step counter of the random masks: training state, saved in checkpoints.
-            step = new_tensor(f"{n.name}/rng_step", np.int64, (), np.zeros((), np.int64))
-            nodes.append(
-                Node(
-                    OpCode.DROPOUT,
-                    [x, step],
-                    [n.outputs[0], mask],
-                    {**n.attrs, "training": 1},
-                    n.version,
-                    n.name,
-                )
-            )
-        elif n.op == OpCode.BATCH_NORM and set(n.inputs[1:3]) & set(params):
-            # A BatchNorm whose scale and bias are frozen stays in inference form (frozen
-            # statistics too), as transfer learning wants for a frozen backbone.
-            x = n.inputs[0]
-            c = m.tensors[n.inputs[1]].shape
-            stats = [
-                new_tensor(f"{n.name}/{s}", m.tensors[x].dtype, c)
-                for s in ("batch_mean", "batch_invstd")
-            ]
-            attrs = {k: v for k, v in n.attrs.items() if k != "training_mode"}
-            nodes.append(
-                Node(
-                    OpCode.BATCH_NORM_TRAINING,
-                    list(n.inputs),
-                    [n.outputs[0], *stats],
-                    attrs,
-                    1,
-                    n.name,
-                )
-            )
-        elif n.attrs.get("activation", "none") in UNFUSED_OPS:
-            nodes.extend(_unfuse(m, n, new_tensor))
-        else:
-            nodes.append(
-                replace(n, inputs=list(n.inputs), outputs=list(n.outputs), attrs=dict(n.attrs))
-            )
+    new_tensor = _tensor_maker(m)
+    params = _trainable_params(m, forward, trainable)
+    nodes = _training_forward(m, forward, set(params), new_tensor)
 
     # ---- loss
     out = infer.outputs[output]
@@ -275,6 +180,116 @@ def make_training_model(
     m.metadata["train.lr"] = repr(float(optimizer.lr))  # Trainer.step's default rate
     validate(m)
     return m
+
+
+def _check_arguments(
+    model: Model, output: str, loss: str, optimizer: OptimizerConfig, label_smoothing: float
+) -> Signature:
+    """make_training_model's arguments checked; returns the infer signature."""
+    if loss not in LOSSES:
+        raise ValueError(f"loss must be one of {list(LOSSES)}, got {loss!r}")
+    if not isinstance(optimizer, OptimizerConfig):
+        raise TypeError(f"optimizer must be an OptimizerConfig, got {type(optimizer).__name__}")
+    if not 0.0 <= label_smoothing <= 1.0:
+        raise ValueError(f"label_smoothing must be in [0, 1], got {label_smoothing}")
+    if label_smoothing and loss != "softmax_cross_entropy":
+        raise ValueError("label_smoothing applies to loss='softmax_cross_entropy' only")
+    if "train" in model.signatures:
+        raise ValueError("the model already has a 'train' signature")
+    infer = model.signature("infer")
+    if output not in infer.outputs:
+        raise ValueError(
+            f"output {output!r} is not an output of the infer signature; "
+            f"outputs are {sorted(infer.outputs)}"
+        )
+    for name in ("labels", "lr"):
+        if name in infer.inputs:
+            raise ValueError(f"the infer signature already has an input named {name!r}")
+    return infer
+
+
+def _tensor_maker(m: Model) -> Callable[..., int]:
+    """new_tensor(name, dtype, shape, data=None): a tensor appended to m, named uniquely."""
+    names = {t.name for t in m.tensors}
+
+    def new_tensor(
+        name: str, dtype: Any, shape: tuple[int, ...], data: np.ndarray | None = None
+    ) -> int:
+        name = unique_name(name, names)
+        m.tensors.append(Tensor(name=name, dtype=np.dtype(dtype), shape=shape, data=data))
+        return len(m.tensors) - 1
+
+    return new_tensor
+
+
+def _trainable_params(m: Model, forward: Graph, trainable: set[str] | None) -> list[int]:
+    """The tensors to train, sorted, each flagged trainable (the flag travels with the
+    file, for on-device fine-tuning)."""
+    if trainable is None:
+        params = sorted(default_trainable(m, forward))
+    else:
+        by_name = {t.name: i for i, t in enumerate(m.tensors)}
+        unknown = sorted(set(trainable) - set(by_name))
+        if unknown:
+            raise InputError(
+                f"trainable names unknown tensors {unknown}; the model's "
+                f"trainable tensors are {trainable_names(m, forward)}"
+            )
+        params = sorted(by_name[n] for n in trainable)
+        bad = [
+            m.tensors[i].name
+            for i in params
+            if m.tensors[i].data is None or m.tensors[i].dtype.kind != "f"
+        ]
+        if bad:
+            raise InputError(
+                f"trainable tensors must be float constants (weights): {bad}; "
+                f"the model's trainable tensors are {trainable_names(m, forward)}"
+            )
+    if not params:
+        raise ValueError("nothing to train: the model has no float weights")
+    for i in params:
+        m.tensors[i] = replace(m.tensors[i], trainable=True)
+    return params
+
+
+def _training_forward(
+    m: Model, forward: Graph, params: set[int], new_tensor: Callable[..., int]
+) -> list[Node]:
+    """The forward nodes in training mode: Dropout drawing masks, BatchNorm with batch
+    statistics, and activations whose derivative needs their input split off."""
+    nodes: list[Node] = []
+    for n in forward.nodes:
+        if n.op == OpCode.DROPOUT:
+            x = n.inputs[0]
+            mask = new_tensor(f"{n.name}/mask", m.tensors[x].dtype, m.tensors[x].shape)
+            # The step counter of the random masks: training state, saved in checkpoints.
+            step = new_tensor(f"{n.name}/rng_step", np.int64, (), np.zeros((), np.int64))
+            attrs = {**n.attrs, "training": 1}
+            nodes.append(
+                Node(OpCode.DROPOUT, [x, step], [n.outputs[0], mask], attrs, n.version, n.name)
+            )
+        elif n.op == OpCode.BATCH_NORM and set(n.inputs[1:3]) & params:
+            # A BatchNorm whose scale and bias are frozen stays in inference form (frozen
+            # statistics too), as transfer learning wants for a frozen backbone.
+            x = n.inputs[0]
+            c = m.tensors[n.inputs[1]].shape
+            stats = [
+                new_tensor(f"{n.name}/{s}", m.tensors[x].dtype, c)
+                for s in ("batch_mean", "batch_invstd")
+            ]
+            attrs = {k: v for k, v in n.attrs.items() if k != "training_mode"}
+            outputs = [n.outputs[0], *stats]
+            nodes.append(
+                Node(OpCode.BATCH_NORM_TRAINING, list(n.inputs), outputs, attrs, 1, n.name)
+            )
+        elif n.attrs.get("activation", "none") in UNFUSED_OPS:
+            nodes.extend(_unfuse(m, n, new_tensor))
+        else:
+            nodes.append(
+                replace(n, inputs=list(n.inputs), outputs=list(n.outputs), attrs=dict(n.attrs))
+            )
+    return nodes
 
 
 def _update_node(

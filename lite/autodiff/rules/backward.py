@@ -12,12 +12,30 @@ from __future__ import annotations
 
 from sporenet.lite.autodiff.context import GradContext
 from sporenet.lite.autodiff.rules.conv import WINDOW_ATTRS
-from sporenet.lite.errors import UnsupportedOpError
+from sporenet.lite.errors import ShapeError, UnsupportedOpError
 from sporenet.lite.graph import Node
 from sporenet.lite.ops import OpCode
 from sporenet.lite.opset.decl import FROM_OUTPUT, Activation
 
 O = OpCode  # noqa: E741 - short, as in the declaration modules
+
+
+def _number(node: Node, key: str, default: float) -> float:
+    value = node.attrs.get(key, default)
+    if not isinstance(value, int | float):
+        raise ShapeError(f"{node.op.name} {node.name!r}: attribute {key!r} must be a number")
+    return value
+
+
+def _int(node: Node, key: str, default: int) -> int:
+    return int(_number(node, key, default))
+
+
+def _ints(node: Node, key: str) -> list[int]:
+    value = node.attrs.get(key, [])
+    if not isinstance(value, list | tuple) or not all(isinstance(v, int) for v in value):
+        raise ShapeError(f"{node.op.name} {node.name!r}: attribute {key!r} must list ints")
+    return [int(v) for v in value]
 
 
 def _batch_sum(ctx: GradContext, grad: int, like: int, out: int) -> int:
@@ -34,7 +52,7 @@ def matmul_transposed(ctx: GradContext, node: Node, grads: list[int | None]) -> 
     (u,) = grads
     if u is None:
         return [None, None]
-    ta, tb = int(node.attrs.get("transpose_a", 0)), int(node.attrs.get("transpose_b", 0))
+    ta, tb = _int(node, "transpose_a", 0), _int(node, "transpose_b", 0)
     out = node.outputs[0]
     da = db = None
     if ctx.needs(a):
@@ -73,9 +91,9 @@ def reduce_grad(ctx: GradContext, node: Node, grads: list[int | None]) -> list[i
         return [None, None]
     reduction = str(node.attrs.get("reduction", "sum"))
     op = O.REDUCE_MEAN if reduction == "mean" else O.REDUCE_SUM
-    keepdims = int(node.attrs.get("keepdims", 1))
+    keepdims = _int(node, "keepdims", 1)
     rank = ctx.rank(x)
-    axes = sorted({int(a) % rank for a in node.attrs.get("axes", [])}) or list(range(rank))
+    axes = sorted({a % rank for a in _ints(node, "axes")}) or list(range(rank))
     du = ctx.op(op, [u], axes=axes, keepdims=keepdims)
     shape = ctx.shape(x)
     reduced = [1 if k in axes else d for k, d in enumerate(shape)]
@@ -124,12 +142,30 @@ def _second_derivative(ctx: GradContext, node: Node, name: Activation) -> int | 
         phi = ctx.scale(ctx.op(O.EXP, [ctx.scale(x2, -0.5, x)]), 0.3989422804014327, x)
         return mul(phi, sub(ctx.scalar(2.0, x), x2))
     if name == Activation.ELU:  # alpha e^x for x < 0
-        alpha = float(node.attrs.get("alpha", 1.0))
+        alpha = float(_number(node, "alpha", 1.0))
         below = _mask(ctx, x, None, 0.0)
         return mul(below, ctx.scale(ctx.op(O.EXP, [x]), alpha, x))
     if name == Activation.HARD_SWISH:  # f' = (2x + 3) / 6 on (-3, 3): f'' = 1/3 there
         return ctx.scale(_mask(ctx, x, -3.0, 3.0), 1.0 / 3.0, x)
-    return None  # piecewise linear: relu, relu6, clip, leaky_relu, hard_sigmoid, abs
+    if name in _PIECEWISE_LINEAR:
+        return None
+    raise UnsupportedOpError(
+        f"ACTIVATION_GRAD {node.name!r}: no second derivative of {name.value!r} "
+        "(lite/autodiff/rules/backward.py)"
+    )
+
+
+_PIECEWISE_LINEAR = frozenset(
+    {
+        Activation.NONE,
+        Activation.RELU,
+        Activation.RELU6,
+        Activation.CLIP,
+        Activation.LEAKY_RELU,
+        Activation.HARD_SIGMOID,
+        Activation.ABS,
+    }
+)
 
 
 def activation_grad(ctx: GradContext, node: Node, grads: list[int | None]) -> list[int | None]:
@@ -156,11 +192,11 @@ def softmax_grad(ctx: GradContext, node: Node, grads: list[int | None]) -> list[
     (u,) = grads
     if u is None:
         return [None, None]
-    axis = int(node.attrs.get("axis", -1))
+    axis = _int(node, "axis", -1)
     total = lambda t: ctx.op(O.REDUCE_SUM, [t], axes=[axis], keepdims=1)  # noqa: E731
     mul, sub = (lambda a, b: ctx.op(O.MUL, [a, b])), (lambda a, b: ctx.op(O.SUB, [a, b]))
     dg = dy = None
-    if int(node.attrs.get("log", 0)):
+    if _int(node, "log", 0):
         p = ctx.op(O.EXP, [y])
         if ctx.needs(g):
             dg = sub(u, total(mul(u, p)))

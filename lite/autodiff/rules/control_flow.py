@@ -201,11 +201,8 @@ def _trip_count(ctx: GradContext, node: Node) -> int:
 
 
 def loop(ctx: GradContext, node: Node, grads: list[int | None]) -> list[int | None]:
-    from sporenet.lite.autodiff.engine import append_vjp  # the engine imports the rules
-
     trips = _trip_count(ctx, node)
     n = int(node.attrs["num_carried"])
-    scanned = len(node.outputs) - n  # scan outputs: one value per iteration, stacked
     state, implicit = node.inputs[2 : 2 + n], node.inputs[2 + n :]
     body_index = int(node.attrs["body"])
     body = ctx.model.graphs[body_index]
@@ -213,9 +210,32 @@ def loop(ctx: GradContext, node: Node, grads: list[int | None]) -> list[int | No
     select = [k for k, i in enumerate(implicit) if _is_float(ctx, i) and ctx.needs(i)]
     dvs = _filled(ctx, node, grads)
     scope = ctx.scope
+    stacks = _states_loop(ctx, node, body, n)
+    gi = _backward_body(ctx, node, body, trips, n, select)
 
-    # 1. The carried values entering each iteration, stacked: the body again, with its
-    # carried inputs as scan outputs.
+    # 3. The backward loop over the stacked states.
+    ctx.scope = scope
+    zeros = [ctx.op(OpCode.MUL, [implicit[k], ctx.scalar(0.0, implicit[k])]) for k in select]
+    outs = ctx.op_multi(
+        OpCode.LOOP,
+        [node.inputs[0], -1, *dvs[:n], *zeros, *stacks, *dvs[n:], *implicit],
+        n + len(select),
+        body=gi,
+        num_carried=n + len(select),
+    )
+    _typed(ctx, outs, [*state, *(implicit[k] for k in select)])
+    result: list[int | None] = [None, None, *outs[:n], *([None] * len(implicit))]
+    for k, g in zip(select, outs[n:], strict=True):
+        result[2 + n + k] = g
+    return result
+
+
+def _states_loop(ctx: GradContext, node: Node, body: Graph, n: int) -> list[int]:
+    """1. The carried values entering each iteration, stacked: the body again, with its
+    carried inputs as scan outputs."""
+    scope = ctx.scope
+    scanned = len(node.outputs) - n  # scan outputs: one value per iteration, stacked
+    state = node.inputs[2 : 2 + n]
     ctx.scope = f"{scope}/states"
     ins = [_like(ctx, i, "in") for i in body.inputs]
     states = Graph(name=ctx.scope, inputs=list(ins), outputs=[], nodes=[])
@@ -233,9 +253,19 @@ def loop(ctx: GradContext, node: Node, grads: list[int | None]) -> list[int | No
         body=ctx.model.graphs.index(states),
         num_carried=n,
     )
-    stacks = _typed(ctx, stacks, [*state, *node.outputs[n:], *state])[n + scanned :]
+    return _typed(ctx, stacks, [*state, *node.outputs[n:], *state])[n + scanned :]
 
-    # 2. The backward body: step j differentiates iteration t = T-1-j at its inputs.
+
+def _backward_body(
+    ctx: GradContext, node: Node, body: Graph, trips: int, n: int, select: list[int]
+) -> int:
+    """2. The backward body (its graph index): step j differentiates iteration t = T-1-j
+    at its inputs, carrying the carried values' gradients and summing the implicit
+    inputs' (those at `select`)."""
+    from sporenet.lite.autodiff.engine import append_vjp  # the engine imports the rules
+
+    state, implicit = node.inputs[2 : 2 + n], node.inputs[2 + n :]
+    scope = ctx.scope
     ctx.scope = f"{scope}/backward"
     j = ctx.tensor("j", np.int64)
     keep = ctx.tensor("keep", np.bool_)
@@ -267,19 +297,5 @@ def loop(ctx: GradContext, node: Node, grads: list[int | None]) -> list[int | No
     sums = [sub.op(OpCode.ADD, [a, found[c_in[k]]]) for a, k in zip(acc_in, select, strict=True)]
     back.outputs = [sub.op(OpCode.IDENTITY, [keep]), *(found[v] for v in v_t), *sums]
     fill_inferred_shapes(ctx.model, gi)  # the nodes added after the vjp
-
-    # 3. The backward loop over the stacked states.
     ctx.scope = scope
-    zeros = [ctx.op(OpCode.MUL, [implicit[k], ctx.scalar(0.0, implicit[k])]) for k in select]
-    outs = ctx.op_multi(
-        OpCode.LOOP,
-        [node.inputs[0], -1, *dvs[:n], *zeros, *stacks, *dvs[n:], *implicit],
-        n + len(select),
-        body=gi,
-        num_carried=n + len(select),
-    )
-    _typed(ctx, outs, [*state, *(implicit[k] for k in select)])
-    result: list[int | None] = [None, None, *outs[:n], *([None] * len(implicit))]
-    for k, g in zip(select, outs[n:], strict=True):
-        result[2 + n + k] = g
-    return result
+    return gi

@@ -218,7 +218,7 @@ def _gelu(p: Params) -> Derivative:
 
 
 # Activation name -> (builder of its derivative, whether the output y alone determines it).
-DERIVATIVES: dict[Activation, tuple[Callable[[Params], Derivative], bool]] = {
+DERIVATIVES: dict[str, tuple[Callable[[Params], Derivative], bool]] = {
     # functions of the output alone (fused activations keep only y)
     Activation.RELU: (_relu, True),
     Activation.RELU6: (_relu6, True),
@@ -236,7 +236,7 @@ DERIVATIVES: dict[Activation, tuple[Callable[[Params], Derivative], bool]] = {
     Activation.ABS: (_abs, False),
 }
 
-DEFAULT_ALPHA = {Activation.ELU: 1.0, Activation.HARD_SIGMOID: 0.2}
+DEFAULT_ALPHA: dict[str, float] = {Activation.ELU: 1.0, Activation.HARD_SIGMOID: 0.2}
 """`alpha` when the attribute is absent (0.01, leaky_relu's slope, for the others)."""
 
 # Activations whose derivative is a function of the output alone ("none": the identity).
