@@ -23,6 +23,7 @@ import logging
 import socket
 import threading
 import time
+from collections.abc import Mapping
 from enum import StrEnum
 from typing import Any
 
@@ -157,7 +158,8 @@ class Participant:
 
     def _serve(self) -> bool:
         """Serve rounds until the job ends (True) or the policy or app stops us (False)."""
-        from sporenet.federated.client.lite_client import LiteLearner  # grpc only when opted in
+        from sporenet.federated import Client  # grpc only when opted in
+        from sporenet.federated.client.lite_client import LiteLearner
 
         (x, y), _ = self.store.split()
         learner = LiteLearner(self.model, x, y, trainable=self.trainable, output=self.output)
@@ -167,7 +169,9 @@ class Participant:
             (learner.x, learner.y), (xe, ye) = self.store.split()
             learner.x_eval, learner.y_eval = (xe, ye) if len(ye) else (learner.x, learner.y)
 
-        def guarded_train(weights: dict, config: dict) -> tuple:
+        def guarded_train(
+            weights: Mapping[str, np.ndarray], config: Mapping[str, Any]
+        ) -> tuple[dict[str, np.ndarray], int, dict[str, float]]:
             refresh()
             self.state = ParticipantState.TRAINING
             try:
@@ -176,14 +180,14 @@ class Participant:
                 self.rounds_trained += 1
                 self.state = ParticipantState.CONNECTED
 
-        def guarded_evaluate(weights: dict, config: dict) -> tuple:
+        def guarded_evaluate(
+            weights: Mapping[str, np.ndarray], config: Mapping[str, Any]
+        ) -> tuple[float, int, dict[str, float]]:
             refresh()
             return evaluate(weights, config)
 
-        learner.evaluate = guarded_evaluate  # type: ignore[method-assign]
-        learner.train = guarded_train  # type: ignore[method-assign]
         options = {"name": self.name, "poll_wait": 2.0, **self.client_options}
-        client = learner.client(self.address, **options)
+        client = Client(self.address, train=guarded_train, evaluate=guarded_evaluate, **options)
         stop = threading.Event()
         result: dict[str, Any] = {}
 

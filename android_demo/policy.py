@@ -15,11 +15,20 @@ import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from typing import TypedDict
 
 from sporenet.android_demo.errors import AppError
 
 TERMUX_TIMEOUT = 10.0
 """Seconds a termux-api command may take (the first call starts the API service)."""
+
+
+class SimulatedState(TypedDict):
+    """The readings a device without termux-api reports (settable while the app runs)."""
+
+    charging: bool
+    battery: float
+    unmetered: bool
 
 
 @dataclass(frozen=True)
@@ -83,7 +92,11 @@ class Sensors:
         termux: bool | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.simulated = {"charging": charging, "battery": float(battery), "unmetered": unmetered}
+        self.simulated: SimulatedState = {
+            "charging": charging,
+            "battery": float(battery),
+            "unmetered": unmetered,
+        }
         self.idle_after, self.clock = idle_after, clock
         self.termux = (
             shutil.which("termux-battery-status") is not None if termux is None else termux

@@ -54,7 +54,7 @@ def save_checkpoint(
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
     try:
         with open(tmp, "wb") as f:
-            np.savez(f, **arrays)
+            np.savez(f, allow_pickle=False, **arrays)
         os.replace(tmp, path)
     finally:
         if tmp.exists():

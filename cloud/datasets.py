@@ -87,7 +87,14 @@ INSTALL_FASHION_MNIST = (
     "holding the four IDX files (train-images-idx3-ubyte[.gz], ...) as `path` or in "
     "$SPORENET_FASHION_MNIST"
 )
-_IDX_TYPES = {0x08: np.uint8, 0x09: np.int8, 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f4", 0x0E: ">f8"}
+_IDX_TYPES: dict[int, np.dtype] = {
+    0x08: np.dtype(np.uint8),
+    0x09: np.dtype(np.int8),
+    0x0B: np.dtype(">i2"),
+    0x0C: np.dtype(">i4"),
+    0x0D: np.dtype(">f4"),
+    0x0E: np.dtype(">f8"),
+}
 
 
 def read_idx(path: str | os.PathLike, *, limit: int | None = None) -> np.ndarray:
@@ -98,7 +105,7 @@ def read_idx(path: str | os.PathLike, *, limit: int | None = None) -> np.ndarray
         head = f.read(4)
         if len(head) != 4 or head[:2] != b"\0\0" or head[2] not in _IDX_TYPES:
             raise DatasetError(f"{path}: not an IDX file (magic {head.hex()!r})")
-        dtype = np.dtype(_IDX_TYPES[head[2]])
+        dtype = _IDX_TYPES[head[2]]
         dims = np.frombuffer(f.read(4 * head[3]), ">u4").astype(np.int64)
         if len(dims) != head[3]:
             raise DatasetError(f"{path}: truncated header")
@@ -179,8 +186,8 @@ def random_shift(x: np.ndarray, rng: np.random.Generator, *, max_shift: int = 1)
     n, _, h, w = x.shape
     s = max_shift
     padded = np.pad(x, ((0, 0), (0, 0), (s, s), (s, s)))
-    dy = rng.integers(0, 2 * s + 1, size=n)
-    dx = rng.integers(0, 2 * s + 1, size=n)
+    dy = rng.integers(0, 2 * s + 1, size=(n,))
+    dx = rng.integers(0, 2 * s + 1, size=(n,))
     rows = dy[:, None] + np.arange(h)[None, :]  # (N, H)
     cols = dx[:, None] + np.arange(w)[None, :]  # (N, W)
     batch = np.arange(n)[:, None, None, None]

@@ -18,7 +18,7 @@ import numpy as np
 
 from sporenet.cloud.errors import TraceError
 from sporenet.cloud.module import Module, Parameter, run_eager, training_mode
-from sporenet.cloud.optimizers import Optimizer
+from sporenet.cloud.optimizers import SGD, Optimizer
 from sporenet.cloud.tape import Tape, Var
 from sporenet.lite.eager import run_op
 from sporenet.lite.errors import LiteError
@@ -70,7 +70,7 @@ class Slots:
         self.arrays: list[np.ndarray] = []
         # Names and dtypes as lite's make_training_model gives the train graph's slots, so
         # the state moves between the modes and into checkpoints unchanged.
-        if optimizer.kind == "sgd":
+        if isinstance(optimizer, SGD):
             if optimizer.momentum:
                 self.arrays.append(slots.setdefault(f"{name}/momentum", np.zeros_like(param.value)))
         else:
@@ -142,7 +142,8 @@ class EagerEngine:
             ]
             # Subgraph ops (custom gradients) plan their subgraphs from the step's model.
             model = ir if node.op in SUBGRAPH_ATTRIBUTES else None
-            outs = run_op(node.op, ins, num_outputs=len(node.outputs), model=model, **node.attrs)
+            attrs: dict[str, Any] = node.attrs  # the kernel's attributes, by name
+            outs = run_op(node.op, ins, num_outputs=len(node.outputs), model=model, **attrs)
             values.update(zip(node.outputs, outs, strict=True))
         self.last_tape = tape
         result = {name: values[grads[tape.params[id(p)]]] for name, p in used}

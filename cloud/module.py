@@ -51,6 +51,11 @@ def Buffer(value: Any) -> Parameter:
 class Module:
     """Base class of layers and models. Subclasses implement `forward(x: Var) -> Var`."""
 
+    # Set by __init__ past __setattr__ (which keeps the registries): declared for readers.
+    _param_names: list[str]  # attributes holding a Parameter, in assignment order
+    _module_names: list[str]  # attributes holding a sub-Module, in assignment order
+    training: bool
+
     def __init__(self) -> None:
         object.__setattr__(self, "_param_names", [])
         object.__setattr__(self, "_module_names", [])
@@ -208,7 +213,7 @@ class Sequential(Module):
         super().__init__()
         for k, item in enumerate(layers):
             named = isinstance(item, tuple) and len(item) == 2
-            name, layer = item if named else (str(k), item)
+            name, layer = item if isinstance(item, tuple) and named else (str(k), item)
             if not isinstance(layer, Module):
                 raise ConfigError(f"Sequential: layer {k} must be a Module, got {type(layer)}")
             if named and (

@@ -16,6 +16,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from sporenet.cloud.errors import TraceError
 from sporenet.lite.builder import ModelBuilder, fill_inferred_shapes
@@ -158,12 +159,12 @@ class Tape:
             raise TraceError(f"traced input {name!r} needs a shape")
         return Var(self, self.builder.input(name, shape, dtype), None)
 
-    def constant(self, name: str, value: np.ndarray, *, keep_dtype: bool = False) -> Var:
+    def constant(self, name: str, value: ArrayLike, *, keep_dtype: bool = False) -> Var:
         """A non-trainable constant (scale factors, shapes); float64 values become float32
         unless `keep_dtype`."""
         value = np.asarray(value)
         index = self.builder.constant(name, value, value.dtype if keep_dtype else None)
-        data = self.builder.tensors[index].data
+        data = self._constant_data(index)
         if self.eager:
             self.values[index] = data
         return Var(self, index, data if self.eager else None)
@@ -179,9 +180,16 @@ class Tape:
             self.params[key] = index
             self.param_objects[key] = p
             if self.eager:
-                self.values[index] = self.builder.tensors[index].data
+                self.values[index] = self._constant_data(index)
         index = self.params[key]
         return Var(self, index, self.values.get(index))
+
+    def _constant_data(self, index: int) -> np.ndarray:
+        """The value the builder stored for constant `index` (cast as the tensor's dtype)."""
+        data = self.builder.tensors[index].data
+        if data is None:
+            raise TraceError(f"tensor {self.builder.tensors[index].name!r} is not a constant")
+        return data
 
     # ---- ops
     def op(

@@ -103,6 +103,24 @@ class _Analysis:
         self.fixed.add(t)
 
 
+def _int_attr(node: Node, name: str, default: int) -> int:
+    """An integer attribute of `node` (the default when absent)."""
+    value = node.attrs.get(name, default)
+    if not isinstance(value, int):
+        raise ConfigError(
+            f"{node.op.name} node {node.name!r}: `{name}` must be an int, got {value!r}"
+        )
+    return value
+
+
+def _constant(model: Model, index: int) -> np.ndarray:
+    """The stored value of a weight the analysis found constant."""
+    data = model.tensors[index].data
+    if data is None:
+        raise ConfigError(f"tensor {model.tensors[index].name!r} is not a constant")
+    return data
+
+
 def _channels_axis(model: Model, t: int, axis: int) -> bool:
     rank = len(model.tensors[t].shape)
     return axis % max(rank, 1) == 1
@@ -152,7 +170,7 @@ def _weighted(a: _Analysis, s: _Step) -> bool:
     w = s.model.tensors[node.inputs[1]].data if node.inputs[1] != -1 else None
     if w is None:
         return False
-    group = int(node.attrs.get("group", 1))
+    group = _int_attr(node, "group", 1)
     x = node.inputs[0]
     if node.op == OpCode.CONV2D and group > 1:
         if group == w.shape[0] and w.shape[1] == 1 and a.tracked(x):  # depthwise
@@ -164,6 +182,10 @@ def _weighted(a: _Analysis, s: _Step) -> bool:
         return True
     if a.tracked(x):
         a.consumers.append(node)
+    bias = node.inputs[2] if len(node.inputs) > 2 else -1
+    if bias != -1 and not s.const(bias):
+        a.open_fixed(out)  # a computed bias cannot be sliced: the output keeps its channels
+        return True
     a.parent[out] = out
     a.producers.append(node)
     return True
@@ -188,7 +210,7 @@ def _elementwise(a: _Analysis, s: _Step) -> bool:
     if not (node.op in ELEMENTWISE and acts and all(a.tracked(i) for i in acts)):
         return False
     shapes = {tuple(tensors[i].shape) for i in acts}
-    scalars = all(np.size(tensors[i].data) == 1 for i in node.inputs if s.const(i))
+    scalars = all(_constant(s.model, i).size == 1 for i in node.inputs if s.const(i))
     if len(shapes) != 1 or not scalars or any(i in a.derived for i in acts):
         return False
     a.parent[s.out] = s.out
@@ -204,7 +226,7 @@ def _concat(a: _Analysis, s: _Step) -> bool:
         node.op == OpCode.CONCAT
         and acts == list(node.inputs)
         and all(a.tracked(i) for i in acts)
-        and _channels_axis(s.model, s.out, int(node.attrs.get("axis", 1)))
+        and _channels_axis(s.model, s.out, _int_attr(node, "axis", 1))
     ):
         return False
     a.derived[s.out] = _Derived(parts=list(acts))
@@ -218,7 +240,7 @@ def _flatten(a: _Analysis, s: _Step) -> bool:
         node.op == OpCode.FLATTEN
         and acts
         and a.tracked(acts[0])
-        and int(node.attrs.get("axis", 1)) == 1
+        and _int_attr(node, "axis", 1) == 1
         and acts[0] not in a.derived
     ):
         return False
@@ -240,10 +262,10 @@ def _scores(model: Model, a: _Analysis) -> dict[int, np.ndarray]:
         root = a.find(node.outputs[0])
         if root in a.fixed:
             continue
-        w = model.tensors[node.inputs[1]].data
+        w = _constant(model, node.inputs[1])
         s = np.abs(w.astype(np.float64)).reshape(w.shape[0], -1).sum(axis=1)
         if len(node.inputs) > 2 and node.inputs[2] != -1:
-            s = s + np.abs(model.tensors[node.inputs[2]].data.astype(np.float64))
+            s = s + np.abs(_constant(model, node.inputs[2]).astype(np.float64))
         scores[root] = scores[root] + s if root in scores else s
     return scores
 
@@ -305,7 +327,7 @@ def _slice_weights(model: Model, a: _Analysis, keep: dict[int, np.ndarray]) -> N
     def slice_const(i: int, idx: np.ndarray, axis: int) -> None:
         if i == -1:
             return
-        data = np.ascontiguousarray(np.take(tensors[i].data, idx, axis=axis))
+        data = np.ascontiguousarray(np.take(_constant(model, i), idx, axis=axis))
         tensors[i] = dataclasses.replace(tensors[i], data=data, shape=tuple(data.shape))
 
     # Consumers first: they read the original input sizes.

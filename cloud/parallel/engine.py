@@ -21,7 +21,7 @@ import numpy as np
 
 from sporenet.cloud.engines import Slots, update_attrs
 from sporenet.cloud.module import Module
-from sporenet.cloud.optimizers import Optimizer
+from sporenet.cloud.optimizers import SGD, Optimizer
 from sporenet.cloud.parallel.replica import GradientModel, Update, gradient_model
 from sporenet.cloud.trace import INPUT_NAME, LOGITS_NAME, trace
 from sporenet.lite.interpreter import Interpreter
@@ -48,8 +48,8 @@ def shard_bounds(n: int, workers: int) -> list[tuple[int, int]]:
 
 def slot_names(optimizer: Optimizer, name: str) -> list[str]:
     """The optimizer slots of parameter `name`, as the other engines name them."""
-    if optimizer.kind == "sgd":
-        return [f"{name}/momentum"] if optimizer.momentum else []  # type: ignore[attr-defined]
+    if isinstance(optimizer, SGD):
+        return [f"{name}/momentum"] if optimizer.momentum else []
     return [f"{name}/adam_m", f"{name}/adam_v", f"{name}/adam_step"]
 
 

@@ -110,7 +110,7 @@ class Replica:
         self.plans: dict[int, Any] = {}
 
     def gradients(
-        self, x: np.ndarray, y: np.ndarray, share: float, out: Sequence[np.ndarray]
+        self, x: np.ndarray, y: np.ndarray, share: float | np.float32, out: Sequence[np.ndarray]
     ) -> float:
         """Write d(loss)/d(param) * share into `out` (one array per parameter) for the
         shard (x, y); returns the shard's mean loss."""
@@ -130,9 +130,14 @@ class Replica:
         return float(planned.arrays[self.spec.loss])
 
 
-def combine(rows: Sequence[np.ndarray]) -> np.ndarray:
-    """The all-reduce of the workers' scaled gradients: summed in worker order."""
-    total = np.array(rows[0], copy=True)
+def combine(rows: Sequence[np.ndarray], out: np.ndarray | None = None) -> np.ndarray:
+    """The all-reduce of the workers' scaled gradients: summed in worker order (into
+    `out` when given, a buffer reused every step)."""
+    if out is None:
+        total = np.array(rows[0], copy=True)
+    else:
+        total = out
+        np.copyto(total, rows[0])
     for r in rows[1:]:
         total += r
     return total

@@ -57,7 +57,7 @@ class QuantizationReport:
     def to_dict(self) -> dict:
         data = asdict(self)
         data["worst"] = [t.name for t in self.worst()]
-        return _finite(data)
+        return {k: _finite(v) for k, v in data.items()}
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2)

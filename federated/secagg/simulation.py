@@ -272,4 +272,6 @@ def _client_step(
         return client.share_keys(request)
     if isinstance(request, SharesDelivery):
         return client.masked_input(request, updates(i))
-    return client.unmask(request)
+    if isinstance(request, UnmaskRequest):
+        return client.unmask(request)
+    raise ProtocolError(f"stage {stage.value}: no client step answers {type(request).__name__}")

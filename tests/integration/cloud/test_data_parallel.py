@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import copy
 import importlib.util
+import os
+import signal
 
 import numpy as np
 import pytest
@@ -85,6 +87,33 @@ def test_data_parallel_refuses_what_it_cannot_match():
     bn = cloud.Sequential(L.Conv2d(1, 2, 3), L.BatchNorm2d(2), L.Flatten(), L.Dense(72, 10))
     with pytest.raises(cloud.ConfigError, match="BATCH_NORM"):
         cloud.fit(bn, x, y, epochs=1, verbose=0, mode="graph", parallel=cloud.DataParallel())
+
+
+class _KillWorker(cloud.Callback):
+    """Kills one worker process before the given step, as the OOM killer would."""
+
+    def __init__(self, at_step: int) -> None:
+        self.at_step = at_step
+
+    def on_batch_begin(self, batch, state):
+        if state.step == self.at_step:
+            proc = state.engine.backend._procs[1]
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.join()
+
+
+def test_a_worker_that_dies_fails_fit_with_a_reason_instead_of_hanging():
+    # The surviving worker would wait at the step's barrier for the dead one's gradients.
+    x, y = _data()
+    with pytest.raises(cloud.CloudError, match="worker 1 exited"):
+        _fit(
+            _cnn(),
+            x,
+            y,
+            optimizer=cloud.Adam(lr=1e-2),
+            parallel=cloud.DataParallel(workers=2),
+            callbacks=[_KillWorker(at_step=1)],
+        )
 
 
 @pytest.mark.skipif(
