@@ -20,6 +20,7 @@ from sporenet.converter.passes.hard_swish import fuse_hard_swish
 from sporenet.converter.passes.identity_removal import remove_identities
 from sporenet.converter.passes.integer_adds import fold_integer_adds
 from sporenet.converter.passes.noop_layout import remove_noop_layout
+from sporenet.converter.passes.pad_fusion import fuse_pads
 from sporenet.converter.passes.shape_inference import infer_shapes
 from sporenet.converter.passes.silu import fuse_silu
 from sporenet.lite.graph import Model
@@ -35,6 +36,8 @@ PIPELINE: tuple[Pass, ...] = (
     Pass("identity-removal", remove_identities),
     Pass("constant-folding", fold_constants),
     Pass("noop-reshape-transpose-removal", remove_noop_layout),
+    # tflitespeed (issue 26): Keras's ZeroPadding2D folded into the convolution after it.
+    Pass("pad-fusion", fuse_pads),
     Pass("integer-add-folding", fold_integer_adds),
     Pass("batchnorm-folding", fold_batch_norms),
     Pass("bias-folding", fold_biases),
@@ -64,6 +67,7 @@ __all__ = [
     "fold_integer_adds",
     "fuse_activations",
     "fuse_hard_swish",
+    "fuse_pads",
     "fuse_silu",
     "infer_shapes",
     "optimize",
