@@ -176,6 +176,13 @@ def _run_parser() -> argparse.ArgumentParser:
         default=None,
         help="secure aggregation of fit rounds (settings: [secure_aggregation] in the config)",
     )
+    _add_async_flags(p)
+    add_threads(p)
+    return p
+
+
+def _add_async_flags(p: argparse.ArgumentParser) -> None:
+    """The flags of buffered asynchronous jobs ([job] mode = "async")."""
     p.add_argument(
         "--async",
         dest="async",
@@ -203,8 +210,6 @@ def _run_parser() -> argparse.ArgumentParser:
         choices=sorted(STALENESS),
         help="async jobs: the staleness weight ([job.staleness] name; options in the table)",
     )
-    add_threads(p)
-    return p
 
 
 def _status_parser() -> argparse.ArgumentParser:

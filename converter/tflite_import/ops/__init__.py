@@ -75,9 +75,13 @@ HANDLERS: dict[str, Entry] = {
     "EQUAL": _e(logic.compare(_O.EQUAL), _O.EQUAL),
     "NOT_EQUAL": _e(logic.compare(_O.EQUAL, negate=True), _O.EQUAL),
     "GREATER": _e(logic.compare(_O.GREATER), _O.GREATER),
-    "GREATER_EQUAL": _e(logic.compare(_O.GREATER, or_equal=True), _O.GREATER, _O.EQUAL, _O.MAXIMUM),
+    "GREATER_EQUAL": _e(
+        logic.compare(_O.GREATER, or_equal=True), _O.GREATER, _O.LESS, _O.EQUAL, _O.MAXIMUM
+    ),
     "LESS": _e(logic.compare(_O.LESS), _O.LESS),
-    "LESS_EQUAL": _e(logic.compare(_O.LESS, or_equal=True), _O.LESS, _O.EQUAL, _O.MAXIMUM),
+    "LESS_EQUAL": _e(
+        logic.compare(_O.LESS, or_equal=True), _O.LESS, _O.GREATER, _O.EQUAL, _O.MAXIMUM
+    ),
     "LOGICAL_AND": _e(logic.logical(_O.MUL), _O.MUL),
     "LOGICAL_OR": _e(logic.logical(_O.MAXIMUM), _O.MAXIMUM),
     "LOGICAL_NOT": _e(logic.logical_not, _O.EQUAL),
