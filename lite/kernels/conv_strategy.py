@@ -54,7 +54,8 @@ def choose(layer: ConvLayer) -> ConvStrategy:
         return ConvStrategy.WINOGRAD4
     oh, ow = layer.out
     tiles = layer.batch * -(-oh // 2) * -(-ow // 2)
-    if oh * ow >= _WINOGRAD_MIN_PLANE and min(c, o) * tiles >= _WINOGRAD_MIN_WORK:
+    few_tiles_pay = tiles >= _WINOGRAD_MANY_TILES or c * o <= _WINOGRAD_MAX_WEIGHTS
+    if oh * ow >= _WINOGRAD_MIN_PLANE and min(c, o) * tiles >= _WINOGRAD_MIN_WORK and few_tiles_pay:
         return ConvStrategy.WINOGRAD
     return ConvStrategy.IM2COL
 
@@ -88,6 +89,12 @@ _WINOGRAD_MIN_CH = 32
 _WINOGRAD_SMALL_PLANE = 64 * 64
 _WINOGRAD_SMALL_PLANE_MIN_CH = 16
 _WINOGRAD_MIN_WORK = 2000
+# Large weights on few tiles: F(2x2)'s transformed weights (16/9 of the originals, re-
+# packed by OpenBLAS on every call) cost more than the multiplications they save. A
+# ResNet's 512x512 layers on 7x7 planes (16 tiles) ran faster on im2col and kept 7 MiB
+# less each; 256x256 on 14x14 (49 tiles) stays on F(2x2).
+_WINOGRAD_MANY_TILES = 36
+_WINOGRAD_MAX_WEIGHTS = 256 * 256
 # Winograd F(4x4, 3x3) stores 36/9 of the weights' size and OpenBLAS re-packs them on
 # every call, so it needs enough 4x4 tiles per weight byte; with few tiles and large
 # weights F(2x2) wins. Up to 128x128 channels it wins from four tiles on (a 7x7 plane,

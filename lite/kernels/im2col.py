@@ -169,15 +169,16 @@ def _bind_wide_phases(
 
     Each stride phase of the (implicitly padded) input is copied once, straight from the
     input, into a zeroed buffer whose rows are WQ wide (the widest phase). A tap at
-    offset (u, v) inside its phase then reads the OH*WQ consecutive elements from
-    u*WQ + v on, so the taps of a phase fill their column rows in one copy of long
-    contiguous runs, where exact (OH, OW) windows copy OH rows of OW elements per tap (a
-    stem's 27 taps of 48x48 outputs: 1,296 short rows). The product has WQ - OW extra
-    columns per output row, which the copy into `out` drops. With a bias, the columns
-    get a row of ones and the weights the bias as a column."""
+    offset (u, v) inside its phase then reads the consecutive elements from u*WQ + v on,
+    so the taps of a phase fill their column rows in one copy of long contiguous runs,
+    where exact (OH, OW) windows copy OH rows of OW elements per tap (a stem's 27 taps of
+    48x48 outputs: 1,296 short rows). The product has WQ - OW extra columns per output
+    row, which the copy into `out` drops. With a bias, the columns get a row of ones and
+    the weights the bias as a column. The columns and the product are built for blocks
+    of output rows of about _WIDE_BLOCK_BYTES, so they stay small on a large image."""
     c, h, wd = x.shape[1:]
     o, _, kh, kw = w.shape
-    (sh, sw), (oh, ow) = win.strides, win.out
+    (sh, sw), oh = win.strides, win.out[0]
     top, left = win.pads[0], win.pads[1]
     hp = max(h + top + win.pads[2], win.extent[0])
     wq = -(-max(wd + left + win.pads[3], win.extent[1]) // sw)
@@ -187,11 +188,7 @@ def _bind_wide_phases(
     ph = temporary((len(grid), c, rows, wq), x.dtype)
     k = c * kh * kw
     extra = 0 if bias is None else 1
-    span = oh * wq
-    cols = temporary((k + extra, span), x.dtype)
-    taps = cols[:k].reshape(c, kh, kw, span)
     copies: list[tuple[np.ndarray, np.ndarray]] = []
-    fills: list[tuple[np.ndarray, np.ndarray]] = []
     for p, (a, b) in enumerate(grid):
         r0, q0 = -(-(top - a) // sh), -(-(left - b) // sw)  # first phase row/col of input
         r1, q1 = -(-(top + h - a) // sh), -(-(left + wd - b) // sw)
@@ -201,32 +198,81 @@ def _bind_wide_phases(
             y1, x1 = y0 + (r1 - r0 - 1) * sh + 1, x0 + (q1 - q0 - 1) * sw + 1
             src = x[0, :, y0:y1:sh, x0:x1:sw]
             copies.append((ph[p, :, r0:r1, q0:q1], src))
-        ku, kv = -(-(kh - a) // sh), -(-(kw - b) // sw)
-        sc, sr, se = ph.strides[1:]
-        runs = np.lib.stride_tricks.as_strided(
-            ph[p], shape=(c, ku, kv, span), strides=(sc, sr, se, se), writeable=False
-        )
-        fills.append((taps[:, a::sh, b::sw], runs))
-    ones = cols[k] if extra else None  # rewritten every call: the buffer is shared
     wmat = w.reshape(o, k)
     if bias is not None:
         wmat = np.concatenate([wmat, bias.reshape(o, 1)], axis=1)
+    block = max(1, min(oh, _WIDE_BLOCK_BYTES // ((k + extra) * wq * x.itemsize)))
+    cols = temporary(((k + extra) * block * wq,), x.dtype)
+    res = temporary((o * block * wq,), x.dtype)
     dense = out.transpose(0, 2, 3, 1)
-    if not out.flags.c_contiguous and dense.flags.c_contiguous:
-        # `out` stored channels-last: the transposed product, weights re-packed once.
-        res = temporary((span, o), x.dtype)
-        lhs, rhs = cols.T, np.ascontiguousarray(wmat.T)
-        kept, dst = res.reshape(oh, wq, o)[:, :ow], dense[0]
-    else:
-        res = temporary((o, span), x.dtype)
-        lhs, rhs = wmat, cols
-        kept, dst = res.reshape(o, oh, wq)[:, :, :ow], out[0]
-    copyto, product = np.copyto, gemm(lhs, rhs, res)
+    last = not out.flags.c_contiguous and dense.flags.c_contiguous
+    wmat_t = np.ascontiguousarray(wmat.T) if last else wmat  # channels-last: re-packed once
+    blocks = [
+        _wide_block(
+            ph,
+            grid,
+            (kh, kw, sh, sw),
+            (cols, res),
+            wmat_t,
+            out,
+            (r, min(block, oh - r)),
+            (k + extra, last),
+        )
+        for r in range(0, oh, block)
+    ]
+    copyto = np.copyto
 
     def compute() -> None:
         ph.fill(0)  # the padding, and the tails that only dropped columns read
         for d, s in copies:
             copyto(d, s)
+        for step in blocks:
+            step()
+
+    return compute
+
+
+def _wide_block(
+    ph: np.ndarray,
+    grid: list[tuple[int, int]],
+    window: tuple[int, int, int, int],
+    buffers: tuple[np.ndarray, np.ndarray],
+    wmat: np.ndarray,
+    out: np.ndarray,
+    rows: tuple[int, int],
+    layout: tuple[int, bool],
+) -> Compute:
+    """_bind_wide_phases' step for `rows` (first output row, count): its columns from the
+    phase buffers `ph` into the flat `buffers[0]`, the product with `wmat` ((O, K) or,
+    for channels-last `out`, (K, O)) into `buffers[1]`, and the copy into those rows of
+    `out`. `layout` is (K, with the bias row, or not; channels-last `out`)."""
+    kh, kw, sh, sw = window
+    (r0, n), (kr, last) = rows, layout
+    c, wq = ph.shape[1], ph.shape[3]
+    o, span, k = out.shape[1], n * wq, c * kh * kw
+    ow = out.shape[3]
+    cols = buffers[0][: kr * span].reshape(kr, span)
+    taps = cols[:k].reshape(c, kh, kw, span)
+    fills = []
+    for p, (a, b) in enumerate(grid):
+        ku, kv = -(-(kh - a) // sh), -(-(kw - b) // sw)
+        sc, sr, se = ph.strides[1:]
+        runs = np.lib.stride_tricks.as_strided(
+            ph[p, :, r0:], shape=(c, ku, kv, span), strides=(sc, sr, se, se), writeable=False
+        )
+        fills.append((taps[:, a::sh, b::sw], runs))
+    ones = cols[k] if kr > k else None  # rewritten every call: the buffer is shared
+    if last:
+        res = buffers[1][: span * o].reshape(span, o)
+        lhs, rhs = cols.T, wmat
+        kept, dst = res.reshape(n, wq, o)[:, :ow], out.transpose(0, 2, 3, 1)[0, r0 : r0 + n]
+    else:
+        res = buffers[1][: o * span].reshape(o, span)
+        lhs, rhs = wmat, cols
+        kept, dst = res.reshape(o, n, wq)[:, :, :ow], out[0, :, r0 : r0 + n]
+    copyto, product = np.copyto, gemm(lhs, rhs, res)
+
+    def compute() -> None:
         if ones is not None:
             ones.fill(1)
         for d, s in fills:
@@ -380,6 +426,10 @@ def bind_im2col_hwc(
 # Largest column matrix (bytes) built whole; larger ones are built in blocks of output
 # rows of about this size, each multiplied while it is in cache (see _bind_row_blocks).
 _BLOCK_BYTES = 1 << 20
+
+# The column block of a strided one-image layer (_bind_wide_phases): larger, as its runs
+# are long and a stem's few output channels make a short GEMM per block.
+_WIDE_BLOCK_BYTES = 4 << 20
 
 # Most stride phases worth copying separately (see phase_im2col_copies): each costs two
 # copy calls, so a long stride (a strided 1-D convolution over audio frames, stride 128)

@@ -68,10 +68,12 @@ def test_im2col_in_blocks_of_output_rows_matches_reference(
 
 @pytest.mark.parametrize("out_last", [False, True], ids=["nchw", "channels-last"])
 @pytest.mark.parametrize("bias", [True, False])
-def test_wide_phase_rows_ignore_stale_temporaries(out_last, bias):
-    # One image through the stride phases in whole rows (`_bind_wide_phases`): its
-    # temporaries come from a shared arena, here filled with NaN bit patterns, and only
-    # dropped columns may read what the copies leave unwritten.
+# Output rows per column block: all ten, one, or four (a short last block of two).
+@pytest.mark.parametrize("block_rows", [None, 1, 4])
+def test_wide_phase_rows_ignore_stale_temporaries(monkeypatch, out_last, bias, block_rows):
+    # One image through the stride phases in whole rows (`_bind_wide_phases`), in blocks
+    # of output rows: its temporaries come from a shared arena, here filled with NaN bit
+    # patterns, and only dropped columns may read what the copies leave unwritten.
     from sporenet.lite.eager import prepare_kernel
     from sporenet.lite.kernels.base import TensorSpec
     from sporenet.lite.kernels.workspace import Workspace, active
@@ -82,6 +84,8 @@ def test_wide_phase_rows_ignore_stale_temporaries(out_last, bias):
     specs[0] = TensorSpec(x.shape, x.dtype)
     kernel = prepare_kernel(OpCode.CONV2D, attrs, specs, 1)
     assert kernel.strategy == "im2col"
+    if block_rows is not None:  # 27 (+1) column rows of 12-element phase rows
+        monkeypatch.setattr(im2col, "_WIDE_BLOCK_BYTES", block_rows * (27 + bias) * 12 * 4)
     shape = kernel.output_specs[0].shape
     if out_last:
         out = np.empty((shape[0], *shape[2:], shape[1]), np.float32).transpose(0, 3, 1, 2)
