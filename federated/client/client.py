@@ -102,6 +102,9 @@ RETRYABLE = {
     grpc.StatusCode.OUT_OF_RANGE,  # upload offset mismatch: ask the server where to resume
 }
 FATAL = {grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED}
+# After a task, the next poll may be held this long (seconds): what follows a task (the
+# next secure stage, the next round) is heard of at once instead of after a pause.
+FOLLOW_UP_WAIT = 2.0
 log = logging.getLogger("sporenet.federated.client")
 
 
@@ -199,6 +202,7 @@ class Client(Failover, SecureRounds):
         self.poll_wait, self.max_backoff = s.poll_wait, s.max_backoff
         self.give_up_after = s.give_up_after
         self._stop = threading.Event()
+        self._worked = False  # whether the last poll brought a task (see _poll_wait)
         self._tls_checked = False  # whether a closed connection was checked for TLS
         self.client_id: str | None = None
         self._heartbeat_interval = 5.0
@@ -344,9 +348,10 @@ class Client(Failover, SecureRounds):
             try:
                 if self.client_id is None:
                     self._register()
-                asked = time.monotonic()
-                task = self._get_task()
+                asked, wait = time.monotonic(), self._poll_wait()
+                task = self._get_task(wait)
                 self._reached()
+                self._worked = task.type != pb.TASK_WAIT
                 if task.type == pb.TASK_FIT:
                     self._fit(task)
                 elif task.type == pb.TASK_EVALUATE:
@@ -356,7 +361,7 @@ class Client(Failover, SecureRounds):
                 elif task.type == pb.TASK_DONE:
                     return self._done(task)
                 else:
-                    self._idle(task, time.monotonic() - asked)
+                    self._idle(task, wait, time.monotonic() - asked)
             except grpc.RpcError as e:
                 code = e.code() if hasattr(e, "code") else grpc.StatusCode.UNKNOWN
                 if code == grpc.StatusCode.NOT_FOUND:
@@ -383,11 +388,18 @@ class Client(Failover, SecureRounds):
                 self._stop.wait(0.1)
         return None
 
-    def _idle(self, task: pb.Task, held: float) -> None:
+    def _poll_wait(self) -> float:
+        """How long the next poll may be held: `poll_wait`, or after a task at least
+        FOLLOW_UP_WAIT, since the next one (a secure stage, the next round) often follows
+        within seconds; only clients that just worked hold a call that long, not the
+        idle fleet."""
+        return max(self.poll_wait, FOLLOW_UP_WAIT) if self._worked else self.poll_wait
+
+    def _idle(self, task: pb.Task, wait: float, held: float) -> None:
         """Nothing to do: close the task stream (it would cost the server memory until the
         next task) and, unless the poll was held a while, wait the server's pause."""
         self._drop_session()
-        if not self.poll_wait or held < self.poll_wait / 2:
+        if not wait or held < wait / 2:
             # Jittered by the server; here too for a server that suggests none.
             self._stop.wait(task.retry_after_ms / 1000.0 or 0.5 + random.random())
 
@@ -402,16 +414,17 @@ class Client(Failover, SecureRounds):
         log.info("job done (%s)", task.reason)
         return {k: np.array(v) for k, v in read_weights(self.final_model).items()}
 
-    def _get_task(self) -> pb.Task:
-        """The next task, by a unary Poll (held up to `poll_wait`): an idle client holds no
-        stream, which would cost the server as much memory again as its connection. The
-        task's model then comes over a Session, opened for the task."""
+    def _get_task(self, wait: float | None = None) -> pb.Task:
+        """The next task, by a unary Poll held up to `wait` seconds (default `poll_wait`):
+        an idle client holds no stream, which would cost the server as much memory again
+        as its connection. The task's model then comes over a Session, opened for it."""
+        wait = self.poll_wait if wait is None else wait
         request = pb.TaskRequest(
             client_id=self.client_id or "",
-            wait_ms=int(self.poll_wait * 1000),
+            wait_ms=int(wait * 1000),
             held_model_sha256=self._transfers.held_sha256(),
         )
-        return cast(pb.Task, self._call("Poll", request, self.poll_wait + self.rpc_timeout))
+        return cast(pb.Task, self._call("Poll", request, wait + self.rpc_timeout))
 
     async def _poll_in_session(self, request: pb.TaskRequest, timeout: float) -> pb.Task:
         """Poll, and receive the task's model when the server sends it along."""

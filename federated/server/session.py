@@ -205,6 +205,9 @@ class SessionService:
         cid = require_client(request.client_id)
         loop = asyncio.get_running_loop()
         end = loop.time() + min(max(request.wait_ms / 1000.0, 0.0), self.m.config.long_poll)
+        # A held poll is a client that is there: asked again (get_task marks it alive) at
+        # least this often, lest a hold longer than heartbeat_timeout make it look silent.
+        touch_every = self.m.config.heartbeat_timeout / 3
         while True:
             changed = self._changed  # before the check: a change after it sets this one
             task = self.m.get_task(cid)
@@ -212,7 +215,7 @@ class SessionService:
             if task.type != TaskType.WAIT or left <= 0 or self.m.stopping:
                 break
             with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(left):  # no task per wait, unlike wait_for
+                async with asyncio.timeout(min(left, touch_every)):  # no task per wait
                     await changed.wait()
         if task.type == TaskType.WAIT:
             task = dataclasses.replace(task, retry_after=self.pacer.retry_after(task))

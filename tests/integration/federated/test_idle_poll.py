@@ -149,3 +149,27 @@ def test_a_session_acts_for_the_one_client_it_first_names(tmp_path: Path, server
         code, details = session.refusal()
         assert code == grpc.StatusCode.PERMISSION_DENIED
         assert details == f"this stream acts for client {first!r}; a request names {second!r}"
+
+
+def test_a_held_poll_keeps_its_client_live(tmp_path: Path, server_factory) -> None:  # type: ignore[no-untyped-def]
+    make_model(tmp_path / "init.spore")
+    args = ["--model", str(tmp_path / "init.spore"), "--min-clients", "2"]
+    server = server_factory([*args, "--heartbeat-timeout", "1", "--heartbeat-interval", "0.2"])
+    server.start()
+    with grpc.insecure_channel(server.address) as channel:
+        (first,) = register_raw(channel, ["c1"])
+        stub = pb_grpc.FederatedStub(channel)
+        held: dict[str, pb.Task] = {}
+        poll = threading.Thread(
+            target=lambda: held.__setitem__(
+                "task", stub.Poll(pb.TaskRequest(client_id=first, wait_ms=4000), timeout=10)
+            )
+        )
+        poll.start()
+        # Longer than heartbeat_timeout into the hold, the second client arrives: the
+        # round starts only if the held client still counts as live.
+        time.sleep(1.5)
+        (second,) = register_raw(channel, ["c2"])
+        stub.Poll(pb.TaskRequest(client_id=second), timeout=10)
+        poll.join(10)
+        assert held["task"].type == pb.TASK_FIT, held
