@@ -32,8 +32,9 @@ def _spatial_pads(model: Model, pad: Node) -> list[int] | None:
         return None
     if x.dtype.kind != "f" or x.quantization is not None or len(x.shape) != 4:
         return None
-    begin, end = pads[:4], pads[4:]
-    if begin[:2] != [0, 0] or end[:2] != [0, 0] or min(pads) < 0:
+    ints = [int(p) for p in pads]
+    begin, end = ints[:4], ints[4:]
+    if begin[:2] != [0, 0] or end[:2] != [0, 0] or min(ints) < 0:
         return None
     return [begin[2], begin[3], end[2], end[3]]
 
@@ -56,8 +57,9 @@ def _fuse_graph(model: Model, graph: Graph) -> int:
         ):
             continue
         for conv in {id(r): r for r in readers}.values():
-            own = conv.attrs.get("pads") or [0, 0, 0, 0]
-            conv.attrs["pads"] = [int(a) + int(b) for a, b in zip(own, extra, strict=True)]
+            stored = conv.attrs.get("pads")
+            own = [int(v) for v in stored] if isinstance(stored, list) and stored else [0, 0, 0, 0]
+            conv.attrs["pads"] = [a + b for a, b in zip(own, extra, strict=True)]
             conv.inputs = [pad.inputs[0], *conv.inputs[1:]]
         graph.nodes.remove(pad)
         fused += 1

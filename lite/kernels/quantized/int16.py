@@ -123,7 +123,11 @@ class _QTable16(QuantizedKernel):
 
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
         index, out, table = required(inputs, 0).view(np.uint16), outputs[0], self.table
-        return lambda: np.take(table, index, out=out)
+
+        def step() -> None:
+            np.take(table, index, out=out)
+
+        return step
 
 
 class QNeg16(_QTable16):

@@ -37,6 +37,8 @@ class _QBinary16(QuantizedKernel):
     accepts = INT16_DTYPES
     num_inputs = (2, 2)
 
+    requant: Requantizer  # set by each op's __init__
+
     def __init__(self, attrs: Attrs, inputs: Sequence[TensorSpec | None]) -> None:
         super().__init__(attrs, inputs)
         a, b = self.quantized_pair()

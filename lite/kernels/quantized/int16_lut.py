@@ -74,7 +74,11 @@ class _QLut16(QuantizedKernel):
 
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
         index, out, table = required(inputs, 0).view(np.uint16), outputs[0], self.table
-        return lambda: np.take(table, index, out=out)
+
+        def step() -> None:
+            np.take(table, index, out=out)
+
+        return step
 
 
 def _with_errors_ignored(

@@ -116,7 +116,11 @@ class _QSigmoidFamily(QuantizedKernel):
 
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
         index, out, table = required(inputs, 0).view(np.uint16), outputs[0], self.table
-        return lambda: np.take(table, index, out=out)
+
+        def step() -> None:
+            np.take(table, index, out=out)
+
+        return step
 
 
 class QLogistic16(_QSigmoidFamily):

@@ -40,17 +40,25 @@ def test_gemm_writes_into_a_strided_output_view():
     np.testing.assert_allclose(full.T, a.astype(np.float64) @ b, rtol=1e-4, atol=1e-3)
 
 
-def test_gemm_splits_only_between_the_limits(monkeypatch):
-    calls = []
-    real = np.matmul
+def _count_products(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """A list that gets an entry per BLAS product gemm makes (np.matmul or np.dot)."""
+    calls: list[int] = []
+    for name in ("matmul", "dot"):
+        real = getattr(np, name)
 
-    def counting(*args, **kwargs):
-        calls.append(1)
-        return real(*args, **kwargs)
+        def counting(*args, _real=real, **kwargs):
+            calls.append(1)
+            return _real(*args, **kwargs)
+
+        monkeypatch.setattr(np, name, counting)
+    return calls
+
+
+def test_gemm_splits_only_between_the_limits(monkeypatch):
+    calls = _count_products(monkeypatch)
 
     a, b = np.ones((9, 160), np.float32), np.ones((160, 1280), np.float32)
     out = np.empty((9, 1280), np.float32)
-    monkeypatch.setattr(np, "matmul", counting)
     with BLAS.limit(1):
         conv_common.gemm(a, b, out)()
         assert len(calls) == 2  # 1.8M multiply-adds: two unpacked blocks
@@ -63,18 +71,12 @@ def test_gemm_splits_only_between_the_limits(monkeypatch):
 def test_gemm_keeps_one_call_while_blas_runs_several_threads(monkeypatch):
     if not BLAS.available:
         pytest.skip("no OpenBLAS whose thread count can be set")
-    calls = []
-    real = np.matmul
-
-    def counting(*args, **kwargs):
-        calls.append(1)
-        return real(*args, **kwargs)
+    calls = _count_products(monkeypatch)
 
     rng = np.random.default_rng(1)
     a = rng.normal(size=(9, 160)).astype(np.float32)
     b = rng.normal(size=(160, 1280)).astype(np.float32)
     out = np.empty((9, 1280), np.float32)
-    monkeypatch.setattr(np, "matmul", counting)
     step = conv_common.gemm(a, b, out)
     for threads, expected in ((2, 1), (1, 2)):
         calls.clear()
