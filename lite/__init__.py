@@ -15,6 +15,7 @@ from sporenet.lite.format import FILE_EXTENSION, SCHEMA_VERSION, load, parse, sa
 from sporenet.lite.graph import Graph, Model, Node, Quantization, Signature, Tensor
 from sporenet.lite.interpreter import Interpreter
 from sporenet.lite.ops import OpCode
+from sporenet.lite.opset import DECLARATIONS
 from sporenet.lite.validate import validate
 from sporenet.lite.weights import (
     WeightsReader,
@@ -22,6 +23,10 @@ from sporenet.lite.weights import (
     replace_weights,
     replace_weights_bytes,
 )
+
+# Every op's kernels load with the package, as a runtime's op resolver does, rather than
+# inside the first model's load; gradient rules load only when a graph is differentiated.
+len(DECLARATIONS)
 
 __all__ = [
     "FILE_EXTENSION",

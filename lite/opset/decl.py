@@ -8,7 +8,8 @@ declarations, so an op's traits are written once, side by side.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterator, Mapping, Set
+import importlib
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence, Set
 from dataclasses import dataclass
 from enum import Enum, StrEnum
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
@@ -16,7 +17,8 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 from sporenet.lite.ops import OpCode
 
 if TYPE_CHECKING:
-    from sporenet.lite.autodiff.context import GradRule
+    from sporenet.lite.autodiff.context import GradContext, GradRule
+    from sporenet.lite.graph import Node
     from sporenet.lite.kernels.base import Kernel
 
 
@@ -96,6 +98,34 @@ class OpDecl:
     float16_widened: bool = False  # BLAS-bound: float16 nodes run through float32
     batch_dependent: bool = False  # its result depends on the whole batch (statistics, masks)
     raw_constants: bool = False  # reads constant inputs as stored (no dequantized copy)
+
+
+class LazyRule:
+    """A gradient rule named by its module under lite/autodiff/rules/ and its function,
+    imported on first call: declaring an op's rule does not load the autodiff package, so
+    running a model never does."""
+
+    __slots__ = ("_rule", "module", "name")
+
+    def __init__(self, module: str, name: str) -> None:
+        self.module, self.name = module, name
+        self._rule: GradRule | None = None
+
+    def __call__(
+        self, ctx: GradContext, node: Node, out_grads: list[int | None]
+    ) -> Sequence[int | None]:
+        if self._rule is None:
+            package = importlib.import_module(f"sporenet.lite.autodiff.rules.{self.module}")
+            self._rule = getattr(package, self.name)
+        return self._rule(ctx, node, out_grads)
+
+    def __repr__(self) -> str:
+        return f"rule({self.module!r}, {self.name!r})"
+
+
+def rule(module: str, name: str) -> GradRule:
+    """The gradient rule `name` of lite/autodiff/rules/<module>.py, loaded when first used."""
+    return LazyRule(module, name)
 
 
 def declare(op: OpCode, **traits: Any) -> OpDecl:

@@ -2,21 +2,20 @@
 
 from __future__ import annotations
 
-from sporenet.lite.autodiff.rules import elementwise as r_elementwise
 from sporenet.lite.kernels import elementwise
 from sporenet.lite.kernels.quantized import elementwise as q_elementwise
 from sporenet.lite.kernels.quantized import elementwise_extra as q_extra
 from sporenet.lite.kernels.quantized import int16 as q_int16
 from sporenet.lite.kernels.quantized import int16_elementwise as q_int16_elementwise
 from sporenet.lite.ops import OpCode as O
-from sporenet.lite.opset.decl import FUSABLE, Channels, declare
+from sporenet.lite.opset.decl import FUSABLE, Channels, declare, rule
 
 OPS = (
     declare(
         O.ADD,
         kernel=elementwise.Add,
         int8=q_elementwise.QAdd,
-        grad=r_elementwise.add,
+        grad=rule("elementwise", "add"),
         grad_differentiable=True,
         fuses=FUSABLE,
         weights=(0, 1),
@@ -27,7 +26,7 @@ OPS = (
         O.SUB,
         kernel=elementwise.Sub,
         int8=q_elementwise.QSub,
-        grad=r_elementwise.sub,
+        grad=rule("elementwise", "sub"),
         grad_differentiable=True,
         fuses=FUSABLE,
         weights=(0, 1),
@@ -38,7 +37,7 @@ OPS = (
         O.MUL,
         kernel=elementwise.Mul,
         int8=q_elementwise.QMul,
-        grad=r_elementwise.mul,
+        grad=rule("elementwise", "mul"),
         grad_differentiable=True,
         fuses=FUSABLE,
         weights=(0, 1),
@@ -48,7 +47,7 @@ OPS = (
     declare(
         O.DIV,
         kernel=elementwise.Div,
-        grad=r_elementwise.div,
+        grad=rule("elementwise", "div"),
         grad_differentiable=True,
         weights=(0, 1),
     ),
@@ -57,7 +56,7 @@ OPS = (
         kernel=elementwise.Maximum,
         int8=q_extra.QMaximum,
         int8_file_only=True,
-        grad=r_elementwise.maximum,
+        grad=rule("elementwise", "maximum"),
         grad_differentiable=True,
         channels=Channels.ELEMENTWISE,
         int16=q_int16.QMaximum16,
@@ -67,7 +66,7 @@ OPS = (
         kernel=elementwise.Minimum,
         int8=q_extra.QMinimum,
         int8_file_only=True,
-        grad=r_elementwise.minimum,
+        grad=rule("elementwise", "minimum"),
         grad_differentiable=True,
         channels=Channels.ELEMENTWISE,
         int16=q_int16.QMinimum16,

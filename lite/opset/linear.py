@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-from sporenet.lite.autodiff.rules import backward as r_backward
-from sporenet.lite.autodiff.rules import conv as r_conv
-from sporenet.lite.autodiff.rules import linear as r_linear
 from sporenet.lite.kernels import conv, conv_transpose, linear
 from sporenet.lite.kernels.quantized import conv as q_conv
 from sporenet.lite.kernels.quantized import conv_transpose as q_conv_transpose
@@ -12,14 +9,14 @@ from sporenet.lite.kernels.quantized import int16_linear as q_int16_linear
 from sporenet.lite.kernels.quantized import linear as q_linear
 from sporenet.lite.kernels.training import conv_grad
 from sporenet.lite.ops import OpCode as O
-from sporenet.lite.opset.decl import FUSABLE, Quant, declare
+from sporenet.lite.opset.decl import FUSABLE, Quant, declare, rule
 
 OPS = (
     declare(
         O.FULLY_CONNECTED,
         kernel=linear.FullyConnected,
         int8=q_linear.QFullyConnected,
-        grad=r_linear.fully_connected,
+        grad=rule("linear", "fully_connected"),
         grad_differentiable=True,
         fuses=FUSABLE,
         weights=(1, 2),
@@ -31,7 +28,7 @@ OPS = (
         O.MATMUL,
         kernel=linear.MatMul,
         int8=q_linear.QMatMul,
-        grad=r_linear.matmul,
+        grad=rule("linear", "matmul"),
         grad_differentiable=True,
         weights=(0, 1),
         quant=Quant(weight=(1, -1)),
@@ -42,7 +39,7 @@ OPS = (
         O.CONV2D,
         kernel=conv.Conv2D,
         int8=q_conv.QConv2D,
-        grad=r_conv.conv2d,
+        grad=rule("conv", "conv2d"),
         grad_differentiable=True,
         fuses=FUSABLE,
         weights=(1, 2),
@@ -60,14 +57,14 @@ OPS = (
         kernel=conv_grad.Conv2DBackpropInput,
         int8=q_conv_transpose.QConv2DBackpropInput,
         int8_file_only=True,
-        grad=r_backward.conv2d_backprop_input,
+        grad=rule("backward", "conv2d_backprop_input"),
         grad_differentiable=True,
         int16=q_conv_transpose.QConv2DBackpropInput16,
     ),
     declare(
         O.CONV2D_BACKPROP_FILTER,
         kernel=conv_grad.Conv2DBackpropFilter,
-        grad=r_backward.conv2d_backprop_filter,
+        grad=rule("backward", "conv2d_backprop_filter"),
         grad_differentiable=True,
     ),
 )

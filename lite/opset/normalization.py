@@ -2,22 +2,19 @@
 
 from __future__ import annotations
 
-from sporenet.lite.autodiff.rules import backward as r_backward
-from sporenet.lite.autodiff.rules import normalization as r_norm
-from sporenet.lite.autodiff.rules import softmax as r_softmax
 from sporenet.lite.kernels import l2_norm, layer_norm, normalization, softmax
 from sporenet.lite.kernels.quantized import int16_softmax as q_int16_softmax
 from sporenet.lite.kernels.quantized import l2_norm as q_l2_norm
 from sporenet.lite.kernels.quantized import softmax as q_softmax
 from sporenet.lite.kernels.training import activation_grad, norm_grad
 from sporenet.lite.ops import OpCode as O
-from sporenet.lite.opset.decl import Channels, Quant, declare
+from sporenet.lite.opset.decl import Channels, Quant, declare, rule
 
 OPS = (
     declare(
         O.BATCH_NORM,
         kernel=normalization.BatchNorm,
-        grad=r_norm.batch_norm,
+        grad=rule("normalization", "batch_norm"),
         weights=(1, 2),
         channels=Channels.PASS,
         batch_dependent=True,
@@ -25,7 +22,7 @@ OPS = (
     declare(
         O.BATCH_NORM_TRAINING,
         kernel=norm_grad.BatchNormTraining,
-        grad=r_norm.batch_norm_training,
+        grad=rule("normalization", "batch_norm_training"),
         writes=(3, 4),
         batch_dependent=True,
     ),
@@ -35,7 +32,7 @@ OPS = (
     declare(
         O.LAYER_NORM,
         kernel=layer_norm.LayerNorm,
-        grad=r_norm.layer_norm,
+        grad=rule("normalization", "layer_norm"),
         weights=(1, 2),
     ),
     declare(O.LAYER_NORM_GRAD, kernel=norm_grad.LayerNormGrad),
@@ -49,7 +46,7 @@ OPS = (
         O.SOFTMAX,
         kernel=softmax.Softmax,
         int8=q_softmax.QSoftmax,
-        grad=r_softmax.softmax,
+        grad=rule("softmax", "softmax"),
         grad_differentiable=True,
         quant=Quant(fixed_output=(1.0 / 256, -128)),
         int16=q_int16_softmax.QSoftmax16,
@@ -59,13 +56,13 @@ OPS = (
         kernel=softmax.LogSoftmax,
         int8=q_softmax.QLogSoftmax,
         int8_file_only=True,
-        grad=r_softmax.log_softmax,
+        grad=rule("softmax", "log_softmax"),
         grad_differentiable=True,
     ),
     declare(
         O.SOFTMAX_GRAD,
         kernel=activation_grad.SoftmaxGrad,
-        grad=r_backward.softmax_grad,
+        grad=rule("backward", "softmax_grad"),
         grad_differentiable=True,
     ),
 )

@@ -2,21 +2,19 @@
 
 from __future__ import annotations
 
-from sporenet.lite.autodiff.rules import backward as r_backward
-from sporenet.lite.autodiff.rules import pooling as r_pooling
 from sporenet.lite.kernels import argmax_pool, pooling
 from sporenet.lite.kernels.quantized import int16 as q_int16
 from sporenet.lite.kernels.quantized import pooling as q_pooling
 from sporenet.lite.kernels.training import pool_grad
 from sporenet.lite.ops import OpCode as O
-from sporenet.lite.opset.decl import Channels, Quant, declare
+from sporenet.lite.opset.decl import Channels, Quant, declare, rule
 
 OPS = (
     declare(
         O.MAX_POOL2D,
         kernel=pooling.MaxPool2D,
         int8=q_pooling.QMaxPool2D,
-        grad=r_pooling.max_pool2d,
+        grad=rule("pooling", "max_pool2d"),
         channels=Channels.PASS,
         quant=Quant(keeps_params=True),
         int16=q_int16.QMaxPool2D16,
@@ -25,7 +23,7 @@ OPS = (
         O.AVG_POOL2D,
         kernel=pooling.AvgPool2D,
         int8=q_pooling.QAvgPool2D,
-        grad=r_pooling.avg_pool2d,
+        grad=rule("pooling", "avg_pool2d"),
         grad_differentiable=True,
         channels=Channels.PASS,
         int16=q_int16.QAvgPool2D16,
@@ -34,14 +32,14 @@ OPS = (
         O.GLOBAL_AVG_POOL,
         kernel=pooling.GlobalAvgPool,
         int8=q_pooling.QGlobalAvgPool,
-        grad=r_pooling.global_avg_pool,
+        grad=rule("pooling", "global_avg_pool"),
         grad_differentiable=True,
         channels=Channels.PASS,
     ),
     declare(
         O.GLOBAL_MAX_POOL,
         kernel=pooling.GlobalMaxPool,
-        grad=r_pooling.global_max_pool,
+        grad=rule("pooling", "global_max_pool"),
         channels=Channels.PASS,
         quant=Quant(keeps_params=True),
     ),
@@ -49,7 +47,7 @@ OPS = (
     declare(
         O.AVG_POOL2D_GRAD,
         kernel=pool_grad.AvgPool2DGrad,
-        grad=r_backward.avg_pool2d_grad,
+        grad=rule("backward", "avg_pool2d_grad"),
         grad_differentiable=True,
     ),
     declare(O.MAX_POOL_WITH_ARGMAX, kernel=argmax_pool.MaxPoolWithArgmax),

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-from sporenet.lite.autodiff.rules import fake_quant as r_fake_quant
 from sporenet.lite.kernels import dynamic_quantize, fake_quant
 from sporenet.lite.kernels.quantized import convert as q_convert
 from sporenet.lite.kernels.quantized import int16 as q_int16
 from sporenet.lite.ops import OpCode as O
-from sporenet.lite.opset.decl import declare
+from sporenet.lite.opset.decl import declare, rule
 
 OPS = (
-    declare(O.FAKE_QUANT, kernel=fake_quant.FakeQuant, grad=r_fake_quant.fake_quant),
+    declare(O.FAKE_QUANT, kernel=fake_quant.FakeQuant, grad=rule("fake_quant", "fake_quant")),
     declare(O.FAKE_QUANT_GRAD, kernel=fake_quant.FakeQuantGrad),
     declare(O.DYNAMIC_QUANTIZE, kernel=dynamic_quantize.DynamicQuantize),
     # float (or float16) in: QUANTIZE, DEQUANTIZE; int8 in: DEQUANTIZE, REQUANTIZE

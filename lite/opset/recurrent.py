@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from sporenet.lite.autodiff.rules import recurrent as r_recurrent
 from sporenet.lite.kernels import recurrent, sequence_lstm
 from sporenet.lite.kernels.training import recurrent_grad
 from sporenet.lite.ops import OpCode as O
-from sporenet.lite.opset.decl import declare
+from sporenet.lite.opset.decl import declare, rule
 
-_RNN = {"grad": r_recurrent.recurrent, "float16_widened": True}
+_RNN = {"grad": rule("recurrent", "recurrent"), "float16_widened": True}
 
 OPS = (
     declare(O.LSTM, kernel=recurrent.LSTM, weights=(1, 2, 3, 7), **_RNN),  # W, R, B, peepholes

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-from sporenet.lite.autodiff.rules import backward as r_backward
-from sporenet.lite.autodiff.rules import transform as r_transform
 from sporenet.lite.kernels import reduce
 from sporenet.lite.kernels.quantized import int16 as q_int16
 from sporenet.lite.kernels.quantized import reduce as q_reduce
 from sporenet.lite.kernels.training import broadcast
 from sporenet.lite.ops import OpCode as O
-from sporenet.lite.opset.decl import declare
+from sporenet.lite.opset.decl import declare, rule
 
 OPS = (
     declare(
@@ -17,7 +15,7 @@ OPS = (
         kernel=reduce.ReduceMean,
         int8=q_reduce.QReduceMean,
         int8_file_only=True,
-        grad=r_transform.reduce_mean,
+        grad=rule("transform", "reduce_mean"),
         grad_differentiable=True,
         int16=q_int16.QReduceMean16,
     ),
@@ -26,7 +24,7 @@ OPS = (
         kernel=reduce.ReduceSum,
         int8=q_reduce.QReduceSum,
         int8_file_only=True,
-        grad=r_transform.reduce_sum,
+        grad=rule("transform", "reduce_sum"),
         grad_differentiable=True,
         int16=q_int16.QReduceSum16,
     ),
@@ -51,13 +49,13 @@ OPS = (
     declare(
         O.REDUCE_SUM_TO,
         kernel=broadcast.ReduceSumTo,
-        grad=r_backward.reduce_sum_to,
+        grad=rule("backward", "reduce_sum_to"),
         grad_differentiable=True,
     ),
     declare(
         O.REDUCE_GRAD,
         kernel=broadcast.ReduceGrad,
-        grad=r_backward.reduce_grad,
+        grad=rule("backward", "reduce_grad"),
         grad_differentiable=True,
     ),
 )

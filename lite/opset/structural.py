@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from sporenet.lite.autodiff.rules import reshape as r_reshape
-from sporenet.lite.autodiff.rules import transform as r_transform
 from sporenet.lite.kernels import (
     cumsum,
     gather_nd,
@@ -21,7 +19,7 @@ from sporenet.lite.kernels.quantized import int16 as q_int16
 from sporenet.lite.kernels.quantized import resize as q_resize
 from sporenet.lite.kernels.quantized import shape as q_shape
 from sporenet.lite.ops import OpCode as O
-from sporenet.lite.opset.decl import Channels, Quant, declare
+from sporenet.lite.opset.decl import Channels, Quant, declare, rule
 
 MOVES = Quant(keeps_params=True)  # values moved, not computed: int8 parameters carry through
 
@@ -30,7 +28,7 @@ OPS = (
         O.IDENTITY,
         kernel=reshape.Identity,
         int8=q_shape.QIdentity,
-        grad=r_reshape.identity,
+        grad=rule("reshape", "identity"),
         grad_differentiable=True,
         channels=Channels.PASS,
         quant=MOVES,
@@ -41,7 +39,7 @@ OPS = (
         O.RESHAPE,
         kernel=reshape.Reshape,
         int8=q_shape.QReshape,
-        grad=r_reshape.reshape,
+        grad=rule("reshape", "reshape"),
         grad_differentiable=True,
         quant=MOVES,
         int16=q_shape.QReshape,
@@ -50,7 +48,7 @@ OPS = (
         O.FLATTEN,
         kernel=reshape.Flatten,
         int8=q_shape.QFlatten,
-        grad=r_reshape.reshape,
+        grad=rule("reshape", "reshape"),
         grad_differentiable=True,
         quant=MOVES,
         int16=q_shape.QFlatten,
@@ -59,7 +57,7 @@ OPS = (
         O.SQUEEZE,
         kernel=transform.Squeeze,
         int8=q_shape.QSqueeze,
-        grad=r_transform.squeeze,
+        grad=rule("transform", "squeeze"),
         grad_differentiable=True,
         quant=MOVES,
         int16=q_shape.QSqueeze,
@@ -68,7 +66,7 @@ OPS = (
         O.UNSQUEEZE,
         kernel=transform.Unsqueeze,
         int8=q_shape.QUnsqueeze,
-        grad=r_transform.squeeze,
+        grad=rule("transform", "squeeze"),
         grad_differentiable=True,
         quant=MOVES,
         int16=q_shape.QUnsqueeze,
@@ -77,7 +75,7 @@ OPS = (
         O.TRANSPOSE,
         kernel=transform.Transpose,
         int8=q_shape.QTranspose,
-        grad=r_transform.transpose,
+        grad=rule("transform", "transpose"),
         grad_differentiable=True,
         quant=MOVES,
         int16=q_shape.QTranspose,
@@ -86,7 +84,7 @@ OPS = (
         O.CONCAT,
         kernel=transform.Concat,
         int8=q_shape.QConcat,
-        grad=r_transform.concat,
+        grad=rule("transform", "concat"),
         grad_differentiable=True,
         int16=q_int16.QConcat16,
     ),
@@ -94,7 +92,7 @@ OPS = (
         O.SPLIT,
         kernel=transform.Split,
         int8=q_shape.QSplit,
-        grad=r_transform.split,
+        grad=rule("transform", "split"),
         grad_differentiable=True,
         quant=MOVES,
         int16=q_shape.QSplit,
@@ -103,7 +101,7 @@ OPS = (
         O.SLICE,
         kernel=transform.Slice,
         int8=q_shape.QSlice,
-        grad=r_transform.slice_,
+        grad=rule("transform", "slice_"),
         quant=MOVES,
         int16=q_shape.QSlice,
     ),
@@ -111,7 +109,7 @@ OPS = (
         O.GATHER,
         kernel=transform.Gather,
         int8=q_shape.QGather,
-        grad=r_transform.gather,
+        grad=rule("transform", "gather"),
         quant=MOVES,
         int16=q_shape.QGather,
     ),
@@ -121,7 +119,7 @@ OPS = (
         kernel=transform.Expand,
         int8=q_shape.QExpand,
         int8_file_only=True,
-        grad=r_transform.expand,
+        grad=rule("transform", "expand"),
         grad_differentiable=True,
         int16=q_shape.QExpand,
     ),
@@ -129,7 +127,9 @@ OPS = (
         O.TILE, kernel=transform.Tile, int8=q_shape.QTile, int8_file_only=True, int16=q_shape.QTile
     ),
     declare(O.SHAPE, kernel=transform.Shape, raw_constants=True),
-    declare(O.WHERE, kernel=transform.Where, grad=r_transform.where, grad_differentiable=True),
+    declare(
+        O.WHERE, kernel=transform.Where, grad=rule("transform", "where"), grad_differentiable=True
+    ),
     declare(
         O.DEPTH_TO_SPACE,
         kernel=transform.DepthToSpace,
@@ -148,7 +148,7 @@ OPS = (
         O.PAD,
         kernel=pad.Pad,
         int8=q_shape.QPad,
-        grad=r_transform.pad,
+        grad=rule("transform", "pad"),
         quant=MOVES,
         int16=q_shape.QPad,
     ),

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-from sporenet.lite.autodiff.rules import backward as r_backward
-from sporenet.lite.autodiff.rules import dropout as r_dropout
-from sporenet.lite.autodiff.rules import losses as r_losses
 from sporenet.lite.kernels import state
 from sporenet.lite.kernels.quantized import shape as q_shape
 from sporenet.lite.kernels.training import (
@@ -16,13 +13,13 @@ from sporenet.lite.kernels.training import (
     shape_grad,
 )
 from sporenet.lite.ops import OpCode as O
-from sporenet.lite.opset.decl import Channels, declare
+from sporenet.lite.opset.decl import Channels, declare, rule
 
 OPS = (
     declare(
         O.DROPOUT,
         kernel=dropout.Dropout,
-        grad=r_dropout.dropout,
+        grad=rule("dropout", "dropout"),
         grad_differentiable=True,
         channels=Channels.PASS,
         writes=(1,),  # its random step counter
@@ -32,45 +29,47 @@ OPS = (
     declare(
         O.SOFTMAX_CROSS_ENTROPY,
         kernel=losses.SoftmaxCrossEntropy,
-        grad=r_losses.softmax_cross_entropy,
+        grad=rule("losses", "softmax_cross_entropy"),
         grad_differentiable=True,
     ),
     declare(
         O.SOFTMAX_CROSS_ENTROPY_GRAD,
         kernel=losses.SoftmaxCrossEntropyGrad,
-        grad=r_backward.softmax_cross_entropy_grad,
+        grad=rule("backward", "softmax_cross_entropy_grad"),
         grad_differentiable=True,
     ),
-    declare(O.MSE_LOSS, kernel=losses.MSELoss, grad=r_losses.mse_loss, grad_differentiable=True),
+    declare(
+        O.MSE_LOSS, kernel=losses.MSELoss, grad=rule("losses", "mse_loss"), grad_differentiable=True
+    ),
     declare(
         O.MSE_LOSS_GRAD,
         kernel=losses.MSELossGrad,
-        grad=r_backward.mse_loss_grad,
+        grad=rule("backward", "mse_loss_grad"),
         grad_differentiable=True,
     ),
     declare(
         O.BCE_WITH_LOGITS,
         kernel=losses.BCEWithLogits,
-        grad=r_losses.bce_with_logits,
+        grad=rule("losses", "bce_with_logits"),
         grad_differentiable=True,
     ),
     declare(
         O.BCE_WITH_LOGITS_GRAD,
         kernel=losses.BCEWithLogitsGrad,
-        grad=r_backward.bce_with_logits_grad,
+        grad=rule("backward", "bce_with_logits_grad"),
         grad_differentiable=True,
     ),
     # backward kernels that are not some op's forward
     declare(
         O.MATMUL_TRANSPOSED,
         kernel=matmul.MatMulTransposed,
-        grad=r_backward.matmul_transposed,
+        grad=rule("backward", "matmul_transposed"),
         grad_differentiable=True,
     ),
     declare(
         O.ACTIVATION_GRAD,
         kernel=activation_grad.ActivationGrad,
-        grad=r_backward.activation_grad,
+        grad=rule("backward", "activation_grad"),
         grad_differentiable=True,
     ),
     declare(O.SLICE_GRAD, kernel=shape_grad.SliceGrad),

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from sporenet.lite.autodiff.rules import unary as r_unary
 from sporenet.lite.kernels import unary
 from sporenet.lite.kernels.quantized import activation as q_activation
 from sporenet.lite.kernels.quantized import elementwise_extra as q_extra
@@ -11,7 +10,7 @@ from sporenet.lite.kernels.quantized import int16_lut as q_int16_lut
 from sporenet.lite.kernels.quantized import int16_sigmoid as q_int16_sigmoid
 from sporenet.lite.kernels.quantized import lookup as q_lookup
 from sporenet.lite.ops import OpCode as O
-from sporenet.lite.opset.decl import Activation, Channels, Quant, declare
+from sporenet.lite.opset.decl import Activation, Channels, Quant, declare, rule
 
 A, PASS = Activation, Channels.PASS
 
@@ -21,7 +20,7 @@ OPS = (
         O.RELU,
         kernel=unary.Relu,
         int8=q_activation.QRelu,
-        grad=r_unary.relu,
+        grad=rule("unary", "relu"),
         grad_differentiable=True,
         activation=A.RELU,
         channels=PASS,
@@ -31,7 +30,7 @@ OPS = (
         O.RELU6,
         kernel=unary.Relu6,
         int8=q_activation.QRelu6,
-        grad=r_unary.relu6,
+        grad=rule("unary", "relu6"),
         grad_differentiable=True,
         activation=A.RELU6,
         channels=PASS,
@@ -41,7 +40,7 @@ OPS = (
         O.CLIP,
         kernel=unary.Clip,
         int8=q_activation.QClip,
-        grad=r_unary.clip,
+        grad=rule("unary", "clip"),
         grad_differentiable=True,
         channels=PASS,
     ),
@@ -50,7 +49,7 @@ OPS = (
         kernel=unary.LeakyRelu,
         int8=q_extra.QLeakyRelu,
         int8_file_only=True,
-        grad=r_unary.leaky_relu,
+        grad=rule("unary", "leaky_relu"),
         grad_differentiable=True,
         activation=A.LEAKY_RELU,
         channels=PASS,
@@ -61,7 +60,7 @@ OPS = (
         kernel=unary.PRelu,
         int8=q_extra.QPRelu,
         int8_file_only=True,
-        grad=r_unary.prelu,
+        grad=rule("unary", "prelu"),
         weights=(1,),
         int16=q_int16.QPRelu16,
     ),
@@ -69,7 +68,7 @@ OPS = (
         O.SIGMOID,
         kernel=unary.Sigmoid,
         int8=q_activation.QLogistic,
-        grad=r_unary.sigmoid,
+        grad=rule("unary", "sigmoid"),
         grad_differentiable=True,
         activation=A.SIGMOID,
         channels=PASS,
@@ -80,7 +79,7 @@ OPS = (
         O.TANH,
         kernel=unary.Tanh,
         int8=q_activation.QTanh,
-        grad=r_unary.tanh,
+        grad=rule("unary", "tanh"),
         grad_differentiable=True,
         activation=A.TANH,
         channels=PASS,
@@ -90,7 +89,7 @@ OPS = (
     declare(
         O.HARD_SIGMOID,
         kernel=unary.HardSigmoid,
-        grad=r_unary.hard_sigmoid,
+        grad=rule("unary", "hard_sigmoid"),
         grad_differentiable=True,
         activation=A.HARD_SIGMOID,
         channels=PASS,
@@ -99,7 +98,7 @@ OPS = (
         O.HARD_SWISH,
         kernel=unary.HardSwish,
         int8=q_activation.QHardSwish,
-        grad=r_unary.hard_swish,
+        grad=rule("unary", "hard_swish"),
         grad_differentiable=True,
         activation=A.HARD_SWISH,
         channels=PASS,
@@ -108,7 +107,7 @@ OPS = (
         O.SILU,
         kernel=unary.Silu,
         int8=q_activation.QSilu,
-        grad=r_unary.silu,
+        grad=rule("unary", "silu"),
         grad_differentiable=True,
         activation=A.SILU,
         channels=PASS,
@@ -118,7 +117,7 @@ OPS = (
         kernel=unary.Gelu,
         int8=q_lookup.QGelu,
         int8_file_only=True,
-        grad=r_unary.gelu,
+        grad=rule("unary", "gelu"),
         grad_differentiable=True,
         activation=A.GELU,
         channels=PASS,
@@ -129,7 +128,7 @@ OPS = (
         kernel=unary.Elu,
         int8=q_lookup.QElu,
         int8_file_only=True,
-        grad=r_unary.elu,
+        grad=rule("unary", "elu"),
         grad_differentiable=True,
         activation=A.ELU,
         channels=PASS,
@@ -137,7 +136,7 @@ OPS = (
     declare(
         O.SOFTPLUS,
         kernel=unary.Softplus,
-        grad=r_unary.softplus,
+        grad=rule("unary", "softplus"),
         grad_differentiable=True,
         activation=A.SOFTPLUS,
     ),
@@ -147,7 +146,7 @@ OPS = (
         kernel=unary.Exp,
         int8=q_lookup.QExp,
         int8_file_only=True,
-        grad=r_unary.exp,
+        grad=rule("unary", "exp"),
         grad_differentiable=True,
         int16=q_int16_lut.QExp16,
     ),
@@ -156,11 +155,11 @@ OPS = (
         kernel=unary.Log,
         int8=q_lookup.QLog,
         int8_file_only=True,
-        grad=r_unary.log,
+        grad=rule("unary", "log"),
         grad_differentiable=True,
         int16=q_int16_lut.QLog16,
     ),
-    declare(O.SQRT, kernel=unary.Sqrt, grad=r_unary.sqrt, grad_differentiable=True),
+    declare(O.SQRT, kernel=unary.Sqrt, grad=rule("unary", "sqrt"), grad_differentiable=True),
     declare(
         O.RSQRT,
         kernel=unary.Rsqrt,
@@ -173,7 +172,7 @@ OPS = (
         kernel=unary.Neg,
         int8=q_lookup.QNeg,
         int8_file_only=True,
-        grad=r_unary.neg,
+        grad=rule("unary", "neg"),
         grad_differentiable=True,
         int16=q_int16.QNeg16,
     ),
@@ -182,20 +181,20 @@ OPS = (
         kernel=unary.Abs,
         int8=q_lookup.QAbs,
         int8_file_only=True,
-        grad=r_unary.abs_,
+        grad=rule("unary", "abs_"),
         grad_differentiable=True,
         int16=q_int16.QAbs16,
     ),
     declare(
         O.RECIPROCAL,
         kernel=unary.Reciprocal,
-        grad=r_unary.reciprocal,
+        grad=rule("unary", "reciprocal"),
         grad_differentiable=True,
     ),
     declare(O.ERF, kernel=unary.Erf),
     declare(O.FLOOR, kernel=unary.Floor),
     declare(O.CEIL, kernel=unary.Ceil),
-    declare(O.SQUARE, kernel=unary.Square, grad=r_unary.square, grad_differentiable=True),
+    declare(O.SQUARE, kernel=unary.Square, grad=rule("unary", "square"), grad_differentiable=True),
     declare(O.SIN, kernel=unary.Sin),
     declare(O.COS, kernel=unary.Cos),
     declare(O.ROUND, kernel=unary.Round),
