@@ -114,7 +114,7 @@ def test_conv2d_matches_integer_reference(case, activation, conv_route):
 @pytest.mark.parametrize("dtype", [np.int8, np.uint8])
 @pytest.mark.parametrize("per_channel", [False, True])
 @pytest.mark.parametrize("out_f, in_f", [(11, 37), (300, 64), (3, 3000)])
-def test_fully_connected_matches_integer_reference(dtype, per_channel, out_f, in_f):
+def test_fully_connected_matches_integer_reference(dtype, per_channel, out_f, in_f, conv_route):
     # (300, 64): weights converted per call; (3, 3000): a reduction split in chunks.
     rng = np.random.default_rng(3)
     lo, hi = RANGES[np.dtype(dtype)]
