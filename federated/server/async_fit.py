@@ -47,6 +47,14 @@ STALENESS_KEY = "staleness"
 VERSION_KEY = "version"
 
 
+def scaled(update: Weights, weight: float) -> Weights:
+    """`update` times its staleness weight (a secure buffer's member does this itself,
+    before masking)."""
+    if weight == 1.0:
+        return update
+    return {k: v * np.asarray(weight, dtype=v.dtype) for k, v in update.items()}
+
+
 def task_id_for(version: int) -> str:
     """The task id of training on `version` (what the device answers with)."""
     return f"v{version}-async"
@@ -227,10 +235,7 @@ class AsyncFit:
         ctx.wake.set()  # a slot is free (and the buffer may be full)
 
     def _scaled(self, update: Weights, tau: int) -> Weights:
-        s = self._staleness.weight(tau)
-        if s == 1.0:
-            return update
-        return {k: v * np.asarray(s, dtype=v.dtype) for k, v in update.items()}
+        return scaled(update, self._staleness.weight(tau))
 
     # -- the round loop's ----------------------------------------------------------------
 
