@@ -179,3 +179,17 @@ class SecureBuffer:
             return cls(int(meta["size"]), max_staleness, staleness, members, secure)
         except (KeyError, TypeError, ValueError, struct.error, SecAggError) as e:
             raise AggregationError(f"secure buffer state is corrupt: {e!r}") from None
+
+
+def saved_stage(data: bytes) -> str:
+    """The stage of a saved secure state, a buffer's or a round's (for `status`, which
+    reads the store without the job's settings).
+
+    Raises:
+        SecAggError: the round's state is corrupt.
+    """
+    if data[:4] == b"SABF":
+        _, n = _HEADER.unpack_from(data)
+        body = data[_HEADER.size + n :]
+        return SecureRound.from_bytes(body).stage.value if body else "forming"
+    return SecureRound.from_bytes(data).stage.value

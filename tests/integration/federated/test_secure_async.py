@@ -16,7 +16,7 @@ import numpy as np
 from sporenet.federated import Client
 from sporenet.federated.server.status import read_status
 from sporenet.proto import federated_pb2 as pb
-from tests.integration.federated.helpers import make_model
+from tests.integration.federated.helpers import make_model, wait_for
 from tests.integration.federated.test_async_jobs import check_versions, shift
 
 SAMPLES = [5, 10, 20, 40, 15, 25, 30]
@@ -42,25 +42,66 @@ class VanishingClient(Client):
         super()._secure_fit(task)
 
 
-def run_clients(address: str, vanishing: int | None) -> list[threading.Thread]:
-    """Clients c0..c6; `vanishing` names the one that leaves its buffer. All seven
-    train at once, so it is in buffer 1 or, having finished while buffer 1's round ran,
-    in buffer 2."""
-    samples = SAMPLES
+class HoldingClient(Client):
+    """A real client that waits for `release` before its first masked input."""
+
+    release = threading.Event()
+
+    def _secure_fit(self, task: pb.Task) -> None:
+        if task.secure_stage == pb.SECURE_MASKED_INPUT:
+            self.release.wait(60)
+        super()._secure_fit(task)
+
+
+def run_clients(
+    address: str, n: int, special: dict[int, type[Client]] | None = None
+) -> list[threading.Thread]:
+    """Clients c0..c{n-1}, all training at once (`special`: a client's class). A client
+    finishing while buffer 1's round runs is among buffer 2's members."""
 
     def run(i: int) -> None:
         def train(weights: dict[str, np.ndarray], config: dict) -> tuple:
-            return {k: v + np.float32(shift(i)) for k, v in weights.items()}, samples[i], {}
+            return {k: v + np.float32(shift(i)) for k, v in weights.items()}, SAMPLES[i], {}
 
-        kind = VanishingClient if i == vanishing else Client
+        kind = (special or {}).get(i, Client)
         c = kind(address, train=train, name=f"c{i}", poll_wait=0.5, max_backoff=0.3)
         c.run()
         c.close()
 
-    threads = [threading.Thread(target=run, args=(i,), daemon=True) for i in range(7)]
+    threads = [threading.Thread(target=run, args=(i,), daemon=True) for i in range(n)]
     for t in threads:
         t.start()
     return threads
+
+
+def secure_async_args(
+    tmp_path: Path, config: Path, rounds: int, *, clients: int, heartbeat_timeout: float = 1.5
+) -> list[str]:
+    """The daemon's flags: buffers of five, every client training at once."""
+    return [
+        "--config",
+        str(config),
+        "--model",
+        str(tmp_path / "init.spore"),
+        "--async",
+        "--secure",
+        "--rounds",
+        str(rounds),
+        "--min-clients",
+        "2",
+        "--min-available",
+        str(clients),
+        "--concurrency",
+        str(clients),
+        "--buffer-size",
+        "5",
+        "--keep-models",
+        "0",
+        "--heartbeat-interval",
+        "0.2",
+        "--heartbeat-timeout",
+        str(heartbeat_timeout),
+    ]
 
 
 def test_secure_buffers_publish_the_plain_async_result_with_a_dropout(
@@ -70,32 +111,8 @@ def test_secure_buffers_publish_the_plain_async_result_with_a_dropout(
     w0 = make_model(tmp_path / "init.spore", out=8, inp=6)
     config = tmp_path / "job.toml"
     config.write_text(CONFIG)
-    args = [
-        "--config",
-        str(config),
-        "--model",
-        str(tmp_path / "init.spore"),
-        "--async",
-        "--secure",
-        "--rounds",
-        "2",
-        "--min-clients",
-        "2",
-        "--min-available",
-        "7",
-        "--concurrency",
-        "7",
-        "--buffer-size",
-        "5",
-        "--keep-models",
-        "0",
-        "--heartbeat-interval",
-        "0.2",
-        "--heartbeat-timeout",
-        "1.5",
-    ]
-    server = server_factory(args).start()
-    threads = run_clients(server.address, vanishing=6)
+    server = server_factory(secure_async_args(tmp_path, config, 2, clients=7)).start()
+    threads = run_clients(server.address, 7, {6: VanishingClient})
     for t in threads[:6]:
         t.join(120)
     assert not any(t.is_alive() for t in threads[:6]), server.logs()[-4000:]
@@ -131,4 +148,36 @@ def test_secure_buffers_publish_the_plain_async_result_with_a_dropout(
     assert max(json.loads(m)["staleness"] for (m,) in metrics) >= 1
     status = read_status(server.state_dir)
     assert status["job"]["status"] == "finished" and status["job"]["model_version"] == 2
+    assert server.terminate() == 0
+
+
+def test_kill9_in_a_secure_buffers_masked_input_then_restart_loses_nothing(
+    tmp_path: Path,
+    server_factory,  # type: ignore[no-untyped-def]
+) -> None:
+    w0 = make_model(tmp_path / "init.spore", out=8, inp=6)
+    config = tmp_path / "job.toml"
+    config.write_text(CONFIG)
+    # No dropouts here: a longer liveness window keeps the held client in the round.
+    args = secure_async_args(tmp_path, config, 2, clients=5, heartbeat_timeout=8)
+    server = server_factory(args).start()
+    hold = type("Held", (HoldingClient,), {"release": threading.Event()})
+    threads = run_clients(server.address, 5, {4: hold})
+
+    def masked() -> int:
+        return sum(e["stage"] == "masked_input" for e in server.events("secure_message"))
+
+    wait_for(lambda: masked() >= 4, timeout=30, what="four masked inputs in buffer 1")
+    server.kill9()
+    assert read_status(server.state_dir)["secure_stage"] == "masked_input"  # what was saved
+    server.start()
+    hold.release.set()
+    for t in threads:
+        t.join(120)
+    assert not any(t.is_alive() for t in threads), server.logs()[-4000:]
+    restored = server.events("secure_buffer_restored")
+    assert restored and restored[0]["stage"] == "masked_input"
+    # Every member of both buffers counted (none lost with the process), each once.
+    assert check_versions(server.state_dir, w0, 2, atol=1e-5) == [5, 5]
+    assert read_status(server.state_dir)["job"]["status"] == "finished"
     assert server.terminate() == 0
