@@ -104,7 +104,8 @@ class SecureRounds:
 
         self._call("SubmitSecure", chunks(), self.rpc_timeout + len(reply) / 5e6)
         if stage == Stage.UNMASK:
-            self._held = None
+            # `_held` stays until the next training task replaces it: a failed buffer's
+            # round runs again among its survivors, who mask the same update.
             self._drop_models()  # the next task needs a newer model
 
     def _masked_update(self, task: pb.Task) -> tuple[Weights, int, str]:

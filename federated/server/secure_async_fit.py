@@ -19,6 +19,7 @@ task again and answers READY again (it kept its update, or retrains).
 from __future__ import annotations
 
 import dataclasses
+import logging
 from typing import Any
 
 from sporenet.federated.common.wire import READY, SECURE_BUFFER_KEY, SECURE_WEIGHT_KEY
@@ -59,8 +60,8 @@ class SecureAsyncFit:
     ) -> None:
         self._ctx = ctx
         self._task_config = task_config
-        # A failed buffer fails the job: its members' updates cannot be unmasked, and
-        # running it again would need each of them to train again (not built).
+        # SecureFit's own retry starts a round's cohort afresh; a buffer's is `_rerun`.
+        self._retries = settings.retries
         self._settings = dataclasses.replace(settings, retries=0)
         job = ctx.config.job
         self._staleness = make_staleness(job.staleness, job.staleness_options)
@@ -265,7 +266,63 @@ class SecureAsyncFit:
         self._training.refill(now)
         if self._stages is None:
             return TickResult(Tick.OPEN)
-        return self._stages.tick(now)
+        result = self._stages.tick(now)
+        if result.tick == Tick.FAIL and ctx.job.secure_attempt < self._retries:
+            self._rerun(now, result.reason)
+            return TickResult(Tick.OPEN)
+        return result
+
+    def _rerun(self, now: float, reason: str) -> None:
+        """The buffer's round failed (too few survivors): its members still alive keep
+        their place and their held updates, the devices waiting fill it up again, and the
+        next tick forms a new round among them under a new task id (fresh keys)."""
+        ctx = self._ctx
+        job = ctx.job
+        secure = self._buffer.secure
+        assert secure is not None  # for mypy: only a formed round fails
+        gone = {Participant.DROPPED, Participant.EXCLUDED}
+        timeout = ctx.config.heartbeat_timeout
+        keep = {
+            c: m
+            for c, m in self._buffer.members.items()
+            if ctx.clients.status(c) not in gone
+            and c not in secure.withdrawn
+            and not ctx.clients.is_silent(c, now, timeout)
+        }
+        left = [c for c in self._buffer.members if c not in keep]
+        job.secure_attempt += 1
+        self._buffer = SecureBuffer(
+            self._buffer.size, ctx.config.job.max_staleness, self._staleness, keep
+        )
+        self._stages = None
+        for cid, version in list(self._waiting.items()):
+            if self._buffer.full:
+                break
+            del self._waiting[cid]
+            try:
+                self._buffer.ready(cid, version, job.model_version)
+            except StaleTaskError:  # too stale by now: it trains again
+                self._ready_task.pop(cid, None)
+        for cid in left:
+            self._ready_task.pop(cid, None)
+        with ctx.store.transaction() as tx:
+            tx.delete_secure_state(job.round)
+            for cid, m in self._buffer.members.items():
+                ctx.set_status(cid, Participant.SELECTED, 0, _ready_row(m.version, m.tau), tx=tx)
+            for cid in left:
+                ctx.set_status(cid, Participant.DROPPED, tx=tx)
+            tx.set_job(job)
+        log_event(
+            ctx.log,
+            "secure_buffer_retried",
+            logging.WARNING,
+            round=job.round,
+            attempt=job.secure_attempt,
+            of=self._retries,
+            kept=sorted(keep),
+            reason=reason,
+        )
+        ctx.notify()
 
     def _form(self, now: float) -> None:
         ctx = self._ctx

@@ -54,13 +54,19 @@ class HoldingClient(Client):
 
 
 def run_clients(
-    address: str, n: int, special: dict[int, type[Client]] | None = None
+    address: str,
+    n: int,
+    special: dict[int, type[Client]] | None = None,
+    hold: dict[int, threading.Event] | None = None,
 ) -> list[threading.Thread]:
-    """Clients c0..c{n-1}, all training at once (`special`: a client's class). A client
-    finishing while buffer 1's round runs is among buffer 2's members."""
+    """Clients c0..c{n-1}, all training at once (`special`: a client's class; `hold`:
+    an event its first training waits for). A client finishing while buffer 1's round
+    runs is among buffer 2's members."""
 
     def run(i: int) -> None:
         def train(weights: dict[str, np.ndarray], config: dict) -> tuple:
+            if hold and i in hold:
+                hold[i].wait(60)
             return {k: v + np.float32(shift(i)) for k, v in weights.items()}, SAMPLES[i], {}
 
         kind = (special or {}).get(i, Client)
@@ -179,5 +185,39 @@ def test_kill9_in_a_secure_buffers_masked_input_then_restart_loses_nothing(
     assert restored and restored[0]["stage"] == "masked_input"
     # Every member of both buffers counted (none lost with the process), each once.
     assert check_versions(server.state_dir, w0, 2, atol=1e-5) == [5, 5]
+    assert read_status(server.state_dir)["job"]["status"] == "finished"
+    assert server.terminate() == 0
+
+
+def test_a_failed_buffer_runs_again_among_its_survivors_and_the_waiting(
+    tmp_path: Path,
+    server_factory,  # type: ignore[no-untyped-def]
+) -> None:
+    w0 = make_model(tmp_path / "init.spore", out=8, inp=6)
+    config = tmp_path / "job.toml"
+    config.write_text(CONFIG)
+    server = server_factory(secure_async_args(tmp_path, config, 1, clients=7)).start()
+    # c5 and c6 finish first, so they are in buffer 1 with three of the others; both
+    # vanish at the masked input, which leaves each secret two of the three shares it
+    # needs: the round fails and runs again among the three and the two that waited.
+    go = threading.Event()
+    threads = run_clients(
+        server.address, 7, {5: VanishingClient, 6: VanishingClient}, dict.fromkeys(range(5), go)
+    )
+
+    def ready() -> set[str]:
+        return {e["client"] for e in server.events("secure_buffer_ready")}
+
+    wait_for(lambda: {"c5", "c6"} <= ready(), timeout=30, what="c5 and c6 ready")
+    go.set()
+    for t in threads[:5]:
+        t.join(120)
+    assert not any(t.is_alive() for t in threads[:5]), server.logs()[-4000:]
+    (retried,) = server.events("secure_buffer_retried")
+    assert retried["attempt"] == 1 and len(retried["kept"]) == 3
+    assert not {"c5", "c6"} & set(retried["kept"])
+    formed = server.events("secure_buffer_formed")
+    assert len(formed) == 2 and not {"c5", "c6"} & set(formed[1]["members"])
+    assert check_versions(server.state_dir, w0, 1, atol=1e-5) == [5]
     assert read_status(server.state_dir)["job"]["status"] == "finished"
     assert server.terminate() == 0
