@@ -152,7 +152,10 @@ class SecureAsyncFit:
         nxt = SecureAsyncFit(
             ctx, self._task_config | {"round": job.round}, self._settings, nxt_training.assigned
         )
+        now, timeout = ctx.clock(), ctx.config.heartbeat_timeout
         for cid, version in self._waiting.items():
+            if ctx.clients.is_silent(cid, now, timeout):
+                continue  # gone while it waited: not a member of a round it cannot join
             try:
                 member = nxt._buffer.ready(cid, version, job.model_version)
             except StaleTaskError:  # now too stale (or the buffer filled): it trains again
@@ -299,6 +302,9 @@ class SecureAsyncFit:
             if self._buffer.full:
                 break
             del self._waiting[cid]
+            if ctx.clients.is_silent(cid, now, timeout):
+                self._ready_task.pop(cid, None)
+                continue
             try:
                 self._buffer.ready(cid, version, job.model_version)
             except StaleTaskError:  # too stale by now: it trains again
