@@ -22,6 +22,7 @@ class SecureStage(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     SECURE_SHARE_KEYS: _ClassVar[SecureStage]
     SECURE_MASKED_INPUT: _ClassVar[SecureStage]
     SECURE_UNMASK: _ClassVar[SecureStage]
+    SECURE_READY: _ClassVar[SecureStage]
 
 class Encoding(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -39,6 +40,7 @@ SECURE_ADVERTISE_KEYS: SecureStage
 SECURE_SHARE_KEYS: SecureStage
 SECURE_MASKED_INPUT: SecureStage
 SECURE_UNMASK: SecureStage
+SECURE_READY: SecureStage
 ENCODING_RAW: Encoding
 ENCODING_INT8: Encoding
 ENCODING_TOPK: Encoding

@@ -56,6 +56,7 @@ from sporenet.federated.client.client import FATAL, RETRYABLE
 from sporenet.federated.client.session_stream import TransportLoop
 from sporenet.federated.common.buffers import BufferPool
 from sporenet.federated.common.codec import encode_raw
+from sporenet.federated.common.wire import SECURE_BUFFER_KEY
 from sporenet.federated.errors import (
     AuthError,
     FederatedError,
@@ -222,6 +223,11 @@ class DeviceGroup:
 
     async def _fit(self, device: Device, p: Participant, task: pb.Task) -> None:
         config = json.loads(task.config_json or "{}")
+        if config.get(SECURE_BUFFER_KEY):
+            raise AppError(
+                "the fleet simulator does not take part in secure async buffers; "
+                "run the server without secure aggregation"
+            )
         rnd = int(config.get("round", 0))
         record = self._record(rnd)
         record.first_seen = min(record.first_seen, time.time())

@@ -69,6 +69,7 @@ from sporenet.federated.client.transfers import PendingUpload, Transfers
 from sporenet.federated.common.auth import Credentials
 from sporenet.federated.common.codec import decode_update, encode_raw, encode_update
 from sporenet.federated.common.wire import (
+    SECURE_BUFFER_KEY,
     SessionReplyField,
     SessionRequestField,
     method_path,
@@ -240,6 +241,8 @@ class Client(Failover, SecureRounds):
         # The open secure round: (task id, its session, the trained update once computed).
         self._secure: tuple[str, SecureClientSession] | None = None
         self._secure_update: tuple[Weights, int, str] | None = None
+        # A secure async buffer's: (training task id, its update), held until masked.
+        self._held: tuple[str, tuple[Weights, int, str]] | None = None
         self._secure_failed = ""  # a secure task this client cannot continue
         self.rounds_trained = 0
         self.final_model: bytes | None = None
@@ -483,6 +486,9 @@ class Client(Failover, SecureRounds):
                 )
 
     def _fit(self, task: pb.Task) -> None:
+        if json.loads(task.config_json or "{}").get(SECURE_BUFFER_KEY):
+            self._buffer_fit(task)
+            return
         pending = self._pending
         if pending is None or pending.task_id != task.task_id:
             pending = self._train(task)

@@ -28,12 +28,19 @@ def method_path(name: str) -> str:
     return f"/{SERVICE}/{name}"
 
 
-#: Secure-aggregation stage names (secagg's Stage) <-> the wire enum SecureStage.
+#: The stage a device of a secure async buffer answers once trained (its update held).
+READY = "ready"
+#: A FIT task's config key: train, hold the update, answer READY (a secure async buffer).
+SECURE_BUFFER_KEY = "secure_buffer"
+#: A secure stage's config key: the staleness weight to scale the held update by.
+SECURE_WEIGHT_KEY = "secure_weight"
+#: Secure-aggregation stage names (secagg's Stage, and READY) <-> the wire enum SecureStage.
 SECURE_STAGES: dict[str, pb.SecureStage] = {
     Stage.ADVERTISE_KEYS.value: pb.SECURE_ADVERTISE_KEYS,
     Stage.SHARE_KEYS.value: pb.SECURE_SHARE_KEYS,
     Stage.MASKED_INPUT.value: pb.SECURE_MASKED_INPUT,
     Stage.UNMASK.value: pb.SECURE_UNMASK,
+    READY: pb.SECURE_READY,
 }
 STAGE_NAMES: dict[int, str] = {code: name for name, code in SECURE_STAGES.items()}
 

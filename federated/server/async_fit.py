@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,6 +46,14 @@ from sporenet.federated.strategies.staleness import Staleness, make_staleness
 STALENESS_KEY = "staleness"
 #: The participant-row metric of an in-flight device: the version it trains on.
 VERSION_KEY = "version"
+
+
+def scaled(update: Weights, weight: float) -> Weights:
+    """`update` times its staleness weight (a secure buffer's member does this itself,
+    before masking)."""
+    if weight == 1.0:
+        return update
+    return {k: v * np.asarray(weight, dtype=v.dtype) for k, v in update.items()}
 
 
 def task_id_for(version: int) -> str:
@@ -78,8 +87,12 @@ class AsyncFit:
         ctx: JobContext,
         task_config: dict[str, Any],
         assigned: dict[str, Assignment] | None = None,
+        *,
+        engaged: Callable[[str], bool] | None = None,
     ) -> None:
         self._ctx = ctx
+        # Devices busy otherwise (a secure buffer's members), never assigned training.
+        self._engaged = engaged
         self._task_config = task_config
         job = ctx.config.job
         self._concurrency = job.concurrency
@@ -227,25 +240,32 @@ class AsyncFit:
         ctx.wake.set()  # a slot is free (and the buffer may be full)
 
     def _scaled(self, update: Weights, tau: int) -> Weights:
-        s = self._staleness.weight(tau)
-        if s == 1.0:
-            return update
-        return {k: v * np.asarray(s, dtype=v.dtype) for k, v in update.items()}
+        return scaled(update, self._staleness.weight(tau))
 
     # -- the round loop's ----------------------------------------------------------------
 
     def tick(self, now: float) -> TickResult:
         """Let go of silent and late devices, give free slots to idle live ones, and
         close once the buffer is full."""
-        self._drop(now)
+        self.drop(now)
         if self._ctx.clients.count(Participant.ACCEPTED) >= self._buffer_size:
             return TickResult(Tick.CLOSE)
+        self.refill(now)
+        return TickResult(Tick.OPEN)
+
+    def refill(self, now: float) -> None:
+        """Give the free training slots to idle live devices."""
         free = self._concurrency - len(self._assigned)
         if free > 0:
             self._fill(now, free)
-        return TickResult(Tick.OPEN)
 
-    def _drop(self, now: float) -> None:
+    @property
+    def assigned(self) -> dict[str, Assignment]:
+        """The devices training now (client id -> what on, until when)."""
+        return self._assigned
+
+    def drop(self, now: float) -> None:
+        """Let go of the training devices that are silent or past their deadline."""
         ctx = self._ctx
         timeout = ctx.config.heartbeat_timeout
         gone = [
@@ -268,7 +288,10 @@ class AsyncFit:
         buffer (each device contributes at most once per buffer)."""
         ctx = self._ctx
         busy = (Participant.SELECTED, Participant.ACCEPTED, Participant.REJECTED)
-        idle = [c for c in ctx.machine.live(now) if ctx.clients.status(c) not in busy]
+        engaged = self._engaged or (lambda _: False)
+        idle = [
+            c for c in ctx.machine.live(now) if ctx.clients.status(c) not in busy and not engaged(c)
+        ]
         if not idle:
             return
         job = ctx.job

@@ -386,11 +386,24 @@ class ServerConfig:
     def _check_async(self) -> None:
         """What buffered asynchronous jobs do not combine with (yet), and why."""
         if self.secure_aggregation is not None:
-            raise ConfigError(
-                '`job.mode` "async" with `secure_aggregation.enabled` is not supported: each '
-                "buffer would need a SecAgg+ instance among the devices that fill it, which is "
-                "not built; run the async job without secure aggregation or in sync mode"
-            )
+            if self.differential_privacy is not None:
+                raise ConfigError(
+                    '`job.mode` "async" with both `secure_aggregation` and '
+                    "`differential_privacy` is not supported yet: the noise of a secure "
+                    "buffer is not built; drop one of them or run in sync mode"
+                )
+            if self.job.buffer_size < 2:
+                raise ConfigError(
+                    "`job.buffer_size` must be >= 2 with secure aggregation (a buffer is one "
+                    f"SecAgg+ instance among its members), got {self.job.buffer_size}"
+                )
+            try:
+                self.secure_aggregation.protocol.resolve(self.job.buffer_size)
+            except SecAggConfigError as e:
+                raise ConfigError(
+                    f"`secure_aggregation`: with buffer_size={self.job.buffer_size} (each "
+                    f"buffer's SecAgg+ instance): {_secagg_key(e)}"
+                ) from None
         if self.evaluate_every:
             raise ConfigError(
                 '`evaluate_every` must be 0 with `job.mode` "async": an evaluate phase would '

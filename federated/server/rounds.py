@@ -62,6 +62,7 @@ from sporenet.federated.server.publisher import (
     finish_for_budget,
     weighted_metrics,
 )
+from sporenet.federated.server.secure_async_fit import SecureAsyncFit
 from sporenet.federated.server.secure_fit import SecureFit
 from sporenet.federated.server.state import JobState, ModelRecord, Store
 from sporenet.federated.server.status import config_summary
@@ -205,7 +206,11 @@ class RoundManager:
         job = ctx.job
         ctx.clients.restore_phase({cid: status for cid, (status, _, _) in found.rows.items()})
         task_config = self._publisher.task_config()
-        if ctx.config.job.is_async:
+        if ctx.config.job.is_async and ctx.config.secure_aggregation is not None:
+            ctx.phase = SecureAsyncFit.restored(
+                ctx, task_config, ctx.config.secure_aggregation, found.rows, found.secure_state
+            )
+        elif ctx.config.job.is_async:
             ctx.phase = AsyncFit.restored(ctx, task_config, found.rows)
         elif found.secure_state is not None:
             settings = ctx.config.secure_aggregation or SecureConfig()
@@ -224,9 +229,11 @@ class RoundManager:
         task_config = self._publisher.task_config()
         if ctx.job.phase == Phase.EVALUATE:
             return EvaluatePhase(ctx, task_config)
+        sa = ctx.config.secure_aggregation
+        if ctx.config.job.is_async and sa is not None:
+            return SecureAsyncFit(ctx, task_config, sa)
         if ctx.config.job.is_async:
             return AsyncFit(ctx, task_config)
-        sa = ctx.config.secure_aggregation
         if sa is not None:
             return SecureFit(ctx, task_config, sa)
         return PlainFit(ctx, task_config)

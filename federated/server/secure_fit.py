@@ -12,6 +12,7 @@ a restart resumes the stage in progress.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from sporenet.federated.errors import AggregationError, StaleTaskError, quote
@@ -43,8 +44,12 @@ class SecureFit:
         task_config: dict[str, Any],
         settings: SecureConfig,
         secure: SecurePhase | None = None,
+        *,
+        state: Callable[[], bytes] | None = None,
     ) -> None:
         self._ctx = ctx
+        # What `save` persists: the round's bytes, or its owner's (a secure buffer's).
+        self._state = state
         self._task_config = task_config
         self._settings = settings  # its defaults for a secure round restored from the store
         self._secure = secure  # set by `start`, or restored
@@ -282,7 +287,8 @@ class SecureFit:
     def save(self, tx: Any) -> None:
         """Persist the open SecureRound (inside the caller's transaction)."""
         if self._secure is not None:
-            tx.set_secure_state(self._ctx.job.round, self._secure.round.to_bytes())
+            saved = self._state() if self._state is not None else self._secure.round.to_bytes()
+            tx.set_secure_state(self._ctx.job.round, saved)
         self._since_save = 0
 
     def checkpoint(self) -> None:

@@ -9,8 +9,8 @@ from typing import Any
 
 from sporenet.federated.errors import ConfigError
 from sporenet.federated.secagg import SecAggError
-from sporenet.federated.secagg.session import SecureRound
 from sporenet.federated.server.config import ServerConfig
+from sporenet.federated.server.secure_buffer import saved_stage
 from sporenet.federated.server.state import JobState, Store
 
 
@@ -37,7 +37,7 @@ def _secure_stage(store: Store, job: JobState | None) -> str | None:
     if data is None:
         return None
     try:
-        return SecureRound.from_bytes(data).stage.value
+        return saved_stage(data)
     except SecAggError as e:
         return f"unreadable: {e}"
 

@@ -27,7 +27,9 @@ def shift(i: int) -> float:
     return 0.01 * (i + 1)
 
 
-def check_versions(state_dir: Path, w0: dict[str, np.ndarray], versions: int) -> list[int]:
+def check_versions(
+    state_dir: Path, w0: dict[str, np.ndarray], versions: int, *, atol: float = 1e-6
+) -> list[int]:
     """Every published version against a float64 reference built from what the store
     recorded for its buffer (who, how many samples, how stale); the buffer sizes."""
     staleness = make_staleness("polynomial", {"exponent": EXPONENT})
@@ -52,7 +54,7 @@ def check_versions(state_dir: Path, w0: dict[str, np.ndarray], versions: int) ->
         path = state_dir / "models" / f"v{version:05d}.spore"
         got = read_weights(path.read_bytes())
         for k in w:
-            np.testing.assert_allclose(got[k], w[k], rtol=1e-5, atol=1e-6)
+            np.testing.assert_allclose(got[k], w[k], rtol=1e-5, atol=atol)
     return sizes
 
 

@@ -115,8 +115,13 @@ def test_async_settings_are_checked_and_what_they_do_not_combine_with_is_refused
         build_config(base, {"buffer_size": 0})
     with pytest.raises(ConfigError, match="`evaluate_every` must be 0"):
         build_config({**base, "evaluate_every": 2}, {})
-    with pytest.raises(ConfigError, match="secure aggregation"):
-        build_config({**base, "secure_aggregation": {"enabled": True}}, {})
+    secure = {**base, "secure_aggregation": {"enabled": True}}
+    assert build_config(secure, {}).secure_aggregation is not None  # secure buffers
+    with pytest.raises(ConfigError, match=r"`job\.buffer_size` must be >= 2 with secure"):
+        build_config(secure, {"buffer_size": 1})
+    dp = {"enabled": True, "mode": "distributed"}
+    with pytest.raises(ConfigError, match="both `secure_aggregation` and `differential_priv"):
+        build_config({**secure, "differential_privacy": dp}, {})
     assert "asynchronous" in edge_refusal(config)
     # the versions a device may still train on stay on disk
     assert config.keep_models == 3 and config.models_kept == 12
