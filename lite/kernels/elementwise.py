@@ -198,12 +198,46 @@ class Pow(BinaryKernel):
 
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
         a, b, out, act = inputs[0], inputs[1], outputs[0], self.activation
+        power = self._small_power(a, out)
+        if power is not None:
+            return then_activation(self._bind_power(required(inputs, 0), power, out), out, act)
 
         def compute() -> None:
             # Mixed dtypes compute in the common type, then cast to the base's dtype.
             np.power(a, b, out=out, casting="unsafe")
 
         return then_activation(compute, out, act)
+
+    @staticmethod
+    def _bind_power(a: np.ndarray, power: int, out: np.ndarray) -> Compute:
+        """out = a ** power for power 2 or 3, as onnxruntime computes it: x * x (rounded
+        once, as powf) and x * x * x (two roundings, not powf's one), at a tenth to a
+        fiftieth of powf's cost (GELU's tanh form cubes every activation)."""
+        multiply = np.multiply
+
+        def square() -> None:
+            multiply(a, a, out=out)
+
+        def cube() -> None:
+            multiply(a, a, out=out)
+            multiply(out, a, out=out)
+
+        def cube_in_place() -> None:  # out is a: the square must not overwrite it
+            multiply(multiply(a, a), a, out=out)
+
+        if power == 2:
+            return square
+        return cube_in_place if np.may_share_memory(a, out) else cube
+
+    def _small_power(self, a: np.ndarray | None, out: np.ndarray) -> int | None:
+        """2 or 3 for a float base raised to that constant single exponent, else None."""
+        exponent = self.input(1).value
+        if a is None or exponent is None or exponent.size != 1 or a.dtype.kind != "f":
+            return None
+        if a.dtype != out.dtype or a.shape != out.shape:
+            return None
+        value = float(exponent.reshape(-1)[0])
+        return int(value) if value in (2.0, 3.0) else None
 
 
 class Equal(BinaryKernel):

@@ -128,11 +128,39 @@ class ScatterElements(Kernel):
         grid: list[np.ndarray] = list(np.indices(indices.shape, sparse=True))
         bound = np.array(out.shape[axis], np.int64)
         write = self.write
+        if out.flags.c_contiguous:
+            return self._bind_flat(data, indices, updates, out, grid)
 
         def compute() -> None:
             grid[axis] = _wrapped(indices, bound, "SCATTER_ELEMENTS", out.shape)
             np.copyto(out, data)
             write(out, tuple(grid), updates)
+
+        return compute
+
+    def _bind_flat(
+        self,
+        data: np.ndarray,
+        indices: np.ndarray,
+        updates: np.ndarray,
+        out: np.ndarray,
+        grid: list[np.ndarray],
+    ) -> Compute:
+        """The scatter through positions in the flattened output: ufunc.at takes its fast
+        path only for one 1-D index (ten times the tuple of broadcast grids, on a graph
+        network's message sums), and applies the updates in the same order."""
+        axis, write, flat = self.axis, self.write, out.reshape(-1)
+        bound = np.array(out.shape[axis], np.int64)
+        stride = int(np.prod(out.shape[axis + 1 :], dtype=np.int64))
+        grid[axis] = np.zeros((1,) * indices.ndim, np.int64)
+        base = np.ravel_multi_index(tuple(np.broadcast_arrays(*grid)), out.shape)
+        base = np.broadcast_to(base, indices.shape).astype(np.int64).reshape(-1)
+        multiply, add = np.multiply, np.add
+
+        def compute() -> None:
+            at = _wrapped(indices, bound, "SCATTER_ELEMENTS", out.shape).astype(np.int64)
+            np.copyto(out, data)
+            write(flat, (add(base, multiply(at.reshape(-1), stride)),), updates.reshape(-1))
 
         return compute
 

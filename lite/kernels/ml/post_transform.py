@@ -82,12 +82,19 @@ def second_class(transform: PostTransform, score: np.ndarray, mode: np.ndarray) 
     0 or 1 (weights all positive: [1 - s, s]), 2 (mixed weights, positive class won) or 3
     (mixed weights, negative class won); PROBIT maps the score alone."""
     s = score.astype(np.float32)
+    out = np.empty((s.size, 2), np.float32)
     if transform is PostTransform.PROBIT:
-        p = probit(s)
-        return np.stack([p, np.zeros_like(p)], axis=1)
+        out[:, 0] = probit(s)
+        out[:, 1] = 0
+        return out
+    # Written column by column into one array: a binary model is often called on a few
+    # rows, where each stacked temporary costs more than its arithmetic.
     if transform is PostTransform.LOGISTIC:
-        mixed = np.stack([logistic(-s), logistic(s)], axis=1)
+        negative, positive = logistic(-s), logistic(s)
     else:
-        mixed = np.where((mode == 2)[:, None], np.stack([-s, s], 1), np.stack([s, -s], 1))
-    positive = np.stack([1 - s, s], axis=1)
-    return np.where((mode <= 1)[:, None], positive, mixed).astype(np.float32)
+        negative = np.where(mode == 2, -s, s)
+        positive = -negative
+    all_positive = mode <= 1
+    np.copyto(out[:, 0], np.where(all_positive, 1 - s, negative))
+    np.copyto(out[:, 1], np.where(all_positive, s, positive))
+    return out

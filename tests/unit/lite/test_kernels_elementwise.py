@@ -95,6 +95,19 @@ def test_pow_with_integer_exponent_keeps_base_dtype():
     np.testing.assert_array_equal(ours, theirs)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("exponent", [np.float32(2), np.float32(3), np.int64(3)])
+def test_pow_by_constant_two_or_three_is_the_products(dtype, exponent):
+    # onnxruntime squares as x * x and cubes as x * x * x (not powf): exact IEEE products.
+    a = (np.random.default_rng(3).standard_normal((4, 33)) * 4).astype(dtype)
+    a[0, :4] = [0.0, -0.0, np.inf, -np.inf]
+    (ours,) = run_op(OpCode.POW, [a, np.array(exponent)])
+    want = a * a if exponent == 2 else a * a * a
+    np.testing.assert_array_equal(ours, want)
+    (theirs,) = run_onnx_op("Pow", [a, np.array(exponent)], opset=15)
+    np.testing.assert_array_equal(ours, theirs)
+
+
 def test_binary_errors_name_the_problem():
     with pytest.raises(ShapeError, match=r"ADD: shapes \[2, 3\] and \[4\] do not broadcast"):
         run_op(OpCode.ADD, [np.zeros((2, 3), np.float32), np.zeros(4, np.float32)])
