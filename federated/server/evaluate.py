@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from sporenet.federated.errors import StaleTaskError, quote
+from sporenet.federated.errors import StaleTaskError
+from sporenet.federated.server.cohort_task import CohortTask
 from sporenet.federated.server.job_context import JobContext
 from sporenet.federated.server.machine import Verdict
 from sporenet.federated.server.open_phase import Answer, Evaluation, Tick, TickResult
@@ -24,6 +25,7 @@ class EvaluatePhase:
 
     def __init__(self, ctx: JobContext, task_config: dict[str, Any]) -> None:
         self._ctx = ctx
+        self._cohort = CohortTask(ctx)
         self._task_config = task_config
 
     def start(self, now: float, cohort: list[str]) -> None:
@@ -43,24 +45,16 @@ class EvaluatePhase:
         )
 
     def owns(self, client_id: str, task_id: str) -> bool:
-        return task_id == self._ctx.machine.task_id()
+        return self._cohort.owns(task_id)
 
     def answered(self, client_id: str, task_id: str) -> bool:
-        accepted = self._ctx.clients.status(client_id) == Participant.ACCEPTED
-        return accepted and self.owns(client_id, task_id)
+        return self._cohort.answered(client_id, task_id)
 
     def wants(self, client_id: str, task_id: str) -> bool:
-        return self._ctx.clients.status(client_id) == Participant.SELECTED
+        return self._cohort.selected(client_id)
 
     def accepts(self, client_id: str, answer: type[Answer]) -> None:
-        task_id = self._ctx.machine.task_id()
-        if answer is not Evaluation:
-            raise StaleTaskError(f"task {quote(task_id)} is an evaluate phase")
-        status = self._ctx.clients.status(client_id)
-        if status != Participant.SELECTED:
-            raise StaleTaskError(
-                f"client {quote(client_id)} has no open task in {task_id!r} (status {status})"
-            )
+        self._cohort.check_answer(client_id, answer, Evaluation, "is an evaluate phase")
 
     def submit(self, client_id: str, answer: Answer) -> None:
         if not isinstance(answer, Evaluation):

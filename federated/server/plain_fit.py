@@ -19,8 +19,8 @@ from sporenet.federated.errors import (
     ConfigError,
     StaleTaskError,
     UpdateRejectedError,
-    quote,
 )
+from sporenet.federated.server.cohort_task import CohortTask
 from sporenet.federated.server.job_context import JobContext
 from sporenet.federated.server.machine import Verdict
 from sporenet.federated.server.observability import log_event
@@ -85,6 +85,7 @@ class PlainFit:
 
     def __init__(self, ctx: JobContext, task_config: dict[str, Any]) -> None:
         self._ctx = ctx
+        self._cohort = CohortTask(ctx)
         self._task_config = task_config
         self._aggregator = ctx.privacy.make_aggregator(
             ctx.strategy, ctx.model.template, ctx.job.dp_cohort
@@ -107,24 +108,16 @@ class PlainFit:
         return TaskInfo(TaskType.FIT, job.round, ctx.machine.task_id(), ctx.model.record, config)
 
     def owns(self, client_id: str, task_id: str) -> bool:
-        return task_id == self._ctx.machine.task_id()
+        return self._cohort.owns(task_id)
 
     def answered(self, client_id: str, task_id: str) -> bool:
-        accepted = self._ctx.clients.status(client_id) == Participant.ACCEPTED
-        return accepted and self.owns(client_id, task_id)
+        return self._cohort.answered(client_id, task_id)
 
     def wants(self, client_id: str, task_id: str) -> bool:
-        return self._ctx.clients.status(client_id) == Participant.SELECTED
+        return self._cohort.selected(client_id)
 
     def accepts(self, client_id: str, answer: type[Answer]) -> None:
-        task_id = self._ctx.machine.task_id()
-        if answer is not Update:
-            raise StaleTaskError(f"task {quote(task_id)} is not an open secure round")
-        status = self._ctx.clients.status(client_id)
-        if status != Participant.SELECTED:
-            raise StaleTaskError(
-                f"client {quote(client_id)} has no open task in {task_id!r} (status {status})"
-            )
+        self._cohort.check_answer(client_id, answer, Update, "is not an open secure round")
 
     def submit(self, client_id: str, answer: Answer) -> None:
         """Journal the update, then fold it (under the lock, so a checkpoint never empties

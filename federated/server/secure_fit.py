@@ -18,6 +18,7 @@ from typing import Any
 from sporenet.federated.errors import AggregationError, StaleTaskError, quote
 from sporenet.federated.secagg import ClientExcludedError, SecAggError, Stage
 from sporenet.federated.secagg.session import SecureRound
+from sporenet.federated.server.cohort_task import CohortTask
 from sporenet.federated.server.config import SecureConfig
 from sporenet.federated.server.job_context import JobContext
 from sporenet.federated.server.observability import log_event
@@ -48,6 +49,7 @@ class SecureFit:
         state: Callable[[], bytes] | None = None,
     ) -> None:
         self._ctx = ctx
+        self._cohort = CohortTask(ctx)
         # What `save` persists: the round's bytes, or its owner's (a secure buffer's).
         self._state = state
         self._task_config = task_config
@@ -122,11 +124,10 @@ class SecureFit:
         )
 
     def owns(self, client_id: str, task_id: str) -> bool:
-        return task_id == self._ctx.machine.task_id()
+        return self._cohort.owns(task_id)
 
     def answered(self, client_id: str, task_id: str) -> bool:
-        accepted = self._ctx.clients.status(client_id) == Participant.ACCEPTED
-        return accepted and self.owns(client_id, task_id)
+        return self._cohort.answered(client_id, task_id)
 
     def wants(self, client_id: str, task_id: str) -> bool:
         return self._round().wants(client_id)
