@@ -29,7 +29,7 @@ from sporenet.lite.kernels.quantized.gemm import (
     split_reduction,
     weight_bound,
 )
-from sporenet.lite.kernels.quantized.output_stage import Folded, OutputStage, make_stage
+from sporenet.lite.kernels.quantized.output_stage import OutputStage, make_stage
 from sporenet.lite.kernels.spatial import padded_buffer
 from sporenet.lite.ops import OpCode
 
@@ -64,12 +64,6 @@ def shifted_weights(
 KEEP_FLOAT_BYTES = 32 << 10
 """Weights whose float32 copy is at most this large keep it between calls: for small
 layers the per-call conversion costs more than the GEMM, and the copy is negligible."""
-
-
-FOLD_BYTES = 64 << 10
-"""Layers whose float64 columns and weights are each at most this large run the folded
-route (output_stage.Folded): one GEMM and the clamp per call, the requantization's
-multiply and offset inside the GEMM."""
 
 
 def keep_float(w2: np.ndarray) -> np.ndarray | None:
@@ -150,12 +144,7 @@ class QConv2D(QuantizedKernel):
         wide = (n, o, p), self.stage.wide_dtype
         self.zx = zx
         self.depthwise_stage: OutputStage | None = None
-        self.group = group
-        self.fold = self._fold(n, o, p)
-        if self.fold is not None:
-            self.inner = None
-            self.scratch_layout = []  # the folded route's arrays are the kernel's own
-        elif group == 1:
+        if group == 1:
             self.chunks = split_reduction(x_max, self.w)
             k = self.w[0].size
             f32 = np.dtype(np.float32)
@@ -183,20 +172,8 @@ class QConv2D(QuantizedKernel):
             )
             self.scratch_layout = [(x.shape, ftype), (w.shape, ftype), (shape, ftype), wide]
 
-    def _fold(self, n: int, o: int, p: int) -> Folded | None:
-        """The folded route (output_stage.Folded) for a layer small enough that its NumPy
-        calls, not its arithmetic, set its time; else None."""
-        if not isinstance(self.stage, OutputStage):
-            return None
-        kg = self.w[0].size + 1  # one output's weights and the offset column
-        if max(n * self.group * kg * p, o * kg) * 8 > FOLD_BYTES:
-            return None
-        return self.stage.folded(self.w.reshape(o, kg - 1))
-
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
         x, out = required(inputs, 0), outputs[0]
-        if self.fold is not None:
-            return self._bind_folded(self.fold, x, out)
         if self.inner is not None:
             return self._bind_inner(self.inner, x, out)
         if self.depthwise_stage is not None:
@@ -238,41 +215,6 @@ class QConv2D(QuantizedKernel):
                 matmul(wa, ca, out=pa)
             if reduce is not None:
                 add_reduce(reduce, axis=0, dtype=np.float64, out=acc)
-            stage()
-
-        return compute
-
-    def _bind_folded(self, fold: Folded, x: np.ndarray, out: np.ndarray) -> Compute:
-        """One float64 GEMM per group, batched: (G, O/G, K/G + 1) @ (N, G, K/G + 1, P),
-        the last row of the columns all ones (set here, never overwritten)."""
-        win, g = self.win, self.group
-        n, c = x.shape[:2]
-        o = out.shape[1]
-        (kh, kw), (oh, ow) = win.kernel, win.out
-        cg, p = c // g, oh * ow
-        kg = cg * kh * kw
-        cols = np.ones((n, g, kg + 1, p), np.float64)
-        target = np.reshape(cols[:, :, :kg, :], (n, g, cg, kh, kw, oh, ow), copy=False)
-        if win.padded or any(e > s for e, s in zip(win.extent, x.shape[2:], strict=True)):
-            xp, interior = padded_buffer(x, win, self.zx)
-        else:
-            xp, interior = x, None
-        view = np.reshape(im2col_view(xp, win), target.shape, copy=False)
-        weights = fold.weights.reshape(g, o // g, kg + 1)
-        v = np.empty((n, g, o // g, p), np.float64)
-        stage = fold.bind(v.reshape(n, o, p), out.reshape(n, o, p))
-        a, b, ab = weights, cols, v
-        if n == 1:
-            b, ab = b[0], ab[0]
-            if g == 1:
-                a, b, ab = a[0], b[0], ab[0]
-        zx, copyto, subtract, matmul = np.float64(self.zx), np.copyto, np.subtract, np.matmul
-
-        def compute() -> None:
-            if interior is not None:
-                copyto(interior, x)
-            subtract(view, zx, out=target)
-            matmul(a, b, out=ab)
             stage()
 
         return compute

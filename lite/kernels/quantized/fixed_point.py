@@ -120,9 +120,7 @@ class Requantizer:
         clamp, narrow."""
         self.multiply(acc)
         acc += self.zero_point
-        # Not np.clip: its Python wrapper costs more than the two ufuncs on small tensors.
-        np.maximum(acc, self.lo, out=acc)
-        np.minimum(acc, self.hi, out=acc)
+        np.clip(acc, self.lo, self.hi, out=acc)
         np.copyto(out, acc, casting="unsafe")
 
 
@@ -203,7 +201,5 @@ class WideRequantizer:
             acc += self.round
             np.right_shift(acc, self.total, out=acc)
         acc += self.zero_point
-        # Not np.clip: its Python wrapper costs more than the two ufuncs on small tensors.
-        np.maximum(acc, self.lo, out=acc)
-        np.minimum(acc, self.hi, out=acc)
+        np.clip(acc, self.lo, self.hi, out=acc)
         np.copyto(out, acc, casting="unsafe")

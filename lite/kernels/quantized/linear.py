@@ -10,9 +10,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from sporenet.lite.kernels.base import Attrs, Compute, TensorSpec, required
+from sporenet.lite.kernels.base import Attrs, Compute, TensorSpec
 from sporenet.lite.kernels.linear import matmul_shape
-from sporenet.lite.kernels.quantized import conv
 from sporenet.lite.kernels.quantized.base import INT16_DTYPES, QuantizedKernel
 from sporenet.lite.kernels.quantized.conv import bias_values, keep_float, shifted_weights
 from sporenet.lite.kernels.quantized.fixed_point import Requantizer, WideRequantizer
@@ -22,7 +21,7 @@ from sporenet.lite.kernels.quantized.gemm import (
     split_reduction,
     weight_bound,
 )
-from sporenet.lite.kernels.quantized.output_stage import Folded, OutputStage, make_stage
+from sporenet.lite.kernels.quantized.output_stage import make_stage
 from sporenet.lite.kernels.quantized.rounding import OnnxRequantizer, onnx_multipliers
 from sporenet.lite.ops import OpCode
 
@@ -66,14 +65,6 @@ class QFullyConnected(QuantizedKernel):
         rows = int(np.prod(x.shape[:-1], dtype=np.int64))
         f32 = np.dtype(np.float32)
         self.output_specs = [self.out_spec(shape, x.dtype, oq)]
-        small = max(rows, o) * (k + 1) * 8 <= conv.FOLD_BYTES
-        folded = (
-            self.stage.folded(self.w) if small and isinstance(self.stage, OutputStage) else None
-        )
-        self.fold = folded
-        if folded is not None:  # its arrays are the kernel's own (conv.FOLD_BYTES)
-            self.kept, self.scratch_layout = None, []
-            return
         self.kept = keep_float(np.ascontiguousarray(self.w.T))
         self.scratch_layout = [
             ((rows, k), f32),
@@ -84,9 +75,7 @@ class QFullyConnected(QuantizedKernel):
         ]
 
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
-        x, out = required(inputs, 0), outputs[0]
-        if self.fold is not None:
-            return self._bind_folded(self.fold, x, out)
+        x, out = inputs[0], outputs[0]
         xf, wt, parts, wide, total = self.scratch_arrays()
         x2, out2 = x.reshape(xf.shape), out.reshape(wide.shape)
         kept = self.kept
@@ -106,25 +95,6 @@ class QFullyConnected(QuantizedKernel):
                 matmul(xa, wa, out=pa)
             if many:
                 add_reduce(parts, axis=0, dtype=np.float64, out=total)
-            stage()
-
-        return compute
-
-    def _bind_folded(self, fold: Folded, x: np.ndarray, out: np.ndarray) -> Compute:
-        """One float64 GEMM, [x - z_x, 1] @ [w * coef, offset].T, then the clamp
-        (output_stage.Folded), as small convolutions run."""
-        o, k = self.w.shape
-        rows = x.size // k
-        cols = np.ones((rows, k + 1), np.float64)  # the last column stays ones
-        target, x2 = cols[:, :k], x.reshape(rows, k)
-        weights = np.ascontiguousarray(fold.weights.T)
-        v = np.empty((rows, o), np.float64)
-        stage = fold.bind(v.reshape(rows, o, 1), out.reshape(rows, o, 1))
-        zx, subtract, matmul = np.float64(self.zx), np.subtract, np.matmul
-
-        def compute() -> None:
-            subtract(x2, zx, out=target)
-            matmul(cols, weights, out=v)
             stage()
 
         return compute

@@ -71,14 +71,6 @@ class OutputStage:
         units = np.array(units, np.int64)
         self.float_path = self.fold_zo and big + max(abs(v) for v in offset_ints) < _FLOAT_EXACT
         threshold = np.where(mult > (1 << 30), 0, -1) - bias  # acc < threshold: z < 0
-        # What `folded` needs, as exact Python integers (units of 2^-(31+e) per channel).
-        self._ints = (
-            [int(v) for v in mult],
-            [int(u) for u in units],
-            [int(v) for v in offset_ints],
-            [int(t) for t in threshold],
-            big,
-        )
         self.threshold = threshold.astype(np.float64).reshape(channel_shape)
         self.correct = bool((right > 0).any()) and self.lo < self.zo
         shape = channel_shape
@@ -102,8 +94,13 @@ class OutputStage:
             return self._bind_float(acc, out, wide)
         lo, hi, coef, offset, shift = self.lo, self.hi, self.coef, self.offset, self.units
         zo = 0 if self.fold_zo else self.zo  # added after rounding when not folded
-        multiply, add, copyto, right_shift = np.multiply, np.add, np.copyto, np.right_shift
-        maximum, minimum = np.maximum, np.minimum
+        multiply, add, clip, copyto, right_shift = (
+            np.multiply,
+            np.add,
+            np.clip,
+            np.copyto,
+            np.right_shift,
+        )
         correct = self._correction(acc)
 
         def compute() -> None:
@@ -115,11 +112,7 @@ class OutputStage:
             right_shift(wide, shift, out=wide)
             if zo:
                 add(wide, zo, out=wide)
-            # maximum and minimum in place, then a narrowing copy: np.clip's Python
-            # wrapper costs more than the three ufuncs on a small layer's output.
-            maximum(wide, lo, out=wide)
-            minimum(wide, hi, out=wide)
-            copyto(out, wide, casting="unsafe")
+            clip(wide, lo, hi, out=out, casting="unsafe")
 
         return compute
 
@@ -134,13 +127,7 @@ class OutputStage:
         top = np.nextafter(float(self.hi - self.lo + 1), 0.0)
         narrow = out.view(np.uint8)
         back = np.uint8(self.lo % 256)
-        multiply, add, maximum, minimum, copyto = (
-            np.multiply,
-            np.add,
-            np.maximum,
-            np.minimum,
-            np.copyto,
-        )
+        multiply, add, clip = np.multiply, np.add, np.clip
         correct = self._correction(acc)
 
         def compute() -> None:
@@ -148,9 +135,7 @@ class OutputStage:
             add(wide, offset, out=wide)
             if correct is not None:
                 correct(wide)
-            maximum(wide, 0.0, out=wide)  # a clip as in the integer route above
-            minimum(wide, top, out=wide)
-            copyto(narrow, wide, casting="unsafe")
+            clip(wide, 0.0, top, out=narrow, casting="unsafe")
             if back:
                 add(narrow, back, out=narrow)
 
@@ -173,82 +158,6 @@ class OutputStage:
     @property
     def wide_dtype(self) -> np.dtype:
         return np.dtype(np.float64 if self.float_path else np.int64)
-
-    def folded(self, w2: np.ndarray) -> Folded | None:
-        """The float route folded into a float64 GEMM with integer weights `w2` (O, K),
-        or None when it is not exact (see Folded)."""
-        if not self.float_path:
-            return None
-        mult, units, offsets, thresholds, big = self._ints
-        if min(mult) <= 0:
-            return None  # v would not grow with acc: the correction needs acc itself
-        # The clamp's shift by -lo (as in _bind_float) joins the offset.
-        shifted = [o - (self.lo << u) for o, u in zip(offsets, units, strict=True)]
-        marks = [t * m + o for t, m, o in zip(thresholds, mult, shifted, strict=True)]
-        if big + max(abs(v) for v in shifted + marks) >= _FLOAT_EXACT:
-            return None
-        unit = np.ldexp(1.0, -np.array(units, np.int64))
-        coef = np.array(mult, np.float64) * unit  # exact: 31-bit multipliers
-        weights = np.empty((w2.shape[0], w2.shape[1] + 1), np.float64)
-        np.multiply(w2, coef[:, None], out=weights[:, :-1])  # 8 x 31 bits: exact
-        weights[:, -1] = np.array(shifted, np.float64) * unit
-        mark = np.array(marks, np.float64) * unit
-        step = self.step.reshape(-1) if self.correct else None
-        top = np.nextafter(float(self.hi - self.lo + 1), 0.0)
-        return Folded(weights, mark, step, top, np.uint8(self.lo % 256))
-
-
-class Folded:
-    """OutputStage's float route folded into the GEMM, for small layers where each NumPy
-    call costs more than its arithmetic.
-
-    The weights are premultiplied by the channel's coefficient M' 2^-(31+e) (exact: 8-bit
-    weights times 31-bit multipliers) and the offset is one more weight column, against a
-    column of ones in the GEMM's other operand; so one float64 GEMM yields the float
-    route's v = acc * coef + offset. Every product and partial sum is a multiple of
-    2^-(31+e) below 2^53 of those units (checked), hence exact in any summation order.
-    The negative-tie correction compares v with the threshold mapped the same way (v
-    grows with acc), so acc itself is never formed.
-    """
-
-    def __init__(
-        self,
-        weights: np.ndarray,
-        mark: np.ndarray,
-        step: np.ndarray | None,
-        top: float,
-        back: np.uint8,
-    ) -> None:
-        self.weights, self.mark, self.step, self.top, self.back = weights, mark, step, top, back
-
-    def bind(self, v: np.ndarray, out: np.ndarray) -> Compute:
-        """The step writing `out` (N, O, P) from the GEMM's result v (N, O, P), in place."""
-        shape = (1, -1, 1)
-        top, back, narrow = self.top, self.back, out.view(np.uint8)
-        maximum, minimum, copyto, add, less, subtract = (
-            np.maximum,
-            np.minimum,
-            np.copyto,
-            np.add,
-            np.less,
-            np.subtract,
-        )
-        mark, step = self.mark.reshape(shape), self.step
-        correct = step is not None
-        mask = np.empty(v.shape, bool)
-        steps = np.broadcast_to((mark if step is None else step).reshape(shape), v.shape)
-
-        def compute() -> None:
-            if correct:
-                less(v, mark, out=mask)
-                subtract(v, steps, out=v, where=mask)
-            maximum(v, 0.0, out=v)
-            minimum(v, top, out=v)
-            copyto(narrow, v, casting="unsafe")
-            if back:
-                add(narrow, back, out=narrow)
-
-        return compute
 
 
 def make_stage(
