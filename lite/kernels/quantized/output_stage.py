@@ -94,13 +94,8 @@ class OutputStage:
             return self._bind_float(acc, out, wide)
         lo, hi, coef, offset, shift = self.lo, self.hi, self.coef, self.offset, self.units
         zo = 0 if self.fold_zo else self.zo  # added after rounding when not folded
-        multiply, add, clip, copyto, right_shift = (
-            np.multiply,
-            np.add,
-            np.clip,
-            np.copyto,
-            np.right_shift,
-        )
+        multiply, add, copyto, right_shift = np.multiply, np.add, np.copyto, np.right_shift
+        maximum, minimum = np.maximum, np.minimum
         correct = self._correction(acc)
 
         def compute() -> None:
@@ -112,7 +107,11 @@ class OutputStage:
             right_shift(wide, shift, out=wide)
             if zo:
                 add(wide, zo, out=wide)
-            clip(wide, lo, hi, out=out, casting="unsafe")
+            # maximum and minimum in place, then a narrowing copy: np.clip's Python
+            # wrapper costs more than the three ufuncs on a small layer's output.
+            maximum(wide, lo, out=wide)
+            minimum(wide, hi, out=wide)
+            copyto(out, wide, casting="unsafe")
 
         return compute
 
@@ -127,7 +126,13 @@ class OutputStage:
         top = np.nextafter(float(self.hi - self.lo + 1), 0.0)
         narrow = out.view(np.uint8)
         back = np.uint8(self.lo % 256)
-        multiply, add, clip = np.multiply, np.add, np.clip
+        multiply, add, maximum, minimum, copyto = (
+            np.multiply,
+            np.add,
+            np.maximum,
+            np.minimum,
+            np.copyto,
+        )
         correct = self._correction(acc)
 
         def compute() -> None:
@@ -135,7 +140,9 @@ class OutputStage:
             add(wide, offset, out=wide)
             if correct is not None:
                 correct(wide)
-            clip(wide, 0.0, top, out=narrow, casting="unsafe")
+            maximum(wide, 0.0, out=wide)  # a clip as in the integer route above
+            minimum(wide, top, out=wide)
+            copyto(narrow, wide, casting="unsafe")
             if back:
                 add(narrow, back, out=narrow)
 
