@@ -208,7 +208,11 @@ class Requantize(QuantizedKernel):
         x, out, table = required(inputs, 0), outputs[0], self.table
         if table is not None:
             index, take = x.view(np.uint8), np.take
-            return lambda: take(table, index, out=out)
+
+            def lookup() -> None:
+                take(table, index, out=out)
+
+            return lookup
         (acc,) = self.scratch_arrays()
         zp, requant, subtract = self.in_zp, self.requant, np.subtract
 
