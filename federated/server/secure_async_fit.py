@@ -42,6 +42,7 @@ from sporenet.federated.server.phases import JobStatus, Participant, Phase, Task
 from sporenet.federated.server.restore import Rows
 from sporenet.federated.server.secure_buffer import SecureBuffer
 from sporenet.federated.server.secure_fit import SecureFit
+from sporenet.federated.server.secure_phase import SecurePhase
 from sporenet.federated.strategies.staleness import make_staleness
 
 
@@ -223,10 +224,13 @@ class SecureAsyncFit:
             raise StaleTaskError(f"client {quote(client_id)} is not in this buffer's secure round")
         self._stages.submit(client_id, answer)
         secure = self._buffer.secure
-        masked = isinstance(answer, SecureMessage) and answer.stage == Stage.MASKED_INPUT.value
-        if masked and secure is not None and secure.stage == Stage.MASKED_INPUT:
+        if (
+            isinstance(answer, SecureMessage)
+            and answer.stage == Stage.MASKED_INPUT.value
+            and secure is not None
+            and secure.stage == Stage.MASKED_INPUT
+        ):
             # Its row keeps how stale it was (SecureFit wrote the client's metrics).
-            assert isinstance(answer, SecureMessage)  # for mypy: `masked` says so
             tau = self._buffer.members[client_id].tau
             metrics = {**answer.metrics, STALENESS_KEY: float(tau)}
             ctx.set_status(client_id, Participant.MASKED, answer.num_samples, metrics)
@@ -270,19 +274,19 @@ class SecureAsyncFit:
         if self._stages is None:
             return TickResult(Tick.OPEN)
         result = self._stages.tick(now)
-        if result.tick == Tick.FAIL and ctx.job.secure_attempt < self._retries:
-            self._rerun(now, result.reason)
+        secure = self._buffer.secure  # formed with the stages
+        failed = result.tick == Tick.FAIL and ctx.job.secure_attempt < self._retries
+        if failed and secure is not None:
+            self._rerun(now, secure, result.reason)
             return TickResult(Tick.OPEN)
         return result
 
-    def _rerun(self, now: float, reason: str) -> None:
+    def _rerun(self, now: float, secure: SecurePhase, reason: str) -> None:
         """The buffer's round failed (too few survivors): its members still alive keep
         their place and their held updates, the devices waiting fill it up again, and the
         next tick forms a new round among them under a new task id (fresh keys)."""
         ctx = self._ctx
         job = ctx.job
-        secure = self._buffer.secure
-        assert secure is not None  # for mypy: only a formed round fails
         gone = {Participant.DROPPED, Participant.EXCLUDED}
         timeout = ctx.config.heartbeat_timeout
         keep = {
