@@ -179,6 +179,7 @@ class OpCode(object):
     SCATTER_ELEMENTS = 601
     GATHER_ELEMENTS = 602
     CALL = 650
+    MAX_POOL2D_SELECT = 660
 
 
 class SparseFormat(object):

@@ -219,6 +219,12 @@ class OpCode(enum.IntEnum):
     # takes (inputs..., outputs..., output gradients...) and gives one gradient per input,
     # of the inputs' dtypes and shapes (MindSpore's bprop, kept in the training graph).
     CALL = 650
+    # second-order gradient helpers (660..679)
+    # MAX_POOL2D_SELECT: inputs (u, x, y) with u and x of one NCHW shape, y = MAX_POOL2D(x)
+    # and the max pool's attributes; out[o] = u at the tap MAX_POOL2D_GRAD routes output
+    # o's gradient to (the first window element equal to y[o]). The adjoint of
+    # MAX_POOL2D_GRAD in its gradient input, so max pooling has a second derivative.
+    MAX_POOL2D_SELECT = 660
     # classic machine learning, ONNX's ai.onnx.ml semantics as onnxruntime runs them
     # (500..599). Tables are constant inputs, not attributes, so they load zero-copy.
     # TREE_ENSEMBLE: inputs (X, nodes_feature int64, nodes_threshold float64, nodes_mode

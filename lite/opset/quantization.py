@@ -9,8 +9,19 @@ from sporenet.lite.ops import OpCode as O
 from sporenet.lite.opset.decl import declare, rule
 
 OPS = (
-    declare(O.FAKE_QUANT, kernel=fake_quant.FakeQuant, grad=rule("fake_quant", "fake_quant")),
-    declare(O.FAKE_QUANT_GRAD, kernel=fake_quant.FakeQuantGrad),
+    # straight-through: the gradient's own gradient treats the rounding as the identity
+    declare(
+        O.FAKE_QUANT,
+        kernel=fake_quant.FakeQuant,
+        grad=rule("fake_quant", "fake_quant"),
+        grad_differentiable=True,
+    ),
+    declare(
+        O.FAKE_QUANT_GRAD,
+        kernel=fake_quant.FakeQuantGrad,
+        grad=rule("backward", "fake_quant_grad"),
+        grad_differentiable=True,
+    ),
     declare(O.DYNAMIC_QUANTIZE, kernel=dynamic_quantize.DynamicQuantize),
     # float (or float16) in: QUANTIZE, DEQUANTIZE; int8 in: DEQUANTIZE, REQUANTIZE
     declare(O.QUANTIZE, kernel=q_convert.Quantize),

@@ -72,9 +72,24 @@ OPS = (
         grad=rule("backward", "activation_grad"),
         grad_differentiable=True,
     ),
-    declare(O.SLICE_GRAD, kernel=shape_grad.SliceGrad),
-    declare(O.PAD_GRAD, kernel=shape_grad.PadGrad),
-    declare(O.GATHER_GRAD, kernel=shape_grad.GatherGrad),
+    declare(
+        O.SLICE_GRAD,
+        kernel=shape_grad.SliceGrad,
+        grad=rule("backward", "slice_grad"),
+        grad_differentiable=True,
+    ),
+    declare(
+        O.PAD_GRAD,
+        kernel=shape_grad.PadGrad,
+        grad=rule("backward", "pad_grad"),
+        grad_differentiable=True,
+    ),
+    declare(
+        O.GATHER_GRAD,
+        kernel=shape_grad.GatherGrad,
+        grad=rule("backward", "gather_grad"),
+        grad_differentiable=True,
+    ),
     # optimizer updates and variables (written in place, kept between runs)
     declare(O.SGD_UPDATE, kernel=optimizers.SGDUpdate, writes=(0, 3)),
     declare(O.ADAM_UPDATE, kernel=optimizers.AdamUpdate, writes=(0, 3, 4, 5)),

@@ -61,6 +61,7 @@ OPS = (
         int8=q_extra.QPRelu,
         int8_file_only=True,
         grad=rule("unary", "prelu"),
+        grad_differentiable=True,
         weights=(1,),
         int16=q_int16.QPRelu16,
     ),

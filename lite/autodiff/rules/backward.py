@@ -10,6 +10,8 @@ result can be differentiated a third time.
 
 from __future__ import annotations
 
+import numpy as np
+
 from sporenet.lite.autodiff.context import GradContext
 from sporenet.lite.autodiff.rules.conv import WINDOW_ATTRS
 from sporenet.lite.errors import ShapeError, UnsupportedOpError
@@ -315,3 +317,80 @@ def softmax_cross_entropy_grad(
     if ctx.needs(p):
         dp = ctx.op(O.MUL, [u, _mean_scale(ctx, ctx.scale(g, float(classes), g), p)])
     return [dg, dp, None]
+
+
+def max_pool2d_grad(ctx: GradContext, node: Node, grads: list[int | None]) -> list[int | None]:
+    # dx routes g to each window's first maximum: linear in g, whose adjoint reads u at the
+    # same taps; the routing is piecewise constant in x and y, so they get no gradient.
+    (u,) = grads
+    if u is None or not ctx.needs(node.inputs[0]):
+        return [None, None, None]
+    return [ctx.op(O.MAX_POOL2D_SELECT, [u, *node.inputs[1:]], **node.attrs), None, None]
+
+
+def max_pool2d_select(ctx: GradContext, node: Node, grads: list[int | None]) -> list[int | None]:
+    # The adjoint of MAX_POOL2D_GRAD is MAX_POOL2D_GRAD itself.
+    (u,) = grads
+    if u is None or not ctx.needs(node.inputs[0]):
+        return [None, None, None]
+    return [ctx.op(O.MAX_POOL2D_GRAD, [u, *node.inputs[1:]], **node.attrs), None, None]
+
+
+def slice_grad(ctx: GradContext, node: Node, grads: list[int | None]) -> list[int | None]:
+    # Writing g into a region of zeros is the adjoint of slicing that region.
+    (u,) = grads
+    if u is None or not ctx.needs(node.inputs[0]):
+        return [None, None]
+    return [ctx.op(O.SLICE, [u], **node.attrs), None]
+
+
+def pad_grad(ctx: GradContext, node: Node, grads: list[int | None]) -> list[int | None]:
+    # Cropping the padding off g is the adjoint of padding with zeros.
+    (u,) = grads
+    if u is None or not ctx.needs(node.inputs[0]):
+        return [None, None]
+    return [ctx.op(O.PAD, [u], **{**node.attrs, "value": 0.0}), None]
+
+
+def gather_grad(ctx: GradContext, node: Node, grads: list[int | None]) -> list[int | None]:
+    # Scatter-adding g at the indices is the adjoint of gathering them.
+    (u,) = grads
+    if u is None or not ctx.needs(node.inputs[0]):
+        return [None, None, None]
+    axis = _int(node, "axis", 0)
+    return [ctx.op(O.GATHER, [u, node.inputs[1]], axis=axis), None, None]
+
+
+def fake_quant_grad(ctx: GradContext, node: Node, grads: list[int | None]) -> list[int | None]:
+    # dx = g inside the range, dmin / dmax sum g below / above it: linear in g, piecewise
+    # constant in x and the range. The adjoint gives u_x inside the range and the range
+    # gradients' cotangents (broadcast) outside it: with t = u_min below the midpoint of
+    # the range and u_max above it, FAKE_QUANT_GRAD(u_x - t) + t.
+    g, x = node.inputs[:2]
+    out: list[int | None] = [None] * len(node.inputs)
+    if not ctx.needs(g) or all(u is None for u in grads):
+        return out
+    ux = grads[0] if grads[0] is not None else ctx.op(O.MUL, [g, ctx.scalar(0.0, g)])
+    if len(node.inputs) == 4 and any(u is not None for u in grads[1:]):
+        lo, hi = node.inputs[2:]
+        shape = [1] * ctx.rank(x)
+        if int(np.prod(ctx.shape(lo))) != 1:  # per-channel ranges, along `axis`
+            shape[_int(node, "axis", -1) % ctx.rank(x)] = -1
+        spread = lambda t: ctx.op(O.RESHAPE, [t], shape=shape)  # noqa: E731
+        mid = spread(ctx.scale(ctx.op(O.ADD, [lo, hi]), 0.5, lo))
+        below = ctx.op(O.CAST, [ctx.op(O.LESS, [x, mid])], to=str(ctx.dtype(x)))
+        parts = []
+        if grads[1] is not None:
+            parts.append(ctx.op(O.MUL, [spread(grads[1]), below]))
+        if grads[2] is not None:
+            above = ctx.op(O.SUB, [ctx.scalar(1.0, x), below])
+            parts.append(ctx.op(O.MUL, [spread(grads[2]), above]))
+        t = parts[0] if len(parts) == 1 else ctx.op(O.ADD, parts)
+        inside = ctx.op_multi(
+            O.FAKE_QUANT_GRAD, [ctx.op(O.SUB, [ux, t]), *node.inputs[1:]], 3, **node.attrs
+        )
+        out[0] = ctx.op(O.ADD, [inside[0], t])
+    else:
+        outs = len(node.outputs)
+        out[0] = ctx.op_multi(O.FAKE_QUANT_GRAD, [ux, *node.inputs[1:]], outs, **node.attrs)[0]
+    return out

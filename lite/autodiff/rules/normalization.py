@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from sporenet.lite.autodiff.context import GradContext
+from sporenet.lite.autodiff.rules.backward import _number
 from sporenet.lite.errors import UnsupportedOpError
 from sporenet.lite.graph import Node
 from sporenet.lite.ops import OpCode
@@ -25,7 +26,7 @@ def batch_norm(ctx: GradContext, node: Node, grads: list[int | None]) -> list[in
         [grads[0], x, scale, mean, var],
         3,
         training=0,
-        epsilon=float(node.attrs.get("epsilon", 1e-5)),
+        epsilon=_number(node, "epsilon", 1e-5),
     )
     return [dx, dscale, dbias, None, None]
 
@@ -35,7 +36,11 @@ def batch_norm_training(ctx: GradContext, node: Node, grads: list[int | None]) -
     _only_first_output(node, grads)
     mean, invstd = node.outputs[1:3]
     dx, dscale, dbias = ctx.op_multi(
-        OpCode.BATCH_NORM_GRAD, [grads[0], x, scale, mean, invstd], 3, training=1
+        OpCode.BATCH_NORM_GRAD,
+        [grads[0], x, scale, mean, invstd],
+        3,
+        training=1,
+        epsilon=_number(node, "epsilon", 1e-5),  # recomputes them in a 2nd derivative
     )
     return [dx, dscale, dbias, None, None]
 

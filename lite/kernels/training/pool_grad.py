@@ -4,6 +4,7 @@ MAX_POOL2D_GRAD(g, x, y) routes each output gradient to the first window element
 the window's maximum y (ties go to the first tap in row-major order). AVG_POOL2D_GRAD(g, x)
 spreads each output gradient evenly over its window with the forward's divisors. Both take
 the forward node's attributes and work on a zero-initialized padded gradient buffer.
+MAX_POOL2D_SELECT(u, x, y), MAX_POOL2D_GRAD's adjoint, reads u at the taps it routes to.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from sporenet.lite.kernels.base import REQUIRED, Attrs, Compute, Kernel, TensorSpec
+from sporenet.lite.kernels.base import REQUIRED, Attrs, Compute, Kernel, TensorSpec, required
 from sporenet.lite.kernels.spatial import Window, check_nchw, window
 from sporenet.lite.ops import OpCode
 
@@ -105,6 +106,47 @@ class MaxPool2DGrad(_PoolGrad):
                 np.logical_and(hit, free, out=hit)
                 np.logical_xor(free, hit, out=free)
                 np.multiply(g, hit, out=dt)
+
+        return compute
+
+
+class MaxPool2DSelect(_PoolGrad):
+    """MAX_POOL2D_SELECT(u, x, y): u at the tap each window's gradient is routed to by
+    MAX_POOL2D_GRAD (the first element equal to the maximum), its adjoint in g."""
+
+    op = OpCode.MAX_POOL2D_SELECT
+    num_inputs = (3, 3)
+
+    def __init__(self, attrs: Attrs, inputs: Sequence[TensorSpec | None]) -> None:
+        super().__init__(attrs, inputs)
+        u, x, y = self.require_float(0), self.require_float(1), self.input(2)
+        if u.shape != x.shape:
+            raise self.fail(f"u shape {list(u.shape)} differs from x's {list(x.shape)}")
+        self._geometry(y, x)
+        self.output_specs = [TensorSpec(y.shape, u.dtype)]
+
+    def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
+        u, x, y = (required(inputs, k) for k in range(3))
+        out = outputs[0]
+        xp = np.full(self.padded_shape, -np.inf, x.dtype)
+        up = np.zeros(self.padded_shape, u.dtype)
+        x_in, u_in = xp[self.interior], up[self.interior]
+        free = np.empty(y.shape, np.bool_)  # windows whose maximum is not yet found
+        hit = np.empty(y.shape, np.bool_)
+        picked = np.empty(y.shape, u.dtype)
+        taps = self.taps
+
+        def compute() -> None:
+            np.copyto(x_in, x)
+            np.copyto(u_in, u)
+            out.fill(0)
+            free.fill(True)
+            for rows, cols in taps:
+                np.equal(xp[:, :, rows, cols], y, out=hit)
+                np.logical_and(hit, free, out=hit)
+                np.logical_xor(free, hit, out=free)
+                np.multiply(up[:, :, rows, cols], hit, out=picked)
+                np.add(out, picked, out=out)
 
         return compute
 

@@ -163,13 +163,15 @@ def test_hessian_of_a_scalar_function(mode):
     np.testing.assert_allclose(h, expected.numpy(), rtol=1e-9)
 
 
-@pytest.mark.parametrize(
-    ("f", "missing"),
-    [
-        (lambda x: ops.apply(OpCode.GLOBAL_MAX_POOL, x.reshape(1, 3, 1, 1)), "MAX_POOL2D_GRAD"),
-        (lambda x: ops.apply(OpCode.SLICE, x, np.array([1]), np.array([3])), "SLICE_GRAD"),
-    ],
-)
+def _rnn(x):
+    t = x.tape
+    weights = [t.constant(n, np.full(s, 0.5)) for n, s in (("w", (1, 1, 1)), ("r", (1, 1, 1)))]
+    b, h0 = t.constant("b", np.zeros((1, 2))), t.constant("h0", np.zeros((1, 1, 1)))
+    y = t.op(OpCode.RNN, [x.reshape(3, 1, 1), *weights, b, None, h0], num_outputs=2, hidden_size=1)
+    return y[0]
+
+
+@pytest.mark.parametrize(("f", "missing"), [(_rnn, "RNN_GRAD")])
 def test_second_derivative_names_the_backward_op_without_a_rule(f, missing):
     with cloud.using_mode("graph"), pytest.raises(UnsupportedOpError, match=missing):
         inner = cloud.grad(lambda y: ops.sum(f(y)))
