@@ -57,14 +57,14 @@ OPS = (
         kernel=conv_grad.Conv2DBackpropInput,
         int8=q_conv_transpose.QConv2DBackpropInput,
         int8_file_only=True,
-        grad=rule("backward", "conv2d_backprop_input"),
+        grad=rule("backward", "conv2d_backprop"),
         grad_differentiable=True,
         int16=q_conv_transpose.QConv2DBackpropInput16,
     ),
     declare(
         O.CONV2D_BACKPROP_FILTER,
         kernel=conv_grad.Conv2DBackpropFilter,
-        grad=rule("backward", "conv2d_backprop_filter"),
+        grad=rule("backward", "conv2d_backprop"),
         grad_differentiable=True,
     ),
 )

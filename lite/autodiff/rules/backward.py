@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from sporenet.lite.autodiff.context import GradContext
-from sporenet.lite.autodiff.rules.conv import WINDOW_ATTRS
+from sporenet.lite.autodiff.rules.conv import conv_from, window_attrs
 from sporenet.lite.errors import ShapeError, UnsupportedOpError
 from sporenet.lite.graph import Node
 from sporenet.lite.ops import OpCode
@@ -212,37 +212,28 @@ def softmax_grad(ctx: GradContext, node: Node, grads: list[int | None]) -> list[
     return [dg, dy]
 
 
-def conv2d_backprop_input(
-    ctx: GradContext, node: Node, grads: list[int | None]
-) -> list[int | None]:
-    # dx = conv^T(g, w), bilinear: d/dg = conv(u, w), d/dw = the filter gradient of (g, u).
-    g, w = node.inputs[:2]
+# (role of input 0, role of input 1, role of the output) among a convolution's x, w, y
+_CONV_ROLES = {
+    O.CONV2D_BACKPROP_INPUT: ("y", "w", "x"),
+    O.CONV2D_BACKPROP_FILTER: ("y", "x", "w"),
+}
+
+
+def conv2d_backprop(ctx: GradContext, node: Node, grads: list[int | None]) -> list[int | None]:
+    # Both backprop kernels are bilinear in their first two inputs: the gradient in each is
+    # the kernel computing that input's role from the cotangent (in the output's role) and
+    # the other input, e.g. for dx = conv^T(g, w): d/dg = conv(u, w), d/dw = filter(g, u).
+    first, second, result = _CONV_ROLES[node.op]
     (u,) = grads
     out: list[int | None] = [None] * len(node.inputs)
     if u is None:
         return out
-    attrs = {k: node.attrs[k] for k in WINDOW_ATTRS if k in node.attrs}
-    if ctx.needs(g):
-        out[0] = ctx.op(O.CONV2D, [u, w], **attrs)
-    if ctx.needs(w):
-        out[1] = ctx.op(O.CONV2D_BACKPROP_FILTER, [g, u, w], **attrs)
-    return out
-
-
-def conv2d_backprop_filter(
-    ctx: GradContext, node: Node, grads: list[int | None]
-) -> list[int | None]:
-    # dw = filter gradient of (g, x), bilinear: d/dg = conv(x, u), d/dx = conv^T(g, u).
-    g, x = node.inputs[:2]
-    (u,) = grads
-    out: list[int | None] = [None] * len(node.inputs)
-    if u is None:
-        return out
-    attrs = {k: node.attrs[k] for k in WINDOW_ATTRS if k in node.attrs}
-    if ctx.needs(g):
-        out[0] = ctx.op(O.CONV2D, [x, u], **attrs)
-    if ctx.needs(x):
-        out[1] = ctx.op(O.CONV2D_BACKPROP_INPUT, [g, u, x], **attrs)
+    a, b = node.inputs[:2]
+    attrs = window_attrs(node)
+    if ctx.needs(a):
+        out[0] = conv_from(ctx, first, {result: u, second: b}, a, attrs)
+    if ctx.needs(b):
+        out[1] = conv_from(ctx, second, {result: u, first: a}, b, attrs)
     return out
 
 
