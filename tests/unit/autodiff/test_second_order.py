@@ -171,17 +171,21 @@ CASES: dict[str, tuple[list[np.ndarray], Callable, Callable]] = {
 }
 
 
-def _fq_reference(x: np.ndarray, lo: float, hi: float) -> np.ndarray:
+def _fq_reference(x: np.ndarray, lo: np.ndarray, hi: np.ndarray, **attrs: Any) -> np.ndarray:
     """FAKE_QUANT's value at x (the straight-through reference adds only its gradient)."""
     with cloud.using_mode("eager"):
-        return np.asarray(cloud.function(lambda x: ops.apply(O.FAKE_QUANT, x, lo, hi))(x))
+        fq = cloud.function(lambda x, lo, hi: ops.apply(O.FAKE_QUANT, x, lo, hi, **attrs))
+        return np.asarray(fq(x, lo, hi))
 
 
-def _ste(x: Any, lo: Any, hi: Any) -> Any:
+def _ste(x: Any, lo: Any, hi: Any, **attrs: Any) -> Any:
     # The straight-through estimator: the rounded value, the clamp's derivative.
-    clamp = torch.minimum(torch.maximum(x, lo), hi)
-    q = torch.tensor(_fq_reference(x.detach().numpy(), lo.detach().numpy(), hi.detach().numpy()))
-    return q + clamp - clamp.detach()
+    shape = [1] * x.dim()
+    if "axis" in attrs:
+        shape[attrs["axis"]] = -1
+    clamp = torch.minimum(torch.maximum(x, lo.reshape(shape)), hi.reshape(shape))
+    values = (a.detach().numpy() for a in (x, lo, hi))
+    return torch.tensor(_fq_reference(*values, **attrs)) + clamp - clamp.detach()
 
 
 def _ints(like: Any, values: np.ndarray) -> Any:
@@ -194,6 +198,7 @@ RUNNING_VAR = np.abs(rng.normal(size=(2,))) + 0.5
 LN_SCALE = rng.normal(size=(4,)) + 1.0
 FQ_X = np.linspace(-2.0, 2.0, 12).reshape(3, 4) + 0.013  # away from the grid's edges
 FQ_RANGE = [np.array(-1.21), np.array(1.37)]
+FQ_W = np.random.default_rng(6).normal(size=(2, 3, 2))
 INDICES = np.array([[2, 0], [1, 2]], np.int64)
 
 CASES |= {
@@ -297,6 +302,11 @@ CASES |= {
         lambda x, lo, hi: ops.sum(ops.tanh(ops.apply(O.FAKE_QUANT, x, lo, hi)) * C),
         lambda x, lo, hi: torch.sum(torch.tanh(_ste(x, lo, hi)) * torch.tensor(C)),
     ),
+    "FAKE_QUANT:per_channel": (
+        [FQ_X.reshape(2, 3, 2), np.array([-1.21, -0.83, -1.55]), np.array([1.37, 0.91, 1.12])],
+        lambda x, lo, hi: ops.sum(ops.tanh(ops.apply(O.FAKE_QUANT, x, lo, hi, axis=1)) * FQ_W),
+        lambda x, lo, hi: torch.sum(torch.tanh(_ste(x, lo, hi, axis=1)) * torch.tensor(FQ_W)),
+    ),
     "PRELU": (
         [X, BIAS.copy()[:1].repeat(4) * 0.3],
         lambda x, a: ops.sum(ops.square(ops.apply(O.PRELU, x, a)) * C),
@@ -307,7 +317,7 @@ IMG_WEIGHTS = np.random.default_rng(4).normal(size=IMG.shape)
 PAD_WEIGHTS = np.random.default_rng(5).normal(size=(4, 6))
 # The straight-through estimator is not the derivative of the rounded forward, whose
 # finite differences are zero: these cases are checked against PyTorch only.
-STRAIGHT_THROUGH = {"FAKE_QUANT"}
+STRAIGHT_THROUGH = {"FAKE_QUANT", "FAKE_QUANT:per_channel"}
 
 
 def _sigmoid_bprop(x: Any, out: Any, dout: Any) -> Any:
