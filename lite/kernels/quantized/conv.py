@@ -277,12 +277,15 @@ class QConv2D(QuantizedKernel):
         kg = cg * kh * kw
         cols, v, mask = self.scratch_arrays()
         ones = cols[:, :, kg, :]
-        target = np.reshape(cols[:, :, :kg, :], (n, g, cg, kh, kw, oh, ow), copy=False)
+        target = cols[:, :, :kg, :].reshape(n, g, cg, kh, kw, oh, ow)  # splits: a view
         if win.padded or any(e > s for e, s in zip(win.extent, x.shape[2:], strict=True)):
             xp, interior = padded_buffer(x, win, self.zx)
         else:
             xp, interior = x, None
-        view = np.reshape(im2col_view(xp, win), target.shape, copy=False)
+        view = im2col_view(xp, win).reshape(target.shape)  # splits C into groups: a view
+        flat = view.reshape(n, g, kg, p)
+        if np.may_share_memory(flat, xp):  # windows that do not overlap: 4-D is faster
+            view, target = flat, cols[:, :, :kg, :]
         stage = fold.bind(v, out.reshape(n, o, p), mask)
         gemm: Callable[..., Any] = np.matmul
         a, b, ab = fold.weights.reshape(g, o // g, kg + 1), cols, v

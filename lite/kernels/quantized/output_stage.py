@@ -62,29 +62,25 @@ class OutputStage:
             raise OverflowError(f"accumulators up to {bound} overflow the requantization")
         # Numerator pieces in units of 2^-(31+e): rounding offset, bias, and the zero point
         # when it fits (else it is added after rounding). Python ints: no silent overflow.
-        units = [31 + int(r) for r in right]
+        unit_ints = [31 + int(r) for r in right]
         base = [
             (1 << 30) + ((1 << (int(r) - 1)) << 31 if r > 0 else 0) + int(b) * int(mu)
             for r, b, mu in zip(right, bias, mult, strict=True)
         ]
-        with_zo = [b + (self.zo << u) for b, u in zip(base, units, strict=True)]
+        with_zo = [b + (self.zo << u) for b, u in zip(base, unit_ints, strict=True)]
         big = bound * int(mult.max(initial=0))
         self.fold_zo = big + max(abs(v) for v in with_zo) < _INT64_SAFE
         offset_ints = with_zo if self.fold_zo else base
         if big + max(abs(v) for v in offset_ints) >= _INT64_SAFE:
             raise OverflowError(f"bias up to {bound} overflows the requantization")
         offset = np.array(offset_ints, np.int64)
-        units = np.array(units, np.int64)
+        units = np.array(unit_ints, np.int64)
         self.float_path = self.fold_zo and big + max(abs(v) for v in offset_ints) < _FLOAT_EXACT
         threshold = np.where(mult > (1 << 30), 0, -1) - bias  # acc < threshold: z < 0
-        # What `folded` needs, as exact Python integers (units of 2^-(31+e) per channel).
-        self._ints = (
-            [int(v) for v in mult],
-            [int(u) for u in units],
-            [int(v) for v in offset_ints],
-            [int(t) for t in threshold],
-            big,
-        )
+        # What `folded` needs (units of 2^-(31+e) per channel), int64 arrays: each is below
+        # 2^62, and `folded` computes with them as Python integers.
+        self._ints: tuple[np.ndarray, ...] = (mult, units, offset, threshold.astype(np.int64))
+        self._big = big
         self.threshold = threshold.astype(np.float64).reshape(channel_shape)
         self.correct = bool((right > 0).any()) and self.lo < self.zo
         shape = channel_shape
@@ -175,7 +171,8 @@ class OutputStage:
         or None when that is not exact (see Folded)."""
         if not self.float_path:
             return None
-        mult, units, offsets, thresholds, big = self._ints
+        mult, units, offsets, thresholds = (a.tolist() for a in self._ints)
+        big = self._big
         if min(mult) <= 0:
             return None  # v would not grow with acc: the correction needs acc itself
         # The clamp's shift by -lo (as in _bind_float) joins the offset.
