@@ -403,7 +403,7 @@ def main(argv: list[str] | None = None) -> int:
         saved = {"header": header, "argv": _without(shown, "--json"), "rows": rows}
         args.json.write_text(json.dumps(saved, indent=1))
     if args.write is not None:
-        args.write.write_text(_page(header, table, shown))
+        args.write.write_text(_page(header, table, _without(shown, "--json")))
     return 0
 
 

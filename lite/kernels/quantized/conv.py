@@ -277,12 +277,14 @@ class QConv2D(QuantizedKernel):
         kg = cg * kh * kw
         cols, v, mask = self.scratch_arrays()
         ones = cols[:, :, kg, :]
-        target = cols[:, :, :kg, :].reshape(n, g, cg, kh, kw, oh, ow)  # splits: a view
+        target: np.ndarray = cols[:, :, :kg, :].reshape(n, g, cg, kh, kw, oh, ow)  # splits: a view
         if win.padded or any(e > s for e, s in zip(win.extent, x.shape[2:], strict=True)):
             xp, interior = padded_buffer(x, win, self.zx)
         else:
             xp, interior = x, None
-        view = im2col_view(xp, win).reshape(target.shape)  # splits C into groups: a view
+        view: np.ndarray = im2col_view(xp, win).reshape(
+            target.shape
+        )  # splits C into groups: a view
         flat = view.reshape(n, g, kg, p)
         if np.may_share_memory(flat, xp):  # windows that do not overlap: 4-D is faster
             view, target = flat, cols[:, :, :kg, :]
