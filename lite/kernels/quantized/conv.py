@@ -68,10 +68,15 @@ layers the per-call conversion costs more than the GEMM, and the copy is negligi
 
 
 FOLD_BYTES = 64 << 10
-"""Layers whose float64 columns and weights are each at most this large run the folded
-route (output_stage.Folded): one GEMM and the clamp per call, the requantization's
-multiply and offset inside the GEMM. On such layers each NumPy call costs more than its
-arithmetic."""
+"""Layers whose float64 columns are at most this large, and whose float64 weights are at
+most FOLD_WEIGHT_BYTES, run the folded route (output_stage.Folded): one GEMM and the
+clamp per call, the requantization's multiply and offset inside the GEMM. On such layers
+each NumPy call costs more than its arithmetic."""
+
+FOLD_WEIGHT_BYTES = 16 << 10
+"""The folded weights are float64 and kept: twice the float32 copy the other routes keep
+(KEEP_FLOAT_BYTES), for a saving of about two NumPy calls per layer; so only small weight
+matrices (depthwise and short reductions) fold."""
 
 
 def keep_float(w2: np.ndarray) -> np.ndarray | None:
@@ -213,7 +218,7 @@ class QConv2D(QuantizedKernel):
         if not isinstance(self.stage, OutputStage):
             return None
         kg = self.w[0].size + 1  # one output's weights and the offset column
-        if max(n * self.group * kg * p, o * kg) * 8 > FOLD_BYTES:
+        if n * self.group * kg * p * 8 > FOLD_BYTES or o * kg * 8 > FOLD_WEIGHT_BYTES:
             return None
         return self.stage.folded(self.w.reshape(o, kg - 1))
 

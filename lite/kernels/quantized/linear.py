@@ -66,7 +66,7 @@ class QFullyConnected(QuantizedKernel):
         rows = int(np.prod(x.shape[:-1], dtype=np.int64))
         f32 = np.dtype(np.float32)
         self.output_specs = [self.out_spec(shape, x.dtype, oq)]
-        small = max(rows, o) * (k + 1) * 8 <= conv.FOLD_BYTES
+        small = rows * (k + 1) * 8 <= conv.FOLD_BYTES and o * (k + 1) * 8 <= conv.FOLD_WEIGHT_BYTES
         stage = self.stage
         self.fold = stage.folded(self.w) if small and isinstance(stage, OutputStage) else None
         if self.fold is not None:  # conv.FOLD_BYTES: one GEMM and the clamp

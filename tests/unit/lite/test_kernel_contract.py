@@ -110,6 +110,7 @@ def test_int8_scratch_lives_in_the_arena_and_stays_correct(monkeypatch, folded):
     # folded: every layer takes the folded route (its columns, results and mask, and the
     # row of ones each call rewrites, in the arena), else the GEMM and depthwise routes.
     monkeypatch.setattr(quantized_conv, "FOLD_BYTES", 1 << 30 if folded else -1)
+    monkeypatch.setattr(quantized_conv, "FOLD_WEIGHT_BYTES", 1 << 30)
     layers = _int8_layers()
     per_node: list[int] = []  # bytes of temporaries each node's bind asked for
     taken: list[int] = []
