@@ -14,10 +14,13 @@ For each model, every figure comes from a fresh child process:
 
 Children run with OMP/OPENBLAS threads = 1 and without OPENBLAS_CORETYPE /
 OPENBLAS_L2_SIZE (the CPU's own BLAS kernels). The header prints the CPU, its SIMD
-features and the BLAS kernel NumPy runs.
+features, the BLAS kernel NumPy runs, the settings and the load average at the start and
+the end. `--json F` saves the rows with that header and the command line, so
+`--from-json F` re-prints (and `--write` re-writes) the table as that run measured it.
 
     python benchmarks/real_tflite_models.py [--only NAME ...] [--repeats 20] [--clock cpu]
                                             [--json F] [--write docs/real_tflite_models.md]
+    python benchmarks/real_tflite_models.py --from-json F [--write ...]
 """
 
 from __future__ import annotations
@@ -380,33 +383,66 @@ def main(argv: list[str] | None = None) -> int:
         kind, child_args = json.loads(args.child)
         print(json.dumps(CHILDREN[kind](*child_args)))
         return 0
-    entries = [e for e in MANIFEST if not args.only or e.name in args.only]
-    header = [
-        cpu_description(),
-        "BLAS: " + "; ".join(_run_child("blas").get("blas", ["unknown"])),
-        f"one thread; {args.repeats} warm calls per engine, {args.clock} clock; LiteRT's "
-        "default CPU path",
-    ]
-    print("\n".join(header), flush=True)
-    if args.from_json is not None:  # the table of a run saved with --json
-        rows = json.loads(args.from_json.read_text())
+    shown = list(argv if argv is not None else sys.argv[1:])
+    if args.from_json is not None:  # the table of a run saved with --json, as it ran
+        header, rows, shown = _saved_run(args.from_json, shown)
+        print("\n".join(header), flush=True)
     else:
+        header = _header(args.repeats, args.clock)
+        print("\n".join(header), flush=True)
         rows = []
+        entries = [e for e in MANIFEST if not args.only or e.name in args.only]
         with tempfile.TemporaryDirectory() as tmp:
             for entry in entries:
                 rows.append(measure(entry, fetch(entry), Path(tmp), args.repeats, args.clock))
                 print(f"measured {entry.name}", file=sys.stderr, flush=True)
+        header.append("load average at the end " + _load())
     table = report(rows)
     print(table)
     if args.json is not None:
-        args.json.write_text(json.dumps(rows, indent=1))
+        saved = {"header": header, "argv": _without(shown, "--json"), "rows": rows}
+        args.json.write_text(json.dumps(saved, indent=1))
     if args.write is not None:
-        shown = list(argv if argv is not None else sys.argv[1:])
-        if "--from-json" in shown:  # the command that measured, not the one that re-printed
-            at = shown.index("--from-json")
-            del shown[at : at + 2]
-        args.write.write_text(_page(header, table, shown))
+        args.write.write_text(_page(header, table, _without(shown, "--json")))
     return 0
+
+
+def _header(repeats: int, clock: str) -> list[str]:
+    """The lines naming the machine and the settings of a run."""
+    return [
+        cpu_description(),
+        "BLAS: " + "; ".join(_run_child("blas").get("blas", ["unknown"])),
+        f"one thread; {repeats} warm calls per engine, {clock} clock; LiteRT's default CPU "
+        "path; load average at the start " + _load(),
+    ]
+
+
+def _load() -> str:
+    """The 1, 5 and 15 minute load averages (a shared machine's figures vary with them)."""
+    return " ".join(f"{v:.1f}" for v in os.getloadavg()) + f" on {os.cpu_count()} cores"
+
+
+def _without(argv: list[str], flag: str) -> list[str]:
+    """`argv` without `flag` and its value."""
+    shown = list(argv)
+    if flag in shown:
+        at = shown.index(flag)
+        del shown[at : at + 2]
+    return shown
+
+
+def _saved_run(path: Path, argv: list[str]) -> tuple[list[str], list[dict], list[str]]:
+    """The header, rows and command line of a run saved with --json: the settings that
+    measured, not those of the command re-printing it (a file of rows alone, as older
+    runs saved, gets a header saying its settings are unknown)."""
+    saved = json.loads(path.read_text())
+    if isinstance(saved, list):
+        header = [
+            cpu_description() + " (this machine; the run's own was not saved)",
+            "repeats and clock of the run not saved",
+        ]
+        return header, saved, _without(argv, "--from-json")
+    return list(saved["header"]), list(saved["rows"]), list(saved["argv"])
 
 
 if __name__ == "__main__":

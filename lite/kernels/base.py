@@ -137,8 +137,9 @@ class Kernel:
     version: ClassVar[int] = 1
     num_inputs: ClassVar[tuple[int, int]] = (1, 1)
     """(min, max) count of inputs, absent (-1) ones included."""
-    is_view: ClassVar[bool] = False
-    """Whether the outputs alias the first input (`view`; no copy, no step at run time)."""
+    is_view: bool = False
+    """Whether the outputs alias the first input (`view`; no copy, no step at run time);
+    an instance may set it in __init__ (a slice that is one contiguous block)."""
     elementwise: ClassVar[bool] = False
     """Whether the output follows its input's layout even past a reader that leans NCHW
     (Kernel.leans_nchw): a pass over mixed layouts costs more than the lean."""

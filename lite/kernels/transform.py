@@ -25,6 +25,39 @@ def _copy(out: np.ndarray, source: np.ndarray) -> Compute:
     return lambda: np.copyto(out, source)
 
 
+def _aliased(kernel: Kernel, x: np.ndarray, view: np.ndarray) -> np.ndarray:
+    """`view` of `x` for a movement kernel that runs as a view: it must share x's memory
+    and be C-contiguous, as it is when x is (the planner stores the input of a kernel
+    refusing channels-last so); anything else is a planning bug, said as such."""
+    if not (view.flags.c_contiguous and np.may_share_memory(view, x)):
+        raise kernel.fail(
+            f"runs as a view of its input, which needs a C-contiguous input; got strides "
+            f"{x.strides} for shape {list(x.shape)}"
+        )
+    return view
+
+
+VIEW_SLICE_BYTES = 64 << 10
+"""Inputs up to this size may stay alive behind a view of a small part of them."""
+
+
+def contiguous_slice(shape: Sequence[int], out: Sequence[int], steps: Sequence[int]) -> bool:
+    """Whether slicing a C-contiguous array of `shape` to `out` (with these steps per
+    axis) leaves one contiguous block: inside the last partial axis every axis is whole,
+    outside it every axis has one element."""
+    outer_units = False  # a partial axis was seen: every axis outside it must be 1 long
+    for n, m, step in zip(reversed(shape), reversed(out), reversed(steps), strict=True):
+        if n == 1:
+            continue
+        if m == 1:
+            outer_units = True
+            continue
+        if outer_units or step != 1 or m == 0:
+            return False
+        outer_units = m != n
+    return True
+
+
 # --------------------------------------------------------------------------- joining, splitting
 
 
@@ -176,6 +209,20 @@ class Slice(Kernel):
             shape[axis] = length
         self.index = tuple(index)
         self.output_specs = [TensorSpec(tuple(shape), x.dtype)]
+        # A slice that is one contiguous block of its input is a view: no copy, no step
+        # (a streaming model's state windows). A view keeps its whole input alive, so only
+        # one holding at least half of it, or of a small input, is made so.
+        steps_per_axis = [s.step or 1 for s in self.index]
+        size, total = int(np.prod(shape)), x.size
+        self.is_view = (
+            x.dtype != object
+            and (2 * size >= total or total * x.dtype.itemsize <= VIEW_SLICE_BYTES)
+            and contiguous_slice(x.shape, shape, steps_per_axis)
+        )
+
+    def view(self, inputs: list[np.ndarray | None]) -> list[np.ndarray]:
+        x = required(inputs, 0)
+        return [_aliased(self, x, x[self.index])]
 
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
         return _copy(outputs[0], required(inputs, 0)[self.index])
@@ -244,6 +291,14 @@ class Transpose(Kernel):
             )
         self.perm = tuple(perm)
         self.output_specs = [TensorSpec(tuple(x.shape[p] for p in perm), x.dtype)]
+        # A permutation that keeps the axes longer than 1 in order moves only 1-long axes:
+        # the memory order is unchanged, so the output is a reshaped view.
+        wide = [p for p in perm if x.shape[p] != 1]
+        self.is_view = wide == sorted(wide) and x.dtype != object
+
+    def view(self, inputs: list[np.ndarray | None]) -> list[np.ndarray]:
+        x = required(inputs, 0)
+        return [_aliased(self, x, x.reshape(self.output_specs[0].shape))]
 
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
         return _copy(outputs[0], required(inputs, 0).transpose(self.perm))

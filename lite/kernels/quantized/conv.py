@@ -13,7 +13,8 @@ input and the accumulators live in the plan's shared scratch.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -29,7 +30,7 @@ from sporenet.lite.kernels.quantized.gemm import (
     split_reduction,
     weight_bound,
 )
-from sporenet.lite.kernels.quantized.output_stage import OutputStage, make_stage
+from sporenet.lite.kernels.quantized.output_stage import Folded, OutputStage, make_stage
 from sporenet.lite.kernels.spatial import padded_buffer
 from sporenet.lite.ops import OpCode
 
@@ -64,6 +65,18 @@ def shifted_weights(
 KEEP_FLOAT_BYTES = 32 << 10
 """Weights whose float32 copy is at most this large keep it between calls: for small
 layers the per-call conversion costs more than the GEMM, and the copy is negligible."""
+
+
+FOLD_BYTES = 64 << 10
+"""Layers whose float64 columns are at most this large, and whose float64 weights are at
+most FOLD_WEIGHT_BYTES, run the folded route (output_stage.Folded): one GEMM and the
+clamp per call, the requantization's multiply and offset inside the GEMM. On such layers
+each NumPy call costs more than its arithmetic."""
+
+FOLD_WEIGHT_BYTES = 16 << 10
+"""The folded weights are float64 and kept: twice the float32 copy the other routes keep
+(KEEP_FLOAT_BYTES), for a saving of about two NumPy calls per layer; so only small weight
+matrices (depthwise and short reductions) fold."""
 
 
 def keep_float(w2: np.ndarray) -> np.ndarray | None:
@@ -141,14 +154,42 @@ class QConv2D(QuantizedKernel):
         self.stage = make_stage(self.rounding, sx, scales, so, bias, zo, lo, hi, bound, (o, 1))
         self.output_specs = [self.out_spec(shape, x.dtype, oq)]
         p = shape[2] * shape[3]
-        wide = (n, o, p), self.stage.wide_dtype
-        self.zx = zx
+        self.zx, self.group = zx, group
         self.depthwise_stage: OutputStage | None = None
+        self.inner: Conv2D | None = None
+        self.fold = self._fold(n, o, p)
+        if self.fold is not None:
+            kg = self.w[0].size
+            f64 = np.dtype(np.float64)
+            self.scratch_layout = [
+                ((n, group, kg + 1, p), f64),
+                ((n, o, p), f64),
+                (self.fold.mask_shape((n, o, p)), np.dtype(bool)),
+            ]
+        else:
+            params = (sx, scales, so, bias, zo, lo, hi, bound)
+            self._plan_routes(probe, float_attrs, x, shape, params)
+
+    def _plan_routes(
+        self,
+        probe: Conv2D,
+        float_attrs: Attrs,
+        x: TensorSpec,
+        shape: tuple[int, ...],
+        params: tuple,
+    ) -> None:
+        """The unfolded routes: ungrouped GEMMs, channels-last depthwise, or the float
+        Conv2D over shifted copies; sets what each binds and its scratch. `params` are
+        the output stage's (make_stage's, with the accumulators' bound)."""
+        sx, scales, so, bias, zo, lo, hi, bound = params
+        n, o, group = x.shape[0], self.w.shape[0], self.group
+        p = shape[2] * shape[3]
+        x_max = max_abs_shifted(x.dtype, self.zx)
+        wide = (n, o, p), self.stage.wide_dtype
         if group == 1:
             self.chunks = split_reduction(x_max, self.w)
             k = self.w[0].size
             f32 = np.dtype(np.float32)
-            self.inner = None
             self.pointwise = probe.strategy is ConvStrategy.POINTWISE
             self.kept = keep_float(self.w.reshape(o, k))
             self.scratch_layout = [
@@ -158,7 +199,6 @@ class QConv2D(QuantizedKernel):
                 wide,
             ]
         elif group == x.shape[1] == o and o >= depthwise.MIN_CHANNELS:
-            self.inner = None
             self.depthwise_stage = make_stage(
                 self.rounding, sx, scales, so, bias, zo, lo, hi, bound, (o,)
             )
@@ -168,12 +208,24 @@ class QConv2D(QuantizedKernel):
         else:
             ftype = exact_float_dtype(bound)
             self.inner = Conv2D(
-                float_attrs, [TensorSpec(x.shape, ftype), TensorSpec(w.shape, ftype)]
+                float_attrs, [TensorSpec(x.shape, ftype), TensorSpec(self.w.shape, ftype)]
             )
-            self.scratch_layout = [(x.shape, ftype), (w.shape, ftype), (shape, ftype), wide]
+            self.scratch_layout = [(x.shape, ftype), (self.w.shape, ftype), (shape, ftype), wide]
+
+    def _fold(self, n: int, o: int, p: int) -> Folded | None:
+        """The folded route (output_stage.Folded) for a layer small enough that its NumPy
+        calls, not its arithmetic, set its time; else None."""
+        if not isinstance(self.stage, OutputStage):
+            return None
+        kg = self.w[0].size + 1  # one output's weights and the offset column
+        if n * self.group * kg * p * 8 > FOLD_BYTES or o * kg * 8 > FOLD_WEIGHT_BYTES:
+            return None
+        return self.stage.folded(self.w.reshape(o, kg - 1))
 
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
         x, out = required(inputs, 0), outputs[0]
+        if self.fold is not None:
+            return self._bind_folded(self.fold, x, out)
         if self.inner is not None:
             return self._bind_inner(self.inner, x, out)
         if self.depthwise_stage is not None:
@@ -215,6 +267,51 @@ class QConv2D(QuantizedKernel):
                 matmul(wa, ca, out=pa)
             if reduce is not None:
                 add_reduce(reduce, axis=0, dtype=np.float64, out=acc)
+            stage()
+
+        return compute
+
+    def _bind_folded(self, fold: Folded, x: np.ndarray, out: np.ndarray) -> Compute:
+        """One float64 GEMM per group, batched: (G, O/G, K/G + 1) @ (N, G, K/G + 1, P),
+        the columns' last row all ones (rewritten each call: the columns are scratch)."""
+        win, g = self.win, self.group
+        n, c = x.shape[:2]
+        o = out.shape[1]
+        (kh, kw), (oh, ow) = win.kernel, win.out
+        cg, p = c // g, oh * ow
+        kg = cg * kh * kw
+        cols, v, mask = self.scratch_arrays()
+        ones = cols[:, :, kg, :]
+        target: np.ndarray = cols[:, :, :kg, :].reshape(n, g, cg, kh, kw, oh, ow)  # splits: a view
+        if win.padded or any(e > s for e, s in zip(win.extent, x.shape[2:], strict=True)):
+            xp, interior = padded_buffer(x, win, self.zx)
+        else:
+            xp, interior = x, None
+        view: np.ndarray = im2col_view(xp, win).reshape(
+            target.shape
+        )  # splits C into groups: a view
+        flat = view.reshape(n, g, kg, p)
+        if np.may_share_memory(flat, xp):  # windows that do not overlap: 4-D is faster
+            view, target = flat, cols[:, :, :kg, :]
+        stage = fold.bind(v, out.reshape(n, o, p), mask)
+        gemm: Callable[..., Any] = np.matmul
+        a, b, ab = fold.weights.reshape(g, o // g, kg + 1), cols, v
+        if n == 1 and g == 1:  # one 2-D product (a matrix-vector one for one position)
+            gemm, a, b, ab = np.dot, fold.weights, cols[0, 0], v[0]
+            if p == 1:
+                b, ab = b[:, 0], ab[:, 0]
+        else:
+            b, ab = cols, v.reshape(n, g, o // g, p)
+            if n == 1:
+                b, ab = b[0], ab[0]
+        zx, copyto, subtract, fill = np.float64(self.zx), np.copyto, np.subtract, ones.fill
+
+        def compute() -> None:
+            if interior is not None:
+                copyto(interior, x)
+            subtract(view, zx, out=target)
+            fill(1.0)
+            gemm(a, b, out=ab)
             stage()
 
         return compute

@@ -10,8 +10,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from sporenet.lite.kernels.base import Attrs, Compute, TensorSpec
+from sporenet.lite.kernels.base import Attrs, Compute, TensorSpec, required
 from sporenet.lite.kernels.linear import matmul_shape
+from sporenet.lite.kernels.quantized import conv
 from sporenet.lite.kernels.quantized.base import INT16_DTYPES, QuantizedKernel
 from sporenet.lite.kernels.quantized.conv import bias_values, keep_float, shifted_weights
 from sporenet.lite.kernels.quantized.fixed_point import Requantizer, WideRequantizer
@@ -21,7 +22,7 @@ from sporenet.lite.kernels.quantized.gemm import (
     split_reduction,
     weight_bound,
 )
-from sporenet.lite.kernels.quantized.output_stage import make_stage
+from sporenet.lite.kernels.quantized.output_stage import Folded, OutputStage, make_stage
 from sporenet.lite.kernels.quantized.rounding import OnnxRequantizer, onnx_multipliers
 from sporenet.lite.ops import OpCode
 
@@ -65,6 +66,15 @@ class QFullyConnected(QuantizedKernel):
         rows = int(np.prod(x.shape[:-1], dtype=np.int64))
         f32 = np.dtype(np.float32)
         self.output_specs = [self.out_spec(shape, x.dtype, oq)]
+        small = rows * (k + 1) * 8 <= conv.FOLD_BYTES and o * (k + 1) * 8 <= conv.FOLD_WEIGHT_BYTES
+        stage = self.stage
+        self.fold = stage.folded(self.w) if small and isinstance(stage, OutputStage) else None
+        if self.fold is not None:  # conv.FOLD_BYTES: one GEMM and the clamp
+            self.kept = None
+            f64 = np.dtype(np.float64)
+            mask = self.fold.mask_shape((rows, o, 1))
+            self.scratch_layout = [((rows, k + 1), f64), ((rows, o), f64), (mask, np.dtype(bool))]
+            return
         self.kept = keep_float(np.ascontiguousarray(self.w.T))
         self.scratch_layout = [
             ((rows, k), f32),
@@ -75,7 +85,9 @@ class QFullyConnected(QuantizedKernel):
         ]
 
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
-        x, out = inputs[0], outputs[0]
+        x, out = required(inputs, 0), outputs[0]
+        if self.fold is not None:
+            return self._bind_folded(self.fold, x, out)
         xf, wt, parts, wide, total = self.scratch_arrays()
         x2, out2 = x.reshape(xf.shape), out.reshape(wide.shape)
         kept = self.kept
@@ -95,6 +107,27 @@ class QFullyConnected(QuantizedKernel):
                 matmul(xa, wa, out=pa)
             if many:
                 add_reduce(parts, axis=0, dtype=np.float64, out=total)
+            stage()
+
+        return compute
+
+    def _bind_folded(self, fold: Folded, x: np.ndarray, out: np.ndarray) -> Compute:
+        """One float64 GEMM, [x - z_x, 1] @ [w * coef, offset].T, then the clamp
+        (output_stage.Folded), as small convolutions run; the column of ones is rewritten
+        each call (the columns are scratch)."""
+        cols, v, mask = self.scratch_arrays()
+        rows, k = cols.shape[0], cols.shape[1] - 1
+        o = v.shape[1]
+        target, ones, x2 = cols[:, :k], cols[:, k], x.reshape(rows, k)
+        weights = fold.weights.T  # BLAS reads the transpose in place
+        stage = fold.bind(v.reshape(rows, o, 1), out.reshape(rows, o, 1), mask)
+        a, ab = (cols[0], v[0]) if rows == 1 else (cols, v)  # a vector-matrix product
+        zx, subtract, dot, fill = np.float64(self.zx), np.subtract, np.dot, ones.fill
+
+        def compute() -> None:
+            subtract(x2, zx, out=target)
+            fill(1.0)
+            dot(a, weights, out=ab)
             stage()
 
         return compute

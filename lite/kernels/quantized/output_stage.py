@@ -20,6 +20,7 @@ skipped when the clamp's lower bound is >= z_out (relu, relu6). Two exact routes
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -28,6 +29,11 @@ from sporenet.lite.kernels.quantized.fixed_point import quantize_multipliers
 from sporenet.lite.kernels.quantized.rounding import OnnxOutputStage, onnx_multipliers
 
 _FLOAT_EXACT = 1 << 53
+# The clip ufunc itself (as lite/kernels/activation.py takes it): one call where np.clip's
+# Python wrapper, or maximum then minimum, cost more on a small layer's output.
+_clip: Any = getattr(getattr(getattr(np, "_core", None), "umath", None), "clip", None)
+if not isinstance(_clip, np.ufunc):
+    _clip = np.clip
 _INT64_SAFE = 1 << 62
 
 
@@ -56,21 +62,25 @@ class OutputStage:
             raise OverflowError(f"accumulators up to {bound} overflow the requantization")
         # Numerator pieces in units of 2^-(31+e): rounding offset, bias, and the zero point
         # when it fits (else it is added after rounding). Python ints: no silent overflow.
-        units = [31 + int(r) for r in right]
+        unit_ints = [31 + int(r) for r in right]
         base = [
             (1 << 30) + ((1 << (int(r) - 1)) << 31 if r > 0 else 0) + int(b) * int(mu)
             for r, b, mu in zip(right, bias, mult, strict=True)
         ]
-        with_zo = [b + (self.zo << u) for b, u in zip(base, units, strict=True)]
+        with_zo = [b + (self.zo << u) for b, u in zip(base, unit_ints, strict=True)]
         big = bound * int(mult.max(initial=0))
         self.fold_zo = big + max(abs(v) for v in with_zo) < _INT64_SAFE
         offset_ints = with_zo if self.fold_zo else base
         if big + max(abs(v) for v in offset_ints) >= _INT64_SAFE:
             raise OverflowError(f"bias up to {bound} overflows the requantization")
         offset = np.array(offset_ints, np.int64)
-        units = np.array(units, np.int64)
+        units = np.array(unit_ints, np.int64)
         self.float_path = self.fold_zo and big + max(abs(v) for v in offset_ints) < _FLOAT_EXACT
         threshold = np.where(mult > (1 << 30), 0, -1) - bias  # acc < threshold: z < 0
+        # What `folded` needs (units of 2^-(31+e) per channel), int64 arrays: each is below
+        # 2^62, and `folded` computes with them as Python integers.
+        self._ints: tuple[np.ndarray, ...] = (mult, units, offset, threshold.astype(np.int64))
+        self._big = big
         self.threshold = threshold.astype(np.float64).reshape(channel_shape)
         self.correct = bool((right > 0).any()) and self.lo < self.zo
         shape = channel_shape
@@ -95,7 +105,7 @@ class OutputStage:
         lo, hi, coef, offset, shift = self.lo, self.hi, self.coef, self.offset, self.units
         zo = 0 if self.fold_zo else self.zo  # added after rounding when not folded
         multiply, add, copyto, right_shift = np.multiply, np.add, np.copyto, np.right_shift
-        maximum, minimum = np.maximum, np.minimum
+        clip, bounds = _clip, (np.int64(lo), np.int64(hi))
         correct = self._correction(acc)
 
         def compute() -> None:
@@ -107,10 +117,7 @@ class OutputStage:
             right_shift(wide, shift, out=wide)
             if zo:
                 add(wide, zo, out=wide)
-            # maximum and minimum in place, then a narrowing copy: np.clip's Python
-            # wrapper costs more than the three ufuncs on a small layer's output.
-            maximum(wide, lo, out=wide)
-            minimum(wide, hi, out=wide)
+            clip(wide, *bounds, out=wide)  # the ufunc, in place, then a narrowing copy
             copyto(out, wide, casting="unsafe")
 
         return compute
@@ -126,13 +133,7 @@ class OutputStage:
         top = np.nextafter(float(self.hi - self.lo + 1), 0.0)
         narrow = out.view(np.uint8)
         back = np.uint8(self.lo % 256)
-        multiply, add, maximum, minimum, copyto = (
-            np.multiply,
-            np.add,
-            np.maximum,
-            np.minimum,
-            np.copyto,
-        )
+        multiply, add, clip, copyto = np.multiply, np.add, _clip, np.copyto
         correct = self._correction(acc)
 
         def compute() -> None:
@@ -140,8 +141,7 @@ class OutputStage:
             add(wide, offset, out=wide)
             if correct is not None:
                 correct(wide)
-            maximum(wide, 0.0, out=wide)  # a clip as in the integer route above
-            minimum(wide, top, out=wide)
+            clip(wide, 0.0, top, out=wide)
             copyto(narrow, wide, casting="unsafe")
             if back:
                 add(narrow, back, out=narrow)
@@ -165,6 +165,81 @@ class OutputStage:
     @property
     def wide_dtype(self) -> np.dtype:
         return np.dtype(np.float64 if self.float_path else np.int64)
+
+    def folded(self, w2: np.ndarray) -> Folded | None:
+        """The float route folded into a float64 GEMM with integer weights `w2` (O, K),
+        or None when that is not exact (see Folded)."""
+        if not self.float_path:
+            return None
+        mult, units, offsets, thresholds = (a.tolist() for a in self._ints)
+        big = self._big
+        if min(mult) <= 0:
+            return None  # v would not grow with acc: the correction needs acc itself
+        # The clamp's shift by -lo (as in _bind_float) joins the offset.
+        shifted = [o - (self.lo << u) for o, u in zip(offsets, units, strict=True)]
+        marks = [t * m + o for t, m, o in zip(thresholds, mult, shifted, strict=True)]
+        if big + max(abs(v) for v in shifted + marks) >= _FLOAT_EXACT:
+            return None
+        unit = np.ldexp(1.0, -np.array(units, np.int64))
+        coef = np.array(mult, np.float64) * unit  # exact: 31-bit multipliers
+        weights = np.empty((w2.shape[0], w2.shape[1] + 1), np.float64)
+        np.multiply(w2, coef[:, None], out=weights[:, :-1])  # 8 x 31 bits: exact
+        weights[:, -1] = np.array(shifted, np.float64) * unit
+        mark = np.array(marks, np.float64) * unit
+        step = self.step.reshape(-1) if self.correct else None
+        top = np.nextafter(float(self.hi - self.lo + 1), 0.0)
+        return Folded(weights, mark, step, top, np.uint8(self.lo % 256))
+
+
+class Folded:
+    """OutputStage's float route folded into the GEMM, for small layers where each NumPy
+    call costs more than its arithmetic.
+
+    The weights are premultiplied by the channel's coefficient M' 2^-(31+e) (exact: 8-bit
+    weights times 31-bit multipliers) and the offset is one more weight column, against a
+    row of ones in the GEMM's other operand; so one float64 GEMM yields the float route's
+    v = acc * coef + offset. Every product and partial sum is a multiple of 2^-(31+e)
+    below 2^53 of those units (checked), hence exact in any summation order. The
+    negative-tie correction compares v with the threshold mapped the same way (v grows
+    with acc), so acc itself is never formed.
+    """
+
+    def __init__(
+        self,
+        weights: np.ndarray,
+        mark: np.ndarray,
+        step: np.ndarray | None,
+        top: float,
+        back: np.uint8,
+    ) -> None:
+        self.weights, self.mark, self.step, self.top, self.back = weights, mark, step, top, back
+
+    def mask_shape(self, shape: tuple[int, ...]) -> tuple[int, ...]:
+        """The bool scratch `bind` needs for accumulators of `shape` (empty when no
+        negative tie can reach the output)."""
+        return shape if self.step is not None else (0,)
+
+    def bind(self, v: np.ndarray, out: np.ndarray, mask: np.ndarray) -> Compute:
+        """The step writing `out` (N, O, P) from the GEMM's result v (N, O, P), in place;
+        `mask` is a bool scratch array of `mask_shape(v.shape)`."""
+        shape = (1, -1, 1)
+        top, back, narrow = self.top, self.back, out.view(np.uint8)
+        clip, copyto, add, less, subtract = _clip, np.copyto, np.add, np.less, np.subtract
+        mark, step = self.mark.reshape(shape), self.step
+        correct = step is not None
+        steps = np.broadcast_to((mark if step is None else step).reshape(shape), v.shape)
+        mask = mask.reshape(v.shape) if correct else mask
+
+        def compute() -> None:
+            if correct:
+                less(v, mark, out=mask)
+                subtract(v, steps, out=v, where=mask)
+            clip(v, 0.0, top, out=v)
+            copyto(narrow, v, casting="unsafe")
+            if back:
+                add(narrow, back, out=narrow)
+
+        return compute
 
 
 def make_stage(

@@ -6,11 +6,13 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import pytest
 
 from sporenet.lite.builder import ModelBuilder
 from sporenet.lite.eager import fold, prepare_kernel
 from sporenet.lite.kernels import KERNELS, QUANTIZED_KERNELS, workspace
 from sporenet.lite.kernels.base import Attrs, Kernel, TensorSpec
+from sporenet.lite.kernels.quantized import conv as quantized_conv
 from sporenet.lite.kernels.quantized.base import QuantizedKernel
 from sporenet.lite.ops import OpCode
 from sporenet.lite.planner import _Arena, plan
@@ -103,7 +105,12 @@ def _int8_stack(layers: list, x_scale: float) -> ModelBuilder:
     return b
 
 
-def test_int8_scratch_lives_in_the_arena_and_stays_correct(monkeypatch):
+@pytest.mark.parametrize("folded", [False, True])
+def test_int8_scratch_lives_in_the_arena_and_stays_correct(monkeypatch, folded):
+    # folded: every layer takes the folded route (its columns, results and mask, and the
+    # row of ones each call rewrites, in the arena), else the GEMM and depthwise routes.
+    monkeypatch.setattr(quantized_conv, "FOLD_BYTES", 1 << 30 if folded else -1)
+    monkeypatch.setattr(quantized_conv, "FOLD_WEIGHT_BYTES", 1 << 30)
     layers = _int8_layers()
     per_node: list[int] = []  # bytes of temporaries each node's bind asked for
     taken: list[int] = []
@@ -123,6 +130,7 @@ def test_int8_scratch_lives_in_the_arena_and_stays_correct(monkeypatch):
     monkeypatch.setattr(workspace.Workspace, "release", recording_release)
     p = plan(_int8_stack(layers, 0.05).build())
     monkeypatch.undo()
+    assert all((k.fold is not None) == folded for k in p.step_kernels)
     # The widest cut: one node's scratch beside its int8 input and output (16x12x12 bytes
     # each), plus alignment; a buffer per kernel would hold every node's at once.
     widest = max(per_node) + 2 * 16 * 144 + 64 * 16

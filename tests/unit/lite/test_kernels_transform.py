@@ -8,6 +8,7 @@ import pytest
 
 from sporenet.lite import ModelBuilder, OpCode, ShapeError
 from sporenet.lite.eager import run_op
+from sporenet.lite.kernels.transform import contiguous_slice
 from sporenet.lite.planner import plan
 from tests.unit.lite.onnx_reference import run_onnx_op
 
@@ -494,3 +495,51 @@ def test_transform_ops_in_a_planned_graph():
         y = interp.run({"x": xv, "idx": iv})["y"]
         expected = np.concatenate([xv[:, 3:], xv[:, :3]], axis=1).T[iv][None]
         np.testing.assert_array_equal(y, expected)
+
+
+# --------------------------------------------------------------------------- views
+
+
+@pytest.mark.parametrize(
+    "shape, out, steps, expected",
+    [
+        ((1, 5, 1, 4), (1, 2, 1, 4), (1, 1, 1, 1), True),  # a window of whole rows
+        ((4, 5), (1, 5), (1, 1), True),  # one row
+        ((4, 5), (4, 1), (1, 1), False),  # one column: strided
+        ((1, 9, 1, 64), (1, 9, 1, 32), (1, 1, 1, 1), False),  # half the channels
+        ((6, 5), (3, 5), (2, 1), False),  # every other row
+        ((6, 5), (6, 5), (1, 1), True),
+        ((3, 6, 5), (1, 2, 5), (1, 1, 1), True),
+        ((3, 6, 5), (2, 2, 5), (1, 1, 1), False),
+    ],
+)
+def test_contiguous_slice(shape, out, steps, expected):
+    assert contiguous_slice(shape, out, steps) is expected
+
+
+def test_slices_and_transposes_of_whole_blocks_run_as_views():
+    # A streaming state window (the last rows) and a transpose that moves only 1-long axes
+    # alias their inputs in the plan: no step of their own, same values as copies.
+    b = ModelBuilder()
+    x = b.input("x", (1, 5, 1, 4))
+    y = b.op(OpCode.ADD, [x, b.constant("one", np.ones(4, np.float32))])
+    window = b.op(OpCode.SLICE, [y], starts=[-2], ends=[1 << 30], axes=[1])
+    column = b.op(OpCode.SLICE, [y], starts=[1], ends=[2], axes=[3])  # strided: a copy
+    moved = b.op(
+        OpCode.TRANSPOSE, [b.op(OpCode.RESHAPE, [y], shape=[1, 20, 1, 1])], perm=[0, 2, 3, 1]
+    )
+    b.output(b.op(OpCode.MUL, [window, window]), "w")
+    b.output(b.op(OpCode.NEG, [column]), "c")
+    b.output(b.op(OpCode.NEG, [moved]), "m")
+    p = plan(b.build())
+    kinds = sorted(k.op.name for k in p.step_kernels)
+    assert kinds == ["ADD", "MUL", "NEG", "NEG", "SLICE"]
+    for seed in range(2):
+        value = _x((1, 5, 1, 4), seed)
+        p.arrays[p.inputs[0]][...] = value
+        p.run()
+        w, c, m = (p.arrays[i] for i in p.outputs)
+        plus = value + 1
+        np.testing.assert_array_equal(w, plus[:, -2:] ** 2)
+        np.testing.assert_array_equal(c, -plus[..., 1:2])
+        np.testing.assert_array_equal(m, -plus.reshape(1, 1, 1, 20))

@@ -9,6 +9,7 @@ import itertools
 import numpy as np
 import pytest
 
+from sporenet.lite.kernels.quantized import conv as quantized_conv
 from sporenet.lite.kernels.quantized.gemm import split_reduction
 from sporenet.lite.ops import OpCode
 from tests.unit.lite.quantized_reference import (
@@ -65,9 +66,18 @@ CONV_CASES = [
 ]
 
 
+@pytest.fixture(params=["folded", "unfolded"])
+def conv_route(request, monkeypatch):
+    """Small layers run the folded route (output_stage.Folded); "unfolded" forces the
+    GEMM + output stage routes on every layer, so both stay checked on the same cases."""
+    if request.param == "unfolded":
+        monkeypatch.setattr(quantized_conv, "FOLD_BYTES", -1)
+    return request.param
+
+
 @pytest.mark.parametrize("case", CONV_CASES)
 @pytest.mark.parametrize("activation", ["none", "relu6"])
-def test_conv2d_matches_integer_reference(case, activation):
+def test_conv2d_matches_integer_reference(case, activation, conv_route):
     shape, o, (kh, kw), pads, strides, group, dtype, per_channel = case
     rng = np.random.default_rng(sum(shape) + o)
     lo, hi = RANGES[np.dtype(dtype)]
@@ -104,7 +114,7 @@ def test_conv2d_matches_integer_reference(case, activation):
 @pytest.mark.parametrize("dtype", [np.int8, np.uint8])
 @pytest.mark.parametrize("per_channel", [False, True])
 @pytest.mark.parametrize("out_f, in_f", [(11, 37), (300, 64), (3, 3000)])
-def test_fully_connected_matches_integer_reference(dtype, per_channel, out_f, in_f):
+def test_fully_connected_matches_integer_reference(dtype, per_channel, out_f, in_f, conv_route):
     # (300, 64): weights converted per call; (3, 3000): a reduction split in chunks.
     rng = np.random.default_rng(3)
     lo, hi = RANGES[np.dtype(dtype)]
@@ -255,7 +265,7 @@ def test_dequantize_and_requantize_match_reference():
 
 
 @pytest.mark.parametrize("group", [1, 6])
-def test_dilated_conv_matches_integer_reference(group):
+def test_dilated_conv_matches_integer_reference(group, conv_route):
     rng = np.random.default_rng(21)
     x = random_q(rng, (1, 6, 11, 10), np.int8)
     w = rng.integers(-127, 128, (6, 6 // group, 3, 3)).astype(np.int8)

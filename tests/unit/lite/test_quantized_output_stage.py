@@ -5,7 +5,7 @@ negative ties, zero points and clamps."""
 from __future__ import annotations
 
 import numpy as np
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from sporenet.lite.kernels.quantized.output_stage import OutputStage
@@ -43,3 +43,35 @@ def test_both_routes_are_taken():
     small = OutputStage(reals, None, 0, -128, 127, 1000, (1,))
     large = OutputStage(reals, None, 0, -128, 127, 2**30, (1,))
     assert small.float_path and not large.float_path
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.integers(0, 2**32 - 1),
+    st.sampled_from([1e-6, 3.1e-4, 0.25, 0.7, 1.0, 1.5, 2.0**-9]),
+    st.integers(-128, 127),
+    st.sampled_from([(-128, 127), (0, 127), (-3, 60)]),
+)
+def test_folded_stage_equals_the_two_step_reference(seed, real, zo, clamp):
+    # Folded: the multiply and offset inside a float64 GEMM against a row of ones.
+    rng = np.random.default_rng(seed)
+    channels, k, p = 5, 12, 4
+    reals = real * rng.choice([1.0, 0.5, 2.0, 1.37], channels)
+    bias = rng.integers(-1000, 1000, channels)
+    w = rng.integers(-127, 128, (channels, k)).astype(np.int8)
+    cols = rng.integers(-255, 256, (k, p))
+    cols[:, 0] = 0  # acc = 0: the -1/0 tie thresholds
+    lo, hi = clamp
+    bound = 255 * int(np.abs(w.astype(np.int64)).sum(axis=1).max())
+    stage = OutputStage(reals, bias, zo, lo, hi, bound, (channels, 1))
+    fold = stage.folded(w)
+    # Tiny multipliers put the clamp's shift beyond 2^53 units: no fold, the route declines.
+    assert (fold is not None) or real < 1e-5
+    assume(fold is not None)
+    v = fold.weights @ np.vstack([cols, np.ones((1, p))]).astype(np.float64)
+    out = np.empty((1, channels, p), np.int8)
+    mask = np.empty(fold.mask_shape((1, channels, p)), bool)
+    fold.bind(v.reshape(1, channels, p), out, mask)()
+    acc = w.astype(np.int64) @ cols + bias[:, None]
+    want = requantize(acc, reals, zo, lo, hi, channel_axis=0)
+    np.testing.assert_array_equal(out[0], want)
