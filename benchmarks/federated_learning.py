@@ -16,9 +16,11 @@ Lines (LINES, one entry each; a line whose server feature this build lacks is re
   log-normal with a tenfold 5th-95th percentile spread (slept), 30 ms latency, 20 Mbit/s,
   10% of the time offline, 5% dropouts while training and 2% before uploading; a round
   aggregates once half its cohort reported (own_server.Cohort).
-- async, async-secure: buffered asynchronous aggregation on the same fleet, plain and
-  with secure buffers (each buffer one SecAgg+ instance among the devices that fill it,
-  weighted by samples as the plain buffer is; the devices run the client SDK's steps).
+- async, async-secure: buffered asynchronous aggregation on the same fleet (as many
+  devices training at once as a round's cohort, buffers of a fifth of it, versions
+  enough to aggregate as many updates as the rounds), plain and with secure buffers
+  (each buffer one SecAgg+ instance among the devices that fill it, weighted by samples
+  as the plain buffer is; the devices run the client SDK's steps).
 - sync-matched and flower: the same workload as Flower's simulation engine runs it
   (flwr 1.42.0 in a venv this script creates; no device heterogeneity, every sampled
   device awaited): same partition, model, initial weights, seeds, local training (the
@@ -31,10 +33,10 @@ Flower comparison (accuracy difference per round, target within 1 point; median 
 time per round ratio, target <= 0.5x), async against sync (sync's final accuracy reached
 in at most 0.5x its wall time; within 1 point at equal client updates), secure buffers
 against plain ones (within 0.5 points at equal client updates), the federated/central
-accuracy ratio for Shakespeare (target >= 0.9), and a PNG (`--plot`) with accuracy against wall time and
-against client updates. `--server-cost` adds sporenet-server's CPU per accepted update at
-100 and 500 devices as a ratio to the bare gRPC exchange floor of the same payload
-(grpc_floor.exchange_floor; target <= 1.5x).
+accuracy ratio for Shakespeare (target >= 0.9), and a PNG (`--plot`) with accuracy
+against wall time and against client updates. `--server-cost` adds sporenet-server's
+CPU per accepted update at 100 and 500 devices as a ratio to the bare gRPC exchange
+floor of the same payload (grpc_floor.exchange_floor; target <= 1.5x).
 
     python benchmarks/federated_learning.py --quick          # reduced sizes
     python benchmarks/federated_learning.py                  # full sizes (hours on 2 cores)
@@ -90,6 +92,7 @@ HETEROGENEOUS_SERVER = ["--heartbeat-interval", "1", "--heartbeat-timeout", "10"
 SEED = 0
 # Secure lines clip each update coordinate to this (fixed-point range of SecAgg+).
 SECURE_CLIPPING = 4.0
+ASYNC_BUFFER_PART = 5  # an async line's buffer is this fraction of the sync cohort
 
 
 # -- workloads -----------------------------------------------------------------------------
@@ -287,6 +290,15 @@ def secure_config(w: Workload, data: Any, path: Path) -> list[str]:
     return ["--secure", "--config", str(path)]
 
 
+def async_settings(w: Workload) -> tuple[list[str], int]:
+    """An async line's flags and versions: as many devices training at once as a round's
+    cohort, buffers of a fifth of it, and as many versions as it takes to aggregate the
+    updates the synchronous rounds were given (rounds x cohort)."""
+    buffer = max(2, w.cohort // ASYNC_BUFFER_PART)
+    flags = ["--concurrency", str(w.cohort), "--buffer-size", str(buffer)]
+    return flags, math.ceil(w.rounds * w.cohort / buffer)
+
+
 def run_fleet(
     w: Workload, ctx: Context, *, mode: list[str], heterogeneous: bool, name: str
 ) -> Curve:
@@ -301,6 +313,10 @@ def run_fleet(
     if "--secure" in mode:
         config = secure_config(w, data, ctx.workdir / f"{w.name}-{name}.toml")
         mode = [*(m for m in mode if m != "--secure"), *config]
+    rounds = w.rounds
+    if "--async" in mode:
+        flags, rounds = async_settings(w)
+        mode = [*mode, *flags]
     profile = FleetProfile(
         partition=w.partition,
         alpha=w.alpha if w.alpha > 0 else 0.5,
@@ -320,7 +336,7 @@ def run_fleet(
         state,
         model,
         address=f"127.0.0.1:{_common.free_port()}",
-        rounds=w.rounds,
+        rounds=rounds,
         min_clients=min_clients,
         log=log,
         extra=[*flags, *mode],
@@ -332,7 +348,7 @@ def run_fleet(
             address,
             model.read_bytes(),
             devices=w.devices,
-            rounds=w.rounds,
+            rounds=rounds,
             profile=profile,
             data=data,
             backend="processes",

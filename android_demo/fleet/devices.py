@@ -347,9 +347,7 @@ class DeviceGroup:
                 weights, new, samples, metrics = await self._train(device, p, task, rnd, record)
             trained = trained_delta(weights, new, samples, metrics)
             del new
-            record.trained += 1
-            record.devices.append(device.index)
-            record.bytes += self.model_bytes
+            record.bytes += self.model_bytes  # the update counts once masked for a buffer
         await p.submit_secure(tasks.ready(task, p.client_id, trained))
 
     async def _secure_fit(self, device: Device, p: Participant, task: pb.Task) -> None:
@@ -377,10 +375,9 @@ class DeviceGroup:
             await self._send(device, record, rnd, self.update_bytes)
         reply = tasks.answer(task, p.client_id, lambda: self.template, trained)
         if masking and not reply.withdraws:
+            record.trained += 1
+            record.devices.append(device.index)
             record.bytes += len(reply.body) + (0 if in_buffer else self.model_bytes)
-            if not in_buffer:
-                record.trained += 1
-                record.devices.append(device.index)
         await p.submit_secure(reply)
 
     async def _evaluate(self, device: Device, p: Participant, task: pb.Task) -> None:

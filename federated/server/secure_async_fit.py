@@ -7,7 +7,9 @@ runs the SecAgg+ stages among exactly those. A device that finished answers its 
 task with a READY secure message (its update stays on the device); it is then told its
 staleness weight with the secure stages and scales its update by it before masking. The
 unmasked mean is published like a plain buffer's; devices that finish while a buffer's
-round runs wait for the next buffer, and those still training are carried into it.
+round runs wait for the next buffers (each keeps its training slot meanwhile, so no
+more devices train than those buffers can take), and those still training are carried
+into the next.
 
 Persisted: the training devices in their participant rows (as in AsyncFit); a ready
 member's row also names its staleness; the formed buffer (members, weights, the
@@ -134,11 +136,13 @@ class SecureAsyncFit:
         for cid, version in self._waiting.items():
             if ctx.clients.is_silent(cid, now, timeout):
                 continue  # gone while it waited: not a member of a round it cannot join
-            try:
-                member = nxt._buffer.ready(cid, version, job.model_version)
-            except StaleTaskError:  # now too stale (or the buffer filled): it trains again
-                continue
+            if not 0 <= job.model_version - version <= ctx.config.job.max_staleness:
+                continue  # now too stale: it trains again
             nxt._ready_task[cid] = self._ready_task.get(cid, "")
+            if nxt._buffer.full:  # it keeps its update for the buffer after
+                nxt._waiting[cid] = version
+                continue
+            member = nxt._buffer.ready(cid, version, job.model_version)
             tx.set_participant(
                 job.round, Phase.FIT, cid, Participant.SELECTED, 0, _ready_row(version, member.tau)
             )
@@ -247,7 +251,13 @@ class SecureAsyncFit:
                     ctx.set_status(cid, Participant.DROPPED)
             if self._buffer.full:
                 self._form(now)
-        self._training.refill(now)
+        # A device waiting with its update holds its training slot: while a buffer's
+        # round runs, no more devices train than the next buffers can take.
+        timeout = ctx.config.heartbeat_timeout
+        for cid in [c for c in self._waiting if ctx.clients.is_silent(c, now, timeout)]:
+            del self._waiting[cid]  # gone while it waited: its slot is free
+            self._ready_task.pop(cid, None)
+        self._training.refill(now, held=len(self._waiting))
         if self._stages is None:
             return TickResult(Tick.OPEN)
         result = self._stages.tick(now)
