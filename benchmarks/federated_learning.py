@@ -767,17 +767,23 @@ def _async_figures(w: Workload, curves: dict[str, Curve]) -> list[str]:
         out.append(
             f"{w.name} async vs sync: sync's final accuracy {sync.final:.4f} reached in "
             f"{ratio:.2f}x sync's wall time (target <= 0.5x: {_verdict(ratio <= 0.5)}); at "
-            f"{n} client updates {gap:+.2f} points (target within 1: {_verdict(abs(gap) <= 1)})"
+            f"{n} client updates {gap:+.2f} points (target at most 1 below: "
+            f"{_verdict(gap >= -1)})"
         )
     if plain and secure and plain.points and secure.points:
         n = min(plain.points[-1].updates, secure.points[-1].updates)
         gap = 100 * (_accuracy_at(secure, n) - _accuracy_at(plain, n))
-        final = 100 * (secure.final - plain.final)
+        # Versions differ by points of accuracy from one to the next: the mean over the
+        # last quarter of the updates says more than one point of each curve.
+        tail = [n * (0.75 + 0.25 * k / 10) for k in range(11)]
+        late = 100 * float(
+            np.mean([_accuracy_at(secure, int(u)) - _accuracy_at(plain, int(u)) for u in tail])
+        )
         out.append(
             f"{w.name} secure buffers vs plain async: {gap:+.2f} points at {n} client updates, "
-            f"{final:+.2f} final ({secure.final:.4f} vs {plain.final:.4f}; target within 0.5: "
-            f"{_verdict(abs(gap) <= 0.5)}); {secure.points[-1].seconds:.0f} s vs "
-            f"{plain.points[-1].seconds:.0f} s wall"
+            f"{late:+.2f} on average over the last quarter of them (target within 0.5: "
+            f"{_verdict(abs(late) <= 0.5)}); final {secure.final:.4f} vs {plain.final:.4f}; "
+            f"{secure.points[-1].seconds:.0f} s vs {plain.points[-1].seconds:.0f} s wall"
         )
     return out
 
