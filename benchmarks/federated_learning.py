@@ -16,8 +16,11 @@ Lines (LINES, one entry each; a line whose server feature this build lacks is re
   log-normal with a tenfold 5th-95th percentile spread (slept), 30 ms latency, 20 Mbit/s,
   10% of the time offline, 5% dropouts while training and 2% before uploading; a round
   aggregates once half its cohort reported (own_server.Cohort).
-- async, async-secure: buffered asynchronous aggregation (plain, and with secure buffers)
-  on the same fleet, once the server has `--async` (and the fleet secure rounds).
+- async, async-secure: buffered asynchronous aggregation on the same fleet (as many
+  devices training at once as a round's cohort, buffers of a fifth of it, versions
+  enough to aggregate as many updates as the rounds), plain and with secure buffers
+  (each buffer one SecAgg+ instance among the devices that fill it, weighted by samples
+  as the plain buffer is; the devices run the client SDK's steps).
 - sync-matched and flower: the same workload as Flower's simulation engine runs it
   (flwr 1.42.0 in a venv this script creates; no device heterogeneity, every sampled
   device awaited): same partition, model, initial weights, seeds, local training (the
@@ -27,11 +30,13 @@ Lines (LINES, one entry each; a line whose server feature this build lacks is re
 
 Reported per workload: each line's accuracy per round and wall seconds per round, the
 Flower comparison (accuracy difference per round, target within 1 point; median wall
-time per round ratio, target <= 0.5x), the federated/central accuracy ratio for
-Shakespeare (target >= 0.9), and a PNG (`--plot`) with accuracy against wall time and
-against client updates. `--server-cost` adds sporenet-server's CPU per accepted update at
-100 and 500 devices as a ratio to the bare gRPC exchange floor of the same payload
-(grpc_floor.exchange_floor; target <= 1.5x).
+time per round ratio, target <= 0.5x), async against sync (sync's final accuracy reached
+in at most 0.5x its wall time; within 1 point at equal client updates), secure buffers
+against plain ones (within 0.5 points at equal client updates), the federated/central
+accuracy ratio for Shakespeare (target >= 0.9), and a PNG (`--plot`) with accuracy
+against wall time and against client updates. `--server-cost` adds sporenet-server's
+CPU per accepted update at 100 and 500 devices as a ratio to the bare gRPC exchange
+floor of the same payload (grpc_floor.exchange_floor; target <= 1.5x).
 
     python benchmarks/federated_learning.py --quick          # reduced sizes
     python benchmarks/federated_learning.py                  # full sizes (hours on 2 cores)
@@ -85,6 +90,9 @@ HETEROGENEOUS = {
 # Heartbeats short enough that a device that dropped out is noticed within a round.
 HETEROGENEOUS_SERVER = ["--heartbeat-interval", "1", "--heartbeat-timeout", "10"]
 SEED = 0
+# Secure lines clip each update coordinate to this (fixed-point range of SecAgg+).
+SECURE_CLIPPING = 4.0
+ASYNC_BUFFER_PART = 5  # an async line's buffer is this fraction of the sync cohort
 
 
 # -- workloads -----------------------------------------------------------------------------
@@ -267,6 +275,30 @@ def load_data(w: Workload) -> Any:
 # -- sporenet ------------------------------------------------------------------------------
 
 
+def secure_config(w: Workload, data: Any, path: Path) -> list[str]:
+    """The server flags of a secure line: SecAgg+ weighting each device by its samples,
+    as plain FedAvg and plain buffers do (`max_weight` the largest device's samples), with
+    a clipping range no update reaches."""
+    from sporenet.android_demo.fleet.partition import PARTITIONS
+
+    rng = np.random.default_rng([SEED, 0])  # the simulator's partition seed (group_args)
+    parts = PARTITIONS[w.partition](data.y, data.owners, w.devices, w.alpha or 0.5, rng)
+    largest = max(len(p) for p in parts)
+    path.write_text(
+        f"[secure_aggregation]\nmax_weight = {largest}\nclipping_range = {SECURE_CLIPPING}\n"
+    )
+    return ["--secure", "--config", str(path)]
+
+
+def async_settings(w: Workload) -> tuple[list[str], int]:
+    """An async line's flags and versions: as many devices training at once as a round's
+    cohort, buffers of a fifth of it, and as many versions as it takes to aggregate the
+    updates the synchronous rounds were given (rounds x cohort)."""
+    buffer = max(2, w.cohort // ASYNC_BUFFER_PART)
+    flags = ["--concurrency", str(w.cohort), "--buffer-size", str(buffer)]
+    return flags, math.ceil(w.rounds * w.cohort / buffer)
+
+
 def run_fleet(
     w: Workload, ctx: Context, *, mode: list[str], heterogeneous: bool, name: str
 ) -> Curve:
@@ -278,6 +310,13 @@ def run_fleet(
     data = load_data(w)
     model = ctx.workdir / f"{w.name}.spore"
     model.write_bytes(w.model(SEED))
+    if "--secure" in mode:
+        config = secure_config(w, data, ctx.workdir / f"{w.name}-{name}.toml")
+        mode = [*(m for m in mode if m != "--secure"), *config]
+    rounds = w.rounds
+    if "--async" in mode:
+        flags, rounds = async_settings(w)
+        mode = [*mode, *flags]
     profile = FleetProfile(
         partition=w.partition,
         alpha=w.alpha if w.alpha > 0 else 0.5,
@@ -297,7 +336,7 @@ def run_fleet(
         state,
         model,
         address=f"127.0.0.1:{_common.free_port()}",
-        rounds=w.rounds,
+        rounds=rounds,
         min_clients=min_clients,
         log=log,
         extra=[*flags, *mode],
@@ -309,7 +348,7 @@ def run_fleet(
             address,
             model.read_bytes(),
             devices=w.devices,
-            rounds=w.rounds,
+            rounds=rounds,
             profile=profile,
             data=data,
             backend="processes",
@@ -697,12 +736,54 @@ def _figures(w: Workload, curves: dict[str, Curve]) -> list[str]:
             f"(final {diffs[-1]:+.2f}; target within 1: {_verdict(abs(worst) <= 1)}); wall "
             f"time per round {ratio:.2f}x Flower's (target <= 0.5x: {_verdict(ratio <= 0.5)})"
         )
+    out += _async_figures(w, curves)
     fed, central = curves.get("sync"), curves.get("central")
     if w.name == "shakespeare" and fed and central and fed.points and central.points:
         ratio = fed.final / central.final
         out.append(
             f"shakespeare federated/central accuracy: {fed.final:.4f} / {central.final:.4f} = "
             f"{ratio:.2f} (target >= 0.9: {_verdict(ratio >= 0.9)})"
+        )
+    return out
+
+
+def _accuracy_at(c: Curve, updates: int) -> float:
+    """The curve's accuracy at `updates` client updates (linear between its points)."""
+    xs = [0, *(p.updates for p in c.points)]
+    ys = [c.points[0].accuracy, *(p.accuracy for p in c.points)]
+    return float(np.interp(updates, xs, ys))
+
+
+def _async_figures(w: Workload, curves: dict[str, Curve]) -> list[str]:
+    """Async against sync (time to sync's final accuracy, accuracy at equal updates) and
+    secure buffers against plain ones."""
+    out = []
+    sync, plain, secure = (curves.get(k) for k in ("sync", "async", "async-secure"))
+    if sync and plain and sync.points and plain.points:
+        reached = next((p.seconds for p in plain.points if p.accuracy >= sync.final), math.inf)
+        ratio = reached / sync.points[-1].seconds
+        n = min(sync.points[-1].updates, plain.points[-1].updates)
+        gap = 100 * (_accuracy_at(plain, n) - _accuracy_at(sync, n))
+        out.append(
+            f"{w.name} async vs sync: sync's final accuracy {sync.final:.4f} reached in "
+            f"{ratio:.2f}x sync's wall time (target <= 0.5x: {_verdict(ratio <= 0.5)}); at "
+            f"{n} client updates {gap:+.2f} points (target at most 1 below: "
+            f"{_verdict(gap >= -1)})"
+        )
+    if plain and secure and plain.points and secure.points:
+        n = min(plain.points[-1].updates, secure.points[-1].updates)
+        gap = 100 * (_accuracy_at(secure, n) - _accuracy_at(plain, n))
+        # Versions differ by points of accuracy from one to the next: the mean over the
+        # last quarter of the updates says more than one point of each curve.
+        tail = [n * (0.75 + 0.25 * k / 10) for k in range(11)]
+        late = 100 * float(
+            np.mean([_accuracy_at(secure, int(u)) - _accuracy_at(plain, int(u)) for u in tail])
+        )
+        out.append(
+            f"{w.name} secure buffers vs plain async: {gap:+.2f} points at {n} client updates, "
+            f"{late:+.2f} on average over the last quarter of them (target within 0.5: "
+            f"{_verdict(abs(late) <= 0.5)}); final {secure.final:.4f} vs {plain.final:.4f}; "
+            f"{secure.points[-1].seconds:.0f} s vs {plain.points[-1].seconds:.0f} s wall"
         )
     return out
 

@@ -2,8 +2,9 @@
 
 A `DeviceGroup` holds many devices cheaply. A device between rounds is its identity, the
 indices of its data partition, its traits and random state, and one coroutine on the
-process's shared event loop (session_stream.TransportLoop) whose Session stream is
-multiplexed with the others' over a few connections (shared.ChannelPool). What a device
+process's shared event loop (session_stream.TransportLoop) whose calls (a unary Poll when
+idle, a Session stream while it works) are multiplexed with the others' over a few
+connections (shared.ChannelPool). What a device
 needs only while it takes part is shared or pooled: the round's global weights are one
 read-only copy per model version (shared.ModelCache); training runs in a small pool of
 worker threads, each with one `LiteLearner` (one lite Trainer, planned once) whose data
@@ -18,6 +19,12 @@ Availability: a device with online_fraction < 1 alternates online periods (expon
 mean `mean_online_s`) and offline ones; offline, its session is closed. A dropout (while
 training, or before its update is sent) makes the device vanish for the rest of that
 round: its session is closed without an update, and the server sees a silent client.
+
+Secure aggregation: a device answers secure rounds and secure async buffers with the
+client SDK's own steps (federated/client/secure.py's SecureTasks: its SecAgg+ session,
+the update it holds for a buffer), trains at a round's masked-input stage or at a
+buffer's training task, and may drop out while training or before its masked update is
+sent; a device that vanished has lost its secrets, so it sits out the rest of that round.
 
 The job ends for the group when one device is sent DONE; the devices still online are
 then told too, as phones would be, each saying it holds the final model (the group's
@@ -39,7 +46,7 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -52,17 +59,20 @@ from sporenet.android_demo.errors import AppError
 from sporenet.android_demo.fleet.participant import Participant, weights_of
 from sporenet.android_demo.fleet.profile import DeviceTraits
 from sporenet.android_demo.fleet.shared import ChannelPool, ModelCache
+from sporenet.federated.aggregation import template_of
 from sporenet.federated.client.client import FATAL, RETRYABLE
+from sporenet.federated.client.secure import SecureTasks, trained_delta
 from sporenet.federated.client.session_stream import TransportLoop
 from sporenet.federated.common.buffers import BufferPool
 from sporenet.federated.common.codec import encode_raw
-from sporenet.federated.common.wire import SECURE_BUFFER_KEY
+from sporenet.federated.common.wire import SECURE_BUFFER_KEY, SECURE_WEIGHT_KEY
 from sporenet.federated.errors import (
     AuthError,
     FederatedError,
     MalformedMessageError,
     TransferError,
 )
+from sporenet.lite import WeightsReader
 from sporenet.proto import federated_pb2 as pb
 
 log = logging.getLogger("sporenet.android_demo.fleet")
@@ -119,6 +129,7 @@ class Device:
     rows: np.ndarray  # indices into the group's data
     traits: DeviceTraits
     rng: np.random.Generator
+    secure: SecureTasks | None = None  # its secure round or held buffer update, if any
 
 
 class DeviceGroup:
@@ -154,6 +165,12 @@ class DeviceGroup:
             )
         self.model_bytes = len(model)
         self.base = lite.parse(model)
+        # What secure rounds mask: the trainable weights, as the model cache reads them.
+        self.template = template_of(WeightsReader(trainable_only=True).read(model))
+        self.update_bytes = sum(
+            int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+            for shape, dtype in self.template.values()
+        )
         self.x, self.y = x, y
         self.learner_args: dict[str, Any] = {
             "trainable": trainable,
@@ -221,53 +238,90 @@ class DeviceGroup:
             self._progress.set()
             self._progress = asyncio.Event()
 
-    async def _fit(self, device: Device, p: Participant, task: pb.Task) -> None:
-        config = json.loads(task.config_json or "{}")
-        if config.get(SECURE_BUFFER_KEY):
-            raise AppError(
-                "the fleet simulator does not take part in secure async buffers; "
-                "run the server without secure aggregation"
-            )
-        rnd = int(config.get("round", 0))
+    def _round_of(self, task: pb.Task) -> tuple[int, RoundRecord]:
+        """The task's round and its record; the round is seen (begun) now."""
+        rnd = int(json.loads(task.config_json or "{}").get("round", 0))
         record = self._record(rnd)
         record.first_seen = min(record.first_seen, time.time())
         self._saw_round(rnd)
-        beating = asyncio.Event()  # set: heartbeats stop
-        beats = asyncio.ensure_future(p.heartbeats(task.task_id, beating))
+        return rnd, record
+
+    @contextlib.asynccontextmanager
+    async def _heartbeats(
+        self, p: Participant, task: pb.Task
+    ) -> AsyncIterator[Callable[[], Awaitable[None]]]:
+        """Heartbeats for `task` while the block runs; it may stop them early with the
+        function it is given, which returns once the beat being written is done (a beat
+        among an upload's chunks would break the upload)."""
+        stop = asyncio.Event()
+        beats = asyncio.ensure_future(p.heartbeats(task.task_id, stop))
+
+        async def stopped() -> None:
+            stop.set()
+            await beats
+
         try:
-            weights = await self.models.weights(task, p.session(), p.client_id)
-            if rnd not in self.report.weights:
-                self.report.weights[rnd] = weights_of(weights)
-            traits = device.traits
-            if device.rng.random() < traits.dropout_train:
-                record.dropped_train += 1
-                raise DeviceDropout(
-                    f"device {device.index} dropped out while training round {rnd}", rnd
-                )
-            loop = asyncio.get_running_loop()
-            new, samples, metrics, compute = await loop.run_in_executor(
-                self._pool, self._train_on, device, weights, config
+            yield stopped
+        finally:
+            stop.set()
+            if not beats.done():
+                beats.cancel()
+
+    async def _train(
+        self, device: Device, p: Participant, task: pb.Task, rnd: int, record: RoundRecord
+    ) -> tuple[Mapping[str, np.ndarray], dict[str, np.ndarray], int, dict[str, float]]:
+        """Download (from the group's cache) and train on the task's model: (global
+        weights, new weights, samples, metrics); compute and download time are slept as
+        the device's traits say. DeviceDropout if the device vanishes while training."""
+        weights = await self.models.weights(task, p.session(), p.client_id)
+        if rnd not in self.report.weights:
+            self.report.weights[rnd] = weights_of(weights)
+        traits = device.traits
+        if device.rng.random() < traits.dropout_train:
+            record.dropped_train += 1
+            raise DeviceDropout(
+                f"device {device.index} dropped out while training round {rnd}", rnd
             )
+        config = json.loads(task.config_json or "{}")
+        loop = asyncio.get_running_loop()
+        new, samples, metrics, compute = await loop.run_in_executor(
+            self._pool, self._train_on, device, weights, config
+        )
+        if self.simulate_time:
+            wire = 2 * traits.latency_s
+            if traits.bandwidth_bps > 0:
+                wire += self.model_bytes / traits.bandwidth_bps
+            await asyncio.sleep(compute * max(0.0, traits.speed - 1.0) + wire)
+        return weights, new, samples, metrics
+
+    async def _send(self, device: Device, record: RoundRecord, rnd: int, size: int) -> None:
+        """The time an update of `size` bytes takes to leave the device (slept), or
+        DeviceDropout if the device vanishes before it is sent."""
+        traits = device.traits
+        if self.simulate_time:
+            wire = 2 * traits.latency_s
+            if traits.bandwidth_bps > 0:
+                wire += size / traits.bandwidth_bps
+            await asyncio.sleep(wire)
+        if device.rng.random() < traits.dropout_upload:
+            record.dropped_upload += 1
+            record.bytes += self.model_bytes
+            raise DeviceDropout(
+                f"device {device.index} dropped out before uploading round {rnd}", rnd
+            )
+
+    async def _fit(self, device: Device, p: Participant, task: pb.Task) -> None:
+        rnd, record = self._round_of(task)
+        async with self._heartbeats(p, task) as stop_beats:
+            weights, new, samples, metrics = await self._train(device, p, task, rnd, record)
             up = sum(int(np.asarray(v).nbytes) for v in new.values())
-            if self.simulate_time:
-                wire = 4 * traits.latency_s
-                if traits.bandwidth_bps > 0:
-                    wire += (self.model_bytes + up) / traits.bandwidth_bps
-                await asyncio.sleep(compute * max(0.0, traits.speed - 1.0) + wire)
-            if device.rng.random() < traits.dropout_upload:
-                record.dropped_upload += 1
-                record.bytes += self.model_bytes
-                raise DeviceDropout(
-                    f"device {device.index} dropped out before uploading round {rnd}", rnd
-                )
+            await self._send(device, record, rnd, up)
             record.trained += 1
             record.devices.append(device.index)
             record.bytes += self.model_bytes + up
             async with self._upload_turns:
-                # The server hears from the device while it waits for a receiving slot;
-                # a beat among the upload's chunks would break the upload.
-                beating.set()
-                await beats
+                # The server hears from the device while it waits for a receiving slot.
+                await stop_beats()
                 trained = {k: np.asarray(new[k], dtype=w.dtype) for k, w in weights.items()}
                 payload = encode_raw(trained, weights, alloc=self._buffers.take)
                 del new, trained
@@ -276,10 +330,55 @@ class DeviceGroup:
                 finally:
                     if isinstance(payload, memoryview):
                         self._buffers.give(payload)
-        finally:
-            beating.set()
-            if not beats.done():
-                beats.cancel()
+
+    # ---- secure aggregation: the client SDK's steps (SecureTasks), sent by the device
+    def _secure_of(self, device: Device) -> SecureTasks:
+        if device.secure is None:
+            device.secure = SecureTasks()
+        return device.secure
+
+    async def _buffer_fit(self, device: Device, p: Participant, task: pb.Task) -> None:
+        """A secure async buffer's training task: train (once), hold the update, say READY."""
+        tasks = self._secure_of(device)
+        rnd, record = self._round_of(task)
+        trained = None
+        if not tasks.holds(task):
+            async with self._heartbeats(p, task):
+                weights, new, samples, metrics = await self._train(device, p, task, rnd, record)
+            trained = trained_delta(weights, new, samples, metrics)
+            del new
+            record.bytes += self.model_bytes  # the update counts once masked for a buffer
+        await p.submit_secure(tasks.ready(task, p.client_id, trained))
+
+    async def _secure_fit(self, device: Device, p: Participant, task: pb.Task) -> None:
+        """One stage of a secure round or buffer; a round trains at its masked input."""
+        tasks = self._secure_of(device)
+        if tasks.sitting_out(task):
+            p.close()
+            await asyncio.sleep(max(task.retry_after_ms / 1000.0, 0.5))
+            return
+        config = json.loads(task.config_json or "{}")
+        in_buffer = SECURE_WEIGHT_KEY in config
+        if in_buffer:  # the buffer's round began with its training tasks
+            rnd = int(config.get("round", 0))
+            record = self._record(rnd)
+        else:
+            rnd, record = self._round_of(task)
+        trained = None
+        if tasks.needs_training(task):
+            async with self._heartbeats(p, task):
+                weights, new, samples, metrics = await self._train(device, p, task, rnd, record)
+            trained = trained_delta(weights, new, samples, metrics)
+            del new
+        masking = task.secure_stage == pb.SECURE_MASKED_INPUT
+        if masking:
+            await self._send(device, record, rnd, self.update_bytes)
+        reply = tasks.answer(task, p.client_id, lambda: self.template, trained)
+        if masking and not reply.withdraws:
+            record.trained += 1
+            record.devices.append(device.index)
+            record.bytes += len(reply.body) + (0 if in_buffer else self.model_bytes)
+        await p.submit_secure(reply)
 
     async def _evaluate(self, device: Device, p: Participant, task: pb.Task) -> None:
         weights = await self.models.weights(task, p.session(), p.client_id)
@@ -301,22 +400,9 @@ class DeviceGroup:
                 asked, held = loop.time(), self.models.held
                 task = await p.poll(held)
                 backoff, unreachable_since = 0.1, None
-                if task.type == pb.TASK_FIT:
-                    await self._fit(device, p, task)
-                elif task.type == pb.TASK_EVALUATE:
-                    await self._evaluate(device, p, task)
-                elif task.type == pb.TASK_DONE:
-                    final = await self.models.weights(task, p.session(), p.client_id)
-                    if task.model_sha256 != held:
-                        await self._acknowledge(p, task)
+                final = await self._serve_task(device, p, task, asked, held)
+                if final is not None:
                     return final
-                elif task.type == pb.TASK_SECURE_FIT:
-                    raise AppError(
-                        "the fleet simulator does not take part in secure aggregation rounds; "
-                        "run the server without secure aggregation"
-                    )
-                elif loop.time() - asked < self.poll_wait / 2:
-                    await asyncio.sleep(task.retry_after_ms / 1000.0 * (0.5 + device.rng.random()))
             except grpc.RpcError as e:
                 code = e.code() if hasattr(e, "code") else grpc.StatusCode.UNKNOWN
                 p.close()
@@ -343,6 +429,31 @@ class DeviceGroup:
                 log.info("device %d: %s; retrying", device.index, e)
                 p.close()
                 await asyncio.sleep(0.1)
+
+    async def _serve_task(
+        self, device: Device, p: Participant, task: pb.Task, asked: float, held: str
+    ) -> dict[str, np.ndarray] | None:
+        """Do one task (polled at loop time `asked`, holding model `held`); the job's
+        final weights once it is DONE."""
+        if task.type == pb.TASK_FIT:
+            if json.loads(task.config_json or "{}").get(SECURE_BUFFER_KEY):
+                await self._buffer_fit(device, p, task)
+            else:
+                await self._fit(device, p, task)
+        elif task.type == pb.TASK_SECURE_FIT:
+            await self._secure_fit(device, p, task)
+        elif task.type == pb.TASK_EVALUATE:
+            await self._evaluate(device, p, task)
+        elif task.type == pb.TASK_DONE:
+            final = await self.models.weights(task, p.session(), p.client_id)
+            if task.model_sha256 != held:
+                await self._acknowledge(p, task)
+            return final
+        else:  # nothing to do: idle, the device holds no stream
+            p.close()
+            if asyncio.get_running_loop().time() - asked < self.poll_wait / 2:
+                await asyncio.sleep(task.retry_after_ms / 1000.0 * (0.5 + device.rng.random()))
+        return None
 
     async def _acknowledge(self, p: Participant, task: pb.Task) -> None:
         """Poll once more, saying the device now holds the final model: the server counts
@@ -398,6 +509,7 @@ class DeviceGroup:
                 continue
             except DeviceDropout as exc:  # gone for the rest of its round, or rejoin_after_s
                 p.close()
+                device.secure = None  # a vanished device's secrets are gone with it
                 await self._wait_for_round_after(exc.round, device.traits.rejoin_after_s)
                 continue
             finally:

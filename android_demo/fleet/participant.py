@@ -1,10 +1,12 @@
 """One virtual device's side of the federated protocol, as coroutines on the shared loop.
 
-The same messages a `sporenet.federated.Client` sends (Register; polls, heartbeats and
-uploads over one Session stream; evaluation reports), spoken by a coroutine instead of a
-thread: a thousand devices then cost a thousand small objects and streams multiplexed
-over a few connections (shared.ChannelPool), not a thousand threads and connections.
-What a device does with a task (train, drop out, upload) is devices.py's.
+The calls a `sporenet.federated.Client` makes, spoken by a coroutine instead of a thread:
+Register; a unary Poll for each task (an idle device holds no stream); while it works on
+a task, one Session stream for the model, its heartbeats and its upload, closed once it
+is idle again; SubmitSecure for the secure stages; evaluation reports. A thousand devices
+then cost a thousand small objects and calls multiplexed over a few connections
+(shared.ChannelPool), not a thousand threads and connections. What a device does with a
+task (train, drop out, upload, answer a secure stage) is devices.py's.
 """
 
 from __future__ import annotations
@@ -19,16 +21,17 @@ import grpc
 import numpy as np
 
 from sporenet.android_demo.fleet.shared import loop_transfers
+from sporenet.federated.client.secure import SecureReply
 from sporenet.federated.client.session_stream import SessionStream
 from sporenet.federated.client.transfers import PendingUpload
-from sporenet.federated.common.wire import SessionReplyField, SessionRequestField, method_path
+from sporenet.federated.common.wire import SessionRequestField, method_path
 from sporenet.federated.errors import FederatedError
 from sporenet.proto import federated_pb2 as pb
 from sporenet.proto import federated_pb2_grpc as pb_grpc
 
 
 class Participant:
-    """A registered device's connection to the server: its id, its Session stream."""
+    """A registered device's connection to the server: its id, its Session while it works."""
 
     def __init__(
         self,
@@ -40,48 +43,54 @@ class Participant:
         chunk_size: int,
     ) -> None:
         self.channel, self.name = channel, name
+        self.stub = pb_grpc.FederatedStub(channel)
         self.poll_wait, self.rpc_timeout, self.chunk_size = poll_wait, rpc_timeout, chunk_size
         self.client_id = ""
         self.heartbeat_interval = 5.0
         self._session: SessionStream | None = None
 
     def session(self) -> SessionStream:
-        """The open Session stream, opened anew after a failure."""
+        """The open Session stream, opened when a task needs it (and anew after a failure)."""
         if self._session is None or self._session.closed:
             self._session = SessionStream(self.channel, method_path("Session"))
         return self._session
 
     def close(self) -> None:
-        """End the session: the server sees the device go silent."""
+        """End the session (the device is idle, or gone: then the server sees it go silent)."""
         session, self._session = self._session, None
         if session is not None:
             session.close()
 
     async def register(self) -> None:
-        stub = pb_grpc.FederatedStub(self.channel)
-        reply = await stub.Register(
+        reply = await self.stub.Register(
             pb.RegisterRequest(client_name=self.name), timeout=self.rpc_timeout
         )
         self.client_id = reply.client_id
         self.heartbeat_interval = max(reply.heartbeat_interval_ms / 1000.0, 0.05)
 
-    async def poll(self, held: str = "") -> pb.Task:
-        """The next task, long-polled up to `poll_wait`. Models come from the group's
-        cache, so the server is not asked to send one along; `held` is the sha256 of the
-        newest model the device holds there (a DONE task for that model tells the server
-        the device has the job's final model)."""
+    async def poll(self, held: str = "", wait: float | None = None) -> pb.Task:
+        """The next task, by a unary Poll the server may hold up to `wait` seconds
+        (default `poll_wait`). Models come from the group's cache, over a Session;
+        `held` is the sha256 of the newest model the device holds there (a DONE task for
+        that model tells the server the device has the job's final model)."""
+        wait = self.poll_wait if wait is None else wait
         request = pb.TaskRequest(
-            client_id=self.client_id,
-            wait_ms=int(self.poll_wait * 1000),
-            send_model=False,
-            held_model_sha256=held,
+            client_id=self.client_id, wait_ms=int(wait * 1000), held_model_sha256=held
         )
-        session = self.session()
-        await session.send(SessionRequestField.POLL, request.SerializeToString())
-        _, body = await session.receive(
-            (SessionReplyField.TASK,), self.poll_wait + self.rpc_timeout
+        task: pb.Task = await self.stub.Poll(request, timeout=wait + self.rpc_timeout)
+        return task
+
+    async def submit_secure(self, reply: SecureReply) -> None:
+        """Send a secure stage's answer (a withdrawal is best effort)."""
+        if reply.withdraws:
+            with contextlib.suppress(grpc.RpcError):
+                await self.stub.SubmitSecure(
+                    reply.chunks(self.chunk_size), timeout=self.rpc_timeout
+                )
+            return
+        await self.stub.SubmitSecure(
+            reply.chunks(self.chunk_size), timeout=reply.timeout(self.rpc_timeout)
         )
-        return pb.Task.FromString(bytes(body))
 
     async def heartbeats(self, task_id: str, stop: asyncio.Event) -> None:
         """Heartbeat every interval until `stop` is set (a missed beat is not fatal).
@@ -130,7 +139,7 @@ class Participant:
             num_samples=int(samples),
             metrics_json=json.dumps({k: float(v) for k, v in metrics.items()}),
         )
-        await pb_grpc.FederatedStub(self.channel).ReportEvaluation(report, timeout=self.rpc_timeout)
+        await self.stub.ReportEvaluation(report, timeout=self.rpc_timeout)
 
 
 def weights_of(final: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:

@@ -34,7 +34,8 @@ differential privacy is in dp.py.
 When the server runs secure aggregation, a fit round arrives as TASK_SECURE_FIT tasks,
 one per protocol stage: the client answers each with a `SecureClientSession` (one per
 round), trains once when the masked-input stage comes, and sends only the masked update
-(compression does not apply). A reply lost to a failure is resent byte for byte. With
+(compression does not apply); secure.py's `SecureTasks` says what to send for each
+stage, the client sends it. A reply lost to a failure is resent byte for byte. With
 distributed differential privacy on the server, the task config carries
 `dp_noise_multiplier`, `dp_clipping_norm` and `dp_min_clients`: the client clips its delta
 and adds its share of the Gaussian noise before masking (privacy/distributed.py); with
@@ -58,11 +59,11 @@ from typing import Any, cast
 import grpc
 import numpy as np
 
-from sporenet.federated.aggregation import Weights, template_of
+from sporenet.federated.aggregation import Template, Weights, template_of
 from sporenet.federated.client.dp import asks_client_dp, privatize
 from sporenet.federated.client.failover import Failover
 from sporenet.federated.client.reachability import Reachability, text_report
-from sporenet.federated.client.secure import SecureRounds
+from sporenet.federated.client.secure import SecureReply, SecureTasks, Trained, trained_delta
 from sporenet.federated.client.session_stream import SessionStream, TransportLoop
 from sporenet.federated.client.settings import GIVE_UP_AFTER, ClientSettings, addresses_of
 from sporenet.federated.client.transfers import PendingUpload, Transfers
@@ -81,7 +82,6 @@ from sporenet.federated.errors import (
     MalformedMessageError,
     TransferError,
 )
-from sporenet.federated.secagg.session import SecureClientSession
 from sporenet.lite import WeightsReader, read_weights
 from sporenet.proto import federated_pb2 as pb
 from sporenet.proto import federated_pb2_grpc as pb_grpc
@@ -109,7 +109,7 @@ FOLLOW_UP_WAIT = 2.0
 log = logging.getLogger("sporenet.federated.client")
 
 
-class Client(Failover, SecureRounds):
+class Client(Failover):
     """One federated client: `run()` serves tasks until the job is done."""
 
     def __init__(
@@ -238,12 +238,8 @@ class Client(Failover, SecureRounds):
         self._weights_reader = WeightsReader(trainable_only=True)
         self._pending: PendingUpload | None = None
         self._residual: Weights = {}
-        # The open secure round: (task id, its session, the trained update once computed).
-        self._secure: tuple[str, SecureClientSession] | None = None
-        self._secure_update: tuple[Weights, int, str] | None = None
-        # A secure async buffer's: (training task id, its update), held until masked.
-        self._held: tuple[str, tuple[Weights, int, str]] | None = None
-        self._secure_failed = ""  # a secure task this client cannot continue
+        # The open secure round, a secure buffer's held update (secure.py).
+        self._secure = SecureTasks()
         self.rounds_trained = 0
         self.final_model: bytes | None = None
 
@@ -549,15 +545,51 @@ class Client(Failover, SecureRounds):
             return payload
         return encode_update(delta)
 
-    def _train_delta(self, task: pb.Task) -> tuple[Weights, int, str]:
+    def _train_delta(self, task: pb.Task) -> Trained:
         """Train on the task's model (heartbeating); (delta, samples, metrics JSON)."""
         global_weights, _config, new, num_samples, metrics = self._run_train(task)
-        delta = {
-            k: np.asarray(new[k], dtype=np.float64) - w.astype(np.float64)
-            for k, w in global_weights.items()
-        }
-        metrics_json = json.dumps({k: float(v) for k, v in dict(metrics).items()})
-        return delta, int(num_samples), metrics_json
+        return trained_delta(global_weights, new, num_samples, metrics)
+
+    # -- secure tasks (secure.py says what to send; these send it) ---------------------------
+
+    def _secure_fit(self, task: pb.Task) -> None:
+        """Answer one stage of a secure round; train (once) at the masked-input stage."""
+        if self._secure.sitting_out(task):
+            self._stop.wait(max(task.retry_after_ms / 1000.0, 0.5))
+            return
+        trained = None
+        if self._secure.needs_training(task):
+            trained = self._train_delta(task)
+            self.rounds_trained += 1
+
+        def template() -> Template:
+            return template_of(self._weights_reader.read(self._model_bytes(task)))
+
+        reply = self._secure.answer(task, self.client_id or "", template, trained)
+        self._submit_secure(reply)
+        if reply.ends_round:
+            self._drop_models()  # the next task needs a newer model
+
+    def _buffer_fit(self, task: pb.Task) -> None:
+        """A secure buffer's training task: train on its version (once), hold the update
+        and say READY; the secure stages follow when the buffer's instance forms."""
+        trained = None
+        if not self._secure.holds(task):
+            trained = self._train_delta(task)
+            self.rounds_trained += 1
+        self._submit_secure(self._secure.ready(task, self.client_id or "", trained))
+        self._drop_models()  # the secure stages carry the current model
+
+    def _withdraw(self, task: pb.Task) -> None:
+        """Tell the server this client leaves the secure round (best effort), and sit it out."""
+        self._submit_secure(self._secure.withdrawal(task, self.client_id or ""))
+
+    def _submit_secure(self, reply: SecureReply) -> None:
+        if reply.withdraws:  # best effort: if it fails, the stage deadline decides
+            with contextlib.suppress(grpc.RpcError):
+                self._call("SubmitSecure", reply.chunks(self.chunk_size), self.rpc_timeout)
+            return
+        self._call("SubmitSecure", reply.chunks(self.chunk_size), reply.timeout(self.rpc_timeout))
 
     def _upload(self, p: PendingUpload) -> None:
         try:

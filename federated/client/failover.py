@@ -20,6 +20,7 @@ from sporenet.federated.common.net import speaks_tls
 from sporenet.federated.errors import ConfigError, FederatedError
 
 if TYPE_CHECKING:
+    from sporenet.federated.client.secure import SecureTasks
     from sporenet.federated.client.transfers import PendingUpload, Transfers
     from sporenet.federated.common.auth import Credentials
     from sporenet.federated.common.buffers import BufferPool
@@ -45,6 +46,7 @@ class Failover:
     credentials: Credentials
     client_id: str | None
     _pending: PendingUpload | None
+    _secure: SecureTasks
     _transfers: Transfers
     _buffers: BufferPool
     _disconnect: Callable[[], None]
@@ -86,7 +88,7 @@ class Failover:
         self._at = (self._at + 1) % len(self.addresses)
         self.address = self.addresses[self._at]
         self.client_id, self._pending = None, None
-        self._secure, self._secure_update, self._secure_failed = None, None, ""
+        self._secure.reset()
         self._transfers.drop_models()
         if self._transfers.partial is not None:
             self._buffers.give(self._transfers.partial[1])

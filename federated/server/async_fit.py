@@ -253,9 +253,10 @@ class AsyncFit:
         self.refill(now)
         return TickResult(Tick.OPEN)
 
-    def refill(self, now: float) -> None:
-        """Give the free training slots to idle live devices."""
-        free = self._concurrency - len(self._assigned)
+    def refill(self, now: float, *, held: int = 0) -> None:
+        """Give the free training slots to idle live devices (`held` of the slots are
+        taken by devices that trained and wait for a secure buffer)."""
+        free = self._concurrency - len(self._assigned) - held
         if free > 0:
             self._fill(now, free)
 

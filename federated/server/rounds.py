@@ -64,6 +64,7 @@ from sporenet.federated.server.publisher import (
 )
 from sporenet.federated.server.secure_async_fit import SecureAsyncFit
 from sporenet.federated.server.secure_fit import SecureFit
+from sporenet.federated.server.secure_setup import SecureSetup
 from sporenet.federated.server.state import JobState, ModelRecord, Store
 from sporenet.federated.server.status import config_summary
 from sporenet.federated.server.validation import parse_metrics, validate_update
@@ -207,14 +208,15 @@ class RoundManager:
         ctx.clients.restore_phase({cid: status for cid, (status, _, _) in found.rows.items()})
         task_config = self._publisher.task_config()
         if ctx.config.job.is_async and ctx.config.secure_aggregation is not None:
-            ctx.phase = SecureAsyncFit.restored(
-                ctx, task_config, ctx.config.secure_aggregation, found.rows, found.secure_state
-            )
+            setup = SecureSetup(ctx, task_config, ctx.config.secure_aggregation)
+            ctx.phase = SecureAsyncFit.restored(setup, found.rows, found.secure_state)
         elif ctx.config.job.is_async:
             ctx.phase = AsyncFit.restored(ctx, task_config, found.rows)
         elif found.secure_state is not None:
             settings = ctx.config.secure_aggregation or SecureConfig()
-            ctx.phase = SecureFit.restored(ctx, task_config, settings, found.secure_state)
+            ctx.phase = SecureFit.restored(
+                SecureSetup(ctx, task_config, settings), found.secure_state
+            )
         elif job.phase == Phase.FIT:
             plain = PlainFit(ctx, task_config)
             plain.restore(found.rows)
@@ -231,11 +233,11 @@ class RoundManager:
             return EvaluatePhase(ctx, task_config)
         sa = ctx.config.secure_aggregation
         if ctx.config.job.is_async and sa is not None:
-            return SecureAsyncFit(ctx, task_config, sa)
+            return SecureAsyncFit(SecureSetup(ctx, task_config, sa))
         if ctx.config.job.is_async:
             return AsyncFit(ctx, task_config)
         if sa is not None:
-            return SecureFit(ctx, task_config, sa)
+            return SecureFit(SecureSetup(ctx, task_config, sa))
         return PlainFit(ctx, task_config)
 
     # -- what the other parts of the job read ----------------------------------------------

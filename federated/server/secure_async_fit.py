@@ -7,7 +7,9 @@ runs the SecAgg+ stages among exactly those. A device that finished answers its 
 task with a READY secure message (its update stays on the device); it is then told its
 staleness weight with the secure stages and scales its update by it before masking. The
 unmasked mean is published like a plain buffer's; devices that finish while a buffer's
-round runs wait for the next buffer, and those still training are carried into it.
+round runs wait for the next buffers (each keeps its training slot meanwhile, so no
+more devices train than those buffers can take), and those still training are carried
+into the next.
 
 Persisted: the training devices in their participant rows (as in AsyncFit); a ready
 member's row also names its staleness; the formed buffer (members, weights, the
@@ -26,7 +28,6 @@ from sporenet.federated.common.wire import READY, SECURE_BUFFER_KEY, SECURE_WEIG
 from sporenet.federated.errors import AggregationError, StaleTaskError, quote
 from sporenet.federated.secagg import Stage
 from sporenet.federated.server.async_fit import STALENESS_KEY, VERSION_KEY, Assignment, AsyncFit
-from sporenet.federated.server.config import SecureConfig
 from sporenet.federated.server.job_context import JobContext
 from sporenet.federated.server.observability import log_event
 from sporenet.federated.server.open_phase import (
@@ -43,7 +44,8 @@ from sporenet.federated.server.restore import Rows
 from sporenet.federated.server.secure_buffer import SecureBuffer
 from sporenet.federated.server.secure_fit import SecureFit
 from sporenet.federated.server.secure_phase import SecurePhase
-from sporenet.federated.strategies.staleness import make_staleness
+from sporenet.federated.server.secure_setup import SecureSetup
+from sporenet.federated.strategies.staleness import Staleness, make_staleness
 
 
 class SecureAsyncFit:
@@ -53,22 +55,23 @@ class SecureAsyncFit:
 
     def __init__(
         self,
-        ctx: JobContext,
-        task_config: dict[str, Any],
-        settings: SecureConfig,
+        setup: SecureSetup,
         assigned: dict[str, Assignment] | None = None,
         buffer: SecureBuffer | None = None,
     ) -> None:
-        self._ctx = ctx
-        self._task_config = task_config
+        ctx = setup.ctx
+        self._ctx, self._setup = ctx, setup
         # SecureFit's own retry starts a round's cohort afresh; a buffer's is `_rerun`.
-        self._retries = settings.retries
-        self._settings = dataclasses.replace(settings, retries=0)
+        # Its members trained before the buffer formed: masking takes a stage's time.
+        self._retries = setup.settings.retries
+        self._stage_setup = dataclasses.replace(
+            setup, settings=dataclasses.replace(setup.settings, retries=0), trains=False
+        )
         job = ctx.config.job
-        self._staleness = make_staleness(job.staleness, job.staleness_options)
+        self._staleness = staleness_of(ctx)
         self._buffer = buffer or SecureBuffer(job.buffer_size, job.max_staleness, self._staleness)
         self._training = AsyncFit(
-            ctx, {**task_config, SECURE_BUFFER_KEY: True}, assigned, engaged=self._engaged
+            ctx, {**setup.task_config, SECURE_BUFFER_KEY: True}, assigned, engaged=self._engaged
         )
         # Devices whose READY came once the buffer was formed (client id -> version).
         self._waiting: dict[str, int] = {}
@@ -78,13 +81,7 @@ class SecureAsyncFit:
             self._stages = self._secure_fit()
 
     def _secure_fit(self) -> SecureFit:
-        return SecureFit(
-            self._ctx,
-            self._task_config,
-            self._settings,
-            self._buffer.secure,
-            state=self._buffer.to_bytes,
-        )
+        return SecureFit(self._stage_setup, self._buffer.secure, state=self._buffer.to_bytes)
 
     def _engaged(self, client_id: str) -> bool:
         """Whether the device is done training for this buffer (ready, waiting, in its
@@ -101,22 +98,14 @@ class SecureAsyncFit:
         self._training.start(now, cohort)
 
     @classmethod
-    def restored(
-        cls,
-        ctx: JobContext,
-        task_config: dict[str, Any],
-        settings: SecureConfig,
-        rows: Rows,
-        saved: bytes | None,
-    ) -> SecureAsyncFit:
+    def restored(cls, setup: SecureSetup, rows: Rows, saved: bytes | None) -> SecureAsyncFit:
         """The open buffer after a restart: the formed secure round if one was saved
         (its stage given `resume_grace`), every other selected device training again."""
-        job = ctx.config.job
+        ctx = setup.ctx
         buffer = None
         if saved is not None:
-            buffer = SecureBuffer.from_bytes(
-                saved, job.max_staleness, make_staleness(job.staleness, job.staleness_options)
-            )
+            job = ctx.config.job
+            buffer = SecureBuffer.from_bytes(saved, job.max_staleness, staleness_of(ctx))
         current = ctx.job.model_version
         grace = ctx.clock() + ctx.config.resume_grace
         cohort = buffer.secure.cohort if buffer is not None and buffer.secure else frozenset()
@@ -128,17 +117,9 @@ class SecureAsyncFit:
             version = int(metrics.get(VERSION_KEY, current))
             deadline = float(metrics.get("deadline", 0.0))
             assigned[cid] = Assignment(version, max(deadline, grace))
-        phase = cls(ctx, task_config, settings, assigned, buffer)
+        phase = cls(setup, assigned, buffer)
         if phase._stages is not None and phase._buffer.secure is not None:
-            phase._buffer.secure.deadline = ctx.clock() + max(
-                settings.stage_timeout, ctx.config.resume_grace
-            )
-            log_event(
-                ctx.log,
-                "secure_buffer_restored",
-                round=ctx.job.round,
-                stage=phase._buffer.secure.stage.value,
-            )
+            phase._stage_setup.resume(phase._buffer.secure, "secure_buffer_restored")
         return phase
 
     def follow(self, tx: Any) -> SecureAsyncFit | None:
@@ -150,18 +131,18 @@ class SecureAsyncFit:
         nxt_training = self._training.follow(tx)
         if nxt_training is None or job.status != JobStatus.RUNNING:
             return None
-        nxt = SecureAsyncFit(
-            ctx, self._task_config | {"round": job.round}, self._settings, nxt_training.assigned
-        )
+        nxt = SecureAsyncFit(self._setup.for_round(job.round), nxt_training.assigned)
         now, timeout = ctx.clock(), ctx.config.heartbeat_timeout
         for cid, version in self._waiting.items():
             if ctx.clients.is_silent(cid, now, timeout):
                 continue  # gone while it waited: not a member of a round it cannot join
-            try:
-                member = nxt._buffer.ready(cid, version, job.model_version)
-            except StaleTaskError:  # now too stale (or the buffer filled): it trains again
-                continue
+            if not 0 <= job.model_version - version <= ctx.config.job.max_staleness:
+                continue  # now too stale: it trains again
             nxt._ready_task[cid] = self._ready_task.get(cid, "")
+            if nxt._buffer.full:  # it keeps its update for the buffer after
+                nxt._waiting[cid] = version
+                continue
+            member = nxt._buffer.ready(cid, version, job.model_version)
             tx.set_participant(
                 job.round, Phase.FIT, cid, Participant.SELECTED, 0, _ready_row(version, member.tau)
             )
@@ -270,7 +251,13 @@ class SecureAsyncFit:
                     ctx.set_status(cid, Participant.DROPPED)
             if self._buffer.full:
                 self._form(now)
-        self._training.refill(now)
+        # A device waiting with its update holds its training slot: while a buffer's
+        # round runs, no more devices train than the next buffers can take.
+        timeout = ctx.config.heartbeat_timeout
+        for cid in [c for c in self._waiting if ctx.clients.is_silent(c, now, timeout)]:
+            del self._waiting[cid]  # gone while it waited: its slot is free
+            self._ready_task.pop(cid, None)
+        self._training.refill(now, held=len(self._waiting))
         if self._stages is None:
             return TickResult(Tick.OPEN)
         result = self._stages.tick(now)
@@ -336,15 +323,7 @@ class SecureAsyncFit:
 
     def _form(self, now: float) -> None:
         ctx = self._ctx
-        sa = ctx.config.secure_aggregation
-        if sa is None:  # cannot happen: the manager makes this phase only when configured
-            raise AggregationError("secure aggregation is not configured")
-        self._buffer.form(
-            sa.protocol,
-            ctx.model.template,
-            max_weight=sa.max_weight,
-            deadline=now + self._settings.stage_timeout,
-        )
+        self._setup.form(self._buffer, now)
         self._stages = self._secure_fit()
         with ctx.store.transaction() as tx:
             self._stages.save(tx)
@@ -380,6 +359,12 @@ class SecureAsyncFit:
         if self._stages is not None:
             return self._stages.stage()
         return None
+
+
+def staleness_of(ctx: JobContext) -> Staleness:
+    """The job's staleness weight (strategies/staleness.py)."""
+    job = ctx.config.job
+    return make_staleness(job.staleness, job.staleness_options)
 
 
 def _ready_row(version: int, tau: int) -> dict[str, float]:

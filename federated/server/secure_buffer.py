@@ -115,13 +115,9 @@ class SecureBuffer:
                 f"the secure buffer has {len(self.members)} of its {self.size} members"
             )
         cohort = list(self.members)[: self.size]
-        try:
-            secure = SecureRound.start(
-                config, client_ids=cohort, template=template, max_weight=max_weight
-            )
-        except SecAggError as e:
-            raise AggregationError(f"secure aggregation cannot start: {e}") from None
-        self.secure = SecurePhase(secure, deadline=deadline)
+        self.secure = SecurePhase.start(
+            config, cohort, template, max_weight=max_weight, deadline=deadline
+        )
         return self.secure
 
     def weight_of(self, client_id: str) -> float:

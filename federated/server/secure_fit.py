@@ -19,8 +19,6 @@ from sporenet.federated.errors import AggregationError, StaleTaskError, quote
 from sporenet.federated.secagg import ClientExcludedError, SecAggError, Stage
 from sporenet.federated.secagg.session import SecureRound
 from sporenet.federated.server.cohort_task import CohortTask
-from sporenet.federated.server.config import SecureConfig
-from sporenet.federated.server.job_context import JobContext
 from sporenet.federated.server.observability import log_event
 from sporenet.federated.server.open_phase import (
     Answer,
@@ -30,8 +28,9 @@ from sporenet.federated.server.open_phase import (
     TickResult,
     Withdrawal,
 )
-from sporenet.federated.server.phases import Participant, Phase, TaskInfo, TaskType
+from sporenet.federated.server.phases import Participant, Phase, TaskInfo
 from sporenet.federated.server.secure_phase import SecurePhase
+from sporenet.federated.server.secure_setup import SecureSetup
 
 
 class SecureFit:
@@ -41,32 +40,25 @@ class SecureFit:
 
     def __init__(
         self,
-        ctx: JobContext,
-        task_config: dict[str, Any],
-        settings: SecureConfig,
+        setup: SecureSetup,
         secure: SecurePhase | None = None,
         *,
         state: Callable[[], bytes] | None = None,
     ) -> None:
-        self._ctx = ctx
-        self._cohort = CohortTask(ctx)
+        self._setup = setup
+        self._ctx = setup.ctx
+        self._cohort = CohortTask(setup.ctx)
         # What `save` persists: the round's bytes, or its owner's (a secure buffer's).
         self._state = state
-        self._task_config = task_config
-        self._settings = settings  # its defaults for a secure round restored from the store
+        self._settings = setup.settings  # its defaults for a round restored from the store
         self._secure = secure  # set by `start`, or restored
         self._since_save = 0
 
     @classmethod
-    def restored(
-        cls, ctx: JobContext, task_config: dict[str, Any], settings: SecureConfig, saved: bytes
-    ) -> SecureFit:
+    def restored(cls, setup: SecureSetup, saved: bytes) -> SecureFit:
         """The secure round a restart found in the store, its stage given `resume_grace`."""
-        phase = cls(ctx, task_config, settings, SecurePhase(SecureRound.from_bytes(saved)))
-        secure = phase._round()
-        now = ctx.clock()
-        secure.deadline = now + max(phase._stage_timeout(), ctx.config.resume_grace)
-        log_event(ctx.log, "secure_round_restored", round=ctx.job.round, stage=secure.stage.value)
+        phase = cls(setup, SecurePhase(SecureRound.from_bytes(saved)))
+        setup.resume(phase._round(), "secure_round_restored")
         return phase
 
     def _round(self) -> SecurePhase:
@@ -75,53 +67,13 @@ class SecureFit:
         return self._secure
 
     def start(self, now: float, cohort: list[str]) -> None:
-        config = self._ctx.config
-        sa = config.secure_aggregation
-        if sa is None:  # cannot happen: the manager makes a SecureFit only when configured
-            raise AggregationError("secure aggregation is not configured")
-        try:
-            self._secure = SecurePhase(
-                SecureRound.start(
-                    sa.protocol,
-                    client_ids=cohort,
-                    template=self._ctx.model.template,
-                    max_weight=sa.max_weight,
-                )
-            )
-        except SecAggError as e:
-            raise AggregationError(f"secure aggregation cannot start: {e}") from None
-        self._secure.deadline = now + self._stage_timeout()
-
-    def _stage_timeout(self) -> float:
-        return self._round().stage_timeout(
-            round_timeout=self._ctx.config.round_timeout,
-            stage_timeout=self._settings.stage_timeout,
-        )
+        self._secure = self._setup.start(cohort, now)
 
     # -- the cohort's calls ------------------------------------------------------------
 
     def task(self, client_id: str) -> TaskInfo | None:
         """A secure stage for a cohort member the protocol waits for; otherwise wait."""
-        ctx, secure = self._ctx, self._round()
-        job = ctx.job
-        reason = secure.waiting_reason(client_id)
-        if reason:
-            return TaskInfo(TaskType.WAIT, job.round, retry_after=1.0, reason=reason)
-        r = secure.round
-        config = dict(self._task_config)
-        if r.max_weight is not None:
-            config["secure_max_weight"] = r.max_weight
-        config.update(ctx.privacy.task_config(r.server.params.threshold))
-        return TaskInfo(
-            TaskType.SECURE_FIT,
-            job.round,
-            ctx.machine.task_id(),
-            ctx.model.record,
-            config,
-            secure_stage=r.stage.value,
-            secure_setup=r.setup_payload(client_id),
-            secure_payload=r.payload_for(client_id),
-        )
+        return self._setup.task(self._round(), client_id)
 
     def owns(self, client_id: str, task_id: str) -> bool:
         return self._cohort.owns(task_id)
@@ -197,7 +149,7 @@ class SecureFit:
             with ctx.store.transaction() as tx:
                 self.save(tx)
             return TickResult(Tick.FAIL, f"round {job.round}: secure aggregation failed: {e}")
-        secure.deadline = now + self._stage_timeout()
+        secure.deadline = now + self._setup.stage_timeout(secure)
         excluded = secure.newly_excluded()  # e.g. inconsistent shares found at unmask
         with ctx.store.transaction() as tx:
             self.save(tx)

@@ -8,8 +8,9 @@ has answered, when all of those still missing are silent (or withdrew), or at it
 
 from __future__ import annotations
 
-from sporenet.federated.errors import StaleTaskError
-from sporenet.federated.secagg import Stage
+from sporenet.federated.aggregation import Template
+from sporenet.federated.errors import AggregationError, StaleTaskError
+from sporenet.federated.secagg import SecAggConfig, SecAggError, Stage
 from sporenet.federated.secagg.session import SecureRound
 from sporenet.federated.server.participants import Participants
 
@@ -29,14 +30,32 @@ class SecurePhase:
         # earlier ones were reported before the restart.
         self._reported: set[str] = set(secure.excluded())
 
+    @classmethod
+    def start(
+        cls,
+        config: SecAggConfig,
+        cohort: list[str],
+        template: Template,
+        *,
+        max_weight: float | None,
+        deadline: float = 0.0,
+    ) -> SecurePhase:
+        """A new SecAgg+ round among `cohort`.
+
+        Raises:
+            AggregationError: SecAgg+ cannot start with this cohort and configuration.
+        """
+        try:
+            secure = SecureRound.start(
+                config, client_ids=cohort, template=template, max_weight=max_weight
+            )
+        except SecAggError as e:
+            raise AggregationError(f"secure aggregation cannot start: {e}") from None
+        return cls(secure, deadline=deadline)
+
     @property
     def stage(self) -> Stage:
         return self.round.stage
-
-    def stage_timeout(self, *, round_timeout: float, stage_timeout: float) -> float:
-        """The open stage's time: clients train in the masked-input stage, so that one
-        gets `round_timeout`; the key and share exchanges are quick."""
-        return round_timeout if self.stage == Stage.MASKED_INPUT else stage_timeout
 
     def waiting_reason(self, client_id: str) -> str:
         """Why the client has nothing to send now ('' when the open stage waits for it)."""

@@ -9,7 +9,6 @@ status) and publish the honest clients' mean.
 
 from __future__ import annotations
 
-import json
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -19,8 +18,7 @@ import numpy as np
 import pytest
 
 from sporenet.federated import Client
-from sporenet.federated.aggregation import template_of
-from sporenet.federated.common.wire import STAGE_NAMES
+from sporenet.federated.client.secure import SecureTasks
 from sporenet.federated.secagg import Stage
 from sporenet.federated.secagg.messages import AdvertiseKeys, UnmaskResponse
 from sporenet.federated.secagg.session import SecureClientSession
@@ -70,22 +68,18 @@ class MaliciousClient(Client):
         self.attack = attack
         self.refusals: list[grpc.StatusCode] = []
 
-    def _secure_fit(self, task: pb.Task) -> None:
-        stage = Stage(STAGE_NAMES[task.secure_stage])
-        if stage == Stage.ADVERTISE_KEYS and (
-            self._secure is None or self._secure[0] != task.task_id
-        ):
-            template = template_of(self._weights_reader.read(self._model_bytes(task)))
-            max_weight = json.loads(task.config_json or "{}").get("secure_max_weight")
-            session = TamperingSession(
-                self.attack, task.secure_setup, template, max_weight=max_weight
+        self._secure = SecureTasks(
+            session=lambda setup, template, max_weight: TamperingSession(
+                attack, setup, template, max_weight=max_weight
             )
-            self._secure, self._secure_update = (task.task_id, session), None
+        )
+
+    def _secure_fit(self, task: pb.Task) -> None:
         try:
             super()._secure_fit(task)
         except grpc.RpcError as e:  # the server refuses it; it keeps polling like a bot
             self.refusals.append(e.code())
-            self._secure_failed = task.task_id
+            self._secure.sit_out(task.task_id)
 
 
 @pytest.fixture

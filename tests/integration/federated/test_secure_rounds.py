@@ -442,7 +442,7 @@ class AmnesicClient(Client):
 
     def _secure_fit(self, task: pb.Task) -> None:
         if task.secure_stage == pb.SECURE_SHARE_KEYS:
-            self._secure = None
+            self._secure.reset()
         super()._secure_fit(task)
 
 
