@@ -133,28 +133,39 @@ class SessionService:
         # Set, then replaced, whenever tasks may have changed: polls wait on the current one.
         self._changed = asyncio.Event()
         self._receiving: dict[tuple[str, str], asyncio.Event] = {}
-        # Done at shutdown: sessions waiting for their client's next request end at once.
-        self._closing: asyncio.Future[None] = loop.create_future()
+        # Set at shutdown: sessions waiting for their client's next request end at once
+        # (close_idle cancels their pending reads).
+        self._closing = False
+        self._reads: set[asyncio.Future[Any]] = set()
         self.m.on_change(self._changed_from_any_thread)
         self.m.on_left(self._left_from_any_thread)
 
     def close_idle(self) -> None:
         """End every session that waits for its client (call it on the loop, at shutdown);
         sessions in the middle of a request finish it within the server's grace period."""
-        if not self._closing.done():
-            self._closing.set_result(None)
+        self._closing = True
+        for read in list(self._reads):
+            read.cancel()
 
     async def _next_request(self, stream: Stream) -> bytes | None:
         """The client's next message (None at the end of the stream); ShuttingDown if the
         server closes first. (Cancelling a handler does not end its call: the read itself
-        must give way.)"""
+        must give way, so it runs as a task of its own that close_idle cancels. Awaited
+        directly, not through asyncio.wait: this is every request's path.)"""
+        if self._closing:
+            raise ShuttingDown("the server is shutting down; reconnect")
         read = asyncio.ensure_future(stream.read())
-        await asyncio.wait((read, self._closing), return_when=asyncio.FIRST_COMPLETED)
-        if read.done():
-            raw: bytes | None = accepted(read.result())
-            return raw
-        read.cancel()
-        raise ShuttingDown("the server is shutting down; reconnect")
+        self._reads.add(read)
+        try:
+            raw: bytes | None = accepted(await read)
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if self._closing and read.cancelled() and not (task and task.cancelling()):
+                raise ShuttingDown("the server is shutting down; reconnect") from None
+            raise
+        finally:
+            self._reads.discard(read)
+        return raw
 
     def _changed_from_any_thread(self) -> None:
         loop = self._loop
