@@ -13,7 +13,6 @@ import math
 import mmap
 import struct
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -168,17 +167,20 @@ def decode_update(payload: Payload, template: Template) -> Weights:
     return out
 
 
-@dataclass
+_EMPTY = memoryview(b"")
+
+
 class _Tensor:
     """A NamedTensor whose byte fields are views into the payload (no copies)."""
 
-    name: str = ""
-    dtype: str = ""
-    shape: list[int] = field(default_factory=list)
-    encoding: int = 0
-    data: memoryview = field(default_factory=lambda: memoryview(b""))
-    scale: float = 0.0
-    indices: memoryview = field(default_factory=lambda: memoryview(b""))
+    __slots__ = ("data", "dtype", "encoding", "indices", "name", "scale", "shape")
+
+    def __init__(self) -> None:
+        self.name = self.dtype = ""
+        self.shape: list[int] = []
+        self.encoding = 0
+        self.data = self.indices = _EMPTY
+        self.scale = 0.0
 
 
 class MalformedPayload(Exception):
@@ -240,34 +242,60 @@ def _parse_bundle(payload: Payload) -> list[_Tensor]:
         pos = 0
         while pos < len(buf):
             number, wire, value, pos = _field(buf, pos, len(buf))
-            if number != 1 or wire != 2:
-                continue  # unknown field: skipped, as protobuf does
-            t, sub, end = _Tensor(), 0, len(value)
-            while sub < end:
-                n, w, v, sub = _field(value, sub, end)
-                if n == 1 and w == 2:
-                    t.name = bytes(v).decode()
-                elif n == 2 and w == 2:
-                    t.dtype = bytes(v).decode()
-                elif n == 3 and w == 2:  # packed int64
-                    p = 0
-                    while p < len(v):
-                        d, p = read_varint(v, p, len(v))
-                        t.shape.append(_int64(d))
-                elif n == 3 and w == 0:
-                    t.shape.append(_int64(v))
-                elif n == 4 and w == 0:
-                    t.encoding = v
-                elif n == 5 and w == 2:
-                    t.data = v
-                elif n == 6 and w == 5:
-                    t.scale = struct.unpack("<f", v)[0]
-                elif n == 7 and w == 2:
-                    t.indices = v
-            tensors.append(t)
+            if number == 1 and wire == 2:
+                tensors.append(_parse_tensor(value))
+            # any other field: skipped, as protobuf does
     except (MalformedPayload, UnicodeDecodeError) as e:
         raise UpdateRejectedError(f"update is not a valid TensorBundle: {e}") from None
     return tensors
+
+
+def _parse_tensor(v: memoryview) -> _Tensor:
+    """One NamedTensor. Its keys and most of its lengths are one-byte varints, read
+    inline: every accepted update passes here, once per tensor."""
+    t, pos, end = _Tensor(), 0, len(v)
+    value: Any  # a view (length-delimited fields) or an int (varints)
+    while pos < end:
+        key = v[pos]
+        if 7 < key < 0x80 and key & 7 == 2 and pos + 1 < end and v[pos + 1] < 0x80:
+            length, pos = v[pos + 1], pos + 2  # a short length-delimited field
+            if pos + length > end:
+                raise MalformedPayload(f"field {key >> 3} runs past its message")
+            n, w, value, pos = key >> 3, 2, v[pos : pos + length], pos + length
+        else:
+            n, w, value, pos = _field(v, pos, end)
+        if n == 1 and w == 2:
+            t.name = bytes(value).decode()
+        elif n == 2 and w == 2:
+            t.dtype = bytes(value).decode()
+        elif n == 3 and w == 2:  # packed int64
+            t.shape.extend(_packed_int64(value))
+        elif n == 3 and w == 0:
+            t.shape.append(_int64(value))
+        elif n == 4 and w == 0:
+            t.encoding = value
+        elif n == 5 and w == 2:
+            t.data = value
+        elif n == 6 and w == 5:
+            t.scale = struct.unpack("<f", value)[0]
+        elif n == 7 and w == 2:
+            t.indices = value
+    return t
+
+
+def _packed_int64(v: memoryview) -> list[int]:
+    """The values of a packed int64 field (a shape: one-byte varints, mostly)."""
+    out: list[int] = []
+    p, end = 0, len(v)
+    while p < end:
+        b = v[p]
+        if b < 0x80:
+            out.append(b)
+            p += 1
+        else:
+            d, p = read_varint(v, p, end)
+            out.append(_int64(d))
+    return out
 
 
 def _decode_tensor(t: _Tensor, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:

@@ -133,28 +133,39 @@ class SessionService:
         # Set, then replaced, whenever tasks may have changed: polls wait on the current one.
         self._changed = asyncio.Event()
         self._receiving: dict[tuple[str, str], asyncio.Event] = {}
-        # Done at shutdown: sessions waiting for their client's next request end at once.
-        self._closing: asyncio.Future[None] = loop.create_future()
+        # Set at shutdown: sessions waiting for their client's next request end at once
+        # (close_idle cancels their pending reads).
+        self._closing = False
+        self._reads: set[asyncio.Future[Any]] = set()
         self.m.on_change(self._changed_from_any_thread)
         self.m.on_left(self._left_from_any_thread)
 
     def close_idle(self) -> None:
         """End every session that waits for its client (call it on the loop, at shutdown);
         sessions in the middle of a request finish it within the server's grace period."""
-        if not self._closing.done():
-            self._closing.set_result(None)
+        self._closing = True
+        for read in list(self._reads):
+            read.cancel()
 
     async def _next_request(self, stream: Stream) -> bytes | None:
         """The client's next message (None at the end of the stream); ShuttingDown if the
         server closes first. (Cancelling a handler does not end its call: the read itself
-        must give way.)"""
+        must give way, so it runs as a task of its own that close_idle cancels. Awaited
+        directly, not through asyncio.wait: this is every request's path.)"""
+        if self._closing:
+            raise ShuttingDown("the server is shutting down; reconnect")
         read = asyncio.ensure_future(stream.read())
-        await asyncio.wait((read, self._closing), return_when=asyncio.FIRST_COMPLETED)
-        if read.done():
-            raw: bytes | None = accepted(read.result())
-            return raw
-        read.cancel()
-        raise ShuttingDown("the server is shutting down; reconnect")
+        self._reads.add(read)
+        try:
+            raw: bytes | None = accepted(await read)
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if self._closing and read.cancelled() and not (task and task.cancelling()):
+                raise ShuttingDown("the server is shutting down; reconnect") from None
+            raise
+        finally:
+            self._reads.discard(read)
+        return raw
 
     def _changed_from_any_thread(self) -> None:
         loop = self._loop
@@ -341,18 +352,11 @@ class SessionService:
     async def _wait_for_slot(self, hold: SlotHold) -> bool:
         """Take a receiving slot for `hold` (none if it is revoked first); whether it
         waited. The client is marked alive while it waits on its open stream."""
-        if not self._upload_slots.busy:
-            await self._upload_slots.acquire(hold)
-            return False
+        waited = self._upload_slots.busy
         every = max(self.m.config.heartbeat_interval, 0.05)
-        acquire = asyncio.ensure_future(self._upload_slots.acquire(hold))
-        try:
-            while not (await asyncio.wait((acquire,), timeout=every))[0]:
-                self.m.touch(hold.client_id)
-        except BaseException:  # the call ended while waiting: `release` gives any slot back
-            acquire.cancel()
-            raise
-        return True
+        touch = functools.partial(self.m.touch, hold.client_id)
+        await self._upload_slots.acquire(hold, every=every, waiting=touch)
+        return waited
 
     async def _take_slot(self, slots: asyncio.Semaphore, cid: str) -> bool:
         """Take a slot, waiting if none is free; whether it waited. The client waits on its
@@ -386,21 +390,15 @@ class SessionService:
         offer = pb.UploadOffsetReply(received=upload.size).SerializeToString()
         await stream.write(frame_session(SessionReplyField.UPLOAD_OFFSET, offer))
         loop = asyncio.get_running_loop()
-        revoked = asyncio.ensure_future(hold.revoked.wait())
         try:
             limit, rate = self.m.config.read_timeout, self.m.config.min_upload_rate
             start, first = loop.time(), upload.size
             last = start  # when the last chunk came
             while not upload.complete:
-                now = loop.time()
                 pace = start + limit + (upload.size - first) / rate  # the rate's deadline
-                read = asyncio.ensure_future(stream.read())
-                wait = min(limit, max(pace - now, 0.0))
-                done, _ = await asyncio.wait(
-                    (read, revoked), timeout=wait, return_when=asyncio.FIRST_COMPLETED
-                )
-                if read not in done:
-                    read.cancel()
+                wait = min(limit, max(pace - loop.time(), 0.0))
+                raw = await self._read_chunk(hold, stream, wait)
+                if raw is _TIMED_OUT:
                     _raise_if_revoked(hold)
                     if loop.time() - last < 0.999 * limit:  # it sends, but too slowly
                         raise ReadTimeoutError(
@@ -414,7 +412,6 @@ class SessionService:
                         f"{upload.size} of {h.total_size} (read_timeout); its receiving slot "
                         "is given up, resume it on a new stream"
                     )
-                raw = accepted(read.result())
                 last = loop.time()
                 if raw is None:
                     break
@@ -426,13 +423,31 @@ class SessionService:
                     )
                 upload.add(*split_upload_chunk(inner))
         finally:
-            revoked.cancel()
             upload.close()
         if not upload.complete:
             return upload.incomplete_reply()
         if h.total_size <= INLINE_SUBMIT_BYTES:
             return upload.submit()
         return await asyncio.get_running_loop().run_in_executor(self.executor, upload.submit)
+
+    async def _read_chunk(self, hold: SlotHold, stream: Stream, wait: float) -> Any:
+        """The next message of an upload within `wait` seconds (`_TIMED_OUT` if none came;
+        StaleTaskError or SupersededError once the hold is revoked). The read is a task
+        the revocation cancels, awaited under a timeout: no other task per chunk."""
+        _raise_if_revoked(hold)
+        read = hold.reading = asyncio.ensure_future(stream.read())
+        try:
+            async with asyncio.timeout(wait):
+                return accepted(await read)
+        except TimeoutError:
+            return _TIMED_OUT
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if hold.revoked.is_set() and read.cancelled() and not (task and task.cancelling()):
+                _raise_if_revoked(hold)
+            raise
+        finally:
+            hold.reading = None
 
     async def submit_secure(self, stream: Stream) -> pb.SecureReply:
         """SubmitSecure: one secure-stage message in chunks. Served on the loop, so every
@@ -493,6 +508,9 @@ class SessionService:
                 f"secure message sent nothing for {limit:g} s at byte {at} (read_timeout)"
             ) from None
         return accepted(raw)
+
+
+_TIMED_OUT = object()  # `_read_chunk`: no message within its wait
 
 
 def _raise_if_revoked(hold: SlotHold) -> None:

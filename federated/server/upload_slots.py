@@ -5,8 +5,8 @@ server's upload memory. A slot is held by at most one upload per client: a clien
 new upload revokes its earlier one (a client sends one update at a time; the earlier
 stream is a zombie or a client hoarding slots), whether that one is receiving or still
 waiting. A hold is also revoked when its upload is no longer wanted: the client was
-dropped, refused or answered, or the round closed. The receiving loop watches its
-hold's `revoked` event and gives the slot back at once.
+dropped, refused or answered, or the round closed. The receiving loop's pending read
+is cancelled when its hold is revoked, and the slot goes back at once.
 
 Runs on the server's event loop; `revoke` and `revoke_unwanted` are called on it too
 (the session service hops there from the round manager's threads).
@@ -15,8 +15,10 @@ Runs on the server's event loop; `revoke` and `revoke_unwanted` are called on it
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 
 @dataclass(eq=False)
@@ -29,18 +31,32 @@ class SlotHold:
     revoked: asyncio.Event = field(default_factory=asyncio.Event)
     reason: str = ""
     has_slot: bool = False
+    # While it waits: resolved True when a slot is handed to it, False when revoked.
+    granted: asyncio.Future[bool] | None = field(default=None, repr=False)
+    # While it receives: the pending read, cancelled when the hold is revoked.
+    reading: asyncio.Future[Any] | None = field(default=None, repr=False)
 
     def revoke(self, reason: str) -> None:
-        if not self.revoked.is_set():
-            self.reason = reason
-            self.revoked.set()
+        if self.revoked.is_set():
+            return
+        self.reason = reason
+        self.revoked.set()
+        if self.granted is not None and not self.granted.done():
+            self.granted.set_result(False)
+        if self.reading is not None:
+            self.reading.cancel()
 
 
 class UploadSlots:
-    """`count` receiving slots, at most one per client (make it on the event loop)."""
+    """`count` receiving slots, at most one per client (make it on the event loop).
+
+    Waiting uploads queue in arrival order, each on a future of its own that a freed slot
+    or a revocation resolves: no task per waiting upload, since under load most wait.
+    """
 
     def __init__(self, count: int) -> None:
-        self._free = asyncio.Semaphore(count)
+        self._free = count
+        self._queue: deque[SlotHold] = deque()
         self._holds: dict[str, SlotHold] = {}  # client id -> its current upload
 
     def claim(self, client_id: str, upload_id: str, task_id: str) -> SlotHold:
@@ -57,27 +73,35 @@ class UploadSlots:
     @property
     def busy(self) -> bool:
         """True when no slot is free."""
-        return self._free.locked()
+        return self._free == 0
 
-    async def acquire(self, hold: SlotHold) -> None:
+    async def acquire(
+        self,
+        hold: SlotHold,
+        *,
+        every: float | None = None,
+        waiting: Callable[[], None] | None = None,
+    ) -> None:
         """Take a free slot for `hold`, waiting if none is; returns early (without one)
-        if the hold is revoked meanwhile."""
+        if the hold is revoked meanwhile. While it waits, `waiting()` is called every
+        `every` seconds (a client waiting on its open stream is alive)."""
         if hold.revoked.is_set():
             return
-        if not self._free.locked():  # a free slot: taken without yielding to the loop
-            await self._free.acquire()
+        if self._free > 0:  # a free slot: taken without yielding to the loop
+            self._free -= 1
             hold.has_slot = True
             return
-        take = asyncio.ensure_future(self._free.acquire())
-        revoked = asyncio.ensure_future(hold.revoked.wait())
+        granted = hold.granted = asyncio.get_running_loop().create_future()
+        self._queue.append(hold)
         try:
-            await asyncio.wait((take, revoked), return_when=asyncio.FIRST_COMPLETED)
+            while not granted.done():
+                await asyncio.wait((granted,), timeout=every)
+                if not granted.done() and waiting is not None:
+                    waiting()
         finally:
-            revoked.cancel()
-            if take.done() and not take.cancelled():
-                hold.has_slot = True
-            else:
-                take.cancel()
+            if not granted.done():  # the call ended while waiting: the queue skips it
+                granted.cancel()
+            hold.granted = None
         if hold.has_slot and hold.revoked.is_set():
             self._give_back(hold)
 
@@ -88,9 +112,18 @@ class UploadSlots:
             del self._holds[hold.client_id]
 
     def _give_back(self, hold: SlotHold) -> None:
-        if hold.has_slot:
-            hold.has_slot = False
-            self._free.release()
+        """Hand `hold`'s slot to the first upload still waiting, or free it."""
+        if not hold.has_slot:
+            return
+        hold.has_slot = False
+        while self._queue:
+            waiter = self._queue.popleft()
+            granted = waiter.granted
+            if granted is not None and not granted.done():
+                waiter.has_slot = True
+                granted.set_result(True)
+                return
+        self._free += 1
 
     def revoke(self, client_id: str, reason: str) -> None:
         """The client's upload is not wanted any more (dropped, refused, answered)."""

@@ -141,3 +141,38 @@ def test_hand_parser_skips_unknown_fields_and_reads_unpacked_shapes() -> None:
     np.testing.assert_array_equal(got["b"], DELTA["b"])
     with pytest.raises(UpdateRejectedError, match="runs past"):
         decode_update(encode_update(DELTA)[:-3], TEMPLATE)
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        out.append((n & 0x7F) | (0x80 if n > 0x7F else 0))
+        n >>= 7
+        if not n:
+            return bytes(out)
+
+
+def _field2(number: int, value: bytes) -> bytes:
+    return _varint(number << 3 | 2) + _varint(len(value)) + value
+
+
+def test_hand_parser_reads_long_fields_split_shapes_and_refuses_field_zero() -> None:
+    # A 200-character name and a 20,000-value tensor need two-byte lengths and two-byte
+    # shape varints (the parser's slow path); a shape split into a packed run and an
+    # unpacked element concatenates, as protobuf reads it.
+    name = "n" * 200
+    delta = {name: np.linspace(-1, 1, 20_000, dtype=np.float32).reshape(200, 100)}
+    template = template_of(delta)
+    np.testing.assert_array_equal(decode_update(encode_update(delta), template)[name], delta[name])
+    tensor = (
+        _field2(1, name.encode())
+        + _field2(2, b"float32")
+        + _field2(3, _varint(200))  # packed shape: [200]
+        + b"\x18\x64"  # then one unpacked element: 100
+        + _field2(5, delta[name].tobytes())
+    )
+    raw = _field2(1, tensor)
+    assert list(pb.TensorBundle.FromString(raw).tensors[0].shape) == [200, 100]
+    np.testing.assert_array_equal(decode_update(raw, template)[name], delta[name])
+    with pytest.raises(UpdateRejectedError, match="field number 0"):
+        decode_update(b"\x0a\x02\x02\x00", TEMPLATE)  # a tensor holding field 0
