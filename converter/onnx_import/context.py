@@ -28,7 +28,7 @@ from sporenet.lite.dims import probe_shapes
 from sporenet.lite.eager import fold, prepare_kernel
 from sporenet.lite.errors import LiteError, ShapeError, UnsupportedOpError
 from sporenet.lite.graph import DYNAMIC, Graph, Model, Node, Quantization, Signature, Tensor
-from sporenet.lite.kernels import KERNELS
+from sporenet.lite.kernels import KERNELS, QUANTIZED_KERNELS
 from sporenet.lite.kernels.base import Kernel, TensorSpec
 from sporenet.lite.ops import OpCode
 
@@ -307,6 +307,7 @@ class ImportContext:
         if any(i in self.opaque for i in inputs):
             # a step of one ONNX op's translation after a node planned at run time
             return self._emit_opaque(op, inputs, num_outputs, name, attrs)
+        inputs = self._float_first_input(op, inputs)
         kernels = self._prepare_views(op, attrs, inputs, num_outputs, output_quant)
         if kernels is None:  # a fed input's value the kernel cannot check yet
             return self._emit_opaque(op, inputs, num_outputs, name, attrs)
@@ -350,6 +351,27 @@ class ImportContext:
             )
         )
         return outputs
+
+    def _float_first_input(self, op: OpCode, inputs: Sequence[int]) -> Sequence[int]:
+        """`inputs` with a weight-only quantized constant in first place (a DequantizeLinear
+        of an integer constant, which this import computes with as its float value) given
+        as that float value. The runtime picks a node's int8 kernel by its first input, so
+        a data-movement op on the integers (the Unsqueeze and Slice of a T5 decoder's
+        relative position bias, folded to a constant when the input shapes are fixed) would
+        hand quantized values to the float ops after it."""
+        if not inputs or inputs[0] == -1 or op not in QUANTIZED_KERNELS:
+            return inputs
+        first = inputs[0]
+        tensor, spec = self.tensors[first], self.views[0].get(first)
+        if tensor.quantization is None or spec is None or spec.quant is not None:
+            return inputs  # not quantized, or a kernel reads the integers as stored
+        if spec.value is None or spec.dtype == tensor.dtype:
+            return inputs
+        value = spec.value
+        as_float = self.derived(
+            ("float value", first), lambda: self.constant(f"{tensor.name}/float", value)
+        )
+        return [as_float, *inputs[1:]]
 
     def _prepare_views(
         self,

@@ -6,6 +6,12 @@ Every (sample, tree) pair starts at its tree's root; each step moves all pairs t
 not yet at a leaf one level down with NumPy gathers and comparisons, and drops those that
 reached a leaf, so the work is the total path length and the Python loop runs once per
 level of the deepest tree, never per node or per tree.
+
+Small problems (a few samples, or few nodes against the paths walked) take a shorter
+route with the same result: every branch node's test is evaluated for every sample at
+once, which gives each (sample, node) its child as one transition table, and a level is
+then a single gather through that table (see `TreeEnsemble._reached_by_table`). A call
+is then a handful of array operations plus one per level, instead of nine per level.
 """
 
 from __future__ import annotations
@@ -43,6 +49,10 @@ _COMPARE = {
     NodeMode.NEQ: np.not_equal,
 }
 AGGREGATES = ("SUM", "AVERAGE", "MIN", "MAX")
+TABLE_ELEMENTS = 1 << 16
+"""Transition tables of up to this many (sample, node) entries always serve the call;
+larger ones when they hold fewer entries than twice the (sample, tree) pairs times the
+depth (the elements the walk would visit)."""
 
 
 class TreeEnsemble(Kernel):
@@ -151,6 +161,15 @@ class TreeEnsemble(Kernel):
         self.state_weight_row = np.repeat(true[order], 2)  # read at leaf states only
         self._starts: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         self._position = np.arange(0, dtype=np.intp)
+        # The transition table's parts: each branch node's feature, threshold, missing
+        # flag and children (as node rows in the renumbered order), per state pair 2k.
+        pair = slice(0, self.branch_states, 2)
+        self.branch_feature = self.state_feature[pair]
+        self.branch_threshold = self.state_threshold[pair]
+        self.branch_missing = self.state_missing[pair]
+        self.branch_false = self.next_state[0 : self.branch_states : 2] // 2
+        self.branch_true = self.next_state[1 : self.branch_states : 2] // 2
+        self._tables: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
 
     def _start(self, batch: int, features: int) -> tuple[np.ndarray, np.ndarray]:
         """Every (sample, tree) pair's first state and offset into the flattened X, made
@@ -180,10 +199,12 @@ class TreeEnsemble(Kernel):
         features = x.shape[-1]
         flat = x.reshape(-1).astype(np.float64, copy=False)
         batch, trees = flat.size // max(features, 1), self.state_roots.size
-        at, offset = self._start(batch, features)
         nan_routing = self.any_missing and bool(np.isnan(flat).any())
         single = self.modes[0] if len(self.modes) == 1 else None
         compare = _COMPARE[single] if single not in (None, NodeMode.MEMBER) else None
+        if compare is not None and self.use_table(batch):
+            return self._reached_by_table(flat, batch, compare, nan_routing)
+        at, offset = self._start(batch, features)
         feature, threshold, next_state = self.state_feature, self.state_threshold, self.next_state
         branches = self.branch_states
         done = at >= branches
@@ -208,6 +229,47 @@ class TreeEnsemble(Kernel):
                 go |= self.state_missing[at] & np.isnan(value)
             at = next_state[at + go]
             done = at >= branches
+
+    def use_table(self, batch: int) -> bool:
+        """Whether a call on `batch` samples goes through the transition table (when the
+        nodes share one comparison mode): see TABLE_ELEMENTS."""
+        entries = batch * self.node_of_state.size
+        return entries <= TABLE_ELEMENTS or entries <= 2 * batch * self.roots.size * self.depth
+
+    def _table(self, batch: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """For `batch` samples: the transition table [batch, nodes] (flat entries
+        sample * nodes + child; a leaf's entry leads back to itself and is written here,
+        the branch nodes' are rewritten by each call), each sample's first entry, and
+        every (tree, sample) pair's start, tree-major. Made once per batch size."""
+        made = self._tables.get(batch)
+        if made is None:
+            nodes = self.node_of_state.size
+            base = np.arange(batch, dtype=np.intp)[:, None] * nodes
+            table = base + np.arange(nodes, dtype=np.intp)
+            start = (self.state_roots // 2)[:, None] + base[:, 0]  # [trees, batch]
+            made = self._tables[batch] = (table, base, start.reshape(-1))
+        return made
+
+    def _reached_by_table(
+        self, flat: np.ndarray, batch: int, compare: Callable, nan_routing: bool
+    ) -> np.ndarray:
+        """`_reached` through a transition table (module docstring), for one comparison
+        mode: every branch node's test for every sample, then one gather per level."""
+        table, base, at = self._table(batch)
+        x = flat.reshape(batch, -1)
+        value = x[:, self.branch_feature]  # [batch, branch nodes]
+        go = compare(value, self.branch_threshold)
+        if nan_routing:
+            go |= self.branch_missing & np.isnan(value)
+        branches = self.branch_false.size
+        np.add(np.where(go, self.branch_true, self.branch_false), base, out=table[:, :branches])
+        flat_table = table.reshape(-1)
+        for _ in range(self.depth - 1):
+            at = flat_table[at]
+        trees = self.state_roots.size
+        reached = at.reshape(trees, batch) - base[:, 0]
+        reached *= 2  # node rows back to states
+        return reached
 
     def _route(self, value: np.ndarray, at: np.ndarray, modes: np.ndarray) -> np.ndarray:
         """Where pairs at states `at` go when the nodes mix comparison modes."""

@@ -51,3 +51,33 @@ def test_unsupported_width_names_the_supported_ones():
     model.graph.output[0].type.tensor_type.elem_type = TensorProto.INT32
     with pytest.raises(ConversionError, match=r"int32 is not supported .*int16 and uint16 are"):
         convert(model)
+
+
+@pytest.mark.parametrize("op", ["Gather", "Unsqueeze"])
+def test_dequantized_constant_moved_by_a_data_op_stays_float(op):
+    # DequantizeLinear of an integer constant, then an op whose int8 kernel the runtime
+    # would pick by its first input (a T5 decoder's relative position bias, folded to a
+    # constant at fixed input shapes): the op and the float Add after it compute in float.
+    rng = np.random.default_rng(2)
+    inits = {
+        "q": rng.integers(0, 256, (40, 16)).astype(np.uint8),
+        "scale": np.array(0.02, np.float32),
+        "zp": np.array(128, np.uint8),
+    }
+    nodes = [helper.make_node("DequantizeLinear", ["q", "scale", "zp"], ["w"])]
+    inputs: dict = {}
+    feeds = {}
+    if op == "Gather":
+        nodes.append(helper.make_node("Gather", ["w", "ids"], ["moved"]))
+        inputs["ids"] = [3]
+        feeds["ids"] = np.array([1, 5, 7], np.int64)
+        inputs["x"] = [3, 16]
+    else:
+        inits["axes"] = np.array([0], np.int64)
+        nodes.append(helper.make_node("Unsqueeze", ["w", "axes"], ["moved"]))
+        inputs["x"] = [1, 40, 16]
+    nodes.append(helper.make_node("Add", ["moved", "x"], ["y"]))
+    dtypes = {"ids": TensorProto.INT64}
+    model = make_model(nodes, inputs, ["y"], initializers=inits, input_dtypes=dtypes)
+    feeds["x"] = rng.normal(size=inputs["x"]).astype(np.float32)
+    assert_matches_ort(model, feeds)

@@ -64,8 +64,11 @@ def _walk(tables, x: np.ndarray) -> np.ndarray:
     return out
 
 
+@pytest.mark.parametrize("table", [True, False])
 @pytest.mark.parametrize("modes", [[NodeMode.LEQ], [NodeMode.LT, NodeMode.GTE, NodeMode.EQ]])
-def test_vectorized_walk_reaches_the_leaves_a_node_by_node_walk_reaches(modes):
+def test_vectorized_walk_reaches_the_leaves_a_node_by_node_walk_reaches(modes, table, monkeypatch):
+    # Both routes: the level-by-level walk and the transition table (one mode only).
+    monkeypatch.setattr(TreeEnsemble, "use_table", lambda self, batch: table)
     rng = np.random.default_rng(len(modes))
     tables = _forest(rng, trees=40, features=5, modes=modes)
     x = rng.choice([-1.0, -0.5, 0.0, 0.3, 0.7, 1.0, 2.0, np.nan], size=(64, 5)).astype(np.float32)
@@ -73,3 +76,20 @@ def test_vectorized_walk_reaches_the_leaves_a_node_by_node_walk_reaches(modes):
     specs += [TensorSpec(t.shape, t.dtype, t) for t in tables]
     kernel = TreeEnsemble(Attrs("TREE_ENSEMBLE", {}), specs)
     assert np.array_equal(kernel.leaves(x), _walk(tables, x.astype(np.float64)))
+
+
+@pytest.mark.parametrize("mode", [NodeMode.LEQ, NodeMode.GT, NodeMode.NEQ])
+def test_transition_table_on_one_sample_and_on_many(mode):
+    rng = np.random.default_rng(int(mode))
+    tables = _forest(rng, trees=7, features=3, modes=[mode])
+
+    def specs_for(x: np.ndarray) -> list[TensorSpec]:
+        return [TensorSpec(x.shape, np.dtype(np.float32))] + [
+            TensorSpec(t.shape, t.dtype, t) for t in tables
+        ]
+
+    for rows in (1, 3, 500):
+        x = rng.choice([-1.0, 0.0, 0.3, 1.0, np.nan], size=(rows, 3)).astype(np.float32)
+        kernel = TreeEnsemble(Attrs("TREE_ENSEMBLE", {}), specs_for(x))
+        assert np.array_equal(kernel.leaves(x), _walk(tables, x.astype(np.float64)))
+        assert np.array_equal(kernel.leaves(x), kernel.leaves(x))  # the table is reused
