@@ -33,7 +33,8 @@ shares this machine's cores, so the round time with edges also pays for the edge
 Idle clients (`--idle`). A job whose round cannot start (min_clients one above the fleet),
 `--idle-clients` SDK clients (default 500) connected and polling at the pace the server
 asks for: the server's resident memory (VmRSS) with one client and with all of them, and
-the KB each client beyond the first costs it (median of `--repeats` runs). Then one more
+the KB each client beyond the first costs it (median of `--repeats` runs, five by
+default, with their range, and the cost from half the clients to all). Then one more
 client arrives and the round starts: the round start delay is the time from its
 registration until every client of the round has the model. Each run also measures a
 bare grpc.aio server the same way (grpc_floor.idle_floor): the gRPC floor under that
@@ -318,6 +319,7 @@ def run_sporenet(
     )
 
 
+IDLE_REPEATS = 5  # --idle runs by default: the median of five
 IDLE_SETTLE_SECONDS = 15.0  # longer than a held poll (long_poll, 10 s) and a poll's pause
 
 
@@ -410,7 +412,7 @@ def run_idle(args: argparse.Namespace, workdir: Path) -> None:
     marginal: list[float] = []
     delays: list[float] = []
     floor: list[dict[str, float]] = []
-    for i in range(max(args.repeats, 1)):
+    for i in range(max(IDLE_REPEATS if args.repeats is None else args.repeats, 1)):
         first, last_half, delay = idle_once(n, workdir / f"idle-{i}")
         ours.append(first)
         marginal.append(last_half)
@@ -428,7 +430,8 @@ def run_idle(args: argparse.Namespace, workdir: Path) -> None:
     per = float(np.median(ours))
     print(
         f"server memory per connected client beyond the first, at {n} clients (median of"
-        f" {len(ours)}): {per:.1f} KB (target <= 20 KB: {'met' if per <= 20 else 'not met'});"
+        f" {len(ours)}, runs {min(ours):.1f}-{max(ours):.1f}): {per:.1f} KB (target <= 20 KB:"
+        f" {'met' if per <= 20 else 'not met'});"
         f" bare grpc.aio floor: {np.median([f['connection'] for f in floor]):.1f} KB per"
         f" connection, {np.median([f['stream'] for f in floor]):.1f} KB holding a stream,"
         f" {np.median([f['poll'] for f in floor]):.1f} KB polling;"
@@ -961,7 +964,7 @@ def run_tiers(args: argparse.Namespace, workdir: Path) -> None:
     )
     results: list[TierResult] = []
     problem = edge_problem()
-    for _ in range(max(args.repeats, 1)):  # alternating: the machine's load drifts
+    for _ in range(max(args.repeats or 1, 1)):  # alternating: the machine's load drifts
         for k in (0, edges) if problem is None else (0,):
             try:
                 results.append(run_tier(devices, k, params, rounds, workdir, args.tier_timeout))
@@ -1003,8 +1006,8 @@ def main() -> None:
     p.add_argument(
         "--repeats",
         type=int,
-        default=1,
-        help="runs of each workload, alternating the frameworks; the summary gives medians",
+        help="runs of each workload, alternating the frameworks; the summary gives medians"
+        f" (default 1; --idle: {IDLE_REPEATS}, its figure moves by a few KB run to run)",
     )
     p.add_argument("--hierarchical", action="store_true", help="devices via edges vs direct")
     p.add_argument("--devices", type=int, default=2000, help="--hierarchical: devices")
@@ -1043,7 +1046,7 @@ def compare_flower(args: argparse.Namespace, workdir: Path) -> None:
     failures: list[str] = []
     for params in sizes:
         for n in clients:
-            for _ in range(max(args.repeats, 1)):
+            for _ in range(max(args.repeats or 1, 1)):
                 extra = args.server_args.split()
                 results.append(run_sporenet(n, params, rounds, args.procs, workdir, extra))
                 print(_table(results[-1:]).splitlines()[-1], flush=True)
