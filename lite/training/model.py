@@ -296,7 +296,8 @@ def _training_forward(
 def _pool_before_relu(
     m: Model, nodes: list[Node], kept: set[int], new_tensor: Callable[..., int]
 ) -> list[Node]:
-    """The nodes with each RELU that feeds only a MAX_POOL2D moved after the pool.
+    """The nodes with each ReLU that feeds only a MAX_POOL2D moved after the pool: a RELU
+    node, or a fused "relu" activation (split off its node, as _unfuse does).
 
     ReLU is monotone, so max(relu(window)) == relu(max(window)) bit for bit, and the
     gradients are equal too: where the window's maximum is positive both route it to
@@ -306,34 +307,34 @@ def _pool_before_relu(
     for k, n in enumerate(nodes):
         for i in n.inputs:
             readers.setdefault(i, []).append(k)
-    moved: dict[int, list[Node]] = {}  # pool position -> the nodes replacing it
-    dropped: set[int] = set()
+    changed: dict[int, list[Node]] = {}  # position -> the nodes replacing it
     for k, n in enumerate(nodes):
-        if n.op != OpCode.RELU or n.outputs[0] in kept or len(n.outputs) != 1:
+        fused = n.op != OpCode.MAX_POOL2D and n.attrs.get("activation") == Activation.RELU
+        if not (n.op == OpCode.RELU or fused) or len(n.outputs) != 1 or n.outputs[0] in kept:
             continue
         users = readers.get(n.outputs[0], [])
-        if len(users) != 1 or users[0] in moved:
+        if len(users) != 1 or users[0] in changed:
             continue
         pool = nodes[users[0]]
         if pool.op != OpCode.MAX_POOL2D or pool.attrs.get("activation", "none") != "none":
             continue
         y = m.tensors[pool.outputs[0]]
         pooled = new_tensor(f"{y.name}/before_relu", y.dtype, y.shape)
-        moved[users[0]] = [
-            replace(
-                pool,
-                inputs=[n.inputs[0], *pool.inputs[1:]],
-                outputs=[pooled],
-                attrs=dict(pool.attrs),
-            ),
-            replace(n, inputs=[pooled], outputs=[pool.outputs[0]], attrs=dict(n.attrs)),
+        if fused:
+            out = m.tensors[n.outputs[0]]
+            source = new_tensor(f"{out.name}/pre_activation", out.dtype, out.shape)
+            attrs = {a: v for a, v in n.attrs.items() if a != "activation"}
+            changed[k] = [replace(n, inputs=list(n.inputs), outputs=[source], attrs=attrs)]
+            relu = Node(OpCode.RELU, [pooled], [pool.outputs[0]], {}, 1, f"{n.name}/relu")
+        else:
+            source, changed[k] = n.inputs[0], []
+            relu = replace(n, inputs=[pooled], outputs=[pool.outputs[0]], attrs=dict(n.attrs))
+        inputs = [source, *pool.inputs[1:]]
+        changed[users[0]] = [
+            replace(pool, inputs=inputs, outputs=[pooled], attrs=dict(pool.attrs)),
+            relu,
         ]
-        dropped.add(k)
-    out: list[Node] = []
-    for k, n in enumerate(nodes):
-        if k not in dropped:
-            out.extend(moved.get(k, [n]))
-    return out
+    return [new for k, n in enumerate(nodes) for new in changed.get(k, [n])]
 
 
 def _update_node(

@@ -371,14 +371,18 @@ def test_on_device_fine_tuning_of_a_memory_mapped_model_file(tmp_path):
     np.testing.assert_allclose(out, trainer.evaluate({"x": x})["logits"], rtol=1e-5, atol=1e-5)
 
 
-def conv_relu_pool(seed=0, padded=False):
-    """Conv2D, a separate RELU, then a 2x2 MAX_POOL2D (stride 1 and padded if asked)."""
+def conv_relu_pool(seed=0, padded=False, fused=False):
+    """Conv2D, a RELU (fused into the conv if asked), then a 2x2 MAX_POOL2D (stride 1
+    and padded if asked)."""
     rng = np.random.default_rng(seed)
     b = ModelBuilder()
     x = b.input("x", (-1, 1, 6, 6))
     w = b.constant("conv.weight", rng.normal(size=(3, 1, 3, 3)) * 0.5, np.float32)
     bias = b.constant("conv.bias", rng.normal(size=3) * 0.1, np.float32)
-    h = b.op(OpCode.RELU, [b.op(OpCode.CONV2D, [x, w, bias], pads=[1, 1, 1, 1])])
+    if fused:
+        h = b.op(OpCode.CONV2D, [x, w, bias], pads=[1, 1, 1, 1], activation="relu")
+    else:
+        h = b.op(OpCode.RELU, [b.op(OpCode.CONV2D, [x, w, bias], pads=[1, 1, 1, 1])])
     pool = {"strides": [1, 1], "pads": [1, 1, 0, 0]} if padded else {"strides": [2, 2]}
     h = b.op(OpCode.MAX_POOL2D, [h], kernel_shape=[2, 2], **pool)
     side = 6 if padded else 3
@@ -388,8 +392,10 @@ def conv_relu_pool(seed=0, padded=False):
     return b.build()
 
 
-@pytest.mark.parametrize("padded", [False, True])
-def test_relu_before_max_pool_moves_after_it_with_bit_identical_training(monkeypatch, padded):
+@pytest.mark.parametrize(("padded", "fused"), [(False, False), (True, False), (False, True)])
+def test_relu_before_max_pool_moves_after_it_with_bit_identical_training(
+    monkeypatch, padded, fused
+):
     from sporenet.lite.training import model as training_model
 
     rng = np.random.default_rng(3)
@@ -399,7 +405,7 @@ def test_relu_before_max_pool_moves_after_it_with_bit_identical_training(monkeyp
 
     def train():
         model = make_training_model(
-            conv_relu_pool(padded=padded),
+            conv_relu_pool(padded=padded, fused=fused),
             output="logits",
             loss="softmax_cross_entropy",
             optimizer=OptimizerConfig("sgd", lr=0.1, momentum=0.9),
@@ -409,12 +415,17 @@ def test_relu_before_max_pool_moves_after_it_with_bit_identical_training(monkeyp
         return model, losses, trainer.weights()
 
     model, losses, weights = train()
-    ops = [n.op for n in model.graphs[model.signature("train").graph].nodes]
+    nodes = model.graphs[model.signature("train").graph].nodes
+    ops = [n.op for n in nodes]
     assert ops.index(OpCode.MAX_POOL2D) < ops.index(OpCode.RELU)
+    forward = nodes[: ops.index(OpCode.SOFTMAX_CROSS_ENTROPY)]
+    assert all(n.attrs.get("activation", "none") == "none" for n in forward)
     monkeypatch.setattr(training_model, "_pool_before_relu", lambda m, nodes, kept, new: nodes)
     model, unswapped_losses, unswapped = train()
     ops = [n.op for n in model.graphs[model.signature("train").graph].nodes]
-    assert ops.index(OpCode.RELU) < ops.index(OpCode.MAX_POOL2D)
+    assert (
+        OpCode.RELU not in ops if fused else ops.index(OpCode.RELU) < ops.index(OpCode.MAX_POOL2D)
+    )
     assert losses == unswapped_losses
     for name, value in weights.items():
         np.testing.assert_array_equal(value, unswapped[name], err_msg=name)
