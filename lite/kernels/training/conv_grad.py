@@ -20,10 +20,15 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from sporenet.lite.kernels.base import Attrs, Compute, Kernel, TensorSpec
+from sporenet.lite.kernels.base import Attrs, Compute, Kernel, TensorSpec, required
 from sporenet.lite.kernels.spatial import Window, check_nchw, window
 from sporenet.lite.kernels.workspace import temporary
 from sporenet.lite.ops import OpCode
+
+NARROW_CHANNELS = 8
+"""Below this many input channels per group, the filter gradient's columns are built
+channels-first (whole-plane copies) rather than channels-last (runs of C/G floats): on
+64x28x28 inputs, 1 channel 0.49 ms against 1.88, 6 channels 2.47 against 3.91; even at 8."""
 
 
 class _ConvGrad(Kernel):
@@ -77,9 +82,11 @@ class Conv2DBackpropFilter(_ConvGrad):
         self.output_specs = [TensorSpec(w.shape, g.dtype)]
 
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
-        g, x, out = inputs[0], inputs[1], outputs[0]
+        g, x, out = required(inputs, 0), required(inputs, 1), outputs[0]
         if out.shape[1] == 1 and self.group > 1:  # depthwise (a lone channel: GEMM wins)
             return self._bind_depthwise(g, x, out)
+        if out.shape[1] < NARROW_CHANNELS:
+            return self._bind_planes(g, x, out)
         win, groups = self.win, self.group
         n, c, h, wd = x.shape
         o, cig, kh, kw = out.shape
@@ -107,6 +114,40 @@ class Conv2DBackpropFilter(_ConvGrad):
             np.copyto(g_buf, g_t)
             np.matmul(a, b, out=result)
             np.copyto(out, back)
+
+        return compute
+
+    def _bind_planes(self, g: np.ndarray, x: np.ndarray, out: np.ndarray) -> Compute:
+        """Few input channels per group (below NARROW_CHANNELS): channels-last columns
+        would copy runs of a few floats, so the columns stay channels-first,
+        (N, G, C/G * kh * kw, OH * OW), one whole-plane copy per tap, and g
+        (N, G, O/G, OH * OW) times their transpose is one batched GEMM per image, summed
+        over the batch; K ordered (C/G, kh, kw) is the filter's own layout (no copy back)."""
+        win, groups = self.win, self.group
+        n, c = x.shape[:2]
+        o, cig, kh, kw = out.shape
+        oh, ow = win.out
+        xp = np.zeros(self.padded_shape, x.dtype)
+        x_in = xp[self.interior]
+        cols = temporary((n, c, kh, kw, oh, ow), x.dtype)
+        taps = [
+            (cols[:, :, i, j], xp[:, :, rows, columns])
+            for i in range(kh)
+            for j in range(kw)
+            for rows, columns in [win.tap(i, j)]
+        ]
+        k = cig * kh * kw
+        a = g.reshape(n, groups, o // groups, oh * ow)
+        b = cols.reshape(n, groups, k, oh * ow).transpose(0, 1, 3, 2)
+        per_image = temporary((n, groups, o // groups, k), g.dtype)
+        result = out.reshape(groups, o // groups, k)
+
+        def compute() -> None:
+            np.copyto(x_in, x)
+            for target, source in taps:
+                np.copyto(target, source)
+            np.matmul(a, b, out=per_image)
+            np.sum(per_image, axis=0, out=result)
 
         return compute
 
@@ -163,7 +204,7 @@ class Conv2DBackpropInput(_ConvGrad):
         self.output_specs = [TensorSpec(tuple(shape), g.dtype)]
 
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
-        g, w, out = inputs[0], inputs[1], outputs[0]
+        g, w, out = required(inputs, 0), required(inputs, 1), outputs[0]
         if w.shape[1] == 1 and self.group > 1:  # depthwise (a lone channel: GEMM wins)
             return self._bind_depthwise(g, w, out)
         win, groups = self.win, self.group

@@ -20,6 +20,8 @@ def torch_conv(x, w, b=None, *, stride=1, dilation=1, padding=(0, 0, 0, 0), grou
 CASES = {
     # name: (x shape, w shape, attrs)
     "plain": ((2, 3, 6, 6), (4, 3, 3, 3), {}),
+    # Enough input channels for the filter gradient's channels-last columns.
+    "wide_channels": ((2, 8, 5, 5), (3, 8, 3, 3), {"pads": [1, 1, 1, 1]}),
     "pointwise": ((2, 3, 5, 5), (4, 3, 1, 1), {}),
     # Padding wider than the kernel reach: the input gradient takes the scatter path.
     "pointwise_padded": ((1, 2, 4, 4), (3, 2, 1, 1), {"pads": [1, 1, 1, 1]}),

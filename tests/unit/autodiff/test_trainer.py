@@ -369,3 +369,63 @@ def test_on_device_fine_tuning_of_a_memory_mapped_model_file(tmp_path):
     assert not np.array_equal(after["fc.weight"], before["fc.weight"])
     out = Interpreter(model_path=tmp_path / "tuned.spore").run({"x": x})["logits"]
     np.testing.assert_allclose(out, trainer.evaluate({"x": x})["logits"], rtol=1e-5, atol=1e-5)
+
+
+def conv_relu_pool(seed=0, padded=False, fused=False):
+    """Conv2D, a RELU (fused into the conv if asked), then a 2x2 MAX_POOL2D (stride 1
+    and padded if asked)."""
+    rng = np.random.default_rng(seed)
+    b = ModelBuilder()
+    x = b.input("x", (-1, 1, 6, 6))
+    w = b.constant("conv.weight", rng.normal(size=(3, 1, 3, 3)) * 0.5, np.float32)
+    bias = b.constant("conv.bias", rng.normal(size=3) * 0.1, np.float32)
+    if fused:
+        h = b.op(OpCode.CONV2D, [x, w, bias], pads=[1, 1, 1, 1], activation="relu")
+    else:
+        h = b.op(OpCode.RELU, [b.op(OpCode.CONV2D, [x, w, bias], pads=[1, 1, 1, 1])])
+    pool = {"strides": [1, 1], "pads": [1, 1, 0, 0]} if padded else {"strides": [2, 2]}
+    h = b.op(OpCode.MAX_POOL2D, [h], kernel_shape=[2, 2], **pool)
+    side = 6 if padded else 3
+    flat = b.op(OpCode.RESHAPE, [h], shape=[-1, 3 * side * side])
+    w2 = b.constant("fc.weight", rng.normal(size=(2, 3 * side * side)) * 0.3, np.float32)
+    b.output(b.op(OpCode.FULLY_CONNECTED, [flat, w2]), "logits")
+    return b.build()
+
+
+@pytest.mark.parametrize(("padded", "fused"), [(False, False), (True, False), (False, True)])
+def test_relu_before_max_pool_moves_after_it_with_bit_identical_training(
+    monkeypatch, padded, fused
+):
+    from sporenet.lite.training import model as training_model
+
+    rng = np.random.default_rng(3)
+    # Integer-valued inputs, so pooling windows hold ties (zeros after the ReLU included).
+    x = rng.integers(-2, 3, size=(16, 1, 6, 6)).astype(np.float32)
+    y = rng.integers(0, 2, size=16).astype(np.int64)
+
+    def train():
+        model = make_training_model(
+            conv_relu_pool(padded=padded, fused=fused),
+            output="logits",
+            loss="softmax_cross_entropy",
+            optimizer=OptimizerConfig("sgd", lr=0.1, momentum=0.9),
+        )
+        trainer = Trainer(model, num_threads=1)
+        losses = [trainer.step({"x": x, "labels": y}, 0.1) for _ in range(5)]
+        return model, losses, trainer.weights()
+
+    model, losses, weights = train()
+    nodes = model.graphs[model.signature("train").graph].nodes
+    ops = [n.op for n in nodes]
+    assert ops.index(OpCode.MAX_POOL2D) < ops.index(OpCode.RELU)
+    forward = nodes[: ops.index(OpCode.SOFTMAX_CROSS_ENTROPY)]
+    assert all(n.attrs.get("activation", "none") == "none" for n in forward)
+    monkeypatch.setattr(training_model, "_pool_before_relu", lambda m, nodes, kept, new: nodes)
+    model, unswapped_losses, unswapped = train()
+    ops = [n.op for n in model.graphs[model.signature("train").graph].nodes]
+    assert (
+        OpCode.RELU not in ops if fused else ops.index(OpCode.RELU) < ops.index(OpCode.MAX_POOL2D)
+    )
+    assert losses == unswapped_losses
+    for name, value in weights.items():
+        np.testing.assert_array_equal(value, unswapped[name], err_msg=name)
