@@ -316,8 +316,6 @@ class DeviceGroup:
             weights, new, samples, metrics = await self._train(device, p, task, rnd, record)
             up = sum(int(np.asarray(v).nbytes) for v in new.values())
             await self._send(device, record, rnd, up)
-            record.trained += 1
-            record.devices.append(device.index)
             record.bytes += self.model_bytes + up
             async with self._upload_turns:
                 # The server hears from the device while it waits for a receiving slot.
@@ -330,6 +328,9 @@ class DeviceGroup:
                 finally:
                     if isinstance(payload, memoryview):
                         self._buffers.give(payload)
+            # Counted once accepted: an update refused (its round closed, too stale) is not.
+            record.trained += 1
+            record.devices.append(device.index)
 
     # ---- secure aggregation: the client SDK's steps (SecureTasks), sent by the device
     def _secure_of(self, device: Device) -> SecureTasks:

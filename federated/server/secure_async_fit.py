@@ -133,7 +133,10 @@ class SecureAsyncFit:
             return None
         nxt = SecureAsyncFit(self._setup.for_round(job.round), nxt_training.assigned)
         now, timeout = ctx.clock(), ctx.config.heartbeat_timeout
-        for cid, version in self._waiting.items():
+        # The freshest updates first: the members are as little stale as the waiting
+        # devices allow (sorted is stable: arrival order among those of one version).
+        waiting = sorted(self._waiting.items(), key=lambda item: -item[1])
+        for cid, version in waiting:
             if ctx.clients.is_silent(cid, now, timeout):
                 continue  # gone while it waited: not a member of a round it cannot join
             if not 0 <= job.model_version - version <= ctx.config.job.max_staleness:
