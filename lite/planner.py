@@ -24,9 +24,11 @@ from sporenet.lite.kernels import KERNELS, QUANTIZED_KERNELS, kernel_class, supp
 from sporenet.lite.kernels.base import ChannelsLast, Kernel, TensorSpec
 from sporenet.lite.kernels.quantized.base import is_quantized
 from sporenet.lite.kernels.quantized.convert import dequantize_array
+from sporenet.lite.kernels.state import ReadVariable
 from sporenet.lite.kernels.workspace import Workspace, active
 from sporenet.lite.ops import OpCode
 from sporenet.lite.opset.decl import derived_set
+from sporenet.lite.variables import WRITTEN_INPUTS
 
 Compute = Callable[[], None]
 
@@ -90,6 +92,7 @@ def _check_size(spec: TensorSpec, what: str) -> None:
 
 # Ops that read float16 or quantized constants as they are (no weight-only dequantize).
 _TAKES_RAW_CONSTANTS = derived_set(lambda d: d.raw_constants)
+_SUBGRAPH_OPS = derived_set(lambda d: bool(d.subgraphs))
 
 
 def _weight_only(
@@ -504,6 +507,38 @@ def _last_uses(
     return last_use
 
 
+def _read_views(nodes: list[Node], kernels: list[Kernel | None], outputs: Collection[int]) -> None:
+    """Turn each READ_VARIABLE whose value nobody can overwrite while it is read into a
+    view of the variable: no node that writes the variable's storage in place
+    (WRITTEN_INPUTS, or a control flow node, whose subgraphs may) runs after the read and
+    up to its last reader. Graph outputs stay copies (they are read after the run)."""
+    reads = [(j, k) for j, k in enumerate(kernels) if isinstance(k, ReadVariable)]
+    for _, read in reads:  # a kernel planned before may have been made a view
+        read.read_in_place(False)
+    last_use = _last_uses(nodes, kernels, outputs)
+    root: dict[int, int] = {}
+    writers: list[tuple[int, set[int] | None]] = []  # (position, roots written; None: any)
+    for j, (node, kernel) in enumerate(zip(nodes, kernels, strict=True)):
+        if kernel is None:
+            continue
+        if node.op in _SUBGRAPH_OPS:
+            writers.append((j, None))
+        elif node.op in WRITTEN_INPUTS:
+            ins = node.inputs
+            written = {root.get(ins[k], ins[k]) for k in WRITTEN_INPUTS[node.op] if k < len(ins)}
+            writers.append((j, written))
+        for k, i in enumerate(node.outputs):
+            root[i] = root.get(node.inputs[0], node.inputs[0]) if kernel.is_view and k == 0 else i
+    for j, kernel in reads:
+        node = nodes[j]
+        if node.outputs[0] in outputs:
+            continue
+        var = root.get(node.inputs[0], node.inputs[0])
+        end = last_use.get(node.outputs[0], j)
+        if not any(j < p <= end and (written is None or var in written) for p, written in writers):
+            kernel.read_in_place(True)
+
+
 def _output_arrays(
     node: Node,
     kernel: Kernel,
@@ -540,6 +575,7 @@ def plan_graph(
     specs, kernels, _ = infer_any_size(model, graph_index, shapes, variables.keys(), values)
     nodes = graph.nodes
     outputs = set(graph.outputs)
+    _read_views(nodes, kernels, outputs)
     last_use = _last_uses(nodes, kernels, outputs)
     channels_last = _channels_last_tensors(nodes, kernels, outputs)
 

@@ -11,6 +11,7 @@ import pytest
 
 from sporenet.converter import ConversionError, convert_tflite
 from sporenet.lite import Interpreter
+from sporenet.lite.ops import OpCode
 from tests.packaged import package_dir
 from tests.unit.converter.tflite_builder import RESOURCE, TfliteBuilder, rand
 
@@ -132,6 +133,14 @@ def test_a_read_keeps_its_value_past_a_later_assignment():
     for seed in range(3):
         frame = rand(2, 3, seed=10 + seed)
         np.testing.assert_allclose(ours.run({"x": frame})["y"], _step(ref, frame), rtol=1e-6)
+    # The read before the assignment stays a copy; the one after it is a view of v.
+    reads = [k for k in ours._plan.step_kernels if k.op is OpCode.READ_VARIABLE]
+    assert len(reads) == 1
+
+
+def test_a_read_no_write_follows_is_a_view_of_the_variable():
+    ours = Interpreter(model_content=convert_tflite(streaming_model()))
+    assert all(k.op is not OpCode.READ_VARIABLE for k in ours._plan.step_kernels)
 
 
 def test_a_variable_read_before_any_assignment_is_refused():
