@@ -9,13 +9,27 @@ MAX_POOL2D_SELECT(u, x, y), MAX_POOL2D_GRAD's adjoint, reads u at the taps it ro
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
 import numpy as np
 
 from sporenet.lite.kernels.base import REQUIRED, Attrs, Compute, Kernel, TensorSpec, required
 from sporenet.lite.kernels.spatial import Window, check_nchw, window
 from sporenet.lite.ops import OpCode
+
+
+def first_maxima(
+    windows: Iterable[np.ndarray], y: np.ndarray, hit: np.ndarray, free: np.ndarray
+) -> Iterator[None]:
+    """Walk the taps' views of x in row-major order, leaving in `hit` at each step the
+    windows whose first element equal to the maximum y is at that tap (`free`: scratch of
+    the windows still unrouted). The one tie rule MAX_POOL2D_GRAD and its adjoint share."""
+    free.fill(True)
+    for xt in windows:
+        np.equal(xt, y, out=hit)
+        np.logical_and(hit, free, out=hit)
+        np.logical_xor(free, hit, out=free)
+        yield
 
 
 class _PoolGrad(Kernel):
@@ -76,11 +90,8 @@ class MaxPool2DGrad(_PoolGrad):
         def compute() -> None:
             np.copyto(x_in, x)
             dxp.fill(0)
-            free.fill(True)
-            for rows, cols in taps:
-                np.equal(xp[:, :, rows, cols], y, out=hit)
-                np.logical_and(hit, free, out=hit)
-                np.logical_xor(free, hit, out=free)
+            windows = (xp[:, :, rows, cols] for rows, cols in taps)
+            for (rows, cols), _ in zip(taps, first_maxima(windows, y, hit, free), strict=True):
                 np.multiply(g, hit, out=contribution)
                 target = dxp[:, :, rows, cols]
                 np.add(target, contribution, out=target)
@@ -93,18 +104,13 @@ class MaxPool2DGrad(_PoolGrad):
         belongs to one window, so each tap writes its share of out directly (no buffer,
         no accumulation); ties still go to the first maximum."""
         (kh, kw) = self.win.kernel
-        taps = [
-            (x[:, :, i::kh, j::kw], out[:, :, i::kh, j::kw]) for i in range(kh) for j in range(kw)
-        ]
+        windows = [x[:, :, i::kh, j::kw] for i in range(kh) for j in range(kw)]
+        targets = [out[:, :, i::kh, j::kw] for i in range(kh) for j in range(kw)]
         free = np.empty(g.shape, np.bool_)
         hit = np.empty(g.shape, np.bool_)
 
         def compute() -> None:
-            free.fill(True)
-            for xt, dt in taps:
-                np.equal(xt, y, out=hit)
-                np.logical_and(hit, free, out=hit)
-                np.logical_xor(free, hit, out=free)
+            for dt, _ in zip(targets, first_maxima(windows, y, hit, free), strict=True):
                 np.multiply(g, hit, out=dt)
 
         return compute
@@ -140,11 +146,8 @@ class MaxPool2DSelect(_PoolGrad):
             np.copyto(x_in, x)
             np.copyto(u_in, u)
             out.fill(0)
-            free.fill(True)
-            for rows, cols in taps:
-                np.equal(xp[:, :, rows, cols], y, out=hit)
-                np.logical_and(hit, free, out=hit)
-                np.logical_xor(free, hit, out=free)
+            windows = (xp[:, :, rows, cols] for rows, cols in taps)
+            for (rows, cols), _ in zip(taps, first_maxima(windows, y, hit, free), strict=True):
                 np.multiply(up[:, :, rows, cols], hit, out=picked)
                 np.add(out, picked, out=out)
 
