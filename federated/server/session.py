@@ -159,8 +159,7 @@ class SessionService:
         try:
             raw: bytes | None = accepted(await read)
         except asyncio.CancelledError:
-            task = asyncio.current_task()
-            if self._closing and read.cancelled() and not (task and task.cancelling()):
+            if self._closing and _read_was_cancelled(read):
                 raise ShuttingDown("the server is shutting down; reconnect") from None
             raise
         finally:
@@ -442,8 +441,7 @@ class SessionService:
         except TimeoutError:
             return _TIMED_OUT
         except asyncio.CancelledError:
-            task = asyncio.current_task()
-            if hold.revoked.is_set() and read.cancelled() and not (task and task.cancelling()):
+            if hold.revoked.is_set() and _read_was_cancelled(read):
                 _raise_if_revoked(hold)
             raise
         finally:
@@ -511,6 +509,13 @@ class SessionService:
 
 
 _TIMED_OUT = object()  # `_read_chunk`: no message within its wait
+
+
+def _read_was_cancelled(read: asyncio.Future[Any]) -> bool:
+    """Whether the CancelledError just caught came from cancelling `read` itself (at
+    shutdown, or by a revocation), not from cancelling the handler that awaits it."""
+    task = asyncio.current_task()
+    return read.cancelled() and not (task and task.cancelling())
 
 
 def _raise_if_revoked(hold: SlotHold) -> None:

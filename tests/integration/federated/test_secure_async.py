@@ -110,13 +110,19 @@ def secure_async_args(
     ]
 
 
+def written_job(tmp_path: Path) -> tuple[dict[str, np.ndarray], Path]:
+    """The initial model's weights and the job's config file, both written in tmp_path."""
+    w0 = make_model(tmp_path / "init.spore", out=8, inp=6)
+    config = tmp_path / "job.toml"
+    config.write_text(CONFIG)
+    return w0, config
+
+
 def test_secure_buffers_publish_the_plain_async_result_with_a_dropout(
     tmp_path: Path,
     server_factory,  # type: ignore[no-untyped-def]
 ) -> None:
-    w0 = make_model(tmp_path / "init.spore", out=8, inp=6)
-    config = tmp_path / "job.toml"
-    config.write_text(CONFIG)
+    w0, config = written_job(tmp_path)
     server = server_factory(secure_async_args(tmp_path, config, 2, clients=7)).start()
     threads = run_clients(server.address, 7, {6: VanishingClient})
     for t in threads[:6]:
@@ -161,9 +167,7 @@ def test_kill9_in_a_secure_buffers_masked_input_then_restart_loses_nothing(
     tmp_path: Path,
     server_factory,  # type: ignore[no-untyped-def]
 ) -> None:
-    w0 = make_model(tmp_path / "init.spore", out=8, inp=6)
-    config = tmp_path / "job.toml"
-    config.write_text(CONFIG)
+    w0, config = written_job(tmp_path)
     # No dropouts here: a longer liveness window keeps the held client in the round.
     args = secure_async_args(tmp_path, config, 2, clients=5, heartbeat_timeout=8)
     server = server_factory(args).start()
@@ -193,9 +197,7 @@ def test_a_failed_buffer_runs_again_among_its_survivors_and_the_waiting(
     tmp_path: Path,
     server_factory,  # type: ignore[no-untyped-def]
 ) -> None:
-    w0 = make_model(tmp_path / "init.spore", out=8, inp=6)
-    config = tmp_path / "job.toml"
-    config.write_text(CONFIG)
+    w0, config = written_job(tmp_path)
     server = server_factory(secure_async_args(tmp_path, config, 1, clients=7)).start()
     # c5 and c6 finish first, so they are in buffer 1 with three of the others; both
     # vanish at the masked input, which leaves each secret two of the three shares it
