@@ -90,7 +90,6 @@ class EdgePublisher:
         self._ctx = ctx
         saved = ctx.store.get_meta(TASK_META)
         self.task: EdgeTask | None = EdgeTask.from_meta(saved) if saved else None
-        self.told_final: set[str] = set()  # devices that polled after the job ended
 
     @property
     def pending(self) -> bool:
@@ -104,11 +103,6 @@ class EdgePublisher:
         """The cloud's task config (round, strategy settings such as FedProx's mu, and the
         cloud's fit_config) goes to the devices unchanged."""
         return dict(self.task.config) if self.task is not None else {}
-
-    def told_done(self, client_id: str) -> None:
-        if client_id not in self.told_final:
-            self.told_final.add(client_id)
-            self._ctx.changed.notify_all()
 
     def fail(self, reason: str) -> None:
         """A local phase that cannot complete withdraws from the cloud's task; the edge's
@@ -332,12 +326,11 @@ class EdgeRoundManager:
 
     def all_told_done(self, timeout: float) -> bool:
         """Wait up to `timeout` seconds until every registered device has been told the
-        job is done (and so was sent the final model); True once they all have."""
+        job is done and holds its final model (the transport reports each delivery, not
+        each DONE task: a device told before its download would find the edge gone)."""
         ctx = self.rounds.context
         with ctx.changed:
-            return ctx.changed.wait_for(
-                lambda: len(self._tier.told_final) >= len(ctx.clients), timeout
-            )
+            return ctx.changed.wait_for(self.rounds.told_every_client, timeout)
 
     def stop(self) -> None:
         self.rounds.stop()

@@ -67,9 +67,6 @@ class Publisher(Protocol):
     def finish_evaluate(self) -> None:
         """The closed evaluate phase's reports are summarised (outside the lock)."""
 
-    def told_done(self, client_id: str) -> None:
-        """A poll of `client_id` was answered with the ended job's DONE task."""
-
 
 def fail_job(ctx: JobContext, reason: str) -> None:
     """End the job as failed (call it under the lock)."""
@@ -129,9 +126,6 @@ class CloudPublisher:
     def fail(self, reason: str) -> None:
         self._once.release()
         fail_job(self._ctx, reason)
-
-    def told_done(self, client_id: str) -> None:
-        pass  # the transport reports final-model downloads (RoundManager.told_done)
 
     # -- fit ---------------------------------------------------------------------------
 

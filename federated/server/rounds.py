@@ -343,7 +343,6 @@ class RoundManager:
         ctx = self.context
         job = ctx.job
         if job.status != JobStatus.RUNNING:
-            self._publisher.told_done(client_id)
             # The SDK raises JobFailedError with the reason when the job failed.
             return TaskInfo(
                 TaskType.DONE,
@@ -620,10 +619,15 @@ class RoundManager:
         (`record` None: it holds it already)."""
         with self.context.lock:
             job = self.job
-            if job.status != JobStatus.RUNNING and (
-                record is None or record.version == job.model_version
-            ):
+            final = record is None or record.version == job.model_version
+            if job.status != JobStatus.RUNNING and final and client_id not in self._told_done:
                 self._told_done.add(client_id)
+                self.context.notify()
+
+    def told_every_client(self) -> bool:
+        """Whether every registered client holds the ended job's final model (under the
+        lock)."""
+        return len(self._told_done) >= len(self.clients)
 
     def ended_and_told(self) -> bool:
         """True once the job has ended and every live client was told, or none of them

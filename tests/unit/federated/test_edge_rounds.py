@@ -179,8 +179,12 @@ def test_the_cloud_job_ending_gives_devices_the_final_model(
     task = m.rounds.get_task("a")
     assert task.type == TaskType.DONE and task.model is not None
     assert m.rounds.models.path(task.model).read_bytes() == bytes(final)
+    assert not m.all_told_done(0.0)  # "a" has not downloaded it yet
+    m.rounds.told_done("a", task.model)  # what the transport reports after the download
     assert not m.all_told_done(0.0)  # "b" has not polled since: the edge keeps serving
-    assert m.rounds.get_task("b").type == TaskType.DONE
+    task = m.rounds.get_task("b")
+    assert task.type == TaskType.DONE and not m.all_told_done(0.0)
+    m.rounds.told_done("b", task.model)
     assert m.all_told_done(0.0)
 
 
