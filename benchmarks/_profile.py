@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from sporenet.lite import Interpreter
-from sporenet.lite.kernels import KERNELS
+from sporenet.lite.kernels import INT16_KERNELS, KERNELS, QUANTIZED_KERNELS
 from sporenet.lite.kernels.base import Kernel
 
 
@@ -46,7 +46,7 @@ def _timed_binds(
     record: list[tuple[str, list[float]]], clock: Callable[[], float]
 ) -> Iterator[None]:
     """While active, every kernel's bind returns its step wrapped in a timer."""
-    classes = set(KERNELS.values())
+    classes = {*KERNELS.values(), *QUANTIZED_KERNELS.values(), *INT16_KERNELS.values()}
     own = {cls: cls.__dict__.get("bind") for cls in classes}
     originals = {cls: cls.bind for cls in classes}
 

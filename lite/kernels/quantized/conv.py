@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from sporenet.lite.kernels.activation import scalar
 from sporenet.lite.kernels.base import Attrs, Compute, TensorSpec, required
 from sporenet.lite.kernels.conv import Conv2D
 from sporenet.lite.kernels.conv_strategy import ConvStrategy
@@ -31,6 +32,7 @@ from sporenet.lite.kernels.quantized.gemm import (
     weight_bound,
 )
 from sporenet.lite.kernels.quantized.output_stage import Folded, OutputStage, make_stage
+from sporenet.lite.kernels.quantized.rounding import OnnxOutputStage
 from sporenet.lite.kernels.spatial import padded_buffer
 from sporenet.lite.ops import OpCode
 
@@ -84,6 +86,17 @@ def keep_float(w2: np.ndarray) -> np.ndarray | None:
     return w2.astype(np.float32) if w2.size * 4 <= KEEP_FLOAT_BYTES else None
 
 
+def shift_into(src: np.ndarray, dst: np.ndarray, zero_point: int) -> Compute:
+    """The step writing src - zero_point into the float array dst: a converting copy when
+    the zero point is 0, else a subtraction by a 0-d operand (a scalar operand costs a
+    conversion on every call)."""
+    if not zero_point:
+        copyto = np.copyto
+        return lambda: copyto(dst, src)
+    z, subtract = scalar(dst.dtype, float(zero_point)), np.subtract
+    return lambda: subtract(src, z, out=dst)
+
+
 def bias_values(
     kernel: QuantizedKernel,
     index: int,
@@ -104,6 +117,34 @@ def bias_values(
     if spec.shape != (out_channels,):
         raise kernel.fail(f"bias must have shape [{out_channels}], got {list(spec.shape)}")
     return spec.value.astype(np.int64)
+
+
+def raw_input_stage(
+    stage: OutputStage | OnnxOutputStage,
+    w: np.ndarray,
+    params: tuple,
+    zx: int,
+    raw_max: int,
+    channel_shape: tuple[int, ...],
+) -> tuple[OutputStage, list[tuple[int, int]]] | None:
+    """The output stage, and the GEMM's exact reduction ranges, of a layer that reads its
+    input unshifted: sum w (x - z_x) = sum w x - z_x sum w, and the second term joins the
+    bias, so the input's conversion to float is a plain copy. None when z_x is 0, the
+    stage rounds as ONNX, or the wider bias would leave the float route.
+
+    `stage` and `params` (make_stage's, without rounding and channel shape) are those of
+    the shifted input; `raw_max` is the largest |q| of the input's dtype."""
+    sx, scales, so, bias, zo, lo, hi, _ = params
+    if not zx or not isinstance(stage, OutputStage):
+        return None
+    o = w.shape[0]
+    sums = w.reshape(o, -1).astype(np.int64).sum(axis=1)
+    raw_bias = (np.zeros(o, np.int64) if bias is None else bias) - zx * sums
+    bound = weight_bound(raw_max, w, ())
+    raw = make_stage("tflite", sx, scales, so, raw_bias, zo, lo, hi, bound, channel_shape)
+    if not isinstance(raw, OutputStage) or (stage.float_path and not raw.float_path):
+        return None
+    return raw, split_reduction(raw_max, w)
 
 
 class QConv2D(QuantizedKernel):
@@ -155,6 +196,7 @@ class QConv2D(QuantizedKernel):
         self.output_specs = [self.out_spec(shape, x.dtype, oq)]
         p = shape[2] * shape[3]
         self.zx, self.group = zx, group
+        self.raw_max = max_abs_shifted(x.dtype, 0)
         self.depthwise_stage: OutputStage | None = None
         self.inner: Conv2D | None = None
         self.fold = self._fold(n, o, p)
@@ -185,9 +227,14 @@ class QConv2D(QuantizedKernel):
         n, o, group = x.shape[0], self.w.shape[0], self.group
         p = shape[2] * shape[3]
         x_max = max_abs_shifted(x.dtype, self.zx)
-        wide = (n, o, p), self.stage.wide_dtype
         if group == 1:
             self.chunks = split_reduction(x_max, self.w)
+            self.gather_zero = self.zx
+            raw = raw_input_stage(self.stage, self.w, params, self.zx, self.raw_max, (o, 1))
+            if raw is not None and len(raw[1]) <= len(self.chunks):
+                self.stage, self.chunks = raw
+                self.gather_zero = 0
+            wide = (n, o, p), self.stage.wide_dtype
             k = self.w[0].size
             f32 = np.dtype(np.float32)
             self.pointwise = probe.strategy is ConvStrategy.POINTWISE
@@ -210,6 +257,7 @@ class QConv2D(QuantizedKernel):
             self.inner = Conv2D(
                 float_attrs, [TensorSpec(x.shape, ftype), TensorSpec(self.w.shape, ftype)]
             )
+            wide = (n, o, p), self.stage.wide_dtype
             self.scratch_layout = [(x.shape, ftype), (self.w.shape, ftype), (shape, ftype), wide]
 
     def _fold(self, n: int, o: int, p: int) -> Folded | None:
@@ -220,7 +268,7 @@ class QConv2D(QuantizedKernel):
         kg = self.w[0].size + 1  # one output's weights and the offset column
         if n * self.group * kg * p * 8 > FOLD_BYTES or o * kg * 8 > FOLD_WEIGHT_BYTES:
             return None
-        return self.stage.folded(self.w.reshape(o, kg - 1))
+        return self.stage.folded(self.w.reshape(o, kg - 1), self.zx, self.raw_max)
 
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
         x, out = required(inputs, 0), outputs[0]
@@ -235,8 +283,7 @@ class QConv2D(QuantizedKernel):
         cols, wf, parts, wide = self.scratch_arrays()
         n, o = out.shape[:2]
         k = cols.shape[1]
-        zx = np.float32(self.zx)
-        gather = self._gather(x, cols, zx)
+        gather = self._gather(x, cols, self.gather_zero)
         w2 = self.w.reshape(o, k)
         kept = self.kept
         if kept is not None:
@@ -304,24 +351,23 @@ class QConv2D(QuantizedKernel):
             b, ab = cols, v.reshape(n, g, o // g, p)
             if n == 1:
                 b, ab = b[0], ab[0]
-        zx, copyto, subtract, fill = np.float64(self.zx), np.copyto, np.subtract, ones.fill
+        copyto, fill = np.copyto, ones.fill
+        shift = shift_into(view, target, fold.zero_point)
 
         def compute() -> None:
             if interior is not None:
                 copyto(interior, x)
-            subtract(view, zx, out=target)
+            shift()
             fill(1.0)
             gemm(a, b, out=ab)
             stage()
 
         return compute
 
-    def _gather(self, x: np.ndarray, cols: np.ndarray, zx: np.float32) -> Compute:
-        """The step filling `cols` (N, K, P) with the shifted columns of x."""
-        subtract = np.subtract
+    def _gather(self, x: np.ndarray, cols: np.ndarray, zero_point: int) -> Compute:
+        """The step filling `cols` (N, K, P) with the columns of x minus `zero_point`."""
         if self.pointwise:
-            src = x.reshape(cols.shape)
-            return lambda: subtract(src, zx, out=cols)
+            return shift_into(x.reshape(cols.shape), cols, zero_point)
         win = self.win
         if win.padded or any(e > s for e, s in zip(win.extent, x.shape[2:], strict=True)):
             xp, interior = padded_buffer(x, win, self.zx)
@@ -329,13 +375,13 @@ class QConv2D(QuantizedKernel):
         else:
             xp, interior = x, None
         view = im2col_view(xp, win)  # (N, C, kh, kw, OH, OW)
-        target = cols.reshape(view.shape)
+        shift = shift_into(view, cols.reshape(view.shape), zero_point)
         if interior is None:
-            return lambda: subtract(view, zx, out=target)
+            return shift
 
         def gather() -> None:
             copyto(interior, x)
-            subtract(view, zx, out=target)
+            shift()
 
         return gather
 

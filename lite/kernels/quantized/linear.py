@@ -58,23 +58,30 @@ class QFullyConnected(QuantizedKernel):
         oq = self.output_quant(x.dtype)
         so, zo = self.tensor_params(TensorSpec((), x.dtype, quant=oq), "the output")
         lo, hi = self.fused_clamp(so, zo, x.dtype)
-        self.stage = make_stage(
-            self.rounding, sx, scales, so, bias, zo, lo, hi, weight_bound(x_max, self.w, (1,)), (o,)
-        )
-        self.zx = np.float32(zx)
+        bound = weight_bound(x_max, self.w, (1,))
+        self.stage = make_stage(self.rounding, sx, scales, so, bias, zo, lo, hi, bound, (o,))
+        self.zx = zx
+        raw_max = max_abs_shifted(x.dtype, 0)
         shape = (*x.shape[:-1], o)
         rows = int(np.prod(x.shape[:-1], dtype=np.int64))
         f32 = np.dtype(np.float32)
         self.output_specs = [self.out_spec(shape, x.dtype, oq)]
         small = rows * (k + 1) * 8 <= conv.FOLD_BYTES and o * (k + 1) * 8 <= conv.FOLD_WEIGHT_BYTES
         stage = self.stage
-        self.fold = stage.folded(self.w) if small and isinstance(stage, OutputStage) else None
+        self.fold = (
+            stage.folded(self.w, zx, raw_max) if small and isinstance(stage, OutputStage) else None
+        )
         if self.fold is not None:  # conv.FOLD_BYTES: one GEMM and the clamp
             self.kept = None
             f64 = np.dtype(np.float64)
             mask = self.fold.mask_shape((rows, o, 1))
             self.scratch_layout = [((rows, k + 1), f64), ((rows, o), f64), (mask, np.dtype(bool))]
             return
+        self.gather_zero = zx
+        params = (sx, scales, so, bias, zo, lo, hi, bound)
+        raw = conv.raw_input_stage(stage, self.w, params, zx, raw_max, (o,))
+        if raw is not None and len(raw[1]) <= len(self.chunks):
+            (self.stage, self.chunks), self.gather_zero = raw, 0
         self.kept = keep_float(np.ascontiguousarray(self.w.T))
         self.scratch_layout = [
             ((rows, k), f32),
@@ -96,11 +103,12 @@ class QFullyConnected(QuantizedKernel):
         gemms = [(xf[:, a:b], wt[a:b], parts[i]) for i, (a, b) in enumerate(self.chunks)]
         acc = parts[0] if len(gemms) == 1 else total
         stage = self.stage.bind(acc, out2, wide)
-        w_t, zx, many = self.w.T, self.zx, len(gemms) > 1
-        copyto, subtract, matmul, add_reduce = np.copyto, np.subtract, np.matmul, np.add.reduce
+        w_t, many = self.w.T, len(gemms) > 1
+        shift = conv.shift_into(x2, xf, self.gather_zero)
+        copyto, matmul, add_reduce = np.copyto, np.matmul, np.add.reduce
 
         def compute() -> None:
-            subtract(x2, zx, out=xf)
+            shift()
             if kept is None:
                 copyto(wt, w_t)
             for xa, wa, pa in gemms:
@@ -122,10 +130,10 @@ class QFullyConnected(QuantizedKernel):
         weights = fold.weights.T  # BLAS reads the transpose in place
         stage = fold.bind(v.reshape(rows, o, 1), out.reshape(rows, o, 1), mask)
         a, ab = (cols[0], v[0]) if rows == 1 else (cols, v)  # a vector-matrix product
-        zx, subtract, dot, fill = np.float64(self.zx), np.subtract, np.dot, ones.fill
+        shift, dot, fill = conv.shift_into(x2, target, fold.zero_point), np.dot, ones.fill
 
         def compute() -> None:
-            subtract(x2, zx, out=target)
+            shift()
             fill(1.0)
             dot(a, weights, out=ab)
             stage()

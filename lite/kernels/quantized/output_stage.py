@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from sporenet.lite.kernels.activation import scalar
 from sporenet.lite.kernels.base import Compute
 from sporenet.lite.kernels.quantized.fixed_point import quantize_multipliers
 from sporenet.lite.kernels.quantized.rounding import OnnxOutputStage, onnx_multipliers
@@ -35,6 +36,7 @@ _clip: Any = getattr(getattr(getattr(np, "_core", None), "umath", None), "clip",
 if not isinstance(_clip, np.ufunc):
     _clip = np.clip
 _INT64_SAFE = 1 << 62
+F64, U8 = np.dtype(np.float64), np.dtype(np.uint8)
 
 
 class OutputStage:
@@ -103,9 +105,10 @@ class OutputStage:
         if self.float_path:
             return self._bind_float(acc, out, wide)
         lo, hi, coef, offset, shift = self.lo, self.hi, self.coef, self.offset, self.units
-        zo = 0 if self.fold_zo else self.zo  # added after rounding when not folded
+        i64 = np.dtype(np.int64)
+        zo = scalar(i64, 0 if self.fold_zo else self.zo)  # added after rounding when not folded
         multiply, add, copyto, right_shift = np.multiply, np.add, np.copyto, np.right_shift
-        clip, bounds = _clip, (np.int64(lo), np.int64(hi))
+        clip, bounds = _clip, (scalar(i64, lo), scalar(i64, hi))
         correct = self._correction(acc)
 
         def compute() -> None:
@@ -128,11 +131,11 @@ class OutputStage:
         add on the output's bytes (two's complement for int8)."""
         coef, offset = self.coef, self.offset - self.lo
         if (coef == coef.flat[0]).all() and (offset == offset.flat[0]).all():
-            # One multiplier (per-tensor weights): scalars run NumPy's fast loops.
-            coef, offset = float(coef.flat[0]), float(offset.flat[0])
-        top = np.nextafter(float(self.hi - self.lo + 1), 0.0)
+            # One multiplier (per-tensor weights): 0-d operands run NumPy's fast loops.
+            coef, offset = scalar(F64, float(coef.flat[0])), scalar(F64, float(offset.flat[0]))
+        zero, top = scalar(F64, 0.0), scalar(F64, np.nextafter(float(self.hi - self.lo + 1), 0.0))
         narrow = out.view(np.uint8)
-        back = np.uint8(self.lo % 256)
+        back = scalar(U8, self.lo % 256)
         multiply, add, clip, copyto = np.multiply, np.add, _clip, np.copyto
         correct = self._correction(acc)
 
@@ -141,7 +144,7 @@ class OutputStage:
             add(wide, offset, out=wide)
             if correct is not None:
                 correct(wide)
-            clip(wide, 0.0, top, out=wide)
+            clip(wide, zero, top, out=wide)
             copyto(narrow, wide, casting="unsafe")
             if back:
                 add(narrow, back, out=narrow)
@@ -166,9 +169,14 @@ class OutputStage:
     def wide_dtype(self) -> np.dtype:
         return np.dtype(np.float64 if self.float_path else np.int64)
 
-    def folded(self, w2: np.ndarray) -> Folded | None:
+    def folded(self, w2: np.ndarray, zero_point: int = 0, raw_max: int = 0) -> Folded | None:
         """The float route folded into a float64 GEMM with integer weights `w2` (O, K),
-        or None when that is not exact (see Folded)."""
+        or None when that is not exact (see Folded).
+
+        With the input's `zero_point` and `raw_max` (the largest |q| of its dtype) the
+        zero point joins the offset column too, when that stays exact: the GEMM then
+        reads the raw input, whose conversion is a plain copy (Folded.zero_point is what
+        the caller still subtracts: 0 or the zero point)."""
         if not self.float_path:
             return None
         mult, units, offsets, thresholds = (a.tolist() for a in self._ints)
@@ -180,6 +188,15 @@ class OutputStage:
         marks = [t * m + o for t, m, o in zip(thresholds, mult, shifted, strict=True)]
         if big + max(abs(v) for v in shifted + marks) >= _FLOAT_EXACT:
             return None
+        if zero_point:
+            # sum w (x - z) = sum w x - z sum w: every partial sum of the raw products
+            # stays below raw_max * sum |w| of one output's weights, in units.
+            rows = w2.astype(np.int64)
+            sums, sums_abs = rows.sum(axis=1).tolist(), np.abs(rows).sum(axis=1).tolist()
+            raw = [o - zero_point * s * m for o, s, m in zip(shifted, sums, mult, strict=True)]
+            raw_big = max((raw_max * a * m for a, m in zip(sums_abs, mult, strict=True)), default=0)
+            if raw_big + max(abs(v) for v in raw) < _FLOAT_EXACT:
+                shifted, zero_point = raw, 0
         unit = np.ldexp(1.0, -np.array(units, np.int64))
         coef = np.array(mult, np.float64) * unit  # exact: 31-bit multipliers
         weights = np.empty((w2.shape[0], w2.shape[1] + 1), np.float64)
@@ -188,7 +205,7 @@ class OutputStage:
         mark = np.array(marks, np.float64) * unit
         step = self.step.reshape(-1) if self.correct else None
         top = np.nextafter(float(self.hi - self.lo + 1), 0.0)
-        return Folded(weights, mark, step, top, np.uint8(self.lo % 256))
+        return Folded(weights, mark, step, top, np.uint8(self.lo % 256), zero_point)
 
 
 class Folded:
@@ -211,8 +228,10 @@ class Folded:
         step: np.ndarray | None,
         top: float,
         back: np.uint8,
+        zero_point: int = 0,
     ) -> None:
         self.weights, self.mark, self.step, self.top, self.back = weights, mark, step, top, back
+        self.zero_point = zero_point
 
     def mask_shape(self, shape: tuple[int, ...]) -> tuple[int, ...]:
         """The bool scratch `bind` needs for accumulators of `shape` (empty when no
@@ -223,7 +242,9 @@ class Folded:
         """The step writing `out` (N, O, P) from the GEMM's result v (N, O, P), in place;
         `mask` is a bool scratch array of `mask_shape(v.shape)`."""
         shape = (1, -1, 1)
-        top, back, narrow = self.top, self.back, out.view(np.uint8)
+        narrow = out.view(np.uint8)
+        # 0-d operands: a Python or NumPy scalar costs a conversion on every call.
+        zero, top, back = scalar(F64, 0.0), scalar(F64, self.top), scalar(U8, int(self.back))
         clip, copyto, add, less, subtract = _clip, np.copyto, np.add, np.less, np.subtract
         mark, step = self.mark.reshape(shape), self.step
         correct = step is not None
@@ -234,7 +255,7 @@ class Folded:
             if correct:
                 less(v, mark, out=mask)
                 subtract(v, steps, out=v, where=mask)
-            clip(v, 0.0, top, out=v)
+            clip(v, zero, top, out=v)
             copyto(narrow, v, casting="unsafe")
             if back:
                 add(narrow, back, out=narrow)

@@ -111,6 +111,57 @@ def test_conv2d_matches_integer_reference(case, activation, conv_route):
     np.testing.assert_array_equal(got, want)
 
 
+def _conv_kernels(monkeypatch):
+    """The QConv2D kernels made from now on (a list that fills as they are built)."""
+    made = []
+    init = quantized_conv.QConv2D.__init__
+
+    def record(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        made.append(self)
+
+    monkeypatch.setattr(quantized_conv.QConv2D, "__init__", record)
+    return made
+
+
+@pytest.mark.parametrize(
+    "dtype, shape, kernel, raw",
+    [
+        (np.int8, (1, 24, 9, 1), (9, 1), True),
+        (np.int8, (1, 64, 1, 1), (1, 1), True),
+        (np.uint8, (1, 8, 9, 1), (9, 1), True),
+        # Raw uint8 inputs reach 255 where x - z_x stays within 128: sums of 216 such
+        # products leave the float route, so this layer keeps shifting its input.
+        (np.uint8, (1, 24, 9, 1), (9, 1), False),
+    ],
+)
+def test_conv_reading_its_input_unshifted_is_exact_at_the_extremes(
+    dtype, shape, kernel, raw, conv_route, monkeypatch
+):
+    # The zero point joins the bias (or the folded offset), so the GEMM reads the raw
+    # input; the largest weights and inputs at the dtype's ends.
+    lo, hi = RANGES[np.dtype(dtype)]
+    rng = np.random.default_rng(7)
+    o = 16
+    x = np.where(rng.random(shape) < 0.5, lo, hi).astype(dtype)
+    w = np.where(rng.random((o, shape[1], *kernel)) < 0.8, 127, -127).astype(np.int8)
+    zx = (lo + hi + 1) // 2
+    bias = rng.integers(-5000, 5000, o).astype(np.int32)
+    sw, so, zo = rng.uniform(0.001, 0.01, o), 0.5, 3
+    made = _conv_kernels(monkeypatch)
+    got = run_one_op(
+        OpCode.CONV2D,
+        [(x, quant(0.02, zx), False), (w, quant(sw, 0, 0), True), (bias, None, True)],
+        quant(so, zo),
+        dtype,
+    )
+    planned = made[-1]  # shape inference builds the kernel too
+    shift = planned.fold.zero_point if planned.fold is not None else planned.gather_zero
+    assert (shift == 0) == raw
+    want = conv_reference(x, zx, 0.02, w, sw, bias, so, zo, lo, hi, (0, 0, 0, 0), (1, 1), 1)
+    np.testing.assert_array_equal(got, want)
+
+
 @pytest.mark.parametrize("dtype", [np.int8, np.uint8])
 @pytest.mark.parametrize("per_channel", [False, True])
 @pytest.mark.parametrize("out_f, in_f", [(11, 37), (300, 64), (3, 3000)])
