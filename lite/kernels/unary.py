@@ -219,7 +219,7 @@ class PRelu(Kernel):
         return 0
 
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
-        x, slope, out = inputs[0], inputs[1], outputs[0]
+        x, slope, out = required(inputs, 0), required(inputs, 1), outputs[0]
         known = self.input(1).value
         multiply = np.multiply
         # Slopes <= 1: slope*x is the larger branch for x < 0 and the smaller for x >= 0
@@ -227,13 +227,16 @@ class PRelu(Kernel):
         # values in two passes. Mixed slopes take min(x, 0)*slope + max(x, 0), exact too
         # (one term is zero), in four passes: both beat a masked copy by far. A zero's
         # sign may differ from x's.
-        pick = None
+        pick: np.ufunc | None = None
         if known is not None and known.size and np.all(known <= 1):
             pick = np.maximum
         elif known is not None and known.size and np.all(known >= 1):
             pick = np.minimum
         if pick is not None:
             extreme = pick
+            rows = _channels_last_rows([x, out], known)
+            if rows is not None:
+                (x, out), slope = rows
 
             def two_passes() -> None:
                 multiply(x, slope, out=out)
@@ -241,16 +244,46 @@ class PRelu(Kernel):
 
             return two_passes
         negative = temporary_like(out)  # the scratch in out's layout
-        zero = out.dtype.type(0)
-        minimum, maximum, add = np.minimum, np.maximum, np.add
+        zero = scalar(out.dtype, 0)
+        minimum, maximum, add, copyto = np.minimum, np.maximum, np.add, np.copyto
+        # x and out in different layouts (one channels-last): ufuncs reading across
+        # layouts run far slower than one transposing copy, so the passes read out.
+        copy_first = x.strides != out.strides
+        arrays = [out if copy_first else x, out, negative]
+        rows = _channels_last_rows(arrays, known) if known is not None else None
+        if rows is not None:
+            arrays, slope = rows
+        source, target, scratch = arrays
 
         def four_passes() -> None:
-            minimum(x, zero, out=negative)
-            multiply(negative, slope, out=negative)
-            maximum(x, zero, out=out)
-            add(out, negative, out=out)
+            if copy_first:
+                copyto(out, x)
+            minimum(source, zero, out=scratch)
+            multiply(scratch, slope, out=scratch)
+            maximum(source, zero, out=target)
+            add(target, scratch, out=target)
 
         return four_passes
+
+
+def _channels_last_rows(
+    arrays: list[np.ndarray], slope: np.ndarray
+) -> tuple[list[np.ndarray], np.ndarray] | None:
+    """The (N, C, H, W) `arrays`, all stored channels-last, as (N*H, W*C) rows, and the
+    per-channel slope repeated along a row; else None.
+
+    Broadcasting a per-channel slope along rows of C elements runs NumPy's slow strided
+    loop; a row of W*C slopes keeps every operand contiguous."""
+    n, c, h, w = arrays[0].shape if arrays[0].ndim == 4 else (0, 0, 0, 0)
+    if not c or slope.size != c or slope.shape[-3:] != (c, 1, 1):
+        return None
+    rows = []
+    for a in arrays:
+        nhwc = a.transpose(0, 2, 3, 1)
+        if a.flags.c_contiguous or not nhwc.flags.c_contiguous:
+            return None
+        rows.append(nhwc.reshape(n * h, w * c))
+    return rows, np.tile(slope.reshape(c).astype(arrays[0].dtype), w)
 
 
 class Sigmoid(UnaryKernel):

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from sporenet.lite import OpCode, ShapeError
-from sporenet.lite.eager import run_op
+from sporenet.lite.eager import prepare_kernel, run_op
+from sporenet.lite.kernels.base import TensorSpec
 from tests.unit.lite.onnx_reference import run_onnx_op
 
 SHAPES = [(), (7,), (2, 3, 4, 5)]
@@ -217,6 +218,31 @@ def test_prelu_matches_the_definition_exactly(low, high, constant):
     slope[0] = low
     (ours,) = run_op(OpCode.PRELU, [x, slope], constant_inputs=None if constant else [])
     np.testing.assert_array_equal(ours, np.where(x >= 0, x, x * slope))
+
+
+def _stored(shape: tuple[int, ...], channels_last: bool) -> np.ndarray:
+    """An uninitialised (N, C, H, W) array, its memory NCHW or channels-last."""
+    if not channels_last:
+        return np.empty(shape, np.float32)
+    n, c, h, w = shape
+    return np.empty((n, h, w, c), np.float32).transpose(0, 3, 1, 2)
+
+
+@pytest.mark.parametrize(("x_last", "out_last"), [(False, True), (True, False), (True, True)])
+@pytest.mark.parametrize(("low", "high"), [(-0.5, 1.0), (-0.5, 2.0)])
+def test_prelu_on_channels_last_storage_matches_the_definition(x_last, out_last, low, high):
+    # The planner may store x, out or both channels-last; the passes then run on rows of
+    # W*C elements, after one transposing copy when the two layouts differ.
+    rng = np.random.default_rng(4)
+    shape = (2, 6, 5, 7)
+    x = _stored(shape, x_last)
+    x[...] = rng.normal(size=shape)
+    slope = rng.uniform(low, high, size=(6, 1, 1)).astype(np.float32)
+    specs = [TensorSpec(shape, x.dtype), TensorSpec(slope.shape, slope.dtype, value=slope)]
+    kernel = prepare_kernel(OpCode.PRELU, {}, specs, 1)
+    out = _stored(shape, out_last)
+    kernel.bind([x, slope], [out])()
+    np.testing.assert_array_equal(out, np.where(x >= 0, x, x * slope))
 
 
 def test_prelu_slope_as_runtime_input():
