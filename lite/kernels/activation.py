@@ -11,6 +11,7 @@ from collections.abc import Callable
 import numpy as np
 
 from sporenet.lite.errors import ShapeError
+from sporenet.lite.kernels.quiet import quietly
 from sporenet.lite.opset.decl import Activation
 
 InPlace = Callable[[np.ndarray], None]
@@ -90,17 +91,17 @@ def _relu6(x: np.ndarray) -> None:
 def exp_into(x: np.ndarray, out: np.ndarray) -> None:
     """exp(x) into `out`, saturating to inf without NumPy's overflow warning: inf is the
     exact IEEE result, and the formulas built on it (1 / (1 + exp(-x))) need it."""
-    with np.errstate(over="ignore"):
-        np.exp(x, out=out)
+    quietly(np.exp, x, out=out)
 
 
 def sigmoid_into(x: np.ndarray, out: np.ndarray) -> None:
     """1 / (1 + exp(-x)) into `out` (which may be `x`). The division by 1 is
     np.reciprocal's correctly rounded result, from NumPy's vectorised divide loop."""
+    one = _scalar(out.dtype, 1.0) if out.dtype.kind == "f" else 1
     np.negative(x, out=out)
     exp_into(out, out)
-    out += 1
-    np.divide(1, out, out=out)
+    np.add(out, one, out=out)
+    np.divide(one, out, out=out)
 
 
 def _sigmoid(x: np.ndarray) -> None:

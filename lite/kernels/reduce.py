@@ -83,7 +83,8 @@ class ReduceMean(ReduceKernel):
         # on a layer norm's short rows: the same sum, divided by the same count.
         reduce, divide = np.add.reduce, np.true_divide
         axes, keepdims = self.axes, self.keepdims
-        count = x.dtype.type(x.size // max(out.size, 1))
+        # A 0-d divisor: a NumPy scalar operand costs a conversion on every call.
+        count = np.array(x.size // max(out.size, 1), x.dtype)
 
         def mean() -> None:
             reduce(x, axis=axes, keepdims=keepdims, out=out)

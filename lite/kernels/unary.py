@@ -30,6 +30,7 @@ from sporenet.lite.kernels.base import (
     TensorSpec,
     required,
 )
+from sporenet.lite.kernels.quiet import quietly
 from sporenet.lite.kernels.workspace import temporary_like
 from sporenet.lite.ops import OpCode
 
@@ -483,33 +484,29 @@ class Log(UnaryKernel):
     op = OpCode.LOG
 
     def compute(self, x: np.ndarray, out: np.ndarray, *scratch: np.ndarray) -> None:
-        with np.errstate(divide="ignore", invalid="ignore"):  # log(0) = -inf, log(<0) = nan
-            np.log(x, out=out)
+        quietly(np.log, x, out=out)  # log(0) = -inf, log(<0) = nan
 
 
 class Sqrt(UnaryKernel):
     op = OpCode.SQRT
 
     def compute(self, x: np.ndarray, out: np.ndarray, *scratch: np.ndarray) -> None:
-        with np.errstate(invalid="ignore"):  # sqrt(<0) = nan, as in ONNX
-            np.sqrt(x, out=out)
+        quietly(np.sqrt, x, out=out)  # sqrt(<0) = nan, as in ONNX
 
 
 class Rsqrt(UnaryKernel):
     op = OpCode.RSQRT
 
     def compute(self, x: np.ndarray, out: np.ndarray, *scratch: np.ndarray) -> None:
-        with np.errstate(divide="ignore", invalid="ignore"):
-            np.sqrt(x, out=out)
-            np.reciprocal(out, out=out)
+        quietly(np.sqrt, x, out=out)
+        quietly(np.reciprocal, out, out=out)
 
 
 class Reciprocal(UnaryKernel):
     op = OpCode.RECIPROCAL
 
     def compute(self, x: np.ndarray, out: np.ndarray, *scratch: np.ndarray) -> None:
-        with np.errstate(divide="ignore"):  # 1/0 = inf
-            np.reciprocal(x, out=out)
+        quietly(np.reciprocal, x, out=out)  # 1/0 = inf
 
 
 # ---- plain ufuncs: one table, one kernel class per entry
