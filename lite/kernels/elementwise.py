@@ -16,6 +16,7 @@ from sporenet.lite.kernels.base import (
     TensorSpec,
     required,
 )
+from sporenet.lite.kernels.workspace import temporary_like
 from sporenet.lite.ops import OpCode
 
 
@@ -60,8 +61,39 @@ class BinaryKernel(Kernel):
         f, act = self.ufunc, self.activation
         a, b, out = _storage_order(required(inputs, 0), required(inputs, 1), outputs[0])
         constant = [spec is not None and spec.value is not None for spec in self.inputs]
-        main = _channel_rows(f, a, b, out, constant) or (lambda: f(a, b, out=out))
+        main = (
+            _channel_rows(f, a, b, out, constant)
+            or _in_input_layout(f, a, b, out)
+            or (lambda: f(a, b, out=out))
+        )
         return then_activation(main, out, act)
+
+
+def _in_input_layout(f: np.ufunc, a: np.ndarray, b: np.ndarray, out: np.ndarray) -> Compute | None:
+    """f into a temporary laid out as both operands are, then one copy into `out`, when
+    the two share a layout `out` does not have (an NCHW output of channels-last operands,
+    or the reverse): a ufunc whose every operand walks across layouts runs several times
+    slower than the same ufunc in one layout plus a transposing copy. None otherwise."""
+    if a.shape != out.shape or b.shape != out.shape or a.strides != b.strides:
+        return None
+    if a.strides == out.strides or out.ndim < 2 or out.dtype != a.dtype:
+        return None
+    if not _dense(a):
+        return None
+    tmp = temporary_like(a)
+    copyto = np.copyto
+
+    def compute() -> None:
+        f(a, b, out=tmp)
+        copyto(out, tmp)
+
+    return compute
+
+
+def _dense(a: np.ndarray) -> bool:
+    """Whether `a` is a permutation of a C-contiguous array (channels-last storage)."""
+    order = sorted(range(a.ndim), key=lambda axis: -abs(a.strides[axis]))
+    return a.transpose(order).flags.c_contiguous
 
 
 _ROW_ELEMENTS = 1024

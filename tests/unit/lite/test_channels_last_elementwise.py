@@ -188,3 +188,18 @@ def test_a_large_widening_pointwise_keeps_its_input_nchw(hw, p_last):
         (want,) = run_op(OpCode.CONV2D, [want, w, bv], **attrs)
     np.testing.assert_allclose(interp.run({"x": xv})["y"], want, rtol=1e-4, atol=1e-4)
     assert _is_last(interp._plan.arrays[p]) == p_last
+
+
+@pytest.mark.parametrize("out_last", [False, True])
+@pytest.mark.parametrize("op, ufunc", [(OpCode.ADD, np.add), (OpCode.MUL, np.multiply)])
+def test_binary_op_whose_output_layout_differs_from_both_inputs(op, ufunc, out_last):
+    # Both operands in one layout and the output in the other: the ufunc runs in the
+    # operands' layout into a temporary, then one copy writes the output.
+    shape = (1, 5, 6, 7)
+    a, b = (_last(shape) if not out_last else np.empty(shape, np.float32) for _ in range(2))
+    a[...] = RNG.normal(size=shape)
+    b[...] = RNG.normal(size=shape)
+    out = _last(shape) if out_last else np.empty(shape, np.float32)
+    _bind(op, [a, b], out)
+    assert _is_last(out) == out_last
+    np.testing.assert_array_equal(out, ufunc(np.array(a), np.array(b)))
