@@ -351,16 +351,74 @@ class Resize(Kernel):
         cols_b = temporary(out.shape, out.dtype)
         rw0, rw1 = rw0[:, None], rw1[:, None]
 
+        gather_columns = _column_gathers(rows_a, ((c0, out), (c1, cols_b)))
+
         def compute() -> None:
             take(x, r0, axis=1, out=rows_a, mode="clip")  # in range: see the nearest mode
             take(x, r1, axis=1, out=rows_b, mode="clip")
             multiply(rows_a, rw0, out=rows_a)
             multiply(rows_b, rw1, out=rows_b)
             add(rows_a, rows_b, out=rows_a)
-            take(rows_a, c0, axis=2, out=out, mode="clip")
-            take(rows_a, c1, axis=2, out=cols_b, mode="clip")
+            gather_columns()
             multiply(out, cw0, out=out)
             multiply(cols_b, cw1, out=cols_b)
             add(out, cols_b, out=out)
 
         return compute
+
+
+_MAX_RUNS = 8
+"""Most slice copies per tap for a linear resize's columns; more gather instead."""
+
+Run = tuple[slice, slice]
+
+
+def _slice_runs(index: np.ndarray, in_len: int, out_len: int) -> list[Run] | None:
+    """(output slice, input slice) pairs with out[o] = x[index[o]] for every o, when the
+    index table is made of a few runs of consecutive inputs at a fixed output step (an
+    upscale by an integer factor s: s phases, each one run plus the clamped edges);
+    else None."""
+    step = out_len // in_len if out_len % in_len == 0 and out_len >= in_len else 1
+    runs: list[Run] = []
+    for phase in range(step):
+        values = index[phase::step].tolist()
+        start = 0
+        for k in range(1, len(values) + 1):
+            if k == len(values) or values[k] != values[k - 1] + 1:
+                first, last = phase + start * step, phase + (k - 1) * step
+                runs.append((slice(first, last + 1, step), slice(values[start], values[k - 1] + 1)))
+                start = k
+                if len(runs) > _MAX_RUNS:
+                    return None
+    return runs
+
+
+def _column_gathers(rows: np.ndarray, taps: tuple[tuple[np.ndarray, np.ndarray], ...]) -> Compute:
+    """The step writing target[..., o] = rows[..., index[o]] for each (index, target):
+    a few strided slice copies when the index table is a few runs (_slice_runs), which
+    run several times faster than a gather along the last axis; else that gather."""
+    width = rows.shape[-1]
+    copies = []
+    for index, target in taps:
+        runs = _slice_runs(index, width, target.shape[-1])
+        if runs is None:
+            return _take_columns(rows, taps)
+        copies += [(target[..., dst], rows[..., src]) for dst, src in runs]
+    copyto = np.copyto
+
+    def gather() -> None:
+        for dst, src in copies:
+            copyto(dst, src)
+
+    return gather
+
+
+def _take_columns(rows: np.ndarray, taps: tuple[tuple[np.ndarray, np.ndarray], ...]) -> Compute:
+    """The gathers along the last axis (indices in range by construction: mode="clip")."""
+    take = np.take
+
+    def gather() -> None:
+        for index, target in taps:
+            take(rows, index, axis=2, out=target, mode="clip")
+
+    return gather

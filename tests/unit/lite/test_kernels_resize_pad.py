@@ -8,6 +8,8 @@ import pytest
 from sporenet.lite import OpCode
 from sporenet.lite.eager import run_op
 from sporenet.lite.errors import ShapeError
+from sporenet.lite.kernels.base import Attrs, TensorSpec
+from sporenet.lite.kernels.resize import Resize, _column_gathers, _take_columns, linear_taps
 from tests.unit.lite.onnx_reference import run_onnx_op
 
 # ---------------------------------------------------------------------------------- Pad
@@ -257,3 +259,24 @@ def test_resize_in_a_model_with_dynamic_batch():
 def test_resize_errors(attrs, message):
     with pytest.raises(ShapeError, match=message):
         run_op(OpCode.RESIZE, [np.zeros((1, 2, 4, 4), np.float32)], **attrs)
+
+
+@pytest.mark.parametrize("transform", TRANSFORMS)
+@pytest.mark.parametrize("w, ow", [(5, 10), (7, 21), (4, 16), (6, 9), (8, 4), (1, 3)])
+def test_linear_resize_column_slices_equal_the_gathers(transform, w, ow):
+    # Integer upscales gather their columns by strided slice copies: the same values as
+    # the gathers along the last axis, which every other size keeps.
+    kernel = Resize(
+        Attrs(
+            "RESIZE",
+            {"mode": "linear", "coordinate_transformation_mode": transform, "sizes": [1, 2, 3, ow]},
+        ),
+        [TensorSpec((1, 2, 3, w), np.dtype(np.float32))],
+    )
+    c0, c1, _, _ = linear_taps(kernel._coords(3), w)
+    rows = np.random.default_rng(5).normal(size=(2, 3, w)).astype(np.float32)
+    got = [np.full((2, 3, ow), np.nan, np.float32) for _ in range(2)]
+    want = [np.full((2, 3, ow), np.nan, np.float32) for _ in range(2)]
+    _column_gathers(rows, ((c0, got[0]), (c1, got[1])))()
+    _take_columns(rows, ((c0, want[0]), (c1, want[1])))()
+    np.testing.assert_array_equal(got, want)
