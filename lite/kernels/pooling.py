@@ -17,7 +17,15 @@ from typing import ClassVar
 
 import numpy as np
 
-from sporenet.lite.kernels.base import REQUIRED, Attrs, ChannelsLast, Compute, Kernel, TensorSpec
+from sporenet.lite.kernels.base import (
+    REQUIRED,
+    Attrs,
+    ChannelsLast,
+    Compute,
+    Kernel,
+    TensorSpec,
+    required,
+)
 from sporenet.lite.kernels.spatial import Window, check_nchw, padded_buffer, window
 from sporenet.lite.kernels.workspace import temporary
 from sporenet.lite.ops import OpCode
@@ -208,7 +216,14 @@ class AvgPool2D(_WindowPool):
 
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
         out = outputs[0]
-        pool = self._bind_reduce(inputs[0], out)
+        x = required(inputs, 0)
+        win = self.win
+        whole = win.kernel == x.shape[2:] and win.dilations == (1, 1)
+        if whole and win.out == (1, 1) and not any(win.pads):
+            # One window over the whole plane (a Keras GlobalAveragePooling2D as TFLite
+            # stores it): the global mean's product, not kh + kw passes of tap sums.
+            return plane_mean(x, out)
+        pool = self._bind_reduce(x, out)
         scale, multiply = self.scale, np.multiply
 
         def compute() -> None:
@@ -261,16 +276,22 @@ class GlobalAvgPool(_GlobalPool):
         return ChannelsLast.ACCEPTED if self.input(0).rank == 4 else ChannelsLast.REFUSED
 
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
-        x, out = inputs[0], outputs[0]
-        n, c = x.shape[:2]
-        out2, matmul = out.reshape(n, c), np.matmul
-        if x.ndim == 4 and not x.flags.c_contiguous and x.transpose(0, 2, 3, 1).flags.c_contiguous:
-            rows = x.transpose(0, 2, 3, 1).reshape(n, -1, c)  # (N, H*W, C), a view
-            weights = np.full(rows.shape[1], 1.0 / rows.shape[1], x.dtype)
-            return lambda: matmul(weights, rows, out=out2)
-        x3 = x.reshape(n, c, -1)
-        weights = np.full(x3.shape[2], 1.0 / x3.shape[2], x.dtype)
-        return lambda: matmul(x3, weights, out=out2)
+        return plane_mean(required(inputs, 0), outputs[0])
+
+
+def plane_mean(x: np.ndarray, out: np.ndarray) -> Compute:
+    """The step writing out (N, C, 1, ...) = the mean of x (N, C, spatial...) over its
+    spatial axes, as one product with a constant 1/(H*W) vector; a channels-last x is
+    the (H*W, C) matrix, whose mean is a vector-matrix product over its rows."""
+    n, c = x.shape[:2]
+    out2, matmul = out.reshape(n, c), np.matmul
+    if x.ndim == 4 and not x.flags.c_contiguous and x.transpose(0, 2, 3, 1).flags.c_contiguous:
+        rows = x.transpose(0, 2, 3, 1).reshape(n, -1, c)  # (N, H*W, C), a view
+        weights = np.full(rows.shape[1], 1.0 / rows.shape[1], x.dtype)
+        return lambda: matmul(weights, rows, out=out2)
+    x3 = x.reshape(n, c, -1)
+    weights = np.full(x3.shape[2], 1.0 / x3.shape[2], x.dtype)
+    return lambda: matmul(x3, weights, out=out2)
 
 
 class GlobalMaxPool(_GlobalPool):

@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 
 from sporenet.lite import OpCode
-from sporenet.lite.eager import run_op
+from sporenet.lite.eager import prepare_kernel, run_op
 from sporenet.lite.errors import ShapeError
+from sporenet.lite.kernels.base import TensorSpec
 from tests.unit.lite.onnx_reference import run_onnx_op
 
 
@@ -197,3 +198,22 @@ def test_max_pool_reuses_its_scratch_across_calls():
 def test_pool_shape_errors(op, shape, attrs, message):
     with pytest.raises(ShapeError, match=message):
         run_op(op, [np.zeros(shape, np.float32)], **attrs)
+
+
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_avg_pool_over_the_whole_plane_is_the_global_mean(channels_last):
+    # TFLite stores Keras's GlobalAveragePooling2D as an AVERAGE_POOL_2D whose window is
+    # the whole input: it runs as the global mean's product.
+    rng = np.random.default_rng(8)
+    shape = (2, 5, 6, 7)
+    x = rng.normal(size=shape).astype(np.float32)
+    attrs = {"kernel_shape": [6, 7], "strides": [6, 7]}
+    (ours,) = run_op(OpCode.AVG_POOL2D, [x], **attrs)
+    want = x.astype(np.float64).mean(axis=(2, 3), keepdims=True)
+    np.testing.assert_allclose(ours, want, rtol=1e-6, atol=1e-7)
+    if channels_last:
+        stored = np.ascontiguousarray(x.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)
+        kernel = prepare_kernel(OpCode.AVG_POOL2D, attrs, [TensorSpec(shape, x.dtype)], 1)
+        out = np.empty((2, 5, 1, 1), np.float32)
+        kernel.bind([stored], [out])()
+        np.testing.assert_allclose(out, want, rtol=1e-6, atol=1e-7)
