@@ -152,9 +152,10 @@ class QConv2D(QuantizedKernel):
     tensor or per output channel, optional int32 bias (O,).
 
     Ungrouped: the int8 input is padded with its zero point (once per call into a buffer
-    of the kernel whose border is set at bind), its columns are gathered and shifted by
-    -z_x into float32 in one strided pass, and multiplied by the weights' float copy in
-    as few float32 GEMMs as exactness allows (gemm.split_reduction). Grouped and
+    of the kernel whose border is set at bind), its columns are gathered into float32 in
+    one strided pass (copied as they are, z_x sum w joining the bias, where that stays
+    exact: raw_input_stage; else shifted by -z_x), and multiplied by the weights' float
+    copy in as few float32 GEMMs as exactness allows (gemm.split_reduction). Grouped and
     depthwise: the float Conv2D over shifted float copies (one exact float32 or float64
     pass; depthwise reductions are short).
     """
