@@ -62,7 +62,8 @@ def relu_into(x: np.ndarray, out: np.ndarray) -> None:
     """out = max(x, 0), by the fastest NumPy route for the size (shared with the Relu op)."""
     # NumPy 2.x runs maximum against a scalar in a scalar loop: several times slower than
     # clip's vectorised one on large tensors, but a little cheaper to call on tiny ones (an
-    # MLP's hidden layer). Both give the same values (NaN propagates; clip keeps -0.0).
+    # MLP's hidden layer), against a 0-d zero (a Python 0 costs a conversion per call).
+    # Both give the same values (NaN propagates; clip keeps -0.0).
     if x.size > _SMALL:
         if x.dtype.kind == "f":
             lo, hi = _bounds(x.dtype, 0.0, np.inf)
@@ -70,7 +71,7 @@ def relu_into(x: np.ndarray, out: np.ndarray) -> None:
         else:
             _clip(x, 0, np.inf, out=out)
     else:
-        np.maximum(x, 0, out=out)
+        np.maximum(x, _scalar(x.dtype, 0) if x.dtype.kind == "f" else 0, out=out)
 
 
 def _relu(x: np.ndarray) -> None:
