@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from sporenet.lite import OpCode, ShapeError
-from sporenet.lite.eager import run_op
+from sporenet.lite.eager import prepare_kernel, run_op
+from sporenet.lite.kernels.base import TensorSpec
 from tests.unit.lite.onnx_reference import run_onnx_op
 
 BINARY = [
@@ -119,3 +120,19 @@ def test_binary_errors_name_the_problem():
         run_op(OpCode.LESS, [np.zeros(2, np.float32)] * 2, activation="relu")
     with pytest.raises(ShapeError, match=r"takes 2\.\.2 inputs, got 1"):
         run_op(OpCode.MUL, [np.zeros(2, np.float32)])
+
+
+@pytest.mark.parametrize("one_first", [False, True])
+def test_a_one_element_operand_is_read_live_at_every_call(one_first):
+    # A one-element operand runs as a 0-d view of its array: each call sees its value.
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    one = np.array([[2.0]], np.float32)
+    inputs = [one, x] if one_first else [x, one]
+    specs = [TensorSpec(a.shape, a.dtype) for a in inputs]
+    out = np.empty((2, 3), np.float32)
+    step = prepare_kernel(OpCode.SUB, {}, specs, 1).bind(inputs, [out])
+    for value in (2.0, -3.5):
+        one[0, 0] = value
+        step()
+        want = value - x if one_first else x - value
+        np.testing.assert_array_equal(out, want)
