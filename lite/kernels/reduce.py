@@ -27,7 +27,7 @@ class ReduceKernel(Kernel):
     # dtype's lowest (Max) or highest (Min) value, infinities for floats, as ONNX says.
     extreme: ClassVar[str | None] = None
     # Max/Min: the binary ufunc that gives the same value in any order, for a short last
-    # axis (see _short_last_axis).
+    # axis (see short_last_axis).
     pairwise: ClassVar[np.ufunc | None] = None
 
     def __init__(self, attrs: Attrs, inputs: Sequence[TensorSpec | None]) -> None:
@@ -59,14 +59,14 @@ class ReduceKernel(Kernel):
             return lambda: np.copyto(out, x)
         f, axes, keepdims, initial = self.reduction, self.axes, self.keepdims, self.initial
         pairwise = self.pairwise
-        if pairwise is not None and _short_last_axis(x.shape, axes):
-            return _slice_by_slice(pairwise, x, out)
+        if pairwise is not None and short_last_axis(x.shape, axes):
+            return slice_by_slice(pairwise, x, out)
         if initial is not None:
             return lambda: f(x, axis=axes, keepdims=keepdims, out=out, initial=initial)
         return lambda: f(x, axis=axes, keepdims=keepdims, out=out)
 
 
-def _short_last_axis(shape: tuple[int, ...], axes: tuple[int, ...]) -> bool:
+def short_last_axis(shape: tuple[int, ...], axes: tuple[int, ...]) -> bool:
     """Whether the reduction is over the last axis only, of a few values in each of many
     rows: NumPy then reduces row by row with a per-row cost far above the work, and a few
     whole-array binary ufuncs over the axis' slices run tens of times faster."""
@@ -76,7 +76,7 @@ def _short_last_axis(shape: tuple[int, ...], axes: tuple[int, ...]) -> bool:
     return 2 <= shape[-1] <= 16 and rows >= 16
 
 
-def _slice_by_slice(f: np.ufunc, x: np.ndarray, out: np.ndarray) -> Compute:
+def slice_by_slice(f: np.ufunc, x: np.ndarray, out: np.ndarray) -> Compute:
     """The step out = f(...f(f(x[..., 0], x[..., 1]), x[..., 2])..., x[..., k-1])."""
     flat = out[..., 0] if out.ndim == x.ndim else out  # keepdims: a view without the 1
     first, second, *rest = (x[..., i] for i in range(x.shape[-1]))
