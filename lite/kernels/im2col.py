@@ -359,6 +359,7 @@ def bind_im2col_hwc(
     weights are re-packed at bind to (O, kh, kw, C) order and BLAS reads the columns
     transposed, so the GEMM needs no extra copy. An input stored channels-last needs no
     transposing copy either, and an output stored so is the plain (OH*OW, O) product.
+    A batch is one GEMM over all its images' columns (`_hwc_operands`).
     """
     n, c, h, wd = x.shape
     o, _, kh, kw = w.shape
@@ -398,16 +399,7 @@ def bind_im2col_hwc(
     if bias is not None:
         wmat = np.concatenate([wmat, bias.reshape(o, 1)], axis=1)
     wmat = np.ascontiguousarray(wmat)
-    lhs = wmat
-    if n == 1 and is_channels_last(out):
-        # `out` stored channels-last is the (OH*OW, O) product of the columns as they
-        # are by the weights re-packed once to (K, O).
-        lhs, cmat = full[0], np.ascontiguousarray(wmat.T)
-        omat = out.transpose(0, 2, 3, 1).reshape(oh * ow, o)
-    elif n == 1:
-        cmat, omat = full[0].T, out.reshape(o, oh * ow)
-    else:
-        cmat, omat = full.transpose(0, 2, 1), out.reshape(n, o, oh * ow)
+    lhs, cmat, omat, spread = _hwc_operands(full, wmat, out)
     copyto, matmul = np.copyto, np.matmul
 
     pages.release_unless_read(w, lhs, cmat)
@@ -419,8 +411,31 @@ def bind_im2col_hwc(
         copyto(interior, xt)
         copyto(cols, src)
         matmul(lhs, cmat, out=omat)
+        if spread is not None:
+            copyto(*spread)
 
     return compute
+
+
+def _hwc_operands(
+    full: np.ndarray, wmat: np.ndarray, out: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, tuple[np.ndarray, np.ndarray] | None]:
+    """The GEMM lhs, rhs and output of bind_im2col_hwc's (N, OH*OW, K) columns `full` and
+    packed (O, K) weights, and the copy of the product into `out` when it needs one."""
+    n, positions, _ = full.shape
+    o = wmat.shape[0]
+    if n == 1 and is_channels_last(out):
+        # `out` stored channels-last is the (OH*OW, O) product of the columns as they
+        # are by the weights re-packed once to (K, O).
+        return full[0], np.ascontiguousarray(wmat.T), out.transpose(0, 2, 3, 1).reshape(-1, o), None
+    if n == 1:
+        return wmat, full[0].T, out.reshape(o, positions), None
+    # A batch: one GEMM over every image's columns (image by image, BLAS would multiply
+    # with only OH*OW columns each), its (O, N*OH*OW) result then copied into out's
+    # (N, O, OH*OW) once.
+    res = temporary((o, n * positions), full.dtype)
+    spread = (out.reshape(n, o, positions), res.reshape(o, n, positions).transpose(1, 0, 2))
+    return wmat, full.reshape(n * positions, -1).T, res, spread
 
 
 # Largest column matrix (bytes) built whole; larger ones are built in blocks of output

@@ -22,7 +22,8 @@ or sequence_lens, time-major layout) runs here instead, with buffers made at bin
   When one direction's R^T fits in the core's L2 cache and all of them together do not,
   the directions run one after the other instead, so each R^T stays in cache over its
   steps (lite/cpu_cache.py; a bidirectional LSTM of 256 units then runs a third faster).
-- GRU writes the new hidden state straight into Y[t, d], which the next step reads.
+- A GRU runs its directions side by side in the same way; a direction that runs alone
+  writes its new state straight into Y[t, d], which the next step reads.
 - The projections, gates and states are temporaries (kernels/workspace.py): the plan's
   arena lends them for the step and other nodes reuse the bytes.
 """
@@ -48,6 +49,9 @@ X, W, R, B, SEQUENCE_LENS, INITIAL_H, INITIAL_C, PEEPHOLES = range(8)
 
 Packed = tuple[np.ndarray | None, np.ndarray, np.ndarray, np.ndarray | None]
 """W^T (None when W is read as stored), R^T, the input-side bias, the GRU's candidate bias."""
+
+GruState = tuple[np.ndarray, np.ndarray, list[tuple[np.ndarray, np.ndarray]]]
+"""A GRU step's state to read, the state it writes, and (Y slice, state) copies after it."""
 
 
 def applies(cfg: Config, specs: Sequence[TensorSpec | None]) -> bool:
@@ -184,49 +188,96 @@ def _bind_gru(
     y: np.ndarray,
     y_h: np.ndarray,
 ) -> Compute:
-    """The GRU step: one direction after the other, each state written into Y."""
+    """The GRU steps: the directions of each of `direction_groups` advanced together, as
+    an LSTM's (see the module docstring)."""
     seq, batch, size = x.shape
-    hidden, gh, dtype = cfg.hidden, cfg.gates * cfg.hidden, x.dtype
-    x2 = x.reshape(seq * batch, size)
+    hidden, gh, dirs, dtype = cfg.hidden, cfg.gates * cfg.hidden, cfg.dirs, x.dtype
+    rt, rb_h = packed[1], packed[3]
+    projections = _projections(cfg, x.reshape(seq * batch, size), seq, packed, None)
     # Written before they are read on every call: temporaries from the plan's arena.
-    xw = temporary((seq * batch, gh), dtype)
-    xw3 = xw.reshape(seq, batch, gh)
-    a = temporary((batch, gh), dtype)
-    tmp = temporary((batch, hidden), dtype)
-    h_init = np.zeros((batch, hidden), dtype)  # read, never written: the kernel's own
-    matmul, add, multiply, tanh = np.matmul, np.add, np.multiply, np.tanh
-    one, half = np.array(1, dtype), np.array(0.5, dtype)
-    gates = a[:, : 2 * hidden]  # the sigmoid gates' columns
-    z, r, q = a[:, :hidden], a[:, hidden : 2 * hidden], a[:, 2 * hidden :]
-    wt, rt, bias, rb_h = packed
-    wt = cast(np.ndarray, wt)  # a GRU's W is always packed
-    directions = []
-    for d, reverse in enumerate(cfg.reverse):
-        steps = list(range(seq - 1, -1, -1) if reverse else range(seq))
-        # Step t reads the state the previous step wrote into Y.
-        prev = [y[steps[k - 1], d] if k else None for k in range(seq)]
-        pack = (wt[d], rt[d], bias[d], None if rb_h is None else rb_h[d])
-        directions.append((d, pack, list(zip(steps, prev, strict=True))))
+    xw = temporary((seq, dirs, batch, gh), dtype)  # in step order, per direction
+    h = temporary((dirs, batch, hidden), dtype)
+    a = temporary((dirs, batch, gh), dtype)
+    tmp = temporary((dirs, batch, hidden), dtype)
+    groups = direction_groups(dirs, rt[0].nbytes, cpu_cache.l2_bytes())
+    loops = []
+    states: list[GruState]
+    for g in groups:
+        # Per step, the state the step reads and the one it writes, and the copies into Y.
+        # One direction alone steps in Y itself: step k reads the state step k-1 wrote.
+        times = [[seq - 1 - k if cfg.reverse[d] else k for d in range(dirs)[g]] for k in range(seq)]
+        if g.stop - g.start == 1:
+            into = [y[t[0], g] for t in times]
+            states = [(into[k - 1] if k else h[g], into[k], []) for k in range(seq)]
+        else:
+            copies = [
+                [(y[t, d], h[d]) for t, d in zip(ts, range(dirs)[g], strict=True)] for ts in times
+            ]
+            states = [(h[g], h[g], c) for c in copies]
+        loops.append(
+            _gru_steps(
+                (a[g], tmp[g]),
+                rt[g],
+                None if rb_h is None else rb_h[g].reshape(-1, 1, hidden),
+                xw[:, g],
+                states,
+                cfg.linear_before_reset,
+            )
+        )
+    # Y_h: the last state of each direction.
+    last = [(y_h[d], y[0 if cfg.reverse[d] else seq - 1, d]) for d in range(dirs)]
+    copyto = np.copyto
 
-    def gru_direction(d: int, pack: tuple, steps: list[tuple[int, np.ndarray | None]]) -> None:
-        wt, rt, bias, rb_h = pack
-        matmul(x2, wt, out=xw)
-        add(xw, bias, out=xw)
-        h = h_init if h0 is None else h0[d]
-        rt_zr, rt_h = rt[:, : 2 * hidden], rt[:, 2 * hidden :]
-        for t, before in steps:
-            if before is not None:
-                h = before
-            xt = xw3[t]
-            if cfg.linear_before_reset:
+    def compute() -> None:
+        for d, project in enumerate(projections):
+            copyto(xw[:, d], project())
+        if h0 is None:
+            h.fill(0)
+        else:
+            copyto(h, h0)
+        for loop in loops:
+            loop()
+        for target, source in last:
+            copyto(target, source)
+
+    return compute
+
+
+def _gru_steps(
+    scratch: tuple[np.ndarray, np.ndarray],
+    rt: np.ndarray,
+    rb_h: np.ndarray | None,
+    xw: np.ndarray,
+    states: list[GruState],
+    linear_before_reset: bool,
+) -> Compute:
+    """Every GRU step of the directions `rt` (their stacked R^T, (dirs, H, 3H)) holds, with
+    their input projections `xw` in step order; `states` lists per step the state it
+    reads, the one it writes and the (Y slice, state) copies after it."""
+    a, tmp = scratch
+    hidden = tmp.shape[-1]
+    matmul, add, multiply, tanh = np.matmul, np.add, np.multiply, np.tanh
+    subtract, copyto = np.subtract, np.copyto
+    one, half = np.array(1, a.dtype), np.array(0.5, a.dtype)
+    gates = a[..., : 2 * hidden]  # the sigmoid gates' columns
+    z, r, q = a[..., :hidden], a[..., hidden : 2 * hidden], a[..., 2 * hidden :]
+    rt_zr, rt_h = rt[..., : 2 * hidden], rt[..., 2 * hidden :]
+    steps = [
+        (xw_k[..., : 2 * hidden], xw_k[..., 2 * hidden :], *s)
+        for xw_k, s in zip(xw, states, strict=True)
+    ]
+
+    def compute() -> None:
+        for x_zr, x_h, h, h_new, copies in steps:
+            if linear_before_reset:
                 matmul(h, rt, out=a)
             else:
                 matmul(h, rt_zr, out=gates)
-            add(gates, xt[:, : 2 * hidden], out=gates)
+            add(gates, x_zr, out=gates)
             tanh(gates, out=gates)
             add(gates, one, out=gates)
             multiply(gates, half, out=gates)
-            if cfg.linear_before_reset:
+            if linear_before_reset:
                 if rb_h is not None:
                     add(q, rb_h, out=q)
                 multiply(r, q, out=q)
@@ -235,16 +286,13 @@ def _bind_gru(
                 matmul(tmp, rt_h, out=q)
                 if rb_h is not None:
                     add(q, rb_h, out=q)
-            add(q, xt[:, 2 * hidden :], out=q)
+            add(q, x_h, out=q)
             tanh(q, out=q)  # the candidate
-            np.subtract(h, q, out=tmp)
+            subtract(h, q, out=tmp)
             multiply(tmp, z, out=tmp)
-            add(tmp, q, out=y[t, d])  # (1 - z) * cand + z * h
-        np.copyto(y_h[d], y[steps[-1][0], d])
-
-    def compute() -> None:
-        for d, pack, steps in directions:
-            gru_direction(d, pack, steps)
+            add(tmp, q, out=h_new)  # (1 - z) * cand + z * h
+            for target, source in copies:
+                copyto(target, source)
 
     return compute
 

@@ -26,6 +26,9 @@ class ReduceKernel(Kernel):
     # Max/Min: bool inputs too (False < True), and the value of an empty reduction is the
     # dtype's lowest (Max) or highest (Min) value, infinities for floats, as ONNX says.
     extreme: ClassVar[str | None] = None
+    # Max/Min: the binary ufunc that gives the same value in any order, for a short last
+    # axis (see short_last_axis).
+    pairwise: ClassVar[np.ufunc | None] = None
 
     def __init__(self, attrs: Attrs, inputs: Sequence[TensorSpec | None]) -> None:
         super().__init__(attrs, inputs)
@@ -51,13 +54,39 @@ class ReduceKernel(Kernel):
         self.output_specs = [TensorSpec(shape, x.dtype)]
 
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
-        x, out = inputs[0], outputs[0]
+        x, out = required(inputs, 0), outputs[0]
         if self.identity:
             return lambda: np.copyto(out, x)
         f, axes, keepdims, initial = self.reduction, self.axes, self.keepdims, self.initial
+        pairwise = self.pairwise
+        if pairwise is not None and short_last_axis(x.shape, axes):
+            return slice_by_slice(pairwise, x, out)
         if initial is not None:
             return lambda: f(x, axis=axes, keepdims=keepdims, out=out, initial=initial)
         return lambda: f(x, axis=axes, keepdims=keepdims, out=out)
+
+
+def short_last_axis(shape: tuple[int, ...], axes: tuple[int, ...]) -> bool:
+    """Whether the reduction is over the last axis only, of a few values in each of many
+    rows: NumPy then reduces row by row with a per-row cost far above the work, and a few
+    whole-array binary ufuncs over the axis' slices run tens of times faster."""
+    if axes != (len(shape) - 1,):
+        return False
+    rows = int(np.prod(shape[:-1], dtype=np.int64))
+    return 2 <= shape[-1] <= 16 and rows >= 16
+
+
+def slice_by_slice(f: np.ufunc, x: np.ndarray, out: np.ndarray) -> Compute:
+    """The step out = f(...f(f(x[..., 0], x[..., 1]), x[..., 2])..., x[..., k-1])."""
+    flat = out[..., 0] if out.ndim == x.ndim else out  # keepdims: a view without the 1
+    first, second, *rest = (x[..., i] for i in range(x.shape[-1]))
+
+    def compute() -> None:
+        f(first, second, out=flat)
+        for part in rest:
+            f(flat, part, out=flat)
+
+    return compute
 
 
 def _extreme(dtype: np.dtype, which: str) -> object:
@@ -102,12 +131,14 @@ class ReduceMax(ReduceKernel):
     op = OpCode.REDUCE_MAX
     reduction = staticmethod(np.max)
     extreme = "min"
+    pairwise = np.maximum
 
 
 class ReduceMin(ReduceKernel):
     op = OpCode.REDUCE_MIN
     reduction = staticmethod(np.min)
     extreme = "max"
+    pairwise = np.minimum
 
 
 class ReduceProd(ReduceKernel):

@@ -7,7 +7,8 @@ from collections.abc import Sequence
 import numpy as np
 
 from sporenet.lite.kernels.axes import normalize_axis
-from sporenet.lite.kernels.base import Attrs, Compute, Kernel, TensorSpec
+from sporenet.lite.kernels.base import Attrs, Compute, Kernel, TensorSpec, required
+from sporenet.lite.kernels.reduce import short_last_axis, slice_by_slice
 from sporenet.lite.ops import OpCode
 
 
@@ -25,6 +26,15 @@ class _SoftmaxBase(Kernel):
         shape[self.axis] = 1
         return np.empty(shape, out.dtype), np.empty(shape, out.dtype)
 
+    def _peak(self, x: np.ndarray, peak: np.ndarray) -> Compute:
+        """The step peak = max(x) along the axis: the ufunc's reduce without np.max's
+        Python wrapper, or slice by slice over a short last axis (reduce.py says why);
+        the same values either way."""
+        if short_last_axis(x.shape, (self.axis,)):
+            return slice_by_slice(np.maximum, x, peak)
+        reduce, axis = np.maximum.reduce, self.axis
+        return lambda: reduce(x, axis=axis, keepdims=True, out=peak)
+
 
 class Softmax(_SoftmaxBase):
     """exp(x - max) / sum(exp(x - max)) along `axis` (default -1)."""
@@ -32,14 +42,15 @@ class Softmax(_SoftmaxBase):
     op = OpCode.SOFTMAX
 
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
-        x, out, axis = inputs[0], outputs[0], self.axis
+        x, out, axis = required(inputs, 0), outputs[0], self.axis
         peak, total = self._reduced(out)
+        find_peak, add_reduce = self._peak(x, peak), np.add.reduce
 
         def compute() -> None:
-            np.max(x, axis=axis, keepdims=True, out=peak)
+            find_peak()
             np.subtract(x, peak, out=out)
             np.exp(out, out=out)
-            np.sum(out, axis=axis, keepdims=True, out=total)
+            add_reduce(out, axis=axis, keepdims=True, out=total)  # np.sum without its wrapper
             np.divide(out, total, out=out)
 
         return compute
@@ -51,14 +62,15 @@ class LogSoftmax(_SoftmaxBase):
     op = OpCode.LOG_SOFTMAX
 
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
-        x, out, axis = inputs[0], outputs[0], self.axis
+        x, out, axis = required(inputs, 0), outputs[0], self.axis
         peak, total = self._reduced(out)
+        find_peak, add_reduce = self._peak(x, peak), np.add.reduce
 
         def compute() -> None:
-            np.max(x, axis=axis, keepdims=True, out=peak)
+            find_peak()
             np.subtract(x, peak, out=out)
             np.exp(out, out=out)
-            np.sum(out, axis=axis, keepdims=True, out=total)
+            add_reduce(out, axis=axis, keepdims=True, out=total)  # np.sum without its wrapper
             np.log(total, out=total)
             # (x - max) - log(sum), not x - (max + log(sum)): keeps precision for big logits.
             np.subtract(x, peak, out=out)

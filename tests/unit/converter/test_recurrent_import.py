@@ -180,14 +180,15 @@ def test_common_inference_cases_take_the_packed_path(kind, options, fast):
     assert kernel.fast is fast
 
 
-def test_directions_one_after_another_when_only_one_fits_in_cache(monkeypatch):
-    # A bidirectional LSTM whose R^T per direction fits in the L2 cache and both do not
+@pytest.mark.parametrize("kind", ["LSTM", "GRU"])
+def test_directions_one_after_another_when_only_one_fits_in_cache(monkeypatch, kind):
+    # A bidirectional LSTM or GRU whose R^T per direction fits in the L2 cache and both do not
     # runs its directions one after the other (recurrent_fast.direction_groups); the
     # results are those of the batched loop, which the onnxruntime tests above check.
     from sporenet.lite import cpu_cache
     from sporenet.lite.kernels import recurrent_fast
 
-    r_bytes = HID * 4 * HID * 4
+    r_bytes = HID * GATES[kind] * HID * 4
     assert recurrent_fast.direction_groups(2, r_bytes, 2 * r_bytes) == [
         slice(0, 1),
         slice(1, 2),
@@ -195,12 +196,12 @@ def test_directions_one_after_another_when_only_one_fits_in_cache(monkeypatch):
     assert recurrent_fast.direction_groups(2, r_bytes, 64 * r_bytes) == [slice(0, 2)]
     assert recurrent_fast.direction_groups(2, r_bytes, r_bytes) == [slice(0, 2)]
     assert recurrent_fast.direction_groups(1, r_bytes, 2 * r_bytes) == [slice(0, 1)]
-    model = rnn_model("LSTM", direction="bidirectional", states=True)
+    model = rnn_model(kind, direction="bidirectional", states=True)
     f = feeds(model, 7, 2)
     batched = Interpreter(model_content=convert_onnx(model)).run(f)
     monkeypatch.setattr(cpu_cache, "l2_bytes", lambda: 2 * r_bytes)
     grouped = Interpreter(model_content=convert_onnx(model)).run(f)
-    for name in OUTPUTS["LSTM"]:  # the same operations, up to BLAS's summation order
+    for name in OUTPUTS[kind]:  # the same operations, up to BLAS's summation order
         np.testing.assert_allclose(grouped[name], batched[name], rtol=1e-6, atol=1e-7)
-    for name, want in zip(OUTPUTS["LSTM"], run_ort(model, f), strict=True):
+    for name, want in zip(OUTPUTS[kind], run_ort(model, f), strict=True):
         np.testing.assert_allclose(grouped[name], want, rtol=1e-5, atol=1e-6, err_msg=name)

@@ -1,12 +1,16 @@
-"""The 2-D product steps (conv_common.gemm, matmul_for): np.dot where it applies, the
-same products as np.matmul everywhere, split into blocks or not."""
+"""The 2-D product steps (conv_common.gemm, matmul_for, a fully connected layer's few
+rows): np.dot where it applies, the same products as np.matmul everywhere, split into
+blocks or not, transposed or not."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
+from sporenet.lite.eager import prepare_kernel
+from sporenet.lite.kernels.base import TensorSpec
 from sporenet.lite.kernels.conv_common import UNPACKED_GEMM, gemm, matmul_for
+from sporenet.lite.ops import OpCode
 from sporenet.lite.threads import BLAS
 
 
@@ -38,3 +42,23 @@ def test_matmul_for_takes_dot_only_for_contiguous_separate_outputs():
     assert matmul_for(a[None], b, np.empty((1, 4, 5), np.float32)) is np.matmul
     square = np.ones((4, 4), np.float32)
     assert matmul_for(square, square, square) is np.matmul
+
+
+@pytest.mark.parametrize(
+    "rows,transposed", [(1, False), (5, True), (48, True), (64, False)], ids=str
+)
+def test_fully_connected_with_few_rows_matches_float64(rows, transposed):
+    # A few rows run as (W @ x.T).T; one row (a matrix-vector product) and many rows as
+    # x @ W.T. Either way the bias and the fused activation follow the product.
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(rows, 1, 224)).astype(np.float32)
+    w, bias = rng.normal(size=(256, 224)).astype(np.float32), rng.normal(size=256)
+    bias = bias.astype(np.float32)
+    specs = [TensorSpec(x.shape, x.dtype), TensorSpec(w.shape, w.dtype, w)]
+    specs.append(TensorSpec(bias.shape, bias.dtype, bias))
+    kernel = prepare_kernel(OpCode.FULLY_CONNECTED, {"activation": "relu"}, specs, 1)
+    assert kernel.transposed == transposed
+    out = np.full((rows, 1, 256), np.nan, np.float32)
+    kernel.bind([x, w, bias], [out])()
+    want = np.maximum(x.astype(np.float64) @ w.T.astype(np.float64) + bias, 0)
+    np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-4)

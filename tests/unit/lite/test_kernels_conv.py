@@ -446,3 +446,27 @@ def test_pointwise_head_with_large_weights_on_a_small_map(bias, activation):
     if activation == "relu6":
         ref = np.clip(ref, 0, 6)
     np.testing.assert_allclose(ours, ref, rtol=RTOL, atol=ATOL)
+
+
+@pytest.mark.parametrize("with_bias", [False, True])
+@pytest.mark.parametrize(
+    ("x_shape", "w_shape", "pads"),
+    [
+        ((8, 32, 1, 21), (48, 32, 1, 11), (0, 0, 0, 0)),
+        ((3, 40, 6, 6), (16, 40, 2, 3), (1, 0, 0, 1)),
+    ],
+    ids=["1d-batch", "2d-batch"],
+)
+def test_narrow_outputs_of_a_batch_in_one_gemm(x_shape, w_shape, pads, with_bias):
+    # Many channels and outputs at most 16 wide build their columns channels-last
+    # (im2col.bind_im2col_hwc); a batch of such images is multiplied as one GEMM and its
+    # result spread back to each image.
+    rng = np.random.default_rng(7)
+    x = rng.normal(size=x_shape).astype(np.float32)
+    w = (rng.normal(size=w_shape) * 0.1).astype(np.float32)
+    b = rng.normal(size=w_shape[0]).astype(np.float32) if with_bias else None
+    inputs = [x, w] + ([b] if with_bias else [])
+    (got,) = run_op(OpCode.CONV2D, inputs, pads=list(pads))
+    want = conv_reference(x, w, b, pads=pads)
+    # float32 sums of up to 360 products of O(1) values against a float64 reference.
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)

@@ -139,3 +139,16 @@ def test_reduce_mean_is_numpy_mean_bit_for_bit(shape, axes, keepdims, dtype):
     want = np.mean(x, axis=tuple(axes), keepdims=bool(keepdims))
     assert ours.dtype == want.dtype
     np.testing.assert_array_equal(ours, want)
+
+
+@pytest.mark.parametrize("keepdims", [1, 0])
+@pytest.mark.parametrize("dtype", [np.float32, np.int8, np.bool_])
+@pytest.mark.parametrize(("op", "ref"), [(OpCode.REDUCE_MAX, np.max), (OpCode.REDUCE_MIN, np.min)])
+def test_max_min_over_a_short_last_axis_slice_by_slice(op, ref, dtype, keepdims):
+    # Many rows of 3 values: reduced slice by slice, the same values as NumPy, NaN included.
+    x = np.random.default_rng(2).normal(size=(4, 10, 3)) * 50
+    if dtype is np.float32:
+        x[1, 2, 1] = np.nan
+    x = (x > 0) if dtype is np.bool_ else x.astype(dtype)
+    (ours,) = run_op(op, [x], axes=[-1], keepdims=keepdims)
+    np.testing.assert_array_equal(ours, ref(x, axis=-1, keepdims=bool(keepdims)))

@@ -134,3 +134,30 @@ def test_layer_norm_errors():
         run_op(OpCode.LAYER_NORM, [x, np.ones(4, np.float32)], axis=3)
     with pytest.raises(ShapeError, match="input 1 is required"):
         run_op(OpCode.LAYER_NORM, [x, None])
+
+
+@pytest.mark.parametrize(("shape", "axis"), [((32, 192), -1), ((2, 5, 7), 1), ((1, 20, 336), 2)])
+def test_layer_norm_is_the_numpy_mean_formula_bit_for_bit(shape, axis):
+    # The step skips np.mean's wrapper; its sum and division by the count are np.mean's.
+    rng = np.random.default_rng(5)
+    x = rng.normal(size=shape).astype(np.float32)
+    scale, bias = (rng.normal(size=shape[axis:]).astype(np.float32) for _ in range(2))
+    axes = tuple(range(axis % len(shape), len(shape)))
+    centered = x - np.mean(x, axis=axes, keepdims=True)
+    var = np.mean(np.square(centered), axis=axes, keepdims=True)
+    want = centered * np.reciprocal(np.sqrt(var + np.float32(1e-5))) * scale + bias
+    (got,) = run_op(OpCode.LAYER_NORM, [x, scale, bias], axis=axis)
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("shape", [(4, 10, 3), (2, 6, 32, 32)], ids=["short-last-axis", "rows"])
+@pytest.mark.parametrize("op", [OpCode.SOFTMAX, OpCode.LOG_SOFTMAX])
+def test_softmax_is_the_numpy_formula_bit_for_bit(shape, op):
+    # The peak of a short last axis is found slice by slice (the same maximum); the sum
+    # is np.sum's own reduction.
+    x = (np.random.default_rng(6).normal(size=shape) * 4).astype(np.float32)
+    shifted = x - np.max(x, axis=-1, keepdims=True)
+    total = np.sum(np.exp(shifted), axis=-1, keepdims=True)
+    want = np.exp(shifted) / total if op == OpCode.SOFTMAX else shifted - np.log(total)
+    (got,) = run_op(op, [x], axis=-1)
+    np.testing.assert_array_equal(got, want)

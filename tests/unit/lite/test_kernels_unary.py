@@ -9,6 +9,7 @@ import pytest
 
 from sporenet.lite import OpCode, ShapeError
 from sporenet.lite.eager import prepare_kernel, run_op
+from sporenet.lite.kernels import unary
 from sporenet.lite.kernels.base import TensorSpec
 from tests.unit.lite.onnx_reference import run_onnx_op
 
@@ -281,3 +282,20 @@ def test_prelu_on_channels_last_storage():
     out = np.empty((1, 5, 8, 6), np.float32).transpose(0, 3, 1, 2)
     kernel.bind([x_last, slope], [out])()
     np.testing.assert_array_equal(out, np.where(x >= 0, x, x * slope))
+
+
+@pytest.mark.parametrize("channels_last", [False, True], ids=["nchw", "channels-last"])
+def test_multi_pass_kernels_in_blocks_match_the_whole_array(channels_last):
+    # A tensor of several blocks (unary.BLOCK) is computed block by block in memory
+    # order, also when it is an NCHW view of channels-last memory; each element's value
+    # is the one a small tensor gets.
+    x = np.random.default_rng(4).normal(size=(2, 5, 90, 100)).astype(np.float32)
+    assert x.size > 2 * unary.BLOCK
+    for op in (OpCode.ERF, OpCode.GELU, OpCode.SOFTPLUS):
+        kernel = prepare_kernel(op, {}, [TensorSpec(x.shape, x.dtype)], 1)
+        src = np.ascontiguousarray(x.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)
+        src = src if channels_last else x
+        out = np.empty_like(src)  # the same layout as src
+        kernel.bind([src], [out])()
+        rows = [run_op(op, [row])[0] for row in x.reshape(-1, 100)]  # 100 values: one block
+        np.testing.assert_array_equal(out, np.concatenate(rows).reshape(x.shape))
