@@ -3,7 +3,8 @@
 
 The column matrix is copied into a temporary taken at bind (kernels/workspace.py), then
 multiplied with the weights (pre-shaped to (groups, out/groups, in/groups*kh*kw)) by BLAS;
-a large one is built and multiplied in blocks of output rows (`_bind_row_blocks`).
+a large one is built and multiplied in blocks of output rows (`_bind_row_blocks`), and
+a batch's in blocks of images (`_bind_image_blocks`).
 Narrow outputs with many channels build the columns channels-last instead
 (`bind_im2col_hwc`), so the copy runs in rows of C elements rather than OW. Which of the
 two runs is Conv2D's choice.
@@ -103,8 +104,12 @@ def bind_im2col(
     src = im2col_view(xp, win)
     k = cg * kh * kw
     extra = 0 if bias is None else 1
-    if n == g == 1 and not by_phase and (k + extra) * oh * ow * x.itemsize > _BLOCK_BYTES:
+    per_image = (k + extra) * oh * ow * x.itemsize
+    if n == g == 1 and not by_phase and per_image > _BLOCK_BYTES:
         return _bind_row_blocks(win, src, x, interior, refill, w, out, bias)
+    if n > 1 and g == 1 and not by_phase and n * per_image > _BLOCK_BYTES:
+        step = max(1, _BLOCK_BYTES // per_image)
+        return _bind_image_blocks(src, (x, interior, refill), w, out, bias, step)
     out_last = not out.flags.c_contiguous and out.transpose(0, 2, 3, 1).flags.c_contiguous
     cols, ones, wmat, cmat, omat = _gemm_operands(src, w, out, bias, g)
     # The copies that fill the columns: the padding's interior, then the columns
@@ -344,6 +349,59 @@ def _bind_row_blocks(
                 matmul(cmat.T, wmat, out=omat)
             else:
                 matmul(wmat, cmat, out=omat)
+
+    return compute
+
+
+def _bind_image_blocks(
+    src: np.ndarray,
+    padding: tuple[np.ndarray, np.ndarray | None, Compute | None],
+    w: np.ndarray,
+    out: np.ndarray,
+    bias: np.ndarray | None,
+    step: int,
+) -> Compute:
+    """Columns + GEMM of a batch, `step` images at a time (about _BLOCK_BYTES of
+    columns): each block's columns are multiplied while still in cache, where the whole
+    batch's would be written to memory and read back. `padding` is (x, the padded
+    buffer's interior or None, its refill or None)."""
+    x, interior, refill = padding
+    n, (oh, ow) = src.shape[0], src.shape[4:]
+    o, cg, kh, kw = w.shape
+    k = cg * kh * kw
+    extra = 0 if bias is None else 1
+    full = temporary((step, k + extra, oh * ow), x.dtype)
+    cols = _strided(
+        full,
+        (step, *src.shape[1:]),
+        (full.strides[0], *_contiguous_strides(src.shape[1:], x.itemsize)),
+    )
+    # Row k carries the bias; the buffer is shared with other steps, so it is rewritten
+    # on every call.
+    ones = full[:, k] if bias is not None else None
+    wmat = w.reshape(o, k)
+    if bias is not None:
+        wmat = np.concatenate([wmat, bias.reshape(o, 1)], axis=1)
+    out3 = out.reshape(n, o, oh * ow)
+    blocks = [
+        (cols[:m], src[i : i + m], full[:m], out3[i : i + m])
+        for i in range(0, n, step)
+        for m in [min(step, n - i)]
+    ]
+    copyto, matmul = np.copyto, np.matmul
+
+    pages.release_unless_read(w, wmat)
+
+    def compute() -> None:
+        if refill is not None:
+            refill()
+        if interior is not None:
+            copyto(interior, x)
+        if ones is not None:
+            ones.fill(1)
+        for dst, part, cmat, omat in blocks:
+            copyto(dst, part)
+            matmul(wmat, cmat, out=omat)
 
     return compute
 
