@@ -78,16 +78,20 @@ def bind_im2col(
     w: np.ndarray,
     out: np.ndarray,
     bias: np.ndarray | None = None,
+    *,
+    bias_runtime: bool = False,
 ) -> Compute:
     """Columns + GEMM; with a (constant, ungrouped) bias, the column matrix gets an
-    extra row of ones and the packed weights the bias as an extra column."""
+    extra row of ones and the packed weights the bias as an extra column. A bias (and
+    weights) read at run time rides in the GEMM the same way only in blocks of images
+    (`bias_runtime`, where `in_image_blocks` holds): the packed weights are refreshed on
+    every call."""
     g = group
     n = x.shape[0]
     o, cg, kh, kw = w.shape
     oh, ow = win.out
     copyto = np.copyto
-    phases = min(win.strides[0], kh) * min(win.strides[1], kw)
-    by_phase = 1 < phases <= _MAX_PHASES and win.dilations == (1, 1)
+    by_phase = _by_phase(win)
     if by_phase and n == g == 1:
         return _bind_wide_phases(win, x, w, out, bias)
     refill = None
@@ -107,9 +111,12 @@ def bind_im2col(
     per_image = (k + extra) * oh * ow * x.itemsize
     if n == g == 1 and not by_phase and per_image > _BLOCK_BYTES:
         return _bind_row_blocks(win, src, x, interior, refill, w, out, bias)
-    if n > 1 and g == 1 and not by_phase and n * per_image > _BLOCK_BYTES:
+    if in_image_blocks(win, g, x.shape, x.itemsize):
         step = max(1, _BLOCK_BYTES // per_image)
-        return _bind_image_blocks(src, (x, interior, refill), w, out, bias, step)
+        weights = (w, bias, bias_runtime)
+        return _bind_image_blocks(src, (x, interior, refill), weights, out, step)
+    if bias_runtime:
+        raise ValueError("a run-time bias rides in the GEMM only in blocks of images")
     out_last = not out.flags.c_contiguous and out.transpose(0, 2, 3, 1).flags.c_contiguous
     cols, ones, wmat, cmat, omat = _gemm_operands(src, w, out, bias, g)
     # The copies that fill the columns: the padding's interior, then the columns
@@ -139,6 +146,23 @@ def bind_im2col(
         product()
 
     return compute
+
+
+def _by_phase(win: Window) -> bool:
+    """Whether a strided window's columns are copied through its stride phases."""
+    (kh, kw), (sh, sw) = win.kernel, win.strides
+    phases = min(sh, kh) * min(sw, kw)
+    return 1 < phases <= _MAX_PHASES and win.dilations == (1, 1)
+
+
+def in_image_blocks(win: Window, group: int, x_shape: Sequence[int], itemsize: int) -> bool:
+    """Whether bind_im2col builds and multiplies a batch's columns in blocks of images:
+    an ungrouped, unphased window over several images whose columns (a row for a bias
+    included) exceed _BLOCK_BYTES."""
+    n, c = x_shape[:2]
+    (kh, kw), (oh, ow) = win.kernel, win.out
+    per_image = (c * kh * kw + 1) * oh * ow * itemsize
+    return n > 1 and group == 1 and not _by_phase(win) and n * per_image > _BLOCK_BYTES
 
 
 def _gemm_operands(
@@ -356,16 +380,17 @@ def _bind_row_blocks(
 def _bind_image_blocks(
     src: np.ndarray,
     padding: tuple[np.ndarray, np.ndarray | None, Compute | None],
-    w: np.ndarray,
+    weights: tuple[np.ndarray, np.ndarray | None, bool],
     out: np.ndarray,
-    bias: np.ndarray | None,
     step: int,
 ) -> Compute:
     """Columns + GEMM of a batch, `step` images at a time (about _BLOCK_BYTES of
     columns): each block's columns are multiplied while still in cache, where the whole
     batch's would be written to memory and read back. `padding` is (x, the padded
-    buffer's interior or None, its refill or None)."""
+    buffer's interior or None, its refill or None); `weights` is (w, bias or None,
+    whether both are read at run time, so packed again on every call)."""
     x, interior, refill = padding
+    w, bias, runtime = weights
     n, (oh, ow) = src.shape[0], src.shape[4:]
     o, cg, kh, kw = w.shape
     k = cg * kh * kw
@@ -380,7 +405,11 @@ def _bind_image_blocks(
     # on every call.
     ones = full[:, k] if bias is not None else None
     wmat = w.reshape(o, k)
-    if bias is not None:
+    repack = []
+    if bias is not None and runtime:
+        wmat = np.empty((o, k + 1), w.dtype)
+        repack = [(wmat[:, :k].reshape(w.shape), w), (wmat[:, k], bias)]
+    elif bias is not None:
         wmat = np.concatenate([wmat, bias.reshape(o, 1)], axis=1)
     out3 = out.reshape(n, o, oh * ow)
     blocks = [
@@ -390,9 +419,12 @@ def _bind_image_blocks(
     ]
     copyto, matmul = np.copyto, np.matmul
 
-    pages.release_unless_read(w, wmat)
+    if not runtime:
+        pages.release_unless_read(w, wmat)
 
     def compute() -> None:
+        for dst, part in repack:
+            copyto(dst, part)
         if refill is not None:
             refill()
         if interior is not None:
