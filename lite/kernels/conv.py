@@ -287,8 +287,9 @@ class Im2col(_Path):
         self, x: np.ndarray, w: np.ndarray, out: np.ndarray, bias: np.ndarray | None
     ) -> Compute:
         bias_const, act = self.layer.const_bias, self.act
-        if bias_const and self.group == 1:
-            # The bias rides in the GEMM: a column of ones under the im2col matrix.
+        if bias_const and self.group == 1 and self.layer.const_weights:
+            # The bias rides in the GEMM: a column of ones under the im2col matrix, the
+            # weights packed with it once (so only while they are constant too).
             main = self._columns(x, w, out, bias)
             dense = out.transpose(0, 2, 3, 1) if is_channels_last(out) else out
             return with_epilogue(main, dense, None, act, False)
