@@ -110,8 +110,8 @@ class ReduceSum(ReduceKernel):
         ):
             return super().bind(inputs, outputs)
         # The batch axis first, as whole rows added at memory speed, then the rest on the
-        # one summed sample: np.sum over (0, 2, 3) of a (64, 32, 14, 14) gradient (a
-        # conv bias's) walks short rows across the batch at about twice the cost.
+        # one summed sample: np.sum over (0, 2, 3) of an NCHW gradient (a conv bias's)
+        # walks short rows across the batch instead.
         rows = temporary(x.shape[1:], x.dtype)
         flat, first = x.reshape(x.shape[0], -1), rows.reshape(-1)
         rest = tuple(a - 1 for a in axes[1:])
