@@ -297,7 +297,7 @@ class Im2col(_Path):
             bias is not None
             and not self.hwc
             and in_image_blocks(self.win, self.group, x.shape, x.itemsize)
-            and not is_channels_last(out)
+            and out.flags.c_contiguous
         ):
             # A run-time bias over a batch also rides in the GEMM (the weights are packed
             # with it on every call), not in a broadcast pass over the output.

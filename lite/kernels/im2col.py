@@ -111,7 +111,7 @@ def bind_im2col(
     per_image = (k + extra) * oh * ow * x.itemsize
     if n == g == 1 and not by_phase and per_image > _BLOCK_BYTES:
         return _bind_row_blocks(win, src, x, interior, refill, w, out, bias)
-    if in_image_blocks(win, g, x.shape, x.itemsize):
+    if in_image_blocks(win, g, x.shape, x.itemsize) and out.flags.c_contiguous:
         step = max(1, _BLOCK_BYTES // per_image)
         weights = (w, bias, bias_runtime)
         return _bind_image_blocks(src, (x, interior, refill), weights, out, step)
