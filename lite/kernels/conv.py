@@ -53,7 +53,7 @@ from sporenet.lite.kernels.conv_common import (
 )
 from sporenet.lite.kernels.conv_strategy import ConvLayer, ConvStrategy, choose
 from sporenet.lite.kernels.depthwise import bind_depthwise, uses_channels_last
-from sporenet.lite.kernels.im2col import bind_im2col, bind_im2col_hwc
+from sporenet.lite.kernels.im2col import bind_im2col, bind_im2col_hwc, in_image_blocks
 from sporenet.lite.kernels.pointwise import (
     bind_pointwise,
     bind_pointwise_head,
@@ -287,11 +287,22 @@ class Im2col(_Path):
         self, x: np.ndarray, w: np.ndarray, out: np.ndarray, bias: np.ndarray | None
     ) -> Compute:
         bias_const, act = self.layer.const_bias, self.act
-        if bias_const and self.group == 1:
-            # The bias rides in the GEMM: a column of ones under the im2col matrix.
+        if bias_const and self.group == 1 and self.layer.const_weights:
+            # The bias rides in the GEMM: a column of ones under the im2col matrix, the
+            # weights packed with it once (so only while they are constant too).
             main = self._columns(x, w, out, bias)
             dense = out.transpose(0, 2, 3, 1) if is_channels_last(out) else out
             return with_epilogue(main, dense, None, act, False)
+        if (
+            bias is not None
+            and not self.hwc
+            and in_image_blocks(self.win, self.group, x.shape, x.itemsize)
+            and out.flags.c_contiguous
+        ):
+            # A run-time bias over a batch also rides in the GEMM (the weights are packed
+            # with it on every call), not in a broadcast pass over the output.
+            main = bind_im2col(self.win, 1, x, w, out, bias, bias_runtime=True)
+            return with_epilogue(main, out, None, act, False)
         main = self._columns(x, w, out)
         if bias is None and is_channels_last(out):
             return with_epilogue(main, out.transpose(0, 2, 3, 1), None, act, False)

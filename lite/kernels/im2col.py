@@ -3,7 +3,8 @@
 
 The column matrix is copied into a temporary taken at bind (kernels/workspace.py), then
 multiplied with the weights (pre-shaped to (groups, out/groups, in/groups*kh*kw)) by BLAS;
-a large one is built and multiplied in blocks of output rows (`_bind_row_blocks`).
+a large one is built and multiplied in blocks of output rows (`_bind_row_blocks`), and
+a batch's in blocks of images (`_bind_image_blocks`).
 Narrow outputs with many channels build the columns channels-last instead
 (`bind_im2col_hwc`), so the copy runs in rows of C elements rather than OW. Which of the
 two runs is Conv2D's choice.
@@ -77,16 +78,20 @@ def bind_im2col(
     w: np.ndarray,
     out: np.ndarray,
     bias: np.ndarray | None = None,
+    *,
+    bias_runtime: bool = False,
 ) -> Compute:
     """Columns + GEMM; with a (constant, ungrouped) bias, the column matrix gets an
-    extra row of ones and the packed weights the bias as an extra column."""
+    extra row of ones and the packed weights the bias as an extra column. A bias (and
+    weights) read at run time rides in the GEMM the same way only in blocks of images
+    (`bias_runtime`, where `in_image_blocks` holds): the packed weights are refreshed on
+    every call."""
     g = group
     n = x.shape[0]
     o, cg, kh, kw = w.shape
     oh, ow = win.out
     copyto = np.copyto
-    phases = min(win.strides[0], kh) * min(win.strides[1], kw)
-    by_phase = 1 < phases <= _MAX_PHASES and win.dilations == (1, 1)
+    by_phase = _by_phase(win)
     if by_phase and n == g == 1:
         return _bind_wide_phases(win, x, w, out, bias)
     refill = None
@@ -103,8 +108,15 @@ def bind_im2col(
     src = im2col_view(xp, win)
     k = cg * kh * kw
     extra = 0 if bias is None else 1
-    if n == g == 1 and not by_phase and (k + extra) * oh * ow * x.itemsize > _BLOCK_BYTES:
+    per_image = (k + extra) * oh * ow * x.itemsize
+    if n == g == 1 and not by_phase and per_image > _BLOCK_BYTES:
         return _bind_row_blocks(win, src, x, interior, refill, w, out, bias)
+    if in_image_blocks(win, g, x.shape, x.itemsize) and out.flags.c_contiguous:
+        step = max(1, _BLOCK_BYTES // per_image)
+        weights = (w, bias, bias_runtime)
+        return _bind_image_blocks(src, (x, interior, refill), weights, out, step)
+    if bias_runtime:
+        raise ValueError("a run-time bias rides in the GEMM only in blocks of images")
     out_last = not out.flags.c_contiguous and out.transpose(0, 2, 3, 1).flags.c_contiguous
     cols, ones, wmat, cmat, omat = _gemm_operands(src, w, out, bias, g)
     # The copies that fill the columns: the padding's interior, then the columns
@@ -134,6 +146,23 @@ def bind_im2col(
         product()
 
     return compute
+
+
+def _by_phase(win: Window) -> bool:
+    """Whether a strided window's columns are copied through its stride phases."""
+    (kh, kw), (sh, sw) = win.kernel, win.strides
+    phases = min(sh, kh) * min(sw, kw)
+    return 1 < phases <= _MAX_PHASES and win.dilations == (1, 1)
+
+
+def in_image_blocks(win: Window, group: int, x_shape: Sequence[int], itemsize: int) -> bool:
+    """Whether bind_im2col builds and multiplies a batch's columns in blocks of images:
+    an ungrouped, unphased window over several images whose columns (a row for a bias
+    included) exceed _BLOCK_BYTES."""
+    n, c = x_shape[:2]
+    (kh, kw), (oh, ow) = win.kernel, win.out
+    per_image = (c * kh * kw + 1) * oh * ow * itemsize
+    return n > 1 and group == 1 and not _by_phase(win) and n * per_image > _BLOCK_BYTES
 
 
 def _gemm_operands(
@@ -344,6 +373,67 @@ def _bind_row_blocks(
                 matmul(cmat.T, wmat, out=omat)
             else:
                 matmul(wmat, cmat, out=omat)
+
+    return compute
+
+
+def _bind_image_blocks(
+    src: np.ndarray,
+    padding: tuple[np.ndarray, np.ndarray | None, Compute | None],
+    weights: tuple[np.ndarray, np.ndarray | None, bool],
+    out: np.ndarray,
+    step: int,
+) -> Compute:
+    """Columns + GEMM of a batch, `step` images at a time (about _BLOCK_BYTES of
+    columns): each block's columns are multiplied while still in cache, where the whole
+    batch's would be written to memory and read back. `padding` is (x, the padded
+    buffer's interior or None, its refill or None); `weights` is (w, bias or None,
+    whether both are read at run time, so packed again on every call)."""
+    x, interior, refill = padding
+    w, bias, runtime = weights
+    n, (oh, ow) = src.shape[0], src.shape[4:]
+    o, cg, kh, kw = w.shape
+    k = cg * kh * kw
+    extra = 0 if bias is None else 1
+    full = temporary((step, k + extra, oh * ow), x.dtype)
+    cols = _strided(
+        full,
+        (step, *src.shape[1:]),
+        (full.strides[0], *_contiguous_strides(src.shape[1:], x.itemsize)),
+    )
+    # Row k carries the bias; the buffer is shared with other steps, so it is rewritten
+    # on every call.
+    ones = full[:, k] if bias is not None else None
+    wmat = w.reshape(o, k)
+    repack = []
+    if bias is not None and runtime:
+        wmat = np.empty((o, k + 1), w.dtype)
+        repack = [(wmat[:, :k].reshape(w.shape), w), (wmat[:, k], bias)]
+    elif bias is not None:
+        wmat = np.concatenate([wmat, bias.reshape(o, 1)], axis=1)
+    out3 = out.reshape(n, o, oh * ow)
+    blocks = [
+        (cols[:m], src[i : i + m], full[:m], out3[i : i + m])
+        for i in range(0, n, step)
+        for m in [min(step, n - i)]
+    ]
+    copyto, matmul = np.copyto, np.matmul
+
+    if not runtime:
+        pages.release_unless_read(w, wmat)
+
+    def compute() -> None:
+        for dst, part in repack:
+            copyto(dst, part)
+        if refill is not None:
+            refill()
+        if interior is not None:
+            copyto(interior, x)
+        if ones is not None:
+            ones.fill(1)
+        for dst, part, cmat, omat in blocks:
+            copyto(dst, part)
+            matmul(wmat, cmat, out=omat)
 
     return compute
 

@@ -71,22 +71,35 @@ class _WindowPool(Kernel):
         win = self.win
         (kh, kw), (sh, sw), (dh, dw), (oh, ow) = win.kernel, win.strides, win.dilations, win.out
         src, refresh = self._source(x)
-        cols = src.shape[3]
-        # Row pass first: the kh taps at each output row, over whole padded rows (each tap
-        # a view of contiguous rows, so the reads run at memory speed).
-        row_taps = [src[:, :, slice(i * dh, i * dh + sh * (oh - 1) + 1, sh)] for i in range(kh)]
+        n, cols = src.shape[0], src.shape[3]
+        # A batch runs in blocks of images (about _BLOCK_BYTES of input), so the column
+        # pass reads a block's row results while they are still in cache.
+        step = max(1, min(n, _BLOCK_BYTES // max(1, src[0].nbytes))) if kh > 1 else n
         # The row pass rewrites all of `tmp` each call: it comes from the plan's arena.
-        tmp = temporary((*x.shape[:2], oh, cols), x.dtype) if kh > 1 else row_taps[0]
-        # Column pass: the kw taps over the row results at each output column. Its strided
-        # reads now cover only the oh output rows, not every padded input row.
-        col_taps = [tmp[..., j * dw : j * dw + sw * (ow - 1) + 1 : sw] for j in range(kw)]
+        tmp = temporary((step, x.shape[1], oh, cols), x.dtype) if kh > 1 else None
         f = self.reduce
         steps: list[Callable[[], object]] = []
         if refresh is not None:
             steps.append(refresh)
-        if kh > 1:
-            steps.append(_fold(f, row_taps, tmp))
-        steps.append(_fold(f, col_taps, out))
+        for start in range(0, n, step):
+            block, m = src[start : start + step], min(step, n - start)
+            # Row pass first: the kh taps at each output row, over whole padded rows (each
+            # tap a view of contiguous rows, so the reads run at memory speed).
+            rows = [block[:, :, slice(i * dh, i * dh + sh * (oh - 1) + 1, sh)] for i in range(kh)]
+            part = rows[0] if tmp is None else tmp[:m]
+            # Column pass: the kw taps over the row results at each output column. Its
+            # strided reads now cover only the oh output rows, not every padded input row.
+            col_taps = [part[..., j * dw : j * dw + sw * (ow - 1) + 1 : sw] for j in range(kw)]
+            if tmp is not None:
+                steps.append(_fold(f, rows, part))
+            steps.append(_fold(f, col_taps, out[start : start + m]))
+        if len(steps) > 3:
+
+            def blocks() -> None:
+                for run in steps:
+                    run()
+
+            return blocks
         if len(steps) == 1:
             return steps[0]  # type: ignore[return-value]
         if len(steps) == 2:
@@ -105,6 +118,10 @@ class _WindowPool(Kernel):
             c()
 
         return three
+
+
+_BLOCK_BYTES = 384 << 10
+"""Bytes of (padded) input per block of images in a windowed pool over a batch."""
 
 
 def _fold(f: np.ufunc, views: list[np.ndarray], out: np.ndarray) -> Callable[[], object]:

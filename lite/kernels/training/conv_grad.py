@@ -21,6 +21,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from sporenet.lite.kernels.base import Attrs, Compute, Kernel, TensorSpec, required
+from sporenet.lite.kernels.conv_common import UNPACKED_GEMM, matmul_for
 from sporenet.lite.kernels.spatial import Window, check_nchw, window
 from sporenet.lite.kernels.workspace import temporary
 from sporenet.lite.ops import OpCode
@@ -29,6 +30,17 @@ NARROW_CHANNELS = 8
 """Below this many input channels per group, the filter gradient's columns are built
 channels-first (whole-plane copies) rather than channels-last (runs of C/G floats): on
 64x28x28 inputs, 1 channel 0.49 ms against 1.88, 6 channels 2.47 against 3.91; even at 8."""
+_PER_IMAGE_BYTES = 8 << 20
+"""Largest batch of per-image filter gradients (N copies of the filter) summed at the end;
+beyond it the filter gradient is one GEMM over the whole batch."""
+
+
+def images_per_block(n: int, macs_per_image: int) -> int:
+    """How many of a batch's n images one column block + GEMM covers: as many as keep the
+    product within OpenBLAS's unpacked limit (UNPACKED_GEMM multiply-adds), at least one.
+    Building the whole batch's columns and multiplying them in one call streams them
+    through memory twice; a block's columns are still in cache when the GEMM reads them."""
+    return max(1, min(n, UNPACKED_GEMM // max(1, macs_per_image)))
 
 
 class _ConvGrad(Kernel):
@@ -87,6 +99,9 @@ class Conv2DBackpropFilter(_ConvGrad):
             return self._bind_depthwise(g, x, out)
         if out.shape[1] < NARROW_CHANNELS:
             return self._bind_planes(g, x, out)
+        per_image = out.size * self.win.out[0] * self.win.out[1] // self.group
+        if out.nbytes * x.shape[0] <= _PER_IMAGE_BYTES and per_image <= UNPACKED_GEMM:
+            return self._bind_image_blocks(g, x, out, images_per_block(x.shape[0], per_image))
         win, groups = self.win, self.group
         n, c, h, wd = x.shape
         o, cig, kh, kw = out.shape
@@ -113,6 +128,43 @@ class Conv2DBackpropFilter(_ConvGrad):
             np.copyto(cols, cols_src)
             np.copyto(g_buf, g_t)
             np.matmul(a, b, out=result)
+            np.copyto(out, back)
+
+        return compute
+
+    def _bind_image_blocks(
+        self, g: np.ndarray, x: np.ndarray, out: np.ndarray, step: int
+    ) -> Compute:
+        """Small per-image products: channels-last columns for `step` images at a time,
+        each image's product g (G, O/G, OH * OW) @ columns (G, OH * OW, K) taken while its
+        columns are in cache and g read in place (NCHW is already (O, OH * OW) per image),
+        then one sum over the batch."""
+        win, groups = self.win, self.group
+        n, c, h, wd = x.shape
+        o, cig, kh, kw = out.shape
+        cog, (oh, ow), k = o // groups, win.out, kh * kw * cig
+        top, left = win.pads[:2]
+        xp = np.zeros((n, *self.padded_shape[2:], c), x.dtype)
+        x_in, x_t = xp[:, top : top + h, left : left + wd, :], x.transpose(0, 2, 3, 1)
+        columns = _nhwc_columns(xp, win).reshape(n, oh, ow, kh, kw, groups, cig)
+        columns = columns.transpose(0, 5, 1, 2, 3, 4, 6)
+        cols = temporary((step, groups, oh, ow, kh, kw, cig), x.dtype)
+        per_image = temporary((n, groups, cog, k), g.dtype)
+        g4 = g.reshape(n, groups, cog, oh * ow)
+        blocks = []
+        for i in range(0, n, step):
+            m = min(step, n - i)
+            b = cols[:m].reshape(m, groups, oh * ow, k)
+            blocks.append((cols[:m], columns[i : i + m], g4[i : i + m], b, per_image[i : i + m]))
+        result = temporary((groups, cog, k), g.dtype)
+        back = result.reshape(o, kh, kw, cig).transpose(0, 3, 1, 2)
+
+        def compute() -> None:
+            np.copyto(x_in, x_t)
+            for dst, src, a, b, part in blocks:
+                np.copyto(dst, src)
+                np.matmul(a, b, out=part)
+            np.sum(per_image, axis=0, out=result)
             np.copyto(out, back)
 
         return compute
@@ -263,7 +315,8 @@ class Conv2DBackpropInput(_ConvGrad):
     def _bind_correlation(self, g: np.ndarray, w: np.ndarray, out: np.ndarray) -> Compute:
         """Stride 1, one group: dx is the correlation of g, padded so every input position
         sees the whole kernel, with the flipped weights; columns of the channels-last
-        padded g times (kh * kw * O, C) flipped weights is one GEMM with no scatter."""
+        padded g times (kh * kw * O, C) flipped weights is a GEMM with no scatter, run
+        for blocks of images (images_per_block) so each block's columns stay in cache."""
         win = self.win
         o, c, kh, kw = w.shape
         n, _, h, wd = out.shape
@@ -279,18 +332,26 @@ class Conv2DBackpropInput(_ConvGrad):
             strides=(sn, sh, sw, sh * dh, sw * dw, sc),
             writeable=False,
         )
-        cols = temporary((n, h, wd, kh, kw, o), g.dtype)
+        k = kh * kw * o
+        step = images_per_block(n, h * wd * k * c)
+        cols = temporary((step, h, wd, kh, kw, o), g.dtype)
         flipped = temporary((kh, kw, o, c), w.dtype)
         w_src = w[:, :, ::-1, ::-1].transpose(2, 3, 0, 1)
-        result = temporary((n * h * wd, c), g.dtype)
-        a, b = cols.reshape(n * h * wd, kh * kw * o), flipped.reshape(kh * kw * o, c)
+        result = temporary((n, h * wd, c), g.dtype)
+        b = flipped.reshape(k, c)
+        blocks = []
+        for i in range(0, n, step):
+            m = min(step, n - i)
+            a, part = cols[:m].reshape(m * h * wd, k), result[i : i + m].reshape(m * h * wd, c)
+            blocks.append((cols[:m], view[i : i + m], matmul_for(a, b, part), a, part))
         back = result.reshape(n, h, wd, c).transpose(0, 3, 1, 2)
 
         def compute() -> None:
             np.copyto(g_in, g_t)
-            np.copyto(cols, view)
             np.copyto(flipped, w_src)
-            np.matmul(a, b, out=result)
+            for dst, src, matmul, a, part in blocks:
+                np.copyto(dst, src)
+                matmul(a, b, out=part)
             np.copyto(out, back)
 
         return compute

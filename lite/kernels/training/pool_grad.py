@@ -17,6 +17,10 @@ from sporenet.lite.kernels.base import REQUIRED, Attrs, Compute, Kernel, TensorS
 from sporenet.lite.kernels.spatial import Window, check_nchw, window
 from sporenet.lite.ops import OpCode
 
+_TILED_BLOCK_BYTES = 384 << 10
+"""Bytes of x per block of images in the tiled max-pool gradient: each tap's strided pass
+over a whole batch's x would stream it from memory again."""
+
 
 def first_maxima(
     windows: Iterable[np.ndarray], y: np.ndarray, hit: np.ndarray, free: np.ndarray
@@ -102,16 +106,26 @@ class MaxPool2DGrad(_PoolGrad):
     def _bind_tiled(self, g: np.ndarray, x: np.ndarray, y: np.ndarray, out: np.ndarray) -> Compute:
         """Windows that tile x exactly (kernel == stride, no padding): every element of x
         belongs to one window, so each tap writes its share of out directly (no buffer,
-        no accumulation); ties still go to the first maximum."""
+        no accumulation); ties still go to the first maximum. The taps' strided passes
+        run over blocks of images (about _TILED_BLOCK_BYTES of x), so all but the first
+        find the block's x and out in cache."""
         (kh, kw) = self.win.kernel
-        windows = [x[:, :, i::kh, j::kw] for i in range(kh) for j in range(kw)]
-        targets = [out[:, :, i::kh, j::kw] for i in range(kh) for j in range(kw)]
-        free = np.empty(g.shape, np.bool_)
-        hit = np.empty(g.shape, np.bool_)
+        n = x.shape[0]
+        step = max(1, min(n, _TILED_BLOCK_BYTES // max(1, x[0].nbytes)))
+        free = np.empty((step, *g.shape[1:]), np.bool_)
+        hit = np.empty((step, *g.shape[1:]), np.bool_)
+        blocks = []
+        for b in range(0, n, step):
+            xb, ob, m = x[b : b + step], out[b : b + step], min(step, n - b)
+            windows = [xb[:, :, i::kh, j::kw] for i in range(kh) for j in range(kw)]
+            targets = [ob[:, :, i::kh, j::kw] for i in range(kh) for j in range(kw)]
+            blocks.append((windows, targets, y[b : b + m], g[b : b + m], hit[:m], free[:m]))
+        multiply = np.multiply
 
         def compute() -> None:
-            for dt, _ in zip(targets, first_maxima(windows, y, hit, free), strict=True):
-                np.multiply(g, hit, out=dt)
+            for windows, targets, yb, gb, hb, fb in blocks:
+                for dt, _ in zip(targets, first_maxima(windows, yb, hb, fb), strict=True):
+                    multiply(gb, hb, out=dt)
 
         return compute
 

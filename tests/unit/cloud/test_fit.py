@@ -289,3 +289,31 @@ def test_every_loss_trains_the_same_in_both_modes(loss, kwargs):
         losses[mode] = history["loss"]
     np.testing.assert_allclose(losses["eager"], losses["graph"], rtol=1e-5)
     assert losses["graph"][-1] < losses["graph"][0]
+
+
+def test_graph_mode_trains_conv_weights_under_a_frozen_bias():
+    # A frozen bias is a constant of the train graph; the conv weights next to it are not,
+    # so the forward must read them as they are updated (not as they were at planning).
+    results = {}
+    for mode in ("eager", "graph"):
+        cloud.manual_seed(0)
+        model = cloud.models.digits_cnn(batch_norm=False, dropout=0.0)
+        for name, p in model.named_state():
+            if name.endswith("bias"):
+                p.trainable = False
+        cloud.fit(
+            model,
+            X,
+            Y,
+            epochs=1,
+            batch_size=48,
+            optimizer=cloud.Adam(lr=1e-2),
+            seed=3,
+            verbose=0,
+            mode=mode,
+        )
+        results[mode] = model.state_dict()
+    for name, value in results["eager"].items():
+        np.testing.assert_allclose(
+            value, results["graph"][name], rtol=1e-4, atol=1e-5, err_msg=name
+        )
