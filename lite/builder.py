@@ -234,10 +234,10 @@ def fill_inferred_shapes(model: Model, graph_index: int = 0) -> None:
             dict(zip(graph.inputs, probe_shapes(dims, k, family), strict=True)) for k in (0, 1)
         ]
         try:
-            first, _, _ = infer(model, graph_index, probes[0])
+            first, _, _ = infer(model, graph_index, probes[0], shapes_only=True)
             second = first
             if is_dynamic(dims):
-                second, _, _ = infer(model, graph_index, probes[1])
+                second, _, _ = infer(model, graph_index, probes[1], shapes_only=True)
             break
         except ShapeError as exc:
             error = error or exc

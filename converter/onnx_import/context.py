@@ -192,6 +192,23 @@ class ImportContext:
         self.static.add(index)
         return index
 
+    def release_values(self, indices: Iterable[int]) -> None:
+        """Forget the values folded here for tensors no later node reads (their specs keep
+        shape, dtype and quantization): the outputs of lazily folded nodes, which the
+        runtime computes at load, and the float copies of quantized constants. Tensors
+        reused through `derived` or `centred` keep theirs."""
+        kept = set(self._derived.values())
+        kept.update(i for entry in self.centred.items() for i in (entry[0], *entry[1]))
+        for index in indices:
+            if index in kept or index not in self.static:
+                continue
+            data = self.tensors[index].data
+            for view in self.views:
+                spec = view.get(index)
+                if spec is not None and spec.value is not None and spec.value is not data:
+                    view[index] = TensorSpec(spec.shape, spec.dtype, quant=spec.quant)
+                    self.static.discard(index)
+
     def derived(self, key: tuple[Hashable, ...], make: Callable[[], int]) -> int:
         """The tensor `make()` adds, made once per `key`: a constant computed from another
         (a weight's transposed or scaled copy) is stored once however many nodes read it,

@@ -43,6 +43,14 @@ class _Table:
         self.missing = np.zeros(n, np.bool_)
 
 
+def _missing_tracks_true(node: OnnxNode, n: int) -> np.ndarray:
+    """nodes_missing_value_tracks_true for the first n nodes (absent or empty: none)."""
+    missing = node.attrs.get("nodes_missing_value_tracks_true")
+    if missing is None or len(missing) == 0:
+        return np.zeros(n, bool)
+    return np.asarray(missing, bool)[:n]
+
+
 def _weights(
     n_rows: int,
     n_targets: int,
@@ -94,8 +102,7 @@ def _legacy_table(
         table.mode[:] = [_MODES[m] for m in modes]
     except KeyError as exc:
         raise node.fail(f"unknown node mode {exc.args[0]!r}; expected {sorted(_MODES)}") from None
-    missing = node.attrs.get("nodes_missing_value_tracks_true") or [0] * n
-    table.missing[:] = np.asarray(missing[:n], bool)
+    table.missing[:] = _missing_tracks_true(node, n)
     leaf = table.mode == NodeMode.LEAF
     children: set[int] = set()
     for k, (t, true_id, false_id) in enumerate(
@@ -236,8 +243,7 @@ def tree_ensemble(ctx: ImportContext, node: OnnxNode) -> list[int]:
     table.true[:n] = np.where(true_leaf, n + true_ids, true_ids)
     table.false[:n] = np.where(false_leaf, n + false_ids, false_ids)
     table.true[n:] = np.arange(leaves)
-    missing = node.attrs.get("nodes_missing_value_tracks_true") or [0] * n
-    table.missing[:n] = np.asarray(missing, bool)[:n]
+    table.missing[:n] = _missing_tracks_true(node, n)
     members = None
     if (codes == 6).any():
         flat = mc.tensor_attr(ctx, node, "membership_values")

@@ -68,13 +68,13 @@ class TreeEnsemble(Kernel):
         x = self.input(0)
         if x.dtype.kind not in "iuf" or x.rank not in (1, 2):
             raise self.fail(f"X must be a numeric [N, F] tensor, got {x.dtype}{list(x.shape)}")
-        feature = self.constant(1, "nodes_feature").astype(np.intp)
-        threshold = self.constant(2, "nodes_threshold").astype(np.float64)
-        mode = self.constant(3, "nodes_mode").astype(np.int64)
-        true = self.constant(4, "nodes_true").astype(np.intp)
-        false = self.constant(5, "nodes_false").astype(np.intp)
-        missing = self.constant(6, "nodes_missing_true").astype(np.bool_)
-        roots = self.constant(7, "roots").astype(np.intp)
+        feature = self.constant(1, "nodes_feature").astype(np.intp, copy=False)
+        threshold = self.constant(2, "nodes_threshold").astype(np.float64, copy=False)
+        mode = self.constant(3, "nodes_mode").astype(np.int64, copy=False)
+        true = self.constant(4, "nodes_true").astype(np.intp, copy=False)
+        false = self.constant(5, "nodes_false").astype(np.intp, copy=False)
+        missing = self.constant(6, "nodes_missing_true").astype(np.bool_, copy=False)
+        roots = self.constant(7, "roots").astype(np.intp, copy=False)
         weights = self.constant(8, "leaf_weights").astype(np.float64)
         base = self.constant(9, "base_values").astype(np.float64).ravel()
         n = feature.size
@@ -109,7 +109,9 @@ class TreeEnsemble(Kernel):
         self.tables = (feature, threshold, mode, true, false, missing, leaf)
         self.roots = roots
         self.any_missing = bool(missing[branch].any())
-        self._prepare_walk(feature, threshold, mode, true, false, missing, leaf)
+        # The walk's tables are built when the kernel first walks: prepared only for its
+        # output specs (by shape inference or the importer), it never holds them.
+        self._walk_ready = False
         self.weights = weights
         self.sum_weights = np.nan_to_num(weights, nan=0.0).astype(np.float32)
         self.base = base
@@ -126,6 +128,12 @@ class TreeEnsemble(Kernel):
             ]
         else:
             self.output_specs = [TensorSpec((batch, self.n_targets), np.dtype(np.float32))]
+
+    def _ready(self) -> None:
+        """Build the walk's tables on the first walk (see __init__)."""
+        if not self._walk_ready:
+            self._prepare_walk(*self.tables)
+            self._walk_ready = True
 
     def _prepare_walk(
         self,
@@ -192,10 +200,12 @@ class TreeEnsemble(Kernel):
 
     def leaves(self, x: np.ndarray) -> np.ndarray:
         """The leaf each (sample, tree) pair reaches: node rows [N, trees]."""
+        self._ready()
         return self.node_of_state[self._reached(x).T >> 1]
 
     def _reached(self, x: np.ndarray) -> np.ndarray:
         """The state of the leaf each (sample, tree) pair reaches: [trees, N]."""
+        self._ready()
         features = x.shape[-1]
         flat = x.reshape(-1).astype(np.float64, copy=False)
         batch, trees = flat.size // max(features, 1), self.state_roots.size
@@ -287,6 +297,7 @@ class TreeEnsemble(Kernel):
 
     def scores(self, x: np.ndarray) -> np.ndarray:
         """Aggregated leaf weights [N, targets] (float32), before base values."""
+        self._ready()
         rows = np.ascontiguousarray(self.state_weight_row[self._reached(x)].T)  # [N, trees]
         if self.aggregate in ("MIN", "MAX"):
             picked = self.weights[rows]  # [N, trees, targets], NaN: no weight
