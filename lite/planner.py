@@ -161,6 +161,7 @@ def infer(
     family: int = 0,
     values: dict[int, np.ndarray] | None = None,
     shapes_only: bool = False,
+    fold_limit: int | None = None,
 ) -> Inferred:
     """Prepare every kernel of a graph: specs of all tensors, kernels (None if folded), and
     the values of tensors folded to constants.
@@ -169,6 +170,8 @@ def infer(
     kernel is dropped once prepared, and a folded or dequantized value once the last node
     that reads it is, so a model whose weights only load-time folding computes (a weight
     stored int8 and dequantized by a Cast and a Mul) never holds them all in float32.
+    `fold_limit` (with `shapes_only`): a node whose outputs take more bytes is not folded,
+    its outputs' specs left without values (a kernel that needs them raises ShapeError).
 
     A float kernel reading a float16 or quantized constant gets its float32 value,
     dequantized here once (the kernel's `constant_inputs` records the swap for `plan`).
@@ -196,7 +199,7 @@ def infer(
             _release_read(model, node, pending, specs, dequantized)
         # Folded as well: a node whose kernel knows its outputs from the input shapes alone
         # (Shape), so shape arithmetic on dynamic dimensions runs here, once per plan.
-        outs = fold(kernel)
+        outs = None if _over(kernel, fold_limit) else fold(kernel)
         if outs is not None:
             for i, value, spec in zip(node.outputs, outs, kernel.output_specs, strict=False):
                 value.flags.writeable = False
@@ -217,6 +220,13 @@ def infer(
         kernel.constant_inputs = swapped
         kernels.append(kernel if pending is None else None)
     return specs, kernels, folded
+
+
+def _over(kernel: Kernel, limit: int | None) -> bool:
+    """Whether the kernel's outputs take more than `limit` bytes (None: no limit)."""
+    if limit is None:
+        return False
+    return sum(s.size * s.dtype.itemsize for s in kernel.output_specs) > limit
 
 
 def _release_read(
