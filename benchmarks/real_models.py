@@ -98,6 +98,20 @@ FLOAT16_MATCH = 4 * 2.0**-10  # a float16 output: a few of its steps (each op ro
 STEP_MATCH = 1 + 2.0**-10
 
 
+INT8_NOTE = (
+    "int8 rows are compared with the graph's reference semantics: onnxruntime with its "
+    "optimizations off and every integer product made exact (`benchmarks/_exact_int8.py`). "
+    "A dynamically quantized graph rounds its activations to uint8 at run time, so one "
+    "value that a last-bit float difference moves across a rounding boundary changes by a "
+    "whole step, and later blocks can grow that step past the int8 tolerance (`spread`: "
+    "how far the reference's own rounding variants split). Such rows are judged step by "
+    "step (`steps`, match `stepwise`): the reference computes every quantization step "
+    "(each DynamicQuantizeLinear, each LSTM time step) from the engine's previous steps; "
+    "every step must be within one quantization step of it and the outputs within the "
+    "int8 tolerance of the reference fed the engine's last steps."
+)
+
+
 # ---- inside the children
 
 _CLOCK_ENV = "REAL_MODELS_CLOCK"
@@ -574,7 +588,7 @@ def main(argv: list[str] | None = None) -> int:
             f"--write {args.write}` (models fetched by `python benchmarks/fetch_corpus.py`; "
             "see the script's docstring for what each column means). Figures from one run "
             "on a shared machine: ratios against onnxruntime measured in the same run.\n\n"
-            f"```\n{out.getvalue()}```\n"
+            f"{INT8_NOTE}\n\n```\n{out.getvalue()}```\n"
         )
     if args.json is not None:
         args.json.write_text(json.dumps(rows, indent=1))
