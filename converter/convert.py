@@ -12,7 +12,13 @@ import numpy as np
 from sporenet.converter.errors import ConversionError, InvalidOnnxError, UnsupportedOnnxOpError
 from sporenet.converter.heap import trim_heap
 from sporenet.converter.onnx_import.importer import import_onnx
-from sporenet.converter.onnx_import.loader import OnnxSource, explain_invalid, load_onnx
+from sporenet.converter.onnx_import.loader import (
+    OnnxSource,
+    TensorBytes,
+    explain_invalid,
+    load_onnx,
+    release_pages,
+)
 from sporenet.converter.passes import Pass
 from sporenet.converter.passes import optimize as run_passes
 from sporenet.converter.passes.graph_utils import compact_tensors
@@ -129,6 +135,21 @@ def convert_onnx_model(
     metadata: Mapping[str, str] | None = None,
 ) -> tuple[Model, ConversionReport]:
     """Import (and optimize) an ONNX model; returns the IR Model and a report."""
+    ir, report, _ = _convert_loaded(
+        model, input_shapes=input_shapes, optimize=optimize, metadata=metadata
+    )
+    return ir, report
+
+
+def _convert_loaded(
+    model: OnnxSource,
+    *,
+    input_shapes: Mapping[str, Sequence[int]] | None,
+    optimize: bool,
+    metadata: Mapping[str, str] | None,
+) -> tuple[Model, ConversionReport, TensorBytes]:
+    """convert_onnx_model, also returning the mapped bytes the IR's in-place tensors
+    read (not the parsed message, freed before the output is built)."""
     start = time.perf_counter()
     loaded = load_onnx(model)
     proto = loaded.model
@@ -165,7 +186,7 @@ def convert_onnx_model(
         ir.metadata["source_producer"] = report.producer
     finish_conversion(ir, report, metadata, start)
     loaded.release_pages()
-    return ir, report
+    return ir, report, loaded.data
 
 
 def convert_onnx(
@@ -188,7 +209,7 @@ def convert_onnx(
     name -> samples on axis 0).
     Raises InvalidOnnxError, UnsupportedOnnxOpError or ConversionError.
     """
-    ir, _ = convert_onnx_model(
+    ir, _, mapped = _convert_loaded(
         model, input_shapes=input_shapes, optimize=optimize, metadata=metadata
     )
     if quantize is not None:
@@ -204,6 +225,7 @@ def convert_onnx(
         ).data
     trim_heap()  # the freed ONNX message and temporaries, before the output is built
     try:
-        return serialize(ir)
+        # The mapped source's pages are dropped as their tensors are copied out.
+        return serialize(ir, release_pages=lambda: release_pages(mapped))
     except LiteError as exc:
         raise ConversionError(f"cannot write the converted model: {exc}") from exc

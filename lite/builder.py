@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Container, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -22,6 +22,9 @@ from sporenet.lite.errors import ShapeError
 from sporenet.lite.graph import DYNAMIC, Graph, Model, Node, Quantization, Signature, Tensor
 from sporenet.lite.ops import OpCode
 from sporenet.lite.validate import validate
+
+if TYPE_CHECKING:
+    from sporenet.lite.kernels.base import TensorSpec
 
 
 def unique_name(
@@ -207,6 +210,31 @@ class ModelBuilder:
         return model
 
 
+SHAPES_FOLD_BYTES = 1 << 22
+"""Shape inference computes no folded value larger than this (a weight the runtime
+dequantizes at load), unless a kernel needs it to know its outputs."""
+
+
+def _infer_probes(
+    model: Model, graph_index: int, probes: list[dict[int, tuple[int, ...]]], dynamic: bool
+) -> tuple[dict[int, TensorSpec], dict[int, TensorSpec]]:
+    """The specs of every tensor under the first probe and, for a dynamic graph, the
+    second: without computing large folded values first, with them if a kernel needs
+    them (its ShapeError then comes from the second attempt)."""
+    from sporenet.lite.planner import infer
+
+    results = []
+    for k in (0, 1) if dynamic else (0,):
+        try:
+            specs, _, _ = infer(
+                model, graph_index, probes[k], shapes_only=True, fold_limit=SHAPES_FOLD_BYTES
+            )
+        except ShapeError:
+            specs, _, _ = infer(model, graph_index, probes[k], shapes_only=True)
+        results.append(specs)
+    return results[0], results[-1]
+
+
 def fill_inferred_shapes(model: Model, graph_index: int = 0) -> None:
     """Store inferred shapes on a graph's non-constant tensors, in place.
 
@@ -223,7 +251,6 @@ def fill_inferred_shapes(model: Model, graph_index: int = 0) -> None:
         probe_shapes,
         value_input_candidates,
     )
-    from sporenet.lite.planner import infer
 
     graph = model.graphs[graph_index]
     dims = graph_input_dims(model, graph_index)
@@ -234,10 +261,7 @@ def fill_inferred_shapes(model: Model, graph_index: int = 0) -> None:
             dict(zip(graph.inputs, probe_shapes(dims, k, family), strict=True)) for k in (0, 1)
         ]
         try:
-            first, _, _ = infer(model, graph_index, probes[0])
-            second = first
-            if is_dynamic(dims):
-                second, _, _ = infer(model, graph_index, probes[1])
+            first, second = _infer_probes(model, graph_index, probes, is_dynamic(dims))
             break
         except ShapeError as exc:
             error = error or exc

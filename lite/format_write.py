@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -286,12 +287,22 @@ def _stored_sparse(t: Tensor, sparsify: bool) -> bool:
     return t.sparsity is not None or (sparsify and sparse.worth_storing_sparse(t.data))
 
 
-def serialize(model: Model, *, sparsify: bool = False) -> bytes:
+RELEASE_EVERY = 1 << 18
+"""serialize calls its `release_pages` after each this many bytes of tensor data copied
+(256 KiB: the resident part of a mapped source stays small; each call is one madvise)."""
+
+
+def serialize(
+    model: Model, *, sparsify: bool = False, release_pages: Callable[[], None] | None = None
+) -> bytes:
     """The .spore bytes of `model` (validated first, so a bad model is never written).
 
     With `sparsify`, every constant tensor whose BITMASK layout (nonzero values plus one
     bit per element, see lite/sparse.py) saves at least a tenth of its bytes is stored so;
-    tensors whose `sparsity` is set are stored sparse either way.
+    tensors whose `sparsity` is set are stored sparse either way. `release_pages`, if
+    given, is called every RELEASE_EVERY bytes copied: a converter whose tensors are views
+    of a memory-mapped source drops the pages copied so far, so the mapping and the
+    result are not both resident at the end.
     """
     from sporenet.lite.validate import validate
 
@@ -328,16 +339,24 @@ def serialize(model: Model, *, sparsify: bool = False) -> bytes:
     head = _Writer(model, ranges, tensor_buffer, mask_buffer).build()
     if len(head) != head_size:  # ForceDefaults makes both passes the same size
         raise RuntimeError("model header changed size between passes")
-    # One join writes every piece straight into the result: no whole-file bytearray and
-    # no per-tensor bytes copies beside it.
-    pieces: list[bytes | memoryview] = [head]
-    end = len(head)
+    # Every piece is written straight into the result: BytesIO sized once (its last byte
+    # written first) returns its own buffer, so there is no whole-file copy beside it.
+    out = io.BytesIO()
+    out.seek((offset if blobs else len(head)) - 1)
+    out.write(b"\0")
+    out.seek(0)
+    out.write(head)
+    end, copied = len(head), 0
     for (start, size), blob in zip(ranges[1:], blobs, strict=True):
-        pieces += [bytes(start - end), memoryview(blob.reshape(-1).view(np.uint8))]
-        end = start + size
+        out.write(bytes(start - end))
+        out.write(memoryview(blob.reshape(-1).view(np.uint8)))
+        end, copied = start + size, copied + size
+        if release_pages is not None and copied >= RELEASE_EVERY:
+            release_pages()
+            copied = 0
     if blobs:
-        pieces.append(bytes(offset - end))
-    return b"".join(pieces)
+        out.write(bytes(offset - end))
+    return out.getvalue()
 
 
 def save(model: Model, path: str | os.PathLike, *, sparsify: bool = False) -> Path:

@@ -160,9 +160,18 @@ def infer(
     *,
     family: int = 0,
     values: dict[int, np.ndarray] | None = None,
+    shapes_only: bool = False,
+    fold_limit: int | None = None,
 ) -> Inferred:
     """Prepare every kernel of a graph: specs of all tensors, kernels (None if folded), and
     the values of tensors folded to constants.
+
+    `shapes_only` (shape inference, which keeps no kernel and no folded value): every
+    kernel is dropped once prepared, and a folded or dequantized value once the last node
+    that reads it is, so a model whose weights only load-time folding computes (a weight
+    stored int8 and dequantized by a Cast and a Mul) never holds them all in float32.
+    `fold_limit` (with `shapes_only`): a node whose outputs take more bytes is not folded,
+    its outputs' specs left without values (a kernel that needs them raises ShapeError).
 
     A float kernel reading a float16 or quantized constant gets its float32 value,
     dequantized here once (the kernel's `constant_inputs` records the swap for `plan`).
@@ -181,18 +190,23 @@ def infer(
     # (a float16 weight widened by a CAST) has its file pages dropped once they are done.
     readers = Counter(i for n in graph.nodes for i in n.inputs if model.tensors[i].data is not None)
     readers.update(i for i in graph.outputs if model.tensors[i].data is not None)
+    pending = Counter(i for n in graph.nodes for i in n.inputs) if shapes_only else None
     for j, node in enumerate(graph.nodes):
         kernel, swapped = _prepare_node(
             model, node, f"node {j} {node.name!r} ({node.op.name})", specs, dequantized
         )
+        if pending is not None:
+            _release_read(model, node, pending, specs, dequantized)
         # Folded as well: a node whose kernel knows its outputs from the input shapes alone
         # (Shape), so shape arithmetic on dynamic dimensions runs here, once per plan.
-        outs = fold(kernel)
+        outs = None if _over(kernel, fold_limit) else fold(kernel)
         if outs is not None:
             for i, value, spec in zip(node.outputs, outs, kernel.output_specs, strict=False):
                 value.flags.writeable = False
-                folded[i] = value
-                specs[i] = TensorSpec(value.shape, value.dtype, value, spec.quant)
+                if pending is None:
+                    folded[i] = value
+                kept = value if pending is None or pending[i] else None
+                specs[i] = TensorSpec(value.shape, value.dtype, kept, spec.quant)
             for i in node.inputs:
                 if i in readers:
                     readers[i] -= 1
@@ -204,8 +218,36 @@ def infer(
         for i, spec in zip(node.outputs, kernel.output_specs, strict=False):
             specs[i] = TensorSpec(spec.shape, spec.dtype, quant=spec.quant)
         kernel.constant_inputs = swapped
-        kernels.append(kernel)
+        kernels.append(kernel if pending is None else None)
     return specs, kernels, folded
+
+
+def _over(kernel: Kernel, limit: int | None) -> bool:
+    """Whether the kernel's outputs take more than `limit` bytes (None: no limit)."""
+    if limit is None:
+        return False
+    return sum(s.size * s.dtype.itemsize for s in kernel.output_specs) > limit
+
+
+def _release_read(
+    model: Model,
+    node: Node,
+    pending: Counter[int],
+    specs: dict[int, TensorSpec],
+    dequantized: dict[int, np.ndarray],
+) -> None:
+    """For `infer(shapes_only=True)`: count `node`'s reads, and drop the computed value of
+    every input no later node reads (its spec keeps shape, dtype and quantization)."""
+    for i in node.inputs:
+        if i == -1:
+            continue
+        pending[i] -= 1
+        if pending[i]:
+            continue
+        dequantized.pop(i, None)
+        spec = specs.get(i)
+        if spec is not None and spec.value is not None and model.tensors[i].data is None:
+            specs[i] = TensorSpec(spec.shape, spec.dtype, quant=spec.quant)
 
 
 def _initial_specs(

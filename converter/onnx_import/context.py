@@ -33,6 +33,9 @@ from sporenet.lite.kernels.base import Kernel, TensorSpec
 from sporenet.lite.ops import OpCode
 
 MAX_TENSOR_BYTES = 1 << 32
+DEFERRED_BYTES = 1 << 22
+"""Static results of at least this many bytes that are not stored (the runtime computes
+them at load) are computed here only when a handler asks for their value (`deferred`)."""
 """A node whose outputs would exceed this (4 GiB) is refused: a hostile or broken model must
 not make the converter allocate without bound."""
 
@@ -84,6 +87,11 @@ class ImportContext:
         # One spec map per assignment of dynamic dimensions (1, and 2 when any are dynamic).
         self.views: list[dict[int, TensorSpec]] = [{}, {}] if dynamic else [{}]
         self.static: set[int] = set()
+        # Static tensors whose values are computed only when asked for (`_force`): large
+        # results the runtime computes at load anyway (a weight stored int8 and dequantized
+        # by a Cast and a Mul), kept as the node that makes them: its op, attributes and
+        # inputs, and its outputs.
+        self.deferred: dict[int, tuple[OpCode, dict[str, Any], list[int], list[int]]] = {}
         # Values known only when the model runs, from graph inputs the runtime reads when it
         # plans (shape-like inputs and what is computed from them alone), and outputs of
         # nodes that need such a value to know their shapes (`opaque`: no spec here).
@@ -192,6 +200,26 @@ class ImportContext:
         self.static.add(index)
         return index
 
+    def release_values(self, indices: Iterable[int]) -> None:
+        """Forget the values folded here for tensors no later node reads (their specs keep
+        shape, dtype and quantization): the outputs of lazily folded nodes, which the
+        runtime computes at load, and the float copies of quantized constants. Tensors
+        reused through `derived` or `centred` keep theirs."""
+        kept = set(self._derived.values())
+        kept.update(i for entry in self.centred.items() for i in (entry[0], *entry[1]))
+        for index in indices:
+            if index in kept or index not in self.static:
+                continue
+            if self.deferred.pop(index, None) is not None:
+                self.static.discard(index)
+                continue
+            data = self.tensors[index].data
+            for view in self.views:
+                spec = view.get(index)
+                if spec is not None and spec.value is not None and spec.value is not data:
+                    view[index] = TensorSpec(spec.shape, spec.dtype, quant=spec.quant)
+                    self.static.discard(index)
+
     def derived(self, key: tuple[Hashable, ...], make: Callable[[], int]) -> int:
         """The tensor `make()` adds, made once per `key`: a constant computed from another
         (a weight's transposed or scaled copy) is stored once however many nodes read it,
@@ -264,7 +292,28 @@ class ImportContext:
         """The tensor's value if it is the same whatever the dynamic dimensions are."""
         if index == -1 or index not in self.static:
             return None
+        if index in self.deferred:
+            self._force(index)
         return self.views[0][index].value
+
+    def _force(self, index: int) -> None:
+        """Compute a deferred tensor's value (and its node's other outputs'), its deferred
+        inputs' first."""
+        op, attrs, inputs, outputs = self.deferred[index]
+        for i in inputs:
+            if i in self.deferred:
+                self._force(i)
+        in_specs = [self.views[0][i] if i != -1 else None for i in inputs]
+        kernel = prepare_kernel(op, attrs, in_specs, len(outputs))
+        values = fold(kernel)
+        if values is None:  # cannot happen for a node that was folded static
+            raise self.fail(f"{op.name}: a deferred constant could not be computed")
+        for out, value in zip(outputs, values, strict=False):
+            if self.deferred.pop(out, None) is None:
+                continue  # released meanwhile: no reader left
+            value.flags.writeable = False
+            for view in self.views:
+                view[out] = TensorSpec(value.shape, value.dtype, value, view[out].quant)
 
     def static_input(self, node: OnnxNode, k: int, what: str) -> np.ndarray | None:
         """The value of `node`'s input k, which must be known at conversion time; None when
@@ -308,7 +357,7 @@ class ImportContext:
             # a step of one ONNX op's translation after a node planned at run time
             return self._emit_opaque(op, inputs, num_outputs, name, attrs)
         inputs = self._float_first_input(op, inputs)
-        kernels = self._prepare_views(op, attrs, inputs, num_outputs, output_quant)
+        kernels = self._prepare_deferred(op, attrs, inputs, num_outputs, output_quant)
         if kernels is None:  # a fed input's value the kernel cannot check yet
             return self._emit_opaque(op, inputs, num_outputs, name, attrs)
         base = name or f"{self.where or op.name.lower()}/{op.name.lower()}"
@@ -322,6 +371,11 @@ class ImportContext:
                 f"{MAX_TENSOR_BYTES:,} a tensor may hold"
             )
         static = not quantized and all(i == -1 or i in self.static for i in inputs)
+        if static and self._defers(inputs, out_bytes):
+            return self._emit_deferred(op, attrs, inputs, num_outputs, names, kernels)
+        if static and any(i in self.deferred for i in inputs):
+            self._force_all(inputs)  # folded now: the kernel needs its inputs' values
+            kernels = self._prepare_views(op, attrs, inputs, num_outputs, output_quant) or kernels
         folded = fold(kernels[0]) if static else None
         lazy = None
         if folded is not None:
@@ -341,6 +395,63 @@ class ImportContext:
             # The same whatever the dynamic dimensions are (e.g. a static part of Shape(x)).
             return [self.constant(n, o) for n, o in zip(names, per_view[0], strict=False)]
         outputs = self._add_outputs(kernels, inputs, names, lazy, per_view)
+        self.nodes.append(
+            Node(
+                op=op,
+                inputs=list(inputs),
+                outputs=outputs,
+                attrs=attrs,
+                name=self.tensors[outputs[0]].name,
+            )
+        )
+        return outputs
+
+    def _force_all(self, inputs: Sequence[int]) -> None:
+        for i in inputs:
+            if i in self.deferred:
+                self._force(i)
+
+    def _prepare_deferred(
+        self,
+        op: OpCode,
+        attrs: dict[str, Any],
+        inputs: Sequence[int],
+        num_outputs: int,
+        output_quant: Sequence[Quantization | None],
+    ) -> list[Kernel] | None:
+        """`_prepare_views`, with deferred inputs left without values where the kernel
+        prepares without them (a Gather of a deferred table by ids fed at run time), and
+        computed where it does not."""
+        if not any(i in self.deferred for i in inputs):
+            return self._prepare_views(op, attrs, inputs, num_outputs, output_quant)
+        try:
+            return self._prepare_views(op, attrs, inputs, num_outputs, output_quant)
+        except ConversionError:
+            self._force_all(inputs)
+            return self._prepare_views(op, attrs, inputs, num_outputs, output_quant)
+
+    def _defers(self, inputs: Sequence[int], out_bytes: int) -> bool:
+        """Whether a static node's outputs are deferred (`deferred`): large, and more than
+        the stored constants they are computed from (the node is kept for the runtime)."""
+        if out_bytes < DEFERRED_BYTES:
+            return False
+        stored = [self.tensors[i].data for i in inputs if i != -1]
+        return not should_materialize(out_bytes, sum(d.nbytes for d in stored if d is not None))
+
+    def _emit_deferred(
+        self,
+        op: OpCode,
+        attrs: dict[str, Any],
+        inputs: Sequence[int],
+        num_outputs: int,
+        names: list[str],
+        kernels: list[Kernel],
+    ) -> list[int]:
+        """The node, its outputs static with their values deferred."""
+        outputs = self._add_outputs(kernels, inputs, names, None, None)
+        for out in outputs:
+            self.static.add(out)
+            self.deferred[out] = (op, attrs, list(inputs), outputs)
         self.nodes.append(
             Node(
                 op=op,
@@ -502,6 +613,8 @@ class ImportContext:
 
     def view_values(self, index: int) -> list[np.ndarray] | None:
         """A tensor's value under each assignment of the dynamic dimensions, if known."""
+        if index in self.deferred:
+            self._force(index)
         values = [v for view in self.views if (v := view[index].value) is not None]
         return values if len(values) == len(self.views) else None
 

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from typing import Any
 
 import numpy as np
 import onnx
@@ -273,7 +274,7 @@ def _import_graph(
         names[name] = ctx.graph_input(name, shape, dtype, probe, dim_names)
         if may_feed_shapes(shape):
             ctx.fed.add(names[name])
-    import_nodes(ctx, graph.node)
+    import_nodes(ctx, graph.node, graph_outputs={v.name for v in graph.output})
 
     outputs: dict[str, int] = {}
     for v in graph.output:
@@ -286,34 +287,100 @@ def _import_graph(
     return ctx.build(outputs, producer=producer, description=description)
 
 
-def import_nodes(ctx: ImportContext, nodes: Sequence[onnx.NodeProto]) -> None:
+LARGE_ATTRIBUTE = 4096
+"""Integer and float attribute lists of at least this many entries (a tree ensemble's
+node tables, an SVM's support vectors) are read as int64 / float64 arrays: as Python
+lists they would take four times the memory, and the file's varints far less."""
+
+
+def attribute_value(attribute: onnx.AttributeProto) -> Any:
+    """An attribute's value as onnx.helper gives it, but large INTS and FLOATS as arrays
+    (LARGE_ATTRIBUTE; float64 holds the float32 entries exactly, as Python floats do)."""
+    kind = onnx.AttributeProto
+    if attribute.type == kind.INTS and len(attribute.ints) >= LARGE_ATTRIBUTE:
+        return np.fromiter(attribute.ints, np.int64, len(attribute.ints))
+    if attribute.type == kind.FLOATS and len(attribute.floats) >= LARGE_ATTRIBUTE:
+        return np.fromiter(attribute.floats, np.float64, len(attribute.floats))
+    return helper.get_attribute_value(attribute)
+
+
+def _names_read(proto: onnx.NodeProto) -> set[str]:
+    """The values a node reads: its inputs and every name its subgraphs read (those of the
+    outer scopes among them; the subgraphs' own names are never read outside)."""
+    names = {name for name in proto.input if name}
+    for attribute in proto.attribute:
+        graphs = [attribute.g] if attribute.HasField("g") else []
+        for graph in [*graphs, *attribute.graphs]:
+            for node in graph.node:
+                names |= _names_read(node)
+            names |= {v.name for v in graph.output}
+    return names
+
+
+def _release_read(
+    ctx: ImportContext,
+    proto: onnx.NodeProto,
+    unread: Counter[str],
+    graph_outputs: Collection[str],
+    new: range,
+) -> None:
+    """After `proto` is imported: drop the folded values of the values it was the last
+    to read and of its translation's own intermediate tensors (`new` less its outputs)."""
+    done = [n for n in _names_read(proto) if n not in graph_outputs]
+    unread.subtract(done)
+    scope = ctx.scope.names
+    finished = [scope[n] for n in done if not unread[n] and n in scope]
+    outputs = {scope[n] for n in proto.output if n in scope}
+    ctx.release_values([*finished, *(i for i in new if i not in outputs)])
+
+
+def _node_inputs(ctx: ImportContext, proto: onnx.NodeProto) -> list[int]:
+    """The tensors a node reads (-1: an absent optional input), once its names are checked:
+    every input produced earlier, no output defined before."""
+    scope = ctx.scope
+    inputs = []
+    for name in proto.input:
+        if not name:
+            inputs.append(-1)
+            continue
+        index = scope.lookup(name)
+        if index is None:
+            raise ctx.fail(f"input {name!r} is not produced by any earlier node")
+        inputs.append(index)
+    for name in proto.output:
+        if name and name in scope.names:
+            raise ctx.fail(
+                f"output {name!r} is already defined (an input, initializer or earlier "
+                "node's output): ONNX names every value once"
+            )
+    return inputs
+
+
+def import_nodes(
+    ctx: ImportContext,
+    nodes: Sequence[onnx.NodeProto],
+    *,
+    graph_outputs: Collection[str] | None = None,
+) -> None:
     """Import ONNX nodes in order into `ctx`, resolving names through `ctx.scope` (which
-    reaches outer scopes from a subgraph)."""
+    reaches outer scopes from a subgraph).
+
+    With `graph_outputs` (the main graph's; a subgraph shares its outer scopes' values),
+    the values folded here only to fold their readers (a weight stored int8 and
+    dequantized by a Cast and a Mul, which the runtime computes at load) are dropped once
+    no later node reads them: the import never holds every such weight in float32."""
     scope, opset = ctx.scope, ctx.opset
+    unread = Counter(n for proto in nodes for n in _names_read(proto))
     for position, proto in enumerate(nodes):
         label = proto.name or (proto.output[0] if proto.output else f"#{position}")
         ctx.where = f"node {label!r} ({proto.op_type})"
-        inputs = []
-        for name in proto.input:
-            if not name:
-                inputs.append(-1)
-                continue
-            index = scope.lookup(name)
-            if index is None:
-                raise ctx.fail(f"input {name!r} is not produced by any earlier node")
-            inputs.append(index)
-        for name in proto.output:
-            if name and name in scope.names:
-                raise ctx.fail(
-                    f"output {name!r} is already defined (an input, initializer or earlier "
-                    "node's output): ONNX names every value once"
-                )
+        inputs = _node_inputs(ctx, proto)
         node = OnnxNode(
             op_type=proto.op_type,
             name=label,
             inputs=inputs,
             outputs=list(proto.output),
-            attrs={a.name: helper.get_attribute_value(a) for a in proto.attribute},
+            attrs={a.name: attribute_value(a) for a in proto.attribute},
             opset=opset,
         )
         first_new = len(ctx.tensors)
@@ -358,5 +425,7 @@ def import_nodes(ctx: ImportContext, nodes: Sequence[onnx.NodeProto]) -> None:
             scope.names[name] = index
             if index >= first_new and index not in ctx.inputs:
                 ctx.rename(index, name)
+        if graph_outputs is not None:
+            _release_read(ctx, proto, unread, graph_outputs, range(first_new, len(ctx.tensors)))
         if EMITTED is not None:
             EMITTED.setdefault(op_key(proto), set()).update(ctx.emitted)

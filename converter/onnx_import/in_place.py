@@ -140,18 +140,25 @@ def _tensor(buf: memoryview, start: int, end: int) -> Parts | None:
 def _rewrite(
     buf: memoryview, start: int, end: int, children: Mapping[int, Rewriter]
 ) -> Parts | None:
-    """The message at buf[start:end] with its tensors rewritten, or None if none was."""
+    """The message at buf[start:end] with its tensors rewritten, or None if none was.
+    Fields kept as they are go in as one slice per run between rewritten ones: ONNX's
+    repeated integers are not packed, so a tree ensemble's node lists are hundreds of
+    thousands of fields, and a slice each would hold far more memory than the file."""
     parts: Parts = []
-    changed = False
+    kept_from = start  # where the run of fields kept as they are began
     for number, wire, field_start, value_start, value_end in _fields(buf, start, end):
         inner = children.get(number) if wire == _LEN else None
         new = inner(buf, value_start, value_end) if inner is not None else None
-        if new is None:
-            parts.append(buf[field_start:value_end])
-        else:
+        if new is not None:
+            if kept_from < field_start:
+                parts.append(buf[kept_from:field_start])
             parts += _field(number, new)
-            changed = True
-    return parts if changed else None
+            kept_from = value_end
+    if kept_from == start:
+        return None
+    if kept_from < end:
+        parts.append(buf[kept_from:end])
+    return parts
 
 
 def _graph(buf: memoryview, start: int, end: int) -> Parts | None:

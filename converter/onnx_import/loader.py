@@ -163,13 +163,19 @@ class LoadedOnnx:
     source_bytes: int  # the model's size, its external-data files included
 
     def release_pages(self) -> None:
-        """Let the kernel drop the mapped files' pages read so far (the scan's, those of
-        weights a pass replaced): they are clean, and read again if a view is used, so
-        memory holds only the weights still being written out."""
-        for view in self.data.values():
-            mapped = view.obj
-            if isinstance(mapped, mmap.mmap) and hasattr(mmap, "MADV_DONTNEED"):
-                mapped.madvise(mmap.MADV_DONTNEED)
+        """Let the kernel drop the mapped files' pages read so far (release_pages)."""
+        release_pages(self.data)
+
+
+def release_pages(data: TensorBytes) -> None:
+    """Let the kernel drop the pages of the mapped files in `data` read so far (the
+    scan's, those of weights a pass replaced, those already copied out): they are clean,
+    and read again if a view is used, so memory holds only the weights still being
+    written out."""
+    for view in data.values():
+        mapped = view.obj
+        if isinstance(mapped, mmap.mmap) and hasattr(mmap, "MADV_DONTNEED"):
+            mapped.madvise(mmap.MADV_DONTNEED)
 
 
 def load_onnx(source: OnnxSource) -> LoadedOnnx:

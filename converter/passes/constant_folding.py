@@ -6,10 +6,23 @@ folds it when the model loads, and the file stays small.
 
 from __future__ import annotations
 
+import numpy as np
+
 from sporenet.converter.passes.graph_utils import should_materialize
 from sporenet.lite.eager import fold_node
 from sporenet.lite.graph import Model
 from sporenet.lite.kernels.base import TensorSpec
+
+
+def _declared_bytes(model: Model, outputs: list[int]) -> int:
+    """The outputs' bytes by their stored shapes; 0 when a dimension is not known."""
+    total = 0
+    for i in outputs:
+        tensor = model.tensors[i]
+        if any(d < 0 for d in tensor.shape):
+            return 0
+        total += int(np.prod(tensor.shape, dtype=np.int64)) * tensor.dtype.itemsize
+    return total
 
 
 def fold_constants(model: Model) -> int:
@@ -22,6 +35,10 @@ def fold_constants(model: Model) -> int:
             if any(t is not None and t.data is None for t in tensors):
                 kept.append(node)
                 continue
+            in_bytes = sum(t.data.nbytes for t in tensors if t is not None and t.data is not None)
+            if not should_materialize(_declared_bytes(model, node.outputs), in_bytes):
+                kept.append(node)  # known too large from the stored shapes: not computed
+                continue
             specs = [
                 None if t is None else TensorSpec(tuple(t.shape), t.dtype, t.data, t.quantization)
                 for t in tensors
@@ -29,7 +46,6 @@ def fold_constants(model: Model) -> int:
             # None also for a kernel that refuses the inputs: the runtime reports it with
             # full context.
             values = fold_node(model, node, specs)
-            in_bytes = sum(t.data.nbytes for t in tensors if t is not None and t.data is not None)
             if values is None or not all(should_materialize(v.nbytes, in_bytes) for v in values):
                 kept.append(node)
                 continue

@@ -118,13 +118,14 @@ def _loop_node(
     explicit: list[int],
     outs: list[int],
     inputs: tuple[int, int, list[int]],
-    steps: int | None,
+    steps: list[int] | None,
 ) -> list[int]:
     """Check a converted body against its carried values and emit the LOOP node.
 
     `explicit` are the body's own inputs (iteration, cond, carried...), `outs` its outputs
     (cond, carried..., scan...), `inputs` the node's (trip count, cond, carried initial
-    values) and `steps` the trip count when it is known at conversion."""
+    values) and `steps` the trip count under each assignment of the dynamic dimensions
+    when it follows them (a count computed from an input's shape) or is a constant."""
     trip, cond, carried = inputs
     out_specs = []
     for k, outer in enumerate(carried):
@@ -138,9 +139,13 @@ def _loop_node(
     scans = outs[1 + len(carried) :]
     if scans:
         if steps is None:
-            raise node.fail("scan outputs need a trip count (input M) known at conversion")
+            raise node.fail(
+                "scan outputs need a trip count (input M) known at conversion or computed "
+                "from the input shapes"
+            )
         out_specs += [
-            [TensorSpec((steps, *s.shape), s.dtype) for s in _specs(sub, i)] for i in scans
+            [TensorSpec((t, *s.shape), s.dtype) for t, s in zip(steps, _specs(sub, i), strict=True)]
+            for i in scans
         ]
     implicit = list(sub.scope.captured)
     graph = Graph(
@@ -196,10 +201,7 @@ def scan(ctx: ImportContext, node: OnnxNode) -> list[int]:
             f"node inputs ({m} scanned)"
         )
     states, scanned = node.inputs[:n], node.inputs[n:]
-    lengths = {ctx.shape(i)[0] if ctx.rank(i) else -1 for i in scanned}
-    if len(lengths) != 1 or -1 in lengths:
-        raise node.fail(f"scanned inputs need one static length on axis 0, got {sorted(lengths)}")
-    steps = lengths.pop()
+    steps = _scanned_lengths(ctx, node, scanned)
     names = [v.name for v in body.input]
     sub = _body_context(ctx, [f"{node.name}/iteration", f"{node.name}/cond", *names[:n]], states)
     explicit = list(sub.inputs)
@@ -211,8 +213,24 @@ def scan(ctx: ImportContext, node: OnnxNode) -> list[int]:
         )
     outs = _import_body(sub, body, node)
     keep = ctx.constant(f"{node.name}/keep_going", np.array(True))
-    trip = ctx.constant(f"{node.name}/trip_count", np.array(steps, np.int64))
+    if len(set(steps)) == 1:
+        trip = ctx.constant(f"{node.name}/trip_count", np.array(steps[0], np.int64))
+    else:  # the scanned length follows a dynamic input dimension: its Shape, planned then
+        trip = ctx.emit1(OpCode.SHAPE, [scanned[0]], start=None, end=1)
+        ctx.set_view_values(trip, [np.array([t], np.int64) for t in steps])
     return _loop_node(ctx, node, sub, explicit, [keep, *outs], (trip, -1, states), steps)
+
+
+def _scanned_lengths(ctx: ImportContext, node: OnnxNode, scanned: list[int]) -> list[int]:
+    """The scanned inputs' common length on axis 0 under each assignment of the dynamic
+    dimensions (one value when it is static)."""
+    steps = []
+    for view in ctx.views:
+        lengths = {view[i].shape[0] if view[i].rank else -1 for i in scanned}
+        if len(lengths) != 1 or -1 in lengths:
+            raise node.fail(f"scanned inputs need one length on axis 0, got {sorted(lengths)}")
+        steps.append(lengths.pop())
+    return steps
 
 
 def loop(ctx: ImportContext, node: OnnxNode) -> list[int]:
@@ -228,6 +246,8 @@ def loop(ctx: ImportContext, node: OnnxNode) -> list[int]:
     sub = _body_context(ctx, [v.name for v in body.input], carried)
     explicit = list(sub.inputs)
     outs = _import_body(sub, body, node)
-    count = ctx.value(trip) if trip != -1 else None
-    steps = max(int(count.reshape(-1)[0]), 0) if count is not None and count.size == 1 else None
+    counts = ctx.view_values(trip) if trip != -1 else None
+    steps = None
+    if counts is not None and all(c.size == 1 for c in counts):
+        steps = [max(int(c.reshape(-1)[0]), 0) for c in counts]
     return _loop_node(ctx, node, sub, explicit, outs, (trip, cond, carried), steps)

@@ -32,15 +32,51 @@ _TRANSFORMS_V5 = ["NONE", "SOFTMAX", "LOGISTIC", "SOFTMAX_ZERO", "PROBIT"]
 
 
 class _Table:
-    """The flat node table being built (rows = nodes, leaves included)."""
+    """The flat node table being built (rows = nodes, leaves included). Stored narrowed
+    (`_narrow_index`, `_narrow_threshold`): node mode codes as uint8, row indices as int32."""
 
     def __init__(self, n: int) -> None:
         self.feature = np.zeros(n, np.int64)
         self.threshold = np.zeros(n, np.float64)
-        self.mode = np.zeros(n, np.int64)
-        self.true = np.zeros(n, np.int64)
-        self.false = np.zeros(n, np.int64)
+        self.mode = np.zeros(n, np.uint8)
+        rows = np.int32 if n < 2**31 else np.int64
+        self.true = np.zeros(n, rows)
+        self.false = np.zeros(n, rows)
         self.missing = np.zeros(n, np.bool_)
+
+
+def _narrow_index(values: np.ndarray) -> np.ndarray:
+    """Integer indices in the narrowest of int16 / int32 / int64 that holds them all."""
+    if values.size == 0:
+        return values.astype(np.int16)
+    low, high = int(values.min()), int(values.max())
+    for dtype in (np.int16, np.int32):
+        info = np.iinfo(dtype)
+        if info.min <= low and high <= info.max:
+            return values.astype(dtype)
+    return values.astype(np.int64)
+
+
+def _narrow_threshold(values: np.ndarray) -> np.ndarray:
+    """Thresholds as float32 when every one is a float32 (a model's float attributes
+    always are; a double tensor's only if each value round-trips), else float64. The
+    kernel compares in float64 either way, so the routing is the same bit for bit."""
+    narrow = values.astype(np.float32)
+    exact = np.array_equal(narrow.astype(np.float64), values, equal_nan=True)
+    return narrow if exact else values
+
+
+def _missing_tracks_true(node: OnnxNode, n: int) -> np.ndarray:
+    """nodes_missing_value_tracks_true for the first n nodes (absent or empty: none)."""
+    missing = node.attrs.get("nodes_missing_value_tracks_true")
+    if missing is None or len(missing) == 0:
+        return np.zeros(n, bool)
+    return np.asarray(missing, bool)[:n]
+
+
+def _check_targets(target: np.ndarray, n_targets: int, node: OnnxNode) -> None:
+    if ((target < 0) | (target >= n_targets)).any():
+        raise node.fail(f"a weight names a target or class outside [0, {n_targets})")
 
 
 def _weights(
@@ -53,8 +89,7 @@ def _weights(
 ) -> np.ndarray:
     """Dense [rows, targets] weights, summed where entries repeat, NaN where none."""
     row, target = np.asarray(rows, np.int64), np.asarray(targets, np.int64)
-    if ((target < 0) | (target >= n_targets)).any():
-        raise node.fail(f"a weight names a target or class outside [0, {n_targets})")
+    _check_targets(target, n_targets, node)
     total = np.zeros((n_rows, n_targets))
     has = np.zeros((n_rows, n_targets), bool)
     np.add.at(total, (row, target), np.asarray(values, np.float64))
@@ -94,9 +129,10 @@ def _legacy_table(
         table.mode[:] = [_MODES[m] for m in modes]
     except KeyError as exc:
         raise node.fail(f"unknown node mode {exc.args[0]!r}; expected {sorted(_MODES)}") from None
-    missing = node.attrs.get("nodes_missing_value_tracks_true") or [0] * n
-    table.missing[:] = np.asarray(missing[:n], bool)
+    table.missing[:] = _missing_tracks_true(node, n)
     leaf = table.mode == NodeMode.LEAF
+    # A leaf's weight row: leaves numbered in table order (interior nodes have none).
+    weight_row = np.cumsum(leaf) - 1
     children: set[int] = set()
     for k, (t, true_id, false_id) in enumerate(
         zip(
@@ -107,7 +143,7 @@ def _legacy_table(
         )
     ):
         if leaf[k]:
-            table.true[k] = k  # the leaf's weight row is its own row
+            table.true[k] = weight_row[k]
             continue
         try:
             table.true[k], table.false[k] = (
@@ -131,7 +167,12 @@ def _legacy_table(
         w_rows = [row[(int(t), int(i))] for t, i in zip(w_tree, w_node, strict=True)]
     except KeyError as exc:
         raise node.fail(f"a weight names node {exc.args[0]}, which does not exist") from None
-    weights = _weights(n, n_targets, w_rows, w_id, w_value, node)
+    # Weights on interior nodes are never read (no walk ends there): dropped.
+    on_leaf = leaf[np.asarray(w_rows, np.int64)]
+    _check_targets(np.asarray(w_id, np.int64), n_targets, node)
+    rows = weight_row[np.asarray(w_rows, np.int64)][on_leaf]
+    targets = np.asarray(w_id, np.int64)[on_leaf]
+    weights = _weights(int(leaf.sum()), n_targets, rows, targets, w_value[on_leaf], node)
     return table, roots, weights, np.asarray(w_id, np.int64), w_value
 
 
@@ -145,17 +186,20 @@ def _emit(
     members: np.ndarray | None,
     **attrs: Any,
 ) -> list[int]:
+    """One TREE_ENSEMBLE over the node table. Leaf weights are stored as float32: the
+    kernel sums them in float32 and takes MIN/MAX before rounding to float32, which
+    rounding first does not change (it is monotone), so the scores are the same."""
     name = node.name
     inputs = [mc.as_matrix(ctx, node.input(0))]
     for part, value in (
-        ("feature", table.feature),
-        ("threshold", table.threshold),
+        ("feature", _narrow_index(table.feature)),
+        ("threshold", _narrow_threshold(table.threshold)),
         ("mode", table.mode),
         ("true", table.true),
         ("false", table.false),
         ("missing_true", table.missing),
-        ("roots", roots),
-        ("leaf_weights", weights),
+        ("roots", _narrow_index(roots)),
+        ("leaf_weights", weights.astype(np.float32)),
         ("base_values", base),
     ):
         inputs.append(ctx.constant(f"{name}/{part}", value))
@@ -236,8 +280,7 @@ def tree_ensemble(ctx: ImportContext, node: OnnxNode) -> list[int]:
     table.true[:n] = np.where(true_leaf, n + true_ids, true_ids)
     table.false[:n] = np.where(false_leaf, n + false_ids, false_ids)
     table.true[n:] = np.arange(leaves)
-    missing = node.attrs.get("nodes_missing_value_tracks_true") or [0] * n
-    table.missing[:n] = np.asarray(missing, bool)[:n]
+    table.missing[:n] = _missing_tracks_true(node, n)
     members = None
     if (codes == 6).any():
         flat = mc.tensor_attr(ctx, node, "membership_values")

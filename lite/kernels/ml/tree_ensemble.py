@@ -68,16 +68,29 @@ class TreeEnsemble(Kernel):
         x = self.input(0)
         if x.dtype.kind not in "iuf" or x.rank not in (1, 2):
             raise self.fail(f"X must be a numeric [N, F] tensor, got {x.dtype}{list(x.shape)}")
-        feature = self.constant(1, "nodes_feature").astype(np.intp)
-        threshold = self.constant(2, "nodes_threshold").astype(np.float64)
-        mode = self.constant(3, "nodes_mode").astype(np.int64)
-        true = self.constant(4, "nodes_true").astype(np.intp)
-        false = self.constant(5, "nodes_false").astype(np.intp)
-        missing = self.constant(6, "nodes_missing_true").astype(np.bool_)
-        roots = self.constant(7, "roots").astype(np.intp)
-        weights = self.constant(8, "leaf_weights").astype(np.float64)
+        # The tables as stored (narrow integers, float32 thresholds and weights where
+        # they fit): checked here, widened for the walk only when it first runs.
+        feature = self.constant(1, "nodes_feature")
+        threshold = self.constant(2, "nodes_threshold")
+        mode = self.constant(3, "nodes_mode")
+        true = self.constant(4, "nodes_true")
+        false = self.constant(5, "nodes_false")
+        missing = self.constant(6, "nodes_missing_true").astype(np.bool_, copy=False)
+        roots = self.constant(7, "roots").astype(np.intp, copy=False)
+        weights = self.constant(8, "leaf_weights")
         base = self.constant(9, "base_values").astype(np.float64).ravel()
         n = feature.size
+        for what, table, kinds in (
+            ("nodes_feature", feature, "iu"),
+            ("nodes_threshold", threshold, "f"),
+            ("nodes_mode", mode, "iu"),
+            ("nodes_true", true, "iu"),
+            ("nodes_false", false, "iu"),
+            ("leaf_weights", weights, "f"),
+        ):
+            if table.dtype.kind not in kinds:
+                expected = "an integer" if kinds == "iu" else "a float"
+                raise self.fail(f"{what} must have {expected} dtype, got {table.dtype}")
         if any(a.shape != (n,) for a in (threshold, mode, true, false, missing)):
             raise self.fail(f"the node tables must all have shape [{n}]")
         if weights.ndim != 2:
@@ -109,9 +122,10 @@ class TreeEnsemble(Kernel):
         self.tables = (feature, threshold, mode, true, false, missing, leaf)
         self.roots = roots
         self.any_missing = bool(missing[branch].any())
-        self._prepare_walk(feature, threshold, mode, true, false, missing, leaf)
-        self.weights = weights
-        self.sum_weights = np.nan_to_num(weights, nan=0.0).astype(np.float32)
+        # The walk's tables are built when the kernel first walks: prepared only for its
+        # output specs (by shape inference or the importer), it never holds them.
+        self._walk_ready = False
+        self.stored_weights = weights
         self.base = base
         self.modes = sorted({NodeMode(int(m)) for m in np.unique(mode[branch])})
         self.n_targets = weights.shape[1]
@@ -126,6 +140,23 @@ class TreeEnsemble(Kernel):
             ]
         else:
             self.output_specs = [TensorSpec((batch, self.n_targets), np.dtype(np.float32))]
+
+    def _ready(self) -> None:
+        """Build the walk's tables on the first walk (see __init__)."""
+        if not self._walk_ready:
+            feature, threshold, mode, true, false, missing, leaf = self.tables
+            self._prepare_walk(
+                feature.astype(np.intp, copy=False),
+                threshold.astype(np.float64, copy=False),
+                mode.astype(np.int64, copy=False),
+                true.astype(np.intp, copy=False),
+                false.astype(np.intp, copy=False),
+                missing,
+                leaf,
+            )
+            self.weights = self.stored_weights.astype(np.float64, copy=False)
+            self.sum_weights = np.nan_to_num(self.stored_weights, nan=0.0).astype(np.float32)
+            self._walk_ready = True
 
     def _prepare_walk(
         self,
@@ -192,10 +223,12 @@ class TreeEnsemble(Kernel):
 
     def leaves(self, x: np.ndarray) -> np.ndarray:
         """The leaf each (sample, tree) pair reaches: node rows [N, trees]."""
+        self._ready()
         return self.node_of_state[self._reached(x).T >> 1]
 
     def _reached(self, x: np.ndarray) -> np.ndarray:
         """The state of the leaf each (sample, tree) pair reaches: [trees, N]."""
+        self._ready()
         features = x.shape[-1]
         flat = x.reshape(-1).astype(np.float64, copy=False)
         batch, trees = flat.size // max(features, 1), self.state_roots.size
@@ -287,6 +320,7 @@ class TreeEnsemble(Kernel):
 
     def scores(self, x: np.ndarray) -> np.ndarray:
         """Aggregated leaf weights [N, targets] (float32), before base values."""
+        self._ready()
         rows = np.ascontiguousarray(self.state_weight_row[self._reached(x)].T)  # [N, trees]
         if self.aggregate in ("MIN", "MAX"):
             picked = self.weights[rows]  # [N, trees, targets], NaN: no weight

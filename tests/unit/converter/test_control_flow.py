@@ -430,3 +430,79 @@ def test_loop_that_never_ends_is_refused() -> None:
     )
     with pytest.raises((ConversionError, ShapeError), match="would never end"):
         plan(convert(model, optimize=False))
+
+
+def _running_sum_scan(length: int | str):
+    """Scan-9 of a running sum over the rows of x [length, 3], each partial sum stacked."""
+    body = subgraph(
+        [
+            helper.make_node("Add", ["acc_in", "row"], ["acc_out"]),
+            helper.make_node("Identity", ["acc_out"], ["partial"]),
+        ],
+        "body",
+        [("acc_out", F, [3]), ("partial", F, [3])],
+        inputs=[
+            helper.make_tensor_value_info("acc_in", F, [3]),
+            helper.make_tensor_value_info("row", F, [3]),
+        ],
+    )
+    node = helper.make_node("Scan", ["acc0", "x"], ["acc", "ys"], body=body, num_scan_inputs=1)
+    return make_model(
+        [node], {"acc0": [3], "x": [length, 3]}, ["acc", "ys"], output_shapes={"acc": [3]}
+    )
+
+
+def test_scan_over_a_dynamic_length_follows_each_run() -> None:
+    """The scanned length is a dynamic input dimension: the trip count is its Shape, planned
+    with the input, and the scan output's first dimension follows it."""
+    model = _running_sum_scan("T")
+    rng = np.random.default_rng(4)
+    for length in (1, 5, 9):
+        feeds = {
+            "acc0": rng.standard_normal(3).astype(np.float32),
+            "x": rng.standard_normal((length, 3)).astype(np.float32),
+        }
+        want = assert_matches_ort(model, feeds)
+        assert want[1].shape == (length, 3)
+    ir = convert(model)
+    ys = ir.signatures["infer"].outputs["ys"]
+    assert ir.tensors[ys].shape == (-1, 3)
+
+
+def test_loop_trip_count_from_an_input_shape_gives_dynamic_scan_outputs() -> None:
+    """M = Shape(x)[0] on a dynamic dimension: its scan outputs are [M, 3], M planned."""
+    body = subgraph(
+        [
+            helper.make_node("Identity", ["c_in"], ["c_out"]),
+            helper.make_node("Gather", ["x", "i"], ["row"], axis=0),
+            helper.make_node("Add", ["s_in", "row"], ["s_out"]),
+            helper.make_node("Identity", ["s_out"], ["seen"]),
+        ],
+        "body",
+        [("c_out", B, []), ("s_out", F, [3]), ("seen", F, [3])],
+        inputs=[
+            helper.make_tensor_value_info("i", I64, []),
+            helper.make_tensor_value_info("c_in", B, []),
+            helper.make_tensor_value_info("s_in", F, [3]),
+        ],
+    )
+    nodes = [
+        helper.make_node("Shape", ["x"], ["shape"]),
+        helper.make_node("Gather", ["shape", "zero"], ["M"], axis=0),
+        helper.make_node("Loop", ["M", "", "s0"], ["s", "stack"], body=body),
+    ]
+    model = make_model(
+        nodes,
+        {"x": ["T", 3], "s0": [3]},
+        ["s", "stack"],
+        initializers={"zero": np.array(0, np.int64)},
+        output_shapes={"s": [3]},
+    )
+    rng = np.random.default_rng(5)
+    for length in (2, 7):
+        feeds = {
+            "x": rng.standard_normal((length, 3)).astype(np.float32),
+            "s0": np.zeros(3, np.float32),
+        }
+        want = assert_matches_ort(model, feeds)
+        assert want[1].shape == (length, 3)

@@ -13,6 +13,7 @@ from onnx import TensorProto, helper, numpy_helper
 from sporenet.converter import convert_onnx
 from sporenet.lite import Interpreter
 from tests.references import run_ort_reference
+from tests.unit.converter.helpers import convert
 
 DEPTH, TREES, FEATURES = 3, 6, 5
 
@@ -81,3 +82,26 @@ def test_tree_ensemble_with_large_tensor_attributes_matches_onnxruntime(tmp_path
     # The kernel's scores are float32 (cast to the input's float64 afterwards), where
     # onnxruntime sums the leaf weights in float64: agreement to float32 rounding.
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_tree_tables_are_stored_narrow_and_route_the_same(tmp_path) -> None:
+    """Node features and rows fit int16/int32, modes uint8, leaf weights float32; float64
+    splits that are not all float32 stay float64, float32 ones are stored as float32;
+    both match onnxruntime."""
+    rng = np.random.default_rng(2)
+    x = rng.uniform(0, 1, (64, FEATURES))
+    for splits in (rng.uniform(0, 1, 42), rng.uniform(0, 1, 42).astype(np.float32)):
+        model = _forest(np.random.default_rng(0))
+        (attr,) = [a for a in model.graph.node[0].attribute if a.name == "nodes_splits"]
+        attr.t.CopyFrom(numpy_helper.from_array(splits.astype(np.float64)))
+        ir = convert(model)
+        stored = {t.name.rsplit("/", 1)[-1]: t.data for t in ir.tensors if t.data is not None}
+        assert stored["feature"].dtype == np.int16
+        assert stored["true"].dtype == stored["false"].dtype == np.int32
+        assert stored["mode"].dtype == np.uint8
+        assert stored["leaf_weights"].dtype == np.float32
+        want = np.float64 if splits.dtype == np.float64 else np.float32
+        assert stored["threshold"].dtype == want
+        got = Interpreter(model_content=convert_onnx(model)).run({"X": x})["Y"]
+        (reference,) = run_ort_reference(model, {"X": x})
+        np.testing.assert_allclose(got, reference, rtol=1e-5, atol=1e-6)

@@ -517,3 +517,14 @@ def test_large_weight_is_memory_mapped(tmp_path):
     data = loaded.tensors[1].data
     assert isinstance(_base(data), mmap.mmap)
     assert data[-1, -1] == 7
+
+
+def test_release_pages_is_called_as_weights_are_copied_and_changes_no_byte(monkeypatch):
+    """serialize(release_pages=f) calls f after every RELEASE_EVERY bytes of tensor data
+    it copies (a converter drops a mapped source's pages so), with the same bytes out."""
+    model = mlp_model()
+    monkeypatch.setattr(format_write, "RELEASE_EVERY", 12)  # after both (48, 12 bytes)
+    calls: list[int] = []
+    data = serialize(model, release_pages=lambda: calls.append(1))
+    assert data == serialize(model)
+    assert len(calls) == 2
