@@ -179,7 +179,12 @@ class Transfers:
     async def upload_in_session(self, p: PendingUpload, header: pb.UploadHeader) -> None:
         """Send the update over the session (its CRC-32 computed beforehand, off the loop)."""
         session = self._open_session()
-        first = pb.UploadChunk(header=header).SerializeToString()
+        # An update that fits in one chunk rides with its header: a server with a free
+        # slot takes it and answers upload_reply alone. Otherwise (or when the server
+        # drops it: no slot free, or it holds part of this upload) the server answers
+        # upload_offset and the rest goes from there, as after a header-only chunk.
+        whole = p.payload if 0 < len(p.payload) <= self.chunk_size else b""
+        first = pb.UploadChunk(header=header, offset=0, data=bytes(whole)).SerializeToString()
         await session.send(SessionRequestField.UPLOAD, first)
         # The server answers when it has a slot for this upload: with a whole fleet
         # uploading at once that may take a while, and costs neither side anything.
