@@ -371,9 +371,24 @@ def run_fleet(
     dropped = sum(r.dropped_train + r.dropped_upload for r in rounds)
     if heterogeneous:
         curve.notes.append(f"{dropped} dropouts, {report.offline_periods} offline periods")
+    if "--async" in mode:
+        curve.notes.append(f"mean staleness {mean_staleness(state):.2f} versions")
     if report.errors:
         curve.error = f"{len(report.errors)} device errors, first: {report.errors[0]}"
     return curve
+
+
+def mean_staleness(state: Path) -> float:
+    """The mean over an async job's versions of their buffers' mean staleness (versions
+    between the one a device trained on and the one its update was folded into)."""
+    from sporenet.federated.server.status import read_status
+
+    values = [
+        r["metrics"]["staleness"]
+        for r in read_status(state)["rounds"]
+        if "staleness" in (r.get("metrics") or {})
+    ]
+    return statistics.mean(values) if values else math.nan
 
 
 def unavailable(reason: str) -> Callable[[Workload, Context], Curve]:
