@@ -25,8 +25,10 @@ Lines (LINES, one entry each; a line whose server feature this build lacks is re
   (flwr 1.42.0 in a venv this script creates; no device heterogeneity, every sampled
   device awaited): same partition, model, initial weights, seeds, local training (the
   lite Trainer through LiteLearner in both) and cohort per round.
-- central: the same architecture trained on the union of the devices' data, one epoch
-  per point: the upper line.
+- central: the same architecture and trainer on the union of the devices' data, one
+  epoch per point, at full size for about as many SGD steps as the sync line's clients
+  train in all (Shakespeare: on its plateau; in less wall time than the sync line): the
+  upper line.
 
 Reported per workload: each line's accuracy per round and wall seconds per round, the
 Flower comparison (accuracy difference per round, target within 1 point; median wall
@@ -116,6 +118,7 @@ class Workload:
     epochs: int  # local epochs per round
     central_epochs: int
     model: Callable[[int], bytes]
+    seed: int = SEED  # initial weights, partition, fleet profile and batches (--seeds)
 
     def train_config(self) -> dict[str, Any]:
         return {"lr": self.lr, "epochs": self.epochs, "batch_size": self.batch_size}
@@ -188,7 +191,10 @@ WORKLOADS = {
         lr=1.0,
         batch_size=16,
         epochs=3,
-        central_epochs=6,
+        # About as many SGD steps as the sync line's clients train in all (20 rounds x
+        # ~19 updates x 39 steps; 12 x 1,229), and on the central model's plateau: 0.398
+        # at 6 epochs, still climbing, then 0.394-0.421 from 8 to 18.
+        central_epochs=12,
         model=char_lstm,
     ),
 }
@@ -281,7 +287,7 @@ def secure_config(w: Workload, data: Any, path: Path) -> list[str]:
     a clipping range no update reaches."""
     from sporenet.android_demo.fleet.partition import PARTITIONS
 
-    rng = np.random.default_rng([SEED, 0])  # the simulator's partition seed (group_args)
+    rng = np.random.default_rng([w.seed, 0])  # the simulator's partition seed (group_args)
     parts = PARTITIONS[w.partition](data.y, data.owners, w.devices, w.alpha or 0.5, rng)
     largest = max(len(p) for p in parts)
     path.write_text(
@@ -309,7 +315,7 @@ def run_fleet(
 
     data = load_data(w)
     model = ctx.workdir / f"{w.name}.spore"
-    model.write_bytes(w.model(SEED))
+    model.write_bytes(w.model(w.seed))
     if "--secure" in mode:
         config = secure_config(w, data, ctx.workdir / f"{w.name}-{name}.toml")
         mode = [*(m for m in mode if m != "--secure"), *config]
@@ -320,7 +326,7 @@ def run_fleet(
     profile = FleetProfile(
         partition=w.partition,
         alpha=w.alpha if w.alpha > 0 else 0.5,
-        seed=SEED,
+        seed=w.seed,
         **(HETEROGENEOUS if heterogeneous else {"simulate_time": False}),
     )
     if heterogeneous:
@@ -370,9 +376,24 @@ def run_fleet(
     dropped = sum(r.dropped_train + r.dropped_upload for r in rounds)
     if heterogeneous:
         curve.notes.append(f"{dropped} dropouts, {report.offline_periods} offline periods")
+    if "--async" in mode:
+        curve.notes.append(f"mean staleness {mean_staleness(state):.2f} versions")
     if report.errors:
         curve.error = f"{len(report.errors)} device errors, first: {report.errors[0]}"
     return curve
+
+
+def mean_staleness(state: Path) -> float:
+    """The mean over an async job's versions of their buffers' mean staleness (versions
+    between the one a device trained on and the one its update was folded into)."""
+    from sporenet.federated.server.status import read_status
+
+    values = [
+        r["metrics"]["staleness"]
+        for r in read_status(state)["rounds"]
+        if "staleness" in (r.get("metrics") or {})
+    ]
+    return statistics.mean(values) if values else math.nan
 
 
 def unavailable(reason: str) -> Callable[[Workload, Context], Curve]:
@@ -411,8 +432,8 @@ def run_central(w: Workload, ctx: Context, name: str) -> Curve:
         x, y = data.x[keep], data.y[keep]
     else:
         x, y = data.x, data.y
-    base = lite.parse(w.model(SEED))
-    learner = LiteLearner(base, x, y, lr=w.lr, epochs=1, batch_size=w.batch_size, seed=SEED)
+    base = lite.parse(w.model(w.seed))
+    learner = LiteLearner(base, x, y, lr=w.lr, epochs=1, batch_size=w.batch_size, seed=w.seed)
     weights = base.weights()
     accs, secs = [], []
     for _ in range(w.central_epochs):
@@ -542,9 +563,9 @@ def flower_child(spec: dict[str, Any]) -> None:
     fields = spec["workload"]
     w = dataclasses.replace(WORKLOADS[fields["name"]], **fields)
     data = load_data(w)
-    base = lite.parse(w.model(SEED))
+    base = lite.parse(w.model(w.seed))
     names = sorted(base.weights())
-    rng = np.random.default_rng([SEED, 0])  # the simulator's partition seed (group_args)
+    rng = np.random.default_rng([w.seed, 0])  # the simulator's partition seed (group_args)
     parts = PARTITIONS[w.partition](data.y, data.owners, w.devices, w.alpha or 0.5, rng)
     learners: list[LiteLearner] = []  # one per Ray worker process, as one per fleet worker
 
@@ -558,7 +579,7 @@ def flower_child(spec: dict[str, Any]) -> None:
                 learners.append(LiteLearner(base, data.x[rows], data.y[rows], **w.train_config()))
             learner = learners[0]
             learner.x, learner.y = data.x[rows], data.y[rows]
-            learner.rng = batch_rng(SEED, self.cid, int(config["round"]))
+            learner.rng = batch_rng(w.seed, self.cid, int(config["round"]))
             new, n, metrics = learner.train(dict(zip(names, parameters, strict=True)), {})
             return [new[k] for k in names], n, metrics
 
@@ -754,6 +775,45 @@ def _accuracy_at(c: Curve, updates: int) -> float:
     return float(np.interp(updates, xs, ys))
 
 
+def late_gap(plain: Curve, secure: Curve) -> float:
+    """Points by which `secure` is above `plain` on average over the last quarter of the
+    client updates both reached. Versions differ by points of accuracy from one to the
+    next, so this mean says more than one point of each curve."""
+    n = min(plain.points[-1].updates, secure.points[-1].updates)
+    tail = [n * (0.75 + 0.25 * k / 10) for k in range(11)]
+    return 100 * float(
+        np.mean([_accuracy_at(secure, int(u)) - _accuracy_at(plain, int(u)) for u in tail])
+    )
+
+
+def seed_summary(w: Workload, per_seed: dict[int, dict[str, Curve]]) -> list[str]:
+    """Secure buffers against plain ones over repeated seeds: each seed's late_gap, their
+    mean and a 95% confidence interval (Student's t), judged on the mean."""
+    gaps = {
+        seed: late_gap(c["async"], c["async-secure"])
+        for seed, c in per_seed.items()
+        if all(k in c and c[k].points for k in ("async", "async-secure"))
+    }
+    if len(gaps) < 2:
+        return []
+    values = list(gaps.values())
+    mean, half = statistics.mean(values), _t95(len(values)) * statistics.stdev(values)
+    half /= math.sqrt(len(values))
+    each = ", ".join(f"seed {k}: {v:+.2f}" for k, v in gaps.items())
+    return [
+        f"{w.name} secure buffers vs plain async over {len(values)} seeds (mean accuracy gap "
+        f"over the last quarter of the updates): {mean:+.2f} points, 95% CI "
+        f"[{mean - half:+.2f}, {mean + half:+.2f}] (target within 0.5: "
+        f"{_verdict(abs(mean) <= 0.5)}; {each})"
+    ]
+
+
+def _t95(n: int) -> float:
+    """Student's t two-sided 95% quantile for n samples (n - 1 degrees of freedom)."""
+    table = {2: 12.706, 3: 4.303, 4: 3.182, 5: 2.776, 6: 2.571, 7: 2.447, 8: 2.365, 9: 2.306}
+    return table.get(n, 2.262 if n == 10 else 1.96 + 2.5 / n)
+
+
 def _async_figures(w: Workload, curves: dict[str, Curve]) -> list[str]:
     """Async against sync (time to sync's final accuracy, accuracy at equal updates) and
     secure buffers against plain ones."""
@@ -773,12 +833,7 @@ def _async_figures(w: Workload, curves: dict[str, Curve]) -> list[str]:
     if plain and secure and plain.points and secure.points:
         n = min(plain.points[-1].updates, secure.points[-1].updates)
         gap = 100 * (_accuracy_at(secure, n) - _accuracy_at(plain, n))
-        # Versions differ by points of accuracy from one to the next: the mean over the
-        # last quarter of the updates says more than one point of each curve.
-        tail = [n * (0.75 + 0.25 * k / 10) for k in range(11)]
-        late = 100 * float(
-            np.mean([_accuracy_at(secure, int(u)) - _accuracy_at(plain, int(u)) for u in tail])
-        )
+        late = late_gap(plain, secure)
         out.append(
             f"{w.name} secure buffers vs plain async: {gap:+.2f} points at {n} client updates, "
             f"{late:+.2f} on average over the last quarter of them (target within 0.5: "
@@ -841,6 +896,12 @@ def main() -> None:
     p.add_argument("--workloads", default=",".join(WORKLOADS))
     p.add_argument("--rounds", type=int, help="rounds of every workload (default: its own)")
     p.add_argument("--lines", default=",".join(LINES))
+    p.add_argument(
+        "--seeds",
+        default=str(SEED),
+        help="comma-separated seeds: the lines run once per seed, and secure buffers are "
+        "compared with plain ones by the mean over the seeds (default: one run)",
+    )
     p.add_argument("--no-flower", action="store_true")
     p.add_argument("--flower-venv", type=Path, default=FLOWER_VENV)
     p.add_argument("--flower-timeout", type=float, default=3600.0)
@@ -878,30 +939,43 @@ def run_workloads(args: argparse.Namespace, ctx: Context) -> None:
     )
     if unknown:
         raise SystemExit(f"unknown lines or workloads {unknown}")
-    results: dict[str, dict[str, Curve]] = {}
+    seeds = [int(s) for s in args.seeds.split(",")]
+    results: dict[str, dict[str, Curve]] = {}  # the first seed's, plotted
+    runs: dict[str, dict[int, dict[str, Curve]]] = {}
     figures = []
     for name in args.workloads.split(","):
-        w = sized(WORKLOADS[name], args.quick)
+        base = sized(WORKLOADS[name], args.quick)
         if args.rounds:
-            w = dataclasses.replace(w, rounds=args.rounds)
-        curves = {}
-        for key in keys:
-            start = time.perf_counter()
-            curves[key] = LINES[key].run(w, ctx, key)
-            print(f"[{name}] {key}: {time.perf_counter() - start:.0f} s", flush=True)
-        results[name] = curves
-        print(_table(w, curves), flush=True)
-        figures += _figures(w, curves)
+            base = dataclasses.replace(base, rounds=args.rounds)
+        for seed in seeds:
+            w = dataclasses.replace(base, seed=seed)
+            curves = {}
+            for key in keys:
+                start = time.perf_counter()
+                curves[key] = LINES[key].run(w, ctx, key)
+                print(
+                    f"[{name} seed {seed}] {key}: {time.perf_counter() - start:.0f} s", flush=True
+                )
+            runs.setdefault(name, {})[seed] = curves
+            results.setdefault(name, curves)
+            print(_table(w, curves), flush=True)
+            these = [f"[seed {seed}] {f}" if len(seeds) > 1 else f for f in _figures(w, curves)]
+            if len(seeds) > 1:  # as each seed ends, since a run of several takes hours
+                print("\n".join(these), flush=True)
+            figures += these
+        figures += seed_summary(base, runs[name])
     print("\n".join(["", *figures]))
     write_plot(results, args.plot)
     print(f"plot: {args.plot}")
     if args.json:
-        args.json.write_text(
-            json.dumps(
-                {n: {k: dataclasses.asdict(c) for k, c in cs.items()} for n, cs in results.items()},
-                indent=1,
-            )
-        )
+        dump = {
+            n: {
+                str(seed): {k: dataclasses.asdict(c) for k, c in cs.items()}
+                for seed, cs in r.items()
+            }
+            for n, r in runs.items()
+        }
+        args.json.write_text(json.dumps(dump, indent=1))
 
 
 if __name__ == "__main__":

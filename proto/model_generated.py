@@ -180,6 +180,7 @@ class OpCode(object):
     GATHER_ELEMENTS = 602
     CALL = 650
     MAX_POOL2D_SELECT = 660
+    LSTM_TRAINING = 700
 
 
 class SparseFormat(object):

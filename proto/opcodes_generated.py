@@ -133,7 +133,8 @@ class OpCode(enum.IntEnum):
     LSTM = 300
     GRU = 301
     RNN = 302
-    # their gradients: backpropagation through time, recomputing the forward pass
+    # their gradients: backpropagation through time, recomputing the forward pass unless
+    # given the steps LSTM_TRAINING saved
     LSTM_GRAD = 310
     GRU_GRAD = 311
     RNN_GRAD = 312
@@ -225,6 +226,13 @@ class OpCode(enum.IntEnum):
     # o's gradient to (the first window element equal to y[o]). The adjoint of
     # MAX_POOL2D_GRAD in its gradient input, so max pooling has a second derivative.
     MAX_POOL2D_SELECT = 660
+    # training forms of forward ops (700..709)
+    # LSTM_TRAINING: an LSTM node of a training graph: the LSTM's inputs, attributes and
+    # outputs (Y, Y_h, Y_c), and output 3, the steps the backward pass reads, float
+    # [dirs, seq, batch, 12 * hidden]: per direction and time step the state entering
+    # the step (h, c), the gate pre-activations and activations (i, o, f, c each), and
+    # h(c_new), c_new. LSTM_GRAD takes it as input 11 instead of recomputing the forward.
+    LSTM_TRAINING = 700
     # classic machine learning, ONNX's ai.onnx.ml semantics as onnxruntime runs them
     # (500..599). Tables are constant inputs, not attributes, so they load zero-copy.
     # TREE_ENSEMBLE: inputs (X, nodes_feature int64, nodes_threshold float64, nodes_mode

@@ -1,12 +1,13 @@
 """One virtual device's side of the federated protocol, as coroutines on the shared loop.
 
 The calls a `sporenet.federated.Client` makes, spoken by a coroutine instead of a thread:
-Register; a unary Poll for each task (an idle device holds no stream); while it works on
-a task, one Session stream for the model, its heartbeats and its upload, closed once it
-is idle again; SubmitSecure for the secure stages; evaluation reports. A thousand devices
-then cost a thousand small objects and calls multiplexed over a few connections
-(shared.ChannelPool), not a thousand threads and connections. What a device does with a
-task (train, drop out, upload, answer a secure stage) is devices.py's.
+Register; a unary Poll for a task while idle (an idle device holds no stream); while it
+works on a task, one Session stream for the model, its heartbeats, its upload and the
+poll for the next task, closed once that poll finds nothing to do; SubmitSecure for the
+secure stages; evaluation reports. A thousand devices then cost a thousand small objects
+and calls multiplexed over a few connections (shared.ChannelPool), not a thousand
+threads and connections. What a device does with a task (train, drop out, upload,
+answer a secure stage) is devices.py's.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from sporenet.android_demo.fleet.shared import loop_transfers
 from sporenet.federated.client.secure import SecureReply
 from sporenet.federated.client.session_stream import SessionStream
 from sporenet.federated.client.transfers import PendingUpload
-from sporenet.federated.common.wire import SessionRequestField, method_path
+from sporenet.federated.common.wire import SessionReplyField, SessionRequestField, method_path
 from sporenet.federated.errors import FederatedError
 from sporenet.proto import federated_pb2 as pb
 from sporenet.proto import federated_pb2_grpc as pb_grpc
@@ -69,14 +70,21 @@ class Participant:
         self.heartbeat_interval = max(reply.heartbeat_interval_ms / 1000.0, 0.05)
 
     async def poll(self, held: str = "", wait: float | None = None) -> pb.Task:
-        """The next task, by a unary Poll the server may hold up to `wait` seconds
-        (default `poll_wait`). Models come from the group's cache, over a Session;
-        `held` is the sha256 of the newest model the device holds there (a DONE task for
-        that model tells the server the device has the job's final model)."""
+        """The next task, which the server may hold up to `wait` seconds (default
+        `poll_wait`): asked on the Session while one is open (the poll right after a
+        task: one message on an open stream, not a new call), else by a unary Poll.
+        Models come from the group's cache, over a Session; `held` is the sha256 of the
+        newest model the device holds there (a DONE task for that model tells the server
+        the device has the job's final model)."""
         wait = self.poll_wait if wait is None else wait
         request = pb.TaskRequest(
             client_id=self.client_id, wait_ms=int(wait * 1000), held_model_sha256=held
         )
+        session = self._session
+        if session is not None and not session.closed:
+            await session.send(SessionRequestField.POLL, request.SerializeToString())
+            _, body = await session.receive((SessionReplyField.TASK,), wait + self.rpc_timeout)
+            return pb.Task.FromString(bytes(body))
         task: pb.Task = await self.stub.Poll(request, timeout=wait + self.rpc_timeout)
         return task
 

@@ -12,6 +12,8 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
+import grpc
+
 from sporenet.federated.client.session_stream import SessionStream
 from sporenet.federated.common.buffers import BufferPool
 from sporenet.federated.common.checksum import crc32, model_mismatch
@@ -42,6 +44,13 @@ class PendingUpload:
     crc32: int | None = None  # of `payload`, computed on the first attempt to upload it
 
 
+def _refuses_riding(error: grpc.RpcError) -> bool:
+    """Whether a server from before riding data refused an update sent with its header."""
+    code = error.code() if hasattr(error, "code") else None
+    details = (error.details() if hasattr(error, "details") else "") or ""
+    return code == grpc.StatusCode.INVALID_ARGUMENT and details.endswith("found data with it")
+
+
 def check_accepted(reply: pb.UploadReply, p: PendingUpload) -> None:
     """TransferError (resume and send the rest) unless the server accepted the upload."""
     if not reply.accepted:
@@ -69,6 +78,7 @@ class Transfers:
         self._run, self._open_session, self._client_id = run, open_session, client_id
         self.chunk_size, self.download_chunk_size = chunk_size, download_chunk_size
         self.rpc_timeout = rpc_timeout
+        self.ride = True  # an update that fits in one chunk goes with its header
         self.models: dict[int, tuple[str, memoryview]] = {}  # version -> (sha256, bytes)
         # A download in progress: (version, buffer of the model's size, bytes received).
         self.partial: tuple[int, memoryview, int] | None = None
@@ -177,9 +187,29 @@ class Transfers:
         )
 
     async def upload_in_session(self, p: PendingUpload, header: pb.UploadHeader) -> None:
-        """Send the update over the session (its CRC-32 computed beforehand, off the loop)."""
+        """Send the update over the session (its CRC-32 computed beforehand, off the loop).
+
+        An update that fits in one chunk rides with its header: a server with a free slot
+        takes it and answers upload_reply alone. Otherwise (or when the server drops it:
+        no slot free, or it holds part of this upload) the server answers upload_offset
+        and the rest goes from there, as after a header-only chunk. A server from before
+        riding data refuses it; the header then goes alone, on a new session, from then on.
+        """
+        ride = self.ride and 0 < len(p.payload) <= self.chunk_size
+        try:
+            await self._upload_from_header(p, header, ride=ride)
+        except grpc.RpcError as e:
+            if not (ride and _refuses_riding(e)):
+                raise
+            self.ride = False
+            await self._upload_from_header(p, header, ride=False)
+
+    async def _upload_from_header(
+        self, p: PendingUpload, header: pb.UploadHeader, *, ride: bool
+    ) -> None:
         session = self._open_session()
-        first = pb.UploadChunk(header=header).SerializeToString()
+        whole = bytes(p.payload) if ride else b""
+        first = pb.UploadChunk(header=header, offset=0, data=whole).SerializeToString()
         await session.send(SessionRequestField.UPLOAD, first)
         # The server answers when it has a slot for this upload: with a whole fleet
         # uploading at once that may take a while, and costs neither side anything.

@@ -13,7 +13,9 @@ act only for its own client.
 - an upload waits for a receiving slot before the client sends a byte (so waiting
   clients hold no payload in the server), is received into one buffer, then checked,
   validated, written and folded: on a worker thread, since those block, unless the
-  update is small enough that the hand-off would cost more.
+  update is small enough that the hand-off would cost more. An update that fits in one
+  chunk rides with its header: taken at once when a slot is free (no upload_offset
+  message), else dropped and asked for again once the slot is granted.
 
 The RoundManager stays the single source of truth; this module is only a transport.
 """
@@ -303,12 +305,21 @@ class SessionService:
 
     async def _upload(self, body: memoryview, stream: Stream) -> None:
         first = parse_upload_chunk(body)
-        if not first.HasField("header") or first.data:
+        if not first.HasField("header"):
             raise MalformedMessageError(
-                "a Session upload starts with an UploadChunk that carries only the header; "
-                f"found {'no header' if not first.HasField('header') else 'data with it'}"
+                "a Session upload starts with an UploadChunk that carries the header; "
+                "found no header"
             )
-        h = first.header
+        # Data riding with the header (the whole update, from the client's side) saves the
+        # upload_offset exchange; the header is copied so that dropping the data frees it.
+        rider: tuple[int, memoryview] | None = None
+        if first.data:
+            h = pb.UploadHeader()
+            h.CopyFrom(first.header)
+            rider = (first.offset, memoryview(first.data))
+        else:
+            h = first.header
+        del first
         cid = require_client(h.client_id)
         check_upload_id(h.upload_id)
         key = (cid, h.upload_id)
@@ -321,6 +332,8 @@ class SessionService:
         hold = self._upload_slots.claim(cid, h.upload_id, h.task_id)
         try:
             running = self._receiving.get(key)
+            if running is not None or self._upload_slots.busy:
+                rider = None  # an upload that waits holds no payload in the server
             if running is not None:  # an earlier stream of this upload keeps what it received
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(running.wait(), SETTLE_SECONDS)
@@ -335,7 +348,7 @@ class SessionService:
             done = asyncio.Event()
             self._receiving[key] = done
             try:
-                reply = await self._receive(hold, h, stream)
+                reply = await self._receive(hold, h, stream, rider)
             finally:
                 if self._receiving.get(key) is done:
                     del self._receiving[key]
@@ -376,8 +389,16 @@ class SessionService:
             raise
         return True
 
-    async def _receive(self, hold: SlotHold, h: pb.UploadHeader, stream: Stream) -> pb.UploadReply:
-        """Tell the client where to continue, take its chunks into one buffer, submit it.
+    async def _receive(
+        self,
+        hold: SlotHold,
+        h: pb.UploadHeader,
+        stream: Stream,
+        rider: tuple[int, memoryview] | None = None,
+    ) -> pb.UploadReply:
+        """Take the chunks into one buffer and submit it: the data that rode with the
+        header, if it starts where the server's copy ends, else what the client sends
+        after being told where to continue.
 
         The slot is held only while the upload keeps its pace: each read waits at most
         `read_timeout`, and at most until the upload would average less than
@@ -386,10 +407,14 @@ class SessionService:
         """
         cid = hold.client_id
         upload = UploadReceiver(self.m, self.metrics, cid, h, self.buffers)
-        offer = pb.UploadOffsetReply(received=upload.size).SerializeToString()
-        await stream.write(frame_session(SessionReplyField.UPLOAD_OFFSET, offer))
         loop = asyncio.get_running_loop()
         try:
+            if rider is not None and rider[0] == upload.size:
+                upload.add(*rider)
+            else:
+                offer = pb.UploadOffsetReply(received=upload.size).SerializeToString()
+                await stream.write(frame_session(SessionReplyField.UPLOAD_OFFSET, offer))
+            rider = None
             limit, rate = self.m.config.read_timeout, self.m.config.min_upload_rate
             start, first = loop.time(), upload.size
             last = start  # when the last chunk came

@@ -15,6 +15,12 @@ OPS = (
     declare(O.RNN, kernel=recurrent.RNN, weights=(1, 2, 3), **_RNN),
     # TFLite's LSTM step: CIFG, peepholes, layer norm, projection, clipping, reverse
     declare(O.SEQUENCE_LSTM, kernel=sequence_lstm.SequenceLSTM),
+    # an LSTM of a training graph, saving its steps for LSTM_GRAD
+    declare(
+        O.LSTM_TRAINING,
+        kernel=recurrent_grad.LSTMTraining,
+        grad=rule("recurrent", "lstm_training"),
+    ),
     declare(O.LSTM_GRAD, kernel=recurrent_grad.LSTMGrad),
     declare(O.GRU_GRAD, kernel=recurrent_grad.GRUGrad),
     declare(O.RNN_GRAD, kernel=recurrent_grad.RNNGrad),

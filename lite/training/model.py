@@ -2,10 +2,12 @@
 
 The train graph reuses the infer graph's tensors: the same weights (which the Trainer
 binds as variables shared by both plans) and the same activation tensors. Dropout nodes
-switch to training mode and BatchNorm to BATCH_NORM_TRAINING (batch statistics, running
-averages updated in place). Optimizer slots (momentum, Adam moments and step counts) are
-new zero-initialized constant tensors named after their parameter. The update nodes come
-last, after every backward node that reads the old weights.
+switch to training mode, BatchNorm to BATCH_NORM_TRAINING (batch statistics, running
+averages updated in place) and an LSTM the gradient flows through to LSTM_TRAINING (which
+saves its steps, so the backward pass does not run the forward one again). Optimizer
+slots (momentum, Adam moments and step counts) are new zero-initialized constant tensors
+named after their parameter. The update nodes come last, after every backward node that
+reads the old weights.
 """
 
 from __future__ import annotations
@@ -258,10 +260,16 @@ def _training_forward(
     m: Model, forward: Graph, params: set[int], new_tensor: Callable[..., int]
 ) -> list[Node]:
     """The forward nodes in training mode: Dropout drawing masks, BatchNorm with batch
-    statistics, and activations whose derivative needs their input split off."""
+    statistics, an LSTM the gradient flows through saving its steps for LSTM_GRAD, and
+    activations whose derivative needs their input split off."""
     nodes: list[Node] = []
+    trained = set(params)  # tensors that depend on a trained parameter
     for n in forward.nodes:
-        if n.op == OpCode.DROPOUT:
+        if trained.intersection(n.inputs):
+            trained.update(n.outputs)
+        if n.op == OpCode.LSTM and trained.intersection(n.inputs):
+            nodes.append(_lstm_training(m, n, new_tensor))
+        elif n.op == OpCode.DROPOUT:
             x = n.inputs[0]
             mask = new_tensor(f"{n.name}/mask", m.tensors[x].dtype, m.tensors[x].shape)
             # The step counter of the random masks: training state, saved in checkpoints.
@@ -291,6 +299,17 @@ def _training_forward(
                 replace(n, inputs=list(n.inputs), outputs=list(n.outputs), attrs=dict(n.attrs))
             )
     return nodes
+
+
+def _lstm_training(m: Model, n: Node, new_tensor: Callable[..., int]) -> Node:
+    """An LSTM node as LSTM_TRAINING: the same inputs, attributes and outputs (Y_c made
+    when absent) and the steps it saves for the backward pass (LSTM_GRAD's input 11)."""
+    outputs = list(n.outputs) + [-1] * (3 - len(n.outputs))
+    for k, o in enumerate(outputs):
+        if o == -1:
+            outputs[k] = new_tensor(f"{n.name}/output{k}", m.tensors[n.inputs[0]].dtype, ())
+    saved = new_tensor(f"{n.name}/saved_steps", m.tensors[n.inputs[0]].dtype, ())
+    return Node(OpCode.LSTM_TRAINING, list(n.inputs), [*outputs, saved], dict(n.attrs), 1, n.name)
 
 
 def _pool_before_relu(

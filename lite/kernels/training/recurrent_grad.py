@@ -1,9 +1,11 @@
 """Backpropagation through time for LSTM, GRU and RNN (forward: lite/kernels/recurrent.py).
 
-LSTM_GRAD(X, W, R, B, sequence_lens, initial_h, initial_c, P, dY, dY_h, dY_c) and
+LSTM_GRAD(X, W, R, B, sequence_lens, initial_h, initial_c, P, dY, dY_h, dY_c, saved) and
 GRU_GRAD / RNN_GRAD(X, W, R, B, sequence_lens, initial_h, dY, dY_h) carry the forward
-node's attributes. They run the forward pass again keeping each step's gates (nothing is
-stored between the forward and backward graphs), then walk the steps backwards. Outputs:
+node's attributes. They run the forward pass again keeping each step's gates, then walk
+the steps backwards. In a training graph an LSTM is an LSTM_TRAINING node, which writes
+its steps to output 3 (`saved`) as it runs; LSTM_GRAD given that reads the steps instead
+of recomputing them (the same arrays, so the same gradients bit for bit). Outputs:
 the gradients of X, W, R, B, initial_h, initial_c, P, in that order, for those of them
 the forward node has (absent inputs and sequence_lens get none). Gradients flow through
 clip only where a gate was not clipped; a step past a sequence's length passes the state's
@@ -28,6 +30,7 @@ from sporenet.lite.kernels.recurrent import (
     Inputs,
     R,
     Step,
+    Trace,
     W,
     X,
     check_inputs,
@@ -52,11 +55,66 @@ def _clip_mask(cfg: Config, pre: Array) -> Array | float:
     return 1.0 if cfg.clip is None else (np.abs(pre) < cfg.clip).astype(pre.dtype)
 
 
+# An LSTM step as LSTM_TRAINING saves it: h, c, the gates' pre-activations and
+# activations (4 * hidden each), h(c_new) and c_new, in units of hidden.
+_SAVED = {"h": (0, 1), "c": (1, 2), "pre": (2, 6), "post": (6, 10), "extra": (10, 12)}
+SAVED_WIDTH = 12
+
+
+def saved_shape(cfg: Config, seq: int, batch: int) -> tuple[int, int, int, int]:
+    """The shape of LSTM_TRAINING's saved steps: (dirs, seq, batch, 12 * hidden)."""
+    return (cfg.dirs, seq, batch, SAVED_WIDTH * cfg.hidden)
+
+
+def _field(cfg: Config, saved_step: Array, name: str) -> Array:
+    start, stop = _SAVED[name]
+    return saved_step[:, start * cfg.hidden : stop * cfg.hidden]
+
+
+def save_traces(cfg: Config, traces: Sequence[Trace], saved: Array) -> None:
+    """Write an LSTM's traces (run_sequence's) into `saved`, indexed by time step."""
+    for d, trace in enumerate(traces):
+        if not trace.steps:
+            continue
+        steps = saved[d, ::-1] if cfg.reverse[d] else saved[d]  # in the order they ran
+        for name, (start, stop) in _SAVED.items():
+            cols = slice(start * cfg.hidden, stop * cfg.hidden)
+            np.stack([getattr(step, name) for step in trace.steps], out=steps[:, :, cols])
+
+
+def load_traces(cfg: Config, inp: Inputs, saved: Array) -> list[Trace]:
+    """The traces run_sequence(trace=True) gives for these inputs, as views of `saved`
+    (which save_traces wrote for the same inputs); the masks follow from sequence_lens."""
+    seq = saved.shape[1]
+    masks = None
+    if inp.lens is not None and np.any(inp.lens < seq):
+        masks = (np.arange(seq)[:, None] < inp.lens[None, :])[:, :, None]  # (seq, batch, 1)
+    traces = []
+    for d, reverse in enumerate(cfg.reverse):
+        trace = Trace()
+        for t in range(seq - 1, -1, -1) if reverse else range(seq):
+            fields = {name: _field(cfg, saved[d, t], name) for name in _SAVED}
+            mask = None if masks is None else masks[t]
+            trace.time.append(t)
+            trace.steps.append(Step(mask=mask, **fields))
+        traces.append(trace)
+    return traces
+
+
 def backward(
-    cfg: Config, inp: Inputs, dy: Array | None, dy_h: Array | None, dy_c: Array | None
+    cfg: Config,
+    inp: Inputs,
+    dy: Array | None,
+    dy_h: Array | None,
+    dy_c: Array | None,
+    saved: Array | None = None,
 ) -> dict[int, Array]:
-    """Gradients (time-major layout) of every differentiable input, keyed by position."""
-    _, _, _, traces = run_sequence(cfg, inp, trace=True)
+    """Gradients (time-major layout) of every differentiable input, keyed by position;
+    the forward steps are read from `saved` (LSTM_TRAINING's output 3) when given."""
+    if saved is None:
+        _, _, _, traces = run_sequence(cfg, inp, trace=True)
+    else:
+        traces = load_traces(cfg, inp, saved)
     x = inp.x
     seq, batch, size = x.shape
     hidden, gh, dtype = cfg.hidden, cfg.gates * cfg.hidden, x.dtype
@@ -179,7 +237,8 @@ def _gru_back(
 
 class _RecurrentGrad(Kernel):
     """Inputs: the forward node's (padded to its full count with absent entries), then the
-    gradients of its outputs; outputs: see grad_outputs."""
+    gradients of its outputs (LSTM: then the steps LSTM_TRAINING saved); outputs: see
+    grad_outputs."""
 
     kind: ClassVar[str]
 
@@ -189,14 +248,20 @@ class _RecurrentGrad(Kernel):
         n = NUM_INPUTS[self.kind]
         seq, batch, _ = check_inputs(self, self.cfg)
         shapes = output_shapes(self.cfg, seq, batch)
-        grads = list(inputs[n:])
-        if len(grads) > len(shapes):
-            raise self.fail(f"takes at most {n + len(shapes)} inputs, got {len(inputs)}")
+        grads = list(inputs[n : n + len(shapes)])
         for k, spec in enumerate(grads):
             if spec is not None and spec.shape != shapes[k]:
                 raise self.fail(
                     f"gradient of output {k} must have shape {list(shapes[k])}, "
                     f"got {list(spec.shape)}"
+                )
+        saved = self.optional_input(n + len(shapes)) if len(inputs) > n + len(shapes) else None
+        if saved is not None:
+            want = saved_shape(self.cfg, seq, batch)
+            if saved.shape != want or saved.dtype != self.input(X).dtype:
+                raise self.fail(
+                    f"the saved steps (input {n + len(shapes)}) must be "
+                    f"{self.input(X).dtype}{list(want)}, got {saved.dtype}{list(saved.shape)}"
                 )
         present = [spec is not None for spec in inputs[:n]]
         self.positions = grad_outputs(self.kind, present)
@@ -206,7 +271,7 @@ class _RecurrentGrad(Kernel):
 
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
         cfg, n, positions = self.cfg, NUM_INPUTS[self.kind], self.positions
-        dy, dy_h, dy_c = (list(inputs[n:]) + [None] * 3)[:3]
+        dy, dy_h, dy_c, saved = (list(inputs[n:]) + [None] * 4)[:4]
         if cfg.layout:  # time-major views of the batch-first gradients
             dy = None if dy is None else dy.transpose(1, 2, 0, 3)
             dy_h = None if dy_h is None else dy_h.transpose(1, 0, 2)
@@ -214,7 +279,8 @@ class _RecurrentGrad(Kernel):
         forward_inputs = inputs[:n]
 
         def compute() -> None:
-            result = backward(cfg, Inputs.from_node(cfg, forward_inputs), dy, dy_h, dy_c)
+            inp = Inputs.from_node(cfg, forward_inputs)
+            result = backward(cfg, inp, dy, dy_h, dy_c, saved)
             for out, k in zip(outputs, positions, strict=True):
                 value = result[k]
                 if cfg.layout and k in (X, INITIAL_H, INITIAL_C):  # batch-first again
@@ -227,7 +293,7 @@ class _RecurrentGrad(Kernel):
 class LSTMGrad(_RecurrentGrad):
     op = OpCode.LSTM_GRAD
     kind = "LSTM"
-    num_inputs = (3, 11)
+    num_inputs = (3, 12)
 
 
 class GRUGrad(_RecurrentGrad):
@@ -240,3 +306,89 @@ class RNNGrad(_RecurrentGrad):
     op = OpCode.RNN_GRAD
     kind = "RNN"
     num_inputs = (3, 8)
+
+
+def _saving_applies(cfg: Config, inp: Inputs) -> bool:
+    """Whether forward_saving computes this LSTM (else run_sequence, then save_traces)."""
+    return inp.p is None and not cfg.quantize_activations and inp.x.shape[0] > 0
+
+
+def forward_saving(cfg: Config, inp: Inputs, out: tuple[Array, Array, Array], saved: Array) -> None:
+    """An LSTM without peepholes, as recurrent.run_sequence computes it (the same
+    operations in the same order, so the same bits), writing each step's trace straight
+    into `saved` instead of building Step objects to copy there afterwards."""
+    x, (y, y_h, y_c), hidden = inp.x, out, cfg.hidden
+    seq, batch, size = x.shape
+    h3 = 3 * hidden
+    masks = None
+    if inp.lens is not None and np.any(inp.lens < seq):
+        masks = (np.arange(seq)[:, None] < inp.lens[None, :])[:, :, None]  # (seq, batch, 1)
+    x2 = x.reshape(seq * batch, size)
+    for d, reverse in enumerate(cfg.reverse):
+        f, g, hact = cfg.acts[d]
+        xw = x2 @ inp.w[d].T
+        if inp.b is not None:
+            xw += inp.b[d, : 4 * hidden] + inp.b[d, 4 * hidden :]
+        xw = xw.reshape(seq, batch, 4 * hidden)
+        rt = np.ascontiguousarray(inp.r[d].T)
+        h = np.zeros((batch, hidden), x.dtype) if inp.h0 is None else inp.h0[d].copy()
+        c = np.zeros((batch, hidden), x.dtype) if inp.c0 is None else inp.c0[d].copy()
+        for t in range(seq - 1, -1, -1) if reverse else range(seq):
+            step = {name: _field(cfg, saved[d, t], name) for name in _SAVED}
+            step["h"][...], step["c"][...] = h, c
+            a, post = step["pre"], step["post"]
+            np.add(h @ rt, xw[t], out=a)
+            if cfg.clip is not None:
+                np.clip(a, -cfg.clip, cfg.clip, out=a)
+            post[:, :h3] = f(a[:, :h3])
+            if cfg.input_forget:
+                np.subtract(1, post[:, :hidden], out=post[:, 2 * hidden : h3])
+            post[:, h3:] = g(a[:, h3:])
+            i, o, forget, cand = (post[:, k * hidden : (k + 1) * hidden] for k in range(4))
+            hc, c_new = step["extra"][:, :hidden], step["extra"][:, hidden:]
+            np.multiply(forget, c, out=c_new)
+            c_new += i * cand
+            hc[...] = hact(c_new)
+            h_new = o * hc
+            if masks is None:
+                y[t, d] = h_new
+                h, c = h_new, c_new
+            else:
+                np.multiply(h_new, masks[t], out=y[t, d])
+                h, c = np.where(masks[t], h_new, h), np.where(masks[t], c_new, c)
+        y_h[d], y_c[d] = h, c
+        if masks is not None:  # an empty sequence has zero final states, as in onnxruntime
+            y_h[d] *= masks.any(axis=0)
+            y_c[d] *= masks.any(axis=0)
+
+
+class LSTMTraining(Kernel):
+    """LSTM_TRAINING: an LSTM (the general loop of recurrent.run_sequence, as LSTM_GRAD
+    recomputes it) that also writes its steps to output 3 for LSTM_GRAD."""
+
+    op = OpCode.LSTM_TRAINING
+    num_inputs = (3, 8)
+
+    def __init__(self, attrs: Attrs, inputs: Sequence[TensorSpec | None]) -> None:
+        super().__init__(attrs, inputs)
+        self.cfg = parse_config(self, "LSTM")
+        seq, batch, _ = check_inputs(self, self.cfg)
+        dtype = self.input(X).dtype
+        shapes = [*output_shapes(self.cfg, seq, batch), saved_shape(self.cfg, seq, batch)]
+        self.output_specs = [TensorSpec(shape, dtype) for shape in shapes]
+
+    def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
+        cfg = self.cfg
+        y, y_h, y_c, saved = outputs
+        if cfg.layout:  # write through time-major views of the batch-first outputs
+            y, y_h, y_c = y.transpose(1, 2, 0, 3), y_h.transpose(1, 0, 2), y_c.transpose(1, 0, 2)
+
+        def compute() -> None:
+            inp = Inputs.from_node(cfg, inputs)
+            if _saving_applies(cfg, inp):
+                forward_saving(cfg, inp, (y, y_h, y_c), saved)
+            else:
+                _, _, _, traces = run_sequence(cfg, inp, trace=True, out=(y, y_h, y_c))
+                save_traces(cfg, traces, saved)
+
+        return compute

@@ -120,6 +120,40 @@ def test_a_whole_round_over_one_session(tmp_path: Path, server_factory) -> None:
     assert status["rounds"][0]["num_results"] == 1
 
 
+def test_an_update_rides_with_its_header(tmp_path: Path, server_factory) -> None:  # type: ignore[no-untyped-def]
+    # The header's chunk carries the whole update: the server, with a slot free, takes it
+    # and answers upload_reply alone (no upload_offset exchange); the update counts once.
+    w0, server = _server(tmp_path, server_factory, "--rounds", "1", "--min-clients", "2")
+    with grpc.insecure_channel(server.address) as channel:
+        a, b = _register(channel, "rider"), _register(channel, "walker")
+        session = RawSession(channel)
+        task = _fit_task(session, a)
+        task_b = _fit_task(RawSession(channel), b)
+        payload = encode_update({k: np.full_like(v, 0.5) for k, v in w0.items()})
+        header = _header(a, task, payload, "ride1")
+        session.send(pb.SessionRequest(upload=pb.UploadChunk(header=header, data=payload)))
+        reply = session.receive("upload_reply").upload_reply
+        assert (reply.accepted, reply.received) == (True, len(payload))
+        # Sent again (a client that missed the reply): already accepted, not folded twice.
+        session.send(pb.SessionRequest(upload=pb.UploadChunk(header=header, data=payload)))
+        again = session.receive("upload_reply").upload_reply
+        assert again.accepted and again.message == "already accepted"
+        # A header-only upload still gets its offset first.
+        other = RawSession(channel)
+        assert other.upload_header(_header(b, task_b, payload, "walk1")).upload_offset.received == 0
+        other.upload_data(payload, 0, len(payload), 1000)
+        assert other.receive("upload_reply").upload_reply.accepted
+        other.close()
+        done = session.poll(a, wait_ms=5000)
+        assert done.type == pb.TASK_DONE
+        final = session.download(pb.DownloadRequest(client_id=a, model_version=done.model_version))
+        session.close()
+    final_weights = read_weights(b"".join(c.data for c in final))
+    for k, v in w0.items():
+        np.testing.assert_allclose(final_weights[k], v + 0.5, rtol=1e-6)
+    assert status_command(server.state_dir)["rounds"][0]["num_results"] == 2
+
+
 def test_bad_updates_end_the_session_and_are_not_counted(tmp_path: Path, server_factory) -> None:  # type: ignore[no-untyped-def]
     w0, server = _server(tmp_path, server_factory, "--rounds", "1", "--min-clients", "2")
     with grpc.insecure_channel(server.address) as channel:
@@ -230,10 +264,7 @@ def test_malformed_and_refused_requests_end_the_session_with_their_status(
         # A poll whose TaskRequest is not protobuf.
         code, details = refusal(frame_session(SessionRequestField.POLL, b"\xff"))
         assert code == invalid and "malformed TaskRequest" in details, details
-        # An upload must open with a header-only chunk.
-        with_data = pb.UploadChunk(header=header, offset=0, data=b"x" * 100)
-        code, details = refusal(pb.SessionRequest(upload=with_data))
-        assert code == invalid and details.endswith("found data with it"), details
+        # An upload must open with the header.
         code, details = refusal(pb.SessionRequest(upload=pb.UploadChunk(offset=0, data=b"x")))
         assert code == invalid and details.endswith("found no header"), details
         # ...then sends data chunks, not another request.
@@ -328,6 +359,13 @@ def test_an_interrupted_upload_resumes_on_a_new_session(tmp_path: Path, server_f
                 break
             second.close()
         assert 0 < kept < len(payload) and kept % chunk == 0, kept
+        # The whole update riding with the header is dropped: the server holds part of
+        # this upload, so it says where to continue, as for a header-only chunk.
+        rider = pb.UploadChunk(header=header, offset=0, data=payload)
+        second.close()
+        second = RawSession(channel)
+        second.send(pb.SessionRequest(upload=rider))
+        assert second.receive("upload_offset").upload_offset.received == kept
         # Starting over from 0 is refused with the offset to use; nothing is lost.
         second.send(pb.SessionRequest(upload=pb.UploadChunk(offset=0, data=payload[:chunk])))
         code, details = second.refusal()

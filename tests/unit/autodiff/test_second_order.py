@@ -488,7 +488,7 @@ def _recurrent(op: OpCode, gates: int, outputs: int) -> tuple[list[np.ndarray], 
         r.normal(size=(1, 2 * gates * HID)) * 0.5,
         r.normal(size=(1, 2, HID)) * 0.5,
     ]
-    if op == O.LSTM:
+    if op in (O.LSTM, O.LSTM_TRAINING):
         weights.append(r.normal(size=(1, 2, HID)) * 0.5)
 
     def f(x: Any, w: Any, rec: Any, b: Any, h0: Any, *c0: Any) -> Any:
@@ -501,6 +501,7 @@ def _recurrent(op: OpCode, gates: int, outputs: int) -> tuple[list[np.ndarray], 
 
 FIRST_ORDER: dict[str, tuple[list[np.ndarray], Callable]] = {
     "LSTM": _recurrent(O.LSTM, 4, 3),
+    "LSTM_TRAINING": _recurrent(O.LSTM_TRAINING, 4, 4),  # LSTM_GRAD reading its saved steps
     "GRU": _recurrent(O.GRU, 3, 2),
     "RNN": _recurrent(O.RNN, 1, 2),
 }
