@@ -145,16 +145,20 @@ class ImportContext:
             self._add(f"{base}:{k}", [TensorSpec(s.shape, s.dtype) for s in views], None)
             for k, views in enumerate(out_specs)
         ]
-        self.nodes.append(
-            Node(
-                op=op,
-                inputs=list(inputs),
-                outputs=outputs,
-                attrs=attrs,
-                name=self.tensors[outputs[0]].name if outputs else base,
-            )
-        )
+        self._append_node(op, attrs, inputs, outputs, base)
         return outputs
+
+    def _append_node(
+        self,
+        op: OpCode,
+        attrs: dict[str, Any],
+        inputs: Sequence[int],
+        outputs: list[int],
+        fallback_name: str = "",
+    ) -> None:
+        """Append the node, named after its first output (`fallback_name` if it has none)."""
+        name = self.tensors[outputs[0]].name if outputs else fallback_name
+        self.nodes.append(Node(op=op, inputs=list(inputs), outputs=outputs, attrs=attrs, name=name))
 
     # ---- naming
     def _fresh_name(self, base: str) -> str:
@@ -395,15 +399,7 @@ class ImportContext:
             # The same whatever the dynamic dimensions are (e.g. a static part of Shape(x)).
             return [self.constant(n, o) for n, o in zip(names, per_view[0], strict=False)]
         outputs = self._add_outputs(kernels, inputs, names, lazy, per_view)
-        self.nodes.append(
-            Node(
-                op=op,
-                inputs=list(inputs),
-                outputs=outputs,
-                attrs=attrs,
-                name=self.tensors[outputs[0]].name,
-            )
-        )
+        self._append_node(op, attrs, inputs, outputs)
         return outputs
 
     def _force_all(self, inputs: Sequence[int]) -> None:
@@ -452,15 +448,7 @@ class ImportContext:
         for out in outputs:
             self.static.add(out)
             self.deferred[out] = (op, attrs, list(inputs), outputs)
-        self.nodes.append(
-            Node(
-                op=op,
-                inputs=list(inputs),
-                outputs=outputs,
-                attrs=attrs,
-                name=self.tensors[outputs[0]].name,
-            )
-        )
+        self._append_node(op, attrs, inputs, outputs)
         return outputs
 
     def _float_first_input(self, op: OpCode, inputs: Sequence[int]) -> Sequence[int]:
