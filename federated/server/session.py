@@ -246,13 +246,19 @@ class SessionService:
     async def _poll(self, body: memoryview, stream: Stream) -> None:
         request = _parse(pb.TaskRequest, body)
         task = await self.next_task(request)
-        await stream.write(self.tasks.session_reply(task))
         model = task.model
         held = model is None or model.sha256 == request.held_model_sha256
+        done = task.type == TaskType.DONE
+        if done and held:
+            # Before the write: a client that holds the final model may close the stream
+            # as soon as the reply arrives, cancelling this call before it resumes. The
+            # daemon's graceful stop still delivers the reply in flight.
+            self.m.told_done(request.client_id, model)
+        await stream.write(self.tasks.session_reply(task))
         if request.send_model and model is not None and not held:
             await self._send_model(model, 0, self.chunk_size, stream)
-        if task.type == TaskType.DONE and (held or request.send_model):
-            self.m.told_done(request.client_id, model)
+            if done:
+                self.m.told_done(request.client_id, model)
 
     async def _download(self, body: memoryview, stream: Stream) -> None:
         request = _parse(pb.DownloadRequest, body)
