@@ -87,6 +87,9 @@ class OwnServer:
             "--rounds",
             str(self.rounds),
             *self.cohort.flags(),
+            # The simulator stops it: a daemon that exits once its clients were told would
+            # go before the round monitor's last status look, losing the final rounds' lines.
+            "--keep-serving",
         ]
 
     def __enter__(self) -> OwnServer:
