@@ -411,3 +411,47 @@ def test_last_axis_operand_on_contiguous_nchw(shape, other):
         np.testing.assert_array_equal(got, ufunc(x, y))
         (got,) = run_op(op, [y, x], constant_inputs=[1])
         np.testing.assert_array_equal(got, ufunc(y, x))
+
+
+@pytest.mark.parametrize(
+    "op,attrs",
+    [
+        (OpCode.MAX_POOL2D, dict(kernel_shape=[2, 2], strides=[2, 2])),
+        (OpCode.MAX_POOL2D, dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])),
+        (OpCode.AVG_POOL2D, dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])),
+    ],
+    ids=["max-2x2", "max-3x3-padded", "avg-3x3-padded"],
+)
+def test_strided_block_with_pool_and_channel_pad_stays_channels_last(op, attrs):
+    # A BlazeBlock's strided branch: depthwise -> {strided depthwise, pool -> channel
+    # pad} -> add. The pool and the pad read and write channels-last storage, so the
+    # depthwise output feeding both branches is stored channels-last too.
+    b = ModelBuilder(producer="test")
+    weights: list = []
+    x = b.input("x", (1, 8, 10, 10))
+    d = _conv(b, x, 8, 8, 3, group=8, weights=weights)
+    s = _conv(b, d, 8, 8, 3, stride=2, group=8, weights=weights)
+    p = b.op(op, [d], **attrs)
+    pad = b.op(OpCode.PAD, [p], pads=[0, 0, 0, 0, 0, 4, 0, 0])
+    w = RNG.normal(size=(12, 8, 1, 1)).astype(np.float32)
+    e = b.op(OpCode.CONV2D, [s, b.constant("we", w)])
+    y = b.op(OpCode.ADD, [e, pad])
+    b.output(y, name="y")
+    interp = Interpreter(model=b.build(), num_threads=1)
+    xv = RNG.normal(size=(1, 8, 10, 10)).astype(np.float32)
+    conv = [
+        lambda t, i=i: run_op(OpCode.CONV2D, [t, weights[i][0], weights[i][1]], **weights[i][2])[0]
+        for i in range(2)
+    ]
+    dv = conv[0](xv)
+    (pv,) = run_op(op, [dv], **attrs)
+    (ev,) = run_op(OpCode.CONV2D, [conv[1](dv), w])
+    ref = ev + np.pad(pv, [(0, 0), (0, 4), (0, 0), (0, 0)])
+    np.testing.assert_allclose(interp.run({"x": xv})["y"], ref, rtol=1e-5, atol=1e-5)
+    nodes = interp.model.graphs[0].nodes
+    pool = next(n for n in nodes if n.op == op)
+    pad_node = next(n for n in nodes if n.op == OpCode.PAD)
+    for tensor in (pool.inputs[0], pool.outputs[0], pad_node.outputs[0]):
+        array = interp._plan.arrays[tensor]
+        assert not array.flags.c_contiguous
+        assert array.transpose(0, 2, 3, 1).flags.c_contiguous
