@@ -455,3 +455,50 @@ def test_strided_block_with_pool_and_channel_pad_stays_channels_last(op, attrs):
         array = interp._plan.arrays[tensor]
         assert not array.flags.c_contiguous
         assert array.transpose(0, 2, 3, 1).flags.c_contiguous
+
+
+@pytest.mark.parametrize(
+    "op,attrs,out_c",
+    [
+        (OpCode.RESIZE, dict(mode="linear", sizes=[1, 32, 13, 18]), 32),
+        (
+            OpCode.RESIZE,
+            dict(
+                mode="linear", coordinate_transformation_mode="align_corners", scales=[1, 1, 2, 2]
+            ),
+            32,
+        ),
+        (
+            OpCode.RESIZE,
+            dict(mode="nearest", coordinate_transformation_mode="asymmetric", sizes=[1, 32, 5, 4]),
+            32,
+        ),
+        (OpCode.DEPTH_TO_SPACE, dict(blocksize=2, mode="DCR"), 8),
+        (OpCode.DEPTH_TO_SPACE, dict(blocksize=2, mode="CRD"), 8),
+    ],
+    ids=["linear-sizes", "linear-x2", "nearest", "d2s-dcr", "d2s-crd"],
+)
+def test_resize_and_depth_to_space_between_depthwise_layers_stay_channels_last(op, attrs, out_c):
+    # depthwise -> resize / depth-to-space -> depthwise (a decoder's upsampling): the
+    # middle op reads and writes channels-last storage and gives the eager NCHW values.
+    b = ModelBuilder(producer="test")
+    weights: list = []
+    x = b.input("x", (1, 32, 7, 9))
+    d = _conv(b, x, 32, 32, 3, group=32, weights=weights)
+    u = b.op(op, [d], **attrs)
+    y = _conv(b, u, out_c, out_c, 3, group=out_c, weights=weights)
+    b.output(y, name="y")
+    interp = Interpreter(model=b.build(), num_threads=1)
+    xv = RNG.normal(size=(1, 32, 7, 9)).astype(np.float32)
+    conv = [
+        lambda t, i=i: run_op(OpCode.CONV2D, [t, weights[i][0], weights[i][1]], **weights[i][2])[0]
+        for i in range(2)
+    ]
+    (mid,) = run_op(op, [conv[0](xv)], **attrs)
+    np.testing.assert_allclose(interp.run({"x": xv})["y"], conv[1](mid), rtol=1e-5, atol=1e-5)
+    node = interp.model.graphs[0].nodes[1]
+    assert node.op == op
+    for tensor in (node.inputs[0], node.outputs[0]):
+        array = interp._plan.arrays[tensor]
+        assert not array.flags.c_contiguous
+        assert array.transpose(0, 2, 3, 1).flags.c_contiguous
