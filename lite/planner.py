@@ -427,7 +427,53 @@ def _channels_last_tensors(
                 )
             ):
                 chosen.add(i)
+    _back_through_followers(nodes, kernels, readers, outputs, chosen)
     return chosen
+
+
+def _back_through_followers(
+    nodes: list[Node],
+    kernels: list[Kernel | None],
+    readers: dict[int, list[tuple[Kernel, int]]],
+    outputs: Collection[int],
+    chosen: set[int],
+) -> None:
+    """Store channels-last, too, a tensor that is stored NCHW only because nothing ahead
+    prefers it, when its producer accepts writing it so and its every reader is a kernel
+    whose channels-last output follows it (a PReLU after the first convolution, whose
+    output a depthwise layer prefers channels-last): the readers then run in one layout
+    instead of converting as they compute. Producers are visited last to first, so a
+    chain of such readers is followed back to its start. Narrow tensors (fewer than
+    _BACK_MIN_CHANNELS channels) stay as they are: a convolution writing so few channels
+    per row multiplies against a skinny operand, slower than the readers gain."""
+    first_output = {id(k): n.outputs[0] for n, k in zip(nodes, kernels, strict=True) if n.outputs}
+
+    def follows_into_chosen(reader: Kernel, index: int) -> bool:
+        return (
+            reader.channels_last_input(index) >= ChannelsLast.ACCEPTED
+            and not reader.leans_nchw(index)
+            and reader.channels_last_follows(0) == index
+            and first_output.get(id(reader)) in chosen
+        )
+
+    for node, kernel in zip(reversed(nodes), reversed(kernels), strict=True):
+        if kernel is None or kernel.is_view:
+            continue
+        for k, i in enumerate(node.outputs):
+            if i in chosen or i in outputs or i not in readers:
+                continue
+            spec = kernel.output_specs[k] if k < len(kernel.output_specs) else None
+            if spec is None or len(spec.shape) != 4 or spec.shape[1] < _BACK_MIN_CHANNELS:
+                continue
+            if kernel.channels_last_output(k) < ChannelsLast.ACCEPTED:
+                continue
+            if all(follows_into_chosen(r, index) for r, index in readers[i]):
+                chosen.add(i)
+
+
+_BACK_MIN_CHANNELS = 32
+"""Fewest channels of a tensor stored channels-last for its readers' sake alone (see
+_back_through_followers)."""
 
 
 def _followed_input(node: Node, kernel: Kernel, k: int, chosen: set[int]) -> int | None:

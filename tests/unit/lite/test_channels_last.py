@@ -502,3 +502,53 @@ def test_resize_and_depth_to_space_between_depthwise_layers_stay_channels_last(o
         array = interp._plan.arrays[tensor]
         assert not array.flags.c_contiguous
         assert array.transpose(0, 2, 3, 1).flags.c_contiguous
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_one_by_one_depthwise_on_channels_last_storage(bias):
+    # A 1x1 depthwise layer (a per-channel scale and shift) between depthwise layers
+    # reads and writes channels-last rows and gives the eager NCHW values.
+    b = ModelBuilder(producer="test")
+    weights: list = []
+    x = b.input("x", (1, 8, 6, 7))
+    d = _conv(b, x, 8, 8, 3, group=8, weights=weights)
+    s = _conv(b, d, 8, 8, 1, group=8, bias=bias, act="relu", weights=weights)
+    y = _conv(b, s, 8, 8, 3, group=8, weights=weights)
+    b.output(y, name="y")
+    interp = Interpreter(model=b.build(), num_threads=1)
+    xv = RNG.normal(size=(1, 8, 6, 7)).astype(np.float32)
+    ref = xv
+    for w, bv, attrs in weights:
+        (ref,) = run_op(OpCode.CONV2D, [ref, w] + ([bv] if bv is not None else []), **attrs)
+    np.testing.assert_allclose(interp.run({"x": xv})["y"], ref, rtol=1e-5, atol=1e-5)
+    node = interp.model.graphs[0].nodes[1]
+    for tensor in (node.inputs[0], node.outputs[0]):
+        assert interp._plan.arrays[tensor].transpose(0, 2, 3, 1).flags.c_contiguous
+
+
+def test_a_tensor_read_only_by_a_follower_of_channels_last_output_is_stored_so():
+    # conv (im2col, 32 channels) -> PReLU -> depthwise: the depthwise prefers the
+    # PReLU output channels-last, and the PReLU follows its input, so the planner stores
+    # the conv output channels-last too (no PReLU pass across layouts).
+    b = ModelBuilder(producer="test")
+    weights: list = []
+    x = b.input("x", (1, 3, 16, 16))
+    c = _conv(b, x, 3, 32, 3, stride=2, weights=weights)
+    slope = RNG.uniform(0, 0.5, size=(32, 1, 1)).astype(np.float32)
+    p = b.op(OpCode.PRELU, [c, b.constant("slope", slope)])
+    y = _conv(b, p, 32, 32, 3, group=32, weights=weights)
+    b.output(y, name="y")
+    interp = Interpreter(model=b.build(), num_threads=1)
+    xv = RNG.normal(size=(1, 3, 16, 16)).astype(np.float32)
+    conv = [
+        lambda t, i=i: run_op(OpCode.CONV2D, [t, weights[i][0], weights[i][1]], **weights[i][2])[0]
+        for i in range(2)
+    ]
+    (pv,) = run_op(OpCode.PRELU, [conv[0](xv), slope])
+    np.testing.assert_allclose(interp.run({"x": xv})["y"], conv[1](pv), rtol=1e-5, atol=1e-5)
+    node = interp.model.graphs[0].nodes[1]
+    assert node.op == OpCode.PRELU
+    for tensor in (node.inputs[0], node.outputs[0]):
+        array = interp._plan.arrays[tensor]
+        assert not array.flags.c_contiguous
+        assert array.transpose(0, 2, 3, 1).flags.c_contiguous
