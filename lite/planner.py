@@ -3,7 +3,7 @@
 The result, an ExecutionPlan, holds one zero-argument closure per node that still has work
 to do; running the plan is a loop over them with no validation and no allocation.
 Intermediate buffers are assigned by tensor lifetime: a buffer whose tensor is dead is
-handed to the next tensor that fits (best fit), so peak memory follows the widest cut of
+handed to the next tensor that fits (first fit), so peak memory follows the widest cut of
 the graph rather than the sum of all activations.
 """
 
@@ -305,16 +305,19 @@ def _prepare_node(
 
 
 class _Arena:
-    """Best-fit allocator of byte spans handed out and returned by lifetime (tensors and
+    """First-fit allocator of byte spans handed out and returned by lifetime (tensors and
     the steps' temporaries alike), in one region reserved up front.
 
-    A request takes the smallest free span that holds it and leaves the rest of that span
-    free; a returned span merges with its free neighbours; a request that no free span
-    holds extends the region's used top (absorbing a free span that ends there). The
-    region is reserved, not touched: pages past the highest span ever handed out are never
-    written, so they cost address space, not memory. The sizes of the temporaries are known
-    only as the kernels are bound, which is why the region cannot be sized exactly before;
-    a request past the reservation gets a chunk of its own.
+    A request takes the lowest free span that holds it and leaves the rest of that span
+    free. Packing toward the bottom keeps the largest holes near the top, where a large
+    tensor after many small ones still fits (smallest-fit scattered small spans through
+    them, and a vision net's widest cut then landed above its holes). A returned span
+    merges with its free neighbours; a request that no free span holds extends the
+    region's used top (absorbing a free span that ends there). The region is reserved,
+    not touched: pages past the highest span ever handed out are never written, so they
+    cost address space, not memory. The sizes of the temporaries are known only as the
+    kernels are bound, which is why the region cannot be sized exactly before; a request
+    past the reservation gets a chunk of its own.
     """
 
     ALIGN = 64  # bytes: every span starts on a cache line (and any dtype's alignment)
@@ -335,7 +338,7 @@ class _Arena:
         size = -(-max(nbytes, 1) // self.ALIGN) * self.ALIGN
         fits = [k for k, span in enumerate(self.free) if span[2] >= size]
         if fits:
-            chunk, start, have = self.free.pop(min(fits, key=lambda k: self.free[k][2]))
+            chunk, start, have = self.free.pop(min(fits, key=lambda k: self.free[k][:2]))
             if have > size:
                 self.free.append((chunk, start + size, have - size))
         else:
