@@ -407,10 +407,16 @@ class Resize(Kernel):
         cols_b = temporary(out.shape, out.dtype)
         trail = (1,) * (x.ndim - 1 - ay)
         rw0, rw1 = rw0.reshape(-1, *trail), rw1.reshape(-1, *trail)
-        trail = (1,) * (x.ndim - 1 - ax)
-        cw0, cw1 = cw0.reshape(-1, *trail), cw1.reshape(-1, *trail)
-
         gather_columns = _column_gathers(rows_a, ((c0, out), (c1, cols_b)), ax)
+        blend, other = out, cols_b
+        if ax == x.ndim - 1:
+            cw0, cw1 = cw0.reshape(-1), cw1.reshape(-1)
+        else:
+            # Columns with channels after them: the weights repeated per channel over
+            # rows of OW*C elements (a (OW, 1) operand would loop over runs of C).
+            c = x.shape[-1]
+            cw0, cw1 = np.repeat(cw0, c), np.repeat(cw1, c)
+            blend, other = out.reshape(-1, cw0.size), cols_b.reshape(-1, cw0.size)
 
         def compute() -> None:
             take(x, r0, axis=ay, out=rows_a, mode="clip")  # in range: see the nearest mode
@@ -419,9 +425,9 @@ class Resize(Kernel):
             multiply(rows_b, rw1, out=rows_b)
             add(rows_a, rows_b, out=rows_a)
             gather_columns()
-            multiply(out, cw0, out=out)
-            multiply(cols_b, cw1, out=cols_b)
-            add(out, cols_b, out=out)
+            multiply(blend, cw0, out=blend)
+            multiply(other, cw1, out=other)
+            add(blend, other, out=blend)
 
         return compute
 
