@@ -3,7 +3,7 @@
 The result, an ExecutionPlan, holds one zero-argument closure per node that still has work
 to do; running the plan is a loop over them with no validation and no allocation.
 Intermediate buffers are assigned by tensor lifetime: a buffer whose tensor is dead is
-handed to the next tensor that fits (best fit), so peak memory follows the widest cut of
+handed to the next tensor that fits (first fit), so peak memory follows the widest cut of
 the graph rather than the sum of all activations.
 """
 
@@ -305,16 +305,19 @@ def _prepare_node(
 
 
 class _Arena:
-    """Best-fit allocator of byte spans handed out and returned by lifetime (tensors and
+    """First-fit allocator of byte spans handed out and returned by lifetime (tensors and
     the steps' temporaries alike), in one region reserved up front.
 
-    A request takes the smallest free span that holds it and leaves the rest of that span
-    free; a returned span merges with its free neighbours; a request that no free span
-    holds extends the region's used top (absorbing a free span that ends there). The
-    region is reserved, not touched: pages past the highest span ever handed out are never
-    written, so they cost address space, not memory. The sizes of the temporaries are known
-    only as the kernels are bound, which is why the region cannot be sized exactly before;
-    a request past the reservation gets a chunk of its own.
+    A request takes the lowest free span that holds it and leaves the rest of that span
+    free. Packing toward the bottom keeps the largest holes near the top, where a large
+    tensor after many small ones still fits (smallest-fit scattered small spans through
+    them, and a vision net's widest cut then landed above its holes). A returned span
+    merges with its free neighbours; a request that no free span holds extends the
+    region's used top (absorbing a free span that ends there). The region is reserved,
+    not touched: pages past the highest span ever handed out are never written, so they
+    cost address space, not memory. The sizes of the temporaries are known only as the
+    kernels are bound, which is why the region cannot be sized exactly before; a request
+    past the reservation gets a chunk of its own.
     """
 
     ALIGN = 64  # bytes: every span starts on a cache line (and any dtype's alignment)
@@ -335,7 +338,7 @@ class _Arena:
         size = -(-max(nbytes, 1) // self.ALIGN) * self.ALIGN
         fits = [k for k, span in enumerate(self.free) if span[2] >= size]
         if fits:
-            chunk, start, have = self.free.pop(min(fits, key=lambda k: self.free[k][2]))
+            chunk, start, have = self.free.pop(min(fits, key=lambda k: self.free[k][:2]))
             if have > size:
                 self.free.append((chunk, start + size, have - size))
         else:
@@ -427,7 +430,53 @@ def _channels_last_tensors(
                 )
             ):
                 chosen.add(i)
+    _back_through_followers(nodes, kernels, readers, outputs, chosen)
     return chosen
+
+
+def _back_through_followers(
+    nodes: list[Node],
+    kernels: list[Kernel | None],
+    readers: dict[int, list[tuple[Kernel, int]]],
+    outputs: Collection[int],
+    chosen: set[int],
+) -> None:
+    """Store channels-last, too, a tensor that is stored NCHW only because nothing ahead
+    prefers it, when its producer accepts writing it so and its every reader is a kernel
+    whose channels-last output follows it (a PReLU after the first convolution, whose
+    output a depthwise layer prefers channels-last): the readers then run in one layout
+    instead of converting as they compute. Producers are visited last to first, so a
+    chain of such readers is followed back to its start. Narrow tensors (fewer than
+    _BACK_MIN_CHANNELS channels) stay as they are: a convolution writing so few channels
+    per row multiplies against a skinny operand, slower than the readers gain."""
+    first_output = {id(k): n.outputs[0] for n, k in zip(nodes, kernels, strict=True) if n.outputs}
+
+    def follows_into_chosen(reader: Kernel, index: int) -> bool:
+        return (
+            reader.channels_last_input(index) >= ChannelsLast.ACCEPTED
+            and not reader.leans_nchw(index)
+            and reader.channels_last_follows(0) == index
+            and first_output.get(id(reader)) in chosen
+        )
+
+    for node, kernel in zip(reversed(nodes), reversed(kernels), strict=True):
+        if kernel is None or kernel.is_view:
+            continue
+        for k, i in enumerate(node.outputs):
+            if i in chosen or i in outputs or i not in readers:
+                continue
+            spec = kernel.output_specs[k] if k < len(kernel.output_specs) else None
+            if spec is None or len(spec.shape) != 4 or spec.shape[1] < _BACK_MIN_CHANNELS:
+                continue
+            if kernel.channels_last_output(k) < ChannelsLast.ACCEPTED:
+                continue
+            if all(follows_into_chosen(r, index) for r, index in readers[i]):
+                chosen.add(i)
+
+
+_BACK_MIN_CHANNELS = 32
+"""Fewest channels of a tensor stored channels-last for its readers' sake alone (see
+_back_through_followers)."""
 
 
 def _followed_input(node: Node, kernel: Kernel, k: int, chosen: set[int]) -> int | None:

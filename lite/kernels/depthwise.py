@@ -69,7 +69,11 @@ def bind_depthwise(
     """The depthwise step writing `out`, bias and the in-place activation `act`
     included; see the module docstring."""
     if win.kernel == (1, 1) and win.strides == (1, 1) and not any(win.pads):
-        return then_activation(_bind_scale(x, w, out, bias), out, act)
+        if w_const and (bias is None or bias_const) and _both_last(x, out):
+            step = _bind_scale_rows(x, w, out, bias)
+        else:
+            step = _bind_scale(x, w, out, bias)
+        return then_activation(step, out, act)
     stored_last = not x.flags.c_contiguous and x.transpose(0, 2, 3, 1).flags.c_contiguous
     if uses_channels_last(win, x.shape, x.itemsize, stored_last=stored_last):
         return _bind_channels_last(
@@ -92,6 +96,34 @@ def _bind_scale(x: np.ndarray, w: np.ndarray, out: np.ndarray, bias: np.ndarray 
     def scale_shift() -> None:
         multiply(x, scale, out=out)
         add(out, shift, out=out)
+
+    return scale_shift
+
+
+def _both_last(x: np.ndarray, out: np.ndarray) -> bool:
+    """Whether both arrays are NCHW views of channels-last memory."""
+    return all(a.transpose(0, 2, 3, 1).flags.c_contiguous for a in (x, out))
+
+
+def _bind_scale_rows(
+    x: np.ndarray, w: np.ndarray, out: np.ndarray, bias: np.ndarray | None
+) -> Compute:
+    """The per-channel scale and shift on channels-last storage, over rows of W*C
+    elements with the constant weights (and bias) tiled to one row: broadcasting a
+    (C, 1, 1) operand there would loop over runs of C elements."""
+    n, c, h, wd = x.shape
+    rows = x.transpose(0, 2, 3, 1).reshape(n * h, wd * c)
+    target = out.transpose(0, 2, 3, 1).reshape(n * h, wd * c)
+    scale = np.tile(w.reshape(c), wd)
+    pages.release(w)  # only the tiled copy is read
+    multiply, add = np.multiply, np.add
+    if bias is None:
+        return lambda: multiply(rows, scale, out=target)
+    shift = np.tile(bias, wd)
+
+    def scale_shift() -> None:
+        multiply(rows, scale, out=target)
+        add(target, shift, out=target)
 
     return scale_shift
 

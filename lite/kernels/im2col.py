@@ -532,9 +532,11 @@ def _hwc_operands(
 # rows of about this size, each multiplied while it is in cache (see _bind_row_blocks).
 _BLOCK_BYTES = 1 << 20
 
-# The column block of a strided one-image layer (_bind_wide_phases): larger, as its runs
-# are long and a stem's few output channels make a short GEMM per block.
-_WIDE_BLOCK_BYTES = 4 << 20
+# The column block of a strided one-image layer (_bind_wide_phases). A vision net's stem
+# (3 input channels, stride 2) has the largest temporaries of the whole plan, so this
+# block sets the arena's peak; blocks of a few output rows multiply as fast as whole
+# megabytes (its runs are long, and the GEMM's K and O are small).
+_WIDE_BLOCK_BYTES = 256 << 10
 
 # Most stride phases worth copying separately (see phase_im2col_copies): each costs two
 # copy calls, so a long stride (a strided 1-D convolution over audio frames, stride 128)

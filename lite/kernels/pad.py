@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from sporenet.lite.kernels.base import Attrs, Compute, Kernel, TensorSpec
+from sporenet.lite.kernels.base import Attrs, ChannelsLast, Compute, Kernel, TensorSpec
 from sporenet.lite.ops import OpCode
 
 MODES = ("constant", "reflect", "edge", "wrap", "symmetric")
@@ -78,6 +78,19 @@ class Pad(Kernel):
                 raise self.fail(f"wrap pads on axis {a} must not exceed its size ({kept})")
             shape.append(kept + max(b, 0) + max(e, 0))
         self.output_specs = [TensorSpec(tuple(shape), x.dtype)]
+
+    # Layout: the copy and the border fills are views on logical axes, so a 4-D tensor
+    # may be stored channels-last on both sides (BlazeFace pads channels between NHWC
+    # layers).
+    def channels_last_input(self, index: int) -> ChannelsLast:
+        four = index == 0 and self.input(0).rank == 4
+        return ChannelsLast.ACCEPTED if four else ChannelsLast.REFUSED
+
+    def channels_last_output(self, index: int) -> ChannelsLast:
+        return ChannelsLast.ACCEPTED if self.input(0).rank == 4 else ChannelsLast.REFUSED
+
+    def channels_last_follows(self, index: int) -> int | None:
+        return 0
 
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
         x, out = inputs[0], outputs[0]

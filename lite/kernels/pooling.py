@@ -26,6 +26,7 @@ from sporenet.lite.kernels.base import (
     TensorSpec,
     required,
 )
+from sporenet.lite.kernels.conv_common import is_channels_last
 from sporenet.lite.kernels.spatial import Window, check_nchw, padded_buffer, window
 from sporenet.lite.kernels.workspace import temporary
 from sporenet.lite.ops import OpCode
@@ -54,6 +55,18 @@ class _WindowPool(Kernel):
         )
         self.output_specs = [TensorSpec((*x.shape[:2], *self.win.out), x.dtype)]
 
+    # Layout: every tap is a view of the input (or of a padded scratch laid out as the
+    # input is), so the passes read and write either storage; a channels-last input keeps
+    # a chain of NHWC layers (a BlazeBlock's strided branch) free of transposing copies.
+    def channels_last_input(self, index: int) -> ChannelsLast:
+        return ChannelsLast.ACCEPTED if index == 0 else ChannelsLast.REFUSED
+
+    def channels_last_output(self, index: int) -> ChannelsLast:
+        return ChannelsLast.ACCEPTED if index == 0 else ChannelsLast.REFUSED
+
+    def channels_last_follows(self, index: int) -> int | None:
+        return 0 if index == 0 else None
+
     def _source(self, x: np.ndarray) -> tuple[np.ndarray, Compute | None]:
         """The (padded) array the taps read from, and the copy that refreshes it per call."""
         win = self.win
@@ -62,7 +75,11 @@ class _WindowPool(Kernel):
         )
         if not needs_scratch:
             return x, None
-        xp, interior = padded_buffer(x, win, self.fill)
+        if is_channels_last(x):
+            xp, interior = padded_buffer(x.transpose(0, 2, 3, 1), win, self.fill, axes=(1, 2))
+            xp, interior = xp.transpose(0, 3, 1, 2), interior.transpose(0, 3, 1, 2)
+        else:
+            xp, interior = padded_buffer(x, win, self.fill)
         copyto = np.copyto
         return xp, lambda: copyto(interior, x)
 
@@ -75,8 +92,15 @@ class _WindowPool(Kernel):
         # A batch runs in blocks of images (about _BLOCK_BYTES of input), so the column
         # pass reads a block's row results while they are still in cache.
         step = max(1, min(n, _BLOCK_BYTES // max(1, src[0].nbytes))) if kh > 1 else n
-        # The row pass rewrites all of `tmp` each call: it comes from the plan's arena.
-        tmp = temporary((step, x.shape[1], oh, cols), x.dtype) if kh > 1 else None
+        # The row pass rewrites all of `tmp` each call: it comes from the plan's arena,
+        # laid out as the input is (ufuncs over one layout walk memory in order).
+        tmp = None
+        if kh > 1:
+            shape = (step, x.shape[1], oh, cols)
+            if is_channels_last(src):
+                tmp = temporary((step, oh, cols, x.shape[1]), x.dtype).transpose(0, 3, 1, 2)
+            else:
+                tmp = temporary(shape, x.dtype)
         f = self.reduce
         steps: list[Callable[[], object]] = []
         if refresh is not None:
@@ -162,6 +186,15 @@ class MaxPool2D(_WindowPool):
             raise self.fail(f"storage_order must be 0 or 1, got {self.storage_order}")
         if attrs.num_outputs == 2:
             self.output_specs.append(TensorSpec(self.output_specs[0].shape, np.dtype(np.int64)))
+
+    # The indices scan compares NCHW scratch arrays with the taps: NCHW only then.
+    def channels_last_input(self, index: int) -> ChannelsLast:
+        one = len(self.output_specs) == 1
+        return super().channels_last_input(index) if one else ChannelsLast.REFUSED
+
+    def channels_last_output(self, index: int) -> ChannelsLast:
+        one = len(self.output_specs) == 1
+        return super().channels_last_output(index) if one else ChannelsLast.REFUSED
 
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
         pool = self._bind_reduce(inputs[0], outputs[0])

@@ -40,7 +40,8 @@ from typing import cast
 
 import numpy as np
 
-from sporenet.lite.kernels.base import Attrs, Compute, Kernel, TensorSpec
+from sporenet.lite.kernels.base import Attrs, ChannelsLast, Compute, Kernel, TensorSpec, required
+from sporenet.lite.kernels.conv_common import is_channels_last
 from sporenet.lite.kernels.workspace import temporary
 from sporenet.lite.ops import OpCode
 
@@ -271,7 +272,27 @@ class Resize(Kernel):
         roi = self.roi[axis] if self.roi is not None else (0.0, 1.0)
         return source_coordinates(self.transform, out_len, in_len, self.scales[axis], roi)
 
+    # Layout: a 4-D nearest or linear resize gathers and blends whole (W, C) rows and
+    # C-element pixels of channels-last storage, far longer runs than the short rows of
+    # small NCHW planes (a decoder's 1152 planes of 7x7).
+    def _layout(self) -> ChannelsLast:
+        plain = self.mode in ("nearest", "linear") and not self.antialias and self.roi is None
+        four = len(self.output_specs[0].shape) == 4
+        return ChannelsLast.ACCEPTED if plain and four else ChannelsLast.REFUSED
+
+    def channels_last_input(self, index: int) -> ChannelsLast:
+        return self._layout() if index == 0 else ChannelsLast.REFUSED
+
+    def channels_last_output(self, index: int) -> ChannelsLast:
+        return self._layout()
+
+    def channels_last_follows(self, index: int) -> int | None:
+        return 0
+
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
+        x, out = required(inputs, 0), outputs[0]
+        if x.ndim == 4 and is_channels_last(x) and self._layout() == ChannelsLast.ACCEPTED:
+            return self._bind_channels_last(x, out)
         interpolate = self._bind_interpolation(inputs, outputs)
         if self.roi is None:
             return interpolate
@@ -309,6 +330,33 @@ class Resize(Kernel):
             return self._bind_filter(x.reshape(planes, h, w), out.reshape(planes, oh, ow))
         return self._bind_linear(x.reshape(planes, h, w), out.reshape(planes, oh, ow))
 
+    def _bind_channels_last(self, x: np.ndarray, out: np.ndarray) -> Compute:
+        """Nearest or linear on (N, H, W, C) storage: the same gathers and blends as the
+        NCHW path, in the same order (so the same values), along axes 1 and 2. An NCHW
+        `out` is written by one transposing copy from a channels-last temporary."""
+        xt = x.transpose(0, 2, 3, 1)
+        n, h, w, c = xt.shape
+        oh, ow = out.shape[2:]
+        dense = out.transpose(0, 2, 3, 1)
+        last = dense.flags.c_contiguous
+        ot = dense if last else temporary((n, oh, ow, c), out.dtype)
+        if self.mode == "nearest":
+            rows = nearest_indices(self._coords(2), self.nearest_mode, h)
+            cols = nearest_indices(self._coords(3), self.nearest_mode, w)
+            flat = (rows[:, None] * w + cols[None, :]).ravel()
+            main = _gather(xt.reshape(n, h * w, c), flat, ot.reshape(n, oh * ow, c))
+        else:
+            main = self._linear_steps(xt, ot, (1, 2))
+        if last:
+            return main
+        copyto = np.copyto
+
+        def compute() -> None:
+            main()
+            copyto(dense, ot)
+
+        return compute
+
     def _bind_filter(self, x: np.ndarray, out: np.ndarray) -> Compute:
         planes, h, w = x.shape
         oh, ow = out.shape[1:]
@@ -340,31 +388,58 @@ class Resize(Kernel):
         return compute
 
     def _bind_linear(self, x: np.ndarray, out: np.ndarray) -> Compute:
-        planes, h, w = x.shape
-        oh = out.shape[1]
+        return self._linear_steps(x, out, (1, 2))
+
+    def _linear_steps(self, x: np.ndarray, out: np.ndarray, axes: tuple[int, int]) -> Compute:
+        """Linear interpolation along x's (row, column) `axes`: (planes, H, W) or
+        (N, H, W, C) arrays, `out` laid out as `x`."""
+        ay, ax = axes
+        h, w = x.shape[ay], x.shape[ax]
+        oh = out.shape[ay]
         r0, r1, rw0, rw1 = linear_taps(self._coords(len(self.scales) - 2), h)
         c0, c1, cw0, cw1 = linear_taps(self._coords(len(self.scales) - 1), w)
         take, multiply, add = np.take, np.multiply, np.add
         # Rows first (planes, OH, W), then columns into out (planes, OH, OW).
-        rows_a = temporary((planes, oh, w), x.dtype)
-        rows_b = temporary((planes, oh, w), x.dtype)
+        row_shape = list(x.shape)
+        row_shape[ay] = oh
+        rows_a = temporary(row_shape, x.dtype)
+        rows_b = temporary(row_shape, x.dtype)
         cols_b = temporary(out.shape, out.dtype)
-        rw0, rw1 = rw0[:, None], rw1[:, None]
-
-        gather_columns = _column_gathers(rows_a, ((c0, out), (c1, cols_b)))
+        trail = (1,) * (x.ndim - 1 - ay)
+        rw0, rw1 = rw0.reshape(-1, *trail), rw1.reshape(-1, *trail)
+        gather_columns = _column_gathers(rows_a, ((c0, out), (c1, cols_b)), ax)
+        blend, other = out, cols_b
+        if ax == x.ndim - 1:
+            cw0, cw1 = cw0.reshape(-1), cw1.reshape(-1)
+        else:
+            # Columns with channels after them: the weights repeated per channel over
+            # rows of OW*C elements (a (OW, 1) operand would loop over runs of C).
+            c = x.shape[-1]
+            cw0, cw1 = np.repeat(cw0, c), np.repeat(cw1, c)
+            blend, other = out.reshape(-1, cw0.size), cols_b.reshape(-1, cw0.size)
 
         def compute() -> None:
-            take(x, r0, axis=1, out=rows_a, mode="clip")  # in range: see the nearest mode
-            take(x, r1, axis=1, out=rows_b, mode="clip")
+            take(x, r0, axis=ay, out=rows_a, mode="clip")  # in range: see the nearest mode
+            take(x, r1, axis=ay, out=rows_b, mode="clip")
             multiply(rows_a, rw0, out=rows_a)
             multiply(rows_b, rw1, out=rows_b)
             add(rows_a, rows_b, out=rows_a)
             gather_columns()
-            multiply(out, cw0, out=out)
-            multiply(cols_b, cw1, out=cols_b)
-            add(out, cols_b, out=out)
+            multiply(blend, cw0, out=blend)
+            multiply(other, cw1, out=other)
+            add(blend, other, out=blend)
 
         return compute
+
+
+def _gather(x: np.ndarray, index: np.ndarray, out: np.ndarray) -> Compute:
+    """out = x[:, index] (indices in range by construction: mode="clip")."""
+    take = np.take
+
+    def gather() -> None:
+        take(x, index, axis=1, out=out, mode="clip")
+
+    return gather
 
 
 _MAX_RUNS = 8
@@ -393,17 +468,22 @@ def _slice_runs(index: np.ndarray, in_len: int, out_len: int) -> list[Run] | Non
     return runs
 
 
-def _column_gathers(rows: np.ndarray, taps: tuple[tuple[np.ndarray, np.ndarray], ...]) -> Compute:
-    """The step writing target[..., o] = rows[..., index[o]] for each (index, target):
-    a few strided slice copies when the index table is a few runs (_slice_runs), which
-    run several times faster than a gather along the last axis; else that gather."""
-    width = rows.shape[-1]
+def _column_gathers(
+    rows: np.ndarray, taps: tuple[tuple[np.ndarray, np.ndarray], ...], axis: int = -1
+) -> Compute:
+    """The step writing target[..., o, :] = rows[..., index[o], :] along `axis` for each
+    (index, target): a few strided slice copies when the index table is a few runs
+    (_slice_runs), which run several times faster than a gather along the last axis;
+    else that gather."""
+    axis %= rows.ndim
+    width = rows.shape[axis]
+    lead = (slice(None),) * axis
     copies = []
     for index, target in taps:
-        runs = _slice_runs(index, width, target.shape[-1])
+        runs = _slice_runs(index, width, target.shape[axis])
         if runs is None:
-            return _take_columns(rows, taps)
-        copies += [(target[..., dst], rows[..., src]) for dst, src in runs]
+            return _take_columns(rows, taps, axis)
+        copies += [(target[(*lead, dst)], rows[(*lead, src)]) for dst, src in runs]
     copyto = np.copyto
 
     def gather() -> None:
@@ -413,12 +493,14 @@ def _column_gathers(rows: np.ndarray, taps: tuple[tuple[np.ndarray, np.ndarray],
     return gather
 
 
-def _take_columns(rows: np.ndarray, taps: tuple[tuple[np.ndarray, np.ndarray], ...]) -> Compute:
-    """The gathers along the last axis (indices in range by construction: mode="clip")."""
+def _take_columns(
+    rows: np.ndarray, taps: tuple[tuple[np.ndarray, np.ndarray], ...], axis: int = -1
+) -> Compute:
+    """The gathers along `axis` (indices in range by construction: mode="clip")."""
     take = np.take
 
     def gather() -> None:
         for index, target in taps:
-            take(rows, index, axis=2, out=target, mode="clip")
+            take(rows, index, axis=axis, out=target, mode="clip")
 
     return gather

@@ -119,20 +119,26 @@ def window(
     )
 
 
-def padded_buffer(x: np.ndarray, win: Window, fill: float) -> tuple[np.ndarray, np.ndarray]:
+def padded_buffer(
+    x: np.ndarray, win: Window, fill: float, *, axes: tuple[int, int] = (-2, -1)
+) -> tuple[np.ndarray, np.ndarray]:
     """A scratch array holding `x` padded by `win` (plus any ceil-mode overhang), with its
     border set to `fill` once, and the view of its interior that each call copies `x` into.
+    `axes` are x's (row, column) axes: the last two (NCHW), or (1, 2) for NHWC.
 
     The scratch belongs to the kernel (not the planner's arena), so its border survives
     between calls and only the interior is rewritten.
     """
-    h, w = x.shape[-2:]
+    ay, ax = (a % x.ndim for a in axes)
+    h, w = x.shape[ay], x.shape[ax]
     top, left, bottom, right = win.pads
     eh, ew = win.extent
-    hp = max(h + top + bottom, eh)
-    wp = max(w + left + right, ew)
-    buf = np.full((*x.shape[:-2], hp, wp), fill, x.dtype)
-    return buf, buf[..., top : top + h, left : left + w]
+    shape = list(x.shape)
+    shape[ay], shape[ax] = max(h + top + bottom, eh), max(w + left + right, ew)
+    buf = np.full(shape, fill, x.dtype)
+    interior = [slice(None)] * x.ndim
+    interior[ay], interior[ax] = slice(top, top + h), slice(left, left + w)
+    return buf, buf[tuple(interior)]
 
 
 def check_nchw(op: Kernel, shape: tuple[int, ...], what: str = "input") -> None:

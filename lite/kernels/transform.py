@@ -16,7 +16,15 @@ import numpy as np
 
 from sporenet.lite import lowp
 from sporenet.lite.kernels.axes import ints_arg, normalize_axes, normalize_axis
-from sporenet.lite.kernels.base import REQUIRED, Attrs, Compute, Kernel, TensorSpec, required
+from sporenet.lite.kernels.base import (
+    REQUIRED,
+    Attrs,
+    ChannelsLast,
+    Compute,
+    Kernel,
+    TensorSpec,
+    required,
+)
 from sporenet.lite.kernels.reshape import ViewKernel
 from sporenet.lite.ops import OpCode
 
@@ -572,10 +580,24 @@ class DepthToSpace(Kernel):
         self.b = b
         self.output_specs = [TensorSpec((n, c // (b * b), h * b, w * b), x.dtype)]
 
+    # Layout: one copy between (N, C2, H, b, W, b) views of either storage; on
+    # channels-last storage (TFLite's own layout) it moves runs of C2 elements.
+    def channels_last_input(self, index: int) -> ChannelsLast:
+        return ChannelsLast.ACCEPTED
+
+    def channels_last_output(self, index: int) -> ChannelsLast:
+        return ChannelsLast.ACCEPTED
+
+    def channels_last_follows(self, index: int) -> int | None:
+        return 0
+
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
         x, out, b = required(inputs, 0), outputs[0], self.b
         n, c, h, w = x.shape
         c2 = c // (b * b)
+        x_last, out_last = _stored_last(x), _stored_last(out)
+        if x_last or out_last:
+            return _copy(self._logical(out, out_last, target=True), self._logical(x, x_last))
         target = out.reshape(n, c2, h, b, w, b)
         if self.mode == "DCR":
             source = x.reshape(n, b, b, c2, h, w).transpose(0, 3, 4, 1, 5, 2)
@@ -593,6 +615,33 @@ class DepthToSpace(Kernel):
 
             return compute
         return _copy(target, source)
+
+    def _logical(self, a: np.ndarray, last: bool, *, target: bool = False) -> np.ndarray:
+        """The (N, C2, H, b1, W, b2) view of the input (or, target=True, the output)
+        `a`, a view of its storage: NCHW, or channels-last when `last`."""
+        b = self.b
+        if target:
+            n, c2, hb, wb = a.shape
+            if last:
+                six = a.transpose(0, 2, 3, 1).reshape(n, hb // b, b, wb // b, b, c2)
+                return six.transpose(0, 5, 1, 2, 3, 4)
+            return a.reshape(n, c2, hb // b, b, wb // b, b)
+        n, c, h, w = a.shape
+        c2 = c // (b * b)
+        if not last:
+            if self.mode == "DCR":
+                return a.reshape(n, b, b, c2, h, w).transpose(0, 3, 4, 1, 5, 2)
+            return a.reshape(n, c2, b, b, h, w).transpose(0, 1, 4, 2, 5, 3)
+        rows = a.transpose(0, 2, 3, 1)  # (N, H, W, C), contiguous
+        if self.mode == "DCR":  # C = (b1, b2, c2)
+            return rows.reshape(n, h, w, b, b, c2).transpose(0, 5, 1, 3, 2, 4)
+        return rows.reshape(n, h, w, c2, b, b).transpose(0, 3, 1, 4, 2, 5)  # C = (c2, b1, b2)
+
+
+def _stored_last(a: np.ndarray) -> bool:
+    """Whether a 4-D array is an NCHW view of contiguous channels-last memory (and not
+    contiguous NCHW too)."""
+    return not a.flags.c_contiguous and a.transpose(0, 2, 3, 1).flags.c_contiguous
 
 
 class SpaceToDepth(Kernel):

@@ -411,3 +411,144 @@ def test_last_axis_operand_on_contiguous_nchw(shape, other):
         np.testing.assert_array_equal(got, ufunc(x, y))
         (got,) = run_op(op, [y, x], constant_inputs=[1])
         np.testing.assert_array_equal(got, ufunc(y, x))
+
+
+@pytest.mark.parametrize(
+    "op,attrs",
+    [
+        (OpCode.MAX_POOL2D, dict(kernel_shape=[2, 2], strides=[2, 2])),
+        (OpCode.MAX_POOL2D, dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])),
+        (OpCode.AVG_POOL2D, dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])),
+    ],
+    ids=["max-2x2", "max-3x3-padded", "avg-3x3-padded"],
+)
+def test_strided_block_with_pool_and_channel_pad_stays_channels_last(op, attrs):
+    # A BlazeBlock's strided branch: depthwise -> {strided depthwise, pool -> channel
+    # pad} -> add. The pool and the pad read and write channels-last storage, so the
+    # depthwise output feeding both branches is stored channels-last too.
+    b = ModelBuilder(producer="test")
+    weights: list = []
+    x = b.input("x", (1, 8, 10, 10))
+    d = _conv(b, x, 8, 8, 3, group=8, weights=weights)
+    s = _conv(b, d, 8, 8, 3, stride=2, group=8, weights=weights)
+    p = b.op(op, [d], **attrs)
+    pad = b.op(OpCode.PAD, [p], pads=[0, 0, 0, 0, 0, 4, 0, 0])
+    w = RNG.normal(size=(12, 8, 1, 1)).astype(np.float32)
+    e = b.op(OpCode.CONV2D, [s, b.constant("we", w)])
+    y = b.op(OpCode.ADD, [e, pad])
+    b.output(y, name="y")
+    interp = Interpreter(model=b.build(), num_threads=1)
+    xv = RNG.normal(size=(1, 8, 10, 10)).astype(np.float32)
+    conv = [
+        lambda t, i=i: run_op(OpCode.CONV2D, [t, weights[i][0], weights[i][1]], **weights[i][2])[0]
+        for i in range(2)
+    ]
+    dv = conv[0](xv)
+    (pv,) = run_op(op, [dv], **attrs)
+    (ev,) = run_op(OpCode.CONV2D, [conv[1](dv), w])
+    ref = ev + np.pad(pv, [(0, 0), (0, 4), (0, 0), (0, 0)])
+    np.testing.assert_allclose(interp.run({"x": xv})["y"], ref, rtol=1e-5, atol=1e-5)
+    nodes = interp.model.graphs[0].nodes
+    pool = next(n for n in nodes if n.op == op)
+    pad_node = next(n for n in nodes if n.op == OpCode.PAD)
+    for tensor in (pool.inputs[0], pool.outputs[0], pad_node.outputs[0]):
+        array = interp._plan.arrays[tensor]
+        assert not array.flags.c_contiguous
+        assert array.transpose(0, 2, 3, 1).flags.c_contiguous
+
+
+@pytest.mark.parametrize(
+    "op,attrs,out_c",
+    [
+        (OpCode.RESIZE, dict(mode="linear", sizes=[1, 32, 13, 18]), 32),
+        (
+            OpCode.RESIZE,
+            dict(
+                mode="linear", coordinate_transformation_mode="align_corners", scales=[1, 1, 2, 2]
+            ),
+            32,
+        ),
+        (
+            OpCode.RESIZE,
+            dict(mode="nearest", coordinate_transformation_mode="asymmetric", sizes=[1, 32, 5, 4]),
+            32,
+        ),
+        (OpCode.DEPTH_TO_SPACE, dict(blocksize=2, mode="DCR"), 8),
+        (OpCode.DEPTH_TO_SPACE, dict(blocksize=2, mode="CRD"), 8),
+    ],
+    ids=["linear-sizes", "linear-x2", "nearest", "d2s-dcr", "d2s-crd"],
+)
+def test_resize_and_depth_to_space_between_depthwise_layers_stay_channels_last(op, attrs, out_c):
+    # depthwise -> resize / depth-to-space -> depthwise (a decoder's upsampling): the
+    # middle op reads and writes channels-last storage and gives the eager NCHW values.
+    b = ModelBuilder(producer="test")
+    weights: list = []
+    x = b.input("x", (1, 32, 7, 9))
+    d = _conv(b, x, 32, 32, 3, group=32, weights=weights)
+    u = b.op(op, [d], **attrs)
+    y = _conv(b, u, out_c, out_c, 3, group=out_c, weights=weights)
+    b.output(y, name="y")
+    interp = Interpreter(model=b.build(), num_threads=1)
+    xv = RNG.normal(size=(1, 32, 7, 9)).astype(np.float32)
+    conv = [
+        lambda t, i=i: run_op(OpCode.CONV2D, [t, weights[i][0], weights[i][1]], **weights[i][2])[0]
+        for i in range(2)
+    ]
+    (mid,) = run_op(op, [conv[0](xv)], **attrs)
+    np.testing.assert_allclose(interp.run({"x": xv})["y"], conv[1](mid), rtol=1e-5, atol=1e-5)
+    node = interp.model.graphs[0].nodes[1]
+    assert node.op == op
+    for tensor in (node.inputs[0], node.outputs[0]):
+        array = interp._plan.arrays[tensor]
+        assert not array.flags.c_contiguous
+        assert array.transpose(0, 2, 3, 1).flags.c_contiguous
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_one_by_one_depthwise_on_channels_last_storage(bias):
+    # A 1x1 depthwise layer (a per-channel scale and shift) between depthwise layers
+    # reads and writes channels-last rows and gives the eager NCHW values.
+    b = ModelBuilder(producer="test")
+    weights: list = []
+    x = b.input("x", (1, 8, 6, 7))
+    d = _conv(b, x, 8, 8, 3, group=8, weights=weights)
+    s = _conv(b, d, 8, 8, 1, group=8, bias=bias, act="relu", weights=weights)
+    y = _conv(b, s, 8, 8, 3, group=8, weights=weights)
+    b.output(y, name="y")
+    interp = Interpreter(model=b.build(), num_threads=1)
+    xv = RNG.normal(size=(1, 8, 6, 7)).astype(np.float32)
+    ref = xv
+    for w, bv, attrs in weights:
+        (ref,) = run_op(OpCode.CONV2D, [ref, w] + ([bv] if bv is not None else []), **attrs)
+    np.testing.assert_allclose(interp.run({"x": xv})["y"], ref, rtol=1e-5, atol=1e-5)
+    node = interp.model.graphs[0].nodes[1]
+    for tensor in (node.inputs[0], node.outputs[0]):
+        assert interp._plan.arrays[tensor].transpose(0, 2, 3, 1).flags.c_contiguous
+
+
+def test_a_tensor_read_only_by_a_follower_of_channels_last_output_is_stored_so():
+    # conv (im2col, 32 channels) -> PReLU -> depthwise: the depthwise prefers the
+    # PReLU output channels-last, and the PReLU follows its input, so the planner stores
+    # the conv output channels-last too (no PReLU pass across layouts).
+    b = ModelBuilder(producer="test")
+    weights: list = []
+    x = b.input("x", (1, 3, 16, 16))
+    c = _conv(b, x, 3, 32, 3, stride=2, weights=weights)
+    slope = RNG.uniform(0, 0.5, size=(32, 1, 1)).astype(np.float32)
+    p = b.op(OpCode.PRELU, [c, b.constant("slope", slope)])
+    y = _conv(b, p, 32, 32, 3, group=32, weights=weights)
+    b.output(y, name="y")
+    interp = Interpreter(model=b.build(), num_threads=1)
+    xv = RNG.normal(size=(1, 3, 16, 16)).astype(np.float32)
+    conv = [
+        lambda t, i=i: run_op(OpCode.CONV2D, [t, weights[i][0], weights[i][1]], **weights[i][2])[0]
+        for i in range(2)
+    ]
+    (pv,) = run_op(OpCode.PRELU, [conv[0](xv), slope])
+    np.testing.assert_allclose(interp.run({"x": xv})["y"], conv[1](pv), rtol=1e-5, atol=1e-5)
+    node = interp.model.graphs[0].nodes[1]
+    assert node.op == OpCode.PRELU
+    for tensor in (node.inputs[0], node.outputs[0]):
+        array = interp._plan.arrays[tensor]
+        assert not array.flags.c_contiguous
+        assert array.transpose(0, 2, 3, 1).flags.c_contiguous
