@@ -100,6 +100,11 @@ class Metrics:
         "sporenet_round_participants": ("gauge", "Clients selected in the current phase."),
         "sporenet_updates_accepted_total": ("counter", "Updates folded into an aggregate."),
         "sporenet_updates_rejected_total": ("counter", "Updates refused (INVALID_ARGUMENT)."),
+        "sporenet_update_cpu_seconds_total": (
+            "counter",
+            "Thread CPU time taking complete uploads in: checksum, decoding, validation, "
+            "journal, fold and status row (the transport's share is the rest).",
+        ),
         "sporenet_clients_dropped_total": ("counter", "Selected clients that went silent."),
         "sporenet_clients_excluded_total": (
             "counter",
