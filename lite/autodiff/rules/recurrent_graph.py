@@ -151,10 +151,16 @@ def _forward_graph(
     """A subgraph computing the layer: inputs those at `present`, outputs Y, Y_h (, Y_c)
     at positions `given`, in the node's layout."""
     x_shape = ctx.shape(inputs[X])
+    if len(x_shape) != 3:
+        raise UnsupportedOpError(
+            f"{cfg.kind}_GRAD: a second derivative needs the input's shape known when the "
+            f"model is built (a 3-d input), found shape {x_shape}"
+        )
     seq = x_shape[1] if cfg.layout else x_shape[0]
     if seq == -1:
         raise UnsupportedOpError(
-            f"{cfg.kind}: a second derivative needs a sequence length known when the model is built"
+            f"{cfg.kind}_GRAD: a second derivative needs a sequence length known when the "
+            "model is built"
         )
     scope = ctx.scope
     ctx.scope = f"{scope}/{cfg.kind.lower()}"
