@@ -283,6 +283,10 @@ class QConv2D(QuantizedKernel):
             return None
         return self.stage.folded(self.w.reshape(o, kg - 1), self.zx, self.raw_max)
 
+    def reads_strided(self, index: int) -> bool:
+        # The folded route reads x only through its padded copy or im2col's strided view.
+        return index == 0 and self.fold is not None
+
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
         x, out = required(inputs, 0), outputs[0]
         if self.fold is not None:
