@@ -25,6 +25,7 @@ from sporenet.lite.kernels.base import ChannelsLast, Kernel, TensorSpec
 from sporenet.lite.kernels.quantized.base import is_quantized
 from sporenet.lite.kernels.quantized.convert import dequantize_array
 from sporenet.lite.kernels.state import ReadVariable
+from sporenet.lite.kernels.transform import Transpose
 from sporenet.lite.kernels.workspace import Workspace, active
 from sporenet.lite.ops import OpCode
 from sporenet.lite.opset.decl import derived_set
@@ -598,6 +599,39 @@ def _last_uses(
     return last_use
 
 
+def _strided_transposes(
+    nodes: list[Node], kernels: list[Kernel | None], outputs: Collection[int]
+) -> None:
+    """Make each transpose whose every reader takes any strides (Kernel.reads_strided) a
+    transposing view of its input: the reader's own gather then does the one copy. Only
+    for an input stored in what a step of this graph computed (directly or through
+    views; not a variable's read, a graph input or a constant), so no write in place
+    reaches it while the view is read; the view's storage root lives until its last
+    reader (_last_uses)."""
+    readers: dict[int, list[tuple[Kernel, int]]] = {}
+    computed: set[int] = set()
+    for node, kernel in zip(nodes, kernels, strict=True):
+        if kernel is None:
+            continue
+        for k, i in enumerate(node.inputs):
+            if i != -1:
+                readers.setdefault(i, []).append((kernel, k))
+        if isinstance(kernel, Transpose):
+            kernel.view_strided(False)  # a kernel planned before may have been made one
+        if isinstance(kernel, ReadVariable):
+            continue
+        if not kernel.is_view or node.inputs[0] in computed:
+            computed.update(node.outputs)
+    for node, kernel in zip(nodes, kernels, strict=True):
+        if not isinstance(kernel, Transpose) or kernel.is_view:
+            continue
+        out = node.outputs[0]
+        if node.inputs[0] not in computed or out in outputs or out not in readers:
+            continue
+        if all(reader.reads_strided(k) for reader, k in readers[out]):
+            kernel.view_strided(True)
+
+
 def _read_views(nodes: list[Node], kernels: list[Kernel | None], outputs: Collection[int]) -> None:
     """Turn each READ_VARIABLE whose value nobody can overwrite while it is read into a
     view of the variable: no node that writes the variable's storage in place
@@ -666,6 +700,7 @@ def plan_graph(
     specs, kernels, _ = infer_any_size(model, graph_index, shapes, variables.keys(), values)
     nodes = graph.nodes
     outputs = set(graph.outputs)
+    _strided_transposes(nodes, kernels, outputs)
     _read_views(nodes, kernels, outputs)
     last_use = _last_uses(nodes, kernels, outputs)
     channels_last = _channels_last_tensors(nodes, kernels, outputs)

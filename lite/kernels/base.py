@@ -242,6 +242,12 @@ class Kernel:
         same)."""
         return False
 
+    def reads_strided(self, index: int) -> bool:
+        """Whether `bind` takes input `index` with any strides (it reads it only through
+        a copying gather): the planner may then hand it a transposing view instead of a
+        transposed copy (planner._strided_transposes)."""
+        return False
+
     # ---- the two phases
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute | None:
         """Return the closure that computes outputs from inputs, or None if nothing to do."""

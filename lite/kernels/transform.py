@@ -302,10 +302,20 @@ class Transpose(Kernel):
         # A permutation that keeps the axes longer than 1 in order moves only 1-long axes:
         # the memory order is unchanged, so the output is a reshaped view.
         wide = [p for p in perm if x.shape[p] != 1]
-        self.is_view = wide == sorted(wide) and x.dtype != object
+        self.reshapes = wide == sorted(wide) and x.dtype != object
+        self.is_view = self.reshapes
+        self.strided = False
+
+    def view_strided(self, strided: bool) -> None:
+        """Run as a transposing (strided) view, or as planned again: the planner sets it
+        when every reader takes any strides (Kernel.reads_strided)."""
+        self.strided = strided and not self.reshapes
+        self.is_view = self.reshapes or self.strided
 
     def view(self, inputs: list[np.ndarray | None]) -> list[np.ndarray]:
         x = required(inputs, 0)
+        if self.strided:
+            return [x.transpose(self.perm)]
         return [_aliased(self, x, x.reshape(self.output_specs[0].shape))]
 
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:

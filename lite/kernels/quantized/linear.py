@@ -66,16 +66,21 @@ class QFullyConnected(QuantizedKernel):
         rows = int(np.prod(x.shape[:-1], dtype=np.int64))
         f32 = np.dtype(np.float32)
         self.output_specs = [self.out_spec(shape, x.dtype, oq)]
-        small = rows * (k + 1) * 8 <= conv.FOLD_BYTES and o * (k + 1) * 8 <= conv.FOLD_WEIGHT_BYTES
+        # One row (a streaming step) folds whenever its float32 weights would be kept.
+        weight_limit = 2 * conv.KEEP_FLOAT_BYTES if rows == 1 else conv.FOLD_WEIGHT_BYTES
+        small = rows * (k + 1) * 8 <= conv.FOLD_BYTES and o * (k + 1) * 8 <= weight_limit
         stage = self.stage
         self.fold = (
             stage.folded(self.w, zx, raw_max) if small and isinstance(stage, OutputStage) else None
         )
+        self.own_columns = False
         if self.fold is not None:  # conv.FOLD_BYTES: one GEMM and the clamp
             self.kept = None
             f64 = np.dtype(np.float64)
             mask = self.fold.mask_shape((rows, o, 1))
-            self.scratch_layout = [((rows, k + 1), f64), ((rows, o), f64), (mask, np.dtype(bool))]
+            self.own_columns = rows * (k + 1) * 8 <= conv.OWN_COLUMNS_BYTES
+            cols = (0, k + 1) if self.own_columns else (rows, k + 1)
+            self.scratch_layout = [(cols, f64), ((rows, o), f64), (mask, np.dtype(bool))]
             return
         self.gather_zero = zx
         params = (sx, scales, so, bias, zo, lo, hi, bound)
@@ -121,20 +126,25 @@ class QFullyConnected(QuantizedKernel):
 
     def _bind_folded(self, fold: Folded, x: np.ndarray, out: np.ndarray) -> Compute:
         """One float64 GEMM, [x - z_x, 1] @ [w * coef, offset].T, then the clamp
-        (output_stage.Folded), as small convolutions run; the column of ones is rewritten
-        each call (the columns are scratch)."""
+        (output_stage.Folded), as small convolutions run; the column of ones is written
+        once when the columns are the kernel's own, else each call (shared scratch)."""
         cols, v, mask = self.scratch_arrays()
-        rows, k = cols.shape[0], cols.shape[1] - 1
-        o = v.shape[1]
+        rows, o = v.shape
+        k = cols.shape[1] - 1
+        if self.own_columns:
+            cols = np.empty((rows, k + 1), np.float64)
+            cols[:, k] = 1.0
         target, ones, x2 = cols[:, :k], cols[:, k], x.reshape(rows, k)
         weights = fold.weights.T  # BLAS reads the transpose in place
         stage = fold.bind(v.reshape(rows, o, 1), out.reshape(rows, o, 1), mask)
         a, ab = (cols[0], v[0]) if rows == 1 else (cols, v)  # a vector-matrix product
-        shift, dot, fill = conv.shift_into(x2, target, fold.zero_point), np.dot, ones.fill
+        shift, dot = conv.shift_into(x2, target, fold.zero_point), np.dot
+        fill = None if self.own_columns else ones.fill
 
         def compute() -> None:
             shift()
-            fill(1.0)
+            if fill is not None:
+                fill(1.0)
             dot(a, weights, out=ab)
             stage()
 

@@ -9,6 +9,9 @@ import itertools
 import numpy as np
 import pytest
 
+from sporenet.lite.builder import ModelBuilder
+from sporenet.lite.format import parse, serialize
+from sporenet.lite.interpreter import Interpreter
 from sporenet.lite.kernels.quantized import conv as quantized_conv
 from sporenet.lite.kernels.quantized.gemm import split_reduction
 from sporenet.lite.ops import OpCode
@@ -63,6 +66,7 @@ CONV_CASES = [
     ((2, 12, 7, 9), 12, (3, 3), (1, 1, 1, 1), (1, 1), 12, np.uint8, True),  # depthwise s1
     ((1, 4, 6, 6), 4, (3, 3), (1, 0, 1, 2), (1, 2), 4, np.int8, False),  # few channels
     ((2, 3, 11, 11), 8, (7, 7), (3, 3, 3, 3), (2, 2), 1, np.int8, True),  # stem, batch 2
+    ((1, 32, 3, 1), 48, (3, 1), (0, 0, 0, 0), (1, 1), 1, np.int8, True),  # matrix-vector
 ]
 
 
@@ -164,12 +168,17 @@ def test_conv_reading_its_input_unshifted_is_exact_at_the_extremes(
 
 @pytest.mark.parametrize("dtype", [np.int8, np.uint8])
 @pytest.mark.parametrize("per_channel", [False, True])
-@pytest.mark.parametrize("out_f, in_f", [(11, 37), (300, 64), (3, 3000)])
-def test_fully_connected_matches_integer_reference(dtype, per_channel, out_f, in_f, conv_route):
-    # (300, 64): weights converted per call; (3, 3000): a reduction split in chunks.
+@pytest.mark.parametrize(
+    "out_f, in_f, rows", [(11, 37, 4), (300, 64, 4), (3, 3000, 4), (64, 96, 1)]
+)
+def test_fully_connected_matches_integer_reference(
+    dtype, per_channel, out_f, in_f, rows, conv_route
+):
+    # (300, 64): weights converted per call; (3, 3000): a reduction split in chunks;
+    # (64, 96) on one row: a matrix-vector product, folded beyond FOLD_WEIGHT_BYTES.
     rng = np.random.default_rng(3)
     lo, hi = RANGES[np.dtype(dtype)]
-    x = random_q(rng, (4, in_f), dtype)
+    x = random_q(rng, (rows, in_f), dtype)
     w = rng.integers(-127, 128, (out_f, in_f)).astype(np.int8)
     sw = rng.uniform(0.001, 0.02, out_f) if per_channel else np.array([0.01])
     bias = rng.integers(-3000, 3000, out_f).astype(np.int32)
@@ -368,5 +377,50 @@ def test_matmul_with_a_per_column_constant():
         -128,
         127,
         channel_axis=1,
+    )
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("from_input", [False, True])
+def test_transpose_into_a_folded_conv_is_a_strided_view(from_input):
+    # A streaming step: a window (N, T, 1, C) built by a concat, transposed to NCHW and
+    # read by a depthwise conv over T. The conv gathers through a transposing view (no
+    # transpose step); a transpose of the graph input itself stays a copying step.
+    rng = np.random.default_rng(31)
+    c, t = 24, 9
+    x = random_q(rng, (1, t if from_input else t - 1, 1, c), np.int8)
+    w = rng.integers(-127, 128, (c, 1, t, 1)).astype(np.int8)
+    bias = rng.integers(-3000, 3000, c).astype(np.int32)
+    sw, zx, so, zo = rng.uniform(0.001, 0.01, c), 5, 0.05, -3
+    b = ModelBuilder()
+    i = b.quantize(b.input("x", x.shape, x.dtype), 0.02, zx)
+    if from_input:
+        window = i
+    else:
+        one = b.constant("one", np.full((1, 1, 1, c), 7, np.int8), quantization=quant(0.02, zx))
+        window = b.quantize(b.op(OpCode.CONCAT, [i, one], axis=1), 0.02, zx, dtype=np.int8)
+    nchw = b.quantize(b.op(OpCode.TRANSPOSE, [window], perm=[0, 3, 1, 2]), 0.02, zx, dtype=np.int8)
+    wi = b.constant("w", w, quantization=quant(sw, 0, 0))
+    y = b.op(OpCode.CONV2D, [nchw, wi, b.constant("b", bias)], group=c)
+    b.output(b.quantize(y, so, zo, dtype=np.int8), "y")
+    it = Interpreter(model=parse(serialize(b.build())))
+    got = it.run({"x": x})["y"]
+    steps = [type(k).__name__ for k in it._plan.step_kernels]
+    assert ("QTranspose" in steps) == from_input
+    window_q = x if from_input else np.concatenate([x, np.full((1, 1, 1, c), 7, np.int8)], 1)
+    want = conv_reference(
+        window_q.transpose(0, 3, 1, 2),
+        zx,
+        0.02,
+        w,
+        sw,
+        bias,
+        so,
+        zo,
+        -128,
+        127,
+        (0, 0, 0, 0),
+        (1, 1),
+        c,
     )
     np.testing.assert_array_equal(got, want)
