@@ -75,6 +75,32 @@ def _reference(x: np.ndarray, weights: list) -> dict[str, np.ndarray]:
     return {"y": conv(d3, 8), "d3": d3}
 
 
+def _check_between_depthwise(op, attrs, in_c: int, out_c: int) -> None:
+    """depthwise -> op -> depthwise: the middle op reads and writes channels-last storage
+    (no transposing pass) and computes what the eager NCHW op does."""
+    b = ModelBuilder(producer="test")
+    weights: list = []
+    x = b.input("x", (1, in_c, 7, 9))
+    d = _conv(b, x, in_c, in_c, 3, group=in_c, weights=weights)
+    u = b.op(op, [d], **attrs)
+    y = _conv(b, u, out_c, out_c, 3, group=out_c, weights=weights)
+    b.output(y, name="y")
+    interp = Interpreter(model=b.build(), num_threads=1)
+    xv = RNG.normal(size=(1, in_c, 7, 9)).astype(np.float32)
+    conv = [
+        lambda t, i=i: run_op(OpCode.CONV2D, [t, weights[i][0], weights[i][1]], **weights[i][2])[0]
+        for i in range(2)
+    ]
+    (mid,) = run_op(op, [conv[0](xv)], **attrs)
+    np.testing.assert_allclose(interp.run({"x": xv})["y"], conv[1](mid), rtol=1e-5, atol=1e-5)
+    node = interp.model.graphs[0].nodes[1]
+    assert node.op == op
+    for tensor in (node.inputs[0], node.outputs[0]):
+        array = interp._plan.arrays[tensor]
+        assert not array.flags.c_contiguous
+        assert array.transpose(0, 2, 3, 1).flags.c_contiguous
+
+
 @pytest.mark.parametrize("batch", [1, 2])
 def test_channels_last_plan_matches_the_nchw_ops(batch):
     model, weights = _net(batch)
@@ -207,29 +233,7 @@ def test_pointwise_with_run_time_weights_reads_them_every_call(shape, o):
     ],
 )
 def test_unary_ops_between_depthwise_layers_stay_channels_last(op, attrs):
-    # depthwise -> unary -> depthwise: the unary op reads and writes channels-last
-    # storage (no transposing pass) and computes what the eager NCHW op does.
-    b = ModelBuilder(producer="test")
-    weights: list = []
-    x = b.input("x", (1, 16, 7, 9))
-    d = _conv(b, x, 16, 16, 3, group=16, weights=weights)
-    u = b.op(op, [d], **attrs)
-    y = _conv(b, u, 16, 16, 3, group=16, weights=weights)
-    b.output(y, name="y")
-    interp = Interpreter(model=b.build(), num_threads=1)
-    xv = RNG.normal(size=(1, 16, 7, 9)).astype(np.float32)
-    conv = [
-        lambda t, i=i: run_op(OpCode.CONV2D, [t, weights[i][0], weights[i][1]], **weights[i][2])[0]
-        for i in range(2)
-    ]
-    (unary,) = run_op(op, [conv[0](xv)], **attrs)
-    np.testing.assert_allclose(interp.run({"x": xv})["y"], conv[1](unary), rtol=1e-5, atol=1e-5)
-    node = interp.model.graphs[0].nodes[1]
-    assert node.op == op
-    for tensor in (node.inputs[0], node.outputs[0]):
-        array = interp._plan.arrays[tensor]
-        assert not array.flags.c_contiguous
-        assert array.transpose(0, 2, 3, 1).flags.c_contiguous
+    _check_between_depthwise(op, attrs, 16, 16)
 
 
 @pytest.mark.parametrize("batch,size", [(1, 16), (2, 14)], ids=["tiles-divide", "cropped-n2"])
@@ -479,29 +483,8 @@ def test_strided_block_with_pool_and_channel_pad_stays_channels_last(op, attrs):
     ids=["linear-sizes", "linear-x2", "nearest", "d2s-dcr", "d2s-crd"],
 )
 def test_resize_and_depth_to_space_between_depthwise_layers_stay_channels_last(op, attrs, out_c):
-    # depthwise -> resize / depth-to-space -> depthwise (a decoder's upsampling): the
-    # middle op reads and writes channels-last storage and gives the eager NCHW values.
-    b = ModelBuilder(producer="test")
-    weights: list = []
-    x = b.input("x", (1, 32, 7, 9))
-    d = _conv(b, x, 32, 32, 3, group=32, weights=weights)
-    u = b.op(op, [d], **attrs)
-    y = _conv(b, u, out_c, out_c, 3, group=out_c, weights=weights)
-    b.output(y, name="y")
-    interp = Interpreter(model=b.build(), num_threads=1)
-    xv = RNG.normal(size=(1, 32, 7, 9)).astype(np.float32)
-    conv = [
-        lambda t, i=i: run_op(OpCode.CONV2D, [t, weights[i][0], weights[i][1]], **weights[i][2])[0]
-        for i in range(2)
-    ]
-    (mid,) = run_op(op, [conv[0](xv)], **attrs)
-    np.testing.assert_allclose(interp.run({"x": xv})["y"], conv[1](mid), rtol=1e-5, atol=1e-5)
-    node = interp.model.graphs[0].nodes[1]
-    assert node.op == op
-    for tensor in (node.inputs[0], node.outputs[0]):
-        array = interp._plan.arrays[tensor]
-        assert not array.flags.c_contiguous
-        assert array.transpose(0, 2, 3, 1).flags.c_contiguous
+    # a decoder's upsampling between depthwise layers
+    _check_between_depthwise(op, attrs, 32, out_c)
 
 
 @pytest.mark.parametrize("bias", [True, False])
