@@ -396,6 +396,19 @@ def _typed(block: np.ndarray, spec: TensorSpec, *, channels_last: bool = False) 
     return typed.reshape(spec.shape)
 
 
+def _readers(
+    nodes: list[Node], kernels: list[Kernel | None]
+) -> dict[int, list[tuple[Kernel, int]]]:
+    """Each tensor's readers: (kernel, input index) in node order."""
+    readers: dict[int, list[tuple[Kernel, int]]] = {}
+    for node, kernel in zip(nodes, kernels, strict=True):
+        if kernel is not None:
+            for k, i in enumerate(node.inputs):
+                if i != -1:
+                    readers.setdefault(i, []).append((kernel, k))
+    return readers
+
+
 def _channels_last_tensors(
     nodes: list[Node], kernels: list[Kernel | None], outputs: Collection[int]
 ) -> set[int]:
@@ -403,12 +416,7 @@ def _channels_last_tensors(
     one of them prefers it (see ChannelsLast), or the producer computes elementwise from
     an input stored so (Kernel.channels_last_follows), so fewer steps convert between
     layouts. Graph outputs stay contiguous NCHW."""
-    readers: dict[int, list[tuple[Kernel, int]]] = {}
-    for node, kernel in zip(nodes, kernels, strict=True):
-        if kernel is not None:
-            for k, i in enumerate(node.inputs):
-                if i != -1:
-                    readers.setdefault(i, []).append((kernel, k))
+    readers = _readers(nodes, kernels)
     chosen: set[int] = set()
     for node, kernel in zip(nodes, kernels, strict=True):
         if kernel is None or kernel.is_view:
@@ -608,14 +616,11 @@ def _strided_transposes(
     views; not a variable's read, a graph input or a constant), so no write in place
     reaches it while the view is read; the view's storage root lives until its last
     reader (_last_uses)."""
-    readers: dict[int, list[tuple[Kernel, int]]] = {}
+    readers = _readers(nodes, kernels)
     computed: set[int] = set()
     for node, kernel in zip(nodes, kernels, strict=True):
         if kernel is None:
             continue
-        for k, i in enumerate(node.inputs):
-            if i != -1:
-                readers.setdefault(i, []).append((kernel, k))
         if isinstance(kernel, Transpose):
             kernel.view_strided(False)  # a kernel planned before may have been made one
         if isinstance(kernel, ReadVariable):

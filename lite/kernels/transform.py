@@ -25,6 +25,7 @@ from sporenet.lite.kernels.base import (
     TensorSpec,
     required,
 )
+from sporenet.lite.kernels.conv_common import is_channels_last
 from sporenet.lite.kernels.reshape import ViewKernel
 from sporenet.lite.ops import OpCode
 
@@ -605,7 +606,7 @@ class DepthToSpace(Kernel):
         x, out, b = required(inputs, 0), outputs[0], self.b
         n, c, h, w = x.shape
         c2 = c // (b * b)
-        x_last, out_last = _stored_last(x), _stored_last(out)
+        x_last, out_last = is_channels_last(x), is_channels_last(out)
         if x_last or out_last:
             return _copy(self._logical(out, out_last, target=True), self._logical(x, x_last))
         target = out.reshape(n, c2, h, b, w, b)
@@ -646,12 +647,6 @@ class DepthToSpace(Kernel):
         if self.mode == "DCR":  # C = (b1, b2, c2)
             return rows.reshape(n, h, w, b, b, c2).transpose(0, 5, 1, 3, 2, 4)
         return rows.reshape(n, h, w, c2, b, b).transpose(0, 3, 1, 4, 2, 5)  # C = (c2, b1, b2)
-
-
-def _stored_last(a: np.ndarray) -> bool:
-    """Whether a 4-D array is an NCHW view of contiguous channels-last memory (and not
-    contiguous NCHW too)."""
-    return not a.flags.c_contiguous and a.transpose(0, 2, 3, 1).flags.c_contiguous
 
 
 class SpaceToDepth(Kernel):
