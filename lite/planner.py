@@ -25,7 +25,7 @@ from sporenet.lite.kernels.base import ChannelsLast, Kernel, TensorSpec
 from sporenet.lite.kernels.quantized.base import is_quantized
 from sporenet.lite.kernels.quantized.convert import dequantize_array
 from sporenet.lite.kernels.state import ReadVariable
-from sporenet.lite.kernels.transform import Transpose
+from sporenet.lite.kernels.transform import Transpose, contiguous_slice
 from sporenet.lite.kernels.workspace import Workspace, active
 from sporenet.lite.ops import OpCode
 from sporenet.lite.opset.decl import derived_set
@@ -669,26 +669,120 @@ def _read_views(nodes: list[Node], kernels: list[Kernel | None], outputs: Collec
             kernel.read_in_place(True)
 
 
+class _InPlace:
+    """Tensors computed straight into their region of a later node's output (a
+    concatenation's slice: Kernel.output_region), so that node copies nothing for them.
+
+    A tensor qualifies when a step of this plan computes it (not a graph input, a
+    constant or a variable read as a view; views of it, a reshape or a transpose of
+    1-long axes, are found in place as well), the node with the region is the last
+    reader of its storage, it fills the region's bytes exactly, and the region is one
+    contiguous block of an output stored C-contiguous. That output's storage is then
+    taken when the first such tensor's producer is bound, and lives until the output's
+    own last use.
+    """
+
+    def __init__(
+        self,
+        nodes: list[Node],
+        kernels: list[Kernel | None],
+        specs: dict[int, TensorSpec],
+        last_use: dict[int, int],
+        kept: Collection[int],
+        channels_last: set[int],
+    ) -> None:
+        self.specs, self.channels_last = specs, channels_last
+        self.target: dict[int, tuple[int, tuple[slice, ...]]] = {}  # tensor: output, region
+        self.arrays: dict[int, np.ndarray] = {}  # storage handed out ahead of its node
+        root: dict[int, int] = {}
+        computed: set[int] = set()
+        for j, (node, kernel) in enumerate(zip(nodes, kernels, strict=True)):
+            if kernel is None:
+                continue
+            for k, i in enumerate(node.inputs):
+                r = root.get(i, i)
+                if r in computed and r not in kept and last_use.get(r) == j:
+                    self._consider(r, node, kernel, k)
+            for k, i in enumerate(node.outputs):
+                if kernel.is_view and k == 0:
+                    root[i] = root.get(node.inputs[0], node.inputs[0])
+                elif not kernel.is_view:
+                    computed.add(i)
+
+    def _consider(self, r: int, node: Node, kernel: Kernel, k: int) -> None:
+        """Target tensor `r` at the region of `node`'s output 0 for input `k`, if it fits."""
+        region = kernel.output_region(k)
+        if kernel.is_view or region is None or r in self.target or not node.outputs:
+            return
+        out = node.outputs[0]
+        if out in self.channels_last:
+            return
+        host, spec = self.specs[out], self.specs[r]
+        lengths = [len(range(*s.indices(n))) for s, n in zip(region, host.shape, strict=False)]
+        lengths += host.shape[len(region) :]
+        steps = [s.step or 1 for s in region] + [1] * (host.rank - len(region))
+        if (
+            spec.dtype != host.dtype
+            or spec.dtype.hasobject
+            or spec.size != int(np.prod(lengths))
+            or not contiguous_slice(host.shape, lengths, steps)
+        ):
+            return
+        self.target[r] = (out, region)
+
+    def array(self, i: int, allocate: Callable[[int], np.ndarray]) -> np.ndarray | None:
+        """The storage of tensor `i` when it was planned here: its region of the output it
+        is computed into (whose storage `allocate` takes now, for the first of them), or
+        that output's storage taken ahead; None for any other tensor."""
+        array = self.arrays.get(i)
+        if array is None and i in self.target:
+            out, region = self.target[i]
+            host = self.array(out, allocate)
+            if host is None:
+                host = self.arrays[out] = allocate(out)
+            flat = host[region].reshape(-1).view(np.uint8)  # contiguous: views
+            array = self.arrays[i] = _typed(
+                flat, self.specs[i], channels_last=i in self.channels_last
+            )
+        return array
+
+
 def _output_arrays(
     node: Node,
     kernel: Kernel,
-    arena: _Arena,
-    blocks: dict[int, np.ndarray],
-    own: set[int],
-    channels_last: set[int],
+    allocate: Callable[[int, TensorSpec], np.ndarray],
+    in_place: _InPlace,
 ) -> list[np.ndarray]:
-    """Arrays for a kernel's outputs: blocks of the arena, or storage of their own for the
-    tensors in `own` (graph outputs, never read), an unused extra output and strings
-    (object references cannot live in a byte arena)."""
+    """Arrays for a kernel's outputs: their place in a later output (_InPlace), else what
+    `allocate` gives (_Storage); an unused extra output gets storage of its own."""
     outs = []
     for k, spec in enumerate(kernel.output_specs):
         i = node.outputs[k] if k < len(node.outputs) else -1
-        if i in own or i == -1 or spec.dtype.hasobject:
+        placed = None if i == -1 else in_place.array(i, lambda o: allocate(o, in_place.specs[o]))
+        if placed is not None:
+            outs.append(placed)
+        elif i == -1:
             outs.append(np.empty(spec.shape, spec.dtype))
         else:
-            block = blocks[i] = arena.take(spec.size * spec.dtype.itemsize)
-            outs.append(_typed(block, spec, channels_last=i in channels_last))
+            outs.append(allocate(i, spec))
     return outs
+
+
+class _Storage:
+    """Storage of the tensors steps compute: blocks of the arena, recorded in `blocks`
+    (returned when the tensor dies), or arrays of their own for the tensors in `own`
+    (graph outputs, never read) and strings (object references cannot live in a byte
+    arena)."""
+
+    def __init__(self, arena: _Arena, own: set[int], channels_last: set[int]) -> None:
+        self.arena, self.own, self.channels_last = arena, own, channels_last
+        self.blocks: dict[int, np.ndarray] = {}
+
+    def __call__(self, i: int, spec: TensorSpec) -> np.ndarray:
+        if i in self.own or spec.dtype.hasobject:
+            return np.empty(spec.shape, spec.dtype)
+        block = self.blocks[i] = self.arena.take(spec.size * spec.dtype.itemsize)
+        return _typed(block, spec, channels_last=i in self.channels_last)
 
 
 def plan_graph(
@@ -716,7 +810,6 @@ def plan_graph(
         arrays[i] = np.empty(specs[i].shape, specs[i].dtype)
     arena = _Arena(_reserve(specs))
     workspace = Workspace(arena.take)  # the steps' temporaries, from the same arena
-    blocks: dict[int, np.ndarray] = {}
     steps: list[Compute] = []
     step_kernels: list[Kernel] = []
     live_kernels: list[Kernel] = []
@@ -725,6 +818,8 @@ def plan_graph(
         dying.setdefault(j, []).append(r)
     keep = outputs | set(variables) | set(graph.inputs)
     keep_own = outputs | ({*specs} - set(last_use))  # tensors that get storage of their own
+    storage = _Storage(arena, keep_own, channels_last)
+    in_place = _InPlace(nodes, kernels, specs, last_use, keep_own, channels_last)
     computed = _ComputedWeights(model, nodes, kernels, arrays, specs, keep)
     unread = pages.noting_unread()
     noted = unread.__enter__()
@@ -740,7 +835,7 @@ def plan_graph(
             for i, v in zip(node.outputs, views, strict=False):
                 arrays[i] = v
         else:
-            outs = _output_arrays(node, kernel, arena, blocks, keep_own, channels_last)
+            outs = _output_arrays(node, kernel, storage, in_place)
             arrays.update((i, a) for i, a in zip(node.outputs, outs, strict=False) if i != -1)
             with active(workspace):
                 step = kernel.bind(ins, outs)
@@ -752,8 +847,8 @@ def plan_graph(
         for block in workspace.release():
             arena.give(block)
         for r in dying.get(j, ()):
-            if r in blocks:
-                arena.give(blocks.pop(r))
+            if r in storage.blocks:
+                arena.give(storage.blocks.pop(r))
     unread.__exit__(None, None, None)
     arena.prefault()
     return ExecutionPlan(

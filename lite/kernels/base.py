@@ -248,6 +248,13 @@ class Kernel:
         transposed copy (planner._strided_transposes)."""
         return False
 
+    def output_region(self, index: int) -> tuple[slice, ...] | None:
+        """The part of output 0 that holds input `index` unchanged (a concatenation's
+        slice), or None. The planner may then store that input there (planner._InPlace),
+        and `bind` must find it in place: an input array that already is its region is
+        not copied."""
+        return None
+
     # ---- the two phases
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute | None:
         """Return the closure that computes outputs from inputs, or None if nothing to do."""

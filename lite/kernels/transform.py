@@ -101,10 +101,44 @@ class Concat(Kernel):
         shape = list(first.shape)
         shape[self.axis] = total
         self.output_specs = [TensorSpec(tuple(shape), first.dtype)]
+        self.offsets = np.cumsum([0] + [s.shape[self.axis] for s in specs]).tolist()
 
-    def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
-        ins, out, axis = tuple(inputs), outputs[0], self.axis
-        return lambda: np.concatenate(ins, axis=axis, out=out)
+    def output_region(self, index: int) -> tuple[slice, ...]:
+        start, stop = self.offsets[index], self.offsets[index + 1]
+        return (slice(None),) * self.axis + (slice(start, stop),)
+
+    def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute | None:
+        ins = tuple(required(inputs, k) for k in range(len(inputs)))
+        out, axis = outputs[0], self.axis
+        regions = [out[self.output_region(k)] for k in range(len(ins))]
+        placed = [_in_place(x, r) for x, r in zip(ins, regions, strict=True)]
+        if not any(placed):
+            return lambda: np.concatenate(ins, axis=axis, out=out)
+        # Inputs the planner stored in their region are there already; the others are
+        # copied into theirs (an input inside its region in another order, a transposing
+        # view, is copied with NumPy's overlap handling).
+        copies = [(r, x) for x, r, done in zip(ins, regions, placed, strict=True) if not done]
+        if not copies:
+            return None
+        if len(copies) == 1:
+            return _copy(*copies[0])
+        copyto = np.copyto
+
+        def compute() -> None:
+            for region, x in copies:
+                copyto(region, x)
+
+        return compute
+
+
+def _in_place(x: np.ndarray, region: np.ndarray) -> bool:
+    """Whether `x` is `region` itself: the same C-contiguous memory in the same order."""
+    return (
+        x.shape == region.shape
+        and x.flags.c_contiguous
+        and region.flags.c_contiguous
+        and (x.size == 0 or x.ctypes.data == region.ctypes.data)
+    )
 
 
 class Split(Kernel):

@@ -112,7 +112,11 @@ class QConcat(QuantizedKernel):
             self.scratch_layout += [(spec.shape, np.dtype(np.int64)), (spec.shape, x.dtype)]
         self.output_specs = [self.out_spec(self.inner.output_specs[0].shape, x.dtype, oq)]
 
-    def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
+    def output_region(self, index: int) -> tuple[slice, ...] | None:
+        # A requantized input is not the output's bytes.
+        return self.inner.output_region(index) if self.requants[index] is None else None
+
+    def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute | None:
         out = outputs[0]
         scratch = iter(self.scratch_arrays())
         steps, parts = [], []
@@ -124,6 +128,8 @@ class QConcat(QuantizedKernel):
             steps.append((x, rq[0], rq[1], acc, narrow))
             parts.append(narrow)
         join = self.inner.bind(parts, [out])
+        if join is None:  # every input was computed in place (so none is requantized)
+            return None
         subtract = np.subtract
 
         def compute() -> None:
