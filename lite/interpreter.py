@@ -66,6 +66,7 @@ class Interpreter:
         self._shapes: dict[int, tuple[int, ...]] = {}
         self._input_names = self.signature.inputs
         self._output_names = self.signature.outputs
+        self._input_indices = frozenset(self._input_names.values())
         # Shape-like inputs (a target shape, sizes, a Range bound fed at run time): the
         # plan depends on their values, so set_tensor keeps every input until invoke, which
         # re-plans when those values change.
@@ -288,6 +289,23 @@ class Interpreter:
 
     def set_tensor(self, tensor_index: int, value: Any) -> None:
         """Copy `value` into an input tensor (dtype and shape must match exactly)."""
+        planned = self._plan
+        if (
+            type(value) is np.ndarray
+            and tensor_index in self._input_indices
+            and planned is not None
+            and not self._value_inputs
+        ):
+            # An array of the input's exact dtype and shape (a streaming model's every
+            # call): nothing to convert or check, one copy.
+            target = planned.arrays[tensor_index]
+            if (
+                value.dtype == target.dtype
+                and value.shape == target.shape
+                and not value.dtype.hasobject
+            ):
+                np.copyto(target, value)
+                return
         self._check_input_index(tensor_index)
         value = self._as_input(tensor_index, value)
         if self._value_inputs:

@@ -81,6 +81,8 @@ FOLD_WEIGHT_BYTES = 16 << 10
 matrices (depthwise and short reductions) fold."""
 
 
+_vecdot: Callable[..., Any] | None = getattr(np, "vecdot", None)  # NumPy >= 2.0
+
 OWN_COLUMNS_BYTES = 16 << 10
 """A folded layer whose columns (with their row of ones) are at most this large keeps
 them in an array of its own, the ones written once at bind, rather than in the plan's
@@ -367,6 +369,10 @@ class QConv2D(QuantizedKernel):
             gemm, a, b, ab = np.dot, fold.weights, cols[0, 0], v[0]
             if p == 1:
                 b, ab = b[:, 0], ab[:, 0]
+        elif n == 1 and p == 1 and o == g and _vecdot is not None:
+            # Depthwise at one position (a streaming step): row-wise dot products, which
+            # NumPy dispatches faster than a batch of G one-by-one matrix products.
+            gemm, a, b, ab = _vecdot, fold.weights, cols[0, :, :, 0], v.reshape(g)
         else:
             b, ab = cols, v.reshape(n, g, o // g, p)
             if n == 1:

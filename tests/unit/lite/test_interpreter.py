@@ -62,6 +62,18 @@ def test_set_tensor_invoke_get_tensor(interp):
     np.testing.assert_array_equal(interp.get_tensor(1), mlp_model().tensors[1].data)
 
 
+def test_set_tensor_copies_the_value(interp):
+    """An array of the input's exact dtype and shape is copied in, not kept: changing it
+    after set_tensor changes nothing the next invoke reads."""
+    inp, out = interp.get_input_details()[0], interp.get_output_details()[0]
+    x = _x(1, 5)
+    interp.set_tensor(inp["index"], x)
+    expected = _mlp_reference(x.copy())
+    x[...] = 7.0
+    interp.invoke()
+    np.testing.assert_allclose(interp.get_tensor(out["index"]), expected, rtol=1e-5)
+
+
 def test_run_returns_named_copies(interp):
     x = _x(1)
     first = interp.run({"x": x})

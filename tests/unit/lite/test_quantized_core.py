@@ -67,6 +67,7 @@ CONV_CASES = [
     ((1, 4, 6, 6), 4, (3, 3), (1, 0, 1, 2), (1, 2), 4, np.int8, False),  # few channels
     ((2, 3, 11, 11), 8, (7, 7), (3, 3, 3, 3), (2, 2), 1, np.int8, True),  # stem, batch 2
     ((1, 32, 3, 1), 48, (3, 1), (0, 0, 0, 0), (1, 1), 1, np.int8, True),  # matrix-vector
+    ((1, 32, 9, 1), 32, (9, 1), (0, 0, 0, 0), (1, 1), 32, np.int8, True),  # streaming dw
 ]
 
 
