@@ -102,7 +102,7 @@ def shift_into(src: np.ndarray, dst: np.ndarray, zero_point: int) -> Compute:
         copyto = np.copyto
         return lambda: copyto(dst, src)
     z, subtract = scalar(dst.dtype, float(zero_point)), np.subtract
-    return lambda: subtract(src, z, out=dst)
+    return lambda: subtract(src, z, dst)
 
 
 def bias_values(

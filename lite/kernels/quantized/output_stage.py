@@ -139,15 +139,15 @@ class OutputStage:
         multiply, add, clip, copyto = np.multiply, np.add, _clip, np.copyto
         correct = self._correction(acc)
 
-        def compute() -> None:
-            multiply(acc, coef, out=wide)
-            add(wide, offset, out=wide)
+        def compute() -> None:  # outputs by position, as in Folded.bind
+            multiply(acc, coef, wide)
+            add(wide, offset, wide)
             if correct is not None:
                 correct(wide)
-            clip(wide, zero, top, out=wide)
+            clip(wide, zero, top, wide)
             copyto(narrow, wide, casting="unsafe")
             if back:
-                add(narrow, back, out=narrow)
+                add(narrow, back, narrow)
 
         return compute
 
@@ -160,7 +160,7 @@ class OutputStage:
         threshold, less, subtract = self.threshold, np.less, np.subtract
 
         def correct(wide: np.ndarray) -> None:
-            less(acc, threshold, out=mask)
+            less(acc, threshold, mask)
             subtract(wide, step, out=wide, where=mask)
 
         return correct
@@ -251,14 +251,15 @@ class Folded:
         steps = np.broadcast_to((mark if step is None else step).reshape(shape), v.shape)
         mask = mask.reshape(v.shape) if correct else mask
 
+        # Outputs passed by position: NumPy parses an `out=` keyword on every call.
         def compute() -> None:
             if correct:
-                less(v, mark, out=mask)
+                less(v, mark, mask)
                 subtract(v, steps, out=v, where=mask)
-            clip(v, zero, top, out=v)
+            clip(v, zero, top, v)
             copyto(narrow, v, casting="unsafe")
             if back:
-                add(narrow, back, out=narrow)
+                add(narrow, back, narrow)
 
         return compute
 
