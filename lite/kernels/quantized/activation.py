@@ -68,7 +68,7 @@ class _QClamp(QuantizedKernel):
             index, table = x.view(np.uint8), self.table
             # Every value of the index dtype is in the table: mode="clip" skips the
             # default mode's bounds check, which copies through a buffer on every call.
-            return lambda: np.take(table, index, out=out, mode="clip")
+            return lambda: table.take(index, out=out, mode="clip")
         if self.requant is None:
             return lambda: np.clip(x, lo, hi, out=out)
         (acc,) = self.scratch_arrays()
@@ -174,7 +174,7 @@ class _QLookup(QuantizedKernel):
 
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
         index, out, table = required(inputs, 0).view(np.uint8), outputs[0], self.table
-        return lambda: np.take(table, index, out=out, mode="clip")
+        return lambda: table.take(index, out=out, mode="clip")
 
 
 class QLogistic(_QLookup):

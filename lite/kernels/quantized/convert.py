@@ -207,12 +207,12 @@ class Requantize(QuantizedKernel):
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
         x, out, table = required(inputs, 0), outputs[0], self.table
         if table is not None:
-            index, take = x.view(np.uint8), np.take
+            index, take = x.view(np.uint8), table.take
 
             def lookup() -> None:
                 # Every value of the index dtype is in the table: mode="clip" skips the
                 # default mode's bounds check, which copies through a buffer on every call.
-                take(table, index, out=out, mode="clip")
+                take(index, out=out, mode="clip")
 
             return lookup
         (acc,) = self.scratch_arrays()

@@ -72,12 +72,12 @@ class _QBinary(QuantizedKernel):
         out = outputs[0]
         (index,) = self.scratch_arrays()
         table = self.lookup
-        left_shift, bitwise_or, take = np.left_shift, np.bitwise_or, np.take
+        left_shift, bitwise_or, take = np.left_shift, np.bitwise_or, table.take
 
         def compute() -> None:
             left_shift(a, 8, out=index, dtype=np.uint16)
             bitwise_or(index, b, out=index)
-            take(table, index, out=out, mode="clip")
+            take(index, out=out, mode="clip")
 
         return compute
 

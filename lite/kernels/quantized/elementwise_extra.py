@@ -91,7 +91,7 @@ class QLeakyRelu(QuantizedKernel):
         def compute() -> None:
             np.copyto(index, x)
             np.add(index, offset, out=index)
-            np.take(table, index, out=out)
+            table.take(index, out=out)
 
         return compute
 

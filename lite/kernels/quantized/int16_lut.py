@@ -78,7 +78,7 @@ class _QLut16(QuantizedKernel):
         def step() -> None:
             # Every value of the index dtype is in the table: mode="clip" skips the
             # default mode's bounds check, which copies through a buffer on every call.
-            np.take(table, index, out=out, mode="clip")
+            table.take(index, out=out, mode="clip")
 
         return step
 

@@ -51,7 +51,7 @@ class _QTable(QuantizedKernel):
         index, out, table = required(inputs, 0).view(np.uint8), outputs[0], self.table
         # Every value of the index dtype is in the table: mode="clip" skips the
         # default mode's bounds check, which copies through a buffer on every call.
-        return lambda: np.take(table, index, out=out, mode="clip")
+        return lambda: table.take(index, out=out, mode="clip")
 
 
 class QAbs(_QTable):
@@ -75,7 +75,7 @@ class QNeg(QuantizedKernel):
 
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
         index, out, table = required(inputs, 0).view(np.uint8), outputs[0], self.table
-        return lambda: np.take(table, index, out=out, mode="clip")
+        return lambda: table.take(index, out=out, mode="clip")
 
 
 class QExp(_QTable):
