@@ -14,6 +14,7 @@ from sporenet.lite.dtypes import STRING, as_strings, is_string
 from sporenet.lite.errors import InputError, ShapeError, ValueNeededError
 from sporenet.lite.format import load, parse
 from sporenet.lite.graph import DYNAMIC, Model, shape_text
+from sporenet.lite.kernels import raw
 from sporenet.lite.planner import ExecutionPlan, plan
 from sporenet.lite.signature_runner import SignatureRunner
 from sporenet.lite.threads import BLAS
@@ -304,7 +305,7 @@ class Interpreter:
                 and value.shape == target.shape
                 and not value.dtype.hasobject
             ):
-                np.copyto(target, value)
+                raw.copyto(target, value)
                 return
         self._check_input_index(tensor_index)
         value = self._as_input(tensor_index, value)

@@ -7,6 +7,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from sporenet.lite.kernels import raw
 from sporenet.lite.kernels.activation import InPlace, then_activation
 from sporenet.lite.kernels.base import Compute, Kernel, TensorSpec
 from sporenet.lite.kernels.spatial import check_nchw
@@ -94,9 +95,9 @@ def with_epilogue(
 
 
 def matmul_for(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> Callable[..., object]:
-    """The function to call as f(a, b, out=out) for out = a @ b: np.dot where it applies
+    """The function to call as f(a, b, out=out) for out = a @ b: raw.dot where it applies
     (2-D operands of out's float dtype, out C-contiguous and apart from them), else
-    np.matmul. Both run the product in BLAS; np.dot calls it with less overhead than
+    np.matmul. Both run the product in BLAS; raw.dot calls it with less overhead than
     matmul's gufunc loop, several microseconds on a small layer, and a one-column
     result (a classifier's last layer) does not take matmul's loop outside BLAS."""
     if (
@@ -108,7 +109,7 @@ def matmul_for(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> Callable[..., o
         and not np.may_share_memory(out, a)
         and not np.may_share_memory(out, b)
     ):
-        return np.dot
+        return raw.dot
     return np.matmul
 
 

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from sporenet.lite import pages
-from sporenet.lite.kernels import int8_weights
+from sporenet.lite.kernels import int8_weights, raw
 from sporenet.lite.kernels.activation import fused_activation, then_activation
 from sporenet.lite.kernels.base import Attrs, Compute, Kernel, TensorSpec, required
 from sporenet.lite.kernels.conv_common import matmul_for
@@ -112,7 +112,7 @@ def _transposed_product(
     x2: np.ndarray, w: np.ndarray, out2: np.ndarray, xt: np.ndarray, ot: np.ndarray
 ) -> Compute:
     """The step out2 = x2 @ w.T computed as ot = w @ xt with xt = x2.T (temporaries)."""
-    copy, dot = np.copyto, np.dot
+    copy, dot = raw.copyto, raw.dot
     x2t, ott = x2.T, ot.T
 
     def product() -> None:

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from sporenet.lite.kernels import raw
 from sporenet.lite.kernels.base import Attrs, Compute, Kernel, TensorSpec, required
 from sporenet.lite.ops import OpCode
 
@@ -30,7 +31,7 @@ class ReadVariable(Kernel):
 
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
         x, out = required(inputs, 0), outputs[0]
-        return lambda: np.copyto(out, x)
+        return lambda: raw.copyto(out, x)
 
     def read_in_place(self, view: bool) -> None:
         """Make the read a view of the variable, or a copy again (the planner checks that

@@ -3,7 +3,7 @@ Squeeze, Unsqueeze, Expand, Tile, Cast, Where, Shape, DepthToSpace, SpaceToDepth
 
 Squeeze and Unsqueeze are reshape views (no copy, no run step). The others copy into the
 planner's output arrays; where the source is a fixed view of the input (a slice, a
-transpose, a broadcast) that view is built once in `bind`, so a run is one `np.copyto`.
+transpose, a broadcast) that view is built once in `bind`, so a run is one `raw.copyto`.
 Output arrays handed to `bind` are C-contiguous (the planner allocates them), so reshaping
 an output is always a view.
 """
@@ -15,6 +15,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from sporenet.lite import lowp
+from sporenet.lite.kernels import raw
 from sporenet.lite.kernels.axes import ints_arg, normalize_axes, normalize_axis
 from sporenet.lite.kernels.base import (
     REQUIRED,
@@ -31,7 +32,7 @@ from sporenet.lite.ops import OpCode
 
 
 def _copy(out: np.ndarray, source: np.ndarray) -> Compute:
-    return lambda: np.copyto(out, source)
+    return lambda: raw.copyto(out, source)
 
 
 def _aliased(kernel: Kernel, x: np.ndarray, view: np.ndarray) -> np.ndarray:
@@ -113,7 +114,7 @@ class Concat(Kernel):
         regions = [out[self.output_region(k)] for k in range(len(ins))]
         placed = [_in_place(x, r) for x, r in zip(ins, regions, strict=True)]
         if not any(placed):
-            return lambda: np.concatenate(ins, axis=axis, out=out)
+            return lambda: raw.concatenate(ins, axis=axis, out=out)
         # Inputs the planner stored in their region are there already; the others are
         # copied into theirs (an input inside its region in another order, a transposing
         # view, is copied with NumPy's overlap handling).
@@ -122,7 +123,7 @@ class Concat(Kernel):
             return None
         if len(copies) == 1:
             return _copy(*copies[0])
-        copyto = np.copyto
+        copyto = raw.copyto
 
         def compute() -> None:
             for region, x in copies:
@@ -195,7 +196,7 @@ class Split(Kernel):
 
         def compute() -> None:
             for out, part in pairs:
-                np.copyto(out, part)
+                raw.copyto(out, part)
 
         return compute
 
@@ -498,7 +499,7 @@ def _bind_float_to_int(x: np.ndarray, out: np.ndarray) -> Compute:
     values out of the target's range included (x86-64: the integer indefinite value, the
     type's minimum; a log(0) of a T5 position bucket meets it), without NumPy's warning
     about those values."""
-    copyto, errstate = np.copyto, np.errstate
+    copyto, errstate = raw.copyto, np.errstate
 
     def compute() -> None:
         with errstate(invalid="ignore", over="ignore"):
@@ -542,7 +543,7 @@ class Cast(Kernel):
         if not source and not target:
             if x.dtype.kind in "fc" and out.dtype.kind in "iub":
                 return _bind_float_to_int(x, out)
-            return lambda: np.copyto(out, x, casting="unsafe")
+            return lambda: raw.copyto(out, x, casting="unsafe")
 
         def compute() -> None:
             wide = lowp.decode(x) if source else x
@@ -550,9 +551,9 @@ class Cast(Kernel):
                 narrow = lowp.encode(
                     wide, out.dtype, saturate=self.saturate, round_mode=self.round_mode
                 )
-                np.copyto(out, narrow)
+                raw.copyto(out, narrow)
             else:
-                np.copyto(out, wide, casting="unsafe")
+                raw.copyto(out, wide, casting="unsafe")
 
         return compute
 
@@ -577,8 +578,8 @@ class Where(Kernel):
         cond, x, y, out = inputs[0], inputs[1], inputs[2], outputs[0]
 
         def compute() -> None:
-            np.copyto(out, y)
-            np.copyto(out, x, where=cond)
+            raw.copyto(out, y)
+            raw.copyto(out, x, where=cond)
 
         return compute
 
@@ -656,7 +657,7 @@ class DepthToSpace(Kernel):
                     src = x.reshape(n, b, b, c2, h, w).transpose(0, 3, 4, 1, 5, 2)
                 else:
                     src = x.reshape(n, c2, b, b, h, w).transpose(0, 1, 4, 2, 5, 3)
-                np.copyto(target, src)
+                raw.copyto(target, src)
 
             return compute
         return _copy(target, source)
@@ -711,5 +712,5 @@ class SpaceToDepth(Kernel):
 
         fixed = source()
         if not np.shares_memory(fixed, x):  # a non-contiguous input: reshape per run
-            return lambda: np.copyto(target, source())
+            return lambda: raw.copyto(target, source())
         return _copy(target, fixed)

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from sporenet.lite.kernels import raw
 from sporenet.lite.kernels.activation import scalar
 from sporenet.lite.kernels.base import Attrs, Compute, TensorSpec, required
 from sporenet.lite.kernels.conv import Conv2D
@@ -99,7 +100,7 @@ def shift_into(src: np.ndarray, dst: np.ndarray, zero_point: int) -> Compute:
     the zero point is 0, else a subtraction by a 0-d operand (a scalar operand costs a
     conversion on every call)."""
     if not zero_point:
-        copyto = np.copyto
+        copyto = raw.copyto
         return lambda: copyto(dst, src)
     z, subtract = scalar(dst.dtype, float(zero_point)), np.subtract
     return lambda: subtract(src, z, dst)
@@ -323,7 +324,7 @@ class QConv2D(QuantizedKernel):
         stage = self.stage.bind(
             acc.reshape(n, o, -1), out.reshape(n, o, -1), wide.reshape(n, o, -1)
         )
-        copyto, matmul, add_reduce = np.copyto, np.matmul, np.add.reduce
+        copyto, matmul, add_reduce = raw.copyto, np.matmul, np.add.reduce
 
         def compute() -> None:
             gather()
@@ -366,7 +367,7 @@ class QConv2D(QuantizedKernel):
         gemm: Callable[..., Any] = np.matmul
         a, b, ab = fold.weights.reshape(g, o // g, kg + 1), cols, v
         if n == 1 and g == 1:  # one 2-D product (a matrix-vector one for one position)
-            gemm, a, b, ab = np.dot, fold.weights, cols[0, 0], v[0]
+            gemm, a, b, ab = raw.dot, fold.weights, cols[0, 0], v[0]
             if p == 1:
                 b, ab = b[:, 0], ab[:, 0]
         elif n == 1 and p == 1 and o == g and _vecdot is not None:
@@ -377,7 +378,7 @@ class QConv2D(QuantizedKernel):
             b, ab = cols, v.reshape(n, g, o // g, p)
             if n == 1:
                 b, ab = b[0], ab[0]
-        copyto = np.copyto
+        copyto = raw.copyto
         fill = None if ones is None else ones.fill
         shift = shift_into(view, target, fold.zero_point)
 
@@ -399,7 +400,7 @@ class QConv2D(QuantizedKernel):
         win = self.win
         if win.padded or any(e > s for e, s in zip(win.extent, x.shape[2:], strict=True)):
             xp, interior = padded_buffer(x, win, self.zx)
-            copyto = np.copyto
+            copyto = raw.copyto
         else:
             xp, interior = x, None
         view = im2col_view(xp, win)  # (N, C, kh, kw, OH, OW)
@@ -420,7 +421,7 @@ class QConv2D(QuantizedKernel):
         stage = self.stage.bind(
             accf.reshape(n, o, -1), out.reshape(n, o, -1), wide.reshape(n, o, -1)
         )
-        w, zx, copyto, subtract = self.w, xf.dtype.type(self.zx), np.copyto, np.subtract
+        w, zx, copyto, subtract = self.w, xf.dtype.type(self.zx), raw.copyto, np.subtract
 
         def compute() -> None:
             subtract(x, zx, out=xf)

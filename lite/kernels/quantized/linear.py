@@ -10,6 +10,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from sporenet.lite.kernels import raw
 from sporenet.lite.kernels.base import Attrs, Compute, TensorSpec, required
 from sporenet.lite.kernels.linear import matmul_shape
 from sporenet.lite.kernels.quantized import conv
@@ -110,7 +111,7 @@ class QFullyConnected(QuantizedKernel):
         stage = self.stage.bind(acc, out2, wide)
         w_t, many = self.w.T, len(gemms) > 1
         shift = conv.shift_into(x2, xf, self.gather_zero)
-        copyto, matmul, add_reduce = np.copyto, np.matmul, np.add.reduce
+        copyto, matmul, add_reduce = raw.copyto, np.matmul, np.add.reduce
 
         def compute() -> None:
             shift()
@@ -138,7 +139,7 @@ class QFullyConnected(QuantizedKernel):
         weights = fold.weights.T  # BLAS reads the transpose in place
         stage = fold.bind(v.reshape(rows, o, 1), out.reshape(rows, o, 1), mask)
         a, ab = (cols[0], v[0]) if rows == 1 else (cols, v)  # a vector-matrix product
-        shift, dot = conv.shift_into(x2, target, fold.zero_point), np.dot
+        shift, dot = conv.shift_into(x2, target, fold.zero_point), raw.dot
         fill = None if self.own_columns else ones.fill
 
         def compute() -> None:
@@ -221,7 +222,7 @@ class QMatMul(QuantizedKernel):
         a, b, out = inputs[0], inputs[1], outputs[0]
         af, bf, accf, acc = self.scratch_arrays()
         za, zb, requant = self.za, self.zb, self.requant
-        copyto, subtract, matmul = np.copyto, np.subtract, np.matmul
+        copyto, subtract, matmul = raw.copyto, np.subtract, np.matmul
 
         def compute() -> None:
             subtract(a, za, out=af)

@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from sporenet.lite.kernels import raw
 from sporenet.lite.kernels.activation import scalar
 from sporenet.lite.kernels.base import Compute
 from sporenet.lite.kernels.quantized.fixed_point import quantize_multipliers
@@ -107,7 +108,7 @@ class OutputStage:
         lo, hi, coef, offset, shift = self.lo, self.hi, self.coef, self.offset, self.units
         i64 = np.dtype(np.int64)
         zo = scalar(i64, 0 if self.fold_zo else self.zo)  # added after rounding when not folded
-        multiply, add, copyto, right_shift = np.multiply, np.add, np.copyto, np.right_shift
+        multiply, add, copyto, right_shift = np.multiply, np.add, raw.copyto, np.right_shift
         clip, bounds = _clip, (scalar(i64, lo), scalar(i64, hi))
         correct = self._correction(acc)
 
@@ -136,7 +137,7 @@ class OutputStage:
         zero, top = scalar(F64, 0.0), scalar(F64, np.nextafter(float(self.hi - self.lo + 1), 0.0))
         narrow = out.view(np.uint8)
         back = scalar(U8, self.lo % 256)
-        multiply, add, clip, copyto = np.multiply, np.add, _clip, np.copyto
+        multiply, add, clip, copyto = np.multiply, np.add, _clip, raw.copyto
         correct = self._correction(acc)
 
         def compute() -> None:  # outputs by position, as in Folded.bind
@@ -245,7 +246,7 @@ class Folded:
         narrow = out.view(np.uint8)
         # 0-d operands: a Python or NumPy scalar costs a conversion on every call.
         zero, top, back = scalar(F64, 0.0), scalar(F64, self.top), scalar(U8, int(self.back))
-        clip, copyto, add, less, subtract = _clip, np.copyto, np.add, np.less, np.subtract
+        clip, copyto, add, less, subtract = _clip, raw.copyto, np.add, np.less, np.subtract
         mark, step = self.mark.reshape(shape), self.step
         correct = step is not None
         steps = np.broadcast_to((mark if step is None else step).reshape(shape), v.shape)
