@@ -531,8 +531,12 @@ class Rsqrt(UnaryKernel):
     op = OpCode.RSQRT
 
     def compute(self, x: np.ndarray, out: np.ndarray, *scratch: np.ndarray) -> None:
-        quietly(np.sqrt, x, out=out)
-        quietly(np.reciprocal, out, out=out)
+        quietly(_rsqrt, x, out)  # one quiet region for both: entering one costs a ufunc call
+
+
+def _rsqrt(x: np.ndarray, out: np.ndarray) -> None:
+    np.sqrt(x, out)
+    np.reciprocal(out, out)
 
 
 class Reciprocal(UnaryKernel):
