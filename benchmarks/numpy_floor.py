@@ -6,7 +6,8 @@ microsecond of dispatch whatever its size. So the latency such a model can reach
 NumPy is bounded below by the calls its layers need, not by their arithmetic. For each
 model of the corpus (tflite_corpus.py) named, this script plans the converted model with
 sporenet and, for every step of the plan, times the fewest NumPy calls that layer needs
-with preallocated arrays of its shapes and no framework around them:
+with preallocated arrays of its shapes and no framework around them (copies and dots
+through lite/kernels/raw.py, NumPy's cheapest way to call them):
 
 - an int8 convolution or fully connected layer with constant weights: its columns
   gathered into float64 (1 copy), the product with the requantization folded into the
@@ -88,6 +89,8 @@ def _int8_product(kernel, x_shape, out_shape) -> list[Callable[[], object]]:
     narrowing cast."""
     import numpy as np
 
+    from sporenet.lite.kernels import raw
+
     w = kernel.inputs[1]
     o = w.shape[0]
     k = int(np.prod(w.shape[1:]))
@@ -101,12 +104,12 @@ def _int8_product(kernel, x_shape, out_shape) -> list[Callable[[], object]]:
     v = np.zeros(o * p, np.float64)
     out = np.zeros(o * p, np.int8).view(np.uint8)
     zero, top = np.array(0.0), np.array(255.5)
-    calls: list[Callable[[], object]] = [lambda: np.copyto(dst, src)]
+    calls: list[Callable[[], object]] = [lambda: raw.copyto(dst, src)]
     if group == 1:
         weights = np.ones((o, k + 1))
         b = cols.reshape(k + 1, p) if p > 1 else cols
         target = v.reshape(o, p) if p > 1 else v
-        calls.append(lambda: np.dot(weights, b, out=target))
+        calls.append(lambda: raw.dot(weights, b, out=target))
     elif p == 1 and o == group and hasattr(np, "vecdot"):
         weights = np.ones((group, k + 1))
         rows = cols.reshape(group, k + 1)
@@ -117,7 +120,7 @@ def _int8_product(kernel, x_shape, out_shape) -> list[Callable[[], object]]:
         calls.append(lambda: np.matmul(weights, b3, out=v3))
     clip = getattr(np, "_core", np).umath.clip if hasattr(np, "_core") else np.clip
     calls.append(lambda: clip(v, zero, top, out=v))
-    calls.append(lambda: np.copyto(out, v, casting="unsafe"))
+    calls.append(lambda: raw.copyto(out, v, casting="unsafe"))
     return calls
 
 
@@ -125,13 +128,15 @@ def _float_dense(kernel, x_shape, out_shape) -> list[Callable[[], object]]:
     """A float fully connected layer: dot, bias, and its fused activation if any."""
     import numpy as np
 
+    from sporenet.lite.kernels import raw
+
     w = kernel.inputs[1]
     x = np.zeros(x_shape, np.float32).reshape(-1, w.shape[1])
     weights = np.zeros(w.shape, np.float32).T.copy()
     out = np.zeros((x.shape[0], w.shape[0]), np.float32)
     bias = np.zeros(w.shape[0], np.float32)
     calls: list[Callable[[], object]] = [
-        lambda: np.dot(x, weights, out=out),
+        lambda: raw.dot(x, weights, out=out),
         lambda: np.add(out, bias, out=out),
     ]
     if kernel.attrs.values.get("activation", "none") not in ("none", None):
@@ -142,6 +147,8 @@ def _float_dense(kernel, x_shape, out_shape) -> list[Callable[[], object]]:
 def bare_calls(kernel, step: Callable[[], None]) -> tuple[str, list[Callable[[], object]]]:
     """The fewest bare NumPy calls of one planned step, and how they were chosen."""
     import numpy as np
+
+    from sporenet.lite.kernels import raw
 
     op = kernel.op.name
     ins = [s for s in kernel.inputs if s is not None]
@@ -155,7 +162,7 @@ def bare_calls(kernel, step: Callable[[], None]) -> tuple[str, list[Callable[[],
     if op in ("CONCAT", "SPLIT", "ASSIGN", "TRANSPOSE", "READ_VARIABLE", "RESHAPE", "SLICE"):
         specs = outs if outs else ins[1:2]
         pairs = [(np.zeros(s.shape, s.dtype), np.zeros(s.shape, s.dtype)) for s in specs]
-        return "copy", [lambda a=a, b=b: np.copyto(a, b) for a, b in pairs]
+        return "copy", [lambda a=a, b=b: raw.copyto(a, b) for a, b in pairs]
     if type(kernel).__name__ in ("QLogistic", "Requantize", "QTanh") and outs:
         table = np.zeros(256, outs[0].dtype)
         index = np.zeros(outs[0].shape, np.uint8)
@@ -182,13 +189,15 @@ def _cheapest(repeats: int, calls: int) -> str:
     call of the floor pays at least."""
     import numpy as np
 
+    from sporenet.lite.kernels import raw
+
     one, eight = np.zeros(1), np.zeros(8, np.int8)
     matrix, vector, product = np.eye(8), np.ones(8), np.empty(8)
     times = _medians_us(
         {
-            "add, 1 element": lambda: np.add(one, one, out=one),
-            "copyto, 8 bytes": lambda: np.copyto(eight, eight),
-            "dot, 8x8 @ 8": lambda: np.dot(matrix, vector, out=product),
+            "add, 1 element": lambda: np.add(one, one, one),
+            "copyto, 8 bytes": lambda: raw.copyto(eight, eight),
+            "dot, 8x8 @ 8": lambda: raw.dot(matrix, vector, out=product),
         },
         repeats,
         calls,
