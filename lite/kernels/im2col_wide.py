@@ -25,6 +25,51 @@ _BLOCK_BYTES = 1 << 20
 still in cache)."""
 
 
+class WideRows:
+    """A stride-1 window's wide-row geometry over an (N, C, H, W) input: the padded plane
+    (rows x width, stored flat with a tail so the last tap's run stays inside) and the
+    columns' length (OH whole padded rows)."""
+
+    def __init__(self, win: Window, shape: tuple[int, ...]) -> None:
+        self.win, self.shape = win, shape
+        h, w = shape[2:]
+        top, left, bottom, right = win.pads
+        self.rows = max(h + top + bottom, win.extent[0])
+        self.width = max(w + left + right, win.extent[1])
+        self.tail = (win.kernel[1] - 1) * win.dilations[1]
+        self.length = win.out[0] * self.width
+
+    def padded(self, dtype: np.dtype) -> tuple[np.ndarray, np.ndarray]:
+        """A zeroed flat padded buffer (N, C, rows * width + tail) and its (N, C, H, W)
+        interior; the caller's own, so the padding stays zero between calls."""
+        n, c, h, w = self.shape
+        buffer = np.zeros((n, c, self.rows * self.width + self.tail), dtype)
+        grid = buffer[:, :, : self.rows * self.width].reshape(n, c, self.rows, self.width)
+        top, left = self.win.pads[:2]
+        return buffer, grid[:, :, top : top + h, left : left + w]
+
+    def columns(self, buffer: np.ndarray) -> np.ndarray:
+        """Read-only (N, C, kh, kw, OH * width) view of a padded buffer: its columns."""
+        (kh, kw), (dh, dw) = self.win.kernel, self.win.dilations
+        sn, sc, se = buffer.strides
+        return np.lib.stride_tricks.as_strided(
+            buffer,
+            shape=(*buffer.shape[:2], kh, kw, self.length),
+            strides=(sn, sc, dh * self.width * se, dw * se, se),
+            writeable=False,
+        )
+
+
+def wide_rows_pay(win: Window, shape: tuple[int, ...]) -> bool:
+    """Whether a stride-1 window's wide rows waste under a fifth of each row (OW of every
+    Wp positions are kept): the filter gradient's product runs over the extra positions
+    too, which on a small map (8x8 padded to 10x10) costs more than the long runs save."""
+    if win.strides != (1, 1):
+        return False
+    ow = win.out[1]
+    return 5 * ow > 4 * WideRows(win, shape).width
+
+
 def wide_rows_apply(win: Window, group: int, x: np.ndarray, out: np.ndarray) -> bool:
     """Whether a layer runs as wide rows: stride 1, one group, several images (one image
     takes the row-block paths), an NCHW output, and at least as many column rows as
@@ -54,24 +99,13 @@ def bind_wide_rows(
     (and bias) are packed into one (O, K + 1) matrix on every call when `runtime` (read
     at run time, as a training graph's are), else once here. On one BLAS thread each
     product is split into column blocks OpenBLAS multiplies unpacked (as gemm does)."""
-    n, c, h, wd = x.shape
+    n, c = x.shape[:2]
     o, _, kh, kw = w.shape
-    (oh, ow), (dh, dw) = win.out, win.dilations
-    top, left = win.pads[:2]
-    hp = max(h + top + win.pads[2], win.extent[0])
-    wp = max(wd + left + win.pads[3], win.extent[1])
-    # The padding stays zero between calls, so the buffer is this step's own; the tail
-    # lets the last tap's run stay inside (only dropped columns read it).
-    xp = np.zeros((n, c, hp * wp + (kw - 1) * dw), x.dtype)
-    interior = xp[:, :, : hp * wp].reshape(n, c, hp, wp)[:, :, top : top + h, left : left + wd]
-    length = oh * wp
-    sn, sc, se = xp.strides
-    src = np.lib.stride_tricks.as_strided(
-        xp,
-        shape=(n, c, kh, kw, length),
-        strides=(sn, sc, dh * wp * se, dw * se, se),
-        writeable=False,
-    )
+    oh, ow = win.out
+    plane = WideRows(win, x.shape)
+    xp, interior = plane.padded(x.dtype)
+    src = plane.columns(xp)
+    length, wp = plane.length, plane.width
     k = c * kh * kw
     rows = k + (0 if bias is None else 1)
     step = max(1, min(n, _BLOCK_BYTES // (rows * length * x.itemsize)))
