@@ -106,6 +106,32 @@ def profile(
     return [StepTime(label, statistic(t)) for label, t in record if t]
 
 
+def profile_calls(
+    plan: Callable[[], Callable[[int], object]],
+    runs: int = 50,
+    *,
+    cpu: bool = False,
+    statistic: Callable[[list[float]], float] = statistics.median,
+) -> tuple[list[StepTime], float]:
+    """Like profile, for anything that runs planned kernels (a lite Trainer's steps):
+    `plan()` builds it with every kernel's bind timed and returns `call(k)`, which runs
+    once to plan at its shapes and then `runs` times (k = 1, 2, ...). Returns the steps
+    in plan order and `statistic` of the whole call's time (kernels plus dispatch)."""
+    clock = time.thread_time if cpu else time.perf_counter
+    record: list[tuple[str, list[float]]] = []
+    with _timed_binds(record, clock):
+        call = plan()
+        call(0)
+    for _, times in record:
+        times.clear()
+    totals = []
+    for k in range(1, runs + 1):
+        t0 = clock()
+        call(k)
+        totals.append(clock() - t0)
+    return [StepTime(label, statistic(t)) for label, t in record if t], statistic(totals)
+
+
 def summary(steps: list[StepTime], top: int = 15) -> str:
     """Time by op kind (op and strategy) and the slowest single steps, as text."""
     total = sum(s.seconds for s in steps)

@@ -20,6 +20,7 @@ Fashion-MNIST (Debian's dataset-fashion-mnist; skipped with a reason when missin
     python benchmarks/cloud_training.py --parts fashion parallel
     python benchmarks/cloud_training.py --parts fashion --clock cpu   # on a shared machine
     python benchmarks/cloud_training.py --parts fashion --clock cpu --fashion-repeats 5
+    python benchmarks/cloud_training.py --parts profile   # per-op time of one Fashion step
 
 Needs PyTorch (`pip install torch`) for its rows; without it only sporenet's are printed.
 """
@@ -239,6 +240,45 @@ def fashion_data(args):
         return None
 
 
+def profile_part(args, data) -> None:
+    """Per-op time of one graph-mode training step of the Fashion CNN (thread CPU time,
+    median over --profile-steps steps of the same batches fit draws), by op kind, and
+    the whole step's time: what to look at before changing a kernel."""
+    from _profile import profile_calls, summary
+
+    from sporenet.cloud.engines import make_engine
+
+    def plan():
+        cloud.manual_seed(args.seed)
+        engine = make_engine(
+            "graph",
+            fashion_cnn(),
+            sample_shape=data.x_train.shape[1:],
+            loss="softmax_cross_entropy",
+            optimizer=cloud.Adam(args.lr),
+            label_smoothing=0.0,
+            num_threads=args.threads,
+        )
+        x = np.ascontiguousarray(data.x_train, dtype=np.float32)
+        y = data.y_train.astype(np.int64)
+        order = np.random.default_rng([args.seed, 0]).permutation(len(x))
+        batches = len(x) // args.fashion_batch
+
+        def step(k: int) -> None:
+            idx = order[(k % batches) * args.fashion_batch :][: args.fashion_batch]
+            engine.step(x[idx], y[idx], args.lr)
+
+        return step
+
+    steps, whole = profile_calls(plan, args.profile_steps, cpu=True)
+    print(
+        f"\nFashion-MNIST CNN, one graph-mode training step, batch {args.fashion_batch}, "
+        f"{args.threads} thread(s), thread CPU time, median of {args.profile_steps} steps: "
+        f"{whole * 1e3:.3f} ms"
+    )
+    print(summary(steps, top=12))
+
+
 def fashion_part(args, data, have_torch: bool) -> None:
     """Graph mode against PyTorch, run in alternation (sporenet, PyTorch, sporenet, ...)
     --fashion-repeats times, so a shared machine's load weighs on both alike; the verdict
@@ -413,9 +453,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--parts",
         nargs="+",
-        choices=["digits", "fashion", "parallel"],
+        choices=["digits", "fashion", "parallel", "profile"],
         default=["digits", "fashion", "parallel"],
+        help="profile (not run by default): per-op time of one Fashion CNN training step",
     )
+    parser.add_argument("--profile-steps", type=int, default=100)
     parser.add_argument(
         "--fashion-samples",
         type=int,
@@ -448,12 +490,14 @@ def main(argv: list[str] | None = None) -> int:
         have_torch = False
     if "digits" in args.parts:
         digits_part(args, have_torch)
-    if {"fashion", "parallel"} & set(args.parts):
+    if {"fashion", "parallel", "profile"} & set(args.parts):
         data = fashion_data(args)
         if data is not None and "fashion" in args.parts:
             fashion_part(args, data, have_torch)
         if data is not None and "parallel" in args.parts:
             parallel_part(args, data)
+        if data is not None and "profile" in args.parts:
+            profile_part(args, data)
     return 0
 
 

@@ -129,9 +129,9 @@ def gemm(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> Compute:
         return lambda: matmul(a, b, out=out)
     (m, k), n = a.shape, b.shape[1]
     work = m * n * k
-    if not UNPACKED_GEMM < work <= _SPLIT_GEMM_LIMIT:
+    parts = unpacked_parts(work)
+    if parts == 1:
         return lambda: matmul(a, b, out=out)
-    parts = -(-work // UNPACKED_GEMM)
     if n >= m:
         step = -(-n // parts)
         blocks = [(a, b[:, j : j + step], out[:, j : j + step]) for j in range(0, n, step)]
@@ -150,6 +150,16 @@ def gemm(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> Compute:
             product(x, y, out=z)
 
     return compute
+
+
+def unpacked_parts(work: int) -> int:
+    """Into how many blocks gemm splits a product of `work` multiply-adds on one thread:
+    enough to keep each under UNPACKED_GEMM when that takes a few (up to
+    _SPLIT_GEMM_LIMIT), else 1 (small products already run unpacked, and large ones gain
+    from packing)."""
+    if UNPACKED_GEMM < work <= _SPLIT_GEMM_LIMIT:
+        return -(-work // UNPACKED_GEMM)
+    return 1
 
 
 # OpenBLAS's unpacked ("small matrix") limit on M*N*K, and the largest product split to

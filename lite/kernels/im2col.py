@@ -4,7 +4,8 @@
 The column matrix is copied into a temporary taken at bind (kernels/workspace.py), then
 multiplied with the weights (pre-shaped to (groups, out/groups, in/groups*kh*kw)) by BLAS;
 a large one is built and multiplied in blocks of output rows (`_bind_row_blocks`), and
-a batch's in blocks of images (`_bind_image_blocks`).
+a batch's in blocks of images (`_bind_image_blocks`), or, for a stride-1 window with
+more column rows than output channels, in whole padded rows (im2col_wide.py).
 Narrow outputs with many channels build the columns channels-last instead
 (`bind_im2col_hwc`), so the copy runs in rows of C elements rather than OW. Which of the
 two runs is Conv2D's choice.
@@ -19,6 +20,7 @@ import numpy as np
 from sporenet.lite import pages
 from sporenet.lite.kernels.base import Compute
 from sporenet.lite.kernels.conv_common import gemm, is_channels_last
+from sporenet.lite.kernels.im2col_wide import bind_wide_rows, wide_rows_apply
 from sporenet.lite.kernels.spatial import Window
 from sporenet.lite.kernels.workspace import padded_temporary, temporary
 
@@ -94,6 +96,8 @@ def bind_im2col(
     by_phase = _by_phase(win)
     if by_phase and n == g == 1:
         return _bind_wide_phases(win, x, w, out, bias)
+    if wide_rows_apply(win, g, x, out):
+        return bind_wide_rows(win, x, w, out, bias, runtime=bias_runtime)
     refill = None
     if win.padded:
         h, wd = x.shape[2:]

@@ -12,6 +12,8 @@ are copied from a channels-last padded input (contiguous channel runs); the inpu
 gradient is the GEMM g (P, out/group) @ w (out/group, K) followed by a scatter-add of the
 columns onto a channels-last padded buffer (col2im), one whole-array add per kernel tap,
 and one transposing copy back to NCHW.
+A stride-1 filter gradient over a batch builds its columns from NCHW in whole padded
+rows instead (Conv2DBackpropFilter._bind_wide_rows).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import numpy as np
 
 from sporenet.lite.kernels.base import Attrs, Compute, Kernel, TensorSpec, required
 from sporenet.lite.kernels.conv_common import UNPACKED_GEMM, matmul_for
+from sporenet.lite.kernels.im2col_wide import WideRows, wide_rows_pay
 from sporenet.lite.kernels.spatial import Window, check_nchw, window
 from sporenet.lite.kernels.workspace import temporary
 from sporenet.lite.ops import OpCode
@@ -33,6 +36,8 @@ channels-first (whole-plane copies) rather than channels-last (runs of C/G float
 _PER_IMAGE_BYTES = 8 << 20
 """Largest batch of per-image filter gradients (N copies of the filter) summed at the end;
 beyond it the filter gradient is one GEMM over the whole batch."""
+_WIDE_BLOCK_BYTES = 512 << 10
+"""Bytes of wide-row columns per block of images (copied, then multiplied from cache)."""
 
 
 def images_per_block(n: int, macs_per_image: int) -> int:
@@ -99,6 +104,8 @@ class Conv2DBackpropFilter(_ConvGrad):
             return self._bind_depthwise(g, x, out)
         if out.shape[1] < NARROW_CHANNELS:
             return self._bind_planes(g, x, out)
+        if self.group == 1 and x.shape[0] > 1 and wide_rows_pay(self.win, x.shape):
+            return self._bind_wide_rows(g, x, out)
         per_image = out.size * self.win.out[0] * self.win.out[1] // self.group
         if out.nbytes * x.shape[0] <= _PER_IMAGE_BYTES and per_image <= UNPACKED_GEMM:
             return self._bind_image_blocks(g, x, out, images_per_block(x.shape[0], per_image))
@@ -129,6 +136,49 @@ class Conv2DBackpropFilter(_ConvGrad):
             np.copyto(g_buf, g_t)
             np.matmul(a, b, out=result)
             np.copyto(out, back)
+
+        return compute
+
+    def _bind_wide_rows(self, g: np.ndarray, x: np.ndarray, out: np.ndarray) -> Compute:
+        """Stride 1, one group, a batch, rows wide enough (wide_rows_pay): per image, the
+        columns in whole padded rows (im2col_wide.py), (K, OH * Wp), times g copied
+        channels-last into rows as wide as the padded input, (OH * Wp, O) with zeros in
+        the extra positions, for blocks of images whose columns stay in cache; then one
+        sum over the batch and a copy of the (K, O) sum into the filter's layout. x is
+        read NCHW in order: the channels-last copy of x the other paths make costs
+        several times more when x is not in cache, as a training step's forward
+        activations are not; g, written by the step before, is. (An infinite x in the
+        extra positions would meet a zero of g there and give NaN.)"""
+        n = x.shape[0]
+        o, k = out.shape[0], out[0].size
+        oh, ow = self.win.out
+        rows = WideRows(self.win, x.shape)
+        xp, x_in = rows.padded(x.dtype)
+        columns = rows.columns(xp)  # (N, C, kh, kw, L): reshaping it would copy
+        step = max(1, min(n, _WIDE_BLOCK_BYTES // (k * rows.length * x.itemsize)))
+        cols = temporary((step, k, rows.length), x.dtype)
+        # The product reads both operands as stored: (K, L) columns, (L, O) gradient.
+        g_wide = np.zeros((step, oh, rows.width, o), g.dtype)
+        g_in = g_wide[:, :, :ow, :].transpose(0, 3, 1, 2)
+        g_t = g_wide.reshape(step, rows.length, o)
+        per_image = temporary((n, k, o), g.dtype)
+        blocks = []
+        for i in range(0, n, step):
+            m = min(step, n - i)
+            c_dst = cols[:m].reshape(columns[i : i + m].shape)
+            a, b, part = cols[:m], g_t[:m], per_image[i : i + m]
+            blocks.append((g_in[:m], g[i : i + m], c_dst, columns[i : i + m], a, b, part))
+        total = temporary((k, o), g.dtype)
+        result = out.reshape(o, k)
+
+        def compute() -> None:
+            np.copyto(x_in, x)
+            for g_dst, g_src, c_dst, c_src, a, b, part in blocks:
+                np.copyto(g_dst, g_src)
+                np.copyto(c_dst, c_src)
+                np.matmul(a, b, out=part)
+            np.sum(per_image, axis=0, out=total)
+            np.copyto(result, total.T)
 
         return compute
 
