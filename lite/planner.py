@@ -9,6 +9,7 @@ the graph rather than the sum of all activations.
 
 from __future__ import annotations
 
+import mmap
 from collections import Counter
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
@@ -324,7 +325,7 @@ class _Arena:
     ALIGN = 64  # bytes: every span starts on a cache line (and any dtype's alignment)
 
     def __init__(self, reserve: int) -> None:
-        self.chunks: list[np.ndarray] = [np.empty(max(reserve, self.ALIGN), np.uint8)]
+        self.chunks: list[np.ndarray] = [_region(max(reserve, self.ALIGN))]
         self.free: list[tuple[int, int, int]] = []  # (chunk, start, size), unordered
         self.taken: dict[int, tuple[np.ndarray, int, int, int]] = {}  # id -> (span, ...)
         self.top = 0  # end of the highest span handed out in chunk 0
@@ -372,6 +373,20 @@ class _Arena:
                 del self.free[k]
                 start, size = min(s, start), size + n
         self.free.append((chunk, start, size))
+
+
+def _region(nbytes: int) -> np.ndarray:
+    """`nbytes` of zeroed address space, as uint8, on an anonymous mapping of its own.
+
+    NumPy advises huge pages on its large allocations, and where Linux honours that
+    (transparent huge pages in `madvise` mode), the first write into a 2 MiB region faults
+    the whole region in: an arena whose used top is 2.5 MiB then holds 4 MiB. A mapping
+    advised against huge pages is backed by base pages (in `always` mode too), so the
+    arena holds what it hands out."""
+    region = mmap.mmap(-1, nbytes)
+    if hasattr(mmap, "MADV_NOHUGEPAGE"):
+        region.madvise(mmap.MADV_NOHUGEPAGE)
+    return np.frombuffer(region, np.uint8)
 
 
 def _reserve(specs: dict[int, TensorSpec]) -> int:
