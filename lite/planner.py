@@ -623,16 +623,19 @@ def _last_uses(
 
 
 def _strided_transposes(
-    nodes: list[Node], kernels: list[Kernel | None], outputs: Collection[int]
+    nodes: list[Node],
+    kernels: list[Kernel | None],
+    inputs: Collection[int],
+    outputs: Collection[int],
 ) -> None:
     """Make each transpose whose every reader takes any strides (Kernel.reads_strided) a
     transposing view of its input: the reader's own gather then does the one copy. Only
-    for an input stored in what a step of this graph computed (directly or through
-    views; not a variable's read, a graph input or a constant), so no write in place
-    reaches it while the view is read; the view's storage root lives until its last
-    reader (_last_uses)."""
+    for an input stored in a graph input or in what a step of this graph computed
+    (directly or through views; not a variable's read or a constant), so no write in
+    place reaches it while the view is read (a graph input is written between runs
+    only); the view's storage root lives until its last reader (_last_uses)."""
     readers = _readers(nodes, kernels)
-    computed: set[int] = set()
+    computed: set[int] = set(inputs)
     for node, kernel in zip(nodes, kernels, strict=True):
         if kernel is None:
             continue
@@ -720,7 +723,7 @@ def plan_graph(
     specs, kernels, _ = infer_any_size(model, graph_index, shapes, variables.keys(), values)
     nodes = graph.nodes
     outputs = set(graph.outputs)
-    _strided_transposes(nodes, kernels, outputs)
+    _strided_transposes(nodes, kernels, graph.inputs, outputs)
     _read_views(nodes, kernels, outputs)
     last_use = _last_uses(nodes, kernels, outputs)
     channels_last = _channels_last_tensors(nodes, kernels, outputs)

@@ -535,3 +535,37 @@ def test_a_tensor_read_only_by_a_follower_of_channels_last_output_is_stored_so()
         array = interp._plan.arrays[tensor]
         assert not array.flags.c_contiguous
         assert array.transpose(0, 2, 3, 1).flags.c_contiguous
+
+
+@pytest.mark.parametrize(
+    "size,kernel,stride,pads",
+    [
+        ((3, 40, 36), 3, 2, [0, 0, 1, 1]),  # a strided stem: columns through the phases
+        ((3, 30, 26), 5, 2, [2, 2, 2, 2]),
+        ((4, 12, 10), 3, 1, [1, 1, 1, 1]),  # unstrided, padded
+        ((3, 9, 11), 2, 1, [0, 0, 0, 0]),  # unstrided, unpadded: the column view itself
+    ],
+)
+def test_an_image_stem_gathers_straight_from_the_nhwc_graph_input(size, kernel, stride, pads):
+    # TFLite feeds images NHWC: the transpose to NCHW before an im2col layer is a view of
+    # the graph input (no step, no copy), and every run reads the input set for it.
+    c, h, w = size
+    rng = np.random.default_rng(16)
+    wt = (rng.normal(size=(8, c, kernel, kernel)) * 0.3).astype(np.float32)
+    bv = rng.normal(size=8).astype(np.float32)
+    b = ModelBuilder(producer="test")
+    x = b.input("x", (1, h, w, c))
+    nchw = b.op(OpCode.TRANSPOSE, [x], perm=[0, 3, 1, 2])
+    attrs = {"strides": [stride, stride], "pads": pads}
+    y = b.op(OpCode.CONV2D, [nchw, b.constant("w", wt), b.constant("b", bv)], **attrs)
+    b.output(b.op(OpCode.RELU, [y]), name="y")
+    interp = Interpreter(model=b.build(), num_threads=1)
+    assert [k.strategy for k in interp._plan.step_kernels if hasattr(k, "strategy")] == ["im2col"]
+    assert "Transpose" not in [type(k).__name__ for k in interp._plan.step_kernels]
+    for _ in range(2):
+        xv = rng.normal(size=(1, h, w, c)).astype(np.float32)
+        ref = conv_reference(
+            xv.transpose(0, 3, 1, 2), wt, bv, strides=(stride, stride), pads=tuple(pads)
+        )
+        got = interp.run({"x": xv})["y"]
+        np.testing.assert_allclose(got, np.maximum(ref, 0), rtol=RTOL, atol=ATOL)
