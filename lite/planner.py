@@ -455,7 +455,48 @@ def _channels_last_tensors(
             ):
                 chosen.add(i)
     _back_through_followers(nodes, kernels, readers, outputs, chosen)
+    _matched_operands(nodes, kernels, readers, outputs, chosen)
     return chosen
+
+
+def _matched_operands(
+    nodes: list[Node],
+    kernels: list[Kernel | None],
+    readers: dict[int, list[tuple[Kernel, int]]],
+    outputs: Collection[int],
+    chosen: set[int],
+) -> None:
+    """Store channels-last, too, an NCHW operand of an elementwise step whose other
+    full-size operand is stored channels-last, when its producer and every reader accept
+    it: a residual add of a block's input (the stem's output, which nothing prefers
+    either way) and its channels-last branch otherwise runs one transposing pass over
+    mixed layouts, several times slower than a pass in one order."""
+    producers = {
+        i: (kernel, k)
+        for node, kernel in zip(nodes, kernels, strict=True)
+        if kernel is not None and not kernel.is_view
+        for k, i in enumerate(node.outputs)
+    }
+
+    def accepts(i: int) -> bool:
+        if i in chosen or i in outputs or i not in producers or i not in readers:
+            return False
+        producer, k = producers[i]
+        stances = [producer.channels_last_output(k)]
+        stances += [reader.channels_last_input(index) for reader, index in readers[i]]
+        return min(stances) >= ChannelsLast.ACCEPTED
+
+    for node, kernel in zip(nodes, kernels, strict=True):
+        if kernel is None or not kernel.elementwise or not kernel.output_specs:
+            continue
+        shape = kernel.output_specs[0].shape
+        full = [
+            i
+            for k, i in enumerate(node.inputs)
+            if i != -1 and len(shape) == 4 and kernel.input(k).shape == shape
+        ]
+        if any(i in chosen for i in full):
+            chosen.update(i for i in full if accepts(i))
 
 
 def _back_through_followers(

@@ -569,3 +569,34 @@ def test_an_image_stem_gathers_straight_from_the_nhwc_graph_input(size, kernel, 
         )
         got = interp.run({"x": xv})["y"]
         np.testing.assert_allclose(got, np.maximum(ref, 0), rtol=RTOL, atol=ATOL)
+
+
+def test_a_residual_add_reads_both_operands_in_one_layout():
+    # The stem's output is read by a 1x1 layer and by the residual add (neither prefers
+    # a layout); the branch ends channels-last after its depthwise layer. The stem's
+    # output is then stored channels-last too, so the add is a pass in one order.
+    b = ModelBuilder(producer="test")
+    weights: list = []
+    x = b.input("x", (1, 3, 24, 20))
+    s = _conv(b, x, 3, 16, 3, stride=2, weights=weights)
+    e = _conv(b, s, 16, 16, 1, act="relu", weights=weights)
+    d = _conv(b, e, 16, 16, 3, group=16, weights=weights)
+    p = _conv(b, d, 16, 16, 1, weights=weights)
+    r = b.op(OpCode.ADD, [s, p])
+    b.output(_conv(b, r, 16, 8, 1, weights=weights), name="y")
+    interp = Interpreter(model=b.build(), num_threads=1)
+    nodes, arrays = interp.model.graphs[0].nodes, interp._plan.arrays
+    add = next(n for n in nodes if n.op == OpCode.ADD)
+    for tensor in add.inputs:
+        assert arrays[tensor].transpose(0, 2, 3, 1).flags.c_contiguous
+        assert not arrays[tensor].flags.c_contiguous
+    xv = RNG.normal(size=(1, 3, 24, 20)).astype(np.float32)
+
+    def conv(t, i):
+        w, bv, attrs = weights[i]
+        return run_op(OpCode.CONV2D, [t, w, bv], **attrs)[0]
+
+    stem = conv(xv, 0)
+    want = conv(stem + conv(conv(conv(stem, 1), 2), 3), 4)
+    for _ in range(2):
+        np.testing.assert_allclose(interp.run({"x": xv})["y"], want, rtol=1e-4, atol=1e-4)
