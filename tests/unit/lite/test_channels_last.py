@@ -600,3 +600,36 @@ def test_a_residual_add_reads_both_operands_in_one_layout():
     want = conv(stem + conv(conv(conv(stem, 1), 2), 3), 4)
     for _ in range(2):
         np.testing.assert_allclose(interp.run({"x": xv})["y"], want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize(
+    "k,stride,pads,group,c_out",
+    [
+        (2, 2, [0, 0, 0, 0], 1, 3),  # a decoder's 2x upsampling: taps tile the output
+        (3, 2, [1, 1, 1, 1], 1, 4),  # overlapping taps: the scatter-add
+        (3, 1, [1, 1, 1, 1], 1, 4),  # stride 1: the correlation
+        (3, 2, [1, 1, 1, 1], 16, 16),  # one channel per group
+    ],
+)
+def test_a_transposed_convolution_reads_a_channels_last_input(k, stride, pads, group, c_out):
+    # After a depthwise layer (stored channels-last), the input gradient kernel that
+    # TFLite's TRANSPOSE_CONV imports to reads its input in that layout as it is.
+    b = ModelBuilder(producer="test")
+    weights: list = []
+    x = b.input("x", (1, 16, 7, 6))
+    d = _conv(b, x, 16, 16, 3, group=16, weights=weights)
+    wt = RNG.normal(size=(16, c_out // group, k, k)).astype(np.float32)
+    shape = [1, c_out, 6 * stride + k - pads[0] - pads[2], 5 * stride + k - pads[1] - pads[3]]
+    attrs = dict(strides=[stride, stride], pads=pads, group=group, input_shape=shape)
+    y = b.op(OpCode.CONV2D_BACKPROP_INPUT, [d, b.constant("wt", wt)], **attrs)
+    b.output(y, name="y")
+    interp = Interpreter(model=b.build(), num_threads=1)
+    stored_d = interp._plan.arrays[interp.model.graphs[0].nodes[0].outputs[0]]
+    assert not stored_d.flags.c_contiguous
+    assert stored_d.transpose(0, 2, 3, 1).flags.c_contiguous
+    xv = RNG.normal(size=(1, 16, 7, 6)).astype(np.float32)
+    w0, b0, a0 = weights[0]
+    (dv,) = run_op(OpCode.CONV2D, [xv, w0, b0], **a0)
+    (want,) = run_op(OpCode.CONV2D_BACKPROP_INPUT, [dv, wt], **attrs)
+    for _ in range(2):
+        np.testing.assert_allclose(interp.run({"x": xv})["y"], want, rtol=1e-5, atol=1e-5)
