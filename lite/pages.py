@@ -20,13 +20,16 @@ import numpy as np
 
 
 def _mapping(array: np.ndarray) -> mmap.mmap | None:
-    """The file mapping `array` is a view of, if any."""
+    """The read-only (file) mapping `array` is a view of, if any: a writable mapping (the
+    plan's arena) holds data that dropped pages would lose."""
     base: object = array
     while isinstance(base, np.ndarray):
         base = base.base
     if isinstance(base, memoryview):
         base = base.obj
-    return base if isinstance(base, mmap.mmap) else None
+    if not isinstance(base, mmap.mmap) or not memoryview(base).readonly:
+        return None
+    return base
 
 
 _noted: list[np.ndarray] | None = None

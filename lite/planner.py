@@ -9,6 +9,7 @@ the graph rather than the sum of all activations.
 
 from __future__ import annotations
 
+import mmap
 from collections import Counter
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
@@ -324,7 +325,7 @@ class _Arena:
     ALIGN = 64  # bytes: every span starts on a cache line (and any dtype's alignment)
 
     def __init__(self, reserve: int) -> None:
-        self.chunks: list[np.ndarray] = [np.empty(max(reserve, self.ALIGN), np.uint8)]
+        self.chunks: list[np.ndarray] = [_region(max(reserve, self.ALIGN))]
         self.free: list[tuple[int, int, int]] = []  # (chunk, start, size), unordered
         self.taken: dict[int, tuple[np.ndarray, int, int, int]] = {}  # id -> (span, ...)
         self.top = 0  # end of the highest span handed out in chunk 0
@@ -372,6 +373,20 @@ class _Arena:
                 del self.free[k]
                 start, size = min(s, start), size + n
         self.free.append((chunk, start, size))
+
+
+def _region(nbytes: int) -> np.ndarray:
+    """`nbytes` of zeroed address space, as uint8, on an anonymous mapping of its own.
+
+    NumPy advises huge pages on its large allocations, and where Linux honours that
+    (transparent huge pages in `madvise` mode), the first write into a 2 MiB region faults
+    the whole region in: an arena whose used top is 2.5 MiB then holds 4 MiB. A mapping
+    advised against huge pages is backed by base pages (in `always` mode too), so the
+    arena holds what it hands out."""
+    region = mmap.mmap(-1, nbytes)
+    if hasattr(mmap, "MADV_NOHUGEPAGE"):
+        region.madvise(mmap.MADV_NOHUGEPAGE)
+    return np.frombuffer(region, np.uint8)
 
 
 def _reserve(specs: dict[int, TensorSpec]) -> int:
@@ -440,7 +455,48 @@ def _channels_last_tensors(
             ):
                 chosen.add(i)
     _back_through_followers(nodes, kernels, readers, outputs, chosen)
+    _matched_operands(nodes, kernels, readers, outputs, chosen)
     return chosen
+
+
+def _matched_operands(
+    nodes: list[Node],
+    kernels: list[Kernel | None],
+    readers: dict[int, list[tuple[Kernel, int]]],
+    outputs: Collection[int],
+    chosen: set[int],
+) -> None:
+    """Store channels-last, too, an NCHW operand of an elementwise step whose other
+    full-size operand is stored channels-last, when its producer and every reader accept
+    it: a residual add of a block's input (the stem's output, which nothing prefers
+    either way) and its channels-last branch otherwise runs one transposing pass over
+    mixed layouts, several times slower than a pass in one order."""
+    producers = {
+        i: (kernel, k)
+        for node, kernel in zip(nodes, kernels, strict=True)
+        if kernel is not None and not kernel.is_view
+        for k, i in enumerate(node.outputs)
+    }
+
+    def accepts(i: int) -> bool:
+        if i in chosen or i in outputs or i not in producers or i not in readers:
+            return False
+        producer, k = producers[i]
+        stances = [producer.channels_last_output(k)]
+        stances += [reader.channels_last_input(index) for reader, index in readers[i]]
+        return min(stances) >= ChannelsLast.ACCEPTED
+
+    for node, kernel in zip(nodes, kernels, strict=True):
+        if kernel is None or not kernel.elementwise or not kernel.output_specs:
+            continue
+        shape = kernel.output_specs[0].shape
+        full = [
+            i
+            for k, i in enumerate(node.inputs)
+            if i != -1 and len(shape) == 4 and kernel.input(k).shape == shape
+        ]
+        if any(i in chosen for i in full):
+            chosen.update(i for i in full if accepts(i))
 
 
 def _back_through_followers(
@@ -608,16 +664,19 @@ def _last_uses(
 
 
 def _strided_transposes(
-    nodes: list[Node], kernels: list[Kernel | None], outputs: Collection[int]
+    nodes: list[Node],
+    kernels: list[Kernel | None],
+    inputs: Collection[int],
+    outputs: Collection[int],
 ) -> None:
     """Make each transpose whose every reader takes any strides (Kernel.reads_strided) a
     transposing view of its input: the reader's own gather then does the one copy. Only
-    for an input stored in what a step of this graph computed (directly or through
-    views; not a variable's read, a graph input or a constant), so no write in place
-    reaches it while the view is read; the view's storage root lives until its last
-    reader (_last_uses)."""
+    for an input stored in a graph input or in what a step of this graph computed
+    (directly or through views; not a variable's read or a constant), so no write in
+    place reaches it while the view is read (a graph input is written between runs
+    only); the view's storage root lives until its last reader (_last_uses)."""
     readers = _readers(nodes, kernels)
-    computed: set[int] = set()
+    computed: set[int] = set(inputs)
     for node, kernel in zip(nodes, kernels, strict=True):
         if kernel is None:
             continue
@@ -799,7 +858,7 @@ def plan_graph(
     specs, kernels, _ = infer_any_size(model, graph_index, shapes, variables.keys(), values)
     nodes = graph.nodes
     outputs = set(graph.outputs)
-    _strided_transposes(nodes, kernels, outputs)
+    _strided_transposes(nodes, kernels, graph.inputs, outputs)
     _read_views(nodes, kernels, outputs)
     last_use = _last_uses(nodes, kernels, outputs)
     channels_last = _channels_last_tensors(nodes, kernels, outputs)

@@ -22,6 +22,7 @@ import numpy as np
 
 from sporenet.lite.interpreter import Interpreter
 from sporenet.lite.kernels.base import Kernel
+from sporenet.lite.threads import BLAS
 
 
 @dataclass(frozen=True)
@@ -65,11 +66,14 @@ def profile(
         raise ValueError("the plan waits for the values of shape-like inputs: invoke once first")
     steps, kernels = planned.steps, planned.step_kernels
     times: list[list[float]] = [[] for _ in steps]
-    for _ in range(repeats):
-        for k, step in enumerate(steps):
-            start = clock()
-            step()
-            times[k].append(clock() - start)
+    # The BLAS pool bounded as invoke() bounds it: an unbounded pool's threads spin on a
+    # busy machine and the caller's clock counts the spinning.
+    with BLAS.limit(interpreter.num_threads):
+        for _ in range(repeats):
+            for k, step in enumerate(steps):
+                start = clock()
+                step()
+                times[k].append(clock() - start)
     return [
         StepTime(k, kernel.op.name, _name(kernel), _shapes(kernel), statistics.median(t))
         for k, (kernel, t) in enumerate(zip(kernels, times, strict=True))

@@ -130,6 +130,12 @@ class Conv2D(Kernel):
     def channels_last_follows(self, index: int) -> int | None:
         return 0 if self._path.follows else None
 
+    def reads_strided(self, index: int) -> bool:
+        # im2col reads x only through copies into its padded, phase or column buffers
+        # (im2col.py), which gather from any strides: an image stem's NHWC -> NCHW
+        # transpose then costs no copy of its own.
+        return index == 0 and self.strategy is ConvStrategy.IM2COL
+
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
         x, w, out = required(inputs, 0), required(inputs, 1), outputs[0]
         bias = inputs[2] if len(inputs) > 2 else None

@@ -227,17 +227,19 @@ def _bind_channels_last(
     n, c = x.shape[:2]
     (kh, kw), (oh, ow) = win.kernel, win.out
     # Weights tiled along `block` output columns: wt[i, j, b*C + c] = w[c, 0, i, j]; the
-    # einsum runs over rows of OW*C elements seen as OW/block runs of block*C.
+    # einsum runs over rows of OW*C elements seen as OW/block runs of block*C. The tile
+    # is a temporary rewritten every call: kept, it would hold `block` copies of the
+    # weights per layer (most of a MobileNet's depthwise memory), and rewriting a few
+    # kilobytes that stay in cache for the einsum costs little next to it.
     block = _weight_block(win, c, x.itemsize)
-    wt4 = np.empty((kh, kw, block, c), x.dtype)
+    wt4 = temporary((kh, kw, block, c), x.dtype)
     taps_w = w[:, 0].transpose(1, 2, 0)[:, :, None, :]
-    np.copyto(wt4, taps_w)
-    weight_copies = [] if w_const else [(wt4, taps_w)]
     if w_const:
-        pages.release(w)  # only the tiled copy is read: the planner may drop `w`
+        taps_w = taps_w.copy()  # (kh, kw, 1, C) contiguous: the tile's source
+        pages.release(w)  # only the compact copy is read: the planner may drop `w`
     acc_nhwc, result = _accumulator(out, (n, oh, ow, c))
     acc = acc_nhwc.reshape(n, oh, ow * c)
-    add_bias = _bias_step(bias, bias_const, acc, acc_nhwc, ow)
+    add_bias = _bias_step(bias, bias_const, acc_nhwc, block)
     bands = _bands(win, x, wt4.reshape(kh, kw, block * c), acc, block)
     # Bias, then the activation (elementwise: it runs on the contiguous accumulator,
     # before the copy into an NCHW `out` when there is one).
@@ -247,8 +249,7 @@ def _bind_channels_last(
     copyto, einsum = np.copyto, _einsum
 
     def compute() -> None:
-        for dst, src in weight_copies:
-            copyto(dst, src)
+        copyto(wt4, taps_w)
         for refill, copies, parts, zeros in bands:
             refill()
             for dst, src in copies:
@@ -382,19 +383,26 @@ def _accumulator(out: np.ndarray, nhwc: tuple[int, ...]) -> tuple[np.ndarray, np
 
 
 def _bias_step(
-    bias: np.ndarray | None,
-    bias_const: bool,
-    acc: np.ndarray,
-    acc_nhwc: np.ndarray,
-    ow: int,
+    bias: np.ndarray | None, bias_const: bool, acc_nhwc: np.ndarray, block: int
 ) -> Compute | None:
-    """The step adding the bias to the channels-last accumulator: a constant bias tiled
-    to one row of OW*C values (one contiguous pass), else broadcast over channels."""
+    """The step adding the bias to the channels-last (N, OH, OW, C) accumulator: a
+    constant bias tiled over `block` columns (rewritten every call, like the weights'
+    tile) and added in runs of block*C elements, else broadcast over channels."""
     if bias is None:
         return None
     add = np.add
-    target, b = (acc, np.tile(bias, ow)) if bias_const else (acc_nhwc, bias)
-    return lambda: add(target, b, out=target)
+    if not bias_const:
+        return lambda: add(acc_nhwc, bias, out=acc_nhwc)
+    n, oh, ow, c = acc_nhwc.shape
+    runs = acc_nhwc.reshape(n, oh, ow // block, block * c)
+    tile = temporary((block, c), acc_nhwc.dtype)
+    row, copyto = tile.reshape(block * c), np.copyto
+
+    def add_tiled() -> None:
+        copyto(tile, bias)
+        add(runs, row, out=runs)
+
+    return add_tiled
 
 
 def _frame_fill(

@@ -452,7 +452,8 @@ def bind_im2col_hwc(
     the transposed column matrix (OH*OW, kh*kw*C) copy in rows of C elements; the
     weights are re-packed at bind to (O, kh, kw, C) order and BLAS reads the columns
     transposed, so the GEMM needs no extra copy. An input stored channels-last needs no
-    transposing copy either, and an output stored so is the plain (OH*OW, O) product.
+    transposing copy either (an unpadded window none at all: the columns gather from the
+    input), and an output stored so is the plain (OH*OW, O) product.
     A batch is one GEMM over all its images' columns (`_hwc_operands`).
     """
     n, c, h, wd = x.shape
@@ -463,11 +464,16 @@ def bind_im2col_hwc(
         max(h + top + win.pads[2], win.extent[0]),
         max(wd + left + win.pads[3], win.extent[1]),
     )
-    xp, refill = padded_temporary(
-        (n, hp, wp, c), x.dtype, (1, 2), (top, top + h), (left, left + wd)
-    )
-    interior = xp[:, top : top + h, left : left + wd, :]
     xt = x.transpose(0, 2, 3, 1)
+    fills: list[tuple[np.ndarray, np.ndarray]] = []
+    refill: Compute | None = None
+    if (hp, wp) == (h, wd):
+        xp = xt  # unpadded: the columns gather from the input's own strides
+    else:
+        xp, refill = padded_temporary(
+            (n, hp, wp, c), x.dtype, (1, 2), (top, top + h), (left, left + wd)
+        )
+        fills.append((xp[:, top : top + h, left : left + wd, :], xt))
     sn, sy, sx, sc = xp.strides
     src = np.lib.stride_tricks.as_strided(
         xp,
@@ -499,10 +505,12 @@ def bind_im2col_hwc(
     pages.release_unless_read(w, lhs, cmat)
 
     def compute() -> None:
-        refill()
+        if refill is not None:
+            refill()
         if ones is not None:
             ones.fill(1)
-        copyto(interior, xt)
+        for dst, part in fills:
+            copyto(dst, part)
         copyto(cols, src)
         matmul(lhs, cmat, out=omat)
         if spread is not None:

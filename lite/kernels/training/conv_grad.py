@@ -22,7 +22,14 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from sporenet.lite.kernels.base import Attrs, Compute, Kernel, TensorSpec, required
+from sporenet.lite.kernels.base import (
+    Attrs,
+    ChannelsLast,
+    Compute,
+    Kernel,
+    TensorSpec,
+    required,
+)
 from sporenet.lite.kernels.conv_common import UNPACKED_GEMM, matmul_for
 from sporenet.lite.kernels.im2col_wide import WideRows, wide_rows_pay
 from sporenet.lite.kernels.spatial import Window, check_nchw, window
@@ -304,6 +311,13 @@ class Conv2DBackpropInput(_ConvGrad):
             shape = (g.shape[0] if given[0] == -1 else given[0], *given[1:])
         self._geometry(shape, w.shape, g)
         self.output_specs = [TensorSpec(tuple(shape), g.dtype)]
+
+    def channels_last_input(self, index: int) -> ChannelsLast:
+        # Every path reads g only through copies (into channels-last buffers, or scaled
+        # planes) of views that split its channel axis, which any strides allow: g
+        # stored channels-last (a decoder's upsampling after its last residual add) makes
+        # the first copy contiguous instead of transposing.
+        return ChannelsLast.ACCEPTED if index == 0 else ChannelsLast.REFUSED
 
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
         g, w, out = required(inputs, 0), required(inputs, 1), outputs[0]

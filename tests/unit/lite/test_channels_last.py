@@ -535,3 +535,101 @@ def test_a_tensor_read_only_by_a_follower_of_channels_last_output_is_stored_so()
         array = interp._plan.arrays[tensor]
         assert not array.flags.c_contiguous
         assert array.transpose(0, 2, 3, 1).flags.c_contiguous
+
+
+@pytest.mark.parametrize(
+    "size,kernel,stride,pads",
+    [
+        ((3, 40, 36), 3, 2, [0, 0, 1, 1]),  # a strided stem: columns through the phases
+        ((3, 30, 26), 5, 2, [2, 2, 2, 2]),
+        ((4, 12, 10), 3, 1, [1, 1, 1, 1]),  # unstrided, padded
+        ((3, 9, 11), 2, 1, [0, 0, 0, 0]),  # unstrided, unpadded: the column view itself
+    ],
+)
+def test_an_image_stem_gathers_straight_from_the_nhwc_graph_input(size, kernel, stride, pads):
+    # TFLite feeds images NHWC: the transpose to NCHW before an im2col layer is a view of
+    # the graph input (no step, no copy), and every run reads the input set for it.
+    c, h, w = size
+    rng = np.random.default_rng(16)
+    wt = (rng.normal(size=(8, c, kernel, kernel)) * 0.3).astype(np.float32)
+    bv = rng.normal(size=8).astype(np.float32)
+    b = ModelBuilder(producer="test")
+    x = b.input("x", (1, h, w, c))
+    nchw = b.op(OpCode.TRANSPOSE, [x], perm=[0, 3, 1, 2])
+    attrs = {"strides": [stride, stride], "pads": pads}
+    y = b.op(OpCode.CONV2D, [nchw, b.constant("w", wt), b.constant("b", bv)], **attrs)
+    b.output(b.op(OpCode.RELU, [y]), name="y")
+    interp = Interpreter(model=b.build(), num_threads=1)
+    assert [k.strategy for k in interp._plan.step_kernels if hasattr(k, "strategy")] == ["im2col"]
+    assert "Transpose" not in [type(k).__name__ for k in interp._plan.step_kernels]
+    for _ in range(2):
+        xv = rng.normal(size=(1, h, w, c)).astype(np.float32)
+        ref = conv_reference(
+            xv.transpose(0, 3, 1, 2), wt, bv, strides=(stride, stride), pads=tuple(pads)
+        )
+        got = interp.run({"x": xv})["y"]
+        np.testing.assert_allclose(got, np.maximum(ref, 0), rtol=RTOL, atol=ATOL)
+
+
+def test_a_residual_add_reads_both_operands_in_one_layout():
+    # The stem's output is read by a 1x1 layer and by the residual add (neither prefers
+    # a layout); the branch ends channels-last after its depthwise layer. The stem's
+    # output is then stored channels-last too, so the add is a pass in one order.
+    b = ModelBuilder(producer="test")
+    weights: list = []
+    x = b.input("x", (1, 3, 24, 20))
+    s = _conv(b, x, 3, 16, 3, stride=2, weights=weights)
+    e = _conv(b, s, 16, 16, 1, act="relu", weights=weights)
+    d = _conv(b, e, 16, 16, 3, group=16, weights=weights)
+    p = _conv(b, d, 16, 16, 1, weights=weights)
+    r = b.op(OpCode.ADD, [s, p])
+    b.output(_conv(b, r, 16, 8, 1, weights=weights), name="y")
+    interp = Interpreter(model=b.build(), num_threads=1)
+    nodes, arrays = interp.model.graphs[0].nodes, interp._plan.arrays
+    add = next(n for n in nodes if n.op == OpCode.ADD)
+    for tensor in add.inputs:
+        assert arrays[tensor].transpose(0, 2, 3, 1).flags.c_contiguous
+        assert not arrays[tensor].flags.c_contiguous
+    xv = RNG.normal(size=(1, 3, 24, 20)).astype(np.float32)
+
+    def conv(t, i):
+        w, bv, attrs = weights[i]
+        return run_op(OpCode.CONV2D, [t, w, bv], **attrs)[0]
+
+    stem = conv(xv, 0)
+    want = conv(stem + conv(conv(conv(stem, 1), 2), 3), 4)
+    for _ in range(2):
+        np.testing.assert_allclose(interp.run({"x": xv})["y"], want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize(
+    "k,stride,pads,group,c_out",
+    [
+        (2, 2, [0, 0, 0, 0], 1, 3),  # a decoder's 2x upsampling: taps tile the output
+        (3, 2, [1, 1, 1, 1], 1, 4),  # overlapping taps: the scatter-add
+        (3, 1, [1, 1, 1, 1], 1, 4),  # stride 1: the correlation
+        (3, 2, [1, 1, 1, 1], 16, 16),  # one channel per group
+    ],
+)
+def test_a_transposed_convolution_reads_a_channels_last_input(k, stride, pads, group, c_out):
+    # After a depthwise layer (stored channels-last), the input gradient kernel that
+    # TFLite's TRANSPOSE_CONV imports to reads its input in that layout as it is.
+    b = ModelBuilder(producer="test")
+    weights: list = []
+    x = b.input("x", (1, 16, 7, 6))
+    d = _conv(b, x, 16, 16, 3, group=16, weights=weights)
+    wt = RNG.normal(size=(16, c_out // group, k, k)).astype(np.float32)
+    shape = [1, c_out, 6 * stride + k - pads[0] - pads[2], 5 * stride + k - pads[1] - pads[3]]
+    attrs = dict(strides=[stride, stride], pads=pads, group=group, input_shape=shape)
+    y = b.op(OpCode.CONV2D_BACKPROP_INPUT, [d, b.constant("wt", wt)], **attrs)
+    b.output(y, name="y")
+    interp = Interpreter(model=b.build(), num_threads=1)
+    stored_d = interp._plan.arrays[interp.model.graphs[0].nodes[0].outputs[0]]
+    assert not stored_d.flags.c_contiguous
+    assert stored_d.transpose(0, 2, 3, 1).flags.c_contiguous
+    xv = RNG.normal(size=(1, 16, 7, 6)).astype(np.float32)
+    w0, b0, a0 = weights[0]
+    (dv,) = run_op(OpCode.CONV2D, [xv, w0, b0], **a0)
+    (want,) = run_op(OpCode.CONV2D_BACKPROP_INPUT, [dv, wt], **attrs)
+    for _ in range(2):
+        np.testing.assert_allclose(interp.run({"x": xv})["y"], want, rtol=1e-5, atol=1e-5)

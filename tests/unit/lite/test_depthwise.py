@@ -215,3 +215,38 @@ def test_frame_fill_zeroes_exactly_the_margins(rows, cols, margin_rows):
         assert (buf[margin] == 0).all()
     else:
         assert np.isnan(buf[:, :r0, :c1]).all() and np.isnan(buf[:, r1:, c0:]).all()
+
+
+def test_channels_last_tiles_rewritten_every_call_and_kept_by_none(monkeypatch):
+    # The tiled weights and bias live in the plan's arena, which other steps overwrite
+    # between calls: every call rewrites them, and the step itself keeps no tile (a kept
+    # tile would hold OW copies of the weights).
+    import tracemalloc
+
+    from sporenet.lite.kernels.workspace import Workspace, active
+
+    monkeypatch.setattr(depthwise, "_MIN_CHANNELS_LAST", 1)
+    n, c, h, w = 1, 16, 6, 64
+    rng = np.random.default_rng(10)
+    value = rng.normal(size=(n, c, h, w)).astype(np.float32)
+    wt = rng.normal(size=(c, 1, 5, 5)).astype(np.float32)
+    b = rng.normal(size=c).astype(np.float32)
+    attrs = dict(strides=[1, 1], dilations=[1, 1], pads=[2, 2, 2, 2], group=c)
+    specs = [TensorSpec(value.shape, value.dtype), TensorSpec(wt.shape, wt.dtype, wt)]
+    kernel = Conv2D(Attrs("CONV2D", attrs), [*specs, TensorSpec(b.shape, b.dtype, b)])
+    out = np.empty(kernel.output_specs[0].shape, np.float32)
+    blocks = [np.empty(1 << 18, np.uint8) for _ in range(8)]
+    free = list(blocks)
+    tracemalloc.start()
+    with active(Workspace(lambda nbytes: free.pop()[:nbytes])):
+        step = kernel.bind([value, wt, b], [out])
+    kept, _ = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert kernel.strategy == "depthwise" and len(free) < len(blocks)
+    assert kept < 5 * 5 * w * c * 4 // 2  # far below one weight tile over the row
+    ref = conv_reference(value, wt, b, (1, 1), (1, 1), (2, 2, 2, 2), c)
+    for _ in range(2):
+        for block in blocks:
+            block.fill(0xFF)  # NaN bit patterns, as other steps' data may leave
+        step()
+        np.testing.assert_allclose(out, ref, rtol=RTOL, atol=ATOL)

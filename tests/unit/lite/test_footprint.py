@@ -5,6 +5,7 @@ dequantization is exact in float32, and written files read back unchanged."""
 from __future__ import annotations
 
 import mmap
+import os
 import threading
 
 import numpy as np
@@ -305,3 +306,45 @@ def test_im2col_in_bands_matches_the_whole_matrix(monkeypatch, with_bias):
         v = np.random.default_rng(seed).normal(size=(1, 5, 11, 13)).astype(np.float32)
         want = _conv_reference(v, w, bias if with_bias else None)
         np.testing.assert_allclose(interp.run({"x": v})["y"], want, rtol=1e-4, atol=1e-5)
+
+
+def _resident_kib(start: int, stop: int) -> tuple[int, int]:
+    """(Rss, AnonHugePages) in KiB of the mappings overlapping [start, stop), from
+    /proc/self/smaps (an madvise may have split one allocation into several)."""
+    rss = huge = 0
+    inside = False
+    with open("/proc/self/smaps") as f:
+        for line in f:
+            head = line.split()[0]
+            if "-" in head and not head.endswith(":"):
+                lo, hi = (int(v, 16) for v in head.split("-"))
+                inside = lo < stop and start < hi
+            elif inside and head == "Rss:":
+                rss += int(line.split()[1])
+            elif inside and head == "AnonHugePages:":
+                huge += int(line.split()[1])
+    return rss, huge
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/smaps"), reason="reads Linux's smaps")
+def test_the_arena_holds_the_pages_it_hands_out_and_no_huge_page_more():
+    # 2.5 MiB handed out of a 32 MiB reservation: huge pages would make it 4 MiB.
+    arena = _Arena(32 << 20)
+    span = arena.take(5 << 19)
+    arena.prefault()
+    region = arena.chunks[0]
+    rss, huge = _resident_kib(region.ctypes.data, region.ctypes.data + region.nbytes)
+    assert huge == 0
+    assert span.nbytes // 1024 <= rss <= span.nbytes // 1024 + 64
+
+
+def test_released_pages_of_the_writable_arena_keep_their_data():
+    # pages.release drops the pages of read-only file mappings only: dropped arena pages
+    # would read back as zeros.
+    from sporenet.lite import pages
+
+    arena = _Arena(1 << 20)
+    values = arena.take(1 << 18).view(np.float32)
+    values[...] = 3.0
+    assert not pages.release(values)
+    assert np.all(values == 3.0)

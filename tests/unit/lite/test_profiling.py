@@ -10,6 +10,7 @@ from sporenet.lite.builder import ModelBuilder
 from sporenet.lite.format import save
 from sporenet.lite.ops import OpCode
 from sporenet.lite.profiling import by_op, main, profile, report
+from sporenet.lite.threads import BLAS
 
 
 def _model():
@@ -38,6 +39,30 @@ def test_every_step_is_timed_and_named_by_its_op():
     assert sum(count for _, count, _ in totals) == len(times)
     assert sum(s for _, _, s in totals) == pytest.approx(sum(t.seconds for t in times))
     assert "CONV2D (Conv2D depthwise)" in report(times)
+
+
+@pytest.mark.skipif(BLAS.get() is None, reason="no BLAS whose thread count can be read")
+def test_steps_run_with_the_blas_pool_bounded_as_invoke_bounds_it():
+    # An unbounded pool's threads spin on a busy machine, and the caller's CPU clock
+    # counts the spinning: the profile would not time what invoke() runs.
+    interpreter = Interpreter(model=_model(), num_threads=1)
+    interpreter.run({"x": np.ones((1, 8, 6, 6), np.float32)})
+    outside = BLAS.get()
+    seen: list[int | None] = []
+
+    def clock() -> float:
+        seen.append(BLAS.get())
+        return 0.0
+
+    BLAS.set(2)
+    try:
+        if BLAS.get() != 2:
+            pytest.skip("this BLAS runs one thread at most")
+        profile(interpreter, repeats=1, clock=clock)
+        assert BLAS.get() == 2
+    finally:
+        BLAS.set(outside)
+    assert seen and set(seen) == {1}
 
 
 def test_profiling_leaves_the_results_unchanged():
