@@ -95,6 +95,11 @@ def fold_into(acc: np.ndarray, update: np.ndarray, weight: float, scratch: np.nd
     arithmetic), and the blocks stay in cache.
     """
     dst, src = acc.reshape(-1), np.asarray(update).reshape(-1)
+    if dst.size <= FOLD_BLOCK:  # most tensors: one block, no loop
+        tmp = scratch[: dst.size]
+        np.multiply(src, weight, out=tmp, dtype=np.float64)
+        np.add(dst, tmp, out=dst)
+        return
     for start in range(0, dst.size, FOLD_BLOCK):
         stop = min(start + FOLD_BLOCK, dst.size)
         tmp = scratch[: stop - start]

@@ -9,6 +9,7 @@ Decoding is strict: every inconsistency is an `UpdateRejectedError` naming the t
 
 from __future__ import annotations
 
+import functools
 import math
 import mmap
 import struct
@@ -158,7 +159,7 @@ def decode_update(payload: Payload, template: Template) -> Weights:
     out: Weights = {}
     for t in tensors:
         shape, dtype = template[t.name]
-        if tuple(t.shape) != shape or t.dtype != dtype.name:
+        if tuple(t.shape) != shape or t.dtype != dtype_name(dtype):
             raise UpdateRejectedError(
                 f"tensor {t.name!r}: expected {dtype.name}{list(shape)}, "
                 f"got {t.dtype}{list(t.shape)}"
@@ -168,6 +169,18 @@ def decode_update(payload: Payload, template: Template) -> Weights:
 
 
 _EMPTY = memoryview(b"")
+
+
+@functools.lru_cache(maxsize=64)
+def dtype_name(dtype: np.dtype) -> str:
+    """`dtype.name`, which NumPy works out in Python on every access: asked per tensor."""
+    return dtype.name
+
+
+@functools.lru_cache(maxsize=64)
+def _little_endian(dtype: np.dtype) -> np.dtype:
+    """`dtype` in little-endian byte order (the wire's), made once per dtype."""
+    return dtype.newbyteorder("<")
 
 
 class _Tensor:
@@ -285,6 +298,9 @@ def _parse_tensor(v: memoryview) -> _Tensor:
 
 def _packed_int64(v: memoryview) -> list[int]:
     """The values of a packed int64 field (a shape: one-byte varints, mostly)."""
+    raw = v.tobytes()
+    if raw.isascii():  # every value a one-byte varint: the common case
+        return list(raw)
     out: list[int] = []
     p, end = 0, len(v)
     while p < end:
@@ -317,7 +333,7 @@ def _decode_tensor(t: _Tensor, shape: tuple[int, ...], dtype: np.dtype) -> np.nd
         expect_len("data", len(data), size * dtype.itemsize)
         # A read-only view of the payload on little-endian hosts (no copy); aggregation
         # only reads it.
-        return np.frombuffer(data, dtype.newbyteorder("<")).astype(dtype, copy=False).reshape(shape)
+        return np.frombuffer(data, _little_endian(dtype)).astype(dtype, copy=False).reshape(shape)
     if t.encoding == pb.ENCODING_INT8:
         expect_len("int8 data", len(t.data), size)
         q = np.frombuffer(t.data, np.int8)

@@ -10,6 +10,7 @@ committed federated_pb2 stays the schema.
 
 from __future__ import annotations
 
+import functools
 from enum import IntEnum
 
 from google.protobuf.message import DecodeError
@@ -231,24 +232,43 @@ def named_clients(
     None when `raw` is not protobuf wire format (protobuf refuses it too)."""
     found: list[bytes] = []
     try:
-        for path in paths:
-            _collect(memoryview(raw), path, found)
+        _collect(memoryview(raw), _path_tree(paths), found)
     except MalformedPayload:
         return None
     return found
 
 
-def _collect(buf: memoryview, path: tuple[int, ...], found: list[bytes]) -> None:
-    """Append the values at `path` in `buf` to `found` (MalformedPayload if unparsable)."""
+#: Field number -> (whether a client id ends a path there, the paths' further fields).
+PathTree = dict[int, tuple[bool, "PathTree"]]
+
+
+@functools.lru_cache(maxsize=64)  # one per call kind
+def _path_tree(paths: tuple[tuple[int, ...], ...]) -> PathTree:
+    """`paths` merged by their leading fields, so one pass over a message follows all."""
+    root: PathTree = {}
+    for path in paths:
+        node = root
+        for k, number in enumerate(path):
+            leaf, children = node.get(number, (False, {}))
+            node[number] = (leaf or k == len(path) - 1, children)
+            node = children
+    return root
+
+
+def _collect(buf: memoryview, tree: PathTree, found: list[bytes]) -> None:
+    """Append the values at the paths of `tree` in `buf` to `found`, in the order they
+    occur (MalformedPayload if unparsable)."""
     pos, end = 0, len(buf)
     while pos < end:
         number, wire, value, pos = _wire_field(buf, pos, end)
-        if number != path[0] or wire != 2:
+        node = tree.get(number)
+        if node is None or wire != 2:
             continue
-        if len(path) == 1:
+        leaf, children = node
+        if leaf:
             found.append(bytes(value))
-        else:
-            _collect(value, path[1:], found)
+        if children:
+            _collect(value, children, found)
 
 
 def _wire_field(buf: memoryview, pos: int, end: int) -> tuple[int, int, memoryview, int]:

@@ -226,13 +226,11 @@ class AsyncFit:
         ctx = self._ctx
         a = self._assigned.pop(client_id)
         tau = ctx.job.model_version - a.version
-        ctx.files().append(client_id, answer.payload, answer.crc)
-        self._aggregator.add(
-            client_id, self._scaled(answer.tensors, tau), float(answer.num_samples)
-        )
+        n, metrics = answer.num_samples, {**answer.metrics, STALENESS_KEY: float(tau)}
+        ctx.files().append(client_id, answer.payload, answer.crc, num_samples=n, metrics=metrics)
+        self._aggregator.add(client_id, self._scaled(answer.tensors, tau), float(n))
         self._answered[client_id] = a.task_id
-        metrics = {**answer.metrics, STALENESS_KEY: float(tau)}
-        ctx.set_status(client_id, Participant.ACCEPTED, answer.num_samples, metrics)
+        ctx.set_status(client_id, Participant.ACCEPTED, n, metrics, journalled=True)
         self._since_checkpoint += 1
         if self._since_checkpoint >= ctx.config.checkpoint_every:
             self.checkpoint()
@@ -326,6 +324,7 @@ class AsyncFit:
             tx.set_participant(job.round, Phase.FIT, cid, Participant.SELECTED, 0, a.row())
 
     def checkpoint(self) -> None:
+        self._ctx.save_rows()  # before the journal that holds them is emptied
         self._ctx.files().checkpoint(self._aggregator)
         self._since_checkpoint = 0
 

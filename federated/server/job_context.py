@@ -91,6 +91,11 @@ class JobContext:
     listeners: list[Callable[[], None]] = field(default_factory=list)
     phase: OpenPhase | None = None  # the open phase (None while waiting or ended)
     _files: tuple[tuple[int, str], PhaseFiles] | None = None
+    # Rows the phase's journal holds (accepted updates), not written to the store yet:
+    # client -> (round, phase, status, samples, metrics). See `save_rows`.
+    _unsaved: dict[str, tuple[int, str, Participant, int, dict[str, Any] | None]] = field(
+        default_factory=dict
+    )
 
     def __post_init__(self) -> None:
         self.changed = threading.Condition(self.lock)
@@ -136,19 +141,41 @@ class JobContext:
         metrics: dict[str, Any] | None = None,
         *,
         tx: Any = None,
+        journalled: bool = False,
     ) -> None:
-        """Change a participant's status in memory and in the store (in `tx`, if given)."""
+        """Change a participant's status in memory and in the store (in `tx`, if given).
+
+        `journalled`: the row is in the record that journalled the client's update
+        (PhaseFiles.append), which a restart reads back; the store gets it with the
+        phase's next `save_rows`, one transaction for many updates.
+        """
         self.clients.set(client_id, status)
         job = self.job
+        if journalled:
+            self._unsaved[client_id] = (job.round, job.phase, status, num_samples, metrics)
+            return
+        self._unsaved.pop(client_id, None)  # this row supersedes a journalled one
         if tx is not None:
             tx.set_participant(job.round, job.phase, client_id, status, num_samples, metrics)
             return
         with self.store.transaction() as own:
             own.set_participant(job.round, job.phase, client_id, status, num_samples, metrics)
 
+    def save_rows(self) -> None:
+        """Write the journalled rows to the store: before a checkpoint empties the journal
+        that holds them, and before the phase's rows are read back from the store."""
+        with self.lock:
+            if not self._unsaved:
+                return
+            with self.store.transaction() as tx:
+                for cid, (round_, phase, status, n, metrics) in self._unsaved.items():
+                    tx.set_participant(round_, phase, cid, status, n, metrics)
+            self._unsaved.clear()
+
     def end_phase(self) -> None:
         """After the transaction that moved the job on: the phase's statuses, its object
         and partial uploads go (call it under the lock)."""
         self.clients.end_phase()
+        self._unsaved.clear()  # saved (read back to publish) or moot (the phase failed)
         self.uploads.clear()
         self.phase = None

@@ -6,6 +6,7 @@ the transaction of the transition that changed it (so a restart rebuilds it from
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Iterable
 
 from sporenet.federated.server.phases import Participant
@@ -17,6 +18,9 @@ class Participants:
     def __init__(self) -> None:
         self._last_seen: dict[str, float] = {}  # client id -> clock time of its last call
         self._status: dict[str, Participant] = {}  # the open phase's selected clients
+        # How many of them hold each status: asked on every update (`waiting`), so kept
+        # up to date rather than counted over the phase's clients each time.
+        self._counts: Counter[Participant] = Counter()
         self._refusals: dict[str, int] = {}  # updates refused this phase, per client
         self._refusal_reasons: dict[str, str] = {}  # why its last update was refused
         # Told (client id, new status) when a selected client stops being awaited.
@@ -53,11 +57,13 @@ class Participants:
     def start_phase(self, selected: Iterable[str]) -> None:
         """A new phase: `selected` are asked to answer, and nobody has been refused yet."""
         self._status = dict.fromkeys(selected, Participant.SELECTED)
+        self._counts = Counter({Participant.SELECTED: len(self._status)})
         self._refusals, self._refusal_reasons = {}, {}
 
     def restore_phase(self, statuses: dict[str, str]) -> None:
         """The open phase's statuses, as the store saved them."""
         self._status = {cid: Participant(s) for cid, s in statuses.items()}
+        self._counts = Counter(self._status.values())
         self._refusals, self._refusal_reasons = {}, {}
 
     def end_phase(self) -> None:
@@ -70,6 +76,9 @@ class Participants:
     def set(self, client_id: str, status: Participant) -> None:
         was = self._status.get(client_id)
         self._status[client_id] = status
+        if was is not None:
+            self._counts[was] -= 1
+        self._counts[status] += 1
         if was == Participant.SELECTED and status != Participant.SELECTED:
             for listener in self._on_leave:
                 listener(client_id, status)
@@ -83,11 +92,11 @@ class Participants:
         return [c for c, s in self._status.items() if s in statuses]
 
     def count(self, status: Participant) -> int:
-        return sum(1 for s in self._status.values() if s == status)
+        return self._counts[status]
 
     def waiting(self) -> bool:
         """True while some selected client has yet to answer."""
-        return Participant.SELECTED in self._status.values()
+        return self._counts[Participant.SELECTED] > 0
 
     def counts(self) -> dict[str, int]:
         """How many clients hold each status (for `status`)."""

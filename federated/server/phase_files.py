@@ -4,29 +4,37 @@ An update counts only once its bytes are in the phase's journal, so a `kill -9` 
 accepted update: a restart restores the last checkpoint of the aggregate and folds the
 journalled updates received after it again. Each update is one appended record (a
 single write: no file created, renamed or deleted per update); a checkpoint holds every
-update journalled before it, so it empties the journal. Each record ends with the CRC-32
-of its update, so a damaged one is never folded.
+update journalled before it, so it empties the journal. A record also carries the
+client's participant row (its sample count and metrics), so the store writes the rows of
+accepted updates once per checkpoint, not once per update (JobContext.set_status). Each
+record ends with the CRC-32s of its row and of its update, so a damaged one is never
+folded.
 """
 
 from __future__ import annotations
 
 import functools
 import hashlib
+import json
 import os
 import shutil
 import struct
 from pathlib import Path
+from typing import Any
 
 from sporenet.federated.aggregation import Aggregator
 from sporenet.federated.common.checksum import crc32
 from sporenet.federated.server.checkpoint import load_arrays, save_arrays
 
-# A record: magic, the client's file key (KEY_BYTES ASCII), the update's length, the
-# update, its CRC-32.
-MAGIC = b"SPJ1"
-KEY_BYTES = 24
-HEAD = struct.Struct(f"<4s{KEY_BYTES}sQ")
-TAIL = struct.Struct("<I")
+# A record: magic, the length of its row (JSON: client id, samples, metrics), the
+# update's length; the row, the update; the row's CRC-32, the update's CRC-32.
+MAGIC = b"SPJ2"
+HEAD = struct.Struct("<4sIQ")
+TAIL = struct.Struct("<II")
+
+KEY_BYTES = 24  # hex digits of a client's file key
+#: A journalled participant row: (samples, metrics).
+Row = tuple[int, dict[str, Any]]
 
 
 @functools.lru_cache(maxsize=4096)  # asked for every update: once per client is enough
@@ -45,19 +53,28 @@ class PhaseFiles:
         self.journal_path = self.dir / "journal"
         self.checkpoint_path = self.dir.with_suffix(".ckpt")
         self._fd: int | None = None
-        # Where each client's last record is (key -> (offset, size)), once read.
-        self._index: dict[str, tuple[int, int]] | None = None
+        # Where each client's last record is (id -> (offset, size, row)), once read.
+        self._index: dict[str, tuple[int, int, Row]] | None = None
 
-    def append(self, client_id: str, payload: memoryview, crc: int | None = None) -> None:
-        """Journal an update with one write. `crc` is the payload's CRC-32 when the caller
-        already has it (computed otherwise)."""
+    def append(
+        self,
+        client_id: str,
+        payload: memoryview,
+        crc: int | None = None,
+        *,
+        num_samples: int = 0,
+        metrics: dict[str, Any] | None = None,
+    ) -> None:
+        """Journal an update and its participant row with one write. `crc` is the
+        payload's CRC-32 when the caller already has it (computed otherwise)."""
         if self._fd is None:
             self.dir.mkdir(parents=True, exist_ok=True)
             self._fd = os.open(self.journal_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-        head = HEAD.pack(MAGIC, file_key(client_id).encode(), len(payload))
-        tail = TAIL.pack(crc32(payload) if crc is None else crc)
-        parts = [head, payload, tail]
-        total = len(head) + len(payload) + len(tail)
+        row = json.dumps([client_id, num_samples, metrics or {}]).encode()
+        head = HEAD.pack(MAGIC, len(row), len(payload))
+        tail = TAIL.pack(crc32(row), crc32(payload) if crc is None else crc)
+        parts = [head, row, payload, tail]
+        total = len(head) + len(row) + len(payload) + len(tail)
         written = os.writev(self._fd, parts)
         while written < total:  # a short write (a signal, a full disk): finish it
             data = b"".join(bytes(p) for p in parts)[written:]
@@ -68,24 +85,31 @@ class PhaseFiles:
         """The client's last journalled update; None when it is missing or fails its CRC-32."""
         if self._index is None:
             self._index = self._scan()
-        where = self._index.get(file_key(client_id))
+        where = self._index.get(client_id)
         if where is None:
             return None
-        offset, size = where
+        offset, size, _ = where
         with open(self.journal_path, "rb") as f:
             f.seek(offset)
             data = f.read(size + TAIL.size)
         if len(data) != size + TAIL.size:
             return None
         payload = memoryview(data)[:size]
-        if TAIL.unpack_from(data, size)[0] != crc32(payload):
+        if TAIL.unpack_from(data, size)[1] != crc32(payload):
             return None
         return bytes(payload)
 
-    def _scan(self) -> dict[str, tuple[int, int]]:
-        """Where each client's last record starts, read up to the first torn or damaged
-        record header (a crash in the middle of an append)."""
-        index: dict[str, tuple[int, int]] = {}
+    def rows(self) -> dict[str, Row]:
+        """The participant row of each client with a journalled update (its last one):
+        the accepted updates whose rows the store may not have yet."""
+        if self._index is None:
+            self._index = self._scan()
+        return {cid: row for cid, (_, _, row) in self._index.items()}
+
+    def _scan(self) -> dict[str, tuple[int, int, Row]]:
+        """Where each client's last update starts, and its row, read up to the first torn
+        or damaged record head or row (a crash in the middle of an append)."""
+        index: dict[str, tuple[int, int, Row]] = {}
         try:
             f = open(self.journal_path, "rb")  # noqa: SIM115 (closed below)
         except OSError:
@@ -95,11 +119,17 @@ class PhaseFiles:
             at = 0
             while at + HEAD.size <= end:
                 f.seek(at)
-                magic, key, size = HEAD.unpack(f.read(HEAD.size))
-                if magic != MAGIC or at + HEAD.size + size + TAIL.size > end:
+                magic, row_size, size = HEAD.unpack(f.read(HEAD.size))
+                record = HEAD.size + row_size + size + TAIL.size
+                if magic != MAGIC or at + record > end:
                     break
-                index[key.decode("ascii", "replace")] = (at + HEAD.size, size)
-                at += HEAD.size + size + TAIL.size
+                raw = f.read(row_size)
+                f.seek(at + record - TAIL.size)
+                if TAIL.unpack(f.read(TAIL.size))[0] != crc32(raw):
+                    break
+                cid, n, metrics = json.loads(raw)  # its CRC-32 matched: as written
+                index[cid] = (at + HEAD.size + row_size, size, (n, metrics))
+                at += record
         return index
 
     def checkpoint(self, aggregator: Aggregator) -> None:

@@ -120,14 +120,15 @@ class PlainFit:
         self._cohort.check_answer(client_id, answer, Update, "is not an open secure round")
 
     def submit(self, client_id: str, answer: Answer) -> None:
-        """Journal the update, then fold it (under the lock, so a checkpoint never empties
-        the journal between an update's record and its fold)."""
+        """Journal the update with its row, then fold it (under the lock, so a checkpoint
+        never empties the journal between an update's record and its fold)."""
         if not isinstance(answer, Update):
             raise StaleTaskError("a plain fit phase takes updates only")
         ctx = self._ctx
-        ctx.files().append(client_id, answer.payload, answer.crc)
-        self._aggregator.add(client_id, answer.tensors, float(answer.num_samples))
-        ctx.set_status(client_id, Participant.ACCEPTED, answer.num_samples, answer.metrics)
+        n, metrics = answer.num_samples, answer.metrics
+        ctx.files().append(client_id, answer.payload, answer.crc, num_samples=n, metrics=metrics)
+        self._aggregator.add(client_id, answer.tensors, float(n))
+        ctx.set_status(client_id, Participant.ACCEPTED, n, metrics, journalled=True)
         self._since_checkpoint += 1
         if self._since_checkpoint >= ctx.config.checkpoint_every:
             self.checkpoint()
@@ -153,7 +154,9 @@ class PlainFit:
         pass  # the journal and checkpoints hold its progress
 
     def checkpoint(self) -> None:
-        """Save the aggregate, which empties the phase's journal (PhaseFiles.checkpoint)."""
+        """Save the journalled rows and the aggregate, which empties the phase's journal
+        (PhaseFiles.checkpoint)."""
+        self._ctx.save_rows()
         self._ctx.files().checkpoint(self._aggregator)
         self._since_checkpoint = 0
 

@@ -18,7 +18,8 @@ from sporenet.federated.server.config import ServerConfig
 from sporenet.federated.server.ledger import PrivacyLedger
 from sporenet.federated.server.models import ModelStore
 from sporenet.federated.server.observability import log_event
-from sporenet.federated.server.phases import JobStatus, Phase
+from sporenet.federated.server.phase_files import PhaseFiles
+from sporenet.federated.server.phases import JobStatus, Participant, Phase
 from sporenet.federated.server.state import JobState, Store
 from sporenet.lite import ModelFormatError, read_weights
 
@@ -72,13 +73,36 @@ def new_job(
     return job
 
 
-def resumed(store: Store, job: JobState) -> Resumed | None:
-    """The phase a restarted job continues (None: none is open, or the job ended)."""
+def resumed(store: Store, job: JobState, state_dir: Path) -> Resumed | None:
+    """The phase a restarted job continues (None: none is open, or the job ended). The
+    rows only the phase's journal held are written to the store now, as a checkpoint
+    would have (the store is where the phase's rows are read back to publish it)."""
     if job.status != JobStatus.RUNNING or not job.active:
         return None
     rows = store.participants(job.round, job.phase)
+    journalled = journal_rows(state_dir, job.round, job.phase)
+    if journalled:
+        with store.transaction() as tx:
+            for cid, (status, n, metrics) in journalled.items():
+                tx.set_participant(job.round, job.phase, cid, status, n, metrics)
+        rows.update(journalled)
     secure = store.secure_state(job.round) if job.phase == Phase.FIT else None
     return Resumed(rows, secure)
+
+
+def journal_rows(state_dir: Path, round_: int, phase: str) -> Rows:
+    """The rows of the accepted updates a phase's journal holds: the store has them only
+    once a checkpoint saved them (JobContext.set_status)."""
+    if phase != Phase.FIT:
+        return {}
+    files = PhaseFiles(state_dir, round_, phase)
+    return {cid: (Participant.ACCEPTED, n, m) for cid, (n, m) in files.rows().items()}
+
+
+def phase_rows(store: Store, state_dir: Path, round_: int, phase: str) -> Rows:
+    """A phase's participant rows as a restart would find them: the store's, and those
+    its journal holds."""
+    return {**store.participants(round_, phase), **journal_rows(state_dir, round_, phase)}
 
 
 def check_old_models(store: Store, models: ModelStore, current: int, log: logging.Logger) -> None:

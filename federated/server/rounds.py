@@ -195,7 +195,7 @@ class RoundManager:
         seen = now + max(config.resume_grace - config.heartbeat_timeout, 0.0)
         for cid in store.clients():
             clients.seen(cid, seen)
-        found = restore.resumed(store, job)
+        found = restore.resumed(store, job, ctx.dir)
         if found is not None:
             self._resume_phase(ctx, found, now)
         self.metrics.set("sporenet_current_round", job.round)

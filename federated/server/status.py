@@ -10,6 +10,7 @@ from typing import Any
 from sporenet.federated.errors import ConfigError
 from sporenet.federated.secagg import SecAggError
 from sporenet.federated.server.config import ServerConfig
+from sporenet.federated.server.restore import phase_rows
 from sporenet.federated.server.secure_buffer import saved_stage
 from sporenet.federated.server.state import JobState, Store
 
@@ -67,7 +68,7 @@ def read_status(state_dir: Path) -> dict[str, Any]:
     try:
         job = store.job()
         latest = store.model(job.model_version) if job else None
-        participants = store.participants(job.round, job.phase) if job else {}
+        participants = phase_rows(store, Path(state_dir), job.round, job.phase) if job else {}
         return {
             "job": dataclasses.asdict(job) if job else None,
             "model": dataclasses.asdict(latest) if latest else None,

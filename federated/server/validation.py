@@ -21,11 +21,11 @@ def _square_sum(a: np.ndarray) -> float:
     flat = a.reshape(-1)
     dot = np.dot if flat.dtype.kind == "f" else np.vdot
     if flat.size <= _NORM_BLOCK:  # most tensors: one product, no loop
-        return float(np.real(dot(flat, flat)))
+        return float(dot(flat, flat).real)
     sq = 0.0
     for start in range(0, flat.size, _NORM_BLOCK):
         block = flat[start : start + _NORM_BLOCK]
-        sq += float(np.real(dot(block, block)))
+        sq += float(dot(block, block).real)
     return sq
 
 
