@@ -39,6 +39,7 @@ from sporenet.lite import cpu_cache, huge_pages, pages
 from sporenet.lite.graph import Quantization
 from sporenet.lite.kernels import int8_weights, recurrent_quant
 from sporenet.lite.kernels.base import Compute, TensorSpec, required
+from sporenet.lite.kernels.conv_common import ROW_PRODUCT_ROWS
 from sporenet.lite.kernels.workspace import temporary
 
 if TYPE_CHECKING:
@@ -300,13 +301,6 @@ def _gru_steps(
                 copyto(target, source)
 
     return compute
-
-
-ROW_PRODUCT_ROWS = (2, 3)
-"""Rows of a step's state for which `bind_product` runs one matrix-vector product per row:
-OpenBLAS (SkylakeX kernels, AMD EPYC) multiplies a 2- or 3-row matrix by a weight matrix
-1.4 to 3 times slower than it runs the rows as separate products (2 x 256 by 256 x 1024:
-65 us, two rows 23 us); from 4 rows on its GEMM kernel holds its own."""
 
 
 def bind_product(x: np.ndarray, w: np.ndarray, out: np.ndarray) -> Compute:
