@@ -15,6 +15,7 @@ from sporenet.converter.passes.batchnorm_folding import fold_batch_norms
 from sporenet.converter.passes.bias_folding import fold_biases
 from sporenet.converter.passes.constant_folding import fold_constants
 from sporenet.converter.passes.dead_code import eliminate_dead_nodes
+from sporenet.converter.passes.gelu import fuse_gelu
 from sporenet.converter.passes.guard import GuardedRun, run_guarded
 from sporenet.converter.passes.hard_swish import fuse_hard_swish
 from sporenet.converter.passes.identity_removal import remove_identities
@@ -43,6 +44,7 @@ PIPELINE: tuple[Pass, ...] = (
     Pass("bias-folding", fold_biases),
     Pass("hard-swish-recognition", fuse_hard_swish),
     Pass("silu-recognition", fuse_silu),
+    Pass("gelu-recognition", fuse_gelu),
     Pass("activation-fusion", fuse_activations),
     Pass("dead-node-elimination", eliminate_dead_nodes),
     Pass("shape-inference", infer_shapes),
@@ -66,6 +68,7 @@ __all__ = [
     "fold_constants",
     "fold_integer_adds",
     "fuse_activations",
+    "fuse_gelu",
     "fuse_hard_swish",
     "fuse_pads",
     "fuse_silu",

@@ -1,4 +1,5 @@
-"""Activation fusion: an activation that alone reads a Conv/FC/Add output runs inside it.
+"""Activation fusion: an activation that alone reads a Conv/FC/Add output (or a reshape of
+one) runs inside it.
 
 The producer's `activation` attribute names the in-place function the kernel applies to
 its output (see lite/kernels/activation.py), which saves one pass over the tensor.
@@ -58,6 +59,24 @@ def _clip_form(node: Node) -> dict[str, Any]:
     return attrs
 
 
+RESHAPES: Set[OpCode] = frozenset({OpCode.SQUEEZE, OpCode.UNSQUEEZE, OpCode.RESHAPE})
+"""Ops that only reshape their input: an elementwise activation after one applies as well
+before it (a 1-D convolution exported as Unsqueeze -> Conv -> Squeeze -> Relu)."""
+
+
+def _through_reshape(
+    node: Node | None, made: Mapping[int, Node], uses: Mapping[int, list[Node]], outs: list[int]
+) -> Node | None:
+    """The node whose output `node` reshapes, when `node` is a reshape whose input has no
+    other reader and is no graph output; else `node` itself."""
+    if node is None or node.op not in RESHAPES or not node.inputs:
+        return node
+    inner = node.inputs[0]
+    if len(uses.get(inner, [])) != 1 or inner in outs:
+        return None
+    return made.get(inner)
+
+
 def fuse_activations(model: Model) -> int:
     """Fuse every fusable activation into its producer; returns how many were fused."""
     fused = 0
@@ -69,7 +88,7 @@ def fuse_activations(model: Model) -> int:
             if form is None or not act.inputs:
                 continue
             x = act.inputs[0]
-            prev = made.get(x)
+            prev = _through_reshape(made.get(x), made, uses, graph.outputs)
             if (
                 prev is None
                 or prev.op not in FUSES_INTO

@@ -10,7 +10,7 @@ from sporenet.lite import pages
 from sporenet.lite.kernels import int8_weights, raw
 from sporenet.lite.kernels.activation import fused_activation, then_activation
 from sporenet.lite.kernels.base import Attrs, Compute, Kernel, TensorSpec, required
-from sporenet.lite.kernels.conv_common import matmul_for
+from sporenet.lite.kernels.conv_common import ROW_PRODUCT_ROWS, matmul_for
 from sporenet.lite.kernels.quantized.base import is_quantized
 from sporenet.lite.kernels.quantized.convert import dequantize_array
 from sporenet.lite.ops import OpCode
@@ -47,7 +47,9 @@ class FullyConnected(Kernel):
         self.output_specs = [TensorSpec((*x.shape[:-1], w.shape[0]), x.dtype)]
         self.activation = fused_activation(self.op.name, attrs.values)
         rows = int(np.prod(x.shape[:-1], dtype=np.int64))
-        self.transposed = not self.int8 and _few_rows(rows, *w.shape)
+        # 2-3 rows: one W @ x[i] per row (conv_common.ROW_PRODUCT_ROWS).
+        self.row_products = not self.int8 and rows in ROW_PRODUCT_ROWS
+        self.transposed = not self.int8 and not self.row_products and _few_rows(rows, *w.shape)
         if self.transposed:  # x.T and (x @ W.T).T, see _few_rows
             self.scratch_layout = [((w.shape[1], rows), x.dtype), ((w.shape[0], rows), x.dtype)]
 
@@ -70,6 +72,8 @@ class FullyConnected(Kernel):
         # (in, out) copy would double their memory and gain nothing.
         wt = w.T
         act = self.activation
+        if self.row_products and x2.shape[0] in ROW_PRODUCT_ROWS:
+            return self._then(_row_products(x2, w, out2), out2, bias)
         if self.transposed:
             return self._then(_transposed_product(x2, w, out2, *self.scratch_arrays()), out2, bias)
         matmul, add = matmul_for(x2, wt, out2), np.add
@@ -106,6 +110,21 @@ def _few_rows(rows: int, out_features: int, in_features: int) -> bool:
     operand; the two transposing copies are of the small operands. A single row is a
     matrix-vector product, already at memory speed."""
     return 2 <= rows <= 48 and rows * out_features * in_features >= 1 << 18
+
+
+def _row_products(x2: np.ndarray, w: np.ndarray, out2: np.ndarray) -> Compute:
+    """The step out2 = x2 @ w.T as one matrix-vector product w @ x2[i] per row (np.matmul
+    where w or a row is not contiguous, which np.dot would first copy)."""
+    calls = []
+    for i in range(x2.shape[0]):
+        dense = w.flags.c_contiguous and x2[i].flags.c_contiguous and out2[i].flags.c_contiguous
+        calls.append((np.dot if dense else np.matmul, x2[i], out2[i]))
+
+    def product() -> None:
+        for f, v, o in calls:
+            f(w, v, out=o)
+
+    return product
 
 
 def _transposed_product(

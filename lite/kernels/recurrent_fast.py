@@ -39,6 +39,7 @@ from sporenet.lite import cpu_cache, huge_pages, pages
 from sporenet.lite.graph import Quantization
 from sporenet.lite.kernels import int8_weights, recurrent_quant
 from sporenet.lite.kernels.base import Compute, TensorSpec, required
+from sporenet.lite.kernels.conv_common import ROW_PRODUCT_ROWS
 from sporenet.lite.kernels.workspace import temporary
 
 if TYPE_CHECKING:
@@ -256,23 +257,28 @@ def _gru_steps(
     reads, the one it writes and the (Y slice, state) copies after it."""
     a, tmp = scratch
     hidden = tmp.shape[-1]
-    matmul, add, multiply, tanh = np.matmul, np.add, np.multiply, np.tanh
+    add, multiply, tanh = np.add, np.multiply, np.tanh
     subtract, copyto = np.subtract, np.copyto
     one, half = np.array(1, a.dtype), np.array(0.5, a.dtype)
     gates = a[..., : 2 * hidden]  # the sigmoid gates' columns
     z, r, q = a[..., :hidden], a[..., hidden : 2 * hidden], a[..., 2 * hidden :]
     rt_zr, rt_h = rt[..., : 2 * hidden], rt[..., 2 * hidden :]
+    # Per step: the product with the state it reads (all gates, or z and r), and the
+    # candidate's product with r * h.
+    candidate = bind_product(tmp, rt_h, q)  # not called with linear_before_reset
     steps = [
-        (xw_k[..., : 2 * hidden], xw_k[..., 2 * hidden :], *s)
+        (
+            xw_k[..., : 2 * hidden],
+            xw_k[..., 2 * hidden :],
+            bind_product(s[0], rt, a) if linear_before_reset else bind_product(s[0], rt_zr, gates),
+            *s,
+        )
         for xw_k, s in zip(xw, states, strict=True)
     ]
 
     def compute() -> None:
-        for x_zr, x_h, h, h_new, copies in steps:
-            if linear_before_reset:
-                matmul(h, rt, out=a)
-            else:
-                matmul(h, rt_zr, out=gates)
+        for x_zr, x_h, product, h, h_new, copies in steps:
+            product()
             add(gates, x_zr, out=gates)
             tanh(gates, out=gates)
             add(gates, one, out=gates)
@@ -283,7 +289,7 @@ def _gru_steps(
                 multiply(r, q, out=q)
             else:
                 multiply(r, h, out=tmp)
-                matmul(tmp, rt_h, out=q)
+                candidate()
                 if rb_h is not None:
                     add(q, rb_h, out=q)
             add(q, x_h, out=q)
@@ -293,6 +299,31 @@ def _gru_steps(
             add(tmp, q, out=h_new)  # (1 - z) * cand + z * h
             for target, source in copies:
                 copyto(target, source)
+
+    return compute
+
+
+def bind_product(x: np.ndarray, w: np.ndarray, out: np.ndarray) -> Compute:
+    """The step out = x @ w for stacked (dirs, rows, k) states and (dirs, k, n) weights:
+    one np.matmul, or for ROW_PRODUCT_ROWS rows one product per direction and row (np.dot,
+    or np.matmul for a column slice of the weights, which np.dot would first copy)."""
+    rows = x.shape[-2]
+    matmul = np.matmul
+    if x.ndim != 3 or rows not in ROW_PRODUCT_ROWS:
+
+        def stacked() -> None:
+            matmul(x, w, out=out)
+
+        return stacked
+    calls = [
+        (np.dot if w[d].flags.c_contiguous else matmul, x[d, i], w[d], out[d, i])
+        for d in range(x.shape[0])
+        for i in range(rows)
+    ]
+
+    def compute() -> None:
+        for product, v, m, o in calls:
+            product(v, m, out=o)
 
     return compute
 
@@ -435,18 +466,19 @@ def _lstm_steps(
     h, h_in, c, a, tmp = state
     hidden, dtype = h.shape[-1], h.dtype
     quantize_h = recurrent_quant.bind_fake_quantize(h, h_in, h.shape[0]) if quantize else None
-    matmul, add, multiply, tanh, copyto = np.matmul, np.add, np.multiply, np.tanh, np.copyto
+    add, multiply, tanh, copyto = np.add, np.multiply, np.tanh, np.copyto
     one, half = np.array(1, dtype), np.array(0.5, dtype)
     gates = a[..., : 3 * hidden]  # the sigmoid gates' columns
     i, o = a[..., :hidden], a[..., hidden : 2 * hidden]
     f, g = a[..., 2 * hidden : 3 * hidden], a[..., 3 * hidden :]
     steps = list(zip(xw, writes, strict=True))
+    product = bind_product(h_in, rt, a)
 
     def compute() -> None:
         for xw_k, writes_k in steps:
             if quantize_h is not None:
                 quantize_h()
-            matmul(h_in, rt, out=a)
+            product()
             add(a, xw_k, out=a)
             tanh(a, out=a)
             add(gates, one, out=gates)

@@ -463,6 +463,42 @@ def erf_into(z: np.ndarray, out: np.ndarray, t: np.ndarray, e: np.ndarray) -> No
     np.bitwise_xor(out.view(bits), t.view(bits), out=out.view(bits))
 
 
+# GELU as 0.5 x + |x| (1/2 - Phi(-|x|)): relu(x) - |x| Phi(-|x|) without np.maximum (a
+# tenth of a pass slower than a product) and without erf's sign bits. Phi(-a) =
+# erfc(a / sqrt 2) / 2 from the same A&S form, with t = 1 / (1 + p a / sqrt 2) written as
+# c s, s = 1 / (c + a), c = sqrt 2 / p: the factors c^k and the 1/2 go into the
+# coefficients, so the whole is twenty passes instead of erf's twenty plus five.
+_GELU_C = math.sqrt(2) / _ERF_P
+_GELU_B = tuple(0.5 * a * _GELU_C ** (k + 1) for k, a in enumerate(_ERF_A))
+
+
+def gelu_into(x: np.ndarray, out: np.ndarray, t: np.ndarray, e: np.ndarray) -> None:
+    """out = x Phi(x), the exact GELU, vectorized; t and e are scratch arrays shaped like
+    x. Within 5e-7 of the float64 value at |x| <= 12; inf at +inf, nan at -inf and nan
+    (as x * 0.5 * (1 + erf(x / sqrt 2)) computes them)."""
+    b1, b2, b3, b4, b5 = _GELU_B
+    np.abs(x, out=e)
+    np.add(e, _GELU_C, out=t)
+    np.divide(1, t, out=t)
+    np.multiply(t, b5, out=out)  # Horner's rule in s, accumulated in `out`
+    out += b4
+    out *= t
+    out += b3
+    out *= t
+    out += b2
+    out *= t
+    out += b1
+    out *= t
+    np.multiply(e, -0.5, out=t)
+    t *= e
+    np.exp(t, out=t)
+    out *= t  # Phi(-|x|)
+    np.subtract(0.5, out, out=out)
+    out *= e
+    np.multiply(x, 0.5, out=t)
+    out += t
+
+
 class Erf(UnaryKernel):
     op = OpCode.ERF
     scratch = 2
@@ -495,12 +531,11 @@ class Gelu(UnaryKernel):
             t *= x
             t *= math.sqrt(2 / math.pi)
             np.tanh(t, out=out)
+            out += 1
+            out *= x
+            out *= 0.5
         else:
-            np.multiply(x, 1 / math.sqrt(2), out=e)
-            erf_into(e, out, t, e)
-        out += 1
-        out *= x
-        out *= 0.5
+            gelu_into(x, out, t, e)
 
 
 # --------------------------------------------------------------------------- math
