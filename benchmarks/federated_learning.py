@@ -871,9 +871,14 @@ def _figures(w: Workload, curves: dict[str, Curve]) -> list[str]:
 
 
 def _accuracy_at(c: Curve, updates: int) -> float:
-    """The curve's accuracy at `updates` client updates (linear between its points)."""
-    xs = [0, *(p.updates for p in c.points)]
-    ys = [c.points[0].accuracy, *(p.accuracy for p in c.points)]
+    """The curve's accuracy at `updates` client updates (linear between its measured
+    points: an async version no device downloaded before the next one was published has
+    no accuracy, NaN)."""
+    points = [p for p in c.points if math.isfinite(p.accuracy)]
+    if not points:
+        return math.nan
+    xs = [0, *(p.updates for p in points)]
+    ys = [points[0].accuracy, *(p.accuracy for p in points)]
     return float(np.interp(updates, xs, ys))
 
 
