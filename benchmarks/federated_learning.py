@@ -21,6 +21,10 @@ Lines (LINES, one entry each; a line whose server feature this build lacks is re
   enough to aggregate as many updates as the rounds), plain and with secure buffers
   (each buffer one SecAgg+ instance among the devices that fill it, weighted by samples
   as the plain buffer is; the devices run the client SDK's steps).
+- async-paced: plain buffers as stale as the secure ones (fewer devices training at
+  once: a secure buffer's devices that finish during its SecAgg+ stages wait with their
+  slot, so its updates are fresher than the plain line's; run_paced), the secure line's
+  like-for-like peer.
 - sync-matched and flower: the same workload as Flower's simulation engine runs it
   (flwr 1.42.0 in a venv this script creates; no device heterogeneity, every sampled
   device awaited): same partition, model, initial weights, seeds, local training (the
@@ -34,7 +38,7 @@ Reported per workload: each line's accuracy per round and wall seconds per round
 Flower comparison (accuracy difference per round, target within 1 point; median wall
 time per round ratio, target <= 0.5x), async against sync (sync's final accuracy reached
 in at most 0.5x its wall time; within 1 point at equal client updates), secure buffers
-against plain ones (within 0.5 points at equal client updates), the federated/central
+against plain ones (within 0.5 points at equal client updates and staleness), the federated/central
 accuracy ratio for Shakespeare (target >= 0.9), and a PNG (`--plot`) with accuracy
 against wall time and against client updates. `--server-cost` adds sporenet-server's
 CPU per accepted update at 100 and 500 devices as a ratio to the bare gRPC exchange
@@ -120,6 +124,9 @@ class Workload:
     central_epochs: int
     model: Callable[[int], bytes]
     seed: int = SEED  # initial weights, partition, fleet profile and batches (--seeds)
+    # The sync line's server `[strategy]` table, as a user writes it in server.toml
+    # (empty: FedAvg). sync-matched stays FedAvg: Flower's FedAvg is its peer.
+    strategy: dict[str, Any] = field(default_factory=dict)
 
     def train_config(self) -> dict[str, Any]:
         return {"lr": self.lr, "epochs": self.epochs, "batch_size": self.batch_size}
@@ -254,6 +261,8 @@ class Context:
     # Per workload, the devices sporenet's matched run aggregated in each round: Flower
     # replays them, so both train the same updates and differ only in the framework.
     cohorts: dict[str, list[list[int]]] = field(default_factory=dict)
+    # Per workload, each async line's mean staleness: async-paced matches the secure one.
+    staleness: dict[str, dict[str, float]] = field(default_factory=dict)
 
     def server_has(self, flag: str) -> bool:
         if not self.server_help:
@@ -282,47 +291,66 @@ def load_data(w: Workload) -> Any:
 # -- sporenet ------------------------------------------------------------------------------
 
 
-def secure_config(w: Workload, data: Any, path: Path) -> list[str]:
-    """The server flags of a secure line: SecAgg+ weighting each device by its samples,
-    as plain FedAvg and plain buffers do (`max_weight` the largest device's samples), with
+def server_config(w: Workload, data: Any, path: Path, *, secure: bool, strategy: bool) -> list[str]:
+    """The `--config` flags of a line: the workload's `[strategy]` table when the line
+    takes it, and for a secure line SecAgg+ weighting each device by its samples, as
+    plain FedAvg and plain buffers do (`max_weight` the largest device's samples), with
     a clipping range no update reaches."""
     from sporenet.android_demo.fleet.partition import PARTITIONS
 
-    rng = np.random.default_rng([w.seed, 0])  # the simulator's partition seed (group_args)
-    parts = PARTITIONS[w.partition](data.y, data.owners, w.devices, w.alpha or 0.5, rng)
-    largest = max(len(p) for p in parts)
+    tables: dict[str, dict[str, Any]] = {}
+    if strategy and w.strategy:
+        tables["strategy"] = w.strategy
+    if secure:
+        rng = np.random.default_rng([w.seed, 0])  # the simulator's partition seed (group_args)
+        parts = PARTITIONS[w.partition](data.y, data.owners, w.devices, w.alpha or 0.5, rng)
+        largest = max(len(p) for p in parts)
+        tables["secure_aggregation"] = {"max_weight": largest, "clipping_range": SECURE_CLIPPING}
+    if not tables:
+        return []
     path.write_text(
-        f"[secure_aggregation]\nmax_weight = {largest}\nclipping_range = {SECURE_CLIPPING}\n"
+        "".join(
+            f"[{name}]\n" + "".join(f"{k} = {json.dumps(v)}\n" for k, v in table.items())
+            for name, table in tables.items()
+        )
     )
-    return ["--secure", "--config", str(path)]
+    return ["--config", str(path), *(["--secure"] if secure else [])]
 
 
-def async_settings(w: Workload) -> tuple[list[str], int]:
+def async_settings(w: Workload, concurrency: int | None = None) -> tuple[list[str], int]:
     """An async line's flags and versions: as many devices training at once as a round's
-    cohort, buffers of a fifth of it, and as many versions as it takes to aggregate the
-    updates the synchronous rounds were given (rounds x cohort)."""
+    cohort (or `concurrency`), buffers of a fifth of it, and as many versions as it takes
+    to aggregate the updates the synchronous rounds were given (rounds x cohort)."""
     buffer = max(2, w.cohort // ASYNC_BUFFER_PART)
-    flags = ["--concurrency", str(w.cohort), "--buffer-size", str(buffer)]
+    flags = ["--concurrency", str(concurrency or w.cohort), "--buffer-size", str(buffer)]
     return flags, math.ceil(w.rounds * w.cohort / buffer)
 
 
 def run_fleet(
-    w: Workload, ctx: Context, *, mode: list[str], heterogeneous: bool, name: str
+    w: Workload,
+    ctx: Context,
+    *,
+    mode: list[str],
+    heterogeneous: bool,
+    name: str,
+    strategy: bool = False,
+    concurrency: int | None = None,
 ) -> Curve:
     """sporenet-server (a subprocess) and the fleet simulator (this process's driver, two
-    spawned processes of devices) on workload `w`."""
+    spawned processes of devices) on workload `w`; with `strategy`, the workload's."""
     from sporenet.android_demo.fleet import FleetProfile, simulate
     from sporenet.android_demo.fleet.own_server import Cohort
 
     data = load_data(w)
     model = ctx.workdir / f"{w.name}.spore"
     model.write_bytes(w.model(w.seed))
-    if "--secure" in mode:
-        config = secure_config(w, data, ctx.workdir / f"{w.name}-{name}.toml")
-        mode = [*(m for m in mode if m != "--secure"), *config]
+    config = server_config(
+        w, data, ctx.workdir / f"{w.name}-{name}.toml", secure="--secure" in mode, strategy=strategy
+    )
+    mode = [*(m for m in mode if m != "--secure"), *config]
     rounds = w.rounds
     if "--async" in mode:
-        flags, rounds = async_settings(w)
+        flags, rounds = async_settings(w, concurrency)
         mode = [*mode, *flags]
     profile = FleetProfile(
         partition=w.partition,
@@ -374,11 +402,15 @@ def run_fleet(
     )
     curve.cohorts = [r.devices for r in rounds]
     curve.notes.append(f"initial accuracy {report.initial_accuracy:.4f}")
+    if strategy and w.strategy:
+        curve.notes.append(f"[strategy] {w.strategy}")
     dropped = sum(r.dropped_train + r.dropped_upload for r in rounds)
     if heterogeneous:
         curve.notes.append(f"{dropped} dropouts, {report.offline_periods} offline periods")
     if "--async" in mode:
-        curve.notes.append(f"mean staleness {mean_staleness(state):.2f} versions")
+        staleness = mean_staleness(state)
+        ctx.staleness.setdefault(w.name, {})[name] = staleness
+        curve.notes.append(f"mean staleness {staleness:.2f} versions")
     if report.errors:
         curve.error = f"{len(report.errors)} device errors, first: {report.errors[0]}"
     return curve
@@ -404,18 +436,47 @@ def unavailable(reason: str) -> Callable[[Workload, Context], Curve]:
     return run
 
 
-def sporenet_line(mode: list[str], *, heterogeneous: bool, needs: str | None = None) -> Any:
-    """A line of sporenet-server run with `mode` flags; unavailable without `needs`."""
+def sporenet_line(
+    mode: list[str], *, heterogeneous: bool, needs: str | None = None, strategy: bool = False
+) -> Any:
+    """A line of sporenet-server run with `mode` flags (and with `strategy`, the
+    workload's `[strategy]` table); unavailable without `needs`."""
 
     def run(w: Workload, ctx: Context, name: str) -> Curve:
         if needs is not None and not ctx.server_has(needs):
             return Curve(name, unavailable=f"not available on this build (no {needs} flag)")
-        curve = run_fleet(w, ctx, mode=mode, heterogeneous=heterogeneous, name=name)
+        curve = run_fleet(
+            w, ctx, mode=mode, heterogeneous=heterogeneous, name=name, strategy=strategy
+        )
         if not heterogeneous and not curve.error:
             ctx.cohorts[w.name] = curve.cohorts
         return curve
 
     return run
+
+
+def paced_concurrency(w: Workload, plain: float, secure: float) -> int:
+    """The devices training at once that give plain buffers the secure line's mean
+    staleness. An update is stale by the buffers that fill while its device trains,
+    about (concurrency - 1) / buffer_size, so staleness scales with concurrency - 1."""
+    scaled = 1 + (w.cohort - 1) * secure / plain if plain > 0 else w.cohort
+    return max(2, min(w.cohort, round(scaled)))
+
+
+def run_paced(w: Workload, ctx: Context, name: str) -> Curve:
+    """Plain buffers as fresh as the secure line's (see paced_concurrency): a secure
+    buffer's devices that finish while its SecAgg+ stages run wait with their slot, so
+    fewer devices train at once and its updates are less stale than the plain line's;
+    this line compares the buffers at equal staleness instead of equal concurrency."""
+    seen = ctx.staleness.get(w.name, {})
+    if not all(math.isfinite(seen.get(k, math.nan)) for k in ("async", "async-secure")):
+        return Curve(name, unavailable="needs the async and async-secure lines' staleness")
+    concurrency = paced_concurrency(w, seen["async"], seen["async-secure"])
+    curve = run_fleet(
+        w, ctx, mode=["--async"], heterogeneous=True, name=name, concurrency=concurrency
+    )
+    curve.notes.append(f"concurrency {concurrency} of {w.cohort}")
+    return curve
 
 
 # -- central -------------------------------------------------------------------------------
@@ -628,7 +689,7 @@ class Line:
 LINES: dict[str, Line] = {
     "sync": Line(
         "sporenet sync FedAvg, heterogeneous fleet",
-        sporenet_line([], heterogeneous=True),
+        sporenet_line([], heterogeneous=True, strategy=True),
         "C0-",
     ),
     "async": Line(
@@ -640,6 +701,11 @@ LINES: dict[str, Line] = {
         "sporenet async, secure buffers, heterogeneous fleet",
         sporenet_line(["--async", "--secure"], heterogeneous=True, needs="--async"),
         "C2-",
+    ),
+    "async-paced": Line(
+        "sporenet buffered async at the secure line's staleness, heterogeneous fleet",
+        run_paced,
+        "C1--",
     ),
     "sync-matched": Line(
         "sporenet sync FedAvg, Flower's setting",
@@ -805,9 +871,14 @@ def _figures(w: Workload, curves: dict[str, Curve]) -> list[str]:
 
 
 def _accuracy_at(c: Curve, updates: int) -> float:
-    """The curve's accuracy at `updates` client updates (linear between its points)."""
-    xs = [0, *(p.updates for p in c.points)]
-    ys = [c.points[0].accuracy, *(p.accuracy for p in c.points)]
+    """The curve's accuracy at `updates` client updates (linear between its measured
+    points: an async version no device downloaded before the next one was published has
+    no accuracy, NaN)."""
+    points = [p for p in c.points if math.isfinite(p.accuracy)]
+    if not points:
+        return math.nan
+    xs = [0, *(p.updates for p in points)]
+    ys = [points[0].accuracy, *(p.accuracy for p in points)]
     return float(np.interp(updates, xs, ys))
 
 
@@ -824,11 +895,14 @@ def late_gap(plain: Curve, secure: Curve) -> float:
 
 def seed_summary(w: Workload, per_seed: dict[int, dict[str, Curve]]) -> list[str]:
     """Secure buffers against plain ones over repeated seeds: each seed's late_gap, their
-    mean and a 95% confidence interval (Student's t), judged on the mean."""
+    mean and a 95% confidence interval (Student's t), judged on the mean; against the
+    plain buffers at the secure line's staleness when that line ran."""
+    paced = all("async-paced" in c and c["async-paced"].points for c in per_seed.values())
+    plain = "async-paced" if paced else "async"
     gaps = {
-        seed: late_gap(c["async"], c["async-secure"])
+        seed: late_gap(c[plain], c["async-secure"])
         for seed, c in per_seed.items()
-        if all(k in c and c[k].points for k in ("async", "async-secure"))
+        if all(k in c and c[k].points for k in (plain, "async-secure"))
     }
     if len(gaps) < 2:
         return []
@@ -837,7 +911,7 @@ def seed_summary(w: Workload, per_seed: dict[int, dict[str, Curve]]) -> list[str
     half /= math.sqrt(len(values))
     each = ", ".join(f"seed {k}: {v:+.2f}" for k, v in gaps.items())
     return [
-        f"{w.name} secure buffers vs plain async over {len(values)} seeds (mean accuracy gap "
+        f"{w.name} secure buffers vs {plain} over {len(values)} seeds (mean accuracy gap "
         f"over the last quarter of the updates): {mean:+.2f} points, 95% CI "
         f"[{mean - half:+.2f}, {mean + half:+.2f}] (target within 0.5: "
         f"{_verdict(abs(mean) <= 0.5)}; {each})"
@@ -866,15 +940,22 @@ def _async_figures(w: Workload, curves: dict[str, Curve]) -> list[str]:
             f"{n} client updates {gap:+.2f} points (target at most 1 below: "
             f"{_verdict(gap >= -1)})"
         )
-    if plain and secure and plain.points and secure.points:
-        n = min(plain.points[-1].updates, secure.points[-1].updates)
-        gap = 100 * (_accuracy_at(secure, n) - _accuracy_at(plain, n))
-        late = late_gap(plain, secure)
+    for key, how in (
+        ("async", "equal concurrency"),
+        ("async-paced", "the secure line's staleness"),
+    ):
+        peer = curves.get(key)
+        if not (peer and secure and peer.points and secure.points):
+            continue
+        n = min(peer.points[-1].updates, secure.points[-1].updates)
+        gap = 100 * (_accuracy_at(secure, n) - _accuracy_at(peer, n))
+        late = late_gap(peer, secure)
         out.append(
-            f"{w.name} secure buffers vs plain async: {gap:+.2f} points at {n} client updates, "
-            f"{late:+.2f} on average over the last quarter of them (target within 0.5: "
-            f"{_verdict(abs(late) <= 0.5)}); final {secure.final:.4f} vs {plain.final:.4f}; "
-            f"{secure.points[-1].seconds:.0f} s vs {plain.points[-1].seconds:.0f} s wall"
+            f"{w.name} secure buffers vs plain async at {how}: {gap:+.2f} points at {n} client "
+            f"updates, {late:+.2f} on average over the last quarter of them (target within "
+            f"0.5: {_verdict(abs(late) <= 0.5)}); final {secure.final:.4f} vs "
+            f"{peer.final:.4f}; {secure.points[-1].seconds:.0f} s vs "
+            f"{peer.points[-1].seconds:.0f} s wall"
         )
     return out
 

@@ -419,8 +419,8 @@ class ServerConfig:
         if strategy.needs_individual_updates:
             raise ConfigError(
                 f"`strategy` {self.strategy.name!r} needs every individual update (order statistics"
-                " or distances), which secure aggregation hides: use fedavg, fedprox, fedadam,"
-                " fedyogi or fedadagrad with `secure_aggregation.enabled`"
+                " or distances), which secure aggregation hides: use fedavg, fedavgm, fedprox,"
+                " fedadam, fedyogi or fedadagrad with `secure_aggregation.enabled`"
             )
         try:
             _check_max_weight(sa.max_weight)
@@ -453,7 +453,7 @@ class ServerConfig:
         if dp.mode != "local" and strategy.needs_individual_updates:
             raise ConfigError(
                 f"`strategy` {self.strategy.name!r} aggregates by order statistics or distances,"
-                " which differential privacy's clipped, noised mean replaces: use fedavg,"
+                " which differential privacy's clipped, noised mean replaces: use fedavg, fedavgm,"
                 " fedprox, fedadam, fedyogi or fedadagrad with `differential_privacy.enabled`"
             )
         if dp.mode == "central" and self.secure_aggregation is not None:

@@ -46,8 +46,8 @@ def edge_refusal(config: ServerConfig) -> str:
         return (
             f"the job's strategy {strategy!r} needs every device's update on its own (order "
             "statistics or distances), and an edge sends only its devices' weighted mean: "
-            "hierarchical jobs need a mean-based strategy (fedavg, fedprox, fedadam, fedyogi, "
-            "fedadagrad); connect the devices to the cloud directly for this strategy"
+            "hierarchical jobs need a mean-based strategy (fedavg, fedavgm, fedprox, fedadam, "
+            "fedyogi, fedadagrad); connect the devices to the cloud directly for this strategy"
         )
     dp = config.differential_privacy
     if dp is not None and dp.mode != "local":

@@ -11,6 +11,7 @@ from sporenet.federated.strategies.base import Strategy
 from sporenet.federated.strategies.fedadagrad import FedAdagrad
 from sporenet.federated.strategies.fedadam import FedAdam
 from sporenet.federated.strategies.fedavg import FedAvg, weighted_mean
+from sporenet.federated.strategies.fedavgm import FedAvgM
 from sporenet.federated.strategies.fedopt import fedopt_step
 from sporenet.federated.strategies.fedprox import FedProx
 from sporenet.federated.strategies.fedyogi import FedYogi
@@ -20,6 +21,7 @@ from sporenet.federated.strategies.trimmed_mean import TrimmedMean, trimmed_mean
 
 STRATEGIES: dict[str, type[Strategy]] = {
     "fedavg": FedAvg,
+    "fedavgm": FedAvgM,
     "fedprox": FedProx,
     "fedadam": FedAdam,
     "fedyogi": FedYogi,
@@ -54,6 +56,7 @@ __all__ = [
     "FedAdagrad",
     "FedAdam",
     "FedAvg",
+    "FedAvgM",
     "FedProx",
     "FedYogi",
     "Krum",

@@ -16,6 +16,7 @@ from sporenet.federated.strategies import (
     FedAdagrad,
     FedAdam,
     FedAvg,
+    FedAvgM,
     FedProx,
     FedYogi,
     coordinate_median,
@@ -136,6 +137,29 @@ def test_server_optimizers_match_the_paper(cls: type, kind: str) -> None:
     want = _reference_fedopt(kind, w0, deltas, 0.05, 0.8, 0.95, 1e-3)
     np.testing.assert_allclose(w["w"], want, rtol=1e-5, atol=1e-6)
     assert int(state["meta/step"]) == 3
+
+
+def test_fedavgm_steps_along_the_momentum_of_the_mean_deltas() -> None:
+    """v = momentum * v + delta, w = w + eta * v, per coordinate in plain Python; with no
+    momentum and eta 1 it is FedAvg's step."""
+    rng = np.random.default_rng(2)
+    w0 = rng.standard_normal((2, 3)).astype(np.float32)
+    deltas = [rng.standard_normal((2, 3)).astype(np.float32) * 0.1 for _ in range(4)]
+    w, state = {"w": w0}, {}
+    strategy = FedAvgM(eta=0.7, momentum=0.8)
+    for d in deltas:
+        w, state = strategy.apply(w, {"w": d}, state)
+    want, v = [float(x) for x in w0.ravel()], [0.0] * w0.size
+    for d in deltas:
+        for j, dj in enumerate(d.ravel()):
+            v[j] = 0.8 * v[j] + float(dj)
+            want[j] += 0.7 * v[j]
+    np.testing.assert_allclose(w["w"], np.reshape(want, w0.shape), rtol=1e-5, atol=1e-6)
+    plain, _ = FedAvgM(eta=1.0, momentum=0.0).apply({"w": w0}, {"w": deltas[0]}, {})
+    fedavg, _ = FedAvg().apply({"w": w0}, {"w": deltas[0]}, {})
+    np.testing.assert_array_equal(plain["w"], fedavg["w"])
+    with pytest.raises(ConfigError, match="`momentum` must be in \\[0, 1\\), got 1"):
+        make_strategy("fedavgm", {"momentum": 1})
 
 
 def test_trimmed_mean_matches_per_coordinate_python() -> None:
