@@ -169,6 +169,7 @@ def make_training_model(
 
     # ---- backward and updates
     grads = append_gradients(m, gi, loss_t, params)
+    train.nodes = _relu_into_pool_gradients(train.nodes, set(train.outputs))
     for p in params:
         train.nodes.append(_update_node(m, p, grads[p], lr, optimizer, new_tensor))
 
@@ -354,6 +355,48 @@ def _pool_before_relu(
             relu,
         ]
     return [new for k, n in enumerate(nodes) for new in changed.get(k, [n])]
+
+
+def _relu_into_pool_gradients(nodes: list[Node], kept: set[int]) -> list[Node]:
+    """The nodes with each ReLU gradient that feeds only a MAX_POOL2D_GRAD of the ReLU's
+    input folded into it (relu=1), the backward half of _pool_before_relu.
+
+    The ReLU's derivative at y is [y > 0]; MAX_POOL2D_GRAD routes only windows whose
+    maximum y is positive instead of multiplying g by a mask in a pass of its own."""
+    producer = {o: n for n in nodes for o in n.outputs}
+    readers: dict[int, int] = {}
+    for n in nodes:
+        for i in n.inputs:
+            readers[i] = readers.get(i, 0) + 1
+    dropped: set[int] = set()
+    folded: dict[int, Node] = {}
+    for k, n in enumerate(nodes):
+        if n.op != OpCode.MAX_POOL2D_GRAD or n.attrs.get("relu", 0):
+            continue
+        grad = producer.get(n.inputs[0])
+        if (
+            grad is None
+            or grad.op != OpCode.ACTIVATION_GRAD
+            or grad.attrs.get("activation") != Activation.RELU
+            or readers.get(n.inputs[0]) != 1
+            or n.inputs[0] in kept
+            or not _relu_of(producer, grad, n.inputs[2])
+        ):
+            continue
+        dropped.add(id(grad))
+        folded[k] = replace(n, inputs=[grad.inputs[0], *n.inputs[1:]], attrs={**n.attrs, "relu": 1})
+    return [folded.get(k, n) for k, n in enumerate(nodes) if id(n) not in dropped]
+
+
+def _relu_of(producer: Mapping[int, Node], grad: Node, y: int) -> bool:
+    """Whether ACTIVATION_GRAD `grad` (a ReLU's) takes the derivative at y: it reads y as
+    the ReLU's input, or the output of a RELU node of y."""
+    if len(grad.inputs) > 1 and grad.inputs[1] == y:
+        return True
+    if len(grad.inputs) < 3 or grad.inputs[2] < 0:
+        return False
+    relu = producer.get(grad.inputs[2])
+    return relu is not None and relu.op == OpCode.RELU and relu.inputs[0] == y
 
 
 def _update_node(

@@ -313,6 +313,7 @@ def softmax_cross_entropy_grad(
 def max_pool2d_grad(ctx: GradContext, node: Node, grads: list[int | None]) -> list[int | None]:
     # dx routes g to each window's first maximum: linear in g, whose adjoint reads u at the
     # same taps; the routing is piecewise constant in x and y, so they get no gradient.
+    # A folded ReLU (relu=1) masks g by y > 0, so the adjoint masks its output alike.
     (u,) = grads
     if u is None or not ctx.needs(node.inputs[0]):
         return [None, None, None]

@@ -5,6 +5,9 @@ the window's maximum y (ties go to the first tap in row-major order). AVG_POOL2D
 spreads each output gradient evenly over its window with the forward's divisors. Both take
 the forward node's attributes and work on a zero-initialized padded gradient buffer.
 MAX_POOL2D_SELECT(u, x, y), MAX_POOL2D_GRAD's adjoint, reads u at the taps it routes to.
+With relu=1 both also take the derivative of a ReLU applied to y (a pool the training
+graph moved before its ReLU): windows whose maximum is not positive route nothing, which
+costs no pass of its own (the routing starts from y > 0 instead of from every window).
 """
 
 from __future__ import annotations
@@ -23,12 +26,21 @@ over a whole batch's x would stream it from memory again."""
 
 
 def first_maxima(
-    windows: Iterable[np.ndarray], y: np.ndarray, hit: np.ndarray, free: np.ndarray
+    windows: Iterable[np.ndarray],
+    y: np.ndarray,
+    hit: np.ndarray,
+    free: np.ndarray,
+    *,
+    positive_only: bool = False,
 ) -> Iterator[None]:
     """Walk the taps' views of x in row-major order, leaving in `hit` at each step the
     windows whose first element equal to the maximum y is at that tap (`free`: scratch of
-    the windows still unrouted). The one tie rule MAX_POOL2D_GRAD and its adjoint share."""
-    free.fill(True)
+    the windows still unrouted; with positive_only, only windows whose y > 0 are routed).
+    The one tie rule MAX_POOL2D_GRAD and its adjoint share."""
+    if positive_only:
+        np.greater(y, 0, out=free)
+    else:
+        free.fill(True)
     for xt in windows:
         np.equal(xt, y, out=hit)
         np.logical_and(hit, free, out=hit)
@@ -60,6 +72,13 @@ class _PoolGrad(Kernel):
         self.taps = [self.win.tap(i, j) for i in range(kernel[0]) for j in range(kernel[1])]
         self.output_specs = [TensorSpec(x.shape, g.dtype)]
 
+    def _relu(self) -> bool:
+        """The `relu` attribute: 1 folds in the derivative of a ReLU applied to y."""
+        relu = self.attrs.int("relu", 0)
+        if relu not in (0, 1):
+            raise self.fail(f"relu must be 0 or 1, got {relu}")
+        return bool(relu)
+
 
 class MaxPool2DGrad(_PoolGrad):
     op = OpCode.MAX_POOL2D_GRAD
@@ -71,6 +90,7 @@ class MaxPool2DGrad(_PoolGrad):
         self._geometry(g, x)
         if y.shape != g.shape:
             raise self.fail(f"y shape {list(y.shape)} differs from the gradient's {list(g.shape)}")
+        self.relu = self._relu()
 
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
         g, x, y, out = inputs[0], inputs[1], inputs[2], outputs[0]
@@ -89,13 +109,14 @@ class MaxPool2DGrad(_PoolGrad):
         free = np.empty(g.shape, np.bool_)  # outputs whose gradient is not yet routed
         hit = np.empty(g.shape, np.bool_)
         contribution = np.empty(g.shape, g.dtype)
-        taps = self.taps
+        taps, relu = self.taps, self.relu
 
         def compute() -> None:
             np.copyto(x_in, x)
             dxp.fill(0)
             windows = (xp[:, :, rows, cols] for rows, cols in taps)
-            for (rows, cols), _ in zip(taps, first_maxima(windows, y, hit, free), strict=True):
+            routed = first_maxima(windows, y, hit, free, positive_only=relu)
+            for (rows, cols), _ in zip(taps, routed, strict=True):
                 np.multiply(g, hit, out=contribution)
                 target = dxp[:, :, rows, cols]
                 np.add(target, contribution, out=target)
@@ -120,11 +141,12 @@ class MaxPool2DGrad(_PoolGrad):
             windows = [xb[:, :, i::kh, j::kw] for i in range(kh) for j in range(kw)]
             targets = [ob[:, :, i::kh, j::kw] for i in range(kh) for j in range(kw)]
             blocks.append((windows, targets, y[b : b + m], g[b : b + m], hit[:m], free[:m]))
-        multiply = np.multiply
+        multiply, relu = np.multiply, self.relu
 
         def compute() -> None:
             for windows, targets, yb, gb, hb, fb in blocks:
-                for dt, _ in zip(targets, first_maxima(windows, yb, hb, fb), strict=True):
+                routed = first_maxima(windows, yb, hb, fb, positive_only=relu)
+                for dt, _ in zip(targets, routed, strict=True):
                     multiply(gb, hb, out=dt)
 
         return compute
@@ -144,6 +166,7 @@ class MaxPool2DSelect(_PoolGrad):
             raise self.fail(f"u shape {list(u.shape)} differs from x's {list(x.shape)}")
         self._geometry(y, x)
         self.output_specs = [TensorSpec(y.shape, u.dtype)]
+        self.relu = self._relu()
 
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
         u, x, y = (required(inputs, k) for k in range(3))
@@ -154,14 +177,15 @@ class MaxPool2DSelect(_PoolGrad):
         free = np.empty(y.shape, np.bool_)  # windows whose maximum is not yet found
         hit = np.empty(y.shape, np.bool_)
         picked = np.empty(y.shape, u.dtype)
-        taps = self.taps
+        taps, relu = self.taps, self.relu
 
         def compute() -> None:
             np.copyto(x_in, x)
             np.copyto(u_in, u)
             out.fill(0)
             windows = (xp[:, :, rows, cols] for rows, cols in taps)
-            for (rows, cols), _ in zip(taps, first_maxima(windows, y, hit, free), strict=True):
+            routed = first_maxima(windows, y, hit, free, positive_only=relu)
+            for (rows, cols), _ in zip(taps, routed, strict=True):
                 np.multiply(up[:, :, rows, cols], hit, out=picked)
                 np.add(out, picked, out=out)
 

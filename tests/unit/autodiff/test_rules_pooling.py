@@ -98,6 +98,45 @@ def test_max_pool_ties_route_to_the_first_maximum_like_pytorch(attrs):
     np.testing.assert_allclose(dx, tx.grad.numpy(), rtol=1e-6, atol=1e-6)
 
 
+@pytest.mark.parametrize(
+    "attrs",
+    [
+        {"kernel_shape": [2, 2], "strides": [2, 2]},
+        {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]},
+    ],
+    ids=["tiled", "overlapping_padded"],
+)
+def test_max_pool_gradient_with_relu_folded_in_matches_relu_after_the_pool(attrs):
+    # relu=1: the gradient of relu(max_pool(x)) (the order the training graph uses) in one
+    # node. Integer values make ties, negative windows and zero maxima; PyTorch is the
+    # reference for the gradient, and MAX_POOL2D_SELECT with relu=1 must be its adjoint.
+    torch = pytest.importorskip("torch", reason="PyTorch is an optional test extra")
+    from sporenet.lite.eager import run_op
+
+    rng = np.random.default_rng(2)
+    x = rng.integers(-3, 3, size=(3, 2, 6, 6)).astype(np.float32)
+    y = run_op(OpCode.MAX_POOL2D, [x], **attrs)[0]
+    g = rng.normal(size=y.shape).astype(np.float32)
+    dx = run_op(OpCode.MAX_POOL2D_GRAD, [g, x, y], relu=1, **attrs)[0]
+    tx = torch.tensor(x, requires_grad=True)
+    k, s, p = attrs["kernel_shape"][0], attrs["strides"][0], attrs.get("pads", [0])[0]
+    torch.relu(torch.nn.functional.max_pool2d(tx, k, s, p)).backward(torch.tensor(g))
+    np.testing.assert_array_equal(dx, tx.grad.numpy())
+    assert (y <= 0).any() and (y > 0).any()  # both kinds of window are exercised
+    u = rng.normal(size=x.shape).astype(np.float32)
+    picked = run_op(OpCode.MAX_POOL2D_SELECT, [u, x, y], relu=1, **attrs)[0]
+    np.testing.assert_allclose(np.vdot(picked, g), np.vdot(u, dx), rtol=1e-5)
+
+
+def test_max_pool_gradient_rejects_a_relu_flag_other_than_0_or_1():
+    from sporenet.lite.eager import run_op
+
+    x = np.zeros((1, 1, 2, 2), np.float32)
+    y = np.zeros((1, 1, 1, 1), np.float32)
+    with pytest.raises(Exception, match="relu must be 0 or 1, got 2"):
+        run_op(OpCode.MAX_POOL2D_GRAD, [y, x, y], kernel_shape=[2, 2], strides=[2, 2], relu=2)
+
+
 def test_global_max_pool():
     check_op(
         lambda b, x: b.op(OpCode.GLOBAL_MAX_POOL, [x]),

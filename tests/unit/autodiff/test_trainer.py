@@ -418,6 +418,9 @@ def test_relu_before_max_pool_moves_after_it_with_bit_identical_training(
     nodes = model.graphs[model.signature("train").graph].nodes
     ops = [n.op for n in nodes]
     assert ops.index(OpCode.MAX_POOL2D) < ops.index(OpCode.RELU)
+    # The ReLU's gradient is folded into the pool's (relu=1): no ACTIVATION_GRAD is left.
+    assert OpCode.ACTIVATION_GRAD not in ops
+    assert nodes[ops.index(OpCode.MAX_POOL2D_GRAD)].attrs["relu"] == 1
     forward = nodes[: ops.index(OpCode.SOFTMAX_CROSS_ENTROPY)]
     assert all(n.attrs.get("activation", "none") == "none" for n in forward)
     monkeypatch.setattr(training_model, "_pool_before_relu", lambda m, nodes, kept, new: nodes)
