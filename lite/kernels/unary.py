@@ -275,8 +275,10 @@ class PRelu(Kernel):
 
             return two_passes
         negative = temporary_like(out)  # the scratch in out's layout
-        zero = scalar(out.dtype, 0)
-        minimum, maximum, add, copyto = np.minimum, np.maximum, np.add, np.copyto
+        # min(x, 0) and max(x, 0) as clips to (-inf, 0) and (0, inf): NumPy runs minimum
+        # and maximum against a scalar in a scalar loop, clip in a vectorised one.
+        below, above = bounds(out.dtype, -np.inf, 0.0), bounds(out.dtype, 0.0, np.inf)
+        clip, add, copyto = clip_ufunc, np.add, np.copyto
         # x and out in different layouts (one channels-last): ufuncs reading across
         # layouts run far slower than one transposing copy, so the passes read out.
         copy_first = x.strides != out.strides
@@ -289,9 +291,9 @@ class PRelu(Kernel):
         def four_passes() -> None:
             if copy_first:
                 copyto(out, x)
-            minimum(source, zero, out=scratch)
+            clip(source, *below, out=scratch)
             multiply(scratch, slope, out=scratch)
-            maximum(source, zero, out=target)
+            clip(source, *above, out=target)
             add(target, scratch, out=target)
 
         return four_passes
