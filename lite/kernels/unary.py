@@ -169,6 +169,19 @@ class Clip(UnaryKernel):
 
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
         x, out = inputs[0], outputs[0]
+        low, high = self.bounds
+        if not self.dynamic and self.input(0).dtype.kind == "f" and (low, high) != (None, None):
+            # The clip ufunc with 0-d bounds of x's dtype (an infinite one for a missing
+            # bound): maximum and minimum against a scalar run a scalar loop, several
+            # times slower. clip computes min(max(x, lo), hi) too, so min > max gives max.
+            source = required(inputs, 0)
+            lo_f = -np.inf if low is None else low
+            pair = bounds(out.dtype, lo_f, np.inf if high is None else high)
+
+            def clipped() -> None:
+                clip_ufunc(source, *pair, out=out)
+
+            return clipped
         if self.dynamic:
             lo_c, hi_c = self.bounds
             lo = required(inputs, 1).reshape(()) if 1 in self.dynamic else lo_c
