@@ -415,10 +415,11 @@ class Elu(UnaryKernel):
     def compute(self, x: np.ndarray, out: np.ndarray, *scratch: np.ndarray) -> None:
         (pos,) = scratch
         # alpha * expm1(min(x, 0)) is 0 where x > 0, so adding max(x, 0) selects the branch.
-        np.minimum(x, 0, out=out)
+        # min(x, 0) as a clip: minimum against a scalar runs NumPy's scalar loop.
+        clip_ufunc(x, *bounds(x.dtype, -np.inf, 0.0), out=out)
         np.expm1(out, out=out)
         out *= self.alpha
-        np.maximum(x, 0, out=pos)
+        relu_into(x, pos)
         out += pos
 
 
@@ -434,7 +435,7 @@ class Softplus(UnaryKernel):
         np.negative(t, out=t)
         np.exp(t, out=t)
         np.log1p(t, out=t)
-        np.maximum(x, 0, out=out)
+        relu_into(x, out)
         out += t
 
 
