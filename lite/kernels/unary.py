@@ -169,6 +169,19 @@ class Clip(UnaryKernel):
 
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
         x, out = inputs[0], outputs[0]
+        low, high = self.bounds
+        if not self.dynamic and self.input(0).dtype.kind == "f" and (low, high) != (None, None):
+            # The clip ufunc with 0-d bounds of x's dtype (an infinite one for a missing
+            # bound): maximum and minimum against a scalar run a scalar loop, several
+            # times slower. clip computes min(max(x, lo), hi) too, so min > max gives max.
+            source = required(inputs, 0)
+            lo_f = -np.inf if low is None else low
+            pair = bounds(out.dtype, lo_f, np.inf if high is None else high)
+
+            def clipped() -> None:
+                clip_ufunc(source, *pair, out=out)
+
+            return clipped
         if self.dynamic:
             lo_c, hi_c = self.bounds
             lo = required(inputs, 1).reshape(()) if 1 in self.dynamic else lo_c
@@ -275,8 +288,10 @@ class PRelu(Kernel):
 
             return two_passes
         negative = temporary_like(out)  # the scratch in out's layout
-        zero = scalar(out.dtype, 0)
-        minimum, maximum, add, copyto = np.minimum, np.maximum, np.add, np.copyto
+        # min(x, 0) and max(x, 0) as clips to (-inf, 0) and (0, inf): NumPy runs minimum
+        # and maximum against a scalar in a scalar loop, clip in a vectorised one.
+        below, above = bounds(out.dtype, -np.inf, 0.0), bounds(out.dtype, 0.0, np.inf)
+        clip, add, copyto = clip_ufunc, np.add, np.copyto
         # x and out in different layouts (one channels-last): ufuncs reading across
         # layouts run far slower than one transposing copy, so the passes read out.
         copy_first = x.strides != out.strides
@@ -289,9 +304,9 @@ class PRelu(Kernel):
         def four_passes() -> None:
             if copy_first:
                 copyto(out, x)
-            minimum(source, zero, out=scratch)
+            clip(source, *below, out=scratch)
             multiply(scratch, slope, out=scratch)
-            maximum(source, zero, out=target)
+            clip(source, *above, out=target)
             add(target, scratch, out=target)
 
         return four_passes
@@ -400,10 +415,11 @@ class Elu(UnaryKernel):
     def compute(self, x: np.ndarray, out: np.ndarray, *scratch: np.ndarray) -> None:
         (pos,) = scratch
         # alpha * expm1(min(x, 0)) is 0 where x > 0, so adding max(x, 0) selects the branch.
-        np.minimum(x, 0, out=out)
+        # min(x, 0) as a clip: minimum against a scalar runs NumPy's scalar loop.
+        clip_ufunc(x, *bounds(x.dtype, -np.inf, 0.0), out=out)
         np.expm1(out, out=out)
         out *= self.alpha
-        np.maximum(x, 0, out=pos)
+        relu_into(x, pos)
         out += pos
 
 
@@ -419,7 +435,7 @@ class Softplus(UnaryKernel):
         np.negative(t, out=t)
         np.exp(t, out=t)
         np.log1p(t, out=t)
-        np.maximum(x, 0, out=out)
+        relu_into(x, out)
         out += t
 
 

@@ -157,6 +157,22 @@ def test_clip_bounds_as_attributes(lo, hi):
     np.testing.assert_array_equal(ours, theirs)
 
 
+@pytest.mark.parametrize(("lo", "hi"), CLIP_BOUNDS, ids=str)
+def test_clip_keeps_nan_and_clips_infinities(lo, hi):
+    # NaN propagates and a missing bound leaves infinities as they are, as np.maximum and
+    # np.minimum do (onnxruntime clips them to float32's largest value, so the test
+    # above compares finite inputs only).
+    x = np.array([np.nan, np.inf, -np.inf, -0.5, 5.0], np.float32)
+    attrs = {k: v for k, v in (("min", lo), ("max", hi)) if v is not None}
+    (ours,) = run_op(OpCode.CLIP, [x], **attrs)
+    expected = x.copy()
+    if lo is not None:
+        expected = np.maximum(expected, lo)
+    if hi is not None:
+        expected = np.minimum(expected, hi)
+    np.testing.assert_array_equal(ours, expected)
+
+
 @pytest.mark.parametrize("constant", [True, False], ids=["constant", "runtime"])
 @pytest.mark.parametrize(("lo", "hi"), CLIP_BOUNDS, ids=str)
 def test_clip_bounds_as_inputs(lo, hi, constant):
