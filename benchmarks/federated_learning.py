@@ -13,8 +13,8 @@ Lines (LINES, one entry each; a line whose server feature this build lacks is re
 "not available on this build", never faked):
 
 - sync: sporenet-server's synchronous FedAvg (or the workload's `[strategy]`), with the
-  workload's `[fit_config]` client settings (Shakespeare's `lr_decay`: the LiteLearner's
-  per-round learning-rate decay; `--fit-config` replaces the table) and the fleet
+  workload's `[fit_config]` client settings (none by default; e.g. `--fit-config
+  '{"lr_decay": 0.97}'`, the LiteLearner's per-round learning-rate decay) and the fleet
   heterogeneous: speeds log-normal with a tenfold 5th-95th percentile spread (slept),
   30 ms latency, 20 Mbit/s, 10% of the time offline, 5% dropouts while training and 2%
   before uploading; a round aggregates once half its cohort reported (own_server.Cohort).
@@ -133,7 +133,7 @@ class Workload:
     # (empty: FedAvg). sync-matched stays FedAvg: Flower's FedAvg is its peer.
     strategy: dict[str, Any] = field(default_factory=dict)
     # The sync line's server `[fit_config]` table, the client settings every training
-    # task carries (LiteLearner reads them), as a user writes it; e.g. {"lr_decay": 0.95}.
+    # task carries (LiteLearner reads them), as a user writes it; e.g. {"lr_decay": 0.97}.
     fit_config: dict[str, Any] = field(default_factory=dict)
 
     def train_config(self) -> dict[str, Any]:
@@ -207,9 +207,6 @@ WORKLOADS = {
         lr=1.0,
         batch_size=16,
         epochs=3,
-        # The client lr decays by 3% a round, so the global model settles on its plateau
-        # instead of jumping around it.
-        fit_config={"lr_decay": 0.97},
         # About as many SGD steps as the sync line's clients train in all (rounds x ~19
         # updates x 39 steps; epochs x 1,229), well into the central model's plateau.
         central_epochs=24,
