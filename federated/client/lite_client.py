@@ -12,6 +12,12 @@ optimizer, and runs the round's config:
 
 - `epochs` (int >= 1), `lr` or `learning_rate` (float > 0), `batch_size` (int >= 1):
   override the learner's defaults;
+- `lr_decay` (float in (0, 1], default the learner's, 1: none): the round's rate is
+  lr · lr_decay^(round - 1), `round` being the job's round (an async job's buffer) the
+  server puts in every task's config. Federated SGD at a constant rate keeps the global
+  model jumping around its plateau; a decaying one lets it settle, as a central schedule
+  does. The decay is per round, never per step, so every device of a round trains at the
+  same rate;
 - `proximal_mu` (FedProx, float >= 0): adds (mu/2)·||w - w_global||² to the loss. Its
   gradient mu·(w - w_global) is applied after each optimizer step with the step's rate,
   which is exactly FedProx's update for plain SGD (the default optimizer here).
@@ -71,6 +77,14 @@ def _number(
     return default
 
 
+def _decay(config: Mapping[str, Any], default: float) -> float:
+    """`lr_decay` of `config` (or `default`), checked to lie in (0, 1]."""
+    decay = _number(config, ("lr_decay",), default)
+    if decay > 1:
+        raise ConfigError(f"round config `lr_decay` must be in (0, 1], got {decay!r}")
+    return float(decay)
+
+
 class LiteLearner:
     """Train and evaluate callables for a federated Client, from a .spore model and local
     data, run with the lite Trainer."""
@@ -88,6 +102,7 @@ class LiteLearner:
         lr: float = 0.05,
         epochs: int = 1,
         batch_size: int = 32,
+        lr_decay: float = 1.0,
         momentum: float = 0.0,
         seed: int = 0,
         num_threads: int | None = 1,
@@ -110,6 +125,7 @@ class LiteLearner:
         self.lr = _number(defaults, ("lr",), lr)
         self.epochs = _number(defaults, ("epochs",), epochs, integer=True)
         self.batch_size = _number(defaults, ("batch_size",), batch_size, integer=True)
+        self.lr_decay = _decay({"lr_decay": lr_decay}, lr_decay)
         self.output, self.trainable, self.num_threads = output, trainable, num_threads
         self.optimizer = OptimizerConfig("sgd", lr=self.lr, momentum=momentum)
         self.rng = np.random.default_rng(seed)
@@ -152,13 +168,21 @@ class LiteLearner:
         self._trainer.reset_optimizer()
         return self._trainer
 
+    def round_lr(self, config: Mapping[str, Any]) -> float:
+        """The learning rate of the round `config` configures: its (or the learner's) lr,
+        decayed by lr_decay once per round after the first."""
+        lr = _number(config, ("lr", "learning_rate"), self.lr)
+        decay = _decay(config, self.lr_decay)
+        rnd = _number(config, ("round",), 1, integer=True, strict=False)
+        return float(lr * decay ** max(rnd - 1, 0))
+
     # ---- the Client's callables
     def train(
         self, weights: Mapping[str, np.ndarray], config: Mapping[str, Any]
     ) -> tuple[dict[str, np.ndarray], int, dict[str, float]]:
         """One round of local training: (new weights, samples, {"loss": mean loss})."""
         epochs = _number(config, ("epochs",), self.epochs, integer=True)
-        lr = _number(config, ("lr", "learning_rate"), self.lr)
+        lr = self.round_lr(config)
         batch = _number(config, ("batch_size",), self.batch_size, integer=True)
         mu = _number(config, ("proximal_mu",), 0.0, strict=False)
         trainer = self.trainer(weights)

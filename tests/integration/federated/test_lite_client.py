@@ -127,3 +127,38 @@ def test_bad_round_config_names_the_key() -> None:
         learner.train(mlp().weights(), {"epochs": 0})
     with pytest.raises(ConfigError, match="`proximal_mu`"):
         learner.train(mlp().weights(), {"proximal_mu": -1.0})
+    with pytest.raises(ConfigError, match="`lr_decay` must be in"):
+        learner.train(mlp().weights(), {"lr_decay": 1.5})
+    with pytest.raises(ConfigError, match="`lr_decay` must be a number > 0"):
+        learner.train(mlp().weights(), {"lr_decay": 0})
+    with pytest.raises(ConfigError, match="`round` must be an integer >= 0"):
+        learner.train(mlp().weights(), {"round": -2})
+    with pytest.raises(ConfigError, match="`lr_decay` must be in"):
+        LiteLearner(mlp(), x, y, lr_decay=2.0)
+
+
+def test_lr_decay_trains_round_r_at_lr_times_decay_to_the_r_minus_1() -> None:
+    """Round 4 with lr 0.2 and decay 0.5 is one full-batch SGD step at 0.025; the
+    learner's own decay applies when the config has none, the config's wins."""
+    x, y = data(64, seed=5)
+    w0 = mlp().weights()
+    plain = Trainer(
+        make_training_model(
+            mlp(), output="logits", loss="softmax_cross_entropy", optimizer=OptimizerConfig("sgd")
+        )
+    )
+    plain.step({"x": x, "labels": y}, 0.2 * 0.5**3)
+    expected = plain.weights()
+    by_config = LiteLearner(mlp(), x, y, batch_size=64)
+    by_default = LiteLearner(mlp(), x, y, batch_size=64, lr=0.2, lr_decay=0.5)
+    overridden = LiteLearner(mlp(), x, y, batch_size=64, lr=0.2, lr_decay=0.9)
+    for learner, config in (
+        (by_config, {"lr": 0.2, "lr_decay": 0.5, "round": 4}),
+        (by_default, {"round": 4}),
+        (overridden, {"lr_decay": 0.5, "round": 4}),
+    ):
+        got, _, _ = learner.train(w0, config)
+        for name, w in expected.items():
+            np.testing.assert_allclose(got[name], w, rtol=1e-5, atol=1e-6)
+    assert by_default.round_lr({}) == 0.2  # no round: the first, undecayed
+    assert by_default.round_lr({"round": 0}) == 0.2
