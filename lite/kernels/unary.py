@@ -449,23 +449,22 @@ _ERF_P = 0.3275911
 _ERF_A = (0.254829592, -0.284496736, 1.421413741, -1.453152027, 1.061405429)
 
 
+def _horner_into(t: np.ndarray, coefficients: tuple[float, ...], out: np.ndarray) -> None:
+    """out = t * (c1 + t * (c2 + ... + t * cn)) by Horner's rule, in place (out must not
+    alias t): the polynomial shared by erf_into and gelu_into."""
+    np.multiply(t, coefficients[-1], out=out)
+    for c in reversed(coefficients[:-1]):
+        out += c
+        out *= t
+
+
 def erf_into(z: np.ndarray, out: np.ndarray, t: np.ndarray, e: np.ndarray) -> None:
     """out = erf(z), vectorized; t and e are scratch arrays shaped like z (z may alias e)."""
-    a1, a2, a3, a4, a5 = _ERF_A
     np.abs(z, out=t)
     t *= _ERF_P
     t += 1
     np.divide(1, t, out=t)  # as np.reciprocal, from the vectorised divide loop
-    # Horner's rule for the polynomial in t, accumulated in `out`.
-    np.multiply(t, a5, out=out)
-    out += a4
-    out *= t
-    out += a3
-    out *= t
-    out += a2
-    out *= t
-    out += a1
-    out *= t
+    _horner_into(t, _ERF_A, out)
     # erf(|z|) = 1 - poly * exp(-z^2), then z's sign bit (erf is odd): integer and/xor on
     # the bits run several times faster than np.copysign.
     bits = np.dtype(f"u{z.dtype.itemsize}")
@@ -492,19 +491,10 @@ def gelu_into(x: np.ndarray, out: np.ndarray, t: np.ndarray, e: np.ndarray) -> N
     """out = x Phi(x), the exact GELU, vectorized; t and e are scratch arrays shaped like
     x. Within 5e-7 of the float64 value at |x| <= 12; inf at +inf, nan at -inf and nan
     (as x * 0.5 * (1 + erf(x / sqrt 2)) computes them)."""
-    b1, b2, b3, b4, b5 = _GELU_B
     np.abs(x, out=e)
     np.add(e, _GELU_C, out=t)
     np.divide(1, t, out=t)
-    np.multiply(t, b5, out=out)  # Horner's rule in s, accumulated in `out`
-    out += b4
-    out *= t
-    out += b3
-    out *= t
-    out += b2
-    out *= t
-    out += b1
-    out *= t
+    _horner_into(t, _GELU_B, out)  # Horner's rule in s
     np.multiply(e, -0.5, out=t)
     t *= e
     np.exp(t, out=t)

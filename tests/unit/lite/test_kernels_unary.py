@@ -138,6 +138,17 @@ def test_gelu_rejects_unknown_approximation():
 
 # --------------------------------------------------------------------------- Clip
 
+
+def _clipped(x, lo, hi):
+    # Clip's reference: np.maximum then np.minimum, each bound only where given.
+    expected = x.copy()
+    if lo is not None:
+        expected = np.maximum(expected, lo)
+    if hi is not None:
+        expected = np.minimum(expected, hi)
+    return expected
+
+
 CLIP_BOUNDS = [(-1.0, 2.0), (None, 2.0), (-1.0, None), (None, None), (3.0, 1.0)]
 
 
@@ -146,11 +157,7 @@ def test_clip_bounds_as_attributes(lo, hi):
     x = np.random.default_rng(0).uniform(-4, 4, size=(3, 5)).astype(np.float32)
     attrs = {k: v for k, v in (("min", lo), ("max", hi)) if v is not None}
     (ours,) = run_op(OpCode.CLIP, [x], **attrs)
-    expected = x.copy()
-    if lo is not None:
-        expected = np.maximum(expected, lo)
-    if hi is not None:
-        expected = np.minimum(expected, hi)
+    expected = _clipped(x, lo, hi)
     np.testing.assert_array_equal(ours, expected)
     inputs = [x, None if lo is None else np.float32(lo), None if hi is None else np.float32(hi)]
     (theirs,) = run_onnx_op("Clip", inputs, opset=13)
@@ -165,11 +172,7 @@ def test_clip_keeps_nan_and_clips_infinities(lo, hi):
     x = np.array([np.nan, np.inf, -np.inf, -0.5, 5.0], np.float32)
     attrs = {k: v for k, v in (("min", lo), ("max", hi)) if v is not None}
     (ours,) = run_op(OpCode.CLIP, [x], **attrs)
-    expected = x.copy()
-    if lo is not None:
-        expected = np.maximum(expected, lo)
-    if hi is not None:
-        expected = np.minimum(expected, hi)
+    expected = _clipped(x, lo, hi)
     np.testing.assert_array_equal(ours, expected)
 
 
