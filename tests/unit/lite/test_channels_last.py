@@ -123,7 +123,7 @@ def test_channels_last_plan_matches_the_nchw_ops(batch):
 
 def test_a_reader_that_refuses_keeps_nchw(monkeypatch):
     # With every tensor NCHW the results are the same, and no tensor is channels-last.
-    monkeypatch.setattr(planner_module, "_channels_last_tensors", lambda *a: set())
+    monkeypatch.setattr(planner_module, "channels_last_tensors", lambda *a: set())
     model, weights = _net(1)
     interp = Interpreter(model=model, num_threads=1)
     x = RNG.normal(size=(1, 8, 12, 12)).astype(np.float32)
