@@ -13,10 +13,11 @@ import mmap
 from collections import Counter
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
+from typing import cast
 
 import numpy as np
 
-from sporenet.lite import pages
+from sporenet.lite import pages, shared_weights
 from sporenet.lite.dims import SMALLEST_FIRST, default_shapes
 from sporenet.lite.eager import fold, prepare_kernel
 from sporenet.lite.errors import ShapeError, UnsupportedOpError
@@ -121,13 +122,22 @@ def _weight_only(
             continue
         value = cache.get(i)
         if value is None:
-            value = dequantize_array(spec.value, spec.quant if is_quantized(spec) else None)
-            value.flags.writeable = False
+            value = _dequantized(spec)
             pages.release(spec.value)  # the plan reads `value`: keep only it in memory
             cache[i] = value
         in_specs[k] = TensorSpec(spec.shape, value.dtype, value)
         swapped[k] = value
     return swapped
+
+
+def _dequantized(spec: TensorSpec) -> np.ndarray:
+    """The float32 value of a quantized or float16 constant, read-only, shared with the
+    other live plans of the model (a re-plan makes no second copy: lite/shared_weights)."""
+    source = cast(np.ndarray, spec.value)
+    quant = spec.quant if is_quantized(spec) else None
+    return shared_weights.shared(
+        source, ("dequantized", quant is None), lambda: dequantize_array(source, quant)
+    )
 
 
 Inferred = tuple[dict[int, TensorSpec], list[Kernel | None], dict[int, np.ndarray]]

@@ -31,7 +31,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from sporenet.lite import pages
+from sporenet.lite import pages, shared_weights
 from sporenet.lite.kernels import recurrent_fast, recurrent_quant
 from sporenet.lite.kernels.base import Attrs, Compute, Kernel, TensorSpec
 from sporenet.lite.kernels.quantized.base import is_quantized
@@ -508,7 +508,8 @@ def float_weight(spec: TensorSpec | None, array: Array | None) -> Array | None:
     float32 array; the file's pages of the integers are given back), else as given."""
     if array is None or spec is None or not is_quantized(spec):
         return array
-    value = dequantize_array(array, spec.quant)
+    quant = spec.quant
+    value = shared_weights.shared(array, ("dequantized",), lambda: dequantize_array(array, quant))
     pages.release(array)
     return value
 

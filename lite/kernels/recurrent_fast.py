@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, cast
 
 import numpy as np
 
-from sporenet.lite import cpu_cache, huge_pages, pages
+from sporenet.lite import cpu_cache, huge_pages, pages, shared_weights
 from sporenet.lite.graph import Quantization
 from sporenet.lite.kernels import int8_weights, recurrent_quant
 from sporenet.lite.kernels.base import Compute, TensorSpec, required
@@ -94,7 +94,20 @@ def pack_transposed(
     """(dirs, gates*H, rows) weights as (dirs, rows, gates*H), each column multiplied by
     `column_scale`; integer weights are dequantized on the way (as dequantize_array:
     float32 (q - zero_point) * scale), one direction's slice at a time, with no float
-    temporary of the weights' size."""
+    temporary of the weights' size. Read-only, and shared with every live plan that packs
+    the same constant alike (lite/shared_weights.py): a re-plan makes no second copy."""
+    key = ("transposed", quant is None, np.dtype(dtype).str, column_scale.tobytes())
+    out = shared_weights.shared(
+        value, key, lambda: _packed_transposed(value, quant, column_scale, dtype)
+    )
+    if quant is not None:
+        pages.release(value)
+    return out
+
+
+def _packed_transposed(
+    value: np.ndarray, quant: Quantization | None, column_scale: np.ndarray, dtype: np.dtype
+) -> np.ndarray:
     dirs, cols, rows = value.shape
     out = huge_pages.empty((dirs, rows, cols), dtype)  # streamed every step: see huge_pages
     if quant is None:
@@ -107,7 +120,6 @@ def pack_transposed(
         np.subtract(out[d], zp[d], out=out[d])
         # (q - zp) * (scale / 2) equals ((q - zp) * scale) / 2: halving is exact.
         np.multiply(out[d], scale[d] * column_scale, out=out[d])
-    pages.release(value)
     return out
 
 
