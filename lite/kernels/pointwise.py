@@ -22,9 +22,6 @@ from sporenet.lite.kernels.workspace import temporary
 # the largest tile (bytes): a longer output is added the tile in runs of whole tiles.
 _BIAS_TILE_LIMIT = 1 << 20
 _BIAS_TILE_BYTES = 16 << 10
-# Fewest output channels per input channel for which a channels-last input takes its
-# constant bias as a GEMM row under a copy of the input (see bind_pointwise_last).
-_WIDENING = 4
 
 
 def bind_pointwise(x: np.ndarray, w: np.ndarray, out: np.ndarray) -> Compute:
@@ -57,8 +54,7 @@ def bind_pointwise_last(
     reads (or writes) as it is, so no layout is converted. The weights are re-packed
     once to (C, O) order, which OpenBLAS multiplies fastest with these operands. A
     channels-last output takes its constant bias in the GEMM (a ones row under a copy
-    of an NCHW input, or of a channels-last one _WIDENING times narrower than the
-    output) or in one contiguous pass, and the activation on its rows.
+    of an NCHW input) or in one contiguous pass, and the activation on its rows.
     """
     n, c, h, wd = x.shape
     o, hw = w.shape[0], h * wd
@@ -84,14 +80,6 @@ def bind_pointwise_last(
         ones = full[:, c]  # rewritten every call: the buffer is shared with other steps
         copies.append((full[:, :c], x.reshape(n, c, hw)))
         rows = full.transpose(0, 2, 1)
-        wt = np.concatenate([wt, bias.reshape(1, o)])
-    elif bias_const and bias is not None and o >= _WIDENING * c:
-        # A widening layer: copying the C-wide input rows next to a ones column costs
-        # less than a bias pass over the O-wide output rows.
-        full = temporary((n, hw, c + 1), x.dtype)
-        ones = full[:, :, c]
-        copies.append((full[:, :, :c], rows))
-        rows = full
         wt = np.concatenate([wt, bias.reshape(1, o)])
     elif bias_const and bias is not None and hw * o * out.itemsize <= _BIAS_TILE_LIMIT:
         # Contiguous runs of several rows instead of a broadcast over rows of O elements.

@@ -636,10 +636,9 @@ def test_a_transposed_convolution_reads_a_channels_last_input(k, stride, pads, g
 
 
 @pytest.mark.parametrize("batch", [1, 2])
-def test_widening_pointwise_between_channels_last_layers_takes_its_bias_in_the_gemm(batch):
+def test_widening_pointwise_between_channels_last_layers(batch):
     # depthwise -> 1x1 widening 8 to 40 channels (bias and ReLU6) -> depthwise: the 1x1
-    # layer reads and writes channels-last storage, and its constant bias rides in the
-    # GEMM under a copy of the narrow input rows.
+    # layer reads and writes channels-last storage, with its constant bias and ReLU6.
     b = ModelBuilder(producer="test")
     weights: list = []
     x = b.input("x", (batch, 8, 9, 11))
@@ -653,7 +652,7 @@ def test_widening_pointwise_between_channels_last_layers_takes_its_bias_in_the_g
         array = interp._plan.arrays[tensor]
         assert not array.flags.c_contiguous
         assert array.transpose(0, 2, 3, 1).flags.c_contiguous
-    for seed in range(2):  # twice: the ones column lives in a shared scratch buffer
+    for seed in range(2):  # twice: scratch buffers are shared with other steps
         xv = np.random.default_rng(seed).normal(size=(batch, 8, 9, 11)).astype(np.float32)
         ref = xv
         for w, bv, attrs in weights:
