@@ -633,3 +633,28 @@ def test_a_transposed_convolution_reads_a_channels_last_input(k, stride, pads, g
     (want,) = run_op(OpCode.CONV2D_BACKPROP_INPUT, [dv, wt], **attrs)
     for _ in range(2):
         np.testing.assert_allclose(interp.run({"x": xv})["y"], want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("batch", [1, 2])
+def test_widening_pointwise_between_channels_last_layers(batch):
+    # depthwise -> 1x1 widening 8 to 40 channels (bias and ReLU6) -> depthwise: the 1x1
+    # layer reads and writes channels-last storage, with its constant bias and ReLU6.
+    b = ModelBuilder(producer="test")
+    weights: list = []
+    x = b.input("x", (batch, 8, 9, 11))
+    d = _conv(b, x, 8, 8, 3, group=8, weights=weights)
+    e = _conv(b, d, 8, 40, 1, act="relu6", weights=weights)
+    y = _conv(b, e, 40, 40, 3, group=40, weights=weights)
+    b.output(y, name="y")
+    interp = Interpreter(model=b.build(), num_threads=1)
+    pointwise = interp.model.graphs[0].nodes[1]
+    for tensor in (pointwise.inputs[0], pointwise.outputs[0]):
+        array = interp._plan.arrays[tensor]
+        assert not array.flags.c_contiguous
+        assert array.transpose(0, 2, 3, 1).flags.c_contiguous
+    for seed in range(2):  # twice: scratch buffers are shared with other steps
+        xv = np.random.default_rng(seed).normal(size=(batch, 8, 9, 11)).astype(np.float32)
+        ref = xv
+        for w, bv, attrs in weights:
+            (ref,) = run_op(OpCode.CONV2D, [ref, w, bv], **attrs)
+        np.testing.assert_allclose(interp.run({"x": xv})["y"], ref, rtol=RTOL, atol=ATOL)
