@@ -171,6 +171,72 @@ def bare_calls(kernel, step: Callable[[], None]) -> tuple[str, list[Callable[[],
     return "as planned", [step]
 
 
+Labelled = list[tuple[str, Callable[[], object]]]
+
+
+def _fused_product(kernel, out_shape, first: bool) -> Labelled:
+    """An int8 layer in the fused design: its input already float64 codes in its column
+    buffer (the producer wrote them there), so the product, the clamp, and a floor into
+    the consumer's buffer (exact: v >= 0 after the clamp) are all it needs; the first
+    weighted layer of the plan also gathers its int8 input (1 copy)."""
+    import numpy as np
+
+    gather, product, clamp = _int8_product(kernel, kernel.inputs[0].shape, out_shape)[:3]
+    o = kernel.inputs[1].shape[0]
+    p = int(np.prod(out_shape)) // o
+    v = np.zeros(o * p, np.float64)
+    consumer = np.zeros((o * p, 3), np.float64)[:, 1]  # a strided column of the next buffer
+    floor = np.floor
+    calls: Labelled = [("gather", gather)] if first else []
+    name = "dot" if kernel.attrs.values.get("group", 1) == 1 else "depthwise"
+    return [*calls, (name, product), ("clamp", clamp), ("floor", lambda: floor(v, consumer))]
+
+
+def _fused_lookup(spec) -> Labelled:
+    """The start of a chain of lookup tables: a cast of the float64 codes to an index
+    and one take from the chain's composed table."""
+    import numpy as np
+
+    from sporenet.lite.kernels import raw
+
+    table = np.zeros(256, spec.dtype)
+    index = np.zeros(spec.shape, np.intp)
+    codes = np.zeros(spec.shape, np.float64)
+    out = np.zeros(spec.shape, spec.dtype)
+    return [
+        ("index", lambda: raw.copyto(index, codes, casting="unsafe")),
+        ("lookup", lambda: table.take(index, out=out)),
+    ]
+
+
+def fused_calls(kernel, step: Callable[[], None], state: dict[str, bool]) -> Labelled:
+    """The bare calls of one planned step, each labelled, in the fused design that tries
+    fewer calls than today's decomposition: int8 tensors between weighted layers held as
+    float64 codes inside their consumer's column buffer (no narrowing cast, no gather); a
+    streaming state kept inside its concatenation buffer, so the concatenation is free and
+    the frame shift is the ASSIGN's one copy; SPLIT, SLICE, RESHAPE, READ_VARIABLE and a
+    TRANSPOSE feeding a weighted layer as views; a chain of lookup tables composed into
+    one take (plus one cast to an index at its start). `state` carries what the steps
+    before have seen."""
+    import numpy as np
+
+    op = kernel.op.name
+    ins = [s for s in kernel.inputs if s is not None]
+    outs = kernel.output_specs
+    weighted = len(ins) > 1 and ins[1].value is not None
+    lookup = type(kernel).__name__ in ("QLogistic", "Requantize", "QTanh") and bool(outs)
+    was_lookup, state["lookup"] = state.get("lookup", False), lookup
+    if op in ("CONV2D", "FULLY_CONNECTED") and weighted and ins[0].dtype == np.int8:
+        first, state["weighted"] = not state.get("weighted", False), True
+        return _fused_product(kernel, outs[0].shape, first)
+    if op in ("CONCAT", "SPLIT", "SLICE", "RESHAPE", "READ_VARIABLE", "TRANSPOSE"):
+        return []
+    if lookup:
+        return [] if was_lookup else _fused_lookup(outs[0])
+    kind, bare = bare_calls(kernel, step)
+    return [(kind, call) for call in bare]
+
+
 def _blas() -> str:
     import numpy as np
     from threadpoolctl import threadpool_info
@@ -184,9 +250,9 @@ def _blas() -> str:
     return "; ".join(found) or "unknown"
 
 
-def _cheapest(repeats: int, calls: int) -> str:
-    """The line giving the cost of NumPy's cheapest calls here: the dispatch each bare
-    call of the floor pays at least."""
+def _cheapest(repeats: int, calls: int) -> tuple[str, float]:
+    """The line giving the cost of NumPy's cheapest calls here, and the smallest of them
+    in us: the dispatch each bare call of the floor pays at least."""
     import numpy as np
 
     from sporenet.lite.kernels import raw
@@ -202,7 +268,7 @@ def _cheapest(repeats: int, calls: int) -> str:
         repeats,
         calls,
     )
-    return "one call: " + ", ".join(f"{k} {v:.2f}" for k, v in times.items())
+    return "one call: " + ", ".join(f"{k} {v:.2f}" for k, v in times.items()), min(times.values())
 
 
 def measure(name: str, workdir: Path, repeats: int, calls: int) -> dict:
@@ -222,23 +288,41 @@ def measure(name: str, workdir: Path, repeats: int, calls: int) -> dict:
     plan = ours.it._plan
     kinds: dict[str, int] = {}
     floor_calls: list[Callable[[], object]] = []
+    fused: dict[str, list[Callable[[], object]]] = {}
+    state: dict[str, bool] = {}
     for kernel, step in zip(plan.step_kernels, plan.steps, strict=True):
         kind, bare = bare_calls(kernel, step)
         kinds[kind] = kinds.get(kind, 0) + len(bare)
         floor_calls += bare
+        for label, call in fused_calls(kernel, step, state):
+            fused.setdefault(label, []).append(call)
 
     def floor() -> None:
         for call in floor_calls:
             call()
 
+    def each(calls: list[Callable[[], object]]) -> Callable[[], None]:
+        def run() -> None:
+            for call in calls:
+                call()
+
+        return run
+
     named = {
         "invoke": ours.it.invoke,
         "floor": floor,
+        "fused": each([c for calls in fused.values() for c in calls]),
+        **{f"fused {label}": each(calls) for label, calls in fused.items()},
         "litert": theirs.it.invoke,
         "run": lambda: ours.run(feeds),
         "litert_run": lambda: theirs.run(feeds),
     }
-    return {"steps": len(plan.steps), "calls": kinds, **_medians_us(named, repeats, calls)}
+    return {
+        "steps": len(plan.steps),
+        "calls": kinds,
+        "fused_calls": {label: len(calls) for label, calls in fused.items()},
+        **_medians_us(named, repeats, calls),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -256,7 +340,8 @@ def main(argv: list[str] | None = None) -> int:
     print(cpu_description())
     print(f"BLAS: {_blas()}; one thread; load average {os.getloadavg()[0]:.1f}")
     print(f"medians of {args.repeats} rounds of {args.calls} calls; times in microseconds")
-    print(_cheapest(args.repeats, args.calls))
+    cheapest_line, cheapest = _cheapest(args.repeats, args.calls)
+    print(cheapest_line)
     print(
         "invoke: Interpreter.invoke (LiteRT: its invoke); floor: the plan's steps as bare "
         "NumPy calls; run: set_tensor, invoke, get_tensor (both engines)"
@@ -267,9 +352,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(header)
     print("-" * len(header))
+    rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.only:
             r = measure(name, Path(tmp), args.repeats, args.calls)
+            rows.append((name, r))
             kinds = ", ".join(f"{k} {n}" for k, n in sorted(r["calls"].items()))
             print(
                 f"{name:18} {r['steps']:5d} {r['invoke']:7.1f} {r['floor']:6.1f} "
@@ -278,8 +365,36 @@ def main(argv: list[str] | None = None) -> int:
                 f"{r['run'] / r['litert_run']:6.2f}  {kinds}",
                 flush=True,
             )
+    _print_fused(rows, cheapest)
     print(f"load average at the end {os.getloadavg()[0]:.1f}")
     return 0
+
+
+def _print_fused(rows: list[tuple[str, dict]], cheapest: float) -> None:
+    """The fused design's floor (fused_calls) and its per-call arithmetic: per kind of
+    call, calls per invoke x measured ns per call; bound: all its calls at the cheapest
+    call measured, against LiteRT (what no design with that many calls can beat)."""
+    print()
+    print(
+        "fused: the fused design's bare calls (see fused_calls); bound: calls x the "
+        f"cheapest call ({cheapest * 1e3:.0f} ns) / LiteRT; per kind: calls x ns per call"
+    )
+    header = (
+        f"{'model':18} {'calls':>5} {'fused':>6} {'LiteRT':>6} {'fused/LR':>8} "
+        f"{'bound':>6}  per kind"
+    )
+    print(header)
+    print("-" * len(header))
+    for name, r in rows:
+        n = sum(r["fused_calls"].values())
+        kinds = ", ".join(
+            f"{k} {c}x{r[f'fused {k}'] / c * 1e3:.0f}" for k, c in r["fused_calls"].items() if c
+        )
+        print(
+            f"{name:18} {n:5d} {r['fused']:6.1f} {r['litert']:6.1f} "
+            f"{r['fused'] / r['litert']:8.2f} {n * cheapest / r['litert']:6.2f}  {kinds}",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":
