@@ -743,6 +743,7 @@ def plan_graph(
     computed = _ComputedWeights(model, nodes, kernels, arrays, specs, keep)
     unread = pages.noting_unread()
     noted = unread.__enter__()
+    given_up: list[np.ndarray] = []
     for j, (node, kernel) in enumerate(zip(nodes, kernels, strict=True)):
         if kernel is None:
             continue
@@ -763,6 +764,7 @@ def plan_graph(
                 steps.append(step)
                 step_kernels.append(kernel)
         computed.bound(node, kernel, ins, noted)
+        given_up.extend(noted)
         live_kernels.append(kernel)
         for block in workspace.release():
             arena.give(block)
@@ -770,6 +772,8 @@ def plan_graph(
             if r in storage.blocks:
                 arena.give(storage.blocks.pop(r))
     unread.__exit__(None, None, None)
+    for array in given_up:  # pages a later step's reads faulted back in, around its own
+        pages.release(array)
     arena.prefault()
     return ExecutionPlan(
         arrays=arrays,

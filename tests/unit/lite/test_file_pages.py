@@ -152,3 +152,35 @@ def test_a_widened_weight_a_kernel_packs_is_not_kept_twice(tmp_path):
     got = interp.run({"x": v})["y"]
     want = _conv(v, w16.astype(np.float32), bias, pad=1, stride=2)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_small_packed_weights_stay_out_after_later_layers_are_planned(tmp_path):
+    # Many small packed weights lie side by side in the file. A page fault maps its
+    # neighbours too (fault-around), so reading one layer's weights maps back the pages of
+    # layers planned before it; the plan drops them all once every layer is bound.
+    layers = [
+        (
+            (RNG.normal(size=(48, 48, 1, 3)) * 0.1).astype(np.float32),
+            RNG.normal(size=48).astype(np.float32),
+        )
+        for _ in range(16)
+    ]
+    b = ModelBuilder()
+    y = b.input("x", (1, 48, 10, 10))
+    for k, (w, bias) in enumerate(layers):
+        y = b.op(
+            OpCode.CONV2D,
+            [y, b.constant(f"w{k}", w), b.constant(f"b{k}", bias)],
+            pads=[0, 1, 0, 1],
+        )
+    b.output(y, name="y")
+    interp = Interpreter(model_path=save(b.build(), tmp_path / "small.spore"), num_threads=1)
+    v = (RNG.normal(size=(1, 48, 10, 10)) * 0.5).astype(np.float32)
+    got = interp.run({"x": v})["y"]
+    want = v.astype(np.float64)
+    for w, bias in layers:
+        want = _conv(np.pad(want, ((0, 0), (0, 0), (0, 0), (1, 1))), w, bias)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    stored = [interp.model.tensors[interp.model.tensor_index(f"w{k}")].data for k in range(16)]
+    resident = np.mean([_resident(w) for w in stored])
+    assert resident < 0.2, f"{resident:.0%} of the packed weights' pages stayed resident"
