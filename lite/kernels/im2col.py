@@ -113,8 +113,9 @@ def bind_im2col(
     k = cg * kh * kw
     extra = 0 if bias is None else 1
     per_image = (k + extra) * oh * ow * x.itemsize
-    if n == g == 1 and not by_phase and per_image > _BLOCK_BYTES:
-        return _bind_row_blocks(win, src, x, interior, refill, w, out, bias)
+    limit = column_limit(out.nbytes)
+    if n == g == 1 and not by_phase and per_image > limit:
+        return _bind_row_blocks(win, src, (x, interior, refill), w, out, bias, limit)
     if in_image_blocks(win, g, x.shape, x.itemsize) and out.flags.c_contiguous:
         step = max(1, _BLOCK_BYTES // per_image)
         weights = (w, bias, bias_runtime)
@@ -319,18 +320,20 @@ def _wide_block(
 def _bind_row_blocks(
     win: Window,
     src: np.ndarray,
-    x: np.ndarray,
-    interior: np.ndarray | None,
-    refill: Compute | None,
+    inputs: tuple[np.ndarray, np.ndarray | None, Compute | None],
     w: np.ndarray,
     out: np.ndarray,
     bias: np.ndarray | None,
+    limit: int,
 ) -> Compute:
     """Columns + GEMM over blocks of output rows, for one image whose column matrix is
     large (a 96-channel 3x3 layer on a 120x160 map has 66 MB of columns): each block's
-    columns (about _BLOCK_BYTES) are written and multiplied while still in cache, and the
-    GEMM writes the block's rows of `out` in place. The one block-sized buffer is a
-    temporary, so the step's memory stays bounded whatever the plane's size."""
+    columns (about `limit` bytes, see column_limit) are written and multiplied while
+    still in cache, and the GEMM writes the block's rows of `out` in place. The one
+    block-sized buffer is a temporary, so the step's memory stays bounded whatever the
+    plane's size. `inputs`: the input, the padding's interior in the padded copy (or None)
+    and the step that refills that copy's border."""
+    x, interior, refill = inputs
     o, cg, kh, kw = w.shape
     oh, ow = win.out
     k = cg * kh * kw
@@ -338,7 +341,7 @@ def _bind_row_blocks(
     wmat = w.reshape(o, k)
     if bias is not None:
         wmat = np.concatenate([wmat, bias.reshape(o, 1)], axis=1)
-    block = max(1, min(oh, _BLOCK_BYTES // (rows * ow * x.itemsize)))
+    block = max(1, min(oh, limit // (rows * ow * x.itemsize)))
     buf = temporary((rows, block * ow), x.dtype)
     # Row k carries the bias: no copy writes it, but the buffer is shared with other
     # steps, so it is rewritten on every call.
@@ -543,6 +546,22 @@ def _hwc_operands(
 # Largest column matrix (bytes) built whole; larger ones are built in blocks of output
 # rows of about this size, each multiplied while it is in cache (see _bind_row_blocks).
 _BLOCK_BYTES = 1 << 20
+
+# A one-image layer's column blocks may shrink to this size when its output is smaller
+# (column_limit).
+_MIN_BLOCK_BYTES = 256 << 10
+
+
+def column_limit(out_bytes: int) -> int:
+    """Largest column matrix (bytes) a one-image layer writing `out_bytes` builds whole.
+
+    The columns are a temporary, and on a small net (an audio front end's few hundred KiB
+    of activations) a layer's whole column matrix, kh*kw times its input, is the arena's
+    peak: larger than any tensor the plan holds. So the columns are no larger than the
+    layer's output, down to _MIN_BLOCK_BYTES, where blocks of output rows still multiply as
+    fast as the whole matrix (they fit any core's L2); at most _BLOCK_BYTES."""
+    return min(_BLOCK_BYTES, max(_MIN_BLOCK_BYTES, out_bytes))
+
 
 # The column block of a strided one-image layer (_bind_wide_phases). A vision net's stem
 # (3 input channels, stride 2) has the largest temporaries of the whole plan, so this

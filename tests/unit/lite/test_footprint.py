@@ -348,3 +348,27 @@ def test_released_pages_of_the_writable_arena_keep_their_data():
     values[...] = 3.0
     assert not pages.release(values)
     assert np.all(values == 3.0)
+
+
+def test_a_small_layers_columns_are_no_larger_than_its_output(monkeypatch):
+    from sporenet.lite.kernels import im2col
+
+    # A 1x3 convolution over 24 channels writes 24x70x32 floats (210 KiB) from columns three
+    # times that size: built whole they would be the plan's largest buffer by far.
+    monkeypatch.setattr(im2col, "_MIN_BLOCK_BYTES", 64 << 10)
+    w = RNG.normal(size=(24, 24, 1, 3)).astype(np.float32)
+    bias = RNG.normal(size=24).astype(np.float32)
+    b = ModelBuilder()
+    x = b.input("x", (1, 24, 70, 32))
+    b.output(
+        b.op(OpCode.CONV2D, [x, b.constant("w", w), b.constant("b", bias)], pads=[0, 1, 0, 1]),
+        name="y",
+    )
+    interp = Interpreter(model=b.build())
+    assert interp._plan.kernels[0].strategy == "im2col"
+    tensor = 24 * 70 * 32 * 4
+    # Input, output and one output's worth of columns (plus alignment), not 3x the input.
+    assert interp._plan.arena_bytes <= 3 * tensor + 64 * 8
+    v = RNG.normal(size=(1, 24, 70, 32)).astype(np.float32)
+    want = _conv_reference(np.pad(v, ((0, 0), (0, 0), (0, 0), (1, 1))), w, bias, pad=0)
+    np.testing.assert_allclose(interp.run({"x": v})["y"], want, rtol=1e-4, atol=1e-5)
