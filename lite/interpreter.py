@@ -15,7 +15,7 @@ from sporenet.lite.errors import InputError, ShapeError, ValueNeededError
 from sporenet.lite.format import load, parse
 from sporenet.lite.graph import DYNAMIC, Model, shape_text
 from sporenet.lite.kernels import raw
-from sporenet.lite.planner import ExecutionPlan, plan
+from sporenet.lite.planner import DirectRun, ExecutionPlan, plan
 from sporenet.lite.signature_runner import SignatureRunner
 from sporenet.lite.threads import BLAS
 from sporenet.lite.variables import state_tensors, writable_copies
@@ -75,6 +75,9 @@ class Interpreter:
         self._values: dict[int, np.ndarray] = {}
         self._pending: dict[int, np.ndarray] = {}
         self._plan: ExecutionPlan = self._first_plan()  # type: ignore[assignment]
+        # run()'s path for feeds of the planned dtypes and shapes, and the plan it is of
+        # (rebuilt when a re-plan replaces that plan).
+        self._direct: tuple[ExecutionPlan | None, DirectRun | None] = (None, None)
         self._warm_up(time.process_time() - started)
 
     # ---- planning
@@ -345,6 +348,19 @@ class Interpreter:
 
         An input whose dynamic dimensions differ from the current plan re-plans first.
         """
+        planned, direct = self._direct
+        if planned is not self._plan:
+            planned = self._plan
+            names = self._input_names, self._output_names
+            direct = None if self._value_inputs else DirectRun.of(planned, *names)
+            self._direct = (planned, direct)
+        if direct is not None and direct.feed(feeds):
+            self.execute(direct.plan)
+            return direct.results()
+        return self._checked_run(feeds)
+
+    def _checked_run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """`run` for any feeds: converted, checked, re-planned for new shapes."""
         unknown = sorted(set(feeds) - set(self._input_names))
         missing = sorted(set(self._input_names) - set(feeds))
         if unknown or missing:

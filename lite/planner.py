@@ -26,6 +26,7 @@ from sporenet.lite.kernels import KERNELS, QUANTIZED_KERNELS, kernel_class, supp
 from sporenet.lite.kernels.base import Kernel, TensorSpec
 from sporenet.lite.kernels.quantized.base import is_quantized
 from sporenet.lite.kernels.quantized.convert import dequantize_array
+from sporenet.lite.kernels.raw import copyto
 from sporenet.lite.kernels.state import ReadVariable
 from sporenet.lite.kernels.transform import Transpose, contiguous_slice
 from sporenet.lite.kernels.workspace import Workspace, active
@@ -53,6 +54,55 @@ class ExecutionPlan:
     def run(self) -> None:
         for step in self.steps:
             step()
+
+
+class DirectRun:
+    """A plan's input and output arrays by signature name, for the run path of feeds that
+    already have the planned dtypes and shapes (a streaming model's every call): nothing
+    to look up, convert or check, one copy in and one out per tensor.
+
+    `feed` refuses anything else (another shape or dtype, a Python number, a list, a
+    missing name), so the caller's checked path handles it and raises its errors. A plan with
+    string (object) inputs gets none: their values need converting."""
+
+    __slots__ = ("inputs", "outputs", "plan")
+
+    def __init__(self, planned: ExecutionPlan, inputs: dict[str, int], outputs: dict[str, int]):
+        self.plan = planned
+        self.inputs = [(name, planned.arrays[i]) for name, i in inputs.items()]
+        self.outputs = [(name, planned.arrays[i]) for name, i in outputs.items()]
+
+    @classmethod
+    def of(
+        cls, planned: ExecutionPlan | None, inputs: dict[str, int], outputs: dict[str, int]
+    ) -> DirectRun | None:
+        """The direct path of `planned`; None when it has none (no plan, string inputs)."""
+        if planned is None or any(planned.specs[i].dtype.hasobject for i in inputs.values()):
+            return None
+        return cls(planned, inputs, outputs)
+
+    def feed(self, feeds: dict[str, np.ndarray]) -> bool:
+        """Copy `feeds` into the plan's inputs if each is an ndarray (or a NumPy scalar) of
+        the planned dtype and shape and no other name is given; False (nothing copied)
+        otherwise."""
+        inputs = self.inputs
+        if len(feeds) != len(inputs):
+            return False
+        for name, target in inputs:
+            value = feeds.get(name)
+            if (
+                (type(value) is not np.ndarray and not isinstance(value, np.generic))
+                or value.shape != target.shape
+                or (value.dtype is not target.dtype and value.dtype != target.dtype)
+            ):
+                return False
+        for name, target in inputs:
+            copyto(target, feeds[name])
+        return True
+
+    def results(self) -> dict[str, np.ndarray]:
+        """Copies of the outputs (a caller's changes must not reach the next run)."""
+        return {name: array.copy() for name, array in self.outputs}
 
 
 def check_supported(model: Model, graph_index: int) -> None:

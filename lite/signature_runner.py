@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from sporenet.lite.errors import InputError
-from sporenet.lite.planner import ExecutionPlan
+from sporenet.lite.planner import DirectRun, ExecutionPlan
 
 if TYPE_CHECKING:
     from sporenet.lite.interpreter import Interpreter
@@ -35,6 +35,8 @@ class SignatureRunner:
         self.signature = interpreter.model.signature(key)
         self._plans: dict[tuple, ExecutionPlan] = {}
         self._last: ExecutionPlan | None = None
+        # The direct path for inputs of the dtypes and shapes of a plan, and that plan.
+        self._direct: tuple[ExecutionPlan | None, DirectRun | None] = (None, None)
 
     def get_input_details(self) -> dict[str, dict[str, Any]]:
         """Input name -> {index, shape_signature, dtype}."""
@@ -101,7 +103,14 @@ class SignatureRunner:
 
     def __call__(self, **inputs: Any) -> dict[str, np.ndarray]:
         """Run the signature on keyword inputs; returns copies of its outputs by name."""
+        last, direct = self._direct
+        if direct is not None and last is self._last and direct.feed(inputs):
+            self.interpreter.execute(direct.plan)
+            return direct.results()
         planned = self.prepare(inputs)
+        if last is not planned:
+            sig = self.signature
+            self._direct = (planned, DirectRun.of(planned, sig.inputs, sig.outputs))
         self.interpreter.execute(planned)
         return {name: np.array(planned.arrays[i]) for name, i in self.signature.outputs.items()}
 

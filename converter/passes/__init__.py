@@ -24,6 +24,7 @@ from sporenet.converter.passes.noop_layout import remove_noop_layout
 from sporenet.converter.passes.pad_fusion import fuse_pads
 from sporenet.converter.passes.shape_inference import infer_shapes
 from sporenet.converter.passes.silu import fuse_silu
+from sporenet.converter.passes.transpose_sinking import sink_transposes
 from sporenet.lite.graph import Model
 
 
@@ -36,6 +37,8 @@ class Pass:
 PIPELINE: tuple[Pass, ...] = (
     Pass("identity-removal", remove_identities),
     Pass("constant-folding", fold_constants),
+    # issue 27: tf2onnx's NHWC islands between NCHW convolutions cancel out.
+    Pass("transpose-sinking", sink_transposes),
     Pass("noop-reshape-transpose-removal", remove_noop_layout),
     # tflitespeed (issue 26): Keras's ZeroPadding2D folded into the convolution after it.
     Pass("pad-fusion", fuse_pads),
@@ -76,4 +79,5 @@ __all__ = [
     "optimize",
     "remove_identities",
     "remove_noop_layout",
+    "sink_transposes",
 ]

@@ -10,7 +10,7 @@ from sporenet.lite import pages
 from sporenet.lite.kernels import int8_weights, raw
 from sporenet.lite.kernels.activation import fused_activation, then_activation
 from sporenet.lite.kernels.base import Attrs, Compute, Kernel, TensorSpec, required
-from sporenet.lite.kernels.conv_common import ROW_PRODUCT_ROWS, matmul_for
+from sporenet.lite.kernels.conv_common import ROW_PRODUCT_ROWS, matmul_for, row_products
 from sporenet.lite.kernels.quantized.base import is_quantized
 from sporenet.lite.kernels.quantized.convert import dequantize_array
 from sporenet.lite.ops import OpCode
@@ -47,8 +47,8 @@ class FullyConnected(Kernel):
         self.output_specs = [TensorSpec((*x.shape[:-1], w.shape[0]), x.dtype)]
         self.activation = fused_activation(self.op.name, attrs.values)
         rows = int(np.prod(x.shape[:-1], dtype=np.int64))
-        # 2-3 rows: one W @ x[i] per row (conv_common.ROW_PRODUCT_ROWS).
-        self.row_products = not self.int8 and rows in ROW_PRODUCT_ROWS
+        # 2-3 rows over weights beyond L2's: one W @ x[i] per row (conv_common.row_products).
+        self.row_products = not self.int8 and row_products(rows, w.shape[1], w.shape[0])
         self.transposed = not self.int8 and not self.row_products and _few_rows(rows, *w.shape)
         if self.transposed:  # x.T and (x @ W.T).T, see _few_rows
             self.scratch_layout = [((w.shape[1], rows), x.dtype), ((w.shape[0], rows), x.dtype)]

@@ -39,7 +39,7 @@ from sporenet.lite import cpu_cache, huge_pages, pages, shared_weights
 from sporenet.lite.graph import Quantization
 from sporenet.lite.kernels import int8_weights, recurrent_quant
 from sporenet.lite.kernels.base import Compute, TensorSpec, required
-from sporenet.lite.kernels.conv_common import ROW_PRODUCT_ROWS
+from sporenet.lite.kernels.conv_common import row_products
 from sporenet.lite.kernels.workspace import temporary
 
 if TYPE_CHECKING:
@@ -317,11 +317,12 @@ def _gru_steps(
 
 def bind_product(x: np.ndarray, w: np.ndarray, out: np.ndarray) -> Compute:
     """The step out = x @ w for stacked (dirs, rows, k) states and (dirs, k, n) weights:
-    one np.matmul, or for ROW_PRODUCT_ROWS rows one product per direction and row (np.dot,
-    or np.matmul for a column slice of the weights, which np.dot would first copy)."""
+    one np.matmul, or for 2 or 3 rows over large weights (conv_common.row_products) one
+    product per direction and row (np.dot, or np.matmul for a column slice of the weights,
+    which np.dot would first copy)."""
     rows = x.shape[-2]
     matmul = np.matmul
-    if x.ndim != 3 or rows not in ROW_PRODUCT_ROWS:
+    if x.ndim != 3 or not row_products(rows, *w.shape[-2:]):
 
         def stacked() -> None:
             matmul(x, w, out=out)
