@@ -12,7 +12,7 @@ as one reciprocal per output position.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import ClassVar
 
 import numpy as np
@@ -165,12 +165,43 @@ def _fold(f: np.ufunc, views: list[np.ndarray], out: np.ndarray) -> Callable[[],
     return fold
 
 
+def first_maxima(
+    windows: Iterable[np.ndarray],
+    y: np.ndarray,
+    hit: np.ndarray | Sequence[np.ndarray],
+    free: np.ndarray,
+    *,
+    positive_only: bool = False,
+) -> Iterator[None]:
+    """Walk the taps' views of x in row-major order, leaving in `hit` at each step the
+    windows whose first element equal to the maximum y is at that tap (`free`: scratch of
+    the windows still unrouted; with positive_only, only windows whose y > 0 are routed).
+    `hit` is one array rewritten at each step, or one array per tap (a routing mask).
+    The one tie rule of MAX_POOL2D's routing mask, MAX_POOL2D_GRAD and its adjoint."""
+    if positive_only:
+        np.greater(y, 0, out=free)
+    else:
+        free.fill(True)
+    single = hit if isinstance(hit, np.ndarray) else None
+    for t, xt in enumerate(windows):
+        h = hit[t] if single is None else single
+        np.equal(xt, y, out=h)
+        np.logical_and(h, free, out=h)
+        np.logical_xor(free, h, out=free)
+        yield
+
+
 class MaxPool2D(_WindowPool):
     """Max over each window; padding never wins.
 
     With two outputs, output 1 holds ONNX's Indices: where each max sits in the flattened
     (N, C, H, W) input, row-major within a plane (storage_order=0) or column-major
     (storage_order=1); the first window position in row-major order on ties.
+    With routing=1 (training graphs), output 1 is instead the routing mask MAX_POOL2D_GRAD
+    reads: bool (kh * kw, N, C, OH, OW), mask[t] true where tap t (row-major) holds the
+    window's first maximum. Windows that tile x are then split once into tap-major
+    planes, from which both y and the mask come in whole-plane passes; the gradient then
+    skips the comparisons it would otherwise repeat over strided views of x.
     """
 
     op = OpCode.MAX_POOL2D
@@ -184,8 +215,17 @@ class MaxPool2D(_WindowPool):
         self.storage_order = attrs.int("storage_order", 0)
         if self.storage_order not in (0, 1):
             raise self.fail(f"storage_order must be 0 or 1, got {self.storage_order}")
-        if attrs.num_outputs == 2:
-            self.output_specs.append(TensorSpec(self.output_specs[0].shape, np.dtype(np.int64)))
+        self.routing = attrs.int("routing", 0)
+        if self.routing not in (0, 1):
+            raise self.fail(f"routing must be 0 or 1, got {self.routing}")
+        if self.routing and attrs.num_outputs != 2:
+            raise self.fail(f"routing=1 needs 2 outputs (Y, mask), got {attrs.num_outputs}")
+        y_shape = self.output_specs[0].shape
+        if self.routing:
+            taps = self.win.kernel[0] * self.win.kernel[1]
+            self.output_specs.append(TensorSpec((taps, *y_shape), np.dtype(np.bool_)))
+        elif attrs.num_outputs == 2:
+            self.output_specs.append(TensorSpec(y_shape, np.dtype(np.int64)))
 
     # The indices scan compares NCHW scratch arrays with the taps: NCHW only then.
     def channels_last_input(self, index: int) -> ChannelsLast:
@@ -197,10 +237,81 @@ class MaxPool2D(_WindowPool):
         return super().channels_last_output(index) if one else ChannelsLast.REFUSED
 
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
-        pool = self._bind_reduce(inputs[0], outputs[0])
+        x = required(inputs, 0)
+        if self.routing:
+            if self._tiles(x) and outputs[1].flags.c_contiguous:
+                return self._bind_split_routing(x, outputs[0], outputs[1])
+            return self._bind_routing(x, outputs[0], outputs[1])
+        pool = self._bind_reduce(x, outputs[0])
         if len(outputs) < 2:
             return pool
-        return self._bind_indices(inputs[0], outputs[1], pool)
+        return self._bind_indices(x, outputs[1], pool)
+
+    def _tiles(self, x: np.ndarray) -> bool:
+        """Whether the windows tile a C-contiguous x exactly (kernel == strides, no
+        padding or dilation): then x reshapes, as a view, to (N, C, OH, kh, OW, kw)."""
+        win = self.win
+        return (
+            x.flags.c_contiguous
+            and win.kernel == win.strides
+            and win.dilations == (1, 1)
+            and not win.padded
+            and x.shape[2:] == tuple(o * k for o, k in zip(win.out, win.kernel, strict=True))
+        )
+
+    def _bind_routing(self, x: np.ndarray, y: np.ndarray, mask: np.ndarray) -> Compute:
+        """y by the separable pool, then the routing mask by the first-maximum walk over
+        the taps' (strided) views of the padded input."""
+        win = self.win
+        pool = self._bind_reduce(x, y)
+        src, refresh = self._source(x)
+        windows = [src[(slice(None), slice(None), *win.tap(i, j))] for i, j in _taps(win)]
+        hits = list(mask)
+        free = np.empty(y.shape, np.bool_)
+
+        def compute() -> None:
+            pool()
+            if refresh is not None:
+                refresh()
+            for _ in first_maxima(windows, y, hits, free):
+                pass
+
+        return compute
+
+    def _bind_split_routing(self, x: np.ndarray, y: np.ndarray, mask: np.ndarray) -> Compute:
+        """Tiling windows: per block of images, one copy splits x into tap-major planes
+        (kh * kw, images, C, OH, OW), each as contiguous as y; y is then the maximum over
+        the planes and the mask the first-maximum walk over them, all whole-array passes
+        (a strided view of x is several times slower per element)."""
+        (kh, kw), (oh, ow) = self.win.kernel, self.win.out
+        n, c = x.shape[:2]
+        taps = kh * kw
+        step = max(1, min(n, _BLOCK_BYTES // max(1, x[0].nbytes)))
+        split = temporary((taps, step, c, oh, ow), x.dtype)
+        free = np.empty((step, c, oh, ow), np.bool_)
+        blocks = []
+        for b in range(0, n, step):
+            m = min(step, n - b)
+            source = x[b : b + m].reshape(m, c, oh, kh, ow, kw).transpose(3, 5, 0, 1, 2, 4)
+            planes = split[:, :m]
+            target = planes.reshape(kh, kw, m, c, oh, ow)
+            hits = list(mask[:, b : b + m])
+            blocks.append((target, source, list(planes), y[b : b + m], hits, free[:m]))
+        copyto, maximum = np.copyto, np.maximum
+
+        def compute() -> None:
+            for target, source, planes, yb, hits, fb in blocks:
+                copyto(target, source)
+                if taps == 1:
+                    copyto(yb, planes[0])
+                else:
+                    maximum(planes[0], planes[1], out=yb)
+                for plane in planes[2:]:
+                    maximum(yb, plane, out=yb)
+                for _ in first_maxima(planes, yb, hits, fb):
+                    pass
+
+        return compute
 
     def _bind_indices(self, x: np.ndarray, indices: np.ndarray, pool: Compute) -> Compute:
         """Indices by a scan over the window taps keeping the first strict maximum."""
@@ -281,6 +392,11 @@ class AvgPool2D(_WindowPool):
             multiply(out, scale, out=out)
 
         return compute
+
+
+def _taps(win: Window) -> list[tuple[int, int]]:
+    """The window's (row, column) taps in row-major order, the order ties go by."""
+    return [(i, j) for i in range(win.kernel[0]) for j in range(win.kernel[1])]
 
 
 def _window_counts(win: Window, axis: int, size: int, include_pad: bool) -> np.ndarray:

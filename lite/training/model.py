@@ -15,7 +15,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable, Mapping
 from dataclasses import replace
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -261,8 +261,9 @@ def _training_forward(
     m: Model, forward: Graph, params: set[int], new_tensor: Callable[..., int]
 ) -> list[Node]:
     """The forward nodes in training mode: Dropout drawing masks, BatchNorm with batch
-    statistics, an LSTM the gradient flows through saving its steps for LSTM_GRAD, and
-    activations whose derivative needs their input split off."""
+    statistics, an LSTM the gradient flows through saving its steps for LSTM_GRAD, max
+    pools the gradient flows through emitting their routing mask, and activations whose
+    derivative needs their input split off."""
     nodes: list[Node] = []
     trained = set(params)  # tensors that depend on a trained parameter
     for n in forward.nodes:
@@ -293,6 +294,8 @@ def _training_forward(
             nodes.append(
                 Node(OpCode.BATCH_NORM_TRAINING, list(n.inputs), outputs, attrs, 1, n.name)
             )
+        elif n.op == OpCode.MAX_POOL2D and len(n.outputs) == 1 and trained.intersection(n.inputs):
+            nodes.append(_routing_pool(m, n, new_tensor))
         elif n.attrs.get("activation", "none") in UNFUSED_OPS:
             nodes.extend(_unfuse(m, n, new_tensor))
         else:
@@ -300,6 +303,18 @@ def _training_forward(
                 replace(n, inputs=list(n.inputs), outputs=list(n.outputs), attrs=dict(n.attrs))
             )
     return nodes
+
+
+def _routing_pool(m: Model, n: Node, new_tensor: Callable[..., int]) -> Node:
+    """A MAX_POOL2D node with routing=1: output 1, bool (kh * kw, *y.shape), marks the
+    tap of each window's first maximum, which MAX_POOL2D_GRAD then reads (one multiply
+    per tap) instead of comparing every tap of x with y again."""
+    y = m.tensors[n.outputs[0]]
+    kernel = cast(list[int], n.attrs["kernel_shape"])
+    taps = int(np.prod(kernel))
+    mask = new_tensor(f"{n.name or y.name}/routing", np.bool_, (taps, *y.shape))
+    attrs = {**n.attrs, "routing": 1}
+    return Node(OpCode.MAX_POOL2D, list(n.inputs), [n.outputs[0], mask], attrs, n.version, n.name)
 
 
 def _lstm_training(m: Model, n: Node, new_tensor: Callable[..., int]) -> Node:
@@ -350,8 +365,9 @@ def _pool_before_relu(
             source, changed[k] = n.inputs[0], []
             relu = replace(n, inputs=[pooled], outputs=[pool.outputs[0]], attrs=dict(n.attrs))
         inputs = [source, *pool.inputs[1:]]
+        outputs = [pooled, *pool.outputs[1:]]  # and its routing mask, if any
         changed[users[0]] = [
-            replace(pool, inputs=inputs, outputs=[pooled], attrs=dict(pool.attrs)),
+            replace(pool, inputs=inputs, outputs=outputs, attrs=dict(pool.attrs)),
             relu,
         ]
     return [new for k, n in enumerate(nodes) for new in changed.get(k, [n])]

@@ -314,10 +314,13 @@ def max_pool2d_grad(ctx: GradContext, node: Node, grads: list[int | None]) -> li
     # dx routes g to each window's first maximum: linear in g, whose adjoint reads u at the
     # same taps; the routing is piecewise constant in x and y, so they get no gradient.
     # A folded ReLU (relu=1) masks g by y > 0, so the adjoint masks its output alike.
+    # A routing mask (input 3) routes as the walk over x and y does: the adjoint reads those.
     (u,) = grads
+    nothing: list[int | None] = [None] * len(node.inputs)
     if u is None or not ctx.needs(node.inputs[0]):
-        return [None, None, None]
-    return [ctx.op(O.MAX_POOL2D_SELECT, [u, *node.inputs[1:]], **node.attrs), None, None]
+        return nothing
+    select = ctx.op(O.MAX_POOL2D_SELECT, [u, *node.inputs[1:3]], **node.attrs)
+    return [select, *nothing[1:]]
 
 
 def max_pool2d_select(ctx: GradContext, node: Node, grads: list[int | None]) -> list[int | None]:

@@ -9,8 +9,14 @@ from sporenet.lite.ops import OpCode
 
 
 def max_pool2d(ctx: GradContext, node: Node, grads: list[int | None]) -> list[int | None]:
+    # With routing=1 (a training graph's forward) output 1 is the routing mask: the
+    # gradient reads it instead of finding each window's first maximum again.
     x, y = node.inputs[0], node.outputs[0]
-    return [ctx.op(OpCode.MAX_POOL2D_GRAD, [grads[0], x, y], **node.attrs)]
+    inputs = [grads[0], x, y]
+    if node.attrs.get("routing", 0):
+        inputs.append(node.outputs[1])
+    attrs = {k: v for k, v in node.attrs.items() if k != "routing"}
+    return [ctx.op(OpCode.MAX_POOL2D_GRAD, inputs, **attrs)]
 
 
 def avg_pool2d(ctx: GradContext, node: Node, grads: list[int | None]) -> list[int | None]:

@@ -4,48 +4,32 @@ MAX_POOL2D_GRAD(g, x, y) routes each output gradient to the first window element
 the window's maximum y (ties go to the first tap in row-major order). AVG_POOL2D_GRAD(g, x)
 spreads each output gradient evenly over its window with the forward's divisors. Both take
 the forward node's attributes and work on a zero-initialized padded gradient buffer.
+MAX_POOL2D_GRAD(g, x, y, mask) takes the routing mask the forward made (MAX_POOL2D with
+routing=1, output 1) instead of finding the maxima again: each tap's share is g times
+its plane of the mask, one pass per tap.
 MAX_POOL2D_SELECT(u, x, y), MAX_POOL2D_GRAD's adjoint, reads u at the taps it routes to.
 With relu=1 both also take the derivative of a ReLU applied to y (a pool the training
 graph moved before its ReLU): windows whose maximum is not positive route nothing, which
-costs no pass of its own (the routing starts from y > 0 instead of from every window).
+costs no pass of its own (the routing starts from y > 0 instead of from every window;
+with a mask, g is masked by y > 0 first, a pass over the small pooled tensor).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
 from sporenet.lite.kernels.base import REQUIRED, Attrs, Compute, Kernel, TensorSpec, required
+from sporenet.lite.kernels.pooling import first_maxima
 from sporenet.lite.kernels.spatial import Window, check_nchw, window
 from sporenet.lite.ops import OpCode
+
+__all__ = ["AvgPool2DGrad", "MaxPool2DGrad", "MaxPool2DSelect", "first_maxima"]
 
 _TILED_BLOCK_BYTES = 384 << 10
 """Bytes of x per block of images in the tiled max-pool gradient: each tap's strided pass
 over a whole batch's x would stream it from memory again."""
-
-
-def first_maxima(
-    windows: Iterable[np.ndarray],
-    y: np.ndarray,
-    hit: np.ndarray,
-    free: np.ndarray,
-    *,
-    positive_only: bool = False,
-) -> Iterator[None]:
-    """Walk the taps' views of x in row-major order, leaving in `hit` at each step the
-    windows whose first element equal to the maximum y is at that tap (`free`: scratch of
-    the windows still unrouted; with positive_only, only windows whose y > 0 are routed).
-    The one tie rule MAX_POOL2D_GRAD and its adjoint share."""
-    if positive_only:
-        np.greater(y, 0, out=free)
-    else:
-        free.fill(True)
-    for xt in windows:
-        np.equal(xt, y, out=hit)
-        np.logical_and(hit, free, out=hit)
-        np.logical_xor(free, hit, out=free)
-        yield
 
 
 class _PoolGrad(Kernel):
@@ -82,7 +66,7 @@ class _PoolGrad(Kernel):
 
 class MaxPool2DGrad(_PoolGrad):
     op = OpCode.MAX_POOL2D_GRAD
-    num_inputs = (3, 3)
+    num_inputs = (3, 4)
 
     def __init__(self, attrs: Attrs, inputs: Sequence[TensorSpec | None]) -> None:
         super().__init__(attrs, inputs)
@@ -91,16 +75,34 @@ class MaxPool2DGrad(_PoolGrad):
         if y.shape != g.shape:
             raise self.fail(f"y shape {list(y.shape)} differs from the gradient's {list(g.shape)}")
         self.relu = self._relu()
+        mask = self.optional_input(3)
+        if mask is not None:
+            expected = (len(self.taps), *g.shape)
+            if mask.shape != expected or mask.dtype != np.bool_:
+                raise self.fail(
+                    f"routing mask must be bool {list(expected)} (MAX_POOL2D routing=1, "
+                    f"output 1), got {mask.dtype} {list(mask.shape)}"
+                )
 
-    def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
-        g, x, y, out = inputs[0], inputs[1], inputs[2], outputs[0]
+    def _tiled(self, x: np.ndarray) -> bool:
+        """Whether the windows tile x exactly (kernel == stride, no padding or dilation)."""
         win = self.win
-        if (
+        return (
             win.kernel == win.strides
             and win.dilations == (1, 1)
             and not win.padded
             and x.shape[2:] == tuple(o * k for o, k in zip(win.out, win.kernel, strict=True))
-        ):
+        )
+
+    def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
+        g, x, y = (required(inputs, k) for k in range(3))
+        out = outputs[0]
+        mask = inputs[3] if len(inputs) > 3 else None
+        if mask is not None and self._tiled(x):
+            return self._bind_routed_tiled(g, y, mask, out)
+        if mask is not None:
+            return self._bind_routed(g, y, mask, out)
+        if self._tiled(x):
             return self._bind_tiled(g, x, y, out)
         xp = np.full(self.padded_shape, -np.inf, x.dtype)
         x_in = xp[self.interior]
@@ -121,6 +123,65 @@ class MaxPool2DGrad(_PoolGrad):
                 target = dxp[:, :, rows, cols]
                 np.add(target, contribution, out=target)
             np.copyto(out, dx_in)
+
+        return compute
+
+    def _bind_routed_tiled(
+        self, g: np.ndarray, y: np.ndarray, mask: np.ndarray, out: np.ndarray
+    ) -> Compute:
+        """Windows that tile x, with the forward's routing mask: each tap's share of out is
+        g times the tap's plane of the mask, written directly, for blocks of images (as
+        _bind_tiled). With relu=1, g is first masked by y > 0."""
+        (kh, kw) = self.win.kernel
+        n = g.shape[0]
+        step = max(1, min(n, _TILED_BLOCK_BYTES // max(1, out[0].nbytes)))
+        positive = np.empty((step, *g.shape[1:]), np.bool_)
+        masked = np.empty((step, *g.shape[1:]), g.dtype)
+        blocks = []
+        for b in range(0, n, step):
+            m, ob = min(step, n - b), out[b : b + step]
+            targets = [ob[:, :, i::kh, j::kw] for i in range(kh) for j in range(kw)]
+            planes = list(mask[:, b : b + m])
+            blocks.append((g[b : b + m], y[b : b + m], positive[:m], masked[:m], planes, targets))
+        multiply, greater, relu = np.multiply, np.greater, self.relu
+
+        def compute() -> None:
+            for gb, yb, pb, mb, planes, targets in blocks:
+                source = gb
+                if relu:
+                    greater(yb, 0, out=pb)
+                    multiply(gb, pb, out=mb)
+                    source = mb
+                for plane, target in zip(planes, targets, strict=True):
+                    multiply(source, plane, out=target)
+
+        return compute
+
+    def _bind_routed(
+        self, g: np.ndarray, y: np.ndarray, mask: np.ndarray, out: np.ndarray
+    ) -> Compute:
+        """Any window, with the forward's routing mask: g times each tap's plane of the
+        mask is added onto a zeroed padded buffer, whose interior is dx."""
+        dxp = np.zeros(self.padded_shape, g.dtype)
+        interior = dxp[self.interior]
+        targets = [dxp[:, :, rows, cols] for rows, cols in self.taps]
+        planes = list(mask)
+        positive = np.empty(g.shape, np.bool_)
+        masked = np.empty(g.shape, g.dtype)
+        contribution = np.empty(g.shape, g.dtype)
+        multiply, add, relu = np.multiply, np.add, self.relu
+
+        def compute() -> None:
+            source = g
+            if relu:
+                np.greater(y, 0, out=positive)
+                multiply(g, positive, out=masked)
+                source = masked
+            dxp.fill(0)
+            for plane, target in zip(planes, targets, strict=True):
+                multiply(source, plane, out=contribution)
+                add(target, contribution, out=target)
+            np.copyto(out, interior)
 
         return compute
 

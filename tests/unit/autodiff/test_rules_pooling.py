@@ -128,6 +128,53 @@ def test_max_pool_gradient_with_relu_folded_in_matches_relu_after_the_pool(attrs
     np.testing.assert_allclose(np.vdot(picked, g), np.vdot(u, dx), rtol=1e-5)
 
 
+ROUTING_CASES = {  # attributes and the input's side: tiled cases take the split path
+    "tiled": ({"kernel_shape": [2, 2], "strides": [2, 2]}, 8),
+    "tiled_3x3": ({"kernel_shape": [3, 3], "strides": [3, 3]}, 9),
+    "overhang": ({"kernel_shape": [2, 2], "strides": [2, 2]}, 9),
+    "overlapping_padded": ({"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}, 9),
+    "ceil_mode": ({"kernel_shape": [2, 2], "strides": [2, 2], "ceil_mode": 1}, 9),
+}
+
+
+@pytest.mark.parametrize("name", list(ROUTING_CASES))
+@pytest.mark.parametrize("relu", [0, 1])
+def test_max_pool_routing_mask_routes_as_the_gradient_walk(name, relu):
+    # MAX_POOL2D routing=1: y unchanged, and output 1 marks each window's first maximum;
+    # MAX_POOL2D_GRAD reading that mask gives the same bits as walking x and y itself.
+    # Integer values make ties (whole windows of equal values), negative and zero maxima.
+    from sporenet.lite.eager import run_op
+
+    attrs, side = ROUTING_CASES[name]
+    rng = np.random.default_rng(5)
+    x = rng.integers(-3, 3, size=(5, 3, side, side)).astype(np.float32)
+    x[0, 0] = 1.0  # a plane of ties
+    (y,) = run_op(OpCode.MAX_POOL2D, [x], **attrs)
+    y_routed, mask = run_op(OpCode.MAX_POOL2D, [x], num_outputs=2, routing=1, **attrs)
+    np.testing.assert_array_equal(y_routed, y)
+    kh, kw = attrs["kernel_shape"]
+    assert mask.dtype == np.bool_ and mask.shape == (kh * kw, *y.shape)
+    assert (mask.sum(axis=0) == 1).all()  # one tap per window, ties included
+    g = rng.normal(size=y.shape).astype(np.float32)
+    (walked,) = run_op(OpCode.MAX_POOL2D_GRAD, [g, x, y], relu=relu, **attrs)
+    (routed,) = run_op(OpCode.MAX_POOL2D_GRAD, [g, x, y, mask], relu=relu, **attrs)
+    np.testing.assert_array_equal(routed, walked)
+    if name == "tiled":  # the first maximum in row-major order, by brute force
+        windows = x.reshape(5, 3, 4, 2, 4, 2).transpose(3, 5, 0, 1, 2, 4)
+        first = np.argmax(windows.reshape(4, *y.shape) == y, axis=0)
+        np.testing.assert_array_equal(mask, np.arange(4)[:, None, None, None, None] == first)
+
+
+def test_max_pool_gradient_rejects_a_mask_of_the_wrong_shape():
+    from sporenet.lite.eager import run_op
+
+    x = np.zeros((1, 1, 4, 4), np.float32)
+    y = np.zeros((1, 1, 2, 2), np.float32)
+    mask = np.zeros((1, 1, 1, 2, 2), np.bool_)
+    with pytest.raises(Exception, match=r"routing mask must be bool \[4, 1, 1, 2, 2\]"):
+        run_op(OpCode.MAX_POOL2D_GRAD, [y, x, y, mask], kernel_shape=[2, 2], strides=[2, 2])
+
+
 def test_max_pool_gradient_rejects_a_relu_flag_other_than_0_or_1():
     from sporenet.lite.eager import run_op
 

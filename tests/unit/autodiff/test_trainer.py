@@ -432,3 +432,46 @@ def test_relu_before_max_pool_moves_after_it_with_bit_identical_training(
     assert losses == unswapped_losses
     for name, value in weights.items():
         np.testing.assert_array_equal(value, unswapped[name], err_msg=name)
+
+
+@pytest.mark.parametrize(("padded", "fused"), [(False, False), (True, False), (False, True)])
+def test_max_pool_routing_mask_trains_bit_identically_through_a_spore_file(
+    monkeypatch, tmp_path, padded, fused
+):
+    # The training forward's MAX_POOL2D emits its routing mask (routing=1, output 1) and
+    # MAX_POOL2D_GRAD reads it: the graph survives a .spore round trip and trains exactly
+    # as the gradient that walks x and y itself (ties included: integer inputs).
+    from sporenet.lite import load, save
+    from sporenet.lite.training import model as training_model
+
+    rng = np.random.default_rng(4)
+    x = rng.integers(-2, 3, size=(16, 1, 6, 6)).astype(np.float32)
+    y = rng.integers(0, 2, size=16).astype(np.int64)
+
+    def make():
+        return make_training_model(
+            conv_relu_pool(padded=padded, fused=fused),
+            output="logits",
+            loss="softmax_cross_entropy",
+            optimizer=OptimizerConfig("sgd", lr=0.1, momentum=0.9),
+        )
+
+    def train(model):
+        trainer = Trainer(model, num_threads=1)
+        return [trainer.step({"x": x, "labels": y}, 0.1) for _ in range(5)], trainer.weights()
+
+    model = load(save(make(), tmp_path / "train.spore"))
+    nodes = model.graphs[model.signature("train").graph].nodes
+    (pool,) = [n for n in nodes if n.op == OpCode.MAX_POOL2D]
+    (grad,) = [n for n in nodes if n.op == OpCode.MAX_POOL2D_GRAD]
+    assert pool.attrs["routing"] == 1 and grad.inputs[3] == pool.outputs[1]
+    assert model.tensors[pool.outputs[1]].dtype == np.bool_
+    losses, weights = train(model)
+    monkeypatch.setattr(training_model, "_routing_pool", lambda m, n, new_tensor: n)
+    walked = make()
+    nodes = walked.graphs[walked.signature("train").graph].nodes
+    assert all(len(n.inputs) == 3 for n in nodes if n.op == OpCode.MAX_POOL2D_GRAD)
+    walked_losses, walked_weights = train(walked)
+    assert losses == walked_losses
+    for name, value in weights.items():
+        np.testing.assert_array_equal(value, walked_weights[name], err_msg=name)
