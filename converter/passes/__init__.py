@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from sporenet.converter.passes.activation_fusion import fuse_activations
 from sporenet.converter.passes.batchnorm_folding import fold_batch_norms
 from sporenet.converter.passes.bias_folding import fold_biases
+from sporenet.converter.passes.bias_forwarding import forward_depthwise_biases
 from sporenet.converter.passes.constant_folding import fold_constants
 from sporenet.converter.passes.dead_code import eliminate_dead_nodes
 from sporenet.converter.passes.gelu import fuse_gelu
@@ -49,6 +50,9 @@ PIPELINE: tuple[Pass, ...] = (
     Pass("silu-recognition", fuse_silu),
     Pass("gelu-recognition", fuse_gelu),
     Pass("activation-fusion", fuse_activations),
+    # tfdw (issue 26): after activation fusion, which decides which depthwise layers
+    # have no activation of their own.
+    Pass("depthwise-bias-forwarding", forward_depthwise_biases),
     Pass("dead-node-elimination", eliminate_dead_nodes),
     Pass("shape-inference", infer_shapes),
 )
@@ -70,6 +74,7 @@ __all__ = [
     "fold_biases",
     "fold_constants",
     "fold_integer_adds",
+    "forward_depthwise_biases",
     "fuse_activations",
     "fuse_gelu",
     "fuse_hard_swish",

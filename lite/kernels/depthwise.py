@@ -68,6 +68,8 @@ def bind_depthwise(
 ) -> Compute:
     """The depthwise step writing `out`, bias and the in-place activation `act`
     included; see the module docstring."""
+    if bias is not None and bias_const and not bias.any():
+        bias = None  # a zero bias (BlazeFace's folded ones) would cost a pass for nothing
     if win.kernel == (1, 1) and win.strides == (1, 1) and not any(win.pads):
         if w_const and (bias is None or bias_const) and _both_last(x, out):
             step = _bind_scale_rows(x, w, out, bias)

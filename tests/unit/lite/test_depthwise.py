@@ -116,6 +116,37 @@ def test_channels_last_with_weights_tiled_over_a_few_columns(monkeypatch, shape)
     np.testing.assert_allclose(ours, ref, rtol=RTOL, atol=ATOL)
 
 
+@pytest.mark.parametrize("layouts", ["nchw", "channels-last"])
+@pytest.mark.parametrize("shape", SHAPES[:5], ids=lambda s: f"{s[:4]}k{s[4]}s{s[5]}d{s[6]}p{s[7]}")
+def test_zero_constant_bias_is_skipped(algorithm, shape, layouts):
+    # A constant all-zero bias (BlazeFace-style models fold their batch norms elsewhere)
+    # is dropped at bind: the step never reads it, and the result is the unbiased one.
+    n, c, h, w, k, strides, dilations, pads = shape
+    rng = np.random.default_rng(10)
+    value = rng.normal(size=(n, c, h, w)).astype(np.float32)
+    wt = rng.normal(size=(c, 1, *k)).astype(np.float32)
+    b = np.zeros(c, np.float32)
+    attrs = dict(strides=list(strides), dilations=list(dilations), pads=list(pads), group=c)
+    specs = [
+        TensorSpec(value.shape, value.dtype),
+        TensorSpec(wt.shape, wt.dtype, wt),
+        TensorSpec(b.shape, b.dtype, b),
+    ]
+    kernel = Conv2D(Attrs("CONV2D", attrs), specs)
+    o = kernel.output_specs[0].shape
+    if layouts == "channels-last":
+        x = np.empty((n, h, w, c), np.float32).transpose(0, 3, 1, 2)
+        out = np.empty((o[0], o[2], o[3], o[1]), np.float32).transpose(0, 3, 1, 2)
+    else:
+        x, out = np.empty(value.shape, np.float32), np.empty(o, np.float32)
+    x[...] = value
+    step = kernel.bind([x, wt, b], [out])
+    b[...] = np.nan  # not read any more
+    step()
+    ref = conv_reference(value, wt, None, strides, dilations, pads, c)
+    np.testing.assert_allclose(out, ref, rtol=RTOL, atol=ATOL)
+
+
 def _stale_workspace():
     """A workspace whose temporaries hold NaN bit patterns, as reused arena bytes may."""
     from sporenet.lite.kernels.workspace import Workspace
