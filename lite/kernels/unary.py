@@ -268,9 +268,7 @@ class PRelu(Kernel):
         multiply = np.multiply
         # Slopes <= 1: slope*x is the larger branch for x < 0 and the smaller for x >= 0
         # (slopes >= 1: the other way round), so one extreme of the two gives the same
-        # values in two passes. Mixed slopes take min(x, 0)*slope + max(x, 0), exact too
-        # (one term is zero), in four passes: both beat a masked copy by far. A zero's
-        # sign may differ from x's.
+        # values in two passes. A zero's sign may differ from x's.
         pick: np.ufunc | None = None
         if known is not None and known.size and np.all(known <= 1):
             pick = np.maximum
@@ -287,29 +285,75 @@ class PRelu(Kernel):
                 extreme(out, x, out=out)
 
             return two_passes
-        negative = temporary_like(out)  # the scratch in out's layout
-        # min(x, 0) and max(x, 0) as clips to (-inf, 0) and (0, inf): NumPy runs minimum
-        # and maximum against a scalar in a scalar loop, clip in a vectorised one.
-        below, above = bounds(out.dtype, -np.inf, 0.0), bounds(out.dtype, 0.0, np.inf)
-        clip, add, copyto = clip_ufunc, np.add, np.copyto
-        # x and out in different layouts (one channels-last): ufuncs reading across
-        # layouts run far slower than one transposing copy, so the passes read out.
-        copy_first = x.strides != out.strides
-        arrays = [out if copy_first else x, out, negative]
-        rows = _channels_last_rows(arrays, known) if known is not None else None
-        if rows is not None:
-            arrays, slope = rows
-        source, target, scratch = arrays
+        if known is not None:
+            return _mixed_slopes(x, out, known)
+        return _runtime_slopes(x, slope, out)
 
-        def four_passes() -> None:
-            if copy_first:
-                copyto(out, x)
+
+def _runtime_slopes(x: np.ndarray, slope: np.ndarray, out: np.ndarray) -> Compute:
+    """PReLU with a slope only known at run time: min(x, 0)*slope + max(x, 0), exact
+    (one term is zero), in four passes."""
+    negative = temporary_like(out)  # the scratch in out's layout
+    # min(x, 0) and max(x, 0) as clips to (-inf, 0) and (0, inf): NumPy runs minimum
+    # and maximum against a scalar in a scalar loop, clip in a vectorised one.
+    below, above = bounds(out.dtype, -np.inf, 0.0), bounds(out.dtype, 0.0, np.inf)
+    clip, multiply, add, copyto = clip_ufunc, np.multiply, np.add, np.copyto
+    # x and out in different layouts (one channels-last): ufuncs reading across layouts
+    # run far slower than one transposing copy, so the passes read out.
+    copy_first = x.strides != out.strides
+    source = out if copy_first else x
+
+    def four_passes() -> None:
+        if copy_first:
+            copyto(out, x)
+        clip(source, *below, out=negative)
+        multiply(negative, slope, out=negative)
+        clip(source, *above, out=out)
+        add(out, negative, out=out)
+
+    return four_passes
+
+
+def _mixed_slopes(x: np.ndarray, out: np.ndarray, known: np.ndarray) -> Compute:
+    """PReLU with constant slopes on both sides of 1: x + min(x, 0)*(slope - 1), three
+    passes where the exact min(x, 0)*slope + max(x, 0) takes four.
+
+    Within about an ulp of |x| of the exact value (the product and the sum each round
+    once), and a NaN stays NaN; x = -inf gives NaN where slope*x is infinite. A
+    channels-last tensor runs on rows of W*C elements in blocks of about _PRELU_BLOCK
+    bytes, so the three passes over a block hit the cache."""
+    # x and out in different layouts (one channels-last): ufuncs reading across layouts
+    # run far slower than one transposing copy, so the passes read out.
+    copy_first = x.strides != out.strides
+    negative = temporary_like(out)  # the scratch in out's layout
+    arrays = [out if copy_first else x, out, negative]
+    rows = _channels_last_rows(arrays, known)
+    less_one = known.astype(out.dtype) - out.dtype.type(1)
+    if rows is not None:
+        arrays, tiled = rows
+        less_one = tiled - 1
+    step = max(1, _PRELU_BLOCK // (arrays[0][0].nbytes or 1)) if rows is not None else 0
+    blocks = [tuple(arrays)]
+    if step and arrays[0].nbytes > 2 * _PRELU_BLOCK:
+        blocks = [tuple(a[i : i + step] for a in arrays) for i in range(0, len(arrays[0]), step)]
+    below = bounds(out.dtype, -np.inf, 0.0)
+    clip, multiply, add, copyto = clip_ufunc, np.multiply, np.add, np.copyto
+
+    def three_passes() -> None:
+        if copy_first:
+            copyto(out, x)
+        for source, target, scratch in blocks:
             clip(source, *below, out=scratch)
-            multiply(scratch, slope, out=scratch)
-            clip(source, *above, out=target)
-            add(target, scratch, out=target)
+            multiply(scratch, less_one, out=scratch)
+            add(source, scratch, out=target)
 
-        return four_passes
+    return three_passes
+
+
+_PRELU_BLOCK = 256 << 10
+"""Bytes of one block of a large channels-last PReLU (input, output and scratch each): the
+three passes over it stay in the L2 cache (256 KiB blocks ran the 1.1 MiB layers of
+palm_detection about 10% faster than one pass over the whole tensor at a time)."""
 
 
 def _channels_last_rows(

@@ -9,7 +9,13 @@ from sporenet.lite import OpCode
 from sporenet.lite.eager import run_op
 from sporenet.lite.errors import ShapeError
 from sporenet.lite.kernels.base import Attrs, TensorSpec
-from sporenet.lite.kernels.resize import Resize, _column_gathers, _take_columns, linear_taps
+from sporenet.lite.kernels.resize import (
+    _LONG_ROW,
+    Resize,
+    _column_gathers,
+    _take_columns,
+    linear_taps,
+)
 from tests.unit.lite.onnx_reference import run_onnx_op
 
 # ---------------------------------------------------------------------------------- Pad
@@ -259,6 +265,33 @@ def test_resize_in_a_model_with_dynamic_batch():
 def test_resize_errors(attrs, message):
     with pytest.raises(ShapeError, match=message):
         run_op(OpCode.RESIZE, [np.zeros((1, 2, 4, 4), np.float32)], **attrs)
+
+
+@pytest.mark.parametrize("transform", TRANSFORMS)
+@pytest.mark.parametrize(
+    "hw, out_hw", [((6, 5), (12, 10)), ((5, 7), (15, 21)), ((4, 3), (16, 12)), ((9, 8), (4, 10))]
+)
+def test_linear_resize_on_channels_last_storage_gives_the_nchw_values(transform, hw, out_hw):
+    # Channels-last rows of W*C elements take the run-wise row blend of integer upscales
+    # and pixel gathers for the columns; NCHW planes of short rows gather rows and slice
+    # columns: the same products and sums, so exactly the same values, within the
+    # float64 reference's bound.
+    c = 64  # channels-last rows of OW*C >= 640 elements, at least resize._LONG_ROW
+    assert out_hw[1] * c >= _LONG_ROW > out_hw[1]
+    x = np.random.default_rng(6).normal(size=(1, c, *hw)).astype(np.float32)
+    attrs = {"mode": "linear", "coordinate_transformation_mode": transform}
+    kernel = Resize(
+        Attrs("RESIZE", {**attrs, "sizes": [1, c, *out_hw]}), [TensorSpec(x.shape, x.dtype)]
+    )
+    nchw = np.empty((1, c, *out_hw), np.float32)
+    kernel.bind([x], [nchw])()
+    x_last = np.ascontiguousarray(x.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)
+    last = np.empty((1, *out_hw, c), np.float32).transpose(0, 3, 1, 2)
+    kernel.bind([x_last], [last])()
+    np.testing.assert_array_equal(last, nchw)
+    eff = [o / i for o, i in zip(out_hw, hw, strict=True)]
+    ref = resize_reference(x.astype(np.float64), out_hw, eff, "linear", transform, None)
+    np.testing.assert_allclose(nchw, ref, rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("transform", TRANSFORMS)
