@@ -49,6 +49,16 @@ def _length_delimited(number: int, payload: bytes) -> bytes:
     return _varint(number << 3 | 2) + _varint(len(payload)) + payload
 
 
+def _raw_head(name: str, dtype: np.dtype, shape: tuple[int, ...], nbytes: int) -> bytes:
+    """The bytes of an ENCODING_RAW NamedTensor (in its bundle) that precede its data."""
+    fields = _length_delimited(1, name.encode()) + _length_delimited(2, dtype.name.encode())
+    if shape:
+        fields += _length_delimited(3, b"".join(_varint(int(d)) for d in shape))
+    if nbytes:  # proto3 leaves an empty bytes field out
+        fields += _varint(5 << 3 | 2) + _varint(nbytes)  # data; its bytes follow
+    return _varint(1 << 3 | 2) + _varint(len(fields) + nbytes) + fields
+
+
 def encode_raw(
     update: Mapping[str, np.ndarray],
     base: Mapping[str, np.ndarray] | None = None,
@@ -69,13 +79,7 @@ def encode_raw(
         a = np.asarray(value)
         dtype = np.dtype(base[name].dtype) if base is not None else a.dtype
         nbytes = int(a.size) * dtype.itemsize
-        fields = _length_delimited(1, name.encode()) + _length_delimited(2, dtype.name.encode())
-        if a.ndim:
-            fields += _length_delimited(3, b"".join(_varint(int(d)) for d in a.shape))
-        if nbytes:  # proto3 leaves an empty bytes field out
-            fields += _varint(5 << 3 | 2) + _varint(nbytes)  # data; its bytes follow
-        tensor_len = len(fields) + nbytes
-        head = _varint(1 << 3 | 2) + _varint(tensor_len) + fields
+        head = _raw_head(name, dtype, a.shape, nbytes)
         heads.append((head, a, None if base is None else np.asarray(base[name])))
         size += len(head) + nbytes
     out = alloc(size)  # every byte is written below
@@ -145,7 +149,12 @@ def decode_update(payload: Payload, template: Template) -> Weights:
 
     Checks the set of names, each shape and dtype, and the byte lengths and positions of
     compressed encodings; does not check finiteness (see validation.validate_update).
+    A payload laid out byte for byte as `encode_raw` writes the template's tensors (what
+    every client sends uncompressed) is cut at known offsets, without parsing.
     """
+    fast = _raw_layout(template).cut(payload)
+    if fast is not None:
+        return fast
     tensors = _parse_bundle(payload)
     names = [t.name for t in tensors]
     if len(set(names)) != len(names):
@@ -166,6 +175,57 @@ def decode_update(payload: Payload, template: Template) -> Weights:
             )
         out[t.name] = _decode_tensor(t, shape, dtype)
     return out
+
+
+class _RawLayout:
+    """Where `encode_raw` puts each tensor of a template: the bytes before each tensor's
+    data, and the data's place. A payload whose length and head bytes all match holds
+    exactly these tensors, as the parser would find them."""
+
+    __slots__ = ("heads", "size", "tensors")
+
+    def __init__(self, template: Template) -> None:
+        self.heads: list[tuple[int, bytes]] = []
+        self.tensors: list[tuple[str, int, int, np.dtype, np.dtype, tuple[int, ...]]] = []
+        pos = 0
+        for name, (shape, dtype) in template.items():
+            nbytes = math.prod(shape) * dtype.itemsize
+            head = _raw_head(name, dtype, shape, nbytes)
+            self.heads.append((pos, head))
+            pos += len(head)
+            self.tensors.append((name, pos, pos + nbytes, _little_endian(dtype), dtype, shape))
+            pos += nbytes
+        self.size = pos
+
+    def cut(self, payload: Payload) -> Weights | None:
+        """The tensors, views of `payload`, if it has this layout; else None."""
+        buf = memoryview(payload)
+        if buf.nbytes != self.size or buf.ndim != 1 or buf.itemsize != 1:
+            return None
+        for pos, head in self.heads:
+            if buf[pos : pos + len(head)] != head:
+                return None
+        return {
+            name: np.frombuffer(buf[start:end], wire).astype(dtype, copy=False).reshape(shape)
+            for name, start, end, wire, dtype, shape in self.tensors
+        }
+
+
+# The layouts of the last few templates, by identity: a job's template changes only when
+# its model does, and every update of a round is decoded against the same one.
+_LAYOUTS: dict[int, tuple[Template, _RawLayout]] = {}
+_LAYOUTS_KEPT = 8
+
+
+def _raw_layout(template: Template) -> _RawLayout:
+    kept = _LAYOUTS.get(id(template))
+    if kept is not None and kept[0] is template:
+        return kept[1]
+    layout = _RawLayout(template)
+    if len(_LAYOUTS) >= _LAYOUTS_KEPT:
+        _LAYOUTS.clear()
+    _LAYOUTS[id(template)] = (template, layout)
+    return layout
 
 
 _EMPTY = memoryview(b"")

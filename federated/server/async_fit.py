@@ -280,7 +280,7 @@ class AsyncFit:
                 ctx.set_status(cid, Participant.DROPPED, tx=tx)
         ctx.metrics.inc("sporenet_clients_dropped_total", len(gone))
         log_event(ctx.log, "clients_dropped", logging.WARNING, round=ctx.job.round, clients=gone)
-        ctx.notify()
+        ctx.notify(gone)  # only their tasks changed
 
     def _fill(self, now: float, free: int) -> None:
         """Assign up to `free` live devices that are neither training nor done with this
@@ -299,7 +299,7 @@ class AsyncFit:
         chosen = sorted(rng.sample(idle, min(free, len(idle))))
         with ctx.store.transaction() as tx:
             self._assign(now, chosen, tx)
-        ctx.notify()
+        ctx.notify(chosen)  # only the chosen have new work: the other polls sleep on
 
     def _assign(self, now: float, chosen: list[str], tx: Any = None) -> None:
         ctx = self._ctx

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -88,7 +88,8 @@ class JobContext:
     # next periodic tick. Polls are woken only by phase changes: waking every poller on
     # every update costs O(clients²) per round.
     wake: threading.Event = field(default_factory=threading.Event)
-    listeners: list[Callable[[], None]] = field(default_factory=list)
+    # Told of every `notify`: with the clients whose tasks changed, or None for anyone's.
+    listeners: list[Callable[[Collection[str] | None], None]] = field(default_factory=list)
     phase: OpenPhase | None = None  # the open phase (None while waiting or ended)
     _files: tuple[tuple[int, str], PhaseFiles] | None = None
     # Rows the phase's journal holds (accepted updates), not written to the store yet:
@@ -104,11 +105,12 @@ class JobContext:
     def job(self) -> JobState:
         return self.machine.job
 
-    def notify(self) -> None:
-        """Tell held polls and the sessions that tasks may have changed (under the lock)."""
+    def notify(self, clients: Collection[str] | None = None) -> None:
+        """Tell held polls and the sessions that tasks may have changed (under the lock):
+        anyone's, or only those of `clients` (say, the devices just assigned work)."""
         self.changed.notify_all()
         for listener in self.listeners:
-            listener()
+            listener(clients)
 
     def wake_if_settled(self) -> None:
         """Wake the round loop once no selected client is left to report (call it under

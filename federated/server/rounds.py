@@ -21,7 +21,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -279,8 +279,9 @@ class RoundManager:
 
     # -- setup ----------------------------------------------------------------------------
 
-    def on_change(self, listener: Callable[[], None]) -> None:
-        """Call `listener` (quick, never blocking) whenever clients' tasks may have changed."""
+    def on_change(self, listener: Callable[[Collection[str] | None], None]) -> None:
+        """Call `listener(clients)` (quick, never blocking) whenever clients' tasks may have
+        changed: those of `clients`, or anyone's when it is None."""
         with self.context.lock:
             self.context.listeners.append(listener)
 
@@ -299,6 +300,17 @@ class RoundManager:
             except StaleTaskError:
                 return False
             return True
+
+    def may_give_work(self) -> bool:
+        """Whether a task other than WAIT may be given now: a phase is open and not being
+        aggregated, the job is over (DONE) or the server stops. While not, a change leaves
+        every held poll's answer WAIT; each change that ends that state notifies."""
+        ctx = self.context
+        with ctx.lock:
+            job = ctx.job
+            if job.status != JobStatus.RUNNING or self._stopping:
+                return True
+            return job.active and not self._aggregating and ctx.phase is not None
 
     @property
     def stopping(self) -> bool:

@@ -26,6 +26,7 @@ import asyncio
 import contextlib
 import dataclasses
 import functools
+from collections.abc import Collection
 from concurrent.futures import Executor
 from pathlib import Path
 from typing import Any, Protocol
@@ -124,7 +125,7 @@ class SessionService:
             clients=lambda: metrics.get("sporenet_clients_registered"),
         )
         self.buffers = BufferPool(slots[1])  # the uploads' receive buffers
-        manager.on_change(self.buffers.clear)  # phases change: no buffer kept over a round
+        manager.on_change(self._clear_buffers)
 
     def attach(self, loop: asyncio.AbstractEventLoop) -> None:
         """Bind to the loop that serves the streams (call it on that loop)."""
@@ -132,8 +133,10 @@ class SessionService:
         self._downloads = asyncio.Semaphore(self._limits[0])
         self._upload_slots = UploadSlots(self._limits[1])  # one per client at most
         self._secure_slots = asyncio.Semaphore(self._limits[0])  # shared with no download
-        # Set, then replaced, whenever tasks may have changed: polls wait on the current one.
-        self._changed = asyncio.Event()
+        # The held polls, by client: each waits on a future of its own, resolved when its
+        # client's task may have changed (no task per wait, no wake of every poll when
+        # only a few clients were given work).
+        self._held: dict[str, set[asyncio.Future[None]]] = {}
         self._receiving: dict[tuple[str, str], asyncio.Event] = {}
         # Set at shutdown: sessions waiting for their client's next request end at once
         # (close_idle cancels their pending reads).
@@ -168,14 +171,26 @@ class SessionService:
             self._reads.discard(read)
         return raw
 
-    def _changed_from_any_thread(self) -> None:
+    def _clear_buffers(self, clients: Collection[str] | None) -> None:
+        if clients is None:  # phases change: no buffer kept over a round
+            self.buffers.clear()
+
+    def _changed_from_any_thread(self, clients: Collection[str] | None) -> None:
         loop = self._loop
         if loop is not None and not loop.is_closed():
-            loop.call_soon_threadsafe(self._wake_polls)
+            loop.call_soon_threadsafe(self._wake_polls, clients)
 
-    def _wake_polls(self) -> None:
-        changed, self._changed = self._changed, asyncio.Event()
-        changed.set()
+    def _wake_polls(self, clients: Collection[str] | None) -> None:
+        """Answer again the held polls whose task may have changed: those of `clients`,
+        or every one unless no task but WAIT can be given (a round being aggregated)."""
+        if clients is not None:
+            for cid in clients:
+                _resolve(self._held.pop(cid, ()))
+            return
+        if self._held and self.m.may_give_work():
+            held, self._held = self._held, {}
+            for futures in held.values():
+                _resolve(futures)
         # The phase may have closed or moved on: its uploads give their slots back.
         self._upload_slots.revoke_unwanted(self.m.upload_wanted, "the task's round closed")
 
@@ -221,14 +236,21 @@ class SessionService:
         # least this often, lest a hold longer than heartbeat_timeout make it look silent.
         touch_every = self.m.config.heartbeat_timeout / 3
         while True:
-            changed = self._changed  # before the check: a change after it sets this one
-            task = self.m.get_task(cid)
-            left = end - loop.time()
-            if task.type != TaskType.WAIT or left <= 0 or self.m.stopping:
-                break
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(min(left, touch_every)):  # no task per wait
-                    await changed.wait()
+            changed = loop.create_future()  # before the check: a change after it wakes it
+            held = self._held.setdefault(cid, set())
+            held.add(changed)
+            try:
+                task = self.m.get_task(cid)
+                left = end - loop.time()
+                if task.type != TaskType.WAIT or left <= 0 or self.m.stopping:
+                    break
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(min(left, touch_every)):  # no task per wait
+                        await changed
+            finally:
+                held.discard(changed)
+                if not held and self._held.get(cid) is held:
+                    del self._held[cid]
         if task.type == TaskType.WAIT:
             task = dataclasses.replace(task, retry_after=self.pacer.retry_after(task))
         return task
@@ -540,6 +562,13 @@ class SessionService:
 
 
 _TIMED_OUT = object()  # `_read_chunk`: no message within its wait
+
+
+def _resolve(futures: Collection[asyncio.Future[None]]) -> None:
+    """Wake the polls waiting on `futures`."""
+    for future in futures:
+        if not future.done():
+            future.set_result(None)
 
 
 def _read_was_cancelled(read: asyncio.Future[Any]) -> bool:

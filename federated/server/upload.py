@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 import time
+from pathlib import Path
 
 from sporenet.federated.common.buffers import BufferPool
 from sporenet.federated.common.checksum import update_mismatch
@@ -46,7 +47,7 @@ class UploadReceiver:
         pool: BufferPool,
     ) -> None:
         self.m, self.metrics, self.cid, self.h = manager, metrics, client_id, header
-        self.path = manager.upload_path(client_id, header.upload_id)
+        self._path: Path | None = None
         self.kept = 0
         if manager.has_part(client_id) and self.path.exists():
             self.kept = self.path.stat().st_size
@@ -57,6 +58,14 @@ class UploadReceiver:
             with open(self.path, "rb") as f:
                 self.size = f.readinto(self.view[: self.kept]) or 0
         self._chunks = 0
+
+    @property
+    def path(self) -> Path:
+        """The `.part` file of this upload (named only when needed: most uploads arrive
+        whole and never touch it)."""
+        if self._path is None:
+            self._path = self.m.upload_path(self.cid, self.h.upload_id)
+        return self._path
 
     @property
     def complete(self) -> bool:

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from sporenet.federated.aggregation import FOLD_BLOCK, WeightedMeanAggregator, template_of
+from sporenet.federated.common import codec
 from sporenet.federated.common.codec import decode_update, encode_raw, encode_update
 from sporenet.federated.errors import AggregationError, UpdateRejectedError
 from sporenet.federated.server.checkpoint import load_arrays, save_arrays
@@ -44,6 +46,63 @@ def test_encode_raw_with_base_writes_the_delta_in_the_base_dtype() -> None:
         expected = (v.astype(np.float64) - base[k]).astype(v.dtype)
         np.testing.assert_array_equal(got[k], expected)
         assert got[k].dtype == v.dtype and got[k].shape == v.shape
+
+
+def _parsed(payload: bytes, template: dict) -> dict[str, np.ndarray]:
+    """decode_update by the wire-format parser alone: the template's cached layout is
+    replaced by an empty template's, which only an empty payload matches."""
+    kept = dict(codec._LAYOUTS)
+    codec._LAYOUTS.clear()
+    codec._LAYOUTS[id(template)] = (template, codec._RawLayout({}))
+    try:
+        return decode_update(payload, template)
+    finally:
+        codec._LAYOUTS.clear()
+        codec._LAYOUTS.update(kept)
+
+
+def test_layout_fast_path_cuts_what_the_parser_finds() -> None:
+    template = template_of(UPDATE)
+    payload = bytes(encode_raw(UPDATE))
+    assert codec._raw_layout(template).cut(payload) is not None  # the fast path is taken
+    fast, parsed = decode_update(payload, template), _parsed(payload, template)
+    assert list(fast) == list(parsed)
+    for k, v in parsed.items():
+        np.testing.assert_array_equal(fast[k], v)
+        assert fast[k].dtype == v.dtype and fast[k].shape == v.shape
+
+
+@pytest.mark.parametrize(
+    "change",
+    ["reordered", "extra field", "other shape", "truncated", "padded", "int8"],
+)
+def test_payloads_off_the_layout_take_the_parser(change: str) -> None:
+    """Any byte off the canonical layout falls back to the parser: same tensors or the
+    same refusal as without the fast path."""
+    template = template_of(UPDATE)
+    payload = bytes(encode_raw(UPDATE))
+    if change == "reordered":
+        payload = bytes(encode_raw(dict(reversed(list(UPDATE.items())))))
+    elif change == "extra field":
+        payload = payload + b"\x10\x01"  # an unknown varint field of the bundle: skipped
+    elif change == "other shape":
+        payload = bytes(encode_raw({**UPDATE, "w": UPDATE["w"].reshape(300, 7)}))
+    elif change == "truncated":
+        payload = payload[:-1]
+    elif change == "padded":
+        payload = payload + b"\x00"
+    else:
+        payload = encode_update(UPDATE, compression=["int8"])
+    assert codec._raw_layout(template).cut(payload) is None
+    try:
+        expected = _parsed(payload, template)
+    except UpdateRejectedError as e:
+        with pytest.raises(UpdateRejectedError, match=re.escape(str(e))):
+            decode_update(payload, template)
+        return
+    got = decode_update(payload, template)
+    for k, v in expected.items():
+        np.testing.assert_array_equal(got[k], v)
 
 
 def test_fold_matches_a_direct_weighted_mean() -> None:
