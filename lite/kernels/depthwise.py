@@ -10,7 +10,9 @@ little work per element for a GEMM. Two algorithms, chosen at bind from the shap
   contiguous elements, with no temporaries. A column stride > 1 first spreads the input
   into kw column-tap planes (plane j holds columns ow*sw + j*dw), or, for wide kernels,
   into sw column phases (phase u holds columns u, u + sw, ...: one copy of the input,
-  taps past the kernel weighted zero), so the rows stay contiguous. The bias is added
+  taps past the kernel weighted zero), so the rows stay contiguous; with many channels
+  a column-strided layer on a channels-last input skips the copy and reads the input
+  in place, C contiguous elements at a time (_bind_direct). The bias is added
   on the channels-last result, and one transposing copy writes NCHW `out`. When the
   planner stores the input or `out` channels-last (see Kernel.channels_last_input), the
   first copy runs in contiguous rows and the last one disappears: the einsum writes
@@ -23,8 +25,9 @@ little work per element for a GEMM. Two algorithms, chosen at bind from the shap
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import partial
+from typing import Any
 
 import numpy as np
 
@@ -45,9 +48,8 @@ _EXPAND_LIMIT = 4 << 20
 # The fused multiply-accumulate over taps: NumPy's C einsum without the Python wrapper
 # (whose overhead matches the work on small planes). NumPy builds without this private
 # path get np.einsum.
-_einsum = getattr(getattr(getattr(np, "_core", None), "multiarray", None), "c_einsum", None)
-if not callable(_einsum):
-    _einsum = np.einsum
+_c_einsum = getattr(getattr(getattr(np, "_core", None), "multiarray", None), "c_einsum", None)
+_einsum: Callable[..., Any] = _c_einsum if callable(_c_einsum) else np.einsum
 
 # Fewest channels for the channels-last algorithm: below it the transposing copies run in
 # rows of C elements and the planar multiply-adds are cheaper.
@@ -81,6 +83,10 @@ def bind_depthwise(
         return then_activation(step, out, act)
     stored_last = not x.flags.c_contiguous and x.transpose(0, 2, 3, 1).flags.c_contiguous
     if uses_channels_last(win, x.shape, x.itemsize, stored_last=stored_last):
+        if stored_last and reads_in_place(win, x.shape):
+            return _bind_direct(
+                win, x, w, out, bias, w_const=w_const, bias_const=bias_const, act=act
+            )
         return _bind_channels_last(
             win, x, w, out, bias, w_const=w_const, bias_const=bias_const, act=act
         )
@@ -267,6 +273,97 @@ def _bind_channels_last(
             copyto(out, result)
 
     return compute
+
+
+# Fewest channels for which a column-strided layer reads its channels-last input in
+# place (_bind_direct): the einsum's inner loop then runs over C contiguous elements.
+_DIRECT_MIN_CHANNELS = 128
+
+
+def reads_in_place(win: Window, x_shape: tuple[int, ...]) -> bool:
+    """Whether a column-strided layer on a channels-last input reads it in place
+    (_bind_direct) rather than through a padded copy."""
+    return win.strides[1] > 1 and x_shape[1] >= _DIRECT_MIN_CHANNELS
+
+
+def _bind_direct(
+    win: Window,
+    x: np.ndarray,
+    w: np.ndarray,
+    out: np.ndarray,
+    bias: np.ndarray | None,
+    *,
+    w_const: bool,
+    bias_const: bool,
+    act: InPlace | None = None,
+) -> Compute:
+    """A column-strided layer straight from its channels-last input, with no copy.
+
+    With a column stride the taps' windows are not contiguous rows in any layout the
+    input can be copied into once, so copying buys only a longer inner loop; with many
+    channels the runs of C elements are long enough. The output is cut into blocks
+    whose pixels read the same kernel rows and columns inside the input (one block for
+    the interior, thin ones along the padded edges), and each block is one einsum over
+    strided views of x for those taps: padding is never read, so nothing is copied or
+    zeroed."""
+    n, c, h, wd = x.shape
+    (kh, kw), (sh, sw), (dh, dw), (oh, ow) = win.kernel, win.strides, win.dilations, win.out
+    top, left = win.pads[0], win.pads[1]
+    taps_w = w[:, 0].transpose(1, 2, 0)  # (kh, kw, C)
+    if w_const:
+        taps_w = taps_w.copy()
+        pages.release(w)
+    acc_nhwc, result = _accumulator(out, (n, oh, ow, c))
+    xt = x.transpose(0, 2, 3, 1)
+    sn, sr, sc, se = xt.strides
+    blocks: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+    zeros: list[np.ndarray] = []
+    for r0, r1, i0, i1 in _tap_runs(oh, sh, dh, kh, top, h):
+        for q0, q1, j0, j1 in _tap_runs(ow, sw, dw, kw, left, wd):
+            target = acc_nhwc[:, r0:r1, q0:q1]
+            if i1 == i0 or j1 == j0:
+                zeros.append(target)
+                continue
+            first = xt[:, r0 * sh + i0 * dh - top, q0 * sw + j0 * dw - left]  # (N, C)
+            views = np.lib.stride_tricks.as_strided(
+                first,
+                shape=(i1 - i0, j1 - j0, n, r1 - r0, q1 - q0, c),
+                strides=(dh * sr, dw * sc, sn, sh * sr, sw * sc, se),
+                writeable=False,
+            )
+            blocks.append((views, taps_w[i0:i1, j0:j1], target))
+    add_bias = _bias_step(bias, bias_const, acc_nhwc, ow)
+    epilogue: list[Compute] = [partial(z.fill, 0) for z in zeros]
+    epilogue += [] if add_bias is None else [add_bias]
+    if act is not None:
+        epilogue.append(partial(act, acc_nhwc))
+    copyto, einsum = np.copyto, _einsum
+
+    def compute() -> None:
+        for v, k, a in blocks:
+            einsum("ijnrqc,ijc->nrqc", v, k, out=a)
+        for finish in epilogue:
+            finish()
+        if result is not None:
+            copyto(out, result)
+
+    return compute
+
+
+def _tap_runs(
+    size: int, stride: int, dilation: int, kernel: int, pad: int, extent: int
+) -> list[tuple[int, int, int, int]]:
+    """Along one axis: runs [o0, o1) of output positions whose kernel taps [k0, k1)
+    are the ones that fall inside the input (0 <= o*stride + k*dilation - pad < extent)."""
+    runs: list[list[int]] = []
+    for o in range(size):
+        lo = min(kernel, max(0, -(-(pad - o * stride) // dilation)))
+        hi = max(lo, min(kernel, -(-(pad + extent - o * stride) // dilation)))
+        if runs and runs[-1][2:] == [lo, hi]:
+            runs[-1][1] = o + 1
+        else:
+            runs.append([o, o + 1, lo, hi])
+    return [(a, b, lo, hi) for a, b, lo, hi in runs]
 
 
 def _weight_tile(

@@ -205,6 +205,54 @@ def test_column_phases_match_the_reference(monkeypatch, shape, band_rows, consta
         np.testing.assert_allclose(out, ref, rtol=RTOL, atol=ATOL)
 
 
+DIRECT_SHAPES = [
+    *PHASE_SHAPES,
+    (1, 8, 13, 17, (7, 7), (1, 3), (1, 2), (3, 3, 3, 3)),  # dilated columns
+    (1, 8, 8, 8, (3, 3), (2, 2), (1, 1), (3, 1, 0, 3)),  # output rows of padding only
+]
+
+
+@pytest.mark.parametrize("out_last", [True, False], ids=["out-last", "out-nchw"])
+@pytest.mark.parametrize("constant", [True, False], ids=["const", "runtime"])
+@pytest.mark.parametrize("shape", DIRECT_SHAPES, ids=lambda s: f"{s[:4]}k{s[4]}s{s[5]}d{s[6]}")
+def test_column_strided_layers_read_channels_last_inputs_in_place(
+    monkeypatch, shape, constant, out_last
+):
+    # One einsum per block of output pixels that read the same taps inside the input:
+    # the padding is never read, and blocks reading none of the input are zeroed.
+    from sporenet.lite.kernels.workspace import active
+
+    n, c, h, w, k, strides, dilations, pads = shape
+    monkeypatch.setattr(depthwise, "_MIN_CHANNELS_LAST", 1)
+    monkeypatch.setattr(depthwise, "_DIRECT_MIN_CHANNELS", 1)
+    used = []
+    real = depthwise._bind_direct
+    monkeypatch.setattr(depthwise, "_bind_direct", lambda *a, **k: used.append(1) or real(*a, **k))
+    rng = np.random.default_rng(12)
+    value = rng.normal(size=(n, c, h, w)).astype(np.float32)
+    wt = rng.normal(size=(c, 1, *k)).astype(np.float32)
+    b = rng.normal(size=c).astype(np.float32)
+    attrs = dict(strides=list(strides), dilations=list(dilations), pads=list(pads), group=c)
+    specs = [TensorSpec(value.shape, value.dtype)] + [
+        TensorSpec(a.shape, a.dtype, a if constant else None) for a in (wt, b)
+    ]
+    kernel = Conv2D(Attrs("CONV2D", attrs), specs)
+    o = kernel.output_specs[0].shape
+    x = np.empty((n, h, w, c), np.float32).transpose(0, 3, 1, 2)
+    x[...] = value
+    if out_last:
+        out = np.empty((o[0], o[2], o[3], o[1]), np.float32).transpose(0, 3, 1, 2)
+    else:
+        out = np.empty(o, np.float32)
+    with active(_stale_workspace()):
+        step = kernel.bind([x, wt, b], [out])
+    assert used, "the in-place reading did not run"
+    out.fill(np.nan)
+    step()
+    ref = conv_reference(value, wt, b, strides, dilations, pads, c)
+    np.testing.assert_allclose(out, ref, rtol=RTOL, atol=ATOL)
+
+
 def test_column_phases_chosen_by_cost():
     # A wide strided kernel copies its input kw/sw times as column-tap planes: phases
     # copy it once; a dilated kernel, or a 1x1 kernel of stride 2, keeps the planes.
