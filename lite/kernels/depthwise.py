@@ -8,12 +8,16 @@ little work per element for a GEMM. Two algorithms, chosen at bind from the shap
   so every tap's window is one strided view of the buffer, and all kh*kw taps run as a
   single `einsum` call: a fused multiply-accumulate over taps along rows of OW*C
   contiguous elements, with no temporaries. A column stride > 1 first spreads the input
-  into kw column-tap planes (plane j holds columns ow*sw + j*dw), so the rows stay
-  contiguous. The bias is added on the channels-last result, and one transposing copy
-  writes NCHW `out`. When the planner stores the input or `out` channels-last (see
-  Kernel.channels_last_input), the first copy runs in contiguous rows and the last one
-  disappears: the einsum writes `out` itself. On MobileNetV2's depthwise layers this
-  beats the planar multiply-adds (benchmarks/lite_inference.py times the network).
+  into kw column-tap planes (plane j holds columns ow*sw + j*dw), or, for wide kernels,
+  into sw column phases (phase u holds columns u, u + sw, ...: one copy of the input,
+  taps past the kernel weighted zero), so the rows stay contiguous; with many channels
+  a column-strided layer on a channels-last input skips the copy and reads the input
+  in place, C contiguous elements at a time (_bind_direct). The bias is added
+  on the channels-last result, and one transposing copy writes NCHW `out`. When the
+  planner stores the input or `out` channels-last (see Kernel.channels_last_input), the
+  first copy runs in contiguous rows and the last one disappears: the einsum writes
+  `out` itself. On MobileNetV2's depthwise layers this beats the planar multiply-adds
+  (benchmarks/lite_inference.py times the network).
 - planar: kh*kw multiply-adds over the stride phases of the padded input, for inputs
   with so few channels that channels-last rows would be too short, and for large
   column-strided inputs, whose transposing copy costs more than the phase copies.
@@ -21,7 +25,9 @@ little work per element for a GEMM. Two algorithms, chosen at bind from the shap
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from functools import partial
+from typing import Any
 
 import numpy as np
 
@@ -42,9 +48,8 @@ _EXPAND_LIMIT = 4 << 20
 # The fused multiply-accumulate over taps: NumPy's C einsum without the Python wrapper
 # (whose overhead matches the work on small planes). NumPy builds without this private
 # path get np.einsum.
-_einsum = getattr(getattr(getattr(np, "_core", None), "multiarray", None), "c_einsum", None)
-if not callable(_einsum):
-    _einsum = np.einsum
+_c_einsum = getattr(getattr(getattr(np, "_core", None), "multiarray", None), "c_einsum", None)
+_einsum: Callable[..., Any] = _c_einsum if callable(_c_einsum) else np.einsum
 
 # Fewest channels for the channels-last algorithm: below it the transposing copies run in
 # rows of C elements and the planar multiply-adds are cheaper.
@@ -78,6 +83,10 @@ def bind_depthwise(
         return then_activation(step, out, act)
     stored_last = not x.flags.c_contiguous and x.transpose(0, 2, 3, 1).flags.c_contiguous
     if uses_channels_last(win, x.shape, x.itemsize, stored_last=stored_last):
+        if stored_last and reads_in_place(win, x.shape):
+            return _bind_direct(
+                win, x, w, out, bias, w_const=w_const, bias_const=bias_const, act=act
+            )
         return _bind_channels_last(
             win, x, w, out, bias, w_const=w_const, bias_const=bias_const, act=act
         )
@@ -227,37 +236,35 @@ def _bind_channels_last(
     """All taps as one einsum over strided views of a channels-last padded buffer (per
     band of output rows, see _bands)."""
     n, c = x.shape[:2]
-    (kh, kw), (oh, ow) = win.kernel, win.out
-    # Weights tiled along `block` output columns: wt[i, j, b*C + c] = w[c, 0, i, j]; the
-    # einsum runs over rows of OW*C elements seen as OW/block runs of block*C. The tile
-    # is a temporary rewritten every call: kept, it would hold `block` copies of the
-    # weights per layer (most of a MobileNet's depthwise memory), and rewriting a few
-    # kilobytes that stay in cache for the einsum costs little next to it.
+    oh, ow = win.out
     block = _weight_block(win, c, x.itemsize)
-    wt4 = temporary((kh, kw, block, c), x.dtype)
     taps_w = w[:, 0].transpose(1, 2, 0)[:, :, None, :]
     if w_const:
         taps_w = taps_w.copy()  # (kh, kw, 1, C) contiguous: the tile's source
         pages.release(w)  # only the compact copy is read: the planner may drop `w`
+    phases = uses_column_phases(win, x.shape)
+    wt, tile_steps = _weight_tile(win, taps_w, block, phases)
     acc_nhwc, result = _accumulator(out, (n, oh, ow, c))
     acc = acc_nhwc.reshape(n, oh, ow * c)
     add_bias = _bias_step(bias, bias_const, acc_nhwc, block)
-    bands = _bands(win, x, wt4.reshape(kh, kw, block * c), acc, block)
+    bands = (_phase_bands if phases else _bands)(win, x, wt, acc, block)
     # Bias, then the activation (elementwise: it runs on the contiguous accumulator,
     # before the copy into an NCHW `out` when there is one).
     epilogue = [] if add_bias is None else [add_bias]
     if act is not None:
         epilogue.append(partial(act, acc_nhwc))
     copyto, einsum = np.copyto, _einsum
+    taps = "ijnpbq,ijq->npbq" if wt.ndim == 3 else "iujnpbq,iujq->npbq"
 
     def compute() -> None:
-        copyto(wt4, taps_w)
+        for step in tile_steps:
+            step()
         for refill, copies, parts, zeros in bands:
             refill()
             for dst, src in copies:
                 copyto(dst, src)
             for v, k, a in parts:
-                einsum("ijnpbq,ijq->npbq", v, k, out=a)
+                einsum(taps, v, k, out=a)
             for a in zeros:
                 a.fill(0)
         for finish in epilogue:
@@ -266,6 +273,153 @@ def _bind_channels_last(
             copyto(out, result)
 
     return compute
+
+
+# Fewest channels for which a column-strided layer reads its channels-last input in
+# place (_bind_direct): the einsum's inner loop then runs over C contiguous elements.
+_DIRECT_MIN_CHANNELS = 128
+
+
+def reads_in_place(win: Window, x_shape: tuple[int, ...]) -> bool:
+    """Whether a column-strided layer on a channels-last input reads it in place
+    (_bind_direct) rather than through a padded copy."""
+    return win.strides[1] > 1 and x_shape[1] >= _DIRECT_MIN_CHANNELS
+
+
+def _bind_direct(
+    win: Window,
+    x: np.ndarray,
+    w: np.ndarray,
+    out: np.ndarray,
+    bias: np.ndarray | None,
+    *,
+    w_const: bool,
+    bias_const: bool,
+    act: InPlace | None = None,
+) -> Compute:
+    """A column-strided layer straight from its channels-last input, with no copy.
+
+    With a column stride the taps' windows are not contiguous rows in any layout the
+    input can be copied into once, so copying buys only a longer inner loop; with many
+    channels the runs of C elements are long enough. The output is cut into blocks
+    whose pixels read the same kernel rows and columns inside the input (one block for
+    the interior, thin ones along the padded edges), and each block is one einsum over
+    strided views of x for those taps: padding is never read, so nothing is copied or
+    zeroed."""
+    n, c, h, wd = x.shape
+    (kh, kw), (sh, sw), (dh, dw), (oh, ow) = win.kernel, win.strides, win.dilations, win.out
+    top, left = win.pads[0], win.pads[1]
+    taps_w = w[:, 0].transpose(1, 2, 0)  # (kh, kw, C)
+    if w_const:
+        taps_w = taps_w.copy()
+        pages.release(w)
+    acc_nhwc, result = _accumulator(out, (n, oh, ow, c))
+    xt = x.transpose(0, 2, 3, 1)
+    sn, sr, sc, se = xt.strides
+    blocks: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+    zeros: list[np.ndarray] = []
+    for r0, r1, i0, i1 in _tap_runs(oh, sh, dh, kh, top, h):
+        for q0, q1, j0, j1 in _tap_runs(ow, sw, dw, kw, left, wd):
+            target = acc_nhwc[:, r0:r1, q0:q1]
+            if i1 == i0 or j1 == j0:
+                zeros.append(target)
+                continue
+            first = xt[:, r0 * sh + i0 * dh - top, q0 * sw + j0 * dw - left]  # (N, C)
+            views = np.lib.stride_tricks.as_strided(
+                first,
+                shape=(i1 - i0, j1 - j0, n, r1 - r0, q1 - q0, c),
+                strides=(dh * sr, dw * sc, sn, sh * sr, sw * sc, se),
+                writeable=False,
+            )
+            blocks.append((views, taps_w[i0:i1, j0:j1], target))
+    add_bias = _bias_step(bias, bias_const, acc_nhwc, ow)
+    epilogue: list[Compute] = [partial(z.fill, 0) for z in zeros]
+    epilogue += [] if add_bias is None else [add_bias]
+    if act is not None:
+        epilogue.append(partial(act, acc_nhwc))
+    copyto, einsum = np.copyto, _einsum
+
+    def compute() -> None:
+        for v, k, a in blocks:
+            einsum("ijnrqc,ijc->nrqc", v, k, out=a)
+        for finish in epilogue:
+            finish()
+        if result is not None:
+            copyto(out, result)
+
+    return compute
+
+
+def _tap_runs(
+    size: int, stride: int, dilation: int, kernel: int, pad: int, extent: int
+) -> list[tuple[int, int, int, int]]:
+    """Along one axis: runs [o0, o1) of output positions whose kernel taps [k0, k1)
+    are the ones that fall inside the input (0 <= o*stride + k*dilation - pad < extent)."""
+    runs: list[list[int]] = []
+    for o in range(size):
+        lo = min(kernel, max(0, -(-(pad - o * stride) // dilation)))
+        hi = max(lo, min(kernel, -(-(pad + extent - o * stride) // dilation)))
+        if runs and runs[-1][2:] == [lo, hi]:
+            runs[-1][1] = o + 1
+        else:
+            runs.append([o, o + 1, lo, hi])
+    return [(a, b, lo, hi) for a, b, lo, hi in runs]
+
+
+def _weight_tile(
+    win: Window, taps_w: np.ndarray, block: int, phases: bool
+) -> tuple[np.ndarray, list[Compute]]:
+    """The weights tiled along `block` output columns, indexed like the tap views'
+    leading axes, and the steps that rewrite them each call.
+
+    Weights tiled along `block` output columns: wt[i, j, b*C + c] = w[c, 0, i, j]; the
+    einsum runs over rows of OW*C elements seen as OW/block runs of block*C. The tile
+    is a temporary rewritten every call: kept, it would hold `block` copies of the
+    weights per layer (most of a MobileNet's depthwise memory), and rewriting a few
+    kilobytes that stay in cache for the einsum costs little next to it. With column
+    phases (see _phase_bands) the tile is (kh, sw, kq, block*C): tap j is phase j % sw,
+    offset j // sw, and the slots past the kernel's last column hold zeros."""
+    (kh, kw), sw = win.kernel, win.strides[1]
+    c, dtype = taps_w.shape[-1], taps_w.dtype
+    copyto = np.copyto
+    if not phases:
+        tile = temporary((kh, kw, block, c), dtype)
+        return tile.reshape(kh, kw, block * c), [partial(copyto, tile, taps_w)]
+    kq = -(-kw // sw)
+    tile = temporary((kh, sw, kq, block, c), dtype)
+    steps: list[Compute] = []
+    for u in range(sw):
+        used = len(range(u, kw, sw))
+        steps.append(partial(copyto, tile[:, u, :used], taps_w[:, u::sw]))
+        if used < kq:
+            steps.append(partial(tile[:, u, used:].fill, 0))
+    return tile.reshape(kh, sw, kq, block * c), steps
+
+
+# A copied element costs about as much as two of the einsum's multiply-adds, and column
+# phases make about this many more calls than column-tap planes (see uses_column_phases).
+_COPY_COST = 2
+_PHASE_CALLS = 4
+
+
+def uses_column_phases(win: Window, x_shape: tuple[int, ...]) -> bool:
+    """Whether a column-strided layer fills column phases (_phase_bands) rather than
+    column-tap planes (_bands), by their cost in copied elements and multiply-adds.
+
+    kw column-tap planes copy kw*OW columns of every input row and run kh*kw taps;
+    sw column phases copy each input column once, and run kh*sw*ceil(kw/sw) taps,
+    the ones past the kernel with zero weights. Phases win on wide kernels (a 5x5
+    kernel of stride 2 copies its input once instead of 2.5 times), when the saving
+    pays for their extra calls; a dilated kernel's taps do not fall on whole phase
+    columns, so it keeps the planes."""
+    (kh, kw), (_, sw), (_, dw), (oh, ow) = win.kernel, win.strides, win.dilations, win.out
+    if sw == 1 or dw != 1:
+        return False
+    n, c, h = x_shape[:3]
+    kq = -(-kw // sw)
+    planes = _COPY_COST * kw * ow * h + kh * kw * oh * ow
+    phases = _COPY_COST * sw * (ow + kq - 1) * h + kh * sw * kq * oh * ow
+    return (planes - phases) * n * c > _PHASE_CALLS * _CALL_WORTH
 
 
 # A band's work: the step rewriting its buffer's zeros, the copies of the input into it,
@@ -327,6 +481,65 @@ def _bands(win: Window, x: np.ndarray, wt: np.ndarray, acc: np.ndarray, block: i
             )
         )
     return bands
+
+
+def _phase_bands(
+    win: Window, x: np.ndarray, wt: np.ndarray, acc: np.ndarray, block: int
+) -> list[_Band]:
+    """The work of a column-strided layer over column phases, in bands of output rows
+    (of up to _BAND_BYTES of buffer each, as _bands does).
+
+    The band's padded rows are copied into an (N, rows, sw, Wq, C) buffer, phase u of a
+    row holding its padded columns u, u + sw, u + 2*sw, ...: kernel tap (i, j) of output
+    row r then reads row r*sh + i*dh, phase j % sw, from column j // sw on, OW*C
+    contiguous elements, and the input is copied once (column-tap planes copy it about
+    kw/sw times). Everything the copies leave is zeroed: the zero-weight taps past the
+    kernel read it too."""
+    n, c, h, wd = x.shape
+    (kh, kw), (sh, sw), (dh, _), (oh, ow) = win.kernel, win.strides, win.dilations, win.out
+    top, left = win.pads[0], win.pads[1]
+    kq = -(-kw // sw)
+    wq = ow + kq - 1  # phase columns the taps read
+    acc_blocks = acc.reshape(n, oh, ow // block, block * c)
+    rows = min(oh, max(1, _BAND_BYTES // (n * sh * sw * wq * c * x.itemsize)))
+    buf = temporary((n, (rows - 1) * sh + (kh - 1) * dh + 1, sw, wq, c), x.dtype)
+    sn, sr, su, sq, se = buf.strides
+    xt = x.transpose(0, 2, 3, 1)
+    bands: list[_Band] = []
+    for r0 in range(0, oh, rows):
+        r1 = min(oh, r0 + rows)
+        p0, p1 = r0 * sh, (r1 - 1) * sh + (kh - 1) * dh + 1  # its padded rows
+        i0 = min(max(p0, top), p1)
+        i1 = max(i0, min(p1, top + h))  # of them, the input's
+        zeros, copies = [buf[:, : i0 - p0], buf[:, i1 - p0 : p1 - p0]], []
+        for u in range(sw):
+            q0 = min(wq, max(0, -(-(left - u) // sw)))  # phase columns inside the input
+            q1 = max(q0, min(wq, -(-(left + wd - u) // sw)))
+            inside = buf[:, i0 - p0 : i1 - p0, u]
+            zeros += [inside[:, :, :q0], inside[:, :, q1:]]
+            if q1 > q0 and i1 > i0:
+                start = q0 * sw + u - left
+                src = xt[:, i0 - top : i1 - top, start : start + (q1 - q0 - 1) * sw + 1 : sw]
+                copies.append((inside[:, :, q0:q1], src))
+        views = np.lib.stride_tricks.as_strided(
+            buf,
+            shape=(kh, sw, kq, n, r1 - r0, ow // block, block * c),
+            strides=(sr * dh, su, sq, sn, sr * sh, block * c * se, se),
+            writeable=False,
+        )
+        fills = [partial(v.fill, 0) for v in zeros if v.size]
+        bands.append((_run_all(fills), copies, [(views, wt, acc_blocks[:, r0:r1])], []))
+    return bands
+
+
+def _run_all(steps: Sequence[Compute]) -> Compute:
+    """One step running `steps` in order."""
+
+    def run() -> None:
+        for step in steps:
+            step()
+
+    return run
 
 
 def _tap_views(rows: np.ndarray, block: int, c: int) -> np.ndarray:

@@ -10,6 +10,7 @@ from sporenet.lite.eager import run_op
 from sporenet.lite.kernels import depthwise
 from sporenet.lite.kernels.base import Attrs, TensorSpec
 from sporenet.lite.kernels.conv import Conv2D
+from sporenet.lite.kernels.spatial import Window
 from tests.unit.lite.onnx_reference import run_onnx_op
 from tests.unit.lite.test_kernels_conv import ATOL, RTOL, conv_reference
 
@@ -145,6 +146,125 @@ def test_zero_constant_bias_is_skipped(algorithm, shape, layouts):
     step()
     ref = conv_reference(value, wt, None, strides, dilations, pads, c)
     np.testing.assert_allclose(out, ref, rtol=RTOL, atol=ATOL)
+
+
+# Column-strided layers for the column-phase layout:
+# (N, C, H, W, kernel, strides, dilations, pads)
+PHASE_SHAPES = [
+    (1, 8, 12, 12, (5, 5), (2, 2), (1, 1), (1, 1, 2, 2)),  # BlazeFace's 5x5 stride 2
+    (2, 8, 11, 9, (3, 3), (2, 2), (1, 1), (0, 0, 1, 1)),  # TF "same": bottom/right only
+    (1, 9, 11, 12, (3, 5), (2, 3), (1, 1), (2, 1, 0, 2)),  # stride 3: three phases
+    (1, 16, 9, 9, (2, 4), (3, 2), (1, 1), (0, 3, 1, 0)),  # even kernel, no zero taps
+    (1, 8, 12, 11, (5, 5), (2, 2), (1, 1), (4, 4, 4, 4)),  # pads past the kernel's reach
+    (1, 8, 4, 40, (5, 5), (2, 2), (1, 1), (2, 2, 2, 2)),  # most kernel rows read padding
+    (1, 8, 9, 10, (3, 3), (2, 2), (2, 1), (2, 1, 2, 1)),  # dilated rows
+    (1, 8, 3, 3, (3, 3), (2, 2), (1, 1), (1, 1, 1, 1)),  # one output column per phase
+]
+
+
+@pytest.mark.parametrize("layouts", ["nchw", "channels-last"])
+@pytest.mark.parametrize("constant", [True, False], ids=["const", "runtime"])
+@pytest.mark.parametrize("band_rows", [1, None], ids=["bands", "one-band"])
+@pytest.mark.parametrize("shape", PHASE_SHAPES, ids=lambda s: f"{s[:4]}k{s[4]}s{s[5]}d{s[6]}")
+def test_column_phases_match_the_reference(monkeypatch, shape, band_rows, constant, layouts):
+    # Every input column copied once into its phase, the taps past the kernel weighted
+    # zero: on stale temporaries (NaN bytes), zeros must cover all that the copies leave.
+    from sporenet.lite.kernels.workspace import active
+
+    n, c, h, w, k, strides, dilations, pads = shape
+    monkeypatch.setattr(depthwise, "_MIN_CHANNELS_LAST", 1)
+    monkeypatch.setattr(depthwise, "_STRIDED_PLANAR_GRID", 10**9)
+    monkeypatch.setattr(depthwise, "_PHASE_CALLS", -(10**9))  # phases at any size
+    if band_rows is not None:
+        monkeypatch.setattr(depthwise, "_BAND_BYTES", 1)
+    used = []
+    real = depthwise._phase_bands
+    monkeypatch.setattr(depthwise, "_phase_bands", lambda *a: used.append(1) or real(*a))
+    rng = np.random.default_rng(11)
+    value = rng.normal(size=(n, c, h, w)).astype(np.float32)
+    wt = rng.normal(size=(c, 1, *k)).astype(np.float32)
+    b = rng.normal(size=c).astype(np.float32)
+    attrs = dict(strides=list(strides), dilations=list(dilations), pads=list(pads), group=c)
+    specs = [TensorSpec(value.shape, value.dtype)] + [
+        TensorSpec(a.shape, a.dtype, a if constant else None) for a in (wt, b)
+    ]
+    kernel = Conv2D(Attrs("CONV2D", attrs), specs)
+    o = kernel.output_specs[0].shape
+    if layouts == "channels-last":
+        x = np.empty((n, h, w, c), np.float32).transpose(0, 3, 1, 2)
+        out = np.empty((o[0], o[2], o[3], o[1]), np.float32).transpose(0, 3, 1, 2)
+    else:
+        x, out = np.empty(value.shape, np.float32), np.empty(o, np.float32)
+    x[...] = value
+    with active(_stale_workspace()):
+        step = kernel.bind([x, wt, b], [out])
+    assert used, "the column-phase layout did not run"
+    for _ in range(2):  # the second call on the buffers the first one left
+        step()
+        ref = conv_reference(value, wt, b, strides, dilations, pads, c)
+        np.testing.assert_allclose(out, ref, rtol=RTOL, atol=ATOL)
+
+
+DIRECT_SHAPES = [
+    *PHASE_SHAPES,
+    (1, 8, 13, 17, (7, 7), (1, 3), (1, 2), (3, 3, 3, 3)),  # dilated columns
+    (1, 8, 8, 8, (3, 3), (2, 2), (1, 1), (3, 1, 0, 3)),  # output rows of padding only
+]
+
+
+@pytest.mark.parametrize("out_last", [True, False], ids=["out-last", "out-nchw"])
+@pytest.mark.parametrize("constant", [True, False], ids=["const", "runtime"])
+@pytest.mark.parametrize("shape", DIRECT_SHAPES, ids=lambda s: f"{s[:4]}k{s[4]}s{s[5]}d{s[6]}")
+def test_column_strided_layers_read_channels_last_inputs_in_place(
+    monkeypatch, shape, constant, out_last
+):
+    # One einsum per block of output pixels that read the same taps inside the input:
+    # the padding is never read, and blocks reading none of the input are zeroed.
+    from sporenet.lite.kernels.workspace import active
+
+    n, c, h, w, k, strides, dilations, pads = shape
+    monkeypatch.setattr(depthwise, "_MIN_CHANNELS_LAST", 1)
+    monkeypatch.setattr(depthwise, "_DIRECT_MIN_CHANNELS", 1)
+    used = []
+    real = depthwise._bind_direct
+    monkeypatch.setattr(depthwise, "_bind_direct", lambda *a, **k: used.append(1) or real(*a, **k))
+    rng = np.random.default_rng(12)
+    value = rng.normal(size=(n, c, h, w)).astype(np.float32)
+    wt = rng.normal(size=(c, 1, *k)).astype(np.float32)
+    b = rng.normal(size=c).astype(np.float32)
+    attrs = dict(strides=list(strides), dilations=list(dilations), pads=list(pads), group=c)
+    specs = [TensorSpec(value.shape, value.dtype)] + [
+        TensorSpec(a.shape, a.dtype, a if constant else None) for a in (wt, b)
+    ]
+    kernel = Conv2D(Attrs("CONV2D", attrs), specs)
+    o = kernel.output_specs[0].shape
+    x = np.empty((n, h, w, c), np.float32).transpose(0, 3, 1, 2)
+    x[...] = value
+    if out_last:
+        out = np.empty((o[0], o[2], o[3], o[1]), np.float32).transpose(0, 3, 1, 2)
+    else:
+        out = np.empty(o, np.float32)
+    with active(_stale_workspace()):
+        step = kernel.bind([x, wt, b], [out])
+    assert used, "the in-place reading did not run"
+    out.fill(np.nan)
+    step()
+    ref = conv_reference(value, wt, b, strides, dilations, pads, c)
+    np.testing.assert_allclose(out, ref, rtol=RTOL, atol=ATOL)
+
+
+def test_column_phases_chosen_by_cost():
+    # A wide strided kernel copies its input kw/sw times as column-tap planes: phases
+    # copy it once; a dilated kernel, or a 1x1 kernel of stride 2, keeps the planes.
+    def win(k, s, d=1, hw=56, c=96):
+        o = (hw + k - 1 - d * (k - 1) - 1) // s + 1
+        pads = ((k - 1) * d // 2,) * 4
+        window = Window((k, k), (s, s), (d, d), pads, (o, o))
+        return depthwise.uses_column_phases(window, (1, c, hw, hw))
+
+    assert win(5, 2) and win(3, 2, hw=112, c=64)
+    assert not win(5, 2, d=2) and not win(1, 2) and not win(3, 1)
+    assert not win(3, 2, hw=24, c=32)  # too small to pay for the extra calls
 
 
 def _stale_workspace():
