@@ -180,14 +180,15 @@ def first_maxima(
     The one tie rule of MAX_POOL2D's routing mask, MAX_POOL2D_GRAD and its adjoint."""
     if positive_only:
         np.greater(y, 0, out=free)
-    else:
-        free.fill(True)
     single = hit if isinstance(hit, np.ndarray) else None
     for t, xt in enumerate(windows):
         h = hit[t] if single is None else single
         np.equal(xt, y, out=h)
-        np.logical_and(h, free, out=h)
-        np.logical_xor(free, h, out=free)
+        if t == 0 and not positive_only:  # every window is still free: no mask to apply
+            np.logical_not(h, out=free)
+        else:
+            np.logical_and(h, free, out=h)
+            np.logical_xor(free, h, out=free)
         yield
 
 
