@@ -180,14 +180,15 @@ def first_maxima(
     The one tie rule of MAX_POOL2D's routing mask, MAX_POOL2D_GRAD and its adjoint."""
     if positive_only:
         np.greater(y, 0, out=free)
-    else:
-        free.fill(True)
     single = hit if isinstance(hit, np.ndarray) else None
     for t, xt in enumerate(windows):
         h = hit[t] if single is None else single
         np.equal(xt, y, out=h)
-        np.logical_and(h, free, out=h)
-        np.logical_xor(free, h, out=free)
+        if t == 0 and not positive_only:  # every window is still free: no mask to apply
+            np.logical_not(h, out=free)
+        else:
+            np.logical_and(h, free, out=h)
+            np.logical_xor(free, h, out=free)
         yield
 
 
@@ -288,13 +289,13 @@ class MaxPool2D(_WindowPool):
         taps = kh * kw
         step = max(1, min(n, _BLOCK_BYTES // max(1, x[0].nbytes)))
         split = temporary((taps, step, c, oh, ow), x.dtype)
+        by_tap = split.reshape(kh, kw, step, c, oh, ow)  # a view: split is contiguous
         free = np.empty((step, c, oh, ow), np.bool_)
         blocks = []
         for b in range(0, n, step):
             m = min(step, n - b)
             source = x[b : b + m].reshape(m, c, oh, kh, ow, kw).transpose(3, 5, 0, 1, 2, 4)
-            planes = split[:, :m]
-            target = planes.reshape(kh, kw, m, c, oh, ow)
+            planes, target = split[:, :m], by_tap[:, :, :m]
             hits = list(mask[:, b : b + m])
             blocks.append((target, source, list(planes), y[b : b + m], hits, free[:m]))
         copyto, maximum = np.copyto, np.maximum

@@ -220,6 +220,45 @@ CASES |= {
         ),
         lambda x: torch.sum(torch.tanh(F.max_pool2d(x, 2, 2)) ** 2),
     ),
+    # routing=1 (a training graph's pool): MAX_POOL2D_GRAD reads the routing mask, and its
+    # own gradient must still select through x and y.
+    "MAX_POOL2D:routing": (
+        [IMG],
+        lambda x: ops.sum(
+            ops.square(
+                ops.tanh(
+                    ops.apply(
+                        O.MAX_POOL2D,
+                        x,
+                        num_outputs=2,
+                        routing=1,
+                        kernel_shape=[3, 3],
+                        strides=[2, 2],
+                        pads=[1] * 4,
+                    )[0]
+                )
+            )
+        ),
+        lambda x: torch.sum(torch.tanh(F.max_pool2d(x, 3, 2, padding=1)) ** 2),
+    ),
+    "MAX_POOL2D:tiled_routing": (
+        [IMG[..., :4, :4].copy()],
+        lambda x: ops.sum(
+            ops.square(
+                ops.tanh(
+                    ops.apply(
+                        O.MAX_POOL2D,
+                        x,
+                        num_outputs=2,
+                        routing=1,
+                        kernel_shape=[2, 2],
+                        strides=[2, 2],
+                    )[0]
+                )
+            )
+        ),
+        lambda x: torch.sum(torch.tanh(F.max_pool2d(x, 2, 2)) ** 2),
+    ),
     "GLOBAL_MAX_POOL": (
         [IMG],
         lambda x: ops.sum(ops.tanh(ops.apply(O.GLOBAL_MAX_POOL, x) * 2.0)),

@@ -60,6 +60,12 @@ def test_max_pool_and_its_gradient_in_blocks_of_images(monkeypatch):
     np.testing.assert_array_equal(y_blocked, y)
     np.testing.assert_array_equal(dx_blocked, dx)
     np.testing.assert_array_equal(y, x.reshape(N, 3, 4, 2, 4, 2).max(axis=(3, 5)))
+    # The routing mask's split forward and its gradient, in blocks of 2 images (N = 5:
+    # a partial last block), route as the walk over x and y does.
+    y_routed, mask = run_op(OpCode.MAX_POOL2D, [x], num_outputs=2, routing=1, **attrs)
+    (dx_routed,) = run_op(OpCode.MAX_POOL2D_GRAD, [g, x, y, mask], **attrs)
+    np.testing.assert_array_equal(y_routed, y)
+    np.testing.assert_array_equal(dx_routed, dx)
 
 
 @pytest.mark.parametrize("keepdims", [0, 1])
