@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from sporenet.converter.passes.activation_fusion import fuse_activations
+from sporenet.converter.passes.affine_chains import fold_affine_chains
 from sporenet.converter.passes.batchnorm_folding import fold_batch_norms
 from sporenet.converter.passes.bias_folding import fold_biases
 from sporenet.converter.passes.bias_forwarding import forward_depthwise_biases
@@ -44,6 +45,7 @@ PIPELINE: tuple[Pass, ...] = (
     # tflitespeed (issue 26): Keras's ZeroPadding2D folded into the convolution after it.
     Pass("pad-fusion", fuse_pads),
     Pass("integer-add-folding", fold_integer_adds),
+    Pass("affine-chain-recognition", fold_affine_chains),
     Pass("batchnorm-folding", fold_batch_norms),
     Pass("bias-folding", fold_biases),
     Pass("hard-swish-recognition", fuse_hard_swish),
@@ -70,6 +72,7 @@ __all__ = [
     "GuardedRun",
     "Pass",
     "eliminate_dead_nodes",
+    "fold_affine_chains",
     "fold_batch_norms",
     "fold_biases",
     "fold_constants",

@@ -15,11 +15,12 @@ and is no graph output:
 - g(T(x), c) for a binary elementwise g and a constant c becomes T(g(x, c')), where
   c' is c (at the full rank) transposed by p's inverse, so it broadcasts the same way;
 - g(T(x), T(y)), both Transposes of permutation p, becomes T(g(x, y)) (a residual Add);
-- a Transpose whose readers are all Transposes is folded into each of them, and one of
-  the identity permutation is bypassed (dynamic dimensions too).
+- a Transpose read by Transposes is folded into each of them (it stays for its other
+  readers), and one of the identity permutation is bypassed (dynamic dimensions too).
 
-A Transpose sinks only when its chain of single-reader elementwise ops reaches a
-Transpose, or when it merges with another: elsewhere moving it gains nothing. Quantized
+A Transpose sinks only when its chain of single-reader elementwise ops reaches a tensor
+a Transpose reads (a ResNet block's output feeds the next block's convolution and its
+shortcut), or when it merges with another: elsewhere moving it gains nothing. Quantized
 tensors are left alone (per-axis parameters would need permuting too).
 """
 
@@ -81,17 +82,17 @@ class _Sinking:
 
     def reaches_transpose(self, transpose: Node) -> bool:
         """Whether the chain of single-reader elementwise nodes below `transpose` ends in a
-        Transpose."""
+        tensor a Transpose reads."""
         index, seen = transpose.outputs[0], 0
         while seen < len(self.graph.nodes):
-            reader = self.only_reader(index)
-            if reader is None:
+            readers = self.uses.get(index, [])
+            if not self.plain(index):
                 return False
-            if reader.op == OpCode.TRANSPOSE:
+            if any(r.op == OpCode.TRANSPOSE for r in readers):
                 return True
-            if _kind(reader) is None or len(reader.outputs) != 1:
+            if len(readers) != 1 or _kind(readers[0]) is None or len(readers[0].outputs) != 1:
                 return False
-            index, seen = reader.outputs[0], seen + 1
+            index, seen = readers[0].outputs[0], seen + 1
         return False
 
     def partner(self, node: Node, transpose: Node, rank: int) -> tuple[int, Node | None] | None:
@@ -182,18 +183,21 @@ class _Sinking:
         self.graph.nodes.insert(self.graph.nodes.index(node) + 1, transpose)
 
     def fold_into_readers(self, transpose: Node) -> bool:
-        """Fold a Transpose whose readers are all Transposes into each of them."""
+        """Fold a Transpose into the Transposes that read it (each then reads its input);
+        it stays for its other readers."""
         x, t = transpose.inputs[0], transpose.outputs[0]
         readers = self.uses.get(t, [])
-        if not readers or t in self.graph.outputs or any(r.op != OpCode.TRANSPOSE for r in readers):
+        folded = [r for r in readers if r.op == OpCode.TRANSPOSE]
+        if not folded:
             return False
         rank = len(self.model.tensors[x].shape)
         first = _perm(transpose, rank)
-        for reader in readers:
+        for reader in folded:
             second = _perm(reader, rank)
             reader.inputs = [x]
             reader.attrs = {**reader.attrs, "perm": [first[j] for j in second]}
-        self.graph.nodes.remove(transpose)
+        if len(folded) == len(readers) and t not in self.graph.outputs:
+            self.graph.nodes.remove(transpose)
         return True
 
     def drop_identity(self, gi: int, transpose: Node) -> bool:

@@ -1,4 +1,5 @@
-"""Transpose sinking (passes/transpose_sinking.py) and same-dtype Cast removal: tf2onnx's
+"""Transpose sinking (passes/transpose_sinking.py), affine chains as BatchNorms
+(passes/affine_chains.py) and same-dtype Cast removal: tf2onnx's
 NHWC islands between NCHW convolutions cancel out, and the rewritten graphs compute what
 the originals do (run for real, dynamic batch included)."""
 
@@ -6,7 +7,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from sporenet.converter.passes import optimize, remove_identities, sink_transposes
+from sporenet.converter.passes import (
+    fold_affine_chains,
+    optimize,
+    remove_identities,
+    sink_transposes,
+)
 from sporenet.lite import ModelBuilder, OpCode
 from sporenet.lite.graph import Model
 from tests.unit.converter.test_passes import check_rewrite, ops, rand, run
@@ -109,3 +115,54 @@ def test_only_casts_to_the_same_dtype_are_removed() -> None:
     b.output(y, name="y")
     rewritten = check_rewrite(b.build(), remove_identities, {"x": 10 * rand(2, 3)})
     assert ops(rewritten) == ["CAST"]
+
+
+def test_resnet_blocks_with_identity_shortcuts_lose_every_transpose() -> None:
+    """Each block's NHWC output feeds the next block's convolution (through a Transpose)
+    and its shortcut Add: the Transpose sinks past that fork."""
+    b = ModelBuilder()
+    x = b.input("x", (-1, 4, 6, 6))
+    w0 = b.constant("w0", rand(4, 4, 1, 1))
+    z = b.op(OpCode.TRANSPOSE, [b.op(OpCode.CONV2D, [x, w0])], perm=TO_NHWC)
+    for k in range(3):
+        inner = b.op(OpCode.TRANSPOSE, [z], perm=TO_NCHW)
+        w = b.constant(f"wb{k}", rand(4, 4, 3, 3))
+        y = b.op(OpCode.TRANSPOSE, [b.op(OpCode.CONV2D, [inner, w], pads=[1] * 4)], perm=TO_NHWC)
+        y = b.op(OpCode.MUL, [y, b.constant(f"s{k}", rand(1, 1, 1, 4))])
+        z = b.op(OpCode.RELU, [b.op(OpCode.ADD, [y, z])])
+    b.output(b.op(OpCode.TRANSPOSE, [z], perm=TO_NCHW), name="y")
+    model = b.build()
+    for batch in (1, 2):
+        rewritten = check_rewrite(model, sink_transposes, {"x": rand(batch, 4, 6, 6)})
+    assert "TRANSPOSE" not in ops(rewritten)
+
+
+def test_affine_chains_become_one_batch_norm_and_fold_into_the_conv() -> None:
+    b = ModelBuilder()
+    x = b.input("x", (-1, 3, 8, 8))
+    y = b.op(OpCode.CONV2D, [x, b.constant("w", rand(4, 3, 3, 3))], pads=[1, 1, 1, 1])
+    y = b.op(OpCode.SUB, [y, b.constant("mean", rand(1, 4, 1, 1))])
+    y = b.op(OpCode.MUL, [b.constant("scale", rand(4, 1, 1)), y])
+    y = b.op(OpCode.DIV, [y, b.constant("two", np.float32(2.0))])
+    y = b.op(OpCode.SUB, [b.constant("beta", rand(1, 4, 1, 1)), y])  # beta - y
+    b.output(b.op(OpCode.RELU, [y]), name="y")
+    model = b.build()
+    rewritten = check_rewrite(model, fold_affine_chains, {"x": rand(2, 3, 8, 8)})
+    assert ops(rewritten) == ["CONV2D", "BATCH_NORM", "RELU"]
+    feeds = {"x": rand(1, 3, 8, 8)}
+    want = run(model, feeds)["y"]
+    optimize(model)
+    np.testing.assert_allclose(run(model, feeds)["y"], want, rtol=1e-5, atol=1e-5)
+    assert ops(model) == ["CONV2D"]  # the chain folded, the Relu fused
+
+
+def test_what_is_not_an_affine_chain_stays() -> None:
+    b = ModelBuilder()
+    x = b.input("x", (2, 3, 4, 5))
+    y = b.op(OpCode.ADD, [x, b.constant("last_axis", rand(5))])  # per W, not per channel
+    y = b.op(OpCode.DIV, [b.constant("c", rand(1, 3, 1, 1)), y])  # c / y: not affine
+    y = b.op(OpCode.MUL, [y, b.constant("s", rand(1, 3, 1, 1))])
+    y = b.op(OpCode.ADD, [y, b.constant("t", rand(1, 3, 1, 1))])  # a chain, but no conv
+    b.output(y, name="y")
+    model = b.build()
+    assert fold_affine_chains(model) == 0
