@@ -46,7 +46,9 @@ accuracy over its last TAIL points, the same rule for both since one round's or 
 accuracy swings by points; target >= 0.9), and a PNG (`--plot`) with accuracy
 against wall time and against client updates. `--server-cost` adds sporenet-server's
 CPU per accepted update at 100 and 500 devices as a ratio to the bare gRPC exchange
-floor of the same payload (grpc_floor.exchange_floor; target <= 1.5x).
+floor of the same payload (grpc_floor.exchange_floor; target <= 1.5x); `--cost-jobs
+direct,async` measures a buffered async job too (every device training at once,
+buffers of a fifth of them, as many versions as take 3 rounds' updates).
 
     python benchmarks/federated_learning.py --quick          # reduced sizes
     python benchmarks/federated_learning.py                  # full sizes (hours on 2 cores)
@@ -735,13 +737,17 @@ def sized(w: Workload, quick: bool) -> Workload:
 # -- server cost against the gRPC floor ------------------------------------------------------
 
 
-def server_cost(devices: int, ctx: Context, rounds: int = 3) -> dict[str, float]:
+def server_cost(
+    devices: int, ctx: Context, rounds: int = 3, *, asynchronous: bool = False
+) -> dict[str, Any]:
     """sporenet-server's CPU per accepted update with every one of `devices` in each of
     `rounds` rounds (Fashion-MNIST CNN payload, devices training its head on a few
     samples, no simulated time), split by the server's own counter into taking updates
     in (checksum, decode, validation, journal, fold, status row) and the rest (gRPC,
     sessions, polls, registration, rounds); and the bare gRPC floor of the same payload
-    (the median of FLOOR_RUNS runs: one run of a few hundred exchanges is noisy)."""
+    (the median of FLOOR_RUNS runs: one run of a few hundred exchanges is noisy).
+    `asynchronous`: a buffered async job instead, every device training at once and
+    buffers of a fifth of them, for as many versions as take `rounds` rounds' updates."""
     import grpc_floor
 
     from sporenet.android_demo.fleet import FleetProfile, simulate
@@ -753,11 +759,16 @@ def server_cost(devices: int, ctx: Context, rounds: int = 3) -> dict[str, float]
     state = Path(tempfile.mkdtemp(prefix=f"cost-{devices}-", dir=ctx.workdir))
     mport = _common.free_port()
     flags = ["--min-available", str(devices), "--fraction", "1", "--metrics-port", str(mport)]
+    versions = rounds
+    if asynchronous:
+        buffer = max(2, devices // ASYNC_BUFFER_PART)
+        flags += ["--async", "--concurrency", str(devices), "--buffer-size", str(buffer)]
+        versions = math.ceil(rounds * devices / buffer)
     server = _common.start_server(
         state,
         model,
         address=f"127.0.0.1:{_common.free_port()}",
-        rounds=rounds,
+        rounds=versions,
         min_clients=devices,
         log=state.with_suffix(".log"),
         extra=flags,
@@ -770,7 +781,7 @@ def server_cost(devices: int, ctx: Context, rounds: int = 3) -> dict[str, float]
             address,
             model.read_bytes(),
             devices=devices,
-            rounds=rounds,
+            rounds=versions,
             profile=FleetProfile(simulate_time=False, seed=SEED),
             data=data,
             backend="processes",
@@ -790,6 +801,7 @@ def server_cost(devices: int, ctx: Context, rounds: int = 3) -> dict[str, float]
     )
     per_update_ms = cpu / max(1, accepted) * 1000
     return {
+        "job": "async" if asynchronous else "direct",
         "devices": devices,
         "accepted": accepted,
         "payload": payload,
@@ -814,11 +826,12 @@ def server_metrics(port: int) -> dict[str, float]:
     }
 
 
-def cost_line(r: dict[str, float]) -> str:
+def cost_line(r: dict[str, Any]) -> str:
     """One `server_cost` result as the line the benchmark prints."""
     rest, floor = r["server_ms"] - r["update_ms"], r["floor_ms"]
     return (
-        f"server CPU per accepted update, {r['devices']} devices ({r['payload'] / 1e3:.0f} kB "
+        f"server CPU per accepted update, {r['job']} job, {r['devices']} devices "
+        f"({r['payload'] / 1e3:.0f} kB "
         f"update): {r['server_ms']:.2f} ms vs bare gRPC exchange floor {floor:.2f} ms = "
         f"{r['ratio']:.2f}x (target <= 1.5x: {_verdict(r['ratio'] <= 1.5)}); of it, taking "
         f"the update in {r['update_ms']:.2f} ms ({r['update_ms'] / floor:.2f}x the floor on "
@@ -1052,6 +1065,7 @@ def main() -> None:
     p.add_argument("--server-cost", action="store_true", help="also server CPU vs gRPC floor")
     p.add_argument("--server-cost-only", action="store_true")
     p.add_argument("--cost-devices", default="100,500")
+    p.add_argument("--cost-jobs", default="direct", help="comma list of direct, async")
     p.add_argument("--flower-child", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.flower_child:
@@ -1063,8 +1077,12 @@ def main() -> None:
         if not args.server_cost_only:
             run_workloads(args, ctx)
         if args.server_cost or args.server_cost_only:
-            for n in (int(d) for d in args.cost_devices.split(",")):
-                print(cost_line(server_cost(n, ctx)), flush=True)
+            for job in args.cost_jobs.split(","):
+                if job not in ("direct", "async"):
+                    p.error(f"--cost-jobs: {job!r} is not direct or async")
+                for n in (int(d) for d in args.cost_devices.split(",")):
+                    r = server_cost(n, ctx, asynchronous=job == "async")
+                    print(cost_line(r), flush=True)
 
 
 def run_workloads(args: argparse.Namespace, ctx: Context) -> None:

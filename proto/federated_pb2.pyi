@@ -150,7 +150,7 @@ class ModelChunk(_message.Message):
     def __init__(self, offset: _Optional[int] = ..., data: _Optional[bytes] = ..., total_size: _Optional[int] = ...) -> None: ...
 
 class UploadHeader(_message.Message):
-    __slots__ = ("client_id", "task_id", "upload_id", "total_size", "sha256", "num_samples", "metrics_json", "crc32")
+    __slots__ = ("client_id", "task_id", "upload_id", "total_size", "sha256", "num_samples", "metrics_json", "crc32", "then_poll_ms", "held_model_sha256")
     CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
     TASK_ID_FIELD_NUMBER: _ClassVar[int]
     UPLOAD_ID_FIELD_NUMBER: _ClassVar[int]
@@ -159,6 +159,8 @@ class UploadHeader(_message.Message):
     NUM_SAMPLES_FIELD_NUMBER: _ClassVar[int]
     METRICS_JSON_FIELD_NUMBER: _ClassVar[int]
     CRC32_FIELD_NUMBER: _ClassVar[int]
+    THEN_POLL_MS_FIELD_NUMBER: _ClassVar[int]
+    HELD_MODEL_SHA256_FIELD_NUMBER: _ClassVar[int]
     client_id: str
     task_id: str
     upload_id: str
@@ -167,7 +169,9 @@ class UploadHeader(_message.Message):
     num_samples: int
     metrics_json: str
     crc32: int
-    def __init__(self, client_id: _Optional[str] = ..., task_id: _Optional[str] = ..., upload_id: _Optional[str] = ..., total_size: _Optional[int] = ..., sha256: _Optional[str] = ..., num_samples: _Optional[int] = ..., metrics_json: _Optional[str] = ..., crc32: _Optional[int] = ...) -> None: ...
+    then_poll_ms: int
+    held_model_sha256: str
+    def __init__(self, client_id: _Optional[str] = ..., task_id: _Optional[str] = ..., upload_id: _Optional[str] = ..., total_size: _Optional[int] = ..., sha256: _Optional[str] = ..., num_samples: _Optional[int] = ..., metrics_json: _Optional[str] = ..., crc32: _Optional[int] = ..., then_poll_ms: _Optional[int] = ..., held_model_sha256: _Optional[str] = ...) -> None: ...
 
 class UploadChunk(_message.Message):
     __slots__ = ("header", "offset", "data")
@@ -180,14 +184,16 @@ class UploadChunk(_message.Message):
     def __init__(self, header: _Optional[_Union[UploadHeader, _Mapping]] = ..., offset: _Optional[int] = ..., data: _Optional[bytes] = ...) -> None: ...
 
 class UploadReply(_message.Message):
-    __slots__ = ("accepted", "received", "message")
+    __slots__ = ("accepted", "received", "message", "task_follows")
     ACCEPTED_FIELD_NUMBER: _ClassVar[int]
     RECEIVED_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    TASK_FOLLOWS_FIELD_NUMBER: _ClassVar[int]
     accepted: bool
     received: int
     message: str
-    def __init__(self, accepted: _Optional[bool] = ..., received: _Optional[int] = ..., message: _Optional[str] = ...) -> None: ...
+    task_follows: bool
+    def __init__(self, accepted: _Optional[bool] = ..., received: _Optional[int] = ..., message: _Optional[str] = ..., task_follows: _Optional[bool] = ...) -> None: ...
 
 class UploadOffsetRequest(_message.Message):
     __slots__ = ("client_id", "upload_id")

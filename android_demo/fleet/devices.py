@@ -324,7 +324,8 @@ class DeviceGroup:
                 payload = encode_raw(trained, weights, alloc=self._buffers.take)
                 del new, trained
                 try:
-                    await p.upload(task, payload, samples, metrics)
+                    # The next poll rides with the update (the session stays open).
+                    await p.upload(task, payload, samples, metrics, then_poll=self.models.held)
                 finally:
                     if isinstance(payload, memoryview):
                         self._buffers.give(payload)

@@ -49,6 +49,9 @@ class Participant:
         self.client_id = ""
         self.heartbeat_interval = 5.0
         self._session: SessionStream | None = None
+        # When the poll that rode with the last upload is to be answered on the session:
+        # the model sha256 it said the device holds.
+        self._ridden: str | None = None
 
     def session(self) -> SessionStream:
         """The open Session stream, opened when a task needs it (and anew after a failure)."""
@@ -58,6 +61,7 @@ class Participant:
 
     def close(self) -> None:
         """End the session (the device is idle, or gone: then the server sees it go silent)."""
+        self._ridden = None
         session, self._session = self._session, None
         if session is not None:
             session.close()
@@ -77,10 +81,18 @@ class Participant:
         newest model the device holds there (a DONE task for that model tells the server
         the device has the job's final model)."""
         wait = self.poll_wait if wait is None else wait
+        session, ridden, self._ridden = self._session, self._ridden, None
+        if ridden is not None and session is not None and not session.closed:
+            limit = max(wait, self.poll_wait) + self.rpc_timeout  # as long as it may be held
+            _, body = await session.receive((SessionReplyField.TASK,), limit)
+            answer = pb.Task.FromString(bytes(body))
+            # A DONE task counts the device as told only if the poll said it holds the
+            # final model: asked again when the device's model changed since it uploaded.
+            if answer.type != pb.TASK_DONE or ridden == held:
+                return answer
         request = pb.TaskRequest(
             client_id=self.client_id, wait_ms=int(wait * 1000), held_model_sha256=held
         )
-        session = self._session
         if session is not None and not session.closed:
             await session.send(SessionRequestField.POLL, request.SerializeToString())
             _, body = await session.receive((SessionReplyField.TASK,), wait + self.rpc_timeout)
@@ -123,8 +135,13 @@ class Participant:
         payload: bytes | bytearray | memoryview,
         samples: int,
         metrics: Mapping[str, float],
+        *,
+        then_poll: str | None = None,
     ) -> None:
-        """Send the update and see it accepted (TransferError or grpc.RpcError if not)."""
+        """Send the update and see it accepted (TransferError or grpc.RpcError if not).
+        With `then_poll` (the sha256 of the model the device holds), the device's next
+        poll rides with the upload: a server that takes it answers it after the upload's
+        reply, and `poll` reads that answer without asking."""
         pending = PendingUpload(
             task.task_id,
             f"{task.task_id}-{os.urandom(6).hex()}",
@@ -135,7 +152,11 @@ class Participant:
         transfers = loop_transfers(
             self.session(), self.client_id, chunk_size=self.chunk_size, rpc_timeout=self.rpc_timeout
         )
-        await transfers.upload_in_session(pending, transfers.upload_header(pending))
+        header = transfers.upload_header(pending)
+        if then_poll is not None:  # the next poll rides with the upload
+            header.then_poll_ms, header.held_model_sha256 = int(self.poll_wait * 1000), then_poll
+        if await transfers.upload_in_session(pending, header):
+            self._ridden = then_poll
 
     async def report_evaluation(
         self, task: pb.Task, loss: float, samples: int, metrics: Mapping[str, float]

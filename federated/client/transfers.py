@@ -186,8 +186,10 @@ class Transfers:
             metrics_json=p.metrics_json,
         )
 
-    async def upload_in_session(self, p: PendingUpload, header: pb.UploadHeader) -> None:
-        """Send the update over the session (its CRC-32 computed beforehand, off the loop).
+    async def upload_in_session(self, p: PendingUpload, header: pb.UploadHeader) -> bool:
+        """Send the update over the session (its CRC-32 computed beforehand, off the loop);
+        whether a task reply follows (the server took the poll that `header.then_poll_ms`
+        asks for: the client reads its answer next, and sends no poll).
 
         An update that fits in one chunk rides with its header: a server with a free slot
         takes it and answers upload_reply alone. Otherwise (or when the server drops it:
@@ -197,16 +199,16 @@ class Transfers:
         """
         ride = self.ride and 0 < len(p.payload) <= self.chunk_size
         try:
-            await self._upload_from_header(p, header, ride=ride)
+            return await self._upload_from_header(p, header, ride=ride)
         except grpc.RpcError as e:
             if not (ride and _refuses_riding(e)):
                 raise
             self.ride = False
-            await self._upload_from_header(p, header, ride=False)
+            return await self._upload_from_header(p, header, ride=False)
 
     async def _upload_from_header(
         self, p: PendingUpload, header: pb.UploadHeader, *, ride: bool
-    ) -> None:
+    ) -> bool:
         session = self._open_session()
         whole = bytes(p.payload) if ride else b""
         first = pb.UploadChunk(header=header, offset=0, data=whole).SerializeToString()
@@ -227,4 +229,6 @@ class Transfers:
             _, body = await session.receive(
                 (SessionReplyField.UPLOAD_REPLY,), self.rpc_timeout + len(p.payload) / 5e6
             )
-        check_accepted(pb.UploadReply.FromString(bytes(body)), p)
+        reply = pb.UploadReply.FromString(bytes(body))
+        check_accepted(reply, p)
+        return reply.task_follows

@@ -15,7 +15,9 @@ act only for its own client.
   validated, written and folded: on a worker thread, since those block, unless the
   update is small enough that the hand-off would cost more. An update that fits in one
   chunk rides with its header: taken at once when a slot is free (no upload_offset
-  message), else dropped and asked for again once the slot is granted.
+  message), else dropped and asked for again once the slot is granted. A header may
+  carry the client's next poll (`then_poll_ms`): the accepted update's reply says it
+  follows, and the poll is answered next, with no poll message from the client.
 
 The RoundManager stays the single source of truth; this module is only a transport.
 """
@@ -266,7 +268,10 @@ class SessionService:
         return self.tasks.encode(task)
 
     async def _poll(self, body: memoryview, stream: Stream) -> None:
-        request = _parse(pb.TaskRequest, body)
+        await self._answer_poll(_parse(pb.TaskRequest, body), stream)
+
+    async def _answer_poll(self, request: pb.TaskRequest, stream: Stream) -> None:
+        """A Session poll: its task, then the model if asked for and not held."""
         task = await self.next_task(request)
         model = task.model
         held = model is None or model.sha256 == request.held_model_sha256
@@ -383,11 +388,25 @@ class SessionService:
                 done.set()
         finally:
             self._upload_slots.release(hold)
-        await stream.write(frame_session(SessionReplyField.UPLOAD_REPLY, reply.SerializeToString()))
+        await self._reply_upload(h, reply, stream)
 
     async def _already_accepted(self, h: pb.UploadHeader, stream: Stream) -> None:
         reply = pb.UploadReply(accepted=True, received=h.total_size, message="already accepted")
+        await self._reply_upload(h, reply, stream)
+
+    async def _reply_upload(
+        self, h: pb.UploadHeader, reply: pb.UploadReply, stream: Stream
+    ) -> None:
+        """Answer an upload; then, once its update is in, the poll that rode with it
+        (`then_poll_ms`): the client sends no poll message of its own."""
+        poll = reply.accepted and h.HasField("then_poll_ms")
+        reply.task_follows = poll
         await stream.write(frame_session(SessionReplyField.UPLOAD_REPLY, reply.SerializeToString()))
+        if poll:
+            request = pb.TaskRequest(
+                client_id=h.client_id, wait_ms=h.then_poll_ms, held_model_sha256=h.held_model_sha256
+            )
+            await self._answer_poll(request, stream)
 
     async def _wait_for_slot(self, hold: SlotHold) -> bool:
         """Take a receiving slot for `hold` (none if it is revoked first); whether it

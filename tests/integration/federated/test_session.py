@@ -154,6 +154,34 @@ def test_an_update_rides_with_its_header(tmp_path: Path, server_factory) -> None
     assert status_command(server.state_dir)["rounds"][0]["num_results"] == 2
 
 
+def test_a_poll_rides_with_an_upload(tmp_path: Path, server_factory) -> None:  # type: ignore[no-untyped-def]
+    # A header with then_poll_ms: the accepted update's reply says a task follows, and the
+    # poll is answered next, held like a poll until there is work (here, the next round),
+    # with no poll message from the client. Without it, no task follows the reply.
+    w0, server = _server(tmp_path, server_factory, "--rounds", "2", "--min-clients", "2")
+    with grpc.insecure_channel(server.address) as channel:
+        a, b = _register(channel, "rider"), _register(channel, "walker")
+        session, other = RawSession(channel), RawSession(channel)
+        task, task_b = _fit_task(session, a), _fit_task(other, b)
+        payload = encode_update({k: np.full_like(v, 0.5) for k, v in w0.items()})
+        header = _header(a, task, payload, "ride1")
+        header.then_poll_ms, header.held_model_sha256 = 20000, task.model_sha256
+        session.send(pb.SessionRequest(upload=pb.UploadChunk(header=header, data=payload)))
+        reply = session.receive("upload_reply").upload_reply
+        assert (reply.accepted, reply.task_follows) == (True, True)
+        plain = _header(b, task_b, payload, "walk1")
+        other.send(pb.SessionRequest(upload=pb.UploadChunk(header=plain, data=payload)))
+        reply_b = other.receive("upload_reply").upload_reply
+        assert (reply_b.accepted, reply_b.task_follows) == (True, False)
+        # b's upload closes round 1; the poll that rode with a's is answered with round 2.
+        nxt = session.receive("task").task
+        assert nxt.type == pb.TASK_FIT and nxt.round == 2
+        assert nxt.model_version == task.model_version + 1
+        session.close()
+        other.close()
+    assert status_command(server.state_dir)["rounds"][0]["num_results"] == 2
+
+
 def test_bad_updates_end_the_session_and_are_not_counted(tmp_path: Path, server_factory) -> None:  # type: ignore[no-untyped-def]
     w0, server = _server(tmp_path, server_factory, "--rounds", "1", "--min-clients", "2")
     with grpc.insecure_channel(server.address) as channel:
