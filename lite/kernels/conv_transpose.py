@@ -91,13 +91,18 @@ class ConvTranspose2D(Kernel):
         matmul, add, copyto = np.matmul, np.add, np.copyto
         if (kh, kw) == (sh, sw) and (dh, dw) == (1, 1) and tuple(out.shape[2:]) == self.canvas:
             # Taps that tile the output without overlap (kernel == stride, no padding, as
-            # in upsampling layers): each output element comes from one tap, so one
-            # interleaving copy replaces the zeroed canvas, the adds and the crop.
+            # in upsampling layers): each output element comes from one tap, so copies
+            # replace the zeroed canvas, the adds and the crop. One copy per tap: a
+            # single 6-D copy runs NumPy's loop over the output's order, innermost the
+            # kw taps of one pixel (runs of 2 for 2x2); per tap, the inner loop is a
+            # row of W pixels (a 16 -> 1 channel 2x2 layer on 128x128: 309 -> 65 us).
             tiles = out.reshape(n, g * og, h, kh, wd, kw).transpose(0, 1, 3, 5, 2, 4)
+            pairs = [(tiles[:, :, i, j], taps[:, :, i, j]) for i in range(kh) for j in range(kw)]
 
             def tiled() -> None:
                 matmul(wt, xg, out=cols)
-                copyto(tiles, taps)
+                for dst, src in pairs:
+                    copyto(dst, src)
 
             bias_const = bias is not None and self.input(2).value is not None
             return with_epilogue(tiled, out, bias, self.activation, bias_const)

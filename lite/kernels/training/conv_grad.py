@@ -354,6 +354,8 @@ class Conv2DBackpropInput(_ConvGrad):
         cols = temporary((groups, p, k), g.dtype)
         a, b = g_buf.reshape(groups, p, cog), w_buf.reshape(groups, cog, k)
         cols7 = cols.reshape(groups, n, oh, ow, kh, kw, cig)
+        if self._taps_tile(h, wd):
+            return self._bind_tiling((g_src, w_src), (a, b, cols, w_buf), out)
         dxp = temporary((n, hp, wp, groups, cig), g.dtype)
         pairs = []
         for i in range(kh):
@@ -373,6 +375,55 @@ class Conv2DBackpropInput(_ConvGrad):
             for target, source in pairs:
                 np.add(target, source, out=target)
             np.copyto(out, interior)
+
+        return compute
+
+    def _taps_tile(self, h: int, wd: int) -> bool:
+        """Whether every dx position gets exactly one tap: kernel == stride, undilated,
+        unpadded, and the taps cover the input (an upsampling layer's 2x2, stride 2)."""
+        win = self.win
+        (kh, kw), (oh, ow) = win.kernel, win.out
+        return (
+            win.strides == win.kernel
+            and win.dilations == (1, 1)
+            and not any(win.pads)
+            and (oh * kh, ow * kw) == (h, wd)
+        )
+
+    def _bind_tiling(
+        self,
+        sources: tuple[np.ndarray, np.ndarray],
+        gemm: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
+        out: np.ndarray,
+    ) -> Compute:
+        """The general path when the taps tile dx (_taps_tile): each tap's columns are
+        copied straight into its strided positions of `out`, with no zeroed canvas, adds
+        or crop; and g stored channels-last (G = 1) is already the GEMM's (P, O) operand,
+        so it is not copied either. Same values: every position has one term."""
+        (g_src, w_src), (a, b, cols, w_buf) = sources, gemm
+        groups = a.shape[0]
+        n, c, h, wd = out.shape
+        (kh, kw), (oh, ow) = self.win.kernel, self.win.out
+        cig = c // groups
+        direct = g_src.flags.c_contiguous
+        a_in = g_src.reshape(a.shape) if direct else a
+        g_buf = a.reshape(g_src.shape)  # a view: `a` is a contiguous temporary
+        cols7 = cols.reshape(groups, n, oh, ow, kh, kw, cig)
+        planes = out.reshape(n, groups, cig, h, wd)
+        copies = [
+            (planes[:, :, :, i::kh, j::kw], cols7[:, :, :, :, i, j].transpose(1, 0, 4, 2, 3))
+            for i in range(kh)
+            for j in range(kw)
+        ]
+        copyto, matmul = np.copyto, np.matmul
+
+        def compute() -> None:
+            if not direct:
+                copyto(g_buf, g_src)
+            copyto(w_buf, w_src)
+            matmul(a_in, b, out=cols)
+            for dst, src in copies:
+                copyto(dst, src)
 
         return compute
 

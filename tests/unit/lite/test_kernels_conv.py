@@ -291,7 +291,28 @@ TRANSPOSE_CASES = [
     (1, 4, 3, 3, 4, 4, (4, 4), (2, 2), (1, 1), (1, 1, 1, 1), (0, 0), True),  # depthwise up
     (2, 6, 3, 5, 4, 1, (2, 2), (2, 2), (1, 1), (0, 0, 0, 0), (0, 0), True),  # taps tile out
     (1, 4, 4, 3, 6, 2, (3, 2), (3, 2), (1, 1), (0, 0, 0, 0), (0, 0), False),  # tile, grouped
+    (1, 16, 6, 7, 1, 1, (2, 2), (2, 2), (1, 1), (0, 0, 0, 0), (0, 0), True),  # tile, to 1 channel
 ]
+
+
+@pytest.mark.parametrize("channels_last", [False, True], ids=["nchw", "channels-last"])
+@pytest.mark.parametrize(("k", "group", "c"), [(2, 1, 1), (2, 1, 3), (3, 2, 4)])
+def test_input_gradient_whose_taps_tile_matches_the_transposed_convolution(
+    k, group, c, channels_last
+):
+    # Kernel == stride, no pads (a decoder's upsampling head, TFLite's TRANSPOSE_CONV):
+    # every dx position has one tap, copied straight into place, from g as it is stored
+    # when that is channels-last. The float64 transposed convolution is the reference.
+    rng = np.random.default_rng(8)
+    o, h, w = 4 * group, 5, 6
+    g = rng.normal(size=(1, o, h, w)).astype(np.float32)
+    wt = rng.normal(size=(o, c // group, k, k)).astype(np.float32)
+    attrs = dict(strides=[k, k], pads=[0, 0, 0, 0], group=group, input_shape=[1, c, h * k, w * k])
+    last = np.ascontiguousarray(g.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)
+    src = last if channels_last else g
+    (ours,) = run_op(OpCode.CONV2D_BACKPROP_INPUT, [src, wt], **attrs)
+    ref = conv_transpose_reference(g, wt, None, (k, k), (1, 1), (0, 0, 0, 0), (0, 0), group)
+    np.testing.assert_allclose(ours, ref, rtol=RTOL, atol=ATOL)
 
 
 @pytest.mark.parametrize("case", TRANSPOSE_CASES, ids=str)
