@@ -221,6 +221,9 @@ def run(tmp_path: Path, factory: Callable[..., ServerProcess], rounds: int, stal
             "0.2",
             "--heartbeat-timeout",
             "3",
+            # The daemon's threads and RSS are read after the job; without this it may
+            # already have exited once its clients were told.
+            "--keep-serving",
         ]
     ).start()
     assert server.proc is not None
