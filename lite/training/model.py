@@ -170,6 +170,7 @@ def make_training_model(
     # ---- backward and updates
     grads = append_gradients(m, gi, loss_t, params)
     train.nodes = _relu_into_pool_gradients(train.nodes, set(train.outputs))
+    train.nodes = _bias_into_filter_gradients(train.nodes, set(train.outputs))
     for p in params:
         train.nodes.append(_update_node(m, p, grads[p], lr, optimizer, new_tensor))
 
@@ -402,6 +403,33 @@ def _relu_into_pool_gradients(nodes: list[Node], kept: set[int]) -> list[Node]:
         dropped.add(id(grad))
         folded[k] = replace(n, inputs=[grad.inputs[0], *n.inputs[1:]], attrs={**n.attrs, "relu": 1})
     return [folded.get(k, n) for k, n in enumerate(nodes) if id(n) not in dropped]
+
+
+def _bias_into_filter_gradients(nodes: list[Node], kept: set[int]) -> list[Node]:
+    """The nodes with each convolution's bias gradient, REDUCE_SUM of g over (N, H, W),
+    made the second output of the CONV2D_BACKPROP_FILTER of the same g that comes before
+    it: the filter gradient's GEMM then sums g through a row of ones under its columns,
+    where the REDUCE_SUM would read all of g once more."""
+    filters: dict[int, int] = {}  # g -> position of its (single-output) filter gradient
+    fused: dict[int, Node] = {}
+    dropped: set[int] = set()
+    for k, n in enumerate(nodes):
+        if n.op == OpCode.CONV2D_BACKPROP_FILTER and len(n.outputs) == 1:
+            filters.setdefault(n.inputs[0], k)
+            continue
+        if n.op != OpCode.REDUCE_SUM or len(n.inputs) != 1 or n.outputs[0] in kept:
+            continue
+        g = n.inputs[0]
+        at = filters.get(g)
+        if at is None or at in fused:  # (g of a filter gradient is 4-D: its kernel checks)
+            continue
+        axes = cast(list[int], n.attrs.get("axes", []))
+        if sorted(a % 4 for a in axes) != [0, 2, 3] or n.attrs.get("keepdims", 1):
+            continue
+        grad = nodes[at]
+        fused[at] = replace(grad, outputs=[*grad.outputs, n.outputs[0]], attrs=dict(grad.attrs))
+        dropped.add(k)
+    return [fused.get(k, n) for k, n in enumerate(nodes) if k not in dropped]
 
 
 def _relu_of(producer: Mapping[int, Node], grad: Node, y: int) -> bool:

@@ -223,17 +223,20 @@ def conv2d_backprop(ctx: GradContext, node: Node, grads: list[int | None]) -> li
     # Both backprop kernels are bilinear in their first two inputs: the gradient in each is
     # the kernel computing that input's role from the cotangent (in the output's role) and
     # the other input, e.g. for dx = conv^T(g, w): d/dg = conv(u, w), d/dw = filter(g, u).
+    # A filter gradient's second output (the bias gradient, g summed over N, H, W) gives
+    # g its cotangent broadcast back over those axes.
     first, second, result = _CONV_ROLES[node.op]
-    (u,) = grads
+    u, ub = grads[0], grads[1] if len(grads) > 1 else None
     out: list[int | None] = [None] * len(node.inputs)
-    if u is None:
-        return out
     a, b = node.inputs[:2]
     attrs = window_attrs(node)
-    if ctx.needs(a):
+    if u is not None and ctx.needs(a):
         out[0] = conv_from(ctx, first, {result: u, second: b}, a, attrs)
-    if ctx.needs(b):
+    if u is not None and ctx.needs(b):
         out[1] = conv_from(ctx, second, {result: u, first: a}, b, attrs)
+    if ub is not None and ctx.needs(a):
+        spread = ctx.op(O.REDUCE_GRAD, [ub, a], axes=[0, 2, 3], keepdims=0, reduction="sum")
+        out[0] = spread if out[0] is None else ctx.op(O.ADD, [out[0], spread])
     return out
 
 

@@ -14,6 +14,11 @@ columns onto a channels-last padded buffer (col2im), one whole-array add per ker
 and one transposing copy back to NCHW.
 A stride-1 filter gradient over a batch builds its columns from NCHW in whole padded
 rows instead (Conv2DBackpropFilter._bind_wide_rows).
+
+CONV2D_BACKPROP_FILTER may have a second output, the bias gradient (g summed over the
+batch and positions, one value per output channel): a training graph asks for it so the
+sum rides in the filter gradient's GEMM as a row of ones under the columns, where a
+separate REDUCE_SUM would stream g from memory once more.
 """
 
 from __future__ import annotations
@@ -103,16 +108,28 @@ class Conv2DBackpropFilter(_ConvGrad):
         super().__init__(attrs, inputs)
         g, x, w = self.require_float(0), self.require_float(1), self.input(2)
         self._geometry(x.shape, w.shape, g)
+        if attrs.num_outputs not in (1, 2):
+            raise self.fail(
+                f"has 1 or 2 outputs (filter gradient, bias gradient), got {attrs.num_outputs}"
+            )
         self.output_specs = [TensorSpec(w.shape, g.dtype)]
+        if attrs.num_outputs == 2:
+            self.output_specs.append(TensorSpec((w.shape[0],), g.dtype))
 
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
         g, x, out = required(inputs, 0), required(inputs, 1), outputs[0]
+        db = outputs[1] if len(outputs) > 1 else None
         if out.shape[1] == 1 and self.group > 1:  # depthwise (a lone channel: GEMM wins)
-            return self._bind_depthwise(g, x, out)
+            return _with_bias_sum(self._bind_depthwise(g, x, out), g, db)
         if out.shape[1] < NARROW_CHANNELS:
-            return self._bind_planes(g, x, out)
+            return self._bind_planes(g, x, out, db)
         if self.group == 1 and x.shape[0] > 1 and wide_rows_pay(self.win, x.shape):
-            return self._bind_wide_rows(g, x, out)
+            return self._bind_wide_rows(g, x, out, db)
+        return _with_bias_sum(self._bind_columns(g, x, out), g, db)
+
+    def _bind_columns(self, g: np.ndarray, x: np.ndarray, out: np.ndarray) -> Compute:
+        """Channels-last columns: per-image products for small layers (_bind_image_blocks),
+        else one GEMM per group over the whole batch."""
         per_image = out.size * self.win.out[0] * self.win.out[1] // self.group
         if out.nbytes * x.shape[0] <= _PER_IMAGE_BYTES and per_image <= UNPACKED_GEMM:
             return self._bind_image_blocks(g, x, out, images_per_block(x.shape[0], per_image))
@@ -146,7 +163,9 @@ class Conv2DBackpropFilter(_ConvGrad):
 
         return compute
 
-    def _bind_wide_rows(self, g: np.ndarray, x: np.ndarray, out: np.ndarray) -> Compute:
+    def _bind_wide_rows(
+        self, g: np.ndarray, x: np.ndarray, out: np.ndarray, db: np.ndarray | None
+    ) -> Compute:
         """Stride 1, one group, a batch, rows wide enough (wide_rows_pay): per image, the
         columns in whole padded rows (im2col_wide.py), (K, OH * Wp), times g copied
         channels-last into rows as wide as the padded input, (OH * Wp, O) with zeros in
@@ -155,37 +174,44 @@ class Conv2DBackpropFilter(_ConvGrad):
         read NCHW in order: the channels-last copy of x the other paths make costs
         several times more when x is not in cache, as a training step's forward
         activations are not; g, written by the step before, is. (An infinite x in the
-        extra positions would meet a zero of g there and give NaN.)"""
+        extra positions would meet a zero of g there and give NaN.) With `db`, the columns
+        get a row of ones (g is zero in the extra positions, so it sums g exactly)."""
         n = x.shape[0]
         o, k = out.shape[0], out[0].size
         oh, ow = self.win.out
         rows = WideRows(self.win, x.shape)
         xp, x_in = rows.padded(x.dtype)
         columns = rows.columns(xp)  # (N, C, kh, kw, L): reshaping it would copy
-        step = max(1, min(n, _WIDE_BLOCK_BYTES // (k * rows.length * x.itemsize)))
-        cols = temporary((step, k, rows.length), x.dtype)
+        kr = k + (db is not None)
+        step = max(1, min(n, _WIDE_BLOCK_BYTES // (kr * rows.length * x.itemsize)))
+        cols = temporary((step, kr, rows.length), x.dtype)
+        ones = cols[:, k] if db is not None else None  # the buffer is shared: refilled per call
         # The product reads both operands as stored: (K, L) columns, (L, O) gradient.
         g_wide = np.zeros((step, oh, rows.width, o), g.dtype)
         g_in = g_wide[:, :, :ow, :].transpose(0, 3, 1, 2)
         g_t = g_wide.reshape(step, rows.length, o)
-        per_image = temporary((n, k, o), g.dtype)
+        per_image = temporary((n, kr, o), g.dtype)
         blocks = []
         for i in range(0, n, step):
             m = min(step, n - i)
-            c_dst = cols[:m].reshape(columns[i : i + m].shape)
+            c_dst = cols[:m, :k].reshape(columns[i : i + m].shape)
             a, b, part = cols[:m], g_t[:m], per_image[i : i + m]
             blocks.append((g_in[:m], g[i : i + m], c_dst, columns[i : i + m], a, b, part))
-        total = temporary((k, o), g.dtype)
+        total = temporary((kr, o), g.dtype)
         result = out.reshape(o, k)
+        copies = [(result, total[:k].T)] + ([] if db is None else [(db, total[k])])
 
         def compute() -> None:
             np.copyto(x_in, x)
+            if ones is not None:
+                ones.fill(1)
             for g_dst, g_src, c_dst, c_src, a, b, part in blocks:
                 np.copyto(g_dst, g_src)
                 np.copyto(c_dst, c_src)
                 np.matmul(a, b, out=part)
             np.sum(per_image, axis=0, out=total)
-            np.copyto(result, total.T)
+            for dst, src in copies:
+                np.copyto(dst, src)
 
         return compute
 
@@ -226,37 +252,55 @@ class Conv2DBackpropFilter(_ConvGrad):
 
         return compute
 
-    def _bind_planes(self, g: np.ndarray, x: np.ndarray, out: np.ndarray) -> Compute:
+    def _bind_planes(
+        self, g: np.ndarray, x: np.ndarray, out: np.ndarray, db: np.ndarray | None
+    ) -> Compute:
         """Few input channels per group (below NARROW_CHANNELS): channels-last columns
         would copy runs of a few floats, so the columns stay channels-first,
         (N, G, C/G * kh * kw, OH * OW), one whole-plane copy per tap, and g
         (N, G, O/G, OH * OW) times their transpose is one batched GEMM per image, summed
-        over the batch; K ordered (C/G, kh, kw) is the filter's own layout (no copy back)."""
+        over the batch; K ordered (C/G, kh, kw) is the filter's own layout. With `db`, each
+        group's columns get a row of ones, whose column of the product sums g."""
         win, groups = self.win, self.group
-        n, c = x.shape[:2]
+        n = x.shape[0]
         o, cig, kh, kw = out.shape
         oh, ow = win.out
         xp = np.zeros(self.padded_shape, x.dtype)
         x_in = xp[self.interior]
-        cols = temporary((n, c, kh, kw, oh, ow), x.dtype)
+        k = cig * kh * kw
+        kr = k + (db is not None)
+        full = temporary((n, groups, kr, oh * ow), x.dtype)
+        cols = full[:, :, :k].reshape(n, groups, cig, kh, kw, oh, ow)
+        ones = full[:, :, k] if db is not None else None  # shared buffer: refilled per call
+        planes = xp.reshape(n, groups, cig, *xp.shape[2:])
         taps = [
-            (cols[:, :, i, j], xp[:, :, rows, columns])
+            (cols[:, :, :, i, j], planes[:, :, :, rows, columns])
             for i in range(kh)
             for j in range(kw)
             for rows, columns in [win.tap(i, j)]
         ]
-        k = cig * kh * kw
         a = g.reshape(n, groups, o // groups, oh * ow)
-        b = cols.reshape(n, groups, k, oh * ow).transpose(0, 1, 3, 2)
-        per_image = temporary((n, groups, o // groups, k), g.dtype)
-        result = out.reshape(groups, o // groups, k)
+        b = full.transpose(0, 1, 3, 2)
+        per_image = temporary((n, groups, o // groups, kr), g.dtype)
+        if db is None:
+            result, copies = out.reshape(groups, o // groups, k), []
+        else:
+            result = temporary((groups, o // groups, kr), g.dtype)
+            copies = [
+                (out.reshape(groups, o // groups, k), result[:, :, :k]),
+                (db.reshape(groups, o // groups), result[:, :, k]),
+            ]
 
         def compute() -> None:
             np.copyto(x_in, x)
+            if ones is not None:
+                ones.fill(1)
             for target, source in taps:
                 np.copyto(target, source)
             np.matmul(a, b, out=per_image)
             np.sum(per_image, axis=0, out=result)
+            for dst, src in copies:
+                np.copyto(dst, src)
 
         return compute
 
@@ -287,6 +331,20 @@ class Conv2DBackpropFilter(_ConvGrad):
             np.copyto(out3, back)
 
         return compute
+
+
+def _with_bias_sum(main: Compute, g: np.ndarray, db: np.ndarray | None) -> Compute:
+    """`main`, then the bias gradient summed from g when asked (paths whose columns carry
+    no row of ones)."""
+    if db is None:
+        return main
+    total = np.sum
+
+    def compute() -> None:
+        main()
+        total(g, axis=(0, 2, 3), out=db)
+
+    return compute
 
 
 class Conv2DBackpropInput(_ConvGrad):
