@@ -115,6 +115,15 @@ class Conv2DBackpropFilter(_ConvGrad):
         self.output_specs = [TensorSpec(w.shape, g.dtype)]
         if attrs.num_outputs == 2:
             self.output_specs.append(TensorSpec((w.shape[0],), g.dtype))
+        narrow = w.shape[1] < NARROW_CHANNELS or (w.shape[1] == 1 and self.group > 1)
+        self.wide = (
+            not narrow and self.group == 1 and x.shape[0] > 1 and wide_rows_pay(self.win, x.shape)
+        )
+
+    def channels_last_input(self, index: int) -> ChannelsLast:
+        # The wide-row path reads g only through its copy into channels-last rows, which
+        # g stored channels-last makes a copy of contiguous runs instead of a transpose.
+        return ChannelsLast.PREFERRED if index == 0 and self.wide else ChannelsLast.REFUSED
 
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
         g, x, out = required(inputs, 0), required(inputs, 1), outputs[0]
@@ -123,7 +132,7 @@ class Conv2DBackpropFilter(_ConvGrad):
             return _with_bias_sum(self._bind_depthwise(g, x, out), g, db)
         if out.shape[1] < NARROW_CHANNELS:
             return self._bind_planes(g, x, out, db)
-        if self.group == 1 and x.shape[0] > 1 and wide_rows_pay(self.win, x.shape):
+        if self.wide:
             return self._bind_wide_rows(g, x, out, db)
         return _with_bias_sum(self._bind_columns(g, x, out), g, db)
 

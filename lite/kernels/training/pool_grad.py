@@ -20,7 +20,15 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from sporenet.lite.kernels.base import REQUIRED, Attrs, Compute, Kernel, TensorSpec, required
+from sporenet.lite.kernels.base import (
+    REQUIRED,
+    Attrs,
+    ChannelsLast,
+    Compute,
+    Kernel,
+    TensorSpec,
+    required,
+)
 from sporenet.lite.kernels.pooling import first_maxima
 from sporenet.lite.kernels.spatial import Window, check_nchw, window
 from sporenet.lite.ops import OpCode
@@ -84,7 +92,7 @@ class MaxPool2DGrad(_PoolGrad):
                     f"output 1), got {mask.dtype} {list(mask.shape)}"
                 )
 
-    def _tiled(self, x: np.ndarray) -> bool:
+    def _tiled(self, x: np.ndarray | TensorSpec) -> bool:
         """Whether the windows tile x exactly (kernel == stride, no padding or dilation)."""
         win = self.win
         return (
@@ -93,6 +101,13 @@ class MaxPool2DGrad(_PoolGrad):
             and not win.padded
             and x.shape[2:] == tuple(o * k for o, k in zip(win.out, win.kernel, strict=True))
         )
+
+    def channels_last_output(self, index: int) -> ChannelsLast:
+        # With a routing mask over tiling windows each tap writes its strided view of dx,
+        # which any layout of dx allows (about as fast channels-last); readers that copy
+        # dx into channels-last buffers (the convolution gradients) then copy runs.
+        routed = self.optional_input(3) is not None and self._tiled(self.input(1))
+        return ChannelsLast.ACCEPTED if routed else ChannelsLast.REFUSED
 
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
         g, x, y = (required(inputs, k) for k in range(3))
