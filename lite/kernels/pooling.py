@@ -200,7 +200,9 @@ class MaxPool2D(_WindowPool):
     (storage_order=1); the first window position in row-major order on ties.
     With routing=1 (training graphs), output 1 is instead the routing mask MAX_POOL2D_GRAD
     reads: bool (kh * kw, N, C, OH, OW), mask[t] true where tap t (row-major) holds the
-    window's first maximum. Windows that tile x are then split once into tap-major
+    window's first maximum; with positive_only=1 as well, only in windows whose maximum
+    is positive (the derivative of a ReLU after the pool, which the gradient then needs
+    no pass of its own for). Windows that tile x are then split once into tap-major
     planes, from which both y and the mask come in whole-plane passes; the gradient then
     skips the comparisons it would otherwise repeat over strided views of x.
     """
@@ -219,6 +221,12 @@ class MaxPool2D(_WindowPool):
         self.routing = attrs.int("routing", 0)
         if self.routing not in (0, 1):
             raise self.fail(f"routing must be 0 or 1, got {self.routing}")
+        positive_only = attrs.int("positive_only", 0)
+        if positive_only not in (0, 1):
+            raise self.fail(f"positive_only must be 0 or 1, got {positive_only}")
+        self.positive_only = bool(positive_only)
+        if self.positive_only and not self.routing:
+            raise self.fail("positive_only=1 needs routing=1 (it shapes the routing mask)")
         if self.routing and attrs.num_outputs != 2:
             raise self.fail(f"routing=1 needs 2 outputs (Y, mask), got {attrs.num_outputs}")
         y_shape = self.output_specs[0].shape
@@ -269,12 +277,13 @@ class MaxPool2D(_WindowPool):
         windows = [src[(slice(None), slice(None), *win.tap(i, j))] for i, j in _taps(win)]
         hits = list(mask)
         free = np.empty(y.shape, np.bool_)
+        positive = self.positive_only
 
         def compute() -> None:
             pool()
             if refresh is not None:
                 refresh()
-            for _ in first_maxima(windows, y, hits, free):
+            for _ in first_maxima(windows, y, hits, free, positive_only=positive):
                 pass
 
         return compute
@@ -298,7 +307,7 @@ class MaxPool2D(_WindowPool):
             planes, target = split[:, :m], by_tap[:, :, :m]
             hits = list(mask[:, b : b + m])
             blocks.append((target, source, list(planes), y[b : b + m], hits, free[:m]))
-        copyto, maximum = np.copyto, np.maximum
+        copyto, maximum, positive = np.copyto, np.maximum, self.positive_only
 
         def compute() -> None:
             for target, source, planes, yb, hits, fb in blocks:
@@ -309,7 +318,7 @@ class MaxPool2D(_WindowPool):
                     maximum(planes[0], planes[1], out=yb)
                 for plane in planes[2:]:
                     maximum(yb, plane, out=yb)
-                for _ in first_maxima(planes, yb, hits, fb):
+                for _ in first_maxima(planes, yb, hits, fb, positive_only=positive):
                     pass
 
         return compute

@@ -171,6 +171,7 @@ def make_training_model(
     grads = append_gradients(m, gi, loss_t, params)
     train.nodes = _relu_into_pool_gradients(train.nodes, set(train.outputs))
     train.nodes = _bias_into_filter_gradients(train.nodes, set(train.outputs))
+    train.nodes = _relu_into_routing_masks(train.nodes)
     for p in params:
         train.nodes.append(_update_node(m, p, grads[p], lr, optimizer, new_tensor))
 
@@ -403,6 +404,34 @@ def _relu_into_pool_gradients(nodes: list[Node], kept: set[int]) -> list[Node]:
         dropped.add(id(grad))
         folded[k] = replace(n, inputs=[grad.inputs[0], *n.inputs[1:]], attrs={**n.attrs, "relu": 1})
     return [folded.get(k, n) for k, n in enumerate(nodes) if id(n) not in dropped]
+
+
+def _relu_into_routing_masks(nodes: list[Node]) -> list[Node]:
+    """The nodes with the ReLU derivative of each MAX_POOL2D_GRAD (relu=1, reading the
+    routing mask of the pool whose output y it takes) moved into that mask: the pool
+    routes only positive maxima (positive_only=1) and the gradient reads the mask alone
+    (relu=0), which skips its pass masking g by y > 0. The mask must have no other
+    reader, for the others route every window."""
+    readers: dict[int, int] = {}
+    for n in nodes:
+        for i in n.inputs:
+            readers[i] = readers.get(i, 0) + 1
+    pools = {
+        n.outputs[1]: k
+        for k, n in enumerate(nodes)
+        if n.op == OpCode.MAX_POOL2D and n.attrs.get("routing", 0) and len(n.outputs) == 2
+    }
+    changed: dict[int, Node] = {}
+    for k, n in enumerate(nodes):
+        if n.op != OpCode.MAX_POOL2D_GRAD or not n.attrs.get("relu", 0) or len(n.inputs) < 4:
+            continue
+        at = pools.get(n.inputs[3])
+        if at is None or readers[n.inputs[3]] != 1 or nodes[at].outputs[0] != n.inputs[2]:
+            continue
+        pool = nodes[at]
+        changed[at] = replace(pool, attrs={**pool.attrs, "positive_only": 1})
+        changed[k] = replace(n, attrs={**n.attrs, "relu": 0})
+    return [changed.get(k, n) for k, n in enumerate(nodes)]
 
 
 def _bias_into_filter_gradients(nodes: list[Node], kept: set[int]) -> list[Node]:

@@ -11,11 +11,13 @@ from sporenet.lite.ops import OpCode
 def max_pool2d(ctx: GradContext, node: Node, grads: list[int | None]) -> list[int | None]:
     # With routing=1 (a training graph's forward) output 1 is the routing mask: the
     # gradient reads it instead of finding each window's first maximum again.
+    # A mask made with positive_only=1 routes only positive maxima (the derivative of a
+    # ReLU after the pool folded in): y's own gradient then finds the maxima again.
     x, y = node.inputs[0], node.outputs[0]
     inputs = [grads[0], x, y]
-    if node.attrs.get("routing", 0):
+    if node.attrs.get("routing", 0) and not node.attrs.get("positive_only", 0):
         inputs.append(node.outputs[1])
-    attrs = {k: v for k, v in node.attrs.items() if k != "routing"}
+    attrs = {k: v for k, v in node.attrs.items() if k not in ("routing", "positive_only")}
     return [ctx.op(OpCode.MAX_POOL2D_GRAD, inputs, **attrs)]
 
 

@@ -418,9 +418,11 @@ def test_relu_before_max_pool_moves_after_it_with_bit_identical_training(
     nodes = model.graphs[model.signature("train").graph].nodes
     ops = [n.op for n in nodes]
     assert ops.index(OpCode.MAX_POOL2D) < ops.index(OpCode.RELU)
-    # The ReLU's gradient is folded into the pool's (relu=1): no ACTIVATION_GRAD is left.
+    # The ReLU's gradient is folded into the pool's, and from there into the routing
+    # mask (positive_only=1, the gradient then relu=0): no ACTIVATION_GRAD is left.
     assert OpCode.ACTIVATION_GRAD not in ops
-    assert nodes[ops.index(OpCode.MAX_POOL2D_GRAD)].attrs["relu"] == 1
+    assert nodes[ops.index(OpCode.MAX_POOL2D_GRAD)].attrs["relu"] == 0
+    assert nodes[ops.index(OpCode.MAX_POOL2D)].attrs["positive_only"] == 1
     forward = nodes[: ops.index(OpCode.SOFTMAX_CROSS_ENTROPY)]
     assert all(n.attrs.get("activation", "none") == "none" for n in forward)
     monkeypatch.setattr(training_model, "_pool_before_relu", lambda m, nodes, kept, new: nodes)
@@ -475,3 +477,36 @@ def test_max_pool_routing_mask_trains_bit_identically_through_a_spore_file(
     assert losses == walked_losses
     for name, value in weights.items():
         np.testing.assert_array_equal(value, walked_weights[name], err_msg=name)
+
+
+@pytest.mark.parametrize(("padded", "fused"), [(False, False), (True, False), (False, True)])
+def test_relu_derivative_in_the_routing_mask_trains_bit_identically(monkeypatch, padded, fused):
+    # positive_only=1 routes only positive maxima, so the gradient's own y > 0 pass goes:
+    # the same losses and weights as MAX_POOL2D_GRAD applying relu=1 to a full mask.
+    from sporenet.lite.training import model as training_model
+
+    rng = np.random.default_rng(5)
+    x = rng.integers(-2, 3, size=(16, 1, 6, 6)).astype(np.float32)  # ties, maxima <= 0
+    y = rng.integers(0, 2, size=16).astype(np.int64)
+
+    def train():
+        model = make_training_model(
+            conv_relu_pool(padded=padded, fused=fused),
+            output="logits",
+            loss="softmax_cross_entropy",
+            optimizer=OptimizerConfig("sgd", lr=0.1, momentum=0.9),
+        )
+        nodes = model.graphs[model.signature("train").graph].nodes
+        (pool,) = [n for n in nodes if n.op == OpCode.MAX_POOL2D]
+        (grad,) = [n for n in nodes if n.op == OpCode.MAX_POOL2D_GRAD]
+        trainer = Trainer(model, num_threads=1)
+        losses = [trainer.step({"x": x, "labels": y}, 0.1) for _ in range(5)]
+        return (pool.attrs.get("positive_only", 0), grad.attrs["relu"]), losses, trainer.weights()
+
+    folded, losses, weights = train()
+    monkeypatch.setattr(training_model, "_relu_into_routing_masks", lambda nodes: nodes)
+    apart, apart_losses, apart_weights = train()
+    assert (folded, apart) == ((1, 0), (0, 1))
+    assert losses == apart_losses
+    for name, value in weights.items():
+        np.testing.assert_array_equal(value, apart_weights[name], err_msg=name)
