@@ -23,7 +23,11 @@ or sequence_lens, time-major layout) runs here instead, with buffers made at bin
   the directions run one after the other instead, so each R^T stays in cache over its
   steps (lite/cpu_cache.py; a bidirectional LSTM of 256 units then runs a third faster).
 - A GRU runs its directions side by side in the same way; a direction that runs alone
-  writes its new state straight into Y[t, d], which the next step reads.
+  writes its new state straight into Y[t, d], which the next step reads. Unless its
+  product runs row by row, each gate is a contiguous (dirs, batch, H) block: the step's
+  product writes through R^T's per-gate column views, so no gate operation reads a
+  strided slice (on a step's small arrays a strided ufunc call costs about three
+  contiguous ones).
 - The projections, gates and states are temporaries (kernels/workspace.py): the plan's
   arena lends them for the step and other nodes reuse the bytes.
 """
@@ -205,6 +209,8 @@ def _bind_gru(
     an LSTM's (see the module docstring)."""
     seq, batch, size = x.shape
     hidden, gh, dirs, dtype = cfg.hidden, cfg.gates * cfg.hidden, cfg.dirs, x.dtype
+    if not row_products(batch, hidden, gh):
+        return _bind_gru_gate_major(cfg, x, h0, packed, y, y_h)
     rt, rb_h = packed[1], packed[3]
     projections = _projections(cfg, x.reshape(seq * batch, size), seq, packed, None)
     # Written before they are read on every call: temporaries from the plan's arena.
@@ -252,6 +258,117 @@ def _bind_gru(
             loop()
         for target, source in last:
             copyto(target, source)
+
+    return compute
+
+
+def _bind_gru_gate_major(
+    cfg: Config,
+    x: np.ndarray,
+    h0: np.ndarray | None,
+    packed: Packed,
+    y: np.ndarray,
+    y_h: np.ndarray,
+) -> Compute:
+    """The GRU steps with every gate in its own contiguous block: the step's product
+    writes (gates, dirs, batch, H) through R^T's per-gate column views (no copy of the
+    weights), and the projections are laid out the same way once per call, so no gate
+    operation reads a strided slice (several times the cost of a contiguous one on a
+    step's small arrays). Groups of directions as in _bind_gru."""
+    seq, batch, size = x.shape
+    hidden, dirs, dtype = cfg.hidden, cfg.dirs, x.dtype
+    wt, rt, bias, rb_h = packed
+    if rb_h is not None and not cfg.linear_before_reset:
+        # q = x_h + (r * h) @ R_h + rb_h: the recurrent bias adds with the input side's.
+        bias = bias.copy()
+        bias[:, 2 * hidden :] += rb_h
+        rb_h = None
+    projections = _projections(cfg, x.reshape(seq * batch, size), seq, (wt, rt, bias, None), None)
+    r4 = rt.reshape(dirs, hidden, 3, hidden).transpose(2, 0, 1, 3)  # (gates, dirs, H, H)
+    fills: list[tuple[np.ndarray, int]] = []
+    loops: list[tuple[tuple[np.ndarray, np.ndarray | None], Compute]] = []
+    for g in direction_groups(dirs, rt[0].nbytes, cpu_cache.l2_bytes()):
+        ds = range(dirs)[g]
+        # Written before they are read on every call: temporaries from the plan's arena.
+        xw = temporary((seq, 3, len(ds), batch, hidden), dtype)
+        h = temporary((len(ds), batch, hidden), dtype)
+        fills.extend((xw[:, :, j], d) for j, d in enumerate(ds))
+        times = [[seq - 1 - k if cfg.reverse[d] else k for d in ds] for k in range(seq)]
+        states: list[GruState]
+        if len(ds) == 1:  # one direction steps in Y itself, as in _bind_gru
+            into = [y[t[0], g] for t in times]
+            states = [(into[k - 1] if k else h, into[k], []) for k in range(seq)]
+        else:
+            pairs = [enumerate(zip(ts, ds, strict=True)) for ts in times]
+            copies = [[(y[t, d], h[j]) for j, (t, d) in p] for p in pairs]
+            states = [(h, h, c) for c in copies]
+        start = (h, None if h0 is None else h0[g])
+        scratch = (temporary((3, len(ds), batch, hidden), dtype), temporary(h.shape, dtype))
+        rb = None if rb_h is None else rb_h[g].reshape(-1, 1, hidden)
+        loops.append((start, _gru_gate_steps(scratch, r4[:, g], rb, xw, states, cfg)))
+    last = [(y_h[d], y[0 if cfg.reverse[d] else seq - 1, d]) for d in range(dirs)]
+    copyto = np.copyto
+    by_gate = [(target, projections[d], (seq, batch, 3, hidden)) for target, d in fills]
+
+    def compute() -> None:
+        for target, project, shape in by_gate:
+            copyto(target, project().reshape(shape).transpose(0, 2, 1, 3))
+        for (h, h_init), loop in loops:
+            if h_init is None:
+                h.fill(0)
+            else:
+                copyto(h, h_init)
+            loop()
+        for target, source in last:
+            copyto(target, source)
+
+    return compute
+
+
+def _gru_gate_steps(
+    scratch: tuple[np.ndarray, np.ndarray],
+    r4: np.ndarray,
+    rb_h: np.ndarray | None,
+    xw: np.ndarray,
+    states: list[GruState],
+    cfg: Config,
+) -> Compute:
+    """Every GRU step of one direction group: `scratch` holds the gates (3, dirs, batch,
+    H) and a state-sized buffer, `r4` R^T's per-gate views (3, dirs, H, H), `xw` the
+    projections (seq, 3, dirs, batch, H) in step order; `states` as for _gru_steps."""
+    a, tmp = scratch
+    z, r, q, zr = a[0], a[1], a[2], a[:2]
+    r_zr, r_h = r4[:2], r4[2]
+    add, multiply, tanh = np.add, np.multiply, np.tanh
+    subtract, copyto, matmul = np.subtract, np.copyto, np.matmul
+    one, half = np.array(1, a.dtype), np.array(0.5, a.dtype)
+    steps = [(xw_k[:2], xw_k[2], *s) for xw_k, s in zip(xw, states, strict=True)]
+    before_reset = cfg.linear_before_reset
+
+    def compute() -> None:
+        for x_zr, x_h, h, h_new, copies in steps:
+            if before_reset:
+                matmul(h, r4, out=a)
+            else:
+                matmul(h, r_zr, out=zr)
+            add(zr, x_zr, out=zr)
+            tanh(zr, out=zr)
+            add(zr, one, out=zr)
+            multiply(zr, half, out=zr)  # z and r: the sigmoid gates
+            if before_reset:
+                if rb_h is not None:
+                    add(q, rb_h, out=q)
+                multiply(q, r, out=q)
+            else:
+                multiply(r, h, out=tmp)
+                matmul(tmp, r_h, out=q)
+            add(q, x_h, out=q)
+            tanh(q, out=q)  # the candidate
+            subtract(h, q, out=tmp)
+            multiply(tmp, z, out=tmp)
+            add(tmp, q, out=h_new)  # (1 - z) * cand + z * h
+            for target, source in copies:
+                copyto(target, source)
 
     return compute
 
