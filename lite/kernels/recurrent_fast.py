@@ -23,10 +23,11 @@ or sequence_lens, time-major layout) runs here instead, with buffers made at bin
   the directions run one after the other instead, so each R^T stays in cache over its
   steps (lite/cpu_cache.py; a bidirectional LSTM of 256 units then runs a third faster).
 - A GRU runs its directions side by side in the same way; a direction that runs alone
-  writes its new state straight into Y[t, d], which the next step reads. Unless its
-  product runs row by row, each gate is a contiguous (dirs, batch, H) block: the step's
-  product writes through R^T's per-gate column views, so no gate operation reads a
-  strided slice (on a step's small arrays a strided ufunc call costs about three
+  writes its new state straight into Y[t, d], which the next step reads.
+- While a step's product is small (gate_major), an LSTM's or GRU's gates are each a
+  contiguous (dirs, batch, H) block: the product writes through R^T's per-gate column
+  views and the projections are laid out alike once per call, so no gate operation
+  reads a strided slice (on a step's small arrays a strided ufunc call costs about three
   contiguous ones).
 - The projections, gates and states are temporaries (kernels/workspace.py): the plan's
   arena lends them for the step and other nodes reuse the bytes.
@@ -43,7 +44,7 @@ from sporenet.lite import cpu_cache, huge_pages, pages, shared_weights
 from sporenet.lite.graph import Quantization
 from sporenet.lite.kernels import int8_weights, recurrent_quant
 from sporenet.lite.kernels.base import Compute, TensorSpec, required
-from sporenet.lite.kernels.conv_common import row_products
+from sporenet.lite.kernels.conv_common import ROW_PRODUCT_MIN, row_products
 from sporenet.lite.kernels.workspace import temporary
 
 if TYPE_CHECKING:
@@ -209,7 +210,7 @@ def _bind_gru(
     an LSTM's (see the module docstring)."""
     seq, batch, size = x.shape
     hidden, gh, dirs, dtype = cfg.hidden, cfg.gates * cfg.hidden, cfg.dirs, x.dtype
-    if not row_products(batch, hidden, gh):
+    if gate_major(batch, hidden, gh):
         return _bind_gru_gate_major(cfg, x, h0, packed, y, y_h)
     rt, rb_h = packed[1], packed[3]
     projections = _projections(cfg, x.reshape(seq * batch, size), seq, packed, None)
@@ -260,6 +261,14 @@ def _bind_gru(
             copyto(target, source)
 
     return compute
+
+
+def gate_major(batch: int, hidden: int, gate_columns: int) -> bool:
+    """Whether a step lays its gates out as contiguous blocks: while its product is small
+    (the weights in L2, under ROW_PRODUCT_MIN multiply-adds) the gate operations' calls
+    are most of a step. Beyond, the product is, and its per-gate column views run a few
+    percent slower than one product over whole rows of R^T."""
+    return batch * hidden * gate_columns < ROW_PRODUCT_MIN
 
 
 def _bind_gru_gate_major(
@@ -528,6 +537,8 @@ def _bind_lstm(
     y, y_h, y_c = outputs
     seq, batch, size = x.shape
     hidden, gh, dirs, dtype = cfg.hidden, cfg.gates * cfg.hidden, cfg.dirs, x.dtype
+    if gate_major(batch, hidden, gh):
+        return _bind_lstm_gate_major(cfg, x, (h0, c0), packed, outputs, int8_w)
     rt = packed[1]
     x2 = x.reshape(seq * batch, size)
     quantize_x = None
@@ -577,6 +588,104 @@ def _bind_lstm(
             loop()
         copyto(y_h, h)
         copyto(y_c, c)
+
+    return compute
+
+
+def _bind_lstm_gate_major(
+    cfg: Config,
+    x: np.ndarray,
+    initial: tuple[np.ndarray | None, np.ndarray | None],
+    packed: Packed,
+    outputs: tuple[np.ndarray, np.ndarray, np.ndarray],
+    int8_w: tuple[np.ndarray, Quantization] | None,
+) -> Compute:
+    """_bind_lstm with every gate a contiguous (dirs, batch, H) block, as
+    _bind_gru_gate_major lays out a GRU's."""
+    y, y_h, y_c = outputs
+    seq, batch, size = x.shape
+    hidden, dirs, dtype = cfg.hidden, cfg.dirs, x.dtype
+    rt = packed[1]
+    x2 = x.reshape(seq * batch, size)
+    quantize_x = None
+    h = temporary((dirs, batch, hidden), dtype)
+    c = temporary((dirs, batch, hidden), dtype)
+    tmp = temporary((dirs, batch, hidden), dtype)
+    h_in = h  # what each step multiplies with R^T
+    if cfg.quantize_activations:
+        xq = temporary(x2.shape, dtype)
+        quantize_x = recurrent_quant.bind_fake_quantize(x2, xq)
+        x2 = xq
+        h_in = temporary(h.shape, dtype)
+    projections = _projections(cfg, x2, seq, packed, int8_w)
+    r4 = rt.reshape(dirs, hidden, 4, hidden).transpose(2, 0, 1, 3)  # (gates, dirs, H, H)
+    fills: list[tuple[np.ndarray, int]] = []
+    loops = []
+    for g in direction_groups(dirs, rt[0].nbytes, cpu_cache.l2_bytes()):
+        ds = range(dirs)[g]
+        # Written before they are read on every call: temporaries from the plan's arena.
+        xw = temporary((seq, 4, len(ds), batch, hidden), dtype)
+        fills.extend((xw[:, :, j], d) for j, d in enumerate(ds))
+        writes = [
+            [(y[seq - 1 - k if cfg.reverse[d] else k, d], h[d]) for d in ds] for k in range(seq)
+        ]
+        state = (h[g], h_in[g], c[g], temporary((4, len(ds), batch, hidden), dtype), tmp[g])
+        loops.append(_lstm_gate_steps(state, r4[:, g], xw, writes, cfg.quantize_activations))
+    copyto = np.copyto
+    by_gate = [(target, projections[d], (seq, batch, 4, hidden)) for target, d in fills]
+    starts = [(h, initial[0]), (c, initial[1])]
+
+    def compute() -> None:
+        if quantize_x is not None:
+            quantize_x()
+        for target, project, shape in by_gate:
+            copyto(target, project().reshape(shape).transpose(0, 2, 1, 3))
+        for state, value in starts:
+            if value is None:
+                state.fill(0)
+            else:
+                copyto(state, value)
+        for loop in loops:
+            loop()
+        copyto(y_h, h)
+        copyto(y_c, c)
+
+    return compute
+
+
+def _lstm_gate_steps(
+    state: tuple[np.ndarray, ...],
+    r4: np.ndarray,
+    xw: np.ndarray,
+    writes: list[list[tuple[np.ndarray, np.ndarray]]],
+    quantize: bool,
+) -> Compute:
+    """_lstm_steps over gate-major blocks: `state` as there with the gates (4, dirs,
+    batch, H), `r4` R^T's per-gate views (4, dirs, H, H), `xw` the projections (seq, 4,
+    dirs, batch, H) in step order."""
+    h, h_in, c, a, tmp = state
+    quantize_h = recurrent_quant.bind_fake_quantize(h, h_in, h.shape[0]) if quantize else None
+    add, multiply, tanh, copyto, matmul = np.add, np.multiply, np.tanh, np.copyto, np.matmul
+    one, half = np.array(1, h.dtype), np.array(0.5, h.dtype)
+    gates, i, o, f, g = a[:3], a[0], a[1], a[2], a[3]  # the sigmoid gates, then each
+    steps = list(zip(xw, writes, strict=True))
+
+    def compute() -> None:
+        for xw_k, writes_k in steps:
+            if quantize_h is not None:
+                quantize_h()
+            matmul(h_in, r4, out=a)
+            add(a, xw_k, out=a)
+            tanh(a, out=a)
+            add(gates, one, out=gates)
+            multiply(gates, half, out=gates)
+            multiply(c, f, out=c)
+            multiply(i, g, out=tmp)
+            add(c, tmp, out=c)
+            tanh(c, out=tmp)
+            multiply(o, tmp, out=h)
+            for target, source in writes_k:
+                copyto(target, source)
 
     return compute
 
