@@ -40,8 +40,17 @@ def _writer(kernel: Kernel, attrs: Attrs) -> Writer:
     return REDUCTIONS[reduction]
 
 
+_lowest, _highest = np.minimum.reduce, np.maximum.reduce
+
+
 def _wrapped(index: np.ndarray, bound: np.ndarray, op: str, shape: Sequence[int]) -> np.ndarray:
-    """index with negatives counted from the end; InputError when one stays out of range."""
+    """index with negatives counted from the end; InputError when one stays out of range.
+    One bound for all (a scalar): the check is the index's extremes, two reductions with
+    no temporary, where comparisons make two boolean arrays and scan each."""
+    if index.size and bound.ndim == 0:
+        lo, hi = int(_lowest(index, axis=None)), int(_highest(index, axis=None))
+        if lo >= 0 and hi < bound:
+            return index
     if index.size and np.any(index < 0):
         index = np.where(index < 0, index + bound, index)
     if index.size and (np.any(index < 0) or np.any(index >= bound)):
@@ -158,7 +167,9 @@ class ScatterElements(Kernel):
         multiply, add = np.multiply, np.add
 
         def compute() -> None:
-            at = _wrapped(indices, bound, "SCATTER_ELEMENTS", out.shape).astype(np.int64)
+            at = _wrapped(indices, bound, "SCATTER_ELEMENTS", out.shape).astype(
+                np.int64, copy=False
+            )
             np.copyto(out, data)
             write(flat, (add(base, multiply(at.reshape(-1), stride)),), updates.reshape(-1))
 

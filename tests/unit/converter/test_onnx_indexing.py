@@ -89,3 +89,19 @@ def test_an_index_out_of_range_is_an_input_error() -> None:
     feeds = {"data": _rand(5, 3), "idx": np.array([[5]], np.int64), "u": _rand(1, 3)}
     with pytest.raises(InputError, match="outside the data's shape"):
         interpreter.run(feeds)
+
+
+def test_gather_nd_of_one_axis_wraps_and_refuses_out_of_range_rows() -> None:
+    # One index axis and no batch axes take rows with np.take (gather_nd._bind_take):
+    # negative rows count from the end as onnxruntime's do; one past either end is an
+    # error when the graph runs, not a clipped row.
+    data = _rand(6, 4)
+    node = helper.make_node("GatherND", ["data", "idx"], ["y"])
+    model = make_model([node], {"data": [6, 4], "idx": [5, 1]}, ["y"], input_dtypes={"idx": _I64})
+    idx = np.array([[0], [5], [-1], [-6], [2]], np.int64)
+    assert_matches_ort(model, {"data": data, "idx": idx})
+    interpreter = Interpreter(model_content=convert_onnx(model))
+    for bad in (6, -7):
+        idx[1, 0] = bad
+        with pytest.raises(InputError, match="outside"):
+            interpreter.run({"data": data, "idx": idx})
