@@ -24,11 +24,11 @@ or sequence_lens, time-major layout) runs here instead, with buffers made at bin
   steps (lite/cpu_cache.py; a bidirectional LSTM of 256 units then runs a third faster).
 - A GRU runs its directions side by side in the same way; a direction that runs alone
   writes its new state straight into Y[t, d], which the next step reads.
-- While a step's product is small (gate_major), an LSTM's or GRU's gates are each a
-  contiguous (dirs, batch, H) block: the product writes through R^T's per-gate column
-  views and the projections are laid out alike once per call, so no gate operation
-  reads a strided slice (on a step's small arrays a strided ufunc call costs about three
-  contiguous ones).
+- While a step's product is small, or one gate's runs unpacked where the whole would
+  not (gate_major), an LSTM's or GRU's gates are each a contiguous (dirs, batch, H)
+  block: the product writes through R^T's per-gate column views and the projections
+  are laid out alike once per call, so no gate operation reads a strided slice (on a
+  step's small arrays a strided ufunc call costs about three contiguous ones).
 - The projections, gates and states are temporaries (kernels/workspace.py): the plan's
   arena lends them for the step and other nodes reuse the bytes.
 """
@@ -44,7 +44,7 @@ from sporenet.lite import cpu_cache, huge_pages, pages, shared_weights
 from sporenet.lite.graph import Quantization
 from sporenet.lite.kernels import int8_weights, recurrent_quant
 from sporenet.lite.kernels.base import Compute, TensorSpec, required
-from sporenet.lite.kernels.conv_common import ROW_PRODUCT_MIN, row_products
+from sporenet.lite.kernels.conv_common import ROW_PRODUCT_MIN, UNPACKED_GEMM, row_products
 from sporenet.lite.kernels.workspace import temporary
 
 if TYPE_CHECKING:
@@ -264,11 +264,23 @@ def _bind_gru(
 
 
 def gate_major(batch: int, hidden: int, gate_columns: int) -> bool:
-    """Whether a step lays its gates out as contiguous blocks: while its product is small
-    (the weights in L2, under ROW_PRODUCT_MIN multiply-adds) the gate operations' calls
-    are most of a step. Beyond, the product is, and its per-gate column views run a few
-    percent slower than one product over whole rows of R^T."""
-    return batch * hidden * gate_columns < ROW_PRODUCT_MIN
+    """Whether a step lays its gates out as contiguous blocks (one product per gate,
+    through R^T's column views): while its product is small (the weights in L2, under
+    ROW_PRODUCT_MIN multiply-adds) the gate operations' calls are most of a step; and
+    where the whole product is past OpenBLAS's unpacked limit (conv_common.UNPACKED_GEMM)
+    and one gate's is not, the per-gate products skip packing R^T on every step (8 rows
+    by 224 x 896, two directions: 69 us against 114 us). Otherwise, and for 2-3 rows that
+    run row by row, the stacked product over whole rows of R^T is as fast or a few percent
+    faster (one row by 256 x 1024: 36 us against 42 us)."""
+    whole = batch * hidden * gate_columns
+    if whole < ROW_PRODUCT_MIN:
+        return True
+    per_gate = batch * hidden * hidden
+    return (
+        batch > 1
+        and not row_products(batch, hidden, gate_columns)
+        and per_gate < UNPACKED_GEMM <= whole
+    )
 
 
 def _bind_gru_gate_major(

@@ -219,8 +219,10 @@ def test_gate_major_steps_match_the_stacked_steps(monkeypatch, kind, attrs, dire
     # onnxruntime, with recurrent biases and initial states, at one and several batch rows.
     from sporenet.lite.kernels import recurrent_fast
 
-    assert recurrent_fast.gate_major(2, HID, GATES[kind] * HID)
-    assert not recurrent_fast.gate_major(1, 256, 1024)
+    assert recurrent_fast.gate_major(2, HID, GATES[kind] * HID)  # a small product
+    assert recurrent_fast.gate_major(8, 224, 896)  # one gate's product runs unpacked
+    for batch in (1, 2, 32):  # a matrix-vector product, row products, one packed GEMM
+        assert not recurrent_fast.gate_major(batch, 256, 1024)
     model = rnn_model(kind, direction=direction, states=True, **attrs)
     content = convert_onnx(model)
     for seq, batch in ((1, 1), (5, 2), (4, 3)):
