@@ -24,6 +24,7 @@ from sporenet.converter.passes.identity_removal import remove_identities
 from sporenet.converter.passes.integer_adds import fold_integer_adds
 from sporenet.converter.passes.noop_layout import remove_noop_layout
 from sporenet.converter.passes.pad_fusion import fuse_pads
+from sporenet.converter.passes.row_scatters import scatter_rows
 from sporenet.converter.passes.shape_inference import infer_shapes
 from sporenet.converter.passes.silu import fuse_silu
 from sporenet.converter.passes.transpose_sinking import sink_transposes
@@ -55,6 +56,7 @@ PIPELINE: tuple[Pass, ...] = (
     # tfdw (issue 26): after activation fusion, which decides which depthwise layers
     # have no activation of their own.
     Pass("depthwise-bias-forwarding", forward_depthwise_biases),
+    Pass("row-scatters", scatter_rows),  # onk (issue 27): graph networks' message sums
     Pass("dead-node-elimination", eliminate_dead_nodes),
     Pass("shape-inference", infer_shapes),
 )

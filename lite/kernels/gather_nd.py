@@ -56,6 +56,8 @@ class GatherNd(Kernel):
         rows = indices.reshape(n_batch, -1, k)
         batch = np.arange(n_batch).reshape(-1, 1)
         flat_out = out.reshape((n_batch, rows.shape[1], *params.shape[b + k :]))
+        if k == 1 and n_batch == 1 and rows.size and flat_out.flags.c_contiguous:
+            return _bind_take(flat_params[0], rows.reshape(-1), flat_out[0], wrap)
 
         def compute() -> None:
             picked = rows
@@ -67,3 +69,24 @@ class GatherNd(Kernel):
             np.copyto(flat_out, flat_params[where])
 
         return compute
+
+
+def _bind_take(params: np.ndarray, index: np.ndarray, out: np.ndarray, wrap: bool) -> Compute:
+    """GATHER_ND of one axis and no batch axes: rows of `params` picked by the 1-D `index`
+    with np.take, once the index's extremes show it in range (two reductions, where the
+    general path builds comparison arrays and an index tuple)."""
+    size = params.shape[0]
+    lowest, highest, take = np.minimum.reduce, np.maximum.reduce, np.take
+
+    def compute() -> None:
+        picked = index
+        lo, hi = int(lowest(picked, axis=None)), int(highest(picked, axis=None))
+        if wrap and lo < 0:
+            picked = np.where(picked < 0, picked + size, picked)
+            lo, hi = int(lowest(picked, axis=None)), int(highest(picked, axis=None))
+        if lo < 0 or hi >= size:
+            raise InputError(f"GATHER_ND: an index is outside the params' axes {[size]}")
+        # In range: "clip" changes nothing and skips take's own checks and copy.
+        take(params, picked, axis=0, out=out, mode="clip")
+
+    return compute

@@ -24,6 +24,11 @@ or sequence_lens, time-major layout) runs here instead, with buffers made at bin
   steps (lite/cpu_cache.py; a bidirectional LSTM of 256 units then runs a third faster).
 - A GRU runs its directions side by side in the same way; a direction that runs alone
   writes its new state straight into Y[t, d], which the next step reads.
+- While a step's product is small, or one gate's runs unpacked where the whole would
+  not (gate_major), an LSTM's or GRU's gates are each a contiguous (dirs, batch, H)
+  block: the product writes through R^T's per-gate column views and the projections
+  are laid out alike once per call, so no gate operation reads a strided slice (on a
+  step's small arrays a strided ufunc call costs about three contiguous ones).
 - The projections, gates and states are temporaries (kernels/workspace.py): the plan's
   arena lends them for the step and other nodes reuse the bytes.
 """
@@ -39,7 +44,7 @@ from sporenet.lite import cpu_cache, huge_pages, pages, shared_weights
 from sporenet.lite.graph import Quantization
 from sporenet.lite.kernels import int8_weights, recurrent_quant
 from sporenet.lite.kernels.base import Compute, TensorSpec, required
-from sporenet.lite.kernels.conv_common import row_products
+from sporenet.lite.kernels.conv_common import ROW_PRODUCT_MIN, UNPACKED_GEMM, row_products
 from sporenet.lite.kernels.workspace import temporary
 
 if TYPE_CHECKING:
@@ -205,6 +210,8 @@ def _bind_gru(
     an LSTM's (see the module docstring)."""
     seq, batch, size = x.shape
     hidden, gh, dirs, dtype = cfg.hidden, cfg.gates * cfg.hidden, cfg.dirs, x.dtype
+    if gate_major(batch, hidden, gh):
+        return _bind_gru_gate_major(cfg, x, h0, packed, y, y_h)
     rt, rb_h = packed[1], packed[3]
     projections = _projections(cfg, x.reshape(seq * batch, size), seq, packed, None)
     # Written before they are read on every call: temporaries from the plan's arena.
@@ -252,6 +259,137 @@ def _bind_gru(
             loop()
         for target, source in last:
             copyto(target, source)
+
+    return compute
+
+
+def gate_major(batch: int, hidden: int, gate_columns: int) -> bool:
+    """Whether a step lays its gates out as contiguous blocks (one product per gate,
+    through R^T's column views): while its product is small (the weights in L2, under
+    ROW_PRODUCT_MIN multiply-adds) the gate operations' calls are most of a step; and
+    where the whole product is past OpenBLAS's unpacked limit (conv_common.UNPACKED_GEMM)
+    and one gate's is not, the per-gate products skip packing R^T on every step (8 rows
+    by 224 x 896, two directions: 69 us against 114 us). Otherwise, and for 2-3 rows that
+    run row by row, the stacked product over whole rows of R^T is as fast or a few percent
+    faster (one row by 256 x 1024: 36 us against 42 us)."""
+    whole = batch * hidden * gate_columns
+    if whole < ROW_PRODUCT_MIN:
+        return True
+    per_gate = batch * hidden * hidden
+    return (
+        batch > 1
+        and not row_products(batch, hidden, gate_columns)
+        and per_gate < UNPACKED_GEMM <= whole
+    )
+
+
+def _bind_gru_gate_major(
+    cfg: Config,
+    x: np.ndarray,
+    h0: np.ndarray | None,
+    packed: Packed,
+    y: np.ndarray,
+    y_h: np.ndarray,
+) -> Compute:
+    """The GRU steps with every gate in its own contiguous block: the step's product
+    writes (gates, dirs, batch, H) through R^T's per-gate column views (no copy of the
+    weights), and the projections are laid out the same way once per call, so no gate
+    operation reads a strided slice (several times the cost of a contiguous one on a
+    step's small arrays). Groups of directions as in _bind_gru."""
+    seq, batch, size = x.shape
+    hidden, dirs, dtype = cfg.hidden, cfg.dirs, x.dtype
+    wt, rt, bias, rb_h = packed
+    if rb_h is not None and not cfg.linear_before_reset:
+        # q = x_h + (r * h) @ R_h + rb_h: the recurrent bias adds with the input side's.
+        bias = bias.copy()
+        bias[:, 2 * hidden :] += rb_h
+        rb_h = None
+    projections = _projections(cfg, x.reshape(seq * batch, size), seq, (wt, rt, bias, None), None)
+    r4 = rt.reshape(dirs, hidden, 3, hidden).transpose(2, 0, 1, 3)  # (gates, dirs, H, H)
+    fills: list[tuple[np.ndarray, int]] = []
+    loops: list[tuple[tuple[np.ndarray, np.ndarray | None], Compute]] = []
+    for g in direction_groups(dirs, rt[0].nbytes, cpu_cache.l2_bytes()):
+        ds = range(dirs)[g]
+        # Written before they are read on every call: temporaries from the plan's arena.
+        xw = temporary((seq, 3, len(ds), batch, hidden), dtype)
+        h = temporary((len(ds), batch, hidden), dtype)
+        fills.extend((xw[:, :, j], d) for j, d in enumerate(ds))
+        times = [[seq - 1 - k if cfg.reverse[d] else k for d in ds] for k in range(seq)]
+        states: list[GruState]
+        if len(ds) == 1:  # one direction steps in Y itself, as in _bind_gru
+            into = [y[t[0], g] for t in times]
+            states = [(into[k - 1] if k else h, into[k], []) for k in range(seq)]
+        else:
+            pairs = [enumerate(zip(ts, ds, strict=True)) for ts in times]
+            copies = [[(y[t, d], h[j]) for j, (t, d) in p] for p in pairs]
+            states = [(h, h, c) for c in copies]
+        start = (h, None if h0 is None else h0[g])
+        scratch = (temporary((3, len(ds), batch, hidden), dtype), temporary(h.shape, dtype))
+        rb = None if rb_h is None else rb_h[g].reshape(-1, 1, hidden)
+        loops.append((start, _gru_gate_steps(scratch, r4[:, g], rb, xw, states, cfg)))
+    last = [(y_h[d], y[0 if cfg.reverse[d] else seq - 1, d]) for d in range(dirs)]
+    copyto = np.copyto
+    by_gate = [(target, projections[d], (seq, batch, 3, hidden)) for target, d in fills]
+
+    def compute() -> None:
+        for target, project, shape in by_gate:
+            copyto(target, project().reshape(shape).transpose(0, 2, 1, 3))
+        for (h, h_init), loop in loops:
+            if h_init is None:
+                h.fill(0)
+            else:
+                copyto(h, h_init)
+            loop()
+        for target, source in last:
+            copyto(target, source)
+
+    return compute
+
+
+def _gru_gate_steps(
+    scratch: tuple[np.ndarray, np.ndarray],
+    r4: np.ndarray,
+    rb_h: np.ndarray | None,
+    xw: np.ndarray,
+    states: list[GruState],
+    cfg: Config,
+) -> Compute:
+    """Every GRU step of one direction group: `scratch` holds the gates (3, dirs, batch,
+    H) and a state-sized buffer, `r4` R^T's per-gate views (3, dirs, H, H), `xw` the
+    projections (seq, 3, dirs, batch, H) in step order; `states` as for _gru_steps."""
+    a, tmp = scratch
+    z, r, q, zr = a[0], a[1], a[2], a[:2]
+    r_zr, r_h = r4[:2], r4[2]
+    add, multiply, tanh = np.add, np.multiply, np.tanh
+    subtract, copyto, matmul = np.subtract, np.copyto, np.matmul
+    one, half = np.array(1, a.dtype), np.array(0.5, a.dtype)
+    steps = [(xw_k[:2], xw_k[2], *s) for xw_k, s in zip(xw, states, strict=True)]
+    before_reset = cfg.linear_before_reset
+
+    def compute() -> None:
+        for x_zr, x_h, h, h_new, copies in steps:
+            if before_reset:
+                matmul(h, r4, out=a)
+            else:
+                matmul(h, r_zr, out=zr)
+            add(zr, x_zr, out=zr)
+            tanh(zr, out=zr)
+            add(zr, one, out=zr)
+            multiply(zr, half, out=zr)  # z and r: the sigmoid gates
+            if before_reset:
+                if rb_h is not None:
+                    add(q, rb_h, out=q)
+                multiply(q, r, out=q)
+            else:
+                multiply(r, h, out=tmp)
+                matmul(tmp, r_h, out=q)
+            add(q, x_h, out=q)
+            tanh(q, out=q)  # the candidate
+            subtract(h, q, out=tmp)
+            multiply(tmp, z, out=tmp)
+            add(tmp, q, out=h_new)  # (1 - z) * cand + z * h
+            for target, source in copies:
+                copyto(target, source)
 
     return compute
 
@@ -411,6 +549,8 @@ def _bind_lstm(
     y, y_h, y_c = outputs
     seq, batch, size = x.shape
     hidden, gh, dirs, dtype = cfg.hidden, cfg.gates * cfg.hidden, cfg.dirs, x.dtype
+    if gate_major(batch, hidden, gh):
+        return _bind_lstm_gate_major(cfg, x, (h0, c0), packed, outputs, int8_w)
     rt = packed[1]
     x2 = x.reshape(seq * batch, size)
     quantize_x = None
@@ -460,6 +600,104 @@ def _bind_lstm(
             loop()
         copyto(y_h, h)
         copyto(y_c, c)
+
+    return compute
+
+
+def _bind_lstm_gate_major(
+    cfg: Config,
+    x: np.ndarray,
+    initial: tuple[np.ndarray | None, np.ndarray | None],
+    packed: Packed,
+    outputs: tuple[np.ndarray, np.ndarray, np.ndarray],
+    int8_w: tuple[np.ndarray, Quantization] | None,
+) -> Compute:
+    """_bind_lstm with every gate a contiguous (dirs, batch, H) block, as
+    _bind_gru_gate_major lays out a GRU's."""
+    y, y_h, y_c = outputs
+    seq, batch, size = x.shape
+    hidden, dirs, dtype = cfg.hidden, cfg.dirs, x.dtype
+    rt = packed[1]
+    x2 = x.reshape(seq * batch, size)
+    quantize_x = None
+    h = temporary((dirs, batch, hidden), dtype)
+    c = temporary((dirs, batch, hidden), dtype)
+    tmp = temporary((dirs, batch, hidden), dtype)
+    h_in = h  # what each step multiplies with R^T
+    if cfg.quantize_activations:
+        xq = temporary(x2.shape, dtype)
+        quantize_x = recurrent_quant.bind_fake_quantize(x2, xq)
+        x2 = xq
+        h_in = temporary(h.shape, dtype)
+    projections = _projections(cfg, x2, seq, packed, int8_w)
+    r4 = rt.reshape(dirs, hidden, 4, hidden).transpose(2, 0, 1, 3)  # (gates, dirs, H, H)
+    fills: list[tuple[np.ndarray, int]] = []
+    loops = []
+    for g in direction_groups(dirs, rt[0].nbytes, cpu_cache.l2_bytes()):
+        ds = range(dirs)[g]
+        # Written before they are read on every call: temporaries from the plan's arena.
+        xw = temporary((seq, 4, len(ds), batch, hidden), dtype)
+        fills.extend((xw[:, :, j], d) for j, d in enumerate(ds))
+        writes = [
+            [(y[seq - 1 - k if cfg.reverse[d] else k, d], h[d]) for d in ds] for k in range(seq)
+        ]
+        state = (h[g], h_in[g], c[g], temporary((4, len(ds), batch, hidden), dtype), tmp[g])
+        loops.append(_lstm_gate_steps(state, r4[:, g], xw, writes, cfg.quantize_activations))
+    copyto = np.copyto
+    by_gate = [(target, projections[d], (seq, batch, 4, hidden)) for target, d in fills]
+    starts = [(h, initial[0]), (c, initial[1])]
+
+    def compute() -> None:
+        if quantize_x is not None:
+            quantize_x()
+        for target, project, shape in by_gate:
+            copyto(target, project().reshape(shape).transpose(0, 2, 1, 3))
+        for state, value in starts:
+            if value is None:
+                state.fill(0)
+            else:
+                copyto(state, value)
+        for loop in loops:
+            loop()
+        copyto(y_h, h)
+        copyto(y_c, c)
+
+    return compute
+
+
+def _lstm_gate_steps(
+    state: tuple[np.ndarray, ...],
+    r4: np.ndarray,
+    xw: np.ndarray,
+    writes: list[list[tuple[np.ndarray, np.ndarray]]],
+    quantize: bool,
+) -> Compute:
+    """_lstm_steps over gate-major blocks: `state` as there with the gates (4, dirs,
+    batch, H), `r4` R^T's per-gate views (4, dirs, H, H), `xw` the projections (seq, 4,
+    dirs, batch, H) in step order."""
+    h, h_in, c, a, tmp = state
+    quantize_h = recurrent_quant.bind_fake_quantize(h, h_in, h.shape[0]) if quantize else None
+    add, multiply, tanh, copyto, matmul = np.add, np.multiply, np.tanh, np.copyto, np.matmul
+    one, half = np.array(1, h.dtype), np.array(0.5, h.dtype)
+    gates, i, o, f, g = a[:3], a[0], a[1], a[2], a[3]  # the sigmoid gates, then each
+    steps = list(zip(xw, writes, strict=True))
+
+    def compute() -> None:
+        for xw_k, writes_k in steps:
+            if quantize_h is not None:
+                quantize_h()
+            matmul(h_in, r4, out=a)
+            add(a, xw_k, out=a)
+            tanh(a, out=a)
+            add(gates, one, out=gates)
+            multiply(gates, half, out=gates)
+            multiply(c, f, out=c)
+            multiply(i, g, out=tmp)
+            add(c, tmp, out=c)
+            tanh(c, out=tmp)
+            multiply(o, tmp, out=h)
+            for target, source in writes_k:
+                copyto(target, source)
 
     return compute
 

@@ -7,6 +7,7 @@ axis; one out of range is an error when the graph runs.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -14,6 +15,7 @@ import numpy as np
 from sporenet.lite.errors import InputError
 from sporenet.lite.kernels.axes import normalize_axis
 from sporenet.lite.kernels.base import Attrs, Compute, Kernel, TensorSpec, required
+from sporenet.lite.kernels.workspace import temporary
 from sporenet.lite.ops import OpCode
 
 Writer = Callable[[np.ndarray, tuple[np.ndarray, ...], np.ndarray], None]
@@ -40,8 +42,17 @@ def _writer(kernel: Kernel, attrs: Attrs) -> Writer:
     return REDUCTIONS[reduction]
 
 
+_lowest, _highest = np.minimum.reduce, np.maximum.reduce
+
+
 def _wrapped(index: np.ndarray, bound: np.ndarray, op: str, shape: Sequence[int]) -> np.ndarray:
-    """index with negatives counted from the end; InputError when one stays out of range."""
+    """index with negatives counted from the end; InputError when one stays out of range.
+    One bound for all (a scalar): the check is the index's extremes, two reductions with
+    no temporary, where comparisons make two boolean arrays and scan each."""
+    if index.size and bound.ndim == 0:
+        lo, hi = int(_lowest(index, axis=None)), int(_highest(index, axis=None))
+        if lo >= 0 and hi < bound:
+            return index
     if index.size and np.any(index < 0):
         index = np.where(index < 0, index + bound, index)
     if index.size and (np.any(index < 0) or np.any(index >= bound)):
@@ -80,11 +91,14 @@ class ScatterNdUpdate(Kernel):
                 f"{list(indices.shape)} into data {list(data.shape)}"
             )
         self.k, self.write = k, _writer(self, attrs)
+        self.reduction = attrs.str("reduction", "none")
         self.output_specs = [TensorSpec(data.shape, data.dtype)]
 
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
         data, indices, updates = (required(inputs, i) for i in range(3))
         out, k = outputs[0], self.k
+        if k == 1 and out.ndim >= 1 and indices.size and out.flags.c_contiguous:
+            return _bind_rows(data, indices.reshape(-1), updates, out, self.reduction)
         bound = np.array(out.shape[:k], np.int64)
         rows = indices.reshape(-1, k)
         flat = updates.reshape((rows.shape[0], *out.shape[k:]))
@@ -96,6 +110,59 @@ class ScatterNdUpdate(Kernel):
             write(out, tuple(picked.T), flat)
 
         return compute
+
+
+ONE_HOT_ENTRIES = 1 << 14
+"""A float row scatter-add of up to this many (row, update) pairs runs as one product
+with a one-hot [rows, updates] matrix (BLAS, a few calls); beyond, its multiply-adds grow
+past those of np.add.at on the rows' element positions."""
+
+
+def _bind_rows(
+    data: np.ndarray, index: np.ndarray, updates: np.ndarray, out: np.ndarray, reduction: str
+) -> Compute:
+    """SCATTER_ND_UPDATE of one index axis: whole rows of `out` (a copy of data) replaced
+    or combined with the rows of updates. The check is on the E indices alone. Every
+    reduction can run through the flattened positions, where ufunc.at takes its fast path;
+    "add" of finite float rows is a one-hot product while small (ONE_HOT_ENTRIES)."""
+    n, e = out.shape[0], index.size
+    bound = np.array(n, np.int64)
+    width = int(np.prod(out.shape[1:], dtype=np.int64))
+    out2, rows = out.reshape(n, width), updates.reshape(e, width)
+    copyto = np.copyto
+    write, flat = REDUCTIONS[reduction], out.reshape(-1)
+    offsets = np.arange(width, dtype=np.int64)
+    flat_updates = rows.reshape(-1)
+
+    def combined() -> None:
+        at = _wrapped(index, bound, "SCATTER_ND_UPDATE", out.shape).astype(np.int64, copy=False)
+        copyto(out, data)
+        if reduction == "none":
+            out2[at] = rows  # of duplicate rows the last wins, as numpy assigns in order
+        else:
+            write(flat, (np.add.outer(at * width, offsets).reshape(-1),), flat_updates)
+
+    if reduction != "add" or out.dtype.kind != "f" or n * e > ONE_HOT_ENTRIES:
+        return combined
+    one_hot = np.zeros((n, e), out.dtype)
+    columns = np.arange(e)
+    product = temporary((n, width), out.dtype)  # written before it is read, every call
+    data2 = data.reshape(n, width)
+    dot, add, total = np.dot, np.add, np.add.reduce
+
+    def summed() -> None:
+        # An infinite or NaN update would spread through the product's zeros (0 * inf):
+        # such rows take the positions' path. Their sum is not finite whenever one is.
+        if not math.isfinite(total(flat_updates, axis=None)):
+            combined()
+            return
+        at = _wrapped(index, bound, "SCATTER_ND_UPDATE", out.shape)
+        one_hot.fill(0)
+        one_hot[at, columns] = 1
+        dot(one_hot, rows, out=product)
+        add(data2, product, out=out2)
+
+    return summed
 
 
 class ScatterElements(Kernel):
@@ -158,7 +225,9 @@ class ScatterElements(Kernel):
         multiply, add = np.multiply, np.add
 
         def compute() -> None:
-            at = _wrapped(indices, bound, "SCATTER_ELEMENTS", out.shape).astype(np.int64)
+            at = _wrapped(indices, bound, "SCATTER_ELEMENTS", out.shape).astype(
+                np.int64, copy=False
+            )
             np.copyto(out, data)
             write(flat, (add(base, multiply(at.reshape(-1), stride)),), updates.reshape(-1))
 

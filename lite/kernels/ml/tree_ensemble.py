@@ -248,10 +248,13 @@ class TreeEnsemble(Kernel):
                 reached[position] = at
                 return reached.reshape(trees, batch)
             # Drop finished pairs once they are a quarter of those walking: compacting at
-            # every level would cost three more passes for a few pairs each time.
+            # every level would cost three more passes for a few pairs each time. Every
+            # pair's state is written (one scatter, no mask): those still walking write
+            # theirs again when they finish. The kept pairs are gathered by their
+            # positions, found once: a boolean mask would find them again per array.
             if finished * 4 >= at.size:
-                reached[position[done]] = at[done]
-                keep = ~done
+                reached[position] = at
+                keep = np.flatnonzero(~done)
                 at, offset, position = at[keep], offset[keep], position[keep]
             value = flat[offset + feature[at]]
             if compare is not None:

@@ -205,3 +205,32 @@ def test_directions_one_after_another_when_only_one_fits_in_cache(monkeypatch, k
         np.testing.assert_allclose(grouped[name], batched[name], rtol=1e-6, atol=1e-7)
     for name, want in zip(OUTPUTS[kind], run_ort(model, f), strict=True):
         np.testing.assert_allclose(grouped[name], want, rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+@pytest.mark.parametrize(
+    ("kind", "attrs"),
+    [("GRU", {}), ("GRU", {"linear_before_reset": 1}), ("LSTM", {})],
+    ids=["gru", "gru-before-reset", "lstm"],
+)
+@pytest.mark.parametrize("direction", ["forward", "reverse", "bidirectional"])
+def test_gate_major_steps_match_the_stacked_steps(monkeypatch, kind, attrs, direction):
+    # A step whose product is small runs its gates as contiguous blocks
+    # (recurrent_fast.gate_major); larger ones keep the stacked steps. Both must equal
+    # onnxruntime, with recurrent biases and initial states, at one and several batch rows.
+    from sporenet.lite.kernels import recurrent_fast
+
+    assert recurrent_fast.gate_major(2, HID, GATES[kind] * HID)  # a small product
+    assert recurrent_fast.gate_major(8, 224, 896)  # one gate's product runs unpacked
+    for batch in (1, 2, 32):  # a matrix-vector product, row products, one packed GEMM
+        assert not recurrent_fast.gate_major(batch, 256, 1024)
+    model = rnn_model(kind, direction=direction, states=True, **attrs)
+    content = convert_onnx(model)
+    for seq, batch in ((1, 1), (5, 2), (4, 3)):
+        f = feeds(model, seq, batch)
+        gate_major = Interpreter(model_content=content).run(f)
+        with monkeypatch.context() as patched:
+            patched.setattr(recurrent_fast, "gate_major", lambda *_: False)
+            stacked = Interpreter(model_content=content).run(f)
+        for name, want in zip(OUTPUTS[kind], run_ort(model, f), strict=True):
+            for got in (gate_major, stacked):
+                np.testing.assert_allclose(got[name], want, rtol=1e-5, atol=1e-6, err_msg=name)
