@@ -26,6 +26,7 @@ from sporenet.converter.passes.noop_layout import remove_noop_layout
 from sporenet.converter.passes.pad_fusion import fuse_pads
 from sporenet.converter.passes.shape_inference import infer_shapes
 from sporenet.converter.passes.silu import fuse_silu
+from sporenet.converter.passes.subgraph_constants import inline_branch_constants
 from sporenet.converter.passes.transpose_sinking import sink_transposes
 from sporenet.lite.graph import Model
 
@@ -38,6 +39,7 @@ class Pass:
 
 PIPELINE: tuple[Pass, ...] = (
     Pass("identity-removal", remove_identities),
+    Pass("branch-constant-inlining", inline_branch_constants),
     Pass("constant-folding", fold_constants),
     # issue 27: tf2onnx's NHWC islands between NCHW convolutions cancel out.
     Pass("transpose-sinking", sink_transposes),
