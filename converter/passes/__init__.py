@@ -22,6 +22,7 @@ from sporenet.converter.passes.guard import GuardedRun, run_guarded
 from sporenet.converter.passes.hard_swish import fuse_hard_swish
 from sporenet.converter.passes.identity_removal import remove_identities
 from sporenet.converter.passes.integer_adds import fold_integer_adds
+from sporenet.converter.passes.layer_norm import fuse_layer_norms
 from sporenet.converter.passes.mixconv import merge_mixconv
 from sporenet.converter.passes.noop_layout import remove_noop_layout
 from sporenet.converter.passes.pad_fusion import fuse_pads
@@ -54,6 +55,7 @@ PIPELINE: tuple[Pass, ...] = (
     Pass("hard-swish-recognition", fuse_hard_swish),
     Pass("silu-recognition", fuse_silu),
     Pass("gelu-recognition", fuse_gelu),
+    Pass("layer-norm-recognition", fuse_layer_norms),
     Pass("activation-fusion", fuse_activations),
     Pass("mixconv-merging", merge_mixconv),
     # tfdw (issue 26): after activation fusion, which decides which depthwise layers
