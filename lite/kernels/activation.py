@@ -146,11 +146,16 @@ def silu_into(x: np.ndarray, out: np.ndarray, t: np.ndarray) -> None:
     reciprocal and a product. `t` is a scratch array shaped like x; it may be `out` when
     `out` is not `x`. exp(-x) saturates to inf for very negative x, giving -0.0 as
     x * sigmoid(x) does; x = -inf gives NaN, as x * sigmoid(x) does (-inf * 0)."""
-    np.negative(x, out=t)
-    exp_into(t, t)
-    t += 1
-    with np.errstate(invalid="ignore"):  # -inf / inf: NaN, the product form's result
-        np.divide(x, t, out=out)
+    quietly(_silu_steps, x, out, t)  # one quiet region: entering one costs a ufunc call
+
+
+def _silu_steps(x: np.ndarray, out: np.ndarray, t: np.ndarray) -> None:
+    """silu_into's passes, run where exp's overflow (inf: the exact IEEE result) and
+    -inf / inf (NaN, the product form's result) raise no warning."""
+    np.negative(x, t)
+    np.exp(t, t)
+    np.add(t, _scalar(t.dtype, 1.0), t)
+    np.divide(x, t, out)
 
 
 def _silu(x: np.ndarray) -> None:
