@@ -308,7 +308,14 @@ def _rewrite(model: Model, graph: Graph, block: _Block) -> None:
     transpose = Node(
         OpCode.TRANSPOSE, [x], [moved], name=f"{name}/mixconv_transpose", attrs={"perm": block.perm}
     )
-    conv = Node(OpCode.CONV2D, inputs, list(block.concat.outputs), name=name, attrs=attrs)
+    conv = Node(
+        OpCode.CONV2D,
+        inputs,
+        list(block.concat.outputs),
+        name=name,
+        attrs=attrs,
+        version=first.version,
+    )
     position = graph.nodes.index(block.split)
     gone = {id(block.split), id(block.concat), *(id(n) for g in block.groups for n in g.nodes)}
     graph.nodes = [n for n in graph.nodes if id(n) not in gone]
