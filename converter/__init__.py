@@ -39,9 +39,13 @@ def __getattr__(name: str) -> Any:
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'sporenet.converter' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+    imported = importlib.import_module(module)
+    # Importing a submodule binds its name here (`convert_tflite` is a module and a
+    # function): every public name of that module is bound now, over the module.
+    for public, home in _LAZY.items():
+        if home == module:
+            globals()[public] = getattr(imported, public)
+    return globals()[name]
 
 
 __all__ = [

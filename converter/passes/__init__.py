@@ -22,11 +22,14 @@ from sporenet.converter.passes.guard import GuardedRun, run_guarded
 from sporenet.converter.passes.hard_swish import fuse_hard_swish
 from sporenet.converter.passes.identity_removal import remove_identities
 from sporenet.converter.passes.integer_adds import fold_integer_adds
+from sporenet.converter.passes.layer_norm import fuse_layer_norms
+from sporenet.converter.passes.mixconv import merge_mixconv
 from sporenet.converter.passes.noop_layout import remove_noop_layout
 from sporenet.converter.passes.pad_fusion import fuse_pads
 from sporenet.converter.passes.row_scatters import scatter_rows
 from sporenet.converter.passes.shape_inference import infer_shapes
 from sporenet.converter.passes.silu import fuse_silu
+from sporenet.converter.passes.subgraph_constants import inline_branch_constants
 from sporenet.converter.passes.transpose_sinking import sink_transposes
 from sporenet.lite.graph import Model
 
@@ -39,6 +42,7 @@ class Pass:
 
 PIPELINE: tuple[Pass, ...] = (
     Pass("identity-removal", remove_identities),
+    Pass("branch-constant-inlining", inline_branch_constants),
     Pass("constant-folding", fold_constants),
     # issue 27: tf2onnx's NHWC islands between NCHW convolutions cancel out.
     Pass("transpose-sinking", sink_transposes),
@@ -52,7 +56,9 @@ PIPELINE: tuple[Pass, ...] = (
     Pass("hard-swish-recognition", fuse_hard_swish),
     Pass("silu-recognition", fuse_silu),
     Pass("gelu-recognition", fuse_gelu),
+    Pass("layer-norm-recognition", fuse_layer_norms),
     Pass("activation-fusion", fuse_activations),
+    Pass("mixconv-merging", merge_mixconv),
     # tfdw (issue 26): after activation fusion, which decides which depthwise layers
     # have no activation of their own.
     Pass("depthwise-bias-forwarding", forward_depthwise_biases),

@@ -81,6 +81,13 @@ FOLD_WEIGHT_BYTES = 16 << 10
 (KEEP_FLOAT_BYTES), for a saving of about two NumPy calls per layer; so only small weight
 matrices (depthwise and short reductions) fold."""
 
+FOLD_VECTOR_BYTES = 128 << 10
+"""The float64 weights up to which a layer at one position (a matrix-vector product: a
+streaming step) folds. Unfolded, weights past KEEP_FLOAT_BYTES are converted to float32
+on every call into scratch the plan holds for the layer, and the columns and the
+stage's accumulators take more: folding up to twice that float32 size costs about the
+same memory and saves the conversion and the stage's calls."""
+
 
 _vecdot: Callable[..., Any] | None = getattr(np, "vecdot", None)  # NumPy >= 2.0
 
@@ -279,9 +286,9 @@ class QConv2D(QuantizedKernel):
         if not isinstance(self.stage, OutputStage):
             return None
         kg = self.w[0].size + 1  # one output's weights and the offset column
-        # A matrix-vector layer (one position: a streaming step) folds whenever its
-        # float32 weights would be kept: its time is its NumPy calls.
-        weight_limit = 2 * KEEP_FLOAT_BYTES if n * p == 1 else FOLD_WEIGHT_BYTES
+        # A matrix-vector layer (one position: a streaming step): its time is its NumPy
+        # calls (FOLD_VECTOR_BYTES).
+        weight_limit = FOLD_VECTOR_BYTES if n * p == 1 else FOLD_WEIGHT_BYTES
         if n * self.group * kg * p * 8 > FOLD_BYTES or o * kg * 8 > weight_limit:
             return None
         return self.stage.folded(self.w.reshape(o, kg - 1), self.zx, self.raw_max)

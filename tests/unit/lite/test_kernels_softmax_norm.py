@@ -161,3 +161,30 @@ def test_softmax_is_the_numpy_formula_bit_for_bit(shape, op):
     want = np.exp(shifted) / total if op == OpCode.SOFTMAX else shifted - np.log(total)
     (got,) = run_op(op, [x], axis=-1)
     np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize(("shape", "axis"), [((1, 32), -1), ((1, 4, 8), 1), ((3, 7), 0)], ids=str)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("with_bias", [True, False])
+def test_layer_norm_over_one_row(shape, axis, dtype, with_bias):
+    # One normalized row takes the scalar-statistics step: same values as the float64
+    # formula, all three outputs.
+    rng = np.random.default_rng(7)
+    x = (rng.normal(size=shape) * 3 - 1).astype(dtype)
+    scale = rng.normal(size=shape[axis % len(shape) :]).astype(dtype)
+    bias = rng.normal(size=scale.shape).astype(dtype) if with_bias else None
+    inputs = [x, scale] + ([bias] if with_bias else [])
+    y, mean, inv = run_op(OpCode.LAYER_NORM, inputs, num_outputs=3, axis=axis, epsilon=1e-3)
+    ry, rmean, rinv = _layer_norm64(x.astype(np.float64), scale, bias, axis, 1e-3)
+    tol = 1e-5 if dtype == np.float32 else 1e-12
+    np.testing.assert_allclose(y, ry, rtol=tol, atol=tol)
+    np.testing.assert_allclose(mean, rmean, rtol=tol, atol=tol)
+    np.testing.assert_allclose(inv, rinv, rtol=tol)
+
+
+def test_layer_norm_of_a_constant_row_without_epsilon_is_nan_as_the_formula():
+    x = np.full((1, 8), 2.5, np.float32)
+    with np.errstate(all="ignore"):
+        (y,) = run_op(OpCode.LAYER_NORM, [x, np.ones(8, np.float32)], epsilon=0.0)
+        want = (x - x.mean()) * (1 / np.sqrt(np.float32(0)))  # 0 * inf
+    np.testing.assert_array_equal(np.isnan(y), np.isnan(want))

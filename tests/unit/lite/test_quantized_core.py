@@ -198,6 +198,33 @@ def test_fully_connected_matches_integer_reference(
     np.testing.assert_array_equal(got, want)
 
 
+@pytest.mark.parametrize("dtype", [np.int8, np.uint8])
+def test_streaming_conv_with_large_weights_folds_and_stays_exact(dtype, monkeypatch):
+    # One output position (a streaming step) over 64 x 40 x 5 weights: float64 folded
+    # weights of about 100 KiB, past twice the kept float32 size, within FOLD_VECTOR_BYTES.
+    rng = np.random.default_rng(12)
+    lo, hi = RANGES[np.dtype(dtype)]
+    o, c, k = 64, 40, 5
+    x = random_q(rng, (1, c, k, 1), dtype)
+    # Weights of a trained layer's magnitudes: the folded sums stay exact in float64.
+    w = rng.integers(-40, 41, (o, c, k, 1)).astype(np.int8)
+    sw, bias = rng.uniform(0.001, 0.01, o), rng.integers(-5000, 5000, o).astype(np.int32)
+    zx, so, zo = int(rng.integers(lo, hi)), 0.4, (lo + hi) // 2 - 5
+    assert o * (c * k + 1) * 8 > 2 * quantized_conv.KEEP_FLOAT_BYTES
+    assert o * (c * k + 1) * 8 <= quantized_conv.FOLD_VECTOR_BYTES
+    made = _conv_kernels(monkeypatch)
+    got = run_one_op(
+        OpCode.CONV2D,
+        [(x, quant(0.02, zx), False), (w, quant(sw, 0, 0), True), (bias, None, True)],
+        quant(so, zo),
+        dtype,
+        strides=[3, 1],
+    )
+    assert made[-1].fold is not None
+    want = conv_reference(x, zx, 0.02, w, sw, bias, so, zo, lo, hi, (0, 0, 0, 0), (3, 1), 1)
+    np.testing.assert_array_equal(got, want)
+
+
 def test_reduction_split_keeps_every_float32_partial_sum_exact():
     rng = np.random.default_rng(8)
     for o, k in [(5, 1000), (64, 4608), (3, 7)]:
