@@ -188,3 +188,16 @@ def test_layer_norm_of_a_constant_row_without_epsilon_is_nan_as_the_formula():
         (y,) = run_op(OpCode.LAYER_NORM, [x, np.ones(8, np.float32)], epsilon=0.0)
         want = (x - x.mean()) * (1 / np.sqrt(np.float32(0)))  # 0 * inf
     np.testing.assert_array_equal(np.isnan(y), np.isnan(want))
+
+
+def test_softmax_writes_zero_for_probabilities_below_the_smallest_normal() -> None:
+    """Logits 95 below the peak give exp about 5e-42 (subnormal in float32): written as 0,
+    every other probability as the float64 reference has it."""
+    x = np.array([[0.0, -95.0, -3.0, -200.0], [1.0, 2.0, 3.0, 4.0]], np.float32)
+    (out,) = run_op(OpCode.SOFTMAX, [x], axis=-1)
+    e = np.exp(x.astype(np.float64) - x.max(-1, keepdims=True))
+    ref = e / e.sum(-1, keepdims=True)
+    tiny = np.finfo(np.float32).tiny
+    assert out[0, 1] == 0.0 and out[0, 3] == 0.0
+    assert not np.any((out > 0) & (out < tiny))
+    np.testing.assert_allclose(out, np.where(ref < tiny, 0.0, ref), rtol=1e-6, atol=0)
