@@ -43,6 +43,10 @@ class Participants:
         """Note that `client_id` called at `now` (registering it if new)."""
         self._last_seen[client_id] = now
 
+    def last_seen(self, client_id: str) -> float:
+        """When the client last called (-inf if it never did)."""
+        return self._last_seen.get(client_id, float("-inf"))
+
     def is_silent(self, client_id: str, now: float, timeout: float) -> bool:
         """True when the client has not called within `timeout` seconds of `now`."""
         return self._last_seen.get(client_id, float("-inf")) < now - timeout
