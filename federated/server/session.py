@@ -11,11 +11,13 @@ act only for its own client.
 - a Session carries a working client's download, upload and heartbeats over one stream;
   a download sends the model's chunks, encoded once per version for every client;
 - an upload waits for a receiving slot before the client sends a byte (so waiting
-  clients hold no payload in the server), is received into one buffer, then checked,
+  clients hold no more payload than the slots may), is received into one buffer, checked,
   validated, written and folded: on a worker thread, since those block, unless the
   update is small enough that the hand-off would cost more. An update that fits in one
   chunk rides with its header: taken at once when a slot is free (no upload_offset
-  message), else dropped and asked for again once the slot is granted. A header may
+  message), else kept while it waits if the waiting ones hold no more than the slots may
+  (a dropped one is asked for again once the slot is granted, and the slot waits a round
+  trip for it: under load, every upload would then hold its slot that long). A header may
   carry the client's next poll (`then_poll_ms`): the accepted update's reply says it
   follows, and the poll is answered next, with no poll message from the client.
 
@@ -144,6 +146,7 @@ class SessionService:
         # The uploads waiting for a phase's publication, woken by any change of phase.
         self._publications: set[asyncio.Future[None]] = set()
         self._receiving: dict[tuple[str, str], asyncio.Event] = {}
+        self._rider_bytes = 0  # the riding data kept by uploads that wait
         # Set at shutdown: sessions waiting for their client's next request end at once
         # (close_idle cancels their pending reads).
         self._closing = False
@@ -363,8 +366,8 @@ class SessionService:
         key = (cid, h.upload_id)
         # Checked before the slot too: strangers and clients without an open task are
         # refused at once, never queued for (or holding) a receiving slot. An upload for a
-        # phase being aggregated waits for its publication (with its slot, so the waiting
-        # ones hold no more payload than the slots do): an async job's next buffer takes it.
+        # phase being aggregated waits for its publication: an async job's next buffer
+        # takes it.
         try:
             aggregating = False
             if not self.m.open_upload(cid, h.task_id, h.total_size):
@@ -374,19 +377,33 @@ class SessionService:
             aggregating = True
         # The client's earlier upload, if any, gives its slot up (upload_slots.py).
         hold = self._upload_slots.claim(cid, h.upload_id, h.task_id)
+        kept = 0  # bytes of the riding data kept while this upload waits
         try:
             running = self._receiving.get(key)
-            if running is not None or self._upload_slots.busy:
-                rider = None  # an upload that waits holds no payload in the server
+            if rider is not None and (
+                running is not None or aggregating or self._upload_slots.busy
+            ):
+                # An upload that waits keeps its data while the waiting ones hold no more
+                # than the receiving slots may (each up to max_update_bytes): dropped, it
+                # is asked for again, and a slot waits a round trip for it meanwhile.
+                size = len(rider[1])
+                budget = self._limits[1] * self.m.max_update_bytes  # what the slots may hold
+                if running is None and self._rider_bytes + size <= budget:
+                    kept = size
+                    self._rider_bytes += size
+                else:
+                    rider = None
             if running is not None:  # an earlier stream of this upload keeps what it received
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(running.wait(), SETTLE_SECONDS)
+            # Waiting for the publication holds no slot: the slots keep receiving others.
+            if aggregating and not await self._open_once_published(hold, h):
+                await self._already_accepted(h, stream)
+                return
             waited = await self._wait_for_slot(hold)
             _raise_if_revoked(hold)
             # Meanwhile the task may have closed or its update been accepted.
-            if (waited or aggregating or running is not None) and not (
-                await self._open_once_published(hold, h)
-            ):
+            if (waited or running is not None) and not (await self._open_once_published(hold, h)):
                 await self._already_accepted(h, stream)
                 return
             done = asyncio.Event()
@@ -398,6 +415,7 @@ class SessionService:
                     del self._receiving[key]
                 done.set()
         finally:
+            self._rider_bytes -= kept
             self._upload_slots.release(hold)
         await self._reply_upload(h, reply, stream)
 
@@ -413,7 +431,7 @@ class SessionService:
         """`call()`, called again after each publication while it finds the task's phase
         being aggregated (up to `read_timeout`): once it is published the call decides (a
         round's task is closed then, an async job's carried into the next buffer). The
-        client waits on its open stream with its slot, and is marked alive meanwhile."""
+        client waits on its open stream, and is marked alive meanwhile."""
         loop = asyncio.get_running_loop()
         end = loop.time() + self.m.config.read_timeout
         while True:

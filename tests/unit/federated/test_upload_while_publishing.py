@@ -1,6 +1,7 @@
-"""An upload that arrives while its phase is being published, against the Session service
-in-process: an async job's update waits and lands in the next buffer; a round's is
-refused once the round is published (its task closed)."""
+"""Uploads that wait, against the Session service in-process: one that arrives while its
+phase is being published (an async job's lands in the next buffer; a round's is refused
+once the round is published), and riding data kept while waiting for a receiving slot
+within what the slots may hold (beyond it, dropped and asked for again)."""
 
 from __future__ import annotations
 
@@ -46,10 +47,12 @@ class Replies:
 def manager(tmp_path: Path, clock: FakeClock) -> Iterator[Any]:
     made: list[RoundManager] = []
 
-    def make(min_clients: int = 2, **job: object) -> RoundManager:
+    def make(
+        min_clients: int = 2, clients: str = "ab", state: str = "state", **job: object
+    ) -> RoundManager:
         make_model(tmp_path / "init.spore")
         table: dict[str, object] = {
-            "state_dir": str(tmp_path / "state"),
+            "state_dir": str(tmp_path / state),
             "model": str(tmp_path / "init.spore"),
             "min_clients": min_clients,
             "rounds": 3,
@@ -57,11 +60,14 @@ def manager(tmp_path: Path, clock: FakeClock) -> Iterator[Any]:
             "round_timeout": 600.0,
             "job": job,
         }
+        for key in ("max_update_bytes",):
+            if key in job:
+                table[key] = job.pop(key)
         m = RoundManager(
             build_config(table, {}), metrics=Metrics(), logger=logging.getLogger("t"), clock=clock
         )
         made.append(m)
-        for cid in "ab":
+        for cid in clients:
             m.register(cid, None, {})
         m.tick()
         return m
@@ -167,3 +173,46 @@ def test_a_round_update_arriving_mid_publication_is_refused_once_published(
     with pytest.raises(StaleTaskError, match="is not open"):  # not "being aggregated"
         _upload_during_publication(m, _upload_chunk(m, "b", task_b.task_id))
     assert m.job.model_version == 1
+
+
+def test_riding_data_waits_for_a_slot_within_what_the_slots_may_hold(
+    manager: Any, tmp_path: Path
+) -> None:
+    probe = manager(mode="sync", min_clients=3, clients="abc", state="probe")
+    size = pb.UploadChunk.FromString(_upload_chunk(probe, "a", "t")).header.total_size
+    # One receiving slot, which may hold one such update: one waiting rider is kept.
+    m = manager(mode="sync", min_clients=3, clients="abc", max_update_bytes=size)
+    tasks = {cid: m.get_task(cid) for cid in "bc"}
+    streams = {cid: Replies() for cid in "bc"}
+
+    async def run() -> None:
+        with ThreadPoolExecutor(2) as pool:
+            svc = SessionService(
+                m, metrics=Metrics(), executor=pool, chunk_size=1 << 20, slots=(1, 1)
+            )
+            svc.attach(asyncio.get_running_loop())
+            slots = svc._upload_slots
+            busy = slots.claim("a", "a-1", "t")  # "a" receives something long
+            await slots.acquire(busy)
+            uploads = [
+                asyncio.ensure_future(
+                    svc._upload(memoryview(_upload_chunk(m, cid, tasks[cid].task_id)), streams[cid])
+                )
+                for cid in "bc"
+            ]
+            for _ in range(20):
+                await asyncio.sleep(0)
+            assert not any(u.done() for u in uploads)  # both wait for the slot
+            slots.release(busy)
+            await asyncio.gather(*uploads)
+
+    asyncio.run(run())
+    # "b" kept its data: answered at once, with no upload_offset asking for it again.
+    assert [f for f, _ in streams["b"].replies] == [SessionReplyField.UPLOAD_REPLY]
+    assert pb.UploadReply.FromString(streams["b"].replies[0][1]).accepted
+    # "c" was over the budget: asked for its data from byte 0 (this client sent no more).
+    fields = [f for f, _ in streams["c"].replies]
+    assert fields == [SessionReplyField.UPLOAD_OFFSET, SessionReplyField.UPLOAD_REPLY]
+    assert pb.UploadOffsetReply.FromString(streams["c"].replies[0][1]).received == 0
+    assert not pb.UploadReply.FromString(streams["c"].replies[1][1]).accepted
+    assert m.clients.status("b") == Participant.ACCEPTED
