@@ -41,8 +41,8 @@ def weighted_metrics(rows: Sequence[tuple[int, Mapping[str, float]]]) -> dict[st
 def accepted_rows(ctx: JobContext, phase: Phase) -> list[tuple[int, dict[str, float]]]:
     """(samples, metrics) of the open round's accepted participants in `phase`."""
     ctx.save_rows()  # the journalled ones too
-    rows = ctx.store.participants(ctx.job.round, phase)
-    return [(n, m) for (s, n, m) in rows.values() if s == Participant.ACCEPTED]
+    rows = ctx.store.participants(ctx.job.round, phase, Participant.ACCEPTED)
+    return [(n, m) for (_, n, m) in rows.values()]
 
 
 class Publisher(Protocol):
