@@ -111,9 +111,10 @@ class AsyncFit:
         self._draws = 0  # selections so far in this buffer (seeds the next)
         # No training device can be dropped before this time (the earliest of their
         # deadlines and silence limits at the last scan, lowered by each new assignment; a
-        # call only moves a silence limit later): ticks before it skip the scan, so an
-        # update's tick costs no pass over every device training.
+        # call moves a silence limit later, unless `rewound` says otherwise): ticks before
+        # it skip the scan, so an update's tick costs no pass over every device training.
         self._drop_check = float("-inf")
+        self._rewound = -1
 
     # -- life cycle ------------------------------------------------------------------
 
@@ -270,9 +271,10 @@ class AsyncFit:
 
     def drop(self, now: float) -> None:
         """Let go of the training devices that are silent or past their deadline."""
-        if now < self._drop_check:
-            return
         ctx = self._ctx
+        if now < self._drop_check and ctx.clients.rewound == self._rewound:
+            return
+        self._rewound = ctx.clients.rewound
         timeout = ctx.config.heartbeat_timeout
         gone, check = [], float("inf")
         for cid, a in self._assigned.items():
