@@ -109,6 +109,12 @@ class AsyncFit:
         self._records: dict[int, ModelRecord] = {}
         self._since_checkpoint = 0
         self._draws = 0  # selections so far in this buffer (seeds the next)
+        # No training device can be dropped before this time (the earliest of their
+        # deadlines and silence limits at the last scan, lowered by each new assignment; a
+        # call moves a silence limit later, unless `rewound` says otherwise): ticks before
+        # it skip the scan, so an update's tick costs no pass over every device training.
+        self._drop_check = float("-inf")
+        self._rewound = -1
 
     # -- life cycle ------------------------------------------------------------------
 
@@ -266,12 +272,19 @@ class AsyncFit:
     def drop(self, now: float) -> None:
         """Let go of the training devices that are silent or past their deadline."""
         ctx = self._ctx
+        if now < self._drop_check and ctx.clients.rewound == self._rewound:
+            return
+        self._rewound = ctx.clients.rewound
         timeout = ctx.config.heartbeat_timeout
-        gone = [
-            cid
-            for cid, a in self._assigned.items()
-            if now >= a.deadline or ctx.clients.is_silent(cid, now, timeout)
-        ]
+        gone, check = [], float("inf")
+        for cid, a in self._assigned.items():
+            limit = min(a.deadline, ctx.clients.last_seen(cid) + timeout)
+            # Silent once the last call is more than `timeout` old; late at the deadline.
+            if now >= a.deadline or now > limit:
+                gone.append(cid)
+            else:
+                check = min(check, limit)
+        self._drop_check = check
         if not gone:
             return
         with ctx.store.transaction() as tx:
@@ -287,6 +300,8 @@ class AsyncFit:
         buffer (each device contributes at most once per buffer)."""
         ctx = self._ctx
         busy = (Participant.SELECTED, Participant.ACCEPTED, Participant.REJECTED)
+        if sum(ctx.clients.count(b) for b in busy) >= len(ctx.clients):
+            return  # every registered device trains or is done with this buffer
         engaged = self._engaged or (lambda _: False)
         idle = [
             c for c in ctx.machine.live(now) if ctx.clients.status(c) not in busy and not engaged(c)
@@ -304,9 +319,12 @@ class AsyncFit:
     def _assign(self, now: float, chosen: list[str], tx: Any = None) -> None:
         ctx = self._ctx
         version = ctx.job.model_version
+        timeout = ctx.config.heartbeat_timeout
         for cid in chosen:
             a = Assignment(version, now + ctx.config.round_timeout)
             self._assigned[cid] = a
+            limit = min(a.deadline, ctx.clients.last_seen(cid) + timeout)
+            self._drop_check = min(self._drop_check, limit)
             if tx is not None:
                 ctx.set_status(cid, Participant.SELECTED, 0, a.row(), tx=tx)
             else:

@@ -144,10 +144,13 @@ class RoundMachine:
         when a round may start, not how many it asks (DP's sampling rate is this
         cohort's share of the live clients)."""
         job, rules = self.job, self.rules
-        live = self.live(now)
         fit = job.phase == Phase.FIT
         need = max(rules.min_clients, rules.min_available) if fit else 1
+        # Fewer registered than needed: no pass over them (each registration ticks).
+        live = self.live(now) if len(self.clients) >= need else []
         if len(live) < need:
+            if rules.wait_timeout and not live:
+                live = self.live(now)  # only to say how many
             if rules.wait_timeout and now - job.waiting_since > rules.wait_timeout:
                 return Wait(
                     f"only {len(live)} of min_clients={need} clients connected within "

@@ -17,6 +17,9 @@ class Participants:
 
     def __init__(self) -> None:
         self._last_seen: dict[str, float] = {}  # client id -> clock time of its last call
+        # How often a client's last call moved earlier (a restart notes every client seen
+        # `resume_grace` ahead): whoever caches when a client may go silent checks this.
+        self.rewound = 0
         self._status: dict[str, Participant] = {}  # the open phase's selected clients
         # How many of them hold each status: asked on every update (`waiting`), so kept
         # up to date rather than counted over the phase's clients each time.
@@ -41,7 +44,13 @@ class Participants:
 
     def seen(self, client_id: str, now: float) -> None:
         """Note that `client_id` called at `now` (registering it if new)."""
+        if now < self._last_seen.get(client_id, now):
+            self.rewound += 1  # after a restart's grace: a silence limit moved earlier
         self._last_seen[client_id] = now
+
+    def last_seen(self, client_id: str) -> float:
+        """When the client last called (-inf if it never did)."""
+        return self._last_seen.get(client_id, float("-inf"))
 
     def is_silent(self, client_id: str, now: float, timeout: float) -> bool:
         """True when the client has not called within `timeout` seconds of `now`."""

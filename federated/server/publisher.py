@@ -25,7 +25,6 @@ from sporenet.federated.server.open_phase import FitResult, OpenPhase
 from sporenet.federated.server.phases import JobStatus, Participant, Phase
 from sporenet.federated.server.publication import Publication, PublishOnce
 from sporenet.federated.server.state import ModelRecord
-from sporenet.lite import replace_weights_bytes
 
 
 def weighted_metrics(rows: Sequence[tuple[int, Mapping[str, float]]]) -> dict[str, float]:
@@ -42,8 +41,8 @@ def weighted_metrics(rows: Sequence[tuple[int, Mapping[str, float]]]) -> dict[st
 def accepted_rows(ctx: JobContext, phase: Phase) -> list[tuple[int, dict[str, float]]]:
     """(samples, metrics) of the open round's accepted participants in `phase`."""
     ctx.save_rows()  # the journalled ones too
-    rows = ctx.store.participants(ctx.job.round, phase)
-    return [(n, m) for (s, n, m) in rows.values() if s == Participant.ACCEPTED]
+    rows = ctx.store.participants(ctx.job.round, phase, Participant.ACCEPTED)
+    return [(n, m) for (_, n, m) in rows.values()]
 
 
 class Publisher(Protocol):
@@ -195,7 +194,7 @@ class CloudPublisher:
             return None
         secure_info = result.info
         del result  # large models: hold at most the sums, the new weights and their bytes
-        data = replace_weights_bytes(ctx.model.data, new_weights)
+        data = ctx.model.with_weights(new_weights)
         del new_weights  # they are in `data` now: hold them once
         privacy_info = {}
         if charged is not None and charged.accountant is not None:

@@ -70,6 +70,12 @@ from sporenet.federated.server.status import config_summary
 from sporenet.federated.server.validation import parse_metrics, validate_update
 from sporenet.federated.strategies import make_strategy
 
+
+class BeingAggregatedError(StaleTaskError):
+    """The task's phase is being aggregated: the answer is too late for it, though an async
+    job's next buffer may still take it once the publication ends."""
+
+
 MAX_REFUSALS = 3  # a client whose update is refused this often sits out the rest of the phase
 
 #: Builds the tier's publisher for a job (the cloud's by default).
@@ -297,6 +303,8 @@ class RoundManager:
         with self.context.lock:
             try:
                 self._open_for(client_id, task_id, Update)
+            except BeingAggregatedError:
+                return True  # decided once the publication ends (an async job keeps it)
             except StaleTaskError:
                 return False
             return True
@@ -446,7 +454,9 @@ class RoundManager:
                 f"task {quote(task_id)} is not open (the server is at {current!r}, {job.status})"
             )
         if self._aggregating and answer is not Withdrawal:
-            raise StaleTaskError(f"task {quote(task_id)} closed: the round is being aggregated")
+            raise BeingAggregatedError(
+                f"task {quote(task_id)} closed: the round is being aggregated"
+            )
         phase.accepts(client_id, answer)
         return phase
 
@@ -774,4 +784,4 @@ class RoundManager:
         self._dir_lock.close()
 
 
-__all__ = ["MAX_REFUSALS", "RoundManager", "TaskInfo", "weighted_metrics"]
+__all__ = ["MAX_REFUSALS", "BeingAggregatedError", "RoundManager", "TaskInfo", "weighted_metrics"]

@@ -11,11 +11,13 @@ act only for its own client.
 - a Session carries a working client's download, upload and heartbeats over one stream;
   a download sends the model's chunks, encoded once per version for every client;
 - an upload waits for a receiving slot before the client sends a byte (so waiting
-  clients hold no payload in the server), is received into one buffer, then checked,
+  clients hold no more payload than the slots may), is received into one buffer, checked,
   validated, written and folded: on a worker thread, since those block, unless the
   update is small enough that the hand-off would cost more. An update that fits in one
   chunk rides with its header: taken at once when a slot is free (no upload_offset
-  message), else dropped and asked for again once the slot is granted. A header may
+  message), else kept while it waits if the waiting ones hold no more than the slots may
+  (a dropped one is asked for again once the slot is granted, and the slot waits a round
+  trip for it: under load, every upload would then hold its slot that long). A header may
   carry the client's next poll (`then_poll_ms`): the accepted update's reply says it
   follows, and the poll is answered next, with no poll message from the client.
 
@@ -28,10 +30,10 @@ import asyncio
 import contextlib
 import dataclasses
 import functools
-from collections.abc import Collection
+from collections.abc import Awaitable, Callable, Collection
 from concurrent.futures import Executor
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from sporenet.federated.common.buffers import BufferPool
 from sporenet.federated.common.wire import (
@@ -59,11 +61,13 @@ from sporenet.federated.server.interceptor import Refused
 from sporenet.federated.server.observability import Metrics
 from sporenet.federated.server.pacing import PollPacer
 from sporenet.federated.server.phases import Participant, TaskInfo, TaskType
-from sporenet.federated.server.rounds import RoundManager
+from sporenet.federated.server.rounds import BeingAggregatedError, RoundManager
 from sporenet.federated.server.state import ModelRecord
 from sporenet.federated.server.upload import UploadReceiver, check_upload_id
 from sporenet.federated.server.upload_slots import SlotHold, UploadSlots
 from sporenet.proto import federated_pb2 as pb
+
+T = TypeVar("T")
 
 SETTLE_SECONDS = 10.0  # longest an upload waits for an earlier stream of the same upload to end
 # An update up to this size is checked, validated, written and folded on the loop itself:
@@ -139,7 +143,10 @@ class SessionService:
         # client's task may have changed (no task per wait, no wake of every poll when
         # only a few clients were given work).
         self._held: dict[str, set[asyncio.Future[None]]] = {}
+        # The uploads waiting for a phase's publication, woken by any change of phase.
+        self._publications: set[asyncio.Future[None]] = set()
         self._receiving: dict[tuple[str, str], asyncio.Event] = {}
+        self._rider_bytes = 0  # the riding data kept by uploads that wait
         # Set at shutdown: sessions waiting for their client's next request end at once
         # (close_idle cancels their pending reads).
         self._closing = False
@@ -189,6 +196,7 @@ class SessionService:
             for cid in clients:
                 _resolve(self._held.pop(cid, ()))
             return
+        _resolve(self._publications)
         if self._held and self.m.may_give_work():
             held, self._held = self._held, {}
             for futures in held.values():
@@ -357,25 +365,45 @@ class SessionService:
         check_upload_id(h.upload_id)
         key = (cid, h.upload_id)
         # Checked before the slot too: strangers and clients without an open task are
-        # refused at once, never queued for (or holding) a receiving slot.
-        if not self.m.open_upload(cid, h.task_id, h.total_size):
-            await self._already_accepted(h, stream)
-            return
+        # refused at once, never queued for (or holding) a receiving slot. An upload for a
+        # phase being aggregated waits for its publication: an async job's next buffer
+        # takes it.
+        try:
+            aggregating = False
+            if not self.m.open_upload(cid, h.task_id, h.total_size):
+                await self._already_accepted(h, stream)
+                return
+        except BeingAggregatedError:
+            aggregating = True
         # The client's earlier upload, if any, gives its slot up (upload_slots.py).
         hold = self._upload_slots.claim(cid, h.upload_id, h.task_id)
+        kept = 0  # bytes of the riding data kept while this upload waits
         try:
             running = self._receiving.get(key)
-            if running is not None or self._upload_slots.busy:
-                rider = None  # an upload that waits holds no payload in the server
+            if rider is not None and (
+                running is not None or aggregating or self._upload_slots.busy
+            ):
+                # An upload that waits keeps its data while the waiting ones hold no more
+                # than the receiving slots may (each up to max_update_bytes): dropped, it
+                # is asked for again, and a slot waits a round trip for it meanwhile.
+                size = len(rider[1])
+                budget = self._limits[1] * self.m.max_update_bytes  # what the slots may hold
+                if running is None and self._rider_bytes + size <= budget:
+                    kept = size
+                    self._rider_bytes += size
+                else:
+                    rider = None
             if running is not None:  # an earlier stream of this upload keeps what it received
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(running.wait(), SETTLE_SECONDS)
+            # Waiting for the publication holds no slot: the slots keep receiving others.
+            if aggregating and not await self._open_once_published(hold, h):
+                await self._already_accepted(h, stream)
+                return
             waited = await self._wait_for_slot(hold)
             _raise_if_revoked(hold)
             # Meanwhile the task may have closed or its update been accepted.
-            if (waited or running is not None) and not self.m.open_upload(
-                cid, h.task_id, h.total_size
-            ):
+            if (waited or running is not None) and not (await self._open_once_published(hold, h)):
                 await self._already_accepted(h, stream)
                 return
             done = asyncio.Event()
@@ -387,8 +415,41 @@ class SessionService:
                     del self._receiving[key]
                 done.set()
         finally:
+            self._rider_bytes -= kept
             self._upload_slots.release(hold)
         await self._reply_upload(h, reply, stream)
+
+    async def _open_once_published(self, hold: SlotHold, h: pb.UploadHeader) -> bool:
+        """`open_upload`, once the task's phase is no longer being aggregated."""
+
+        async def check() -> bool:
+            return self.m.open_upload(hold.client_id, h.task_id, h.total_size)
+
+        return await self._once_published(hold, check)
+
+    async def _once_published(self, hold: SlotHold, call: Callable[[], Awaitable[T]]) -> T:
+        """`call()`, called again after each publication while it finds the task's phase
+        being aggregated (up to `read_timeout`): once it is published the call decides (a
+        round's task is closed then, an async job's carried into the next buffer). The
+        client waits on its open stream, and is marked alive meanwhile."""
+        loop = asyncio.get_running_loop()
+        end = loop.time() + self.m.config.read_timeout
+        while True:
+            published = loop.create_future()  # before the call: a change after it wakes it
+            self._publications.add(published)
+            try:
+                return await call()
+            except BeingAggregatedError:
+                left = end - loop.time()
+                if left <= 0:
+                    raise
+                _raise_if_revoked(hold)
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(min(left, self.m.config.heartbeat_interval)):
+                        await published
+                self.m.touch(hold.client_id)
+            finally:
+                self._publications.discard(published)
 
     async def _already_accepted(self, h: pb.UploadHeader, stream: Stream) -> None:
         reply = pb.UploadReply(accepted=True, received=h.total_size, message="already accepted")
@@ -497,9 +558,13 @@ class SessionService:
             upload.close()
         if not upload.complete:
             return upload.incomplete_reply()
-        if h.total_size <= INLINE_SUBMIT_BYTES:
-            return upload.submit()
-        return await asyncio.get_running_loop().run_in_executor(self.executor, upload.submit)
+
+        async def submit() -> pb.UploadReply:
+            if h.total_size <= INLINE_SUBMIT_BYTES:
+                return upload.submit()
+            return await loop.run_in_executor(self.executor, upload.submit)
+
+        return await self._once_published(hold, submit)
 
     async def _read_chunk(self, hold: SlotHold, stream: Stream, wait: float) -> Any:
         """The next message of an upload within `wait` seconds (`_TIMED_OUT` if none came;

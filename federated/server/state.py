@@ -122,13 +122,19 @@ class Store:
     def clients(self) -> dict[str, str]:
         return {cid: name for cid, name in self._query("SELECT client_id, name FROM clients")}
 
-    def participants(self, round_: int, phase: str) -> dict[str, tuple[str, int, dict[str, Any]]]:
+    def participants(
+        self, round_: int, phase: str, status: str | None = None
+    ) -> dict[str, tuple[str, int, dict[str, Any]]]:
+        """The round's participant rows of `phase` (only those of `status`, if given)."""
+        where, args = "round = ? AND phase = ?", [round_, phase]
+        if status is not None:
+            where, args = where + " AND status = ?", [*args, status]
         rows = self._query(
             "SELECT client_id, status, num_samples, metrics FROM participants "
-            "WHERE round = ? AND phase = ? ORDER BY updated_at, client_id",
-            (round_, phase),
+            f"WHERE {where} ORDER BY updated_at, client_id",
+            tuple(args),
         )
-        return {cid: (status, n, json.loads(m)) for cid, status, n, m in rows}
+        return {cid: (s, n, json.loads(m)) for cid, s, n, m in rows}
 
     def model(self, version: int) -> ModelRecord | None:
         rows = self._query(

@@ -284,3 +284,19 @@ def test_the_status_says_which_buffer_fills(
     assert phase_in_words(read_status(tmp_path / "state"), clock.now) == (
         "buffer 1 of 3 (asynchronous, on version 0): 1 of 2 updates in, 2 devices training"
     )
+
+
+def test_a_silence_limit_that_moves_earlier_is_still_checked(
+    tmp_path: Path, w0: dict, clock: FakeClock, start: Start
+) -> None:
+    # The tick skips its pass over the training devices until one may be dropped; a last
+    # call noted later than it happened (a restart's grace) must not hide a silence.
+    m = start("a", concurrency=1, buffer_size=1)
+    now = clock()
+    m.clients.seen("a", now + 100)  # as a restart notes every client
+    m.tick()  # scanned: "a" may not be dropped before now + 130
+    assert m.clients.status("a") == Participant.SELECTED
+    m.clients.seen("a", now + 5)  # "a" called then after all: silent after now + 35
+    clock.advance(36)
+    m.tick()
+    assert m.clients.status("a") == Participant.DROPPED

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import re
 from pathlib import Path
 
@@ -13,8 +14,13 @@ from sporenet.federated.common import codec
 from sporenet.federated.common.codec import decode_update, encode_raw, encode_update
 from sporenet.federated.errors import AggregationError, UpdateRejectedError
 from sporenet.federated.server.checkpoint import load_arrays, save_arrays
+from sporenet.federated.server.config import build_config
+from sporenet.federated.server.observability import Metrics
+from sporenet.federated.server.rounds import RoundManager
 from sporenet.federated.server.validation import validate_update
+from sporenet.lite import InputError, read_weights, replace_weights_bytes
 from sporenet.proto import federated_pb2 as pb
+from tests.integration.federated.helpers import make_model
 
 RNG = np.random.default_rng(3)
 UPDATE = {
@@ -165,3 +171,24 @@ def test_a_damaged_checkpoint_is_refused(tmp_path: Path) -> None:
     path.write_bytes(b"not a checkpoint")
     with pytest.raises(AggregationError, match="unreadable"):
         load_arrays(path)
+
+
+def test_a_new_version_written_at_the_weights_offsets_is_lites_splice(tmp_path: Path) -> None:
+    make_model(tmp_path / "init.spore")
+    table = {"state_dir": str(tmp_path / "s"), "model": str(tmp_path / "init.spore")}
+    m = RoundManager(build_config(table, {}), metrics=Metrics(), logger=logging.getLogger("t"))
+    try:
+        model = m.model
+        new = {k: (w + 1.5).astype(w.dtype) for k, w in model.weights.items()}
+        data = model.with_weights(new)
+        assert data == replace_weights_bytes(model.data, new)  # byte for byte
+        for k, w in read_weights(data).items():
+            expected = new.get(k, read_weights(model.data)[k])
+            np.testing.assert_array_equal(w, expected)
+        one = dict(list(new.items())[:1])  # some of the weights: the others stay
+        assert model.with_weights(one) == replace_weights_bytes(model.data, one)
+        name, w = next(iter(new.items()))
+        with pytest.raises(InputError, match=name):  # lite says what does not match
+            model.with_weights({name: w.astype(np.float64)})
+    finally:
+        m.close()
