@@ -99,9 +99,9 @@ class OutputStage:
         units = np.array(unit_ints, np.int64)
         self.float_path = self.fold_zo and big + max(abs(v) for v in offset_ints) < _FLOAT_EXACT
         threshold = np.where(mult > (1 << 30), 0, -1) - bias  # acc < threshold: z < 0
-        # What `folded` needs (units of 2^-(31+e) per channel), int64 arrays: each is below
-        # 2^62, and `folded` computes with them as Python integers.
-        self._ints: tuple[np.ndarray, ...] = (mult, units, offset, threshold.astype(np.int64))
+        # What `folded` and `_route` need (units of 2^-(31+e) per channel), the rows of one
+        # int64 array: each is below 2^62, and `folded` computes with them as Python ints.
+        self._ints = np.stack([mult, units, offset, threshold]).astype(np.int64, copy=False)
         self._big = big
         self._shape = channel_shape
         self.correct = bool((right > 0).any()) and self.lo < self.zo
