@@ -398,3 +398,12 @@ def test_parsed_quantization_is_shared_views_of_the_file():
     assert not hasattr(model.tensors[0], "__dict__")
     assert not hasattr(quantized[0], "__dict__")
     assert not hasattr(model.graphs[0].nodes[0], "__dict__")
+
+
+def test_a_planned_nodes_specs_and_attributes_hold_no_instance_dict():
+    """Every planned node keeps its kernel's Attrs and TensorSpecs: slotted, they cost a
+    few pointers each."""
+    model, _, _ = _fc_model()
+    kernel = next(k for k in Interpreter(model=model)._plan.kernels if k is not None)
+    assert not hasattr(kernel.attrs, "__dict__")
+    assert all(not hasattr(s, "__dict__") for s in [*kernel.inputs, *kernel.output_specs] if s)
