@@ -16,6 +16,8 @@ from __future__ import annotations
 import struct
 from typing import Any
 
+import numpy as np
+
 from sporenet.lite.errors import ModelFormatError
 
 _I32 = struct.Struct("<i").unpack_from
@@ -45,6 +47,7 @@ class FlatReader:
         self.size = len(buf)
         self.budget = self.size // 2 + 1024
         self._vtables: dict[tuple[int, int], tuple[int, ...]] = {}
+        self._arrays: dict[tuple[str, bytes], np.ndarray] = {}
 
     def spend(self, units: int, what: str) -> None:
         self.budget -= units
@@ -113,6 +116,23 @@ class FlatReader:
         if n == 0:
             return []
         return list(struct.unpack_from(f"<{n}{_FLOAT_CODES[elem_size]}", self.buf, start))
+
+    def array(self, at: int, dtype: np.dtype, what: str) -> np.ndarray:
+        """The vector field at `at` as a read-only 1-D array of the little-endian `dtype`
+        (in native byte order): a view of the file's bytes, one for all vectors of equal
+        bytes, so a model's many small quantization vectors cost an array header each at
+        most."""
+        n, start = self.vector(at, dtype.itemsize, what)
+        key = (dtype.char, bytes(memoryview(self.buf)[start : start + n * dtype.itemsize]))
+        found = self._arrays.get(key)
+        if found is None:
+            # (np.ndarray on the buffer: frombuffer would add a memoryview per array)
+            found = np.ndarray((n,), dtype, self.buf, start if n else 0)
+            if not dtype.isnative:
+                found = found.astype(dtype.newbyteorder("="))
+            found.flags.writeable = False
+            self._arrays[key] = found
+        return found
 
     def tables(self, at: int, what: str) -> list[int]:
         """Positions of the tables (or strings) a vector of offsets points to."""

@@ -14,6 +14,7 @@ import math
 import mmap
 import os
 import struct
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,7 @@ from sporenet.proto import model_generated as fb
 _MODEL_FIELDS, _GRAPH_FIELDS, _NODE_FIELDS, _ATTR_FIELDS = 9, 4, 6, 7
 _TENSOR_FIELDS, _QUANT_FIELDS, _SIGNATURE_FIELDS, _PAIR_FIELDS, _BUFFER_FIELDS = 8, 5, 6, 2, 2
 _I8, _I32, _I64, _U64, _F64 = "<b", "<i", "<q", "<Q", "<d"
+_F32, _INT64 = np.dtype("<f4"), np.dtype("<i8")  # quantization vectors, as in the file
 
 
 def _as_buffer(source: Source, use_mmap: bool) -> bytes | memoryview | mmap.mmap:
@@ -100,21 +102,22 @@ def _constant(
         raw = bytes(memoryview(r.buf)[offset : offset + size])
         data = np.frombuffer(raw, dtype=dtype, count=count).reshape(shape)
     else:
-        data = np.frombuffer(r.buf, dtype=dtype, count=count, offset=offset).reshape(shape)
+        # One array object, not a flat view and its reshaped view.
+        data = np.ndarray(shape, dtype, r.buf, offset)
     data.flags.writeable = False
     return data
 
 
 def _quantization(r: FlatReader, pos: int, what: str) -> Quantization:
     scale, zero_point, axis, qmin, qmax = r.table(pos, _QUANT_FIELDS, what)
-    lo = r.floats(qmin, 4, what + " min")
-    hi = r.floats(qmax, 4, what + " max")
+    lo = r.array(qmin, _F32, what + " min")
+    hi = r.array(qmax, _F32, what + " max")
     return Quantization(
-        scale=np.asarray(r.floats(scale, 4, what + " scale"), dtype=np.float32),
-        zero_point=np.asarray(r.ints(zero_point, 8, what + " zero_point"), dtype=np.int64),
+        scale=r.array(scale, _F32, what + " scale"),
+        zero_point=r.array(zero_point, _INT64, what + " zero_point"),
         axis=r.scalar(axis, _I32),
-        min=np.asarray(lo, np.float32) if lo else None,
-        max=np.asarray(hi, np.float32) if hi else None,
+        min=lo if lo.size else None,
+        max=hi if hi.size else None,
     )
 
 
@@ -199,7 +202,8 @@ def _sparse(
 
 def _parse_attribute(r: FlatReader, pos: int, what: str) -> tuple[str, Any]:
     f_name, f_kind, f_i, f_f, f_s, f_ints, f_floats = r.table(pos, _ATTR_FIELDS, what)
-    name = r.string(f_name, what + " attribute name")
+    # Interned: every node repeats a few names ("pads", "strides"), one string each.
+    name = sys.intern(r.string(f_name, what + " attribute name"))
     kind = r.scalar(f_kind, _I8)
     what = f"{what} attribute {name!r}"
     if kind == fb.AttrKind.INT:
@@ -207,7 +211,7 @@ def _parse_attribute(r: FlatReader, pos: int, what: str) -> tuple[str, Any]:
     if kind == fb.AttrKind.FLOAT:
         return name, float(r.scalar(f_f, _F64, 0.0))
     if kind == fb.AttrKind.STRING:
-        return name, r.string(f_s, what)
+        return name, sys.intern(r.string(f_s, what))  # a few values ("relu", "SAME")
     if kind == fb.AttrKind.INTS:
         return name, r.ints(f_ints, 8, what)
     if kind == fb.AttrKind.FLOATS:

@@ -19,7 +19,7 @@ DYNAMIC = -1
 """A dimension whose size is known only when the graph is planned for concrete inputs."""
 
 
-@dataclass
+@dataclass(slots=True)
 class Quantization:
     """Affine quantization: real = scale * (q - zero_point), per tensor or per axis."""
 
@@ -30,7 +30,7 @@ class Quantization:
     max: np.ndarray | None = None
 
 
-@dataclass
+@dataclass(slots=True)
 class Sparsity:
     """Sparse encoding of a constant tensor (format from the schema's SparseFormat)."""
 
@@ -41,7 +41,7 @@ class Sparsity:
     indices: np.ndarray | None = None
 
 
-@dataclass
+@dataclass(slots=True)
 class Tensor:
     """One entry of the model's tensor table."""
 
@@ -71,7 +71,7 @@ def shape_text(tensor: Tensor) -> str:
     return f"[{', '.join(dims)}]"
 
 
-@dataclass
+@dataclass(slots=True)
 class Node:
     """One op application: inputs and outputs are tensor indices (-1: absent input)."""
 

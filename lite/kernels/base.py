@@ -32,7 +32,7 @@ Compute = Callable[[], None]
 ScratchLayout = list[tuple[tuple[int, ...], np.dtype]]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class TensorSpec:
     """What a kernel knows about a tensor before running: shape, dtype, constant value and,
     for int8/uint8/int32 tensors of quantized graphs, the affine quantization parameters."""
@@ -62,6 +62,9 @@ def required(arrays: Sequence[np.ndarray | None], index: int) -> np.ndarray:
 
 class Attrs:
     """Typed access to a node's attributes; a wrong type or missing value is a ShapeError."""
+
+    # One per planned node, kept by its kernel: no instance dict.
+    __slots__ = ("model", "num_outputs", "op", "output_dtypes", "output_quant", "values")
 
     def __init__(
         self,

@@ -19,8 +19,9 @@ skipped when the clamp's lower bound is >= z_out (relu, relu6). Two exact routes
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -38,6 +39,24 @@ if not isinstance(_clip, np.ufunc):
     _clip = np.clip
 _INT64_SAFE = 1 << 62
 F64, U8 = np.dtype(np.float64), np.dtype(np.uint8)
+
+
+class _Route(NamedTuple):
+    """OutputStage's per-channel operands (channel-shaped): the numerator's coefficient
+    and offset, the negative-tie step and threshold, the int64 route's shifts."""
+
+    coef: np.ndarray
+    offset: np.ndarray
+    step: np.ndarray
+    threshold: np.ndarray
+    units: np.ndarray
+
+
+def _float_steps(units: np.ndarray) -> np.ndarray:
+    """The float route's negative-tie step per channel: 2^-e for a right shift e =
+    units - 31 > 0, else 0."""
+    right = units - 31
+    return np.where(right > 0, np.ldexp(1.0, -right), 0.0)
 
 
 class OutputStage:
@@ -80,32 +99,37 @@ class OutputStage:
         units = np.array(unit_ints, np.int64)
         self.float_path = self.fold_zo and big + max(abs(v) for v in offset_ints) < _FLOAT_EXACT
         threshold = np.where(mult > (1 << 30), 0, -1) - bias  # acc < threshold: z < 0
-        # What `folded` needs (units of 2^-(31+e) per channel), int64 arrays: each is below
-        # 2^62, and `folded` computes with them as Python integers.
-        self._ints: tuple[np.ndarray, ...] = (mult, units, offset, threshold.astype(np.int64))
+        # What `folded` and `_route` need (units of 2^-(31+e) per channel), the rows of one
+        # int64 array: each is below 2^62, and `folded` computes with them as Python ints.
+        self._ints = np.stack([mult, units, offset, threshold]).astype(np.int64, copy=False)
         self._big = big
-        self.threshold = threshold.astype(np.float64).reshape(channel_shape)
+        self._shape = channel_shape
         self.correct = bool((right > 0).any()) and self.lo < self.zo
-        shape = channel_shape
+
+    @functools.cached_property
+    def _route(self) -> _Route:
+        """The per-channel operands `bind` runs with, built when first bound: a stage
+        folded into its GEMM (`folded`) never needs them."""
+        mult, units, offset, threshold = self._ints
+        shape = self._shape
         if self.float_path:
-            unit = np.ldexp(1.0, -units.astype(np.int64))
-            self.coef = (mult.astype(np.float64) * unit).reshape(shape)
-            self.offset = (offset.astype(np.float64) * unit).reshape(shape)
-            self.step = np.where(right > 0, np.ldexp(1.0, -right.astype(np.int64)), 0.0).reshape(
-                shape
-            )
+            unit = np.ldexp(1.0, -units)
+            coef = (mult.astype(np.float64) * unit).reshape(shape)
+            offsets = (offset.astype(np.float64) * unit).reshape(shape)
+            step = _float_steps(units).reshape(shape)
         else:
-            self.coef = mult.reshape(shape)
-            self.offset = offset.reshape(shape)
-            self.step = np.where(right > 0, np.int64(1) << 31, 0).reshape(shape)
-            self.units = units.reshape(shape)
+            coef, offsets = mult.reshape(shape), offset.reshape(shape)
+            step = np.where(units > 31, np.int64(1) << 31, 0).reshape(shape)
+        wide = threshold.astype(np.float64).reshape(shape)
+        return _Route(coef, offsets, step, wide, units.reshape(shape))
 
     def bind(self, acc: np.ndarray, out: np.ndarray, wide: np.ndarray) -> Compute:
         """The step writing `out` from `acc` (float32 or float64 integers, same shape);
         `wide` is a float64 (float path) or int64 scratch array of that shape."""
         if self.float_path:
             return self._bind_float(acc, out, wide)
-        lo, hi, coef, offset, shift = self.lo, self.hi, self.coef, self.offset, self.units
+        route = self._route
+        lo, hi, coef, offset, shift = self.lo, self.hi, route.coef, route.offset, route.units
         i64 = np.dtype(np.int64)
         zo = scalar(i64, 0 if self.fold_zo else self.zo)  # added after rounding when not folded
         multiply, add, copyto, right_shift = np.multiply, np.add, raw.copyto, np.right_shift
@@ -130,7 +154,7 @@ class OutputStage:
         """Float route. The values are shifted by -lo so the clamped range is [0, hi - lo]
         where a cast truncating to uint8 is the floor; adding lo back is a wrapping uint8
         add on the output's bytes (two's complement for int8)."""
-        coef, offset = self.coef, self.offset - self.lo
+        coef, offset = self._route.coef, self._route.offset - self.lo
         if (coef == coef.flat[0]).all() and (offset == offset.flat[0]).all():
             # One multiplier (per-tensor weights): 0-d operands run NumPy's fast loops.
             coef, offset = scalar(F64, float(coef.flat[0])), scalar(F64, float(offset.flat[0]))
@@ -157,8 +181,8 @@ class OutputStage:
         if not self.correct:
             return None
         mask = np.empty(acc.shape, bool)
-        step = np.broadcast_to(self.step, acc.shape)
-        threshold, less, subtract = self.threshold, np.less, np.subtract
+        step = np.broadcast_to(self._route.step, acc.shape)
+        threshold, less, subtract = self._route.threshold, np.less, np.subtract
 
         def correct(wide: np.ndarray) -> None:
             less(acc, threshold, mask)
@@ -204,7 +228,7 @@ class OutputStage:
         np.multiply(w2, coef[:, None], out=weights[:, :-1])  # 8 x 31 bits: exact
         weights[:, -1] = np.array(shifted, np.float64) * unit
         mark = np.array(marks, np.float64) * unit
-        step = self.step.reshape(-1) if self.correct else None
+        step = _float_steps(self._ints[1]) if self.correct else None
         top = np.nextafter(float(self.hi - self.lo + 1), 0.0)
         return Folded(weights, mark, step, top, np.uint8(self.lo % 256), zero_point)
 

@@ -372,3 +372,38 @@ def test_a_small_layers_columns_are_no_larger_than_its_output(monkeypatch):
     v = RNG.normal(size=(1, 24, 70, 32)).astype(np.float32)
     want = _conv_reference(np.pad(v, ((0, 0), (0, 0), (0, 0), (1, 1))), w, bias, pad=0)
     np.testing.assert_allclose(interp.run({"x": v})["y"], want, rtol=1e-4, atol=1e-5)
+
+
+def test_parsed_quantization_is_shared_views_of_the_file():
+    """A model's many small quantization vectors are read-only views of the file, one per
+    distinct value, and the parsed tables hold no per-instance dict."""
+    b = ModelBuilder()
+    x = b.quantize(b.input("x", (1, 8), np.int8), 0.05, -3, dtype=np.int8)
+    for k in range(6):
+        w = b.constant(f"w{k}", RNG.integers(-127, 128, (8, 8)).astype(np.int8))
+        b.quantize(w, np.full(8, 0.01, np.float32), 0, axis=0, dtype=np.int8)
+        x = b.quantize(b.op(OpCode.FULLY_CONNECTED, [x, w]), 0.05 * (k + 2), -3, dtype=np.int8)
+    b.output(x, name="y")
+    content = serialize(b.build())
+    model = parse(content)
+    quantized = [t.quantization for t in model.tensors if t.quantization is not None]
+    assert len(quantized) == 13
+    whole = np.frombuffer(content, np.uint8)
+    for q in quantized:
+        for array in (q.scale, q.zero_point):
+            assert np.shares_memory(array, whole) and not array.flags.writeable
+    # One array for the activations' zero point, one for all the weights' (8 zeros).
+    assert len({id(q.zero_point) for q in quantized}) == 2
+    assert len({id(q.scale) for q in quantized}) == 8  # 7 activation scales, 1 for weights
+    assert not hasattr(model.tensors[0], "__dict__")
+    assert not hasattr(quantized[0], "__dict__")
+    assert not hasattr(model.graphs[0].nodes[0], "__dict__")
+
+
+def test_a_planned_nodes_specs_and_attributes_hold_no_instance_dict():
+    """Every planned node keeps its kernel's Attrs and TensorSpecs: slotted, they cost a
+    few pointers each."""
+    model, _, _ = _fc_model()
+    kernel = next(k for k in Interpreter(model=model)._plan.kernels if k is not None)
+    assert not hasattr(kernel.attrs, "__dict__")
+    assert all(not hasattr(s, "__dict__") for s in [*kernel.inputs, *kernel.output_specs] if s)
