@@ -27,6 +27,13 @@ def digits_like(path: Path) -> Path:
     return path
 
 
+def _default_sigint() -> None:
+    """In the child before exec: SIGINT as a terminal gives it. A job started in the
+    background of a non-interactive shell (as CI may run the suite) inherits SIGINT
+    ignored, and Python then installs no KeyboardInterrupt handler."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def interrupt_after_first_line(command: list[str], cwd: Path) -> tuple[int, str, str]:
     proc = subprocess.Popen(
         [sys.executable, *command],
@@ -34,6 +41,7 @@ def interrupt_after_first_line(command: list[str], cwd: Path) -> tuple[int, str,
         stderr=subprocess.PIPE,
         text=True,
         cwd=cwd,
+        preexec_fn=_default_sigint,
     )
     try:
         first = proc.stdout.readline()  # type: ignore[union-attr]
