@@ -252,6 +252,9 @@ class Folded:
         steps = np.broadcast_to((mark if step is None else step).reshape(shape), v.shape)
         mask = mask.reshape(v.shape) if correct else mask
 
+        if v.size == 1:
+            return self._bind_one(v, narrow, (mark, steps, mask), (zero, top, back))
+
         # Outputs passed by position: NumPy parses an `out=` keyword on every call.
         def compute() -> None:
             if correct:
@@ -261,6 +264,29 @@ class Folded:
             copyto(narrow, v, casting="unsafe")
             if back:
                 add(narrow, back, narrow)
+
+        return compute
+
+    def _bind_one(self, v: np.ndarray, narrow: np.ndarray, tie: tuple, bounds: tuple) -> Compute:
+        """`bind` for one output (a classifier's single score): the same steps, each
+        writing an array other than its input, since NumPy runs an in-place ufunc on a
+        one-element array about twice as slowly (it copies the operand through a
+        buffer). `tie` is (mark, steps, mask), `bounds` is (zero, top, back)."""
+        (mark, steps, mask), (zero, top, back) = tie, bounds
+        correct = self.step is not None
+        v2, byte = np.empty_like(v), np.empty_like(narrow)
+        clip, copyto, add, less, subtract = _clip, raw.copyto, np.add, np.less, np.subtract
+
+        def compute() -> None:
+            if correct:  # a masked ufunc in place is not the slow case
+                less(v, mark, mask)
+                subtract(v, steps, out=v, where=mask)
+            clip(v, zero, top, v2)
+            if back:
+                copyto(byte, v2, casting="unsafe")
+                add(byte, back, narrow)
+            else:
+                copyto(narrow, v2, casting="unsafe")
 
         return compute
 
