@@ -371,6 +371,9 @@ class QConv2D(QuantizedKernel):
         if np.may_share_memory(flat, xp):  # windows that do not overlap: 4-D is faster
             view, target = flat, cols[:, :, :kg, :]
         stage = fold.bind(v, out.reshape(n, o, p), mask)
+        rows = view.reshape(g, kg) if n == 1 and p == 1 and o == g else None
+        if rows is not None and np.may_share_memory(rows, xp):  # a view, not a copy
+            return self._bind_position(fold, rows, (x, xp, interior), v.reshape(g), stage)
         gemm: Callable[..., Any] = np.matmul
         a, b, ab = fold.weights.reshape(g, o // g, kg + 1), cols, v
         if n == 1 and g == 1:  # one 2-D product (a matrix-vector one for one position)
@@ -396,6 +399,39 @@ class QConv2D(QuantizedKernel):
             if fill is not None:
                 fill(1.0)
             gemm(a, b, out=ab)
+            stage()
+
+        return compute
+
+    def _bind_position(
+        self,
+        fold: Folded,
+        rows: np.ndarray,
+        source: tuple[np.ndarray, np.ndarray, np.ndarray | None],
+        v: np.ndarray,
+        stage: Compute,
+    ) -> Compute:
+        """A depthwise layer at one position (a streaming step): per group g, v[g] =
+        rows[g] . weights[g] with the offset column, as one elementwise product and one
+        BLAS product with ones. The columns are laid out (K + 1, G), window position
+        by channel, as a channels-last input stores them: the gather is a plain copy
+        then, and the sum runs down contiguous columns. Exact in any order (Folded).
+        `source` is (x, the array `rows` views, the interior to copy x into or None)."""
+        x, _, interior = source
+        g, k = rows.shape
+        cols = np.empty((k + 1, g), np.float64)
+        cols[k] = 1.0
+        weights = np.ascontiguousarray(fold.weights.T)
+        products, ones = np.empty_like(cols), np.ones(k + 1, np.float64)
+        shift = shift_into(rows.T, cols[:k], fold.zero_point)
+        copyto, multiply, dot = raw.copyto, np.multiply, raw.dot
+
+        def compute() -> None:
+            if interior is not None:
+                copyto(interior, x)
+            shift()
+            multiply(weights, cols, products)
+            dot(ones, products, out=v)
             stage()
 
         return compute

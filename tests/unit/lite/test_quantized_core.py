@@ -68,6 +68,8 @@ CONV_CASES = [
     ((2, 3, 11, 11), 8, (7, 7), (3, 3, 3, 3), (2, 2), 1, np.int8, True),  # stem, batch 2
     ((1, 32, 3, 1), 48, (3, 1), (0, 0, 0, 0), (1, 1), 1, np.int8, True),  # matrix-vector
     ((1, 32, 9, 1), 32, (9, 1), (0, 0, 0, 0), (1, 1), 32, np.int8, True),  # streaming dw
+    ((1, 16, 1, 1), 16, (3, 1), (1, 0, 1, 0), (1, 1), 16, np.uint8, False),  # padded, one pos
+    ((1, 16, 3, 1), 8, (3, 1), (0, 0, 0, 0), (1, 1), 8, np.int8, True),  # 2 inputs a group
 ]
 
 
