@@ -31,6 +31,7 @@ from sporenet.lite.kernels.state import ReadVariable
 from sporenet.lite.kernels.transform import Transpose, contiguous_slice
 from sporenet.lite.kernels.workspace import Workspace, active
 from sporenet.lite.layout_choice import channels_last_tensors, tensor_readers
+from sporenet.lite.lookup_chains import compose_lookups
 from sporenet.lite.ops import OpCode
 from sporenet.lite.opset.decl import derived_set
 from sporenet.lite.variables import WRITTEN_INPUTS, Window, stream_windows, window_host
@@ -865,8 +866,8 @@ def plan_graph(
     graph = model.graphs[graph_index]
     variables = variables or {}
     specs, kernels, _ = infer_any_size(model, graph_index, shapes, variables.keys(), values)
-    nodes = graph.nodes
     outputs = set(graph.outputs)
+    nodes = compose_lookups(graph.nodes, kernels, outputs)
     _strided_transposes(nodes, kernels, graph.inputs, outputs)
     _read_views(nodes, kernels, outputs)
     last_use = _last_uses(nodes, kernels, outputs)
