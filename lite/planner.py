@@ -21,6 +21,7 @@ from sporenet.lite import pages, shared_weights
 from sporenet.lite.dims import SMALLEST_FIRST, default_shapes
 from sporenet.lite.eager import fold, prepare_kernel
 from sporenet.lite.errors import ShapeError, UnsupportedOpError
+from sporenet.lite.float_links import link_floats
 from sporenet.lite.graph import DYNAMIC, Model, Node
 from sporenet.lite.kernels import KERNELS, QUANTIZED_KERNELS, kernel_class, supported_ops
 from sporenet.lite.kernels.base import Kernel, TensorSpec
@@ -838,6 +839,15 @@ class _Storage:
         return _typed(block, spec, channels_last=i in self.channels_last)
 
 
+def _fused(nodes: list[Node], kernels: list[Kernel | None], outputs: set[int]) -> list[Node]:
+    """The nodes a plan binds, after the fusions decided on prepared kernels: chains of
+    lookups composed (lite/lookup_chains.py), folded layers linked by float64 columns
+    (lite/float_links.py)."""
+    nodes = compose_lookups(nodes, kernels, outputs)
+    link_floats(nodes, kernels, outputs)
+    return nodes
+
+
 def _node_inputs(
     arrays: dict[int, np.ndarray],
     node: Node,
@@ -867,7 +877,7 @@ def plan_graph(
     variables = variables or {}
     specs, kernels, _ = infer_any_size(model, graph_index, shapes, variables.keys(), values)
     outputs = set(graph.outputs)
-    nodes = compose_lookups(graph.nodes, kernels, outputs)
+    nodes = _fused(graph.nodes, kernels, outputs)
     _strided_transposes(nodes, kernels, graph.inputs, outputs)
     _read_views(nodes, kernels, outputs)
     last_use = _last_uses(nodes, kernels, outputs)
