@@ -21,6 +21,7 @@ from sporenet.lite import pages, shared_weights
 from sporenet.lite.dims import SMALLEST_FIRST, default_shapes
 from sporenet.lite.eager import fold, prepare_kernel
 from sporenet.lite.errors import ShapeError, UnsupportedOpError
+from sporenet.lite.float_links import link_floats
 from sporenet.lite.graph import DYNAMIC, Model, Node
 from sporenet.lite.kernels import KERNELS, QUANTIZED_KERNELS, kernel_class, supported_ops
 from sporenet.lite.kernels.base import Kernel, TensorSpec
@@ -31,9 +32,10 @@ from sporenet.lite.kernels.state import ReadVariable
 from sporenet.lite.kernels.transform import Transpose, contiguous_slice
 from sporenet.lite.kernels.workspace import Workspace, active
 from sporenet.lite.layout_choice import channels_last_tensors, tensor_readers
+from sporenet.lite.lookup_chains import compose_lookups
 from sporenet.lite.ops import OpCode
 from sporenet.lite.opset.decl import derived_set
-from sporenet.lite.variables import WRITTEN_INPUTS
+from sporenet.lite.variables import WRITTEN_INPUTS, Window, stream_windows, window_host
 
 Compute = Callable[[], None]
 
@@ -472,6 +474,78 @@ def _typed(block: np.ndarray, spec: TensorSpec, *, channels_last: bool = False) 
     return typed.reshape(spec.shape)
 
 
+def _windows(
+    model: Model,
+    graph_index: int,
+    kernels: list[Kernel | None],
+    specs: dict[int, TensorSpec],
+    variables: dict[int, np.ndarray],
+    last_use: dict[int, int],
+    exclude: Collection[int],
+) -> tuple[dict[int, np.ndarray], dict[int, tuple[np.ndarray, np.ndarray]], dict[int, int]]:
+    """The graph's streaming states stored in their concatenation (variables.Window),
+    except for concatenations in `exclude` (graph outputs, channels-last tensors):
+    {concat output: its buffer}, {ASSIGN node: the head and the tail it copies} and
+    {ASSIGN node: the node after which it runs}: the last reader of the concatenation,
+    whose head the shift overwrites."""
+    hosts: dict[int, np.ndarray] = {}
+    shifts: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+    deferred: dict[int, int] = {}
+    for window in stream_windows(model, graph_index):
+        host = window_host(window, variables)
+        spec = specs.get(window.joined)
+        if host is None or spec is None or kernels[window.assign] is None:
+            continue
+        if window.joined in exclude or spec.value is not None:
+            continue
+        if spec.shape != host.shape or spec.dtype != host.dtype:
+            continue
+        hosts[window.joined] = host
+        shifts[window.assign] = _shift_views(host, window)
+        end = last_use.get(window.joined, window.assign)
+        if end > window.assign:
+            deferred[window.assign] = end
+    return hosts, shifts, deferred
+
+
+class _Order:
+    """Appends the plan's steps in node order, except the steps deferred to run right
+    after a later node (a streaming state's shift, after its buffer's last reader)."""
+
+    def __init__(self, deferred: dict[int, int]) -> None:
+        self.steps: list[Compute] = []
+        self.kernels: list[Kernel] = []
+        self.deferred = deferred
+        self.held: dict[int, list[tuple[Compute, Kernel]]] = {}
+
+    def add(self, j: int, step: Compute, kernel: Kernel) -> None:
+        later = self.deferred.get(j)
+        if later is not None:
+            self.held.setdefault(later, []).append((step, kernel))
+        else:
+            self.steps.append(step)
+            self.kernels.append(kernel)
+
+    def reached(self, j: int) -> None:
+        """Node `j` is bound: the steps deferred to after it follow."""
+        for step, kernel in self.held.pop(j, ()):
+            self.steps.append(step)
+            self.kernels.append(kernel)
+
+
+def _shift_views(host: np.ndarray, window: Window) -> tuple[np.ndarray, np.ndarray]:
+    """The ASSIGN's target and value in `host`: its head and its tail, as 1-D views of the
+    widest word that divides them when both are runs of the buffer's memory (an
+    overlapping copy of 1-D views is one move; of N-D views NumPy buffers it)."""
+    head, tail = host[window.head(host.ndim)], host[window.tail(host.shape)]
+    if not host.flags.c_contiguous or int(np.prod(host.shape[: window.axis])) != 1:
+        return head, tail
+    flat = host.reshape(-1).view(np.uint8)
+    start, size = tail.ctypes.data - host.ctypes.data, head.nbytes
+    width = next(w for w in (8, 4, 2, 1) if (start | size | host.ctypes.data) % w == 0)
+    return flat[:size].view(f"u{width}"), flat[start : start + size].view(f"u{width}")
+
+
 def plan(
     model: Model,
     signature: str = "infer",
@@ -744,15 +818,50 @@ class _Storage:
     (graph outputs, never read) and strings (object references cannot live in a byte
     arena)."""
 
-    def __init__(self, arena: _Arena, own: set[int], channels_last: set[int]) -> None:
+    def __init__(
+        self,
+        arena: _Arena,
+        own: set[int],
+        channels_last: set[int],
+        fixed: dict[int, np.ndarray] | None = None,
+    ) -> None:
         self.arena, self.own, self.channels_last = arena, own, channels_last
+        self.fixed = fixed or {}  # tensors stored in a buffer given (a streaming state's)
         self.blocks: dict[int, np.ndarray] = {}
 
     def __call__(self, i: int, spec: TensorSpec) -> np.ndarray:
+        fixed = self.fixed.get(i)
+        if fixed is not None:
+            return fixed
         if i in self.own or spec.dtype.hasobject:
             return np.empty(spec.shape, spec.dtype)
         block = self.blocks[i] = self.arena.take(spec.size * spec.dtype.itemsize)
         return _typed(block, spec, channels_last=i in self.channels_last)
+
+
+def _fused(nodes: list[Node], kernels: list[Kernel | None], outputs: set[int]) -> list[Node]:
+    """The nodes a plan binds, after the fusions decided on prepared kernels: chains of
+    lookups composed (lite/lookup_chains.py), folded layers linked by float64 columns
+    (lite/float_links.py)."""
+    nodes = compose_lookups(nodes, kernels, outputs)
+    link_floats(nodes, kernels, outputs)
+    return nodes
+
+
+def _node_inputs(
+    arrays: dict[int, np.ndarray],
+    node: Node,
+    kernel: Kernel,
+    shift: tuple[np.ndarray, np.ndarray] | None,
+) -> list[np.ndarray | None]:
+    """The arrays a node's kernel binds on: its constants' forms it reads (dequantized
+    weights), and for a streaming state's ASSIGN (`shift`), its buffer's head and tail."""
+    ins: list[np.ndarray | None] = [arrays[i] if i != -1 else None for i in node.inputs]
+    for k, value in kernel.constant_inputs.items():
+        ins[k] = value
+    if shift is not None:
+        ins[0], ins[1] = shift
+    return ins
 
 
 def plan_graph(
@@ -767,8 +876,8 @@ def plan_graph(
     graph = model.graphs[graph_index]
     variables = variables or {}
     specs, kernels, _ = infer_any_size(model, graph_index, shapes, variables.keys(), values)
-    nodes = graph.nodes
     outputs = set(graph.outputs)
+    nodes = _fused(graph.nodes, kernels, outputs)
     _strided_transposes(nodes, kernels, graph.inputs, outputs)
     _read_views(nodes, kernels, outputs)
     last_use = _last_uses(nodes, kernels, outputs)
@@ -780,26 +889,26 @@ def plan_graph(
         arrays[i] = np.empty(specs[i].shape, specs[i].dtype)
     arena = _Arena(_reserve(specs))
     workspace = Workspace(arena.take)  # the steps' temporaries, from the same arena
-    steps: list[Compute] = []
-    step_kernels: list[Kernel] = []
     live_kernels: list[Kernel] = []
     dying: dict[int, list[int]] = {}
     for r, j in last_use.items():
         dying.setdefault(j, []).append(r)
     keep = outputs | set(variables) | set(graph.inputs)
     keep_own = outputs | ({*specs} - set(last_use))  # tensors that get storage of their own
-    storage = _Storage(arena, keep_own, channels_last)
-    in_place = _InPlace(nodes, kernels, specs, last_use, keep_own, channels_last)
+    hosts, shifts, deferred = _windows(
+        model, graph_index, kernels, specs, variables, last_use, channels_last | outputs
+    )
+    storage = _Storage(arena, keep_own, channels_last, hosts)
+    in_place = _InPlace(nodes, kernels, specs, last_use, keep_own | set(hosts), channels_last)
     computed = _ComputedWeights(model, nodes, kernels, arrays, specs, keep)
     unread = pages.noting_unread()
     noted = unread.__enter__()
     given_up: list[np.ndarray] = []
+    order = _Order(deferred)
     for j, (node, kernel) in enumerate(zip(nodes, kernels, strict=True)):
         if kernel is None:
             continue
-        ins = [arrays[i] if i != -1 else None for i in node.inputs]
-        for k, value in kernel.constant_inputs.items():
-            ins[k] = value
+        ins = _node_inputs(arrays, node, kernel, shifts.get(j))
         noted.clear()
         if kernel.is_view:
             views = kernel.view(ins)
@@ -811,8 +920,8 @@ def plan_graph(
             with active(workspace):
                 step = kernel.bind(ins, outs)
             if step is not None:
-                steps.append(step)
-                step_kernels.append(kernel)
+                order.add(j, step, kernel)
+        order.reached(j)
         computed.bound(node, kernel, ins, noted)
         given_up.extend(noted)
         live_kernels.append(kernel)
@@ -827,11 +936,11 @@ def plan_graph(
     arena.prefault()
     return ExecutionPlan(
         arrays=arrays,
-        steps=steps,
+        steps=order.steps,
         specs=specs,
         inputs=list(graph.inputs),
         outputs=list(graph.outputs),
         kernels=live_kernels,
-        step_kernels=step_kernels,
+        step_kernels=order.kernels,
         arena_bytes=arena.total,
     )

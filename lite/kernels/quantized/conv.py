@@ -14,7 +14,7 @@ input and the accumulators live in the plan's shared scratch.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -217,6 +217,10 @@ class QConv2D(QuantizedKernel):
         self.depthwise_stage: OutputStage | None = None
         self.inner: Conv2D | None = None
         self.own_columns = False
+        # Set by the planner (lite/float_links.py): the float64 columns a folded producer
+        # writes this layer's input into, or the float64 input of the layer reading ours.
+        self.float_columns: np.ndarray | None = None
+        self.float_output: np.ndarray | None = None
         self.fold = self._fold(n, o, p)
         if self.fold is not None:
             kg = self.w[0].size
@@ -293,6 +297,28 @@ class QConv2D(QuantizedKernel):
             return None
         return self.stage.folded(self.w.reshape(o, kg - 1), self.zx, self.raw_max)
 
+    def float_input(self, lo: int) -> np.ndarray | None:
+        """For a folded pointwise layer at one position: the float64 array (C,) that the
+        folded layer computing its input may write that input into, minus `lo` (the
+        producer's clamp low end, so its values are 0..255), instead of as bytes this
+        layer would convert; the fold is re-made for that input (zero point z - lo
+        joined to the offset). None when this layer cannot read it so."""
+        x = self.input(0)
+        fold = self.fold
+        if fold is None or self.group != 1 or x.shape[0] != 1 or x.size != x.shape[1]:
+            return None
+        if self.win.kernel != (1, 1) or self.win.padded or not self.own_columns:
+            return None
+        w2 = self.w.reshape(self.w.shape[0], -1)
+        refold = cast(OutputStage, self.stage).folded(w2, self.zx - lo, 255)
+        if refold is None or refold.zero_point:
+            return None
+        self.fold = refold
+        k = w2.shape[1]
+        self.float_columns = np.empty((1, 1, k + 1, 1), np.float64)
+        self.float_columns[0, 0, k, 0] = 1.0
+        return self.float_columns[0, 0, :k, 0]
+
     def reads_strided(self, index: int) -> bool:
         # The folded route reads x only through its padded copy or im2col's strided view.
         return index == 0 and self.fold is not None
@@ -355,6 +381,9 @@ class QConv2D(QuantizedKernel):
         cg, p = c // g, oh * ow
         kg = cg * kh * kw
         cols, v, mask = self.scratch_arrays()
+        floats = None if self.float_output is None else self.float_output.reshape(v.shape)
+        if self.float_columns is not None:  # the producer writes the columns
+            return self._bind_from_floats(fold, self.float_columns, v, (out, mask, floats))
         if self.own_columns:  # the row of ones written once, here
             cols = np.empty((n, g, kg + 1, p), np.float64)
             cols[:, :, kg, :] = 1.0
@@ -370,7 +399,10 @@ class QConv2D(QuantizedKernel):
         flat = view.reshape(n, g, kg, p)
         if np.may_share_memory(flat, xp):  # windows that do not overlap: 4-D is faster
             view, target = flat, cols[:, :, :kg, :]
-        stage = fold.bind(v, out.reshape(n, o, p), mask)
+        stage = fold.bind(v, out.reshape(n, o, p), mask, floats)
+        rows = view.reshape(g, kg) if n == 1 and p == 1 and o == g else None
+        if rows is not None and np.may_share_memory(rows, xp):  # a view, not a copy
+            return self._bind_position(fold, rows, (x, xp, interior), v.reshape(g), stage)
         gemm: Callable[..., Any] = np.matmul
         a, b, ab = fold.weights.reshape(g, o // g, kg + 1), cols, v
         if n == 1 and g == 1:  # one 2-D product (a matrix-vector one for one position)
@@ -396,6 +428,55 @@ class QConv2D(QuantizedKernel):
             if fill is not None:
                 fill(1.0)
             gemm(a, b, out=ab)
+            stage()
+
+        return compute
+
+    def _bind_from_floats(
+        self, fold: Folded, cols: np.ndarray, v: np.ndarray, ends: tuple
+    ) -> Compute:
+        """A pointwise layer at one position whose columns its producer wrote
+        (float_input): the matrix-vector product and the output stage. `ends` is
+        (out, mask, floats) as for Folded.bind."""
+        out, mask, floats = ends
+        stage = fold.bind(v, out.reshape(v.shape), mask, floats)
+        dot, weights, b, ab = raw.dot, fold.weights, cols[0, 0, :, 0], v.reshape(-1)
+
+        def compute() -> None:
+            dot(weights, b, out=ab)
+            stage()
+
+        return compute
+
+    def _bind_position(
+        self,
+        fold: Folded,
+        rows: np.ndarray,
+        source: tuple[np.ndarray, np.ndarray, np.ndarray | None],
+        v: np.ndarray,
+        stage: Compute,
+    ) -> Compute:
+        """A depthwise layer at one position (a streaming step): per group g, v[g] =
+        rows[g] . weights[g] with the offset column, as one elementwise product and one
+        BLAS product with ones. The columns are laid out (K + 1, G), window position
+        by channel, as a channels-last input stores them: the gather is a plain copy
+        then, and the sum runs down contiguous columns. Exact in any order (Folded).
+        `source` is (x, the array `rows` views, the interior to copy x into or None)."""
+        x, _, interior = source
+        g, k = rows.shape
+        cols = np.empty((k + 1, g), np.float64)
+        cols[k] = 1.0
+        weights = np.ascontiguousarray(fold.weights.T)
+        products, ones = np.empty_like(cols), np.ones(k + 1, np.float64)
+        shift = shift_into(rows.T, cols[:k], fold.zero_point)
+        copyto, multiply, dot = raw.copyto, np.multiply, raw.dot
+
+        def compute() -> None:
+            if interior is not None:
+                copyto(interior, x)
+            shift()
+            multiply(weights, cols, products)
+            dot(ones, products, out=v)
             stage()
 
         return compute

@@ -230,7 +230,7 @@ class OutputStage:
         mark = np.array(marks, np.float64) * unit
         step = _float_steps(self._ints[1]) if self.correct else None
         top = np.nextafter(float(self.hi - self.lo + 1), 0.0)
-        return Folded(weights, mark, step, top, np.uint8(self.lo % 256), zero_point)
+        return Folded(weights, mark, step, top, self.lo, zero_point)
 
 
 class Folded:
@@ -252,10 +252,11 @@ class Folded:
         mark: np.ndarray,
         step: np.ndarray | None,
         top: float,
-        back: np.uint8,
+        lo: int,
         zero_point: int = 0,
     ) -> None:
-        self.weights, self.mark, self.step, self.top, self.back = weights, mark, step, top, back
+        self.weights, self.mark, self.step, self.top = weights, mark, step, top
+        self.lo, self.back = lo, np.uint8(lo % 256)  # the clamp's low end; as a byte
         self.zero_point = zero_point
 
     def mask_shape(self, shape: tuple[int, ...]) -> tuple[int, ...]:
@@ -263,9 +264,15 @@ class Folded:
         negative tie can reach the output)."""
         return shape if self.step is not None else (0,)
 
-    def bind(self, v: np.ndarray, out: np.ndarray, mask: np.ndarray) -> Compute:
+    def bind(
+        self, v: np.ndarray, out: np.ndarray, mask: np.ndarray, floats: np.ndarray | None = None
+    ) -> Compute:
         """The step writing `out` (N, O, P) from the GEMM's result v (N, O, P), in place;
-        `mask` is a bool scratch array of `mask_shape(v.shape)`."""
+        `mask` is a bool scratch array of `mask_shape(v.shape)`. With `floats` (float64,
+        v's shape) it writes there instead the outputs minus `lo`, as exact integers in
+        float64 (for a folded layer that reads them: QConv2D.float_input)."""
+        if floats is not None:
+            return self._bind_floats(v, floats, mask)
         shape = (1, -1, 1)
         narrow = out.view(np.uint8)
         # 0-d operands: a Python or NumPy scalar costs a conversion on every call.
@@ -276,6 +283,9 @@ class Folded:
         steps = np.broadcast_to((mark if step is None else step).reshape(shape), v.shape)
         mask = mask.reshape(v.shape) if correct else mask
 
+        if v.size == 1:
+            return self._bind_one(v, narrow, (mark, steps, mask), (zero, top, back))
+
         # Outputs passed by position: NumPy parses an `out=` keyword on every call.
         def compute() -> None:
             if correct:
@@ -285,6 +295,49 @@ class Folded:
             copyto(narrow, v, casting="unsafe")
             if back:
                 add(narrow, back, narrow)
+
+        return compute
+
+    def _bind_floats(self, v: np.ndarray, floats: np.ndarray, mask: np.ndarray) -> Compute:
+        """`bind` into float64 outputs minus `lo`: the clamp to [0, top], then the floor
+        (what the truncating cast to bytes computes, without the byte offset)."""
+        shape = (1, -1, 1)
+        zero, top = scalar(F64, 0.0), scalar(F64, self.top)
+        clip, floor, less, subtract = _clip, np.floor, np.less, np.subtract
+        mark, step = self.mark.reshape(shape), self.step
+        correct = step is not None
+        steps = np.broadcast_to((mark if step is None else step).reshape(shape), v.shape)
+        mask = mask.reshape(v.shape) if correct else mask
+
+        def compute() -> None:
+            if correct:
+                less(v, mark, mask)
+                subtract(v, steps, out=v, where=mask)
+            clip(v, zero, top, v)
+            floor(v, floats)
+
+        return compute
+
+    def _bind_one(self, v: np.ndarray, narrow: np.ndarray, tie: tuple, bounds: tuple) -> Compute:
+        """`bind` for one output (a classifier's single score): the same steps, each
+        writing an array other than its input, since NumPy runs an in-place ufunc on a
+        one-element array about twice as slowly (it copies the operand through a
+        buffer). `tie` is (mark, steps, mask), `bounds` is (zero, top, back)."""
+        (mark, steps, mask), (zero, top, back) = tie, bounds
+        correct = self.step is not None
+        v2, byte = np.empty_like(v), np.empty_like(narrow)
+        clip, copyto, add, less, subtract = _clip, raw.copyto, np.add, np.less, np.subtract
+
+        def compute() -> None:
+            if correct:  # a masked ufunc in place is not the slow case
+                less(v, mark, mask)
+                subtract(v, steps, out=v, where=mask)
+            clip(v, zero, top, v2)
+            if back:
+                copyto(byte, v2, casting="unsafe")
+                add(byte, back, narrow)
+            else:
+                copyto(narrow, v2, casting="unsafe")
 
         return compute
 

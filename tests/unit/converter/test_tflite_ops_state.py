@@ -28,9 +28,13 @@ def _handle(b: TfliteBuilder, name: str) -> int:
     return h
 
 
-def streaming_model(*, dtype=np.float32, quant=None, init: np.ndarray | None = None) -> bytes:
+def streaming_model(
+    *, dtype=np.float32, quant=None, init: np.ndarray | None = None, read_by_add: bool = False
+) -> bytes:
     """state = last WINDOW frames; y = concat(state, frame) . w; the init subgraph sets the
-    state to `init` (zeros by default), the way converters write Keras streaming layers."""
+    state to `init` (zeros by default), the way converters write Keras streaming layers.
+    `read_by_add`: the output is joined + joined, so the concatenation is internal (the
+    plan then stores the state inside it: variables.Window)."""
     b = TfliteBuilder()
     init_graph, index = b.subgraph()
     value = np.zeros((1, WINDOW, 4)) if init is None else init
@@ -60,7 +64,12 @@ def streaming_model(*, dtype=np.float32, quant=None, init: np.ndarray | None = N
         "StridedSliceOptions",
     )
     b.op("ASSIGN_VARIABLE", [h, kept], [])
-    b.output(joined)
+    if read_by_add:
+        y = b.tensor("y", [1, WINDOW + 1, 4], dtype, quant=quant)
+        b.op("ADD", [joined, joined], [y], "AddOptions")
+        b.output(y)
+    else:
+        b.output(joined)
     return b.build()
 
 
@@ -89,6 +98,28 @@ def test_float_state_persists_between_invokes_as_in_litert(optimize):
     ours, ref = Interpreter(model_content=convert_tflite(data, optimize=optimize)), _reference(data)
     for frame in _frames(6):
         np.testing.assert_array_equal(ours.run({"frame": frame})["joined"], _step(ref, frame))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.int8])
+def test_state_stored_in_its_concatenation_streams_and_resets_as_in_litert(dtype):
+    from sporenet.lite.variables import stream_windows
+
+    quant = ([0.05], [3], 0) if dtype == np.int8 else None
+    init = np.arange(WINDOW * 4).reshape(1, WINDOW, 4).astype(dtype)
+    data = streaming_model(dtype=dtype, quant=quant, init=init, read_by_add=True)
+    ours, ref = Interpreter(model_content=convert_tflite(data)), _reference(data)
+    graph = ours.model.signature("infer").graph
+    (window,) = stream_windows(ours.model, graph)
+    # The state is the head of the concatenation's buffer (the concat copies the frame).
+    assert (
+        ours._plan.arrays[window.joined].ctypes.data == ours.variables[window.variable].ctypes.data
+    )
+    for frame in _frames(6, dtype):
+        np.testing.assert_array_equal(ours.run({"frame": frame})["y"], _step(ref, frame))
+    ours.reset_all_variables()
+    fresh = _reference(data)
+    for frame in _frames(3, dtype):
+        np.testing.assert_array_equal(ours.run({"frame": frame})["y"], _step(fresh, frame))
 
 
 def test_int8_state_is_copied_as_stored():

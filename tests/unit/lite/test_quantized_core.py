@@ -68,6 +68,8 @@ CONV_CASES = [
     ((2, 3, 11, 11), 8, (7, 7), (3, 3, 3, 3), (2, 2), 1, np.int8, True),  # stem, batch 2
     ((1, 32, 3, 1), 48, (3, 1), (0, 0, 0, 0), (1, 1), 1, np.int8, True),  # matrix-vector
     ((1, 32, 9, 1), 32, (9, 1), (0, 0, 0, 0), (1, 1), 32, np.int8, True),  # streaming dw
+    ((1, 16, 1, 1), 16, (3, 1), (1, 0, 1, 0), (1, 1), 16, np.uint8, False),  # padded, one pos
+    ((1, 16, 3, 1), 8, (3, 1), (0, 0, 0, 0), (1, 1), 8, np.int8, True),  # 2 inputs a group
 ]
 
 
@@ -196,6 +198,30 @@ def test_fully_connected_matches_integer_reference(
         acc, sx * np.broadcast_to(sw, (out_f,)) / so, zo, max(lo, zo), hi, channel_axis=1
     )
     np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.uint8])
+def test_fully_connected_with_one_output_rounds_negative_values_exactly(dtype):
+    # One score (a wake word's head): the output stage's one-element route, without an
+    # activation, so negative accumulators take the tie correction. A multiplier of 0.3
+    # (a right shift of 1) and small accumulators of both signs: about half of the
+    # negative ones round differently without it.
+    rng = np.random.default_rng(5)
+    lo, hi = RANGES[np.dtype(dtype)]
+    w = rng.integers(-2, 3, (1, 64)).astype(np.int8)
+    zx, zo = (lo + hi) // 2, (lo + hi) // 2 + 3
+    for seed in range(40):
+        noise = np.random.default_rng(seed).integers(-4, 5, (1, 64))
+        x = np.clip(zx + noise, lo, hi).astype(dtype)
+        got = run_one_op(
+            OpCode.FULLY_CONNECTED,
+            [(x, quant(0.03, zx), False), (w, quant([0.5], 0, 0), True)],
+            quant(0.05, zo),
+            dtype,
+        )
+        acc = (x.astype(np.int64) - zx) @ w.T.astype(np.int64)
+        want = requantize(acc, np.array([0.03 * 0.5 / 0.05]), zo, lo, hi, channel_axis=1)
+        np.testing.assert_array_equal(got, want)
 
 
 @pytest.mark.parametrize("dtype", [np.int8, np.uint8])
