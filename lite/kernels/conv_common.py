@@ -94,14 +94,22 @@ def with_epilogue(
     return with_both
 
 
+# Largest output (elements) whose product calls raw.dot (see matmul_for).
+_DOT_MAX_OUTPUT = 8192
+
+
 def matmul_for(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> Callable[..., object]:
     """The function to call as f(a, b, out=out) for out = a @ b: raw.dot where it applies
     (2-D operands of out's float dtype, out C-contiguous and apart from them), else
     np.matmul. Both run the product in BLAS; raw.dot calls it with less overhead than
     matmul's gufunc loop, several microseconds on a small layer, and a one-column
-    result (a classifier's last layer) does not take matmul's loop outside BLAS."""
+    result (a classifier's last layer) does not take matmul's loop outside BLAS. But
+    dot clears its output before the product, one more pass over it, which on a large
+    output with few products per element (a 1x1 layer of 16 input channels: a fifth
+    of its time) costs more than matmul's overhead: large outputs take np.matmul."""
     if (
-        a.ndim == b.ndim == out.ndim == 2
+        out.size <= _DOT_MAX_OUTPUT
+        and a.ndim == b.ndim == out.ndim == 2
         and a.dtype == b.dtype == out.dtype
         and out.dtype in (np.float32, np.float64)
         and out.flags.c_contiguous

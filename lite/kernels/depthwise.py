@@ -246,7 +246,7 @@ def _bind_channels_last(
     wt, tile_steps = _weight_tile(win, taps_w, block, phases)
     acc_nhwc, result = _accumulator(out, (n, oh, ow, c))
     acc = acc_nhwc.reshape(n, oh, ow * c)
-    add_bias = _bias_step(bias, bias_const, acc_nhwc, block)
+    add_bias = _bias_step(bias, acc_nhwc)
     bands = (_phase_bands if phases else _bands)(win, x, wt, acc, block)
     # Bias, then the activation (elementwise: it runs on the contiguous accumulator,
     # before the copy into an NCHW `out` when there is one).
@@ -332,7 +332,7 @@ def _bind_direct(
                 writeable=False,
             )
             blocks.append((views, taps_w[i0:i1, j0:j1], target))
-    add_bias = _bias_step(bias, bias_const, acc_nhwc, ow)
+    add_bias = _bias_step(bias, acc_nhwc)
     epilogue: list[Compute] = [partial(z.fill, 0) for z in zeros]
     epilogue += [] if add_bias is None else [add_bias]
     if act is not None:
@@ -597,27 +597,35 @@ def _accumulator(out: np.ndarray, nhwc: tuple[int, ...]) -> tuple[np.ndarray, np
     return acc_nhwc, acc_nhwc.transpose(0, 3, 1, 2)
 
 
-def _bias_step(
-    bias: np.ndarray | None, bias_const: bool, acc_nhwc: np.ndarray, block: int
-) -> Compute | None:
-    """The step adding the bias to the channels-last (N, OH, OW, C) accumulator: a
-    constant bias tiled over `block` columns (rewritten every call, like the weights'
-    tile) and added in runs of block*C elements, else broadcast over channels."""
+def _bias_step(bias: np.ndarray | None, acc_nhwc: np.ndarray) -> Compute | None:
+    """The step adding the bias to the channels-last (N, OH, OW, C) accumulator: the
+    bias tiled over the most pixels (a divisor of OH*OW) within _BIAS_TILE_BYTES, into
+    a temporary rewritten every call (like the weights' tile, so it reads the bias's
+    current values, constant or not), and added in runs of that many pixels. Runs of
+    a few thousand elements: a broadcast over the pixels' runs of C elements, or over
+    the weights' shorter tile, loops over short rows and runs up to 1.5 times slower."""
     if bias is None:
         return None
-    add = np.add
-    if not bias_const:
-        return lambda: add(acc_nhwc, bias, out=acc_nhwc)
     n, oh, ow, c = acc_nhwc.shape
-    runs = acc_nhwc.reshape(n, oh, ow // block, block * c)
-    tile = temporary((block, c), acc_nhwc.dtype)
-    row, copyto = tile.reshape(block * c), np.copyto
+    most = max(1, _BIAS_TILE_BYTES // (c * acc_nhwc.itemsize))
+    pixels = max(d for d in range(1, min(oh * ow, most) + 1) if (oh * ow) % d == 0)
+    if pixels < ow and pixels * c < _MIN_BIAS_RUN:
+        pixels = ow  # few divisors (a prime OW): whole output rows
+    runs = acc_nhwc.reshape(n, oh * ow // pixels, pixels * c)
+    tile = temporary((pixels, c), acc_nhwc.dtype)
+    row, copyto, add = tile.reshape(pixels * c), np.copyto, np.add
 
     def add_tiled() -> None:
         copyto(tile, bias)
         add(runs, row, out=runs)
 
     return add_tiled
+
+
+# Largest tile (bytes) of the bias added to a channels-last accumulator (see _bias_step):
+# long enough for contiguous runs, small enough to stay in the L1 cache.
+_BIAS_TILE_BYTES = 32 << 10
+_MIN_BIAS_RUN = 512
 
 
 def _frame_fill(

@@ -17,6 +17,7 @@ from sporenet.lite.kernels.activation import InPlace
 from sporenet.lite.kernels.base import Compute
 from sporenet.lite.kernels.conv_common import gemm, is_channels_last, with_epilogue
 from sporenet.lite.kernels.workspace import temporary
+from sporenet.lite.threads import BLAS
 
 # Largest channels-last 1x1 output (bytes) whose constant bias is tiled over its rows, and
 # the largest tile (bytes): a longer output is added the tile in runs of whole tiles.
@@ -70,6 +71,12 @@ def bind_pointwise_last(
         product = gemm(w2, cols[0], om[0]) if n == 1 else gemm(w2, cols, om)
         return with_epilogue(product, out, bias, act, bias_const)
     dense = out.transpose(0, 2, 3, 1)  # contiguous (N, H, W, O)
+    if n * hw * o * out.itemsize > _ROW_BLOCKS_MIN_BYTES and (
+        is_channels_last(x) or (n == 1 and c >= _MIN_BLOCKED_NCHW_CHANNELS)
+    ):
+        pages.release_unless_read(w, wt)
+        flat = rows.reshape(n * hw, c) if is_channels_last(x) else rows[0]
+        return _bind_row_blocks(flat, wt, dense.reshape(n * hw, o), bias, bias_const, act)
     om = dense.reshape(n, hw, o)
     copies: list[tuple[np.ndarray, np.ndarray]] = []
     target: np.ndarray = om
@@ -104,6 +111,71 @@ def bind_pointwise_last(
             act(dense)
 
     return compute
+
+
+# Channels-last 1x1 outputs larger than this (bytes: most of the L2 cache) run in blocks of
+# rows of about _ROW_BLOCK_BYTES of input and output each (see _bind_row_blocks).
+_ROW_BLOCKS_MIN_BYTES = 768 << 10
+_ROW_BLOCK_BYTES = 192 << 10
+# Fewest channels of an NCHW input read in blocks of rows (its (H*W, C) matrix is
+# transposed, each block a strided read of C rows): fewer run as one product.
+_MIN_BLOCKED_NCHW_CHANNELS = 16
+
+
+def _bind_row_blocks(
+    rows: np.ndarray,
+    wt: np.ndarray,
+    om: np.ndarray,
+    bias: np.ndarray | None,
+    bias_const: bool,
+    act: InPlace | None,
+) -> Compute:
+    """out = rows @ wt, then the bias and the activation, block of rows by block.
+
+    On an output larger than the cache, the bias and activation passes after one
+    whole-tensor product read it back from memory; on a block they find it in cache,
+    and OpenBLAS multiplies the tall, narrow blocks (a few thousand rows by tens of
+    channels) faster than the whole. Several BLAS threads keep the one call (the blocks
+    would each run on all threads). A constant bias is added in runs of a tile of
+    whole rows, as bind_pointwise_last does."""
+    (m, c), o = rows.shape, wt.shape[1]
+    per = min(m, max(_MIN_BLOCK_ROWS, _ROW_BLOCK_BYTES // ((c + o) * om.itemsize)))
+    tiled = 1
+    if bias is not None and bias_const:
+        tiled = max(1, min(per, _BIAS_TILE_BYTES // (o * om.itemsize)))
+        per = per // tiled * tiled
+    steps: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]] = []
+    tile = None if bias is None or tiled == 1 else np.tile(bias, tiled)
+    for i in range(0, m, per):
+        r, t = rows[i : i + per], om[i : i + per]
+        if tile is not None and len(t) % tiled == 0:
+            steps.append((r, t, t.reshape(-1, tiled * o), tile))
+        else:
+            steps.append((r, t, t, bias))
+    matmul, add = np.matmul, np.add
+    threads = BLAS.get if BLAS.available else (lambda: 1)
+
+    def compute() -> None:
+        if threads() != 1:
+            matmul(rows, wt, out=om)
+            if bias is not None:
+                add(om, bias, out=om)
+            if act is not None:
+                act(om)
+            return
+        for r, t, target, b in steps:
+            matmul(r, wt, out=t)
+            if b is not None:
+                add(target, b, out=target)
+            if act is not None:
+                act(t)
+
+    return compute
+
+
+# Fewest rows in one block of _bind_row_blocks: fewer would cost more in calls than the
+# cache saves.
+_MIN_BLOCK_ROWS = 64
 
 
 def _bias_tile_rows(hw: int, row_bytes: int) -> int:

@@ -401,3 +401,44 @@ def test_channels_last_tiles_rewritten_every_call_and_kept_by_none(monkeypatch):
             block.fill(0xFF)  # NaN bit patterns, as other steps' data may leave
         step()
         np.testing.assert_allclose(out, ref, rtol=RTOL, atol=ATOL)
+
+
+@pytest.mark.parametrize(
+    "shape",
+    [
+        (1, 144, 14, 14, (3, 3), (1, 1)),  # the bias tile spans a few output rows
+        (1, 8, 3, 1031, (3, 3), (1, 1)),  # prime OW: whole output rows
+        (2, 24, 9, 13, (5, 5), (2, 2)),  # batch 2, column phases
+        (1, 160, 9, 9, (3, 3), (2, 2)),  # read in place from a channels-last input
+    ],
+    ids=str,
+)
+@pytest.mark.parametrize("constant", [True, False], ids=["const", "runtime"])
+def test_bias_tile_covers_every_pixel(shape, constant):
+    # The bias is tiled over a divisor of OH*OW pixels and rewritten on every call, so
+    # a run-time bias changed between calls is read again.
+    n, c, h, w, k, strides = shape
+    pads = [k[0] // 2] * 4
+    rng = np.random.default_rng(c + w)
+    value = rng.normal(size=(n, c, h, w)).astype(np.float32)
+    wt = rng.normal(size=(c, 1, *k)).astype(np.float32)
+    b = rng.normal(size=c).astype(np.float32)
+    attrs = dict(strides=list(strides), dilations=[1, 1], pads=pads, group=c)
+    specs = [
+        TensorSpec(value.shape, value.dtype),
+        TensorSpec(wt.shape, wt.dtype, wt),
+        TensorSpec(b.shape, b.dtype, b.copy() if constant else None),
+    ]
+    kernel = Conv2D(Attrs("CONV2D", attrs), specs)
+    o = kernel.output_specs[0].shape
+    x = np.empty((n, h, w, c), np.float32).transpose(0, 3, 1, 2)
+    out = np.empty((o[0], o[2], o[3], o[1]), np.float32).transpose(0, 3, 1, 2)
+    x[...] = value
+    step = kernel.bind([x, wt, b], [out])
+    for call in range(2):
+        step()
+        ref = conv_reference(value, wt, b, strides, (1, 1), pads, c)
+        np.testing.assert_allclose(out, ref, rtol=RTOL, atol=ATOL)
+        if constant:
+            break
+        b[...] = rng.normal(size=c).astype(np.float32) + call

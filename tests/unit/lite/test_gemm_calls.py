@@ -45,6 +45,13 @@ def test_matmul_for_takes_dot_only_for_contiguous_separate_outputs():
     assert matmul_for(square, square, square) is np.matmul
 
 
+def test_matmul_for_takes_matmul_for_large_outputs():
+    # np.dot clears its output before the product: a large output takes np.matmul.
+    a, b = np.ones((1024, 16), np.float32), np.ones((16, 64), np.float32)
+    assert matmul_for(a, b, np.empty((1024, 64), np.float32)) is np.matmul
+    assert matmul_for(a[:8], b, np.empty((8, 64), np.float32)) is raw.dot
+
+
 @pytest.mark.parametrize(
     "rows,transposed", [(1, False), (5, True), (48, True), (64, False)], ids=str
 )

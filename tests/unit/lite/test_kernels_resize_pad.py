@@ -8,6 +8,7 @@ import pytest
 from sporenet.lite import OpCode
 from sporenet.lite.eager import run_op
 from sporenet.lite.errors import ShapeError
+from sporenet.lite.kernels import resize as resize_module
 from sporenet.lite.kernels.base import Attrs, TensorSpec
 from sporenet.lite.kernels.resize import (
     _LONG_ROW,
@@ -271,11 +272,15 @@ def test_resize_errors(attrs, message):
 @pytest.mark.parametrize(
     "hw, out_hw", [((6, 5), (12, 10)), ((5, 7), (15, 21)), ((4, 3), (16, 12)), ((9, 8), (4, 10))]
 )
-def test_linear_resize_on_channels_last_storage_gives_the_nchw_values(transform, hw, out_hw):
+def test_linear_resize_on_channels_last_storage_gives_the_nchw_values(
+    monkeypatch, transform, hw, out_hw
+):
     # Channels-last rows of W*C elements take the run-wise row blend of integer upscales
     # and pixel gathers for the columns; NCHW planes of short rows gather rows and slice
     # columns: the same products and sums, so exactly the same values, within the
-    # float64 reference's bound.
+    # float64 reference's bound. (Small NCHW planes run as two BLAS products instead,
+    # tested below: off here, to compare the gathers.)
+    monkeypatch.setattr(resize_module, "_DENSE_MACS_PER_OUTPUT", 0)
     c = 64  # channels-last rows of OW*C >= 640 elements, at least resize._LONG_ROW
     assert out_hw[1] * c >= _LONG_ROW > out_hw[1]
     x = np.random.default_rng(6).normal(size=(1, c, *hw)).astype(np.float32)
@@ -313,3 +318,44 @@ def test_linear_resize_column_slices_equal_the_gathers(transform, w, ow):
     _column_gathers(rows, ((c0, got[0]), (c1, got[1])))()
     _take_columns(rows, ((c0, want[0]), (c1, want[1])))()
     np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("transform", TRANSFORMS)
+@pytest.mark.parametrize(
+    "planes, hw, out_hw, dtype",
+    [
+        (128, (9, 16), (18, 32), np.float32),  # a segmentation decoder's 2x upscale
+        (3, (5, 7), (15, 21), np.float32),
+        (2, (9, 8), (4, 10), np.float32),  # rows shrink, columns grow
+        (6, (12, 20), (48, 80), np.float64),
+        (1, (1, 6), (3, 12), np.float32),  # one input row: both row taps clamp
+    ],
+    ids=str,
+)
+def test_small_plane_linear_resize_runs_as_two_products(transform, planes, hw, out_hw, dtype):
+    # The dense tap matrices hold the gathers' weights (a clamped edge's two taps added
+    # on one input); BLAS sums in its own order, within the float64 reference's bound.
+    assert resize_module.uses_dense_linear((planes, *hw), (planes, *out_hw), dtype, dtype)
+    x = np.random.default_rng(planes).normal(size=(1, planes, *hw)).astype(dtype)
+    attrs = {"mode": "linear", "coordinate_transformation_mode": transform}
+    kernel = Resize(
+        Attrs("RESIZE", {**attrs, "sizes": [1, planes, *out_hw]}), [TensorSpec(x.shape, x.dtype)]
+    )
+    out = np.full((1, planes, *out_hw), np.nan, dtype)
+    step = kernel.bind([x], [out])
+    eff = [o / i for o, i in zip(out_hw, hw, strict=True)]
+    ref = resize_reference(x.astype(np.float64), out_hw, eff, "linear", transform, None)
+    for _ in range(2):  # a second call on the same buffers
+        step()
+        np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-5)
+        x *= 2
+        ref *= 2
+
+
+def test_dense_linear_resize_only_for_small_planes():
+    f = np.dtype(np.float32)
+    assert resize_module.uses_dense_linear((128, 9, 16), (128, 18, 32), f, f)
+    assert not resize_module.uses_dense_linear((3, 112, 112), (3, 224, 224), f, f)
+    assert not resize_module.uses_dense_linear((64, 64, 64), (64, 32, 32), f, f)  # shrinking
+    h = np.dtype(np.float16)
+    assert not resize_module.uses_dense_linear((128, 9, 16), (128, 18, 32), h, h)
