@@ -260,22 +260,29 @@ class TreeEnsemble(Kernel):
         at, offset = self._start(batch, features)
         feature, threshold, next_state = self.state_feature, self.state_threshold, self.next_state
         branches = self.branch_states
-        done = at >= branches
         reached, position = np.empty(at.size, np.intp), self._positions(at.size)
+        level = 0
         while True:
-            finished = int(np.count_nonzero(done))
-            if finished == at.size:
-                reached[position] = at
-                return reached.reshape(trees, batch)
-            # Drop finished pairs once they are a quarter of those walking: compacting at
-            # every level would cost three more passes for a few pairs each time. Every
-            # pair's state is written (one scatter, no mask): those still walking write
-            # theirs again when they finish. The kept pairs are gathered by their
-            # positions, found once: a boolean mask would find them again per array.
-            if finished * 4 >= at.size:
-                reached[position] = at
-                keep = np.flatnonzero(~done)
-                at, offset, position = at[keep], offset[keep], position[keep]
+            # Which pairs are done is looked at every second level: a finished pair's
+            # leaf leads back to itself, so it may take one more step, and the check
+            # (two passes) costs more than the pairs that ride along.
+            if level % 2 == 0:
+                done = at >= branches
+                finished = int(np.count_nonzero(done))
+                if finished == at.size:
+                    reached[position] = at
+                    return reached.reshape(trees, batch)
+                # Drop finished pairs once they are a quarter of those walking: compacting
+                # at every level would cost three more passes for a few pairs each time.
+                # Every pair's state is written (one scatter, no mask): those still
+                # walking write theirs again when they finish. The kept pairs are
+                # gathered by their positions, found once: a boolean mask would find them
+                # again per array.
+                if finished * 4 >= at.size:
+                    reached[position] = at
+                    keep = np.flatnonzero(~done)
+                    at, offset, position = at[keep], offset[keep], position[keep]
+            level += 1
             value = flat[offset + feature[at]]
             if compare is not None:
                 go = compare(value, threshold[at])
@@ -284,7 +291,6 @@ class TreeEnsemble(Kernel):
             if nan_routing:
                 go |= self.state_missing[at] & np.isnan(value)
             at = next_state[at + go]
-            done = at >= branches
 
     def use_table(self, batch: int) -> bool:
         """Whether a call on `batch` samples goes through the transition table (when the
