@@ -8,8 +8,9 @@ import copy
 import numpy as np
 import pytest
 
-from sporenet.converter.passes.dead_taps import live_taps, prune_dead_taps
+from sporenet.converter.passes.dead_taps import prune_dead_taps
 from sporenet.lite import Interpreter, ModelBuilder, OpCode
+from sporenet.lite.kernels.dead_taps import live_taps
 
 RNG = np.random.default_rng(11)
 
@@ -122,3 +123,10 @@ def test_live_taps_are_those_that_read_an_input_position(size, taps, stride, dil
     ]
     got = live_taps(size, taps, stride, dilation, begin, end)
     assert (got.start, got.stop) == (reads[0], reads[-1] + 1)
+
+
+def test_a_dynamic_batch_still_prunes_and_a_dynamic_width_does_not():
+    for shape, rewrites in (((-1, 4, 1, 25), 1), ((1, 4, 1, -1), 0)):
+        model, _, _ = _model((2, 4, 1, 25), (1, 5), (1, 1), (1, 64), (0, 128, 0, 128))
+        model.tensors[model.graphs[0].nodes[0].inputs[0]].shape = shape
+        assert prune_dead_taps(model) == rewrites
