@@ -305,7 +305,11 @@ class TreeEnsemble(Kernel):
         if paths is None:
             return False
         walk = self.node_of_state.size * (self.depth + 3)
-        return paths.matrix.size <= PATH_COST_FACTOR * walk
+        if paths.matrix.size > PATH_COST_FACTOR * walk:
+            return False
+        # Its temporaries (the tests and the product per sample) bounded as the table's.
+        entries = batch * (paths.matrix.shape[0] + paths.matrix.shape[1])
+        return entries <= TABLE_ELEMENTS or entries <= 2 * batch * self.roots.size * self.depth
 
     def _reached_by_paths(self, x: np.ndarray, compare: Callable) -> np.ndarray:
         """The path each (sample, tree) takes, as a column of the path matrix [N, trees]

@@ -167,3 +167,18 @@ def test_single_tree_outputs_by_path_equal_a_full_evaluation(
 
     for got, want in zip(run(True), run(False), strict=True):
         assert np.array_equal(got, want)
+
+
+def test_path_matrix_serves_small_batches_and_leaves_huge_ones_to_the_walk():
+    # The path matrix's temporaries grow with the batch (branch nodes plus paths per
+    # sample); beyond the table's bound the level-by-level walk takes the call.
+    rng = np.random.default_rng(3)
+    tables = _single_tree(rng, 1)
+    specs = [TensorSpec((5, 3), np.dtype(np.float32))]
+    specs += [TensorSpec(t.shape, t.dtype, t) for t in tables]
+    kernel = TreeEnsemble(Attrs("TREE_ENSEMBLE", {}), specs)
+    x = rng.choice([-1.0, 0.0, 0.3, 1.0], size=(5, 3)).astype(np.float32)
+    assert np.array_equal(kernel.leaves(x), _walk(tables, x.astype(np.float64)))
+    assert kernel.paths is not None
+    assert kernel.use_paths(5)
+    assert not kernel.use_paths(10**7)
