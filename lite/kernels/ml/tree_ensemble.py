@@ -410,41 +410,59 @@ class TreeEnsemble(Kernel):
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
         x = required(inputs, 0)
         samples = x.reshape(-1, x.shape[-1])
+        if self._single_tree_by_path(samples.shape[0]):
+            return self._bind_by_path(samples, outputs)
         if not self.classifier:
             (out,) = outputs
 
             def regress() -> None:
-                by_path = self._by_path(samples)
-                if by_path is not None:
-                    out[...] = self._outputs_by_path()[0][by_path]
-                    return
                 out[...] = self._regressor(self.scores(x))
 
             return regress
         label, probs = outputs
 
         def classify() -> None:
-            by_path = self._by_path(samples)
-            if by_path is not None:
-                labels, z = self._outputs_by_path()
-                label[...] = labels[by_path]
-                probs[...] = z[by_path]
-                return
             index, z = self._classifier(self.scores(x))
             label[...] = index
             probs[...] = z
 
         return classify
 
-    def _by_path(self, x: np.ndarray) -> np.ndarray | None:
-        """For a single tree whose call goes through the path matrix: each sample's path
-        [N] (its outputs are then those of the path); else None."""
+    def _single_tree_by_path(self, batch: int) -> bool:
+        """Whether calls on `batch` samples find a single tree's path by the path matrix
+        (its outputs are then those of the path, computed once)."""
         self._ready()
         if self.roots.size != 1 or len(self.modes) != 1 or self.modes[0] is NodeMode.MEMBER:
-            return None
-        if not self.use_paths(x.shape[0]):
-            return None
-        return self._reached_by_paths(x, _COMPARE[self.modes[0]])[:, 0]
+            return False
+        return self.use_paths(batch)
+
+    def _bind_by_path(self, x: np.ndarray, outputs: list[np.ndarray]) -> Compute:
+        """The step for a single tree through the path matrix (`_reached_by_paths` with
+        its buffers made here): one gather, test, product and argmax, then each output
+        gathered from its table by the path."""
+        paths = cast(_Paths, self.paths)
+        compare = _COMPARE[self.modes[0]]
+        threshold = self.branch_threshold32 if x.dtype == np.float32 else self.branch_threshold
+        feature, missing, any_missing = self.branch_feature, self.branch_missing, self.any_missing
+        row = np.ones((x.shape[0], feature.size + 1), np.float32)
+        tests, passed = row[:, :-1], np.empty((x.shape[0], paths.matrix.shape[1]), np.float32)
+        pairs = list(zip(outputs, self._outputs_by_path(), strict=True))
+        matrix, matmul, isnan, copyto = paths.matrix, np.matmul, np.isnan, np.copyto
+
+        def step() -> None:
+            value = x[:, feature]
+            if any_missing:
+                go = compare(value, threshold)
+                go |= missing & isnan(value)
+                copyto(tests, go)
+            else:
+                compare(value, threshold, out=tests)
+            matmul(row, matrix, out=passed)
+            picked = passed.argmax(axis=1)
+            for out, table in pairs:
+                out[...] = table[picked]
+
+        return step
 
     def _outputs_by_path(self) -> tuple[np.ndarray, ...]:
         """The kernel's outputs for a sample taking each path of a single tree, made on
