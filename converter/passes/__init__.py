@@ -17,6 +17,7 @@ from sporenet.converter.passes.bias_folding import fold_biases
 from sporenet.converter.passes.bias_forwarding import forward_depthwise_biases
 from sporenet.converter.passes.constant_folding import fold_constants
 from sporenet.converter.passes.dead_code import eliminate_dead_nodes
+from sporenet.converter.passes.dead_taps import prune_dead_taps
 from sporenet.converter.passes.gelu import fuse_gelu
 from sporenet.converter.passes.guard import GuardedRun, run_guarded
 from sporenet.converter.passes.hard_swish import fuse_hard_swish
@@ -53,6 +54,7 @@ PIPELINE: tuple[Pass, ...] = (
     Pass("affine-chain-recognition", fold_affine_chains),
     Pass("batchnorm-folding", fold_batch_norms),
     Pass("bias-folding", fold_biases),
+    Pass("dead-tap-pruning", prune_dead_taps),  # onv (issue 27): dilated short convolutions
     Pass("hard-swish-recognition", fuse_hard_swish),
     Pass("silu-recognition", fuse_silu),
     Pass("gelu-recognition", fuse_gelu),

@@ -12,13 +12,21 @@ route with the same result: every branch node's test is evaluated for every samp
 once, which gives each (sample, node) its child as one transition table, and a level is
 then a single gather through that table (see `TreeEnsemble._reached_by_table`). A call
 is then a handful of array operations plus one per level, instead of nine per level.
+
+Small forests (few root-to-leaf paths) take the shortest route: the branch tests of every
+sample, as 0/1, times a path matrix (+1 where a path takes a node's true child, -1 where
+it takes the false one) count the tests each path passes minus those it fails; the path
+a sample takes scores its number of true turns and every other path of the tree less, so
+one product and one argmax per tree find the leaves with no per-level step (see
+`TreeEnsemble._reached_by_paths`). A single tree's outputs are then a function of its
+path alone: they are computed once per path and a call gathers them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from enum import IntEnum
-from typing import cast
+from typing import NamedTuple, cast
 
 import numpy as np
 
@@ -53,6 +61,10 @@ TABLE_ELEMENTS = 1 << 16
 """Transition tables of up to this many (sample, node) entries always serve the call;
 larger ones when they hold fewer entries than twice the (sample, tree) pairs times the
 depth (the elements the walk would visit)."""
+PATH_ELEMENTS = 1 << 14
+"""Path matrices (branch nodes times paths, trees padded to the widest) up to this size
+serve calls whose product costs at most PATH_COST_FACTOR times the walk's elements."""
+PATH_COST_FACTOR = 16
 
 
 class TreeEnsemble(Kernel):
@@ -201,6 +213,11 @@ class TreeEnsemble(Kernel):
         self.branch_false = self.next_state[0 : self.branch_states : 2] // 2
         self.branch_true = self.next_state[1 : self.branch_states : 2] // 2
         self._tables: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+        if len(self.modes) == 1 and self.modes[0] is not NodeMode.MEMBER:
+            self.branch_threshold32 = _float32_threshold(self.branch_threshold, self.modes[0])
+        self.paths = _path_matrix(self.branch_true, self.branch_false, self.state_roots // 2)
+        self._path_outputs: tuple[np.ndarray, ...] | None = None
+        self._tests: dict[int, np.ndarray] = {}
 
     def _start(self, batch: int, features: int) -> tuple[np.ndarray, np.ndarray]:
         """Every (sample, tree) pair's first state and offset into the flattened X, made
@@ -235,27 +252,37 @@ class TreeEnsemble(Kernel):
         nan_routing = self.any_missing and bool(np.isnan(flat).any())
         single = self.modes[0] if len(self.modes) == 1 else None
         compare = _COMPARE[single] if single not in (None, NodeMode.MEMBER) else None
+        if compare is not None and self.use_paths(batch):
+            picked = self._reached_by_paths(x.reshape(batch, features), compare)
+            return np.ascontiguousarray(2 * cast(_Paths, self.paths).leaf[picked].T)
         if compare is not None and self.use_table(batch):
             return self._reached_by_table(flat, batch, compare, nan_routing)
         at, offset = self._start(batch, features)
         feature, threshold, next_state = self.state_feature, self.state_threshold, self.next_state
         branches = self.branch_states
-        done = at >= branches
         reached, position = np.empty(at.size, np.intp), self._positions(at.size)
+        level = 0
         while True:
-            finished = int(np.count_nonzero(done))
-            if finished == at.size:
-                reached[position] = at
-                return reached.reshape(trees, batch)
-            # Drop finished pairs once they are a quarter of those walking: compacting at
-            # every level would cost three more passes for a few pairs each time. Every
-            # pair's state is written (one scatter, no mask): those still walking write
-            # theirs again when they finish. The kept pairs are gathered by their
-            # positions, found once: a boolean mask would find them again per array.
-            if finished * 4 >= at.size:
-                reached[position] = at
-                keep = np.flatnonzero(~done)
-                at, offset, position = at[keep], offset[keep], position[keep]
+            # Which pairs are done is looked at every second level: a finished pair's
+            # leaf leads back to itself, so it may take one more step, and the check
+            # (two passes) costs more than the pairs that ride along.
+            if level % 2 == 0:
+                done = at >= branches
+                finished = int(np.count_nonzero(done))
+                if finished == at.size:
+                    reached[position] = at
+                    return reached.reshape(trees, batch)
+                # Drop finished pairs once they are a quarter of those walking: compacting
+                # at every level would cost three more passes for a few pairs each time.
+                # Every pair's state is written (one scatter, no mask): those still
+                # walking write theirs again when they finish. The kept pairs are
+                # gathered by their positions, found once: a boolean mask would find them
+                # again per array.
+                if finished * 4 >= at.size:
+                    reached[position] = at
+                    keep = np.flatnonzero(~done)
+                    at, offset, position = at[keep], offset[keep], position[keep]
+            level += 1
             value = flat[offset + feature[at]]
             if compare is not None:
                 go = compare(value, threshold[at])
@@ -264,13 +291,48 @@ class TreeEnsemble(Kernel):
             if nan_routing:
                 go |= self.state_missing[at] & np.isnan(value)
             at = next_state[at + go]
-            done = at >= branches
 
     def use_table(self, batch: int) -> bool:
         """Whether a call on `batch` samples goes through the transition table (when the
         nodes share one comparison mode): see TABLE_ELEMENTS."""
         entries = batch * self.node_of_state.size
         return entries <= TABLE_ELEMENTS or entries <= 2 * batch * self.roots.size * self.depth
+
+    def use_paths(self, batch: int) -> bool:
+        """Whether a call on `batch` samples goes through the path matrix (when the nodes
+        share one comparison mode and the forest is small enough): see PATH_ELEMENTS."""
+        paths = self.paths
+        if paths is None:
+            return False
+        walk = self.node_of_state.size * (self.depth + 3)
+        if paths.matrix.size > PATH_COST_FACTOR * walk:
+            return False
+        # Its temporaries (the tests and the product per sample) bounded as the table's.
+        entries = batch * (paths.matrix.shape[0] + paths.matrix.shape[1])
+        return entries <= TABLE_ELEMENTS or entries <= 2 * batch * self.roots.size * self.depth
+
+    def _reached_by_paths(self, x: np.ndarray, compare: Callable) -> np.ndarray:
+        """The path each (sample, tree) takes, as a column of the path matrix [N, trees]
+        (module docstring). `x` is [N, features], of any float or integer dtype: the
+        comparisons promote it with the thresholds, as the walk's float64 copy does."""
+        paths = cast(_Paths, self.paths)
+        value = x[:, self.branch_feature]
+        threshold = self.branch_threshold32 if x.dtype == np.float32 else self.branch_threshold
+        row = self._tests.get(x.shape[0])
+        if row is None:
+            # Each sample's tests and a last 1, which takes the true turns off every path.
+            row = self._tests[x.shape[0]] = np.ones((x.shape[0], value.shape[1] + 1), np.float32)
+        tests = row[:, :-1]
+        if self.any_missing:
+            go = compare(value, threshold)
+            go |= self.branch_missing & np.isnan(value)
+            np.copyto(tests, go)
+        else:
+            compare(value, threshold, out=tests)
+        passed = row @ paths.matrix
+        picked = passed.reshape(x.shape[0], -1, paths.width).argmax(axis=2)
+        picked += paths.first
+        return picked
 
     def _table(self, batch: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """For `batch` samples: the transition table [batch, nodes] (flat entries
@@ -324,7 +386,10 @@ class TreeEnsemble(Kernel):
     def scores(self, x: np.ndarray) -> np.ndarray:
         """Aggregated leaf weights [N, targets] (float32), before base values."""
         self._ready()
-        rows = np.ascontiguousarray(self.state_weight_row[self._reached(x)].T)  # [N, trees]
+        return self._aggregate(np.ascontiguousarray(self.state_weight_row[self._reached(x)].T))
+
+    def _aggregate(self, rows: np.ndarray) -> np.ndarray:
+        """`scores` from the leaf weight rows each sample reaches [N, trees]."""
         if self.aggregate in ("MIN", "MAX"):
             picked = self.weights[rows]  # [N, trees, targets], NaN: no weight
             pick = np.fmin if self.aggregate == "MIN" else np.fmax
@@ -344,6 +409,9 @@ class TreeEnsemble(Kernel):
 
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
         x = required(inputs, 0)
+        samples = x.reshape(-1, x.shape[-1])
+        if self._single_tree_by_path(samples.shape[0]):
+            return self._bind_by_path(samples, outputs)
         if not self.classifier:
             (out,) = outputs
 
@@ -359,6 +427,55 @@ class TreeEnsemble(Kernel):
             probs[...] = z
 
         return classify
+
+    def _single_tree_by_path(self, batch: int) -> bool:
+        """Whether calls on `batch` samples find a single tree's path by the path matrix
+        (its outputs are then those of the path, computed once)."""
+        self._ready()
+        if self.roots.size != 1 or len(self.modes) != 1 or self.modes[0] is NodeMode.MEMBER:
+            return False
+        return self.use_paths(batch)
+
+    def _bind_by_path(self, x: np.ndarray, outputs: list[np.ndarray]) -> Compute:
+        """The step for a single tree through the path matrix (`_reached_by_paths` with
+        its buffers made here): one gather, test, product and argmax, then each output
+        gathered from its table by the path."""
+        paths = cast(_Paths, self.paths)
+        compare = _COMPARE[self.modes[0]]
+        threshold = self.branch_threshold32 if x.dtype == np.float32 else self.branch_threshold
+        feature, missing, any_missing = self.branch_feature, self.branch_missing, self.any_missing
+        row = np.ones((x.shape[0], feature.size + 1), np.float32)
+        tests, passed = row[:, :-1], np.empty((x.shape[0], paths.matrix.shape[1]), np.float32)
+        pairs = list(zip(outputs, self._outputs_by_path(), strict=True))
+        matrix, matmul, isnan, copyto = paths.matrix, np.matmul, np.isnan, np.copyto
+
+        def step() -> None:
+            value = x[:, feature]
+            if any_missing:
+                go = compare(value, threshold)
+                go |= missing & isnan(value)
+                copyto(tests, go)
+            else:
+                compare(value, threshold, out=tests)
+            matmul(row, matrix, out=passed)
+            picked = passed.argmax(axis=1)
+            for out, table in pairs:
+                out[...] = table[picked]
+
+        return step
+
+    def _outputs_by_path(self) -> tuple[np.ndarray, ...]:
+        """The kernel's outputs for a sample taking each path of a single tree, made on
+        first use by the same arithmetic as a call (each row depends on its own scores)."""
+        if self._path_outputs is None:
+            rows = self.state_weight_row[2 * cast(_Paths, self.paths).leaf][:, None]
+            s = self._aggregate(rows)
+            if self.classifier:
+                index, z = self._classifier(s)
+                self._path_outputs = (index.astype(np.int64), z.astype(np.float32))
+            else:
+                self._path_outputs = (self._regressor(s).astype(np.float32),)
+        return self._path_outputs
 
     def _regressor(self, s: np.ndarray) -> np.ndarray:
         if self.base.size == self.n_targets:
@@ -434,3 +551,75 @@ def _depth(
         level = np.unique(np.concatenate([true[inner], false[inner]]))
         depth += 1
     return depth
+
+
+class _Paths(NamedTuple):
+    """A forest's root-to-leaf paths as a matrix (see the module docstring): matrix
+    [branch nodes + 1, trees * width] (+1: the path takes the node's true child, -1: its
+    false one; the last row minus the path's true turns, or -1 for a padding column, which
+    scores no test), leaf [columns] (node row where each path ends) and first [trees]
+    (each tree's first column)."""
+
+    matrix: np.ndarray
+    leaf: np.ndarray
+    first: np.ndarray
+    width: int
+
+
+def _path_matrix(true: np.ndarray, false: np.ndarray, roots: np.ndarray) -> _Paths | None:
+    """The path matrix of the trees at `roots` (node rows below true.size are branch nodes
+    with children `true`, `false`), or None when it exceeds PATH_ELEMENTS."""
+    branches = true.size
+    budget = PATH_ELEMENTS // max(branches, 1)
+    if branches == 0 or roots.size > budget:
+        return None
+    trees: list[list[tuple[int, tuple[tuple[int, int], ...]]]] = []
+    total = 0
+    for root in roots.tolist():
+        found = []
+        stack: list[tuple[int, tuple[tuple[int, int], ...]]] = [(root, ())]
+        while stack:
+            node, path = stack.pop()
+            if node >= branches:
+                found.append((node, path))
+                total += 1
+                if total > budget:
+                    return None
+                continue
+            stack.append((int(false[node]), (*path, (node, -1))))
+            stack.append((int(true[node]), (*path, (node, 1))))
+        trees.append(found)
+    width = max(len(found) for found in trees)
+    if branches * width * len(trees) > PATH_ELEMENTS:
+        return None
+    matrix = np.zeros((branches + 1, width * len(trees)), np.float32)
+    true_turns = matrix[branches]
+    true_turns[:] = -1
+    leaf = np.empty(width * len(trees), np.intp)
+    for t, found in enumerate(trees):
+        leaf[t * width : (t + 1) * width] = found[0][0]
+        for j, (node, path) in enumerate(found):
+            column = t * width + j
+            for k, sign in path:
+                matrix[k, column] = sign
+            true_turns[column] = -sum(1 for _, sign in path if sign > 0)
+            leaf[column] = node
+    first = np.arange(len(trees), dtype=np.intp) * width
+    return _Paths(matrix, leaf, first, width)
+
+
+def _float32_threshold(threshold: np.ndarray, mode: NodeMode) -> np.ndarray:
+    """Float32 thresholds that route every float32 input as the float64 ones do under
+    `mode`: rounded down for <= and >, up for < and >=; a threshold no float32 equals
+    becomes NaN for == and != (never equal). Comparing in float32 spares a cast per call."""
+    with np.errstate(over="ignore"):  # beyond float32's range: an infinity, as wanted
+        t32 = threshold.astype(np.float32)
+        if mode in (NodeMode.LEQ, NodeMode.GT):
+            above = t32 > threshold
+            t32[above] = np.nextafter(t32[above], np.float32(-np.inf))
+        elif mode in (NodeMode.LT, NodeMode.GTE):
+            below = t32 < threshold
+            t32[below] = np.nextafter(t32[below], np.float32(np.inf))
+        else:
+            t32[t32 != threshold] = np.nan
+    return t32

@@ -111,6 +111,16 @@ def test_gelu_tails_and_softplus_do_not_overflow():
     np.testing.assert_allclose(soft, [0, 0, 50, 1e4], atol=1e-6)
 
 
+def test_gelu_at_infinities_and_nan_computes_what_the_erf_form_does():
+    # x * 0.5 * (1 + erf(x / sqrt 2)) in IEEE arithmetic: inf, then -inf * 0 = nan.
+    x = np.array([np.inf, -np.inf, np.nan, 0.0, -0.0], np.float32)
+    with np.errstate(invalid="ignore"):
+        (gelu,) = run_op(OpCode.GELU, [x])
+    assert gelu[0] == np.inf
+    assert np.isnan(gelu[1:3]).all()
+    assert gelu[3] == 0 and gelu[4] == 0
+
+
 def test_float64_inputs_keep_their_dtype():
     x = np.linspace(-3, 3, 11)
     (ours,) = run_op(OpCode.HARD_SWISH, [x])
