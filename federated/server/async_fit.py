@@ -168,8 +168,7 @@ class AsyncFit:
                 nxt._assigned[cid] = a
         job.active, job.phase_started, job.deadline = True, ctx.clock(), 0.0
         tx.start_round(job.round, Phase.FIT)
-        for cid, a in nxt._assigned.items():
-            tx.set_participant(job.round, Phase.FIT, cid, Participant.SELECTED, 0, a.row())
+        nxt.save(tx)
         return nxt
 
     def enter(self) -> None:
@@ -352,10 +351,10 @@ class AsyncFit:
         return FitResult(self._aggregator.result(), clip, {"in_flight": len(self._assigned)})
 
     def save(self, tx: Any) -> None:
-        """At the first buffer's start: each device's version and deadline in its row."""
-        job = self._ctx.job
-        for cid, a in self._assigned.items():
-            tx.set_participant(job.round, Phase.FIT, cid, Participant.SELECTED, 0, a.row())
+        """Each in-flight device's version and deadline in its row (at the first buffer's
+        start, and in the transaction that carries the devices over to the next)."""
+        rows = ((cid, Participant.SELECTED, 0, a.row()) for cid, a in self._assigned.items())
+        tx.set_participants(self._ctx.job.round, Phase.FIT, rows)
 
     def checkpoint(self) -> None:
         self._ctx.save_rows()  # before the journal that holds them is emptied
