@@ -51,7 +51,9 @@ direct,async` measures a buffered async job too (every device training at once,
 buffers of a fifth of them, as many versions as take 3 rounds' updates). Each line also
 gives the CPU per update after the first round's worth of publications: the floor times
 its exchanges after a warm-up one, so this is the like-for-like figure (registration,
-first connections and streams left out on both sides).
+first connections and streams left out on both sides), split by thread to the
+nanosecond (/proc schedstat): the event loop, gRPC core's own threads, the other Python
+threads.
 
     python benchmarks/federated_learning.py --quick          # reduced sizes
     python benchmarks/federated_learning.py                  # full sizes (hours on 2 cores)
@@ -68,6 +70,7 @@ grpcio and protobuf, so the shared environment is never changed.
 from __future__ import annotations
 
 import argparse
+import bisect
 import dataclasses
 import json
 import math
@@ -802,7 +805,9 @@ def server_cost(
         sampler.stop()
         server.terminate()
         server.wait(60)
-    steady_ms = steady_cpu_ms(sampler.samples, state.with_suffix(".log"), versions // rounds)
+    log = state.with_suffix(".log")
+    steady_ms = steady_cpu_ms(sampler.samples, log, versions // rounds)
+    threads_ms = steady_threads_ms(sampler, log, versions // rounds)
     accepted = sum(r.trained for r in report.rounds)
     payload = sum(v.nbytes for v in _weights(model).values())
     floor_ms = statistics.median(
@@ -819,16 +824,19 @@ def server_cost(
         "floor_ms": floor_ms,
         "ratio": per_update_ms / floor_ms,
         "steady_ms": steady_ms,
+        "threads_ms": threads_ms,
     }
 
 
 class CpuSampler:
     """A process's CPU seconds, sampled every few milliseconds on a thread of this process
-    (reading /proc: nothing asked of the process itself), as (wall time, CPU) pairs."""
+    (reading /proc: nothing asked of the process itself), as (wall time, CPU) pairs; and
+    each sample's CPU nanoseconds per thread (`threads`, see thread_ns)."""
 
     def __init__(self, pid: int, every: float = 0.005) -> None:
         self.pid, self.every = pid, every
         self.samples: list[tuple[float, float]] = []
+        self.threads: list[dict[int, tuple[str, int]]] = []
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -842,8 +850,38 @@ class CpuSampler:
 
     def _run(self) -> None:
         while not self._done.is_set():
+            try:
+                per_thread = thread_ns(self.pid)
+            except OSError:  # the process ended
+                return
             self.samples.append((time.time(), _common.cpu_seconds(self.pid)))
+            self.threads.append(per_thread)
             self._done.wait(self.every)
+
+
+def thread_ns(pid: int) -> dict[int, tuple[str, int]]:
+    """(name, CPU nanoseconds so far) of each thread of a live process, from
+    /proc/PID/task/TID/schedstat (to the nanosecond; /proc/PID/stat counts 10 ms ticks)."""
+    out: dict[int, tuple[str, int]] = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            name = (task / "comm").read_text().strip()
+            ns = int((task / "schedstat").read_text().split()[0])
+        except (OSError, ValueError, IndexError):  # a thread that just ended
+            continue
+        out[int(task.name)] = (name, ns)
+    return out
+
+
+def _warm_window(log: Path, warmup: int) -> tuple[float, float, int] | None:
+    """(start, end, updates) of the publications after the first `warmup` ones, up to the
+    last; None when the log shows too few."""
+    events = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
+    published = [e for e in events if e.get("event") == "round_published"]
+    if len(published) <= warmup or warmup < 1:
+        return None
+    updates = sum(int(e.get("clients", 0)) for e in published[warmup:])
+    return published[warmup - 1]["ts"], published[-1]["ts"], max(1, updates)
 
 
 def steady_cpu_ms(samples: list[tuple[float, float]], log: Path, warmup: int) -> float:
@@ -851,17 +889,44 @@ def steady_cpu_ms(samples: list[tuple[float, float]], log: Path, warmup: int) ->
     last (the floor times its exchanges after a warm-up one: this leaves out registration,
     the first connections and streams, and the job's end, as the floor does). NaN when
     the log does not show enough publications. The CPU clock counts in 10 ms ticks."""
-    events = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
-    published = [e for e in events if e.get("event") == "round_published"]
-    if len(published) <= warmup or not samples or warmup < 1:
+    window = _warm_window(log, warmup)
+    if window is None or not samples:
         return float("nan")
 
     def cpu_at(ts: float) -> float:
         return max((c for t, c in samples if t <= ts), default=samples[0][1])
 
-    start, end = published[warmup - 1], published[-1]
-    updates = sum(int(e.get("clients", 0)) for e in published[warmup:])
-    return (cpu_at(end["ts"]) - cpu_at(start["ts"])) / max(1, updates) * 1000
+    start, end, updates = window
+    return (cpu_at(end) - cpu_at(start)) / updates * 1000
+
+
+def steady_threads_ms(sampler: CpuSampler, log: Path, warmup: int) -> dict[str, float]:
+    """The warm CPU ms per update (as steady_cpu_ms, to the nanosecond) by thread: the
+    busiest Python thread (the event loop: Session streams, polls and, for updates below
+    session.INLINE_SUBMIT_BYTES, taking them in), gRPC core's own threads (named by it:
+    sockets, HTTP/2 framing), the other Python threads (gRPC's poller, the thread pools,
+    the round loop). Empty when the log shows too few publications."""
+    window = _warm_window(log, warmup)
+    stamps = [t for t, _ in sampler.samples]
+    if window is None or not stamps:
+        return {}
+    start, end, updates = window
+
+    def at(ts: float) -> dict[int, tuple[str, int]]:
+        i = max(0, bisect.bisect_right(stamps, ts) - 1)
+        return sampler.threads[i]
+
+    before, after = at(start), at(end)
+    used = {tid: (name, ns - before.get(tid, (name, 0))[1]) for tid, (name, ns) in after.items()}
+    python = {tid: ns for tid, (name, ns) in used.items() if name.startswith("python")}
+    loop = max(python.values(), default=0)
+    core = sum(ns for name, ns in used.values() if not name.startswith("python"))
+    scale = 1e6 * updates
+    return {
+        "event loop": loop / scale,
+        "gRPC core threads": core / scale,
+        "other Python threads": (sum(python.values()) - loop) / scale,
+    }
 
 
 FLOOR_RUNS = 3
@@ -890,6 +955,10 @@ def cost_line(r: dict[str, Any]) -> str:
         f"its own), gRPC, sessions, polls, registration and rounds {rest:.2f} ms "
         f"({rest / floor:.2f}x); after the first round's worth of publications (warm, as the "
         f"floor's timed exchanges are) {r['steady_ms']:.2f} ms ({r['steady_ms'] / floor:.2f}x)"
+        + "".join(
+            f"{'; by thread: ' if i == 0 else ', '}{name} {ms:.3f} ms"
+            for i, (name, ms) in enumerate(r.get("threads_ms", {}).items())
+        )
     )
 
 

@@ -46,6 +46,8 @@ from sporenet.federated.strategies.staleness import Staleness, make_staleness
 STALENESS_KEY = "staleness"
 #: The participant-row metric of an in-flight device: the version it trains on.
 VERSION_KEY = "version"
+#: The statuses of a device that trains or is done with the open buffer.
+_BUSY = (Participant.SELECTED, Participant.ACCEPTED, Participant.REJECTED)
 
 
 def scaled(update: Weights, weight: float) -> Weights:
@@ -166,8 +168,7 @@ class AsyncFit:
                 nxt._assigned[cid] = a
         job.active, job.phase_started, job.deadline = True, ctx.clock(), 0.0
         tx.start_round(job.round, Phase.FIT)
-        for cid, a in nxt._assigned.items():
-            tx.set_participant(job.round, Phase.FIT, cid, Participant.SELECTED, 0, a.row())
+        nxt.save(tx)
         return nxt
 
     def enter(self) -> None:
@@ -241,7 +242,11 @@ class AsyncFit:
         if self._since_checkpoint >= ctx.config.checkpoint_every:
             self.checkpoint()
         ctx.metrics.inc("sporenet_updates_accepted_total")
-        ctx.wake.set()  # a slot is free (and the buffer may be full)
+        if self._full() or not self._all_busy():
+            # The buffer closes, or the freed slot has an idle device to go to. Otherwise
+            # the round loop has nothing to do for this update (its own ticks drop the
+            # silent): a tick per update would rescan the fleet at every arrival.
+            ctx.wake.set()
 
     def _scaled(self, update: Weights, tau: int) -> Weights:
         return scaled(update, self._staleness.weight(tau))
@@ -252,10 +257,19 @@ class AsyncFit:
         """Let go of silent and late devices, give free slots to idle live ones, and
         close once the buffer is full."""
         self.drop(now)
-        if self._ctx.clients.count(Participant.ACCEPTED) >= self._buffer_size:
+        if self._full():
             return TickResult(Tick.CLOSE)
         self.refill(now)
         return TickResult(Tick.OPEN)
+
+    def _full(self) -> bool:
+        return self._ctx.clients.count(Participant.ACCEPTED) >= self._buffer_size
+
+    def _all_busy(self) -> bool:
+        """Whether every registered device trains or is done with this buffer (then no
+        free slot can be given)."""
+        clients = self._ctx.clients
+        return sum(clients.count(b) for b in _BUSY) >= len(clients)
 
     def refill(self, now: float, *, held: int = 0) -> None:
         """Give the free training slots to idle live devices (`held` of the slots are
@@ -299,12 +313,13 @@ class AsyncFit:
         """Assign up to `free` live devices that are neither training nor done with this
         buffer (each device contributes at most once per buffer)."""
         ctx = self._ctx
-        busy = (Participant.SELECTED, Participant.ACCEPTED, Participant.REJECTED)
-        if sum(ctx.clients.count(b) for b in busy) >= len(ctx.clients):
-            return  # every registered device trains or is done with this buffer
+        if self._all_busy():
+            return
         engaged = self._engaged or (lambda _: False)
         idle = [
-            c for c in ctx.machine.live(now) if ctx.clients.status(c) not in busy and not engaged(c)
+            c
+            for c in ctx.machine.live(now)
+            if ctx.clients.status(c) not in _BUSY and not engaged(c)
         ]
         if not idle:
             return
@@ -336,10 +351,10 @@ class AsyncFit:
         return FitResult(self._aggregator.result(), clip, {"in_flight": len(self._assigned)})
 
     def save(self, tx: Any) -> None:
-        """At the first buffer's start: each device's version and deadline in its row."""
-        job = self._ctx.job
-        for cid, a in self._assigned.items():
-            tx.set_participant(job.round, Phase.FIT, cid, Participant.SELECTED, 0, a.row())
+        """Each in-flight device's version and deadline in its row (at the first buffer's
+        start, and in the transaction that carries the devices over to the next)."""
+        rows = ((cid, Participant.SELECTED, 0, a.row()) for cid, a in self._assigned.items())
+        tx.set_participants(self._ctx.job.round, Phase.FIT, rows)
 
     def checkpoint(self) -> None:
         self._ctx.save_rows()  # before the journal that holds them is emptied

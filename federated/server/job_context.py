@@ -169,9 +169,12 @@ class JobContext:
         with self.lock:
             if not self._unsaved:
                 return
+            phases: dict[tuple[int, str], list[tuple[str, str, int, Any]]] = {}
+            for cid, (round_, phase, status, n, metrics) in self._unsaved.items():
+                phases.setdefault((round_, phase), []).append((cid, status, n, metrics))
             with self.store.transaction() as tx:
-                for cid, (round_, phase, status, n, metrics) in self._unsaved.items():
-                    tx.set_participant(round_, phase, cid, status, n, metrics)
+                for (round_, phase), rows in phases.items():
+                    tx.set_participants(round_, phase, rows)
             self._unsaved.clear()
 
     def end_phase(self) -> None:

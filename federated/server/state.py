@@ -174,6 +174,14 @@ class Store:
         ]
 
 
+_SET_PARTICIPANT = (
+    "INSERT INTO participants (round, phase, client_id, status, num_samples, metrics, "
+    "updated_at) VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT(round, phase, client_id) DO "
+    "UPDATE SET status = excluded.status, num_samples = excluded.num_samples, "
+    "metrics = excluded.metrics, updated_at = excluded.updated_at"
+)
+
+
 class _Transaction:
     """The write side: statements between BEGIN IMMEDIATE and COMMIT."""
 
@@ -218,11 +226,25 @@ class _Transaction:
         metrics: dict[str, Any] | None = None,
     ) -> None:
         self._store._db.execute(
-            "INSERT INTO participants (round, phase, client_id, status, num_samples, metrics, "
-            "updated_at) VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT(round, phase, client_id) DO "
-            "UPDATE SET status = excluded.status, num_samples = excluded.num_samples, "
-            "metrics = excluded.metrics, updated_at = excluded.updated_at",
+            _SET_PARTICIPANT,
             (round_, phase, client_id, status, num_samples, json.dumps(metrics or {}), time.time()),
+        )
+
+    def set_participants(
+        self,
+        round_: int,
+        phase: str,
+        rows: Iterable[tuple[str, str, int, dict[str, Any] | None]],
+    ) -> None:
+        """Write many participant rows of one phase, (client id, status, samples, metrics)
+        each, in one statement: a buffer carries hundreds of devices over at once."""
+        now = time.time()
+        self._store._db.executemany(
+            _SET_PARTICIPANT,
+            (
+                (round_, phase, cid, status, n, json.dumps(metrics or {}), now)
+                for cid, status, n, metrics in rows
+            ),
         )
 
     def set_secure_state(self, round_: int, state: bytes) -> None:

@@ -300,3 +300,26 @@ def test_a_silence_limit_that_moves_earlier_is_still_checked(
     clock.advance(36)
     m.tick()
     assert m.clients.status("a") == Participant.DROPPED
+
+
+def test_an_update_wakes_the_round_loop_only_when_there_is_work_for_it(
+    w0: dict, start: Start
+) -> None:
+    # Every device trains (concurrency 3 of 3): an update that leaves the buffer short has
+    # no slot to give and nothing to close, so the round loop is not woken for it.
+    m = start("abc", concurrency=3, buffer_size=2)
+    assert sorted(m.context.phase.assigned) == ["a", "b", "c"]
+    m.wake.clear()
+    upload(m, "a", 1.0, 10, w0)
+    assert not m.wake.is_set()
+    upload(m, "b", 1.0, 10, w0)  # the buffer is full: it closes on the next tick
+    assert m.wake.is_set()
+    m.tick()
+    assert m.job.model_version == 1
+    # An idle device (d, registered, not training) may take the slot an update frees.
+    m.register("d", None, {})
+    m.wake.clear()
+    upload(m, "c", 1.0, 10, w0)
+    assert m.wake.is_set()
+    m.tick()
+    assert "d" in m.context.phase.assigned
