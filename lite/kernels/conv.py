@@ -33,12 +33,15 @@ The bias and the fused activation are applied in place after the main step
 (`conv_common.with_epilogue`, shared with ConvTranspose2D in conv_transpose.py).
 
 Weights (out_ch, in_ch/group, kh, kw) may be constants or run-time tensors: every weight
-view is taken in `bind`, where the arrays are final.
+view is taken in `bind`, where the arrays are final. Constant weights lose their dead
+taps (those reading only padding at this input size, dead_taps.py) when the layer is
+planned: the strategy then sees the smaller window, with its padding shrunk to match.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 import numpy as np
 
@@ -52,6 +55,7 @@ from sporenet.lite.kernels.conv_common import (
     with_epilogue,
 )
 from sporenet.lite.kernels.conv_strategy import ConvLayer, ConvStrategy, choose
+from sporenet.lite.kernels.dead_taps import trim_window
 from sporenet.lite.kernels.depthwise import bind_depthwise, uses_channels_last
 from sporenet.lite.kernels.im2col import bind_im2col, bind_im2col_hwc, in_image_blocks
 from sporenet.lite.kernels.pointwise import (
@@ -93,7 +97,16 @@ class Conv2D(Kernel):
         check_filter(self, w, bias, o)
         if bias is not None and bias.dtype != x.dtype:
             raise self.fail(f"bias dtype {bias.dtype} differs from input dtype {x.dtype}")
-        self.win = window(self, (h, wd), (kh, kw), attrs)
+        win = window(self, (h, wd), (kh, kw), attrs)
+        # The live taps of a window with dead ones (dead_taps.py), sliced from the
+        # weights once in `bind`; None when every tap is kept.
+        self.taps: tuple[slice, slice] | None = None
+        if w.value is not None and attrs.str("auto_pad", "NOTSET") == "NOTSET":
+            trimmed = _trimmed(win, (h, wd), w.value)
+            if trimmed is not None:
+                win, self.taps = trimmed
+                kh, kw = win.kernel
+        self.win = win
         self.group = group
         self.activation = fused_activation(self.op.name, attrs.values)
         self.output_specs = [TensorSpec((n, o, *self.win.out), x.dtype)]
@@ -139,6 +152,11 @@ class Conv2D(Kernel):
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
         x, w, out = required(inputs, 0), required(inputs, 1), outputs[0]
         bias = inputs[2] if len(inputs) > 2 else None
+        if self.taps is not None:
+            rows, cols = self.taps
+            live = np.ascontiguousarray(w[:, :, rows, cols])
+            pages.release(w)  # the step reads the live taps' copy, never `w`
+            w = live
         return self._path.bind(x, w, out, bias)
 
 
@@ -320,6 +338,25 @@ class Im2col(_Path):
         if self.hwc or (self.follows and is_channels_last(x)):
             return bind_im2col_hwc(self.win, x, w, out, bias)
         return bind_im2col(self.win, self.group, x, w, out, bias)
+
+
+def _trimmed(
+    win: Window, in_hw: tuple[int, int], weights: np.ndarray
+) -> tuple[Window, tuple[slice, slice]] | None:
+    """The window without its dead taps (those reading only padding, dead_taps.py) and
+    the weight slices of the live ones, or None when no tap is dead. Only for constant
+    weights (trainable ones are run-time variables: another input size would read the
+    taps cut) that are all finite (a cut tap's 0 * inf would have been NaN)."""
+    kept = trim_window(in_hw, win.kernel, win.strides, win.dilations, win.pads)
+    if kept is None or not np.isfinite(weights).all():
+        return None
+    (rows, cols), pads = kept
+    trimmed = replace(
+        win,
+        kernel=(len(rows), len(cols)),
+        pads=(pads[0], pads[1], pads[2], pads[3]),
+    )
+    return trimmed, (slice(rows.start, rows.stop), slice(cols.start, cols.stop))
 
 
 # Each strategy's class.
