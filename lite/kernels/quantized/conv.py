@@ -18,6 +18,7 @@ from typing import Any, cast
 
 import numpy as np
 
+from sporenet.lite import pages
 from sporenet.lite.kernels import raw
 from sporenet.lite.kernels.activation import scalar
 from sporenet.lite.kernels.base import Attrs, Compute, TensorSpec, required
@@ -326,6 +327,7 @@ class QConv2D(QuantizedKernel):
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
         x, out = required(inputs, 0), outputs[0]
         if self.fold is not None:
+            pages.release(self.w)  # the step reads the folded float64 weights only
             return self._bind_folded(self.fold, x, out)
         if self.inner is not None:
             return self._bind_inner(self.inner, x, out)
@@ -340,6 +342,7 @@ class QConv2D(QuantizedKernel):
         w2 = self.w.reshape(o, k)
         kept = self.kept
         if kept is not None:
+            pages.release(self.w)  # the step reads the kept float32 copy only
             wf = kept
         gemms = [(wf[:, a:b], cols[:, a:b], parts[i]) for i, (a, b) in enumerate(self.chunks)]
         if n == 1:  # plain 2-D GEMMs

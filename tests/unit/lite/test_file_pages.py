@@ -184,3 +184,29 @@ def test_small_packed_weights_stay_out_after_later_layers_are_planned(tmp_path):
     stored = [interp.model.tensors[interp.model.tensor_index(f"w{k}")].data for k in range(16)]
     resident = np.mean([_resident(w) for w in stored])
     assert resident < 0.2, f"{resident:.0%} of the packed weights' pages stayed resident"
+
+
+def test_int8_conv_weights_a_folded_step_replaces_leave_memory(tmp_path):
+    """A streaming int8 conv (one output position) whose step reads float64 folded weights
+    gives the file's int8 weights back; the output is the int64 reference's."""
+    from tests.unit.lite.quantized_reference import quant, random_q
+    from tests.unit.lite.test_quantized_core import conv_reference
+
+    rng = np.random.default_rng(12)
+    o, c, k = 64, 40, 5  # 12.8 KB of int8 weights: three whole pages at least
+    x = random_q(rng, (1, c, k, 1), np.int8)
+    w = rng.integers(-40, 41, (o, c, k, 1)).astype(np.int8)
+    sw, bias = rng.uniform(0.001, 0.01, o), rng.integers(-5000, 5000, o).astype(np.int32)
+    b = ModelBuilder()
+    xi = b.quantize(b.input("x", x.shape, x.dtype), 0.02, 3)
+    wi = b.constant("w", w, quantization=quant(sw, 0, 0))
+    y = b.op(OpCode.CONV2D, [xi, wi, b.constant("b", bias)])
+    b.output(b.quantize(y, 0.4, -5, dtype=np.int8), "y")
+    interp = Interpreter(model_path=save(b.build(), tmp_path / "stream.spore"), num_threads=1)
+    assert [k.fold is not None for k in interp._plan.step_kernels if hasattr(k, "fold")] == [True]
+    data = interp.model.tensors[interp.model.tensor_index("w")].data
+    for _ in range(3):
+        got = interp.run({"x": x})["y"]
+    want = conv_reference(x, 3, 0.02, w, sw, bias, 0.4, -5, -128, 127, (0,) * 4, (1, 1), 1)
+    np.testing.assert_array_equal(got, want)
+    assert _resident(data) < 0.5, "the folded layer's int8 source weights stayed resident"
