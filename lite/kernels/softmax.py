@@ -1,9 +1,4 @@
-"""Softmax and LogSoftmax along one axis (ONNX opset 13 semantics), numerically stable.
-
-float16 tensors are computed in float32 and rounded once at the end: NumPy's float16
-loops convert every element on every call (a reduce over a middle axis of 1x27x20 took
-tens of microseconds, a large one hundreds of times float32's), and one rounding is
-closer to the exact result than one per step."""
+"""Softmax and LogSoftmax along one axis (ONNX opset 13 semantics), numerically stable."""
 
 from __future__ import annotations
 
@@ -25,28 +20,6 @@ class _SoftmaxBase(Kernel):
             raise self.fail("input must have rank >= 1, got a scalar")
         self.axis = normalize_axis(self, attrs.int("axis", -1), x.rank)
         self.output_specs = [TensorSpec(x.shape, x.dtype)]
-
-    def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
-        x, out = required(inputs, 0), outputs[0]
-        if x.dtype != np.float16:
-            return self._steps(x, out)
-        # Widen once, compute in float32 in place, round once into `out`.
-        wide = np.empty(x.shape, np.float32)
-        steps, narrow, copyto = self._steps(wide, wide), _narrow(wide, out, self.sign), np.copyto
-
-        def compute() -> None:
-            copyto(wide, x)
-            steps()
-            narrow()
-
-        return compute
-
-    # The sign of every result (probabilities >= 0, their logarithms <= 0): _narrow's.
-    sign = 1.0
-
-    def _steps(self, x: np.ndarray, out: np.ndarray) -> Compute:
-        """The step writing the result for `x` into `out` (which may be `x` itself)."""
-        raise NotImplementedError
 
     def _reduced(self, out: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         shape = list(out.shape)
@@ -73,8 +46,8 @@ class Softmax(_SoftmaxBase):
 
     op = OpCode.SOFTMAX
 
-    def _steps(self, x: np.ndarray, out: np.ndarray) -> Compute:
-        axis = self.axis
+    def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
+        x, out, axis = required(inputs, 0), outputs[0], self.axis
         peak, total = self._reduced(out)
         find_peak, add_reduce = self._peak(x, peak), np.add.reduce
         flush = _flush_subnormals(out)
@@ -88,33 +61,6 @@ class Softmax(_SoftmaxBase):
             flush()
 
         return compute
-
-
-def _narrow(wide: np.ndarray, out: np.ndarray, sign: float) -> Compute:
-    """The step rounding float32 `wide` (every value of the given sign) into float16
-    `out`. NumPy's cast is some 20 times slower per value landing among float16's
-    subnormals (a softmax of wide-ranging logits has hundreds), and fast for a float32
-    that is one already: values under float16's smallest normal are first rounded in
-    float32 to multiples of its subnormal step 2**-24, as (v + c) - c with c = 0.5
-    (2**-24 is the ulp of [0.5, 1)), which rounds to nearest-even as the cast does."""
-    tiny, c = np.float32(np.finfo(np.float16).tiny), np.float32(0.5 * sign)
-    small, rounded = np.empty(wide.shape, bool), np.empty_like(wide)
-    # |v| < tiny, for values of one sign: v < tiny, or -tiny < v.
-    below: np.ufunc = np.less if sign > 0 else np.greater
-    nearest = np.minimum.reduce if sign > 0 else np.maximum.reduce
-    bound = tiny if sign > 0 else -tiny
-    add, subtract, copysign, copyto = np.add, np.subtract, np.copysign, np.copyto
-
-    def narrow() -> None:
-        if wide.size and below(nearest(wide, axis=None), bound):
-            add(wide, c, out=rounded)
-            subtract(rounded, c, out=rounded)
-            copysign(rounded, wide, out=rounded)  # -0.0 stays -0.0
-            below(wide, bound, out=small)
-            copyto(wide, rounded, where=small)
-        copyto(out, wide, casting="same_kind")
-
-    return narrow
 
 
 def _flush_subnormals(out: np.ndarray) -> Compute:
@@ -142,20 +88,17 @@ class LogSoftmax(_SoftmaxBase):
     """(x - max) - log(sum(exp(x - max))) along `axis` (default -1)."""
 
     op = OpCode.LOG_SOFTMAX
-    sign = -1.0
 
-    def _steps(self, x: np.ndarray, out: np.ndarray) -> Compute:
-        axis = self.axis
+    def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
+        x, out, axis = required(inputs, 0), outputs[0], self.axis
         peak, total = self._reduced(out)
         find_peak, add_reduce = self._peak(x, peak), np.add.reduce
-        # exp(x - max) is summed from `spare`, so `out` may be `x` itself (float16).
-        spare = np.empty(x.shape, x.dtype) if out is x else out
 
         def compute() -> None:
             find_peak()
-            np.subtract(x, peak, out=spare)
-            np.exp(spare, out=spare)
-            add_reduce(spare, axis=axis, keepdims=True, out=total)  # np.sum's reduce
+            np.subtract(x, peak, out=out)
+            np.exp(out, out=out)
+            add_reduce(out, axis=axis, keepdims=True, out=total)  # np.sum without its wrapper
             np.log(total, out=total)
             # (x - max) - log(sum), not x - (max + log(sum)): keeps precision for big logits.
             np.subtract(x, peak, out=out)
