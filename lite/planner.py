@@ -35,7 +35,8 @@ from sporenet.lite.layout_choice import channels_last_tensors, tensor_readers
 from sporenet.lite.lookup_chains import compose_lookups
 from sporenet.lite.ops import OpCode
 from sporenet.lite.opset.decl import derived_set
-from sporenet.lite.variables import WRITTEN_INPUTS, Window, stream_windows, window_host
+from sporenet.lite.stream_windows import StepOrder, plan_windows
+from sporenet.lite.variables import WRITTEN_INPUTS
 
 Compute = Callable[[], None]
 
@@ -474,78 +475,6 @@ def _typed(block: np.ndarray, spec: TensorSpec, *, channels_last: bool = False) 
     return typed.reshape(spec.shape)
 
 
-def _windows(
-    model: Model,
-    graph_index: int,
-    kernels: list[Kernel | None],
-    specs: dict[int, TensorSpec],
-    variables: dict[int, np.ndarray],
-    last_use: dict[int, int],
-    exclude: Collection[int],
-) -> tuple[dict[int, np.ndarray], dict[int, tuple[np.ndarray, np.ndarray]], dict[int, int]]:
-    """The graph's streaming states stored in their concatenation (variables.Window),
-    except for concatenations in `exclude` (graph outputs, channels-last tensors):
-    {concat output: its buffer}, {ASSIGN node: the head and the tail it copies} and
-    {ASSIGN node: the node after which it runs}: the last reader of the concatenation,
-    whose head the shift overwrites."""
-    hosts: dict[int, np.ndarray] = {}
-    shifts: dict[int, tuple[np.ndarray, np.ndarray]] = {}
-    deferred: dict[int, int] = {}
-    for window in stream_windows(model, graph_index):
-        host = window_host(window, variables)
-        spec = specs.get(window.joined)
-        if host is None or spec is None or kernels[window.assign] is None:
-            continue
-        if window.joined in exclude or spec.value is not None:
-            continue
-        if spec.shape != host.shape or spec.dtype != host.dtype:
-            continue
-        hosts[window.joined] = host
-        shifts[window.assign] = _shift_views(host, window)
-        end = last_use.get(window.joined, window.assign)
-        if end > window.assign:
-            deferred[window.assign] = end
-    return hosts, shifts, deferred
-
-
-class _Order:
-    """Appends the plan's steps in node order, except the steps deferred to run right
-    after a later node (a streaming state's shift, after its buffer's last reader)."""
-
-    def __init__(self, deferred: dict[int, int]) -> None:
-        self.steps: list[Compute] = []
-        self.kernels: list[Kernel] = []
-        self.deferred = deferred
-        self.held: dict[int, list[tuple[Compute, Kernel]]] = {}
-
-    def add(self, j: int, step: Compute, kernel: Kernel) -> None:
-        later = self.deferred.get(j)
-        if later is not None:
-            self.held.setdefault(later, []).append((step, kernel))
-        else:
-            self.steps.append(step)
-            self.kernels.append(kernel)
-
-    def reached(self, j: int) -> None:
-        """Node `j` is bound: the steps deferred to after it follow."""
-        for step, kernel in self.held.pop(j, ()):
-            self.steps.append(step)
-            self.kernels.append(kernel)
-
-
-def _shift_views(host: np.ndarray, window: Window) -> tuple[np.ndarray, np.ndarray]:
-    """The ASSIGN's target and value in `host`: its head and its tail, as 1-D views of the
-    widest word that divides them when both are runs of the buffer's memory (an
-    overlapping copy of 1-D views is one move; of N-D views NumPy buffers it)."""
-    head, tail = host[window.head(host.ndim)], host[window.tail(host.shape)]
-    if not host.flags.c_contiguous or int(np.prod(host.shape[: window.axis])) != 1:
-        return head, tail
-    flat = host.reshape(-1).view(np.uint8)
-    start, size = tail.ctypes.data - host.ctypes.data, head.nbytes
-    width = next(w for w in (8, 4, 2, 1) if (start | size | host.ctypes.data) % w == 0)
-    return flat[:size].view(f"u{width}"), flat[start : start + size].view(f"u{width}")
-
-
 def plan(
     model: Model,
     signature: str = "infer",
@@ -895,7 +824,7 @@ def plan_graph(
         dying.setdefault(j, []).append(r)
     keep = outputs | set(variables) | set(graph.inputs)
     keep_own = outputs | ({*specs} - set(last_use))  # tensors that get storage of their own
-    hosts, shifts, deferred = _windows(
+    hosts, shifts, deferred = plan_windows(
         model, graph_index, kernels, specs, variables, last_use, channels_last | outputs
     )
     storage = _Storage(arena, keep_own, channels_last, hosts)
@@ -904,7 +833,7 @@ def plan_graph(
     unread = pages.noting_unread()
     noted = unread.__enter__()
     given_up: list[np.ndarray] = []
-    order = _Order(deferred)
+    order = StepOrder(deferred)
     for j, (node, kernel) in enumerate(zip(nodes, kernels, strict=True)):
         if kernel is None:
             continue

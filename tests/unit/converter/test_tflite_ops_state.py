@@ -34,7 +34,7 @@ def streaming_model(
     """state = last WINDOW frames; y = concat(state, frame) . w; the init subgraph sets the
     state to `init` (zeros by default), the way converters write Keras streaming layers.
     `read_by_add`: the output is joined + joined, so the concatenation is internal (the
-    plan then stores the state inside it: variables.Window)."""
+    plan then stores the state inside it: stream_windows.Window)."""
     b = TfliteBuilder()
     init_graph, index = b.subgraph()
     value = np.zeros((1, WINDOW, 4)) if init is None else init
