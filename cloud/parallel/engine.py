@@ -1,12 +1,13 @@
 """The data-parallel engine behind fit(..., parallel=DataParallel(...)).
 
 Each step splits the combined batch into one contiguous shard per worker. Every worker
-computes its shard's gradients scaled by the shard's share of the batch (Replica); the
-all-reduce sums them in worker order (`combine`); the optimizer update then runs on the
-summed gradient, which is the gradient of the combined batch's mean loss. So the result
-equals single-process training on the combined batch within float rounding.
+computes its shard's gradients with graph mode's train graph, scaled by the shard's share
+of the batch (Replica); the all-reduce sums them in worker order and graph mode's update
+nodes run on the sum (Updater), which is the gradient of the combined batch's mean loss.
+So the result equals single-process training on the combined batch within float
+rounding (bit for bit with one worker).
 
-The parameters and the optimizer's slots live in the engine's `State` (shared memory in
+The parameters and the optimizer's slots live in the backend's `state` (shared memory in
 the local backend); `sync` copies them into the module and the Optimizer, so callbacks,
 checkpoints and resuming work as with the other engines.
 """
@@ -19,17 +20,17 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from sporenet.cloud.engines import Slots, update_attrs
 from sporenet.cloud.module import Module
-from sporenet.cloud.optimizers import SGD, Optimizer
-from sporenet.cloud.parallel.replica import GradientModel, Update, gradient_model
+from sporenet.cloud.optimizers import Optimizer
+from sporenet.cloud.parallel.replica import GradientModel, gradient_model
 from sporenet.cloud.trace import INPUT_NAME, LOGITS_NAME, trace
 from sporenet.lite.interpreter import Interpreter
-from sporenet.lite.ops import OpCode
 
 
 class Backend(Protocol):
     """Runs the workers: gradients of each shard, then the update of every parameter."""
+
+    state: dict[str, np.ndarray]
 
     def step(
         self, bounds: list[tuple[int, int]], x: np.ndarray, y: np.ndarray, lr: float
@@ -44,13 +45,6 @@ def shard_bounds(n: int, workers: int) -> list[tuple[int, int]]:
     """Contiguous shards of n rows, sizes differing by at most one."""
     edges = np.linspace(0, n, workers + 1).round().astype(int)
     return [(int(a), int(b)) for a, b in itertools.pairwise(edges)]
-
-
-def slot_names(optimizer: Optimizer, name: str) -> list[str]:
-    """The optimizer slots of parameter `name`, as the other engines name them."""
-    if isinstance(optimizer, SGD):
-        return [f"{name}/momentum"] if optimizer.momentum else []
-    return [f"{name}/adam_m", f"{name}/adam_v", f"{name}/adam_step"]
 
 
 class ParallelEngine:
@@ -71,27 +65,20 @@ class ParallelEngine:
         self.optimizer = optimizer
         self.workers = workers
         spec: GradientModel = gradient_model(
-            model, sample_shape, loss=loss, label_smoothing=label_smoothing
+            model, sample_shape, loss=loss, optimizer=optimizer, label_smoothing=label_smoothing
         )
+        self.names = [name for name, _ in spec.params]
+        self.slots = {name: [s for s, _ in spec.slots[name]] for name in self.names}
+        # Continue from the module's weights and the optimizer's saved slots (an earlier
+        # fit, or a loaded checkpoint); a slot not saved yet starts as the graph's zeros.
         params = dict(model.named_parameters())
-        self.names = [name for name, _, _ in spec.params]
-        self.slots = {name: slot_names(optimizer, name) for name in self.names}
-        for name in self.names:
-            Slots(optimizer, name, params[name])  # creates missing slots, keeps saved ones
-        self.update = Update(
-            OpCode.SGD_UPDATE if optimizer.kind == "sgd" else OpCode.ADAM_UPDATE,
-            update_attrs(optimizer),
-        )
-        initial = {name: params[name].value for name in self.names}
-        initial.update({s: optimizer.state.slots[s] for ss in self.slots.values() for s in ss})
-        self.backend: Backend = backend_factory(
-            spec=spec,
-            workers=workers,
-            names=self.names,
-            slots=self.slots,
-            update=self.update,
-            initial=initial,
-        )
+        saved = optimizer.state.slots
+        initial = {}
+        for name, i in spec.state():
+            t = spec.model.tensors[i]
+            value = params[name].value if name in params else saved.get(name, t.data)
+            initial[name] = np.asarray(value, t.dtype).reshape(t.shape)
+        self.backend: Backend = backend_factory(spec=spec, workers=workers, initial=initial)
         self.state: dict[str, np.ndarray] = self.backend.state
 
     def step(self, x: np.ndarray, y: np.ndarray, lr: float) -> float:
@@ -119,7 +106,7 @@ class ParallelEngine:
         """Copy the weights and optimizer slots out of the engine's state."""
         params = dict(self.model.named_parameters())
         for name in self.names:
-            np.copyto(params[name].value, self.state[name])
+            np.copyto(params[name].value, self.state[name].reshape(params[name].value.shape))
             for s in self.slots[name]:
                 self.optimizer.state.slots[s] = np.array(self.state[s], copy=True)
 

@@ -2,8 +2,8 @@
 
 Each step the driver puts the current parameters in Ray's object store once, every actor
 computes its shard's scaled gradients (the same Replica as the local backend's workers),
-and the driver sums them in worker order and runs the update itself. The arithmetic is
-the local backend's, in the same order, so both give the same model.
+and the driver sums them in worker order and runs the update itself (the same Updater).
+The arithmetic is the local backend's, in the same order, so both give the same model.
 """
 
 from __future__ import annotations
@@ -13,16 +13,19 @@ from typing import Any
 import numpy as np
 
 from sporenet.cloud.errors import ConfigError
-from sporenet.cloud.parallel.replica import GradientModel, Replica, Update, combine
+from sporenet.cloud.parallel.replica import GradientModel, Replica, Updater
 
 
 class _Worker:
     """The actor's state: a Replica over its own copy of the parameters."""
 
     def __init__(self, spec: GradientModel) -> None:
-        self.params = [np.zeros(shape, np.float32) for _, _, shape in spec.params]
-        self.out = [np.zeros(shape, np.float32) for _, _, shape in spec.params]
-        self.replica = Replica(spec, self.params)
+        shapes = [spec.model.tensors[i].shape for _, i in spec.params]
+        self.params = [np.zeros(shape, np.float32) for shape in shapes]
+        self.out = [np.zeros(shape, np.float32) for shape in shapes]
+        self.replica = Replica(
+            spec, {name: p for (name, _), p in zip(spec.params, self.params, strict=True)}
+        )
 
     def gradients(
         self, params: list[np.ndarray], x: np.ndarray, y: np.ndarray, share: float
@@ -51,9 +54,6 @@ class RayBackend:
         *,
         spec: GradientModel,
         workers: int,
-        names: list[str],
-        slots: dict[str, list[str]],
-        update: Update,
         initial: dict[str, np.ndarray],
         address: str | None = None,
     ) -> None:
@@ -69,8 +69,9 @@ class RayBackend:
                 log_to_driver=False,
             )
             self._started = True
-        self.names, self.slots, self.update = names, slots, update
+        self.names = [name for name, _ in spec.params]
         self.state = {n: np.array(v, copy=True) for n, v in initial.items()}
+        self.updater = Updater(spec, self.state)
         actor = ray.remote(num_cpus=1)(_Worker)
         self.actors = [actor.remote(spec) for _ in range(workers)]
 
@@ -81,21 +82,15 @@ class RayBackend:
         params = ray.put([self.state[n] for n in self.names])
         n = len(x)
         futures = {
-            k: self.actors[k].gradients.remote(
-                params, x[lo:hi], y[lo:hi], np.float32(hi - lo) / np.float32(n)
-            )
+            k: self.actors[k].gradients.remote(params, x[lo:hi], y[lo:hi], (hi - lo) / n)
             for k, (lo, hi) in enumerate(bounds)
             if hi > lo
         }
         results = dict(zip(futures, ray.get(list(futures.values())), strict=True))
-        for p, name in enumerate(self.names):
-            rows = [
-                results[k][1][p] if k in results else np.zeros_like(self.state[name])
-                for k in range(len(bounds))
-            ]
-            self.update.apply(
-                self.state[name], combine(rows), lr, [self.state[s] for s in self.slots[name]]
-            )
+        zeros = [np.zeros_like(self.state[name]) for name in self.names]
+        self.updater.apply(
+            [results[k][1] if k in results else zeros for k in range(len(bounds))], lr
+        )
         return [results[k][0] if k in results else 0.0 for k in range(len(bounds))]
 
     def close(self) -> None:

@@ -1,156 +1,185 @@
-"""What every data-parallel worker runs: the gradient graph of one shard, and the update.
+"""What every data-parallel worker runs: graph mode's train graph split at its updates.
 
-`gradient_model` traces the module into one IR graph computing the loss and every
-trainable parameter's gradient (lite's autodiff engine, as fit's graph mode). A `Replica`
-plans it once per shard size, reading the parameters from arrays it is handed (shared
-memory in the local backend), and returns the gradients scaled by the shard's share of
-the combined batch, so the all-reduce is a plain sum. `combine` and `apply_update` are
-the same functions in every backend, so the local and Ray backends compute the same
-numbers in the same order.
+`gradient_model` traces the module and builds the train graph that fit's graph mode
+runs (lite's `make_training_model`), then cuts it in two signatures of one model:
+"gradients" (forward, loss and backward: the train graph without its update nodes, the
+gradient of every parameter an output) and "update" (those update nodes, reading the
+summed gradients and the learning rate). So a shard's gradients come from the same
+kernels and fusions as one process's step, and the update is the same nodes.
+
+A `Replica` plans "gradients" once per shard size over parameter arrays it is handed
+(shared memory in the local backend) and writes the gradients scaled by the shard's
+share of the combined batch, so the all-reduce is a plain sum. An `Updater` plans
+"update" once over the state arrays; `apply` sums the workers' rows in worker order into
+the plan's gradient inputs and runs it. Both are the same in every backend, so the local
+and Ray backends compute the same numbers in the same order.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from sporenet.cloud.engines import loss_node
 from sporenet.cloud.errors import ConfigError, TraceError
-from sporenet.cloud.module import Module, training_mode
-from sporenet.cloud.tape import Tape, Var, batch_shape
-from sporenet.lite.autodiff import append_gradients
-from sporenet.lite.eager import run_op
+from sporenet.cloud.module import Module
+from sporenet.cloud.optimizers import Optimizer
+from sporenet.cloud.trace import INPUT_NAME, LOGITS_NAME, trace
 from sporenet.lite.errors import LiteError
-from sporenet.lite.graph import Model
+from sporenet.lite.graph import Graph, Model, Signature
 from sporenet.lite.ops import OpCode
 from sporenet.lite.opset.decl import derived_set
 from sporenet.lite.planner import plan
 from sporenet.lite.threads import BLAS
+from sporenet.lite.training import make_training_model
 
 # Ops whose training behaviour depends on the batch they see (statistics, random masks):
 # per-shard results would differ from one process's, so data parallelism refuses them.
 BATCH_DEPENDENT = derived_set(lambda d: d.batch_dependent)
+UPDATE_OPS = (OpCode.SGD_UPDATE, OpCode.ADAM_UPDATE)
 
 
 @dataclass(frozen=True)
 class GradientModel:
-    """The gradient graph and where its parameters, inputs and outputs are."""
+    """The split train graph and where its state, inputs and outputs are."""
 
-    model: Model
-    params: list[tuple[str, int, tuple[int, ...]]]  # (name, tensor index, shape)
+    model: Model  # signatures "gradients" and "update"
+    params: list[tuple[str, int]]  # (name, tensor index) of each trained parameter
+    slots: dict[str, list[tuple[str, int]]]  # per parameter: its optimizer slots
     grads: list[int]  # gradient tensor per parameter, same order
     loss: int
     input: int
     labels: int
+    lr: int
+
+    def state(self) -> list[tuple[str, int]]:
+        """Every tensor the update writes: the parameters, then their slots."""
+        return [*self.params, *(s for p, _ in self.params for s in self.slots[p])]
 
 
 def gradient_model(
-    module: Module, sample_shape: Sequence[int], *, loss: str, label_smoothing: float
+    module: Module,
+    sample_shape: Sequence[int],
+    *,
+    loss: str,
+    optimizer: Optimizer,
+    label_smoothing: float,
 ) -> GradientModel:
-    """Trace `module` in training mode with its loss and the gradients of every trainable
-    parameter it reads."""
-    with training_mode(module, True):
-        tape = Tape(eager=False, training=True, names=module.state_names())
-        x = tape.input("input", shape=batch_shape(sample_shape))
-        out = module(x)
-        if not isinstance(out, Var):
-            raise TraceError(f"{type(module).__name__}.forward must return a Var")
-        if loss == "softmax_cross_entropy":
-            labels = tape.input("labels", shape=(-1,), dtype=np.int64)
-        else:
-            shape, _ = tape.spec(out)
-            labels = tape.input("labels", shape=shape, dtype=np.float32)
-        value = loss_node(tape, loss, out, labels, label_smoothing)
-    used = [op.name for op in {n.op for n in tape.builder.nodes} & BATCH_DEPENDENT]
+    """Graph mode's train graph for `module`, split into "gradients" and "update"."""
+    ir = trace(module, sample_shape, training=False, keep_dropout=True)
+    names = {t.name for t in ir.tensors}
+    trainable = {name for name, _ in module.named_parameters()} & names
+    if not trainable:
+        raise TraceError("the model has no trainable parameters on its forward path")
+    try:
+        m = make_training_model(
+            ir,
+            output=LOGITS_NAME,
+            loss=loss,
+            optimizer=optimizer.to_config(),
+            label_smoothing=label_smoothing,
+            trainable=trainable,
+        )
+    except (LiteError, ValueError) as exc:
+        raise TraceError(f"cannot build the training graph: {exc}") from exc
+    sig = m.signature("train")
+    train = m.graphs[sig.graph]
+    _refuse_batch_dependent(train)
+    updates = [n for n in train.nodes if n.op in UPDATE_OPS]
+    tensors = m.tensors
+    params = [(tensors[n.inputs[0]].name, n.inputs[0]) for n in updates]
+    grads = [n.inputs[1] for n in updates]
+    loss_t, lr = sig.outputs["loss"], sig.inputs["lr"]
+    x, labels = sig.inputs[INPUT_NAME], sig.inputs["labels"]
+    named = {f"grad:{p}": g for (p, _), g in zip(params, grads, strict=True)}
+    m.graphs.append(
+        Graph(
+            name="gradients",
+            inputs=[x, labels],
+            outputs=[loss_t, *grads],
+            nodes=[n for n in train.nodes if n.op not in UPDATE_OPS],
+        )
+    )
+    m.signatures["gradients"] = Signature(
+        key="gradients",
+        graph=len(m.graphs) - 1,
+        inputs={INPUT_NAME: x, "labels": labels},
+        outputs={"loss": loss_t, **named},
+    )
+    m.graphs.append(Graph(name="update", inputs=[*grads, lr], outputs=[], nodes=updates))
+    m.signatures["update"] = Signature(
+        key="update",
+        graph=len(m.graphs) - 1,
+        inputs={**named, "lr": lr},
+        outputs={},
+    )
+    slots = {
+        tensors[n.inputs[0]].name: [(tensors[i].name, i) for i in n.inputs[3:]] for n in updates
+    }
+    return GradientModel(m, params, slots, grads, loss_t, x, labels, lr)
+
+
+def _refuse_batch_dependent(train: Graph) -> None:
+    """ConfigError for a train graph whose results depend on the batch a worker sees (a
+    BatchNorm left in inference form reads frozen statistics, so it does not)."""
+    used = {n.op.name for n in train.nodes if n.op in BATCH_DEPENDENT and n.op != OpCode.BATCH_NORM}
     if used:
         raise ConfigError(
             f"DataParallel cannot train a model with {', '.join(sorted(used))}: each worker "
             "would see its shard's statistics or masks, so the result would not equal one "
             "process's training on the combined batch"
         )
-    params = [
-        (name, tape.params[id(p)], tuple(p.value.shape))
-        for name, p in module.named_parameters()
-        if id(p) in tape.params
-    ]
-    if not params:
-        raise TraceError("the model has no trainable parameters on its forward path")
-    live = tape.live_model()
-    try:
-        found = append_gradients(live, 0, value.index, [i for _, i, _ in params])
-    except LiteError as exc:
-        raise TraceError(f"cannot differentiate the model: {exc}") from exc
-    tape.adopt(live)
-    outputs = [(value, "loss")]
-    for name, i, _ in params:
-        outputs.append((Var(tape, found[i], None), f"grad:{name}"))
-    model = tape.model(outputs)
-    for t in model.tensors:  # decouple from the live parameter arrays
-        if t.data is not None:
-            t.data = t.data.copy()
-    return GradientModel(
-        model=model,
-        params=params,
-        grads=[found[i] for _, i, _ in params],
-        loss=value.index,
-        input=x.index,
-        labels=labels.index,
-    )
 
 
 class Replica:
     """One worker's gradient plans over parameter arrays it reads in place."""
 
-    def __init__(self, spec: GradientModel, params: Sequence[np.ndarray]) -> None:
+    def __init__(self, spec: GradientModel, params: Mapping[str, np.ndarray]) -> None:
         self.spec = spec
-        self.variables = {i: p for (_, i, _), p in zip(spec.params, params, strict=True)}
+        self.variables = {i: params[name] for name, i in spec.params}
         self.plans: dict[int, Any] = {}
 
     def gradients(
-        self, x: np.ndarray, y: np.ndarray, share: float | np.float32, out: Sequence[np.ndarray]
+        self, x: np.ndarray, y: np.ndarray, share: float, out: Sequence[np.ndarray]
     ) -> float:
         """Write d(loss)/d(param) * share into `out` (one array per parameter) for the
         shard (x, y); returns the shard's mean loss."""
-        n = len(x)
-        if n not in self.plans:
-            spec = self.spec
+        spec = self.spec
+        planned = self.plans.get(len(x))
+        if planned is None:
             shapes = {spec.input: x.shape, spec.labels: y.shape}
-            self.plans[n] = plan(spec.model, "infer", shapes=shapes, variables=self.variables)
-        planned = self.plans[n]
-        np.copyto(planned.arrays[self.spec.input], x)
-        np.copyto(planned.arrays[self.spec.labels], y)
+            planned = plan(spec.model, "gradients", shapes=shapes, variables=self.variables)
+            self.plans[len(x)] = planned
+        arrays = planned.arrays
+        np.copyto(arrays[spec.input], x)
+        np.copyto(arrays[spec.labels], y)
         with BLAS.limit(1):  # one core per worker
             planned.run()
-        scale = np.float32(share)
-        for g, dst in zip(self.spec.grads, out, strict=True):
-            np.multiply(planned.arrays[g].reshape(dst.shape), scale, out=dst)
-        return float(planned.arrays[self.spec.loss])
+        for g, dst in zip(spec.grads, out, strict=True):
+            np.multiply(arrays[g].reshape(dst.shape), share, out=dst)
+        return float(arrays[spec.loss])
 
 
-def combine(rows: Sequence[np.ndarray], out: np.ndarray | None = None) -> np.ndarray:
-    """The all-reduce of the workers' scaled gradients: summed in worker order (into
-    `out` when given, a buffer reused every step)."""
-    if out is None:
-        total = np.array(rows[0], copy=True)
-    else:
-        total = out
-        np.copyto(total, rows[0])
-    for r in rows[1:]:
-        total += r
-    return total
+class Updater:
+    """The update nodes planned once over the state arrays (parameters and slots)."""
 
+    def __init__(self, spec: GradientModel, state: Mapping[str, np.ndarray]) -> None:
+        variables = {i: state[name] for name, i in spec.state()}
+        shapes = {
+            g: state[name].shape for (name, _), g in zip(spec.params, spec.grads, strict=True)
+        }
+        self.plan = plan(spec.model, "update", shapes=shapes, variables=variables)
+        self.sums = [self.plan.arrays[g] for g in spec.grads]
+        self.lr = self.plan.arrays[spec.lr]
 
-@dataclass(frozen=True)
-class Update:
-    """The optimizer's update op and attributes (the ones fit's engines run)."""
-
-    op: OpCode
-    attrs: dict[str, Any]
-
-    def apply(
-        self, param: np.ndarray, grad: np.ndarray, lr: float, slots: list[np.ndarray]
-    ) -> None:
-        run_op(self.op, [param, grad, np.array(lr, np.float32), *slots], **self.attrs)
+    def apply(self, rows: Sequence[Sequence[np.ndarray]], lr: float) -> None:
+        """The all-reduce of the workers' scaled gradients (rows[k][p]: worker k's of
+        parameter p), summed in worker order, then one update of every parameter."""
+        for p, total in enumerate(self.sums):
+            np.copyto(total, rows[0][p].reshape(total.shape))
+            for r in rows[1:]:
+                total += r[p].reshape(total.shape)
+        self.lr[...] = lr
+        self.plan.run()

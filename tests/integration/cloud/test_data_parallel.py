@@ -60,6 +60,17 @@ def test_two_local_workers_equal_one_process_on_the_combined_batch():
     _assert_same_model(single, parallel)
 
 
+def test_one_worker_is_graph_mode_bit_for_bit():
+    # One worker runs graph mode's train graph, split at its updates, in the driver: the
+    # same kernels on the same batch, so no rounding may differ.
+    x, y = _data()
+    single, parallel = _cnn(), _cnn()
+    h1 = _fit(single, x, y, optimizer=cloud.Adam(lr=1e-2))
+    h2 = _fit(parallel, x, y, optimizer=cloud.Adam(lr=1e-2), parallel=cloud.DataParallel(workers=1))
+    assert h1["loss"] == h2["loss"]
+    _assert_same_model(single, parallel, rtol=0, atol=0)
+
+
 def test_more_workers_than_rows_and_resume_from_a_checkpoint(tmp_path):
     # Three workers, a last batch of 2 rows: one worker has an empty shard.
     x, y = _data(130)
@@ -97,7 +108,7 @@ class _KillWorker(cloud.Callback):
 
     def on_batch_begin(self, batch, state):
         if state.step == self.at_step:
-            proc = state.engine.backend._procs[1]
+            proc = state.engine.backend._procs[0]  # rank 1: the driver is rank 0
             os.kill(proc.pid, signal.SIGKILL)
             proc.join()
 
