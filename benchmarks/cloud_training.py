@@ -371,7 +371,7 @@ class _CpuTime(cloud.Callback):
         theirs)."""
         rows = list(zip(self.driver, self.workers, strict=True))
         rows = rows[1:] if len(rows) > 1 else rows
-        return statistics.median(max(d, *w) for d, w in rows)
+        return statistics.median(max([d, *w]) for d, w in rows)
 
 
 def parallel_part(args, data) -> None:
