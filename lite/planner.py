@@ -503,7 +503,11 @@ def plan(
 class _ComputedWeights:
     """Weights the plan computed (a float16 weight's widening, folded at load) that every
     step reading them packs into a form of its own: each is forgotten as soon as its last
-    reader is bound, so the plan never holds both copies (nor the peak of memory both)."""
+    reader is bound, so the plan never holds both copies (nor the peak of memory both).
+
+    That holds while nothing else refers to them: `plan_graph` keeps the folded values in
+    `specs` only (not infer's dict of them), and notes only the file views kernels give up
+    (a computed weight noted there would live beside its packed form to the end)."""
 
     def __init__(
         self,
@@ -804,7 +808,7 @@ def plan_graph(
     flow kernel runs); `shapes` and `variables` as for `plan`."""
     graph = model.graphs[graph_index]
     variables = variables or {}
-    specs, kernels, _ = infer_any_size(model, graph_index, shapes, variables.keys(), values)
+    specs, kernels = infer_any_size(model, graph_index, shapes, variables.keys(), values)[:2]
     outputs = set(graph.outputs)
     nodes = _fused(graph.nodes, kernels, outputs)
     _strided_transposes(nodes, kernels, graph.inputs, outputs)
@@ -852,7 +856,7 @@ def plan_graph(
                 order.add(j, step, kernel)
         order.reached(j)
         computed.bound(node, kernel, ins, noted)
-        given_up.extend(noted)
+        given_up.extend(a for a in noted if pages.is_mapped(a))
         live_kernels.append(kernel)
         for block in workspace.release():
             arena.give(block)
