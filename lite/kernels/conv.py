@@ -46,7 +46,7 @@ from dataclasses import replace
 import numpy as np
 
 from sporenet.lite import pages
-from sporenet.lite.kernels.activation import InPlace, fused_activation
+from sporenet.lite.kernels.activation import InPlace, fused_activation, with_scratch
 from sporenet.lite.kernels.base import Attrs, ChannelsLast, Compute, Kernel, TensorSpec, required
 from sporenet.lite.kernels.conv_common import (
     check_filter,
@@ -157,7 +157,7 @@ class Conv2D(Kernel):
             live = np.ascontiguousarray(w[:, :, rows, cols])
             pages.release(w)  # the step reads the live taps' copy, never `w`
             w = live
-        return self._path.bind(x, w, out, bias)
+        return self._path.bind(x, w, out, bias, with_scratch(self.activation, out))
 
 
 class _Path:
@@ -173,10 +173,14 @@ class _Path:
 
     def __init__(self, conv: Conv2D) -> None:
         self.layer, self.win, self.group = conv.layer, conv.win, conv.group
-        self.act: InPlace | None = conv.activation
 
     def bind(
-        self, x: np.ndarray, w: np.ndarray, out: np.ndarray, bias: np.ndarray | None
+        self,
+        x: np.ndarray,
+        w: np.ndarray,
+        out: np.ndarray,
+        bias: np.ndarray | None,
+        act: InPlace | None,
     ) -> Compute:
         raise NotImplementedError
 
@@ -204,9 +208,14 @@ class Pointwise(_Path):
         )
 
     def bind(
-        self, x: np.ndarray, w: np.ndarray, out: np.ndarray, bias: np.ndarray | None
+        self,
+        x: np.ndarray,
+        w: np.ndarray,
+        out: np.ndarray,
+        bias: np.ndarray | None,
+        act: InPlace | None,
     ) -> Compute:
-        bias_const, act = self.layer.const_bias, self.act
+        bias_const = self.layer.const_bias
         if is_channels_last(x) or is_channels_last(out):
             return bind_pointwise_last(x, w, out, bias, bias_const, act)
         if (
@@ -235,7 +244,12 @@ class Depthwise(_Path):
             self.in_last = self.out_last = ChannelsLast.PREFERRED
 
     def bind(
-        self, x: np.ndarray, w: np.ndarray, out: np.ndarray, bias: np.ndarray | None
+        self,
+        x: np.ndarray,
+        w: np.ndarray,
+        out: np.ndarray,
+        bias: np.ndarray | None,
+        act: InPlace | None,
     ) -> Compute:
         # The depthwise step adds the bias while compacting its result into `out`.
         return bind_depthwise(
@@ -246,7 +260,7 @@ class Depthwise(_Path):
             bias,
             w_const=self.layer.const_weights,
             bias_const=self.layer.const_bias,
-            act=self.act,
+            act=act,
         )
 
 
@@ -262,12 +276,17 @@ class Winograd(_Path):
         self.transform = F4X4 if conv.strategy == ConvStrategy.WINOGRAD4 else F2X2
 
     def bind(
-        self, x: np.ndarray, w: np.ndarray, out: np.ndarray, bias: np.ndarray | None
+        self,
+        x: np.ndarray,
+        w: np.ndarray,
+        out: np.ndarray,
+        bias: np.ndarray | None,
+        act: InPlace | None,
     ) -> Compute:
         main = bind_winograd(self.win, x, w, out, bias, self.transform)
         pages.release(w)  # the step reads the transformed weights, not these
         dense = out.transpose(0, 2, 3, 1) if is_channels_last(out) else out
-        return with_epilogue(main, dense, None, self.act, False)
+        return with_epilogue(main, dense, None, act, False)
 
 
 class Im2col(_Path):
@@ -308,9 +327,14 @@ class Im2col(_Path):
             self.in_last = ChannelsLast.ACCEPTED
 
     def bind(
-        self, x: np.ndarray, w: np.ndarray, out: np.ndarray, bias: np.ndarray | None
+        self,
+        x: np.ndarray,
+        w: np.ndarray,
+        out: np.ndarray,
+        bias: np.ndarray | None,
+        act: InPlace | None,
     ) -> Compute:
-        bias_const, act = self.layer.const_bias, self.act
+        bias_const = self.layer.const_bias
         if bias_const and self.group == 1 and self.layer.const_weights:
             # The bias rides in the GEMM: a column of ones under the im2col matrix, the
             # weights packed with it once (so only while they are constant too).

@@ -8,7 +8,7 @@ import numpy as np
 
 from sporenet.lite import pages
 from sporenet.lite.kernels import int8_weights, raw
-from sporenet.lite.kernels.activation import fused_activation, then_activation
+from sporenet.lite.kernels.activation import fused_activation, then_activation, with_scratch
 from sporenet.lite.kernels.base import Attrs, Compute, Kernel, TensorSpec, required
 from sporenet.lite.kernels.conv_common import ROW_PRODUCT_ROWS, matmul_for, row_products
 from sporenet.lite.kernels.quantized.base import is_quantized
@@ -71,7 +71,7 @@ class FullyConnected(Kernel):
         # BLAS reads the (out, in) weights transposed as they lie in the file: a packed
         # (in, out) copy would double their memory and gain nothing.
         wt = w.T
-        act = self.activation
+        act = with_scratch(self.activation, out2)
         if self.row_products and x2.shape[0] in ROW_PRODUCT_ROWS:
             return self._then(_row_products(x2, w, out2), out2, bias)
         if self.transposed:
