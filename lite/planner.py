@@ -805,10 +805,33 @@ def plan_graph(
     values: dict[int, np.ndarray] | None = None,
 ) -> ExecutionPlan:
     """Plan one graph of the model by index (an entry graph, or a subgraph that a control
-    flow kernel runs); `shapes` and `variables` as for `plan`."""
-    graph = model.graphs[graph_index]
+    flow kernel runs); `shapes` and `variables` as for `plan`.
+
+    Every view of the file that a folded node or a bound kernel gives up (pages.release)
+    is released once more when the plan is built: reading a neighbouring constant later
+    faults its pages back in around its own (fault-around)."""
     variables = variables or {}
-    specs, kernels = infer_any_size(model, graph_index, shapes, variables.keys(), values)[:2]
+    with pages.noting_unread() as noted:
+        specs, kernels = infer_any_size(model, graph_index, shapes, variables.keys(), values)[:2]
+        given_up = [a for a in noted if pages.is_mapped(a)]
+        planned = _bind(model, graph_index, specs, kernels, variables, noted, given_up)
+    for array in given_up:
+        pages.release(array)
+    return planned
+
+
+def _bind(
+    model: Model,
+    graph_index: int,
+    specs: dict[int, TensorSpec],
+    kernels: list[Kernel | None],
+    variables: dict[int, np.ndarray],
+    noted: list[np.ndarray],
+    given_up: list[np.ndarray],
+) -> ExecutionPlan:
+    """plan_graph's second half: the kernels bound in order on arena storage. `noted`
+    collects what each kernel gives up; the file views among them go to `given_up`."""
+    graph = model.graphs[graph_index]
     outputs = set(graph.outputs)
     nodes = _fused(graph.nodes, kernels, outputs)
     _strided_transposes(nodes, kernels, graph.inputs, outputs)
@@ -834,9 +857,6 @@ def plan_graph(
     storage = _Storage(arena, keep_own, channels_last, hosts)
     in_place = _InPlace(nodes, kernels, specs, last_use, keep_own | set(hosts), channels_last)
     computed = _ComputedWeights(model, nodes, kernels, arrays, specs, keep)
-    unread = pages.noting_unread()
-    noted = unread.__enter__()
-    given_up: list[np.ndarray] = []
     order = StepOrder(deferred)
     for j, (node, kernel) in enumerate(zip(nodes, kernels, strict=True)):
         if kernel is None:
@@ -863,9 +883,6 @@ def plan_graph(
         for r in dying.get(j, ()):
             if r in storage.blocks:
                 arena.give(storage.blocks.pop(r))
-    unread.__exit__(None, None, None)
-    for array in given_up:  # pages a later step's reads faulted back in, around its own
-        pages.release(array)
     arena.prefault()
     return ExecutionPlan(
         arrays=arrays,

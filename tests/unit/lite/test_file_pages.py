@@ -254,3 +254,26 @@ def test_widened_weights_are_freed_as_their_layers_are_bound(tmp_path, monkeypat
     for w16 in weights:
         want = _conv(want, w16.astype(np.float32), np.full(32, 0.1), pad=1)
     np.testing.assert_allclose(interp.run({"x": v})["y"], want, rtol=1e-4, atol=1e-4)
+
+
+def test_small_widened_weights_stay_out_after_later_layers_are_planned(tmp_path):
+    # Small float16 weights side by side, each widened by a CAST that planning folds: the
+    # fold drops the float16 pages, and reading the next layer's weights maps them back
+    # (fault-around) unless the finished plan drops them again.
+    layers = [(RNG.normal(size=(48, 48, 1, 3)) * 0.1).astype(np.float16) for _ in range(16)]
+    b = ModelBuilder()
+    y = b.input("x", (1, 48, 10, 10))
+    for k, w16 in enumerate(layers):
+        w = b.op(OpCode.CAST, [b.constant(f"w{k}", w16)], to="float32")
+        y = b.op(OpCode.CONV2D, [y, w], pads=[0, 1, 0, 1])
+    b.output(y, name="y")
+    interp = Interpreter(model_path=save(b.build(), tmp_path / "small16.spore"), num_threads=1)
+    v = (RNG.normal(size=(1, 48, 10, 10)) * 0.5).astype(np.float32)
+    got = interp.run({"x": v})["y"]
+    want = v.astype(np.float64)
+    for w16 in layers:
+        want = _conv(np.pad(want, ((0, 0), (0, 0), (0, 0), (1, 1))), w16.astype(np.float32))
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    stored = [interp.model.tensors[interp.model.tensor_index(f"w{k}")].data for k in range(16)]
+    resident = np.mean([_resident(w) for w in stored])
+    assert resident < 0.2, f"{resident:.0%} of the float16 weights' pages stayed resident"
