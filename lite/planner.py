@@ -844,7 +844,7 @@ def _bind(
     for i in graph.inputs:
         arrays[i] = np.empty(specs[i].shape, specs[i].dtype)
     arena = _Arena(_reserve(specs))
-    workspace = Workspace(arena.take)  # the steps' temporaries, from the same arena
+    workspace = Workspace(arena.take, late=True)  # the steps' temporaries, from the arena
     live_kernels: list[Kernel] = []
     dying: dict[int, list[int]] = {}
     for r, j in last_use.items():
@@ -879,6 +879,8 @@ def _bind(
         given_up.extend(a for a in noted if pages.is_mapped(a))
         live_kernels.append(kernel)
         for block in workspace.release():
+            arena.give(block)
+        for block in workspace.place_late():
             arena.give(block)
         for r in dying.get(j, ()):
             if r in storage.blocks:

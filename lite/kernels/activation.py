@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import cast
 
 import numpy as np
 
 from sporenet.lite.errors import ShapeError
 from sporenet.lite.kernels.quiet import quietly
-from sporenet.lite.kernels.workspace import temporary
+from sporenet.lite.kernels.workspace import Late, temporary, temporary_after
 from sporenet.lite.opset.decl import Activation
 
 InPlace = Callable[[np.ndarray], None]
@@ -26,10 +27,11 @@ def then_activation(
     itself when there is none, so the run-time step never tests for it."""
     if act is None:
         return step
+    bound = scratched(act, out, last=True)
 
     def activated() -> None:
         step()
-        act(out)
+        bound(out)
 
     return activated
 
@@ -181,37 +183,42 @@ _SCRATCH_FORMS: dict[InPlace, Callable[[np.ndarray, np.ndarray], None]] = {
 }
 
 
-def with_scratch(act: InPlace | None, out: np.ndarray) -> InPlace | None:
+def with_scratch(act: InPlace | None, out: np.ndarray, *, last: bool = False) -> InPlace | None:
+    """`act` for a step that applies it to `out` or to parts of it (see `scratched`);
+    None stays None."""
+    return None if act is None else scratched(act, out, last=last)
+
+
+def scratched(act: InPlace, out: np.ndarray, *, last: bool = False) -> InPlace:
     """`act` for a step that applies it to `out` or to parts of it, called while the step
     is bound: an activation that needs scratch (hard-swish, SiLU) takes it once from the
     plan's arena (a workspace temporary, shared with other steps) instead of a new
-    out-sized array on every call. Others, and an `act` already given its scratch, are
+    out-sized array on every call. With `last` (the activation is the step's last pass,
+    after everything else it computes), the scratch may share bytes with the step's
+    other temporaries. Other activations, and an `act` given its scratch already, are
     returned as they are."""
-    form = _SCRATCH_FORMS.get(act) if act is not None else None
+    form = _SCRATCH_FORMS.get(act)
     if form is None or out.dtype.kind != "f":
         return act
-    flat = temporary((out.size,), out.dtype)
-    own = _scratch_like(flat, out)
+    late = (
+        temporary_after((out.size,), out.dtype) if last else Late(temporary((out.size,), out.dtype))
+    )
     views: dict[tuple, np.ndarray] = {}
-    shape, strides = out.shape, out.strides
 
-    def scratched(x: np.ndarray) -> None:
-        if x.shape == shape and x.strides == strides:
-            form(x, own)
-            return
+    def applied(x: np.ndarray) -> None:
         key = (x.shape, x.strides, x.dtype)
         t = views.get(key)
         if t is None:
-            t = views[key] = _scratch_like(flat, x) if x.dtype == flat.dtype else np.empty(0)
+            t = views[key] = _scratch_like(cast(np.ndarray, late.array), x)
         form(x, t if t.shape == x.shape else np.empty_like(x))
 
-    return scratched
+    return applied
 
 
 def _scratch_like(flat: np.ndarray, x: np.ndarray) -> np.ndarray:
     """A view of `flat`'s first x.size elements with x's shape and memory order (ufuncs
     over both then walk the same order); an empty array when x is larger."""
-    if x.size > flat.size:
+    if x.size > flat.size or x.dtype != flat.dtype:
         return np.empty(0, flat.dtype)
     order = sorted(range(x.ndim), key=lambda axis: -abs(x.strides[axis]))
     buf = flat[: x.size].reshape([x.shape[axis] for axis in order])

@@ -67,7 +67,7 @@ def with_epilogue(
     """
     if bias is None:
         return then_activation(main, out, act)
-    act = with_scratch(act, out)
+    act = with_scratch(act, out, last=True)
     n, o = out.shape[:2]
     plane = out[0, 0].size
     target: np.ndarray
