@@ -157,7 +157,7 @@ class Conv2D(Kernel):
             live = np.ascontiguousarray(w[:, :, rows, cols])
             pages.release(w)  # the step reads the live taps' copy, never `w`
             w = live
-        return self._path.bind(x, w, out, bias, self.activation)
+        return self._path.bind(x, w, out, bias)
 
 
 class _Path:
@@ -173,14 +173,10 @@ class _Path:
 
     def __init__(self, conv: Conv2D) -> None:
         self.layer, self.win, self.group = conv.layer, conv.win, conv.group
+        self.act: InPlace | None = conv.activation
 
     def bind(
-        self,
-        x: np.ndarray,
-        w: np.ndarray,
-        out: np.ndarray,
-        bias: np.ndarray | None,
-        act: InPlace | None,
+        self, x: np.ndarray, w: np.ndarray, out: np.ndarray, bias: np.ndarray | None
     ) -> Compute:
         raise NotImplementedError
 
@@ -208,14 +204,9 @@ class Pointwise(_Path):
         )
 
     def bind(
-        self,
-        x: np.ndarray,
-        w: np.ndarray,
-        out: np.ndarray,
-        bias: np.ndarray | None,
-        act: InPlace | None,
+        self, x: np.ndarray, w: np.ndarray, out: np.ndarray, bias: np.ndarray | None
     ) -> Compute:
-        bias_const = self.layer.const_bias
+        bias_const, act = self.layer.const_bias, self.act
         if is_channels_last(x) or is_channels_last(out):
             # Its blocks of rows apply the activation between their products.
             return bind_pointwise_last(x, w, out, bias, bias_const, with_scratch(act, out))
@@ -245,12 +236,7 @@ class Depthwise(_Path):
             self.in_last = self.out_last = ChannelsLast.PREFERRED
 
     def bind(
-        self,
-        x: np.ndarray,
-        w: np.ndarray,
-        out: np.ndarray,
-        bias: np.ndarray | None,
-        act: InPlace | None,
+        self, x: np.ndarray, w: np.ndarray, out: np.ndarray, bias: np.ndarray | None
     ) -> Compute:
         # The depthwise step adds the bias while compacting its result into `out`.
         return bind_depthwise(
@@ -262,7 +248,7 @@ class Depthwise(_Path):
             w_const=self.layer.const_weights,
             bias_const=self.layer.const_bias,
             # Before the copy of its accumulator (a temporary) into `out`.
-            act=with_scratch(act, out),
+            act=with_scratch(self.act, out),
         )
 
 
@@ -278,17 +264,12 @@ class Winograd(_Path):
         self.transform = F4X4 if conv.strategy == ConvStrategy.WINOGRAD4 else F2X2
 
     def bind(
-        self,
-        x: np.ndarray,
-        w: np.ndarray,
-        out: np.ndarray,
-        bias: np.ndarray | None,
-        act: InPlace | None,
+        self, x: np.ndarray, w: np.ndarray, out: np.ndarray, bias: np.ndarray | None
     ) -> Compute:
         main = bind_winograd(self.win, x, w, out, bias, self.transform)
         pages.release(w)  # the step reads the transformed weights, not these
         dense = out.transpose(0, 2, 3, 1) if is_channels_last(out) else out
-        return with_epilogue(main, dense, None, act, False)
+        return with_epilogue(main, dense, None, self.act, False)
 
 
 class Im2col(_Path):
@@ -329,14 +310,9 @@ class Im2col(_Path):
             self.in_last = ChannelsLast.ACCEPTED
 
     def bind(
-        self,
-        x: np.ndarray,
-        w: np.ndarray,
-        out: np.ndarray,
-        bias: np.ndarray | None,
-        act: InPlace | None,
+        self, x: np.ndarray, w: np.ndarray, out: np.ndarray, bias: np.ndarray | None
     ) -> Compute:
-        bias_const = self.layer.const_bias
+        bias_const, act = self.layer.const_bias, self.act
         if bias_const and self.group == 1 and self.layer.const_weights:
             # The bias rides in the GEMM: a column of ones under the im2col matrix, the
             # weights packed with it once (so only while they are constant too).
