@@ -32,6 +32,12 @@ def _mapping(array: np.ndarray) -> mmap.mmap | None:
     return base
 
 
+def is_mapped(array: np.ndarray) -> bool:
+    """Whether `array` views a read-only file mapping (pages `release` can drop): a
+    planner keeps only these to release again, not weights it computed itself."""
+    return _mapping(array) is not None
+
+
 _noted: list[np.ndarray] | None = None
 
 

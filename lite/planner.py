@@ -503,7 +503,11 @@ def plan(
 class _ComputedWeights:
     """Weights the plan computed (a float16 weight's widening, folded at load) that every
     step reading them packs into a form of its own: each is forgotten as soon as its last
-    reader is bound, so the plan never holds both copies (nor the peak of memory both)."""
+    reader is bound, so the plan never holds both copies (nor the peak of memory both).
+
+    That holds while nothing else refers to them: `plan_graph` keeps the folded values in
+    `specs` only (not infer's dict of them), and notes only the file views kernels give up
+    (a computed weight noted there would live beside its packed form to the end)."""
 
     def __init__(
         self,
@@ -801,10 +805,33 @@ def plan_graph(
     values: dict[int, np.ndarray] | None = None,
 ) -> ExecutionPlan:
     """Plan one graph of the model by index (an entry graph, or a subgraph that a control
-    flow kernel runs); `shapes` and `variables` as for `plan`."""
-    graph = model.graphs[graph_index]
+    flow kernel runs); `shapes` and `variables` as for `plan`.
+
+    Every view of the file that a folded node or a bound kernel gives up (pages.release)
+    is released once more when the plan is built: reading a neighbouring constant later
+    faults its pages back in around its own (fault-around)."""
     variables = variables or {}
-    specs, kernels, _ = infer_any_size(model, graph_index, shapes, variables.keys(), values)
+    with pages.noting_unread() as noted:
+        specs, kernels = infer_any_size(model, graph_index, shapes, variables.keys(), values)[:2]
+        given_up = [a for a in noted if pages.is_mapped(a)]
+        planned = _bind(model, graph_index, specs, kernels, variables, noted, given_up)
+    for array in given_up:
+        pages.release(array)
+    return planned
+
+
+def _bind(
+    model: Model,
+    graph_index: int,
+    specs: dict[int, TensorSpec],
+    kernels: list[Kernel | None],
+    variables: dict[int, np.ndarray],
+    noted: list[np.ndarray],
+    given_up: list[np.ndarray],
+) -> ExecutionPlan:
+    """plan_graph's second half: the kernels bound in order on arena storage. `noted`
+    collects what each kernel gives up; the file views among them go to `given_up`."""
+    graph = model.graphs[graph_index]
     outputs = set(graph.outputs)
     nodes = _fused(graph.nodes, kernels, outputs)
     _strided_transposes(nodes, kernels, graph.inputs, outputs)
@@ -817,7 +844,7 @@ def plan_graph(
     for i in graph.inputs:
         arrays[i] = np.empty(specs[i].shape, specs[i].dtype)
     arena = _Arena(_reserve(specs))
-    workspace = Workspace(arena.take)  # the steps' temporaries, from the same arena
+    workspace = Workspace(arena.take, late=True)  # the steps' temporaries, from the arena
     live_kernels: list[Kernel] = []
     dying: dict[int, list[int]] = {}
     for r, j in last_use.items():
@@ -830,9 +857,6 @@ def plan_graph(
     storage = _Storage(arena, keep_own, channels_last, hosts)
     in_place = _InPlace(nodes, kernels, specs, last_use, keep_own | set(hosts), channels_last)
     computed = _ComputedWeights(model, nodes, kernels, arrays, specs, keep)
-    unread = pages.noting_unread()
-    noted = unread.__enter__()
-    given_up: list[np.ndarray] = []
     order = StepOrder(deferred)
     for j, (node, kernel) in enumerate(zip(nodes, kernels, strict=True)):
         if kernel is None:
@@ -852,16 +876,15 @@ def plan_graph(
                 order.add(j, step, kernel)
         order.reached(j)
         computed.bound(node, kernel, ins, noted)
-        given_up.extend(noted)
+        given_up.extend(a for a in noted if pages.is_mapped(a))
         live_kernels.append(kernel)
         for block in workspace.release():
+            arena.give(block)
+        for block in workspace.place_late():
             arena.give(block)
         for r in dying.get(j, ()):
             if r in storage.blocks:
                 arena.give(storage.blocks.pop(r))
-    unread.__exit__(None, None, None)
-    for array in given_up:  # pages a later step's reads faulted back in, around its own
-        pages.release(array)
     arena.prefault()
     return ExecutionPlan(
         arrays=arrays,

@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import cast
 
 import numpy as np
 
 from sporenet.lite.errors import ShapeError
 from sporenet.lite.kernels.quiet import quietly
+from sporenet.lite.kernels.workspace import Late, temporary, temporary_after
 from sporenet.lite.opset.decl import Activation
 
 InPlace = Callable[[np.ndarray], None]
@@ -25,10 +27,11 @@ def then_activation(
     itself when there is none, so the run-time step never tests for it."""
     if act is None:
         return step
+    bound = scratched(act, out, last=True)
 
     def activated() -> None:
         step()
-        act(out)
+        bound(out)
 
     return activated
 
@@ -133,8 +136,13 @@ def _hard_swish(x: np.ndarray) -> None:
     if x.dtype.kind != "f":
         x *= np.clip(x + 3, 0, 6) * (1 / 6)
         return
-    # x * clip(x + 3, 0, 6) / 6 with one temporary and no Python-number conversions.
-    gate = np.add(x, _scalar(x.dtype, 3.0))
+    _hard_swish_into(x, np.empty_like(x))
+
+
+def _hard_swish_into(x: np.ndarray, gate: np.ndarray) -> None:
+    """x *= clip(x + 3, 0, 6) / 6 in place, `gate` a float scratch shaped like x, with no
+    Python-number conversions."""
+    np.add(x, _scalar(x.dtype, 3.0), out=gate)
     lo, hi = _bounds(x.dtype, 0.0, 6.0)
     _clip(gate, lo, hi, out=gate)
     np.multiply(x, gate, out=x)
@@ -159,10 +167,62 @@ def _silu_steps(x: np.ndarray, out: np.ndarray, t: np.ndarray) -> None:
 
 
 def _silu(x: np.ndarray) -> None:
-    # A fused activation has no bind step to take scratch from: a fresh x-sized temporary
-    # (reused by malloc between calls) measured faster than looping over chunks of x with
-    # a fixed scratch, at every size from 60k to 1.6M elements.
+    # Outside a bound step (with_scratch), a fresh x-sized temporary: faster than looping
+    # over chunks of x with a small fixed scratch.
     silu_into(x, x, np.empty_like(x))
+
+
+def _silu_in_place(x: np.ndarray, t: np.ndarray) -> None:
+    silu_into(x, x, t)
+
+
+# Fused activations that need an x-sized scratch, and their forms taking it.
+_SCRATCH_FORMS: dict[InPlace, Callable[[np.ndarray, np.ndarray], None]] = {
+    _hard_swish: _hard_swish_into,
+    _silu: _silu_in_place,
+}
+
+
+def with_scratch(act: InPlace | None, out: np.ndarray, *, last: bool = False) -> InPlace | None:
+    """`act` for a step that applies it to `out` or to parts of it (see `scratched`);
+    None stays None."""
+    return None if act is None else scratched(act, out, last=last)
+
+
+def scratched(act: InPlace, out: np.ndarray, *, last: bool = False) -> InPlace:
+    """`act` for a step that applies it to `out` or to parts of it, called while the step
+    is bound: an activation that needs scratch (hard-swish, SiLU) takes it once from the
+    plan's arena (a workspace temporary, shared with other steps) instead of a new
+    out-sized array on every call. With `last` (the activation is the step's last pass,
+    after everything else it computes), the scratch may share bytes with the step's
+    other temporaries. Other activations, and an `act` given its scratch already, are
+    returned as they are."""
+    form = _SCRATCH_FORMS.get(act)
+    if form is None or out.dtype.kind != "f":
+        return act
+    late = (
+        temporary_after((out.size,), out.dtype) if last else Late(temporary((out.size,), out.dtype))
+    )
+    views: dict[tuple, np.ndarray] = {}
+
+    def applied(x: np.ndarray) -> None:
+        key = (x.shape, x.strides, x.dtype)
+        t = views.get(key)
+        if t is None:
+            t = views[key] = _scratch_like(cast(np.ndarray, late.array), x)
+        form(x, t if t.shape == x.shape else np.empty_like(x))
+
+    return applied
+
+
+def _scratch_like(flat: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """A view of `flat`'s first x.size elements with x's shape and memory order (ufuncs
+    over both then walk the same order); an empty array when x is larger."""
+    if x.size > flat.size or x.dtype != flat.dtype:
+        return np.empty(0, flat.dtype)
+    order = sorted(range(x.ndim), key=lambda axis: -abs(x.strides[axis]))
+    buf = flat[: x.size].reshape([x.shape[axis] for axis in order])
+    return buf.transpose(np.argsort(order))
 
 
 def _scalar(dtype: np.dtype, value: float) -> np.ndarray:

@@ -46,7 +46,7 @@ from dataclasses import replace
 import numpy as np
 
 from sporenet.lite import pages
-from sporenet.lite.kernels.activation import InPlace, fused_activation
+from sporenet.lite.kernels.activation import InPlace, fused_activation, with_scratch
 from sporenet.lite.kernels.base import Attrs, ChannelsLast, Compute, Kernel, TensorSpec, required
 from sporenet.lite.kernels.conv_common import (
     check_filter,
@@ -208,14 +208,15 @@ class Pointwise(_Path):
     ) -> Compute:
         bias_const, act = self.layer.const_bias, self.act
         if is_channels_last(x) or is_channels_last(out):
-            return bind_pointwise_last(x, w, out, bias, bias_const, act)
+            # Its blocks of rows apply the activation between their products.
+            return bind_pointwise_last(x, w, out, bias, bias_const, with_scratch(act, out))
         if (
             x.shape[0] == 1
             and x.shape[2] * x.shape[3] <= _HEAD_MAX_PLANE
             and w.size * w.itemsize >= _HEAD_MIN_WEIGHT_BYTES
             and self.layer.const_weights
         ):
-            return bind_pointwise_head(x, w, out, bias, act)
+            return bind_pointwise_head(x, w, out, bias, with_scratch(act, out, last=True))
         if bias_const and bias is not None and w.shape[0] > x.shape[1]:
             # Expanding 1x1 layers: copying the narrower input under a ones row is cheaper
             # than a bias pass over the wider output.
@@ -246,7 +247,8 @@ class Depthwise(_Path):
             bias,
             w_const=self.layer.const_weights,
             bias_const=self.layer.const_bias,
-            act=self.act,
+            # Before the copy of its accumulator (a temporary) into `out`.
+            act=with_scratch(self.act, out),
         )
 
 

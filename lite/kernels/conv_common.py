@@ -8,7 +8,7 @@ from collections.abc import Callable
 import numpy as np
 
 from sporenet.lite.kernels import raw
-from sporenet.lite.kernels.activation import InPlace, then_activation
+from sporenet.lite.kernels.activation import InPlace, then_activation, with_scratch
 from sporenet.lite.kernels.base import Compute, Kernel, TensorSpec
 from sporenet.lite.kernels.spatial import check_nchw
 from sporenet.lite.threads import BLAS
@@ -67,6 +67,7 @@ def with_epilogue(
     """
     if bias is None:
         return then_activation(main, out, act)
+    act = with_scratch(act, out, last=True)
     n, o = out.shape[:2]
     plane = out[0, 0].size
     target: np.ndarray

@@ -434,7 +434,7 @@ _Band = tuple[
 # Bytes of column-tap planes a column-strided layer fills at once: larger planes are
 # filled and read one band of output rows after another, so the plan's widest cut holds
 # one band, not 1.5 to 2.5 times the input.
-_BAND_BYTES = 1 << 20
+_BAND_BYTES = 256 << 10
 
 
 def _bands(win: Window, x: np.ndarray, wt: np.ndarray, acc: np.ndarray, block: int) -> list[_Band]:

@@ -8,7 +8,7 @@ import numpy as np
 
 from sporenet.lite import pages
 from sporenet.lite.kernels import int8_weights, raw
-from sporenet.lite.kernels.activation import fused_activation, then_activation
+from sporenet.lite.kernels.activation import fused_activation, then_activation, with_scratch
 from sporenet.lite.kernels.base import Attrs, Compute, Kernel, TensorSpec, required
 from sporenet.lite.kernels.conv_common import ROW_PRODUCT_ROWS, matmul_for, row_products
 from sporenet.lite.kernels.quantized.base import is_quantized
@@ -71,12 +71,12 @@ class FullyConnected(Kernel):
         # BLAS reads the (out, in) weights transposed as they lie in the file: a packed
         # (in, out) copy would double their memory and gain nothing.
         wt = w.T
-        act = self.activation
         if self.row_products and x2.shape[0] in ROW_PRODUCT_ROWS:
             return self._then(_row_products(x2, w, out2), out2, bias)
         if self.transposed:
             return self._then(_transposed_product(x2, w, out2, *self.scratch_arrays()), out2, bias)
         matmul, add = matmul_for(x2, wt, out2), np.add
+        act = with_scratch(self.activation, out2, last=True)
         if bias is None:
             return then_activation(lambda: matmul(x2, wt, out=out2), out2, act)
 

@@ -415,9 +415,10 @@ class Resize(Kernel):
         mid_shape = list(x.shape)
         if oh > h:  # columns first: (planes, H, OW), then the rows into out
             mid_shape[ax] = out.shape[ax]
-            mid = temporary(mid_shape, x.dtype)
-            first = _blend_columns(x, mid, col_taps, ax)
-            second = _blend_rows(mid, out, row_taps, ay)
+            mid, scratch = temporary(mid_shape, x.dtype), temporary(mid_shape, x.dtype)
+            first = _blend_columns(x, mid, col_taps, ax, other=scratch)
+            # The column pass is done when the row pass runs: its scratch is free then.
+            second = _blend_rows(mid, out, row_taps, ay, spare=scratch)
         else:  # rows first: (planes, OH, W), then the columns into out
             mid_shape[ay] = oh
             mid = temporary(mid_shape, x.dtype)
@@ -489,7 +490,9 @@ def _bind_dense_linear(
     return compute
 
 
-def _blend_rows(x: np.ndarray, out: np.ndarray, taps: Taps, ay: int) -> Compute:
+def _blend_rows(
+    x: np.ndarray, out: np.ndarray, taps: Taps, ay: int, spare: np.ndarray | None = None
+) -> Compute:
     """out = x[r0] * w0 + x[r1] * w1 along the row axis `ay`.
 
     When the output rows form a few runs (_weight_runs: an integer upscale) and a row
@@ -497,16 +500,17 @@ def _blend_rows(x: np.ndarray, out: np.ndarray, taps: Taps, ay: int) -> Compute:
     straight into its rows of `out` and a scratch, and added: three passes where
     gathering both taps first takes five (the same products and sums, so the same
     values). Short rows (NCHW planes of small W), where a strided run costs a loop per
-    row, and other sizes gather whole rows first."""
+    row, and other sizes gather whole rows first. `spare`, an array free while this
+    pass runs (another pass's scratch), serves as a scratch of its shape."""
     r0, r1, rw0, rw1 = taps
     long_rows = int(np.prod(out.shape[ay + 1 :])) >= _LONG_ROW
     runs = _weight_runs(taps, x.shape[ay], out.shape[ay]) if long_rows else None
     take, multiply, add = np.take, np.multiply, np.add
     if runs is not None:
-        return _blend_row_runs(x, out, runs, ay)
+        return _blend_row_runs(x, out, runs, ay, spare)
     trail = (1,) * (x.ndim - 1 - ay)
     rw0, rw1 = rw0.reshape(-1, *trail), rw1.reshape(-1, *trail)
-    other = temporary(out.shape, out.dtype)
+    other = _scratch(out.shape, out.dtype, spare)
 
     def blend() -> None:
         take(x, r0, axis=ay, out=out, mode="clip")  # in range: see the nearest mode
@@ -525,7 +529,9 @@ of 128 ran slower so than the gathers, channels-last rows of 1,536 faster)."""
 WeightRun = tuple[slice, slice, slice, np.ndarray, np.ndarray]
 
 
-def _blend_row_runs(x: np.ndarray, out: np.ndarray, runs: list[WeightRun], ay: int) -> Compute:
+def _blend_row_runs(
+    x: np.ndarray, out: np.ndarray, runs: list[WeightRun], ay: int, spare: np.ndarray | None
+) -> Compute:
     """_blend_rows over runs of output rows. The weights of the long runs (an integer
     upscale's phases: 0.25 and 0.75 for 2x) multiply the whole input once each, and a
     run is then one add of two such products into its rows of `out`; short runs (the
@@ -534,7 +540,10 @@ def _blend_row_runs(x: np.ndarray, out: np.ndarray, runs: list[WeightRun], ay: i
     lead = (slice(None),) * ay
     long_runs = [r for r in runs if r[0].stop - r[0].start > r[0].step]
     weights = {float(w) for r in long_runs for w in r[3:]}
-    products = {w: temporary(x.shape, x.dtype) for w in sorted(weights)}
+    products = {}
+    for w in sorted(weights):
+        products[w] = _scratch(x.shape, x.dtype, spare)
+        spare = None if products[w] is spare else spare
     scales = [(np.asarray(w, x.dtype), product) for w, product in products.items()]
     sums, parts = [], []
     for dst, s0, s1, w0, w1 in runs:
@@ -599,13 +608,16 @@ def _weight_runs(taps: Taps, in_len: int, out_len: int) -> list[WeightRun] | Non
     return runs
 
 
-def _blend_columns(x: np.ndarray, out: np.ndarray, taps: Taps, ax: int) -> Compute:
+def _blend_columns(
+    x: np.ndarray, out: np.ndarray, taps: Taps, ax: int, other: np.ndarray | None = None
+) -> Compute:
     """out = x[:, c0] * w0 + x[:, c1] * w1 along the column axis `ax`: the last axis of
     NCHW planes (a few strided slice copies when they do, else gathers) or the W axis of
     channels-last storage (gathers of C-element pixels, which ran faster there than
-    slice copies: 277 us against 422 us for a 2x upscale of 16 channels at 64x64)."""
+    slice copies: 277 us against 422 us for a 2x upscale of 16 channels at 64x64).
+    `other`, when given, is its scratch (out's shape and dtype)."""
     c0, c1, cw0, cw1 = taps
-    other = temporary(out.shape, out.dtype)
+    other = _scratch(out.shape, out.dtype, other)
     pairs = ((c0, out), (c1, other))
     if ax == x.ndim - 1:
         gather = _column_gathers(x, pairs, ax)
@@ -626,6 +638,14 @@ def _blend_columns(x: np.ndarray, out: np.ndarray, taps: Taps, ax: int) -> Compu
         add(blend, rest, out=blend)
 
     return compute
+
+
+def _scratch(shape: tuple[int, ...], dtype: np.dtype, spare: np.ndarray | None) -> np.ndarray:
+    """`spare` when it has this shape and dtype (a scratch free while the pass runs), else
+    a new temporary."""
+    if spare is not None and spare.shape == tuple(shape) and spare.dtype == dtype:
+        return spare
+    return temporary(shape, dtype)
 
 
 def _gather(x: np.ndarray, index: np.ndarray, out: np.ndarray) -> Compute:

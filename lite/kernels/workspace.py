@@ -24,13 +24,28 @@ from contextlib import contextmanager
 import numpy as np
 
 
+class Late:
+    """A temporary of a step's last pass (a fused activation's scratch), which may share
+    bytes with the step's other temporaries: `array` is set once they are given back
+    (Workspace.place_late), before the step first runs."""
+
+    __slots__ = ("array",)
+
+    def __init__(self, array: np.ndarray | None = None) -> None:
+        self.array = array
+
+
 class Workspace:
     """Hands out one node's temporaries from `take(nbytes) -> uint8 block` and remembers
-    the blocks, which `release()` gives back when the node is bound."""
+    the blocks, which `release()` gives back when the node is bound.
 
-    def __init__(self, take: Callable[[int], np.ndarray]) -> None:
+    With `late`, a `temporary_after` request is placed only by `place_late()`, after the
+    node's other temporaries are given back (the planner's workspace); without, at once."""
+
+    def __init__(self, take: Callable[[int], np.ndarray], *, late: bool = False) -> None:
         self._take = take
         self._taken: list[np.ndarray] = []
+        self._late: list[tuple[Late, tuple[int, ...], np.dtype]] | None = [] if late else None
 
     def temporary(self, shape: Sequence[int], dtype: np.dtype | type) -> np.ndarray:
         dtype = np.dtype(dtype)
@@ -40,10 +55,27 @@ class Workspace:
         self._taken.append(block)
         return block[:nbytes].view(dtype).reshape(shape)
 
+    def temporary_after(self, shape: Sequence[int], dtype: np.dtype | type) -> Late:
+        """A temporary read and written only after the step's other temporaries are dead."""
+        if self._late is None:
+            return Late(self.temporary(shape, dtype))
+        late = Late()
+        self._late.append((late, tuple(int(d) for d in shape), np.dtype(dtype)))
+        return late
+
     def release(self) -> list[np.ndarray]:
         """The blocks taken since the last release (the caller returns them to its pool)."""
         taken, self._taken = self._taken, []
         return taken
+
+    def place_late(self) -> list[np.ndarray]:
+        """Place the pending `temporary_after` requests (call it once the node's other
+        temporaries are given back); returns their blocks, to give back in turn."""
+        for late, shape, dtype in self._late or ():
+            late.array = self.temporary(shape, dtype)
+        if self._late:
+            self._late.clear()
+        return self.release()
 
 
 class _Active(threading.local):
@@ -75,6 +107,15 @@ def temporary(shape: Sequence[int], dtype: np.dtype | type) -> np.ndarray:
     if not stack:
         return np.empty(shape, dtype)
     return stack[-1].temporary(shape, dtype)
+
+
+def temporary_after(shape: Sequence[int], dtype: np.dtype | type) -> Late:
+    """A temporary for a step's last pass, which may share bytes with the step's other
+    temporaries (see Late); outside planning, a fresh array at once."""
+    stack = _active.stack
+    if not stack:
+        return Late(np.empty(shape, dtype))
+    return stack[-1].temporary_after(shape, dtype)
 
 
 def temporary_like(array: np.ndarray) -> np.ndarray:

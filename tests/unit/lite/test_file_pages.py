@@ -210,3 +210,70 @@ def test_int8_conv_weights_a_folded_step_replaces_leave_memory(tmp_path):
     want = conv_reference(x, 3, 0.02, w, sw, bias, 0.4, -5, -128, 127, (0,) * 4, (1, 1), 1)
     np.testing.assert_array_equal(got, want)
     assert _resident(data) < 0.5, "the folded layer's int8 source weights stayed resident"
+
+
+def test_widened_weights_are_freed_as_their_layers_are_bound(tmp_path, monkeypatch):
+    # Four CAST(float16) -> packed 3x3 convolutions: when a layer is bound, the widened
+    # float32 values of the layers bound before it are gone (the plan never holds every
+    # widened weight beside every packed one); outputs match the float64 reference.
+    import weakref
+
+    from sporenet.lite import planner
+    from sporenet.lite.kernels import KERNELS
+
+    weights = [(RNG.normal(size=(32, 32, 3, 3)) * 0.05).astype(np.float16) for _ in range(4)]
+    b = ModelBuilder()
+    y = b.input("x", (1, 32, 12, 12))
+    for k, w16 in enumerate(weights):
+        w = b.op(OpCode.CAST, [b.constant(f"w{k}", w16)], to="float32")
+        bias = b.constant(f"b{k}", np.full(32, 0.1, np.float32))
+        y = b.op(OpCode.CONV2D, [y, w, bias], pads=[1, 1, 1, 1])
+    b.output(y, name="y")
+    path = save(b.build(), tmp_path / "f16s.spore")
+    widened: list[weakref.ref] = []
+    alive_at_bind: list[int] = []
+    fold, conv = planner.fold, KERNELS[OpCode.CONV2D]
+
+    def noting_fold(kernel):
+        outs = fold(kernel)
+        widened.extend(weakref.ref(v) for v in outs or ())
+        return outs
+
+    def noting_bind(self, ins, outs):
+        alive_at_bind.append(sum(r() is not None for r in widened))
+        return bind(self, ins, outs)
+
+    bind = conv.bind
+    monkeypatch.setattr(planner, "fold", noting_fold)
+    monkeypatch.setattr(conv, "bind", noting_bind)
+    interp = Interpreter(model_path=path, num_threads=1)
+    assert len(widened) == 4
+    assert alive_at_bind[:4] == [4, 3, 2, 1], "widened weights outlived their layer's bind"
+    v = RNG.normal(size=(1, 32, 12, 12)).astype(np.float32)
+    want = v.astype(np.float64)
+    for w16 in weights:
+        want = _conv(want, w16.astype(np.float32), np.full(32, 0.1), pad=1)
+    np.testing.assert_allclose(interp.run({"x": v})["y"], want, rtol=1e-4, atol=1e-4)
+
+
+def test_small_widened_weights_stay_out_after_later_layers_are_planned(tmp_path):
+    # Small float16 weights side by side, each widened by a CAST that planning folds: the
+    # fold drops the float16 pages, and reading the next layer's weights maps them back
+    # (fault-around) unless the finished plan drops them again.
+    layers = [(RNG.normal(size=(48, 48, 1, 3)) * 0.1).astype(np.float16) for _ in range(16)]
+    b = ModelBuilder()
+    y = b.input("x", (1, 48, 10, 10))
+    for k, w16 in enumerate(layers):
+        w = b.op(OpCode.CAST, [b.constant(f"w{k}", w16)], to="float32")
+        y = b.op(OpCode.CONV2D, [y, w], pads=[0, 1, 0, 1])
+    b.output(y, name="y")
+    interp = Interpreter(model_path=save(b.build(), tmp_path / "small16.spore"), num_threads=1)
+    v = (RNG.normal(size=(1, 48, 10, 10)) * 0.5).astype(np.float32)
+    got = interp.run({"x": v})["y"]
+    want = v.astype(np.float64)
+    for w16 in layers:
+        want = _conv(np.pad(want, ((0, 0), (0, 0), (0, 0), (1, 1))), w16.astype(np.float32))
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    stored = [interp.model.tensors[interp.model.tensor_index(f"w{k}")].data for k in range(16)]
+    resident = np.mean([_resident(w) for w in stored])
+    assert resident < 0.2, f"{resident:.0%} of the float16 weights' pages stayed resident"

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from sporenet.lite import Interpreter, ModelBuilder, ModelFormatError, OpCode, save, serialize
+from sporenet.lite.eager import run_op
 from sporenet.lite.format import parse
 from sporenet.lite.graph import Quantization
 from sporenet.lite.kernels import workspace
@@ -134,6 +135,66 @@ def test_workspace_hands_out_views_of_taken_blocks():
     for block in ws.release():
         arena.give(block)
     assert arena.taken == {}
+
+
+def test_a_late_temporary_shares_the_bytes_of_the_nodes_other_temporaries():
+    arena = _Arena(1 << 16)
+    ws = workspace.Workspace(arena.take, late=True)
+    with workspace.active(ws):
+        columns = workspace.temporary((64, 16), np.float32)
+        late = workspace.temporary_after((32, 16), np.float32)
+    assert late.array is None  # placed only once the node's temporaries are given back
+    for block in ws.release():
+        arena.give(block)
+    for block in ws.place_late():
+        arena.give(block)
+    assert late.array is not None and late.array.shape == (32, 16)
+    assert np.shares_memory(late.array, columns)
+    assert arena.taken == {}
+    eager = workspace.Workspace(arena.take)  # without `late`: placed at once
+    with workspace.active(eager):
+        assert workspace.temporary_after((4,), np.float32).array is not None
+    assert workspace.temporary_after((4,), np.float32).array.base is None  # outside planning
+
+
+@pytest.mark.parametrize("act", ["hard_swish", "silu"])
+def test_a_fused_activations_scratch_costs_a_conv_no_arena(act):
+    # A strided 3x3 convolution (im2col: columns several times its output) with a fused
+    # hard-swish or SiLU: the activation's scratch shares the columns' bytes, so the
+    # plan's arena is the one a ReLU needs; outputs match the float64 reference.
+    rng = np.random.default_rng(4)
+    w = (rng.normal(size=(16, 8, 3, 3)) * 0.3).astype(np.float32)
+    bias = rng.normal(size=16).astype(np.float32)
+    arenas, outs = {}, {}
+    x = rng.normal(size=(1, 8, 32, 32)).astype(np.float32)
+    for name in ("relu", act):
+        b = ModelBuilder()
+        y = b.op(
+            OpCode.CONV2D,
+            [b.input("x", x.shape), b.constant("w", w), b.constant("b", bias)],
+            pads=[1, 1, 1, 1],
+            strides=[2, 2],
+            activation=name,
+        )
+        b.output(y, name="y")
+        interp = Interpreter(model=b.build(), num_threads=1)
+        arenas[name] = interp._plan.arena_bytes
+        outs[name] = interp.run({"x": x})["y"]
+    assert arenas[act] == arenas["relu"]
+    (plain,) = run_op(
+        OpCode.CONV2D,
+        [x.astype(np.float64), w.astype(np.float64), bias.astype(np.float64)],
+        pads=[1, 1, 1, 1],
+        strides=[2, 2],
+    )
+    forms = {
+        "silu": lambda v: v / (1 + np.exp(-v)),
+        "hard_swish": lambda v: v * np.clip(v + 3, 0, 6) / 6,
+    }
+    want = forms[act](plain)
+    # float32 GEMM over 72 products, then a few roundings of the activation.
+    np.testing.assert_allclose(outs[act], want, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(outs["relu"], np.maximum(plain, 0), rtol=1e-4, atol=1e-4)
 
 
 def test_a_workspace_is_active_only_in_the_thread_that_binds():

@@ -359,3 +359,37 @@ def test_dense_linear_resize_only_for_small_planes():
     assert not resize_module.uses_dense_linear((64, 64, 64), (64, 32, 32), f, f)  # shrinking
     h = np.dtype(np.float16)
     assert not resize_module.uses_dense_linear((128, 9, 16), (128, 18, 32), h, h)
+
+
+def test_a_linear_upscales_row_pass_reuses_the_column_passs_scratch(monkeypatch):
+    # A 2x upscale of channels-last rows: columns first into a mid (H, OW) buffer with a
+    # scratch, then the rows by runs, whose two weight products need two mid-sized
+    # buffers: one of them is the column pass's scratch (dead by then), so the step takes
+    # three mid-sized temporaries, not four. Temporaries start as garbage (0xFF bytes);
+    # the values are the float64 reference's.
+    from sporenet.lite.kernels.workspace import Workspace, active
+
+    monkeypatch.setattr(resize_module, "_DENSE_MACS_PER_OUTPUT", 0)
+    c, hw, out_hw = 32, (12, 10), (24, 20)  # rows of OW*C elements, at least _LONG_ROW
+    assert out_hw[1] * c >= _LONG_ROW
+    x = np.random.default_rng(7).normal(size=(1, c, *hw)).astype(np.float32)
+    kernel = Resize(
+        Attrs("RESIZE", {"mode": "linear", "sizes": [1, c, *out_hw]}),
+        [TensorSpec(x.shape, x.dtype)],
+    )
+    taken: list[int] = []
+
+    def take(nbytes: int) -> np.ndarray:
+        taken.append(nbytes)
+        return np.full(nbytes, 0xFF, np.uint8)
+
+    x_last = np.ascontiguousarray(x.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)
+    out = np.empty((1, *out_hw, c), np.float32).transpose(0, 3, 1, 2)
+    with active(Workspace(take)):
+        step = kernel.bind([x_last], [out])
+    mid = hw[0] * out_hw[1] * c * 4
+    assert max(taken) == mid and taken.count(mid) == 3, taken
+    step()
+    eff = [o / i for o, i in zip(out_hw, hw, strict=True)]
+    ref = resize_reference(x.astype(np.float64), out_hw, eff, "linear", "half_pixel", None)
+    np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-5)  # float32 blends of 2 taps

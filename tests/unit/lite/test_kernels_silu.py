@@ -117,6 +117,46 @@ def test_silu_after_a_channels_last_conv_in_a_model():
     np.testing.assert_allclose(interp.run({"x": xv})["y"], _silu64(conv), rtol=1e-5, atol=1e-6)
 
 
+def _hard_swish64(x: np.ndarray) -> np.ndarray:
+    x = np.asarray(x, np.float64)
+    return x * np.clip(x + 3, 0, 6) / 6
+
+
+@pytest.mark.parametrize(("act", "reference"), [("silu", _silu64), ("hard_swish", _hard_swish64)])
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_fused_scratch_activation_takes_its_scratch_when_bound(act, reference, channels_last):
+    """with_scratch: the activation's scratch comes with the bound step (from the plan's
+    arena when planning), so a call allocates nothing out-sized; values, in either
+    layout of the output, are the float64 reference's."""
+    import tracemalloc
+
+    from sporenet.lite.kernels.activation import with_scratch
+
+    shape = (1, 16, 32, 32)
+    value = (np.random.default_rng(8).normal(size=shape) * 6).astype(np.float32)
+    out = (
+        np.empty((1, 32, 32, 16), np.float32).transpose(0, 3, 1, 2)
+        if channels_last
+        else (np.empty(shape, np.float32))
+    )
+    bound = with_scratch(FUSED_ACTIVATIONS[act], out)
+    assert bound is not None and with_scratch(bound, out) is bound  # idempotent
+    out[...] = value
+    tracemalloc.start()
+    try:
+        bound(out)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < out.nbytes // 4, f"a call allocated {peak} bytes"
+    # One exp and one division (SiLU) or a clip and two products (hard-swish) in float32.
+    np.testing.assert_allclose(out, reference(value), rtol=1e-6, atol=1e-6)
+    part = out[:, :, :5]  # a part of the output (a block of rows) gets a scratch too
+    part[...] = value[:, :, :5]
+    bound(part)
+    np.testing.assert_allclose(part, reference(value[:, :, :5]), rtol=1e-6, atol=1e-6)
+
+
 def test_silu_rejects_integer_input():
     from sporenet.lite import ShapeError
 
