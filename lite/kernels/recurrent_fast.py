@@ -589,22 +589,28 @@ def _bind_lstm(
         )
         for g in groups
     ]
-    copyto = np.copyto
-    starts = [(h, h0), (c, c0)]
+    fills: list[Fill] = [(xw[:, d], project, None) for d, project in enumerate(projections)]
+    steps = _lstm_run([(h, h0), (c, c0)], loops, [(y_h, h), (y_c, c)])
+    return _projected(quantize_x, fills, [steps])
 
-    def steps() -> None:
-        for state, value in starts:
-            if value is None:
-                state.fill(0)
-            else:
-                copyto(state, value)
+
+def _lstm_run(
+    starts: list[tuple[np.ndarray, np.ndarray | None]],
+    loops: list[Compute],
+    finals: list[tuple[np.ndarray, np.ndarray]],
+) -> Compute:
+    """The step setting the states to their initial values, running `loops` and copying
+    the last states out (each (target, source) of `finals`)."""
+    set_states, copyto = recurrent_row.set_states, np.copyto
+
+    def compute() -> None:
+        set_states(starts)
         for loop in loops:
             loop()
-        copyto(y_h, h)
-        copyto(y_c, c)
+        for target, source in finals:
+            copyto(target, source)
 
-    fills: list[Fill] = [(xw[:, d], project, None) for d, project in enumerate(projections)]
-    return _projected(quantize_x, fills, [steps])
+    return compute
 
 
 def _row_loops(
@@ -694,26 +700,9 @@ def _bind_lstm_gate_major(
         ]
         state = (h[g], h_in[g], c[g], temporary((4, len(ds), batch, hidden), dtype), tmp[g])
         loops.append(_lstm_gate_steps(state, r4[:, g], xw, writes, cfg.quantize_activations))
-    copyto = np.copyto
-    by_gate = [(target, projections[d], (seq, batch, 4, hidden)) for target, d in fills]
-    starts = [(h, initial[0]), (c, initial[1])]
-
-    def compute() -> None:
-        if quantize_x is not None:
-            quantize_x()
-        for target, project, shape in by_gate:
-            copyto(target, project().reshape(shape).transpose(0, 2, 1, 3))
-        for state, value in starts:
-            if value is None:
-                state.fill(0)
-            else:
-                copyto(state, value)
-        for loop in loops:
-            loop()
-        copyto(y_h, h)
-        copyto(y_c, c)
-
-    return compute
+    by_gate: list[Fill] = [(target, projections[d], (seq, batch, 4, hidden)) for target, d in fills]
+    steps = _lstm_run([(h, initial[0]), (c, initial[1])], loops, [(y_h, h), (y_c, c)])
+    return _projected(quantize_x, by_gate, [steps])
 
 
 def _lstm_gate_steps(

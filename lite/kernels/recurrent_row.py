@@ -44,6 +44,15 @@ def step_states(y: np.ndarray, reverse: Sequence[bool]) -> list[np.ndarray]:
     return views
 
 
+def set_states(starts: Sequence[tuple[np.ndarray, np.ndarray | None]]) -> None:
+    """Each (state, initial value) pair's state set to its value (None: zeros)."""
+    for state, value in starts:
+        if value is None:
+            state.fill(0)
+        else:
+            np.copyto(state, value)
+
+
 def bind_lstm_row(
     rt: np.ndarray,
     xw: np.ndarray,
@@ -87,11 +96,7 @@ def bind_lstm_row(
     last = states[-1]
 
     def compute() -> None:
-        for state, value in starts:
-            if value is None:
-                state.fill(0)
-            else:
-                copyto(state, value)
+        set_states(starts)
         for round_h, h_read, xw_k, h_new in steps:
             if round_h is not None:
                 round_h()
