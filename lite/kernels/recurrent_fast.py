@@ -555,7 +555,8 @@ def _bind_lstm(
     y, y_h, y_c = outputs
     seq, batch, size = x.shape
     hidden, gh, dirs, dtype = cfg.hidden, cfg.gates * cfg.hidden, cfg.dirs, x.dtype
-    if gate_major(batch, hidden, gh):
+    # One row steps in recurrent_row's loop, whose gates are gate-major blocks already.
+    if batch > 1 and gate_major(batch, hidden, gh):
         return _bind_lstm_gate_major(cfg, x, (h0, c0), packed, outputs, int8_w)
     rt = packed[1]
     x2 = x.reshape(seq * batch, size)
