@@ -29,6 +29,8 @@ or sequence_lens, time-major layout) runs here instead, with buffers made at bin
   block: the product writes through R^T's per-gate column views and the projections
   are laid out alike once per call, so no gate operation reads a strided slice (on a
   step's small arrays a strided ufunc call costs about three contiguous ones).
+- An LSTM over one sequence (batch 1) steps in kernels/recurrent_row.py's loop, laid
+  out for fewer array calls per step.
 - The projections, gates and states are temporaries (kernels/workspace.py): the plan's
   arena lends them for the step and other nodes reuse the bytes.
 """

@@ -5,9 +5,10 @@ of a few hundred values, each of which costs more in call overhead than in arith
 This loop computes exactly what recurrent_fast._lstm_steps computes, value for value,
 with fewer calls:
 
-- The cell state lives in the gates' buffer, [c, i, o, f, g] per direction: the product
-  writes [i, o, f, g] through a view, and one multiply of [c, i] by [f, g] gives both
-  c * f and i * g.
+- The cell state lives in the gates' buffer, gate-major [c, i, o, f, g] (each block
+  holds every direction's values, so no gate operation of two directions reads a
+  strided slice): the product's sum with the projections writes [i, o, f, g], and one
+  multiply of [c, i] by [f, g] gives both c * f and i * g.
 - Each step writes its new hidden state straight into Y, which the next step reads:
   one direction steps in Y[t, 0]; two step in one strided view over Y[k, 0] and
   Y[seq-1-k, 1] (the forward direction's time and the reverse one's), so no step copies
