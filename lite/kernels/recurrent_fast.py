@@ -29,6 +29,8 @@ or sequence_lens, time-major layout) runs here instead, with buffers made at bin
   block: the product writes through R^T's per-gate column views and the projections
   are laid out alike once per call, so no gate operation reads a strided slice (on a
   step's small arrays a strided ufunc call costs about three contiguous ones).
+- An LSTM over one sequence (batch 1) steps in kernels/recurrent_row.py's loop, laid
+  out for fewer array calls per step.
 - The projections, gates and states are temporaries (kernels/workspace.py): the plan's
   arena lends them for the step and other nodes reuse the bytes.
 """
@@ -42,7 +44,7 @@ import numpy as np
 
 from sporenet.lite import cpu_cache, huge_pages, pages, shared_weights
 from sporenet.lite.graph import Quantization
-from sporenet.lite.kernels import int8_weights, recurrent_quant
+from sporenet.lite.kernels import int8_weights, recurrent_quant, recurrent_row
 from sporenet.lite.kernels.base import Compute, TensorSpec, required
 from sporenet.lite.kernels.conv_common import ROW_PRODUCT_MIN, UNPACKED_GEMM, row_products
 from sporenet.lite.kernels.workspace import temporary
@@ -532,6 +534,12 @@ def direction_groups(dirs: int, weight_bytes: int, cache_bytes: int) -> list[sli
     return [slice(0, dirs)]
 
 
+Fill = tuple[np.ndarray, Callable[[], np.ndarray], tuple[int, ...] | None]
+"""Where a direction's projection goes, the step computing it (seq, batch, gates*H), and
+None to copy it as it is or the (seq, batch, gates, H) shape whose gate-major transpose
+(seq, gates, batch, H) is copied."""
+
+
 def _bind_lstm(
     cfg: Config,
     x: np.ndarray,
@@ -549,24 +557,27 @@ def _bind_lstm(
     y, y_h, y_c = outputs
     seq, batch, size = x.shape
     hidden, gh, dirs, dtype = cfg.hidden, cfg.gates * cfg.hidden, cfg.dirs, x.dtype
-    if gate_major(batch, hidden, gh):
+    # One row steps in recurrent_row's loop, whose gates are gate-major blocks already.
+    if batch > 1 and gate_major(batch, hidden, gh):
         return _bind_lstm_gate_major(cfg, x, (h0, c0), packed, outputs, int8_w)
     rt = packed[1]
     x2 = x.reshape(seq * batch, size)
     quantize_x = None
-    h = temporary((dirs, batch, hidden), dtype)
-    h_in = h  # what each step multiplies with R^T
     if cfg.quantize_activations:
         xq = temporary(x2.shape, dtype)
         quantize_x = recurrent_quant.bind_fake_quantize(x2, xq)
         x2 = xq
-        h_in = temporary(h.shape, dtype)
     projections = _projections(cfg, x2, seq, packed, int8_w)
+    groups = direction_groups(dirs, rt[0].nbytes, cpu_cache.l2_bytes())
+    if batch == 1:  # one sequence: recurrent_row's loop, fewer calls per step
+        row_loops, row_fills = _row_loops(cfg, rt, (h0, c0), outputs, groups, projections)
+        return _projected(quantize_x, row_fills, row_loops)
     xw = temporary((seq, dirs, batch, gh), dtype)  # in step order, per direction
+    h = temporary((dirs, batch, hidden), dtype)
+    h_in = temporary(h.shape, dtype) if cfg.quantize_activations else h
     a = temporary((dirs, batch, gh), dtype)
     c = temporary((dirs, batch, hidden), dtype)
     tmp = temporary((dirs, batch, hidden), dtype)
-    groups = direction_groups(dirs, rt[0].nbytes, cpu_cache.l2_bytes())
     loops = [
         _lstm_steps(
             (h[g], h_in[g], c[g], a[g], tmp[g]),
@@ -581,25 +592,74 @@ def _bind_lstm(
         )
         for g in groups
     ]
+    fills: list[Fill] = [(xw[:, d], project, None) for d, project in enumerate(projections)]
+    steps = _lstm_run([(h, h0), (c, c0)], loops, [(y_h, h), (y_c, c)])
+    return _projected(quantize_x, fills, [steps])
+
+
+def _lstm_run(
+    starts: list[tuple[np.ndarray, np.ndarray | None]],
+    loops: list[Compute],
+    finals: list[tuple[np.ndarray, np.ndarray]],
+) -> Compute:
+    """The step setting the states to their initial values, running `loops` and copying
+    the last states out (each (target, source) of `finals`)."""
+    set_states, copyto = recurrent_row.set_states, np.copyto
+
+    def compute() -> None:
+        set_states(starts)
+        for loop in loops:
+            loop()
+        for target, source in finals:
+            copyto(target, source)
+
+    return compute
+
+
+def _row_loops(
+    cfg: Config,
+    rt: np.ndarray,
+    initial: tuple[np.ndarray | None, np.ndarray | None],
+    outputs: tuple[np.ndarray, np.ndarray, np.ndarray],
+    groups: list[slice],
+    projections: list[Callable[[], np.ndarray]],
+) -> tuple[list[Compute], list[Fill]]:
+    """recurrent_row's loop for each group of directions of a one-row LSTM, and where
+    the projections go: gate-major (seq, 4, dirs, 1, H), as its gates are laid out."""
+    y, y_h, y_c = outputs
+    seq, hidden = y.shape[0], cfg.hidden
+    # Written before they are read on every call: temporaries from the plan's arena.
+    xw = temporary((seq, 4, cfg.dirs, 1, hidden), rt.dtype)
+    h0, c0 = initial
+    loops = [
+        recurrent_row.bind_lstm_row(
+            rt[g],
+            xw[:, :, g],
+            y[:, g],
+            (None if h0 is None else h0[g], None if c0 is None else c0[g]),
+            (y_h[g], y_c[g]),
+            cfg.reverse[g],
+            cfg.quantize_activations,
+        )
+        for g in groups
+    ]
+    row = (seq, 1, 4, hidden)
+    return loops, [(xw[:, :, d], project, row) for d, project in enumerate(projections)]
+
+
+def _projected(quantize_x: Compute | None, fills: list[Fill], loops: list[Compute]) -> Compute:
+    """The step rounding X (when `quantize_x`), writing each direction's projection as
+    `fills` say and then running `loops`."""
     copyto = np.copyto
 
     def compute() -> None:
         if quantize_x is not None:
             quantize_x()
-        for d, project in enumerate(projections):
-            copyto(xw[:, d], project())
-        if h0 is None:
-            h.fill(0)
-        else:
-            copyto(h, h0)
-        if c0 is None:
-            c.fill(0)
-        else:
-            copyto(c, c0)
+        for target, project, shape in fills:
+            value = project()
+            copyto(target, value if shape is None else value.reshape(shape).transpose(0, 2, 1, 3))
         for loop in loops:
             loop()
-        copyto(y_h, h)
-        copyto(y_c, c)
 
     return compute
 
@@ -643,26 +703,9 @@ def _bind_lstm_gate_major(
         ]
         state = (h[g], h_in[g], c[g], temporary((4, len(ds), batch, hidden), dtype), tmp[g])
         loops.append(_lstm_gate_steps(state, r4[:, g], xw, writes, cfg.quantize_activations))
-    copyto = np.copyto
-    by_gate = [(target, projections[d], (seq, batch, 4, hidden)) for target, d in fills]
-    starts = [(h, initial[0]), (c, initial[1])]
-
-    def compute() -> None:
-        if quantize_x is not None:
-            quantize_x()
-        for target, project, shape in by_gate:
-            copyto(target, project().reshape(shape).transpose(0, 2, 1, 3))
-        for state, value in starts:
-            if value is None:
-                state.fill(0)
-            else:
-                copyto(state, value)
-        for loop in loops:
-            loop()
-        copyto(y_h, h)
-        copyto(y_c, c)
-
-    return compute
+    by_gate: list[Fill] = [(target, projections[d], (seq, batch, 4, hidden)) for target, d in fills]
+    steps = _lstm_run([(h, initial[0]), (c, initial[1])], loops, [(y_h, h), (y_c, c)])
+    return _projected(quantize_x, by_gate, [steps])
 
 
 def _lstm_gate_steps(

@@ -21,7 +21,7 @@ of both operands exactly as onnxruntime's semantics say (an LSTM node carries
 from __future__ import annotations
 
 import array
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -41,9 +41,17 @@ def fake_quantize(a: np.ndarray, groups: int = 1) -> np.ndarray:
 def bind_fake_quantize(src: np.ndarray, out: np.ndarray, groups: int = 1) -> Compute:
     """The step writing `src` rounded to its uint8 grid into `out` (same shape, float32;
     `out` may be `src`), the parameters taken over each of `groups` equal leading slices."""
+    return bind_fake_quantize_each([src], out, groups)[0]
+
+
+def bind_fake_quantize_each(
+    srcs: Sequence[np.ndarray], out: np.ndarray, groups: int = 1
+) -> list[Compute]:
+    """bind_fake_quantize for each of `srcs` (all of `out`'s shape) into the same `out`:
+    a recurrent loop's state at each time step, with one set of scratch arrays."""
     if groups == 1:
-        return _bind_whole(src, out)
-    return _bind_groups(src, out, groups)
+        return [_bind_whole(src, out) for src in srcs]
+    return _bind_groups(srcs, out, groups)
 
 
 def _float32_rounding() -> Callable[[float], float]:
@@ -82,37 +90,66 @@ def _bind_whole(src: np.ndarray, out: np.ndarray) -> Compute:
     return compute
 
 
-def _bind_groups(src: np.ndarray, out: np.ndarray, groups: int) -> Compute:
-    """`_bind_whole` for each leading slice, in one set of array calls: the extremes of
-    every group in one reduction each, the parameters in Python floats, then one divide,
-    rounding and multiply by the (groups, 1, ...) scales."""
+def _bind_groups(srcs: Sequence[np.ndarray], out: np.ndarray, groups: int) -> list[Compute]:
+    """`_bind_whole` for each leading slice of each of `srcs`, in one set of array calls:
+    the extremes of every group in one reduction each, the parameters in Python floats,
+    then one divide, rounding and multiply by the scales filled out to the operand's
+    shape (on such small arrays a ufunc of equal shapes runs about twice as fast as one
+    broadcasting a column). The steps share their scratch arrays."""
+    extremes = np.empty((2, groups), np.float32)
+    scales = np.empty(out.shape, np.float32)
+    bounds = np.empty((2, *out.shape), np.float32)
+    fills = [(scales[g].fill, bounds[0, g].fill, bounds[1, g].fill) for g in range(groups)]
+    return [_group_step(src, out, extremes, scales, bounds, fills) for src in srcs]
+
+
+def _group_step(
+    src: np.ndarray,
+    out: np.ndarray,
+    extremes: np.ndarray,
+    scales: np.ndarray,
+    bounds: np.ndarray,
+    fills: Sequence[
+        tuple[Callable[[float], None], Callable[[float], None], Callable[[float], None]]
+    ],
+) -> Compute:
     r32 = _float32_rounding()
-    axes = tuple(range(1, src.ndim))
-    lead = (groups,) + (1,) * (src.ndim - 1)
-    lows, highs = np.empty(lead, np.float32), np.empty(lead, np.float32)
-    scales, bounds = np.empty(lead, np.float32), np.empty((2, *lead), np.float32)
-    flat_scales, flat_lows, flat_highs = scales.reshape(-1), lows.reshape(-1), highs.reshape(-1)
+    rows, axis = _rows(src, len(fills))
     lowest, highest = np.minimum.reduce, np.maximum.reduce
     divide, rint, clip, multiply = np.divide, np.rint, np.clip, np.multiply
+    low_out, high_out = extremes
 
     def compute() -> None:
-        lowest(src, axis=axes, keepdims=True, out=lows)
-        highest(src, axis=axes, keepdims=True, out=highs)
-        params, inside = [], True
-        for a_lo, a_hi in zip(flat_lows.tolist(), flat_highs.tolist(), strict=True):
+        lowest(rows, axis=axis, out=low_out)
+        highest(rows, axis=axis, out=high_out)
+        a_lows, a_highs = extremes.tolist()
+        inside, params = True, []
+        for (fill, _, _), a_lo, a_hi in zip(fills, a_lows, a_highs, strict=True):
             lo, hi = min(a_lo, 0.0), max(a_hi, 0.0)
             scale = r32(r32(hi - lo) / _LEVELS) or 1.0
             zp = float(round(min(max(-r32(lo / scale), 0.0), _LEVELS)))
-            params.append((scale, -zp, _LEVELS - zp))
+            fill(scale)
+            params.append(zp)
             lo_q, hi_q = round(r32(a_lo / scale)), round(r32(a_hi / scale))
             inside = inside and lo_q >= -zp and hi_q <= _LEVELS - zp
-        flat_scales[:] = [p[0] for p in params]
         divide(src, scales, out=out)
         rint(out, out=out)
         if not inside:  # see _bind_whole
-            bounds[0].reshape(-1)[:] = [p[1] for p in params]
-            bounds[1].reshape(-1)[:] = [p[2] for p in params]
+            for (_, low, high), zp in zip(fills, params, strict=True):
+                low(-zp)
+                high(_LEVELS - zp)
             clip(out, bounds[0], bounds[1], out=out)
         multiply(out, scales, out=out)
 
     return compute
+
+
+def _rows(src: np.ndarray, groups: int) -> tuple[np.ndarray, int | tuple[int, ...]]:
+    """`src` as a (groups, rest) view to reduce along axis 1, or, where its groups'
+    values are no single strided run, `src` itself with the axes to reduce."""
+    rows = src.view()
+    try:
+        rows.shape = (groups, -1)
+    except AttributeError:
+        return src, tuple(range(1, src.ndim))
+    return rows, 1
