@@ -1,13 +1,16 @@
 """The folded requantization (OutputStage) equals TFLite's two-step arithmetic (the int64
 reference) on both of its routes, for multipliers below and above 1, exact powers of two,
-negative ties, zero points and clamps."""
+negative ties, zero points and clamps; one-value stages and 8-bit lookups equal their
+array forms."""
 
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
+from sporenet.lite.kernels.quantized.base import byte_lookup
 from sporenet.lite.kernels.quantized.output_stage import OutputStage
 from tests.unit.lite.quantized_reference import requantize
 
@@ -110,3 +113,16 @@ def test_folded_one_output_and_float_outputs_equal_the_reference(
     got = floats + lo if floats is not None else out
     acc = w.astype(np.int64) @ cols + bias[:, None]
     np.testing.assert_array_equal(got[0], requantize(acc, reals, zo, lo, hi, channel_axis=0))
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.uint8])
+def test_one_value_lookup_equals_the_table_at_every_byte(dtype):
+    # A single 8-bit value is looked up in a Python list by the value itself; a negative
+    # int8 value must land on its byte's entry, as the array path's take does.
+    table = np.random.default_rng(0).integers(-128, 128, 256).astype(np.int8)
+    x, out = np.zeros((1, 1), dtype), np.zeros((1, 1), np.int8)
+    step = byte_lookup(table, x, out)
+    for value in np.arange(256).astype(np.uint8).view(dtype):
+        x[0, 0] = value
+        step()
+        assert out[0, 0] == table[int(value.view(np.uint8))]
