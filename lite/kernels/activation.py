@@ -75,6 +75,20 @@ def relu_into(x: np.ndarray, out: np.ndarray) -> None:
         np.maximum(x, _scalar(x.dtype, 0) if x.dtype.kind == "f" else 0, out=out)
 
 
+def relu_step(x: np.ndarray, out: np.ndarray) -> Callable[[], None]:
+    """The step out = max(x, 0): relu_into with its route chosen once, when bound (on a
+    wake-word head's short rows the checks and the extra call level cost as much as the
+    maximum itself)."""
+    if x.size > _SMALL or x.dtype.kind != "f":
+        return lambda: relu_into(x, out)
+    zero, maximum = _scalar(x.dtype, 0.0), np.maximum
+
+    def relu() -> None:
+        maximum(x, zero, out=out)
+
+    return relu
+
+
 def _relu(x: np.ndarray) -> None:
     relu_into(x, x)
 
