@@ -125,9 +125,22 @@ def _one_row(
     divide, subtract, multiply, add = np.true_divide, np.subtract, np.multiply, np.add
     dot = raw.dot
 
+    if out.dtype in _IEEE_SCALARS:
+        # The division as a NumPy scalar's: the same correctly rounded quotient without
+        # a ufunc call, written once into the 0-d mean the subtraction reads.
+        count_scalar, fill_mean = out.dtype.type(n), m0.fill
+
+        def average() -> None:
+            fill_mean(total(flat_x, 0) / count_scalar)
+
+    else:
+
+        def average() -> None:
+            total(flat_x, 0, None, m0)
+            divide(m0, count, m0)
+
     def compute() -> None:
-        total(flat_x, 0, None, m0)
-        divide(m0, count, m0)
+        average()
         subtract(flat_x, m0, flat_out)
         v0.fill(_inv_sqrt(float(dot(flat_out, flat_out)) / n + eps))
         multiply(flat_out, v0, flat_out)
@@ -136,3 +149,7 @@ def _one_row(
             add(out, bias, out)
 
     return compute
+
+
+_IEEE_SCALARS = (np.dtype(np.float32), np.dtype(np.float64))
+"""Dtypes whose NumPy scalar division is the IEEE quotient the divide ufunc gives."""
