@@ -79,12 +79,16 @@ class FullyConnected(Kernel):
         matmul, add = matmul_for(x2, wt, out2), np.add
         if bias is None:
             return then_activation(lambda: matmul(x2, wt, out=out2), out2, act)
+        bias = row_bias(bias, out2)
+        # A single output: the product into a temporary and the bias added out of place
+        # (NumPy runs an in-place ufunc on one element through a buffer).
+        product = np.empty_like(out2) if out2.size == 1 else out2
 
         # One closure for the product, the bias and the activation: on an MLP's small layers
         # each further call level is a visible share of the step.
         def compute() -> None:
-            matmul(x2, wt, out=out2)
-            add(out2, bias, out=out2)
+            matmul(x2, wt, out=product)
+            add(product, bias, out2)
             if act is not None:
                 act(out2)
 
@@ -94,13 +98,20 @@ class FullyConnected(Kernel):
         """`product` (which writes x @ W.T into out2) followed by the bias and activation."""
         if bias is None:
             return then_activation(product, out2, self.activation)
-        add = np.add
+        add, bias = np.add, row_bias(bias, out2)
 
         def with_bias() -> None:
             product()
             add(out2, bias, out=out2)
 
         return then_activation(with_bias, out2, self.activation)
+
+
+def row_bias(bias: np.ndarray, out2: np.ndarray) -> np.ndarray:
+    """The bias as the ufunc adding it to `out2` (rows, out) reads it fastest: for one
+    row, shaped (1, out) like the row, since NumPy sets up a broadcast of a 1-D operand
+    against a 2-D one on every call, which costs as much as the addition itself."""
+    return bias.reshape(1, -1) if out2.shape[0] == 1 else bias
 
 
 def _few_rows(rows: int, out_features: int, in_features: int) -> bool:
