@@ -16,6 +16,7 @@ import numpy as np
 from sporenet.lite.kernels import raw
 from sporenet.lite.kernels.axes import normalize_axis
 from sporenet.lite.kernels.base import Attrs, Compute, Kernel, TensorSpec
+from sporenet.lite.kernels.elementwise import same_shape
 from sporenet.lite.kernels.workspace import temporary
 from sporenet.lite.ops import OpCode
 
@@ -119,6 +120,10 @@ def _one_row(
     the row's arithmetic. The mean is np.mean's float32 sum and division, as above."""
     n = out.size
     flat_x, flat_out = x.reshape(-1), out.reshape(-1)
+    # The row's parameters as views of its shape: a 1-D scale against a (1, C) row is a
+    # broadcast NumPy sets up on every call.
+    scale = same_shape(scale, out)
+    bias = None if bias is None else same_shape(bias, out)
     m0, v0 = mean.reshape(()), inv_std.reshape(())
     count = np.array(out.dtype.type(n))
     total: Any = np.add.reduce  # positional outputs, which NumPy's stubs do not list
