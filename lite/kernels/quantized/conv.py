@@ -402,10 +402,10 @@ class QConv2D(QuantizedKernel):
         flat = view.reshape(n, g, kg, p)
         if np.may_share_memory(flat, xp):  # windows that do not overlap: 4-D is faster
             view, target = flat, cols[:, :, :kg, :]
+        stage = fold.bind(v, out.reshape(n, o, p), mask, floats)
         rows = view.reshape(g, kg) if n == 1 and p == 1 and o == g else None
         if rows is not None and np.may_share_memory(rows, xp):  # a view, not a copy
-            return self._bind_position(fold, rows, (x, xp, interior), (out, mask, floats))
-        stage = fold.bind(v, out.reshape(n, o, p), mask, floats)
+            return self._bind_position(fold, rows, (x, xp, interior), v.reshape(g), stage)
         gemm: Callable[..., Any] = np.matmul
         a, b, ab = fold.weights.reshape(g, o // g, kg + 1), cols, v
         if n == 1 and g == 1:  # one 2-D product (a matrix-vector one for one position)
@@ -456,36 +456,21 @@ class QConv2D(QuantizedKernel):
         fold: Folded,
         rows: np.ndarray,
         source: tuple[np.ndarray, np.ndarray, np.ndarray | None],
-        ends: tuple,
+        v: np.ndarray,
+        stage: Compute,
     ) -> Compute:
         """A depthwise layer at one position (a streaming step): per group g, v[g] =
         rows[g] . weights[g] with the offset column, as one elementwise product and one
         BLAS product with ones. The columns are laid out (K + 1, G), window position
         by channel, as a channels-last input stores them: the gather is a plain copy
         then, and the sum runs down contiguous columns. Exact in any order (Folded).
-        With negative ties to lower, one more row (-step against a one) and a second
-        row of the summing matrix yield v - step in the same product (lowered_exact).
-        `source` is (x, the array `rows` views, the interior to copy x into or None);
-        `ends` is (out, mask, floats) as for Folded.bind."""
+        `source` is (x, the array `rows` views, the interior to copy x into or None)."""
         x, _, interior = source
-        out, mask, floats = ends
         g, k = rows.shape
-        lower = fold.step is not None and fold.lowered_exact
-        cols = np.empty((k + 1 + lower, g), np.float64)
-        cols[k:] = 1.0
-        weights = np.empty_like(cols)
-        weights[: k + 1] = fold.weights.T
-        ones = np.ones((1 + lower, k + 1 + lower), np.float64)
-        if lower and fold.step is not None:
-            weights[k + 1], ones[0, k + 1] = -fold.step, 0.0
-        sums = np.empty((1 + lower, g), np.float64)
-        shape = (1, g, 1)
-        v, lowered = sums[0].reshape(shape), sums[1].reshape(shape) if lower else None
-        fill = None if floats is None else floats.reshape(shape)
-        stage = fold.bind(v, out.reshape(shape), mask, fill, lowered)
-        products = np.empty_like(cols)
-        if not lower:  # one summing row: a matrix-vector product
-            ones, sums = ones[0], sums[0]
+        cols = np.empty((k + 1, g), np.float64)
+        cols[k] = 1.0
+        weights = np.ascontiguousarray(fold.weights.T)
+        products, ones = np.empty_like(cols), np.ones(k + 1, np.float64)
         shift = shift_into(rows.T, cols[:k], fold.zero_point)
         copyto, multiply, dot = raw.copyto, np.multiply, raw.dot
 
@@ -494,7 +479,7 @@ class QConv2D(QuantizedKernel):
                 copyto(interior, x)
             shift()
             multiply(weights, cols, products)
-            dot(ones, products, sums)
+            dot(ones, products, out=v)
             stage()
 
         return compute

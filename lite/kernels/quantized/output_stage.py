@@ -237,9 +237,7 @@ class OutputStage:
             raw = [o - zero_point * s * m for o, s, m in zip(shifted, sums, mult, strict=True)]
             raw_big = max((raw_max * a * m for a, m in zip(sums_abs, mult, strict=True)), default=0)
             if raw_big + max(abs(v) for v in raw) < _FLOAT_EXACT:
-                shifted, zero_point, big = raw, 0, raw_big
-        # Whether v - step (the lowered tie, one more 2^31 units) is exact in the GEMM too.
-        lowered_exact = big + max(abs(v) for v in shifted) + (1 << 31) < _FLOAT_EXACT
+                shifted, zero_point = raw, 0
         unit = np.ldexp(1.0, -np.array(units, np.int64))
         coef = np.array(mult, np.float64) * unit  # exact: 31-bit multipliers
         weights = np.empty((w2.shape[0], w2.shape[1] + 1), np.float64)
@@ -248,7 +246,7 @@ class OutputStage:
         mark = np.array(marks, np.float64) * unit
         step = _float_steps(self._ints[1]) if self.correct else None
         top = np.nextafter(float(self.hi - self.lo + 1), 0.0)
-        return Folded(weights, mark, step, top, self.lo, zero_point, lowered_exact=lowered_exact)
+        return Folded(weights, mark, step, top, self.lo, zero_point)
 
 
 class Folded:
@@ -261,8 +259,7 @@ class Folded:
     v = acc * coef + offset. Every product and partial sum is a multiple of 2^-(31+e)
     below 2^53 of those units (checked), hence exact in any summation order. The
     negative-tie correction compares v with the threshold mapped the same way (v grows
-    with acc), so acc itself is never formed. Where `lowered_exact`, the GEMM may also
-    yield the lowered values v - step (an offset lowered by step), exact as well.
+    with acc), so acc itself is never formed.
     """
 
     def __init__(
@@ -273,12 +270,10 @@ class Folded:
         top: float,
         lo: int,
         zero_point: int = 0,
-        *,
-        lowered_exact: bool = False,
     ) -> None:
         self.weights, self.mark, self.step, self.top = weights, mark, step, top
         self.lo, self.back = lo, np.uint8(lo % 256)  # the clamp's low end; as a byte
-        self.zero_point, self.lowered_exact = zero_point, lowered_exact
+        self.zero_point = zero_point
 
     def mask_shape(self, shape: tuple[int, ...]) -> tuple[int, ...]:
         """The bool scratch `bind` needs for accumulators of `shape` (empty when no
@@ -286,27 +281,21 @@ class Folded:
         return shape if self.step is not None else (0,)
 
     def bind(
-        self,
-        v: np.ndarray,
-        out: np.ndarray,
-        mask: np.ndarray,
-        floats: np.ndarray | None = None,
-        lowered: np.ndarray | None = None,
+        self, v: np.ndarray, out: np.ndarray, mask: np.ndarray, floats: np.ndarray | None = None
     ) -> Compute:
         """The step writing `out` (N, O, P) from the GEMM's result v (N, O, P), in place;
         `mask` is a bool scratch array of `mask_shape(v.shape)`. With `floats` (float64,
         v's shape) it writes there instead the outputs minus `lo`, as exact integers in
-        float64 (for a folded layer that reads them: QConv2D.float_input). `lowered`: v -
-        step, when the GEMM computes it too (lowered_exact), else it is computed here."""
+        float64 (for a folded layer that reads them: QConv2D.float_input)."""
         if floats is not None:
-            return self._bind_floats(v, floats, mask, lowered)
+            return self._bind_floats(v, floats, mask)
         if v.size == 1:
             return self._bind_one(v, out)
         narrow = out.view(np.uint8)
         # 0-d operands: a Python or NumPy scalar costs a conversion on every call.
         zero, top, back = scalar(F64, 0.0), scalar(F64, self.top), scalar(U8, int(self.back))
         clip, copyto, add = _clip, raw.copyto, np.add
-        correct = self._lowering(v, mask, lowered)
+        correct = self._lowering(v, mask)
 
         # Outputs passed by position: NumPy parses an `out=` keyword on every call.
         def compute() -> None:
@@ -319,14 +308,12 @@ class Folded:
 
         return compute
 
-    def _bind_floats(
-        self, v: np.ndarray, floats: np.ndarray, mask: np.ndarray, lowered: np.ndarray | None
-    ) -> Compute:
+    def _bind_floats(self, v: np.ndarray, floats: np.ndarray, mask: np.ndarray) -> Compute:
         """`bind` into float64 outputs minus `lo`: the clamp to [0, top], then the floor
         (what the truncating cast to bytes computes, without the byte offset)."""
         zero, top = scalar(F64, 0.0), scalar(F64, self.top)
         clip, floor = _clip, np.floor
-        correct = self._lowering(v, mask, lowered)
+        correct = self._lowering(v, mask)
 
         def compute() -> None:
             if correct is not None:
@@ -336,25 +323,14 @@ class Folded:
 
         return compute
 
-    def _lowering(
-        self, v: np.ndarray, mask: np.ndarray, lowered: np.ndarray | None
-    ) -> Compute | None:
-        """The step lowering v's negative ties (v < mark: v - step) in place, from the
-        `lowered` values given or computed; None when no negative tie can reach the
-        output."""
+    def _lowering(self, v: np.ndarray, mask: np.ndarray) -> Compute | None:
+        """The step lowering v's negative ties (v < mark: v - step) in place; None when
+        no negative tie can reach the output."""
         if self.step is None:
             return None
         shape = (1, -1, 1)
-        mark, mask, less = self.mark.reshape(shape), mask.reshape(v.shape), np.less
-        if lowered is not None:
-            putmask, given = raw.putmask, lowered.reshape(v.shape)
-
-            def put() -> None:
-                less(v, mark, mask)
-                putmask(v, mask, given)
-
-            return put
-        lower = lowering(v, np.broadcast_to(self.step.reshape(shape), v.shape), mask)
+        mark, mask = self.mark.reshape(shape), mask.reshape(v.shape)
+        lower, less = lowering(v, np.broadcast_to(self.step.reshape(shape), v.shape), mask), np.less
 
         def correct() -> None:
             less(v, mark, mask)

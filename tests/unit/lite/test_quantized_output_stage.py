@@ -88,10 +88,9 @@ def test_folded_stage_equals_the_two_step_reference(seed, real, zo, clamp):
     st.sampled_from([(-128, 127), (-3, 60)]),
     st.sampled_from([(1, 1), (5, 4)]),
     st.booleans(),
-    st.booleans(),
 )
 def test_folded_one_output_and_float_outputs_equal_the_reference(
-    seed, real, zo, clamp, shape, as_floats, given_lowered
+    seed, real, zo, clamp, shape, as_floats
 ):
     # A single output (Python floats) and float64 outputs minus lo (a folded consumer's
     # columns) give the two-step reference's bytes; column 0 (acc = bias, -3..2) holds
@@ -110,13 +109,7 @@ def test_folded_one_output_and_float_outputs_equal_the_reference(
     v = (fold.weights @ np.vstack([cols, np.ones((1, p))])).reshape(1, channels, p)
     out = np.empty((1, channels, p), np.int8)
     floats = np.empty(v.shape) if as_floats else None
-    lowered = None
-    if given_lowered and fold.step is not None and fold.lowered_exact:
-        # v - step as a GEMM computes it: the offset column lowered by the step.
-        low = fold.weights.copy()
-        low[:, -1] -= fold.step
-        lowered = (low @ np.vstack([cols, np.ones((1, p))])).reshape(v.shape)
-    fold.bind(v, out, np.empty(fold.mask_shape(v.shape), bool), floats, lowered)()
+    fold.bind(v, out, np.empty(fold.mask_shape(v.shape), bool), floats)()
     got = floats + lo if floats is not None else out
     acc = w.astype(np.int64) @ cols + bias[:, None]
     np.testing.assert_array_equal(got[0], requantize(acc, reals, zo, lo, hi, channel_axis=0))
