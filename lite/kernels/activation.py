@@ -25,12 +25,21 @@ def then_activation(
     itself when there is none, so the run-time step never tests for it."""
     if act is None:
         return step
+    activate = bound_activation(act, out)
 
     def activated() -> None:
         step()
-        act(out)
+        activate()
 
     return activated
+
+
+def bound_activation(act: InPlace, out: np.ndarray) -> Callable[[], None]:
+    """The step applying the fused activation `act` to `out` in place; a RELU's route is
+    chosen here, once (relu_step), not on every call."""
+    if act is _relu:
+        return relu_step(out, out)
+    return lambda: act(out)
 
 
 # The clip ufunc itself: np.clip is a Python wrapper around it whose overhead is as much

@@ -8,7 +8,11 @@ import numpy as np
 
 from sporenet.lite import pages
 from sporenet.lite.kernels import int8_weights, raw
-from sporenet.lite.kernels.activation import fused_activation, then_activation
+from sporenet.lite.kernels.activation import (
+    bound_activation,
+    fused_activation,
+    then_activation,
+)
 from sporenet.lite.kernels.base import Attrs, Compute, Kernel, TensorSpec, required
 from sporenet.lite.kernels.conv_common import ROW_PRODUCT_ROWS, matmul_for, row_products
 from sporenet.lite.kernels.quantized.base import is_quantized
@@ -83,14 +87,15 @@ class FullyConnected(Kernel):
         # A single output: the product into a temporary and the bias added out of place
         # (NumPy runs an in-place ufunc on one element through a buffer).
         product = np.empty_like(out2) if out2.size == 1 else out2
+        activate = None if act is None else bound_activation(act, out2)
 
         # One closure for the product, the bias and the activation: on an MLP's small layers
         # each further call level is a visible share of the step.
         def compute() -> None:
             matmul(x2, wt, out=product)
             add(product, bias, out2)
-            if act is not None:
-                act(out2)
+            if activate is not None:
+                activate()
 
         return compute
 
