@@ -334,14 +334,7 @@ class Interpreter:
 
     def execute(self, planned: ExecutionPlan) -> None:
         """Run a plan of this interpreter's with the BLAS pool bounded to num_threads."""
-        n = self.num_threads
-        if n is None or BLAS.get() == n:
-            # The pool already has that size: no context manager around a tiny model's
-            # few microseconds of work.
-            planned.run()
-            return
-        with BLAS.limit(n):
-            planned.run()
+        BLAS.call(self.num_threads, planned.run)
 
     def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Set inputs by signature name, invoke, and return outputs by name (copies).

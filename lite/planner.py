@@ -35,7 +35,7 @@ from sporenet.lite.layout_choice import channels_last_tensors, tensor_readers
 from sporenet.lite.lookup_chains import compose_lookups
 from sporenet.lite.ops import OpCode
 from sporenet.lite.opset.decl import derived_set
-from sporenet.lite.stream_windows import StepOrder, plan_windows
+from sporenet.lite.stream_windows import StepOrder, frames_in_windows, plan_windows
 from sporenet.lite.variables import WRITTEN_INPUTS
 
 Compute = Callable[[], None]
@@ -841,8 +841,7 @@ def _bind(
 
     arrays = {i: spec.value for i, spec in specs.items() if spec.value is not None}
     arrays.update(variables)
-    for i in graph.inputs:
-        arrays[i] = np.empty(specs[i].shape, specs[i].dtype)
+    arrays.update((i, np.empty(specs[i].shape, specs[i].dtype)) for i in graph.inputs)
     arena = _Arena(_reserve(specs))
     workspace = Workspace(arena.take, late=True)  # the steps' temporaries, from the arena
     live_kernels: list[Kernel] = []
@@ -854,6 +853,7 @@ def _bind(
     hosts, shifts, deferred = plan_windows(
         model, graph_index, kernels, specs, variables, last_use, channels_last | outputs
     )
+    arrays.update(frames_in_windows(nodes, kernels, hosts, graph.inputs, specs))
     storage = _Storage(arena, keep_own, channels_last, hosts)
     in_place = _InPlace(nodes, kernels, specs, last_use, keep_own | set(hosts), channels_last)
     computed = _ComputedWeights(model, nodes, kernels, arrays, specs, keep)

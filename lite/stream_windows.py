@@ -4,8 +4,9 @@ A streaming model (a keyword spotter fed frame by frame) keeps a variable that i
 only into the head of a CONCAT with the new frame and written back by an ASSIGN of that
 CONCAT's tail. Stored as the head of the CONCAT's own buffer, the concat copies nothing
 for it and the ASSIGN becomes one move inside the buffer, run after the buffer's last
-reader. This module finds such windows (stream_windows), and places them in a plan
-(plan_windows, shift_views, StepOrder); lite/variables.py gives them their buffers.
+reader; a graph input joined to it (the frame) is stored in that buffer too. This
+module finds such windows (stream_windows), and places them in a plan (plan_windows,
+frames_in_windows, shift_views, StepOrder); lite/variables.py gives them their buffers.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import numpy as np
 
 from sporenet.lite.graph import Graph, Model, Node
 from sporenet.lite.kernels.base import Kernel, TensorSpec
+from sporenet.lite.kernels.reshape import ViewKernel
 from sporenet.lite.ops import OpCode
 
 Compute = Callable[[], None]
@@ -170,6 +172,41 @@ def plan_windows(
         if end > window.assign:
             deferred[window.assign] = end
     return hosts, shifts, deferred
+
+
+def frames_in_windows(
+    nodes: list[Node],
+    kernels: list[Kernel | None],
+    hosts: dict[int, np.ndarray],
+    inputs: Collection[int],
+    specs: dict[int, TensorSpec],
+) -> dict[int, np.ndarray]:
+    """Graph inputs that a streaming state's CONCAT joins to it (a keyword spotter's new
+    frame, directly or through reshaping views), stored as their region of that
+    concatenation's buffer (plan_windows' hosts): setting the input writes the frame
+    where the concat would copy it, and the concat has nothing left to do. The ASSIGN's
+    shift writes only the head, never a frame's region. {input: its region}; an input
+    the concat requantizes keeps its own array."""
+    source: dict[int, int] = {}  # a view's tensor: the tensor it reshapes
+    for node, kernel in zip(nodes, kernels, strict=True):
+        if isinstance(kernel, ViewKernel):
+            source[node.outputs[0]] = node.inputs[0]
+    frames: dict[int, np.ndarray] = {}
+    for node, kernel in zip(nodes, kernels, strict=True):
+        if kernel is None or node.op != OpCode.CONCAT or node.outputs[0] not in hosts:
+            continue
+        host = hosts[node.outputs[0]]
+        for k, i in enumerate(node.inputs):
+            root = i
+            while root in source:
+                root = source[root]
+            region = kernel.output_region(k) if k and root in inputs else None
+            if region is None or root in frames or specs[root].dtype != host.dtype:
+                continue
+            view = host[region]
+            if view.size == specs[root].size and view.flags.c_contiguous:
+                frames[root] = view.reshape(specs[root].shape)
+    return frames
 
 
 class StepOrder:

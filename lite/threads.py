@@ -85,6 +85,26 @@ class BlasThreads:
         if self._api:
             self._api[0](int(n))
 
+    def call(self, n: int | None, step: Callable[[], None]) -> None:
+        """Run `step` with BLAS at `n` threads (None: as it is), restoring the count after.
+
+        `limit` as a plain call for a plan's run: a tiny model's invoke lasts a few
+        microseconds, of which a context manager's generator would be a large share, and
+        when the pool already has `n` threads nothing is set at all."""
+        api = self._api
+        if api is None or n is None:
+            step()
+            return
+        previous = api[1]()
+        if previous == n:
+            step()
+            return
+        api[0](n)
+        try:
+            step()
+        finally:
+            api[0](previous)
+
     @contextmanager
     def limit(self, n: int | None) -> Iterator[None]:
         """Within the block BLAS runs `n` threads (None: `default_threads()`); the previous

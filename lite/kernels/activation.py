@@ -27,13 +27,23 @@ def then_activation(
     itself when there is none, so the run-time step never tests for it."""
     if act is None:
         return step
-    bound = scratched(act, out, last=True)
+    activate = bound_activation(act, out, last=True)
 
     def activated() -> None:
         step()
-        bound(out)
+        activate()
 
     return activated
+
+
+def bound_activation(act: InPlace, out: np.ndarray, *, last: bool = False) -> Callable[[], None]:
+    """The step applying the fused activation `act` to `out` in place; a RELU's route is
+    chosen here, once (relu_step), not on every call, and an activation needing scratch
+    takes it from the arena (scratched; `last` as there)."""
+    if act is _relu:
+        return relu_step(out, out)
+    bound = scratched(act, out, last=last)
+    return lambda: bound(out)
 
 
 # The clip ufunc itself: np.clip is a Python wrapper around it whose overhead is as much
@@ -76,6 +86,20 @@ def relu_into(x: np.ndarray, out: np.ndarray) -> None:
             _clip(x, 0, np.inf, out=out)
     else:
         np.maximum(x, _scalar(x.dtype, 0) if x.dtype.kind == "f" else 0, out=out)
+
+
+def relu_step(x: np.ndarray, out: np.ndarray) -> Callable[[], None]:
+    """The step out = max(x, 0): relu_into with its route chosen once, when bound (on a
+    wake-word head's short rows the checks and the extra call level cost as much as the
+    maximum itself)."""
+    if x.size > _SMALL or x.dtype.kind != "f":
+        return lambda: relu_into(x, out)
+    zero, maximum = _scalar(x.dtype, 0.0), np.maximum
+
+    def relu() -> None:
+        maximum(x, zero, out=out)
+
+    return relu
 
 
 def _relu(x: np.ndarray) -> None:

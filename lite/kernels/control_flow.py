@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from sporenet.lite.errors import ShapeError
+from sporenet.lite.kernels import raw
 from sporenet.lite.kernels.base import REQUIRED, Attrs, Compute, Kernel, TensorSpec, required
 from sporenet.lite.ops import OpCode
 from sporenet.lite.opset.decl import derived_map
@@ -113,16 +114,19 @@ class If(Kernel):
         cond, feeds = required(inputs, 0), [x for x in inputs[1:] if x is not None]
         broken = self.broken
 
+        copyto = raw.copyto  # plan arrays only: no __array_function__ dispatch
+
         def through(plan: Any) -> Compute:
-            dst = [plan.arrays[i] for i in plan.inputs]
-            src = [plan.arrays[o] for o in plan.outputs]
+            ins = list(zip([plan.arrays[i] for i in plan.inputs], feeds, strict=True))
+            outs = list(zip(outputs, [plan.arrays[o] for o in plan.outputs], strict=False))
+            run = plan.run
 
             def run_branch() -> None:
-                for d, s in zip(dst, feeds, strict=True):
-                    np.copyto(d, s)
-                plan.run()
-                for out, s in zip(outputs, src, strict=False):
-                    np.copyto(out, s)
+                for d, s in ins:
+                    copyto(d, s)
+                run()
+                for d, s in outs:
+                    copyto(d, s)
 
             return run_branch
 

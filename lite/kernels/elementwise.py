@@ -72,12 +72,27 @@ class BinaryKernel(Kernel):
 def _plain(f: np.ufunc, a: np.ndarray, b: np.ndarray, out: np.ndarray) -> Compute:
     """out = f(a, b); a one-element operand broadcast against the other's shape is passed
     as a 0-d view of itself (the same live value), which takes NumPy's scalar loop
-    without broadcasting's per-call setup: about half the call on a layer norm's row."""
+    without broadcasting's per-call setup: about half the call on a layer norm's row.
+    An operand of the output's size that broadcasts only over ones (a bias (C,) added
+    to a (1, C) row) is passed as a view of the output's shape, for the same reason."""
     if b.size == 1 and a.shape == out.shape:
         b = b.reshape(())
     elif a.size == 1 and b.shape == out.shape:
         a = a.reshape(())
+    else:
+        a, b = same_shape(a, out), same_shape(b, out)
     return lambda: f(a, b, out=out)
+
+
+def same_shape(x: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """`x` viewed with `out`'s shape when the two differ only by axes of length one (the
+    same elements in the same order, as when x broadcasts to out at its size) and the
+    reshape is a view (the operand's live value); else `x` itself."""
+    if x.shape == out.shape or not x.flags.c_contiguous:
+        return x
+    if [d for d in x.shape if d != 1] != [d for d in out.shape if d != 1]:
+        return x
+    return x.reshape(out.shape)
 
 
 def _in_input_layout(f: np.ufunc, a: np.ndarray, b: np.ndarray, out: np.ndarray) -> Compute | None:

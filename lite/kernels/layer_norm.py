@@ -16,6 +16,7 @@ import numpy as np
 from sporenet.lite.kernels import raw
 from sporenet.lite.kernels.axes import normalize_axis
 from sporenet.lite.kernels.base import Attrs, Compute, Kernel, TensorSpec
+from sporenet.lite.kernels.elementwise import same_shape
 from sporenet.lite.kernels.workspace import temporary
 from sporenet.lite.ops import OpCode
 
@@ -119,15 +120,32 @@ def _one_row(
     the row's arithmetic. The mean is np.mean's float32 sum and division, as above."""
     n = out.size
     flat_x, flat_out = x.reshape(-1), out.reshape(-1)
+    # The row's parameters as views of its shape: a 1-D scale against a (1, C) row is a
+    # broadcast NumPy sets up on every call.
+    scale = same_shape(scale, out)
+    bias = None if bias is None else same_shape(bias, out)
     m0, v0 = mean.reshape(()), inv_std.reshape(())
     count = np.array(out.dtype.type(n))
     total: Any = np.add.reduce  # positional outputs, which NumPy's stubs do not list
     divide, subtract, multiply, add = np.true_divide, np.subtract, np.multiply, np.add
     dot = raw.dot
 
+    if out.dtype in _IEEE_SCALARS:
+        # The division as a NumPy scalar's: the same correctly rounded quotient without
+        # a ufunc call, written once into the 0-d mean the subtraction reads.
+        count_scalar, fill_mean = out.dtype.type(n), m0.fill
+
+        def average() -> None:
+            fill_mean(total(flat_x, 0) / count_scalar)
+
+    else:
+
+        def average() -> None:
+            total(flat_x, 0, None, m0)
+            divide(m0, count, m0)
+
     def compute() -> None:
-        total(flat_x, 0, None, m0)
-        divide(m0, count, m0)
+        average()
         subtract(flat_x, m0, flat_out)
         v0.fill(_inv_sqrt(float(dot(flat_out, flat_out)) / n + eps))
         multiply(flat_out, v0, flat_out)
@@ -136,3 +154,7 @@ def _one_row(
             add(out, bias, out)
 
     return compute
+
+
+_IEEE_SCALARS = (np.dtype(np.float32), np.dtype(np.float64))
+"""Dtypes whose NumPy scalar division is the IEEE quotient the divide ufunc gives."""

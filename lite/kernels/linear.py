@@ -8,7 +8,11 @@ import numpy as np
 
 from sporenet.lite import pages
 from sporenet.lite.kernels import int8_weights, raw
-from sporenet.lite.kernels.activation import fused_activation, then_activation, with_scratch
+from sporenet.lite.kernels.activation import (
+    bound_activation,
+    fused_activation,
+    then_activation,
+)
 from sporenet.lite.kernels.base import Attrs, Compute, Kernel, TensorSpec, required
 from sporenet.lite.kernels.conv_common import ROW_PRODUCT_ROWS, matmul_for, row_products
 from sporenet.lite.kernels.quantized.base import is_quantized
@@ -76,17 +80,22 @@ class FullyConnected(Kernel):
         if self.transposed:
             return self._then(_transposed_product(x2, w, out2, *self.scratch_arrays()), out2, bias)
         matmul, add = matmul_for(x2, wt, out2), np.add
-        act = with_scratch(self.activation, out2, last=True)
+        act = self.activation
         if bias is None:
             return then_activation(lambda: matmul(x2, wt, out=out2), out2, act)
+        bias = row_bias(bias, out2)
+        # A single output: the product into a temporary and the bias added out of place
+        # (NumPy runs an in-place ufunc on one element through a buffer).
+        product = np.empty_like(out2) if out2.size == 1 else out2
+        activate = None if act is None else bound_activation(act, out2, last=True)
 
         # One closure for the product, the bias and the activation: on an MLP's small layers
         # each further call level is a visible share of the step.
         def compute() -> None:
-            matmul(x2, wt, out=out2)
-            add(out2, bias, out=out2)
-            if act is not None:
-                act(out2)
+            matmul(x2, wt, out=product)
+            add(product, bias, out2)
+            if activate is not None:
+                activate()
 
         return compute
 
@@ -94,13 +103,20 @@ class FullyConnected(Kernel):
         """`product` (which writes x @ W.T into out2) followed by the bias and activation."""
         if bias is None:
             return then_activation(product, out2, self.activation)
-        add = np.add
+        add, bias = np.add, row_bias(bias, out2)
 
         def with_bias() -> None:
             product()
             add(out2, bias, out=out2)
 
         return then_activation(with_bias, out2, self.activation)
+
+
+def row_bias(bias: np.ndarray, out2: np.ndarray) -> np.ndarray:
+    """The bias as the ufunc adding it to `out2` (rows, out) reads it fastest: for one
+    row, shaped (1, out) like the row, since NumPy sets up a broadcast of a 1-D operand
+    against a 2-D one on every call, which costs as much as the addition itself."""
+    return bias.reshape(1, -1) if out2.shape[0] == 1 else bias
 
 
 def _few_rows(rows: int, out_features: int, in_features: int) -> bool:

@@ -1,8 +1,8 @@
 """NumPy functions called without the array-function protocol's dispatch.
 
-`np.copyto`, `np.dot` and `np.concatenate` first run a Python dispatcher that looks for
-`__array_function__` overrides among their arguments (NEP 18): about 0.1 to 0.3 us of
-every call, as much as a small layer's copy itself. A plan's steps pass only the plain
+`np.copyto`, `np.dot`, `np.concatenate` and `np.putmask` first run a Python dispatcher
+that looks for `__array_function__` overrides among their arguments (NEP 18): on every
+call a cost as large as a small layer's copy itself. A plan's steps pass only the plain
 ndarrays the planner made, which override nothing, so they call the C implementations
 directly (the functions themselves where NumPy has no separate implementation).
 """
@@ -22,3 +22,4 @@ def _implementation(function: Callable[..., Any]) -> Callable[..., Any]:
 copyto: Callable[..., None] = _implementation(np.copyto)
 dot: Callable[..., Any] = _implementation(np.dot)
 concatenate: Callable[..., Any] = _implementation(np.concatenate)
+putmask: Callable[..., None] = _implementation(np.putmask)

@@ -19,6 +19,7 @@ from sporenet.lite.kernels.activation import (
     clip_ufunc,
     exp_into,
     relu_into,
+    relu_step,
     scalar,
     sigmoid_into,
     silu_into,
@@ -115,6 +116,9 @@ class Relu(UnaryKernel):
 
     def compute(self, x: np.ndarray, out: np.ndarray, *scratch: np.ndarray) -> None:
         relu_into(x, out)
+
+    def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
+        return relu_step(required(inputs, 0), outputs[0])
 
 
 class Relu6(UnaryKernel):

@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from sporenet.lite.kernels.base import Attrs, Compute, TensorSpec, required
-from sporenet.lite.kernels.quantized.base import QuantizedKernel, dtype_range
+from sporenet.lite.kernels.quantized.base import QuantizedKernel, byte_lookup, dtype_range
 from sporenet.lite.kernels.quantized.fixed_point import (
     Requantizer,
     activation_range,
@@ -65,10 +65,7 @@ class _QClamp(QuantizedKernel):
         x, out = required(inputs, 0), outputs[0]
         lo, hi = self.lo, self.hi
         if self.table is not None:
-            index, table = x.view(np.uint8), self.table
-            # Every value of the index dtype is in the table: mode="clip" skips the
-            # default mode's bounds check, which copies through a buffer on every call.
-            return lambda: table.take(index, out=out, mode="clip")
+            return byte_lookup(self.table, x, out)
         if self.requant is None:
             return lambda: np.clip(x, lo, hi, out=out)
         (acc,) = self.scratch_arrays()
@@ -173,8 +170,7 @@ class _QLookup(QuantizedKernel):
         self.table = make(type(self).function, x.dtype, sx, zx, so, zo)
 
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
-        index, out, table = required(inputs, 0).view(np.uint8), outputs[0], self.table
-        return lambda: table.take(index, out=out, mode="clip")
+        return byte_lookup(self.table, required(inputs, 0), outputs[0])
 
 
 class QLogistic(_QLookup):

@@ -14,7 +14,7 @@ from typing import ClassVar
 import numpy as np
 
 from sporenet.lite.graph import Quantization
-from sporenet.lite.kernels.base import Kernel, TensorSpec
+from sporenet.lite.kernels.base import Compute, Kernel, TensorSpec
 from sporenet.lite.kernels.quantized.fixed_point import INT_RANGES, activation_range
 from sporenet.lite.kernels.quantized.rounding import ROUNDING_MODES
 from sporenet.lite.opset.decl import CLAMPS
@@ -128,3 +128,22 @@ class QuantizedKernel(Kernel):
 
 def dtype_range(dtype: np.dtype) -> tuple[int, int]:
     return INT_RANGES[np.dtype(dtype)]
+
+
+def byte_lookup(table: np.ndarray, x: np.ndarray, out: np.ndarray) -> Compute:
+    """The step writing out = table[x's bytes] for a 256-entry table of an 8-bit input.
+
+    One value (a classifier's score) is looked up in a Python list, indexed by the
+    value itself: a negative int8 index counts from the end as its byte does (-1 is
+    byte 255). Several: one take, whose mode="clip" skips the default mode's bounds
+    check (every byte is in the table), which copies through a buffer on every call."""
+    if x.size == 1 and out.size == 1:
+        entries = table.tolist()
+        read, store = x.reshape(-1).item, out.reshape(-1).__setitem__
+        return lambda: store(0, entries[read(0)])
+    index, take = x.view(np.uint8), table.take
+
+    def lookup() -> None:
+        take(index, out=out, mode="clip")
+
+    return lookup

@@ -20,7 +20,12 @@ import numpy as np
 
 from sporenet.lite.graph import Quantization
 from sporenet.lite.kernels.base import Attrs, Compute, TensorSpec, required
-from sporenet.lite.kernels.quantized.base import QUANTIZED_DTYPES, QuantizedKernel, dtype_range
+from sporenet.lite.kernels.quantized.base import (
+    QUANTIZED_DTYPES,
+    QuantizedKernel,
+    byte_lookup,
+    dtype_range,
+)
 from sporenet.lite.kernels.quantized.fixed_point import Requantizer
 from sporenet.lite.ops import OpCode
 
@@ -207,14 +212,7 @@ class Requantize(QuantizedKernel):
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
         x, out, table = required(inputs, 0), outputs[0], self.table
         if table is not None:
-            index, take = x.view(np.uint8), table.take
-
-            def lookup() -> None:
-                # Every value of the index dtype is in the table: mode="clip" skips the
-                # default mode's bounds check, which copies through a buffer on every call.
-                take(index, out=out, mode="clip")
-
-            return lookup
+            return byte_lookup(table, x, out)
         (acc,) = self.scratch_arrays()
         zp, requant, subtract = self.in_zp, self.requant, np.subtract
 

@@ -17,7 +17,7 @@ import numpy as np
 
 from sporenet.lite.kernels.base import Attrs, Compute, TensorSpec, required
 from sporenet.lite.kernels.quantized.activation import _params
-from sporenet.lite.kernels.quantized.base import QuantizedKernel, dtype_range
+from sporenet.lite.kernels.quantized.base import QuantizedKernel, byte_lookup, dtype_range
 from sporenet.lite.kernels.quantized.fixed_point import round_half_away
 from sporenet.lite.ops import OpCode
 
@@ -48,10 +48,7 @@ class _QTable(QuantizedKernel):
         self.table = _table(self.function(), x.dtype, sx, zx, so, zo)
 
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
-        index, out, table = required(inputs, 0).view(np.uint8), outputs[0], self.table
-        # Every value of the index dtype is in the table: mode="clip" skips the
-        # default mode's bounds check, which copies through a buffer on every call.
-        return lambda: table.take(index, out=out, mode="clip")
+        return byte_lookup(self.table, required(inputs, 0), outputs[0])
 
 
 class QAbs(_QTable):
@@ -74,8 +71,7 @@ class QNeg(QuantizedKernel):
         self.table = (-q).astype(np.uint8 if x.dtype == np.uint8 else np.int8).view(x.dtype)
 
     def bind(self, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> Compute:
-        index, out, table = required(inputs, 0).view(np.uint8), outputs[0], self.table
-        return lambda: table.take(index, out=out, mode="clip")
+        return byte_lookup(self.table, required(inputs, 0), outputs[0])
 
 
 class QExp(_QTable):

@@ -29,12 +29,18 @@ def _handle(b: TfliteBuilder, name: str) -> int:
 
 
 def streaming_model(
-    *, dtype=np.float32, quant=None, init: np.ndarray | None = None, read_by_add: bool = False
+    *,
+    dtype=np.float32,
+    quant=None,
+    init: np.ndarray | None = None,
+    read_by_add: bool = False,
+    reshaped: bool = False,
 ) -> bytes:
     """state = last WINDOW frames; y = concat(state, frame) . w; the init subgraph sets the
     state to `init` (zeros by default), the way converters write Keras streaming layers.
     `read_by_add`: the output is joined + joined, so the concatenation is internal (the
-    plan then stores the state inside it: stream_windows.Window)."""
+    plan then stores the state inside it: stream_windows.Window). `reshaped`: the input
+    is the frame's 4 features, reshaped to the frame before the concatenation."""
     b = TfliteBuilder()
     init_graph, index = b.subgraph()
     value = np.zeros((1, WINDOW, 4)) if init is None else init
@@ -44,7 +50,11 @@ def streaming_model(
         [h0, init_graph.tensor("init", value.shape, dtype, data=value, quant=quant)],
         [],
     )
-    x = b.input("frame", FRAME, dtype, quant=quant)
+    x = b.input("frame", FRAME[1:] if reshaped else FRAME, dtype, quant=quant)
+    if reshaped:
+        x3 = b.tensor("frame3", list(FRAME), dtype, quant=quant)
+        b.op("RESHAPE", [x, b.const("frame_shape", list(FRAME), np.int32)], [x3])
+        x = x3
     b.op("CALL_ONCE", [], [], "CallOnceOptions", InitSubgraphIndex=index)
     h = _handle(b, "state")
     state = b.tensor("state", [1, WINDOW, 4], dtype, quant=quant)
@@ -100,26 +110,35 @@ def test_float_state_persists_between_invokes_as_in_litert(optimize):
         np.testing.assert_array_equal(ours.run({"frame": frame})["joined"], _step(ref, frame))
 
 
+@pytest.mark.parametrize("reshaped", [False, True])
 @pytest.mark.parametrize("dtype", [np.float32, np.int8])
-def test_state_stored_in_its_concatenation_streams_and_resets_as_in_litert(dtype):
+def test_state_stored_in_its_concatenation_streams_and_resets_as_in_litert(dtype, reshaped):
     from sporenet.lite.variables import stream_windows
 
     quant = ([0.05], [3], 0) if dtype == np.int8 else None
     init = np.arange(WINDOW * 4).reshape(1, WINDOW, 4).astype(dtype)
-    data = streaming_model(dtype=dtype, quant=quant, init=init, read_by_add=True)
+    data = streaming_model(dtype=dtype, quant=quant, init=init, read_by_add=True, reshaped=reshaped)
     ours, ref = Interpreter(model_content=convert_tflite(data)), _reference(data)
     graph = ours.model.signature("infer").graph
     (window,) = stream_windows(ours.model, graph)
-    # The state is the head of the concatenation's buffer (the concat copies the frame).
-    assert (
-        ours._plan.arrays[window.joined].ctypes.data == ours.variables[window.variable].ctypes.data
-    )
-    for frame in _frames(6, dtype):
+    # The state is the head of the concatenation's buffer and the frame input its tail:
+    # the concatenation has no step left.
+    joined, frame_index = ours._plan.arrays[window.joined], ours.get_input_details()[0]["index"]
+    assert joined.ctypes.data == ours.variables[window.variable].ctypes.data
+    assert ours._plan.arrays[frame_index].ctypes.data == joined[:, WINDOW:].ctypes.data
+    assert OpCode.CONCAT not in [k.op for k in ours._plan.step_kernels]
+    frames = _frames(6, dtype)
+    for frame in frames:
+        frame = frame.reshape(FRAME[1:]) if reshaped else frame
         np.testing.assert_array_equal(ours.run({"frame": frame})["y"], _step(ref, frame))
     ours.reset_all_variables()
     fresh = _reference(data)
-    for frame in _frames(3, dtype):
-        np.testing.assert_array_equal(ours.run({"frame": frame})["y"], _step(fresh, frame))
+    for frame in frames[:3]:  # the set_tensor path
+        frame = frame.reshape(FRAME[1:]) if reshaped else frame
+        ours.set_tensor(frame_index, frame)
+        ours.invoke()
+        y = ours.get_tensor(ours.get_output_details()[0]["index"])
+        np.testing.assert_array_equal(y, _step(fresh, frame))
 
 
 def test_int8_state_is_copied_as_stored():

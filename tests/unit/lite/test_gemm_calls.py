@@ -70,3 +70,19 @@ def test_fully_connected_with_few_rows_matches_float64(rows, transposed):
     kernel.bind([x, w, bias], [out])()
     want = np.maximum(x.astype(np.float64) @ w.T.astype(np.float64) + bias, 0)
     np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("outputs", [1, 64])
+def test_fully_connected_one_row_adds_its_bias_as_the_float32_formula(outputs):
+    # One row: the bias is read shaped like the row, and a single output is written out
+    # of place; the values are the same product plus the bias, rounded once.
+    rng = np.random.default_rng(2)
+    x = rng.normal(size=(1, 64)).astype(np.float32)
+    w = rng.normal(size=(outputs, 64)).astype(np.float32)
+    bias = rng.normal(size=outputs).astype(np.float32)
+    specs = [TensorSpec(x.shape, x.dtype), TensorSpec(w.shape, w.dtype, w)]
+    specs.append(TensorSpec(bias.shape, bias.dtype, bias))
+    kernel = prepare_kernel(OpCode.FULLY_CONNECTED, {}, specs, 1)
+    out = np.full((1, outputs), np.nan, np.float32)
+    kernel.bind([x, w, bias], [out])()
+    np.testing.assert_array_equal(out, np.dot(x, w.T) + bias)

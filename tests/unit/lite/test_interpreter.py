@@ -239,6 +239,24 @@ def test_num_threads_is_accepted_and_restored(threads):
         assert BLAS.get() == before
 
 
+@pytest.mark.skipif(not BLAS.available, reason="no OpenBLAS whose threads can be set")
+@pytest.mark.parametrize("threads", [1, 2])
+def test_blas_call_bounds_the_step_and_restores_after_an_error(threads):
+    before = BLAS.get()
+    seen = []
+
+    def step():
+        seen.append(BLAS.get())
+        raise RuntimeError("the step failed")
+
+    with pytest.raises(RuntimeError, match="the step failed"):
+        BLAS.call(threads, step)
+    assert seen == [threads]
+    assert BLAS.get() == before
+    BLAS.call(None, lambda: seen.append(BLAS.get()))  # None: the pool as it is
+    assert seen[-1] == before
+
+
 @pytest.mark.parametrize("bad", [0, -1, 1.5, "2"])
 def test_num_threads_must_be_a_positive_int(bad):
     with pytest.raises(ValueError, match=f"num_threads must be a positive int, got {bad!r}"):

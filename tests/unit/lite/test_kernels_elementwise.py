@@ -136,3 +136,18 @@ def test_a_one_element_operand_is_read_live_at_every_call(one_first):
         step()
         want = value - x if one_first else x - value
         np.testing.assert_array_equal(out, want)
+
+
+def test_an_operand_broadcast_over_ones_is_read_live_as_the_outputs_shape():
+    # A bias (C,) added to a (1, C) row is passed as a (1, C) view: a view, so a value
+    # written after the step is bound is the one added; the same elements either way.
+    from sporenet.lite.kernels.elementwise import _plain, same_shape
+
+    a = np.arange(8, dtype=np.float32).reshape(1, 8)
+    b, out = np.ones(8, np.float32), np.empty((1, 8), np.float32)
+    assert same_shape(b, out).base is b
+    assert same_shape(np.ones((2, 4), np.float32), out).shape == (2, 4)  # other elements
+    step = _plain(np.add, a, b, out)
+    b[:] = np.linspace(-1, 1, 8, dtype=np.float32)
+    step()
+    np.testing.assert_array_equal(out, a + b)

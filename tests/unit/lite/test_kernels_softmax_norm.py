@@ -180,6 +180,9 @@ def test_layer_norm_over_one_row(shape, axis, dtype, with_bias):
     np.testing.assert_allclose(y, ry, rtol=tol, atol=tol)
     np.testing.assert_allclose(mean, rmean, rtol=tol, atol=tol)
     np.testing.assert_allclose(inv, rinv, rtol=tol)
+    # The mean is the dtype's own sum and division, as np.mean computes it.
+    sums = np.add.reduce(x.reshape(-1), keepdims=True)
+    np.testing.assert_array_equal(mean.reshape(-1), np.true_divide(sums, dtype(x.size)))
 
 
 def test_layer_norm_of_a_constant_row_without_epsilon_is_nan_as_the_formula():

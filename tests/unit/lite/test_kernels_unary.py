@@ -370,3 +370,22 @@ def test_multi_pass_kernels_in_blocks_match_the_whole_array(channels_last):
         kernel.bind([src], [out])()
         rows = [run_op(op, [row])[0] for row in x.reshape(-1, 100)]  # 100 values: one block
         np.testing.assert_array_equal(out, np.concatenate(rows).reshape(x.shape))
+
+
+@pytest.mark.parametrize(
+    ("size", "dtype"), [(16, np.float32), (4096, np.float32), (16, np.int32)], ids=str
+)
+def test_a_bound_fused_relu_equals_the_formula(size, dtype):
+    # The route is chosen when bound (small float: one maximum call); every route gives
+    # max(x, 0), NaN kept. The bound step reads the array's value at each call.
+    from sporenet.lite.kernels.activation import FUSED_ACTIVATIONS, bound_activation
+    from sporenet.lite.opset.decl import Activation
+
+    out = np.zeros(size, dtype)
+    step = bound_activation(FUSED_ACTIVATIONS[Activation.RELU], out)
+    x = (np.random.default_rng(3).normal(size=size) * 5).astype(dtype)
+    if dtype == np.float32:
+        x[0] = np.nan
+    out[:] = x
+    step()
+    np.testing.assert_array_equal(out, np.maximum(x, 0))

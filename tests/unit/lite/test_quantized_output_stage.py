@@ -1,13 +1,16 @@
 """The folded requantization (OutputStage) equals TFLite's two-step arithmetic (the int64
 reference) on both of its routes, for multipliers below and above 1, exact powers of two,
-negative ties, zero points and clamps."""
+negative ties, zero points and clamps; one-value stages and 8-bit lookups equal their
+array forms."""
 
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
+from sporenet.lite.kernels.quantized.base import byte_lookup
 from sporenet.lite.kernels.quantized.output_stage import OutputStage
 from tests.unit.lite.quantized_reference import requantize
 
@@ -75,3 +78,51 @@ def test_folded_stage_equals_the_two_step_reference(seed, real, zo, clamp):
     acc = w.astype(np.int64) @ cols + bias[:, None]
     want = requantize(acc, reals, zo, lo, hi, channel_axis=0)
     np.testing.assert_array_equal(out[0], want)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.integers(0, 2**32 - 1),
+    st.sampled_from([3.1e-4, 0.25, 0.7, 1.0, 2.0**-9]),
+    st.integers(-128, 127),
+    st.sampled_from([(-128, 127), (-3, 60)]),
+    st.sampled_from([(1, 1), (5, 4)]),
+    st.booleans(),
+)
+def test_folded_one_output_and_float_outputs_equal_the_reference(
+    seed, real, zo, clamp, shape, as_floats
+):
+    # A single output (Python floats) and float64 outputs minus lo (a folded consumer's
+    # columns) give the two-step reference's bytes; column 0 (acc = bias, -3..2) holds
+    # the negative ties.
+    rng = np.random.default_rng(seed)
+    (channels, p), k = shape, 6
+    reals = real * rng.choice([1.0, 0.5, 2.0, 1.37], channels)
+    bias = rng.integers(-3, 3, channels)
+    w = rng.integers(-127, 128, (channels, k)).astype(np.int8)
+    cols = rng.integers(-255, 256, (k, p))
+    cols[:, 0] = 0
+    lo, hi = clamp
+    bound = 255 * int(np.abs(w.astype(np.int64)).sum(axis=1).max())
+    fold = OutputStage(reals, bias, zo, lo, hi, bound, (channels, 1)).folded(w)
+    assume(fold is not None)
+    v = (fold.weights @ np.vstack([cols, np.ones((1, p))])).reshape(1, channels, p)
+    out = np.empty((1, channels, p), np.int8)
+    floats = np.empty(v.shape) if as_floats else None
+    fold.bind(v, out, np.empty(fold.mask_shape(v.shape), bool), floats)()
+    got = floats + lo if floats is not None else out
+    acc = w.astype(np.int64) @ cols + bias[:, None]
+    np.testing.assert_array_equal(got[0], requantize(acc, reals, zo, lo, hi, channel_axis=0))
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.uint8])
+def test_one_value_lookup_equals_the_table_at_every_byte(dtype):
+    # A single 8-bit value is looked up in a Python list by the value itself; a negative
+    # int8 value must land on its byte's entry, as the array path's take does.
+    table = np.random.default_rng(0).integers(-128, 128, 256).astype(np.int8)
+    x, out = np.zeros((1, 1), dtype), np.zeros((1, 1), np.int8)
+    step = byte_lookup(table, x, out)
+    for value in np.arange(256).astype(np.uint8).view(dtype):
+        x[0, 0] = value
+        step()
+        assert out[0, 0] == table[int(value.view(np.uint8))]
