@@ -82,8 +82,8 @@ def relu_into(x: np.ndarray, out: np.ndarray) -> None:
         if x.dtype.kind == "f":
             lo, hi = _bounds(x.dtype, 0.0, np.inf)
             _clip(x, lo, hi, out=out)
-        else:
-            _clip(x, 0, np.inf, out=out)
+        else:  # an integer tensor: max(x, 0) of its own dtype (an inf bound cannot cast)
+            np.maximum(x, x.dtype.type(0), out=out)
     else:
         np.maximum(x, _scalar(x.dtype, 0) if x.dtype.kind == "f" else 0, out=out)
 

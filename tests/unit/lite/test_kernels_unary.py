@@ -10,6 +10,7 @@ import pytest
 from sporenet.lite import OpCode, ShapeError
 from sporenet.lite.eager import prepare_kernel, run_op
 from sporenet.lite.kernels import unary
+from sporenet.lite.kernels.activation import relu_into
 from sporenet.lite.kernels.base import TensorSpec
 from tests.unit.lite.onnx_reference import run_onnx_op
 
@@ -388,4 +389,14 @@ def test_a_bound_fused_relu_equals_the_formula(size, dtype):
         x[0] = np.nan
     out[:] = x
     step()
+    np.testing.assert_array_equal(out, np.maximum(x, 0))
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.int32, np.int64])
+@pytest.mark.parametrize("size", [7, 5000])  # both routes: small tensors and large ones
+def test_fused_relu_of_an_integer_tensor_keeps_its_dtype(dtype, size):
+    # RELU the op takes floats only; the fused form (relu_into) also serves integer steps.
+    x = np.arange(size, dtype=np.int64).astype(dtype) - dtype(3)
+    out = np.empty_like(x)
+    relu_into(x, out)
     np.testing.assert_array_equal(out, np.maximum(x, 0))
