@@ -49,6 +49,22 @@ def _checked_square_sum(name: str, a: np.ndarray, sq: float) -> float:
     return float(np.dot(wide, wide))
 
 
+def _gathered_square_sum(update: Weights) -> float | None:
+    """sum(a**2) over every tensor of a small update of one float dtype, gathered into one
+    array (one product instead of one per tensor); None when it is not finite (then the
+    tensors are checked one by one) or the update is not of that kind."""
+    arrays = [a.reshape(-1) for a in update.values()]
+    if not arrays or sum(a.size for a in arrays) > _NORM_BLOCK:
+        return None
+    kind = arrays[0].dtype
+    if kind.kind != "f" or any(a.dtype != kind for a in arrays):
+        return None
+    flat = np.concatenate(arrays)
+    with np.errstate(over="ignore", invalid="ignore"):
+        sq = float(np.dot(flat, flat))
+    return sq if math.isfinite(sq) else None
+
+
 def validate_update(update: Weights, *, num_samples: int, max_norm: float | None = None) -> float:
     """Refuse non-finite values, a non-positive sample count or an update beyond `max_norm`.
 
@@ -58,11 +74,13 @@ def validate_update(update: Weights, *, num_samples: int, max_norm: float | None
     """
     if num_samples <= 0:
         raise UpdateRejectedError(f"num_samples must be > 0, got {num_samples}")
-    with np.errstate(over="ignore", invalid="ignore"):  # once per update, not per tensor
-        sums = [_square_sum(a) for a in update.values()]
-    total = 0.0
-    for (name, a), sq in zip(update.items(), sums, strict=True):
-        total += _checked_square_sum(name, a, sq)
+    total = _gathered_square_sum(update)
+    if total is None:  # per tensor: a non-finite value is named, an overflow recomputed
+        with np.errstate(over="ignore", invalid="ignore"):  # once per update, not per tensor
+            sums = [_square_sum(a) for a in update.values()]
+        total = 0.0
+        for (name, a), sq in zip(update.items(), sums, strict=True):
+            total += _checked_square_sum(name, a, sq)
     norm = math.sqrt(total)
     if max_norm is not None and norm > max_norm:
         raise UpdateRejectedError(

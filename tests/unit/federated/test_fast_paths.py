@@ -144,6 +144,27 @@ def test_validation_norm_is_accurate() -> None:
     assert validate_update(UPDATE, num_samples=1) == pytest.approx(exact, rel=1e-7)
 
 
+SMALL = {  # one float dtype, fewer values than a norm block: summed as one gathered array
+    "a": RNG.standard_normal((30, 40)).astype(np.float32),
+    "b": RNG.standard_normal(17).astype(np.float32),
+    "s": np.array(0.5, np.float32),
+}
+
+
+def test_a_small_update_of_one_dtype_has_an_accurate_norm_in_one_product() -> None:
+    exact = np.sqrt(sum(float(np.sum(v.astype(np.float64) ** 2)) for v in SMALL.values()))
+    # float32 products over ~1.2k values: relative error well below 1e-6.
+    assert validate_update(SMALL, num_samples=1) == pytest.approx(exact, rel=1e-6)
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_a_small_update_with_a_non_finite_value_is_refused_naming_its_tensor(bad: float) -> None:
+    update = {k: v.copy() for k, v in SMALL.items()}
+    update["b"][3] = bad
+    with pytest.raises(UpdateRejectedError, match=r"'b': 1 of 17 values are NaN or infinite"):
+        validate_update(update, num_samples=1)
+
+
 def test_checkpoint_round_trip(tmp_path: Path) -> None:
     snap = WeightedMeanAggregator(template_of(UPDATE))
     snap.add("client-é", UPDATE, 3.0)
