@@ -179,6 +179,43 @@ def split_upload_chunk(raw: bytes | memoryview) -> tuple[int, memoryview]:
     return offset, data
 
 
+def split_first_upload_chunk(
+    raw: bytes | memoryview,
+) -> tuple[pb.UploadHeader | None, int, memoryview]:
+    """(header, offset, data) of the first UploadChunk of an upload: only the header goes
+    through protobuf, `data` is a view into `raw` (protobuf would copy the update's bytes
+    twice). Anything this fast path does not know (a repeated header, an unknown field)
+    goes through protobuf whole, with the same result."""
+    buf = memoryview(raw)
+    pos, offset, data, header = 0, 0, buf[0:0], None
+    while pos < len(buf):
+        key, pos = _read_varint(buf, pos)
+        if key == 0x0A and header is None:  # field 1 (header), length-delimited
+            length, pos = _read_varint(buf, pos)
+            if pos + length > len(buf):
+                raise UpdateRejectedError("UploadChunk: header field runs past the message")
+            try:
+                header = pb.UploadHeader.FromString(bytes(buf[pos : pos + length]))
+            except DecodeError as e:
+                raise UpdateRejectedError(f"UploadChunk is not valid protobuf: {e}") from None
+            pos += length
+        elif key == 0x10:  # field 2 (offset), varint
+            offset, pos = _read_varint(buf, pos)
+        elif key == 0x1A:  # field 3 (data), length-delimited
+            length, pos = _read_varint(buf, pos)
+            if pos + length > len(buf):
+                raise UpdateRejectedError("UploadChunk: data field runs past the message")
+            data, pos = buf[pos : pos + length], pos + length
+        else:
+            msg = parse_upload_chunk(raw)
+            if not msg.HasField("header"):
+                return None, msg.offset, memoryview(msg.data)
+            copied = pb.UploadHeader()
+            copied.CopyFrom(msg.header)  # its own message: dropping the data frees it
+            return copied, msg.offset, memoryview(msg.data)
+    return header, offset, data
+
+
 def encode_upload_chunk(offset: int, data: bytes | memoryview, *, session: bool = False) -> bytes:
     """The wire bytes of a header-less UploadChunk(offset, data), as a SessionRequest when
     `session`, with a single copy of `data`."""

@@ -42,7 +42,7 @@ from sporenet.federated.common.wire import (
     SessionRequestField,
     encode_model_chunk,
     frame_session,
-    parse_upload_chunk,
+    split_first_upload_chunk,
     split_session,
     split_upload_chunk,
 )
@@ -345,22 +345,17 @@ class SessionService:
         )
 
     async def _upload(self, body: memoryview, stream: Stream) -> None:
-        first = parse_upload_chunk(body)
-        if not first.HasField("header"):
+        header, offset, data = split_first_upload_chunk(body)
+        if header is None:
             raise MalformedMessageError(
                 "a Session upload starts with an UploadChunk that carries the header; "
                 "found no header"
             )
+        h = header
         # Data riding with the header (the whole update, from the client's side) saves the
-        # upload_offset exchange; the header is copied so that dropping the data frees it.
-        rider: tuple[int, memoryview] | None = None
-        if first.data:
-            h = pb.UploadHeader()
-            h.CopyFrom(first.header)
-            rider = (first.offset, memoryview(first.data))
-        else:
-            h = first.header
-        del first
+        # upload_offset exchange; it is a view of the request, which dropping it frees.
+        rider: tuple[int, memoryview] | None = (offset, data) if len(data) else None
+        del data
         cid = require_client(h.client_id)
         check_upload_id(h.upload_id)
         key = (cid, h.upload_id)

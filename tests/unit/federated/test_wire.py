@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 from sporenet.federated.common.wire import (
     encode_model_chunk,
     encode_upload_chunk,
+    split_first_upload_chunk,
     split_model_chunk,
     split_upload_chunk,
 )
@@ -36,6 +37,31 @@ def test_headers_and_unknown_fields_fall_back_to_protobuf() -> None:
     ).SerializeToString()
     at, view = split_upload_chunk(raw)
     assert (at, bytes(view)) == (7, b"xyz")
+
+
+@given(st.integers(0, 2**63 - 1), st.binary(max_size=300), st.text(max_size=20))
+def test_first_chunks_split_as_protobuf_reads_them(offset: int, data: bytes, cid: str) -> None:
+    header = pb.UploadHeader(client_id=cid, upload_id="u", total_size=len(data), crc32=5)
+    raw = pb.UploadChunk(header=header, offset=offset, data=data).SerializeToString()
+    got, at, view = split_first_upload_chunk(raw)
+    assert got == header and (at, bytes(view)) == (offset, data)
+
+
+def test_first_chunks_this_path_does_not_know_go_through_protobuf() -> None:
+    one = pb.UploadChunk(header=pb.UploadHeader(client_id="c"), offset=7, data=b"xyz")
+    two = pb.UploadChunk(header=pb.UploadHeader(upload_id="u"))  # protobuf merges headers
+    raw = one.SerializeToString() + two.SerializeToString()
+    expected = pb.UploadChunk.FromString(raw)
+    got, at, view = split_first_upload_chunk(raw)
+    assert got == expected.header and (at, bytes(view)) == (7, b"xyz")
+    assert got.client_id == "c" and got.upload_id == "u"
+    assert split_first_upload_chunk(pb.UploadChunk(offset=3).SerializeToString())[0] is None
+    unknown = one.SerializeToString() + b"\x20\x01"  # field 4, varint
+    assert split_first_upload_chunk(unknown)[0] == one.header
+    with pytest.raises(UpdateRejectedError, match="header field runs past"):
+        split_first_upload_chunk(b"\x0a\x05ab")
+    with pytest.raises(UpdateRejectedError, match="not valid protobuf"):
+        split_first_upload_chunk(b"\x0a\x02\xff\xff")
 
 
 def test_malformed_chunks_raise_typed_errors() -> None:
