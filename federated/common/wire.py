@@ -160,6 +160,15 @@ def parse_upload_chunk(raw: bytes | memoryview) -> pb.UploadChunk:
         raise UpdateRejectedError(f"UploadChunk is not valid protobuf: {e}") from None
 
 
+def _upload_field(buf: memoryview, pos: int, name: str) -> tuple[memoryview, int]:
+    """(view, next position) of the length-delimited UploadChunk field whose length is at
+    `pos`; UpdateRejectedError when it runs past the message."""
+    length, pos = _read_varint(buf, pos)
+    if pos + length > len(buf):
+        raise UpdateRejectedError(f"UploadChunk: {name} field runs past the message")
+    return buf[pos : pos + length], pos + length
+
+
 def split_upload_chunk(raw: bytes | memoryview) -> tuple[int, memoryview]:
     """(offset, data) of a header-less UploadChunk; `data` is a view into `raw`."""
     buf = memoryview(raw)
@@ -169,10 +178,7 @@ def split_upload_chunk(raw: bytes | memoryview) -> tuple[int, memoryview]:
         if key == 0x10:  # field 2 (offset), varint
             offset, pos = _read_varint(buf, pos)
         elif key == 0x1A:  # field 3 (data), length-delimited
-            length, pos = _read_varint(buf, pos)
-            if pos + length > len(buf):
-                raise UpdateRejectedError("UploadChunk: data field runs past the message")
-            data, pos = buf[pos : pos + length], pos + length
+            data, pos = _upload_field(buf, pos, "data")
         else:  # a header or a field this fast path does not know
             msg = parse_upload_chunk(raw)
             return msg.offset, memoryview(msg.data)
@@ -191,21 +197,15 @@ def split_first_upload_chunk(
     while pos < len(buf):
         key, pos = _read_varint(buf, pos)
         if key == 0x0A and header is None:  # field 1 (header), length-delimited
-            length, pos = _read_varint(buf, pos)
-            if pos + length > len(buf):
-                raise UpdateRejectedError("UploadChunk: header field runs past the message")
+            field, pos = _upload_field(buf, pos, "header")
             try:
-                header = pb.UploadHeader.FromString(bytes(buf[pos : pos + length]))
+                header = pb.UploadHeader.FromString(bytes(field))
             except DecodeError as e:
                 raise UpdateRejectedError(f"UploadChunk is not valid protobuf: {e}") from None
-            pos += length
         elif key == 0x10:  # field 2 (offset), varint
             offset, pos = _read_varint(buf, pos)
         elif key == 0x1A:  # field 3 (data), length-delimited
-            length, pos = _read_varint(buf, pos)
-            if pos + length > len(buf):
-                raise UpdateRejectedError("UploadChunk: data field runs past the message")
-            data, pos = buf[pos : pos + length], pos + length
+            data, pos = _upload_field(buf, pos, "data")
         else:
             msg = parse_upload_chunk(raw)
             if not msg.HasField("header"):
