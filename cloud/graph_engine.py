@@ -18,8 +18,39 @@ from sporenet.cloud.module import Module
 from sporenet.cloud.optimizers import Optimizer
 from sporenet.cloud.trace import INPUT_NAME, LOGITS_NAME, trace
 from sporenet.lite.errors import LiteError
+from sporenet.lite.graph import Model
 from sporenet.lite.training import Trainer, make_training_model
 from sporenet.lite.training.model import optimizer_slots
+
+
+def train_graph(
+    model: Module,
+    sample_shape: Sequence[int],
+    *,
+    loss: str,
+    optimizer: Optimizer,
+    label_smoothing: float,
+) -> Model:
+    """The module traced and given lite's "train" graph (loss, backward, updates) for
+    every parameter its forward pass reads: what graph mode runs (and data parallelism
+    splits at its updates)."""
+    ir = trace(model, sample_shape, training=False, keep_dropout=True)
+    names = {t.name for t in ir.tensors}
+    # Parameters the forward pass never reads are not in the graph.
+    trainable = {name for name, _ in model.named_parameters()} & names
+    if not trainable:
+        raise TraceError("the model has no trainable parameters on its forward path")
+    try:
+        return make_training_model(
+            ir,
+            output=LOGITS_NAME,
+            loss=loss,
+            optimizer=optimizer.to_config(),
+            label_smoothing=label_smoothing,
+            trainable=trainable,
+        )
+    except (LiteError, ValueError) as exc:
+        raise TraceError(f"cannot build the training graph: {exc}") from exc
 
 
 class GraphEngine:
@@ -37,23 +68,9 @@ class GraphEngine:
     ) -> None:
         self.model = model
         self.optimizer = optimizer
-        ir = trace(model, sample_shape, training=False, keep_dropout=True)
-        trainable = {name for name, _ in model.named_parameters()}
-        index = {t.name: i for i, t in enumerate(ir.tensors)}
-        trainable &= set(index)  # parameters the forward pass never reads are not in the graph
-        if not trainable:
-            raise TraceError("the model has no trainable parameters on its forward path")
-        try:
-            self.train_model = make_training_model(
-                ir,
-                output=LOGITS_NAME,
-                loss=loss,
-                optimizer=optimizer.to_config(),
-                label_smoothing=label_smoothing,
-                trainable=trainable,
-            )
-        except (LiteError, ValueError) as exc:
-            raise TraceError(f"cannot build the training graph: {exc}") from exc
+        self.train_model = train_graph(
+            model, sample_shape, loss=loss, optimizer=optimizer, label_smoothing=label_smoothing
+        )
         self.trainer = Trainer(self.train_model, num_threads=num_threads)
         tensors = self.train_model.tensors
         by_name = {tensors[i].name: i for i in self.trainer.variables}

@@ -23,17 +23,16 @@ from typing import Any
 
 import numpy as np
 
-from sporenet.cloud.errors import ConfigError, TraceError
+from sporenet.cloud.errors import ConfigError
+from sporenet.cloud.graph_engine import train_graph
 from sporenet.cloud.module import Module
 from sporenet.cloud.optimizers import Optimizer
-from sporenet.cloud.trace import INPUT_NAME, LOGITS_NAME, trace
-from sporenet.lite.errors import LiteError
+from sporenet.cloud.trace import INPUT_NAME
 from sporenet.lite.graph import Graph, Model, Signature
 from sporenet.lite.ops import OpCode
 from sporenet.lite.opset.decl import derived_set
 from sporenet.lite.planner import plan
 from sporenet.lite.threads import BLAS
-from sporenet.lite.training import make_training_model
 
 # Ops whose training behaviour depends on the batch they see (statistics, random masks):
 # per-shard results would differ from one process's, so data parallelism refuses them.
@@ -68,22 +67,9 @@ def gradient_model(
     label_smoothing: float,
 ) -> GradientModel:
     """Graph mode's train graph for `module`, split into "gradients" and "update"."""
-    ir = trace(module, sample_shape, training=False, keep_dropout=True)
-    names = {t.name for t in ir.tensors}
-    trainable = {name for name, _ in module.named_parameters()} & names
-    if not trainable:
-        raise TraceError("the model has no trainable parameters on its forward path")
-    try:
-        m = make_training_model(
-            ir,
-            output=LOGITS_NAME,
-            loss=loss,
-            optimizer=optimizer.to_config(),
-            label_smoothing=label_smoothing,
-            trainable=trainable,
-        )
-    except (LiteError, ValueError) as exc:
-        raise TraceError(f"cannot build the training graph: {exc}") from exc
+    m = train_graph(
+        module, sample_shape, loss=loss, optimizer=optimizer, label_smoothing=label_smoothing
+    )
     sig = m.signature("train")
     train = m.graphs[sig.graph]
     _refuse_batch_dependent(train)
