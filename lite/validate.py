@@ -98,7 +98,8 @@ def _check_quantization(index: int, t: Tensor, q: Quantization) -> None:
     if zp.size not in (channels, 0):
         raise ModelFormatError(f"{what}: {channels} scales but {zp.size} zero points")
     lo, hi = _ZERO_POINT_RANGES.get(np.dtype(t.dtype), _INT32)
-    if zp.size and (zp.min() < lo or zp.max() > hi):
+    points = zp.tolist() if zp.ndim else [zp.item()]  # Python ints: no integer reductions
+    if points and (min(points) < lo or max(points) > hi):
         bad = zp[(zp < lo) | (zp > hi)][0]
         raise ModelFormatError(
             f"{what}: zero point {int(bad)} is outside the {t.dtype} range [{lo}, {hi}]"

@@ -470,6 +470,7 @@ class QConv2D(QuantizedKernel):
         cols = np.empty((k + 1, g), np.float64)
         cols[k] = 1.0
         weights = np.ascontiguousarray(fold.weights.T)
+        fold.weights = weights.T  # the fold keeps this layout only, not a second copy
         products, ones = np.empty_like(cols), np.ones(k + 1, np.float64)
         shift = shift_into(rows.T, cols[:k], fold.zero_point)
         copyto, multiply, dot = raw.copyto, np.multiply, raw.dot

@@ -9,6 +9,8 @@ int32 accumulators never reach for reductions shorter than 2^22 elements).
 
 from __future__ import annotations
 
+import bisect
+
 import numpy as np
 
 from sporenet.lite.kernels.quantized.fixed_point import INT_RANGES
@@ -35,8 +37,11 @@ def exact_float_dtype(bound: int) -> np.dtype:
 _BLOCK = 16  # rows or columns per step: planning never holds a wide copy of the weights
 
 
-def _abs_int32(block: np.ndarray) -> np.ndarray:
-    return np.abs(block.astype(np.int32))
+def _abs(block: np.ndarray) -> np.ndarray:
+    """|block| as float64 (exact integers: sums of 8-bit weights stay far below 2^53).
+    Float64, not int32: the loops of float64 arithmetic are code every plan runs anyway,
+    integer abs and max reductions are code of their own for the process to fault in."""
+    return np.abs(block.astype(np.float64))
 
 
 def weight_bound(x_max: int, w: np.ndarray, reduce_axes: tuple[int, ...]) -> int:
@@ -46,7 +51,7 @@ def weight_bound(x_max: int, w: np.ndarray, reduce_axes: tuple[int, ...]) -> int
     w2 = w.reshape(w.shape[0], -1)
     best = 0
     for start in range(0, w2.shape[0], _BLOCK):
-        sums = _abs_int32(w2[start : start + _BLOCK]).sum(axis=1, dtype=np.int64)
+        sums = _abs(w2[start : start + _BLOCK]).sum(axis=1)
         best = max(best, int(sums.max(initial=0)))
     return int(x_max) * best
 
@@ -58,15 +63,14 @@ def split_reduction(x_max: int, w: np.ndarray) -> list[tuple[int, int]]:
     k = w2.shape[1]
     limit = (FLOAT32_EXACT - 1) // max(int(x_max), 1)
     ranges, start = [], 0
-    # Sums of |w| stay below 127 * K < 2^31: int32 keeps planning's temporaries small.
-    running = np.zeros(w2.shape[0], np.int32)  # sum |w| over [start, col) per output
+    running = np.zeros(w2.shape[0], np.float64)  # sum |w| over [start, col) per output
     for a in range(0, k, _BLOCK):
         b = min(a + _BLOCK, k)
-        block = _abs_int32(w2[:, a:b])
+        block = _abs(w2[:, a:b])
         col = a
         while col < b:
-            cums = running[:, None] + np.cumsum(block[:, col - a :], axis=1, dtype=np.int64)
-            fit = int(np.searchsorted(cums.max(axis=0), limit, side="right"))
+            cums = running[:, None] + np.cumsum(block[:, col - a :], axis=1)
+            fit = bisect.bisect_right(cums.max(axis=0).tolist(), limit)
             if fit == b - col:
                 running, col = cums[:, -1], b
                 continue

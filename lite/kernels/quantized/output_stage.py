@@ -89,37 +89,38 @@ class OutputStage:
     ) -> None:
         reals = np.broadcast_to(np.asarray(reals, np.float64), (int(np.prod(channel_shape)),))
         m, shift = quantize_multipliers(reals)
-        left = np.maximum(shift, 0)
-        right = np.maximum(-shift, 0)
-        bias = np.zeros(len(reals), np.int64) if bias is None else bias.astype(np.int64)
-        bound = int(acc_bound) + int(np.abs(bias).max(initial=0))
+        # Python ints throughout: no silent overflow, and no integer array loops (code
+        # of its own a small model's load would fault in for a few dozen channels).
+        shifts = shift.tolist()
+        right = [max(-s, 0) for s in shifts]
+        mult = [mu << max(s, 0) for mu, s in zip(m.tolist(), shifts, strict=True)]
+        biases = [0] * len(mult) if bias is None else [int(b) for b in bias.tolist()]
+        bound = int(acc_bound) + max((abs(b) for b in biases), default=0)
         self.lo, self.hi, self.zo = int(lo), int(hi), int(zero_point)
-        mult = m << left
-        if bound * int(mult.max(initial=0)) >= _INT64_SAFE:
+        big = bound * max(mult, default=0)
+        if big >= _INT64_SAFE:
             raise OverflowError(f"accumulators up to {bound} overflow the requantization")
         # Numerator pieces in units of 2^-(31+e): rounding offset, bias, and the zero point
-        # when it fits (else it is added after rounding). Python ints: no silent overflow.
-        unit_ints = [31 + int(r) for r in right]
+        # when it fits (else it is added after rounding).
+        unit_ints = [31 + r for r in right]
         base = [
-            (1 << 30) + ((1 << (int(r) - 1)) << 31 if r > 0 else 0) + int(b) * int(mu)
-            for r, b, mu in zip(right, bias, mult, strict=True)
+            (1 << 30) + ((1 << (r - 1)) << 31 if r > 0 else 0) + b * mu
+            for r, b, mu in zip(right, biases, mult, strict=True)
         ]
         with_zo = [b + (self.zo << u) for b, u in zip(base, unit_ints, strict=True)]
-        big = bound * int(mult.max(initial=0))
         self.fold_zo = big + max(abs(v) for v in with_zo) < _INT64_SAFE
         offset_ints = with_zo if self.fold_zo else base
         if big + max(abs(v) for v in offset_ints) >= _INT64_SAFE:
             raise OverflowError(f"bias up to {bound} overflows the requantization")
-        offset = np.array(offset_ints, np.int64)
-        units = np.array(unit_ints, np.int64)
         self.float_path = self.fold_zo and big + max(abs(v) for v in offset_ints) < _FLOAT_EXACT
-        threshold = np.where(mult > (1 << 30), 0, -1) - bias  # acc < threshold: z < 0
+        # acc < threshold: z < 0
+        thresholds = [(0 if mu > (1 << 30) else -1) - b for mu, b in zip(mult, biases, strict=True)]
         # What `folded` and `_route` need (units of 2^-(31+e) per channel), the rows of one
         # int64 array: each is below 2^62, and `folded` computes with them as Python ints.
-        self._ints = np.stack([mult, units, offset, threshold]).astype(np.int64, copy=False)
+        self._ints = np.array([mult, unit_ints, offset_ints, thresholds], np.int64)
         self._big = big
         self._shape = channel_shape
-        self.correct = bool((right > 0).any()) and self.lo < self.zo
+        self.correct = any(r > 0 for r in right) and self.lo < self.zo
 
     @functools.cached_property
     def _route(self) -> _Route:
@@ -232,21 +233,28 @@ class OutputStage:
         if zero_point:
             # sum w (x - z) = sum w x - z sum w: every partial sum of the raw products
             # stays below raw_max * sum |w| of one output's weights, in units.
-            rows = w2.astype(np.int64)
-            sums, sums_abs = rows.sum(axis=1).tolist(), np.abs(rows).sum(axis=1).tolist()
+            # Float64 sums of 8-bit integers are exact, and float64 loops are code the
+            # steps run anyway (integer reductions are not).
+            rows = w2.astype(np.float64)
+            sums = [int(v) for v in rows.sum(axis=1).tolist()]
+            sums_abs = [int(v) for v in np.abs(rows).sum(axis=1).tolist()]
             raw = [o - zero_point * s * m for o, s, m in zip(shifted, sums, mult, strict=True)]
             raw_big = max((raw_max * a * m for a, m in zip(sums_abs, mult, strict=True)), default=0)
             if raw_big + max(abs(v) for v in raw) < _FLOAT_EXACT:
                 shifted, zero_point = raw, 0
+        # Without the shift by -lo (Folded.bind's byte outputs), offsets and marks grow
+        # by lo in units: exact when still below 2^53 of them.
+        back = [v + (self.lo << u) for v, u in zip(shifted + marks, units + units, strict=True)]
+        unshifts = big + max(abs(v) for v in back) < _FLOAT_EXACT
         unit = np.ldexp(1.0, -np.array(units, np.int64))
         coef = np.array(mult, np.float64) * unit  # exact: 31-bit multipliers
-        weights = np.empty((w2.shape[0], w2.shape[1] + 1), np.float64)
-        np.multiply(w2, coef[:, None], out=weights[:, :-1])  # 8 x 31 bits: exact
-        weights[:, -1] = np.array(shifted, np.float64) * unit
+        offset = np.array(shifted, np.float64) * unit
         mark = np.array(marks, np.float64) * unit
         step = _float_steps(self._ints[1]) if self.correct else None
         top = np.nextafter(float(self.hi - self.lo + 1), 0.0)
-        return Folded(weights, mark, step, top, self.lo, zero_point)
+        fold = Folded((w2, coef, offset), mark, step, top, self.lo, zero_point)
+        fold.unshifts = unshifts
+        return fold
 
 
 class Folded:
@@ -260,20 +268,41 @@ class Folded:
     below 2^53 of those units (checked), hence exact in any summation order. The
     negative-tie correction compares v with the threshold mapped the same way (v grows
     with acc), so acc itself is never formed.
+
+    The float64 weights are built when first read (a layer that reads its input as
+    float64 is folded again for that input, and its first fold's weights are never
+    read), from `parts`: the integer weights (O, K), the coefficients (O,) and the
+    offset column (O,).
     """
 
     def __init__(
         self,
-        weights: np.ndarray,
+        parts: tuple[np.ndarray, np.ndarray, np.ndarray],
         mark: np.ndarray,
         step: np.ndarray | None,
         top: float,
         lo: int,
         zero_point: int = 0,
     ) -> None:
-        self.weights, self.mark, self.step, self.top = weights, mark, step, top
+        self._parts: tuple[np.ndarray, np.ndarray, np.ndarray] | None = parts
+        self.mark, self.step, self.top = mark, step, top
         self.lo, self.back = lo, np.uint8(lo % 256)  # the clamp's low end; as a byte
         self.zero_point = zero_point
+        # Whether v may be taken without the shift by -lo (exact, see OutputStage.folded),
+        # and whether it is (done once, by `bind` for byte outputs).
+        self.unshifts, self._unshifted = False, False
+
+    @functools.cached_property
+    def weights(self) -> np.ndarray:
+        """The folded weights (O, K + 1), float64: w * coef, then the offset column. A
+        kernel that keeps them in another layout may assign that (a view) instead."""
+        assert self._parts is not None
+        w2, coef, offset = self._parts
+        self._parts = None  # the integer weights are not needed again
+        weights = np.empty((w2.shape[0], w2.shape[1] + 1), np.float64)
+        np.multiply(w2, coef[:, None], out=weights[:, :-1])  # 8 x 31 bits: exact
+        weights[:, -1] = offset
+        return weights
 
     def mask_shape(self, shape: tuple[int, ...]) -> tuple[int, ...]:
         """The bool scratch `bind` needs for accumulators of `shape` (empty when no
@@ -286,11 +315,15 @@ class Folded:
         """The step writing `out` (N, O, P) from the GEMM's result v (N, O, P), in place;
         `mask` is a bool scratch array of `mask_shape(v.shape)`. With `floats` (float64,
         v's shape) it writes there instead the outputs minus `lo`, as exact integers in
-        float64 (for a folded layer that reads them: QConv2D.float_input)."""
+        float64 (for a folded layer that reads them: QConv2D.float_input). Binding may
+        move the weights' offset column (in place): the GEMM reads them as they are after."""
         if floats is not None:
+            assert not self._unshifted, "a fold's outputs go to bytes or to floats, not both"
             return self._bind_floats(v, floats, mask)
         if v.size == 1:
             return self._bind_one(v, out)
+        if self.back and self.unshifts:
+            return self._bind_unshifted(v, out, mask)
         narrow = out.view(np.uint8)
         # 0-d operands: a Python or NumPy scalar costs a conversion on every call.
         zero, top, back = scalar(F64, 0.0), scalar(F64, self.top), scalar(U8, int(self.back))
@@ -305,6 +338,29 @@ class Folded:
             copyto(narrow, v, casting="unsafe")
             if back:
                 add(narrow, back, narrow)
+
+        return compute
+
+    def _bind_unshifted(self, v: np.ndarray, out: np.ndarray, mask: np.ndarray) -> Compute:
+        """`bind` into bytes with the offset column and the marks moved back by lo, so v
+        is the output itself before the floor: the clamp to [lo, hi + 1), the floor and
+        the narrowing cast. The same calls as the shifted route's clamp, cast and byte
+        add, but all float64 loops: a byte add's loop is code no other step runs."""
+        if not self._unshifted:
+            self._unshifted = True
+            self.weights[:, -1] += self.lo  # exact (OutputStage.folded): lo is an integer
+            self.mark = self.mark + self.lo
+        end = float(self.lo + math.ceil(self.top))  # hi + 1
+        low, top = scalar(F64, float(self.lo)), scalar(F64, np.nextafter(end, -math.inf))
+        clip, floor, copyto = _clip, np.floor, raw.copyto
+        correct = self._lowering(v, mask)
+
+        def compute() -> None:
+            if correct is not None:
+                correct()
+            clip(v, low, top, v)
+            floor(v, v)
+            copyto(out, v, casting="unsafe")
 
         return compute
 
