@@ -97,7 +97,10 @@ def bind_wide_rows(
 ) -> Compute:
     """Columns (with a row of ones for a bias) + GEMM for blocks of images; the weights
     (and bias) are packed into one (O, K + 1) matrix on every call when `runtime` (read
-    at run time, as a training graph's are), else once here. On one BLAS thread each
+    at run time, as a training graph's are), else once here. A block's columns are laid
+    out (K, images, OH * Wp), so the block is one product (O, K) @ (K, images * OH * Wp):
+    OpenBLAS packs the weights once per block, not once per image (a 14x14 map of 16
+    channels, 8 images: the products alone 1.1-1.3x faster, the layer 1-3%). On one BLAS thread a
     product is split into column blocks OpenBLAS multiplies unpacked (as gemm does)."""
     n, c = x.shape[:2]
     o, _, kh, kw = w.shape
@@ -109,19 +112,22 @@ def bind_wide_rows(
     k = c * kh * kw
     rows = k + (0 if bias is None else 1)
     step = max(1, min(n, _BLOCK_BYTES // (rows * length * x.itemsize)))
-    full = temporary((step, rows, length), x.dtype)
-    cols = full[:, :k].reshape(step, c, kh, kw, length)
-    ones = full[:, k] if bias is not None else None  # the buffer is shared: rewritten per call
-    res = temporary((step, o, length), x.dtype)
+    # Flat, so a short last block is a whole (rows, m * length) matrix at its start.
+    full = temporary((rows * step * length,), x.dtype)
+    res = temporary((o * step * length,), x.dtype)
     wmat, repack = _packed_weights(w, bias, runtime)
-    width = -(-length // unpacked_parts(o * rows * length))
-    spans = [(a, min(length, a + width)) for a in range(0, length, width)]
     blocks = []
     for i in range(0, n, step):
         m = min(step, n - i)
-        split = [(full[:m, :, a:b], res[:m, :, a:b]) for a, b in spans]
-        kept = res[:m].reshape(m, o, oh, wp)[:, :, :, :ow]
-        blocks.append((cols[:m], src[i : i + m], (full[:m], res[:m]), split, kept, out[i : i + m]))
+        span = m * length
+        cmat, omat = full[: rows * span].reshape(rows, span), res[: o * span].reshape(o, span)
+        cols = cmat[:k].reshape(c, kh, kw, m, length)
+        width = -(-span // unpacked_parts(o * rows * span))
+        split = [(cmat[:, a : a + width], omat[:, a : a + width]) for a in range(0, span, width)]
+        kept = omat.reshape(o, m, oh, wp)[:, :, :, :ow].transpose(1, 0, 2, 3)
+        ones = cmat[k] if bias is not None else None  # shared buffer: rewritten per call
+        part = src[i : i + m].transpose(1, 2, 3, 0, 4)
+        blocks.append((cols, part, ones, (cmat, omat), split, kept, out[i : i + m]))
     copyto, matmul = np.copyto, np.matmul
     threads = BLAS.get if BLAS.available else (lambda: 1)
 
@@ -129,10 +135,10 @@ def bind_wide_rows(
         for dst, part in repack:
             copyto(dst, part)
         copyto(interior, x)
-        if ones is not None:
-            ones.fill(1)
         one_thread = threads() == 1  # as gemm: split products would each run on one
-        for dst, part, whole, split, kept, target in blocks:
+        for dst, part, ones, whole, split, kept, target in blocks:
+            if ones is not None:
+                ones.fill(1)
             copyto(dst, part)
             for cmat, omat in split if one_thread else [whole]:
                 matmul(wmat, cmat, out=omat)

@@ -175,50 +175,55 @@ class Conv2DBackpropFilter(_ConvGrad):
     def _bind_wide_rows(
         self, g: np.ndarray, x: np.ndarray, out: np.ndarray, db: np.ndarray | None
     ) -> Compute:
-        """Stride 1, one group, a batch, rows wide enough (wide_rows_pay): per image, the
-        columns in whole padded rows (im2col_wide.py), (K, OH * Wp), times g copied
-        channels-last into rows as wide as the padded input, (OH * Wp, O) with zeros in
-        the extra positions, for blocks of images whose columns stay in cache; then one
-        sum over the batch and a copy of the (K, O) sum into the filter's layout. x is
-        read NCHW in order: the channels-last copy of x the other paths make costs
-        several times more when x is not in cache, as a training step's forward
-        activations are not; g, written by the step before, is. (An infinite x in the
-        extra positions would meet a zero of g there and give NaN.) With `db`, the columns
-        get a row of ones (g is zero in the extra positions, so it sums g exactly)."""
+        """Stride 1, one group, a batch, rows wide enough (wide_rows_pay): the columns in
+        whole padded rows (im2col_wide.py), laid out (K, images, OH * Wp) for a block of
+        images whose columns stay in cache, times g copied channels-last into rows as wide
+        as the padded input, (images * OH * Wp, O) with zeros in the extra positions: one
+        product per block (a 14x14 map of 16 channels: the products alone 1.05-1.6x
+        faster than one per image, the layer 3-6%), then one sum over the blocks and a copy of
+        the (K, O) sum into the filter's layout. x is read NCHW in order: the
+        channels-last copy of x the other paths make costs several times more when x is
+        not in cache, as a training step's forward activations are not; g, written by the
+        step before, is. (An infinite x in the extra positions would meet a zero of g
+        there and give NaN.) With `db`, the columns get a row of ones (g is zero in the
+        extra positions, so it sums g exactly)."""
         n = x.shape[0]
         o, k = out.shape[0], out[0].size
         oh, ow = self.win.out
         rows = WideRows(self.win, x.shape)
         xp, x_in = rows.padded(x.dtype)
         columns = rows.columns(xp)  # (N, C, kh, kw, L): reshaping it would copy
-        kr = k + (db is not None)
-        step = max(1, min(n, _WIDE_BLOCK_BYTES // (kr * rows.length * x.itemsize)))
-        cols = temporary((step, kr, rows.length), x.dtype)
-        ones = cols[:, k] if db is not None else None  # the buffer is shared: refilled per call
-        # The product reads both operands as stored: (K, L) columns, (L, O) gradient.
+        kr, length = k + (db is not None), rows.length
+        step = max(1, min(n, _WIDE_BLOCK_BYTES // (kr * length * x.itemsize)))
+        # Flat, so a short last block is a whole (kr, m * L) matrix at its start.
+        cols = temporary((kr * step * length,), x.dtype)
+        # The product reads both operands as stored: (K, m * L) columns, (m * L, O) g.
         g_wide = np.zeros((step, oh, rows.width, o), g.dtype)
         g_in = g_wide[:, :, :ow, :].transpose(0, 3, 1, 2)
-        g_t = g_wide.reshape(step, rows.length, o)
-        per_image = temporary((n, kr, o), g.dtype)
+        g_t = g_wide.reshape(step * length, o)
+        per_block = temporary((-(-n // step), kr, o), g.dtype)
         blocks = []
         for i in range(0, n, step):
             m = min(step, n - i)
-            c_dst = cols[:m, :k].reshape(columns[i : i + m].shape)
-            a, b, part = cols[:m], g_t[:m], per_image[i : i + m]
-            blocks.append((g_in[:m], g[i : i + m], c_dst, columns[i : i + m], a, b, part))
+            a = cols[: kr * m * length].reshape(kr, m * length)
+            c_dst = a[:k].reshape(*columns.shape[1:4], m, length)
+            c_src = columns[i : i + m].transpose(1, 2, 3, 0, 4)
+            ones = a[k] if db is not None else None  # shared buffer: refilled per call
+            blocks.append((g_in[:m], g[i : i + m], c_dst, c_src, ones, a, g_t[: m * length]))
         total = temporary((kr, o), g.dtype)
         result = out.reshape(o, k)
         copies = [(result, total[:k].T)] + ([] if db is None else [(db, total[k])])
+        parts = list(per_block)
 
         def compute() -> None:
             np.copyto(x_in, x)
-            if ones is not None:
-                ones.fill(1)
-            for g_dst, g_src, c_dst, c_src, a, b, part in blocks:
+            for (g_dst, g_src, c_dst, c_src, ones, a, b), part in zip(blocks, parts, strict=True):
                 np.copyto(g_dst, g_src)
+                if ones is not None:
+                    ones.fill(1)
                 np.copyto(c_dst, c_src)
                 np.matmul(a, b, out=part)
-            np.sum(per_image, axis=0, out=total)
+            np.sum(per_block, axis=0, out=total)
             for dst, src in copies:
                 np.copyto(dst, src)
 

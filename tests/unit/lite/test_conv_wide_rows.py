@@ -148,3 +148,37 @@ def test_small_maps_keep_exact_filter_gradient_columns(wide_filter_calls):
     ours, ref = _filter_gradient((2, 8, 8, 8), (4, 8, 3, 3), [1, 1, 1, 1], (1, 1))
     assert not wide_filter_calls
     np.testing.assert_allclose(ours, ref, rtol=RTOL, atol=ATOL)
+
+
+@pytest.mark.parametrize("bias", [False, True])
+def test_wide_rows_product_over_blocks_of_images(monkeypatch, wide_calls, bias):
+    # 5 images in blocks of 2: each block is one product over its images' columns, the
+    # last block (one image) a shorter one at the start of the same buffers.
+    x = rng.normal(size=(5, 8, 6, 7)).astype(np.float32)
+    w = rng.normal(size=(4, 8, 3, 3)).astype(np.float32)
+    b = rng.normal(size=4).astype(np.float32)
+    monkeypatch.setattr(im2col, "_BLOCK_BYTES", 1)  # a run-time bias rides in the GEMM
+    rows = 8 * 9 + bias
+    monkeypatch.setattr(im2col_wide, "_BLOCK_BYTES", 2 * rows * 6 * 9 * 4)  # 2 images
+    inputs = [x, w, b] if bias else [x, w]
+    (ours,) = run_op(OpCode.CONV2D, inputs, constant_inputs=[], pads=[1, 1, 1, 1])
+    assert wide_calls == [bias]
+    ref = conv_reference(x, w, b if bias else None, pads=(1, 1, 1, 1))
+    np.testing.assert_allclose(ours, ref, rtol=RTOL, atol=ATOL)
+
+
+@pytest.mark.parametrize("bias", [False, True])
+def test_filter_gradient_product_over_blocks_of_images(monkeypatch, wide_filter_calls, bias):
+    # 5 images in blocks of 2 (the last one image): one product per block, summed.
+    xs, ws, pads = (5, 8, 12, 11), (4, 8, 3, 3), [1, 1, 1, 1]
+    rows = 8 * 9 + bias
+    monkeypatch.setattr(conv_grad, "_WIDE_BLOCK_BYTES", 2 * rows * 12 * 13 * 4)
+    x = rng.normal(size=xs).astype(np.float32)
+    g = rng.normal(size=(5, 4, 12, 11)).astype(np.float32)
+    w = np.zeros(ws, np.float32)
+    outs = run_op(OpCode.CONV2D_BACKPROP_FILTER, [g, x, w], num_outputs=1 + bias, pads=pads)
+    assert wide_filter_calls
+    ref = filter_gradient_reference(g, x, ws, pads, (1, 1))
+    np.testing.assert_allclose(outs[0], ref, rtol=RTOL, atol=ATOL)
+    if bias:
+        np.testing.assert_allclose(outs[1], g.astype(np.float64).sum(axis=(0, 2, 3)), rtol=1e-5)
