@@ -579,7 +579,8 @@ def run_flower(w: Workload, ctx: Context, name: str) -> Curve:
     got = json.loads(out.read_text())
     curve = Curve(name, round_seconds=got["seconds"])
     curve.points = _points(got["accuracy"], got["seconds"], got["updates"])
-    curve.notes.append(f"flwr {got['version']}, Ray {got['ray']}")
+    tries = got.get("ray_start_attempts", 1)
+    curve.notes.append(f"flwr {got['version']}, Ray {got['ray']} (started at attempt {tries})")
     curve.notes.append(
         "the cohorts sporenet's matched run aggregated, replayed"
         if cohorts
@@ -631,6 +632,25 @@ def recorded_fedavg(w: Workload, initial: list[np.ndarray], cohorts: list[list[i
     return Recorded()
 
 
+RAY_START_ATTEMPTS = 5
+
+
+def start_ray(ray: Any, args: dict[str, Any]) -> int:
+    """`ray.init(**args)`, tried again after a failed start: Ray gives its raylet a fixed
+    30 s to register (not configurable), which a loaded machine can exceed. Returns the
+    attempts it took."""
+    for attempt in range(1, RAY_START_ATTEMPTS + 1):
+        try:
+            ray.init(**args)
+            return attempt
+        except Exception as exc:  # Ray raises a bare Exception for this timeout
+            if "timed out during startup" not in str(exc) or attempt == RAY_START_ATTEMPTS:
+                raise
+            print(f"Ray start attempt {attempt} timed out; retrying", file=sys.stderr)
+            ray.shutdown()
+    raise AssertionError("unreachable")
+
+
 def flower_child(spec: dict[str, Any]) -> None:
     """Flower's simulation engine on the workload (in the Flower venv)."""
     import flwr as fl
@@ -666,18 +686,22 @@ def flower_child(spec: dict[str, Any]) -> None:
             return [new[k] for k in names], n, metrics
 
     strategy = recorded_fedavg(w, [base.weights()[k] for k in names], spec["cohorts"])
+    ray_args = {
+        "include_dashboard": False,
+        "num_cpus": 2,
+        "_node_ip_address": "127.0.0.1",
+        "log_to_driver": False,
+        "ignore_reinit_error": True,
+    }
+    attempts = start_ray(ray, ray_args)
     fl.simulation.start_simulation(
         client_fn=lambda cid: Device(int(cid)).to_client(),
         num_clients=w.devices,
         config=fl.server.ServerConfig(num_rounds=w.rounds),
         strategy=strategy,
         client_resources={"num_cpus": 1},
-        ray_init_args={
-            "include_dashboard": False,
-            "num_cpus": 2,
-            "_node_ip_address": "127.0.0.1",
-            "log_to_driver": False,
-        },
+        ray_init_args=ray_args,
+        keep_initialised=True,  # the node start_ray brought up
     )
     accs = [
         accuracy(base, dict(zip(names, ws, strict=True)), data.x_test, data.y_test)
@@ -691,6 +715,7 @@ def flower_child(spec: dict[str, Any]) -> None:
                 "updates": strategy.updates,
                 "version": fl.__version__,
                 "ray": ray.__version__,
+                "ray_start_attempts": attempts,
             }
         )
     )
