@@ -54,6 +54,7 @@ def restore_aggregate(ctx: JobContext, agg: Aggregator, rows: Rows, refold: Refo
             "start again: the clients whose updates it held are asked for them again"
         ) from None
     folded, refolded = set(agg.clients), 0
+    journalled = files.rows()
     for cid, row in rows.items():
         status, n, _ = row
         if status != Participant.ACCEPTED or cid in folded:
@@ -68,7 +69,8 @@ def restore_aggregate(ctx: JobContext, agg: Aggregator, rows: Rows, refold: Refo
         if update is not None:
             agg.add(cid, refold(cid, update, row), float(n))
             refolded += 1
-        else:  # missing or damaged: ask the client for its update again
+            continue
+        if cid in journalled:  # the previous build's journal holds it, damaged
             log_event(
                 ctx.log,
                 "kept_update_lost",
@@ -76,7 +78,9 @@ def restore_aggregate(ctx: JobContext, agg: Aggregator, rows: Rows, refold: Refo
                 client=cid,
                 file=str(files.journal_path),
             )
-            ctx.set_status(cid, Participant.SELECTED)
+        else:  # its row was saved, the checkpoint after it not: never acknowledged
+            log_event(ctx.log, "update_not_saved", client=cid)
+        ctx.set_status(cid, Participant.SELECTED)  # asked for its update again
     log_event(ctx.log, "aggregate_restored", checkpointed=len(folded), refolded=refolded)
 
 
