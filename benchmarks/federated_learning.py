@@ -579,7 +579,8 @@ def run_flower(w: Workload, ctx: Context, name: str) -> Curve:
     got = json.loads(out.read_text())
     curve = Curve(name, round_seconds=got["seconds"])
     curve.points = _points(got["accuracy"], got["seconds"], got["updates"])
-    curve.notes.append(f"flwr {got['version']}, Ray {got['ray']}")
+    tries = got.get("ray_start_attempts", 1)
+    curve.notes.append(f"flwr {got['version']}, Ray {got['ray']} (started at attempt {tries})")
     curve.notes.append(
         "the cohorts sporenet's matched run aggregated, replayed"
         if cohorts
@@ -631,6 +632,25 @@ def recorded_fedavg(w: Workload, initial: list[np.ndarray], cohorts: list[list[i
     return Recorded()
 
 
+RAY_START_ATTEMPTS = 5
+
+
+def start_ray(ray: Any, args: dict[str, Any]) -> int:
+    """`ray.init(**args)`, tried again after a failed start: Ray gives its raylet a fixed
+    30 s to register (not configurable), which a loaded machine can exceed. Returns the
+    attempts it took."""
+    for attempt in range(1, RAY_START_ATTEMPTS + 1):
+        try:
+            ray.init(**args)
+            return attempt
+        except Exception as exc:  # Ray raises a bare Exception for this timeout
+            if "timed out during startup" not in str(exc) or attempt == RAY_START_ATTEMPTS:
+                raise
+            print(f"Ray start attempt {attempt} timed out; retrying", file=sys.stderr)
+            ray.shutdown()
+    raise AssertionError("unreachable")
+
+
 def flower_child(spec: dict[str, Any]) -> None:
     """Flower's simulation engine on the workload (in the Flower venv)."""
     import flwr as fl
@@ -666,18 +686,22 @@ def flower_child(spec: dict[str, Any]) -> None:
             return [new[k] for k in names], n, metrics
 
     strategy = recorded_fedavg(w, [base.weights()[k] for k in names], spec["cohorts"])
+    ray_args = {
+        "include_dashboard": False,
+        "num_cpus": 2,
+        "_node_ip_address": "127.0.0.1",
+        "log_to_driver": False,
+        "ignore_reinit_error": True,
+    }
+    attempts = start_ray(ray, ray_args)
     fl.simulation.start_simulation(
         client_fn=lambda cid: Device(int(cid)).to_client(),
         num_clients=w.devices,
         config=fl.server.ServerConfig(num_rounds=w.rounds),
         strategy=strategy,
         client_resources={"num_cpus": 1},
-        ray_init_args={
-            "include_dashboard": False,
-            "num_cpus": 2,
-            "_node_ip_address": "127.0.0.1",
-            "log_to_driver": False,
-        },
+        ray_init_args=ray_args,
+        keep_initialised=True,  # the node start_ray brought up
     )
     accs = [
         accuracy(base, dict(zip(names, ws, strict=True)), data.x_test, data.y_test)
@@ -691,6 +715,7 @@ def flower_child(spec: dict[str, Any]) -> None:
                 "updates": strategy.updates,
                 "version": fl.__version__,
                 "ray": ray.__version__,
+                "ray_start_attempts": attempts,
             }
         )
     )
@@ -755,8 +780,6 @@ def server_cost(
     (the median of FLOOR_RUNS runs: one run of a few hundred exchanges is noisy).
     `asynchronous`: a buffered async job instead, every device training at once and
     buffers of a fifth of them, for as many versions as take `rounds` rounds' updates."""
-    import grpc_floor
-
     from sporenet.android_demo.fleet import FleetProfile, simulate
 
     w = WORKLOADS["fashion-mnist"]
@@ -810,9 +833,7 @@ def server_cost(
     threads_ms = steady_threads_ms(sampler, log, versions // rounds)
     accepted = sum(r.trained for r in report.rounds)
     payload = sum(v.nbytes for v in _weights(model).values())
-    floor_ms = statistics.median(
-        grpc_floor.exchange_floor(devices, payload, rounds=rounds) for _ in range(FLOOR_RUNS)
-    )
+    floor_ms = statistics.median(floor_run(devices, payload, rounds) for _ in range(FLOOR_RUNS))
     per_update_ms = cpu / max(1, accepted) * 1000
     return {
         "job": "async" if asynchronous else "direct",
@@ -930,6 +951,22 @@ def steady_threads_ms(sampler: CpuSampler, log: Path, warmup: int) -> dict[str, 
 
 
 FLOOR_RUNS = 3
+FLOOR_DEADLINE = 120.0  # seconds per floor run (one takes a few): a hung one is run again
+
+
+def floor_run(devices: int, payload: int, rounds: int) -> float:
+    """One bare gRPC floor run; run again (up to twice more) if it passes its deadline,
+    as one run of the floor once hung for good."""
+    import grpc_floor  # beside this script (its directory is on the path)
+
+    for attempt in range(3):
+        try:
+            return grpc_floor.exchange_floor(
+                devices, payload, rounds=rounds, deadline=FLOOR_DEADLINE
+            )
+        except TimeoutError as e:
+            print(f"{e}; running it again (attempt {attempt + 2})", file=sys.stderr)
+    raise TimeoutError(f"the gRPC floor hung three times ({devices} devices)")
 
 
 def server_metrics(port: int) -> dict[str, float]:

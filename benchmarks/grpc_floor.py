@@ -381,11 +381,20 @@ def _wait_listening(port: int, timeout: float = 30.0) -> None:
             time.sleep(0.05)
 
 
+FLOOR_DEADLINE = 600.0  # seconds: a floor run takes seconds; a hung one fails instead
+
+
 def exchange_floor(
-    clients: int, payload: int, *, rounds: int = 3, design: str = "stream-longlived"
+    clients: int,
+    payload: int,
+    *,
+    rounds: int = 3,
+    design: str = "stream-longlived",
+    deadline: float = FLOOR_DEADLINE,
 ) -> float:
     """Server CPU ms per exchange of `payload` bytes each way, `clients` clients, on a bare
-    grpc.aio server (the floor under one accepted federated update)."""
+    grpc.aio server (the floor under one accepted federated update). TimeoutError after
+    `deadline` seconds (a run once hung: a stuck exchange must not hold the benchmark)."""
     port = free_port()
     cmd = [sys.executable, __file__, "--serve", DESIGNS[design][0], str(port)]
     server = subprocess.Popen([*cmd, "--model", str(payload)], env=clean_env())
@@ -394,7 +403,18 @@ def exchange_floor(
         args = argparse.Namespace(
             model=payload, rounds=rounds, chunk=64 << 10, concurrency=50, clients=clients
         )
-        return asyncio.run(drive(f"127.0.0.1:{port}", design, args))["cpu_ms"]
+
+        async def bounded() -> dict[str, float]:
+            async with asyncio.timeout(deadline):
+                return await drive(f"127.0.0.1:{port}", design, args)
+
+        try:
+            return asyncio.run(bounded())["cpu_ms"]
+        except TimeoutError:
+            raise TimeoutError(
+                f"grpc floor ({design}, {clients} clients, {payload} bytes) took more than "
+                f"{deadline:g} s"
+            ) from None
     finally:
         server.kill()
         server.wait()

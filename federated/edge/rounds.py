@@ -143,6 +143,7 @@ class EdgePublisher:
             tx.finish_round(job.round, Phase.FIT, len(accepted), summary)
             tx.delete_secure_state(job.round)
             self._settle(tx, weight=weight, metrics=summary)
+        ctx.commits.made_durable()  # the kept result holds the round's updates
         files.remove()
         ctx.metrics.inc("sporenet_rounds_completed_total")
         log_event(

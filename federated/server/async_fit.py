@@ -3,11 +3,12 @@
 An async job's "round" is a buffer. Up to `concurrency` devices train at once, each on
 the version that was current when it was asked (its task id names that version); when
 one's update arrives `tau` versions later (at most `max_staleness`), the update is
-scaled by the staleness weight (strategies/staleness.py), journalled and folded with
-its sample count into the buffer's aggregator, and the freed slot goes to another live
-device. A full buffer closes: the publisher applies the strategy (a server optimizer
-steps once per buffer) and publishes the next version, and the devices still training
-are carried into the next buffer (`follow`), their versions unchanged.
+scaled by the staleness weight (strategies/staleness.py) and folded with its sample
+count into the buffer's aggregator (acknowledged once a checkpoint holds it), and the
+freed slot goes to another live device. A full buffer closes: the publisher applies the
+strategy (a server optimizer steps once per buffer) and publishes the next version, and
+the devices still training are carried into the next buffer (`follow`), their versions
+unchanged.
 
 Selection, heartbeats, validation, the journal and checkpoints are as in a round: each
 device's assignment has `round_timeout` to answer, a silent one is dropped, and what a
@@ -227,17 +228,18 @@ class AsyncFit:
             )
 
     def submit(self, client_id: str, answer: Answer) -> None:
-        """Journal the update, then fold it scaled by its staleness weight."""
+        """Fold the update scaled by its staleness weight (acknowledged once a checkpoint
+        holds it)."""
         if not isinstance(answer, Update):
             raise StaleTaskError("an async buffer takes updates only")
         ctx = self._ctx
         a = self._assigned.pop(client_id)
         tau = ctx.job.model_version - a.version
         n, metrics = answer.num_samples, {**answer.metrics, STALENESS_KEY: float(tau)}
-        ctx.files().append(client_id, answer.payload, answer.crc, num_samples=n, metrics=metrics)
         self._aggregator.add(client_id, self._scaled(answer.tensors, tau), float(n))
         self._answered[client_id] = a.task_id
         ctx.set_status(client_id, Participant.ACCEPTED, n, metrics, journalled=True)
+        ctx.commits.accept()
         self._since_checkpoint += 1
         if self._since_checkpoint >= ctx.config.checkpoint_every:
             self.checkpoint()
@@ -357,8 +359,7 @@ class AsyncFit:
         tx.set_participants(self._ctx.job.round, Phase.FIT, rows)
 
     def checkpoint(self) -> None:
-        self._ctx.save_rows()  # before the journal that holds them is emptied
-        self._ctx.files().checkpoint(self._aggregator)
+        self._ctx.checkpoint(self._aggregator)
         self._since_checkpoint = 0
 
     def stage(self) -> str | None:

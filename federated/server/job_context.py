@@ -15,8 +15,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from sporenet.federated.aggregation import Aggregator
 from sporenet.federated.server.config import ServerConfig
 from sporenet.federated.server.current_model import CurrentModel
+from sporenet.federated.server.group_commit import GroupCommit
 from sporenet.federated.server.ledger import PrivacyLedger
 from sporenet.federated.server.machine import RoundMachine
 from sporenet.federated.server.models import ModelStore
@@ -91,9 +93,11 @@ class JobContext:
     # Told of every `notify`: with the clients whose tasks changed, or None for anyone's.
     listeners: list[Callable[[Collection[str] | None], None]] = field(default_factory=list)
     phase: OpenPhase | None = None  # the open phase (None while waiting or ended)
+    # Folded updates and which of them are durable: uploads are answered once they are.
+    commits: GroupCommit = field(default_factory=GroupCommit)
     _files: tuple[tuple[int, str], PhaseFiles] | None = None
-    # Rows the phase's journal holds (accepted updates), not written to the store yet:
-    # client -> (round, phase, status, samples, metrics). See `save_rows`.
+    # Rows of accepted updates not written to the store yet (the next checkpoint writes
+    # them): client -> (round, phase, status, samples, metrics). See `save_rows`.
     _unsaved: dict[str, tuple[int, str, Participant, int, dict[str, Any] | None]] = field(
         default_factory=dict
     )
@@ -147,9 +151,9 @@ class JobContext:
     ) -> None:
         """Change a participant's status in memory and in the store (in `tx`, if given).
 
-        `journalled`: the row is in the record that journalled the client's update
-        (PhaseFiles.append), which a restart reads back; the store gets it with the
-        phase's next `save_rows`, one transaction for many updates.
+        `journalled`: the row of an accepted update, which counts only once its batch is
+        checkpointed (group_commit.py): the store gets it with the phase's next
+        `save_rows`, one transaction for many updates.
         """
         self.clients.set(client_id, status)
         job = self.job
@@ -164,8 +168,9 @@ class JobContext:
             own.set_participant(job.round, job.phase, client_id, status, num_samples, metrics)
 
     def save_rows(self) -> None:
-        """Write the journalled rows to the store: before a checkpoint empties the journal
-        that holds them, and before the phase's rows are read back from the store."""
+        """Write the accepted updates' rows to the store: before each checkpoint of the
+        aggregate that holds them, and before the phase's rows are read back from the
+        store."""
         with self.lock:
             if not self._unsaved:
                 return
@@ -176,6 +181,17 @@ class JobContext:
                 for (round_, phase), rows in phases.items():
                     tx.set_participants(round_, phase, rows)
             self._unsaved.clear()
+
+    def checkpoint(self, aggregator: Aggregator) -> None:
+        """Save the accepted updates' rows, then the aggregate that holds them, then
+        acknowledge them (group_commit.py); a failed write is told to their waiters."""
+        try:
+            self.save_rows()
+            self.files().checkpoint(aggregator)
+        except Exception as e:
+            self.commits.failed(e)
+            raise
+        self.commits.made_durable()
 
     def end_phase(self) -> None:
         """After the transaction that moved the job on: the phase's statuses, its object

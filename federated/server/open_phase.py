@@ -48,7 +48,7 @@ class Update:
     tensors: Weights
     num_samples: int
     metrics: dict[str, float]
-    payload: memoryview  # journalled before it counts
+    payload: memoryview  # the bytes `tensors` view (held until the update is folded)
     crc: int | None = None
 
 

@@ -1,8 +1,10 @@
-"""One fit phase's files: the journal of accepted updates and the aggregate checkpoint.
+"""One fit phase's files: the aggregate checkpoint, and the journal of accepted updates
+that builds before group commit (group_commit.py) wrote.
 
-An update counts only once its bytes are in the phase's journal, so a `kill -9` loses no
-accepted update: a restart restores the last checkpoint of the aggregate and folds the
-journalled updates received after it again. Each update is one appended record (a
+This build acknowledges an update once a checkpoint holds it and writes no journal; a
+state dir of the previous build may hold one, which a restart still reads: it restores
+the last checkpoint of the aggregate and folds the journalled updates received after it
+again (`append` writes that format, for its tests). Each update is one appended record (a
 single write: no file created, renamed or deleted per update); a checkpoint holds every
 update journalled before it, so it empties the journal. A record also carries the
 client's participant row (its sample count and metrics), so the store writes the rows of

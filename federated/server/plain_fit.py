@@ -1,8 +1,9 @@
 """The plain fit phase: selected clients upload updates, folded into one aggregator.
 
-Every accepted update is journalled (phase_files.py) before it counts, and the aggregate
-is checkpointed every `checkpoint_every` updates, so a `kill -9` loses none and a
-restart folds none twice (`restore`). The phase closes when the machine says so
+Every accepted update is folded at once and acknowledged once the aggregate holding it
+is checkpointed (a batch of up to `checkpoint_every` updates: group_commit.py), so a
+`kill -9` loses none that was acknowledged (the others are sent again) and a restart
+folds none twice (`restore`). The phase closes when the machine says so
 (machine.py: everyone answered, or the deadline with enough updates).
 """
 
@@ -41,8 +42,9 @@ Refold = Callable[[str, Weights, tuple[str, int, dict[str, Any]]], Weights]
 
 def restore_aggregate(ctx: JobContext, agg: Aggregator, rows: Rows, refold: Refold) -> None:
     """The open fit phase's aggregate after a restart: the last checkpoint, then every
-    accepted update it lacks from the journal; an accepted client whose update is lost
-    is asked for it again (selected once more)."""
+    accepted update it lacks from the journal (which builds before group commit wrote);
+    an accepted client whose update is in neither is asked for it again (selected once
+    more: its upload was never acknowledged, or the old journal lost it)."""
     files = ctx.files()
     try:
         files.restore(agg)
@@ -52,6 +54,7 @@ def restore_aggregate(ctx: JobContext, agg: Aggregator, rows: Rows, refold: Refo
             "start again: the clients whose updates it held are asked for them again"
         ) from None
     folded, refolded = set(agg.clients), 0
+    journalled = files.rows()
     for cid, row in rows.items():
         status, n, _ = row
         if status != Participant.ACCEPTED or cid in folded:
@@ -66,7 +69,8 @@ def restore_aggregate(ctx: JobContext, agg: Aggregator, rows: Rows, refold: Refo
         if update is not None:
             agg.add(cid, refold(cid, update, row), float(n))
             refolded += 1
-        else:  # missing or damaged: ask the client for its update again
+            continue
+        if cid in journalled:  # the previous build's journal holds it, damaged
             log_event(
                 ctx.log,
                 "kept_update_lost",
@@ -74,7 +78,9 @@ def restore_aggregate(ctx: JobContext, agg: Aggregator, rows: Rows, refold: Refo
                 client=cid,
                 file=str(files.journal_path),
             )
-            ctx.set_status(cid, Participant.SELECTED)
+        else:  # its row was saved, the checkpoint after it not: never acknowledged
+            log_event(ctx.log, "update_not_saved", client=cid)
+        ctx.set_status(cid, Participant.SELECTED)  # asked for its update again
     log_event(ctx.log, "aggregate_restored", checkpointed=len(folded), refolded=refolded)
 
 
@@ -120,15 +126,15 @@ class PlainFit:
         self._cohort.check_answer(client_id, answer, Update, "is not an open secure round")
 
     def submit(self, client_id: str, answer: Answer) -> None:
-        """Journal the update with its row, then fold it (under the lock, so a checkpoint
-        never empties the journal between an update's record and its fold)."""
+        """Fold the update (under the lock); it is acknowledged once a checkpoint holds
+        it: this one's, when it fills the batch."""
         if not isinstance(answer, Update):
             raise StaleTaskError("a plain fit phase takes updates only")
         ctx = self._ctx
         n, metrics = answer.num_samples, answer.metrics
-        ctx.files().append(client_id, answer.payload, answer.crc, num_samples=n, metrics=metrics)
         self._aggregator.add(client_id, answer.tensors, float(n))
         ctx.set_status(client_id, Participant.ACCEPTED, n, metrics, journalled=True)
+        ctx.commits.accept()
         self._since_checkpoint += 1
         if self._since_checkpoint >= ctx.config.checkpoint_every:
             self.checkpoint()
@@ -151,13 +157,11 @@ class PlainFit:
         return FitResult(self._aggregator.result(), clip)
 
     def save(self, tx: Any) -> None:
-        pass  # the journal and checkpoints hold its progress
+        pass  # the checkpoints hold its progress
 
     def checkpoint(self) -> None:
-        """Save the journalled rows and the aggregate, which empties the phase's journal
-        (PhaseFiles.checkpoint)."""
-        self._ctx.save_rows()
-        self._ctx.files().checkpoint(self._aggregator)
+        """Save the accepted rows and the aggregate, and acknowledge the updates it holds."""
+        self._ctx.checkpoint(self._aggregator)
         self._since_checkpoint = 0
 
     def follow(self, tx: Any) -> None:

@@ -16,7 +16,7 @@ import logging
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Protocol
 
-from sporenet.federated.errors import AggregationError
+from sporenet.federated.errors import AggregationError, StaleTaskError
 from sporenet.federated.privacy import PrivacyError
 from sporenet.federated.secagg import SecAggError
 from sporenet.federated.server.job_context import JobContext
@@ -71,6 +71,7 @@ class Publisher(Protocol):
 def fail_job(ctx: JobContext, reason: str) -> None:
     """End the job as failed (call it under the lock)."""
     ctx.uploads.clear()
+    ctx.commits.failed(StaleTaskError(f"the job failed before the update was saved: {reason}"))
     ctx.machine.fail(reason)
     ctx.save_job()
     log_event(ctx.log, "job_failed", logging.ERROR, reason=reason)
@@ -147,6 +148,7 @@ class CloudPublisher:
             publication.failures += 1
             raise
         self._once.release()
+        ctx.commits.made_durable()  # the published version holds the phase's updates
         files.remove()
         # Only now that the store names `version`: a restart before this resumed from the last.
         removed = ctx.models.prune(record.version, ctx.config.models_kept)

@@ -30,6 +30,7 @@ from sporenet.federated.errors import (
     AggregationError,
     HierarchyError,
     StaleTaskError,
+    TransferError,
     UnknownClientError,
     UpdateRejectedError,
     quote,
@@ -39,6 +40,7 @@ from sporenet.federated.server.async_fit import AsyncFit
 from sporenet.federated.server.config import SecureConfig, ServerConfig
 from sporenet.federated.server.current_model import CurrentModel
 from sporenet.federated.server.evaluate import EvaluatePhase
+from sporenet.federated.server.group_commit import COMMIT_DELAY
 from sporenet.federated.server.job_context import Clock, JobContext, PartialUploads
 from sporenet.federated.server.ledger import PrivacyLedger
 from sporenet.federated.server.machine import RoundMachine, Rules, Wait
@@ -534,8 +536,9 @@ class RoundManager:
             UpdateRejectedError: the update is malformed or out of bounds.
             StaleTaskError: the task closed meanwhile.
 
-        Before the update counts, its bytes are appended to the phase's journal, so an
-        accepted update survives a `kill -9` until the next checkpoint contains it.
+        The update is folded at once and counts once a checkpoint holds it: its upload
+        is acknowledged only then (`committed`), so a `kill -9` before it loses nothing
+        its client was told was accepted (the client sends it again).
         """
         # The slot is held until the update is folded: at most two decoded updates exist at
         # any time, however many clients upload at once (memory flat in the fleet size).
@@ -571,6 +574,37 @@ class RoundManager:
             samples=num_samples,
             norm=norm,
         )
+
+    def commit(self) -> None:
+        """Checkpoint the open phase's folded updates now, a partial batch (what an
+        acknowledgement that waited `COMMIT_DELAY` asks for)."""
+        ctx = self.context
+        with ctx.lock:
+            if ctx.commits.pending == 0 or self._aggregating:
+                return  # nothing waits, or the publication will hold them
+            if ctx.phase is None:  # the job ended: the updates will never count
+                ctx.commits.failed(StaleTaskError("the job ended before the update was saved"))
+                return
+            ctx.phase.checkpoint()
+
+    async def committed(self, timeout: float) -> None:
+        """Wait until every update folded so far is durable (checkpointing a partial
+        batch after `COMMIT_DELAY`), at most `timeout` seconds.
+
+        Raises:
+            TransferError: they were still not durable after `timeout`.
+            StaleTaskError: the job ended before they were.
+            OSError, sqlite3.Error: their checkpoint failed (the client sends again).
+        """
+        commits = self.context.commits
+        seq = commits.accepted
+        end = time.monotonic() + timeout
+        while not await commits.wait(seq, COMMIT_DELAY):
+            if time.monotonic() > end:
+                raise TransferError(
+                    f"the update was folded but not saved within {timeout:g} s; send it again"
+                )
+            self.commit()
 
     def report_evaluation(
         self, client_id: str, task_id: str, *, loss: float, num_samples: int, metrics_json: str

@@ -13,6 +13,8 @@ import numpy as np
 import pytest
 
 from sporenet.federated import Client
+from sporenet.federated.common.codec import encode_update
+from sporenet.federated.server.phase_files import PhaseFiles
 from sporenet.federated.server.status import read_status
 from tests.integration.federated.helpers import make_model, wait_for
 
@@ -146,8 +148,7 @@ def test_damaged_kept_update_is_asked_for_again_and_the_model_is_exact(
     tmp_path: Path, server_factory
 ) -> None:  # type: ignore[no-untyped-def]
     server, w0, threads, release, results, _ = _mid_round(tmp_path, server_factory, 100)
-    kept = server.state_dir / "rounds" / "r00001-fit" / "journal"
-    _flip(kept)
+    _as_journalled(server.state_dir, w0, damaged=True)
     server.start()
     release.set()
     for t in threads:
@@ -158,6 +159,36 @@ def test_damaged_kept_update_is_asked_for_again_and_the_model_is_exact(
     want = {k: ((10 * _step(0, w0)[k].astype(np.float64) + 20 * _step(1, w0)[k]) / 30) for k in w0}
     for k in w0:
         np.testing.assert_allclose(results[0][k], want[k], rtol=1e-6, atol=1e-6)
+
+
+def test_a_journal_of_the_previous_build_is_refolded_exactly(
+    tmp_path: Path, server_factory
+) -> None:  # type: ignore[no-untyped-def]
+    server, w0, threads, release, results, _ = _mid_round(tmp_path, server_factory, 100)
+    _as_journalled(server.state_dir, w0, damaged=False)
+    server.start()
+    release.set()
+    for t in threads:
+        t.join(120)
+    assert not any(t.is_alive() for t in threads), server.logs()
+    restored = server.events("aggregate_restored")
+    assert restored and restored[0]["refolded"] == 1, server.logs()
+    assert not server.events("kept_update_lost"), server.logs()
+    want = {k: ((10 * _step(0, w0)[k].astype(np.float64) + 20 * _step(1, w0)[k]) / 30) for k in w0}
+    for k in w0:
+        np.testing.assert_allclose(results[0][k], want[k], rtol=1e-6, atol=1e-6)
+
+
+def _as_journalled(state_dir: Path, w0: dict, *, damaged: bool) -> None:
+    """Make the killed round's state dir what the build before group commit left: client
+    0's accepted update in the phase's journal (flipped when `damaged`), no checkpoint."""
+    (state_dir / "rounds" / "r00001-fit.ckpt").unlink()
+    files = PhaseFiles(state_dir, 1, "fit")
+    payload = memoryview(encode_update({k: _step(0, w0)[k] - w0[k] for k in w0}))
+    files.append("c0", payload, num_samples=10)
+    files.close()
+    if damaged:
+        _flip(files.journal_path)
 
 
 def test_damaged_checkpoint_is_refused_naming_the_file(tmp_path: Path, server_factory) -> None:  # type: ignore[no-untyped-def]

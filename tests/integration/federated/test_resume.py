@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import collections
+import json
+import resource
+import signal
 import threading
 from pathlib import Path
 
+import grpc
 import numpy as np
 
 from sporenet.federated import Client
 from sporenet.federated.server.status import read_status
+from sporenet.proto import federated_pb2 as pb
+from sporenet.proto import federated_pb2_grpc as pb_grpc
 from tests.integration.federated.helpers import make_model, wait_for
 
 SAMPLES = [5, 10, 20, 40]
@@ -69,7 +76,8 @@ def test_kill9_mid_round_then_restart_resumes_the_round(tmp_path: Path, server_f
 
     wait_for(round2_has_three_updates, timeout=30, what="round 2 with three updates")
     server.kill9()
-    # Two of the three updates are in the aggregate checkpoint, one only in its kept upload.
+    # The three acknowledged updates are in the aggregate checkpoint: an upload is
+    # answered only once a checkpoint holds it (group commit), so nothing is refolded.
     server.start()
     release.set()
     for t in threads:
@@ -77,7 +85,7 @@ def test_kill9_mid_round_then_restart_resumes_the_round(tmp_path: Path, server_f
     assert not any(t.is_alive() for t in threads), server.logs()
 
     restored = server.events("aggregate_restored")
-    assert restored and restored[0]["checkpointed"] == 2 and restored[0]["refolded"] == 1
+    assert restored and restored[0]["checkpointed"] == 3 and restored[0]["refolded"] == 0
     assert len(server.events("job_resumed")) == 1
     want = expected(w0, 3)
     for i in range(4):
@@ -129,3 +137,73 @@ def test_sigterm_mid_round_exits_zero_and_restart_finishes(tmp_path: Path, serve
     }
     for k in want:
         np.testing.assert_allclose(results[0][k], want[k], rtol=1e-5, atol=1e-6)  # type: ignore[index]
+
+
+def _limit_file_size() -> None:
+    # Writes past 320 KiB fail with EFBIG, as on a full disk (SIGXFSZ would kill instead).
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (320 << 10, 320 << 10))
+
+
+def test_kill9_between_fold_and_checkpoint_loses_none_and_folds_none_twice(
+    tmp_path: Path, server_factory
+) -> None:  # type: ignore[no-untyped-def]
+    # 205 KB of float32 weights fit under the file-size limit; the aggregate checkpoint
+    # (float64 sums, 410 KB) does not: three updates are folded, none can be saved, so
+    # none is acknowledged when the daemon is killed.
+    w0 = make_model(tmp_path / "init.spore", out=128, inp=400)
+    args = ["--model", str(tmp_path / "init.spore"), "--rounds", "1", "--min-clients", "4"]
+    server = server_factory([*args, "--checkpoint-every", "100"])
+    server.start(preexec_fn=_limit_file_size)
+    release = threading.Event()
+    results: dict[int, dict[str, np.ndarray] | None] = {}
+    trained = collections.Counter[int]()
+
+    def run(i: int) -> None:
+        def train(weights: dict[str, np.ndarray], config: dict) -> tuple:
+            trained[i] += 1
+            if i == 3:
+                release.wait(60)  # holds the round open
+            return local_step(i, weights), SAMPLES[i], {}
+
+        c = Client(server.address, train=train, name=f"c{i}", poll_wait=1.0, max_backoff=0.3)
+        results[i] = c.run()
+        c.close()
+
+    threads = [threading.Thread(target=run, args=(i,), daemon=True) for i in range(4)]
+    for t in threads:
+        t.start()
+    with grpc.insecure_channel(server.address) as ch:
+        stub = pb_grpc.FederatedStub(ch)
+
+        def folded() -> int:
+            status = json.loads(stub.GetStatus(pb.StatusRequest(), timeout=5).status_json)
+            return int(status["participants"].get("accepted", 0))
+
+        wait_for(lambda: folded() == 3, timeout=60, what="three updates folded")
+    # The checkpoint was never written.
+    assert not (server.state_dir / "rounds" / "r00001-fit.ckpt").exists()
+    server.kill9()
+    server.start()
+    release.set()
+    for t in threads:
+        t.join(60)
+    assert not any(t.is_alive() for t in threads), server.logs()
+
+    restored = server.events("aggregate_restored")
+    assert restored and restored[0]["checkpointed"] == 0 and restored[0]["refolded"] == 0
+    # Those whose rows were saved before the failed checkpoint are asked again by name
+    # (the store's own writes may have failed as well: then their rows were never saved).
+    unsaved = {e["client"] for e in server.events("update_not_saved")}
+    assert unsaved <= {"c0", "c1", "c2"}, server.logs()
+    assert not server.events("kept_update_lost"), server.logs()
+    # Each client trained once and sent its kept update again: all four count, once each.
+    assert trained == {0: 1, 1: 1, 2: 1, 3: 1}, trained
+    want = expected(w0, 1)
+    for i in range(4):
+        got = results[i]
+        assert got is not None
+        for k in want:
+            np.testing.assert_allclose(got[k], want[k], rtol=1e-5, atol=1e-6)
+    assert [r["num_results"] for r in read_status(server.state_dir)["rounds"]] == [4]
+    assert server.terminate() == 0

@@ -25,7 +25,8 @@ class FakeClock:
 
 def submit(m: RoundManager, cid: str, delta: dict[str, np.ndarray], samples: int) -> None:
     """Device `cid` uploads `delta` (trained on `samples` samples, loss = samples) for the
-    fit task it is given now."""
+    fit task it is given now, and is told it was accepted: as the session does before it
+    answers, the folded update is committed first (group_commit.py)."""
     task = m.get_task(cid)
     assert task.type == TaskType.FIT, task
     m.submit_update(
@@ -37,3 +38,4 @@ def submit(m: RoundManager, cid: str, delta: dict[str, np.ndarray], samples: int
         num_samples=samples,
         metrics_json=f'{{"loss": {samples}}}',
     )
+    m.commit()

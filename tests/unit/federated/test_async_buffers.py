@@ -71,7 +71,8 @@ def start(tmp_path: Path, w0: dict, clock: FakeClock) -> Iterator[Start]:
 
 
 def upload(m: RoundManager, cid: str, value: float, samples: int, w0: dict) -> None:
-    """`cid` answers the fit task it holds with a delta of `value` everywhere."""
+    """`cid` answers the fit task it holds with a delta of `value` everywhere, and is told
+    it was accepted (its batch committed first, as the session does)."""
     task = m.get_task(cid)
     assert task.type == TaskType.FIT, task
     delta = {k: np.full_like(v, value) for k, v in w0.items()}
@@ -84,6 +85,7 @@ def upload(m: RoundManager, cid: str, value: float, samples: int, w0: dict) -> N
         num_samples=samples,
         metrics_json='{"loss": 1.0}',
     )
+    m.commit()
 
 
 def published(tmp_path: Path, version: int) -> dict[str, np.ndarray]:
