@@ -25,6 +25,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from sporenet.lite.errors import LiteError
 from sporenet.lite.kernels import raw
 from sporenet.lite.kernels.activation import scalar
 from sporenet.lite.kernels.base import Compute
@@ -252,9 +253,7 @@ class OutputStage:
         mark = np.array(marks, np.float64) * unit
         step = _float_steps(self._ints[1]) if self.correct else None
         top = np.nextafter(float(self.hi - self.lo + 1), 0.0)
-        fold = Folded((w2, coef, offset), mark, step, top, self.lo, zero_point)
-        fold.unshifts = unshifts
-        return fold
+        return Folded((w2, coef, offset), mark, step, top, self.lo, zero_point, unshifts)
 
 
 class Folded:
@@ -283,22 +282,22 @@ class Folded:
         top: float,
         lo: int,
         zero_point: int = 0,
+        unshifts: bool = False,
     ) -> None:
-        self._parts: tuple[np.ndarray, np.ndarray, np.ndarray] | None = parts
+        self._parts: tuple[np.ndarray, np.ndarray, np.ndarray] = parts
         self.mark, self.step, self.top = mark, step, top
         self.lo, self.back = lo, np.uint8(lo % 256)  # the clamp's low end; as a byte
         self.zero_point = zero_point
         # Whether v may be taken without the shift by -lo (exact, see OutputStage.folded),
         # and whether it is (done once, by `bind` for byte outputs).
-        self.unshifts, self._unshifted = False, False
+        self.unshifts, self._unshifted = unshifts, False
 
     @functools.cached_property
     def weights(self) -> np.ndarray:
         """The folded weights (O, K + 1), float64: w * coef, then the offset column. A
         kernel that keeps them in another layout may assign that (a view) instead."""
-        assert self._parts is not None
         w2, coef, offset = self._parts
-        self._parts = None  # the integer weights are not needed again
+        del self._parts  # the integer weights are not needed again
         weights = np.empty((w2.shape[0], w2.shape[1] + 1), np.float64)
         np.multiply(w2, coef[:, None], out=weights[:, :-1])  # 8 x 31 bits: exact
         weights[:, -1] = offset
@@ -318,7 +317,8 @@ class Folded:
         float64 (for a folded layer that reads them: QConv2D.float_input). Binding may
         move the weights' offset column (in place): the GEMM reads them as they are after."""
         if floats is not None:
-            assert not self._unshifted, "a fold's outputs go to bytes or to floats, not both"
+            if self._unshifted:  # its offset column already holds +lo for the bytes
+                raise LiteError("a folded int8 layer's outputs go to bytes or to floats, not both")
             return self._bind_floats(v, floats, mask)
         if v.size == 1:
             return self._bind_one(v, out)

@@ -209,15 +209,15 @@ class Conv2DBackpropFilter(_ConvGrad):
             c_dst = a[:k].reshape(*columns.shape[1:4], m, length)
             c_src = columns[i : i + m].transpose(1, 2, 3, 0, 4)
             ones = a[k] if db is not None else None  # shared buffer: refilled per call
-            blocks.append((g_in[:m], g[i : i + m], c_dst, c_src, ones, a, g_t[: m * length]))
+            part = per_block[i // step]
+            blocks.append((g_in[:m], g[i : i + m], c_dst, c_src, ones, a, g_t[: m * length], part))
         total = temporary((kr, o), g.dtype)
         result = out.reshape(o, k)
         copies = [(result, total[:k].T)] + ([] if db is None else [(db, total[k])])
-        parts = list(per_block)
 
         def compute() -> None:
             np.copyto(x_in, x)
-            for (g_dst, g_src, c_dst, c_src, ones, a, b), part in zip(blocks, parts, strict=True):
+            for g_dst, g_src, c_dst, c_src, ones, a, b, part in blocks:
                 np.copyto(g_dst, g_src)
                 if ones is not None:
                     ones.fill(1)
