@@ -13,6 +13,7 @@ codes. Time comes from the injected `clock`.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
 import logging
@@ -22,6 +23,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable, Collection, Iterator
+from concurrent.futures import Executor
 from pathlib import Path
 from typing import Any
 
@@ -587,16 +589,17 @@ class RoundManager:
                 return
             ctx.phase.checkpoint()
 
-    async def committed(self, timeout: float) -> None:
+    async def committed(self, timeout: float, executor: Executor) -> None:
         """Wait until every update folded so far is durable (checkpointing a partial
-        batch after `COMMIT_DELAY`), at most `timeout` seconds.
+        batch after `COMMIT_DELAY` on `executor`, off the event loop), at most `timeout`
+        seconds.
 
         Raises:
             TransferError: they were still not durable after `timeout`.
             StaleTaskError: the job ended before they were.
             OSError, sqlite3.Error: their checkpoint failed (the client sends again).
         """
-        commits = self.context.commits
+        commits, loop = self.context.commits, asyncio.get_running_loop()
         seq = commits.accepted
         end = time.monotonic() + timeout
         while not await commits.wait(seq, COMMIT_DELAY):
@@ -604,7 +607,8 @@ class RoundManager:
                 raise TransferError(
                     f"the update was folded but not saved within {timeout:g} s; send it again"
                 )
-            self.commit()
+            # The checkpoint writes files: off the event loop, as the folds that fill a batch.
+            await loop.run_in_executor(executor, self.commit)
 
     def report_evaluation(
         self, client_id: str, task_id: str, *, loss: float, num_samples: int, metrics_json: str

@@ -456,7 +456,7 @@ class SessionService:
         """Answer an upload; then, once its update is in, the poll that rode with it
         (`then_poll_ms`): the client sends no poll message of its own."""
         if reply.accepted:  # acknowledged once durable (group_commit.py)
-            await self.m.committed(self.m.config.read_timeout)
+            await self.m.committed(self.m.config.read_timeout, self.executor)
         poll = reply.accepted and h.HasField("then_poll_ms")
         reply.task_follows = poll
         await stream.write(frame_session(SessionReplyField.UPLOAD_REPLY, reply.SerializeToString()))
